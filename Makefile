@@ -1,0 +1,53 @@
+# shardlab — two commands for a newcomer: `make demo` and `make test`.
+# Every target installs the missing Debian packages first (only those missing).
+
+JOBS ?= 2
+PACKAGES := cmake make g++ libtbb-dev libeigen3-dev libspdlog-dev libcli11-dev \
+            nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
+BIN := build/bin/shardlab
+
+.PHONY: all deps build demo test bench debug asan tsan portable clean
+
+all: build
+
+deps:
+	@missing=""; for p in $(PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" -ne 0 ]; then \
+	    echo "shardlab: missing Debian packages:$$missing"; \
+	    echo "shardlab: run 'sudo apt-get install$$missing' (or 'sudo make deps'), then retry."; exit 1; \
+	  fi; \
+	  echo "shardlab: installing$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+build: deps
+	@cmake --preset release >/dev/null
+	@cmake --build --preset release
+
+demo: build
+	$(BIN) p2p --profile a100-nvlink --src 0 --dst 1 --max-bytes 64MiB
+	$(BIN) p2p --profile a100-nvlink --src 0 --dst 8 --max-bytes 64MiB
+
+test: build
+	ctest --preset release -j $(JOBS)
+
+bench: build
+	@for b in build/bin/bench_*; do echo "== $$b"; $$b; done
+
+debug: deps
+	cmake --preset debug >/dev/null && cmake --build --preset debug && ctest --preset debug -j $(JOBS)
+
+asan: deps
+	cmake --preset asan >/dev/null && cmake --build --preset asan && ctest --preset asan -j $(JOBS)
+
+tsan: deps
+	cmake --preset tsan >/dev/null && cmake --build --preset tsan && ctest --preset tsan -j $(JOBS)
+
+portable: deps
+	cmake --preset portable >/dev/null && cmake --build --preset portable
+
+clean:
+	rm -rf build build-debug build-asan build-tsan build-portable

@@ -1,0 +1,39 @@
+#include "examples/shardlab/cli.h"
+
+#include "runtime/errors.h"
+#include "runtime/log.h"
+
+namespace shardlab::cli {
+
+void set_action(CLI::App* sub, Action action) {
+  // CLI11 callbacks return void; stash the exit code in the app's final callback.
+  sub->final_callback([sub, action] {
+    int code = action();
+    if (code != 0) throw CLI::RuntimeError(code);
+  });
+}
+
+void add_common_flags(CLI::App* sub, CommonFlags& flags, bool with_trace) {
+  sub->add_option("--profile", flags.profile, "Hardware profile: a built-in name or FILE.json")
+      ->capture_default_str();
+  sub->add_flag("--json", flags.json, "Machine-readable output on stdout");
+  if (with_trace) {
+    sub->add_option("--trace", flags.trace, "Write a Chrome trace (opens in Perfetto) to FILE.json");
+    sub->add_option("--pace", flags.pace,
+                    "Play out in wall-clock time: X wall seconds per virtual second (0 = off)")
+        ->check(CLI::NonNegativeNumber);
+  }
+  sub->add_flag("-v,--verbose", flags.verbose, "More logging (-v info, -vv debug)");
+}
+
+HardwareProfile apply_common(const CommonFlags& flags) {
+  set_verbosity(flags.verbose);
+  return load_profile(flags.profile);
+}
+
+void add_size_flag(CLI::App* sub, const std::string& name, std::string& text,
+                   const std::string& help) {
+  sub->add_option(name, text, help)->capture_default_str();
+}
+
+}  // namespace shardlab::cli

@@ -1,0 +1,41 @@
+// Shared pieces of the `shardlab` command-line tool.
+//
+// Each subcommand lives in its own cmd_*.cc and registers itself with
+// add_<name>_command(). A subcommand's action returns the exit code; it throws
+// ConfigError for bad input (exit 2, one line on stderr).
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "runtime/profile.h"
+
+namespace shardlab::cli {
+
+using Action = std::function<int()>;
+
+// Registers a subcommand; `action` runs when it was chosen.
+void set_action(CLI::App* sub, Action action);
+
+// Flags most subcommands share.
+struct CommonFlags {
+  std::string profile = "a100-nvlink";
+  bool json = false;
+  std::string trace;
+  double pace = 0;
+  int verbose = 0;
+};
+void add_common_flags(CLI::App* sub, CommonFlags& flags, bool with_trace = true);
+// Applies -v and loads the profile (ConfigError on a bad one).
+HardwareProfile apply_common(const CommonFlags& flags);
+
+// A CLI11 validator-free size flag: "--max-bytes 256MiB".
+void add_size_flag(CLI::App* sub, const std::string& name, std::string& text,
+                   const std::string& help);
+
+void add_p2p_command(CLI::App& app);
+void add_profiles_command(CLI::App& app);
+
+}  // namespace shardlab::cli

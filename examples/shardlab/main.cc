@@ -1,0 +1,38 @@
+// shardlab: a GPU training cluster emulated on CPU threads.
+#include <cstdio>
+#include <exception>
+
+#include "examples/shardlab/cli.h"
+#include "runtime/errors.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"shardlab: a GPU training cluster emulated on CPU threads", "shardlab"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "shardlab 0.1.0");
+  shardlab::cli::add_p2p_command(app);
+  shardlab::cli::add_profiles_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::RuntimeError& e) {
+    return e.get_exit_code();
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "shardlab: error: %s\n", e.what());
+    return 2;
+  } catch (const shardlab::ConfigError& e) {
+    std::fprintf(stderr, "shardlab: error: %s\n", e.what());
+    return 2;
+  } catch (const shardlab::RunError& e) {
+    std::fprintf(stderr, "shardlab: error: %s\n", e.what());
+    return e.input_error() ? 2 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "shardlab: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

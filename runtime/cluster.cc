@@ -1,0 +1,153 @@
+#include "runtime/cluster.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "runtime/errors.h"
+#include "runtime/log.h"
+
+namespace shardlab {
+
+Time RunResult::makespan() const {
+  Time t = 0;
+  for (const auto& d : devices) t = std::max(t, d.end());
+  return t;
+}
+
+Cluster::Cluster(HardwareProfile profile, ClusterOptions options)
+    : profile_(std::move(profile)), options_(options) {
+  if (options_.world_size == 0) options_.world_size = profile_.total_devices();
+  if (options_.world_size < 1 || options_.world_size > profile_.total_devices()) {
+    throw ConfigError(fmt::format("{} devices requested but profile {} has {} ({} nodes x {})",
+                                  options_.world_size, profile_.name, profile_.total_devices(),
+                                  profile_.nodes, profile_.devices_per_node));
+  }
+  if (!options_.links) {
+    default_links_ = std::make_unique<ProfileLinkModel>(profile_);
+    options_.links = default_links_.get();
+  }
+}
+
+namespace {
+
+// The first failure of a run, from any thread.
+class FirstError {
+ public:
+  void set(int rank, std::exception_ptr e) {
+    std::lock_guard lock(mu_);
+    if (!error_) {
+      error_ = e;
+      rank_ = rank;
+    }
+  }
+  bool has() const {
+    std::lock_guard lock(mu_);
+    return error_ != nullptr;
+  }
+  [[noreturn]] void rethrow() const {
+    std::lock_guard lock(mu_);
+    try {
+      std::rethrow_exception(error_);
+    } catch (const RunError&) {
+      throw;
+    } catch (const ConfigError& e) {
+      throw RunError(rank_, with_rank(e.what()), /*input_error=*/true);
+    } catch (const OutOfMemory& e) {
+      throw RunError(rank_, with_rank(e.what()), /*input_error=*/true);
+    } catch (const std::exception& e) {
+      throw RunError(rank_, with_rank(e.what()));
+    } catch (...) {
+      throw RunError(rank_, fmt::format("device {}: unknown exception", rank_));
+    }
+  }
+
+ private:
+  std::string with_rank(const std::string& what) const {
+    const std::string prefix = fmt::format("device {}: ", rank_);
+    return what.starts_with(prefix) ? what : prefix + what;
+  }
+  mutable std::mutex mu_;
+  std::exception_ptr error_;  // GUARDED_BY(mu_)
+  int rank_ = -1;             // GUARDED_BY(mu_)
+};
+
+}  // namespace
+
+RunResult Cluster::run(const Program& program) {
+  const int n = options_.world_size;
+  const auto wall_start = std::chrono::steady_clock::now();
+  Fabric fabric(n);
+  std::vector<std::unique_ptr<Device>> devices;
+  devices.reserve(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    DeviceConfig cfg{r, n, options_.memory_bytes, options_.precision, options_.pace, options_.trace};
+    devices.push_back(std::make_unique<Device>(cfg, profile_, *options_.links, fabric,
+                                               options_.hooks, device_logger(r), wall_start));
+  }
+
+  FirstError error;
+  std::mutex done_mu;
+  std::condition_variable done_cv;
+  int running = n;  // GUARDED_BY(done_mu)
+
+  auto body = [&](int r) {
+    try {
+      program(*devices[static_cast<size_t>(r)]);
+    } catch (const Aborted&) {
+      // Torn down because of another device's failure.
+    } catch (...) {
+      error.set(r, std::current_exception());
+      fabric.abort();
+    }
+    fabric.mark_finished(r);
+    std::lock_guard lock(done_mu);
+    if (--running == 0) done_cv.notify_all();
+  };
+
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) threads.emplace_back(body, r);
+
+  // Watchdog: poll for a global deadlock until every device has returned.
+  {
+    std::unique_lock lock(done_mu);
+    while (running > 0) {
+      if (done_cv.wait_for(lock, options_.watchdog_period, [&] { return running == 0; })) break;
+      lock.unlock();
+      if (!fabric.aborted()) {
+        if (auto what = fabric.find_deadlock()) {
+          error.set(-1, std::make_exception_ptr(RunError(-1, *what)));
+          fabric.abort();
+        }
+      }
+      lock.lock();
+    }
+  }
+  for (auto& t : threads) t.join();
+  if (error.has()) error.rethrow();
+
+  RunResult result;
+  result.wall_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  for (auto& d : devices) {
+    DeviceStats s;
+    s.rank = d->rank();
+    s.node = d->node();
+    s.compute_end = d->compute().now();
+    s.comm_end = d->comm().now();
+    s.compute_busy = d->compute().busy();
+    s.comm_busy = d->comm().busy();
+    s.peak_bytes = d->arena().peak();
+    s.capacity_bytes = d->arena().capacity();
+    for (int k = 0; k < kNumMemKinds; ++k) s.peak_by_kind[k] = d->arena().peak(static_cast<MemKind>(k));
+    result.devices.push_back(s);
+    if (options_.trace) result.traces.push_back({d->rank(), d->node(), std::move(d->trace_events())});
+  }
+  return result;
+}
+
+}  // namespace shardlab

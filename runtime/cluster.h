@@ -1,0 +1,79 @@
+// Cluster: launches one SPMD program on N virtual devices, one OS thread each.
+//
+//   Cluster cluster(load_profile("a100-nvlink"), {.world_size = 8});
+//   RunResult r = cluster.run([](Device& dev) { ... });
+//
+// Each run() starts from fresh devices (arenas, clocks, ports) and joins every
+// thread before returning. The first exception on any device aborts the
+// others (blocked receives are woken) and is rethrown as RunError with its
+// rank; a deadlock found by the watchdog is a RunError with rank -1.
+//
+// Thread safety: run() may be called from several threads on different
+// Cluster objects at once (independent emulations side by side); one Cluster
+// runs one program at a time.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/device.h"
+#include "runtime/profile.h"
+#include "runtime/trace.h"
+
+namespace shardlab {
+
+struct ClusterOptions {
+  int world_size = 0;          // 0: every device of the profile
+  uint64_t memory_bytes = 0;   // per-device arena capacity; 0: the profile's
+  Precision precision = Precision::kFp32;
+  double pace = 0;             // wall seconds per virtual second; 0: off
+  bool trace = false;          // record trace events
+  const LinkModel* links = nullptr;  // nullptr: ProfileLinkModel
+  FabricHooks* hooks = nullptr;      // test hooks at the channel boundary
+  std::chrono::milliseconds watchdog_period{100};
+};
+
+struct DeviceStats {
+  int rank = 0;
+  int node = 0;
+  Time compute_end = 0;   // stream cursors when the program returned
+  Time comm_end = 0;
+  Time compute_busy = 0;  // union of busy intervals per stream
+  Time comm_busy = 0;
+  uint64_t peak_bytes = 0;
+  uint64_t capacity_bytes = 0;
+  uint64_t peak_by_kind[kNumMemKinds] = {};
+  Time end() const { return std::max(compute_end, comm_end); }
+};
+
+struct RunResult {
+  std::vector<DeviceStats> devices;
+  std::vector<DeviceTrace> traces;  // empty unless options.trace
+  double wall_seconds = 0;
+  Time makespan() const;            // latest end over devices
+};
+
+class Cluster {
+ public:
+  // Throws ConfigError if world_size exceeds the profile's devices.
+  Cluster(HardwareProfile profile, ClusterOptions options);
+
+  using Program = std::function<void(Device&)>;
+  RunResult run(const Program& program);
+
+  const HardwareProfile& profile() const { return profile_; }
+  const ClusterOptions& options() const { return options_; }
+  int world_size() const { return options_.world_size; }
+
+ private:
+  HardwareProfile profile_;
+  ClusterOptions options_;
+  std::unique_ptr<LinkModel> default_links_;
+};
+
+}  // namespace shardlab

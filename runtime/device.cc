@@ -1,0 +1,157 @@
+#include "runtime/device.h"
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "runtime/errors.h"
+
+namespace shardlab {
+
+// ---- Stream -----------------------------------------------------------------
+
+void Stream::wait(Event e) {
+  if (e.time > now_) {
+    now_ = e.time;
+    owner_->pace(now_);
+  }
+}
+
+Time Stream::run(const char* name, Time duration, uint64_t bytes, double flops) {
+  const Time start = now_;
+  now_ += duration;
+  add_busy(start, now_);
+  owner_->record(kind_, name, start, now_, bytes, flops, -1);
+  owner_->pace(now_);
+  return now_;
+}
+
+void Stream::mark(const char* name, Time start, Time end, uint64_t bytes, int peer, bool advance) {
+  if (end > start) {
+    add_busy(start, end);
+    owner_->record(kind_, name, start, end, bytes, 0, peer);
+  }
+  if (advance && end > now_) {
+    now_ = end;
+    owner_->pace(now_);
+  }
+}
+
+void Stream::add_busy(Time start, Time end) {
+  start = std::max(start, busy_until_);
+  if (end > start) busy_ += end - start;
+  busy_until_ = std::max(busy_until_, end);
+}
+
+// ---- Device -----------------------------------------------------------------
+
+Device::Device(const DeviceConfig& cfg, const HardwareProfile& profile, const LinkModel& links,
+               Fabric& fabric, FabricHooks* hooks, std::shared_ptr<spdlog::logger> log,
+               std::chrono::steady_clock::time_point wall_start)
+    : cfg_(cfg),
+      profile_(profile),
+      links_(links),
+      fabric_(fabric),
+      hooks_(hooks),
+      log_(std::move(log)),
+      wall_start_(wall_start),
+      cost_(profile.device, cfg.precision),
+      arena_(cfg.rank, cfg.memory_bytes ? cfg.memory_bytes : profile.memory_bytes()),
+      compute_(this, StreamKind::kCompute),
+      comm_(this, StreamKind::kComm) {}
+
+Time Device::now() const { return std::max(compute_.now(), comm_.now()); }
+
+void Device::synchronize() {
+  const Event e{now()};
+  compute_.wait(e);
+  comm_.wait(e);
+}
+
+Tensor Device::alloc(std::string name, Shape shape, MemKind kind, bool phantom) {
+  return Tensor(arena_, std::move(name), std::move(shape), kind, cfg_.precision, phantom);
+}
+
+Time Device::run(Stream& s, const char* name, const OpCost& op) {
+  check_abort();
+  return s.run(name, cost_.duration(op), static_cast<uint64_t>(op.bytes), op.flops);
+}
+
+void Device::check_peer(int peer, const char* what) const {
+  SHARDLAB_CHECK(peer >= 0 && peer < cfg_.world_size && peer != cfg_.rank,
+                 fmt::format("device {}: {} peer {} invalid (world {})", cfg_.rank, what, peer,
+                             cfg_.world_size));
+}
+
+SendHandle Device::isend(Stream& s, int dst, Tag tag, std::span<const std::byte> host,
+                         uint64_t modeled_bytes) {
+  check_peer(dst, "send");
+  check_abort();
+  if (hooks_) hooks_->on_send(cfg_.rank, dst, tag);
+  Message m;
+  m.src = cfg_.rank;
+  m.dst = dst;
+  m.tag = tag;
+  m.link = links_.link(cfg_.rank, dst);
+  m.modeled_bytes = modeled_bytes;
+  Time& egress = egress_free_[static_cast<int>(m.link.port)];
+  m.depart = std::max(s.now(), egress);
+  const Time done = m.depart + m.wire_time();
+  egress = done;
+  m.payload = fabric_.pool().acquire(host.size());
+  if (!host.empty()) std::memcpy(m.payload.data(), host.data(), host.size());
+  s.mark("send", m.depart, done, modeled_bytes, dst, /*advance=*/false);
+  fabric_.post(std::move(m));
+  return {done};
+}
+
+Message Device::recv(Stream& s, int src, Tag tag) {
+  check_peer(src, "recv");
+  check_abort();
+  if (hooks_) hooks_->on_recv(cfg_.rank, src, tag);
+  Message m = fabric_.take(cfg_.rank, src, tag);
+  Time& ingress = ingress_free_[static_cast<int>(m.link.port)];
+  m.arrival = std::max(m.depart + m.link.latency, ingress) + m.wire_time();
+  ingress = m.arrival;
+  s.mark("recv", s.now(), m.arrival, m.modeled_bytes, src, /*advance=*/true);
+  return m;
+}
+
+SendHandle Device::isend(Stream& s, int dst, Tag tag, const Tensor& t) {
+  const auto* p = reinterpret_cast<const std::byte*>(t.data());
+  return isend(s, dst, tag, {p, t.phantom() ? 0 : t.numel() * sizeof(float)}, t.modeled_bytes());
+}
+
+void Device::recv(Stream& s, int src, Tag tag, Tensor& into) {
+  Message m = recv(s, src, tag);
+  const size_t want = into.phantom() ? 0 : static_cast<size_t>(into.numel()) * sizeof(float);
+  if (m.payload.size() != want || m.modeled_bytes != into.modeled_bytes()) {
+    throw std::runtime_error(fmt::format(
+        "device {}: recv into '{}' {} expects {} bytes, device {} sent {} (tag {:#x})", cfg_.rank,
+        into.name(), shape_string(into.shape()), into.modeled_bytes(), src, m.modeled_bytes, tag));
+  }
+  if (want) std::memcpy(into.data(), m.payload.data(), want);
+}
+
+void Device::record(StreamKind s, const char* name, Time start, Time end, uint64_t bytes,
+                    double flops, int peer) {
+  if (cfg_.trace) trace_.push_back({name, s, start, end, bytes, flops, peer});
+}
+
+void Device::pace(Time t) {
+  if (cfg_.pace <= 0) return;
+  const auto target = wall_start_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                        std::chrono::duration<double>(to_seconds(t) * cfg_.pace));
+  // Sleep in short slices so an abort is noticed while pacing.
+  while (true) {
+    check_abort();
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= target) return;
+    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+        target - now, std::chrono::milliseconds(50)));
+  }
+}
+
+}  // namespace shardlab

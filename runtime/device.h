@@ -1,0 +1,159 @@
+// Device: the context one virtual GPU's program runs with.
+//
+// A device has a rank, an arena, a cost model and two streams (compute and
+// communication), each a virtual-time cursor like a CUDA stream. Ops on a
+// stream start at the stream's current time and push it forward; events let
+// one stream wait for a point on another, so communication overlaps compute
+// exactly as far as the program's dependencies allow.
+//
+// Thread safety: a Device and everything it owns (arena, streams, trace
+// buffer, ports) are used only by the device's own thread. The only shared
+// object it touches is the Fabric, which synchronises itself.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include <spdlog/logger.h>
+
+#include "runtime/arena.h"
+#include "runtime/cost_model.h"
+#include "runtime/fabric.h"
+#include "runtime/profile.h"
+#include "runtime/tensor.h"
+#include "runtime/trace.h"
+
+namespace shardlab {
+
+class Device;
+
+// A point in virtual time on some stream, to make another stream wait for it.
+struct Event {
+  Time time = 0;
+};
+
+class Stream {
+ public:
+  Stream(Device* owner, StreamKind kind) : owner_(owner), kind_(kind) {}
+
+  StreamKind kind() const { return kind_; }
+  Time now() const { return now_; }
+  Event record() const { return {now_}; }
+  // The stream idles until `e` has happened.
+  void wait(Event e);
+  // Occupies [now(), now() + duration); returns the end. Traced under `name`.
+  Time run(const char* name, Time duration, uint64_t bytes = 0, double flops = 0);
+  // Marks [start, end) busy and traced without moving the cursor (a transfer
+  // that proceeds while the stream goes on), or moves it with `advance`.
+  void mark(const char* name, Time start, Time end, uint64_t bytes, int peer, bool advance);
+
+  // Union of busy intervals so far (intervals are added in nondecreasing start order).
+  Time busy() const { return busy_; }
+
+ private:
+  void add_busy(Time start, Time end);
+
+  Device* owner_;
+  StreamKind kind_;
+  Time now_ = 0;
+  Time busy_ = 0;
+  Time busy_until_ = 0;
+};
+
+// What isend returns: when the payload has left the sender's egress port.
+struct SendHandle {
+  Time done = 0;
+};
+
+struct DeviceConfig {
+  int rank = 0;
+  int world_size = 1;
+  uint64_t memory_bytes = 0;
+  Precision precision = Precision::kFp32;
+  double pace = 0;  // wall seconds per virtual second; 0 = as fast as possible
+  bool trace = false;
+};
+
+class Device {
+ public:
+  Device(const DeviceConfig& cfg, const HardwareProfile& profile, const LinkModel& links,
+         Fabric& fabric, FabricHooks* hooks, std::shared_ptr<spdlog::logger> log,
+         std::chrono::steady_clock::time_point wall_start);
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  int rank() const { return cfg_.rank; }
+  int world_size() const { return cfg_.world_size; }
+  int node() const { return profile_.node_of(cfg_.rank); }
+  const HardwareProfile& profile() const { return profile_; }
+  const CostModel& cost() const { return cost_; }
+  Precision precision() const { return cfg_.precision; }
+  Arena& arena() { return arena_; }
+  const Arena& arena() const { return arena_; }
+  Stream& compute() { return compute_; }
+  Stream& comm() { return comm_; }
+  const Stream& compute() const { return compute_; }
+  const Stream& comm() const { return comm_; }
+  spdlog::logger& log() { return *log_; }
+  bool tracing() const { return cfg_.trace; }
+
+  // The latest time on any stream, and making every stream reach it.
+  Time now() const;
+  void synchronize();
+
+  // Allocates a tensor in this device's arena at the device's precision.
+  Tensor alloc(std::string name, Shape shape, MemKind kind, bool phantom = false);
+
+  // Charges a compute op to `s` by the cost model; returns its end time.
+  Time run(Stream& s, const char* name, const OpCost& op);
+
+  // ---- Point to point ----------------------------------------------------
+  // `host` is copied at once (eager); `modeled_bytes` sets the virtual time
+  // (may differ from host.size(): bf16 modeling, phantom payloads).
+  SendHandle isend(Stream& s, int dst, Tag tag, std::span<const std::byte> host,
+                   uint64_t modeled_bytes);
+  void wait(Stream& s, SendHandle h) { s.wait({h.done}); }
+  void send(Stream& s, int dst, Tag tag, std::span<const std::byte> host, uint64_t modeled_bytes) {
+    wait(s, isend(s, dst, tag, host, modeled_bytes));
+  }
+  // Blocks (host) until the message is there; `s` waits for its virtual arrival.
+  Message recv(Stream& s, int src, Tag tag);
+
+  // Tensor forms: the receiver copies into `into`, whose size must match.
+  SendHandle isend(Stream& s, int dst, Tag tag, const Tensor& t);
+  void recv(Stream& s, int src, Tag tag, Tensor& into);
+
+  // Throws Aborted if the run is being torn down. Called by every op.
+  void check_abort() const {
+    if (fabric_.aborted()) throw Aborted{};
+  }
+
+  std::vector<TraceEvent>& trace_events() { return trace_; }
+
+ private:
+  friend class Stream;
+  void record(StreamKind s, const char* name, Time start, Time end, uint64_t bytes, double flops,
+              int peer);
+  void pace(Time t);
+  void check_peer(int peer, const char* what) const;
+
+  DeviceConfig cfg_;
+  const HardwareProfile& profile_;
+  const LinkModel& links_;
+  Fabric& fabric_;
+  FabricHooks* hooks_;
+  std::shared_ptr<spdlog::logger> log_;
+  std::chrono::steady_clock::time_point wall_start_;
+  CostModel cost_;
+  Arena arena_;
+  Stream compute_;
+  Stream comm_;
+  Time egress_free_[kNumLinkClasses] = {0, 0};
+  Time ingress_free_[kNumLinkClasses] = {0, 0};
+  std::vector<TraceEvent> trace_;
+};
+
+}  // namespace shardlab

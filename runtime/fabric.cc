@@ -1,0 +1,130 @@
+#include "runtime/fabric.h"
+
+#include <algorithm>
+#include <bit>
+
+#include <fmt/format.h>
+
+#include "runtime/errors.h"
+
+namespace shardlab {
+
+BufferPool::Buffer& BufferPool::Buffer::operator=(Buffer&& o) noexcept {
+  if (this != &o) {
+    if (pool_ && data_) pool_->give_back(std::move(data_), bucket_);
+    pool_ = o.pool_;
+    data_ = std::move(o.data_);
+    size_ = o.size_;
+    bucket_ = o.bucket_;
+    o.pool_ = nullptr;
+    o.size_ = 0;
+  }
+  return *this;
+}
+
+BufferPool::Buffer::~Buffer() {
+  if (pool_ && data_) pool_->give_back(std::move(data_), bucket_);
+}
+
+BufferPool::Buffer BufferPool::acquire(size_t bytes) {
+  Buffer b;
+  if (bytes == 0) return b;
+  const int bucket = std::bit_width(bytes - 1);  // capacity 2^bucket >= bytes
+  SHARDLAB_CHECK(bucket < kBuckets);
+  {
+    std::lock_guard lock(mu_);
+    auto& list = free_[bucket];
+    if (!list.empty()) {
+      b.data_ = std::move(list.back());
+      list.pop_back();
+    }
+  }
+  if (!b.data_) b.data_.reset(new std::byte[size_t{1} << bucket]);
+  b.pool_ = this;
+  b.size_ = bytes;
+  b.bucket_ = bucket;
+  return b;
+}
+
+void BufferPool::give_back(std::unique_ptr<std::byte[]> p, int bucket) {
+  std::lock_guard lock(mu_);
+  if (free_[bucket].size() < kMaxCachedPerBucket) free_[bucket].push_back(std::move(p));
+}
+
+Fabric::Fabric(int world_size) {
+  boxes_.reserve(static_cast<size_t>(world_size));
+  for (int i = 0; i < world_size; ++i) boxes_.push_back(std::make_unique<Mailbox>());
+}
+
+void Fabric::post(Message&& m) {
+  Mailbox& mb = *boxes_[static_cast<size_t>(m.dst)];
+  {
+    std::lock_guard lock(mb.mu);
+    mb.queue.push_back(std::move(m));
+  }
+  mb.cv.notify_all();
+}
+
+bool Fabric::has_match(const Mailbox& mb, int src, Tag tag) {
+  return std::any_of(mb.queue.begin(), mb.queue.end(),
+                     [&](const Message& m) { return m.src == src && m.tag == tag; });
+}
+
+Message Fabric::take(int dst, int src, Tag tag) {
+  Mailbox& mb = *boxes_[static_cast<size_t>(dst)];
+  std::unique_lock lock(mb.mu);
+  while (true) {
+    auto it = std::find_if(mb.queue.begin(), mb.queue.end(),
+                           [&](const Message& m) { return m.src == src && m.tag == tag; });
+    if (it != mb.queue.end()) {
+      Message m = std::move(*it);
+      mb.queue.erase(it);
+      mb.waiting = false;
+      return m;
+    }
+    if (aborted()) {
+      mb.waiting = false;
+      throw Aborted{};
+    }
+    mb.waiting = true;
+    mb.wait_src = src;
+    mb.wait_tag = tag;
+    mb.cv.wait(lock);
+  }
+}
+
+void Fabric::abort() {
+  aborted_.store(true, std::memory_order_release);
+  for (auto& mb : boxes_) {
+    std::lock_guard lock(mb->mu);  // orders the flag before any re-check under the lock
+    mb->cv.notify_all();
+  }
+}
+
+void Fabric::mark_finished(int rank) {
+  Mailbox& mb = *boxes_[static_cast<size_t>(rank)];
+  std::lock_guard lock(mb.mu);
+  mb.finished = true;
+}
+
+std::optional<std::string> Fabric::find_deadlock() {
+  std::vector<std::unique_lock<std::mutex>> locks;
+  locks.reserve(boxes_.size());
+  for (auto& mb : boxes_) locks.emplace_back(mb->mu);
+  std::string who;
+  int live = 0;
+  for (size_t r = 0; r < boxes_.size(); ++r) {
+    const Mailbox& mb = *boxes_[r];
+    if (mb.finished) continue;
+    ++live;
+    if (!mb.waiting || has_match(mb, mb.wait_src, mb.wait_tag)) return std::nullopt;
+    const bool peer_done = boxes_[static_cast<size_t>(mb.wait_src)]->finished;
+    who += fmt::format("{}device {} waits for a message from device {} (tag {:#x}){}",
+                       who.empty() ? "" : "; ", r, mb.wait_src, mb.wait_tag,
+                       peer_done ? ", which has finished" : "");
+  }
+  if (live == 0) return std::nullopt;
+  return "deadlock: every live device is blocked: " + who;
+}
+
+}  // namespace shardlab

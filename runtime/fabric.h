@@ -1,0 +1,142 @@
+// Fabric: the channels between virtual devices.
+//
+// Protocol (eager, like MPI's eager protocol and a LogP-style link model):
+//  * The sender copies the payload into a pooled buffer and books its egress
+//    port: depart = max(stream time, egress free); egress free = depart + S/B.
+//    It never blocks on the host.
+//  * The message lands in the receiver's mailbox; messages from one source
+//    with one tag are delivered in FIFO order.
+//  * The receiver takes it (blocking on the host until it is there) and books
+//    its ingress port in the order its program receives:
+//      arrival = max(depart + a, ingress free) + S/B; ingress free = arrival.
+//    Uncontended, arrival = depart + a + S/B. Booking in receive order (not in
+//    wall-clock order) is what makes every virtual time deterministic: it
+//    depends only on each device's program order, never on host scheduling.
+//
+// Thread safety: each mailbox is guarded by its own mutex; a device thread
+// locks only its own mailbox (receive) or the destination's (send), one at a
+// time. The watchdog locks all mailboxes in rank order to take a consistent
+// snapshot. Ports are touched only by their owning device's thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/link_model.h"
+#include "runtime/time.h"
+
+namespace shardlab {
+
+using Tag = uint64_t;
+
+// Thrown inside a device thread when the run is being torn down because of
+// another device's failure or a deadlock. Never reported to the user.
+struct Aborted {};
+
+// Host storage for payloads in flight, recycled so steady-state traffic does
+// not allocate. Thread-safe.
+class BufferPool {
+ public:
+  class Buffer {
+   public:
+    Buffer() = default;
+    Buffer(Buffer&&) noexcept = default;
+    Buffer& operator=(Buffer&&) noexcept;
+    ~Buffer();
+    std::byte* data() { return data_.get(); }
+    const std::byte* data() const { return data_.get(); }
+    size_t size() const { return size_; }
+
+   private:
+    friend class BufferPool;
+    BufferPool* pool_ = nullptr;
+    std::unique_ptr<std::byte[]> data_;
+    size_t size_ = 0;
+    int bucket_ = 0;
+  };
+
+  Buffer acquire(size_t bytes);
+
+ private:
+  void give_back(std::unique_ptr<std::byte[]> p, int bucket);
+  static constexpr int kBuckets = 48;
+  static constexpr size_t kMaxCachedPerBucket = 32;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<std::byte[]>> free_[kBuckets];  // GUARDED_BY(mu_)
+};
+
+struct Message {
+  int src = -1;
+  int dst = -1;
+  Tag tag = 0;
+  Link link;
+  Time depart = 0;          // egress start on the sender
+  uint64_t modeled_bytes = 0;
+  BufferPool::Buffer payload;  // host bytes (empty for phantom data)
+  // Filled in by the receiver when it takes the message.
+  Time arrival = 0;
+
+  Time wire_time() const { return transfer_time(modeled_bytes, link.bytes_per_second); }
+  std::span<const std::byte> bytes() const { return {payload.data(), payload.size()}; }
+};
+
+// Test hooks at the channel boundary: called on the device's thread before a
+// send is posted and before a receive blocks. May sleep (to shake the host
+// schedule) or throw (to inject a failure).
+class FabricHooks {
+ public:
+  virtual ~FabricHooks() = default;
+  virtual void on_send(int src, int dst, Tag tag) {}
+  virtual void on_recv(int dst, int src, Tag tag) {}
+};
+
+class Fabric {
+ public:
+  explicit Fabric(int world_size);
+
+  BufferPool& pool() { return pool_; }
+
+  // Appends to the destination's mailbox and wakes it.
+  void post(Message&& m);
+  // Blocks until a message from `src` with `tag` is in `dst`'s mailbox, then
+  // removes and returns the oldest one. Throws Aborted when the run aborts.
+  Message take(int dst, int src, Tag tag);
+
+  // Wakes every blocked receiver; they throw Aborted.
+  void abort();
+  bool aborted() const { return aborted_.load(std::memory_order_acquire); }
+
+  // The device's program returned (or threw): it will send nothing more.
+  void mark_finished(int rank);
+
+  // If every device that has not finished is blocked in take() on a message
+  // that is not in its mailbox, returns a description of who waits for whom.
+  std::optional<std::string> find_deadlock();
+
+ private:
+  struct Mailbox {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<Message> queue;  // GUARDED_BY(mu)
+    bool waiting = false;       // GUARDED_BY(mu): blocked in take()
+    int wait_src = -1;          // GUARDED_BY(mu)
+    Tag wait_tag = 0;           // GUARDED_BY(mu)
+    bool finished = false;      // GUARDED_BY(mu)
+  };
+  static bool has_match(const Mailbox& mb, int src, Tag tag);
+
+  BufferPool pool_;
+  std::vector<std::unique_ptr<Mailbox>> boxes_;
+  std::atomic<bool> aborted_{false};
+};
+
+}  // namespace shardlab

@@ -1,0 +1,67 @@
+// Hardware profiles: what one modeled machine looks like.
+//
+// A profile gives the cluster shape (nodes x devices per node), each device's
+// compute and memory figures, and one link class per level of the hierarchy
+// (intra-node: NVLink or PCIe; inter-node: InfiniBand). GB/s always means 1e9
+// bytes per second, per direction.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "runtime/time.h"
+
+namespace shardlab {
+
+enum class LinkClass : uint8_t { kIntra = 0, kInter = 1 };
+inline constexpr int kNumLinkClasses = 2;
+const char* link_class_name(LinkClass c);  // "intra" | "inter"
+
+struct LinkSpec {
+  double latency_us = 0;      // one-way, first byte
+  double bandwidth_GBps = 0;  // per direction
+  // Derived, exact integers used by the link model.
+  Time latency() const { return us_to_time(latency_us); }
+  uint64_t bytes_per_second() const;
+};
+
+struct DeviceSpec {
+  double peak_tflops_fp32 = 0;
+  double peak_tflops_bf16 = 0;
+  double mem_bandwidth_GBps = 0;
+  double memory_GiB = 0;
+  double launch_overhead_us = 0;
+  double compute_efficiency = 1.0;  // achieved share of peak FLOP/s, (0, 1]
+};
+
+struct HardwareProfile {
+  std::string name;
+  std::string description;
+  int nodes = 1;
+  int devices_per_node = 1;
+  DeviceSpec device;
+  LinkSpec intra;
+  LinkSpec inter;
+
+  int total_devices() const { return nodes * devices_per_node; }
+  int node_of(int rank) const { return rank / devices_per_node; }
+  const LinkSpec& link(LinkClass c) const { return c == LinkClass::kIntra ? intra : inter; }
+  uint64_t memory_bytes() const;
+};
+
+// The built-in profiles, in a stable order.
+const std::vector<HardwareProfile>& builtin_profiles();
+
+// A built-in name or a path to a JSON file (anything ending in ".json" or
+// containing '/'). Throws ConfigError with one line naming the problem.
+HardwareProfile load_profile(std::string_view name_or_path);
+
+// JSON <-> profile, in the shape `shardlab profiles --json` prints.
+nlohmann::json profile_to_json(const HardwareProfile& p);
+HardwareProfile profile_from_json(const nlohmann::json& j, std::string_view origin);
+
+}  // namespace shardlab

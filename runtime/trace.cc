@@ -1,0 +1,45 @@
+#include "runtime/trace.h"
+
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "runtime/errors.h"
+
+namespace shardlab {
+
+const char* stream_name(StreamKind k) { return k == StreamKind::kCompute ? "compute" : "comm"; }
+
+void write_chrome_trace(const std::string& path, const std::vector<DeviceTrace>& devices,
+                        const std::string& title) {
+  std::ofstream out(path);
+  if (!out) throw ConfigError(fmt::format("--trace: cannot write \"{}\"", path));
+  nlohmann::json events = nlohmann::json::array();
+  for (const auto& d : devices) {
+    events.push_back({{"ph", "M"}, {"pid", d.rank}, {"name", "process_name"},
+                      {"args", {{"name", fmt::format("GPU {} (node {})", d.rank, d.node)}}}});
+    events.push_back({{"ph", "M"}, {"pid", d.rank}, {"name", "process_sort_index"},
+                      {"args", {{"sort_index", d.rank}}}});
+    for (int s = 0; s < kNumStreams; ++s) {
+      events.push_back({{"ph", "M"}, {"pid", d.rank}, {"tid", s}, {"name", "thread_name"},
+                        {"args", {{"name", stream_name(static_cast<StreamKind>(s))}}}});
+    }
+    for (const auto& e : d.events) {
+      nlohmann::json args = nlohmann::json::object();
+      if (e.bytes) args["bytes"] = e.bytes;
+      if (e.flops > 0) args["flops"] = e.flops;
+      if (e.peer >= 0) args["peer"] = e.peer;
+      events.push_back({{"ph", "X"}, {"pid", d.rank}, {"tid", static_cast<int>(e.stream)},
+                        {"name", e.name}, {"ts", to_us(e.start)}, {"dur", to_us(e.end - e.start)},
+                        {"args", std::move(args)}});
+    }
+  }
+  nlohmann::json doc{{"traceEvents", std::move(events)},
+                     {"displayTimeUnit", "ns"},
+                     {"otherData", {{"title", title}, {"clock", "virtual"}}}};
+  out << doc.dump() << '\n';
+  if (!out) throw ConfigError(fmt::format("--trace: cannot write \"{}\"", path));
+}
+
+}  // namespace shardlab

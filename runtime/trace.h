@@ -1,0 +1,39 @@
+// Trace events and the Chrome trace event format (opens in Perfetto and
+// chrome://tracing): one process per device, one thread per stream.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/time.h"
+
+namespace shardlab {
+
+enum class StreamKind : uint8_t { kCompute = 0, kComm = 1 };
+inline constexpr int kNumStreams = 2;
+const char* stream_name(StreamKind k);  // "compute" | "comm"
+
+// One slice on one stream. `name` must outlive the run (a string literal).
+struct TraceEvent {
+  const char* name;
+  StreamKind stream;
+  Time start;
+  Time end;
+  uint64_t bytes = 0;  // modeled bytes moved (comm) or touched (compute)
+  double flops = 0;
+  int peer = -1;  // the other device of a send/recv
+};
+
+struct DeviceTrace {
+  int rank = 0;
+  int node = 0;
+  std::vector<TraceEvent> events;
+};
+
+// Writes {"traceEvents": [...], "displayTimeUnit": "ns"}; timestamps in us.
+// Throws ConfigError if the file cannot be written.
+void write_chrome_trace(const std::string& path, const std::vector<DeviceTrace>& devices,
+                        const std::string& title);
+
+}  // namespace shardlab
