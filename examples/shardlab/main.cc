@@ -1,6 +1,7 @@
 // shardlab: a GPU training cluster emulated on CPU threads.
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "examples/shardlab/cli.h"
 #include "runtime/errors.h"
@@ -11,6 +12,16 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "shardlab 0.1.0");
   shardlab::cli::add_p2p_command(app);
   shardlab::cli::add_profiles_command(app);
+  std::string names;
+  bool known = false;
+  for (const auto* sub : app.get_subcommands({})) {
+    names += (names.empty() ? "" : ", ") + sub->get_name();
+    known = known || (argc > 1 && sub->get_name() == argv[1]);
+  }
+  if (argc > 1 && argv[1][0] != '-' && !known) {
+    std::fprintf(stderr, "shardlab: error: unknown subcommand '%s' (one of: %s)\n", argv[1], names.c_str());
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

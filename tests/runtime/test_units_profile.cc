@@ -1,0 +1,117 @@
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "runtime/cost_model.h"
+#include "runtime/errors.h"
+#include "runtime/profile.h"
+#include "runtime/units.h"
+
+namespace shardlab {
+namespace {
+
+TEST(Time, TransferTimeIsExactCeiling) {
+  EXPECT_EQ(transfer_time(0, 300'000'000'000), 0);
+  // 300 GB/s: 3 bytes take exactly 10 ps; 1 byte takes 3.33.. -> 4 ps.
+  EXPECT_EQ(transfer_time(3, 300'000'000'000), 10);
+  EXPECT_EQ(transfer_time(1, 300'000'000'000), 4);
+  // 256 MiB at 25 GB/s: 268435456 / 25e9 s = 10737418.24 ns -> ceil in ps.
+  EXPECT_EQ(transfer_time(268435456, 25'000'000'000), 10'737'418'240);
+  EXPECT_EQ(us_to_time(2.5), 2'500'000);
+}
+
+TEST(Units, ParseBytes) {
+  EXPECT_EQ(parse_bytes("8", "--x"), 8u);
+  EXPECT_EQ(parse_bytes("64K", "--x"), 65536u);
+  EXPECT_EQ(parse_bytes("256MiB", "--x"), 268435456u);
+  EXPECT_EQ(parse_bytes("1GiB", "--x"), 1073741824u);
+  EXPECT_EQ(parse_bytes("2MB", "--x"), 2000000u);
+  EXPECT_EQ(parse_bytes("1.5K", "--x"), 1536u);
+  for (const char* bad : {"", "MiB", "12Q", "-3", "1.3", "abc"}) {
+    try {
+      parse_bytes(bad, "--max-bytes");
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("--max-bytes"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(format_bytes(512), "512 B");
+  EXPECT_EQ(format_bytes(1536), "1.5 KiB");
+}
+
+TEST(Profiles, BuiltinsMatchPublicFigures) {
+  auto p = load_profile("a100-nvlink");
+  EXPECT_EQ(p.devices_per_node, 8);
+  EXPECT_DOUBLE_EQ(p.intra.bandwidth_GBps, 300);
+  EXPECT_DOUBLE_EQ(p.inter.bandwidth_GBps, 25);
+  EXPECT_EQ(p.intra.bytes_per_second(), 300'000'000'000u);
+  EXPECT_DOUBLE_EQ(load_profile("h100-nvlink").intra.bandwidth_GBps, 450);
+  EXPECT_DOUBLE_EQ(load_profile("h100-nvlink").inter.bandwidth_GBps, 50);
+  EXPECT_DOUBLE_EQ(load_profile("a100-pcie").intra.bandwidth_GBps, 32);
+}
+
+TEST(Profiles, JsonHasTheContractShapeAndRoundTrips) {
+  for (const auto& p : builtin_profiles()) {
+    nlohmann::json j = profile_to_json(p);
+    for (const char* key : {"name", "nodes", "devices_per_node", "device", "links"}) EXPECT_TRUE(j.contains(key));
+    EXPECT_TRUE(j["device"]["peak_tflops"].contains("fp32"));
+    EXPECT_TRUE(j["device"]["peak_tflops"].contains("bf16"));
+    for (const char* key : {"mem_bandwidth_GBps", "memory_GiB", "launch_overhead_us"})
+      EXPECT_TRUE(j["device"].contains(key)) << key;
+    for (const char* cls : {"intra", "inter"})
+      for (const char* key : {"latency_us", "bandwidth_GBps"}) EXPECT_TRUE(j["links"][cls].contains(key));
+    HardwareProfile q = profile_from_json(j, "test");
+    EXPECT_EQ(profile_to_json(q), j);
+  }
+}
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  std::string path = ::testing::TempDir() + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+std::string load_error(const std::string& path) {
+  try {
+    load_profile(path);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Profiles, FileErrorsNameTheProblem) {
+  nlohmann::json good = profile_to_json(load_profile("a100-pcie"));
+  good["name"] = "mybox";
+  EXPECT_EQ(load_profile(write_temp("good.json", good.dump())).name, "mybox");
+
+  nlohmann::json missing = good;
+  missing["links"]["inter"].erase("bandwidth_GBps");
+  EXPECT_NE(load_error(write_temp("missing.json", missing.dump())).find("missing field \"links.inter.bandwidth_GBps\""),
+            std::string::npos);
+
+  nlohmann::json negative = good;
+  negative["links"]["intra"]["bandwidth_GBps"] = -5;
+  EXPECT_NE(load_error(write_temp("neg.json", negative.dump())).find("links.intra.bandwidth_GBps\" must be > 0"),
+            std::string::npos);
+
+  EXPECT_NE(load_error(write_temp("bad.json", "{ nope")).find("not valid JSON"), std::string::npos);
+  EXPECT_NE(load_error("/nonexistent/p.json").find("cannot open"), std::string::npos);
+  EXPECT_NE(load_error("tpu-v9").find("unknown profile \"tpu-v9\""), std::string::npos);
+}
+
+TEST(CostModel, RooflineTakesTheSlowerSidePlusLaunch) {
+  DeviceSpec spec{10.0, 20.0, 1000.0, 1.0, 2.0, 0.5};
+  CostModel fp32(spec, Precision::kFp32);
+  // Compute bound: 1e9 FLOP at 10 TFLOP/s * 0.5 = 200 us; bytes 1e3 at 1e12 B/s = 1 ns.
+  EXPECT_EQ(fp32.duration({1e9, 1e3}), us_to_time(2.0) + us_to_time(200.0));
+  // Memory bound: 1e9 bytes at 1 TB/s = 1 ms.
+  EXPECT_EQ(fp32.duration({1e6, 1e9}), us_to_time(2.0) + us_to_time(1000.0));
+  CostModel bf16(spec, Precision::kBf16);
+  EXPECT_EQ(bf16.duration({1e9, 0}), us_to_time(2.0) + us_to_time(100.0));
+  EXPECT_EQ(element_size(Precision::kBf16), 2);
+}
+
+}  // namespace
+}  // namespace shardlab
