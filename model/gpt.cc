@@ -1,0 +1,142 @@
+#include "model/gpt.h"
+
+#include <algorithm>
+#include <string>
+
+#include "runtime/errors.h"
+
+namespace shardlab::model {
+
+template <typename Real>
+GPT<Real>::GPT(const GPTConfig& config, uint64_t seed)
+    : config_(config), table_(config) {
+  params_.assign(table_.numel(), Real(0));
+  grads_.assign(table_.numel(), Real(0));
+  table_.init_all(seed, params_.data());
+  weights_ = make_view(table_, params_.data());
+  weight_grads_ = make_view(table_, grads_.data());
+}
+
+template <typename Real>
+std::span<Real> GPT<Real>::param(std::string_view name) {
+  const ParamSpec& s = table_.at(name);
+  return {params_.data() + s.offset, static_cast<size_t>(s.numel)};
+}
+
+template <typename Real>
+std::span<Real> GPT<Real>::grad(std::string_view name) {
+  const ParamSpec& s = table_.at(name);
+  return {grads_.data() + s.offset, static_cast<size_t>(s.numel)};
+}
+
+template <typename Real>
+void GPT<Real>::check_inputs(const Token* inputs, const Token* targets, int B, int T) const {
+  if (B < 1) throw ConfigError("batch must be at least 1 (got " + std::to_string(B) + ")");
+  if (T < 1 || T > config_.block_size) {
+    throw ConfigError("sequence length " + std::to_string(T) + " must be in 1.." +
+                      std::to_string(config_.block_size) + " (the position table, --seq)");
+  }
+  const int64_t N = static_cast<int64_t>(B) * T;
+  for (const Token* tokens : {inputs, targets}) {
+    if (tokens == nullptr) continue;
+    for (int64_t i = 0; i < N; ++i) {
+      if (tokens[i] < 0 || tokens[i] >= config_.vocab_size) {
+        throw ConfigError("token " + std::to_string(tokens[i]) + " at position " +
+                          std::to_string(i) + " is outside the vocabulary (--vocab " +
+                          std::to_string(config_.vocab_size) + ")");
+      }
+    }
+  }
+}
+
+template <typename Real>
+void GPT<Real>::resize_activations(int B, int T) {
+  if (dims_.B == B && dims_.T == T) return;
+  dims_ = Dims{B, T, config_.n_embd, config_.n_head};
+  const int64_t N = dims_.N(), C = dims_.C, V = config_.vocab_size;
+  encoded_.assign(N * C, 0);
+  blocks_.resize(config_.n_layer);
+  for (int l = 0; l < config_.n_layer; ++l) {
+    blocks_[l].resize(dims_, config_, config_.is_moe_layer(l));
+  }
+  lnf_.assign(N * C, 0);
+  lnf_mean_.assign(N, 0);
+  lnf_rstd_.assign(N, 0);
+  logits_.assign(N * V, 0);
+  probs_.assign(N * V, 0);
+  losses_.assign(N, 0);
+  scratch_.resize(dims_, config_);
+  dlogits_.assign(N * V, 0);
+  dlnf_.assign(N * C, 0);
+  dx_.assign(N * C, 0);
+  dx_next_.assign(N * C, 0);
+}
+
+template <typename Real>
+Real GPT<Real>::forward(const Token* inputs, const Token* targets, int B, int T) {
+  check_inputs(inputs, targets, B, T);
+  resize_activations(B, T);
+  const int64_t N = dims_.N();
+  const int C = dims_.C, V = config_.vocab_size;
+  inputs_.assign(inputs, inputs + N);
+  have_targets_ = targets != nullptr;
+  if (have_targets_) targets_.assign(targets, targets + N);
+
+  embedding_forward(encoded_.data(), inputs, weights_.wte, weights_.wpe, B, T, C);
+  const Real* x = encoded_.data();
+  aux_loss_ = 0;
+  for (int l = 0; l < config_.n_layer; ++l) {
+    aux_loss_ += block_forward(blocks_[l], weights_.blocks[l], x, dims_, config_);
+    x = blocks_[l].res2.data();
+  }
+  layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), x, weights_.ln_f.weight,
+                    weights_.ln_f.bias, N, C);
+  linear_forward(logits_.data(), lnf_.data(), weights_.wte, static_cast<const Real*>(nullptr),
+                 N, C, V);
+  logits_n_ = static_cast<size_t>(N * V);
+  if (!have_targets_) return ce_loss_ = 0;
+  ce_loss_ = crossentropy_forward(probs_.data(), losses_.data(), logits_.data(), targets, N, V);
+  return ce_loss_ + static_cast<Real>(config_.aux_coef) * aux_loss_;
+}
+
+template <typename Real>
+void GPT<Real>::zero_grad() {
+  std::fill(grads_.begin(), grads_.end(), Real(0));
+}
+
+template <typename Real>
+void GPT<Real>::backward(Real dloss) {
+  SHARDLAB_CHECK(have_targets_, "backward() needs a forward() with targets");
+  const int64_t N = dims_.N();
+  const int C = dims_.C, V = config_.vocab_size;
+  const GPTView<Real>& p = weights_;
+  const GPTView<Real>& g = weight_grads_;
+  // loss = mean CE(logits)
+  std::fill(dlogits_.begin(), dlogits_.end(), Real(0));
+  crossentropy_backward(dlogits_.data(), probs_.data(), targets_.data(), dloss, N, V);
+  // logits = lnf · wteᵀ
+  std::fill(dlnf_.begin(), dlnf_.end(), Real(0));
+  linear_backward(dlnf_.data(), g.wte, static_cast<Real*>(nullptr), dlogits_.data(),
+                  lnf_.data(), p.wte, N, C, V);
+  // lnf = ln_f(x_L)
+  const Real* x_last = config_.n_layer > 0 ? blocks_.back().res2.data() : encoded_.data();
+  std::fill(dx_.begin(), dx_.end(), Real(0));
+  layernorm_backward(dx_.data(), g.ln_f.weight, g.ln_f.bias, dlnf_.data(), x_last, p.ln_f.weight,
+                     lnf_mean_.data(), lnf_rstd_.data(), N, C);
+  // x_{l+1} = block_l(x_l)
+  const Real daux = static_cast<Real>(config_.aux_coef) * dloss;
+  for (int l = config_.n_layer - 1; l >= 0; --l) {
+    const Real* x_in = l > 0 ? blocks_[l - 1].res2.data() : encoded_.data();
+    std::fill(dx_next_.begin(), dx_next_.end(), Real(0));
+    block_backward(dx_next_.data(), g.blocks[l], scratch_, dx_.data(), daux, blocks_[l], x_in,
+                   p.blocks[l], dims_, config_);
+    std::swap(dx_, dx_next_);
+  }
+  // x_0 = wte[idx] + wpe
+  embedding_backward(g.wte, g.wpe, dx_.data(), inputs_.data(), dims_.B, dims_.T, C);
+}
+
+template class GPT<float>;
+template class GPT<double>;
+
+}  // namespace shardlab::model

@@ -1,0 +1,95 @@
+// Reference single-device GPT (nanoGPT math) on plain host buffers.
+//
+// Parameters and gradients each live in one flat buffer laid out by the
+// ParamTable, with per-tensor views (llm.c style). forward() keeps every
+// activation for backward(); backward() is written by hand, layer by layer,
+// mirroring forward, and ACCUMULATES into grads (call zero_grad() first).
+//
+//   x      = wte[idx] + wpe[0..T-1]
+//   x      = block_l(x) for each layer (block_forward in layers.h)
+//   logits = ln_f(x) · wteᵀ                 (tied head, no bias)
+//   loss   = mean CE over B·T + aux_coef · Σ_moe layers aux
+//
+// Size letters: B batch, T time (<= block_size), N = B*T, C n_embd, V vocab.
+// Not thread-safe: one instance per device thread.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "model/config.h"
+#include "model/layers.h"
+#include "model/params.h"
+
+namespace shardlab::model {
+
+template <typename Real>
+class GPT {
+ public:
+  // Validates config and initialises the parameters from `seed`.
+  GPT(const GPTConfig& config, uint64_t seed);
+  GPT(const GPT&) = delete;
+  GPT& operator=(const GPT&) = delete;
+
+  const GPTConfig& config() const { return config_; }
+  const ParamTable& table() const { return table_; }
+  std::span<Real> params() { return params_; }
+  std::span<const Real> params() const { return params_; }
+  std::span<Real> grads() { return grads_; }
+  std::span<const Real> grads() const { return grads_; }
+  // One tensor of params / grads by nanoGPT name (throws ConfigError if unknown).
+  std::span<Real> param(std::string_view name);
+  std::span<Real> grad(std::string_view name);
+  const GPTView<Real>& weights() const { return weights_; }
+  const GPTView<Real>& weight_grads() const { return weight_grads_; }
+
+  // inputs, targets: (B,T) tokens < vocab, T <= block_size. Returns the loss
+  // (CE + aux_coef·Σ aux). targets may be null: logits only, returns 0.
+  // Throws ConfigError for a bad B, T or token.
+  Real forward(const Token* inputs, const Token* targets, int B, int T);
+  void zero_grad();
+  // Gradient of the last forward's loss (which needs targets), scaled by dloss.
+  void backward(Real dloss = Real(1));
+
+  Real ce_loss() const { return ce_loss_; }
+  Real aux_loss() const { return aux_loss_; }   // Σ over MoE layers, before aux_coef
+  std::span<const Real> logits() const { return {logits_.data(), logits_n_}; }  // (B,T,V)
+  const BlockActs<Real>& block_acts(int layer) const { return blocks_[layer]; }
+
+ private:
+  void resize_activations(int B, int T);
+  void check_inputs(const Token* inputs, const Token* targets, int B, int T) const;
+
+  GPTConfig config_;
+  ParamTable table_;
+  std::vector<Real> params_;        // (P)
+  std::vector<Real> grads_;         // (P)
+  GPTView<Real> weights_;
+  GPTView<Real> weight_grads_;
+
+  // Activations of the last forward.
+  Dims dims_;
+  std::vector<Token> inputs_, targets_;   // (N)
+  std::vector<Real> encoded_;             // (N,C)
+  std::vector<BlockActs<Real>> blocks_;   // (n_layer)
+  std::vector<Real> lnf_, lnf_mean_, lnf_rstd_;  // (N,C), (N), (N)
+  std::vector<Real> logits_, probs_;      // (N,V)
+  std::vector<Real> losses_;              // (N)
+  size_t logits_n_ = 0;
+  bool have_targets_ = false;
+  Real ce_loss_ = 0;
+  Real aux_loss_ = 0;
+
+  // Backward scratch.
+  BlockScratch<Real> scratch_;
+  std::vector<Real> dlogits_;             // (N,V)
+  std::vector<Real> dlnf_;                // (N,C)
+  std::vector<Real> dx_, dx_next_;        // (N,C) gradient of the residual stream
+};
+
+extern template class GPT<float>;
+extern template class GPT<double>;
+
+}  // namespace shardlab::model

@@ -1,0 +1,101 @@
+// Modeled cost of every kernel: FLOPs and bytes read + written in device
+// memory at `elem` bytes per element (token and index arrays count 4 or 8
+// bytes whatever the precision). These charge the virtual clock.
+#include "model/kernels.h"
+
+namespace shardlab::model {
+namespace {
+OpCost cost(double flops, double elements, int elem, double index_bytes = 0) {
+  return OpCost{flops, elements * elem + index_bytes};
+}
+}  // namespace
+
+OpCost embedding_forward_cost(int64_t B, int64_t T, int64_t C, int elem) {
+  const double N = static_cast<double>(B) * T;
+  return cost(N * C, 2 * N * C + static_cast<double>(T) * C, elem, 4 * N);
+}
+OpCost embedding_backward_cost(int64_t B, int64_t T, int64_t C, int elem) {
+  const double N = static_cast<double>(B) * T;
+  return cost(2 * N * C, 3 * N * C + 2.0 * T * C, elem, 4 * N);
+}
+
+OpCost layernorm_forward_cost(int64_t N, int64_t C, int elem) {
+  const double n = static_cast<double>(N);
+  return cost(8 * n * C, 2 * n * C + 2.0 * C + 2 * n, elem);
+}
+OpCost layernorm_backward_cost(int64_t N, int64_t C, int elem) {
+  const double n = static_cast<double>(N);
+  return cost(14 * n * C, 4 * n * C + 5.0 * C + 2 * n, elem);
+}
+
+OpCost linear_forward_cost(int64_t N, int64_t C, int64_t OC, bool bias, int elem) {
+  const double n = static_cast<double>(N);
+  const double flops = 2 * n * C * OC + (bias ? n * OC : 0);
+  return cost(flops, n * C + static_cast<double>(OC) * C + (bias ? OC : 0) + n * OC, elem);
+}
+OpCost linear_backward_cost(int64_t N, int64_t C, int64_t OC, bool bias, int elem) {
+  const double n = static_cast<double>(N);
+  const double w = static_cast<double>(OC) * C;
+  const double flops = 4 * n * C * OC + (bias ? n * OC : 0);
+  // read dout, inp, weight; read-modify-write dinp, dweight, dbias
+  return cost(flops, n * OC + n * C + w + 2 * n * C + 2 * w + (bias ? 2.0 * OC : 0), elem);
+}
+
+OpCost attention_forward_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem) {
+  const double bh = static_cast<double>(B) * NH;
+  const double tt = static_cast<double>(T) * T;
+  const double NC = static_cast<double>(B) * T * NH * HS;
+  return cost(4 * bh * tt * HS + 5 * bh * tt, 3 * NC + bh * tt + NC, elem);
+}
+OpCost attention_backward_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem) {
+  const double bh = static_cast<double>(B) * NH;
+  const double tt = static_cast<double>(T) * T;
+  const double NC = static_cast<double>(B) * T * NH * HS;
+  return cost(8 * bh * tt * HS + 5 * bh * tt, NC + 3 * NC + bh * tt + 6 * NC, elem);
+}
+
+OpCost gelu_forward_cost(int64_t n, int elem) { return cost(10.0 * n, 2.0 * n, elem); }
+OpCost gelu_backward_cost(int64_t n, int elem) { return cost(20.0 * n, 4.0 * n, elem); }
+
+OpCost residual_forward_cost(int64_t n, int elem) { return cost(1.0 * n, 3.0 * n, elem); }
+OpCost residual_backward_cost(int64_t n, int elem) { return cost(2.0 * n, 5.0 * n, elem); }
+
+OpCost crossentropy_forward_cost(int64_t N, int64_t V, int elem) {
+  const double nv = static_cast<double>(N) * V;
+  return cost(4 * nv, 2 * nv + N, elem, 4.0 * N);
+}
+OpCost crossentropy_backward_cost(int64_t N, int64_t V, int elem) {
+  const double nv = static_cast<double>(N) * V;
+  return cost(2 * nv, 3 * nv, elem, 4.0 * N);
+}
+
+OpCost router_forward_cost(int64_t N, int64_t E, int64_t K, int elem) {
+  const double n = static_cast<double>(N);
+  return cost(n * (4.0 * E + K * E + 2.0 * K), n * (2.0 * E + K) + E, elem, 8 * n * K);
+}
+OpCost router_backward_cost(int64_t N, int64_t E, int64_t K, int elem) {
+  const double n = static_cast<double>(N);
+  return cost(n * (6.0 * E + 6.0 * K), n * (3.0 * E + K) + E, elem, 4 * n * K);
+}
+
+OpCost moe_dispatch_cost(int64_t M, int64_t C, int elem) {
+  const double mc = static_cast<double>(M) * C;
+  return cost(mc, 3 * mc, elem, 8.0 * M);  // counts the backward's accumulate
+}
+OpCost moe_combine_forward_cost(int64_t N, int64_t M, int64_t C, int elem) {
+  const double mc = static_cast<double>(M) * C;
+  return cost(2 * mc, mc + static_cast<double>(N) * C + mc + M, elem, 8.0 * M);
+}
+OpCost moe_combine_backward_cost(int64_t M, int64_t C, int elem) {
+  const double mc = static_cast<double>(M) * C;
+  return cost(4 * mc, 4 * mc + 3.0 * M, elem, 8.0 * M);
+}
+
+OpCost adamw_update_cost(int64_t n, int elem) {
+  // read p, m, v, g; write p, m, v (states kept at the modeled element size)
+  return cost(12.0 * n, 7.0 * n, elem);
+}
+OpCost sum_squares_cost(int64_t n, int elem) { return cost(2.0 * n, 1.0 * n, elem); }
+OpCost scale_inplace_cost(int64_t n, int elem) { return cost(1.0 * n, 2.0 * n, elem); }
+
+}  // namespace shardlab::model

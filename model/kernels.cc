@@ -1,0 +1,224 @@
+// Dense kernels: embedding, layernorm, linear, GELU, residual, cross-entropy.
+// Shapes use the letters declared in kernels.h.
+#include "model/kernels.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "model/eigen_maps.h"
+#include "runtime/errors.h"
+
+namespace shardlab::model {
+
+// ---- Embedding ----------------------------------------------------------------
+
+template <typename Real>
+void embedding_forward(Real* out, const Token* inp, const Real* wte, const Real* wpe, int B,
+                       int T, int C) {
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < T; ++t) {
+      Real* o = out + (static_cast<int64_t>(b) * T + t) * C;
+      const Real* we = wte + static_cast<int64_t>(inp[b * T + t]) * C;
+      const Real* pe = wpe + static_cast<int64_t>(t) * C;
+      for (int c = 0; c < C; ++c) o[c] = we[c] + pe[c];
+    }
+  }
+}
+
+template <typename Real>
+void embedding_backward(Real* dwte, Real* dwpe, const Real* dout, const Token* inp, int B, int T,
+                        int C) {
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < T; ++t) {
+      const Real* d = dout + (static_cast<int64_t>(b) * T + t) * C;
+      Real* dwe = dwte + static_cast<int64_t>(inp[b * T + t]) * C;
+      Real* dpe = dwpe + static_cast<int64_t>(t) * C;
+      for (int c = 0; c < C; ++c) {
+        dwe[c] += d[c];
+        dpe[c] += d[c];
+      }
+    }
+  }
+}
+
+// ---- LayerNorm ----------------------------------------------------------------
+
+template <typename Real>
+void layernorm_forward(Real* out, Real* mean, Real* rstd, const Real* inp, const Real* weight,
+                       const Real* bias, int64_t N, int C) {
+  const Real eps = static_cast<Real>(kLayerNormEps);
+  for (int64_t n = 0; n < N; ++n) {
+    const Real* x = inp + n * C;
+    Real m = 0;
+    for (int c = 0; c < C; ++c) m += x[c];
+    m /= C;
+    Real v = 0;
+    for (int c = 0; c < C; ++c) v += (x[c] - m) * (x[c] - m);
+    v /= C;
+    const Real s = Real(1) / std::sqrt(v + eps);
+    Real* o = out + n * C;
+    for (int c = 0; c < C; ++c) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+    mean[n] = m;
+    rstd[n] = s;
+  }
+}
+
+template <typename Real>
+void layernorm_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout, const Real* inp,
+                        const Real* weight, const Real* mean, const Real* rstd, int64_t N, int C) {
+  for (int64_t n = 0; n < N; ++n) {
+    const Real* d = dout + n * C;
+    const Real* x = inp + n * C;
+    const Real m = mean[n];
+    const Real s = rstd[n];
+    // Two reductions: mean(dnorm) and mean(dnorm * norm).
+    Real dnorm_mean = 0;
+    Real dnorm_norm_mean = 0;
+    for (int c = 0; c < C; ++c) {
+      const Real norm = (x[c] - m) * s;
+      const Real dnorm = weight[c] * d[c];
+      dnorm_mean += dnorm;
+      dnorm_norm_mean += dnorm * norm;
+    }
+    dnorm_mean /= C;
+    dnorm_norm_mean /= C;
+    Real* dx = dinp + n * C;
+    for (int c = 0; c < C; ++c) {
+      const Real norm = (x[c] - m) * s;
+      const Real dnorm = weight[c] * d[c];
+      dbias[c] += d[c];
+      dweight[c] += norm * d[c];
+      dx[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+    }
+  }
+}
+
+// ---- Linear -------------------------------------------------------------------
+
+template <typename Real>
+void linear_forward(Real* out, const Real* inp, const Real* weight, const Real* bias, int64_t N,
+                    int C, int OC) {
+  MatMap<Real> y(out, N, OC);
+  y.noalias() = ConstMatMap<Real>(inp, N, C) * ConstMatMap<Real>(weight, OC, C).transpose();
+  if (bias != nullptr) y.rowwise() += ConstRowMap<Real>(bias, OC);
+}
+
+template <typename Real>
+void linear_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout, const Real* inp,
+                     const Real* weight, int64_t N, int C, int OC) {
+  ConstMatMap<Real> dy(dout, N, OC);
+  if (dinp != nullptr) {
+    MatMap<Real>(dinp, N, C).noalias() += dy * ConstMatMap<Real>(weight, OC, C);
+  }
+  MatMap<Real>(dweight, OC, C).noalias() += dy.transpose() * ConstMatMap<Real>(inp, N, C);
+  if (dbias != nullptr) RowMap<Real>(dbias, OC) += dy.colwise().sum();
+}
+
+// ---- GELU (tanh) --------------------------------------------------------------
+
+namespace {
+template <typename Real>
+constexpr Real kGeluScale = static_cast<Real>(0.7978845608028654);  // sqrt(2/pi)
+template <typename Real>
+constexpr Real kGeluCubic = static_cast<Real>(0.044715);
+}  // namespace
+
+template <typename Real>
+void gelu_forward(Real* out, const Real* inp, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const Real x = inp[i];
+    const Real u = kGeluScale<Real> * (x + kGeluCubic<Real> * x * x * x);
+    out[i] = Real(0.5) * x * (Real(1) + std::tanh(u));
+  }
+}
+
+template <typename Real>
+void gelu_backward(Real* dinp, const Real* dout, const Real* inp, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const Real x = inp[i];
+    const Real u = kGeluScale<Real> * (x + kGeluCubic<Real> * x * x * x);
+    const Real th = std::tanh(u);
+    const Real du = kGeluScale<Real> * (Real(1) + Real(3) * kGeluCubic<Real> * x * x);
+    const Real local = Real(0.5) * (Real(1) + th) + Real(0.5) * x * (Real(1) - th * th) * du;
+    dinp[i] += local * dout[i];
+  }
+}
+
+// ---- Residual -----------------------------------------------------------------
+
+template <typename Real>
+void residual_forward(Real* out, const Real* inp1, const Real* inp2, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = inp1[i] + inp2[i];
+}
+
+template <typename Real>
+void residual_backward(Real* dinp1, Real* dinp2, const Real* dout, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    dinp1[i] += dout[i];
+    dinp2[i] += dout[i];
+  }
+}
+
+// ---- Cross-entropy ------------------------------------------------------------
+
+template <typename Real>
+Real crossentropy_forward(Real* probs, Real* losses, const Real* logits, const Token* targets,
+                          int64_t N, int V) {
+  double total = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    const Real* z = logits + n * V;
+    Real* p = probs + n * V;
+    const Real zmax = *std::max_element(z, z + V);
+    Real sum = 0;
+    for (int v = 0; v < V; ++v) {
+      p[v] = std::exp(z[v] - zmax);
+      sum += p[v];
+    }
+    const Real inv = Real(1) / sum;
+    for (int v = 0; v < V; ++v) p[v] *= inv;
+    const Token y = targets[n];
+    SHARDLAB_CHECK(y >= 0 && y < V, "target token out of range");
+    losses[n] = std::log(sum) + zmax - z[y];  // -log softmax(z)[y], stable
+    total += losses[n];
+  }
+  return static_cast<Real>(total / static_cast<double>(N));
+}
+
+template <typename Real>
+void crossentropy_backward(Real* dlogits, const Real* probs, const Token* targets, Real dloss,
+                           int64_t N, int V) {
+  const Real scale = dloss / static_cast<Real>(N);
+  for (int64_t n = 0; n < N; ++n) {
+    const Real* p = probs + n * V;
+    Real* d = dlogits + n * V;
+    for (int v = 0; v < V; ++v) d[v] += p[v] * scale;
+    d[targets[n]] -= scale;
+  }
+}
+
+// ---- Explicit instantiations --------------------------------------------------
+
+#define SHARDLAB_INSTANTIATE_DENSE(Real)                                                     \
+  template void embedding_forward(Real*, const Token*, const Real*, const Real*, int, int,  \
+                                  int);                                                     \
+  template void embedding_backward(Real*, Real*, const Real*, const Token*, int, int, int); \
+  template void layernorm_forward(Real*, Real*, Real*, const Real*, const Real*,            \
+                                  const Real*, int64_t, int);                               \
+  template void layernorm_backward(Real*, Real*, Real*, const Real*, const Real*,           \
+                                   const Real*, const Real*, const Real*, int64_t, int);    \
+  template void linear_forward(Real*, const Real*, const Real*, const Real*, int64_t, int,  \
+                               int);                                                        \
+  template void linear_backward(Real*, Real*, Real*, const Real*, const Real*, const Real*, \
+                                int64_t, int, int);                                         \
+  template void gelu_forward(Real*, const Real*, int64_t);                                  \
+  template void gelu_backward(Real*, const Real*, const Real*, int64_t);                    \
+  template void residual_forward(Real*, const Real*, const Real*, int64_t);                 \
+  template void residual_backward(Real*, Real*, const Real*, int64_t);                      \
+  template Real crossentropy_forward(Real*, Real*, const Real*, const Token*, int64_t, int); \
+  template void crossentropy_backward(Real*, const Real*, const Token*, Real, int64_t, int);
+
+SHARDLAB_INSTANTIATE_DENSE(float)
+SHARDLAB_INSTANTIATE_DENSE(double)
+#undef SHARDLAB_INSTANTIATE_DENSE
+
+}  // namespace shardlab::model

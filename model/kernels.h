@@ -1,0 +1,141 @@
+// GPT kernels on plain host buffers, llm.c style.
+//
+// Every kernel is a free function templated on the scalar type `Real` (float
+// for training, double for gradient checks; explicit instantiations live in
+// the .cc files). Arguments: outputs first, then saved activations, then
+// inputs and weights, then sizes. Backward kernels take d-prefixed buffers and
+// ACCUMULATE into them with +=, so callers zero gradients once per step.
+// All buffers are row-major and contiguous unless a stride is stated.
+//
+// Size letters used in the shape comments:
+//   B  batch (sequences)         T  sequence length (time)
+//   N  rows = B*T tokens         C  channels (n_embd); OC output channels
+//   NH attention heads           HS head size, C = NH*HS
+//   V  vocabulary size           E  experts, K experts per token (top-k)
+//   M  kept (token, expert) assignments of a MoE layer, M <= N*K
+//
+// Each kernel has a *_cost function returning the modeled FLOPs and bytes
+// (reads + writes at `elem` bytes per element) used to charge the virtual
+// clock: one code path for math and time. Kernels never allocate inside
+// their hot loops; Eigen GEMM does the heavy lifting (single-threaded, see
+// EIGEN_DONT_PARALLELIZE).
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/cost_model.h"
+
+namespace shardlab::model {
+
+using Token = int32_t;
+
+// ---- Embedding: out = wte[inp] + wpe[t] --------------------------------------
+template <typename Real>
+void embedding_forward(Real* out,                      // (B,T,C)
+                       const Token* inp,               // (B,T)
+                       const Real* wte,                // (V,C)
+                       const Real* wpe,                // (>=T,C)
+                       int B, int T, int C);
+template <typename Real>
+void embedding_backward(Real* dwte,                    // (V,C)
+                        Real* dwpe,                    // (>=T,C)
+                        const Real* dout,              // (B,T,C)
+                        const Token* inp,              // (B,T)
+                        int B, int T, int C);
+OpCost embedding_forward_cost(int64_t B, int64_t T, int64_t C, int elem);
+OpCost embedding_backward_cost(int64_t B, int64_t T, int64_t C, int elem);
+
+// ---- LayerNorm over the last dim, eps 1e-5, biased variance ------------------
+inline constexpr double kLayerNormEps = 1e-5;
+template <typename Real>
+void layernorm_forward(Real* out,                      // (N,C)
+                       Real* mean, Real* rstd,         // (N) saved for backward
+                       const Real* inp,                // (N,C)
+                       const Real* weight,             // (C)
+                       const Real* bias,               // (C)
+                       int64_t N, int C);
+template <typename Real>
+void layernorm_backward(Real* dinp,                    // (N,C)
+                        Real* dweight, Real* dbias,    // (C)
+                        const Real* dout,              // (N,C)
+                        const Real* inp,               // (N,C)
+                        const Real* weight,            // (C)
+                        const Real* mean, const Real* rstd,  // (N)
+                        int64_t N, int C);
+OpCost layernorm_forward_cost(int64_t N, int64_t C, int elem);
+OpCost layernorm_backward_cost(int64_t N, int64_t C, int elem);
+
+// ---- Linear: out = inp · weightᵀ + bias, weight (out, in) as torch ------------
+// `bias` / `dbias` may be null (no bias). `dinp` may be null (not needed).
+template <typename Real>
+void linear_forward(Real* out,                         // (N,OC)
+                    const Real* inp,                   // (N,C)
+                    const Real* weight,                // (OC,C)
+                    const Real* bias,                  // (OC) or null
+                    int64_t N, int C, int OC);
+template <typename Real>
+void linear_backward(Real* dinp,                       // (N,C) or null
+                     Real* dweight,                    // (OC,C)
+                     Real* dbias,                      // (OC) or null
+                     const Real* dout,                 // (N,OC)
+                     const Real* inp,                  // (N,C)
+                     const Real* weight,               // (OC,C)
+                     int64_t N, int C, int OC);
+OpCost linear_forward_cost(int64_t N, int64_t C, int64_t OC, bool bias, int elem);
+OpCost linear_backward_cost(int64_t N, int64_t C, int64_t OC, bool bias, int elem);
+
+// ---- Causal multi-head self-attention on the fused [q | k | v] layout --------
+// qkv row (b,t) holds q (C) then k (C) then v (C); head h uses features
+// h*HS .. (h+1)*HS-1 of each. out (b,t) is the heads concatenated. Scale
+// 1/sqrt(HS). A tensor-parallel rank passes its local NH (C = NH*HS local).
+template <typename Real>
+void attention_forward(Real* out,                      // (B,T,C)
+                       Real* att,                      // (B,NH,T,T) softmax probs, saved
+                       const Real* qkv,                // (B,T,3C)
+                       int B, int T, int NH, int HS);
+template <typename Real>
+void attention_backward(Real* dqkv,                    // (B,T,3C)
+                        const Real* dout,              // (B,T,C)
+                        const Real* qkv,               // (B,T,3C)
+                        const Real* att,               // (B,NH,T,T)
+                        int B, int T, int NH, int HS);
+// Counts the full T×T products (as dense GPU kernels do).
+OpCost attention_forward_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem);
+OpCost attention_backward_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem);
+
+// ---- GELU, tanh approximation (nanoGPT nn.GELU(approximate='tanh')) ---------
+template <typename Real>
+void gelu_forward(Real* out, const Real* inp, int64_t n);              // (n)
+template <typename Real>
+void gelu_backward(Real* dinp, const Real* dout, const Real* inp, int64_t n);
+OpCost gelu_forward_cost(int64_t n, int elem);
+OpCost gelu_backward_cost(int64_t n, int elem);
+
+// ---- Residual: out = inp1 + inp2 ---------------------------------------------
+template <typename Real>
+void residual_forward(Real* out, const Real* inp1, const Real* inp2, int64_t n);
+template <typename Real>
+void residual_backward(Real* dinp1, Real* dinp2, const Real* dout, int64_t n);
+OpCost residual_forward_cost(int64_t n, int elem);
+OpCost residual_backward_cost(int64_t n, int elem);
+
+// ---- Softmax cross-entropy, mean over the N rows -----------------------------
+// Returns mean_n losses[n]. Backward: dlogits += (probs - onehot) * dloss / N.
+template <typename Real>
+Real crossentropy_forward(Real* probs,                 // (N,V) softmax, saved
+                          Real* losses,                // (N) per-token -log p
+                          const Real* logits,          // (N,V)
+                          const Token* targets,        // (N)
+                          int64_t N, int V);
+template <typename Real>
+void crossentropy_backward(Real* dlogits,              // (N,V)
+                           const Real* probs,          // (N,V)
+                           const Token* targets,       // (N)
+                           Real dloss, int64_t N, int V);
+OpCost crossentropy_forward_cost(int64_t N, int64_t V, int elem);
+OpCost crossentropy_backward_cost(int64_t N, int64_t V, int elem);
+
+}  // namespace shardlab::model
+
+#include "model/kernels_moe.h"
+#include "model/optimizer.h"

@@ -1,0 +1,175 @@
+// MoE kernels: router (softmax, top-K, gates, aux loss), plan, dispatch,
+// combine. Shapes use the letters declared in kernels.h.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "model/kernels.h"
+#include "runtime/errors.h"
+
+namespace shardlab::model {
+
+int64_t expert_capacity(int64_t N, int E, int K, double capacity_factor) {
+  if (capacity_factor <= 0) return N;
+  const double cap = std::ceil(capacity_factor * static_cast<double>(N) * K / E);
+  return std::min<int64_t>(N, static_cast<int64_t>(cap));
+}
+
+namespace {
+
+template <typename Real>
+void softmax_row(Real* p, const Real* z, int E) {
+  const Real zmax = *std::max_element(z, z + E);
+  Real sum = 0;
+  for (int e = 0; e < E; ++e) {
+    p[e] = std::exp(z[e] - zmax);
+    sum += p[e];
+  }
+  for (int e = 0; e < E; ++e) p[e] /= sum;
+}
+
+// The K largest of p (descending; equal values: lower index first).
+template <typename Real>
+void top_k_row(int32_t* chosen, const Real* p, int E, int K) {
+  for (int k = 0; k < K; ++k) {
+    int best = -1;
+    for (int e = 0; e < E; ++e) {
+      if (std::find(chosen, chosen + k, e) != chosen + k) continue;
+      if (best < 0 || p[e] > p[best]) best = e;  // strict: ties keep the lower index
+    }
+    chosen[k] = best;
+  }
+}
+
+}  // namespace
+
+template <typename Real>
+Real router_forward(Real* probs, int32_t* expert, int32_t* slot, Real* gates, Real* frac,
+                    const Real* logits, int64_t N, int E, int K, double capacity_factor) {
+  SHARDLAB_CHECK(K >= 1 && K <= E, "router needs 1 <= K <= E");
+  const int64_t cap = expert_capacity(N, E, K, capacity_factor);
+  std::vector<int64_t> count(E, 0);    // assignments per expert (before drop)
+  std::vector<double> pmean(E, 0.0);   // P_i * N
+  for (int64_t n = 0; n < N; ++n) {
+    Real* p = probs + n * E;
+    softmax_row(p, logits + n * E, E);
+    int32_t* ex = expert + n * K;
+    top_k_row(ex, p, E, K);
+    Real denom = 0;
+    for (int k = 0; k < K; ++k) denom += p[ex[k]];
+    for (int k = 0; k < K; ++k) {
+      gates[n * K + k] = p[ex[k]] / denom;
+      const int64_t pos = count[ex[k]]++;
+      slot[n * K + k] = pos < cap ? static_cast<int32_t>(pos) : -1;
+    }
+    for (int e = 0; e < E; ++e) pmean[e] += p[e];
+  }
+  double aux = 0;
+  for (int e = 0; e < E; ++e) {
+    const double f = static_cast<double>(count[e]) / (static_cast<double>(N) * K);
+    frac[e] = static_cast<Real>(f);
+    aux += f * pmean[e] / static_cast<double>(N);
+  }
+  return static_cast<Real>(E * aux);
+}
+
+template <typename Real>
+void router_backward(Real* dlogits, const Real* dgates, Real daux, const Real* probs,
+                     const int32_t* expert, const Real* frac, int64_t N, int E, int K) {
+  std::vector<Real> dp(E);  // one row of dL/dprobs, reused
+  const Real aux_scale = daux * static_cast<Real>(E) / static_cast<Real>(N);
+  for (int64_t n = 0; n < N; ++n) {
+    const Real* p = probs + n * E;
+    const int32_t* ex = expert + n * K;
+    const Real* dg = dgates + n * K;
+    for (int e = 0; e < E; ++e) dp[e] = aux_scale * frac[e];
+    // gates_k = p[ex_k] / S  =>  dp[ex_k] += (dg_k - Σ_j dg_j·gates_j) / S
+    Real S = 0;
+    for (int k = 0; k < K; ++k) S += p[ex[k]];
+    Real dot = 0;
+    for (int k = 0; k < K; ++k) dot += dg[k] * p[ex[k]] / S;
+    for (int k = 0; k < K; ++k) dp[ex[k]] += (dg[k] - dot) / S;
+    // probs = softmax(logits)
+    Real pdp = 0;
+    for (int e = 0; e < E; ++e) pdp += p[e] * dp[e];
+    Real* dz = dlogits + n * E;
+    for (int e = 0; e < E; ++e) dz[e] += p[e] * (dp[e] - pdp);
+  }
+}
+
+int64_t moe_plan(int64_t* src, int64_t* offsets, const int32_t* expert, const int32_t* slot,
+                 int64_t N, int E, int K) {
+  std::fill(offsets, offsets + E + 1, 0);
+  for (int64_t a = 0; a < N * K; ++a) {
+    if (slot[a] >= 0) ++offsets[expert[a] + 1];
+  }
+  for (int e = 0; e < E; ++e) offsets[e + 1] += offsets[e];
+  for (int64_t a = 0; a < N * K; ++a) {
+    if (slot[a] >= 0) src[offsets[expert[a]] + slot[a]] = a;
+  }
+  return offsets[E];
+}
+
+template <typename Real>
+void moe_dispatch_forward(Real* xe, const Real* x, const int64_t* src, int64_t M, int K, int C) {
+  for (int64_t m = 0; m < M; ++m) {
+    std::copy_n(x + (src[m] / K) * C, C, xe + m * C);
+  }
+}
+
+template <typename Real>
+void moe_dispatch_backward(Real* dx, const Real* dxe, const int64_t* src, int64_t M, int K,
+                           int C) {
+  for (int64_t m = 0; m < M; ++m) {
+    Real* d = dx + (src[m] / K) * C;
+    const Real* g = dxe + m * C;
+    for (int c = 0; c < C; ++c) d[c] += g[c];
+  }
+}
+
+template <typename Real>
+void moe_combine_forward(Real* out, const Real* ye, const Real* gates, const int64_t* src,
+                         int64_t N, int64_t M, int K, int C) {
+  std::fill(out, out + N * C, Real(0));
+  for (int64_t m = 0; m < M; ++m) {
+    Real* o = out + (src[m] / K) * C;
+    const Real g = gates[src[m]];
+    const Real* y = ye + m * C;
+    for (int c = 0; c < C; ++c) o[c] += g * y[c];
+  }
+}
+
+template <typename Real>
+void moe_combine_backward(Real* dye, Real* dgates, const Real* dout, const Real* ye,
+                          const Real* gates, const int64_t* src, int64_t M, int K, int C) {
+  for (int64_t m = 0; m < M; ++m) {
+    const Real* d = dout + (src[m] / K) * C;
+    const Real* y = ye + m * C;
+    Real* dy = dye + m * C;
+    const Real g = gates[src[m]];
+    Real dg = 0;
+    for (int c = 0; c < C; ++c) {
+      dy[c] += g * d[c];
+      dg += d[c] * y[c];
+    }
+    dgates[src[m]] += dg;
+  }
+}
+
+#define SHARDLAB_INSTANTIATE_MOE(Real)                                                        \
+  template Real router_forward(Real*, int32_t*, int32_t*, Real*, Real*, const Real*, int64_t, \
+                               int, int, double);                                            \
+  template void router_backward(Real*, const Real*, Real, const Real*, const int32_t*,       \
+                                const Real*, int64_t, int, int);                             \
+  template void moe_dispatch_forward(Real*, const Real*, const int64_t*, int64_t, int, int);  \
+  template void moe_dispatch_backward(Real*, const Real*, const int64_t*, int64_t, int, int); \
+  template void moe_combine_forward(Real*, const Real*, const Real*, const int64_t*, int64_t, \
+                                    int64_t, int, int);                                      \
+  template void moe_combine_backward(Real*, Real*, const Real*, const Real*, const Real*,    \
+                                     const int64_t*, int64_t, int, int);
+
+SHARDLAB_INSTANTIATE_MOE(float)
+SHARDLAB_INSTANTIATE_MOE(double)
+#undef SHARDLAB_INSTANTIATE_MOE
+
+}  // namespace shardlab::model

@@ -1,0 +1,120 @@
+// Parameter views and activation / scratch buffer sizing for layers.h.
+#include <algorithm>
+
+#include "model/layers.h"
+
+namespace shardlab::model {
+namespace {
+
+template <typename Real>
+Real* at(const ParamTable& table, Real* base, const std::string& name) {
+  return base + table.at(name).offset;
+}
+
+template <typename Real>
+LinearView<Real> linear(const ParamTable& table, Real* base, const std::string& prefix,
+                        bool bias) {
+  const ParamSpec& w = table.at(prefix + ".weight");
+  LinearView<Real> v;
+  v.weight = base + w.offset;
+  v.bias = bias ? at(table, base, prefix + ".bias") : nullptr;
+  v.out = static_cast<int>(w.shape[0]);
+  v.in = static_cast<int>(w.shape[1]);
+  return v;
+}
+
+template <typename Real>
+LayerNormView<Real> layernorm(const ParamTable& table, Real* base, const std::string& prefix) {
+  return {at(table, base, prefix + ".weight"), at(table, base, prefix + ".bias")};
+}
+
+template <typename Real>
+MlpView<Real> mlp(const ParamTable& table, Real* base, const std::string& prefix) {
+  return {linear(table, base, prefix + ".c_fc", true),
+          linear(table, base, prefix + ".c_proj", true)};
+}
+
+}  // namespace
+
+template <typename Real>
+GPTView<Real> make_view(const ParamTable& table, Real* base) {
+  const GPTConfig& config = table.config();
+  GPTView<Real> v;
+  v.wte = at(table, base, "transformer.wte.weight");
+  v.wpe = at(table, base, "transformer.wpe.weight");
+  for (int l = 0; l < config.n_layer; ++l) {
+    BlockView<Real> b;
+    b.ln_1 = layernorm(table, base, block_name(l, "ln_1"));
+    b.c_attn = linear(table, base, block_name(l, "attn.c_attn"), true);
+    b.attn_proj = linear(table, base, block_name(l, "attn.c_proj"), true);
+    b.ln_2 = layernorm(table, base, block_name(l, "ln_2"));
+    b.moe = config.is_moe_layer(l);
+    if (b.moe) {
+      b.router = at(table, base, block_name(l, "mlp.router.weight"));
+      for (int e = 0; e < config.n_expert; ++e) {
+        b.experts.push_back(mlp(table, base, block_name(l, "mlp.experts." + std::to_string(e))));
+      }
+    } else {
+      b.mlp = mlp(table, base, block_name(l, "mlp"));
+    }
+    v.blocks.push_back(std::move(b));
+  }
+  v.ln_f = layernorm(table, base, "transformer.ln_f");
+  return v;
+}
+
+template <typename Real>
+void MoeActs<Real>::resize(int64_t N, int C, int E, int K) {
+  logits.assign(N * E, 0);
+  probs.assign(N * E, 0);
+  expert.assign(N * K, 0);
+  slot.assign(N * K, 0);
+  gates.assign(N * K, 0);
+  frac.assign(E, 0);
+  src.assign(N * K, 0);
+  offsets.assign(E + 1, 0);
+  xe.assign(N * K * C, 0);
+  ye.assign(N * K * C, 0);
+  fc.assign(N * K * 4 * C, 0);
+  fc_gelu.assign(N * K * 4 * C, 0);
+}
+
+template <typename Real>
+void BlockActs<Real>::resize(const Dims& d, const GPTConfig& config, bool moe_block) {
+  const int64_t N = d.N(), C = d.C;
+  for (auto* v : {&ln1, &ln2, &atty, &attproj, &res1, &mlp_out, &res2}) v->assign(N * C, 0);
+  for (auto* v : {&ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd}) v->assign(N, 0);
+  qkv.assign(N * 3 * C, 0);
+  att.assign(static_cast<int64_t>(d.B) * d.NH * d.T * d.T, 0);
+  if (moe_block) {
+    moe.resize(N, d.C, config.n_expert, config.top_k);
+  } else {
+    fc.assign(N * 4 * C, 0);
+    fc_gelu.assign(N * 4 * C, 0);
+  }
+}
+
+template <typename Real>
+void BlockScratch<Real>::resize(const Dims& d, const GPTConfig& config) {
+  const int64_t N = d.N(), C = d.C;
+  const int64_t K = config.is_moe() ? config.top_k : 0;
+  for (auto* v : {&dres1, &dln1, &dln2, &datty}) v->assign(N * C, 0);
+  dqkv.assign(N * 3 * C, 0);
+  dfc.assign(std::max(N, N * K) * 4 * C, 0);
+  dfc_gelu.assign(std::max(N, N * K) * 4 * C, 0);
+  dlogits.assign(N * config.n_expert, 0);
+  dgates.assign(N * K, 0);
+  dxe.assign(N * K * C, 0);
+  dye.assign(N * K * C, 0);
+}
+
+template GPTView<float> make_view(const ParamTable&, float*);
+template GPTView<double> make_view(const ParamTable&, double*);
+template struct MoeActs<float>;
+template struct MoeActs<double>;
+template struct BlockActs<float>;
+template struct BlockActs<double>;
+template struct BlockScratch<float>;
+template struct BlockScratch<double>;
+
+}  // namespace shardlab::model

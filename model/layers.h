@@ -1,0 +1,159 @@
+// Layers of the GPT built from the kernels: views of the flat parameter (or
+// gradient) buffer per tensor, activation buffers, and the attention / MLP /
+// MoE / block forward and backward functions. Tensor, pipeline and expert
+// parallelism reuse these pieces on their own slices.
+//
+// Size letters: B batch, T time, N = B*T rows, C channels, NH heads, HS head
+// size, E experts, K top-k, M kept MoE assignments (<= N*K).
+// Backward functions accumulate (+=) into d-prefixed outputs and into the
+// gradient view `g`; scratch buffers are overwritten.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/config.h"
+#include "model/kernels.h"
+#include "model/params.h"
+
+namespace shardlab::model {
+
+// ---- Views into a flat buffer laid out by a ParamTable ----------------------
+
+template <typename Real>
+struct LinearView {
+  Real* weight = nullptr;  // (OC, IC)
+  Real* bias = nullptr;    // (OC) or null
+  int in = 0;              // IC
+  int out = 0;             // OC
+};
+
+template <typename Real>
+struct LayerNormView {
+  Real* weight = nullptr;  // (C)
+  Real* bias = nullptr;    // (C)
+};
+
+template <typename Real>
+struct MlpView {
+  LinearView<Real> c_fc;    // (4C, C)
+  LinearView<Real> c_proj;  // (C, 4C)
+};
+
+template <typename Real>
+struct BlockView {
+  LayerNormView<Real> ln_1;
+  LinearView<Real> c_attn;       // (3C, C), rows [q | k | v]
+  LinearView<Real> attn_proj;    // (C, C)
+  LayerNormView<Real> ln_2;
+  bool moe = false;
+  MlpView<Real> mlp;             // dense blocks
+  Real* router = nullptr;        // (E, C), MoE blocks
+  std::vector<MlpView<Real>> experts;  // (E) MoE blocks
+};
+
+template <typename Real>
+struct GPTView {
+  Real* wte = nullptr;  // (V, C), also the tied LM head
+  Real* wpe = nullptr;  // (T, C)
+  std::vector<BlockView<Real>> blocks;
+  LayerNormView<Real> ln_f;
+};
+
+// Views of every tensor of `table` inside the flat buffer `base` (params or grads).
+template <typename Real>
+GPTView<Real> make_view(const ParamTable& table, Real* base);
+
+struct Dims {
+  int B = 0, T = 0, C = 0, NH = 0;
+  int64_t N() const { return static_cast<int64_t>(B) * T; }
+  int HS() const { return C / NH; }
+};
+
+// ---- Activations --------------------------------------------------------------
+
+template <typename Real>
+struct MoeActs {
+  std::vector<Real> logits, probs;        // (N,E)
+  std::vector<int32_t> expert, slot;      // (N,K)
+  std::vector<Real> gates;                // (N,K)
+  std::vector<Real> frac;                 // (E)
+  std::vector<int64_t> src;               // (N*K), first M used
+  std::vector<int64_t> offsets;           // (E+1)
+  int64_t M = 0;
+  std::vector<Real> xe, ye;               // (N*K, C), first M rows used
+  std::vector<Real> fc, fc_gelu;          // (N*K, 4C)
+  Real aux = 0;
+  void resize(int64_t N, int C, int E, int K);
+};
+
+template <typename Real>
+struct BlockActs {
+  std::vector<Real> ln1, ln2;              // (N,C)
+  std::vector<Real> ln1_mean, ln1_rstd;    // (N)
+  std::vector<Real> ln2_mean, ln2_rstd;    // (N)
+  std::vector<Real> qkv;                   // (N,3C)
+  std::vector<Real> att;                   // (B,NH,T,T)
+  std::vector<Real> atty;                  // (N,C) attention output before c_proj
+  std::vector<Real> attproj;               // (N,C)
+  std::vector<Real> res1;                  // (N,C) x + attn
+  std::vector<Real> fc, fc_gelu;           // (N,4C) dense MLP
+  std::vector<Real> mlp_out;               // (N,C)
+  std::vector<Real> res2;                  // (N,C) block output
+  MoeActs<Real> moe;                       // MoE blocks only
+  void resize(const Dims& d, const GPTConfig& config, bool moe_block);
+};
+
+// Backward scratch shared by all blocks (overwritten by each call).
+template <typename Real>
+struct BlockScratch {
+  std::vector<Real> dres1, dln1, dln2, datty;  // (N,C)
+  std::vector<Real> dqkv;                      // (N,3C)
+  std::vector<Real> dfc, dfc_gelu;             // (max(N, N*K), 4C)
+  std::vector<Real> dlogits;                   // (N,E)
+  std::vector<Real> dgates;                    // (N,K)
+  std::vector<Real> dxe, dye;                  // (N*K, C)
+  void resize(const Dims& d, const GPTConfig& config);
+};
+
+// ---- Layers -------------------------------------------------------------------
+
+// out = c_proj(attention(c_attn(inp))); saves qkv, att, atty.
+template <typename Real>
+void attention_layer_forward(Real* out, Real* qkv, Real* att, Real* atty,
+                             const BlockView<Real>& p, const Real* inp, const Dims& d);
+template <typename Real>
+void attention_layer_backward(Real* dinp, const BlockView<Real>& g, Real* dqkv, Real* datty,
+                              const Real* dout, const Real* inp, const Real* qkv,
+                              const Real* att, const Real* atty, const BlockView<Real>& p,
+                              const Dims& d);
+
+// out = c_proj(gelu(c_fc(inp))) over N rows; saves fc and fc_gelu (N,4C).
+template <typename Real>
+void mlp_forward(Real* out, Real* fc, Real* fc_gelu, const MlpView<Real>& p, const Real* inp,
+                 int64_t N, int C);
+template <typename Real>
+void mlp_backward(Real* dinp, const MlpView<Real>& g, Real* dfc, Real* dfc_gelu,
+                  const Real* dout, const Real* inp, const Real* fc, const Real* fc_gelu,
+                  const MlpView<Real>& p, int64_t N, int C);
+
+// MoE MLP: route -> dispatch -> experts -> combine. Returns this layer's aux.
+template <typename Real>
+Real moe_forward(Real* out, MoeActs<Real>& a, const BlockView<Real>& p, const Real* inp,
+                 int64_t N, const GPTConfig& config);
+// daux: gradient of the loss w.r.t. this layer's aux (aux_coef · dloss).
+template <typename Real>
+void moe_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s,
+                  const Real* dout, Real daux, const MoeActs<Real>& a, const Real* inp,
+                  const BlockView<Real>& p, int64_t N, const GPTConfig& config);
+
+// x + attn(ln_1(x)), then + mlp(ln_2(.)); output in a.res2. Returns aux (0 if dense).
+template <typename Real>
+Real block_forward(BlockActs<Real>& a, const BlockView<Real>& p, const Real* inp, const Dims& d,
+                   const GPTConfig& config);
+template <typename Real>
+void block_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s,
+                    const Real* dout, Real daux, const BlockActs<Real>& a, const Real* inp,
+                    const BlockView<Real>& p, const Dims& d, const GPTConfig& config);
+
+}  // namespace shardlab::model

@@ -1,0 +1,121 @@
+#include "model/params.h"
+
+#include <cmath>
+
+#include "model/rng.h"
+#include "runtime/errors.h"
+
+namespace shardlab::model {
+
+namespace {
+constexpr double kInitStd = 0.02;
+}  // namespace
+
+std::string block_name(int layer, std::string_view suffix) {
+  return "transformer.h." + std::to_string(layer) + "." + std::string(suffix);
+}
+
+std::string expert_name(int layer, int expert, std::string_view suffix) {
+  return block_name(layer, "mlp.experts." + std::to_string(expert) + "." + std::string(suffix));
+}
+
+ParamTable::ParamTable(const GPTConfig& config) : config_(config) {
+  config.validate();
+  const int64_t C = config.n_embd, V = config.vocab_size, T = config.block_size;
+  const double proj_std = kInitStd / std::sqrt(2.0 * config.n_layer);
+  add("transformer.wte.weight", {V, C}, InitKind::kNormal, kInitStd, -1);
+  add("transformer.wpe.weight", {T, C}, InitKind::kNormal, kInitStd, -1);
+  for (int l = 0; l < config.n_layer; ++l) {
+    add_layernorm(block_name(l, "ln_1"), C, l);
+    add_linear(block_name(l, "attn.c_attn"), 3 * C, C, true, kInitStd, l);
+    add_linear(block_name(l, "attn.c_proj"), C, C, true, proj_std, l);
+    add_layernorm(block_name(l, "ln_2"), C, l);
+    if (config.is_moe_layer(l)) {
+      add_linear(block_name(l, "mlp.router"), config.n_expert, C, false, kInitStd, l);
+      for (int e = 0; e < config.n_expert; ++e) {
+        add_linear(expert_name(l, e, "c_fc"), 4 * C, C, true, kInitStd, l);
+        add_linear(expert_name(l, e, "c_proj"), C, 4 * C, true, proj_std, l);
+      }
+    } else {
+      add_linear(block_name(l, "mlp.c_fc"), 4 * C, C, true, kInitStd, l);
+      add_linear(block_name(l, "mlp.c_proj"), C, 4 * C, true, proj_std, l);
+    }
+  }
+  add_layernorm("transformer.ln_f", C, -1);
+}
+
+void ParamTable::add(std::string name, Shape shape, InitKind init, double std, int layer) {
+  ParamSpec spec;
+  spec.numel = shape_numel(shape);
+  spec.name = std::move(name);
+  spec.shape = std::move(shape);
+  spec.offset = numel_;
+  spec.init = init;
+  spec.std = std;
+  spec.layer = layer;
+  numel_ += spec.numel;
+  index_.emplace(spec.name, specs_.size());
+  specs_.push_back(std::move(spec));
+}
+
+void ParamTable::add_linear(const std::string& prefix, int64_t out, int64_t in, bool bias,
+                            double std, int layer) {
+  add(prefix + ".weight", {out, in}, InitKind::kNormal, std, layer);
+  if (bias) add(prefix + ".bias", {out}, InitKind::kZeros, 0, layer);
+}
+
+void ParamTable::add_layernorm(const std::string& prefix, int64_t C, int layer) {
+  add(prefix + ".weight", {C}, InitKind::kOnes, 0, layer);
+  add(prefix + ".bias", {C}, InitKind::kZeros, 0, layer);
+}
+
+const ParamSpec* ParamTable::find(std::string_view name) const {
+  auto it = index_.find(std::string(name));
+  return it == index_.end() ? nullptr : &specs_[it->second];
+}
+
+const ParamSpec& ParamTable::at(std::string_view name) const {
+  const ParamSpec* spec = find(name);
+  if (spec == nullptr) throw ConfigError("unknown parameter '" + std::string(name) + "'");
+  return *spec;
+}
+
+template <typename Real>
+void ParamTable::init_slice(std::string_view name, uint64_t seed, int64_t offset, int64_t count,
+                            Real* out) const {
+  const ParamSpec& spec = at(name);
+  if (offset < 0 || count < 0 || offset + count > spec.numel) {
+    throw ConfigError("init_slice: range [" + std::to_string(offset) + ", " +
+                      std::to_string(offset + count) + ") is outside '" + spec.name + "' " +
+                      shape_string(spec.shape));
+  }
+  switch (spec.init) {
+    case InitKind::kZeros:
+      std::fill(out, out + count, Real(0));
+      return;
+    case InitKind::kOnes:
+      std::fill(out, out + count, Real(1));
+      return;
+    case InitKind::kNormal: {
+      const uint64_t key = stream_key(seed, spec.name);
+      for (int64_t i = 0; i < count; ++i) {
+        out[i] = static_cast<Real>(spec.std * normal_at(key, static_cast<uint64_t>(offset + i)));
+      }
+      return;
+    }
+  }
+}
+
+template <typename Real>
+void ParamTable::init_all(uint64_t seed, Real* params) const {
+  for (const ParamSpec& spec : specs_) {
+    init_slice(spec.name, seed, 0, spec.numel, params + spec.offset);
+  }
+}
+
+template void ParamTable::init_slice(std::string_view, uint64_t, int64_t, int64_t, float*) const;
+template void ParamTable::init_slice(std::string_view, uint64_t, int64_t, int64_t, double*) const;
+template void ParamTable::init_all(uint64_t, float*) const;
+template void ParamTable::init_all(uint64_t, double*) const;
+
+}  // namespace shardlab::model

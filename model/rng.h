@@ -1,0 +1,27 @@
+// Counter-based random numbers: every value is a pure function of
+// (key, counter), so any slice of a tensor can be generated on its own and
+// sharding never changes the weights (DESIGN.md invariant 5).
+//
+// key    = mix(seed, fnv1a64(parameter name))
+// bits   = two rounds of the splitmix64 finalizer over (key, counter)
+// normal = Box-Muller of the uniforms at counters 2i and 2i+1 (cosine branch)
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace shardlab::model {
+
+uint64_t fnv1a64(std::string_view s);
+uint64_t splitmix64_mix(uint64_t z);  // the splitmix64 output function (a bijection)
+
+// Key of one named stream under a seed.
+uint64_t stream_key(uint64_t seed, std::string_view name);
+// 64 random bits at position `counter` of stream `key`.
+uint64_t random_bits(uint64_t key, uint64_t counter);
+// Uniform in (0, 1] (never 0, safe for log) at `counter`.
+double uniform_at(uint64_t key, uint64_t counter);
+// Standard normal for element `index` (uses counters 2·index and 2·index + 1).
+double normal_at(uint64_t key, uint64_t index);
+
+}  // namespace shardlab::model
