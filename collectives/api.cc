@@ -1,0 +1,238 @@
+// The public collective entry points: argument checks, algorithm choice, the
+// comm-stream bracket (wait for `after`, run, record), and the blocking forms.
+#include <numeric>
+#include <stdexcept>
+
+#include "collectives/detail.h"
+
+namespace shardlab::collectives {
+namespace {
+
+using detail::Ctx;
+
+void require(bool ok, const std::string& what) {
+  if (!ok) throw std::invalid_argument(what);
+}
+
+uint64_t modeled(const Device& dev, size_t count) {
+  return static_cast<uint64_t>(count) * static_cast<uint64_t>(element_size(dev.precision()));
+}
+
+Algo resolve(OpKind op, Algo a, int n, uint64_t bytes) {
+  return a == Algo::kAuto ? select_algo(op, n, bytes) : a;
+}
+
+// Waits for `after`, runs the algorithm on the comm stream, returns its end.
+template <class Body>
+Work run_on_comm(Device& dev, const ProcessGroup& g, const CollOptions& opt, Body body) {
+  require(g.global_rank() == dev.rank(),
+          fmt::format("collective on {} called by device {}, not this group's member", g.to_string(), dev.rank()));
+  Stream& s = dev.comm();
+  s.wait(opt.after ? *opt.after : dev.compute().record());
+  Ctx c(dev, g);
+  body(c);
+  c.finish();
+  return Work(s.record());
+}
+
+void check_pair(const char* op, ConstBuffer in, Buffer out) {
+  require((in.data == nullptr) == (out.data == nullptr) || in.count == 0 || out.count == 0,
+          fmt::format("{}: input and output must both be real or both phantom", op));
+}
+
+// reduce-scatter then all-gather on `work` (count elements), by `algo`.
+void reduce_scatter_all_gather(Ctx& c, Algo algo, float* work, size_t count, ReduceOp op) {
+  const Range mine = chunk_range(count, c.n(), c.me());
+  if (algo == Algo::kRing) {
+    detail::ring_reduce_scatter(c, work, count, op, 0);
+    detail::finalize(work ? work + mine.begin : nullptr, mine.size, op, c.n());
+    detail::ring_all_gather(c, work, count, 1);
+  } else {
+    detail::halving_reduce_scatter(c, work, count, op, 0);
+    detail::finalize(work ? work + mine.begin : nullptr, mine.size, op, c.n());
+    detail::doubling_all_gather(c, work, count, 1);
+  }
+}
+
+}  // namespace
+
+Range chunk_range(size_t count, int n, int i) {
+  // count * i fits in 64 bits for any buffer a host can hold (< 2^40 elements, n < 2^20).
+  const auto un = static_cast<uint64_t>(n), ui = static_cast<uint64_t>(i);
+  const size_t b = static_cast<size_t>(count * ui / un);
+  const size_t e = static_cast<size_t>(count * (ui + 1) / un);
+  return {b, e - b};
+}
+
+Work iall_reduce(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out, ReduceOp op,
+                 const CollOptions& opt) {
+  require(in.count == out.count, fmt::format("all_reduce: input has {} elements, output {}", in.count, out.count));
+  check_pair("all_reduce", in, out);
+  const Algo algo = resolve(OpKind::kAllReduce, opt.algo, g.size(), modeled(dev, in.count));
+  return run_on_comm(dev, g, opt, [&](Ctx& c) {
+    if (algo == Algo::kDirect) return detail::direct_all_reduce(c, in.data, out.data, in.count, op);
+    detail::copy(out.data, in.data, in.count);
+    reduce_scatter_all_gather(c, algo, out.data, out.count, op);
+  });
+}
+
+Work ireduce_scatter(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out, ReduceOp op,
+                     const CollOptions& opt) {
+  const Range mine = chunk_range(in.count, g.size(), g.rank());
+  require(out.count == mine.size, fmt::format("reduce_scatter: {} elements over {} members: member {} gets {}, "
+                                              "output has {}", in.count, g.size(), g.rank(), mine.size, out.count));
+  check_pair("reduce_scatter", in, out);
+  const Algo algo = resolve(OpKind::kReduceScatter, opt.algo, g.size(), modeled(dev, in.count));
+  return run_on_comm(dev, g, opt, [&](Ctx& c) {
+    if (algo == Algo::kDirect) return detail::direct_reduce_scatter(c, in.data, out.data, in.count, op);
+    // In place (out at its chunk of in): reduce in `in` itself, clobbering the
+    // other chunks; otherwise in a scratch copy.
+    float* work = const_cast<float*>(in.data);
+    if (in.data && out.data != in.data + mine.begin) {
+      work = detail::scratch(g, in.count, false);
+      detail::copy(work, in.data, in.count);
+    }
+    if (algo == Algo::kRing) {
+      detail::ring_reduce_scatter(c, work, in.count, op, 0);
+    } else {
+      detail::halving_reduce_scatter(c, work, in.count, op, 0);
+    }
+    detail::copy(out.data, work ? work + mine.begin : nullptr, mine.size);
+    detail::finalize(out.data, mine.size, op, g.size());
+  });
+}
+
+Work iall_gather(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out, const CollOptions& opt) {
+  const Range mine = chunk_range(out.count, g.size(), g.rank());
+  require(in.count == mine.size, fmt::format("all_gather: {} elements over {} members: member {} contributes {}, "
+                                             "input has {}", out.count, g.size(), g.rank(), mine.size, in.count));
+  check_pair("all_gather", in, out);
+  const Algo algo = resolve(OpKind::kAllGather, opt.algo, g.size(), modeled(dev, out.count));
+  return run_on_comm(dev, g, opt, [&](Ctx& c) {
+    detail::copy(out.data ? out.data + mine.begin : nullptr, in.data, in.count);
+    if (algo == Algo::kDirect) return detail::direct_all_gather(c, out.data, out.count);
+    if (algo == Algo::kRing) return detail::ring_all_gather(c, out.data, out.count, 0);
+    detail::doubling_all_gather(c, out.data, out.count, 0);
+  });
+}
+
+Work ibroadcast(Device& dev, const ProcessGroup& g, Buffer data, int root, const CollOptions& opt) {
+  require(root >= 0 && root < g.size(), fmt::format("broadcast: root {} outside group of {}", root, g.size()));
+  const Algo algo = resolve(OpKind::kBroadcast, opt.algo, g.size(), modeled(dev, data.count));
+  return run_on_comm(dev, g, opt, [&](Ctx& c) {
+    if (algo == Algo::kDirect) return detail::direct_broadcast(c, data.data, data.count, root);
+    if (algo == Algo::kRing) return detail::chain_broadcast(c, data.data, data.count, root);
+    detail::binomial_broadcast(c, data.data, data.count, root);
+  });
+}
+
+Work ireduce(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out, int root, ReduceOp op,
+             const CollOptions& opt) {
+  require(root >= 0 && root < g.size(), fmt::format("reduce: root {} outside group of {}", root, g.size()));
+  const bool is_root = g.rank() == root;
+  require(!is_root || out.count == in.count,
+          fmt::format("reduce: root output has {} elements, input {}", out.count, in.count));
+  if (is_root) check_pair("reduce", in, out);
+  const Algo algo = resolve(OpKind::kReduce, opt.algo, g.size(), modeled(dev, in.count));
+  return run_on_comm(dev, g, opt, [&](Ctx& c) {
+    if (algo == Algo::kDirect) return detail::direct_reduce(c, in.data, out.data, in.count, op, root);
+    float* acc = is_root ? out.data : detail::scratch(g, in.count, in.data == nullptr);
+    if (algo == Algo::kRing) {
+      detail::copy(acc, in.data, in.count);
+      detail::chain_reduce(c, acc, in.count, op, root);
+    } else {
+      detail::binomial_reduce(c, in.data, acc, in.count, op, root);
+    }
+    if (is_root) detail::finalize(out.data, out.count, op, g.size());
+  });
+}
+
+Work iall_to_all(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out, const CollOptions& opt) {
+  const int n = g.size();
+  require(in.count == out.count && in.count % static_cast<size_t>(n) == 0,
+          fmt::format("all_to_all: input {} and output {} elements must be equal and divisible by the group "
+                      "size {} (use all_to_all_v for other counts)", in.count, out.count, n));
+  require(in.data == nullptr || in.data != out.data, "all_to_all: input and output must not alias");
+  check_pair("all_to_all", in, out);
+  const size_t block = in.count / static_cast<size_t>(n);
+  const Algo algo = resolve(OpKind::kAllToAll, opt.algo, n, modeled(dev, in.count));
+  if (algo == Algo::kTree) {
+    return run_on_comm(dev, g, opt, [&](Ctx& c) { detail::bruck_all_to_all(c, in.data, out.data, block); });
+  }
+  // The equal counts live after the four arrays all_to_all_v keeps there.
+  std::vector<size_t>& idx = g.index_scratch();
+  const auto un = static_cast<size_t>(n);
+  if (idx.size() < 5 * un) idx.resize(5 * un);
+  std::fill(idx.begin() + static_cast<long>(4 * un), idx.begin() + static_cast<long>(5 * un), block);
+  const std::span<const size_t> counts(idx.data() + 4 * un, un);
+  return iall_to_all_v(dev, g, in, counts, out, counts, CollOptions{algo, opt.after});
+}
+
+Work iall_to_all_v(Device& dev, const ProcessGroup& g, ConstBuffer in, std::span<const size_t> send_counts,
+                   Buffer out, std::span<const size_t> recv_counts, const CollOptions& opt) {
+  const auto n = static_cast<size_t>(g.size());
+  require(send_counts.size() == n && recv_counts.size() == n,
+          fmt::format("all_to_all_v: {} send and {} receive counts for a group of {}", send_counts.size(),
+                      recv_counts.size(), n));
+  const size_t sends = std::accumulate(send_counts.begin(), send_counts.end(), size_t{0});
+  const size_t recvs = std::accumulate(recv_counts.begin(), recv_counts.end(), size_t{0});
+  require(sends == in.count && recvs == out.count,
+          fmt::format("all_to_all_v: counts sum to {} sent / {} received, buffers hold {} / {}", sends, recvs,
+                      in.count, out.count));
+  require(in.data == nullptr || in.data != out.data || in.count == 0, "all_to_all_v: input and output must not alias");
+  require(opt.algo != Algo::kTree, "all_to_all_v: tree (Bruck) needs equal blocks; use direct or ring");
+  check_pair("all_to_all_v", in, out);
+  // Displacements: exclusive prefix sums, kept in the group's index scratch
+  // after the counts (which may live there too: all_to_all passes them).
+  std::vector<size_t>& idx = g.index_scratch();
+  if (idx.size() < 5 * n) idx.resize(5 * n);  // never shrinks: see iall_to_all
+  std::copy(send_counts.begin(), send_counts.end(), idx.begin());
+  std::copy(recv_counts.begin(), recv_counts.end(), idx.begin() + static_cast<long>(n));
+  std::exclusive_scan(idx.begin(), idx.begin() + static_cast<long>(n), idx.begin() + static_cast<long>(2 * n), size_t{0});
+  std::exclusive_scan(idx.begin() + static_cast<long>(n), idx.begin() + static_cast<long>(2 * n),
+                      idx.begin() + static_cast<long>(3 * n), size_t{0});
+  const size_t *sc = idx.data(), *rc = sc + n, *sd = sc + 2 * n, *rd = sc + 3 * n;
+  return run_on_comm(dev, g, opt, [&](Ctx& c) {
+    if (opt.algo == Algo::kRing) return detail::pairwise_all_to_all_v(c, in.data, sd, sc, out.data, rd, rc);
+    detail::direct_all_to_all_v(c, in.data, sd, sc, out.data, rd, rc);
+  });
+}
+
+Work ibarrier(Device& dev, const ProcessGroup& g, const CollOptions& opt) {
+  return run_on_comm(dev, g, opt, [&](Ctx& c) { detail::dissemination_barrier(c); });
+}
+
+// ---- Blocking forms ---------------------------------------------------------
+
+void all_reduce(Device& dev, const ProcessGroup& g, Buffer data, ReduceOp op, const CollOptions& opt) {
+  iall_reduce(dev, g, data, data, op, opt).wait(dev.compute());
+}
+void all_reduce(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out, ReduceOp op, const CollOptions& opt) {
+  iall_reduce(dev, g, in, out, op, opt).wait(dev.compute());
+}
+void reduce_scatter(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out, ReduceOp op,
+                    const CollOptions& opt) {
+  ireduce_scatter(dev, g, in, out, op, opt).wait(dev.compute());
+}
+void all_gather(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out, const CollOptions& opt) {
+  iall_gather(dev, g, in, out, opt).wait(dev.compute());
+}
+void broadcast(Device& dev, const ProcessGroup& g, Buffer data, int root, const CollOptions& opt) {
+  ibroadcast(dev, g, data, root, opt).wait(dev.compute());
+}
+void reduce(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out, int root, ReduceOp op,
+            const CollOptions& opt) {
+  ireduce(dev, g, in, out, root, op, opt).wait(dev.compute());
+}
+void all_to_all(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out, const CollOptions& opt) {
+  iall_to_all(dev, g, in, out, opt).wait(dev.compute());
+}
+void all_to_all_v(Device& dev, const ProcessGroup& g, ConstBuffer in, std::span<const size_t> send_counts,
+                  Buffer out, std::span<const size_t> recv_counts, const CollOptions& opt) {
+  iall_to_all_v(dev, g, in, send_counts, out, recv_counts, opt).wait(dev.compute());
+}
+void barrier(Device& dev, const ProcessGroup& g, const CollOptions& opt) {
+  ibarrier(dev, g, opt).wait(dev.compute());
+}
+
+}  // namespace shardlab::collectives

@@ -1,0 +1,132 @@
+// Internals shared by the algorithm files: the per-call context (who am I in
+// the group, which tag, which stream), message helpers and the element-wise
+// reduction kernels. Not part of the public API.
+#pragma once
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "collectives/collectives.h"
+#include "runtime/errors.h"
+
+namespace shardlab::collectives::detail {
+
+// One collective call on one member.
+class Ctx {
+ public:
+  Ctx(Device& dev, const ProcessGroup& g)
+      : dev_(dev), s_(dev.comm()), g_(g), tag_(g.next_tag()), esize_(element_size(dev.precision())),
+        n_(g.size()), me_(g.rank()) {}
+
+  Device& dev() const { return dev_; }
+  const ProcessGroup& group() const { return g_; }
+  int n() const { return n_; }
+  int me() const { return me_; }
+  // Group index `offset` steps from me (wraps).
+  int rel(int offset) const { return ((me_ + offset) % n_ + n_) % n_; }
+
+  // Sends count elements (p == nullptr: phantom) to group index `to`.
+  void send(int to, const float* p, size_t count, int phase = 0) {
+    std::span<const std::byte> host;
+    if (p && count) host = {reinterpret_cast<const std::byte*>(p), count * sizeof(float)};
+    const SendHandle h = dev_.isend(s_, g_.global_rank(to), tag_ + static_cast<Tag>(phase), host,
+                                    static_cast<uint64_t>(count) * static_cast<uint64_t>(esize_));
+    last_send_ = std::max(last_send_, h.done);
+  }
+  // Receives the next message from group index `from`; checks its element count.
+  Message recv(int from, size_t count, int phase = 0) {
+    Message m = dev_.recv(s_, g_.global_rank(from), tag_ + static_cast<Tag>(phase));
+    const uint64_t want = static_cast<uint64_t>(count) * static_cast<uint64_t>(esize_);
+    SHARDLAB_CHECK(m.modeled_bytes == want && (m.payload.size() == 0 || m.payload.size() == count * sizeof(float)),
+                   fmt::format("collective on {}: device {} expected {} elements from device {}, got {} bytes",
+                               g_.to_string(), dev_.rank(), count, m.src, m.modeled_bytes));
+    return m;
+  }
+  // The stream also covers the last send leaving the egress port.
+  void finish() { s_.wait({last_send_}); }
+
+ private:
+  Device& dev_;
+  Stream& s_;
+  const ProcessGroup& g_;
+  Tag tag_;
+  int esize_;
+  int n_;
+  int me_;
+  Time last_send_ = 0;
+};
+
+inline const float* floats(const Message& m) {
+  return m.payload.size() ? reinterpret_cast<const float*>(m.payload.data()) : nullptr;
+}
+
+// acc[i] = acc[i] op x[i]. No-op when either side is phantom.
+inline void reduce_into(float* acc, const float* x, size_t count, ReduceOp op) {
+  if (!acc || !x) return;
+  if (op == ReduceOp::kMax) {
+    for (size_t i = 0; i < count; ++i) acc[i] = std::max(acc[i], x[i]);
+  } else {
+    for (size_t i = 0; i < count; ++i) acc[i] += x[i];
+  }
+}
+
+// out[i] = a[i] op b[i].
+inline void reduce_to(float* out, const float* a, const float* b, size_t count, ReduceOp op) {
+  if (!out || !a || !b) return;
+  if (op == ReduceOp::kMax) {
+    for (size_t i = 0; i < count; ++i) out[i] = std::max(a[i], b[i]);
+  } else {
+    for (size_t i = 0; i < count; ++i) out[i] = a[i] + b[i];
+  }
+}
+
+// avg: the sum divided by the group size, once, where the sum is final.
+inline void finalize(float* p, size_t count, ReduceOp op, int n) {
+  if (!p || op != ReduceOp::kAvg) return;
+  const float d = static_cast<float>(n);
+  for (size_t i = 0; i < count; ++i) p[i] /= d;
+}
+
+inline void copy(float* dst, const float* src, size_t count) {
+  if (dst && src && dst != src && count) std::memmove(dst, src, count * sizeof(float));
+}
+
+// A float scratch buffer of at least `count` elements owned by the group
+// (nullptr when the collective is phantom).
+inline float* scratch(const ProcessGroup& g, size_t count, bool phantom, int slot = 0) {
+  if (phantom) return nullptr;
+  std::vector<float>& v = g.scratch(slot);
+  if (v.size() < count) v.resize(count);
+  return v.data();
+}
+
+// ---- Algorithms (each file implements one family) ---------------------------
+// `work` is the full-size buffer being reduced / gathered in place.
+void ring_reduce_scatter(Ctx& c, float* work, size_t count, ReduceOp op, int phase);
+void ring_all_gather(Ctx& c, float* work, size_t count, int phase);
+void halving_reduce_scatter(Ctx& c, float* work, size_t count, ReduceOp op, int phase);
+void doubling_all_gather(Ctx& c, float* work, size_t count, int phase);
+void direct_reduce_scatter(Ctx& c, const float* in, float* out, size_t count, ReduceOp op);
+void direct_all_gather(Ctx& c, float* work, size_t count);
+void direct_all_reduce(Ctx& c, const float* in, float* out, size_t count, ReduceOp op);
+
+void chain_broadcast(Ctx& c, float* data, size_t count, int root);
+void binomial_broadcast(Ctx& c, float* data, size_t count, int root);
+void direct_broadcast(Ctx& c, float* data, size_t count, int root);
+void chain_reduce(Ctx& c, float* acc, size_t count, ReduceOp op, int root);
+void binomial_reduce(Ctx& c, const float* in, float* acc, size_t count, ReduceOp op, int root);
+void direct_reduce(Ctx& c, const float* in, float* out, size_t count, ReduceOp op, int root);
+
+void direct_all_to_all_v(Ctx& c, const float* in, const size_t* sdispl, const size_t* scount,
+                         float* out, const size_t* rdispl, const size_t* rcount);
+void pairwise_all_to_all_v(Ctx& c, const float* in, const size_t* sdispl, const size_t* scount,
+                           float* out, const size_t* rdispl, const size_t* rcount);
+void bruck_all_to_all(Ctx& c, const float* in, float* out, size_t block);
+void dissemination_barrier(Ctx& c);
+
+// Pipeline depth of the chain algorithms for `count` elements.
+int chain_chunks(const Ctx& c, size_t count);
+
+}  // namespace shardlab::collectives::detail

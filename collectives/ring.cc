@@ -1,0 +1,76 @@
+// Ring algorithms: reduce_scatter and all_gather around the group order, and
+// the pipelined chain used by ring broadcast and reduce.
+//
+// Ring reduce_scatter, step k (0..n-2): member r sends chunk r-k-1 to r+1 and
+// receives chunk r-k-2 from r-1, adding its own contribution. Chunk c's sum
+// therefore starts at member c+1 and goes round to member c, which owns it:
+// ((x[c+1] + x[c+2]) + ...) + x[c]. Ring all_gather, step k: member r sends
+// chunk r-k to r+1 and receives chunk r-k-1 from r-1. Every step is one
+// message per member to its neighbour, so with uniform links each step lasts
+// exactly a + w(chunk).
+#include "collectives/detail.h"
+
+namespace shardlab::collectives::detail {
+
+void ring_reduce_scatter(Ctx& c, float* work, size_t count, ReduceOp op, int phase) {
+  const int n = c.n();
+  for (int k = 0; k < n - 1; ++k) {
+    const Range out = chunk_range(count, n, c.rel(-k - 1));
+    const Range in = chunk_range(count, n, c.rel(-k - 2));
+    c.send(c.rel(1), work ? work + out.begin : nullptr, out.size, phase);
+    Message m = c.recv(c.rel(-1), in.size, phase);
+    reduce_into(work ? work + in.begin : nullptr, floats(m), in.size, op);
+  }
+}
+
+void ring_all_gather(Ctx& c, float* work, size_t count, int phase) {
+  const int n = c.n();
+  for (int k = 0; k < n - 1; ++k) {
+    const Range out = chunk_range(count, n, c.rel(-k));
+    const Range in = chunk_range(count, n, c.rel(-k - 1));
+    c.send(c.rel(1), work ? work + out.begin : nullptr, out.size, phase);
+    Message m = c.recv(c.rel(-1), in.size, phase);
+    copy(work ? work + in.begin : nullptr, floats(m), in.size);
+  }
+}
+
+// Pipeline chunks of about 512 KiB modeled: a chain of n members moving S
+// bytes in k chunks takes (n-1)a + (n+k-2)·w(S/k), so more chunks only help;
+// the cap bounds the host's per-message overhead.
+int chain_chunks(const Ctx& c, size_t count) {
+  constexpr uint64_t kChunkBytes = 512 * 1024;
+  constexpr uint64_t kMaxChunks = 1024;
+  const uint64_t bytes = count * static_cast<uint64_t>(element_size(c.dev().precision()));
+  const uint64_t k = std::clamp<uint64_t>((bytes + kChunkBytes - 1) / kChunkBytes, 1, kMaxChunks);
+  return static_cast<int>(std::max<uint64_t>(1, std::min<uint64_t>(k, count)));
+}
+
+// Chain root -> root+1 -> ... -> root+n-1, pipelined chunk by chunk.
+void chain_broadcast(Ctx& c, float* data, size_t count, int root) {
+  const int n = c.n();
+  const int pos = (c.me() - root + n) % n;
+  const int k = chain_chunks(c, count);
+  for (int i = 0; i < k; ++i) {
+    const Range r = chunk_range(count, k, i);
+    float* p = data ? data + r.begin : nullptr;
+    if (pos > 0) copy(p, floats(c.recv(c.rel(-1), r.size)), r.size);
+    if (pos < n - 1) c.send(c.rel(1), p, r.size);
+  }
+}
+
+// Chain root+n-1 -> ... -> root+1 -> root; each member adds its contribution:
+// x[root+n-1] + x[root+n-2] + ... + x[root]. `acc` holds my input on entry
+// and the partial (root: the result) on exit.
+void chain_reduce(Ctx& c, float* acc, size_t count, ReduceOp op, int root) {
+  const int n = c.n();
+  const int pos = (c.me() - root + n) % n;
+  const int k = chain_chunks(c, count);
+  for (int i = 0; i < k; ++i) {
+    const Range r = chunk_range(count, k, i);
+    float* p = acc ? acc + r.begin : nullptr;
+    if (pos < n - 1) reduce_into(p, floats(c.recv(c.rel(1), r.size)), r.size, op);
+    if (pos > 0) c.send(c.rel(-1), p, r.size);
+  }
+}
+
+}  // namespace shardlab::collectives::detail

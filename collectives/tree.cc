@@ -1,0 +1,120 @@
+// Logarithmic ("tree") algorithms, for any group size.
+//
+// reduce_scatter by recursive halving (the reverse of Bruck's all_gather):
+// K = ceil(log2 n) steps, k = K-1 down to 0, dist = 2^k, m = min(dist, n-dist).
+// Before step k member r owns partial sums of chunks [r, r + min(2^(k+1), n));
+// it sends the upper m chunks [r+dist, r+dist+m) to member r+dist and adds
+// the partials of chunks [r, r+m) that member r-dist sends it. After step 0
+// member r holds the full sum of chunk r. all_gather by recursive doubling
+// (Bruck): k = 0..K-1, member r sends chunks [r, r+m) to r-dist and receives
+// [r+dist, r+dist+m) from r+dist. Chunk ranges wrap around the buffer, so a
+// step sends one or two messages (back to back on the same port: the second
+// costs no extra latency). With uniform links the pair costs
+// 2·K·a + 2·(n-1)/n·S/B: ring's bandwidth term, logarithmic latency.
+//
+// broadcast and reduce use a binomial tree rooted at `root`
+// (ceil(log2 n)·(a + S/B)); children are combined in a fixed order.
+#include "collectives/detail.h"
+
+namespace shardlab::collectives::detail {
+namespace {
+
+int ceil_log2(int n) {
+  int k = 0;
+  while ((1 << k) < n) ++k;
+  return k;
+}
+
+// The elements of chunks [first, first+m) (mod n) as at most two ranges.
+int wrapped_ranges(size_t count, int n, int first, int m, Range out[2]) {
+  first %= n;
+  const int last = first + m;  // exclusive, may exceed n
+  if (last <= n) {
+    const Range a = chunk_range(count, n, first), b = chunk_range(count, n, last - 1);
+    out[0] = {a.begin, b.begin + b.size - a.begin};
+    return 1;
+  }
+  const Range a = chunk_range(count, n, first), b = chunk_range(count, n, last - n - 1);
+  out[0] = {a.begin, count - a.begin};
+  out[1] = {0, b.begin + b.size};
+  return 2;
+}
+
+}  // namespace
+
+void halving_reduce_scatter(Ctx& c, float* work, size_t count, ReduceOp op, int phase) {
+  const int n = c.n();
+  for (int k = ceil_log2(n) - 1; k >= 0; --k) {
+    const int dist = 1 << k, m = std::min(dist, n - dist);
+    Range pieces[2];
+    const int np = wrapped_ranges(count, n, c.rel(dist), m, pieces);
+    for (int i = 0; i < np; ++i)
+      if (pieces[i].size) c.send(c.rel(dist), work ? work + pieces[i].begin : nullptr, pieces[i].size, phase);
+    const int nr = wrapped_ranges(count, n, c.me(), m, pieces);
+    for (int i = 0; i < nr; ++i) {
+      if (!pieces[i].size) continue;
+      Message msg = c.recv(c.rel(-dist), pieces[i].size, phase);
+      reduce_into(work ? work + pieces[i].begin : nullptr, floats(msg), pieces[i].size, op);
+    }
+  }
+}
+
+void doubling_all_gather(Ctx& c, float* work, size_t count, int phase) {
+  const int n = c.n();
+  for (int k = 0; (1 << k) < n; ++k) {
+    const int dist = 1 << k, m = std::min(dist, n - dist);
+    Range pieces[2];
+    const int np = wrapped_ranges(count, n, c.me(), m, pieces);
+    for (int i = 0; i < np; ++i)
+      if (pieces[i].size) c.send(c.rel(-dist), work ? work + pieces[i].begin : nullptr, pieces[i].size, phase);
+    const int nr = wrapped_ranges(count, n, c.rel(dist), m, pieces);
+    for (int i = 0; i < nr; ++i) {
+      if (!pieces[i].size) continue;
+      Message msg = c.recv(c.rel(dist), pieces[i].size, phase);
+      copy(work ? work + pieces[i].begin : nullptr, floats(msg), pieces[i].size);
+    }
+  }
+}
+
+// Binomial tree over relative ranks v = (me - root) mod n: v receives from
+// v - lowbit(v), then sends to v + 2^j for the 2^j below lowbit(v).
+void binomial_broadcast(Ctx& c, float* data, size_t count, int root) {
+  const int n = c.n();
+  const int v = (c.me() - root + n) % n;
+  int mask = 1;
+  while (mask < n) {
+    if (v & mask) {
+      copy(data, floats(c.recv(c.rel(-mask), count)), count);
+      break;
+    }
+    mask <<= 1;
+  }
+  for (mask >>= 1; mask > 0; mask >>= 1)
+    if (v + mask < n) c.send(c.rel(mask), data, count);
+}
+
+// The mirror image: v adds the partials of v+1, v+2, v+4, ... (in that
+// order) to its input, then sends to its parent. `in` is my input, `acc`
+// scratch (root: the output); returns where my partial ended up.
+void binomial_reduce(Ctx& c, const float* in, float* acc, size_t count, ReduceOp op, int root) {
+  const int n = c.n();
+  const int v = (c.me() - root + n) % n;
+  const float* mine = in;
+  for (int mask = 1; mask < n; mask <<= 1) {
+    if (v & mask) {
+      c.send(c.rel(-mask), mine, count);
+      return;
+    }
+    if (v + mask >= n) continue;
+    Message msg = c.recv(c.rel(mask), count);
+    if (acc && mine != acc) {
+      reduce_to(acc, mine, floats(msg), count, op);
+      mine = acc;
+    } else {
+      reduce_into(acc, floats(msg), count, op);
+    }
+  }
+  copy(acc, mine, count);  // root with n == 1, or nothing received
+}
+
+}  // namespace shardlab::collectives::detail
