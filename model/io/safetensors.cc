@@ -98,13 +98,14 @@ Entry parse_entry(const std::string& name, const json& e, int64_t data_size,
   const json& shape = e["shape"];
   if (!shape.is_array()) corrupt(origin, t + ": shape is not an array");
   const int64_t held = out.end - out.begin;
-  int64_t numel = 1;  // kept <= held / 4 while multiplying, so it cannot overflow
+  constexpr int64_t kMaxNumel = std::numeric_limits<int64_t>::max() / 4;
+  int64_t numel = 1;  // kept <= kMaxNumel, so numel * 4 cannot overflow
   for (const json& d : shape) {
     int64_t dim = get_index(d, origin, t + ": shape dimension");
     out.shape.push_back(dim);
-    if (numel != 0 && dim > held / 4 / numel)
-      corrupt(origin, fmt::format("{}: shape {} needs more than the {} bytes of data_offsets "
-                                  "[{}, {}]", t, shape.dump(), held, out.begin, out.end));
+    if (numel != 0 && dim > kMaxNumel / numel)
+      corrupt(origin, fmt::format("{}: shape {} is absurdly large (data_offsets [{}, {}] hold {} "
+                                  "bytes)", t, shape.dump(), out.begin, out.end, held));
     numel *= dim;
   }
   if (held != numel * 4)
