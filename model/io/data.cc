@@ -1,11 +1,11 @@
 #include "model/io/data.h"
 
+#include <fmt/format.h>
+
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-
-#include <fmt/format.h>
 
 #include "model/io/synthetic.h"
 #include "model/io/token_rng.h"
@@ -22,8 +22,10 @@ void check_sizes(int vocab, int64_t seq) {
 }
 
 [[noreturn]] void too_short(const std::string& origin, int64_t n, int64_t seq) {
-  throw ConfigError(fmt::format("--data \"{}\": {} tokens, too short for one window of seq+1 = {} "
-                                "tokens", origin, n, seq + 1));
+  throw ConfigError(
+      fmt::format("--data \"{}\": {} tokens, too short for one window of seq+1 = {} "
+                  "tokens",
+                  origin, n, seq + 1));
 }
 
 }  // namespace
@@ -33,20 +35,24 @@ TokenData load_token_bin(const std::string& path, int vocab, int64_t seq) {
   std::error_code ec;
   auto status = std::filesystem::status(path, ec);
   if (!std::filesystem::exists(status))
-    throw ConfigError(fmt::format("--data \"{}\": no such file (expected synthetic:NAME or a "
-                                  ".bin file)", path));
+    throw ConfigError(
+        fmt::format("--data \"{}\": no such file (expected synthetic:NAME or a "
+                    ".bin file)",
+                    path));
   if (std::filesystem::is_directory(status))
     throw ConfigError(fmt::format("--data \"{}\": is a directory, not a .bin file", path));
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(fmt::format("--data \"{}\": cannot open ({})", path,
-                                         std::strerror(errno)));
+  if (!in)
+    throw ConfigError(fmt::format("--data \"{}\": cannot open ({})", path, std::strerror(errno)));
   in.seekg(0, std::ios::end);
   const std::streamoff bytes = in.tellg();
   in.seekg(0, std::ios::beg);
   if (bytes < 0) throw ConfigError(fmt::format("--data \"{}\": cannot read", path));
   if (bytes % 2 != 0)
-    throw ConfigError(fmt::format("--data \"{}\": odd length ({} bytes); a .bin file is a stream "
-                                  "of uint16 tokens", path, bytes));
+    throw ConfigError(
+        fmt::format("--data \"{}\": odd length ({} bytes); a .bin file is a stream "
+                    "of uint16 tokens",
+                    path, bytes));
   const int64_t n = bytes / 2;
   if (n < seq + 1) too_short(path, n, seq);
 
@@ -57,8 +63,10 @@ TokenData load_token_bin(const std::string& path, int vocab, int64_t seq) {
   for (int64_t i = 0; i < n; ++i) {
     const uint16_t t = static_cast<uint16_t>(raw[size_t(2 * i)] | raw[size_t(2 * i + 1)] << 8);
     if (t >= vocab)
-      throw ConfigError(fmt::format("--data \"{}\": token {} at position {} is >= vocab {} "
-                                    "(set --vocab above the largest token)", path, t, i, vocab));
+      throw ConfigError(
+          fmt::format("--data \"{}\": token {} at position {} is >= vocab {} "
+                      "(set --vocab above the largest token)",
+                      path, t, i, vocab));
     data.tokens[size_t(i)] = t;
   }
   return data;
@@ -90,9 +98,7 @@ Sampling parse_sampling(std::string_view text) {
   throw ConfigError(fmt::format("--sampling: unknown value \"{}\" (random or sequential)", text));
 }
 
-const char* sampling_name(Sampling s) {
-  return s == Sampling::kRandom ? "random" : "sequential";
-}
+const char* sampling_name(Sampling s) { return s == Sampling::kRandom ? "random" : "sequential"; }
 
 BatchSampler::BatchSampler(std::shared_ptr<const TokenData> data, int64_t batch, int64_t seq,
                            Sampling sampling, uint64_t seed)

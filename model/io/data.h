@@ -22,10 +22,10 @@ namespace shardlab::model {
 inline constexpr int64_t kDefaultSyntheticTokens = int64_t{1} << 20;
 
 struct TokenData {
-  std::string origin;                  // "synthetic:markov" or the file path
-  int vocab = 0;                       // every token is < vocab
-  std::vector<uint16_t> tokens;        // (N)
-  std::optional<double> best_loss;     // best achievable mean CE, nats, if known
+  std::string origin;               // "synthetic:markov" or the file path
+  int vocab = 0;                    // every token is < vocab
+  std::vector<uint16_t> tokens;     // (N)
+  std::optional<double> best_loss;  // best achievable mean CE, nats, if known
 };
 
 // nanoGPT's .bin: a flat little-endian uint16 stream. Throws ConfigError
@@ -68,8 +68,8 @@ class BatchSampler {
  public:
   // Throws ConfigError if batch or seq is not positive, or the data is
   // shorter than one window of seq+1 tokens.
-  BatchSampler(std::shared_ptr<const TokenData> data, int64_t batch, int64_t seq,
-               Sampling sampling, uint64_t seed);
+  BatchSampler(std::shared_ptr<const TokenData> data, int64_t batch, int64_t seq, Sampling sampling,
+               uint64_t seed);
 
   int64_t batch() const { return batch_; }
   int64_t seq() const { return seq_; }

@@ -1,5 +1,7 @@
 #include "model/io/safetensors.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -7,9 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "runtime/errors.h"
 
@@ -47,8 +48,8 @@ void put_f32_le(std::string& out, const float* src, int64_t n) {
 
 void get_f32_le(float* dst, const uint8_t* src, int64_t n) {
   for (int64_t i = 0; i < n; ++i, src += 4) {
-    uint32_t bits = uint32_t{src[0]} | uint32_t{src[1]} << 8 | uint32_t{src[2]} << 16 |
-                    uint32_t{src[3]} << 24;
+    uint32_t bits =
+        uint32_t{src[0]} | uint32_t{src[1]} << 8 | uint32_t{src[2]} << 16 | uint32_t{src[3]} << 24;
     dst[i] = std::bit_cast<float>(bits);
   }
 }
@@ -61,7 +62,8 @@ int64_t get_index(const json& v, const std::string& origin, const std::string& w
       corrupt(origin, fmt::format("{} is out of range ({})", what, u));
     return static_cast<int64_t>(u);
   }
-  if (v.is_number_integer()) corrupt(origin, fmt::format("{} is negative ({})", what, v.get<int64_t>()));
+  if (v.is_number_integer())
+    corrupt(origin, fmt::format("{} is negative ({})", what, v.get<int64_t>()));
   corrupt(origin, fmt::format("{} is not an integer (got {})", what, v.dump()));
 }
 
@@ -90,11 +92,12 @@ Entry parse_entry(const std::string& name, const json& e, int64_t data_size,
   out.begin = get_index(off[0], origin, t + ": data_offsets begin");
   out.end = get_index(off[1], origin, t + ": data_offsets end");
   if (out.begin > out.end)
-    corrupt(origin, fmt::format("{}: data_offsets [{}, {}] end before they begin", t, out.begin,
-                                out.end));
+    corrupt(origin,
+            fmt::format("{}: data_offsets [{}, {}] end before they begin", t, out.begin, out.end));
   if (out.end > data_size)
     corrupt(origin, fmt::format("{}: data_offsets [{}, {}] run past the data section ({} bytes): "
-                                "file truncated?", t, out.begin, out.end, data_size));
+                                "file truncated?",
+                                t, out.begin, out.end, data_size));
   const json& shape = e["shape"];
   if (!shape.is_array()) corrupt(origin, t + ": shape is not an array");
   const int64_t held = out.end - out.begin;
@@ -105,13 +108,14 @@ Entry parse_entry(const std::string& name, const json& e, int64_t data_size,
     out.shape.push_back(dim);
     if (numel != 0 && dim > kMaxNumel / numel)
       corrupt(origin, fmt::format("{}: shape {} is absurdly large (data_offsets [{}, {}] hold {} "
-                                  "bytes)", t, shape.dump(), out.begin, out.end, held));
+                                  "bytes)",
+                                  t, shape.dump(), out.begin, out.end, held));
     numel *= dim;
   }
   if (held != numel * 4)
     corrupt(origin, fmt::format("{}: data_offsets [{}, {}] hold {} bytes but shape {} in F32 "
-                                "needs {}", t, out.begin, out.end, held,
-                                shape_string(out.shape), numel * 4));
+                                "needs {}",
+                                t, out.begin, out.end, held, shape_string(out.shape), numel * 4));
   return out;
 }
 
@@ -136,17 +140,19 @@ void check_layout(std::vector<Entry>& entries, int64_t data_size, const std::str
   for (const Entry& e : entries) {
     if (e.begin < at)
       corrupt(origin, fmt::format("tensors \"{}\" and \"{}\" overlap (data_offsets [{}, {}] and "
-                                  "[{}, {}])", prev->name, e.name, prev->begin, prev->end,
-                                  e.begin, e.end));
+                                  "[{}, {}])",
+                                  prev->name, e.name, prev->begin, prev->end, e.begin, e.end));
     if (e.begin > at)
       corrupt(origin, fmt::format("bytes [{}, {}) of the data section belong to no tensor "
-                                  "(before \"{}\")", at, e.begin, e.name));
+                                  "(before \"{}\")",
+                                  at, e.begin, e.name));
     at = e.end;
     prev = &e;
   }
   if (at != data_size)
     corrupt(origin, fmt::format("{} bytes after the last tensor (data section {} bytes, tensors "
-                                "end at {})", data_size - at, data_size, at));
+                                "end at {})",
+                                data_size - at, data_size, at));
 }
 
 }  // namespace
@@ -184,8 +190,9 @@ std::string safetensors_bytes(const std::vector<NamedTensorView>& tensors,
     if (t.name.empty() || t.name == kMetadataKey)
       throw ConfigError(fmt::format("safetensors: invalid tensor name \"{}\"", t.name));
     for (int64_t d : t.shape)
-      if (d < 0) throw ConfigError(fmt::format("safetensors: tensor \"{}\" has negative shape {}",
-                                               t.name, shape_string(t.shape)));
+      if (d < 0)
+        throw ConfigError(fmt::format("safetensors: tensor \"{}\" has negative shape {}", t.name,
+                                      shape_string(t.shape)));
     if (t.data == nullptr && shape_numel(t.shape) != 0)
       throw ConfigError(fmt::format("safetensors: tensor \"{}\" has no data", t.name));
     if (!sorted.emplace(t.name, &t).second)
@@ -218,8 +225,8 @@ void save_safetensors(const std::string& path, const std::vector<NamedTensorView
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (out) out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     if (!out || !out.flush())
-      throw ConfigError(fmt::format("safetensors \"{}\": cannot write ({})", path,
-                                    std::strerror(errno)));
+      throw ConfigError(
+          fmt::format("safetensors \"{}\": cannot write ({})", path, std::strerror(errno)));
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
@@ -278,8 +285,9 @@ SafetensorsFile load_safetensors(const std::string& path) {
   if (std::filesystem::is_directory(status))
     throw ConfigError(fmt::format("safetensors \"{}\": is a directory, not a file", path));
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(fmt::format("safetensors \"{}\": cannot open ({})", path,
-                                         std::strerror(errno)));
+  if (!in)
+    throw ConfigError(
+        fmt::format("safetensors \"{}\": cannot open ({})", path, std::strerror(errno)));
   in.seekg(0, std::ios::end);
   std::streamoff size = in.tellg();
   in.seekg(0, std::ios::beg);

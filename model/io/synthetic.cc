@@ -1,8 +1,8 @@
 #include "model/io/synthetic.h"
 
-#include <cmath>
-
 #include <fmt/format.h>
+
+#include <cmath>
 
 #include "model/io/token_rng.h"
 #include "runtime/errors.h"
@@ -109,9 +109,11 @@ MarkovTable markov_table(int vocab) {
   // cycle, so the chain is irreducible and pi is unique.
   std::vector<int32_t> order(static_cast<size_t>(vocab));
   for (int i = 0; i < vocab; ++i) order[size_t(i)] = i;
-  for (int i = vocab - 1; i > 0; --i) std::swap(order[size_t(i)], order[rng.uniform(uint64_t(i) + 1)]);
+  for (int i = vocab - 1; i > 0; --i)
+    std::swap(order[size_t(i)], order[rng.uniform(uint64_t(i) + 1)]);
   std::vector<int32_t> cycle_next(static_cast<size_t>(vocab));
-  for (int i = 0; i < vocab; ++i) cycle_next[size_t(order[size_t(i)])] = order[size_t((i + 1) % vocab)];
+  for (int i = 0; i < vocab; ++i)
+    cycle_next[size_t(order[size_t(i)])] = order[size_t((i + 1) % vocab)];
   for (int s = 0; s < vocab; ++s) {
     int32_t* next = &t.next[size_t(s) * K];
     next[0] = cycle_next[size_t(s)];

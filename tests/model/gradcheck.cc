@@ -1,0 +1,82 @@
+#include "gradcheck.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace shardlab::model::testing {
+
+std::vector<double> numeric_grad(const std::function<double()>& loss, double* x, int64_t n,
+                                 double h) {
+  std::vector<double> g(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const double saved = x[i];
+    x[i] = saved + h;
+    const double lp = loss();
+    x[i] = saved - h;
+    const double lm = loss();
+    x[i] = saved;
+    g[i] = (lp - lm) / (2 * h);
+  }
+  return g;
+}
+
+GradError compare_grads(const double* analytic, const std::vector<double>& numeric) {
+  GradError e;
+  double scale = 0;
+  for (double v : numeric) scale = std::max(scale, std::abs(v));
+  const double floor = std::max(1e-3 * scale, 1e-12);
+  for (size_t i = 0; i < numeric.size(); ++i) {
+    const double a = analytic[i], n = numeric[i];
+    const double abs_err = std::abs(a - n);
+    const double rel = abs_err / std::max({std::abs(a), std::abs(n), floor});
+    e.max_abs = std::max(e.max_abs, abs_err);
+    if (rel > e.max_rel || e.worst < 0) {
+      e.max_rel = rel;
+      e.worst = static_cast<int64_t>(i);
+    }
+  }
+  return e;
+}
+
+double check_gradients(const std::string& what, const std::vector<Checked>& tensors,
+                       const std::function<double()>& loss, double tol) {
+  double worst = 0;
+  for (const Checked& t : tensors) {
+    const std::vector<double> numeric =
+        numeric_grad(loss, t.value, static_cast<int64_t>(t.size));
+    const GradError e = compare_grads(t.grad, numeric);
+    std::printf("[gradcheck] %-28s %-34s max rel err %.3e  max abs err %.3e  (tol %.0e)\n",
+                what.c_str(), t.name.c_str(), e.max_rel, e.max_abs, tol);
+    EXPECT_LE(e.max_rel, tol) << what << " " << t.name << ": worst element " << e.worst
+                              << " analytic " << t.grad[e.worst] << " numeric "
+                              << numeric[e.worst];
+    worst = std::max(worst, e.max_rel);
+  }
+  return worst;
+}
+
+std::vector<double> random_vector(std::mt19937_64& rng, int64_t n, double scale) {
+  std::normal_distribution<double> dist(0.0, scale);
+  std::vector<double> v(n);
+  for (double& x : v) x = dist(rng);
+  return v;
+}
+
+Accum::Accum(std::mt19937_64& rng, int64_t n) : start_(random_vector(rng, n)), buf_(start_) {}
+
+std::vector<double> Accum::delta() const {
+  std::vector<double> d(buf_.size());
+  for (size_t i = 0; i < d.size(); ++i) d[i] = buf_[i] - start_[i];
+  return d;
+}
+
+double dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+}  // namespace shardlab::model::testing

@@ -1,0 +1,141 @@
+#include "naive_gpt.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace shardlab::model::testing {
+namespace {
+
+using Rows = std::vector<std::vector<double>>;  // [row][feature]
+
+std::string h(int l, const std::string& s) { return "transformer.h." + std::to_string(l) + "." + s; }
+
+Rows linear(const Rows& x, const double* w, const double* b, int out) {
+  Rows y(x.size(), std::vector<double>(out, 0.0));
+  const size_t in = x[0].size();
+  for (size_t n = 0; n < x.size(); ++n) {
+    for (int o = 0; o < out; ++o) {
+      double s = b ? b[o] : 0.0;
+      for (size_t i = 0; i < in; ++i) s += x[n][i] * w[o * in + i];
+      y[n][o] = s;
+    }
+  }
+  return y;
+}
+
+Rows layernorm(const Rows& x, const double* w, const double* b) {
+  Rows y = x;
+  for (auto& row : y) {
+    const double C = static_cast<double>(row.size());
+    const double mean = std::accumulate(row.begin(), row.end(), 0.0) / C;
+    double var = 0;
+    for (double v : row) var += (v - mean) * (v - mean);
+    var /= C;
+    for (size_t c = 0; c < row.size(); ++c) row[c] = (row[c] - mean) / std::sqrt(var + 1e-5) * w[c] + b[c];
+  }
+  return y;
+}
+
+double gelu(double x) {
+  return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+std::vector<double> softmax(std::vector<double> z) {
+  const double m = *std::max_element(z.begin(), z.end());
+  double s = 0;
+  for (double& v : z) s += (v = std::exp(v - m));
+  for (double& v : z) v /= s;
+  return z;
+}
+
+Rows attention(const Rows& qkv, int B, int T, int NH) {
+  const int C = static_cast<int>(qkv[0].size()) / 3, HS = C / NH;
+  Rows y(qkv.size(), std::vector<double>(C, 0.0));
+  for (int b = 0; b < B; ++b)
+    for (int hd = 0; hd < NH; ++hd)
+      for (int t = 0; t < T; ++t) {
+        const auto& q = qkv[b * T + t];
+        std::vector<double> s(t + 1);
+        for (int u = 0; u <= t; ++u) {
+          double d = 0;
+          for (int i = 0; i < HS; ++i) d += q[hd * HS + i] * qkv[b * T + u][C + hd * HS + i];
+          s[u] = d / std::sqrt(static_cast<double>(HS));
+        }
+        s = softmax(s);
+        for (int u = 0; u <= t; ++u)
+          for (int i = 0; i < HS; ++i) y[b * T + t][hd * HS + i] += s[u] * qkv[b * T + u][2 * C + hd * HS + i];
+      }
+  return y;
+}
+
+Rows mlp(const Rows& x, const ParamLookup& p, const std::string& prefix, int C) {
+  Rows a = linear(x, p(prefix + ".c_fc.weight"), p(prefix + ".c_fc.bias"), 4 * C);
+  for (auto& row : a)
+    for (double& v : row) v = gelu(v);
+  return linear(a, p(prefix + ".c_proj.weight"), p(prefix + ".c_proj.bias"), C);
+}
+
+Rows moe(const Rows& x, const ParamLookup& p, int l, const GPTConfig& cfg, double* aux) {
+  const int N = static_cast<int>(x.size()), C = cfg.n_embd, E = cfg.n_expert, K = cfg.top_k;
+  const Rows logits = linear(x, p(h(l, "mlp.router.weight")), nullptr, E);
+  const double cap = cfg.capacity_factor > 0 ? std::ceil(cfg.capacity_factor * N * K / E) : 1e300;
+  std::vector<double> count(E, 0), pmean(E, 0);
+  Rows y(N, std::vector<double>(C, 0.0));
+  for (int n = 0; n < N; ++n) {
+    const std::vector<double> pr = softmax(logits[n]);
+    std::vector<int> order(E);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return pr[a] > pr[b]; });
+    double denom = 0;
+    for (int k = 0; k < K; ++k) denom += pr[order[k]];
+    for (int k = 0; k < K; ++k) {
+      const int e = order[k];
+      if (count[e]++ >= cap) continue;  // dropped
+      const Rows ye = mlp({x[n]}, p, h(l, "mlp.experts." + std::to_string(e)), C);
+      for (int c = 0; c < C; ++c) y[n][c] += pr[e] / denom * ye[0][c];
+    }
+    for (int e = 0; e < E; ++e) pmean[e] += pr[e] / N;
+  }
+  *aux = 0;
+  for (int e = 0; e < E; ++e) *aux += E * (count[e] / (static_cast<double>(N) * K)) * pmean[e];
+  return y;
+}
+
+}  // namespace
+
+NaiveResult naive_gpt_forward(const GPTConfig& cfg, const ParamLookup& p,
+                              const std::vector<Token>& inputs, const std::vector<Token>& targets,
+                              int B, int T) {
+  const int C = cfg.n_embd, V = cfg.vocab_size, N = B * T;
+  Rows x(N, std::vector<double>(C));
+  for (int n = 0; n < N; ++n)
+    for (int c = 0; c < C; ++c)
+      x[n][c] = p("transformer.wte.weight")[inputs[n] * C + c] + p("transformer.wpe.weight")[(n % T) * C + c];
+  NaiveResult r;
+  for (int l = 0; l < cfg.n_layer; ++l) {
+    const Rows a = layernorm(x, p(h(l, "ln_1.weight")), p(h(l, "ln_1.bias")));
+    const Rows qkv = linear(a, p(h(l, "attn.c_attn.weight")), p(h(l, "attn.c_attn.bias")), 3 * C);
+    const Rows att = linear(attention(qkv, B, T, cfg.n_head), p(h(l, "attn.c_proj.weight")),
+                            p(h(l, "attn.c_proj.bias")), C);
+    for (int n = 0; n < N; ++n)
+      for (int c = 0; c < C; ++c) x[n][c] += att[n][c];
+    const Rows m = layernorm(x, p(h(l, "ln_2.weight")), p(h(l, "ln_2.bias")));
+    double aux = 0;
+    const Rows f = cfg.is_moe_layer(l) ? moe(m, p, l, cfg, &aux) : mlp(m, p, h(l, "mlp"), C);
+    r.aux += aux;
+    for (int n = 0; n < N; ++n)
+      for (int c = 0; c < C; ++c) x[n][c] += f[n][c];
+  }
+  const Rows lnf = layernorm(x, p("transformer.ln_f.weight"), p("transformer.ln_f.bias"));
+  const Rows logits = linear(lnf, p("transformer.wte.weight"), nullptr, V);
+  for (int n = 0; n < N; ++n) {
+    const std::vector<double> pr = softmax(logits[n]);
+    r.ce -= std::log(pr[targets[n]]) / N;
+    r.logits.insert(r.logits.end(), logits[n].begin(), logits[n].end());
+  }
+  r.loss = r.ce + cfg.aux_coef * r.aux;
+  return r;
+}
+
+}  // namespace shardlab::model::testing

@@ -1,0 +1,164 @@
+// Config validation, parameter table (nanoGPT names and shapes) and the
+// counter-based init: determinism, slices, distributions.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "model/params.h"
+#include "model/rng.h"
+#include "runtime/errors.h"
+
+namespace shardlab::model {
+namespace {
+
+TEST(Config, PresetsAreValid) {
+  for (const std::string& name : preset_names()) EXPECT_NO_THROW(preset(name).validate()) << name;
+  const GPTConfig tiny = preset("tiny");
+  EXPECT_EQ(tiny.n_layer, 4);
+  EXPECT_EQ(tiny.n_head, 4);
+  EXPECT_EQ(tiny.n_embd, 128);
+  EXPECT_EQ(tiny.block_size, 64);
+  EXPECT_EQ(tiny.vocab_size, 512);
+  EXPECT_EQ(tiny.batch_size, 8);
+  EXPECT_LT(preset("nano").n_embd, tiny.n_embd);
+  EXPECT_GT(preset("small").n_embd, tiny.n_embd);
+  EXPECT_THROW(preset("huge"), ConfigError);
+}
+
+void expect_error(const GPTConfig& c, const std::string& needle) {
+  try {
+    c.validate();
+    ADD_FAILURE() << "expected ConfigError mentioning " << needle;
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(needle), std::string::npos) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << "one line: " << what;
+  }
+}
+
+TEST(Config, ValidateNamesTheFlag) {
+  GPTConfig c = preset("tiny");
+  c.n_head = 3;
+  expect_error(c, "--heads 3 must divide --embd 128");
+  c = preset("tiny"), c.n_layer = 0;
+  expect_error(c, "--layers");
+  c = preset("tiny"), c.vocab_size = 1;
+  expect_error(c, "--vocab");
+  c = preset("tiny"), c.n_expert = 4, c.top_k = 5;
+  expect_error(c, "--top-k 5");
+  c = preset("tiny"), c.n_expert = 4, c.capacity_factor = -1;
+  expect_error(c, "--capacity-factor");
+}
+
+TEST(ParamTable, NanoGPTNamesShapesAndCount) {
+  GPTConfig c = preset("tiny");
+  const ParamTable t(c);
+  const int64_t C = 128, V = 512, T = 64, L = 4;
+  EXPECT_EQ(t.specs().front().name, "transformer.wte.weight");
+  EXPECT_EQ(t.at("transformer.wte.weight").shape, (Shape{V, C}));
+  EXPECT_EQ(t.at("transformer.wpe.weight").shape, (Shape{T, C}));
+  EXPECT_EQ(t.at("transformer.h.3.attn.c_attn.weight").shape, (Shape{3 * C, C}));
+  EXPECT_EQ(t.at("transformer.h.0.attn.c_proj.weight").shape, (Shape{C, C}));
+  EXPECT_EQ(t.at("transformer.h.0.mlp.c_fc.weight").shape, (Shape{4 * C, C}));
+  EXPECT_EQ(t.at("transformer.h.0.mlp.c_proj.weight").shape, (Shape{C, 4 * C}));
+  EXPECT_EQ(t.at("transformer.h.0.mlp.c_proj.bias").shape, (Shape{C}));
+  EXPECT_EQ(t.specs().back().name, "transformer.ln_f.bias");
+  EXPECT_EQ(t.find("lm_head.weight"), nullptr);  // tied
+  // nanoGPT count: 12·L·C² + 13·L·C + (V + T)·C + 2C
+  EXPECT_EQ(t.numel(), 12 * L * C * C + 13 * L * C + (V + T) * C + 2 * C);
+  EXPECT_TRUE(t.at("transformer.wpe.weight").decay());
+  EXPECT_FALSE(t.at("transformer.h.1.ln_2.weight").decay());
+  EXPECT_THROW(t.at("transformer.h.9.ln_1.weight"), ConfigError);
+}
+
+TEST(ParamTable, MoELayersHaveRouterAndExperts) {
+  GPTConfig c = preset("nano");
+  c.n_expert = 3, c.top_k = 2, c.moe_every = 2;
+  const ParamTable t(c);
+  EXPECT_EQ(t.at("transformer.h.0.mlp.router.weight").shape, (Shape{3, c.n_embd}));
+  EXPECT_EQ(t.at("transformer.h.0.mlp.experts.2.c_proj.weight").shape, (Shape{c.n_embd, 4 * c.n_embd}));
+  EXPECT_EQ(t.find("transformer.h.0.mlp.router.bias"), nullptr);
+  EXPECT_EQ(t.find("transformer.h.0.mlp.c_fc.weight"), nullptr);
+  EXPECT_NE(t.find("transformer.h.1.mlp.c_fc.weight"), nullptr);  // 1 % 2 != 0: dense
+  EXPECT_EQ(t.find("transformer.h.1.mlp.router.weight"), nullptr);
+}
+
+TEST(Init, DeterministicAndSeedDependent) {
+  const ParamTable t(preset("nano"));
+  std::vector<float> a(t.numel()), b(t.numel()), c(t.numel());
+  t.init_all(42, a.data());
+  t.init_all(42, b.data());
+  t.init_all(43, c.data());
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  // Different tensors of the same shape draw different values.
+  const auto& w1 = t.at("transformer.h.0.attn.c_proj.weight");
+  const auto& w2 = t.at("transformer.h.1.attn.c_proj.weight");
+  EXPECT_NE(a[w1.offset], a[w2.offset]);
+}
+
+TEST(Init, SliceEqualsTheSameRangeOfTheFullTensor) {
+  const ParamTable t(preset("nano"));
+  std::vector<double> full(t.numel());
+  t.init_all(7, full.data());
+  int64_t mismatches = 0;
+  for (const ParamSpec& spec : t.specs()) {
+    for (int64_t off : {int64_t{0}, spec.numel / 3, spec.numel - 1}) {
+      const int64_t count = std::min<int64_t>(spec.numel - off, 97);
+      std::vector<double> part(count);
+      t.init_slice(spec.name, 7, off, count, part.data());
+      for (int64_t i = 0; i < count; ++i) mismatches += part[i] != full[spec.offset + off + i];
+    }
+  }
+  std::printf("[init] slices vs full init: %lld mismatching elements (tol 0, bit-exact)\n",
+              static_cast<long long>(mismatches));
+  EXPECT_EQ(mismatches, 0);
+  double x;
+  EXPECT_THROW(t.init_slice("transformer.ln_f.bias", 7, 64, 1, &x), ConfigError);
+}
+
+TEST(Init, DistributionsFollowNanoGPT) {
+  const GPTConfig c = preset("tiny");
+  const ParamTable t(c);
+  std::vector<double> p(t.numel());
+  t.init_all(1, p.data());
+  auto stats = [&](const std::string& name) {
+    const ParamSpec& s = t.at(name);
+    double sum = 0, sq = 0;
+    for (int64_t i = 0; i < s.numel; ++i) sum += p[s.offset + i], sq += p[s.offset + i] * p[s.offset + i];
+    const double mean = sum / s.numel;
+    return std::pair{mean, std::sqrt(sq / s.numel - mean * mean)};
+  };
+  const auto [m_wte, s_wte] = stats("transformer.wte.weight");
+  const auto [m_fc, s_fc] = stats("transformer.h.2.mlp.c_fc.weight");
+  const auto [m_pr, s_pr] = stats("transformer.h.2.mlp.c_proj.weight");
+  const double proj_std = 0.02 / std::sqrt(2.0 * c.n_layer);
+  std::printf("[init] wte mean %.2e std %.5f; c_fc std %.5f; c_proj std %.5f (want %.5f)\n", m_wte,
+              s_wte, s_fc, s_pr, proj_std);
+  EXPECT_NEAR(m_wte, 0, 1e-3);
+  EXPECT_NEAR(s_wte, 0.02, 0.02 * 0.02);
+  EXPECT_NEAR(s_fc, 0.02, 0.02 * 0.02);
+  EXPECT_NEAR(s_pr, proj_std, proj_std * 0.02);
+  EXPECT_EQ(stats("transformer.h.0.ln_1.weight"), (std::pair{1.0, 0.0}));
+  EXPECT_EQ(stats("transformer.h.0.attn.c_attn.bias"), (std::pair{0.0, 0.0}));
+}
+
+TEST(Rng, UniformNeverZeroAndNormalIsStandard) {
+  const uint64_t key = stream_key(5, "x");
+  double sum = 0, sq = 0, mn = 1;
+  const int n = 200000;
+  for (int i = 0; i < n; ++i) {
+    mn = std::min(mn, uniform_at(key, i));
+    const double z = normal_at(key, i);
+    sum += z, sq += z * z;
+  }
+  EXPECT_GT(mn, 0.0);
+  EXPECT_NEAR(sum / n, 0.0, 0.01);
+  EXPECT_NEAR(sq / n, 1.0, 0.01);
+  EXPECT_NE(stream_key(5, "x"), stream_key(6, "x"));
+  EXPECT_NE(stream_key(5, "x"), stream_key(5, "y"));
+}
+
+}  // namespace
+}  // namespace shardlab::model
