@@ -1,0 +1,113 @@
+// Bit-identical results and virtual times across 20 runs while random host
+// sleeps are injected at every send and receive (shaking the thread
+// schedule), on random (non-integer) data where reduction order matters.
+#include <atomic>
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "tests/collectives/test_util.h"
+
+namespace shardlab::collectives::testing {
+namespace {
+
+// Sleeps 0-40 us at about one channel operation in four, from a seeded hash.
+class RandomSleeps : public FabricHooks {
+ public:
+  explicit RandomSleeps(uint64_t seed) : seed_(seed) {}
+  void on_send(int src, int dst, Tag tag) override { maybe_sleep(src, dst, tag); }
+  void on_recv(int dst, int src, Tag tag) override { maybe_sleep(dst + 1000, src, tag); }
+
+ private:
+  void maybe_sleep(int a, int b, Tag tag) {
+    uint64_t h = seed_ ^ (tag * 0x9E3779B97F4A7C15ull) ^ (static_cast<uint64_t>(a) << 32) ^ static_cast<uint64_t>(b);
+    h ^= counter_.fetch_add(1, std::memory_order_relaxed) * 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 31;
+    h *= 0x94D049BB133111EBull;
+    h ^= h >> 29;
+    if (h % 4 == 0) std::this_thread::sleep_for(std::chrono::microseconds(h % 41));
+  }
+  uint64_t seed_;
+  std::atomic<uint64_t> counter_{0};
+};
+
+struct Outcome {
+  std::vector<uint64_t> digests;  // per device: FNV-1a of all output bits
+  std::vector<Time> ends;
+  bool operator==(const Outcome&) const = default;
+};
+
+uint64_t fnv(uint64_t h, const std::vector<float>& v) {
+  for (float x : v) {
+    uint32_t bits;
+    std::memcpy(&bits, &x, 4);
+    h = (h ^ bits) * 1099511628211ull;
+  }
+  return h;
+}
+
+// Every op and algorithm on random floats; returns each device's digest.
+Outcome run_everything(int n, uint64_t seed, FabricHooks* hooks) {
+  std::vector<uint64_t> digests(static_cast<size_t>(n));
+  RunResult r = run_on(n, [&](Device& dev) {
+    ProcessGroup g = ProcessGroup::world(dev);
+    std::mt19937 rng(static_cast<uint32_t>(seed * 131 + static_cast<uint64_t>(dev.rank())));
+    std::normal_distribution<float> normal;
+    const size_t count = 3001;
+    const auto un = static_cast<size_t>(n);
+    uint64_t h = 1469598103934665603ull;
+    for (Algo algo : {Algo::kRing, Algo::kTree, Algo::kDirect}) {
+      const CollOptions opt{algo, std::nullopt};
+      std::vector<float> x(count), part(chunk_range(count, n, g.rank()).size), a2a(un * 101), y(un * 101);
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
+        for (float& v : x) v = normal(rng);
+        all_reduce(dev, g, x, op, opt);
+        h = fnv(h, x);
+        for (float& v : x) v = normal(rng);
+        reduce_scatter(dev, g, x, part, op, opt);
+        h = fnv(h, part);
+        reduce(dev, g, x, x, 0, op, opt);
+        h = fnv(h, x);
+      }
+      all_gather(dev, g, part, x, opt);
+      broadcast(dev, g, x, n - 1, opt);
+      for (float& v : a2a) v = normal(rng);
+      all_to_all(dev, g, a2a, y, opt);
+      h = fnv(fnv(h, x), y);
+    }
+    digests[static_cast<size_t>(dev.rank())] = h;
+  }, load_profile("a100-nvlink"), hooks);
+  Outcome o{digests, {}};
+  for (const auto& d : r.devices) o.ends.push_back(d.end());
+  return o;
+}
+
+TEST(DeterminismTest, TwentyRunsWithRandomHostSleepsAreBitIdentical) {
+  for (int n : {6, 8}) {
+    const Outcome first = run_everything(n, 7, nullptr);
+    for (int run = 0; run < 20; ++run) {
+      RandomSleeps sleeps(static_cast<uint64_t>(run) + 1);
+      EXPECT_EQ(run_everything(n, 7, &sleeps), first) << "n=" << n << " run " << run;
+    }
+  }
+}
+
+TEST(DeterminismTest, AllMembersHoldTheSameBits) {
+  // all_reduce gives every member identical bits, whatever the algorithm.
+  for (Algo algo : {Algo::kRing, Algo::kTree, Algo::kDirect}) {
+    std::vector<std::vector<float>> results(5);
+    run_on(5, [&](Device& dev) {
+      ProcessGroup g = ProcessGroup::world(dev);
+      std::mt19937 rng(static_cast<uint32_t>(dev.rank()));
+      std::uniform_real_distribution<float> u(-1, 1);
+      std::vector<float> x(1237);
+      for (float& v : x) v = u(rng);
+      all_reduce(dev, g, x, ReduceOp::kSum, {algo, std::nullopt});
+      results[static_cast<size_t>(dev.rank())] = x;
+    });
+    for (size_t r = 1; r < results.size(); ++r) EXPECT_EQ(results[r], results[0]) << algo_name(algo);
+  }
+}
+
+}  // namespace
+}  // namespace shardlab::collectives::testing

@@ -1,0 +1,119 @@
+// DeviceMesh: rank <-> coordinates, groups along one or several dimensions,
+// expert parallelism inside data parallelism, and group tags.
+#include <set>
+
+#include "tests/collectives/test_util.h"
+
+namespace shardlab::collectives::testing {
+namespace {
+
+using Groups = std::vector<std::vector<int>>;
+
+TEST(MeshTest, DefaultOrderPutsTpFastestAndPpSlowest) {
+  DeviceMesh mesh(MeshShape{.tp = 2, .dp = 2, .pp = 2});
+  EXPECT_EQ(mesh.size(), 8);
+  EXPECT_EQ(mesh.all_group_ranks("tp"), (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
+  EXPECT_EQ(mesh.all_group_ranks("dp"), (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+  EXPECT_EQ(mesh.all_group_ranks("pp"), (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  EXPECT_EQ(mesh.all_group_ranks("tp-dp"), (Groups{{0, 1, 2, 3}, {4, 5, 6, 7}}));
+  const Coords c = mesh.coords(5);
+  EXPECT_EQ(c.tp, 1);
+  EXPECT_EQ(c.dp, 0);
+  EXPECT_EQ(c.pp, 1);
+  EXPECT_EQ(mesh.describe(5), "TP(2)-PP(2)-DP(2)-Rank(5)");
+}
+
+TEST(MeshTest, CoordinatesRoundTripForEveryOrder) {
+  for (const char* order : {"tp-cp-ep-dp-pp", "tp-pp-dp", "pp-dp-tp", "dp-tp-pp-cp-ep"}) {
+    DeviceMesh mesh(MeshShape{.tp = 2, .dp = 3, .pp = 2}, order);
+    std::set<std::vector<int>> seen;
+    for (int r = 0; r < mesh.size(); ++r) {
+      const Coords c = mesh.coords(r);
+      EXPECT_EQ(mesh.rank(c), r) << order;
+      seen.insert({c.tp, c.dp, c.pp});
+    }
+    EXPECT_EQ(seen.size(), 12u) << order;
+  }
+  DeviceMesh pp_first(MeshShape{.tp = 2, .pp = 4}, "pp-tp");
+  EXPECT_EQ(pp_first.group_ranks(0, "pp"), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(pp_first.group_ranks(0, "tp"), (std::vector<int>{0, 4}));
+}
+
+TEST(MeshTest, ExpertParallelismSplitsDataParallelism) {
+  // tp=2, dp=4 with ep=2: inside each dp group of 4, the ep pairs hold
+  // different experts; edp pairs hold the same experts.
+  DeviceMesh mesh(MeshShape{.tp = 2, .ep = 2, .dp = 4});
+  EXPECT_EQ(mesh.size(), 8);
+  EXPECT_EQ(mesh.all_group_ranks("dp"), (Groups{{0, 2, 4, 6}, {1, 3, 5, 7}}));
+  EXPECT_EQ(mesh.all_group_ranks("ep"), (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+  EXPECT_EQ(mesh.all_group_ranks("edp"), (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  for (int r = 0; r < 8; ++r) {
+    const Coords c = mesh.coords(r);
+    EXPECT_EQ(c.dp, c.ep + 2 * c.edp);
+    // ep x edp tiles the dp group exactly.
+    const std::vector<int> ep_group = mesh.group_ranks(r, "ep");
+    const std::set<int> ep(ep_group.begin(), ep_group.end());
+    for (int e : mesh.group_ranks(r, "edp")) EXPECT_FALSE(e != r && ep.count(e)) << r;
+  }
+  EXPECT_EQ(mesh.describe(3), "TP(2)-EP(2)-PP(1)-DP(4)-Rank(3)");
+}
+
+TEST(MeshTest, BadShapesAndNamesAreConfigErrors) {
+  EXPECT_THROW(DeviceMesh(MeshShape{.ep = 3, .dp = 4}), ConfigError);
+  EXPECT_THROW(DeviceMesh(MeshShape{.tp = 0}), ConfigError);
+  EXPECT_THROW(DeviceMesh(MeshShape{.tp = 2}, "tp-xx"), ConfigError);
+  EXPECT_THROW(DeviceMesh(MeshShape{.tp = 2}, "tp-tp"), ConfigError);
+  EXPECT_THROW(DeviceMesh(MeshShape{.tp = 2, .pp = 2}, "tp-dp"), ConfigError);  // pp missing
+  DeviceMesh mesh(MeshShape{.tp = 2});
+  EXPECT_THROW(mesh.group_ranks(0, "tensor"), ConfigError);
+}
+
+TEST(MeshTest, GroupTagsAgreeOnMembersAndDifferAcrossGroups) {
+  DeviceMesh mesh(MeshShape{.tp = 2, .dp = 2, .pp = 2});
+  std::set<uint64_t> bases;
+  for (const char* dims : {"tp", "dp", "pp", "tp-dp"}) {
+    for (const auto& members : mesh.all_group_ranks(dims)) {
+      const uint64_t base = mesh.group(members[0], dims).tag_base();
+      for (int m : members) EXPECT_EQ(mesh.group(m, dims).tag_base(), base);
+      bases.insert(base);
+    }
+  }
+  EXPECT_EQ(bases.size(), 4u + 4u + 4u + 2u);
+  ProcessGroup g = mesh.group(0, "tp");
+  ProcessGroup copy = g;
+  const Tag t0 = g.next_tag(), t1 = copy.next_tag();
+  EXPECT_NE(t0, t1) << "copies share the sequence counter";
+  EXPECT_EQ(g.sequence(), 2u);
+  EXPECT_TRUE(t0 >> 63) << "collective tags stay clear of user p2p tags";
+  EXPECT_THROW(ProcessGroup({0, 1}, 2), ConfigError);
+  EXPECT_THROW(ProcessGroup({0, 0}, 0), ConfigError);
+}
+
+TEST(MeshTest, InterleavedGroupsNeverMixMessages) {
+  // Each device alternates collectives on its tp and dp groups, with
+  // non-blocking ones in flight; results must stay exact.
+  Failures f;
+  run_on(8, [&](Device& dev) {
+    DeviceMesh mesh(MeshShape{.tp = 2, .dp = 2, .pp = 2});
+    ProcessGroup tp = mesh.group(dev.rank(), "tp"), dp = mesh.group(dev.rank(), "dp");
+    for (int it = 0; it < 5; ++it) {
+      std::vector<float> a = int_inputs(dev.rank(), 333, it), b = int_inputs(dev.rank(), 222, it + 9);
+      Work wa = iall_reduce(dev, tp, a, a);
+      Work wb = iall_reduce(dev, dp, b, b, ReduceOp::kMax);
+      wa.wait(dev.compute());
+      wb.wait(dev.compute());
+      auto want = [&](const std::vector<int>& members, size_t i, int salt, ReduceOp op) {
+        float acc = int_input(members[0], i, salt);
+        for (size_t k = 1; k < members.size(); ++k)
+          acc = op == ReduceOp::kMax ? std::max(acc, int_input(members[k], i, salt)) : acc + int_input(members[k], i, salt);
+        return acc;
+      };
+      check_range(f, "tp", a.data(), a.size(), [&](size_t i) { return want(tp.members(), i, it, ReduceOp::kSum); });
+      check_range(f, "dp", b.data(), b.size(), [&](size_t i) { return want(dp.members(), i, it + 9, ReduceOp::kMax); });
+    }
+  });
+  f.expect_none();
+}
+
+}  // namespace
+}  // namespace shardlab::collectives::testing

@@ -1,0 +1,91 @@
+// Helpers for the collectives tests: run one SPMD program, deterministic
+// inputs whose sums are exact in any order (small integers), serial references.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include "collectives/collectives.h"
+#include "collectives/mesh.h"
+#include "runtime/errors.h"
+#include "runtime/cluster.h"
+
+namespace shardlab::collectives::testing {
+
+// Element i of member r's input: a small integer, so sums are exact.
+inline float int_input(int r, size_t i, int salt = 0) {
+  return static_cast<float>(static_cast<int>((r * 7 + i * 13 + static_cast<size_t>(salt) * 5) % 17) - 8);
+}
+
+inline std::vector<float> int_inputs(int r, size_t count, int salt = 0) {
+  std::vector<float> v(count);
+  for (size_t i = 0; i < count; ++i) v[i] = int_input(r, i, salt);
+  return v;
+}
+
+// Serial reference of op over members 0..n-1 of element i.
+inline float reference(ReduceOp op, int n, size_t i, int salt = 0) {
+  float acc = int_input(0, i, salt);
+  for (int r = 1; r < n; ++r)
+    acc = op == ReduceOp::kMax ? std::max(acc, int_input(r, i, salt)) : acc + int_input(r, i, salt);
+  return op == ReduceOp::kAvg ? acc / static_cast<float>(n) : acc;
+}
+
+// Failures found on device threads, reported after the run.
+class Failures {
+ public:
+  void add(std::string s) {
+    std::lock_guard lock(mu_);
+    if (list_.size() < 20) list_.push_back(std::move(s));
+    ++count_;
+  }
+  void expect_none() const {
+    std::lock_guard lock(mu_);
+    EXPECT_EQ(count_, 0u) << (list_.empty() ? "" : list_.front()) << (list_.size() > 1 ? "\n" + list_[1] : "");
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::string> list_;
+  size_t count_ = 0;
+};
+
+// Max |got - want| over a range; records a failure when above `tol`.
+template <class Want>
+double check_range(Failures& f, const std::string& what, const float* got, size_t count, Want want,
+                   double tol = 0) {
+  double worst = 0;
+  for (size_t i = 0; i < count; ++i) worst = std::max(worst, static_cast<double>(std::abs(got[i] - want(i))));
+  if (worst > tol) f.add(what + ": max error " + std::to_string(worst) + " > " + std::to_string(tol));
+  return worst;
+}
+
+inline HardwareProfile uniform_profile(int devices, double latency_us = 2.0, double gbps = 300.0) {
+  HardwareProfile p = load_profile("a100-nvlink");
+  p.name = "uniform";
+  p.nodes = 1;
+  p.devices_per_node = devices;
+  p.intra = {latency_us, gbps};
+  return p;
+}
+
+inline RunResult run_on(int n, const Cluster::Program& program, const HardwareProfile& profile,
+                        FabricHooks* hooks = nullptr) {
+  ClusterOptions opts;
+  opts.world_size = n;
+  opts.hooks = hooks;
+  Cluster cluster(profile, opts);
+  return cluster.run(program);
+}
+
+inline RunResult run_on(int n, const Cluster::Program& program) {
+  return run_on(n, program, load_profile("a100-nvlink"));
+}
+
+}  // namespace shardlab::collectives::testing

@@ -1,0 +1,163 @@
+// Virtual times follow from the link model exactly: ring all_reduce of S
+// bytes over n members on uniform links takes 2(n-1)(a + w(S/n)), ring
+// all_gather and reduce_scatter (n-1)(a + w(S/n)), where w is the link
+// model's wire time (rounded up to a picosecond per message).
+#include "tests/collectives/test_util.h"
+
+namespace shardlab::collectives::testing {
+namespace {
+
+constexpr double kLatencyUs = 2.0;
+constexpr double kGBps = 300.0;
+
+Time wire(uint64_t bytes) { return transfer_time(bytes, static_cast<uint64_t>(kGBps * 1e9)); }
+Time latency() { return us_to_time(kLatencyUs); }
+
+// Runs `op` once on every member of an n-device uniform node; returns each
+// member's comm-stream end.
+template <class Op>
+std::vector<Time> comm_ends(int n, Op op, Precision precision = Precision::kFp32) {
+  ClusterOptions opts;
+  opts.world_size = n;
+  opts.precision = precision;
+  Cluster cluster(uniform_profile(n, kLatencyUs, kGBps), opts);
+  RunResult r = cluster.run([&](Device& dev) { op(dev, ProcessGroup::world(dev)); });
+  std::vector<Time> ends;
+  for (const auto& d : r.devices) ends.push_back(d.comm_end);
+  return ends;
+}
+
+TEST(TimingTest, RingAllReduceIsExactly2nMinus1Steps) {
+  for (int n = 2; n <= 8; ++n) {
+    const size_t count = static_cast<size_t>(n) * 3000;  // S/n = 12000 bytes
+    const Time want = 2 * (n - 1) * (latency() + wire(count * 4 / static_cast<size_t>(n)));
+    auto ends = comm_ends(n, [&](Device& dev, const ProcessGroup& g) {
+      std::vector<float> x(count, 1.f);
+      all_reduce(dev, g, x, ReduceOp::kSum, {Algo::kRing, std::nullopt});
+    });
+    for (Time t : ends) EXPECT_EQ(t, want) << "n=" << n;
+  }
+}
+
+TEST(TimingTest, RingAllGatherAndReduceScatterAreNMinus1Steps) {
+  for (int n = 2; n <= 8; ++n) {
+    const size_t count = static_cast<size_t>(n) * 2500;
+    const Time want = (n - 1) * (latency() + wire(count * 4 / static_cast<size_t>(n)));
+    const CollOptions ring{Algo::kRing, std::nullopt};
+    auto ag = comm_ends(n, [&](Device& dev, const ProcessGroup& g) {
+      std::vector<float> part(2500, 1.f), full(count);
+      all_gather(dev, g, part, full, ring);
+    });
+    auto rs = comm_ends(n, [&](Device& dev, const ProcessGroup& g) {
+      std::vector<float> full(count, 1.f), part(2500);
+      reduce_scatter(dev, g, full, part, ReduceOp::kSum, ring);
+    });
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(ag[static_cast<size_t>(r)], want) << "all_gather n=" << n;
+      EXPECT_EQ(rs[static_cast<size_t>(r)], want) << "reduce_scatter n=" << n;
+    }
+  }
+}
+
+TEST(TimingTest, Bf16HalvesTheWireTime) {
+  const int n = 4;
+  const size_t count = 4 * 6000;
+  const Time want = 2 * (n - 1) * (latency() + wire(count * 2 / n));
+  auto ends = comm_ends(n, [&](Device& dev, const ProcessGroup& g) {
+    std::vector<float> x(count, 1.f);
+    all_reduce(dev, g, x, ReduceOp::kSum, {Algo::kRing, std::nullopt});
+  }, Precision::kBf16);
+  for (Time t : ends) EXPECT_EQ(t, want);
+}
+
+TEST(TimingTest, UnevenChunksStayWithinTheCeilingBound) {
+  const int n = 7;
+  const size_t count = 7 * 1000 + 3;
+  const Time lo = 2 * (n - 1) * (latency() + wire(count / n * 4));
+  const Time hi = 2 * (n - 1) * (latency() + wire((count / n + 1) * 4));
+  auto ends = comm_ends(n, [&](Device& dev, const ProcessGroup& g) {
+    std::vector<float> x(count, 1.f);
+    all_reduce(dev, g, x, ReduceOp::kSum, {Algo::kRing, std::nullopt});
+  });
+  for (Time t : ends) {
+    EXPECT_GE(t, lo);
+    EXPECT_LE(t, hi);
+  }
+}
+
+TEST(TimingTest, DirectAndTreeCostsFollowTheirShape) {
+  const int n = 8;
+  const size_t count = 8 * 768;  // chunk 3072 B: exact picoseconds at 300 GB/s
+  const uint64_t s = count * 4;
+  auto direct = comm_ends(n, [&](Device& dev, const ProcessGroup& g) {
+    std::vector<float> x(count, 1.f);
+    all_reduce(dev, g, x, ReduceOp::kSum, {Algo::kDirect, std::nullopt});
+  });
+  // All n-1 sends leave back to back: the last lands after a + (n-1)·w(S).
+  EXPECT_EQ(direct[0], latency() + (n - 1) * wire(s));
+  auto tree = comm_ends(n, [&](Device& dev, const ProcessGroup& g) {
+    std::vector<float> x(count, 1.f);
+    all_reduce(dev, g, x, ReduceOp::kSum, {Algo::kTree, std::nullopt});
+  });
+  // log2(8) = 3 halving and 3 doubling steps moving S/2, S/4, S/8 each way.
+  EXPECT_EQ(tree[0], 2 * (3 * latency() + wire(s / 2) + wire(s / 4) + wire(s / 8)));
+}
+
+TEST(TimingTest, PhantomBuffersTakeTheSameTime) {
+  const int n = 6;
+  const size_t count = 6 * 777;
+  for (Algo algo : {Algo::kRing, Algo::kTree, Algo::kDirect}) {
+    const CollOptions opt{algo, std::nullopt};
+    auto real = comm_ends(n, [&](Device& dev, const ProcessGroup& g) {
+      std::vector<float> x(count, 1.f), y(count);
+      all_reduce(dev, g, x, ReduceOp::kSum, opt);
+      broadcast(dev, g, x, 1, opt);
+      all_to_all(dev, g, x, y, opt);
+    });
+    auto phantom = comm_ends(n, [&](Device& dev, const ProcessGroup& g) {
+      all_reduce(dev, g, Buffer::phantom(count), ReduceOp::kSum, opt);
+      broadcast(dev, g, Buffer::phantom(count), 1, opt);
+      all_to_all(dev, g, Buffer::phantom(count), Buffer::phantom(count), opt);
+    });
+    EXPECT_EQ(real, phantom) << algo_name(algo);
+  }
+}
+
+// nccl-tests bus bandwidth of a phantom 256 MiB ring collective on a100-nvlink.
+double busbw_GBps(int n, OpKind op, uint64_t bytes) {
+  ClusterOptions opts;
+  opts.world_size = n;
+  Cluster cluster(load_profile("a100-nvlink"), opts);
+  const size_t count = bytes / 4;
+  RunResult r = cluster.run([&](Device& dev) {
+    ProcessGroup g = ProcessGroup::world(dev);
+    const CollOptions ring{Algo::kRing, std::nullopt};
+    const size_t part = chunk_range(count, n, g.rank()).size;
+    if (op == OpKind::kAllReduce) all_reduce(dev, g, Buffer::phantom(count), ReduceOp::kSum, ring);
+    if (op == OpKind::kAllGather) all_gather(dev, g, Buffer::phantom(part), Buffer::phantom(count), ring);
+    if (op == OpKind::kReduceScatter)
+      reduce_scatter(dev, g, Buffer::phantom(count), Buffer::phantom(part), ReduceOp::kSum, ring);
+  });
+  const double algbw = static_cast<double>(bytes) / to_seconds(r.makespan()) / 1e9;
+  const double factor = op == OpKind::kAllReduce ? 2.0 * (n - 1) / n : (n - 1.0) / n;
+  return algbw * factor;
+}
+
+TEST(TimingTest, BusBandwidthAt256MiBIsWithin2PercentOfTheLink) {
+  for (OpKind op : {OpKind::kAllReduce, OpKind::kAllGather, OpKind::kReduceScatter}) {
+    const double busbw = busbw_GBps(8, op, 256ull << 20);
+    EXPECT_GT(busbw, 0.98 * 300.0) << op_kind_name(op);
+    EXPECT_LE(busbw, 300.0) << op_kind_name(op);
+  }
+}
+
+TEST(TimingTest, TwoNodesAreBoundByTheInterNodeLink) {
+  // 16 ranks on two a100-nvlink nodes: the ring crosses InfiniBand (25 GB/s)
+  // twice; every step waits for those hops, so busbw is the IB bandwidth.
+  const double busbw = busbw_GBps(16, OpKind::kAllReduce, 256ull << 20);
+  EXPECT_GT(busbw, 0.97 * 25.0);
+  EXPECT_LE(busbw, 25.0);
+}
+
+}  // namespace
+}  // namespace shardlab::collectives::testing
