@@ -64,19 +64,19 @@ class GPT {
 
   GPTConfig config_;
   ParamTable table_;
-  std::vector<Real> params_;        // (P)
-  std::vector<Real> grads_;         // (P)
+  Buffer<Real> params_;        // (P)
+  Buffer<Real> grads_;         // (P)
   GPTView<Real> weights_;
   GPTView<Real> weight_grads_;
 
   // Activations of the last forward.
   Dims dims_;
-  std::vector<Token> inputs_, targets_;   // (N)
-  std::vector<Real> encoded_;             // (N,C)
+  Buffer<Token> inputs_, targets_;   // (N)
+  Buffer<Real> encoded_;             // (N,C)
   std::vector<BlockActs<Real>> blocks_;   // (n_layer)
-  std::vector<Real> lnf_, lnf_mean_, lnf_rstd_;  // (N,C), (N), (N)
-  std::vector<Real> logits_, probs_;      // (N,V)
-  std::vector<Real> losses_;              // (N)
+  Buffer<Real> lnf_, lnf_mean_, lnf_rstd_;  // (N,C), (N), (N)
+  Buffer<Real> logits_, probs_;      // (N,V)
+  Buffer<Real> losses_;              // (N)
   size_t logits_n_ = 0;
   bool have_targets_ = false;
   Real ce_loss_ = 0;
@@ -84,9 +84,9 @@ class GPT {
 
   // Backward scratch.
   BlockScratch<Real> scratch_;
-  std::vector<Real> dlogits_;             // (N,V)
-  std::vector<Real> dlnf_;                // (N,C)
-  std::vector<Real> dx_, dx_next_;        // (N,C) gradient of the residual stream
+  Buffer<Real> dlogits_;             // (N,V)
+  Buffer<Real> dlnf_;                // (N,C)
+  Buffer<Real> dx_, dx_next_;        // (N,C) gradient of the residual stream
 };
 
 extern template class GPT<float>;

@@ -8,7 +8,7 @@ namespace shardlab::model {
 namespace {
 
 template <typename Real>
-void zero(std::vector<Real>& v, int64_t n) {
+void zero(Buffer<Real>& v, int64_t n) {
   std::fill(v.begin(), v.begin() + n, Real(0));
 }
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/buffer.h"
 #include "model/config.h"
 #include "model/kernels.h"
 #include "model/params.h"
@@ -74,32 +75,32 @@ struct Dims {
 
 template <typename Real>
 struct MoeActs {
-  std::vector<Real> logits, probs;        // (N,E)
-  std::vector<int32_t> expert, slot;      // (N,K)
-  std::vector<Real> gates;                // (N,K)
-  std::vector<Real> frac;                 // (E)
-  std::vector<int64_t> src;               // (N*K), first M used
-  std::vector<int64_t> offsets;           // (E+1)
+  Buffer<Real> logits, probs;        // (N,E)
+  Buffer<int32_t> expert, slot;      // (N,K)
+  Buffer<Real> gates;                // (N,K)
+  Buffer<Real> frac;                 // (E)
+  Buffer<int64_t> src;               // (N*K), first M used
+  Buffer<int64_t> offsets;           // (E+1)
   int64_t M = 0;
-  std::vector<Real> xe, ye;               // (N*K, C), first M rows used
-  std::vector<Real> fc, fc_gelu;          // (N*K, 4C)
+  Buffer<Real> xe, ye;               // (N*K, C), first M rows used
+  Buffer<Real> fc, fc_gelu;          // (N*K, 4C)
   Real aux = 0;
   void resize(int64_t N, int C, int E, int K);
 };
 
 template <typename Real>
 struct BlockActs {
-  std::vector<Real> ln1, ln2;              // (N,C)
-  std::vector<Real> ln1_mean, ln1_rstd;    // (N)
-  std::vector<Real> ln2_mean, ln2_rstd;    // (N)
-  std::vector<Real> qkv;                   // (N,3C)
-  std::vector<Real> att;                   // (B,NH,T,T)
-  std::vector<Real> atty;                  // (N,C) attention output before c_proj
-  std::vector<Real> attproj;               // (N,C)
-  std::vector<Real> res1;                  // (N,C) x + attn
-  std::vector<Real> fc, fc_gelu;           // (N,4C) dense MLP
-  std::vector<Real> mlp_out;               // (N,C)
-  std::vector<Real> res2;                  // (N,C) block output
+  Buffer<Real> ln1, ln2;              // (N,C)
+  Buffer<Real> ln1_mean, ln1_rstd;    // (N)
+  Buffer<Real> ln2_mean, ln2_rstd;    // (N)
+  Buffer<Real> qkv;                   // (N,3C)
+  Buffer<Real> att;                   // (B,NH,T,T)
+  Buffer<Real> atty;                  // (N,C) attention output before c_proj
+  Buffer<Real> attproj;               // (N,C)
+  Buffer<Real> res1;                  // (N,C) x + attn
+  Buffer<Real> fc, fc_gelu;           // (N,4C) dense MLP
+  Buffer<Real> mlp_out;               // (N,C)
+  Buffer<Real> res2;                  // (N,C) block output
   MoeActs<Real> moe;                       // MoE blocks only
   void resize(const Dims& d, const GPTConfig& config, bool moe_block);
 };
@@ -107,12 +108,12 @@ struct BlockActs {
 // Backward scratch shared by all blocks (overwritten by each call).
 template <typename Real>
 struct BlockScratch {
-  std::vector<Real> dres1, dln1, dln2, datty;  // (N,C)
-  std::vector<Real> dqkv;                      // (N,3C)
-  std::vector<Real> dfc, dfc_gelu;             // (max(N, N*K), 4C)
-  std::vector<Real> dlogits;                   // (N,E)
-  std::vector<Real> dgates;                    // (N,K)
-  std::vector<Real> dxe, dye;                  // (N*K, C)
+  Buffer<Real> dres1, dln1, dln2, datty;  // (N,C)
+  Buffer<Real> dqkv;                      // (N,3C)
+  Buffer<Real> dfc, dfc_gelu;             // (max(N, N*K), 4C)
+  Buffer<Real> dlogits;                   // (N,E)
+  Buffer<Real> dgates;                    // (N,K)
+  Buffer<Real> dxe, dye;                  // (N*K, C)
   void resize(const Dims& d, const GPTConfig& config);
 };
 

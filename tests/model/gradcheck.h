@@ -1,7 +1,7 @@
 // Finite-difference gradient checking for the model tests (double precision).
 //
 // Relative error of one element: |a − n| / max(|a|, |n|, floor) where a is
-// the analytic gradient, n the central difference, and floor = 1e-3 · ‖n‖∞
+// the analytic gradient, n the 4th-order central difference, and floor = 1e-3 · ‖n‖∞
 // of that tensor (so elements whose gradient is ~0 compare on the tensor's
 // scale instead of dividing noise by noise). Each check prints its max
 // relative and absolute error next to the tolerance.
@@ -22,9 +22,9 @@ struct GradError {
   int64_t worst = -1;  // element index of max_rel
 };
 
-// Central differences of loss() w.r.t. x[0..n), step h; x is restored.
+// Fourth-order central differences of loss() w.r.t. x[0..n), step h; x is restored.
 std::vector<double> numeric_grad(const std::function<double()>& loss, double* x, int64_t n,
-                                 double h = 1e-5);
+                                 double h = 1e-4);
 GradError compare_grads(const double* analytic, const std::vector<double>& numeric);
 
 // A tensor under check: its values (perturbed in place) and analytic gradient.

@@ -1,0 +1,27 @@
+// OpSink: how the model reports its work to whoever runs it.
+//
+// The math is plain host code; a sink turns each kernel call into virtual
+// time (a device charges its cost model, see model/train/device_sink.h) and
+// each saved activation into arena bytes. With no sink (tests, gradient
+// checks) the model only computes. One code path for math and for time.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/cost_model.h"
+
+namespace shardlab::model {
+
+class OpSink {
+ public:
+  virtual ~OpSink() = default;
+  // A kernel ran: `name` is a string literal ("attn.c_attn.fwd"), `cost` from its *_cost function.
+  virtual void op(const char* name, const OpCost& cost) = 0;
+  // Activations saved for backward (elements), and released after it.
+  virtual void saved(int64_t elements) {}
+  virtual void freed(int64_t elements) {}
+  // Modeled bytes per element for the *_cost functions.
+  virtual int element_size() const { return 4; }
+};
+
+}  // namespace shardlab::model

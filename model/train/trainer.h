@@ -1,0 +1,83 @@
+// The training loop on the virtual cluster.
+//
+// train() runs one SPMD program: every device builds its part of the model in
+// its arena, draws its rows of each step's global batch, runs forward and
+// backward (every kernel charging the cost model on the compute stream), clips
+// the global gradient norm and takes an AdamW step. This session's version
+// runs the unsharded model on one device; the DP/TP/PP/EP issues extend the
+// same loop.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "model/config.h"
+#include "model/io/data.h"
+#include "model/optimizer.h"
+#include "runtime/cluster.h"
+
+namespace shardlab::train {
+
+enum class LrSchedule { kConstant, kCosine };
+LrSchedule parse_lr_schedule(const std::string& text);  // ConfigError on anything else
+const char* lr_schedule_name(LrSchedule s);
+
+struct TrainOptions {
+  model::GPTConfig model;       // batch_size is the global batch (sequences)
+  int steps = 100;
+  uint64_t seed = 1337;
+  model::AdamWHyper adam;
+  double grad_clip = 1.0;       // global norm; 0 = off
+  int warmup_steps = 0;
+  LrSchedule lr_schedule = LrSchedule::kConstant;
+  std::string data = "synthetic:markov";
+  model::Sampling sampling = model::Sampling::kRandom;
+  std::string init_path;        // --init FILE.safetensors
+  std::string save_path;        // --save FILE.safetensors
+
+  // Throws ConfigError naming the flag for anything out of range.
+  void validate() const;
+  nlohmann::json to_json() const;
+};
+
+// nanoGPT's get_lr: linear warm-up over warmup_steps, then constant or a
+// cosine decay to lr/10 at the last step.
+double learning_rate(const TrainOptions& o, int step);
+
+struct StepRecord {
+  int step = 0;
+  double loss = 0;        // CE + aux_coef * aux, before this step's update
+  double ce = 0;
+  double aux = 0;
+  double lr = 0;
+  double grad_norm = 0;   // before clipping
+  Time virtual_end = 0;   // device 0's clock at the end of the step
+  double wall_s = 0;      // host seconds since the loop started
+};
+
+struct TrainResult {
+  std::vector<StepRecord> steps;
+  RunResult run;
+  std::optional<double> best_loss;  // of the data, when known
+  int64_t n_params = 0;
+  int64_t tokens_per_step = 0;
+  double model_flops_per_step = 0;  // nanoGPT's estimate: 6N + 12 L H Q T per token
+  double loop_wall_s = 0;           // host seconds in the step loop
+};
+
+// Called on device 0's thread after every step (progress bars).
+using StepCallback = std::function<void(const StepRecord&)>;
+
+// Throws ConfigError for bad options or data; RunError from the devices.
+TrainResult train(Cluster& cluster, const TrainOptions& options, const StepCallback& on_step = {});
+
+// The --report JSON of DESIGN.md.
+nlohmann::json report_json(const TrainOptions& options, const Cluster& cluster,
+                           const TrainResult& result);
+
+}  // namespace shardlab::train
