@@ -24,4 +24,10 @@ using RowMap = Eigen::Map<RowVec<Real>>;
 template <typename Real>
 using ConstRowMap = Eigen::Map<const RowVec<Real>>;
 
+// Elementwise (array) views of n contiguous values.
+template <typename Real>
+using ArrayMap = Eigen::Map<Eigen::Array<Real, Eigen::Dynamic, 1>>;
+template <typename Real>
+using ConstArrayMap = Eigen::Map<const Eigen::Array<Real, Eigen::Dynamic, 1>>;
+
 }  // namespace shardlab::model

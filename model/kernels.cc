@@ -115,32 +115,39 @@ void linear_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout, c
 }
 
 // ---- GELU (tanh) --------------------------------------------------------------
+// Vectorised with Eigen arrays in fixed-size chunks (no heap allocation).
 
 namespace {
+constexpr double kGeluScale = 0.7978845608028654;  // sqrt(2/pi)
+constexpr double kGeluCubic = 0.044715;
+constexpr int64_t kChunk = 256;
 template <typename Real>
-constexpr Real kGeluScale = static_cast<Real>(0.7978845608028654);  // sqrt(2/pi)
-template <typename Real>
-constexpr Real kGeluCubic = static_cast<Real>(0.044715);
+using ChunkArray = Eigen::Array<Real, Eigen::Dynamic, 1, 0, kChunk, 1>;
 }  // namespace
 
 template <typename Real>
 void gelu_forward(Real* out, const Real* inp, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const Real x = inp[i];
-    const Real u = kGeluScale<Real> * (x + kGeluCubic<Real> * x * x * x);
-    out[i] = Real(0.5) * x * (Real(1) + std::tanh(u));
+  const Real s = static_cast<Real>(kGeluScale), k = static_cast<Real>(kGeluCubic);
+  for (int64_t i = 0; i < n; i += kChunk) {
+    const int64_t m = std::min(kChunk, n - i);
+    ConstArrayMap<Real> x(inp + i, m);
+    ArrayMap<Real>(out + i, m) = Real(0.5) * x * (Real(1) + (s * (x + k * x.cube())).tanh());
   }
 }
 
 template <typename Real>
 void gelu_backward(Real* dinp, const Real* dout, const Real* inp, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const Real x = inp[i];
-    const Real u = kGeluScale<Real> * (x + kGeluCubic<Real> * x * x * x);
-    const Real th = std::tanh(u);
-    const Real du = kGeluScale<Real> * (Real(1) + Real(3) * kGeluCubic<Real> * x * x);
-    const Real local = Real(0.5) * (Real(1) + th) + Real(0.5) * x * (Real(1) - th * th) * du;
-    dinp[i] += local * dout[i];
+  const Real s = static_cast<Real>(kGeluScale), k = static_cast<Real>(kGeluCubic);
+  ChunkArray<Real> th;
+  for (int64_t i = 0; i < n; i += kChunk) {
+    const int64_t m = std::min(kChunk, n - i);
+    ConstArrayMap<Real> x(inp + i, m);
+    th = (s * (x + k * x.cube())).tanh();
+    // d/dx [x/2 (1 + tanh u)] = (1 + tanh u)/2 + x/2 (1 - tanh² u) du/dx
+    ArrayMap<Real>(dinp + i, m) +=
+        (Real(0.5) * (Real(1) + th) +
+         Real(0.5) * x * (Real(1) - th.square()) * s * (Real(1) + Real(3) * k * x.square())) *
+        ConstArrayMap<Real>(dout + i, m);
   }
 }
 
@@ -169,13 +176,10 @@ Real crossentropy_forward(Real* probs, Real* losses, const Real* logits, const T
     const Real* z = logits + n * V;
     Real* p = probs + n * V;
     const Real zmax = *std::max_element(z, z + V);
-    Real sum = 0;
-    for (int v = 0; v < V; ++v) {
-      p[v] = std::exp(z[v] - zmax);
-      sum += p[v];
-    }
-    const Real inv = Real(1) / sum;
-    for (int v = 0; v < V; ++v) p[v] *= inv;
+    ArrayMap<Real> prow(p, V);
+    prow = (ConstArrayMap<Real>(z, V) - zmax).exp();
+    const Real sum = prow.sum();
+    prow *= Real(1) / sum;
     const Token y = targets[n];
     SHARDLAB_CHECK(y >= 0 && y < V, "target token out of range");
     losses[n] = std::log(sum) + zmax - z[y];  // -log softmax(z)[y], stable

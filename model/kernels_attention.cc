@@ -3,6 +3,7 @@
 // small GEMMs over strided Eigen views; the T×T products are computed in full
 // and the causal mask is applied in the softmax (entries above the diagonal
 // of `att` are exactly 0).
+#include <algorithm>
 #include <cmath>
 
 #include "model/eigen_maps.h"
@@ -17,16 +18,11 @@ template <typename Real>
 void causal_softmax_rows(Real* a, int T, Real scale) {
   for (int t = 0; t < T; ++t) {
     Real* row = a + static_cast<int64_t>(t) * T;
-    Real vmax = row[0] * scale;
-    for (int u = 1; u <= t; ++u) vmax = std::max(vmax, row[u] * scale);
-    Real sum = 0;
-    for (int u = 0; u <= t; ++u) {
-      row[u] = std::exp(row[u] * scale - vmax);
-      sum += row[u];
-    }
-    const Real inv = Real(1) / sum;
-    for (int u = 0; u <= t; ++u) row[u] *= inv;
-    for (int u = t + 1; u < T; ++u) row[u] = 0;
+    ArrayMap<Real> r(row, t + 1);
+    const Real vmax = r.maxCoeff() * scale;  // scale > 0
+    r = (r * scale - vmax).exp();
+    r *= Real(1) / r.sum();
+    std::fill(row + t + 1, row + T, Real(0));
   }
 }
 
