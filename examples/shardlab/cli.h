@@ -35,6 +35,7 @@ HardwareProfile apply_common(const CommonFlags& flags);
 void add_size_flag(CLI::App* sub, const std::string& name, std::string& text,
                    const std::string& help);
 
+void add_collectives_command(CLI::App& app);
 void add_p2p_command(CLI::App& app);
 void add_profiles_command(CLI::App& app);
 

@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   CLI::App app{"shardlab: a GPU training cluster emulated on CPU threads", "shardlab"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "shardlab 0.1.0");
+  shardlab::cli::add_collectives_command(app);
   shardlab::cli::add_p2p_command(app);
   shardlab::cli::add_profiles_command(app);
   std::string names;
