@@ -58,13 +58,15 @@ TEST(Safetensors, RoundTripIsBitExact) {
   save_safetensors(path, views, meta);
   SafetensorsFile f = load_safetensors(path);
 
-  EXPECT_EQ(f.names(), (std::vector<std::string>{"b.bias", "empty", "scalar",
-                                                 "transformer.wte.weight"}));
+  EXPECT_EQ(f.names(),
+            (std::vector<std::string>{"b.bias", "empty", "scalar", "transformer.wte.weight"}));
   EXPECT_EQ(f.metadata(), meta);
   for (const NamedTensorView& v : views) {
     std::span<const float> got = f.get(v.name, v.shape);
     ASSERT_EQ(got.size(), static_cast<size_t>(shape_numel(v.shape))) << v.name;
-    EXPECT_EQ(std::memcmp(got.data(), v.data, got.size() * 4), 0) << v.name << " differs";
+    for (size_t i = 0; i < got.size(); ++i)  // compare bits: NaN payloads and -0 included
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(v.data[i]))
+          << v.name << " differs at " << i;
   }
   // Writing what was read gives the same bytes: nothing is lost or reordered.
   std::vector<NamedTensorView> again;
@@ -75,8 +77,8 @@ TEST(Safetensors, RoundTripIsBitExact) {
 
 TEST(Safetensors, WriterFollowsThePythonLayout) {
   std::vector<float> a = {1, 2}, z = {3};
-  std::string bytes = safetensors_bytes({{"z", {1}, z.data()}, {"a", {2}, a.data()}},
-                                        {{"format", "pt"}});
+  std::string bytes =
+      safetensors_bytes({{"z", {1}, z.data()}, {"a", {2}, a.data()}}, {{"format", "pt"}});
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(bytes[size_t(i)]);
   EXPECT_EQ(n % 8, 0u) << "header padded to 8 bytes";
@@ -115,15 +117,21 @@ TEST(Safetensors, LookupNamesTheTensor) {
       {reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, "x.safetensors");
   expect_config_error([&] { f.at("transformer.h.1.ln_1.weight"); },
                       {"x.safetensors", "missing tensor", "transformer.h.1.ln_1.weight"});
-  expect_config_error([&] { f.get("transformer.h.0.ln_1.weight", {3, 2}); },
-                      {"transformer.h.0.ln_1.weight", "[6]", "[3, 2]"});
+  expect_config_error(
+      [&] {
+        f.get("transformer.h.0.ln_1.weight", {3, 2});
+      },
+      {"transformer.h.0.ln_1.weight", "[6]", "[3, 2]"});
 }
 
 TEST(Safetensors, WriterRejectsBadInput) {
   ScratchDir dir;
   float x = 0;
-  expect_config_error([&] { safetensors_bytes({{"a", {1}, &x}, {"a", {1}, &x}}); },
-                      {"duplicate", "\"a\""});
+  expect_config_error(
+      [&] {
+        safetensors_bytes({{"a", {1}, &x}, {"a", {1}, &x}});
+      },
+      {"duplicate", "\"a\""});
   expect_config_error([&] { safetensors_bytes({{"a", {-1}, &x}}); }, {"negative", "\"a\""});
   expect_config_error([&] { safetensors_bytes({{"__metadata__", {1}, &x}}); }, {"invalid"});
   expect_config_error([&] { save_safetensors(dir.file("no/such/dir/x.safetensors"), {}); },
@@ -151,31 +159,39 @@ std::vector<CorruptCase> corrupt_cases() {
       {"absurd header length", huge_len, {"truncated", "header length"}},
       {"bad JSON", hand_file(R"({"w": {"dtype": "F32",)", ""), {"not valid JSON"}},
       {"header is an array", hand_file("[1, 2]", ""), {"not a JSON object", "array"}},
-      {"data shorter than offsets", hand_file(one("F32", "[3]", "[0,12]"), d8),
+      {"data shorter than offsets",
+       hand_file(one("F32", "[3]", "[0,12]"), d8),
        {"\"w\"", "run past the data section", "truncated"}},
       {"offsets reversed", hand_file(one("F32", "[0]", "[8,0]"), d8), {"end before they begin"}},
-      {"offsets not matching shape", hand_file(one("F32", "[3]", "[0,8]"), d8),
+      {"offsets not matching shape",
+       hand_file(one("F32", "[3]", "[0,8]"), d8),
        {"\"w\"", "hold 8 bytes", "[3]", "needs 12"}},
       {"overlap",
        hand_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-                 R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", d12),
+                 R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                 d12),
        {"overlap", "\"a\"", "\"b\""}},
       {"gap", hand_file(one("F32", "[2]", "[4,12]"), d12), {"belong to no tensor", "[0, 4)"}},
       {"trailing bytes", hand_file(one("F32", "[2]", "[0,8]"), d12), {"4 bytes after the last"}},
       {"F16", hand_file(one("F16", "[4]", "[0,8]"), d8), {"\"w\"", "F16", "unsupported"}},
       {"BF16", hand_file(one("BF16", "[4]", "[0,8]"), d8), {"BF16", "unsupported"}},
-      {"dtype not a string", hand_file(R"({"w":{"dtype":1,"shape":[2],"data_offsets":[0,8]}})", d8),
+      {"dtype not a string",
+       hand_file(R"({"w":{"dtype":1,"shape":[2],"data_offsets":[0,8]}})", d8),
        {"dtype is not a string"}},
       {"negative shape", hand_file(one("F32", "[-2]", "[0,8]"), d8), {"negative", "-2"}},
-      {"absurd shape", hand_file(one("F32", "[4000000000000000000,4000000000000000000]", "[0,8]"),
-                                 d8), {"absurdly large", "hold 8 bytes"}},
+      {"absurd shape",
+       hand_file(one("F32", "[4000000000000000000,4000000000000000000]", "[0,8]"), d8),
+       {"absurdly large", "hold 8 bytes"}},
       {"fractional shape", hand_file(one("F32", "[2.5]", "[0,8]"), d8), {"not an integer"}},
-      {"offset beyond int64", hand_file(one("F32", "[2]", "[0,18446744073709551615]"), d8),
+      {"offset beyond int64",
+       hand_file(one("F32", "[2]", "[0,18446744073709551615]"), d8),
        {"out of range"}},
       {"missing fields", hand_file(R"({"w":{"dtype":"F32"}})", ""), {"\"w\"", "needs"}},
-      {"metadata not strings", hand_file(R"({"__metadata__":{"step":3}})", ""),
+      {"metadata not strings",
+       hand_file(R"({"__metadata__":{"step":3}})", ""),
        {"__metadata__", "step", "not a string"}},
-      {"deeply nested", hand_file(std::string(100000, '[') + std::string(100000, ']'), ""),
+      {"deeply nested",
+       hand_file(std::string(100000, '[') + std::string(100000, ']'), ""),
        {"not a JSON object"}},
   };
 }
@@ -199,8 +215,8 @@ TEST(Safetensors, EachCorruptFileGivesItsClearError) {
 // either loads or throws ConfigError: never a crash (run this under ASan).
 TEST(Safetensors, TruncationsAndByteFlipsNeverCrash) {
   std::vector<float> a = random_floats(6, 3), b = random_floats(4, 4);
-  const std::string good = safetensors_bytes({{"a", {2, 3}, a.data()}, {"b", {4}, b.data()}},
-                                             {{"k", "v"}});
+  const std::string good =
+      safetensors_bytes({{"a", {2, 3}, a.data()}, {"b", {4}, b.data()}}, {{"k", "v"}});
   auto parse = [](const std::string& s) {
     return parse_safetensors({reinterpret_cast<const uint8_t*>(s.data()), s.size()}, "fuzz");
   };

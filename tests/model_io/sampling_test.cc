@@ -38,7 +38,8 @@ TEST(Sampling, SequentialRowFormula) {
   BatchSampler s(identity_data(N), B, T, Sampling::kSequential, 123);
   for (int64_t step = 0; step < 50; ++step) {
     for (int64_t j = 0; j < B; ++j)
-      ASSERT_EQ(s.window_start(step, j), ((step * B + j) % W) * T) << "step " << step << " row " << j;
+      ASSERT_EQ(s.window_start(step, j), ((step * B + j) % W) * T)
+          << "step " << step << " row " << j;
     Batch b = s.next_batch(step);
     ASSERT_EQ(b.rows, B);
     ASSERT_EQ(b.x.size(), size_t(B * T));

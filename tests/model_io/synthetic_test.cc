@@ -63,10 +63,12 @@ TEST(Synthetic, MarkovTableIsWellFormed) {
   double sum = 0;
   for (int s = 0; s < 512; ++s) {
     sum += pi[size_t(s)];
-    for (int k = 0; k < K; ++k) next[size_t(table.next[size_t(s * K + k)])] += pi[size_t(s)] * table.prob(s, k);
+    for (int k = 0; k < K; ++k)
+      next[size_t(table.next[size_t(s * K + k)])] += pi[size_t(s)] * table.prob(s, k);
   }
   double max_diff = 0;
-  for (int s = 0; s < 512; ++s) max_diff = std::max(max_diff, std::abs(next[size_t(s)] - pi[size_t(s)]));
+  for (int s = 0; s < 512; ++s)
+    max_diff = std::max(max_diff, std::abs(next[size_t(s)] - pi[size_t(s)]));
   EXPECT_NEAR(sum, 1.0, 1e-12);
   EXPECT_LT(max_diff, 1e-12);
 }
@@ -98,8 +100,10 @@ TEST(Synthetic, MarkovBestLossMatchesLongSample) {
     if (c > 0) plugin -= c / double(N - 1) * std::log(c / double(from[st / V]));
   }
   const double tol = 0.005;  // about 10 standard errors of the NLL mean
-  std::printf("markov V=%d: entropy rate %.6f, sample NLL %.6f (diff %.2e), plug-in %.6f (diff "
-              "%.2e), tolerance %.0e\n", V, best, nll, nll - best, plugin, plugin - best, tol);
+  std::printf(
+      "markov V=%d: entropy rate %.6f, sample NLL %.6f (diff %.2e), plug-in %.6f (diff "
+      "%.2e), tolerance %.0e\n",
+      V, best, nll, nll - best, plugin, plugin - best, tol);
   EXPECT_NEAR(nll, best, tol);
   EXPECT_NEAR(plugin, best, tol);
   EXPECT_GT(best, 0.5);  // far below ln V, far above 0: visible learning
