@@ -229,14 +229,20 @@ Row measure(const HardwareProfile& profile, const Setup& s, uint64_t bytes, std:
 
 Setup parse_setup(const CollFlags& f, const HardwareProfile& profile) {
   Setup s{};
-  if (f.op == "barrier") throw ConfigError("--op barrier: not measured here (it moves no bytes)");
-  try {
-    s.op = coll::parse_op_kind(f.op);
-    s.algo = coll::parse_algo(f.algo);
-    s.redop = coll::parse_reduce_op(f.redop);
-  } catch (const ConfigError& e) {
-    throw ConfigError(fmt::format("--op/--algo/--redop: {}", e.what()));
-  }
+  // The library's parse errors name the value; prefix the flag.
+  auto flag = [](const char* name, auto parse) {
+    try {
+      return parse();
+    } catch (const ConfigError& e) {
+      throw ConfigError(fmt::format("{}: {}", name, e.what()));
+    }
+  };
+  if (f.op == "barrier")
+    throw ConfigError("--op barrier: not measured here (it moves no bytes); use all_reduce, reduce_scatter, "
+                      "all_gather, broadcast, reduce or all_to_all");
+  s.op = flag("--op", [&] { return coll::parse_op_kind(f.op); });
+  s.algo = flag("--algo", [&] { return coll::parse_algo(f.algo); });
+  s.redop = flag("--redop", [&] { return coll::parse_reduce_op(f.redop); });
   if (f.ranks < 1 || f.ranks > profile.total_devices())
     throw ConfigError(fmt::format("--ranks {}: must be between 1 and {} (profile {}: {} nodes x {})", f.ranks,
                                   profile.total_devices(), profile.name, profile.nodes, profile.devices_per_node));
