@@ -132,7 +132,7 @@ TEST(Synthetic, CountingBestLossMatchesLongSample) {
   EXPECT_NEAR(double(runs) / double(N - 1), 1.0 / 8 * (1 - 1.0 / V), 0.002);
 }
 
-// Both segment tasks: BOS, k in [4, 12] content tokens in [2, V), SEP, then
+// Both segment tasks: BOS, k in [4, 12] content tokens in [2, 18), SEP, then
 // the same tokens (copy) or reversed (reverse).
 void check_segments(const char* name, bool reversed) {
   const std::vector<uint16_t> toks = find_synthetic_task(name).generate(64, 20000, 5);
@@ -146,6 +146,7 @@ void check_segments(const char* name, bool reversed) {
     ASSERT_LE(k, 12u);
     for (size_t j = 0; j < k; ++j) {
       ASSERT_GE(toks[i + 1 + j], 2);
+      ASSERT_LE(toks[i + 1 + j], 17) << "alphabet of 16 content tokens";
       const uint16_t want = toks[i + 1 + (reversed ? k - 1 - j : j)];
       ASSERT_EQ(toks[i + 2 + k + j], want) << name << " segment at " << i << " item " << j;
     }
