@@ -22,10 +22,10 @@ struct AlignedAllocator {
   template <typename U>
   AlignedAllocator(const AlignedAllocator<U>&) noexcept {}
   T* allocate(std::size_t n) {
-    return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{kBufferAlignment}));
+    return static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{kBufferAlignment}));
   }
   void deallocate(T* p, std::size_t) noexcept {
-    ::operator delete(p, std::align_val_t{kBufferAlignment});
+    ::operator delete (p, std::align_val_t{kBufferAlignment});
   }
   template <typename U>
   bool operator==(const AlignedAllocator<U>&) const noexcept {

@@ -12,14 +12,14 @@ struct GPTConfig {
   int n_layer = 4;
   int n_head = 4;
   int n_embd = 128;
-  int block_size = 64;     // position table size = longest sequence (--seq)
+  int block_size = 64;  // position table size = longest sequence (--seq)
   int vocab_size = 512;
-  int batch_size = 8;      // default global batch in sequences (--batch); not a model shape
+  int batch_size = 8;  // default global batch in sequences (--batch); not a model shape
   // Mixture of Experts: experts == 0 means a dense model.
-  int n_expert = 0;        // E
-  int top_k = 2;           // K
-  int moe_every = 1;       // blocks with layer % moe_every == 0 are MoE
-  double aux_coef = 0.01;  // loss = CE + aux_coef * Σ_layers aux
+  int n_expert = 0;            // E
+  int top_k = 2;               // K
+  int moe_every = 1;           // blocks with layer % moe_every == 0 are MoE
+  double aux_coef = 0.01;      // loss = CE + aux_coef * Σ_layers aux
   double capacity_factor = 0;  // <= 0: no capacity limit
 
   int head_size() const { return n_embd / n_head; }

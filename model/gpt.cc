@@ -8,8 +8,7 @@
 namespace shardlab::model {
 
 template <typename Real>
-GPT<Real>::GPT(const GPTConfig& config, uint64_t seed)
-    : config_(config), table_(config) {
+GPT<Real>::GPT(const GPTConfig& config, uint64_t seed) : config_(config), table_(config) {
   params_.assign(table_.numel(), Real(0));
   grads_.assign(table_.numel(), Real(0));
   table_.init_all(seed, params_.data());
@@ -91,8 +90,8 @@ Real GPT<Real>::forward(const Token* inputs, const Token* targets, int B, int T)
   }
   layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), x, weights_.ln_f.weight,
                     weights_.ln_f.bias, N, C);
-  linear_forward(logits_.data(), lnf_.data(), weights_.wte, static_cast<const Real*>(nullptr),
-                 N, C, V);
+  linear_forward(logits_.data(), lnf_.data(), weights_.wte, static_cast<const Real*>(nullptr), N, C,
+                 V);
   logits_n_ = static_cast<size_t>(N * V);
   if (!have_targets_) return ce_loss_ = 0;
   ce_loss_ = crossentropy_forward(probs_.data(), losses_.data(), logits_.data(), targets, N, V);
@@ -116,8 +115,8 @@ void GPT<Real>::backward(Real dloss) {
   crossentropy_backward(dlogits_.data(), probs_.data(), targets_.data(), dloss, N, V);
   // logits = lnf · wteᵀ
   std::fill(dlnf_.begin(), dlnf_.end(), Real(0));
-  linear_backward(dlnf_.data(), g.wte, static_cast<Real*>(nullptr), dlogits_.data(),
-                  lnf_.data(), p.wte, N, C, V);
+  linear_backward(dlnf_.data(), g.wte, static_cast<Real*>(nullptr), dlogits_.data(), lnf_.data(),
+                  p.wte, N, C, V);
   // lnf = ln_f(x_L)
   const Real* x_last = config_.n_layer > 0 ? blocks_.back().res2.data() : encoded_.data();
   std::fill(dx_.begin(), dx_.end(), Real(0));

@@ -54,7 +54,7 @@ class GPT {
   void backward(Real dloss = Real(1));
 
   Real ce_loss() const { return ce_loss_; }
-  Real aux_loss() const { return aux_loss_; }   // Σ over MoE layers, before aux_coef
+  Real aux_loss() const { return aux_loss_; }  // Σ over MoE layers, before aux_coef
   std::span<const Real> logits() const { return {logits_.data(), logits_n_}; }  // (B,T,V)
   const BlockActs<Real>& block_acts(int layer) const { return blocks_[layer]; }
 
@@ -64,19 +64,19 @@ class GPT {
 
   GPTConfig config_;
   ParamTable table_;
-  Buffer<Real> params_;        // (P)
-  Buffer<Real> grads_;         // (P)
+  Buffer<Real> params_;  // (P)
+  Buffer<Real> grads_;   // (P)
   GPTView<Real> weights_;
   GPTView<Real> weight_grads_;
 
   // Activations of the last forward.
   Dims dims_;
-  Buffer<Token> inputs_, targets_;   // (N)
-  Buffer<Real> encoded_;             // (N,C)
-  std::vector<BlockActs<Real>> blocks_;   // (n_layer)
+  Buffer<Token> inputs_, targets_;          // (N)
+  Buffer<Real> encoded_;                    // (N,C)
+  std::vector<BlockActs<Real>> blocks_;     // (n_layer)
   Buffer<Real> lnf_, lnf_mean_, lnf_rstd_;  // (N,C), (N), (N)
-  Buffer<Real> logits_, probs_;      // (N,V)
-  Buffer<Real> losses_;              // (N)
+  Buffer<Real> logits_, probs_;             // (N,V)
+  Buffer<Real> losses_;                     // (N)
   size_t logits_n_ = 0;
   bool have_targets_ = false;
   Real ce_loss_ = 0;
@@ -84,9 +84,9 @@ class GPT {
 
   // Backward scratch.
   BlockScratch<Real> scratch_;
-  Buffer<Real> dlogits_;             // (N,V)
-  Buffer<Real> dlnf_;                // (N,C)
-  Buffer<Real> dx_, dx_next_;        // (N,C) gradient of the residual stream
+  Buffer<Real> dlogits_;       // (N,V)
+  Buffer<Real> dlnf_;          // (N,C)
+  Buffer<Real> dx_, dx_next_;  // (N,C) gradient of the residual stream
 };
 
 extern template class GPT<float>;

@@ -13,8 +13,8 @@ namespace shardlab::model {
 // ---- Embedding ----------------------------------------------------------------
 
 template <typename Real>
-void embedding_forward(Real* out, const Token* inp, const Real* wte, const Real* wpe, int B,
-                       int T, int C) {
+void embedding_forward(Real* out, const Token* inp, const Real* wte, const Real* wpe, int B, int T,
+                       int C) {
   for (int b = 0; b < B; ++b) {
     for (int t = 0; t < T; ++t) {
       Real* o = out + (static_cast<int64_t>(b) * T + t) * C;
@@ -202,23 +202,21 @@ void crossentropy_backward(Real* dlogits, const Real* probs, const Token* target
 
 // ---- Explicit instantiations --------------------------------------------------
 
-#define SHARDLAB_INSTANTIATE_DENSE(Real)                                                     \
-  template void embedding_forward(Real*, const Token*, const Real*, const Real*, int, int,  \
-                                  int);                                                     \
-  template void embedding_backward(Real*, Real*, const Real*, const Token*, int, int, int); \
-  template void layernorm_forward(Real*, Real*, Real*, const Real*, const Real*,            \
-                                  const Real*, int64_t, int);                               \
-  template void layernorm_backward(Real*, Real*, Real*, const Real*, const Real*,           \
-                                   const Real*, const Real*, const Real*, int64_t, int);    \
-  template void linear_forward(Real*, const Real*, const Real*, const Real*, int64_t, int,  \
-                               int);                                                        \
-  template void linear_backward(Real*, Real*, Real*, const Real*, const Real*, const Real*, \
-                                int64_t, int, int);                                         \
-  template void gelu_forward(Real*, const Real*, int64_t);                                  \
-  template void gelu_backward(Real*, const Real*, const Real*, int64_t);                    \
-  template void residual_forward(Real*, const Real*, const Real*, int64_t);                 \
-  template void residual_backward(Real*, Real*, const Real*, int64_t);                      \
-  template Real crossentropy_forward(Real*, Real*, const Real*, const Token*, int64_t, int); \
+#define SHARDLAB_INSTANTIATE_DENSE(Real)                                                         \
+  template void embedding_forward(Real*, const Token*, const Real*, const Real*, int, int, int); \
+  template void embedding_backward(Real*, Real*, const Real*, const Token*, int, int, int);      \
+  template void layernorm_forward(Real*, Real*, Real*, const Real*, const Real*, const Real*,    \
+                                  int64_t, int);                                                 \
+  template void layernorm_backward(Real*, Real*, Real*, const Real*, const Real*, const Real*,   \
+                                   const Real*, const Real*, int64_t, int);                      \
+  template void linear_forward(Real*, const Real*, const Real*, const Real*, int64_t, int, int); \
+  template void linear_backward(Real*, Real*, Real*, const Real*, const Real*, const Real*,      \
+                                int64_t, int, int);                                              \
+  template void gelu_forward(Real*, const Real*, int64_t);                                       \
+  template void gelu_backward(Real*, const Real*, const Real*, int64_t);                         \
+  template void residual_forward(Real*, const Real*, const Real*, int64_t);                      \
+  template void residual_backward(Real*, Real*, const Real*, int64_t);                           \
+  template Real crossentropy_forward(Real*, Real*, const Real*, const Token*, int64_t, int);     \
   template void crossentropy_backward(Real*, const Real*, const Token*, Real, int64_t, int);
 
 SHARDLAB_INSTANTIATE_DENSE(float)

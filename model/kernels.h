@@ -31,16 +31,16 @@ using Token = int32_t;
 
 // ---- Embedding: out = wte[inp] + wpe[t] --------------------------------------
 template <typename Real>
-void embedding_forward(Real* out,                      // (B,T,C)
-                       const Token* inp,               // (B,T)
-                       const Real* wte,                // (V,C)
-                       const Real* wpe,                // (>=T,C)
+void embedding_forward(Real* out,         // (B,T,C)
+                       const Token* inp,  // (B,T)
+                       const Real* wte,   // (V,C)
+                       const Real* wpe,   // (>=T,C)
                        int B, int T, int C);
 template <typename Real>
-void embedding_backward(Real* dwte,                    // (V,C)
-                        Real* dwpe,                    // (>=T,C)
-                        const Real* dout,              // (B,T,C)
-                        const Token* inp,              // (B,T)
+void embedding_backward(Real* dwte,        // (V,C)
+                        Real* dwpe,        // (>=T,C)
+                        const Real* dout,  // (B,T,C)
+                        const Token* inp,  // (B,T)
                         int B, int T, int C);
 OpCost embedding_forward_cost(int64_t B, int64_t T, int64_t C, int elem);
 OpCost embedding_backward_cost(int64_t B, int64_t T, int64_t C, int elem);
@@ -48,18 +48,18 @@ OpCost embedding_backward_cost(int64_t B, int64_t T, int64_t C, int elem);
 // ---- LayerNorm over the last dim, eps 1e-5, biased variance ------------------
 inline constexpr double kLayerNormEps = 1e-5;
 template <typename Real>
-void layernorm_forward(Real* out,                      // (N,C)
-                       Real* mean, Real* rstd,         // (N) saved for backward
-                       const Real* inp,                // (N,C)
-                       const Real* weight,             // (C)
-                       const Real* bias,               // (C)
+void layernorm_forward(Real* out,               // (N,C)
+                       Real* mean, Real* rstd,  // (N) saved for backward
+                       const Real* inp,         // (N,C)
+                       const Real* weight,      // (C)
+                       const Real* bias,        // (C)
                        int64_t N, int C);
 template <typename Real>
-void layernorm_backward(Real* dinp,                    // (N,C)
-                        Real* dweight, Real* dbias,    // (C)
-                        const Real* dout,              // (N,C)
-                        const Real* inp,               // (N,C)
-                        const Real* weight,            // (C)
+void layernorm_backward(Real* dinp,                          // (N,C)
+                        Real* dweight, Real* dbias,          // (C)
+                        const Real* dout,                    // (N,C)
+                        const Real* inp,                     // (N,C)
+                        const Real* weight,                  // (C)
                         const Real* mean, const Real* rstd,  // (N)
                         int64_t N, int C);
 OpCost layernorm_forward_cost(int64_t N, int64_t C, int elem);
@@ -68,18 +68,18 @@ OpCost layernorm_backward_cost(int64_t N, int64_t C, int elem);
 // ---- Linear: out = inp · weightᵀ + bias, weight (out, in) as torch ------------
 // `bias` / `dbias` may be null (no bias). `dinp` may be null (not needed).
 template <typename Real>
-void linear_forward(Real* out,                         // (N,OC)
-                    const Real* inp,                   // (N,C)
-                    const Real* weight,                // (OC,C)
-                    const Real* bias,                  // (OC) or null
+void linear_forward(Real* out,           // (N,OC)
+                    const Real* inp,     // (N,C)
+                    const Real* weight,  // (OC,C)
+                    const Real* bias,    // (OC) or null
                     int64_t N, int C, int OC);
 template <typename Real>
-void linear_backward(Real* dinp,                       // (N,C) or null
-                     Real* dweight,                    // (OC,C)
-                     Real* dbias,                      // (OC) or null
-                     const Real* dout,                 // (N,OC)
-                     const Real* inp,                  // (N,C)
-                     const Real* weight,               // (OC,C)
+void linear_backward(Real* dinp,          // (N,C) or null
+                     Real* dweight,       // (OC,C)
+                     Real* dbias,         // (OC) or null
+                     const Real* dout,    // (N,OC)
+                     const Real* inp,     // (N,C)
+                     const Real* weight,  // (OC,C)
                      int64_t N, int C, int OC);
 OpCost linear_forward_cost(int64_t N, int64_t C, int64_t OC, bool bias, int elem);
 OpCost linear_backward_cost(int64_t N, int64_t C, int64_t OC, bool bias, int elem);
@@ -89,15 +89,15 @@ OpCost linear_backward_cost(int64_t N, int64_t C, int64_t OC, bool bias, int ele
 // h*HS .. (h+1)*HS-1 of each. out (b,t) is the heads concatenated. Scale
 // 1/sqrt(HS). A tensor-parallel rank passes its local NH (C = NH*HS local).
 template <typename Real>
-void attention_forward(Real* out,                      // (B,T,C)
-                       Real* att,                      // (B,NH,T,T) softmax probs, saved
-                       const Real* qkv,                // (B,T,3C)
+void attention_forward(Real* out,        // (B,T,C)
+                       Real* att,        // (B,NH,T,T) softmax probs, saved
+                       const Real* qkv,  // (B,T,3C)
                        int B, int T, int NH, int HS);
 template <typename Real>
-void attention_backward(Real* dqkv,                    // (B,T,3C)
-                        const Real* dout,              // (B,T,C)
-                        const Real* qkv,               // (B,T,3C)
-                        const Real* att,               // (B,NH,T,T)
+void attention_backward(Real* dqkv,        // (B,T,3C)
+                        const Real* dout,  // (B,T,C)
+                        const Real* qkv,   // (B,T,3C)
+                        const Real* att,   // (B,NH,T,T)
                         int B, int T, int NH, int HS);
 // Counts the full T×T products (as dense GPU kernels do).
 OpCost attention_forward_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem);
@@ -105,7 +105,7 @@ OpCost attention_backward_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int
 
 // ---- GELU, tanh approximation (nanoGPT nn.GELU(approximate='tanh')) ---------
 template <typename Real>
-void gelu_forward(Real* out, const Real* inp, int64_t n);              // (n)
+void gelu_forward(Real* out, const Real* inp, int64_t n);  // (n)
 template <typename Real>
 void gelu_backward(Real* dinp, const Real* dout, const Real* inp, int64_t n);
 OpCost gelu_forward_cost(int64_t n, int elem);
@@ -122,15 +122,15 @@ OpCost residual_backward_cost(int64_t n, int elem);
 // ---- Softmax cross-entropy, mean over the N rows -----------------------------
 // Returns mean_n losses[n]. Backward: dlogits += (probs - onehot) * dloss / N.
 template <typename Real>
-Real crossentropy_forward(Real* probs,                 // (N,V) softmax, saved
-                          Real* losses,                // (N) per-token -log p
-                          const Real* logits,          // (N,V)
-                          const Token* targets,        // (N)
+Real crossentropy_forward(Real* probs,           // (N,V) softmax, saved
+                          Real* losses,          // (N) per-token -log p
+                          const Real* logits,    // (N,V)
+                          const Token* targets,  // (N)
                           int64_t N, int V);
 template <typename Real>
-void crossentropy_backward(Real* dlogits,              // (N,V)
-                           const Real* probs,          // (N,V)
-                           const Token* targets,       // (N)
+void crossentropy_backward(Real* dlogits,         // (N,V)
+                           const Real* probs,     // (N,V)
+                           const Token* targets,  // (N)
                            Real dloss, int64_t N, int V);
 OpCost crossentropy_forward_cost(int64_t N, int64_t V, int elem);
 OpCost crossentropy_backward_cost(int64_t N, int64_t V, int elem);

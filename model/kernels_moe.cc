@@ -48,8 +48,8 @@ Real router_forward(Real* probs, int32_t* expert, int32_t* slot, Real* gates, Re
                     const Real* logits, int64_t N, int E, int K, double capacity_factor) {
   SHARDLAB_CHECK(K >= 1 && K <= E, "router needs 1 <= K <= E");
   const int64_t cap = expert_capacity(N, E, K, capacity_factor);
-  std::vector<int64_t> count(E, 0);    // assignments per expert (before drop)
-  std::vector<double> pmean(E, 0.0);   // P_i * N
+  std::vector<int64_t> count(E, 0);   // assignments per expert (before drop)
+  std::vector<double> pmean(E, 0.0);  // P_i * N
   for (int64_t n = 0; n < N; ++n) {
     Real* p = probs + n * E;
     softmax_row(p, logits + n * E, E);
@@ -118,8 +118,7 @@ void moe_dispatch_forward(Real* xe, const Real* x, const int64_t* src, int64_t M
 }
 
 template <typename Real>
-void moe_dispatch_backward(Real* dx, const Real* dxe, const int64_t* src, int64_t M, int K,
-                           int C) {
+void moe_dispatch_backward(Real* dx, const Real* dxe, const int64_t* src, int64_t M, int K, int C) {
   for (int64_t m = 0; m < M; ++m) {
     Real* d = dx + (src[m] / K) * C;
     const Real* g = dxe + m * C;
@@ -156,16 +155,16 @@ void moe_combine_backward(Real* dye, Real* dgates, const Real* dout, const Real*
   }
 }
 
-#define SHARDLAB_INSTANTIATE_MOE(Real)                                                        \
-  template Real router_forward(Real*, int32_t*, int32_t*, Real*, Real*, const Real*, int64_t, \
-                               int, int, double);                                            \
-  template void router_backward(Real*, const Real*, Real, const Real*, const int32_t*,       \
-                                const Real*, int64_t, int, int);                             \
-  template void moe_dispatch_forward(Real*, const Real*, const int64_t*, int64_t, int, int);  \
-  template void moe_dispatch_backward(Real*, const Real*, const int64_t*, int64_t, int, int); \
-  template void moe_combine_forward(Real*, const Real*, const Real*, const int64_t*, int64_t, \
-                                    int64_t, int, int);                                      \
-  template void moe_combine_backward(Real*, Real*, const Real*, const Real*, const Real*,    \
+#define SHARDLAB_INSTANTIATE_MOE(Real)                                                             \
+  template Real router_forward(Real*, int32_t*, int32_t*, Real*, Real*, const Real*, int64_t, int, \
+                               int, double);                                                       \
+  template void router_backward(Real*, const Real*, Real, const Real*, const int32_t*,             \
+                                const Real*, int64_t, int, int);                                   \
+  template void moe_dispatch_forward(Real*, const Real*, const int64_t*, int64_t, int, int);       \
+  template void moe_dispatch_backward(Real*, const Real*, const int64_t*, int64_t, int, int);      \
+  template void moe_combine_forward(Real*, const Real*, const Real*, const int64_t*, int64_t,      \
+                                    int64_t, int, int);                                            \
+  template void moe_combine_backward(Real*, Real*, const Real*, const Real*, const Real*,          \
                                      const int64_t*, int64_t, int, int);
 
 SHARDLAB_INSTANTIATE_MOE(float)

@@ -22,21 +22,21 @@ namespace shardlab::model {
 int64_t expert_capacity(int64_t N, int E, int K, double capacity_factor);
 
 template <typename Real>
-Real router_forward(Real* probs,                       // (N,E) softmax over experts
-                    int32_t* expert,                   // (N,K) chosen experts
-                    int32_t* slot,                     // (N,K) row in the expert's queue, -1 dropped
-                    Real* gates,                       // (N,K) renormalised probs
-                    Real* frac,                        // (E) f_i, constant in backward
-                    const Real* logits,                // (N,E) router logits (x · Wrᵀ)
+Real router_forward(Real* probs,         // (N,E) softmax over experts
+                    int32_t* expert,     // (N,K) chosen experts
+                    int32_t* slot,       // (N,K) row in the expert's queue, -1 dropped
+                    Real* gates,         // (N,K) renormalised probs
+                    Real* frac,          // (E) f_i, constant in backward
+                    const Real* logits,  // (N,E) router logits (x · Wrᵀ)
                     int64_t N, int E, int K, double capacity_factor);
 // dgates: gradient of the loss w.r.t. gates; daux: w.r.t. the returned aux.
 template <typename Real>
-void router_backward(Real* dlogits,                    // (N,E)
-                     const Real* dgates,               // (N,K)
+void router_backward(Real* dlogits,       // (N,E)
+                     const Real* dgates,  // (N,K)
                      Real daux,
-                     const Real* probs,                // (N,E)
-                     const int32_t* expert,            // (N,K)
-                     const Real* frac,                 // (E)
+                     const Real* probs,      // (N,E)
+                     const int32_t* expert,  // (N,K)
+                     const Real* frac,       // (E)
                      int64_t N, int E, int K);
 OpCost router_forward_cost(int64_t N, int64_t E, int64_t K, int elem);
 OpCost router_backward_cost(int64_t N, int64_t E, int64_t K, int elem);
@@ -44,41 +44,41 @@ OpCost router_backward_cost(int64_t N, int64_t E, int64_t K, int elem);
 // Dispatch plan: the M kept assignments grouped by expert (ascending), token
 // order within an expert. Row m of the expert buffers is assignment src[m]
 // (= n*K + k); expert e owns rows offsets[e] .. offsets[e+1]-1. Returns M.
-int64_t moe_plan(int64_t* src,                         // (N*K), first M used
-                 int64_t* offsets,                     // (E+1)
-                 const int32_t* expert,                // (N,K)
-                 const int32_t* slot,                  // (N,K)
+int64_t moe_plan(int64_t* src,           // (N*K), first M used
+                 int64_t* offsets,       // (E+1)
+                 const int32_t* expert,  // (N,K)
+                 const int32_t* slot,    // (N,K)
                  int64_t N, int E, int K);
 
 // xe[m] = x[src[m] / K]
 template <typename Real>
-void moe_dispatch_forward(Real* xe,                    // (M,C)
-                          const Real* x,               // (N,C)
-                          const int64_t* src,          // (M)
+void moe_dispatch_forward(Real* xe,            // (M,C)
+                          const Real* x,       // (N,C)
+                          const int64_t* src,  // (M)
                           int64_t M, int K, int C);
 template <typename Real>
-void moe_dispatch_backward(Real* dx,                   // (N,C)
-                           const Real* dxe,            // (M,C)
-                           const int64_t* src,         // (M)
+void moe_dispatch_backward(Real* dx,            // (N,C)
+                           const Real* dxe,     // (M,C)
+                           const int64_t* src,  // (M)
                            int64_t M, int K, int C);
 // out[n] = Σ over kept assignments a = (n,k) of gates[a] · ye[row of a],
 // summed in row order (expert order); rows of out without any kept
 // assignment are 0. out is overwritten.
 template <typename Real>
-void moe_combine_forward(Real* out,                    // (N,C)
-                         const Real* ye,               // (M,C)
-                         const Real* gates,            // (N,K)
-                         const int64_t* src,           // (M)
+void moe_combine_forward(Real* out,           // (N,C)
+                         const Real* ye,      // (M,C)
+                         const Real* gates,   // (N,K)
+                         const int64_t* src,  // (M)
                          int64_t N, int64_t M, int K, int C);
 template <typename Real>
-void moe_combine_backward(Real* dye,                   // (M,C)
-                          Real* dgates,                // (N,K)
-                          const Real* dout,            // (N,C)
-                          const Real* ye,              // (M,C)
-                          const Real* gates,           // (N,K)
-                          const int64_t* src,          // (M)
+void moe_combine_backward(Real* dye,           // (M,C)
+                          Real* dgates,        // (N,K)
+                          const Real* dout,    // (N,C)
+                          const Real* ye,      // (M,C)
+                          const Real* gates,   // (N,K)
+                          const int64_t* src,  // (M)
                           int64_t M, int K, int C);
-OpCost moe_dispatch_cost(int64_t M, int64_t C, int elem);           // forward or backward
+OpCost moe_dispatch_cost(int64_t M, int64_t C, int elem);  // forward or backward
 OpCost moe_combine_forward_cost(int64_t N, int64_t M, int64_t C, int elem);
 OpCost moe_combine_backward_cost(int64_t M, int64_t C, int elem);
 

@@ -12,8 +12,7 @@ Real* at(const ParamTable& table, Real* base, const std::string& name) {
 }
 
 template <typename Real>
-LinearView<Real> linear(const ParamTable& table, Real* base, const std::string& prefix,
-                        bool bias) {
+LinearView<Real> linear(const ParamTable& table, Real* base, const std::string& prefix, bool bias) {
   const ParamSpec& w = table.at(prefix + ".weight");
   LinearView<Real> v;
   v.weight = base + w.offset;

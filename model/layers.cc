@@ -17,8 +17,8 @@ void zero(Buffer<Real>& v, int64_t n) {
 // ---- Attention ----------------------------------------------------------------
 
 template <typename Real>
-void attention_layer_forward(Real* out, Real* qkv, Real* att, Real* atty,
-                             const BlockView<Real>& p, const Real* inp, const Dims& d) {
+void attention_layer_forward(Real* out, Real* qkv, Real* att, Real* atty, const BlockView<Real>& p,
+                             const Real* inp, const Dims& d) {
   const int64_t N = d.N();
   linear_forward(qkv, inp, p.c_attn.weight, p.c_attn.bias, N, d.C, 3 * d.C);
   attention_forward(atty, att, qkv, d.B, d.T, d.NH, d.HS());
@@ -27,13 +27,12 @@ void attention_layer_forward(Real* out, Real* qkv, Real* att, Real* atty,
 
 template <typename Real>
 void attention_layer_backward(Real* dinp, const BlockView<Real>& g, Real* dqkv, Real* datty,
-                              const Real* dout, const Real* inp, const Real* qkv,
-                              const Real* att, const Real* atty, const BlockView<Real>& p,
-                              const Dims& d) {
+                              const Real* dout, const Real* inp, const Real* qkv, const Real* att,
+                              const Real* atty, const BlockView<Real>& p, const Dims& d) {
   const int64_t N = d.N();
   std::fill(datty, datty + N * d.C, Real(0));
-  linear_backward(datty, g.attn_proj.weight, g.attn_proj.bias, dout, atty, p.attn_proj.weight,
-                  N, d.C, d.C);
+  linear_backward(datty, g.attn_proj.weight, g.attn_proj.bias, dout, atty, p.attn_proj.weight, N,
+                  d.C, d.C);
   std::fill(dqkv, dqkv + N * 3 * d.C, Real(0));
   attention_backward(dqkv, datty, qkv, att, d.B, d.T, d.NH, d.HS());
   linear_backward(dinp, g.c_attn.weight, g.c_attn.bias, dqkv, inp, p.c_attn.weight, N, d.C,
@@ -51,9 +50,9 @@ void mlp_forward(Real* out, Real* fc, Real* fc_gelu, const MlpView<Real>& p, con
 }
 
 template <typename Real>
-void mlp_backward(Real* dinp, const MlpView<Real>& g, Real* dfc, Real* dfc_gelu,
-                  const Real* dout, const Real* inp, const Real* fc, const Real* fc_gelu,
-                  const MlpView<Real>& p, int64_t N, int C) {
+void mlp_backward(Real* dinp, const MlpView<Real>& g, Real* dfc, Real* dfc_gelu, const Real* dout,
+                  const Real* inp, const Real* fc, const Real* fc_gelu, const MlpView<Real>& p,
+                  int64_t N, int C) {
   std::fill(dfc_gelu, dfc_gelu + N * 4 * C, Real(0));
   linear_backward(dfc_gelu, g.c_proj.weight, g.c_proj.bias, dout, fc_gelu, p.c_proj.weight, N,
                   4 * C, C);
@@ -65,8 +64,8 @@ void mlp_backward(Real* dinp, const MlpView<Real>& g, Real* dfc, Real* dfc_gelu,
 // ---- MoE ----------------------------------------------------------------------
 
 template <typename Real>
-Real moe_forward(Real* out, MoeActs<Real>& a, const BlockView<Real>& p, const Real* inp,
-                 int64_t N, const GPTConfig& config) {
+Real moe_forward(Real* out, MoeActs<Real>& a, const BlockView<Real>& p, const Real* inp, int64_t N,
+                 const GPTConfig& config) {
   const int C = config.n_embd, E = config.n_expert, K = config.top_k;
   // route
   linear_forward(a.logits.data(), inp, p.router, static_cast<const Real*>(nullptr), N, C, E);
@@ -87,9 +86,9 @@ Real moe_forward(Real* out, MoeActs<Real>& a, const BlockView<Real>& p, const Re
 }
 
 template <typename Real>
-void moe_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s,
-                  const Real* dout, Real daux, const MoeActs<Real>& a, const Real* inp,
-                  const BlockView<Real>& p, int64_t N, const GPTConfig& config) {
+void moe_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s, const Real* dout,
+                  Real daux, const MoeActs<Real>& a, const Real* inp, const BlockView<Real>& p,
+                  int64_t N, const GPTConfig& config) {
   const int C = config.n_embd, E = config.n_expert, K = config.top_k;
   // combine
   zero(s.dye, a.M * C);
@@ -110,8 +109,8 @@ void moe_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s,
   zero(s.dlogits, N * E);
   router_backward(s.dlogits.data(), s.dgates.data(), daux, a.probs.data(), a.expert.data(),
                   a.frac.data(), N, E, K);
-  linear_backward(dinp, g.router, static_cast<Real*>(nullptr), s.dlogits.data(), inp, p.router,
-                  N, C, E);
+  linear_backward(dinp, g.router, static_cast<Real*>(nullptr), s.dlogits.data(), inp, p.router, N,
+                  C, E);
 }
 
 // ---- Block --------------------------------------------------------------------
@@ -139,9 +138,9 @@ Real block_forward(BlockActs<Real>& a, const BlockView<Real>& p, const Real* inp
 }
 
 template <typename Real>
-void block_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s,
-                    const Real* dout, Real daux, const BlockActs<Real>& a, const Real* inp,
-                    const BlockView<Real>& p, const Dims& d, const GPTConfig& config) {
+void block_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s, const Real* dout,
+                    Real daux, const BlockActs<Real>& a, const Real* inp, const BlockView<Real>& p,
+                    const Dims& d, const GPTConfig& config) {
   const int64_t N = d.N();
   const int C = d.C;
   // res2 = res1 + mlp_out: both receive dout unchanged (dmlp_out is dout itself)
@@ -164,27 +163,25 @@ void block_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s,
                      a.ln1_mean.data(), a.ln1_rstd.data(), N, C);
 }
 
-#define SHARDLAB_INSTANTIATE_LAYERS(Real)                                                      \
-  template void attention_layer_forward(Real*, Real*, Real*, Real*, const BlockView<Real>&,     \
-                                        const Real*, const Dims&);                              \
-  template void attention_layer_backward(Real*, const BlockView<Real>&, Real*, Real*,           \
-                                         const Real*, const Real*, const Real*, const Real*,    \
-                                         const Real*, const BlockView<Real>&, const Dims&);     \
-  template void mlp_forward(Real*, Real*, Real*, const MlpView<Real>&, const Real*, int64_t,    \
-                            int);                                                               \
-  template void mlp_backward(Real*, const MlpView<Real>&, Real*, Real*, const Real*,            \
-                             const Real*, const Real*, const Real*, const MlpView<Real>&,       \
-                             int64_t, int);                                                     \
-  template Real moe_forward(Real*, MoeActs<Real>&, const BlockView<Real>&, const Real*,         \
-                            int64_t, const GPTConfig&);                                         \
-  template void moe_backward(Real*, const BlockView<Real>&, BlockScratch<Real>&, const Real*,   \
-                             Real, const MoeActs<Real>&, const Real*, const BlockView<Real>&,   \
-                             int64_t, const GPTConfig&);                                        \
-  template Real block_forward(BlockActs<Real>&, const BlockView<Real>&, const Real*,            \
-                              const Dims&, const GPTConfig&);                                   \
-  template void block_backward(Real*, const BlockView<Real>&, BlockScratch<Real>&, const Real*, \
-                               Real, const BlockActs<Real>&, const Real*,                       \
-                               const BlockView<Real>&, const Dims&, const GPTConfig&);
+#define SHARDLAB_INSTANTIATE_LAYERS(Real)                                                          \
+  template void attention_layer_forward(Real*, Real*, Real*, Real*, const BlockView<Real>&,        \
+                                        const Real*, const Dims&);                                 \
+  template void attention_layer_backward(Real*, const BlockView<Real>&, Real*, Real*, const Real*, \
+                                         const Real*, const Real*, const Real*, const Real*,       \
+                                         const BlockView<Real>&, const Dims&);                     \
+  template void mlp_forward(Real*, Real*, Real*, const MlpView<Real>&, const Real*, int64_t, int); \
+  template void mlp_backward(Real*, const MlpView<Real>&, Real*, Real*, const Real*, const Real*,  \
+                             const Real*, const Real*, const MlpView<Real>&, int64_t, int);        \
+  template Real moe_forward(Real*, MoeActs<Real>&, const BlockView<Real>&, const Real*, int64_t,   \
+                            const GPTConfig&);                                                     \
+  template void moe_backward(Real*, const BlockView<Real>&, BlockScratch<Real>&, const Real*,      \
+                             Real, const MoeActs<Real>&, const Real*, const BlockView<Real>&,      \
+                             int64_t, const GPTConfig&);                                           \
+  template Real block_forward(BlockActs<Real>&, const BlockView<Real>&, const Real*, const Dims&,  \
+                              const GPTConfig&);                                                   \
+  template void block_backward(Real*, const BlockView<Real>&, BlockScratch<Real>&, const Real*,    \
+                               Real, const BlockActs<Real>&, const Real*, const BlockView<Real>&,  \
+                               const Dims&, const GPTConfig&);
 
 SHARDLAB_INSTANTIATE_LAYERS(float)
 SHARDLAB_INSTANTIATE_LAYERS(double)

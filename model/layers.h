@@ -44,12 +44,12 @@ struct MlpView {
 template <typename Real>
 struct BlockView {
   LayerNormView<Real> ln_1;
-  LinearView<Real> c_attn;       // (3C, C), rows [q | k | v]
-  LinearView<Real> attn_proj;    // (C, C)
+  LinearView<Real> c_attn;     // (3C, C), rows [q | k | v]
+  LinearView<Real> attn_proj;  // (C, C)
   LayerNormView<Real> ln_2;
   bool moe = false;
-  MlpView<Real> mlp;             // dense blocks
-  Real* router = nullptr;        // (E, C), MoE blocks
+  MlpView<Real> mlp;                   // dense blocks
+  Real* router = nullptr;              // (E, C), MoE blocks
   std::vector<MlpView<Real>> experts;  // (E) MoE blocks
 };
 
@@ -75,33 +75,33 @@ struct Dims {
 
 template <typename Real>
 struct MoeActs {
-  Buffer<Real> logits, probs;        // (N,E)
-  Buffer<int32_t> expert, slot;      // (N,K)
-  Buffer<Real> gates;                // (N,K)
-  Buffer<Real> frac;                 // (E)
-  Buffer<int64_t> src;               // (N*K), first M used
-  Buffer<int64_t> offsets;           // (E+1)
+  Buffer<Real> logits, probs;    // (N,E)
+  Buffer<int32_t> expert, slot;  // (N,K)
+  Buffer<Real> gates;            // (N,K)
+  Buffer<Real> frac;             // (E)
+  Buffer<int64_t> src;           // (N*K), first M used
+  Buffer<int64_t> offsets;       // (E+1)
   int64_t M = 0;
-  Buffer<Real> xe, ye;               // (N*K, C), first M rows used
-  Buffer<Real> fc, fc_gelu;          // (N*K, 4C)
+  Buffer<Real> xe, ye;       // (N*K, C), first M rows used
+  Buffer<Real> fc, fc_gelu;  // (N*K, 4C)
   Real aux = 0;
   void resize(int64_t N, int C, int E, int K);
 };
 
 template <typename Real>
 struct BlockActs {
-  Buffer<Real> ln1, ln2;              // (N,C)
-  Buffer<Real> ln1_mean, ln1_rstd;    // (N)
-  Buffer<Real> ln2_mean, ln2_rstd;    // (N)
-  Buffer<Real> qkv;                   // (N,3C)
-  Buffer<Real> att;                   // (B,NH,T,T)
-  Buffer<Real> atty;                  // (N,C) attention output before c_proj
-  Buffer<Real> attproj;               // (N,C)
-  Buffer<Real> res1;                  // (N,C) x + attn
-  Buffer<Real> fc, fc_gelu;           // (N,4C) dense MLP
-  Buffer<Real> mlp_out;               // (N,C)
-  Buffer<Real> res2;                  // (N,C) block output
-  MoeActs<Real> moe;                       // MoE blocks only
+  Buffer<Real> ln1, ln2;            // (N,C)
+  Buffer<Real> ln1_mean, ln1_rstd;  // (N)
+  Buffer<Real> ln2_mean, ln2_rstd;  // (N)
+  Buffer<Real> qkv;                 // (N,3C)
+  Buffer<Real> att;                 // (B,NH,T,T)
+  Buffer<Real> atty;                // (N,C) attention output before c_proj
+  Buffer<Real> attproj;             // (N,C)
+  Buffer<Real> res1;                // (N,C) x + attn
+  Buffer<Real> fc, fc_gelu;         // (N,4C) dense MLP
+  Buffer<Real> mlp_out;             // (N,C)
+  Buffer<Real> res2;                // (N,C) block output
+  MoeActs<Real> moe;                // MoE blocks only
   void resize(const Dims& d, const GPTConfig& config, bool moe_block);
 };
 
@@ -121,40 +121,39 @@ struct BlockScratch {
 
 // out = c_proj(attention(c_attn(inp))); saves qkv, att, atty.
 template <typename Real>
-void attention_layer_forward(Real* out, Real* qkv, Real* att, Real* atty,
-                             const BlockView<Real>& p, const Real* inp, const Dims& d);
+void attention_layer_forward(Real* out, Real* qkv, Real* att, Real* atty, const BlockView<Real>& p,
+                             const Real* inp, const Dims& d);
 template <typename Real>
 void attention_layer_backward(Real* dinp, const BlockView<Real>& g, Real* dqkv, Real* datty,
-                              const Real* dout, const Real* inp, const Real* qkv,
-                              const Real* att, const Real* atty, const BlockView<Real>& p,
-                              const Dims& d);
+                              const Real* dout, const Real* inp, const Real* qkv, const Real* att,
+                              const Real* atty, const BlockView<Real>& p, const Dims& d);
 
 // out = c_proj(gelu(c_fc(inp))) over N rows; saves fc and fc_gelu (N,4C).
 template <typename Real>
 void mlp_forward(Real* out, Real* fc, Real* fc_gelu, const MlpView<Real>& p, const Real* inp,
                  int64_t N, int C);
 template <typename Real>
-void mlp_backward(Real* dinp, const MlpView<Real>& g, Real* dfc, Real* dfc_gelu,
-                  const Real* dout, const Real* inp, const Real* fc, const Real* fc_gelu,
-                  const MlpView<Real>& p, int64_t N, int C);
+void mlp_backward(Real* dinp, const MlpView<Real>& g, Real* dfc, Real* dfc_gelu, const Real* dout,
+                  const Real* inp, const Real* fc, const Real* fc_gelu, const MlpView<Real>& p,
+                  int64_t N, int C);
 
 // MoE MLP: route -> dispatch -> experts -> combine. Returns this layer's aux.
 template <typename Real>
-Real moe_forward(Real* out, MoeActs<Real>& a, const BlockView<Real>& p, const Real* inp,
-                 int64_t N, const GPTConfig& config);
+Real moe_forward(Real* out, MoeActs<Real>& a, const BlockView<Real>& p, const Real* inp, int64_t N,
+                 const GPTConfig& config);
 // daux: gradient of the loss w.r.t. this layer's aux (aux_coef · dloss).
 template <typename Real>
-void moe_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s,
-                  const Real* dout, Real daux, const MoeActs<Real>& a, const Real* inp,
-                  const BlockView<Real>& p, int64_t N, const GPTConfig& config);
+void moe_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s, const Real* dout,
+                  Real daux, const MoeActs<Real>& a, const Real* inp, const BlockView<Real>& p,
+                  int64_t N, const GPTConfig& config);
 
 // x + attn(ln_1(x)), then + mlp(ln_2(.)); output in a.res2. Returns aux (0 if dense).
 template <typename Real>
 Real block_forward(BlockActs<Real>& a, const BlockView<Real>& p, const Real* inp, const Dims& d,
                    const GPTConfig& config);
 template <typename Real>
-void block_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s,
-                    const Real* dout, Real daux, const BlockActs<Real>& a, const Real* inp,
-                    const BlockView<Real>& p, const Dims& d, const GPTConfig& config);
+void block_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s, const Real* dout,
+                    Real daux, const BlockActs<Real>& a, const Real* inp, const BlockView<Real>& p,
+                    const Dims& d, const GPTConfig& config);
 
 }  // namespace shardlab::model

@@ -49,10 +49,10 @@ void scale_inplace(Real* x, Real s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }
 
-template void adamw_update(float*, float*, float*, const float*, int64_t, const AdamWHyper&,
+template void adamw_update(float*, float*, float*, const float*, int64_t, const AdamWHyper&, double,
+                           int64_t);
+template void adamw_update(double*, double*, double*, const double*, int64_t, const AdamWHyper&,
                            double, int64_t);
-template void adamw_update(double*, double*, double*, const double*, int64_t,
-                           const AdamWHyper&, double, int64_t);
 template double sum_squares(const float*, int64_t);
 template double sum_squares(const double*, int64_t);
 template void scale_inplace(float*, float, int64_t);

@@ -24,9 +24,9 @@ struct AdamWHyper {
 };
 
 template <typename Real>
-void adamw_update(Real* param,                         // (n)
-                  Real* m, Real* v,                    // (n) first and second moments
-                  const Real* grad,                    // (n)
+void adamw_update(Real* param,       // (n)
+                  Real* m, Real* v,  // (n) first and second moments
+                  const Real* grad,  // (n)
                   int64_t n, const AdamWHyper& hyper, double weight_decay, int64_t step);
 OpCost adamw_update_cost(int64_t n, int elem);
 

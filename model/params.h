@@ -26,13 +26,13 @@ namespace shardlab::model {
 enum class InitKind { kNormal, kZeros, kOnes };
 
 struct ParamSpec {
-  std::string name;     // e.g. "transformer.h.0.attn.c_attn.weight"
-  Shape shape;          // e.g. [3C, C]
-  int64_t offset = 0;   // first element in the flat buffer
+  std::string name;    // e.g. "transformer.h.0.attn.c_attn.weight"
+  Shape shape;         // e.g. [3C, C]
+  int64_t offset = 0;  // first element in the flat buffer
   int64_t numel = 0;
   InitKind init = InitKind::kZeros;
-  double std = 0;       // for kNormal
-  int layer = -1;       // block index, -1 outside the blocks
+  double std = 0;  // for kNormal
+  int layer = -1;  // block index, -1 outside the blocks
   // nanoGPT's optimizer groups: weight decay only on tensors of 2+ dims.
   bool decay() const { return shape.size() >= 2; }
 };

@@ -25,7 +25,8 @@ uint64_t stream_key(uint64_t seed, std::string_view name) {
 }
 
 uint64_t random_bits(uint64_t key, uint64_t counter) {
-  const uint64_t z = splitmix64_mix(key ^ (counter * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL));
+  const uint64_t z =
+      splitmix64_mix(key ^ (counter * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL));
   return splitmix64_mix(z + key);
 }
 

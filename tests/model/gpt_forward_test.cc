@@ -51,14 +51,17 @@ void check_forward(const GPTConfig& config, const char* what, int B, int T) {
   const testing::NaiveResult ref = testing::naive_gpt_forward(config, lookup, x, y, B, T);
   const auto [fl, flog] = compare(fm, ref, x, y, B, T);
   const auto [dl, dlog] = compare(dm, ref, x, y, B, T);
-  std::printf("[forward] %-26s naive loss %.6f (aux %.4f): float rel diff loss %.2e logits %.2e "
-              "(tol %.0e); double %.2e / %.2e (tol %.0e)\n",
-              what, ref.loss, ref.aux, fl, flog, kFloatTol, dl, dlog, kDoubleTol);
+  std::printf(
+      "[forward] %-26s naive loss %.6f (aux %.4f): float rel diff loss %.2e logits %.2e "
+      "(tol %.0e); double %.2e / %.2e (tol %.0e)\n",
+      what, ref.loss, ref.aux, fl, flog, kFloatTol, dl, dlog, kDoubleTol);
   EXPECT_LE(fl, kFloatTol);
   EXPECT_LE(flog, kFloatTol);
   EXPECT_LE(dl, kDoubleTol);
   EXPECT_LE(dlog, kDoubleTol);
-  if (config.is_moe()) EXPECT_NEAR(dm.aux_loss(), ref.aux, 1e-12);
+  if (config.is_moe()) {
+    EXPECT_NEAR(dm.aux_loss(), ref.aux, 1e-12);
+  }
 }
 
 TEST(ModelForward, DenseMatchesNaiveLoops) { check_forward(forward_config(), "dense", 3, 16); }
@@ -92,7 +95,7 @@ TEST(ModelForward, BadInputsAreClearErrors) {
   std::vector<Token> x(40, 1);
   EXPECT_THROW(model.forward(x.data(), x.data(), 1, 33), ConfigError);  // T > block_size
   x[3] = 256;
-  EXPECT_THROW(model.forward(x.data(), x.data(), 1, 8), ConfigError);   // token >= vocab
+  EXPECT_THROW(model.forward(x.data(), x.data(), 1, 8), ConfigError);  // token >= vocab
   try {
     model.forward(x.data(), nullptr, 1, 8);
   } catch (const ConfigError& e) {

@@ -34,16 +34,18 @@ void check_model(const GPTConfig& config, const char* what, int B, int T) {
   double worst = 0;
   std::string worst_name;
   for (const ParamSpec& spec : model.table().specs()) {
-    const auto numeric = testing::numeric_grad(loss, model.params().data() + spec.offset, spec.numel);
+    const auto numeric =
+        testing::numeric_grad(loss, model.params().data() + spec.offset, spec.numel);
     const testing::GradError e = testing::compare_grads(analytic.data() + spec.offset, numeric);
-    EXPECT_LE(e.max_rel, kModelTol) << what << " " << spec.name << " element " << e.worst
-                                    << ": analytic " << analytic[spec.offset + e.worst]
-                                    << " numeric " << numeric[e.worst];
+    EXPECT_LE(e.max_rel, kModelTol)
+        << what << " " << spec.name << " element " << e.worst << ": analytic "
+        << analytic[spec.offset + e.worst] << " numeric " << numeric[e.worst];
     if (e.max_rel >= worst) worst = e.max_rel, worst_name = spec.name;
   }
-  std::printf("[gradcheck] %-28s all %zu tensors (%lld params)  max rel err %.3e in %s  (tol %.0e)\n",
-              what, model.table().specs().size(), static_cast<long long>(model.table().numel()),
-              worst, worst_name.c_str(), kModelTol);
+  std::printf(
+      "[gradcheck] %-28s all %zu tensors (%lld params)  max rel err %.3e in %s  (tol %.0e)\n", what,
+      model.table().specs().size(), static_cast<long long>(model.table().numel()), worst,
+      worst_name.c_str(), kModelTol);
 }
 
 TEST(ModelGradcheck, Dense) { check_model(small_config(), "gpt dense", 2, 5); }
@@ -75,8 +77,9 @@ TEST(ModelGradcheck, BackwardAccumulatesAndScales) {
   for (size_t i = 0; i < once.size(); ++i) {
     max_diff = std::max(max_diff, std::abs(model.grads()[i] - 3 * once[i]));
   }
-  std::printf("[accumulate] grads after backward(1)+backward(2) vs 3x: max abs diff %.3e (tol 1e-12)\n",
-              max_diff);
+  std::printf(
+      "[accumulate] grads after backward(1)+backward(2) vs 3x: max abs diff %.3e (tol 1e-12)\n",
+      max_diff);
   EXPECT_LE(max_diff, 1e-12);
 }
 

@@ -44,8 +44,10 @@ void check_training(const GPTConfig& config, const char* what) {
   const Run a = train(config, 30);
   std::vector<char> churn(12345);  // different heap history for the second run
   const Run b = train(config, 30);
-  std::printf("[train] %-10s loss %.4f -> %.4f over 30 AdamW steps on one batch; rerun bit-identical: %s\n",
-              what, a.losses.front(), a.losses.back(), a.losses == b.losses && a.params == b.params ? "yes" : "NO");
+  std::printf(
+      "[train] %-10s loss %.4f -> %.4f over 30 AdamW steps on one batch; rerun bit-identical: %s\n",
+      what, a.losses.front(), a.losses.back(),
+      a.losses == b.losses && a.params == b.params ? "yes" : "NO");
   EXPECT_LT(a.losses.back(), 0.5f * a.losses.front());
   EXPECT_EQ(0, std::memcmp(a.losses.data(), b.losses.data(), a.losses.size() * sizeof(float)));
   EXPECT_EQ(a.params, b.params);

@@ -53,14 +53,12 @@ double check_gradients(const std::string& what, const std::vector<Checked>& tens
                        const std::function<double()>& loss, double tol) {
   double worst = 0;
   for (const Checked& t : tensors) {
-    const std::vector<double> numeric =
-        numeric_grad(loss, t.value, static_cast<int64_t>(t.size));
+    const std::vector<double> numeric = numeric_grad(loss, t.value, static_cast<int64_t>(t.size));
     const GradError e = compare_grads(t.grad, numeric);
     std::printf("[gradcheck] %-28s %-34s max rel err %.3e  max abs err %.3e  (tol %.0e)\n",
                 what.c_str(), t.name.c_str(), e.max_rel, e.max_abs, tol);
     EXPECT_LE(e.max_rel, tol) << what << " " << t.name << ": worst element " << e.worst
-                              << " analytic " << t.grad[e.worst] << " numeric "
-                              << numeric[e.worst];
+                              << " analytic " << t.grad[e.worst] << " numeric " << numeric[e.worst];
     worst = std::max(worst, e.max_rel);
   }
   return worst;

@@ -41,8 +41,8 @@ TEST(KernelGradcheck, LayerNorm) {
        bias = random_vector(rng, C), w = random_vector(rng, N * C);
   auto loss = [&] {
     std::vector<double> out(N * C), mean(N), rstd(N);
-    layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), weight.data(), bias.data(),
-                      N, C);
+    layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), weight.data(), bias.data(), N,
+                      C);
     return dot(out, w);
   };
   std::vector<double> out(N * C), mean(N), rstd(N);
@@ -52,8 +52,9 @@ TEST(KernelGradcheck, LayerNorm) {
   layernorm_backward(dx.data(), dweight.data(), dbias.data(), w.data(), x.data(), weight.data(),
                      mean.data(), rstd.data(), N, C);
   auto g1 = dx.delta(), g2 = dweight.delta(), g3 = dbias.delta();
-  check_gradients("layernorm", {{"dinp", &x, &g1}, {"dweight", &weight, &g2}, {"dbias", &bias, &g3}},
-                  loss, kKernelTol);
+  check_gradients("layernorm",
+                  {{"dinp", &x, &g1}, {"dweight", &weight, &g2}, {"dbias", &bias, &g3}}, loss,
+                  kKernelTol);
 }
 
 void check_linear(bool with_bias) {
@@ -68,8 +69,8 @@ void check_linear(bool with_bias) {
     return dot(out, w);
   };
   Accum dx(rng, N * C), dweight(rng, OC * C), dbias(rng, OC);
-  linear_backward(dx.data(), dweight.data(), with_bias ? dbias.data() : nullptr, w.data(),
-                  x.data(), weight.data(), N, C, OC);
+  linear_backward(dx.data(), dweight.data(), with_bias ? dbias.data() : nullptr, w.data(), x.data(),
+                  weight.data(), N, C, OC);
   auto g1 = dx.delta(), g2 = dweight.delta(), g3 = dbias.delta();
   std::vector<testing::Checked> checked = {{"dinp", &x, &g1}, {"dweight", &weight, &g2}};
   if (with_bias) checked.push_back({"dbias", &bias, &g3});
@@ -134,8 +135,8 @@ TEST(KernelGradcheck, CrossEntropy) {
   const double dloss = 0.7;
   std::vector<double> probs(N * V), losses(N);
   auto loss = [&] {
-    return dloss * crossentropy_forward(probs.data(), losses.data(), logits.data(),
-                                        targets.data(), N, V);
+    return dloss *
+           crossentropy_forward(probs.data(), losses.data(), logits.data(), targets.data(), N, V);
   };
   loss();
   Accum dlogits(rng, N * V);
@@ -155,11 +156,11 @@ TEST(KernelCost, FormulasScaleWithSizes) {
   EXPECT_DOUBLE_EQ(a4.flops, a2.flops);
   EXPECT_DOUBLE_EQ(a4.bytes, 2 * a2.bytes);
   EXPECT_GT(attention_backward_cost(8, 64, 4, 32, 4).flops, a4.flops);
-  for (const OpCost& c : {embedding_forward_cost(2, 3, 4, 4), layernorm_forward_cost(6, 8, 4),
-                          gelu_forward_cost(10, 4), residual_forward_cost(10, 4),
-                          crossentropy_forward_cost(6, 9, 4), router_forward_cost(6, 4, 2, 4),
-                          moe_dispatch_cost(12, 8, 4), moe_combine_forward_cost(6, 12, 8, 4),
-                          adamw_update_cost(100, 4)}) {
+  for (const OpCost& c :
+       {embedding_forward_cost(2, 3, 4, 4), layernorm_forward_cost(6, 8, 4),
+        gelu_forward_cost(10, 4), residual_forward_cost(10, 4), crossentropy_forward_cost(6, 9, 4),
+        router_forward_cost(6, 4, 2, 4), moe_dispatch_cost(12, 8, 4),
+        moe_combine_forward_cost(6, 12, 8, 4), adamw_update_cost(100, 4)}) {
     EXPECT_GT(c.flops, 0);
     EXPECT_GT(c.bytes, 0);
   }

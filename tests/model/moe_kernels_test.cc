@@ -82,8 +82,8 @@ void check_router(double capacity_factor, const char* what) {
   };
   const Routed r = route(logits, N, E, K, capacity_factor);
   Accum dlogits(rng, N * E);
-  router_backward(dlogits.data(), wg.data(), c_aux, r.probs.data(), r.expert.data(),
-                  r.frac.data(), N, E, K);
+  router_backward(dlogits.data(), wg.data(), c_aux, r.probs.data(), r.expert.data(), r.frac.data(),
+                  N, E, K);
   auto g = dlogits.delta();
   check_gradients(what, {{"dlogits", &logits, &g}}, loss, kKernelTol);
 }
@@ -109,8 +109,8 @@ TEST(KernelGradcheck, DispatchAndCombine) {
   };
   Accum dx(rng, N * C), dye(rng, M * C), dgates(rng, N * K);
   moe_dispatch_backward(dx.data(), w_xe.data(), src.data(), M, K, C);
-  moe_combine_backward(dye.data(), dgates.data(), w_out.data(), ye.data(), gates.data(),
-                       src.data(), M, K, C);
+  moe_combine_backward(dye.data(), dgates.data(), w_out.data(), ye.data(), gates.data(), src.data(),
+                       M, K, C);
   auto g1 = dx.delta(), g2 = dye.delta(), g3 = dgates.delta();
   check_gradients("dispatch+combine", {{"dx", &x, &g1}, {"dye", &ye, &g2}, {"dgates", &gates, &g3}},
                   loss, kKernelTol);

@@ -9,7 +9,9 @@ namespace {
 
 using Rows = std::vector<std::vector<double>>;  // [row][feature]
 
-std::string h(int l, const std::string& s) { return "transformer.h." + std::to_string(l) + "." + s; }
+std::string h(int l, const std::string& s) {
+  return "transformer.h." + std::to_string(l) + "." + s;
+}
 
 Rows linear(const Rows& x, const double* w, const double* b, int out) {
   Rows y(x.size(), std::vector<double>(out, 0.0));
@@ -32,7 +34,8 @@ Rows layernorm(const Rows& x, const double* w, const double* b) {
     double var = 0;
     for (double v : row) var += (v - mean) * (v - mean);
     var /= C;
-    for (size_t c = 0; c < row.size(); ++c) row[c] = (row[c] - mean) / std::sqrt(var + 1e-5) * w[c] + b[c];
+    for (size_t c = 0; c < row.size(); ++c)
+      row[c] = (row[c] - mean) / std::sqrt(var + 1e-5) * w[c] + b[c];
   }
   return y;
 }
@@ -64,7 +67,8 @@ Rows attention(const Rows& qkv, int B, int T, int NH) {
         }
         s = softmax(s);
         for (int u = 0; u <= t; ++u)
-          for (int i = 0; i < HS; ++i) y[b * T + t][hd * HS + i] += s[u] * qkv[b * T + u][2 * C + hd * HS + i];
+          for (int i = 0; i < HS; ++i)
+            y[b * T + t][hd * HS + i] += s[u] * qkv[b * T + u][2 * C + hd * HS + i];
       }
   return y;
 }
@@ -111,7 +115,8 @@ NaiveResult naive_gpt_forward(const GPTConfig& cfg, const ParamLookup& p,
   Rows x(N, std::vector<double>(C));
   for (int n = 0; n < N; ++n)
     for (int c = 0; c < C; ++c)
-      x[n][c] = p("transformer.wte.weight")[inputs[n] * C + c] + p("transformer.wpe.weight")[(n % T) * C + c];
+      x[n][c] = p("transformer.wte.weight")[inputs[n] * C + c] +
+                p("transformer.wpe.weight")[(n % T) * C + c];
   NaiveResult r;
   for (int l = 0; l < cfg.n_layer; ++l) {
     const Rows a = layernorm(x, p(h(l, "ln_1.weight")), p(h(l, "ln_1.bias")));

@@ -18,7 +18,7 @@ using ParamLookup = std::function<const double*(const std::string& name)>;
 struct NaiveResult {
   double loss = 0;  // CE + aux_coef · Σ aux
   double ce = 0;
-  double aux = 0;   // Σ over MoE layers
+  double aux = 0;              // Σ over MoE layers
   std::vector<double> logits;  // (B,T,V)
 };
 

@@ -3,12 +3,12 @@
 //   p -= lr/(1-β1^t) · m / (sqrt(v)/sqrt(1-β2^t) + eps)
 // lr 0.1, β 0.9/0.95, eps 1e-8, gradients 0.5, -0.25, 0.125. Step 1 by hand:
 // p = 1·0.99 − 1.0 · 0.05 / (sqrt(0.0125)/sqrt(0.05) + 1e-8) = 0.890000002.
+#include "model/optimizer.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
-
-#include "model/optimizer.h"
 
 namespace shardlab::model {
 namespace {
@@ -38,7 +38,8 @@ TEST(AdamW, MatchesTorchSemanticsWithDecay) {
   const double expected[3] = {0.890000002, 0.8542630578558273, 0.8110522654784148};
   const double d = run_steps<double>(1.0, 0.1, expected, kM, kV);
   const double f = run_steps<float>(1.0, 0.1, expected, kM, kV);
-  std::printf("[adamw] decay 0.1: max rel err double %.2e (tol 1e-14), float %.2e (tol 1e-6)\n", d, f);
+  std::printf("[adamw] decay 0.1: max rel err double %.2e (tol 1e-14), float %.2e (tol 1e-6)\n", d,
+              f);
   EXPECT_LE(d, 1e-14);
   EXPECT_LE(f, 1e-6);
 }

@@ -1,11 +1,12 @@
 // Config validation, parameter table (nanoGPT names and shapes) and the
 // counter-based init: determinism, slices, distributions.
+#include "model/params.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
 
-#include "model/params.h"
 #include "model/rng.h"
 #include "runtime/errors.h"
 
@@ -77,7 +78,8 @@ TEST(ParamTable, MoELayersHaveRouterAndExperts) {
   c.n_expert = 3, c.top_k = 2, c.moe_every = 2;
   const ParamTable t(c);
   EXPECT_EQ(t.at("transformer.h.0.mlp.router.weight").shape, (Shape{3, c.n_embd}));
-  EXPECT_EQ(t.at("transformer.h.0.mlp.experts.2.c_proj.weight").shape, (Shape{c.n_embd, 4 * c.n_embd}));
+  EXPECT_EQ(t.at("transformer.h.0.mlp.experts.2.c_proj.weight").shape,
+            (Shape{c.n_embd, 4 * c.n_embd}));
   EXPECT_EQ(t.find("transformer.h.0.mlp.router.bias"), nullptr);
   EXPECT_EQ(t.find("transformer.h.0.mlp.c_fc.weight"), nullptr);
   EXPECT_NE(t.find("transformer.h.1.mlp.c_fc.weight"), nullptr);  // 1 % 2 != 0: dense
@@ -126,7 +128,8 @@ TEST(Init, DistributionsFollowNanoGPT) {
   auto stats = [&](const std::string& name) {
     const ParamSpec& s = t.at(name);
     double sum = 0, sq = 0;
-    for (int64_t i = 0; i < s.numel; ++i) sum += p[s.offset + i], sq += p[s.offset + i] * p[s.offset + i];
+    for (int64_t i = 0; i < s.numel; ++i)
+      sum += p[s.offset + i], sq += p[s.offset + i] * p[s.offset + i];
     const double mean = sum / s.numel;
     return std::pair{mean, std::sqrt(sq / s.numel - mean * mean)};
   };
