@@ -19,6 +19,17 @@ std::string expert_name(int layer, int expert, std::string_view suffix) {
   return block_name(layer, "mlp.experts." + std::to_string(expert) + "." + std::string(suffix));
 }
 
+std::array<RowRange, 3> c_attn_head_rows(int C, int n_head, int h0, int h1) {
+  SHARDLAB_CHECK(n_head > 0 && C % n_head == 0 && 0 <= h0 && h0 <= h1 && h1 <= n_head,
+                 "bad head range");
+  const int64_t HS = C / n_head;
+  std::array<RowRange, 3> rows;
+  for (int part = 0; part < 3; ++part) {  // q, k, v
+    rows[part] = {part * int64_t{C} + h0 * HS, part * int64_t{C} + h1 * HS};
+  }
+  return rows;
+}
+
 ParamTable::ParamTable(const GPTConfig& config) : config_(config) {
   config.validate();
   const int64_t C = config.n_embd, V = config.vocab_size, T = config.block_size;

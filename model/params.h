@@ -12,6 +12,7 @@
 // Size letters: C n_embd, T block_size, V vocab, E experts.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -69,6 +70,16 @@ class ParamTable {
   std::unordered_map<std::string, size_t> index_;
   int64_t numel_ = 0;
 };
+
+// Tensor parallelism slices c_attn by heads: heads [h0, h1) own three
+// contiguous row ranges of c_attn.weight (3C, C) and c_attn.bias (3C), one in
+// each of q, k and v. Rows [begin, end); for the weight, elements
+// [begin·C, end·C) (ready for init_slice).
+struct RowRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+std::array<RowRange, 3> c_attn_head_rows(int C, int n_head, int h0, int h1);
 
 // Name helpers: block_name(2, "attn.c_attn.weight") = "transformer.h.2.attn.c_attn.weight";
 // expert_name(2, 5, "c_fc.bias") = "transformer.h.2.mlp.experts.5.c_fc.bias".

@@ -9,8 +9,9 @@
 //   copy      BOS, k tokens (k in 4..12) from a 16-token alphabet, SEP, the
 //             same k tokens again.
 //   reverse   the same, with the second half reversed.
-//             In a 300-step tiny run these fall from ln V to about ln 16 (the
-//             alphabet) quickly; learning the copy itself takes longer runs.
+//             A tiny run falls from ln V (6.24 for V=512) to about 2.7 (the
+//             alphabet's entropy) within 100 steps; the copy itself (floor
+//             about 1.3) is much harder: not learned in 2,000 steps of tiny.
 //
 // "Best loss" is the lowest mean cross-entropy (nats/token) any predictor can
 // reach on windows drawn from the stream: for an order-1 chain it is the

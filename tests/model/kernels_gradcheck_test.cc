@@ -2,10 +2,13 @@
 // cost-function sanity. Each check prints its max relative error.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
 #include <random>
 
 #include "gradcheck.h"
 #include "model/kernels.h"
+#include "model/params.h"
 
 namespace shardlab::model {
 namespace {
@@ -143,6 +146,39 @@ TEST(KernelGradcheck, CrossEntropy) {
   crossentropy_backward(dlogits.data(), probs.data(), targets.data(), dloss, N, V);
   auto g = dlogits.delta();
   check_gradients("crossentropy", {{"dlogits", &logits, &g}}, loss, kKernelTol);
+}
+
+// Tensor parallelism runs attention on a subset of heads with the c_attn rows
+// of those heads: the result must be the matching columns of the full output.
+TEST(KernelSlicing, AttentionOnHeadSubsetMatchesFullOutput) {
+  std::mt19937_64 rng(8);
+  const int B = 2, T = 7, NH = 4, HS = 3, C = NH * HS, h0 = 1, h1 = 3, C_local = (h1 - h0) * HS;
+  const auto qkv = random_vector(rng, B * T * 3 * C);
+  std::vector<double> out(B * T * C), att(B * NH * T * T);
+  attention_forward(out.data(), att.data(), qkv.data(), B, T, NH, HS);
+  // The local [q | k | v] of heads h0..h1-1: the feature ranges of c_attn_head_rows.
+  const auto rows = c_attn_head_rows(C, NH, h0, h1);
+  std::vector<double> local_qkv;
+  for (int n = 0; n < B * T; ++n) {
+    for (const RowRange& r : rows) {
+      local_qkv.insert(local_qkv.end(), qkv.begin() + n * 3 * C + r.begin,
+                       qkv.begin() + n * 3 * C + r.end);
+    }
+  }
+  std::vector<double> local_out(B * T * C_local), local_att(B * (h1 - h0) * T * T);
+  attention_forward(local_out.data(), local_att.data(), local_qkv.data(), B, T, h1 - h0, HS);
+  double max_diff = 0;
+  for (int n = 0; n < B * T; ++n) {
+    for (int c = 0; c < C_local; ++c) {
+      max_diff =
+          std::max(max_diff, std::abs(local_out[n * C_local + c] - out[n * C + h0 * HS + c]));
+    }
+  }
+  std::printf("[slicing] attention heads [%d,%d) of %d vs full: max abs diff %.2e (tol 1e-14)\n",
+              h0, h1, NH, max_diff);
+  EXPECT_LE(max_diff, 1e-14);
+  EXPECT_EQ(rows[1].begin, C + h0 * HS);
+  EXPECT_EQ(rows[2].end, 2 * C + h1 * HS);
 }
 
 TEST(KernelCost, FormulasScaleWithSizes) {
