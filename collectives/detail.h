@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
@@ -39,9 +40,12 @@ class Ctx {
   Message recv(int from, size_t count, int phase = 0) {
     Message m = dev_.recv(s_, g_.global_rank(from), tag_ + static_cast<Tag>(phase));
     const uint64_t want = static_cast<uint64_t>(count) * static_cast<uint64_t>(esize_);
-    SHARDLAB_CHECK(m.modeled_bytes == want && (m.payload.size() == 0 || m.payload.size() == count * sizeof(float)),
-                   fmt::format("collective on {}: device {} expected {} elements from device {}, got {} bytes",
-                               g_.to_string(), dev_.rank(), count, m.src, m.modeled_bytes));
+    if (m.modeled_bytes != want || (m.payload.size() != 0 && m.payload.size() != count * sizeof(float))) {
+      // Members disagree on counts, roots or algorithm: a caller bug, reported as the run's error.
+      throw std::runtime_error(fmt::format("collective on {}: device {} expected {} elements from device {}, got {} "
+                                           "modeled bytes (members must pass matching counts, roots and algorithms)",
+                                           g_.to_string(), dev_.rank(), count, m.src, m.modeled_bytes));
+    }
     return m;
   }
   // The stream also covers the last send leaving the egress port.

@@ -160,3 +160,22 @@ TEST(CorrectnessTest, BadArgumentsFailTheRun) {
 
 }  // namespace
 }  // namespace shardlab::collectives::testing
+
+namespace shardlab::collectives::testing {
+namespace {
+
+TEST(CorrectnessTest, MismatchedCountsAcrossMembersFailLoudly) {
+  try {
+    run_on(3, [](Device& dev) {
+      ProcessGroup g = ProcessGroup::world(dev);
+      std::vector<float> x(dev.rank() == 1 ? 10 : 12, 1.f);
+      all_reduce(dev, g, x, ReduceOp::kSum, {Algo::kRing, std::nullopt});
+    });
+    FAIL() << "expected a RunError";
+  } catch (const RunError& e) {
+    EXPECT_NE(std::string(e.what()).find("expected"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace shardlab::collectives::testing
