@@ -48,6 +48,23 @@ void GPT<Real>::check_inputs(const Token* inputs, const Token* targets, int B, i
   }
 }
 
+namespace {
+
+// Elements a block keeps for its backward (MoE buffers at their N*K capacity).
+template <typename Real>
+int64_t activation_elements(const BlockActs<Real>& a) {
+  int64_t n = 0;
+  for (const Buffer<Real>* b : {&a.ln1, &a.ln2, &a.ln1_mean, &a.ln1_rstd, &a.ln2_mean, &a.ln2_rstd,
+                                &a.qkv, &a.att, &a.atty, &a.attproj, &a.res1, &a.fc, &a.fc_gelu,
+                                &a.mlp_out, &a.res2, &a.moe.logits, &a.moe.probs, &a.moe.gates,
+                                &a.moe.xe, &a.moe.ye, &a.moe.fc, &a.moe.fc_gelu}) {
+    n += static_cast<int64_t>(b->size());
+  }
+  return n;
+}
+
+}  // namespace
+
 template <typename Real>
 void GPT<Real>::resize_activations(int B, int T) {
   if (dims_.B == B && dims_.T == T) return;
@@ -65,6 +82,9 @@ void GPT<Real>::resize_activations(int B, int T) {
   probs_.assign(N * V, 0);
   losses_.assign(N, 0);
   scratch_.resize(dims_, config_);
+  block_elems_.assign(config_.n_layer, 0);
+  for (int l = 0; l < config_.n_layer; ++l) block_elems_[l] = activation_elements(blocks_[l]);
+  head_elems_ = N * C + 2 * N + 2 * N * V + N;
   dlogits_.assign(N * V, 0);
   dlnf_.assign(N * C, 0);
   dx_.assign(N * C, 0);
@@ -74,7 +94,9 @@ void GPT<Real>::resize_activations(int B, int T) {
 template <typename Real>
 Real GPT<Real>::forward(const Token* inputs, const Token* targets, int B, int T) {
   check_inputs(inputs, targets, B, T);
+  if (acts_live_) release_activations();  // a forward that had no backward
   resize_activations(B, T);
+  acts_live_ = true;
   const int64_t N = dims_.N();
   const int C = dims_.C, V = config_.vocab_size;
   inputs_.assign(inputs, inputs + N);
@@ -82,25 +104,44 @@ Real GPT<Real>::forward(const Token* inputs, const Token* targets, int B, int T)
   if (have_targets_) targets_.assign(targets, targets + N);
 
   embedding_forward(encoded_.data(), inputs, weights_.wte, weights_.wpe, B, T, C);
+  ex_.op("embedding.fwd", embedding_forward_cost(B, T, C, ex_.elem));
+  saved(N * C);
   const Real* x = encoded_.data();
   aux_loss_ = 0;
   for (int l = 0; l < config_.n_layer; ++l) {
-    aux_loss_ += block_forward(blocks_[l], weights_.blocks[l], x, dims_, config_);
+    aux_loss_ += block_forward(blocks_[l], weights_.blocks[l], x, dims_, config_, ex_);
+    saved(block_elems_[l]);
     x = blocks_[l].res2.data();
   }
   layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), x, weights_.ln_f.weight,
                     weights_.ln_f.bias, N, C);
+  ex_.op("ln_f.fwd", layernorm_forward_cost(N, C, ex_.elem));
   linear_forward(logits_.data(), lnf_.data(), weights_.wte, static_cast<const Real*>(nullptr), N, C,
                  V);
+  ex_.op("lm_head.fwd", linear_forward_cost(N, C, V, false, ex_.elem));
+  saved(head_elems_);
   logits_n_ = static_cast<size_t>(N * V);
-  if (!have_targets_) return ce_loss_ = 0;
+  if (!have_targets_) {
+    release_activations();
+    return ce_loss_ = 0;
+  }
   ce_loss_ = crossentropy_forward(probs_.data(), losses_.data(), logits_.data(), targets, N, V);
+  ex_.op("cross_entropy.fwd", crossentropy_forward_cost(N, V, ex_.elem));
   return ce_loss_ + static_cast<Real>(config_.aux_coef) * aux_loss_;
+}
+
+template <typename Real>
+void GPT<Real>::release_activations() {
+  int64_t n = dims_.N() * dims_.C + head_elems_;
+  for (int64_t e : block_elems_) n += e;
+  freed(n);
+  acts_live_ = false;
 }
 
 template <typename Real>
 void GPT<Real>::zero_grad() {
   std::fill(grads_.begin(), grads_.end(), Real(0));
+  ex_.op("zero_grad", {0, static_cast<double>(grads_.size()) * ex_.elem});
 }
 
 template <typename Real>
@@ -111,28 +152,38 @@ void GPT<Real>::backward(Real dloss) {
   const GPTView<Real>& p = weights_;
   const GPTView<Real>& g = weight_grads_;
   // loss = mean CE(logits)
+  saved(N * V);  // dlogits, alive until the head's backward is done
   std::fill(dlogits_.begin(), dlogits_.end(), Real(0));
   crossentropy_backward(dlogits_.data(), probs_.data(), targets_.data(), dloss, N, V);
+  ex_.op("cross_entropy.bwd", crossentropy_backward_cost(N, V, ex_.elem));
   // logits = lnf · wteᵀ
   std::fill(dlnf_.begin(), dlnf_.end(), Real(0));
   linear_backward(dlnf_.data(), g.wte, static_cast<Real*>(nullptr), dlogits_.data(), lnf_.data(),
                   p.wte, N, C, V);
+  ex_.op("lm_head.bwd", linear_backward_cost(N, C, V, false, ex_.elem));
+  freed(N * V);
   // lnf = ln_f(x_L)
   const Real* x_last = config_.n_layer > 0 ? blocks_.back().res2.data() : encoded_.data();
   std::fill(dx_.begin(), dx_.end(), Real(0));
   layernorm_backward(dx_.data(), g.ln_f.weight, g.ln_f.bias, dlnf_.data(), x_last, p.ln_f.weight,
                      lnf_mean_.data(), lnf_rstd_.data(), N, C);
+  ex_.op("ln_f.bwd", layernorm_backward_cost(N, C, ex_.elem));
+  freed(head_elems_);
   // x_{l+1} = block_l(x_l)
   const Real daux = static_cast<Real>(config_.aux_coef) * dloss;
   for (int l = config_.n_layer - 1; l >= 0; --l) {
     const Real* x_in = l > 0 ? blocks_[l - 1].res2.data() : encoded_.data();
     std::fill(dx_next_.begin(), dx_next_.end(), Real(0));
     block_backward(dx_next_.data(), g.blocks[l], scratch_, dx_.data(), daux, blocks_[l], x_in,
-                   p.blocks[l], dims_, config_);
+                   p.blocks[l], dims_, config_, ex_);
+    freed(block_elems_[l]);
     std::swap(dx_, dx_next_);
   }
   // x_0 = wte[idx] + wpe
   embedding_backward(g.wte, g.wpe, dx_.data(), inputs_.data(), dims_.B, dims_.T, C);
+  ex_.op("embedding.bwd", embedding_backward_cost(dims_.B, dims_.T, C, ex_.elem));
+  freed(N * C);
+  acts_live_ = false;
 }
 
 template class GPT<float>;

@@ -22,6 +22,7 @@
 #include "model/config.h"
 #include "model/layers.h"
 #include "model/params.h"
+#include "model/sink.h"
 
 namespace shardlab::model {
 
@@ -53,6 +54,9 @@ class GPT {
   // Gradient of the last forward's loss (which needs targets), scaled by dloss.
   void backward(Real dloss = Real(1));
 
+  // Where kernels report their cost and activations their lifetime (null: math only).
+  void set_sink(OpSink* sink) { ex_ = Exec::with(sink); }
+
   Real ce_loss() const { return ce_loss_; }
   Real aux_loss() const { return aux_loss_; }  // Σ over MoE layers, before aux_coef
   std::span<const Real> logits() const { return {logits_.data(), logits_n_}; }  // (B,T,V)
@@ -61,9 +65,18 @@ class GPT {
  private:
   void resize_activations(int B, int T);
   void check_inputs(const Token* inputs, const Token* targets, int B, int T) const;
+  // Frees the accounted activations of a forward that will have no backward.
+  void release_activations();
+  void saved(int64_t elements) const {
+    if (ex_.sink) ex_.sink->saved(elements);
+  }
+  void freed(int64_t elements) const {
+    if (ex_.sink) ex_.sink->freed(elements);
+  }
 
   GPTConfig config_;
   ParamTable table_;
+  Exec ex_;
   Buffer<Real> params_;  // (P)
   Buffer<Real> grads_;   // (P)
   GPTView<Real> weights_;
@@ -78,6 +91,9 @@ class GPT {
   Buffer<Real> logits_, probs_;             // (N,V)
   Buffer<Real> losses_;                     // (N)
   size_t logits_n_ = 0;
+  std::vector<int64_t> block_elems_;   // (n_layer) saved activation elements per block
+  int64_t head_elems_ = 0;             // lnf + logits + probs + losses
+  bool acts_live_ = false;             // a forward's activations are accounted
   bool have_targets_ = false;
   Real ce_loss_ = 0;
   Real aux_loss_ = 0;

@@ -18,170 +18,201 @@ void zero(Buffer<Real>& v, int64_t n) {
 
 template <typename Real>
 void attention_layer_forward(Real* out, Real* qkv, Real* att, Real* atty, const BlockView<Real>& p,
-                             const Real* inp, const Dims& d) {
+                             const Real* inp, const Dims& d, const Exec& ex) {
   const int64_t N = d.N();
   linear_forward(qkv, inp, p.c_attn.weight, p.c_attn.bias, N, d.C, 3 * d.C);
+  ex.op("attn.c_attn.fwd", linear_forward_cost(N, d.C, 3 * d.C, true, ex.elem));
   attention_forward(atty, att, qkv, d.B, d.T, d.NH, d.HS());
+  ex.op("attn.softmax.fwd", attention_forward_cost(d.B, d.T, d.NH, d.HS(), ex.elem));
   linear_forward(out, atty, p.attn_proj.weight, p.attn_proj.bias, N, d.C, d.C);
+  ex.op("attn.c_proj.fwd", linear_forward_cost(N, d.C, d.C, true, ex.elem));
 }
 
 template <typename Real>
 void attention_layer_backward(Real* dinp, const BlockView<Real>& g, Real* dqkv, Real* datty,
                               const Real* dout, const Real* inp, const Real* qkv, const Real* att,
-                              const Real* atty, const BlockView<Real>& p, const Dims& d) {
+                              const Real* atty, const BlockView<Real>& p, const Dims& d,
+                              const Exec& ex) {
   const int64_t N = d.N();
   std::fill(datty, datty + N * d.C, Real(0));
   linear_backward(datty, g.attn_proj.weight, g.attn_proj.bias, dout, atty, p.attn_proj.weight, N,
                   d.C, d.C);
+  ex.op("attn.c_proj.bwd", linear_backward_cost(N, d.C, d.C, true, ex.elem));
   std::fill(dqkv, dqkv + N * 3 * d.C, Real(0));
   attention_backward(dqkv, datty, qkv, att, d.B, d.T, d.NH, d.HS());
+  ex.op("attn.softmax.bwd", attention_backward_cost(d.B, d.T, d.NH, d.HS(), ex.elem));
   linear_backward(dinp, g.c_attn.weight, g.c_attn.bias, dqkv, inp, p.c_attn.weight, N, d.C,
                   3 * d.C);
+  ex.op("attn.c_attn.bwd", linear_backward_cost(N, d.C, 3 * d.C, true, ex.elem));
 }
 
 // ---- MLP ----------------------------------------------------------------------
 
 template <typename Real>
 void mlp_forward(Real* out, Real* fc, Real* fc_gelu, const MlpView<Real>& p, const Real* inp,
-                 int64_t N, int C) {
+                 int64_t N, int C, const Exec& ex) {
   linear_forward(fc, inp, p.c_fc.weight, p.c_fc.bias, N, C, 4 * C);
+  ex.op("mlp.c_fc.fwd", linear_forward_cost(N, C, 4 * C, true, ex.elem));
   gelu_forward(fc_gelu, fc, N * 4 * C);
+  ex.op("mlp.gelu.fwd", gelu_forward_cost(N * 4 * C, ex.elem));
   linear_forward(out, fc_gelu, p.c_proj.weight, p.c_proj.bias, N, 4 * C, C);
+  ex.op("mlp.c_proj.fwd", linear_forward_cost(N, 4 * C, C, true, ex.elem));
 }
 
 template <typename Real>
 void mlp_backward(Real* dinp, const MlpView<Real>& g, Real* dfc, Real* dfc_gelu, const Real* dout,
                   const Real* inp, const Real* fc, const Real* fc_gelu, const MlpView<Real>& p,
-                  int64_t N, int C) {
+                  int64_t N, int C, const Exec& ex) {
   std::fill(dfc_gelu, dfc_gelu + N * 4 * C, Real(0));
   linear_backward(dfc_gelu, g.c_proj.weight, g.c_proj.bias, dout, fc_gelu, p.c_proj.weight, N,
                   4 * C, C);
+  ex.op("mlp.c_proj.bwd", linear_backward_cost(N, 4 * C, C, true, ex.elem));
   std::fill(dfc, dfc + N * 4 * C, Real(0));
   gelu_backward(dfc, dfc_gelu, fc, N * 4 * C);
+  ex.op("mlp.gelu.bwd", gelu_backward_cost(N * 4 * C, ex.elem));
   linear_backward(dinp, g.c_fc.weight, g.c_fc.bias, dfc, inp, p.c_fc.weight, N, C, 4 * C);
+  ex.op("mlp.c_fc.bwd", linear_backward_cost(N, C, 4 * C, true, ex.elem));
 }
 
 // ---- MoE ----------------------------------------------------------------------
 
 template <typename Real>
 Real moe_forward(Real* out, MoeActs<Real>& a, const BlockView<Real>& p, const Real* inp, int64_t N,
-                 const GPTConfig& config) {
+                 const GPTConfig& config, const Exec& ex) {
   const int C = config.n_embd, E = config.n_expert, K = config.top_k;
   // route
   linear_forward(a.logits.data(), inp, p.router, static_cast<const Real*>(nullptr), N, C, E);
+  ex.op("moe.router.fwd", linear_forward_cost(N, C, E, false, ex.elem));
   a.aux = router_forward(a.probs.data(), a.expert.data(), a.slot.data(), a.gates.data(),
                          a.frac.data(), a.logits.data(), N, E, K, config.capacity_factor);
   a.M = moe_plan(a.src.data(), a.offsets.data(), a.expert.data(), a.slot.data(), N, E, K);
+  ex.op("moe.topk.fwd", router_forward_cost(N, E, K, ex.elem));
   // dispatch
   moe_dispatch_forward(a.xe.data(), inp, a.src.data(), a.M, K, C);
+  ex.op("moe.dispatch.fwd", moe_dispatch_cost(a.M, C, ex.elem));
   // experts, each on its contiguous rows
   for (int e = 0; e < E; ++e) {
     const int64_t r0 = a.offsets[e], rows = a.offsets[e + 1] - r0;
     mlp_forward(a.ye.data() + r0 * C, a.fc.data() + r0 * 4 * C, a.fc_gelu.data() + r0 * 4 * C,
-                p.experts[e], a.xe.data() + r0 * C, rows, C);
+                p.experts[e], a.xe.data() + r0 * C, rows, C, ex);
   }
   // combine
   moe_combine_forward(out, a.ye.data(), a.gates.data(), a.src.data(), N, a.M, K, C);
+  ex.op("moe.combine.fwd", moe_combine_forward_cost(N, a.M, C, ex.elem));
   return a.aux;
 }
 
 template <typename Real>
 void moe_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s, const Real* dout,
                   Real daux, const MoeActs<Real>& a, const Real* inp, const BlockView<Real>& p,
-                  int64_t N, const GPTConfig& config) {
+                  int64_t N, const GPTConfig& config, const Exec& ex) {
   const int C = config.n_embd, E = config.n_expert, K = config.top_k;
   // combine
   zero(s.dye, a.M * C);
   zero(s.dgates, N * K);
   moe_combine_backward(s.dye.data(), s.dgates.data(), dout, a.ye.data(), a.gates.data(),
                        a.src.data(), a.M, K, C);
+  ex.op("moe.combine.bwd", moe_combine_backward_cost(a.M, C, ex.elem));
   // experts
   zero(s.dxe, a.M * C);
   for (int e = 0; e < E; ++e) {
     const int64_t r0 = a.offsets[e], rows = a.offsets[e + 1] - r0;
     mlp_backward(s.dxe.data() + r0 * C, g.experts[e], s.dfc.data() + r0 * 4 * C,
                  s.dfc_gelu.data() + r0 * 4 * C, s.dye.data() + r0 * C, a.xe.data() + r0 * C,
-                 a.fc.data() + r0 * 4 * C, a.fc_gelu.data() + r0 * 4 * C, p.experts[e], rows, C);
+                 a.fc.data() + r0 * 4 * C, a.fc_gelu.data() + r0 * 4 * C, p.experts[e], rows, C,
+                 ex);
   }
   // dispatch
   moe_dispatch_backward(dinp, s.dxe.data(), a.src.data(), a.M, K, C);
+  ex.op("moe.dispatch.bwd", moe_dispatch_cost(a.M, C, ex.elem));
   // route
   zero(s.dlogits, N * E);
   router_backward(s.dlogits.data(), s.dgates.data(), daux, a.probs.data(), a.expert.data(),
                   a.frac.data(), N, E, K);
+  ex.op("moe.topk.bwd", router_backward_cost(N, E, K, ex.elem));
   linear_backward(dinp, g.router, static_cast<Real*>(nullptr), s.dlogits.data(), inp, p.router, N,
                   C, E);
+  ex.op("moe.router.bwd", linear_backward_cost(N, C, E, false, ex.elem));
 }
 
 // ---- Block --------------------------------------------------------------------
 
 template <typename Real>
 Real block_forward(BlockActs<Real>& a, const BlockView<Real>& p, const Real* inp, const Dims& d,
-                   const GPTConfig& config) {
+                   const GPTConfig& config, const Exec& ex) {
   const int64_t N = d.N();
   const int C = d.C;
   layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), inp, p.ln_1.weight,
                     p.ln_1.bias, N, C);
+  ex.op("ln_1.fwd", layernorm_forward_cost(N, C, ex.elem));
   attention_layer_forward(a.attproj.data(), a.qkv.data(), a.att.data(), a.atty.data(), p,
-                          a.ln1.data(), d);
+                          a.ln1.data(), d, ex);
   residual_forward(a.res1.data(), inp, a.attproj.data(), N * C);
+  ex.op("residual.fwd", residual_forward_cost(N * C, ex.elem));
   layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res1.data(),
                     p.ln_2.weight, p.ln_2.bias, N, C);
+  ex.op("ln_2.fwd", layernorm_forward_cost(N, C, ex.elem));
   Real aux = 0;
   if (p.moe) {
-    aux = moe_forward(a.mlp_out.data(), a.moe, p, a.ln2.data(), N, config);
+    aux = moe_forward(a.mlp_out.data(), a.moe, p, a.ln2.data(), N, config, ex);
   } else {
-    mlp_forward(a.mlp_out.data(), a.fc.data(), a.fc_gelu.data(), p.mlp, a.ln2.data(), N, C);
+    mlp_forward(a.mlp_out.data(), a.fc.data(), a.fc_gelu.data(), p.mlp, a.ln2.data(), N, C, ex);
   }
   residual_forward(a.res2.data(), a.res1.data(), a.mlp_out.data(), N * C);
+  ex.op("residual.fwd", residual_forward_cost(N * C, ex.elem));
   return aux;
 }
 
 template <typename Real>
 void block_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s, const Real* dout,
                     Real daux, const BlockActs<Real>& a, const Real* inp, const BlockView<Real>& p,
-                    const Dims& d, const GPTConfig& config) {
+                    const Dims& d, const GPTConfig& config, const Exec& ex) {
   const int64_t N = d.N();
   const int C = d.C;
   // res2 = res1 + mlp_out: both receive dout unchanged (dmlp_out is dout itself)
   std::copy(dout, dout + N * C, s.dres1.begin());
   zero(s.dln2, N * C);
   if (p.moe) {
-    moe_backward(s.dln2.data(), g, s, dout, daux, a.moe, a.ln2.data(), p, N, config);
+    moe_backward(s.dln2.data(), g, s, dout, daux, a.moe, a.ln2.data(), p, N, config, ex);
   } else {
     mlp_backward(s.dln2.data(), g.mlp, s.dfc.data(), s.dfc_gelu.data(), dout, a.ln2.data(),
-                 a.fc.data(), a.fc_gelu.data(), p.mlp, N, C);
+                 a.fc.data(), a.fc_gelu.data(), p.mlp, N, C, ex);
   }
   layernorm_backward(s.dres1.data(), g.ln_2.weight, g.ln_2.bias, s.dln2.data(), a.res1.data(),
                      p.ln_2.weight, a.ln2_mean.data(), a.ln2_rstd.data(), N, C);
+  ex.op("ln_2.bwd", layernorm_backward_cost(N, C, ex.elem));
   // res1 = inp + attproj: dinp += dres1, dattproj = dres1
   for (int64_t i = 0; i < N * C; ++i) dinp[i] += s.dres1[i];
+  ex.op("residual.bwd", residual_backward_cost(N * C, ex.elem));
   zero(s.dln1, N * C);
   attention_layer_backward(s.dln1.data(), g, s.dqkv.data(), s.datty.data(), s.dres1.data(),
-                           a.ln1.data(), a.qkv.data(), a.att.data(), a.atty.data(), p, d);
+                           a.ln1.data(), a.qkv.data(), a.att.data(), a.atty.data(), p, d, ex);
   layernorm_backward(dinp, g.ln_1.weight, g.ln_1.bias, s.dln1.data(), inp, p.ln_1.weight,
                      a.ln1_mean.data(), a.ln1_rstd.data(), N, C);
+  ex.op("ln_1.bwd", layernorm_backward_cost(N, C, ex.elem));
 }
 
 #define SHARDLAB_INSTANTIATE_LAYERS(Real)                                                          \
   template void attention_layer_forward(Real*, Real*, Real*, Real*, const BlockView<Real>&,        \
-                                        const Real*, const Dims&);                                 \
+                                        const Real*, const Dims&, const Exec&);                    \
   template void attention_layer_backward(Real*, const BlockView<Real>&, Real*, Real*, const Real*, \
                                          const Real*, const Real*, const Real*, const Real*,       \
-                                         const BlockView<Real>&, const Dims&);                     \
-  template void mlp_forward(Real*, Real*, Real*, const MlpView<Real>&, const Real*, int64_t, int); \
+                                         const BlockView<Real>&, const Dims&, const Exec&);        \
+  template void mlp_forward(Real*, Real*, Real*, const MlpView<Real>&, const Real*, int64_t, int,  \
+                            const Exec&);                                                          \
   template void mlp_backward(Real*, const MlpView<Real>&, Real*, Real*, const Real*, const Real*,  \
-                             const Real*, const Real*, const MlpView<Real>&, int64_t, int);        \
+                             const Real*, const Real*, const MlpView<Real>&, int64_t, int,         \
+                             const Exec&);                                                         \
   template Real moe_forward(Real*, MoeActs<Real>&, const BlockView<Real>&, const Real*, int64_t,   \
-                            const GPTConfig&);                                                     \
+                            const GPTConfig&, const Exec&);                                        \
   template void moe_backward(Real*, const BlockView<Real>&, BlockScratch<Real>&, const Real*,      \
                              Real, const MoeActs<Real>&, const Real*, const BlockView<Real>&,      \
-                             int64_t, const GPTConfig&);                                           \
+                             int64_t, const GPTConfig&, const Exec&);                              \
   template Real block_forward(BlockActs<Real>&, const BlockView<Real>&, const Real*, const Dims&,  \
-                              const GPTConfig&);                                                   \
+                              const GPTConfig&, const Exec&);                                      \
   template void block_backward(Real*, const BlockView<Real>&, BlockScratch<Real>&, const Real*,    \
                                Real, const BlockActs<Real>&, const Real*, const BlockView<Real>&,  \
-                               const Dims&, const GPTConfig&);
+                               const Dims&, const GPTConfig&, const Exec&);
 
 SHARDLAB_INSTANTIATE_LAYERS(float)
 SHARDLAB_INSTANTIATE_LAYERS(double)

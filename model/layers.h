@@ -16,6 +16,7 @@
 #include "model/config.h"
 #include "model/kernels.h"
 #include "model/params.h"
+#include "model/sink.h"
 
 namespace shardlab::model {
 
@@ -122,38 +123,38 @@ struct BlockScratch {
 // out = c_proj(attention(c_attn(inp))); saves qkv, att, atty.
 template <typename Real>
 void attention_layer_forward(Real* out, Real* qkv, Real* att, Real* atty, const BlockView<Real>& p,
-                             const Real* inp, const Dims& d);
+                             const Real* inp, const Dims& d, const Exec& ex);
 template <typename Real>
 void attention_layer_backward(Real* dinp, const BlockView<Real>& g, Real* dqkv, Real* datty,
                               const Real* dout, const Real* inp, const Real* qkv, const Real* att,
-                              const Real* atty, const BlockView<Real>& p, const Dims& d);
+                              const Real* atty, const BlockView<Real>& p, const Dims& d, const Exec& ex);
 
 // out = c_proj(gelu(c_fc(inp))) over N rows; saves fc and fc_gelu (N,4C).
 template <typename Real>
 void mlp_forward(Real* out, Real* fc, Real* fc_gelu, const MlpView<Real>& p, const Real* inp,
-                 int64_t N, int C);
+                 int64_t N, int C, const Exec& ex);
 template <typename Real>
 void mlp_backward(Real* dinp, const MlpView<Real>& g, Real* dfc, Real* dfc_gelu, const Real* dout,
                   const Real* inp, const Real* fc, const Real* fc_gelu, const MlpView<Real>& p,
-                  int64_t N, int C);
+                  int64_t N, int C, const Exec& ex);
 
 // MoE MLP: route -> dispatch -> experts -> combine. Returns this layer's aux.
 template <typename Real>
 Real moe_forward(Real* out, MoeActs<Real>& a, const BlockView<Real>& p, const Real* inp, int64_t N,
-                 const GPTConfig& config);
+                 const GPTConfig& config, const Exec& ex);
 // daux: gradient of the loss w.r.t. this layer's aux (aux_coef · dloss).
 template <typename Real>
 void moe_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s, const Real* dout,
                   Real daux, const MoeActs<Real>& a, const Real* inp, const BlockView<Real>& p,
-                  int64_t N, const GPTConfig& config);
+                  int64_t N, const GPTConfig& config, const Exec& ex);
 
 // x + attn(ln_1(x)), then + mlp(ln_2(.)); output in a.res2. Returns aux (0 if dense).
 template <typename Real>
 Real block_forward(BlockActs<Real>& a, const BlockView<Real>& p, const Real* inp, const Dims& d,
-                   const GPTConfig& config);
+                   const GPTConfig& config, const Exec& ex);
 template <typename Real>
 void block_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s, const Real* dout,
                     Real daux, const BlockActs<Real>& a, const Real* inp, const BlockView<Real>& p,
-                    const Dims& d, const GPTConfig& config);
+                    const Dims& d, const GPTConfig& config, const Exec& ex);
 
 }  // namespace shardlab::model

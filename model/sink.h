@@ -24,4 +24,15 @@ class OpSink {
   virtual int element_size() const { return 4; }
 };
 
+// What the layers receive: the sink (or none) and the modeled element size.
+struct Exec {
+  OpSink* sink = nullptr;
+  int elem = 4;  // modeled bytes per element, for the *_cost functions
+
+  static Exec with(OpSink* s) { return {s, s ? s->element_size() : 4}; }
+  void op(const char* name, const OpCost& cost) const {
+    if (sink) sink->op(name, cost);
+  }
+};
+
 }  // namespace shardlab::model

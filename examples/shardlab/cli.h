@@ -38,5 +38,6 @@ void add_size_flag(CLI::App* sub, const std::string& name, std::string& text,
 void add_collectives_command(CLI::App& app);
 void add_p2p_command(CLI::App& app);
 void add_profiles_command(CLI::App& app);
+void add_train_command(CLI::App& app);
 
 }  // namespace shardlab::cli

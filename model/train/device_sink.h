@@ -13,11 +13,11 @@ class DeviceSink final : public model::OpSink {
   explicit DeviceSink(Device& dev) : dev_(dev) {}
   void op(const char* name, const OpCost& cost) override { dev_.run(dev_.compute(), name, cost); }
   void saved(int64_t elements) override {
-    const uint64_t bytes = uint64_t(elements) * element_size(dev_.precision());
+    const uint64_t bytes = uint64_t(elements) * shardlab::element_size(dev_.precision());
     dev_.arena().allocate(bytes, MemKind::kActivation, "activations");
   }
   void freed(int64_t elements) override {
-    dev_.arena().release(uint64_t(elements) * element_size(dev_.precision()), MemKind::kActivation);
+    dev_.arena().release(uint64_t(elements) * shardlab::element_size(dev_.precision()), MemKind::kActivation);
   }
   int element_size() const override { return shardlab::element_size(dev_.precision()); }
 

@@ -1,0 +1,106 @@
+// `shardlab train`: train the GPT on the virtual cluster.
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "examples/shardlab/cli.h"
+#include "examples/shardlab/train_flags.h"
+#include "model/io/synthetic.h"
+#include "model/train/trainer.h"
+#include "runtime/errors.h"
+#include "runtime/units.h"
+
+namespace shardlab::cli {
+namespace {
+
+// A progress bar on a terminal; a plain line every tenth of the run otherwise.
+class Progress {
+ public:
+  Progress(int steps, int64_t tokens_per_step, bool quiet)
+      : steps_(steps), tokens_(tokens_per_step), tty_(isatty(STDERR_FILENO)), quiet_(quiet) {}
+
+  void operator()(const train::StepRecord& r) {
+    if (quiet_) return;
+    const int done = r.step + 1;
+    const double tok_s = r.wall_s > 0 ? double(tokens_) * done / r.wall_s : 0;
+    const double ms = to_seconds(r.virtual_end) / done * 1e3;
+    if (tty_) {
+      const int width = 30, filled = width * done / steps_;
+      fmt::print(stderr, "\r[{:#<{}}{:.<{}}] step {}/{} loss {:.4f} | {:.3f} ms/step virtual | {:.0f} tok/s host",
+                 "", filled, "", width - filled, done, steps_, r.loss, ms, tok_s);
+      if (done == steps_) fmt::print(stderr, "\n");
+      std::fflush(stderr);
+    } else if (done == 1 || done == steps_ || done % std::max(1, steps_ / 10) == 0) {
+      fmt::print(stderr, "step {:>5}/{} loss {:.4f} lr {:.2e} | {:.3f} ms/step virtual | {:.0f} tok/s host\n",
+                 done, steps_, r.loss, r.lr, ms, tok_s);
+    }
+  }
+
+ private:
+  int steps_;
+  int64_t tokens_;
+  bool tty_;
+  bool quiet_;
+};
+
+void print_summary(const train::TrainOptions& o, const Cluster& cluster, const train::TrainResult& r,
+                   const nlohmann::json& report) {
+  const auto& s = report["summary"];
+  fmt::print("model: {} ({} parameters), data {}, batch {} x {} tokens\n", o.model.to_string(), r.n_params,
+             o.data, o.model.batch_size, o.model.block_size);
+  fmt::print("loss: {:.4f} at step 0 -> {:.4f} at step {}", r.steps.front().loss, r.steps.back().loss,
+             r.steps.size() - 1);
+  if (r.best_loss) fmt::print(" (best achievable on this data: {:.4f})", *r.best_loss);
+  fmt::print("\n");
+  fmt::print("virtual step time on {} ({}): {:.3f} ms, MFU {:.1f}%\n", cluster.profile().name,
+             precision_name(cluster.options().precision), s["virtual_step_s"].get<double>() * 1e3,
+             s["mfu"].get<double>() * 100);
+  fmt::print("host: {:.0f} tokens/s ({:.2f} s in the loop)\n", s["host_tokens_per_s"].get<double>(), r.loop_wall_s);
+  for (const auto& d : r.run.devices) {
+    fmt::print("device {} peak memory {} of {} (params {}, grads {}, optimizer {}, activations {})\n", d.rank,
+               format_bytes(d.peak_bytes), format_bytes(d.capacity_bytes),
+               format_bytes(d.peak_by_kind[int(MemKind::kParam)]), format_bytes(d.peak_by_kind[int(MemKind::kGrad)]),
+               format_bytes(d.peak_by_kind[int(MemKind::kOptimizer)]),
+               format_bytes(d.peak_by_kind[int(MemKind::kActivation)]));
+  }
+}
+
+int run_train(TrainFlags& f) {
+  HardwareProfile profile = apply_common(f.common);
+  train::TrainOptions o = f.options();
+  ClusterOptions copts = f.cluster_options();
+  copts.world_size = 1;
+  Cluster cluster(profile, copts);
+  Progress progress(o.steps, int64_t(o.model.batch_size) * o.model.block_size, f.common.json);
+  train::TrainResult r = train::train(cluster, o, std::ref(progress));
+  nlohmann::json report = train::report_json(o, cluster, r);
+  if (!f.report.empty()) {
+    std::ofstream out(f.report);
+    out << report.dump(2) << '\n';
+    if (!out) throw ConfigError(fmt::format("--report: cannot write \"{}\"", f.report));
+  }
+  if (!f.common.trace.empty())
+    write_chrome_trace(f.common.trace, r.run.traces, fmt::format("shardlab train {}", o.model.to_string()));
+  if (f.common.json) {
+    fmt::print("{}\n", report.dump(2));
+  } else {
+    print_summary(o, cluster, r, report);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app) {
+  auto* sub = app.add_subcommand("train", "Train the GPT on the virtual cluster");
+  static TrainFlags f;
+  f.add(sub);
+  sub->footer("Data: --data FILE.bin (nanoGPT uint16 tokens) or one of: " + model::synthetic_task_list());
+  set_action(sub, [] { return run_train(f); });
+}
+
+}  // namespace shardlab::cli

@@ -1,0 +1,92 @@
+#include "examples/shardlab/train_flags.h"
+
+#include <fmt/format.h>
+
+#include "model/config.h"
+#include "runtime/errors.h"
+#include "runtime/units.h"
+
+namespace shardlab::cli {
+
+void TrainFlags::add(CLI::App* sub) {
+  add_common_flags(sub, common);
+  sub->add_option("--model", model, "Model preset: nano, tiny, small")->capture_default_str();
+  sub->add_option("--layers", layers, "Transformer blocks (overrides the preset)");
+  sub->add_option("--heads", heads, "Attention heads");
+  sub->add_option("--embd", embd, "Embedding width C");
+  sub->add_option("--vocab", vocab, "Vocabulary size");
+  sub->add_option("--seq", seq, "Sequence length = position table size");
+  sub->add_option("--batch", batch, "Global batch in sequences");
+  sub->add_option("--experts", experts, "MoE experts per MoE block (0 = dense)")->capture_default_str();
+  sub->add_option("--top-k", top_k, "Experts per token")->capture_default_str();
+  sub->add_option("--moe-every", moe_every, "Blocks with layer % N == 0 are MoE")->capture_default_str();
+  sub->add_option("--aux-coef", aux_coef, "Load-balancing loss coefficient (default 0.01 with experts)");
+  sub->add_option("--capacity-factor", capacity_factor, "Expert capacity factor (0 = unlimited)")
+      ->capture_default_str();
+  sub->add_option("--steps", steps, "Optimizer steps")->capture_default_str();
+  sub->add_option("--seed", seed, "Seed for init and data")->capture_default_str();
+  sub->add_option("--lr", lr, "Peak learning rate")->capture_default_str();
+  sub->add_option("--beta1", beta1, "AdamW beta1")->capture_default_str();
+  sub->add_option("--beta2", beta2, "AdamW beta2")->capture_default_str();
+  sub->add_option("--eps", eps, "AdamW eps")->capture_default_str();
+  sub->add_option("--weight-decay", weight_decay, "AdamW decoupled weight decay (2+-dim tensors)")
+      ->capture_default_str();
+  sub->add_option("--grad-clip", grad_clip, "Global gradient-norm clip (0 = off)")->capture_default_str();
+  sub->add_option("--warmup-steps", warmup_steps, "Linear warm-up steps")->capture_default_str();
+  sub->add_option("--lr-schedule", lr_schedule, "constant or cosine (to lr/10)")->capture_default_str();
+  sub->add_option("--data", data, "synthetic:NAME or FILE.bin")->capture_default_str();
+  sub->add_option("--sampling", sampling, "random or sequential")->capture_default_str();
+  sub->add_option("--init", init, "Start from FILE.safetensors");
+  sub->add_option("--save", save, "Save FILE.safetensors after training");
+  sub->add_option("--report", report, "Write the run report to FILE.json");
+  sub->add_option("--memory", memory, "Per-device memory, e.g. 64MiB (default: the profile's)");
+  sub->add_option("--precision", precision, "Modeled precision: fp32 or bf16")->capture_default_str();
+}
+
+train::TrainOptions TrainFlags::options() const {
+  train::TrainOptions o;
+  o.model = model::preset(model);
+  auto set = [](int& field, int value) {
+    if (value != 0) field = value;
+  };
+  set(o.model.n_layer, layers);
+  set(o.model.n_head, heads);
+  set(o.model.n_embd, embd);
+  set(o.model.vocab_size, vocab);
+  set(o.model.block_size, seq);
+  set(o.model.batch_size, batch);
+  for (auto [flag, v] : {std::pair{"--layers", layers}, std::pair{"--heads", heads}, std::pair{"--embd", embd},
+                         std::pair{"--vocab", vocab}, std::pair{"--seq", seq}, std::pair{"--batch", batch}}) {
+    if (v < 0) throw ConfigError(fmt::format("{} must be positive (got {})", flag, v));
+  }
+  o.model.n_expert = experts;
+  o.model.top_k = top_k;
+  o.model.moe_every = moe_every;
+  o.model.aux_coef = aux_coef >= 0 ? aux_coef : (experts > 0 ? 0.01 : 0.0);
+  o.model.capacity_factor = capacity_factor;
+  o.steps = steps;
+  o.seed = seed;
+  o.adam = {lr, beta1, beta2, eps, weight_decay};
+  o.grad_clip = grad_clip;
+  o.warmup_steps = warmup_steps;
+  o.lr_schedule = train::parse_lr_schedule(lr_schedule);
+  o.data = data;
+  o.sampling = model::parse_sampling(sampling);
+  o.init_path = init;
+  o.save_path = save;
+  o.validate();
+  return o;
+}
+
+ClusterOptions TrainFlags::cluster_options() const {
+  ClusterOptions c;
+  if (!memory.empty()) c.memory_bytes = parse_bytes(memory, "--memory");
+  if (precision == "fp32") c.precision = Precision::kFp32;
+  else if (precision == "bf16") c.precision = Precision::kBf16;
+  else throw ConfigError(fmt::format("--precision: unknown \"{}\" (fp32, bf16)", precision));
+  c.pace = common.pace;
+  c.trace = !common.trace.empty();
+  return c;
+}
+
+}  // namespace shardlab::cli

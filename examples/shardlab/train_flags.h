@@ -1,0 +1,37 @@
+// The flags `train` (and later `verify`) share: model, batch, optimizer, data,
+// hardware. Parsed into TrainOptions and ClusterOptions.
+#pragma once
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "examples/shardlab/cli.h"
+#include "model/train/trainer.h"
+#include "runtime/cluster.h"
+
+namespace shardlab::cli {
+
+struct TrainFlags {
+  CommonFlags common;
+  std::string model = "tiny";
+  int layers = 0, heads = 0, embd = 0, vocab = 0, seq = 0, batch = 0;  // 0: the preset's
+  int experts = 0, top_k = 2, moe_every = 1;
+  double aux_coef = -1;  // <0: 0.01 when experts > 0
+  double capacity_factor = 0;
+  int steps = 100;
+  uint64_t seed = 1337;
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1, grad_clip = 1.0;
+  int warmup_steps = 0;
+  std::string lr_schedule = "constant";
+  std::string data = "synthetic:markov";
+  std::string sampling = "random";
+  std::string init, save, report, memory, precision = "fp32";
+
+  void add(CLI::App* sub);
+  // Throws ConfigError for anything out of range.
+  train::TrainOptions options() const;
+  ClusterOptions cluster_options() const;
+};
+
+}  // namespace shardlab::cli
