@@ -180,6 +180,8 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
     std::vector<model::NamedTensorView> views;
     for (const auto& s : table.specs()) views.push_back({s.name, s.shape, final_params.data() + s.offset});
     nlohmann::json config = o.to_json();
+    config.erase("save");  // file names do not belong in the file: identical runs, identical bytes
+    config.erase("init");
     model::save_safetensors(o.save_path, views, {{model::kShardlabConfigKey, config.dump()}});
   }
   return result;

@@ -1,0 +1,73 @@
+// Host speed of the unsharded tiny training step next to this machine's
+// single-core fp32 GEMM rate, measured by the same binary.
+//
+//   BM_Sgemm/512          Eigen fp32 GEMM 512x512x512 on one core: the reference rate
+//   BM_TinyTrainStep      forward + backward + AdamW of `tiny` (B 8, T 64): tokens/s,
+//                         GFLOP/s (FLOPs counted by the kernels' cost functions) and
+//                         compare its GFLOP/s with BM_Sgemm's (the README quotes both)
+#include <vector>
+
+#include <Eigen/Core>
+#include <benchmark/benchmark.h>
+
+#include "model/config.h"
+#include "model/gpt.h"
+#include "model/io/data.h"
+#include "model/optimizer.h"
+#include "model/sink.h"
+
+namespace shardlab {
+namespace {
+
+void BM_Sgemm(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  Eigen::MatrixXf a = Eigen::MatrixXf::Random(n, n), b = Eigen::MatrixXf::Random(n, n), c(n, n);
+  for (auto _ : state) {
+    c.noalias() = a * b;
+    benchmark::DoNotOptimize(c.data());
+  }
+  const double flops = 2.0 * n * n * n * state.iterations();
+  state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_Sgemm)->Arg(512)->Unit(benchmark::kMillisecond);
+
+class FlopCounter final : public model::OpSink {
+ public:
+  void op(const char*, const OpCost& c) override { flops += c.flops; }
+  double flops = 0;
+};
+
+void BM_TinyTrainStep(benchmark::State& state, const char* preset, int experts) {
+  model::GPTConfig cfg = model::preset(preset);
+  cfg.n_expert = experts;
+  model::GPT<float> gpt(cfg, 1337);
+  FlopCounter counter;
+  gpt.set_sink(&counter);
+  auto data = std::make_shared<const model::TokenData>(
+      model::make_synthetic_data("markov", cfg.vocab_size, cfg.block_size, 1));
+  model::BatchSampler sampler(data, cfg.batch_size, cfg.block_size, model::Sampling::kRandom, 1);
+  const int64_t n = gpt.table().numel();
+  model::Buffer<float> m(size_t(n), 0.0f), v(size_t(n), 0.0f);
+  int step = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    model::Batch b = sampler.next_batch(step);
+    state.ResumeTiming();
+    gpt.zero_grad();
+    gpt.forward(b.x.data(), b.y.data(), cfg.batch_size, cfg.block_size);
+    gpt.backward();
+    model::adamw_update(gpt.params().data(), m.data(), v.data(), gpt.grads().data(), n, {}, 0.1, ++step);
+    counter.op("adamw", model::adamw_update_cost(n, 4));
+  }
+  const double tokens = double(cfg.batch_size) * cfg.block_size * state.iterations();
+  state.counters["tokens/s"] = benchmark::Counter(tokens, benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(counter.flops * 1e-9, benchmark::Counter::kIsRate);
+  state.counters["GFLOP/step"] = counter.flops * 1e-9 / state.iterations();
+}
+BENCHMARK_CAPTURE(BM_TinyTrainStep, tiny, "tiny", 0)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_TinyTrainStep, tiny_moe_e4, "tiny", 4)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+
+}  // namespace
+}  // namespace shardlab
+
+BENCHMARK_MAIN();
