@@ -92,8 +92,11 @@ struct Range {
 };
 Range chunk_range(size_t count, int n, int i);
 
-// The algorithm `auto` picks (thresholds in select.cc and the README).
-Algo select_algo(OpKind op, int group_size, uint64_t modeled_bytes);
+// The algorithm `auto` picks for a group of `group_size` whose members sit
+// on more than one node (multi_node) or not (thresholds in names.cc).
+Algo select_algo(OpKind op, int group_size, uint64_t modeled_bytes, bool multi_node = false);
+// Whether the group's members sit on more than one node of dev's profile.
+bool spans_nodes(const Device& dev, const ProcessGroup& g);
 
 // ---- Non-blocking forms: return when the host work is done; the Work's
 // event is when the comm stream finishes in virtual time. -------------------

@@ -32,12 +32,14 @@ OpKind parse_op_kind(std::string_view s) { return parse_name<OpKind>(s, kKinds, 
 // `auto`, in the spirit of NCCL's tuner, by the full buffer's modeled bytes S:
 //  * all_to_all: direct (NCCL posts all peers' sends at once too);
 //  * barrier: dissemination (the only algorithm);
-//  * otherwise direct when n <= 2 or S·(n-1) <= 4 MiB (latency-bound: one
-//    latency beats log2(n) or 2(n-1) of them while the serialized bytes are
-//    few), the recursive halving/doubling or binomial tree when S <= 8 MiB,
-//    and the ring (pipelined chain for broadcast/reduce) above that.
-Algo select_algo(OpKind op, int group_size, uint64_t modeled_bytes) {
-  constexpr uint64_t kDirectBytes = 4ull << 20;
+//  * otherwise direct when n <= 2 or S·(n-1) <= 4 MiB inside a node, 1 MiB
+//    for a group spanning nodes (latency-bound: one latency beats log2(n) or
+//    2(n-1) of them while the serialized bytes are few; across nodes those
+//    bytes serialize on the slow inter-node port), the recursive
+//    halving/doubling or binomial tree when S <= 8 MiB, and the ring
+//    (pipelined chain for broadcast/reduce) above that.
+Algo select_algo(OpKind op, int group_size, uint64_t modeled_bytes, bool multi_node) {
+  const uint64_t kDirectBytes = multi_node ? 1ull << 20 : 4ull << 20;
   constexpr uint64_t kTreeBytes = 8ull << 20;
   if (op == OpKind::kAllToAll) return Algo::kDirect;
   if (op == OpKind::kBarrier) return Algo::kTree;
