@@ -17,7 +17,6 @@
 //          runs on phantom buffers: same virtual time, no host figures.
 //  max_error: with --check, the largest |result - serial reference| over
 //          every rank (inputs are multiples of 1/8, so any order is exact).
-#include <barrier>
 #include <chrono>
 #include <optional>
 
@@ -184,7 +183,6 @@ Row measure(const HardwareProfile& profile, const Setup& s, uint64_t bytes, std:
   std::vector<Time> ends(static_cast<size_t>(n));
   std::vector<double> errors(static_cast<size_t>(n));
   std::vector<std::chrono::steady_clock::time_point> t0(static_cast<size_t>(n)), t1(static_cast<size_t>(n));
-  std::barrier sync(n);
   ClusterOptions opts;
   opts.world_size = n;
   opts.trace = s.trace;
@@ -199,7 +197,8 @@ Row measure(const HardwareProfile& profile, const Setup& s, uint64_t bytes, std:
     ends[me] = dev.now();
     if (s.check) errors[me] = max_error(rb, s, dev.rank());
     if (iters == 0) return;
-    sync.arrive_and_wait();
+    // Align the ranks through the fabric (an abort-aware barrier, unlike a host one).
+    coll::barrier(dev, g);
     t0[me] = std::chrono::steady_clock::now();
     for (int i = 0; i < iters; ++i) run_op(dev, g, rb, s);
     t1[me] = std::chrono::steady_clock::now();
