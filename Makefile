@@ -30,6 +30,10 @@ build: deps
 demo: build
 	$(BIN) p2p --profile a100-nvlink --src 0 --dst 1 --max-bytes 64MiB
 	$(BIN) p2p --profile a100-nvlink --src 0 --dst 8 --max-bytes 64MiB
+	$(BIN) collectives --op all_reduce --ranks 8 --min-bytes 1KiB --max-bytes 64MiB
+	$(BIN) collectives --op all_reduce --ranks 16 --min-bytes 1KiB --max-bytes 64MiB
+	$(BIN) train --model tiny --data synthetic:markov --steps 300 --trace build/train.trace.json
+	@echo "shardlab: open build/train.trace.json in https://ui.perfetto.dev to see every kernel on the virtual GPU"
 
 test: build
 	ctest --preset release -j $(JOBS)
