@@ -14,6 +14,11 @@ GPT<Real>::GPT(const GPTConfig& config, uint64_t seed) : config_(config), table_
   table_.init_all(seed, params_.data());
   weights_ = make_view(table_, params_.data());
   weight_grads_ = make_view(table_, grads_.data());
+  for (int l = 0; l < config_.n_layer; ++l)
+    block_ranges_.push_back(prefix_range("transformer.h." + std::to_string(l) + "."));
+  wte_range_ = prefix_range("transformer.wte.");
+  wpe_range_ = prefix_range("transformer.wpe.");
+  lnf_range_ = prefix_range("transformer.ln_f.");
 }
 
 template <typename Real>
@@ -139,6 +144,19 @@ void GPT<Real>::release_activations() {
 }
 
 template <typename Real>
+typename GPT<Real>::Range GPT<Real>::prefix_range(const std::string& prefix) const {
+  // Tensors of one prefix are contiguous in the table's layout.
+  int64_t begin = -1, end = -1;
+  for (const ParamSpec& s : table_.specs()) {
+    if (s.name.compare(0, prefix.size(), prefix) != 0) continue;
+    if (begin < 0) begin = s.offset;
+    SHARDLAB_CHECK(end < 0 || s.offset == end, "tensors of one prefix are not contiguous");
+    end = s.offset + s.numel;
+  }
+  return begin < 0 ? Range{} : Range{begin, end - begin};
+}
+
+template <typename Real>
 void GPT<Real>::zero_grad() {
   std::fill(grads_.begin(), grads_.end(), Real(0));
   ex_.op("zero_grad", {0, static_cast<double>(grads_.size()) * ex_.elem});
@@ -169,6 +187,7 @@ void GPT<Real>::backward(Real dloss) {
                      lnf_mean_.data(), lnf_rstd_.data(), N, C);
   ex_.op("ln_f.bwd", layernorm_backward_cost(N, C, ex_.elem));
   freed(head_elems_);
+  grads_ready(lnf_range_);
   // x_{l+1} = block_l(x_l)
   const Real daux = static_cast<Real>(config_.aux_coef) * dloss;
   for (int l = config_.n_layer - 1; l >= 0; --l) {
@@ -177,12 +196,15 @@ void GPT<Real>::backward(Real dloss) {
     block_backward(dx_next_.data(), g.blocks[l], scratch_, dx_.data(), daux, blocks_[l], x_in,
                    p.blocks[l], dims_, config_, ex_);
     freed(block_elems_[l]);
+    grads_ready(block_ranges_[l]);
     std::swap(dx_, dx_next_);
   }
   // x_0 = wte[idx] + wpe
   embedding_backward(g.wte, g.wpe, dx_.data(), inputs_.data(), dims_.B, dims_.T, C);
   ex_.op("embedding.bwd", embedding_backward_cost(dims_.B, dims_.T, C, ex_.elem));
   freed(N * C);
+  grads_ready(wte_range_);
+  grads_ready(wpe_range_);
   acts_live_ = false;
 }
 

@@ -73,6 +73,14 @@ class GPT {
   void freed(int64_t elements) const {
     if (ex_.sink) ex_.sink->freed(elements);
   }
+  struct Range {
+    int64_t offset = 0, count = 0;
+  };
+  // The flat range of every tensor whose name starts with `prefix`.
+  Range prefix_range(const std::string& prefix) const;
+  void grads_ready(Range r) const {
+    if (ex_.sink && r.count > 0) ex_.sink->grads_ready(r.offset, r.count);
+  }
 
   GPTConfig config_;
   ParamTable table_;
@@ -81,6 +89,8 @@ class GPT {
   Buffer<Real> grads_;   // (P)
   GPTView<Real> weights_;
   GPTView<Real> weight_grads_;
+  std::vector<Range> block_ranges_;     // (n_layer)
+  Range wte_range_, wpe_range_, lnf_range_;
 
   // Activations of the last forward.
   Dims dims_;

@@ -20,6 +20,9 @@ class OpSink {
   // Activations saved for backward (elements), and released after it.
   virtual void saved(int64_t elements) {}
   virtual void freed(int64_t elements) {}
+  // Gradients of the flat parameter range [offset, offset + count) are final
+  // for this backward (data parallelism starts reducing them).
+  virtual void grads_ready(int64_t offset, int64_t count) {}
   // Modeled bytes per element for the *_cost functions.
   virtual int element_size() const { return 4; }
 };
