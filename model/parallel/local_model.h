@@ -1,0 +1,72 @@
+// LocalModel: the part of the GPT one device holds, as the trainer sees it.
+//
+// The unsharded GPT and every sharded variant (tensor parallel, later
+// pipeline stages and expert shards) implement this interface, so one
+// training loop drives them all. Parameters and gradients live in one flat
+// local buffer each; `shards()` says, for every local tensor, which slice of
+// the unsharded tensor it holds, so any rank can be initialised exactly (the
+// counter-based init is keyed by global element index) and any run can be
+// gathered back into unsharded tensors (`shardlab verify`).
+//
+// Size letters: B local batch rows, T sequence length.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/kernels.h"
+#include "model/sink.h"
+#include "runtime/tensor.h"
+
+namespace shardlab::parallel {
+
+// One local tensor: a slice of an unsharded tensor along one dimension.
+struct ShardSpec {
+  std::string name;         // nanoGPT name of the unsharded tensor
+  Shape global_shape;       // the unsharded shape
+  Shape local_shape;        // what this rank holds
+  int split_dim = -1;       // -1: the whole tensor (replicated); 0: rows; 1: columns
+  // Along split_dim: global index ranges [begin, begin + size), concatenated
+  // in local order (e.g. the q, k and v rows of this rank's heads).
+  struct Range {
+    int64_t begin = 0;
+    int64_t size = 0;
+  };
+  std::vector<Range> ranges;
+  int64_t offset = 0;       // first element in the local flat buffer
+  int64_t numel = 0;        // local elements
+  bool decay = false;       // AdamW weight decay (nanoGPT: 2+-dim tensors)
+  // Held whole by every rank of the tensor-parallel group (LayerNorms,
+  // row-parallel biases, wpe): counted once in global norms and gathers.
+  bool tp_replicated = true;
+  int layer = -1;           // block index, -1 outside the blocks
+};
+
+// Maps local element i of `s` (row-major in local_shape) to its global flat
+// index (row-major in global_shape).
+int64_t global_index(const ShardSpec& s, int64_t i);
+
+class LocalModel {
+ public:
+  virtual ~LocalModel() = default;
+
+  // inputs, targets: (B,T). Returns this rank's loss: CE over its rows +
+  // aux_coef * aux, the same on every rank of a tensor-parallel group.
+  virtual float forward(const model::Token* inputs, const model::Token* targets, int B, int T) = 0;
+  // Gradients of the last forward's loss, accumulated into grads().
+  virtual void backward() = 0;
+  virtual void zero_grad() = 0;
+
+  virtual std::span<float> params() = 0;
+  virtual std::span<float> grads() = 0;
+  virtual const std::vector<ShardSpec>& shards() const = 0;
+
+  virtual float ce_loss() const = 0;
+  virtual float aux_loss() const = 0;
+  // Kernels charge `sink` and report saved activations and final gradients.
+  virtual void set_sink(model::OpSink* sink) = 0;
+};
+
+}  // namespace shardlab::parallel

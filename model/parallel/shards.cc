@@ -1,0 +1,46 @@
+#include "model/parallel/local_model.h"
+#include "model/parallel/unsharded_model.h"
+#include "runtime/errors.h"
+
+namespace shardlab::parallel {
+
+int64_t global_index(const ShardSpec& s, int64_t i) {
+  if (s.split_dim < 0) return i;
+  // Row-major: position along split_dim and the rest.
+  const int64_t local_rows = s.local_shape[0];
+  const int64_t local_cols = s.local_shape.size() > 1 ? s.local_shape[1] : 1;
+  const int64_t global_cols = s.global_shape.size() > 1 ? s.global_shape[1] : 1;
+  int64_t r = i / local_cols, c = i % local_cols;
+  SHARDLAB_CHECK(r < local_rows);
+  int64_t& along = s.split_dim == 0 ? r : c;
+  for (const auto& range : s.ranges) {
+    if (along < range.size) {
+      along += range.begin;
+      return r * global_cols + c;
+    }
+    along -= range.size;
+  }
+  SHARDLAB_CHECK(false, "local index outside the shard's ranges");
+  return -1;
+}
+
+std::vector<ShardSpec> whole_tensor_shards(const model::ParamTable& table) {
+  std::vector<ShardSpec> out;
+  for (const auto& p : table.specs()) {
+    ShardSpec s;
+    s.name = p.name;
+    s.global_shape = p.shape;
+    s.local_shape = p.shape;
+    s.offset = p.offset;
+    s.numel = p.numel;
+    s.decay = p.decay();
+    s.layer = p.layer;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+UnshardedModel::UnshardedModel(const model::GPTConfig& config, uint64_t seed)
+    : gpt_(config, seed), shards_(whole_tensor_shards(gpt_.table())) {}
+
+}  // namespace shardlab::parallel
