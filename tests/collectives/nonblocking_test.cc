@@ -51,3 +51,34 @@ TEST(NonBlockingTest, StartsAfterItsEventAndQueuesOnTheCommStream) {
 
 }  // namespace
 }  // namespace shardlab::collectives::testing
+
+namespace shardlab::collectives::testing {
+namespace {
+
+TEST(TensorTest, TensorsAndPhantomTensorsWorkAsBuffers) {
+  Failures f;
+  std::vector<Time> real_end(4), phantom_end(4);
+  ClusterOptions opts;
+  opts.world_size = 4;
+  opts.precision = Precision::kBf16;
+  Cluster cluster(load_profile("a100-nvlink"), opts);
+  cluster.run([&](Device& dev) {
+    ProcessGroup g = ProcessGroup::world(dev);
+    Tensor grad = dev.alloc("grad", {64, 33}, MemKind::kGrad);
+    for (int64_t i = 0; i < grad.numel(); ++i) grad.data()[i] = int_input(dev.rank(), static_cast<size_t>(i));
+    const Time t0 = dev.comm().now();
+    all_reduce(dev, g, grad, ReduceOp::kAvg, {Algo::kRing, std::nullopt});
+    real_end[static_cast<size_t>(dev.rank())] = dev.comm().now() - t0;
+    check_range(f, "tensor", grad.data(), static_cast<size_t>(grad.numel()),
+                [](size_t i) { return reference(ReduceOp::kAvg, 4, i); });
+    Tensor ghost = dev.alloc("ghost", {64, 33}, MemKind::kGrad, /*phantom=*/true);
+    const Time t1 = dev.comm().now();
+    all_reduce(dev, g, ghost, ReduceOp::kAvg, {Algo::kRing, std::nullopt});
+    phantom_end[static_cast<size_t>(dev.rank())] = dev.comm().now() - t1;
+  });
+  f.expect_none();
+  EXPECT_EQ(real_end, phantom_end);
+}
+
+}  // namespace
+}  // namespace shardlab::collectives::testing
