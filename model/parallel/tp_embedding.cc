@@ -1,0 +1,105 @@
+#include "model/parallel/tp_embedding.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "model/eigen_maps.h"
+
+namespace shardlab::parallel {
+
+namespace coll = collectives;
+using model::Token;
+
+namespace {
+bool owned(Token tok, int64_t v0, int Vl) { return tok >= v0 && tok < v0 + Vl; }
+}  // namespace
+
+void vocab_parallel_embedding_forward(float* encoded, float* partial, const Token* inp,
+                                      const float* wte, const float* wpe, int64_t v0, int Vl,
+                                      const TpDims& d, const TpContext& c) {
+  const model::Exec& ex = c.ex;
+  const int64_t N = d.N(), Nr = d.rows(), row0 = d.row0(c.rank());
+  const int C = d.C;
+  for (int64_t n = 0; n < N; ++n) {
+    float* o = partial + n * C;
+    if (owned(inp[n], v0, Vl)) {
+      const float* we = wte + (inp[n] - v0) * C;
+      std::copy(we, we + C, o);
+    } else {
+      std::fill(o, o + C, 0.0f);
+    }
+  }
+  ex.op("embedding.fwd", model::embedding_forward_cost(d.B, d.T, C, ex.elem));
+  exit_row_parallel(c, partial, encoded, Nr, C);  // reduce_from_tp / reduce_scatter_to_sp
+  for (int64_t i = 0; i < Nr; ++i) {
+    const float* pe = wpe + ((row0 + i) % d.T) * C;
+    float* o = encoded + i * C;
+    for (int j = 0; j < C; ++j) o[j] += pe[j];
+  }
+  ex.op("embedding.wpe.fwd", model::residual_forward_cost(Nr * C, ex.elem));
+}
+
+void vocab_parallel_embedding_backward(float* dwte, float* dwpe, float* dfull, const float* dx,
+                                       const Token* inp, int64_t v0, int Vl, const TpDims& d,
+                                       const TpContext& c) {
+  const model::Exec& ex = c.ex;
+  const int64_t N = d.N(), Nr = d.rows(), row0 = d.row0(c.rank());
+  const int C = d.C;
+  for (int64_t i = 0; i < Nr; ++i) {
+    float* dpe = dwpe + ((row0 + i) % d.T) * C;
+    const float* g = dx + i * C;
+    for (int j = 0; j < C; ++j) dpe[j] += g[j];
+  }
+  const float* dx_full = exit_row_parallel_bwd(c, dx, dfull, Nr, C);
+  for (int64_t n = 0; n < N; ++n) {
+    if (!owned(inp[n], v0, Vl)) continue;
+    float* dwe = dwte + (inp[n] - v0) * C;
+    const float* g = dx_full + n * C;
+    for (int j = 0; j < C; ++j) dwe[j] += g[j];
+  }
+  ex.op("embedding.bwd", model::embedding_backward_cost(d.B, d.T, C, ex.elem));
+}
+
+float vocab_parallel_cross_entropy_forward(float* probs, float* losses, float* stats,
+                                           const float* logits, const Token* targets, int64_t N,
+                                           int Vl, int64_t v0, const TpContext& c) {
+  const model::Exec& ex = c.ex;
+  float* zmax = stats;         // (N)
+  float* sums = stats + N;     // (N) Σ exp(z - max)
+  float* ztarget = sums + N;   // (N) the target's logit, from its owner
+  for (int64_t n = 0; n < N; ++n) {
+    const float* z = logits + n * Vl;
+    zmax[n] = *std::max_element(z, z + Vl);
+  }
+  coll::all_reduce(*c.dev, *c.group, coll::Buffer(zmax, static_cast<size_t>(N)), coll::ReduceOp::kMax);
+  for (int64_t n = 0; n < N; ++n) {
+    model::ArrayMap<float> prow(probs + n * Vl, Vl);
+    prow = (model::ConstArrayMap<float>(logits + n * Vl, Vl) - zmax[n]).exp();
+    sums[n] = prow.sum();
+    ztarget[n] = owned(targets[n], v0, Vl) ? logits[n * Vl + (targets[n] - v0)] : 0.0f;
+  }
+  coll::all_reduce(*c.dev, *c.group, coll::Buffer(sums, static_cast<size_t>(2 * N)));
+  double total = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    model::ArrayMap<float>(probs + n * Vl, Vl) *= 1.0f / sums[n];
+    losses[n] = std::log(sums[n]) + zmax[n] - ztarget[n];
+    total += losses[n];
+  }
+  ex.op("cross_entropy.fwd", model::crossentropy_forward_cost(N, Vl, ex.elem));
+  return static_cast<float>(total / static_cast<double>(N));
+}
+
+void vocab_parallel_cross_entropy_backward(float* dlogits, const float* probs, const Token* targets,
+                                           float dloss, int64_t N, int Vl, int64_t v0,
+                                           const model::Exec& ex) {
+  const float scale = dloss / static_cast<float>(N);
+  for (int64_t n = 0; n < N; ++n) {
+    const float* p = probs + n * Vl;
+    float* d = dlogits + n * Vl;
+    for (int v = 0; v < Vl; ++v) d[v] += p[v] * scale;
+    if (owned(targets[n], v0, Vl)) d[targets[n] - v0] -= scale;
+  }
+  ex.op("cross_entropy.bwd", model::crossentropy_backward_cost(N, Vl, ex.elem));
+}
+
+}  // namespace shardlab::parallel

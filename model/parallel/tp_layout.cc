@@ -1,0 +1,179 @@
+#include "model/parallel/tp_layout.h"
+
+#include <string>
+
+#include "runtime/errors.h"
+
+namespace shardlab::parallel {
+
+using model::GPTConfig;
+using model::ParamSpec;
+using model::ParamTable;
+
+void check_tensor_parallel_config(const GPTConfig& cfg, int tp, bool sp) {
+  auto fail = [&](const std::string& what) {
+    throw ConfigError("--tp " + std::to_string(tp) + ": " + what);
+  };
+  if (tp < 1) fail("must be at least 1");
+  if (cfg.n_head % tp != 0)
+    fail("must divide --heads " + std::to_string(cfg.n_head) + " (attention heads are split over TP ranks)");
+  if (cfg.vocab_size % tp != 0)
+    fail("must divide --vocab " + std::to_string(cfg.vocab_size) +
+         " (the vocabulary is split over TP ranks; padding is not implemented)");
+  if ((4 * cfg.n_embd) % tp != 0)
+    fail("must divide 4 x --embd = " + std::to_string(4 * cfg.n_embd) + " (the MLP width is split over TP ranks)");
+  if (sp && cfg.block_size % tp != 0)
+    fail("must divide --seq " + std::to_string(cfg.block_size) + " with --sp (sequences are split over TP ranks)");
+}
+
+TpLayout::TpLayout(const GPTConfig& cfg, int tp, int rank) : config_(cfg), tp_(tp), rank_(rank) {
+  SHARDLAB_CHECK(tp >= 1 && rank >= 0 && rank < tp, "bad tp rank");
+  const ParamTable table(cfg);
+  const int64_t C = cfg.n_embd, V = cfg.vocab_size, F = 4 * C;
+  const int64_t Vl = V / tp, Cl = C / tp, Fl = F / tp;
+  const int NHl = cfg.n_head / tp;
+  const auto qkv = model::c_attn_head_rows(cfg.n_embd, cfg.n_head, rank * NHl, (rank + 1) * NHl);
+  std::vector<ShardSpec::Range> qkv_ranges;
+  for (const auto& r : qkv) qkv_ranges.push_back({r.begin, r.end - r.begin});
+  const std::vector<ShardSpec::Range> head_cols{{rank * Cl, Cl}}, fc_rows{{rank * Fl, Fl}};
+  blocks_.assign(static_cast<size_t>(cfg.n_layer), FlatRange{});
+
+  for (const ParamSpec& p : table.specs()) {
+    const std::string& n = p.name;
+    auto ends = [&](std::string_view suffix) {
+      return n.size() >= suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0;
+    };
+    const bool mlp = n.find(".mlp.") != std::string::npos;
+    if (n == "transformer.wte.weight") {
+      add(p, {Vl, C}, 0, {{rank * Vl, Vl}}, false);
+    } else if (ends("attn.c_attn.weight")) {
+      add(p, {3 * Cl, C}, 0, qkv_ranges, false);
+    } else if (ends("attn.c_attn.bias")) {
+      add(p, {3 * Cl}, 0, qkv_ranges, false);
+    } else if (ends("attn.c_proj.weight")) {
+      add(p, {C, Cl}, 1, head_cols, false);
+    } else if (mlp && ends("c_fc.weight")) {
+      add(p, {Fl, C}, 0, fc_rows, false);
+    } else if (mlp && ends("c_fc.bias")) {
+      add(p, {Fl}, 0, fc_rows, false);
+    } else if (mlp && ends("c_proj.weight")) {
+      add(p, {C, Fl}, 1, fc_rows, false);
+    } else {  // LayerNorms, wpe, row-parallel biases, router
+      add(p, p.shape, -1, {}, true);
+    }
+    const ShardSpec& s = shards_.back();
+    if (s.layer >= 0) {
+      FlatRange& b = blocks_[static_cast<size_t>(s.layer)];
+      if (b.count == 0) b.offset = s.offset;
+      b.count = s.offset + s.numel - b.offset;
+    }
+  }
+}
+
+void TpLayout::add(const ParamSpec& p, Shape local, int split_dim, std::vector<ShardSpec::Range> ranges,
+                   bool replicated) {
+  ShardSpec s;
+  s.name = p.name;
+  s.global_shape = p.shape;
+  s.numel = shape_numel(local);
+  s.local_shape = std::move(local);
+  s.split_dim = split_dim;
+  s.ranges = std::move(ranges);
+  s.offset = numel_;
+  s.decay = p.decay();
+  s.tp_replicated = replicated;
+  s.layer = p.layer;
+  numel_ += s.numel;
+  index_.emplace(s.name, shards_.size());
+  shards_.push_back(std::move(s));
+}
+
+const ShardSpec& TpLayout::at(std::string_view name) const {
+  auto it = index_.find(std::string(name));
+  SHARDLAB_CHECK(it != index_.end(), "no local tensor " + std::string(name));
+  return shards_[it->second];
+}
+
+FlatRange TpLayout::prefix(std::string_view prefix) const {
+  FlatRange r{-1, 0};
+  for (const ShardSpec& s : shards_) {
+    if (s.name.compare(0, prefix.size(), prefix) != 0) continue;
+    if (r.offset < 0) r.offset = s.offset;
+    SHARDLAB_CHECK(s.offset == r.offset + r.count, "tensors of one prefix are not contiguous");
+    r.count += s.numel;
+  }
+  return r.offset < 0 ? FlatRange{} : r;
+}
+
+void TpLayout::init(const ParamTable& table, uint64_t seed, float* params) const {
+  for (const ShardSpec& s : shards_) {
+    float* out = params + s.offset;
+    if (s.split_dim < 0) {
+      table.init_slice(s.name, seed, 0, s.numel, out);
+      continue;
+    }
+    const int64_t gcols = s.global_shape.size() > 1 ? s.global_shape[1] : 1;
+    if (s.split_dim == 0) {  // whole rows: one contiguous slice per range
+      for (const auto& r : s.ranges) {
+        table.init_slice(s.name, seed, r.begin * gcols, r.size * gcols, out);
+        out += r.size * gcols;
+      }
+    } else {  // columns: one slice per row and range
+      for (int64_t row = 0; row < s.global_shape[0]; ++row) {
+        for (const auto& r : s.ranges) {
+          table.init_slice(s.name, seed, row * gcols + r.begin, r.size, out);
+          out += r.size;
+        }
+      }
+    }
+  }
+}
+
+namespace {
+
+model::LinearView<float> linear(const TpLayout& l, float* base, const std::string& prefix, bool bias) {
+  const ShardSpec& w = l.at(prefix + ".weight");
+  model::LinearView<float> v;
+  v.weight = base + w.offset;
+  v.bias = bias ? base + l.at(prefix + ".bias").offset : nullptr;
+  v.out = static_cast<int>(w.local_shape[0]);
+  v.in = static_cast<int>(w.local_shape[1]);
+  return v;
+}
+
+model::LayerNormView<float> layernorm(const TpLayout& l, float* base, const std::string& prefix) {
+  return {base + l.at(prefix + ".weight").offset, base + l.at(prefix + ".bias").offset};
+}
+
+model::MlpView<float> mlp(const TpLayout& l, float* base, const std::string& prefix) {
+  return {linear(l, base, prefix + ".c_fc", true), linear(l, base, prefix + ".c_proj", true)};
+}
+
+}  // namespace
+
+model::GPTView<float> TpLayout::view(float* base) const {
+  using model::block_name;
+  model::GPTView<float> v;
+  v.wte = base + at("transformer.wte.weight").offset;
+  v.wpe = base + at("transformer.wpe.weight").offset;
+  for (int l = 0; l < config_.n_layer; ++l) {
+    model::BlockView<float> b;
+    b.ln_1 = layernorm(*this, base, block_name(l, "ln_1"));
+    b.c_attn = linear(*this, base, block_name(l, "attn.c_attn"), true);
+    b.attn_proj = linear(*this, base, block_name(l, "attn.c_proj"), true);
+    b.ln_2 = layernorm(*this, base, block_name(l, "ln_2"));
+    b.moe = config_.is_moe_layer(l);
+    if (b.moe) {
+      b.router = base + at(block_name(l, "mlp.router.weight")).offset;
+      for (int e = 0; e < config_.n_expert; ++e)
+        b.experts.push_back(mlp(*this, base, block_name(l, "mlp.experts." + std::to_string(e))));
+    } else {
+      b.mlp = mlp(*this, base, block_name(l, "mlp"));
+    }
+    v.blocks.push_back(std::move(b));
+  }
+  v.ln_f = layernorm(*this, base, "transformer.ln_f");
+  return v;
+}
+
+}  // namespace shardlab::parallel
