@@ -45,6 +45,7 @@ struct DeviceStats {
   Time comm_end = 0;
   Time compute_busy = 0;  // union of busy intervals per stream
   Time comm_busy = 0;
+  Time comm_exposed = 0;  // comm busy time not hidden under compute
   uint64_t peak_bytes = 0;
   uint64_t capacity_bytes = 0;
   uint64_t peak_by_kind[kNumMemKinds] = {};

@@ -41,8 +41,26 @@ void Stream::mark(const char* name, Time start, Time end, uint64_t bytes, int pe
 
 void Stream::add_busy(Time start, Time end) {
   start = std::max(start, busy_until_);
-  if (end > start) busy_ += end - start;
+  if (end > start) {
+    busy_ += end - start;
+    if (!intervals_.empty() && intervals_.back().end == start) {
+      intervals_.back().end = end;  // back-to-back ops merge: few intervals per stream
+    } else {
+      intervals_.push_back({start, end});
+    }
+  }
   busy_until_ = std::max(busy_until_, end);
+}
+
+Time overlap(const std::vector<Stream::Interval>& a, const std::vector<Stream::Interval>& b) {
+  Time total = 0;
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    const Time lo = std::max(a[i].start, b[j].start), hi = std::min(a[i].end, b[j].end);
+    if (hi > lo) total += hi - lo;
+    (a[i].end < b[j].end) ? ++i : ++j;
+  }
+  return total;
 }
 
 // ---- Device -----------------------------------------------------------------

@@ -52,6 +52,11 @@ class Stream {
 
   // Union of busy intervals so far (intervals are added in nondecreasing start order).
   Time busy() const { return busy_; }
+  // The busy intervals themselves, merged, in time order.
+  struct Interval {
+    Time start, end;
+  };
+  const std::vector<Interval>& intervals() const { return intervals_; }
 
  private:
   void add_busy(Time start, Time end);
@@ -61,7 +66,11 @@ class Stream {
   Time now_ = 0;
   Time busy_ = 0;
   Time busy_until_ = 0;
+  std::vector<Interval> intervals_;
 };
+
+// Total length of the overlap of two sorted, merged interval lists.
+Time overlap(const std::vector<Stream::Interval>& a, const std::vector<Stream::Interval>& b);
 
 // What isend returns: when the payload has left the sender's egress port.
 struct SendHandle {

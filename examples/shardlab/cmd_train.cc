@@ -72,9 +72,7 @@ void print_summary(const train::TrainOptions& o, const Cluster& cluster, const t
 int run_train(TrainFlags& f) {
   HardwareProfile profile = apply_common(f.common);
   train::TrainOptions o = f.options();
-  ClusterOptions copts = f.cluster_options();
-  copts.world_size = 1;
-  Cluster cluster(profile, copts);
+  Cluster cluster(profile, f.cluster_options());
   Progress progress(o.steps, int64_t(o.model.batch_size) * o.model.block_size, f.common.json);
   train::TrainResult r = train::train(cluster, o, std::ref(progress));
   nlohmann::json report = train::report_json(o, cluster, r);

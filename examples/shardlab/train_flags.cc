@@ -41,6 +41,14 @@ void TrainFlags::add(CLI::App* sub) {
   sub->add_option("--report", report, "Write the run report to FILE.json");
   sub->add_option("--memory", memory, "Per-device memory, e.g. 64MiB (default: the profile's)");
   sub->add_option("--precision", precision, "Modeled precision: fp32 or bf16")->capture_default_str();
+  sub->add_option("--dp", dp, "Data-parallel degree")->capture_default_str();
+  sub->add_option("--tp", tp, "Tensor-parallel degree (Megatron)")->capture_default_str();
+  sub->add_flag("--sp", sp, "Sequence parallelism (with --tp)");
+  sub->add_option("--zero", zero, "ZeRO stage over dp: 0, 1 (optimizer states) or 2 (+ gradients)")
+      ->capture_default_str();
+  sub->add_option("--bucket-mb", bucket_mb, "DP gradient bucket size in MB")->capture_default_str();
+  sub->add_flag("--no-overlap", no_overlap, "Reduce DP gradients after backward instead of during it");
+  sub->add_option("--corrupt-shard", corrupt_shard, "NAME:RANK (testing verify)")->group("");
 }
 
 train::TrainOptions TrainFlags::options() const {
@@ -74,7 +82,10 @@ train::TrainOptions TrainFlags::options() const {
   o.sampling = model::parse_sampling(sampling);
   o.init_path = init;
   o.save_path = save;
+  o.parallel = {dp, tp, sp, zero, bucket_mb, !no_overlap};
+  o.corrupt_shard = corrupt_shard;
   o.validate();
+  train::validate_parallel(o);
   return o;
 }
 
@@ -85,6 +96,7 @@ ClusterOptions TrainFlags::cluster_options() const {
   else if (precision == "bf16") c.precision = Precision::kBf16;
   else throw ConfigError(fmt::format("--precision: unknown \"{}\" (fp32, bf16)", precision));
   c.pace = common.pace;
+  c.world_size = dp * tp;
   c.trace = !common.trace.empty();
   return c;
 }

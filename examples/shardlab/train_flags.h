@@ -27,6 +27,10 @@ struct TrainFlags {
   std::string data = "synthetic:markov";
   std::string sampling = "random";
   std::string init, save, report, memory, precision = "fp32";
+  int dp = 1, tp = 1, zero = 0;
+  bool sp = false, no_overlap = false;
+  double bucket_mb = 25;
+  std::string corrupt_shard;  // hidden: verify's can-it-fail test
 
   void add(CLI::App* sub);
   // Throws ConfigError for anything out of range.

@@ -3,6 +3,8 @@
 // trace); saved activations are charged to the arena while they live.
 #pragma once
 
+#include <functional>
+
 #include "model/sink.h"
 #include "runtime/device.h"
 
@@ -20,9 +22,15 @@ class DeviceSink final : public model::OpSink {
     dev_.arena().release(uint64_t(elements) * shardlab::element_size(dev_.precision()), MemKind::kActivation);
   }
   int element_size() const override { return shardlab::element_size(dev_.precision()); }
+  void grads_ready(int64_t offset, int64_t count) override {
+    if (on_grads_ready_) on_grads_ready_(offset, count);
+  }
+  // Where final gradients are announced (data parallelism's buckets).
+  void on_grads_ready(std::function<void(int64_t, int64_t)> f) { on_grads_ready_ = std::move(f); }
 
  private:
   Device& dev_;
+  std::function<void(int64_t, int64_t)> on_grads_ready_;
 };
 
 }  // namespace shardlab::train

@@ -7,10 +7,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "model/gpt.h"
 #include "model/io/safetensors.h"
 #include "model/params.h"
-#include "model/train/device_sink.h"
+#include "model/train/device_program.h"
+#include "collectives/mesh.h"
 #include "runtime/errors.h"
 
 namespace shardlab::train {
@@ -55,7 +55,10 @@ nlohmann::json TrainOptions::to_json() const {
           {"data", data},
           {"sampling", model::sampling_name(sampling)},
           {"init", init_path},
-          {"save", save_path}};
+          {"save", save_path},
+          {"parallel",
+           {{"dp", parallel.dp}, {"tp", parallel.tp}, {"sp", parallel.sp}, {"zero", parallel.zero},
+            {"bucket_mb", parallel.bucket_mb}, {"overlap", parallel.overlap}}}};
 }
 
 double learning_rate(const TrainOptions& o, int step) {
@@ -91,94 +94,58 @@ void check_init(const model::SafetensorsFile& f, const model::ParamTable& table)
 
 }  // namespace
 
+void validate_parallel(const TrainOptions& o) {
+  const ParallelOptions& p = o.parallel;
+  const model::GPTConfig& m = o.model;
+  auto require = [](bool ok, const std::string& what) {
+    if (!ok) throw ConfigError(what);
+  };
+  require(p.dp >= 1, fmt::format("--dp must be at least 1 (got {})", p.dp));
+  require(p.tp >= 1, fmt::format("--tp must be at least 1 (got {})", p.tp));
+  require(p.zero >= 0 && p.zero <= 2, fmt::format("--zero must be 0, 1 or 2 (got {})", p.zero));
+  require(p.bucket_mb > 0, "--bucket-mb must be positive");
+  require(m.batch_size % p.dp == 0,
+          fmt::format("--batch {} is not divisible by --dp {}", m.batch_size, p.dp));
+  require(m.n_head % p.tp == 0, fmt::format("--heads {} is not divisible by --tp {}", m.n_head, p.tp));
+  require(m.vocab_size % p.tp == 0,
+          fmt::format("--vocab {} is not divisible by --tp {} (the vocabulary is split over tp)", m.vocab_size, p.tp));
+  require(!p.sp || p.tp > 1, "--sp needs --tp of 2 or more");
+  require(!p.sp || m.block_size % p.tp == 0,
+          fmt::format("--seq {} is not divisible by --tp {} (needed by --sp)", m.block_size, p.tp));
+  require(p.tp == 1, "--tp > 1: tensor parallelism is not built yet in this version");
+}
+
 TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& on_step) {
   o.validate();
-  if (cluster.world_size() != 1)
-    throw ConfigError(fmt::format("training runs on 1 device so far (cluster has {})", cluster.world_size()));
+  validate_parallel(o);
+  if (cluster.world_size() != o.parallel.world())
+    throw ConfigError(fmt::format("--dp x --tp = {} devices but the cluster has {}", o.parallel.world(),
+                                  cluster.world_size()));
   const model::GPTConfig& mc = o.model;
-  const int B = mc.batch_size, T = mc.block_size;
   auto data = std::make_shared<const model::TokenData>(
-      model::open_token_data(o.data, mc.vocab_size, T, o.seed));
-  const model::BatchSampler sampler(data, B, T, o.sampling, o.seed);
+      model::open_token_data(o.data, mc.vocab_size, mc.block_size, o.seed));
+  const model::BatchSampler sampler(data, mc.batch_size, mc.block_size, o.sampling, o.seed);
   const model::ParamTable table(mc);
   std::optional<model::SafetensorsFile> init;
   if (!o.init_path.empty()) {
     init = model::load_safetensors(o.init_path);
     check_init(*init, table);
   }
-
   TrainResult result;
   result.best_loss = data->best_loss;
   result.n_params = table.numel();
-  result.tokens_per_step = int64_t{B} * T;
-  result.model_flops_per_step = flops_per_token(table) * B * T;
-  std::vector<float> final_params;
+  result.tokens_per_step = int64_t{mc.batch_size} * mc.block_size;
+  result.model_flops_per_step = flops_per_token(table) * mc.batch_size * mc.block_size;
+  result.final_params.assign(size_t(table.numel()), 0.0f);
+  if (o.keep_step0_grads) result.step0_grads.assign(size_t(table.numel()), 0.0f);
 
-  result.run = cluster.run([&](Device& dev) {
-    DeviceSink sink(dev);
-    model::GPT<float> gpt(mc, o.seed);
-    gpt.set_sink(&sink);
-    if (init) {
-      for (const auto& s : table.specs()) {
-        auto src = init->get(s.name, s.shape);
-        std::copy(src.begin(), src.end(), gpt.param(s.name).begin());
-      }
-    }
-    const int64_t n = table.numel();
-    // Modeled memory: weights and gradients at the modeled precision; AdamW
-    // moments in fp32, plus fp32 master weights when the model is bf16
-    // (16 bytes per parameter either way, as in the ZeRO paper).
-    const bool bf16 = dev.precision() == Precision::kBf16;
-    Tensor weights = dev.alloc("parameters", {n}, MemKind::kParam, /*phantom=*/true);
-    Tensor grads = dev.alloc("gradients", {n}, MemKind::kGrad, /*phantom=*/true);
-    dev.arena().allocate(uint64_t(n) * (bf16 ? 12 : 8), MemKind::kOptimizer, "adamw state");
-    model::Buffer<float> m(size_t(n), 0.0f), v(size_t(n), 0.0f);
-    const int elem = element_size(dev.precision());
-    const auto wall0 = std::chrono::steady_clock::now();
-
-    for (int step = 0; step < o.steps; ++step) {
-      model::Batch batch = sampler.next_batch(step);
-      gpt.zero_grad();
-      const float loss = gpt.forward(batch.x.data(), batch.y.data(), B, T);
-      gpt.backward();
-      StepRecord rec;
-      rec.step = step;
-      rec.loss = loss;
-      rec.ce = gpt.ce_loss();
-      rec.aux = gpt.aux_loss();
-      rec.lr = learning_rate(o, step);
-      auto g = gpt.grads();
-      rec.grad_norm = std::sqrt(model::sum_squares(g.data(), n));
-      sink.op("grad_norm", model::sum_squares_cost(n, elem));
-      if (o.grad_clip > 0) {
-        const double coef = o.grad_clip / (rec.grad_norm + 1e-6);  // torch clip_grad_norm_
-        if (coef < 1) {
-          model::scale_inplace(g.data(), static_cast<float>(coef), n);
-          sink.op("grad_clip", model::scale_inplace_cost(n, elem));
-        }
-      }
-      model::AdamWHyper h = o.adam;
-      h.lr = rec.lr;
-      auto p = gpt.params();
-      for (const auto& s : table.specs()) {
-        model::adamw_update(p.data() + s.offset, m.data() + s.offset, v.data() + s.offset,
-                            g.data() + s.offset, s.numel, h, s.decay() ? h.weight_decay : 0.0,
-                            step + 1);
-      }
-      sink.op("adamw", model::adamw_update_cost(n, elem));
-      rec.virtual_end = dev.now();
-      rec.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
-      result.steps.push_back(rec);
-      if (on_step) on_step(rec);
-    }
-    result.loop_wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
-    final_params.assign(gpt.params().begin(), gpt.params().end());
-    dev.arena().release(uint64_t(n) * (bf16 ? 12 : 8), MemKind::kOptimizer);
-  });
+  const collectives::DeviceMesh mesh({.tp = o.parallel.tp, .dp = o.parallel.dp});
+  DeviceProgram program{o, mesh, table, sampler, init ? &*init : nullptr, result, on_step};
+  result.run = cluster.run([&](Device& dev) { program.run(dev); });
 
   if (!o.save_path.empty()) {
     std::vector<model::NamedTensorView> views;
-    for (const auto& s : table.specs()) views.push_back({s.name, s.shape, final_params.data() + s.offset});
+    for (const auto& s : table.specs()) views.push_back({s.name, s.shape, result.final_params.data() + s.offset});
     nlohmann::json config = o.to_json();
     config.erase("save");  // file names do not belong in the file: identical runs, identical bytes
     config.erase("init");
@@ -200,17 +167,21 @@ nlohmann::json report_json(const TrainOptions& o, const Cluster& cluster, const 
                           {"virtual_time_s", to_seconds(s.virtual_end)}, {"wall_s", s.wall_s}});
   }
   const Time makespan = r.run.makespan();
+  const collectives::DeviceMesh mesh({.tp = o.parallel.tp, .dp = o.parallel.dp});
+  j["config"]["mesh"] = mesh.to_string();
   j["devices"] = nlohmann::json::array();
   for (const auto& d : r.run.devices) {
     nlohmann::json peaks;
     for (int k = 0; k < kNumMemKinds; ++k) peaks[mem_kind_name(static_cast<MemKind>(k))] = d.peak_by_kind[k];
-    const Time idle = std::max<Time>(0, makespan - d.compute_busy - d.comm_busy);
-    j["devices"].push_back({{"rank", d.rank}, {"node", d.node},
-                            {"coords", {{"dp", 0}, {"tp", 0}, {"pp", 0}, {"ep", 0}}},
+    // Time split: compute busy, communication not hidden under compute, idle.
+    const Time idle = std::max<Time>(0, makespan - d.compute_busy - d.comm_exposed);
+    const auto c = mesh.coords(d.rank);
+    j["devices"].push_back({{"rank", d.rank}, {"node", d.node}, {"name", mesh.describe(d.rank)},
+                            {"coords", {{"dp", c.dp}, {"tp", c.tp}, {"pp", c.pp}, {"ep", c.ep}}},
                             {"peak_bytes", d.peak_bytes}, {"peak_bytes_by_kind", peaks},
                             {"capacity_bytes", d.capacity_bytes},
-                            {"compute_s", to_seconds(d.compute_busy)}, {"comm_s", to_seconds(d.comm_busy)},
-                            {"idle_s", to_seconds(idle)}});
+                            {"compute_s", to_seconds(d.compute_busy)}, {"comm_s", to_seconds(d.comm_exposed)},
+                            {"comm_total_s", to_seconds(d.comm_busy)}, {"idle_s", to_seconds(idle)}});
   }
   const double step_s = to_seconds(makespan) / std::max<size_t>(1, r.steps.size());
   const double peak = CostModel(cluster.profile().device, cluster.options().precision).peak_flops();

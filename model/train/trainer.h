@@ -27,8 +27,20 @@ enum class LrSchedule { kConstant, kCosine };
 LrSchedule parse_lr_schedule(const std::string& text);  // ConfigError on anything else
 const char* lr_schedule_name(LrSchedule s);
 
+// How the model is spread over the devices.
+struct ParallelOptions {
+  int dp = 1;                 // data parallel
+  int tp = 1;                 // tensor parallel (Megatron)
+  bool sp = false;            // sequence parallelism (with tp)
+  int zero = 0;               // ZeRO stage 0, 1 or 2 over dp
+  double bucket_mb = 25;      // DP gradient bucket, MB (1e6 modeled bytes)
+  bool overlap = true;        // reduce buckets during backward
+  int world() const { return dp * tp; }
+};
+
 struct TrainOptions {
   model::GPTConfig model;       // batch_size is the global batch (sequences)
+  ParallelOptions parallel;
   int steps = 100;
   uint64_t seed = 1337;
   model::AdamWHyper adam;
@@ -39,6 +51,12 @@ struct TrainOptions {
   model::Sampling sampling = model::Sampling::kRandom;
   std::string init_path;        // --init FILE.safetensors
   std::string save_path;        // --save FILE.safetensors
+  // Testing aid (verify must be able to fail): "NAME:RANK" perturbs that
+  // rank's shard of parameter NAME after the last step.
+  std::string corrupt_shard;
+  // Keep the step-0 gradients (after the DP reduction, before clipping),
+  // gathered into unsharded tensors (verify --grads).
+  bool keep_step0_grads = false;
 
   // Throws ConfigError naming the flag for anything out of range.
   void validate() const;
@@ -62,6 +80,8 @@ struct StepRecord {
 
 struct TrainResult {
   std::vector<StepRecord> steps;
+  std::vector<float> final_params;  // unsharded, laid out by model::ParamTable
+  std::vector<float> step0_grads;   // unsharded, when keep_step0_grads
   RunResult run;
   std::optional<double> best_loss;  // of the data, when known
   int64_t n_params = 0;
@@ -74,7 +94,11 @@ struct TrainResult {
 using StepCallback = std::function<void(const StepRecord&)>;
 
 // Throws ConfigError for bad options or data; RunError from the devices.
+// The cluster must have options.parallel.world() devices.
 TrainResult train(Cluster& cluster, const TrainOptions& options, const StepCallback& on_step = {});
+
+// The --dp/--tp/... constraints, checked before any thread starts.
+void validate_parallel(const TrainOptions& options);
 
 // The --report JSON of DESIGN.md.
 nlohmann::json report_json(const TrainOptions& options, const Cluster& cluster,

@@ -1,0 +1,96 @@
+// Data parallelism: gradient averaging over the dp group in buckets that
+// overlap the rest of backward, and ZeRO stages 1 and 2.
+//
+// Buckets. The layout is planned once from the order in which backward
+// finishes the gradients (ln_f, the last block, ..., the first block, wte,
+// wpe: backward_ready_order): consecutive ranges fill a bucket until it holds
+// bucket_bytes (modeled). During backward each block reports its gradients as
+// final (OpSink::grads_ready); a bucket whose elements are all final is
+// launched on the communication stream, starting when the compute stream has
+// produced it, so it overlaps the backward of the earlier layers (PyTorch
+// DDP's and Megatron's bucketing). With overlap off, and for anything not
+// reported, buckets launch after backward. The layout depends only on the
+// model, so it is identical on every rank and every step.
+//
+// ZeRO. Each bucket is split in dp chunks; rank r owns chunk r of every
+// bucket (chunk_range). Stage 0: all-reduce (avg) every bucket; every rank
+// updates all parameters. Stage 1: the same all-reduce, each rank updates only
+// what it owns, then all-gathers the parameters; optimizer state is held for
+// the owned part only. Stage 2: reduce-scatter instead of all-reduce, so
+// gradients are held (and reduced) only for the owned part too.
+//
+// Thread safety: one instance per device thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "collectives/collectives.h"
+#include "model/parallel/local_model.h"
+#include "runtime/device.h"
+
+namespace shardlab::parallel {
+
+struct DataParallelOptions {
+  uint64_t bucket_bytes = 25ull << 20;  // modeled bytes per bucket (--bucket-mb; DDP's default 25 MB)
+  bool overlap = true;                  // launch buckets during backward
+  int zero = 0;                         // ZeRO stage: 0, 1 or 2
+};
+
+class DataParallel {
+ public:
+  struct Range {
+    int64_t begin = 0;
+    int64_t size = 0;
+  };
+
+  // `grads` is the local flat gradient buffer; `dp` the data-parallel group;
+  // `ready_order` the flat ranges in the order backward finishes them.
+  DataParallel(Device& dev, const collectives::ProcessGroup& dp, std::span<float> grads,
+               const std::vector<Range>& ready_order, const DataParallelOptions& options);
+
+  // Called at the start of every step.
+  void begin_step();
+  // Gradients of [offset, offset + count) are final (from backward).
+  void grads_ready(int64_t offset, int64_t count);
+  // Launches what is pending, waits for every reduction (the compute stream
+  // joins them). Afterwards the owned gradients hold the dp average.
+  void finish_grads();
+  // The planned buckets, in launch order.
+  const std::vector<Range>& buckets() const { return layout_; }
+  // The flat ranges this rank updates (its chunk of every bucket with ZeRO,
+  // everything otherwise), in flat order.
+  const std::vector<Range>& owned() const { return owned_; }
+  int64_t owned_elements() const { return owned_elements_; }
+  // ZeRO 1/2: all-gathers every bucket of `params` from its owners.
+  void gather_params(std::span<float> params);
+
+  int zero() const { return options_.zero; }
+  bool sharded_grads() const { return options_.zero >= 2; }
+  uint64_t largest_bucket_bytes() const;
+
+ private:
+  void plan(const std::vector<Range>& ready_order);
+  void launch(size_t bucket);
+
+  Device& dev_;
+  collectives::ProcessGroup dp_;
+  std::span<float> grads_;
+  DataParallelOptions options_;
+  int elem_;
+  std::vector<Range> layout_;             // buckets in launch order
+  std::vector<int64_t> ready_;            // (buckets) final elements this step
+  std::vector<bool> launched_;            // (buckets)
+  std::vector<collectives::Work> works_;  // launched this step
+  std::vector<Range> owned_;
+  int64_t owned_elements_ = 0;
+};
+
+// The order in which backward finishes gradients, from the shards' names and
+// layers: ln_f, blocks from last to first, then wte and wpe; each entry the
+// flat range of one group of tensors (they are contiguous in the layout).
+std::vector<DataParallel::Range> backward_ready_order(const std::vector<ShardSpec>& shards);
+
+}  // namespace shardlab::parallel

@@ -1,0 +1,39 @@
+// The training program each virtual device runs (one instance shared by all
+// device threads; every per-device object lives on the thread's stack).
+//
+// Shared state: `result` is written by rank 0 (steps, wall time) and, for
+// final_params / step0_grads, by the ranks that own each element — disjoint
+// writes, read only after the cluster has joined.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "collectives/mesh.h"
+#include "model/io/data.h"
+#include "model/io/safetensors.h"
+#include "model/params.h"
+#include "model/parallel/local_model.h"
+#include "model/train/trainer.h"
+#include "runtime/device.h"
+
+namespace shardlab::train {
+
+struct DeviceProgram {
+  const TrainOptions& options;
+  const collectives::DeviceMesh& mesh;
+  const model::ParamTable& table;
+  const model::BatchSampler& sampler;
+  const model::SafetensorsFile* init;  // or null
+  TrainResult& result;
+  const StepCallback& on_step;
+
+  void run(Device& dev);
+};
+
+// Copies this rank's shards into unsharded tensors laid out by the table.
+// Tensors held whole by every tensor-parallel rank are written by tp rank 0 only.
+void scatter_to_global(const parallel::LocalModel& model, std::span<const float> local, int tp_rank,
+                       const model::ParamTable& table, std::span<float> global);
+
+}  // namespace shardlab::train
