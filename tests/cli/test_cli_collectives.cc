@@ -1,0 +1,60 @@
+// The command-line contract of `shardlab collectives`.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "runtime/profile.h"
+#include "runtime/time.h"
+#include "tests/cli/cli_util.h"
+
+namespace shardlab {
+namespace {
+
+using testing::expect_usage_error;
+using testing::run_cli;
+
+TEST(CliCollectives, JsonRowsFollowNcclTestsDefinitions) {
+  auto r = run_cli("collectives --op all_reduce --ranks 4 --algo ring --min-bytes 1MiB --max-bytes 4MiB --check --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["op"], "all_reduce");
+  EXPECT_EQ(j["ranks"], 4);
+  EXPECT_EQ(j["algo"], "ring");
+  EXPECT_EQ(j["profile"], "a100-nvlink");
+  ASSERT_EQ(j["rows"].size(), 3u);
+  const LinkSpec l = load_profile("a100-nvlink").intra;
+  for (const auto& row : j["rows"]) {
+    const uint64_t bytes = row["bytes"];
+    EXPECT_EQ(row["count"].get<uint64_t>(), bytes / 4);
+    // Ring all_reduce: 2(n-1) steps of a + (S/n)/B, exact.
+    const double expect_us = to_us(6 * (l.latency() + transfer_time(bytes / 4, l.bytes_per_second())));
+    EXPECT_NEAR(row["time_us"].get<double>(), expect_us, 1e-6) << bytes;
+    const double algbw = bytes / (row["time_us"].get<double>() * 1e-6) / 1e9;
+    EXPECT_NEAR(row["algbw_GBps"].get<double>(), algbw, 1e-6 * algbw);
+    EXPECT_NEAR(row["busbw_GBps"].get<double>(), algbw * 2 * 3 / 4, 1e-6 * algbw);
+    EXPECT_EQ(row["max_error"].get<double>(), 0.0);
+    for (const char* k : {"host_time_us", "host_busbw_GBps"}) EXPECT_TRUE(row.contains(k)) << k;
+  }
+}
+
+TEST(CliCollectives, TwoNodesAreBoundByTheInterNodeLink) {
+  auto one = nlohmann::json::parse(run_cli("collectives --op all_reduce --ranks 8 --min-bytes 64MiB --max-bytes 64MiB --json").out);
+  auto two = nlohmann::json::parse(run_cli("collectives --op all_reduce --ranks 16 --min-bytes 64MiB --max-bytes 64MiB --json").out);
+  const double bw8 = one["rows"][0]["busbw_GBps"], bw16 = two["rows"][0]["busbw_GBps"];
+  std::printf("64 MiB all_reduce busbw: 8 ranks %.1f GB/s, 16 ranks %.1f GB/s\n", bw8, bw16);
+  EXPECT_GT(bw8, 250);
+  EXPECT_LT(bw16, 25.0 * 1.001);
+  EXPECT_GT(bw16, 24.0);
+}
+
+TEST(CliCollectives, BadInputIsOneLineAndExitCode2) {
+  expect_usage_error("collectives --ranks 0", "--ranks 0");
+  expect_usage_error("collectives --ranks 64", "--ranks 64");
+  expect_usage_error("collectives --op gather", "unknown op \"gather\"");
+  expect_usage_error("collectives --algo magic", "unknown algorithm \"magic\"");
+  expect_usage_error("collectives --min-bytes 1M --max-bytes 1K", "--min-bytes 1048576 is above --max-bytes 1024");
+  expect_usage_error("collectives --max-bytes 1Q", "--max-bytes: cannot parse size");
+  expect_usage_error("collectives --profile nowhere", "unknown profile");
+}
+
+}  // namespace
+}  // namespace shardlab
