@@ -1,0 +1,148 @@
+#include "tests/parallel/tp_test_util.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "collectives/group.h"
+#include "model/parallel/tensor_parallel.h"
+#include "runtime/cluster.h"
+
+namespace shardlab::parallel::testing {
+
+model::GPTConfig small_config(bool moe) {
+  model::GPTConfig c;
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_embd = 32;
+  c.block_size = 16;
+  c.vocab_size = 64;
+  if (moe) {
+    c.n_expert = 4;
+    c.top_k = 2;
+    c.moe_every = 2;
+  }
+  return c;
+}
+
+Batch make_batch(const model::GPTConfig& config, int B, int T, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> dist(0, config.vocab_size - 1);
+  Batch b{{}, {}, B, T};
+  for (int i = 0; i < B * T; ++i) {
+    b.inputs.push_back(dist(rng));
+    b.targets.push_back(dist(rng));
+  }
+  return b;
+}
+
+namespace {
+
+// Charges the device's compute stream and tracks activations and grads_ready.
+class RecordingSink final : public model::OpSink {
+ public:
+  RecordingSink(Device& dev, RankResult& r) : dev_(dev), r_(r) {}
+  void op(const char* name, const OpCost& cost) override { dev_.run(dev_.compute(), name, cost); }
+  void saved(int64_t n) override {
+    r_.live_activations += n;
+    r_.peak_activations = std::max(r_.peak_activations, r_.live_activations);
+  }
+  void freed(int64_t n) override { r_.live_activations -= n; }
+  void grads_ready(int64_t offset, int64_t count) override { r_.grads_ready.emplace_back(offset, count); }
+
+ private:
+  Device& dev_;
+  RankResult& r_;
+};
+
+HardwareProfile test_profile(int devices) {
+  HardwareProfile p = load_profile("a100-nvlink");
+  p.nodes = 1;
+  p.devices_per_node = std::max(devices, 1);
+  return p;
+}
+
+}  // namespace
+
+std::vector<RankResult> run_tp(const model::GPTConfig& config, const Batch& batch, const RunSpec& spec) {
+  std::vector<RankResult> results(static_cast<size_t>(spec.tp));
+  const model::ParamTable table(config);
+  ClusterOptions opts;
+  opts.world_size = spec.tp;
+  Cluster cluster(test_profile(spec.tp), opts);
+  cluster.run([&](Device& dev) {
+    RankResult& r = results[static_cast<size_t>(dev.rank())];
+    const collectives::ProcessGroup tp_group = collectives::ProcessGroup::world(dev);
+    TensorParallelGPT m(config, spec.seed, dev, tp_group, spec.sp);
+    if (!spec.global_params.empty()) {
+      for (const ShardSpec& s : m.shards()) {
+        const int64_t base = table.at(s.name).offset;
+        for (int64_t i = 0; i < s.numel; ++i) m.params()[s.offset + i] = spec.global_params[base + global_index(s, i)];
+      }
+    }
+    RecordingSink sink(dev, r);
+    m.set_sink(&sink);
+    m.zero_grad();
+    for (int k = 0; k < spec.backwards; ++k) {
+      r.losses.push_back(m.forward(batch.inputs.data(), batch.targets.data(), batch.B, batch.T));
+      m.backward();
+    }
+    r.ce = m.ce_loss();
+    r.aux = m.aux_loss();
+    r.params.assign(m.params().begin(), m.params().end());
+    r.grads.assign(m.grads().begin(), m.grads().end());
+    r.shards = m.shards();
+    dev.synchronize();
+    r.end_time = dev.now();
+  });
+  return results;
+}
+
+std::vector<float> gather(const model::ParamTable& table, const std::vector<RankResult>& ranks, bool grads,
+                          std::string* mismatch) {
+  std::vector<float> out(static_cast<size_t>(table.numel()), 0.0f);
+  std::vector<int> covered(out.size(), 0);
+  for (size_t rank = 0; rank < ranks.size(); ++rank) {
+    const RankResult& r = ranks[rank];
+    const std::vector<float>& local = grads ? r.grads : r.params;
+    for (const ShardSpec& s : r.shards) {
+      const int64_t base = table.at(s.name).offset;
+      for (int64_t i = 0; i < s.numel; ++i) {
+        const size_t gi = static_cast<size_t>(base + global_index(s, i));
+        const float v = local[static_cast<size_t>(s.offset + i)];
+        if (covered[gi]++ > 0) {
+          const bool same = std::memcmp(&v, &out[gi], sizeof v) == 0;
+          if ((!s.tp_replicated || !same) && mismatch->empty()) {
+            *mismatch = s.name + (s.tp_replicated ? ": replicated copy differs on rank "
+                                                  : ": element held by two ranks, rank ") +
+                        std::to_string(rank) + " local index " + std::to_string(i);
+          }
+        }
+        out[gi] = v;
+      }
+    }
+  }
+  const auto missing = std::find(covered.begin(), covered.end(), 0);
+  if (missing != covered.end() && mismatch->empty())
+    *mismatch = "global element " + std::to_string(missing - covered.begin()) + " held by no rank";
+  return out;
+}
+
+Diff max_tensor_diff(const model::ParamTable& table, const std::vector<float>& a, const std::vector<float>& b) {
+  Diff worst;
+  for (const model::ParamSpec& p : table.specs()) {
+    double dmax = 0, scale = 0;
+    for (int64_t i = p.offset; i < p.offset + p.numel; ++i) {
+      dmax = std::max(dmax, std::abs(double(a[i]) - double(b[i])));
+      scale = std::max(scale, std::abs(double(b[i])));
+    }
+    const double rel = scale > 0 ? dmax / scale : dmax;
+    if (rel >= worst.rel) worst = {rel, dmax, p.name};
+  }
+  return worst;
+}
+
+}  // namespace shardlab::parallel::testing
