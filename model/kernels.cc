@@ -43,18 +43,18 @@ void embedding_backward(Real* dwte, Real* dwpe, const Real* dout, const Token* i
 
 // ---- LayerNorm ----------------------------------------------------------------
 
+// The row reductions go through Eigen's vectorised sum (a fixed tree order,
+// so results are deterministic); the elementwise passes vectorise as written.
+
 template <typename Real>
 void layernorm_forward(Real* out, Real* mean, Real* rstd, const Real* inp, const Real* weight,
                        const Real* bias, int64_t N, int C) {
   const Real eps = static_cast<Real>(kLayerNormEps);
   for (int64_t n = 0; n < N; ++n) {
     const Real* x = inp + n * C;
-    Real m = 0;
-    for (int c = 0; c < C; ++c) m += x[c];
-    m /= C;
-    Real v = 0;
-    for (int c = 0; c < C; ++c) v += (x[c] - m) * (x[c] - m);
-    v /= C;
+    ConstArrayMap<Real> xa(x, C);
+    const Real m = xa.sum() / C;
+    const Real v = (xa - m).square().sum() / C;
     const Real s = Real(1) / std::sqrt(v + eps);
     Real* o = out + n * C;
     for (int c = 0; c < C; ++c) o[c] = (x[c] - m) * s * weight[c] + bias[c];
@@ -66,30 +66,18 @@ void layernorm_forward(Real* out, Real* mean, Real* rstd, const Real* inp, const
 template <typename Real>
 void layernorm_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout, const Real* inp,
                         const Real* weight, const Real* mean, const Real* rstd, int64_t N, int C) {
+  ConstArrayMap<Real> w(weight, C);
+  ArrayMap<Real> dw(dweight, C), db(dbias, C);
   for (int64_t n = 0; n < N; ++n) {
-    const Real* d = dout + n * C;
-    const Real* x = inp + n * C;
     const Real m = mean[n];
     const Real s = rstd[n];
-    // Two reductions: mean(dnorm) and mean(dnorm * norm).
-    Real dnorm_mean = 0;
-    Real dnorm_norm_mean = 0;
-    for (int c = 0; c < C; ++c) {
-      const Real norm = (x[c] - m) * s;
-      const Real dnorm = weight[c] * d[c];
-      dnorm_mean += dnorm;
-      dnorm_norm_mean += dnorm * norm;
-    }
-    dnorm_mean /= C;
-    dnorm_norm_mean /= C;
-    Real* dx = dinp + n * C;
-    for (int c = 0; c < C; ++c) {
-      const Real norm = (x[c] - m) * s;
-      const Real dnorm = weight[c] * d[c];
-      dbias[c] += d[c];
-      dweight[c] += norm * d[c];
-      dx[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
-    }
+    ConstArrayMap<Real> d(dout + n * C, C), x(inp + n * C, C);
+    // Two reductions: mean(dnorm) and mean(dnorm * norm), dnorm = weight * dout.
+    const Real dnorm_mean = (w * d).sum() / C;
+    const Real dnorm_norm_mean = (w * d * ((x - m) * s)).sum() / C;
+    db += d;
+    dw += (x - m) * s * d;
+    ArrayMap<Real>(dinp + n * C, C) += (w * d - dnorm_mean - (x - m) * s * dnorm_norm_mean) * s;
   }
 }
 
