@@ -39,5 +39,6 @@ void add_collectives_command(CLI::App& app);
 void add_p2p_command(CLI::App& app);
 void add_profiles_command(CLI::App& app);
 void add_train_command(CLI::App& app);
+void add_verify_command(CLI::App& app);
 
 }  // namespace shardlab::cli

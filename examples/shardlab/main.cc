@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   shardlab::cli::add_p2p_command(app);
   shardlab::cli::add_profiles_command(app);
   shardlab::cli::add_train_command(app);
+  shardlab::cli::add_verify_command(app);
   std::string names;
   bool known = false;
   for (const auto* sub : app.get_subcommands({})) {

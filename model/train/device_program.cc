@@ -156,7 +156,7 @@ void DeviceProgram::run(Device& dev) {
     if (colon != std::string::npos && std::stoi(o.corrupt_shard.substr(colon + 1)) == dev.rank())
       corrupt(*model, o.corrupt_shard.substr(0, colon));
   }
-  if (coords.dp == 0) scatter_to_global(*model, params, coords.tp, table, result.final_params);
+  scatter_to_global(*model, params, coords.tp, table, result.replicas[size_t(coords.dp)]);
   dev.arena().release(optim_bytes, MemKind::kOptimizer);
 }
 

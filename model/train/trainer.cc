@@ -136,12 +136,25 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
   result.n_params = table.numel();
   result.tokens_per_step = int64_t{mc.batch_size} * mc.block_size;
   result.model_flops_per_step = flops_per_token(table) * mc.batch_size * mc.block_size;
-  result.final_params.assign(size_t(table.numel()), 0.0f);
+  result.replicas.assign(size_t(o.parallel.dp), std::vector<float>(size_t(table.numel()), 0.0f));
   if (o.keep_step0_grads) result.step0_grads.assign(size_t(table.numel()), 0.0f);
 
   const collectives::DeviceMesh mesh({.tp = o.parallel.tp, .dp = o.parallel.dp});
   DeviceProgram program{o, mesh, table, sampler, init ? &*init : nullptr, result, on_step};
   result.run = cluster.run([&](Device& dev) { program.run(dev); });
+  result.final_params = std::move(result.replicas[0]);
+  for (size_t r = 1; r < result.replicas.size(); ++r) {
+    for (const auto& s : table.specs()) {
+      for (int64_t i = 0; i < s.numel; ++i) {
+        const float a = result.replicas[r][size_t(s.offset + i)], b = result.final_params[size_t(s.offset + i)];
+        if (a == b) continue;  // bit-identical (NaN != NaN counts as a difference)
+        const double d = std::isnan(a - b) ? INFINITY : std::abs(double(a) - b);
+        if (result.replica_mismatch.empty()) result.replica_mismatch = s.name + " on dp rank " + std::to_string(r);
+        result.replica_max_diff = std::max(result.replica_max_diff, d);
+      }
+    }
+  }
+  result.replicas.clear();
 
   if (!o.save_path.empty()) {
     std::vector<model::NamedTensorView> views;

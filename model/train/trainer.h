@@ -82,6 +82,11 @@ struct TrainResult {
   std::vector<StepRecord> steps;
   std::vector<float> final_params;  // unsharded, laid out by model::ParamTable
   std::vector<float> step0_grads;   // unsharded, when keep_step0_grads
+  // Data-parallel replicas must end bit-identical: the first tensor where one
+  // differs from dp rank 0's copy, and by how much (empty when they agree).
+  std::string replica_mismatch;
+  double replica_max_diff = 0;
+  std::vector<std::vector<float>> replicas;  // (dp) unsharded final params of each dp rank
   RunResult run;
   std::optional<double> best_loss;  // of the data, when known
   int64_t n_params = 0;

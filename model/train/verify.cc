@@ -1,0 +1,125 @@
+#include "model/train/verify.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+namespace shardlab::train {
+namespace {
+
+std::vector<TensorDiff> diff_tensors(const std::vector<float>& a, const std::vector<float>& b,
+                                     const model::ParamTable& table) {
+  std::vector<TensorDiff> out;
+  for (const auto& s : table.specs()) {
+    TensorDiff d{s.name, s.layer};
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < s.numel; ++i) {
+      const double x = a[size_t(s.offset + i)], y = b[size_t(s.offset + i)];
+      const double e = std::abs(x - y);
+      if (e > d.max_abs || std::isnan(e)) {
+        d.max_abs = e;
+        d.argmax = i;
+      }
+      num += (x - y) * (x - y);
+      den += y * y;
+    }
+    d.rel_l2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+    d.diff_l2 = std::sqrt(num);
+    d.ref_l2 = std::sqrt(den);
+    out.push_back(d);
+  }
+  return out;
+}
+
+// ||a - b|| / ||b|| over every tensor.
+double global_rel_l2(const std::vector<TensorDiff>& diffs) {
+  double num = 0, den = 0;
+  for (const auto& d : diffs) {
+    num += d.diff_l2 * d.diff_l2;
+    den += d.ref_l2 * d.ref_l2;
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+// When the whole vector is beyond tolerance: the first tensor, in table order,
+// whose own difference alone breaks it, else the one that differs most.
+std::optional<Mismatch> first_bad(const std::vector<TensorDiff>& diffs, const char* kind, double tol) {
+  const double rel = global_rel_l2(diffs);
+  if (rel <= tol) return std::nullopt;
+  double den = 0;
+  for (const auto& d : diffs) den += d.ref_l2 * d.ref_l2;
+  const double budget = tol * std::sqrt(den);
+  const TensorDiff* pick = nullptr;
+  for (const auto& d : diffs) {
+    if (!(d.diff_l2 <= budget)) {
+      pick = &d;
+      break;
+    }
+  }
+  if (!pick) pick = &*std::max_element(diffs.begin(), diffs.end(),
+                                       [](const auto& a, const auto& b) { return a.diff_l2 < b.diff_l2; });
+  return Mismatch{kind, pick->name, pick->layer, -1, rel, pick->max_abs};
+}
+
+}  // namespace
+
+VerifyResult compare_runs(const TrainResult& sharded, const TrainResult& reference,
+                          const model::ParamTable& table, const VerifyOptions& o) {
+  VerifyResult r;
+  for (size_t s = 0; s < reference.steps.size() && s < sharded.steps.size(); ++s) {
+    const double a = sharded.steps[s].loss, b = reference.steps[s].loss;
+    const double rel = std::abs(a - b) / std::max(std::abs(b), 1e-30);
+    r.sharded_loss.push_back(a);
+    r.reference_loss.push_back(b);
+    r.loss_rel_diff.push_back(rel);
+    r.max_loss_rel_diff = std::max(r.max_loss_rel_diff, rel);
+    if (!(rel <= o.tol_loss) && !r.first_mismatch) r.first_mismatch = Mismatch{"loss", "", -1, int(s), rel, std::abs(a - b)};
+  }
+  if (o.grads) {
+    r.grads = diff_tensors(sharded.step0_grads, reference.step0_grads, table);
+    r.grad_rel_l2 = global_rel_l2(r.grads);
+    if (!r.first_mismatch) r.first_mismatch = first_bad(r.grads, "grad", o.tol_param);
+  }
+  r.params = diff_tensors(sharded.final_params, reference.final_params, table);
+  r.param_rel_l2 = global_rel_l2(r.params);
+  for (const auto& d : r.params) r.max_param_abs_diff = std::max(r.max_param_abs_diff, d.max_abs);
+  if (!r.first_mismatch) r.first_mismatch = first_bad(r.params, "param", o.tol_param);
+  if (!r.first_mismatch && !sharded.replica_mismatch.empty()) {
+    r.first_mismatch = Mismatch{"replica", sharded.replica_mismatch, -1, -1, sharded.replica_max_diff,
+                                sharded.replica_max_diff};
+  }
+  r.passed = !r.first_mismatch.has_value();
+  return r;
+}
+
+nlohmann::json verify_json(const VerifyResult& r) {
+  nlohmann::json j{{"passed", r.passed},
+                   {"max_loss_rel_diff", r.max_loss_rel_diff},
+                   {"max_param_abs_diff", r.max_param_abs_diff},
+                   {"param_rel_l2", r.param_rel_l2},
+                   {"first_mismatch", nullptr}};
+  if (r.first_mismatch) {
+    const Mismatch& m = *r.first_mismatch;
+    j["first_mismatch"] = {{"kind", m.kind}, {"name", m.name}, {"layer", m.layer}, {"step", m.step},
+                           {"rel_diff", m.value}, {"max_abs_diff", m.max_abs}};
+  }
+  j["steps"] = nlohmann::json::array();
+  for (size_t s = 0; s < r.loss_rel_diff.size(); ++s)
+    j["steps"].push_back({{"step", s}, {"loss", r.sharded_loss[s]}, {"reference_loss", r.reference_loss[s]},
+                          {"rel_diff", r.loss_rel_diff[s]}});
+  auto tensors = [](const std::vector<TensorDiff>& v) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const auto& d : v)
+      a.push_back({{"name", d.name}, {"layer", d.layer}, {"max_abs_diff", d.max_abs}, {"rel_l2", d.rel_l2}});
+    return a;
+  };
+  j["params"] = tensors(r.params);
+  if (!r.grads.empty()) {
+    j["grads"] = tensors(r.grads);
+    j["grad_rel_l2"] = r.grad_rel_l2;
+  }
+  return j;
+}
+
+}  // namespace shardlab::train
