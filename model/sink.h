@@ -23,6 +23,10 @@ class OpSink {
   // Gradients of the flat parameter range [offset, offset + count) are final
   // for this backward (data parallelism starts reducing them).
   virtual void grads_ready(int64_t offset, int64_t count) {}
+  // Averages `data` over the data-parallel replicas, in place, if there are
+  // any; returns false when this run has none. MoE layers use it so the
+  // load-balancing fractions f_i cover the global batch, as in the unsharded model.
+  virtual bool average_over_replicas(float* data, int64_t n) { return false; }
   // Modeled bytes per element for the *_cost functions.
   virtual int element_size() const { return 4; }
 };

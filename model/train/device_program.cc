@@ -84,6 +84,11 @@ void DeviceProgram::run(Device& dev) {
   parallel::DataParallelOptions dpo{uint64_t(par.bucket_mb * 1e6), par.overlap, par.zero};
   DataParallel dp(dev, dp_group, grads, parallel::backward_ready_order(model->shards()), dpo);
   sink.on_grads_ready([&dp](int64_t off, int64_t cnt) { dp.grads_ready(off, cnt); });
+  sink.on_average([&](float* data, int64_t cnt) {
+    if (dp_group.size() == 1) return false;
+    coll::all_reduce(dev, dp_group, coll::Buffer(data, size_t(cnt)), coll::ReduceOp::kAvg);
+    return true;
+  });
 
   // Modeled memory: weights at the modeled precision; gradients too (only the
   // owned part plus one bucket in flight with ZeRO-2); AdamW moments in fp32,

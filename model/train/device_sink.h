@@ -22,6 +22,11 @@ class DeviceSink final : public model::OpSink {
     dev_.arena().release(uint64_t(elements) * shardlab::element_size(dev_.precision()), MemKind::kActivation);
   }
   int element_size() const override { return shardlab::element_size(dev_.precision()); }
+  bool average_over_replicas(float* data, int64_t n) override {
+    return average_ && average_(data, n);
+  }
+  // How to average over the data-parallel replicas (an all-reduce on the dp group).
+  void on_average(std::function<bool(float*, int64_t)> f) { average_ = std::move(f); }
   void grads_ready(int64_t offset, int64_t count) override {
     if (on_grads_ready_) on_grads_ready_(offset, count);
   }
@@ -31,6 +36,7 @@ class DeviceSink final : public model::OpSink {
  private:
   Device& dev_;
   std::function<void(int64_t, int64_t)> on_grads_ready_;
+  std::function<bool(float*, int64_t)> average_;
 };
 
 }  // namespace shardlab::train

@@ -113,6 +113,8 @@ void validate_parallel(const TrainOptions& o) {
   require(!p.sp || m.block_size % p.tp == 0,
           fmt::format("--seq {} is not divisible by --tp {} (needed by --sp)", m.block_size, p.tp));
   require(p.tp == 1, "--tp > 1: tensor parallelism is not built yet in this version");
+  require(p.dp == 1 || m.n_expert == 0 || m.capacity_factor <= 0,
+          "--capacity-factor with --dp > 1 is not supported yet (drops must follow the global token order)");
 }
 
 TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& on_step) {
