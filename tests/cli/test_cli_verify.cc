@@ -1,0 +1,123 @@
+// `shardlab verify`: sharded runs match the unsharded model, and the check can fail.
+#include <tuple>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/cli/cli_util.h"
+
+namespace shardlab {
+namespace {
+
+using testing::expect_usage_error;
+using testing::run_cli;
+using testing::slurp;
+
+nlohmann::json verify(const std::string& args, int expect_code = 0) {
+  auto r = run_cli("verify --model tiny --steps 5 --json " + args);
+  EXPECT_EQ(r.code, expect_code) << args << "\n" << r.err << r.out.substr(0, 2000);
+  return nlohmann::json::parse(r.out);
+}
+
+// dense/MoE x dp x ZeRO stage, 5 steps of tiny, default tolerances.
+class VerifyGrid : public ::testing::TestWithParam<std::tuple<bool, int, int>> {};
+
+TEST_P(VerifyGrid, MatchesTheUnshardedModel) {
+  const auto [moe, dp, zero] = GetParam();
+  const std::string args = "--dp " + std::to_string(dp) + " --zero " + std::to_string(zero) +
+                           " --bucket-mb 0.5" + (moe ? " --experts 4 --top-k 2" : "");
+  auto j = verify(args);
+  std::printf("%s: max loss rel diff %.3e, parameter rel L2 %.3e (tolerances 1e-5)\n", args.c_str(),
+              j["max_loss_rel_diff"].get<double>(), j["param_rel_l2"].get<double>());
+  EXPECT_TRUE(j["passed"].get<bool>());
+  EXPECT_LE(j["max_loss_rel_diff"].get<double>(), 1e-5);
+  EXPECT_LE(j["param_rel_l2"].get<double>(), 1e-5);
+  EXPECT_TRUE(j["first_mismatch"].is_null());
+}
+
+INSTANTIATE_TEST_SUITE_P(DenseAndMoe, VerifyGrid,
+                         ::testing::Combine(::testing::Bool(), ::testing::Values(1, 2, 4), ::testing::Values(0, 1, 2)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param) ? "moe" : "dense") + "_dp" +
+                                  std::to_string(std::get<1>(info.param)) + "_zero" +
+                                  std::to_string(std::get<2>(info.param));
+                         });
+
+TEST(Verify, DataParallelNotAPowerOfTwo) {
+  auto j = verify("--dp 3 --batch 6 --grads");
+  std::printf("dp 3: loss %.3e, params %.3e\n", j["max_loss_rel_diff"].get<double>(), j["param_rel_l2"].get<double>());
+  EXPECT_TRUE(j["passed"].get<bool>());
+  EXPECT_LE(j["grad_rel_l2"].get<double>(), 1e-5);
+}
+
+TEST(Verify, ACorruptedShardFailsAndIsNamed) {
+  auto j = verify("--dp 2 --corrupt-shard transformer.h.2.mlp.c_fc.weight:0", 1);
+  EXPECT_FALSE(j["passed"].get<bool>());
+  EXPECT_EQ(j["first_mismatch"]["name"], "transformer.h.2.mlp.c_fc.weight");
+  EXPECT_EQ(j["first_mismatch"]["layer"], 2);
+  EXPECT_GT(j["param_rel_l2"].get<double>(), 1e-3);
+  // A replica that drifts from its data-parallel peers is caught too.
+  auto k = verify("--dp 2 --corrupt-shard transformer.ln_f.bias:1", 1);
+  EXPECT_EQ(k["first_mismatch"]["kind"], "replica");
+  EXPECT_NE(k["first_mismatch"]["name"].get<std::string>().find("transformer.ln_f.bias"), std::string::npos);
+  // And the text verdict names it in one line.
+  auto r = run_cli("verify --model tiny --steps 2 --dp 2 --corrupt-shard transformer.h.0.attn.c_proj.weight:0");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("FAIL"), std::string::npos);
+  EXPECT_NE(r.out.find("transformer.h.0.attn.c_proj.weight (layer 0)"), std::string::npos) << r.out;
+}
+
+TEST(Verify, ShardedRunsAreBitIdenticalRunToRun) {
+  const std::string a = ::testing::TempDir() + "va.json", b = ::testing::TempDir() + "vb.json";
+  ASSERT_EQ(run_cli("train --model tiny --steps 4 --dp 4 --zero 2 --bucket-mb 0.5 --experts 4 --report " + a).code, 0);
+  ASSERT_EQ(run_cli("train --model tiny --steps 4 --dp 4 --zero 2 --bucket-mb 0.5 --experts 4 --report " + b).code, 0);
+  auto ja = nlohmann::json::parse(slurp(a)), jb = nlohmann::json::parse(slurp(b));
+  for (size_t s = 0; s < 4; ++s) {
+    EXPECT_EQ(ja["steps"][s]["loss"].get<double>(), jb["steps"][s]["loss"].get<double>());
+    EXPECT_EQ(ja["steps"][s]["virtual_time_s"].get<double>(), jb["steps"][s]["virtual_time_s"].get<double>());
+  }
+}
+
+nlohmann::json train_report(const std::string& args) {
+  const std::string path = ::testing::TempDir() + "rep.json";
+  auto r = run_cli("train --model tiny --steps 3 --report " + path + " " + args);
+  EXPECT_EQ(r.code, 0) << r.err;
+  return nlohmann::json::parse(slurp(path));
+}
+
+TEST(DataParallel, OverlapHidesGradientReductionBehindBackward) {
+  auto on = train_report("--dp 4 --bucket-mb 0.25");
+  auto off = train_report("--dp 4 --bucket-mb 0.25 --no-overlap");
+  const double t_on = on["summary"]["virtual_step_s"], t_off = off["summary"]["virtual_step_s"];
+  const double exposed_on = on["devices"][0]["comm_s"], exposed_off = off["devices"][0]["comm_s"];
+  std::printf("dp 4 step: overlap %.1f us (exposed comm %.1f us), no overlap %.1f us (exposed %.1f us)\n",
+              t_on * 1e6, exposed_on * 3e6 / 3, t_off * 1e6, exposed_off * 1e6);
+  EXPECT_LT(t_on, t_off);
+  EXPECT_LT(exposed_on, exposed_off);
+  // Same buckets, same math: identical losses.
+  EXPECT_EQ(on["steps"][2]["loss"].get<double>(), off["steps"][2]["loss"].get<double>());
+}
+
+TEST(DataParallel, ZeroShrinksOptimizerStateAndGradients) {
+  auto kind = [](const nlohmann::json& j, const char* k) { return j["devices"][0]["peak_bytes_by_kind"][k].get<double>(); };
+  auto z0 = train_report("--dp 4 --bucket-mb 0.25");
+  auto z1 = train_report("--dp 4 --bucket-mb 0.25 --zero 1");
+  auto z2 = train_report("--dp 4 --bucket-mb 0.25 --zero 2");
+  std::printf("optimizer bytes per device: zero0 %.0f zero1 %.0f; grad bytes zero0 %.0f zero2 %.0f\n",
+              kind(z0, "optimizer"), kind(z1, "optimizer"), kind(z0, "grad"), kind(z2, "grad"));
+  EXPECT_NEAR(kind(z1, "optimizer") / kind(z0, "optimizer"), 0.25, 0.01);
+  EXPECT_EQ(kind(z1, "grad"), kind(z0, "grad"));
+  EXPECT_LT(kind(z2, "grad") / kind(z0, "grad"), 0.6);
+}
+
+TEST(Verify, BadInputIsOneLineAndExitCode2) {
+  expect_usage_error("verify --model tiny --dp 3", "--batch 8 is not divisible by --dp 3");
+  expect_usage_error("verify --model tiny --zero 3", "--zero must be 0, 1 or 2");
+  expect_usage_error("verify --model tiny --dp 64 --batch 64", "64 devices requested but profile a100-nvlink has 32");
+  expect_usage_error("verify --model tiny --heads 4 --tp 3", "--heads 4 is not divisible by --tp 3");
+  expect_usage_error("verify --model tiny --sp", "--sp needs --tp");
+  expect_usage_error("verify --model tiny --tol-loss -1", "--tol-loss");
+}
+
+}  // namespace
+}  // namespace shardlab
