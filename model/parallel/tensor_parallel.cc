@@ -59,7 +59,8 @@ TensorParallelGPT::TensorParallelGPT(const model::GPTConfig& config, uint64_t se
   wpe_staged_ = {range_of(layout_.at("transformer.wpe.weight"))};
 }
 
-void TensorParallelGPT::check_inputs(const Token* inputs, const Token* targets, int B, int T) const {
+void TensorParallelGPT::check_inputs(const Token* inputs, const Token* targets, int B,
+                                     int T) const {
   if (B < 1) throw ConfigError("batch must be at least 1 (got " + std::to_string(B) + ")");
   if (T < 1 || T > config_.block_size) {
     throw ConfigError("sequence length " + std::to_string(T) + " must be in 1.." +
@@ -74,8 +75,9 @@ void TensorParallelGPT::check_inputs(const Token* inputs, const Token* targets, 
     if (tokens == nullptr) continue;
     for (int64_t i = 0; i < N; ++i) {
       if (tokens[i] < 0 || tokens[i] >= config_.vocab_size) {
-        throw ConfigError("token " + std::to_string(tokens[i]) + " at position " + std::to_string(i) +
-                          " is outside the vocabulary (--vocab " + std::to_string(config_.vocab_size) + ")");
+        throw ConfigError("token " + std::to_string(tokens[i]) + " at position " +
+                          std::to_string(i) + " is outside the vocabulary (--vocab " +
+                          std::to_string(config_.vocab_size) + ")");
       }
     }
   }
@@ -132,7 +134,8 @@ float TensorParallelGPT::forward(const Token* inputs, const Token* targets, int 
   ex.op("ln_f.fwd", model::layernorm_forward_cost(Nr, C, ex.elem));
   // Tied head, column-parallel over the vocabulary: logits (N,Vl).
   const float* lnf_full = enter_column_parallel(ctx_, lnf_.data(), scratch_.full_in.data(), Nr, C);
-  model::linear_forward(logits_.data(), lnf_full, w_.wte, static_cast<const float*>(nullptr), N, C, Vl_);
+  model::linear_forward(logits_.data(), lnf_full, w_.wte, static_cast<const float*>(nullptr), N, C,
+                        Vl_);
   ex.op("lm_head.fwd", model::linear_forward_cost(N, C, Vl_, false, ex.elem));
   saved(head_elems_);
   if (!have_targets_) {
@@ -188,8 +191,8 @@ void TensorParallelGPT::backward() {
   // logits = lnf_full · wte_localᵀ
   const float* lnf_full = enter_column_parallel(ctx_, lnf_.data(), scratch_.full_in.data(), Nr, C);
   std::fill(scratch_.partial.begin(), scratch_.partial.begin() + N * C, 0.0f);
-  model::linear_backward(scratch_.partial.data(), g.wte, static_cast<float*>(nullptr), dlogits_.data(),
-                         lnf_full, p.wte, N, C, Vl_);
+  model::linear_backward(scratch_.partial.data(), g.wte, static_cast<float*>(nullptr),
+                         dlogits_.data(), lnf_full, p.wte, N, C, Vl_);
   ex.op("lm_head.bwd", model::linear_backward_cost(N, C, Vl_, false, ex.elem));
   freed(N * Vl_);
   enter_column_parallel_bwd(ctx_, scratch_.partial.data(), dlnf_.data(), Nr, C);

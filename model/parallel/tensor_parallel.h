@@ -90,8 +90,8 @@ class TensorParallelGPT final : public LocalModel {
   collectives::ProcessGroup group_;
   TpContext ctx_;
   TpLayout layout_;
-  int64_t v0_ = 0;  // first vocabulary row owned
-  int Vl_ = 0;      // V/tp
+  int64_t v0_ = 0;             // first vocabulary row owned
+  int Vl_ = 0;                 // V/tp
   Buf<float> params_, grads_;  // (P local)
   Buf<float> stage_;           // (P local) SP: row-sum grads of replicated tensors
   model::GPTView<float> w_, g_;
@@ -103,12 +103,12 @@ class TensorParallelGPT final : public LocalModel {
 
   // Activations of the last forward.
   TpDims dims_;
-  Buf<model::Token> inputs_, targets_;   // (N)
-  Buf<float> encoded_;                   // (Nr,C)
-  std::vector<TpBlockActs> blocks_;      // (n_layer)
-  Buf<float> lnf_, lnf_mean_, lnf_rstd_; // (Nr,C), (Nr), (Nr)
-  Buf<float> logits_, probs_;            // (N,Vl)
-  Buf<float> losses_, ce_stats_;         // (N), (3N)
+  Buf<model::Token> inputs_, targets_;    // (N)
+  Buf<float> encoded_;                    // (Nr,C)
+  std::vector<TpBlockActs> blocks_;       // (n_layer)
+  Buf<float> lnf_, lnf_mean_, lnf_rstd_;  // (Nr,C), (Nr), (Nr)
+  Buf<float> logits_, probs_;             // (N,Vl)
+  Buf<float> losses_, ce_stats_;          // (N), (3N)
   std::vector<int64_t> block_elems_;
   int64_t head_elems_ = 0;
   bool acts_live_ = false;
@@ -117,7 +117,7 @@ class TensorParallelGPT final : public LocalModel {
 
   // Backward scratch.
   TpScratch scratch_;
-  Buf<float> dlogits_;          // (N,Vl)
+  Buf<float> dlogits_;              // (N,Vl)
   Buf<float> dlnf_, dx_, dx_next_;  // (Nr,C)
 };
 

@@ -36,9 +36,10 @@ void TpBlockActs::resize(const TpDims& d, const model::GPTConfig& config, bool m
 
 int64_t TpBlockActs::saved_elements() const {
   int64_t n = 0;
-  for (const Buf<float>* b : {&ln1, &ln2, &ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd, &qkv, &att,
-                              &atty, &attproj, &res1, &fc, &fc_gelu, &mlp_out, &res2, &moe.logits,
-                              &moe.probs, &moe.gates, &moe.xe, &moe.ye, &moe.fc, &moe.fc_gelu}) {
+  for (const Buf<float>* b :
+       {&ln1,       &ln2,       &ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd,   &qkv,  &att,
+        &atty,      &attproj,   &res1,     &fc,       &fc_gelu,  &mlp_out,    &res2, &moe.logits,
+        &moe.probs, &moe.gates, &moe.xe,   &moe.ye,   &moe.fc,   &moe.fc_gelu}) {
     n += static_cast<int64_t>(b->size());
   }
   return n;

@@ -64,14 +64,15 @@ float vocab_parallel_cross_entropy_forward(float* probs, float* losses, float* s
                                            const float* logits, const Token* targets, int64_t N,
                                            int Vl, int64_t v0, const TpContext& c) {
   const model::Exec& ex = c.ex;
-  float* zmax = stats;         // (N)
-  float* sums = stats + N;     // (N) Σ exp(z - max)
-  float* ztarget = sums + N;   // (N) the target's logit, from its owner
+  float* zmax = stats;        // (N)
+  float* sums = stats + N;    // (N) Σ exp(z - max)
+  float* ztarget = sums + N;  // (N) the target's logit, from its owner
   for (int64_t n = 0; n < N; ++n) {
     const float* z = logits + n * Vl;
     zmax[n] = *std::max_element(z, z + Vl);
   }
-  coll::all_reduce(*c.dev, *c.group, coll::Buffer(zmax, static_cast<size_t>(N)), coll::ReduceOp::kMax);
+  coll::all_reduce(*c.dev, *c.group, coll::Buffer(zmax, static_cast<size_t>(N)),
+                   coll::ReduceOp::kMax);
   for (int64_t n = 0; n < N; ++n) {
     model::ArrayMap<float> prow(probs + n * Vl, Vl);
     prow = (model::ConstArrayMap<float>(logits + n * Vl, Vl) - zmax[n]).exp();

@@ -19,7 +19,8 @@ void zero(float* p, int64_t n) { std::fill(p, p + n, 0.0f); }
 
 }  // namespace
 
-void add_bias_rows(float* out, const float* bias, int64_t N, int OC, const char* name, const Exec& ex) {
+void add_bias_rows(float* out, const float* bias, int64_t N, int OC, const char* name,
+                   const Exec& ex) {
   for (int64_t n = 0; n < N; ++n) {
     float* o = out + n * OC;
     for (int j = 0; j < OC; ++j) o[j] += bias[j];
@@ -63,7 +64,8 @@ namespace {
 
 // out (Nr,C) = exit(c_proj_partial(attention(c_attn(inp_full)))) + bias.
 void tp_attention_forward(float* out, TpBlockActs& a, const BlockView<float>& p,
-                          const float* inp_full, const TpDims& d, TpScratch& s, const TpContext& c) {
+                          const float* inp_full, const TpDims& d, TpScratch& s,
+                          const TpContext& c) {
   const Exec& ex = c.ex;
   const int64_t N = d.N();
   const int C = d.C, Cl = d.Cl();
@@ -159,8 +161,8 @@ void tp_block_backward(float* dinp, const BlockView<float>& g, TpScratch& s, con
                     a.fc.data(), a.fc_gelu.data(), p.mlp, N, C, d.Fl(), ex);
     enter_column_parallel_bwd(c, s.partial.data(), s.dln.data(), Nr, C);
   }
-  model::layernorm_backward(s.dres1.data(), g.ln_2.weight, g.ln_2.bias, s.dln.data(),
-                            a.res1.data(), p.ln_2.weight, a.ln2_mean.data(), a.ln2_rstd.data(), Nr, C);
+  model::layernorm_backward(s.dres1.data(), g.ln_2.weight, g.ln_2.bias, s.dln.data(), a.res1.data(),
+                            p.ln_2.weight, a.ln2_mean.data(), a.ln2_rstd.data(), Nr, C);
   ex.op("ln_2.bwd", model::layernorm_backward_cost(Nr, C, ex.elem));
   // res1 = inp + attproj: dinp += dres1, dattproj = dres1
   for (int64_t i = 0; i < Nr * C; ++i) dinp[i] += s.dres1[i];

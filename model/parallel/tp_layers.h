@@ -39,7 +39,7 @@ struct TpDims {
   int tp = 1;
   bool sp = false;
   int64_t N() const { return static_cast<int64_t>(B) * T; }
-  int64_t rows() const { return sp ? N() / tp : N(); }  // Nr
+  int64_t rows() const { return sp ? N() / tp : N(); }             // Nr
   int64_t row0(int rank) const { return sp ? rank * rows() : 0; }  // first global row held
   int NHl() const { return NH / tp; }
   int HS() const { return C / NH; }
@@ -48,28 +48,28 @@ struct TpDims {
 };
 
 struct TpMoeActs {
-  Buf<float> logits, probs;    // (N,E)
-  Buf<int32_t> expert, slot;   // (N,K)
-  Buf<float> gates;            // (N,K)
-  Buf<float> frac;             // (E)
-  Buf<int64_t> src;            // (N*K), first M used
-  Buf<int64_t> offsets;        // (E+1)
+  Buf<float> logits, probs;   // (N,E)
+  Buf<int32_t> expert, slot;  // (N,K)
+  Buf<float> gates;           // (N,K)
+  Buf<float> frac;            // (E)
+  Buf<int64_t> src;           // (N*K), first M used
+  Buf<int64_t> offsets;       // (E+1)
   int64_t M = 0;
-  Buf<float> xe, ye;           // (N*K, C), first M rows used
-  Buf<float> fc, fc_gelu;      // (N*K, Fl)
+  Buf<float> xe, ye;       // (N*K, C), first M rows used
+  Buf<float> fc, fc_gelu;  // (N*K, Fl)
   float aux = 0;
 };
 
 struct TpBlockActs {
-  Buf<float> ln1, ln2;                        // (Nr,C)
-  Buf<float> ln1_mean, ln1_rstd;              // (Nr)
-  Buf<float> ln2_mean, ln2_rstd;              // (Nr)
-  Buf<float> qkv;                             // (N,3Cl) local heads' [q | k | v]
-  Buf<float> att;                             // (B,NHl,T,T)
-  Buf<float> atty;                            // (N,Cl)
-  Buf<float> attproj, res1, mlp_out, res2;    // (Nr,C)
-  Buf<float> fc, fc_gelu;                     // (N,Fl) dense blocks
-  TpMoeActs moe;                              // MoE blocks
+  Buf<float> ln1, ln2;                      // (Nr,C)
+  Buf<float> ln1_mean, ln1_rstd;            // (Nr)
+  Buf<float> ln2_mean, ln2_rstd;            // (Nr)
+  Buf<float> qkv;                           // (N,3Cl) local heads' [q | k | v]
+  Buf<float> att;                           // (B,NHl,T,T)
+  Buf<float> atty;                          // (N,Cl)
+  Buf<float> attproj, res1, mlp_out, res2;  // (Nr,C)
+  Buf<float> fc, fc_gelu;                   // (N,Fl) dense blocks
+  TpMoeActs moe;                            // MoE blocks
   void resize(const TpDims& d, const model::GPTConfig& config, bool moe_block);
   int64_t saved_elements() const;  // what the block keeps for backward
 };

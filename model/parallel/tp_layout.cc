@@ -16,14 +16,17 @@ void check_tensor_parallel_config(const GPTConfig& cfg, int tp, bool sp) {
   };
   if (tp < 1) fail("must be at least 1");
   if (cfg.n_head % tp != 0)
-    fail("must divide --heads " + std::to_string(cfg.n_head) + " (attention heads are split over TP ranks)");
+    fail("must divide --heads " + std::to_string(cfg.n_head) +
+         " (attention heads are split over TP ranks)");
   if (cfg.vocab_size % tp != 0)
     fail("must divide --vocab " + std::to_string(cfg.vocab_size) +
          " (the vocabulary is split over TP ranks; padding is not implemented)");
   if ((4 * cfg.n_embd) % tp != 0)
-    fail("must divide 4 x --embd = " + std::to_string(4 * cfg.n_embd) + " (the MLP width is split over TP ranks)");
+    fail("must divide 4 x --embd = " + std::to_string(4 * cfg.n_embd) +
+         " (the MLP width is split over TP ranks)");
   if (sp && cfg.block_size % tp != 0)
-    fail("must divide --seq " + std::to_string(cfg.block_size) + " with --sp (sequences are split over TP ranks)");
+    fail("must divide --seq " + std::to_string(cfg.block_size) +
+         " with --sp (sequences are split over TP ranks)");
 }
 
 TpLayout::TpLayout(const GPTConfig& cfg, int tp, int rank) : config_(cfg), tp_(tp), rank_(rank) {
@@ -41,7 +44,8 @@ TpLayout::TpLayout(const GPTConfig& cfg, int tp, int rank) : config_(cfg), tp_(t
   for (const ParamSpec& p : table.specs()) {
     const std::string& n = p.name;
     auto ends = [&](std::string_view suffix) {
-      return n.size() >= suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0;
+      return n.size() >= suffix.size() &&
+             n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0;
     };
     const bool mlp = n.find(".mlp.") != std::string::npos;
     if (n == "transformer.wte.weight") {
@@ -70,8 +74,8 @@ TpLayout::TpLayout(const GPTConfig& cfg, int tp, int rank) : config_(cfg), tp_(t
   }
 }
 
-void TpLayout::add(const ParamSpec& p, Shape local, int split_dim, std::vector<ShardSpec::Range> ranges,
-                   bool replicated) {
+void TpLayout::add(const ParamSpec& p, Shape local, int split_dim,
+                   std::vector<ShardSpec::Range> ranges, bool replicated) {
   ShardSpec s;
   s.name = p.name;
   s.global_shape = p.shape;
@@ -131,7 +135,8 @@ void TpLayout::init(const ParamTable& table, uint64_t seed, float* params) const
 
 namespace {
 
-model::LinearView<float> linear(const TpLayout& l, float* base, const std::string& prefix, bool bias) {
+model::LinearView<float> linear(const TpLayout& l, float* base, const std::string& prefix,
+                                bool bias) {
   const ShardSpec& w = l.at(prefix + ".weight");
   model::LinearView<float> v;
   v.weight = base + w.offset;

@@ -24,7 +24,8 @@ void gather_from_sequence_parallel_fwd(const TpContext& c, const float* local, f
 
 void gather_from_sequence_parallel_bwd(const TpContext& c, float* dfull, float* dlocal,
                                        int64_t n_local) {
-  coll::reduce_scatter(*c.dev, *c.group, coll::ConstBuffer(dfull, static_cast<size_t>(n_local * c.tp())),
+  coll::reduce_scatter(*c.dev, *c.group,
+                       coll::ConstBuffer(dfull, static_cast<size_t>(n_local * c.tp())),
                        coll::Buffer(dlocal, static_cast<size_t>(n_local)));
 }
 
@@ -67,7 +68,8 @@ void enter_column_parallel_bwd(const TpContext& c, float* dfull, float* dlocal, 
   copy_to_tp_region_bwd(c, dfull, dlocal, n);
 }
 
-void exit_row_parallel(const TpContext& c, float* partial, float* out, int64_t rows_local, int width) {
+void exit_row_parallel(const TpContext& c, float* partial, float* out, int64_t rows_local,
+                       int width) {
   const int64_t n = rows_local * width;
   if (c.sp) return reduce_scatter_to_sequence_parallel_fwd(c, partial, out, n);
   reduce_from_tp_region_fwd(c, partial, out, n);

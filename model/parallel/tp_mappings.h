@@ -86,7 +86,8 @@ void enter_column_parallel_bwd(const TpContext& c, float* dfull, float* dlocal, 
                                int width);
 // Output of a row-parallel linear: partial (N, width) -> out (Nr, width).
 // Without SP all-reduce; with SP reduce-scatter. partial is clobbered.
-void exit_row_parallel(const TpContext& c, float* partial, float* out, int64_t rows_local, int width);
+void exit_row_parallel(const TpContext& c, float* partial, float* out, int64_t rows_local,
+                       int width);
 // Backward of the above: dlocal (Nr, width) -> the full (N, width) gradient.
 // Without SP returns dlocal itself; with SP all-gathers into dfull.
 const float* exit_row_parallel_bwd(const TpContext& c, const float* dlocal, float* dfull,

@@ -20,7 +20,8 @@ float tp_moe_forward(float* out, TpMoeActs& a, const BlockView<float>& p, const 
   const int64_t N = d.N();
   const int C = d.C, E = config.n_expert, K = config.top_k, Fl = d.Fl();
   // route (replicated)
-  model::linear_forward(a.logits.data(), inp, p.router, static_cast<const float*>(nullptr), N, C, E);
+  model::linear_forward(a.logits.data(), inp, p.router, static_cast<const float*>(nullptr), N, C,
+                        E);
   ex.op("moe.router.fwd", model::linear_forward_cost(N, C, E, false, ex.elem));
   a.aux = model::router_forward(a.probs.data(), a.expert.data(), a.slot.data(), a.gates.data(),
                                 a.frac.data(), a.logits.data(), N, E, K, config.capacity_factor);
@@ -38,7 +39,8 @@ float tp_moe_forward(float* out, TpMoeActs& a, const BlockView<float>& p, const 
   reduce_from_tp_region_fwd(c, a.ye.data(), a.ye.data(), a.M * C);
   for (int e = 0; e < E; ++e) {
     const int64_t r0 = a.offsets[e], rows = a.offsets[e + 1] - r0;
-    add_bias_rows(a.ye.data() + r0 * C, p.experts[e].c_proj.bias, rows, C, "mlp.c_proj.bias.fwd", ex);
+    add_bias_rows(a.ye.data() + r0 * C, p.experts[e].c_proj.bias, rows, C, "mlp.c_proj.bias.fwd",
+                  ex);
   }
   // combine
   model::moe_combine_forward(out, a.ye.data(), a.gates.data(), a.src.data(), N, a.M, K, C);
@@ -66,7 +68,8 @@ void tp_moe_backward(float* dexperts, float* drouter, const BlockView<float>& g,
     const int64_t r0 = a.offsets[e], rows = a.offsets[e + 1] - r0;
     tp_mlp_backward(s.dxe.data() + r0 * C, g.experts[e], s.dfc.data() + r0 * Fl,
                     s.dfc_gelu.data() + r0 * Fl, s.dye.data() + r0 * C, a.xe.data() + r0 * C,
-                    a.fc.data() + r0 * Fl, a.fc_gelu.data() + r0 * Fl, p.experts[e], rows, C, Fl, ex);
+                    a.fc.data() + r0 * Fl, a.fc_gelu.data() + r0 * Fl, p.experts[e], rows, C, Fl,
+                    ex);
   }
   // dispatch
   model::moe_dispatch_backward(dexperts, s.dxe.data(), a.src.data(), a.M, K, C);

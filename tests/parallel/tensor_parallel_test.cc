@@ -2,6 +2,8 @@
 // batch (picotron's test_tensor_parallel): init gathered bit for bit, loss
 // within 1e-5 relative, every gradient gathered from its shards within a
 // stated tolerance; dense and MoE, tp 1/2/4, with and without SP.
+#include "model/parallel/tensor_parallel.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,7 +12,6 @@
 #include <string>
 
 #include "model/gpt.h"
-#include "model/parallel/tensor_parallel.h"
 #include "model/parallel/tp_layout.h"
 #include "runtime/cluster.h"
 #include "runtime/errors.h"
@@ -55,18 +56,21 @@ TEST_P(TensorParallelMatch, LossAndGradientsMatchUnsharded) {
   ref.zero_grad();
   ref.backward();
 
-  RunSpec spec{c.tp, c.sp};
+  RunSpec spec = testing::run_spec(c.tp, c.sp);
   spec.global_params.assign(ref.params().begin(), ref.params().end());
   const std::vector<RankResult> ranks = testing::run_tp(config, batch, spec);
 
   double loss_rel = 0;
   for (const RankResult& r : ranks) {
-    EXPECT_EQ(std::memcmp(&r.losses[0], &ranks[0].losses[0], sizeof(float)), 0) << "loss differs across TP ranks";
-    loss_rel = std::max(loss_rel, std::abs(double(r.losses[0]) - ref_loss) / std::abs(double(ref_loss)));
+    EXPECT_EQ(std::memcmp(&r.losses[0], &ranks[0].losses[0], sizeof(float)), 0)
+        << "loss differs across TP ranks";
+    loss_rel =
+        std::max(loss_rel, std::abs(double(r.losses[0]) - ref_loss) / std::abs(double(ref_loss)));
     EXPECT_EQ(r.live_activations, 0) << "saved/freed activations do not balance";
     int64_t ready = 0;
     for (const auto& [offset, count] : r.grads_ready) ready += count;
-    EXPECT_EQ(ready, static_cast<int64_t>(r.grads.size())) << "grads_ready must cover every local gradient once";
+    EXPECT_EQ(ready, static_cast<int64_t>(r.grads.size()))
+        << "grads_ready must cover every local gradient once";
   }
   const model::ParamTable& table = ref.table();
   std::string mismatch;
@@ -74,18 +78,20 @@ TEST_P(TensorParallelMatch, LossAndGradientsMatchUnsharded) {
   EXPECT_EQ(mismatch, "") << "replicated gradients must be bit-identical across TP ranks";
   const std::vector<float> ref_grads(ref.grads().begin(), ref.grads().end());
   const testing::Diff d = testing::max_tensor_diff(table, grads, ref_grads);
-  std::printf("  tp=%d sp=%d moe=%d: loss %.7f vs %.7f (rel %.2e), worst grad %s rel %.2e (abs %.2e)\n",
-              c.tp, c.sp, c.moe, ranks[0].losses[0], ref_loss, loss_rel, d.tensor.c_str(), d.rel, d.abs);
+  std::printf(
+      "  tp=%d sp=%d moe=%d: loss %.7f vs %.7f (rel %.2e), worst grad %s rel %.2e (abs %.2e)\n",
+      c.tp, c.sp, c.moe, ranks[0].losses[0], ref_loss, loss_rel, d.tensor.c_str(), d.rel, d.abs);
   EXPECT_LE(loss_rel, kLossRelTol);
   EXPECT_LE(d.rel, kGradRelTol) << "worst tensor " << d.tensor;
   EXPECT_NEAR(ranks[0].aux, ref.aux_loss(), 1e-5 * std::max(1.0f, std::abs(ref.aux_loss())));
 }
 
 INSTANTIATE_TEST_SUITE_P(Grid, TensorParallelMatch,
-                         ::testing::Values(Case{1, false, false}, Case{2, false, false}, Case{4, false, false},
-                                           Case{2, true, false}, Case{4, true, false}, Case{1, false, true},
-                                           Case{2, false, true}, Case{4, false, true}, Case{2, true, true},
-                                           Case{4, true, true}),
+                         ::testing::Values(Case{1, false, false}, Case{2, false, false},
+                                           Case{4, false, false}, Case{2, true, false},
+                                           Case{4, true, false}, Case{1, false, true},
+                                           Case{2, false, true}, Case{4, false, true},
+                                           Case{2, true, true}, Case{4, true, true}),
                          case_name);
 
 class TensorParallelInit : public ::testing::TestWithParam<Case> {};
@@ -94,8 +100,8 @@ TEST_P(TensorParallelInit, GatheredInitIsBitIdentical) {
   const Case c = GetParam();
   const model::GPTConfig config = testing::small_config(c.moe);
   const model::GPT<float> ref(config, 1234);
-  const std::vector<RankResult> ranks = testing::run_tp(config, testing::make_batch(config, kB, kT, 7),
-                                                         RunSpec{c.tp, c.sp, 1234, 0});
+  const std::vector<RankResult> ranks = testing::run_tp(
+      config, testing::make_batch(config, kB, kT, 7), testing::run_spec(c.tp, c.sp, 0));
   std::string mismatch;
   const std::vector<float> params = testing::gather(ref.table(), ranks, false, &mismatch);
   EXPECT_EQ(mismatch, "");
@@ -110,7 +116,8 @@ TEST_P(TensorParallelInit, GatheredInitIsBitIdentical) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Grid, TensorParallelInit,
-                         ::testing::Values(Case{2, false, false}, Case{4, false, true}, Case{4, true, true}),
+                         ::testing::Values(Case{2, false, false}, Case{4, false, true},
+                                           Case{4, true, true}),
                          case_name);
 
 // Two runs give the same bits: losses, gradients and virtual end time.
@@ -118,13 +125,14 @@ TEST(TensorParallel, BitIdenticalRunToRun) {
   for (bool sp : {false, true}) {
     const model::GPTConfig config = testing::small_config(true);
     const Batch batch = testing::make_batch(config, kB, kT, 3);
-    const RunSpec spec{4, sp};
+    const RunSpec spec = testing::run_spec(4, sp);
     const auto a = testing::run_tp(config, batch, spec);
     const auto b = testing::run_tp(config, batch, spec);
     for (size_t r = 0; r < a.size(); ++r) {
       EXPECT_EQ(std::memcmp(&a[r].losses[0], &b[r].losses[0], sizeof(float)), 0) << "sp=" << sp;
       ASSERT_EQ(a[r].grads.size(), b[r].grads.size());
-      EXPECT_EQ(std::memcmp(a[r].grads.data(), b[r].grads.data(), a[r].grads.size() * sizeof(float)), 0)
+      EXPECT_EQ(
+          std::memcmp(a[r].grads.data(), b[r].grads.data(), a[r].grads.size() * sizeof(float)), 0)
           << "sp=" << sp << " rank " << r;
       EXPECT_EQ(a[r].end_time, b[r].end_time) << "virtual time differs, sp=" << sp;
     }
@@ -136,8 +144,8 @@ TEST(TensorParallel, BitIdenticalRunToRun) {
 TEST(TensorParallel, AccumulatesOverBackwards) {
   const model::GPTConfig config = testing::small_config(true);
   const Batch batch = testing::make_batch(config, kB, kT, 5);
-  const auto once = testing::run_tp(config, batch, RunSpec{2, true, 1234, 1});
-  const auto twice = testing::run_tp(config, batch, RunSpec{2, true, 1234, 2});
+  const auto once = testing::run_tp(config, batch, testing::run_spec(2, true, 1));
+  const auto twice = testing::run_tp(config, batch, testing::run_spec(2, true, 2));
   double worst = 0, scale = 0;
   for (size_t r = 0; r < once.size(); ++r) {
     for (size_t i = 0; i < once[r].grads.size(); ++i) {
@@ -147,6 +155,25 @@ TEST(TensorParallel, AccumulatesOverBackwards) {
   }
   std::printf("  accumulate: max |g2 - 2 g1| = %.2e (max |g1| %.2e)\n", worst, scale);
   EXPECT_LE(worst, 1e-6 * scale);
+}
+
+// Saved activations per rank shrink with TP (sharded qkv, attention, MLP)
+// and again with SP (LayerNorm / residual rows split); printed for the record.
+TEST(TensorParallel, ActivationsShrinkWithTpAndSp) {
+  const model::GPTConfig config = testing::small_config(false);
+  const Batch batch = testing::make_batch(config, kB, kT, 9);
+  const int64_t tp1 =
+      testing::run_tp(config, batch, testing::run_spec(1, false))[0].peak_activations;
+  const int64_t tp4 =
+      testing::run_tp(config, batch, testing::run_spec(4, false))[0].peak_activations;
+  const int64_t tp4_sp =
+      testing::run_tp(config, batch, testing::run_spec(4, true))[0].peak_activations;
+  std::printf(
+      "  peak saved activation elements per rank: tp1 %lld, tp4 %lld (%.2f), tp4+sp %lld (%.2f)\n",
+      static_cast<long long>(tp1), static_cast<long long>(tp4), double(tp4) / tp1,
+      static_cast<long long>(tp4_sp), double(tp4_sp) / tp1);
+  EXPECT_LT(tp4, tp1);
+  EXPECT_LT(tp4_sp, tp4);
 }
 
 TEST(TensorParallel, ConstraintErrors) {
@@ -164,12 +191,14 @@ TEST(TensorParallel, ConstraintErrors) {
             "--tp 3: must divide --heads 4 (attention heads are split over TP ranks)");
   c.vocab_size = 66;
   EXPECT_EQ(message(c, 4, false),
-            "--tp 4: must divide --vocab 66 (the vocabulary is split over TP ranks; padding is not implemented)");
+            "--tp 4: must divide --vocab 66 (the vocabulary is split over TP ranks; padding is not "
+            "implemented)");
   c = testing::small_config(false);
   c.n_head = 8;
   c.block_size = 12;
   EXPECT_EQ(message(c, 8, false), "");
-  EXPECT_EQ(message(c, 8, true), "--tp 8: must divide --seq 12 with --sp (sequences are split over TP ranks)");
+  EXPECT_EQ(message(c, 8, true),
+            "--tp 8: must divide --seq 12 with --sp (sequences are split over TP ranks)");
   EXPECT_NE(message(c, 0, false), "");
   // The constructor checks before any work; a run reports it as the user's error.
   ClusterOptions opts;
@@ -205,7 +234,9 @@ TEST(TensorParallel, SequenceParallelRejectsIndivisibleT) {
     ADD_FAILURE() << "expected a ConfigError";
   } catch (const RunError& e) {
     EXPECT_TRUE(e.input_error());
-    EXPECT_NE(std::string(e.what()).find("must be divisible by --tp 4 with --sp"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("must be divisible by --tp 4 with --sp"),
+              std::string::npos)
+        << e.what();
   }
 }
 

@@ -51,7 +51,9 @@ class RecordingSink final : public model::OpSink {
     r_.peak_activations = std::max(r_.peak_activations, r_.live_activations);
   }
   void freed(int64_t n) override { r_.live_activations -= n; }
-  void grads_ready(int64_t offset, int64_t count) override { r_.grads_ready.emplace_back(offset, count); }
+  void grads_ready(int64_t offset, int64_t count) override {
+    r_.grads_ready.emplace_back(offset, count);
+  }
 
  private:
   Device& dev_;
@@ -67,7 +69,8 @@ HardwareProfile test_profile(int devices) {
 
 }  // namespace
 
-std::vector<RankResult> run_tp(const model::GPTConfig& config, const Batch& batch, const RunSpec& spec) {
+std::vector<RankResult> run_tp(const model::GPTConfig& config, const Batch& batch,
+                               const RunSpec& spec) {
   std::vector<RankResult> results(static_cast<size_t>(spec.tp));
   const model::ParamTable table(config);
   ClusterOptions opts;
@@ -80,7 +83,8 @@ std::vector<RankResult> run_tp(const model::GPTConfig& config, const Batch& batc
     if (!spec.global_params.empty()) {
       for (const ShardSpec& s : m.shards()) {
         const int64_t base = table.at(s.name).offset;
-        for (int64_t i = 0; i < s.numel; ++i) m.params()[s.offset + i] = spec.global_params[base + global_index(s, i)];
+        for (int64_t i = 0; i < s.numel; ++i)
+          m.params()[s.offset + i] = spec.global_params[base + global_index(s, i)];
       }
     }
     RecordingSink sink(dev, r);
@@ -101,8 +105,8 @@ std::vector<RankResult> run_tp(const model::GPTConfig& config, const Batch& batc
   return results;
 }
 
-std::vector<float> gather(const model::ParamTable& table, const std::vector<RankResult>& ranks, bool grads,
-                          std::string* mismatch) {
+std::vector<float> gather(const model::ParamTable& table, const std::vector<RankResult>& ranks,
+                          bool grads, std::string* mismatch) {
   std::vector<float> out(static_cast<size_t>(table.numel()), 0.0f);
   std::vector<int> covered(out.size(), 0);
   for (size_t rank = 0; rank < ranks.size(); ++rank) {
@@ -116,8 +120,9 @@ std::vector<float> gather(const model::ParamTable& table, const std::vector<Rank
         if (covered[gi]++ > 0) {
           const bool same = std::memcmp(&v, &out[gi], sizeof v) == 0;
           if ((!s.tp_replicated || !same) && mismatch->empty()) {
-            *mismatch = s.name + (s.tp_replicated ? ": replicated copy differs on rank "
-                                                  : ": element held by two ranks, rank ") +
+            *mismatch = s.name +
+                        (s.tp_replicated ? ": replicated copy differs on rank "
+                                         : ": element held by two ranks, rank ") +
                         std::to_string(rank) + " local index " + std::to_string(i);
           }
         }
@@ -131,7 +136,8 @@ std::vector<float> gather(const model::ParamTable& table, const std::vector<Rank
   return out;
 }
 
-Diff max_tensor_diff(const model::ParamTable& table, const std::vector<float>& a, const std::vector<float>& b) {
+Diff max_tensor_diff(const model::ParamTable& table, const std::vector<float>& a,
+                     const std::vector<float>& b) {
   Diff worst;
   for (const model::ParamSpec& p : table.specs()) {
     double dmax = 0, scale = 0;

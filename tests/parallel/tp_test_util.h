@@ -10,8 +10,8 @@
 
 #include "model/config.h"
 #include "model/kernels.h"
-#include "model/params.h"
 #include "model/parallel/local_model.h"
+#include "model/params.h"
 #include "runtime/time.h"
 
 namespace shardlab::parallel::testing {
@@ -30,9 +30,9 @@ Batch make_batch(const model::GPTConfig& config, int B, int T, uint64_t seed);
 struct RankResult {
   std::vector<float> params, grads;
   std::vector<ShardSpec> shards;
-  std::vector<float> losses;      // forward's return, per step
+  std::vector<float> losses;  // forward's return, per step
   float ce = 0, aux = 0;
-  int64_t live_activations = 0;   // saved - freed at the end (0 expected)
+  int64_t live_activations = 0;  // saved - freed at the end (0 expected)
   int64_t peak_activations = 0;
   std::vector<std::pair<int64_t, int64_t>> grads_ready;  // (offset, count) in order
   Time end_time = 0;
@@ -48,8 +48,17 @@ struct RunSpec {
   std::vector<float> global_params;
 };
 
+inline RunSpec run_spec(int tp, bool sp, int backwards = 1) {
+  RunSpec s;
+  s.tp = tp;
+  s.sp = sp;
+  s.backwards = backwards;
+  return s;
+}
+
 // Runs TensorParallelGPT on `spec.tp` devices (uniform NVLink-like profile).
-std::vector<RankResult> run_tp(const model::GPTConfig& config, const Batch& batch, const RunSpec& spec);
+std::vector<RankResult> run_tp(const model::GPTConfig& config, const Batch& batch,
+                               const RunSpec& spec);
 
 // Gathers a per-rank flat buffer (params or grads) into the unsharded layout.
 // Checks every element is covered and that copies of replicated tensors agree
