@@ -163,7 +163,7 @@ Real crossentropy_forward(Real* probs, Real* losses, const Real* logits, const T
   for (int64_t n = 0; n < N; ++n) {
     const Real* z = logits + n * V;
     Real* p = probs + n * V;
-    const Real zmax = *std::max_element(z, z + V);
+    const Real zmax = ConstArrayMap<Real>(z, V).maxCoeff();  // vectorised, exact
     ArrayMap<Real> prow(p, V);
     prow = (ConstArrayMap<Real>(z, V) - zmax).exp();
     const Real sum = prow.sum();
