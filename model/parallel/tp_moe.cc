@@ -4,6 +4,7 @@
 // one all-reduce of all expert outputs (M,C) completes them before the biases
 // and the combine. Shapes use the letters declared in tp_layers.h.
 #include <algorithm>
+#include <vector>
 
 #include "model/kernels.h"
 #include "model/parallel/tp_layers.h"
@@ -13,6 +14,19 @@ namespace shardlab::parallel {
 using model::BlockView;
 using model::Exec;
 using model::GPTConfig;
+
+namespace {
+// aux = E * sum_i f_i * P_i, P_i = mean over the N tokens of probs[:, i]
+// (the same sums as model/layers.cc's moe_aux, so the bits match).
+float moe_aux(const float* frac, const float* probs, int64_t N, int E) {
+  std::vector<double> P(size_t(E), 0.0);
+  for (int64_t t = 0; t < N; ++t)
+    for (int e = 0; e < E; ++e) P[size_t(e)] += probs[t * E + e];
+  double aux = 0;
+  for (int e = 0; e < E; ++e) aux += double(frac[e]) * P[size_t(e)] / double(N);
+  return static_cast<float>(E * aux);
+}
+}  // namespace
 
 float tp_moe_forward(float* out, TpMoeActs& a, const BlockView<float>& p, const float* inp,
                      const TpDims& d, const GPTConfig& config, const TpContext& c) {
@@ -25,8 +39,12 @@ float tp_moe_forward(float* out, TpMoeActs& a, const BlockView<float>& p, const 
   ex.op("moe.router.fwd", model::linear_forward_cost(N, C, E, false, ex.elem));
   a.aux = model::router_forward(a.probs.data(), a.expert.data(), a.slot.data(), a.gates.data(),
                                 a.frac.data(), a.logits.data(), N, E, K, config.capacity_factor);
-  a.M = model::moe_plan(a.src.data(), a.offsets.data(), a.expert.data(), a.slot.data(), N, E, K);
   ex.op("moe.topk.fwd", model::router_forward_cost(N, E, K, ex.elem));
+  // Under data parallelism f_i must count the whole global batch (as in
+  // model/layers.cc): every TP rank averages the same fractions over its dp group.
+  if (ex.sink && ex.sink->average_over_replicas(a.frac.data(), E))
+    a.aux = moe_aux(a.frac.data(), a.probs.data(), N, E);
+  a.M = model::moe_plan(a.src.data(), a.offsets.data(), a.expert.data(), a.slot.data(), N, E, K);
   // dispatch
   model::moe_dispatch_forward(a.xe.data(), inp, a.src.data(), a.M, K, C);
   ex.op("moe.dispatch.fwd", model::moe_dispatch_cost(a.M, C, ex.elem));

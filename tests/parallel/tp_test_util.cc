@@ -7,7 +7,9 @@
 #include <cstring>
 #include <random>
 
+#include "collectives/collectives.h"
 #include "collectives/group.h"
+#include "collectives/mesh.h"
 #include "model/parallel/tensor_parallel.h"
 #include "runtime/cluster.h"
 
@@ -44,7 +46,8 @@ namespace {
 // Charges the device's compute stream and tracks activations and grads_ready.
 class RecordingSink final : public model::OpSink {
  public:
-  RecordingSink(Device& dev, RankResult& r) : dev_(dev), r_(r) {}
+  RecordingSink(Device& dev, RankResult& r, const collectives::ProcessGroup& dp)
+      : dev_(dev), r_(r), dp_(dp) {}
   void op(const char* name, const OpCost& cost) override { dev_.run(dev_.compute(), name, cost); }
   void saved(int64_t n) override {
     r_.live_activations += n;
@@ -54,10 +57,18 @@ class RecordingSink final : public model::OpSink {
   void grads_ready(int64_t offset, int64_t count) override {
     r_.grads_ready.emplace_back(offset, count);
   }
+  // MoE load-balancing fractions over the global batch (as the trainer's sink).
+  bool average_over_replicas(float* data, int64_t n) override {
+    if (dp_.size() == 1) return false;
+    collectives::all_reduce(dev_, dp_, collectives::Buffer(data, size_t(n)),
+                            collectives::ReduceOp::kAvg);
+    return true;
+  }
 
  private:
   Device& dev_;
   RankResult& r_;
+  const collectives::ProcessGroup& dp_;
 };
 
 HardwareProfile test_profile(int devices) {
@@ -71,14 +82,17 @@ HardwareProfile test_profile(int devices) {
 
 std::vector<RankResult> run_tp(const model::GPTConfig& config, const Batch& batch,
                                const RunSpec& spec) {
-  std::vector<RankResult> results(static_cast<size_t>(spec.tp));
+  const collectives::DeviceMesh mesh({.tp = spec.tp, .dp = spec.dp});
+  std::vector<RankResult> results(static_cast<size_t>(mesh.size()));
   const model::ParamTable table(config);
   ClusterOptions opts;
-  opts.world_size = spec.tp;
-  Cluster cluster(test_profile(spec.tp), opts);
+  opts.world_size = mesh.size();
+  Cluster cluster(test_profile(mesh.size()), opts);
   cluster.run([&](Device& dev) {
     RankResult& r = results[static_cast<size_t>(dev.rank())];
-    const collectives::ProcessGroup tp_group = collectives::ProcessGroup::world(dev);
+    const collectives::ProcessGroup tp_group = mesh.group(dev.rank(), "tp");
+    const collectives::ProcessGroup dp_group = mesh.group(dev.rank(), "dp");
+    const int rows = batch.B / spec.dp, r0 = mesh.coords(dev.rank()).dp * rows;
     TensorParallelGPT m(config, spec.seed, dev, tp_group, spec.sp);
     if (!spec.global_params.empty()) {
       for (const ShardSpec& s : m.shards()) {
@@ -87,13 +101,22 @@ std::vector<RankResult> run_tp(const model::GPTConfig& config, const Batch& batc
           m.params()[s.offset + i] = spec.global_params[base + global_index(s, i)];
       }
     }
-    RecordingSink sink(dev, r);
+    RecordingSink sink(dev, r, dp_group);
     m.set_sink(&sink);
     m.zero_grad();
     for (int k = 0; k < spec.backwards; ++k) {
-      r.losses.push_back(m.forward(batch.inputs.data(), batch.targets.data(), batch.B, batch.T));
+      const int64_t first = int64_t(r0) * batch.T;
+      float loss =
+          m.forward(batch.inputs.data() + first, batch.targets.data() + first, rows, batch.T);
       m.backward();
+      if (spec.dp > 1)
+        collectives::all_reduce(dev, dp_group, collectives::Buffer(&loss, 1),
+                                collectives::ReduceOp::kAvg);
+      r.losses.push_back(loss);
     }
+    if (spec.dp > 1)
+      collectives::all_reduce(dev, dp_group, collectives::Buffer(m.grads()),
+                              collectives::ReduceOp::kAvg);
     r.ce = m.ce_loss();
     r.aux = m.aux_loss();
     r.params.assign(m.params().begin(), m.params().end());
@@ -102,6 +125,7 @@ std::vector<RankResult> run_tp(const model::GPTConfig& config, const Batch& batc
     dev.synchronize();
     r.end_time = dev.now();
   });
+  results.resize(static_cast<size_t>(spec.tp));  // tp is the fastest dimension: dp = 0 first
   return results;
 }
 

@@ -42,6 +42,8 @@ struct RunSpec {
   int tp = 1;
   bool sp = false;
   uint64_t seed = 1234;
+  int dp = 1;         // data-parallel replicas: each takes B/dp rows; grads, loss and
+                      // MoE fractions averaged over dp (as the trainer does)
   int backwards = 1;  // forward+backward passes without zero_grad in between
   // If non-empty: every rank loads its slices of these unsharded parameters
   // (ParamTable layout) after construction.
@@ -56,7 +58,8 @@ inline RunSpec run_spec(int tp, bool sp, int backwards = 1) {
   return s;
 }
 
-// Runs TensorParallelGPT on `spec.tp` devices (uniform NVLink-like profile).
+// Runs TensorParallelGPT on tp·dp devices (one NVLink node). Returns the
+// results of the dp-coordinate-0 ranks, in TP order.
 std::vector<RankResult> run_tp(const model::GPTConfig& config, const Batch& batch,
                                const RunSpec& spec);
 
