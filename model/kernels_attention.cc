@@ -1,8 +1,11 @@
 // Causal multi-head self-attention on the fused [q | k | v] layout.
-// Shapes use the letters declared in kernels.h. Per (b, h) the work is three
-// small GEMMs over strided Eigen views; the T×T products are computed in full
-// and the causal mask is applied in the softmax (entries above the diagonal
-// of `att` are exactly 0).
+// Shapes use the letters declared in kernels.h. Per (b, h): the score blocks
+// (q·kᵀ, and dout·vᵀ in backward) are small GEMMs over strided Eigen views,
+// computed in full, with the causal mask applied in the softmax (entries above
+// the diagonal of `att` are exactly 0). The products with att and its
+// gradient (out, dv, dq, dk) then sum only the causal rows with sum_rows:
+// half the work of a full GEMM and no packing. Summation orders are fixed, so
+// results are deterministic.
 #include <algorithm>
 #include <cmath>
 
@@ -11,6 +14,43 @@
 
 namespace shardlab::model {
 namespace {
+
+// y[0..W) (= or +=) Σ_{i<n} a[i·lda] · x[i·ldx + 0..W). Fixed-size Eigen
+// arrays make each partial sum a vector register.
+template <int W, typename Real>
+inline void sum_rows_w(Real* y, const Real* a, int64_t lda, const Real* x, int64_t ldx, int n,
+                       bool accumulate) {
+  using Run = Eigen::Array<Real, W, 1>;
+  using ConstRunMap = Eigen::Map<const Run>;
+  Run acc0 = Run::Zero(), acc1 = Run::Zero(), acc2 = Run::Zero(), acc3 = Run::Zero();
+  int i = 0;
+  for (; i + 4 <= n; i += 4) {
+    acc0 += a[i * lda] * ConstRunMap(x + i * ldx);
+    acc1 += a[(i + 1) * lda] * ConstRunMap(x + (i + 1) * ldx);
+    acc2 += a[(i + 2) * lda] * ConstRunMap(x + (i + 2) * ldx);
+    acc3 += a[(i + 3) * lda] * ConstRunMap(x + (i + 3) * ldx);
+  }
+  if (i < n) acc0 += a[i * lda] * ConstRunMap(x + i * ldx);
+  if (i + 1 < n) acc1 += a[(i + 1) * lda] * ConstRunMap(x + (i + 1) * ldx);
+  if (i + 2 < n) acc2 += a[(i + 2) * lda] * ConstRunMap(x + (i + 2) * ldx);
+  Eigen::Map<Run> yr(y);
+  if (accumulate) {
+    yr += (acc0 + acc1) + (acc2 + acc3);
+  } else {
+    yr = (acc0 + acc1) + (acc2 + acc3);
+  }
+}
+
+// y[0..w) (= or +=) Σ_{i<n} a[i·lda] · x[i·ldx + 0..w), in runs of 16, 8, 4, 1.
+template <typename Real>
+void sum_rows(Real* y, const Real* a, int64_t lda, const Real* x, int64_t ldx, int n, int w,
+              bool accumulate) {
+  int j = 0;
+  for (; j + 16 <= w; j += 16) sum_rows_w<16>(y + j, a, lda, x + j, ldx, n, accumulate);
+  for (; j + 8 <= w; j += 8) sum_rows_w<8>(y + j, a, lda, x + j, ldx, n, accumulate);
+  for (; j + 4 <= w; j += 4) sum_rows_w<4>(y + j, a, lda, x + j, ldx, n, accumulate);
+  for (; j < w; ++j) sum_rows_w<1>(y + j, a, lda, x + j, ldx, n, accumulate);
+}
 
 // Row-wise masked softmax of a (T,T) score block, in place: row t keeps
 // columns 0..t, scaled by `scale` before the exponent; the rest become 0.
@@ -46,19 +86,22 @@ template <typename Real>
 void attention_forward(Real* out, Real* att, const Real* qkv, int B, int T, int NH, int HS) {
   const int64_t C = static_cast<int64_t>(NH) * HS;
   const Real scale = Real(1) / std::sqrt(static_cast<Real>(HS));
-  const Eigen::OuterStride<> s3(3 * C), s1(C);
+  const Eigen::OuterStride<> s3(3 * C);
   for (int b = 0; b < B; ++b) {
     const Real* base = qkv + static_cast<int64_t>(b) * T * 3 * C;
     for (int h = 0; h < NH; ++h) {
       ConstStridedMap<Real> q(base + h * HS, T, HS, s3);
       ConstStridedMap<Real> k(base + C + h * HS, T, HS, s3);
-      ConstStridedMap<Real> v(base + 2 * C + h * HS, T, HS, s3);
       Real* a_ptr = att + (static_cast<int64_t>(b) * NH + h) * T * T;
       MatMap<Real> a(a_ptr, T, T);
       a.noalias() = q * k.transpose();
       causal_softmax_rows(a_ptr, T, scale);
-      StridedMap<Real> o(out + static_cast<int64_t>(b) * T * C + h * HS, T, HS, s1);
-      o.noalias() = a * v;
+      // out[t] = Σ_{u<=t} att[t,u] · v[u]: the causal half only
+      Real* o = out + static_cast<int64_t>(b) * T * C + h * HS;
+      for (int t = 0; t < T; ++t) {
+        sum_rows(o + t * C, a_ptr + static_cast<int64_t>(t) * T, 1, base + 2 * C + h * HS,
+                 3 * C, t + 1, HS, false);
+      }
     }
   }
 }
@@ -81,15 +124,20 @@ void attention_backward(Real* dqkv, const Real* dout, const Real* qkv, const Rea
       StridedMap<Real> dk(dbase + C + h * HS, T, HS, s3);
       StridedMap<Real> dv(dbase + 2 * C + h * HS, T, HS, s3);
       const Real* a_ptr = att + (static_cast<int64_t>(b) * NH + h) * T * T;
-      ConstMatMap<Real> a(a_ptr, T, T);
       ConstStridedMap<Real> dout_h(dout + static_cast<int64_t>(b) * T * C + h * HS, T, HS, s1);
-      // out = att · v
-      dv.noalias() += a.transpose() * dout_h;
+      // out = att · v:  dv[u] += Σ_{t>=u} att[t,u] · dout[t]
+      for (int u = 0; u < T; ++u) {
+        sum_rows(&dv(u, 0), a_ptr + static_cast<int64_t>(u) * T + u, T, dout_h.data() + u * C, C, T - u,
+                 HS, true);
+      }
       dpre.noalias() = dout_h * v.transpose();  // datt
       // att = softmax(scale · q kᵀ)
       causal_softmax_rows_backward(dpre.data(), a_ptr, T, scale);
-      dq.noalias() += dpre * k;
-      dk.noalias() += dpre.transpose() * q;
+      // dq[t] += Σ_{u<=t} dpre[t,u] · k[u],  dk[u] += Σ_{t>=u} dpre[t,u] · q[t]
+      for (int t = 0; t < T; ++t) {
+        sum_rows(&dq(t, 0), &dpre(t, 0), 1, k.data(), 3 * C, t + 1, HS, true);
+        sum_rows(&dk(t, 0), &dpre(t, t), T, q.data() + t * 3 * C, 3 * C, T - t, HS, true);
+      }
     }
   }
 }
