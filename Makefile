@@ -6,7 +6,7 @@ PACKAGES := cmake make g++ libtbb-dev libeigen3-dev libspdlog-dev libcli11-dev \
             nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
 BIN := build/bin/shardlab
 
-.PHONY: all deps build demo test bench debug asan tsan portable clean
+.PHONY: all deps build demo test test-full bench debug asan tsan portable clean
 
 all: build
 
@@ -36,19 +36,22 @@ demo: build
 	@echo "shardlab: open build/train.trace.json in https://ui.perfetto.dev to see every kernel on the virtual GPU"
 
 test: build
-	ctest --preset release -j $(JOBS)
+	ctest --preset release -j $(JOBS) -LE full
+
+test-full: build
+	ctest --preset release -j $(JOBS) -L full
 
 bench: build
 	@for b in build/bin/bench_*; do echo "== $$b"; $$b; done
 
 debug: deps
-	cmake --preset debug >/dev/null && cmake --build --preset debug && ctest --preset debug -j $(JOBS)
+	cmake --preset debug >/dev/null && cmake --build --preset debug && ctest --preset debug -j $(JOBS) -LE full
 
 asan: deps
-	cmake --preset asan >/dev/null && cmake --build --preset asan && ctest --preset asan -j $(JOBS)
+	cmake --preset asan >/dev/null && cmake --build --preset asan && ctest --preset asan -j $(JOBS) -LE full
 
 tsan: deps
-	cmake --preset tsan >/dev/null && cmake --build --preset tsan && ctest --preset tsan -j $(JOBS)
+	cmake --preset tsan >/dev/null && cmake --build --preset tsan && ctest --preset tsan -j $(JOBS) -LE full
 
 portable: deps
 	cmake --preset portable >/dev/null && cmake --build --preset portable

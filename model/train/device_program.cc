@@ -1,5 +1,6 @@
 #include "model/train/device_program.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -9,6 +10,8 @@
 #include "collectives/collectives.h"
 #include "model/optimizer.h"
 #include "model/parallel/data_parallel.h"
+#include "model/parallel/tensor_parallel.h"
+#include "model/parallel/tp_layout.h"
 #include "model/parallel/unsharded_model.h"
 #include "model/train/device_sink.h"
 #include "runtime/errors.h"
@@ -21,11 +24,18 @@ using parallel::LocalModel;
 using parallel::ShardSpec;
 
 void scatter_to_global(const LocalModel& model, std::span<const float> local, int tp_rank,
-                       const model::ParamTable& table, std::span<float> global) {
+                       const model::ParamTable& table, std::span<float> global,
+                       const std::vector<LocalRange>* only) {
   for (const ShardSpec& s : model.shards()) {
     if (s.tp_replicated && tp_rank != 0) continue;
     const int64_t base = table.at(s.name).offset;
-    for (int64_t i = 0; i < s.numel; ++i) global[size_t(base + parallel::global_index(s, i))] = local[size_t(s.offset + i)];
+    for (int64_t i = 0; i < s.numel; ++i) {
+      const int64_t at = s.offset + i;
+      if (only && std::none_of(only->begin(), only->end(),
+                               [at](const LocalRange& r) { return at >= r.begin && at < r.begin + r.size; }))
+        continue;
+      global[size_t(base + parallel::global_index(s, i))] = local[size_t(at)];
+    }
   }
 }
 
@@ -72,7 +82,11 @@ void DeviceProgram::run(Device& dev) {
   const coll::ProcessGroup tp_group = mesh.group(dev.rank(), "tp");
   const coll::ProcessGroup norm_group = mesh.group(dev.rank(), par.zero >= 2 ? "tp-dp" : "tp");
   std::unique_ptr<LocalModel> model;
-  if (par.tp == 1) model = std::make_unique<parallel::UnshardedModel>(o.model, o.seed);
+  if (par.tp == 1) {
+    model = std::make_unique<parallel::UnshardedModel>(o.model, o.seed);
+  } else {
+    model = std::make_unique<parallel::TensorParallelGPT>(o.model, o.seed, dev, tp_group, par.sp);
+  }
   SHARDLAB_CHECK(model != nullptr, fmt::format("no model for tp {} ({})", par.tp, tp_group.to_string()));
   if (init) load_shards(*model, *init);
 
@@ -114,8 +128,13 @@ void DeviceProgram::run(Device& dev) {
     const float loss = model->forward(batch.x.data(), batch.y.data(), int(rows), T);
     model->backward();
     dp.finish_grads();
-    if (step == 0 && o.keep_step0_grads && coords.dp == 0)
-      scatter_to_global(*model, grads, coords.tp, table, result.step0_grads);
+    if (step == 0 && o.keep_step0_grads) {
+      // With ZeRO-2 each dp rank holds the reduced gradient of its own chunks only.
+      std::vector<LocalRange> mine;
+      for (const auto& r : dp.owned()) mine.push_back({r.begin, r.size});
+      if (dp.sharded_grads()) scatter_to_global(*model, grads, coords.tp, table, result.step0_grads, &mine);
+      else if (coords.dp == 0) scatter_to_global(*model, grads, coords.tp, table, result.step0_grads);
+    }
 
     // The step's loss for the record: the dp average (as Megatron logs it).
     float losses[3] = {loss, model->ce_loss(), model->aux_loss()};

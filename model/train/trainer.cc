@@ -11,6 +11,7 @@
 #include "model/params.h"
 #include "model/train/device_program.h"
 #include "collectives/mesh.h"
+#include "model/parallel/tp_layout.h"
 #include "runtime/errors.h"
 
 namespace shardlab::train {
@@ -112,7 +113,7 @@ void validate_parallel(const TrainOptions& o) {
   require(!p.sp || p.tp > 1, "--sp needs --tp of 2 or more");
   require(!p.sp || m.block_size % p.tp == 0,
           fmt::format("--seq {} is not divisible by --tp {} (needed by --sp)", m.block_size, p.tp));
-  require(p.tp == 1, "--tp > 1: tensor parallelism is not built yet in this version");
+  if (p.tp > 1) parallel::check_tensor_parallel_config(m, p.tp, p.sp);
   require(p.dp == 1 || m.n_expert == 0 || m.capacity_factor <= 0,
           "--capacity-factor with --dp > 1 is not supported yet (drops must follow the global token order)");
 }

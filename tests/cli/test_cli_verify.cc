@@ -43,6 +43,35 @@ INSTANTIATE_TEST_SUITE_P(DenseAndMoe, VerifyGrid,
                                   std::to_string(std::get<2>(info.param));
                          });
 
+// Tensor parallelism (with and without sequence parallelism), alone and with dp and ZeRO.
+class VerifyTensorParallel : public ::testing::TestWithParam<std::tuple<bool, int, bool, int, int>> {};
+
+TEST_P(VerifyTensorParallel, MatchesTheUnshardedModel) {
+  const auto [moe, tp, sp, dp, zero] = GetParam();
+  const std::string args = "--tp " + std::to_string(tp) + (sp ? " --sp" : "") + " --dp " + std::to_string(dp) +
+                           " --zero " + std::to_string(zero) + " --bucket-mb 0.5" + (moe ? " --experts 4 --top-k 2" : "");
+  auto j = verify(args + " --grads");
+  std::printf("%s: max loss rel diff %.3e, parameter rel L2 %.3e, step-0 gradient rel L2 %.3e (tolerances 1e-5)\n",
+              args.c_str(), j["max_loss_rel_diff"].get<double>(), j["param_rel_l2"].get<double>(),
+              j["grad_rel_l2"].get<double>());
+  EXPECT_TRUE(j["passed"].get<bool>());
+}
+
+std::string tp_name(const ::testing::TestParamInfo<std::tuple<bool, int, bool, int, int>>& info) {
+  const auto [moe, tp, sp, dp, zero] = info.param;
+  return std::string(moe ? "moe" : "dense") + "_tp" + std::to_string(tp) + (sp ? "_sp" : "") + "_dp" +
+         std::to_string(dp) + "_zero" + std::to_string(zero);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Subset, VerifyTensorParallel,
+    ::testing::Values(std::tuple{false, 2, false, 1, 0}, std::tuple{false, 4, false, 1, 0},
+                      std::tuple{false, 2, true, 1, 0}, std::tuple{false, 4, true, 2, 1},
+                      std::tuple{false, 2, false, 2, 2}, std::tuple{false, 2, true, 4, 2},
+                      std::tuple{true, 2, false, 1, 0}, std::tuple{true, 4, true, 1, 0},
+                      std::tuple{true, 2, true, 2, 1}, std::tuple{true, 4, false, 2, 2}),
+    tp_name);
+
 TEST(Verify, DataParallelNotAPowerOfTwo) {
   auto j = verify("--dp 3 --batch 6 --grads");
   std::printf("dp 3: loss %.3e, params %.3e\n", j["max_loss_rel_diff"].get<double>(), j["param_rel_l2"].get<double>());
