@@ -32,8 +32,9 @@ demo: build
 	$(BIN) p2p --profile a100-nvlink --src 0 --dst 8 --max-bytes 64MiB
 	$(BIN) collectives --op all_reduce --ranks 8 --min-bytes 1KiB --max-bytes 64MiB
 	$(BIN) collectives --op all_reduce --ranks 16 --min-bytes 1KiB --max-bytes 64MiB
-	$(BIN) train --model tiny --data synthetic:markov --steps 300 --trace build/train.trace.json
-	@echo "shardlab: open build/train.trace.json in https://ui.perfetto.dev to see every kernel on the virtual GPU"
+	$(BIN) train --model tiny --data synthetic:markov --steps 300
+	$(BIN) verify --model tiny --data synthetic:markov --steps 20 --dp 2 --tp 2 --sp --zero 1 --trace build/verify.trace.json
+	@echo "shardlab: open build/verify.trace.json in https://ui.perfetto.dev: 4 virtual GPUs, compute and comm streams"
 
 test: build
 	ctest --preset release -j $(JOBS) -LE full
