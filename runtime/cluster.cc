@@ -10,6 +10,8 @@
 #include "runtime/errors.h"
 #include "runtime/log.h"
 
+#include <spdlog/spdlog.h>
+
 namespace shardlab {
 
 Time RunResult::makespan() const {
@@ -95,8 +97,11 @@ RunResult Cluster::run(const Program& program) {
   int running = n;  // GUARDED_BY(done_mu)
 
   auto body = [&](int r) {
+    Device& dev = *devices[static_cast<size_t>(r)];
     try {
-      program(*devices[static_cast<size_t>(r)]);
+      dev.log().debug("started on node {}", dev.node());
+      program(dev);
+      dev.log().debug("finished at virtual {:.3f} us, peak memory {} bytes", to_us(dev.now()), dev.arena().peak());
     } catch (const Aborted&) {
       // Torn down because of another device's failure.
     } catch (...) {
@@ -120,6 +125,7 @@ RunResult Cluster::run(const Program& program) {
       lock.unlock();
       if (!fabric.aborted()) {
         if (auto what = fabric.find_deadlock()) {
+          spdlog::debug("watchdog: {}", *what);
           error.set(-1, std::make_exception_ptr(RunError(-1, *what)));
           fabric.abort();
         }

@@ -77,6 +77,15 @@ struct SendHandle {
   Time done = 0;
 };
 
+// What irecv returns: a receive posted now, completed by Device::wait. The
+// virtual arrival does not depend on when it was posted (eager protocol), and
+// the ingress port is booked at wait, in the program's wait order.
+struct RecvHandle {
+  int src = -1;
+  Tag tag = 0;
+  Time posted = 0;
+};
+
 struct DeviceConfig {
   int rank = 0;
   int world_size = 1;
@@ -130,6 +139,9 @@ class Device {
   }
   // Blocks (host) until the message is there; `s` waits for its virtual arrival.
   Message recv(Stream& s, int src, Tag tag);
+  // Non-blocking receive: post now, wait later (typically after other work).
+  RecvHandle irecv(Stream& s, int src, Tag tag) const { return {src, tag, s.now()}; }
+  Message wait(Stream& s, const RecvHandle& h) { return recv(s, h.src, h.tag); }
 
   // Tensor forms: the receiver copies into `into`, whose size must match.
   SendHandle isend(Stream& s, int dst, Tag tag, const Tensor& t);

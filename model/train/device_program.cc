@@ -90,6 +90,7 @@ void DeviceProgram::run(Device& dev) {
   SHARDLAB_CHECK(model != nullptr, fmt::format("no model for tp {} ({})", par.tp, tp_group.to_string()));
   if (init) load_shards(*model, *init);
 
+  dev.log().info("{}: {} local parameters", mesh.describe(dev.rank()), model->params().size());
   DeviceSink sink(dev);
   model->set_sink(&sink);
   auto params = model->params();
@@ -167,6 +168,8 @@ void DeviceProgram::run(Device& dev) {
     sink.op("adamw", model::adamw_update_cost(owned, elem));
     dp.gather_params(params);
 
+    dev.log().debug("step {} local loss {:.6f} grad norm {:.6f} at virtual {:.3f} us", step, loss, norm,
+                    to_us(dev.now()));
     if (leader) {
       StepRecord rec{step, losses[0], losses[1], losses[2], h.lr, norm, dev.now(),
                      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count()};

@@ -170,3 +170,26 @@ TEST(Cluster, WorldLargerThanTheProfileIsAConfigError) {
 
 }  // namespace
 }  // namespace shardlab
+
+namespace shardlab {
+namespace {
+
+TEST(Links, NonBlockingReceiveCompletesAtWaitAndOverlapsCompute) {
+  Time after_wait = 0, compute_end = 0;
+  Cluster c(testing::simple_profile(), {.world_size = 2});
+  c.run([&](Device& d) {
+    if (d.rank() == 1) {
+      d.isend(d.comm(), 0, 4, {}, 2'000'000);  // 1 + 20 = 21 us
+      return;
+    }
+    RecvHandle h = d.irecv(d.comm(), 1, 4);
+    compute_end = d.compute().run("kernel", 30 * testing::kUs);  // overlaps the transfer
+    d.wait(d.comm(), h);
+    after_wait = d.comm().now();
+  });
+  EXPECT_EQ(after_wait, 21 * testing::kUs);
+  EXPECT_EQ(compute_end, 30 * testing::kUs);
+}
+
+}  // namespace
+}  // namespace shardlab

@@ -1,0 +1,56 @@
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "model/config.h"
+#include "model/train/trainer.h"
+#include "runtime/errors.h"
+
+namespace shardlab::train {
+namespace {
+
+TEST(LearningRate, WarmupThenConstantOrCosineAsNanoGPT) {
+  TrainOptions o;
+  o.steps = 11;
+  o.adam.lr = 1e-3;
+  o.warmup_steps = 4;
+  // Warm-up: lr * (step + 1) / (warmup + 1).
+  EXPECT_DOUBLE_EQ(learning_rate(o, 0), 1e-3 * 1 / 5);
+  EXPECT_DOUBLE_EQ(learning_rate(o, 3), 1e-3 * 4 / 5);
+  EXPECT_DOUBLE_EQ(learning_rate(o, 4), 1e-3);
+  EXPECT_DOUBLE_EQ(learning_rate(o, 10), 1e-3);
+  o.lr_schedule = LrSchedule::kCosine;
+  // Cosine from lr at the end of warm-up to lr/10 at the last step.
+  EXPECT_DOUBLE_EQ(learning_rate(o, 4), 1e-3);
+  EXPECT_NEAR(learning_rate(o, 7), 1e-4 + 0.5 * (1 + std::cos(M_PI * 0.5)) * 9e-4, 1e-15);
+  EXPECT_NEAR(learning_rate(o, 10), 1e-4, 1e-15);
+}
+
+TEST(Parallel, ConstraintsAreCheckedWithClearMessages) {
+  TrainOptions o;
+  o.model = model::preset("tiny");
+  auto message = [&](auto edit) {
+    TrainOptions x = o;
+    edit(x);
+    try {
+      validate_parallel(x);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(message([](TrainOptions&) {}), "");
+  EXPECT_NE(message([](TrainOptions& x) { x.parallel.dp = 3; }).find("--batch 8 is not divisible by --dp 3"), std::string::npos);
+  EXPECT_NE(message([](TrainOptions& x) { x.parallel.tp = 3; }).find("--tp 3"), std::string::npos);
+  EXPECT_NE(message([](TrainOptions& x) { x.model.vocab_size = 510; x.parallel.tp = 4; }).find("--vocab 510"), std::string::npos);
+  EXPECT_NE(message([](TrainOptions& x) { x.parallel.sp = true; x.parallel.tp = 1; }).find("--sp needs --tp"), std::string::npos);
+  EXPECT_NE(message([](TrainOptions& x) { x.parallel.tp = 2; x.parallel.sp = true; x.model.block_size = 63; }).find("--seq 63"),
+            std::string::npos);
+  EXPECT_NE(message([](TrainOptions& x) { x.parallel.zero = 3; }).find("--zero"), std::string::npos);
+  EXPECT_NE(message([](TrainOptions& x) { x.parallel.dp = 2; x.model.n_expert = 4; x.model.capacity_factor = 1.0; })
+                .find("--capacity-factor"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace shardlab::train
