@@ -1,0 +1,226 @@
+#include "model/parallel/pp_schedule.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "runtime/errors.h"
+
+namespace shardlab::parallel {
+namespace {
+
+using K = ActionKind;
+
+// Appends the forward of (mb, chunk) on `rank` with its receive and send.
+void add_forward(std::vector<Action>& out, int pp, int vpp, int rank, int mb, int chunk) {
+  const int s = chunk * pp + rank;
+  if (s > 0) out.push_back({K::kRecvActivation, mb, chunk, (s - 1) % pp});
+  out.push_back({K::kForward, mb, chunk, -1});
+  if (s < pp * vpp - 1) out.push_back({K::kSendActivation, mb, chunk, (s + 1) % pp});
+}
+
+// Appends the backward of (mb, chunk) on `rank` with its receive and send.
+void add_backward(std::vector<Action>& out, int pp, int vpp, int rank, int mb, int chunk) {
+  const int s = chunk * pp + rank;
+  if (s < pp * vpp - 1) out.push_back({K::kRecvGrad, mb, chunk, (s + 1) % pp});
+  out.push_back({K::kBackward, mb, chunk, -1});
+  if (s > 0) out.push_back({K::kSendGrad, mb, chunk, (s - 1) % pp});
+}
+
+std::string flag_value(const char* flag, int value) {
+  return std::string(flag) + " " + std::to_string(value);
+}
+
+}  // namespace
+
+ScheduleKind parse_schedule(std::string_view name) {
+  if (name == "gpipe") return ScheduleKind::kGPipe;
+  if (name == "1f1b") return ScheduleKind::k1F1B;
+  if (name == "interleaved") return ScheduleKind::kInterleaved;
+  throw ConfigError("unknown --schedule '" + std::string(name) +
+                    "' (expected gpipe, 1f1b or interleaved)");
+}
+
+std::string_view schedule_name(ScheduleKind kind) {
+  switch (kind) {
+    case ScheduleKind::kGPipe: return "gpipe";
+    case ScheduleKind::k1F1B: return "1f1b";
+    case ScheduleKind::kInterleaved: return "interleaved";
+  }
+  return "?";
+}
+
+void check_pipeline_config(ScheduleKind kind, int pp, int micro_batches, int vpp) {
+  if (pp < 1) throw ConfigError(flag_value("--pp", pp) + ": must be at least 1");
+  if (micro_batches < 1) {
+    throw ConfigError(flag_value("--micro-batches", micro_batches) + ": must be at least 1");
+  }
+  if (kind != ScheduleKind::kInterleaved) {
+    if (vpp != 1) {
+      throw ConfigError(flag_value("--vpp", vpp) + ": model chunks need --schedule interleaved");
+    }
+    return;
+  }
+  if (vpp < 2) {
+    throw ConfigError(flag_value("--vpp", vpp) +
+                      ": --schedule interleaved needs at least 2 model chunks per rank");
+  }
+  if (micro_batches % pp != 0) {
+    throw ConfigError(flag_value("--micro-batches", micro_batches) + ": must be a multiple of " +
+                      flag_value("--pp", pp) + " for --schedule interleaved");
+  }
+}
+
+Schedule gpipe(int pp, int micro_batches) {
+  check_pipeline_config(ScheduleKind::kGPipe, pp, micro_batches, 1);
+  Schedule schedule(static_cast<size_t>(pp));
+  for (int rank = 0; rank < pp; ++rank) {
+    auto& out = schedule[static_cast<size_t>(rank)];
+    for (int mb = 0; mb < micro_batches; ++mb) add_forward(out, pp, 1, rank, mb, 0);
+    for (int mb = 0; mb < micro_batches; ++mb) add_backward(out, pp, 1, rank, mb, 0);
+  }
+  return schedule;
+}
+
+Schedule one_f_one_b(int pp, int micro_batches) {
+  check_pipeline_config(ScheduleKind::k1F1B, pp, micro_batches, 1);
+  Schedule schedule(static_cast<size_t>(pp));
+  for (int rank = 0; rank < pp; ++rank) {
+    auto& out = schedule[static_cast<size_t>(rank)];
+    const int warmup = std::min(pp - rank - 1, micro_batches);
+    const int remaining = micro_batches - warmup;
+    // Warm-up: forwards only, filling the pipeline below this rank.
+    for (int i = 0; i < warmup; ++i) add_forward(out, pp, 1, rank, i, 0);
+    // Steady 1F1B: each forward followed by the oldest pending backward.
+    for (int i = 0; i < remaining; ++i) {
+      add_forward(out, pp, 1, rank, warmup + i, 0);
+      add_backward(out, pp, 1, rank, i, 0);
+    }
+    // Cool-down: the backwards of the warm-up forwards.
+    for (int i = remaining; i < micro_batches; ++i) add_backward(out, pp, 1, rank, i, 0);
+  }
+  return schedule;
+}
+
+Schedule interleaved_1f1b(int pp, int micro_batches, int vpp) {
+  check_pipeline_config(ScheduleKind::kInterleaved, pp, micro_batches, vpp);
+  const int total = micro_batches * vpp;  // chunk-forwards per rank
+  const int group = pp * vpp;
+  // Megatron get_model_chunk_id / get_microbatch_id_in_model_chunk: the k-th
+  // chunk-step runs micro-batch (k / group)·pp + k % pp through chunk
+  // (k % group) / pp, counted from the last chunk for backwards.
+  auto micro_batch = [&](int k) { return (k / group) * pp + k % pp; };
+  auto chunk = [&](int k, bool forward) {
+    const int c = (k % group) / pp;
+    return forward ? c : vpp - 1 - c;
+  };
+  Schedule schedule(static_cast<size_t>(pp));
+  for (int rank = 0; rank < pp; ++rank) {
+    auto& out = schedule[static_cast<size_t>(rank)];
+    const int warmup = micro_batches == pp
+                           ? total
+                           : std::min(2 * (pp - rank - 1) + (vpp - 1) * pp, total);
+    const int remaining = total - warmup;
+    auto forward = [&](int k) { add_forward(out, pp, vpp, rank, micro_batch(k), chunk(k, true)); };
+    auto backward = [&](int k) {
+      add_backward(out, pp, vpp, rank, micro_batch(k), chunk(k, false));
+    };
+    // Warm-up.
+    for (int k = 0; k < warmup; ++k) forward(k);
+    // Steady 1F1B.
+    for (int k = 0; k < remaining; ++k) {
+      forward(warmup + k);
+      backward(k);
+    }
+    // Cool-down.
+    for (int k = remaining; k < total; ++k) backward(k);
+  }
+  return schedule;
+}
+
+Schedule build_schedule(ScheduleKind kind, int pp, int micro_batches, int vpp) {
+  check_pipeline_config(kind, pp, micro_batches, vpp);
+  switch (kind) {
+    case ScheduleKind::kGPipe: return gpipe(pp, micro_batches);
+    case ScheduleKind::k1F1B: return one_f_one_b(pp, micro_batches);
+    case ScheduleKind::kInterleaved: return interleaved_1f1b(pp, micro_batches, vpp);
+  }
+  SHARDLAB_CHECK(false, "unknown schedule kind");
+}
+
+std::vector<int> peak_in_flight(const Schedule& schedule) {
+  std::vector<int> peaks;
+  for (const auto& actions : schedule) {
+    int live = 0, peak = 0;
+    for (const Action& a : actions) {
+      if (a.kind == K::kForward) peak = std::max(peak, ++live);
+      if (a.kind == K::kBackward) --live;
+    }
+    peaks.push_back(peak);
+  }
+  return peaks;
+}
+
+std::string action_label(const Action& a, bool chunked) {
+  static constexpr const char* kNames[] = {"F", "B", "sA", "rA", "sG", "rG"};
+  std::string label = kNames[static_cast<int>(a.kind)] + std::to_string(a.micro_batch);
+  if (chunked) label += static_cast<char>('a' + a.chunk);
+  if (a.kind == K::kSendActivation || a.kind == K::kSendGrad) label += ">" + std::to_string(a.peer);
+  if (a.kind == K::kRecvActivation || a.kind == K::kRecvGrad) label += "<" + std::to_string(a.peer);
+  return label;
+}
+
+namespace {
+
+bool is_chunked(const Schedule& schedule) {
+  for (const auto& actions : schedule) {
+    for (const Action& a : actions) {
+      if (a.chunk != 0) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string format_schedule(const Schedule& schedule) {
+  const bool chunked = is_chunked(schedule);
+  std::string text;
+  for (size_t rank = 0; rank < schedule.size(); ++rank) {
+    text += "rank " + std::to_string(rank) + ":";
+    for (const Action& a : schedule[rank]) {
+      if (a.is_compute()) text += " " + action_label(a, chunked);
+    }
+    text += "\n";
+  }
+  return text;
+}
+
+std::string format_timeline(const Schedule& schedule, const StepCosts& costs) {
+  const ScheduleTiming timing = simulate_schedule(schedule, costs);
+  const bool chunked = is_chunked(schedule);
+  const auto cells = static_cast<size_t>(std::lround(timing.makespan));
+  std::vector<std::vector<std::string>> rows(schedule.size(),
+                                             std::vector<std::string>(cells, "."));
+  size_t width = 1;
+  for (size_t rank = 0; rank < schedule.size(); ++rank) {
+    const RankTiming& t = timing.ranks[rank];
+    for (size_t i = 0; i < schedule[rank].size(); ++i) {
+      const Action& a = schedule[rank][i];
+      if (!a.is_compute()) continue;
+      const std::string label = action_label(a, chunked);
+      width = std::max(width, label.size());
+      const long first = std::lround(t.action_start[i]), last = std::lround(t.action_end[i]);
+      for (long c = first; c < last; ++c) rows[rank][static_cast<size_t>(c)] = label;
+    }
+  }
+  std::string text;
+  for (size_t rank = 0; rank < rows.size(); ++rank) {
+    text += "rank " + std::to_string(rank) + ":";
+    for (const std::string& cell : rows[rank]) text += " " + cell + std::string(width - cell.size(), ' ');
+    while (!text.empty() && text.back() == ' ') text.pop_back();
+    text += "\n";
+  }
+  return text;
+}
+
+}  // namespace shardlab::parallel

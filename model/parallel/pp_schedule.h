@@ -1,0 +1,112 @@
+// Pipeline schedules as data (Megatron schedules.py, STYLE habit 7): a small
+// function per schedule builds, for every pipeline rank, the ordered list of
+// actions that rank's executor performs. No model math lives here.
+//
+// Sizes: pp pipeline ranks, M micro-batches, v (vpp) model chunks per rank.
+// Virtual stage s = chunk·pp + rank, S = v·pp stages; stage s feeds s + 1, so
+// without interleaving (v = 1) the stage is the rank.
+//
+// Placement: a receive sits right before the compute that consumes it, a send
+// right after the compute that produces it. Sends never block (buffered),
+// receives block until the matching message arrives; each (from, to, kind)
+// channel is FIFO. Under these rules every list built here runs without
+// deadlock (validate_schedule checks it by simulation). With pp = 1 and
+// interleaving, chunk c hands its output to chunk c + 1 on the same rank: the
+// send and receive then name the rank itself as the peer.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace shardlab::parallel {
+
+enum class ActionKind { kForward, kBackward, kSendActivation, kRecvActivation, kSendGrad, kRecvGrad };
+
+// One step of one rank. For sends and receives, micro_batch and chunk name
+// the local computation the tensor comes from (send) or is for (receive).
+struct Action {
+  ActionKind kind = ActionKind::kForward;
+  int micro_batch = 0;
+  int chunk = 0;   // model chunk on this rank, 0..v-1 (0 without interleaving)
+  int peer = -1;   // the other rank of a send/receive; -1 for compute
+
+  bool is_compute() const { return kind == ActionKind::kForward || kind == ActionKind::kBackward; }
+  bool operator==(const Action&) const = default;
+};
+
+// schedule[rank] = that rank's actions, in execution order.
+using Schedule = std::vector<std::vector<Action>>;
+
+enum class ScheduleKind { kGPipe, k1F1B, kInterleaved };
+
+// "gpipe" | "1f1b" | "interleaved"; anything else throws ConfigError.
+ScheduleKind parse_schedule(std::string_view name);
+std::string_view schedule_name(ScheduleKind kind);
+
+// Throws ConfigError naming the flag: --pp >= 1, --micro-batches >= 1; for
+// interleaved --vpp >= 2 and --micro-batches a multiple of --pp; otherwise
+// --vpp must be 1.
+void check_pipeline_config(ScheduleKind kind, int pp, int micro_batches, int vpp);
+
+// All forwards (0..M-1), then all backwards (0..M-1). Stashes M micro-batches.
+Schedule gpipe(int pp, int micro_batches);
+// Megatron forward_backward_pipelining_without_interleaving: warm-up of
+// min(pp - rank - 1, M) forwards, steady one forward + one backward,
+// cool-down of the remaining backwards. Stashes min(pp - rank, M).
+Schedule one_f_one_b(int pp, int micro_batches);
+// Megatron forward_backward_pipelining_with_interleaving: micro-batches run
+// in groups of pp through chunk 0, 1, ..., v-1 (backwards from chunk v-1);
+// warm-up of 2·(pp - rank - 1) + (v - 1)·pp chunk-forwards (all v·M when
+// M == pp). Needs M % pp == 0 and v >= 2.
+Schedule interleaved_1f1b(int pp, int micro_batches, int vpp);
+// Checks the configuration, then dispatches (vpp is ignored unless interleaved
+// but must be 1 then, see check_pipeline_config).
+Schedule build_schedule(ScheduleKind kind, int pp, int micro_batches, int vpp = 1);
+
+// Runs the lists abstractly with blocking receives and non-blocking sends.
+// Returns "" when valid, else one line naming the rank, the action and the
+// fault: a send or receive to the wrong peer or out of FIFO order, a forward
+// before its input arrived, a backward before its forward or before the next
+// stage's gradient, a missing or repeated forward/backward of a (micro-batch,
+// chunk), a send nobody receives, or a deadlock (with every blocked rank).
+std::string validate_schedule(const Schedule& schedule, int micro_batches, int vpp = 1);
+
+// Compute costs in abstract time units; communication costs nothing.
+struct StepCosts {
+  double forward = 1.0;
+  double backward = 2.0;
+};
+
+struct RankTiming {
+  double start = 0;  // first compute starts
+  double end = 0;    // last compute ends
+  double busy = 0;   // sum of compute durations
+  std::vector<double> action_start;  // per action of the rank's list
+  std::vector<double> action_end;
+};
+
+struct ScheduleTiming {
+  std::vector<RankTiming> ranks;
+  double makespan = 0;  // latest end over ranks; every rank starts its clock at 0
+  // Mean over ranks of (makespan - busy) / makespan: the idle share of each
+  // compute stream. Uniform costs give (p-1)/(m+p-1), interleaved (p-1)/(v·m+p-1).
+  double bubble_fraction = 0;
+};
+
+// The schedule must be valid (CHECK-fails on a deadlock).
+ScheduleTiming simulate_schedule(const Schedule& schedule, const StepCosts& costs = {});
+
+// Peak number of (micro-batch, chunk) activations each rank holds: forwards
+// done whose backward is not yet done. gpipe M; 1f1b min(pp - rank, M).
+std::vector<int> peak_in_flight(const Schedule& schedule);
+
+// "F3", "B0", "F1b" (chunk as a letter when chunked), "sA2>1", "rG0<2"...
+std::string action_label(const Action& action, bool chunked);
+// One row per rank of compute only: "rank 0: F0 F1 F2 B0 F3 B1 ...".
+std::string format_schedule(const Schedule& schedule);
+// One row per rank aligned on time (costs in whole units), "." for idle:
+// "rank 1: .  F0 F1 B0 B0 ...". Each unit is one cell.
+std::string format_timeline(const Schedule& schedule, const StepCosts& costs = {});
+
+}  // namespace shardlab::parallel

@@ -1,0 +1,243 @@
+// Abstract execution of a pipeline Schedule (declared in pp_schedule.h): every
+// rank runs its list in order, sends never block, receives block on a FIFO
+// channel per (from, to, activation|grad). Compute advances the rank's clock
+// by its cost; a receive moves it to the send's time (communication is free).
+// The times depend only on the dependencies, not on the order in which the
+// simulator visits ranks, so one sweep loop serves validation and timing.
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <tuple>
+
+#include "model/parallel/pp_schedule.h"
+#include "runtime/errors.h"
+
+namespace shardlab::parallel {
+namespace {
+
+using K = ActionKind;
+
+struct Message {
+  int micro_batch;
+  int chunk;  // the receiver's chunk
+  double time;
+};
+
+struct RankState {
+  size_t pc = 0;
+  double clock = 0;
+  // [chunk][micro_batch]
+  std::vector<std::vector<char>> forward_done, backward_done, act_in, grad_in;
+  RankTiming timing;
+};
+
+class Simulator {
+ public:
+  Simulator(const Schedule& schedule, int micro_batches, int vpp, const StepCosts& costs)
+      : schedule_(schedule), pp_(static_cast<int>(schedule.size())), m_(micro_batches),
+        vpp_(vpp), costs_(costs), ranks_(schedule.size()) {
+    const std::vector<std::vector<char>> none(static_cast<size_t>(vpp),
+                                              std::vector<char>(static_cast<size_t>(m_), 0));
+    for (RankState& r : ranks_) {
+      r.forward_done = r.backward_done = r.act_in = r.grad_in = none;
+      r.timing.start = -1;
+    }
+  }
+
+  // "" when every list ran to the end with nothing left over, else the fault.
+  std::string run() {
+    for (;;) {
+      bool progress = false, done = true;
+      for (int rank = 0; rank < pp_; ++rank) {
+        const auto& actions = schedule_[static_cast<size_t>(rank)];
+        RankState& r = ranks_[static_cast<size_t>(rank)];
+        while (r.pc < actions.size()) {
+          std::string error;
+          const bool ran = step(rank, actions[r.pc], &error);
+          if (!error.empty()) return where(rank, r.pc) + ": " + error;
+          if (!ran) break;
+          ++r.pc;
+          progress = true;
+        }
+        done = done && r.pc == actions.size();
+      }
+      if (done) return leftovers();
+      if (!progress) return deadlock();
+    }
+  }
+
+  ScheduleTiming timing() const {
+    ScheduleTiming t;
+    for (const RankState& r : ranks_) {
+      t.ranks.push_back(r.timing);
+      t.makespan = std::max(t.makespan, r.timing.end);
+    }
+    for (const RankTiming& r : t.ranks) {
+      if (t.makespan > 0) t.bubble_fraction += (t.makespan - r.busy) / t.makespan / pp_;
+    }
+    return t;
+  }
+
+ private:
+  int stage(int rank, int chunk) const { return chunk * pp_ + rank; }
+  int last_stage() const { return pp_ * vpp_ - 1; }
+
+  std::string where(int rank, size_t pc) const {
+    const Action& a = schedule_[static_cast<size_t>(rank)][pc];
+    return "rank " + std::to_string(rank) + " action " + std::to_string(pc) + " (" +
+           action_label(a, vpp_ > 1) + ")";
+  }
+
+  // Runs one action; false when a receive must wait. Sets *error on a fault.
+  bool step(int rank, const Action& a, std::string* error) {
+    if (a.micro_batch < 0 || a.micro_batch >= m_ || a.chunk < 0 || a.chunk >= vpp_) {
+      *error = "micro-batch or chunk out of range";
+      return false;
+    }
+    RankState& r = ranks_[static_cast<size_t>(rank)];
+    const auto mb = static_cast<size_t>(a.micro_batch), c = static_cast<size_t>(a.chunk);
+    const int s = stage(rank, a.chunk);
+    switch (a.kind) {
+      case K::kForward:
+        if (r.forward_done[c][mb]) *error = "repeated forward";
+        else if (s > 0 && !r.act_in[c][mb]) *error = "forward before its input arrived";
+        else compute(r, costs_.forward, &r.forward_done[c][mb]);
+        return error->empty();
+      case K::kBackward:
+        if (r.backward_done[c][mb]) *error = "repeated backward";
+        else if (!r.forward_done[c][mb]) *error = "backward before its forward";
+        else if (s < last_stage() && !r.grad_in[c][mb])
+          *error = "backward before the next stage's gradient arrived";
+        else compute(r, costs_.backward, &r.backward_done[c][mb]);
+        return error->empty();
+      case K::kSendActivation:
+        return send(rank, a, s + 1, r.forward_done[c][mb], "forward", error);
+      case K::kSendGrad:
+        return send(rank, a, s - 1, r.backward_done[c][mb], "backward", error);
+      case K::kRecvActivation:
+        return receive(rank, a, s - 1, &r.act_in[c][mb], error);
+      case K::kRecvGrad:
+        return receive(rank, a, s + 1, &r.grad_in[c][mb], error);
+    }
+    return false;
+  }
+
+  void compute(RankState& r, double cost, char* done) {
+    if (r.timing.start < 0) r.timing.start = r.clock;
+    r.timing.action_start.push_back(r.clock);
+    r.clock += cost;
+    r.timing.action_end.push_back(r.clock);
+    r.timing.end = r.clock;
+    r.timing.busy += cost;
+    *done = 1;
+  }
+
+  // `to` is the stage the tensor goes to; `ready` whether its compute is done.
+  bool send(int rank, const Action& a, int to, bool ready, const char* after, std::string* error) {
+    if (to < 0 || to > last_stage()) {
+      *error = "send past the end of the pipeline";
+    } else if (a.peer != to % pp_) {
+      *error = "peer should be rank " + std::to_string(to % pp_);
+    } else if (!ready) {
+      *error = std::string("send before its ") + after;
+    } else {
+      RankState& r = ranks_[static_cast<size_t>(rank)];
+      channel(rank, a.peer, a.kind == K::kSendGrad)
+          .push_back({a.micro_batch, to / pp_, r.clock});
+      r.timing.action_start.push_back(r.clock);
+      r.timing.action_end.push_back(r.clock);
+    }
+    return error->empty();
+  }
+
+  // `from` is the stage the tensor comes from; sets *arrived once received.
+  bool receive(int rank, const Action& a, int from, char* arrived, std::string* error) {
+    if (from < 0 || from > last_stage()) {
+      *error = "receive from beyond the end of the pipeline";
+      return false;
+    }
+    if (a.peer != from % pp_) {
+      *error = "peer should be rank " + std::to_string(from % pp_);
+      return false;
+    }
+    auto& queue = channel(a.peer, rank, a.kind == K::kRecvGrad);
+    if (queue.empty()) return false;
+    const Message msg = queue.front();
+    if (msg.micro_batch != a.micro_batch || msg.chunk != a.chunk) {
+      *error = "next message on the channel is micro-batch " + std::to_string(msg.micro_batch) +
+               " chunk " + std::to_string(msg.chunk);
+      return false;
+    }
+    queue.pop_front();
+    RankState& r = ranks_[static_cast<size_t>(rank)];
+    r.timing.action_start.push_back(r.clock);
+    r.clock = std::max(r.clock, msg.time);
+    r.timing.action_end.push_back(r.clock);
+    *arrived = 1;
+    return true;
+  }
+
+  std::deque<Message>& channel(int from, int to, bool grad) { return channels_[{from, to, grad}]; }
+
+  std::string deadlock() const {
+    std::string text = "deadlock:";
+    for (int rank = 0; rank < pp_; ++rank) {
+      const RankState& r = ranks_[static_cast<size_t>(rank)];
+      if (r.pc < schedule_[static_cast<size_t>(rank)].size()) text += " " + where(rank, r.pc);
+    }
+    return text + " blocked";
+  }
+
+  std::string leftovers() const {
+    for (const auto& [key, queue] : channels_) {
+      if (queue.empty()) continue;
+      const auto [from, to, grad] = key;
+      return "rank " + std::to_string(from) + " sends " + (grad ? "a gradient" : "an activation") +
+             " of micro-batch " + std::to_string(queue.front().micro_batch) + " that rank " +
+             std::to_string(to) + " never receives";
+    }
+    for (int rank = 0; rank < pp_; ++rank) {
+      const RankState& r = ranks_[static_cast<size_t>(rank)];
+      for (int c = 0; c < vpp_; ++c) {
+        for (int mb = 0; mb < m_; ++mb) {
+          const auto uc = static_cast<size_t>(c), um = static_cast<size_t>(mb);
+          if (r.forward_done[uc][um] && r.backward_done[uc][um]) continue;
+          return "rank " + std::to_string(rank) + " never runs the " +
+                 (r.forward_done[uc][um] ? "backward" : "forward") + " of micro-batch " +
+                 std::to_string(mb) + " chunk " + std::to_string(c);
+        }
+      }
+    }
+    return "";
+  }
+
+  const Schedule& schedule_;
+  int pp_, m_, vpp_;
+  StepCosts costs_;
+  std::vector<RankState> ranks_;
+  std::map<std::tuple<int, int, bool>, std::deque<Message>> channels_;
+};
+
+}  // namespace
+
+std::string validate_schedule(const Schedule& schedule, int micro_batches, int vpp) {
+  if (schedule.empty()) return "no pipeline ranks";
+  Simulator sim(schedule, micro_batches, vpp, StepCosts{});
+  return sim.run();
+}
+
+ScheduleTiming simulate_schedule(const Schedule& schedule, const StepCosts& costs) {
+  int micro_batches = 1, vpp = 1;
+  for (const auto& actions : schedule) {
+    for (const Action& a : actions) {
+      micro_batches = std::max(micro_batches, a.micro_batch + 1);
+      vpp = std::max(vpp, a.chunk + 1);
+    }
+  }
+  Simulator sim(schedule, micro_batches, vpp, costs);
+  const std::string error = sim.run();
+  SHARDLAB_CHECK(error.empty(), "simulate_schedule on an invalid schedule: " + error);
+  return sim.timing();
+}
+
+}  // namespace shardlab::parallel
