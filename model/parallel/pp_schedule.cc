@@ -42,9 +42,12 @@ ScheduleKind parse_schedule(std::string_view name) {
 
 std::string_view schedule_name(ScheduleKind kind) {
   switch (kind) {
-    case ScheduleKind::kGPipe: return "gpipe";
-    case ScheduleKind::k1F1B: return "1f1b";
-    case ScheduleKind::kInterleaved: return "interleaved";
+    case ScheduleKind::kGPipe:
+      return "gpipe";
+    case ScheduleKind::k1F1B:
+      return "1f1b";
+    case ScheduleKind::kInterleaved:
+      return "interleaved";
   }
   return "?";
 }
@@ -116,9 +119,8 @@ Schedule interleaved_1f1b(int pp, int micro_batches, int vpp) {
   Schedule schedule(static_cast<size_t>(pp));
   for (int rank = 0; rank < pp; ++rank) {
     auto& out = schedule[static_cast<size_t>(rank)];
-    const int warmup = micro_batches == pp
-                           ? total
-                           : std::min(2 * (pp - rank - 1) + (vpp - 1) * pp, total);
+    const int warmup =
+        micro_batches == pp ? total : std::min(2 * (pp - rank - 1) + (vpp - 1) * pp, total);
     const int remaining = total - warmup;
     auto forward = [&](int k) { add_forward(out, pp, vpp, rank, micro_batch(k), chunk(k, true)); };
     auto backward = [&](int k) {
@@ -140,9 +142,12 @@ Schedule interleaved_1f1b(int pp, int micro_batches, int vpp) {
 Schedule build_schedule(ScheduleKind kind, int pp, int micro_batches, int vpp) {
   check_pipeline_config(kind, pp, micro_batches, vpp);
   switch (kind) {
-    case ScheduleKind::kGPipe: return gpipe(pp, micro_batches);
-    case ScheduleKind::k1F1B: return one_f_one_b(pp, micro_batches);
-    case ScheduleKind::kInterleaved: return interleaved_1f1b(pp, micro_batches, vpp);
+    case ScheduleKind::kGPipe:
+      return gpipe(pp, micro_batches);
+    case ScheduleKind::k1F1B:
+      return one_f_one_b(pp, micro_batches);
+    case ScheduleKind::kInterleaved:
+      return interleaved_1f1b(pp, micro_batches, vpp);
   }
   SHARDLAB_CHECK(false, "unknown schedule kind");
 }
@@ -162,10 +167,13 @@ std::vector<int> peak_in_flight(const Schedule& schedule) {
 
 std::string action_label(const Action& a, bool chunked) {
   static constexpr const char* kNames[] = {"F", "B", "sA", "rA", "sG", "rG"};
-  std::string label = kNames[static_cast<int>(a.kind)] + std::to_string(a.micro_batch);
+  std::string label = kNames[static_cast<int>(a.kind)];
+  label += std::to_string(a.micro_batch);
   if (chunked) label += static_cast<char>('a' + a.chunk);
-  if (a.kind == K::kSendActivation || a.kind == K::kSendGrad) label += ">" + std::to_string(a.peer);
-  if (a.kind == K::kRecvActivation || a.kind == K::kRecvGrad) label += "<" + std::to_string(a.peer);
+  if (a.is_compute()) return label;
+  const bool send = a.kind == K::kSendActivation || a.kind == K::kSendGrad;
+  label += send ? '>' : '<';
+  label += std::to_string(a.peer);
   return label;
 }
 
@@ -188,7 +196,9 @@ std::string format_schedule(const Schedule& schedule) {
   for (size_t rank = 0; rank < schedule.size(); ++rank) {
     text += "rank " + std::to_string(rank) + ":";
     for (const Action& a : schedule[rank]) {
-      if (a.is_compute()) text += " " + action_label(a, chunked);
+      if (!a.is_compute()) continue;
+      text += ' ';
+      text += action_label(a, chunked);
     }
     text += "\n";
   }
@@ -199,8 +209,7 @@ std::string format_timeline(const Schedule& schedule, const StepCosts& costs) {
   const ScheduleTiming timing = simulate_schedule(schedule, costs);
   const bool chunked = is_chunked(schedule);
   const auto cells = static_cast<size_t>(std::lround(timing.makespan));
-  std::vector<std::vector<std::string>> rows(schedule.size(),
-                                             std::vector<std::string>(cells, "."));
+  std::vector<std::vector<std::string>> rows(schedule.size(), std::vector<std::string>(cells, "."));
   size_t width = 1;
   for (size_t rank = 0; rank < schedule.size(); ++rank) {
     const RankTiming& t = timing.ranks[rank];
@@ -216,7 +225,8 @@ std::string format_timeline(const Schedule& schedule, const StepCosts& costs) {
   std::string text;
   for (size_t rank = 0; rank < rows.size(); ++rank) {
     text += "rank " + std::to_string(rank) + ":";
-    for (const std::string& cell : rows[rank]) text += " " + cell + std::string(width - cell.size(), ' ');
+    for (const std::string& cell : rows[rank])
+      text += " " + cell + std::string(width - cell.size(), ' ');
     while (!text.empty() && text.back() == ' ') text.pop_back();
     text += "\n";
   }

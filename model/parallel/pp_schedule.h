@@ -21,15 +21,22 @@
 
 namespace shardlab::parallel {
 
-enum class ActionKind { kForward, kBackward, kSendActivation, kRecvActivation, kSendGrad, kRecvGrad };
+enum class ActionKind {
+  kForward,
+  kBackward,
+  kSendActivation,
+  kRecvActivation,
+  kSendGrad,
+  kRecvGrad
+};
 
 // One step of one rank. For sends and receives, micro_batch and chunk name
 // the local computation the tensor comes from (send) or is for (receive).
 struct Action {
   ActionKind kind = ActionKind::kForward;
   int micro_batch = 0;
-  int chunk = 0;   // model chunk on this rank, 0..v-1 (0 without interleaving)
-  int peer = -1;   // the other rank of a send/receive; -1 for compute
+  int chunk = 0;  // model chunk on this rank, 0..v-1 (0 without interleaving)
+  int peer = -1;  // the other rank of a send/receive; -1 for compute
 
   bool is_compute() const { return kind == ActionKind::kForward || kind == ActionKind::kBackward; }
   bool operator==(const Action&) const = default;
@@ -79,9 +86,9 @@ struct StepCosts {
 };
 
 struct RankTiming {
-  double start = 0;  // first compute starts
-  double end = 0;    // last compute ends
-  double busy = 0;   // sum of compute durations
+  double start = 0;                  // first compute starts
+  double end = 0;                    // last compute ends
+  double busy = 0;                   // sum of compute durations
   std::vector<double> action_start;  // per action of the rank's list
   std::vector<double> action_end;
 };

@@ -34,8 +34,12 @@ struct RankState {
 class Simulator {
  public:
   Simulator(const Schedule& schedule, int micro_batches, int vpp, const StepCosts& costs)
-      : schedule_(schedule), pp_(static_cast<int>(schedule.size())), m_(micro_batches),
-        vpp_(vpp), costs_(costs), ranks_(schedule.size()) {
+      : schedule_(schedule),
+        pp_(static_cast<int>(schedule.size())),
+        m_(micro_batches),
+        vpp_(vpp),
+        costs_(costs),
+        ranks_(schedule.size()) {
     const std::vector<std::vector<char>> none(static_cast<size_t>(vpp),
                                               std::vector<char>(static_cast<size_t>(m_), 0));
     for (RankState& r : ranks_) {
@@ -99,16 +103,24 @@ class Simulator {
     const int s = stage(rank, a.chunk);
     switch (a.kind) {
       case K::kForward:
-        if (r.forward_done[c][mb]) *error = "repeated forward";
-        else if (s > 0 && !r.act_in[c][mb]) *error = "forward before its input arrived";
-        else compute(r, costs_.forward, &r.forward_done[c][mb]);
+        if (r.forward_done[c][mb]) {
+          *error = "repeated forward";
+        } else if (s > 0 && !r.act_in[c][mb]) {
+          *error = "forward before its input arrived";
+        } else {
+          compute(r, costs_.forward, &r.forward_done[c][mb]);
+        }
         return error->empty();
       case K::kBackward:
-        if (r.backward_done[c][mb]) *error = "repeated backward";
-        else if (!r.forward_done[c][mb]) *error = "backward before its forward";
-        else if (s < last_stage() && !r.grad_in[c][mb])
+        if (r.backward_done[c][mb]) {
+          *error = "repeated backward";
+        } else if (!r.forward_done[c][mb]) {
+          *error = "backward before its forward";
+        } else if (s < last_stage() && !r.grad_in[c][mb]) {
           *error = "backward before the next stage's gradient arrived";
-        else compute(r, costs_.backward, &r.backward_done[c][mb]);
+        } else {
+          compute(r, costs_.backward, &r.backward_done[c][mb]);
+        }
         return error->empty();
       case K::kSendActivation:
         return send(rank, a, s + 1, r.forward_done[c][mb], "forward", error);
@@ -142,8 +154,7 @@ class Simulator {
       *error = std::string("send before its ") + after;
     } else {
       RankState& r = ranks_[static_cast<size_t>(rank)];
-      channel(rank, a.peer, a.kind == K::kSendGrad)
-          .push_back({a.micro_batch, to / pp_, r.clock});
+      channel(rank, a.peer, a.kind == K::kSendGrad).push_back({a.micro_batch, to / pp_, r.clock});
       r.timing.action_start.push_back(r.clock);
       r.timing.action_end.push_back(r.clock);
     }
@@ -183,7 +194,9 @@ class Simulator {
     std::string text = "deadlock:";
     for (int rank = 0; rank < pp_; ++rank) {
       const RankState& r = ranks_[static_cast<size_t>(rank)];
-      if (r.pc < schedule_[static_cast<size_t>(rank)].size()) text += " " + where(rank, r.pc);
+      if (r.pc == schedule_[static_cast<size_t>(rank)].size()) continue;
+      text += ' ';
+      text += where(rank, r.pc);
     }
     return text + " blocked";
   }

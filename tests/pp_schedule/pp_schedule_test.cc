@@ -24,7 +24,8 @@ using ::testing::StartsWith;
 std::string full_row(const Schedule& schedule, int rank, bool chunked = false) {
   std::string row;
   for (const Action& a : schedule[static_cast<size_t>(rank)]) {
-    row += (row.empty() ? "" : " ") + action_label(a, chunked);
+    if (!row.empty()) row += ' ';
+    row += action_label(a, chunked);
   }
   return row;
 }
@@ -73,8 +74,7 @@ TEST(PpSchedule, OneFOneBWithFewerMicroBatchesThanStages) {
             "rank 1: F0 F1 B0 B1\n"
             "rank 2: F0 F1 B0 B1\n"
             "rank 3: F0 B0 F1 B1\n");
-  EXPECT_EQ(format_schedule(one_f_one_b(3, 1)),
-            "rank 0: F0 B0\nrank 1: F0 B0\nrank 2: F0 B0\n");
+  EXPECT_EQ(format_schedule(one_f_one_b(3, 1)), "rank 0: F0 B0\nrank 1: F0 B0\nrank 2: F0 B0\n");
 }
 
 TEST(PpSchedule, InterleavedPp2M4Vpp2) {
@@ -88,7 +88,7 @@ TEST(PpSchedule, InterleavedPp2M4Vpp2) {
   // Rank 1 chunk b is the last stage: no send after its forward, no gradient
   // to wait for before its backward.
   EXPECT_THAT(full_row(s, 1, true),
-            StartsWith("rA0a<0 F0a sA0a>0 rA1a<0 F1a sA1a>0 rA0b<0 F0b B0b s"));
+              StartsWith("rA0a<0 F0a sA0a>0 rA1a<0 F1a sA1a>0 rA0b<0 F0b B0b s"));
 }
 
 TEST(PpSchedule, InterleavedAllWarmupWhenMicroBatchesEqualStages) {
@@ -146,6 +146,11 @@ TEST(PpSchedule, ValidatorNamesTheFault) {
   EXPECT_EQ(validate_schedule({{{ActionKind::kForward, 0, 0, -1}}}, 1),
             "rank 0 never runs the backward of micro-batch 0 chunk 0");
   EXPECT_THAT(validate_schedule(gpipe(1, 2), 3), HasSubstr("forward of micro-batch 2"));
+  EXPECT_EQ(
+      validate_schedule({{{ActionKind::kForward, 0, 0, -1}, {ActionKind::kForward, 0, 0, -1}}}, 1),
+      "rank 0 action 1 (F0): repeated forward");
+  EXPECT_EQ(validate_schedule(gpipe(1, 2), 1),
+            "rank 0 action 1 (F1): micro-batch or chunk out of range");
 
   s = gpipe(2, 1);
   s[0].insert(s[0].begin() + 2, s[0][1]);  // a second send of the same activation
@@ -164,7 +169,12 @@ TEST(PpSchedule, BubbleMatchesFormulaForGPipeAnd1F1B) {
           const ScheduleTiming t = simulate_schedule(s, costs);
           EXPECT_EQ(t.makespan, (m + p - 1) * (costs.forward + costs.backward));
           EXPECT_DOUBLE_EQ(t.bubble_fraction, expected);
-          for (const RankTiming& r : t.ranks) EXPECT_EQ(r.busy, m * (costs.forward + costs.backward));
+          for (int r = 0; r < p; ++r) {
+            const RankTiming& rt = t.ranks[static_cast<size_t>(r)];
+            EXPECT_EQ(rt.busy, m * (costs.forward + costs.backward));
+            EXPECT_EQ(rt.start, r * costs.forward);              // the first forward reaches rank r
+            EXPECT_EQ(rt.end, t.makespan - r * costs.backward);  // the last backward leaves it
+          }
         }
       }
     }
