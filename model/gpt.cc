@@ -33,21 +33,20 @@ std::span<Real> GPT<Real>::grad(std::string_view name) {
   return {grads_.data() + s.offset, static_cast<size_t>(s.numel)};
 }
 
-template <typename Real>
-void GPT<Real>::check_inputs(const Token* inputs, const Token* targets, int B, int T) const {
+void check_batch(const GPTConfig& config, const Token* inputs, const Token* targets, int B, int T) {
   if (B < 1) throw ConfigError("batch must be at least 1 (got " + std::to_string(B) + ")");
-  if (T < 1 || T > config_.block_size) {
+  if (T < 1 || T > config.block_size) {
     throw ConfigError("sequence length " + std::to_string(T) + " must be in 1.." +
-                      std::to_string(config_.block_size) + " (the position table, --seq)");
+                      std::to_string(config.block_size) + " (the position table, --seq)");
   }
   const int64_t N = static_cast<int64_t>(B) * T;
   for (const Token* tokens : {inputs, targets}) {
     if (tokens == nullptr) continue;
     for (int64_t i = 0; i < N; ++i) {
-      if (tokens[i] < 0 || tokens[i] >= config_.vocab_size) {
+      if (tokens[i] < 0 || tokens[i] >= config.vocab_size) {
         throw ConfigError("token " + std::to_string(tokens[i]) + " at position " +
                           std::to_string(i) + " is outside the vocabulary (--vocab " +
-                          std::to_string(config_.vocab_size) + ")");
+                          std::to_string(config.vocab_size) + ")");
       }
     }
   }
@@ -98,7 +97,7 @@ void GPT<Real>::resize_activations(int B, int T) {
 
 template <typename Real>
 Real GPT<Real>::forward(const Token* inputs, const Token* targets, int B, int T) {
-  check_inputs(inputs, targets, B, T);
+  check_batch(config_, inputs, targets, B, T);
   if (acts_live_) release_activations();  // a forward that had no backward
   resize_activations(B, T);
   acts_live_ = true;

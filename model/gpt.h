@@ -26,6 +26,10 @@
 
 namespace shardlab::model {
 
+// Checks a batch against the model: B >= 1, 1 <= T <= block_size, every token
+// (of inputs and, if not null, targets) below the vocabulary. ConfigError otherwise.
+void check_batch(const GPTConfig& config, const Token* inputs, const Token* targets, int B, int T);
+
 template <typename Real>
 class GPT {
  public:
@@ -64,7 +68,6 @@ class GPT {
 
  private:
   void resize_activations(int B, int T);
-  void check_inputs(const Token* inputs, const Token* targets, int B, int T) const;
   // Frees the accounted activations of a forward that will have no backward.
   void release_activations();
   void saved(int64_t elements) const {

@@ -1,5 +1,7 @@
 #include "model/parallel/tensor_parallel.h"
 
+#include "model/gpt.h"
+
 #include <algorithm>
 #include <string>
 
@@ -61,25 +63,10 @@ TensorParallelGPT::TensorParallelGPT(const model::GPTConfig& config, uint64_t se
 
 void TensorParallelGPT::check_inputs(const Token* inputs, const Token* targets, int B,
                                      int T) const {
-  if (B < 1) throw ConfigError("batch must be at least 1 (got " + std::to_string(B) + ")");
-  if (T < 1 || T > config_.block_size) {
-    throw ConfigError("sequence length " + std::to_string(T) + " must be in 1.." +
-                      std::to_string(config_.block_size) + " (the position table, --seq)");
-  }
+  model::check_batch(config_, inputs, targets, B, T);
   if (ctx_.sp && T % group_.size() != 0) {
     throw ConfigError("sequence length " + std::to_string(T) + " must be divisible by --tp " +
                       std::to_string(group_.size()) + " with --sp");
-  }
-  const int64_t N = static_cast<int64_t>(B) * T;
-  for (const Token* tokens : {inputs, targets}) {
-    if (tokens == nullptr) continue;
-    for (int64_t i = 0; i < N; ++i) {
-      if (tokens[i] < 0 || tokens[i] >= config_.vocab_size) {
-        throw ConfigError("token " + std::to_string(tokens[i]) + " at position " +
-                          std::to_string(i) + " is outside the vocabulary (--vocab " +
-                          std::to_string(config_.vocab_size) + ")");
-      }
-    }
   }
 }
 
