@@ -1,6 +1,9 @@
 #include "examples/shardlab/cli.h"
 
+#include <fmt/format.h>
+
 #include "runtime/errors.h"
+#include "runtime/units.h"
 #include "runtime/log.h"
 
 namespace shardlab::cli {
@@ -34,6 +37,15 @@ HardwareProfile apply_common(const CommonFlags& flags) {
 void add_size_flag(CLI::App* sub, const std::string& name, std::string& text,
                    const std::string& help) {
   sub->add_option(name, text, help)->capture_default_str();
+}
+
+std::pair<uint64_t, uint64_t> parse_size_range(const std::string& min_text, const std::string& max_text) {
+  const uint64_t lo = parse_bytes(min_text, "--min-bytes");
+  const uint64_t hi = parse_bytes(max_text, "--max-bytes");
+  if (lo == 0) throw ConfigError("--min-bytes must be at least 1");
+  if (lo > hi) throw ConfigError(fmt::format("--min-bytes {} is above --max-bytes {}", lo, hi));
+  if (hi > (4ull << 30)) throw ConfigError("--max-bytes: at most 4GiB");
+  return {lo, hi};
 }
 
 }  // namespace shardlab::cli

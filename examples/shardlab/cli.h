@@ -5,7 +5,9 @@
 // ConfigError for bad input (exit 2, one line on stderr).
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <utility>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -34,6 +36,8 @@ HardwareProfile apply_common(const CommonFlags& flags);
 // A CLI11 validator-free size flag: "--max-bytes 256MiB".
 void add_size_flag(CLI::App* sub, const std::string& name, std::string& text,
                    const std::string& help);
+// --min-bytes / --max-bytes: both parsed, 1 <= min <= max <= 4 GiB, or ConfigError.
+std::pair<uint64_t, uint64_t> parse_size_range(const std::string& min_text, const std::string& max_text);
 
 void add_collectives_command(CLI::App& app);
 void add_p2p_command(CLI::App& app);

@@ -253,11 +253,7 @@ Setup parse_setup(const CollFlags& f, const HardwareProfile& profile) {
 }
 
 std::vector<uint64_t> parse_sizes(const CollFlags& f) {
-  const uint64_t lo = parse_bytes(f.min_bytes, "--min-bytes");
-  const uint64_t hi = parse_bytes(f.max_bytes, "--max-bytes");
-  if (lo == 0) throw ConfigError("--min-bytes must be at least 1");
-  if (lo > hi) throw ConfigError(fmt::format("--min-bytes {} is above --max-bytes {}", lo, hi));
-  if (hi > (4ull << 30)) throw ConfigError("--max-bytes: at most 4GiB");
+  const auto [lo, hi] = parse_size_range(f.min_bytes, f.max_bytes);
   std::vector<uint64_t> sizes;
   for (uint64_t b = lo; b <= hi; b *= 2) sizes.push_back(b);
   return sizes;

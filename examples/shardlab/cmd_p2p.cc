@@ -106,11 +106,7 @@ int run_p2p(const P2pFlags& f) {
                                     profile.name, total - 1));
   }
   if (f.src == f.dst) throw ConfigError(fmt::format("--src and --dst are both {}: need two devices", f.src));
-  const uint64_t lo = parse_bytes(f.min_bytes, "--min-bytes");
-  const uint64_t hi = parse_bytes(f.max_bytes, "--max-bytes");
-  if (lo == 0) throw ConfigError("--min-bytes must be at least 1");
-  if (lo > hi) throw ConfigError(fmt::format("--min-bytes {} is above --max-bytes {}", lo, hi));
-  if (hi > (4ull << 30)) throw ConfigError("--max-bytes: at most 4GiB");
+  const auto [lo, hi] = parse_size_range(f.min_bytes, f.max_bytes);
 
   std::vector<uint64_t> sizes;
   for (uint64_t b = lo; b <= hi; b *= 2) sizes.push_back(b);
