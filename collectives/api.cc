@@ -27,9 +27,9 @@ template <class Body>
 Work run_on_comm(Device& dev, const ProcessGroup& g, const CollOptions& opt, Body body) {
   require(g.global_rank() == dev.rank(),
           fmt::format("collective on {} called by device {}, not this group's member", g.to_string(), dev.rank()));
-  Stream& s = dev.comm();
+  Stream& s = opt.stream ? *opt.stream : dev.comm();
   s.wait(opt.after ? *opt.after : dev.compute().record());
-  Ctx c(dev, g);
+  Ctx c(dev, g, s);
   body(c);
   c.finish();
   return Work(s.record());
@@ -172,7 +172,7 @@ Work iall_to_all(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out,
   if (idx.size() < 5 * un) idx.resize(5 * un);
   std::fill(idx.begin() + static_cast<long>(4 * un), idx.begin() + static_cast<long>(5 * un), block);
   const std::span<const size_t> counts(idx.data() + 4 * un, un);
-  return iall_to_all_v(dev, g, in, counts, out, counts, CollOptions{algo, opt.after});
+  return iall_to_all_v(dev, g, in, counts, out, counts, CollOptions{algo, opt.after, opt.stream});
 }
 
 Work iall_to_all_v(Device& dev, const ProcessGroup& g, ConstBuffer in, std::span<const size_t> send_counts,

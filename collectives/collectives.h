@@ -83,6 +83,10 @@ struct CollOptions {
   Algo algo = Algo::kAuto;
   // The comm stream waits for this before starting; default: compute().record().
   std::optional<Event> after;
+  // The stream the collective runs on; null: the communication stream. Pass
+  // &dev.compute() for collectives on the critical path, as Megatron's
+  // tensor-parallel all-reduces are (NCCL kernels on the current stream).
+  Stream* stream = nullptr;
 };
 
 // Chunk i of `count` elements split over n: [count*i/n, count*(i+1)/n).

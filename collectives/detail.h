@@ -17,8 +17,8 @@ namespace shardlab::collectives::detail {
 // One collective call on one member.
 class Ctx {
  public:
-  Ctx(Device& dev, const ProcessGroup& g)
-      : dev_(dev), s_(dev.comm()), g_(g), tag_(g.next_tag()), esize_(element_size(dev.precision())),
+  Ctx(Device& dev, const ProcessGroup& g, Stream& s)
+      : dev_(dev), s_(s), g_(g), tag_(g.next_tag()), esize_(element_size(dev.precision())),
         n_(g.size()), me_(g.rank()) {}
 
   Device& dev() const { return dev_; }

@@ -30,7 +30,9 @@ Time Stream::run(const char* name, Time duration, uint64_t bytes, double flops) 
 
 void Stream::mark(const char* name, Time start, Time end, uint64_t bytes, int peer, bool advance) {
   if (end > start) {
+    const Time before = busy_;
     add_busy(start, end);
+    transfer_busy_ += busy_ - before;
     owner_->record(kind_, name, start, end, bytes, 0, peer);
   }
   if (advance && end > now_) {

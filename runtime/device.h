@@ -52,6 +52,8 @@ class Stream {
 
   // Union of busy intervals so far (intervals are added in nondecreasing start order).
   Time busy() const { return busy_; }
+  // The part of busy() spent in sends and receives (communication run on this stream).
+  Time transfer_busy() const { return transfer_busy_; }
   // The busy intervals themselves, merged, in time order.
   struct Interval {
     Time start, end;
@@ -66,6 +68,7 @@ class Stream {
   Time now_ = 0;
   Time busy_ = 0;
   Time busy_until_ = 0;
+  Time transfer_busy_ = 0;
   std::vector<Interval> intervals_;
 };
 

@@ -72,14 +72,15 @@ float vocab_parallel_cross_entropy_forward(float* probs, float* losses, float* s
     zmax[n] = *std::max_element(z, z + Vl);
   }
   coll::all_reduce(*c.dev, *c.group, coll::Buffer(zmax, static_cast<size_t>(N)),
-                   coll::ReduceOp::kMax);
+                   coll::ReduceOp::kMax, c.on_compute());
   for (int64_t n = 0; n < N; ++n) {
     model::ArrayMap<float> prow(probs + n * Vl, Vl);
     prow = (model::ConstArrayMap<float>(logits + n * Vl, Vl) - zmax[n]).exp();
     sums[n] = prow.sum();
     ztarget[n] = owned(targets[n], v0, Vl) ? logits[n * Vl + (targets[n] - v0)] : 0.0f;
   }
-  coll::all_reduce(*c.dev, *c.group, coll::Buffer(sums, static_cast<size_t>(2 * N)));
+  coll::all_reduce(*c.dev, *c.group, coll::Buffer(sums, static_cast<size_t>(2 * N)), coll::ReduceOp::kSum,
+                   c.on_compute());
   double total = 0;
   for (int64_t n = 0; n < N; ++n) {
     model::ArrayMap<float>(probs + n * Vl, Vl) *= 1.0f / sums[n];

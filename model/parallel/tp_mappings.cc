@@ -8,25 +8,26 @@ namespace coll = collectives;
 
 void copy_to_tp_region_bwd(const TpContext& c, const float* partial, float* out, int64_t n) {
   coll::all_reduce(*c.dev, *c.group, coll::ConstBuffer(partial, static_cast<size_t>(n)),
-                   coll::Buffer(out, static_cast<size_t>(n)));
+                   coll::Buffer(out, static_cast<size_t>(n)), coll::ReduceOp::kSum, c.on_compute());
 }
 
 void reduce_from_tp_region_fwd(const TpContext& c, const float* partial, float* out, int64_t n) {
   coll::all_reduce(*c.dev, *c.group, coll::ConstBuffer(partial, static_cast<size_t>(n)),
-                   coll::Buffer(out, static_cast<size_t>(n)));
+                   coll::Buffer(out, static_cast<size_t>(n)), coll::ReduceOp::kSum, c.on_compute());
 }
 
 void gather_from_sequence_parallel_fwd(const TpContext& c, const float* local, float* full,
                                        int64_t n_local) {
   coll::all_gather(*c.dev, *c.group, coll::ConstBuffer(local, static_cast<size_t>(n_local)),
-                   coll::Buffer(full, static_cast<size_t>(n_local * c.tp())));
+                   coll::Buffer(full, static_cast<size_t>(n_local * c.tp())), c.on_compute());
 }
 
 void gather_from_sequence_parallel_bwd(const TpContext& c, float* dfull, float* dlocal,
                                        int64_t n_local) {
   coll::reduce_scatter(*c.dev, *c.group,
                        coll::ConstBuffer(dfull, static_cast<size_t>(n_local * c.tp())),
-                       coll::Buffer(dlocal, static_cast<size_t>(n_local)));
+                       coll::Buffer(dlocal, static_cast<size_t>(n_local)), coll::ReduceOp::kSum,
+                       c.on_compute());
 }
 
 void reduce_scatter_to_sequence_parallel_fwd(const TpContext& c, float* partial, float* local,

@@ -38,6 +38,14 @@ struct TpContext {
 
   int tp() const { return group->size(); }
   int rank() const { return group->rank(); }
+  // TP collectives sit on the critical path: they run on the compute stream,
+  // as Megatron's do (NCCL kernels on the current stream), so they never queue
+  // behind data-parallel buckets on the communication stream.
+  collectives::CollOptions on_compute() const {
+    collectives::CollOptions o;
+    o.stream = &dev->compute();
+    return o;
+  }
 };
 
 // ---- The pairs ----------------------------------------------------------------

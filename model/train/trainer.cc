@@ -189,15 +189,19 @@ nlohmann::json report_json(const TrainOptions& o, const Cluster& cluster, const 
   for (const auto& d : r.run.devices) {
     nlohmann::json peaks;
     for (int k = 0; k < kNumMemKinds; ++k) peaks[mem_kind_name(static_cast<MemKind>(k))] = d.peak_by_kind[k];
-    // Time split: compute busy, communication not hidden under compute, idle.
-    const Time idle = std::max<Time>(0, makespan - d.compute_busy - d.comm_exposed);
+    // Time split: compute, communication not hidden under compute (the comm
+    // stream's exposed part plus collectives run on the compute stream, TP's), idle.
+    const Time compute = d.compute_busy - d.compute_transfer;
+    const Time exposed = d.comm_exposed + d.compute_transfer;
+    const Time idle = std::max<Time>(0, makespan - compute - exposed);
     const auto c = mesh.coords(d.rank);
     j["devices"].push_back({{"rank", d.rank}, {"node", d.node}, {"name", mesh.describe(d.rank)},
                             {"coords", {{"dp", c.dp}, {"tp", c.tp}, {"pp", c.pp}, {"ep", c.ep}}},
                             {"peak_bytes", d.peak_bytes}, {"peak_bytes_by_kind", peaks},
                             {"capacity_bytes", d.capacity_bytes},
-                            {"compute_s", to_seconds(d.compute_busy)}, {"comm_s", to_seconds(d.comm_exposed)},
-                            {"comm_total_s", to_seconds(d.comm_busy)}, {"idle_s", to_seconds(idle)}});
+                            {"compute_s", to_seconds(compute)}, {"comm_s", to_seconds(exposed)},
+                            {"comm_total_s", to_seconds(d.comm_busy + d.compute_transfer)},
+                            {"idle_s", to_seconds(idle)}});
   }
   const double step_s = to_seconds(makespan) / std::max<size_t>(1, r.steps.size());
   const double peak = CostModel(cluster.profile().device, cluster.options().precision).peak_flops();
