@@ -43,10 +43,9 @@ void clear_inbox(Ctx& c) {
   for (Message& m : c.group().inbox()) m = Message{};  // payloads back to the pool
 }
 
-}  // namespace
-
-void direct_all_reduce(Ctx& c, const float* in, float* out, size_t count, ReduceOp op) {
-  for (int k = 1; k < c.n(); ++k) c.send(c.rel(k), in, count);
+// Receives `count` elements from every other member and reduces them with
+// this member's `in` into `out`, in member order.
+void reduce_received(Ctx& c, const float* in, float* out, size_t count, ReduceOp op) {
   std::vector<Message>& inbox = gather_inbox(c, [&](int) { return count; });
   if (in && out) {
     combine_in_member_order(out, count, c.n(), op, [&](int j) {
@@ -55,6 +54,13 @@ void direct_all_reduce(Ctx& c, const float* in, float* out, size_t count, Reduce
   }
   finalize(out, count, op, c.n());
   clear_inbox(c);
+}
+
+}  // namespace
+
+void direct_all_reduce(Ctx& c, const float* in, float* out, size_t count, ReduceOp op) {
+  for (int k = 1; k < c.n(); ++k) c.send(c.rel(k), in, count);
+  reduce_received(c, in, out, count, op);
 }
 
 void direct_reduce_scatter(Ctx& c, const float* in, float* out, size_t count, ReduceOp op) {
@@ -97,14 +103,7 @@ void direct_reduce(Ctx& c, const float* in, float* out, size_t count, ReduceOp o
     c.send(root, in, count);
     return;
   }
-  std::vector<Message>& inbox = gather_inbox(c, [&](int) { return count; });
-  if (in && out) {
-    combine_in_member_order(out, count, c.n(), op, [&](int j) {
-      return j == c.me() ? in : floats(inbox[static_cast<size_t>(j)]);
-    });
-  }
-  finalize(out, count, op, c.n());
-  clear_inbox(c);
+  reduce_received(c, in, out, count, op);
 }
 
 }  // namespace shardlab::collectives::detail
