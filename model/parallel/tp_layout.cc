@@ -29,8 +29,11 @@ void check_tensor_parallel_config(const GPTConfig& cfg, int tp, bool sp) {
          " with --sp (sequences are split over TP ranks)");
 }
 
-TpLayout::TpLayout(const GPTConfig& cfg, int tp, int rank) : config_(cfg), tp_(tp), rank_(rank) {
+TpLayout::TpLayout(const GPTConfig& cfg, int tp, int rank, LayoutFilter filter)
+    : config_(cfg), tp_(tp), rank_(rank), filter_(std::move(filter)) {
   SHARDLAB_CHECK(tp >= 1 && rank >= 0 && rank < tp, "bad tp rank");
+  SHARDLAB_CHECK(filter_.layers.empty() || int(filter_.layers.size()) == cfg.n_layer,
+                 "layout filter: one entry per layer");
   const ParamTable table(cfg);
   const int64_t C = cfg.n_embd, V = cfg.vocab_size, F = 4 * C;
   const int64_t Vl = V / tp, Cl = C / tp, Fl = F / tp;
@@ -48,6 +51,7 @@ TpLayout::TpLayout(const GPTConfig& cfg, int tp, int rank) : config_(cfg), tp_(t
              n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0;
     };
     const bool mlp = n.find(".mlp.") != std::string::npos;
+    if (!holds_spec(p)) continue;
     if (n == "transformer.wte.weight") {
       add(p, {Vl, C}, 0, {{rank * Vl, Vl}}, false);
     } else if (ends("attn.c_attn.weight")) {
@@ -72,6 +76,19 @@ TpLayout::TpLayout(const GPTConfig& cfg, int tp, int rank) : config_(cfg), tp_(t
       b.count = s.offset + s.numel - b.offset;
     }
   }
+}
+
+bool TpLayout::holds_spec(const ParamSpec& p) const {
+  const std::string& n = p.name;
+  if (n.rfind("transformer.wte.", 0) == 0) return filter_.wte;
+  if (n.rfind("transformer.wpe.", 0) == 0) return filter_.wpe;
+  if (n.rfind("transformer.ln_f.", 0) == 0) return filter_.ln_f;
+  if (p.layer < 0) return true;
+  if (!filter_.holds_layer(p.layer)) return false;
+  const std::string experts = ".mlp.experts.";
+  const size_t at = n.find(experts);
+  if (at == std::string::npos) return true;
+  return filter_.holds_expert(std::stoi(n.substr(at + experts.size())));
 }
 
 void TpLayout::add(const ParamSpec& p, Shape local, int split_dim,
@@ -159,10 +176,14 @@ model::MlpView<float> mlp(const TpLayout& l, float* base, const std::string& pre
 model::GPTView<float> TpLayout::view(float* base) const {
   using model::block_name;
   model::GPTView<float> v;
-  v.wte = base + at("transformer.wte.weight").offset;
-  v.wpe = base + at("transformer.wpe.weight").offset;
+  if (filter_.wte) v.wte = base + at("transformer.wte.weight").offset;
+  if (filter_.wpe) v.wpe = base + at("transformer.wpe.weight").offset;
   for (int l = 0; l < config_.n_layer; ++l) {
     model::BlockView<float> b;
+    if (!filter_.holds_layer(l)) {
+      v.blocks.push_back(std::move(b));
+      continue;
+    }
     b.ln_1 = layernorm(*this, base, block_name(l, "ln_1"));
     b.c_attn = linear(*this, base, block_name(l, "attn.c_attn"), true);
     b.attn_proj = linear(*this, base, block_name(l, "attn.c_proj"), true);
@@ -171,13 +192,13 @@ model::GPTView<float> TpLayout::view(float* base) const {
     if (b.moe) {
       b.router = base + at(block_name(l, "mlp.router.weight")).offset;
       for (int e = 0; e < config_.n_expert; ++e)
-        b.experts.push_back(mlp(*this, base, block_name(l, "mlp.experts." + std::to_string(e))));
+        if (filter_.holds_expert(e)) b.experts.push_back(mlp(*this, base, block_name(l, "mlp.experts." + std::to_string(e))));
     } else {
       b.mlp = mlp(*this, base, block_name(l, "mlp"));
     }
     v.blocks.push_back(std::move(b));
   }
-  v.ln_f = layernorm(*this, base, "transformer.ln_f");
+  if (filter_.ln_f) v.ln_f = layernorm(*this, base, "transformer.ln_f");
   return v;
 }
 

@@ -42,28 +42,46 @@ struct FlatRange {
   int64_t count = 0;
 };
 
+// Which tensors a rank holds, beyond its tensor-parallel slice: a pipeline
+// stage holds some blocks (and wte / wpe / ln_f only on the first / last
+// stage), an expert-parallel rank holds experts [expert_begin, expert_end) of
+// every MoE block. The default holds everything.
+struct LayoutFilter {
+  std::vector<bool> layers;  // (n_layer) or empty = every block
+  bool wte = true, wpe = true, ln_f = true;
+  int expert_begin = 0, expert_end = -1;  // -1: to the last expert
+  bool holds_layer(int l) const { return layers.empty() || layers[static_cast<size_t>(l)]; }
+  bool holds_expert(int e) const { return e >= expert_begin && (expert_end < 0 || e < expert_end); }
+};
+
 class TpLayout {
  public:
-  TpLayout(const model::GPTConfig& config, int tp, int rank);
+  TpLayout(const model::GPTConfig& config, int tp, int rank, LayoutFilter filter = {});
 
   const std::vector<ShardSpec>& shards() const { return shards_; }
   int64_t numel() const { return numel_; }
   const ShardSpec& at(std::string_view name) const;
+  bool holds(std::string_view name) const { return index_.count(std::string(name)) > 0; }
+  const LayoutFilter& filter() const { return filter_; }
   // Flat ranges of every local tensor of block l, of wte, wpe and ln_f.
   FlatRange block(int l) const { return blocks_[static_cast<size_t>(l)]; }
   FlatRange prefix(std::string_view prefix) const;
 
   // Fills params (numel()) with exactly this rank's slice of the unsharded init.
   void init(const model::ParamTable& table, uint64_t seed, float* params) const;
-  // Views of every local tensor inside `base` (params or grads) with local sizes.
+  // Views of every local tensor inside `base` (params or grads) with local
+  // sizes. Tensors not held stay null; blocks not held are empty views; an
+  // MoE block's `experts` lists the held experts only, in order.
   model::GPTView<float> view(float* base) const;
 
  private:
+  bool holds_spec(const model::ParamSpec& p) const;
   void add(const model::ParamSpec& p, Shape local, int split_dim,
            std::vector<ShardSpec::Range> ranges, bool replicated);
 
   model::GPTConfig config_;
   int tp_ = 1, rank_ = 0;
+  LayoutFilter filter_;
   std::vector<ShardSpec> shards_;
   std::unordered_map<std::string, size_t> index_;
   std::vector<FlatRange> blocks_;
