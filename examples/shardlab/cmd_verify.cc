@@ -92,7 +92,7 @@ int run_verify(VerifyFlags& f) {
   if (f.train.common.json) {
     fmt::print("{}\n", train::verify_json(r).dump(2));
   } else {
-    const collectives::DeviceMesh mesh({.tp = sharded.parallel.tp, .dp = sharded.parallel.dp});
+    const collectives::DeviceMesh mesh(sharded.parallel.mesh_shape());
     print_table(sharded, mesh, r, vo);
   }
   return r.passed ? 0 : 1;

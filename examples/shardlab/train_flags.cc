@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "model/config.h"
+#include "model/parallel/pipeline_stage.h"
 #include "runtime/errors.h"
 #include "runtime/units.h"
 
@@ -48,6 +49,14 @@ void TrainFlags::add(CLI::App* sub) {
       ->capture_default_str();
   sub->add_option("--bucket-mb", bucket_mb, "DP gradient bucket size in MB")->capture_default_str();
   sub->add_flag("--no-overlap", no_overlap, "Reduce DP gradients after backward instead of during it");
+  sub->add_option("--pp", pp, "Pipeline-parallel stages")->capture_default_str();
+  sub->add_option("--micro-batches", micro_batches,
+                  "Micro-batches per step (gradient accumulation; the pipeline's M)")
+      ->capture_default_str();
+  sub->add_option("--schedule", schedule, "Pipeline schedule: gpipe, 1f1b or interleaved")
+      ->capture_default_str();
+  sub->add_option("--vpp", vpp, "Model chunks per pipeline rank (interleaved)")->capture_default_str();
+  sub->add_option("--pp-layers", pp_layers, "Blocks per stage, e.g. 3,3,2 (default: balanced)");
   sub->add_option("--corrupt-shard", corrupt_shard, "NAME:RANK (testing verify)")->group("");
 }
 
@@ -83,6 +92,11 @@ train::TrainOptions TrainFlags::options() const {
   o.init_path = init;
   o.save_path = save;
   o.parallel = {dp, tp, sp, zero, bucket_mb, !no_overlap};
+  o.parallel.pp = pp;
+  o.parallel.schedule = parallel::parse_schedule(schedule);
+  o.parallel.vpp = vpp;
+  if (!pp_layers.empty()) o.parallel.stage_layers = parallel::parse_stage_layers(pp_layers);
+  o.micro_batches = micro_batches;
   o.corrupt_shard = corrupt_shard;
   o.validate();
   train::validate_parallel(o);
@@ -96,7 +110,7 @@ ClusterOptions TrainFlags::cluster_options() const {
   else if (precision == "bf16") c.precision = Precision::kBf16;
   else throw ConfigError(fmt::format("--precision: unknown \"{}\" (fp32, bf16)", precision));
   c.pace = common.pace;
-  c.world_size = dp * tp;
+  c.world_size = dp * tp * pp;
   c.trace = !common.trace.empty();
   return c;
 }

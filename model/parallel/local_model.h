@@ -18,6 +18,7 @@
 
 #include "model/kernels.h"
 #include "model/sink.h"
+#include "runtime/errors.h"
 #include "runtime/tensor.h"
 
 namespace shardlab::parallel {
@@ -57,6 +58,12 @@ class LocalModel {
   virtual float forward(const model::Token* inputs, const model::Token* targets, int B, int T) = 0;
   // Gradients of the last forward's loss, accumulated into grads().
   virtual void backward() = 0;
+  // The same for the loss scaled by dloss (gradient accumulation over M
+  // micro-batches uses 1/M). Models that only support dloss = 1 keep this.
+  virtual void backward_scaled(float dloss) {
+    SHARDLAB_CHECK(dloss == 1.0f, "this model has no scaled backward");
+    backward();
+  }
   virtual void zero_grad() = 0;
 
   virtual std::span<float> params() = 0;

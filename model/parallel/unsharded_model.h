@@ -15,6 +15,7 @@ class UnshardedModel final : public LocalModel {
     return gpt_.forward(inputs, targets, B, T);
   }
   void backward() override { gpt_.backward(); }
+  void backward_scaled(float dloss) override { gpt_.backward(dloss); }
   void zero_grad() override { gpt_.zero_grad(); }
   std::span<float> params() override { return gpt_.params(); }
   std::span<float> grads() override { return gpt_.grads(); }

@@ -4,12 +4,14 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <optional>
 
 #include <fmt/format.h>
 
 #include "collectives/collectives.h"
 #include "model/optimizer.h"
 #include "model/parallel/data_parallel.h"
+#include "model/parallel/pipeline.h"
 #include "model/parallel/tensor_parallel.h"
 #include "model/parallel/tp_layout.h"
 #include "model/parallel/unsharded_model.h"
@@ -23,11 +25,16 @@ using parallel::DataParallel;
 using parallel::LocalModel;
 using parallel::ShardSpec;
 
-void scatter_to_global(const LocalModel& model, std::span<const float> local, int tp_rank,
-                       const model::ParamTable& table, std::span<float> global,
-                       const std::vector<LocalRange>* only) {
+namespace {
+constexpr const char* kTiedName = "transformer.wte.weight";  // embedding and head (pipeline: two copies)
+}  // namespace
+
+void scatter_to_global(const LocalModel& model, std::span<const float> local,
+                       const collectives::Coords& coords, const model::ParamTable& table,
+                       std::span<float> global, const std::vector<LocalRange>* only) {
   for (const ShardSpec& s : model.shards()) {
-    if (s.tp_replicated && tp_rank != 0) continue;
+    if (s.tp_replicated && coords.tp != 0) continue;
+    if (coords.pp != 0 && s.name == kTiedName) continue;  // the first stage writes the tied wte
     const int64_t base = table.at(s.name).offset;
     for (int64_t i = 0; i < s.numel; ++i) {
       const int64_t at = s.offset + i;
@@ -80,15 +87,40 @@ void DeviceProgram::run(Device& dev) {
   const auto coords = mesh.coords(dev.rank());
   const coll::ProcessGroup dp_group = mesh.group(dev.rank(), "dp");
   const coll::ProcessGroup tp_group = mesh.group(dev.rank(), "tp");
-  const coll::ProcessGroup norm_group = mesh.group(dev.rank(), par.zero >= 2 ? "tp-dp" : "tp");
+  const coll::ProcessGroup pp_group = mesh.group(dev.rank(), "pp");
+  const coll::ProcessGroup norm_group =
+      mesh.group(dev.rank(), std::string(par.zero >= 2 ? "tp-dp" : "tp") + (par.pp > 1 ? "-pp" : ""));
+  // Micro-batching or stages run through the pipeline executor; a single
+  // micro-batch on one stage is one forward and one backward.
+  const int M = o.micro_batches;
+  // Micro-batches on the unsharded model are a plain gradient-accumulation
+  // loop (verify's reference); under TP they go through the executor too.
+  const bool pipelined = par.pp > 1 || (M > 1 && par.tp > 1);
   std::unique_ptr<LocalModel> model;
-  if (par.tp == 1) {
+  parallel::PipelineModel* pipe = nullptr;
+  if (pipelined) {
+    auto p = std::make_unique<parallel::PipelineModel>(
+        o.model, o.seed, dev, tp_group, par.sp,
+        parallel::StagePlacement{par.pp, par.vpp, coords.pp, par.stage_layers});
+    pipe = p.get();
+    model = std::move(p);
+  } else if (par.tp == 1) {
     model = std::make_unique<parallel::UnshardedModel>(o.model, o.seed);
   } else {
     model = std::make_unique<parallel::TensorParallelGPT>(o.model, o.seed, dev, tp_group, par.sp);
   }
   SHARDLAB_CHECK(model != nullptr, fmt::format("no model for tp {} ({})", par.tp, tp_group.to_string()));
   if (init) load_shards(*model, *init);
+  // The tied wte lives on the first and the last pipeline rank: its gradient
+  // is summed between the two (Megatron's embedding group).
+  std::optional<coll::ProcessGroup> embedding_group;
+  if (par.pp > 1 && (coords.pp == 0 || coords.pp == par.pp - 1))
+    embedding_group.emplace(std::vector<int>{pp_group.global_rank(0), pp_group.global_rank(par.pp - 1)},
+                            dev.rank(), "embedding");
+  // Each parameter counted once in norms and gathers: the tied copy of the last stage is not.
+  auto counted = [&](const ShardSpec& s) {
+    return (!s.tp_replicated || coords.tp == 0) && (coords.pp == 0 || s.name != kTiedName);
+  };
 
   dev.log().info("{}: {} local parameters", mesh.describe(dev.rank()), model->params().size());
   DeviceSink sink(dev);
@@ -98,7 +130,10 @@ void DeviceProgram::run(Device& dev) {
   const int64_t n = static_cast<int64_t>(params.size());
   parallel::DataParallelOptions dpo{uint64_t(par.bucket_mb * 1e6), par.overlap, par.zero};
   DataParallel dp(dev, dp_group, grads, parallel::backward_ready_order(model->shards()), dpo);
-  sink.on_grads_ready([&dp](int64_t off, int64_t cnt) { dp.grads_ready(off, cnt); });
+  bool final_micro_batch = true;  // gradients are final only in the last micro-batch's backward
+  sink.on_grads_ready([&](int64_t off, int64_t cnt) {
+    if (final_micro_batch) dp.grads_ready(off, cnt);
+  });
   sink.on_average([&](float* data, int64_t cnt) {
     if (dp_group.size() == 1) return false;
     coll::all_reduce(dev, dp_group, coll::Buffer(data, size_t(cnt)), coll::ReduceOp::kAvg);
@@ -118,34 +153,79 @@ void DeviceProgram::run(Device& dev) {
   dev.arena().allocate(optim_bytes, MemKind::kOptimizer, "adamw state");
   model::Buffer<float> m(size_t(n), 0.0f), v(size_t(n), 0.0f);
 
-  const int64_t rows = o.model.batch_size / par.dp, r0 = coords.dp * rows;
+  // Rows: micro-batch mb is rows [mb·B/M, (mb+1)·B/M) of the global batch,
+  // split over dp. Without micro-batching that is rows [d·B/dp, (d+1)·B/dp).
+  const int64_t rows = o.model.batch_size / (int64_t{M} * par.dp);
+  auto first_row = [&](int mb) { return mb * (o.model.batch_size / M) + coords.dp * rows; };
   const int T = o.model.block_size;
   const bool leader = dev.rank() == 0;
+  std::optional<parallel::PipelineExecutor> executor;
+  std::vector<model::Batch> micro(static_cast<size_t>(M));
+  if (pipe) {
+    pipe->set_micro_batch(int(rows), T);
+    std::vector<int> stages(pp_group.members().begin(), pp_group.members().end());
+    executor.emplace(dev, *pipe,
+                     parallel::build_schedule(par.schedule, par.pp, M, par.vpp)[size_t(coords.pp)],
+                     std::move(stages), M);
+  }
   const auto wall0 = std::chrono::steady_clock::now();
   for (int step = 0; step < o.steps; ++step) {
-    const model::Batch batch = sampler.batch_rows(step, r0, r0 + rows);
     dp.begin_step();
     model->zero_grad();
-    const float loss = model->forward(batch.x.data(), batch.y.data(), int(rows), T);
-    model->backward();
+    float loss = 0, ce = 0, aux = 0;
+    PhaseRecord& phase = result.phases[size_t(dev.rank())][size_t(step)];
+    if (pipe) {
+      for (int mb = 0; mb < M; ++mb) {
+        const bool needs = pipe->layout_filter().wte;  // first or last stage: tokens
+        if (needs) micro[size_t(mb)] = sampler.batch_rows(step, first_row(mb), first_row(mb) + rows);
+      }
+      pipe->reset_losses();
+      const parallel::PipelinePhase ph = executor->run([&](int mb) {
+        return parallel::MicroBatchTokens{micro[size_t(mb)].x.data(), micro[size_t(mb)].y.data()};
+      });
+      phase = {ph.start, ph.end, ph.busy, ph.sent_bytes};
+      const parallel::FlatRange wte = pipe->wte_range();
+      if (embedding_group)
+        coll::all_reduce(dev, *embedding_group, coll::Buffer(grads.data() + wte.offset, size_t(wte.count)));
+      if (wte.count > 0) dp.grads_ready(wte.offset, wte.count);
+      // The micro-batch mean; CE lives on the last stage, aux on every stage with MoE blocks.
+      float parts[2] = {float(pipe->ce_sum() / M), float(pipe->aux_sum() / M)};
+      if (pp_group.size() > 1) coll::all_reduce(dev, pp_group, coll::Buffer(parts, 2));
+      ce = parts[0];
+      aux = parts[1];
+      loss = ce + float(o.model.aux_coef) * aux;
+    } else {
+      phase.start = dev.compute().now();
+      const Time busy0 = dev.compute().busy();
+      for (int mb = 0; mb < M; ++mb) {
+        const model::Batch batch = sampler.batch_rows(step, first_row(mb), first_row(mb) + rows);
+        loss += model->forward(batch.x.data(), batch.y.data(), int(rows), T) / float(M);
+        final_micro_batch = mb == M - 1;
+        model->backward_scaled(1.0f / float(M));
+        ce += model->ce_loss() / float(M);
+        aux += model->aux_loss() / float(M);
+      }
+      phase.end = dev.compute().now();
+      phase.busy = dev.compute().busy() - busy0;
+    }
     dp.finish_grads();
     if (step == 0 && o.keep_step0_grads) {
       // With ZeRO-2 each dp rank holds the reduced gradient of its own chunks only.
       std::vector<LocalRange> mine;
       for (const auto& r : dp.owned()) mine.push_back({r.begin, r.size});
-      if (dp.sharded_grads()) scatter_to_global(*model, grads, coords.tp, table, result.step0_grads, &mine);
-      else if (coords.dp == 0) scatter_to_global(*model, grads, coords.tp, table, result.step0_grads);
+      if (dp.sharded_grads()) scatter_to_global(*model, grads, coords, table, result.step0_grads, &mine);
+      else if (coords.dp == 0) scatter_to_global(*model, grads, coords, table, result.step0_grads);
     }
 
     // The step's loss for the record: the dp average (as Megatron logs it).
-    float losses[3] = {loss, model->ce_loss(), model->aux_loss()};
+    float losses[3] = {loss, ce, aux};
     if (dp_group.size() > 1) coll::all_reduce(dev, dp_group, coll::Buffer(losses, 3), coll::ReduceOp::kAvg);
 
     // Global gradient norm, each parameter counted once.
     double sq = 0;
     const auto& norm_ranges = dp.sharded_grads() ? dp.owned() : std::vector<DataParallel::Range>{{0, n}};
     for_owned(norm_ranges, model->shards(), [&](int64_t lo, int64_t cnt, const ShardSpec& s) {
-      if (!s.tp_replicated || coords.tp == 0) sq += model::sum_squares(grads.data() + lo, cnt);
+      if (counted(s)) sq += model::sum_squares(grads.data() + lo, cnt);
     });
     sink.op("grad_norm", model::sum_squares_cost(dp.sharded_grads() ? owned : n, elem));
     if (norm_group.size() > 1) {
@@ -183,7 +263,7 @@ void DeviceProgram::run(Device& dev) {
     if (colon != std::string::npos && std::stoi(o.corrupt_shard.substr(colon + 1)) == dev.rank())
       corrupt(*model, o.corrupt_shard.substr(0, colon));
   }
-  scatter_to_global(*model, params, coords.tp, table, result.replicas[size_t(coords.dp)]);
+  scatter_to_global(*model, params, coords, table, result.replicas[size_t(coords.dp)]);
   dev.arena().release(optim_bytes, MemKind::kOptimizer);
 }
 

@@ -11,6 +11,7 @@
 #include "model/params.h"
 #include "model/train/device_program.h"
 #include "collectives/mesh.h"
+#include "model/parallel/pipeline_stage.h"
 #include "model/parallel/tp_layout.h"
 #include "runtime/errors.h"
 
@@ -38,6 +39,7 @@ void TrainOptions::validate() const {
   require(adam.weight_decay >= 0, "--weight-decay must be >= 0");
   require(grad_clip >= 0, "--grad-clip must be >= 0 (0 turns clipping off)");
   require(warmup_steps >= 0, "--warmup-steps must be >= 0");
+  require(micro_batches >= 1, fmt::format("--micro-batches must be at least 1 (got {})", micro_batches));
 }
 
 nlohmann::json TrainOptions::to_json() const {
@@ -55,11 +57,14 @@ nlohmann::json TrainOptions::to_json() const {
             {"warmup_steps", warmup_steps}, {"lr_schedule", lr_schedule_name(lr_schedule)}}},
           {"data", data},
           {"sampling", model::sampling_name(sampling)},
+          {"micro_batches", micro_batches},
           {"init", init_path},
           {"save", save_path},
           {"parallel",
            {{"dp", parallel.dp}, {"tp", parallel.tp}, {"sp", parallel.sp}, {"zero", parallel.zero},
-            {"bucket_mb", parallel.bucket_mb}, {"overlap", parallel.overlap}}}};
+            {"bucket_mb", parallel.bucket_mb}, {"overlap", parallel.overlap}, {"pp", parallel.pp},
+            {"schedule", parallel::schedule_name(parallel.schedule)}, {"vpp", parallel.vpp},
+            {"pp_layers", parallel.stage_layers}}}};
 }
 
 double learning_rate(const TrainOptions& o, int step) {
@@ -105,8 +110,14 @@ void validate_parallel(const TrainOptions& o) {
   require(p.tp >= 1, fmt::format("--tp must be at least 1 (got {})", p.tp));
   require(p.zero >= 0 && p.zero <= 2, fmt::format("--zero must be 0, 1 or 2 (got {})", p.zero));
   require(p.bucket_mb > 0, "--bucket-mb must be positive");
+  require(p.pp >= 1, fmt::format("--pp must be at least 1 (got {})", p.pp));
   require(m.batch_size % p.dp == 0,
           fmt::format("--batch {} is not divisible by --dp {}", m.batch_size, p.dp));
+  require(m.batch_size % (o.micro_batches * p.dp) == 0,
+          fmt::format("--batch {} is not divisible by --micro-batches {} x --dp {}", m.batch_size,
+                      o.micro_batches, p.dp));
+  parallel::check_pipeline_config(p.schedule, p.pp, o.micro_batches, p.vpp);
+  parallel::check_stage_layers(m, p.pp, p.vpp, p.stage_layers);
   require(m.n_head % p.tp == 0, fmt::format("--heads {} is not divisible by --tp {}", m.n_head, p.tp));
   require(m.vocab_size % p.tp == 0,
           fmt::format("--vocab {} is not divisible by --tp {} (the vocabulary is split over tp)", m.vocab_size, p.tp));
@@ -118,11 +129,45 @@ void validate_parallel(const TrainOptions& o) {
           "--capacity-factor with --dp > 1 is not supported yet (drops must follow the global token order)");
 }
 
+namespace {
+
+// The bubble: per step and pipeline, the window from the first stage's start
+// to the last stage's end; each rank's idle share of it.
+void summarize_phases(const collectives::DeviceMesh& mesh, TrainResult& r) {
+  const size_t world = r.phases.size();
+  r.phase_totals.assign(world, {});
+  double share = 0;
+  int64_t count = 0;
+  for (size_t rank = 0; rank < world; ++rank) {
+    const auto stages = mesh.group_ranks(int(rank), "pp");
+    for (size_t step = 0; step < r.phases[rank].size(); ++step) {
+      Time start = r.phases[rank][step].start, end = r.phases[rank][step].end;
+      for (int other : stages) {
+        start = std::min(start, r.phases[size_t(other)][step].start);
+        end = std::max(end, r.phases[size_t(other)][step].end);
+      }
+      const PhaseRecord& mine = r.phases[rank][step];
+      const Time idle = std::max<Time>(0, (end - start) - mine.busy);
+      DevicePhaseTotals& t = r.phase_totals[rank];
+      t.busy += mine.busy;
+      t.idle += idle;
+      t.p2p_bytes += mine.p2p_bytes;
+      if (end > start) {
+        share += double(idle) / double(end - start);
+        ++count;
+      }
+    }
+  }
+  r.bubble_fraction = count > 0 ? share / double(count) : 0.0;
+}
+
+}  // namespace
+
 TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& on_step) {
   o.validate();
   validate_parallel(o);
   if (cluster.world_size() != o.parallel.world())
-    throw ConfigError(fmt::format("--dp x --tp = {} devices but the cluster has {}", o.parallel.world(),
+    throw ConfigError(fmt::format("--dp x --tp x --pp = {} devices but the cluster has {}", o.parallel.world(),
                                   cluster.world_size()));
   const model::GPTConfig& mc = o.model;
   auto data = std::make_shared<const model::TokenData>(
@@ -142,9 +187,11 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
   result.replicas.assign(size_t(o.parallel.dp), std::vector<float>(size_t(table.numel()), 0.0f));
   if (o.keep_step0_grads) result.step0_grads.assign(size_t(table.numel()), 0.0f);
 
-  const collectives::DeviceMesh mesh({.tp = o.parallel.tp, .dp = o.parallel.dp});
+  result.phases.assign(size_t(o.parallel.world()), std::vector<PhaseRecord>(size_t(o.steps)));
+  const collectives::DeviceMesh mesh(o.parallel.mesh_shape());
   DeviceProgram program{o, mesh, table, sampler, init ? &*init : nullptr, result, on_step};
   result.run = cluster.run([&](Device& dev) { program.run(dev); });
+  summarize_phases(mesh, result);
   result.final_params = std::move(result.replicas[0]);
   for (size_t r = 1; r < result.replicas.size(); ++r) {
     for (const auto& s : table.specs()) {
@@ -183,7 +230,7 @@ nlohmann::json report_json(const TrainOptions& o, const Cluster& cluster, const 
                           {"virtual_time_s", to_seconds(s.virtual_end)}, {"wall_s", s.wall_s}});
   }
   const Time makespan = r.run.makespan();
-  const collectives::DeviceMesh mesh({.tp = o.parallel.tp, .dp = o.parallel.dp});
+  const collectives::DeviceMesh mesh(o.parallel.mesh_shape());
   j["config"]["mesh"] = mesh.to_string();
   j["devices"] = nlohmann::json::array();
   for (const auto& d : r.run.devices) {
@@ -202,6 +249,13 @@ nlohmann::json report_json(const TrainOptions& o, const Cluster& cluster, const 
                             {"compute_s", to_seconds(compute)}, {"comm_s", to_seconds(exposed)},
                             {"comm_total_s", to_seconds(d.comm_busy + d.compute_transfer)},
                             {"idle_s", to_seconds(idle)}});
+    if (size_t(d.rank) < r.phase_totals.size()) {
+      const DevicePhaseTotals& t = r.phase_totals[size_t(d.rank)];
+      const Time window = t.busy + t.idle;
+      j["devices"].back()["fwd_bwd"] = {{"busy_s", to_seconds(t.busy)}, {"idle_s", to_seconds(t.idle)},
+                                        {"idle_fraction", window > 0 ? double(t.idle) / double(window) : 0.0},
+                                        {"p2p_sent_bytes", t.p2p_bytes}};
+    }
   }
   const double step_s = to_seconds(makespan) / std::max<size_t>(1, r.steps.size());
   const double peak = CostModel(cluster.profile().device, cluster.options().precision).peak_flops();
@@ -209,7 +263,7 @@ nlohmann::json report_json(const TrainOptions& o, const Cluster& cluster, const 
       {"virtual_step_s", step_s},
       {"virtual_total_s", to_seconds(makespan)},
       {"host_tokens_per_s", r.loop_wall_s > 0 ? double(r.tokens_per_step) * r.steps.size() / r.loop_wall_s : 0},
-      {"bubble_fraction", 0.0},
+      {"bubble_fraction", r.bubble_fraction},
       {"mfu", step_s > 0 ? r.model_flops_per_step / step_s / (peak * cluster.world_size()) : 0},
       {"final_loss", r.steps.empty() ? 0 : r.steps.back().loss},
       {"n_params", r.n_params}};

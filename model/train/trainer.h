@@ -16,9 +16,11 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "collectives/mesh.h"
 #include "model/config.h"
 #include "model/io/data.h"
 #include "model/optimizer.h"
+#include "model/parallel/pp_schedule.h"
 #include "runtime/cluster.h"
 
 namespace shardlab::train {
@@ -35,12 +37,22 @@ struct ParallelOptions {
   int zero = 0;               // ZeRO stage 0, 1 or 2 over dp
   double bucket_mb = 25;      // DP gradient bucket, MB (1e6 modeled bytes)
   bool overlap = true;        // reduce buckets during backward
-  int world() const { return dp * tp; }
+  int pp = 1;                 // pipeline stages (ranks)
+  parallel::ScheduleKind schedule = parallel::ScheduleKind::k1F1B;
+  int vpp = 1;                // model chunks per pipeline rank (interleaved)
+  std::vector<int> stage_layers;  // blocks per virtual stage; empty = balanced
+  int world() const { return dp * tp * pp; }
+  // The mesh of the collectives issue: tp fastest, then dp, then pp.
+  collectives::MeshShape mesh_shape() const { return {.tp = tp, .dp = dp, .pp = pp}; }
 };
 
 struct TrainOptions {
   model::GPTConfig model;       // batch_size is the global batch (sequences)
   ParallelOptions parallel;
+  // Gradient accumulation: the global batch runs as M micro-batches of
+  // batch/M rows (rows [m·B/M, (m+1)·B/M), each split over dp), the loss is
+  // the mean of their losses. The unsharded reference of verify keeps M.
+  int micro_batches = 1;
   int steps = 100;
   uint64_t seed = 1337;
   model::AdamWHyper adam;
@@ -78,6 +90,17 @@ struct StepRecord {
   double wall_s = 0;      // host seconds since the loop started
 };
 
+struct PhaseRecord {
+  Time start = 0, end = 0, busy = 0;
+  uint64_t p2p_bytes = 0;  // pipeline activations and gradients sent
+};
+
+struct DevicePhaseTotals {
+  Time busy = 0;  // compute-stream busy inside the pipeline's windows
+  Time idle = 0;  // window minus busy: this stage's share of the bubble
+  uint64_t p2p_bytes = 0;
+};
+
 struct TrainResult {
   std::vector<StepRecord> steps;
   std::vector<float> final_params;  // unsharded, laid out by model::ParamTable
@@ -93,6 +116,12 @@ struct TrainResult {
   int64_t tokens_per_step = 0;
   double model_flops_per_step = 0;  // nanoGPT's estimate: 6N + 12 L H Q T per token
   double loop_wall_s = 0;           // host seconds in the step loop
+  // Forward-backward phase of every device and step (optimizer excluded).
+  std::vector<std::vector<PhaseRecord>> phases;  // (devices, steps)
+  // Mean over steps and pipeline ranks of the compute stream's idle share of
+  // its pipeline's forward-backward window (first start to last end).
+  double bubble_fraction = 0;
+  std::vector<DevicePhaseTotals> phase_totals;  // (devices) summed over steps
 };
 
 // Called on device 0's thread after every step (progress bars).

@@ -1,0 +1,105 @@
+#include "model/parallel/pipeline.h"
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "runtime/errors.h"
+
+namespace shardlab::parallel {
+
+namespace {
+
+// Point-to-point tags of the pipeline (user range, below the collectives' bit 63).
+constexpr Tag kActivationTag = 0x5050'4143'0000'0000ull;  // "PPAC"
+constexpr Tag kGradTag = 0x5050'4752'0000'0000ull;        // "PPGR"
+
+bool is_grad(ActionKind k) { return k == ActionKind::kSendGrad || k == ActionKind::kRecvGrad; }
+
+}  // namespace
+
+PipelineExecutor::PipelineExecutor(Device& dev, PipelineModel& model, std::vector<Action> actions,
+                                   std::vector<int> pp_ranks, int micro_batches)
+    : dev_(dev),
+      model_(model),
+      actions_(std::move(actions)),
+      pp_ranks_(std::move(pp_ranks)),
+      micro_batches_(micro_batches),
+      p2p_(&dev, StreamKind::kComm) {
+  SHARDLAB_CHECK(int(pp_ranks_.size()) == model.placement().pp, "one global rank per pipeline rank");
+}
+
+void PipelineExecutor::send(const Action& a, const float* data) {
+  const int64_t n = model_.boundary_elements();
+  const int dst = pp_ranks_[size_t(a.peer)];
+  if (dst == dev_.rank()) {
+    local_[is_grad(a.kind)].emplace_back(data, data + n);
+    return;
+  }
+  const uint64_t bytes = uint64_t(n) * element_size(dev_.precision());
+  p2p_.wait(dev_.compute().record());  // the tensor exists once the compute stream made it
+  dev_.isend(p2p_, dst, is_grad(a.kind) ? kGradTag : kActivationTag,
+             {reinterpret_cast<const std::byte*>(data), size_t(n) * sizeof(float)}, bytes);
+  sent_bytes_ += bytes;
+}
+
+void PipelineExecutor::recv(const Action& a, float* into) {
+  const int64_t n = model_.boundary_elements();
+  const int src = pp_ranks_[size_t(a.peer)];
+  if (src == dev_.rank()) {
+    auto& q = local_[is_grad(a.kind)];
+    SHARDLAB_CHECK(!q.empty(), "pipeline: local receive before its send");
+    std::copy(q.front().begin(), q.front().end(), into);
+    q.pop_front();
+    return;
+  }
+  p2p_.wait(dev_.compute().record());  // posted when the compute stream gets here
+  Message m = dev_.recv(p2p_, src, is_grad(a.kind) ? kGradTag : kActivationTag);
+  SHARDLAB_CHECK(m.payload.size() == size_t(n) * sizeof(float),
+                 fmt::format("pipeline: device {} sent {} bytes, expected {}", src, m.payload.size(),
+                             n * sizeof(float)));
+  std::memcpy(into, m.payload.data(), m.payload.size());
+  dev_.compute().wait(p2p_.record());
+}
+
+PipelinePhase PipelineExecutor::run(const std::function<MicroBatchTokens(int mb)>& tokens) {
+  Stream& compute = dev_.compute();
+  PipelinePhase phase;
+  phase.start = compute.now();
+  const Time busy0 = compute.busy();
+  const uint64_t sent0 = sent_bytes_;
+  const float dloss = 1.0f / float(micro_batches_);
+  const StagePlacement& place = model_.placement();
+  for (const Action& a : actions_) {
+    switch (a.kind) {
+      case ActionKind::kForward: {
+        MicroBatchTokens t;
+        if (place.first(a.chunk) || place.last(a.chunk)) t = tokens(a.micro_batch);
+        model_.forward(a.chunk, a.micro_batch, place.first(a.chunk) ? t.inputs : nullptr,
+                       place.last(a.chunk) ? t.targets : nullptr);
+        break;
+      }
+      case ActionKind::kBackward:
+        model_.backward(a.chunk, a.micro_batch, dloss, a.micro_batch == micro_batches_ - 1);
+        break;
+      case ActionKind::kSendActivation:
+        send(a, model_.output(a.chunk, a.micro_batch));
+        break;
+      case ActionKind::kRecvActivation:
+        recv(a, model_.input(a.chunk, a.micro_batch));
+        break;
+      case ActionKind::kSendGrad:
+        send(a, model_.input_grad());
+        break;
+      case ActionKind::kRecvGrad:
+        recv(a, model_.output_grad());
+        break;
+    }
+  }
+  phase.end = compute.now();
+  phase.busy = compute.busy() - busy0;
+  phase.sent_bytes = sent_bytes_ - sent0;
+  return phase;
+}
+
+}  // namespace shardlab::parallel

@@ -1,0 +1,68 @@
+// The pipeline executor: runs one rank's list of schedule actions
+// (pp_schedule.h) on a PipelineModel for one training step.
+//
+// Activations and their gradients travel point to point between neighbouring
+// pipeline ranks on the device's fabric, through a pipeline stream of their
+// own (Megatron runs its p2p on separate streams): a send leaves when the
+// compute stream has produced the tensor, a receive is posted when the
+// compute stream reaches it, and the compute stream waits for the arrival,
+// so the wait shows as idle compute time (the bubble) and the transfer sits
+// on the communication track of the trace. Messages carry the real bytes;
+// their virtual size is Nr·C elements at the modeled precision.
+//
+// Thread safety: one executor per device thread.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <vector>
+
+#include "model/parallel/pipeline_stage.h"
+#include "model/parallel/pp_schedule.h"
+#include "runtime/device.h"
+
+namespace shardlab::parallel {
+
+// The tokens of one micro-batch on this rank (null where the stage needs none).
+struct MicroBatchTokens {
+  const model::Token* inputs = nullptr;
+  const model::Token* targets = nullptr;
+};
+
+// What one rank's forward-backward phase took, in virtual time.
+struct PipelinePhase {
+  Time start = 0;        // the compute stream when the phase began
+  Time end = 0;          // ... and when its last action finished
+  Time busy = 0;         // compute-stream busy time inside the phase
+  uint64_t sent_bytes = 0;  // modeled bytes of activations and gradients sent
+};
+
+class PipelineExecutor {
+ public:
+  // `actions`: this rank's list; `pp_ranks[i]`: the global rank of pipeline
+  // rank i (in the same tp/dp coordinates).
+  PipelineExecutor(Device& dev, PipelineModel& model, std::vector<Action> actions,
+                   std::vector<int> pp_ranks, int micro_batches);
+
+  // Runs the list once. `tokens(mb)` gives the micro-batch's tokens; it is
+  // called only on ranks holding the first or the last stage.
+  PipelinePhase run(const std::function<MicroBatchTokens(int mb)>& tokens);
+
+  const std::vector<Action>& actions() const { return actions_; }
+
+ private:
+  void send(const Action& a, const float* data);
+  void recv(const Action& a, float* into);
+
+  Device& dev_;
+  PipelineModel& model_;
+  std::vector<Action> actions_;
+  std::vector<int> pp_ranks_;
+  int micro_batches_;
+  Stream p2p_;
+  uint64_t sent_bytes_ = 0;
+  // pp = 1 with interleaving: chunk c hands its tensors to chunk c ± 1 here.
+  std::deque<std::vector<float>> local_[2];
+};
+
+}  // namespace shardlab::parallel
