@@ -264,6 +264,12 @@ void DeviceProgram::run(Device& dev) {
       corrupt(*model, o.corrupt_shard.substr(0, colon));
   }
   scatter_to_global(*model, params, coords, table, result.replicas[size_t(coords.dp)]);
+  if (par.pp > 1 && coords.pp == par.pp - 1 && coords.dp == 0) {
+    for (const ShardSpec& s : model->shards())
+      if (s.name == kTiedName)
+        for (int64_t i = 0; i < s.numel; ++i)
+          result.tied_copy[size_t(parallel::global_index(s, i))] = params[size_t(s.offset + i)];
+  }
   dev.arena().release(optim_bytes, MemKind::kOptimizer);
 }
 

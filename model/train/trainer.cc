@@ -187,6 +187,8 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
   result.replicas.assign(size_t(o.parallel.dp), std::vector<float>(size_t(table.numel()), 0.0f));
   if (o.keep_step0_grads) result.step0_grads.assign(size_t(table.numel()), 0.0f);
 
+  const model::ParamSpec& wte = table.at("transformer.wte.weight");
+  if (o.parallel.pp > 1) result.tied_copy.assign(size_t(wte.numel), 0.0f);
   result.phases.assign(size_t(o.parallel.world()), std::vector<PhaseRecord>(size_t(o.steps)));
   const collectives::DeviceMesh mesh(o.parallel.mesh_shape());
   DeviceProgram program{o, mesh, table, sampler, init ? &*init : nullptr, result, on_step};
@@ -205,6 +207,13 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
     }
   }
   result.replicas.clear();
+  for (size_t i = 0; i < result.tied_copy.size(); ++i) {
+    const float a = result.tied_copy[i], b = result.final_params[size_t(wte.offset) + i];
+    if (a == b) continue;
+    if (result.replica_mismatch.empty())
+      result.replica_mismatch = "transformer.wte.weight: the last pipeline stage's tied copy";
+    result.replica_max_diff = std::max(result.replica_max_diff, std::isnan(a - b) ? INFINITY : std::abs(double(a) - b));
+  }
 
   if (!o.save_path.empty()) {
     std::vector<model::NamedTensorView> views;

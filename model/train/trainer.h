@@ -110,6 +110,8 @@ struct TrainResult {
   std::string replica_mismatch;
   double replica_max_diff = 0;
   std::vector<std::vector<float>> replicas;  // (dp) unsharded final params of each dp rank
+  // Pipeline: the last stage's copy of the tied wte (it must equal the first stage's).
+  std::vector<float> tied_copy;
   RunResult run;
   std::optional<double> best_loss;  // of the data, when known
   int64_t n_params = 0;

@@ -1,0 +1,195 @@
+// Pipeline parallelism end to end: sharded runs against the unsharded model,
+// the measured bubble against the textbook formulas, activation stashes
+// against the schedules, and the point-to-point volumes.
+#include <cstdio>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "model/config.h"
+#include "model/train/trainer.h"
+#include "model/train/verify.h"
+#include "runtime/profile.h"
+
+namespace shardlab::train {
+namespace {
+
+using parallel::ScheduleKind;
+
+// A small model with 8 blocks so pp 4 × vpp 2 has a block per virtual stage.
+model::GPTConfig small_model(int experts) {
+  model::GPTConfig c = model::preset("tiny");
+  c.n_layer = 8;
+  c.n_embd = 64;
+  c.n_head = 4;
+  c.block_size = 32;
+  c.vocab_size = 64;
+  c.batch_size = 8;
+  c.n_expert = experts;
+  c.top_k = 2;
+  c.aux_coef = experts > 0 ? 0.01 : 0.0;
+  return c;
+}
+
+TrainResult run(const TrainOptions& o, const HardwareProfile& profile) {
+  ClusterOptions c;
+  c.world_size = o.parallel.world();
+  Cluster cluster(profile, c);
+  return train(cluster, o);
+}
+
+// Trains `o` and the unsharded model with the same micro-batches; both must agree.
+void expect_matches_unsharded(const TrainOptions& o) {
+  TrainOptions ref = o;
+  ref.parallel = {};
+  const HardwareProfile& profile = builtin_profiles().front();
+  const TrainResult a = run(o, profile), b = run(ref, profile);
+  const VerifyResult r = compare_runs(a, b, model::ParamTable(o.model), {.grads = true});
+  std::printf("pp %d tp %d dp %d M %d %s vpp %d experts %d: loss rel diff %.2e, param rel L2 %.2e, "
+              "grad rel L2 %.2e (tol 1e-5)\n",
+              o.parallel.pp, o.parallel.tp, o.parallel.dp, o.micro_batches,
+              std::string(parallel::schedule_name(o.parallel.schedule)).c_str(), o.parallel.vpp,
+              o.model.n_expert, r.max_loss_rel_diff, r.param_rel_l2, r.grad_rel_l2);
+  EXPECT_TRUE(r.passed) << (r.first_mismatch ? r.first_mismatch->kind + " " + r.first_mismatch->name : "");
+  EXPECT_LE(r.max_loss_rel_diff, 1e-5);
+  EXPECT_LE(r.param_rel_l2, 1e-5);
+  EXPECT_LE(r.grad_rel_l2, 1e-5);
+}
+
+TrainOptions pipeline(int pp, int M, ScheduleKind kind, int experts) {
+  TrainOptions o;
+  o.model = small_model(experts);
+  o.steps = 3;
+  o.keep_step0_grads = true;
+  o.micro_batches = M;
+  o.parallel.pp = pp;
+  o.parallel.schedule = kind;
+  o.parallel.vpp = kind == ScheduleKind::kInterleaved ? 2 : 1;
+  return o;
+}
+
+class PipelineVerify : public ::testing::TestWithParam<std::tuple<int, int, ScheduleKind, int>> {};
+
+TEST_P(PipelineVerify, MatchesTheUnshardedModel) {
+  const auto [pp, M, kind, experts] = GetParam();
+  if (kind == ScheduleKind::kInterleaved && M % pp != 0) GTEST_SKIP() << "interleaved needs M % pp == 0";
+  expect_matches_unsharded(pipeline(pp, M, kind, experts));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Grid, PipelineVerify,
+    ::testing::Combine(::testing::Values(2, 4), ::testing::Values(1, 4, 8),
+                       ::testing::Values(ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved),
+                       ::testing::Values(0, 4)));
+
+TEST(Pipeline3D, TpTimesPpTimesDpMatchesTheUnshardedModel) {
+  for (int experts : {0, 4}) {
+    for (bool sp : {false, true}) {
+      TrainOptions o = pipeline(2, 4, ScheduleKind::k1F1B, experts);
+      o.parallel.tp = 2;
+      o.parallel.dp = 2;
+      o.parallel.sp = sp;
+      o.parallel.zero = sp ? 2 : 1;
+      expect_matches_unsharded(o);
+    }
+  }
+  TrainOptions o = pipeline(2, 2, ScheduleKind::kInterleaved, 0);
+  o.parallel.tp = 2;
+  o.parallel.dp = 2;
+  expect_matches_unsharded(o);
+}
+
+TEST(PipelineStages, UnevenStagesFromPpLayersMatch) {
+  TrainOptions o = pipeline(3, 4, ScheduleKind::k1F1B, 0);
+  o.parallel.stage_layers = {4, 3, 1};
+  expect_matches_unsharded(o);
+}
+
+// Compute-bound hardware with free links: zero latency, unbounded bandwidth,
+// no launch overhead, memory traffic free. With wide blocks and a tiny
+// vocabulary the embedding and head are negligible, so stages are uniform.
+HardwareProfile ideal_profile() {
+  HardwareProfile p = builtin_profiles().front();
+  p.name = "ideal";
+  p.device.launch_overhead_us = 0;
+  p.device.compute_efficiency = 1.0;
+  p.device.mem_bandwidth_GBps = 1e9;
+  p.intra = p.inter = LinkSpec{0.0, 1e9};
+  return p;
+}
+
+TEST(PipelineBubble, MatchesTheTextbookFormulaOnUniformStages) {
+  const int pp = 4;
+  for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved}) {
+    for (int M : {1, 4, 8, 16}) {
+      if (kind == ScheduleKind::kInterleaved && M % pp != 0) continue;
+      TrainOptions o = pipeline(pp, M, kind, 0);
+      o.model.n_embd = 512;
+      o.model.block_size = 16;
+      o.model.vocab_size = 8;
+      o.model.batch_size = 16;
+      o.steps = 1;
+      o.keep_step0_grads = false;
+      const TrainResult r = run(o, ideal_profile());
+      const int v = o.parallel.vpp;
+      const double formula = double(pp - 1) / (v * M + pp - 1);
+      const double rel = (r.bubble_fraction - formula) / formula;
+      std::printf("%-12s pp %d M %2d: bubble %.4f, formula (p-1)/(%sm+p-1) = %.4f, rel diff %+.4f (tol 0.01)\n",
+                  std::string(parallel::schedule_name(kind)).c_str(), pp, M, r.bubble_fraction,
+                  v > 1 ? "v·" : "", formula, rel);
+      EXPECT_LE(std::abs(rel), 0.01) << parallel::schedule_name(kind) << " M " << M;
+    }
+  }
+}
+
+// Peak activation bytes of each pipeline rank.
+std::vector<uint64_t> activation_peaks(const TrainOptions& o) {
+  const TrainResult r = run(o, builtin_profiles().front());
+  std::vector<uint64_t> out;
+  for (const auto& d : r.run.devices) out.push_back(d.peak_by_kind[int(MemKind::kActivation)]);
+  return out;
+}
+
+TEST(PipelineMemory, GPipeStashesEveryMicroBatchAndOneFOneBAtMostPpMinusRank) {
+  // The same micro-batch shape (2 rows) throughout: M micro-batches of a batch of 2M.
+  const int pp = 4, M = 8;
+  auto options = [&](ScheduleKind kind, int micro) {
+    TrainOptions o = pipeline(pp, micro, kind, 0);
+    o.model.batch_size = 2 * micro;
+    o.steps = 1;
+    o.keep_step0_grads = false;
+    return o;
+  };
+  const auto one = activation_peaks(options(ScheduleKind::kGPipe, 1));
+  const auto gpipe = activation_peaks(options(ScheduleKind::kGPipe, M));
+  const auto ofob = activation_peaks(options(ScheduleKind::k1F1B, M));
+  // Middle stages hold nothing but the stash: exact multiples of one micro-batch.
+  for (int r = 1; r < pp - 1; ++r) {
+    std::printf("stage %d: one micro-batch %llu B, gpipe %llu B (x%.2f), 1f1b %llu B (x%.2f)\n", r,
+                (unsigned long long)one[r], (unsigned long long)gpipe[r], double(gpipe[r]) / one[r],
+                (unsigned long long)ofob[r], double(ofob[r]) / one[r]);
+    EXPECT_EQ(gpipe[r], uint64_t(M) * one[r]);
+    EXPECT_EQ(ofob[r], uint64_t(pp - r) * one[r]);
+  }
+  // First and last stages: gpipe grows with M, 1f1b stays below it.
+  for (int r : {0, pp - 1}) {
+    EXPECT_GT(gpipe[r], uint64_t(M - 1) * one[r]);
+    EXPECT_LT(ofob[r], gpipe[r]);
+  }
+}
+
+TEST(PipelineComm, EachStageSendsOneActivationAndOneGradientPerMicroBatch) {
+  const int pp = 4, M = 4;
+  TrainOptions o = pipeline(pp, M, ScheduleKind::k1F1B, 0);
+  o.steps = 2;
+  o.keep_step0_grads = false;
+  const TrainResult r = run(o, builtin_profiles().front());
+  const uint64_t tensor = uint64_t(o.model.batch_size / M) * o.model.block_size * o.model.n_embd * 4;
+  for (int rank = 0; rank < pp; ++rank) {
+    const int tensors = (rank < pp - 1) + (rank > 0);  // activations forward, gradients back
+    EXPECT_EQ(r.phase_totals[size_t(rank)].p2p_bytes, uint64_t(o.steps) * M * tensors * tensor) << rank;
+  }
+}
+
+}  // namespace
+}  // namespace shardlab::train
