@@ -148,5 +148,33 @@ TEST(Verify, BadInputIsOneLineAndExitCode2) {
   expect_usage_error("verify --model tiny --tol-loss -1", "--tol-loss");
 }
 
+TEST(Pipeline, ThreeDimensionalRunMatchesAndTheTiedCopyIsChecked) {
+  auto j = verify("--tp 2 --pp 2 --dp 2 --micro-batches 4 --grads");
+  std::printf("tp2 pp2 dp2 M4: loss %.3e, params %.3e\n", j["max_loss_rel_diff"].get<double>(),
+              j["param_rel_l2"].get<double>());
+  EXPECT_TRUE(j["passed"].get<bool>());
+  // The last stage's copy of the tied wte drifting from the first stage's is caught.
+  auto k = verify("--pp 2 --micro-batches 2 --corrupt-shard transformer.wte.weight:1", 1);
+  EXPECT_EQ(k["first_mismatch"]["kind"], "replica");
+  EXPECT_NE(k["first_mismatch"]["name"].get<std::string>().find("tied copy"), std::string::npos);
+}
+
+TEST(Pipeline, BadConfigurationsAreOneLineAndExitCode2) {
+  expect_usage_error("train --model tiny --pp 8", "--pp 8 is more than --layers 4");
+  expect_usage_error("train --model tiny --pp 2 --vpp 2 --schedule interleaved --micro-batches 2 --layers 3",
+                     "--pp 2 x --vpp 2 = 4 stages is more than --layers 3");
+  expect_usage_error("train --model tiny --pp 2 --pp-layers 3,2", "--pp-layers sums to 5 but the model has --layers 4");
+  expect_usage_error("train --model tiny --pp 2 --pp-layers 4", "--pp-layers has 1 entries but there are 2 stages");
+  expect_usage_error("train --model tiny --pp 2 --pp-layers 3,x", "--pp-layers \"3,x\"");
+  expect_usage_error("train --model tiny --pp 2 --pp-layers 4,0", "every stage needs at least one block");
+  expect_usage_error("train --model tiny --pp 4 --schedule interleaved --vpp 2 --micro-batches 6 --batch 12 --layers 8",
+                     "must be a multiple of --pp 4");
+  expect_usage_error("train --model tiny --pp 2 --micro-batches 3", "--batch 8 is not divisible by --micro-batches 3 x --dp 1");
+  expect_usage_error("train --model tiny --pp 2 --schedule zigzag", "zigzag");
+  expect_usage_error("train --model tiny --pp 2 --vpp 2", "--vpp");
+  expect_usage_error("train --model tiny --pp 0", "--pp");
+  expect_usage_error("train --model tiny --micro-batches 0", "--micro-batches");
+}
+
 }  // namespace
 }  // namespace shardlab
