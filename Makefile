@@ -33,8 +33,8 @@ demo: build
 	$(BIN) collectives --op all_reduce --ranks 8 --min-bytes 1KiB --max-bytes 64MiB
 	$(BIN) collectives --op all_reduce --ranks 16 --min-bytes 1KiB --max-bytes 64MiB
 	$(BIN) train --model tiny --data synthetic:markov --steps 300
-	$(BIN) verify --model tiny --data synthetic:markov --steps 20 --dp 2 --tp 2 --sp --zero 1 --trace build/verify.trace.json
-	@echo "shardlab: open build/verify.trace.json in https://ui.perfetto.dev: 4 virtual GPUs, compute and comm streams"
+	$(BIN) verify --model tiny --data synthetic:markov --steps 20 --tp 2 --pp 2 --dp 2 --sp --zero 1 --micro-batches 4 --trace build/verify.trace.json
+	@echo "shardlab: open build/verify.trace.json in https://ui.perfetto.dev: 8 virtual GPUs (tp 2 x pp 2 x dp 2), compute and comm streams, the 1F1B pipeline"
 
 test: build
 	ctest --preset release -j $(JOBS) -LE full

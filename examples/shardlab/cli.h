@@ -5,6 +5,8 @@
 // ConfigError for bad input (exit 2, one line on stderr).
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <cstdint>
 #include <functional>
 #include <utility>
@@ -43,6 +45,8 @@ void add_collectives_command(CLI::App& app);
 void add_p2p_command(CLI::App& app);
 void add_profiles_command(CLI::App& app);
 void add_train_command(CLI::App& app);
+// The per-device table of a train report (train's and verify's summaries).
+void print_device_table(const nlohmann::json& report);
 void add_verify_command(CLI::App& app);
 
 }  // namespace shardlab::cli

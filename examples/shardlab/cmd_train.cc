@@ -60,13 +60,7 @@ void print_summary(const train::TrainOptions& o, const Cluster& cluster, const t
              precision_name(cluster.options().precision), s["virtual_step_s"].get<double>() * 1e3,
              s["mfu"].get<double>() * 100);
   fmt::print("host: {:.0f} tokens/s ({:.2f} s in the loop)\n", s["host_tokens_per_s"].get<double>(), r.loop_wall_s);
-  for (const auto& d : r.run.devices) {
-    fmt::print("device {} peak memory {} of {} (params {}, grads {}, optimizer {}, activations {})\n", d.rank,
-               format_bytes(d.peak_bytes), format_bytes(d.capacity_bytes),
-               format_bytes(d.peak_by_kind[int(MemKind::kParam)]), format_bytes(d.peak_by_kind[int(MemKind::kGrad)]),
-               format_bytes(d.peak_by_kind[int(MemKind::kOptimizer)]),
-               format_bytes(d.peak_by_kind[int(MemKind::kActivation)]));
-  }
+  print_device_table(report);
 }
 
 int run_train(TrainFlags& f) {
@@ -92,6 +86,29 @@ int run_train(TrainFlags& f) {
 }
 
 }  // namespace
+
+void print_device_table(const nlohmann::json& report) {
+  const auto& devices = report["devices"];
+  const double steps = std::max<size_t>(1, report["steps"].size());
+  const bool pipelined = report["config"]["parallel"]["pp"].get<int>() > 1;
+  if (pipelined) {
+    fmt::print("pipeline bubble: {:.1f}% of the forward-backward phase (mean over stages; schedule {}, {} micro-batches)\n",
+               report["summary"]["bubble_fraction"].get<double>() * 100,
+               report["config"]["parallel"]["schedule"].get<std::string>(), report["config"]["micro_batches"].get<int>());
+  }
+  fmt::print("{:>4}  {:<28} {:>11} {:>11} {:>9} {:>9} {:>12} {:>12}\n", "rank", "mesh position", "compute ms",
+             "exposed ms", "idle ms", "fb idle", "peak memory", "activations");
+  for (const auto& d : devices) {
+    const auto& peaks = d["peak_bytes_by_kind"];
+    fmt::print("{:>4}  {:<28} {:>11.3f} {:>11.3f} {:>9.3f} {:>8.1f}% {:>12} {:>12}\n", d["rank"].get<int>(),
+               d["name"].get<std::string>(), d["compute_s"].get<double>() * 1e3 / steps,
+               d["comm_s"].get<double>() * 1e3 / steps, d["idle_s"].get<double>() * 1e3 / steps,
+               d["fwd_bwd"]["idle_fraction"].get<double>() * 100, format_bytes(d["peak_bytes"].get<uint64_t>()),
+               format_bytes(peaks["activation"].get<uint64_t>()));
+  }
+  fmt::print("(per step; exposed = communication not hidden under compute; fb idle = compute idle share of the\n"
+             " forward-backward phase, the stage's bubble)\n");
+}
 
 void add_train_command(CLI::App& app) {
   auto* sub = app.add_subcommand("train", "Train the GPT on the virtual cluster");

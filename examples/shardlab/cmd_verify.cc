@@ -82,9 +82,10 @@ int run_verify(VerifyFlags& f) {
                        [&] { b = train::train(reference_cluster, reference); });
   if (!f.train.common.trace.empty())
     write_chrome_trace(f.train.common.trace, a.run.traces, "shardlab verify (sharded run)");
+  const nlohmann::json report = train::report_json(sharded, sharded_cluster, a);
   if (!f.train.report.empty()) {
     std::ofstream out(f.train.report);
-    out << train::report_json(sharded, sharded_cluster, a).dump(2) << '\n';
+    out << report.dump(2) << '\n';
     if (!out) throw ConfigError(fmt::format("--report: cannot write \"{}\"", f.train.report));
   }
   const model::ParamTable table(sharded.model);
@@ -94,6 +95,8 @@ int run_verify(VerifyFlags& f) {
   } else {
     const collectives::DeviceMesh mesh(sharded.parallel.mesh_shape());
     print_table(sharded, mesh, r, vo);
+    fmt::print("sharded run on {}:\n", profile.name);
+    print_device_table(report);
   }
   return r.passed ? 0 : 1;
 }
