@@ -98,7 +98,7 @@ std::vector<RankResult> run_all(const model::GPTConfig& config, const Batch& bat
     // small buckets so that several of each kind exist); otherwise one average.
     std::optional<DataParallel> dp;
     if (spec.ep > 1) {
-      const DataParallelOptions o{.bucket_bytes = 8192, .overlap = false, .zero = 0};
+      const DataParallelOptions o{.bucket_bytes = 8192, .overlap = false, .zero = spec.zero};
       dp.emplace(dev, dp_group, m.grads(), backward_ready_order(m.shards()), o,
                  DataParallel::ExpertGrads{&edp_group, expert_ranges(m.shards())});
       dp->begin_step();
@@ -118,6 +118,8 @@ std::vector<RankResult> run_all(const model::GPTConfig& config, const Batch& bat
     }
     if (dp) {
       dp->finish_grads();
+      // ZeRO-2 reduces each chunk onto its owner only: gather them back.
+      if (dp->sharded_grads()) dp->gather_params(m.grads());
     } else if (spec.dp > 1) {
       collectives::all_reduce(dev, dp_group, collectives::Buffer(m.grads()),
                               collectives::ReduceOp::kAvg);

@@ -75,6 +75,7 @@ struct RunSpec {
   int ep = 1;         // expert parallel (divides dp): experts spread over ep ranks and
                       // gradients reduced by DataParallel (experts over edp, SUM / dp)
   bool global_routing = false;  // MoE f_i and capacity over the dp group (MoeGroups::capacity)
+  int zero = 0;  // with ep > 1: DataParallel's ZeRO stage (gradients gathered back for the check)
   int backwards = 1;  // forward+backward passes without zero_grad in between
   // If non-empty: every rank loads its slices of these unsharded parameters
   // (ParamTable layout) after construction.
