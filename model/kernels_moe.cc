@@ -97,6 +97,22 @@ void router_backward(Real* dlogits, const Real* dgates, Real daux, const Real* p
   }
 }
 
+void moe_expert_counts(int64_t* counts, const int32_t* expert, int64_t N, int E, int K) {
+  std::fill(counts, counts + E, 0);
+  for (int64_t a = 0; a < N * K; ++a) ++counts[expert[a]];
+}
+
+int64_t moe_apply_capacity(int32_t* slot, const int32_t* expert, const int64_t* earlier,
+                           int64_t capacity, int64_t N, int K) {
+  int64_t dropped = 0;
+  for (int64_t a = 0; a < N * K; ++a) {
+    if (slot[a] < 0 || earlier[expert[a]] + slot[a] < capacity) continue;
+    slot[a] = -1;
+    ++dropped;
+  }
+  return dropped;
+}
+
 int64_t moe_plan(int64_t* src, int64_t* offsets, const int32_t* expert, const int32_t* slot,
                  int64_t N, int E, int K) {
   std::fill(offsets, offsets + E + 1, 0);

@@ -41,6 +41,21 @@ void router_backward(Real* dlogits,       // (N,E)
 OpCost router_forward_cost(int64_t N, int64_t E, int64_t K, int elem);
 OpCost router_backward_cost(int64_t N, int64_t E, int64_t K, int elem);
 
+// Capacity over a batch split in consecutive parts (data parallelism): this
+// part's assignments come after `earlier[e]` assignments of the earlier parts
+// to expert e, in the global token order. counts (E) = this part's top-K
+// assignments per expert (before any drop).
+void moe_expert_counts(int64_t* counts,        // (E)
+                       const int32_t* expert,  // (N,K)
+                       int64_t N, int E, int K);
+// With slots numbered locally (router_forward without a capacity), drops
+// every assignment whose global position earlier[e] + slot reaches `capacity`,
+// exactly as router_forward on the whole batch would. Returns the drops.
+int64_t moe_apply_capacity(int32_t* slot,          // (N,K) in/out
+                           const int32_t* expert,  // (N,K)
+                           const int64_t* earlier,  // (E)
+                           int64_t capacity, int64_t N, int K);
+
 // Dispatch plan: the M kept assignments grouped by expert (ascending), token
 // order within an expert. Row m of the expert buffers is assignment src[m]
 // (= n*K + k); expert e owns rows offsets[e] .. offsets[e+1]-1. Returns M.

@@ -10,40 +10,64 @@ namespace shardlab::parallel {
 namespace coll = collectives;
 
 DataParallel::DataParallel(Device& dev, const coll::ProcessGroup& dp, std::span<float> grads,
-                           const std::vector<Range>& ready_order, const DataParallelOptions& options)
-    : dev_(dev), dp_(dp), grads_(grads), options_(options), elem_(element_size(dev.precision())) {
+                           const std::vector<Range>& ready_order, const DataParallelOptions& options,
+                           const ExpertGrads& experts)
+    : dev_(dev), dp_(dp), grads_(grads), options_(options), elem_(element_size(dev.precision())),
+      expert_ranges_(experts.ranges) {
   SHARDLAB_CHECK(options_.zero >= 0 && options_.zero <= 2);
+  SHARDLAB_CHECK(expert_ranges_.empty() || experts.edp != nullptr, "expert ranges need the edp group");
+  if (!expert_ranges_.empty()) {
+    // ep = 1 makes edp the dp group itself: share its collective sequence counter.
+    edp_ = experts.edp->members() == dp_.members() ? dp_ : *experts.edp;
+    SHARDLAB_CHECK(dp_.size() % edp_->size() == 0, "edp must divide dp");
+  }
+  std::sort(expert_ranges_.begin(), expert_ranges_.end(),
+            [](const Range& a, const Range& b) { return a.begin < b.begin; });
   plan(ready_order);
+}
+
+bool DataParallel::in_experts(const Range& r) const {
+  for (const Range& e : expert_ranges_) {
+    const int64_t lo = std::max(r.begin, e.begin), hi = std::min(r.begin + r.size, e.begin + e.size);
+    if (hi <= lo) continue;
+    SHARDLAB_CHECK(lo == r.begin && hi == r.begin + r.size, "a ready range straddles expert and other tensors");
+    return true;
+  }
+  return false;
 }
 
 void DataParallel::plan(const std::vector<Range>& ready_order) {
   // Consecutive ranges fill a bucket until it holds bucket_bytes; a range not
-  // adjacent to the open bucket closes it.
+  // adjacent to the open bucket, or of the other kind (expert or not), closes it.
   Range open{0, 0};
+  bool open_expert = false;
+  auto close = [&] {
+    layout_.push_back(open);
+    expert_bucket_.push_back(open_expert);
+    open = {0, 0};
+  };
   for (const Range& r : ready_order) {
     if (r.size <= 0) continue;
+    const bool expert = in_experts(r);
     const bool adjacent = open.size > 0 && (r.begin + r.size == open.begin || open.begin + open.size == r.begin);
-    if (open.size > 0 && !adjacent) {
-      layout_.push_back(open);
-      open = {0, 0};
-    }
+    if (open.size > 0 && (!adjacent || expert != open_expert)) close();
     open = open.size == 0 ? r : Range{std::min(open.begin, r.begin), open.size + r.size};
-    if (uint64_t(open.size) * elem_ >= options_.bucket_bytes) {
-      layout_.push_back(open);
-      open = {0, 0};
-    }
+    open_expert = expert;
+    if (uint64_t(open.size) * elem_ >= options_.bucket_bytes) close();
   }
-  if (open.size > 0) layout_.push_back(open);
+  if (open.size > 0) close();
   int64_t covered = 0;
   for (const Range& b : layout_) covered += b.size;
   SHARDLAB_CHECK(covered == static_cast<int64_t>(grads_.size()), "ready order must cover every gradient once");
   ready_.assign(layout_.size(), 0);
   launched_.assign(layout_.size(), false);
-  for (const Range& b : layout_) {
+  for (size_t i = 0; i < layout_.size(); ++i) {
+    const Range& b = layout_[i];
     if (options_.zero == 0) {
       owned_.push_back(b);
     } else {
-      const auto c = coll::chunk_range(static_cast<size_t>(b.size), dp_.size(), dp_.rank());
+      const coll::ProcessGroup& g = group_of(i);
+      const auto c = coll::chunk_range(static_cast<size_t>(b.size), g.size(), g.rank());
       if (c.size > 0) owned_.push_back({b.begin + static_cast<int64_t>(c.begin), static_cast<int64_t>(c.size)});
     }
   }
@@ -70,38 +94,60 @@ void DataParallel::grads_ready(int64_t offset, int64_t count) {
 void DataParallel::launch(size_t i) {
   if (launched_[i]) return;
   launched_[i] = true;
-  if (dp_.size() == 1) return;
+  const coll::ProcessGroup& g = group_of(i);
+  if (g.size() == 1) return;
   const Range& r = layout_[i];
   float* p = grads_.data() + r.begin;
   const size_t n = static_cast<size_t>(r.size);
+  // Expert buckets sum over edp (scaled by 1/dp in finish_grads); others average over dp.
+  const coll::ReduceOp op = expert_bucket_[i] ? coll::ReduceOp::kSum : coll::ReduceOp::kAvg;
   coll::CollOptions opt;
   opt.after = dev_.compute().record();  // the bucket exists once backward produced it
   if (sharded_grads()) {
-    const auto chunk = coll::chunk_range(n, dp_.size(), dp_.rank());
-    works_.push_back(coll::ireduce_scatter(dev_, dp_, coll::ConstBuffer(p, n),
-                                           coll::Buffer(p + chunk.begin, chunk.size),
-                                           coll::ReduceOp::kAvg, opt));
+    const auto chunk = coll::chunk_range(n, g.size(), g.rank());
+    works_.push_back(coll::ireduce_scatter(dev_, g, coll::ConstBuffer(p, n),
+                                           coll::Buffer(p + chunk.begin, chunk.size), op, opt));
   } else {
-    works_.push_back(coll::iall_reduce(dev_, dp_, coll::ConstBuffer(p, n), coll::Buffer(p, n),
-                                       coll::ReduceOp::kAvg, opt));
+    works_.push_back(coll::iall_reduce(dev_, g, coll::ConstBuffer(p, n), coll::Buffer(p, n), op, opt));
   }
 }
 
 void DataParallel::finish_grads() {
   for (size_t i = 0; i < layout_.size(); ++i) launch(i);
   for (const auto& w : works_) w.wait(dev_.compute());
+  scale_expert_buckets();
+}
+
+void DataParallel::scale_expert_buckets() {
+  if (dp_.size() == 1 || expert_ranges_.empty()) return;
+  const float s = 1.0f / static_cast<float>(dp_.size());
+  int64_t total = 0;
+  for (size_t i = 0; i < layout_.size(); ++i) {
+    if (!expert_bucket_[i]) continue;
+    Range r = layout_[i];
+    if (sharded_grads()) {
+      const auto c = coll::chunk_range(static_cast<size_t>(r.size), edp_->size(), edp_->rank());
+      r = {r.begin + static_cast<int64_t>(c.begin), static_cast<int64_t>(c.size)};
+    }
+    for (float& g : grads_.subspan(static_cast<size_t>(r.begin), static_cast<size_t>(r.size))) g *= s;
+    total += r.size;
+  }
+  const double n = static_cast<double>(total);
+  dev_.run(dev_.compute(), "ep.grad_scale", OpCost{n, 2 * n * elem_});
 }
 
 void DataParallel::gather_params(std::span<float> params) {
   if (options_.zero == 0 || dp_.size() == 1) return;
   std::vector<coll::Work> works;
-  for (const Range& b : layout_) {
-    float* p = params.data() + b.begin;
-    const size_t n = static_cast<size_t>(b.size);
-    const auto c = coll::chunk_range(n, dp_.size(), dp_.rank());
+  for (size_t i = 0; i < layout_.size(); ++i) {
+    const coll::ProcessGroup& g = group_of(i);
+    if (g.size() == 1) continue;
+    float* p = params.data() + layout_[i].begin;
+    const size_t n = static_cast<size_t>(layout_[i].size);
+    const auto c = coll::chunk_range(n, g.size(), g.rank());
     coll::CollOptions opt;
     opt.after = dev_.compute().record();
-    works.push_back(coll::iall_gather(dev_, dp_, coll::ConstBuffer(p + c.begin, c.size), coll::Buffer(p, n), opt));
+    works.push_back(coll::iall_gather(dev_, g, coll::ConstBuffer(p + c.begin, c.size), coll::Buffer(p, n), opt));
   }
   for (const auto& w : works) w.wait(dev_.compute());
 }
@@ -128,6 +174,18 @@ std::vector<DataParallel::Range> backward_ready_order(const std::vector<ShardSpe
   });
   std::vector<DataParallel::Range> out;
   for (const ShardSpec* s : order) out.push_back({s->offset, s->numel});
+  return out;
+}
+
+}  // namespace shardlab::parallel
+
+namespace shardlab::parallel {
+
+std::vector<DataParallel::Range> expert_ranges(const std::vector<ShardSpec>& shards) {
+  std::vector<DataParallel::Range> out;
+  for (const ShardSpec& s : shards) {
+    if (s.name.find(".mlp.experts.") != std::string::npos) out.push_back({s.offset, s.numel});
+  }
   return out;
 }
 

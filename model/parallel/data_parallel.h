@@ -19,11 +19,20 @@
 // the owned part only. Stage 2: reduce-scatter instead of all-reduce, so
 // gradients are held (and reduced) only for the owned part too.
 //
+// Expert parallelism. Expert tensors (ExpertGrads::ranges) differ across the
+// ep ranks of a dp group; each already sums the contributions of every token
+// its ep group routed to it. Their buckets (never mixed with other tensors)
+// are reduced over the "edp" group (the dp/ep ranks holding the same experts)
+// with SUM and then scaled by 1/dp, giving the global batch's mean gradient
+// (Megatron does the same). With ZeRO, expert buckets are chunked over edp:
+// edp rank r owns chunk r of every expert bucket.
+//
 // Thread safety: one instance per device thread.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -46,10 +55,20 @@ class DataParallel {
     int64_t size = 0;
   };
 
+  struct ExpertGrads {
+    const collectives::ProcessGroup* edp = nullptr;  // the mesh's "edp" group
+    std::vector<Range> ranges;  // local flat ranges of expert tensors (expert_ranges)
+  };
+
   // `grads` is the local flat gradient buffer; `dp` the data-parallel group;
-  // `ready_order` the flat ranges in the order backward finishes them.
+  // `ready_order` the flat ranges in the order backward finishes them, each
+  // either inside `experts.ranges` or outside them.
   DataParallel(Device& dev, const collectives::ProcessGroup& dp, std::span<float> grads,
-               const std::vector<Range>& ready_order, const DataParallelOptions& options);
+               const std::vector<Range>& ready_order, const DataParallelOptions& options,
+               const ExpertGrads& experts);
+  DataParallel(Device& dev, const collectives::ProcessGroup& dp, std::span<float> grads,
+               const std::vector<Range>& ready_order, const DataParallelOptions& options)
+      : DataParallel(dev, dp, grads, ready_order, options, ExpertGrads{}) {}
 
   // Called at the start of every step.
   void begin_step();
@@ -58,8 +77,9 @@ class DataParallel {
   // Launches what is pending, waits for every reduction (the compute stream
   // joins them). Afterwards the owned gradients hold the dp average.
   void finish_grads();
-  // The planned buckets, in launch order.
+  // The planned buckets, in launch order; whether bucket i holds expert tensors.
   const std::vector<Range>& buckets() const { return layout_; }
+  bool expert_bucket(size_t i) const { return expert_bucket_[i]; }
   // The flat ranges this rank updates (its chunk of every bucket with ZeRO,
   // everything otherwise), in flat order.
   const std::vector<Range>& owned() const { return owned_; }
@@ -74,12 +94,21 @@ class DataParallel {
  private:
   void plan(const std::vector<Range>& ready_order);
   void launch(size_t bucket);
+  bool in_experts(const Range& r) const;
+  const collectives::ProcessGroup& group_of(size_t bucket) const {
+    return expert_bucket_[bucket] ? *edp_ : dp_;
+  }
+  // Expert buckets: sum over edp -> mean over dp.
+  void scale_expert_buckets();
 
   Device& dev_;
   collectives::ProcessGroup dp_;
   std::span<float> grads_;
   DataParallelOptions options_;
   int elem_;
+  std::optional<collectives::ProcessGroup> edp_;
+  std::vector<Range> expert_ranges_;      // sorted
+  std::vector<bool> expert_bucket_;       // (buckets)
   std::vector<Range> layout_;             // buckets in launch order
   std::vector<int64_t> ready_;            // (buckets) final elements this step
   std::vector<bool> launched_;            // (buckets)
@@ -92,5 +121,8 @@ class DataParallel {
 // layers: ln_f, blocks from last to first, then wte and wpe; each entry the
 // flat range of one group of tensors (they are contiguous in the layout).
 std::vector<DataParallel::Range> backward_ready_order(const std::vector<ShardSpec>& shards);
+
+// The flat ranges of the expert tensors (".mlp.experts.") among `shards`.
+std::vector<DataParallel::Range> expert_ranges(const std::vector<ShardSpec>& shards);
 
 }  // namespace shardlab::parallel

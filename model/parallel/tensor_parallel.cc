@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string>
 
+#include "model/parallel/ep_moe.h"
 #include "model/parallel/tp_embedding.h"
 #include "runtime/errors.h"
 
@@ -14,10 +15,23 @@ using model::Token;
 
 namespace {
 
-const model::GPTConfig& checked(const model::GPTConfig& config, int tp, bool sp) {
+const model::GPTConfig& checked(const model::GPTConfig& config, int tp, bool sp,
+                                const MoeGroups& moe) {
   config.validate();
   check_tensor_parallel_config(config, tp, sp);
+  const int ep = moe.ep ? moe.ep->size() : 1;
+  check_expert_parallel_config(config, ep, moe.capacity ? moe.capacity->size() : ep);
   return config;
+}
+
+// The experts an EP rank holds: [r·E/ep, (r+1)·E/ep).
+LayoutFilter expert_filter(const model::GPTConfig& config, const MoeGroups& moe) {
+  LayoutFilter f;
+  if (!moe.ep || moe.ep->size() == 1) return f;
+  const int El = config.n_expert / moe.ep->size();
+  f.expert_begin = moe.ep->rank() * El;
+  f.expert_end = f.expert_begin + El;
+  return f;
 }
 
 FlatRange range_of(const ShardSpec& s) { return {s.offset, s.numel}; }
@@ -25,13 +39,24 @@ FlatRange range_of(const ShardSpec& s) { return {s.offset, s.numel}; }
 }  // namespace
 
 TensorParallelGPT::TensorParallelGPT(const model::GPTConfig& config, uint64_t seed, Device& dev,
-                                     const collectives::ProcessGroup& tp_group, bool sp)
-    : config_(checked(config, tp_group.size(), sp)),
+                                     const collectives::ProcessGroup& tp_group, bool sp,
+                                     const MoeGroups& moe)
+    : config_(checked(config, tp_group.size(), sp, moe)),
       group_(tp_group),
-      layout_(config_, group_.size(), group_.rank()) {
+      layout_(config_, group_.size(), group_.rank(), expert_filter(config_, moe)) {
   ctx_.dev = &dev;
   ctx_.group = &group_;
   ctx_.sp = sp;
+  if (moe.capacity) {
+    capacity_group_ = *moe.capacity;
+    ctx_.capacity_group = &*capacity_group_;
+  }
+  if (moe.ep && moe.ep->size() > 1) {
+    // With ep = dp the two groups have the same members: one sequence counter.
+    const bool same = moe.capacity && moe.capacity->members() == moe.ep->members();
+    ep_group_ = same ? *moe.capacity : *moe.ep;
+    ctx_.ep = &*ep_group_;
+  }
   Vl_ = config_.vocab_size / group_.size();
   v0_ = static_cast<int64_t>(group_.rank()) * Vl_;
   params_.assign(layout_.numel(), 0.0f);
@@ -72,13 +97,14 @@ void TensorParallelGPT::check_inputs(const Token* inputs, const Token* targets, 
 
 void TensorParallelGPT::resize_activations(int B, int T) {
   if (dims_.B == B && dims_.T == T) return;
-  dims_ = TpDims{B, T, config_.n_embd, config_.n_head, group_.size(), ctx_.sp};
+  dims_ = TpDims{B, T, config_.n_embd, config_.n_head, group_.size(), ctx_.sp, ep_size()};
   const int64_t N = dims_.N(), Nr = dims_.rows(), C = dims_.C;
   encoded_.assign(Nr * C, 0);
   blocks_.resize(config_.n_layer);
   block_elems_.assign(config_.n_layer, 0);
   for (int l = 0; l < config_.n_layer; ++l) {
     blocks_[l].resize(dims_, config_, config_.is_moe_layer(l));
+    blocks_[l].moe.stats.expert_begin = layout_.filter().expert_begin;
     block_elems_[l] = blocks_[l].saved_elements();
   }
   lnf_.assign(Nr * C, 0);
@@ -113,6 +139,7 @@ float TensorParallelGPT::forward(const Token* inputs, const Token* targets, int 
   aux_loss_ = 0;
   for (int l = 0; l < config_.n_layer; ++l) {
     aux_loss_ += tp_block_forward(blocks_[l], w_.blocks[l], x, dims_, config_, scratch_, ctx_);
+    block_elems_[l] = blocks_[l].saved_elements();  // EP: the rows received this time
     saved(block_elems_[l]);
     x = blocks_[l].res2.data();
   }
@@ -132,6 +159,12 @@ float TensorParallelGPT::forward(const Token* inputs, const Token* targets, int 
   ce_loss_ = vocab_parallel_cross_entropy_forward(probs_.data(), losses_.data(), ce_stats_.data(),
                                                   logits_.data(), targets, N, Vl_, v0_, ctx_);
   return ce_loss_ + static_cast<float>(config_.aux_coef) * aux_loss_;
+}
+
+const MoeStats* TensorParallelGPT::moe_stats(int layer) const {
+  if (layer < 0 || layer >= static_cast<int>(blocks_.size()) || !config_.is_moe_layer(layer))
+    return nullptr;
+  return &blocks_[static_cast<size_t>(layer)].moe.stats;
 }
 
 void TensorParallelGPT::release_activations() {

@@ -27,10 +27,15 @@
 // Communication goes through the blocking collectives on the TP group (the
 // device's comm stream; the compute stream waits for each result).
 //
+// MoE blocks: with MoeGroups::ep the experts are spread over the EP group and
+// tokens are exchanged by all-to-all (ep_moe.h); with MoeGroups::capacity the
+// routing statistics and capacity drops follow the whole data-parallel batch.
+//
 // Thread safety: one instance per device thread; the group must be this
 // device's TP group and is used for nothing else while forward/backward run.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "collectives/group.h"
@@ -41,11 +46,24 @@
 
 namespace shardlab::parallel {
 
+// Groups of the MoE layers beyond TP (see TpContext). Both optional.
+struct MoeGroups {
+  // Expert parallelism: the mesh's "ep" group. This rank then holds experts
+  // [r·E/ep, (r+1)·E/ep) of every MoE block (r = its rank in the group).
+  const collectives::ProcessGroup* ep = nullptr;
+  // The data-parallel group ("dp", data order), for routing that follows the
+  // global batch exactly (f_i and capacity drops). Pass the very group object
+  // used for DataParallel: copies share its collective sequence counter.
+  const collectives::ProcessGroup* capacity = nullptr;
+};
+
 class TensorParallelGPT final : public LocalModel {
  public:
-  // Throws ConfigError (check_tensor_parallel_config) before any work.
+  // Throws ConfigError (check_tensor_parallel_config,
+  // check_expert_parallel_config) before any work.
   TensorParallelGPT(const model::GPTConfig& config, uint64_t seed, Device& dev,
-                    const collectives::ProcessGroup& tp_group, bool sequence_parallel);
+                    const collectives::ProcessGroup& tp_group, bool sequence_parallel,
+                    const MoeGroups& moe = {});
   TensorParallelGPT(const TensorParallelGPT&) = delete;
   TensorParallelGPT& operator=(const TensorParallelGPT&) = delete;
 
@@ -62,6 +80,10 @@ class TensorParallelGPT final : public LocalModel {
   float aux_loss() const override { return aux_loss_; }
   void set_sink(model::OpSink* sink) override { ctx_.ex = model::Exec::with(sink); }
 
+  int ep_size() const { return ep_group_ ? ep_group_->size() : 1; }
+  // What MoE block `layer` did in the last forward (null for dense blocks or
+  // before the first forward): rows per held expert, drops, all-to-all bytes.
+  const MoeStats* moe_stats(int layer) const;
   int tp_size() const { return group_.size(); }
   int tp_rank() const { return group_.rank(); }
   bool sequence_parallel() const { return ctx_.sp; }
@@ -88,6 +110,7 @@ class TensorParallelGPT final : public LocalModel {
 
   model::GPTConfig config_;
   collectives::ProcessGroup group_;
+  std::optional<collectives::ProcessGroup> ep_group_, capacity_group_;
   TpContext ctx_;
   TpLayout layout_;
   int64_t v0_ = 0;             // first vocabulary row owned

@@ -19,29 +19,51 @@ void TpBlockActs::resize(const TpDims& d, const model::GPTConfig& config, bool m
     fc_gelu.assign(N * Fl, 0);
     return;
   }
-  const int E = config.n_expert, K = config.top_k;
-  moe.logits.assign(N * E, 0);
-  moe.probs.assign(N * E, 0);
-  moe.expert.assign(N * K, 0);
-  moe.slot.assign(N * K, 0);
-  moe.gates.assign(N * K, 0);
-  moe.frac.assign(E, 0);
-  moe.src.assign(N * K, 0);
-  moe.offsets.assign(E + 1, 0);
-  moe.xe.assign(N * K * C, 0);
-  moe.ye.assign(N * K * C, 0);
-  moe.fc.assign(N * K * Fl, 0);
-  moe.fc_gelu.assign(N * K * Fl, 0);
+  moe.resize(d, config);
+}
+
+int64_t expert_rows_max(const TpDims& d, const model::GPTConfig& config) {
+  const int64_t N = d.N(), K = config.top_k;
+  if (d.ep <= 1) return N * K;
+  return d.ep * N * std::min<int64_t>(K, config.n_expert / d.ep);
+}
+
+void TpMoeActs::resize(const TpDims& d, const model::GPTConfig& config) {
+  const int64_t N = d.N(), C = d.C, Fl = d.Fl(), Rx = expert_rows_max(d, config);
+  const int E = config.n_expert, K = config.top_k, El = E / d.ep;
+  for (auto* v : {&logits, &probs}) v->assign(N * E, 0);
+  for (auto* v : {&expert, &slot}) v->assign(N * K, 0);
+  gates.assign(N * K, 0);
+  src.assign(N * K, 0);
+  frac.assign(E, 0);
+  for (auto* v : {&counts, &earlier}) v->assign(E, 0);
+  offsets.assign(E + 1, 0);
+  for (auto* v : {&xe, &ye}) v->assign(N * K * C, 0);
+  for (auto* v : {&fc, &fc_gelu}) v->assign(Rx * Fl, 0);
+  gathered.clear();  // sized by the first global routing (the dp size)
+  stats.received.assign(El, 0);
+  if (d.ep <= 1) return;
+  ep.send_rows.assign(E, 0);
+  ep.recv_rows.assign(E, 0);
+  ep.send_elems.assign(size_t(d.ep), 0);
+  ep.recv_elems.assign(size_t(d.ep), 0);
+  ep.offsets.assign(El + 1, 0);
+  ep.perm.assign(Rx, 0);
+  ep.xl.assign(Rx * C, 0);
+  ep.row_elems = C + 2 * Fl;
 }
 
 int64_t TpBlockActs::saved_elements() const {
   int64_t n = 0;
   for (const Buf<float>* b :
-       {&ln1,       &ln2,       &ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd,   &qkv,  &att,
-        &atty,      &attproj,   &res1,     &fc,       &fc_gelu,  &mlp_out,    &res2, &moe.logits,
-        &moe.probs, &moe.gates, &moe.xe,   &moe.ye,   &moe.fc,   &moe.fc_gelu}) {
+       {&ln1, &ln2, &ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd, &qkv, &att, &atty, &attproj,
+        &res1, &fc, &fc_gelu, &mlp_out, &res2, &moe.logits, &moe.probs, &moe.gates, &moe.ye}) {
     n += static_cast<int64_t>(b->size());
   }
+  // With EP the experts keep their inputs and activations for the rows they
+  // received in the last forward (xl, fc, fc_gelu); otherwise xe, fc, fc_gelu.
+  if (moe.ep.row_elems > 0) return n + moe.ep.R * moe.ep.row_elems;
+  for (const Buf<float>* b : {&moe.xe, &moe.fc, &moe.fc_gelu}) n += static_cast<int64_t>(b->size());
   return n;
 }
 
@@ -52,12 +74,16 @@ void TpScratch::resize(const TpDims& d, const model::GPTConfig& config) {
   for (auto* v : {&dres1, &dln}) v->assign(Nr * C, 0);
   datty.assign(N * Cl, 0);
   dqkv.assign(N * 3 * Cl, 0);
-  dfc.assign(std::max(N, N * K) * Fl, 0);
-  dfc_gelu.assign(std::max(N, N * K) * Fl, 0);
+  const int64_t rows = std::max(N, config.is_moe() ? expert_rows_max(d, config) : 0);
+  dfc.assign(rows * Fl, 0);
+  dfc_gelu.assign(rows * Fl, 0);
   dlogits.assign(N * config.n_expert, 0);
   dgates.assign(N * K, 0);
   dxe.assign(N * K * C, 0);
   dye.assign(N * K * C, 0);
+  const int64_t Rx = d.ep > 1 ? expert_rows_max(d, config) : 0;
+  ep_xr.assign(Rx * C, 0);
+  ep_yl.assign(Rx * C, 0);
 }
 
 }  // namespace shardlab::parallel

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "model/kernels.h"
+#include "model/parallel/ep_moe.h"
 
 namespace shardlab::parallel {
 
@@ -122,7 +123,8 @@ float tp_block_forward(TpBlockActs& a, const BlockView<float>& p, const float* x
   float aux = 0;
   if (p.moe) {
     float* out_full = c.sp ? s.moe_out.data() : a.mlp_out.data();
-    aux = tp_moe_forward(out_full, a.moe, p, ln2_full, d, config, c);
+    aux = c.expert_parallel() ? ep_moe_forward(out_full, a.moe, s, p, ln2_full, d, config, c)
+                              : tp_moe_forward(out_full, a.moe, p, ln2_full, d, config, c);
     if (c.sp) scatter_to_sequence_parallel_fwd(c, out_full, a.mlp_out.data(), Nr * C);
   } else {
     tp_mlp_partial_forward(s.partial.data(), a.fc.data(), a.fc_gelu.data(), p.mlp, ln2_full, d.N(),
@@ -149,8 +151,9 @@ void tp_block_backward(float* dinp, const BlockView<float>& g, TpScratch& s, con
   zero(s.partial.data(), N * C);
   if (p.moe) {
     zero(s.rep.data(), N * C);
-    tp_moe_backward(s.partial.data(), s.rep.data(), g, s, dout_full, daux, a.moe, ln2_full, p, d,
-                    config, c);
+    auto moe_backward = c.expert_parallel() ? ep_moe_backward : tp_moe_backward;
+    moe_backward(s.partial.data(), s.rep.data(), g, s, dout_full, daux, a.moe, ln2_full, p, d,
+                 config, c);
     enter_column_parallel_bwd(c, s.partial.data(), s.dln.data(), Nr, C);
     // The router's gradient is complete on every rank: take this rank's rows.
     const float* rep = s.rep.data() + d.row0(c.rank()) * C;

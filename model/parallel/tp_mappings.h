@@ -35,9 +35,20 @@ struct TpContext {
   const collectives::ProcessGroup* group = nullptr;
   bool sp = false;  // sequence parallelism
   model::Exec ex;   // where kernels charge their cost
+  // Expert parallelism (ep_moe.h): the ranks that exchange tokens, group rank
+  // j holding experts [j·E/ep, (j+1)·E/ep). Null or size 1: every expert local.
+  const collectives::ProcessGroup* ep = nullptr;
+  // The whole data-parallel group, members in data order (member d holds the
+  // d-th block of the global batch's rows). When set (and of size > 1), MoE
+  // routing follows the global batch exactly: f_i counts every replica's
+  // assignments and capacity drops follow the global token order. Null: f_i
+  // is averaged through OpSink::average_over_replicas and capacity is local.
+  const collectives::ProcessGroup* capacity_group = nullptr;
 
   int tp() const { return group->size(); }
   int rank() const { return group->rank(); }
+  bool expert_parallel() const { return ep != nullptr && ep->size() > 1; }
+  bool global_routing() const { return capacity_group != nullptr && capacity_group->size() > 1; }
   // TP collectives sit on the critical path: they run on the compute stream,
   // as Megatron's do (NCCL kernels on the current stream), so they never queue
   // behind data-parallel buckets on the communication stream.

@@ -3,6 +3,9 @@
 // experts, bit for bit); each expert's MLP is split like the dense MLP, and
 // one all-reduce of all expert outputs (M,C) completes them before the biases
 // and the combine. Shapes use the letters declared in tp_layers.h.
+//
+// The route, expert and backward pieces are shared with expert parallelism
+// (ep_moe.cc), which only adds the token exchange around the experts.
 #include <algorithm>
 #include <vector>
 
@@ -14,6 +17,9 @@ namespace shardlab::parallel {
 using model::BlockView;
 using model::Exec;
 using model::GPTConfig;
+using model::MlpView;
+
+namespace coll = collectives;
 
 namespace {
 // aux = E * sum_i f_i * P_i, P_i = mean over the N tokens of probs[:, i]
@@ -26,69 +32,119 @@ float moe_aux(const float* frac, const float* probs, int64_t N, int E) {
   for (int e = 0; e < E; ++e) aux += double(frac[e]) * P[size_t(e)] / double(N);
   return static_cast<float>(E * aux);
 }
+
+// The unsharded model routes the concatenation of the dp replicas' rows:
+// gather every replica's per-expert counts (exact in fp32 below 2^24) so that
+// f_i = (global count) / (N_global·K), computed as router_forward does, and
+// replica d keeps an assignment only if (earlier replicas' count + its local
+// slot) < ⌈F·N_global·K/E⌉. Slots arrive numbered locally (no capacity).
+void route_globally(TpMoeActs& a, int64_t N, const GPTConfig& config, const TpContext& c) {
+  const Exec& ex = c.ex;
+  const int E = config.n_expert, K = config.top_k;
+  const coll::ProcessGroup& g = *c.capacity_group;
+  const int dp = g.size(), me = g.rank();
+  if (a.gathered.size() != size_t(dp) * E) a.gathered.assign(size_t(dp) * E, 0.0f);  // first step
+  model::moe_expert_counts(a.counts.data(), a.expert.data(), N, E, K);
+  float* mine = a.gathered.data() + static_cast<int64_t>(me) * E;
+  for (int e = 0; e < E; ++e) mine[e] = static_cast<float>(a.counts[e]);
+  coll::all_gather(*c.dev, g, coll::ConstBuffer(mine, size_t(E)),
+                   coll::Buffer(a.gathered.data(), size_t(dp) * E), c.on_compute());
+  const int64_t N_global = N * dp;
+  for (int e = 0; e < E; ++e) {
+    int64_t earlier = 0, total = 0;
+    for (int r = 0; r < dp; ++r) {
+      const auto n = static_cast<int64_t>(a.gathered[int64_t(r) * E + e]);
+      total += n;
+      if (r < me) earlier += n;
+    }
+    a.earlier[e] = earlier;
+    a.frac[e] = static_cast<float>(static_cast<double>(total) /
+                                   (static_cast<double>(N_global) * K));
+  }
+  a.aux = moe_aux(a.frac.data(), a.probs.data(), N, E);
+  if (config.capacity_factor > 0) {
+    const int64_t cap = model::expert_capacity(N_global, E, K, config.capacity_factor);
+    a.stats.dropped = model::moe_apply_capacity(a.slot.data(), a.expert.data(), a.earlier.data(),
+                                                cap, N, K);
+  }
+  ex.op("moe.capacity", OpCost{0, 2.0 * static_cast<double>(N * K) * ex.elem});
+}
+
 }  // namespace
 
-float tp_moe_forward(float* out, TpMoeActs& a, const BlockView<float>& p, const float* inp,
-                     const TpDims& d, const GPTConfig& config, const TpContext& c) {
+void tp_moe_route(TpMoeActs& a, const BlockView<float>& p, const float* inp, const TpDims& d,
+                  const GPTConfig& config, const TpContext& c) {
   const Exec& ex = c.ex;
   const int64_t N = d.N();
-  const int C = d.C, E = config.n_expert, K = config.top_k, Fl = d.Fl();
-  // route (replicated)
+  const int C = d.C, E = config.n_expert, K = config.top_k;
   model::linear_forward(a.logits.data(), inp, p.router, static_cast<const float*>(nullptr), N, C,
                         E);
   ex.op("moe.router.fwd", model::linear_forward_cost(N, C, E, false, ex.elem));
+  const bool global = c.global_routing();
   a.aux = model::router_forward(a.probs.data(), a.expert.data(), a.slot.data(), a.gates.data(),
-                                a.frac.data(), a.logits.data(), N, E, K, config.capacity_factor);
+                                a.frac.data(), a.logits.data(), N, E, K,
+                                global ? 0.0 : config.capacity_factor);
   ex.op("moe.topk.fwd", model::router_forward_cost(N, E, K, ex.elem));
-  // Under data parallelism f_i must count the whole global batch (as in
-  // model/layers.cc): every TP rank averages the same fractions over its dp group.
-  if (ex.sink && ex.sink->average_over_replicas(a.frac.data(), E))
+  a.stats.dropped = 0;
+  if (global) {
+    route_globally(a, N, config, c);
+  } else if (ex.sink && ex.sink->average_over_replicas(a.frac.data(), E)) {
+    // Under data parallelism f_i must count the whole global batch (as in
+    // model/layers.cc): every TP rank averages the same fractions over its dp group.
     a.aux = moe_aux(a.frac.data(), a.probs.data(), N, E);
+  }
   a.M = model::moe_plan(a.src.data(), a.offsets.data(), a.expert.data(), a.slot.data(), N, E, K);
-  // dispatch
-  model::moe_dispatch_forward(a.xe.data(), inp, a.src.data(), a.M, K, C);
-  ex.op("moe.dispatch.fwd", model::moe_dispatch_cost(a.M, C, ex.elem));
-  // experts: column-parallel c_fc, row-parallel c_proj (partial sums)
-  for (int e = 0; e < E; ++e) {
-    const int64_t r0 = a.offsets[e], rows = a.offsets[e + 1] - r0;
-    tp_mlp_partial_forward(a.ye.data() + r0 * C, a.fc.data() + r0 * Fl, a.fc_gelu.data() + r0 * Fl,
-                           p.experts[e], a.xe.data() + r0 * C, rows, C, Fl, ex);
-  }
-  reduce_from_tp_region_fwd(c, a.ye.data(), a.ye.data(), a.M * C);
-  for (int e = 0; e < E; ++e) {
-    const int64_t r0 = a.offsets[e], rows = a.offsets[e + 1] - r0;
-    add_bias_rows(a.ye.data() + r0 * C, p.experts[e].c_proj.bias, rows, C, "mlp.c_proj.bias.fwd",
-                  ex);
-  }
-  // combine
-  model::moe_combine_forward(out, a.ye.data(), a.gates.data(), a.src.data(), N, a.M, K, C);
-  ex.op("moe.combine.fwd", model::moe_combine_forward_cost(N, a.M, C, ex.elem));
-  return a.aux;
+  if (!global) a.stats.dropped = N * K - a.M;
 }
 
-void tp_moe_backward(float* dexperts, float* drouter, const BlockView<float>& g, TpScratch& s,
-                     const float* dout, float daux, const TpMoeActs& a, const float* inp,
-                     const BlockView<float>& p, const TpDims& d, const GPTConfig& config,
-                     const TpContext& c) {
-  const Exec& ex = c.ex;
-  const int64_t N = d.N();
-  const int C = d.C, E = config.n_expert, K = config.top_k, Fl = d.Fl();
-  // combine (ye and dout are complete on every rank: dgates is replicated)
+void tp_experts_forward(float* ye, float* fc, float* fc_gelu,
+                        const std::vector<MlpView<float>>& experts, const float* xe,
+                        const int64_t* offsets, int n, const TpDims& d, const TpContext& c) {
+  const int C = d.C, Fl = d.Fl();
+  // column-parallel c_fc, row-parallel c_proj (partial sums)
+  for (int e = 0; e < n; ++e) {
+    const int64_t r0 = offsets[e], rows = offsets[e + 1] - r0;
+    tp_mlp_partial_forward(ye + r0 * C, fc + r0 * Fl, fc_gelu + r0 * Fl, experts[e], xe + r0 * C,
+                           rows, C, Fl, c.ex);
+  }
+  reduce_from_tp_region_fwd(c, ye, ye, offsets[n] * C);
+  for (int e = 0; e < n; ++e) {
+    const int64_t r0 = offsets[e], rows = offsets[e + 1] - r0;
+    add_bias_rows(ye + r0 * C, experts[e].c_proj.bias, rows, C, "mlp.c_proj.bias.fwd", c.ex);
+  }
+}
+
+void tp_experts_backward(float* dxe, const std::vector<MlpView<float>>& g, TpScratch& s,
+                         const float* dye, const float* xe, const float* fc, const float* fc_gelu,
+                         const std::vector<MlpView<float>>& p, const int64_t* offsets, int n,
+                         const TpDims& d, const Exec& ex) {
+  const int C = d.C, Fl = d.Fl();
+  std::fill(dxe, dxe + offsets[n] * C, 0.0f);
+  for (int e = 0; e < n; ++e) {
+    const int64_t r0 = offsets[e], rows = offsets[e + 1] - r0;
+    tp_mlp_backward(dxe + r0 * C, g[e], s.dfc.data() + r0 * Fl, s.dfc_gelu.data() + r0 * Fl,
+                    dye + r0 * C, xe + r0 * C, fc + r0 * Fl, fc_gelu + r0 * Fl, p[e], rows, C, Fl,
+                    ex);
+  }
+}
+
+void tp_moe_combine_backward(TpScratch& s, const float* dout, const TpMoeActs& a, const TpDims& d,
+                             const GPTConfig& config, const Exec& ex) {
+  const int C = d.C, K = config.top_k;
+  // ye and dout are complete on every rank: dgates is replicated
   std::fill(s.dye.begin(), s.dye.begin() + a.M * C, 0.0f);
-  std::fill(s.dgates.begin(), s.dgates.begin() + N * K, 0.0f);
+  std::fill(s.dgates.begin(), s.dgates.begin() + d.N() * K, 0.0f);
   model::moe_combine_backward(s.dye.data(), s.dgates.data(), dout, a.ye.data(), a.gates.data(),
                               a.src.data(), a.M, K, C);
   ex.op("moe.combine.bwd", model::moe_combine_backward_cost(a.M, C, ex.elem));
-  // experts: partial input gradients (copy_to_tp_region's all-reduce is left
-  // to the caller, after dispatch, on N rows instead of M)
-  std::fill(s.dxe.begin(), s.dxe.begin() + a.M * C, 0.0f);
-  for (int e = 0; e < E; ++e) {
-    const int64_t r0 = a.offsets[e], rows = a.offsets[e + 1] - r0;
-    tp_mlp_backward(s.dxe.data() + r0 * C, g.experts[e], s.dfc.data() + r0 * Fl,
-                    s.dfc_gelu.data() + r0 * Fl, s.dye.data() + r0 * C, a.xe.data() + r0 * C,
-                    a.fc.data() + r0 * Fl, a.fc_gelu.data() + r0 * Fl, p.experts[e], rows, C, Fl,
-                    ex);
-  }
+}
+
+void tp_moe_route_backward(float* dexperts, float* drouter, const BlockView<float>& g,
+                           TpScratch& s, float daux, const TpMoeActs& a, const float* inp,
+                           const BlockView<float>& p, const TpDims& d, const GPTConfig& config,
+                           const Exec& ex) {
+  const int64_t N = d.N();
+  const int C = d.C, E = config.n_expert, K = config.top_k;
   // dispatch
   model::moe_dispatch_backward(dexperts, s.dxe.data(), a.src.data(), a.M, K, C);
   ex.op("moe.dispatch.bwd", model::moe_dispatch_cost(a.M, C, ex.elem));
@@ -100,6 +156,43 @@ void tp_moe_backward(float* dexperts, float* drouter, const BlockView<float>& g,
   model::linear_backward(drouter, g.router, static_cast<float*>(nullptr), s.dlogits.data(), inp,
                          p.router, N, C, E);
   ex.op("moe.router.bwd", model::linear_backward_cost(N, C, E, false, ex.elem));
+}
+
+void tp_moe_dispatch(TpMoeActs& a, const float* inp, const TpDims& d, const GPTConfig& config,
+                     const Exec& ex) {
+  model::moe_dispatch_forward(a.xe.data(), inp, a.src.data(), a.M, config.top_k, d.C);
+  ex.op("moe.dispatch.fwd", model::moe_dispatch_cost(a.M, d.C, ex.elem));
+}
+
+float tp_moe_combine(float* out, const TpMoeActs& a, const TpDims& d, const GPTConfig& config,
+                     const Exec& ex) {
+  model::moe_combine_forward(out, a.ye.data(), a.gates.data(), a.src.data(), d.N(), a.M,
+                             config.top_k, d.C);
+  ex.op("moe.combine.fwd", model::moe_combine_forward_cost(d.N(), a.M, d.C, ex.elem));
+  return a.aux;
+}
+
+float tp_moe_forward(float* out, TpMoeActs& a, const BlockView<float>& p, const float* inp,
+                     const TpDims& d, const GPTConfig& config, const TpContext& c) {
+  const int E = config.n_expert;
+  tp_moe_route(a, p, inp, d, config, c);
+  tp_moe_dispatch(a, inp, d, config, c.ex);
+  tp_experts_forward(a.ye.data(), a.fc.data(), a.fc_gelu.data(), p.experts, a.xe.data(),
+                     a.offsets.data(), E, d, c);
+  for (int e = 0; e < E; ++e) a.stats.received[e] = a.offsets[e + 1] - a.offsets[e];
+  return tp_moe_combine(out, a, d, config, c.ex);
+}
+
+void tp_moe_backward(float* dexperts, float* drouter, const BlockView<float>& g, TpScratch& s,
+                     const float* dout, float daux, const TpMoeActs& a, const float* inp,
+                     const BlockView<float>& p, const TpDims& d, const GPTConfig& config,
+                     const TpContext& c) {
+  tp_moe_combine_backward(s, dout, a, d, config, c.ex);
+  // experts: partial input gradients (copy_to_tp_region's all-reduce is left
+  // to the caller, after dispatch, on N rows instead of M)
+  tp_experts_backward(s.dxe.data(), g.experts, s, s.dye.data(), a.xe.data(), a.fc.data(),
+                      a.fc_gelu.data(), p.experts, a.offsets.data(), config.n_expert, d, c.ex);
+  tp_moe_route_backward(dexperts, drouter, g, s, daux, a, inp, p, d, config, c.ex);
 }
 
 }  // namespace shardlab::parallel

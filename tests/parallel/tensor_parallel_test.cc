@@ -51,45 +51,25 @@ TEST_P(TensorParallelMatch, LossAndGradientsMatchUnsharded) {
   const Case c = GetParam();
   const model::GPTConfig config = testing::small_config(c.moe);
   const Batch batch = testing::make_batch(config, kB, kT, 7);
-  // Reference with perturbed parameters (nonzero biases: a bias added twice shows).
-  model::GPT<float> ref(config, 1234);
-  model::testing::randomize_params(ref, 99, 0.05);
-  const float ref_loss = ref.forward(batch.inputs.data(), batch.targets.data(), kB, kT);
-  ref.zero_grad();
-  ref.backward();
-
   RunSpec spec = testing::run_spec(c.tp, c.sp);
   spec.dp = c.dp;
-  spec.global_params.assign(ref.params().begin(), ref.params().end());
-  const std::vector<RankResult> ranks = testing::run_tp(config, batch, spec);
-
-  double loss_rel = 0;
+  const testing::Match m = testing::match_reference(config, batch, spec);
+  const std::vector<RankResult>& ranks = m.holders;
   for (const RankResult& r : ranks) {
     EXPECT_EQ(std::memcmp(&r.losses[0], &ranks[0].losses[0], sizeof(float)), 0)
         << "loss differs across TP ranks";
-    loss_rel =
-        std::max(loss_rel, std::abs(double(r.losses[0]) - ref_loss) / std::abs(double(ref_loss)));
-    EXPECT_EQ(r.live_activations, 0) << "saved/freed activations do not balance";
-    int64_t ready = 0;
-    for (const auto& [offset, count] : r.grads_ready) ready += count;
-    EXPECT_EQ(ready, static_cast<int64_t>(r.grads.size()))
-        << "grads_ready must cover every local gradient once";
   }
-  const model::ParamTable& table = ref.table();
-  std::string mismatch;
-  const std::vector<float> grads = testing::gather(table, ranks, true, &mismatch);
-  EXPECT_EQ(mismatch, "") << "replicated gradients must be bit-identical across TP ranks";
-  const std::vector<float> ref_grads(ref.grads().begin(), ref.grads().end());
-  const testing::Diff d = testing::max_tensor_diff(table, grads, ref_grads);
+  EXPECT_EQ(m.mismatch, "") << "replicated gradients must be bit-identical across TP ranks";
+  const testing::Diff& d = m.grad;
   std::printf(
       "  dp=%d tp=%d sp=%d moe=%d: loss %.7f vs %.7f (rel %.2e), worst grad %s rel %.2e (abs "
       "%.2e)\n",
-      c.dp, c.tp, c.sp, c.moe, ranks[0].losses[0], ref_loss, loss_rel, d.tensor.c_str(), d.rel,
+      c.dp, c.tp, c.sp, c.moe, ranks[0].losses[0], m.ref_loss, m.loss_rel, d.tensor.c_str(), d.rel,
       d.abs);
-  EXPECT_LE(loss_rel, kLossRelTol);
+  EXPECT_LE(m.loss_rel, kLossRelTol);
   EXPECT_LE(d.rel, kGradRelTol) << "worst tensor " << d.tensor;
   if (c.dp == 1) {  // with dp > 1 each replica's aux uses its own P_i (only the mean matches)
-    EXPECT_NEAR(ranks[0].aux, ref.aux_loss(), 1e-5 * std::max(1.0f, std::abs(ref.aux_loss())));
+    EXPECT_NEAR(ranks[0].aux, m.ref_aux, 1e-5 * std::max(1.0f, std::abs(m.ref_aux)));
   }
 }
 

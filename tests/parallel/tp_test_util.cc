@@ -5,13 +5,17 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <random>
 
 #include "collectives/collectives.h"
 #include "collectives/group.h"
 #include "collectives/mesh.h"
+#include "model/gpt.h"
+#include "model/parallel/data_parallel.h"
 #include "model/parallel/tensor_parallel.h"
 #include "runtime/cluster.h"
+#include "tests/model/test_models.h"
 
 namespace shardlab::parallel::testing {
 
@@ -41,35 +45,21 @@ Batch make_batch(const model::GPTConfig& config, int B, int T, uint64_t seed) {
   return b;
 }
 
-namespace {
+void RecordingSink::op(const char* name, const OpCost& cost) {
+  dev_.run(dev_.compute(), name, cost);
+}
 
-// Charges the device's compute stream and tracks activations and grads_ready.
-class RecordingSink final : public model::OpSink {
- public:
-  RecordingSink(Device& dev, RankResult& r, const collectives::ProcessGroup& dp)
-      : dev_(dev), r_(r), dp_(dp) {}
-  void op(const char* name, const OpCost& cost) override { dev_.run(dev_.compute(), name, cost); }
-  void saved(int64_t n) override {
-    r_.live_activations += n;
-    r_.peak_activations = std::max(r_.peak_activations, r_.live_activations);
-  }
-  void freed(int64_t n) override { r_.live_activations -= n; }
-  void grads_ready(int64_t offset, int64_t count) override {
-    r_.grads_ready.emplace_back(offset, count);
-  }
-  // MoE load-balancing fractions over the global batch (as the trainer's sink).
-  bool average_over_replicas(float* data, int64_t n) override {
-    if (dp_.size() == 1) return false;
-    collectives::all_reduce(dev_, dp_, collectives::Buffer(data, size_t(n)),
-                            collectives::ReduceOp::kAvg);
-    return true;
-  }
+void RecordingSink::saved(int64_t n) {
+  r_.live_activations += n;
+  r_.peak_activations = std::max(r_.peak_activations, r_.live_activations);
+}
 
- private:
-  Device& dev_;
-  RankResult& r_;
-  const collectives::ProcessGroup& dp_;
-};
+bool RecordingSink::average_over_replicas(float* data, int64_t n) {
+  if (dp_.size() == 1) return false;
+  collectives::all_reduce(dev_, dp_, collectives::Buffer(data, size_t(n)),
+                          collectives::ReduceOp::kAvg);
+  return true;
+}
 
 HardwareProfile test_profile(int devices) {
   HardwareProfile p = load_profile("a100-nvlink");
@@ -78,11 +68,9 @@ HardwareProfile test_profile(int devices) {
   return p;
 }
 
-}  // namespace
-
-std::vector<RankResult> run_tp(const model::GPTConfig& config, const Batch& batch,
-                               const RunSpec& spec) {
-  const collectives::DeviceMesh mesh({.tp = spec.tp, .dp = spec.dp});
+std::vector<RankResult> run_all(const model::GPTConfig& config, const Batch& batch,
+                                const RunSpec& spec) {
+  const collectives::DeviceMesh mesh({.tp = spec.tp, .ep = spec.ep, .dp = spec.dp});
   std::vector<RankResult> results(static_cast<size_t>(mesh.size()));
   const model::ParamTable table(config);
   ClusterOptions opts;
@@ -92,14 +80,28 @@ std::vector<RankResult> run_tp(const model::GPTConfig& config, const Batch& batc
     RankResult& r = results[static_cast<size_t>(dev.rank())];
     const collectives::ProcessGroup tp_group = mesh.group(dev.rank(), "tp");
     const collectives::ProcessGroup dp_group = mesh.group(dev.rank(), "dp");
+    const collectives::ProcessGroup ep_group = mesh.group(dev.rank(), "ep");
+    const collectives::ProcessGroup edp_group = mesh.group(dev.rank(), "edp");
     const int rows = batch.B / spec.dp, r0 = mesh.coords(dev.rank()).dp * rows;
-    TensorParallelGPT m(config, spec.seed, dev, tp_group, spec.sp);
+    MoeGroups groups;
+    if (spec.ep > 1) groups.ep = &ep_group;
+    if (spec.global_routing) groups.capacity = &dp_group;
+    TensorParallelGPT m(config, spec.seed, dev, tp_group, spec.sp, groups);
     if (!spec.global_params.empty()) {
       for (const ShardSpec& s : m.shards()) {
         const int64_t base = table.at(s.name).offset;
         for (int64_t i = 0; i < s.numel; ++i)
           m.params()[s.offset + i] = spec.global_params[base + global_index(s, i)];
       }
+    }
+    // With EP the gradients go through DataParallel (expert buckets over edp,
+    // small buckets so that several of each kind exist); otherwise one average.
+    std::optional<DataParallel> dp;
+    if (spec.ep > 1) {
+      const DataParallelOptions o{.bucket_bytes = 8192, .overlap = false, .zero = spec.zero};
+      dp.emplace(dev, dp_group, m.grads(), backward_ready_order(m.shards()), o,
+                 DataParallel::ExpertGrads{&edp_group, expert_ranges(m.shards())});
+      dp->begin_step();
     }
     RecordingSink sink(dev, r, dp_group);
     m.set_sink(&sink);
@@ -114,18 +116,44 @@ std::vector<RankResult> run_tp(const model::GPTConfig& config, const Batch& batc
                                 collectives::ReduceOp::kAvg);
       r.losses.push_back(loss);
     }
-    if (spec.dp > 1)
+    if (dp) {
+      dp->finish_grads();
+      // ZeRO-2 reduces each chunk onto its owner only: gather them back.
+      if (dp->sharded_grads()) dp->gather_params(m.grads());
+    } else if (spec.dp > 1) {
       collectives::all_reduce(dev, dp_group, collectives::Buffer(m.grads()),
                               collectives::ReduceOp::kAvg);
+    }
     r.ce = m.ce_loss();
     r.aux = m.aux_loss();
     r.params.assign(m.params().begin(), m.params().end());
     r.grads.assign(m.grads().begin(), m.grads().end());
     r.shards = m.shards();
+    r.ep_rank = mesh.coords(dev.rank()).ep;
+    r.moe.resize(static_cast<size_t>(config.n_layer));
+    for (int l = 0; l < config.n_layer; ++l)
+      if (const MoeStats* st = m.moe_stats(l)) r.moe[static_cast<size_t>(l)] = *st;
     dev.synchronize();
     r.end_time = dev.now();
+    r.compute_busy = dev.compute().busy() - dev.compute().transfer_busy();
   });
-  results.resize(static_cast<size_t>(spec.tp));  // tp is the fastest dimension: dp = 0 first
+  return results;
+}
+
+std::vector<RankResult> run_tp(const model::GPTConfig& config, const Batch& batch,
+                               const RunSpec& spec) {
+  return holding_ranks(run_all(config, batch, spec), spec);
+}
+
+std::vector<RankResult> holding_ranks(std::vector<RankResult> results, const RunSpec& spec) {
+  // tp, then ep are the fastest dimensions: ep coordinates 0..ep-1 of dp block 0 first
+  results.resize(static_cast<size_t>(spec.tp * spec.ep));
+  for (RankResult& r : results) {
+    if (r.ep_rank == 0) continue;
+    std::erase_if(r.shards, [](const ShardSpec& s) {
+      return s.name.find(".mlp.experts.") == std::string::npos;
+    });
+  }
   return results;
 }
 
@@ -173,6 +201,32 @@ Diff max_tensor_diff(const model::ParamTable& table, const std::vector<float>& a
     if (rel >= worst.rel) worst = {rel, dmax, p.name};
   }
   return worst;
+}
+
+Match match_reference(const model::GPTConfig& config, const Batch& batch, RunSpec spec) {
+  model::GPT<float> ref(config, spec.seed);
+  model::testing::randomize_params(ref, 99, 0.05);
+  Match m;
+  m.ref_loss = ref.forward(batch.inputs.data(), batch.targets.data(), batch.B, batch.T);
+  m.ref_aux = ref.aux_loss();
+  ref.zero_grad();
+  ref.backward();
+  spec.global_params.assign(ref.params().begin(), ref.params().end());
+  m.all = run_all(config, batch, spec);
+  m.holders = holding_ranks(m.all, spec);
+  for (const RankResult& r : m.all) {
+    m.loss_rel = std::max(m.loss_rel, std::abs(double(r.losses[0]) - m.ref_loss) /
+                                          std::abs(double(m.ref_loss)));
+    EXPECT_EQ(r.live_activations, 0) << "saved/freed activations do not balance";
+    int64_t ready = 0;
+    for (const auto& [offset, count] : r.grads_ready) ready += count;
+    EXPECT_EQ(ready, static_cast<int64_t>(r.grads.size()))
+        << "grads_ready must cover every local gradient once";
+  }
+  const std::vector<float> grads = gather(ref.table(), m.holders, true, &m.mismatch);
+  const std::vector<float> ref_grads(ref.grads().begin(), ref.grads().end());
+  m.grad = max_tensor_diff(ref.table(), grads, ref_grads);
+  return m;
 }
 
 }  // namespace shardlab::parallel::testing

@@ -1,0 +1,157 @@
+// Expert-parallel MoE: the token exchange around the local experts.
+// Shapes use the letters declared in ep_moe.h.
+#include "model/parallel/ep_moe.h"
+
+#include <algorithm>
+#include <numeric>
+#include <string>
+
+#include "model/kernels.h"
+#include "runtime/errors.h"
+
+namespace shardlab::parallel {
+
+using model::BlockView;
+using model::Exec;
+using model::GPTConfig;
+
+namespace coll = collectives;
+
+void check_expert_parallel_config(const GPTConfig& config, int ep, int dp) {
+  auto fail = [&](const std::string& what) {
+    throw ConfigError("--ep " + std::to_string(ep) + " " + what);
+  };
+  if (ep < 1) fail("must be at least 1");
+  if (ep == 1) return;
+  if (!config.is_moe()) fail("needs an MoE model (--experts > 0)");
+  if (config.n_expert % ep != 0)
+    fail("must divide --experts " + std::to_string(config.n_expert) +
+         " (each rank holds experts/ep experts)");
+  if (dp % ep != 0)
+    fail("must divide --dp " + std::to_string(dp) +
+         " (expert-parallel ranks are data-parallel ranks)");
+}
+
+namespace {
+
+size_t sum(const std::vector<size_t>& v) { return std::accumulate(v.begin(), v.end(), size_t{0}); }
+
+// Rows per (peer, local expert) through a small all-to-all, then the element
+// counts of the row exchanges and the expert-major order of the received rows:
+// expert le's rows from peer 0, then peer 1, ... (each peer's in its order).
+void plan_exchange(TpMoeActs& a, const TpDims& d, int E, const TpContext& c) {
+  TpMoeActs::Ep& x = a.ep;
+  const int ep = c.ep->size(), El = E / ep, C = d.C;
+  for (int e = 0; e < E; ++e) x.send_rows[e] = static_cast<float>(a.offsets[e + 1] - a.offsets[e]);
+  Stream& s = c.dev->compute();
+  const Time t0 = s.now();
+  coll::all_to_all(*c.dev, *c.ep, coll::ConstBuffer(x.send_rows.data(), size_t(E)),
+                   coll::Buffer(x.recv_rows.data(), size_t(E)), c.on_compute());
+  s.mark("moe.counts.a2a", t0, s.now(), 0, -1, /*advance=*/false);
+  auto rows = [&](int peer, int le) { return static_cast<int64_t>(x.recv_rows[peer * El + le]); };
+  for (int j = 0; j < ep; ++j) {
+    x.send_elems[j] = size_t(a.offsets[(j + 1) * El] - a.offsets[j * El]) * size_t(C);
+    int64_t r = 0;
+    for (int le = 0; le < El; ++le) r += rows(j, le);
+    x.recv_elems[j] = size_t(r) * size_t(C);
+  }
+  x.offsets[0] = 0;
+  for (int le = 0; le < El; ++le) {
+    int64_t r = 0;
+    for (int i = 0; i < ep; ++i) r += rows(i, le);
+    x.offsets[le + 1] = x.offsets[le] + r;
+    a.stats.received[le] = r;
+  }
+  x.R = x.offsets[El];
+  int64_t row = 0;  // expert-major
+  for (int le = 0; le < El; ++le) {
+    int64_t peer_first = 0;  // first received row of peer i
+    for (int i = 0; i < ep; ++i) {
+      int64_t first = peer_first;
+      for (int k = 0; k < le; ++k) first += rows(i, k);
+      for (int64_t r = 0; r < rows(i, le); ++r) x.perm[row++] = first + r;
+      peer_first += static_cast<int64_t>(x.recv_elems[i]) / C;
+    }
+  }
+}
+
+// out (sum rc) = all_to_all_v of in over the EP group on the compute stream,
+// traced as `name`; counts the off-rank bytes into stats (if any).
+void exchange(const TpContext& c, const char* name, const float* in,
+              const std::vector<size_t>& sc, float* out, const std::vector<size_t>& rc,
+              MoeStats* stats) {
+  Stream& s = c.dev->compute();
+  const Time t0 = s.now();
+  coll::all_to_all_v(*c.dev, *c.ep, coll::ConstBuffer(in, sum(sc)), sc, coll::Buffer(out, sum(rc)),
+                     rc, c.on_compute());
+  uint64_t sent = 0, received = 0;
+  for (int j = 0; j < c.ep->size(); ++j) {
+    if (j == c.ep->rank()) continue;
+    sent += uint64_t(sc[j]) * uint64_t(c.ex.elem);
+    received += uint64_t(rc[j]) * uint64_t(c.ex.elem);
+  }
+  s.mark(name, t0, s.now(), sent, -1, /*advance=*/false);
+  if (!stats) return;
+  stats->a2a_sent_bytes += sent;
+  stats->a2a_recv_bytes += received;
+}
+
+// to_expert_major: dst[m] = src[perm[m]]; otherwise dst[perm[m]] = src[m].
+void permute_rows(float* dst, const float* src, const int64_t* perm, int64_t R, int C,
+                  bool to_expert_major, const char* name, const Exec& ex) {
+  for (int64_t m = 0; m < R; ++m) {
+    const int64_t from = to_expert_major ? perm[m] : m, to = to_expert_major ? m : perm[m];
+    std::copy_n(src + from * C, C, dst + to * C);
+  }
+  ex.op(name, OpCost{0, 2.0 * static_cast<double>(R) * C * ex.elem});
+}
+
+}  // namespace
+
+float ep_moe_forward(float* out, TpMoeActs& a, TpScratch& s, const BlockView<float>& p,
+                     const float* inp, const TpDims& d, const GPTConfig& config,
+                     const TpContext& c) {
+  const Exec& ex = c.ex;
+  const int C = d.C, E = config.n_expert, El = E / c.ep->size();
+  SHARDLAB_CHECK(static_cast<int>(p.experts.size()) == El, "EP block must hold E/ep experts");
+  tp_moe_route(a, p, inp, d, config, c);
+  tp_moe_dispatch(a, inp, d, config, ex);  // rows grouped by expert, hence by owning rank
+  a.stats.a2a_sent_bytes = a.stats.a2a_recv_bytes = 0;
+  plan_exchange(a, d, E, c);
+  TpMoeActs::Ep& x = a.ep;
+  exchange(c, "moe.dispatch.a2a", a.xe.data(), x.send_elems, s.ep_xr.data(), x.recv_elems,
+           &a.stats);
+  permute_rows(x.xl.data(), s.ep_xr.data(), x.perm.data(), x.R, C, true, "moe.permute.fwd", ex);
+  tp_experts_forward(s.ep_yl.data(), a.fc.data(), a.fc_gelu.data(), p.experts, x.xl.data(),
+                     x.offsets.data(), El, d, c);
+  permute_rows(s.ep_xr.data(), s.ep_yl.data(), x.perm.data(), x.R, C, false, "moe.unpermute.fwd",
+               ex);
+  exchange(c, "moe.combine.a2a", s.ep_xr.data(), x.recv_elems, a.ye.data(), x.send_elems,
+           &a.stats);
+  return tp_moe_combine(out, a, d, config, ex);
+}
+
+void ep_moe_backward(float* dexperts, float* drouter, const BlockView<float>& g, TpScratch& s,
+                     const float* dout, float daux, const TpMoeActs& a, const float* inp,
+                     const BlockView<float>& p, const TpDims& d, const GPTConfig& config,
+                     const TpContext& c) {
+  const Exec& ex = c.ex;
+  const int C = d.C, El = config.n_expert / c.ep->size();
+  const TpMoeActs::Ep& x = a.ep;
+  tp_moe_combine_backward(s, dout, a, d, config, ex);
+  // dye to the experts' owners, expert-major
+  exchange(c, "moe.combine.a2a.bwd", s.dye.data(), x.send_elems, s.ep_xr.data(), x.recv_elems,
+           nullptr);
+  permute_rows(s.ep_yl.data(), s.ep_xr.data(), x.perm.data(), x.R, C, true, "moe.permute.bwd", ex);
+  // experts: partial input gradients over TP (summed by the caller after dispatch)
+  tp_experts_backward(s.ep_xr.data(), g.experts, s, s.ep_yl.data(), x.xl.data(), a.fc.data(),
+                      a.fc_gelu.data(), p.experts, x.offsets.data(), El, d, ex);
+  permute_rows(s.ep_yl.data(), s.ep_xr.data(), x.perm.data(), x.R, C, false, "moe.unpermute.bwd",
+               ex);
+  // dxe back to the tokens' ranks, in the local plan's order
+  exchange(c, "moe.dispatch.a2a.bwd", s.ep_yl.data(), x.recv_elems, s.dxe.data(), x.send_elems,
+           nullptr);
+  tp_moe_route_backward(dexperts, drouter, g, s, daux, a, inp, p, d, config, ex);
+}
+
+}  // namespace shardlab::parallel
