@@ -49,6 +49,8 @@ void TrainFlags::add(CLI::App* sub) {
       ->capture_default_str();
   sub->add_option("--bucket-mb", bucket_mb, "DP gradient bucket size in MB")->capture_default_str();
   sub->add_flag("--no-overlap", no_overlap, "Reduce DP gradients after backward instead of during it");
+  sub->add_option("--ep", ep, "Expert-parallel degree (divides --dp; --experts / ep experts per GPU)")
+      ->capture_default_str();
   sub->add_option("--pp", pp, "Pipeline-parallel stages")->capture_default_str();
   sub->add_option("--micro-batches", micro_batches,
                   "Micro-batches per step (gradient accumulation; the pipeline's M)")
@@ -92,6 +94,7 @@ train::TrainOptions TrainFlags::options() const {
   o.init_path = init;
   o.save_path = save;
   o.parallel = {dp, tp, sp, zero, bucket_mb, !no_overlap};
+  o.parallel.ep = ep;
   o.parallel.pp = pp;
   o.parallel.schedule = parallel::parse_schedule(schedule);
   o.parallel.vpp = vpp;

@@ -28,7 +28,7 @@ struct TrainFlags {
   std::string sampling = "random";
   std::string init, save, report, memory, precision = "fp32";
   int dp = 1, tp = 1, zero = 0;
-  int pp = 1, micro_batches = 1, vpp = 1;
+  int ep = 1, pp = 1, micro_batches = 1, vpp = 1;
   std::string schedule = "1f1b", pp_layers;
   bool sp = false, no_overlap = false;
   double bucket_mb = 25;

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "model/gpt.h"
+#include "model/parallel/ep_moe.h"
 #include "model/parallel/tp_embedding.h"
 #include "runtime/errors.h"
 
@@ -71,17 +72,26 @@ int StagePlacement::end_layer(int chunk) const {
 
 namespace {
 
-StagePlacement checked(const model::GPTConfig& config, int tp, bool sp, StagePlacement p) {
+StagePlacement checked(const model::GPTConfig& config, int tp, bool sp, StagePlacement p,
+                       const MoeGroups& moe) {
   config.validate();
   check_tensor_parallel_config(config, tp, sp);
+  const int ep = moe.ep ? moe.ep->size() : 1;
+  check_expert_parallel_config(config, ep, moe.capacity ? moe.capacity->size() : ep);
   check_stage_layers(config, p.pp, p.vpp, p.stage_layers);
   SHARDLAB_CHECK(p.rank >= 0 && p.rank < p.pp, "pipeline rank out of range");
   if (p.stage_layers.empty()) p.stage_layers = balanced_stage_layers(config.n_layer, p.stages());
   return p;
 }
 
-LayoutFilter stage_filter(const model::GPTConfig& config, const StagePlacement& p) {
+LayoutFilter stage_filter(const model::GPTConfig& config, const StagePlacement& p,
+                          const MoeGroups& moe) {
   LayoutFilter f;
+  if (moe.ep && moe.ep->size() > 1) {  // experts [r·E/ep, (r+1)·E/ep)
+    const int El = config.n_expert / moe.ep->size();
+    f.expert_begin = moe.ep->rank() * El;
+    f.expert_end = f.expert_begin + El;
+  }
   f.layers.assign(size_t(config.n_layer), false);
   f.wte = f.wpe = f.ln_f = false;
   for (int c = 0; c < p.vpp; ++c) {
@@ -99,14 +109,24 @@ FlatRange range_of(const ShardSpec& s) { return {s.offset, s.numel}; }
 
 PipelineModel::PipelineModel(const model::GPTConfig& config, uint64_t seed, Device& dev,
                              const collectives::ProcessGroup& tp_group, bool sp,
-                             StagePlacement placement)
+                             StagePlacement placement, const MoeGroups& moe)
     : config_(config),
-      place_(checked(config, tp_group.size(), sp, std::move(placement))),
+      place_(checked(config, tp_group.size(), sp, std::move(placement), moe)),
       group_(tp_group),
-      layout_(config_, group_.size(), group_.rank(), stage_filter(config_, place_)) {
+      layout_(config_, group_.size(), group_.rank(), stage_filter(config_, place_, moe)) {
   ctx_.dev = &dev;
   ctx_.group = &group_;
   ctx_.sp = sp;
+  if (moe.capacity) {
+    capacity_group_ = *moe.capacity;
+    ctx_.capacity_group = &*capacity_group_;
+  }
+  if (moe.ep && moe.ep->size() > 1) {
+    // With ep = dp the two groups have the same members: one sequence counter.
+    const bool same = moe.capacity && moe.capacity->members() == moe.ep->members();
+    ep_group_ = same ? *moe.capacity : *moe.ep;
+    ctx_.ep = &*ep_group_;
+  }
   Vl_ = config_.vocab_size / group_.size();
   v0_ = int64_t{group_.rank()} * Vl_;
   params_.assign(layout_.numel(), 0.0f);
@@ -146,7 +166,7 @@ void PipelineModel::set_micro_batch(int B, int T) {
   model::check_batch(config_, nullptr, nullptr, B, T);
   if (ctx_.sp && T % group_.size() != 0)
     throw ConfigError(fmt::format("sequence length {} must be divisible by --tp {} with --sp", T, group_.size()));
-  dims_ = TpDims{B, T, config_.n_embd, config_.n_head, group_.size(), ctx_.sp};
+  dims_ = TpDims{B, T, config_.n_embd, config_.n_head, group_.size(), ctx_.sp, ep_group_ ? ep_group_->size() : 1};
   const int64_t N = dims_.N(), Nr = dims_.rows(), C = dims_.C;
   for (auto& pool : slots_) pool.clear();
   scratch_.resize(dims_, config_);
@@ -160,13 +180,12 @@ void PipelineModel::size_slot(int chunk, Slot& s) const {
   const int64_t N = dims_.N(), Nr = dims_.rows(), C = dims_.C;
   if (place_.first(chunk)) s.inputs.assign(N, 0);
   s.x.assign(Nr * C, 0.0f);
-  s.elems = Nr * C;
   const int l0 = place_.first_layer(chunk), l1 = place_.end_layer(chunk);
   s.blocks.resize(size_t(l1 - l0));
   for (int l = l0; l < l1; ++l) {
     TpBlockActs& a = s.blocks[size_t(l - l0)];
     a.resize(dims_, config_, config_.is_moe_layer(l));
-    s.elems += a.saved_elements();
+    a.moe.stats.expert_begin = layout_.filter().expert_begin;
   }
   if (!place_.last(chunk)) return;
   s.targets.assign(N, 0);
@@ -176,7 +195,6 @@ void PipelineModel::size_slot(int chunk, Slot& s) const {
   s.logits.assign(N * Vl_, 0.0f);
   s.probs.assign(N * Vl_, 0.0f);
   s.losses.assign(N, 0.0f);
-  s.elems += Nr * C + 2 * Nr + 2 * N * Vl_ + N;
 }
 
 PipelineModel::Slot& PipelineModel::slot(int chunk, int mb, bool create) {
@@ -192,8 +210,18 @@ PipelineModel::Slot& PipelineModel::slot(int chunk, int mb, bool create) {
     free = pool.end() - 1;
   }
   free->mb = mb;
-  if (ctx_.ex.sink) ctx_.ex.sink->saved(free->elems);
+  free->elems = 0;
   return *free;
+}
+
+const MoeStats* PipelineModel::moe_stats(int layer) const {
+  if (!config_.is_moe_layer(layer)) return nullptr;
+  for (int c = 0; c < place_.vpp; ++c) {
+    const int l0 = place_.first_layer(c);
+    if (layer < l0 || layer >= place_.end_layer(c) || slots_[size_t(c)].empty()) continue;
+    return &slots_[size_t(c)].front().blocks[size_t(layer - l0)].moe.stats;
+  }
+  return nullptr;
 }
 
 float* PipelineModel::input(int chunk, int mb) {
@@ -229,6 +257,12 @@ float PipelineModel::forward(int chunk, int mb, const Token* inputs, const Token
   }
   aux_sum_ += aux;
   last_aux_ = aux;
+  // Saved for backward: the input, each block's activations (with EP the rows
+  // its experts received this time) and, on the last stage, the head's.
+  s.elems = Nr * C;
+  for (const TpBlockActs& a : s.blocks) s.elems += a.saved_elements();
+  if (last) s.elems += Nr * C + 2 * Nr + 2 * N * Vl_ + N;
+  if (ex.sink) ex.sink->saved(s.elems);
   if (!last) return 0;
   std::copy_n(targets, N, s.targets.data());
   model::layernorm_forward(s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(), x, w_.ln_f.weight,
@@ -324,7 +358,7 @@ float PipelineModel::forward(const Token* inputs, const Token* targets, int B, i
   for (auto& pool : slots_)
     for (Slot& s : pool)
       if (s.mb >= 0) {  // a forward that had no backward
-        if (ctx_.ex.sink) ctx_.ex.sink->freed(s.elems);
+        if (ctx_.ex.sink && s.elems > 0) ctx_.ex.sink->freed(s.elems);
         s.mb = -1;
       }
   reset_losses();

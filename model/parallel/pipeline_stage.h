@@ -25,11 +25,13 @@
 // Thread safety: one instance per device thread, like TensorParallelGPT.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "collectives/group.h"
 #include "model/config.h"
 #include "model/parallel/local_model.h"
+#include "model/parallel/tensor_parallel.h"
 #include "model/parallel/tp_layers.h"
 #include "model/parallel/tp_layout.h"
 
@@ -67,7 +69,7 @@ class PipelineModel final : public LocalModel {
   // Throws ConfigError for a bad configuration before any work.
   PipelineModel(const model::GPTConfig& config, uint64_t seed, Device& dev,
                 const collectives::ProcessGroup& tp_group, bool sequence_parallel,
-                StagePlacement placement);
+                StagePlacement placement, const MoeGroups& moe = {});
   PipelineModel(const PipelineModel&) = delete;
   PipelineModel& operator=(const PipelineModel&) = delete;
 
@@ -111,6 +113,8 @@ class PipelineModel final : public LocalModel {
   float ce_loss() const override { return last_ce_; }
   float aux_loss() const override { return last_aux_; }
   void set_sink(model::OpSink* sink) override { ctx_.ex = model::Exec::with(sink); }
+  // What MoE block `layer` did in its last forward (null for dense or foreign blocks).
+  const MoeStats* moe_stats(int layer) const;
   FlatRange wte_range() const { return layout_.prefix("transformer.wte."); }
   // What this rank holds (wte: the first or the last stage, which need tokens).
   const LayoutFilter& layout_filter() const { return layout_.filter(); }
@@ -123,7 +127,7 @@ class PipelineModel final : public LocalModel {
     std::vector<TpBlockActs> blocks;    // the chunk's blocks
     Buf<float> lnf, lnf_mean, lnf_rstd;  // last stage
     Buf<float> logits, probs, losses;
-    int64_t elems = 0;  // saved for backward (arena)
+    int64_t elems = 0;  // saved for backward (arena), set by forward
   };
   Slot& slot(int chunk, int mb, bool create);
   void size_slot(int chunk, Slot& s) const;
@@ -135,6 +139,7 @@ class PipelineModel final : public LocalModel {
   model::GPTConfig config_;
   StagePlacement place_;
   collectives::ProcessGroup group_;
+  std::optional<collectives::ProcessGroup> ep_group_, capacity_group_;
   TpContext ctx_;
   TpLayout layout_;
   int64_t v0_ = 0;

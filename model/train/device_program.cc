@@ -31,8 +31,9 @@ constexpr const char* kTiedName = "transformer.wte.weight";  // embedding and he
 
 void scatter_to_global(const LocalModel& model, std::span<const float> local,
                        const collectives::Coords& coords, const model::ParamTable& table,
-                       std::span<float> global, const std::vector<LocalRange>* only) {
+                       std::span<float> global, const std::vector<LocalRange>* only, ScatterWhat what) {
   for (const ShardSpec& s : model.shards()) {
+    if (what == kExpertsOnly && s.name.find(".mlp.experts.") == std::string::npos) continue;
     if (s.tp_replicated && coords.tp != 0) continue;
     if (coords.pp != 0 && s.name == kTiedName) continue;  // the first stage writes the tied wte
     const int64_t base = table.at(s.name).offset;
@@ -88,27 +89,42 @@ void DeviceProgram::run(Device& dev) {
   const coll::ProcessGroup dp_group = mesh.group(dev.rank(), "dp");
   const coll::ProcessGroup tp_group = mesh.group(dev.rank(), "tp");
   const coll::ProcessGroup pp_group = mesh.group(dev.rank(), "pp");
-  const coll::ProcessGroup norm_group =
-      mesh.group(dev.rank(), std::string(par.zero >= 2 ? "tp-dp" : "tp") + (par.pp > 1 ? "-pp" : ""));
+  const coll::ProcessGroup ep_group = mesh.group(dev.rank(), "ep");
+  const coll::ProcessGroup edp_group = mesh.group(dev.rank(), "edp");
+  // The global norm sums every parameter once: over tp (and dp with ZeRO-2,
+  // where each rank holds only its chunks), ep (each rank its own experts) and pp.
+  std::string norm_dims = par.zero >= 2 ? "tp-dp" : (par.ep > 1 ? "tp-ep" : "tp");
+  if (par.pp > 1) norm_dims += "-pp";
+  const coll::ProcessGroup norm_group = mesh.group(dev.rank(), norm_dims);
+  // MoE routing that follows the global batch across dp ranks (capacity drops
+  // in global token order) and expert parallelism need the TP/PP model code.
+  const bool global_routing = o.model.is_moe() && par.dp > 1 && (par.ep > 1 || o.model.capacity_factor > 0);
+  const parallel::MoeGroups moe{par.ep > 1 ? &ep_group : nullptr, global_routing ? &dp_group : nullptr};
   // Micro-batching or stages run through the pipeline executor; a single
   // micro-batch on one stage is one forward and one backward.
   const int M = o.micro_batches;
   // Micro-batches on the unsharded model are a plain gradient-accumulation
   // loop (verify's reference); under TP they go through the executor too.
-  const bool pipelined = par.pp > 1 || (M > 1 && par.tp > 1);
+  const bool sharded_model = par.tp > 1 || moe.ep || moe.capacity;
+  const bool pipelined = par.pp > 1 || (M > 1 && sharded_model);
   std::unique_ptr<LocalModel> model;
   parallel::PipelineModel* pipe = nullptr;
   if (pipelined) {
     auto p = std::make_unique<parallel::PipelineModel>(
         o.model, o.seed, dev, tp_group, par.sp,
-        parallel::StagePlacement{par.pp, par.vpp, coords.pp, par.stage_layers});
+        parallel::StagePlacement{par.pp, par.vpp, coords.pp, par.stage_layers}, moe);
     pipe = p.get();
     model = std::move(p);
-  } else if (par.tp == 1) {
+  } else if (!sharded_model) {
     model = std::make_unique<parallel::UnshardedModel>(o.model, o.seed);
   } else {
-    model = std::make_unique<parallel::TensorParallelGPT>(o.model, o.seed, dev, tp_group, par.sp);
+    model = std::make_unique<parallel::TensorParallelGPT>(o.model, o.seed, dev, tp_group, par.sp, moe);
   }
+  auto moe_stats = [&](int layer) -> const parallel::MoeStats* {
+    if (pipe) return pipe->moe_stats(layer);
+    if (auto* t = dynamic_cast<parallel::TensorParallelGPT*>(model.get())) return t->moe_stats(layer);
+    return nullptr;
+  };
   SHARDLAB_CHECK(model != nullptr, fmt::format("no model for tp {} ({})", par.tp, tp_group.to_string()));
   if (init) load_shards(*model, *init);
   // The tied wte lives on the first and the last pipeline rank: its gradient
@@ -117,9 +133,12 @@ void DeviceProgram::run(Device& dev) {
   if (par.pp > 1 && (coords.pp == 0 || coords.pp == par.pp - 1))
     embedding_group.emplace(std::vector<int>{pp_group.global_rank(0), pp_group.global_rank(par.pp - 1)},
                             dev.rank(), "embedding");
-  // Each parameter counted once in norms and gathers: the tied copy of the last stage is not.
+  // Each parameter counted once in norms and gathers: the tied copy of the
+  // last stage is not, nor (without ZeRO-2) the non-expert copies of ep ranks > 0.
   auto counted = [&](const ShardSpec& s) {
-    return (!s.tp_replicated || coords.tp == 0) && (coords.pp == 0 || s.name != kTiedName);
+    const bool expert = s.name.find(".mlp.experts.") != std::string::npos;
+    return (!s.tp_replicated || coords.tp == 0) && (coords.pp == 0 || s.name != kTiedName) &&
+           (par.zero >= 2 || expert || ep_group.rank() == 0);
   };
 
   dev.log().info("{}: {} local parameters", mesh.describe(dev.rank()), model->params().size());
@@ -129,7 +148,9 @@ void DeviceProgram::run(Device& dev) {
   auto grads = model->grads();
   const int64_t n = static_cast<int64_t>(params.size());
   parallel::DataParallelOptions dpo{uint64_t(par.bucket_mb * 1e6), par.overlap, par.zero};
-  DataParallel dp(dev, dp_group, grads, parallel::backward_ready_order(model->shards()), dpo);
+  DataParallel::ExpertGrads expert_grads;
+  if (par.ep > 1) expert_grads = {&edp_group, parallel::expert_ranges(model->shards())};
+  DataParallel dp(dev, dp_group, grads, parallel::backward_ready_order(model->shards()), dpo, expert_grads);
   bool final_micro_batch = true;  // gradients are final only in the last micro-batch's backward
   sink.on_grads_ready([&](int64_t off, int64_t cnt) {
     if (final_micro_batch) dp.grads_ready(off, cnt);
@@ -209,12 +230,27 @@ void DeviceProgram::run(Device& dev) {
       phase.busy = dev.compute().busy() - busy0;
     }
     dp.finish_grads();
+    auto& moe_totals = result.moe[size_t(dev.rank())];
+    for (int l = 0; l < o.model.n_layer; ++l) {
+      const parallel::MoeStats* st = moe_stats(l);
+      if (!st) continue;
+      auto it = std::find_if(moe_totals.begin(), moe_totals.end(), [l](const MoeLayerTotals& t) { return t.layer == l; });
+      if (it == moe_totals.end()) {
+        moe_totals.push_back({l, st->expert_begin, std::vector<int64_t>(st->received.size(), 0)});
+        it = moe_totals.end() - 1;
+      }
+      for (size_t e = 0; e < st->received.size(); ++e) it->received[e] += st->received[e];
+      it->dropped += st->dropped;
+      it->a2a_sent_bytes += 2 * st->a2a_sent_bytes;  // backward moves the same rows again
+      it->a2a_recv_bytes += 2 * st->a2a_recv_bytes;
+    }
     if (step == 0 && o.keep_step0_grads) {
       // With ZeRO-2 each dp rank holds the reduced gradient of its own chunks only.
       std::vector<LocalRange> mine;
       for (const auto& r : dp.owned()) mine.push_back({r.begin, r.size});
       if (dp.sharded_grads()) scatter_to_global(*model, grads, coords, table, result.step0_grads, &mine);
-      else if (coords.dp == 0) scatter_to_global(*model, grads, coords, table, result.step0_grads);
+      else if (coords.edp == 0) scatter_to_global(*model, grads, coords, table, result.step0_grads, nullptr,
+                                                   coords.dp == 0 ? kAll : kExpertsOnly);
     }
 
     // The step's loss for the record: the dp average (as Megatron logs it).
@@ -263,7 +299,13 @@ void DeviceProgram::run(Device& dev) {
     if (colon != std::string::npos && std::stoi(o.corrupt_shard.substr(colon + 1)) == dev.rank())
       corrupt(*model, o.corrupt_shard.substr(0, colon));
   }
-  scatter_to_global(*model, params, coords, table, result.replicas[size_t(coords.dp)]);
+  // Replica d is the model as dp rank d's ep group holds it: every member
+  // writes its experts into each of the group's replicas.
+  scatter_to_global(*model, params, coords, table, result.replicas[size_t(coords.dp)], nullptr, kAll);
+  for (int peer : ep_group.members())
+    if (peer != dev.rank())
+      scatter_to_global(*model, params, coords, table, result.replicas[size_t(mesh.coords(peer).dp)], nullptr,
+                        kExpertsOnly);
   if (par.pp > 1 && coords.pp == par.pp - 1 && coords.dp == 0) {
     for (const ShardSpec& s : model->shards())
       if (s.name == kTiedName)

@@ -38,9 +38,10 @@ struct DeviceProgram {
 struct LocalRange {
   int64_t begin = 0, size = 0;
 };
+enum ScatterWhat { kAll, kExpertsOnly };
 void scatter_to_global(const parallel::LocalModel& model, std::span<const float> local,
                        const collectives::Coords& coords, const model::ParamTable& table,
-                       std::span<float> global,
-                       const std::vector<LocalRange>* only = nullptr);
+                       std::span<float> global, const std::vector<LocalRange>* only = nullptr,
+                       ScatterWhat what = kAll);
 
 }  // namespace shardlab::train

@@ -11,6 +11,7 @@
 #include "model/params.h"
 #include "model/train/device_program.h"
 #include "collectives/mesh.h"
+#include "model/parallel/ep_moe.h"
 #include "model/parallel/pipeline_stage.h"
 #include "model/parallel/tp_layout.h"
 #include "runtime/errors.h"
@@ -62,7 +63,7 @@ nlohmann::json TrainOptions::to_json() const {
           {"save", save_path},
           {"parallel",
            {{"dp", parallel.dp}, {"tp", parallel.tp}, {"sp", parallel.sp}, {"zero", parallel.zero},
-            {"bucket_mb", parallel.bucket_mb}, {"overlap", parallel.overlap}, {"pp", parallel.pp},
+            {"bucket_mb", parallel.bucket_mb}, {"overlap", parallel.overlap}, {"ep", parallel.ep}, {"pp", parallel.pp},
             {"schedule", parallel::schedule_name(parallel.schedule)}, {"vpp", parallel.vpp},
             {"pp_layers", parallel.stage_layers}}}};
 }
@@ -125,8 +126,7 @@ void validate_parallel(const TrainOptions& o) {
   require(!p.sp || m.block_size % p.tp == 0,
           fmt::format("--seq {} is not divisible by --tp {} (needed by --sp)", m.block_size, p.tp));
   if (p.tp > 1) parallel::check_tensor_parallel_config(m, p.tp, p.sp);
-  require(p.dp == 1 || m.n_expert == 0 || m.capacity_factor <= 0,
-          "--capacity-factor with --dp > 1 is not supported yet (drops must follow the global token order)");
+  parallel::check_expert_parallel_config(m, p.ep, p.dp);
 }
 
 namespace {
@@ -189,6 +189,7 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
 
   const model::ParamSpec& wte = table.at("transformer.wte.weight");
   if (o.parallel.pp > 1) result.tied_copy.assign(size_t(wte.numel), 0.0f);
+  result.moe.assign(size_t(o.parallel.world()), {});
   result.phases.assign(size_t(o.parallel.world()), std::vector<PhaseRecord>(size_t(o.steps)));
   const collectives::DeviceMesh mesh(o.parallel.mesh_shape());
   DeviceProgram program{o, mesh, table, sampler, init ? &*init : nullptr, result, on_step};
@@ -258,6 +259,20 @@ nlohmann::json report_json(const TrainOptions& o, const Cluster& cluster, const 
                             {"compute_s", to_seconds(compute)}, {"comm_s", to_seconds(exposed)},
                             {"comm_total_s", to_seconds(d.comm_busy + d.compute_transfer)},
                             {"idle_s", to_seconds(idle)}});
+    if (size_t(d.rank) < r.moe.size() && !r.moe[size_t(d.rank)].empty()) {
+      nlohmann::json layers = nlohmann::json::array();
+      uint64_t sent = 0, recv = 0;
+      for (const MoeLayerTotals& t : r.moe[size_t(d.rank)]) {
+        int64_t total = 0, most = 0;
+        for (int64_t x : t.received) total += x, most = std::max(most, x);
+        layers.push_back({{"layer", t.layer}, {"expert_begin", t.expert_begin}, {"tokens_per_expert", t.received},
+                          {"dropped", t.dropped}, {"a2a_sent_bytes", t.a2a_sent_bytes},
+                          {"a2a_recv_bytes", t.a2a_recv_bytes}});
+        sent += t.a2a_sent_bytes;
+        recv += t.a2a_recv_bytes;
+      }
+      j["devices"].back()["moe"] = {{"layers", layers}, {"a2a_sent_bytes", sent}, {"a2a_recv_bytes", recv}};
+    }
     if (size_t(d.rank) < r.phase_totals.size()) {
       const DevicePhaseTotals& t = r.phase_totals[size_t(d.rank)];
       const Time window = t.busy + t.idle;

@@ -37,13 +37,14 @@ struct ParallelOptions {
   int zero = 0;               // ZeRO stage 0, 1 or 2 over dp
   double bucket_mb = 25;      // DP gradient bucket, MB (1e6 modeled bytes)
   bool overlap = true;        // reduce buckets during backward
+  int ep = 1;                 // expert parallel (divides dp): E/ep experts per rank
   int pp = 1;                 // pipeline stages (ranks)
   parallel::ScheduleKind schedule = parallel::ScheduleKind::k1F1B;
   int vpp = 1;                // model chunks per pipeline rank (interleaved)
   std::vector<int> stage_layers;  // blocks per virtual stage; empty = balanced
   int world() const { return dp * tp * pp; }
   // The mesh of the collectives issue: tp fastest, then dp, then pp.
-  collectives::MeshShape mesh_shape() const { return {.tp = tp, .dp = dp, .pp = pp}; }
+  collectives::MeshShape mesh_shape() const { return {.tp = tp, .ep = ep, .dp = dp, .pp = pp}; }
 };
 
 struct TrainOptions {
@@ -101,6 +102,14 @@ struct DevicePhaseTotals {
   uint64_t p2p_bytes = 0;
 };
 
+struct MoeLayerTotals {
+  int layer = -1;
+  int expert_begin = 0;
+  std::vector<int64_t> received;  // (experts held) rows routed to each, summed over steps
+  int64_t dropped = 0;            // assignments over capacity (this rank's tokens)
+  uint64_t a2a_sent_bytes = 0, a2a_recv_bytes = 0;  // forward and backward
+};
+
 struct TrainResult {
   std::vector<StepRecord> steps;
   std::vector<float> final_params;  // unsharded, laid out by model::ParamTable
@@ -124,6 +133,9 @@ struct TrainResult {
   // its pipeline's forward-backward window (first start to last end).
   double bubble_fraction = 0;
   std::vector<DevicePhaseTotals> phase_totals;  // (devices) summed over steps
+  // MoE: per device, per MoE layer, rows each held expert processed, summed
+  // over steps and micro-batches' last forwards; all-to-all bytes per device.
+  std::vector<std::vector<MoeLayerTotals>> moe;  // (devices)
 };
 
 // Called on device 0's thread after every step (progress bars).
