@@ -76,11 +76,18 @@ TEST_P(PipelineVerify, MatchesTheUnshardedModel) {
   expect_matches_unsharded(pipeline(pp, M, kind, experts));
 }
 
+std::string grid_name(const ::testing::TestParamInfo<PipelineVerify::ParamType>& info) {
+  return "pp" + std::to_string(std::get<0>(info.param)) + "_M" + std::to_string(std::get<1>(info.param)) + "_" +
+         std::string(parallel::schedule_name(std::get<2>(info.param))) +
+         (std::get<3>(info.param) ? "_moe" : "_dense");
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Grid, PipelineVerify,
     ::testing::Combine(::testing::Values(2, 4), ::testing::Values(1, 4, 8),
                        ::testing::Values(ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved),
-                       ::testing::Values(0, 4)));
+                       ::testing::Values(0, 4)),
+    grid_name);
 
 TEST(Pipeline3D, TpTimesPpTimesDpMatchesTheUnshardedModel) {
   for (int experts : {0, 4}) {

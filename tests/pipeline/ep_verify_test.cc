@@ -1,0 +1,117 @@
+// Expert parallelism through the trainer: sharded runs against the unsharded
+// model for ep x dp x top-k x capacity, and the 4D tp x pp x dp x ep config.
+#include <cstdio>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "model/config.h"
+#include "model/train/trainer.h"
+#include "model/train/verify.h"
+#include "runtime/profile.h"
+
+namespace shardlab::train {
+namespace {
+
+TrainResult run(const TrainOptions& o) {
+  ClusterOptions c;
+  c.world_size = o.parallel.world();
+  Cluster cluster(builtin_profiles().front(), c);
+  return train(cluster, o);
+}
+
+TrainOptions moe_options(int dp, int ep, int top_k, double capacity) {
+  TrainOptions o;
+  o.model = model::preset("tiny");
+  o.model.n_embd = 64;
+  o.model.block_size = 32;
+  o.model.vocab_size = 64;
+  o.model.n_expert = 8;
+  o.model.top_k = top_k;
+  o.model.aux_coef = 0.01;
+  o.model.capacity_factor = capacity;
+  o.steps = 3;
+  o.keep_step0_grads = true;
+  o.parallel.dp = dp;
+  o.parallel.ep = ep;
+  return o;
+}
+
+// Returns the sharded run (for its MoE report).
+TrainResult expect_matches_unsharded(const TrainOptions& o) {
+  TrainOptions ref = o;
+  ref.parallel = {};
+  const TrainResult a = run(o), b = run(ref);
+  const VerifyResult r = compare_runs(a, b, model::ParamTable(o.model), {.grads = true});
+  std::printf("tp %d pp %d dp %d ep %d top-k %d capacity %.2f M %d: loss rel diff %.2e, param rel L2 %.2e, "
+              "grad rel L2 %.2e (tol 1e-5)\n",
+              o.parallel.tp, o.parallel.pp, o.parallel.dp, o.parallel.ep, o.model.top_k, o.model.capacity_factor,
+              o.micro_batches, r.max_loss_rel_diff, r.param_rel_l2, r.grad_rel_l2);
+  EXPECT_TRUE(r.passed) << (r.first_mismatch ? r.first_mismatch->kind + " " + r.first_mismatch->name : "");
+  EXPECT_LE(r.grad_rel_l2, 1e-5);
+  return a;
+}
+
+class ExpertVerify : public ::testing::TestWithParam<std::tuple<int, int, int, double>> {};
+
+TEST_P(ExpertVerify, MatchesTheUnshardedModel) {
+  const auto [dp, ep, top_k, capacity] = GetParam();
+  if (ep > dp) GTEST_SKIP() << "ep must divide dp";
+  const TrainResult a = expect_matches_unsharded(moe_options(dp, ep, top_k, capacity));
+  // Every device holds E/ep experts and reports the rows they processed.
+  int64_t rows = 0, dropped = 0;
+  for (const auto& device : a.moe) {
+    ASSERT_FALSE(device.empty());
+    EXPECT_EQ(device.front().received.size(), size_t(8 / ep));
+    for (const auto& layer : device) {
+      for (int64_t x : layer.received) rows += x;
+      dropped += layer.dropped;
+    }
+  }
+  // Each token's top-k assignments are processed once, unless dropped.
+  const int64_t assignments = int64_t(3) * 4 /*layers*/ * 8 * 32 * top_k;
+  EXPECT_EQ(rows + dropped, assignments);
+  if (capacity > 0) EXPECT_GT(dropped, 0) << "capacity 1.0 should drop some assignments";
+  else EXPECT_EQ(dropped, 0);
+}
+
+std::string ep_name(const ::testing::TestParamInfo<ExpertVerify::ParamType>& info) {
+  return "dp" + std::to_string(std::get<0>(info.param)) + "_ep" + std::to_string(std::get<1>(info.param)) + "_top" +
+         std::to_string(std::get<2>(info.param)) + (std::get<3>(info.param) > 0 ? "_capacity" : "_nocap");
+}
+
+INSTANTIATE_TEST_SUITE_P(Grid, ExpertVerify,
+                         ::testing::Combine(::testing::Values(2, 4), ::testing::Values(2, 4), ::testing::Values(1, 2),
+                                            ::testing::Values(0.0, 1.0)),
+                         ep_name);
+
+TEST(Expert4D, TpTimesPpTimesDpTimesEpMatchesTheUnshardedModel) {
+  TrainOptions o = moe_options(2, 2, 2, 1.0);
+  o.parallel.tp = 2;
+  o.parallel.pp = 2;
+  o.micro_batches = 4;
+  o.parallel.sp = true;
+  expect_matches_unsharded(o);
+  o.parallel.sp = false;
+  o.parallel.zero = 1;
+  o.model.capacity_factor = 0;
+  expect_matches_unsharded(o);
+}
+
+TEST(ExpertMemory, ExpertParametersPerDeviceAreOneOverEp) {
+  TrainOptions o = moe_options(4, 1, 2, 0.0);
+  o.steps = 1;
+  o.keep_step0_grads = false;
+  const auto dense_part = [&](const TrainResult& r) { return r.run.devices[0].peak_by_kind[int(MemKind::kParam)]; };
+  const uint64_t replicated = dense_part(run(o));
+  o.parallel.ep = 4;
+  const uint64_t sharded = dense_part(run(o));
+  // Expert bytes: 8 experts x 4 layers x (c_fc + c_proj with biases).
+  const uint64_t C = 64, experts = 8ull * 4 * (2 * 4 * C * C + 4 * C + C) * 4;
+  std::printf("params per device: dp 4 %llu B, dp 4 x ep 4 %llu B, experts %llu B\n",
+              (unsigned long long)replicated, (unsigned long long)sharded, (unsigned long long)experts);
+  EXPECT_EQ(replicated - sharded, experts - experts / 4);
+}
+
+}  // namespace
+}  // namespace shardlab::train
