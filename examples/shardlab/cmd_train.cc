@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "examples/shardlab/cli.h"
@@ -108,6 +109,26 @@ void print_device_table(const nlohmann::json& report) {
   }
   fmt::print("(per step; exposed = communication not hidden under compute; fb idle = compute idle share of the\n"
              " forward-backward phase, the stage's bubble)\n");
+  if (!report.contains("moe")) return;
+  for (const auto& m : report["moe"]) {
+    const auto& tokens = m["tokens_per_expert"].back();
+    fmt::print("MoE block {}: tokens per expert at the last step [{}], max/mean {:.2f} (mean over steps {:.2f})\n",
+               m["layer"].get<int>(), fmt::join(tokens.get<std::vector<int64_t>>(), " "),
+               m["imbalance"].back().get<double>(),
+               [&] {
+                 double sum = 0;
+                 for (const auto& x : m["imbalance"]) sum += x.get<double>();
+                 return sum / double(m["imbalance"].size());
+               }());
+  }
+  for (const auto& d : devices) {
+    if (!d.contains("moe") || d["moe"]["a2a_sent_bytes"].get<uint64_t>() == 0) continue;
+    fmt::print("device {} expert all-to-alls: {} sent, {} received per step, {:.3f} ms per step on the compute stream "
+               "({:.1f}% of the step)\n",
+               d["rank"].get<int>(), format_bytes(uint64_t(d["moe"]["a2a_sent_bytes"].get<double>() / steps)),
+               format_bytes(uint64_t(d["moe"]["a2a_recv_bytes"].get<double>() / steps)),
+               d["moe"]["a2a_s"].get<double>() * 1e3 / steps, d["moe"]["a2a_share_of_step"].get<double>() * 100);
+  }
 }
 
 void add_train_command(CLI::App& app) {

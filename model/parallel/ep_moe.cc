@@ -48,6 +48,7 @@ void plan_exchange(TpMoeActs& a, const TpDims& d, int E, const TpContext& c) {
   coll::all_to_all(*c.dev, *c.ep, coll::ConstBuffer(x.send_rows.data(), size_t(E)),
                    coll::Buffer(x.recv_rows.data(), size_t(E)), c.on_compute());
   s.mark("moe.counts.a2a", t0, s.now(), 0, -1, /*advance=*/false);
+  if (c.a2a_time) *c.a2a_time += s.now() - t0;
   auto rows = [&](int peer, int le) { return static_cast<int64_t>(x.recv_rows[peer * El + le]); };
   for (int j = 0; j < ep; ++j) {
     x.send_elems[j] = size_t(a.offsets[(j + 1) * El] - a.offsets[j * El]) * size_t(C);
@@ -91,6 +92,7 @@ void exchange(const TpContext& c, const char* name, const float* in,
     received += uint64_t(rc[j]) * uint64_t(c.ex.elem);
   }
   s.mark(name, t0, s.now(), sent, -1, /*advance=*/false);
+  if (c.a2a_time) *c.a2a_time += s.now() - t0;
   if (!stats) return;
   stats->a2a_sent_bytes += sent;
   stats->a2a_recv_bytes += received;

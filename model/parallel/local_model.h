@@ -11,6 +11,7 @@
 // Size letters: B local batch rows, T sequence length.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -49,6 +50,17 @@ struct ShardSpec {
 // index (row-major in global_shape).
 int64_t global_index(const ShardSpec& s, int64_t i);
 
+// What one MoE block did on this rank over the forwards since the last
+// reset_moe_stats() (one training step: every micro-batch).
+struct MoeStepStats {
+  int layer = -1;                 // block index; -1: not an MoE block held here
+  int expert_begin = 0;           // first expert held
+  std::vector<int64_t> received;  // (experts held) rows each expert processed
+  int64_t dropped = 0;            // this rank's assignments over capacity
+  uint64_t a2a_sent_bytes = 0;    // forward all-to-alls, off-rank (backward: the same again)
+  uint64_t a2a_recv_bytes = 0;
+};
+
 class LocalModel {
  public:
   virtual ~LocalModel() = default;
@@ -74,6 +86,24 @@ class LocalModel {
   virtual float aux_loss() const = 0;
   // Kernels charge `sink` and report saved activations and final gradients.
   virtual void set_sink(model::OpSink* sink) = 0;
+
+  // MoE statistics since the last reset, one entry per block (layer -1 for
+  // dense blocks and blocks held elsewhere); empty for a dense model.
+  const std::vector<MoeStepStats>& moe_step_stats() const { return moe_step_; }
+  void reset_moe_stats() {
+    for (MoeStepStats& m : moe_step_) {
+      std::fill(m.received.begin(), m.received.end(), 0);
+      m.dropped = 0;
+      m.a2a_sent_bytes = m.a2a_recv_bytes = 0;
+    }
+    a2a_time_ = 0;
+  }
+  // Time the expert-parallel all-to-alls held the compute stream since the reset.
+  Time a2a_time() const { return a2a_time_; }
+
+ protected:
+  std::vector<MoeStepStats> moe_step_;
+  Time a2a_time_ = 0;
 };
 
 }  // namespace shardlab::parallel

@@ -117,6 +117,8 @@ PipelineModel::PipelineModel(const model::GPTConfig& config, uint64_t seed, Devi
   ctx_.dev = &dev;
   ctx_.group = &group_;
   ctx_.sp = sp;
+  ctx_.a2a_time = &a2a_time_;
+  if (config_.is_moe()) moe_step_.resize(size_t(config_.n_layer));
   if (moe.capacity) {
     capacity_group_ = *moe.capacity;
     ctx_.capacity_group = &*capacity_group_;
@@ -214,16 +216,6 @@ PipelineModel::Slot& PipelineModel::slot(int chunk, int mb, bool create) {
   return *free;
 }
 
-const MoeStats* PipelineModel::moe_stats(int layer) const {
-  if (!config_.is_moe_layer(layer)) return nullptr;
-  for (int c = 0; c < place_.vpp; ++c) {
-    const int l0 = place_.first_layer(c);
-    if (layer < l0 || layer >= place_.end_layer(c) || slots_[size_t(c)].empty()) continue;
-    return &slots_[size_t(c)].front().blocks[size_t(layer - l0)].moe.stats;
-  }
-  return nullptr;
-}
-
 float* PipelineModel::input(int chunk, int mb) {
   SHARDLAB_CHECK(!place_.first(chunk), "the first stage embeds its input");
   return slot(chunk, mb, true).x.data();
@@ -253,6 +245,7 @@ float PipelineModel::forward(int chunk, int mb, const Token* inputs, const Token
   for (size_t i = 0; i < s.blocks.size(); ++i) {
     const int l = l0 + int(i);
     aux += tp_block_forward(s.blocks[i], w_.blocks[l], x, dims_, config_, scratch_, ctx_);
+    if (config_.is_moe_layer(l)) add_moe_stats(moe_step_[size_t(l)], l, s.blocks[i].moe.stats);
     x = s.blocks[i].res2.data();
   }
   aux_sum_ += aux;

@@ -113,8 +113,6 @@ class PipelineModel final : public LocalModel {
   float ce_loss() const override { return last_ce_; }
   float aux_loss() const override { return last_aux_; }
   void set_sink(model::OpSink* sink) override { ctx_.ex = model::Exec::with(sink); }
-  // What MoE block `layer` did in its last forward (null for dense or foreign blocks).
-  const MoeStats* moe_stats(int layer) const;
   FlatRange wte_range() const { return layout_.prefix("transformer.wte."); }
   // What this rank holds (wte: the first or the last stage, which need tokens).
   const LayoutFilter& layout_filter() const { return layout_.filter(); }

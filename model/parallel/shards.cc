@@ -41,6 +41,23 @@ std::vector<ShardSpec> whole_tensor_shards(const model::ParamTable& table) {
 }
 
 UnshardedModel::UnshardedModel(const model::GPTConfig& config, uint64_t seed)
-    : gpt_(config, seed), shards_(whole_tensor_shards(gpt_.table())) {}
+    : gpt_(config, seed), shards_(whole_tensor_shards(gpt_.table())) {
+  if (config.is_moe()) moe_step_.resize(size_t(config.n_layer));
+}
+
+void UnshardedModel::count_moe(int64_t N) {
+  const model::GPTConfig& c = gpt_.config();
+  for (int l = 0; l < c.n_layer; ++l) {
+    if (!c.is_moe_layer(l)) continue;
+    const auto& a = gpt_.block_acts(l).moe;
+    MoeStepStats& m = moe_step_[size_t(l)];
+    if (m.layer != l) {
+      m.layer = l;
+      m.received.assign(size_t(c.n_expert), 0);
+    }
+    for (int e = 0; e < c.n_expert; ++e) m.received[size_t(e)] += a.offsets[e + 1] - a.offsets[e];
+    m.dropped += N * c.top_k - a.M;
+  }
+}
 
 }  // namespace shardlab::parallel

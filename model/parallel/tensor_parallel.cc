@@ -47,6 +47,8 @@ TensorParallelGPT::TensorParallelGPT(const model::GPTConfig& config, uint64_t se
   ctx_.dev = &dev;
   ctx_.group = &group_;
   ctx_.sp = sp;
+  ctx_.a2a_time = &a2a_time_;
+  if (config_.is_moe()) moe_step_.resize(size_t(config_.n_layer));
   if (moe.capacity) {
     capacity_group_ = *moe.capacity;
     ctx_.capacity_group = &*capacity_group_;
@@ -140,6 +142,7 @@ float TensorParallelGPT::forward(const Token* inputs, const Token* targets, int 
   for (int l = 0; l < config_.n_layer; ++l) {
     aux_loss_ += tp_block_forward(blocks_[l], w_.blocks[l], x, dims_, config_, scratch_, ctx_);
     block_elems_[l] = blocks_[l].saved_elements();  // EP: the rows received this time
+    if (config_.is_moe_layer(l)) add_moe_stats(moe_step_[size_t(l)], l, blocks_[l].moe.stats);
     saved(block_elems_[l]);
     x = blocks_[l].res2.data();
   }

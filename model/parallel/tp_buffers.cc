@@ -22,6 +22,18 @@ void TpBlockActs::resize(const TpDims& d, const model::GPTConfig& config, bool m
   moe.resize(d, config);
 }
 
+void add_moe_stats(MoeStepStats& step, int layer, const MoeStats& forward) {
+  if (step.layer != layer || step.received.size() != forward.received.size()) {
+    step.layer = layer;
+    step.received.assign(forward.received.size(), 0);
+  }
+  step.expert_begin = forward.expert_begin;
+  for (size_t e = 0; e < forward.received.size(); ++e) step.received[e] += forward.received[e];
+  step.dropped += forward.dropped;
+  step.a2a_sent_bytes += forward.a2a_sent_bytes;
+  step.a2a_recv_bytes += forward.a2a_recv_bytes;
+}
+
 int64_t expert_rows_max(const TpDims& d, const model::GPTConfig& config) {
   const int64_t N = d.N(), K = config.top_k;
   if (d.ep <= 1) return N * K;

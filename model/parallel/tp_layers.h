@@ -28,6 +28,7 @@
 #include "model/buffer.h"
 #include "model/config.h"
 #include "model/layers.h"
+#include "model/parallel/local_model.h"
 #include "model/parallel/tp_mappings.h"
 
 namespace shardlab::parallel {
@@ -63,6 +64,9 @@ struct MoeStats {
   uint64_t a2a_sent_bytes = 0;
   uint64_t a2a_recv_bytes = 0;
 };
+
+// Adds one forward's block statistics into the step's (sizing it on first use).
+void add_moe_stats(MoeStepStats& step, int layer, const MoeStats& forward);
 
 struct TpMoeActs {
   Buf<float> logits, probs;   // (N,E)

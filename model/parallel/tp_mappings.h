@@ -44,6 +44,8 @@ struct TpContext {
   // assignments and capacity drops follow the global token order. Null: f_i
   // is averaged through OpSink::average_over_replicas and capacity is local.
   const collectives::ProcessGroup* capacity_group = nullptr;
+  // Where the expert-parallel all-to-alls add the compute-stream time they take.
+  Time* a2a_time = nullptr;
 
   int tp() const { return group->size(); }
   int rank() const { return group->rank(); }

@@ -12,7 +12,9 @@ class UnshardedModel final : public LocalModel {
   UnshardedModel(const model::GPTConfig& config, uint64_t seed);
 
   float forward(const model::Token* inputs, const model::Token* targets, int B, int T) override {
-    return gpt_.forward(inputs, targets, B, T);
+    const float loss = gpt_.forward(inputs, targets, B, T);
+    count_moe(static_cast<int64_t>(B) * T);
+    return loss;
   }
   void backward() override { gpt_.backward(); }
   void backward_scaled(float dloss) override { gpt_.backward(dloss); }
@@ -27,6 +29,9 @@ class UnshardedModel final : public LocalModel {
   model::GPT<float>& gpt() { return gpt_; }
 
  private:
+  // Adds the last forward's rows per expert and drops to moe_step_.
+  void count_moe(int64_t N);
+
   model::GPT<float> gpt_;
   std::vector<ShardSpec> shards_;
 };

@@ -69,6 +69,24 @@ void corrupt(LocalModel& model, const std::string& name) {
   throw ConfigError(fmt::format("corrupt-shard: no parameter \"{}\"", name));
 }
 
+// Adds this step's MoE block statistics to the device's record.
+void record_moe(const LocalModel& model, int step, std::vector<MoeLayerTotals>& out) {
+  for (const parallel::MoeStepStats& m : model.moe_step_stats()) {
+    if (m.layer < 0) continue;
+    auto it = std::find_if(out.begin(), out.end(), [&](const MoeLayerTotals& t) { return t.layer == m.layer; });
+    if (it == out.end()) {
+      out.push_back({m.layer, m.expert_begin, std::vector<int64_t>(m.received.size(), 0)});
+      it = out.end() - 1;
+    }
+    for (size_t e = 0; e < m.received.size(); ++e) it->received[e] += m.received[e];
+    it->per_step.resize(size_t(step) + 1);
+    it->per_step[size_t(step)] = m.received;
+    it->dropped += m.dropped;
+    it->a2a_sent_bytes += 2 * m.a2a_sent_bytes;  // backward moves the same rows again
+    it->a2a_recv_bytes += 2 * m.a2a_recv_bytes;
+  }
+}
+
 // Calls f(begin, count, decay) for the part of every shard inside `owned`.
 template <typename F>
 void for_owned(const std::vector<DataParallel::Range>& owned, const std::vector<ShardSpec>& shards, F&& f) {
@@ -120,11 +138,6 @@ void DeviceProgram::run(Device& dev) {
   } else {
     model = std::make_unique<parallel::TensorParallelGPT>(o.model, o.seed, dev, tp_group, par.sp, moe);
   }
-  auto moe_stats = [&](int layer) -> const parallel::MoeStats* {
-    if (pipe) return pipe->moe_stats(layer);
-    if (auto* t = dynamic_cast<parallel::TensorParallelGPT*>(model.get())) return t->moe_stats(layer);
-    return nullptr;
-  };
   SHARDLAB_CHECK(model != nullptr, fmt::format("no model for tp {} ({})", par.tp, tp_group.to_string()));
   if (init) load_shards(*model, *init);
   // The tied wte lives on the first and the last pipeline rank: its gradient
@@ -190,6 +203,7 @@ void DeviceProgram::run(Device& dev) {
                      std::move(stages), M);
   }
   const auto wall0 = std::chrono::steady_clock::now();
+  model->reset_moe_stats();
   for (int step = 0; step < o.steps; ++step) {
     dp.begin_step();
     model->zero_grad();
@@ -230,20 +244,9 @@ void DeviceProgram::run(Device& dev) {
       phase.busy = dev.compute().busy() - busy0;
     }
     dp.finish_grads();
-    auto& moe_totals = result.moe[size_t(dev.rank())];
-    for (int l = 0; l < o.model.n_layer; ++l) {
-      const parallel::MoeStats* st = moe_stats(l);
-      if (!st) continue;
-      auto it = std::find_if(moe_totals.begin(), moe_totals.end(), [l](const MoeLayerTotals& t) { return t.layer == l; });
-      if (it == moe_totals.end()) {
-        moe_totals.push_back({l, st->expert_begin, std::vector<int64_t>(st->received.size(), 0)});
-        it = moe_totals.end() - 1;
-      }
-      for (size_t e = 0; e < st->received.size(); ++e) it->received[e] += st->received[e];
-      it->dropped += st->dropped;
-      it->a2a_sent_bytes += 2 * st->a2a_sent_bytes;  // backward moves the same rows again
-      it->a2a_recv_bytes += 2 * st->a2a_recv_bytes;
-    }
+    record_moe(*model, step, result.moe[size_t(dev.rank())]);
+    result.a2a_time[size_t(dev.rank())] += model->a2a_time();
+    model->reset_moe_stats();
     if (step == 0 && o.keep_step0_grads) {
       // With ZeRO-2 each dp rank holds the reduced gradient of its own chunks only.
       std::vector<LocalRange> mine;

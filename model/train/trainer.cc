@@ -161,6 +161,33 @@ void summarize_phases(const collectives::DeviceMesh& mesh, TrainResult& r) {
   r.bubble_fraction = count > 0 ? share / double(count) : 0.0;
 }
 
+// Global tokens per expert per step: the sum over devices of TP rank 0 (TP
+// ranks route identically) of the rows their held experts processed.
+void summarize_moe(const collectives::DeviceMesh& mesh, const model::GPTConfig& mc, TrainResult& r) {
+  for (size_t rank = 0; rank < r.moe.size(); ++rank) {
+    if (mesh.coords(int(rank)).tp != 0) continue;
+    for (const MoeLayerTotals& t : r.moe[rank]) {
+      auto it = std::find_if(r.moe_layers.begin(), r.moe_layers.end(),
+                             [&](const TrainResult::MoeLayerSteps& m) { return m.layer == t.layer; });
+      if (it == r.moe_layers.end()) {
+        r.moe_layers.push_back({t.layer, {}, {}});
+        it = r.moe_layers.end() - 1;
+      }
+      it->tokens.resize(t.per_step.size(), std::vector<int64_t>(size_t(mc.n_expert), 0));
+      for (size_t step = 0; step < t.per_step.size(); ++step)
+        for (size_t e = 0; e < t.per_step[step].size(); ++e) it->tokens[step][size_t(t.expert_begin) + e] += t.per_step[step][e];
+    }
+  }
+  std::sort(r.moe_layers.begin(), r.moe_layers.end(), [](const auto& a, const auto& b) { return a.layer < b.layer; });
+  for (auto& m : r.moe_layers) {
+    for (const auto& tokens : m.tokens) {
+      int64_t total = 0, most = 0;
+      for (int64_t x : tokens) total += x, most = std::max(most, x);
+      m.imbalance.push_back(total > 0 ? double(most) * double(tokens.size()) / double(total) : 0.0);
+    }
+  }
+}
+
 }  // namespace
 
 TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& on_step) {
@@ -190,11 +217,13 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
   const model::ParamSpec& wte = table.at("transformer.wte.weight");
   if (o.parallel.pp > 1) result.tied_copy.assign(size_t(wte.numel), 0.0f);
   result.moe.assign(size_t(o.parallel.world()), {});
+  result.a2a_time.assign(size_t(o.parallel.world()), 0);
   result.phases.assign(size_t(o.parallel.world()), std::vector<PhaseRecord>(size_t(o.steps)));
   const collectives::DeviceMesh mesh(o.parallel.mesh_shape());
   DeviceProgram program{o, mesh, table, sampler, init ? &*init : nullptr, result, on_step};
   result.run = cluster.run([&](Device& dev) { program.run(dev); });
   summarize_phases(mesh, result);
+  summarize_moe(mesh, mc, result);
   result.final_params = std::move(result.replicas[0]);
   for (size_t r = 1; r < result.replicas.size(); ++r) {
     for (const auto& s : table.specs()) {
@@ -271,7 +300,10 @@ nlohmann::json report_json(const TrainOptions& o, const Cluster& cluster, const 
         sent += t.a2a_sent_bytes;
         recv += t.a2a_recv_bytes;
       }
-      j["devices"].back()["moe"] = {{"layers", layers}, {"a2a_sent_bytes", sent}, {"a2a_recv_bytes", recv}};
+      const Time a2a = size_t(d.rank) < r.a2a_time.size() ? r.a2a_time[size_t(d.rank)] : 0;
+      j["devices"].back()["moe"] = {{"layers", layers}, {"a2a_sent_bytes", sent}, {"a2a_recv_bytes", recv},
+                                    {"a2a_s", to_seconds(a2a)},
+                                    {"a2a_share_of_step", makespan > 0 ? double(a2a) / double(makespan) : 0.0}};
     }
     if (size_t(d.rank) < r.phase_totals.size()) {
       const DevicePhaseTotals& t = r.phase_totals[size_t(d.rank)];
@@ -292,6 +324,16 @@ nlohmann::json report_json(const TrainOptions& o, const Cluster& cluster, const 
       {"final_loss", r.steps.empty() ? 0 : r.steps.back().loss},
       {"n_params", r.n_params}};
   if (r.best_loss) j["summary"]["best_loss"] = *r.best_loss;
+  if (!r.moe_layers.empty()) {
+    j["moe"] = nlohmann::json::array();
+    double sum = 0;
+    size_t count = 0;
+    for (const auto& m : r.moe_layers) {
+      j["moe"].push_back({{"layer", m.layer}, {"tokens_per_expert", m.tokens}, {"imbalance", m.imbalance}});
+      for (double x : m.imbalance) sum += x, ++count;
+    }
+    j["summary"]["moe_imbalance"] = count ? sum / double(count) : 0.0;
+  }
   return j;
 }
 

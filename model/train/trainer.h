@@ -106,6 +106,7 @@ struct MoeLayerTotals {
   int layer = -1;
   int expert_begin = 0;
   std::vector<int64_t> received;  // (experts held) rows routed to each, summed over steps
+  std::vector<std::vector<int64_t>> per_step;  // (steps, experts held)
   int64_t dropped = 0;            // assignments over capacity (this rank's tokens)
   uint64_t a2a_sent_bytes = 0, a2a_recv_bytes = 0;  // forward and backward
 };
@@ -136,6 +137,15 @@ struct TrainResult {
   // MoE: per device, per MoE layer, rows each held expert processed, summed
   // over steps and micro-batches' last forwards; all-to-all bytes per device.
   std::vector<std::vector<MoeLayerTotals>> moe;  // (devices)
+  std::vector<Time> a2a_time;                     // (devices) EP all-to-alls on the compute stream
+  // Every MoE block over the whole cluster: tokens per expert each step (all
+  // data-parallel replicas' assignments) and max/mean load imbalance.
+  struct MoeLayerSteps {
+    int layer = -1;
+    std::vector<std::vector<int64_t>> tokens;  // (steps, experts)
+    std::vector<double> imbalance;             // (steps) max / mean over experts
+  };
+  std::vector<MoeLayerSteps> moe_layers;
 };
 
 // Called on device 0's thread after every step (progress bars).

@@ -113,5 +113,39 @@ TEST(ExpertMemory, ExpertParametersPerDeviceAreOneOverEp) {
   EXPECT_EQ(replicated - sharded, experts - experts / 4);
 }
 
+TEST(ExpertReport, TokensPerExpertFollowTheRouterWhereverTheExpertsLive) {
+  // The same training run with experts replicated (dp 4) and spread (dp 4 x ep 4):
+  // the router makes the same decisions, so the global tokens per expert agree exactly.
+  TrainOptions o = moe_options(4, 1, 2, 0.0);
+  const TrainResult replicated = run(o);
+  o.parallel.ep = 4;
+  const TrainResult spread = run(o);
+  ASSERT_EQ(replicated.moe_layers.size(), 4u);
+  ASSERT_EQ(spread.moe_layers.size(), 4u);
+  const int64_t assignments = int64_t(o.model.batch_size) * o.model.block_size * o.model.top_k;
+  for (size_t l = 0; l < 4; ++l) {
+    const auto& a = replicated.moe_layers[l];
+    const auto& b = spread.moe_layers[l];
+    EXPECT_EQ(a.tokens, b.tokens) << "layer " << l;
+    ASSERT_EQ(b.tokens.size(), size_t(o.steps));
+    for (size_t step = 0; step < b.tokens.size(); ++step) {
+      int64_t total = 0, most = 0;
+      for (int64_t x : b.tokens[step]) total += x, most = std::max(most, x);
+      EXPECT_EQ(total, assignments);  // no capacity: every assignment is processed once
+      EXPECT_DOUBLE_EQ(b.imbalance[step], double(most) / (double(total) / o.model.n_expert));
+    }
+  }
+  std::printf("layer 3 step 0 tokens per expert:");
+  for (int64_t x : spread.moe_layers[3].tokens[0]) std::printf(" %lld", (long long)x);
+  std::printf(", max/mean %.3f\n", spread.moe_layers[3].imbalance[0]);
+  // Only expert parallelism moves tokens between devices.
+  for (size_t d = 0; d < 4; ++d) {
+    EXPECT_EQ(replicated.a2a_time[d], 0);
+    EXPECT_GT(spread.a2a_time[d], 0);
+    for (const auto& layer : replicated.moe[d]) EXPECT_EQ(layer.a2a_sent_bytes, 0u);
+    for (const auto& layer : spread.moe[d]) EXPECT_GT(layer.a2a_sent_bytes, 0u);
+  }
+}
+
 }  // namespace
 }  // namespace shardlab::train
