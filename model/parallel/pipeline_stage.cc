@@ -229,7 +229,6 @@ const float* PipelineModel::output(int chunk, int mb) const {
 float PipelineModel::forward(int chunk, int mb, const Token* inputs, const Token* targets) {
   const bool first = place_.first(chunk), last = place_.last(chunk);
   SHARDLAB_CHECK(!first || inputs, "the first stage needs the input tokens");
-  SHARDLAB_CHECK(!last || targets, "the last stage needs the targets");
   Slot& s = slot(chunk, mb, true);
   const int64_t N = dims_.N(), Nr = dims_.rows();
   const int C = dims_.C;
@@ -257,13 +256,14 @@ float PipelineModel::forward(int chunk, int mb, const Token* inputs, const Token
   if (last) s.elems += Nr * C + 2 * Nr + 2 * N * Vl_ + N;
   if (ex.sink) ex.sink->saved(s.elems);
   if (!last) return 0;
-  std::copy_n(targets, N, s.targets.data());
+  if (targets) std::copy_n(targets, N, s.targets.data());
   model::layernorm_forward(s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(), x, w_.ln_f.weight,
                            w_.ln_f.bias, Nr, C);
   ex.op("ln_f.fwd", model::layernorm_forward_cost(Nr, C, ex.elem));
   const float* lnf_full = enter_column_parallel(ctx_, s.lnf.data(), scratch_.full_in.data(), Nr, C);
   model::linear_forward(s.logits.data(), lnf_full, w_.wte, static_cast<const float*>(nullptr), N, C, Vl_);
   ex.op("lm_head.fwd", model::linear_forward_cost(N, C, Vl_, false, ex.elem));
+  if (!targets) return last_ce_ = 0;  // logits only
   const float ce = vocab_parallel_cross_entropy_forward(s.probs.data(), s.losses.data(), ce_stats_.data(),
                                                         s.logits.data(), targets, N, Vl_, v0_, ctx_);
   ce_sum_ += ce;
@@ -338,6 +338,9 @@ void PipelineModel::backward(int chunk, int mb, float dloss, bool last_micro_bat
     vocab_parallel_embedding_backward(g_.wte, g_.wpe, scratch_.full_dout.data(), dx_.data(),
                                       s.inputs.data(), v0_, Vl_, dims_, ctx_);
     if (fin && sp) reduce_staged(wpe_staged_);
+    // The tied wte is final here when this rank also holds the head (one
+    // pipeline rank); otherwise the trainer sums the two copies first.
+    if (fin && layout_.filter().ln_f) grads_ready(wte_range());
     if (fin) grads_ready(layout_.prefix("transformer.wpe."));
   }
   if (ex.sink) ex.sink->freed(s.elems);
@@ -356,7 +359,23 @@ float PipelineModel::forward(const Token* inputs, const Token* targets, int B, i
       }
   reset_losses();
   const float ce = forward(0, 0, inputs, targets);
+  if (!targets) {  // no backward will follow
+    Slot& s = slot(0, 0, false);
+    if (ctx_.ex.sink) ctx_.ex.sink->freed(s.elems);
+    s.mb = -1;
+    return 0;
+  }
   return ce + static_cast<float>(config_.aux_coef) * last_aux_;
+}
+
+std::span<const float> PipelineModel::local_logits() const {
+  SHARDLAB_CHECK(place_.stages() == 1 && !slots_[0].empty(), "local_logits() needs a whole-batch forward");
+  return {slots_[0].front().logits.data(), slots_[0].front().logits.size()};
+}
+
+const MoeStats* PipelineModel::moe_stats(int layer) const {
+  if (place_.stages() != 1 || slots_[0].empty() || !config_.is_moe_layer(layer)) return nullptr;
+  return &slots_[0].front().blocks[size_t(layer)].moe.stats;
 }
 
 void PipelineModel::backward() { backward(0, 0, 1.0f, true); }

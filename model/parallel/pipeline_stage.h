@@ -18,8 +18,9 @@
 //
 // Gradients accumulate over the micro-batches of a step. grads_ready (for
 // data-parallel buckets) is reported by backward(..., last_micro_batch=true)
-// for each block, ln_f and wpe; never for wte, which the trainer announces
-// after the embedding-group sum. With SP the LayerNorm and wpe gradients are
+// for each block, ln_f and wpe, and for wte when this rank holds both the
+// first and the last stage; otherwise the trainer announces wte after the
+// embedding-group sum. With SP the LayerNorm and wpe gradients are
 // row sums staged per rank and summed over TP once, at the last micro-batch.
 //
 // Thread safety: one instance per device thread, like TensorParallelGPT.
@@ -31,7 +32,6 @@
 #include "collectives/group.h"
 #include "model/config.h"
 #include "model/parallel/local_model.h"
-#include "model/parallel/tensor_parallel.h"
 #include "model/parallel/tp_layers.h"
 #include "model/parallel/tp_layout.h"
 
@@ -47,6 +47,17 @@ std::vector<int> parse_stage_layers(const std::string& text);
 // the layers. Empty `stage_layers` = balanced.
 void check_stage_layers(const model::GPTConfig& config, int pp, int vpp,
                         const std::vector<int>& stage_layers);
+
+// Groups of the MoE layers beyond TP (see TpContext). Both optional.
+struct MoeGroups {
+  // Expert parallelism: the mesh's "ep" group. This rank then holds experts
+  // [r·E/ep, (r+1)·E/ep) of every MoE block (r = its rank in the group).
+  const collectives::ProcessGroup* ep = nullptr;
+  // The data-parallel group ("dp", data order), for routing that follows the
+  // global batch exactly (f_i and capacity drops). Pass the very group object
+  // used for DataParallel: copies share its collective sequence counter.
+  const collectives::ProcessGroup* capacity = nullptr;
+};
 
 // SP: adds the TP sum of the staged row-sum gradients `stage` over `ranges`
 // into `grads` and clears the stage (one all-reduce of the packed ranges).
@@ -64,7 +75,7 @@ struct StagePlacement {
   bool last(int chunk) const { return stage(chunk) == stages() - 1; }
 };
 
-class PipelineModel final : public LocalModel {
+class PipelineModel : public LocalModel {
  public:
   // Throws ConfigError for a bad configuration before any work.
   PipelineModel(const model::GPTConfig& config, uint64_t seed, Device& dev,
@@ -102,8 +113,9 @@ class PipelineModel final : public LocalModel {
   double aux_sum() const { return aux_sum_; }
 
   // LocalModel. A whole-batch forward/backward only makes sense for a rank
-  // holding every stage (pp = 1, v = 1); the pipeline executor uses the
-  // micro-batch calls above.
+  // holding every stage (pp = 1, v = 1: TensorParallelGPT); the pipeline
+  // executor uses the micro-batch calls above. targets may be null here
+  // (logits only, returns 0). Throws ConfigError for a bad B, T or token.
   float forward(const model::Token* inputs, const model::Token* targets, int B, int T) override;
   void backward() override;
   void zero_grad() override;
@@ -113,6 +125,15 @@ class PipelineModel final : public LocalModel {
   float ce_loss() const override { return last_ce_; }
   float aux_loss() const override { return last_aux_; }
   void set_sink(model::OpSink* sink) override { ctx_.ex = model::Exec::with(sink); }
+  // One stage: this rank's vocabulary logits (B,T,V/tp) of the last
+  // whole-batch forward, and what MoE block `layer` did in it (null if dense).
+  std::span<const float> local_logits() const;
+  const MoeStats* moe_stats(int layer) const;
+  int tp_size() const { return group_.size(); }
+  int tp_rank() const { return group_.rank(); }
+  int ep_size() const { return ep_group_ ? ep_group_->size() : 1; }
+  bool sequence_parallel() const { return ctx_.sp; }
+  const TpLayout& layout() const { return layout_; }
   FlatRange wte_range() const { return layout_.prefix("transformer.wte."); }
   // What this rank holds (wte: the first or the last stage, which need tokens).
   const LayoutFilter& layout_filter() const { return layout_.filter(); }

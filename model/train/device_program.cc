@@ -12,7 +12,6 @@
 #include "model/optimizer.h"
 #include "model/parallel/data_parallel.h"
 #include "model/parallel/pipeline.h"
-#include "model/parallel/tensor_parallel.h"
 #include "model/parallel/tp_layout.h"
 #include "model/parallel/unsharded_model.h"
 #include "model/train/device_sink.h"
@@ -118,13 +117,12 @@ void DeviceProgram::run(Device& dev) {
   // in global token order) and expert parallelism need the TP/PP model code.
   const bool global_routing = o.model.is_moe() && par.dp > 1 && (par.ep > 1 || o.model.capacity_factor > 0);
   const parallel::MoeGroups moe{par.ep > 1 ? &ep_group : nullptr, global_routing ? &dp_group : nullptr};
-  // Micro-batching or stages run through the pipeline executor; a single
-  // micro-batch on one stage is one forward and one backward.
+  // The unsharded model (verify's reference; pure data parallelism) runs one
+  // forward and backward per micro-batch (gradient accumulation). Every
+  // sharded model is a PipelineModel driven by the schedule's action list:
+  // with pp = 1 that is forward, backward per micro-batch too.
   const int M = o.micro_batches;
-  // Micro-batches on the unsharded model are a plain gradient-accumulation
-  // loop (verify's reference); under TP they go through the executor too.
-  const bool sharded_model = par.tp > 1 || moe.ep || moe.capacity;
-  const bool pipelined = par.pp > 1 || (M > 1 && sharded_model);
+  const bool pipelined = par.pp > 1 || par.tp > 1 || moe.ep || moe.capacity;
   std::unique_ptr<LocalModel> model;
   parallel::PipelineModel* pipe = nullptr;
   if (pipelined) {
@@ -133,10 +131,8 @@ void DeviceProgram::run(Device& dev) {
         parallel::StagePlacement{par.pp, par.vpp, coords.pp, par.stage_layers}, moe);
     pipe = p.get();
     model = std::move(p);
-  } else if (!sharded_model) {
-    model = std::make_unique<parallel::UnshardedModel>(o.model, o.seed);
   } else {
-    model = std::make_unique<parallel::TensorParallelGPT>(o.model, o.seed, dev, tp_group, par.sp, moe);
+    model = std::make_unique<parallel::UnshardedModel>(o.model, o.seed);
   }
   SHARDLAB_CHECK(model != nullptr, fmt::format("no model for tp {} ({})", par.tp, tp_group.to_string()));
   if (init) load_shards(*model, *init);
@@ -222,7 +218,7 @@ void DeviceProgram::run(Device& dev) {
       const parallel::FlatRange wte = pipe->wte_range();
       if (embedding_group)
         coll::all_reduce(dev, *embedding_group, coll::Buffer(grads.data() + wte.offset, size_t(wte.count)));
-      if (wte.count > 0) dp.grads_ready(wte.offset, wte.count);
+      if (embedding_group) dp.grads_ready(wte.offset, wte.count);  // one rank: the model announced it
       // The micro-batch mean; CE lives on the last stage, aux on every stage with MoE blocks.
       float parts[2] = {float(pipe->ce_sum() / M), float(pipe->aux_sum() / M)};
       if (pp_group.size() > 1) coll::all_reduce(dev, pp_group, coll::Buffer(parts, 2));
