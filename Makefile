@@ -33,6 +33,7 @@ demo: build
 	$(BIN) collectives --op all_reduce --ranks 8 --min-bytes 1KiB --max-bytes 64MiB
 	$(BIN) collectives --op all_reduce --ranks 16 --min-bytes 1KiB --max-bytes 64MiB
 	$(BIN) train --model tiny --data synthetic:markov --steps 300
+	$(BIN) train --model tiny --experts 8 --top-k 2 --dp 4 --ep 4 --batch 16 --steps 50
 	$(BIN) verify --model tiny --data synthetic:markov --steps 20 --tp 2 --pp 2 --dp 2 --sp --zero 1 --micro-batches 4 --trace build/verify.trace.json
 	@echo "shardlab: open build/verify.trace.json in https://ui.perfetto.dev: 8 virtual GPUs (tp 2 x pp 2 x dp 2), compute and comm streams, the 1F1B pipeline"
 
