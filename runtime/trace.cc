@@ -9,7 +9,14 @@
 
 namespace shardlab {
 
-const char* stream_name(StreamKind k) { return k == StreamKind::kCompute ? "compute" : "comm"; }
+const char* stream_name(StreamKind k) {
+  switch (k) {
+    case StreamKind::kCompute: return "compute";
+    case StreamKind::kComm: return "comm";
+    case StreamKind::kPipeline: return "pipeline";
+  }
+  return "?";
+}
 
 void write_chrome_trace(const std::string& path, const std::vector<DeviceTrace>& devices,
                         const std::string& title) {
@@ -21,7 +28,10 @@ void write_chrome_trace(const std::string& path, const std::vector<DeviceTrace>&
                       {"args", {{"name", fmt::format("GPU {} (node {})", d.rank, d.node)}}}});
     events.push_back({{"ph", "M"}, {"pid", d.rank}, {"name", "process_sort_index"},
                       {"args", {{"sort_index", d.rank}}}});
+    bool pipeline = false;
+    for (const auto& e : d.events) pipeline = pipeline || e.stream == StreamKind::kPipeline;
     for (int s = 0; s < kNumStreams; ++s) {
+      if (static_cast<StreamKind>(s) == StreamKind::kPipeline && !pipeline) continue;
       events.push_back({{"ph", "M"}, {"pid", d.rank}, {"tid", s}, {"name", "thread_name"},
                         {"args", {{"name", stream_name(static_cast<StreamKind>(s))}}}});
     }

@@ -10,9 +10,11 @@
 
 namespace shardlab {
 
-enum class StreamKind : uint8_t { kCompute = 0, kComm = 1 };
-inline constexpr int kNumStreams = 2;
-const char* stream_name(StreamKind k);  // "compute" | "comm"
+// kPipeline: the point-to-point stream of pipeline parallelism (its own
+// track in the trace; devices without pipeline traffic do not show it).
+enum class StreamKind : uint8_t { kCompute = 0, kComm = 1, kPipeline = 2 };
+inline constexpr int kNumStreams = 3;
+const char* stream_name(StreamKind k);  // "compute" | "comm" | "pipeline"
 
 // One slice on one stream. `name` must outlive the run (a string literal).
 struct TraceEvent {

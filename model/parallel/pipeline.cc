@@ -25,7 +25,7 @@ PipelineExecutor::PipelineExecutor(Device& dev, PipelineModel& model, std::vecto
       actions_(std::move(actions)),
       pp_ranks_(std::move(pp_ranks)),
       micro_batches_(micro_batches),
-      p2p_(&dev, StreamKind::kComm) {
+      p2p_(&dev, StreamKind::kPipeline) {
   SHARDLAB_CHECK(int(pp_ranks_.size()) == model.placement().pp, "one global rank per pipeline rank");
 }
 

@@ -7,7 +7,7 @@
 // compute stream has produced the tensor, a receive is posted when the
 // compute stream reaches it, and the compute stream waits for the arrival,
 // so the wait shows as idle compute time (the bubble) and the transfer sits
-// on the communication track of the trace. Messages carry the real bytes;
+// on the "pipeline" track of the trace. Messages carry the real bytes;
 // their virtual size is Nr·C elements at the modeled precision.
 //
 // Thread safety: one executor per device thread.

@@ -10,6 +10,7 @@
 #include "model/train/trainer.h"
 #include "model/train/verify.h"
 #include "runtime/profile.h"
+#include "runtime/trace.h"
 
 namespace shardlab::train {
 namespace {
@@ -31,9 +32,10 @@ model::GPTConfig small_model(int experts) {
   return c;
 }
 
-TrainResult run(const TrainOptions& o, const HardwareProfile& profile) {
+TrainResult run(const TrainOptions& o, const HardwareProfile& profile, bool trace = false) {
   ClusterOptions c;
   c.world_size = o.parallel.world();
+  c.trace = trace;
   Cluster cluster(profile, c);
   return train(cluster, o);
 }
@@ -195,6 +197,31 @@ TEST(PipelineComm, EachStageSendsOneActivationAndOneGradientPerMicroBatch) {
   for (int rank = 0; rank < pp; ++rank) {
     const int tensors = (rank < pp - 1) + (rank > 0);  // activations forward, gradients back
     EXPECT_EQ(r.phase_totals[size_t(rank)].p2p_bytes, uint64_t(o.steps) * M * tensors * tensor) << rank;
+  }
+}
+
+TEST(PipelineTrace, TransfersSitOnThePipelineTrackAndTheComputeTrackShowsTheSchedule) {
+  const int pp = 2, M = 4;
+  TrainOptions o = pipeline(pp, M, ScheduleKind::k1F1B, 0);
+  o.steps = 1;
+  o.keep_step0_grads = false;
+  const TrainResult r = run(o, builtin_profiles().front(), /*trace=*/true);
+  for (int rank = 0; rank < pp; ++rank) {
+    int sends = 0, recvs = 0, first_block_fwd = 0;
+    for (const TraceEvent& e : r.run.traces[size_t(rank)].events) {
+      const std::string name = e.name;
+      if (e.stream == StreamKind::kPipeline) {
+        sends += name == "send";
+        recvs += name == "recv";
+      }
+      // One forward of the stage's first block per micro-batch.
+      if (e.stream == StreamKind::kCompute && name == "ln_1.fwd") ++first_block_fwd;
+    }
+    EXPECT_EQ(sends, M) << rank;  // activations forward (rank 0) or gradients back (rank 1)
+    // A receive is traced while the stage waits for it (not when it was already there).
+    EXPECT_GE(recvs, 1) << rank;
+    EXPECT_LE(recvs, M) << rank;
+    EXPECT_EQ(first_block_fwd, M * o.model.n_layer / pp) << rank;
   }
 }
 
