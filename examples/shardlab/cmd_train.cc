@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "collectives/mesh.h"
 #include "examples/shardlab/cli.h"
 #include "examples/shardlab/train_flags.h"
 #include "model/io/synthetic.h"
@@ -62,6 +63,12 @@ void print_summary(const train::TrainOptions& o, const Cluster& cluster, const t
              s["mfu"].get<double>() * 100);
   fmt::print("host: {:.0f} tokens/s ({:.2f} s in the loop)\n", s["host_tokens_per_s"].get<double>(), r.loop_wall_s);
   print_device_table(report);
+  if (o.parallel.pp > 1) {
+    const collectives::DeviceMesh mesh(o.parallel.mesh_shape());
+    const std::string timeline = train::format_pipeline_timeline(r, mesh.group_ranks(0, "pp"));
+    fmt::print("step 0 of the pipeline of GPU 0 ({}; F forward, B backward, . idle):\n{}",
+               parallel::schedule_name(o.parallel.schedule), timeline);
+  }
 }
 
 int run_train(TrainFlags& f) {

@@ -70,7 +70,9 @@ PipelinePhase PipelineExecutor::run(const std::function<MicroBatchTokens(int mb)
   const uint64_t sent0 = sent_bytes_;
   const float dloss = 1.0f / float(micro_batches_);
   const StagePlacement& place = model_.placement();
+  spans_.clear();
   for (const Action& a : actions_) {
+    const Time t0 = compute.now();
     switch (a.kind) {
       case ActionKind::kForward: {
         MicroBatchTokens t;
@@ -95,6 +97,7 @@ PipelinePhase PipelineExecutor::run(const std::function<MicroBatchTokens(int mb)
         recv(a, model_.output_grad());
         break;
     }
+    if (a.is_compute()) spans_.push_back({a.kind == ActionKind::kForward, a.micro_batch, a.chunk, t0, compute.now()});
   }
   phase.end = compute.now();
   phase.busy = compute.busy() - busy0;

@@ -29,6 +29,13 @@ struct MicroBatchTokens {
   const model::Token* targets = nullptr;
 };
 
+// One forward or backward of the last run, on the compute stream.
+struct ComputeSpan {
+  bool forward = true;
+  int micro_batch = 0, chunk = 0;
+  Time start = 0, end = 0;
+};
+
 // What one rank's forward-backward phase took, in virtual time.
 struct PipelinePhase {
   Time start = 0;        // the compute stream when the phase began
@@ -49,6 +56,8 @@ class PipelineExecutor {
   PipelinePhase run(const std::function<MicroBatchTokens(int mb)>& tokens);
 
   const std::vector<Action>& actions() const { return actions_; }
+  // The forwards and backwards of the last run, in execution order.
+  const std::vector<ComputeSpan>& spans() const { return spans_; }
 
  private:
   void send(const Action& a, const float* data);
@@ -61,6 +70,7 @@ class PipelineExecutor {
   int micro_batches_;
   Stream p2p_;
   uint64_t sent_bytes_ = 0;
+  std::vector<ComputeSpan> spans_;
   // pp = 1 with interleaving: chunk c hands its tensors to chunk c ± 1 here.
   std::deque<std::vector<float>> local_[2];
 };

@@ -215,6 +215,7 @@ void DeviceProgram::run(Device& dev) {
         return parallel::MicroBatchTokens{micro[size_t(mb)].x.data(), micro[size_t(mb)].y.data()};
       });
       phase = {ph.start, ph.end, ph.busy, ph.sent_bytes};
+      if (step == 0) result.first_step_spans[size_t(dev.rank())] = executor->spans();
       const parallel::FlatRange wte = pipe->wte_range();
       if (embedding_group)
         coll::all_reduce(dev, *embedding_group, coll::Buffer(grads.data() + wte.offset, size_t(wte.count)));

@@ -218,6 +218,7 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
   if (o.parallel.pp > 1) result.tied_copy.assign(size_t(wte.numel), 0.0f);
   result.moe.assign(size_t(o.parallel.world()), {});
   result.a2a_time.assign(size_t(o.parallel.world()), 0);
+  result.first_step_spans.assign(size_t(o.parallel.world()), {});
   result.phases.assign(size_t(o.parallel.world()), std::vector<PhaseRecord>(size_t(o.steps)));
   const collectives::DeviceMesh mesh(o.parallel.mesh_shape());
   DeviceProgram program{o, mesh, table, sampler, init ? &*init : nullptr, result, on_step};
@@ -254,6 +255,30 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
     model::save_safetensors(o.save_path, views, {{model::kShardlabConfigKey, config.dump()}});
   }
   return result;
+}
+
+std::string format_pipeline_timeline(const TrainResult& r, const std::vector<int>& ranks, int width) {
+  Time t0 = 0, t1 = 0;
+  bool any = false;
+  for (int rank : ranks) {
+    for (const auto& s : r.first_step_spans[size_t(rank)]) {
+      t0 = any ? std::min(t0, s.start) : s.start;
+      t1 = any ? std::max(t1, s.end) : s.end;
+      any = true;
+    }
+  }
+  if (!any || t1 <= t0) return "";
+  std::string out;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    std::string row(size_t(width), '.');
+    for (int col = 0; col < width; ++col) {
+      const Time mid = t0 + Time((double(col) + 0.5) * double(t1 - t0) / width);
+      for (const auto& s : r.first_step_spans[size_t(ranks[i])])
+        if (s.start <= mid && mid < s.end) row[size_t(col)] = s.forward ? 'F' : 'B';
+    }
+    out += fmt::format("stage {:>2} |{}|\n", i, row);
+  }
+  return out;
 }
 
 nlohmann::json report_json(const TrainOptions& o, const Cluster& cluster, const TrainResult& r) {

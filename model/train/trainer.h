@@ -20,6 +20,7 @@
 #include "model/config.h"
 #include "model/io/data.h"
 #include "model/optimizer.h"
+#include "model/parallel/pipeline.h"
 #include "model/parallel/pp_schedule.h"
 #include "runtime/cluster.h"
 
@@ -146,7 +147,14 @@ struct TrainResult {
     std::vector<double> imbalance;             // (steps) max / mean over experts
   };
   std::vector<MoeLayerSteps> moe_layers;
+  // Pipeline runs: every device's forwards and backwards of the first step.
+  std::vector<std::vector<parallel::ComputeSpan>> first_step_spans;  // (devices)
 };
+
+// The first step of pipeline `ranks` (global ranks, pipeline order) as text,
+// one row per stage, `width` columns over the step's forward-backward window:
+// F forward, B backward, . idle.
+std::string format_pipeline_timeline(const TrainResult& result, const std::vector<int>& ranks, int width = 96);
 
 // Called on device 0's thread after every step (progress bars).
 using StepCallback = std::function<void(const StepRecord&)>;

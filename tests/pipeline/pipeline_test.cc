@@ -2,6 +2,7 @@
 // the measured bubble against the textbook formulas, activation stashes
 // against the schedules, and the point-to-point volumes.
 #include <cstdio>
+#include <regex>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -149,6 +150,49 @@ TEST(PipelineBubble, MatchesTheTextbookFormulaOnUniformStages) {
       EXPECT_LE(std::abs(rel), 0.01) << parallel::schedule_name(kind) << " M " << M;
     }
   }
+}
+
+TEST(PipelineTimeline, TheFirstStepDrawsTheTextbookPicture) {
+  const int pp = 4, M = 8;
+  auto rows = [&](ScheduleKind kind) {
+    TrainOptions o = pipeline(pp, M, kind, 0);
+    o.model.n_embd = 512;
+    o.model.block_size = 16;
+    o.model.vocab_size = 8;
+    o.model.batch_size = 16;
+    o.steps = 1;
+    o.keep_step0_grads = false;
+    const std::string text = format_pipeline_timeline(run(o, ideal_profile()), {0, 1, 2, 3}, 96);
+    std::printf("%s", text.c_str());
+    std::vector<std::string> out;
+    for (size_t at = 0; (at = text.find('|', at)) != std::string::npos;) {
+      const size_t end = text.find('|', at + 1);
+      out.push_back(text.substr(at + 1, end - at - 1));
+      at = end + 1;
+    }
+    return out;
+  };
+  // GPipe: every stage runs all forwards, idles, then all backwards; stage s
+  // starts s forward-slots late and the last stage turns around at once.
+  const auto gpipe = rows(ScheduleKind::kGPipe);
+  ASSERT_EQ(gpipe.size(), size_t(pp));
+  const std::regex all_f_then_all_b(R"(\.*F+\.*B+\.*)");
+  for (int s = 0; s < pp; ++s) {
+    EXPECT_TRUE(std::regex_match(gpipe[size_t(s)], all_f_then_all_b)) << gpipe[size_t(s)];
+    EXPECT_EQ(gpipe[size_t(s)].find('F'), gpipe[size_t(s)].find_first_not_of('.'));
+  }
+  EXPECT_EQ(gpipe[0].front(), 'F');
+  EXPECT_EQ(gpipe[pp - 1].back(), '.');
+  EXPECT_EQ(gpipe[pp - 1].find("FB"), gpipe[pp - 1].rfind('F'));  // no idle between its last F and first B
+  // 1F1B: the last stage alternates F and B from its first backward on, and
+  // stage 0 runs pp forwards before its first backward.
+  const auto ofob = rows(ScheduleKind::k1F1B);
+  const std::string& last = ofob[pp - 1];
+  const std::string busy = last.substr(last.find('F'), last.rfind('B') - last.find('F') + 1);
+  EXPECT_EQ(busy.find('.'), std::string::npos) << last;
+  int switches = 0;
+  for (size_t i = 1; i < busy.size(); ++i) switches += busy[i] != busy[i - 1];
+  EXPECT_EQ(switches, 2 * M - 1) << busy;  // F B F B ... B: M forwards, M backwards interleaved
 }
 
 // Peak activation bytes of each pipeline rank.
