@@ -128,18 +128,24 @@ HardwareProfile ideal_profile() {
   return p;
 }
 
+// Wide blocks, short sequences and an 8-token vocabulary: on ideal_profile()
+// the embedding and the head are negligible next to a block, so stages are uniform.
+TrainOptions uniform_stages(TrainOptions o) {
+  o.model.n_embd = 512;
+  o.model.block_size = 16;
+  o.model.vocab_size = 8;
+  o.model.batch_size = 16;
+  o.steps = 1;
+  o.keep_step0_grads = false;
+  return o;
+}
+
 TEST(PipelineBubble, MatchesTheTextbookFormulaOnUniformStages) {
   const int pp = 4;
   for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved}) {
     for (int M : {1, 4, 8, 16}) {
       if (kind == ScheduleKind::kInterleaved && M % pp != 0) continue;
-      TrainOptions o = pipeline(pp, M, kind, 0);
-      o.model.n_embd = 512;
-      o.model.block_size = 16;
-      o.model.vocab_size = 8;
-      o.model.batch_size = 16;
-      o.steps = 1;
-      o.keep_step0_grads = false;
+      const TrainOptions o = uniform_stages(pipeline(pp, M, kind, 0));
       const TrainResult r = run(o, ideal_profile());
       const int v = o.parallel.vpp;
       const double formula = double(pp - 1) / (v * M + pp - 1);
@@ -155,13 +161,7 @@ TEST(PipelineBubble, MatchesTheTextbookFormulaOnUniformStages) {
 TEST(PipelineTimeline, TheFirstStepDrawsTheTextbookPicture) {
   const int pp = 4, M = 8;
   auto rows = [&](ScheduleKind kind) {
-    TrainOptions o = pipeline(pp, M, kind, 0);
-    o.model.n_embd = 512;
-    o.model.block_size = 16;
-    o.model.vocab_size = 8;
-    o.model.batch_size = 16;
-    o.steps = 1;
-    o.keep_step0_grads = false;
+    const TrainOptions o = uniform_stages(pipeline(pp, M, kind, 0));
     const std::string text = format_pipeline_timeline(run(o, ideal_profile()), {0, 1, 2, 3}, 96);
     std::printf("%s", text.c_str());
     std::vector<std::string> out;
