@@ -3,9 +3,11 @@
 // train() runs one SPMD program: every device builds its part of the model in
 // its arena, draws its rows of each step's global batch, runs forward and
 // backward (every kernel charging the cost model on the compute stream), clips
-// the global gradient norm and takes an AdamW step. This session's version
-// runs the unsharded model on one device; the DP/TP/PP/EP issues extend the
-// same loop.
+// the global gradient norm and takes an AdamW step. The unsharded model runs
+// one forward and backward per micro-batch (gradient accumulation); every
+// sharded model (TP, PP, EP and their products) is a parallel::PipelineModel
+// driven by its rank's schedule actions, with data parallelism (buckets,
+// ZeRO) over the dp group and expert gradients over edp (device_program.cc).
 #pragma once
 
 #include <cstdint>
