@@ -124,9 +124,16 @@ int64_t BatchSampler::window_start(int64_t step, int64_t row) const {
 }
 
 Batch BatchSampler::batch_rows(int64_t step, int64_t r0, int64_t r1) const {
+  Batch b;
+  batch_rows(step, r0, r1, b);
+  return b;
+}
+
+void BatchSampler::batch_rows(int64_t step, int64_t r0, int64_t r1, Batch& b) const {
   SHARDLAB_CHECK(0 <= r0 && r0 <= r1 && r1 <= batch_,
                  fmt::format("batch_rows [{}, {}) outside batch {}", r0, r1, batch_));
-  Batch b{r1 - r0, seq_, {}, {}};
+  b.rows = r1 - r0;
+  b.seq = seq_;
   b.x.resize(size_t(b.rows * seq_));
   b.y.resize(size_t(b.rows * seq_));
   const uint16_t* tokens = data_->tokens.data();
@@ -139,7 +146,6 @@ Batch BatchSampler::batch_rows(int64_t step, int64_t r0, int64_t r1) const {
       y[t] = w[t + 1];
     }
   }
-  return b;
 }
 
 }  // namespace shardlab::model

@@ -82,6 +82,8 @@ class BatchSampler {
   Batch next_batch(int64_t step) const { return batch_rows(step, 0, batch_); }
   // Rows [r0, r1) of the global batch of `step`; 0 <= r0 <= r1 <= B.
   Batch batch_rows(int64_t step, int64_t r0, int64_t r1) const;
+  // The same into `out`, reusing its buffers (no allocation once they are big enough).
+  void batch_rows(int64_t step, int64_t r0, int64_t r1, Batch& out) const;
 
  private:
   std::shared_ptr<const TokenData> data_;

@@ -190,7 +190,7 @@ void DeviceProgram::run(Device& dev) {
   const int T = o.model.block_size;
   const bool leader = dev.rank() == 0;
   std::optional<parallel::PipelineExecutor> executor;
-  std::vector<model::Batch> micro(static_cast<size_t>(M));
+  std::vector<model::Batch> micro(static_cast<size_t>(M));  // reused: no allocation per step
   if (pipe) {
     pipe->set_micro_batch(int(rows), T);
     std::vector<int> stages(pp_group.members().begin(), pp_group.members().end());
@@ -208,7 +208,7 @@ void DeviceProgram::run(Device& dev) {
     if (pipe) {
       for (int mb = 0; mb < M; ++mb) {
         const bool needs = pipe->layout_filter().wte;  // first or last stage: tokens
-        if (needs) micro[size_t(mb)] = sampler.batch_rows(step, first_row(mb), first_row(mb) + rows);
+        if (needs) sampler.batch_rows(step, first_row(mb), first_row(mb) + rows, micro[size_t(mb)]);
       }
       pipe->reset_losses();
       const parallel::PipelinePhase ph = executor->run([&](int mb) {
@@ -230,7 +230,8 @@ void DeviceProgram::run(Device& dev) {
       phase.start = dev.compute().now();
       const Time busy0 = dev.compute().busy();
       for (int mb = 0; mb < M; ++mb) {
-        const model::Batch batch = sampler.batch_rows(step, first_row(mb), first_row(mb) + rows);
+        model::Batch& batch = micro[size_t(mb)];
+        sampler.batch_rows(step, first_row(mb), first_row(mb) + rows, batch);
         loss += model->forward(batch.x.data(), batch.y.data(), int(rows), T) / float(M);
         final_micro_batch = mb == M - 1;
         model->backward_scaled(1.0f / float(M));
