@@ -31,17 +31,4 @@ struct DeviceProgram {
   void run(Device& dev);
 };
 
-// Copies this rank's shards into unsharded tensors laid out by the table.
-// Tensors held whole by every tensor-parallel rank are written by tp rank 0
-// only, the tied wte by the first pipeline stage only.
-// With `only` (flat local ranges, sorted), elements outside them are skipped.
-struct LocalRange {
-  int64_t begin = 0, size = 0;
-};
-enum ScatterWhat { kAll, kExpertsOnly };
-void scatter_to_global(const parallel::LocalModel& model, std::span<const float> local,
-                       const collectives::Coords& coords, const model::ParamTable& table,
-                       std::span<float> global, const std::vector<LocalRange>* only = nullptr,
-                       ScatterWhat what = kAll);
-
 }  // namespace shardlab::train

@@ -1,0 +1,51 @@
+#include "model/train/shard_io.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "runtime/errors.h"
+
+namespace shardlab::train {
+
+using parallel::LocalModel;
+using parallel::ShardSpec;
+
+void scatter_to_global(const LocalModel& model, std::span<const float> local,
+                       const collectives::Coords& coords, const model::ParamTable& table,
+                       std::span<float> global, const std::vector<LocalRange>* only, ScatterWhat what) {
+  for (const ShardSpec& s : model.shards()) {
+    if (what == kExpertsOnly && s.name.find(".mlp.experts.") == std::string::npos) continue;
+    if (s.tp_replicated && coords.tp != 0) continue;
+    if (coords.pp != 0 && s.name == kTiedName) continue;  // the first stage writes the tied wte
+    const int64_t base = table.at(s.name).offset;
+    for (int64_t i = 0; i < s.numel; ++i) {
+      const int64_t at = s.offset + i;
+      if (only && std::none_of(only->begin(), only->end(),
+                               [at](const LocalRange& r) { return at >= r.begin && at < r.begin + r.size; }))
+        continue;
+      global[size_t(base + parallel::global_index(s, i))] = local[size_t(at)];
+    }
+  }
+}
+
+void load_shards(LocalModel& model, const model::SafetensorsFile& f) {
+  auto params = model.params();
+  for (const ShardSpec& s : model.shards()) {
+    auto src = f.get(s.name, s.global_shape);
+    for (int64_t i = 0; i < s.numel; ++i) params[size_t(s.offset + i)] = src[size_t(parallel::global_index(s, i))];
+  }
+}
+
+void corrupt_shard(LocalModel& model, const std::string& name) {
+  auto params = model.params();
+  for (const ShardSpec& s : model.shards()) {
+    if (s.name != name) continue;
+    for (int64_t i = 0; i < s.numel; ++i) params[size_t(s.offset + i)] += 1e-2f * (1 + std::abs(params[size_t(s.offset + i)]));
+    return;
+  }
+  throw ConfigError(fmt::format("corrupt-shard: no parameter \"{}\"", name));
+}
+
+}  // namespace shardlab::train

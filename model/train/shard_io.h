@@ -1,0 +1,41 @@
+// Moving parameters between a rank's shards and unsharded tensors: gathers
+// for verify and checkpoints, loading a checkpoint, verify's corruption aid.
+#pragma once
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "collectives/mesh.h"
+#include "model/io/safetensors.h"
+#include "model/params.h"
+#include "model/parallel/local_model.h"
+
+namespace shardlab::train {
+
+// The tied embedding / LM head (two copies under pipeline parallelism).
+inline constexpr const char* kTiedName = "transformer.wte.weight";
+
+// Copies this rank's shards into unsharded tensors laid out by the table.
+// Tensors held whole by every tensor-parallel rank are written by tp rank 0
+// only, the tied wte by the first pipeline stage only.
+// With `only` (flat local ranges, sorted), elements outside them are skipped;
+// with kExpertsOnly only expert tensors are copied (under EP a rank's experts
+// belong to every replica of its ep group).
+struct LocalRange {
+  int64_t begin = 0, size = 0;
+};
+enum ScatterWhat { kAll, kExpertsOnly };
+void scatter_to_global(const parallel::LocalModel& model, std::span<const float> local,
+                       const collectives::Coords& coords, const model::ParamTable& table,
+                       std::span<float> global, const std::vector<LocalRange>* only = nullptr,
+                       ScatterWhat what = kAll);
+
+// Fills the local shards from an unsharded checkpoint.
+void load_shards(parallel::LocalModel& model, const model::SafetensorsFile& f);
+
+// Perturbs this rank's shard of parameter `name` (verify's can-it-fail test);
+// ConfigError if the rank holds no such parameter.
+void corrupt_shard(parallel::LocalModel& model, const std::string& name);
+
+}  // namespace shardlab::train
