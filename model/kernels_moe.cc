@@ -171,7 +171,18 @@ void moe_combine_backward(Real* dye, Real* dgates, const Real* dout, const Real*
   }
 }
 
+template <typename Real>
+Real moe_aux_loss(const Real* frac, const Real* probs, int64_t N, int E) {
+  std::vector<double> P(size_t(E), 0.0);
+  for (int64_t t = 0; t < N; ++t)
+    for (int e = 0; e < E; ++e) P[size_t(e)] += probs[t * E + e];
+  double aux = 0;
+  for (int e = 0; e < E; ++e) aux += double(frac[e]) * P[size_t(e)] / double(N);
+  return static_cast<Real>(E * aux);
+}
+
 #define SHARDLAB_INSTANTIATE_MOE(Real)                                                             \
+  template Real moe_aux_loss(const Real*, const Real*, int64_t, int);                              \
   template Real router_forward(Real*, int32_t*, int32_t*, Real*, Real*, const Real*, int64_t, int, \
                                int, double);                                                       \
   template void router_backward(Real*, const Real*, Real, const Real*, const int32_t*,             \

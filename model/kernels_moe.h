@@ -39,6 +39,13 @@ void router_backward(Real* dlogits,       // (N,E)
                      const Real* frac,       // (E)
                      int64_t N, int E, int K);
 OpCost router_forward_cost(int64_t N, int64_t E, int64_t K, int elem);
+// The load-balancing loss for given fractions: E · Σ_i frac[i] · P_i with P_i
+// the mean of probs[:, i] over the N rows (after frac was averaged over
+// data-parallel replicas or counted over the global batch).
+template <typename Real>
+Real moe_aux_loss(const Real* frac,   // (E)
+                  const Real* probs,  // (N,E)
+                  int64_t N, int E);
 OpCost router_backward_cost(int64_t N, int64_t E, int64_t K, int elem);
 
 // Capacity over a batch split in consecutive parts (data parallelism): this

@@ -78,19 +78,6 @@ void mlp_backward(Real* dinp, const MlpView<Real>& g, Real* dfc, Real* dfc_gelu,
 
 // ---- MoE ----------------------------------------------------------------------
 
-namespace {
-// aux = E * sum_i f_i * P_i, P_i = mean over the N tokens of probs[:, i].
-template <typename Real>
-Real moe_aux(const Real* frac, const Real* probs, int64_t N, int E) {
-  std::vector<double> P(size_t(E), 0.0);
-  for (int64_t t = 0; t < N; ++t)
-    for (int e = 0; e < E; ++e) P[size_t(e)] += probs[t * E + e];
-  double aux = 0;
-  for (int e = 0; e < E; ++e) aux += double(frac[e]) * P[size_t(e)] / double(N);
-  return static_cast<Real>(E * aux);
-}
-}  // namespace
-
 template <typename Real>
 Real moe_forward(Real* out, MoeActs<Real>& a, const BlockView<Real>& p, const Real* inp, int64_t N,
                  const GPTConfig& config, const Exec& ex) {
@@ -104,7 +91,7 @@ Real moe_forward(Real* out, MoeActs<Real>& a, const BlockView<Real>& p, const Re
   if constexpr (std::is_same_v<Real, float>) {
     // Under data parallelism f_i must count the whole global batch: average the
     // replicas' fractions and recompute aux = E * sum_i f_i * P_i with the local P_i.
-    if (ex.sink && ex.sink->average_over_replicas(a.frac.data(), E)) a.aux = moe_aux(a.frac.data(), a.probs.data(), N, E);
+    if (ex.sink && ex.sink->average_over_replicas(a.frac.data(), E)) a.aux = moe_aux_loss(a.frac.data(), a.probs.data(), N, E);
   }
   a.M = moe_plan(a.src.data(), a.offsets.data(), a.expert.data(), a.slot.data(), N, E, K);
   // dispatch

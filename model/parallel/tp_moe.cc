@@ -22,17 +22,6 @@ using model::MlpView;
 namespace coll = collectives;
 
 namespace {
-// aux = E * sum_i f_i * P_i, P_i = mean over the N tokens of probs[:, i]
-// (the same sums as model/layers.cc's moe_aux, so the bits match).
-float moe_aux(const float* frac, const float* probs, int64_t N, int E) {
-  std::vector<double> P(size_t(E), 0.0);
-  for (int64_t t = 0; t < N; ++t)
-    for (int e = 0; e < E; ++e) P[size_t(e)] += probs[t * E + e];
-  double aux = 0;
-  for (int e = 0; e < E; ++e) aux += double(frac[e]) * P[size_t(e)] / double(N);
-  return static_cast<float>(E * aux);
-}
-
 // The unsharded model routes the concatenation of the dp replicas' rows:
 // gather every replica's per-expert counts (exact in fp32 below 2^24) so that
 // f_i = (global count) / (N_global·K), computed as router_forward does, and
@@ -61,7 +50,7 @@ void route_globally(TpMoeActs& a, int64_t N, const GPTConfig& config, const TpCo
     a.frac[e] = static_cast<float>(static_cast<double>(total) /
                                    (static_cast<double>(N_global) * K));
   }
-  a.aux = moe_aux(a.frac.data(), a.probs.data(), N, E);
+  a.aux = model::moe_aux_loss(a.frac.data(), a.probs.data(), N, E);
   if (config.capacity_factor > 0) {
     const int64_t cap = model::expert_capacity(N_global, E, K, config.capacity_factor);
     a.stats.dropped = model::moe_apply_capacity(a.slot.data(), a.expert.data(), a.earlier.data(),
@@ -91,7 +80,7 @@ void tp_moe_route(TpMoeActs& a, const BlockView<float>& p, const float* inp, con
   } else if (ex.sink && ex.sink->average_over_replicas(a.frac.data(), E)) {
     // Under data parallelism f_i must count the whole global batch (as in
     // model/layers.cc): every TP rank averages the same fractions over its dp group.
-    a.aux = moe_aux(a.frac.data(), a.probs.data(), N, E);
+    a.aux = model::moe_aux_loss(a.frac.data(), a.probs.data(), N, E);
   }
   a.M = model::moe_plan(a.src.data(), a.offsets.data(), a.expert.data(), a.slot.data(), N, E, K);
   if (!global) a.stats.dropped = N * K - a.M;
