@@ -23,7 +23,7 @@
 // embedding-group sum. With SP the LayerNorm and wpe gradients are
 // row sums staged per rank and summed over TP once, at the last micro-batch.
 //
-// Thread safety: one instance per device thread, like TensorParallelGPT.
+// Thread safety: one instance per device thread.
 #pragma once
 
 #include <optional>
@@ -163,7 +163,7 @@ class PipelineModel : public LocalModel {
   TpLayout layout_;
   int64_t v0_ = 0;
   int Vl_ = 0;
-  Buf<float> params_, grads_, stage_;  // stage_: SP row-sum grads (see TensorParallelGPT)
+  Buf<float> params_, grads_, stage_;  // stage_: SP row-sum grads of LayerNorms and wpe
   model::GPTView<float> w_, g_;
   std::vector<std::vector<FlatRange>> block_staged_;
   std::vector<FlatRange> lnf_staged_, wpe_staged_;

@@ -33,10 +33,9 @@ void record_moe(const LocalModel& model, int step, std::vector<MoeLayerTotals>& 
     if (m.layer < 0) continue;
     auto it = std::find_if(out.begin(), out.end(), [&](const MoeLayerTotals& t) { return t.layer == m.layer; });
     if (it == out.end()) {
-      out.push_back({m.layer, m.expert_begin, std::vector<int64_t>(m.received.size(), 0)});
+      out.push_back({m.layer, m.expert_begin});
       it = out.end() - 1;
     }
-    for (size_t e = 0; e < m.received.size(); ++e) it->received[e] += m.received[e];
     it->per_step.resize(size_t(step) + 1);
     it->per_step[size_t(step)] = m.received;
     it->dropped += m.dropped;

@@ -317,9 +317,7 @@ nlohmann::json report_json(const TrainOptions& o, const Cluster& cluster, const 
       nlohmann::json layers = nlohmann::json::array();
       uint64_t sent = 0, recv = 0;
       for (const MoeLayerTotals& t : r.moe[size_t(d.rank)]) {
-        int64_t total = 0, most = 0;
-        for (int64_t x : t.received) total += x, most = std::max(most, x);
-        layers.push_back({{"layer", t.layer}, {"expert_begin", t.expert_begin}, {"tokens_per_expert", t.received},
+        layers.push_back({{"layer", t.layer}, {"expert_begin", t.expert_begin}, {"tokens_per_expert", t.received()},
                           {"dropped", t.dropped}, {"a2a_sent_bytes", t.a2a_sent_bytes},
                           {"a2a_recv_bytes", t.a2a_recv_bytes}});
         sent += t.a2a_sent_bytes;

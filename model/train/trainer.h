@@ -108,10 +108,16 @@ struct DevicePhaseTotals {
 struct MoeLayerTotals {
   int layer = -1;
   int expert_begin = 0;
-  std::vector<int64_t> received;  // (experts held) rows routed to each, summed over steps
-  std::vector<std::vector<int64_t>> per_step;  // (steps, experts held)
+  std::vector<std::vector<int64_t>> per_step;  // (steps, experts held) rows routed to each
   int64_t dropped = 0;            // assignments over capacity (this rank's tokens)
   uint64_t a2a_sent_bytes = 0, a2a_recv_bytes = 0;  // forward and backward
+  // Rows routed to each held expert, summed over steps.
+  std::vector<int64_t> received() const {
+    std::vector<int64_t> sum(per_step.empty() ? 0 : per_step.front().size(), 0);
+    for (const auto& step : per_step)
+      for (size_t e = 0; e < step.size(); ++e) sum[e] += step[e];
+    return sum;
+  }
 };
 
 struct TrainResult {

@@ -16,6 +16,10 @@
 
 namespace shardlab::model::testing {
 
+// Max relative error of a single kernel's double-precision gradients against
+// central finite differences (the kernel tests' tolerance).
+inline constexpr double kKernelTol = 1e-6;
+
 struct GradError {
   double max_rel = 0;
   double max_abs = 0;

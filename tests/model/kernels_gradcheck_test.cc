@@ -18,7 +18,7 @@ using testing::check_gradients;
 using testing::dot;
 using testing::random_vector;
 
-constexpr double kKernelTol = 1e-6;
+using testing::kKernelTol;
 
 TEST(KernelGradcheck, Embedding) {
   std::mt19937_64 rng(1);

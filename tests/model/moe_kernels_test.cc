@@ -16,7 +16,7 @@ using testing::check_gradients;
 using testing::dot;
 using testing::random_vector;
 
-constexpr double kKernelTol = 1e-6;
+using testing::kKernelTol;
 
 struct Routed {
   std::vector<double> probs, gates, frac;

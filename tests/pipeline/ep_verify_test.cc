@@ -62,9 +62,9 @@ TEST_P(ExpertVerify, MatchesTheUnshardedModel) {
   int64_t rows = 0, dropped = 0;
   for (const auto& device : a.moe) {
     ASSERT_FALSE(device.empty());
-    EXPECT_EQ(device.front().received.size(), size_t(8 / ep));
+    EXPECT_EQ(device.front().received().size(), size_t(8 / ep));
     for (const auto& layer : device) {
-      for (int64_t x : layer.received) rows += x;
+      for (int64_t x : layer.received()) rows += x;
       dropped += layer.dropped;
     }
   }
