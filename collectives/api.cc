@@ -68,7 +68,7 @@ Range chunk_range(size_t count, int n, int i) {
   const auto un = static_cast<uint64_t>(n), ui = static_cast<uint64_t>(i);
   const size_t b = static_cast<size_t>(count * ui / un);
   const size_t e = static_cast<size_t>(count * (ui + 1) / un);
-  return {b, e - b};
+  return {static_cast<int64_t>(b), static_cast<int64_t>(e - b)};
 }
 
 Work iall_reduce(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out, ReduceOp op,
@@ -86,7 +86,7 @@ Work iall_reduce(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out,
 Work ireduce_scatter(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out, ReduceOp op,
                      const CollOptions& opt) {
   const Range mine = chunk_range(in.count, g.size(), g.rank());
-  require(out.count == mine.size, fmt::format("reduce_scatter: {} elements over {} members: member {} gets {}, "
+  require(out.count == size_t(mine.size), fmt::format("reduce_scatter: {} elements over {} members: member {} gets {}, "
                                               "output has {}", in.count, g.size(), g.rank(), mine.size, out.count));
   check_pair("reduce_scatter", in, out);
   const Algo algo = resolve(dev, g, OpKind::kReduceScatter, opt.algo, modeled(dev, in.count));
@@ -111,7 +111,7 @@ Work ireduce_scatter(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer 
 
 Work iall_gather(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out, const CollOptions& opt) {
   const Range mine = chunk_range(out.count, g.size(), g.rank());
-  require(in.count == mine.size, fmt::format("all_gather: {} elements over {} members: member {} contributes {}, "
+  require(in.count == size_t(mine.size), fmt::format("all_gather: {} elements over {} members: member {} contributes {}, "
                                              "input has {}", out.count, g.size(), g.rank(), mine.size, in.count));
   check_pair("all_gather", in, out);
   const Algo algo = resolve(dev, g, OpKind::kAllGather, opt.algo, modeled(dev, out.count));

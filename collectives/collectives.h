@@ -39,6 +39,7 @@
 
 #include "collectives/group.h"
 #include "runtime/device.h"
+#include "runtime/range.h"
 #include "runtime/tensor.h"
 
 namespace shardlab::collectives {
@@ -90,10 +91,6 @@ struct CollOptions {
 };
 
 // Chunk i of `count` elements split over n: [count*i/n, count*(i+1)/n).
-struct Range {
-  size_t begin = 0;
-  size_t size = 0;
-};
 Range chunk_range(size_t count, int n, int i);
 
 // The algorithm `auto` picks for a group of `group_size` whose members sit

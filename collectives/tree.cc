@@ -35,7 +35,7 @@ int wrapped_ranges(size_t count, int n, int first, int m, Range out[2]) {
     return 1;
   }
   const Range a = chunk_range(count, n, first), b = chunk_range(count, n, last - n - 1);
-  out[0] = {a.begin, count - a.begin};
+  out[0] = {a.begin, static_cast<int64_t>(count) - a.begin};
   out[1] = {0, b.begin + b.size};
   return 2;
 }

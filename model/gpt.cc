@@ -15,10 +15,10 @@ GPT<Real>::GPT(const GPTConfig& config, uint64_t seed) : config_(config), table_
   weights_ = make_view(table_, params_.data());
   weight_grads_ = make_view(table_, grads_.data());
   for (int l = 0; l < config_.n_layer; ++l)
-    block_ranges_.push_back(prefix_range("transformer.h." + std::to_string(l) + "."));
-  wte_range_ = prefix_range("transformer.wte.");
-  wpe_range_ = prefix_range("transformer.wpe.");
-  lnf_range_ = prefix_range("transformer.ln_f.");
+    block_ranges_.push_back(prefix_range(table_.specs(), "transformer.h." + std::to_string(l) + "."));
+  wte_range_ = prefix_range(table_.specs(), "transformer.wte.");
+  wpe_range_ = prefix_range(table_.specs(), "transformer.wpe.");
+  lnf_range_ = prefix_range(table_.specs(), "transformer.ln_f.");
 }
 
 template <typename Real>
@@ -140,19 +140,6 @@ void GPT<Real>::release_activations() {
   for (int64_t e : block_elems_) n += e;
   freed(n);
   acts_live_ = false;
-}
-
-template <typename Real>
-typename GPT<Real>::Range GPT<Real>::prefix_range(const std::string& prefix) const {
-  // Tensors of one prefix are contiguous in the table's layout.
-  int64_t begin = -1, end = -1;
-  for (const ParamSpec& s : table_.specs()) {
-    if (s.name.compare(0, prefix.size(), prefix) != 0) continue;
-    if (begin < 0) begin = s.offset;
-    SHARDLAB_CHECK(end < 0 || s.offset == end, "tensors of one prefix are not contiguous");
-    end = s.offset + s.numel;
-  }
-  return begin < 0 ? Range{} : Range{begin, end - begin};
 }
 
 template <typename Real>

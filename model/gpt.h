@@ -76,13 +76,8 @@ class GPT {
   void freed(int64_t elements) const {
     if (ex_.sink) ex_.sink->freed(elements);
   }
-  struct Range {
-    int64_t offset = 0, count = 0;
-  };
-  // The flat range of every tensor whose name starts with `prefix`.
-  Range prefix_range(const std::string& prefix) const;
   void grads_ready(Range r) const {
-    if (ex_.sink && r.count > 0) ex_.sink->grads_ready(r.offset, r.count);
+    if (ex_.sink && r.size > 0) ex_.sink->grads_ready(r.begin, r.size);
   }
 
   GPTConfig config_;

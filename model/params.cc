@@ -19,13 +19,13 @@ std::string expert_name(int layer, int expert, std::string_view suffix) {
   return block_name(layer, "mlp.experts." + std::to_string(expert) + "." + std::string(suffix));
 }
 
-std::array<RowRange, 3> c_attn_head_rows(int C, int n_head, int h0, int h1) {
+std::array<Range, 3> c_attn_head_rows(int C, int n_head, int h0, int h1) {
   SHARDLAB_CHECK(n_head > 0 && C % n_head == 0 && 0 <= h0 && h0 <= h1 && h1 <= n_head,
                  "bad head range");
   const int64_t HS = C / n_head;
-  std::array<RowRange, 3> rows;
+  std::array<Range, 3> rows;
   for (int part = 0; part < 3; ++part) {  // q, k, v
-    rows[part] = {part * int64_t{C} + h0 * HS, part * int64_t{C} + h1 * HS};
+    rows[part] = {part * int64_t{C} + h0 * HS, (h1 - h0) * HS};
   }
   return rows;
 }
@@ -34,28 +34,30 @@ ParamTable::ParamTable(const GPTConfig& config) : config_(config) {
   config.validate();
   const int64_t C = config.n_embd, V = config.vocab_size, T = config.block_size;
   const double proj_std = kInitStd / std::sqrt(2.0 * config.n_layer);
-  add("transformer.wte.weight", {V, C}, InitKind::kNormal, kInitStd, -1);
-  add("transformer.wpe.weight", {T, C}, InitKind::kNormal, kInitStd, -1);
+  using R = ParamRole;
+  add("transformer.wte.weight", R::kTokenEmbedding, {V, C}, InitKind::kNormal, kInitStd, -1);
+  add("transformer.wpe.weight", R::kPositionEmbedding, {T, C}, InitKind::kNormal, kInitStd, -1);
   for (int l = 0; l < config.n_layer; ++l) {
     add_layernorm(block_name(l, "ln_1"), C, l);
-    add_linear(block_name(l, "attn.c_attn"), 3 * C, C, true, kInitStd, l);
-    add_linear(block_name(l, "attn.c_proj"), C, C, true, proj_std, l);
+    add_linear(block_name(l, "attn.c_attn"), R::kQkvWeight, 3 * C, C, true, kInitStd, l);
+    add_linear(block_name(l, "attn.c_proj"), R::kAttnProjWeight, C, C, true, proj_std, l);
     add_layernorm(block_name(l, "ln_2"), C, l);
     if (config.is_moe_layer(l)) {
-      add_linear(block_name(l, "mlp.router"), config.n_expert, C, false, kInitStd, l);
+      add_linear(block_name(l, "mlp.router"), R::kRouter, config.n_expert, C, false, kInitStd, l);
       for (int e = 0; e < config.n_expert; ++e) {
-        add_linear(expert_name(l, e, "c_fc"), 4 * C, C, true, kInitStd, l);
-        add_linear(expert_name(l, e, "c_proj"), C, 4 * C, true, proj_std, l);
+        add_linear(expert_name(l, e, "c_fc"), R::kFcWeight, 4 * C, C, true, kInitStd, l, e);
+        add_linear(expert_name(l, e, "c_proj"), R::kMlpProjWeight, C, 4 * C, true, proj_std, l, e);
       }
     } else {
-      add_linear(block_name(l, "mlp.c_fc"), 4 * C, C, true, kInitStd, l);
-      add_linear(block_name(l, "mlp.c_proj"), C, 4 * C, true, proj_std, l);
+      add_linear(block_name(l, "mlp.c_fc"), R::kFcWeight, 4 * C, C, true, kInitStd, l);
+      add_linear(block_name(l, "mlp.c_proj"), R::kMlpProjWeight, C, 4 * C, true, proj_std, l);
     }
   }
   add_layernorm("transformer.ln_f", C, -1);
 }
 
-void ParamTable::add(std::string name, Shape shape, InitKind init, double std, int layer) {
+void ParamTable::add(std::string name, ParamRole role, Shape shape, InitKind init, double std,
+                     int layer, int expert) {
   ParamSpec spec;
   spec.numel = shape_numel(shape);
   spec.name = std::move(name);
@@ -64,20 +66,23 @@ void ParamTable::add(std::string name, Shape shape, InitKind init, double std, i
   spec.init = init;
   spec.std = std;
   spec.layer = layer;
+  spec.expert = expert;
+  spec.role = role;
   numel_ += spec.numel;
   index_.emplace(spec.name, specs_.size());
   specs_.push_back(std::move(spec));
 }
 
-void ParamTable::add_linear(const std::string& prefix, int64_t out, int64_t in, bool bias,
-                            double std, int layer) {
-  add(prefix + ".weight", {out, in}, InitKind::kNormal, std, layer);
-  if (bias) add(prefix + ".bias", {out}, InitKind::kZeros, 0, layer);
+void ParamTable::add_linear(const std::string& prefix, ParamRole role, int64_t out, int64_t in,
+                            bool bias, double std, int layer, int expert) {
+  add(prefix + ".weight", role, {out, in}, InitKind::kNormal, std, layer, expert);
+  const auto bias_role = static_cast<ParamRole>(static_cast<uint8_t>(role) + 1);
+  if (bias) add(prefix + ".bias", bias_role, {out}, InitKind::kZeros, 0, layer, expert);
 }
 
 void ParamTable::add_layernorm(const std::string& prefix, int64_t C, int layer) {
-  add(prefix + ".weight", {C}, InitKind::kOnes, 0, layer);
-  add(prefix + ".bias", {C}, InitKind::kZeros, 0, layer);
+  add(prefix + ".weight", ParamRole::kLayerNorm, {C}, InitKind::kOnes, 0, layer);
+  add(prefix + ".bias", ParamRole::kLayerNorm, {C}, InitKind::kZeros, 0, layer);
 }
 
 const ParamSpec* ParamTable::find(std::string_view name) const {

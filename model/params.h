@@ -20,11 +20,30 @@
 #include <vector>
 
 #include "model/config.h"
+#include "runtime/errors.h"
+#include "runtime/range.h"
 #include "runtime/tensor.h"
 
 namespace shardlab::model {
 
 enum class InitKind { kNormal, kZeros, kOnes };
+
+// What a tensor is in the model, so that code that shards, orders or counts
+// parameters asks the table instead of matching names.
+enum class ParamRole : uint8_t {
+  kTokenEmbedding,     // transformer.wte.weight (tied with the LM head)
+  kPositionEmbedding,  // transformer.wpe.weight
+  kLayerNorm,          // ln_1, ln_2 (layer >= 0) and ln_f (layer -1), weight and bias
+  kQkvWeight,          // attn.c_attn.weight
+  kQkvBias,            // attn.c_attn.bias
+  kAttnProjWeight,     // attn.c_proj.weight
+  kAttnProjBias,       // attn.c_proj.bias
+  kFcWeight,           // mlp.c_fc.weight, mlp.experts.e.c_fc.weight
+  kFcBias,             // mlp.c_fc.bias, mlp.experts.e.c_fc.bias
+  kMlpProjWeight,      // mlp.c_proj.weight, mlp.experts.e.c_proj.weight
+  kMlpProjBias,        // mlp.c_proj.bias, mlp.experts.e.c_proj.bias
+  kRouter,             // mlp.router.weight
+};
 
 struct ParamSpec {
   std::string name;    // e.g. "transformer.h.0.attn.c_attn.weight"
@@ -34,6 +53,10 @@ struct ParamSpec {
   InitKind init = InitKind::kZeros;
   double std = 0;  // for kNormal
   int layer = -1;  // block index, -1 outside the blocks
+  int expert = -1;  // expert index inside an MoE block, -1 for every other tensor
+  ParamRole role = ParamRole::kLayerNorm;
+  bool is_expert() const { return expert >= 0; }
+  bool is_final_norm() const { return role == ParamRole::kLayerNorm && layer < 0; }
   // nanoGPT's optimizer groups: weight decay only on tensors of 2+ dims.
   bool decay() const { return shape.size() >= 2; }
 };
@@ -60,9 +83,11 @@ class ParamTable {
   void init_all(uint64_t seed, Real* params) const;
 
  private:
-  void add(std::string name, Shape shape, InitKind init, double std, int layer);
-  void add_linear(const std::string& prefix, int64_t out, int64_t in, bool bias, double std,
-                  int layer);
+  void add(std::string name, ParamRole role, Shape shape, InitKind init, double std, int layer,
+           int expert = -1);
+  // prefix.weight (out, in) with `role`, prefix.bias (out) with the next role.
+  void add_linear(const std::string& prefix, ParamRole role, int64_t out, int64_t in, bool bias,
+                  double std, int layer, int expert = -1);
   void add_layernorm(const std::string& prefix, int64_t C, int layer);
 
   GPTConfig config_;
@@ -73,17 +98,26 @@ class ParamTable {
 
 // Tensor parallelism slices c_attn by heads: heads [h0, h1) own three
 // contiguous row ranges of c_attn.weight (3C, C) and c_attn.bias (3C), one in
-// each of q, k and v. Rows [begin, end); for the weight, elements
-// [begin·C, end·C) (ready for init_slice).
-struct RowRange {
-  int64_t begin = 0;
-  int64_t end = 0;
-};
-std::array<RowRange, 3> c_attn_head_rows(int C, int n_head, int h0, int h1);
+// each of q, k and v. Rows [begin, end()); for the weight, elements
+// [begin·C, end()·C) (ready for init_slice).
+std::array<Range, 3> c_attn_head_rows(int C, int n_head, int h0, int h1);
 
 // Name helpers: block_name(2, "attn.c_attn.weight") = "transformer.h.2.attn.c_attn.weight";
 // expert_name(2, 5, "c_fc.bias") = "transformer.h.2.mlp.experts.5.c_fc.bias".
 std::string block_name(int layer, std::string_view suffix);
+// The flat range of every spec (ParamSpec or a shard spec: name, offset,
+// numel) whose name starts with `prefix`; they must be contiguous.
+template <class Spec>
+Range prefix_range(const std::vector<Spec>& specs, std::string_view prefix) {
+  int64_t begin = -1, end = -1;
+  for (const Spec& s : specs) {
+    if (std::string_view(s.name).substr(0, prefix.size()) != prefix) continue;
+    if (begin < 0) begin = s.offset;
+    SHARDLAB_CHECK(end < 0 || s.offset == end, "tensors of one prefix are not contiguous");
+    end = s.offset + s.numel;
+  }
+  return begin < 0 ? Range{} : Range{begin, end - begin};
+}
 std::string expert_name(int layer, int expert, std::string_view suffix);
 
 }  // namespace shardlab::model

@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "model/config.h"
-#include "model/parallel/pipeline_stage.h"
+#include "model/parallel/sharded_gpt.h"
 #include "runtime/errors.h"
 #include "runtime/units.h"
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "model/kernels.h"
+#include "model/params.h"
 #include "model/sink.h"
 #include "runtime/errors.h"
 #include "runtime/tensor.h"
@@ -32,10 +33,6 @@ struct ShardSpec {
   int split_dim = -1;       // -1: the whole tensor (replicated); 0: rows; 1: columns
   // Along split_dim: global index ranges [begin, begin + size), concatenated
   // in local order (e.g. the q, k and v rows of this rank's heads).
-  struct Range {
-    int64_t begin = 0;
-    int64_t size = 0;
-  };
   std::vector<Range> ranges;
   int64_t offset = 0;       // first element in the local flat buffer
   int64_t numel = 0;        // local elements
@@ -44,6 +41,12 @@ struct ShardSpec {
   // row-parallel biases, wpe): counted once in global norms and gathers.
   bool tp_replicated = true;
   int layer = -1;           // block index, -1 outside the blocks
+  // An MoE expert's tensor (from the name table, model::ParamSpec::expert):
+  // under expert parallelism it differs across the ranks of an ep group and
+  // its gradient is reduced over the expert-data-parallel group.
+  bool expert = false;
+  model::ParamRole role = model::ParamRole::kLayerNorm;
+  bool is_final_norm() const { return role == model::ParamRole::kLayerNorm && layer < 0; }
 };
 
 // Maps local element i of `s` (row-major in local_shape) to its global flat

@@ -10,9 +10,9 @@
 
 #include "collectives/collectives.h"
 #include "model/optimizer.h"
-#include "model/parallel/data_parallel.h"
-#include "model/parallel/pipeline.h"
-#include "model/parallel/tp_layout.h"
+#include "model/parallel/data/data_parallel.h"
+#include "model/parallel/pipeline/executor.h"
+#include "model/parallel/layout.h"
 #include "model/parallel/unsharded_model.h"
 #include "model/train/device_sink.h"
 #include "model/train/shard_io.h"
@@ -46,7 +46,7 @@ void record_moe(const LocalModel& model, int step, std::vector<MoeLayerTotals>& 
 
 // Calls f(begin, count, decay) for the part of every shard inside `owned`.
 template <typename F>
-void for_owned(const std::vector<DataParallel::Range>& owned, const std::vector<ShardSpec>& shards, F&& f) {
+void for_owned(const std::vector<Range>& owned, const std::vector<ShardSpec>& shards, F&& f) {
   for (const auto& r : owned) {
     for (const ShardSpec& s : shards) {
       const int64_t lo = std::max(r.begin, s.offset), hi = std::min(r.begin + r.size, s.offset + s.numel);
@@ -59,7 +59,7 @@ void for_owned(const std::vector<DataParallel::Range>& owned, const std::vector<
 
 namespace {
 
-bool is_expert(const ShardSpec& s) { return s.name.find(".mlp.experts.") != std::string::npos; }
+
 
 // The process groups one device takes part in (mesh order tp-cp-ep-dp-pp).
 struct Groups {
@@ -112,7 +112,7 @@ class DeviceRun {
   // not, nor (without ZeRO-2) the non-expert copies of ep ranks > 0.
   bool counted(const ShardSpec& s) const {
     return (!s.tp_replicated || coords_.tp == 0) && (coords_.pp == 0 || s.name != kTiedName) &&
-           (par_.zero >= 2 || is_expert(s) || groups_.ep.rank() == 0);
+           (par_.zero >= 2 || s.expert || groups_.ep.rank() == 0);
   }
   int64_t first_row(int mb) const { return mb * (o_.model.batch_size / M_) + coords_.dp * rows_; }
 
@@ -261,7 +261,7 @@ double DeviceRun::optimizer_step(int step) {
   const int elem = element_size(dev_.precision());
   // Global gradient norm, each parameter counted once.
   double sq = 0;
-  const auto& norm_ranges = dp_->sharded_grads() ? dp_->owned() : std::vector<DataParallel::Range>{{0, n}};
+  const auto& norm_ranges = dp_->sharded_grads() ? dp_->owned() : std::vector<Range>{{0, n}};
   for_owned(norm_ranges, model_->shards(), [&](int64_t lo, int64_t cnt, const ShardSpec& s) {
     if (counted(s)) sq += model::sum_squares(grads.data() + lo, cnt);
   });
@@ -292,7 +292,7 @@ double DeviceRun::optimizer_step(int step) {
 void DeviceRun::keep_step0_grads() {
   auto grads = model_->grads();
   if (dp_->sharded_grads()) {  // with ZeRO-2 each dp rank holds the reduced gradient of its own chunks only
-    std::vector<LocalRange> mine;
+    std::vector<Range> mine;
     for (const auto& r : dp_->owned()) mine.push_back({r.begin, r.size});
     scatter_to_global(*model_, grads, coords_, p_.table, p_.result.step0_grads, &mine);
   } else if (coords_.edp == 0) {

@@ -14,16 +14,16 @@ using parallel::ShardSpec;
 
 void scatter_to_global(const LocalModel& model, std::span<const float> local,
                        const collectives::Coords& coords, const model::ParamTable& table,
-                       std::span<float> global, const std::vector<LocalRange>* only, ScatterWhat what) {
+                       std::span<float> global, const std::vector<Range>* only, ScatterWhat what) {
   for (const ShardSpec& s : model.shards()) {
-    if (what == kExpertsOnly && s.name.find(".mlp.experts.") == std::string::npos) continue;
+    if (what == kExpertsOnly && !s.expert) continue;
     if (s.tp_replicated && coords.tp != 0) continue;
     if (coords.pp != 0 && s.name == kTiedName) continue;  // the first stage writes the tied wte
     const int64_t base = table.at(s.name).offset;
     for (int64_t i = 0; i < s.numel; ++i) {
       const int64_t at = s.offset + i;
       if (only && std::none_of(only->begin(), only->end(),
-                               [at](const LocalRange& r) { return at >= r.begin && at < r.begin + r.size; }))
+                               [at](const Range& r) { return at >= r.begin && at < r.begin + r.size; }))
         continue;
       global[size_t(base + parallel::global_index(s, i))] = local[size_t(at)];
     }

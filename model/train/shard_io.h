@@ -22,13 +22,10 @@ inline constexpr const char* kTiedName = "transformer.wte.weight";
 // With `only` (flat local ranges, sorted), elements outside them are skipped;
 // with kExpertsOnly only expert tensors are copied (under EP a rank's experts
 // belong to every replica of its ep group).
-struct LocalRange {
-  int64_t begin = 0, size = 0;
-};
 enum ScatterWhat { kAll, kExpertsOnly };
 void scatter_to_global(const parallel::LocalModel& model, std::span<const float> local,
                        const collectives::Coords& coords, const model::ParamTable& table,
-                       std::span<float> global, const std::vector<LocalRange>* only = nullptr,
+                       std::span<float> global, const std::vector<Range>* only = nullptr,
                        ScatterWhat what = kAll);
 
 // Fills the local shards from an unsharded checkpoint.

@@ -11,9 +11,9 @@
 #include "model/params.h"
 #include "model/train/device_program.h"
 #include "collectives/mesh.h"
-#include "model/parallel/ep_moe.h"
-#include "model/parallel/pipeline_stage.h"
-#include "model/parallel/tp_layout.h"
+#include "model/parallel/expert/ep_dispatch.h"
+#include "model/parallel/sharded_gpt.h"
+#include "model/parallel/layout.h"
 #include "runtime/errors.h"
 
 namespace shardlab::train {
@@ -88,8 +88,7 @@ double flops_per_token(const model::ParamTable& table) {
   double n = 0;
   for (const auto& s : table.specs()) {
     if (s.name == "transformer.wpe.weight") continue;
-    const bool expert = s.name.find(".mlp.experts.") != std::string::npos;
-    n += expert ? double(s.numel) * c.top_k / c.n_expert : double(s.numel);
+    n += s.is_expert() ? double(s.numel) * c.top_k / c.n_expert : double(s.numel);
   }
   return 6 * n + 12.0 * c.n_layer * c.n_head * c.head_size() * c.block_size;
 }

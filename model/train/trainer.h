@@ -22,8 +22,8 @@
 #include "model/config.h"
 #include "model/io/data.h"
 #include "model/optimizer.h"
-#include "model/parallel/pipeline.h"
-#include "model/parallel/pp_schedule.h"
+#include "model/parallel/pipeline/executor.h"
+#include "model/parallel/pipeline/schedule.h"
 #include "runtime/cluster.h"
 
 namespace shardlab::train {

@@ -6,8 +6,8 @@
 #include "collectives/mesh.h"
 #include "model/layers.h"
 #include "model/params.h"
-#include "model/parallel/ep_moe.h"
-#include "model/parallel/tp_layout.h"
+#include "model/parallel/expert/ep_dispatch.h"
+#include "model/parallel/layout.h"
 #include "runtime/cluster.h"
 #include "tests/parallel/tp_test_util.h"
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "model/config.h"
-#include "model/parallel/tp_layers.h"
+#include "model/parallel/tensor/layers.h"
 #include "runtime/time.h"
 
 namespace shardlab::parallel::testing {

@@ -15,7 +15,7 @@
 #include <string>
 
 #include "model/gpt.h"
-#include "model/parallel/ep_moe.h"
+#include "model/parallel/expert/ep_dispatch.h"
 #include "model/parallel/tensor_parallel.h"
 #include "runtime/cluster.h"
 #include "runtime/errors.h"

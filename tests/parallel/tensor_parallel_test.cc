@@ -12,7 +12,7 @@
 #include <string>
 
 #include "model/gpt.h"
-#include "model/parallel/tp_layout.h"
+#include "model/parallel/layout.h"
 #include "runtime/cluster.h"
 #include "runtime/errors.h"
 #include "tests/model/test_models.h"

@@ -12,7 +12,7 @@
 #include "collectives/group.h"
 #include "collectives/mesh.h"
 #include "model/gpt.h"
-#include "model/parallel/data_parallel.h"
+#include "model/parallel/data/data_parallel.h"
 #include "model/parallel/tensor_parallel.h"
 #include "runtime/cluster.h"
 #include "tests/model/test_models.h"

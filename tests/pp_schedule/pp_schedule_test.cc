@@ -3,7 +3,7 @@
 // the order of actions per rank (written out by hand for small cases), their
 // validity under blocking receives, the bubble of a unit-time simulation
 // against the textbook formulas, the stash bound and the flag errors.
-#include "model/parallel/pp_schedule.h"
+#include "model/parallel/pipeline/schedule.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

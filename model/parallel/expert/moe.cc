@@ -2,15 +2,15 @@
 // The router is replicated (every rank routes the same full rows to the same
 // experts, bit for bit); each expert's MLP is split like the dense MLP, and
 // one all-reduce of all expert outputs (M,C) completes them before the biases
-// and the combine. Shapes use the letters declared in tp_layers.h.
+// and the combine. Shapes use the letters declared in tensor/layers.h.
 //
 // The route, expert and backward pieces are shared with expert parallelism
-// (ep_moe.cc), which only adds the token exchange around the experts.
+// (expert/ep_dispatch.cc), which only adds the token exchange around the experts.
 #include <algorithm>
 #include <vector>
 
 #include "model/kernels.h"
-#include "model/parallel/tp_layers.h"
+#include "model/parallel/tensor/layers.h"
 
 namespace shardlab::parallel {
 

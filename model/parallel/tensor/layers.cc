@@ -1,11 +1,11 @@
 // Tensor-parallel attention, MLP and block: forward and backward side by side.
-// Shapes use the letters declared in tp_layers.h.
-#include "model/parallel/tp_layers.h"
+// Shapes use the letters declared in tensor/layers.h.
+#include "model/parallel/tensor/layers.h"
 
 #include <algorithm>
 
 #include "model/kernels.h"
-#include "model/parallel/ep_moe.h"
+#include "model/parallel/expert/ep_dispatch.h"
 
 namespace shardlab::parallel {
 

@@ -1,4 +1,4 @@
-// Abstract execution of a pipeline Schedule (declared in pp_schedule.h): every
+// Abstract execution of a pipeline Schedule (declared in pipeline/schedule.h): every
 // rank runs its list in order, sends never block, receives block on a FIFO
 // channel per (from, to, activation|grad). Compute advances the rank's clock
 // by its cost; a receive moves it to the send's time (communication is free).
@@ -9,7 +9,7 @@
 #include <map>
 #include <tuple>
 
-#include "model/parallel/pp_schedule.h"
+#include "model/parallel/pipeline/schedule.h"
 #include "runtime/errors.h"
 
 namespace shardlab::parallel {

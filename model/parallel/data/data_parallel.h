@@ -50,11 +50,6 @@ struct DataParallelOptions {
 
 class DataParallel {
  public:
-  struct Range {
-    int64_t begin = 0;
-    int64_t size = 0;
-  };
-
   struct ExpertGrads {
     const collectives::ProcessGroup* edp = nullptr;  // the mesh's "edp" group
     std::vector<Range> ranges;  // local flat ranges of expert tensors (expert_ranges)
@@ -120,9 +115,9 @@ class DataParallel {
 // The order in which backward finishes gradients, from the shards' names and
 // layers: ln_f, blocks from last to first, then wte and wpe; each entry the
 // flat range of one group of tensors (they are contiguous in the layout).
-std::vector<DataParallel::Range> backward_ready_order(const std::vector<ShardSpec>& shards);
+std::vector<Range> backward_ready_order(const std::vector<ShardSpec>& shards);
 
-// The flat ranges of the expert tensors (".mlp.experts.") among `shards`.
-std::vector<DataParallel::Range> expert_ranges(const std::vector<ShardSpec>& shards);
+// The flat ranges of the expert tensors (ShardSpec::expert) among `shards`.
+std::vector<Range> expert_ranges(const std::vector<ShardSpec>& shards);
 
 }  // namespace shardlab::parallel

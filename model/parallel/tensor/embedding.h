@@ -19,7 +19,7 @@
 #include <cstdint>
 
 #include "model/kernels.h"
-#include "model/parallel/tp_layers.h"
+#include "model/parallel/tensor/layers.h"
 
 namespace shardlab::parallel {
 

@@ -1,6 +1,6 @@
 // Expert-parallel MoE: the token exchange around the local experts.
-// Shapes use the letters declared in ep_moe.h.
-#include "model/parallel/ep_moe.h"
+// Shapes use the letters declared in expert/ep_dispatch.h.
+#include "model/parallel/expert/ep_dispatch.h"
 
 #include <algorithm>
 #include <numeric>

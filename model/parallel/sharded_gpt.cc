@@ -1,4 +1,4 @@
-#include "model/parallel/pipeline_stage.h"
+#include "model/parallel/sharded_gpt.h"
 
 #include <algorithm>
 #include <numeric>
@@ -7,8 +7,8 @@
 #include <fmt/format.h>
 
 #include "model/gpt.h"
-#include "model/parallel/ep_moe.h"
-#include "model/parallel/tp_embedding.h"
+#include "model/parallel/expert/ep_dispatch.h"
+#include "model/parallel/tensor/embedding.h"
 #include "runtime/errors.h"
 
 namespace shardlab::parallel {

@@ -1,4 +1,4 @@
-#include "model/parallel/tp_embedding.h"
+#include "model/parallel/tensor/embedding.h"
 
 #include <algorithm>
 #include <cmath>

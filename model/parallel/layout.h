@@ -1,4 +1,6 @@
-// The local parameter layout of one tensor-parallel rank (Megatron split).
+// ShardLayout: the local parameter layout of one rank of the sharded model:
+// its tensor-parallel slice (Megatron split) of the tensors its pipeline
+// stage and its expert-parallel rank hold.
 //
 // Tensors follow the ParamTable's order with local shapes (tp ranks, rank r,
 // C n_embd, NH heads, HS = C/NH, V vocab, E experts, F = 4C):
@@ -17,6 +19,7 @@
 //   mlp.router.weight   (E, C)      replicated (MoE blocks)
 //   mlp.experts.e.*     each expert split like the dense MLP
 //
+// Which rule applies is the tensor's model::ParamRole (no name matching).
 // Each block's tensors stay contiguous (grads_ready ranges).
 #pragma once
 
@@ -33,15 +36,6 @@
 
 namespace shardlab::parallel {
 
-// Throws ConfigError with one line naming the flag and the constraint:
-// tp >= 1, heads % tp, vocab % tp, 4·embd % tp, and with SP seq % tp.
-void check_tensor_parallel_config(const model::GPTConfig& config, int tp, bool sequence_parallel);
-
-struct FlatRange {
-  int64_t offset = 0;
-  int64_t count = 0;
-};
-
 // Which tensors a rank holds, beyond its tensor-parallel slice: a pipeline
 // stage holds some blocks (and wte / wpe / ln_f only on the first / last
 // stage), an expert-parallel rank holds experts [expert_begin, expert_end) of
@@ -54,9 +48,9 @@ struct LayoutFilter {
   bool holds_expert(int e) const { return e >= expert_begin && (expert_end < 0 || e < expert_end); }
 };
 
-class TpLayout {
+class ShardLayout {
  public:
-  TpLayout(const model::GPTConfig& config, int tp, int rank, LayoutFilter filter = {});
+  ShardLayout(const model::GPTConfig& config, int tp, int rank, LayoutFilter filter = {});
 
   const std::vector<ShardSpec>& shards() const { return shards_; }
   int64_t numel() const { return numel_; }
@@ -64,8 +58,8 @@ class TpLayout {
   bool holds(std::string_view name) const { return index_.count(std::string(name)) > 0; }
   const LayoutFilter& filter() const { return filter_; }
   // Flat ranges of every local tensor of block l, of wte, wpe and ln_f.
-  FlatRange block(int l) const { return blocks_[static_cast<size_t>(l)]; }
-  FlatRange prefix(std::string_view prefix) const;
+  Range block(int l) const { return blocks_[static_cast<size_t>(l)]; }
+  Range prefix(std::string_view prefix) const { return model::prefix_range(shards_, prefix); }
 
   // Fills params (numel()) with exactly this rank's slice of the unsharded init.
   void init(const model::ParamTable& table, uint64_t seed, float* params) const;
@@ -77,14 +71,14 @@ class TpLayout {
  private:
   bool holds_spec(const model::ParamSpec& p) const;
   void add(const model::ParamSpec& p, Shape local, int split_dim,
-           std::vector<ShardSpec::Range> ranges, bool replicated);
+           std::vector<Range> ranges, bool replicated);
 
   model::GPTConfig config_;
   int tp_ = 1, rank_ = 0;
   LayoutFilter filter_;
   std::vector<ShardSpec> shards_;
   std::unordered_map<std::string, size_t> index_;
-  std::vector<FlatRange> blocks_;
+  std::vector<Range> blocks_;
   int64_t numel_ = 0;
 };
 

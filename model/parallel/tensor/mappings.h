@@ -35,7 +35,7 @@ struct TpContext {
   const collectives::ProcessGroup* group = nullptr;
   bool sp = false;  // sequence parallelism
   model::Exec ex;   // where kernels charge their cost
-  // Expert parallelism (ep_moe.h): the ranks that exchange tokens, group rank
+  // Expert parallelism (expert/ep_dispatch.h): the ranks that exchange tokens, group rank
   // j holding experts [j·E/ep, (j+1)·E/ep). Null or size 1: every expert local.
   const collectives::ProcessGroup* ep = nullptr;
   // The whole data-parallel group, members in data order (member d holds the

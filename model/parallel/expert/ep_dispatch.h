@@ -7,7 +7,7 @@
 //   -> counts all-to-all ("moe.counts.a2a": rows per (peer, local expert))
 //   -> all_to_all_v of the rows ("moe.dispatch.a2a")
 //   -> regroup expert-major ("moe.permute.fwd") -> local experts, each split
-//      over TP as in tp_moe.cc -> back to source order ("moe.unpermute.fwd")
+//      over TP as in expert/moe.cc -> back to source order ("moe.unpermute.fwd")
 //   -> all_to_all_v back ("moe.combine.a2a") -> gate-weighted combine
 //
 // Backward is the mirror: combine backward, all_to_all_v of dye
@@ -26,14 +26,14 @@
 // reduced over the expert-data-parallel group with SUM and scaled by 1/dp
 // (DataParallel's ExpertGrads).
 //
-// Size letters as in tp_layers.h, plus El experts per rank and R rows this
+// Size letters as in tensor/layers.h, plus El experts per rank and R rows this
 // rank's experts received (at most Rx = ep·N·min(K, El)).
 // Thread safety: called from the device's own thread, like the collectives.
 #pragma once
 
 #include "model/config.h"
 #include "model/layers.h"
-#include "model/parallel/tp_layers.h"
+#include "model/parallel/tensor/layers.h"
 
 namespace shardlab::parallel {
 

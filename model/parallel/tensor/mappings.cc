@@ -1,4 +1,4 @@
-#include "model/parallel/tp_mappings.h"
+#include "model/parallel/tensor/mappings.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "model/parallel/tp_layout.h"
+#include "model/parallel/layout.h"
 
 #include <string>
 
@@ -10,26 +10,7 @@ using model::GPTConfig;
 using model::ParamSpec;
 using model::ParamTable;
 
-void check_tensor_parallel_config(const GPTConfig& cfg, int tp, bool sp) {
-  auto fail = [&](const std::string& what) {
-    throw ConfigError("--tp " + std::to_string(tp) + ": " + what);
-  };
-  if (tp < 1) fail("must be at least 1");
-  if (cfg.n_head % tp != 0)
-    fail("must divide --heads " + std::to_string(cfg.n_head) +
-         " (attention heads are split over TP ranks)");
-  if (cfg.vocab_size % tp != 0)
-    fail("must divide --vocab " + std::to_string(cfg.vocab_size) +
-         " (the vocabulary is split over TP ranks; padding is not implemented)");
-  if ((4 * cfg.n_embd) % tp != 0)
-    fail("must divide 4 x --embd = " + std::to_string(4 * cfg.n_embd) +
-         " (the MLP width is split over TP ranks)");
-  if (sp && cfg.block_size % tp != 0)
-    fail("must divide --seq " + std::to_string(cfg.block_size) +
-         " with --sp (sequences are split over TP ranks)");
-}
-
-TpLayout::TpLayout(const GPTConfig& cfg, int tp, int rank, LayoutFilter filter)
+ShardLayout::ShardLayout(const GPTConfig& cfg, int tp, int rank, LayoutFilter filter)
     : config_(cfg), tp_(tp), rank_(rank), filter_(std::move(filter)) {
   SHARDLAB_CHECK(tp >= 1 && rank >= 0 && rank < tp, "bad tp rank");
   SHARDLAB_CHECK(filter_.layers.empty() || int(filter_.layers.size()) == cfg.n_layer,
@@ -39,60 +20,43 @@ TpLayout::TpLayout(const GPTConfig& cfg, int tp, int rank, LayoutFilter filter)
   const int64_t Vl = V / tp, Cl = C / tp, Fl = F / tp;
   const int NHl = cfg.n_head / tp;
   const auto qkv = model::c_attn_head_rows(cfg.n_embd, cfg.n_head, rank * NHl, (rank + 1) * NHl);
-  std::vector<ShardSpec::Range> qkv_ranges;
-  for (const auto& r : qkv) qkv_ranges.push_back({r.begin, r.end - r.begin});
-  const std::vector<ShardSpec::Range> head_cols{{rank * Cl, Cl}}, fc_rows{{rank * Fl, Fl}};
-  blocks_.assign(static_cast<size_t>(cfg.n_layer), FlatRange{});
+  const std::vector<Range> qkv_rows(qkv.begin(), qkv.end());
+  const std::vector<Range> head_cols{{rank * Cl, Cl}}, fc_rows{{rank * Fl, Fl}};
+  blocks_.assign(static_cast<size_t>(cfg.n_layer), Range{});
 
+  using model::ParamRole;
   for (const ParamSpec& p : table.specs()) {
-    const std::string& n = p.name;
-    auto ends = [&](std::string_view suffix) {
-      return n.size() >= suffix.size() &&
-             n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0;
-    };
-    const bool mlp = n.find(".mlp.") != std::string::npos;
     if (!holds_spec(p)) continue;
-    if (n == "transformer.wte.weight") {
-      add(p, {Vl, C}, 0, {{rank * Vl, Vl}}, false);
-    } else if (ends("attn.c_attn.weight")) {
-      add(p, {3 * Cl, C}, 0, qkv_ranges, false);
-    } else if (ends("attn.c_attn.bias")) {
-      add(p, {3 * Cl}, 0, qkv_ranges, false);
-    } else if (ends("attn.c_proj.weight")) {
-      add(p, {C, Cl}, 1, head_cols, false);
-    } else if (mlp && ends("c_fc.weight")) {
-      add(p, {Fl, C}, 0, fc_rows, false);
-    } else if (mlp && ends("c_fc.bias")) {
-      add(p, {Fl}, 0, fc_rows, false);
-    } else if (mlp && ends("c_proj.weight")) {
-      add(p, {C, Fl}, 1, fc_rows, false);
-    } else {  // LayerNorms, wpe, row-parallel biases, router
-      add(p, p.shape, -1, {}, true);
+    switch (p.role) {
+      case ParamRole::kTokenEmbedding: add(p, {Vl, C}, 0, {{rank * Vl, Vl}}, false); break;
+      case ParamRole::kQkvWeight: add(p, {3 * Cl, C}, 0, qkv_rows, false); break;
+      case ParamRole::kQkvBias: add(p, {3 * Cl}, 0, qkv_rows, false); break;
+      case ParamRole::kAttnProjWeight: add(p, {C, Cl}, 1, head_cols, false); break;
+      case ParamRole::kFcWeight: add(p, {Fl, C}, 0, fc_rows, false); break;
+      case ParamRole::kFcBias: add(p, {Fl}, 0, fc_rows, false); break;
+      case ParamRole::kMlpProjWeight: add(p, {C, Fl}, 1, fc_rows, false); break;
+      default: add(p, p.shape, -1, {}, true); break;  // LayerNorms, wpe, row-parallel biases, router
     }
     const ShardSpec& s = shards_.back();
     if (s.layer >= 0) {
-      FlatRange& b = blocks_[static_cast<size_t>(s.layer)];
-      if (b.count == 0) b.offset = s.offset;
-      b.count = s.offset + s.numel - b.offset;
+      Range& b = blocks_[static_cast<size_t>(s.layer)];
+      if (b.size == 0) b.begin = s.offset;
+      b.size = s.offset + s.numel - b.begin;
     }
   }
 }
 
-bool TpLayout::holds_spec(const ParamSpec& p) const {
-  const std::string& n = p.name;
-  if (n.rfind("transformer.wte.", 0) == 0) return filter_.wte;
-  if (n.rfind("transformer.wpe.", 0) == 0) return filter_.wpe;
-  if (n.rfind("transformer.ln_f.", 0) == 0) return filter_.ln_f;
-  if (p.layer < 0) return true;
+bool ShardLayout::holds_spec(const ParamSpec& p) const {
+  using model::ParamRole;
+  if (p.role == ParamRole::kTokenEmbedding) return filter_.wte;
+  if (p.role == ParamRole::kPositionEmbedding) return filter_.wpe;
+  if (p.is_final_norm()) return filter_.ln_f;
   if (!filter_.holds_layer(p.layer)) return false;
-  const std::string experts = ".mlp.experts.";
-  const size_t at = n.find(experts);
-  if (at == std::string::npos) return true;
-  return filter_.holds_expert(std::stoi(n.substr(at + experts.size())));
+  return !p.is_expert() || filter_.holds_expert(p.expert);
 }
 
-void TpLayout::add(const ParamSpec& p, Shape local, int split_dim,
-                   std::vector<ShardSpec::Range> ranges, bool replicated) {
+void ShardLayout::add(const ParamSpec& p, Shape local, int split_dim,
+                   std::vector<Range> ranges, bool replicated) {
   ShardSpec s;
   s.name = p.name;
   s.global_shape = p.shape;
@@ -104,29 +68,20 @@ void TpLayout::add(const ParamSpec& p, Shape local, int split_dim,
   s.decay = p.decay();
   s.tp_replicated = replicated;
   s.layer = p.layer;
+  s.expert = p.is_expert();
+  s.role = p.role;
   numel_ += s.numel;
   index_.emplace(s.name, shards_.size());
   shards_.push_back(std::move(s));
 }
 
-const ShardSpec& TpLayout::at(std::string_view name) const {
+const ShardSpec& ShardLayout::at(std::string_view name) const {
   auto it = index_.find(std::string(name));
   SHARDLAB_CHECK(it != index_.end(), "no local tensor " + std::string(name));
   return shards_[it->second];
 }
 
-FlatRange TpLayout::prefix(std::string_view prefix) const {
-  FlatRange r{-1, 0};
-  for (const ShardSpec& s : shards_) {
-    if (s.name.compare(0, prefix.size(), prefix) != 0) continue;
-    if (r.offset < 0) r.offset = s.offset;
-    SHARDLAB_CHECK(s.offset == r.offset + r.count, "tensors of one prefix are not contiguous");
-    r.count += s.numel;
-  }
-  return r.offset < 0 ? FlatRange{} : r;
-}
-
-void TpLayout::init(const ParamTable& table, uint64_t seed, float* params) const {
+Flatvoid ShardLayout::init(const ParamTable& table, uint64_t seed, float* params) const {
   for (const ShardSpec& s : shards_) {
     float* out = params + s.offset;
     if (s.split_dim < 0) {
@@ -152,7 +107,7 @@ void TpLayout::init(const ParamTable& table, uint64_t seed, float* params) const
 
 namespace {
 
-model::LinearView<float> linear(const TpLayout& l, float* base, const std::string& prefix,
+model::LinearView<float> linear(const ShardLayout& l, float* base, const std::string& prefix,
                                 bool bias) {
   const ShardSpec& w = l.at(prefix + ".weight");
   model::LinearView<float> v;
@@ -163,17 +118,17 @@ model::LinearView<float> linear(const TpLayout& l, float* base, const std::strin
   return v;
 }
 
-model::LayerNormView<float> layernorm(const TpLayout& l, float* base, const std::string& prefix) {
+model::LayerNormView<float> layernorm(const ShardLayout& l, float* base, const std::string& prefix) {
   return {base + l.at(prefix + ".weight").offset, base + l.at(prefix + ".bias").offset};
 }
 
-model::MlpView<float> mlp(const TpLayout& l, float* base, const std::string& prefix) {
+model::MlpView<float> mlp(const ShardLayout& l, float* base, const std::string& prefix) {
   return {linear(l, base, prefix + ".c_fc", true), linear(l, base, prefix + ".c_proj", true)};
 }
 
 }  // namespace
 
-model::GPTView<float> TpLayout::view(float* base) const {
+model::GPTView<float> ShardLayout::view(float* base) const {
   using model::block_name;
   model::GPTView<float> v;
   if (filter_.wte) v.wte = base + at("transformer.wte.weight").offset;

@@ -1,4 +1,4 @@
-#include "model/parallel/pipeline.h"
+#include "model/parallel/pipeline/executor.h"
 
 #include <cstring>
 

@@ -1,7 +1,7 @@
-// Activation and scratch sizing for the tensor-parallel blocks (tp_layers.h).
+// Activation and scratch sizing for the tensor-parallel blocks (tensor/layers.h).
 #include <algorithm>
 
-#include "model/parallel/tp_layers.h"
+#include "model/parallel/tensor/layers.h"
 
 namespace shardlab::parallel {
 

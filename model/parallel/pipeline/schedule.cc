@@ -1,4 +1,4 @@
-#include "model/parallel/pp_schedule.h"
+#include "model/parallel/pipeline/schedule.h"
 
 #include <algorithm>
 #include <cmath>

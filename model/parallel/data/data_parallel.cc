@@ -1,4 +1,4 @@
-#include "model/parallel/data_parallel.h"
+#include "model/parallel/data/data_parallel.h"
 
 #include <algorithm>
 
@@ -158,21 +158,21 @@ uint64_t DataParallel::largest_bucket_bytes() const {
   return uint64_t(m) * elem_;
 }
 
-std::vector<DataParallel::Range> backward_ready_order(const std::vector<ShardSpec>& shards) {
+std::vector<Range> backward_ready_order(const std::vector<ShardSpec>& shards) {
   // ln_f first, then blocks from last to first, then the embeddings; inside a
   // group from the highest offset down, so consecutive tensors are adjacent.
   int max_layer = -1;
   for (const auto& s : shards) max_layer = std::max(max_layer, s.layer);
   auto key = [&](const ShardSpec& s) {
     if (s.layer >= 0) return s.layer;
-    return s.name.rfind("transformer.ln_f.", 0) == 0 ? max_layer + 1 : -1;
+    return s.is_final_norm() ? max_layer + 1 : -1;
   };
   std::vector<const ShardSpec*> order;
   for (const auto& s : shards) order.push_back(&s);
   std::sort(order.begin(), order.end(), [&](const ShardSpec* a, const ShardSpec* b) {
     return key(*a) != key(*b) ? key(*a) > key(*b) : a->offset > b->offset;
   });
-  std::vector<DataParallel::Range> out;
+  std::vector<Range> out;
   for (const ShardSpec* s : order) out.push_back({s->offset, s->numel});
   return out;
 }
@@ -181,10 +181,10 @@ std::vector<DataParallel::Range> backward_ready_order(const std::vector<ShardSpe
 
 namespace shardlab::parallel {
 
-std::vector<DataParallel::Range> expert_ranges(const std::vector<ShardSpec>& shards) {
-  std::vector<DataParallel::Range> out;
+std::vector<Range> expert_ranges(const std::vector<ShardSpec>& shards) {
+  std::vector<Range> out;
   for (const ShardSpec& s : shards) {
-    if (s.name.find(".mlp.experts.") != std::string::npos) out.push_back({s.offset, s.numel});
+    if (s.expert) out.push_back({s.offset, s.numel});
   }
   return out;
 }

@@ -32,8 +32,8 @@
 #include "collectives/group.h"
 #include "model/config.h"
 #include "model/parallel/local_model.h"
-#include "model/parallel/tp_layers.h"
-#include "model/parallel/tp_layout.h"
+#include "model/parallel/tensor/layers.h"
+#include "model/parallel/layout.h"
 
 namespace shardlab::parallel {
 

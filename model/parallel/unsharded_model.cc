@@ -35,6 +35,8 @@ std::vector<ShardSpec> whole_tensor_shards(const model::ParamTable& table) {
     s.numel = p.numel;
     s.decay = p.decay();
     s.layer = p.layer;
+    s.expert = p.is_expert();
+    s.role = p.role;
     out.push_back(std::move(s));
   }
   return out;

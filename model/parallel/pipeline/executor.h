@@ -1,5 +1,5 @@
 // The pipeline executor: runs one rank's list of schedule actions
-// (pp_schedule.h) on a PipelineModel for one training step.
+// (pipeline/schedule.h) on a PipelineModel for one training step.
 //
 // Activations and their gradients travel point to point between neighbouring
 // pipeline ranks on the device's fabric, through a pipeline stream of their
@@ -17,8 +17,8 @@
 #include <functional>
 #include <vector>
 
-#include "model/parallel/pipeline_stage.h"
-#include "model/parallel/pp_schedule.h"
+#include "model/parallel/sharded_gpt.h"
+#include "model/parallel/pipeline/schedule.h"
 #include "runtime/device.h"
 
 namespace shardlab::parallel {

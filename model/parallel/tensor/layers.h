@@ -10,7 +10,7 @@
 //              -> all-reduce of the expert outputs (reduce_from_tp_region)
 //              -> + expert biases -> combine -> scatter to SP rows
 //
-// [enter] / [exit] are the mode's region boundaries (tp_mappings.h): without
+// [enter] / [exit] are the mode's region boundaries (tensor/mappings.h): without
 // SP copy_to / reduce_from (all-reduce); with SP all-gather / reduce-scatter,
 // and the LayerNorm / residual regions hold only this rank's Nr = N/tp rows.
 // With SP the gathered LayerNorm outputs are not kept: backward gathers them
@@ -29,7 +29,7 @@
 #include "model/config.h"
 #include "model/layers.h"
 #include "model/parallel/local_model.h"
-#include "model/parallel/tp_mappings.h"
+#include "model/parallel/tensor/mappings.h"
 
 namespace shardlab::parallel {
 
@@ -40,7 +40,7 @@ struct TpDims {
   int B = 0, T = 0, C = 0, NH = 0;  // global sizes
   int tp = 1;
   bool sp = false;
-  int ep = 1;  // expert-parallel ranks exchanging tokens (ep_moe.h)
+  int ep = 1;  // expert-parallel ranks exchanging tokens (expert/ep_dispatch.h)
   int64_t N() const { return static_cast<int64_t>(B) * T; }
   int64_t rows() const { return sp ? N() / tp : N(); }             // Nr
   int64_t row0(int rank) const { return sp ? rank * rows() : 0; }  // first global row held
@@ -83,7 +83,7 @@ struct TpMoeActs {
   // assignments and the earlier replicas'; every replica's counts.
   Buf<int64_t> counts, earlier;  // (E)
   Buf<float> gathered;           // (dp*E)
-  // Expert parallelism (ep_moe.cc): the M rows go to the ranks owning their
+  // Expert parallelism (expert/ep_dispatch.cc): the M rows go to the ranks owning their
   // experts; this rank's El experts run on the R rows it received, regrouped
   // expert-major (expert, then source rank, then the source's order).
   struct Ep {
@@ -154,7 +154,7 @@ void tp_block_backward(float* dinp, const model::BlockView<float>& g, TpScratch&
                        const model::BlockView<float>& p, const TpDims& d,
                        const model::GPTConfig& config, const TpContext& c);
 
-// ---- MoE pieces shared by tp_moe.cc and ep_moe.cc ------------------------------
+// ---- MoE pieces shared by expert/moe.cc and expert/ep_dispatch.cc ------------------------------
 
 // Router (replicated) on the full rows, then the dispatch plan (a.M, a.src,
 // a.offsets over all E experts) and a.stats.dropped. Global routing with
@@ -190,9 +190,9 @@ void tp_moe_route_backward(float* dexperts, float* drouter, const model::BlockVi
                            const model::BlockView<float>& p, const TpDims& d,
                            const model::GPTConfig& config, const model::Exec& ex);
 
-// MoE MLP on the full rows (tp_moe.cc). out (N,C) is complete and identical on
+// MoE MLP on the full rows (expert/moe.cc). out (N,C) is complete and identical on
 // every rank. Returns aux. With c.expert_parallel() tp_block_* call
-// ep_moe_forward / ep_moe_backward (ep_moe.h) instead, same contract.
+// ep_moe_forward / ep_moe_backward (expert/ep_dispatch.h) instead, same contract.
 float tp_moe_forward(float* out, TpMoeActs& a, const model::BlockView<float>& p, const float* inp,
                      const TpDims& d, const model::GPTConfig& config, const TpContext& c);
 // dexperts (N,C) += this rank's partial input gradient through the experts
