@@ -40,6 +40,17 @@ OpCost linear_backward_cost(int64_t N, int64_t C, int64_t OC, bool bias, int ele
   // read dout, inp, weight; read-modify-write dinp, dweight, dbias
   return cost(flops, n * OC + n * C + w + 2 * n * C + 2 * w + (bias ? 2.0 * OC : 0), elem);
 }
+OpCost linear_backward_input_cost(int64_t N, int64_t C, int64_t OC, int elem) {
+  const double n = static_cast<double>(N);
+  // read dout, weight; read-modify-write dinp
+  return cost(2 * n * C * OC, n * OC + static_cast<double>(OC) * C + 2 * n * C, elem);
+}
+OpCost linear_backward_weight_cost(int64_t N, int64_t C, int64_t OC, bool bias, int elem) {
+  const double n = static_cast<double>(N);
+  const double w = static_cast<double>(OC) * C;
+  // read dout, inp; read-modify-write dweight, dbias
+  return cost(2 * n * C * OC + (bias ? n * OC : 0), n * OC + n * C + 2 * w + (bias ? 2.0 * OC : 0), elem);
+}
 
 OpCost attention_forward_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem) {
   const double bh = static_cast<double>(B) * NH;

@@ -94,10 +94,20 @@ void linear_forward(Real* out, const Real* inp, const Real* weight, const Real* 
 template <typename Real>
 void linear_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout, const Real* inp,
                      const Real* weight, int64_t N, int C, int OC) {
+  if (dinp != nullptr) linear_backward_input(dinp, dout, weight, N, C, OC);
+  linear_backward_weight(dweight, dbias, dout, inp, N, C, OC);
+}
+
+template <typename Real>
+void linear_backward_input(Real* dinp, const Real* dout, const Real* weight, int64_t N, int C,
+                           int OC) {
+  MatMap<Real>(dinp, N, C).noalias() += ConstMatMap<Real>(dout, N, OC) * ConstMatMap<Real>(weight, OC, C);
+}
+
+template <typename Real>
+void linear_backward_weight(Real* dweight, Real* dbias, const Real* dout, const Real* inp,
+                            int64_t N, int C, int OC) {
   ConstMatMap<Real> dy(dout, N, OC);
-  if (dinp != nullptr) {
-    MatMap<Real>(dinp, N, C).noalias() += dy * ConstMatMap<Real>(weight, OC, C);
-  }
   MatMap<Real>(dweight, OC, C).noalias() += dy.transpose() * ConstMatMap<Real>(inp, N, C);
   if (dbias != nullptr) RowMap<Real>(dbias, OC) += dy.colwise().sum();
 }
@@ -200,6 +210,8 @@ void crossentropy_backward(Real* dlogits, const Real* probs, const Token* target
   template void linear_forward(Real*, const Real*, const Real*, const Real*, int64_t, int, int); \
   template void linear_backward(Real*, Real*, Real*, const Real*, const Real*, const Real*,      \
                                 int64_t, int, int);                                              \
+  template void linear_backward_input(Real*, const Real*, const Real*, int64_t, int, int);       \
+  template void linear_backward_weight(Real*, Real*, const Real*, const Real*, int64_t, int, int); \
   template void gelu_forward(Real*, const Real*, int64_t);                                       \
   template void gelu_backward(Real*, const Real*, const Real*, int64_t);                         \
   template void residual_forward(Real*, const Real*, const Real*, int64_t);                      \

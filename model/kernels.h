@@ -81,8 +81,24 @@ void linear_backward(Real* dinp,          // (N,C) or null
                      const Real* inp,     // (N,C)
                      const Real* weight,  // (OC,C)
                      int64_t N, int C, int OC);
+// The two halves of linear_backward, as two GEMMs (cuBLAS's dgrad and wgrad):
+// B, the input gradient, and W, the weight (and bias) gradient. A
+// zero-bubble pipeline runs W later; linear_backward is B then W, bit for bit.
+template <typename Real>
+void linear_backward_input(Real* dinp,          // (N,C) +=
+                           const Real* dout,    // (N,OC)
+                           const Real* weight,  // (OC,C)
+                           int64_t N, int C, int OC);
+template <typename Real>
+void linear_backward_weight(Real* dweight,     // (OC,C) +=
+                            Real* dbias,       // (OC) += or null
+                            const Real* dout,  // (N,OC)
+                            const Real* inp,   // (N,C)
+                            int64_t N, int C, int OC);
 OpCost linear_forward_cost(int64_t N, int64_t C, int64_t OC, bool bias, int elem);
 OpCost linear_backward_cost(int64_t N, int64_t C, int64_t OC, bool bias, int elem);
+OpCost linear_backward_input_cost(int64_t N, int64_t C, int64_t OC, int elem);
+OpCost linear_backward_weight_cost(int64_t N, int64_t C, int64_t OC, bool bias, int elem);
 
 // ---- Causal multi-head self-attention on the fused [q | k | v] layout --------
 // qkv row (b,t) holds q (C) then k (C) then v (C); head h uses features

@@ -96,11 +96,11 @@ struct RankBuffers {
 
 void fill(RankBuffers& rb, const Setup& s, int me) {
   if (rb.phantom) return;
-  const coll::Range mine = coll::chunk_range(rb.count, s.ranks, me);
+  const Range mine = coll::chunk_range(rb.count, s.ranks, me);
   rb.a.assign(rb.count, 0.f);
   for (size_t i = 0; i < rb.count; ++i) {
     const bool keep = s.op == OpKind::kBroadcast ? me == 0
-                      : s.op == OpKind::kAllGather ? i - mine.begin < mine.size
+                      : s.op == OpKind::kAllGather ? mine.contains(int64_t(i))
                                                    : true;
     if (keep) rb.a[i] = input(me, i);
   }
@@ -110,7 +110,7 @@ void fill(RankBuffers& rb, const Setup& s, int me) {
 void run_op(Device& dev, const coll::ProcessGroup& g, RankBuffers& rb, const Setup& s) {
   const coll::CollOptions opt{s.algo, std::nullopt};
   const coll::Buffer a = rb.phantom ? coll::Buffer::phantom(rb.count) : coll::Buffer(rb.a);
-  const coll::Range mine = coll::chunk_range(rb.count, g.size(), g.rank());
+  const Range mine = coll::chunk_range(rb.count, g.size(), g.rank());
   const coll::Buffer part = rb.phantom ? coll::Buffer::phantom(mine.size) : coll::Buffer(rb.a.data() + mine.begin, mine.size);
   switch (s.op) {
     case OpKind::kAllReduce: return coll::all_reduce(dev, g, a, s.redop, opt);
@@ -130,7 +130,7 @@ void run_op(Device& dev, const coll::ProcessGroup& g, RankBuffers& rb, const Set
 double max_error(const RankBuffers& rb, const Setup& s, int me) {
   if (rb.phantom) return 0;
   const int n = s.ranks;
-  const coll::Range mine = coll::chunk_range(rb.count, n, me);
+  const Range mine = coll::chunk_range(rb.count, n, me);
   double worst = 0;
   auto at = [&](float got, float want) { worst = std::max(worst, static_cast<double>(std::abs(got - want))); };
   switch (s.op) {
@@ -138,7 +138,7 @@ double max_error(const RankBuffers& rb, const Setup& s, int me) {
       for (size_t i = 0; i < rb.count; ++i) at(rb.a[i], reference(s.redop, n, i));
       break;
     case OpKind::kReduceScatter:
-      for (size_t i = mine.begin; i < mine.begin + mine.size; ++i) at(rb.a[i], reference(s.redop, n, i));
+      for (auto i = size_t(mine.begin); i < size_t(mine.end()); ++i) at(rb.a[i], reference(s.redop, n, i));
       break;
     case OpKind::kReduce:
       if (me == 0)
@@ -149,8 +149,8 @@ double max_error(const RankBuffers& rb, const Setup& s, int me) {
       break;
     case OpKind::kAllGather:
       for (int r = 0; r < n; ++r) {
-        const coll::Range c = coll::chunk_range(rb.count, n, r);
-        for (size_t i = c.begin; i < c.begin + c.size; ++i) at(rb.a[i], input(r, i));
+        const Range c = coll::chunk_range(rb.count, n, r);
+        for (auto i = size_t(c.begin); i < size_t(c.end()); ++i) at(rb.a[i], input(r, i));
       }
       break;
     case OpKind::kAllToAll: {

@@ -81,7 +81,7 @@ const ShardSpec& ShardLayout::at(std::string_view name) const {
   return shards_[it->second];
 }
 
-Flatvoid ShardLayout::init(const ParamTable& table, uint64_t seed, float* params) const {
+void ShardLayout::init(const ParamTable& table, uint64_t seed, float* params) const {
   for (const ShardSpec& s : shards_) {
     float* out = params + s.offset;
     if (s.split_dim < 0) {

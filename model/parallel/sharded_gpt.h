@@ -1,121 +1,111 @@
-// PipelineModel: the model chunks one pipeline rank holds (Megatron's
-// pipeline stages, with tensor parallelism inside each stage).
+// ShardedGPT: the one sharded GPT (Megatron's GPTModel with its pre-process
+// and post-process flags). Every sharded run — TP, SP, PP, EP and their
+// products — is this model; each rank holds
 //
-// The n_layer blocks are split over S = pp·v virtual stages (stage_layers[s]
-// blocks each, in order); rank r holds the chunks c = 0..v-1 of virtual
-// stages s = c·pp + r (v = 1: stage r only). The first virtual stage also
-// holds the embeddings (wte, wpe), the last one ln_f and the tied head (wte
-// again): the two copies of wte start equal and are kept equal by summing
-// their gradients between the first and last ranks (the trainer does it, as
-// Megatron's embedding group does).
+//   its tensor-parallel slice (tensor/: Megatron column/row parallel layers,
+//     vocabulary-parallel embedding and loss, sequence parallelism),
+//   the blocks of its pipeline chunks (pipeline/stage.h: a description, the
+//     first stage with the embeddings, the last with ln_f and the tied head),
+//   its experts of every MoE block (expert/: routing, all-to-all dispatch),
+//
+// in one flat parameter buffer laid out by ShardLayout (layout.h), whose
+// ShardSpecs say which slice of which unsharded tensor each local tensor is.
 //
 // Micro-batches. forward(c, mb, ...) keeps the activations of (c, mb) in a
-// slot until backward(c, mb) consumes them; slots are reused, so the host
-// allocates only while the number of micro-batches in flight grows, and the
-// arena sees exactly the schedule's stash (saved at forward, freed at
-// backward). Between stages activations are (Nr, C): this TP rank's rows
-// (N/tp with SP, all N without).
+// slot until backward_input(c, mb) frees them; a slot also holds the input
+// gradient until it is sent and the deferred weight gradients (the W stash,
+// weight_grad.h) until backward_weight(c, mb). Slots and receive buffers are
+// reused, so the host allocates only while the micro-batches in flight grow,
+// and the arena sees exactly the schedule's stash. Between stages an
+// activation is (Nr, C): this TP rank's rows (N/tp with SP, all N without).
 //
-// Gradients accumulate over the micro-batches of a step. grads_ready (for
-// data-parallel buckets) is reported by backward(..., last_micro_batch=true)
-// for each block, ln_f and wpe, and for wte when this rank holds both the
-// first and the last stage; otherwise the trainer announces wte after the
-// embedding-group sum. With SP the LayerNorm and wpe gradients are
-// row sums staged per rank and summed over TP once, at the last micro-batch.
+// Gradients accumulate over the micro-batches of a step. They are announced
+// final (OpSink::grads_ready, for data-parallel buckets) by the chunk's final
+// backward action, block by block: ln_f, the blocks from last to first, then
+// wpe, and wte when this rank holds both its uses (the first and the last
+// stage); otherwise the trainer sums the two wte copies over the embedding
+// group and announces it. With SP the LayerNorm and wpe gradients are row
+// sums, staged per rank and summed over TP when they become final.
+//
+// Hooks for what comes next: BlockHooks are called around every block's
+// forward and backward (an FSDP unit gathers its parameters before and frees
+// them after); the attention core is a TpContext member (ring attention).
 //
 // Thread safety: one instance per device thread.
 #pragma once
 
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "collectives/group.h"
 #include "model/config.h"
-#include "model/parallel/local_model.h"
-#include "model/parallel/tensor/layers.h"
 #include "model/parallel/layout.h"
+#include "model/parallel/local_model.h"
+#include "model/parallel/pipeline/stage_model.h"
+#include "model/parallel/tensor/layers.h"
+#include "model/parallel/weight_grad.h"
 
 namespace shardlab::parallel {
 
-// Blocks per virtual stage when the user gives none: as even as possible,
-// the extra blocks on the earliest stages (the last stage also has the head).
-std::vector<int> balanced_stage_layers(int n_layer, int stages);
-// "3,3,2" -> {3, 3, 2}; ConfigError naming --pp-layers otherwise.
-std::vector<int> parse_stage_layers(const std::string& text);
-// Throws ConfigError naming the flag: pp·vpp stages must not exceed the
-// layers, and an explicit list must have pp·vpp entries, each >= 1, summing to
-// the layers. Empty `stage_layers` = balanced.
-void check_stage_layers(const model::GPTConfig& config, int pp, int vpp,
-                        const std::vector<int>& stage_layers);
-
-// Groups of the MoE layers beyond TP (see TpContext). Both optional.
-struct MoeGroups {
-  // Expert parallelism: the mesh's "ep" group. This rank then holds experts
-  // [r·E/ep, (r+1)·E/ep) of every MoE block (r = its rank in the group).
+// The groups the model communicates over (from ParallelContext).
+struct ModelGroups {
+  const collectives::ProcessGroup* tp = nullptr;  // required
+  // Expert parallelism: this rank holds experts [r·E/ep, (r+1)·E/ep) of every
+  // MoE block (r = its rank in the group). Null or size 1: every expert.
   const collectives::ProcessGroup* ep = nullptr;
-  // The data-parallel group ("dp", data order), for routing that follows the
-  // global batch exactly (f_i and capacity drops). Pass the very group object
-  // used for DataParallel: copies share its collective sequence counter.
+  // The data-parallel group, for MoE routing that follows the global batch
+  // (f_i and capacity drops). Null: f_i averaged, capacity local.
   const collectives::ProcessGroup* capacity = nullptr;
 };
 
-// SP: adds the TP sum of the staged row-sum gradients `stage` over `ranges`
-// into `grads` and clears the stage (one all-reduce of the packed ranges).
-void sp_reduce_staged(const TpContext& c, const std::vector<FlatRange>& ranges, float* stage,
-                      float* grads, Buf<float>& pack);
-
-struct StagePlacement {
-  int pp = 1, vpp = 1, rank = 0;
-  std::vector<int> stage_layers;  // (pp·vpp) blocks per virtual stage
-  int stages() const { return pp * vpp; }
-  int stage(int chunk) const { return chunk * pp + rank; }
-  int first_layer(int chunk) const;
-  int end_layer(int chunk) const;
-  bool first(int chunk) const { return stage(chunk) == 0; }
-  bool last(int chunk) const { return stage(chunk) == stages() - 1; }
+// Called around each block's forward and backward on this rank, in order.
+class BlockHooks {
+ public:
+  virtual ~BlockHooks() = default;
+  virtual void before_forward(int layer) {}
+  virtual void after_forward(int layer) {}
+  virtual void before_backward(int layer) {}
+  virtual void after_backward(int layer) {}
 };
 
-class PipelineModel : public LocalModel {
+struct ShardedOptions {
+  bool sequence_parallel = false;
+  StagePlacement placement;  // default: every block on one stage
+  const AttentionCore* attention = nullptr;  // null: LocalAttention
+  BlockHooks* hooks = nullptr;
+};
+
+class ShardedGPT final : public LocalModel, public StageModel {
  public:
   // Throws ConfigError for a bad configuration before any work.
-  PipelineModel(const model::GPTConfig& config, uint64_t seed, Device& dev,
-                const collectives::ProcessGroup& tp_group, bool sequence_parallel,
-                StagePlacement placement, const MoeGroups& moe = {});
-  PipelineModel(const PipelineModel&) = delete;
-  PipelineModel& operator=(const PipelineModel&) = delete;
+  ShardedGPT(const model::GPTConfig& config, uint64_t seed, Device& dev, const ModelGroups& groups,
+             const ShardedOptions& options = {});
+  ShardedGPT(const ShardedGPT&) = delete;
+  ShardedGPT& operator=(const ShardedGPT&) = delete;
 
-  const StagePlacement& placement() const { return place_; }
-  int chunks() const { return place_.vpp; }
   // Sets the micro-batch shape (rows B, time T) before the first forward.
   void set_micro_batch(int B, int T);
-  // Elements of one activation (or its gradient) between stages: Nr·C.
-  int64_t boundary_elements() const { return dims_.rows() * dims_.C; }
 
-  // Where the input activation of (chunk, mb) is received (not on the first stage).
-  float* input(int chunk, int mb);
-  // Forward of (chunk, mb). inputs on the first stage, targets on the last
-  // (B·T tokens each, else null). Returns this micro-batch's CE loss on the
-  // last stage, 0 elsewhere; aux() accumulates the chunk's MoE aux losses.
-  float forward(int chunk, int mb, const model::Token* inputs, const model::Token* targets);
-  // The output activation of (chunk, mb) to send on (not on the last stage).
-  const float* output(int chunk, int mb) const;
-  // Where the gradient of the output is received before backward (not last stage).
-  float* output_grad() { return dx_.data(); }
-  // Backward of (chunk, mb); dloss is the loss scale of the micro-batch (1/M).
-  // Afterwards input_grad() holds the gradient of the input (not first stage).
-  void backward(int chunk, int mb, float dloss, bool last_micro_batch);
-  const float* input_grad() const { return dx_.data(); }
+  // StageModel (the pipeline executor's calls).
+  const StagePlacement& placement() const override { return place_; }
+  int64_t boundary_elements() const override { return dims_.rows() * dims_.C; }
+  float* activation_buffer(int chunk, int buffer) override;
+  float* gradient_buffer(int chunk, int buffer) override;
+  void forward(int chunk, int mb, int buffer, const MicroBatchTokens& tokens) override;
+  const float* output(int chunk, int mb) override;
+  void backward_input(int chunk, int mb, int buffer, float dloss, bool defer_weight,
+                      bool final) override;
+  void backward_weight(int chunk, int mb, bool final) override;
+  const float* input_grad(int chunk, int mb) override;
+  void release_input_grad(int chunk, int mb) override;
+  void reset_losses() override { ce_sum_ = aux_sum_ = 0; }
+  double ce_sum() const override { return ce_sum_; }
+  double aux_sum() const override { return aux_sum_; }
 
-  // Losses of the micro-batches run since reset_losses(): CE summed over
-  // this rank's last-stage forwards, aux over its MoE blocks.
-  void reset_losses() { ce_sum_ = aux_sum_ = 0; }
-  double ce_sum() const { return ce_sum_; }
-  double aux_sum() const { return aux_sum_; }
-
-  // LocalModel. A whole-batch forward/backward only makes sense for a rank
-  // holding every stage (pp = 1, v = 1: TensorParallelGPT); the pipeline
-  // executor uses the micro-batch calls above. targets may be null here
-  // (logits only, returns 0). Throws ConfigError for a bad B, T or token.
+  // LocalModel. A whole-batch forward/backward needs every stage on this rank
+  // (pp = 1, vpp = 1). targets may be null (logits only, returns 0). Throws
+  // ConfigError for a bad B, T or token.
   float forward(const model::Token* inputs, const model::Token* targets, int B, int T) override;
   void backward() override;
   void zero_grad() override;
@@ -125,56 +115,88 @@ class PipelineModel : public LocalModel {
   float ce_loss() const override { return last_ce_; }
   float aux_loss() const override { return last_aux_; }
   void set_sink(model::OpSink* sink) override { ctx_.ex = model::Exec::with(sink); }
+
   // One stage: this rank's vocabulary logits (B,T,V/tp) of the last
   // whole-batch forward, and what MoE block `layer` did in it (null if dense).
   std::span<const float> local_logits() const;
   const MoeStats* moe_stats(int layer) const;
-  int tp_size() const { return group_.size(); }
-  int tp_rank() const { return group_.rank(); }
-  int ep_size() const { return ep_group_ ? ep_group_->size() : 1; }
+  int tp_size() const { return ctx_.tp(); }
+  int tp_rank() const { return ctx_.rank(); }
+  int ep_size() const { return ctx_.ep ? ctx_.ep->size() : 1; }
   bool sequence_parallel() const { return ctx_.sp; }
-  const TpLayout& layout() const { return layout_; }
-  FlatRange wte_range() const { return layout_.prefix("transformer.wte."); }
+  const ShardLayout& layout() const { return layout_; }
+  Range wte_range() const { return layout_.prefix("transformer.wte."); }
   // What this rank holds (wte: the first or the last stage, which need tokens).
   const LayoutFilter& layout_filter() const { return layout_.filter(); }
 
  private:
+  // One (chunk, micro-batch) in flight.
   struct Slot {
-    int mb = -1;  // -1: free
+    int mb = -1;                        // -1: free
+    bool activations = false;           // forward done, backward_input not yet
+    bool unsent = false;                // input gradient not yet released
     Buf<model::Token> inputs, targets;  // (N) first / last stage
-    Buf<float> x;                       // (Nr,C) received input, or the embedding
+    Buf<float> x;                       // (Nr,C) the chunk's input (received or embedded)
     std::vector<TpBlockActs> blocks;    // the chunk's blocks
-    Buf<float> lnf, lnf_mean, lnf_rstd;  // last stage
+    Buf<float> lnf, lnf_mean, lnf_rstd; // last stage
     Buf<float> logits, probs, losses;
-    int64_t elems = 0;  // saved for backward (arena), set by forward
+    Buf<float> dx;                      // (Nr,C) input gradient to send (not first stage)
+    WeightGrads wgrad;                  // deferred weight gradients (the W stash)
+    int64_t elems = 0;                  // saved for backward (arena), set by forward
+    bool busy() const { return activations || unsent || !wgrad.empty(); }
+  };
+  struct Pool {
+    std::vector<Slot> slots;
+    std::vector<Buf<float>> act_in, grad_in;  // receive buffers by id
   };
   Slot& slot(int chunk, int mb, bool create);
+  Slot* find(int chunk, int mb);
   void size_slot(int chunk, Slot& s) const;
-  void reduce_staged(const std::vector<FlatRange>& ranges);
-  void grads_ready(FlatRange r) const {
-    if (ctx_.ex.sink && r.count > 0) ctx_.ex.sink->grads_ready(r.offset, r.count);
+  void free_if_done(Slot& s);
+  float* receive_buffer(std::vector<Buf<float>>& pool, int buffer);
+  void embed(Slot& s, const model::Token* inputs);
+  float head_forward(Slot& s, const float* x, const model::Token* targets);
+  // Backward of the head into dx_; announces ln_f when final and not deferred.
+  void head_backward(Slot& s, float dloss, bool announce);
+  void blocks_backward(int chunk, Slot& s, float dloss, bool announce);
+  void embedding_backward(Slot& s);
+  // Gradients of block `layer` (kHead: ln_f and the head) or of the
+  // embeddings are final: SP row sums reduced, grads_ready.
+  void finish_block(int layer);
+  void finish_embeddings(bool tied_here);
+  void reduce_staged(const std::vector<Range>& ranges);
+  void grads_ready(Range r) const {
+    if (ctx_.ex.sink && r.size > 0) ctx_.ex.sink->grads_ready(r.begin, r.size);
   }
+  int head_id() const { return config_.n_layer; }
 
   model::GPTConfig config_;
   StagePlacement place_;
-  collectives::ProcessGroup group_;
+  // Copies share the caller's collective counters (collectives/group.h).
+  collectives::ProcessGroup tp_group_;
   std::optional<collectives::ProcessGroup> ep_group_, capacity_group_;
   TpContext ctx_;
-  TpLayout layout_;
+  BlockHooks* hooks_ = nullptr;
+  ShardLayout layout_;
   int64_t v0_ = 0;
   int Vl_ = 0;
   Buf<float> params_, grads_, stage_;  // stage_: SP row-sum grads of LayerNorms and wpe
   model::GPTView<float> w_, g_;
-  std::vector<std::vector<FlatRange>> block_staged_;
-  std::vector<FlatRange> lnf_staged_, wpe_staged_;
+  std::vector<std::vector<Range>> block_staged_;
+  std::vector<Range> lnf_staged_, wpe_staged_;
   Buf<float> pack_;
 
   TpDims dims_;
-  std::vector<std::vector<Slot>> slots_;  // (chunks) pools
+  std::vector<Pool> pools_;  // (chunks)
   TpScratch scratch_;
   Buf<float> ce_stats_, dlogits_, dlnf_, dx_, dx_next_;
   double ce_sum_ = 0, aux_sum_ = 0;
   float last_ce_ = 0, last_aux_ = 0;
 };
+
+// SP: adds the TP sum of the staged row-sum gradients `stage` over `ranges`
+// into `grads` and clears the stage (one all-reduce of the packed ranges).
+void sp_reduce_staged(const TpContext& c, const std::vector<Range>& ranges, float* stage,
+                      float* grads, Buf<float>& pack);
 
 }  // namespace shardlab::parallel

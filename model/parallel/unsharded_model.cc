@@ -1,6 +1,7 @@
 #include "model/parallel/local_model.h"
 #include "model/parallel/unsharded_model.h"
 #include "runtime/errors.h"
+#include "model/parallel/pipeline/stage.h"
 
 namespace shardlab::parallel {
 
@@ -43,9 +44,65 @@ std::vector<ShardSpec> whole_tensor_shards(const model::ParamTable& table) {
 }
 
 UnshardedModel::UnshardedModel(const model::GPTConfig& config, uint64_t seed)
-    : gpt_(config, seed), shards_(whole_tensor_shards(gpt_.table())) {
+    : gpt_(config, seed),
+      shards_(whole_tensor_shards(gpt_.table())),
+      place_(StagePlacement{}.resolved(config)) {
   if (config.is_moe()) moe_step_.resize(size_t(config.n_layer));
 }
+
+float UnshardedModel::forward(const model::Token* inputs, const model::Token* targets, int B, int T) {
+  const float loss = gpt_.forward(inputs, targets, B, T);
+  count_moe(static_cast<int64_t>(B) * T);
+  return loss;
+}
+
+void UnshardedModel::set_sink(model::OpSink* sink) {
+  gate_.target = sink;
+  gpt_.set_sink(sink ? &gate_ : nullptr);
+}
+
+float* UnshardedModel::activation_buffer(int, int) {
+  SHARDLAB_CHECK(false, "the unsharded model is one stage: it receives no activation");
+  return nullptr;
+}
+
+float* UnshardedModel::gradient_buffer(int, int) {
+  SHARDLAB_CHECK(false, "the unsharded model is one stage: it receives no gradient");
+  return nullptr;
+}
+
+void UnshardedModel::forward(int chunk, int mb, int, const MicroBatchTokens& tokens) {
+  SHARDLAB_CHECK(chunk == 0 && in_flight_ < 0, "the unsharded model runs one micro-batch at a time");
+  forward(tokens.inputs, tokens.targets, B_, T_);
+  ce_sum_ += gpt_.ce_loss();
+  aux_sum_ += gpt_.aux_loss();
+  in_flight_ = mb;
+}
+
+const float* UnshardedModel::output(int, int) {
+  SHARDLAB_CHECK(false, "the unsharded model is one stage: it sends no activation");
+  return nullptr;
+}
+
+void UnshardedModel::backward_input(int, int mb, int, float dloss, bool defer_weight, bool final) {
+  SHARDLAB_CHECK(mb == in_flight_, "backward of a micro-batch the unsharded model does not hold");
+  SHARDLAB_CHECK(!defer_weight, "the unsharded model has a fused backward only (no W action)");
+  gate_.open = final;
+  gpt_.backward(dloss);
+  gate_.open = true;
+  in_flight_ = -1;
+}
+
+void UnshardedModel::backward_weight(int, int, bool) {
+  SHARDLAB_CHECK(false, "the unsharded model has a fused backward only (no W action)");
+}
+
+const float* UnshardedModel::input_grad(int, int) {
+  SHARDLAB_CHECK(false, "the unsharded model is one stage: it sends no gradient");
+  return nullptr;
+}
+
+void UnshardedModel::release_input_grad(int, int) {}
 
 void UnshardedModel::count_moe(int64_t N) {
   const model::GPTConfig& c = gpt_.config();

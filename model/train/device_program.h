@@ -1,13 +1,23 @@
 // The training program each virtual device runs (one instance shared by all
 // device threads; every per-device object lives on the thread's stack).
 //
+// A device's run, by responsibility:
+//   setup      DeviceSetup (device_setup.h): its groups (ParallelContext),
+//              its model, data parallelism, the schedule executor, memory
+//   the step   every config the same way: the executor runs this rank's
+//              schedule actions (forward, backward per micro-batch when there
+//              is no pipeline), then the data-parallel reduction
+//   optimizer  ShardedAdamW (optimizer_step.h): global norm, clip, AdamW on
+//              the owned parameters, ZeRO's gather
+//   publishing publish.h: the step record, MoE statistics, parameters and
+//              gradients as slices of the unsharded tensors
+//
 // Shared state: `result` is written by rank 0 (steps, wall time) and, for
-// final_params / step0_grads, by the ranks that own each element — disjoint
-// writes, read only after the cluster has joined.
+// replicas / step0_grads / tied_copy, by the ranks that own each element —
+// disjoint writes, read only after the cluster has joined.
 #pragma once
 
-#include <span>
-#include <vector>
+#include <functional>
 
 #include "collectives/mesh.h"
 #include "model/io/data.h"
@@ -27,8 +37,11 @@ struct DeviceProgram {
   const model::SafetensorsFile* init;  // or null
   TrainResult& result;
   const StepCallback& on_step;
+  // Called on every device after the last step, before its parameters are
+  // published (verify's corruption aid); may be empty.
+  std::function<void(int rank, parallel::LocalModel&)> before_publish;
 
-  void run(Device& dev);
+  void run(Device& dev) const;
 };
 
 }  // namespace shardlab::train

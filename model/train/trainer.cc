@@ -11,9 +11,8 @@
 #include "model/params.h"
 #include "model/train/device_program.h"
 #include "collectives/mesh.h"
-#include "model/parallel/expert/ep_dispatch.h"
-#include "model/parallel/sharded_gpt.h"
-#include "model/parallel/layout.h"
+#include "model/parallel/config_check.h"
+#include "model/train/shard_io.h"
 #include "runtime/errors.h"
 
 namespace shardlab::train {
@@ -117,15 +116,7 @@ void validate_parallel(const TrainOptions& o) {
           fmt::format("--batch {} is not divisible by --micro-batches {} x --dp {}", m.batch_size,
                       o.micro_batches, p.dp));
   parallel::check_pipeline_config(p.schedule, p.pp, o.micro_batches, p.vpp);
-  parallel::check_stage_layers(m, p.pp, p.vpp, p.stage_layers);
-  require(m.n_head % p.tp == 0, fmt::format("--heads {} is not divisible by --tp {}", m.n_head, p.tp));
-  require(m.vocab_size % p.tp == 0,
-          fmt::format("--vocab {} is not divisible by --tp {} (the vocabulary is split over tp)", m.vocab_size, p.tp));
-  require(!p.sp || p.tp > 1, "--sp needs --tp of 2 or more");
-  require(!p.sp || m.block_size % p.tp == 0,
-          fmt::format("--seq {} is not divisible by --tp {} (needed by --sp)", m.block_size, p.tp));
-  if (p.tp > 1) parallel::check_tensor_parallel_config(m, p.tp, p.sp);
-  parallel::check_expert_parallel_config(m, p.ep, p.dp);
+  parallel::check_parallel_shape(m, {p.tp, p.sp, p.pp, p.vpp, p.stage_layers, p.ep, p.dp});
 }
 
 namespace {
@@ -220,7 +211,15 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
   result.first_step_spans.assign(size_t(o.parallel.world()), {});
   result.phases.assign(size_t(o.parallel.world()), std::vector<PhaseRecord>(size_t(o.steps)));
   const collectives::DeviceMesh mesh(o.parallel.mesh_shape());
-  DeviceProgram program{o, mesh, table, sampler, init ? &*init : nullptr, result, on_step};
+  DeviceProgram program{o, mesh, table, sampler, init ? &*init : nullptr, result, on_step, {}};
+  if (!o.corrupt_shard.empty()) {  // "NAME:RANK": verify must be able to fail
+    const auto colon = o.corrupt_shard.rfind(':');
+    const int target = colon == std::string::npos ? -1 : std::stoi(o.corrupt_shard.substr(colon + 1));
+    const std::string name = o.corrupt_shard.substr(0, colon);
+    program.before_publish = [target, name](int rank, parallel::LocalModel& m) {
+      if (rank == target) corrupt_shard(m, name);
+    };
+  }
   result.run = cluster.run([&](Device& dev) { program.run(dev); });
   summarize_phases(mesh, result);
   summarize_moe(mesh, mc, result);
@@ -256,6 +255,18 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
   return result;
 }
 
+namespace {
+
+char span_letter(parallel::ActionKind k) {
+  switch (k) {
+    case parallel::ActionKind::kForward: return 'F';
+    case parallel::ActionKind::kBackwardWeight: return 'W';
+    default: return 'B';
+  }
+}
+
+}  // namespace
+
 std::string format_pipeline_timeline(const TrainResult& r, const std::vector<int>& ranks, int width) {
   Time t0 = 0, t1 = 0;
   bool any = false;
@@ -273,7 +284,7 @@ std::string format_pipeline_timeline(const TrainResult& r, const std::vector<int
     for (int col = 0; col < width; ++col) {
       const Time mid = t0 + Time((double(col) + 0.5) * double(t1 - t0) / width);
       for (const auto& s : r.first_step_spans[size_t(ranks[i])])
-        if (s.start <= mid && mid < s.end) row[size_t(col)] = s.forward ? 'F' : 'B';
+        if (s.start <= mid && mid < s.end) row[size_t(col)] = span_letter(s.kind);
     }
     out += fmt::format("stage {:>2} |{}|\n", i, row);
   }

@@ -161,7 +161,7 @@ struct TrainResult {
 
 // The first step of pipeline `ranks` (global ranks, pipeline order) as text,
 // one row per stage, `width` columns over the step's forward-backward window:
-// F forward, B backward, . idle.
+// F forward, B backward (input gradient, with W when fused), W weight gradient, . idle.
 std::string format_pipeline_timeline(const TrainResult& result, const std::vector<int>& ranks, int width = 96);
 
 // Called on device 0's thread after every step (progress bars).

@@ -158,6 +158,12 @@ uint64_t DataParallel::largest_bucket_bytes() const {
   return uint64_t(m) * elem_;
 }
 
+int64_t DataParallel::held_grad_elements() const {
+  const auto n = static_cast<int64_t>(grads_.size());
+  if (!sharded_grads()) return n;
+  return std::min(n, owned_elements_ + static_cast<int64_t>(largest_bucket_bytes() / elem_));
+}
+
 std::vector<Range> backward_ready_order(const std::vector<ShardSpec>& shards) {
   // ln_f first, then blocks from last to first, then the embeddings; inside a
   // group from the highest offset down, so consecutive tensors are adjacent.

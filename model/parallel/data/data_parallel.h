@@ -85,6 +85,10 @@ class DataParallel {
   int zero() const { return options_.zero; }
   bool sharded_grads() const { return options_.zero >= 2; }
   uint64_t largest_bucket_bytes() const;
+  // Gradient elements a rank of this scheme holds: all of them, or with
+  // ZeRO-2 its owned chunks plus the largest bucket while it is reduced (the
+  // host keeps the whole buffer; this is what a device would hold).
+  int64_t held_grad_elements() const;
 
  private:
   void plan(const std::vector<Range>& ready_order);

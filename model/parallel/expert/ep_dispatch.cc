@@ -2,6 +2,8 @@
 // Shapes use the letters declared in expert/ep_dispatch.h.
 #include "model/parallel/expert/ep_dispatch.h"
 
+#include "model/parallel/tensor/layers.h"
+
 #include <algorithm>
 #include <numeric>
 #include <string>
@@ -16,21 +18,6 @@ using model::Exec;
 using model::GPTConfig;
 
 namespace coll = collectives;
-
-void check_expert_parallel_config(const GPTConfig& config, int ep, int dp) {
-  auto fail = [&](const std::string& what) {
-    throw ConfigError("--ep " + std::to_string(ep) + " " + what);
-  };
-  if (ep < 1) fail("must be at least 1");
-  if (ep == 1) return;
-  if (!config.is_moe()) fail("needs an MoE model (--experts > 0)");
-  if (config.n_expert % ep != 0)
-    fail("must divide --experts " + std::to_string(config.n_expert) +
-         " (each rank holds experts/ep experts)");
-  if (dp % ep != 0)
-    fail("must divide --dp " + std::to_string(dp) +
-         " (expert-parallel ranks are data-parallel ranks)");
-}
 
 namespace {
 
@@ -136,7 +123,7 @@ float ep_moe_forward(float* out, TpMoeActs& a, TpScratch& s, const BlockView<flo
 void ep_moe_backward(float* dexperts, float* drouter, const BlockView<float>& g, TpScratch& s,
                      const float* dout, float daux, const TpMoeActs& a, const float* inp,
                      const BlockView<float>& p, const TpDims& d, const GPTConfig& config,
-                     const TpContext& c) {
+                     WeightGrads& wg, const TpContext& c) {
   const Exec& ex = c.ex;
   const int C = d.C, El = config.n_expert / c.ep->size();
   const TpMoeActs::Ep& x = a.ep;
@@ -147,13 +134,13 @@ void ep_moe_backward(float* dexperts, float* drouter, const BlockView<float>& g,
   permute_rows(s.ep_yl.data(), s.ep_xr.data(), x.perm.data(), x.R, C, true, "moe.permute.bwd", ex);
   // experts: partial input gradients over TP (summed by the caller after dispatch)
   tp_experts_backward(s.ep_xr.data(), g.experts, s, s.ep_yl.data(), x.xl.data(), a.fc.data(),
-                      a.fc_gelu.data(), p.experts, x.offsets.data(), El, d, ex);
+                      a.fc_gelu.data(), p.experts, x.offsets.data(), El, d, wg, ex);
   permute_rows(s.ep_yl.data(), s.ep_xr.data(), x.perm.data(), x.R, C, false, "moe.unpermute.bwd",
                ex);
   // dxe back to the tokens' ranks, in the local plan's order
   exchange(c, "moe.dispatch.a2a.bwd", s.ep_yl.data(), x.recv_elems, s.dxe.data(), x.send_elems,
            nullptr);
-  tp_moe_route_backward(dexperts, drouter, g, s, daux, a, inp, p, d, config, ex);
+  tp_moe_route_backward(dexperts, drouter, g, s, daux, a, inp, p, d, config, wg, ex);
 }
 
 }  // namespace shardlab::parallel

@@ -33,14 +33,9 @@
 
 #include "model/config.h"
 #include "model/layers.h"
-#include "model/parallel/tensor/layers.h"
+#include "model/parallel/expert/moe.h"
 
 namespace shardlab::parallel {
-
-// Throws ConfigError with one line naming the flag: ep >= 1, ep > 1 needs an
-// MoE model, ep divides --experts and --dp (top-k <= experts is
-// GPTConfig::validate's).
-void check_expert_parallel_config(const model::GPTConfig& config, int ep, int dp);
 
 // Same contract as tp_moe_forward (out (N,C) complete on every TP rank,
 // returns aux), with the experts of p.experts local and c.ep exchanging rows.
@@ -52,6 +47,6 @@ float ep_moe_forward(float* out, TpMoeActs& a, TpScratch& s, const model::BlockV
 void ep_moe_backward(float* dexperts, float* drouter, const model::BlockView<float>& g,
                      TpScratch& s, const float* dout, float daux, const TpMoeActs& a,
                      const float* inp, const model::BlockView<float>& p, const TpDims& d,
-                     const model::GPTConfig& config, const TpContext& c);
+                     const model::GPTConfig& config, WeightGrads& wg, const TpContext& c);
 
 }  // namespace shardlab::parallel

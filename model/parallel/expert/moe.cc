@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/kernels.h"
+#include "model/parallel/expert/moe.h"
 #include "model/parallel/tensor/layers.h"
 
 namespace shardlab::parallel {
@@ -106,14 +107,14 @@ void tp_experts_forward(float* ye, float* fc, float* fc_gelu,
 void tp_experts_backward(float* dxe, const std::vector<MlpView<float>>& g, TpScratch& s,
                          const float* dye, const float* xe, const float* fc, const float* fc_gelu,
                          const std::vector<MlpView<float>>& p, const int64_t* offsets, int n,
-                         const TpDims& d, const Exec& ex) {
+                         const TpDims& d, WeightGrads& wg, const Exec& ex) {
   const int C = d.C, Fl = d.Fl();
   std::fill(dxe, dxe + offsets[n] * C, 0.0f);
   for (int e = 0; e < n; ++e) {
     const int64_t r0 = offsets[e], rows = offsets[e + 1] - r0;
     tp_mlp_backward(dxe + r0 * C, g[e], s.dfc.data() + r0 * Fl, s.dfc_gelu.data() + r0 * Fl,
                     dye + r0 * C, xe + r0 * C, fc + r0 * Fl, fc_gelu + r0 * Fl, p[e], rows, C, Fl,
-                    ex);
+                    wg, ex);
   }
 }
 
@@ -131,7 +132,7 @@ void tp_moe_combine_backward(TpScratch& s, const float* dout, const TpMoeActs& a
 void tp_moe_route_backward(float* dexperts, float* drouter, const BlockView<float>& g,
                            TpScratch& s, float daux, const TpMoeActs& a, const float* inp,
                            const BlockView<float>& p, const TpDims& d, const GPTConfig& config,
-                           const Exec& ex) {
+                           WeightGrads& wg, const Exec& ex) {
   const int64_t N = d.N();
   const int C = d.C, E = config.n_expert, K = config.top_k;
   // dispatch
@@ -142,9 +143,8 @@ void tp_moe_route_backward(float* dexperts, float* drouter, const BlockView<floa
   model::router_backward(s.dlogits.data(), s.dgates.data(), daux, a.probs.data(), a.expert.data(),
                          a.frac.data(), N, E, K);
   ex.op("moe.topk.bwd", model::router_backward_cost(N, E, K, ex.elem));
-  model::linear_backward(drouter, g.router, static_cast<float*>(nullptr), s.dlogits.data(), inp,
-                         p.router, N, C, E);
-  ex.op("moe.router.bwd", model::linear_backward_cost(N, C, E, false, ex.elem));
+  linear_backward_split(drouter, g.router, nullptr, s.dlogits.data(), inp, p.router, N, C, E,
+                        {"moe.router.dgrad", "moe.router.wgrad"}, wg, ex);
 }
 
 void tp_moe_dispatch(TpMoeActs& a, const float* inp, const TpDims& d, const GPTConfig& config,
@@ -175,13 +175,13 @@ float tp_moe_forward(float* out, TpMoeActs& a, const BlockView<float>& p, const 
 void tp_moe_backward(float* dexperts, float* drouter, const BlockView<float>& g, TpScratch& s,
                      const float* dout, float daux, const TpMoeActs& a, const float* inp,
                      const BlockView<float>& p, const TpDims& d, const GPTConfig& config,
-                     const TpContext& c) {
+                     WeightGrads& wg, const TpContext& c) {
   tp_moe_combine_backward(s, dout, a, d, config, c.ex);
   // experts: partial input gradients (copy_to_tp_region's all-reduce is left
   // to the caller, after dispatch, on N rows instead of M)
   tp_experts_backward(s.dxe.data(), g.experts, s, s.dye.data(), a.xe.data(), a.fc.data(),
-                      a.fc_gelu.data(), p.experts, a.offsets.data(), config.n_expert, d, c.ex);
-  tp_moe_route_backward(dexperts, drouter, g, s, daux, a, inp, p, d, config, c.ex);
+                      a.fc_gelu.data(), p.experts, a.offsets.data(), config.n_expert, d, wg, c.ex);
+  tp_moe_route_backward(dexperts, drouter, g, s, daux, a, inp, p, d, config, wg, c.ex);
 }
 
 }  // namespace shardlab::parallel

@@ -18,7 +18,7 @@ bool is_grad(ActionKind k) { return k == ActionKind::kSendGrad || k == ActionKin
 
 }  // namespace
 
-PipelineExecutor::PipelineExecutor(Device& dev, PipelineModel& model, std::vector<Action> actions,
+PipelineExecutor::PipelineExecutor(Device& dev, StageModel& model, std::vector<Action> actions,
                                    std::vector<int> pp_ranks, int micro_batches)
     : dev_(dev),
       model_(model),
@@ -27,6 +27,15 @@ PipelineExecutor::PipelineExecutor(Device& dev, PipelineModel& model, std::vecto
       micro_batches_(micro_batches),
       p2p_(&dev, StreamKind::kPipeline) {
   SHARDLAB_CHECK(int(pp_ranks_.size()) == model.placement().pp, "one global rank per pipeline rank");
+  final_.assign(actions_.size(), 0);
+  std::vector<char> seen(size_t(model.placement().vpp), 0);
+  for (size_t i = actions_.size(); i-- > 0;) {
+    const Action& a = actions_[i];
+    const bool backward = a.is_backward_input() || a.kind == ActionKind::kBackwardWeight;
+    if (!backward || seen[size_t(a.chunk)]) continue;
+    seen[size_t(a.chunk)] = 1;
+    final_[i] = 1;
+  }
 }
 
 void PipelineExecutor::send(const Action& a, const float* data) {
@@ -62,42 +71,55 @@ void PipelineExecutor::recv(const Action& a, float* into) {
   dev_.compute().wait(p2p_.record());
 }
 
+void PipelineExecutor::execute(const Action& a, bool final,
+                               const std::function<MicroBatchTokens(int mb)>& tokens) {
+  const StagePlacement& place = model_.placement();
+  const float dloss = 1.0f / float(micro_batches_);
+  switch (a.kind) {
+    case ActionKind::kForward: {
+      MicroBatchTokens t;
+      if (place.first(a.chunk) || place.last(a.chunk)) t = tokens(a.micro_batch);
+      if (!place.first(a.chunk)) t.inputs = nullptr;
+      if (!place.last(a.chunk)) t.targets = nullptr;
+      model_.forward(a.chunk, a.micro_batch, a.buffer_id(), t);
+      break;
+    }
+    case ActionKind::kBackward:
+    case ActionKind::kBackwardInput:
+      model_.backward_input(a.chunk, a.micro_batch, a.buffer_id(), dloss,
+                            a.kind == ActionKind::kBackwardInput, final);
+      break;
+    case ActionKind::kBackwardWeight:
+      model_.backward_weight(a.chunk, a.micro_batch, final);
+      break;
+    case ActionKind::kSendActivation:
+      send(a, model_.output(a.chunk, a.micro_batch));
+      break;
+    case ActionKind::kRecvActivation:
+      recv(a, model_.activation_buffer(a.chunk, a.buffer_id()));
+      break;
+    case ActionKind::kSendGrad:
+      send(a, model_.input_grad(a.chunk, a.micro_batch));
+      model_.release_input_grad(a.chunk, a.micro_batch);
+      break;
+    case ActionKind::kRecvGrad:
+      recv(a, model_.gradient_buffer(a.chunk, a.buffer_id()));
+      break;
+  }
+}
+
 PipelinePhase PipelineExecutor::run(const std::function<MicroBatchTokens(int mb)>& tokens) {
   Stream& compute = dev_.compute();
   PipelinePhase phase;
   phase.start = compute.now();
   const Time busy0 = compute.busy();
   const uint64_t sent0 = sent_bytes_;
-  const float dloss = 1.0f / float(micro_batches_);
-  const StagePlacement& place = model_.placement();
   spans_.clear();
-  for (const Action& a : actions_) {
+  for (size_t i = 0; i < actions_.size(); ++i) {
+    const Action& a = actions_[i];
     const Time t0 = compute.now();
-    switch (a.kind) {
-      case ActionKind::kForward: {
-        MicroBatchTokens t;
-        if (place.first(a.chunk) || place.last(a.chunk)) t = tokens(a.micro_batch);
-        model_.forward(a.chunk, a.micro_batch, place.first(a.chunk) ? t.inputs : nullptr,
-                       place.last(a.chunk) ? t.targets : nullptr);
-        break;
-      }
-      case ActionKind::kBackward:
-        model_.backward(a.chunk, a.micro_batch, dloss, a.micro_batch == micro_batches_ - 1);
-        break;
-      case ActionKind::kSendActivation:
-        send(a, model_.output(a.chunk, a.micro_batch));
-        break;
-      case ActionKind::kRecvActivation:
-        recv(a, model_.input(a.chunk, a.micro_batch));
-        break;
-      case ActionKind::kSendGrad:
-        send(a, model_.input_grad());
-        break;
-      case ActionKind::kRecvGrad:
-        recv(a, model_.output_grad());
-        break;
-    }
-    if (a.is_compute()) spans_.push_back({a.kind == ActionKind::kForward, a.micro_batch, a.chunk, t0, compute.now()});
+    execute(a, final_[i], tokens);
+    if (a.is_compute()) spans_.push_back({a.kind, a.micro_batch, a.chunk, t0, compute.now()});
   }
   phase.end = compute.now();
   phase.busy = compute.busy() - busy0;

@@ -1,5 +1,7 @@
 // The pipeline executor: runs one rank's list of schedule actions
-// (pipeline/schedule.h) on a PipelineModel for one training step.
+// (schedule.h) on its StageModel (stage_model.h) for one training step. Every
+// training run goes through it: without pipeline parallelism the list is
+// forward, backward per micro-batch (gradient accumulation).
 //
 // Activations and their gradients travel point to point between neighbouring
 // pipeline ranks on the device's fabric, through a pipeline stream of their
@@ -10,6 +12,10 @@
 // on the "pipeline" track of the trace. Messages carry the real bytes;
 // their virtual size is Nr·C elements at the modeled precision.
 //
+// Each action's `final` flag (the chunk's last backward action in the list)
+// is computed once from the list: the model announces the chunk's gradients
+// as final during it.
+//
 // Thread safety: one executor per device thread.
 #pragma once
 
@@ -17,21 +23,16 @@
 #include <functional>
 #include <vector>
 
-#include "model/parallel/sharded_gpt.h"
 #include "model/parallel/pipeline/schedule.h"
+#include "model/parallel/pipeline/stage_model.h"
 #include "runtime/device.h"
 
 namespace shardlab::parallel {
 
-// The tokens of one micro-batch on this rank (null where the stage needs none).
-struct MicroBatchTokens {
-  const model::Token* inputs = nullptr;
-  const model::Token* targets = nullptr;
-};
-
-// One forward or backward of the last run, on the compute stream.
+// One forward, backward (B, or B and W fused) or weight gradient (W) of the
+// last run, on the compute stream.
 struct ComputeSpan {
-  bool forward = true;
+  ActionKind kind = ActionKind::kForward;
   int micro_batch = 0, chunk = 0;
   Time start = 0, end = 0;
 };
@@ -48,7 +49,7 @@ class PipelineExecutor {
  public:
   // `actions`: this rank's list; `pp_ranks[i]`: the global rank of pipeline
   // rank i (in the same tp/dp coordinates).
-  PipelineExecutor(Device& dev, PipelineModel& model, std::vector<Action> actions,
+  PipelineExecutor(Device& dev, StageModel& model, std::vector<Action> actions,
                    std::vector<int> pp_ranks, int micro_batches);
 
   // Runs the list once. `tokens(mb)` gives the micro-batch's tokens; it is
@@ -62,10 +63,12 @@ class PipelineExecutor {
  private:
   void send(const Action& a, const float* data);
   void recv(const Action& a, float* into);
+  void execute(const Action& a, bool final, const std::function<MicroBatchTokens(int mb)>& tokens);
 
   Device& dev_;
-  PipelineModel& model_;
+  StageModel& model_;
   std::vector<Action> actions_;
+  std::vector<char> final_;  // per action: the chunk's last backward action
   std::vector<int> pp_ranks_;
   int micro_batches_;
   Stream p2p_;

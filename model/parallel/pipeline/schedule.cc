@@ -152,13 +152,36 @@ Schedule build_schedule(ScheduleKind kind, int pp, int micro_batches, int vpp) {
   SHARDLAB_CHECK(false, "unknown schedule kind");
 }
 
+Schedule split_backward(const Schedule& schedule, bool defer_weights) {
+  Schedule out(schedule.size());
+  for (size_t rank = 0; rank < schedule.size(); ++rank) {
+    const std::vector<Action>& in = schedule[rank];
+    std::vector<Action> weights;
+    for (size_t i = 0; i < in.size(); ++i) {
+      Action a = in[i];
+      if (a.kind != K::kBackward) {
+        out[rank].push_back(a);
+        continue;
+      }
+      a.kind = K::kBackwardInput;
+      out[rank].push_back(a);
+      // The previous stage waits for the input gradient: send it before W.
+      if (i + 1 < in.size() && in[i + 1].kind == K::kSendGrad) out[rank].push_back(in[++i]);
+      const Action w{K::kBackwardWeight, a.micro_batch, a.chunk, -1};
+      (defer_weights ? weights : out[rank]).push_back(w);
+    }
+    out[rank].insert(out[rank].end(), weights.begin(), weights.end());
+  }
+  return out;
+}
+
 std::vector<int> peak_in_flight(const Schedule& schedule) {
   std::vector<int> peaks;
   for (const auto& actions : schedule) {
     int live = 0, peak = 0;
     for (const Action& a : actions) {
       if (a.kind == K::kForward) peak = std::max(peak, ++live);
-      if (a.kind == K::kBackward) --live;
+      if (a.is_backward_input()) --live;
     }
     peaks.push_back(peak);
   }
@@ -166,7 +189,7 @@ std::vector<int> peak_in_flight(const Schedule& schedule) {
 }
 
 std::string action_label(const Action& a, bool chunked) {
-  static constexpr const char* kNames[] = {"F", "B", "sA", "rA", "sG", "rG"};
+  static constexpr const char* kNames[] = {"F", "B", "sA", "rA", "sG", "rG", "B", "W"};
   std::string label = kNames[static_cast<int>(a.kind)];
   label += std::to_string(a.micro_batch);
   if (chunked) label += static_cast<char>('a' + a.chunk);

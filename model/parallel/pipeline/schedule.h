@@ -13,6 +13,19 @@
 // deadlock (validate_schedule checks it by simulation). With pp = 1 and
 // interleaving, chunk c hands its output to chunk c + 1 on the same rank: the
 // send and receive then name the rank itself as the peer.
+//
+// Backward is one action (kBackward: the input gradient B, then the weight
+// gradient W, fused) or two (kBackwardInput, later kBackwardWeight), as the
+// zero-bubble schedules need: B is what the previous stage waits for, W can
+// fill a bubble.
+//
+// Buffers. Each rank receives activations and gradients into buffers owned
+// per (chunk, buffer id); a receive names the buffer it fills and the forward
+// or backward that consumes it names the same one (Action::buffer, by default
+// the micro-batch: one buffer per (chunk, micro-batch)). A schedule may reuse
+// ids to bound its receive memory; validate_schedule then checks that no
+// receive overwrites a buffer whose data has not been consumed yet, so a
+// schedule either runs correctly or is rejected.
 #pragma once
 
 #include <string>
@@ -23,11 +36,13 @@ namespace shardlab::parallel {
 
 enum class ActionKind {
   kForward,
-  kBackward,
+  kBackward,  // B then W
   kSendActivation,
   kRecvActivation,
   kSendGrad,
-  kRecvGrad
+  kRecvGrad,
+  kBackwardInput,   // B: the input gradient only; its W comes later
+  kBackwardWeight,  // W: the weight gradient of an earlier kBackwardInput
 };
 
 // One step of one rank. For sends and receives, micro_batch and chunk name
@@ -37,8 +52,19 @@ struct Action {
   int micro_batch = 0;
   int chunk = 0;  // model chunk on this rank, 0..v-1 (0 without interleaving)
   int peer = -1;  // the other rank of a send/receive; -1 for compute
+  // Receives and the forward / backward that consume them: the receive
+  // buffer (of this chunk); -1 = the micro-batch's own.
+  int buffer = -1;
 
-  bool is_compute() const { return kind == ActionKind::kForward || kind == ActionKind::kBackward; }
+  int buffer_id() const { return buffer < 0 ? micro_batch : buffer; }
+  bool is_compute() const {
+    return kind == ActionKind::kForward || kind == ActionKind::kBackward ||
+           kind == ActionKind::kBackwardInput || kind == ActionKind::kBackwardWeight;
+  }
+  // Computes an input gradient (and reads the received output gradient).
+  bool is_backward_input() const {
+    return kind == ActionKind::kBackward || kind == ActionKind::kBackwardInput;
+  }
   bool operator==(const Action&) const = default;
 };
 
@@ -70,19 +96,28 @@ Schedule interleaved_1f1b(int pp, int micro_batches, int vpp);
 // Checks the configuration, then dispatches (vpp is ignored unless interleaved
 // but must be 1 then, see check_pipeline_config).
 Schedule build_schedule(ScheduleKind kind, int pp, int micro_batches, int vpp = 1);
+// The same schedule with every fused backward split into B and W, each W
+// right after its B (`defer_weights` false) or all W at the end of each
+// rank's list in the order of their B (true).
+Schedule split_backward(const Schedule& schedule, bool defer_weights);
 
 // Runs the lists abstractly with blocking receives and non-blocking sends.
 // Returns "" when valid, else one line naming the rank, the action and the
 // fault: a send or receive to the wrong peer or out of FIFO order, a forward
 // before its input arrived, a backward before its forward or before the next
 // stage's gradient, a missing or repeated forward/backward of a (micro-batch,
-// chunk), a send nobody receives, or a deadlock (with every blocked rank).
+// chunk), a W without its B or a B without its W, a receive into a buffer
+// whose data is not consumed yet, a compute reading a buffer that does not
+// hold its micro-batch, sending an activation after its backward freed it or
+// an input gradient twice or before it exists, a send nobody receives, or a
+// deadlock (with every blocked rank).
 std::string validate_schedule(const Schedule& schedule, int micro_batches, int vpp = 1);
 
 // Compute costs in abstract time units; communication costs nothing.
 struct StepCosts {
   double forward = 1.0;
-  double backward = 2.0;
+  double backward = 2.0;  // B + W (kBackward)
+  double weight = 1.0;    // the W part of backward: kBackwardInput costs backward - weight
 };
 
 struct RankTiming {
@@ -108,7 +143,8 @@ ScheduleTiming simulate_schedule(const Schedule& schedule, const StepCosts& cost
 // done whose backward is not yet done. gpipe M; 1f1b min(pp - rank, M).
 std::vector<int> peak_in_flight(const Schedule& schedule);
 
-// "F3", "B0", "F1b" (chunk as a letter when chunked), "sA2>1", "rG0<2"...
+// "F3", "B0", "W0", "F1b" (chunk as a letter when chunked), "sA2>1", "rG0<2"...
+// A backward split into B and W shows as "B" and "W".
 std::string action_label(const Action& action, bool chunked);
 // One row per rank of compute only: "rank 0: F0 F1 F2 B0 F3 B1 ...".
 std::string format_schedule(const Schedule& schedule);

@@ -23,11 +23,17 @@ struct Message {
   double time;
 };
 
+// What a receive buffer (of one chunk, one id) holds: a micro-batch whose
+// forward or backward has not consumed it yet, or nothing.
+constexpr int kEmpty = -1;
+
 struct RankState {
   size_t pc = 0;
   double clock = 0;
   // [chunk][micro_batch]
-  std::vector<std::vector<char>> forward_done, backward_done, act_in, grad_in;
+  std::vector<std::vector<char>> forward_done, input_done, weight_done, grad_sent;
+  // [chunk][buffer id] -> micro-batch held (kEmpty when consumed or unused)
+  std::vector<std::vector<int>> act_buf, grad_buf;
   RankTiming timing;
 };
 
@@ -43,7 +49,8 @@ class Simulator {
     const std::vector<std::vector<char>> none(static_cast<size_t>(vpp),
                                               std::vector<char>(static_cast<size_t>(m_), 0));
     for (RankState& r : ranks_) {
-      r.forward_done = r.backward_done = r.act_in = r.grad_in = none;
+      r.forward_done = r.input_done = r.weight_done = r.grad_sent = none;
+      r.act_buf = r.grad_buf = std::vector<std::vector<int>>(static_cast<size_t>(vpp));
       r.timing.start = -1;
     }
   }
@@ -94,8 +101,9 @@ class Simulator {
 
   // Runs one action; false when a receive must wait. Sets *error on a fault.
   bool step(int rank, const Action& a, std::string* error) {
-    if (a.micro_batch < 0 || a.micro_batch >= m_ || a.chunk < 0 || a.chunk >= vpp_) {
-      *error = "micro-batch or chunk out of range";
+    if (a.micro_batch < 0 || a.micro_batch >= m_ || a.chunk < 0 || a.chunk >= vpp_ ||
+        a.buffer_id() < 0) {
+      *error = "micro-batch, chunk or buffer out of range";
       return false;
     }
     RankState& r = ranks_[static_cast<size_t>(rank)];
@@ -103,35 +111,95 @@ class Simulator {
     const int s = stage(rank, a.chunk);
     switch (a.kind) {
       case K::kForward:
-        if (r.forward_done[c][mb]) {
-          *error = "repeated forward";
-        } else if (s > 0 && !r.act_in[c][mb]) {
-          *error = "forward before its input arrived";
-        } else {
-          compute(r, costs_.forward, &r.forward_done[c][mb]);
-        }
+        *error = forward(r, a, s);
         return error->empty();
       case K::kBackward:
-        if (r.backward_done[c][mb]) {
-          *error = "repeated backward";
-        } else if (!r.forward_done[c][mb]) {
-          *error = "backward before its forward";
-        } else if (s < last_stage() && !r.grad_in[c][mb]) {
-          *error = "backward before the next stage's gradient arrived";
-        } else {
-          compute(r, costs_.backward, &r.backward_done[c][mb]);
-        }
+      case K::kBackwardInput:
+        *error = backward_input(r, a, s);
+        return error->empty();
+      case K::kBackwardWeight:
+        *error = backward_weight(r, a);
         return error->empty();
       case K::kSendActivation:
-        return send(rank, a, s + 1, r.forward_done[c][mb], "forward", error);
+        return send(rank, a, s + 1, r.forward_done[c][mb] && !r.input_done[c][mb],
+                    r.forward_done[c][mb] ? "after its backward freed it" : "before its forward",
+                    error);
       case K::kSendGrad:
-        return send(rank, a, s - 1, r.backward_done[c][mb], "backward", error);
+        return send_grad(rank, a, s, error);
       case K::kRecvActivation:
-        return receive(rank, a, s - 1, &r.act_in[c][mb], error);
+        return receive(rank, a, s - 1, held(r.act_buf, a), "activation", error);
       case K::kRecvGrad:
-        return receive(rank, a, s + 1, &r.grad_in[c][mb], error);
+        return receive(rank, a, s + 1, held(r.grad_buf, a), "gradient", error);
     }
     return false;
+  }
+
+  bool send_grad(int rank, const Action& a, int s, std::string* error) {
+    RankState& r = ranks_[static_cast<size_t>(rank)];
+    char& sent = r.grad_sent[static_cast<size_t>(a.chunk)][static_cast<size_t>(a.micro_batch)];
+    const bool ready = r.input_done[static_cast<size_t>(a.chunk)][static_cast<size_t>(a.micro_batch)];
+    if (sent) {
+      *error = "sends the input gradient twice";
+      return false;
+    }
+    sent = ready;
+    return send(rank, a, s - 1, ready, "before its backward", error);
+  }
+
+  // The receive buffer an action names, grown on first use.
+  static int& held(std::vector<std::vector<int>>& buffers, const Action& a) {
+    auto& ids = buffers[static_cast<size_t>(a.chunk)];
+    const auto id = static_cast<size_t>(a.buffer_id());
+    if (ids.size() <= id) ids.resize(id + 1, kEmpty);
+    return ids[id];
+  }
+
+  // "" when buffer `b` holds the action's micro-batch (now consumed), else the fault.
+  static std::string consume(int& b, const Action& a, const char* what) {
+    if (b == a.micro_batch) {
+      b = kEmpty;
+      return "";
+    }
+    if (b == kEmpty) return "";  // reported by the caller as "before ... arrived"
+    return std::string("reads ") + what + " buffer " + std::to_string(a.buffer_id()) +
+           ", which holds micro-batch " + std::to_string(b);
+  }
+
+  std::string forward(RankState& r, const Action& a, int s) {
+    const auto mb = static_cast<size_t>(a.micro_batch), c = static_cast<size_t>(a.chunk);
+    if (r.forward_done[c][mb]) return "repeated forward";
+    if (s > 0) {
+      int& b = held(r.act_buf, a);
+      if (b == kEmpty) return "forward before its input arrived";
+      const std::string e = consume(b, a, "activation");
+      if (!e.empty()) return "forward " + e;
+    }
+    compute(r, costs_.forward, &r.forward_done[c][mb]);
+    return "";
+  }
+
+  std::string backward_input(RankState& r, const Action& a, int s) {
+    const auto mb = static_cast<size_t>(a.micro_batch), c = static_cast<size_t>(a.chunk);
+    if (r.input_done[c][mb]) return "repeated backward";
+    if (!r.forward_done[c][mb]) return "backward before its forward";
+    if (s < last_stage()) {
+      int& b = held(r.grad_buf, a);
+      if (b == kEmpty) return "backward before the next stage's gradient arrived";
+      const std::string e = consume(b, a, "gradient");
+      if (!e.empty()) return "backward " + e;
+    }
+    const bool fused = a.kind == K::kBackward;
+    compute(r, fused ? costs_.backward : costs_.backward - costs_.weight, &r.input_done[c][mb]);
+    if (fused) r.weight_done[c][mb] = 1;
+    return "";
+  }
+
+  std::string backward_weight(RankState& r, const Action& a) {
+    const auto mb = static_cast<size_t>(a.micro_batch), c = static_cast<size_t>(a.chunk);
+    if (r.weight_done[c][mb]) return "repeated weight gradient";
+    if (!r.input_done[c][mb]) return "weight gradient before its input gradient";
+    compute(r, costs_.weight, &r.weight_done[c][mb]);
+    return "";
   }
 
   void compute(RankState& r, double cost, char* done) {
@@ -144,14 +212,14 @@ class Simulator {
     *done = 1;
   }
 
-  // `to` is the stage the tensor goes to; `ready` whether its compute is done.
-  bool send(int rank, const Action& a, int to, bool ready, const char* after, std::string* error) {
+  // `to` is the stage the tensor goes to; `ready` whether it exists now (else `why`).
+  bool send(int rank, const Action& a, int to, bool ready, const char* why, std::string* error) {
     if (to < 0 || to > last_stage()) {
       *error = "send past the end of the pipeline";
     } else if (a.peer != to % pp_) {
       *error = "peer should be rank " + std::to_string(to % pp_);
     } else if (!ready) {
-      *error = std::string("send before its ") + after;
+      *error = std::string("send ") + why;
     } else {
       RankState& r = ranks_[static_cast<size_t>(rank)];
       channel(rank, a.peer, a.kind == K::kSendGrad).push_back({a.micro_batch, to / pp_, r.clock});
@@ -161,8 +229,9 @@ class Simulator {
     return error->empty();
   }
 
-  // `from` is the stage the tensor comes from; sets *arrived once received.
-  bool receive(int rank, const Action& a, int from, char* arrived, std::string* error) {
+  // `from` is the stage the tensor comes from; fills `buffer` once received.
+  bool receive(int rank, const Action& a, int from, int& buffer, const char* what,
+               std::string* error) {
     if (from < 0 || from > last_stage()) {
       *error = "receive from beyond the end of the pipeline";
       return false;
@@ -179,12 +248,18 @@ class Simulator {
                " chunk " + std::to_string(msg.chunk);
       return false;
     }
+    if (buffer != kEmpty) {
+      *error = std::string("overwrites ") + what + " buffer " + std::to_string(a.buffer_id()) +
+               " while it still holds micro-batch " + std::to_string(buffer) +
+               " (not yet consumed)";
+      return false;
+    }
     queue.pop_front();
     RankState& r = ranks_[static_cast<size_t>(rank)];
     r.timing.action_start.push_back(r.clock);
     r.clock = std::max(r.clock, msg.time);
     r.timing.action_end.push_back(r.clock);
-    *arrived = 1;
+    buffer = a.micro_batch;
     return true;
   }
 
@@ -214,9 +289,11 @@ class Simulator {
       for (int c = 0; c < vpp_; ++c) {
         for (int mb = 0; mb < m_; ++mb) {
           const auto uc = static_cast<size_t>(c), um = static_cast<size_t>(mb);
-          if (r.forward_done[uc][um] && r.backward_done[uc][um]) continue;
-          return "rank " + std::to_string(rank) + " never runs the " +
-                 (r.forward_done[uc][um] ? "backward" : "forward") + " of micro-batch " +
+          if (r.forward_done[uc][um] && r.input_done[uc][um] && r.weight_done[uc][um]) continue;
+          const char* what = !r.forward_done[uc][um] ? "forward"
+                             : !r.input_done[uc][um] ? "backward"
+                                                     : "weight gradient";
+          return "rank " + std::to_string(rank) + " never runs the " + what + " of micro-batch " +
                  std::to_string(mb) + " chunk " + std::to_string(c);
         }
       }

@@ -1,6 +1,7 @@
 // Activation and scratch sizing for the tensor-parallel blocks (tensor/layers.h).
 #include <algorithm>
 
+#include "model/parallel/expert/moe.h"
 #include "model/parallel/tensor/layers.h"
 
 namespace shardlab::parallel {

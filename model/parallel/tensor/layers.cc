@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "model/kernels.h"
+#include "model/parallel/tensor/attention.h"
 #include "model/parallel/expert/ep_dispatch.h"
 
 namespace shardlab::parallel {
@@ -17,6 +18,10 @@ using model::MlpView;
 namespace {
 
 void zero(float* p, int64_t n) { std::fill(p, p + n, 0.0f); }
+
+const AttentionCore& attention_core(const TpContext& c) {
+  return c.attention ? *c.attention : LocalAttention::instance();
+}
 
 }  // namespace
 
@@ -45,18 +50,26 @@ void tp_mlp_partial_forward(float* partial, float* fc, float* fc_gelu, const Mlp
 
 // dinp (rows,C) += this rank's partial; dout (rows,C) is complete, so the
 // replicated c_proj bias gets its whole gradient here.
+void linear_backward_split(float* dinp, float* dweight, float* dbias, const float* dout,
+                           const float* inp, const float* weight, int64_t N, int C, int OC,
+                           LinearNames names, WeightGrads& wg, const Exec& ex) {
+  model::linear_backward_input(dinp, dout, weight, N, C, OC);
+  ex.op(names.dgrad, model::linear_backward_input_cost(N, C, OC, ex.elem));
+  wg.linear(names.wgrad, dweight, dbias, dout, inp, N, C, OC, ex);
+}
+
 void tp_mlp_backward(float* dinp, const MlpView<float>& g, float* dfc, float* dfc_gelu,
                      const float* dout, const float* inp, const float* fc, const float* fc_gelu,
-                     const MlpView<float>& p, int64_t rows, int C, int Fl, const Exec& ex) {
+                     const MlpView<float>& p, int64_t rows, int C, int Fl, WeightGrads& wg,
+                     const Exec& ex) {
   zero(dfc_gelu, rows * Fl);
-  model::linear_backward(dfc_gelu, g.c_proj.weight, g.c_proj.bias, dout, fc_gelu, p.c_proj.weight,
-                         rows, Fl, C);
-  ex.op("mlp.c_proj.bwd", model::linear_backward_cost(rows, Fl, C, true, ex.elem));
+  linear_backward_split(dfc_gelu, g.c_proj.weight, g.c_proj.bias, dout, fc_gelu, p.c_proj.weight,
+                        rows, Fl, C, {"mlp.c_proj.dgrad", "mlp.c_proj.wgrad"}, wg, ex);
   zero(dfc, rows * Fl);
   model::gelu_backward(dfc, dfc_gelu, fc, rows * Fl);
   ex.op("mlp.gelu.bwd", model::gelu_backward_cost(rows * Fl, ex.elem));
-  model::linear_backward(dinp, g.c_fc.weight, g.c_fc.bias, dfc, inp, p.c_fc.weight, rows, C, Fl);
-  ex.op("mlp.c_fc.bwd", model::linear_backward_cost(rows, C, Fl, true, ex.elem));
+  linear_backward_split(dinp, g.c_fc.weight, g.c_fc.bias, dfc, inp, p.c_fc.weight, rows, C, Fl,
+                        {"mlp.c_fc.dgrad", "mlp.c_fc.wgrad"}, wg, ex);
 }
 
 namespace {
@@ -72,8 +85,7 @@ void tp_attention_forward(float* out, TpBlockActs& a, const BlockView<float>& p,
   const int C = d.C, Cl = d.Cl();
   model::linear_forward(a.qkv.data(), inp_full, p.c_attn.weight, p.c_attn.bias, N, C, 3 * Cl);
   ex.op("attn.c_attn.fwd", model::linear_forward_cost(N, C, 3 * Cl, true, ex.elem));
-  model::attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), d.B, d.T, d.NHl(), d.HS());
-  ex.op("attn.softmax.fwd", model::attention_forward_cost(d.B, d.T, d.NHl(), d.HS(), ex.elem));
+  attention_core(c).forward(a.atty.data(), a.att.data(), a.qkv.data(), d, c);
   model::linear_forward(s.partial.data(), a.atty.data(), p.attn_proj.weight,
                         static_cast<const float*>(nullptr), N, Cl, C);
   ex.op("attn.c_proj.fwd", model::linear_forward_cost(N, Cl, C, false, ex.elem));
@@ -84,20 +96,20 @@ void tp_attention_forward(float* out, TpBlockActs& a, const BlockView<float>& p,
 // dinp_partial (N,C) += this rank's share of d/d inp_full; dout_full (N,C) complete.
 void tp_attention_backward(float* dinp_partial, const BlockView<float>& g, TpScratch& s,
                            const float* dout_full, const float* inp_full, const TpBlockActs& a,
-                           const BlockView<float>& p, const TpDims& d, const Exec& ex) {
+                           const BlockView<float>& p, const TpDims& d, WeightGrads& wg,
+                           const TpContext& c) {
+  const Exec& ex = c.ex;
   const int64_t N = d.N();
   const int C = d.C, Cl = d.Cl();
   zero(s.datty.data(), N * Cl);
-  model::linear_backward(s.datty.data(), g.attn_proj.weight, g.attn_proj.bias, dout_full,
-                         a.atty.data(), p.attn_proj.weight, N, Cl, C);
-  ex.op("attn.c_proj.bwd", model::linear_backward_cost(N, Cl, C, true, ex.elem));
+  linear_backward_split(s.datty.data(), g.attn_proj.weight, g.attn_proj.bias, dout_full,
+                        a.atty.data(), p.attn_proj.weight, N, Cl, C,
+                        {"attn.c_proj.dgrad", "attn.c_proj.wgrad"}, wg, ex);
   zero(s.dqkv.data(), N * 3 * Cl);
-  model::attention_backward(s.dqkv.data(), s.datty.data(), a.qkv.data(), a.att.data(), d.B, d.T,
-                            d.NHl(), d.HS());
-  ex.op("attn.softmax.bwd", model::attention_backward_cost(d.B, d.T, d.NHl(), d.HS(), ex.elem));
-  model::linear_backward(dinp_partial, g.c_attn.weight, g.c_attn.bias, s.dqkv.data(), inp_full,
-                         p.c_attn.weight, N, C, 3 * Cl);
-  ex.op("attn.c_attn.bwd", model::linear_backward_cost(N, C, 3 * Cl, true, ex.elem));
+  attention_core(c).backward(s.dqkv.data(), s.datty.data(), a.qkv.data(), a.att.data(), d, c);
+  linear_backward_split(dinp_partial, g.c_attn.weight, g.c_attn.bias, s.dqkv.data(), inp_full,
+                        p.c_attn.weight, N, C, 3 * Cl, {"attn.c_attn.dgrad", "attn.c_attn.wgrad"},
+                        wg, ex);
 }
 
 }  // namespace
@@ -140,7 +152,7 @@ float tp_block_forward(TpBlockActs& a, const BlockView<float>& p, const float* x
 void tp_block_backward(float* dinp, const BlockView<float>& g, TpScratch& s, const float* dout,
                        float daux, const TpBlockActs& a, const float* inp,
                        const BlockView<float>& p, const TpDims& d, const GPTConfig& config,
-                       const TpContext& c) {
+                       WeightGrads& wg, const TpContext& c) {
   const Exec& ex = c.ex;
   const int64_t N = d.N(), Nr = d.rows();
   const int C = d.C;
@@ -153,7 +165,7 @@ void tp_block_backward(float* dinp, const BlockView<float>& g, TpScratch& s, con
     zero(s.rep.data(), N * C);
     auto moe_backward = c.expert_parallel() ? ep_moe_backward : tp_moe_backward;
     moe_backward(s.partial.data(), s.rep.data(), g, s, dout_full, daux, a.moe, ln2_full, p, d,
-                 config, c);
+                 config, wg, c);
     enter_column_parallel_bwd(c, s.partial.data(), s.dln.data(), Nr, C);
     // The router's gradient is complete on every rank: take this rank's rows.
     const float* rep = s.rep.data() + d.row0(c.rank()) * C;
@@ -161,7 +173,7 @@ void tp_block_backward(float* dinp, const BlockView<float>& g, TpScratch& s, con
     ex.op("moe.router.dinp.add", model::residual_forward_cost(Nr * C, ex.elem));
   } else {
     tp_mlp_backward(s.partial.data(), g.mlp, s.dfc.data(), s.dfc_gelu.data(), dout_full, ln2_full,
-                    a.fc.data(), a.fc_gelu.data(), p.mlp, N, C, d.Fl(), ex);
+                    a.fc.data(), a.fc_gelu.data(), p.mlp, N, C, d.Fl(), wg, ex);
     enter_column_parallel_bwd(c, s.partial.data(), s.dln.data(), Nr, C);
   }
   model::layernorm_backward(s.dres1.data(), g.ln_2.weight, g.ln_2.bias, s.dln.data(), a.res1.data(),
@@ -173,7 +185,7 @@ void tp_block_backward(float* dinp, const BlockView<float>& g, TpScratch& s, con
   const float* dres1_full = exit_row_parallel_bwd(c, s.dres1.data(), s.full_dout.data(), Nr, C);
   const float* ln1_full = enter_column_parallel(c, a.ln1.data(), s.full_in.data(), Nr, C);
   zero(s.partial.data(), N * C);
-  tp_attention_backward(s.partial.data(), g, s, dres1_full, ln1_full, a, p, d, ex);
+  tp_attention_backward(s.partial.data(), g, s, dres1_full, ln1_full, a, p, d, wg, c);
   enter_column_parallel_bwd(c, s.partial.data(), s.dln.data(), Nr, C);
   model::layernorm_backward(dinp, g.ln_1.weight, g.ln_1.bias, s.dln.data(), inp, p.ln_1.weight,
                             a.ln1_mean.data(), a.ln1_rstd.data(), Nr, C);

@@ -29,12 +29,16 @@
 
 namespace shardlab::parallel {
 
+class AttentionCore;  // tensor/attention.h
+
 // What a TP layer needs besides its weights: the device, the TP group, the mode.
 struct TpContext {
   Device* dev = nullptr;
   const collectives::ProcessGroup* group = nullptr;
   bool sp = false;  // sequence parallelism
   model::Exec ex;   // where kernels charge their cost
+  // The attention core of every block (tensor/attention.h); null: LocalAttention.
+  const AttentionCore* attention = nullptr;
   // Expert parallelism (expert/ep_dispatch.h): the ranks that exchange tokens, group rank
   // j holding experts [j·E/ep, (j+1)·E/ep). Null or size 1: every expert local.
   const collectives::ProcessGroup* ep = nullptr;

@@ -1,0 +1,182 @@
+// ShardedGPT's passes: forward, the input-gradient pass (B) and the
+// weight-gradient pass (W) of one (chunk, micro-batch), and the moments the
+// chunk's gradients become final. Shapes use the letters of tensor/buffers.h.
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "model/parallel/expert/moe.h"
+#include "model/parallel/sharded_gpt.h"
+#include "model/parallel/tensor/embedding.h"
+#include "runtime/errors.h"
+
+namespace shardlab::parallel {
+
+using model::Token;
+
+void ShardedGPT::embed(Slot& s, const Token* inputs) {
+  SHARDLAB_CHECK(inputs, "the first stage needs the input tokens");
+  std::copy_n(inputs, dims_.N(), s.inputs.data());
+  vocab_parallel_embedding_forward(s.x.data(), scratch_.partial.data(), inputs, w_.wte, w_.wpe, v0_,
+                                   Vl_, dims_, ctx_);
+}
+
+void ShardedGPT::forward(int chunk, int mb, int buffer, const MicroBatchTokens& tokens) {
+  Slot& s = slot(chunk, mb, true);
+  SHARDLAB_CHECK(!s.activations, fmt::format("repeated forward of micro-batch {} chunk {}", mb, chunk));
+  const int64_t Nr = dims_.rows();
+  const int C = dims_.C;
+  if (place_.first(chunk)) {
+    embed(s, tokens.inputs);
+  } else {
+    const float* in = activation_buffer(chunk, buffer);
+    std::copy_n(in, Nr * C, s.x.data());
+  }
+  const float* x = s.x.data();
+  const int l0 = place_.first_layer(chunk);
+  float aux = 0;
+  for (size_t i = 0; i < s.blocks.size(); ++i) {
+    const int l = l0 + int(i);
+    if (hooks_) hooks_->before_forward(l);
+    aux += tp_block_forward(s.blocks[i], w_.blocks[l], x, dims_, config_, scratch_, ctx_);
+    if (config_.is_moe_layer(l)) add_moe_stats(moe_step_[size_t(l)], l, s.blocks[i].moe.stats);
+    if (hooks_) hooks_->after_forward(l);
+    x = s.blocks[i].res2.data();
+  }
+  aux_sum_ += aux;
+  last_aux_ = aux;
+  // Saved for backward: the input, each block's activations (with EP the rows
+  // its experts received this time) and, on the last stage, the head's.
+  const bool last = place_.last(chunk);
+  s.elems = Nr * C;
+  for (const TpBlockActs& a : s.blocks) s.elems += a.saved_elements();
+  if (last) s.elems += Nr * C + 2 * Nr + 2 * dims_.N() * Vl_ + dims_.N();
+  if (ctx_.ex.sink) ctx_.ex.sink->saved(s.elems);
+  s.activations = true;
+  if (last) head_forward(s, x, tokens.targets);
+}
+
+float ShardedGPT::head_forward(Slot& s, const float* x, const Token* targets) {
+  const int64_t N = dims_.N(), Nr = dims_.rows();
+  const int C = dims_.C;
+  const model::Exec& ex = ctx_.ex;
+  if (targets) std::copy_n(targets, N, s.targets.data());
+  model::layernorm_forward(s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(), x, w_.ln_f.weight,
+                           w_.ln_f.bias, Nr, C);
+  ex.op("ln_f.fwd", model::layernorm_forward_cost(Nr, C, ex.elem));
+  const float* lnf_full = enter_column_parallel(ctx_, s.lnf.data(), scratch_.full_in.data(), Nr, C);
+  model::linear_forward(s.logits.data(), lnf_full, w_.wte, static_cast<const float*>(nullptr), N, C, Vl_);
+  ex.op("lm_head.fwd", model::linear_forward_cost(N, C, Vl_, false, ex.elem));
+  if (!targets) return last_ce_ = 0;  // logits only
+  const float ce = vocab_parallel_cross_entropy_forward(s.probs.data(), s.losses.data(), ce_stats_.data(),
+                                                        s.logits.data(), targets, N, Vl_, v0_, ctx_);
+  ce_sum_ += ce;
+  last_ce_ = ce;
+  return ce;
+}
+
+void ShardedGPT::head_backward(Slot& s, float dloss, bool announce) {
+  const int64_t N = dims_.N(), Nr = dims_.rows();
+  const int C = dims_.C;
+  const model::Exec& ex = ctx_.ex;
+  if (ex.sink) ex.sink->saved(N * Vl_);  // dlogits, alive until the head's backward is done
+  std::fill(dlogits_.begin(), dlogits_.end(), 0.0f);
+  vocab_parallel_cross_entropy_backward(dlogits_.data(), s.probs.data(), s.targets.data(), dloss, N,
+                                        Vl_, v0_, ex);
+  const float* lnf_full = enter_column_parallel(ctx_, s.lnf.data(), scratch_.full_in.data(), Nr, C);
+  std::fill(scratch_.partial.begin(), scratch_.partial.begin() + N * C, 0.0f);
+  linear_backward_split(scratch_.partial.data(), g_.wte, nullptr, dlogits_.data(), lnf_full, w_.wte,
+                        N, C, Vl_, {"lm_head.dgrad", "lm_head.wgrad"}, s.wgrad, ex);
+  s.wgrad.end_block(head_id());
+  if (ex.sink) ex.sink->freed(N * Vl_);
+  enter_column_parallel_bwd(ctx_, scratch_.partial.data(), dlnf_.data(), Nr, C);
+  const float* x_last = s.blocks.empty() ? s.x.data() : s.blocks.back().res2.data();
+  std::fill(dx_.begin(), dx_.end(), 0.0f);
+  model::layernorm_backward(dx_.data(), g_.ln_f.weight, g_.ln_f.bias, dlnf_.data(), x_last,
+                            w_.ln_f.weight, s.lnf_mean.data(), s.lnf_rstd.data(), Nr, C);
+  ex.op("ln_f.bwd", model::layernorm_backward_cost(Nr, C, ex.elem));
+  if (announce) finish_block(head_id());
+}
+
+void ShardedGPT::blocks_backward(int chunk, Slot& s, float dloss, bool announce) {
+  const float daux = static_cast<float>(config_.aux_coef) * dloss;
+  const int l0 = place_.first_layer(chunk);
+  for (int i = int(s.blocks.size()) - 1; i >= 0; --i) {
+    const int l = l0 + i;
+    if (hooks_) hooks_->before_backward(l);
+    const float* x_in = i > 0 ? s.blocks[size_t(i - 1)].res2.data() : s.x.data();
+    std::fill(dx_next_.begin(), dx_next_.end(), 0.0f);
+    tp_block_backward(dx_next_.data(), g_.blocks[l], scratch_, dx_.data(), daux, s.blocks[size_t(i)],
+                      x_in, w_.blocks[l], dims_, config_, s.wgrad, ctx_);
+    s.wgrad.end_block(l);
+    if (announce) finish_block(l);
+    if (hooks_) hooks_->after_backward(l);
+    std::swap(dx_, dx_next_);
+  }
+}
+
+void ShardedGPT::embedding_backward(Slot& s) {
+  vocab_parallel_embedding_backward(g_.wte, g_.wpe, scratch_.full_dout.data(), dx_.data(),
+                                    s.inputs.data(), v0_, Vl_, dims_, ctx_);
+}
+
+void ShardedGPT::backward_input(int chunk, int mb, int buffer, float dloss, bool defer_weight,
+                                bool final) {
+  Slot& s = slot(chunk, mb, false);
+  SHARDLAB_CHECK(s.activations, fmt::format("backward of micro-batch {} chunk {} without its forward", mb, chunk));
+  const int64_t Nr = dims_.rows();
+  const int C = dims_.C;
+  s.wgrad.set_deferred(defer_weight);
+  // Gradients become final here when this is the chunk's last backward and
+  // no weight gradient waits for a W action.
+  const bool announce = final && !defer_weight;
+  if (place_.last(chunk)) {
+    head_backward(s, dloss, announce);
+  } else {
+    const float* dout = gradient_buffer(chunk, buffer);
+    std::copy_n(dout, Nr * C, dx_.data());
+  }
+  blocks_backward(chunk, s, dloss, announce);
+  if (place_.first(chunk)) {
+    embedding_backward(s);
+    if (announce) finish_embeddings(layout_.filter().ln_f);
+  } else {
+    std::copy_n(dx_.data(), Nr * C, s.dx.data());
+    s.unsent = true;
+  }
+  if (ctx_.ex.sink) ctx_.ex.sink->freed(s.elems);
+  s.activations = false;
+  free_if_done(s);
+}
+
+void ShardedGPT::backward_weight(int chunk, int mb, bool final) {
+  Slot& s = slot(chunk, mb, false);
+  SHARDLAB_CHECK(s.wgrad.deferred() && !s.activations,
+                 fmt::format("weight gradient of micro-batch {} chunk {} before its input gradient", mb, chunk));
+  s.wgrad.flush(ctx_.ex, [&](int layer) {
+    if (final) finish_block(layer);
+  });
+  if (final && place_.first(chunk)) finish_embeddings(layout_.filter().ln_f);
+  s.wgrad.set_deferred(false);
+  free_if_done(s);
+}
+
+void ShardedGPT::finish_block(int layer) {
+  if (layer == head_id()) {
+    if (ctx_.sp) reduce_staged(lnf_staged_);
+    grads_ready(layout_.prefix("transformer.ln_f."));
+    return;
+  }
+  if (ctx_.sp) reduce_staged(block_staged_[size_t(layer)]);
+  grads_ready(layout_.block(layer));
+}
+
+void ShardedGPT::finish_embeddings(bool tied_here) {
+  if (ctx_.sp) reduce_staged(wpe_staged_);
+  // The tied wte is final here when this rank also holds the head (one
+  // pipeline rank); otherwise the trainer sums the two copies first.
+  if (tied_here) grads_ready(wte_range());
+  grads_ready(layout_.prefix("transformer.wpe."));
+}
+
+}  // namespace shardlab::parallel

@@ -1,0 +1,43 @@
+// The attention core of a block, behind an interface so that variants plug in
+// without touching the block: softmax(q·kᵀ/√HS + causal mask)·v over this
+// rank's heads, from the fused [q | k | v] rows to the heads' outputs.
+//
+//   LocalAttention   every key of the sequence is on this rank (TP splits
+//                    heads, not time): the kernels of model/kernels.h.
+//
+// A context-parallel variant (ring attention: K/V blocks passed around the cp
+// group by point to point, online softmax) implements the same two calls and
+// sets TpContext::attention; the block, its projections and the schedules
+// stay as they are.
+//
+// Shapes (letters of tensor/buffers.h): qkv (N, 3·Cl), atty (N, Cl), att the
+// core's saved state (B, NHl, T, T) for LocalAttention.
+#pragma once
+
+#include "model/parallel/tensor/buffers.h"
+#include "model/parallel/tensor/mappings.h"
+
+namespace shardlab::parallel {
+
+class AttentionCore {
+ public:
+  virtual ~AttentionCore() = default;
+  // atty = attention(qkv); `att` keeps what backward needs.
+  virtual void forward(float* atty, float* att, const float* qkv, const TpDims& d,
+                       const TpContext& c) const = 0;
+  // dqkv (N, 3·Cl) += the gradient of qkv given datty.
+  virtual void backward(float* dqkv, const float* datty, const float* qkv, const float* att,
+                        const TpDims& d, const TpContext& c) const = 0;
+};
+
+class LocalAttention final : public AttentionCore {
+ public:
+  void forward(float* atty, float* att, const float* qkv, const TpDims& d,
+               const TpContext& c) const override;
+  void backward(float* dqkv, const float* datty, const float* qkv, const float* att,
+                const TpDims& d, const TpContext& c) const override;
+  // The one instance every context uses by default.
+  static const LocalAttention& instance();
+};
+
+}  // namespace shardlab::parallel

@@ -1,0 +1,73 @@
+#include "model/parallel/weight_grad.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "model/kernels.h"
+#include "runtime/errors.h"
+
+namespace shardlab::parallel {
+
+namespace {
+
+// Floats per alignment unit of model::Buffer (64 bytes).
+constexpr int64_t kAlignFloats = model::kBufferAlignment / sizeof(float);
+
+// A copy must start at the same offset inside a 64-byte line as its source:
+// Eigen's summation order depends on it (model/buffer.h), and the deferred
+// weight gradient has to match the immediate one bit for bit.
+int64_t phase_of(const float* p) {
+  return static_cast<int64_t>(reinterpret_cast<uintptr_t>(p) % model::kBufferAlignment) / 4;
+}
+
+}  // namespace
+
+float* WeightGrads::reserve(int64_t n, int64_t* offset) {
+  *offset = used_;
+  used_ += n;
+  if (static_cast<int64_t>(stash_.size()) < used_) stash_.resize(static_cast<size_t>(used_));
+  return stash_.data() + *offset;
+}
+
+void WeightGrads::linear(const char* name, float* dweight, float* dbias, const float* dout,
+                         const float* inp, int64_t N, int C, int OC, const model::Exec& ex) {
+  if (!deferred_) {
+    model::linear_backward_weight(dweight, dbias, dout, inp, N, C, OC);
+    ex.op(name, model::linear_backward_weight_cost(N, C, OC, dbias != nullptr, ex.elem));
+    return;
+  }
+  Task t{name, dweight, dbias, 0, 0, N, C, OC, -1};
+  int64_t pad = 0;
+  auto copy = [&](const float* src, int64_t n, int64_t* at) {
+    // Pad so that the copy has the source's phase in its 64-byte line.
+    pad = (phase_of(src) - used_ % kAlignFloats + kAlignFloats) % kAlignFloats;
+    int64_t ignored;
+    if (pad > 0) reserve(pad, &ignored);
+    std::memcpy(reserve(n, at), src, static_cast<size_t>(n) * sizeof(float));
+  };
+  copy(dout, N * OC, &t.dout);
+  copy(inp, N * C, &t.inp);
+  tasks_.push_back(t);
+  modeled_ += N * (OC + C);
+  if (ex.sink) ex.sink->saved(N * (OC + C));
+}
+
+void WeightGrads::end_block(int layer) {
+  for (auto it = tasks_.rbegin(); it != tasks_.rend() && it->layer < 0; ++it) it->layer = layer;
+}
+
+void WeightGrads::flush(const model::Exec& ex, const std::function<void(int layer)>& on_block) {
+  for (size_t i = 0; i < tasks_.size(); ++i) {
+    const Task& t = tasks_[i];
+    model::linear_backward_weight(t.dweight, t.dbias, stash_.data() + t.dout, stash_.data() + t.inp,
+                                  t.N, t.C, t.OC);
+    ex.op(t.name, model::linear_backward_weight_cost(t.N, t.C, t.OC, t.dbias != nullptr, ex.elem));
+    const bool block_done = i + 1 == tasks_.size() || tasks_[i + 1].layer != t.layer;
+    if (block_done && on_block) on_block(t.layer);
+  }
+  if (ex.sink && modeled_ > 0) ex.sink->freed(modeled_);
+  tasks_.clear();
+  used_ = modeled_ = 0;
+}
+
+}  // namespace shardlab::parallel

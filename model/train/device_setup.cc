@@ -1,0 +1,96 @@
+#include "model/train/device_setup.h"
+
+#include <string>
+
+#include "collectives/collectives.h"
+#include "model/parallel/sharded_gpt.h"
+#include "model/parallel/unsharded_model.h"
+#include "model/train/shard_io.h"
+
+namespace shardlab::train {
+
+namespace coll = collectives;
+
+namespace {
+
+// The global norm sums every parameter once: over tp (and dp with ZeRO-2,
+// where each rank holds only its chunks), ep (each rank its own experts) and pp.
+std::string norm_dims(const ParallelOptions& par) {
+  std::string dims = par.zero >= 2 ? "tp-dp" : (par.ep > 1 ? "tp-ep" : "tp");
+  return par.pp > 1 ? dims + "-pp" : dims;
+}
+
+}  // namespace
+
+DeviceSetup::DeviceSetup(const DeviceProgram& p, Device& dev)
+    : ctx(p.mesh, dev.rank()),
+      coords(ctx.coords()),
+      micro_batches(p.options.micro_batches),
+      rows(p.options.model.batch_size / (int64_t{p.options.micro_batches} * p.options.parallel.dp)),
+      sink(dev),
+      micro(static_cast<size_t>(p.options.micro_batches)) {
+  make_model(p, dev);
+  if (p.init) load_shards(*model, *p.init);
+  dev.log().info("{}: {} local parameters", p.mesh.describe(dev.rank()), model->params().size());
+  model->set_sink(&sink);
+  make_data_parallel(p, dev);
+  const ParallelOptions& par = p.options.parallel;
+  optimizer.emplace(dev, *model, *dp, ctx.group(norm_dims(par)),
+                    NormCounting{coords.tp == 0, coords.pp == 0, ctx.group("ep").rank() == 0, par.zero >= 2});
+  // Modeled memory of the buffers the model and data parallelism hold.
+  weights_ = dev.alloc("parameters", {static_cast<int64_t>(model->params().size())}, MemKind::kParam,
+                       /*phantom=*/true);
+  grads_ = dev.alloc("gradients", {dp->held_grad_elements()}, MemKind::kGrad, /*phantom=*/true);
+  const coll::ProcessGroup& pipeline = ctx.group("pp");
+  executor.emplace(dev, *stage,
+                   parallel::build_schedule(par.schedule, par.pp, micro_batches, par.vpp)[size_t(coords.pp)],
+                   std::vector<int>(pipeline.members().begin(), pipeline.members().end()), micro_batches);
+}
+
+// The unsharded model (verify's reference; pure data parallelism) or the
+// sharded GPT; the executor drives either through the StageModel calls.
+void DeviceSetup::make_model(const DeviceProgram& p, Device& dev) {
+  const TrainOptions& o = p.options;
+  const ParallelOptions& par = o.parallel;
+  const bool global_routing = o.model.is_moe() && par.dp > 1 && (par.ep > 1 || o.model.capacity_factor > 0);
+  const bool sharded = par.pp > 1 || par.tp > 1 || par.ep > 1 || global_routing;
+  const int T = o.model.block_size;
+  if (!sharded) {
+    auto m = std::make_unique<parallel::UnshardedModel>(o.model, o.seed);
+    m->set_micro_batch(int(rows), T);
+    stage = m.get();
+    model = std::move(m);
+    return;
+  }
+  const parallel::ModelGroups groups{&ctx.group("tp"), par.ep > 1 ? &ctx.group("ep") : nullptr,
+                                     global_routing ? &ctx.group("dp") : nullptr};
+  parallel::ShardedOptions so;
+  so.sequence_parallel = par.sp;
+  so.placement = {par.pp, par.vpp, coords.pp, par.stage_layers};
+  auto m = std::make_unique<parallel::ShardedGPT>(o.model, o.seed, dev, groups, so);
+  m->set_micro_batch(int(rows), T);
+  stage = m.get();
+  model = std::move(m);
+}
+
+void DeviceSetup::make_data_parallel(const DeviceProgram& p, Device& dev) {
+  const ParallelOptions& par = p.options.parallel;
+  const parallel::DataParallelOptions dpo{uint64_t(par.bucket_mb * 1e6), par.overlap, par.zero};
+  parallel::DataParallel::ExpertGrads expert_grads;
+  if (par.ep > 1) expert_grads = {&ctx.group("edp"), parallel::expert_ranges(model->shards())};
+  const coll::ProcessGroup& dp_group = ctx.group("dp");
+  dp.emplace(dev, dp_group, model->grads(), parallel::backward_ready_order(model->shards()), dpo,
+             expert_grads);
+  sink.on_grads_ready([this](int64_t off, int64_t cnt) { dp->grads_ready(off, cnt); });
+  sink.on_average([this, &dev, &dp_group](float* data, int64_t cnt) {
+    if (dp_group.size() == 1) return false;
+    coll::all_reduce(dev, dp_group, coll::Buffer(data, size_t(cnt)), coll::ReduceOp::kAvg);
+    return true;
+  });
+}
+
+int64_t DeviceSetup::first_row(int mb) const {
+  return mb * (rows * ctx.mesh().shape().dp) + coords.dp * rows;
+}
+
+}  // namespace shardlab::train

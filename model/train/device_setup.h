@@ -1,0 +1,50 @@
+// DeviceSetup: everything one device builds before its first step — its
+// process groups, the model part it holds, data parallelism over its dp
+// group, the executor of its schedule actions — and the memory they take,
+// charged to its arena from the buffers themselves.
+//
+// Thread safety: one instance per device thread.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "model/parallel/data/data_parallel.h"
+#include "model/parallel/parallel_context.h"
+#include "model/parallel/pipeline/executor.h"
+#include "model/train/device_program.h"
+#include "model/train/device_sink.h"
+#include "model/train/optimizer_step.h"
+
+namespace shardlab::train {
+
+class DeviceSetup {
+ public:
+  DeviceSetup(const DeviceProgram& program, Device& dev);
+  DeviceSetup(const DeviceSetup&) = delete;
+  DeviceSetup& operator=(const DeviceSetup&) = delete;
+
+  parallel::ParallelContext ctx;
+  const collectives::Coords coords;
+  const int micro_batches;
+  const int64_t rows;  // per micro-batch on this dp rank
+  std::unique_ptr<parallel::LocalModel> model;
+  parallel::StageModel* stage = nullptr;  // the same model, as the executor drives it
+  DeviceSink sink;
+  std::optional<parallel::DataParallel> dp;
+  std::optional<parallel::PipelineExecutor> executor;
+  std::optional<ShardedAdamW> optimizer;
+  std::vector<model::Batch> micro;  // reused: no allocation per step
+
+  // The global batch row of micro-batch mb's first row on this rank.
+  int64_t first_row(int mb) const;
+
+ private:
+  void make_model(const DeviceProgram& p, Device& dev);
+  void make_data_parallel(const DeviceProgram& p, Device& dev);
+
+  Tensor weights_, grads_;  // modeled memory of the parameters and gradients
+};
+
+}  // namespace shardlab::train

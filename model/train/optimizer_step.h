@@ -1,0 +1,59 @@
+// The optimizer step of one device: the global gradient norm (each parameter
+// counted once over the whole cluster), torch's clip_grad_norm_, and AdamW on
+// the parameters this device owns — all of them, or with ZeRO its chunks of
+// every data-parallel bucket — followed by ZeRO's parameter all-gather.
+//
+// The AdamW moments are held only for the owned elements (their buffers are
+// the optimizer memory charged to the arena); with a bf16 model the fp32
+// master weights of the owned part are charged too (a phantom tensor: host
+// math is fp32 already).
+//
+// Thread safety: one instance per device thread.
+#pragma once
+
+#include <vector>
+
+#include "collectives/group.h"
+#include "model/optimizer.h"
+#include "model/parallel/data/data_parallel.h"
+#include "model/parallel/local_model.h"
+#include "runtime/device.h"
+
+namespace shardlab::train {
+
+// Which local tensors a device counts in the global norm, so that the sum
+// over the norm group counts every parameter of the model exactly once.
+struct NormCounting {
+  bool tp_rank0 = true;      // tensors replicated over TP count on TP rank 0 only
+  bool first_stage = true;   // the last stage's tied wte copy does not count
+  bool ep_rank0 = true;      // non-expert tensors count on EP rank 0 only...
+  bool zero_sharded = false; // ...unless ZeRO-2 already splits every gradient over dp
+  bool counts(const parallel::ShardSpec& s) const;
+};
+
+class ShardedAdamW {
+ public:
+  ShardedAdamW(Device& dev, parallel::LocalModel& model, parallel::DataParallel& dp,
+               const collectives::ProcessGroup& norm_group, NormCounting counting);
+
+  // Clips by the global norm and takes the AdamW step (hyper-parameters `h`,
+  // step number `step` from 0, clip at `clip` when > 0); returns the norm
+  // before clipping.
+  double step(const model::AdamWHyper& h, int step, double clip);
+
+ private:
+  double global_norm();
+  // Calls f(flat offset, count, state offset, spec) for the part of every
+  // local tensor inside `ranges`; state offsets number the owned elements.
+  template <typename F>
+  void for_ranges(const std::vector<Range>& ranges, F&& f) const;
+
+  Device& dev_;
+  parallel::LocalModel& model_;
+  parallel::DataParallel& dp_;
+  const collectives::ProcessGroup& norm_group_;
+  NormCounting counting_;
+  Tensor m_, v_, master_;  // (owned) AdamW moments; fp32 master weights (bf16 only, phantom)
+};
+
+}  // namespace shardlab::train

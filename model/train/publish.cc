@@ -1,0 +1,61 @@
+#include "model/train/publish.h"
+
+#include <algorithm>
+
+#include "model/train/shard_io.h"
+
+namespace shardlab::train {
+
+using parallel::ShardSpec;
+
+void record_moe(const parallel::LocalModel& model, int step, std::vector<MoeLayerTotals>& out) {
+  for (const parallel::MoeStepStats& m : model.moe_step_stats()) {
+    if (m.layer < 0) continue;
+    auto it = std::find_if(out.begin(), out.end(), [&](const MoeLayerTotals& t) { return t.layer == m.layer; });
+    if (it == out.end()) {
+      out.push_back({m.layer, m.expert_begin});
+      it = out.end() - 1;
+    }
+    it->per_step.resize(size_t(step) + 1);
+    it->per_step[size_t(step)] = m.received;
+    it->dropped += m.dropped;
+    it->a2a_sent_bytes += 2 * m.a2a_sent_bytes;  // backward moves the same rows again
+    it->a2a_recv_bytes += 2 * m.a2a_recv_bytes;
+  }
+}
+
+void publish_step0_grads(parallel::LocalModel& model, const parallel::DataParallel& dp,
+                         const collectives::Coords& coords, const model::ParamTable& table,
+                         TrainResult& result) {
+  auto grads = model.grads();
+  if (dp.sharded_grads()) {  // with ZeRO-2 each dp rank holds the reduced gradient of its own chunks only
+    scatter_to_global(model, grads, coords, table, result.step0_grads, &dp.owned());
+  } else if (coords.edp == 0) {
+    scatter_to_global(model, grads, coords, table, result.step0_grads, nullptr,
+                      coords.dp == 0 ? kAll : kExpertsOnly);
+  }
+}
+
+void publish_params(parallel::LocalModel& model, const collectives::DeviceMesh& mesh, int rank,
+                    const std::vector<int>& ep_members, TrainResult& result,
+                    const model::ParamTable& table) {
+  auto params = model.params();
+  const collectives::Coords coords = mesh.coords(rank);
+  // Replica d is the model as dp rank d's ep group holds it: every member
+  // writes its experts into each of the group's replicas.
+  scatter_to_global(model, params, coords, table, result.replicas[size_t(coords.dp)], nullptr, kAll);
+  for (int peer : ep_members)
+    if (peer != rank)
+      scatter_to_global(model, params, coords, table, result.replicas[size_t(mesh.coords(peer).dp)],
+                        nullptr, kExpertsOnly);
+  // The last stage's tied copy, compared with the first stage's by train().
+  const int pp = mesh.shape().pp;
+  if (pp > 1 && coords.pp == pp - 1 && coords.dp == 0) {
+    for (const ShardSpec& s : model.shards())
+      if (s.role == model::ParamRole::kTokenEmbedding)
+        for (int64_t i = 0; i < s.numel; ++i)
+          result.tied_copy[size_t(parallel::global_index(s, i))] = params[size_t(s.offset + i)];
+  }
+}
+
+}  // namespace shardlab::train
