@@ -1,12 +1,12 @@
 // The full verify grid of issue 5: dense and MoE x dp {1,2,4} x tp {1,2,4} x
 // sp x ZeRO {0,1,2}, 5 steps of tiny each. Labelled "full": `make test-full`
-// (ctest -L full); CI runs the subset in test_cli_verify.cc.
+// (ctest -L full); CI runs the subset in cli_verify_test.cc.
 #include <tuple>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "tests/cli/cli_util.h"
+#include "tests/examples/shardlab/cli_util.h"
 
 namespace shardlab {
 namespace {

@@ -4,7 +4,7 @@
 
 #include "runtime/profile.h"
 #include "runtime/time.h"
-#include "tests/cli/cli_util.h"
+#include "tests/examples/shardlab/cli_util.h"
 
 namespace shardlab {
 namespace {

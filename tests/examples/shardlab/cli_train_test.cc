@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "tests/cli/cli_util.h"
+#include "tests/examples/shardlab/cli_util.h"
 
 namespace shardlab {
 namespace {
