@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "collectives/mesh.h"
 #include "runtime/errors.h"
 #include "runtime/cluster.h"
+#include "support/compare.h"
 
 namespace shardlab::collectives::testing {
 
@@ -56,14 +58,19 @@ class Failures {
   size_t count_ = 0;
 };
 
-// Max |got - want| over a range; records a failure when above `tol`.
+// Compares got[0..count) with want(i); records a failure (with the max
+// difference, where, and the tolerance) when any element is NaN or Inf or the
+// max |got - want| is above `tol`. Exact (tol 0) by default: inputs are small
+// integers, so every reduction order gives the same floats.
 template <class Want>
-double check_range(Failures& f, const std::string& what, const float* got, size_t count, Want want,
-                   double tol = 0) {
-  double worst = 0;
-  for (size_t i = 0; i < count; ++i) worst = std::max(worst, static_cast<double>(std::abs(got[i] - want(i))));
-  if (worst > tol) f.add(what + ": max error " + std::to_string(worst) + " > " + std::to_string(tol));
-  return worst;
+shardlab::testing::Diff check_range(Failures& f, const std::string& what, const float* got, size_t count,
+                                    Want want, double tol = 0) {
+  std::vector<float> expected(count);
+  for (size_t i = 0; i < count; ++i) expected[i] = static_cast<float>(want(i));
+  const std::span<const float> g(got, count);
+  const auto result = shardlab::testing::all_close(g, expected, tol);
+  if (!result) f.add(what + ": " + result.message());
+  return shardlab::testing::diff(g, std::span<const float>(expected));
 }
 
 inline HardwareProfile uniform_profile(int devices, double latency_us = 2.0, double gbps = 300.0) {

@@ -94,13 +94,18 @@ TEST(TimingTest, DirectAndTreeCostsFollowTheirShape) {
     all_reduce(dev, g, x, ReduceOp::kSum, {Algo::kDirect, std::nullopt});
   });
   // All n-1 sends leave back to back: the last lands after a + (n-1)·w(S).
-  EXPECT_EQ(direct[0], latency() + (n - 1) * wire(s));
+  ASSERT_EQ(direct.size(), static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) EXPECT_EQ(direct[static_cast<size_t>(r)], latency() + (n - 1) * wire(s)) << "member " << r;
   auto tree = comm_ends(n, [&](Device& dev, const ProcessGroup& g) {
     std::vector<float> x(count, 1.f);
     all_reduce(dev, g, x, ReduceOp::kSum, {Algo::kTree, std::nullopt});
   });
   // log2(8) = 3 halving and 3 doubling steps moving S/2, S/4, S/8 each way.
-  EXPECT_EQ(tree[0], 2 * (3 * latency() + wire(s / 2) + wire(s / 4) + wire(s / 8)));
+  ASSERT_EQ(tree.size(), static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(tree[static_cast<size_t>(r)], 2 * (3 * latency() + wire(s / 2) + wire(s / 4) + wire(s / 8)))
+        << "member " << r;
+  }
 }
 
 TEST(TimingTest, PhantomBuffersTakeTheSameTime) {

@@ -5,6 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
+#include <span>
+
+#include "support/compare.h"
 
 namespace shardlab::model::testing {
 
@@ -31,37 +35,41 @@ std::vector<double> numeric_grad(const std::function<double()>& loss, double* x,
   return g;
 }
 
+namespace {
+double rel_floor(const std::vector<double>& numeric) {
+  return std::max(1e-3 * shardlab::testing::max_abs_finite(numeric), kAbsFloor);
+}
+}  // namespace
+
 GradError compare_grads(const double* analytic, const std::vector<double>& numeric) {
-  GradError e;
-  double scale = 0;
-  for (double v : numeric) scale = std::max(scale, std::abs(v));
-  const double floor = std::max(1e-3 * scale, kAbsFloor);
-  for (size_t i = 0; i < numeric.size(); ++i) {
-    const double a = analytic[i], n = numeric[i];
-    const double abs_err = std::abs(a - n);
-    const double rel = abs_err / std::max({std::abs(a), std::abs(n), floor});
-    e.max_abs = std::max(e.max_abs, abs_err);
-    if (rel > e.max_rel || e.worst < 0) {
-      e.max_rel = rel;
-      e.worst = static_cast<int64_t>(i);
-    }
-  }
-  return e;
+  const double floor = rel_floor(numeric);
+  const shardlab::testing::Diff d =
+      shardlab::testing::diff(std::span<const double>(analytic, numeric.size()),
+                              std::span<const double>(numeric), floor);
+  return {d.max_rel, d.max_abs, d.worst_rel, d.non_finite, floor};
+}
+
+::testing::AssertionResult grads_close(const double* analytic, const std::vector<double>& numeric,
+                                       double tol) {
+  return shardlab::testing::all_close_rel(std::span<const double>(analytic, numeric.size()),
+                                          numeric, tol, rel_floor(numeric));
 }
 
 double check_gradients(const std::string& what, const std::vector<Checked>& tensors,
                        const std::function<double()>& loss, double tol) {
   double worst = 0;
+  bool non_finite = false;
   for (const Checked& t : tensors) {
     const std::vector<double> numeric = numeric_grad(loss, t.value, static_cast<int64_t>(t.size));
     const GradError e = compare_grads(t.grad, numeric);
-    std::printf("[gradcheck] %-28s %-34s max rel err %.3e  max abs err %.3e  (tol %.0e)\n",
-                what.c_str(), t.name.c_str(), e.max_rel, e.max_abs, tol);
-    EXPECT_LE(e.max_rel, tol) << what << " " << t.name << ": worst element " << e.worst
-                              << " analytic " << t.grad[e.worst] << " numeric " << numeric[e.worst];
+    std::printf("[gradcheck] %-28s %-34s max rel err %.3e  max abs err %.3e  (tol %.0e)%s\n",
+                what.c_str(), t.name.c_str(), e.max_rel, e.max_abs, tol,
+                e.non_finite ? "  NON-FINITE" : "");
+    EXPECT_TRUE(grads_close(t.grad, numeric, tol)) << what << " " << t.name << " (analytic vs numeric)";
     worst = std::max(worst, e.max_rel);
+    non_finite = non_finite || e.non_finite > 0;
   }
-  return worst;
+  return non_finite ? std::numeric_limits<double>::quiet_NaN() : worst;
 }
 
 std::vector<double> random_vector(std::mt19937_64& rng, int64_t n, double scale) {

@@ -3,8 +3,9 @@
 // Relative error of one element: |a − n| / max(|a|, |n|, floor) where a is
 // the analytic gradient, n the 4th-order central difference, and floor = 1e-3 · ‖n‖∞
 // of that tensor (so elements whose gradient is ~0 compare on the tensor's
-// scale instead of dividing noise by noise). Each check prints its max
-// relative and absolute error next to the tolerance.
+// scale instead of dividing noise by noise). A NaN or Inf on either side
+// fails the check (support/compare.h). Each check prints its max relative
+// and absolute error next to the tolerance.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 namespace shardlab::model::testing {
 
 // Max relative error of a single kernel's double-precision gradients against
@@ -21,15 +24,21 @@ namespace shardlab::model::testing {
 inline constexpr double kKernelTol = 1e-6;
 
 struct GradError {
-  double max_rel = 0;
-  double max_abs = 0;
-  int64_t worst = -1;  // element index of max_rel
+  double max_rel = 0;       // over finite elements
+  double max_abs = 0;       // over finite elements
+  int64_t worst = -1;       // element index of max_rel
+  int64_t non_finite = 0;   // elements where either gradient is NaN or Inf
+  double floor = 0;         // of the relative error
 };
 
 // Fourth-order central differences of loss() w.r.t. x[0..n), step h; x is restored.
 std::vector<double> numeric_grad(const std::function<double()>& loss, double* x, int64_t n,
                                  double h = 1e-4);
 GradError compare_grads(const double* analytic, const std::vector<double>& numeric);
+// Passes when every element is finite and max relative error <= tol; the
+// message gives the max error, the worst element and both gradients there.
+::testing::AssertionResult grads_close(const double* analytic, const std::vector<double>& numeric,
+                                       double tol);
 
 // A tensor under check: its values (perturbed in place) and analytic gradient.
 struct Checked {
@@ -42,8 +51,8 @@ struct Checked {
   size_t size;
   const double* grad;
 };
-// Checks every tensor, prints one line each, EXPECTs max_rel <= tol.
-// Returns the max relative error over all tensors.
+// Checks every tensor, prints one line each, EXPECTs grads_close(tol).
+// Returns the max relative error over all tensors (NaN if any was not finite).
 double check_gradients(const std::string& what, const std::vector<Checked>& tensors,
                        const std::function<double()>& loss, double tol);
 

@@ -4,7 +4,7 @@
 
 #include "runtime/profile.h"
 #include "runtime/time.h"
-#include "tests/cli/cli_util.h"
+#include "tests/examples/shardlab/cli_util.h"
 
 namespace shardlab {
 namespace {
@@ -37,8 +37,11 @@ TEST(CliCollectives, JsonRowsFollowNcclTestsDefinitions) {
 }
 
 TEST(CliCollectives, TwoNodesAreBoundByTheInterNodeLink) {
-  auto one = nlohmann::json::parse(run_cli("collectives --op all_reduce --ranks 8 --min-bytes 64MiB --max-bytes 64MiB --json").out);
-  auto two = nlohmann::json::parse(run_cli("collectives --op all_reduce --ranks 16 --min-bytes 64MiB --max-bytes 64MiB --json").out);
+  const auto r8 = run_cli("collectives --op all_reduce --ranks 8 --min-bytes 64MiB --max-bytes 64MiB --json");
+  const auto r16 = run_cli("collectives --op all_reduce --ranks 16 --min-bytes 64MiB --max-bytes 64MiB --json");
+  ASSERT_EQ(r8.code, 0) << r8.err;
+  ASSERT_EQ(r16.code, 0) << r16.err;
+  auto one = nlohmann::json::parse(r8.out), two = nlohmann::json::parse(r16.out);
   const double bw8 = one["rows"][0]["busbw_GBps"], bw16 = two["rows"][0]["busbw_GBps"];
   std::printf("64 MiB all_reduce busbw: 8 ranks %.1f GB/s, 16 ranks %.1f GB/s\n", bw8, bw16);
   EXPECT_GT(bw8, 250);

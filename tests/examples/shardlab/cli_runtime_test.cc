@@ -1,12 +1,14 @@
 // The command-line contract of `shardlab p2p` and `shardlab profiles`.
 #include <cmath>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "runtime/profile.h"
 #include "runtime/time.h"
-#include "tests/cli/cli_util.h"
+#include "support/compare.h"
+#include "tests/examples/shardlab/cli_util.h"
 
 namespace shardlab {
 namespace {
@@ -32,14 +34,17 @@ void check_p2p(const std::string& profile_name, int src, int dst, const char* li
   const LinkSpec& l = std::string(link_class) == "intra" ? p.intra : p.inter;
   const auto& rows = j["rows"];
   ASSERT_EQ(rows.size(), 29u);  // 1 B .. 256 MiB
-  double max_lat_err = 0;
+  std::vector<double> latency, exact;
   for (const auto& row : rows) {
     const uint64_t bytes = row["bytes"];
-    max_lat_err = std::max(max_lat_err, std::abs(row["latency_us"].get<double>() - exact_us(l, bytes)));
+    latency.push_back(row["latency_us"].get<double>());
+    exact.push_back(exact_us(l, bytes));
     EXPECT_GT(row["host_GBps"].get<double>(), 0);
   }
-  std::printf("%s %s: max |latency - (a + S/B)| = %.3g us\n", profile_name.c_str(), link_class, max_lat_err);
-  EXPECT_LT(max_lat_err, 1e-6);  // exact up to the JSON's double printing
+  // Exact up to the JSON's double printing.
+  const auto close = shardlab::testing::all_close(latency, exact, 1e-6);
+  std::printf("%s %s: latency vs a + S/B (us): %s\n", profile_name.c_str(), link_class, close.message());
+  EXPECT_TRUE(close);
   const double lat0 = rows.front()["latency_us"];
   const double bw_last = rows.back()["bandwidth_GBps"];
   std::printf("  smallest latency %.4f us vs %.4f; 256 MiB bandwidth %.3f GB/s vs %.1f\n", lat0,

@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "tests/cli/cli_util.h"
+#include "tests/examples/shardlab/cli_util.h"
 
 namespace shardlab {
 namespace {
@@ -54,6 +54,8 @@ TEST(CliTrain, IdenticalRunsGiveBitIdenticalLossesAndCheckpoints) {
   const std::string a = tmp("a.safetensors"), b = tmp("b.safetensors");
   auto ja = train_report("--model nano --experts 4 --top-k 2 --steps 8 --save " + a, "a");
   auto jb = train_report("--model nano --experts 4 --top-k 2 --steps 8 --save " + b, "b");
+  ASSERT_EQ(ja["steps"].size(), 8u);
+  ASSERT_EQ(jb["steps"].size(), 8u);
   for (size_t i = 0; i < ja["steps"].size(); ++i) {
     EXPECT_EQ(ja["steps"][i]["loss"].get<double>(), jb["steps"][i]["loss"].get<double>()) << i;
     EXPECT_EQ(ja["steps"][i]["virtual_time_s"].get<double>(), jb["steps"][i]["virtual_time_s"].get<double>());
@@ -65,11 +67,12 @@ TEST(CliTrain, IdenticalRunsGiveBitIdenticalLossesAndCheckpoints) {
 }
 
 TEST(CliTrain, InitFromACheckpointContinuesTraining) {
-  // 6 steps in one go == 3 steps, save, then 3 more from the checkpoint? No:
-  // AdamW moments restart, so compare only the first loss after --init with
-  // the loss the first run reached with the same weights (step 3's input).
+  // 6 steps in one go != 3 steps, save, 3 more from the checkpoint: AdamW
+  // moments restart. What is checked: --init loads the trained weights, so
+  // the first loss on the same first batch is below a fresh init's.
   const std::string ckpt = tmp("mid.safetensors");
   auto j1 = train_report("--model nano --steps 3 --sampling sequential --save " + ckpt, "first");
+  ASSERT_EQ(j1["steps"].size(), 3u);
   auto j2 = train_report("--model nano --steps 1 --sampling sequential --init " + ckpt, "second");
   auto j0 = train_report("--model nano --steps 1 --sampling sequential", "fresh");
   // The checkpoint holds trained weights: the loss of step 0 on them differs

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "model/io/synthetic.h"
-#include "tests/model_io/test_util.h"
+#include "tests/model/io/test_util.h"
 
 namespace shardlab::model {
 namespace {

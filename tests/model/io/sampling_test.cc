@@ -6,7 +6,7 @@
 #include <numeric>
 
 #include "model/io/data.h"
-#include "tests/model_io/test_util.h"
+#include "tests/model/io/test_util.h"
 
 namespace shardlab::model {
 namespace {

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/io/token_rng.h"
-#include "tests/model_io/test_util.h"
+#include "tests/model/io/test_util.h"
 
 namespace shardlab::model {
 namespace {

@@ -1,0 +1,211 @@
+// Every *_cost function of model/kernel_costs.cc against FLOPs and bytes
+// counted by hand from its kernel, for small shapes whose totals can be
+// checked on paper. The costs charge the virtual clock, so they are exact
+// (integer-valued doubles): EXPECT_DOUBLE_EQ.
+//
+// Counting rules (kernel_costs.cc's header): bytes = elements read + written
+// in device memory × elem, plus 4 bytes per token id / int32 index and 8 per
+// int64 index, whatever the precision. A buffer that backward accumulates
+// into (+=) is read and written: 2 elements per element. Scratch that stays
+// on chip (a row of the softmax, dpre in attention backward) is not counted.
+// FLOPs: one per add, multiply, divide, compare, sqrt or exp; "exp(z - max)"
+// of a softmax counts as one, so a softmax is 4 per element (max, exp, sum,
+// normalise). Where the model's flop constant differs from a literal count of
+// the kernel, the comment says so (reported; the test pins the model's value).
+//
+// Size letters as in model/kernels.h.
+#include <gtest/gtest.h>
+
+#include "model/kernels.h"
+
+namespace shardlab::model {
+namespace {
+
+constexpr int kF32 = 4;  // bytes per element
+constexpr int kB16 = 2;
+
+// B=2 sequences of T=3 tokens: N=6 rows of C=4 channels.
+constexpr double B = 2, T = 3, N = B * T, C = 4;
+
+TEST(KernelCost, Embedding) {
+  // forward: out[n] = wte[inp[n]] + wpe[t]: one add per output element.
+  // reads N wte rows + the T wpe rows (shared by the B sequences, counted
+  // once), writes out; N token ids.
+  const OpCost f = embedding_forward_cost(2, 3, 4, kF32);
+  EXPECT_DOUBLE_EQ(f.flops, N * C);                                  // 24
+  EXPECT_DOUBLE_EQ(f.bytes, (N * C + T * C + N * C) * kF32 + 4 * N);  // 60 elements, 264 B
+  // backward: dwte[inp[n]] += dout[n]; dwpe[t] += dout[n]: two adds per element.
+  // reads dout; read-modify-writes the N dwte rows and the T dwpe rows.
+  const OpCost b = embedding_backward_cost(2, 3, 4, kF32);
+  EXPECT_DOUBLE_EQ(b.flops, 2 * N * C);                                    // 48
+  EXPECT_DOUBLE_EQ(b.bytes, (N * C + 2 * N * C + 2 * T * C) * kF32 + 4 * N);  // 96 elements, 408 B
+  // bf16 halves the element bytes, not the token ids.
+  EXPECT_DOUBLE_EQ(embedding_forward_cost(2, 3, 4, kB16).bytes, 60.0 * kB16 + 4 * N);
+  EXPECT_DOUBLE_EQ(embedding_forward_cost(2, 3, 4, kB16).flops, f.flops);
+}
+
+TEST(KernelCost, LayerNorm) {
+  // forward per element: mean Σx (1); variance x - m, square, Σ (3); output
+  // x - m, · rstd, · weight, + bias (4) -> 8. reads inp, weight, bias;
+  // writes out, mean, rstd.
+  const OpCost f = layernorm_forward_cost(6, 4, kF32);
+  EXPECT_DOUBLE_EQ(f.flops, 8 * N * C);                                  // 192
+  EXPECT_DOUBLE_EQ(f.bytes, (N * C + 2 * C + N * C + 2 * N) * kF32);     // 68 elements, 272 B
+  // backward per element: norm = (x - m)·s (2), dnorm = w·d (1), Σ dnorm (1),
+  // dnorm·norm and Σ (2), dbias += d (1), dweight += norm·d (2),
+  // dinp += (dnorm - mean - norm·mean2)·s (5) -> 14.
+  // reads dout, inp, weight, mean, rstd; read-modify-writes dinp, dweight, dbias.
+  const OpCost b = layernorm_backward_cost(6, 4, kF32);
+  EXPECT_DOUBLE_EQ(b.flops, 14 * N * C);  // 336
+  EXPECT_DOUBLE_EQ(b.bytes, (N * C + N * C + C + 2 * N + 2 * N * C + 2 * C + 2 * C) * kF32);  // 128, 512 B
+}
+
+TEST(KernelCost, Linear) {
+  constexpr double OC = 5;
+  // forward: out = inp · weightᵀ (+ bias): 2·N·C·OC (+ N·OC).
+  // reads inp (N,C), weight (OC,C) (, bias); writes out (N,OC).
+  const OpCost f = linear_forward_cost(6, 4, 5, true, kF32);
+  EXPECT_DOUBLE_EQ(f.flops, 2 * N * C * OC + N * OC);                  // 270
+  EXPECT_DOUBLE_EQ(f.bytes, (N * C + OC * C + OC + N * OC) * kF32);     // 79 elements, 316 B
+  const OpCost f0 = linear_forward_cost(6, 4, 5, false, kF32);
+  EXPECT_DOUBLE_EQ(f0.flops, 2 * N * C * OC);                           // 240
+  EXPECT_DOUBLE_EQ(f0.bytes, (N * C + OC * C + N * OC) * kF32);         // 74 elements, 296 B
+  // backward: dinp += dout · weight (2·N·C·OC), dweight += doutᵀ · inp
+  // (2·N·C·OC), dbias += Σ_n dout (N·OC). reads dout, inp, weight;
+  // read-modify-writes dinp, dweight (, dbias).
+  const OpCost b = linear_backward_cost(6, 4, 5, true, kF32);
+  EXPECT_DOUBLE_EQ(b.flops, 4 * N * C * OC + N * OC);  // 510
+  EXPECT_DOUBLE_EQ(b.bytes, (N * OC + N * C + OC * C + 2 * N * C + 2 * OC * C + 2 * OC) * kF32);  // 172, 688 B
+  const OpCost b0 = linear_backward_cost(6, 4, 5, false, kF32);
+  EXPECT_DOUBLE_EQ(b0.flops, 4 * N * C * OC);  // 480
+  EXPECT_DOUBLE_EQ(b0.bytes, (N * OC + N * C + OC * C + 2 * N * C + 2 * OC * C) * kF32);  // 162, 648 B
+}
+
+TEST(KernelCost, Attention) {
+  // B=2, T=3, NH=2, HS=3: C = 6, BH = 4 score blocks of T×T = 9.
+  constexpr double NH = 2, HS = 3, BH = B * NH, TT = T * T, NC = B * T * NH * HS;
+  // forward, counting the full T×T products (dense GPU kernels; the CPU kernel
+  // skips the masked half of att·v): q·kᵀ 2·TT·HS, att·v 2·TT·HS per block;
+  // softmax 5 per score (scale, max, exp, sum, normalise).
+  // reads qkv (3·NC); writes att (BH·TT) and out (NC).
+  const OpCost f = attention_forward_cost(2, 3, 2, 3, kF32);
+  EXPECT_DOUBLE_EQ(f.flops, BH * (4 * TT * HS + 5 * TT));         // 612
+  EXPECT_DOUBLE_EQ(f.bytes, (3 * NC + BH * TT + NC) * kF32);      // 180 elements, 720 B
+  // backward: dv += attᵀ·dout, datt = dout·vᵀ, dq += dpre·k, dk += dpreᵀ·q
+  // (4 × 2·TT·HS); softmax backward 5 per score (att·datt and Σ, datt - dot,
+  // · att, · scale). reads dout, qkv, att; read-modify-writes dqkv (2·3·NC).
+  const OpCost b = attention_backward_cost(2, 3, 2, 3, kF32);
+  EXPECT_DOUBLE_EQ(b.flops, BH * (8 * TT * HS + 5 * TT));                    // 1044
+  EXPECT_DOUBLE_EQ(b.bytes, (NC + 3 * NC + BH * TT + 2 * 3 * NC) * kF32);   // 396 elements, 1584 B
+}
+
+TEST(KernelCost, GeluAndResidual) {
+  constexpr double n = 10;
+  // GELU forward per element: x³ (2), ·0.044715, + x, ·√(2/π), tanh, 1 +,
+  // 0.5·x, · -> 9 operations; the model charges 10 (reported: over by one).
+  // reads inp, writes out.
+  const OpCost gf = gelu_forward_cost(10, kF32);
+  EXPECT_DOUBLE_EQ(gf.flops, 10 * n);
+  EXPECT_DOUBLE_EQ(gf.bytes, (n + n) * kF32);  // 80 B
+  // GELU backward per element: tanh u recomputed (6), 0.5·(1 + th) (2),
+  // 1 - th² (2), 0.5·x (1), · (1), · √(2/π) (1), 1 + 3k·x² (3), · (1), + (1),
+  // · dout (1), += (1) -> 20. reads dout, inp; read-modify-writes dinp.
+  const OpCost gb = gelu_backward_cost(10, kF32);
+  EXPECT_DOUBLE_EQ(gb.flops, 20 * n);
+  EXPECT_DOUBLE_EQ(gb.bytes, (n + n + 2 * n) * kF32);  // 160 B
+  // residual forward: one add; reads two inputs, writes out.
+  const OpCost rf = residual_forward_cost(10, kF32);
+  EXPECT_DOUBLE_EQ(rf.flops, n);
+  EXPECT_DOUBLE_EQ(rf.bytes, 3 * n * kF32);  // 120 B
+  // residual backward: dinp1 += dout, dinp2 += dout; reads dout, RMW both.
+  const OpCost rb = residual_backward_cost(10, kF32);
+  EXPECT_DOUBLE_EQ(rb.flops, 2 * n);
+  EXPECT_DOUBLE_EQ(rb.bytes, (n + 2 * n + 2 * n) * kF32);  // 200 B
+}
+
+TEST(KernelCost, CrossEntropy) {
+  constexpr double V = 7, NV = N * V;
+  // forward: a softmax per row (4 per logit); the per-row log and loss are
+  // not charged. reads logits; writes probs and losses; N target ids.
+  const OpCost f = crossentropy_forward_cost(6, 7, kF32);
+  EXPECT_DOUBLE_EQ(f.flops, 4 * NV);                              // 168
+  EXPECT_DOUBLE_EQ(f.bytes, (NV + NV + N) * kF32 + 4 * N);        // 90 elements, 384 B
+  // backward: dlogits += probs · (dloss/N) (2 per logit); the -scale at the
+  // target is not charged. reads probs; read-modify-writes dlogits; targets.
+  const OpCost b = crossentropy_backward_cost(6, 7, kF32);
+  EXPECT_DOUBLE_EQ(b.flops, 2 * NV);                              // 84
+  EXPECT_DOUBLE_EQ(b.bytes, (NV + 2 * NV) * kF32 + 4 * N);        // 126 elements, 528 B
+}
+
+TEST(KernelCost, Router) {
+  constexpr double E = 4, K = 2;
+  // forward per row: softmax over E (4·E), top-K by K scans of E (K·E
+  // compares), gates: Σ of K probs and K divides (2·K). (The P_i statistics,
+  // E adds per row, are not charged.) reads logits; writes probs, gates and
+  // frac (E); expert and slot are int32 (N,K) each.
+  const OpCost f = router_forward_cost(6, 4, 2, kF32);
+  EXPECT_DOUBLE_EQ(f.flops, N * (4 * E + K * E + 2 * K));               // 168
+  EXPECT_DOUBLE_EQ(f.bytes, (N * E + N * E + N * K + E) * kF32 + 2 * 4 * N * K);  // 64 elements + 96 B = 352 B
+  // backward per row: dp = aux·frac (E), softmax backward Σ p·dp (2·E) and
+  // p·(dp - Σ) accumulated (3·E) -> 6·E; gates backward: the model charges
+  // 6·K (a literal count is 7·K: S, Σ dg·p/S, (dg - dot)/S accumulated).
+  // reads probs, dgates, frac; read-modify-writes dlogits; reads expert (int32).
+  const OpCost b = router_backward_cost(6, 4, 2, kF32);
+  EXPECT_DOUBLE_EQ(b.flops, N * (6 * E + 6 * K));                                    // 216
+  EXPECT_DOUBLE_EQ(b.bytes, (N * E + 2 * N * E + N * K + E) * kF32 + 4 * N * K);     // 88 elements + 48 B = 400 B
+}
+
+TEST(KernelCost, MoEDispatchAndCombine) {
+  constexpr double M = 9, MC = M * C;  // 9 kept assignments of N=6 tokens, C=4
+  // dispatch, one cost for forward and backward, charged as the backward:
+  // dx[src/K] += dxe[m] (M·C adds); reads dxe, read-modify-writes the M dx
+  // rows; src is int64 (M). (The forward copy does 0 flops and 2·M·C elements.)
+  const OpCost d = moe_dispatch_cost(9, 4, kF32);
+  EXPECT_DOUBLE_EQ(d.flops, MC);                           // 36
+  EXPECT_DOUBLE_EQ(d.bytes, (MC + 2 * MC) * kF32 + 8 * M);  // 108 elements + 72 B = 504 B
+  // combine forward: out[src/K] += gate · ye[m] (2·M·C). The model charges
+  // reads of ye (M·C) and gates (M), the write of out (N·C) and one more
+  // M·C for the accumulation into out. A literal count of the kernel as
+  // written (zero-fill out, then read and write an out row per assignment)
+  // is N·C + 3·M·C + M = 141 elements, not 105: reported, pinned here.
+  const OpCost cf = moe_combine_forward_cost(6, 9, 4, kF32);
+  EXPECT_DOUBLE_EQ(cf.flops, 2 * MC);                                // 72
+  EXPECT_DOUBLE_EQ(cf.bytes, (MC + N * C + MC + M) * kF32 + 8 * M);  // 105 elements + 72 B = 492 B
+  // combine backward: dye[m] += gate · dout (2·M·C), dgates += Σ dout·ye
+  // (2·M·C). reads dout rows and ye; read-modify-writes dye; reads gates,
+  // read-modify-writes dgates (M each); src int64.
+  const OpCost cb = moe_combine_backward_cost(9, 4, kF32);
+  EXPECT_DOUBLE_EQ(cb.flops, 4 * MC);                                       // 144
+  EXPECT_DOUBLE_EQ(cb.bytes, (MC + MC + 2 * MC + M + 2 * M) * kF32 + 8 * M);  // 171 elements + 72 B = 756 B
+}
+
+TEST(KernelCost, OptimizerAndNorms) {
+  constexpr double n = 10;
+  // AdamW per element: decay (1), lerp m (3), v = β2·v + (1-β2)·g² (4),
+  // sqrt(v)/√bc2 + eps (3), m/denom · step and -= (3) -> 14 operations; the
+  // model charges 12 (reported: under by two). reads p, m, v, g; writes p, m, v.
+  const OpCost a = adamw_update_cost(10, kF32);
+  EXPECT_DOUBLE_EQ(a.flops, 12 * n);
+  EXPECT_DOUBLE_EQ(a.bytes, (4 * n + 3 * n) * kF32);  // 280 B
+  // sum of squares: x·x and + per element; reads x.
+  const OpCost s = sum_squares_cost(10, kF32);
+  EXPECT_DOUBLE_EQ(s.flops, 2 * n);
+  EXPECT_DOUBLE_EQ(s.bytes, n * kF32);
+  // scale in place: one multiply; reads and writes x.
+  const OpCost k = scale_inplace_cost(10, kF32);
+  EXPECT_DOUBLE_EQ(k.flops, n);
+  EXPECT_DOUBLE_EQ(k.bytes, 2 * n * kF32);
+}
+
+TEST(KernelCost, CostsAreLinearInTheBatch) {
+  // Doubling B doubles every per-row term (a cheap guard against a size letter
+  // swapped in a formula: T·C terms of the embedding do not scale with B).
+  const OpCost l1 = linear_forward_cost(6, 4, 5, true, kF32), l2 = linear_forward_cost(12, 4, 5, true, kF32);
+  EXPECT_DOUBLE_EQ(l2.flops, 2 * l1.flops);
+  EXPECT_DOUBLE_EQ(l2.bytes - l1.bytes, (6 * 4 + 6 * 5) * kF32);  // inp and out rows only
+  const OpCost e1 = embedding_forward_cost(2, 3, 4, kF32), e2 = embedding_forward_cost(4, 3, 4, kF32);
+  EXPECT_DOUBLE_EQ(e2.bytes - e1.bytes, (2 * N * C) * kF32 + 4 * N);  // wpe is not re-read
+}
+
+}  // namespace
+}  // namespace shardlab::model
