@@ -161,9 +161,9 @@ TEST(KernelSlicing, AttentionOnHeadSubsetMatchesFullOutput) {
   const auto rows = c_attn_head_rows(C, NH, h0, h1);
   std::vector<double> local_qkv;
   for (int n = 0; n < B * T; ++n) {
-    for (const RowRange& r : rows) {
+    for (const Range& r : rows) {
       local_qkv.insert(local_qkv.end(), qkv.begin() + n * 3 * C + r.begin,
-                       qkv.begin() + n * 3 * C + r.end);
+                       qkv.begin() + n * 3 * C + r.end());
     }
   }
   std::vector<double> local_out(B * T * C_local), local_att(B * (h1 - h0) * T * T);
@@ -176,7 +176,7 @@ TEST(KernelSlicing, AttentionOnHeadSubsetMatchesFullOutput) {
   std::printf("[slicing] attention heads [%d,%d) of %d vs full: %s\n", h0, h1, NH, close.message());
   EXPECT_TRUE(close);
   EXPECT_EQ(rows[1].begin, C + h0 * HS);
-  EXPECT_EQ(rows[2].end, 2 * C + h1 * HS);
+  EXPECT_EQ(rows[2].end(), 2 * C + h1 * HS);
 }
 
 }  // namespace

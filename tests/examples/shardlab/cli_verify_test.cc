@@ -152,7 +152,7 @@ TEST(Verify, BadInputIsOneLineAndExitCode2) {
   expect_usage_error("verify --model tiny --dp 3", "--batch 8 is not divisible by --dp 3");
   expect_usage_error("verify --model tiny --zero 3", "--zero must be 0, 1 or 2");
   expect_usage_error("verify --model tiny --dp 64 --batch 64", "64 devices requested but profile a100-nvlink has 32");
-  expect_usage_error("verify --model tiny --heads 4 --tp 3", "--heads 4 is not divisible by --tp 3");
+  expect_usage_error("verify --model tiny --heads 4 --tp 3", "--tp 3: must divide --heads 4");
   expect_usage_error("verify --model tiny --sp", "--sp needs --tp");
   expect_usage_error("verify --model tiny --tol-loss -1", "--tol-loss");
 }

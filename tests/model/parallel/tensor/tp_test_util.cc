@@ -1,4 +1,4 @@
-#include "tests/parallel/tp_test_util.h"
+#include "tests/model/parallel/tensor/tp_test_util.h"
 
 #include <gtest/gtest.h>
 
@@ -13,7 +13,7 @@
 #include "collectives/mesh.h"
 #include "model/gpt.h"
 #include "model/parallel/data/data_parallel.h"
-#include "model/parallel/tensor_parallel.h"
+#include "model/parallel/sharded_gpt.h"
 #include "runtime/cluster.h"
 #include "tests/model/test_models.h"
 
@@ -83,10 +83,10 @@ std::vector<RankResult> run_all(const model::GPTConfig& config, const Batch& bat
     const collectives::ProcessGroup ep_group = mesh.group(dev.rank(), "ep");
     const collectives::ProcessGroup edp_group = mesh.group(dev.rank(), "edp");
     const int rows = batch.B / spec.dp, r0 = mesh.coords(dev.rank()).dp * rows;
-    MoeGroups groups;
+    ModelGroups groups{&tp_group};
     if (spec.ep > 1) groups.ep = &ep_group;
     if (spec.global_routing) groups.capacity = &dp_group;
-    TensorParallelGPT m(config, spec.seed, dev, tp_group, spec.sp, groups);
+    ShardedGPT m(config, spec.seed, dev, groups, {.sequence_parallel = spec.sp});
     if (!spec.global_params.empty()) {
       for (const ShardSpec& s : m.shards()) {
         const int64_t base = table.at(s.name).offset;

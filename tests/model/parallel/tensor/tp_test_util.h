@@ -1,4 +1,4 @@
-// Helpers for the tensor-parallel tests: run TensorParallelGPT on a cluster
+// Helpers for the tensor-parallel tests: run ShardedGPT (one stage) on a cluster
 // of tp devices, gather its shards back into unsharded flat buffers, and
 // compare with GPT<float> from the same seed and batch.
 #pragma once
@@ -74,7 +74,7 @@ struct RunSpec {
                       // MoE fractions averaged over dp (as the trainer does)
   int ep = 1;         // expert parallel (divides dp): experts spread over ep ranks and
                       // gradients reduced by DataParallel (experts over edp, SUM / dp)
-  bool global_routing = false;  // MoE f_i and capacity over the dp group (MoeGroups::capacity)
+  bool global_routing = false;  // MoE f_i and capacity over the dp group (ModelGroups::capacity)
   int zero = 0;  // with ep > 1: DataParallel's ZeRO stage (gradients gathered back for the check)
   int backwards = 1;  // forward+backward passes without zero_grad in between
   // If non-empty: every rank loads its slices of these unsharded parameters
@@ -93,7 +93,7 @@ inline RunSpec run_spec(int tp, bool sp, int backwards = 1) {
 // One NVLink node of `devices` A100s.
 HardwareProfile test_profile(int devices);
 
-// Runs TensorParallelGPT on tp·dp devices (one NVLink node). Returns the
+// Runs ShardedGPT on tp·dp devices (one NVLink node). Returns the
 // results of every rank, in rank order.
 std::vector<RankResult> run_all(const model::GPTConfig& config, const Batch& batch,
                                 const RunSpec& spec);

@@ -1,8 +1,9 @@
-// TensorParallelGPT against the unsharded GPT<float> from the same seed and
+// ShardedGPT (one stage, tensor parallel) against the unsharded GPT<float> from the same seed and
 // batch (picotron's test_tensor_parallel): init gathered bit for bit, loss
 // within 1e-5 relative, every gradient gathered from its shards within a
 // stated tolerance; dense and MoE, tp 1/2/4, with and without SP.
-#include "model/parallel/tensor_parallel.h"
+#include "model/parallel/config_check.h"
+#include "model/parallel/sharded_gpt.h"
 
 #include <gtest/gtest.h>
 
@@ -16,7 +17,7 @@
 #include "runtime/cluster.h"
 #include "runtime/errors.h"
 #include "tests/model/test_models.h"
-#include "tests/parallel/tp_test_util.h"
+#include "tests/model/parallel/tensor/tp_test_util.h"
 
 namespace shardlab::parallel {
 namespace {
@@ -168,7 +169,7 @@ TEST(TensorParallel, ActivationsShrinkWithTpAndSp) {
 TEST(TensorParallel, ConstraintErrors) {
   auto message = [](const model::GPTConfig& c, int tp, bool sp) -> std::string {
     try {
-      check_tensor_parallel_config(c, tp, sp);
+      check_tensor_parallel(c, tp, sp);
     } catch (const ConfigError& e) {
       return e.what();
     }
@@ -199,7 +200,8 @@ TEST(TensorParallel, ConstraintErrors) {
   bad.n_embd = 33;
   try {
     cluster.run([&](Device& dev) {
-      TensorParallelGPT m(bad, 1, dev, collectives::ProcessGroup::world(dev), false);
+      const collectives::ProcessGroup world = collectives::ProcessGroup::world(dev);
+      ShardedGPT m(bad, 1, dev, {&world});
     });
     ADD_FAILURE() << "expected a ConfigError";
   } catch (const RunError& e) {
@@ -217,7 +219,8 @@ TEST(TensorParallel, SequenceParallelRejectsIndivisibleT) {
   Cluster cluster(load_profile("a100-nvlink"), opts);
   try {
     cluster.run([&](Device& dev) {
-      TensorParallelGPT m(config, 1, dev, collectives::ProcessGroup::world(dev), true);
+      const collectives::ProcessGroup world = collectives::ProcessGroup::world(dev);
+      ShardedGPT m(config, 1, dev, {&world}, {.sequence_parallel = true});
       m.forward(batch.inputs.data(), batch.targets.data(), 1, 6);
     });
     ADD_FAILURE() << "expected a ConfigError";

@@ -150,7 +150,7 @@ TEST(PpSchedule, ValidatorNamesTheFault) {
       validate_schedule({{{ActionKind::kForward, 0, 0, -1}, {ActionKind::kForward, 0, 0, -1}}}, 1),
       "rank 0 action 1 (F0): repeated forward");
   EXPECT_EQ(validate_schedule(gpipe(1, 2), 1),
-            "rank 0 action 1 (F1): micro-batch or chunk out of range");
+            "rank 0 action 1 (F1): micro-batch, chunk or buffer out of range");
 
   s = gpipe(2, 1);
   s[0].insert(s[0].begin() + 2, s[0][1]);  // a second send of the same activation

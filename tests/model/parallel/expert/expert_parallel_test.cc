@@ -16,12 +16,13 @@
 
 #include "model/gpt.h"
 #include "model/parallel/expert/ep_dispatch.h"
-#include "model/parallel/tensor_parallel.h"
+#include "model/parallel/config_check.h"
+#include "model/parallel/sharded_gpt.h"
 #include "runtime/cluster.h"
 #include "runtime/errors.h"
-#include "tests/ep/ep_layer_util.h"
+#include "tests/model/parallel/expert/ep_layer_util.h"
 #include "tests/model/test_models.h"
-#include "tests/parallel/tp_test_util.h"
+#include "tests/model/parallel/tensor/tp_test_util.h"
 
 namespace shardlab::parallel {
 namespace {
@@ -230,7 +231,7 @@ TEST(ExpertParallel, ConstraintErrors) {
     model::GPTConfig c = testing::small_config(experts > 0);
     c.n_expert = experts;
     try {
-      check_expert_parallel_config(c, ep, dp);
+      check_expert_parallel(c, ep, dp);
     } catch (const ConfigError& e) {
       return e.what();
     }
@@ -251,7 +252,7 @@ TEST(ExpertParallel, ConstraintErrors) {
     cluster.run([&](Device& dev) {
       const collectives::ProcessGroup world = collectives::ProcessGroup::world(dev);
       const collectives::ProcessGroup tp({dev.rank()}, dev.rank(), "tp");
-      TensorParallelGPT m(testing::small_config(true), 1, dev, tp, false, MoeGroups{&world, &world});
+      ShardedGPT m(testing::small_config(true), 1, dev, {&tp, &world, &world});
     });
     ADD_FAILURE() << "expected a ConfigError";
   } catch (const RunError& e) {

@@ -1,4 +1,4 @@
-#include "tests/ep/ep_layer_util.h"
+#include "tests/model/parallel/expert/ep_layer_util.h"
 
 #include <algorithm>
 
@@ -9,14 +9,14 @@
 #include "model/parallel/expert/ep_dispatch.h"
 #include "model/parallel/layout.h"
 #include "runtime/cluster.h"
-#include "tests/parallel/tp_test_util.h"
+#include "tests/model/parallel/tensor/tp_test_util.h"
 
 namespace shardlab::parallel::testing {
 
 namespace {
 
 // This rank's slice (experts [e0, e1) of every MoE block) of the global params.
-std::vector<float> local_params(const model::GPTConfig& config, const TpLayout& layout,
+std::vector<float> local_params(const model::GPTConfig& config, const ShardLayout& layout,
                                 const std::vector<float>& global) {
   const model::ParamTable table(config);
   std::vector<float> local(static_cast<size_t>(layout.numel()));
@@ -52,7 +52,7 @@ LayerResult run_moe_layer(const model::GPTConfig& config, const LayerRun& run) {
     LayoutFilter filter;
     filter.expert_begin = mesh.coords(rank).ep * El;
     filter.expert_end = filter.expert_begin + El;
-    const TpLayout layout(config, 1, 0, filter);
+    const ShardLayout layout(config, 1, 0, filter);
     std::vector<float> params = local_params(config, layout, run.params);
     std::vector<float> grads(params.size(), 0.0f);
     const model::BlockView<float> p = layout.view(params.data()).blocks[0];
@@ -78,8 +78,9 @@ LayerResult run_moe_layer(const model::GPTConfig& config, const LayerRun& run) {
     std::vector<float> dexperts(size_t(Nl) * C, 0.0f), drouter(size_t(Nl) * C, 0.0f);
     const float daux = run.daux / static_cast<float>(run.dp);  // aux = mean of the ranks'
     auto backward = run.ep > 1 ? ep_moe_backward : tp_moe_backward;
+    WeightGrads wg;  // immediate: B then W, as a fused backward
     backward(dexperts.data(), drouter.data(), g, s, run.dout.data() + first, daux, a, x, p, d,
-             config, c);
+             config, wg, c);
     for (int64_t i = 0; i < Nl * C; ++i) res.dinp[first + i] = dexperts[i] + drouter[i];
     res.stats[size_t(dp_rank)] = a.stats;
     dev.synchronize();
