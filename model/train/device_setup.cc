@@ -42,8 +42,7 @@ DeviceSetup::DeviceSetup(const DeviceProgram& p, Device& dev)
                        /*phantom=*/true);
   grads_ = dev.alloc("gradients", {dp->held_grad_elements()}, MemKind::kGrad, /*phantom=*/true);
   const coll::ProcessGroup& pipeline = ctx.group("pp");
-  executor.emplace(dev, *stage,
-                   parallel::build_schedule(par.schedule, par.pp, micro_batches, par.vpp)[size_t(coords.pp)],
+  executor.emplace(dev, *stage, step_schedule(p.options)[size_t(coords.pp)],
                    std::vector<int>(pipeline.members().begin(), pipeline.members().end()), micro_batches);
 }
 
@@ -53,9 +52,8 @@ void DeviceSetup::make_model(const DeviceProgram& p, Device& dev) {
   const TrainOptions& o = p.options;
   const ParallelOptions& par = o.parallel;
   const bool global_routing = o.model.is_moe() && par.dp > 1 && (par.ep > 1 || o.model.capacity_factor > 0);
-  const bool sharded = par.pp > 1 || par.tp > 1 || par.ep > 1 || global_routing;
   const int T = o.model.block_size;
-  if (!sharded) {
+  if (!runs_sharded(o)) {
     auto m = std::make_unique<parallel::UnshardedModel>(o.model, o.seed);
     m->set_micro_batch(int(rows), T);
     stage = m.get();

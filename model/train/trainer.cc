@@ -117,6 +117,28 @@ void validate_parallel(const TrainOptions& o) {
                       o.micro_batches, p.dp));
   parallel::check_pipeline_config(p.schedule, p.pp, o.micro_batches, p.vpp);
   parallel::check_parallel_shape(m, {p.tp, p.sp, p.pp, p.vpp, p.stage_layers, p.ep, p.dp});
+  if (p.custom_schedule) {
+    require(int(p.custom_schedule->size()) == p.pp,
+            fmt::format("the custom schedule has {} ranks but --pp is {}", p.custom_schedule->size(), p.pp));
+    const std::string fault = parallel::validate_schedule(*p.custom_schedule, o.micro_batches, p.vpp);
+    require(fault.empty(), "invalid custom schedule: " + fault);
+    bool split = false;
+    for (const auto& actions : *p.custom_schedule)
+      for (const parallel::Action& a : actions) split = split || a.kind == parallel::ActionKind::kBackwardWeight;
+    require(!split || runs_sharded(o),
+            "a schedule with separate weight-gradient (W) actions needs the sharded model (--tp, --pp or --ep > 1)");
+  }
+}
+
+bool runs_sharded(const TrainOptions& o) {
+  const ParallelOptions& p = o.parallel;
+  const bool global_routing = o.model.is_moe() && p.dp > 1 && (p.ep > 1 || o.model.capacity_factor > 0);
+  return p.pp > 1 || p.tp > 1 || p.ep > 1 || global_routing;
+}
+
+parallel::Schedule step_schedule(const TrainOptions& o) {
+  const ParallelOptions& p = o.parallel;
+  return p.custom_schedule ? *p.custom_schedule : parallel::build_schedule(p.schedule, p.pp, o.micro_batches, p.vpp);
 }
 
 namespace {

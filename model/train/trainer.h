@@ -45,6 +45,10 @@ struct ParallelOptions {
   parallel::ScheduleKind schedule = parallel::ScheduleKind::k1F1B;
   int vpp = 1;                // model chunks per pipeline rank (interleaved)
   std::vector<int> stage_layers;  // blocks per virtual stage; empty = balanced
+  // Library users: run these action lists (one per pipeline rank, schedules
+  // as data) instead of `schedule`. validate_parallel checks them
+  // (validate_schedule) before any thread starts.
+  std::optional<parallel::Schedule> custom_schedule;
   int world() const { return dp * tp * pp; }
   // The mesh of the collectives issue: tp fastest, then dp, then pp.
   collectives::MeshShape mesh_shape() const { return {.tp = tp, .ep = ep, .dp = dp, .pp = pp}; }
@@ -173,6 +177,11 @@ TrainResult train(Cluster& cluster, const TrainOptions& options, const StepCallb
 
 // The --dp/--tp/... constraints, checked before any thread starts.
 void validate_parallel(const TrainOptions& options);
+// Whether the run uses the sharded model (parallel::ShardedGPT) rather than
+// the unsharded reference: any of tp, pp, ep > 1, or MoE routing over dp.
+bool runs_sharded(const TrainOptions& options);
+// The action lists every pipeline rank runs (custom or built).
+parallel::Schedule step_schedule(const TrainOptions& options);
 
 // The --report JSON of DESIGN.md.
 nlohmann::json report_json(const TrainOptions& options, const Cluster& cluster,
