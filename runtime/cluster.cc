@@ -79,6 +79,48 @@ class FirstError {
 
 }  // namespace
 
+namespace {
+
+// The record of one device after its program returned.
+DeviceStats stats_of(Device& d) {
+  DeviceStats s;
+  s.rank = d.rank();
+  s.node = d.node();
+  s.compute_end = d.compute().now();
+  s.comm_end = d.comm().now();
+  s.compute_busy = d.compute().busy();
+  s.comm_busy = d.comm().busy();
+  s.comm_exposed = s.comm_busy - overlap(d.compute().intervals(), d.comm().intervals());
+  s.compute_transfer = d.compute().transfer_busy();
+  s.peak_bytes = d.arena().peak();
+  s.capacity_bytes = d.arena().capacity();
+  for (int k = 0; k < kNumMemKinds; ++k) s.peak_by_kind[k] = d.arena().peak(static_cast<MemKind>(k));
+  return s;
+}
+
+
+// Watchdog: polls for a global deadlock until every device has returned.
+// `running` is guarded by done_mu.
+template <typename Period>
+void watch(Fabric& fabric, FirstError& error, std::mutex& done_mu, std::condition_variable& done_cv,
+           const int& running, Period period) {
+  std::unique_lock lock(done_mu);
+  while (running > 0) {
+    if (done_cv.wait_for(lock, period, [&] { return running == 0; })) break;
+    lock.unlock();
+    if (!fabric.aborted()) {
+      if (auto what = fabric.find_deadlock()) {
+        spdlog::debug("watchdog: {}", *what);
+        error.set(-1, std::make_exception_ptr(RunError(-1, *what)));
+        fabric.abort();
+      }
+    }
+    lock.lock();
+  }
+}
+
+}  // namespace
+
 RunResult Cluster::run(const Program& program) {
   const int n = options_.world_size;
   const auto wall_start = std::chrono::steady_clock::now();
@@ -116,23 +158,7 @@ RunResult Cluster::run(const Program& program) {
   std::vector<std::thread> threads;
   threads.reserve(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) threads.emplace_back(body, r);
-
-  // Watchdog: poll for a global deadlock until every device has returned.
-  {
-    std::unique_lock lock(done_mu);
-    while (running > 0) {
-      if (done_cv.wait_for(lock, options_.watchdog_period, [&] { return running == 0; })) break;
-      lock.unlock();
-      if (!fabric.aborted()) {
-        if (auto what = fabric.find_deadlock()) {
-          spdlog::debug("watchdog: {}", *what);
-          error.set(-1, std::make_exception_ptr(RunError(-1, *what)));
-          fabric.abort();
-        }
-      }
-      lock.lock();
-    }
-  }
+  watch(fabric, error, done_mu, done_cv, running, options_.watchdog_period);
   for (auto& t : threads) t.join();
   if (error.has()) error.rethrow();
 
@@ -140,19 +166,7 @@ RunResult Cluster::run(const Program& program) {
   result.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   for (auto& d : devices) {
-    DeviceStats s;
-    s.rank = d->rank();
-    s.node = d->node();
-    s.compute_end = d->compute().now();
-    s.comm_end = d->comm().now();
-    s.compute_busy = d->compute().busy();
-    s.comm_busy = d->comm().busy();
-    s.comm_exposed = s.comm_busy - overlap(d->compute().intervals(), d->comm().intervals());
-    s.compute_transfer = d->compute().transfer_busy();
-    s.peak_bytes = d->arena().peak();
-    s.capacity_bytes = d->arena().capacity();
-    for (int k = 0; k < kNumMemKinds; ++k) s.peak_by_kind[k] = d->arena().peak(static_cast<MemKind>(k));
-    result.devices.push_back(s);
+    result.devices.push_back(stats_of(*d));
     if (options_.trace) result.traces.push_back({d->rank(), d->node(), std::move(d->trace_events())});
   }
   return result;

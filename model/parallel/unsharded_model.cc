@@ -44,9 +44,9 @@ std::vector<ShardSpec> whole_tensor_shards(const model::ParamTable& table) {
 }
 
 UnshardedModel::UnshardedModel(const model::GPTConfig& config, uint64_t seed)
-    : gpt_(config, seed),
-      shards_(whole_tensor_shards(gpt_.table())),
-      place_(StagePlacement{}.resolved(config)) {
+    : OneStageModel(StagePlacement{}.resolved(config)),
+      gpt_(config, seed),
+      shards_(whole_tensor_shards(gpt_.table())) {
   if (config.is_moe()) moe_step_.resize(size_t(config.n_layer));
 }
 
@@ -61,27 +61,12 @@ void UnshardedModel::set_sink(model::OpSink* sink) {
   gpt_.set_sink(sink ? &gate_ : nullptr);
 }
 
-float* UnshardedModel::activation_buffer(int, int) {
-  SHARDLAB_CHECK(false, "the unsharded model is one stage: it receives no activation");
-  return nullptr;
-}
-
-float* UnshardedModel::gradient_buffer(int, int) {
-  SHARDLAB_CHECK(false, "the unsharded model is one stage: it receives no gradient");
-  return nullptr;
-}
-
 void UnshardedModel::forward(int chunk, int mb, int, const MicroBatchTokens& tokens) {
   SHARDLAB_CHECK(chunk == 0 && in_flight_ < 0, "the unsharded model runs one micro-batch at a time");
   forward(tokens.inputs, tokens.targets, B_, T_);
   ce_sum_ += gpt_.ce_loss();
   aux_sum_ += gpt_.aux_loss();
   in_flight_ = mb;
-}
-
-const float* UnshardedModel::output(int, int) {
-  SHARDLAB_CHECK(false, "the unsharded model is one stage: it sends no activation");
-  return nullptr;
 }
 
 void UnshardedModel::backward_input(int, int mb, int, float dloss, bool defer_weight, bool final) {
@@ -92,17 +77,6 @@ void UnshardedModel::backward_input(int, int mb, int, float dloss, bool defer_we
   gate_.open = true;
   in_flight_ = -1;
 }
-
-void UnshardedModel::backward_weight(int, int, bool) {
-  SHARDLAB_CHECK(false, "the unsharded model has a fused backward only (no W action)");
-}
-
-const float* UnshardedModel::input_grad(int, int) {
-  SHARDLAB_CHECK(false, "the unsharded model is one stage: it sends no gradient");
-  return nullptr;
-}
-
-void UnshardedModel::release_input_grad(int, int) {}
 
 void UnshardedModel::count_moe(int64_t N) {
   const model::GPTConfig& c = gpt_.config();

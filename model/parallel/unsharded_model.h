@@ -12,7 +12,7 @@
 
 namespace shardlab::parallel {
 
-class UnshardedModel final : public LocalModel, public StageModel {
+class UnshardedModel final : public LocalModel, public OneStageModel {
  public:
   UnshardedModel(const model::GPTConfig& config, uint64_t seed);
 
@@ -30,17 +30,9 @@ class UnshardedModel final : public LocalModel, public StageModel {
 
   // StageModel: one stage, one micro-batch (rows B, time T) in flight at a time.
   void set_micro_batch(int B, int T) { B_ = B, T_ = T; }
-  const StagePlacement& placement() const override { return place_; }
-  int64_t boundary_elements() const override { return 0; }
-  float* activation_buffer(int chunk, int buffer) override;
-  float* gradient_buffer(int chunk, int buffer) override;
   void forward(int chunk, int mb, int buffer, const MicroBatchTokens& tokens) override;
-  const float* output(int chunk, int mb) override;
   void backward_input(int chunk, int mb, int buffer, float dloss, bool defer_weight,
                       bool final) override;
-  void backward_weight(int chunk, int mb, bool final) override;
-  const float* input_grad(int chunk, int mb) override;
-  void release_input_grad(int chunk, int mb) override;
   void reset_losses() override { ce_sum_ = aux_sum_ = 0; }
   double ce_sum() const override { return ce_sum_; }
   double aux_sum() const override { return aux_sum_; }
@@ -70,7 +62,6 @@ class UnshardedModel final : public LocalModel, public StageModel {
 
   model::GPT<float> gpt_;
   std::vector<ShardSpec> shards_;
-  StagePlacement place_;
   GatedSink gate_;
   int B_ = 0, T_ = 0;
   int in_flight_ = -1;  // the micro-batch between forward and backward

@@ -202,6 +202,79 @@ void summarize_moe(const collectives::DeviceMesh& mesh, const model::GPTConfig& 
 
 }  // namespace
 
+namespace {
+
+// The result with every per-device and per-replica record sized for `o`.
+TrainResult sized_result(const TrainOptions& o, const model::ParamTable& table, const model::TokenData& data) {
+  const model::GPTConfig& mc = o.model;
+  const auto world = size_t(o.parallel.world());
+  TrainResult r;
+  r.best_loss = data.best_loss;
+  r.n_params = table.numel();
+  r.tokens_per_step = int64_t{mc.batch_size} * mc.block_size;
+  r.model_flops_per_step = flops_per_token(table) * mc.batch_size * mc.block_size;
+  r.replicas.assign(size_t(o.parallel.dp), std::vector<float>(size_t(table.numel()), 0.0f));
+  if (o.keep_step0_grads) r.step0_grads.assign(size_t(table.numel()), 0.0f);
+  if (o.parallel.pp > 1) r.tied_copy.assign(size_t(table.at("transformer.wte.weight").numel), 0.0f);
+  r.moe.assign(world, {});
+  r.a2a_time.assign(world, 0);
+  r.first_step_spans.assign(world, {});
+  r.phases.assign(world, std::vector<PhaseRecord>(size_t(o.steps)));
+  return r;
+}
+
+// verify's corruption aid, "NAME:RANK": perturbs that rank's shard of NAME
+// after the last step (verify must be able to fail).
+std::function<void(int, parallel::LocalModel&)> corruption(const std::string& spec, int world) {
+  if (spec.empty()) return {};
+  const auto colon = spec.rfind(':');
+  int target = -1;
+  try {
+    target = colon == std::string::npos ? -1 : std::stoi(spec.substr(colon + 1));
+  } catch (const std::exception&) {
+    target = -1;
+  }
+  if (target < 0 || target >= world)
+    throw ConfigError(fmt::format("--corrupt-shard \"{}\": expected NAME:RANK with RANK below {}", spec, world));
+  const std::string name = spec.substr(0, colon);
+  return [target, name](int rank, parallel::LocalModel& m) {
+    if (rank == target) corrupt_shard(m, name);
+  };
+}
+
+void note_mismatch(TrainResult& r, const std::string& where, float a, float b) {
+  if (a == b) return;  // bit-identical (NaN != NaN counts as a difference)
+  if (r.replica_mismatch.empty()) r.replica_mismatch = where;
+  r.replica_max_diff = std::max(r.replica_max_diff, std::isnan(a - b) ? INFINITY : std::abs(double(a) - b));
+}
+
+// Data-parallel replicas and the last stage's tied copy must equal dp rank
+// 0's parameters bit for bit; the first difference is named.
+void check_replicas(TrainResult& result, const model::ParamTable& table) {
+  result.final_params = std::move(result.replicas[0]);
+  for (size_t r = 1; r < result.replicas.size(); ++r)
+    for (const auto& s : table.specs())
+      for (int64_t i = 0; i < s.numel; ++i)
+        note_mismatch(result, s.name + " on dp rank " + std::to_string(r), result.replicas[r][size_t(s.offset + i)],
+                      result.final_params[size_t(s.offset + i)]);
+  result.replicas.clear();
+  const int64_t wte = table.at("transformer.wte.weight").offset;
+  for (size_t i = 0; i < result.tied_copy.size(); ++i)
+    note_mismatch(result, "transformer.wte.weight: the last pipeline stage's tied copy", result.tied_copy[i],
+                  result.final_params[size_t(wte) + i]);
+}
+
+void save_checkpoint(const TrainOptions& o, const model::ParamTable& table, const TrainResult& result) {
+  std::vector<model::NamedTensorView> views;
+  for (const auto& s : table.specs()) views.push_back({s.name, s.shape, result.final_params.data() + s.offset});
+  nlohmann::json config = o.to_json();
+  config.erase("save");  // file names do not belong in the file: identical runs, identical bytes
+  config.erase("init");
+  model::save_safetensors(o.save_path, views, {{model::kShardlabConfigKey, config.dump()}});
+}
+
+}  // namespace
+
 TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& on_step) {
   o.validate();
   validate_parallel(o);
@@ -218,178 +291,16 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
     init = model::load_safetensors(o.init_path);
     check_init(*init, table);
   }
-  TrainResult result;
-  result.best_loss = data->best_loss;
-  result.n_params = table.numel();
-  result.tokens_per_step = int64_t{mc.batch_size} * mc.block_size;
-  result.model_flops_per_step = flops_per_token(table) * mc.batch_size * mc.block_size;
-  result.replicas.assign(size_t(o.parallel.dp), std::vector<float>(size_t(table.numel()), 0.0f));
-  if (o.keep_step0_grads) result.step0_grads.assign(size_t(table.numel()), 0.0f);
-
-  const model::ParamSpec& wte = table.at("transformer.wte.weight");
-  if (o.parallel.pp > 1) result.tied_copy.assign(size_t(wte.numel), 0.0f);
-  result.moe.assign(size_t(o.parallel.world()), {});
-  result.a2a_time.assign(size_t(o.parallel.world()), 0);
-  result.first_step_spans.assign(size_t(o.parallel.world()), {});
-  result.phases.assign(size_t(o.parallel.world()), std::vector<PhaseRecord>(size_t(o.steps)));
+  TrainResult result = sized_result(o, table, *data);
   const collectives::DeviceMesh mesh(o.parallel.mesh_shape());
-  DeviceProgram program{o, mesh, table, sampler, init ? &*init : nullptr, result, on_step, {}};
-  if (!o.corrupt_shard.empty()) {  // "NAME:RANK": verify must be able to fail
-    const auto colon = o.corrupt_shard.rfind(':');
-    const int target = colon == std::string::npos ? -1 : std::stoi(o.corrupt_shard.substr(colon + 1));
-    const std::string name = o.corrupt_shard.substr(0, colon);
-    program.before_publish = [target, name](int rank, parallel::LocalModel& m) {
-      if (rank == target) corrupt_shard(m, name);
-    };
-  }
+  const DeviceProgram program{o, mesh, table, sampler, init ? &*init : nullptr, result, on_step,
+                              corruption(o.corrupt_shard, o.parallel.world())};
   result.run = cluster.run([&](Device& dev) { program.run(dev); });
   summarize_phases(mesh, result);
   summarize_moe(mesh, mc, result);
-  result.final_params = std::move(result.replicas[0]);
-  for (size_t r = 1; r < result.replicas.size(); ++r) {
-    for (const auto& s : table.specs()) {
-      for (int64_t i = 0; i < s.numel; ++i) {
-        const float a = result.replicas[r][size_t(s.offset + i)], b = result.final_params[size_t(s.offset + i)];
-        if (a == b) continue;  // bit-identical (NaN != NaN counts as a difference)
-        const double d = std::isnan(a - b) ? INFINITY : std::abs(double(a) - b);
-        if (result.replica_mismatch.empty()) result.replica_mismatch = s.name + " on dp rank " + std::to_string(r);
-        result.replica_max_diff = std::max(result.replica_max_diff, d);
-      }
-    }
-  }
-  result.replicas.clear();
-  for (size_t i = 0; i < result.tied_copy.size(); ++i) {
-    const float a = result.tied_copy[i], b = result.final_params[size_t(wte.offset) + i];
-    if (a == b) continue;
-    if (result.replica_mismatch.empty())
-      result.replica_mismatch = "transformer.wte.weight: the last pipeline stage's tied copy";
-    result.replica_max_diff = std::max(result.replica_max_diff, std::isnan(a - b) ? INFINITY : std::abs(double(a) - b));
-  }
-
-  if (!o.save_path.empty()) {
-    std::vector<model::NamedTensorView> views;
-    for (const auto& s : table.specs()) views.push_back({s.name, s.shape, result.final_params.data() + s.offset});
-    nlohmann::json config = o.to_json();
-    config.erase("save");  // file names do not belong in the file: identical runs, identical bytes
-    config.erase("init");
-    model::save_safetensors(o.save_path, views, {{model::kShardlabConfigKey, config.dump()}});
-  }
+  check_replicas(result, table);
+  if (!o.save_path.empty()) save_checkpoint(o, table, result);
   return result;
-}
-
-namespace {
-
-char span_letter(parallel::ActionKind k) {
-  switch (k) {
-    case parallel::ActionKind::kForward: return 'F';
-    case parallel::ActionKind::kBackwardWeight: return 'W';
-    default: return 'B';
-  }
-}
-
-}  // namespace
-
-std::string format_pipeline_timeline(const TrainResult& r, const std::vector<int>& ranks, int width) {
-  Time t0 = 0, t1 = 0;
-  bool any = false;
-  for (int rank : ranks) {
-    for (const auto& s : r.first_step_spans[size_t(rank)]) {
-      t0 = any ? std::min(t0, s.start) : s.start;
-      t1 = any ? std::max(t1, s.end) : s.end;
-      any = true;
-    }
-  }
-  if (!any || t1 <= t0) return "";
-  std::string out;
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    std::string row(size_t(width), '.');
-    for (int col = 0; col < width; ++col) {
-      const Time mid = t0 + Time((double(col) + 0.5) * double(t1 - t0) / width);
-      for (const auto& s : r.first_step_spans[size_t(ranks[i])])
-        if (s.start <= mid && mid < s.end) row[size_t(col)] = span_letter(s.kind);
-    }
-    out += fmt::format("stage {:>2} |{}|\n", i, row);
-  }
-  return out;
-}
-
-nlohmann::json report_json(const TrainOptions& o, const Cluster& cluster, const TrainResult& r) {
-  nlohmann::json j;
-  j["config"] = o.to_json();
-  j["config"]["profile"] = cluster.profile().name;
-  j["config"]["devices"] = cluster.world_size();
-  j["config"]["precision"] = precision_name(cluster.options().precision);
-  j["steps"] = nlohmann::json::array();
-  for (const auto& s : r.steps) {
-    j["steps"].push_back({{"step", s.step}, {"loss", s.loss}, {"ce_loss", s.ce}, {"aux_loss", s.aux},
-                          {"lr", s.lr}, {"grad_norm", s.grad_norm},
-                          {"virtual_time_s", to_seconds(s.virtual_end)}, {"wall_s", s.wall_s}});
-  }
-  const Time makespan = r.run.makespan();
-  const collectives::DeviceMesh mesh(o.parallel.mesh_shape());
-  j["config"]["mesh"] = mesh.to_string();
-  j["devices"] = nlohmann::json::array();
-  for (const auto& d : r.run.devices) {
-    nlohmann::json peaks;
-    for (int k = 0; k < kNumMemKinds; ++k) peaks[mem_kind_name(static_cast<MemKind>(k))] = d.peak_by_kind[k];
-    // Time split: compute, communication not hidden under compute (the comm
-    // stream's exposed part plus collectives run on the compute stream, TP's), idle.
-    const Time compute = d.compute_busy - d.compute_transfer;
-    const Time exposed = d.comm_exposed + d.compute_transfer;
-    const Time idle = std::max<Time>(0, makespan - compute - exposed);
-    const auto c = mesh.coords(d.rank);
-    j["devices"].push_back({{"rank", d.rank}, {"node", d.node}, {"name", mesh.describe(d.rank)},
-                            {"coords", {{"dp", c.dp}, {"tp", c.tp}, {"pp", c.pp}, {"ep", c.ep}}},
-                            {"peak_bytes", d.peak_bytes}, {"peak_bytes_by_kind", peaks},
-                            {"capacity_bytes", d.capacity_bytes},
-                            {"compute_s", to_seconds(compute)}, {"comm_s", to_seconds(exposed)},
-                            {"comm_total_s", to_seconds(d.comm_busy + d.compute_transfer)},
-                            {"idle_s", to_seconds(idle)}});
-    if (size_t(d.rank) < r.moe.size() && !r.moe[size_t(d.rank)].empty()) {
-      nlohmann::json layers = nlohmann::json::array();
-      uint64_t sent = 0, recv = 0;
-      for (const MoeLayerTotals& t : r.moe[size_t(d.rank)]) {
-        layers.push_back({{"layer", t.layer}, {"expert_begin", t.expert_begin}, {"tokens_per_expert", t.received()},
-                          {"dropped", t.dropped}, {"a2a_sent_bytes", t.a2a_sent_bytes},
-                          {"a2a_recv_bytes", t.a2a_recv_bytes}});
-        sent += t.a2a_sent_bytes;
-        recv += t.a2a_recv_bytes;
-      }
-      const Time a2a = size_t(d.rank) < r.a2a_time.size() ? r.a2a_time[size_t(d.rank)] : 0;
-      j["devices"].back()["moe"] = {{"layers", layers}, {"a2a_sent_bytes", sent}, {"a2a_recv_bytes", recv},
-                                    {"a2a_s", to_seconds(a2a)},
-                                    {"a2a_share_of_step", makespan > 0 ? double(a2a) / double(makespan) : 0.0}};
-    }
-    if (size_t(d.rank) < r.phase_totals.size()) {
-      const DevicePhaseTotals& t = r.phase_totals[size_t(d.rank)];
-      const Time window = t.busy + t.idle;
-      j["devices"].back()["fwd_bwd"] = {{"busy_s", to_seconds(t.busy)}, {"idle_s", to_seconds(t.idle)},
-                                        {"idle_fraction", window > 0 ? double(t.idle) / double(window) : 0.0},
-                                        {"p2p_sent_bytes", t.p2p_bytes}};
-    }
-  }
-  const double step_s = to_seconds(makespan) / std::max<size_t>(1, r.steps.size());
-  const double peak = CostModel(cluster.profile().device, cluster.options().precision).peak_flops();
-  j["summary"] = {
-      {"virtual_step_s", step_s},
-      {"virtual_total_s", to_seconds(makespan)},
-      {"host_tokens_per_s", r.loop_wall_s > 0 ? double(r.tokens_per_step) * r.steps.size() / r.loop_wall_s : 0},
-      {"bubble_fraction", r.bubble_fraction},
-      {"mfu", step_s > 0 ? r.model_flops_per_step / step_s / (peak * cluster.world_size()) : 0},
-      {"final_loss", r.steps.empty() ? 0 : r.steps.back().loss},
-      {"n_params", r.n_params}};
-  if (r.best_loss) j["summary"]["best_loss"] = *r.best_loss;
-  if (!r.moe_layers.empty()) {
-    j["moe"] = nlohmann::json::array();
-    double sum = 0;
-    size_t count = 0;
-    for (const auto& m : r.moe_layers) {
-      j["moe"].push_back({{"layer", m.layer}, {"tokens_per_expert", m.tokens}, {"imbalance", m.imbalance}});
-      for (double x : m.imbalance) sum += x, ++count;
-    }
-    j["summary"]["moe_imbalance"] = count ? sum / double(count) : 0.0;
-  }
-  return j;
 }
 
 }  // namespace shardlab::train

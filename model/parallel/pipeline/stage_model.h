@@ -65,4 +65,25 @@ class StageModel {
   virtual double aux_sum() const = 0;
 };
 
+// A model that is the whole pipeline on its own (one stage, one chunk): it
+// never sends or receives, and its backward is fused (no W action). What it
+// must provide: forward, backward_input and the losses.
+class OneStageModel : public StageModel {
+ public:
+  const StagePlacement& placement() const final { return placement_; }
+  int64_t boundary_elements() const final { return 0; }
+  float* activation_buffer(int chunk, int buffer) final;
+  float* gradient_buffer(int chunk, int buffer) final;
+  const float* output(int chunk, int mb) final;
+  void backward_weight(int chunk, int mb, bool final) final;
+  const float* input_grad(int chunk, int mb) final;
+  void release_input_grad(int chunk, int mb) final {}
+
+ protected:
+  explicit OneStageModel(StagePlacement placement) : placement_(std::move(placement)) {}
+
+ private:
+  StagePlacement placement_;
+};
+
 }  // namespace shardlab::parallel

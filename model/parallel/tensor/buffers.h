@@ -11,6 +11,7 @@
 
 #include "model/buffer.h"
 #include "model/config.h"
+#include "model/layers.h"
 #include "model/parallel/local_model.h"
 
 namespace shardlab::parallel {
@@ -47,18 +48,9 @@ struct MoeStats {
   uint64_t a2a_recv_bytes = 0;
 };
 
-
-struct TpMoeActs {
-  Buf<float> logits, probs;   // (N,E)
-  Buf<int32_t> expert, slot;  // (N,K)
-  Buf<float> gates;           // (N,K)
-  Buf<float> frac;            // (E)
-  Buf<int64_t> src;           // (N*K), first M used
-  Buf<int64_t> offsets;       // (E+1)
-  int64_t M = 0;
-  Buf<float> xe, ye;       // (N*K, C), first M rows used
-  Buf<float> fc, fc_gelu;  // (Rx, Fl) Rx = expert_rows_max
-  float aux = 0;
+// The routing buffers are the unsharded model's (model/layers.h); the expert
+// activations fc, fc_gelu are (Rx, Fl), Rx = expert_rows_max.
+struct TpMoeActs : model::MoeActs<float> {
   // Global routing (TpContext::capacity_group): per expert, this rank's
   // assignments and the earlier replicas'; every replica's counts.
   Buf<int64_t> counts, earlier;  // (E)

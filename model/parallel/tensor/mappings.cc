@@ -54,34 +54,26 @@ void scatter_to_sequence_parallel_bwd(const TpContext& c, const float* dlocal, f
 
 const float* enter_column_parallel(const TpContext& c, const float* local, float* full,
                                    int64_t rows_local, int width) {
-  if (!c.sp) {
-    copy_to_tp_region_fwd();
-    return local;
-  }
+  if (!c.sp) return local;  // copy_to_tp_region_fwd: identity
   gather_from_sequence_parallel_fwd(c, local, full, rows_local * width);
   return full;
 }
 
 void enter_column_parallel_bwd(const TpContext& c, float* dfull, float* dlocal, int64_t rows_local,
                                int width) {
-  const int64_t n = rows_local * width;
-  if (c.sp) return gather_from_sequence_parallel_bwd(c, dfull, dlocal, n);
-  copy_to_tp_region_bwd(c, dfull, dlocal, n);
+  const int64_t n = rows_local * width;  // SP: reduce-scatter; TP: all-reduce
+  c.sp ? gather_from_sequence_parallel_bwd(c, dfull, dlocal, n) : copy_to_tp_region_bwd(c, dfull, dlocal, n);
 }
 
 void exit_row_parallel(const TpContext& c, float* partial, float* out, int64_t rows_local,
                        int width) {
-  const int64_t n = rows_local * width;
-  if (c.sp) return reduce_scatter_to_sequence_parallel_fwd(c, partial, out, n);
-  reduce_from_tp_region_fwd(c, partial, out, n);
+  const int64_t n = rows_local * width;  // SP: reduce-scatter; TP: all-reduce
+  c.sp ? reduce_scatter_to_sequence_parallel_fwd(c, partial, out, n) : reduce_from_tp_region_fwd(c, partial, out, n);
 }
 
 const float* exit_row_parallel_bwd(const TpContext& c, const float* dlocal, float* dfull,
                                    int64_t rows_local, int width) {
-  if (!c.sp) {
-    reduce_from_tp_region_bwd();
-    return dlocal;
-  }
+  if (!c.sp) return dlocal;  // reduce_from_tp_region_bwd: identity
   reduce_scatter_to_sequence_parallel_bwd(c, dlocal, dfull, rows_local * width);
   return dfull;
 }

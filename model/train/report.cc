@@ -1,0 +1,138 @@
+// The --report JSON (DESIGN's contract: config, steps, devices, summary) and
+// the text timeline of a pipeline's first step.
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "model/train/trainer.h"
+
+namespace shardlab::train {
+
+namespace {
+
+char span_letter(parallel::ActionKind k) {
+  switch (k) {
+    case parallel::ActionKind::kForward: return 'F';
+    case parallel::ActionKind::kBackwardWeight: return 'W';
+    default: return 'B';
+  }
+}
+
+}  // namespace
+
+std::string format_pipeline_timeline(const TrainResult& r, const std::vector<int>& ranks, int width) {
+  Time t0 = 0, t1 = 0;
+  bool any = false;
+  for (int rank : ranks) {
+    for (const auto& s : r.first_step_spans[size_t(rank)]) {
+      t0 = any ? std::min(t0, s.start) : s.start;
+      t1 = any ? std::max(t1, s.end) : s.end;
+      any = true;
+    }
+  }
+  if (!any || t1 <= t0) return "";
+  std::string out;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    std::string row(size_t(width), '.');
+    for (int col = 0; col < width; ++col) {
+      const Time mid = t0 + Time((double(col) + 0.5) * double(t1 - t0) / width);
+      for (const auto& s : r.first_step_spans[size_t(ranks[i])])
+        if (s.start <= mid && mid < s.end) row[size_t(col)] = span_letter(s.kind);
+    }
+    out += fmt::format("stage {:>2} |{}|\n", i, row);
+  }
+  return out;
+}
+
+namespace {
+
+// One device: mesh position, memory peaks by kind, the time split, and its
+// MoE and pipeline records when it has them.
+nlohmann::json device_json(const collectives::DeviceMesh& mesh, const TrainResult& r,
+                           const DeviceStats& d, Time makespan) {
+  nlohmann::json peaks;
+  for (int k = 0; k < kNumMemKinds; ++k) peaks[mem_kind_name(static_cast<MemKind>(k))] = d.peak_by_kind[k];
+  // Time split: compute, communication not hidden under compute (the comm
+  // stream's exposed part plus collectives run on the compute stream, TP's), idle.
+  const Time compute = d.compute_busy - d.compute_transfer;
+  const Time exposed = d.comm_exposed + d.compute_transfer;
+  const Time idle = std::max<Time>(0, makespan - compute - exposed);
+  const auto c = mesh.coords(d.rank);
+  nlohmann::json j = {{"rank", d.rank}, {"node", d.node}, {"name", mesh.describe(d.rank)},
+                      {"coords", {{"dp", c.dp}, {"tp", c.tp}, {"pp", c.pp}, {"ep", c.ep}}},
+                      {"peak_bytes", d.peak_bytes}, {"peak_bytes_by_kind", peaks},
+                      {"capacity_bytes", d.capacity_bytes},
+                      {"compute_s", to_seconds(compute)}, {"comm_s", to_seconds(exposed)},
+                      {"comm_total_s", to_seconds(d.comm_busy + d.compute_transfer)},
+                      {"idle_s", to_seconds(idle)}};
+  const auto rank = size_t(d.rank);
+  if (rank < r.moe.size() && !r.moe[rank].empty()) {
+    nlohmann::json layers = nlohmann::json::array();
+    uint64_t sent = 0, recv = 0;
+    for (const MoeLayerTotals& t : r.moe[rank]) {
+      layers.push_back({{"layer", t.layer}, {"expert_begin", t.expert_begin}, {"tokens_per_expert", t.received()},
+                        {"dropped", t.dropped}, {"a2a_sent_bytes", t.a2a_sent_bytes},
+                        {"a2a_recv_bytes", t.a2a_recv_bytes}});
+      sent += t.a2a_sent_bytes;
+      recv += t.a2a_recv_bytes;
+    }
+    const Time a2a = rank < r.a2a_time.size() ? r.a2a_time[rank] : 0;
+    j["moe"] = {{"layers", layers}, {"a2a_sent_bytes", sent}, {"a2a_recv_bytes", recv},
+                {"a2a_s", to_seconds(a2a)},
+                {"a2a_share_of_step", makespan > 0 ? double(a2a) / double(makespan) : 0.0}};
+  }
+  if (rank < r.phase_totals.size()) {
+    const DevicePhaseTotals& t = r.phase_totals[rank];
+    const Time window = t.busy + t.idle;
+    j["fwd_bwd"] = {{"busy_s", to_seconds(t.busy)}, {"idle_s", to_seconds(t.idle)},
+                    {"idle_fraction", window > 0 ? double(t.idle) / double(window) : 0.0},
+                    {"p2p_sent_bytes", t.p2p_bytes}};
+  }
+  return j;
+}
+
+}  // namespace
+
+nlohmann::json report_json(const TrainOptions& o, const Cluster& cluster, const TrainResult& r) {
+  nlohmann::json j;
+  j["config"] = o.to_json();
+  j["config"]["profile"] = cluster.profile().name;
+  j["config"]["devices"] = cluster.world_size();
+  j["config"]["precision"] = precision_name(cluster.options().precision);
+  j["steps"] = nlohmann::json::array();
+  for (const auto& s : r.steps) {
+    j["steps"].push_back({{"step", s.step}, {"loss", s.loss}, {"ce_loss", s.ce}, {"aux_loss", s.aux},
+                          {"lr", s.lr}, {"grad_norm", s.grad_norm},
+                          {"virtual_time_s", to_seconds(s.virtual_end)}, {"wall_s", s.wall_s}});
+  }
+  const Time makespan = r.run.makespan();
+  const collectives::DeviceMesh mesh(o.parallel.mesh_shape());
+  j["config"]["mesh"] = mesh.to_string();
+  j["devices"] = nlohmann::json::array();
+  for (const auto& d : r.run.devices) j["devices"].push_back(device_json(mesh, r, d, makespan));
+  const double step_s = to_seconds(makespan) / std::max<size_t>(1, r.steps.size());
+  const double peak = CostModel(cluster.profile().device, cluster.options().precision).peak_flops();
+  j["summary"] = {
+      {"virtual_step_s", step_s},
+      {"virtual_total_s", to_seconds(makespan)},
+      {"host_tokens_per_s", r.loop_wall_s > 0 ? double(r.tokens_per_step) * r.steps.size() / r.loop_wall_s : 0},
+      {"bubble_fraction", r.bubble_fraction},
+      {"mfu", step_s > 0 ? r.model_flops_per_step / step_s / (peak * cluster.world_size()) : 0},
+      {"final_loss", r.steps.empty() ? 0 : r.steps.back().loss},
+      {"n_params", r.n_params}};
+  if (r.best_loss) j["summary"]["best_loss"] = *r.best_loss;
+  if (!r.moe_layers.empty()) {
+    j["moe"] = nlohmann::json::array();
+    double sum = 0;
+    size_t count = 0;
+    for (const auto& m : r.moe_layers) {
+      j["moe"].push_back({{"layer", m.layer}, {"tokens_per_expert", m.tokens}, {"imbalance", m.imbalance}});
+      for (double x : m.imbalance) sum += x, ++count;
+    }
+    j["summary"]["moe_imbalance"] = count ? sum / double(count) : 0.0;
+  }
+  return j;
+}
+
+}  // namespace shardlab::train
