@@ -47,13 +47,13 @@ void ShardedGPT::forward(int chunk, int mb, int buffer, const MicroBatchTokens& 
   last_aux_ = aux;
   // Saved for backward: the input, each block's activations (with EP the rows
   // its experts received this time) and, on the last stage, the head's.
-  const bool last = place_.last(chunk);
-  s.elems = Nr * C;
+  s.elems = static_cast<int64_t>(s.x.size());
   for (const TpBlockActs& a : s.blocks) s.elems += a.saved_elements();
-  if (last) s.elems += Nr * C + 2 * Nr + 2 * dims_.N() * Vl_ + dims_.N();
+  for (const Buf<float>* b : {&s.lnf, &s.lnf_mean, &s.lnf_rstd, &s.logits, &s.probs, &s.losses})
+    s.elems += static_cast<int64_t>(b->size());  // empty unless this is the last stage
   if (ctx_.ex.sink) ctx_.ex.sink->saved(s.elems);
   s.activations = true;
-  if (last) head_forward(s, x, tokens.targets);
+  if (place_.last(chunk)) head_forward(s, x, tokens.targets);
 }
 
 float ShardedGPT::head_forward(Slot& s, const float* x, const Token* targets) {
@@ -79,7 +79,8 @@ void ShardedGPT::head_backward(Slot& s, float dloss, bool announce) {
   const int64_t N = dims_.N(), Nr = dims_.rows();
   const int C = dims_.C;
   const model::Exec& ex = ctx_.ex;
-  if (ex.sink) ex.sink->saved(N * Vl_);  // dlogits, alive until the head's backward is done
+  const auto dlogits = static_cast<int64_t>(dlogits_.size());
+  if (ex.sink) ex.sink->saved(dlogits);  // alive until the head's backward is done
   std::fill(dlogits_.begin(), dlogits_.end(), 0.0f);
   vocab_parallel_cross_entropy_backward(dlogits_.data(), s.probs.data(), s.targets.data(), dloss, N,
                                         Vl_, v0_, ex);
@@ -88,7 +89,7 @@ void ShardedGPT::head_backward(Slot& s, float dloss, bool announce) {
   linear_backward_split(scratch_.partial.data(), g_.wte, nullptr, dlogits_.data(), lnf_full, w_.wte,
                         N, C, Vl_, {"lm_head.dgrad", "lm_head.wgrad"}, s.wgrad, ex);
   s.wgrad.end_block(head_id());
-  if (ex.sink) ex.sink->freed(N * Vl_);
+  if (ex.sink) ex.sink->freed(dlogits);
   enter_column_parallel_bwd(ctx_, scratch_.partial.data(), dlnf_.data(), Nr, C);
   const float* x_last = s.blocks.empty() ? s.x.data() : s.blocks.back().res2.data();
   std::fill(dx_.begin(), dx_.end(), 0.0f);

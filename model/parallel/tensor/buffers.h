@@ -19,16 +19,14 @@ namespace shardlab::parallel {
 template <typename T>
 using Buf = model::Buffer<T>;
 
-struct TpDims {
-  int B = 0, T = 0, C = 0, NH = 0;  // global sizes
+// The unsharded sizes (model::Dims: B, T, C, NH, N(), HS()) and how they are split.
+struct TpDims : model::Dims {
   int tp = 1;
   bool sp = false;
   int ep = 1;  // expert-parallel ranks exchanging tokens (expert/ep_dispatch.h)
-  int64_t N() const { return static_cast<int64_t>(B) * T; }
   int64_t rows() const { return sp ? N() / tp : N(); }             // Nr
   int64_t row0(int rank) const { return sp ? rank * rows() : 0; }  // first global row held
   int NHl() const { return NH / tp; }
-  int HS() const { return C / NH; }
   int Cl() const { return NHl() * HS(); }
   int Fl() const { return 4 * C / tp; }
 };
