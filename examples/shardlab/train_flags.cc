@@ -93,7 +93,12 @@ train::TrainOptions TrainFlags::options() const {
   o.sampling = model::parse_sampling(sampling);
   o.init_path = init;
   o.save_path = save;
-  o.parallel = {dp, tp, sp, zero, bucket_mb, !no_overlap};
+  o.parallel.dp = dp;
+  o.parallel.tp = tp;
+  o.parallel.sp = sp;
+  o.parallel.zero = zero;
+  o.parallel.bucket_mb = bucket_mb;
+  o.parallel.overlap = !no_overlap;
   o.parallel.ep = ep;
   o.parallel.pp = pp;
   o.parallel.schedule = parallel::parse_schedule(schedule);
