@@ -13,7 +13,7 @@ void record_moe(const parallel::LocalModel& model, int step, std::vector<MoeLaye
     if (m.layer < 0) continue;
     auto it = std::find_if(out.begin(), out.end(), [&](const MoeLayerTotals& t) { return t.layer == m.layer; });
     if (it == out.end()) {
-      out.push_back(MoeLayerTotals{.layer = m.layer, .expert_begin = m.expert_begin});
+      out.push_back(MoeLayerTotals{.layer = m.layer, .expert_begin = m.expert_begin, .per_step = {}});
       it = out.end() - 1;
     }
     it->per_step.resize(size_t(step) + 1);

@@ -3,11 +3,13 @@
 // train() runs one SPMD program: every device builds its part of the model in
 // its arena, draws its rows of each step's global batch, runs forward and
 // backward (every kernel charging the cost model on the compute stream), clips
-// the global gradient norm and takes an AdamW step. The unsharded model runs
-// one forward and backward per micro-batch (gradient accumulation); every
-// sharded model (TP, PP, EP and their products) is a parallel::PipelineModel
-// driven by its rank's schedule actions, with data parallelism (buckets,
-// ZeRO) over the dp group and expert gradients over edp (device_program.cc).
+// the global gradient norm and takes an AdamW step. Every run goes through
+// the pipeline executor: the unsharded model (verify's reference, pure data
+// parallelism) as one stage with forward, backward per micro-batch (gradient
+// accumulation); every sharded model (TP, PP, EP and their products) as a
+// parallel::ShardedGPT driven by its rank's schedule actions; data
+// parallelism (buckets, ZeRO) over the dp group and expert gradients over edp
+// (device_program.h says which file does what).
 #pragma once
 
 #include <cstdint>
