@@ -19,6 +19,8 @@ void set_action(CLI::App* sub, Action action) {
 void add_common_flags(CLI::App* sub, CommonFlags& flags, bool with_trace) {
   sub->add_option("--profile", flags.profile, "Hardware profile: a built-in name or FILE.json")
       ->capture_default_str();
+  sub->add_option("--nodes", flags.nodes,
+                  "Nodes of the profile's node type (default: the profile's own count)");
   sub->add_flag("--json", flags.json, "Machine-readable output on stdout");
   if (with_trace) {
     sub->add_option("--trace", flags.trace, "Write a Chrome trace (opens in Perfetto) to FILE.json");
@@ -31,7 +33,17 @@ void add_common_flags(CLI::App* sub, CommonFlags& flags, bool with_trace) {
 
 HardwareProfile apply_common(const CommonFlags& flags) {
   set_verbosity(flags.verbose);
-  return load_profile(flags.profile);
+  HardwareProfile p = load_profile(flags.profile);
+  if (flags.nodes) {
+    // A profile describes one node type and its links; --nodes sets how many.
+    constexpr int64_t kMaxDevices = int64_t{1} << 20;
+    const int nodes = *flags.nodes;
+    if (nodes < 1 || int64_t{nodes} * p.devices_per_node > kMaxDevices)
+      throw ConfigError(fmt::format("--nodes {}: must be between 1 and {} ({} devices per node, at most {} devices)",
+                                    nodes, kMaxDevices / p.devices_per_node, p.devices_per_node, kMaxDevices));
+    p.nodes = nodes;
+  }
+  return p;
 }
 
 void add_size_flag(CLI::App* sub, const std::string& name, std::string& text,

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <utility>
 #include <string>
 
@@ -26,6 +27,7 @@ void set_action(CLI::App* sub, Action action);
 // Flags most subcommands share.
 struct CommonFlags {
   std::string profile = "a100-nvlink";
+  std::optional<int> nodes;  // unset: the profile's own node count
   bool json = false;
   std::string trace;
   double pace = 0;

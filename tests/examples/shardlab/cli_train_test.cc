@@ -97,6 +97,23 @@ TEST(CliTrain, TraceShowsEveryKernelOnTheComputeStream) {
     EXPECT_TRUE(names.count(k)) << k;
 }
 
+// A profile is one node type: --nodes scales it past its own node count.
+TEST(CliTrain, NodesScaleTheProfile) {
+  // 64 devices: more than the 4 x 8 of a100-nvlink.
+  expect_usage_error("train --model tiny --dp 8 --tp 2 --pp 4 --batch 32 --micro-batches 4 --steps 1",
+                     "64 devices requested but profile a100-nvlink has 32 (4 nodes x 8)");
+  const auto r = testing::run_cli(
+      "train --model tiny --dp 8 --tp 2 --pp 4 --batch 32 --micro-batches 4 --steps 1 --nodes 8 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["config"]["devices"], 64);
+  EXPECT_EQ(j["devices"].size(), 64u);
+  EXPECT_EQ(j["devices"][63]["node"], 7);
+  for (const char* bad : {"0", "-1", "200000"})
+    expect_usage_error(std::string("train --model tiny --steps 1 --nodes ") + bad, "--nodes");
+  expect_usage_error("train --model tiny --steps 1 --nodes abc", "--nodes");
+}
+
 TEST(CliTrain, OutOfMemoryNamesTheDevice) {
   expect_usage_error("train --model tiny --steps 1 --memory 4MiB", "device 0: out of memory allocating");
 }
