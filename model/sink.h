@@ -31,14 +31,22 @@ class OpSink {
   virtual int element_size() const { return 4; }
 };
 
+// "attn.c_attn.fwd" -> "attn.c_attn.fwd.recompute": the same kernel run again
+// in backward (activation recomputation). The returned string lives for the
+// whole process (traces keep kernel names by pointer). Thread-safe.
+const char* recompute_name(const char* name);
+
 // What the layers receive: the sink (or none) and the modeled element size.
 struct Exec {
   OpSink* sink = nullptr;
   int elem = 4;  // modeled bytes per element, for the *_cost functions
+  // The kernels re-run a forward in backward (activation recomputation):
+  // they charge their cost under recompute_name().
+  bool recompute = false;
 
-  static Exec with(OpSink* s) { return {s, s ? s->element_size() : 4}; }
+  static Exec with(OpSink* s) { return {s, s ? s->element_size() : 4, false}; }
   void op(const char* name, const OpCost& cost) const {
-    if (sink) sink->op(name, cost);
+    if (sink) sink->op(recompute ? recompute_name(name) : name, cost);
   }
 };
 

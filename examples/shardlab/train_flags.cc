@@ -59,6 +59,9 @@ void TrainFlags::add(CLI::App* sub) {
       ->capture_default_str();
   sub->add_option("--vpp", vpp, "Model chunks per pipeline rank (interleaved)")->capture_default_str();
   sub->add_option("--pp-layers", pp_layers, "Blocks per stage, e.g. 3,3,2 (default: balanced)");
+  sub->add_option("--recompute", recompute,
+                  "Activation recomputation: none, selective (attention core) or full (whole blocks)")
+      ->capture_default_str();
   sub->add_option("--corrupt-shard", corrupt_shard, "NAME:RANK (testing verify)")->group("");
 }
 
@@ -103,6 +106,7 @@ train::TrainOptions TrainFlags::options() const {
   o.parallel.pp = pp;
   o.parallel.schedule = parallel::parse_schedule(schedule);
   o.parallel.vpp = vpp;
+  o.parallel.recompute = parallel::parse_recompute(recompute);
   if (!pp_layers.empty()) o.parallel.stage_layers = parallel::parse_stage_layers(pp_layers);
   o.micro_batches = micro_batches;
   o.corrupt_shard = corrupt_shard;

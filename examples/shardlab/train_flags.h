@@ -29,7 +29,7 @@ struct TrainFlags {
   std::string init, save, report, memory, precision = "fp32";
   int dp = 1, tp = 1, zero = 0;
   int ep = 1, pp = 1, micro_batches = 1, vpp = 1;
-  std::string schedule = "1f1b", pp_layers;
+  std::string schedule = "1f1b", pp_layers, recompute = "none";
   bool sp = false, no_overlap = false;
   double bucket_mb = 25;
   std::string corrupt_shard;  // hidden: verify's can-it-fail test

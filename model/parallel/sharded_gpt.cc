@@ -54,6 +54,7 @@ ShardedGPT::ShardedGPT(const model::GPTConfig& config, uint64_t seed, Device& de
       place_(checked(config, groups, options)),
       tp_group_(*groups.tp),
       hooks_(options.hooks),
+      recompute_(options.recompute),
       layout_(config_, groups.tp->size(), groups.tp->rank(), stage_filter(config_, place_, groups.ep)) {
   ctx_.dev = &dev;
   ctx_.group = &tp_group_;

@@ -43,6 +43,7 @@
 #include "model/parallel/layout.h"
 #include "model/parallel/local_model.h"
 #include "model/parallel/pipeline/stage_model.h"
+#include "model/parallel/recompute.h"
 #include "model/parallel/tensor/layers.h"
 #include "model/parallel/weight_grad.h"
 
@@ -71,6 +72,7 @@ class BlockHooks {
 
 struct ShardedOptions {
   bool sequence_parallel = false;
+  Recompute recompute = Recompute::kNone;
   StagePlacement placement;  // default: every block on one stage
   const AttentionCore* attention = nullptr;  // null: LocalAttention
   BlockHooks* hooks = nullptr;
@@ -159,6 +161,12 @@ class ShardedGPT final : public LocalModel, public StageModel {
   // Backward of the head into dx_; announces ln_f when final and not deferred.
   void head_backward(Slot& s, float dloss, bool announce);
   void blocks_backward(int chunk, Slot& s, float dloss, bool announce);
+  // Elements block `a` keeps from its forward to its backward under the
+  // recompute policy (the rest is rebuilt by recompute_block).
+  int64_t kept_elements(const TpBlockActs& a) const;
+  // Rebuilds what the policy dropped of block `layer` (input x); returns the
+  // elements it charged to the arena until the block's backward is done.
+  int64_t recompute_block(TpBlockActs& a, int layer, const float* x);
   void embedding_backward(Slot& s);
   // Gradients of block `layer` (kHead: ln_f and the head) or of the
   // embeddings are final: SP row sums reduced, grads_ready.
@@ -177,6 +185,7 @@ class ShardedGPT final : public LocalModel, public StageModel {
   std::optional<collectives::ProcessGroup> ep_group_, capacity_group_;
   TpContext ctx_;
   BlockHooks* hooks_ = nullptr;
+  Recompute recompute_ = Recompute::kNone;
   ShardLayout layout_;
   int64_t v0_ = 0;
   int Vl_ = 0;

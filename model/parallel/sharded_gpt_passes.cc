@@ -7,6 +7,7 @@
 
 #include "model/parallel/expert/moe.h"
 #include "model/parallel/sharded_gpt.h"
+#include "model/parallel/tensor/attention.h"
 #include "model/parallel/tensor/embedding.h"
 #include "runtime/errors.h"
 
@@ -48,7 +49,7 @@ void ShardedGPT::forward(int chunk, int mb, int buffer, const MicroBatchTokens& 
   // Saved for backward: the input, each block's activations (with EP the rows
   // its experts received this time) and, on the last stage, the head's.
   s.elems = static_cast<int64_t>(s.x.size());
-  for (const TpBlockActs& a : s.blocks) s.elems += a.saved_elements();
+  for (const TpBlockActs& a : s.blocks) s.elems += kept_elements(a);
   for (const Buf<float>* b : {&s.lnf, &s.lnf_mean, &s.lnf_rstd, &s.logits, &s.probs, &s.losses})
     s.elems += static_cast<int64_t>(b->size());  // empty unless this is the last stage
   if (ctx_.ex.sink) ctx_.ex.sink->saved(s.elems);
@@ -106,14 +107,39 @@ void ShardedGPT::blocks_backward(int chunk, Slot& s, float dloss, bool announce)
     const int l = l0 + i;
     if (hooks_) hooks_->before_backward(l);
     const float* x_in = i > 0 ? s.blocks[size_t(i - 1)].res2.data() : s.x.data();
+    const int64_t rebuilt = recompute_block(s.blocks[size_t(i)], l, x_in);
     std::fill(dx_next_.begin(), dx_next_.end(), 0.0f);
     tp_block_backward(dx_next_.data(), g_.blocks[l], scratch_, dx_.data(), daux, s.blocks[size_t(i)],
                       x_in, w_.blocks[l], dims_, config_, s.wgrad, ctx_);
     s.wgrad.end_block(l);
+    if (ctx_.ex.sink && rebuilt > 0) ctx_.ex.sink->freed(rebuilt);
     if (announce) finish_block(l);
     if (hooks_) hooks_->after_backward(l);
     std::swap(dx_, dx_next_);
   }
+}
+
+int64_t ShardedGPT::kept_elements(const TpBlockActs& a) const {
+  switch (recompute_) {
+    case Recompute::kNone: return a.saved_elements();
+    case Recompute::kSelective: return a.saved_elements() - static_cast<int64_t>(a.att.size());
+    case Recompute::kFull: return static_cast<int64_t>(a.res2.size());  // the next block's input
+  }
+  return a.saved_elements();
+}
+
+int64_t ShardedGPT::recompute_block(TpBlockActs& a, int layer, const float* x) {
+  if (recompute_ == Recompute::kNone) return 0;
+  TpContext again = ctx_;
+  again.ex.recompute = true;
+  if (recompute_ == Recompute::kSelective) {
+    attention_core(again).forward(a.atty.data(), a.att.data(), a.qkv.data(), dims_, again);
+  } else {  // the whole block, from its kept input; its aux loss was counted in forward
+    tp_block_forward(a, w_.blocks[layer], x, dims_, config_, scratch_, again);
+  }
+  const int64_t rebuilt = a.saved_elements() - kept_elements(a);
+  if (ctx_.ex.sink) ctx_.ex.sink->saved(rebuilt);
+  return rebuilt;
 }
 
 void ShardedGPT::embedding_backward(Slot& s) {

@@ -64,7 +64,7 @@ nlohmann::json TrainOptions::to_json() const {
            {{"dp", parallel.dp}, {"tp", parallel.tp}, {"sp", parallel.sp}, {"zero", parallel.zero},
             {"bucket_mb", parallel.bucket_mb}, {"overlap", parallel.overlap}, {"ep", parallel.ep}, {"pp", parallel.pp},
             {"schedule", parallel::schedule_name(parallel.schedule)}, {"vpp", parallel.vpp},
-            {"pp_layers", parallel.stage_layers}}}};
+            {"pp_layers", parallel.stage_layers}, {"recompute", parallel::recompute_name(parallel.recompute)}}}};
 }
 
 double learning_rate(const TrainOptions& o, int step) {
@@ -133,7 +133,7 @@ void validate_parallel(const TrainOptions& o) {
 bool runs_sharded(const TrainOptions& o) {
   const ParallelOptions& p = o.parallel;
   const bool global_routing = o.model.is_moe() && p.dp > 1 && (p.ep > 1 || o.model.capacity_factor > 0);
-  return p.pp > 1 || p.tp > 1 || p.ep > 1 || global_routing;
+  return p.pp > 1 || p.tp > 1 || p.ep > 1 || global_routing || p.recompute != parallel::Recompute::kNone;
 }
 
 parallel::Schedule step_schedule(const TrainOptions& o) {

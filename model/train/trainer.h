@@ -25,6 +25,7 @@
 #include "model/io/data.h"
 #include "model/optimizer.h"
 #include "model/parallel/pipeline/executor.h"
+#include "model/parallel/recompute.h"
 #include "model/parallel/pipeline/schedule.h"
 #include "runtime/cluster.h"
 
@@ -47,6 +48,7 @@ struct ParallelOptions {
   parallel::ScheduleKind schedule = parallel::ScheduleKind::k1F1B;
   int vpp = 1;                // model chunks per pipeline rank (interleaved)
   std::vector<int> stage_layers;  // blocks per virtual stage; empty = balanced
+  parallel::Recompute recompute = parallel::Recompute::kNone;  // activation recomputation
   // Library users: run these action lists (one per pipeline rank, schedules
   // as data) instead of `schedule`. validate_parallel checks them
   // (validate_schedule) before any thread starts.
@@ -180,7 +182,8 @@ TrainResult train(Cluster& cluster, const TrainOptions& options, const StepCallb
 // The --dp/--tp/... constraints, checked before any thread starts.
 void validate_parallel(const TrainOptions& options);
 // Whether the run uses the sharded model (parallel::ShardedGPT) rather than
-// the unsharded reference: any of tp, pp, ep > 1, or MoE routing over dp.
+// the unsharded reference: any of tp, pp, ep > 1, MoE routing over dp, or
+// activation recomputation.
 bool runs_sharded(const TrainOptions& options);
 // The action lists every pipeline rank runs (custom or built).
 parallel::Schedule step_schedule(const TrainOptions& options);

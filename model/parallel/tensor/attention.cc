@@ -21,4 +21,8 @@ const LocalAttention& LocalAttention::instance() {
   return kInstance;
 }
 
+const AttentionCore& attention_core(const TpContext& c) {
+  return c.attention ? *c.attention : LocalAttention::instance();
+}
+
 }  // namespace shardlab::parallel

@@ -40,4 +40,7 @@ class LocalAttention final : public AttentionCore {
   static const LocalAttention& instance();
 };
 
+// The core a context uses: c.attention, or LocalAttention.
+const AttentionCore& attention_core(const TpContext& c);
+
 }  // namespace shardlab::parallel

@@ -19,10 +19,6 @@ namespace {
 
 void zero(float* p, int64_t n) { std::fill(p, p + n, 0.0f); }
 
-const AttentionCore& attention_core(const TpContext& c) {
-  return c.attention ? *c.attention : LocalAttention::instance();
-}
-
 }  // namespace
 
 void add_bias_rows(float* out, const float* bias, int64_t N, int OC, const char* name,
