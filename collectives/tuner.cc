@@ -43,7 +43,9 @@ struct Clock {
 class Replay {
  public:
   Replay(const HardwareProfile& p, std::span<const int> members, int elem_size)
-      : links_(p), members_(members), esize_(static_cast<uint64_t>(elem_size)),
+      : links_(p),
+        members_(members),
+        esize_(static_cast<uint64_t>(elem_size)),
         clocks_(members.size()) {}
 
   int n() const { return static_cast<int>(members_.size()); }
@@ -52,10 +54,12 @@ class Replay {
 
   // Device::isend: depart = max(stream, egress free); egress held for w.
   Posted send(int from, int to, size_t count) {
-    const Link l = links_.link(members_[static_cast<size_t>(from)], members_[static_cast<size_t>(to)]);
+    const Link l =
+        links_.link(members_[static_cast<size_t>(from)], members_[static_cast<size_t>(to)]);
     Clock& c = clocks_[static_cast<size_t>(from)];
     const int port = static_cast<int>(l.port);
-    Posted m{true, std::max(c.now, c.egress[port]), transfer_time(count * esize_, l.bytes_per_second), l.latency, port};
+    Posted m{true, std::max(c.now, c.egress[port]),
+             transfer_time(count * esize_, l.bytes_per_second), l.latency, port};
     c.egress[port] = m.depart + m.wire;
     c.last_send = std::max(c.last_send, c.egress[port]);
     return m;
@@ -81,7 +85,9 @@ class Replay {
   std::vector<Clock> clocks_;
 };
 
-size_t chunk(size_t count, int n, int i) { return static_cast<size_t>(chunk_range(count, n, i).size); }
+size_t chunk(size_t count, int n, int i) {
+  return static_cast<size_t>(chunk_range(count, n, i).size);
+}
 
 // One lock-step round: member r sends size(r) elements to r+dist and then
 // receives from r-dist (ring steps, pairwise and Bruck rounds, barrier).
@@ -98,7 +104,8 @@ void ring(Replay& R, size_t count, int first_offset) {
   const int n = R.n();
   std::vector<Posted> out(static_cast<size_t>(n));
   for (int k = 0; k < n - 1; ++k)
-    shift_round(R, 1, [&](int r) { return chunk(count, n, R.rel(r, first_offset - k)); }, out);
+    shift_round(
+        R, 1, [&](int r) { return chunk(count, n, R.rel(r, first_offset - k)); }, out);
 }
 
 // tree.cc halving_reduce_scatter (halving) and doubling_all_gather: at
@@ -112,13 +119,15 @@ void tree_step(Replay& R, size_t count, int dist, bool halving, std::vector<Post
     const int np = wrapped_ranges(count, n, halving ? R.rel(r, dist) : r, m, pieces);
     for (int i = 0; i < 2; ++i) {
       const bool sent = i < np && pieces[i].size > 0;
-      out[static_cast<size_t>(2 * r + i)] = sent ? R.send(r, R.rel(r, to_offset), size_t(pieces[i].size)) : Posted{};
+      out[static_cast<size_t>(2 * r + i)] =
+          sent ? R.send(r, R.rel(r, to_offset), size_t(pieces[i].size)) : Posted{};
     }
   }
   for (int r = 0; r < n; ++r) {
     const auto from = static_cast<size_t>(R.rel(r, -to_offset));
     for (int i = 0; i < 2; ++i)
-      if (out[2 * from + static_cast<size_t>(i)].sent) R.recv(r, out[2 * from + static_cast<size_t>(i)]);
+      if (out[2 * from + static_cast<size_t>(i)].sent)
+        R.recv(r, out[2 * from + static_cast<size_t>(i)]);
   }
 }
 
@@ -139,7 +148,8 @@ void direct_exchange(Replay& R, Size size) {
   const auto n = static_cast<size_t>(R.n());
   std::vector<Posted> out(n * n);
   for (int r = 0; r < R.n(); ++r)
-    for (int k = 1; k < R.n(); ++k) out[size_t(r) * n + size_t(k)] = R.send(r, R.rel(r, k), size(r, R.rel(r, k)));
+    for (int k = 1; k < R.n(); ++k)
+      out[size_t(r) * n + size_t(k)] = R.send(r, R.rel(r, k), size(r, R.rel(r, k)));
   for (int r = 0; r < R.n(); ++r)
     for (int k = 1; k < R.n(); ++k) R.recv(r, out[size_t(R.rel(r, -k)) * n + size_t(k)]);
 }
@@ -183,7 +193,9 @@ void binomial_broadcast(Replay& R, size_t count, int root) {
     while (mask < n && !(v & mask)) mask <<= 1;
     if (v > 0) R.recv(R.rel(root, v), from_parent[static_cast<size_t>(v)]);
     for (mask >>= 1; mask > 0; mask >>= 1)
-      if (v + mask < n) from_parent[static_cast<size_t>(v + mask)] = R.send(R.rel(root, v), R.rel(root, v + mask), count);
+      if (v + mask < n)
+        from_parent[static_cast<size_t>(v + mask)] =
+            R.send(R.rel(root, v), R.rel(root, v + mask), count);
   }
 }
 
@@ -211,7 +223,8 @@ void bruck(Replay& R, size_t block) {
   for (int dist = 1; dist < n; dist <<= 1) {
     size_t slots = 0;
     for (int i = 0; i < n; ++i) slots += (i & dist) ? 1 : 0;
-    shift_round(R, dist, [&](int) { return slots * block; }, out);
+    shift_round(
+        R, dist, [&](int) { return slots * block; }, out);
   }
 }
 
@@ -228,11 +241,13 @@ void replay(Replay& R, const CollShape& s, Algo algo) {
       halving(R, count);
       return doubling(R, count);
     case OpKind::kReduceScatter:
-      if (algo == Algo::kDirect) return direct_exchange(R, [&](int, int to) { return chunk(count, n, to); });
+      if (algo == Algo::kDirect)
+        return direct_exchange(R, [&](int, int to) { return chunk(count, n, to); });
       if (algo == Algo::kRing) return ring(R, count, -1);
       return halving(R, count);
     case OpKind::kAllGather:
-      if (algo == Algo::kDirect) return direct_exchange(R, [&](int from, int) { return chunk(count, n, from); });
+      if (algo == Algo::kDirect)
+        return direct_exchange(R, [&](int from, int) { return chunk(count, n, from); });
       if (algo == Algo::kRing) return ring(R, count, 0);
       return doubling(R, count);
     case OpKind::kBroadcast:
@@ -248,12 +263,16 @@ void replay(Replay& R, const CollShape& s, Algo algo) {
       if (algo == Algo::kDirect) return direct_exchange(R, [&](int, int) { return block; });
       if (algo == Algo::kTree) return bruck(R, block);
       std::vector<Posted> out(static_cast<size_t>(n));
-      for (int k = 1; k < n; ++k) shift_round(R, k, [&](int) { return block; }, out);
+      for (int k = 1; k < n; ++k)
+        shift_round(
+            R, k, [&](int) { return block; }, out);
       return;
     }
     case OpKind::kBarrier: {
       std::vector<Posted> out(static_cast<size_t>(n));
-      for (int dist = 1; dist < n; dist <<= 1) shift_round(R, dist, [](int) { return size_t{0}; }, out);
+      for (int dist = 1; dist < n; dist <<= 1)
+        shift_round(
+            R, dist, [](int) { return size_t{0}; }, out);
       return;
     }
   }
@@ -269,7 +288,8 @@ std::span<const Algo> candidate_algos(OpKind op) {
   return kAll;
 }
 
-Time predict_time(const HardwareProfile& p, std::span<const int> members, const CollShape& s, Algo algo) {
+Time predict_time(const HardwareProfile& p, std::span<const int> members, const CollShape& s,
+                  Algo algo) {
   SHARDLAB_CHECK(algo != Algo::kAuto);
   Replay R(p, members, s.elem_size);
   replay(R, s, algo);

@@ -76,7 +76,8 @@ std::span<const Algo> candidate_algos(OpKind op);
 
 // Virtual time of `algo` (not kAuto) running `s` on the group `members`
 // (global ranks, in group order) of profile `p`, from idle ports.
-Time predict_time(const HardwareProfile& p, std::span<const int> members, const CollShape& s, Algo algo);
+Time predict_time(const HardwareProfile& p, std::span<const int> members, const CollShape& s,
+                  Algo algo);
 
 // The candidate with the least predicted time.
 Algo select_algo(const HardwareProfile& p, std::span<const int> members, const CollShape& s);

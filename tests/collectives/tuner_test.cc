@@ -4,10 +4,11 @@
 // nodes and strided over four, sizes from 4 B to 256 MiB, on the built-in
 // profiles. Tolerance 0: the prediction replays the fabric's own integer
 // port clocks, so any difference is a modelling bug.
+#include "collectives/tuner.h"
+
 #include <map>
 #include <numeric>
 
-#include "collectives/tuner.h"
 #include "tests/collectives/test_util.h"
 
 namespace shardlab::collectives::testing {
@@ -17,8 +18,8 @@ constexpr OpKind kOpsTuned[] = {OpKind::kAllReduce, OpKind::kReduceScatter, OpKi
                                 OpKind::kBroadcast, OpKind::kReduce,        OpKind::kAllToAll};
 constexpr Algo kExplicit[] = {Algo::kRing, Algo::kTree, Algo::kDirect};
 // 4 B to 256 MiB in steps of 8x, plus a count no group size divides.
-constexpr uint64_t kSizes[] = {4,        32,       256,       2 << 10,   16 << 10, 128 << 10,
-                               1 << 20,  8 << 20,  64 << 20,  256 << 20, 1000004};
+constexpr uint64_t kSizes[] = {4,       32,      256,      2 << 10,   16 << 10, 128 << 10,
+                               1 << 20, 8 << 20, 64 << 20, 256 << 20, 1000004};
 
 struct GroupCase {
   std::string name;
@@ -34,9 +35,12 @@ std::vector<int> iota_members(int n) {
 
 // The built-in profiles have 8 devices per node.
 std::vector<GroupCase> group_cases() {
-  return {{"2", 2, iota_members(2)},          {"4", 4, iota_members(4)},
-          {"6", 6, iota_members(6)},          {"8", 8, iota_members(8)},
-          {"16 (2 nodes)", 16, iota_members(16)}, {"4 (4 nodes)", 32, {0, 8, 16, 24}}};
+  return {{"2", 2, iota_members(2)},
+          {"4", 4, iota_members(4)},
+          {"6", 6, iota_members(6)},
+          {"8", 8, iota_members(8)},
+          {"16 (2 nodes)", 16, iota_members(16)},
+          {"4 (4 nodes)", 32, {0, 8, 16, 24}}};
 }
 
 CollShape shape_for(OpKind op, uint64_t bytes, int n, Precision precision) {
@@ -53,20 +57,28 @@ void run_one(Device& dev, const ProcessGroup& g, const CollShape& s, Algo algo) 
   const auto part = static_cast<size_t>(chunk_range(s.count, g.size(), g.rank()).size);
   const Buffer full = Buffer::phantom(s.count);
   switch (s.op) {
-    case OpKind::kAllReduce: return all_reduce(dev, g, full, ReduceOp::kSum, opt);
-    case OpKind::kReduceScatter: return reduce_scatter(dev, g, full, Buffer::phantom(part), ReduceOp::kSum, opt);
-    case OpKind::kAllGather: return all_gather(dev, g, Buffer::phantom(part), full, opt);
-    case OpKind::kBroadcast: return broadcast(dev, g, full, s.root, opt);
+    case OpKind::kAllReduce:
+      return all_reduce(dev, g, full, ReduceOp::kSum, opt);
+    case OpKind::kReduceScatter:
+      return reduce_scatter(dev, g, full, Buffer::phantom(part), ReduceOp::kSum, opt);
+    case OpKind::kAllGather:
+      return all_gather(dev, g, Buffer::phantom(part), full, opt);
+    case OpKind::kBroadcast:
+      return broadcast(dev, g, full, s.root, opt);
     case OpKind::kReduce:
-      return reduce(dev, g, full, g.rank() == s.root ? full : Buffer{}, s.root, ReduceOp::kSum, opt);
-    case OpKind::kAllToAll: return all_to_all(dev, g, full, Buffer::phantom(s.count), opt);
-    case OpKind::kBarrier: return barrier(dev, g, opt);
+      return reduce(dev, g, full, g.rank() == s.root ? full : Buffer{}, s.root, ReduceOp::kSum,
+                    opt);
+    case OpKind::kAllToAll:
+      return all_to_all(dev, g, full, Buffer::phantom(s.count), opt);
+    case OpKind::kBarrier:
+      return barrier(dev, g, opt);
   }
 }
 
 // Virtual time of one collective on a fresh cluster: the latest member's
 // comm-stream end (every member starts at 0 on idle ports).
-Time measure(const HardwareProfile& p, const GroupCase& gc, Precision precision, const CollShape& s, Algo algo) {
+Time measure(const HardwareProfile& p, const GroupCase& gc, Precision precision, const CollShape& s,
+             Algo algo) {
   ClusterOptions opts;
   opts.world_size = gc.world;
   opts.precision = precision;
@@ -108,7 +120,8 @@ const std::vector<Row>& grid(const Param& prm) {
   for (const GroupCase& gc : group_cases()) {
     for (OpKind op : kOpsTuned) {
       for (uint64_t bytes : kSizes) {
-        const CollShape s = shape_for(op, bytes, static_cast<int>(gc.members.size()), prm.precision);
+        const CollShape s =
+            shape_for(op, bytes, static_cast<int>(gc.members.size()), prm.precision);
         Row r{gc.name, op, bytes, {}, {}, select_algo(p, gc.members, s), 0};
         for (int a = 0; a < 3; ++a) {
           r.predicted[a] = predict_time(p, gc.members, s, kExplicit[a]);
@@ -128,8 +141,10 @@ class TunerTest : public ::testing::TestWithParam<Param> {};
 
 TEST_P(TunerTest, PredictionEqualsMeasuredTime) {
   const std::vector<Row>& rows = grid(GetParam());
-  fmt::print("{} ({}): max |predicted - measured| in ps over {} sizes x ring/tree/direct, tolerance 0\n",
-             GetParam().profile, GetParam().precision == Precision::kBf16 ? "bf16" : "fp32", std::size(kSizes));
+  fmt::print(
+      "{} ({}): max |predicted - measured| in ps over {} sizes x ring/tree/direct, tolerance 0\n",
+      GetParam().profile, GetParam().precision == Precision::kBf16 ? "bf16" : "fp32",
+      std::size(kSizes));
   fmt::print("  {:<14} {:>15} {:>15} {:>15}\n", "group", "op", "max diff (ps)", "cases");
   Time worst = 0;
   size_t cases = 0;
@@ -139,12 +154,13 @@ TEST_P(TunerTest, PredictionEqualsMeasuredTime) {
       for (int a = 0; a < 3; ++a) {
         const Row& r = rows[j];
         diff = std::max(diff, std::abs(r.predicted[a] - r.measured[a]));
-        EXPECT_EQ(r.predicted[a], r.measured[a]) << r.group << " " << op_kind_name(r.op) << " " << r.bytes << " B "
-                                                 << algo_name(kExplicit[a]);
+        EXPECT_EQ(r.predicted[a], r.measured[a]) << r.group << " " << op_kind_name(r.op) << " "
+                                                 << r.bytes << " B " << algo_name(kExplicit[a]);
         ++cases;
       }
     }
-    fmt::print("  {:<14} {:>15} {:>15} {:>15}\n", rows[i].group, op_kind_name(rows[i].op), diff, 3 * std::size(kSizes));
+    fmt::print("  {:<14} {:>15} {:>15} {:>15}\n", rows[i].group, op_kind_name(rows[i].op), diff,
+               3 * std::size(kSizes));
     worst = std::max(worst, diff);
   }
   fmt::print("  all: {} cases, max diff {} ps\n", cases, worst);
@@ -152,9 +168,11 @@ TEST_P(TunerTest, PredictionEqualsMeasuredTime) {
 
 TEST_P(TunerTest, AutoIsTheFastestExplicitAlgorithm) {
   const std::vector<Row>& rows = grid(GetParam());
-  fmt::print("{} ({}): auto's pick per size ({} B; R ring, T tree, D direct) and max (auto - best explicit)\n",
-             GetParam().profile, GetParam().precision == Precision::kBf16 ? "bf16" : "fp32",
-             fmt::join(kSizes, ", "));
+  fmt::print(
+      "{} ({}): auto's pick per size ({} B; R ring, T tree, D direct) and max (auto - best "
+      "explicit)\n",
+      GetParam().profile, GetParam().precision == Precision::kBf16 ? "bf16" : "fp32",
+      fmt::join(kSizes, ", "));
   Time worst = 0;
   for (size_t i = 0; i < rows.size(); i += std::size(kSizes)) {
     std::string picks;
@@ -162,26 +180,28 @@ TEST_P(TunerTest, AutoIsTheFastestExplicitAlgorithm) {
     for (size_t j = i; j < i + std::size(kSizes); ++j) {
       const Row& r = rows[j];
       const Time best = *std::min_element(std::begin(r.measured), std::end(r.measured));
-      EXPECT_EQ(r.auto_measured, best) << r.group << " " << op_kind_name(r.op) << " " << r.bytes << " B: auto picked "
-                                       << algo_name(r.pick);
+      EXPECT_EQ(r.auto_measured, best) << r.group << " " << op_kind_name(r.op) << " " << r.bytes
+                                       << " B: auto picked " << algo_name(r.pick);
       for (Time t : r.measured) EXPECT_LE(r.auto_measured, t);
       excess = std::max(excess, r.auto_measured - best);
       picks += letter(r.pick);
     }
-    fmt::print("  {:<14} {:>15} {}  {} ps\n", rows[i].group, op_kind_name(rows[i].op), picks, excess);
+    fmt::print("  {:<14} {:>15} {}  {} ps\n", rows[i].group, op_kind_name(rows[i].op), picks,
+               excess);
     worst = std::max(worst, excess);
   }
   fmt::print("  all: max (auto - best explicit) {} ps\n", worst);
 }
 
-INSTANTIATE_TEST_SUITE_P(Profiles, TunerTest,
-                         ::testing::Values(Param{"a100-nvlink", Precision::kFp32}, Param{"a100-pcie", Precision::kFp32},
-                                           Param{"h100-nvlink", Precision::kFp32}, Param{"a100-pcie", Precision::kBf16}),
-                         [](const auto& info) {
-                           std::string name = info.param.profile;
-                           std::replace(name.begin(), name.end(), '-', '_');
-                           return name + (info.param.precision == Precision::kBf16 ? "_bf16" : "_fp32");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Profiles, TunerTest,
+    ::testing::Values(Param{"a100-nvlink", Precision::kFp32}, Param{"a100-pcie", Precision::kFp32},
+                      Param{"h100-nvlink", Precision::kFp32}, Param{"a100-pcie", Precision::kBf16}),
+    [](const auto& info) {
+      std::string name = info.param.profile;
+      std::replace(name.begin(), name.end(), '-', '_');
+      return name + (info.param.precision == Precision::kBf16 ? "_bf16" : "_fp32");
+    });
 
 // On uniform links the replay reduces to the closed forms of tuner.h.
 TEST(TunerClosedFormTest, UniformLinksGiveTheClosedForms) {
@@ -191,7 +211,9 @@ TEST(TunerClosedFormTest, UniformLinksGiveTheClosedForms) {
   const std::vector<int> g = iota_members(8);
   const size_t count = 8 * 768;  // S = 24576 B, S/8 = 3072 B
   const uint64_t S = count * 4;
-  auto t = [&](OpKind op, Algo algo) { return predict_time(p, g, CollShape{op, count, 4, 0}, algo); };
+  auto t = [&](OpKind op, Algo algo) {
+    return predict_time(p, g, CollShape{op, count, 4, 0}, algo);
+  };
   EXPECT_EQ(t(OpKind::kAllReduce, Algo::kRing), 14 * (a + w(S / 8)));
   EXPECT_EQ(t(OpKind::kAllReduce, Algo::kTree), 2 * (3 * a + w(S / 2) + w(S / 4) + w(S / 8)));
   EXPECT_EQ(t(OpKind::kAllReduce, Algo::kDirect), a + 7 * w(S));
@@ -205,7 +227,8 @@ TEST(TunerClosedFormTest, UniformLinksGiveTheClosedForms) {
   EXPECT_EQ(t(OpKind::kAllToAll, Algo::kDirect), a + 7 * w(S / 8));
   // A pipelined chain of c = 8 chunks of 512 KiB: (n-1)a + (n+c-2)w(S/c).
   const size_t big = 8 * (512 << 10) / 4;
-  EXPECT_EQ(predict_time(p, g, CollShape{OpKind::kBroadcast, big, 4, 3}, Algo::kRing), 7 * a + 14 * w(512 << 10));
+  EXPECT_EQ(predict_time(p, g, CollShape{OpKind::kBroadcast, big, 4, 3}, Algo::kRing),
+            7 * a + 14 * w(512 << 10));
 }
 
 // The symptom the tuner fixes: on PCIe (32 GB/s) direct's 7 serialized
