@@ -93,9 +93,8 @@ struct CollOptions {
 // Chunk i of `count` elements split over n: [count*i/n, count*(i+1)/n).
 Range chunk_range(size_t count, int n, int i);
 
-// The algorithm `auto` picks for a group of `group_size` whose members sit
-// on more than one node (multi_node) or not (thresholds in names.cc).
-Algo select_algo(OpKind op, int group_size, uint64_t modeled_bytes, bool multi_node = false);
+// `auto` picks the algorithm of least predicted time for the group, its
+// links and the size: select_algo and predict_time in collectives/tuner.h.
 // Whether the group's members sit on more than one node of dev's profile.
 bool spans_nodes(const Device& dev, const ProcessGroup& g);
 

@@ -130,7 +130,13 @@ void pairwise_all_to_all_v(Ctx& c, const float* in, const size_t* sdispl, const 
 void bruck_all_to_all(Ctx& c, const float* in, float* out, size_t block);
 void dissemination_barrier(Ctx& c);
 
-// Pipeline depth of the chain algorithms for `count` elements.
-int chain_chunks(const Ctx& c, size_t count);
+// Pipeline depth of the chain algorithms for `count` elements of
+// `elem_size` modeled bytes (the tuner predicts with it too).
+int chain_chunks(size_t count, int elem_size);
+// The elements of chunks [first, first+m) (mod n) of chunk_range(count, n, .)
+// as at most two ranges; returns how many. The tree algorithms' pieces.
+int wrapped_ranges(size_t count, int n, int first, int m, Range out[2]);
+// ceil(log2 n): the steps of the tree algorithms.
+int ceil_log2(int n);
 
 }  // namespace shardlab::collectives::detail

@@ -1,4 +1,4 @@
-// Names, parsing, chunking and the `auto` algorithm choice.
+// Names and parsing of ops, algorithms and reduce ops.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -28,25 +28,5 @@ const char* op_kind_name(OpKind k) { return kKinds[static_cast<int>(k)]; }
 ReduceOp parse_reduce_op(std::string_view s) { return parse_name<ReduceOp>(s, kOps, "reduce op"); }
 Algo parse_algo(std::string_view s) { return parse_name<Algo>(s, kAlgos, "algorithm"); }
 OpKind parse_op_kind(std::string_view s) { return parse_name<OpKind>(s, kKinds, "op"); }
-
-// `auto`, in the spirit of NCCL's tuner, by the full buffer's modeled bytes S:
-//  * all_to_all: direct (NCCL posts all peers' sends at once too);
-//  * barrier: dissemination (the only algorithm);
-//  * otherwise direct when n <= 2 or S·(n-1) <= 4 MiB inside a node, 1 MiB
-//    for a group spanning nodes (latency-bound: one latency beats log2(n) or
-//    2(n-1) of them while the serialized bytes are few; across nodes those
-//    bytes serialize on the slow inter-node port), the recursive
-//    halving/doubling or binomial tree when S <= 8 MiB, and the ring
-//    (pipelined chain for broadcast/reduce) above that.
-Algo select_algo(OpKind op, int group_size, uint64_t modeled_bytes, bool multi_node) {
-  const uint64_t kDirectBytes = multi_node ? 1ull << 20 : 4ull << 20;
-  constexpr uint64_t kTreeBytes = 8ull << 20;
-  if (op == OpKind::kAllToAll) return Algo::kDirect;
-  if (op == OpKind::kBarrier) return Algo::kTree;
-  const auto peers = static_cast<uint64_t>(std::max(group_size - 1, 0));
-  if (group_size <= 2 || modeled_bytes * peers <= kDirectBytes) return Algo::kDirect;
-  if (modeled_bytes <= kTreeBytes) return Algo::kTree;
-  return Algo::kRing;
-}
 
 }  // namespace shardlab::collectives

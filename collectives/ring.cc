@@ -37,10 +37,10 @@ void ring_all_gather(Ctx& c, float* work, size_t count, int phase) {
 // Pipeline chunks of about 512 KiB modeled: a chain of n members moving S
 // bytes in k chunks takes (n-1)a + (n+k-2)·w(S/k), so more chunks only help;
 // the cap bounds the host's per-message overhead.
-int chain_chunks(const Ctx& c, size_t count) {
+int chain_chunks(size_t count, int elem_size) {
   constexpr uint64_t kChunkBytes = 512 * 1024;
   constexpr uint64_t kMaxChunks = 1024;
-  const uint64_t bytes = count * static_cast<uint64_t>(element_size(c.dev().precision()));
+  const uint64_t bytes = count * static_cast<uint64_t>(elem_size);
   const uint64_t k = std::clamp<uint64_t>((bytes + kChunkBytes - 1) / kChunkBytes, 1, kMaxChunks);
   return static_cast<int>(std::max<uint64_t>(1, std::min<uint64_t>(k, count)));
 }
@@ -49,7 +49,7 @@ int chain_chunks(const Ctx& c, size_t count) {
 void chain_broadcast(Ctx& c, float* data, size_t count, int root) {
   const int n = c.n();
   const int pos = (c.me() - root + n) % n;
-  const int k = chain_chunks(c, count);
+  const int k = chain_chunks(count, element_size(c.dev().precision()));
   for (int i = 0; i < k; ++i) {
     const Range r = chunk_range(count, k, i);
     float* p = data ? data + r.begin : nullptr;
@@ -64,7 +64,7 @@ void chain_broadcast(Ctx& c, float* data, size_t count, int root) {
 void chain_reduce(Ctx& c, float* acc, size_t count, ReduceOp op, int root) {
   const int n = c.n();
   const int pos = (c.me() - root + n) % n;
-  const int k = chain_chunks(c, count);
+  const int k = chain_chunks(count, element_size(c.dev().precision()));
   for (int i = 0; i < k; ++i) {
     const Range r = chunk_range(count, k, i);
     float* p = acc ? acc + r.begin : nullptr;

@@ -17,7 +17,6 @@
 #include "collectives/detail.h"
 
 namespace shardlab::collectives::detail {
-namespace {
 
 int ceil_log2(int n) {
   int k = 0;
@@ -25,7 +24,6 @@ int ceil_log2(int n) {
   return k;
 }
 
-// The elements of chunks [first, first+m) (mod n) as at most two ranges.
 int wrapped_ranges(size_t count, int n, int first, int m, Range out[2]) {
   first %= n;
   const int last = first + m;  // exclusive, may exceed n
@@ -39,8 +37,6 @@ int wrapped_ranges(size_t count, int n, int first, int m, Range out[2]) {
   out[1] = {0, b.begin + b.size};
   return 2;
 }
-
-}  // namespace
 
 void halving_reduce_scatter(Ctx& c, float* work, size_t count, ReduceOp op, int phase) {
   const int n = c.n();

@@ -18,12 +18,14 @@
 //  max_error: with --check, the largest |result - serial reference| over
 //          every rank (inputs are multiples of 1/8, so any order is exact).
 #include <chrono>
+#include <numeric>
 #include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "collectives/collectives.h"
+#include "collectives/tuner.h"
 #include "examples/shardlab/cli.h"
 #include "runtime/cluster.h"
 #include "runtime/errors.h"
@@ -175,7 +177,11 @@ Row measure(const HardwareProfile& profile, const Setup& s, uint64_t bytes, std:
   if (s.op == OpKind::kReduceScatter || s.op == OpKind::kAllGather || s.op == OpKind::kAllToAll)
     row.count -= row.count % static_cast<size_t>(n);
   row.bytes = row.count * sizeof(float);
-  row.algo = s.algo == coll::Algo::kAuto ? coll::select_algo(s.op, n, row.bytes, profile.node_of(n - 1) > 0) : s.algo;
+  std::vector<int> world(static_cast<size_t>(n));
+  std::iota(world.begin(), world.end(), 0);
+  row.algo = s.algo == coll::Algo::kAuto
+                 ? coll::select_algo(profile, world, coll::CollShape{s.op, row.count, element_size(Precision::kFp32), 0})
+                 : s.algo;
   const uint64_t host_bytes = row.bytes * static_cast<uint64_t>(n) * (s.op == OpKind::kAllToAll ? 2 : 1);
   const bool phantom = host_bytes > kHostBudget;
   const int iters = phantom || s.trace ? 0 : static_cast<int>(std::clamp<uint64_t>((512ull << 20) / std::max<uint64_t>(host_bytes, 1), 2, 20));

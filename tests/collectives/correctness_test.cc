@@ -180,19 +180,3 @@ TEST(CorrectnessTest, MismatchedCountsAcrossMembersFailLoudly) {
 }  // namespace
 }  // namespace shardlab::collectives::testing
 
-namespace shardlab::collectives::testing {
-namespace {
-
-TEST(SelectAlgoTest, AutoFollowsTheStatedThresholds) {
-  EXPECT_EQ(select_algo(OpKind::kAllReduce, 2, 1ull << 30), Algo::kDirect);          // two members
-  EXPECT_EQ(select_algo(OpKind::kAllReduce, 8, 512 << 10), Algo::kDirect);           // 7 x 512 KiB <= 4 MiB
-  EXPECT_EQ(select_algo(OpKind::kAllReduce, 8, 1 << 20), Algo::kTree);
-  EXPECT_EQ(select_algo(OpKind::kAllReduce, 16, 64 << 10, true), Algo::kDirect);     // 15 x 64 KiB <= 1 MiB
-  EXPECT_EQ(select_algo(OpKind::kAllReduce, 16, 128 << 10, true), Algo::kTree);
-  EXPECT_EQ(select_algo(OpKind::kAllGather, 8, 8 << 20), Algo::kTree);
-  EXPECT_EQ(select_algo(OpKind::kBroadcast, 8, 16 << 20), Algo::kRing);
-  EXPECT_EQ(select_algo(OpKind::kAllToAll, 8, 1ull << 30), Algo::kDirect);
-}
-
-}  // namespace
-}  // namespace shardlab::collectives::testing

@@ -1,0 +1,309 @@
+// The tuner's cost model: each algorithm's message schedule replayed on the
+// link model's port clocks (see tuner.h for the rules and the closed forms).
+//
+// Every function below mirrors one algorithm of ring.cc, tree.cc, direct.cc
+// or all_to_all.cc message for message, in the same order: which member
+// sends how many elements to whom, and in which order each member receives.
+// A lock-step algorithm (each member posts its step's sends, then takes its
+// step's receives) is evaluated step by step over all members: the sends of
+// a step depend only on the state after the previous step. Trees and chains
+// are evaluated in dependency order (parents before children, or the chain's
+// upstream member first).
+#include "collectives/tuner.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "collectives/detail.h"
+#include "runtime/link_model.h"
+
+namespace shardlab::collectives {
+namespace {
+
+using detail::ceil_log2;
+using detail::wrapped_ranges;
+
+// A message in flight: what the receiver needs to book its ingress port.
+struct Posted {
+  bool sent = false;  // false: no message (an empty tree piece)
+  Time depart = 0;
+  Time wire = 0;
+  Time latency = 0;
+  int port = 0;
+};
+
+// One member's clocks, as Device (stream, ports) and Ctx (last send) keep them.
+struct Clock {
+  Time now = 0;
+  Time egress[kNumLinkClasses] = {0, 0};
+  Time ingress[kNumLinkClasses] = {0, 0};
+  Time last_send = 0;
+};
+
+class Replay {
+ public:
+  Replay(const HardwareProfile& p, std::span<const int> members, int elem_size)
+      : links_(p),
+        members_(members),
+        esize_(static_cast<uint64_t>(elem_size)),
+        clocks_(members.size()) {}
+
+  int n() const { return static_cast<int>(members_.size()); }
+  // Group index `offset` steps from `me` (wraps), as Ctx::rel.
+  int rel(int me, int offset) const { return ((me + offset) % n() + n()) % n(); }
+
+  // Device::isend: depart = max(stream, egress free); egress held for w.
+  Posted send(int from, int to, size_t count) {
+    const Link l =
+        links_.link(members_[static_cast<size_t>(from)], members_[static_cast<size_t>(to)]);
+    Clock& c = clocks_[static_cast<size_t>(from)];
+    const int port = static_cast<int>(l.port);
+    Posted m{true, std::max(c.now, c.egress[port]),
+             transfer_time(count * esize_, l.bytes_per_second), l.latency, port};
+    c.egress[port] = m.depart + m.wire;
+    c.last_send = std::max(c.last_send, c.egress[port]);
+    return m;
+  }
+  // Device::recv: arrival = max(depart + a, ingress free) + w; the stream waits.
+  void recv(int at, const Posted& m) {
+    Clock& c = clocks_[static_cast<size_t>(at)];
+    const Time arrival = std::max(m.depart + m.latency, c.ingress[m.port]) + m.wire;
+    c.ingress[m.port] = arrival;
+    c.now = std::max(c.now, arrival);
+  }
+  // Ctx::finish: the stream also covers the last send; the latest member's end.
+  Time makespan() const {
+    Time t = 0;
+    for (const Clock& c : clocks_) t = std::max({t, c.now, c.last_send});
+    return t;
+  }
+
+ private:
+  ProfileLinkModel links_;
+  std::span<const int> members_;
+  uint64_t esize_;
+  std::vector<Clock> clocks_;
+};
+
+size_t chunk(size_t count, int n, int i) {
+  return static_cast<size_t>(chunk_range(count, n, i).size);
+}
+
+// One lock-step round: member r sends size(r) elements to r+dist and then
+// receives from r-dist (ring steps, pairwise and Bruck rounds, barrier).
+template <class Size>
+void shift_round(Replay& R, int dist, Size size, std::vector<Posted>& out) {
+  const int n = R.n();
+  for (int r = 0; r < n; ++r) out[static_cast<size_t>(r)] = R.send(r, R.rel(r, dist), size(r));
+  for (int r = 0; r < n; ++r) R.recv(r, out[static_cast<size_t>(R.rel(r, -dist))]);
+}
+
+// ring.cc ring_reduce_scatter / ring_all_gather: member r sends chunk
+// r-k-1 (reduce_scatter) or r-k (all_gather) at step k.
+void ring(Replay& R, size_t count, int first_offset) {
+  const int n = R.n();
+  std::vector<Posted> out(static_cast<size_t>(n));
+  for (int k = 0; k < n - 1; ++k)
+    shift_round(
+        R, 1, [&](int r) { return chunk(count, n, R.rel(r, first_offset - k)); }, out);
+}
+
+// tree.cc halving_reduce_scatter (halving) and doubling_all_gather: at
+// distance dist member r sends the non-empty pieces of chunks
+// [r+dist, r+dist+m) to r+dist (halving) or [r, r+m) to r-dist (doubling).
+void tree_step(Replay& R, size_t count, int dist, bool halving, std::vector<Posted>& out) {
+  const int n = R.n(), m = std::min(dist, n - dist);
+  const int to_offset = halving ? dist : -dist;
+  for (int r = 0; r < n; ++r) {
+    Range pieces[2];
+    const int np = wrapped_ranges(count, n, halving ? R.rel(r, dist) : r, m, pieces);
+    for (int i = 0; i < 2; ++i) {
+      const bool sent = i < np && pieces[i].size > 0;
+      out[static_cast<size_t>(2 * r + i)] =
+          sent ? R.send(r, R.rel(r, to_offset), size_t(pieces[i].size)) : Posted{};
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    const auto from = static_cast<size_t>(R.rel(r, -to_offset));
+    for (int i = 0; i < 2; ++i)
+      if (out[2 * from + static_cast<size_t>(i)].sent)
+        R.recv(r, out[2 * from + static_cast<size_t>(i)]);
+  }
+}
+
+void halving(Replay& R, size_t count) {
+  std::vector<Posted> out(2 * static_cast<size_t>(R.n()));
+  for (int k = ceil_log2(R.n()) - 1; k >= 0; --k) tree_step(R, count, 1 << k, true, out);
+}
+
+void doubling(Replay& R, size_t count) {
+  std::vector<Posted> out(2 * static_cast<size_t>(R.n()));
+  for (int k = 0; (1 << k) < R.n(); ++k) tree_step(R, count, 1 << k, false, out);
+}
+
+// direct.cc / all_to_all.cc direct: member r posts size(r, r+k) elements to
+// r+k for k = 1..n-1, then receives from r-1, r-2, ...
+template <class Size>
+void direct_exchange(Replay& R, Size size) {
+  const auto n = static_cast<size_t>(R.n());
+  std::vector<Posted> out(n * n);
+  for (int r = 0; r < R.n(); ++r)
+    for (int k = 1; k < R.n(); ++k)
+      out[size_t(r) * n + size_t(k)] = R.send(r, R.rel(r, k), size(r, R.rel(r, k)));
+  for (int r = 0; r < R.n(); ++r)
+    for (int k = 1; k < R.n(); ++k) R.recv(r, out[size_t(R.rel(r, -k)) * n + size_t(k)]);
+}
+
+// direct_broadcast (root sends to root+1, root+2, ...) and direct_reduce
+// (every other member sends to root, which receives from root-1, root-2, ...).
+void direct_rooted(Replay& R, size_t count, int root, bool to_root) {
+  const int n = R.n();
+  std::vector<Posted> out(static_cast<size_t>(n));
+  for (int k = 1; k < n; ++k) {
+    const int peer = R.rel(root, to_root ? -k : k);
+    out[static_cast<size_t>(k)] = to_root ? R.send(peer, root, count) : R.send(root, peer, count);
+  }
+  for (int k = 1; k < n; ++k) R.recv(to_root ? root : R.rel(root, k), out[static_cast<size_t>(k)]);
+}
+
+// ring.cc chain_broadcast / chain_reduce: chunk by chunk along
+// root -> root+1 -> ... (broadcast) or root+n-1 -> ... -> root (reduce).
+void chain(Replay& R, size_t count, int elem_size, int root, bool to_root) {
+  const int n = R.n(), k = detail::chain_chunks(count, elem_size);
+  for (int i = 0; i < k; ++i) {
+    const size_t size = chunk(count, k, i);
+    Posted up{};  // the message the current position receives
+    for (int step = 0; step < n; ++step) {
+      const int pos = to_root ? n - 1 - step : step;
+      const int me = R.rel(root, pos);
+      if (step > 0) R.recv(me, up);
+      if (step < n - 1) up = R.send(me, R.rel(root, to_root ? pos - 1 : pos + 1), size);
+    }
+  }
+}
+
+// tree.cc binomial_broadcast: relative rank v receives from v - lowbit(v),
+// then sends to v + 2^j for 2^j below lowbit(v), largest first. Parents
+// have smaller v, so ascending v meets every message after its send.
+void binomial_broadcast(Replay& R, size_t count, int root) {
+  const int n = R.n();
+  std::vector<Posted> from_parent(static_cast<size_t>(n));
+  for (int v = 0; v < n; ++v) {
+    int mask = 1;
+    while (mask < n && !(v & mask)) mask <<= 1;
+    if (v > 0) R.recv(R.rel(root, v), from_parent[static_cast<size_t>(v)]);
+    for (mask >>= 1; mask > 0; mask >>= 1)
+      if (v + mask < n)
+        from_parent[static_cast<size_t>(v + mask)] =
+            R.send(R.rel(root, v), R.rel(root, v + mask), count);
+  }
+}
+
+// tree.cc binomial_reduce: v receives from v+1, v+2, v+4, ... then sends to
+// v - lowbit(v). Children have larger v: descending v.
+void binomial_reduce(Replay& R, size_t count, int root) {
+  const int n = R.n();
+  std::vector<Posted> to_parent(static_cast<size_t>(n));
+  for (int v = n - 1; v >= 0; --v) {
+    for (int mask = 1; mask < n; mask <<= 1) {
+      if (v & mask) {
+        to_parent[static_cast<size_t>(v)] = R.send(R.rel(root, v), R.rel(root, v - mask), count);
+        break;
+      }
+      if (v + mask < n) R.recv(R.rel(root, v), to_parent[static_cast<size_t>(v + mask)]);
+    }
+  }
+}
+
+// all_to_all.cc bruck_all_to_all: round dist moves the blocks whose slot
+// index has bit dist set.
+void bruck(Replay& R, size_t block) {
+  const int n = R.n();
+  std::vector<Posted> out(static_cast<size_t>(n));
+  for (int dist = 1; dist < n; dist <<= 1) {
+    size_t slots = 0;
+    for (int i = 0; i < n; ++i) slots += (i & dist) ? 1 : 0;
+    shift_round(
+        R, dist, [&](int) { return slots * block; }, out);
+  }
+}
+
+void replay(Replay& R, const CollShape& s, Algo algo) {
+  const int n = R.n();
+  const size_t count = s.count;
+  switch (s.op) {
+    case OpKind::kAllReduce:
+      if (algo == Algo::kDirect) return direct_exchange(R, [&](int, int) { return count; });
+      if (algo == Algo::kRing) {
+        ring(R, count, -1);  // reduce_scatter
+        return ring(R, count, 0);
+      }
+      halving(R, count);
+      return doubling(R, count);
+    case OpKind::kReduceScatter:
+      if (algo == Algo::kDirect)
+        return direct_exchange(R, [&](int, int to) { return chunk(count, n, to); });
+      if (algo == Algo::kRing) return ring(R, count, -1);
+      return halving(R, count);
+    case OpKind::kAllGather:
+      if (algo == Algo::kDirect)
+        return direct_exchange(R, [&](int from, int) { return chunk(count, n, from); });
+      if (algo == Algo::kRing) return ring(R, count, 0);
+      return doubling(R, count);
+    case OpKind::kBroadcast:
+      if (algo == Algo::kDirect) return direct_rooted(R, count, s.root, false);
+      if (algo == Algo::kRing) return chain(R, count, s.elem_size, s.root, false);
+      return binomial_broadcast(R, count, s.root);
+    case OpKind::kReduce:
+      if (algo == Algo::kDirect) return direct_rooted(R, count, s.root, true);
+      if (algo == Algo::kRing) return chain(R, count, s.elem_size, s.root, true);
+      return binomial_reduce(R, count, s.root);
+    case OpKind::kAllToAll: {
+      const size_t block = count / static_cast<size_t>(n);
+      if (algo == Algo::kDirect) return direct_exchange(R, [&](int, int) { return block; });
+      if (algo == Algo::kTree) return bruck(R, block);
+      std::vector<Posted> out(static_cast<size_t>(n));
+      for (int k = 1; k < n; ++k)
+        shift_round(
+            R, k, [&](int) { return block; }, out);
+      return;
+    }
+    case OpKind::kBarrier: {
+      std::vector<Posted> out(static_cast<size_t>(n));
+      for (int dist = 1; dist < n; dist <<= 1)
+        shift_round(
+            R, dist, [](int) { return size_t{0}; }, out);
+      return;
+    }
+  }
+}
+
+constexpr Algo kAll[] = {Algo::kRing, Algo::kTree, Algo::kDirect};
+constexpr Algo kBarrierOnly[] = {Algo::kTree};
+
+}  // namespace
+
+std::span<const Algo> candidate_algos(OpKind op) {
+  if (op == OpKind::kBarrier) return kBarrierOnly;
+  return kAll;
+}
+
+Time predict_time(const HardwareProfile& p, std::span<const int> members, const CollShape& s,
+                  Algo algo) {
+  SHARDLAB_CHECK(algo != Algo::kAuto);
+  Replay R(p, members, s.elem_size);
+  replay(R, s, algo);
+  return R.makespan();
+}
+
+Algo select_algo(const HardwareProfile& p, std::span<const int> members, const CollShape& s) {
+  Algo best = Algo::kAuto;
+  Time best_time = 0;
+  for (Algo a : candidate_algos(s.op)) {
+    const Time t = predict_time(p, members, s, a);
+    if (best == Algo::kAuto || t < best_time) best = a, best_time = t;
+  }
+  return best;
+}
+
+}  // namespace shardlab::collectives

@@ -1,0 +1,85 @@
+// The tuner: the cost model behind Algo::kAuto.
+//
+// For one collective call (its op, the group's members, the element count
+// and the modeled element size) predict_time gives the virtual time each
+// algorithm will take, and select_algo picks the least, like NCCL's tuner
+// picks from its cost model. The prediction uses the same link model the
+// fabric charges (runtime/link_model.h over the profile): a message of x
+// bytes on a link of latency a and bandwidth B leaves the sender's egress
+// port at depart = max(sender's stream, egress free) and holds that port for
+// w(x) = ceil(x·1e12/B) ps; it lands at max(depart + a, receiver's ingress
+// free) + w(x), ingress ports being booked in the receiver's program order.
+// Each device has one egress and one ingress port per link class (intra-,
+// inter-node), so intra- and inter-node sends overlap.
+//
+// Writing a = latency, w(x) = wire time, S = modeled bytes of the full
+// buffer, on uniform links (a group inside one node):
+//
+//   all_reduce     ring    2(n-1)·(a + w(S/n))
+//                  tree    2·Σ_k (a + w(m_k·S/n))   halving, then doubling;
+//                          m_k = min(2^k, n-2^k), k < ceil(log2 n)
+//                  direct  a + (n-1)·w(S)
+//   reduce_scatter ring    (n-1)·(a + w(S/n))        all_gather likewise
+//                  tree    Σ_k (a + w(m_k·S/n))
+//                  direct  a + (n-1)·w(S/n)
+//   broadcast      ring    (n-1)·a + (n+c-2)·w(S/c)  pipelined chain, c chunks
+//                  tree    ceil(log2 n)·(a + w(S))   binomial (power-of-two n)
+//                  direct  a + (n-1)·w(S)            reduce likewise
+//   all_to_all     ring    (n-1)·(a + w(S/n))        pairwise rounds
+//                  tree    Σ_k (a + w(h_k·S/n))      Bruck, h_k = #{i < n: i & 2^k}
+//                  direct  a + (n-1)·w(S/n)
+//
+// With uneven chunks, wrapped tree pieces, empty messages and, above all,
+// groups whose links differ (a ring crossing nodes twice, a reduce whose
+// root's inter-node ingress serializes) the critical path is a maximum over
+// paths that these sums no longer describe. So predict_time evaluates the
+// same per-step recurrences the fabric applies — each member's stream time
+// and four port clocks, advanced by the algorithm's own send/receive order,
+// lock-step where the algorithm is — which reduce to the sums above on
+// uniform links and are exact everywhere: the prediction equals the virtual
+// time of running the algorithm alone, every member starting at the same
+// time on idle ports (tests/collectives/tuner_test.cc checks equality). A
+// call costs O(messages) integer arithmetic and a few small vectors.
+//
+// Not modeled (the choice may then not be the least): ports still busy with
+// earlier traffic, members starting at different times, a LinkModel other
+// than the profile's (a test's wrapper).
+//
+// Determinism: the choice depends only on the profile, the member list, the
+// count, the element size and the root, which every member of the group
+// shares, so every member picks the same algorithm. Ties go to the earlier
+// algorithm in candidate_algos order.
+#pragma once
+
+#include <cstddef>
+#include <span>
+
+#include "collectives/collectives.h"
+#include "runtime/profile.h"
+#include "runtime/time.h"
+
+namespace shardlab::collectives {
+
+// One collective call as the tuner sees it; identical on every member.
+struct CollShape {
+  OpKind op = OpKind::kAllReduce;
+  // Elements of the full buffer: all_reduce's vector, reduce_scatter's input,
+  // all_gather's output, broadcast/reduce's data, all_to_all's whole send
+  // buffer (n equal blocks). Ignored by barrier.
+  size_t count = 0;
+  int elem_size = 4;  // modeled bytes per element (element_size(precision))
+  int root = 0;       // broadcast and reduce
+};
+
+// The algorithms auto chooses among for `op`, in tie-break order.
+std::span<const Algo> candidate_algos(OpKind op);
+
+// Virtual time of `algo` (not kAuto) running `s` on the group `members`
+// (global ranks, in group order) of profile `p`, from idle ports.
+Time predict_time(const HardwareProfile& p, std::span<const int> members, const CollShape& s,
+                  Algo algo);
+
+// The candidate with the least predicted time.
+Algo select_algo(const HardwareProfile& p, std::span<const int> members, const CollShape& s);
+
+}  // namespace shardlab::collectives

@@ -1,0 +1,245 @@
+// The tuner (collectives/tuner.h): its predicted time of every algorithm
+// equals the virtual time of running it, and auto's measured time is the
+// least of the explicit algorithms', for groups inside a node, across two
+// nodes and strided over four, sizes from 4 B to 256 MiB, on the built-in
+// profiles. Tolerance 0: the prediction replays the fabric's own integer
+// port clocks, so any difference is a modelling bug.
+#include "collectives/tuner.h"
+
+#include <map>
+#include <numeric>
+
+#include "tests/collectives/test_util.h"
+
+namespace shardlab::collectives::testing {
+namespace {
+
+constexpr OpKind kOpsTuned[] = {OpKind::kAllReduce, OpKind::kReduceScatter, OpKind::kAllGather,
+                                OpKind::kBroadcast, OpKind::kReduce,        OpKind::kAllToAll};
+constexpr Algo kExplicit[] = {Algo::kRing, Algo::kTree, Algo::kDirect};
+// 4 B to 256 MiB in steps of 8x, plus a count no group size divides.
+constexpr uint64_t kSizes[] = {4,       32,      256,      2 << 10,   16 << 10, 128 << 10,
+                               1 << 20, 8 << 20, 64 << 20, 256 << 20, 1000004};
+
+struct GroupCase {
+  std::string name;
+  int world;
+  std::vector<int> members;
+};
+
+std::vector<int> iota_members(int n) {
+  std::vector<int> m(static_cast<size_t>(n));
+  std::iota(m.begin(), m.end(), 0);
+  return m;
+}
+
+// The built-in profiles have 8 devices per node.
+std::vector<GroupCase> group_cases() {
+  return {{"2", 2, iota_members(2)},
+          {"4", 4, iota_members(4)},
+          {"6", 6, iota_members(6)},
+          {"8", 8, iota_members(8)},
+          {"16 (2 nodes)", 16, iota_members(16)},
+          {"4 (4 nodes)", 32, {0, 8, 16, 24}}};
+}
+
+CollShape shape_for(OpKind op, uint64_t bytes, int n, Precision precision) {
+  const int esize = element_size(precision);
+  size_t count = std::max<size_t>(1, bytes / static_cast<uint64_t>(esize));
+  const auto un = static_cast<size_t>(n);
+  if (op == OpKind::kAllToAll) count = std::max(un, count - count % un);  // equal blocks
+  return {op, count, esize, n - 1};                                       // root: the last member
+}
+
+// One collective on phantom buffers.
+void run_one(Device& dev, const ProcessGroup& g, const CollShape& s, Algo algo) {
+  const CollOptions opt{algo, std::nullopt};
+  const auto part = static_cast<size_t>(chunk_range(s.count, g.size(), g.rank()).size);
+  const Buffer full = Buffer::phantom(s.count);
+  switch (s.op) {
+    case OpKind::kAllReduce:
+      return all_reduce(dev, g, full, ReduceOp::kSum, opt);
+    case OpKind::kReduceScatter:
+      return reduce_scatter(dev, g, full, Buffer::phantom(part), ReduceOp::kSum, opt);
+    case OpKind::kAllGather:
+      return all_gather(dev, g, Buffer::phantom(part), full, opt);
+    case OpKind::kBroadcast:
+      return broadcast(dev, g, full, s.root, opt);
+    case OpKind::kReduce:
+      return reduce(dev, g, full, g.rank() == s.root ? full : Buffer{}, s.root, ReduceOp::kSum,
+                    opt);
+    case OpKind::kAllToAll:
+      return all_to_all(dev, g, full, Buffer::phantom(s.count), opt);
+    case OpKind::kBarrier:
+      return barrier(dev, g, opt);
+  }
+}
+
+// Virtual time of one collective on a fresh cluster: the latest member's
+// comm-stream end (every member starts at 0 on idle ports).
+Time measure(const HardwareProfile& p, const GroupCase& gc, Precision precision, const CollShape& s,
+             Algo algo) {
+  ClusterOptions opts;
+  opts.world_size = gc.world;
+  opts.precision = precision;
+  Cluster cluster(p, opts);
+  std::vector<Time> ends(static_cast<size_t>(gc.world), 0);
+  cluster.run([&](Device& dev) {
+    if (std::find(gc.members.begin(), gc.members.end(), dev.rank()) == gc.members.end()) return;
+    ProcessGroup g(gc.members, dev.rank(), "g");
+    run_one(dev, g, s, algo);
+    ends[static_cast<size_t>(dev.rank())] = dev.comm().now();
+  });
+  return *std::max_element(ends.begin(), ends.end());
+}
+
+// One (group, op, size): predicted and measured time of each explicit
+// algorithm, and auto's pick and measured time.
+struct Row {
+  std::string group;
+  OpKind op;
+  uint64_t bytes;
+  Time predicted[3], measured[3];
+  Algo pick;
+  Time auto_measured;
+};
+
+struct Param {
+  const char* profile;
+  Precision precision;
+};
+
+// Computed once per parameter, shared by the tests below.
+const std::vector<Row>& grid(const Param& prm) {
+  static std::map<std::string, std::vector<Row>> cache;
+  const std::string key = fmt::format("{}/{}", prm.profile, static_cast<int>(prm.precision));
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  const HardwareProfile p = load_profile(prm.profile);
+  std::vector<Row> rows;
+  for (const GroupCase& gc : group_cases()) {
+    for (OpKind op : kOpsTuned) {
+      for (uint64_t bytes : kSizes) {
+        const CollShape s =
+            shape_for(op, bytes, static_cast<int>(gc.members.size()), prm.precision);
+        Row r{gc.name, op, bytes, {}, {}, select_algo(p, gc.members, s), 0};
+        for (int a = 0; a < 3; ++a) {
+          r.predicted[a] = predict_time(p, gc.members, s, kExplicit[a]);
+          r.measured[a] = measure(p, gc, prm.precision, s, kExplicit[a]);
+        }
+        r.auto_measured = measure(p, gc, prm.precision, s, Algo::kAuto);
+        rows.push_back(r);
+      }
+    }
+  }
+  return cache[key] = std::move(rows);
+}
+
+char letter(Algo a) { return a == Algo::kRing ? 'R' : a == Algo::kTree ? 'T' : 'D'; }
+
+class TunerTest : public ::testing::TestWithParam<Param> {};
+
+TEST_P(TunerTest, PredictionEqualsMeasuredTime) {
+  const std::vector<Row>& rows = grid(GetParam());
+  fmt::print(
+      "{} ({}): max |predicted - measured| in ps over {} sizes x ring/tree/direct, tolerance 0\n",
+      GetParam().profile, GetParam().precision == Precision::kBf16 ? "bf16" : "fp32",
+      std::size(kSizes));
+  fmt::print("  {:<14} {:>15} {:>15} {:>15}\n", "group", "op", "max diff (ps)", "cases");
+  Time worst = 0;
+  size_t cases = 0;
+  for (size_t i = 0; i < rows.size(); i += std::size(kSizes)) {
+    Time diff = 0;
+    for (size_t j = i; j < i + std::size(kSizes); ++j) {
+      for (int a = 0; a < 3; ++a) {
+        const Row& r = rows[j];
+        diff = std::max(diff, std::abs(r.predicted[a] - r.measured[a]));
+        EXPECT_EQ(r.predicted[a], r.measured[a]) << r.group << " " << op_kind_name(r.op) << " "
+                                                 << r.bytes << " B " << algo_name(kExplicit[a]);
+        ++cases;
+      }
+    }
+    fmt::print("  {:<14} {:>15} {:>15} {:>15}\n", rows[i].group, op_kind_name(rows[i].op), diff,
+               3 * std::size(kSizes));
+    worst = std::max(worst, diff);
+  }
+  fmt::print("  all: {} cases, max diff {} ps\n", cases, worst);
+}
+
+TEST_P(TunerTest, AutoIsTheFastestExplicitAlgorithm) {
+  const std::vector<Row>& rows = grid(GetParam());
+  fmt::print(
+      "{} ({}): auto's pick per size ({} B; R ring, T tree, D direct) and max (auto - best "
+      "explicit)\n",
+      GetParam().profile, GetParam().precision == Precision::kBf16 ? "bf16" : "fp32",
+      fmt::join(kSizes, ", "));
+  Time worst = 0;
+  for (size_t i = 0; i < rows.size(); i += std::size(kSizes)) {
+    std::string picks;
+    Time excess = 0;
+    for (size_t j = i; j < i + std::size(kSizes); ++j) {
+      const Row& r = rows[j];
+      const Time best = *std::min_element(std::begin(r.measured), std::end(r.measured));
+      EXPECT_EQ(r.auto_measured, best) << r.group << " " << op_kind_name(r.op) << " " << r.bytes
+                                       << " B: auto picked " << algo_name(r.pick);
+      for (Time t : r.measured) EXPECT_LE(r.auto_measured, t);
+      excess = std::max(excess, r.auto_measured - best);
+      picks += letter(r.pick);
+    }
+    fmt::print("  {:<14} {:>15} {}  {} ps\n", rows[i].group, op_kind_name(rows[i].op), picks,
+               excess);
+    worst = std::max(worst, excess);
+  }
+  fmt::print("  all: max (auto - best explicit) {} ps\n", worst);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Profiles, TunerTest,
+    ::testing::Values(Param{"a100-nvlink", Precision::kFp32}, Param{"a100-pcie", Precision::kFp32},
+                      Param{"h100-nvlink", Precision::kFp32}, Param{"a100-pcie", Precision::kBf16}),
+    [](const auto& info) {
+      std::string name = info.param.profile;
+      std::replace(name.begin(), name.end(), '-', '_');
+      return name + (info.param.precision == Precision::kBf16 ? "_bf16" : "_fp32");
+    });
+
+// On uniform links the replay reduces to the closed forms of tuner.h.
+TEST(TunerClosedFormTest, UniformLinksGiveTheClosedForms) {
+  const HardwareProfile p = load_profile("a100-nvlink");  // 2 us, 300 GB/s inside a node
+  const Time a = us_to_time(2.0);
+  auto w = [](uint64_t bytes) { return transfer_time(bytes, 300'000'000'000ull); };
+  const std::vector<int> g = iota_members(8);
+  const size_t count = 8 * 768;  // S = 24576 B, S/8 = 3072 B
+  const uint64_t S = count * 4;
+  auto t = [&](OpKind op, Algo algo) {
+    return predict_time(p, g, CollShape{op, count, 4, 0}, algo);
+  };
+  EXPECT_EQ(t(OpKind::kAllReduce, Algo::kRing), 14 * (a + w(S / 8)));
+  EXPECT_EQ(t(OpKind::kAllReduce, Algo::kTree), 2 * (3 * a + w(S / 2) + w(S / 4) + w(S / 8)));
+  EXPECT_EQ(t(OpKind::kAllReduce, Algo::kDirect), a + 7 * w(S));
+  EXPECT_EQ(t(OpKind::kReduceScatter, Algo::kRing), 7 * (a + w(S / 8)));
+  EXPECT_EQ(t(OpKind::kAllGather, Algo::kDirect), a + 7 * w(S / 8));
+  EXPECT_EQ(t(OpKind::kBroadcast, Algo::kRing), 7 * a + 7 * w(S));  // one chunk: c = 1
+  EXPECT_EQ(t(OpKind::kBroadcast, Algo::kTree), 3 * (a + w(S)));
+  EXPECT_EQ(t(OpKind::kReduce, Algo::kDirect), a + 7 * w(S));
+  EXPECT_EQ(t(OpKind::kAllToAll, Algo::kRing), 7 * (a + w(S / 8)));
+  EXPECT_EQ(t(OpKind::kAllToAll, Algo::kTree), 3 * a + 3 * w(4 * S / 8));
+  EXPECT_EQ(t(OpKind::kAllToAll, Algo::kDirect), a + 7 * w(S / 8));
+  // A pipelined chain of c = 8 chunks of 512 KiB: (n-1)a + (n+c-2)w(S/c).
+  const size_t big = 8 * (512 << 10) / 4;
+  EXPECT_EQ(predict_time(p, g, CollShape{OpKind::kBroadcast, big, 4, 3}, Algo::kRing),
+            7 * a + 14 * w(512 << 10));
+}
+
+// The symptom the tuner fixes: on PCIe (32 GB/s) direct's 7 serialized
+// copies lose to the tree well below the old 4 MiB threshold, while tiny
+// messages still go direct (one latency).
+TEST(TunerClosedFormTest, PciePicksTheTreeForMidSizedTensorParallelReductions) {
+  const HardwareProfile p = load_profile("a100-pcie");
+  const std::vector<int> tp = iota_members(8);
+  EXPECT_EQ(select_algo(p, tp, CollShape{OpKind::kAllReduce, 16, 4, 0}), Algo::kDirect);
+  EXPECT_EQ(select_algo(p, tp, CollShape{OpKind::kAllReduce, (512 << 10) / 4, 4, 0}), Algo::kTree);
+}
+
+}  // namespace
+}  // namespace shardlab::collectives::testing
