@@ -14,6 +14,7 @@
 #include "model/train/verify.h"
 #include "runtime/profile.h"
 #include "runtime/trace.h"
+#include "tests/runtime/trace_checks.h"
 
 namespace shardlab::train {
 namespace {
@@ -284,6 +285,8 @@ TEST(PipelineTrace, TransfersSitOnThePipelineTrackAndTheComputeTrackShowsTheSche
     EXPECT_GE(recvs, 1) << rank;
     EXPECT_LE(recvs, M) << rank;
     EXPECT_EQ(first_block_fwd, M * o.model.n_layer / pp) << rank;
+    // Each track is a sequence of disjoint spans; the last ends at the device's end.
+    EXPECT_EQ(shardlab::testing::trace_fault(r.run.traces[size_t(rank)], r.run.devices[size_t(rank)]), "") << rank;
   }
 }
 
