@@ -26,6 +26,8 @@ namespace shardlab::testing {
 //     traces draw them) but never straddle a boundary;
 //   * two sends that overlap: one egress port (every peer on the device's
 //     node, which the callers' runs are);
+//   * a compute or comm busy time (DeviceStats) other than the union of
+//     the spans of its track;
 //   * a last event that does not end at the device's virtual end time.
 inline std::string trace_fault(const DeviceTrace& t, const DeviceStats& d) {
   auto is_send = [](const TraceEvent* e) { return std::strcmp(e->name, "send") == 0; };
@@ -58,6 +60,18 @@ inline std::string trace_fault(const DeviceTrace& t, const DeviceStats& d) {
   std::sort(sends.begin(), sends.end(), by_start);
   for (size_t i = 1; i < sends.size(); ++i)
     if (sends[i]->start < sends[i - 1]->end) return at(sends[i]) + " overlaps the egress of " + at(sends[i - 1]);
+  // The stream's busy time is the union of its track's spans.
+  for (StreamKind k : {StreamKind::kCompute, StreamKind::kComm}) {
+    Time covered = 0, reach = 0;  // track[] is sorted by start
+    for (const TraceEvent* e : track[int(k)]) {
+      if (e->end > std::max(e->start, reach)) covered += e->end - std::max(e->start, reach);
+      reach = std::max(reach, e->end);
+    }
+    const Time busy = k == StreamKind::kCompute ? d.compute_busy : d.comm_busy;
+    if (covered != busy)
+      return std::string(stream_name(k)) + " track: spans cover " + std::to_string(covered) + " ps, the stream was busy " +
+             std::to_string(busy) + " ps";
+  }
   if (last != d.end())
     return "last event ends at " + std::to_string(last) + " ps, the device at " + std::to_string(d.end()) + " ps";
   return "";
