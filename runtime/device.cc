@@ -42,16 +42,25 @@ void Stream::mark(const char* name, Time start, Time end, uint64_t bytes, int pe
 }
 
 void Stream::add_busy(Time start, Time end) {
-  start = std::max(start, busy_until_);
-  if (end > start) {
-    busy_ += end - start;
-    if (!intervals_.empty() && intervals_.back().end == start) {
-      intervals_.back().end = end;  // back-to-back ops merge: few intervals per stream
-    } else {
-      intervals_.push_back({start, end});
-    }
+  if (end <= start) return;
+  // Usually [start, end) begins at or after every interval so far. Not
+  // always: a send is marked from its departure, which can wait for an
+  // egress port another stream holds, and a receive posted on this stream
+  // before that departure is marked from its posting. So merge exactly:
+  // intervals_[i, j) are those the new one overlaps or touches.
+  size_t j = intervals_.size();
+  while (j > 0 && intervals_[j - 1].start > end) --j;
+  size_t i = j;
+  while (i > 0 && intervals_[i - 1].end >= start) --i;
+  Interval merged{start, end};
+  for (size_t k = i; k < j; ++k) {
+    merged.start = std::min(merged.start, intervals_[k].start);
+    merged.end = std::max(merged.end, intervals_[k].end);
+    busy_ -= intervals_[k].end - intervals_[k].start;
   }
-  busy_until_ = std::max(busy_until_, end);
+  busy_ += merged.end - merged.start;
+  intervals_.erase(intervals_.begin() + static_cast<std::ptrdiff_t>(i), intervals_.begin() + static_cast<std::ptrdiff_t>(j));
+  intervals_.insert(intervals_.begin() + static_cast<std::ptrdiff_t>(i), merged);
 }
 
 Time overlap(const std::vector<Stream::Interval>& a, const std::vector<Stream::Interval>& b) {

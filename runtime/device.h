@@ -50,7 +50,7 @@ class Stream {
   // that proceeds while the stream goes on), or moves it with `advance`.
   void mark(const char* name, Time start, Time end, uint64_t bytes, int peer, bool advance);
 
-  // Union of busy intervals so far (intervals are added in nondecreasing start order).
+  // Union of busy intervals so far (in any order: see add_busy).
   Time busy() const { return busy_; }
   // The part of busy() spent in sends and receives (communication run on this stream).
   Time transfer_busy() const { return transfer_busy_; }
@@ -67,7 +67,6 @@ class Stream {
   StreamKind kind_;
   Time now_ = 0;
   Time busy_ = 0;
-  Time busy_until_ = 0;
   Time transfer_busy_ = 0;
   std::vector<Interval> intervals_;
 };

@@ -20,6 +20,7 @@
 #include "model/parallel/sharded_gpt.h"
 #include "runtime/cluster.h"
 #include "runtime/errors.h"
+#include "support/compare.h"
 #include "tests/model/parallel/expert/ep_layer_util.h"
 #include "tests/model/test_models.h"
 #include "tests/model/parallel/tensor/tp_test_util.h"
@@ -57,14 +58,11 @@ model::GPTConfig moe_config(const Case& c) {
   return config;
 }
 
-double max_rel(const std::vector<float>& a, const std::vector<float>& b, double* abs_out) {
-  double dmax = 0, scale = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    dmax = std::max(dmax, std::abs(double(a[i]) - double(b[i])));
-    scale = std::max(scale, std::abs(double(b[i])));
-  }
-  *abs_out = dmax;
-  return scale > 0 ? dmax / scale : dmax;
+// max |got - want| <= tol · max |want| (tolerance relative to the data's
+// scale), NaN- and Inf-safe through compare.h; the message has the max diff.
+::testing::AssertionResult close_to_scale(const std::vector<float>& got, const std::vector<float>& want,
+                                          double tol) {
+  return shardlab::testing::all_close(got, want, tol * shardlab::testing::max_abs_finite(want));
 }
 
 // ---- The MoE layer alone --------------------------------------------------------
@@ -90,17 +88,17 @@ TEST_P(ExpertParallelLayer, OutputAndInputGradientMatchUnsharded) {
   }
   const testing::LayerResult got = testing::run_moe_layer(config, run);
   const testing::LayerResult want = testing::reference_moe_layer(config, run);
-  double out_abs = 0, din_abs = 0;
-  const double out_rel = max_rel(got.out, want.out, &out_abs);
-  const double din_rel = max_rel(got.dinp, want.dinp, &din_abs);
+  const ::testing::AssertionResult out = close_to_scale(got.out, want.out, kGradRelTol);
+  const ::testing::AssertionResult din = close_to_scale(got.dinp, want.dinp, kGradRelTol);
   int64_t dropped = 0;
   for (const MoeStats& s : got.stats) dropped += s.dropped;
-  std::printf("  %s: out rel %.2e (abs %.2e), dinp rel %.2e (abs %.2e), aux %.7f vs %.7f, "
+  std::printf("  %s: out %s (max |out| %.3g); dinp %s (max |dinp| %.3g); aux %.7f vs %.7f, "
               "%lld assignments dropped\n",
-              case_name({c, 0}).c_str(), out_rel, out_abs, din_rel, din_abs, got.aux, want.aux,
+              case_name({c, 0}).c_str(), out.message(), shardlab::testing::max_abs_finite(want.out),
+              din.message(), shardlab::testing::max_abs_finite(want.dinp), got.aux, want.aux,
               static_cast<long long>(dropped));
-  EXPECT_LE(out_rel, kGradRelTol);
-  EXPECT_LE(din_rel, kGradRelTol);
+  EXPECT_TRUE(out) << "layer output";
+  EXPECT_TRUE(din) << "input gradient";
   EXPECT_NEAR(got.aux, want.aux, 1e-5 * std::max(1.0f, std::abs(want.aux)));
   if (c.capacity > 0) {
     EXPECT_GT(dropped, 0) << "capacity 1.0 should drop some assignments";

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <optional>
 #include <random>
+#include <span>
 
 #include "collectives/collectives.h"
 #include "collectives/group.h"
@@ -15,6 +16,7 @@
 #include "model/parallel/data/data_parallel.h"
 #include "model/parallel/sharded_gpt.h"
 #include "runtime/cluster.h"
+#include "support/compare.h"
 #include "tests/model/test_models.h"
 
 namespace shardlab::parallel::testing {
@@ -191,16 +193,29 @@ std::vector<float> gather(const model::ParamTable& table, const std::vector<Rank
 Diff max_tensor_diff(const model::ParamTable& table, const std::vector<float>& a,
                      const std::vector<float>& b) {
   Diff worst;
+  if (a.size() != b.size()) return {INFINITY, INFINITY, "(sizes differ)"};
   for (const model::ParamSpec& p : table.specs()) {
-    double dmax = 0, scale = 0;
-    for (int64_t i = p.offset; i < p.offset + p.numel; ++i) {
-      dmax = std::max(dmax, std::abs(double(a[i]) - double(b[i])));
-      scale = std::max(scale, std::abs(double(b[i])));
-    }
-    const double rel = scale > 0 ? dmax / scale : dmax;
-    if (rel >= worst.rel) worst = {rel, dmax, p.name};
+    const std::span<const float> got(a.data() + p.offset, size_t(p.numel));
+    const std::span<const float> want(b.data() + p.offset, size_t(p.numel));
+    // compare.h counts NaN / Inf instead of letting std::max skip them.
+    const shardlab::testing::Diff d = shardlab::testing::diff(got, want);
+    if (!d.finite()) return {INFINITY, INFINITY, p.name + " (NaN or Inf)"};
+    const double scale = shardlab::testing::max_abs_finite(want);
+    const double rel = scale > 0 ? d.max_abs / scale : d.max_abs;
+    if (rel >= worst.rel) worst = {rel, d.max_abs, p.name};
   }
   return worst;
+}
+
+std::vector<int> announce_counts(const RankResult& r) {
+  std::vector<int> count(r.grads.size(), 0);
+  for (const auto& [offset, size] : r.grads_ready) {
+    for (int64_t i = offset; i < offset + size; ++i) {
+      if (i < 0 || i >= int64_t(count.size())) return {};  // outside the buffer
+      ++count[size_t(i)];
+    }
+  }
+  return count;
 }
 
 Match match_reference(const model::GPTConfig& config, const Batch& batch, RunSpec spec) {
@@ -214,14 +229,25 @@ Match match_reference(const model::GPTConfig& config, const Batch& batch, RunSpe
   spec.global_params.assign(ref.params().begin(), ref.params().end());
   m.all = run_all(config, batch, spec);
   m.holders = holding_ranks(m.all, spec);
-  for (const RankResult& r : m.all) {
-    m.loss_rel = std::max(m.loss_rel, std::abs(double(r.losses[0]) - m.ref_loss) /
-                                          std::abs(double(m.ref_loss)));
+  for (size_t rank = 0; rank < m.all.size(); ++rank) {
+    const RankResult& r = m.all[rank];
+    const float ref_loss[1] = {m.ref_loss};
+    const shardlab::testing::Diff d =
+        shardlab::testing::diff(std::span<const float>(r.losses.data(), 1), ref_loss);
+    // A NaN or Inf loss is infinitely far off (std::max would skip a NaN).
+    const double rel = d.finite() ? d.max_abs / std::abs(double(m.ref_loss)) : INFINITY;
+    m.loss_rel = std::max(m.loss_rel, rel);
     EXPECT_EQ(r.live_activations, 0) << "saved/freed activations do not balance";
-    int64_t ready = 0;
-    for (const auto& [offset, count] : r.grads_ready) ready += count;
-    EXPECT_EQ(ready, static_cast<int64_t>(r.grads.size()))
-        << "grads_ready must cover every local gradient once";
+    // Every element announced exactly once: a gap plus an overlap would pass a sum.
+    const std::vector<int> count = announce_counts(r);
+    if (count.size() != r.grads.size()) {
+      ADD_FAILURE() << "rank " << rank << ": grads_ready announced a range outside the gradient buffer";
+      continue;
+    }
+    const auto bad = std::find_if(count.begin(), count.end(), [](int c) { return c != 1; });
+    EXPECT_EQ(bad, count.end()) << "rank " << rank << ": local gradient element "
+                                << (bad - count.begin()) << " announced " << (bad == count.end() ? 1 : *bad)
+                                << " times by grads_ready (want exactly once)";
   }
   const std::vector<float> grads = gather(ref.table(), m.holders, true, &m.mismatch);
   const std::vector<float> ref_grads(ref.grads().begin(), ref.grads().end());

@@ -112,7 +112,8 @@ std::vector<float> gather(const model::ParamTable& table, const std::vector<Rank
                           bool grads, std::string* mismatch);
 
 // Per tensor max |a - b| / max(|b|) over the tensor; returns the worst tensor's
-// value and name (and its max abs difference).
+// value and name (and its max abs difference). A NaN or Inf in either side,
+// or different sizes, gives rel = abs = +Inf and names the tensor.
 struct Diff {
   double rel = 0, abs = 0;
   std::string tensor;
@@ -120,16 +121,20 @@ struct Diff {
 Diff max_tensor_diff(const model::ParamTable& table, const std::vector<float>& a,
                      const std::vector<float>& b);
 
+// How many times grads_ready announced each local gradient element of `r`
+// (empty if an announced range leaves the buffer).
+std::vector<int> announce_counts(const RankResult& r);
+
 // Runs `spec` (global_params replaced) and GPT<float> from spec.seed with
 // parameters perturbed by randomize_params(99, 0.05) (nonzero biases: a bias
 // added twice shows) on the same batch, and compares them. Also checks with
-// EXPECTs that every rank's saved/freed activations balance and grads_ready
-// covers its gradients once.
+// EXPECTs that every rank's saved/freed activations balance and that
+// grads_ready announces every local gradient element exactly once.
 struct Match {
   std::vector<RankResult> all;      // every rank, in rank order
   std::vector<RankResult> holders;  // holding_ranks(all)
   float ref_loss = 0, ref_aux = 0;
-  double loss_rel = 0;   // worst rank's |loss - ref| / |ref|
+  double loss_rel = 0;   // worst rank's |loss - ref| / |ref| (+Inf for a NaN / Inf loss)
   Diff grad;             // gathered gradients against the reference's
   std::string mismatch;  // gather's replicated-copy check
 };

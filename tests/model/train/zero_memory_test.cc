@@ -1,0 +1,79 @@
+// ZeRO's memory, exactly: the gradient and optimizer bytes each device's
+// arena peaks at, against figures computed here from the bucket layout
+// (planned by hand from the parameter table, not by DataParallel):
+//   gradients   ZeRO 0/1: every element; ZeRO-2: the owned chunks plus the
+//               largest bucket (reduced in place before it is dropped),
+//               capped at every element
+//   optimizer   AdamW's two fp32 moments of the owned elements (all of them
+//               without ZeRO)
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "model/params.h"
+#include "tests/model/train/train_test_util.h"
+
+namespace shardlab::train {
+namespace {
+
+using testing::run;
+using testing::small_options;
+
+// The buckets of the unsharded model (element counts, in launch order).
+// Backward finishes the tensors from the last in the table to the first
+// (ln_f, the blocks from the last, wpe, wte), and in the unsharded flat
+// buffer they are adjacent, so a bucket is a run of tensors from the end of
+// the buffer, closed once it holds >= bucket_bytes.
+std::vector<int64_t> bucket_sizes(const model::ParamTable& table, double bucket_bytes) {
+  std::vector<int64_t> out;
+  int64_t open = 0;
+  for (auto s = table.specs().rbegin(); s != table.specs().rend(); ++s) {
+    open += s->numel;
+    if (double(open) * 4 >= bucket_bytes) out.push_back(open), open = 0;
+  }
+  if (open > 0) out.push_back(open);
+  return out;
+}
+
+// Elements rank r of dp owns: chunk r of each bucket, [n·r/dp, n·(r+1)/dp).
+int64_t owned(const std::vector<int64_t>& buckets, int dp, int r) {
+  int64_t sum = 0;
+  for (int64_t n : buckets) sum += n * (r + 1) / dp - n * r / dp;
+  return sum;
+}
+
+TEST(ZeroMemory, GradientAndOptimizerPeaksAreExact) {
+  TrainOptions o = small_options(0);
+  o.steps = 1;
+  o.parallel.dp = 4;
+  o.parallel.bucket_mb = 0.15;  // 150 kB: a handful of buckets of unequal size
+  const model::ParamTable table(o.model);
+  const int64_t n = table.numel();
+  const std::vector<int64_t> buckets = bucket_sizes(table, o.parallel.bucket_mb * 1e6);
+  const int64_t largest = *std::max_element(buckets.begin(), buckets.end());
+  std::printf("%lld parameters in %zu buckets, largest %lld\n", (long long)n, buckets.size(), (long long)largest);
+  ASSERT_GE(buckets.size(), 3u);
+  ASSERT_LT(largest * 2, n) << "the bound must be below the unsharded figure to mean anything";
+  for (int zero : {0, 1, 2}) {
+    o.parallel.zero = zero;
+    const TrainResult r = run(o);
+    for (int rank = 0; rank < o.parallel.dp; ++rank) {
+      const DeviceStats& d = r.run.devices[size_t(rank)];
+      const int64_t own = zero == 0 ? n : owned(buckets, o.parallel.dp, rank);
+      const int64_t held = zero == 2 ? std::min(n, own + largest) : n;
+      const uint64_t grad = d.peak_by_kind[int(MemKind::kGrad)];
+      const uint64_t opt = d.peak_by_kind[int(MemKind::kOptimizer)];
+      std::printf("  ZeRO-%d rank %d: grad peak %llu B (want %lld x 4 = %lld, %.3f of unsharded), optimizer %llu B "
+                  "(want 2 x %lld x 4)\n",
+                  zero, rank, (unsigned long long)grad, (long long)held, (long long)(held * 4), double(held) / n,
+                  (unsigned long long)opt, (long long)own);
+      EXPECT_EQ(grad, uint64_t(held) * 4) << "ZeRO-" << zero << " rank " << rank;
+      EXPECT_EQ(opt, uint64_t(own) * 2 * 4) << "ZeRO-" << zero << " rank " << rank;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace shardlab::train
