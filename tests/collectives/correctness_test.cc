@@ -57,7 +57,7 @@ void check_movements(Case& c, size_t count) {
   std::vector<int> owner(count);
   for (int r = 0; r < n; ++r) {
     const Range rr = chunk_range(count, n, r);
-    for (size_t j = 0; j < rr.size; ++j) owner[rr.begin + j] = r;
+    for (int64_t j = 0; j < rr.size; ++j) owner[size_t(rr.begin + j)] = r;
   }
   auto want_gather = [&](size_t j) { return int_input(owner[j], j); };
   const Range mine = chunk_range(count, n, me);

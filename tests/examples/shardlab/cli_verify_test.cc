@@ -40,7 +40,9 @@ void expect_matches(const nlohmann::json& j, const std::string& args, bool grads
   EXPECT_TRUE(j.at("passed").get<bool>()) << args;
   EXPECT_LE(loss, 1e-5) << args;
   EXPECT_LE(param, 1e-5) << args;
-  if (grads) EXPECT_LE(grad, 1e-5) << args;
+  if (grads) {
+    EXPECT_LE(grad, 1e-5) << args;
+  }
   EXPECT_TRUE(j.at("first_mismatch").is_null()) << args << ": " << j.at("first_mismatch").dump();
 }
 
