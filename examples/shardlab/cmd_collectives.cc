@@ -167,6 +167,21 @@ double max_error(const RankBuffers& rb, const Setup& s, int me) {
   return worst;
 }
 
+// Appends one size's traces after the previous sizes' (`offset` moves on).
+void append_traces(const RunResult& result, std::vector<DeviceTrace>& traces, Time& offset) {
+  if (traces.empty()) traces.resize(result.traces.size());
+  for (size_t d = 0; d < result.traces.size(); ++d) {
+    traces[d].rank = result.traces[d].rank;
+    traces[d].node = result.traces[d].node;
+    for (TraceEvent e : result.traces[d].events) {
+      e.start += offset;
+      e.end += offset;
+      traces[d].events.push_back(e);
+    }
+  }
+  offset += result.makespan();
+}
+
 // Runs one size on a fresh cluster: the first collective is timed in virtual
 // time (and checked), the next `iters` in host wall time.
 Row measure(const HardwareProfile& profile, const Setup& s, uint64_t bytes, std::vector<DeviceTrace>& traces,
@@ -216,19 +231,7 @@ Row measure(const HardwareProfile& profile, const Setup& s, uint64_t bytes, std:
     row.host_s = std::chrono::duration<double>(end - start).count() / iters;
   }
   if (s.check) row.max_error = *std::max_element(errors.begin(), errors.end());
-  if (s.trace) {
-    if (traces.empty()) traces.resize(result.traces.size());
-    for (size_t d = 0; d < result.traces.size(); ++d) {
-      traces[d].rank = result.traces[d].rank;
-      traces[d].node = result.traces[d].node;
-      for (TraceEvent e : result.traces[d].events) {
-        e.start += trace_offset;
-        e.end += trace_offset;
-        traces[d].events.push_back(e);
-      }
-    }
-    trace_offset += result.makespan();
-  }
+  if (s.trace) append_traces(result, traces, trace_offset);
   return row;
 }
 

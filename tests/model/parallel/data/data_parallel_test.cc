@@ -255,6 +255,23 @@ std::string reduce_name(const ::testing::TestParamInfo<ReduceCase>& info) {
          "_zero" + std::to_string(c.zero) + (c.overlap ? "_overlap" : "_after");
 }
 
+// ZeRO-2: the owned chunks of the dp ranks tile every bucket exactly once
+// per group (experts: once per ep coordinate); `checked` elements were compared.
+template <typename IsExpert>
+void expect_owned_tiling(const std::vector<std::vector<Range>>& owned, int64_t n, int ep, IsExpert is_expert,
+                         int64_t checked) {
+  std::vector<int> times(size_t(n), 0);
+  for (const auto& ranges : owned)
+    for (const Range& o : ranges)
+      for (int64_t i = o.begin; i < o.end(); ++i) ++times[size_t(i)];
+  int64_t expert_elements = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    EXPECT_EQ(times[size_t(i)], is_expert(i) ? ep : 1) << "element " << i;
+    expert_elements += is_expert(i);
+  }
+  EXPECT_EQ(checked, n + (ep - 1) * expert_elements);
+}
+
 class DataParallelReduce : public ::testing::TestWithParam<ReduceCase> {};
 
 TEST_P(DataParallelReduce, OwnedGradientsAreTheDataParallelMean) {
@@ -307,20 +324,7 @@ TEST_P(DataParallelReduce, OwnedGradientsAreTheDataParallelMean) {
     EXPECT_TRUE(same) << "rank " << r;
     checked += int64_t(got[size_t(r)].size());
   }
-  // ZeRO-2: the owned chunks of the dp ranks tile every bucket exactly once
-  // per group (experts: once per ep coordinate).
-  if (c.zero == 2) {
-    std::vector<int> times(size_t(n), 0);
-    for (int r = 0; r < c.dp; ++r)
-      for (const Range& o : owned[size_t(r)])
-        for (int64_t i = o.begin; i < o.end(); ++i) ++times[size_t(i)];
-    int64_t expert_elements = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      EXPECT_EQ(times[size_t(i)], is_expert(i) ? c.ep : 1) << "element " << i;
-      expert_elements += is_expert(i);
-    }
-    EXPECT_EQ(checked, n + (c.ep - 1) * expert_elements);
-  }
+  if (c.zero == 2) expect_owned_tiling(owned, n, c.ep, is_expert, checked);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -27,6 +27,17 @@ std::vector<float> local_params(const model::GPTConfig& config, const ShardLayou
   return local;
 }
 
+// Outputs for every row, one record per dp rank.
+LayerResult sized_result(const LayerRun& run) {
+  LayerResult res;
+  res.out.assign(run.x.size(), 0.0f);
+  res.dinp.assign(run.x.size(), 0.0f);
+  res.stats.resize(size_t(run.dp));
+  res.compute_busy.resize(size_t(run.dp));
+  res.end_time.resize(size_t(run.dp));
+  return res;
+}
+
 }  // namespace
 
 LayerResult run_moe_layer(const model::GPTConfig& config, const LayerRun& run) {
@@ -34,12 +45,7 @@ LayerResult run_moe_layer(const model::GPTConfig& config, const LayerRun& run) {
   const int C = config.n_embd, El = config.n_expert / run.ep;
   const int Bl = run.B / run.dp;
   const int64_t Nl = int64_t(Bl) * run.T;
-  LayerResult res;
-  res.out.assign(run.x.size(), 0.0f);
-  res.dinp.assign(run.x.size(), 0.0f);
-  res.stats.resize(size_t(run.dp));
-  res.compute_busy.resize(size_t(run.dp));
-  res.end_time.resize(size_t(run.dp));
+  LayerResult res = sized_result(run);
   std::vector<float> aux(size_t(run.dp));
   ClusterOptions opts;
   opts.world_size = mesh.size();

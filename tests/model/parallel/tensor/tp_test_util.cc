@@ -70,6 +70,29 @@ HardwareProfile test_profile(int devices) {
   return p;
 }
 
+// Overwrites the model's shards with their slices of the unsharded `global`.
+void load_global(ShardedGPT& m, const model::ParamTable& table, const std::vector<float>& global) {
+  for (const ShardSpec& s : m.shards()) {
+    const int64_t base = table.at(s.name).offset;
+    for (int64_t i = 0; i < s.numel; ++i) m.params()[s.offset + i] = global[base + global_index(s, i)];
+  }
+}
+
+// What a rank reports after its passes: losses, shards, MoE stats, times.
+void record(RankResult& r, ShardedGPT& m, Device& dev, const model::GPTConfig& config) {
+  r.ce = m.ce_loss();
+  r.aux = m.aux_loss();
+  r.params.assign(m.params().begin(), m.params().end());
+  r.grads.assign(m.grads().begin(), m.grads().end());
+  r.shards = m.shards();
+  r.moe.resize(static_cast<size_t>(config.n_layer));
+  for (int l = 0; l < config.n_layer; ++l)
+    if (const MoeStats* st = m.moe_stats(l)) r.moe[static_cast<size_t>(l)] = *st;
+  dev.synchronize();
+  r.end_time = dev.now();
+  r.compute_busy = dev.compute().busy() - dev.compute().transfer_busy();
+}
+
 std::vector<RankResult> run_all(const model::GPTConfig& config, const Batch& batch,
                                 const RunSpec& spec) {
   const collectives::DeviceMesh mesh({.tp = spec.tp, .ep = spec.ep, .dp = spec.dp});
@@ -89,13 +112,7 @@ std::vector<RankResult> run_all(const model::GPTConfig& config, const Batch& bat
     if (spec.ep > 1) groups.ep = &ep_group;
     if (spec.global_routing) groups.capacity = &dp_group;
     ShardedGPT m(config, spec.seed, dev, groups, {.sequence_parallel = spec.sp});
-    if (!spec.global_params.empty()) {
-      for (const ShardSpec& s : m.shards()) {
-        const int64_t base = table.at(s.name).offset;
-        for (int64_t i = 0; i < s.numel; ++i)
-          m.params()[s.offset + i] = spec.global_params[base + global_index(s, i)];
-      }
-    }
+    if (!spec.global_params.empty()) load_global(m, table, spec.global_params);
     // With EP the gradients go through DataParallel (expert buckets over edp,
     // small buckets so that several of each kind exist); otherwise one average.
     std::optional<DataParallel> dp;
@@ -126,18 +143,8 @@ std::vector<RankResult> run_all(const model::GPTConfig& config, const Batch& bat
       collectives::all_reduce(dev, dp_group, collectives::Buffer(m.grads()),
                               collectives::ReduceOp::kAvg);
     }
-    r.ce = m.ce_loss();
-    r.aux = m.aux_loss();
-    r.params.assign(m.params().begin(), m.params().end());
-    r.grads.assign(m.grads().begin(), m.grads().end());
-    r.shards = m.shards();
+    record(r, m, dev, config);
     r.ep_rank = mesh.coords(dev.rank()).ep;
-    r.moe.resize(static_cast<size_t>(config.n_layer));
-    for (int l = 0; l < config.n_layer; ++l)
-      if (const MoeStats* st = m.moe_stats(l)) r.moe[static_cast<size_t>(l)] = *st;
-    dev.synchronize();
-    r.end_time = dev.now();
-    r.compute_busy = dev.compute().busy() - dev.compute().transfer_busy();
   });
   return results;
 }
