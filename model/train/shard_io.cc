@@ -18,7 +18,7 @@ void scatter_to_global(const LocalModel& model, std::span<const float> local,
   for (const ShardSpec& s : model.shards()) {
     if (what == kExpertsOnly && !s.expert) continue;
     if (s.tp_replicated && coords.tp != 0) continue;
-    if (coords.pp != 0 && s.name == kTiedName) continue;  // the first stage writes the tied wte
+    if (coords.pp != 0 && s.role == model::ParamRole::kTokenEmbedding) continue;  // the first stage writes the tied wte
     const int64_t base = table.at(s.name).offset;
     for (int64_t i = 0; i < s.numel; ++i) {
       const int64_t at = s.offset + i;

@@ -13,8 +13,6 @@
 
 namespace shardlab::train {
 
-// The tied embedding / LM head (two copies under pipeline parallelism).
-inline constexpr const char* kTiedName = "transformer.wte.weight";
 
 // Copies this rank's shards into unsharded tensors laid out by the table.
 // Tensors held whole by every tensor-parallel rank are written by tp rank 0

@@ -86,7 +86,7 @@ double flops_per_token(const model::ParamTable& table) {
   const auto& c = table.config();
   double n = 0;
   for (const auto& s : table.specs()) {
-    if (s.name == "transformer.wpe.weight") continue;
+    if (s.role == model::ParamRole::kPositionEmbedding) continue;
     n += s.is_expert() ? double(s.numel) * c.top_k / c.n_expert : double(s.numel);
   }
   return 6 * n + 12.0 * c.n_layer * c.n_head * c.head_size() * c.block_size;
