@@ -30,6 +30,16 @@ std::array<Range, 3> c_attn_head_rows(int C, int n_head, int h0, int h1) {
   return rows;
 }
 
+double count_params(const GPTConfig& c) {
+  const double C = c.n_embd, E = c.n_expert;
+  const double mlp = 2 * 4 * C * C + 4 * C + C;                  // c_fc, c_proj with biases
+  const double attn = 3 * C * C + 3 * C + C * C + C + 4 * C;     // c_attn, c_proj, ln_1, ln_2
+  double total = double(c.vocab_size) * C + double(c.block_size) * C + 2 * C;  // wte, wpe, ln_f
+  // Blocks l with l % moe_every == 0 are MoE.
+  const double moe = c.is_moe() ? double((int64_t{c.n_layer} + c.moe_every - 1) / c.moe_every) : 0;
+  return total + c.n_layer * attn + moe * (E * C + E * mlp) + (c.n_layer - moe) * mlp;
+}
+
 ParamTable::ParamTable(const GPTConfig& config) : config_(config) {
   config.validate();
   const int64_t C = config.n_embd, V = config.vocab_size, T = config.block_size;

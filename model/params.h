@@ -61,6 +61,10 @@ struct ParamSpec {
   bool decay() const { return shape.size() >= 2; }
 };
 
+// The table's numel() in closed form, without building it (a model too large
+// to lay out is still counted exactly; doubles keep absurd sizes finite).
+double count_params(const GPTConfig& config);
+
 class ParamTable {
  public:
   explicit ParamTable(const GPTConfig& config);  // validates config

@@ -16,25 +16,6 @@ using model::Token;
 
 namespace {
 
-// Which tensors a rank holds: its chunks' blocks, the embeddings on the first
-// stage, ln_f and the head on the last, its experts.
-LayoutFilter stage_filter(const model::GPTConfig& config, const StagePlacement& p,
-                          const collectives::ProcessGroup* ep) {
-  LayoutFilter f;
-  if (ep && ep->size() > 1) {  // experts [r·E/ep, (r+1)·E/ep)
-    const int El = config.n_expert / ep->size();
-    f.expert_begin = ep->rank() * El;
-    f.expert_end = f.expert_begin + El;
-  }
-  f.layers.assign(size_t(config.n_layer), false);
-  for (int c = 0; c < p.vpp; ++c)
-    for (int l = p.first_layer(c); l < p.end_layer(c); ++l) f.layers[size_t(l)] = true;
-  f.wpe = p.holds_first();
-  f.ln_f = p.holds_last();
-  f.wte = f.wpe || f.ln_f;
-  return f;
-}
-
 StagePlacement checked(const model::GPTConfig& config, const ModelGroups& g, const ShardedOptions& o) {
   SHARDLAB_CHECK(g.tp != nullptr, "ShardedGPT needs a tensor-parallel group");
   const StagePlacement& p = o.placement;
@@ -48,6 +29,22 @@ Range range_of(const ShardSpec& s) { return {s.offset, s.numel}; }
 
 }  // namespace
 
+LayoutFilter rank_filter(const model::GPTConfig& config, const StagePlacement& p, int ep, int ep_rank) {
+  LayoutFilter f;
+  if (ep > 1) {  // experts [r·E/ep, (r+1)·E/ep)
+    const int El = config.n_expert / ep;
+    f.expert_begin = ep_rank * El;
+    f.expert_end = f.expert_begin + El;
+  }
+  f.layers.assign(size_t(config.n_layer), false);
+  for (int c = 0; c < p.vpp; ++c)
+    for (int l = p.first_layer(c); l < p.end_layer(c); ++l) f.layers[size_t(l)] = true;
+  f.wpe = p.holds_first();
+  f.ln_f = p.holds_last();
+  f.wte = f.wpe || f.ln_f;
+  return f;
+}
+
 ShardedGPT::ShardedGPT(const model::GPTConfig& config, uint64_t seed, Device& dev,
                        const ModelGroups& groups, const ShardedOptions& options)
     : config_(config),
@@ -55,7 +52,7 @@ ShardedGPT::ShardedGPT(const model::GPTConfig& config, uint64_t seed, Device& de
       tp_group_(*groups.tp),
       hooks_(options.hooks),
       recompute_(options.recompute),
-      layout_(config_, groups.tp->size(), groups.tp->rank(), stage_filter(config_, place_, groups.ep)) {
+      layout_(config_, groups.tp->size(), groups.tp->rank(), rank_filter(config_, place_, groups.ep ? groups.ep->size() : 1, groups.ep ? groups.ep->rank() : 0)) {
   ctx_.dev = &dev;
   ctx_.group = &tp_group_;
   ctx_.sp = options.sequence_parallel;

@@ -78,6 +78,12 @@ struct ShardedOptions {
   BlockHooks* hooks = nullptr;
 };
 
+// Which tensors a rank holds: its chunks' blocks, the embeddings on the first
+// stage, ln_f and the head on the last, experts [r·E/ep, (r+1)·E/ep) of its
+// expert-parallel rank r. `placement` must be resolved.
+LayoutFilter rank_filter(const model::GPTConfig& config, const StagePlacement& placement, int ep,
+                         int ep_rank);
+
 class ShardedGPT final : public LocalModel, public StageModel {
  public:
   // Throws ConfigError for a bad configuration before any work.

@@ -12,6 +12,7 @@
 #include "model/train/device_program.h"
 #include "collectives/mesh.h"
 #include "model/parallel/config_check.h"
+#include "model/train/preflight.h"
 #include "model/train/shard_io.h"
 #include "runtime/errors.h"
 
@@ -281,6 +282,9 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
   if (cluster.world_size() != o.parallel.world())
     throw ConfigError(fmt::format("--dp x --tp x --pp = {} devices but the cluster has {}", o.parallel.world(),
                                   cluster.world_size()));
+  const uint64_t capacity =
+      cluster.options().memory_bytes ? cluster.options().memory_bytes : cluster.profile().memory_bytes();
+  check_memory(o, capacity, element_size(cluster.options().precision), host_memory_bytes());
   const model::GPTConfig& mc = o.model;
   auto data = std::make_shared<const model::TokenData>(
       model::open_token_data(o.data, mc.vocab_size, mc.block_size, o.seed));

@@ -73,6 +73,23 @@ TEST(ParamTable, NanoGPTNamesShapesAndCount) {
   EXPECT_THROW(t.at("transformer.h.9.ln_1.weight"), ConfigError);
 }
 
+TEST(ParamTable, CountParamsIsTheTablesNumel) {
+  for (int experts : {0, 4}) {
+    for (int every : {1, 2, 3}) {
+      GPTConfig c = preset("tiny");
+      c.n_layer = 5;
+      c.n_expert = experts;
+      c.top_k = 2;
+      c.moe_every = every;
+      EXPECT_EQ(count_params(c), double(ParamTable(c).numel())) << experts << " experts, every " << every;
+    }
+  }
+  // GPT-2 small's shape (vocab 50257, seq 1024): 124,439,808 parameters with the tied head.
+  GPTConfig g = preset("tiny");
+  g.n_layer = 12, g.n_head = 12, g.n_embd = 768, g.block_size = 1024, g.vocab_size = 50257;
+  EXPECT_EQ(count_params(g), 124439808.0);
+}
+
 TEST(ParamTable, MoELayersHaveRouterAndExperts) {
   GPTConfig c = preset("nano");
   c.n_expert = 3, c.top_k = 2, c.moe_every = 2;

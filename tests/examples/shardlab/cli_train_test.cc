@@ -151,7 +151,24 @@ TEST(CliTrain, NodesScaleTheProfile) {
 }
 
 TEST(CliTrain, OutOfMemoryNamesTheDevice) {
-  expect_usage_error("train --model tiny --steps 1 --memory 4MiB", "device 0: out of memory allocating");
+  // Parameters, gradients and Adam state alone: refused before any thread
+  // starts, with the sizes (tiny: 867072 parameters, 3.3 MiB in fp32).
+  expect_usage_error("train --model tiny --steps 1 --memory 4MiB",
+                     "device 0 (TP(1)-PP(1)-DP(1)-Rank(0)): out of memory before any activation: parameters "
+                     "3.3 MiB, gradients 3.3 MiB and optimizer state 6.6 MiB need 13.2 MiB, more than its "
+                     "capacity 4.0 MiB");
+  // They fit, the activations do not: the arena's own out-of-memory.
+  expect_usage_error("train --model tiny --steps 1 --memory 20MiB", "device 0: out of memory allocating");
+}
+
+// Configs far beyond the device or the host never reach the host allocator.
+TEST(CliTrain, OversizedModelsAreRefusedBeforeAnyThreadStarts) {
+  expect_usage_error("train --model tiny --steps 1 --embd 1048576 --heads 1",
+                     "out of memory before any activation: parameters 192.0 TiB");
+  expect_usage_error("train --model tiny --steps 1 --layers 1000000", "more than its capacity 80.0 GiB");
+  // Fits each modeled A100, not this host (8 replicas of 2.5 B parameters).
+  expect_usage_error("train --model tiny --steps 1 --dp 8 --layers 200 --embd 1024 --heads 16",
+                     "of host memory for the parameters, gradients and optimizer state of its 8 devices");
 }
 
 TEST(CliTrain, BadInputIsOneLineAndExitCode2) {
