@@ -11,6 +11,7 @@
 #include "model/parallel/pipeline/schedule.h"
 #include "model/train/trainer.h"
 #include "model/train/verify.h"
+#include "tests/model/train/train_test_util.h"
 #include "runtime/profile.h"
 
 namespace shardlab::train {
@@ -19,23 +20,14 @@ namespace {
 using parallel::Recompute;
 
 TrainOptions small(int experts) {
-  TrainOptions o;
-  o.model = model::preset("tiny");
-  o.model.n_layer = 4, o.model.n_embd = 64, o.model.n_head = 4, o.model.block_size = 32;
-  o.model.vocab_size = 64, o.model.batch_size = 8;
-  o.model.n_expert = experts, o.model.top_k = 2, o.model.aux_coef = experts > 0 ? 0.01 : 0.0;
-  o.steps = 3;
+  TrainOptions o = testing::small_options(experts);
   o.keep_step0_grads = true;
   return o;
 }
 
 TrainResult run(const TrainOptions& o, bool trace = false) {
   validate_parallel(o);
-  ClusterOptions c;
-  c.world_size = o.parallel.world();
-  c.trace = trace;
-  Cluster cluster(builtin_profiles().front(), c);
-  return train(cluster, o);
+  return testing::run(o, nullptr, trace);
 }
 
 uint64_t activation_peak(const TrainResult& r, size_t rank) {

@@ -30,13 +30,21 @@ struct Recorder final : BlockHooks {
   void after_backward(int l) override { events.push_back("B" + std::to_string(l)); }
 };
 
-TEST(ShardedGPT, BlockHooksWrapEveryBlockInOrder) {
+// Runs f(device, its one-device group) on a 1-device cluster.
+template <typename F>
+void on_one_device(F&& f) {
   ClusterOptions o;
   o.world_size = 1;
   Cluster cluster(builtin_profiles().front(), o);
-  Recorder hooks;
   cluster.run([&](Device& dev) {
     const collectives::ProcessGroup world = collectives::ProcessGroup::world(dev);
+    f(dev, world);
+  });
+}
+
+TEST(ShardedGPT, BlockHooksWrapEveryBlockInOrder) {
+  Recorder hooks;
+  on_one_device([&](Device& dev, const collectives::ProcessGroup& world) {
     const model::GPTConfig c = config();
     ShardedGPT m(c, 1, dev, {&world}, {.hooks = &hooks});
     const auto x = model::testing::random_tokens(1, 16, c.vocab_size), y = model::testing::random_tokens(2, 16, c.vocab_size);
@@ -48,12 +56,8 @@ TEST(ShardedGPT, BlockHooksWrapEveryBlockInOrder) {
 }
 
 TEST(ShardedGPT, AStageSeesOnlyItsBlocksAndOwnsItsReceiveBuffers) {
-  ClusterOptions o;
-  o.world_size = 1;
-  Cluster cluster(builtin_profiles().front(), o);
   Recorder hooks;
-  cluster.run([&](Device& dev) {
-    const collectives::ProcessGroup world = collectives::ProcessGroup::world(dev);
+  on_one_device([&](Device& dev, const collectives::ProcessGroup& world) {
     const model::GPTConfig c = config();
     // Rank 1 of a 2-stage pipeline: blocks 2 and 3, ln_f and the head.
     ShardedGPT m(c, 1, dev, {&world}, {.placement = {2, 1, 1, {}}, .hooks = &hooks});

@@ -18,6 +18,7 @@
 
 #include "model/config.h"
 #include "model/train/trainer.h"
+#include "tests/model/train/train_test_util.h"
 #include "runtime/profile.h"
 
 namespace shardlab::train {
@@ -50,70 +51,47 @@ struct Pin {
   uint64_t params_hash;
 };
 
-TrainOptions base(int experts) {
-  TrainOptions o;
-  o.model = model::preset("tiny");
-  o.model.n_layer = 4;
-  o.model.n_embd = 64;
-  o.model.n_head = 4;
-  o.model.block_size = 32;
-  o.model.vocab_size = 64;
-  o.model.batch_size = 8;
-  o.model.n_expert = experts;
-  o.model.top_k = 2;
-  o.model.aux_coef = experts > 0 ? 0.01 : 0.0;
-  o.steps = 3;
-  return o;
-}
-
 TrainOptions config(const std::string& name) {
-  if (name == "dense") return base(0);
+  if (name == "dense") return testing::small_options(0);
   if (name == "tp2_sp_dp2_zero1") {
-    TrainOptions o = base(0);
+    TrainOptions o = testing::small_options(0);
     o.parallel.tp = 2, o.parallel.sp = true, o.parallel.dp = 2, o.parallel.zero = 1;
     return o;
   }
   if (name == "tp2_dp2_zero2_moe") {
-    TrainOptions o = base(4);
+    TrainOptions o = testing::small_options(4);
     o.parallel.tp = 2, o.parallel.dp = 2, o.parallel.zero = 2;
     return o;
   }
   if (name == "pp2_1f1b_m4") {
-    TrainOptions o = base(0);
+    TrainOptions o = testing::small_options(0);
     o.parallel.pp = 2, o.micro_batches = 4;
     return o;
   }
   if (name == "pp2_interleaved_m4") {
-    TrainOptions o = base(0);
+    TrainOptions o = testing::small_options(0);
     o.parallel.pp = 2, o.micro_batches = 4, o.parallel.vpp = 2;
     o.parallel.schedule = ScheduleKind::kInterleaved;
     return o;
   }
   if (name == "dp4_ep4_moe") {
-    TrainOptions o = base(4);
+    TrainOptions o = testing::small_options(4);
     o.parallel.dp = 4, o.parallel.ep = 4;
     return o;
   }
   // 4D: tp 2 x pp 2 x dp 2 x ep 2, SP, capacity drops, ZeRO-1, 1F1B.
-  TrainOptions o = base(4);
+  TrainOptions o = testing::small_options(4);
   o.model.capacity_factor = 1.0;
   o.parallel.tp = 2, o.parallel.pp = 2, o.parallel.dp = 2, o.parallel.ep = 2;
   o.parallel.sp = true, o.parallel.zero = 1, o.micro_batches = 2;
   return o;
 }
 
-TrainResult run(const TrainOptions& o) {
-  ClusterOptions c;
-  c.world_size = o.parallel.world();
-  Cluster cluster(builtin_profiles().front(), c);
-  return train(cluster, o);
-}
-
 class PinnedRun : public ::testing::TestWithParam<Pin> {};
 
 TEST_P(PinnedRun, LossesAndParametersAreBitIdenticalToThePin) {
   const Pin& pin = GetParam();
-  const TrainResult r = run(config(pin.name));
+  const TrainResult r = testing::run(config(pin.name));
   ASSERT_EQ(r.steps.size(), pin.losses.size());
   std::string got;
   for (const StepRecord& s : r.steps) got += (got.empty() ? "" : ", ") + fmt_hex(s.loss);

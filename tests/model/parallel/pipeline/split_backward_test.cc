@@ -12,6 +12,7 @@
 #include "model/parallel/pipeline/schedule.h"
 #include "model/train/trainer.h"
 #include "model/train/verify.h"
+#include "tests/model/train/train_test_util.h"
 #include "runtime/errors.h"
 #include "runtime/profile.h"
 
@@ -24,18 +25,7 @@ using parallel::Schedule;
 using ::testing::HasSubstr;
 
 TrainOptions small(int experts, int pp, int M) {
-  TrainOptions o;
-  o.model = model::preset("tiny");
-  o.model.n_layer = 4;
-  o.model.n_embd = 64;
-  o.model.n_head = 4;
-  o.model.block_size = 32;
-  o.model.vocab_size = 64;
-  o.model.batch_size = 8;
-  o.model.n_expert = experts;
-  o.model.top_k = 2;
-  o.model.aux_coef = experts > 0 ? 0.01 : 0.0;
-  o.steps = 3;
+  TrainOptions o = testing::small_options(experts);
   o.keep_step0_grads = true;
   o.micro_batches = M;
   o.parallel.pp = pp;
@@ -44,10 +34,7 @@ TrainOptions small(int experts, int pp, int M) {
 
 TrainResult run(const TrainOptions& o) {
   validate_parallel(o);
-  ClusterOptions c;
-  c.world_size = o.parallel.world();
-  Cluster cluster(builtin_profiles().front(), c);
-  return train(cluster, o);
+  return testing::run(o);
 }
 
 // The largest |a - b| over two parameter vectors (NaN counts as infinite).
