@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "model/buffer.h"
 #include "runtime/cost_model.h"
 
 namespace shardlab::model {
@@ -43,8 +44,15 @@ struct Exec {
   // The kernels re-run a forward in backward (activation recomputation):
   // they charge their cost under recompute_name().
   bool recompute = false;
+  // Shape-only execution (model/buffer.h's PhantomScope): the layers skip
+  // every computation on activations, parameters and gradients and charge
+  // exactly the same ops, collectives and bytes as a real run.
+  bool phantom = false;
 
-  static Exec with(OpSink* s) { return {s, s ? s->element_size() : 4, false}; }
+  static Exec with(OpSink* s) {
+    return {s, s ? s->element_size() : 4, false, phantom_allocation()};
+  }
+  bool math() const { return !phantom; }
   void op(const char* name, const OpCost& cost) const {
     if (sink) sink->op(recompute ? recompute_name(name) : name, cost);
   }

@@ -62,6 +62,8 @@ void TrainFlags::add(CLI::App* sub) {
   sub->add_option("--recompute", recompute,
                   "Activation recomputation: none, selective (attention core) or full (whole blocks)")
       ->capture_default_str();
+  sub->add_flag("--phantom", phantom,
+                "Shapes only: run every kernel, collective and allocation on the clock, compute nothing");
   sub->add_option("--corrupt-shard", corrupt_shard, "NAME:RANK (testing verify)")->group("");
 }
 
@@ -110,6 +112,7 @@ train::TrainOptions TrainFlags::options() const {
   if (!pp_layers.empty()) o.parallel.stage_layers = parallel::parse_stage_layers(pp_layers);
   o.micro_batches = micro_batches;
   o.corrupt_shard = corrupt_shard;
+  o.phantom = phantom;
   o.validate();
   train::validate_parallel(o);
   return o;

@@ -73,7 +73,7 @@ ShardedGPT::ShardedGPT(const model::GPTConfig& config, uint64_t seed, Device& de
   v0_ = int64_t{tp_group_.rank()} * Vl_;
   params_.assign(layout_.numel(), 0.0f);
   grads_.assign(layout_.numel(), 0.0f);
-  layout_.init(model::ParamTable(config_), seed, params_.data());
+  if (!params_.phantom()) layout_.init(model::ParamTable(config_), seed, params_.data());
   w_ = layout_.view(params_.data());
   g_ = layout_.view(grads_.data());
   pools_.resize(size_t(place_.vpp));
@@ -114,7 +114,9 @@ void ShardedGPT::set_micro_batch(int B, int T) {
   for (Pool& pool : pools_) pool = Pool{};
   scratch_.resize(dims_, config_);
   const bool head = layout_.filter().ln_f;
-  ce_stats_.assign(head ? 3 * N : 0, 0.0f);
+  // Real even in a phantom run: the loss statistics go through collectives
+  // at offsets inside the buffer (3N floats).
+  ce_stats_.assign_real(head ? 3 * N : 0, 0.0f);
   dlogits_.assign(head ? N * Vl_ : 0, 0.0f);
   for (auto* b : {&dlnf_, &dx_, &dx_next_}) b->assign(Nr * C, 0.0f);
 }
@@ -248,6 +250,11 @@ void sp_reduce_staged(const TpContext& c, const std::vector<Range>& ranges, floa
   int64_t total = 0;
   for (const Range& r : ranges) total += r.size;
   if (total == 0) return;
+  if (!c.ex.math()) {  // phantom: the same all-reduce and add, no data
+    copy_to_tp_region_bwd(c, nullptr, nullptr, total);
+    c.ex.op("sp.grad_reduce.add", model::residual_forward_cost(total, c.ex.elem));
+    return;
+  }
   pack.resize(static_cast<size_t>(total));
   float* p = pack.data();
   for (const Range& r : ranges) p = std::copy_n(stage + r.begin, r.size, p);

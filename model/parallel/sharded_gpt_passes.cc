@@ -17,7 +17,7 @@ using model::Token;
 
 void ShardedGPT::embed(Slot& s, const Token* inputs) {
   SHARDLAB_CHECK(inputs, "the first stage needs the input tokens");
-  std::copy_n(inputs, dims_.N(), s.inputs.data());
+  std::copy_n(inputs, dims_.N(), s.inputs.data());  // tokens are real even in a phantom run
   vocab_parallel_embedding_forward(s.x.data(), scratch_.partial.data(), inputs, w_.wte, w_.wpe, v0_,
                                    Vl_, dims_, ctx_);
 }
@@ -31,7 +31,7 @@ void ShardedGPT::forward(int chunk, int mb, int buffer, const MicroBatchTokens& 
     embed(s, tokens.inputs);
   } else {
     const float* in = activation_buffer(chunk, buffer);
-    std::copy_n(in, Nr * C, s.x.data());
+    if (ctx_.ex.math()) std::copy_n(in, Nr * C, s.x.data());
   }
   const float* x = s.x.data();
   const int l0 = place_.first_layer(chunk);
@@ -62,11 +62,14 @@ float ShardedGPT::head_forward(Slot& s, const float* x, const Token* targets) {
   const int C = dims_.C;
   const model::Exec& ex = ctx_.ex;
   if (targets) std::copy_n(targets, N, s.targets.data());
-  model::layernorm_forward(s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(), x, w_.ln_f.weight,
-                           w_.ln_f.bias, Nr, C);
+  if (ex.math())
+    model::layernorm_forward(s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(), x,
+                             w_.ln_f.weight, w_.ln_f.bias, Nr, C);
   ex.op("ln_f.fwd", model::layernorm_forward_cost(Nr, C, ex.elem));
   const float* lnf_full = enter_column_parallel(ctx_, s.lnf.data(), scratch_.full_in.data(), Nr, C);
-  model::linear_forward(s.logits.data(), lnf_full, w_.wte, static_cast<const float*>(nullptr), N, C, Vl_);
+  if (ex.math())
+    model::linear_forward(s.logits.data(), lnf_full, w_.wte, static_cast<const float*>(nullptr), N,
+                          C, Vl_);
   ex.op("lm_head.fwd", model::linear_forward_cost(N, C, Vl_, false, ex.elem));
   if (!targets) return last_ce_ = 0;  // logits only
   const float ce = vocab_parallel_cross_entropy_forward(s.probs.data(), s.losses.data(), ce_stats_.data(),
@@ -86,7 +89,7 @@ void ShardedGPT::head_backward(Slot& s, float dloss, bool announce) {
   vocab_parallel_cross_entropy_backward(dlogits_.data(), s.probs.data(), s.targets.data(), dloss, N,
                                         Vl_, v0_, ex);
   const float* lnf_full = enter_column_parallel(ctx_, s.lnf.data(), scratch_.full_in.data(), Nr, C);
-  std::fill(scratch_.partial.begin(), scratch_.partial.begin() + N * C, 0.0f);
+  if (ex.math()) std::fill(scratch_.partial.begin(), scratch_.partial.begin() + N * C, 0.0f);
   linear_backward_split(scratch_.partial.data(), g_.wte, nullptr, dlogits_.data(), lnf_full, w_.wte,
                         N, C, Vl_, {"lm_head.dgrad", "lm_head.wgrad"}, s.wgrad, ex);
   s.wgrad.end_block(head_id());
@@ -94,8 +97,9 @@ void ShardedGPT::head_backward(Slot& s, float dloss, bool announce) {
   enter_column_parallel_bwd(ctx_, scratch_.partial.data(), dlnf_.data(), Nr, C);
   const float* x_last = s.blocks.empty() ? s.x.data() : s.blocks.back().res2.data();
   std::fill(dx_.begin(), dx_.end(), 0.0f);
-  model::layernorm_backward(dx_.data(), g_.ln_f.weight, g_.ln_f.bias, dlnf_.data(), x_last,
-                            w_.ln_f.weight, s.lnf_mean.data(), s.lnf_rstd.data(), Nr, C);
+  if (ex.math())
+    model::layernorm_backward(dx_.data(), g_.ln_f.weight, g_.ln_f.bias, dlnf_.data(), x_last,
+                              w_.ln_f.weight, s.lnf_mean.data(), s.lnf_rstd.data(), Nr, C);
   ex.op("ln_f.bwd", model::layernorm_backward_cost(Nr, C, ex.elem));
   if (announce) finish_block(head_id());
 }
@@ -161,14 +165,14 @@ void ShardedGPT::backward_input(int chunk, int mb, int buffer, float dloss, bool
     head_backward(s, dloss, announce);
   } else {
     const float* dout = gradient_buffer(chunk, buffer);
-    std::copy_n(dout, Nr * C, dx_.data());
+    if (ctx_.ex.math()) std::copy_n(dout, Nr * C, dx_.data());
   }
   blocks_backward(chunk, s, dloss, announce);
   if (place_.first(chunk)) {
     embedding_backward(s);
     if (announce) finish_embeddings(layout_.filter().ln_f);
   } else {
-    std::copy_n(dx_.data(), Nr * C, s.dx.data());
+    if (ctx_.ex.math()) std::copy_n(dx_.data(), Nr * C, s.dx.data());
     s.unsent = true;
   }
   if (ctx_.ex.sink) ctx_.ex.sink->freed(s.elems);

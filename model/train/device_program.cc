@@ -19,9 +19,15 @@ struct StepLosses {
 // Forward and backward of one step: this rank's schedule actions over its
 // micro-batches, then the tied embedding's two copies summed (pipelines).
 StepLosses forward_backward(const DeviceProgram& p, DeviceSetup& s, Device& dev, int step) {
-  if (s.stage->placement().holds_first() || s.stage->placement().holds_last()) {  // tokens
-    for (int mb = 0; mb < s.micro_batches; ++mb)
-      p.sampler.batch_rows(step, s.first_row(mb), s.first_row(mb) + s.rows, s.micro[size_t(mb)]);
+  const bool tokens = s.stage->placement().holds_first() || s.stage->placement().holds_last();
+  for (int mb = 0; tokens && mb < s.micro_batches; ++mb) {
+    model::Batch& b = s.micro[size_t(mb)];
+    if (p.sampler) {
+      p.sampler->batch_rows(step, s.first_row(mb), s.first_row(mb) + s.rows, b);
+    } else if (b.x.empty()) {  // phantom: token 0 everywhere, no data is read
+      const auto n = size_t(s.rows * p.options.model.block_size);
+      b = {s.rows, p.options.model.block_size, std::vector<int32_t>(n, 0), std::vector<int32_t>(n, 0)};
+    }
   }
   s.stage->reset_losses();
   const parallel::PipelinePhase ph = s.executor->run([&s](int mb) {
@@ -33,7 +39,7 @@ StepLosses forward_backward(const DeviceProgram& p, DeviceSetup& s, Device& dev,
     // Otherwise one rank holds both uses of wte and the model announced it.
     const Range wte = model::prefix_range(s.model->shards(), "transformer.wte.");
     auto grads = s.model->grads();
-    coll::all_reduce(dev, *embedding, coll::Buffer(grads.data() + wte.begin, size_t(wte.size)));
+    coll::all_reduce(dev, *embedding, coll::Buffer(model::shifted(grads.data(), wte.begin), size_t(wte.size)));
     s.dp->grads_ready(wte.begin, wte.size);
   }
   // The micro-batch mean; CE lives on the last stage, aux on every stage with MoE blocks.
@@ -47,6 +53,9 @@ StepLosses forward_backward(const DeviceProgram& p, DeviceSetup& s, Device& dev,
 }  // namespace
 
 void DeviceProgram::run(Device& dev) const {
+  // A phantom run sizes every floating-point buffer of this device without
+  // storage (model/buffer.h) and its layers skip the math (model::Exec).
+  const model::PhantomScope phantom(options.phantom);
   DeviceSetup s(*this, dev);
   const bool leader = dev.rank() == 0;
   const auto wall0 = std::chrono::steady_clock::now();
@@ -60,7 +69,7 @@ void DeviceProgram::run(Device& dev) const {
     record_moe(*s.model, step, result.moe[size_t(dev.rank())]);
     result.a2a_time[size_t(dev.rank())] += s.model->a2a_time();
     s.model->reset_moe_stats();
-    if (step == 0 && options.keep_step0_grads) publish_step0_grads(*s.model, *s.dp, s.coords, table, result);
+    if (step == 0 && options.keep_step0_grads && !options.phantom) publish_step0_grads(*s.model, *s.dp, s.coords, table, result);
 
     // The step's loss for the record: the dp average (as Megatron logs it).
     float losses[3] = {l.loss, l.ce, l.aux};
@@ -79,6 +88,7 @@ void DeviceProgram::run(Device& dev) const {
     }
   }
   if (leader) result.loop_wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  if (options.phantom) return;  // no values to publish
   if (before_publish) before_publish(dev.rank(), *s.model);
   const coll::ProcessGroup& ep = s.ctx.group("ep");
   publish_params(*s.model, mesh, dev.rank(), std::vector<int>(ep.members().begin(), ep.members().end()),

@@ -33,7 +33,7 @@ struct DeviceProgram {
   const TrainOptions& options;
   const collectives::DeviceMesh& mesh;
   const model::ParamTable& table;
-  const model::BatchSampler& sampler;
+  const model::BatchSampler* sampler;  // null in a phantom run (no data)
   const model::SafetensorsFile* init;  // or null
   TrainResult& result;
   const StepCallback& on_step;

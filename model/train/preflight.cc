@@ -76,10 +76,11 @@ void check_memory(const TrainOptions& o, uint64_t capacity, int elem, uint64_t h
         e.worst_rank, mesh.describe(e.worst_rank), format_bytes(e.params_bytes), format_bytes(e.grads_bytes),
         format_bytes(e.optimizer_bytes), format_bytes(e.device_bytes), format_bytes(capacity)));
   }
-  if (e.host_bytes > budget) {
+  if (!o.phantom && e.host_bytes > budget) {  // a phantom run holds no parameter on the host
     throw ConfigError(fmt::format(
         "a real run of this model needs at least {} of host memory for the parameters, gradients and optimizer "
-        "state of its {} devices (activations come on top), and this machine has {}: use a smaller model",
+        "state of its {} devices (activations come on top), and this machine has {}: use a smaller model, "
+        "or --phantom to time it without the math",
         format_bytes(e.host_bytes), o.parallel.world(), format_bytes(host_memory)));
   }
 }

@@ -41,6 +41,11 @@ void TrainOptions::validate() const {
   require(grad_clip >= 0, "--grad-clip must be >= 0 (0 turns clipping off)");
   require(warmup_steps >= 0, "--warmup-steps must be >= 0");
   require(micro_batches >= 1, fmt::format("--micro-batches must be at least 1 (got {})", micro_batches));
+  if (phantom) {  // nothing is computed: no values to load, save, corrupt or compare
+    require(init_path.empty(), "--init cannot be combined with --phantom (a phantom run has no values)");
+    require(save_path.empty(), "--save cannot be combined with --phantom (a phantom run has no values)");
+    require(corrupt_shard.empty() && !keep_step0_grads, "verify cannot run a phantom model");
+  }
 }
 
 nlohmann::json TrainOptions::to_json() const {
@@ -60,6 +65,7 @@ nlohmann::json TrainOptions::to_json() const {
           {"sampling", model::sampling_name(sampling)},
           {"micro_batches", micro_batches},
           {"init", init_path},
+          {"phantom", phantom},
           {"save", save_path},
           {"parallel",
            {{"dp", parallel.dp}, {"tp", parallel.tp}, {"sp", parallel.sp}, {"zero", parallel.zero},
@@ -134,7 +140,8 @@ void validate_parallel(const TrainOptions& o) {
 bool runs_sharded(const TrainOptions& o) {
   const ParallelOptions& p = o.parallel;
   const bool global_routing = o.model.is_moe() && p.dp > 1 && (p.ep > 1 || o.model.capacity_factor > 0);
-  return p.pp > 1 || p.tp > 1 || p.ep > 1 || global_routing || p.recompute != parallel::Recompute::kNone;
+  return p.pp > 1 || p.tp > 1 || p.ep > 1 || global_routing || p.recompute != parallel::Recompute::kNone ||
+         o.phantom;  // the unsharded reference computes on real buffers
 }
 
 parallel::Schedule step_schedule(const TrainOptions& o) {
@@ -206,21 +213,22 @@ void summarize_moe(const collectives::DeviceMesh& mesh, const model::GPTConfig& 
 namespace {
 
 // The result with every per-device and per-replica record sized for `o`.
-TrainResult sized_result(const TrainOptions& o, const model::ParamTable& table, const model::TokenData& data) {
+TrainResult sized_result(const TrainOptions& o, const model::ParamTable& table, const model::TokenData* data) {
   const model::GPTConfig& mc = o.model;
   const auto world = size_t(o.parallel.world());
   TrainResult r;
-  r.best_loss = data.best_loss;
+  if (data) r.best_loss = data->best_loss;
   r.n_params = table.numel();
   r.tokens_per_step = int64_t{mc.batch_size} * mc.block_size;
   r.model_flops_per_step = flops_per_token(table) * mc.batch_size * mc.block_size;
-  r.replicas.assign(size_t(o.parallel.dp), std::vector<float>(size_t(table.numel()), 0.0f));
-  if (o.keep_step0_grads) r.step0_grads.assign(size_t(table.numel()), 0.0f);
-  if (o.parallel.pp > 1) r.tied_copy.assign(size_t(table.at("transformer.wte.weight").numel), 0.0f);
   r.moe.assign(world, {});
   r.a2a_time.assign(world, 0);
   r.first_step_spans.assign(world, {});
   r.phases.assign(world, std::vector<PhaseRecord>(size_t(o.steps)));
+  if (o.phantom) return r;  // no parameter values to gather
+  r.replicas.assign(size_t(o.parallel.dp), std::vector<float>(size_t(table.numel()), 0.0f));
+  if (o.keep_step0_grads) r.step0_grads.assign(size_t(table.numel()), 0.0f);
+  if (o.parallel.pp > 1) r.tied_copy.assign(size_t(table.at("transformer.wte.weight").numel), 0.0f);
   return r;
 }
 
@@ -286,23 +294,28 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
       cluster.options().memory_bytes ? cluster.options().memory_bytes : cluster.profile().memory_bytes();
   check_memory(o, capacity, element_size(cluster.options().precision), host_memory_bytes());
   const model::GPTConfig& mc = o.model;
-  auto data = std::make_shared<const model::TokenData>(
-      model::open_token_data(o.data, mc.vocab_size, mc.block_size, o.seed));
-  const model::BatchSampler sampler(data, mc.batch_size, mc.block_size, o.sampling, o.seed);
+  // A phantom run reads no data: its token buffers are sized and left at 0.
+  std::shared_ptr<const model::TokenData> data;
+  std::optional<model::BatchSampler> sampler;
+  if (!o.phantom) {
+    data = std::make_shared<const model::TokenData>(
+        model::open_token_data(o.data, mc.vocab_size, mc.block_size, o.seed));
+    sampler.emplace(data, mc.batch_size, mc.block_size, o.sampling, o.seed);
+  }
   const model::ParamTable table(mc);
   std::optional<model::SafetensorsFile> init;
   if (!o.init_path.empty()) {
     init = model::load_safetensors(o.init_path);
     check_init(*init, table);
   }
-  TrainResult result = sized_result(o, table, *data);
+  TrainResult result = sized_result(o, table, data.get());
   const collectives::DeviceMesh mesh(o.parallel.mesh_shape());
-  const DeviceProgram program{o, mesh, table, sampler, init ? &*init : nullptr, result, on_step,
+  const DeviceProgram program{o, mesh, table, sampler ? &*sampler : nullptr, init ? &*init : nullptr, result, on_step,
                               corruption(o.corrupt_shard, o.parallel.world())};
   result.run = cluster.run([&](Device& dev) { program.run(dev); });
   summarize_phases(mesh, result);
   summarize_moe(mesh, mc, result);
-  check_replicas(result, table);
+  if (!o.phantom) check_replicas(result, table);
   if (!o.save_path.empty()) save_checkpoint(o, table, result);
   return result;
 }

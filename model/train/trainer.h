@@ -81,6 +81,12 @@ struct TrainOptions {
   // Keep the step-0 gradients (after the DP reduction, before clipping),
   // gathered into unsharded tensors (verify --grads).
   bool keep_step0_grads = false;
+  // Shape-only execution (--phantom): every device runs the same program on
+  // tensors with shapes and modeled bytes but no data. Every kernel,
+  // collective, transfer and arena charge happens; no arithmetic, no data
+  // loading, no checkpoint. Losses are reported as 0. MoE routing follows
+  // `phantom_routing` instead of a router's choices.
+  bool phantom = false;
 
   // Throws ConfigError naming the flag for anything out of range.
   void validate() const;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "model/buffer.h"
 #include "model/parallel/local_model.h"
 #include "runtime/errors.h"
 
@@ -97,7 +98,7 @@ void DataParallel::launch(size_t i) {
   const coll::ProcessGroup& g = group_of(i);
   if (g.size() == 1) return;
   const Range& r = layout_[i];
-  float* p = grads_.data() + r.begin;
+  float* p = model::shifted(grads_.data(), r.begin);
   const size_t n = static_cast<size_t>(r.size);
   // Expert buckets sum over edp (scaled by 1/dp in finish_grads); others average over dp.
   const coll::ReduceOp op = expert_bucket_[i] ? coll::ReduceOp::kSum : coll::ReduceOp::kAvg;
@@ -106,7 +107,8 @@ void DataParallel::launch(size_t i) {
   if (sharded_grads()) {
     const auto chunk = coll::chunk_range(n, g.size(), g.rank());
     works_.push_back(coll::ireduce_scatter(dev_, g, coll::ConstBuffer(p, n),
-                                           coll::Buffer(p + chunk.begin, chunk.size), op, opt));
+                                           coll::Buffer(model::shifted(p, chunk.begin), chunk.size),
+                                           op, opt));
   } else {
     works_.push_back(coll::iall_reduce(dev_, g, coll::ConstBuffer(p, n), coll::Buffer(p, n), op, opt));
   }
@@ -129,7 +131,8 @@ void DataParallel::scale_expert_buckets() {
       const auto c = coll::chunk_range(static_cast<size_t>(r.size), edp_->size(), edp_->rank());
       r = {r.begin + static_cast<int64_t>(c.begin), static_cast<int64_t>(c.size)};
     }
-    for (float& g : grads_.subspan(static_cast<size_t>(r.begin), static_cast<size_t>(r.size))) g *= s;
+    if (grads_.data())  // phantom: charged, not computed
+      for (float& g : grads_.subspan(size_t(r.begin), size_t(r.size))) g *= s;
     total += r.size;
   }
   const double n = static_cast<double>(total);
@@ -142,12 +145,13 @@ void DataParallel::gather_params(std::span<float> params) {
   for (size_t i = 0; i < layout_.size(); ++i) {
     const coll::ProcessGroup& g = group_of(i);
     if (g.size() == 1) continue;
-    float* p = params.data() + layout_[i].begin;
+    float* p = model::shifted(params.data(), layout_[i].begin);
     const size_t n = static_cast<size_t>(layout_[i].size);
     const auto c = coll::chunk_range(n, g.size(), g.rank());
     coll::CollOptions opt;
     opt.after = dev_.compute().record();
-    works.push_back(coll::iall_gather(dev_, g, coll::ConstBuffer(p + c.begin, c.size), coll::Buffer(p, n), opt));
+    works.push_back(coll::iall_gather(dev_, g, coll::ConstBuffer(model::shifted(p, c.begin), c.size),
+                                      coll::Buffer(p, n), opt));
   }
   for (const auto& w : works) w.wait(dev_.compute());
 }

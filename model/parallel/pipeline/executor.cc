@@ -41,14 +41,15 @@ PipelineExecutor::PipelineExecutor(Device& dev, StageModel& model, std::vector<A
 void PipelineExecutor::send(const Action& a, const float* data) {
   const int64_t n = model_.boundary_elements();
   const int dst = pp_ranks_[size_t(a.peer)];
-  if (dst == dev_.rank()) {
-    local_[is_grad(a.kind)].emplace_back(data, data + n);
+  if (dst == dev_.rank()) {  // a phantom tensor (data null) hands over nothing
+    if (data) local_[is_grad(a.kind)].emplace_back(data, data + n);
     return;
   }
   const uint64_t bytes = uint64_t(n) * element_size(dev_.precision());
   p2p_.wait(dev_.compute().record());  // the tensor exists once the compute stream made it
   dev_.isend(p2p_, dst, is_grad(a.kind) ? kGradTag : kActivationTag,
-             {reinterpret_cast<const std::byte*>(data), size_t(n) * sizeof(float)}, bytes);
+             {reinterpret_cast<const std::byte*>(data), data ? size_t(n) * sizeof(float) : 0},
+             bytes);
   sent_bytes_ += bytes;
 }
 
@@ -56,6 +57,7 @@ void PipelineExecutor::recv(const Action& a, float* into) {
   const int64_t n = model_.boundary_elements();
   const int src = pp_ranks_[size_t(a.peer)];
   if (src == dev_.rank()) {
+    if (!into) return;  // phantom
     auto& q = local_[is_grad(a.kind)];
     SHARDLAB_CHECK(!q.empty(), "pipeline: local receive before its send");
     std::copy(q.front().begin(), q.front().end(), into);
@@ -64,10 +66,11 @@ void PipelineExecutor::recv(const Action& a, float* into) {
   }
   p2p_.wait(dev_.compute().record());  // posted when the compute stream gets here
   Message m = dev_.recv(p2p_, src, is_grad(a.kind) ? kGradTag : kActivationTag);
-  SHARDLAB_CHECK(m.payload.size() == size_t(n) * sizeof(float),
+  const size_t expected = into ? size_t(n) * sizeof(float) : 0;  // phantom: no payload
+  SHARDLAB_CHECK(m.payload.size() == expected,
                  fmt::format("pipeline: device {} sent {} bytes, expected {}", src, m.payload.size(),
-                             n * sizeof(float)));
-  std::memcpy(into, m.payload.data(), m.payload.size());
+                             expected));
+  if (into) std::memcpy(into, m.payload.data(), m.payload.size());
   dev_.compute().wait(p2p_.record());
 }
 

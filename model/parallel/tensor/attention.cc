@@ -6,13 +6,13 @@ namespace shardlab::parallel {
 
 void LocalAttention::forward(float* atty, float* att, const float* qkv, const TpDims& d,
                              const TpContext& c) const {
-  model::attention_forward(atty, att, qkv, d.B, d.T, d.NHl(), d.HS());
+  if (c.ex.math()) model::attention_forward(atty, att, qkv, d.B, d.T, d.NHl(), d.HS());
   c.ex.op("attn.softmax.fwd", model::attention_forward_cost(d.B, d.T, d.NHl(), d.HS(), c.ex.elem));
 }
 
 void LocalAttention::backward(float* dqkv, const float* datty, const float* qkv, const float* att,
                               const TpDims& d, const TpContext& c) const {
-  model::attention_backward(dqkv, datty, qkv, att, d.B, d.T, d.NHl(), d.HS());
+  if (c.ex.math()) model::attention_backward(dqkv, datty, qkv, att, d.B, d.T, d.NHl(), d.HS());
   c.ex.op("attn.softmax.bwd", model::attention_backward_cost(d.B, d.T, d.NHl(), d.HS(), c.ex.elem));
 }
 

@@ -20,7 +20,7 @@ void vocab_parallel_embedding_forward(float* encoded, float* partial, const Toke
   const model::Exec& ex = c.ex;
   const int64_t N = d.N(), Nr = d.rows(), row0 = d.row0(c.rank());
   const int C = d.C;
-  for (int64_t n = 0; n < N; ++n) {
+  for (int64_t n = 0; ex.math() && n < N; ++n) {
     float* o = partial + n * C;
     if (owned(inp[n], v0, Vl)) {
       const float* we = wte + (inp[n] - v0) * C;
@@ -31,7 +31,7 @@ void vocab_parallel_embedding_forward(float* encoded, float* partial, const Toke
   }
   ex.op("embedding.fwd", model::embedding_forward_cost(d.B, d.T, C, ex.elem));
   exit_row_parallel(c, partial, encoded, Nr, C);  // reduce_from_tp / reduce_scatter_to_sp
-  for (int64_t i = 0; i < Nr; ++i) {
+  for (int64_t i = 0; ex.math() && i < Nr; ++i) {
     const float* pe = wpe + ((row0 + i) % d.T) * C;
     float* o = encoded + i * C;
     for (int j = 0; j < C; ++j) o[j] += pe[j];
@@ -45,13 +45,13 @@ void vocab_parallel_embedding_backward(float* dwte, float* dwpe, float* dfull, c
   const model::Exec& ex = c.ex;
   const int64_t N = d.N(), Nr = d.rows(), row0 = d.row0(c.rank());
   const int C = d.C;
-  for (int64_t i = 0; i < Nr; ++i) {
+  for (int64_t i = 0; ex.math() && i < Nr; ++i) {
     float* dpe = dwpe + ((row0 + i) % d.T) * C;
     const float* g = dx + i * C;
     for (int j = 0; j < C; ++j) dpe[j] += g[j];
   }
   const float* dx_full = exit_row_parallel_bwd(c, dx, dfull, Nr, C);
-  for (int64_t n = 0; n < N; ++n) {
+  for (int64_t n = 0; ex.math() && n < N; ++n) {
     if (!owned(inp[n], v0, Vl)) continue;
     float* dwe = dwte + (inp[n] - v0) * C;
     const float* g = dx_full + n * C;
@@ -67,13 +67,13 @@ float vocab_parallel_cross_entropy_forward(float* probs, float* losses, float* s
   float* zmax = stats;        // (N)
   float* sums = stats + N;    // (N) Σ exp(z - max)
   float* ztarget = sums + N;  // (N) the target's logit, from its owner
-  for (int64_t n = 0; n < N; ++n) {
+  for (int64_t n = 0; ex.math() && n < N; ++n) {
     const float* z = logits + n * Vl;
     zmax[n] = *std::max_element(z, z + Vl);
   }
   coll::all_reduce(*c.dev, *c.group, coll::Buffer(zmax, static_cast<size_t>(N)),
                    coll::ReduceOp::kMax, c.on_compute());
-  for (int64_t n = 0; n < N; ++n) {
+  for (int64_t n = 0; ex.math() && n < N; ++n) {
     model::ArrayMap<float> prow(probs + n * Vl, Vl);
     prow = (model::ConstArrayMap<float>(logits + n * Vl, Vl) - zmax[n]).exp();
     sums[n] = prow.sum();
@@ -82,7 +82,7 @@ float vocab_parallel_cross_entropy_forward(float* probs, float* losses, float* s
   coll::all_reduce(*c.dev, *c.group, coll::Buffer(sums, static_cast<size_t>(2 * N)), coll::ReduceOp::kSum,
                    c.on_compute());
   double total = 0;
-  for (int64_t n = 0; n < N; ++n) {
+  for (int64_t n = 0; ex.math() && n < N; ++n) {
     model::ArrayMap<float>(probs + n * Vl, Vl) *= 1.0f / sums[n];
     losses[n] = std::log(sums[n]) + zmax[n] - ztarget[n];
     total += losses[n];
@@ -95,7 +95,7 @@ void vocab_parallel_cross_entropy_backward(float* dlogits, const float* probs, c
                                            float dloss, int64_t N, int Vl, int64_t v0,
                                            const model::Exec& ex) {
   const float scale = dloss / static_cast<float>(N);
-  for (int64_t n = 0; n < N; ++n) {
+  for (int64_t n = 0; ex.math() && n < N; ++n) {
     const float* p = probs + n * Vl;
     float* d = dlogits + n * Vl;
     for (int v = 0; v < Vl; ++v) d[v] += p[v] * scale;

@@ -17,13 +17,16 @@ using model::MlpView;
 
 namespace {
 
-void zero(float* p, int64_t n) { std::fill(p, p + n, 0.0f); }
+// Phantom buffers have no storage: nothing to clear.
+void zero(float* p, int64_t n) {
+  if (p) std::fill(p, p + n, 0.0f);
+}
 
 }  // namespace
 
 void add_bias_rows(float* out, const float* bias, int64_t N, int OC, const char* name,
                    const Exec& ex) {
-  for (int64_t n = 0; n < N; ++n) {
+  for (int64_t n = 0; ex.math() && n < N; ++n) {
     float* o = out + n * OC;
     for (int j = 0; j < OC; ++j) o[j] += bias[j];
   }
@@ -35,12 +38,13 @@ void add_bias_rows(float* out, const float* bias, int64_t N, int OC, const char*
 
 void tp_mlp_partial_forward(float* partial, float* fc, float* fc_gelu, const MlpView<float>& p,
                             const float* inp, int64_t rows, int C, int Fl, const Exec& ex) {
-  model::linear_forward(fc, inp, p.c_fc.weight, p.c_fc.bias, rows, C, Fl);
+  if (ex.math()) model::linear_forward(fc, inp, p.c_fc.weight, p.c_fc.bias, rows, C, Fl);
   ex.op("mlp.c_fc.fwd", model::linear_forward_cost(rows, C, Fl, true, ex.elem));
-  model::gelu_forward(fc_gelu, fc, rows * Fl);
+  if (ex.math()) model::gelu_forward(fc_gelu, fc, rows * Fl);
   ex.op("mlp.gelu.fwd", model::gelu_forward_cost(rows * Fl, ex.elem));
-  model::linear_forward(partial, fc_gelu, p.c_proj.weight, static_cast<const float*>(nullptr), rows,
-                        Fl, C);
+  if (ex.math())
+    model::linear_forward(partial, fc_gelu, p.c_proj.weight, static_cast<const float*>(nullptr),
+                          rows, Fl, C);
   ex.op("mlp.c_proj.fwd", model::linear_forward_cost(rows, Fl, C, false, ex.elem));
 }
 
@@ -49,7 +53,7 @@ void tp_mlp_partial_forward(float* partial, float* fc, float* fc_gelu, const Mlp
 void linear_backward_split(float* dinp, float* dweight, float* dbias, const float* dout,
                            const float* inp, const float* weight, int64_t N, int C, int OC,
                            LinearNames names, WeightGrads& wg, const Exec& ex) {
-  model::linear_backward_input(dinp, dout, weight, N, C, OC);
+  if (ex.math()) model::linear_backward_input(dinp, dout, weight, N, C, OC);
   ex.op(names.dgrad, model::linear_backward_input_cost(N, C, OC, ex.elem));
   wg.linear(names.wgrad, dweight, dbias, dout, inp, N, C, OC, ex);
 }
@@ -62,7 +66,7 @@ void tp_mlp_backward(float* dinp, const MlpView<float>& g, float* dfc, float* df
   linear_backward_split(dfc_gelu, g.c_proj.weight, g.c_proj.bias, dout, fc_gelu, p.c_proj.weight,
                         rows, Fl, C, {"mlp.c_proj.dgrad", "mlp.c_proj.wgrad"}, wg, ex);
   zero(dfc, rows * Fl);
-  model::gelu_backward(dfc, dfc_gelu, fc, rows * Fl);
+  if (ex.math()) model::gelu_backward(dfc, dfc_gelu, fc, rows * Fl);
   ex.op("mlp.gelu.bwd", model::gelu_backward_cost(rows * Fl, ex.elem));
   linear_backward_split(dinp, g.c_fc.weight, g.c_fc.bias, dfc, inp, p.c_fc.weight, rows, C, Fl,
                         {"mlp.c_fc.dgrad", "mlp.c_fc.wgrad"}, wg, ex);
@@ -79,11 +83,13 @@ void tp_attention_forward(float* out, TpBlockActs& a, const BlockView<float>& p,
   const Exec& ex = c.ex;
   const int64_t N = d.N();
   const int C = d.C, Cl = d.Cl();
-  model::linear_forward(a.qkv.data(), inp_full, p.c_attn.weight, p.c_attn.bias, N, C, 3 * Cl);
+  if (ex.math())
+    model::linear_forward(a.qkv.data(), inp_full, p.c_attn.weight, p.c_attn.bias, N, C, 3 * Cl);
   ex.op("attn.c_attn.fwd", model::linear_forward_cost(N, C, 3 * Cl, true, ex.elem));
   attention_core(c).forward(a.atty.data(), a.att.data(), a.qkv.data(), d, c);
-  model::linear_forward(s.partial.data(), a.atty.data(), p.attn_proj.weight,
-                        static_cast<const float*>(nullptr), N, Cl, C);
+  if (ex.math())
+    model::linear_forward(s.partial.data(), a.atty.data(), p.attn_proj.weight,
+                          static_cast<const float*>(nullptr), N, Cl, C);
   ex.op("attn.c_proj.fwd", model::linear_forward_cost(N, Cl, C, false, ex.elem));
   exit_row_parallel(c, s.partial.data(), out, d.rows(), C);
   add_bias_rows(out, p.attn_proj.bias, d.rows(), C, "attn.c_proj.bias.fwd", ex);
@@ -117,15 +123,17 @@ float tp_block_forward(TpBlockActs& a, const BlockView<float>& p, const float* x
   const Exec& ex = c.ex;
   const int64_t Nr = d.rows();
   const int C = d.C;
-  model::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, p.ln_1.weight,
-                           p.ln_1.bias, Nr, C);
+  if (ex.math())
+    model::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, p.ln_1.weight,
+                             p.ln_1.bias, Nr, C);
   ex.op("ln_1.fwd", model::layernorm_forward_cost(Nr, C, ex.elem));
   const float* ln1_full = enter_column_parallel(c, a.ln1.data(), s.full_in.data(), Nr, C);
   tp_attention_forward(a.attproj.data(), a, p, ln1_full, d, s, c);
-  model::residual_forward(a.res1.data(), x, a.attproj.data(), Nr * C);
+  if (ex.math()) model::residual_forward(a.res1.data(), x, a.attproj.data(), Nr * C);
   ex.op("residual.fwd", model::residual_forward_cost(Nr * C, ex.elem));
-  model::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res1.data(),
-                           p.ln_2.weight, p.ln_2.bias, Nr, C);
+  if (ex.math())
+    model::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res1.data(),
+                             p.ln_2.weight, p.ln_2.bias, Nr, C);
   ex.op("ln_2.fwd", model::layernorm_forward_cost(Nr, C, ex.elem));
   const float* ln2_full = enter_column_parallel(c, a.ln2.data(), s.full_in.data(), Nr, C);
   float aux = 0;
@@ -140,7 +148,7 @@ float tp_block_forward(TpBlockActs& a, const BlockView<float>& p, const float* x
     exit_row_parallel(c, s.partial.data(), a.mlp_out.data(), Nr, C);
     add_bias_rows(a.mlp_out.data(), p.mlp.c_proj.bias, Nr, C, "mlp.c_proj.bias.fwd", ex);
   }
-  model::residual_forward(a.res2.data(), a.res1.data(), a.mlp_out.data(), Nr * C);
+  if (ex.math()) model::residual_forward(a.res2.data(), a.res1.data(), a.mlp_out.data(), Nr * C);
   ex.op("residual.fwd", model::residual_forward_cost(Nr * C, ex.elem));
   return aux;
 }
@@ -153,7 +161,7 @@ void tp_block_backward(float* dinp, const BlockView<float>& g, TpScratch& s, con
   const int64_t N = d.N(), Nr = d.rows();
   const int C = d.C;
   // res2 = res1 + mlp_out: both receive dout
-  std::copy(dout, dout + Nr * C, s.dres1.begin());
+  if (ex.math()) std::copy(dout, dout + Nr * C, s.dres1.begin());
   const float* dout_full = exit_row_parallel_bwd(c, dout, s.full_dout.data(), Nr, C);
   const float* ln2_full = enter_column_parallel(c, a.ln2.data(), s.full_in.data(), Nr, C);
   zero(s.partial.data(), N * C);
@@ -165,26 +173,29 @@ void tp_block_backward(float* dinp, const BlockView<float>& g, TpScratch& s, con
     enter_column_parallel_bwd(c, s.partial.data(), s.dln.data(), Nr, C);
     // The router's gradient is complete on every rank: take this rank's rows.
     const float* rep = s.rep.data() + d.row0(c.rank()) * C;
-    for (int64_t i = 0; i < Nr * C; ++i) s.dln[i] += rep[i];
+    for (int64_t i = 0; ex.math() && i < Nr * C; ++i) s.dln[i] += rep[i];
     ex.op("moe.router.dinp.add", model::residual_forward_cost(Nr * C, ex.elem));
   } else {
     tp_mlp_backward(s.partial.data(), g.mlp, s.dfc.data(), s.dfc_gelu.data(), dout_full, ln2_full,
                     a.fc.data(), a.fc_gelu.data(), p.mlp, N, C, d.Fl(), wg, ex);
     enter_column_parallel_bwd(c, s.partial.data(), s.dln.data(), Nr, C);
   }
-  model::layernorm_backward(s.dres1.data(), g.ln_2.weight, g.ln_2.bias, s.dln.data(), a.res1.data(),
-                            p.ln_2.weight, a.ln2_mean.data(), a.ln2_rstd.data(), Nr, C);
+  if (ex.math())
+    model::layernorm_backward(s.dres1.data(), g.ln_2.weight, g.ln_2.bias, s.dln.data(),
+                              a.res1.data(), p.ln_2.weight, a.ln2_mean.data(), a.ln2_rstd.data(),
+                              Nr, C);
   ex.op("ln_2.bwd", model::layernorm_backward_cost(Nr, C, ex.elem));
   // res1 = inp + attproj: dinp += dres1, dattproj = dres1
-  for (int64_t i = 0; i < Nr * C; ++i) dinp[i] += s.dres1[i];
+  for (int64_t i = 0; ex.math() && i < Nr * C; ++i) dinp[i] += s.dres1[i];
   ex.op("residual.bwd", model::residual_backward_cost(Nr * C, ex.elem));
   const float* dres1_full = exit_row_parallel_bwd(c, s.dres1.data(), s.full_dout.data(), Nr, C);
   const float* ln1_full = enter_column_parallel(c, a.ln1.data(), s.full_in.data(), Nr, C);
   zero(s.partial.data(), N * C);
   tp_attention_backward(s.partial.data(), g, s, dres1_full, ln1_full, a, p, d, wg, c);
   enter_column_parallel_bwd(c, s.partial.data(), s.dln.data(), Nr, C);
-  model::layernorm_backward(dinp, g.ln_1.weight, g.ln_1.bias, s.dln.data(), inp, p.ln_1.weight,
-                            a.ln1_mean.data(), a.ln1_rstd.data(), Nr, C);
+  if (ex.math())
+    model::layernorm_backward(dinp, g.ln_1.weight, g.ln_1.bias, s.dln.data(), inp, p.ln_1.weight,
+                              a.ln1_mean.data(), a.ln1_rstd.data(), Nr, C);
   ex.op("ln_1.bwd", model::layernorm_backward_cost(Nr, C, ex.elem));
 }
 
