@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "collectives/detail.h"
+#include "collectives/folded.h"
 #include "collectives/tuner.h"
 
 namespace shardlab::collectives {
@@ -23,12 +24,22 @@ Algo resolve(const Device& dev, const ProcessGroup& g, OpKind op, Algo a, size_t
 }
 
 // Waits for `after`, runs the algorithm on the comm stream, returns its end.
+// `shape` and `algo` describe the call for a folded group (folded.h); null
+// shape: the call cannot be folded (all_to_all_v's counts are per member).
 template <class Body>
-Work run_on_comm(Device& dev, const ProcessGroup& g, const CollOptions& opt, Body body) {
+Work run_on_comm(Device& dev, const ProcessGroup& g, const CollOptions& opt, const CollShape* shape,
+                 Algo algo, Body body) {
   require(g.global_rank() == dev.rank(),
           fmt::format("collective on {} called by device {}, not this group's member", g.to_string(), dev.rank()));
   Stream& s = opt.stream ? *opt.stream : dev.comm();
   s.wait(opt.after ? *opt.after : dev.compute().record());
+  if (detail::has_folded_member(dev, g)) {
+    if (!shape)
+      throw std::runtime_error(fmt::format("folding: all_to_all_v on {} cannot be folded (per-member counts)",
+                                           g.to_string()));
+    detail::run_folded(dev, g, s, g.next_tag(), *shape, algo);
+    return Work(s.record());
+  }
   Ctx c(dev, g, s);
   body(c);
   c.finish();
@@ -76,7 +87,8 @@ Work iall_reduce(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out,
   require(in.count == out.count, fmt::format("all_reduce: input has {} elements, output {}", in.count, out.count));
   check_pair("all_reduce", in, out);
   const Algo algo = resolve(dev, g, OpKind::kAllReduce, opt.algo, in.count);
-  return run_on_comm(dev, g, opt, [&](Ctx& c) {
+  const CollShape shape{OpKind::kAllReduce, in.count, element_size(dev.precision())};
+  return run_on_comm(dev, g, opt, &shape, algo, [&](Ctx& c) {
     if (algo == Algo::kDirect) return detail::direct_all_reduce(c, in.data, out.data, in.count, op);
     detail::copy(out.data, in.data, in.count);
     reduce_scatter_all_gather(c, algo, out.data, out.count, op);
@@ -90,7 +102,8 @@ Work ireduce_scatter(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer 
                                               "output has {}", in.count, g.size(), g.rank(), mine.size, out.count));
   check_pair("reduce_scatter", in, out);
   const Algo algo = resolve(dev, g, OpKind::kReduceScatter, opt.algo, in.count);
-  return run_on_comm(dev, g, opt, [&](Ctx& c) {
+  const CollShape shape{OpKind::kReduceScatter, in.count, element_size(dev.precision())};
+  return run_on_comm(dev, g, opt, &shape, algo, [&](Ctx& c) {
     if (algo == Algo::kDirect) return detail::direct_reduce_scatter(c, in.data, out.data, in.count, op);
     // In place (out at its chunk of in): reduce in `in` itself, clobbering the
     // other chunks; otherwise in a scratch copy.
@@ -115,7 +128,8 @@ Work iall_gather(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out,
                                              "input has {}", out.count, g.size(), g.rank(), mine.size, in.count));
   check_pair("all_gather", in, out);
   const Algo algo = resolve(dev, g, OpKind::kAllGather, opt.algo, out.count);
-  return run_on_comm(dev, g, opt, [&](Ctx& c) {
+  const CollShape shape{OpKind::kAllGather, out.count, element_size(dev.precision())};
+  return run_on_comm(dev, g, opt, &shape, algo, [&](Ctx& c) {
     detail::copy(out.data ? out.data + mine.begin : nullptr, in.data, in.count);
     if (algo == Algo::kDirect) return detail::direct_all_gather(c, out.data, out.count);
     if (algo == Algo::kRing) return detail::ring_all_gather(c, out.data, out.count, 0);
@@ -126,7 +140,8 @@ Work iall_gather(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out,
 Work ibroadcast(Device& dev, const ProcessGroup& g, Buffer data, int root, const CollOptions& opt) {
   require(root >= 0 && root < g.size(), fmt::format("broadcast: root {} outside group of {}", root, g.size()));
   const Algo algo = resolve(dev, g, OpKind::kBroadcast, opt.algo, data.count, root);
-  return run_on_comm(dev, g, opt, [&](Ctx& c) {
+  const CollShape shape{OpKind::kBroadcast, data.count, element_size(dev.precision()), root};
+  return run_on_comm(dev, g, opt, &shape, algo, [&](Ctx& c) {
     if (algo == Algo::kDirect) return detail::direct_broadcast(c, data.data, data.count, root);
     if (algo == Algo::kRing) return detail::chain_broadcast(c, data.data, data.count, root);
     detail::binomial_broadcast(c, data.data, data.count, root);
@@ -141,7 +156,8 @@ Work ireduce(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out, int
           fmt::format("reduce: root output has {} elements, input {}", out.count, in.count));
   if (is_root) check_pair("reduce", in, out);
   const Algo algo = resolve(dev, g, OpKind::kReduce, opt.algo, in.count, root);
-  return run_on_comm(dev, g, opt, [&](Ctx& c) {
+  const CollShape shape{OpKind::kReduce, in.count, element_size(dev.precision()), root};
+  return run_on_comm(dev, g, opt, &shape, algo, [&](Ctx& c) {
     if (algo == Algo::kDirect) return detail::direct_reduce(c, in.data, out.data, in.count, op, root);
     float* acc = is_root ? out.data : detail::scratch(g, in.count, in.data == nullptr);
     if (algo == Algo::kRing) {
@@ -164,7 +180,8 @@ Work iall_to_all(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out,
   const size_t block = in.count / static_cast<size_t>(n);
   const Algo algo = resolve(dev, g, OpKind::kAllToAll, opt.algo, in.count);
   if (algo == Algo::kTree) {
-    return run_on_comm(dev, g, opt, [&](Ctx& c) { detail::bruck_all_to_all(c, in.data, out.data, block); });
+    const CollShape shape{OpKind::kAllToAll, in.count, element_size(dev.precision())};
+    return run_on_comm(dev, g, opt, &shape, algo, [&](Ctx& c) { detail::bruck_all_to_all(c, in.data, out.data, block); });
   }
   // The equal counts live after the four arrays all_to_all_v keeps there.
   std::vector<size_t>& idx = g.index_scratch();
@@ -199,14 +216,15 @@ Work iall_to_all_v(Device& dev, const ProcessGroup& g, ConstBuffer in, std::span
   std::exclusive_scan(idx.begin() + static_cast<long>(n), idx.begin() + static_cast<long>(2 * n),
                       idx.begin() + static_cast<long>(3 * n), size_t{0});
   const size_t *sc = idx.data(), *rc = sc + n, *sd = sc + 2 * n, *rd = sc + 3 * n;
-  return run_on_comm(dev, g, opt, [&](Ctx& c) {
+  return run_on_comm(dev, g, opt, nullptr, opt.algo, [&](Ctx& c) {
     if (opt.algo == Algo::kRing) return detail::pairwise_all_to_all_v(c, in.data, sd, sc, out.data, rd, rc);
     detail::direct_all_to_all_v(c, in.data, sd, sc, out.data, rd, rc);
   });
 }
 
 Work ibarrier(Device& dev, const ProcessGroup& g, const CollOptions& opt) {
-  return run_on_comm(dev, g, opt, [&](Ctx& c) { detail::dissemination_barrier(c); });
+  const CollShape shape{OpKind::kBarrier, 0, element_size(dev.precision())};
+  return run_on_comm(dev, g, opt, &shape, Algo::kTree, [&](Ctx& c) { detail::dissemination_barrier(c); });
 }
 
 // ---- Blocking forms ---------------------------------------------------------

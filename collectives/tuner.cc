@@ -30,15 +30,12 @@ struct Posted {
   Time wire = 0;
   Time latency = 0;
   int port = 0;
+  int from = -1;  // group index of the sender
+  uint64_t bytes = 0;
 };
 
 // One member's clocks, as Device (stream, ports) and Ctx (last send) keep them.
-struct Clock {
-  Time now = 0;
-  Time egress[kNumLinkClasses] = {0, 0};
-  Time ingress[kNumLinkClasses] = {0, 0};
-  Time last_send = 0;
-};
+using Clock = MemberClock;
 
 class Replay {
  public:
@@ -47,6 +44,16 @@ class Replay {
         members_(members),
         esize_(static_cast<uint64_t>(elem_size)),
         clocks_(members.size()) {}
+  // From given clocks, logging member `me`'s marks.
+  Replay(const HardwareProfile& p, std::span<const int> members, int elem_size,
+         std::span<const Clock> start, int me, std::vector<ReplayMark>* marks)
+      : Replay(p, members, elem_size) {
+    clocks_.assign(start.begin(), start.end());
+    for (Clock& c : clocks_) c.last_send = 0;
+    me_ = me;
+    marks_ = marks;
+  }
+  const std::vector<Clock>& clocks() const { return clocks_; }
 
   int n() const { return static_cast<int>(members_.size()); }
   // Group index `offset` steps from `me` (wraps), as Ctx::rel.
@@ -62,6 +69,11 @@ class Replay {
              transfer_time(count * esize_, l.bytes_per_second), l.latency, port};
     c.egress[port] = m.depart + m.wire;
     c.last_send = std::max(c.last_send, c.egress[port]);
+    if (from == me_ && marks_)
+      marks_->push_back({true, members_[static_cast<size_t>(to)], m.depart, m.depart + m.wire,
+                         count * esize_});
+    m.from = from;
+    m.bytes = count * esize_;
     return m;
   }
   // Device::recv: arrival = max(depart + a, ingress free) + w; the stream waits.
@@ -69,6 +81,8 @@ class Replay {
     Clock& c = clocks_[static_cast<size_t>(at)];
     const Time arrival = std::max(m.depart + m.latency, c.ingress[m.port]) + m.wire;
     c.ingress[m.port] = arrival;
+    if (at == me_ && marks_)
+      marks_->push_back({false, members_[static_cast<size_t>(m.from)], c.now, arrival, m.bytes});
     c.now = std::max(c.now, arrival);
   }
   // Ctx::finish: the stream also covers the last send; the latest member's end.
@@ -83,6 +97,8 @@ class Replay {
   std::span<const int> members_;
   uint64_t esize_;
   std::vector<Clock> clocks_;
+  int me_ = -1;
+  std::vector<ReplayMark>* marks_ = nullptr;
 };
 
 size_t chunk(size_t count, int n, int i) {
@@ -294,6 +310,16 @@ Time predict_time(const HardwareProfile& p, std::span<const int> members, const 
   Replay R(p, members, s.elem_size);
   replay(R, s, algo);
   return R.makespan();
+}
+
+std::vector<MemberClock> replay_collective(const HardwareProfile& p, std::span<const int> members,
+                                           const CollShape& s, Algo algo,
+                                           std::span<const MemberClock> clocks, int me,
+                                           std::vector<ReplayMark>* marks) {
+  SHARDLAB_CHECK(algo != Algo::kAuto && clocks.size() == members.size());
+  Replay R(p, members, s.elem_size, clocks, me, marks);
+  replay(R, s, algo);
+  return R.clocks();
 }
 
 Algo select_algo(const HardwareProfile& p, std::span<const int> members, const CollShape& s) {

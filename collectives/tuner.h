@@ -53,6 +53,7 @@
 
 #include <cstddef>
 #include <span>
+#include <vector>
 
 #include "collectives/collectives.h"
 #include "runtime/profile.h"
@@ -81,5 +82,32 @@ Time predict_time(const HardwareProfile& p, std::span<const int> members, const 
 
 // The candidate with the least predicted time.
 Algo select_algo(const HardwareProfile& p, std::span<const int> members, const CollShape& s);
+
+// ---- Replay from given clocks (folded phantom runs, runtime/fold.h) --------
+// The same recurrences from any starting state: each member's stream time
+// and port clocks when it enters the call. Exact as above (every member's
+// sends and receives in its algorithm's order), for any starting clocks.
+struct MemberClock {
+  Time now = 0;  // the stream's time when the member enters the call
+  Time egress[kNumLinkClasses] = {0, 0};
+  Time ingress[kNumLinkClasses] = {0, 0};
+  Time last_send = 0;  // when its last send leaves the egress port (out only)
+  bool operator==(const MemberClock&) const = default;
+};
+// What one member's stream marks during the call, in its program order:
+// sends [depart, depart + wire), receives [stream time, arrival).
+struct ReplayMark {
+  bool send = false;
+  int peer = -1;  // global rank
+  Time start = 0, end = 0;
+  uint64_t bytes = 0;
+};
+// Replays `algo` (not kAuto) over `members` from `clocks` (in group order);
+// returns every member's clocks after the call and appends member `me`'s
+// marks to `marks`.
+std::vector<MemberClock> replay_collective(const HardwareProfile& p, std::span<const int> members,
+                                           const CollShape& s, Algo algo,
+                                           std::span<const MemberClock> clocks, int me,
+                                           std::vector<ReplayMark>* marks);
 
 }  // namespace shardlab::collectives

@@ -125,18 +125,26 @@ RunResult Cluster::run(const Program& program) {
   const int n = options_.world_size;
   const auto wall_start = std::chrono::steady_clock::now();
   Fabric fabric(n);
-  std::vector<std::unique_ptr<Device>> devices;
-  devices.reserve(static_cast<size_t>(n));
+  const std::vector<int>& rep = options_.representative;
+  SHARDLAB_CHECK(rep.empty() || rep.size() == size_t(n), "one representative per rank");
+  auto runs = [&rep](int r) { return rep.empty() || rep[size_t(r)] == r; };
+  std::vector<std::unique_ptr<Device>> devices(static_cast<size_t>(n));
+  int running = 0;  // GUARDED_BY(done_mu) once the threads start
   for (int r = 0; r < n; ++r) {
-    DeviceConfig cfg{r, n, options_.memory_bytes, options_.precision, options_.pace, options_.trace};
-    devices.push_back(std::make_unique<Device>(cfg, profile_, *options_.links, fabric,
-                                               options_.hooks, device_logger(r), wall_start));
+    if (!runs(r)) {  // folded: played by its representative, never a thread
+      fabric.mark_finished(r);
+      continue;
+    }
+    DeviceConfig cfg{r, n, options_.memory_bytes, options_.precision, options_.pace, options_.trace,
+                     rep.empty() ? nullptr : &rep};
+    devices[size_t(r)] = std::make_unique<Device>(cfg, profile_, *options_.links, fabric,
+                                                  options_.hooks, device_logger(r), wall_start);
+    ++running;
   }
 
   FirstError error;
   std::mutex done_mu;
   std::condition_variable done_cv;
-  int running = n;  // GUARDED_BY(done_mu)
 
   auto body = [&](int r) {
     Device& dev = *devices[static_cast<size_t>(r)];
@@ -156,8 +164,9 @@ RunResult Cluster::run(const Program& program) {
   };
 
   std::vector<std::thread> threads;
-  threads.reserve(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) threads.emplace_back(body, r);
+  threads.reserve(static_cast<size_t>(running));
+  for (int r = 0; r < n; ++r)
+    if (devices[size_t(r)]) threads.emplace_back(body, r);
   watch(fabric, error, done_mu, done_cv, running, options_.watchdog_period);
   for (auto& t : threads) t.join();
   if (error.has()) error.rethrow();
@@ -165,7 +174,15 @@ RunResult Cluster::run(const Program& program) {
   RunResult result;
   result.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
-  for (auto& d : devices) {
+  for (int r = 0; r < n; ++r) {
+    const auto& d = devices[size_t(r)];
+    if (!d) {  // folded: its representative's record
+      DeviceStats s = stats_of(*devices[size_t(rep[size_t(r)])]);
+      s.rank = r;
+      s.node = profile_.node_of(r);
+      result.devices.push_back(s);
+      continue;
+    }
     result.devices.push_back(stats_of(*d));
     if (options_.trace) result.traces.push_back({d->rank(), d->node(), std::move(d->trace_events())});
   }

@@ -36,6 +36,11 @@ struct ClusterOptions {
   const LinkModel* links = nullptr;  // nullptr: ProfileLinkModel
   FabricHooks* hooks = nullptr;      // test hooks at the channel boundary
   std::chrono::milliseconds watchdog_period{100};
+  // Folding (phantom runs only, model/train/fold.h): representative[r] is the
+  // rank whose thread plays rank r; only ranks with representative[r] == r
+  // run, and a folded rank's DeviceStats are its representative's (with its
+  // own rank and node). Empty: every rank runs.
+  std::vector<int> representative;
 };
 
 struct DeviceStats {
@@ -71,6 +76,10 @@ class Cluster {
   const HardwareProfile& profile() const { return profile_; }
   const ClusterOptions& options() const { return options_; }
   int world_size() const { return options_.world_size; }
+  // Folding for the next run (ClusterOptions::representative); empty: none.
+  void set_representatives(std::vector<int> representative) {
+    options_.representative = std::move(representative);
+  }
 
  private:
   HardwareProfile profile_;

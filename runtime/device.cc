@@ -74,6 +74,15 @@ Time overlap(const std::vector<Stream::Interval>& a, const std::vector<Stream::I
   return total;
 }
 
+namespace {
+[[noreturn]] void doubt_failure(int rank, const char* what, Time t, Time until) {
+  throw std::runtime_error(fmt::format(
+      "folding: device {} {} at {} ps while its folded peers' ports may still be busy until {} ps: "
+      "this configuration cannot be folded exactly; run it with --no-fold",
+      rank, what, t, until));
+}
+}  // namespace
+
 // ---- Device -----------------------------------------------------------------
 
 Device::Device(const DeviceConfig& cfg, const HardwareProfile& profile, const LinkModel& links,
@@ -127,6 +136,8 @@ SendHandle Device::isend(Stream& s, int dst, Tag tag, std::span<const std::byte>
   m.modeled_bytes = modeled_bytes;
   Time& egress = egress_free_[static_cast<int>(m.link.port)];
   m.depart = std::max(s.now(), egress);
+  if (s.now() < egress_doubt_[static_cast<int>(m.link.port)])
+    doubt_failure(cfg_.rank, "sends", s.now(), egress_doubt_[static_cast<int>(m.link.port)]);
   const Time done = m.depart + m.wire_time();
   egress = done;
   m.payload = fabric_.pool().acquire(host.size());
@@ -142,10 +153,46 @@ Message Device::recv(Stream& s, int src, Tag tag) {
   if (hooks_) hooks_->on_recv(cfg_.rank, src, tag);
   Message m = fabric_.take(cfg_.rank, src, tag);
   Time& ingress = ingress_free_[static_cast<int>(m.link.port)];
+  if (m.depart + m.link.latency < ingress_doubt_[static_cast<int>(m.link.port)])
+    doubt_failure(cfg_.rank, "receives", m.depart + m.link.latency,
+                  ingress_doubt_[static_cast<int>(m.link.port)]);
   m.arrival = std::max(m.depart + m.link.latency, ingress) + m.wire_time();
   ingress = m.arrival;
   s.mark("recv", s.now(), m.arrival, m.modeled_bytes, src, /*advance=*/true);
   return m;
+}
+
+void Device::set_ports(const Time egress[kNumLinkClasses], const Time ingress[kNumLinkClasses]) {
+  for (int p = 0; p < kNumLinkClasses; ++p) {
+    egress_free_[p] = egress[p];
+    ingress_free_[p] = ingress[p];
+  }
+}
+
+void Device::widen_doubt(const Time egress[kNumLinkClasses], const Time ingress[kNumLinkClasses]) {
+  for (int p = 0; p < kNumLinkClasses; ++p) {
+    egress_doubt_[p] = std::max(egress_doubt_[p], egress[p]);
+    ingress_doubt_[p] = std::max(ingress_doubt_[p], ingress[p]);
+  }
+}
+
+void Device::post_control(int dst, Tag tag, std::span<const std::byte> payload) {
+  check_peer(dst, "control send");
+  check_abort();
+  Message m;
+  m.src = cfg_.rank;
+  m.dst = dst;
+  m.tag = tag;
+  m.link = links_.link(cfg_.rank, dst);
+  m.payload = fabric_.pool().acquire(payload.size());
+  if (!payload.empty()) std::memcpy(m.payload.data(), payload.data(), payload.size());
+  fabric_.post(std::move(m));
+}
+
+Message Device::take_control(int src, Tag tag) {
+  check_peer(src, "control receive");
+  check_abort();
+  return fabric_.take(cfg_.rank, src, tag);
 }
 
 SendHandle Device::isend(Stream& s, int dst, Tag tag, const Tensor& t) {

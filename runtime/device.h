@@ -95,6 +95,9 @@ struct DeviceConfig {
   Precision precision = Precision::kFp32;
   double pace = 0;  // wall seconds per virtual second; 0 = as fast as possible
   bool trace = false;
+  // Folded phantom runs (ClusterOptions::representative): the rank that
+  // plays each rank, itself for the ranks that run. Null: none folded.
+  const std::vector<int>* representative = nullptr;
 };
 
 class Device {
@@ -119,6 +122,33 @@ class Device {
   const Stream& comm() const { return comm_; }
   spdlog::logger& log() { return *log_; }
   bool tracing() const { return cfg_.trace; }
+
+  // ---- Folding (phantom runs of symmetric ranks) ---------------------------
+  // The rank whose thread plays `rank` (rank itself unless it is folded).
+  int representative(int rank) const {
+    return cfg_.representative ? (*cfg_.representative)[static_cast<size_t>(rank)] : rank;
+  }
+  bool folded(int rank) const { return representative(rank) != rank; }
+  bool folding() const { return cfg_.representative != nullptr; }
+  // The link ports' free times, and setting them (a collective replayed for
+  // folded members advances this device's ports as the real one would).
+  Time egress_free(int port) const { return egress_free_[port]; }
+  Time ingress_free(int port) const { return ingress_free_[port]; }
+  void set_ports(const Time egress[kNumLinkClasses], const Time ingress[kNumLinkClasses]);
+  // Folded members may leave a collective with port free times other than
+  // their representative's while the stream times agree. That is harmless
+  // as long as every later use of a port comes after all of them: the port
+  // is "in doubt" until then, and a send that would depart (or a message
+  // that would arrive) earlier on it fails the run ("cannot be folded
+  // exactly"). widen_doubt extends the windows; doubt_until reads them.
+  void widen_doubt(const Time egress[kNumLinkClasses], const Time ingress[kNumLinkClasses]);
+  Time egress_doubt(int port) const { return egress_doubt_[port]; }
+  Time ingress_doubt(int port) const { return ingress_doubt_[port]; }
+  // Untimed messages between running devices, through the fabric (the
+  // watchdog sees their waits): what folded collectives exchange to agree
+  // on their members' clocks. They book no port and take no virtual time.
+  void post_control(int dst, Tag tag, std::span<const std::byte> payload);
+  Message take_control(int src, Tag tag);
 
   // The latest time on any stream, and making every stream reach it.
   Time now() const;
@@ -176,6 +206,8 @@ class Device {
   Stream comm_;
   Time egress_free_[kNumLinkClasses] = {0, 0};
   Time ingress_free_[kNumLinkClasses] = {0, 0};
+  Time egress_doubt_[kNumLinkClasses] = {0, 0};
+  Time ingress_doubt_[kNumLinkClasses] = {0, 0};
   std::vector<TraceEvent> trace_;
 };
 

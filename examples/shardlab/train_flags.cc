@@ -64,6 +64,8 @@ void TrainFlags::add(CLI::App* sub) {
       ->capture_default_str();
   sub->add_flag("--phantom", phantom,
                 "Shapes only: run every kernel, collective and allocation on the clock, compute nothing");
+  sub->add_flag("--no-fold", no_fold,
+                "Phantom runs: give every device its own thread (no folding of symmetric ranks)");
   sub->add_option("--corrupt-shard", corrupt_shard, "NAME:RANK (testing verify)")->group("");
 }
 
@@ -113,6 +115,7 @@ train::TrainOptions TrainFlags::options() const {
   o.micro_batches = micro_batches;
   o.corrupt_shard = corrupt_shard;
   o.phantom = phantom;
+  o.fold = !no_fold;
   o.validate();
   train::validate_parallel(o);
   return o;

@@ -14,10 +14,12 @@ namespace coll = collectives;
 namespace {
 
 // The global norm sums every parameter once: over tp (and dp with ZeRO-2,
-// where each rank holds only its chunks), ep (each rank its own experts) and pp.
+// where each rank holds only its chunks) and ep (each rank its own experts)
+// inside a stage, then over pp (ShardedAdamW's stage group): two groups with
+// uniform links rather than one spanning nodes unevenly, so that a phantom
+// run can fold tp (model/train/fold.h).
 std::string norm_dims(const ParallelOptions& par) {
-  std::string dims = par.zero >= 2 ? "tp-dp" : (par.ep > 1 ? "tp-ep" : "tp");
-  return par.pp > 1 ? dims + "-pp" : dims;
+  return par.zero >= 2 ? "tp-dp" : (par.ep > 1 ? "tp-ep" : "tp");
 }
 
 }  // namespace
@@ -36,7 +38,8 @@ DeviceSetup::DeviceSetup(const DeviceProgram& p, Device& dev)
   make_data_parallel(p, dev);
   const ParallelOptions& par = p.options.parallel;
   optimizer.emplace(dev, *model, *dp, ctx.group(norm_dims(par)),
-                    NormCounting{coords.tp == 0, coords.pp == 0, ctx.group("ep").rank() == 0, par.zero >= 2});
+                    NormCounting{coords.tp == 0, coords.pp == 0, ctx.group("ep").rank() == 0, par.zero >= 2},
+                    &ctx.group("pp"));
   // Modeled memory of the buffers the model and data parallelism hold.
   weights_ = dev.alloc("parameters", {static_cast<int64_t>(model->params().size())}, MemKind::kParam,
                        /*phantom=*/true);

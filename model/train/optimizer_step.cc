@@ -16,8 +16,14 @@ bool NormCounting::counts(const ShardSpec& s) const {
 }
 
 ShardedAdamW::ShardedAdamW(Device& dev, parallel::LocalModel& model, parallel::DataParallel& dp,
-                           const coll::ProcessGroup& norm_group, NormCounting counting)
-    : dev_(dev), model_(model), dp_(dp), norm_group_(norm_group), counting_(counting) {
+                           const coll::ProcessGroup& norm_group, NormCounting counting,
+                           const coll::ProcessGroup* stage_group)
+    : dev_(dev),
+      model_(model),
+      dp_(dp),
+      norm_group_(norm_group),
+      counting_(counting),
+      stage_group_(stage_group && stage_group->size() > 1 ? stage_group : nullptr) {
   const int64_t owned = dp.owned_elements();
   const bool phantom = model::phantom_allocation();
   m_ = Tensor(dev.arena(), "adamw.exp_avg", {owned}, MemKind::kOptimizer, Precision::kFp32, phantom);
@@ -52,11 +58,10 @@ double ShardedAdamW::global_norm() {
   const int elem = element_size(dev_.precision());
   dev_.run(dev_.compute(), "grad_norm",
            model::sum_squares_cost(dp_.sharded_grads() ? dp_.owned_elements() : n, elem));
-  if (norm_group_.size() > 1) {
-    float part = static_cast<float>(sq);
-    coll::all_reduce(dev_, norm_group_, coll::Buffer(&part, 1));
-    sq = part;
-  }
+  float part = static_cast<float>(sq);
+  if (norm_group_.size() > 1) coll::all_reduce(dev_, norm_group_, coll::Buffer(&part, 1));
+  if (stage_group_) coll::all_reduce(dev_, *stage_group_, coll::Buffer(&part, 1));
+  if (norm_group_.size() > 1 || stage_group_) sq = part;
   return std::sqrt(sq);
 }
 

@@ -34,7 +34,8 @@ struct NormCounting {
 class ShardedAdamW {
  public:
   ShardedAdamW(Device& dev, parallel::LocalModel& model, parallel::DataParallel& dp,
-               const collectives::ProcessGroup& norm_group, NormCounting counting);
+               const collectives::ProcessGroup& norm_group, NormCounting counting,
+               const collectives::ProcessGroup* stage_group = nullptr);
 
   // Clips by the global norm and takes the AdamW step (hyper-parameters `h`,
   // step number `step` from 0, clip at `clip` when > 0); returns the norm
@@ -53,6 +54,9 @@ class ShardedAdamW {
   parallel::DataParallel& dp_;
   const collectives::ProcessGroup& norm_group_;
   NormCounting counting_;
+  // Pipelines: the stages' sums are added over the pp group after the
+  // norm group's (within-stage) sum, as two collectives.
+  const collectives::ProcessGroup* stage_group_;
   Tensor m_, v_, master_;  // (owned) AdamW moments; fp32 master weights (bf16 only, phantom)
 };
 

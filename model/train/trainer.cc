@@ -10,6 +10,7 @@
 #include "model/io/safetensors.h"
 #include "model/params.h"
 #include "model/train/device_program.h"
+#include "model/train/fold.h"
 #include "collectives/mesh.h"
 #include "model/parallel/config_check.h"
 #include "model/train/preflight.h"
@@ -66,6 +67,7 @@ nlohmann::json TrainOptions::to_json() const {
           {"micro_batches", micro_batches},
           {"init", init_path},
           {"phantom", phantom},
+          {"fold", fold},
           {"save", save_path},
           {"parallel",
            {{"dp", parallel.dp}, {"tp", parallel.tp}, {"sp", parallel.sp}, {"zero", parallel.zero},
@@ -312,7 +314,13 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
   const collectives::DeviceMesh mesh(o.parallel.mesh_shape());
   const DeviceProgram program{o, mesh, table, sampler ? &*sampler : nullptr, init ? &*init : nullptr, result, on_step,
                               corruption(o.corrupt_shard, o.parallel.world())};
+  const FoldPlan fold = fold_plan(o, cluster.profile());
+  result.folded = fold.describe();
+  result.running_devices = fold.representative.empty() ? o.parallel.world() : fold.running();
+  cluster.set_representatives(fold.representative);
   result.run = cluster.run([&](Device& dev) { program.run(dev); });
+  cluster.set_representatives({});
+  unfold_results(fold, result);
   summarize_phases(mesh, result);
   summarize_moe(mesh, mc, result);
   if (!o.phantom) check_replicas(result, table);

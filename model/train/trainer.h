@@ -87,6 +87,8 @@ struct TrainOptions {
   // loading, no checkpoint. Losses are reported as 0. MoE routing follows
   // `phantom_routing` instead of a router's choices.
   bool phantom = false;
+  // Phantom runs: let one thread play provably symmetric ranks (fold.h).
+  bool fold = true;
 
   // Throws ConfigError naming the flag for anything out of range.
   void validate() const;
@@ -171,6 +173,9 @@ struct TrainResult {
   std::vector<MoeLayerSteps> moe_layers;
   // Pipeline runs: every device's forwards and backwards of the first step.
   std::vector<std::vector<parallel::ComputeSpan>> first_step_spans;  // (devices)
+  // Phantom runs: what was folded (model/train/fold.h), e.g. "dp and tp folded: ...".
+  std::string folded = "nothing folded";
+  int running_devices = 0;  // threads that ran
 };
 
 // The first step of pipeline `ranks` (global ranks, pipeline order) as text,

@@ -88,7 +88,7 @@ void exchange(const TpContext& c, const char* name, const float* in,
 // to_expert_major: dst[m] = src[perm[m]]; otherwise dst[perm[m]] = src[m].
 void permute_rows(float* dst, const float* src, const int64_t* perm, int64_t R, int C,
                   bool to_expert_major, const char* name, const Exec& ex) {
-  for (int64_t m = 0; m < R; ++m) {
+  for (int64_t m = 0; ex.math() && m < R; ++m) {
     const int64_t from = to_expert_major ? perm[m] : m, to = to_expert_major ? m : perm[m];
     std::copy_n(src + from * C, C, dst + to * C);
   }

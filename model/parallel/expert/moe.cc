@@ -21,8 +21,28 @@ using model::GPTConfig;
 using model::MlpView;
 
 namespace coll = collectives;
+using model::shifted;
 
 namespace {
+
+// A phantom run has no router logits; its routing is an assumption, stated
+// in the report: uniform, token n's k-th choice is expert (n·K + k) mod E
+// (K distinct experts per token for K <= E, every expert N·K/E assignments
+// when E divides N·K). Slots are numbered per expert in token order and
+// capped as router_forward caps them. Returns the aux loss (0: no values).
+// `filled` (E) is scratch.
+float phantom_route(int32_t* expert, int32_t* slot, int64_t* filled, int64_t N, int E, int K,
+                    double capacity_factor) {
+  const int64_t cap = model::expert_capacity(N, E, K, capacity_factor);
+  std::fill(filled, filled + E, 0);
+  for (int64_t i = 0; i < N * K; ++i) {
+    const auto e = static_cast<int32_t>(i % E);
+    expert[i] = e;
+    slot[i] = filled[e] < cap ? static_cast<int32_t>(filled[e]) : -1;
+    ++filled[e];
+  }
+  return 0.0f;
+}
 // The unsharded model routes the concatenation of the dp replicas' rows:
 // gather every replica's per-expert counts (exact in fp32 below 2^24) so that
 // f_i = (global count) / (N_global·K), computed as router_forward does, and
@@ -33,7 +53,7 @@ void route_globally(TpMoeActs& a, int64_t N, const GPTConfig& config, const TpCo
   const int E = config.n_expert, K = config.top_k;
   const coll::ProcessGroup& g = *c.capacity_group;
   const int dp = g.size(), me = g.rank();
-  if (a.gathered.size() != size_t(dp) * E) a.gathered.assign(size_t(dp) * E, 0.0f);  // first step
+  if (a.gathered.size() != size_t(dp) * E) a.gathered.assign_real(size_t(dp) * E, 0.0f);  // first step
   model::moe_expert_counts(a.counts.data(), a.expert.data(), N, E, K);
   float* mine = a.gathered.data() + static_cast<int64_t>(me) * E;
   for (int e = 0; e < E; ++e) mine[e] = static_cast<float>(a.counts[e]);
@@ -51,7 +71,7 @@ void route_globally(TpMoeActs& a, int64_t N, const GPTConfig& config, const TpCo
     a.frac[e] = static_cast<float>(static_cast<double>(total) /
                                    (static_cast<double>(N_global) * K));
   }
-  a.aux = model::moe_aux_loss(a.frac.data(), a.probs.data(), N, E);
+  if (ex.math()) a.aux = model::moe_aux_loss(a.frac.data(), a.probs.data(), N, E);
   if (config.capacity_factor > 0) {
     const int64_t cap = model::expert_capacity(N_global, E, K, config.capacity_factor);
     a.stats.dropped = model::moe_apply_capacity(a.slot.data(), a.expert.data(), a.earlier.data(),
@@ -67,18 +87,23 @@ void tp_moe_route(TpMoeActs& a, const BlockView<float>& p, const float* inp, con
   const Exec& ex = c.ex;
   const int64_t N = d.N();
   const int C = d.C, E = config.n_expert, K = config.top_k;
-  model::linear_forward(a.logits.data(), inp, p.router, static_cast<const float*>(nullptr), N, C,
-                        E);
+  if (ex.math())
+    model::linear_forward(a.logits.data(), inp, p.router, static_cast<const float*>(nullptr), N,
+                          C, E);
   ex.op("moe.router.fwd", model::linear_forward_cost(N, C, E, false, ex.elem));
   const bool global = c.global_routing();
-  a.aux = model::router_forward(a.probs.data(), a.expert.data(), a.slot.data(), a.gates.data(),
-                                a.frac.data(), a.logits.data(), N, E, K,
-                                global ? 0.0 : config.capacity_factor);
+  const double local_capacity = global ? 0.0 : config.capacity_factor;
+  if (ex.math()) {
+    a.aux = model::router_forward(a.probs.data(), a.expert.data(), a.slot.data(), a.gates.data(),
+                                  a.frac.data(), a.logits.data(), N, E, K, local_capacity);
+  } else {
+    a.aux = phantom_route(a.expert.data(), a.slot.data(), a.counts.data(), N, E, K, local_capacity);
+  }
   ex.op("moe.topk.fwd", model::router_forward_cost(N, E, K, ex.elem));
   a.stats.dropped = 0;
   if (global) {
     route_globally(a, N, config, c);
-  } else if (ex.sink && ex.sink->average_over_replicas(a.frac.data(), E)) {
+  } else if (ex.sink && ex.sink->average_over_replicas(a.frac.data(), E) && ex.math()) {
     // Under data parallelism f_i must count the whole global batch (as in
     // model/layers.cc): every TP rank averages the same fractions over its dp group.
     a.aux = model::moe_aux_loss(a.frac.data(), a.probs.data(), N, E);
@@ -94,13 +119,13 @@ void tp_experts_forward(float* ye, float* fc, float* fc_gelu,
   // column-parallel c_fc, row-parallel c_proj (partial sums)
   for (int e = 0; e < n; ++e) {
     const int64_t r0 = offsets[e], rows = offsets[e + 1] - r0;
-    tp_mlp_partial_forward(ye + r0 * C, fc + r0 * Fl, fc_gelu + r0 * Fl, experts[e], xe + r0 * C,
-                           rows, C, Fl, c.ex);
+    tp_mlp_partial_forward(shifted(ye, r0 * C), shifted(fc, r0 * Fl), shifted(fc_gelu, r0 * Fl),
+                           experts[e], shifted(xe, r0 * C), rows, C, Fl, c.ex);
   }
   reduce_from_tp_region_fwd(c, ye, ye, offsets[n] * C);
   for (int e = 0; e < n; ++e) {
     const int64_t r0 = offsets[e], rows = offsets[e + 1] - r0;
-    add_bias_rows(ye + r0 * C, experts[e].c_proj.bias, rows, C, "mlp.c_proj.bias.fwd", c.ex);
+    add_bias_rows(shifted(ye, r0 * C), experts[e].c_proj.bias, rows, C, "mlp.c_proj.bias.fwd", c.ex);
   }
 }
 
@@ -109,12 +134,12 @@ void tp_experts_backward(float* dxe, const std::vector<MlpView<float>>& g, TpScr
                          const std::vector<MlpView<float>>& p, const int64_t* offsets, int n,
                          const TpDims& d, WeightGrads& wg, const Exec& ex) {
   const int C = d.C, Fl = d.Fl();
-  std::fill(dxe, dxe + offsets[n] * C, 0.0f);
+  if (ex.math()) std::fill(dxe, dxe + offsets[n] * C, 0.0f);
   for (int e = 0; e < n; ++e) {
     const int64_t r0 = offsets[e], rows = offsets[e + 1] - r0;
-    tp_mlp_backward(dxe + r0 * C, g[e], s.dfc.data() + r0 * Fl, s.dfc_gelu.data() + r0 * Fl,
-                    dye + r0 * C, xe + r0 * C, fc + r0 * Fl, fc_gelu + r0 * Fl, p[e], rows, C, Fl,
-                    wg, ex);
+    tp_mlp_backward(shifted(dxe, r0 * C), g[e], shifted(s.dfc.data(), r0 * Fl),
+                    shifted(s.dfc_gelu.data(), r0 * Fl), shifted(dye, r0 * C), shifted(xe, r0 * C),
+                    shifted(fc, r0 * Fl), shifted(fc_gelu, r0 * Fl), p[e], rows, C, Fl, wg, ex);
   }
 }
 
@@ -122,10 +147,12 @@ void tp_moe_combine_backward(TpScratch& s, const float* dout, const TpMoeActs& a
                              const GPTConfig& config, const Exec& ex) {
   const int C = d.C, K = config.top_k;
   // ye and dout are complete on every rank: dgates is replicated
-  std::fill(s.dye.begin(), s.dye.begin() + a.M * C, 0.0f);
-  std::fill(s.dgates.begin(), s.dgates.begin() + d.N() * K, 0.0f);
-  model::moe_combine_backward(s.dye.data(), s.dgates.data(), dout, a.ye.data(), a.gates.data(),
-                              a.src.data(), a.M, K, C);
+  if (ex.math()) {
+    std::fill(s.dye.begin(), s.dye.begin() + a.M * C, 0.0f);
+    std::fill(s.dgates.begin(), s.dgates.begin() + d.N() * K, 0.0f);
+    model::moe_combine_backward(s.dye.data(), s.dgates.data(), dout, a.ye.data(), a.gates.data(),
+                                a.src.data(), a.M, K, C);
+  }
   ex.op("moe.combine.bwd", model::moe_combine_backward_cost(a.M, C, ex.elem));
 }
 
@@ -136,12 +163,14 @@ void tp_moe_route_backward(float* dexperts, float* drouter, const BlockView<floa
   const int64_t N = d.N();
   const int C = d.C, E = config.n_expert, K = config.top_k;
   // dispatch
-  model::moe_dispatch_backward(dexperts, s.dxe.data(), a.src.data(), a.M, K, C);
+  if (ex.math()) model::moe_dispatch_backward(dexperts, s.dxe.data(), a.src.data(), a.M, K, C);
   ex.op("moe.dispatch.bwd", model::moe_dispatch_cost(a.M, C, ex.elem));
   // route (replicated)
-  std::fill(s.dlogits.begin(), s.dlogits.begin() + N * E, 0.0f);
-  model::router_backward(s.dlogits.data(), s.dgates.data(), daux, a.probs.data(), a.expert.data(),
-                         a.frac.data(), N, E, K);
+  if (ex.math()) {
+    std::fill(s.dlogits.begin(), s.dlogits.begin() + N * E, 0.0f);
+    model::router_backward(s.dlogits.data(), s.dgates.data(), daux, a.probs.data(),
+                           a.expert.data(), a.frac.data(), N, E, K);
+  }
   ex.op("moe.topk.bwd", model::router_backward_cost(N, E, K, ex.elem));
   linear_backward_split(drouter, g.router, nullptr, s.dlogits.data(), inp, p.router, N, C, E,
                         {"moe.router.dgrad", "moe.router.wgrad"}, wg, ex);
@@ -149,14 +178,15 @@ void tp_moe_route_backward(float* dexperts, float* drouter, const BlockView<floa
 
 void tp_moe_dispatch(TpMoeActs& a, const float* inp, const TpDims& d, const GPTConfig& config,
                      const Exec& ex) {
-  model::moe_dispatch_forward(a.xe.data(), inp, a.src.data(), a.M, config.top_k, d.C);
+  if (ex.math()) model::moe_dispatch_forward(a.xe.data(), inp, a.src.data(), a.M, config.top_k, d.C);
   ex.op("moe.dispatch.fwd", model::moe_dispatch_cost(a.M, d.C, ex.elem));
 }
 
 float tp_moe_combine(float* out, const TpMoeActs& a, const TpDims& d, const GPTConfig& config,
                      const Exec& ex) {
-  model::moe_combine_forward(out, a.ye.data(), a.gates.data(), a.src.data(), d.N(), a.M,
-                             config.top_k, d.C);
+  if (ex.math())
+    model::moe_combine_forward(out, a.ye.data(), a.gates.data(), a.src.data(), d.N(), a.M,
+                               config.top_k, d.C);
   ex.op("moe.combine.fwd", model::moe_combine_forward_cost(d.N(), a.M, d.C, ex.elem));
   return a.aux;
 }

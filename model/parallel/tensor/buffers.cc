@@ -48,7 +48,7 @@ void TpMoeActs::resize(const TpDims& d, const model::GPTConfig& config) {
   for (auto* v : {&expert, &slot}) v->assign(N * K, 0);
   gates.assign(N * K, 0);
   src.assign(N * K, 0);
-  frac.assign(E, 0);
+  frac.assign_real(E, 0);  // real in phantom runs too: it goes through collectives
   for (auto* v : {&counts, &earlier}) v->assign(E, 0);
   offsets.assign(E + 1, 0);
   for (auto* v : {&xe, &ye}) v->assign(N * K * C, 0);
@@ -56,8 +56,8 @@ void TpMoeActs::resize(const TpDims& d, const model::GPTConfig& config) {
   gathered.clear();  // sized by the first global routing (the dp size)
   stats.received.assign(El, 0);
   if (d.ep <= 1) return;
-  ep.send_rows.assign(E, 0);
-  ep.recv_rows.assign(E, 0);
+  ep.send_rows.assign_real(E, 0);  // counts steer the exchange: real in phantom runs too
+  ep.recv_rows.assign_real(E, 0);
   ep.send_elems.assign(size_t(d.ep), 0);
   ep.recv_elems.assign(size_t(d.ep), 0);
   ep.offsets.assign(El + 1, 0);

@@ -172,7 +172,7 @@ void tp_block_backward(float* dinp, const BlockView<float>& g, TpScratch& s, con
                  config, wg, c);
     enter_column_parallel_bwd(c, s.partial.data(), s.dln.data(), Nr, C);
     // The router's gradient is complete on every rank: take this rank's rows.
-    const float* rep = s.rep.data() + d.row0(c.rank()) * C;
+    const float* rep = model::shifted(s.rep.data(), d.row0(c.rank()) * C);
     for (int64_t i = 0; ex.math() && i < Nr * C; ++i) s.dln[i] += rep[i];
     ex.op("moe.router.dinp.add", model::residual_forward_cost(Nr * C, ex.elem));
   } else {

@@ -1,0 +1,33 @@
+// Folded collectives: a collective whose group holds ranks that no thread
+// runs (a phantom run folds ranks that are provably symmetric, such as the
+// data-parallel replicas and the tensor-parallel peers of a dense model;
+// model/train/fold.h decides). Internal to collectives/.
+//
+// Every running member of the group replays the whole algorithm over all
+// members on the link model (tuner.h: replay_collective), each folded member
+// starting from its representative's clocks, and takes its own result: the
+// stream marks of its sends and receives, its ports, its end. The running
+// members first tell each other their clocks with untimed control messages.
+// The replay is exact, so the result equals the unfolded run's as long as
+// the folded members really are in their representatives' state: after the
+// replay every folded member must end exactly where its representative
+// ends, or the call fails ("not symmetric"), so folding never changes a
+// reported figure silently.
+#pragma once
+
+#include "collectives/collectives.h"
+#include "collectives/tuner.h"
+
+namespace shardlab::collectives::detail {
+
+// Whether any member of `g` is folded (played by another rank).
+bool has_folded_member(const Device& dev, const ProcessGroup& g);
+
+// Runs the collective `shape` by `algo` on stream `s` (already waiting for
+// its inputs) for this member, as the unfolded members would. `tag` is the
+// call's tag (ProcessGroup::next_tag). Data is never moved: folding exists
+// only in phantom runs.
+void run_folded(Device& dev, const ProcessGroup& g, Stream& s, Tag tag, const CollShape& shape,
+                Algo algo);
+
+}  // namespace shardlab::collectives::detail
