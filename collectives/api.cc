@@ -35,7 +35,7 @@ Work run_on_comm(Device& dev, const ProcessGroup& g, const CollOptions& opt, con
   s.wait(opt.after ? *opt.after : dev.compute().record());
   if (detail::has_folded_member(dev, g)) {
     if (!shape)
-      throw std::runtime_error(fmt::format("folding: all_to_all_v on {} cannot be folded (per-member counts)",
+      throw FoldingError(fmt::format("folding: all_to_all_v on {} cannot be folded (per-member counts)",
                                            g.to_string()));
     detail::run_folded(dev, g, s, g.next_tag(), *shape, algo);
     return Work(s.record());

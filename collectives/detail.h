@@ -28,18 +28,30 @@ class Ctx {
   // Group index `offset` steps from me (wraps).
   int rel(int offset) const { return ((me_ + offset) % n_ + n_) % n_; }
 
-  // Sends count elements (p == nullptr: phantom) to group index `to`.
-  void send(int to, const float* p, size_t count, int phase = 0) {
+  // Elements per member slice of a `count`-element buffer split over the
+  // group: ceil(count/n). The chunked algorithms charge every chunk's
+  // message as one slice, whatever its actual size (chunk_range sizes differ
+  // by one), as NCCL moves equal slices per step: so every member's
+  // messages are the same size and symmetric members stay symmetric.
+  size_t slice(size_t count) const { return (count + size_t(n_) - 1) / size_t(n_); }
+
+  static constexpr size_t kAsCount = static_cast<size_t>(-1);
+  // Sends count elements (p == nullptr: phantom) to group index `to`,
+  // charged as `modeled` elements (default: count).
+  void send(int to, const float* p, size_t count, int phase = 0, size_t modeled = kAsCount) {
     std::span<const std::byte> host;
     if (p && count) host = {reinterpret_cast<const std::byte*>(p), count * sizeof(float)};
+    const size_t charged = modeled == kAsCount ? count : modeled;
     const SendHandle h = dev_.isend(s_, g_.global_rank(to), tag_ + static_cast<Tag>(phase), host,
-                                    static_cast<uint64_t>(count) * static_cast<uint64_t>(esize_));
+                                    static_cast<uint64_t>(charged) * static_cast<uint64_t>(esize_));
     last_send_ = std::max(last_send_, h.done);
   }
-  // Receives the next message from group index `from`; checks its element count.
-  Message recv(int from, size_t count, int phase = 0) {
+  // Receives the next message from group index `from`; checks its element
+  // count (and the `modeled` elements it was charged as).
+  Message recv(int from, size_t count, int phase = 0, size_t modeled = kAsCount) {
     Message m = dev_.recv(s_, g_.global_rank(from), tag_ + static_cast<Tag>(phase));
-    const uint64_t want = static_cast<uint64_t>(count) * static_cast<uint64_t>(esize_);
+    const uint64_t want = static_cast<uint64_t>(modeled == kAsCount ? count : modeled) *
+                          static_cast<uint64_t>(esize_);
     if (m.modeled_bytes != want || (m.payload.size() != 0 && m.payload.size() != count * sizeof(float))) {
       // Members disagree on counts, roots or algorithm: a caller bug, reported as the run's error.
       throw std::runtime_error(fmt::format("collective on {}: device {} expected {} elements from device {}, got {} "

@@ -29,12 +29,13 @@ void combine_in_member_order(float* out, size_t count, int n, ReduceOp op, Src s
 
 // Receives `count_of(j)` elements from every other member into the inbox.
 template <class CountOf>
-std::vector<Message>& gather_inbox(Ctx& c, CountOf count_of) {
+// `modeled`: the elements each message is charged as (default: its count).
+std::vector<Message>& gather_inbox(Ctx& c, CountOf count_of, size_t modeled = Ctx::kAsCount) {
   std::vector<Message>& inbox = c.group().inbox();
   inbox.resize(static_cast<size_t>(c.n()));
   for (int k = 1; k < c.n(); ++k) {
     const int from = c.rel(-k);
-    inbox[static_cast<size_t>(from)] = c.recv(from, count_of(from));
+    inbox[static_cast<size_t>(from)] = c.recv(from, count_of(from), 0, modeled);
   }
   return inbox;
 }
@@ -67,10 +68,10 @@ void direct_reduce_scatter(Ctx& c, const float* in, float* out, size_t count, Re
   const int n = c.n();
   for (int k = 1; k < n; ++k) {
     const Range r = chunk_range(count, n, c.rel(k));
-    c.send(c.rel(k), in ? in + r.begin : nullptr, r.size);
+    c.send(c.rel(k), in ? in + r.begin : nullptr, r.size, 0, c.slice(count));
   }
   const Range mine = chunk_range(count, n, c.me());
-  std::vector<Message>& inbox = gather_inbox(c, [&](int) { return mine.size; });
+  std::vector<Message>& inbox = gather_inbox(c, [&](int) { return mine.size; }, c.slice(count));
   if (in && out) {
     combine_in_member_order(out, mine.size, n, op, [&](int j) {
       return j == c.me() ? in + mine.begin : floats(inbox[static_cast<size_t>(j)]);
@@ -83,10 +84,11 @@ void direct_reduce_scatter(Ctx& c, const float* in, float* out, size_t count, Re
 void direct_all_gather(Ctx& c, float* work, size_t count) {
   const int n = c.n();
   const Range mine = chunk_range(count, n, c.me());
-  for (int k = 1; k < n; ++k) c.send(c.rel(k), work ? work + mine.begin : nullptr, mine.size);
+  for (int k = 1; k < n; ++k)
+    c.send(c.rel(k), work ? work + mine.begin : nullptr, mine.size, 0, c.slice(count));
   for (int k = 1; k < n; ++k) {
     const Range r = chunk_range(count, n, c.rel(-k));
-    copy(work ? work + r.begin : nullptr, floats(c.recv(c.rel(-k), r.size)), r.size);
+    copy(work ? work + r.begin : nullptr, floats(c.recv(c.rel(-k), r.size, 0, c.slice(count))), r.size);
   }
 }
 

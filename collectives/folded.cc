@@ -70,7 +70,7 @@ void run_folded(Device& dev, const ProcessGroup& g, Stream& s, Tag tag, const Co
     const int rep = dev.representative(g.global_rank(i));
     rep_index[size_t(i)] = index_of(g, rep);
     if (rep_index[size_t(i)] < 0)
-      throw std::runtime_error(fmt::format(
+      throw FoldingError(fmt::format(
           "folding: device {} of group {} is played by device {}, which is not in the group",
           g.global_rank(i), g.to_string(), rep));
   }
@@ -82,9 +82,9 @@ void run_folded(Device& dev, const ProcessGroup& g, Stream& s, Tag tag, const Co
   for (int p = 0; p < kNumLinkClasses; ++p) {
     const Time until = std::max(dev.egress_doubt(p), dev.ingress_doubt(p));
     if (earliest < until)
-      throw std::runtime_error(fmt::format(
+      throw FoldingError(fmt::format(
           "folding: {} on {} starts at {} ps while folded peers' ports may be busy until {} ps: "
-          "this configuration cannot be folded exactly; run it with --no-fold",
+          "not foldable exactly",
           op_kind_name(shape.op), g.to_string(), earliest, until));
   }
   std::vector<ReplayMark> marks;
@@ -106,10 +106,10 @@ void run_folded(Device& dev, const ProcessGroup& g, Stream& s, Tag tag, const Co
       }
       continue;
     }
-    throw std::runtime_error(fmt::format(
-        "folding: {} on {} is not symmetric (device {} would end at {} ps, its representative {} "
-        "at {} ps): this configuration cannot be folded exactly; run it with --no-fold",
-        op_kind_name(shape.op), g.to_string(), g.global_rank(i), end[size_t(i)].now,
+    throw FoldingError(fmt::format(
+        "folding: {} of {} elements ({}) on {} is not symmetric (device {} would end at {} ps, its "
+        "representative {} at {} ps): not foldable exactly",
+        op_kind_name(shape.op), shape.count, algo_name(algo), g.to_string(), g.global_rank(i), end[size_t(i)].now,
         g.global_rank(rep_index[size_t(i)]), end[size_t(rep_index[size_t(i)])].now));
   }
   for (const ReplayMark& m : marks)

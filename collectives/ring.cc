@@ -17,8 +17,8 @@ void ring_reduce_scatter(Ctx& c, float* work, size_t count, ReduceOp op, int pha
   for (int k = 0; k < n - 1; ++k) {
     const Range out = chunk_range(count, n, c.rel(-k - 1));
     const Range in = chunk_range(count, n, c.rel(-k - 2));
-    c.send(c.rel(1), work ? work + out.begin : nullptr, out.size, phase);
-    Message m = c.recv(c.rel(-1), in.size, phase);
+    c.send(c.rel(1), work ? work + out.begin : nullptr, out.size, phase, c.slice(count));
+    Message m = c.recv(c.rel(-1), in.size, phase, c.slice(count));
     reduce_into(work ? work + in.begin : nullptr, floats(m), in.size, op);
   }
 }
@@ -28,8 +28,8 @@ void ring_all_gather(Ctx& c, float* work, size_t count, int phase) {
   for (int k = 0; k < n - 1; ++k) {
     const Range out = chunk_range(count, n, c.rel(-k));
     const Range in = chunk_range(count, n, c.rel(-k - 1));
-    c.send(c.rel(1), work ? work + out.begin : nullptr, out.size, phase);
-    Message m = c.recv(c.rel(-1), in.size, phase);
+    c.send(c.rel(1), work ? work + out.begin : nullptr, out.size, phase, c.slice(count));
+    Message m = c.recv(c.rel(-1), in.size, phase, c.slice(count));
     copy(work ? work + in.begin : nullptr, floats(m), in.size);
   }
 }

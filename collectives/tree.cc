@@ -38,37 +38,51 @@ int wrapped_ranges(size_t count, int n, int first, int m, Range out[2]) {
   return 2;
 }
 
+// One tree step moves m chunks as one message charged m slices (Ctx::slice);
+// when the chunks wrap around the buffer their second piece follows as a
+// message charged nothing (it arrives with the first), so every member sends
+// and receives the same modeled bytes in the same time.
+void send_pieces(Ctx& c, int to, float* work, const Range* pieces, int np, size_t modeled, int phase) {
+  c.send(to, work ? work + pieces[0].begin : nullptr, size_t(pieces[0].size), phase, modeled);
+  if (np == 2 && pieces[1].size)
+    c.send(to, work ? work + pieces[1].begin : nullptr, size_t(pieces[1].size), phase, 0);
+}
+
+template <class Take>
+void recv_pieces(Ctx& c, int from, const Range* pieces, int nr, size_t modeled, int phase, Take take) {
+  take(pieces[0], c.recv(from, size_t(pieces[0].size), phase, modeled));
+  if (nr == 2 && pieces[1].size) take(pieces[1], c.recv(from, size_t(pieces[1].size), phase, 0));
+}
+
 void halving_reduce_scatter(Ctx& c, float* work, size_t count, ReduceOp op, int phase) {
   const int n = c.n();
+  if (count == 0) return;
   for (int k = ceil_log2(n) - 1; k >= 0; --k) {
     const int dist = 1 << k, m = std::min(dist, n - dist);
+    const size_t modeled = size_t(m) * c.slice(count);
     Range pieces[2];
     const int np = wrapped_ranges(count, n, c.rel(dist), m, pieces);
-    for (int i = 0; i < np; ++i)
-      if (pieces[i].size) c.send(c.rel(dist), work ? work + pieces[i].begin : nullptr, pieces[i].size, phase);
+    send_pieces(c, c.rel(dist), work, pieces, np, modeled, phase);
     const int nr = wrapped_ranges(count, n, c.me(), m, pieces);
-    for (int i = 0; i < nr; ++i) {
-      if (!pieces[i].size) continue;
-      Message msg = c.recv(c.rel(-dist), pieces[i].size, phase);
-      reduce_into(work ? work + pieces[i].begin : nullptr, floats(msg), pieces[i].size, op);
-    }
+    recv_pieces(c, c.rel(-dist), pieces, nr, modeled, phase, [&](const Range& r, const Message& msg) {
+      reduce_into(work ? work + r.begin : nullptr, floats(msg), size_t(r.size), op);
+    });
   }
 }
 
 void doubling_all_gather(Ctx& c, float* work, size_t count, int phase) {
   const int n = c.n();
+  if (count == 0) return;
   for (int k = 0; (1 << k) < n; ++k) {
     const int dist = 1 << k, m = std::min(dist, n - dist);
+    const size_t modeled = size_t(m) * c.slice(count);
     Range pieces[2];
     const int np = wrapped_ranges(count, n, c.me(), m, pieces);
-    for (int i = 0; i < np; ++i)
-      if (pieces[i].size) c.send(c.rel(-dist), work ? work + pieces[i].begin : nullptr, pieces[i].size, phase);
+    send_pieces(c, c.rel(-dist), work, pieces, np, modeled, phase);
     const int nr = wrapped_ranges(count, n, c.rel(dist), m, pieces);
-    for (int i = 0; i < nr; ++i) {
-      if (!pieces[i].size) continue;
-      Message msg = c.recv(c.rel(dist), pieces[i].size, phase);
-      copy(work ? work + pieces[i].begin : nullptr, floats(msg), pieces[i].size);
-    }
+    recv_pieces(c, c.rel(dist), pieces, nr, modeled, phase, [&](const Range& r, const Message& msg) {
+      copy(work ? work + r.begin : nullptr, floats(msg), size_t(r.size));
+    });
   }
 }
 

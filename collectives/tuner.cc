@@ -116,28 +116,29 @@ void shift_round(Replay& R, int dist, Size size, std::vector<Posted>& out) {
 
 // ring.cc ring_reduce_scatter / ring_all_gather: member r sends chunk
 // r-k-1 (reduce_scatter) or r-k (all_gather) at step k.
-void ring(Replay& R, size_t count, int first_offset) {
+// Detail::Ctx::slice: every chunk's message is charged ceil(count/n) elements.
+size_t slice(size_t count, int n) { return (count + size_t(n) - 1) / size_t(n); }
+
+void ring(Replay& R, size_t count, int) {
   const int n = R.n();
   std::vector<Posted> out(static_cast<size_t>(n));
-  for (int k = 0; k < n - 1; ++k)
-    shift_round(
-        R, 1, [&](int r) { return chunk(count, n, R.rel(r, first_offset - k)); }, out);
+  for (int k = 0; k < n - 1; ++k) shift_round(R, 1, [&](int) { return slice(count, n); }, out);
 }
 
 // tree.cc halving_reduce_scatter (halving) and doubling_all_gather: at
 // distance dist member r sends the non-empty pieces of chunks
 // [r+dist, r+dist+m) to r+dist (halving) or [r, r+m) to r-dist (doubling).
+// One message of m slices, and the wrapped second piece charged nothing
+// (tree.cc send_pieces).
 void tree_step(Replay& R, size_t count, int dist, bool halving, std::vector<Posted>& out) {
   const int n = R.n(), m = std::min(dist, n - dist);
   const int to_offset = halving ? dist : -dist;
   for (int r = 0; r < n; ++r) {
     Range pieces[2];
     const int np = wrapped_ranges(count, n, halving ? R.rel(r, dist) : r, m, pieces);
-    for (int i = 0; i < 2; ++i) {
-      const bool sent = i < np && pieces[i].size > 0;
-      out[static_cast<size_t>(2 * r + i)] =
-          sent ? R.send(r, R.rel(r, to_offset), size_t(pieces[i].size)) : Posted{};
-    }
+    out[static_cast<size_t>(2 * r)] = R.send(r, R.rel(r, to_offset), size_t(m) * slice(count, n));
+    const bool second = np == 2 && pieces[1].size > 0;
+    out[static_cast<size_t>(2 * r + 1)] = second ? R.send(r, R.rel(r, to_offset), 0) : Posted{};
   }
   for (int r = 0; r < n; ++r) {
     const auto from = static_cast<size_t>(R.rel(r, -to_offset));
@@ -148,11 +149,13 @@ void tree_step(Replay& R, size_t count, int dist, bool halving, std::vector<Post
 }
 
 void halving(Replay& R, size_t count) {
+  if (count == 0) return;
   std::vector<Posted> out(2 * static_cast<size_t>(R.n()));
   for (int k = ceil_log2(R.n()) - 1; k >= 0; --k) tree_step(R, count, 1 << k, true, out);
 }
 
 void doubling(Replay& R, size_t count) {
+  if (count == 0) return;
   std::vector<Posted> out(2 * static_cast<size_t>(R.n()));
   for (int k = 0; (1 << k) < R.n(); ++k) tree_step(R, count, 1 << k, false, out);
 }
@@ -257,13 +260,11 @@ void replay(Replay& R, const CollShape& s, Algo algo) {
       halving(R, count);
       return doubling(R, count);
     case OpKind::kReduceScatter:
-      if (algo == Algo::kDirect)
-        return direct_exchange(R, [&](int, int to) { return chunk(count, n, to); });
+      if (algo == Algo::kDirect) return direct_exchange(R, [&](int, int) { return slice(count, n); });
       if (algo == Algo::kRing) return ring(R, count, -1);
       return halving(R, count);
     case OpKind::kAllGather:
-      if (algo == Algo::kDirect)
-        return direct_exchange(R, [&](int from, int) { return chunk(count, n, from); });
+      if (algo == Algo::kDirect) return direct_exchange(R, [&](int, int) { return slice(count, n); });
       if (algo == Algo::kRing) return ring(R, count, 0);
       return doubling(R, count);
     case OpKind::kBroadcast:

@@ -60,6 +60,8 @@ class FirstError {
       throw RunError(rank_, with_rank(e.what()), /*input_error=*/true);
     } catch (const OutOfMemory& e) {
       throw RunError(rank_, with_rank(e.what()), /*input_error=*/true);
+    } catch (const FoldingError& e) {
+      throw RunError(rank_, with_rank(e.what()), /*input_error=*/false, /*folding=*/true);
     } catch (const std::exception& e) {
       throw RunError(rank_, with_rank(e.what()));
     } catch (...) {

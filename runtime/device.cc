@@ -76,9 +76,9 @@ Time overlap(const std::vector<Stream::Interval>& a, const std::vector<Stream::I
 
 namespace {
 [[noreturn]] void doubt_failure(int rank, const char* what, Time t, Time until) {
-  throw std::runtime_error(fmt::format(
+  throw FoldingError(fmt::format(
       "folding: device {} {} at {} ps while its folded peers' ports may still be busy until {} ps: "
-      "this configuration cannot be folded exactly; run it with --no-fold",
+      "not foldable exactly",
       rank, what, t, until));
 }
 }  // namespace

@@ -24,15 +24,25 @@ class OutOfMemory : public std::runtime_error {
 // deadlock found by the watchdog (rank == -1). what() starts with "device N: ".
 class RunError : public std::runtime_error {
  public:
-  RunError(int rank, const std::string& what, bool input_error = false)
-      : std::runtime_error(what), rank_(rank), input_error_(input_error) {}
+  RunError(int rank, const std::string& what, bool input_error = false, bool folding = false)
+      : std::runtime_error(what), rank_(rank), input_error_(input_error), folding_(folding) {}
   int rank() const { return rank_; }
   // The cause was the user's input (ConfigError, OutOfMemory): exit code 2.
   bool input_error() const { return input_error_; }
+  // The cause was a FoldingError: the run is valid, its folding was not exact.
+  bool folding() const { return folding_; }
 
  private:
   int rank_;
   bool input_error_;
+  bool folding_;
+};
+
+// A folded phantom run met ranks that are not in their representative's
+// state (collectives/folded.h): the same run without that folding is exact.
+class FoldingError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
 };
 
 [[noreturn]] void check_failed(const char* expr, const char* file, int line, const std::string& msg);

@@ -38,14 +38,14 @@ std::string FoldPlan::describe() const {
                      "representative's figures", what, running(), representative.size());
 }
 
-FoldPlan fold_plan(const TrainOptions& o, const HardwareProfile& profile) {
+namespace {
+
+FoldPlan plan_for(const TrainOptions& o, bool dp, bool tp) {
   FoldPlan plan;
-  const ParallelOptions& par = o.parallel;
-  if (!o.phantom || !o.fold) return plan;
-  const collectives::DeviceMesh mesh(par.mesh_shape());
-  plan.dp = par.dp > 1 && par.zero == 0 && par.ep == 1 && uniform_links(mesh, profile, "dp");
-  plan.tp = par.tp > 1 && !o.model.is_moe() && uniform_links(mesh, profile, "tp");
+  plan.dp = dp;
+  plan.tp = tp;
   if (!plan.dp && !plan.tp) return plan;
+  const collectives::DeviceMesh mesh(o.parallel.mesh_shape());
   plan.representative.resize(size_t(mesh.size()));
   for (int r = 0; r < mesh.size(); ++r) {
     collectives::Coords c = mesh.coords(r);
@@ -54,6 +54,21 @@ FoldPlan fold_plan(const TrainOptions& o, const HardwareProfile& profile) {
     plan.representative[size_t(r)] = mesh.rank(c);
   }
   return plan;
+}
+
+}  // namespace
+
+FoldPlan fold_plan(const TrainOptions& o, const HardwareProfile& profile) {
+  const ParallelOptions& par = o.parallel;
+  if (!o.phantom || !o.fold) return {};
+  const collectives::DeviceMesh mesh(par.mesh_shape());
+  const bool dp = par.dp > 1 && par.zero == 0 && par.ep == 1 && uniform_links(mesh, profile, "dp");
+  const bool tp = par.tp > 1 && !o.model.is_moe() && uniform_links(mesh, profile, "tp");
+  return plan_for(o, dp, tp);
+}
+
+FoldPlan weaker(const FoldPlan& plan, const TrainOptions& o, const HardwareProfile&) {
+  return plan_for(o, false, plan.dp && plan.tp);
 }
 
 void unfold_results(const FoldPlan& plan, TrainResult& r) {

@@ -59,10 +59,32 @@ double ShardedAdamW::global_norm() {
   dev_.run(dev_.compute(), "grad_norm",
            model::sum_squares_cost(dp_.sharded_grads() ? dp_.owned_elements() : n, elem));
   float part = static_cast<float>(sq);
-  if (norm_group_.size() > 1) coll::all_reduce(dev_, norm_group_, coll::Buffer(&part, 1));
-  if (stage_group_) coll::all_reduce(dev_, *stage_group_, coll::Buffer(&part, 1));
-  if (norm_group_.size() > 1 || stage_group_) sq = part;
+  if (stage_group_) {
+    sq = pipeline_sum(part);
+  } else if (norm_group_.size() > 1) {
+    coll::all_reduce(dev_, norm_group_, coll::Buffer(&part, 1));
+    sq = part;
+  }
   return std::sqrt(sq);
+}
+
+// Every stage's partial sums gathered (within the stage, then over pp) and
+// added left to right in the order of the whole model-parallel group (tp
+// fastest, pp slowest): the bits of one direct all-reduce over that group,
+// with two groups whose links are uniform (a folded phantom run needs them).
+float ShardedAdamW::pipeline_sum(float part) {
+  const auto n1 = size_t(norm_group_.size()), n2 = size_t(stage_group_->size());
+  gathered_.assign(n1 * (n2 + 1), 0.0f);
+  float* within = gathered_.data() + n1 * n2;  // this stage's partials
+  within[norm_group_.rank()] = part;
+  if (n1 > 1)
+    coll::all_gather(dev_, norm_group_, coll::ConstBuffer(within + norm_group_.rank(), 1),
+                     coll::Buffer(within, n1));
+  coll::all_gather(dev_, *stage_group_, coll::ConstBuffer(within, n1),
+                   coll::Buffer(gathered_.data(), n1 * n2));
+  float sum = gathered_[0];
+  for (size_t i = 1; i < n1 * n2; ++i) sum += gathered_[i];
+  return sum;
 }
 
 double ShardedAdamW::step(const model::AdamWHyper& h, int step, double max_norm) {

@@ -44,6 +44,7 @@ class ShardedAdamW {
 
  private:
   double global_norm();
+  float pipeline_sum(float part);
   // Calls f(flat offset, count, state offset, spec) for the part of every
   // local tensor inside `ranges`; state offsets number the owned elements.
   template <typename F>
@@ -57,6 +58,7 @@ class ShardedAdamW {
   // Pipelines: the stages' sums are added over the pp group after the
   // norm group's (within-stage) sum, as two collectives.
   const collectives::ProcessGroup* stage_group_;
+  std::vector<float> gathered_;  // pipeline_sum's partials (real even in phantom runs)
   Tensor m_, v_, master_;  // (owned) AdamW moments; fp32 master weights (bf16 only, phantom)
 };
 

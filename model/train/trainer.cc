@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "model/io/safetensors.h"
 #include "model/params.h"
@@ -284,6 +285,26 @@ void save_checkpoint(const TrainOptions& o, const model::ParamTable& table, cons
   model::save_safetensors(o.save_path, views, {{model::kShardlabConfigKey, config.dump()}});
 }
 
+// Runs `attempt` on `cluster` folded by `fold`; when the folding meets ranks
+// that are not symmetric (FoldingError), runs it again with a weaker plan,
+// which `fold` then holds. The result is exact whichever plan finishes.
+template <class Attempt>
+RunResult run_folded(Cluster& cluster, const TrainOptions& o, FoldPlan& fold, Attempt attempt) {
+  while (true) {
+    cluster.set_representatives(fold.representative);
+    try {
+      RunResult r = attempt();
+      cluster.set_representatives({});
+      return r;
+    } catch (const RunError& e) {
+      cluster.set_representatives({});
+      if (!e.folding() || fold.representative.empty()) throw;
+      spdlog::info("folding: {}; running again with less folding", e.what());
+      fold = weaker(fold, o, cluster.profile());
+    }
+  }
+}
+
 }  // namespace
 
 TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& on_step) {
@@ -314,12 +335,13 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
   const collectives::DeviceMesh mesh(o.parallel.mesh_shape());
   const DeviceProgram program{o, mesh, table, sampler ? &*sampler : nullptr, init ? &*init : nullptr, result, on_step,
                               corruption(o.corrupt_shard, o.parallel.world())};
-  const FoldPlan fold = fold_plan(o, cluster.profile());
+  FoldPlan fold = fold_plan(o, cluster.profile());
+  result.run = run_folded(cluster, o, fold, [&] {
+    result = sized_result(o, table, data.get());  // a retry starts from a clean record
+    return cluster.run([&](Device& dev) { program.run(dev); });
+  });
   result.folded = fold.describe();
   result.running_devices = fold.representative.empty() ? o.parallel.world() : fold.running();
-  cluster.set_representatives(fold.representative);
-  result.run = cluster.run([&](Device& dev) { program.run(dev); });
-  cluster.set_representatives({});
   unfold_results(fold, result);
   summarize_phases(mesh, result);
   summarize_moe(mesh, mc, result);
