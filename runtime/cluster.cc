@@ -94,6 +94,7 @@ DeviceStats stats_of(Device& d) {
   s.comm_busy = d.comm().busy();
   s.comm_exposed = s.comm_busy - overlap(d.compute().intervals(), d.comm().intervals());
   s.compute_transfer = d.compute().transfer_busy();
+  s.compute_flops = d.compute().flops();
   s.peak_bytes = d.arena().peak();
   s.capacity_bytes = d.arena().capacity();
   for (int k = 0; k < kNumMemKinds; ++k) s.peak_by_kind[k] = d.arena().peak(static_cast<MemKind>(k));

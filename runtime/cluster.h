@@ -52,6 +52,7 @@ struct DeviceStats {
   Time comm_busy = 0;
   Time comm_exposed = 0;  // comm busy time not hidden under compute
   Time compute_transfer = 0;  // compute-stream time spent in collectives run there (TP)
+  double compute_flops = 0;  // FLOPs the compute stream ran (hardware FLOPs: recompute included)
   uint64_t peak_bytes = 0;
   uint64_t capacity_bytes = 0;
   uint64_t peak_by_kind[kNumMemKinds] = {};

@@ -22,6 +22,7 @@ void Stream::wait(Event e) {
 Time Stream::run(const char* name, Time duration, uint64_t bytes, double flops) {
   const Time start = now_;
   now_ += duration;
+  flops_ += flops;
   add_busy(start, now_);
   owner_->record(kind_, name, start, now_, bytes, flops, -1);
   owner_->pace(now_);

@@ -54,6 +54,8 @@ class Stream {
   Time busy() const { return busy_; }
   // The part of busy() spent in sends and receives (communication run on this stream).
   Time transfer_busy() const { return transfer_busy_; }
+  // FLOPs of the ops run on this stream (recomputed ones included).
+  double flops() const { return flops_; }
   // The busy intervals themselves, merged, in time order.
   struct Interval {
     Time start, end;
@@ -68,6 +70,7 @@ class Stream {
   Time now_ = 0;
   Time busy_ = 0;
   Time transfer_busy_ = 0;
+  double flops_ = 0;
   std::vector<Interval> intervals_;
 };
 

@@ -1,6 +1,7 @@
 // `shardlab train`: train the GPT on the virtual cluster.
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 
@@ -22,24 +23,39 @@ namespace {
 // A progress bar on a terminal; a plain line every tenth of the run otherwise.
 class Progress {
  public:
-  Progress(int steps, int64_t tokens_per_step, bool quiet)
-      : steps_(steps), tokens_(tokens_per_step), tty_(isatty(STDERR_FILENO)), quiet_(quiet) {}
+  Progress(int steps, int64_t tokens_per_step, bool quiet, bool phantom)
+      : steps_(steps), tokens_(tokens_per_step), tty_(isatty(STDERR_FILENO)), quiet_(quiet),
+        phantom_(phantom), start_(std::chrono::steady_clock::now()), last_(start_) {}
 
   void operator()(const train::StepRecord& r) {
     if (quiet_) return;
     const int done = r.step + 1;
     const double tok_s = r.wall_s > 0 ? double(tokens_) * done / r.wall_s : 0;
     const double ms = to_seconds(r.virtual_end) / done * 1e3;
+    const std::string loss = phantom_ ? "phantom" : fmt::format("loss {:.4f}", r.loss);
     if (tty_) {
       const int width = 30, filled = width * done / steps_;
-      fmt::print(stderr, "\r[{:#<{}}{:.<{}}] step {}/{} loss {:.4f} | {:.3f} ms/step virtual | {:.0f} tok/s host",
-                 "", filled, "", width - filled, done, steps_, r.loss, ms, tok_s);
+      fmt::print(stderr, "\r[{:#<{}}{:.<{}}] step {}/{} {} | {:.3f} ms/step virtual | {:.0f} tok/s host\033[K",
+                 "", filled, "", width - filled, done, steps_, loss, ms, tok_s);
       if (done == steps_) fmt::print(stderr, "\n");
       std::fflush(stderr);
     } else if (done == 1 || done == steps_ || done % std::max(1, steps_ / 10) == 0) {
-      fmt::print(stderr, "step {:>5}/{} loss {:.4f} lr {:.2e} | {:.3f} ms/step virtual | {:.0f} tok/s host\n",
-                 done, steps_, r.loss, r.lr, ms, tok_s);
+      fmt::print(stderr, "step {:>5}/{} {} lr {:.2e} | {:.3f} ms/step virtual | {:.0f} tok/s host\n",
+                 done, steps_, loss, r.lr, ms, tok_s);
     }
+  }
+
+  // Inside a step (long phantom runs): at most one line per second.
+  void operator()(const train::ProgressEvent& e) {
+    if (quiet_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_ < std::chrono::seconds(1)) return;
+    last_ = now;
+    const double wall = std::chrono::duration<double>(now - start_).count();
+    const std::string where = e.total > 0 ? fmt::format(" {}/{} actions", e.done, e.total) : "";
+    fmt::print(stderr, "{}step {}/{}: {}{} on device 0 ({} device threads), {:.1f} s wall{}", tty_ ? "\r" : "",
+               e.step + 1, e.steps, e.phase, where, e.devices, wall, tty_ ? "\033[K" : "\n");
+    std::fflush(stderr);
   }
 
  private:
@@ -47,20 +63,47 @@ class Progress {
   int64_t tokens_;
   bool tty_;
   bool quiet_;
+  bool phantom_;
+  std::chrono::steady_clock::time_point start_, last_;
 };
+
+// Peak memory by kind of the device with the highest peak, against its capacity.
+void print_memory(const nlohmann::json& report) {
+  const nlohmann::json* worst = nullptr;
+  for (const auto& d : report["devices"])
+    if (!worst || d["peak_bytes"].get<uint64_t>() > (*worst)["peak_bytes"].get<uint64_t>()) worst = &d;
+  if (!worst) return;
+  const auto& k = (*worst)["peak_bytes_by_kind"];
+  std::string kinds;
+  for (const auto& [name, bytes] : k.items())
+    if (bytes.get<uint64_t>() > 0) kinds += fmt::format("{}{} {}", kinds.empty() ? "" : ", ", name, format_bytes(bytes.get<uint64_t>()));
+  fmt::print("memory: device {} ({}) peaks at {} of its {}: {}\n", (*worst)["rank"].get<int>(),
+             (*worst)["name"].get<std::string>(), format_bytes((*worst)["peak_bytes"].get<uint64_t>()),
+             format_bytes((*worst)["capacity_bytes"].get<uint64_t>()), kinds);
+}
 
 void print_summary(const train::TrainOptions& o, const Cluster& cluster, const train::TrainResult& r,
                    const nlohmann::json& report) {
   const auto& s = report["summary"];
-  fmt::print("model: {} ({} parameters), data {}, batch {} x {} tokens\n", o.model.to_string(), r.n_params,
-             o.data, o.model.batch_size, o.model.block_size);
-  fmt::print("loss: {:.4f} at step 0 -> {:.4f} at step {}", r.steps.front().loss, r.steps.back().loss,
-             r.steps.size() - 1);
-  if (r.best_loss) fmt::print(" (best achievable on this data: {:.4f})", *r.best_loss);
-  fmt::print("\n");
-  fmt::print("virtual step time on {} ({}): {:.3f} ms, MFU {:.1f}%\n", cluster.profile().name,
-             precision_name(cluster.options().precision), s["virtual_step_s"].get<double>() * 1e3,
-             s["mfu"].get<double>() * 100);
+  fmt::print("model: {} ({} parameters), {}batch {} x {} tokens\n", o.model.to_string(), r.n_params,
+             o.phantom ? "" : "data " + o.data + ", ", o.model.batch_size, o.model.block_size);
+  if (o.phantom) {
+    fmt::print("phantom run: shapes only, every kernel, collective, transfer and allocation timed, no "
+               "arithmetic (losses not computed, gradient clipping assumed on)\n{}{}\n",
+               r.folded, o.model.is_moe() ? "; MoE routing assumed uniform" : "");
+  } else {
+    fmt::print("loss: {:.4f} at step 0 -> {:.4f} at step {}", r.steps.front().loss, r.steps.back().loss,
+               r.steps.size() - 1);
+    if (r.best_loss) fmt::print(" (best achievable on this data: {:.4f})", *r.best_loss);
+    fmt::print("\n");
+  }
+  fmt::print("virtual step time on {} ({}): {:.3f} ms, MFU {:.1f}% ({:.1f} TFLOP/s per GPU), with "
+             "recomputation {:.1f} TFLOP/s per GPU (HFU {:.1f}%)\n",
+             cluster.profile().name, precision_name(cluster.options().precision),
+             s["virtual_step_s"].get<double>() * 1e3, s["mfu"].get<double>() * 100,
+             s["model_tflops_per_gpu"].get<double>(), s["hardware_tflops_per_gpu"].get<double>(),
+             s["hfu"].get<double>() * 100);
+  print_memory(report);
   fmt::print("host: {:.0f} tokens/s ({:.2f} s in the loop)\n", s["host_tokens_per_s"].get<double>(), r.loop_wall_s);
   print_device_table(report);
   if (o.parallel.pp > 1) {
@@ -75,8 +118,11 @@ int run_train(TrainFlags& f) {
   HardwareProfile profile = apply_common(f.common);
   train::TrainOptions o = f.options();
   Cluster cluster(profile, f.cluster_options());
-  Progress progress(o.steps, int64_t(o.model.batch_size) * o.model.block_size, f.common.json);
-  train::TrainResult r = train::train(cluster, o, std::ref(progress));
+  Progress progress(o.steps, int64_t(o.model.batch_size) * o.model.block_size, f.common.json,
+                    o.phantom);
+  train::TrainResult r = train::train(
+      cluster, o, [&](const train::StepRecord& s) { progress(s); },
+      [&](const train::ProgressEvent& e) { progress(e); });
   nlohmann::json report = train::report_json(o, cluster, r);
   if (!f.report.empty()) {
     std::ofstream out(f.report);
@@ -106,7 +152,10 @@ void print_device_table(const nlohmann::json& report) {
   }
   fmt::print("{:>4}  {:<28} {:>11} {:>11} {:>9} {:>9} {:>12} {:>12}\n", "rank", "mesh position", "compute ms",
              "exposed ms", "idle ms", "fb idle", "peak memory", "activations");
+  // Large clusters: one row per pipeline stage (its first device); --report has them all.
+  const bool per_stage = devices.size() > 32;
   for (const auto& d : devices) {
+    if (per_stage && (d["coords"]["tp"].get<int>() != 0 || d["coords"]["dp"].get<int>() != 0)) continue;
     const auto& peaks = d["peak_bytes_by_kind"];
     fmt::print("{:>4}  {:<28} {:>11.3f} {:>11.3f} {:>9.3f} {:>8.1f}% {:>12} {:>12}\n", d["rank"].get<int>(),
                d["name"].get<std::string>(), d["compute_s"].get<double>() * 1e3 / steps,
@@ -115,7 +164,8 @@ void print_device_table(const nlohmann::json& report) {
                format_bytes(peaks["activation"].get<uint64_t>()));
   }
   fmt::print("(per step; exposed = communication not hidden under compute; fb idle = compute idle share of the\n"
-             " forward-backward phase, the stage's bubble)\n");
+             " forward-backward phase, the stage's bubble){}\n",
+             per_stage ? fmt::format(";\n {} devices: one row per pipeline stage, every device in --report", devices.size()) : "");
   if (!report.contains("moe")) return;
   for (const auto& m : report["moe"]) {
     const auto& tokens = m["tokens_per_expert"].back();

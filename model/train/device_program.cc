@@ -56,12 +56,23 @@ void DeviceProgram::run(Device& dev) const {
   // A phantom run sizes every floating-point buffer of this device without
   // storage (model/buffer.h) and its layers skip the math (model::Exec).
   const model::PhantomScope phantom(options.phantom);
-  DeviceSetup s(*this, dev);
   const bool leader = dev.rank() == 0;
+  const int threads = result.running_devices;
+  auto progress = [&](const char* phase, int step, int64_t done, int64_t total) {
+    if (leader && on_progress) on_progress({phase, step, options.steps, done, total, threads});
+  };
+  progress("setup", 0, 0, 0);
+  DeviceSetup s(*this, dev);
+  int current = 0;
+  if (leader && on_progress)
+    s.executor->on_action([&](size_t done, size_t total) {
+      progress("forward-backward", current, int64_t(done), int64_t(total));
+    });
   const auto wall0 = std::chrono::steady_clock::now();
   const coll::ProcessGroup& dp_group = s.ctx.group("dp");
   s.model->reset_moe_stats();
   for (int step = 0; step < options.steps; ++step) {
+    current = step;
     s.dp->begin_step();
     s.model->zero_grad();
     const StepLosses l = forward_backward(*this, s, dev, step);
@@ -74,6 +85,7 @@ void DeviceProgram::run(Device& dev) const {
     // The step's loss for the record: the dp average (as Megatron logs it).
     float losses[3] = {l.loss, l.ce, l.aux};
     if (dp_group.size() > 1) coll::all_reduce(dev, dp_group, coll::Buffer(losses, 3), coll::ReduceOp::kAvg);
+    progress("optimizer", step, 0, 0);
     model::AdamWHyper h = options.adam;
     h.lr = learning_rate(options, step);
     const double norm = s.optimizer->step(h, step, options.grad_clip);

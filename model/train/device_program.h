@@ -37,6 +37,7 @@ struct DeviceProgram {
   const model::SafetensorsFile* init;  // or null
   TrainResult& result;
   const StepCallback& on_step;
+  const ProgressCallback& on_progress;  // called from device 0 only; may be empty
   // Called on every device after the last step, before its parameters are
   // published (verify's corruption aid); may be empty.
   std::function<void(int rank, parallel::LocalModel&)> before_publish;

@@ -113,15 +113,33 @@ nlohmann::json report_json(const TrainOptions& o, const Cluster& cluster, const 
   for (const auto& d : r.run.devices) j["devices"].push_back(device_json(mesh, r, d, makespan));
   const double step_s = to_seconds(makespan) / std::max<size_t>(1, r.steps.size());
   const double peak = CostModel(cluster.profile().device, cluster.options().precision).peak_flops();
+  double hardware_flops = 0;
+  for (const auto& d : r.run.devices) hardware_flops += d.compute_flops;
+  hardware_flops /= double(std::max<size_t>(1, r.steps.size()));
+  const double gpus = cluster.world_size();
   j["summary"] = {
       {"virtual_step_s", step_s},
       {"virtual_total_s", to_seconds(makespan)},
       {"host_tokens_per_s", r.loop_wall_s > 0 ? double(r.tokens_per_step) * r.steps.size() / r.loop_wall_s : 0},
       {"bubble_fraction", r.bubble_fraction},
-      {"mfu", step_s > 0 ? r.model_flops_per_step / step_s / (peak * cluster.world_size()) : 0},
+      {"mfu", step_s > 0 ? r.model_flops_per_step / step_s / (peak * gpus) : 0},
+      // Model FLOP/s per GPU (6N + 12LHQT per token, no recompute) and what
+      // the GPUs really ran (every kernel's FLOPs, recomputation included).
+      {"model_tflops_per_gpu", step_s > 0 ? r.model_flops_per_step / step_s / gpus / 1e12 : 0},
+      {"hardware_flops_per_step", hardware_flops},
+      {"hardware_tflops_per_gpu", step_s > 0 ? hardware_flops / step_s / gpus / 1e12 : 0},
+      {"hfu", step_s > 0 ? hardware_flops / step_s / (peak * gpus) : 0},
       {"final_loss", r.steps.empty() ? 0 : r.steps.back().loss},
       {"n_params", r.n_params}};
   if (r.best_loss) j["summary"]["best_loss"] = *r.best_loss;
+  if (o.phantom) {
+    j["phantom"] = {{"folded", r.folded}, {"running_devices", r.running_devices},
+                    {"modeled", "every kernel, collective, transfer and arena allocation on the virtual "
+                                "clock; no arithmetic, no data; losses are not computed; gradient "
+                                "clipping assumed on"}};
+    if (o.model.is_moe())
+      j["phantom"]["routing"] = "uniform: token n's k-th expert is (n*K + k) mod E";
+  }
   if (!r.moe_layers.empty()) {
     j["moe"] = nlohmann::json::array();
     double sum = 0;

@@ -307,7 +307,8 @@ RunResult run_folded(Cluster& cluster, const TrainOptions& o, FoldPlan& fold, At
 
 }  // namespace
 
-TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& on_step) {
+TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& on_step,
+                  const ProgressCallback& on_progress) {
   o.validate();
   validate_parallel(o);
   if (cluster.world_size() != o.parallel.world())
@@ -333,15 +334,15 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
   }
   TrainResult result = sized_result(o, table, data.get());
   const collectives::DeviceMesh mesh(o.parallel.mesh_shape());
-  const DeviceProgram program{o, mesh, table, sampler ? &*sampler : nullptr, init ? &*init : nullptr, result, on_step,
+  const DeviceProgram program{o, mesh, table, sampler ? &*sampler : nullptr, init ? &*init : nullptr, result, on_step, on_progress,
                               corruption(o.corrupt_shard, o.parallel.world())};
   FoldPlan fold = fold_plan(o, cluster.profile());
   result.run = run_folded(cluster, o, fold, [&] {
     result = sized_result(o, table, data.get());  // a retry starts from a clean record
+    result.running_devices = fold.representative.empty() ? o.parallel.world() : fold.running();
     return cluster.run([&](Device& dev) { program.run(dev); });
   });
   result.folded = fold.describe();
-  result.running_devices = fold.representative.empty() ? o.parallel.world() : fold.running();
   unfold_results(fold, result);
   summarize_phases(mesh, result);
   summarize_moe(mesh, mc, result);

@@ -186,9 +186,21 @@ std::string format_pipeline_timeline(const TrainResult& result, const std::vecto
 // Called on device 0's thread after every step (progress bars).
 using StepCallback = std::function<void(const StepRecord&)>;
 
+// Where a run is, from device 0's thread: its phase ("setup",
+// "forward-backward", "optimizer"), the step and, in forward-backward, the
+// schedule actions done; `devices` is the number of threads that run.
+struct ProgressEvent {
+  const char* phase = "";
+  int step = 0, steps = 0;
+  int64_t done = 0, total = 0;
+  int devices = 0;
+};
+using ProgressCallback = std::function<void(const ProgressEvent&)>;
+
 // Throws ConfigError for bad options or data; RunError from the devices.
 // The cluster must have options.parallel.world() devices.
-TrainResult train(Cluster& cluster, const TrainOptions& options, const StepCallback& on_step = {});
+TrainResult train(Cluster& cluster, const TrainOptions& options, const StepCallback& on_step = {},
+                  const ProgressCallback& on_progress = {});
 
 // The --dp/--tp/... constraints, checked before any thread starts.
 void validate_parallel(const TrainOptions& options);

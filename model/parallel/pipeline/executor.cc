@@ -123,6 +123,7 @@ PipelinePhase PipelineExecutor::run(const std::function<MicroBatchTokens(int mb)
     const Time t0 = compute.now();
     execute(a, final_[i], tokens);
     if (a.is_compute()) spans_.push_back({a.kind, a.micro_batch, a.chunk, t0, compute.now()});
+    if (on_action_) on_action_(i + 1, actions_.size());
   }
   phase.end = compute.now();
   phase.busy = compute.busy() - busy0;

@@ -55,6 +55,9 @@ class PipelineExecutor {
   // Runs the list once. `tokens(mb)` gives the micro-batch's tokens; it is
   // called only on ranks holding the first or the last stage.
   PipelinePhase run(const std::function<MicroBatchTokens(int mb)>& tokens);
+  // Called after every action with (actions done, actions in the list): a
+  // long phantom step's progress. Empty: none.
+  void on_action(std::function<void(size_t done, size_t total)> f) { on_action_ = std::move(f); }
 
   const std::vector<Action>& actions() const { return actions_; }
   // The forwards and backwards of the last run, in execution order.
@@ -76,6 +79,7 @@ class PipelineExecutor {
   std::vector<ComputeSpan> spans_;
   // pp = 1 with interleaving: chunk c hands its tensors to chunk c ± 1 here.
   std::deque<std::vector<float>> local_[2];
+  std::function<void(size_t, size_t)> on_action_;
 };
 
 }  // namespace shardlab::parallel
