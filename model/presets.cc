@@ -5,9 +5,11 @@
 // 2048, GPT-2's BPE vocabulary of 50257 tokens, padded the Megatron way by
 // default (50304 at tp 1, 51200 at tp 8: the 51200 of Megatron's GPT-3 runs).
 // Batch sizes are published in tokens: 0.5M = 256 x 2048 = 524,288, 1M = 512
-// sequences, 2M = 1024, 3.2M = 1536 (3,145,728 tokens). The table prints
-// d_model 5140 for 13B, which 40 heads of 128 do not give; 40 x 128 = 5120 is
-// used (the parameter count then rounds to the published 13B). The sparse
+// sequences, 2M = 1024, 3.2M = 1536 (3,145,728 tokens). Two rows of the
+// table do not multiply out: 13B prints d_model 5140, which 40 heads of 128
+// do not give (40 x 128 = 5120 is used), and 1.3B prints 24 heads of 128 for
+// d_model 2048 (16 x 128 = 2048 is used; heads do not change the parameter
+// count, which rounds to the published figure either way). The sparse
 // (locally banded) attention layers of GPT-3 are not modeled: they change no
 // parameter.
 //
@@ -55,7 +57,7 @@ std::vector<PresetInfo> make_presets() {
       gpt3("gpt3-125m", 12, 768, 12, 256, 125e6, 1e6),
       gpt3("gpt3-350m", 24, 1024, 16, 256, 350e6, 10e6),
       gpt3("gpt3-760m", 24, 1536, 16, 256, 760e6, 10e6),
-      gpt3("gpt3-1.3b", 24, 2048, 24, 512, 1.3e9, 0.1e9),
+      gpt3("gpt3-1.3b", 24, 2048, 16, 512, 1.3e9, 0.1e9),  // the table: 24 heads (of 128)
       gpt3("gpt3-2.7b", 32, 2560, 32, 512, 2.7e9, 0.1e9),
       gpt3("gpt3-6.7b", 32, 4096, 32, 1024, 6.7e9, 0.1e9),
       gpt3("gpt3-13b", 40, 5120, 40, 1024, 13e9, 1e9),

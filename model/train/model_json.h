@@ -18,9 +18,10 @@ nlohmann::json model_json(const model::GPTConfig& config);
 
 // When `file` carries shardlab's config, its shape (layers, heads, embd,
 // seq, vocab, ffn, experts, moe_every) must be the run's: ConfigError
-// "--init F: the checkpoint has --ffn 384, this run 512" otherwise. A file
-// without it (or written before "ffn" was stored: 4 x embd) is checked by
-// its tensor shapes alone.
+// "--init F: the checkpoint has --heads 8, this run 4" otherwise (the
+// trainer checks the tensor shapes first; this catches what they cannot
+// show, such as the heads). A file without it (or written before "ffn" was
+// stored: 4 x embd) is checked by its tensor shapes alone.
 void check_checkpoint_model(const model::SafetensorsFile& file, const model::GPTConfig& config);
 
 }  // namespace shardlab::train

@@ -92,8 +92,8 @@ double flops_per_token(const model::ParamTable& table) {
 
 // Checks every tensor of the model against the file before any thread starts.
 void check_init(const model::SafetensorsFile& f, const model::ParamTable& table) {
-  check_checkpoint_model(f, table.config());
   for (const auto& s : table.specs()) f.get(s.name, s.shape);
+  check_checkpoint_model(f, table.config());
 }
 
 }  // namespace
