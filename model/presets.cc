@@ -39,13 +39,22 @@ PresetInfo toy(std::string name, GPTConfig c) {
 
 PresetInfo gpt3(std::string name, int layers, int embd, int heads, int batch, double params,
                 double resolution) {
-  return {std::move(name), shape(layers, heads, embd, 2048, 50257, batch), params, resolution, true,
+  return {std::move(name),
+          shape(layers, heads, embd, 2048, 50257, batch),
+          params,
+          resolution,
+          true,
           "Brown et al. 2020, Table 2.1"};
 }
 
 // Table 1 prints parameters in billions with one decimal.
-PresetInfo megatron(std::string name, double billions, int heads, int hidden, int layers, int batch) {
-  return {std::move(name), shape(layers, heads, hidden, 2048, 51200, batch), billions * 1e9, 0.1e9, true,
+PresetInfo megatron(std::string name, double billions, int heads, int hidden, int layers,
+                    int batch) {
+  return {std::move(name),
+          shape(layers, heads, hidden, 2048, 51200, batch),
+          billions * 1e9,
+          0.1e9,
+          true,
           "Narayanan et al. 2021, Table 1"};
 }
 

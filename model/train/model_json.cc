@@ -25,7 +25,8 @@ nlohmann::json model_json(const model::GPTConfig& m) {
 void check_checkpoint_model(const model::SafetensorsFile& file, const model::GPTConfig& config) {
   const auto it = file.metadata().find(model::kShardlabConfigKey);
   if (it == file.metadata().end()) return;
-  const nlohmann::json stored = nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+  const nlohmann::json stored =
+      nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
   if (!stored.is_object() || !stored.contains("model") || !stored["model"].is_object()) return;
   const nlohmann::json& saved = stored["model"];
   const nlohmann::json run = model_json(config);
@@ -34,13 +35,15 @@ void check_checkpoint_model(const model::SafetensorsFile& file, const model::GPT
   };
   const int embd = saved_int("embd", config.n_embd);
   const std::pair<const char*, const char*> shape_keys[] = {
-      {"layers", "--layers"}, {"heads", "--heads"}, {"embd", "--embd"},   {"seq", "--seq"},
-      {"vocab", "--vocab"},   {"ffn", "--ffn"},     {"experts", "--experts"}, {"moe_every", "--moe-every"}};
+      {"layers", "--layers"},   {"heads", "--heads"},        {"embd", "--embd"},
+      {"seq", "--seq"},         {"vocab", "--vocab"},        {"ffn", "--ffn"},
+      {"experts", "--experts"}, {"moe_every", "--moe-every"}};
   for (const auto& [key, flag] : shape_keys) {
     const int fallback = std::string_view(key) == "ffn" ? 4 * embd : run[key].get<int>();
     const int had = saved_int(key, fallback), want = run[key].get<int>();
     if (had != want)
-      throw ConfigError(fmt::format("--init {}: the checkpoint has {} {}, this run {}", file.origin(), flag, had, want));
+      throw ConfigError(fmt::format("--init {}: the checkpoint has {} {}, this run {}",
+                                    file.origin(), flag, had, want));
   }
 }
 

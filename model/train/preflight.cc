@@ -1,11 +1,11 @@
 #include "model/train/preflight.h"
 
+#include <fmt/format.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <map>
 #include <tuple>
-
-#include <fmt/format.h>
-#include <unistd.h>
 
 #include "collectives/mesh.h"
 #include "model/parallel/data/buckets.h"
@@ -31,7 +31,8 @@ std::vector<parallel::ShardSpec> local_shards(const TrainOptions& o, const model
   const ParallelOptions& p = o.parallel;
   const parallel::StagePlacement place =
       parallel::StagePlacement{p.pp, p.vpp, c.pp, p.stage_layers}.resolved(o.model);
-  const parallel::ShardLayout layout(o.model, p.tp, c.tp, parallel::rank_filter(o.model, place, p.ep, c.ep));
+  const parallel::ShardLayout layout(o.model, p.tp, c.tp,
+                                     parallel::rank_filter(o.model, place, p.ep, c.ep));
   return layout.shards();
 }
 
@@ -46,19 +47,22 @@ DeviceMemory device_memory(const TrainOptions& o, const collectives::DeviceMesh&
   const ParallelOptions& p = o.parallel;
   int64_t n = 0;
   for (const parallel::ShardSpec& s : shards) n += s.numel;
-  const std::vector<Range> experts = p.ep > 1 ? parallel::expert_ranges(shards) : std::vector<Range>{};
-  const parallel::BucketPlan plan = parallel::plan_buckets(
-      parallel::backward_ready_order(shards), experts, uint64_t(p.bucket_mb * 1e6), parallel::kGradElemBytes);
+  const std::vector<Range> experts =
+      p.ep > 1 ? parallel::expert_ranges(shards) : std::vector<Range>{};
+  const parallel::BucketPlan plan =
+      parallel::plan_buckets(parallel::backward_ready_order(shards), experts,
+                             uint64_t(p.bucket_mb * 1e6), parallel::kGradElemBytes);
   const std::vector<int> dp = mesh.group_ranks(rank, "dp"), edp = mesh.group_ranks(rank, "edp");
   int64_t owned = 0, largest = 0;
-  for (const Range& r : parallel::owned_ranges(plan, p.zero, int(dp.size()), index_in(dp, rank), int(edp.size()),
-                                               index_in(edp, rank)))
+  for (const Range& r : parallel::owned_ranges(plan, p.zero, int(dp.size()), index_in(dp, rank),
+                                               int(edp.size()), index_in(edp, rank)))
     owned += r.size;
   for (const Range& b : plan.buckets) largest = std::max(largest, b.size);
   DeviceMemory m;
   m.params = n;
   m.params_bytes = uint64_t(n) * uint64_t(elem);
-  m.grads_bytes = uint64_t(parallel::held_grad_elements(n, owned, largest, p.zero)) * parallel::kGradElemBytes;
+  m.grads_bytes =
+      uint64_t(parallel::held_grad_elements(n, owned, largest, p.zero)) * parallel::kGradElemBytes;
   m.master_bytes = elem == 2 ? uint64_t(owned) * kMasterBytes : 0;
   m.optimizer_bytes = uint64_t(owned) * kMomentBytes;
   return m;
@@ -77,7 +81,8 @@ MemoryEstimate lower_bound(const TrainOptions& o, int elem) {
   m.grads_bytes = (p.zero >= 2 ? owned : uint64_t(m.params)) * parallel::kGradElemBytes;
   m.master_bytes = elem == 2 ? owned * kMasterBytes : 0;
   m.optimizer_bytes = owned * kMomentBytes;
-  e.host_bytes = uint64_t(std::min(16 * total, 1.8e19));  // every parameter once: weights, grads, Adam
+  e.host_bytes =
+      uint64_t(std::min(16 * total, 1.8e19));  // every parameter once: weights, grads, Adam
   return e;
 }
 
@@ -99,29 +104,36 @@ MemoryEstimate estimate_memory(const TrainOptions& o, int elem) {
     if (e.devices.empty() || m.total() > e.worst.total()) e.worst_rank = rank, e.worst = m;
     e.devices.push_back(m);
   }
-  e.host_bytes += uint64_t(p.dp + 1) * uint64_t(table.numel()) * 4;  // the gathered replicas and the result
+  e.host_bytes +=
+      uint64_t(p.dp + 1) * uint64_t(table.numel()) * 4;  // the gathered replicas and the result
   return e;
 }
 
 void check_memory(const TrainOptions& o, uint64_t capacity, int elem, uint64_t host_memory) {
   const uint64_t budget = host_memory / 10 * 8;
-  const MemoryEstimate e = o.model.n_layer <= kMaxLaidOutLayers ? estimate_memory(o, elem) : lower_bound(o, elem);
+  const MemoryEstimate e =
+      o.model.n_layer <= kMaxLaidOutLayers ? estimate_memory(o, elem) : lower_bound(o, elem);
   const DeviceMemory& w = e.worst;
   if (w.total() > capacity) {
     const collectives::DeviceMesh mesh(o.parallel.mesh_shape());
     const std::string master =
-        w.master_bytes > 0 ? fmt::format(", fp32 master weights {}", format_bytes(w.master_bytes)) : "";
-    throw ConfigError(fmt::format(
-        "device {} ({}): out of memory before any activation: parameters {}, gradients {}{} and optimizer "
-        "state {} need {}, more than its capacity {}",
-        e.worst_rank, mesh.describe(e.worst_rank), format_bytes(w.params_bytes), format_bytes(w.grads_bytes),
-        master, format_bytes(w.optimizer_bytes), format_bytes(w.total()), format_bytes(capacity)));
+        w.master_bytes > 0 ? fmt::format(", fp32 master weights {}", format_bytes(w.master_bytes))
+                           : "";
+    throw ConfigError(
+        fmt::format("device {} ({}): out of memory before any activation: parameters {}, gradients "
+                    "{}{} and optimizer "
+                    "state {} need {}, more than its capacity {}",
+                    e.worst_rank, mesh.describe(e.worst_rank), format_bytes(w.params_bytes),
+                    format_bytes(w.grads_bytes), master, format_bytes(w.optimizer_bytes),
+                    format_bytes(w.total()), format_bytes(capacity)));
   }
   if (e.host_bytes > budget) {
-    throw ConfigError(fmt::format(
-        "a real run of this model needs at least {} of host memory for the parameters, gradients and optimizer "
-        "state of its {} devices (activations come on top), and this machine has {}: use a smaller model",
-        format_bytes(e.host_bytes), o.parallel.world(), format_bytes(host_memory)));
+    throw ConfigError(
+        fmt::format("a real run of this model needs at least {} of host memory for the parameters, "
+                    "gradients and optimizer "
+                    "state of its {} devices (activations come on top), and this machine has {}: "
+                    "use a smaller model",
+                    format_bytes(e.host_bytes), o.parallel.world(), format_bytes(host_memory)));
   }
 }
 

@@ -73,10 +73,13 @@ TEST(Presets, ParameterCountsMatchThePublishedFigures) {
     EXPECT_EQ(c.block_size, 2048) << p.name;
     EXPECT_EQ(c.n_embd % c.n_head, 0) << p.name;
     const double n = count_params(c), diff = n - p.published_params;
-    const double tol = p.name == "gpt3-350m" ? 0.02 * p.published_params : p.published_resolution / 2;
-    std::printf("%-16s %-30s vocab %d: computed %.4e, published %.4e, diff %+.3e (%+.2f%%), tolerance %.2e\n",
-                p.name.c_str(), p.source.c_str(), c.vocab_size, n, p.published_params, diff,
-                100 * diff / p.published_params, tol);
+    const double tol =
+        p.name == "gpt3-350m" ? 0.02 * p.published_params : p.published_resolution / 2;
+    std::printf(
+        "%-16s %-30s vocab %d: computed %.4e, published %.4e, diff %+.3e (%+.2f%%), tolerance "
+        "%.2e\n",
+        p.name.c_str(), p.source.c_str(), c.vocab_size, n, p.published_params, diff,
+        100 * diff / p.published_params, tol);
     EXPECT_LE(std::abs(diff), tol) << p.name;
   }
   EXPECT_EQ(published, 18);  // 8 GPT-3 rows, 10 Megatron-LM rows
@@ -91,8 +94,8 @@ TEST(Presets, PublishedShapesAsPrinted) {
   EXPECT_EQ(g.vocab_size, 50257);
   EXPECT_EQ(g.batch_size, 1536);
   EXPECT_EQ(preset("gpt3-125m").batch_size * 2048, 524288);  // 0.5M tokens
-  EXPECT_EQ(preset("gpt3-13b").n_embd, 40 * 128);            // the table's 5140 is no multiple of 40
-  EXPECT_EQ(preset("gpt3-1.3b").head_size(), 128);           // 16 heads: the table's 24 x 128 is not 2048
+  EXPECT_EQ(preset("gpt3-13b").n_embd, 40 * 128);   // the table's 5140 is no multiple of 40
+  EXPECT_EQ(preset("gpt3-1.3b").head_size(), 128);  // 16 heads: the table's 24 x 128 is not 2048
   // Megatron-LM 1T: 160 heads, hidden 25600, 128 layers, batch 3072, vocab 51200.
   const GPTConfig m = preset("megatron-1t");
   EXPECT_EQ(m.n_head, 160);
@@ -117,7 +120,8 @@ TEST(VocabPadding, MultipleOfDivisorTimesTp) {
   EXPECT_EQ(g.vocab_size, 51200);
   EXPECT_EQ(g.token_vocab(), 50257);
   EXPECT_TRUE(g.vocab_padded());
-  EXPECT_EQ(vocab_padding_note(g, 8), "vocab 50257 padded to 51200 (Megatron: multiple of 128 x tp 8)");
+  EXPECT_EQ(vocab_padding_note(g, 8),
+            "vocab 50257 padded to 51200 (Megatron: multiple of 128 x tp 8)");
   // Padding again starts from the tokenizer's vocabulary, not the padded one.
   EXPECT_EQ(with_padded_vocab(g, 128, 1).vocab_size, 50304);
   // Nothing to pad: no note, vocab_size unchanged.

@@ -13,7 +13,8 @@ bool in_experts(const std::vector<Range>& experts, const Range& r) {
   for (const Range& e : experts) {
     const int64_t lo = std::max(r.begin, e.begin), hi = std::min(r.end(), e.end());
     if (hi <= lo) continue;
-    SHARDLAB_CHECK(lo == r.begin && hi == r.end(), "a ready range straddles expert and other tensors");
+    SHARDLAB_CHECK(lo == r.begin && hi == r.end(),
+                   "a ready range straddles expert and other tensors");
     return true;
   }
   return false;
@@ -21,8 +22,8 @@ bool in_experts(const std::vector<Range>& experts, const Range& r) {
 
 }  // namespace
 
-BucketPlan plan_buckets(const std::vector<Range>& ready_order, const std::vector<Range>& expert_ranges,
-                        uint64_t bucket_bytes, int elem) {
+BucketPlan plan_buckets(const std::vector<Range>& ready_order,
+                        const std::vector<Range>& expert_ranges, uint64_t bucket_bytes, int elem) {
   BucketPlan plan;
   Range open{0, 0};
   bool open_expert = false;
@@ -44,8 +45,8 @@ BucketPlan plan_buckets(const std::vector<Range>& ready_order, const std::vector
   return plan;
 }
 
-std::vector<Range> owned_ranges(const BucketPlan& plan, int zero, int dp_size, int dp_rank, int edp_size,
-                                int edp_rank) {
+std::vector<Range> owned_ranges(const BucketPlan& plan, int zero, int dp_size, int dp_rank,
+                                int edp_size, int edp_rank) {
   std::vector<Range> owned;
   for (size_t i = 0; i < plan.buckets.size(); ++i) {
     const Range& b = plan.buckets[i];
@@ -54,11 +55,12 @@ std::vector<Range> owned_ranges(const BucketPlan& plan, int zero, int dp_size, i
       continue;
     }
     const bool expert = plan.expert[i];
-    const Range c = collectives::chunk_range(static_cast<size_t>(b.size), expert ? edp_size : dp_size,
-                                             expert ? edp_rank : dp_rank);
+    const Range c = collectives::chunk_range(
+        static_cast<size_t>(b.size), expert ? edp_size : dp_size, expert ? edp_rank : dp_rank);
     if (c.size > 0) owned.push_back({b.begin + c.begin, c.size});
   }
-  std::sort(owned.begin(), owned.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
+  std::sort(owned.begin(), owned.end(),
+            [](const Range& a, const Range& b) { return a.begin < b.begin; });
   return owned;
 }
 

@@ -25,14 +25,14 @@ struct BucketPlan {
 // adjacent to the open bucket, or of the other kind (inside `expert_ranges`,
 // sorted, or not), closes it. Every range must lie wholly inside or outside
 // the expert ranges.
-BucketPlan plan_buckets(const std::vector<Range>& ready_order, const std::vector<Range>& expert_ranges,
-                        uint64_t bucket_bytes, int elem);
+BucketPlan plan_buckets(const std::vector<Range>& ready_order,
+                        const std::vector<Range>& expert_ranges, uint64_t bucket_bytes, int elem);
 
 // The flat ranges a rank updates, sorted: every bucket without ZeRO, else
 // chunk_range(bucket, group size, group rank) of each, the group being dp
 // for dense buckets and edp for expert ones.
-std::vector<Range> owned_ranges(const BucketPlan& plan, int zero, int dp_size, int dp_rank, int edp_size,
-                                int edp_rank);
+std::vector<Range> owned_ranges(const BucketPlan& plan, int zero, int dp_size, int dp_rank,
+                                int edp_size, int edp_rank);
 
 // Gradient elements a rank holds out of `n`: all of them, or with ZeRO-2 its
 // `owned` chunks plus the `largest` bucket while it is reduced, at most n.

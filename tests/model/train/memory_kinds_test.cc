@@ -12,10 +12,10 @@
 // memory preflight (estimate_memory) gives the same bytes for every device,
 // sharded configs included, and the table of bytes per parameter at dp 4
 // follows (the README's table).
+#include <gtest/gtest.h>
+
 #include <cstdio>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "model/params.h"
 #include "model/train/preflight.h"
@@ -40,17 +40,21 @@ Kinds arena(const DeviceStats& d) {
 const char* name(Precision p) { return p == Precision::kBf16 ? "bf16" : "fp32"; }
 
 // Every device's preflight figures equal its arena peaks, kind by kind.
-void expect_preflight_matches(const TrainOptions& o, Precision p, const TrainResult& r, const char* what) {
+void expect_preflight_matches(const TrainOptions& o, Precision p, const TrainResult& r,
+                              const char* what) {
   const MemoryEstimate e = estimate_memory(o, element_size(p));
   ASSERT_EQ(e.devices.size(), r.run.devices.size()) << what;
   for (size_t rank = 0; rank < e.devices.size(); ++rank) {
     const DeviceMemory& m = e.devices[rank];
     const Kinds k = arena(r.run.devices[rank]);
-    EXPECT_EQ(m.params_bytes, k.param) << what << " " << name(p) << " ZeRO-" << o.parallel.zero << " rank " << rank;
-    EXPECT_EQ(m.grads_bytes, k.grad) << what << " " << name(p) << " ZeRO-" << o.parallel.zero << " rank " << rank;
-    EXPECT_EQ(m.master_bytes, k.master) << what << " " << name(p) << " ZeRO-" << o.parallel.zero << " rank " << rank;
-    EXPECT_EQ(m.optimizer_bytes, k.optimizer) << what << " " << name(p) << " ZeRO-" << o.parallel.zero << " rank "
-                                              << rank;
+    EXPECT_EQ(m.params_bytes, k.param)
+        << what << " " << name(p) << " ZeRO-" << o.parallel.zero << " rank " << rank;
+    EXPECT_EQ(m.grads_bytes, k.grad)
+        << what << " " << name(p) << " ZeRO-" << o.parallel.zero << " rank " << rank;
+    EXPECT_EQ(m.master_bytes, k.master)
+        << what << " " << name(p) << " ZeRO-" << o.parallel.zero << " rank " << rank;
+    EXPECT_EQ(m.optimizer_bytes, k.optimizer)
+        << what << " " << name(p) << " ZeRO-" << o.parallel.zero << " rank " << rank;
   }
 }
 
@@ -58,7 +62,8 @@ void expect_preflight_matches(const TrainOptions& o, Precision p, const TrainRes
 std::vector<double> per_param(Precision p, int zero, int dp, double bucket_share) {
   const bool bf16 = p == Precision::kBf16;
   const double shard = zero >= 1 ? 1.0 / dp : 1.0;
-  return {bf16 ? 2.0 : 4.0, zero >= 2 ? 4.0 / dp + 4 * bucket_share : 4.0, bf16 ? 4 * shard : 0.0, 8 * shard};
+  return {bf16 ? 2.0 : 4.0, zero >= 2 ? 4.0 / dp + 4 * bucket_share : 4.0, bf16 ? 4 * shard : 0.0,
+          8 * shard};
 }
 
 TEST(MemoryKinds, ArenaPreflightAndDefinitionAgree) {
@@ -82,21 +87,25 @@ TEST(MemoryKinds, ArenaPreflightAndDefinitionAgree) {
         const int64_t held = zero == 2 ? std::min(n, own + largest) : n;
         const Kinds k = arena(r.run.devices[size_t(rank)]);
         const bool bf16 = p == Precision::kBf16;
-        EXPECT_EQ(k.param, uint64_t(n) * (bf16 ? 2 : 4)) << name(p) << " ZeRO-" << zero << " rank " << rank;
+        EXPECT_EQ(k.param, uint64_t(n) * (bf16 ? 2 : 4))
+            << name(p) << " ZeRO-" << zero << " rank " << rank;
         EXPECT_EQ(k.grad, uint64_t(held) * 4) << name(p) << " ZeRO-" << zero << " rank " << rank;
-        EXPECT_EQ(k.master, bf16 ? uint64_t(own) * 4 : 0) << name(p) << " ZeRO-" << zero << " rank " << rank;
-        EXPECT_EQ(k.optimizer, uint64_t(own) * 8) << name(p) << " ZeRO-" << zero << " rank " << rank;
+        EXPECT_EQ(k.master, bf16 ? uint64_t(own) * 4 : 0)
+            << name(p) << " ZeRO-" << zero << " rank " << rank;
+        EXPECT_EQ(k.optimizer, uint64_t(own) * 8)
+            << name(p) << " ZeRO-" << zero << " rank " << rank;
       }
       expect_preflight_matches(o, p, r, "dp 4");
       // Rank 0's bytes per parameter against the table (chunks differ from
       // n/dp by at most one element per bucket: 1e-3 B/param is ample).
       const Kinds k = arena(r.run.devices[0]);
-      const std::vector<double> got = {double(k.param) / n, double(k.grad) / n, double(k.master) / n,
-                                       double(k.optimizer) / n};
+      const std::vector<double> got = {double(k.param) / n, double(k.grad) / n,
+                                       double(k.master) / n, double(k.optimizer) / n};
       const std::vector<double> want = per_param(p, zero, o.parallel.dp, double(largest) / n);
-      std::printf("  %-9s %4d %7.3f %7.3f %7.3f %7.3f %7.3f\n", name(p), zero, got[0], got[1], got[2], got[3],
-                  got[0] + got[1] + got[2] + got[3]);
-      for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-3) << name(p) << " ZeRO-" << zero;
+      std::printf("  %-9s %4d %7.3f %7.3f %7.3f %7.3f %7.3f\n", name(p), zero, got[0], got[1],
+                  got[2], got[3], got[0] + got[1] + got[2] + got[3]);
+      for (size_t i = 0; i < want.size(); ++i)
+        EXPECT_NEAR(got[i], want[i], 1e-3) << name(p) << " ZeRO-" << zero;
     }
   }
   // Without ZeRO: 16 bytes per parameter in fp32, 18 in bf16 (Megatron's 2 + 4 + 4 + 8).
@@ -135,7 +144,8 @@ TEST(MemoryKinds, Bf16ReducesFp32GradientsOnTheWire) {
   const TrainResult fp32 = testing::run(o, nullptr, false, Precision::kFp32);
   const TrainResult bf16 = testing::run(o, nullptr, false, Precision::kBf16);
   for (size_t rank = 0; rank < 2; ++rank) {
-    std::printf("rank %zu comm busy: fp32 %lld ps, bf16 %lld ps\n", rank, (long long)fp32.run.devices[rank].comm_busy,
+    std::printf("rank %zu comm busy: fp32 %lld ps, bf16 %lld ps\n", rank,
+                (long long)fp32.run.devices[rank].comm_busy,
                 (long long)bf16.run.devices[rank].comm_busy);
     EXPECT_GT(fp32.run.devices[rank].comm_busy, 0);
     EXPECT_EQ(fp32.run.devices[rank].comm_busy, bf16.run.devices[rank].comm_busy);

@@ -2,10 +2,10 @@
 // equal to the unsharded one: verify (compare_runs, tolerance 1e-5 on the
 // per-step loss and the parameter-vector rel L2) for tp 2, tp 2 x pp 2 and an
 // MoE under tp, against the reference built with the same width and rows.
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstdio>
-
-#include <gtest/gtest.h>
 
 #include "model/params.h"
 #include "model/train/verify.h"
@@ -28,11 +28,14 @@ TrainOptions tiny(int ffn) {
 VerifyResult expect_verify(const TrainOptions& o, const char* what) {
   validate_parallel(o);
   const TrainResult sharded = run(o), reference = run(unsharded(o));
-  const VerifyResult r = compare_runs(sharded, reference, model::ParamTable(o.model), {.grads = true});
-  std::printf("%s (tp %d pp %d experts %d ffn %d vocab %d): loss rel diff %.2e, param rel L2 %.2e, grad rel L2 "
-              "%.2e (tolerance 1e-5)\n",
-              what, o.parallel.tp, o.parallel.pp, o.model.n_expert, o.model.ffn_hidden(), o.model.vocab_size,
-              r.max_loss_rel_diff, r.param_rel_l2, r.grad_rel_l2);
+  const VerifyResult r =
+      compare_runs(sharded, reference, model::ParamTable(o.model), {.grads = true});
+  std::printf(
+      "%s (tp %d pp %d experts %d ffn %d vocab %d): loss rel diff %.2e, param rel L2 %.2e, grad "
+      "rel L2 "
+      "%.2e (tolerance 1e-5)\n",
+      what, o.parallel.tp, o.parallel.pp, o.model.n_expert, o.model.ffn_hidden(),
+      o.model.vocab_size, r.max_loss_rel_diff, r.param_rel_l2, r.grad_rel_l2);
   EXPECT_TRUE(r.passed) << what;
   EXPECT_EQ(sharded.n_params, int64_t(model::count_params(o.model)));
   return r;
