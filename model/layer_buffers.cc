@@ -74,8 +74,9 @@ void MoeActs<Real>::resize(int64_t N, int C, int E, int K, int F) {
   offsets.assign(E + 1, 0);
   xe.assign(N * K * C, 0);
   ye.assign(N * K * C, 0);
-  fc.assign(N * K * F, 0);
-  fc_gelu.assign(N * K * F, 0);
+  const int64_t width = F > 0 ? F : 4 * int64_t{C};
+  fc.assign(N * K * width, 0);
+  fc_gelu.assign(N * K * width, 0);
 }
 
 template <typename Real>

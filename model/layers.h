@@ -88,7 +88,7 @@ struct MoeActs {
   Buffer<Real> xe, ye;       // (N*K, C), first M rows used
   Buffer<Real> fc, fc_gelu;  // (N*K, F)
   Real aux = 0;
-  void resize(int64_t N, int C, int E, int K, int F);
+  void resize(int64_t N, int C, int E, int K, int F = 0);  // F: the MLP width, 0: 4C
 };
 
 template <typename Real>

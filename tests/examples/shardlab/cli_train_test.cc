@@ -232,7 +232,7 @@ TEST(CliShapes, CheckpointsCarryTheShape) {
   EXPECT_EQ(run_cli("train --model tiny --ffn 384 --steps 1 --init " + ckpt).code, 0);
   expect_usage_error("train --model tiny --steps 1 --init " + ckpt, "transformer.h.0.mlp.c_fc.weight");
   // A difference no tensor shape shows: the heads.
-  expect_usage_error("train --model tiny --heads 8 --steps 1 --init " + ckpt,
+  expect_usage_error("train --model tiny --ffn 384 --heads 8 --steps 1 --init " + ckpt,
                      "the checkpoint has --heads 4, this run 8");
 }
 

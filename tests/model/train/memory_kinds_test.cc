@@ -136,7 +136,9 @@ TEST(MemoryKinds, PreflightEqualsTheArenaForShardedRuns) {
 
 // Data parallelism reduces fp32 main gradients in bf16 too: with ZeRO 0 the
 // communication stream carries only the gradient buckets, so a bf16 and an
-// fp32 run keep it busy exactly as long.
+// fp32 run keep it busy as long: the same bytes on the same links, within
+// 1 ns (busy time is a union of intervals, and the buckets start at other
+// times when the compute is bf16's). bf16 on the wire would halve it.
 TEST(MemoryKinds, Bf16ReducesFp32GradientsOnTheWire) {
   TrainOptions o = small_options(0);
   o.steps = 1;
@@ -148,7 +150,7 @@ TEST(MemoryKinds, Bf16ReducesFp32GradientsOnTheWire) {
                 (long long)fp32.run.devices[rank].comm_busy,
                 (long long)bf16.run.devices[rank].comm_busy);
     EXPECT_GT(fp32.run.devices[rank].comm_busy, 0);
-    EXPECT_EQ(fp32.run.devices[rank].comm_busy, bf16.run.devices[rank].comm_busy);
+    EXPECT_NEAR(double(fp32.run.devices[rank].comm_busy), double(bf16.run.devices[rank].comm_busy), 1000.0);
   }
 }
 

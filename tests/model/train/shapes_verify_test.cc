@@ -22,6 +22,7 @@ TrainOptions tiny(int ffn) {
   o.model = model::preset("tiny");
   o.model.n_ffn = ffn;
   o.steps = 3;
+  o.keep_step0_grads = true;  // compare_runs with grads
   return o;
 }
 
