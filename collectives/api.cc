@@ -18,9 +18,10 @@ void require(bool ok, const std::string& what) {
 
 // kAuto: the tuner's choice for this group, profile and size (the same on
 // every member: it depends on nothing a member owns alone).
-Algo resolve(const Device& dev, const ProcessGroup& g, OpKind op, Algo a, size_t count, int root = 0) {
-  if (a != Algo::kAuto) return a;
-  return select_algo(dev.profile(), g.members(), CollShape{op, count, element_size(dev.precision()), root});
+Algo resolve(const Device& dev, const ProcessGroup& g, OpKind op, const CollOptions& opt, size_t count,
+             int root = 0) {
+  if (opt.algo != Algo::kAuto) return opt.algo;
+  return select_algo(dev.profile(), g.members(), CollShape{op, count, opt.wire_elem(dev), root});
 }
 
 // Waits for `after`, runs the algorithm on the comm stream, returns its end.
@@ -40,7 +41,7 @@ Work run_on_comm(Device& dev, const ProcessGroup& g, const CollOptions& opt, con
     detail::run_folded(dev, g, s, g.next_tag(), *shape, algo);
     return Work(s.record());
   }
-  Ctx c(dev, g, s);
+  Ctx c(dev, g, s, opt.wire_elem(dev));
   body(c);
   c.finish();
   return Work(s.record());
@@ -86,8 +87,8 @@ Work iall_reduce(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out,
                  const CollOptions& opt) {
   require(in.count == out.count, fmt::format("all_reduce: input has {} elements, output {}", in.count, out.count));
   check_pair("all_reduce", in, out);
-  const Algo algo = resolve(dev, g, OpKind::kAllReduce, opt.algo, in.count);
-  const CollShape shape{OpKind::kAllReduce, in.count, element_size(dev.precision())};
+  const Algo algo = resolve(dev, g, OpKind::kAllReduce, opt, in.count);
+  const CollShape shape{OpKind::kAllReduce, in.count, opt.wire_elem(dev)};
   return run_on_comm(dev, g, opt, &shape, algo, [&](Ctx& c) {
     if (algo == Algo::kDirect) return detail::direct_all_reduce(c, in.data, out.data, in.count, op);
     detail::copy(out.data, in.data, in.count);
@@ -101,8 +102,8 @@ Work ireduce_scatter(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer 
   require(out.count == size_t(mine.size), fmt::format("reduce_scatter: {} elements over {} members: member {} gets {}, "
                                               "output has {}", in.count, g.size(), g.rank(), mine.size, out.count));
   check_pair("reduce_scatter", in, out);
-  const Algo algo = resolve(dev, g, OpKind::kReduceScatter, opt.algo, in.count);
-  const CollShape shape{OpKind::kReduceScatter, in.count, element_size(dev.precision())};
+  const Algo algo = resolve(dev, g, OpKind::kReduceScatter, opt, in.count);
+  const CollShape shape{OpKind::kReduceScatter, in.count, opt.wire_elem(dev)};
   return run_on_comm(dev, g, opt, &shape, algo, [&](Ctx& c) {
     if (algo == Algo::kDirect) return detail::direct_reduce_scatter(c, in.data, out.data, in.count, op);
     // In place (out at its chunk of in): reduce in `in` itself, clobbering the
@@ -127,8 +128,8 @@ Work iall_gather(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out,
   require(in.count == size_t(mine.size), fmt::format("all_gather: {} elements over {} members: member {} contributes {}, "
                                              "input has {}", out.count, g.size(), g.rank(), mine.size, in.count));
   check_pair("all_gather", in, out);
-  const Algo algo = resolve(dev, g, OpKind::kAllGather, opt.algo, out.count);
-  const CollShape shape{OpKind::kAllGather, out.count, element_size(dev.precision())};
+  const Algo algo = resolve(dev, g, OpKind::kAllGather, opt, out.count);
+  const CollShape shape{OpKind::kAllGather, out.count, opt.wire_elem(dev)};
   return run_on_comm(dev, g, opt, &shape, algo, [&](Ctx& c) {
     detail::copy(out.data ? out.data + mine.begin : nullptr, in.data, in.count);
     if (algo == Algo::kDirect) return detail::direct_all_gather(c, out.data, out.count);
@@ -139,8 +140,8 @@ Work iall_gather(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out,
 
 Work ibroadcast(Device& dev, const ProcessGroup& g, Buffer data, int root, const CollOptions& opt) {
   require(root >= 0 && root < g.size(), fmt::format("broadcast: root {} outside group of {}", root, g.size()));
-  const Algo algo = resolve(dev, g, OpKind::kBroadcast, opt.algo, data.count, root);
-  const CollShape shape{OpKind::kBroadcast, data.count, element_size(dev.precision()), root};
+  const Algo algo = resolve(dev, g, OpKind::kBroadcast, opt, data.count, root);
+  const CollShape shape{OpKind::kBroadcast, data.count, opt.wire_elem(dev), root};
   return run_on_comm(dev, g, opt, &shape, algo, [&](Ctx& c) {
     if (algo == Algo::kDirect) return detail::direct_broadcast(c, data.data, data.count, root);
     if (algo == Algo::kRing) return detail::chain_broadcast(c, data.data, data.count, root);
@@ -155,8 +156,8 @@ Work ireduce(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out, int
   require(!is_root || out.count == in.count,
           fmt::format("reduce: root output has {} elements, input {}", out.count, in.count));
   if (is_root) check_pair("reduce", in, out);
-  const Algo algo = resolve(dev, g, OpKind::kReduce, opt.algo, in.count, root);
-  const CollShape shape{OpKind::kReduce, in.count, element_size(dev.precision()), root};
+  const Algo algo = resolve(dev, g, OpKind::kReduce, opt, in.count, root);
+  const CollShape shape{OpKind::kReduce, in.count, opt.wire_elem(dev), root};
   return run_on_comm(dev, g, opt, &shape, algo, [&](Ctx& c) {
     if (algo == Algo::kDirect) return detail::direct_reduce(c, in.data, out.data, in.count, op, root);
     float* acc = is_root ? out.data : detail::scratch(g, in.count, in.data == nullptr);
@@ -178,9 +179,9 @@ Work iall_to_all(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out,
   require(in.data == nullptr || in.data != out.data, "all_to_all: input and output must not alias");
   check_pair("all_to_all", in, out);
   const size_t block = in.count / static_cast<size_t>(n);
-  const Algo algo = resolve(dev, g, OpKind::kAllToAll, opt.algo, in.count);
+  const Algo algo = resolve(dev, g, OpKind::kAllToAll, opt, in.count);
   if (algo == Algo::kTree) {
-    const CollShape shape{OpKind::kAllToAll, in.count, element_size(dev.precision())};
+    const CollShape shape{OpKind::kAllToAll, in.count, opt.wire_elem(dev)};
     return run_on_comm(dev, g, opt, &shape, algo, [&](Ctx& c) { detail::bruck_all_to_all(c, in.data, out.data, block); });
   }
   // The equal counts live after the four arrays all_to_all_v keeps there.
@@ -189,7 +190,7 @@ Work iall_to_all(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out,
   if (idx.size() < 5 * un) idx.resize(5 * un);
   std::fill(idx.begin() + static_cast<long>(4 * un), idx.begin() + static_cast<long>(5 * un), block);
   const std::span<const size_t> counts(idx.data() + 4 * un, un);
-  return iall_to_all_v(dev, g, in, counts, out, counts, CollOptions{algo, opt.after, opt.stream});
+  return iall_to_all_v(dev, g, in, counts, out, counts, CollOptions{algo, opt.after, opt.stream, opt.elem_size});
 }
 
 Work iall_to_all_v(Device& dev, const ProcessGroup& g, ConstBuffer in, std::span<const size_t> send_counts,
@@ -223,7 +224,7 @@ Work iall_to_all_v(Device& dev, const ProcessGroup& g, ConstBuffer in, std::span
 }
 
 Work ibarrier(Device& dev, const ProcessGroup& g, const CollOptions& opt) {
-  const CollShape shape{OpKind::kBarrier, 0, element_size(dev.precision())};
+  const CollShape shape{OpKind::kBarrier, 0, opt.wire_elem(dev)};
   return run_on_comm(dev, g, opt, &shape, Algo::kTree, [&](Ctx& c) { detail::dissemination_barrier(c); });
 }
 

@@ -88,6 +88,10 @@ struct CollOptions {
   // &dev.compute() for collectives on the critical path, as Megatron's
   // tensor-parallel all-reduces are (NCCL kernels on the current stream).
   Stream* stream = nullptr;
+  // Modeled bytes per element on the wire; 0: the device precision's. Data
+  // parallelism moves fp32 main gradients (4) in a bf16 model, as Megatron.
+  int elem_size = 0;
+  int wire_elem(const Device& dev) const { return elem_size > 0 ? elem_size : element_size(dev.precision()); }
 };
 
 // Chunk i of `count` elements split over n: [count*i/n, count*(i+1)/n).

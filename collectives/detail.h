@@ -17,14 +17,15 @@ namespace shardlab::collectives::detail {
 // One collective call on one member.
 class Ctx {
  public:
-  Ctx(Device& dev, const ProcessGroup& g, Stream& s)
-      : dev_(dev), s_(s), g_(g), tag_(g.next_tag()), esize_(element_size(dev.precision())),
-        n_(g.size()), me_(g.rank()) {}
+  // `esize`: modeled bytes per element (CollOptions::wire_elem).
+  Ctx(Device& dev, const ProcessGroup& g, Stream& s, int esize)
+      : dev_(dev), s_(s), g_(g), tag_(g.next_tag()), esize_(esize), n_(g.size()), me_(g.rank()) {}
 
   Device& dev() const { return dev_; }
   const ProcessGroup& group() const { return g_; }
   int n() const { return n_; }
   int me() const { return me_; }
+  int esize() const { return esize_; }
   // Group index `offset` steps from me (wraps).
   int rel(int offset) const { return ((me_ + offset) % n_ + n_) % n_; }
 

@@ -49,7 +49,7 @@ int chain_chunks(size_t count, int elem_size) {
 void chain_broadcast(Ctx& c, float* data, size_t count, int root) {
   const int n = c.n();
   const int pos = (c.me() - root + n) % n;
-  const int k = chain_chunks(count, element_size(c.dev().precision()));
+  const int k = chain_chunks(count, c.esize());
   for (int i = 0; i < k; ++i) {
     const Range r = chunk_range(count, k, i);
     float* p = data ? data + r.begin : nullptr;
@@ -64,7 +64,7 @@ void chain_broadcast(Ctx& c, float* data, size_t count, int root) {
 void chain_reduce(Ctx& c, float* acc, size_t count, ReduceOp op, int root) {
   const int n = c.n();
   const int pos = (c.me() - root + n) % n;
-  const int k = chain_chunks(count, element_size(c.dev().precision()));
+  const int k = chain_chunks(count, c.esize());
   for (int i = 0; i < k; ++i) {
     const Range r = chunk_range(count, k, i);
     float* p = acc ? acc + r.begin : nullptr;

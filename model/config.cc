@@ -1,5 +1,7 @@
 #include "model/config.h"
 
+#include <climits>
+#include <cstdint>
 #include <sstream>
 
 #include "runtime/errors.h"
@@ -28,6 +30,10 @@ void GPTConfig::validate() const {
   require(block_size >= 1, "--seq must be at least 1 (got " + num(block_size) + ")");
   require(vocab_size >= 2, "--vocab must be at least 2 (got " + num(vocab_size) + ")");
   require(batch_size >= 1, "--batch must be at least 1 (got " + num(batch_size) + ")");
+  require(n_ffn >= 0, "--ffn must be positive (got " + num(n_ffn) + ")");
+  require(vocab_unpadded == 0 || (vocab_unpadded >= 2 && vocab_unpadded <= vocab_size),
+          "the unpadded vocabulary " + num(vocab_unpadded) + " must be between 2 and --vocab " +
+              num(vocab_size));
   require(n_expert >= 0, "--experts must be 0 (dense) or more (got " + num(n_expert) + ")");
   if (n_expert == 0) return;
   require(top_k >= 1 && top_k <= n_expert,
@@ -42,6 +48,7 @@ std::string GPTConfig::to_string() const {
   std::ostringstream os;
   os << "layers=" << n_layer << " heads=" << n_head << " embd=" << n_embd << " seq=" << block_size
      << " vocab=" << vocab_size << " batch=" << batch_size;
+  if (n_ffn > 0) os << " ffn=" << n_ffn;
   if (is_moe()) {
     os << " experts=" << n_expert << " top_k=" << top_k << " moe_every=" << moe_every
        << " aux_coef=" << aux_coef << " capacity_factor=" << capacity_factor;
@@ -49,23 +56,28 @@ std::string GPTConfig::to_string() const {
   return os.str();
 }
 
-GPTConfig preset(std::string_view name) {
-  GPTConfig c;  // defaults are tiny
-  if (name == "tiny") return c;
-  if (name == "nano") {
-    c.n_layer = 2, c.n_head = 2, c.n_embd = 64, c.block_size = 32, c.vocab_size = 256;
-    c.batch_size = 4;
-    return c;
-  }
-  if (name == "small") {
-    c.n_layer = 6, c.n_head = 6, c.n_embd = 384, c.block_size = 256, c.vocab_size = 4096;
-    c.batch_size = 16;
-    return c;
-  }
-  throw ConfigError("--model: unknown preset '" + std::string(name) +
-                    "' (choose nano, tiny or small)");
+int padded_vocab(int vocab, int multiple, int tp) {
+  require(multiple >= 1, "--make-vocab-size-divisible-by must be at least 1 (got " + std::to_string(multiple) + ")");
+  require(tp >= 1, "--tp must be at least 1 (got " + std::to_string(tp) + ")");
+  const int64_t m = int64_t{multiple} * tp;
+  const int64_t padded = (int64_t{vocab} + m - 1) / m * m;
+  require(padded <= INT32_MAX, "--make-vocab-size-divisible-by " + std::to_string(multiple) + " x --tp " + std::to_string(tp) +
+                                   " pads the vocabulary beyond 2^31 tokens");
+  return static_cast<int>(padded);
 }
 
-std::vector<std::string> preset_names() { return {"nano", "tiny", "small"}; }
+GPTConfig with_padded_vocab(GPTConfig c, int multiple, int tp) {
+  const int vocab = c.token_vocab();
+  c.vocab_size = padded_vocab(vocab, multiple, tp);
+  c.vocab_unpadded = c.vocab_size == vocab ? 0 : vocab;
+  c.vocab_multiple = multiple;
+  return c;
+}
+
+std::string vocab_padding_note(const GPTConfig& c, int tp) {
+  if (!c.vocab_padded()) return "";
+  return "vocab " + std::to_string(c.vocab_unpadded) + " padded to " + std::to_string(c.vocab_size) + " (Megatron: multiple of " +
+         std::to_string(c.vocab_multiple) + " x tp " + std::to_string(tp) + ")";
+}
 
 }  // namespace shardlab::model

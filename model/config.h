@@ -1,5 +1,6 @@
-// GPTConfig: the model's shape, nanoGPT's GPTConfig plus MoE fields, and the
-// built-in presets nano / tiny / small.
+// GPTConfig: the model's shape, nanoGPT's GPTConfig plus MoE fields, the MLP
+// width and Megatron's vocabulary padding, and the built-in presets: the toy
+// models nano / tiny / small and published shapes (GPT-3, Megatron-LM).
 #pragma once
 
 #include <string>
@@ -15,6 +16,12 @@ struct GPTConfig {
   int block_size = 64;  // position table size = longest sequence (--seq)
   int vocab_size = 512;
   int batch_size = 8;  // default global batch in sequences (--batch); not a model shape
+  int n_ffn = 0;       // MLP hidden width F (--ffn); 0: 4·n_embd, nanoGPT's
+  // Megatron's vocabulary padding (with_padded_vocab): vocab_size is then the
+  // padded table (rows no token uses), vocab_unpadded the tokenizer's size
+  // and vocab_multiple the --make-vocab-size-divisible-by it was padded with.
+  int vocab_unpadded = 0;  // 0: not padded
+  int vocab_multiple = 0;
   // Mixture of Experts: experts == 0 means a dense model.
   int n_expert = 0;            // E
   int top_k = 2;               // K
@@ -23,6 +30,10 @@ struct GPTConfig {
   double capacity_factor = 0;  // <= 0: no capacity limit
 
   int head_size() const { return n_embd / n_head; }
+  int ffn_hidden() const { return n_ffn > 0 ? n_ffn : 4 * n_embd; }
+  // The tokens the data may use: [0, token_vocab()).
+  int token_vocab() const { return vocab_unpadded > 0 ? vocab_unpadded : vocab_size; }
+  bool vocab_padded() const { return vocab_unpadded > 0; }
   bool is_moe() const { return n_expert > 0; }
   bool is_moe_layer(int layer) const { return is_moe() && layer % moe_every == 0; }
 
@@ -31,10 +42,33 @@ struct GPTConfig {
   std::string to_string() const;  // "layers=4 heads=4 embd=128 ..."
 };
 
+// A built-in shape and where it comes from (model/presets.cc).
+struct PresetInfo {
+  std::string name;
+  GPTConfig config;  // vocab_size unpadded: the tokenizer's
+  double published_params = 0;      // the paper's parameter count (0: the toy presets)
+  double published_resolution = 0;  // one unit of its last printed digit (0.1e9 for "1.7B")
+  bool pads_vocab = false;          // Megatron's padding (multiple 128) applies by default
+  std::string source;               // "Brown et al. 2020, Table 2.1", ...
+};
+
+// Every preset in the order --help lists them.
+const std::vector<PresetInfo>& presets();
+// Throws ConfigError for an unknown name, listing the known ones.
+const PresetInfo& preset_info(std::string_view name);
 // "nano" (2 layers, 2 heads, embd 64, seq 32, vocab 256, batch 4),
-// "tiny" (4, 4, 128, 64, 512, batch 8), "small" (6, 6, 384, 256, 4096, batch 16).
-// Throws ConfigError for an unknown name.
+// "tiny" (4, 4, 128, 64, 512, batch 8), "small" (6, 6, 384, 256, 4096, batch 16),
+// and the published shapes (presets()).
 GPTConfig preset(std::string_view name);
 std::vector<std::string> preset_names();
+
+// Megatron's _vocab_size_with_padding: the smallest multiple of multiple·tp
+// that holds `vocab` tokens.
+int padded_vocab(int vocab, int multiple, int tp);
+// `c` with vocab_size padded from its token_vocab() (ConfigError for
+// multiple or tp below 1); vocab_unpadded and vocab_multiple record it.
+GPTConfig with_padded_vocab(GPTConfig c, int multiple, int tp);
+// "vocab 50257 padded to 51200 (Megatron: multiple of 128 x tp 8)"; "" when not padded.
+std::string vocab_padding_note(const GPTConfig& c, int tp);
 
 }  // namespace shardlab::model

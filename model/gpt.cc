@@ -72,7 +72,7 @@ int64_t activation_elements(const BlockActs<Real>& a) {
 template <typename Real>
 void GPT<Real>::resize_activations(int B, int T) {
   if (dims_.B == B && dims_.T == T) return;
-  dims_ = Dims{B, T, config_.n_embd, config_.n_head};
+  dims_ = Dims{B, T, config_.n_embd, config_.n_head, config_.ffn_hidden()};
   const int64_t N = dims_.N(), C = dims_.C, V = config_.vocab_size;
   encoded_.assign(N * C, 0);
   blocks_.resize(config_.n_layer);

@@ -63,7 +63,7 @@ GPTView<Real> make_view(const ParamTable& table, Real* base) {
 }
 
 template <typename Real>
-void MoeActs<Real>::resize(int64_t N, int C, int E, int K) {
+void MoeActs<Real>::resize(int64_t N, int C, int E, int K, int F) {
   logits.assign(N * E, 0);
   probs.assign(N * E, 0);
   expert.assign(N * K, 0);
@@ -74,33 +74,34 @@ void MoeActs<Real>::resize(int64_t N, int C, int E, int K) {
   offsets.assign(E + 1, 0);
   xe.assign(N * K * C, 0);
   ye.assign(N * K * C, 0);
-  fc.assign(N * K * 4 * C, 0);
-  fc_gelu.assign(N * K * 4 * C, 0);
+  const int64_t width = F > 0 ? F : 4 * int64_t{C};
+  fc.assign(N * K * width, 0);
+  fc_gelu.assign(N * K * width, 0);
 }
 
 template <typename Real>
 void BlockActs<Real>::resize(const Dims& d, const GPTConfig& config, bool moe_block) {
-  const int64_t N = d.N(), C = d.C;
+  const int64_t N = d.N(), C = d.C, F = config.ffn_hidden();
   for (auto* v : {&ln1, &ln2, &atty, &attproj, &res1, &mlp_out, &res2}) v->assign(N * C, 0);
   for (auto* v : {&ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd}) v->assign(N, 0);
   qkv.assign(N * 3 * C, 0);
   att.assign(static_cast<int64_t>(d.B) * d.NH * d.T * d.T, 0);
   if (moe_block) {
-    moe.resize(N, d.C, config.n_expert, config.top_k);
+    moe.resize(N, d.C, config.n_expert, config.top_k, config.ffn_hidden());
   } else {
-    fc.assign(N * 4 * C, 0);
-    fc_gelu.assign(N * 4 * C, 0);
+    fc.assign(N * F, 0);
+    fc_gelu.assign(N * F, 0);
   }
 }
 
 template <typename Real>
 void BlockScratch<Real>::resize(const Dims& d, const GPTConfig& config) {
-  const int64_t N = d.N(), C = d.C;
+  const int64_t N = d.N(), C = d.C, F = config.ffn_hidden();
   const int64_t K = config.is_moe() ? config.top_k : 0;
   for (auto* v : {&dres1, &dln1, &dln2, &datty}) v->assign(N * C, 0);
   dqkv.assign(N * 3 * C, 0);
-  dfc.assign(std::max(N, N * K) * 4 * C, 0);
-  dfc_gelu.assign(std::max(N, N * K) * 4 * C, 0);
+  dfc.assign(std::max(N, N * K) * F, 0);
+  dfc_gelu.assign(std::max(N, N * K) * F, 0);
   dlogits.assign(N * config.n_expert, 0);
   dgates.assign(N * K, 0);
   dxe.assign(N * K * C, 0);

@@ -53,27 +53,29 @@ void attention_layer_backward(Real* dinp, const BlockView<Real>& g, Real* dqkv, 
 template <typename Real>
 void mlp_forward(Real* out, Real* fc, Real* fc_gelu, const MlpView<Real>& p, const Real* inp,
                  int64_t N, int C, const Exec& ex) {
-  linear_forward(fc, inp, p.c_fc.weight, p.c_fc.bias, N, C, 4 * C);
-  ex.op("mlp.c_fc.fwd", linear_forward_cost(N, C, 4 * C, true, ex.elem));
-  gelu_forward(fc_gelu, fc, N * 4 * C);
-  ex.op("mlp.gelu.fwd", gelu_forward_cost(N * 4 * C, ex.elem));
-  linear_forward(out, fc_gelu, p.c_proj.weight, p.c_proj.bias, N, 4 * C, C);
-  ex.op("mlp.c_proj.fwd", linear_forward_cost(N, 4 * C, C, true, ex.elem));
+  const int F = p.c_fc.out;  // the MLP width
+  linear_forward(fc, inp, p.c_fc.weight, p.c_fc.bias, N, C, F);
+  ex.op("mlp.c_fc.fwd", linear_forward_cost(N, C, F, true, ex.elem));
+  gelu_forward(fc_gelu, fc, N * F);
+  ex.op("mlp.gelu.fwd", gelu_forward_cost(N * F, ex.elem));
+  linear_forward(out, fc_gelu, p.c_proj.weight, p.c_proj.bias, N, F, C);
+  ex.op("mlp.c_proj.fwd", linear_forward_cost(N, F, C, true, ex.elem));
 }
 
 template <typename Real>
 void mlp_backward(Real* dinp, const MlpView<Real>& g, Real* dfc, Real* dfc_gelu, const Real* dout,
                   const Real* inp, const Real* fc, const Real* fc_gelu, const MlpView<Real>& p,
                   int64_t N, int C, const Exec& ex) {
-  std::fill(dfc_gelu, dfc_gelu + N * 4 * C, Real(0));
+  const int F = p.c_fc.out;  // the MLP width
+  std::fill(dfc_gelu, dfc_gelu + N * F, Real(0));
   linear_backward(dfc_gelu, g.c_proj.weight, g.c_proj.bias, dout, fc_gelu, p.c_proj.weight, N,
-                  4 * C, C);
-  ex.op("mlp.c_proj.bwd", linear_backward_cost(N, 4 * C, C, true, ex.elem));
-  std::fill(dfc, dfc + N * 4 * C, Real(0));
-  gelu_backward(dfc, dfc_gelu, fc, N * 4 * C);
-  ex.op("mlp.gelu.bwd", gelu_backward_cost(N * 4 * C, ex.elem));
-  linear_backward(dinp, g.c_fc.weight, g.c_fc.bias, dfc, inp, p.c_fc.weight, N, C, 4 * C);
-  ex.op("mlp.c_fc.bwd", linear_backward_cost(N, C, 4 * C, true, ex.elem));
+                  F, C);
+  ex.op("mlp.c_proj.bwd", linear_backward_cost(N, F, C, true, ex.elem));
+  std::fill(dfc, dfc + N * F, Real(0));
+  gelu_backward(dfc, dfc_gelu, fc, N * F);
+  ex.op("mlp.gelu.bwd", gelu_backward_cost(N * F, ex.elem));
+  linear_backward(dinp, g.c_fc.weight, g.c_fc.bias, dfc, inp, p.c_fc.weight, N, C, F);
+  ex.op("mlp.c_fc.bwd", linear_backward_cost(N, C, F, true, ex.elem));
 }
 
 // ---- MoE ----------------------------------------------------------------------
@@ -81,7 +83,7 @@ void mlp_backward(Real* dinp, const MlpView<Real>& g, Real* dfc, Real* dfc_gelu,
 template <typename Real>
 Real moe_forward(Real* out, MoeActs<Real>& a, const BlockView<Real>& p, const Real* inp, int64_t N,
                  const GPTConfig& config, const Exec& ex) {
-  const int C = config.n_embd, E = config.n_expert, K = config.top_k;
+  const int C = config.n_embd, E = config.n_expert, K = config.top_k, F = config.ffn_hidden();
   // route
   linear_forward(a.logits.data(), inp, p.router, static_cast<const Real*>(nullptr), N, C, E);
   ex.op("moe.router.fwd", linear_forward_cost(N, C, E, false, ex.elem));
@@ -100,7 +102,7 @@ Real moe_forward(Real* out, MoeActs<Real>& a, const BlockView<Real>& p, const Re
   // experts, each on its contiguous rows
   for (int e = 0; e < E; ++e) {
     const int64_t r0 = a.offsets[e], rows = a.offsets[e + 1] - r0;
-    mlp_forward(a.ye.data() + r0 * C, a.fc.data() + r0 * 4 * C, a.fc_gelu.data() + r0 * 4 * C,
+    mlp_forward(a.ye.data() + r0 * C, a.fc.data() + r0 * F, a.fc_gelu.data() + r0 * F,
                 p.experts[e], a.xe.data() + r0 * C, rows, C, ex);
   }
   // combine
@@ -113,7 +115,7 @@ template <typename Real>
 void moe_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s, const Real* dout,
                   Real daux, const MoeActs<Real>& a, const Real* inp, const BlockView<Real>& p,
                   int64_t N, const GPTConfig& config, const Exec& ex) {
-  const int C = config.n_embd, E = config.n_expert, K = config.top_k;
+  const int C = config.n_embd, E = config.n_expert, K = config.top_k, F = config.ffn_hidden();
   // combine
   zero(s.dye, a.M * C);
   zero(s.dgates, N * K);
@@ -124,9 +126,9 @@ void moe_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s, c
   zero(s.dxe, a.M * C);
   for (int e = 0; e < E; ++e) {
     const int64_t r0 = a.offsets[e], rows = a.offsets[e + 1] - r0;
-    mlp_backward(s.dxe.data() + r0 * C, g.experts[e], s.dfc.data() + r0 * 4 * C,
-                 s.dfc_gelu.data() + r0 * 4 * C, s.dye.data() + r0 * C, a.xe.data() + r0 * C,
-                 a.fc.data() + r0 * 4 * C, a.fc_gelu.data() + r0 * 4 * C, p.experts[e], rows, C,
+    mlp_backward(s.dxe.data() + r0 * C, g.experts[e], s.dfc.data() + r0 * F,
+                 s.dfc_gelu.data() + r0 * F, s.dye.data() + r0 * C, a.xe.data() + r0 * C,
+                 a.fc.data() + r0 * F, a.fc_gelu.data() + r0 * F, p.experts[e], rows, C,
                  ex);
   }
   // dispatch

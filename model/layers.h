@@ -68,8 +68,10 @@ GPTView<Real> make_view(const ParamTable& table, Real* base);
 
 struct Dims {
   int B = 0, T = 0, C = 0, NH = 0;
+  int F = 0;  // MLP width (GPTConfig::ffn_hidden()); 0: 4C
   int64_t N() const { return static_cast<int64_t>(B) * T; }
   int HS() const { return C / NH; }
+  int ffn() const { return F > 0 ? F : 4 * C; }
 };
 
 // ---- Activations --------------------------------------------------------------
@@ -84,9 +86,9 @@ struct MoeActs {
   Buffer<int64_t> offsets;       // (E+1)
   int64_t M = 0;
   Buffer<Real> xe, ye;       // (N*K, C), first M rows used
-  Buffer<Real> fc, fc_gelu;  // (N*K, 4C)
+  Buffer<Real> fc, fc_gelu;  // (N*K, F)
   Real aux = 0;
-  void resize(int64_t N, int C, int E, int K);
+  void resize(int64_t N, int C, int E, int K, int F = 0);  // F: the MLP width, 0: 4C
 };
 
 template <typename Real>

@@ -31,8 +31,8 @@ std::array<Range, 3> c_attn_head_rows(int C, int n_head, int h0, int h1) {
 }
 
 double count_params(const GPTConfig& c) {
-  const double C = c.n_embd, E = c.n_expert;
-  const double mlp = 2 * 4 * C * C + 4 * C + C;                  // c_fc, c_proj with biases
+  const double C = c.n_embd, E = c.n_expert, F = c.ffn_hidden();
+  const double mlp = 2 * F * C + F + C;                          // c_fc, c_proj with biases
   const double attn = 3 * C * C + 3 * C + C * C + C + 4 * C;     // c_attn, c_proj, ln_1, ln_2
   double total = double(c.vocab_size) * C + double(c.block_size) * C + 2 * C;  // wte, wpe, ln_f
   // Blocks l with l % moe_every == 0 are MoE.
@@ -43,6 +43,7 @@ double count_params(const GPTConfig& c) {
 ParamTable::ParamTable(const GPTConfig& config) : config_(config) {
   config.validate();
   const int64_t C = config.n_embd, V = config.vocab_size, T = config.block_size;
+  const int64_t F = config.ffn_hidden();
   const double proj_std = kInitStd / std::sqrt(2.0 * config.n_layer);
   using R = ParamRole;
   add("transformer.wte.weight", R::kTokenEmbedding, {V, C}, InitKind::kNormal, kInitStd, -1);
@@ -55,12 +56,12 @@ ParamTable::ParamTable(const GPTConfig& config) : config_(config) {
     if (config.is_moe_layer(l)) {
       add_linear(block_name(l, "mlp.router"), R::kRouter, config.n_expert, C, false, kInitStd, l);
       for (int e = 0; e < config.n_expert; ++e) {
-        add_linear(expert_name(l, e, "c_fc"), R::kFcWeight, 4 * C, C, true, kInitStd, l, e);
-        add_linear(expert_name(l, e, "c_proj"), R::kMlpProjWeight, C, 4 * C, true, proj_std, l, e);
+        add_linear(expert_name(l, e, "c_fc"), R::kFcWeight, F, C, true, kInitStd, l, e);
+        add_linear(expert_name(l, e, "c_proj"), R::kMlpProjWeight, C, F, true, proj_std, l, e);
       }
     } else {
-      add_linear(block_name(l, "mlp.c_fc"), R::kFcWeight, 4 * C, C, true, kInitStd, l);
-      add_linear(block_name(l, "mlp.c_proj"), R::kMlpProjWeight, C, 4 * C, true, proj_std, l);
+      add_linear(block_name(l, "mlp.c_fc"), R::kFcWeight, F, C, true, kInitStd, l);
+      add_linear(block_name(l, "mlp.c_proj"), R::kMlpProjWeight, C, F, true, proj_std, l);
     }
   }
   add_layernorm("transformer.ln_f", C, -1);

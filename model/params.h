@@ -9,7 +9,8 @@
 // keyed by (seed, name, element index), so init_slice gives exactly the same
 // values as the corresponding part of init_all.
 //
-// Size letters: C n_embd, T block_size, V vocab, E experts.
+// Size letters: C n_embd, T block_size, V vocab, E experts, F the MLP width
+// (GPTConfig::ffn_hidden(), 4C by default).
 #pragma once
 
 #include <array>

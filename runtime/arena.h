@@ -15,8 +15,9 @@
 
 namespace shardlab {
 
-enum class MemKind : uint8_t { kParam, kGrad, kOptimizer, kActivation, kComm, kOther };
-inline constexpr int kNumMemKinds = 6;
+// kOptimizer: AdamW's moments; kMaster: the fp32 master weights of a bf16 model.
+enum class MemKind : uint8_t { kParam, kGrad, kOptimizer, kMaster, kActivation, kComm, kOther };
+inline constexpr int kNumMemKinds = 7;
 const char* mem_kind_name(MemKind k);  // "param", "grad", ...
 
 class Arena {

@@ -49,6 +49,8 @@ void add_profiles_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 // The per-device table of a train report (train's and verify's summaries).
 void print_device_table(const nlohmann::json& report);
+// Peak bytes by kind of every device of report["devices"] (called by print_device_table).
+void print_memory_table(const nlohmann::json& devices);
 void add_verify_command(CLI::App& app);
 
 }  // namespace shardlab::cli

@@ -87,6 +87,7 @@ void print_summary(const train::TrainOptions& o, const Cluster& cluster, const t
   const auto& s = report["summary"];
   fmt::print("model: {} ({} parameters), {}batch {} x {} tokens\n", o.model.to_string(), r.n_params,
              o.phantom ? "" : "data " + o.data + ", ", o.model.batch_size, o.model.block_size);
+  if (o.model.vocab_padded()) fmt::print("{}\n", model::vocab_padding_note(o.model, o.parallel.tp));
   if (o.phantom) {
     fmt::print("phantom run: shapes only, every kernel, collective, transfer and allocation timed, no "
                "arithmetic (losses not computed, gradient clipping assumed on)\n{}{}\n",
@@ -141,6 +142,19 @@ int run_train(TrainFlags& f) {
 
 }  // namespace
 
+// Peak bytes by kind per device; master: the fp32 master weights of a bf16 model.
+void print_memory_table(const nlohmann::json& devices) {
+  fmt::print("{:>4}  {:>12} {:>12} {:>12} {:>12} {:>12}  (peak memory by kind)\n", "rank", "params", "grads",
+             "master", "adam m+v", "activations");
+  for (const auto& d : devices) {
+    if (devices.size() > 32 && (d["coords"]["tp"].get<int>() != 0 || d["coords"]["dp"].get<int>() != 0)) continue;
+    const auto& k = d["peak_bytes_by_kind"];
+    auto b = [&](const char* kind) { return format_bytes(k[kind].get<uint64_t>()); };
+    fmt::print("{:>4}  {:>12} {:>12} {:>12} {:>12} {:>12}\n", d["rank"].get<int>(), b("param"), b("grad"),
+               b("master"), b("optimizer"), b("activation"));
+  }
+}
+
 void print_device_table(const nlohmann::json& report) {
   const auto& devices = report["devices"];
   const double steps = std::max<size_t>(1, report["steps"].size());
@@ -166,6 +180,7 @@ void print_device_table(const nlohmann::json& report) {
   fmt::print("(per step; exposed = communication not hidden under compute; fb idle = compute idle share of the\n"
              " forward-backward phase, the stage's bubble){}\n",
              per_stage ? fmt::format(";\n {} devices: one row per pipeline stage, every device in --report", devices.size()) : "");
+  print_memory_table(devices);
   if (!report.contains("moe")) return;
   for (const auto& m : report["moe"]) {
     const auto& tokens = m["tokens_per_expert"].back();

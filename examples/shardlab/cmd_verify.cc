@@ -27,6 +27,7 @@ void print_table(const train::TrainOptions& o, const collectives::DeviceMesh& me
                  const train::VerifyResult& r, const train::VerifyOptions& vo) {
   fmt::print("shardlab verify: {} ({} devices) against the unsharded model, {} steps, {}\n", mesh.to_string(),
              mesh.size(), o.steps, o.model.to_string());
+  if (o.model.vocab_padded()) fmt::print("{}; the reference uses the same rows\n", model::vocab_padding_note(o.model, o.parallel.tp));
   fmt::print("{:>6} {:>16} {:>16} {:>12}\n", "step", "loss", "reference", "rel diff");
   for (size_t s = 0; s < r.loss_rel_diff.size(); ++s)
     fmt::print("{:>6} {:>16.9f} {:>16.9f} {:>12.3e}\n", s, r.sharded_loss[s], r.reference_loss[s], r.loss_rel_diff[s]);

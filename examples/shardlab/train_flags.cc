@@ -8,14 +8,27 @@
 #include "runtime/units.h"
 
 namespace shardlab::cli {
+namespace {
+
+std::string preset_list() {
+  std::string out;
+  for (const std::string& name : model::preset_names()) out += (out.empty() ? "" : ", ") + name;
+  return out;
+}
+
+}  // namespace
 
 void TrainFlags::add(CLI::App* sub) {
   add_common_flags(sub, common);
-  sub->add_option("--model", model, "Model preset: nano, tiny, small")->capture_default_str();
+  sub->add_option("--model", model, "Model preset: " + preset_list())->capture_default_str();
   sub->add_option("--layers", layers, "Transformer blocks (overrides the preset)");
   sub->add_option("--heads", heads, "Attention heads");
   sub->add_option("--embd", embd, "Embedding width C");
-  sub->add_option("--vocab", vocab, "Vocabulary size");
+  sub->add_option("--vocab", vocab, "Vocabulary size (tokens; never padded unless asked)");
+  sub->add_option("--ffn,--ffn-hidden-size", ffn, "MLP hidden width (default 4 x --embd)");
+  sub->add_option("--make-vocab-size-divisible-by", vocab_divisible_by,
+                  "Pad the vocabulary to a multiple of N x --tp, as Megatron (default: 128 for the "
+                  "published presets, none for nano/tiny/small and an explicit --vocab)");
   sub->add_option("--seq", seq, "Sequence length = position table size");
   sub->add_option("--batch", batch, "Global batch in sequences");
   sub->add_option("--experts", experts, "MoE experts per MoE block (0 = dense)")->capture_default_str();
@@ -69,27 +82,40 @@ void TrainFlags::add(CLI::App* sub) {
   sub->add_option("--corrupt-shard", corrupt_shard, "NAME:RANK (testing verify)")->group("");
 }
 
-train::TrainOptions TrainFlags::options() const {
-  train::TrainOptions o;
-  o.model = model::preset(model);
+model::GPTConfig TrainFlags::model_config() const {
+  const model::PresetInfo& info = model::preset_info(model);
+  model::GPTConfig c = info.config;
   auto set = [](int& field, int value) {
     if (value != 0) field = value;
   };
-  set(o.model.n_layer, layers);
-  set(o.model.n_head, heads);
-  set(o.model.n_embd, embd);
-  set(o.model.vocab_size, vocab);
-  set(o.model.block_size, seq);
-  set(o.model.batch_size, batch);
+  set(c.n_layer, layers);
+  set(c.n_head, heads);
+  set(c.n_embd, embd);
+  set(c.vocab_size, vocab);
+  set(c.block_size, seq);
+  set(c.batch_size, batch);
   for (auto [flag, v] : {std::pair{"--layers", layers}, std::pair{"--heads", heads}, std::pair{"--embd", embd},
                          std::pair{"--vocab", vocab}, std::pair{"--seq", seq}, std::pair{"--batch", batch}}) {
     if (v < 0) throw ConfigError(fmt::format("{} must be positive (got {})", flag, v));
   }
-  o.model.n_expert = experts;
-  o.model.top_k = top_k;
-  o.model.moe_every = moe_every;
-  o.model.aux_coef = aux_coef >= 0 ? aux_coef : (experts > 0 ? 0.01 : 0.0);
-  o.model.capacity_factor = capacity_factor;
+  if (ffn && *ffn <= 0)
+    throw ConfigError(fmt::format("--ffn must be positive (got {}; leave it out for 4 x --embd)", *ffn));
+  c.n_ffn = ffn.value_or(0);
+  c.n_expert = experts;
+  c.top_k = top_k;
+  c.moe_every = moe_every;
+  c.aux_coef = aux_coef >= 0 ? aux_coef : (experts > 0 ? 0.01 : 0.0);
+  c.capacity_factor = capacity_factor;
+  if (vocab_divisible_by && *vocab_divisible_by < 1)
+    throw ConfigError(fmt::format("--make-vocab-size-divisible-by must be at least 1 (got {})", *vocab_divisible_by));
+  const int multiple = vocab_divisible_by.value_or(info.pads_vocab && vocab == 0 ? 128 : 0);
+  if (multiple > 0 && tp >= 1 && c.vocab_size >= 2) c = model::with_padded_vocab(c, multiple, tp);
+  return c;
+}
+
+train::TrainOptions TrainFlags::options() const {
+  train::TrainOptions o;
+  o.model = model_config();
   o.steps = steps;
   o.seed = seed;
   o.adam = {lr, beta1, beta2, eps, weight_decay};

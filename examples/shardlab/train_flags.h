@@ -2,6 +2,7 @@
 // hardware. Parsed into TrainOptions and ClusterOptions.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -16,6 +17,8 @@ struct TrainFlags {
   CommonFlags common;
   std::string model = "tiny";
   int layers = 0, heads = 0, embd = 0, vocab = 0, seq = 0, batch = 0;  // 0: the preset's
+  std::optional<int> ffn;                  // --ffn / --ffn-hidden-size; unset: 4 x embd
+  std::optional<int> vocab_divisible_by;  // --make-vocab-size-divisible-by; unset: the preset's rule
   int experts = 0, top_k = 2, moe_every = 1;
   double aux_coef = -1;  // <0: 0.01 when experts > 0
   double capacity_factor = 0;
@@ -37,6 +40,9 @@ struct TrainFlags {
   void add(CLI::App* sub);
   // Throws ConfigError for anything out of range.
   train::TrainOptions options() const;
+  // The shape flags over the preset: sizes, --ffn, the MoE fields, and the
+  // vocabulary padding (which needs --tp).
+  model::GPTConfig model_config() const;
   ClusterOptions cluster_options() const;
 };
 

@@ -18,10 +18,10 @@ void check_tensor_parallel(const model::GPTConfig& cfg, int tp, bool sp) {
          " (attention heads are split over TP ranks)");
   if (cfg.vocab_size % tp != 0)
     fail("must divide --vocab " + std::to_string(cfg.vocab_size) +
-         " (the vocabulary is split over TP ranks; padding is not implemented)");
-  if ((4 * cfg.n_embd) % tp != 0)
-    fail("must divide 4 x --embd = " + std::to_string(4 * cfg.n_embd) +
-         " (the MLP width is split over TP ranks)");
+         " (the vocabulary is split over TP ranks; --make-vocab-size-divisible-by N pads it)");
+  if (cfg.ffn_hidden() % tp != 0)
+    fail("must divide the MLP width " + std::string(cfg.n_ffn > 0 ? "--ffn = " : "4 x --embd = ") +
+         std::to_string(cfg.ffn_hidden()) + " (the MLP width is split over TP ranks)");
   if (sp && cfg.block_size % tp != 0)
     fail("must divide --seq " + std::to_string(cfg.block_size) +
          " with --sp (sequences are split over TP ranks)");

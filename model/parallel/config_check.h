@@ -21,7 +21,7 @@ struct ParallelShape {
   int dp = 1;  // the data-parallel ranks ep must divide
 };
 
-// tp >= 1 dividing --heads, --vocab and 4·--embd; --sp needs tp >= 2 and tp
+// tp >= 1 dividing --heads, --vocab and the MLP width (--ffn, 4·--embd by default); --sp needs tp >= 2 and tp
 // dividing --seq; the pipeline stages (check_stage_layers); ep >= 1, ep > 1
 // only for MoE, dividing --experts and dp.
 void check_parallel_shape(const model::GPTConfig& config, const ParallelShape& shape);

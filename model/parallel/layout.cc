@@ -16,7 +16,7 @@ ShardLayout::ShardLayout(const GPTConfig& cfg, int tp, int rank, LayoutFilter fi
   SHARDLAB_CHECK(filter_.layers.empty() || int(filter_.layers.size()) == cfg.n_layer,
                  "layout filter: one entry per layer");
   const ParamTable table(cfg);
-  const int64_t C = cfg.n_embd, V = cfg.vocab_size, F = 4 * C;
+  const int64_t C = cfg.n_embd, V = cfg.vocab_size, F = cfg.ffn_hidden();
   const int64_t Vl = V / tp, Cl = C / tp, Fl = F / tp;
   const int NHl = cfg.n_head / tp;
   const auto qkv = model::c_attn_head_rows(cfg.n_embd, cfg.n_head, rank * NHl, (rank + 1) * NHl);

@@ -109,7 +109,7 @@ void ShardedGPT::set_micro_batch(int B, int T) {
   const int tp = tp_group_.size();
   if (ctx_.sp && T % tp != 0)
     throw ConfigError(fmt::format("sequence length {} must be divisible by --tp {} with --sp", T, tp));
-  dims_ = TpDims{{B, T, config_.n_embd, config_.n_head}, tp, ctx_.sp, ep_group_ ? ep_group_->size() : 1};
+  dims_ = TpDims{{B, T, config_.n_embd, config_.n_head, config_.ffn_hidden()}, tp, ctx_.sp, ep_group_ ? ep_group_->size() : 1};
   const int64_t N = dims_.N(), Nr = dims_.rows(), C = dims_.C;
   for (Pool& pool : pools_) pool = Pool{};
   scratch_.resize(dims_, config_);

@@ -40,10 +40,12 @@ DeviceSetup::DeviceSetup(const DeviceProgram& p, Device& dev)
   optimizer.emplace(dev, *model, *dp, ctx.group(norm_dims(par)),
                     NormCounting{coords.tp == 0, coords.pp == 0, ctx.group("ep").rank() == 0, par.zero >= 2},
                     &ctx.group("pp"));
-  // Modeled memory of the buffers the model and data parallelism hold.
+  // Modeled memory of the buffers the model and data parallelism hold: the
+  // weights at the device precision, the gradients as fp32 main gradients.
   weights_ = dev.alloc("parameters", {static_cast<int64_t>(model->params().size())}, MemKind::kParam,
                        /*phantom=*/true);
-  grads_ = dev.alloc("gradients", {dp->held_grad_elements()}, MemKind::kGrad, /*phantom=*/true);
+  grads_ = Tensor(dev.arena(), "gradients", {dp->held_grad_elements()}, MemKind::kGrad, Precision::kFp32,
+                  /*phantom=*/true);
   const coll::ProcessGroup& pipeline = ctx.group("pp");
   executor.emplace(dev, *stage, step_schedule(p.options)[size_t(coords.pp)],
                    std::vector<int>(pipeline.members().begin(), pipeline.members().end()), micro_batches);

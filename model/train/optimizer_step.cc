@@ -30,7 +30,7 @@ ShardedAdamW::ShardedAdamW(Device& dev, parallel::LocalModel& model, parallel::D
   v_ = Tensor(dev.arena(), "adamw.exp_avg_sq", {owned}, MemKind::kOptimizer, Precision::kFp32,
               phantom);
   if (dev.precision() == Precision::kBf16)
-    master_ = Tensor(dev.arena(), "master weights", {owned}, MemKind::kOptimizer, Precision::kFp32,
+    master_ = Tensor(dev.arena(), "master weights", {owned}, MemKind::kMaster, Precision::kFp32,
                      /*phantom=*/true);
 }
 
@@ -55,9 +55,8 @@ double ShardedAdamW::global_norm() {
     for_ranges(dp_.sharded_grads() ? dp_.owned() : all, [&](int64_t lo, int64_t cnt, int64_t, const ShardSpec& s) {
     if (counting_.counts(s)) sq += model::sum_squares(grads.data() + lo, cnt);
   });
-  const int elem = element_size(dev_.precision());
-  dev_.run(dev_.compute(), "grad_norm",
-           model::sum_squares_cost(dp_.sharded_grads() ? dp_.owned_elements() : n, elem));
+  dev_.run(dev_.compute(), "grad_norm",  // over the fp32 main gradients
+           model::sum_squares_cost(dp_.sharded_grads() ? dp_.owned_elements() : n, parallel::kGradElemBytes));
   float part = static_cast<float>(sq);
   if (stage_group_) {
     sq = pipeline_sum(part);
@@ -107,7 +106,7 @@ double ShardedAdamW::step(const model::AdamWHyper& h, int step, double max_norm)
   });
   const int elem = element_size(dev_.precision());
   const int64_t owned = dp_.owned_elements();
-  if (clip < 1) dev_.run(dev_.compute(), "grad_clip", model::scale_inplace_cost(owned, elem));
+  if (clip < 1) dev_.run(dev_.compute(), "grad_clip", model::scale_inplace_cost(owned, parallel::kGradElemBytes));
   dev_.run(dev_.compute(), "adamw", model::adamw_update_cost(owned, elem));
   dp_.gather_params(params);
   return norm;

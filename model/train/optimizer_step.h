@@ -4,9 +4,9 @@
 // every data-parallel bucket — followed by ZeRO's parameter all-gather.
 //
 // The AdamW moments are held only for the owned elements (their buffers are
-// the optimizer memory charged to the arena); with a bf16 model the fp32
-// master weights of the owned part are charged too (a phantom tensor: host
-// math is fp32 already).
+// the optimizer memory charged to the arena, MemKind::kOptimizer); with a
+// bf16 model the fp32 master weights of the owned part are charged too, as
+// MemKind::kMaster (a phantom tensor: host math is fp32 already).
 //
 // Thread safety: one instance per device thread.
 #pragma once

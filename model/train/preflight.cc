@@ -1,13 +1,18 @@
 #include "model/train/preflight.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <map>
+#include <tuple>
+
 #include "collectives/mesh.h"
+#include "model/parallel/data/buckets.h"
+#include "model/parallel/data/data_parallel.h"
 #include "model/parallel/layout.h"
 #include "model/parallel/sharded_gpt.h"
+#include "model/parallel/unsharded_model.h"
 #include "runtime/errors.h"
 #include "runtime/units.h"
 
@@ -17,15 +22,68 @@ namespace {
 
 // Beyond this many blocks the per-rank layouts are not built (a lower bound is used).
 constexpr int kMaxLaidOutLayers = 4096;
+constexpr uint64_t kMasterBytes = 4, kMomentBytes = 8;  // fp32 master weights; Adam m and v
 
-// Local parameters of the device at `c`.
-int64_t local_params(const TrainOptions& o, const model::ParamTable& table, const collectives::Coords& c) {
-  if (!runs_sharded(o)) return table.numel();
+// The local tensors of the device at `c`, as DeviceSetup's model holds them.
+std::vector<parallel::ShardSpec> local_shards(const TrainOptions& o, const model::ParamTable& table,
+                                              const collectives::Coords& c) {
+  if (!runs_sharded(o)) return parallel::whole_tensor_shards(table);
   const ParallelOptions& p = o.parallel;
   const parallel::StagePlacement place =
       parallel::StagePlacement{p.pp, p.vpp, c.pp, p.stage_layers}.resolved(o.model);
-  const parallel::ShardLayout layout(o.model, p.tp, c.tp, parallel::rank_filter(o.model, place, p.ep, c.ep));
-  return layout.numel();
+  const parallel::ShardLayout layout(o.model, p.tp, c.tp,
+                                     parallel::rank_filter(o.model, place, p.ep, c.ep));
+  return layout.shards();
+}
+
+int index_in(const std::vector<int>& members, int rank) {
+  return int(std::find(members.begin(), members.end(), rank) - members.begin());
+}
+
+// The bytes of each kind device `rank` holds: DataParallel's bucket plan and
+// ownership, DeviceSetup's and ShardedAdamW's buffers.
+DeviceMemory device_memory(const TrainOptions& o, const collectives::DeviceMesh& mesh, int rank,
+                           const std::vector<parallel::ShardSpec>& shards, int elem) {
+  const ParallelOptions& p = o.parallel;
+  int64_t n = 0;
+  for (const parallel::ShardSpec& s : shards) n += s.numel;
+  const std::vector<Range> experts =
+      p.ep > 1 ? parallel::expert_ranges(shards) : std::vector<Range>{};
+  const parallel::BucketPlan plan =
+      parallel::plan_buckets(parallel::backward_ready_order(shards), experts,
+                             uint64_t(p.bucket_mb * 1e6), parallel::kGradElemBytes);
+  const std::vector<int> dp = mesh.group_ranks(rank, "dp"), edp = mesh.group_ranks(rank, "edp");
+  int64_t owned = 0, largest = 0;
+  for (const Range& r : parallel::owned_ranges(plan, p.zero, int(dp.size()), index_in(dp, rank),
+                                               int(edp.size()), index_in(edp, rank)))
+    owned += r.size;
+  for (const Range& b : plan.buckets) largest = std::max(largest, b.size);
+  DeviceMemory m;
+  m.params = n;
+  m.params_bytes = uint64_t(n) * uint64_t(elem);
+  m.grads_bytes =
+      uint64_t(parallel::held_grad_elements(n, owned, largest, p.zero)) * parallel::kGradElemBytes;
+  m.master_bytes = elem == 2 ? uint64_t(owned) * kMasterBytes : 0;
+  m.optimizer_bytes = uint64_t(owned) * kMomentBytes;
+  return m;
+}
+
+// Too many blocks to lay out every rank: a lower bound for one device.
+MemoryEstimate lower_bound(const TrainOptions& o, int elem) {
+  const ParallelOptions& p = o.parallel;
+  const double total = model::count_params(o.model);
+  const double n = total / (double(p.tp) * p.pp * (o.model.is_moe() ? p.ep : 1));
+  MemoryEstimate e;
+  DeviceMemory& m = e.worst;
+  m.params = int64_t(std::min(n, 9e18 / 18));
+  const auto owned = uint64_t(m.params / (p.zero >= 1 ? p.dp : 1));
+  m.params_bytes = uint64_t(m.params) * uint64_t(elem);
+  m.grads_bytes = (p.zero >= 2 ? owned : uint64_t(m.params)) * parallel::kGradElemBytes;
+  m.master_bytes = elem == 2 ? owned * kMasterBytes : 0;
+  m.optimizer_bytes = owned * kMomentBytes;
+  e.host_bytes =
+      uint64_t(std::min(16 * total, 1.8e19));  // every parameter once: weights, grads, Adam
+  return e;
 }
 
 }  // namespace
@@ -34,54 +92,47 @@ MemoryEstimate estimate_memory(const TrainOptions& o, int elem) {
   const ParallelOptions& p = o.parallel;
   const model::ParamTable table(o.model);
   const collectives::DeviceMesh mesh(p.mesh_shape());
+  std::map<std::tuple<int, int, int>, std::vector<parallel::ShardSpec>> layouts;  // by (tp, pp, ep)
   MemoryEstimate e;
   for (int rank = 0; rank < mesh.size(); ++rank) {
     const collectives::Coords c = mesh.coords(rank);
-    const int64_t n = local_params(o, table, c);
-    // ZeRO: at least 1/dp of each bucket is this rank's (the lower bound).
-    const int64_t owned = p.zero >= 1 ? n / p.dp : n;
-    e.host_bytes += uint64_t(n) * 8 + uint64_t(owned) * 8;  // fp32 params and grads, Adam m and v
-    if (n <= e.local_params) continue;
-    e.local_params = n;
-    e.worst_rank = rank;
-    e.params_bytes = uint64_t(n) * elem;
-    e.grads_bytes = uint64_t(p.zero >= 2 ? n / p.dp : n) * elem;
-    e.optimizer_bytes = uint64_t(owned) * (elem == 2 ? 12 : 8);  // moments (+ fp32 master weights for bf16)
+    auto [it, fresh] = layouts.try_emplace({c.tp, c.pp, c.ep});
+    if (fresh) it->second = local_shards(o, table, c);
+    const DeviceMemory m = device_memory(o, mesh, rank, it->second, elem);
+    // Host: fp32 parameters and gradients, Adam m and v of the owned part.
+    e.host_bytes += uint64_t(m.params) * 8 + m.optimizer_bytes;
+    if (e.devices.empty() || m.total() > e.worst.total()) e.worst_rank = rank, e.worst = m;
+    e.devices.push_back(m);
   }
-  e.device_bytes = e.params_bytes + e.grads_bytes + e.optimizer_bytes;
-  e.host_bytes += uint64_t(p.dp + 1) * uint64_t(table.numel()) * 4;  // the gathered replicas and the result
+  e.host_bytes +=
+      uint64_t(p.dp + 1) * uint64_t(table.numel()) * 4;  // the gathered replicas and the result
   return e;
 }
 
 void check_memory(const TrainOptions& o, uint64_t capacity, int elem, uint64_t host_memory) {
   const uint64_t budget = host_memory / 10 * 8;
-  const double total = model::count_params(o.model);
-  MemoryEstimate e;
-  if (o.model.n_layer <= kMaxLaidOutLayers) {
-    e = estimate_memory(o, elem);
-  } else {  // too many blocks to lay out every rank: a lower bound per device
-    const ParallelOptions& p = o.parallel;
-    const double n = total / (double(p.tp) * p.pp * (o.model.is_moe() ? p.ep : 1));
-    e.local_params = int64_t(std::min(n, 9e18 / 16));
-    e.params_bytes = e.grads_bytes = uint64_t(e.local_params) * elem;
-    e.optimizer_bytes = uint64_t(e.local_params / (p.zero >= 1 ? p.dp : 1)) * (elem == 2 ? 12 : 8);
-    e.device_bytes = e.params_bytes + e.grads_bytes + e.optimizer_bytes;
-    e.host_bytes = uint64_t(std::min(16 * total, 1.8e19));  // every parameter once: weights, grads, Adam
-  }
-  if (e.device_bytes > capacity) {
+  const MemoryEstimate e =
+      o.model.n_layer <= kMaxLaidOutLayers ? estimate_memory(o, elem) : lower_bound(o, elem);
+  const DeviceMemory& w = e.worst;
+  if (w.total() > capacity) {
     const collectives::DeviceMesh mesh(o.parallel.mesh_shape());
-    throw ConfigError(fmt::format(
-        "device {} ({}): out of memory before any activation: parameters {}, gradients {} and optimizer "
-        "state {} need {}, more than its capacity {}",
-        e.worst_rank, mesh.describe(e.worst_rank), format_bytes(e.params_bytes), format_bytes(e.grads_bytes),
-        format_bytes(e.optimizer_bytes), format_bytes(e.device_bytes), format_bytes(capacity)));
+    const std::string master =
+        w.master_bytes > 0 ? fmt::format(", fp32 master weights {}", format_bytes(w.master_bytes))
+                           : "";
+    throw ConfigError(
+        fmt::format("device {} ({}): out of memory before any activation: parameters {}, gradients "
+                    "{}{} and optimizer "
+                    "state {} need {}, more than its capacity {}",
+                    e.worst_rank, mesh.describe(e.worst_rank), format_bytes(w.params_bytes),
+                    format_bytes(w.grads_bytes), master, format_bytes(w.optimizer_bytes),
+                    format_bytes(w.total()), format_bytes(capacity)));
   }
   if (!o.phantom && e.host_bytes > budget) {  // a phantom run holds no parameter on the host
-    throw ConfigError(fmt::format(
-        "a real run of this model needs at least {} of host memory for the parameters, gradients and optimizer "
-        "state of its {} devices (activations come on top), and this machine has {}: use a smaller model, "
-        "or --phantom to time it without the math",
-        format_bytes(e.host_bytes), o.parallel.world(), format_bytes(host_memory)));
+    throw ConfigError(
+        fmt::format("a real run of this model needs at least {} of host memory for the parameters, "
+                    "gradients and optimizer state of its {} devices (activations come on top), and "
+                    "this machine has {}: use a smaller model, or --phantom to time it without the math",
+                    format_bytes(e.host_bytes), o.parallel.world(), format_bytes(host_memory)));
   }
 }
 

@@ -1,30 +1,47 @@
 // Checks made before any thread starts, so that an oversized run never
 // reaches the host allocator: the modeled out-of-memory of a device whose
-// parameters, gradients and optimizer state alone exceed its capacity, and
-// a real run whose host buffers would not fit this machine's memory.
+// parameters, gradients, master weights and optimizer state alone exceed its
+// capacity, and a real run whose host buffers would not fit this machine's
+// memory.
+//
+// The per-device figures are exactly what the run's arena holds of each kind
+// (tests/model/train/memory_kinds_test.cc): parameters at the device
+// precision (4 B fp32, 2 B bf16), fp32 main gradients (4 B; ZeRO-2: the
+// owned chunks plus the largest bucket), fp32 master weights of the owned
+// elements (bf16 only) and AdamW's two fp32 moments of the owned elements
+// (8 B). Owned: everything without ZeRO, chunk r of every bucket with it
+// (model/parallel/data/buckets.h).
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "model/train/trainer.h"
 
 namespace shardlab::train {
 
-struct MemoryEstimate {
-  int64_t local_params = 0;    // the largest parameter count a device holds
-  int worst_rank = 0;          // a device holding that many
-  uint64_t device_bytes = 0;   // its modeled parameters + gradients + optimizer state (a lower bound)
-  uint64_t params_bytes = 0, grads_bytes = 0, optimizer_bytes = 0;
-  uint64_t host_bytes = 0;     // host buffers of every device's parameters, gradients and Adam state
+struct DeviceMemory {
+  int64_t params = 0;  // local parameters
+  uint64_t params_bytes = 0, grads_bytes = 0, master_bytes = 0, optimizer_bytes = 0;
+  uint64_t total() const { return params_bytes + grads_bytes + master_bytes + optimizer_bytes; }
 };
 
-// Counts each device's local parameters from the sharding rules (no buffer
-// is allocated). `elem`: modeled bytes per element (4 fp32, 2 bf16).
+struct MemoryEstimate {
+  std::vector<DeviceMemory> devices;  // by rank (empty when too large to lay out: worst only)
+  int worst_rank = 0;                 // a device holding the most bytes
+  DeviceMemory worst;
+  uint64_t host_bytes = 0;  // host buffers of every device's parameters, gradients and Adam state
+};
+
+// Counts each device's local parameters from the sharding rules and its
+// buckets from the data-parallel plan (no buffer is allocated). `elem`:
+// modeled bytes of a parameter (4 fp32, 2 bf16).
 MemoryEstimate estimate_memory(const TrainOptions& options, int elem);
 
-// Throws ConfigError: "device R (TP(2)-...): parameters ..., gradients ...
-// and optimizer state ... need X, more than its capacity Y", or "a real run
-// needs about X of host memory ... this machine has Y".
+// Throws ConfigError: "device R (TP(2)-...): out of memory before any
+// activation: parameters ..., gradients ... and optimizer state ... need X,
+// more than its capacity Y" (with the master weights under bf16), or "a real
+// run needs about X of host memory ... this machine has Y".
 void check_memory(const TrainOptions& options, uint64_t device_capacity, int elem,
                   uint64_t host_memory);
 

@@ -100,6 +100,7 @@ nlohmann::json report_json(const TrainOptions& o, const Cluster& cluster, const 
   j["config"]["profile"] = cluster.profile().name;
   j["config"]["devices"] = cluster.world_size();
   j["config"]["precision"] = precision_name(cluster.options().precision);
+  if (o.model.vocab_padded()) j["config"]["model"]["vocab_padding"] = model::vocab_padding_note(o.model, o.parallel.tp);
   j["steps"] = nlohmann::json::array();
   for (const auto& s : r.steps) {
     j["steps"].push_back({{"step", s.step}, {"loss", s.loss}, {"ce_loss", s.ce}, {"aux_loss", s.aux},

@@ -14,6 +14,7 @@
 #include "model/train/fold.h"
 #include "collectives/mesh.h"
 #include "model/parallel/config_check.h"
+#include "model/train/model_json.h"
 #include "model/train/preflight.h"
 #include "model/train/shard_io.h"
 #include "runtime/errors.h"
@@ -51,11 +52,7 @@ void TrainOptions::validate() const {
 }
 
 nlohmann::json TrainOptions::to_json() const {
-  return {{"model",
-           {{"layers", model.n_layer}, {"heads", model.n_head}, {"embd", model.n_embd},
-            {"seq", model.block_size}, {"vocab", model.vocab_size}, {"experts", model.n_expert},
-            {"top_k", model.top_k}, {"moe_every", model.moe_every}, {"aux_coef", model.aux_coef},
-            {"capacity_factor", model.capacity_factor}}},
+  return {{"model", model_json(model)},
           {"batch", model.batch_size},
           {"steps", steps},
           {"seed", seed},
@@ -105,6 +102,7 @@ double flops_per_token(const model::ParamTable& table) {
 // Checks every tensor of the model against the file before any thread starts.
 void check_init(const model::SafetensorsFile& f, const model::ParamTable& table) {
   for (const auto& s : table.specs()) f.get(s.name, s.shape);
+  check_checkpoint_model(f, table.config());
 }
 
 }  // namespace
@@ -323,7 +321,7 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
   std::optional<model::BatchSampler> sampler;
   if (!o.phantom) {
     data = std::make_shared<const model::TokenData>(
-        model::open_token_data(o.data, mc.vocab_size, mc.block_size, o.seed));
+        model::open_token_data(o.data, mc.token_vocab(), mc.block_size, o.seed));
     sampler.emplace(data, mc.batch_size, mc.block_size, o.sampling, o.seed);
   }
   const model::ParamTable table(mc);

@@ -70,6 +70,33 @@ TEST(TimingTest, Bf16HalvesTheWireTime) {
   for (Time t : ends) EXPECT_EQ(t, want);
 }
 
+// CollOptions::elem_size overrides the device precision on the wire: fp32
+// main gradients (4 bytes) reduced on a bf16 device take the fp32 time, for
+// a fixed algorithm and for the one the tuner picks with that element size.
+TEST(TimingTest, ElemSizeOverridesTheDevicePrecision) {
+  const int n = 4;
+  const size_t count = 4 * 6000;
+  const Time want = 2 * (n - 1) * (latency() + wire(count * 4 / n));
+  for (Algo algo : {Algo::kRing, Algo::kAuto}) {
+    CollOptions fp32_wire{algo, std::nullopt};
+    fp32_wire.elem_size = 4;
+    auto op = [&](const CollOptions& o) {
+      return [&, o](Device& dev, const ProcessGroup& g) {
+        std::vector<float> x(count, 1.f);
+        all_reduce(dev, g, x, ReduceOp::kSum, o);
+      };
+    };
+    const auto bf16 = comm_ends(n, op(fp32_wire), Precision::kBf16);
+    const auto fp32 = comm_ends(n, op(CollOptions{algo, std::nullopt}), Precision::kFp32);
+    const auto plain = comm_ends(n, op(CollOptions{algo, std::nullopt}), Precision::kBf16);
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(bf16[size_t(r)], fp32[size_t(r)]) << "rank " << r;
+      EXPECT_LT(plain[size_t(r)], bf16[size_t(r)]) << "rank " << r << ": bf16 on the wire is faster";
+      if (algo == Algo::kRing) EXPECT_EQ(bf16[size_t(r)], want) << "rank " << r;
+    }
+  }
+}
+
 TEST(TimingTest, UnevenChunksStayWithinTheCeilingBound) {
   const int n = 7;
   const size_t count = 7 * 1000 + 3;

@@ -13,8 +13,7 @@ namespace coll = collectives;
 DataParallel::DataParallel(Device& dev, const coll::ProcessGroup& dp, std::span<float> grads,
                            const std::vector<Range>& ready_order, const DataParallelOptions& options,
                            const ExpertGrads& experts)
-    : dev_(dev), dp_(dp), grads_(grads), options_(options), elem_(element_size(dev.precision())),
-      expert_ranges_(experts.ranges) {
+    : dev_(dev), dp_(dp), grads_(grads), options_(options), expert_ranges_(experts.ranges) {
   SHARDLAB_CHECK(options_.zero >= 0 && options_.zero <= 2);
   SHARDLAB_CHECK(expert_ranges_.empty() || experts.edp != nullptr, "expert ranges need the edp group");
   if (!expert_ranges_.empty()) {
@@ -27,53 +26,18 @@ DataParallel::DataParallel(Device& dev, const coll::ProcessGroup& dp, std::span<
   plan(ready_order);
 }
 
-bool DataParallel::in_experts(const Range& r) const {
-  for (const Range& e : expert_ranges_) {
-    const int64_t lo = std::max(r.begin, e.begin), hi = std::min(r.begin + r.size, e.begin + e.size);
-    if (hi <= lo) continue;
-    SHARDLAB_CHECK(lo == r.begin && hi == r.begin + r.size, "a ready range straddles expert and other tensors");
-    return true;
-  }
-  return false;
-}
-
 void DataParallel::plan(const std::vector<Range>& ready_order) {
-  // Consecutive ranges fill a bucket until it holds bucket_bytes; a range not
-  // adjacent to the open bucket, or of the other kind (expert or not), closes it.
-  Range open{0, 0};
-  bool open_expert = false;
-  auto close = [&] {
-    layout_.push_back(open);
-    expert_bucket_.push_back(open_expert);
-    open = {0, 0};
-  };
-  for (const Range& r : ready_order) {
-    if (r.size <= 0) continue;
-    const bool expert = in_experts(r);
-    const bool adjacent = open.size > 0 && (r.begin + r.size == open.begin || open.begin + open.size == r.begin);
-    if (open.size > 0 && (!adjacent || expert != open_expert)) close();
-    open = open.size == 0 ? r : Range{std::min(open.begin, r.begin), open.size + r.size};
-    open_expert = expert;
-    if (uint64_t(open.size) * elem_ >= options_.bucket_bytes) close();
-  }
-  if (open.size > 0) close();
+  BucketPlan plan = plan_buckets(ready_order, expert_ranges_, options_.bucket_bytes, kGradElemBytes);
   int64_t covered = 0;
-  for (const Range& b : layout_) covered += b.size;
+  for (const Range& b : plan.buckets) covered += b.size;
   SHARDLAB_CHECK(covered == static_cast<int64_t>(grads_.size()), "ready order must cover every gradient once");
+  const coll::ProcessGroup& edp = edp_ ? *edp_ : dp_;
+  owned_ = owned_ranges(plan, options_.zero, dp_.size(), dp_.rank(), edp.size(), edp.rank());
+  for (const Range& r : owned_) owned_elements_ += r.size;
+  layout_ = std::move(plan.buckets);
+  expert_bucket_ = std::move(plan.expert);
   ready_.assign(layout_.size(), 0);
   launched_.assign(layout_.size(), false);
-  for (size_t i = 0; i < layout_.size(); ++i) {
-    const Range& b = layout_[i];
-    if (options_.zero == 0) {
-      owned_.push_back(b);
-    } else {
-      const coll::ProcessGroup& g = group_of(i);
-      const auto c = coll::chunk_range(static_cast<size_t>(b.size), g.size(), g.rank());
-      if (c.size > 0) owned_.push_back({b.begin + static_cast<int64_t>(c.begin), static_cast<int64_t>(c.size)});
-    }
-  }
-  std::sort(owned_.begin(), owned_.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
-  for (const Range& r : owned_) owned_elements_ += r.size;
 }
 
 void DataParallel::begin_step() {
@@ -104,6 +68,7 @@ void DataParallel::launch(size_t i) {
   const coll::ReduceOp op = expert_bucket_[i] ? coll::ReduceOp::kSum : coll::ReduceOp::kAvg;
   coll::CollOptions opt;
   opt.after = dev_.compute().record();  // the bucket exists once backward produced it
+  opt.elem_size = kGradElemBytes;       // fp32 main gradients on the wire
   if (sharded_grads()) {
     const auto chunk = coll::chunk_range(n, g.size(), g.rank());
     works_.push_back(coll::ireduce_scatter(dev_, g, coll::ConstBuffer(p, n),
@@ -136,7 +101,7 @@ void DataParallel::scale_expert_buckets() {
     total += r.size;
   }
   const double n = static_cast<double>(total);
-  dev_.run(dev_.compute(), "ep.grad_scale", OpCost{n, 2 * n * elem_});
+  dev_.run(dev_.compute(), "ep.grad_scale", OpCost{n, 2 * n * kGradElemBytes});
 }
 
 void DataParallel::gather_params(std::span<float> params) {
@@ -159,13 +124,12 @@ void DataParallel::gather_params(std::span<float> params) {
 uint64_t DataParallel::largest_bucket_bytes() const {
   int64_t m = 0;
   for (const Range& b : layout_) m = std::max(m, b.size);
-  return uint64_t(m) * elem_;
+  return uint64_t(m) * kGradElemBytes;
 }
 
 int64_t DataParallel::held_grad_elements() const {
-  const auto n = static_cast<int64_t>(grads_.size());
-  if (!sharded_grads()) return n;
-  return std::min(n, owned_elements_ + static_cast<int64_t>(largest_bucket_bytes() / elem_));
+  const auto largest = static_cast<int64_t>(largest_bucket_bytes() / kGradElemBytes);
+  return parallel::held_grad_elements(static_cast<int64_t>(grads_.size()), owned_elements_, largest, options_.zero);
 }
 
 std::vector<Range> backward_ready_order(const std::vector<ShardSpec>& shards) {

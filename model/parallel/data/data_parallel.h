@@ -4,7 +4,7 @@
 // Buckets. The layout is planned once from the order in which backward
 // finishes the gradients (ln_f, the last block, ..., the first block, wte,
 // wpe: backward_ready_order): consecutive ranges fill a bucket until it holds
-// bucket_bytes (modeled). During backward each block reports its gradients as
+// bucket_bytes (modeled, fp32 main gradients: buckets.h). During backward each block reports its gradients as
 // final (OpSink::grads_ready); a bucket whose elements are all final is
 // launched on the communication stream, starting when the compute stream has
 // produced it, so it overlaps the backward of the earlier layers (PyTorch
@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "collectives/collectives.h"
+#include "model/parallel/data/buckets.h"
 #include "model/parallel/local_model.h"
 #include "runtime/device.h"
 
@@ -84,7 +85,7 @@ class DataParallel {
 
   int zero() const { return options_.zero; }
   bool sharded_grads() const { return options_.zero >= 2; }
-  uint64_t largest_bucket_bytes() const;
+  uint64_t largest_bucket_bytes() const;  // modeled bytes of fp32 gradients
   // Gradient elements a rank of this scheme holds: all of them, or with
   // ZeRO-2 its owned chunks plus the largest bucket while it is reduced (the
   // host keeps the whole buffer; this is what a device would hold).
@@ -93,7 +94,6 @@ class DataParallel {
  private:
   void plan(const std::vector<Range>& ready_order);
   void launch(size_t bucket);
-  bool in_experts(const Range& r) const;
   const collectives::ProcessGroup& group_of(size_t bucket) const {
     return expert_bucket_[bucket] ? *edp_ : dp_;
   }
@@ -104,7 +104,6 @@ class DataParallel {
   collectives::ProcessGroup dp_;
   std::span<float> grads_;
   DataParallelOptions options_;
-  int elem_;
   std::optional<collectives::ProcessGroup> edp_;
   std::vector<Range> expert_ranges_;      // sorted
   std::vector<bool> expert_bucket_;       // (buckets)

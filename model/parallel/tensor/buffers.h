@@ -3,7 +3,7 @@
 //
 // Size letters: B batch, T time, N = B·T, Nr residual rows on this rank (N/tp
 // with SP, else N), C n_embd, NHl local heads, HS head size, Cl = NHl·HS,
-// Fl = 4C/tp, E experts, K top-k, M kept MoE assignments, Rx expert rows.
+// Fl = F/tp (F the MLP width, 4C by default), E experts, K top-k, M kept MoE assignments, Rx expert rows.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +28,7 @@ struct TpDims : model::Dims {
   int64_t row0(int rank) const { return sp ? rank * rows() : 0; }  // first global row held
   int NHl() const { return NH / tp; }
   int Cl() const { return NHl() * HS(); }
-  int Fl() const { return 4 * C / tp; }
+  int Fl() const { return ffn() / tp; }
 };
 
 // Rows the expert MLPs of one rank may process: N*K, or with expert

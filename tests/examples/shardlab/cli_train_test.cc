@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <memory>
 #include <set>
@@ -203,6 +204,75 @@ TEST(CliTrain, HelpListsTheSyntheticTasks) {
   auto r = run_cli("train --help");
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("synthetic:markov"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace shardlab
+
+namespace shardlab {
+namespace {
+
+TEST(CliShapes, FfnWidthFlagAndBadValues) {
+  // tiny with a 384-wide MLP: 4 blocks x (2 x 128 x 128 + 128) fewer parameters than 867072.
+  const auto j = train_report("--model tiny --ffn-hidden-size 384 --steps 1", "ffn384");
+  EXPECT_EQ(j["config"]["model"]["ffn"], 384);
+  EXPECT_EQ(j["summary"]["n_params"], 867072 - 4 * (2 * 128 * 128 + 128));
+  EXPECT_EQ(train_report("--model tiny --steps 1", "ffn_default")["config"]["model"]["ffn"], 512);
+  expect_usage_error("train --model tiny --steps 1 --ffn 0", "--ffn must be positive (got 0");
+  expect_usage_error("train --model tiny --steps 1 --ffn -3", "--ffn must be positive (got -3");
+  expect_usage_error("train --model tiny --steps 1 --ffn 383 --tp 2", "must divide the MLP width --ffn = 383");
+  expect_usage_error("train --model tiny --steps 1 --ffn abc", "--ffn");
+}
+
+TEST(CliShapes, CheckpointsCarryTheShape) {
+  const std::string ckpt = tmp("ffn384.safetensors");
+  ASSERT_EQ(run_cli("train --model tiny --ffn 384 --steps 1 --save " + ckpt).code, 0);
+  const auto meta = nlohmann::json::parse(model::load_safetensors(ckpt).metadata().at(model::kShardlabConfigKey));
+  EXPECT_EQ(meta["model"]["ffn"], 384);
+  EXPECT_EQ(run_cli("train --model tiny --ffn 384 --steps 1 --init " + ckpt).code, 0);
+  expect_usage_error("train --model tiny --steps 1 --init " + ckpt, "transformer.h.0.mlp.c_fc.weight");
+  // A difference no tensor shape shows: the heads.
+  expect_usage_error("train --model tiny --ffn 384 --heads 8 --steps 1 --init " + ckpt,
+                     "the checkpoint has --heads 4, this run 8");
+}
+
+TEST(CliShapes, PresetsAndVocabPadding) {
+  const auto help = run_cli("train --help");
+  for (const char* name : {"gpt3-125m", "gpt3-175b", "megatron-1.7b", "megatron-1t", "nano"})
+    EXPECT_NE(help.out.find(name), std::string::npos) << name;
+  // GPT-3's 50257 tokens padded to a multiple of 128 x tp (a shrunken model, the same vocabulary).
+  const std::string small = "--model gpt3-125m --layers 1 --embd 64 --heads 8 --seq 16 --batch 8 --steps 1";
+  auto r = run_cli("train " + small + " --tp 8");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("vocab 50257 padded to 51200 (Megatron: multiple of 128 x tp 8)"), std::string::npos)
+      << r.out;
+  const auto j = train_report(small, "gpt3_tp1");
+  EXPECT_EQ(j["config"]["model"]["vocab"], 50304);  // 393 x 128
+  EXPECT_EQ(j["config"]["model"]["vocab_unpadded"], 50257);
+  EXPECT_EQ(j["config"]["model"]["vocab_padding"], "vocab 50257 padded to 50304 (Megatron: multiple of 128 x tp 1)");
+  // Explicit --vocab and the toy presets stay unpadded unless asked.
+  EXPECT_EQ(train_report(small + " --vocab 50257", "gpt3_vocab")["config"]["model"]["vocab"], 50257);
+  EXPECT_EQ(train_report("--model tiny --vocab 500 --steps 1", "tiny500")["config"]["model"]["vocab"], 500);
+  EXPECT_EQ(train_report("--model tiny --vocab 500 --make-vocab-size-divisible-by 64 --steps 1", "tiny512")
+                ["config"]["model"]["vocab"],
+            512);
+  expect_usage_error("train --model tiny --steps 1 --make-vocab-size-divisible-by 0",
+                     "--make-vocab-size-divisible-by must be at least 1");
+  expect_usage_error("train --model gpt4 --steps 1", "gpt3-175b");
+}
+
+// GPT-3 175B on one A100 in bf16: 18 bytes per parameter before any activation.
+TEST(CliShapes, Gpt3OnOneGpuIsRefusedWithItsMixedPrecisionBytes) {
+  const double C = 12288, L = 96, V = 50304, T = 2048;
+  const double n = V * C + T * C + 2 * C + L * (12 * C * C + 13 * C);
+  auto gib = [](double bytes) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / double(1ull << 30));
+    return std::string(buf);
+  };
+  expect_usage_error("train --model gpt3-175b --steps 1 --precision bf16",
+                     "parameters " + gib(2 * n) + ", gradients " + gib(4 * n) + ", fp32 master weights " +
+                         gib(4 * n) + " and optimizer state 1.3 TiB need 2.9 TiB, more than its capacity 80.0 GiB");
 }
 
 }  // namespace

@@ -2,9 +2,11 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "model/config.h"
+#include "model/params.h"
 #include "model/train/trainer.h"
 #include "runtime/cluster.h"
 #include "runtime/profile.h"
@@ -30,8 +32,10 @@ inline TrainOptions small_options(int experts = 0) {
 }
 
 // Trains `o` on a cluster of exactly its devices (the first builtin profile).
-inline TrainResult run(const TrainOptions& o, FabricHooks* hooks = nullptr, bool trace = false) {
+inline TrainResult run(const TrainOptions& o, FabricHooks* hooks = nullptr, bool trace = false,
+                       Precision precision = Precision::kFp32) {
   ClusterOptions c;
+  c.precision = precision;
   c.world_size = o.parallel.world();
   c.hooks = hooks;
   c.trace = trace;
@@ -43,6 +47,29 @@ inline TrainResult run(const TrainOptions& o, FabricHooks* hooks = nullptr, bool
 inline TrainOptions unsharded(TrainOptions o) {
   o.parallel = {};
   return o;
+}
+
+// The buckets of the unsharded model (element counts, in launch order).
+// Backward finishes the tensors from the last in the table to the first
+// (ln_f, the blocks from the last, wpe, wte), and in the unsharded flat
+// buffer they are adjacent, so a bucket is a run of tensors from the end of
+// the buffer, closed once it holds >= bucket_bytes.
+inline std::vector<int64_t> bucket_sizes(const model::ParamTable& table, double bucket_bytes) {
+  std::vector<int64_t> out;
+  int64_t open = 0;
+  for (auto s = table.specs().rbegin(); s != table.specs().rend(); ++s) {
+    open += s->numel;
+    if (double(open) * 4 >= bucket_bytes) out.push_back(open), open = 0;
+  }
+  if (open > 0) out.push_back(open);
+  return out;
+}
+
+// Elements rank r of dp owns: chunk r of each bucket, [n·r/dp, n·(r+1)/dp).
+inline int64_t owned(const std::vector<int64_t>& buckets, int dp, int r) {
+  int64_t sum = 0;
+  for (int64_t n : buckets) sum += n * (r + 1) / dp - n * r / dp;
+  return sum;
 }
 
 // sqrt(sum x^2) in double, in flat order.

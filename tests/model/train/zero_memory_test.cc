@@ -18,31 +18,10 @@
 namespace shardlab::train {
 namespace {
 
+using testing::bucket_sizes;
+using testing::owned;
 using testing::run;
 using testing::small_options;
-
-// The buckets of the unsharded model (element counts, in launch order).
-// Backward finishes the tensors from the last in the table to the first
-// (ln_f, the blocks from the last, wpe, wte), and in the unsharded flat
-// buffer they are adjacent, so a bucket is a run of tensors from the end of
-// the buffer, closed once it holds >= bucket_bytes.
-std::vector<int64_t> bucket_sizes(const model::ParamTable& table, double bucket_bytes) {
-  std::vector<int64_t> out;
-  int64_t open = 0;
-  for (auto s = table.specs().rbegin(); s != table.specs().rend(); ++s) {
-    open += s->numel;
-    if (double(open) * 4 >= bucket_bytes) out.push_back(open), open = 0;
-  }
-  if (open > 0) out.push_back(open);
-  return out;
-}
-
-// Elements rank r of dp owns: chunk r of each bucket, [n·r/dp, n·(r+1)/dp).
-int64_t owned(const std::vector<int64_t>& buckets, int dp, int r) {
-  int64_t sum = 0;
-  for (int64_t n : buckets) sum += n * (r + 1) / dp - n * r / dp;
-  return sum;
-}
 
 TEST(ZeroMemory, GradientAndOptimizerPeaksAreExact) {
   TrainOptions o = small_options(0);

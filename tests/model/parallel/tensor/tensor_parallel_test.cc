@@ -183,8 +183,8 @@ TEST(TensorParallel, ConstraintErrors) {
             "--tp 3: must divide --heads 4 (attention heads are split over TP ranks)");
   c.vocab_size = 66;
   EXPECT_EQ(message(c, 4, false),
-            "--tp 4: must divide --vocab 66 (the vocabulary is split over TP ranks; padding is not "
-            "implemented)");
+            "--tp 4: must divide --vocab 66 (the vocabulary is split over TP ranks; "
+            "--make-vocab-size-divisible-by N pads it)");
   c = testing::small_config(false);
   c.n_head = 8;
   c.block_size = 12;

@@ -1,0 +1,50 @@
+#include "model/train/model_json.h"
+
+#include <fmt/format.h>
+
+#include "runtime/errors.h"
+
+namespace shardlab::train {
+
+nlohmann::json model_json(const model::GPTConfig& m) {
+  return {{"layers", m.n_layer},
+          {"heads", m.n_head},
+          {"embd", m.n_embd},
+          {"seq", m.block_size},
+          {"vocab", m.vocab_size},
+          {"vocab_unpadded", m.token_vocab()},
+          {"make_vocab_size_divisible_by", m.vocab_multiple},
+          {"ffn", m.ffn_hidden()},
+          {"experts", m.n_expert},
+          {"top_k", m.top_k},
+          {"moe_every", m.moe_every},
+          {"aux_coef", m.aux_coef},
+          {"capacity_factor", m.capacity_factor}};
+}
+
+void check_checkpoint_model(const model::SafetensorsFile& file, const model::GPTConfig& config) {
+  const auto it = file.metadata().find(model::kShardlabConfigKey);
+  if (it == file.metadata().end()) return;
+  const nlohmann::json stored =
+      nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+  if (!stored.is_object() || !stored.contains("model") || !stored["model"].is_object()) return;
+  const nlohmann::json& saved = stored["model"];
+  const nlohmann::json run = model_json(config);
+  auto saved_int = [&](const char* key, int fallback) {
+    return saved.contains(key) && saved[key].is_number_integer() ? saved[key].get<int>() : fallback;
+  };
+  const int embd = saved_int("embd", config.n_embd);
+  const std::pair<const char*, const char*> shape_keys[] = {
+      {"layers", "--layers"},   {"heads", "--heads"},        {"embd", "--embd"},
+      {"seq", "--seq"},         {"vocab", "--vocab"},        {"ffn", "--ffn"},
+      {"experts", "--experts"}, {"moe_every", "--moe-every"}};
+  for (const auto& [key, flag] : shape_keys) {
+    const int fallback = std::string_view(key) == "ffn" ? 4 * embd : run[key].get<int>();
+    const int had = saved_int(key, fallback), want = run[key].get<int>();
+    if (had != want)
+      throw ConfigError(fmt::format("--init {}: the checkpoint has {} {}, this run {}",
+                                    file.origin(), flag, had, want));
+  }
+}
+
+}  // namespace shardlab::train

@@ -1,0 +1,27 @@
+// The model's shape as JSON, in the --report config and in a checkpoint's
+// __metadata__["shardlab_config"], and the check of a checkpoint's shape
+// against the run's before --init loads it.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "model/config.h"
+#include "model/io/safetensors.h"
+
+namespace shardlab::train {
+
+// {"layers", "heads", "embd", "seq", "vocab" (the table, padded or not),
+// "vocab_unpadded" (the tokens), "make_vocab_size_divisible_by" (0: none),
+// "ffn" (the MLP width), "experts", "top_k", "moe_every", "aux_coef",
+// "capacity_factor"}.
+nlohmann::json model_json(const model::GPTConfig& config);
+
+// When `file` carries shardlab's config, its shape (layers, heads, embd,
+// seq, vocab, ffn, experts, moe_every) must be the run's: ConfigError
+// "--init F: the checkpoint has --heads 8, this run 4" otherwise (the
+// trainer checks the tensor shapes first; this catches what they cannot
+// show, such as the heads). A file without it (or written before "ffn" was
+// stored: 4 x embd) is checked by its tensor shapes alone.
+void check_checkpoint_model(const model::SafetensorsFile& file, const model::GPTConfig& config);
+
+}  // namespace shardlab::train

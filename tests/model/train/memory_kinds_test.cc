@@ -1,0 +1,158 @@
+// Memory by kind, as Megatron-LM holds it, for fp32 and bf16 x ZeRO 0/1/2.
+// Bytes per parameter (n local parameters; owned: what ZeRO leaves a rank,
+// chunk r of every bucket; held: n, or with ZeRO-2 the owned chunks plus the
+// largest bucket):
+//   kind        fp32        bf16
+//   param       4 x n       2 x n           the weights at the device precision
+//   grad        4 x held    4 x held        fp32 main gradients
+//   master      0           4 x owned       fp32 master weights
+//   optimizer   8 x owned   8 x owned       AdamW's two fp32 moments
+// Checked three ways: the arena's peaks equal these figures computed here
+// from the bucket layout (planned by hand from the parameter table), the
+// memory preflight (estimate_memory) gives the same bytes for every device,
+// sharded configs included, and the table of bytes per parameter at dp 4
+// follows (the README's table).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <vector>
+
+#include "model/params.h"
+#include "model/train/preflight.h"
+#include "tests/model/train/train_test_util.h"
+
+namespace shardlab::train {
+namespace {
+
+using testing::bucket_sizes;
+using testing::owned;
+using testing::small_options;
+
+struct Kinds {
+  uint64_t param = 0, grad = 0, master = 0, optimizer = 0;
+};
+
+Kinds arena(const DeviceStats& d) {
+  return {d.peak_by_kind[int(MemKind::kParam)], d.peak_by_kind[int(MemKind::kGrad)],
+          d.peak_by_kind[int(MemKind::kMaster)], d.peak_by_kind[int(MemKind::kOptimizer)]};
+}
+
+const char* name(Precision p) { return p == Precision::kBf16 ? "bf16" : "fp32"; }
+
+// Every device's preflight figures equal its arena peaks, kind by kind.
+void expect_preflight_matches(const TrainOptions& o, Precision p, const TrainResult& r,
+                              const char* what) {
+  const MemoryEstimate e = estimate_memory(o, element_size(p));
+  ASSERT_EQ(e.devices.size(), r.run.devices.size()) << what;
+  for (size_t rank = 0; rank < e.devices.size(); ++rank) {
+    const DeviceMemory& m = e.devices[rank];
+    const Kinds k = arena(r.run.devices[rank]);
+    EXPECT_EQ(m.params_bytes, k.param)
+        << what << " " << name(p) << " ZeRO-" << o.parallel.zero << " rank " << rank;
+    EXPECT_EQ(m.grads_bytes, k.grad)
+        << what << " " << name(p) << " ZeRO-" << o.parallel.zero << " rank " << rank;
+    EXPECT_EQ(m.master_bytes, k.master)
+        << what << " " << name(p) << " ZeRO-" << o.parallel.zero << " rank " << rank;
+    EXPECT_EQ(m.optimizer_bytes, k.optimizer)
+        << what << " " << name(p) << " ZeRO-" << o.parallel.zero << " rank " << rank;
+  }
+}
+
+// Bytes per parameter by kind at dp, owned = n/dp: {param, grad, master, optimizer}.
+std::vector<double> per_param(Precision p, int zero, int dp, double bucket_share) {
+  const bool bf16 = p == Precision::kBf16;
+  const double shard = zero >= 1 ? 1.0 / dp : 1.0;
+  return {bf16 ? 2.0 : 4.0, zero >= 2 ? 4.0 / dp + 4 * bucket_share : 4.0, bf16 ? 4 * shard : 0.0,
+          8 * shard};
+}
+
+TEST(MemoryKinds, ArenaPreflightAndDefinitionAgree) {
+  TrainOptions o = small_options(0);
+  o.steps = 1;
+  o.parallel.dp = 4;
+  o.parallel.bucket_mb = 0.15;
+  const model::ParamTable table(o.model);
+  const int64_t n = table.numel();
+  const std::vector<int64_t> buckets = bucket_sizes(table, o.parallel.bucket_mb * 1e6);
+  const int64_t largest = *std::max_element(buckets.begin(), buckets.end());
+  std::printf("bytes per parameter at dp 4 (%lld parameters, largest bucket %lld):\n", (long long)n,
+              (long long)largest);
+  std::printf("  precision ZeRO   param    grad  master    adam   total\n");
+  for (Precision p : {Precision::kFp32, Precision::kBf16}) {
+    for (int zero : {0, 1, 2}) {
+      o.parallel.zero = zero;
+      const TrainResult r = testing::run(o, nullptr, false, p);
+      for (int rank = 0; rank < o.parallel.dp; ++rank) {
+        const int64_t own = zero == 0 ? n : owned(buckets, o.parallel.dp, rank);
+        const int64_t held = zero == 2 ? std::min(n, own + largest) : n;
+        const Kinds k = arena(r.run.devices[size_t(rank)]);
+        const bool bf16 = p == Precision::kBf16;
+        EXPECT_EQ(k.param, uint64_t(n) * (bf16 ? 2 : 4))
+            << name(p) << " ZeRO-" << zero << " rank " << rank;
+        EXPECT_EQ(k.grad, uint64_t(held) * 4) << name(p) << " ZeRO-" << zero << " rank " << rank;
+        EXPECT_EQ(k.master, bf16 ? uint64_t(own) * 4 : 0)
+            << name(p) << " ZeRO-" << zero << " rank " << rank;
+        EXPECT_EQ(k.optimizer, uint64_t(own) * 8)
+            << name(p) << " ZeRO-" << zero << " rank " << rank;
+      }
+      expect_preflight_matches(o, p, r, "dp 4");
+      // Rank 0's bytes per parameter against the table (chunks differ from
+      // n/dp by at most one element per bucket: 1e-3 B/param is ample).
+      const Kinds k = arena(r.run.devices[0]);
+      const std::vector<double> got = {double(k.param) / n, double(k.grad) / n,
+                                       double(k.master) / n, double(k.optimizer) / n};
+      const std::vector<double> want = per_param(p, zero, o.parallel.dp, double(largest) / n);
+      std::printf("  %-9s %4d %7.3f %7.3f %7.3f %7.3f %7.3f\n", name(p), zero, got[0], got[1],
+                  got[2], got[3], got[0] + got[1] + got[2] + got[3]);
+      for (size_t i = 0; i < want.size(); ++i)
+        EXPECT_NEAR(got[i], want[i], 1e-3) << name(p) << " ZeRO-" << zero;
+    }
+  }
+  // Without ZeRO: 16 bytes per parameter in fp32, 18 in bf16 (Megatron's 2 + 4 + 4 + 8).
+  EXPECT_EQ(per_param(Precision::kBf16, 0, 8, 0), (std::vector<double>{2, 4, 4, 8}));
+}
+
+TEST(MemoryKinds, PreflightEqualsTheArenaForShardedRuns) {
+  struct Case {
+    const char* what;
+    int tp, pp, dp, ep, experts;
+  };
+  for (const Case& c : {Case{"tp 2 x dp 2", 2, 1, 2, 1, 0}, Case{"pp 2 x dp 2", 1, 2, 2, 1, 0},
+                        Case{"MoE dp 4 x ep 2", 1, 1, 4, 2, 4}}) {
+    TrainOptions o = small_options(c.experts);
+    o.steps = 1;
+    o.parallel.tp = c.tp, o.parallel.pp = c.pp, o.parallel.dp = c.dp, o.parallel.ep = c.ep;
+    o.parallel.bucket_mb = 0.05;
+    if (c.pp > 1) o.micro_batches = 2;
+    for (Precision p : {Precision::kFp32, Precision::kBf16}) {
+      for (int zero : {0, 1, 2}) {
+        o.parallel.zero = zero;
+        validate_parallel(o);
+        expect_preflight_matches(o, p, testing::run(o, nullptr, false, p), c.what);
+      }
+    }
+  }
+}
+
+// Data parallelism reduces fp32 main gradients in bf16 too: with ZeRO 0 the
+// communication stream carries only the gradient buckets, so a bf16 and an
+// fp32 run keep it busy as long: the same bytes on the same links, within
+// 1 ns (busy time is a union of intervals, and the buckets start at other
+// times when the compute is bf16's). bf16 on the wire would halve it.
+TEST(MemoryKinds, Bf16ReducesFp32GradientsOnTheWire) {
+  TrainOptions o = small_options(0);
+  o.steps = 1;
+  o.parallel.dp = 2;
+  const TrainResult fp32 = testing::run(o, nullptr, false, Precision::kFp32);
+  const TrainResult bf16 = testing::run(o, nullptr, false, Precision::kBf16);
+  for (size_t rank = 0; rank < 2; ++rank) {
+    std::printf("rank %zu comm busy: fp32 %lld ps, bf16 %lld ps\n", rank,
+                (long long)fp32.run.devices[rank].comm_busy,
+                (long long)bf16.run.devices[rank].comm_busy);
+    EXPECT_GT(fp32.run.devices[rank].comm_busy, 0);
+    EXPECT_NEAR(double(fp32.run.devices[rank].comm_busy), double(bf16.run.devices[rank].comm_busy), 1000.0);
+  }
+}
+
+}  // namespace
+}  // namespace shardlab::train
