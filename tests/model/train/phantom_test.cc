@@ -1,0 +1,224 @@
+// Phantom execution (--phantom) and folding: the same device programs on
+// shapes only give the same virtual times and memory peaks as the real run,
+// and folding symmetric ranks onto one thread changes no figure.
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "model/train/fold.h"
+#include "tests/model/train/train_test_util.h"
+
+namespace shardlab::train {
+namespace {
+
+using testing::small_options;
+
+struct Config {
+  std::string name;
+  TrainOptions options;
+  Precision precision = Precision::kFp32;
+  int nodes = 1;
+};
+
+void PrintTo(const Config& c, std::ostream* os) { *os << c.name; }
+
+TrainResult run_on(const Config& c, bool phantom, bool fold = true) {
+  TrainOptions o = c.options;
+  o.phantom = phantom;
+  o.fold = fold;
+  HardwareProfile p = load_profile("a100-nvlink");
+  p.nodes = c.nodes;
+  ClusterOptions co;
+  co.precision = c.precision;
+  co.world_size = o.parallel.world();
+  Cluster cluster(p, co);
+  return train(cluster, o);
+}
+
+// Every per-device figure the report prints, exactly.
+void expect_same_devices(const TrainResult& a, const TrainResult& b) {
+  ASSERT_EQ(a.run.devices.size(), b.run.devices.size());
+  for (size_t r = 0; r < a.run.devices.size(); ++r) {
+    const DeviceStats &x = a.run.devices[r], &y = b.run.devices[r];
+    SCOPED_TRACE("device " + std::to_string(r));
+    EXPECT_EQ(x.compute_end, y.compute_end);
+    EXPECT_EQ(x.comm_end, y.comm_end);
+    EXPECT_EQ(x.compute_busy, y.compute_busy);
+    EXPECT_EQ(x.comm_busy, y.comm_busy);
+    EXPECT_EQ(x.comm_exposed, y.comm_exposed);
+    EXPECT_EQ(x.compute_transfer, y.compute_transfer);
+    EXPECT_EQ(x.compute_flops, y.compute_flops);
+    EXPECT_EQ(x.peak_bytes, y.peak_bytes);
+    for (int k = 0; k < kNumMemKinds; ++k) EXPECT_EQ(x.peak_by_kind[k], y.peak_by_kind[k]) << mem_kind_name(MemKind(k));
+  }
+  ASSERT_EQ(a.steps.size(), b.steps.size());
+  for (size_t s = 0; s < a.steps.size(); ++s) EXPECT_EQ(a.steps[s].virtual_end, b.steps[s].virtual_end);
+  EXPECT_EQ(a.bubble_fraction, b.bubble_fraction);
+  ASSERT_EQ(a.phases.size(), b.phases.size());
+  for (size_t r = 0; r < a.phases.size(); ++r)
+    for (size_t s = 0; s < a.phases[r].size(); ++s) {
+      EXPECT_EQ(a.phases[r][s].start, b.phases[r][s].start);
+      EXPECT_EQ(a.phases[r][s].end, b.phases[r][s].end);
+      EXPECT_EQ(a.phases[r][s].busy, b.phases[r][s].busy);
+      EXPECT_EQ(a.phases[r][s].p2p_bytes, b.phases[r][s].p2p_bytes);
+    }
+}
+
+Config make(std::string name, int tp, int pp, int dp, int M, auto&& tweak) {
+  Config c{std::move(name), small_options()};
+  c.options.steps = 2;
+  c.options.parallel.tp = tp;
+  c.options.parallel.pp = pp;
+  c.options.parallel.dp = dp;
+  c.options.micro_batches = M;
+  tweak(c);
+  return c;
+}
+
+std::vector<Config> dense_configs() {
+  auto none = [](Config&) {};
+  return {
+      make("tp2_sp_dp2_zero1", 2, 1, 2, 1, [](Config& c) {
+        c.options.parallel.sp = true;
+        c.options.parallel.zero = 1;
+      }),
+      make("tp2_pp2_dp2_zero2_bf16", 2, 2, 2, 2, [](Config& c) {
+        c.options.parallel.zero = 2;
+        c.options.parallel.bucket_mb = 0.02;
+        c.precision = Precision::kBf16;
+      }),
+      make("pp4_interleaved_selective", 1, 2, 1, 4, [](Config& c) {
+        c.options.parallel.schedule = parallel::ScheduleKind::kInterleaved;
+        c.options.parallel.vpp = 2;
+        c.options.parallel.recompute = parallel::Recompute::kSelective;
+      }),
+      make("tp4_full_recompute_no_clip", 4, 1, 1, 1, [](Config& c) {
+        c.options.parallel.recompute = parallel::Recompute::kFull;
+        c.options.grad_clip = 0;
+      }),
+      // A clip so small that the real run clips every step (as phantom assumes).
+      make("tp2_pp2_gpipe_clipped", 2, 2, 1, 4, [](Config& c) {
+        c.options.parallel.schedule = parallel::ScheduleKind::kGPipe;
+        c.options.grad_clip = 1e-6;
+      }),
+      make("tp2_ffn_dp3", 2, 1, 3, 1, [](Config& c) {
+        c.options.model.n_ffn = 96;
+        c.options.model.batch_size = 12;
+      }),
+      make("tp2_pp2_dp2", 2, 2, 2, 2, none),
+  };
+}
+
+class PhantomEqualsReal : public ::testing::TestWithParam<Config> {};
+
+TEST_P(PhantomEqualsReal, VirtualTimesAndMemoryPeaksAreBitIdentical) {
+  const Config& c = GetParam();
+  const TrainResult real = run_on(c, /*phantom=*/false);
+  const TrainResult phantom = run_on(c, /*phantom=*/true, /*fold=*/false);
+  expect_same_devices(real, phantom);
+  EXPECT_GT(real.run.devices[0].compute_flops, 0);
+  for (const StepRecord& s : phantom.steps) EXPECT_EQ(s.loss, 0.0);  // nothing computed
+  EXPECT_TRUE(phantom.final_params.empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Dense, PhantomEqualsReal, ::testing::ValuesIn(dense_configs()),
+                         [](const auto& info) { return info.param.name; });
+
+// Folded configurations: each is run folded and unfolded (both phantom).
+std::vector<Config> fold_configs() {
+  return {
+      make("tp4_sp_pp2_dp2", 4, 2, 2, 2, [](Config& c) {
+        c.options.parallel.sp = true;
+        c.nodes = 2;
+      }),
+      make("tp2_pp2_dp2_interleaved_bf16", 2, 2, 2, 4, [](Config& c) {
+        c.options.parallel.schedule = parallel::ScheduleKind::kInterleaved;
+        c.options.parallel.vpp = 2;
+        c.precision = Precision::kBf16;
+      }),
+      // dp 3 over three nodes (tp 8 fills a node), uneven buckets.
+      make("tp8_dp3_nodes3", 8, 1, 3, 1, [](Config& c) {
+        c.options.model.n_head = 8;
+        c.options.model.batch_size = 12;
+        c.options.parallel.bucket_mb = 0.01;
+        c.options.parallel.recompute = parallel::Recompute::kFull;
+        c.nodes = 3;
+      }),
+      make("dp8_moe", 1, 1, 8, 1, [](Config& c) {
+        c.options.model.n_expert = 4;
+        c.options.model.aux_coef = 0.01;
+      }),
+  };
+}
+
+class FoldingChangesNothing : public ::testing::TestWithParam<Config> {};
+
+TEST_P(FoldingChangesNothing, FoldedEqualsUnfolded) {
+  const Config& c = GetParam();
+  const TrainResult unfolded = run_on(c, true, /*fold=*/false);
+  const TrainResult folded = run_on(c, true, /*fold=*/true);
+  expect_same_devices(unfolded, folded);
+  EXPECT_EQ(unfolded.running_devices, c.options.parallel.world());
+  EXPECT_LT(folded.running_devices, c.options.parallel.world()) << folded.folded;
+}
+
+INSTANTIATE_TEST_SUITE_P(Phantom, FoldingChangesNothing, ::testing::ValuesIn(fold_configs()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(FoldPlan, FoldsOnlyWhatIsProvablySymmetric) {
+  HardwareProfile p = load_profile("a100-nvlink");  // 8 devices per node
+  p.nodes = 8;
+  TrainOptions o = small_options();
+  o.phantom = true;
+  o.parallel.tp = 4;
+  o.parallel.dp = 2;
+  FoldPlan plan = fold_plan(o, p);
+  EXPECT_TRUE(plan.dp && plan.tp);
+  EXPECT_EQ(plan.running(), 1);
+  o.parallel.zero = 1;  // owned chunks differ between dp ranks
+  EXPECT_FALSE(fold_plan(o, p).dp);
+  o.parallel.zero = 0;
+  o.parallel.tp = 2;  // dp 8 x tp 2: dp groups span two nodes, four members each
+  o.parallel.dp = 8;
+  plan = fold_plan(o, p);
+  EXPECT_FALSE(plan.dp);
+  EXPECT_TRUE(plan.tp);
+  o.model.n_expert = 4;  // MoE: tp peers are not folded
+  EXPECT_FALSE(fold_plan(o, p).tp);
+  o.phantom = false;  // real runs are never folded
+  EXPECT_TRUE(fold_plan(o, p).representative.empty());
+}
+
+// MoE in a phantom run: uniform routing, an assumption stated in the report.
+TEST(PhantomMoe, UniformRoutingGivesEveryExpertTheSameTokens) {
+  TrainOptions o = small_options(/*experts=*/4);
+  o.steps = 1;
+  o.phantom = true;
+  o.parallel.tp = 2;
+  o.parallel.dp = 2;
+  o.parallel.ep = 2;
+  const TrainResult r = testing::run(o);
+  ASSERT_FALSE(r.moe_layers.empty());
+  // N·K/E assignments per expert over the global batch: 8 x 32 tokens, top-2, 4 experts.
+  const int64_t expected = int64_t{8} * 32 * 2 / 4;
+  for (const auto& layer : r.moe_layers)
+    for (int64_t tokens : layer.tokens.back()) EXPECT_EQ(tokens, expected) << "layer " << layer.layer;
+  for (const auto& layer : r.moe_layers) EXPECT_EQ(layer.imbalance.back(), 1.0);
+}
+
+TEST(PhantomOptions, ValuesCannotBeLoadedSavedOrCompared) {
+  TrainOptions o = small_options();
+  o.phantom = true;
+  o.save_path = "/tmp/x.safetensors";
+  EXPECT_THROW(o.validate(), ConfigError);
+  o.save_path.clear();
+  o.init_path = "/tmp/x.safetensors";
+  EXPECT_THROW(o.validate(), ConfigError);
+  o.init_path.clear();
+  o.keep_step0_grads = true;
+  EXPECT_THROW(o.validate(), ConfigError);
+}
+
+}  // namespace
+}  // namespace shardlab::train
