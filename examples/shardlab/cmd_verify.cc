@@ -63,6 +63,8 @@ void print_table(const train::TrainOptions& o, const collectives::DeviceMesh& me
 int run_verify(VerifyFlags& f) {
   HardwareProfile profile = apply_common(f.train.common);
   train::TrainOptions sharded = f.train.options();
+  if (sharded.phantom)
+    throw ConfigError("--phantom: verify compares values, and a phantom run computes none (use train --phantom)");
   sharded.keep_step0_grads = f.grads;
   train::TrainOptions reference = sharded;
   reference.parallel = {};

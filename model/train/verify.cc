@@ -1,5 +1,7 @@
 #include "model/train/verify.h"
 
+#include "runtime/errors.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -66,6 +68,8 @@ std::optional<Mismatch> first_bad(const std::vector<TensorDiff>& diffs, const ch
 
 VerifyResult compare_runs(const TrainResult& sharded, const TrainResult& reference,
                           const model::ParamTable& table, const VerifyOptions& o) {
+  if (sharded.final_params.empty() || reference.final_params.empty())
+    throw ConfigError("verify compares values: a phantom run (or one without parameters) has none");
   VerifyResult r;
   for (size_t s = 0; s < reference.steps.size() && s < sharded.steps.size(); ++s) {
     const double a = sharded.steps[s].loss, b = reference.steps[s].loss;
