@@ -29,6 +29,9 @@ Work run_on_comm(Device& dev, const ProcessGroup& g, const CollOptions& opt, Bod
           fmt::format("collective on {} called by device {}, not this group's member", g.to_string(), dev.rank()));
   Stream& s = opt.stream ? *opt.stream : dev.comm();
   s.wait(opt.after ? *opt.after : dev.compute().record());
+  // NCCL's kernel launch and setup: a fixed start before the first send.
+  const Time launch = collective_launch(dev.profile(), g.size());
+  if (launch > 0) s.run("coll.launch", launch, 0, 0.0);
   Ctx c(dev, g, s);
   body(c);
   c.finish();

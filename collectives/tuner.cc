@@ -46,7 +46,9 @@ class Replay {
       : links_(p),
         members_(members),
         esize_(static_cast<uint64_t>(elem_size)),
-        clocks_(members.size()) {}
+        clocks_(members.size()) {
+    for (Clock& c : clocks_) c.now = collective_launch(p, n());
+  }
 
   int n() const { return static_cast<int>(members_.size()); }
   // Group index `offset` steps from `me` (wraps), as Ctx::rel.
@@ -59,7 +61,7 @@ class Replay {
     Clock& c = clocks_[static_cast<size_t>(from)];
     const int port = static_cast<int>(l.port);
     Posted m{true, std::max(c.now, c.egress[port]),
-             transfer_time(count * esize_, l.bytes_per_second), l.latency, port};
+             l.wire_time(count * esize_, Engine::kSm), l.latency, port};
     c.egress[port] = m.depart + m.wire;
     c.last_send = std::max(c.last_send, c.egress[port]);
     return m;
