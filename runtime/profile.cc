@@ -33,16 +33,17 @@ uint64_t HardwareProfile::memory_bytes() const {
 //    network 2.7-14 us) and OSU osu_latency device-to-device results with GPUDirect RDMA.
 //  - Kernel launch overhead ~4 us (a CUDA launch as seen on a timeline: 3-5 us).
 //  - compute_efficiency 0.7: non-GEMM flops (elementwise math); those ops are memory-bound.
-//  - mem_efficiency 0.90: STREAM-like kernels (BabelStream triad, nvbandwidth) reach about
-//    90% of the HBM datasheet bandwidth on A100 and H100.
+//  - mem_efficiency 0.90: STREAM-like kernels (BabelStream triad, nvbandwidth) reach
+//    85-92% of the HBM datasheet bandwidth on A100 and H100 (0.90 assumed for both).
 //  - GEMM: sm_count 108 (A100) / 132 (H100 SXM) from the datasheets; output tiles
 //    256x128, 128x128, 128x64 and 64x64, the cuBLAS tile shapes NVIDIA's "Matrix
 //    Multiplication Background User's Guide" discusses (one 256x128 tile per SM: a
-//    wave of 108 tiles on A100); max efficiency: large bf16 GEMMs in cuBLAS
-//    reach ~80% of the tensor-core peak (~250 of 312 TFLOP/s on A100, the guide's
-//    figures; Megatron-LM's 163 TFLOP/s per A100 end to end needs GEMMs above that),
-//    ~70% on H100 (~700 of 989 TFLOP/s, NVIDIA's published cuBLAS results); fp32
-//    SGEMM reaches ~90% of the FFMA peak.
+//    wave of 108 tiles on A100); max efficiency: large bf16 GEMMs in cuBLAS reach
+//    75-85% of the tensor-core peak on A100 (0.80: ~250 of 312 TFLOP/s; Megatron-LM's
+//    163 TFLOP/s per A100 end to end, Narayanan et al. 2021, needs GEMMs well above
+//    that); H100 0.75 (~740 of 989: an assumption of the same order, not a measured
+//    figure); fp32 SGEMM 0.97 (cuBLAS 18.88 of 19.49 TFLOP/s on an A100 80GB,
+//    M=5120 N=K=4096, Yinghan-Li/YHs_Sample#4).
 //  - NVLink packets: an NVLink3/4 packet carries at most 128 B of payload when the SMs
 //    store (NCCL's kernels) and 256 B from the copy engines (cudaMemcpy), with ~32 B
 //    of header and CRC: a 25 GB/s NVLink3 link gives ~20 GB/s to NCCL, 12 links
@@ -58,24 +59,25 @@ const std::vector<HardwareProfile>& builtin_profiles() {
       DeviceSpec d{fp32, bf16, hbm, 80.0, 4.0, 0.7};
       d.mem_efficiency = 0.90;
       d.collective_launch_us = 8.0;
-      d.gemm = {sms, {{256, 128}, {128, 128}, {128, 64}, {64, 64}}, 0.90, eff_bf16};
+      d.gemm = {sms, {{256, 128}, {128, 128}, {128, 64}, {64, 64}}, 0.97, eff_bf16};
       return d;
     };
     auto link = [](double lat, double bw, int header, int sm_payload, int copy_payload) {
       return LinkSpec{lat, bw, header, sm_payload, copy_payload};
     };
     const DeviceSpec a100 = device(19.5, 312.0, 2039.0, 108, 0.80);
-    const DeviceSpec h100 = device(67.0, 989.0, 3350.0, 132, 0.70);
+    const DeviceSpec h100 = device(67.0, 989.0, 3350.0, 132, 0.75);
     const LinkSpec hdr = link(5.0, 25.0, 42, 4096, 4096);
     std::vector<HardwareProfile> v;
     v.push_back({"a100-nvlink",
                  "DGX A100 nodes (as Selene's): NVLink3 over NVSwitch inside a node, one "
                  "InfiniBand HDR NIC per GPU between",
                  4, 8, a100, link(2.0, 300.0, 32, 128, 256), hdr});
-    v.push_back({"a100-pcie", "A100 PCIe servers: PCIe Gen4 x16 inside a node, InfiniBand HDR between",
-                 4, 8, a100, link(3.0, 32.0, 24, 128, 256), hdr});
-    v.push_back({"h100-nvlink", "DGX H100 nodes: NVLink4 inside a node, InfiniBand NDR between",
-                 4, 8, h100, link(1.5, 450.0, 32, 128, 256), link(4.0, 50.0, 42, 4096, 4096)});
+    v.push_back({"a100-pcie",
+                 "A100 PCIe servers: PCIe Gen4 x16 inside a node, InfiniBand HDR between", 4, 8,
+                 a100, link(3.0, 32.0, 24, 128, 256), hdr});
+    v.push_back({"h100-nvlink", "DGX H100 nodes: NVLink4 inside a node, InfiniBand NDR between", 4,
+                 8, h100, link(1.5, 450.0, 32, 128, 256), link(4.0, 50.0, 42, 4096, 4096)});
     return v;
   }();
   return kProfiles;
@@ -99,24 +101,23 @@ nlohmann::json profile_to_json(const HardwareProfile& p) {
     return j;
   };
   const DeviceSpec& d = p.device;
-  nlohmann::json device{{"peak_tflops", {{"fp32", d.peak_tflops_fp32}, {"bf16", d.peak_tflops_bf16}}},
-                        {"mem_bandwidth_GBps", d.mem_bandwidth_GBps},
-                        {"memory_GiB", d.memory_GiB},
-                        {"launch_overhead_us", d.launch_overhead_us},
-                        {"compute_efficiency", d.compute_efficiency},
-                        {"mem_efficiency", d.mem_efficiency},
-                        {"collective_launch_us", d.collective_launch_us}};
+  nlohmann::json device{
+      {"peak_tflops", {{"fp32", d.peak_tflops_fp32}, {"bf16", d.peak_tflops_bf16}}},
+      {"mem_bandwidth_GBps", d.mem_bandwidth_GBps},
+      {"memory_GiB", d.memory_GiB},
+      {"launch_overhead_us", d.launch_overhead_us},
+      {"compute_efficiency", d.compute_efficiency},
+      {"mem_efficiency", d.mem_efficiency},
+      {"collective_launch_us", d.collective_launch_us}};
   if (d.gemm.sm_count > 0)
-    device["gemm"] = {{"sm_count", d.gemm.sm_count},
-                      {"tiles", tiles_to_json(d.gemm.tiles)},
-                      {"max_efficiency",
-                       {{"fp32", d.gemm.max_efficiency_fp32}, {"bf16", d.gemm.max_efficiency_bf16}}}};
-  return {{"name", p.name},
-          {"description", p.description},
-          {"nodes", p.nodes},
-          {"devices_per_node", p.devices_per_node},
-          {"device", device},
-          {"links", {{"intra", link(p.intra)}, {"inter", link(p.inter)}}}};
+    device["gemm"] = {
+        {"sm_count", d.gemm.sm_count},
+        {"tiles", tiles_to_json(d.gemm.tiles)},
+        {"max_efficiency",
+         {{"fp32", d.gemm.max_efficiency_fp32}, {"bf16", d.gemm.max_efficiency_bf16}}}};
+  return {{"name", p.name},   {"description", p.description},
+          {"nodes", p.nodes}, {"devices_per_node", p.devices_per_node},
+          {"device", device}, {"links", {{"intra", link(p.intra)}, {"inter", link(p.inter)}}}};
 }
 
 namespace {
@@ -150,7 +151,8 @@ class Reader {
     const auto& v = at(j, path);
     const int64_t lo = allow_zero ? 0 : 1;
     if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > 1'000'000)
-      fail(fmt::format("field \"{}\" must be a {} integer", path, allow_zero ? "non-negative" : "positive"));
+      fail(fmt::format("field \"{}\" must be a {} integer", path,
+                       allow_zero ? "non-negative" : "positive"));
     return v.get<int>();
   }
   // An efficiency: a number in (0, 1].
@@ -162,7 +164,8 @@ class Reader {
   bool has(const nlohmann::json& j, const std::string& path) const {
     const size_t dot = path.rfind('.');
     const nlohmann::json& parent = dot == std::string::npos ? j : at(j, path.substr(0, dot));
-    return parent.is_object() && parent.contains(path.substr(dot == std::string::npos ? 0 : dot + 1));
+    return parent.is_object() &&
+           parent.contains(path.substr(dot == std::string::npos ? 0 : dot + 1));
   }
   [[noreturn]] void fail(const std::string& what) const {
     throw ConfigError(fmt::format("profile {}: {}", origin_, what));
@@ -175,17 +178,20 @@ class Reader {
 // The optional calibration fields of "device"; absent, they keep the plain
 // roofline (efficiencies 1 or compute_efficiency, no GEMM model, no collective start).
 void read_device_model(const Reader& r, const nlohmann::json& j, DeviceSpec& d) {
-  if (r.has(j, "device.compute_efficiency")) d.compute_efficiency = r.fraction(j, "device.compute_efficiency");
+  if (r.has(j, "device.compute_efficiency"))
+    d.compute_efficiency = r.fraction(j, "device.compute_efficiency");
   if (r.has(j, "device.mem_efficiency")) d.mem_efficiency = r.fraction(j, "device.mem_efficiency");
   if (r.has(j, "device.collective_launch_us"))
     d.collective_launch_us = r.positive(j, "device.collective_launch_us", /*allow_zero=*/true);
   if (!r.has(j, "device.gemm")) return;
   d.gemm.sm_count = r.count(j, "device.gemm.sm_count");
   const auto& tiles = r.at(j, "device.gemm.tiles");
-  if (!tiles.is_array() || tiles.empty()) r.fail("field \"device.gemm.tiles\" must be a list of [m, n]");
+  if (!tiles.is_array() || tiles.empty())
+    r.fail("field \"device.gemm.tiles\" must be a list of [m, n]");
   for (size_t i = 0; i < tiles.size(); ++i) {
     const std::string path = fmt::format("device.gemm.tiles.{}", i);
-    if (!tiles[i].is_array() || tiles[i].size() != 2) r.fail(fmt::format("field \"{}\" must be [m, n]", path));
+    if (!tiles[i].is_array() || tiles[i].size() != 2)
+      r.fail(fmt::format("field \"{}\" must be [m, n]", path));
     nlohmann::json t{{"m", tiles[i][0]}, {"n", tiles[i][1]}};
     d.gemm.tiles.push_back({r.count(t, "m"), r.count(t, "n")});
   }

@@ -4,6 +4,20 @@
 // compute and memory figures, and one link class per level of the hierarchy
 // (intra-node: NVLink or PCIe; inter-node: InfiniBand). GB/s always means 1e9
 // bytes per second, per direction.
+//
+// The JSON form (`shardlab profiles --json`). Required: name, nodes,
+// devices_per_node, device.{peak_tflops.{fp32,bf16}, mem_bandwidth_GBps,
+// memory_GiB, launch_overhead_us}, links.{intra,inter}.{latency_us,
+// bandwidth_GBps}. Optional, the calibration (absent: the plain roofline and
+// plain links, as in files written before it; the default in parentheses):
+//   device.compute_efficiency    share of peak of non-GEMM flops (1)
+//   device.mem_efficiency        achieved share of HBM bandwidth (1)
+//   device.collective_launch_us  fixed start of every collective (0)
+//   device.gemm.{sm_count, tiles: [[m, n], ...], max_efficiency.{fp32, bf16}}
+//                                GEMM tile and wave quantization (off)
+//   links.<class>.packet.{header_bytes, sm_payload_bytes, copy_payload_bytes}
+//                                packet headers on the wire (none)
+// The built-in values and their public sources: profile.cc, README "Cost model".
 #pragma once
 
 #include <cstdint>
@@ -50,8 +64,8 @@ struct GemmTile {
   friend bool operator==(const GemmTile&, const GemmTile&) = default;
 };
 struct GemmSpec {
-  int sm_count = 0;             // thread blocks running at once: one output tile per SM
-  std::vector<GemmTile> tiles;  // the tile shapes the library picks from, largest first
+  int sm_count = 0;                  // thread blocks running at once: one output tile per SM
+  std::vector<GemmTile> tiles;       // the tile shapes the library picks from, largest first
   double max_efficiency_fp32 = 1.0;  // achieved share of peak, whole tiles and waves
   double max_efficiency_bf16 = 1.0;
 };
