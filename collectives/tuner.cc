@@ -60,8 +60,8 @@ class Replay {
         links_.link(members_[static_cast<size_t>(from)], members_[static_cast<size_t>(to)]);
     Clock& c = clocks_[static_cast<size_t>(from)];
     const int port = static_cast<int>(l.port);
-    Posted m{true, std::max(c.now, c.egress[port]),
-             l.wire_time(count * esize_, Engine::kSm), l.latency, port};
+    Posted m{true, std::max(c.now, c.egress[port]), l.wire_time(count * esize_, Engine::kSm),
+             l.latency, port};
     c.egress[port] = m.depart + m.wire;
     c.last_send = std::max(c.last_send, c.egress[port]);
     return m;

@@ -41,8 +41,9 @@ OpCost linear_forward_cost(int64_t N, int64_t C, int64_t OC, bool bias, int elem
   const double n = static_cast<double>(N);
   const double flops = 2 * n * C * OC + (bias ? n * OC : 0);
   // out[N,OC] = inp[N,C] · weightᵀ[C,OC]; the bias add is the GEMM's epilogue.
-  return gemm_cost(cost(flops, n * C + static_cast<double>(OC) * C + (bias ? OC : 0) + n * OC, elem),
-                   {N, OC, C});
+  return gemm_cost(
+      cost(flops, n * C + static_cast<double>(OC) * C + (bias ? OC : 0) + n * OC, elem),
+      {N, OC, C});
 }
 OpCost linear_backward_cost(int64_t N, int64_t C, int64_t OC, bool bias, int elem) {
   const double n = static_cast<double>(N);
@@ -50,8 +51,9 @@ OpCost linear_backward_cost(int64_t N, int64_t C, int64_t OC, bool bias, int ele
   const double flops = 4 * n * C * OC + (bias ? n * OC : 0);
   // read dout, inp, weight; read-modify-write dinp, dweight, dbias.
   // dinp[N,C] = dout[N,OC]·weight[OC,C]; dweight[OC,C] = doutᵀ[OC,N]·inp[N,C].
-  return gemm_cost(cost(flops, n * OC + n * C + w + 2 * n * C + 2 * w + (bias ? 2.0 * OC : 0), elem),
-                   {N, C, OC}, {OC, C, N});
+  return gemm_cost(
+      cost(flops, n * OC + n * C + w + 2 * n * C + 2 * w + (bias ? 2.0 * OC : 0), elem), {N, C, OC},
+      {OC, C, N});
 }
 OpCost linear_backward_input_cost(int64_t N, int64_t C, int64_t OC, int elem) {
   const double n = static_cast<double>(N);
@@ -73,8 +75,8 @@ OpCost attention_forward_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int 
   const double NC = static_cast<double>(B) * T * NH * HS;
   // per (batch, head): q·kᵀ [T,T] over HS, then att·v [T,HS] over T; the softmax in between.
   const int64_t BH = B * NH;
-  return gemm_cost(cost(4 * bh * tt * HS + 5 * bh * tt, 3 * NC + bh * tt + NC, elem), {T, T, HS, BH},
-                   {T, HS, T, BH});
+  return gemm_cost(cost(4 * bh * tt * HS + 5 * bh * tt, 3 * NC + bh * tt + NC, elem),
+                   {T, T, HS, BH}, {T, HS, T, BH});
 }
 OpCost attention_backward_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem) {
   const double bh = static_cast<double>(B) * NH;

@@ -12,7 +12,8 @@ int element_size(Precision p) { return p == Precision::kFp32 ? 4 : 2; }
 
 CostModel::CostModel(const DeviceSpec& spec, Precision precision)
     : precision_(precision),
-      peak_flops_((precision == Precision::kFp32 ? spec.peak_tflops_fp32 : spec.peak_tflops_bf16) * 1e12),
+      peak_flops_((precision == Precision::kFp32 ? spec.peak_tflops_fp32 : spec.peak_tflops_bf16) *
+                  1e12),
       achieved_flops_(peak_flops_ * spec.compute_efficiency),
       mem_bytes_per_s_(spec.mem_bandwidth_GBps * 1e9 * spec.mem_efficiency),
       gemm_(spec.gemm),

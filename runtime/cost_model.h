@@ -53,7 +53,9 @@ enum class OpClass : uint8_t { kElementwise, kGemm };
 struct GemmShape {
   int64_t m = 0, n = 0, k = 0, batch = 1;
   bool empty() const { return m <= 0 || n <= 0 || k <= 0 || batch <= 0; }
-  double flops() const { return empty() ? 0.0 : 2.0 * double(m) * double(n) * double(k) * double(batch); }
+  double flops() const {
+    return empty() ? 0.0 : 2.0 * double(m) * double(n) * double(k) * double(batch);
+  }
 };
 
 struct OpCost {
@@ -79,8 +81,8 @@ class CostModel {
   double compute_ps(const OpCost& op) const;
 
   Precision precision_;
-  double peak_flops_;      // FLOP/s
-  double achieved_flops_;  // FLOP/s = peak * compute_efficiency
+  double peak_flops_;       // FLOP/s
+  double achieved_flops_;   // FLOP/s = peak * compute_efficiency
   double mem_bytes_per_s_;  // achieved: bandwidth * mem_efficiency
   GemmSpec gemm_;
   double gemm_max_efficiency_;  // at this precision

@@ -29,7 +29,10 @@ struct Link {
 };
 
 inline Link make_link(LinkClass port, const LinkSpec& s) {
-  return {port, s.latency(), s.bytes_per_second(), static_cast<uint32_t>(s.packet_header_bytes),
+  return {port,
+          s.latency(),
+          s.bytes_per_second(),
+          static_cast<uint32_t>(s.packet_header_bytes),
           {static_cast<uint32_t>(s.sm_payload_bytes), static_cast<uint32_t>(s.copy_payload_bytes)}};
 }
 

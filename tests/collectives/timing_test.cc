@@ -172,7 +172,8 @@ TEST(TimingTest, AllReduceBusBandwidthAt256MiBIsWhatNcclTestsMeasures) {
   // GB/s on the wire, less the 14 steps' latency and the 8 us start. Tolerance:
   // within 5% of 230 GB/s.
   const double busbw = busbw_GBps(8, OpKind::kAllReduce, 256ull << 20);
-  EXPECT_NEAR(busbw, 230.0, 0.05 * 230.0) << "busbw " << busbw << " GB/s, " << busbw - 230.0 << " from 230";
+  EXPECT_NEAR(busbw, 230.0, 0.05 * 230.0)
+      << "busbw " << busbw << " GB/s, " << busbw - 230.0 << " from 230";
   // all_gather and reduce_scatter (ring): 8 us + 7 steps of 2 us + 1.25 · 32 MiB
   // / 300 GB/s; busbw = S · 7/8 / time = 234.72 GB/s. Tolerance 0.01%.
   const double S = 256.0 * 1024 * 1024;

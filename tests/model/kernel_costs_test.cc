@@ -180,7 +180,7 @@ TEST(KernelCost, Router) {
   // 5·E + K·E + 2·K. reads logits; writes probs, gates and frac (E); expert
   // and slot are int32 (N,K) each.
   const OpCost f = router_forward_cost(6, 4, 2, kF32);
-  EXPECT_DOUBLE_EQ(f.flops, N * (5 * E + K * E + 2 * K));               // 6 · 32 = 192
+  EXPECT_DOUBLE_EQ(f.flops, N * (5 * E + K * E + 2 * K));                         // 6 · 32 = 192
   EXPECT_DOUBLE_EQ(f.bytes, (N * E + N * E + N * K + E) * kF32 + 2 * 4 * N * K);  // 64 elements + 96 B = 352 B
   // backward per row: dp = aux·frac (E), softmax backward Σ p·dp (2·E) and
   // p·(dp - Σ) accumulated (3·E) -> 6·E; gates backward: S = Σ p[ex_k] (K
@@ -188,7 +188,7 @@ TEST(KernelCost, Router) {
   // model charged 6·K before the fix).
   // reads probs, dgates, frac; read-modify-writes dlogits; reads expert (int32).
   const OpCost b = router_backward_cost(6, 4, 2, kF32);
-  EXPECT_DOUBLE_EQ(b.flops, N * (6 * E + 7 * K));                                    // 6 · 38 = 228
+  EXPECT_DOUBLE_EQ(b.flops, N * (6 * E + 7 * K));  // 6 · 38 = 228
   EXPECT_DOUBLE_EQ(b.bytes, (N * E + 2 * N * E + N * K + E) * kF32 + 4 * N * K);     // 88 elements + 48 B = 400 B
 }
 
@@ -205,8 +205,8 @@ TEST(KernelCost, MoEDispatchAndCombine) {
   // writes an out row per assignment (2·M·C): N·C + 3·M·C + M = 24 + 108 + 9
   // = 141 elements (the model charged 2·M·C + N·C + M = 105 before the fix).
   const OpCost cf = moe_combine_forward_cost(6, 9, 4, kF32);
-  EXPECT_DOUBLE_EQ(cf.flops, 2 * MC);                                    // 72
-  EXPECT_DOUBLE_EQ(cf.bytes, (N * C + 3 * MC + M) * kF32 + 8 * M);      // 141 elements + 72 B = 636 B
+  EXPECT_DOUBLE_EQ(cf.flops, 2 * MC);                               // 72
+  EXPECT_DOUBLE_EQ(cf.bytes, (N * C + 3 * MC + M) * kF32 + 8 * M);  // 141 elements + 72 B = 636 B
   // combine backward: dye[m] += gate · dout (2·M·C), dgates += Σ dout·ye
   // (2·M·C). reads dout rows and ye; read-modify-writes dye; reads gates,
   // read-modify-writes dgates (M each); src int64.

@@ -28,7 +28,8 @@ TEST(CliCollectives, JsonRowsFollowNcclTestsDefinitions) {
     // Ring all_reduce: the 8 us collective start, then 2(n-1) steps of a + W/B,
     // exact; W = S/n plus a 32 B header per 128 B packet (NCCL's SM stores).
     const uint64_t part = bytes / 4, wire = part + (part + 127) / 128 * 32;
-    const double expect_us = 8.0 + to_us(6 * (l.latency() + transfer_time(wire, l.bytes_per_second())));
+    const double expect_us =
+        8.0 + to_us(6 * (l.latency() + transfer_time(wire, l.bytes_per_second())));
     EXPECT_NEAR(row["time_us"].get<double>(), expect_us, 1e-6) << bytes;
     const double algbw = bytes / (row["time_us"].get<double>() * 1e-6) / 1e9;
     EXPECT_NEAR(row["algbw_GBps"].get<double>(), algbw, 1e-6 * algbw);
