@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 
@@ -111,6 +112,25 @@ TEST(CostModel, ProfilesWithoutTheCalibrationKeepThePlainRoofline) {
   const OpCost op{1e9, 1e3, OpClass::kGemm, {1000, 1000, 500, 1}, {}};
   EXPECT_EQ(m.duration(op), us_to_time(2.0) + us_to_time(200.0));
   EXPECT_DOUBLE_EQ(m.gemm_efficiency(op.gemm), 0.5);
+}
+
+TEST(CostModel, AProfileFileWithoutTheCalibrationFieldsReadsAsThePlainModel) {
+  // A file written before the calibration: no mem_efficiency, gemm,
+  // collective_launch_us or packets. It loads, and reads as the plain model.
+  nlohmann::json j = profile_to_json(load_profile("a100-nvlink"));
+  for (const char* k : {"mem_efficiency", "gemm", "collective_launch_us", "compute_efficiency"})
+    ASSERT_EQ(j["device"].erase(k), 1u) << k;
+  for (const char* cls : {"intra", "inter"}) ASSERT_EQ(j["links"][cls].erase("packet"), 1u) << cls;
+  const HardwareProfile p = profile_from_json(j, "old.json");
+  EXPECT_DOUBLE_EQ(p.device.mem_efficiency, 1.0);
+  EXPECT_DOUBLE_EQ(p.device.compute_efficiency, 1.0);
+  EXPECT_DOUBLE_EQ(p.device.collective_launch_us, 0.0);
+  EXPECT_EQ(p.device.gemm.sm_count, 0);
+  EXPECT_EQ(make_link(LinkClass::kIntra, p.intra).wire_bytes(1000, Engine::kSm), 1000u);
+  // 2 GFLOP of GEMM at 312 TFLOP/s and efficiency 1: launch 4 us + 6.41 us.
+  const CostModel m(p.device, Precision::kBf16);
+  const OpCost op{2e9, 0, OpClass::kGemm, {1000, 1000, 1000, 1}, {}};
+  EXPECT_EQ(m.duration(op), us_to_time(4.0) + static_cast<Time>(std::ceil(2e9 / 312e12 * 1e12)));
 }
 
 TEST(Links, PacketHeadersByEngine) {
