@@ -34,10 +34,13 @@ Work run_on_comm(Device& dev, const ProcessGroup& g, const CollOptions& opt, con
           fmt::format("collective on {} called by device {}, not this group's member", g.to_string(), dev.rank()));
   Stream& s = opt.stream ? *opt.stream : dev.comm();
   s.wait(opt.after ? *opt.after : dev.compute().record());
+  // NCCL's kernel launch and setup: a fixed start before the first send.
+  const Time launch = collective_launch(dev.profile(), g.size());
+  if (launch > 0) s.run("coll.launch", launch, 0, 0.0);
   if (detail::has_folded_member(dev, g)) {
     if (!shape)
       throw FoldingError(fmt::format("folding: all_to_all_v on {} cannot be folded (per-member counts)",
-                                           g.to_string()));
+                                     g.to_string()));
     detail::run_folded(dev, g, s, g.next_tag(), *shape, algo);
     return Work(s.record());
   }

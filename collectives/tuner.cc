@@ -43,8 +43,10 @@ class Replay {
       : links_(p),
         members_(members),
         esize_(static_cast<uint64_t>(elem_size)),
-        clocks_(members.size()) {}
-  // From given clocks, logging member `me`'s marks.
+        clocks_(members.size()) {
+    for (Clock& c : clocks_) c.now = collective_launch(p, n());
+  }
+  // From given clocks (after the collective's launch), logging member `me`'s marks.
   Replay(const HardwareProfile& p, std::span<const int> members, int elem_size,
          std::span<const Clock> start, int me, std::vector<ReplayMark>* marks)
       : Replay(p, members, elem_size) {
@@ -65,8 +67,8 @@ class Replay {
         links_.link(members_[static_cast<size_t>(from)], members_[static_cast<size_t>(to)]);
     Clock& c = clocks_[static_cast<size_t>(from)];
     const int port = static_cast<int>(l.port);
-    Posted m{true, std::max(c.now, c.egress[port]),
-             transfer_time(count * esize_, l.bytes_per_second), l.latency, port};
+    Posted m{true, std::max(c.now, c.egress[port]), l.wire_time(count * esize_, Engine::kSm),
+             l.latency, port};
     c.egress[port] = m.depart + m.wire;
     c.last_send = std::max(c.last_send, c.egress[port]);
     if (from == me_ && marks_)

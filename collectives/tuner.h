@@ -12,8 +12,12 @@
 // Each device has one egress and one ingress port per link class (intra-,
 // inter-node), so intra- and inter-node sends overlap.
 //
+// w(x) counts the packet headers of the link (Link::wire_time, Engine::kSm:
+// NCCL's kernels store from the SMs). Every member starts the collective
+// L = collective_launch after the call (L is 0 on profiles without it).
+//
 // Writing a = latency, w(x) = wire time, S = modeled bytes of the full
-// buffer, on uniform links (a group inside one node):
+// buffer, on uniform links (a group inside one node), each time below plus L:
 //
 //   all_reduce     ring    2(n-1)·(a + w(S/n))
 //                  tree    2·Σ_k (a + w(m_k·S/n))   halving, then doubling;
@@ -71,6 +75,14 @@ struct CollShape {
   int elem_size = 4;  // modeled bytes per element (element_size(precision))
   int root = 0;       // broadcast and reduce
 };
+
+// The fixed start of a collective on a group of `group_size` (NCCL's launch
+// and setup, the profile's device.collective_launch_us): charged on the
+// collective's stream before its first send, by every algorithm alike, so it
+// never changes the choice. 0 for a group of one.
+inline Time collective_launch(const HardwareProfile& p, int group_size) {
+  return group_size > 1 ? us_to_time(p.device.collective_launch_us) : 0;
+}
 
 // The algorithms auto chooses among for `op`, in tie-break order.
 std::span<const Algo> candidate_algos(OpKind op);

@@ -1,12 +1,21 @@
 // Modeled cost of every kernel: FLOPs and bytes read + written in device
 // memory at `elem` bytes per element (token and index arrays count 4 or 8
-// bytes whatever the precision). These charge the virtual clock.
+// bytes whatever the precision), the op's class and, for GEMMs, their shapes
+// (C[m,n] = A[m,k]·B[k,n], batch times). These charge the virtual clock.
 #include "model/kernels.h"
+#include "model/kernels_moe.h"
+#include "model/optimizer.h"
 
 namespace shardlab::model {
 namespace {
 OpCost cost(double flops, double elements, int elem, double index_bytes = 0) {
   return OpCost{flops, elements * elem + index_bytes};
+}
+OpCost gemm_cost(OpCost c, GemmShape g, GemmShape g2 = {}) {
+  c.op_class = OpClass::kGemm;
+  c.gemm = g;
+  c.gemm2 = g2;
+  return c;
 }
 }  // namespace
 
@@ -31,41 +40,56 @@ OpCost layernorm_backward_cost(int64_t N, int64_t C, int elem) {
 OpCost linear_forward_cost(int64_t N, int64_t C, int64_t OC, bool bias, int elem) {
   const double n = static_cast<double>(N);
   const double flops = 2 * n * C * OC + (bias ? n * OC : 0);
-  return cost(flops, n * C + static_cast<double>(OC) * C + (bias ? OC : 0) + n * OC, elem);
+  // out[N,OC] = inp[N,C] · weightᵀ[C,OC]; the bias add is the GEMM's epilogue.
+  return gemm_cost(
+      cost(flops, n * C + static_cast<double>(OC) * C + (bias ? OC : 0) + n * OC, elem),
+      {N, OC, C});
 }
 OpCost linear_backward_cost(int64_t N, int64_t C, int64_t OC, bool bias, int elem) {
   const double n = static_cast<double>(N);
   const double w = static_cast<double>(OC) * C;
   const double flops = 4 * n * C * OC + (bias ? n * OC : 0);
-  // read dout, inp, weight; read-modify-write dinp, dweight, dbias
-  return cost(flops, n * OC + n * C + w + 2 * n * C + 2 * w + (bias ? 2.0 * OC : 0), elem);
+  // read dout, inp, weight; read-modify-write dinp, dweight, dbias.
+  // dinp[N,C] = dout[N,OC]·weight[OC,C]; dweight[OC,C] = doutᵀ[OC,N]·inp[N,C].
+  return gemm_cost(
+      cost(flops, n * OC + n * C + w + 2 * n * C + 2 * w + (bias ? 2.0 * OC : 0), elem), {N, C, OC},
+      {OC, C, N});
 }
 OpCost linear_backward_input_cost(int64_t N, int64_t C, int64_t OC, int elem) {
   const double n = static_cast<double>(N);
-  // read dout, weight; read-modify-write dinp
-  return cost(2 * n * C * OC, n * OC + static_cast<double>(OC) * C + 2 * n * C, elem);
+  // read dout, weight; read-modify-write dinp. dinp[N,C] = dout[N,OC]·weight[OC,C].
+  return gemm_cost(cost(2 * n * C * OC, n * OC + static_cast<double>(OC) * C + 2 * n * C, elem),
+                   {N, C, OC});
 }
 OpCost linear_backward_weight_cost(int64_t N, int64_t C, int64_t OC, bool bias, int elem) {
   const double n = static_cast<double>(N);
   const double w = static_cast<double>(OC) * C;
-  // read dout, inp; read-modify-write dweight, dbias
-  return cost(2 * n * C * OC + (bias ? n * OC : 0), n * OC + n * C + 2 * w + (bias ? 2.0 * OC : 0), elem);
+  // read dout, inp; read-modify-write dweight, dbias. dweight[OC,C] = doutᵀ[OC,N]·inp[N,C].
+  const double flops = 2 * n * C * OC + (bias ? n * OC : 0);
+  return gemm_cost(cost(flops, n * OC + n * C + 2 * w + (bias ? 2.0 * OC : 0), elem), {OC, C, N});
 }
 
 OpCost attention_forward_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem) {
   const double bh = static_cast<double>(B) * NH;
   const double tt = static_cast<double>(T) * T;
   const double NC = static_cast<double>(B) * T * NH * HS;
-  return cost(4 * bh * tt * HS + 5 * bh * tt, 3 * NC + bh * tt + NC, elem);
+  // per (batch, head): q·kᵀ [T,T] over HS, then att·v [T,HS] over T; the softmax in between.
+  const int64_t BH = B * NH;
+  return gemm_cost(cost(4 * bh * tt * HS + 5 * bh * tt, 3 * NC + bh * tt + NC, elem),
+                   {T, T, HS, BH}, {T, HS, T, BH});
 }
 OpCost attention_backward_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem) {
   const double bh = static_cast<double>(B) * NH;
   const double tt = static_cast<double>(T) * T;
   const double NC = static_cast<double>(B) * T * NH * HS;
-  return cost(8 * bh * tt * HS + 5 * bh * tt, NC + 3 * NC + bh * tt + 6 * NC, elem);
+  // per (batch, head): datt = dout·vᵀ [T,T] over HS; dv = attᵀ·dout, dq = dpre·k and
+  // dk = dpreᵀ·q, three [T,HS] over T.
+  const int64_t BH = B * NH;
+  return gemm_cost(cost(8 * bh * tt * HS + 5 * bh * tt, NC + 3 * NC + bh * tt + 6 * NC, elem),
+                   {T, T, HS, BH}, {T, HS, T, 3 * BH});
 }
 
-OpCost gelu_forward_cost(int64_t n, int elem) { return cost(10.0 * n, 2.0 * n, elem); }
+OpCost gelu_forward_cost(int64_t n, int elem) { return cost(9.0 * n, 2.0 * n, elem); }
 OpCost gelu_backward_cost(int64_t n, int elem) { return cost(20.0 * n, 4.0 * n, elem); }
 
 OpCost residual_forward_cost(int64_t n, int elem) { return cost(1.0 * n, 3.0 * n, elem); }
@@ -82,11 +106,12 @@ OpCost crossentropy_backward_cost(int64_t N, int64_t V, int elem) {
 
 OpCost router_forward_cost(int64_t N, int64_t E, int64_t K, int elem) {
   const double n = static_cast<double>(N);
-  return cost(n * (4.0 * E + K * E + 2.0 * K), n * (2.0 * E + K) + E, elem, 8 * n * K);
+  // softmax (4E), top-K scans (KE), gates (2K), the P_i statistics adds (E)
+  return cost(n * (5.0 * E + K * E + 2.0 * K), n * (2.0 * E + K) + E, elem, 8 * n * K);
 }
 OpCost router_backward_cost(int64_t N, int64_t E, int64_t K, int elem) {
   const double n = static_cast<double>(N);
-  return cost(n * (6.0 * E + 6.0 * K), n * (3.0 * E + K) + E, elem, 4 * n * K);
+  return cost(n * (6.0 * E + 7.0 * K), n * (3.0 * E + K) + E, elem, 4 * n * K);
 }
 
 OpCost moe_dispatch_cost(int64_t M, int64_t C, int elem) {
@@ -95,7 +120,8 @@ OpCost moe_dispatch_cost(int64_t M, int64_t C, int elem) {
 }
 OpCost moe_combine_forward_cost(int64_t N, int64_t M, int64_t C, int elem) {
   const double mc = static_cast<double>(M) * C;
-  return cost(2 * mc, mc + static_cast<double>(N) * C + mc + M, elem, 8.0 * M);
+  // reads ye and gates; zero-fills out (N·C), then reads and writes an out row per assignment
+  return cost(2 * mc, mc + M + static_cast<double>(N) * C + 2 * mc, elem, 8.0 * M);
 }
 OpCost moe_combine_backward_cost(int64_t M, int64_t C, int elem) {
   const double mc = static_cast<double>(M) * C;
@@ -104,7 +130,7 @@ OpCost moe_combine_backward_cost(int64_t M, int64_t C, int elem) {
 
 OpCost adamw_update_cost(int64_t n, int elem) {
   // read p, m, v, g; write p, m, v (states kept at the modeled element size)
-  return cost(12.0 * n, 7.0 * n, elem);
+  return cost(14.0 * n, 7.0 * n, elem);
 }
 OpCost sum_squares_cost(int64_t n, int elem) { return cost(2.0 * n, 1.0 * n, elem); }
 OpCost scale_inplace_cost(int64_t n, int elem) { return cost(1.0 * n, 2.0 * n, elem); }

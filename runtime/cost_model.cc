@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "runtime/errors.h"
+
 namespace shardlab {
 
 const char* precision_name(Precision p) { return p == Precision::kFp32 ? "fp32" : "bf16"; }
@@ -10,15 +12,48 @@ int element_size(Precision p) { return p == Precision::kFp32 ? 4 : 2; }
 
 CostModel::CostModel(const DeviceSpec& spec, Precision precision)
     : precision_(precision),
-      peak_flops_((precision == Precision::kFp32 ? spec.peak_tflops_fp32 : spec.peak_tflops_bf16) * 1e12),
+      peak_flops_((precision == Precision::kFp32 ? spec.peak_tflops_fp32 : spec.peak_tflops_bf16) *
+                  1e12),
       achieved_flops_(peak_flops_ * spec.compute_efficiency),
-      mem_bytes_per_s_(spec.mem_bandwidth_GBps * 1e9),
+      mem_bytes_per_s_(spec.mem_bandwidth_GBps * 1e9 * spec.mem_efficiency),
+      gemm_(spec.gemm),
+      gemm_max_efficiency_(precision == Precision::kFp32 ? spec.gemm.max_efficiency_fp32
+                                                         : spec.gemm.max_efficiency_bf16),
       launch_(us_to_time(spec.launch_overhead_us)) {}
 
+double CostModel::gemm_efficiency(const GemmShape& g) const {
+  if (gemm_.sm_count <= 0) return achieved_flops_ / peak_flops_;  // plain roofline
+  SHARDLAB_CHECK(!g.empty());
+  const double useful = double(g.m) * double(g.n) * double(g.batch);
+  double best = 0;
+  for (const GemmTile& t : gemm_.tiles) {
+    const int64_t tiles = (g.m + t.m - 1) / t.m * ((g.n + t.n - 1) / t.n) * g.batch;
+    const int64_t waves = (tiles + gemm_.sm_count - 1) / gemm_.sm_count;
+    const double issued = double(waves) * gemm_.sm_count * t.m * t.n;
+    best = std::max(best, useful / issued);
+  }
+  return gemm_max_efficiency_ * best;
+}
+
+// Picoseconds of compute, rounded up once.
+double CostModel::compute_ps(const OpCost& op) const {
+  if (op.flops <= 0) return 0.0;
+  if (op.op_class == OpClass::kElementwise || gemm_.sm_count <= 0)
+    return std::ceil(op.flops / achieved_flops_ * 1e12);
+  SHARDLAB_CHECK(!op.gemm.empty(), "a kGemm op needs its GEMM shape");
+  double seconds = 0, gemm_flops = 0;
+  for (const GemmShape* g : {&op.gemm, &op.gemm2}) {
+    if (g->empty()) continue;
+    seconds += g->flops() / (peak_flops_ * gemm_efficiency(*g));
+    gemm_flops += g->flops();
+  }
+  seconds += std::max(0.0, op.flops - gemm_flops) / achieved_flops_;  // bias, fused softmax
+  return std::ceil(seconds * 1e12);
+}
+
 Time CostModel::duration(const OpCost& op) const {
-  const double compute_ps = op.flops > 0 ? std::ceil(op.flops / achieved_flops_ * 1e12) : 0.0;
   const double memory_ps = op.bytes > 0 ? std::ceil(op.bytes / mem_bytes_per_s_ * 1e12) : 0.0;
-  return launch_ + static_cast<Time>(std::max(compute_ps, memory_ps));
+  return launch_ + static_cast<Time>(std::max(compute_ps(op), memory_ps));
 }
 
 }  // namespace shardlab

@@ -1,6 +1,30 @@
-// Roofline cost model for compute ops on one virtual device.
+// Calibrated roofline cost model for compute ops on one virtual device.
 //
-//   duration = launch_overhead + max(flops / (peak * efficiency), bytes / mem_bandwidth)
+//   duration = launch_overhead + max(compute, bytes / (mem_bandwidth * mem_efficiency))
+//
+// compute depends on the op's class:
+//  * kElementwise (the default: softmax, LayerNorm, GELU, residuals, the
+//    optimizer, copies): flops / (peak * compute_efficiency). These ops are
+//    memory-bound on a GPU, so the memory term decides.
+//  * kGemm: each GEMM of the op (OpCost::gemm, OpCost::gemm2) at its own
+//    shape-dependent efficiency (gemm_efficiency below), plus the op's other
+//    flops (bias, a fused softmax) at compute_efficiency.
+//
+// GEMM efficiency models cuBLAS on the SMs (NVIDIA, "Matrix Multiplication
+// Background User's Guide"): the output is cut into tile_m x tile_n tiles,
+// one thread block each, run in waves of sm_count blocks. Every tile costs a
+// full tile's work (tile quantization) and every wave a full wave's time
+// (wave quantization), so with one tile shape
+//
+//   efficiency = gemm_max_efficiency * (m * n * batch) / (waves * sm_count * tile_m * tile_n)
+//   waves      = ceil(ceil(m / tile_m) * ceil(n / tile_n) * batch / sm_count)
+//
+// and, as cuBLAS's heuristics pick a tile per shape, the best of the
+// profile's tiles (the first on a tie). It is gemm_max_efficiency for a GEMM
+// that fills whole tiles and whole waves, and falls for small or skinny
+// shapes that leave SMs or tile rows idle. A profile without `device.gemm`
+// (sm_count 0) keeps the plain roofline: every flop at compute_efficiency,
+// exactly as before the calibration.
 //
 // Each term is rounded up to a whole picosecond. `bytes` is the modeled
 // traffic to device memory (reads + writes at the modeled element size).
@@ -19,9 +43,27 @@ enum class Precision : uint8_t { kFp32, kBf16 };
 const char* precision_name(Precision p);
 int element_size(Precision p);  // modeled bytes per element: 4 or 2
 
+// What the cost model needs to know about an op besides its totals. The
+// default is elementwise (memory-bound), so an OpCost{flops, bytes} built
+// anywhere keeps its plain roofline.
+enum class OpClass : uint8_t { kElementwise, kGemm };
+
+// C[m, n] += A[m, k] · B[k, n], `batch` times (a batched GEMM such as
+// attention's q·kᵀ over batch x heads). m == 0: no GEMM.
+struct GemmShape {
+  int64_t m = 0, n = 0, k = 0, batch = 1;
+  bool empty() const { return m <= 0 || n <= 0 || k <= 0 || batch <= 0; }
+  double flops() const {
+    return empty() ? 0.0 : 2.0 * double(m) * double(n) * double(k) * double(batch);
+  }
+};
+
 struct OpCost {
-  double flops = 0;    // floating-point operations
-  double bytes = 0;    // modeled bytes read + written in device memory
+  double flops = 0;  // floating-point operations (all of them, GEMMs included)
+  double bytes = 0;  // modeled bytes read + written in device memory
+  OpClass op_class = OpClass::kElementwise;
+  GemmShape gemm;   // kGemm: the op's GEMM
+  GemmShape gemm2;  // kGemm: a second GEMM of the same op (fused backward, attention's ·v)
 };
 
 class CostModel {
@@ -29,15 +71,21 @@ class CostModel {
   CostModel(const DeviceSpec& spec, Precision precision);
 
   Time duration(const OpCost& op) const;
+  // Achieved share of peak of one GEMM of this shape, (0, gemm_max_efficiency].
+  double gemm_efficiency(const GemmShape& g) const;
   Time launch_overhead() const { return launch_; }
   double peak_flops() const { return peak_flops_; }  // FLOP/s at this precision, before efficiency
   Precision precision() const { return precision_; }
 
  private:
+  double compute_ps(const OpCost& op) const;
+
   Precision precision_;
-  double peak_flops_;        // FLOP/s
-  double achieved_flops_;    // FLOP/s = peak * efficiency
-  double mem_bytes_per_s_;
+  double peak_flops_;       // FLOP/s
+  double achieved_flops_;   // FLOP/s = peak * compute_efficiency
+  double mem_bytes_per_s_;  // achieved: bandwidth * mem_efficiency
+  GemmSpec gemm_;
+  double gemm_max_efficiency_;  // at this precision
   Time launch_;
 };
 

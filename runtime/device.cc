@@ -125,7 +125,7 @@ void Device::check_peer(int peer, const char* what) const {
 }
 
 SendHandle Device::isend(Stream& s, int dst, Tag tag, std::span<const std::byte> host,
-                         uint64_t modeled_bytes) {
+                         uint64_t modeled_bytes, Engine engine) {
   check_peer(dst, "send");
   check_abort();
   if (hooks_) hooks_->on_send(cfg_.rank, dst, tag);
@@ -135,6 +135,7 @@ SendHandle Device::isend(Stream& s, int dst, Tag tag, std::span<const std::byte>
   m.tag = tag;
   m.link = links_.link(cfg_.rank, dst);
   m.modeled_bytes = modeled_bytes;
+  m.engine = engine;
   Time& egress = egress_free_[static_cast<int>(m.link.port)];
   m.depart = std::max(s.now(), egress);
   if (s.now() < egress_doubt_[static_cast<int>(m.link.port)])

@@ -165,12 +165,15 @@ class Device {
 
   // ---- Point to point ----------------------------------------------------
   // `host` is copied at once (eager); `modeled_bytes` sets the virtual time
-  // (may differ from host.size(): bf16 modeling, phantom payloads).
+  // (may differ from host.size(): bf16 modeling, phantom payloads). `engine`:
+  // NCCL's SM kernels (collectives, pipeline send/recv; the default) or the
+  // copy engines (cudaMemcpy between peers, as OSU measures): the packet size.
   SendHandle isend(Stream& s, int dst, Tag tag, std::span<const std::byte> host,
-                   uint64_t modeled_bytes);
+                   uint64_t modeled_bytes, Engine engine = Engine::kSm);
   void wait(Stream& s, SendHandle h) { s.wait({h.done}); }
-  void send(Stream& s, int dst, Tag tag, std::span<const std::byte> host, uint64_t modeled_bytes) {
-    wait(s, isend(s, dst, tag, host, modeled_bytes));
+  void send(Stream& s, int dst, Tag tag, std::span<const std::byte> host, uint64_t modeled_bytes,
+            Engine engine = Engine::kSm) {
+    wait(s, isend(s, dst, tag, host, modeled_bytes, engine));
   }
   // Blocks (host) until the message is there; `s` waits for its virtual arrival.
   Message recv(Stream& s, int src, Tag tag);

@@ -2,7 +2,9 @@
 //
 // Protocol (eager, like MPI's eager protocol and a LogP-style link model):
 //  * The sender copies the payload into a pooled buffer and books its egress
-//    port: depart = max(stream time, egress free); egress free = depart + S/B.
+//    port: depart = max(stream time, egress free); egress free = depart + S/B,
+//    S being the message's bytes on the wire (its payload plus packet headers,
+//    Link::wire_bytes).
 //    It never blocks on the host.
 //  * The message lands in the receiver's mailbox; messages from one source
 //    with one tag are delivered in FIFO order.
@@ -81,11 +83,12 @@ struct Message {
   Link link;
   Time depart = 0;          // egress start on the sender
   uint64_t modeled_bytes = 0;
+  Engine engine = Engine::kSm;  // sets the packet size on the wire (link_model.h)
   BufferPool::Buffer payload;  // host bytes (empty for phantom data)
   // Filled in by the receiver when it takes the message.
   Time arrival = 0;
 
-  Time wire_time() const { return transfer_time(modeled_bytes, link.bytes_per_second); }
+  Time wire_time() const { return link.wire_time(modeled_bytes, engine); }
   std::span<const std::byte> bytes() const { return {payload.data(), payload.size()}; }
 };
 

@@ -14,7 +14,27 @@ struct Link {
   LinkClass port = LinkClass::kIntra;  // which egress/ingress port pair it occupies
   Time latency = 0;                    // ps, first byte
   uint64_t bytes_per_second = 1;       // per direction
+  uint32_t header_bytes = 0;           // per packet
+  uint32_t payload_bytes[2] = {0, 0};  // per packet, by Engine; 0: no packet overhead
+
+  // Bytes on the wire for `bytes` of payload: bytes + ceil(bytes / payload) * header.
+  uint64_t wire_bytes(uint64_t bytes, Engine e) const {
+    const uint64_t payload = payload_bytes[static_cast<int>(e)];
+    return payload == 0 ? bytes : bytes + (bytes + payload - 1) / payload * header_bytes;
+  }
+  // The time the message holds a port: ceil(wire_bytes * 1e12 / bytes_per_second) ps.
+  Time wire_time(uint64_t bytes, Engine e) const {
+    return transfer_time(wire_bytes(bytes, e), bytes_per_second);
+  }
 };
+
+inline Link make_link(LinkClass port, const LinkSpec& s) {
+  return {port,
+          s.latency(),
+          s.bytes_per_second(),
+          static_cast<uint32_t>(s.packet_header_bytes),
+          {static_cast<uint32_t>(s.sm_payload_bytes), static_cast<uint32_t>(s.copy_payload_bytes)}};
+}
 
 class LinkModel {
  public:
@@ -27,8 +47,8 @@ class ProfileLinkModel final : public LinkModel {
  public:
   explicit ProfileLinkModel(const HardwareProfile& p)
       : devices_per_node_(p.devices_per_node),
-        intra_{LinkClass::kIntra, p.intra.latency(), p.intra.bytes_per_second()},
-        inter_{LinkClass::kInter, p.inter.latency(), p.inter.bytes_per_second()} {}
+        intra_(make_link(LinkClass::kIntra, p.intra)),
+        inter_(make_link(LinkClass::kInter, p.inter)) {}
   Link link(int src, int dst) const override {
     return src / devices_per_node_ == dst / devices_per_node_ ? intra_ : inter_;
   }

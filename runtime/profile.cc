@@ -21,7 +21,7 @@ uint64_t HardwareProfile::memory_bytes() const {
   return static_cast<uint64_t>(std::llround(device.memory_GiB * 1024.0 * 1024.0 * 1024.0));
 }
 
-// Sources for the figures (all public):
+// Sources for the figures (all public; README "Cost model" has the table):
 //  - Peak FLOP/s, HBM bandwidth and capacity: NVIDIA A100 and H100 SXM datasheets
 //    (A100: 19.5 TFLOP/s fp32, 312 bf16 dense, 2.0 TB/s, 80 GB;
 //     H100 SXM: 67 fp32, 989 bf16 dense, 3.35 TB/s, 80 GB).
@@ -32,38 +32,92 @@ uint64_t HardwareProfile::memory_bytes() const {
 //    tuning model (src/graph/tuning.cc, hwLat: NVLink 0.5-3.4 us, PCIe 1.0-5.7 us,
 //    network 2.7-14 us) and OSU osu_latency device-to-device results with GPUDirect RDMA.
 //  - Kernel launch overhead ~4 us (a CUDA launch as seen on a timeline: 3-5 us).
-//  - compute_efficiency 0.7: a well-tuned large GEMM reaches 70-80% of peak.
+//  - compute_efficiency 0.7: non-GEMM flops (elementwise math); those ops are memory-bound.
+//  - mem_efficiency 0.90: STREAM-like kernels (BabelStream triad, nvbandwidth) reach
+//    85-92% of the HBM datasheet bandwidth on A100 and H100 (0.90 assumed for both).
+//  - GEMM: sm_count 108 (A100) / 132 (H100 SXM) from the datasheets; output tiles
+//    256x128, 128x128, 128x64 and 64x64, the cuBLAS tile shapes NVIDIA's "Matrix
+//    Multiplication Background User's Guide" discusses (one 256x128 tile per SM: a
+//    wave of 108 tiles on A100); max efficiency: large bf16 GEMMs in cuBLAS reach
+//    75-85% of the tensor-core peak on A100 (0.80: ~250 of 312 TFLOP/s; Megatron-LM's
+//    163 TFLOP/s per A100 end to end, Narayanan et al. 2021, needs GEMMs well above
+//    that); H100 0.75 (~740 of 989: an assumption of the same order, not a measured
+//    figure); fp32 SGEMM 0.97 (cuBLAS 18.88 of 19.49 TFLOP/s on an A100 80GB,
+//    M=5120 N=K=4096, Yinghan-Li/YHs_Sample#4).
+//  - NVLink packets: an NVLink3/4 packet carries at most 128 B of payload when the SMs
+//    store (NCCL's kernels) and 256 B from the copy engines (cudaMemcpy), with ~32 B
+//    of header and CRC: a 25 GB/s NVLink3 link gives ~20 GB/s to NCCL, 12 links
+//    240 GB/s (S. Jeaugey, NVIDIA/nccl-tests#149), ~267 GB/s to cudaMemcpy. PCIe Gen4
+//    TLPs: 24 B of header, framing and LCRC per 128 B (SM) / 256 B (max payload) TLP.
+//    InfiniBand: 4096 B MTU, 42 B of LRH+BTH+RETH+ICRC+VCRC headers.
+//  - collective_launch_us 8: nccl-tests all_reduce on 2 A100 SXM4 over NVLink takes
+//    10.1 us at 32 B (NVIDIA/nccl#583); the modeled one hop is 2 us, the rest is the
+//    collective's fixed start (NCCL's own tuning model has 6.6-8.4 us of base latency).
 const std::vector<HardwareProfile>& builtin_profiles() {
   static const std::vector<HardwareProfile> kProfiles = [] {
+    auto device = [](double fp32, double bf16, double hbm, int sms, double eff_bf16) {
+      DeviceSpec d{fp32, bf16, hbm, 80.0, 4.0, 0.7};
+      d.mem_efficiency = 0.90;
+      d.collective_launch_us = 8.0;
+      d.gemm = {sms, {{256, 128}, {128, 128}, {128, 64}, {64, 64}}, 0.97, eff_bf16};
+      return d;
+    };
+    auto link = [](double lat, double bw, int header, int sm_payload, int copy_payload) {
+      return LinkSpec{lat, bw, header, sm_payload, copy_payload};
+    };
+    const DeviceSpec a100 = device(19.5, 312.0, 2039.0, 108, 0.80);
+    const DeviceSpec h100 = device(67.0, 989.0, 3350.0, 132, 0.75);
+    const LinkSpec hdr = link(5.0, 25.0, 42, 4096, 4096);
     std::vector<HardwareProfile> v;
-    DeviceSpec a100{19.5, 312.0, 2039.0, 80.0, 4.0, 0.7};
-    DeviceSpec h100{67.0, 989.0, 3350.0, 80.0, 4.0, 0.7};
-    v.push_back({"a100-nvlink", "DGX A100 nodes: NVLink3 inside a node, InfiniBand HDR between",
-                 4, 8, a100, {2.0, 300.0}, {5.0, 25.0}});
-    v.push_back({"a100-pcie", "A100 PCIe servers: PCIe Gen4 x16 inside a node, InfiniBand HDR between",
-                 4, 8, a100, {3.0, 32.0}, {5.0, 25.0}});
-    v.push_back({"h100-nvlink", "DGX H100 nodes: NVLink4 inside a node, InfiniBand NDR between",
-                 4, 8, h100, {1.5, 450.0}, {4.0, 50.0}});
+    v.push_back({"a100-nvlink",
+                 "DGX A100 nodes (as Selene's): NVLink3 over NVSwitch inside a node, one "
+                 "InfiniBand HDR NIC per GPU between",
+                 4, 8, a100, link(2.0, 300.0, 32, 128, 256), hdr});
+    v.push_back({"a100-pcie",
+                 "A100 PCIe servers: PCIe Gen4 x16 inside a node, InfiniBand HDR between", 4, 8,
+                 a100, link(3.0, 32.0, 24, 128, 256), hdr});
+    v.push_back({"h100-nvlink", "DGX H100 nodes: NVLink4 inside a node, InfiniBand NDR between", 4,
+                 8, h100, link(1.5, 450.0, 32, 128, 256), link(4.0, 50.0, 42, 4096, 4096)});
     return v;
   }();
   return kProfiles;
 }
 
+namespace {
+nlohmann::json tiles_to_json(const std::vector<GemmTile>& tiles) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const GemmTile& t : tiles) j.push_back({t.m, t.n});
+  return j;
+}
+}  // namespace
+
 nlohmann::json profile_to_json(const HardwareProfile& p) {
   auto link = [](const LinkSpec& l) {
-    return nlohmann::json{{"latency_us", l.latency_us}, {"bandwidth_GBps", l.bandwidth_GBps}};
+    nlohmann::json j{{"latency_us", l.latency_us}, {"bandwidth_GBps", l.bandwidth_GBps}};
+    if (l.sm_payload_bytes > 0 || l.copy_payload_bytes > 0)
+      j["packet"] = {{"header_bytes", l.packet_header_bytes},
+                     {"sm_payload_bytes", l.sm_payload_bytes},
+                     {"copy_payload_bytes", l.copy_payload_bytes}};
+    return j;
   };
-  return {{"name", p.name},
-          {"description", p.description},
-          {"nodes", p.nodes},
-          {"devices_per_node", p.devices_per_node},
-          {"device",
-           {{"peak_tflops", {{"fp32", p.device.peak_tflops_fp32}, {"bf16", p.device.peak_tflops_bf16}}},
-            {"mem_bandwidth_GBps", p.device.mem_bandwidth_GBps},
-            {"memory_GiB", p.device.memory_GiB},
-            {"launch_overhead_us", p.device.launch_overhead_us},
-            {"compute_efficiency", p.device.compute_efficiency}}},
-          {"links", {{"intra", link(p.intra)}, {"inter", link(p.inter)}}}};
+  const DeviceSpec& d = p.device;
+  nlohmann::json device{
+      {"peak_tflops", {{"fp32", d.peak_tflops_fp32}, {"bf16", d.peak_tflops_bf16}}},
+      {"mem_bandwidth_GBps", d.mem_bandwidth_GBps},
+      {"memory_GiB", d.memory_GiB},
+      {"launch_overhead_us", d.launch_overhead_us},
+      {"compute_efficiency", d.compute_efficiency},
+      {"mem_efficiency", d.mem_efficiency},
+      {"collective_launch_us", d.collective_launch_us}};
+  if (d.gemm.sm_count > 0)
+    device["gemm"] = {
+        {"sm_count", d.gemm.sm_count},
+        {"tiles", tiles_to_json(d.gemm.tiles)},
+        {"max_efficiency",
+         {{"fp32", d.gemm.max_efficiency_fp32}, {"bf16", d.gemm.max_efficiency_bf16}}}};
+  return {{"name", p.name},   {"description", p.description},
+          {"nodes", p.nodes}, {"devices_per_node", p.devices_per_node},
+          {"device", device}, {"links", {{"intra", link(p.intra)}, {"inter", link(p.inter)}}}};
 }
 
 namespace {
@@ -93,11 +147,25 @@ class Reader {
       fail(fmt::format("field \"{}\" must be {} (got {})", path, allow_zero ? ">= 0" : "> 0", d));
     return d;
   }
-  int count(const nlohmann::json& j, const std::string& path) const {
+  int count(const nlohmann::json& j, const std::string& path, bool allow_zero = false) const {
     const auto& v = at(j, path);
-    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > 1'000'000)
-      fail(fmt::format("field \"{}\" must be a positive integer", path));
+    const int64_t lo = allow_zero ? 0 : 1;
+    if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > 1'000'000)
+      fail(fmt::format("field \"{}\" must be a {} integer", path,
+                       allow_zero ? "non-negative" : "positive"));
     return v.get<int>();
+  }
+  // An efficiency: a number in (0, 1].
+  double fraction(const nlohmann::json& j, const std::string& path) const {
+    const double d = positive(j, path);
+    if (d > 1) fail(fmt::format("field \"{}\" must be in (0, 1]", path));
+    return d;
+  }
+  bool has(const nlohmann::json& j, const std::string& path) const {
+    const size_t dot = path.rfind('.');
+    const nlohmann::json& parent = dot == std::string::npos ? j : at(j, path.substr(0, dot));
+    return parent.is_object() &&
+           parent.contains(path.substr(dot == std::string::npos ? 0 : dot + 1));
   }
   [[noreturn]] void fail(const std::string& what) const {
     throw ConfigError(fmt::format("profile {}: {}", origin_, what));
@@ -106,6 +174,30 @@ class Reader {
  private:
   std::string origin_;
 };
+
+// The optional calibration fields of "device"; absent, they keep the plain
+// roofline (efficiencies 1 or compute_efficiency, no GEMM model, no collective start).
+void read_device_model(const Reader& r, const nlohmann::json& j, DeviceSpec& d) {
+  if (r.has(j, "device.compute_efficiency"))
+    d.compute_efficiency = r.fraction(j, "device.compute_efficiency");
+  if (r.has(j, "device.mem_efficiency")) d.mem_efficiency = r.fraction(j, "device.mem_efficiency");
+  if (r.has(j, "device.collective_launch_us"))
+    d.collective_launch_us = r.positive(j, "device.collective_launch_us", /*allow_zero=*/true);
+  if (!r.has(j, "device.gemm")) return;
+  d.gemm.sm_count = r.count(j, "device.gemm.sm_count");
+  const auto& tiles = r.at(j, "device.gemm.tiles");
+  if (!tiles.is_array() || tiles.empty())
+    r.fail("field \"device.gemm.tiles\" must be a list of [m, n]");
+  for (size_t i = 0; i < tiles.size(); ++i) {
+    const std::string path = fmt::format("device.gemm.tiles.{}", i);
+    if (!tiles[i].is_array() || tiles[i].size() != 2)
+      r.fail(fmt::format("field \"{}\" must be [m, n]", path));
+    nlohmann::json t{{"m", tiles[i][0]}, {"n", tiles[i][1]}};
+    d.gemm.tiles.push_back({r.count(t, "m"), r.count(t, "n")});
+  }
+  d.gemm.max_efficiency_fp32 = r.fraction(j, "device.gemm.max_efficiency.fp32");
+  d.gemm.max_efficiency_bf16 = r.fraction(j, "device.gemm.max_efficiency.bf16");
+}
 
 }  // namespace
 
@@ -124,15 +216,17 @@ HardwareProfile profile_from_json(const nlohmann::json& j, std::string_view orig
   p.device.mem_bandwidth_GBps = r.positive(j, "device.mem_bandwidth_GBps");
   p.device.memory_GiB = r.positive(j, "device.memory_GiB");
   p.device.launch_overhead_us = r.positive(j, "device.launch_overhead_us", /*allow_zero=*/true);
-  if (j["device"].contains("compute_efficiency")) {
-    p.device.compute_efficiency = r.positive(j, "device.compute_efficiency");
-    if (p.device.compute_efficiency > 1) r.fail("field \"device.compute_efficiency\" must be in (0, 1]");
-  }
+  read_device_model(r, j, p.device);
   for (auto [cls, spec] : {std::pair{"intra", &p.intra}, std::pair{"inter", &p.inter}}) {
     std::string base = std::string("links.") + cls;
     spec->latency_us = r.positive(j, base + ".latency_us", /*allow_zero=*/true);
     spec->bandwidth_GBps = r.positive(j, base + ".bandwidth_GBps");
     if (spec->bytes_per_second() == 0) r.fail(fmt::format("field \"{}.bandwidth_GBps\" is too small", base));
+    if (r.has(j, base + ".packet")) {
+      spec->packet_header_bytes = r.count(j, base + ".packet.header_bytes", /*allow_zero=*/true);
+      spec->sm_payload_bytes = r.count(j, base + ".packet.sm_payload_bytes");
+      spec->copy_payload_bytes = r.count(j, base + ".packet.copy_payload_bytes");
+    }
   }
   return p;
 }

@@ -4,6 +4,20 @@
 // compute and memory figures, and one link class per level of the hierarchy
 // (intra-node: NVLink or PCIe; inter-node: InfiniBand). GB/s always means 1e9
 // bytes per second, per direction.
+//
+// The JSON form (`shardlab profiles --json`). Required: name, nodes,
+// devices_per_node, device.{peak_tflops.{fp32,bf16}, mem_bandwidth_GBps,
+// memory_GiB, launch_overhead_us}, links.{intra,inter}.{latency_us,
+// bandwidth_GBps}. Optional, the calibration (absent: the plain roofline and
+// plain links, as in files written before it; the default in parentheses):
+//   device.compute_efficiency    share of peak of non-GEMM flops (1)
+//   device.mem_efficiency        achieved share of HBM bandwidth (1)
+//   device.collective_launch_us  fixed start of every collective (0)
+//   device.gemm.{sm_count, tiles: [[m, n], ...], max_efficiency.{fp32, bf16}}
+//                                GEMM tile and wave quantization (off)
+//   links.<class>.packet.{header_bytes, sm_payload_bytes, copy_payload_bytes}
+//                                packet headers on the wire (none)
+// The built-in values and their public sources: profile.cc, README "Cost model".
 #pragma once
 
 #include <cstdint>
@@ -21,12 +35,39 @@ enum class LinkClass : uint8_t { kIntra = 0, kInter = 1 };
 inline constexpr int kNumLinkClasses = 2;
 const char* link_class_name(LinkClass c);  // "intra" | "inter"
 
+// Who moves a message's bytes. NCCL's kernels (collectives, and the
+// pipeline's send/recv) store from the SMs; cudaMemcpy between peers (what
+// OSU's osu_bw and p2pBandwidthLatencyTest measure) uses the copy engines,
+// which send larger packets.
+enum class Engine : uint8_t { kSm = 0, kCopy = 1 };
+
 struct LinkSpec {
   double latency_us = 0;      // one-way, first byte
-  double bandwidth_GBps = 0;  // per direction
+  double bandwidth_GBps = 0;  // per direction, line rate of the data
+  // Packets: a message of S bytes is cut into packets of at most `payload`
+  // bytes, each carrying `packet_header_bytes` more on the wire, so it
+  // occupies the link for S + ceil(S / payload) * header bytes. payload 0:
+  // no packet overhead (JSON "links.<class>.packet": optional).
+  int packet_header_bytes = 0;
+  int sm_payload_bytes = 0;    // Engine::kSm
+  int copy_payload_bytes = 0;  // Engine::kCopy
   // Derived, exact integers used by the link model.
   Time latency() const { return us_to_time(latency_us); }
   uint64_t bytes_per_second() const;
+};
+
+// cuBLAS-like GEMM efficiency (runtime/cost_model.h). sm_count 0: off, every
+// flop at compute_efficiency (the plain roofline).
+struct GemmTile {
+  int m = 0;  // output tile rows
+  int n = 0;  // output tile columns
+  friend bool operator==(const GemmTile&, const GemmTile&) = default;
+};
+struct GemmSpec {
+  int sm_count = 0;                  // thread blocks running at once: one output tile per SM
+  std::vector<GemmTile> tiles;       // the tile shapes the library picks from, largest first
+  double max_efficiency_fp32 = 1.0;  // achieved share of peak, whole tiles and waves
+  double max_efficiency_bf16 = 1.0;
 };
 
 struct DeviceSpec {
@@ -35,7 +76,10 @@ struct DeviceSpec {
   double mem_bandwidth_GBps = 0;
   double memory_GiB = 0;
   double launch_overhead_us = 0;
-  double compute_efficiency = 1.0;  // achieved share of peak FLOP/s, (0, 1]
+  double compute_efficiency = 1.0;  // achieved share of peak FLOP/s of non-GEMM flops, (0, 1]
+  double mem_efficiency = 1.0;      // achieved share of HBM bandwidth (STREAM-like), (0, 1]
+  double collective_launch_us = 0;  // fixed start of every collective (NCCL kernel launch, setup)
+  GemmSpec gemm;
 };
 
 struct HardwareProfile {

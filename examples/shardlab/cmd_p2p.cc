@@ -43,6 +43,8 @@ struct Row {
 };
 
 constexpr Tag kPing = 1, kPong = 2, kData = 3, kAck = 4, kGo = 5;
+// OSU's osu_latency / osu_bw move device buffers with cudaMemcpy (copy engines).
+constexpr Engine kEngine = Engine::kCopy;
 constexpr uint64_t kWindowBytes = 128ull << 20;
 constexpr int kMaxWindow = 64;
 
@@ -62,12 +64,12 @@ void measure(Device& dev, int peer, bool is_src, uint64_t size, bool bidir,
   // Latency: ping-pong.
   const Time t0 = s.now();
   if (is_src) {
-    dev.send(s, peer, kPing, payload, size);
+    dev.send(s, peer, kPing, payload, size, kEngine);
     receive(kPong);
     row->latency_us = to_us(s.now() - t0) / 2;
   } else {
     receive(kPing);
-    dev.send(s, peer, kPong, payload, size);
+    dev.send(s, peer, kPong, payload, size, kEngine);
   }
   // Bandwidth: a window of back-to-back messages, then an ack. Run twice, as
   // OSU skips warm-up iterations: the virtual figures are identical, the host
@@ -76,15 +78,15 @@ void measure(Device& dev, int peer, bool is_src, uint64_t size, bool bidir,
   const std::byte ack[4] = {};
   for (int pass = 0; pass < 2; ++pass) {
     if (bidir && !is_src) receive(kGo);
-    if (bidir && is_src) dev.send(s, peer, kGo, {ack, 1}, 1);
+    if (bidir && is_src) dev.send(s, peer, kGo, {ack, 1}, 1, kEngine);
     const Time w0 = s.now();
     const auto wall0 = std::chrono::steady_clock::now();
     if (is_src || bidir) {
-      for (int i = 0; i < window; ++i) dev.isend(s, peer, kData, payload, size);
+      for (int i = 0; i < window; ++i) dev.isend(s, peer, kData, payload, size, kEngine);
     }
     if (!is_src || bidir) {
       for (int i = 0; i < window; ++i) receive(kData);
-      dev.send(s, peer, kAck, {ack, 4}, 4);
+      dev.send(s, peer, kAck, {ack, 4}, 4, kEngine);
     }
     if (is_src) {
       receive(kAck);

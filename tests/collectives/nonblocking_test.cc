@@ -37,14 +37,16 @@ TEST(NonBlockingTest, StartsAfterItsEventAndQueuesOnTheCommStream) {
     std::vector<float> a(1000, 1.f), b(1000, 2.f);
     Work w0 = iall_reduce(dev, g, a, a);
     alone[static_cast<size_t>(dev.rank())] = w0.event().time;
-    dev.compute().run("forward", 5'000'000);  // 5 us
+    // 50 us: longer than one collective (~10 us with a100-nvlink's 8 us start),
+    // so w1 really waits for the forward, not for w0.
+    dev.compute().run("forward", 50'000'000);
     Work w1 = iall_reduce(dev, g, a, a, ReduceOp::kSum, {Algo::kAuto, dev.compute().record()});
     Work w2 = iall_reduce(dev, g, b, b, ReduceOp::kSum, {Algo::kAuto, Event{0}});  // ready long ago
     first[static_cast<size_t>(dev.rank())] = w1.event().time;
     second[static_cast<size_t>(dev.rank())] = w2.event().time;
   });
   for (int r = 0; r < n; ++r) {
-    EXPECT_EQ(first[r], 5'000'000 + alone[r]);   // waited for the forward, then one collective
+    EXPECT_EQ(first[r], 50'000'000 + alone[r]);  // waited for the forward, then one collective
     EXPECT_EQ(second[r], first[r] + alone[r]);   // queued behind the first on the comm stream
   }
 }

@@ -155,6 +155,22 @@ TEST(TimingTest, PhantomBuffersTakeTheSameTime) {
   }
 }
 
+TEST(TimingTest, CalibratedLinksAddTheCollectiveStartAndThePacketHeaders) {
+  // a100-nvlink: every collective starts L = 8 us after its call; a message of
+  // x bytes from NCCL's SMs carries ceil(x/128) headers of 32 B on the wire.
+  // Ring all_reduce of 8·3000 floats over 8: 14 steps of 12000 B, each
+  // a + w(12000 + 94·32) = 2 us + ceil(15008e12 / 300e9) ps = 2 us + 50027 ps.
+  const int n = 8;
+  const size_t count = 8 * 3000;
+  const Time step = us_to_time(2.0) + transfer_time(12000 + 94 * 32, 300'000'000'000ull);
+  const Time want = us_to_time(8.0) + 2 * (n - 1) * step;
+  RunResult r = run_on(n, [&](Device& dev) {
+    std::vector<float> x(count, 1.f);
+    all_reduce(dev, ProcessGroup::world(dev), x, ReduceOp::kSum, {Algo::kRing, std::nullopt});
+  });
+  for (const auto& d : r.devices) EXPECT_EQ(d.comm_end, want);
+}
+
 // nccl-tests bus bandwidth of a phantom 256 MiB ring collective on a100-nvlink.
 double busbw_GBps(int n, OpKind op, uint64_t bytes) {
   ClusterOptions opts;
@@ -175,20 +191,34 @@ double busbw_GBps(int n, OpKind op, uint64_t bytes) {
   return algbw * factor;
 }
 
-TEST(TimingTest, BusBandwidthAt256MiBIsWithin2PercentOfTheLink) {
-  for (OpKind op : {OpKind::kAllReduce, OpKind::kAllGather, OpKind::kReduceScatter}) {
-    const double busbw = busbw_GBps(8, op, 256ull << 20);
-    EXPECT_GT(busbw, 0.98 * 300.0) << op_kind_name(op);
-    EXPECT_LE(busbw, 300.0) << op_kind_name(op);
+TEST(TimingTest, AllReduceBusBandwidthAt256MiBIsWhatNcclTestsMeasures) {
+  // nccl-tests all_reduce_perf on a DGX A100 (8 GPUs, NVSwitch) reaches ~230
+  // GB/s busbw at large sizes (S. Jeaugey, NVIDIA/nccl-tests#149: 12 NVLinks
+  // of 25 GB/s give ~20 GB/s each from the SMs' 128 B packets, 240 GB/s, and
+  // "other bottlenecks" ~230). The model has the packets: 300 · 128/160 = 240
+  // GB/s on the wire, less the 14 steps' latency and the 8 us start. Tolerance:
+  // within 5% of 230 GB/s.
+  const double busbw = busbw_GBps(8, OpKind::kAllReduce, 256ull << 20);
+  EXPECT_NEAR(busbw, 230.0, 0.05 * 230.0)
+      << "busbw " << busbw << " GB/s, " << busbw - 230.0 << " from 230";
+  // all_gather and reduce_scatter (ring): 8 us + 7 steps of 2 us + 1.25 · 32 MiB
+  // / 300 GB/s; busbw = S · 7/8 / time = 234.72 GB/s. Tolerance 0.01%.
+  const double S = 256.0 * 1024 * 1024;
+  const double t = 8e-6 + 7 * (2e-6 + 1.25 * (S / 8) / 300e9);
+  for (OpKind op : {OpKind::kAllGather, OpKind::kReduceScatter}) {
+    const double bw = busbw_GBps(8, op, 256ull << 20);
+    EXPECT_NEAR(bw, S * 7 / 8 / t / 1e9, 1e-4 * bw) << op_kind_name(op) << " " << bw;
   }
 }
 
 TEST(TimingTest, TwoNodesAreBoundByTheInterNodeLink) {
-  // 16 ranks on two a100-nvlink nodes: the ring crosses InfiniBand (25 GB/s)
-  // twice; every step waits for those hops, so busbw is the IB bandwidth.
+  // 16 ranks on two a100-nvlink nodes: the ring crosses InfiniBand (25 GB/s,
+  // 42 B of headers per 4096 B packet: 24.75 GB/s) twice; every step waits
+  // for those hops, so busbw is the IB rate. Tolerance: within 3% below it.
+  const double ib = 25.0 * 4096 / (4096 + 42);
   const double busbw = busbw_GBps(16, OpKind::kAllReduce, 256ull << 20);
-  EXPECT_GT(busbw, 0.97 * 25.0);
-  EXPECT_LE(busbw, 25.0);
+  EXPECT_GT(busbw, 0.97 * ib) << busbw;
+  EXPECT_LE(busbw, ib);
 }
 
 }  // namespace

@@ -25,8 +25,11 @@ TEST(CliCollectives, JsonRowsFollowNcclTestsDefinitions) {
   for (const auto& row : j["rows"]) {
     const uint64_t bytes = row["bytes"];
     EXPECT_EQ(row["count"].get<uint64_t>(), bytes / 4);
-    // Ring all_reduce: 2(n-1) steps of a + (S/n)/B, exact.
-    const double expect_us = to_us(6 * (l.latency() + transfer_time(bytes / 4, l.bytes_per_second())));
+    // Ring all_reduce: the 8 us collective start, then 2(n-1) steps of a + W/B,
+    // exact; W = S/n plus a 32 B header per 128 B packet (NCCL's SM stores).
+    const uint64_t part = bytes / 4, wire = part + (part + 127) / 128 * 32;
+    const double expect_us =
+        8.0 + to_us(6 * (l.latency() + transfer_time(wire, l.bytes_per_second())));
     EXPECT_NEAR(row["time_us"].get<double>(), expect_us, 1e-6) << bytes;
     const double algbw = bytes / (row["time_us"].get<double>() * 1e-6) / 1e9;
     EXPECT_NEAR(row["algbw_GBps"].get<double>(), algbw, 1e-6 * algbw);
@@ -44,9 +47,12 @@ TEST(CliCollectives, TwoNodesAreBoundByTheInterNodeLink) {
   auto one = nlohmann::json::parse(r8.out), two = nlohmann::json::parse(r16.out);
   const double bw8 = one["rows"][0]["busbw_GBps"], bw16 = two["rows"][0]["busbw_GBps"];
   std::printf("64 MiB all_reduce busbw: 8 ranks %.1f GB/s, 16 ranks %.1f GB/s\n", bw8, bw16);
-  EXPECT_GT(bw8, 250);
-  EXPECT_LT(bw16, 25.0 * 1.001);
-  EXPECT_GT(bw16, 24.0);
+  // One node: below the 240 GB/s NCCL gets from 12 NVLinks (128 B packets), near
+  // nccl-tests' ~230. Two nodes: InfiniBand's 25 GB/s less 42 B per 4 KiB packet.
+  EXPECT_GT(bw8, 220);
+  EXPECT_LT(bw8, 240);
+  EXPECT_LT(bw16, 25.0 * 4096 / 4138 * 1.001);
+  EXPECT_GT(bw16, 23.5);
 }
 
 TEST(CliCollectives, BadInputIsOneLineAndExitCode2) {

@@ -135,13 +135,16 @@ TEST(PipelineStages, UnevenStagesFromPpLayersMatch) {
 }
 
 // Compute-bound hardware with free links: zero latency, unbounded bandwidth,
-// no launch overhead, memory traffic free. With wide blocks and a tiny
+// no launch overhead, memory traffic free, every flop at peak (no GEMM
+// quantization, no collective start). With wide blocks and a tiny
 // vocabulary the embedding and head are negligible, so stages are uniform.
 HardwareProfile ideal_profile() {
   HardwareProfile p = builtin_profiles().front();
   p.name = "ideal";
   p.device.launch_overhead_us = 0;
   p.device.compute_efficiency = 1.0;
+  p.device.gemm = {};
+  p.device.collective_launch_us = 0;
   p.device.mem_bandwidth_GBps = 1e9;
   p.intra = p.inter = LinkSpec{0.0, 1e9};
   return p;
