@@ -118,6 +118,16 @@ void attention_backward(Real* dqkv,        // (B,T,3C)
 // Counts the full T×T products (as dense GPU kernels do).
 OpCost attention_forward_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem);
 OpCost attention_backward_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem);
+// The same work as the kernels an unfused attention runs (Megatron-LM's
+// core attention: a batched GEMM for the scores, a fused scale-mask-softmax,
+// a batched GEMM for the context), whose times add: scores, softmax,
+// context forward; context, softmax, scores backward. The T×T scores go
+// through device memory between them.
+struct AttentionCosts {
+  OpCost scores, softmax, context;
+};
+AttentionCosts attention_forward_costs(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem);
+AttentionCosts attention_backward_costs(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem);
 
 // ---- GELU, tanh approximation (nanoGPT nn.GELU(approximate='tanh')) ---------
 template <typename Real>

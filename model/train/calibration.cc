@@ -29,6 +29,7 @@ TrainOptions table1_options(const PublishedRun& row) {
   p.dp = row.gpus / (row.tp * row.pp);
   p.sp = row.tp > 1;
   p.recompute = parallel::Recompute::kFull;
+  p.overlap = false;  // Megatron-LM 2021 all-reduced the gradients after the pipeline flush
   const int per_replica = o.model.batch_size / p.dp;
   o.micro_batches = row.pp > 1 ? per_replica : 1;
   if (row.pp > 1) {

@@ -15,7 +15,9 @@
 //     stage's layers are odd), the paper's schedule;
 //   sequence parallelism as the stand-in of the paper's scatter/gather of
 //     activations between stages (each TP rank sends 1/t of them, §4.1);
-//   no ZeRO (the paper's optimizer is replicated over dp).
+//   no ZeRO (the paper's optimizer is replicated over dp), and the gradient
+//     all-reduce after the whole forward-backward (Megatron-LM 2021's
+//     DistributedDataParallel did not overlap it with backward).
 #pragma once
 
 #include <string>

@@ -7,13 +7,21 @@ namespace shardlab::parallel {
 void LocalAttention::forward(float* atty, float* att, const float* qkv, const TpDims& d,
                              const TpContext& c) const {
   if (c.ex.math()) model::attention_forward(atty, att, qkv, d.B, d.T, d.NHl(), d.HS());
-  c.ex.op("attn.softmax.fwd", model::attention_forward_cost(d.B, d.T, d.NHl(), d.HS(), c.ex.elem));
+  const model::AttentionCosts k =
+      model::attention_forward_costs(d.B, d.T, d.NHl(), d.HS(), c.ex.elem);
+  c.ex.op("attn.scores.fwd", k.scores);
+  c.ex.op("attn.softmax.fwd", k.softmax);
+  c.ex.op("attn.context.fwd", k.context);
 }
 
 void LocalAttention::backward(float* dqkv, const float* datty, const float* qkv, const float* att,
                               const TpDims& d, const TpContext& c) const {
   if (c.ex.math()) model::attention_backward(dqkv, datty, qkv, att, d.B, d.T, d.NHl(), d.HS());
-  c.ex.op("attn.softmax.bwd", model::attention_backward_cost(d.B, d.T, d.NHl(), d.HS(), c.ex.elem));
+  const model::AttentionCosts k =
+      model::attention_backward_costs(d.B, d.T, d.NHl(), d.HS(), c.ex.elem);
+  c.ex.op("attn.context.bwd", k.context);
+  c.ex.op("attn.softmax.bwd", k.softmax);
+  c.ex.op("attn.scores.bwd", k.scores);
 }
 
 const LocalAttention& LocalAttention::instance() {
