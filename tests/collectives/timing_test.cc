@@ -112,6 +112,33 @@ TEST(TimingTest, UnevenChunksStayWithinTheCeilingBound) {
   }
 }
 
+// Every chunk is charged as one equal slice, ceil(count/n) elements: with
+// uneven chunks every member still takes exactly 2(n-1)(a + w(slice)), so
+// members of a symmetric group end together (what folding relies on).
+TEST(TimingTest, UnevenChunksAreChargedAsEqualSlices) {
+  const int n = 7;
+  const size_t count = 7 * 1000 + 3, slice = (count + n - 1) / n;
+  auto ends = comm_ends(n, [&](Device& dev, const ProcessGroup& g) {
+    std::vector<float> x(count, 1.f);
+    all_reduce(dev, g, x, ReduceOp::kSum, {Algo::kRing, std::nullopt});
+  });
+  for (Time t : ends) EXPECT_EQ(t, 2 * (n - 1) * (latency() + wire(slice * 4)));
+}
+
+// A tree step whose chunks wrap around the buffer sends them as one message
+// of m slices (the second piece charged nothing): n = 6, log steps m = 2, 2, 1
+// (dist 4: min(4, 2) = 2; dist 2: 2; dist 1: 1) each way, every member alike.
+TEST(TimingTest, TreeStepsAreOneMessageOfMSlicesOnEveryMember) {
+  const int n = 6;
+  const size_t count = 6 * 512 + 5, slice = (count + n - 1) / n;
+  auto ends = comm_ends(n, [&](Device& dev, const ProcessGroup& g) {
+    std::vector<float> x(count, 1.f);
+    all_reduce(dev, g, x, ReduceOp::kSum, {Algo::kTree, std::nullopt});
+  });
+  const Time half = 3 * latency() + 2 * wire(2 * slice * 4) + wire(slice * 4);
+  for (Time t : ends) EXPECT_EQ(t, 2 * half);
+}
+
 TEST(TimingTest, DirectAndTreeCostsFollowTheirShape) {
   const int n = 8;
   const size_t count = 8 * 768;  // chunk 3072 B: exact picoseconds at 300 GB/s
