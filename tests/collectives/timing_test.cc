@@ -115,14 +115,18 @@ TEST(TimingTest, UnevenChunksStayWithinTheCeilingBound) {
 // Every chunk is charged as one equal slice, ceil(count/n) elements: with
 // uneven chunks every member still takes exactly 2(n-1)(a + w(slice)), so
 // members of a symmetric group end together (what folding relies on).
+std::vector<Time> all_reduce_ends(int n, size_t count, Algo algo) {
+  return comm_ends(n, [&](Device& dev, const ProcessGroup& g) {
+    std::vector<float> x(count, 1.f);
+    all_reduce(dev, g, x, ReduceOp::kSum, {algo, std::nullopt});
+  });
+}
+
 TEST(TimingTest, UnevenChunksAreChargedAsEqualSlices) {
   const int n = 7;
   const size_t count = 7 * 1000 + 3, slice = (count + n - 1) / n;
-  auto ends = comm_ends(n, [&](Device& dev, const ProcessGroup& g) {
-    std::vector<float> x(count, 1.f);
-    all_reduce(dev, g, x, ReduceOp::kSum, {Algo::kRing, std::nullopt});
-  });
-  for (Time t : ends) EXPECT_EQ(t, 2 * (n - 1) * (latency() + wire(slice * 4)));
+  for (Time t : all_reduce_ends(n, count, Algo::kRing))
+    EXPECT_EQ(t, 2 * (n - 1) * (latency() + wire(slice * 4)));
 }
 
 // A tree step whose chunks wrap around the buffer sends them as one message
@@ -131,12 +135,8 @@ TEST(TimingTest, UnevenChunksAreChargedAsEqualSlices) {
 TEST(TimingTest, TreeStepsAreOneMessageOfMSlicesOnEveryMember) {
   const int n = 6;
   const size_t count = 6 * 512 + 5, slice = (count + n - 1) / n;
-  auto ends = comm_ends(n, [&](Device& dev, const ProcessGroup& g) {
-    std::vector<float> x(count, 1.f);
-    all_reduce(dev, g, x, ReduceOp::kSum, {Algo::kTree, std::nullopt});
-  });
   const Time half = 3 * latency() + 2 * wire(2 * slice * 4) + wire(slice * 4);
-  for (Time t : ends) EXPECT_EQ(t, 2 * half);
+  for (Time t : all_reduce_ends(n, count, Algo::kTree)) EXPECT_EQ(t, 2 * half);
 }
 
 TEST(TimingTest, DirectAndTreeCostsFollowTheirShape) {
