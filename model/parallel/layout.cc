@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "model/buffer.h"
 #include "runtime/errors.h"
 
 namespace shardlab::parallel {
@@ -111,15 +112,16 @@ model::LinearView<float> linear(const ShardLayout& l, float* base, const std::st
                                 bool bias) {
   const ShardSpec& w = l.at(prefix + ".weight");
   model::LinearView<float> v;
-  v.weight = base + w.offset;
-  v.bias = bias ? base + l.at(prefix + ".bias").offset : nullptr;
+  v.weight = model::shifted(base, w.offset);
+  v.bias = bias ? model::shifted(base, l.at(prefix + ".bias").offset) : nullptr;
   v.out = static_cast<int>(w.local_shape[0]);
   v.in = static_cast<int>(w.local_shape[1]);
   return v;
 }
 
 model::LayerNormView<float> layernorm(const ShardLayout& l, float* base, const std::string& prefix) {
-  return {base + l.at(prefix + ".weight").offset, base + l.at(prefix + ".bias").offset};
+  return {model::shifted(base, l.at(prefix + ".weight").offset),
+          model::shifted(base, l.at(prefix + ".bias").offset)};
 }
 
 model::MlpView<float> mlp(const ShardLayout& l, float* base, const std::string& prefix) {
@@ -131,8 +133,8 @@ model::MlpView<float> mlp(const ShardLayout& l, float* base, const std::string& 
 model::GPTView<float> ShardLayout::view(float* base) const {
   using model::block_name;
   model::GPTView<float> v;
-  if (filter_.wte) v.wte = base + at("transformer.wte.weight").offset;
-  if (filter_.wpe) v.wpe = base + at("transformer.wpe.weight").offset;
+  if (filter_.wte) v.wte = model::shifted(base, at("transformer.wte.weight").offset);
+  if (filter_.wpe) v.wpe = model::shifted(base, at("transformer.wpe.weight").offset);
   for (int l = 0; l < config_.n_layer; ++l) {
     model::BlockView<float> b;
     if (!filter_.holds_layer(l)) {
@@ -145,7 +147,7 @@ model::GPTView<float> ShardLayout::view(float* base) const {
     b.ln_2 = layernorm(*this, base, block_name(l, "ln_2"));
     b.moe = config_.is_moe_layer(l);
     if (b.moe) {
-      b.router = base + at(block_name(l, "mlp.router.weight")).offset;
+      b.router = model::shifted(base, at(block_name(l, "mlp.router.weight")).offset);
       for (int e = 0; e < config_.n_expert; ++e)
         if (filter_.holds_expert(e)) b.experts.push_back(mlp(*this, base, block_name(l, "mlp.experts." + std::to_string(e))));
     } else {
