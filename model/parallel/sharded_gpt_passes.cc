@@ -91,7 +91,7 @@ void ShardedGPT::head_backward(Slot& s, float dloss, bool announce) {
   const float* lnf_full = enter_column_parallel(ctx_, s.lnf.data(), scratch_.full_in.data(), Nr, C);
   if (ex.math()) std::fill(scratch_.partial.begin(), scratch_.partial.begin() + N * C, 0.0f);
   linear_backward_split(scratch_.partial.data(), g_.wte, nullptr, dlogits_.data(), lnf_full, w_.wte,
-                        N, C, Vl_, {"lm_head.dgrad", "lm_head.wgrad"}, s.wgrad, ex);
+                        N, C, Vl_, {"lm_head.dgrad", "lm_head.wgrad", false}, s.wgrad, ex);
   s.wgrad.end_block(head_id());
   if (ex.sink) ex.sink->freed(dlogits);
   enter_column_parallel_bwd(ctx_, scratch_.partial.data(), dlnf_.data(), Nr, C);

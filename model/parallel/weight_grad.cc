@@ -29,14 +29,16 @@ float* WeightGrads::reserve(int64_t n, int64_t* offset) {
   return stash_.data() + *offset;
 }
 
-void WeightGrads::linear(const char* name, float* dweight, float* dbias, const float* dout,
-                         const float* inp, int64_t N, int C, int OC, const model::Exec& ex) {
+void WeightGrads::linear(const char* name, float* dweight, float* dbias, bool bias,
+                         const float* dout, const float* inp, int64_t N, int C, int OC,
+                         const model::Exec& ex) {
+  SHARDLAB_CHECK(!ex.math() || (dbias != nullptr) == bias, "a bias gradient needs a bias");
   if (!deferred_) {
     if (ex.math()) model::linear_backward_weight(dweight, dbias, dout, inp, N, C, OC);
-    ex.op(name, model::linear_backward_weight_cost(N, C, OC, dbias != nullptr, ex.elem));
+    ex.op(name, model::linear_backward_weight_cost(N, C, OC, bias, ex.elem));
     return;
   }
-  Task t{name, dweight, dbias, 0, 0, N, C, OC, -1};
+  Task t{name, dweight, dbias, bias, 0, 0, N, C, OC, -1};
   int64_t pad = 0;
   auto copy = [&](const float* src, int64_t n, int64_t* at) {
     // Pad so that the copy has the source's phase in its 64-byte line.
@@ -64,7 +66,7 @@ void WeightGrads::flush(const model::Exec& ex, const std::function<void(int laye
     if (ex.math())
       model::linear_backward_weight(t.dweight, t.dbias, stash_.data() + t.dout,
                                     stash_.data() + t.inp, t.N, t.C, t.OC);
-    ex.op(t.name, model::linear_backward_weight_cost(t.N, t.C, t.OC, t.dbias != nullptr, ex.elem));
+    ex.op(t.name, model::linear_backward_weight_cost(t.N, t.C, t.OC, t.bias, ex.elem));
     const bool block_done = i + 1 == tasks_.size() || tasks_[i + 1].layer != t.layer;
     if (block_done && on_block) on_block(t.layer);
   }

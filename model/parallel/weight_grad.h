@@ -37,8 +37,9 @@ class WeightGrads {
 
   // dweight (OC,C) += doutᵀ·inp and dbias (OC) += column sums of dout (dbias
   // may be null), for dout (N,OC) and inp (N,C); charged as "<name>.wgrad".
-  void linear(const char* name, float* dweight, float* dbias, const float* dout, const float* inp,
-              int64_t N, int C, int OC, const model::Exec& ex);
+  // `bias`: the layer has one (dbias may still be null in a phantom run).
+  void linear(const char* name, float* dweight, float* dbias, bool bias, const float* dout,
+              const float* inp, int64_t N, int C, int OC, const model::Exec& ex);
   // The weight gradients recorded since the last call belong to `layer` (a
   // block index, or any id the caller uses for the head): flush() reports it
   // once its weight gradients are done.
@@ -55,6 +56,7 @@ class WeightGrads {
     const char* name;
     float* dweight;
     float* dbias;
+    bool bias;
     int64_t dout, inp;  // offsets into stash_
     int64_t N;
     int C, OC;

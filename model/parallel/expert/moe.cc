@@ -173,7 +173,7 @@ void tp_moe_route_backward(float* dexperts, float* drouter, const BlockView<floa
   }
   ex.op("moe.topk.bwd", model::router_backward_cost(N, E, K, ex.elem));
   linear_backward_split(drouter, g.router, nullptr, s.dlogits.data(), inp, p.router, N, C, E,
-                        {"moe.router.dgrad", "moe.router.wgrad"}, wg, ex);
+                        {"moe.router.dgrad", "moe.router.wgrad", false}, wg, ex);
 }
 
 void tp_moe_dispatch(TpMoeActs& a, const float* inp, const TpDims& d, const GPTConfig& config,

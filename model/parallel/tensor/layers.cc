@@ -55,7 +55,7 @@ void linear_backward_split(float* dinp, float* dweight, float* dbias, const floa
                            LinearNames names, WeightGrads& wg, const Exec& ex) {
   if (ex.math()) model::linear_backward_input(dinp, dout, weight, N, C, OC);
   ex.op(names.dgrad, model::linear_backward_input_cost(N, C, OC, ex.elem));
-  wg.linear(names.wgrad, dweight, dbias, dout, inp, N, C, OC, ex);
+  wg.linear(names.wgrad, dweight, dbias, names.bias, dout, inp, N, C, OC, ex);
 }
 
 void tp_mlp_backward(float* dinp, const MlpView<float>& g, float* dfc, float* dfc_gelu,

@@ -34,6 +34,9 @@ namespace shardlab::parallel {
 struct LinearNames {
   const char* dgrad;  // the input gradient (B)
   const char* wgrad;  // the weight gradient (W)
+  // Whether the layer has a bias: its W charges the bias gradient. Stated,
+  // not read off dbias, which is null in a phantom run.
+  bool bias = true;
 };
 // Backward of a linear layer in its two GEMMs: dinp (N,C) += dout·weight now
 // (B), and dweight (OC,C) += doutᵀ·inp, dbias (OC) += sums of dout (may be

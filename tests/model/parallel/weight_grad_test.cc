@@ -43,8 +43,8 @@ TEST(WeightGrads, DeferredEqualsImmediateBitForBit) {
     WeightGrads now, later;
     later.set_deferred(true);
     for (int rep = 0; rep < 2; ++rep) {  // accumulate twice, as two micro-batches
-      now.linear("w", dw_now.data(), db_now.data(), dout.data() + shift + rep, inp.data() + shift, N, C, OC, ex);
-      later.linear("w", dw_later.data(), db_later.data(), dout.data() + shift + rep, inp.data() + shift, N, C, OC, ex);
+      now.linear("w", dw_now.data(), db_now.data(), true, dout.data() + shift + rep, inp.data() + shift, N, C, OC, ex);
+      later.linear("w", dw_later.data(), db_later.data(), true, dout.data() + shift + rep, inp.data() + shift, N, C, OC, ex);
     }
     later.end_block(7);
     EXPECT_EQ(sink.live, 2 * N * (OC + C));  // the stash: dout and inp of both records
@@ -70,7 +70,7 @@ TEST(WeightGrads, FlushReportsEachBlockAfterItsLastGradient) {
   WeightGrads w;
   w.set_deferred(true);
   model::Buffer<float> dw(4, 0), x(4, 1), dy(4, 1);
-  auto record = [&] { w.linear("w", dw.data(), nullptr, dy.data(), x.data(), 2, 2, 2, ex); };
+  auto record = [&] { w.linear("w", dw.data(), nullptr, false, dy.data(), x.data(), 2, 2, 2, ex); };
   record();
   w.end_block(3);
   record(), record();  // block 2 has two linears
