@@ -14,13 +14,18 @@
 #include <fmt/format.h>
 
 #include "model/train/calibration.h"
+#include "runtime/errors.h"
 #include "runtime/profile.h"
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   using namespace shardlab;
   std::string profile = "a100-nvlink";
   size_t rows = 100;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; i += 2) {
+    if (i + 1 >= argc || (std::strcmp(argv[i], "--profile") && std::strcmp(argv[i], "--rows")))
+      throw ConfigError(fmt::format("unknown argument \"{}\" (--profile NAME|FILE.json, --rows N)", argv[i]));
     if (!std::strcmp(argv[i], "--profile")) profile = argv[i + 1];
     if (!std::strcmp(argv[i], "--rows")) rows = std::stoul(argv[i + 1]);
   }
@@ -47,6 +52,17 @@ int main(int argc, char** argv) {
     ++n;
   }
   fmt::print("mean |error| {:.1f}%, max |error| {:.1f}% over {} rows (RSS is the process peak so far)\n",
-             100 * sum / double(n), 100 * worst, n);
+             100 * sum / double(std::max<size_t>(n, 1)), 100 * worst, n);
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "bench_phantom: error: {}\n", e.what());
+    return 2;
+  }
 }
