@@ -1,5 +1,8 @@
 #include "examples/shardlab/train_flags.h"
 
+#include <cmath>
+#include <string>
+
 #include <fmt/format.h>
 
 #include "model/config.h"
@@ -77,6 +80,9 @@ void TrainFlags::add(CLI::App* sub) {
       ->capture_default_str();
   sub->add_flag("--phantom", phantom,
                 "Shapes only: run every kernel, collective and allocation on the clock, compute nothing");
+  sub->add_option("--phantom-routing", phantom_routing,
+                  "Phantom MoE routing assumption: uniform or zipf:S (expert e gets ~1/(e+1)^S)")
+      ->capture_default_str();
   sub->add_flag("--no-fold", no_fold,
                 "Phantom runs: give every device its own thread (no folding of symmetric ranks)");
   sub->add_option("--corrupt-shard", corrupt_shard, "NAME:RANK (testing verify)")->group("");
@@ -113,6 +119,24 @@ model::GPTConfig TrainFlags::model_config() const {
   return c;
 }
 
+namespace {
+
+// "uniform" -> 0, "zipf:S" -> S; anything else is one error line.
+double parse_phantom_routing(const std::string& text) {
+  if (text == "uniform") return 0;
+  if (text.rfind("zipf:", 0) == 0) {
+    try {
+      size_t used = 0;
+      const double s = std::stod(text.substr(5), &used);
+      if (used == text.size() - 5 && std::isfinite(s) && s > 0 && s <= 100) return s;
+    } catch (const std::exception&) {
+    }
+  }
+  throw ConfigError(fmt::format("--phantom-routing: \"{}\" is not uniform or zipf:S with 0 < S <= 100", text));
+}
+
+}  // namespace
+
 train::TrainOptions TrainFlags::options() const {
   train::TrainOptions o;
   o.model = model_config();
@@ -142,6 +166,7 @@ train::TrainOptions TrainFlags::options() const {
   o.corrupt_shard = corrupt_shard;
   o.phantom = phantom;
   o.fold = !no_fold;
+  o.phantom_zipf = parse_phantom_routing(phantom_routing);
   o.validate();
   train::validate_parallel(o);
   return o;

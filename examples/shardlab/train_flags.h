@@ -34,6 +34,7 @@ struct TrainFlags {
   int ep = 1, pp = 1, micro_batches = 1, vpp = 1;
   std::string schedule = "1f1b", pp_layers, recompute = "none";
   bool sp = false, no_overlap = false, phantom = false, no_fold = false;
+  std::string phantom_routing = "uniform";
   double bucket_mb = 25;
   std::string corrupt_shard;  // hidden: verify's can-it-fail test
 

@@ -57,6 +57,7 @@ ShardedGPT::ShardedGPT(const model::GPTConfig& config, uint64_t seed, Device& de
   ctx_.group = &tp_group_;
   ctx_.sp = options.sequence_parallel;
   ctx_.attention = options.attention;
+  ctx_.phantom_zipf = options.phantom_zipf;
   ctx_.a2a_time = &a2a_time_;
   if (config_.is_moe()) moe_step_.resize(size_t(config_.n_layer));
   if (groups.capacity) {

@@ -76,6 +76,7 @@ struct ShardedOptions {
   StagePlacement placement;  // default: every block on one stage
   const AttentionCore* attention = nullptr;  // null: LocalAttention
   BlockHooks* hooks = nullptr;
+  double phantom_zipf = 0;  // phantom runs: MoE routing skew (TpContext::phantom_zipf)
 };
 
 // Which tensors a rank holds: its chunks' blocks, the embeddings on the first

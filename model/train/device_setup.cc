@@ -70,6 +70,7 @@ void DeviceSetup::make_model(const DeviceProgram& p, Device& dev) {
   parallel::ShardedOptions so;
   so.sequence_parallel = par.sp;
   so.recompute = par.recompute;
+  so.phantom_zipf = o.phantom_zipf;
   so.placement = {par.pp, par.vpp, coords.pp, par.stage_layers};
   auto m = std::make_unique<parallel::ShardedGPT>(o.model, o.seed, dev, groups, so);
   m->set_micro_batch(int(rows), T);

@@ -139,7 +139,11 @@ nlohmann::json report_json(const TrainOptions& o, const Cluster& cluster, const 
                                 "clock; no arithmetic, no data; losses are not computed; gradient "
                                 "clipping assumed on"}};
     if (o.model.is_moe())
-      j["phantom"]["routing"] = "uniform: token n's k-th expert is (n*K + k) mod E";
+      j["phantom"]["routing"] =
+          o.phantom_zipf > 0
+              ? fmt::format("zipf:{}: token n's first expert e at quantile (n+0.5)/N of "
+                            "p(e) ~ 1/(e+1)^{}, its k-th (e+k) mod E", o.phantom_zipf, o.phantom_zipf)
+              : "uniform: token n's k-th expert is (n*K + k) mod E";
   }
   if (!r.moe_layers.empty()) {
     j["moe"] = nlohmann::json::array();

@@ -44,6 +44,9 @@ void TrainOptions::validate() const {
   require(grad_clip >= 0, "--grad-clip must be >= 0 (0 turns clipping off)");
   require(warmup_steps >= 0, "--warmup-steps must be >= 0");
   require(micro_batches >= 1, fmt::format("--micro-batches must be at least 1 (got {})", micro_batches));
+  require(std::isfinite(phantom_zipf) && phantom_zipf >= 0 && phantom_zipf <= 100,
+          "--phantom-routing zipf:S needs 0 <= S <= 100");
+  require(phantom_zipf == 0 || phantom, "--phantom-routing applies to --phantom runs only");
   if (phantom) {  // nothing is computed: no values to load, save, corrupt or compare
     require(init_path.empty(), "--init cannot be combined with --phantom (a phantom run has no values)");
     require(save_path.empty(), "--save cannot be combined with --phantom (a phantom run has no values)");
@@ -66,6 +69,7 @@ nlohmann::json TrainOptions::to_json() const {
           {"init", init_path},
           {"phantom", phantom},
           {"fold", fold},
+          {"phantom_routing", phantom_zipf > 0 ? fmt::format("zipf:{}", phantom_zipf) : "uniform"},
           {"save", save_path},
           {"parallel",
            {{"dp", parallel.dp}, {"tp", parallel.tp}, {"sp", parallel.sp}, {"zero", parallel.zero},

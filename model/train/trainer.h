@@ -89,6 +89,10 @@ struct TrainOptions {
   bool phantom = false;
   // Phantom runs: let one thread play provably symmetric ranks (fold.h).
   bool fold = true;
+  // Phantom runs: MoE routing assumed uniform (0) or Zipf-skewed with this
+  // exponent (--phantom-routing zipf:S): expert e's share of first choices
+  // proportional to 1/(e+1)^S.
+  double phantom_zipf = 0;
 
   // Throws ConfigError naming the flag for anything out of range.
   void validate() const;

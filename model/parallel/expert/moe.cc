@@ -7,6 +7,7 @@
 // The route, expert and backward pieces are shared with expert parallelism
 // (expert/ep_dispatch.cc), which only adds the token exchange around the experts.
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "model/kernels.h"
@@ -26,17 +27,34 @@ using model::shifted;
 namespace {
 
 // A phantom run has no router logits; its routing is an assumption, stated
-// in the report: uniform, token n's k-th choice is expert (n·K + k) mod E
-// (K distinct experts per token for K <= E, every expert N·K/E assignments
-// when E divides N·K). Slots are numbered per expert in token order and
-// capped as router_forward caps them. Returns the aux loss (0: no values).
-// `filled` (E) is scratch.
+// in the report. Uniform (zipf 0): token n's k-th choice is expert
+// (n·K + k) mod E (K distinct experts per token for K <= E, every expert
+// N·K/E assignments when E divides N·K). Zipf s > 0: token n's first choice
+// is the expert at quantile (n + 0.5)/N of p(e) ~ 1/(e+1)^s, its k-th
+// (first + k) mod E, so the load is skewed towards the low experts as a
+// power law. Slots are numbered per expert in token order and capped as
+// router_forward caps them. Returns the aux loss (0: no values). `filled`
+// (E) is scratch.
+int32_t zipf_expert(int64_t n, int64_t N, int E, double s) {
+  double total = 0;
+  for (int e = 0; e < E; ++e) total += std::pow(e + 1.0, -s);
+  const double u = (static_cast<double>(n) + 0.5) / static_cast<double>(N) * total;
+  double acc = 0;
+  for (int e = 0; e < E; ++e) {
+    acc += std::pow(e + 1.0, -s);
+    if (u < acc) return e;
+  }
+  return E - 1;
+}
+
 float phantom_route(int32_t* expert, int32_t* slot, int64_t* filled, int64_t N, int E, int K,
-                    double capacity_factor) {
+                    double capacity_factor, double zipf) {
   const int64_t cap = model::expert_capacity(N, E, K, capacity_factor);
   std::fill(filled, filled + E, 0);
   for (int64_t i = 0; i < N * K; ++i) {
-    const auto e = static_cast<int32_t>(i % E);
+    const int64_t n = i / K, k = i % K;
+    const auto e = zipf > 0 ? static_cast<int32_t>((zipf_expert(n, N, E, zipf) + k) % E)
+                            : static_cast<int32_t>(i % E);
     expert[i] = e;
     slot[i] = filled[e] < cap ? static_cast<int32_t>(filled[e]) : -1;
     ++filled[e];
@@ -97,7 +115,8 @@ void tp_moe_route(TpMoeActs& a, const BlockView<float>& p, const float* inp, con
     a.aux = model::router_forward(a.probs.data(), a.expert.data(), a.slot.data(), a.gates.data(),
                                   a.frac.data(), a.logits.data(), N, E, K, local_capacity);
   } else {
-    a.aux = phantom_route(a.expert.data(), a.slot.data(), a.counts.data(), N, E, K, local_capacity);
+    a.aux = phantom_route(a.expert.data(), a.slot.data(), a.counts.data(), N, E, K, local_capacity,
+                          c.phantom_zipf);
   }
   ex.op("moe.topk.fwd", model::router_forward_cost(N, E, K, ex.elem));
   a.stats.dropped = 0;

@@ -50,6 +50,10 @@ struct TpContext {
   const collectives::ProcessGroup* capacity_group = nullptr;
   // Where the expert-parallel all-to-alls add the compute-stream time they take.
   Time* a2a_time = nullptr;
+  // Phantom runs (no router logits): the skew of the assumed routing. 0:
+  // uniform; s > 0: expert e's share of first choices is proportional to
+  // 1/(e+1)^s (Zipf), see expert/moe.cc phantom_route.
+  double phantom_zipf = 0;
 
   int tp() const { return group->size(); }
   int rank() const { return group->rank(); }

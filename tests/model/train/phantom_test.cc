@@ -207,6 +207,27 @@ TEST(PhantomMoe, UniformRoutingGivesEveryExpertTheSameTokens) {
   for (const auto& layer : r.moe_layers) EXPECT_EQ(layer.imbalance.back(), 1.0);
 }
 
+// Zipf-skewed routing: first choices by quantile of p(e) ~ 1/(e+1)^s, the
+// k-th (first + k) mod E. With s = 1 over 4 experts, p = (12, 6, 4, 3)/25:
+// of 256 tokens the first choices fall 123, 61, 41, 31 (quantiles
+// (n+0.5)/256 against the cumulative shares 0.48, 0.72, 0.88, 1), and the
+// second choices are those shifted by one expert.
+TEST(PhantomMoe, ZipfRoutingSkewsTheLoadAsAPowerLaw) {
+  TrainOptions o = small_options(/*experts=*/4);
+  o.steps = 1;
+  o.phantom = true;
+  o.phantom_zipf = 1.0;
+  o.model.batch_size = 8;  // 8 x 32 = 256 tokens, one replica
+  const TrainResult r = testing::run(o);
+  ASSERT_FALSE(r.moe_layers.empty());
+  const std::vector<int64_t> first = {123, 61, 41, 31};
+  for (const auto& layer : r.moe_layers) {
+    const auto& t = layer.tokens.back();
+    ASSERT_EQ(t.size(), 4u);
+    for (size_t e = 0; e < 4; ++e) EXPECT_EQ(t[e], first[e] + first[(e + 3) % 4]) << "expert " << e;
+  }
+}
+
 TEST(PhantomOptions, ValuesCannotBeLoadedSavedOrCompared) {
   TrainOptions o = small_options();
   o.phantom = true;
@@ -217,6 +238,12 @@ TEST(PhantomOptions, ValuesCannotBeLoadedSavedOrCompared) {
   EXPECT_THROW(o.validate(), ConfigError);
   o.init_path.clear();
   o.keep_step0_grads = true;
+  EXPECT_THROW(o.validate(), ConfigError);
+  o.keep_step0_grads = false;
+  o.phantom_zipf = -1;
+  EXPECT_THROW(o.validate(), ConfigError);
+  o.phantom_zipf = 1;
+  o.phantom = false;  // a routing assumption needs a phantom run
   EXPECT_THROW(o.validate(), ConfigError);
 }
 
