@@ -141,13 +141,27 @@ class Reader {
       start = dot + 1;
     }
   }
-  double positive(const nlohmann::json& j, const std::string& path, bool allow_zero = false) const {
+  // A number in (0, hi], or [0, hi] with allow_zero. The upper bounds keep
+  // the integer picosecond and byte-rate arithmetic of the time model finite.
+  double positive(const nlohmann::json& j, const std::string& path, bool allow_zero,
+                  double hi) const {
     const auto& v = at(j, path);
     if (!v.is_number()) fail(fmt::format("field \"{}\" must be a number", path));
     double d = v.get<double>();
     if (!std::isfinite(d) || d < 0 || (!allow_zero && d == 0))
       fail(fmt::format("field \"{}\" must be {} (got {})", path, allow_zero ? ">= 0" : "> 0", d));
+    if (d > hi) fail(fmt::format("field \"{}\" must be at most {:g} (got {:g})", path, hi, d));
     return d;
+  }
+  // Rates (TFLOP/s, GB/s): at least a thousandth, at most 1e9; sizes (GiB)
+  // at most 1e6; durations (us) at most a second.
+  double rate(const nlohmann::json& j, const std::string& path) const {
+    const double d = positive(j, path, false, 1e9);
+    if (d < 1e-3) fail(fmt::format("field \"{}\" must be at least 0.001 (got {:g})", path, d));
+    return d;
+  }
+  double duration_us(const nlohmann::json& j, const std::string& path) const {
+    return positive(j, path, /*allow_zero=*/true, 1e6);
   }
   int count(const nlohmann::json& j, const std::string& path, bool allow_zero = false) const {
     const auto& v = at(j, path);
@@ -159,7 +173,7 @@ class Reader {
   }
   // An efficiency: a number in (0, 1].
   double fraction(const nlohmann::json& j, const std::string& path) const {
-    const double d = positive(j, path);
+    const double d = positive(j, path, /*allow_zero=*/false, 1e300);
     if (d > 1) fail(fmt::format("field \"{}\" must be in (0, 1]", path));
     return d;
   }
@@ -184,7 +198,7 @@ void read_device_model(const Reader& r, const nlohmann::json& j, DeviceSpec& d) 
     d.compute_efficiency = r.fraction(j, "device.compute_efficiency");
   if (r.has(j, "device.mem_efficiency")) d.mem_efficiency = r.fraction(j, "device.mem_efficiency");
   if (r.has(j, "device.collective_launch_us"))
-    d.collective_launch_us = r.positive(j, "device.collective_launch_us", /*allow_zero=*/true);
+    d.collective_launch_us = r.duration_us(j, "device.collective_launch_us");
   if (!r.has(j, "device.gemm")) return;
   d.gemm.sm_count = r.count(j, "device.gemm.sm_count");
   const auto& tiles = r.at(j, "device.gemm.tiles");
@@ -213,16 +227,16 @@ HardwareProfile profile_from_json(const nlohmann::json& j, std::string_view orig
   if (j.contains("description") && j["description"].is_string()) p.description = j["description"];
   p.nodes = r.count(j, "nodes");
   p.devices_per_node = r.count(j, "devices_per_node");
-  p.device.peak_tflops_fp32 = r.positive(j, "device.peak_tflops.fp32");
-  p.device.peak_tflops_bf16 = r.positive(j, "device.peak_tflops.bf16");
-  p.device.mem_bandwidth_GBps = r.positive(j, "device.mem_bandwidth_GBps");
-  p.device.memory_GiB = r.positive(j, "device.memory_GiB");
-  p.device.launch_overhead_us = r.positive(j, "device.launch_overhead_us", /*allow_zero=*/true);
+  p.device.peak_tflops_fp32 = r.rate(j, "device.peak_tflops.fp32");
+  p.device.peak_tflops_bf16 = r.rate(j, "device.peak_tflops.bf16");
+  p.device.mem_bandwidth_GBps = r.rate(j, "device.mem_bandwidth_GBps");
+  p.device.memory_GiB = r.positive(j, "device.memory_GiB", false, 1e6);
+  p.device.launch_overhead_us = r.duration_us(j, "device.launch_overhead_us");
   read_device_model(r, j, p.device);
   for (auto [cls, spec] : {std::pair{"intra", &p.intra}, std::pair{"inter", &p.inter}}) {
     std::string base = std::string("links.") + cls;
-    spec->latency_us = r.positive(j, base + ".latency_us", /*allow_zero=*/true);
-    spec->bandwidth_GBps = r.positive(j, base + ".bandwidth_GBps");
+    spec->latency_us = r.duration_us(j, base + ".latency_us");
+    spec->bandwidth_GBps = r.rate(j, base + ".bandwidth_GBps");
     if (spec->bytes_per_second() == 0) r.fail(fmt::format("field \"{}.bandwidth_GBps\" is too small", base));
     if (r.has(j, base + ".packet")) {
       spec->packet_header_bytes = r.count(j, base + ".packet.header_bytes", /*allow_zero=*/true);

@@ -96,6 +96,28 @@ TEST(Profiles, FileErrorsNameTheProblem) {
   EXPECT_NE(load_error(write_temp("neg.json", negative.dump())).find("links.intra.bandwidth_GBps\" must be > 0"),
             std::string::npos);
 
+  // Values beyond physical sense would overflow the integer time model.
+  struct Bad {
+    const char* section;
+    const char* sub;
+    const char* key;
+    double value;
+    const char* says;
+  };
+  for (const Bad& b : {Bad{"links", "intra", "latency_us", 1e300, "must be at most 1e+06"},
+                       Bad{"links", "inter", "bandwidth_GBps", 1e300, "must be at most 1e+09"},
+                       Bad{"links", "inter", "bandwidth_GBps", 1e-300, "must be at least 0.001"},
+                       Bad{"device", "peak_tflops", "fp32", 1e-9, "must be at least 0.001"},
+                       Bad{"device", nullptr, "memory_GiB", 1e30, "must be at most 1e+06"},
+                       Bad{"device", nullptr, "collective_launch_us", 1e300, "must be at most 1e+06"}}) {
+    nlohmann::json j = good;
+    nlohmann::json& at = b.sub ? j[b.section][b.sub] : j[b.section];
+    at[b.key] = b.value;
+    const std::string err = load_error(write_temp("bound.json", j.dump()));
+    EXPECT_NE(err.find(b.key), std::string::npos) << err;
+    EXPECT_NE(err.find(b.says), std::string::npos) << err;
+  }
+
   EXPECT_NE(load_error(write_temp("bad.json", "{ nope")).find("not valid JSON"), std::string::npos);
   EXPECT_NE(load_error("/nonexistent/p.json").find("cannot open"), std::string::npos);
   EXPECT_NE(load_error("tpu-v9").find("unknown profile \"tpu-v9\""), std::string::npos);
