@@ -143,11 +143,16 @@ int run_train(TrainFlags& f) {
 }  // namespace
 
 // Peak bytes by kind per device; master: the fp32 master weights of a bf16 model.
+// Large clusters show one row per pipeline stage (its first device); --report has them all.
+bool shown(const nlohmann::json& devices, const nlohmann::json& d) {
+  return devices.size() <= 32 || (d["coords"]["tp"].get<int>() == 0 && d["coords"]["dp"].get<int>() == 0);
+}
+
 void print_memory_table(const nlohmann::json& devices) {
   fmt::print("{:>4}  {:>12} {:>12} {:>12} {:>12} {:>12}  (peak memory by kind)\n", "rank", "params", "grads",
              "master", "adam m+v", "activations");
   for (const auto& d : devices) {
-    if (devices.size() > 32 && (d["coords"]["tp"].get<int>() != 0 || d["coords"]["dp"].get<int>() != 0)) continue;
+    if (!shown(devices, d)) continue;
     const auto& k = d["peak_bytes_by_kind"];
     auto b = [&](const char* kind) { return format_bytes(k[kind].get<uint64_t>()); };
     fmt::print("{:>4}  {:>12} {:>12} {:>12} {:>12} {:>12}\n", d["rank"].get<int>(), b("param"), b("grad"),
@@ -166,10 +171,9 @@ void print_device_table(const nlohmann::json& report) {
   }
   fmt::print("{:>4}  {:<28} {:>11} {:>11} {:>9} {:>9} {:>12} {:>12}\n", "rank", "mesh position", "compute ms",
              "exposed ms", "idle ms", "fb idle", "peak memory", "activations");
-  // Large clusters: one row per pipeline stage (its first device); --report has them all.
   const bool per_stage = devices.size() > 32;
   for (const auto& d : devices) {
-    if (per_stage && (d["coords"]["tp"].get<int>() != 0 || d["coords"]["dp"].get<int>() != 0)) continue;
+    if (!shown(devices, d)) continue;
     const auto& peaks = d["peak_bytes_by_kind"];
     fmt::print("{:>4}  {:<28} {:>11.3f} {:>11.3f} {:>9.3f} {:>8.1f}% {:>12} {:>12}\n", d["rank"].get<int>(),
                d["name"].get<std::string>(), d["compute_s"].get<double>() * 1e3 / steps,

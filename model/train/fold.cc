@@ -67,7 +67,7 @@ FoldPlan fold_plan(const TrainOptions& o, const HardwareProfile& profile) {
   return plan_for(o, dp, tp);
 }
 
-FoldPlan weaker(const FoldPlan& plan, const TrainOptions& o, const HardwareProfile&) {
+FoldPlan weaker(const FoldPlan& plan, const TrainOptions& o) {
   return plan_for(o, false, plan.dp && plan.tp);
 }
 

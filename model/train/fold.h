@@ -40,7 +40,7 @@ FoldPlan fold_plan(const TrainOptions& options, const HardwareProfile& profile);
 
 // The next plan to try when `plan` met an asymmetric collective
 // (FoldingError): without dp folding, then without any.
-FoldPlan weaker(const FoldPlan& plan, const TrainOptions& options, const HardwareProfile& profile);
+FoldPlan weaker(const FoldPlan& plan, const TrainOptions& options);
 
 // Copies every folded rank's per-device results from its representative.
 void unfold_results(const FoldPlan& plan, TrainResult& result);

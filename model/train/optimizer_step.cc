@@ -51,10 +51,11 @@ double ShardedAdamW::global_norm() {
   const auto n = static_cast<int64_t>(grads.size());
   const std::vector<Range> all{{0, n}};
   double sq = 0;
-  if (grads.data())  // phantom: charged, not computed
+  if (grads.data()) {  // phantom: charged, not computed
     for_ranges(dp_.sharded_grads() ? dp_.owned() : all, [&](int64_t lo, int64_t cnt, int64_t, const ShardSpec& s) {
-    if (counting_.counts(s)) sq += model::sum_squares(grads.data() + lo, cnt);
-  });
+      if (counting_.counts(s)) sq += model::sum_squares(grads.data() + lo, cnt);
+    });
+  }
   dev_.run(dev_.compute(), "grad_norm",  // over the fp32 main gradients
            model::sum_squares_cost(dp_.sharded_grads() ? dp_.owned_elements() : n, parallel::kGradElemBytes));
   float part = static_cast<float>(sq);
@@ -95,18 +96,19 @@ double ShardedAdamW::step(const model::AdamWHyper& h, int step, double max_norm)
   // A phantom run has no norm: it assumes the gradients are clipped whenever
   // clipping is on (the scaling kernel is charged), the worst case.
   const bool phantom = params.data() == nullptr;
-  if (phantom && max_norm > 0) clip = 0.5;
+  const bool clips = phantom ? max_norm > 0 : clip < 1;
   float* m = m_.data();
   float* v = v_.data();
-  if (!phantom)
+  if (!phantom) {
     for_ranges(dp_.owned(), [&](int64_t lo, int64_t cnt, int64_t at, const ShardSpec& s) {
-    if (clip < 1) model::scale_inplace(grads.data() + lo, static_cast<float>(clip), cnt);
-    model::adamw_update(params.data() + lo, m + at, v + at, grads.data() + lo, cnt, h,
-                        s.decay ? h.weight_decay : 0.0, step + 1);
-  });
+      if (clips) model::scale_inplace(grads.data() + lo, static_cast<float>(clip), cnt);
+      model::adamw_update(params.data() + lo, m + at, v + at, grads.data() + lo, cnt, h,
+                          s.decay ? h.weight_decay : 0.0, step + 1);
+    });
+  }
   const int elem = element_size(dev_.precision());
   const int64_t owned = dp_.owned_elements();
-  if (clip < 1) dev_.run(dev_.compute(), "grad_clip", model::scale_inplace_cost(owned, parallel::kGradElemBytes));
+  if (clips) dev_.run(dev_.compute(), "grad_clip", model::scale_inplace_cost(owned, parallel::kGradElemBytes));
   dev_.run(dev_.compute(), "adamw", model::adamw_update_cost(owned, elem));
   dp_.gather_params(params);
   return norm;

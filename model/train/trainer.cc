@@ -302,7 +302,7 @@ RunResult run_folded(Cluster& cluster, const TrainOptions& o, FoldPlan& fold, At
       cluster.set_representatives({});
       if (!e.folding() || fold.representative.empty()) throw;
       spdlog::info("folding: {}; running again with less folding", e.what());
-      fold = weaker(fold, o, cluster.profile());
+      fold = weaker(fold, o);
     }
   }
 }
