@@ -71,9 +71,11 @@ void TrainFlags::add(CLI::App* sub) {
   sub->add_option("--micro-batches", micro_batches,
                   "Micro-batches per step (gradient accumulation; the pipeline's M)")
       ->capture_default_str();
-  sub->add_option("--schedule", schedule, "Pipeline schedule: gpipe, 1f1b or interleaved")
+  sub->add_option("--schedule", schedule,
+                  "Pipeline schedule: gpipe, 1f1b, interleaved, or zero-bubble zb-h1, zb-h2, zb-v, dualpipev")
       ->capture_default_str();
-  sub->add_option("--vpp", vpp, "Model chunks per pipeline rank (interleaved)")->capture_default_str();
+  sub->add_option("--vpp", vpp,
+                  "Model chunks per pipeline rank (interleaved: 2 or more; zb-v and dualpipev: 2, the default)");
   sub->add_option("--pp-layers", pp_layers, "Blocks per stage, e.g. 3,3,2 (default: balanced)");
   sub->add_option("--recompute", recompute,
                   "Activation recomputation: none, selective (attention core) or full (whole blocks)")
@@ -159,7 +161,7 @@ train::TrainOptions TrainFlags::options() const {
   o.parallel.ep = ep;
   o.parallel.pp = pp;
   o.parallel.schedule = parallel::parse_schedule(schedule);
-  o.parallel.vpp = vpp;
+  o.parallel.vpp = vpp.value_or(parallel::schedule_chunks(o.parallel.schedule) == 2 ? 2 : 1);
   o.parallel.recompute = parallel::parse_recompute(recompute);
   if (!pp_layers.empty()) o.parallel.stage_layers = parallel::parse_stage_layers(pp_layers);
   o.micro_batches = micro_batches;

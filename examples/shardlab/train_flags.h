@@ -31,7 +31,8 @@ struct TrainFlags {
   std::string sampling = "random";
   std::string init, save, report, memory, precision = "fp32";
   int dp = 1, tp = 1, zero = 0;
-  int ep = 1, pp = 1, micro_batches = 1, vpp = 1;
+  int ep = 1, pp = 1, micro_batches = 1;
+  std::optional<int> vpp;  // unset: the schedule's own chunk count (2 for zb-v and dualpipev, else 1)
   std::string schedule = "1f1b", pp_layers, recompute = "none";
   bool sp = false, no_overlap = false, phantom = false, no_fold = false;
   std::string phantom_routing = "uniform";

@@ -21,11 +21,10 @@ const collectives::ProcessGroup& ParallelContext::group(const std::vector<int>& 
   return *it->second;
 }
 
-const collectives::ProcessGroup* ParallelContext::embedding() {
-  const int pp = mesh_.shape().pp;
-  if (pp == 1 || (coords_.pp != 0 && coords_.pp != pp - 1)) return nullptr;
+const collectives::ProcessGroup* ParallelContext::embedding(int last_stage_rank) {
+  if (last_stage_rank == 0 || (coords_.pp != 0 && coords_.pp != last_stage_rank)) return nullptr;
   const collectives::ProcessGroup& line = group("pp");
-  return &group({line.global_rank(0), line.global_rank(pp - 1)}, "embedding");
+  return &group({line.global_rank(0), line.global_rank(last_stage_rank)}, "embedding");
 }
 
 }  // namespace shardlab::parallel

@@ -37,10 +37,11 @@ class ParallelContext {
   // The group of `members` (global ranks in ring order; this device among
   // them), named `name` if it is new.
   const collectives::ProcessGroup& group(const std::vector<int>& members, std::string_view name);
-  // Pipeline parallelism: the first and the last rank of this device's
-  // pipeline, which hold the two copies of the tied embedding (Megatron's
-  // embedding group). Null when pp = 1 or this device is neither.
-  const collectives::ProcessGroup* embedding();
+  // Pipeline parallelism: rank 0 of this device's pipeline (the first stage)
+  // and `last_stage_rank` (the last stage's), which hold the two copies of
+  // the tied embedding (Megatron's embedding group). Null when one rank holds
+  // both stages (pp = 1, or a V) or this device is neither.
+  const collectives::ProcessGroup* embedding(int last_stage_rank);
 
   // How many distinct groups were built (a test hook for the cache).
   size_t size() const { return groups_.size(); }

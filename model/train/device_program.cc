@@ -35,7 +35,7 @@ StepLosses forward_backward(const DeviceProgram& p, DeviceSetup& s, Device& dev,
   });
   p.result.phases[size_t(dev.rank())][size_t(step)] = {ph.start, ph.end, ph.busy, ph.sent_bytes};
   if (step == 0) p.result.first_step_spans[size_t(dev.rank())] = s.executor->spans();
-  if (const coll::ProcessGroup* embedding = s.ctx.embedding()) {
+  if (const coll::ProcessGroup* embedding = s.ctx.embedding(p.options.parallel.last_stage_rank())) {
     // Otherwise one rank holds both uses of wte and the model announced it.
     const Range wte = model::prefix_range(s.model->shards(), "transformer.wte.");
     auto grads = s.model->grads();

@@ -71,7 +71,7 @@ void DeviceSetup::make_model(const DeviceProgram& p, Device& dev) {
   so.sequence_parallel = par.sp;
   so.recompute = par.recompute;
   so.phantom_zipf = o.phantom_zipf;
-  so.placement = {par.pp, par.vpp, coords.pp, par.stage_layers};
+  so.placement = {par.pp, par.vpp, coords.pp, par.stage_layers, par.stage_order()};
   auto m = std::make_unique<parallel::ShardedGPT>(o.model, o.seed, dev, groups, so);
   m->set_micro_batch(int(rows), T);
   stage = m.get();

@@ -30,7 +30,7 @@ std::vector<parallel::ShardSpec> local_shards(const TrainOptions& o, const model
   if (!runs_sharded(o)) return parallel::whole_tensor_shards(table);
   const ParallelOptions& p = o.parallel;
   const parallel::StagePlacement place =
-      parallel::StagePlacement{p.pp, p.vpp, c.pp, p.stage_layers}.resolved(o.model);
+      parallel::StagePlacement{p.pp, p.vpp, c.pp, p.stage_layers, p.stage_order()}.resolved(o.model);
   const parallel::ShardLayout layout(o.model, p.tp, c.tp,
                                      parallel::rank_filter(o.model, place, p.ep, c.ep));
   return layout.shards();

@@ -50,7 +50,7 @@ void publish_params(parallel::LocalModel& model, const collectives::DeviceMesh& 
                         nullptr, kExpertsOnly);
   // The last stage's tied copy, compared with the first stage's by train().
   const int pp = mesh.shape().pp;
-  if (pp > 1 && coords.pp == pp - 1 && coords.dp == 0) {
+  if (!result.tied_copy.empty() && coords.pp == pp - 1 && coords.dp == 0) {
     for (const ShardSpec& s : model.shards())
       if (s.role == model::ParamRole::kTokenEmbedding)
         for (int64_t i = 0; i < s.numel; ++i)

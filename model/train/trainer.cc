@@ -132,7 +132,7 @@ void validate_parallel(const TrainOptions& o) {
   if (p.custom_schedule) {
     require(int(p.custom_schedule->size()) == p.pp,
             fmt::format("the custom schedule has {} ranks but --pp is {}", p.custom_schedule->size(), p.pp));
-    const std::string fault = parallel::validate_schedule(*p.custom_schedule, o.micro_batches, p.vpp);
+    const std::string fault = parallel::validate_schedule(*p.custom_schedule, o.micro_batches, p.vpp, p.custom_order);
     require(fault.empty(), "invalid custom schedule: " + fault);
     bool split = false;
     for (const auto& actions : *p.custom_schedule)
@@ -145,8 +145,9 @@ void validate_parallel(const TrainOptions& o) {
 bool runs_sharded(const TrainOptions& o) {
   const ParallelOptions& p = o.parallel;
   const bool global_routing = o.model.is_moe() && p.dp > 1 && (p.ep > 1 || o.model.capacity_factor > 0);
+  const bool split_backward = !p.custom_schedule && parallel::splits_backward(p.schedule);  // B and W apart
   return p.pp > 1 || p.tp > 1 || p.ep > 1 || global_routing || p.recompute != parallel::Recompute::kNone ||
-         o.phantom;  // the unsharded reference computes on real buffers
+         split_backward || o.phantom;  // the unsharded reference computes on real buffers
 }
 
 parallel::Schedule step_schedule(const TrainOptions& o) {
@@ -233,7 +234,7 @@ TrainResult sized_result(const TrainOptions& o, const model::ParamTable& table, 
   if (o.phantom) return r;  // no parameter values to gather
   r.replicas.assign(size_t(o.parallel.dp), std::vector<float>(size_t(table.numel()), 0.0f));
   if (o.keep_step0_grads) r.step0_grads.assign(size_t(table.numel()), 0.0f);
-  if (o.parallel.pp > 1) r.tied_copy.assign(size_t(table.at("transformer.wte.weight").numel), 0.0f);
+  if (o.parallel.last_stage_rank() != 0) r.tied_copy.assign(size_t(table.at("transformer.wte.weight").numel), 0.0f);
   return r;
 }
 

@@ -53,6 +53,14 @@ struct ParallelOptions {
   // as data) instead of `schedule`. validate_parallel checks them
   // (validate_schedule) before any thread starts.
   std::optional<parallel::Schedule> custom_schedule;
+  // Where a custom schedule's chunks sit (the built-in ones know their own).
+  parallel::StageOrder custom_order = parallel::StageOrder::kLoop;
+  parallel::StageOrder stage_order() const {
+    return custom_schedule ? custom_order : parallel::stage_order(schedule);
+  }
+  // The pipeline rank holding the last stage (the head and the second use of
+  // the tied wte): pp - 1 in a loop, 0 in a V.
+  int last_stage_rank() const { return parallel::rank_of_stage(stage_order(), pp, pp * vpp - 1); }
   int world() const { return dp * tp * pp; }
   // The mesh of the collectives issue: tp fastest, then dp, then pp.
   collectives::MeshShape mesh_shape() const { return {.tp = tp, .ep = ep, .dp = dp, .pp = pp}; }

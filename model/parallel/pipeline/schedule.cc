@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "model/parallel/pipeline/schedule_build.h"
 #include "runtime/errors.h"
 
 namespace shardlab::parallel {
@@ -10,46 +11,63 @@ namespace {
 
 using K = ActionKind;
 
-// Appends the forward of (mb, chunk) on `rank` with its receive and send.
-void add_forward(std::vector<Action>& out, int pp, int vpp, int rank, int mb, int chunk) {
-  const int s = chunk * pp + rank;
-  if (s > 0) out.push_back({K::kRecvActivation, mb, chunk, (s - 1) % pp});
-  out.push_back({K::kForward, mb, chunk, -1});
-  if (s < pp * vpp - 1) out.push_back({K::kSendActivation, mb, chunk, (s + 1) % pp});
-}
-
-// Appends the backward of (mb, chunk) on `rank` with its receive and send.
-void add_backward(std::vector<Action>& out, int pp, int vpp, int rank, int mb, int chunk) {
-  const int s = chunk * pp + rank;
-  if (s < pp * vpp - 1) out.push_back({K::kRecvGrad, mb, chunk, (s + 1) % pp});
-  out.push_back({K::kBackward, mb, chunk, -1});
-  if (s > 0) out.push_back({K::kSendGrad, mb, chunk, (s - 1) % pp});
-}
-
 std::string flag_value(const char* flag, int value) {
   return std::string(flag) + " " + std::to_string(value);
 }
 
+constexpr ScheduleKind kKinds[] = {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved,
+                                   ScheduleKind::kZbH1,  ScheduleKind::kZbH2, ScheduleKind::kZbV,
+                                   ScheduleKind::kDualPipeV};
+constexpr const char* kScheduleNames[] = {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "dualpipev"};
+
 }  // namespace
 
-ScheduleKind parse_schedule(std::string_view name) {
-  if (name == "gpipe") return ScheduleKind::kGPipe;
-  if (name == "1f1b") return ScheduleKind::k1F1B;
-  if (name == "interleaved") return ScheduleKind::kInterleaved;
-  throw ConfigError("unknown --schedule '" + std::string(name) +
-                    "' (expected gpipe, 1f1b or interleaved)");
+void add_forward(std::vector<Action>& out, StageOrder order, int pp, int vpp, int rank, int mb, int chunk) {
+  const int s = stage_of(order, pp, rank, chunk);
+  if (s > 0) out.push_back({K::kRecvActivation, mb, chunk, rank_of_stage(order, pp, s - 1)});
+  out.push_back({K::kForward, mb, chunk, -1});
+  if (s < pp * vpp - 1) out.push_back({K::kSendActivation, mb, chunk, rank_of_stage(order, pp, s + 1)});
 }
 
-std::string_view schedule_name(ScheduleKind kind) {
-  switch (kind) {
-    case ScheduleKind::kGPipe:
-      return "gpipe";
-    case ScheduleKind::k1F1B:
-      return "1f1b";
-    case ScheduleKind::kInterleaved:
-      return "interleaved";
-  }
-  return "?";
+void add_backward(std::vector<Action>& out, StageOrder order, int pp, int vpp, int rank, int mb, int chunk,
+                  ActionKind kind) {
+  const int s = stage_of(order, pp, rank, chunk);
+  if (s < pp * vpp - 1) out.push_back({K::kRecvGrad, mb, chunk, rank_of_stage(order, pp, s + 1)});
+  out.push_back({kind, mb, chunk, -1});
+  if (s > 0) out.push_back({K::kSendGrad, mb, chunk, rank_of_stage(order, pp, s - 1)});
+}
+
+ScheduleKind parse_schedule(std::string_view name) {
+  for (size_t i = 0; i < std::size(kKinds); ++i)
+    if (name == kScheduleNames[i]) return kKinds[i];
+  throw ConfigError("unknown --schedule '" + std::string(name) +
+                    "' (expected gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v or dualpipev)");
+}
+
+std::string_view schedule_name(ScheduleKind kind) { return kScheduleNames[static_cast<size_t>(kind)]; }
+
+int stage_of(StageOrder order, int pp, int rank, int chunk) {
+  const bool up = order == StageOrder::kV && chunk % 2 == 1;
+  return chunk * pp + (up ? pp - 1 - rank : rank);
+}
+
+int rank_of_stage(StageOrder order, int pp, int stage) {
+  const bool up = order == StageOrder::kV && (stage / pp) % 2 == 1;
+  return up ? pp - 1 - stage % pp : stage % pp;
+}
+
+StageOrder stage_order(ScheduleKind kind) {
+  return kind == ScheduleKind::kZbV || kind == ScheduleKind::kDualPipeV ? StageOrder::kV : StageOrder::kLoop;
+}
+
+int schedule_chunks(ScheduleKind kind) {
+  if (kind == ScheduleKind::kInterleaved) return 0;
+  return stage_order(kind) == StageOrder::kV ? 2 : 1;
+}
+
+bool splits_backward(ScheduleKind kind) {
+  return kind == ScheduleKind::kZbH1 || kind == ScheduleKind::kZbH2 || kind == ScheduleKind::kZbV ||
+         kind == ScheduleKind::kDualPipeV;
 }
 
 void check_pipeline_config(ScheduleKind kind, int pp, int micro_batches, int vpp) {
@@ -57,12 +75,19 @@ void check_pipeline_config(ScheduleKind kind, int pp, int micro_batches, int vpp
   if (micro_batches < 1) {
     throw ConfigError(flag_value("--micro-batches", micro_batches) + ": must be at least 1");
   }
-  if (kind != ScheduleKind::kInterleaved) {
-    if (vpp != 1) {
-      throw ConfigError(flag_value("--vpp", vpp) + ": model chunks need --schedule interleaved");
-    }
-    return;
+  const int chunks = schedule_chunks(kind);
+  if (chunks == 2 && vpp != 2) {
+    throw ConfigError(flag_value("--vpp", vpp) + ": --schedule " + std::string(schedule_name(kind)) +
+                      " places exactly 2 model chunks per rank (a V); use --vpp 2");
   }
+  if (kind == ScheduleKind::kDualPipeV && micro_batches < 2 * pp) {
+    throw ConfigError(flag_value("--micro-batches", micro_batches) + ": --schedule dualpipev needs at least 2 x " +
+                      flag_value("--pp", pp));
+  }
+  if (chunks == 1 && vpp != 1) {
+    throw ConfigError(flag_value("--vpp", vpp) + ": model chunks need --schedule interleaved, zb-v or dualpipev");
+  }
+  if (kind != ScheduleKind::kInterleaved) return;
   if (vpp < 2) {
     throw ConfigError(flag_value("--vpp", vpp) +
                       ": --schedule interleaved needs at least 2 model chunks per rank");
@@ -78,8 +103,8 @@ Schedule gpipe(int pp, int micro_batches) {
   Schedule schedule(static_cast<size_t>(pp));
   for (int rank = 0; rank < pp; ++rank) {
     auto& out = schedule[static_cast<size_t>(rank)];
-    for (int mb = 0; mb < micro_batches; ++mb) add_forward(out, pp, 1, rank, mb, 0);
-    for (int mb = 0; mb < micro_batches; ++mb) add_backward(out, pp, 1, rank, mb, 0);
+    for (int mb = 0; mb < micro_batches; ++mb) add_forward(out, StageOrder::kLoop, pp, 1, rank, mb, 0);
+    for (int mb = 0; mb < micro_batches; ++mb) add_backward(out, StageOrder::kLoop, pp, 1, rank, mb, 0);
   }
   return schedule;
 }
@@ -92,14 +117,14 @@ Schedule one_f_one_b(int pp, int micro_batches) {
     const int warmup = std::min(pp - rank - 1, micro_batches);
     const int remaining = micro_batches - warmup;
     // Warm-up: forwards only, filling the pipeline below this rank.
-    for (int i = 0; i < warmup; ++i) add_forward(out, pp, 1, rank, i, 0);
+    for (int i = 0; i < warmup; ++i) add_forward(out, StageOrder::kLoop, pp, 1, rank, i, 0);
     // Steady 1F1B: each forward followed by the oldest pending backward.
     for (int i = 0; i < remaining; ++i) {
-      add_forward(out, pp, 1, rank, warmup + i, 0);
-      add_backward(out, pp, 1, rank, i, 0);
+      add_forward(out, StageOrder::kLoop, pp, 1, rank, warmup + i, 0);
+      add_backward(out, StageOrder::kLoop, pp, 1, rank, i, 0);
     }
     // Cool-down: the backwards of the warm-up forwards.
-    for (int i = remaining; i < micro_batches; ++i) add_backward(out, pp, 1, rank, i, 0);
+    for (int i = remaining; i < micro_batches; ++i) add_backward(out, StageOrder::kLoop, pp, 1, rank, i, 0);
   }
   return schedule;
 }
@@ -122,9 +147,9 @@ Schedule interleaved_1f1b(int pp, int micro_batches, int vpp) {
     const int warmup =
         micro_batches == pp ? total : std::min(2 * (pp - rank - 1) + (vpp - 1) * pp, total);
     const int remaining = total - warmup;
-    auto forward = [&](int k) { add_forward(out, pp, vpp, rank, micro_batch(k), chunk(k, true)); };
+    auto forward = [&](int k) { add_forward(out, StageOrder::kLoop, pp, vpp, rank, micro_batch(k), chunk(k, true)); };
     auto backward = [&](int k) {
-      add_backward(out, pp, vpp, rank, micro_batch(k), chunk(k, false));
+      add_backward(out, StageOrder::kLoop, pp, vpp, rank, micro_batch(k), chunk(k, false));
     };
     // Warm-up.
     for (int k = 0; k < warmup; ++k) forward(k);
@@ -148,6 +173,14 @@ Schedule build_schedule(ScheduleKind kind, int pp, int micro_batches, int vpp) {
       return one_f_one_b(pp, micro_batches);
     case ScheduleKind::kInterleaved:
       return interleaved_1f1b(pp, micro_batches, vpp);
+    case ScheduleKind::kZbH1:
+      return zb_h1(pp, micro_batches);
+    case ScheduleKind::kZbH2:
+      return zb_h2(pp, micro_batches);
+    case ScheduleKind::kZbV:
+      return zb_v(pp, micro_batches);
+    case ScheduleKind::kDualPipeV:
+      return dualpipe_v(pp, micro_batches);
   }
   SHARDLAB_CHECK(false, "unknown schedule kind");
 }
@@ -175,13 +208,14 @@ Schedule split_backward(const Schedule& schedule, bool defer_weights) {
   return out;
 }
 
-std::vector<int> peak_in_flight(const Schedule& schedule) {
+std::vector<int> peak_in_flight(const Schedule& schedule, bool until_weight) {
   std::vector<int> peaks;
   for (const auto& actions : schedule) {
     int live = 0, peak = 0;
     for (const Action& a : actions) {
       if (a.kind == K::kForward) peak = std::max(peak, ++live);
-      if (a.is_backward_input()) --live;
+      const bool freed = until_weight ? a.kind == K::kBackward || a.kind == K::kBackwardWeight : a.is_backward_input();
+      if (freed) --live;
     }
     peaks.push_back(peak);
   }
@@ -228,8 +262,8 @@ std::string format_schedule(const Schedule& schedule) {
   return text;
 }
 
-std::string format_timeline(const Schedule& schedule, const StepCosts& costs) {
-  const ScheduleTiming timing = simulate_schedule(schedule, costs);
+std::string format_timeline(const Schedule& schedule, const StepCosts& costs, StageOrder order) {
+  const ScheduleTiming timing = simulate_schedule(schedule, costs, order);
   const bool chunked = is_chunked(schedule);
   const auto cells = static_cast<size_t>(std::lround(timing.makespan));
   std::vector<std::vector<std::string>> rows(schedule.size(), std::vector<std::string>(cells, "."));

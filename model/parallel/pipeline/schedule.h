@@ -2,9 +2,11 @@
 // function per schedule builds, for every pipeline rank, the ordered list of
 // actions that rank's executor performs. No model math lives here.
 //
-// Sizes: pp pipeline ranks, M micro-batches, v (vpp) model chunks per rank.
-// Virtual stage s = chunk·pp + rank, S = v·pp stages; stage s feeds s + 1, so
-// without interleaving (v = 1) the stage is the rank.
+// Sizes: pp pipeline ranks, M micro-batches, v (vpp) model chunks per rank,
+// S = v·pp virtual stages; stage s feeds s + 1. Which stage a rank's chunk is
+// follows the StageOrder: Megatron's loop (s = chunk·pp + rank, so without
+// interleaving the stage is the rank) or the V of ZB-V and DualPipeV (chunk 1
+// runs back up the ranks: rank 0 holds the first and the last stage).
 //
 // Placement: a receive sits right before the compute that consumes it, a send
 // right after the compute that produces it. Sends never block (buffered),
@@ -71,15 +73,32 @@ struct Action {
 // schedule[rank] = that rank's actions, in execution order.
 using Schedule = std::vector<std::vector<Action>>;
 
-enum class ScheduleKind { kGPipe, k1F1B, kInterleaved };
+enum class ScheduleKind { kGPipe, k1F1B, kInterleaved, kZbH1, kZbH2, kZbV, kDualPipeV };
 
-// "gpipe" | "1f1b" | "interleaved"; anything else throws ConfigError.
+// "gpipe" | "1f1b" | "interleaved" | "zb-h1" | "zb-h2" | "zb-v" | "dualpipev";
+// anything else throws ConfigError.
 ScheduleKind parse_schedule(std::string_view name);
 std::string_view schedule_name(ScheduleKind kind);
 
+// Where virtual stage s lives. kLoop: rank s % pp, chunk s / pp (Megatron).
+// kV: chunk c runs down the ranks when c is even and back up when c is odd,
+// so stage pp - 1 hands to stage pp on the same rank (the V's tip) and the
+// first and last stages share rank 0 (ZB-V, DualPipeV).
+enum class StageOrder { kLoop, kV };
+int stage_of(StageOrder order, int pp, int rank, int chunk);
+int rank_of_stage(StageOrder order, int pp, int stage);
+// kV for zb-v and dualpipev, kLoop otherwise.
+StageOrder stage_order(ScheduleKind kind);
+// Model chunks per rank a schedule needs: 2 for the V schedules, 0 when the
+// user chooses (--vpp, interleaved), 1 otherwise.
+int schedule_chunks(ScheduleKind kind);
+// The zero-bubble schedules: backward split into B and W actions.
+bool splits_backward(ScheduleKind kind);
+
 // Throws ConfigError naming the flag: --pp >= 1, --micro-batches >= 1; for
-// interleaved --vpp >= 2 and --micro-batches a multiple of --pp; otherwise
-// --vpp must be 1.
+// interleaved --vpp >= 2 and --micro-batches a multiple of --pp; for zb-v and
+// dualpipev --vpp 2 (their V), for dualpipev also --micro-batches >= 2·pp;
+// otherwise --vpp must be 1.
 void check_pipeline_config(ScheduleKind kind, int pp, int micro_batches, int vpp);
 
 // All forwards (0..M-1), then all backwards (0..M-1). Stashes M micro-batches.
@@ -93,8 +112,44 @@ Schedule one_f_one_b(int pp, int micro_batches);
 // warm-up of 2·(pp - rank - 1) + (v - 1)·pp chunk-forwards (all v·M when
 // M == pp). Needs M % pp == 0 and v >= 2.
 Schedule interleaved_1f1b(int pp, int micro_batches, int vpp);
-// Checks the configuration, then dispatches (vpp is ignored unless interleaved
-// but must be 1 then, see check_pipeline_config).
+// Compute costs in abstract time units; communication costs nothing.
+struct StepCosts {
+  double forward = 1.0;
+  double backward = 2.0;  // B + W (kBackward)
+  double weight = 1.0;    // the W part of backward: kBackwardInput costs backward - weight
+};
+
+// The zero-bubble family (Qi et al., "Zero Bubble Pipeline Parallelism",
+// ICLR 2024; DeepSeek-V3's DualPipe), built in schedule_zb.cc. Every backward
+// is a B and a W; T_F, T_B, T_W are the times of F, B and W of one chunk.
+//
+// ZB-H1 (the paper's handcrafted memory-efficient schedule): 1F1B's warm-up,
+// then rank r runs r backwards without their W and keeps r weight gradients
+// pending, one W after every later B, the r pending ones last. Peak memory
+// that of 1F1B (pp - r micro-batches before B, r W stashes); bubble
+// (p-1)(T_F + T_B - T_W), a third of 1F1B's (p-1)(T_F + T_B + T_W) when the
+// three are equal.
+Schedule zb_h1(int pp, int micro_batches);
+// ZB-H2: up to 2p - 1 micro-batches in flight, so the warm-up forwards fill
+// the time before the first gradient arrives and the pending W fill the tail:
+// each rank's busy span is gap-free (the paper's parallelogram) when T_F =
+// T_B = T_W. Built by a greedy list scheduler in unit time (schedule_zb.cc):
+// each idle rank runs a ready B, else a ready F while memory allows, else a
+// pending W.
+Schedule zb_h2(int pp, int micro_batches, const StepCosts& costs = {});
+// ZB-V: two chunks per rank in a V (StageOrder::kV), at most 2p chunk
+// activations in flight per rank (1F1B's peak in stage-sized units), built by
+// the greedy list scheduler.
+Schedule zb_v(int pp, int micro_batches, const StepCosts& costs = {});
+// DualPipeV (DeepSeek's DualPipe cut in half, one V per rank): the eight
+// phases of DeepSeek's reference schedule (F0 warm-up, F0F1, B1W1F1, the
+// F0B1F1B0 steady pairs, B1F1B0, B1B0, WB0, W). Needs M >= 2p. The pairs
+// DualPipe overlaps (one chunk's forward with another's backward, to hide
+// expert all-to-all) run back to back on the compute stream here.
+Schedule dualpipe_v(int pp, int micro_batches);
+
+// Checks the configuration, then dispatches (vpp must be the schedule's
+// chunk count, see check_pipeline_config).
 Schedule build_schedule(ScheduleKind kind, int pp, int micro_batches, int vpp = 1);
 // The same schedule with every fused backward split into B and W, each W
 // right after its B (`defer_weights` false) or all W at the end of each
@@ -111,14 +166,9 @@ Schedule split_backward(const Schedule& schedule, bool defer_weights);
 // hold its micro-batch, sending an activation after its backward freed it or
 // an input gradient twice or before it exists, a send nobody receives, or a
 // deadlock (with every blocked rank).
-std::string validate_schedule(const Schedule& schedule, int micro_batches, int vpp = 1);
+std::string validate_schedule(const Schedule& schedule, int micro_batches, int vpp = 1,
+                              StageOrder order = StageOrder::kLoop);
 
-// Compute costs in abstract time units; communication costs nothing.
-struct StepCosts {
-  double forward = 1.0;
-  double backward = 2.0;  // B + W (kBackward)
-  double weight = 1.0;    // the W part of backward: kBackwardInput costs backward - weight
-};
 
 struct RankTiming {
   double start = 0;                  // first compute starts
@@ -137,11 +187,14 @@ struct ScheduleTiming {
 };
 
 // The schedule must be valid (CHECK-fails on a deadlock).
-ScheduleTiming simulate_schedule(const Schedule& schedule, const StepCosts& costs = {});
+ScheduleTiming simulate_schedule(const Schedule& schedule, const StepCosts& costs = {},
+                                 StageOrder order = StageOrder::kLoop);
 
 // Peak number of (micro-batch, chunk) activations each rank holds: forwards
 // done whose backward is not yet done. gpipe M; 1f1b min(pp - rank, M).
-std::vector<int> peak_in_flight(const Schedule& schedule);
+// With `until_weight`, an activation counts until its W (the W stash): the
+// zero-bubble schedules' memory.
+std::vector<int> peak_in_flight(const Schedule& schedule, bool until_weight = false);
 
 // "F3", "B0", "W0", "F1b" (chunk as a letter when chunked), "sA2>1", "rG0<2"...
 // A backward split into B and W shows as "B" and "W".
@@ -150,6 +203,7 @@ std::string action_label(const Action& action, bool chunked);
 std::string format_schedule(const Schedule& schedule);
 // One row per rank aligned on time (costs in whole units), "." for idle:
 // "rank 1: .  F0 F1 B0 B0 ...". Each unit is one cell.
-std::string format_timeline(const Schedule& schedule, const StepCosts& costs = {});
+std::string format_timeline(const Schedule& schedule, const StepCosts& costs = {},
+                            StageOrder order = StageOrder::kLoop);
 
 }  // namespace shardlab::parallel

@@ -39,11 +39,12 @@ struct RankState {
 
 class Simulator {
  public:
-  Simulator(const Schedule& schedule, int micro_batches, int vpp, const StepCosts& costs)
+  Simulator(const Schedule& schedule, int micro_batches, int vpp, const StepCosts& costs, StageOrder order)
       : schedule_(schedule),
         pp_(static_cast<int>(schedule.size())),
         m_(micro_batches),
         vpp_(vpp),
+        order_(order),
         costs_(costs),
         ranks_(schedule.size()) {
     const std::vector<std::vector<char>> none(static_cast<size_t>(vpp),
@@ -90,7 +91,8 @@ class Simulator {
   }
 
  private:
-  int stage(int rank, int chunk) const { return chunk * pp_ + rank; }
+  int stage(int rank, int chunk) const { return stage_of(order_, pp_, rank, chunk); }
+  int rank_of(int s) const { return rank_of_stage(order_, pp_, s); }
   int last_stage() const { return pp_ * vpp_ - 1; }
 
   std::string where(int rank, size_t pc) const {
@@ -216,13 +218,13 @@ class Simulator {
   bool send(int rank, const Action& a, int to, bool ready, const char* why, std::string* error) {
     if (to < 0 || to > last_stage()) {
       *error = "send past the end of the pipeline";
-    } else if (a.peer != to % pp_) {
-      *error = "peer should be rank " + std::to_string(to % pp_);
+    } else if (a.peer != rank_of(to)) {
+      *error = "peer should be rank " + std::to_string(rank_of(to));
     } else if (!ready) {
       *error = std::string("send ") + why;
     } else {
       RankState& r = ranks_[static_cast<size_t>(rank)];
-      channel(rank, a.peer, a.kind == K::kSendGrad).push_back({a.micro_batch, to / pp_, r.clock});
+      channel(rank, a.peer, a.kind == K::kSendGrad).push_back({a.micro_batch, to / pp_, r.clock});  // chunk of stage `to`
       r.timing.action_start.push_back(r.clock);
       r.timing.action_end.push_back(r.clock);
     }
@@ -236,8 +238,8 @@ class Simulator {
       *error = "receive from beyond the end of the pipeline";
       return false;
     }
-    if (a.peer != from % pp_) {
-      *error = "peer should be rank " + std::to_string(from % pp_);
+    if (a.peer != rank_of(from)) {
+      *error = "peer should be rank " + std::to_string(rank_of(from));
       return false;
     }
     auto& queue = channel(a.peer, rank, a.kind == K::kRecvGrad);
@@ -303,6 +305,7 @@ class Simulator {
 
   const Schedule& schedule_;
   int pp_, m_, vpp_;
+  StageOrder order_;
   StepCosts costs_;
   std::vector<RankState> ranks_;
   std::map<std::tuple<int, int, bool>, std::deque<Message>> channels_;
@@ -310,13 +313,13 @@ class Simulator {
 
 }  // namespace
 
-std::string validate_schedule(const Schedule& schedule, int micro_batches, int vpp) {
+std::string validate_schedule(const Schedule& schedule, int micro_batches, int vpp, StageOrder order) {
   if (schedule.empty()) return "no pipeline ranks";
-  Simulator sim(schedule, micro_batches, vpp, StepCosts{});
+  Simulator sim(schedule, micro_batches, vpp, StepCosts{}, order);
   return sim.run();
 }
 
-ScheduleTiming simulate_schedule(const Schedule& schedule, const StepCosts& costs) {
+ScheduleTiming simulate_schedule(const Schedule& schedule, const StepCosts& costs, StageOrder order) {
   int micro_batches = 1, vpp = 1;
   for (const auto& actions : schedule) {
     for (const Action& a : actions) {
@@ -324,7 +327,7 @@ ScheduleTiming simulate_schedule(const Schedule& schedule, const StepCosts& cost
       vpp = std::max(vpp, a.chunk + 1);
     }
   }
-  Simulator sim(schedule, micro_batches, vpp, costs);
+  Simulator sim(schedule, micro_batches, vpp, costs, order);
   const std::string error = sim.run();
   SHARDLAB_CHECK(error.empty(), "simulate_schedule on an invalid schedule: " + error);
   return sim.timing();

@@ -3,8 +3,9 @@
 //
 // The n_layer blocks are split over S = pp·v virtual stages (stage_layers[s]
 // blocks each, in order); pipeline rank r holds the chunks c = 0..v-1 of
-// virtual stages s = c·pp + r (v = 1: stage r only), as Megatron's
-// interleaved schedule places them. The sharded model (sharded_gpt.h) reads
+// virtual stages s = stage_of(order, pp, r, c): c·pp + r (v = 1: stage r
+// only) as Megatron's interleaved schedule places them, or in a V (ZB-V,
+// DualPipeV: rank r holds stages r and 2·pp - 1 - r). The sharded model (sharded_gpt.h) reads
 // this description; it owns nothing.
 #pragma once
 
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/parallel/pipeline/schedule.h"
 
 namespace shardlab::parallel {
 
@@ -29,9 +31,10 @@ void check_stage_layers(const model::GPTConfig& config, int pp, int vpp,
 struct StagePlacement {
   int pp = 1, vpp = 1, rank = 0;
   std::vector<int> stage_layers;  // (pp·vpp) blocks per virtual stage; empty = balanced
+  StageOrder order = StageOrder::kLoop;
 
   int stages() const { return pp * vpp; }
-  int stage(int chunk) const { return chunk * pp + rank; }
+  int stage(int chunk) const { return stage_of(order, pp, rank, chunk); }
   int first_layer(int chunk) const;
   int end_layer(int chunk) const;
   bool first(int chunk) const { return stage(chunk) == 0; }  // holds wte, wpe

@@ -25,20 +25,23 @@ TEST(ParallelContext, TheSameMembersGiveTheSameGroupObject) {
   EXPECT_EQ(ctx.group("pp").members(), (std::vector<int>{1, 5}));
   EXPECT_EQ(ctx.size(), 3u);  // tp, dp, pp
   // Rank 5 is the last stage of pipeline {1, 5}: the embedding group is that pair.
-  ASSERT_NE(ctx.embedding(), nullptr);
-  EXPECT_EQ(ctx.embedding(), &ctx.group("pp"));  // pp = 2: first and last are the whole pipeline
+  ASSERT_NE(ctx.embedding(1), nullptr);
+  EXPECT_EQ(ctx.embedding(1), &ctx.group("pp"));  // pp = 2: first and last are the whole pipeline
 }
 
 TEST(ParallelContext, EmbeddingGroupIsTheFirstAndLastStage) {
   const DeviceMesh mesh({.tp = 1, .ep = 1, .dp = 1, .pp = 4});
   ParallelContext first(mesh, 0), middle(mesh, 1), last(mesh, 3);
-  ASSERT_NE(first.embedding(), nullptr);
-  EXPECT_EQ(first.embedding()->members(), (std::vector<int>{0, 3}));
-  EXPECT_EQ(middle.embedding(), nullptr);
-  EXPECT_EQ(last.embedding()->members(), (std::vector<int>{0, 3}));
+  ASSERT_NE(first.embedding(3), nullptr);
+  EXPECT_EQ(first.embedding(3)->members(), (std::vector<int>{0, 3}));
+  EXPECT_EQ(middle.embedding(3), nullptr);
+  EXPECT_EQ(last.embedding(3)->members(), (std::vector<int>{0, 3}));
   const DeviceMesh flat({.tp = 2});
   ParallelContext none(flat, 0);
-  EXPECT_EQ(none.embedding(), nullptr);
+  EXPECT_EQ(none.embedding(0), nullptr);
+  // A V (ZB-V, DualPipeV): rank 0 holds the first and the last stage, one copy.
+  EXPECT_EQ(first.embedding(0), nullptr);
+  EXPECT_EQ(last.embedding(0), nullptr);
 }
 
 // Two specs with the same members share one collective sequence: collectives

@@ -1,0 +1,231 @@
+// The zero-bubble schedules (schedule.h): ZB-H1 and DualPipeV written out
+// phase by phase as their authors describe them, ZB-H2 and ZB-V built by a
+// greedy list scheduler in unit time.
+#include <algorithm>
+#include <deque>
+#include <utility>
+
+#include "model/parallel/pipeline/schedule.h"
+#include "model/parallel/pipeline/schedule_build.h"
+#include "runtime/errors.h"
+
+namespace shardlab::parallel {
+namespace {
+
+using K = ActionKind;
+
+// One rank's list under construction: forwards and backwards per chunk in
+// micro-batch order, and the B whose W is still to come, oldest first.
+class RankBuilder {
+ public:
+  RankBuilder(std::vector<Action>& out, StageOrder order, int pp, int vpp, int rank)
+      : out_(out), order_(order), pp_(pp), vpp_(vpp), rank_(rank), next_f_(size_t(vpp)), next_b_(size_t(vpp)) {}
+
+  int forwards(int chunk) const { return next_f_[size_t(chunk)]; }
+  int backwards(int chunk) const { return next_b_[size_t(chunk)]; }
+  bool weights_pending() const { return !pending_.empty(); }
+  int pending() const { return int(pending_.size()); }
+
+  void forward(int chunk) { add_forward(out_, order_, pp_, vpp_, rank_, next_f_[size_t(chunk)]++, chunk); }
+  // The B of the chunk's next backward; its W waits (`defer`) or follows at once.
+  void backward(int chunk, bool defer) {
+    const int mb = next_b_[size_t(chunk)]++;
+    add_backward(out_, order_, pp_, vpp_, rank_, mb, chunk, defer ? K::kBackwardInput : K::kBackward);
+    if (defer) pending_.emplace_back(mb, chunk);
+  }
+  // The oldest pending W.
+  void weight() {
+    SHARDLAB_CHECK(!pending_.empty(), "schedule builder: a W with no pending B");
+    out_.push_back({K::kBackwardWeight, pending_.front().first, pending_.front().second, -1});
+    pending_.pop_front();
+  }
+  // A B followed by the oldest pending W: its own W (fused) when none was pending.
+  void backward_then_weight(int chunk) {
+    const bool own = pending_.empty();
+    backward(chunk, !own);
+    if (!own) weight();
+  }
+  void drain_weights() {
+    while (!pending_.empty()) weight();
+  }
+
+ private:
+  std::vector<Action>& out_;
+  StageOrder order_;
+  int pp_, vpp_, rank_;
+  std::vector<int> next_f_, next_b_;
+  std::deque<std::pair<int, int>> pending_;  // (micro-batch, chunk)
+};
+
+// Greedy list scheduling, the construction of the paper's handcrafted
+// schedules (drawn for T_F = T_B = T_W) and of its automatic ones (for the
+// profiled times): an event simulation in which, at every moment, each idle
+// rank starts a ready B (lowest micro-batch, then the later stage), else a
+// ready F (the later stage first) while fewer than `max_in_flight` chunk
+// activations wait for their W, else its oldest pending W, else waits for
+// the next completion. Communication is free. With one chunk (kLoop) or a V
+// (two chunks) every channel between two ranks carries one stage pair, so
+// sends and receives meet in FIFO order.
+class Greedy {
+ public:
+  Greedy(StageOrder order, int pp, int vpp, int m, int max_in_flight, const StepCosts& costs)
+      : order_(order), pp_(pp), vpp_(vpp), m_(m), limit_(max_in_flight), costs_(costs),
+        schedule_(static_cast<size_t>(pp)),
+        f_end_(size_t(pp * vpp), std::vector<double>(size_t(m), kNever)), b_end_(f_end_),
+        clock_(size_t(pp), 0.0), held_(size_t(pp), 0) {
+    SHARDLAB_CHECK((order == StageOrder::kLoop && vpp == 1) || (order == StageOrder::kV && vpp == 2),
+                   "greedy schedule: one chunk in a loop or two in a V");
+    for (int r = 0; r < pp; ++r) ranks_.emplace_back(schedule_[size_t(r)], order, pp, vpp, r);
+  }
+
+  Schedule run() && {
+    const int total = pp_ * vpp_ * m_;  // W actions in all
+    for (double t = 0;;) {
+      for (int r = 0; r < pp_; ++r)
+        if (clock_[size_t(r)] <= t) try_start(r, t);
+      if (weights_ == total) return std::move(schedule_);
+      double next = kNever;
+      for (double c : clock_)
+        if (c > t) next = std::min(next, c);
+      SHARDLAB_CHECK(next < kNever, "greedy schedule made no progress");
+      t = next;
+    }
+  }
+
+ private:
+  static constexpr double kNever = 1e300;
+
+  bool done_by(double end, double t) const { return end <= t; }
+
+  void try_start(int r, double t) {
+    RankBuilder& rb = ranks_[size_t(r)];
+    const int S = pp_ * vpp_;
+    int best_b = -1, best_f = -1;  // chunk
+    for (int c = vpp_ - 1; c >= 0; --c) {
+      const int s = stage_of(order_, pp_, r, c);
+      const int b = rb.backwards(c), f = rb.forwards(c);
+      const bool b_ready = b < m_ && done_by(f_end_[size_t(s)][size_t(b)], t) &&
+                           (s == S - 1 || done_by(b_end_[size_t(s + 1)][size_t(b)], t));
+      if (b_ready && (best_b < 0 || b < rb.backwards(best_b))) best_b = c;
+      const bool f_ready = f < m_ && (s == 0 || done_by(f_end_[size_t(s - 1)][size_t(f)], t));
+      if (f_ready && best_f < 0) best_f = c;  // the later stage first
+    }
+    double& clock = clock_[size_t(r)];
+    if (best_b >= 0) {
+      clock = t + (costs_.backward - costs_.weight);
+      b_end_[size_t(stage_of(order_, pp_, r, best_b))][size_t(rb.backwards(best_b))] = clock;
+      rb.backward(best_b, /*defer=*/true);
+    } else if (best_f >= 0 && held_[size_t(r)] < limit_) {
+      clock = t + costs_.forward;
+      f_end_[size_t(stage_of(order_, pp_, r, best_f))][size_t(rb.forwards(best_f))] = clock;
+      rb.forward(best_f);
+      ++held_[size_t(r)];
+    } else if (rb.weights_pending()) {
+      clock = t + costs_.weight;
+      rb.weight();
+      --held_[size_t(r)];
+      ++weights_;
+    }
+  }
+
+  StageOrder order_;
+  int pp_, vpp_, m_, limit_;
+  StepCosts costs_;
+  Schedule schedule_;
+  std::vector<RankBuilder> ranks_;
+  std::vector<std::vector<double>> f_end_, b_end_;  // [stage][micro-batch]
+  std::vector<double> clock_;                       // when each rank is next free
+  std::vector<int> held_;
+  int weights_ = 0;
+};
+
+}  // namespace
+
+Schedule zb_h1(int pp, int micro_batches) {
+  check_pipeline_config(ScheduleKind::kZbH1, pp, micro_batches, 1);
+  const int m = micro_batches;
+  Schedule schedule(static_cast<size_t>(pp));
+  for (int r = 0; r < pp; ++r) {
+    RankBuilder rb(schedule[size_t(r)], StageOrder::kLoop, pp, 1, r);
+    // 1F1B's warm-up.
+    for (int i = 0; i < std::min(pp - r - 1, m); ++i) rb.forward(0);
+    // r steady pairs whose W wait: B reaches the previous rank sooner.
+    for (int i = 0; i < r && rb.forwards(0) < m; ++i) {
+      rb.forward(0);
+      rb.backward(0, /*defer=*/true);
+    }
+    // Steady F, B, W; then the cool-down's B, W; the r pending W fill the tail.
+    while (rb.forwards(0) < m) {
+      rb.forward(0);
+      rb.backward_then_weight(0);
+    }
+    while (rb.backwards(0) < m) rb.backward_then_weight(0);
+    rb.drain_weights();
+  }
+  return schedule;
+}
+
+Schedule zb_h2(int pp, int micro_batches, const StepCosts& costs) {
+  check_pipeline_config(ScheduleKind::kZbH2, pp, micro_batches, 1);
+  return Greedy(StageOrder::kLoop, pp, 1, micro_batches, 2 * pp - 1, costs).run();
+}
+
+Schedule zb_v(int pp, int micro_batches, const StepCosts& costs) {
+  check_pipeline_config(ScheduleKind::kZbV, pp, micro_batches, 2);
+  return Greedy(StageOrder::kV, pp, 2, micro_batches, 2 * pp, costs).run();
+}
+
+namespace {
+
+// DualPipeV's last two phases on rank r: backwards of both chunks, the second
+// half of them with their W deferred (from the middle on; on odd ranks from
+// chunk 1 of the middle pair, on even ranks from its chunk 0), then the
+// pending W interleaved with the last chunk-0 backwards, then the rest.
+void dualpipe_v_tail(RankBuilder& rb, int pp, int r) {
+  const int pairs = r + 1;
+  bool defer = false;
+  for (int i = 0; i < pairs; ++i) {
+    if (i == pairs / 2 && r % 2 == 1) defer = true;
+    rb.backward(1, defer);
+    if (i == pairs / 2 && r % 2 == 0) defer = true;
+    rb.backward(0, defer);
+  }
+  for (int i = 0; i < pp - r - 1; ++i) {
+    rb.weight();
+    rb.backward(0, /*defer=*/true);
+  }
+  rb.drain_weights();
+}
+
+}  // namespace
+
+Schedule dualpipe_v(int pp, int micro_batches) {
+  check_pipeline_config(ScheduleKind::kDualPipeV, pp, micro_batches, 2);
+  const int m = micro_batches;
+  Schedule schedule(static_cast<size_t>(pp));
+  for (int r = 0; r < pp; ++r) {
+    RankBuilder rb(schedule[size_t(r)], StageOrder::kV, pp, 2, r);
+    for (int i = 0; i < 2 * (pp - r - 1); ++i) rb.forward(0);  // 1: chunk-0 warm-up
+    for (int i = 0; i < r + 1; ++i) rb.forward(0), rb.forward(1);  // 2: F0 F1
+    for (int i = 0; i < pp - r - 1; ++i) {  // 3: B1 W1 F1
+      rb.backward(1, /*defer=*/true);
+      rb.weight();
+      rb.forward(1);
+    }
+    for (int i = 0; i < m - 2 * pp + r + 1; ++i) {  // 4: the steady F0&B1, F1&B0 pairs
+      rb.forward(0);
+      rb.backward(1, false);
+      rb.forward(1);
+      rb.backward(0, false);
+    }
+    for (int i = 0; i < pp - r - 1; ++i) {  // 5: B1, F1&B0
+      rb.backward(1, false);
+      rb.forward(1);
+      rb.backward(0, false);
+    }
+    dualpipe_v_tail(rb, pp, r);  // 6-8
+  }
+  return schedule;
+}
+
+}  // namespace shardlab::parallel
