@@ -14,11 +14,11 @@
 //   0 -> D            another port (inter-node link): α' + w'
 //   1 -> 0 reply      sent when the second message is in: (α + 2w) + (α + w)
 // The closed forms are computed from the profile's numbers in integer
-// picoseconds (alpha_beta.h), and must match exactly. The payload bytes really move too.
+// picoseconds (alpha_beta.h) and must match exactly. The payload bytes really
+// move too: each receiver checks them.
 //
 // Exit code: 0 when every check passes, 1 when one fails, 2 on bad input.
 #include <algorithm>
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -41,6 +41,7 @@ constexpr uint64_t kInterBytes = 1 << 16;  // 64 KiB
 using hello::alpha_beta;
 using hello::AlphaBeta;
 
+// A message's bytes, a pattern of its tag: the receiver checks they arrived intact.
 std::vector<std::byte> pattern(uint64_t bytes, int seed) {
   std::vector<std::byte> v(bytes);
   for (uint64_t i = 0; i < bytes; ++i) v[i] = std::byte((i * 31 + uint64_t(seed)) & 0xff);
@@ -127,6 +128,13 @@ int run(const HardwareProfile& p) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const std::string arg = argc > 1 ? argv[1] : "";
+  if (arg == "-h" || arg == "--help") {
+    std::printf(
+        "usage: hello_cluster [PROFILE]   (PROFILE: a built-in name or a .json file; default "
+        "a100-nvlink)\n");
+    return 0;
+  }
   if (argc > 2) {
     std::fprintf(stderr, "hello_cluster: error: usage: hello_cluster [PROFILE]\n");
     return 2;

@@ -1,7 +1,8 @@
-// examples/custom_collective: the recursive-doubling all-reduce passes its own
-// checks (exact sums, log2(n)(α + w(S)) to the picosecond) on the built-in
-// profiles, its times are the ones a hand calculation gives, and bad input is
-// one line with exit code 2.
+// examples/custom_collective: the recursive-doubling all-reduce and the
+// library's ring pass the example's own checks (exact sums, times equal to
+// their closed forms to the picosecond) on the built-in profiles, the times
+// are the ones a hand calculation gives, and bad input is one line with exit
+// code 2.
 #include <cstdio>
 #include <string>
 
@@ -15,12 +16,18 @@ namespace {
 using testing::expect_usage_error;
 using testing::run_cli;
 
-// The recursive-doubling virtual time (us) of the row for `bytes`; -1 if none.
-double rd_us(const std::string& out, const std::string& bytes) {
+struct Row {
+  double rd = -1, rd_closed = -1, ring = -1, ring_closed = -1;  // us
+};
+
+// The table row for a buffer of `bytes`; all -1 if there is none.
+Row row(const std::string& out, const std::string& bytes) {
   const size_t at = out.find("\n" + std::string(10 - bytes.size(), ' ') + bytes + " ");
-  double t = -1;
-  if (at != std::string::npos) std::sscanf(out.c_str() + at + 12, "%lf", &t);
-  return t;
+  Row r;
+  if (at != std::string::npos)
+    std::sscanf(out.c_str() + at + 11, "%lf %lf %lf %lf", &r.rd, &r.rd_closed, &r.ring,
+                &r.ring_closed);
+  return r;
 }
 
 TEST(CustomCollective, PassesOnEveryBuiltinProfile) {
@@ -32,15 +39,28 @@ TEST(CustomCollective, PassesOnEveryBuiltinProfile) {
   }
 }
 
-// By hand, 8 A100s on NVLink, 3 steps of the whole buffer, α = 2 us:
-//   4 KiB:   32 packets of 128 B + 32 B  -> W = 5120 B,    w = 0.017067 us (rounded up)
-//   4 MiB:   32768 packets              -> W = 5242880 B, w = 17.476267 us
+// By hand, 8 A100s on NVLink, α = 2 us, packets of 128 B with 32 B of header:
+//   recursive doubling, 3 steps of the whole buffer:
+//     4 KiB: 32 packets, W = 5120 B, w = 0.017067 us (rounded up to the ps)
+//     4 MiB: 32768 packets, W = 5242880 B, w = 17.476267 us
+//   ring, the 8 us launch + 14 steps of an eighth:
+//     512 B: 4 packets, W = 640 B, w = 0.002134 us
 TEST(CustomCollective, TimesAreTheHandComputedOnes) {
   const auto r = run_cli("");
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("on 8 devices of a100-nvlink"), std::string::npos) << r.out;
-  EXPECT_DOUBLE_EQ(rd_us(r.out, "4096"), 3 * (2 + 0.017067)) << r.out;
-  EXPECT_DOUBLE_EQ(rd_us(r.out, "4194304"), 3 * (2 + 17.476267)) << r.out;
+  const Row small = row(r.out, "4096"), large = row(r.out, "4194304");
+  EXPECT_DOUBLE_EQ(small.rd, 3 * (2 + 0.017067)) << r.out;
+  EXPECT_DOUBLE_EQ(large.rd, 3 * (2 + 17.476267)) << r.out;
+  EXPECT_DOUBLE_EQ(small.ring, 8 + 14 * (2 + 0.002134)) << r.out;
+  EXPECT_DOUBLE_EQ(small.rd_closed, small.rd) << r.out;
+  EXPECT_DOUBLE_EQ(small.ring_closed, small.ring) << r.out;
+}
+
+TEST(CustomCollective, HelpIsTheUsageAndExitZero) {
+  const auto r = run_cli("--help");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("usage: custom_collective [PROFILE]"), std::string::npos) << r.out;
 }
 
 TEST(CustomCollective, BadInputIsOneLineAndExitTwo) {

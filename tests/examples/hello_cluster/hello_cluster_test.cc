@@ -61,6 +61,12 @@ TEST(HelloCluster, OneNodeProfileFile) {
   EXPECT_DOUBLE_EQ(virtual_us(r.out, "1 -> 0 reply"), 33.45728) << r.out;
 }
 
+TEST(HelloCluster, HelpIsTheUsageAndExitZero) {
+  const auto r = run_cli("--help");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("usage: hello_cluster [PROFILE]"), std::string::npos) << r.out;
+}
+
 TEST(HelloCluster, BadInputIsOneLineAndExitTwo) {
   expect_usage_error("no-such-profile", "no-such-profile");
   expect_usage_error("a100-nvlink extra", "usage: hello_cluster [PROFILE]");
