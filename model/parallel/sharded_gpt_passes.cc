@@ -176,6 +176,7 @@ void ShardedGPT::backward_input(int chunk, int mb, int buffer, float dloss, bool
     s.unsent = true;
   }
   if (ctx_.ex.sink) ctx_.ex.sink->freed(s.elems);
+  s.wgrad.charge_inputs(ctx_.ex);
   s.activations = false;
   free_if_done(s);
 }

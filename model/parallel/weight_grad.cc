@@ -53,7 +53,13 @@ void WeightGrads::linear(const char* name, float* dweight, float* dbias, bool bi
   }
   tasks_.push_back(t);
   modeled_ += N * (OC + C);
-  if (ex.sink) ex.sink->saved(N * (OC + C));
+  inputs_uncharged_ += N * C;
+  if (ex.sink) ex.sink->saved(N * OC);
+}
+
+void WeightGrads::charge_inputs(const model::Exec& ex) {
+  if (ex.sink && inputs_uncharged_ > 0) ex.sink->saved(inputs_uncharged_);
+  inputs_uncharged_ = 0;
 }
 
 void WeightGrads::end_block(int layer) {
@@ -72,7 +78,7 @@ void WeightGrads::flush(const model::Exec& ex, const std::function<void(int laye
   }
   if (ex.sink && modeled_ > 0) ex.sink->freed(modeled_);
   tasks_.clear();
-  used_ = modeled_ = 0;
+  used_ = modeled_ = inputs_uncharged_ = 0;
 }
 
 }  // namespace shardlab::parallel

@@ -15,7 +15,10 @@
 //
 // The stash is charged to the arena as activations while it lives (the
 // memory a zero-bubble schedule pays to delay W); the W kernels charge the
-// compute stream when they run. The host buffers are reused from step to
+// compute stream when they run. A layer input is one of the activations the
+// backward still holds (PyTorch keeps the saved tensor alive rather than
+// copying it): only the output gradients are new memory during B, and the
+// inputs are charged once the activations are freed (charge_inputs). The host buffers are reused from step to
 // step: no allocation in a steady state.
 //
 // Thread safety: one instance per (chunk, micro-batch) slot, on the device's thread.
@@ -47,6 +50,9 @@ class WeightGrads {
   // Runs the recorded weight gradients in order; after each block's,
   // on_block(layer). Frees the stash.
   void flush(const model::Exec& ex, const std::function<void(int layer)>& on_block);
+  // After B freed the micro-batch's activations: the layer inputs that
+  // stay alive for W are charged now.
+  void charge_inputs(const model::Exec& ex);
   // Elements held for the deferred weight gradients (the W stash).
   int64_t stash_elements() const { return modeled_; }
   bool empty() const { return tasks_.empty(); }
@@ -68,7 +74,8 @@ class WeightGrads {
   std::vector<Task> tasks_;
   model::Buffer<float> stash_;
   int64_t used_ = 0;     // host floats in stash_ (with alignment padding)
-  int64_t modeled_ = 0;  // elements charged to the arena
+  int64_t modeled_ = 0;  // elements of the stash (charged to the arena by the end of B)
+  int64_t inputs_uncharged_ = 0;  // layer inputs still counted as the backward's activations
 };
 
 }  // namespace shardlab::parallel
