@@ -158,18 +158,24 @@ std::optional<std::string> Answers::word(Grade& g, const std::string& key,
   return std::nullopt;
 }
 
-nlohmann::json run_shardlab_json(const std::string& args) {
-  const std::string base = fmt::format("/tmp/shardlab_lab_{}_{}", getpid(), std::rand());
+ToolRun run_shardlab(const std::string& args) {
+  static int counter = 0;
+  const std::string base = fmt::format("/tmp/shardlab_lab_{}_{}", getpid(), counter++);
   const std::string cmd = fmt::format("{} {} >{}.out 2>{}.err", SHARDLAB_BIN, args, base, base);
   const int status = std::system(cmd.c_str());
-  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  const std::string out = slurp(base + ".out"), err = slurp(base + ".err");
+  ToolRun r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(base + ".out");
+  r.err = trim(slurp(base + ".err"));
   std::remove((base + ".out").c_str());
   std::remove((base + ".err").c_str());
-  if (code != 0) {
-    throw CannotGrade{fmt::format("'shardlab {}' exited {}: {}", args, code, trim(err))};
-  }
-  auto j = nlohmann::json::parse(out, nullptr, false);
+  return r;
+}
+
+nlohmann::json run_shardlab_json(const std::string& args) {
+  const ToolRun r = run_shardlab(args);
+  if (r.code != 0) throw CannotGrade{fmt::format("'shardlab {}' exited {}: {}", args, r.code, r.err)};
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
   if (j.is_discarded()) throw CannotGrade{"'shardlab " + args + "' printed no JSON"};
   return j;
 }

@@ -83,7 +83,13 @@ class Answers {
   std::vector<std::string> order_;  // keys in file order
 };
 
-// Runs `shardlab ARGS` (the tool built next to the grader) and parses its
+// One run of the shardlab tool built next to the grader.
+struct ToolRun {
+  int code = -1;
+  std::string out, err;  // err: its one-line message when code is 2
+};
+ToolRun run_shardlab(const std::string& args);
+// Runs `shardlab ARGS` and parses its
 // stdout as JSON; throws CannotGrade naming the command when it exits
 // non-zero or prints no JSON.
 nlohmann::json run_shardlab_json(const std::string& args);
