@@ -72,86 +72,97 @@ Time all_reduce_time(const HardwareProfile& p, const std::vector<int>& members, 
 }
 
 // Checks one call's communication time on one rank.
-void check_time(Findings& f, const char* call, Time got, Time want, const char* pair) {
+void check_time(Findings& f, const std::string& call, Time got, Time want, const char* pair) {
   if (got == want) return;
   f.add(fmt::format("{} communicated for {:.3f} us, want {:.3f} us: {}", call, to_seconds(got) * 1e6,
                     to_seconds(want) * 1e6, pair));
 }
 
-struct Run {
-  int tp = 2;
-  HardwareProfile profile = load_profile("a100-nvlink");
-  std::vector<int> members() const {
-    std::vector<int> m(static_cast<size_t>(tp));
-    for (int i = 0; i < tp; ++i) m[size_t(i)] = i;
-    return m;
-  }
+// What rank r of a layer gets (x, w, b, dy) and must produce (y, dx, dw, db),
+// each a block of the unsharded tensors.
+struct Slices {
+  std::vector<float> x, w, b, dy, y, dx, dw, db;
 };
 
-void grade_column(Grade& g, const Reference& ref, const Run& run) {
-  Findings math, time;
-  const int ocl = kOC / run.tp;
-  const Time dinp_reduce = all_reduce_time(run.profile, run.members(), kN * kC);
-  Cluster cluster(run.profile, {.world_size = run.tp});
-  cluster.run([&](Device& dev) {
-    const auto tp = collectives::ProcessGroup::world(dev);
-    const int r = tp.rank();
-    const auto x = block(ref.x, kC, 0, kN, 0, kC), w = block(ref.w, kC, r * ocl, ocl, 0, kC);
-    const auto b = block(ref.b, kOC, 0, 1, r * ocl, ocl), dy = block(ref.dy, kOC, 0, kN, r * ocl, ocl);
-    std::vector<float> y(kN * ocl), dx(kN * kC), dw(static_cast<size_t>(ocl * kC)), db(static_cast<size_t>(ocl));
-    Time t0 = dev.now();
-    column_parallel_forward(dev, tp, y.data(), x.data(), w.data(), b.data(), kN, kC, ocl);
-    check_time(time, "column_parallel_forward", dev.now() - t0, 0,
-               "the input is replicated, so the forward is the identity (copy_to_tp_region)");
-    t0 = dev.now();
-    column_parallel_backward(dev, tp, dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), kN, kC, ocl);
-    check_time(time, "column_parallel_backward", dev.now() - t0, dinp_reduce,
-               "exactly one all-reduce of the (N,C) input gradient (copy_to_tp_region's backward)");
-    for (const std::string& e : {compare("out", y, block(ref.y, kOC, 0, kN, r * ocl, ocl)),
-                                 compare("dinp", dx, block(ref.dx, kC, 0, kN, 0, kC)),
-                                 compare("dweight", dw, block(ref.dw, kC, r * ocl, ocl, 0, kC)),
-                                 compare("dbias", db, block(ref.db, kOC, 0, 1, r * ocl, ocl))})
-      if (!e.empty()) math.add(fmt::format("rank {} {}", r, e));
-  });
-  math.record(g, fmt::format("column-parallel tp={}: outputs and gradients match the unsharded layer", run.tp));
-  time.record(g, fmt::format("column-parallel tp={}: forward identity, backward one all-reduce", run.tp));
+// Column-parallel: rows [r·OCl, (r+1)·OCl) of w, b and the columns of y, dy.
+Slices column_slices(const Reference& ref, int tp, int r) {
+  const int o = kOC / tp;
+  return {block(ref.x, kC, 0, kN, 0, kC),      block(ref.w, kC, r * o, o, 0, kC),
+          block(ref.b, kOC, 0, 1, r * o, o),   block(ref.dy, kOC, 0, kN, r * o, o),
+          block(ref.y, kOC, 0, kN, r * o, o),  block(ref.dx, kC, 0, kN, 0, kC),
+          block(ref.dw, kC, r * o, o, 0, kC),  block(ref.db, kOC, 0, 1, r * o, o)};
 }
 
-void grade_row(Grade& g, const Reference& ref, const Run& run) {
+// Row-parallel: columns [r·Cl, (r+1)·Cl) of x, w, dx, dw; y, dy, b whole.
+Slices row_slices(const Reference& ref, int tp, int r) {
+  const int c = kC / tp;
+  return {block(ref.x, kC, 0, kN, r * c, c),   block(ref.w, kC, 0, kOC, r * c, c),
+          block(ref.b, kOC, 0, 1, 0, kOC),     block(ref.dy, kOC, 0, kN, 0, kOC),
+          block(ref.y, kOC, 0, kN, 0, kOC),    block(ref.dx, kC, 0, kN, r * c, c),
+          block(ref.dw, kC, 0, kOC, r * c, c), block(ref.db, kOC, 0, 1, 0, kOC)};
+}
+
+using Forward = void (*)(Device&, const collectives::ProcessGroup&, float*, const float*, const float*, const float*,
+                         int64_t, int, int);
+using Backward = void (*)(Device&, const collectives::ProcessGroup&, float*, float*, float*, const float*,
+                          const float*, const float*, int64_t, int, int);
+
+// One layer kind: its functions, its slices, the floats each pass all-reduces
+// (0: none) and what that pass's communication should be.
+struct Layer {
+  const char* name;
+  Forward forward;
+  Backward backward;
+  Slices (*slices)(const Reference&, int tp, int r);
+  bool split_inputs;  // row-parallel: the C dimension is split, else OC
+  int64_t forward_reduce, backward_reduce;
+  const char* forward_pair;
+  const char* backward_pair;
+};
+
+const Layer kColumn{"column_parallel", column_parallel_forward, column_parallel_backward, column_slices, false, 0,
+                    kN * kC, "the input is replicated, so the forward is the identity (copy_to_tp_region)",
+                    "exactly one all-reduce of the (N,C) input gradient (copy_to_tp_region's backward)"};
+const Layer kRow{"row_parallel", row_parallel_forward, row_parallel_backward, row_slices, true, kN * kOC, 0,
+                 "exactly one all-reduce of the (N,OC) partial outputs (reduce_from_tp_region)",
+                 "the output gradient is replicated, so the backward is the identity (reduce_from_tp_region's)"};
+
+void grade_layer(Grade& g, const Reference& ref, const Layer& layer, int tp) {
+  const HardwareProfile p = load_profile("a100-nvlink");
+  std::vector<int> members(static_cast<size_t>(tp));
+  for (int i = 0; i < tp; ++i) members[size_t(i)] = i;
+  auto reduce_time = [&](int64_t n) { return n == 0 ? Time(0) : all_reduce_time(p, members, size_t(n)); };
+  const int c = layer.split_inputs ? kC / tp : kC, oc = layer.split_inputs ? kOC : kOC / tp;
   Findings math, time;
-  const int cl = kC / run.tp;
-  const Time out_reduce = all_reduce_time(run.profile, run.members(), kN * kOC);
-  Cluster cluster(run.profile, {.world_size = run.tp});
+  Cluster cluster(p, {.world_size = tp});
   cluster.run([&](Device& dev) {
-    const auto tp = collectives::ProcessGroup::world(dev);
-    const int r = tp.rank();
-    const auto x = block(ref.x, kC, 0, kN, r * cl, cl), w = block(ref.w, kC, 0, kOC, r * cl, cl);
-    const auto b = block(ref.b, kOC, 0, 1, 0, kOC), dy = block(ref.dy, kOC, 0, kN, 0, kOC);
-    std::vector<float> y(kN * kOC), dx(kN * cl), dw(static_cast<size_t>(kOC * cl)), db(static_cast<size_t>(kOC));
+    const auto group = collectives::ProcessGroup::world(dev);
+    const Slices s = layer.slices(ref, tp, group.rank());
+    std::vector<float> y(s.y.size()), dx(s.dx.size()), dw(s.dw.size()), db(s.db.size());
     Time t0 = dev.now();
-    row_parallel_forward(dev, tp, y.data(), x.data(), w.data(), b.data(), kN, cl, kOC);
-    check_time(time, "row_parallel_forward", dev.now() - t0, out_reduce,
-               "exactly one all-reduce of the (N,OC) partial outputs (reduce_from_tp_region)");
+    layer.forward(dev, group, y.data(), s.x.data(), s.w.data(), s.b.data(), kN, c, oc);
+    check_time(time, fmt::format("{}_forward", layer.name), dev.now() - t0,
+               reduce_time(layer.forward_reduce), layer.forward_pair);
     t0 = dev.now();
-    row_parallel_backward(dev, tp, dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), kN, cl, kOC);
-    check_time(time, "row_parallel_backward", dev.now() - t0, 0,
-               "the output gradient is replicated, so the backward is the identity (reduce_from_tp_region's)");
-    for (const std::string& e : {compare("out", y, block(ref.y, kOC, 0, kN, 0, kOC)),
-                                 compare("dinp", dx, block(ref.dx, kC, 0, kN, r * cl, cl)),
-                                 compare("dweight", dw, block(ref.dw, kC, 0, kOC, r * cl, cl)),
-                                 compare("dbias", db, block(ref.db, kOC, 0, 1, 0, kOC))})
-      if (!e.empty()) math.add(fmt::format("rank {} {}", r, e));
+    layer.backward(dev, group, dx.data(), dw.data(), db.data(), s.dy.data(), s.x.data(), s.w.data(), kN, c, oc);
+    check_time(time, fmt::format("{}_backward", layer.name), dev.now() - t0,
+               reduce_time(layer.backward_reduce), layer.backward_pair);
+    for (const std::string& e : {compare("out", y, s.y), compare("dinp", dx, s.dx), compare("dweight", dw, s.dw),
+                                 compare("dbias", db, s.db)})
+      if (!e.empty()) math.add(fmt::format("rank {} {}", group.rank(), e));
   });
-  math.record(g, fmt::format("row-parallel tp={}: outputs and gradients match the unsharded layer", run.tp));
-  time.record(g, fmt::format("row-parallel tp={}: forward one all-reduce, backward identity", run.tp));
+  const std::string what = fmt::format("{} tp={}: ", layer.name, tp);
+  math.record(g, what + "outputs and gradients match the unsharded layer");
+  time.record(g, what + (layer.forward_reduce ? "forward one all-reduce, backward identity"
+                                              : "forward identity, backward one all-reduce"));
 }
 
 int grade(int, char**) {
   Grade g(4, "Megatron column- and row-parallel linear layers");
   const Reference ref = make_reference();
   for (int tp : {2, 4}) {
-    grade_column(g, ref, {.tp = tp});
-    grade_row(g, ref, {.tp = tp});
+    grade_layer(g, ref, kColumn, tp);
+    grade_layer(g, ref, kRow, tp);
   }
   return g.finish();
 }

@@ -1,5 +1,16 @@
-# cmake -DCODE=N -DREGEX=R -P expect.cmake PROGRAM ARGS...
-# Runs the program; fails unless it exits N and its output matches R.
+# cmake -DCODE=N -DREGEX=R -DPRISTINE=FILE|- -P expect.cmake PROGRAM ARGS...
+# Runs the program; fails unless it exits N and its output matches R. When
+# FILE differs from git's HEAD (the learner is working on it) it prints
+# "SKIPPED: you edited FILE" instead, which the test reports as skipped.
+if(NOT PRISTINE STREQUAL "-")
+  get_filename_component(dir "${PRISTINE}" DIRECTORY)
+  execute_process(COMMAND git -C "${dir}" diff --quiet HEAD -- "${PRISTINE}" RESULT_VARIABLE edited
+                  OUTPUT_QUIET ERROR_QUIET)
+  if(edited STREQUAL "1")
+    message("SKIPPED: you edited ${PRISTINE}; this test checks the untouched skeleton")
+    return()
+  endif()
+endif()
 set(cmd "")
 set(after_script FALSE)
 math(EXPR last "${CMAKE_ARGC} - 1")
