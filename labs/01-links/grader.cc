@@ -38,21 +38,27 @@ Fit measure(const std::string& args) {
   return f;
 }
 
-void grade_link(Grade& g, const Answers& a, const std::string& name, const LinkSpec& spec, const Fit& fit) {
+void grade_link(Grade& g, const Answers& a, const std::string& name, const LinkSpec& spec,
+                const Fit& fit) {
   const double payload = spec.copy_payload_bytes;
   const double share = payload > 0 ? payload / (payload + spec.packet_header_bytes) : 1.0;
-  g.observe(fmt::format("{}: fitted alpha {:.3f} us, beta {:.2f} GB/s", name, fit.alpha_us, fit.beta_GBps));
-  g.check(near(fit.alpha_us, spec.latency_us, 0.01), name + ": the fitted alpha is the profile's latency",
+  g.observe(fmt::format("{}: fitted alpha {:.3f} us, beta {:.2f} GB/s", name, fit.alpha_us,
+                        fit.beta_GBps));
+  g.check(near(fit.alpha_us, spec.latency_us, 0.01),
+          name + ": the fitted alpha is the profile's latency",
           versus(fit.alpha_us, spec.latency_us, 0.01));
   g.check(near(fit.beta_GBps, spec.bandwidth_GBps * share, 0.01),
           name + ": the fitted beta is the line rate x payload/(payload + header)",
           versus(fit.beta_GBps, spec.bandwidth_GBps * share, 0.01));
   if (auto v = a.number(g, name + "_alpha_us"))
-    g.check(near(*v, fit.alpha_us, 0.05), "your " + name + "_alpha_us", versus(*v, fit.alpha_us, 0.05));
+    g.check(near(*v, fit.alpha_us, 0.05), "your " + name + "_alpha_us",
+            versus(*v, fit.alpha_us, 0.05));
   if (auto v = a.number(g, name + "_beta_GBps"))
-    g.check(near(*v, fit.beta_GBps, 0.05), "your " + name + "_beta_GBps", versus(*v, fit.beta_GBps, 0.05));
+    g.check(near(*v, fit.beta_GBps, 0.05), "your " + name + "_beta_GBps",
+            versus(*v, fit.beta_GBps, 0.05));
   if (auto v = a.number(g, name + "_predict_8MiB_us"))
-    g.check(near(*v, fit.latency_8mib_us, 0.02), "your " + name + "_predict_8MiB_us (the measured 8 MiB row)",
+    g.check(near(*v, fit.latency_8mib_us, 0.02),
+            "your " + name + "_predict_8MiB_us (the measured 8 MiB row)",
             versus(*v, fit.latency_8mib_us, 0.02));
   if (auto v = a.number(g, name + "_payload_share"))
     g.check(near(*v, share, 0.02), "your " + name + "_payload_share (beta over the line rate)",
@@ -72,4 +78,6 @@ int grade(int argc, char** argv) {
 }  // namespace
 }  // namespace shardlab::labs
 
-int main(int argc, char** argv) { return shardlab::labs::run_grader(1, shardlab::labs::grade, argc, argv); }
+int main(int argc, char** argv) {
+  return shardlab::labs::run_grader(1, "[ANSWERS_FILE]", shardlab::labs::grade, argc, argv);
+}

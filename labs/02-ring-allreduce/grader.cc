@@ -31,7 +31,9 @@ HardwareProfile plain_links(int n) {
 }
 
 // Member r's element i: a small integer (sums exact in any order).
-float input(int r, size_t i) { return static_cast<float>(static_cast<int>((r * 7 + i * 13) % 17) - 8); }
+float input(int r, size_t i) {
+  return static_cast<float>(static_cast<int>((r * 7 + i * 13) % 17) - 8);
+}
 
 // Runs ring_all_reduce of `count` floats on n GPUs; checks every member's
 // result; returns the latest virtual end over the members.
@@ -47,9 +49,10 @@ Time run_ring(Grade& g, const HardwareProfile& p, int n, size_t count) {
       float want = 0;
       for (int m = 0; m < n; ++m) want += input(m, i);
       if (data[i] != want) {
-        wrong.add(fmt::format("rank {} element {} is {}, want {} (the sum over the {} members){}", dev.rank(),
-                              i, data[i], want, n,
-                              data[i] == input(dev.rank(), i) ? ": it still holds its own input" : ""));
+        wrong.add(
+            fmt::format("rank {} element {} is {}, want {} (the sum over the {} members){}",
+                        dev.rank(), i, data[i], want, n,
+                        data[i] == input(dev.rank(), i) ? ": it still holds its own input" : ""));
         return;
       }
     }
@@ -64,10 +67,11 @@ void grade_time(Grade& g, int n) {
   const Time got = run_ring(g, p, n, count);
   const Time step = p.intra.latency() + transfer_time(count * 4 / n, p.intra.bytes_per_second());
   const Time want = 2 * (n - 1) * step;
-  g.check(got == want, fmt::format("n={}: time is 2(n-1)(a + S/(nB)) = {:.3f} us", n, to_seconds(want) * 1e6),
-          fmt::format("took {:.3f} us ({} steps' worth of a + S/(nB) = {:.3f} us each){}", to_seconds(got) * 1e6,
-                      static_cast<double>(got) / static_cast<double>(step), to_seconds(step) * 1e6,
-                      got == 0 ? ": nothing was sent" : ""));
+  g.check(got == want,
+          fmt::format("n={}: time is 2(n-1)(a + S/(nB)) = {:.3f} us", n, to_seconds(want) * 1e6),
+          fmt::format("took {:.3f} us ({} steps' worth of a + S/(nB) = {:.3f} us each){}",
+                      to_seconds(got) * 1e6, static_cast<double>(got) / static_cast<double>(step),
+                      to_seconds(step) * 1e6, got == 0 ? ": nothing was sent" : ""));
 }
 
 void grade_against_library(Grade& g) {
@@ -77,12 +81,14 @@ void grade_against_library(Grade& g) {
   const Time got = run_ring(g, p, n, count);
   std::vector<int> members(n);
   for (int i = 0; i < n; ++i) members[static_cast<size_t>(i)] = i;
-  const Time want = collectives::predict_time(p, members, {.op = collectives::OpKind::kAllReduce, .count = count},
-                                              collectives::Algo::kRing) -
-                   collectives::collective_launch(p, n);
+  const Time want =
+      collectives::predict_time(p, members, {.op = collectives::OpKind::kAllReduce, .count = count},
+                                collectives::Algo::kRing) -
+      collectives::collective_launch(p, n);
   g.check(got == want,
-          fmt::format("a100-nvlink, 8 GPUs, 4 MiB: the library's ring time without its start, {:.3f} us",
-                      to_seconds(want) * 1e6),
+          fmt::format(
+              "a100-nvlink, 8 GPUs, 4 MiB: the library's ring time without its start, {:.3f} us",
+              to_seconds(want) * 1e6),
           fmt::format("took {:.3f} us", to_seconds(got) * 1e6));
 }
 
@@ -97,4 +103,6 @@ int grade(int, char**) {
 }  // namespace
 }  // namespace shardlab::labs
 
-int main(int argc, char** argv) { return shardlab::labs::run_grader(2, shardlab::labs::grade, argc, argv); }
+int main(int argc, char** argv) {
+  return shardlab::labs::run_grader(2, "", shardlab::labs::grade, argc, argv);
+}

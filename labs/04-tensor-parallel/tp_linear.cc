@@ -8,28 +8,30 @@
 
 namespace shardlab::labs {
 
-void column_parallel_forward(Device& dev, const collectives::ProcessGroup& tp, float* out, const float* inp,
-                             const float* weight, const float* bias, int64_t N, int C, int OCl) {
+void column_parallel_forward(Device& dev, const collectives::ProcessGroup& tp, float* out,
+                             const float* inp, const float* weight, const float* bias, int64_t N,
+                             int C, int OCl) {
   // TODO: this rank's columns of out. Which communication does the forward
   // of a column-parallel layer need?
 }
 
-void column_parallel_backward(Device& dev, const collectives::ProcessGroup& tp, float* dinp, float* dweight,
-                              float* dbias, const float* dout, const float* inp, const float* weight, int64_t N,
-                              int C, int OCl) {
+void column_parallel_backward(Device& dev, const collectives::ProcessGroup& tp, float* dinp,
+                              float* dweight, float* dbias, const float* dout, const float* inp,
+                              const float* weight, int64_t N, int C, int OCl) {
   // TODO: dweight and dbias from this rank's columns; dinp is the sum over
   // the ranks of each one's partial input gradient.
 }
 
-void row_parallel_forward(Device& dev, const collectives::ProcessGroup& tp, float* out, const float* inp,
-                          const float* weight, const float* bias, int64_t N, int Cl, int OC) {
+void row_parallel_forward(Device& dev, const collectives::ProcessGroup& tp, float* out,
+                          const float* inp, const float* weight, const float* bias, int64_t N,
+                          int Cl, int OC) {
   // TODO: each rank computes a partial out from its columns; the complete
   // out is their sum, plus the bias once.
 }
 
-void row_parallel_backward(Device& dev, const collectives::ProcessGroup& tp, float* dinp, float* dweight,
-                           float* dbias, const float* dout, const float* inp, const float* weight, int64_t N,
-                           int Cl, int OC) {
+void row_parallel_backward(Device& dev, const collectives::ProcessGroup& tp, float* dinp,
+                           float* dweight, float* dbias, const float* dout, const float* inp,
+                           const float* weight, int64_t N, int Cl, int OC) {
   // TODO: dinp, dweight and dbias from the replicated dout. Which
   // communication does this backward need?
 }

@@ -28,9 +28,9 @@ void column_parallel_forward(Device& dev, const collectives::ProcessGroup& tp,
                              const float* bias,    // (OCl)
                              int64_t N, int C, int OCl);
 void column_parallel_backward(Device& dev, const collectives::ProcessGroup& tp,
-                              float* dinp,          // (N,C) the complete input gradient, on every rank
-                              float* dweight,       // (OCl,C)
-                              float* dbias,         // (OCl)
+                              float* dinp,     // (N,C) the complete input gradient, on every rank
+                              float* dweight,  // (OCl,C)
+                              float* dbias,    // (OCl)
                               const float* dout,    // (N,OCl) this rank's columns of dout
                               const float* inp,     // (N,C)
                               const float* weight,  // (OCl,C)

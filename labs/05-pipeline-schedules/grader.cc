@@ -4,10 +4,10 @@
 // against (p-1)/(m+p-1), and the activations each rank holds
 // (peak_in_flight: GPipe M, 1F1B min(pp - rank, M)); then trains the tiny
 // model with your 1F1B on pp 2 and compares its losses with the built-in 1F1B.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
-
-#include <fmt/format.h>
 
 #include "labs/05-pipeline-schedules/schedules.h"
 #include "labs/common/grade.h"
@@ -31,16 +31,18 @@ void grade_one(Grade& g, const char* name, ScheduleFn fn, int pp, int m, Stash s
   if (!g.check(fault.empty(), what + ": valid", fault)) return;
   const double bubble = parallel::simulate_schedule(s).bubble_fraction;
   const double want = static_cast<double>(pp - 1) / (m + pp - 1);
-  g.check(std::abs(bubble - want) <= 1e-12, what + fmt::format(": bubble (p-1)/(m+p-1) = {:.4f}", want),
-          fmt::format("bubble {:.4f} (|diff| {:.2e} > 1e-12): computes wait longer than the schedule needs",
-                      bubble, std::abs(bubble - want)));
+  g.check(std::abs(bubble - want) <= 1e-12,
+          what + fmt::format(": bubble (p-1)/(m+p-1) = {:.4f}", want),
+          fmt::format(
+              "bubble {:.4f} (|diff| {:.2e} > 1e-12): computes wait longer than the schedule needs",
+              bubble, std::abs(bubble - want)));
   const std::vector<int> held = parallel::peak_in_flight(s);
   for (int r = 0; r < pp; ++r) {
     const int want_held = stash(pp, m, r);
     if (held[static_cast<size_t>(r)] != want_held) {
       g.check(false, what + ": activations held",
-              fmt::format("rank {} holds {} micro-batches at its peak, want {}", r, held[static_cast<size_t>(r)],
-                          want_held));
+              fmt::format("rank {} holds {} micro-batches at its peak, want {}", r,
+                          held[static_cast<size_t>(r)], want_held));
       return;
     }
   }
@@ -57,11 +59,13 @@ void grade_training(Grade& g) {
   Cluster reference_cluster(load_profile("a100-nvlink"), {.world_size = 2});
   const train::TrainResult want = train::train(reference_cluster, o);
   o.parallel.custom_schedule = lab_one_f_one_b(2, 4);
-  if (!parallel::validate_schedule(*o.parallel.custom_schedule, 4).empty()) return;  // reported above
+  if (!parallel::validate_schedule(*o.parallel.custom_schedule, 4).empty())
+    return;  // reported above
   Cluster cluster(load_profile("a100-nvlink"), {.world_size = 2});
   const train::TrainResult got = train::train(cluster, o);
   bool same = got.steps.size() == want.steps.size();
-  for (size_t i = 0; same && i < got.steps.size(); ++i) same = got.steps[i].loss == want.steps[i].loss;
+  for (size_t i = 0; same && i < got.steps.size(); ++i)
+    same = got.steps[i].loss == want.steps[i].loss;
   g.check(same, "tiny, pp 2, M 4, trained with your 1F1B: the built-in 1F1B's losses, bit for bit",
           fmt::format("loss {} vs {}", got.steps.back().loss, want.steps.back().loss));
   g.check(got.run.makespan() == want.run.makespan(), "... and its virtual time",
@@ -74,7 +78,8 @@ int grade(int, char**) {
   for (int pp : {1, 2, 4})
     for (int m : {1, 2, 4, 8}) {
       grade_one(g, "gpipe", lab_gpipe, pp, m, [](int, int mb, int) { return mb; });
-      grade_one(g, "1f1b", lab_one_f_one_b, pp, m, [](int p, int mb, int r) { return std::min(p - r, mb); });
+      grade_one(g, "1f1b", lab_one_f_one_b, pp, m,
+                [](int p, int mb, int r) { return std::min(p - r, mb); });
     }
   if (g.failures() == 0) grade_training(g);
   return g.finish();
@@ -83,4 +88,6 @@ int grade(int, char**) {
 }  // namespace
 }  // namespace shardlab::labs
 
-int main(int argc, char** argv) { return shardlab::labs::run_grader(5, shardlab::labs::grade, argc, argv); }
+int main(int argc, char** argv) {
+  return shardlab::labs::run_grader(5, "", shardlab::labs::grade, argc, argv);
+}

@@ -5,9 +5,9 @@
 // batch 8), prints the two curves, and checks your answers: the winners, the
 // crossovers, and what the seed's own formula (its simulate_tp/simulate_pp,
 // evaluated here) predicts.
-#include <map>
-
 #include <fmt/format.h>
+
+#include <map>
 
 #include "labs/common/grade.h"
 
@@ -15,7 +15,8 @@ namespace shardlab::labs {
 namespace {
 
 constexpr int kBatches[] = {1, 2, 4, 8, 16, 32};
-const char* kModel = "--embd 4096 --heads 32 --seq 128 --vocab 51200 --precision bf16 --phantom --steps 1";
+const char* kModel =
+    "--embd 4096 --heads 32 --seq 128 --vocab 51200 --precision bf16 --phantom --steps 1";
 
 struct Point {
   double tp = 0, pp = 0;  // virtual step seconds
@@ -23,9 +24,13 @@ struct Point {
 };
 
 Point run_point(const std::string& profile, int layers, int batch) {
-  const std::string base = fmt::format("{} --layers {} --batch {} --profile {}", kModel, layers, batch, profile);
-  auto step = [](const nlohmann::json& j) { return j.at("summary").at("virtual_step_s").get<double>(); };
-  return {step(run_train(base + " --tp 8")), step(run_train(fmt::format("{} --pp 8 --micro-batches {}", base, batch)))};
+  const std::string base =
+      fmt::format("{} --layers {} --batch {} --profile {}", kModel, layers, batch, profile);
+  auto step = [](const nlohmann::json& j) {
+    return j.at("summary").at("virtual_step_s").get<double>();
+  };
+  return {step(run_train(base + " --tp 8")),
+          step(run_train(fmt::format("{} --pp 8 --micro-batches {}", base, batch)))};
 }
 
 // The seed's simulate_tp / simulate_pp (its section 7), as written there.
@@ -48,15 +53,16 @@ std::string crossover(const std::map<int, Point>& curve) {
 
 void check_word(Grade& g, const Answers& a, const std::string& key, const std::string& choices,
                 const std::string& want, const std::string& why) {
-  if (auto v = a.word(g, key, choices)) g.check(*v == want, "your " + key, "the answer is " + want + ": " + why);
+  if (auto v = a.word(g, key, choices))
+    g.check(*v == want, "your " + key, "the answer is " + want + ": " + why);
 }
 
 std::map<int, Point> curve(Grade& g, const std::string& profile) {
   std::map<int, Point> c;
   for (int b : kBatches) {
     c[b] = run_point(profile, 96, b);
-    g.observe(fmt::format("{} batch {:>2}: TP 8 {:7.1f} ms, PP 8 {:7.1f} ms -> {}", profile, b, c[b].tp * 1e3,
-                          c[b].pp * 1e3, c[b].winner()));
+    g.observe(fmt::format("{} batch {:>2}: TP 8 {:7.1f} ms, PP 8 {:7.1f} ms -> {}", profile, b,
+                          c[b].tp * 1e3, c[b].pp * 1e3, c[b].winner()));
   }
   return c;
 }
@@ -76,8 +82,8 @@ int grade(int argc, char** argv) {
   check_word(g, a, "pcie_winner_batch32", "tp|pp", pcie.at(32).winner(), why);
   check_word(g, a, "pcie_crossover_batch", "none|1|2|4|8|16|32", crossover(pcie), why);
   const Point shallow = run_point("a100-pcie", 24, 8);
-  g.observe(fmt::format("a100-pcie, 24 layers, batch 8: TP 8 {:.1f} ms, PP 8 {:.1f} ms", shallow.tp * 1e3,
-                        shallow.pp * 1e3));
+  g.observe(fmt::format("a100-pcie, 24 layers, batch 8: TP 8 {:.1f} ms, PP 8 {:.1f} ms",
+                        shallow.tp * 1e3, shallow.pp * 1e3));
   check_word(g, a, "pcie_batch8_winner_24_layers", "tp|pp", shallow.winner(), "see the line above");
   return g.finish();
 }
@@ -85,4 +91,6 @@ int grade(int argc, char** argv) {
 }  // namespace
 }  // namespace shardlab::labs
 
-int main(int argc, char** argv) { return shardlab::labs::run_grader(6, shardlab::labs::grade, argc, argv); }
+int main(int argc, char** argv) {
+  return shardlab::labs::run_grader(6, "[ANSWERS_FILE]", shardlab::labs::grade, argc, argv);
+}

@@ -4,9 +4,9 @@
 // and checks your answers: which configs fit in 80 GB, which is fastest,
 // and your closed-form model-state memory (18 bytes a parameter in mixed
 // precision) against the report (2%: the replicated LayerNorms and biases).
-#include <optional>
-
 #include <fmt/format.h>
+
+#include <optional>
 
 #include "labs/common/grade.h"
 
@@ -35,17 +35,22 @@ struct Result {
 };
 
 Result run(Grade& g, const Config& c, int zero) {
-  const ToolRun r = run_shardlab(fmt::format("train {} {} --zero {} --json", kModel, c.flags, zero));
+  const ToolRun r =
+      run_shardlab(fmt::format("train {} {} --zero {} --json", kModel, c.flags, zero));
   if (r.code == 2 && r.err.find("out of memory") != std::string::npos) {
     g.observe(fmt::format("ZeRO {} {:<7} does not fit: {}", zero, c.name, r.err.substr(0, 120)));
     return {};
   }
-  if (r.code != 0) throw CannotGrade{fmt::format("train {} --zero {} exited {}: {}", c.flags, zero, r.code, r.err)};
+  if (r.code != 0)
+    throw CannotGrade{
+        fmt::format("train {} --zero {} exited {}: {}", c.flags, zero, r.code, r.err)};
   Result res{nlohmann::json::parse(r.out)};
   const auto& d = res.report->at("devices").at(0);
-  g.observe(fmt::format("ZeRO {} {:<7} step {:6.1f} ms, peak {:5.1f} GiB, comm {:6.1f} ms of which exposed {:6.1f} ms",
-                        zero, c.name, res.step() * 1e3, d.at("peak_bytes").get<double>() / kGiB,
-                        d.at("comm_total_s").get<double>() * 1e3, d.at("comm_s").get<double>() * 1e3));
+  g.observe(
+      fmt::format("ZeRO {} {:<7} step {:6.1f} ms, peak {:5.1f} GiB, comm {:6.1f} ms of which "
+                  "exposed {:6.1f} ms",
+                  zero, c.name, res.step() * 1e3, d.at("peak_bytes").get<double>() / kGiB,
+                  d.at("comm_total_s").get<double>() * 1e3, d.at("comm_s").get<double>() * 1e3));
   return res;
 }
 
@@ -53,13 +58,16 @@ Result run(Grade& g, const Config& c, int zero) {
 std::string fastest(const std::vector<Result>& results) {
   int best = -1;
   for (int i = 0; i < 4; ++i)
-    if (results[size_t(i)].report && (best < 0 || results[size_t(i)].step() < results[size_t(best)].step())) best = i;
+    if (results[size_t(i)].report &&
+        (best < 0 || results[size_t(i)].step() < results[size_t(best)].step()))
+      best = i;
   return best < 0 ? "none" : kConfigs[best].name;
 }
 
 void check_word(Grade& g, const Answers& a, const std::string& key, const std::string& choices,
                 const std::string& want) {
-  if (auto v = a.word(g, key, choices)) g.check(*v == want, "your " + key, "the table above says " + want);
+  if (auto v = a.word(g, key, choices))
+    g.check(*v == want, "your " + key, "the table above says " + want);
 }
 
 int grade(int argc, char** argv) {
@@ -86,4 +94,6 @@ int grade(int argc, char** argv) {
 }  // namespace
 }  // namespace shardlab::labs
 
-int main(int argc, char** argv) { return shardlab::labs::run_grader(7, shardlab::labs::grade, argc, argv); }
+int main(int argc, char** argv) {
+  return shardlab::labs::run_grader(7, "[ANSWERS_FILE]", shardlab::labs::grade, argc, argv);
+}

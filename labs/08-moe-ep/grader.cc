@@ -8,10 +8,10 @@
 //   the tokens against 1/H(E, S) (H the generalized harmonic number, 1%),
 //   and the step and the worst device's all-to-all time growing with S.
 // Then your answers against these runs.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
-
-#include <fmt/format.h>
 
 #include "labs/common/grade.h"
 
@@ -57,8 +57,10 @@ Skewed run_skewed(Grade& g, const std::string& routing) {
   double total = 0;
   for (const auto& t : tokens) total += t.get<double>();
   s.expert0_share = tokens.at(0).get<double>() / total;
-  g.observe(fmt::format("{:<8} step {:6.2f} ms, worst all-to-all {:6.2f} ms, least on device {}, expert 0 gets {:.1f}%",
-                        routing, s.step * 1e3, s.worst_a2a * 1e3, s.least_a2a_device, s.expert0_share * 100));
+  g.observe(fmt::format(
+      "{:<8} step {:6.2f} ms, worst all-to-all {:6.2f} ms, least on device {}, expert 0 gets "
+      "{:.1f}%",
+      routing, s.step * 1e3, s.worst_a2a * 1e3, s.least_a2a_device, s.expert0_share * 100));
   return s;
 }
 
@@ -67,10 +69,11 @@ void grade_real(Grade& g, const Answers& a) {
   const auto cf1 = run_train(std::string(kTiny) + " --capacity-factor 1");
   const auto cf2 = run_train(std::string(kTiny) + " --capacity-factor 2");
   const double imbalance = free_run.at("summary").at("moe_imbalance").get<double>();
-  g.observe(fmt::format("imbalance {:.3f}; drops: none {}, cf 1 {}, cf 2 {}", imbalance, drops(free_run), drops(cf1),
-                        drops(cf2)));
+  g.observe(fmt::format("imbalance {:.3f}; drops: none {}, cf 1 {}, cf 2 {}", imbalance,
+                        drops(free_run), drops(cf1), drops(cf2)));
   const int64_t cap = 16 * 64 * 2 / 8;  // C·N·K/E at C = 1: N = 16 x 64 tokens, K = 2, E = 8
-  g.check(max_tokens(cf1) == cap, fmt::format("--capacity-factor 1 caps every expert at C·N·K/E = {} tokens", cap),
+  g.check(max_tokens(cf1) == cap,
+          fmt::format("--capacity-factor 1 caps every expert at C·N·K/E = {} tokens", cap),
           fmt::format("the busiest expert got {}", max_tokens(cf1)));
   g.check(drops(free_run) == 0 && drops(cf1) > drops(cf2) && drops(cf2) >= 0,
           "drops fall as the capacity factor grows (none without a limit)");
@@ -81,7 +84,8 @@ void grade_real(Grade& g, const Answers& a) {
 }
 
 void grade_skew(Grade& g, const Answers& a) {
-  const Skewed uniform = run_skewed(g, "uniform"), z1 = run_skewed(g, "zipf:1"), z2 = run_skewed(g, "zipf:2");
+  const Skewed uniform = run_skewed(g, "uniform"), z1 = run_skewed(g, "zipf:1"),
+               z2 = run_skewed(g, "zipf:2");
   double h = 0;
   for (int e = 1; e <= 8; ++e) h += 1.0 / e;
   g.check(near(z1.expert0_share, 1 / h, 0.01), "zipf:1: expert 0 gets 1/H(8) of the tokens",
@@ -90,7 +94,8 @@ void grade_skew(Grade& g, const Answers& a) {
   g.check(uniform.worst_a2a < z1.worst_a2a && z1.worst_a2a < z2.worst_a2a,
           "the worst device's all-to-all time grows with the skew");
   if (auto v = a.number(g, "zipf1_expert0_share"))
-    g.check(near(*v, z1.expert0_share, 0.02), "your zipf1_expert0_share", versus(*v, z1.expert0_share, 0.02));
+    g.check(near(*v, z1.expert0_share, 0.02), "your zipf1_expert0_share",
+            versus(*v, z1.expert0_share, 0.02));
   if (auto v = a.number(g, "zipf1_least_a2a_device"))
     g.check(*v == z1.least_a2a_device, "your zipf1_least_a2a_device",
             fmt::format("device {} spends the least time in all-to-alls", z1.least_a2a_device));
@@ -108,4 +113,6 @@ int grade(int argc, char** argv) {
 }  // namespace
 }  // namespace shardlab::labs
 
-int main(int argc, char** argv) { return shardlab::labs::run_grader(8, shardlab::labs::grade, argc, argv); }
+int main(int argc, char** argv) {
+  return shardlab::labs::run_grader(8, "[ANSWERS_FILE]", shardlab::labs::grade, argc, argv);
+}

@@ -1,5 +1,6 @@
 #include "labs/common/grade.h"
 
+#include <fmt/format.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,8 +11,6 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
-
-#include <fmt/format.h>
 
 namespace shardlab::labs {
 namespace {
@@ -36,9 +35,7 @@ std::string slurp(const std::string& path) {
 
 }  // namespace
 
-Grade::Grade(int lab, std::string title) : lab_(lab) {
-  fmt::print("lab {}: {}\n", lab, title);
-}
+Grade::Grade(int lab, std::string title) : lab_(lab) { fmt::print("lab {}: {}\n", lab, title); }
 
 bool Grade::check(bool ok, const std::string& what, const std::string& wrong) {
   ++checks_;
@@ -83,7 +80,8 @@ void Findings::record(Grade& g, const std::string& what) const {
 }
 
 bool near(double got, double want, double rel_tol) {
-  return std::isfinite(got) && std::isfinite(want) && std::abs(got - want) <= rel_tol * std::abs(want);
+  return std::isfinite(got) && std::isfinite(want) &&
+         std::abs(got - want) <= rel_tol * std::abs(want);
 }
 
 std::string versus(double got, double want, double rel_tol) {
@@ -104,7 +102,8 @@ Answers Answers::load(const std::string& path) {
       throw CannotGrade{fmt::format("{}:{}: expected 'key = value', got '{}'", path, n, line)};
     }
     const std::string key = trim(line.substr(0, eq));
-    if (a.values_.count(key)) throw CannotGrade{fmt::format("{}:{}: '{}' is answered twice", path, n, key)};
+    if (a.values_.count(key))
+      throw CannotGrade{fmt::format("{}:{}: '{}' is answered twice", path, n, key)};
     a.values_[key] = trim(line.substr(eq + 1));
     a.order_.push_back(key);
   }
@@ -174,7 +173,8 @@ ToolRun run_shardlab(const std::string& args) {
 
 nlohmann::json run_shardlab_json(const std::string& args) {
   const ToolRun r = run_shardlab(args);
-  if (r.code != 0) throw CannotGrade{fmt::format("'shardlab {}' exited {}: {}", args, r.code, r.err)};
+  if (r.code != 0)
+    throw CannotGrade{fmt::format("'shardlab {}' exited {}: {}", args, r.code, r.err)};
   auto j = nlohmann::json::parse(r.out, nullptr, false);
   if (j.is_discarded()) throw CannotGrade{"'shardlab " + args + "' printed no JSON"};
   return j;
@@ -184,8 +184,14 @@ nlohmann::json run_train(const std::string& train_args) {
   return run_shardlab_json("train " + train_args + " --json");
 }
 
-int run_grader(int lab, int (*body)(int argc, char** argv), int argc, char** argv) {
+int run_grader(int lab, const char* usage, int (*body)(int argc, char** argv), int argc,
+               char** argv) {
   try {
+    const int max_args = *usage ? 1 : 0;
+    if (argc - 1 > max_args) {
+      throw CannotGrade{fmt::format("unexpected argument '{}' (usage: lab_{:02} {})",
+                                    argv[max_args + 1], lab, usage)};
+    }
     return body(argc, argv);
   } catch (const CannotGrade& e) {
     fmt::print(stderr, "lab {}: cannot grade: {}\n", lab, e.message);

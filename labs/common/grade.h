@@ -12,11 +12,10 @@
 
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace shardlab::labs {
 
@@ -70,7 +69,8 @@ class Answers {
   // missing, TODO or not a number.
   std::optional<double> number(Grade& g, const std::string& key) const;
   // The word under `key`, lower-cased, one of `choices` (e.g. "tp|pp").
-  std::optional<std::string> word(Grade& g, const std::string& key, const std::string& choices) const;
+  std::optional<std::string> word(Grade& g, const std::string& key,
+                                  const std::string& choices) const;
   // Records a failed check for every answer still TODO; true when none is.
   // Graders stop there: measuring first would only print the answers.
   bool complete(Grade& g) const;
@@ -97,6 +97,9 @@ nlohmann::json run_shardlab_json(const std::string& args);
 nlohmann::json run_train(const std::string& train_args);
 
 // Grader main: runs `body` and turns CannotGrade into exit code 2.
-int run_grader(int lab, int (*body)(int argc, char** argv), int argc, char** argv);
+// `usage` names the arguments the grader takes ("" or "[ANSWERS_FILE]");
+// more than that is a usage error.
+int run_grader(int lab, const char* usage, int (*body)(int argc, char** argv), int argc,
+               char** argv);
 
 }  // namespace shardlab::labs

@@ -17,7 +17,8 @@ void ring_all_reduce(Device& dev, const collectives::ProcessGroup& g, std::span<
   Stream& s = dev.comm();
   Tag tag = 0;
   auto send = [&](Range r) {
-    const auto bytes = std::as_bytes(data.subspan(static_cast<size_t>(r.begin), static_cast<size_t>(r.size)));
+    const auto bytes =
+        std::as_bytes(data.subspan(static_cast<size_t>(r.begin), static_cast<size_t>(r.size)));
     dev.isend(s, right, tag, bytes, bytes.size());
   };
   // Reduce-scatter: what arrives is the left neighbour's running sum of the chunk.
@@ -33,7 +34,8 @@ void ring_all_reduce(Device& dev, const collectives::ProcessGroup& g, std::span<
     send(chunk(me + 1 - k));
     const Range in = chunk(me - k);
     const Message m = dev.recv(s, left, tag);
-    std::memcpy(data.data() + in.begin, m.bytes().data(), static_cast<size_t>(in.size) * sizeof(float));
+    std::memcpy(data.data() + in.begin, m.bytes().data(),
+                static_cast<size_t>(in.size) * sizeof(float));
   }
 }
 

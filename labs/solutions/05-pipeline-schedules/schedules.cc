@@ -1,7 +1,7 @@
 // Lab 5 reference solution: GPipe and 1F1B as schedules-as-data.
-#include <algorithm>
-
 #include "labs/05-pipeline-schedules/schedules.h"
+
+#include <algorithm>
 
 namespace shardlab::labs {
 
