@@ -36,11 +36,12 @@ float input(int r, size_t i) {
 }
 
 // Runs ring_all_reduce of `count` floats on n GPUs; checks every member's
-// result; returns the latest virtual end over the members.
+// result; returns the latest virtual end over the members (-1: the run failed).
 Time run_ring(Grade& g, const HardwareProfile& p, int n, size_t count) {
   Findings wrong;
   Cluster cluster(p, {.world_size = n});
-  RunResult r = cluster.run([&](Device& dev) {
+  const std::string what = fmt::format("n={} count={}: every member holds the exact sum", n, count);
+  const auto r = run_program(g, what, cluster, [&](Device& dev) {
     const auto group = collectives::ProcessGroup::world(dev);
     std::vector<float> data(count);
     for (size_t i = 0; i < count; ++i) data[i] = input(dev.rank(), i);
@@ -57,14 +58,16 @@ Time run_ring(Grade& g, const HardwareProfile& p, int n, size_t count) {
       }
     }
   });
-  wrong.record(g, fmt::format("n={} count={}: every member holds the exact sum", n, count));
-  return r.makespan();
+  if (!r) return -1;
+  wrong.record(g, what);
+  return r->makespan();
 }
 
 void grade_time(Grade& g, int n) {
   const size_t count = static_cast<size_t>(n) * 3000;  // S/n = 12000 bytes
   const HardwareProfile p = plain_links(n);
   const Time got = run_ring(g, p, n, count);
+  if (got < 0) return;  // the run failed: already reported
   const Time step = p.intra.latency() + transfer_time(count * 4 / n, p.intra.bytes_per_second());
   const Time want = 2 * (n - 1) * step;
   g.check(got == want,
@@ -79,6 +82,7 @@ void grade_against_library(Grade& g) {
   const size_t count = 1 << 20;  // 4 MiB
   const HardwareProfile p = load_profile("a100-nvlink");
   const Time got = run_ring(g, p, n, count);
+  if (got < 0) return;  // the run failed: already reported
   std::vector<int> members(n);
   for (int i = 0; i < n; ++i) members[static_cast<size_t>(i)] = i;
   const Time want =

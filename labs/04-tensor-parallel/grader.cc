@@ -165,8 +165,9 @@ void grade_layer(Grade& g, const Reference& ref, const Layer& layer, int tp) {
   Findings math, time;
   std::mutex mu;
   double worst = 0;  // GUARDED_BY(mu): over ranks and tensors
+  const std::string what = fmt::format("{} tp={}: ", layer.name, tp);
   Cluster cluster(p, {.world_size = tp});
-  cluster.run([&](Device& dev) {
+  const auto ran = run_program(g, what + "forward and backward run", cluster, [&](Device& dev) {
     const auto group = collectives::ProcessGroup::world(dev);
     const Slices s = layer.slices(ref, tp, group.rank());
     std::vector<float> y(s.y.size()), dx(s.dx.size()), dw(s.dw.size()), db(s.db.size());
@@ -186,7 +187,7 @@ void grade_layer(Grade& g, const Reference& ref, const Layer& layer, int tp) {
     for (double d : {max_diff(y, s.y), max_diff(dx, s.dx), max_diff(dw, s.dw), max_diff(db, s.db)})
       worst = std::max(worst, d);
   });
-  const std::string what = fmt::format("{} tp={}: ", layer.name, tp);
+  if (!ran) return;
   math.record(
       g, what + fmt::format("outputs and gradients match the unsharded layer (max |diff| {:.2g}, "
                             "tolerance {:g})",

@@ -79,6 +79,16 @@ void Findings::record(Grade& g, const std::string& what) const {
   g.check(false, what, first + (more ? fmt::format(" (and {} more)", more) : ""));
 }
 
+std::optional<RunResult> run_program(Grade& g, const std::string& what, Cluster& cluster,
+                                     const Cluster::Program& program) {
+  try {
+    return cluster.run(program);
+  } catch (const std::exception& e) {
+    g.check(false, what, std::string("the run failed: ") + e.what());
+    return std::nullopt;
+  }
+}
+
 bool near(double got, double want, double rel_tol) {
   return std::isfinite(got) && std::isfinite(want) &&
          std::abs(got - want) <= rel_tol * std::abs(want);

@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/cluster.h"
+
 namespace shardlab::labs {
 
 // A grader's input is missing or malformed: exit 2 with the message.
@@ -53,6 +55,12 @@ class Findings {
   mutable std::mutex mu_;
   std::vector<std::string> messages_;  // GUARDED_BY(mu_)
 };
+
+// Runs `program` on `cluster`; when a device fails (an exception, a
+// deadlock the watchdog found) records a failed check `what` with the
+// runtime's message and returns nothing.
+std::optional<RunResult> run_program(Grade& g, const std::string& what, Cluster& cluster,
+                                     const Cluster::Program& program);
 
 // |got - want| <= rel_tol * |want| (and both finite).
 bool near(double got, double want, double rel_tol);
