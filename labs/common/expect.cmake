@@ -1,0 +1,31 @@
+# cmake -DCODE=N -DREGEX=R -DPRISTINE=FILE|- -P expect.cmake PROGRAM ARGS...
+# Runs the program; fails unless it exits N and its output matches R. When
+# FILE differs from git's HEAD (the learner is working on it) it prints
+# "SKIPPED: you edited FILE" instead, which the test reports as skipped.
+if(NOT PRISTINE STREQUAL "-")
+  get_filename_component(dir "${PRISTINE}" DIRECTORY)
+  execute_process(COMMAND git -C "${dir}" diff --quiet HEAD -- "${PRISTINE}" RESULT_VARIABLE edited
+                  OUTPUT_QUIET ERROR_QUIET)
+  if(edited STREQUAL "1")
+    message("SKIPPED: you edited ${PRISTINE}; this test checks the untouched skeleton")
+    return()
+  endif()
+endif()
+set(cmd "")
+set(after_script FALSE)
+math(EXPR last "${CMAKE_ARGC} - 1")
+foreach(i RANGE 0 ${last})
+  if(after_script)
+    list(APPEND cmd "${CMAKE_ARGV${i}}")
+  elseif(CMAKE_ARGV${i} MATCHES "expect\\.cmake$")
+    set(after_script TRUE)
+  endif()
+endforeach()
+execute_process(COMMAND ${cmd} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+message("${out}${err}")
+if(NOT rc STREQUAL "${CODE}")
+  message(FATAL_ERROR "expected exit code ${CODE}, got ${rc}")
+endif()
+if(NOT "${out}${err}" MATCHES "${REGEX}")
+  message(FATAL_ERROR "the output does not contain: ${REGEX}")
+endif()

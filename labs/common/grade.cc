@@ -1,0 +1,212 @@
+#include "labs/common/grade.h"
+
+#include <fmt/format.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+namespace shardlab::labs {
+namespace {
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+Grade::Grade(int lab, std::string title) : lab_(lab) { fmt::print("lab {}: {}\n", lab, title); }
+
+bool Grade::check(bool ok, const std::string& what, const std::string& wrong) {
+  ++checks_;
+  if (ok) {
+    fmt::print("  ok   {}\n", what);
+  } else {
+    ++failures_;
+    fmt::print("  FAIL {}{}{}\n", what, wrong.empty() ? "" : ": ", wrong);
+  }
+  std::fflush(stdout);
+  return ok;
+}
+
+void Grade::observe(const std::string& line) { fmt::print("       {}\n", line); }
+
+int Grade::finish() const {
+  if (failures_ == 0) {
+    fmt::print("lab {}: PASS ({} checks)\n", lab_, checks_);
+    return 0;
+  }
+  fmt::print("lab {}: FAIL ({} of {} checks)\n", lab_, failures_, checks_);
+  return 1;
+}
+
+void Findings::add(std::string message) {
+  std::lock_guard lock(mu_);
+  if (std::find(messages_.begin(), messages_.end(), message) == messages_.end()) {
+    messages_.push_back(std::move(message));
+  }
+}
+
+void Findings::record(Grade& g, const std::string& what) const {
+  std::lock_guard lock(mu_);
+  if (messages_.empty()) {
+    g.check(true, what);
+    return;
+  }
+  // Device threads report in any order: the first message sorted is stable.
+  const std::string first = *std::min_element(messages_.begin(), messages_.end());
+  const size_t more = messages_.size() - 1;
+  g.check(false, what, first + (more ? fmt::format(" (and {} more)", more) : ""));
+}
+
+std::optional<RunResult> run_program(Grade& g, const std::string& what, Cluster& cluster,
+                                     const Cluster::Program& program) {
+  try {
+    return cluster.run(program);
+  } catch (const std::exception& e) {
+    g.check(false, what, std::string("the run failed: ") + e.what());
+    return std::nullopt;
+  }
+}
+
+bool near(double got, double want, double rel_tol) {
+  return std::isfinite(got) && std::isfinite(want) &&
+         std::abs(got - want) <= rel_tol * std::abs(want);
+}
+
+std::string versus(double got, double want, double rel_tol) {
+  return fmt::format("got {:.6g}, want {:.6g} (tolerance {:.3g}%)", got, want, rel_tol * 100);
+}
+
+Answers Answers::load(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw CannotGrade{"cannot read the answers file " + path};
+  Answers a;
+  a.path_ = path;
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    line = trim(line.substr(0, line.find('#')));
+    if (line.empty()) continue;
+    const auto eq = line.find('=');
+    if (eq == std::string::npos || trim(line.substr(0, eq)).empty()) {
+      throw CannotGrade{fmt::format("{}:{}: expected 'key = value', got '{}'", path, n, line)};
+    }
+    const std::string key = trim(line.substr(0, eq));
+    if (a.values_.count(key))
+      throw CannotGrade{fmt::format("{}:{}: '{}' is answered twice", path, n, key)};
+    a.values_[key] = trim(line.substr(eq + 1));
+    a.order_.push_back(key);
+  }
+  return a;
+}
+
+std::optional<std::string> Answers::raw(Grade& g, const std::string& key) const {
+  const auto it = values_.find(key);
+  if (it == values_.end()) {
+    g.check(false, "answer " + key, "missing from " + path_);
+    return std::nullopt;
+  }
+  if (it->second.empty() || lower(it->second) == "todo") {
+    g.check(false, "answer " + key, "still TODO in " + path_ + " (fill in your prediction)");
+    return std::nullopt;
+  }
+  return it->second;
+}
+
+bool Answers::complete(Grade& g) const {
+  bool all = true;
+  for (const std::string& key : order_) {
+    const std::string& value = values_.at(key);
+    if (lower(value) == "todo" || value.empty()) all = raw(g, key).has_value() && all;
+  }
+  return all;
+}
+
+std::optional<double> Answers::number(Grade& g, const std::string& key) const {
+  const auto v = raw(g, key);
+  if (!v) return std::nullopt;
+  char* end = nullptr;
+  const double x = std::strtod(v->c_str(), &end);
+  if (end == v->c_str() || *end != '\0' || !std::isfinite(x)) {
+    g.check(false, "answer " + key, "'" + *v + "' is not a number");
+    return std::nullopt;
+  }
+  return x;
+}
+
+std::optional<std::string> Answers::word(Grade& g, const std::string& key,
+                                         const std::string& choices) const {
+  const auto v = raw(g, key);
+  if (!v) return std::nullopt;
+  const std::string w = lower(*v);
+  std::stringstream ss(choices);
+  for (std::string c; std::getline(ss, c, '|');) {
+    if (w == c) return w;
+  }
+  g.check(false, "answer " + key, "'" + *v + "' is not one of " + choices);
+  return std::nullopt;
+}
+
+ToolRun run_shardlab(const std::string& args) {
+  static int counter = 0;
+  const std::string base = fmt::format("/tmp/shardlab_lab_{}_{}", getpid(), counter++);
+  const std::string cmd = fmt::format("{} {} >{}.out 2>{}.err", SHARDLAB_BIN, args, base, base);
+  const int status = std::system(cmd.c_str());
+  ToolRun r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(base + ".out");
+  r.err = trim(slurp(base + ".err"));
+  std::remove((base + ".out").c_str());
+  std::remove((base + ".err").c_str());
+  return r;
+}
+
+nlohmann::json run_shardlab_json(const std::string& args) {
+  const ToolRun r = run_shardlab(args);
+  if (r.code != 0)
+    throw CannotGrade{fmt::format("'shardlab {}' exited {}: {}", args, r.code, r.err)};
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
+  if (j.is_discarded()) throw CannotGrade{"'shardlab " + args + "' printed no JSON"};
+  return j;
+}
+
+nlohmann::json run_train(const std::string& train_args) {
+  return run_shardlab_json("train " + train_args + " --json");
+}
+
+int run_grader(int lab, const char* usage, int (*body)(int argc, char** argv), int argc,
+               char** argv) {
+  try {
+    const int max_args = *usage ? 1 : 0;
+    if (argc - 1 > max_args) {
+      throw CannotGrade{fmt::format("unexpected argument '{}' (usage: lab_{:02} {})",
+                                    argv[max_args + 1], lab, usage)};
+    }
+    return body(argc, argv);
+  } catch (const CannotGrade& e) {
+    fmt::print(stderr, "lab {}: cannot grade: {}\n", lab, e.message);
+    return 2;
+  }
+}
+
+}  // namespace shardlab::labs
