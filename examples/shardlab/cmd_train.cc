@@ -110,8 +110,9 @@ void print_summary(const train::TrainOptions& o, const Cluster& cluster, const t
   if (o.parallel.pp > 1) {
     const collectives::DeviceMesh mesh(o.parallel.mesh_shape());
     const std::string timeline = train::format_pipeline_timeline(r, mesh.group_ranks(0, "pp"));
-    fmt::print("step 0 of the pipeline of GPU 0 ({}; F forward, B backward, . idle):\n{}",
-               parallel::schedule_name(o.parallel.schedule), timeline);
+    fmt::print("step 0 of the pipeline of GPU 0 ({}; F forward, B backward{}, . idle):\n{}",
+               parallel::schedule_name(o.parallel.schedule),
+               parallel::splits_backward(o.parallel.schedule) ? ", W weight gradient" : "", timeline);
   }
 }
 
