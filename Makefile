@@ -3,7 +3,7 @@
 
 JOBS ?= 2
 PACKAGES := cmake make g++ libtbb-dev libeigen3-dev libspdlog-dev libcli11-dev \
-            nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
+            nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev gnuplot-nox
 BIN := build/bin/shardlab
 
 .PHONY: all deps build demo test test-full bench debug asan tsan portable clean
