@@ -124,6 +124,7 @@ std::vector<Crossover> find_crossovers(const Series& a, const Series& b, Scale x
 // Everything one metric's plot needs, built from the results.
 struct Plot {
   std::string metric;
+  std::string x_name;              // the first axis, or its first flag when it is tied and numeric
   std::string x_title, y_title;
   bool numeric_x = true;           // else categories: x is the value index
   std::vector<std::string> x_labels;  // (values of the first axis)

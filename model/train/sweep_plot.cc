@@ -114,7 +114,7 @@ void add_crossovers(const std::vector<Axis>& axes, Plot& plot) {
         plot.crossover_text.push_back(fmt::format(
             "{} = {}{} at {} {:.3g} ({:.4g})", axes[axis].values[a.others[axis]].label,
             axes[axis].values[b.others[axis]].label, context.empty() ? "" : " (" + context + ")",
-            axes[0].name, c.x, c.y));
+            plot.x_name, c.x, c.y));
         plot.crossovers.push_back(c);
       }
     }
@@ -129,17 +129,28 @@ Plot build_plot(const std::vector<Axis>& axes, const std::vector<std::string>& m
   Plot plot;
   plot.metric = info.name;
   plot.y_title = info.title;
+  // A tied first axis is drawn against its first flag's values when they are
+  // numbers ('batch=1,micro-batches=1|batch=2,micro-batches=2|...').
   const Axis& x_axis = axes.front();
-  plot.x_title = x_axis.tied() ? x_axis.name : axis_title(x_axis.name);
+  plot.x_name = x_axis.flags.front();
+  plot.x_title = axis_title(plot.x_name);
+  for (size_t f = 1; f < x_axis.flags.size(); ++f) plot.x_title += (f == 1 ? ", with " : " and ") + x_axis.flags[f];
   std::vector<double> xs;
   for (const AxisValue& v : x_axis.values) {
-    plot.x_labels.push_back(v.label);
-    const auto n = x_axis.tied() ? std::nullopt : parse_number(v.label);
-    plot.numeric_x = plot.numeric_x && n.has_value();
+    const auto n = parse_number(v.settings.front().value);
+    plot.numeric_x = plot.numeric_x && n.has_value() &&
+                     std::find(xs.begin(), xs.end(), *n) == xs.end();
     xs.push_back(n.value_or(0));
+    plot.x_labels.push_back(v.settings.front().value);
   }
-  if (!plot.numeric_x)
-    for (size_t i = 0; i < xs.size(); ++i) xs[i] = double(i);
+  if (!plot.numeric_x) {
+    plot.x_name = x_axis.name;
+    plot.x_title = x_axis.tied() ? x_axis.name : axis_title(x_axis.name);
+    for (size_t i = 0; i < xs.size(); ++i) {
+      xs[i] = double(i);
+      plot.x_labels[i] = x_axis.values[i].label;
+    }
+  }
   plot.x_scale = plot.numeric_x ? choose_x_scale(xs) : Scale{};
   std::map<std::vector<size_t>, size_t> by_others;  // the series of each combination, in grid order
   std::vector<double> ys;

@@ -248,6 +248,24 @@ TEST(SweepPlot, OnlyLinesThatDifferInOneAxisAreCompared) {
   for (const Crossover& c : plot.crossovers) EXPECT_NE(c.a + c.b, 3u) << c.a << " " << c.b;
 }
 
+TEST(SweepPlot, TiedFirstAxisIsDrawnAgainstItsFirstFlag) {
+  // TP: 2x; PP: 6 + x/2: they cross at x = 4 (a sample), y = 8.
+  const auto axes = axes_of({"batch=1,micro-batches=1|batch=4,micro-batches=4|batch=16,micro-batches=16",
+                             "tp=8,pp=1|tp=1,pp=8"});
+  const auto results = results_of(axes, [](const GridPoint& p) {
+    const double x = double(1 << (2 * p.index[0]));
+    return p.index[1] == 0 ? 2 * x : 6 + x / 2;
+  });
+  const Plot plot = build_plot(axes, {"mfu"}, 0, results);
+  EXPECT_TRUE(plot.numeric_x);
+  EXPECT_EQ(plot.x_title, "global batch (sequences), with micro-batches");
+  EXPECT_EQ(plot.x_labels, (std::vector<std::string>{"1", "4", "16"}));
+  EXPECT_EQ(plot.x_scale.log_base, 2);
+  EXPECT_EQ(plot.series[0].x, (std::vector<double>{1, 4, 16}));
+  ASSERT_EQ(plot.crossover_text.size(), 1u);
+  EXPECT_EQ(plot.crossover_text[0], "tp=8,pp=1 = tp=1,pp=8 at batch 4 (800)");  // mfu plotted in %
+}
+
 TEST(SweepPlot, CategoricalFirstAxis) {
   const auto axes = axes_of({"profile=a100-nvlink,a100-pcie", "batch=1,2"});
   auto results = results_of(axes, [](const GridPoint& p) { return double(p.index[0] + p.index[1]); });
