@@ -230,8 +230,10 @@ void add_sweep_command(CLI::App& app) {
   sub->add_option("--out", f.out, "Directory for points.csv, points.json and the plots")->required();
   sub->add_flag("--plot", f.plot, "Plot every metric against the first axis (gnuplot: PNG, SVG and the .gp script)");
   sub->add_option("--jobs", f.jobs, "Points run at once (default: the host's cores)");
-  sub->footer("Exit status: 0 when the sweep ran (failed points are rows with their error), 1 when every "
-              "point failed, 2 on bad sweep input.");
+  std::string footer = "Metrics (per step; memory: the device with the highest peak):\n";
+  for (const sweep::MetricInfo& m : sweep::metrics()) footer += fmt::format("  {:<24} {}\n", m.name, m.help);
+  sub->footer(footer + "Exit status: 0 when the sweep ran (failed points are rows with their error), 1 when "
+                       "every point failed, 2 on bad sweep input.");
   set_action(sub, [sub] { return run_sweep(f, sub); });
 }
 

@@ -112,9 +112,11 @@ struct Scale {
 Scale choose_x_scale(const std::vector<double>& values);
 Scale choose_y_scale(const std::vector<double>& values);
 
-// Where two lines cross between adjacent x (both having a value at both),
-// interpolated linearly in the drawn coordinates (log x and log y when the
-// scale is log); an x where they are equal counts once.
+// Where two lines cross: between adjacent x (of those both have a value at),
+// where they change sides, interpolated linearly in the drawn coordinates
+// (log x and log y when the scale is log). Lines that cross through a sample
+// where they are equal cross there, once; lines that only touch or coincide
+// do not cross.
 struct Crossover {
   double x = 0, y = 0;
   size_t a = 0, b = 0;  // the series

@@ -87,6 +87,8 @@ double metric_value(const std::string& name, const nlohmann::json& report) {
       {"peak_grad_bytes", "grad"}, {"peak_optimizer_bytes", "optimizer"}};
   for (const auto& [metric, kind] : kinds)
     if (n == metric) return max_over_devices(report, n, "peak_bytes_by_kind", kind);
+  if (n == "final_loss" && report.contains("phantom"))
+    throw ConfigError("metric final_loss: a phantom run computes no loss");
   if (n == "peak_memory_bytes") return max_over_devices(report, n, "peak_bytes");
   for (const char* per_step : {"comm_s", "comm_total_s", "compute_s", "idle_s"})
     if (n == per_step) return max_over_devices(report, n, per_step) / steps(report, n);

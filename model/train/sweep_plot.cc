@@ -64,20 +64,22 @@ std::vector<Crossover> find_crossovers(const Series& a, const Series& b, Scale x
   for (size_t i = 0; i < a.x.size(); ++i)
     if (const auto it = b_at.find(a.x[i]); it != b_at.end()) both.push_back({a.x[i], a.y[i], it->second});
   std::sort(both.begin(), both.end(), [](const Both& l, const Both& r) { return l.x < r.x; });
-  auto gap = [&](const Both& p) { return drawn(p.ya, y_scale) - drawn(p.yb, y_scale); };
+  std::vector<double> gap;
+  for (const Both& p : both) gap.push_back(drawn(p.ya, y_scale) - drawn(p.yb, y_scale));
   std::vector<Crossover> out;
-  for (size_t k = 0; k < both.size(); ++k) {
-    const double d0 = gap(both[k]);
-    if (d0 == 0) {
-      if (out.empty() || out.back().x != both[k].x) out.push_back({both[k].x, both[k].ya});
+  for (size_t k = 0; k + 1 < both.size(); ++k) {
+    if (gap[k] == 0) continue;
+    // The next sample on a side: past a run of equal samples (the lines touch there).
+    size_t next = k + 1;
+    while (next + 1 < both.size() && gap[next] == 0) ++next;
+    if (gap[next] == 0 || (gap[k] < 0) == (gap[next] < 0)) continue;  // no change of side
+    if (next > k + 1) {  // they cross through the equal samples: at the first one
+      out.push_back({both[k + 1].x, both[k + 1].ya});
       continue;
     }
-    if (k + 1 == both.size()) break;
-    const double d1 = gap(both[k + 1]);
-    if (d1 == 0 || (d0 < 0) == (d1 < 0)) continue;  // an exact touch is the next point's
-    const double t = d0 / (d0 - d1);
-    const double x0 = drawn(both[k].x, x_scale), x1 = drawn(both[k + 1].x, x_scale);
-    const double y0 = drawn(both[k].ya, y_scale), y1 = drawn(both[k + 1].ya, y_scale);
+    const double t = gap[k] / (gap[k] - gap[next]);
+    const double x0 = drawn(both[k].x, x_scale), x1 = drawn(both[next].x, x_scale);
+    const double y0 = drawn(both[k].ya, y_scale), y1 = drawn(both[next].ya, y_scale);
     out.push_back({undrawn(x0 + t * (x1 - x0), x_scale), undrawn(y0 + t * (y1 - y0), y_scale)});
   }
   return out;
@@ -198,6 +200,10 @@ std::string axes_commands(const Plot& plot) {
     out += fmt::format("set xtics ({})\n", tics);
   }
   if (!plot.numeric_x) out += fmt::format("set xrange [-0.5:{}.5]\n", plot.x_labels.size() - 1);
+  bool non_negative = true;  // then a linear y axis starts at 0
+  for (const Series& s : plot.series)
+    non_negative = non_negative && std::all_of(s.y.begin(), s.y.end(), [](double y) { return y >= 0; });
+  if (!plot.y_scale.log_base && non_negative) out += "set yrange [0:*]\n";
   return out;
 }
 
@@ -210,15 +216,18 @@ std::string gnuplot_script(const Plot& plot, const std::string& stem) {
       "set datafile separator \"\\t\"\n"
       "set title {}\nset xlabel {}\nset ylabel {}\n"
       "set grid\nset key outside right top\n"
-      "set offsets graph 0.04, graph 0.04, graph 0.06, graph 0.06\n",
+      "set offsets graph 0.04, graph 0.04, graph 0.06, 0\n",
       plot.metric, plot.x_title, stem, stem, stem, quoted(plot.y_title + " against " + plot.x_title),
       quoted(plot.x_title), quoted(plot.y_title));
   out += axes_commands(plot);
+  // Each crossover: a ring on the plot with its x and y; the full sentence
+  // (which lines) is in the comment above it and on the sweep's stdout.
   for (size_t i = 0; i < plot.crossovers.size(); ++i) {
     const Crossover& c = plot.crossovers[i];
-    out += fmt::format("set label {} {} at {:.9g},{:.9g} point pointtype 6 pointsize 2 lc rgb \"black\" "
-                       "offset character 1,character {} font \",9\" front\n",
-                       i + 1, quoted(plot.crossover_text[i]), c.x, c.y, 1.2 + 1.2 * double(i % 3));
+    out += fmt::format("# crossover: {}\nset label {} {} at {:.9g},{:.9g} point pointtype 6 pointsize 2.5 "
+                       "lc rgb \"black\" offset character -4,character {} font \",9\" front\n",
+                       plot.crossover_text[i], i + 1, quoted(fmt::format("{} {:.3g} ({:.4g})", plot.x_name, c.x, c.y)),
+                       c.x, c.y, i % 2 ? -1.8 : 1.8);
   }
   std::string plot_cmd;
   const std::string data = quoted(stem + ".dat");
@@ -226,9 +235,11 @@ std::string gnuplot_script(const Plot& plot, const std::string& stem) {
   size_t block = 0;
   for (const Series& s : plot.series) {
     if (s.x.empty()) continue;
-    plot_cmd += fmt::format("{}{} index {} using {} with linespoints linewidth 2 pointtype 7 title {}",
+    // Filled and open markers in turn, so lines that coincide stay visible.
+    static constexpr int kPointTypes[] = {7, 6, 5, 4, 9, 8, 11, 10, 13, 12};
+    plot_cmd += fmt::format("{}{} index {} using {} with linespoints linewidth 2 pointtype {} pointsize 1.4 title {}",
                             block == 0 ? "plot " : ", \\\n     ", block == 0 ? data : "\"\"", block, columns,
-                            quoted(s.label));
+                            kPointTypes[block % std::size(kPointTypes)], quoted(s.label));
     ++block;
   }
   out += fmt::format("set terminal pngcairo size 1100,650 font \"sans,10\" noenhanced\n"

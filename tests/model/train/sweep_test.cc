@@ -115,6 +115,16 @@ TEST(SweepCrossover, LinearLinesMeetWhereTheClosedFormSays) {
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0].x, 3.0);
   EXPECT_EQ(c[0].y, 7.0);
+  // Lines that touch without changing sides, or coincide, do not cross.
+  EXPECT_TRUE(find_crossovers(line({0, 1, 2}, [](double x) { return x == 1 ? 0.0 : 1.0; }),
+                              line({0, 1, 2}, [](double) { return 0.0; }), {}, {}).empty());
+  EXPECT_TRUE(find_crossovers(line({1, 2, 4}, [](double x) { return x; }),
+                              line({1, 2, 4}, [](double x) { return x; }), {2}, {}).empty());
+  // Equal on two samples, then on the other side: one crossover, at the first.
+  c = find_crossovers(line({0, 1, 2, 3}, [](double x) { return x; }),
+                      line({0, 1, 2, 3}, [](double x) { return x == 0 ? 1.0 : x == 3 ? 2.0 : x; }), {}, {});
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].x, 1.0);
   // Parallel lines never meet.
   EXPECT_TRUE(find_crossovers(line({1, 2, 3}, [](double x) { return x; }),
                               line({1, 2, 3}, [](double x) { return x + 1; }), {}, {}).empty());
@@ -171,6 +181,11 @@ TEST(SweepMetrics, ReadOffTheReport) {
   EXPECT_THROW(metric_value("step_time", r), ConfigError);
   EXPECT_THROW(metric_value("bubble_fraction", r), ConfigError);  // not in this report
   for (const MetricInfo& m : metrics()) EXPECT_EQ(&metric_info(m.name), &m);
+  nlohmann::json phantom = r;
+  phantom["summary"]["final_loss"] = 0;
+  EXPECT_EQ(metric_value("final_loss", phantom), 0);
+  phantom["phantom"] = {{"folded", "nothing folded"}};
+  EXPECT_THROW(metric_value("final_loss", phantom), ConfigError);  // no loss was computed
 }
 
 TEST(SweepOutput, CsvAndJsonHoldEveryPoint) {
@@ -223,10 +238,11 @@ TEST(SweepPlot, LinesCrossoversAndTheGnuplotScript) {
        {"set datafile separator \"\\t\"\n", "set xlabel \"global batch (sequences)\"\n",
         "set ylabel \"step time (ms, virtual)\"\n", "set logscale x 2\n",
         "set xtics (\"1\" 1, \"2\" 2, \"4\" 4, \"8\" 8)\n",
-        "set label 1 \"tp=8,pp=1 = tp=1,pp=8 at batch 4 (5000)\" at 4,5000 point",
+        "# crossover: tp=8,pp=1 = tp=1,pp=8 at batch 4 (5000)\nset label 1 \"batch 4 (5000)\" at 4,5000 point",
+        "set yrange [0:*]\n",
         "set terminal pngcairo", "set output \"virtual_step_s.png\"\n",
-        "plot \"virtual_step_s.dat\" index 0 using 1:2 with linespoints linewidth 2 pointtype 7 title \"tp=8,pp=1\"",
-        "\"\" index 1 using 1:2 with linespoints linewidth 2 pointtype 7 title \"tp=1,pp=8\"",
+        "plot \"virtual_step_s.dat\" index 0 using 1:2 with linespoints linewidth 2 pointtype 7 pointsize 1.4 title \"tp=8,pp=1\"",
+        "\"\" index 1 using 1:2 with linespoints linewidth 2 pointtype 6 pointsize 1.4 title \"tp=1,pp=8\"",
         "set terminal svg", "set output \"virtual_step_s.svg\"\nreplot\n", "set key"}) {
     EXPECT_NE(gp.find(want), std::string::npos) << want << "\nin:\n" << gp;
   }
