@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -79,6 +80,9 @@ void write_plots(const std::vector<sweep::Axis>& axes, const std::vector<std::st
       fmt::print(stderr, "sweep: gnuplot failed on {}/{}.gp (its messages are in {}/gnuplot.log)\n", dir, stem, dir);
     }
   }
+  std::error_code ec;  // an empty log says nothing: leave no file
+  if (std::filesystem::exists(dir + "/gnuplot.log", ec) && std::filesystem::file_size(dir + "/gnuplot.log", ec) == 0)
+    std::filesystem::remove(dir + "/gnuplot.log", ec);
   if (gnuplot.empty())
     fmt::print(stderr, "sweep: gnuplot not found: wrote the .gp scripts and .dat files in {} but no PNG/SVG; "
                "install it (apt-get install gnuplot-nox, or make deps), then run gnuplot NAME.gp there\n", dir);
