@@ -173,12 +173,6 @@ std::vector<sweep::PointResult> run_grid(const SweepFlags& f, const std::vector<
   return results;
 }
 
-void write_file(const std::string& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-  if (!out) throw ConfigError(fmt::format("--out: cannot write \"{}\"", path));
-}
-
 void print_table(const std::vector<sweep::Axis>& axes, const std::vector<std::string>& metric_names,
                  const std::vector<sweep::PointResult>& results) {
   std::vector<std::string> labels;
@@ -201,9 +195,9 @@ int run_sweep(SweepFlags& f, CLI::App* sub) {
   check_sweep_flags(f);
   const std::vector<sweep::GridPoint> grid = sweep::expand_grid(axes);
   const std::vector<sweep::PointResult> results = run_grid(f, axes, grid);
-  write_file(f.out + "/points.csv", sweep::points_csv(axes, f.metric, results));
+  write_sweep_file(f.out + "/points.csv", sweep::points_csv(axes, f.metric, results));
   const nlohmann::json j = sweep::points_json(axes, f.metric, results);
-  write_file(f.out + "/points.json", j.dump(2) + "\n");
+  write_sweep_file(f.out + "/points.json", j.dump(2) + "\n");
   if (f.train.common.json) {
     fmt::print("{}\n", j.dump(2));
   } else {

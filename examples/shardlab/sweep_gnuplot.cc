@@ -53,13 +53,13 @@ bool run_gnuplot(const std::string& gnuplot, const std::string& dir, const std::
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
-void write_text(const std::string& path, const std::string& text) {
+}  // namespace
+
+void write_sweep_file(const std::string& path, const std::string& text) {
   std::ofstream out(path);
   out << text;
   if (!out) throw ConfigError(fmt::format("--out: cannot write \"{}\"", path));
 }
-
-}  // namespace
 
 void write_plots(const std::vector<sweep::Axis>& axes, const std::vector<std::string>& metric_names,
                  const std::vector<sweep::PointResult>& results, const std::string& dir, bool print) {
@@ -67,8 +67,8 @@ void write_plots(const std::vector<sweep::Axis>& axes, const std::vector<std::st
   for (size_t m = 0; m < metric_names.size(); ++m) {
     const sweep::Plot plot = sweep::build_plot(axes, metric_names, m, results);
     const std::string& stem = plot.metric;
-    write_text(dir + "/" + stem + ".dat", sweep::plot_data(plot));
-    write_text(dir + "/" + stem + ".gp", sweep::gnuplot_script(plot, stem));
+    write_sweep_file(dir + "/" + stem + ".dat", sweep::plot_data(plot));
+    write_sweep_file(dir + "/" + stem + ".gp", sweep::gnuplot_script(plot, stem));
     if (print) {
       for (const std::string& text : plot.crossover_text) fmt::print("crossover ({}): {}\n", stem, text);
       if (plot.numeric_x && plot.crossovers.empty()) fmt::print("crossover ({}): none between the lines\n", stem);
