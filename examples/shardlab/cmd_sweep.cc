@@ -98,9 +98,7 @@ Prepared prepare(const TrainFlags& base, const sweep::GridPoint& point) {
     p.profile = apply_common(flags.common);
     p.options = flags.options();
     p.cluster = flags.cluster_options();
-  } catch (const CLI::ParseError& e) {
-    p.error = e.what();
-  } catch (const std::exception& e) {
+  } catch (const std::exception& e) {  // CLI::ParseError (a value the flag refuses), ConfigError
     p.error = e.what();
   }
   return p;
