@@ -52,5 +52,6 @@ void print_device_table(const nlohmann::json& report);
 // Peak bytes by kind of every device of report["devices"] (called by print_device_table).
 void print_memory_table(const nlohmann::json& devices);
 void add_verify_command(CLI::App& app);
+void add_sweep_command(CLI::App& app);
 
 }  // namespace shardlab::cli
