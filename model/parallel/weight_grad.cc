@@ -76,7 +76,8 @@ void WeightGrads::flush(const model::Exec& ex, const std::function<void(int laye
     const bool block_done = i + 1 == tasks_.size() || tasks_[i + 1].layer != t.layer;
     if (block_done && on_block) on_block(t.layer);
   }
-  if (ex.sink && modeled_ > 0) ex.sink->freed(modeled_);
+  // Inputs never charged (a flush before charge_inputs) were never counted here.
+  if (ex.sink && modeled_ - inputs_uncharged_ > 0) ex.sink->freed(modeled_ - inputs_uncharged_);
   tasks_.clear();
   used_ = modeled_ = inputs_uncharged_ = 0;
 }

@@ -47,6 +47,10 @@ TEST(WeightGrads, DeferredEqualsImmediateBitForBit) {
       later.linear("w", dw_later.data(), db_later.data(), true, dout.data() + shift + rep, inp.data() + shift, N, C, OC, ex);
     }
     later.end_block(7);
+    // During B only the output gradients are new memory; the inputs are the
+    // activations B still holds, charged to the stash once B frees those.
+    EXPECT_EQ(sink.live, 2 * N * OC);
+    later.charge_inputs(ex);
     EXPECT_EQ(sink.live, 2 * N * (OC + C));  // the stash: dout and inp of both records
     EXPECT_EQ(later.stash_elements(), 2 * N * (OC + C));
     std::vector<int> blocks;
