@@ -80,9 +80,9 @@ void check_pipeline_config(ScheduleKind kind, int pp, int micro_batches, int vpp
     throw ConfigError(flag_value("--vpp", vpp) + ": --schedule " + std::string(schedule_name(kind)) +
                       " places exactly 2 model chunks per rank (a V); use --vpp 2");
   }
-  if (kind == ScheduleKind::kDualPipeV && micro_batches < 2 * pp) {
-    throw ConfigError(flag_value("--micro-batches", micro_batches) + ": --schedule dualpipev needs at least 2 x " +
-                      flag_value("--pp", pp));
+  if (chunks == 2 && micro_batches < 2 * pp) {
+    throw ConfigError(flag_value("--micro-batches", micro_batches) + ": --schedule " +
+                      std::string(schedule_name(kind)) + " needs at least 2 x " + flag_value("--pp", pp));
   }
   if (chunks == 1 && vpp != 1) {
     throw ConfigError(flag_value("--vpp", vpp) + ": model chunks need --schedule interleaved, zb-v or dualpipev");

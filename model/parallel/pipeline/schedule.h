@@ -97,7 +97,7 @@ bool splits_backward(ScheduleKind kind);
 
 // Throws ConfigError naming the flag: --pp >= 1, --micro-batches >= 1; for
 // interleaved --vpp >= 2 and --micro-batches a multiple of --pp; for zb-v and
-// dualpipev --vpp 2 (their V), for dualpipev also --micro-batches >= 2·pp;
+// dualpipev --vpp 2 (their V) and --micro-batches >= 2·pp;
 // otherwise --vpp must be 1.
 void check_pipeline_config(ScheduleKind kind, int pp, int micro_batches, int vpp);
 
@@ -137,10 +137,12 @@ Schedule zb_h1(int pp, int micro_batches);
 // each idle rank runs a ready B, else a ready F while memory allows, else a
 // pending W.
 Schedule zb_h2(int pp, int micro_batches, const StepCosts& costs = {});
-// ZB-V: two chunks per rank in a V (StageOrder::kV), at most 2p chunk
-// activations in flight per rank (1F1B's peak in stage-sized units), built by
-// the greedy list scheduler.
-Schedule zb_v(int pp, int micro_batches, const StepCosts& costs = {});
+// ZB-V: two chunks per rank in a V (StageOrder::kV) with 1F1B's memory (2p
+// half-stage activations until their W on every rank) and, at T_F = T_B =
+// T_W, only the fill as bubble: built here as DualPipeV's phases with each
+// steady pair's backward run before its forward (which is what keeps one
+// activation fewer in flight). Needs M >= 2p.
+Schedule zb_v(int pp, int micro_batches);
 // DualPipeV (DeepSeek's DualPipe cut in half, one V per rank): the eight
 // phases of DeepSeek's reference schedule (F0 warm-up, F0F1, B1W1F1, the
 // F0B1F1B0 steady pairs, B1F1B0, B1B0, WB0, W). Needs M >= 2p. The pairs

@@ -1,6 +1,7 @@
 // The zero-bubble schedules (schedule.h): ZB-H1 and DualPipeV written out
-// phase by phase as their authors describe them, ZB-H2 and ZB-V built by a
-// greedy list scheduler in unit time.
+// phase by phase as their authors describe them, ZB-V as DualPipeV's phases
+// with each steady pair's backward first, ZB-H2 built by a greedy list
+// scheduler.
 #include <algorithm>
 #include <deque>
 #include <utility>
@@ -63,19 +64,19 @@ class RankBuilder {
 // rank starts a ready B (lowest micro-batch, then the later stage), else a
 // ready F (the later stage first) while fewer than `max_in_flight` chunk
 // activations wait for their W, else its oldest pending W, else waits for
-// the next completion. Communication is free. With one chunk (kLoop) or a V
-// (two chunks) every channel between two ranks carries one stage pair, so
-// sends and receives meet in FIFO order.
+// the next completion. Communication is free. One chunk per rank: every
+// channel between two ranks carries one stage pair, so sends and receives
+// meet in FIFO order. (A greedy V, tried for ZB-V, is exact only at T_F =
+// T_B = T_W: its order, tuned to equal times, idles more with every
+// micro-batch when they differ.)
 class Greedy {
  public:
-  Greedy(StageOrder order, int pp, int vpp, int m, int max_in_flight, const StepCosts& costs)
-      : order_(order), pp_(pp), vpp_(vpp), m_(m), limit_(max_in_flight), costs_(costs),
+  Greedy(int pp, int m, int max_in_flight, const StepCosts& costs)
+      : pp_(pp), m_(m), limit_(max_in_flight), costs_(costs),
         schedule_(static_cast<size_t>(pp)),
-        f_end_(size_t(pp * vpp), std::vector<double>(size_t(m), kNever)), b_end_(f_end_),
+        f_end_(size_t(pp), std::vector<double>(size_t(m), kNever)), b_end_(f_end_),
         clock_(size_t(pp), 0.0), held_(size_t(pp), 0) {
-    SHARDLAB_CHECK((order == StageOrder::kLoop && vpp == 1) || (order == StageOrder::kV && vpp == 2),
-                   "greedy schedule: one chunk in a loop or two in a V");
-    for (int r = 0; r < pp; ++r) ranks_.emplace_back(schedule_[size_t(r)], order, pp, vpp, r);
+    for (int r = 0; r < pp; ++r) ranks_.emplace_back(schedule_[size_t(r)], order_, pp, vpp_, r);
   }
 
   Schedule run() && {
@@ -128,8 +129,9 @@ class Greedy {
     }
   }
 
-  StageOrder order_;
-  int pp_, vpp_, m_, limit_;
+  static constexpr StageOrder order_ = StageOrder::kLoop;
+  static constexpr int vpp_ = 1;
+  int pp_, m_, limit_;
   StepCosts costs_;
   Schedule schedule_;
   std::vector<RankBuilder> ranks_;
@@ -167,13 +169,9 @@ Schedule zb_h1(int pp, int micro_batches) {
 
 Schedule zb_h2(int pp, int micro_batches, const StepCosts& costs) {
   check_pipeline_config(ScheduleKind::kZbH2, pp, micro_batches, 1);
-  return Greedy(StageOrder::kLoop, pp, 1, micro_batches, 2 * pp - 1, costs).run();
+  return Greedy(pp, micro_batches, 2 * pp - 1, costs).run();
 }
 
-Schedule zb_v(int pp, int micro_batches, const StepCosts& costs) {
-  check_pipeline_config(ScheduleKind::kZbV, pp, micro_batches, 2);
-  return Greedy(StageOrder::kV, pp, 2, micro_batches, 2 * pp, costs).run();
-}
 
 namespace {
 
@@ -197,11 +195,10 @@ void dualpipe_v_tail(RankBuilder& rb, int pp, int r) {
   rb.drain_weights();
 }
 
-}  // namespace
-
-Schedule dualpipe_v(int pp, int micro_batches) {
-  check_pipeline_config(ScheduleKind::kDualPipeV, pp, micro_batches, 2);
-  const int m = micro_batches;
+// The V schedules' phases on every rank r of p (chunk 0 runs down the ranks,
+// chunk 1 back up): DeepSeek's DualPipeV, or ZB-V's memory when every
+// steady pair runs its backward first.
+Schedule v_phases(int pp, int m, bool backward_first) {
   Schedule schedule(static_cast<size_t>(pp));
   for (int r = 0; r < pp; ++r) {
     RankBuilder rb(schedule[size_t(r)], StageOrder::kV, pp, 2, r);
@@ -213,19 +210,35 @@ Schedule dualpipe_v(int pp, int micro_batches) {
       rb.forward(1);
     }
     for (int i = 0; i < m - 2 * pp + r + 1; ++i) {  // 4: the steady F0&B1, F1&B0 pairs
-      rb.forward(0);
-      rb.backward(1, false);
-      rb.forward(1);
-      rb.backward(0, false);
+      if (backward_first) {
+        rb.backward(1, false), rb.forward(0), rb.backward(0, false), rb.forward(1);
+      } else {
+        rb.forward(0), rb.backward(1, false), rb.forward(1), rb.backward(0, false);
+      }
     }
     for (int i = 0; i < pp - r - 1; ++i) {  // 5: B1, F1&B0
       rb.backward(1, false);
-      rb.forward(1);
-      rb.backward(0, false);
+      if (backward_first) {
+        rb.backward(0, false), rb.forward(1);
+      } else {
+        rb.forward(1), rb.backward(0, false);
+      }
     }
     dualpipe_v_tail(rb, pp, r);  // 6-8
   }
   return schedule;
+}
+
+}  // namespace
+
+Schedule zb_v(int pp, int micro_batches) {
+  check_pipeline_config(ScheduleKind::kZbV, pp, micro_batches, 2);
+  return v_phases(pp, micro_batches, /*backward_first=*/true);
+}
+
+Schedule dualpipe_v(int pp, int micro_batches) {
+  check_pipeline_config(ScheduleKind::kDualPipeV, pp, micro_batches, 2);
+  return v_phases(pp, micro_batches, /*backward_first=*/false);
 }
 
 }  // namespace shardlab::parallel

@@ -7,8 +7,8 @@
 //   1F1B   (p-1)(T_F + T_B + T_W)                      textbook
 //   ZB-H1  (p-1)·max(T_F + T_B - T_W, T_F, T_B)        M >= p
 //   ZB-H2  (p-1)·max(T_F + T_B - 2·T_W, T_F)           M >= 2p - 1
-//   ZB-V   (p-1)·T_F  when T_F = T_B = T_W (per chunk), M >= p, p <= 4 (the
-//          greedy construction is one unit above it at p = 5)
+//   ZB-V   (p-1)·max(2·T_B - T_W, T_B) (per chunk) when T_B >= T_F, M >= 2p:
+//          the fill (p-1)·T_F at T_F = T_B = T_W, the paper's zero bubble
 //   DualPipeV (p-1)·max(T_F + T_B - T_W, T_F) (per chunk) when T_B <= T_F, M >= 2p
 // ZB-H1 and ZB-H2 are Qi et al.'s (p-1)(T_F + T_B - T_W) and
 // (p-1)(T_F + T_B - 2T_W) (ICLR 2024, sections 3.1-3.2) where those hold (W
@@ -88,7 +88,7 @@ TEST(ZeroBubbleSchedule, EveryScheduleIsValidOnEverySize) {
   for (ScheduleKind kind : {ScheduleKind::kZbH1, ScheduleKind::kZbH2, ScheduleKind::kZbV, ScheduleKind::kDualPipeV}) {
     for (int pp = 1; pp <= 5; ++pp) {
       for (int m = 1; m <= 12; ++m) {
-        if (kind == ScheduleKind::kDualPipeV && m < 2 * pp) continue;
+        if (chunks(kind) == 2 && m < 2 * pp) continue;
         const Schedule s = build_schedule(kind, pp, m, chunks(kind));
         EXPECT_EQ(validate_schedule(s, m, chunks(kind), stage_order(kind)), "")
             << schedule_name(kind) << " pp " << pp << " m " << m;
@@ -97,6 +97,10 @@ TEST(ZeroBubbleSchedule, EveryScheduleIsValidOnEverySize) {
   }
   // The V is not a loop: read with the wrong placement, its peers are wrong.
   EXPECT_THAT(validate_schedule(zb_v(2, 4), 4, 2, StageOrder::kLoop), ::testing::HasSubstr("peer should be"));
+  // ZB-V's steady pairs put the backward first: one activation fewer than DualPipeV's.
+  EXPECT_EQ(format_schedule(zb_v(2, 4)),
+            "rank 0: F0a F1a F2a F0b B0b W0b F1b B1b F3a B0a F2b B2b B1a F3b B3b B2a W2a B3a W3a\n"
+            "rank 1: F0a F0b F1a F1b B0b F2a B0a F2b B1b F3a B1a F3b B2b B2a B3b B3a W3b W3a\n");
 }
 
 TEST(ZeroBubbleSchedule, BubblesMatchTheClosedForms) {
@@ -115,7 +119,14 @@ TEST(ZeroBubbleSchedule, BubblesMatchTheClosedForms) {
           EXPECT_NEAR(got_h2, h2, 1e-9) << "zb-h2 p " << p << " m " << m << " B " << tb << " W " << tw;
           EXPECT_NEAR(bubble(one_f_one_b(p, m), c, m, 1, StageOrder::kLoop), one, 1e-9);
           worst = std::max({worst, std::abs(got_h1 - h1), std::abs(got_h2 - h2)});
-          if (m < 2 * p || tb > 1.0) continue;
+          if (m < 2 * p) continue;
+          if (tb >= 1.0) {
+            const double v = (p - 1) * std::max(2 * tb - tw, tb);
+            const double got_v = bubble(zb_v(p, m), c, m, 2, StageOrder::kV);
+            EXPECT_NEAR(got_v, v, 1e-9) << "zb-v p " << p << " m " << m << " B " << tb << " W " << tw;
+            worst = std::max(worst, std::abs(got_v - v));
+          }
+          if (tb > 1.0) continue;
           const double dv = (p - 1) * std::max(1.0 + tb - tw, 1.0);
           const double got_dv = bubble(dualpipe_v(p, m), c, m, 2, StageOrder::kV);
           EXPECT_NEAR(got_dv, dv, 1e-9) << "dualpipev p " << p << " m " << m << " B " << tb << " W " << tw;
@@ -123,12 +134,12 @@ TEST(ZeroBubbleSchedule, BubblesMatchTheClosedForms) {
         }
       }
     }
-    for (int m = p; m <= 3 * p; ++m) {  // ZB-V at T_F = T_B = T_W: only the pipeline's fill
-      const double got = bubble(zb_v(p, m), {1, 2, 1}, m, 2, StageOrder::kV);
-      EXPECT_GE(got, p - 1.0) << "nothing beats the fill: zb-v p " << p << " m " << m;
-      if (p > 4) continue;
-      EXPECT_NEAR(got, p - 1.0, 1e-9) << "zb-v p " << p << " m " << m;
-      worst = std::max(worst, std::abs(got - (p - 1.0)));
+    for (int m = 2 * p; m <= 4 * p; ++m) {  // T_F = T_B = T_W: only the pipeline's fill
+      for (const Schedule& s : {zb_v(p, m), dualpipe_v(p, m)}) {
+        const double got = bubble(s, {1, 2, 1}, m, 2, StageOrder::kV);
+        EXPECT_NEAR(got, p - 1.0, 1e-9) << "p " << p << " m " << m;
+        worst = std::max(worst, std::abs(got - (p - 1.0)));
+      }
     }
   }
   std::printf("zero-bubble closed forms: max |simulated - formula| %.3g time units (tol 1e-9)\n", worst);
@@ -136,8 +147,7 @@ TEST(ZeroBubbleSchedule, BubblesMatchTheClosedForms) {
 
 TEST(ZeroBubbleSchedule, TheParallelogramHasNoGapInsideEachRank) {
   // T_F = T_B = T_W: ZB-H2 keeps every rank busy from its first action to
-  // its last (Qi et al.'s zero bubble), ZB-H1 does not. (The greedy ZB-V
-  // reaches the same step time at p <= 4 but leaves gaps inside ranks.)
+  // its last (Qi et al.'s zero bubble), ZB-H1 does not.
   for (int p = 2; p <= 5; ++p) {
     for (int m = 2 * p - 1; m <= 3 * p; ++m) {
       const ScheduleTiming t = simulate_schedule(zb_h2(p, m), {1, 2, 1});
@@ -155,7 +165,7 @@ TEST(ZeroBubbleSchedule, StashPeaks) {
       const std::vector<int> ofob = peak_in_flight(one_f_one_b(p, m), true);
       const std::vector<int> h1 = peak_in_flight(zb_h1(p, m), true);
       const std::vector<int> h2 = peak_in_flight(zb_h2(p, m), true);
-      const std::vector<int> v = peak_in_flight(zb_v(p, m), true);
+      const std::vector<int> v = peak_in_flight(zb_v(p, m), true);  // m >= 2p here
       const std::vector<int> dv = peak_in_flight(dualpipe_v(p, m), true);
       for (int r = 0; r < p; ++r) {
         // ZB-H1: p - r activations before their B and r W stashes: 1F1B's first rank everywhere.
@@ -180,6 +190,7 @@ TEST(ZeroBubbleSchedule, ParseAndConstraintErrors) {
   EXPECT_EQ(error_of([] { build_schedule(ScheduleKind::kZbH1, 2, 4, 2); }),
             "--vpp 2: model chunks need --schedule interleaved, zb-v or dualpipev");
   EXPECT_EQ(error_of([] { dualpipe_v(4, 7); }), "--micro-batches 7: --schedule dualpipev needs at least 2 x --pp 4");
+  EXPECT_EQ(error_of([] { zb_v(2, 3); }), "--micro-batches 3: --schedule zb-v needs at least 2 x --pp 2");
   EXPECT_TRUE(splits_backward(ScheduleKind::kZbV));
   EXPECT_FALSE(splits_backward(ScheduleKind::kInterleaved));
 }
