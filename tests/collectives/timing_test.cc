@@ -92,7 +92,9 @@ TEST(TimingTest, ElemSizeOverridesTheDevicePrecision) {
     for (int r = 0; r < n; ++r) {
       EXPECT_EQ(bf16[size_t(r)], fp32[size_t(r)]) << "rank " << r;
       EXPECT_LT(plain[size_t(r)], bf16[size_t(r)]) << "rank " << r << ": bf16 on the wire is faster";
-      if (algo == Algo::kRing) EXPECT_EQ(bf16[size_t(r)], want) << "rank " << r;
+      if (algo == Algo::kRing) {
+        EXPECT_EQ(bf16[size_t(r)], want) << "rank " << r;
+      }
     }
   }
 }
