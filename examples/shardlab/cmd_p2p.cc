@@ -109,6 +109,7 @@ int run_p2p(const P2pFlags& f) {
   }
   if (f.src == f.dst) throw ConfigError(fmt::format("--src and --dst are both {}: need two devices", f.src));
   const auto [lo, hi] = parse_size_range(f.min_bytes, f.max_bytes);
+  check_outputs({{"--trace", f.common.trace}});
 
   std::vector<uint64_t> sizes;
   for (uint64_t b = lo; b <= hi; b *= 2) sizes.push_back(b);
