@@ -271,7 +271,11 @@ HardwareProfile load_profile(std::string_view name_or_path) {
   try {
     in >> j;
   } catch (const std::exception& e) {  // nlohmann's parse errors, and a read error of the stream
-    throw ConfigError(fmt::format("profile {}: not valid JSON ({})", path, e.what()));
+    // nlohmann's text starts with its exception id, "[json.exception.parse_error.101] ": not for users.
+    const std::string_view what = e.what();
+    const size_t id_end = what.starts_with("[json.exception.") ? what.find("] ") : std::string_view::npos;
+    throw ConfigError(fmt::format("profile {}: not valid JSON ({})", path,
+                                  id_end == std::string_view::npos ? what : what.substr(id_end + 2)));
   }
   return profile_from_json(j, path);
 }

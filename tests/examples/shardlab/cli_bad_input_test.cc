@@ -308,6 +308,7 @@ TEST(CliBadInput, CollectivesAndP2pFlags) {
       {"p2p --src 0 --dst 0", "--src and --dst are both 0"},
       {"p2p --min-bytes 0", "--min-bytes must be at least 1"},
       {"p2p --max-bytes 12parsecs", "--max-bytes: cannot parse size"},
+      {"p2p --max-bytes 4GiB", "--max-bytes 4294967296: at most 1GiB for p2p"},
       {"p2p --pace -1", "--pace: -1 is out of range"},
       {"p2p --nodes -3", "--nodes: -3 is out of range"},
       {"profiles --frobnicate", "frobnicate"},
