@@ -16,6 +16,7 @@
 #include "model/io/data.h"
 #include "model/io/safetensors.h"
 #include "tests/examples/shardlab/cli_util.h"
+#include "tests/support/sanitizer.h"
 
 namespace shardlab {
 namespace {
@@ -34,14 +35,17 @@ nlohmann::json train_report(const std::string& args, const std::string& name) {
 }
 
 TEST(CliTrain, TinyModelLearnsTheMarkovSource) {
-  auto j = train_report("--model tiny --data synthetic:markov --steps 120", "learn");
+  // Under ThreadSanitizer (10-15x slower) 40 steps, which fall by about 1.5 (120 steps: about 3).
+  const int n = testing::kThreadSanitizer ? 40 : 120;
+  const double drop = testing::kThreadSanitizer ? 1.0 : 2.5;
+  auto j = train_report("--model tiny --data synthetic:markov --steps " + std::to_string(n), "learn");
   const auto& steps = j["steps"];
-  ASSERT_EQ(steps.size(), 120u);
+  ASSERT_EQ(steps.size(), size_t(n));
   const double first = steps.front()["loss"], last = steps.back()["loss"];
   const double best = j["summary"]["best_loss"];
-  std::printf("tiny markov: loss %.4f -> %.4f in 120 steps (best achievable %.4f)\n", first, last, best);
+  std::printf("tiny markov: loss %.4f -> %.4f in %d steps (best achievable %.4f)\n", first, last, n, best);
   EXPECT_NEAR(first, std::log(512.0), 0.2);  // uniform prediction at init
-  EXPECT_LT(last, first - 2.5);
+  EXPECT_LT(last, first - drop);
   EXPECT_GT(last, best);
   // The report has DESIGN.md's fields.
   for (const char* k : {"virtual_step_s", "host_tokens_per_s", "bubble_fraction", "mfu"})
