@@ -227,6 +227,9 @@ HardwareProfile profile_from_json(const nlohmann::json& j, std::string_view orig
   if (j.contains("description") && j["description"].is_string()) p.description = j["description"];
   p.nodes = r.count(j, "nodes");
   p.devices_per_node = r.count(j, "devices_per_node");
+  if (int64_t{p.nodes} * p.devices_per_node > kMaxDevices)
+    r.fail(fmt::format("nodes {} x devices_per_node {} = {} devices: at most {}", p.nodes, p.devices_per_node,
+                       int64_t{p.nodes} * p.devices_per_node, kMaxDevices));
   p.device.peak_tflops_fp32 = r.rate(j, "device.peak_tflops.fp32");
   p.device.peak_tflops_bf16 = r.rate(j, "device.peak_tflops.bf16");
   p.device.mem_bandwidth_GBps = r.rate(j, "device.mem_bandwidth_GBps");
@@ -259,13 +262,20 @@ HardwareProfile load_profile(std::string_view name_or_path) {
                                   name_or_path, names));
   }
   std::string path(name_or_path);
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw ConfigError(fmt::format("profile {}: is a directory, not a JSON file", path));
   std::ifstream in(path);
   if (!in) throw ConfigError(fmt::format("profile {}: cannot open file", path));
   nlohmann::json j;
   try {
     in >> j;
-  } catch (const nlohmann::json::exception& e) {
-    throw ConfigError(fmt::format("profile {}: not valid JSON ({})", path, e.what()));
+  } catch (const std::exception& e) {  // nlohmann's parse errors, and a read error of the stream
+    // nlohmann's text starts with its exception id, "[json.exception.parse_error.101] ": not for users.
+    const std::string_view what = e.what();
+    const size_t id_end = what.starts_with("[json.exception.") ? what.find("] ") : std::string_view::npos;
+    throw ConfigError(fmt::format("profile {}: not valid JSON ({})", path,
+                                  id_end == std::string_view::npos ? what : what.substr(id_end + 2)));
   }
   return profile_from_json(j, path);
 }

@@ -1,11 +1,9 @@
 #include "runtime/trace.h"
 
-#include <fstream>
-
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "runtime/errors.h"
+#include "runtime/output_file.h"
 
 namespace shardlab {
 
@@ -18,10 +16,7 @@ const char* stream_name(StreamKind k) {
   return "?";
 }
 
-void write_chrome_trace(const std::string& path, const std::vector<DeviceTrace>& devices,
-                        const std::string& title) {
-  std::ofstream out(path);
-  if (!out) throw ConfigError(fmt::format("--trace: cannot write \"{}\"", path));
+std::string chrome_trace_json(const std::vector<DeviceTrace>& devices, const std::string& title) {
   nlohmann::json events = nlohmann::json::array();
   for (const auto& d : devices) {
     events.push_back({{"ph", "M"}, {"pid", d.rank}, {"name", "process_name"},
@@ -48,8 +43,12 @@ void write_chrome_trace(const std::string& path, const std::vector<DeviceTrace>&
   nlohmann::json doc{{"traceEvents", std::move(events)},
                      {"displayTimeUnit", "ns"},
                      {"otherData", {{"title", title}, {"clock", "virtual"}}}};
-  out << doc.dump() << '\n';
-  if (!out) throw ConfigError(fmt::format("--trace: cannot write \"{}\"", path));
+  return doc.dump() + '\n';
+}
+
+void write_chrome_trace(const std::string& path, const std::vector<DeviceTrace>& devices,
+                        const std::string& title) {
+  write_file_atomic(path, chrome_trace_json(devices, title), "--trace");
 }
 
 }  // namespace shardlab

@@ -33,7 +33,9 @@ struct DeviceTrace {
   std::vector<TraceEvent> events;
 };
 
-// Writes {"traceEvents": [...], "displayTimeUnit": "ns"}; timestamps in us.
+// {"traceEvents": [...], "displayTimeUnit": "ns"}; timestamps in us.
+std::string chrome_trace_json(const std::vector<DeviceTrace>& devices, const std::string& title);
+// Writes chrome_trace_json() atomically (runtime/output_file.h).
 // Throws ConfigError if the file cannot be written.
 void write_chrome_trace(const std::string& path, const std::vector<DeviceTrace>& devices,
                         const std::string& title);

@@ -12,6 +12,7 @@
 #include <optional>
 #include <utility>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -36,6 +37,27 @@ struct CommonFlags {
 void add_common_flags(CLI::App* sub, CommonFlags& flags, bool with_trace = true);
 // Applies -v and loads the profile (ConfigError on a bad one).
 HardwareProfile apply_common(const CommonFlags& flags);
+
+// Flag value checks that CLI11 runs while parsing, before anything starts;
+// CLI11 prefixes the flag: "--batch: 0 is out of range: must be between 1
+// and 16777216". NaN and infinities are refused everywhere; an explicit value
+// is never replaced by a default.
+//   number_in(lo, hi):        lo <= v <= hi
+//   number_above(lo, hi):     lo <  v <= hi (a positive rate, a tolerance)
+//   nonempty():               a file name or spec that is not ""
+CLI::Validator number_in(double lo, double hi);
+CLI::Validator number_above(double lo, double hi);
+CLI::Validator nonempty();
+inline constexpr double kMaxPace = 1e6;  // wall seconds per virtual second
+
+// The files a run writes, {flag, path} (empty paths skipped): each checked
+// writable and all distinct before the run (runtime/output_file.h).
+void check_outputs(const std::vector<std::pair<std::string, std::string>>& outputs);
+// One file of a run: written after it, all of them or none (empty paths skipped).
+struct Output {
+  std::string flag, path, bytes;
+};
+void write_outputs(const std::vector<Output>& outputs);
 
 // A CLI11 validator-free size flag: "--max-bytes 256MiB".
 void add_size_flag(CLI::App* sub, const std::string& name, std::string& text,

@@ -322,6 +322,7 @@ int run_collectives(const CollFlags& f) {
   const HardwareProfile profile = apply_common(f.common);
   const Setup s = parse_setup(f, profile);
   const std::vector<uint64_t> sizes = parse_sizes(f);
+  check_outputs({{"--trace", f.common.trace}});
   const auto wall0 = std::chrono::steady_clock::now();
   std::vector<Row> rows;
   std::vector<DeviceTrace> traces;

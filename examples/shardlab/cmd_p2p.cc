@@ -47,6 +47,7 @@ constexpr Tag kPing = 1, kPong = 2, kData = 3, kAck = 4, kGo = 5;
 constexpr Engine kEngine = Engine::kCopy;
 constexpr uint64_t kWindowBytes = 128ull << 20;
 constexpr int kMaxWindow = 64;
+constexpr uint64_t kMaxMessageBytes = 1ull << 30;
 
 int window_for(uint64_t bytes) {
   return static_cast<int>(std::clamp<uint64_t>(kWindowBytes / bytes, 1, kMaxWindow));
@@ -109,6 +110,12 @@ int run_p2p(const P2pFlags& f) {
   }
   if (f.src == f.dst) throw ConfigError(fmt::format("--src and --dst are both {}: need two devices", f.src));
   const auto [lo, hi] = parse_size_range(f.min_bytes, f.max_bytes);
+  // Each of the two devices holds a send and a receive buffer of the largest
+  // message: 4 x --max-bytes of host memory.
+  if (hi > kMaxMessageBytes)
+    throw ConfigError(fmt::format("--max-bytes {}: at most 1GiB for p2p (each device holds a send and a receive "
+                                  "buffer of the largest message)", hi));
+  check_outputs({{"--trace", f.common.trace}});
 
   std::vector<uint64_t> sizes;
   for (uint64_t b = lo; b <= hi; b *= 2) sizes.push_back(b);

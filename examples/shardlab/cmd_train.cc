@@ -3,7 +3,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -118,21 +117,24 @@ void print_summary(const train::TrainOptions& o, const Cluster& cluster, const t
 
 int run_train(TrainFlags& f) {
   HardwareProfile profile = apply_common(f.common);
-  train::TrainOptions o = f.options();
-  Cluster cluster(profile, f.cluster_options());
+  const train::TrainOptions o = f.options();
+  const ClusterOptions copts = f.cluster_options();
+  check_outputs({{"--save", f.save}, {"--report", f.report}, {"--trace", f.common.trace}});
+  Cluster cluster(profile, copts);
   Progress progress(o.steps, int64_t(o.model.batch_size) * o.model.block_size, f.common.json,
                     o.phantom);
+  train::TrainOptions run = o;
+  run.save_path.clear();  // written below with the other files: all of them or none
   train::TrainResult r = train::train(
-      cluster, o, [&](const train::StepRecord& s) { progress(s); },
+      cluster, run, [&](const train::StepRecord& s) { progress(s); },
       [&](const train::ProgressEvent& e) { progress(e); });
   nlohmann::json report = train::report_json(o, cluster, r);
-  if (!f.report.empty()) {
-    std::ofstream out(f.report);
-    out << report.dump(2) << '\n';
-    if (!out) throw ConfigError(fmt::format("--report: cannot write \"{}\"", f.report));
-  }
-  if (!f.common.trace.empty())
-    write_chrome_trace(f.common.trace, r.run.traces, fmt::format("shardlab train {}", o.model.to_string()));
+  write_outputs({{"--save", f.save, f.save.empty() ? "" : train::checkpoint_bytes(o, r)},
+                 {"--report", f.report, f.report.empty() ? "" : report.dump(2) + "\n"},
+                 {"--trace", f.common.trace,
+                  f.common.trace.empty() ? ""
+                                         : chrome_trace_json(r.run.traces, fmt::format("shardlab train {}",
+                                                                                       o.model.to_string()))}});
   if (f.common.json) {
     fmt::print("{}\n", report.dump(2));
   } else {

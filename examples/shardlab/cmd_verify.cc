@@ -1,10 +1,10 @@
 // `shardlab verify`: train a sharded config and the unsharded reference from
 // the same seed and batches, side by side, and compare them number by number.
-#include <fstream>
+#include <exception>
+#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <tbb/parallel_invoke.h>
 
 #include "collectives/mesh.h"
 #include "examples/shardlab/cli.h"
@@ -60,18 +60,42 @@ void print_table(const train::TrainOptions& o, const collectives::DeviceMesh& me
   }
 }
 
+// Runs `a` here and `b` on a second host thread, side by side, and rethrows
+// the first error. A std::thread, not a oneTBB task: its join is a
+// synchronisation ThreadSanitizer sees (Debian's oneTBB is not instrumented,
+// so the reads of b's results after a TBB join were reported as races).
+template <class A, class B>
+void side_by_side(A&& a, B&& b) {
+  std::exception_ptr error_a, error_b;
+  std::thread other([&] {
+    try {
+      b();
+    } catch (...) {
+      error_b = std::current_exception();
+    }
+  });
+  try {
+    a();
+  } catch (...) {
+    error_a = std::current_exception();
+  }
+  other.join();
+  if (error_a) std::rethrow_exception(error_a);
+  if (error_b) std::rethrow_exception(error_b);
+}
+
 int run_verify(VerifyFlags& f) {
   HardwareProfile profile = apply_common(f.train.common);
   train::TrainOptions sharded = f.train.options();
   if (sharded.phantom)
     throw ConfigError("--phantom: verify compares values, and a phantom run computes none (use train --phantom)");
+  if (!f.train.save.empty())
+    throw ConfigError("--save: verify trains two models and keeps neither (use train --save)");
+  check_outputs({{"--report", f.train.report}, {"--trace", f.train.common.trace}});
   sharded.keep_step0_grads = f.grads;
   train::TrainOptions reference = sharded;
   reference.parallel = {};
   reference.corrupt_shard.clear();
-  reference.save_path.clear();
-  sharded.save_path.clear();
-  if (f.tol_loss < 0 || f.tol_param < 0) throw ConfigError("--tol-loss and --tol-param must be >= 0");
   const train::VerifyOptions vo{f.tol_loss, f.tol_param, f.grads};
 
   ClusterOptions copts = f.train.cluster_options();
@@ -80,17 +104,12 @@ int run_verify(VerifyFlags& f) {
   copts.trace = false;
   Cluster reference_cluster(profile, copts);
   train::TrainResult a, b;
-  // Two independent emulations side by side.
-  tbb::parallel_invoke([&] { a = train::train(sharded_cluster, sharded); },
-                       [&] { b = train::train(reference_cluster, reference); });
-  if (!f.train.common.trace.empty())
-    write_chrome_trace(f.train.common.trace, a.run.traces, "shardlab verify (sharded run)");
+  side_by_side([&] { a = train::train(sharded_cluster, sharded); },
+               [&] { b = train::train(reference_cluster, reference); });
   const nlohmann::json report = train::report_json(sharded, sharded_cluster, a);
-  if (!f.train.report.empty()) {
-    std::ofstream out(f.train.report);
-    out << report.dump(2) << '\n';
-    if (!out) throw ConfigError(fmt::format("--report: cannot write \"{}\"", f.train.report));
-  }
+  write_outputs({{"--report", f.train.report, f.train.report.empty() ? "" : report.dump(2) + "\n"},
+                 {"--trace", f.train.common.trace,
+                  f.train.common.trace.empty() ? "" : chrome_trace_json(a.run.traces, "shardlab verify (sharded run)")}});
   const model::ParamTable table(sharded.model);
   const train::VerifyResult r = train::compare_runs(a, b, table, vo);
   if (f.train.common.json) {
@@ -111,8 +130,12 @@ void add_verify_command(CLI::App& app) {
   static VerifyFlags f;
   f.train.add(sub);
   sub->add_flag("--grads", f.grads, "Also compare the step-0 gradients");
-  sub->add_option("--tol-loss", f.tol_loss, "Max relative loss difference per step")->capture_default_str();
-  sub->add_option("--tol-param", f.tol_param, "Max relative L2 difference per tensor")->capture_default_str();
+  sub->add_option("--tol-loss", f.tol_loss, "Max relative loss difference per step")
+      ->capture_default_str()
+      ->check(number_in(0, 1e3));
+  sub->add_option("--tol-param", f.tol_param, "Max relative L2 difference per tensor")
+      ->capture_default_str()
+      ->check(number_in(0, 1e3));
   sub->footer("Exit status: 0 when the runs agree, 1 when they do not, 2 on bad input.");
   set_action(sub, [] { return run_verify(f); });
 }

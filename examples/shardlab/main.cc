@@ -1,10 +1,54 @@
 // shardlab: a GPU training cluster emulated on CPU threads.
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <string>
 
 #include "examples/shardlab/cli.h"
 #include "runtime/errors.h"
+
+namespace {
+
+// Output lost to a write error on stdout (a full disk, `--json > /dev/full`)
+// is a failed run: one line on stderr and exit 2, never exit 0.
+int finish_stdout(int code) {
+  errno = 0;
+  if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return code;
+  std::fprintf(stderr, "shardlab: error: cannot write to stdout (%s)\n",
+               errno != 0 ? std::strerror(errno) : "write error");
+  return 2;
+}
+
+int run(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::RuntimeError& e) {
+    return e.get_exit_code();
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "shardlab: error: %s\n", e.what());
+    return 2;
+  } catch (const shardlab::ConfigError& e) {
+    std::fprintf(stderr, "shardlab: error: %s\n", e.what());
+    return 2;
+  } catch (const shardlab::RunError& e) {
+    std::fprintf(stderr, "shardlab: error: %s\n", e.what());
+    return e.input_error() ? 2 : 1;
+  } catch (const std::exception& e) {
+    if (std::ferror(stdout)) return 2;  // fmt::print failed on stdout: finish_stdout says so
+    std::fprintf(stderr, "shardlab: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"shardlab: a GPU training cluster emulated on CPU threads", "shardlab"};
@@ -26,28 +70,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "shardlab: error: unknown subcommand '%s' (one of: %s)\n", argv[1], names.c_str());
     return 2;
   }
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
-  } catch (const CLI::RuntimeError& e) {
-    return e.get_exit_code();
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "shardlab: error: %s\n", e.what());
-    return 2;
-  } catch (const shardlab::ConfigError& e) {
-    std::fprintf(stderr, "shardlab: error: %s\n", e.what());
-    return 2;
-  } catch (const shardlab::RunError& e) {
-    std::fprintf(stderr, "shardlab: error: %s\n", e.what());
-    return e.input_error() ? 2 : 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "shardlab: error: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  return finish_stdout(run(app, argc, argv));
 }

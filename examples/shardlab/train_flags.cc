@@ -21,65 +21,112 @@ std::string preset_list() {
 
 }  // namespace
 
-void TrainFlags::add(CLI::App* sub) {
-  add_common_flags(sub, common);
-  sub->add_option("--model", model, "Model preset: " + preset_list())->capture_default_str();
-  sub->add_option("--layers", layers, "Transformer blocks (overrides the preset)");
-  sub->add_option("--heads", heads, "Attention heads");
-  sub->add_option("--embd", embd, "Embedding width C");
-  sub->add_option("--vocab", vocab, "Vocabulary size (tokens; never padded unless asked)");
-  sub->add_option("--ffn,--ffn-hidden-size", ffn, "MLP hidden width (default 4 x --embd)");
-  sub->add_option("--make-vocab-size-divisible-by", vocab_divisible_by,
+namespace {
+
+// Bounds that keep every size product of the model code within int64 and
+// its int dimensions; far beyond any published model (GPT-3: 96 layers,
+// embd 12288; Megatron-1T: embd 25600), small enough that a nonsense value
+// ("--embd 2000000000") is refused here instead of overflowing later.
+constexpr double kMaxDim = 1 << 20;     // --heads, --embd, --seq
+constexpr double kMaxCount = 1 << 24;   // --vocab, --ffn, --batch
+constexpr double kMaxLayers = 1 << 16;  // --layers, --experts
+constexpr double kMaxSteps = 1e6;       // --steps, --warmup-steps (results are kept per step)
+
+void add_model_flags(CLI::App* sub, TrainFlags& f) {
+  sub->add_option("--model", f.model, "Model preset: " + preset_list())->capture_default_str();
+  sub->add_option("--layers", f.layers, "Transformer blocks (overrides the preset)")->check(number_in(1, kMaxLayers));
+  sub->add_option("--heads", f.heads, "Attention heads")->check(number_in(1, kMaxDim));
+  sub->add_option("--embd", f.embd, "Embedding width C")->check(number_in(1, kMaxDim));
+  sub->add_option("--vocab", f.vocab, "Vocabulary size (tokens; never padded unless asked)")
+      ->check(number_in(2, kMaxCount));
+  sub->add_option("--ffn,--ffn-hidden-size", f.ffn, "MLP hidden width (default 4 x --embd)")
+      ->check(number_in(1, kMaxCount));
+  sub->add_option("--make-vocab-size-divisible-by", f.vocab_divisible_by,
                   "Pad the vocabulary to a multiple of N x --tp, as Megatron (default: 128 for the "
-                  "published presets, none for nano/tiny/small and an explicit --vocab)");
-  sub->add_option("--seq", seq, "Sequence length = position table size");
-  sub->add_option("--batch", batch, "Global batch in sequences");
-  sub->add_option("--experts", experts, "MoE experts per MoE block (0 = dense)")->capture_default_str();
-  sub->add_option("--top-k", top_k, "Experts per token")->capture_default_str();
-  sub->add_option("--moe-every", moe_every, "Blocks with layer % N == 0 are MoE")->capture_default_str();
-  sub->add_option("--aux-coef", aux_coef, "Load-balancing loss coefficient (default 0.01 with experts)");
-  sub->add_option("--capacity-factor", capacity_factor, "Expert capacity factor (0 = unlimited)")
+                  "published presets, none for nano/tiny/small and an explicit --vocab)")
+      ->check(number_in(1, 1 << 16));
+  sub->add_option("--seq", f.seq, "Sequence length = position table size")->check(number_in(1, kMaxDim));
+  sub->add_option("--batch", f.batch, "Global batch in sequences")->check(number_in(1, kMaxCount));
+  sub->add_option("--experts", f.experts, "MoE experts per MoE block (0 = dense)")
+      ->capture_default_str()
+      ->check(number_in(0, kMaxLayers));
+  sub->add_option("--top-k", f.top_k, "Experts per token")->capture_default_str()->check(number_in(1, kMaxLayers));
+  sub->add_option("--moe-every", f.moe_every, "Blocks with layer % N == 0 are MoE")
+      ->capture_default_str()
+      ->check(number_in(1, kMaxLayers));
+  sub->add_option("--aux-coef", f.aux_coef, "Load-balancing loss coefficient (default 0.01 with experts)")
+      ->check(number_in(0, 1e6));
+  sub->add_option("--capacity-factor", f.capacity_factor, "Expert capacity factor (0 = unlimited)")
+      ->capture_default_str()
+      ->check(number_in(0, 1e6));
+}
+
+void add_optimizer_flags(CLI::App* sub, TrainFlags& f) {
+  sub->add_option("--steps", f.steps, "Optimizer steps")->capture_default_str()->check(number_in(1, kMaxSteps));
+  sub->add_option("--seed", f.seed, "Seed for init and data")->capture_default_str()->check(number_in(0, 1.8e19));
+  sub->add_option("--lr", f.lr, "Peak learning rate")->capture_default_str()->check(number_above(0, 1e3));
+  sub->add_option("--beta1", f.beta1, "AdamW beta1")->capture_default_str()->check(number_in(0, 1));
+  sub->add_option("--beta2", f.beta2, "AdamW beta2")->capture_default_str()->check(number_in(0, 1));
+  sub->add_option("--eps", f.eps, "AdamW eps")->capture_default_str()->check(number_above(0, 1));
+  sub->add_option("--weight-decay", f.weight_decay, "AdamW decoupled weight decay (2+-dim tensors)")
+      ->capture_default_str()
+      ->check(number_in(0, 1e3));
+  sub->add_option("--grad-clip", f.grad_clip, "Global gradient-norm clip (0 = off)")
+      ->capture_default_str()
+      ->check(number_in(0, 1e6));
+  sub->add_option("--warmup-steps", f.warmup_steps, "Linear warm-up steps")
+      ->capture_default_str()
+      ->check(number_in(0, kMaxSteps));
+  sub->add_option("--lr-schedule", f.lr_schedule, "constant or cosine (to lr/10)")->capture_default_str();
+}
+
+void add_io_flags(CLI::App* sub, TrainFlags& f) {
+  sub->add_option("--data", f.data, "synthetic:NAME or FILE.bin")->capture_default_str()->check(nonempty());
+  sub->add_option("--sampling", f.sampling, "random or sequential")->capture_default_str();
+  sub->add_option("--init", f.init, "Start from FILE.safetensors (strict: exactly the model's tensors)")
+      ->check(nonempty());
+  sub->add_option("--save", f.save, "Save FILE.safetensors after training")->check(nonempty());
+  sub->add_option("--report", f.report, "Write the run report to FILE.json")->check(nonempty());
+  sub->add_option("--memory", f.memory, "Per-device memory, e.g. 64MiB (default: the profile's)")->check(nonempty());
+  sub->add_option("--precision", f.precision, "Modeled precision: fp32 or bf16")->capture_default_str();
+}
+
+void add_parallel_flags(CLI::App* sub, TrainFlags& f) {
+  auto degree = [&](const char* name, int& field, const char* help) {
+    sub->add_option(name, field, help)->capture_default_str()->check(number_in(1, double(kMaxDevices)));
+  };
+  degree("--dp", f.dp, "Data-parallel degree");
+  degree("--tp", f.tp, "Tensor-parallel degree (Megatron)");
+  sub->add_flag("--sp", f.sp, "Sequence parallelism (with --tp)");
+  sub->add_option("--zero", f.zero, "ZeRO stage over dp: 0, 1 (optimizer states) or 2 (+ gradients)")
       ->capture_default_str();
-  sub->add_option("--steps", steps, "Optimizer steps")->capture_default_str();
-  sub->add_option("--seed", seed, "Seed for init and data")->capture_default_str();
-  sub->add_option("--lr", lr, "Peak learning rate")->capture_default_str();
-  sub->add_option("--beta1", beta1, "AdamW beta1")->capture_default_str();
-  sub->add_option("--beta2", beta2, "AdamW beta2")->capture_default_str();
-  sub->add_option("--eps", eps, "AdamW eps")->capture_default_str();
-  sub->add_option("--weight-decay", weight_decay, "AdamW decoupled weight decay (2+-dim tensors)")
-      ->capture_default_str();
-  sub->add_option("--grad-clip", grad_clip, "Global gradient-norm clip (0 = off)")->capture_default_str();
-  sub->add_option("--warmup-steps", warmup_steps, "Linear warm-up steps")->capture_default_str();
-  sub->add_option("--lr-schedule", lr_schedule, "constant or cosine (to lr/10)")->capture_default_str();
-  sub->add_option("--data", data, "synthetic:NAME or FILE.bin")->capture_default_str();
-  sub->add_option("--sampling", sampling, "random or sequential")->capture_default_str();
-  sub->add_option("--init", init, "Start from FILE.safetensors");
-  sub->add_option("--save", save, "Save FILE.safetensors after training");
-  sub->add_option("--report", report, "Write the run report to FILE.json");
-  sub->add_option("--memory", memory, "Per-device memory, e.g. 64MiB (default: the profile's)");
-  sub->add_option("--precision", precision, "Modeled precision: fp32 or bf16")->capture_default_str();
-  sub->add_option("--dp", dp, "Data-parallel degree")->capture_default_str();
-  sub->add_option("--tp", tp, "Tensor-parallel degree (Megatron)")->capture_default_str();
-  sub->add_flag("--sp", sp, "Sequence parallelism (with --tp)");
-  sub->add_option("--zero", zero, "ZeRO stage over dp: 0, 1 (optimizer states) or 2 (+ gradients)")
-      ->capture_default_str();
-  sub->add_option("--bucket-mb", bucket_mb, "DP gradient bucket size in MB")->capture_default_str();
-  sub->add_flag("--no-overlap", no_overlap, "Reduce DP gradients after backward instead of during it");
-  sub->add_option("--ep", ep, "Expert-parallel degree (divides --dp; --experts / ep experts per GPU)")
-      ->capture_default_str();
-  sub->add_option("--pp", pp, "Pipeline-parallel stages")->capture_default_str();
-  sub->add_option("--micro-batches", micro_batches,
-                  "Micro-batches per step (gradient accumulation; the pipeline's M)")
-      ->capture_default_str();
-  sub->add_option("--schedule", schedule,
+  sub->add_option("--bucket-mb", f.bucket_mb, "DP gradient bucket size in MB")
+      ->capture_default_str()
+      ->check(number_above(0, 1e6));
+  sub->add_flag("--no-overlap", f.no_overlap, "Reduce DP gradients after backward instead of during it");
+  degree("--ep", f.ep, "Expert-parallel degree (divides --dp; --experts / ep experts per GPU)");
+  degree("--pp", f.pp, "Pipeline-parallel stages");
+  degree("--micro-batches", f.micro_batches, "Micro-batches per step (gradient accumulation; the pipeline's M)");
+  sub->add_option("--schedule", f.schedule,
                   "Pipeline schedule: gpipe, 1f1b, interleaved, or zero-bubble zb-h1, zb-h2, zb-v, dualpipev")
       ->capture_default_str();
-  sub->add_option("--vpp", vpp,
-                  "Model chunks per pipeline rank (interleaved: 2 or more; zb-v and dualpipev: 2, the default)");
-  sub->add_option("--pp-layers", pp_layers, "Blocks per stage, e.g. 3,3,2 (default: balanced)");
-  sub->add_option("--recompute", recompute,
+  sub->add_option("--vpp", f.vpp,
+                  "Model chunks per pipeline rank (interleaved: 2 or more; zb-v and dualpipev: 2, the default)")
+      ->check(number_in(1, double(kMaxDevices)));
+  sub->add_option("--pp-layers", f.pp_layers, "Blocks per stage, e.g. 3,3,2 (default: balanced)")->check(nonempty());
+  sub->add_option("--recompute", f.recompute,
                   "Activation recomputation: none, selective (attention core) or full (whole blocks)")
       ->capture_default_str();
+}
+
+}  // namespace
+
+void TrainFlags::add(CLI::App* sub) {
+  add_common_flags(sub, common);
+  add_model_flags(sub, *this);
+  add_optimizer_flags(sub, *this);
+  add_io_flags(sub, *this);
+  add_parallel_flags(sub, *this);
   sub->add_flag("--phantom", phantom,
                 "Shapes only: run every kernel, collective and allocation on the clock, compute nothing");
   sub->add_option("--phantom-routing", phantom_routing,
@@ -140,6 +187,15 @@ double parse_phantom_routing(const std::string& text) {
 }  // namespace
 
 train::TrainOptions TrainFlags::options() const {
+  const int64_t world = int64_t{dp} * tp * pp;  // each degree is at most kMaxDevices: no overflow in int64
+  if (world > kMaxDevices)
+    throw ConfigError(fmt::format("--dp {} x --tp {} x --pp {} = {} devices: at most {}", dp, tp, pp, world,
+                                  kMaxDevices));
+  // The result keeps a record per device and step (the report's timelines).
+  constexpr int64_t kMaxDeviceSteps = 100'000'000;
+  if (world * steps > kMaxDeviceSteps)
+    throw ConfigError(fmt::format("--steps {} on {} devices: at most {} device-steps (a record is kept for each)",
+                                  steps, world, kMaxDeviceSteps));
   train::TrainOptions o;
   o.model = model_config();
   o.steps = steps;
@@ -169,6 +225,8 @@ train::TrainOptions TrainFlags::options() const {
   o.phantom = phantom;
   o.fold = !no_fold;
   o.phantom_zipf = parse_phantom_routing(phantom_routing);
+  if (phantom && data != train::TrainOptions{}.data)  // an explicit --data would be silently unused
+    throw ConfigError(fmt::format("--data {}: a phantom run reads no data (leave --data out)", data));
   o.validate();
   train::validate_parallel(o);
   return o;
@@ -176,7 +234,11 @@ train::TrainOptions TrainFlags::options() const {
 
 ClusterOptions TrainFlags::cluster_options() const {
   ClusterOptions c;
-  if (!memory.empty()) c.memory_bytes = parse_bytes(memory, "--memory");
+  if (!memory.empty()) {
+    c.memory_bytes = parse_bytes(memory, "--memory");
+    // 0 would mean "the profile's" to the cluster: an explicit 0 is refused, not replaced.
+    if (c.memory_bytes == 0) throw ConfigError("--memory 0: a device needs some memory (e.g. 64MiB)");
+  }
   if (precision == "fp32") c.precision = Precision::kFp32;
   else if (precision == "bf16") c.precision = Precision::kBf16;
   else throw ConfigError(fmt::format("--precision: unknown \"{}\" (fp32, bf16)", precision));

@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "runtime/errors.h"
+#include "runtime/output_file.h"
 
 namespace shardlab::model {
 namespace {
@@ -219,21 +220,7 @@ std::string safetensors_bytes(const std::vector<NamedTensorView>& tensors,
 
 void save_safetensors(const std::string& path, const std::vector<NamedTensorView>& tensors,
                       const std::map<std::string, std::string>& metadata) {
-  std::string bytes = safetensors_bytes(tensors, metadata);
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (out) out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (!out || !out.flush())
-      throw ConfigError(
-          fmt::format("safetensors \"{}\": cannot write ({})", path, std::strerror(errno)));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    throw ConfigError(fmt::format("safetensors \"{}\": cannot write ({})", path, ec.message()));
-  }
+  write_file_atomic(path, safetensors_bytes(tensors, metadata), "--save");
 }
 
 SafetensorsFile parse_safetensors(std::span<const uint8_t> bytes, const std::string& origin) {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <tuple>
 
@@ -88,6 +89,29 @@ MemoryEstimate lower_bound(const TrainOptions& o, int elem) {
 
 }  // namespace
 
+ActivationFloor activation_floor(const TrainOptions& o) {
+  const ParallelOptions& p = o.parallel;
+  const model::GPTConfig& m = o.model;
+  const double rows = double(m.batch_size) / (double(o.micro_batches) * p.dp);  // one micro-batch, one replica
+  const double T = m.block_size, N = rows * T;
+  const double att = rows * (double(m.n_head) / p.tp) * T * T;  // (b, H/tp, T, T) of one block
+  const double logits = N * double(m.vocab_size) / p.tp;         // (b, T, V/tp) on the last stage
+  ActivationFloor f;
+  if (!runs_sharded(o)) {
+    // The unsharded model (tp = pp = 1) sizes every block's buffers at once
+    // (GPT::resize_activations) and saves them all: qkv, attention, logits and probabilities.
+    const double blocks = double(m.n_layer) * (att + 3 * N * m.n_embd);
+    f.device_elements = blocks + 2 * logits;
+    f.host_elements = p.dp * (blocks + 3 * logits);
+  } else {
+    // The sharded model holds at least one block's attention probabilities
+    // on every device and the logits on the last stage's.
+    f.device_elements = std::max(att, logits);
+    f.host_elements = double(p.world()) * att + double(p.world() / p.pp) * logits;
+  }
+  return f;
+}
+
 MemoryEstimate estimate_memory(const TrainOptions& o, int elem) {
   const ParallelOptions& p = o.parallel;
   const model::ParamTable table(o.model);
@@ -109,6 +133,36 @@ MemoryEstimate estimate_memory(const TrainOptions& o, int elem) {
   return e;
 }
 
+namespace {
+
+// A real run sizes host buffers for its activations: refuse them here, not
+// in the host allocator (std::bad_alloc) or in minutes of swapping.
+void check_activations(const TrainOptions& o, const MemoryEstimate& e, uint64_t capacity, int elem, uint64_t budget,
+                       uint64_t host_memory) {
+  const DeviceMemory& w = e.worst;
+  const ActivationFloor a = activation_floor(o);
+  const double device_need = double(w.total()) + a.device_elements * elem;
+  if (device_need > double(capacity)) {
+    const collectives::DeviceMesh mesh(o.parallel.mesh_shape());
+    throw ConfigError(fmt::format(
+        "device {} ({}): out of memory: parameters, gradients and optimizer state need {} and the "
+        "activations of one micro-batch at least {} (attention probabilities and logits), more than its capacity {}",
+        e.worst_rank, mesh.describe(e.worst_rank), format_bytes(w.total()),
+        format_bytes(uint64_t(std::min(a.device_elements * elem, 1.8e19))), format_bytes(capacity)));
+  }
+  const double host_activations = a.host_elements * 4;  // the host computes in fp32
+  if (double(e.host_bytes) + host_activations > double(budget)) {
+    throw ConfigError(fmt::format(
+        "a real run of this config needs at least {} of host memory for the activations of one micro-batch on "
+        "its {} devices, on top of {} for the parameters, gradients and optimizer state, and this machine has {}: "
+        "use a smaller batch, sequence or model, or --phantom to time it without the math",
+        format_bytes(uint64_t(std::min(host_activations, 1.8e19))), o.parallel.world(), format_bytes(e.host_bytes),
+        format_bytes(host_memory)));
+  }
+}
+
+}  // namespace
+
 void check_memory(const TrainOptions& o, uint64_t capacity, int elem, uint64_t host_memory) {
   const uint64_t budget = host_memory / 10 * 8;
   const MemoryEstimate e =
@@ -127,13 +181,15 @@ void check_memory(const TrainOptions& o, uint64_t capacity, int elem, uint64_t h
                     format_bytes(w.grads_bytes), master, format_bytes(w.optimizer_bytes),
                     format_bytes(w.total()), format_bytes(capacity)));
   }
-  if (!o.phantom && e.host_bytes > budget) {  // a phantom run holds no parameter on the host
+  if (o.phantom) return;  // no host buffers; the arena models every activation as it is charged
+  if (e.host_bytes > budget) {
     throw ConfigError(
         fmt::format("a real run of this model needs at least {} of host memory for the parameters, "
                     "gradients and optimizer state of its {} devices (activations come on top), and "
                     "this machine has {}: use a smaller model, or --phantom to time it without the math",
                     format_bytes(e.host_bytes), o.parallel.world(), format_bytes(host_memory)));
   }
+  check_activations(o, e, capacity, elem, budget, host_memory);
 }
 
 uint64_t host_memory_bytes() {

@@ -38,10 +38,21 @@ struct MemoryEstimate {
 // modeled bytes of a parameter (4 fp32, 2 bf16).
 MemoryEstimate estimate_memory(const TrainOptions& options, int elem);
 
+// A lower bound of a real run's activations, in elements: what the worst
+// device holds at once (device_elements, at the modeled element size) and
+// what every device's host buffers hold together (host_elements, fp32).
+struct ActivationFloor {
+  double device_elements = 0;
+  double host_elements = 0;
+};
+ActivationFloor activation_floor(const TrainOptions& options);
+
 // Throws ConfigError: "device R (TP(2)-...): out of memory before any
 // activation: parameters ..., gradients ... and optimizer state ... need X,
-// more than its capacity Y" (with the master weights under bf16), or "a real
-// run needs about X of host memory ... this machine has Y".
+// more than its capacity Y" (with the master weights under bf16); for a real
+// run, the same with the activation floor added ("out of memory: ... and the
+// activations of one micro-batch at least ..."), or "a real run ... needs at
+// least X of host memory ... this machine has Y".
 void check_memory(const TrainOptions& options, uint64_t device_capacity, int elem,
                   uint64_t host_memory);
 

@@ -18,6 +18,7 @@
 #include "model/train/preflight.h"
 #include "model/train/shard_io.h"
 #include "runtime/errors.h"
+#include "runtime/output_file.h"
 
 namespace shardlab::train {
 
@@ -103,10 +104,18 @@ double flops_per_token(const model::ParamTable& table) {
   return 6 * n + 12.0 * c.n_layer * c.n_head * c.head_size() * c.block_size;
 }
 
-// Checks every tensor of the model against the file before any thread starts.
+// Strict loading, as PyTorch's load_state_dict(strict=True), before any
+// thread starts: the file holds exactly the model's tensors, each with the
+// model's shape. A tensor the model lacks (a checkpoint with more layers,
+// experts or another model's parts) is an error naming it, not ignored.
 void check_init(const model::SafetensorsFile& f, const model::ParamTable& table) {
   for (const auto& s : table.specs()) f.get(s.name, s.shape);
-  check_checkpoint_model(f, table.config());
+  check_checkpoint_model(f, table.config());  // a shardlab file names the flag that differs
+  for (const std::string& name : f.names())
+    if (!table.find(name))
+      throw ConfigError(fmt::format("--init {}: unexpected tensor \"{}\" (not in this model: {}; the file has {} "
+                                    "tensors, the model {})",
+                                    f.origin(), name, table.config().to_string(), f.size(), table.specs().size()));
 }
 
 }  // namespace
@@ -240,7 +249,8 @@ TrainResult sized_result(const TrainOptions& o, const model::ParamTable& table, 
 
 // verify's corruption aid, "NAME:RANK": perturbs that rank's shard of NAME
 // after the last step (verify must be able to fail).
-std::function<void(int, parallel::LocalModel&)> corruption(const std::string& spec, int world) {
+std::function<void(int, parallel::LocalModel&)> corruption(const std::string& spec, int world,
+                                                           const model::ParamTable& table) {
   if (spec.empty()) return {};
   const auto colon = spec.rfind(':');
   int target = -1;
@@ -252,6 +262,8 @@ std::function<void(int, parallel::LocalModel&)> corruption(const std::string& sp
   if (target < 0 || target >= world)
     throw ConfigError(fmt::format("--corrupt-shard \"{}\": expected NAME:RANK with RANK below {}", spec, world));
   const std::string name = spec.substr(0, colon);
+  if (!table.find(name))
+    throw ConfigError(fmt::format("--corrupt-shard \"{}\": the model has no parameter \"{}\"", spec, name));
   return [target, name](int rank, parallel::LocalModel& m) {
     if (rank == target) corrupt_shard(m, name);
   };
@@ -279,14 +291,19 @@ void check_replicas(TrainResult& result, const model::ParamTable& table) {
                   result.final_params[size_t(wte) + i]);
 }
 
-void save_checkpoint(const TrainOptions& o, const model::ParamTable& table, const TrainResult& result) {
+}  // namespace
+
+std::string checkpoint_bytes(const TrainOptions& o, const TrainResult& result) {
+  const model::ParamTable table(o.model);
   std::vector<model::NamedTensorView> views;
   for (const auto& s : table.specs()) views.push_back({s.name, s.shape, result.final_params.data() + s.offset});
   nlohmann::json config = o.to_json();
   config.erase("save");  // file names do not belong in the file: identical runs, identical bytes
   config.erase("init");
-  model::save_safetensors(o.save_path, views, {{model::kShardlabConfigKey, config.dump()}});
+  return model::safetensors_bytes(views, {{model::kShardlabConfigKey, config.dump()}});
 }
+
+namespace {
 
 // Runs `attempt` on `cluster` folded by `fold`; when the folding meets ranks
 // that are not symmetric (FoldingError), runs it again with a weaker plan,
@@ -320,6 +337,7 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
   const uint64_t capacity =
       cluster.options().memory_bytes ? cluster.options().memory_bytes : cluster.profile().memory_bytes();
   check_memory(o, capacity, element_size(cluster.options().precision), host_memory_bytes());
+  if (!o.save_path.empty()) check_writable(o.save_path, "--save");  // before the run, not after it
   const model::GPTConfig& mc = o.model;
   // A phantom run reads no data: its token buffers are sized and left at 0.
   std::shared_ptr<const model::TokenData> data;
@@ -338,7 +356,7 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
   TrainResult result = sized_result(o, table, data.get());
   const collectives::DeviceMesh mesh(o.parallel.mesh_shape());
   const DeviceProgram program{o, mesh, table, sampler ? &*sampler : nullptr, init ? &*init : nullptr, result, on_step, on_progress,
-                              corruption(o.corrupt_shard, o.parallel.world())};
+                              corruption(o.corrupt_shard, o.parallel.world(), table)};
   FoldPlan fold = fold_plan(o, cluster.profile());
   result.run = run_folded(cluster, o, fold, [&] {
     result = sized_result(o, table, data.get());  // a retry starts from a clean record
@@ -350,7 +368,7 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
   summarize_phases(mesh, result);
   summarize_moe(mesh, mc, result);
   if (!o.phantom) check_replicas(result, table);
-  if (!o.save_path.empty()) save_checkpoint(o, table, result);
+  if (!o.save_path.empty()) write_file_atomic(o.save_path, checkpoint_bytes(o, result), "--save");
   return result;
 }
 

@@ -223,6 +223,11 @@ bool runs_sharded(const TrainOptions& options);
 // The action lists every pipeline rank runs (custom or built).
 parallel::Schedule step_schedule(const TrainOptions& options);
 
+// The --save file: a safetensors file of result.final_params with nanoGPT
+// names and the run's config in its metadata (train() writes it to
+// options.save_path, checked writable before the run).
+std::string checkpoint_bytes(const TrainOptions& options, const TrainResult& result);
+
 // The --report JSON of DESIGN.md.
 nlohmann::json report_json(const TrainOptions& options, const Cluster& cluster,
                            const TrainResult& result);

@@ -16,6 +16,7 @@
 #include "model/io/data.h"
 #include "model/io/safetensors.h"
 #include "tests/examples/shardlab/cli_util.h"
+#include "tests/support/sanitizer.h"
 
 namespace shardlab {
 namespace {
@@ -34,14 +35,17 @@ nlohmann::json train_report(const std::string& args, const std::string& name) {
 }
 
 TEST(CliTrain, TinyModelLearnsTheMarkovSource) {
-  auto j = train_report("--model tiny --data synthetic:markov --steps 120", "learn");
+  // Under ThreadSanitizer (10-15x slower) 40 steps, which fall by about 1.5 (120 steps: about 3).
+  const int n = testing::kThreadSanitizer ? 40 : 120;
+  const double drop = testing::kThreadSanitizer ? 1.0 : 2.5;
+  auto j = train_report("--model tiny --data synthetic:markov --steps " + std::to_string(n), "learn");
   const auto& steps = j["steps"];
-  ASSERT_EQ(steps.size(), 120u);
+  ASSERT_EQ(steps.size(), size_t(n));
   const double first = steps.front()["loss"], last = steps.back()["loss"];
   const double best = j["summary"]["best_loss"];
-  std::printf("tiny markov: loss %.4f -> %.4f in 120 steps (best achievable %.4f)\n", first, last, best);
+  std::printf("tiny markov: loss %.4f -> %.4f in %d steps (best achievable %.4f)\n", first, last, n, best);
   EXPECT_NEAR(first, std::log(512.0), 0.2);  // uniform prediction at init
-  EXPECT_LT(last, first - 2.5);
+  EXPECT_LT(last, first - drop);
   EXPECT_GT(last, best);
   // The report has DESIGN.md's fields.
   for (const char* k : {"virtual_step_s", "host_tokens_per_s", "bubble_fraction", "mfu"})
@@ -158,15 +162,20 @@ TEST(CliTrain, OutOfMemoryNamesTheDevice) {
                      "device 0 (TP(1)-PP(1)-DP(1)-Rank(0)): out of memory before any activation: parameters "
                      "3.3 MiB, gradients 3.3 MiB and optimizer state 6.6 MiB need 13.2 MiB, more than its "
                      "capacity 4.0 MiB");
-  // They fit, the activations do not: the arena's own out-of-memory.
-  expect_usage_error("train --model tiny --steps 1 --memory 20MiB", "device 0: out of memory allocating");
+  // They fit, but not with the least the activations need (4 blocks x (attention 8x4x64x64 + qkv
+  // 3x512x128) + logits and probabilities 2x512x512 floats = 7.0 MiB): refused before any thread starts.
+  expect_usage_error("train --model tiny --steps 1 --memory 20MiB",
+                     "device 0 (TP(1)-PP(1)-DP(1)-Rank(0)): out of memory: parameters, gradients and optimizer "
+                     "state need 13.2 MiB and the activations of one micro-batch at least 7.0 MiB");
+  // That floor fits, the activations do not: the arena's own out-of-memory.
+  expect_usage_error("train --model tiny --steps 1 --memory 24MiB", "device 0: out of memory allocating");
 }
 
 // Configs far beyond the device or the host never reach the host allocator.
 TEST(CliTrain, OversizedModelsAreRefusedBeforeAnyThreadStarts) {
   expect_usage_error("train --model tiny --steps 1 --embd 1048576 --heads 1",
                      "out of memory before any activation: parameters 192.0 TiB");
-  expect_usage_error("train --model tiny --steps 1 --layers 1000000", "more than its capacity 80.0 GiB");
+  expect_usage_error("train --model tiny --steps 1 --layers 60000", "more than its capacity 80.0 GiB");
   // Fits each modeled A100, not this host (8 replicas of 2.5 B parameters).
   expect_usage_error("train --model tiny --steps 1 --dp 8 --layers 200 --embd 1024 --heads 16",
                      "of host memory for the parameters, gradients and optimizer state of its 8 devices");
@@ -174,7 +183,7 @@ TEST(CliTrain, OversizedModelsAreRefusedBeforeAnyThreadStarts) {
 
 TEST(CliTrain, BadInputIsOneLineAndExitCode2) {
   expect_usage_error("train --model tiny --heads 3", "--heads");
-  expect_usage_error("train --model tiny --steps 0", "--steps must be at least 1");
+  expect_usage_error("train --model tiny --steps 0", "--steps: 0 is out of range: must be between 1 and");
   expect_usage_error("train --model huge", "huge");
   expect_usage_error("train --data synthetic:nonsense", "nonsense");
   expect_usage_error("train --data /nonexistent/tokens.bin", "/nonexistent/tokens.bin");
@@ -218,8 +227,8 @@ TEST(CliShapes, FfnWidthFlagAndBadValues) {
   EXPECT_EQ(j["config"]["model"]["ffn"], 384);
   EXPECT_EQ(j["summary"]["n_params"], 867072 - 4 * (2 * 128 * 128 + 128));
   EXPECT_EQ(train_report("--model tiny --steps 1", "ffn_default")["config"]["model"]["ffn"], 512);
-  expect_usage_error("train --model tiny --steps 1 --ffn 0", "--ffn must be positive (got 0");
-  expect_usage_error("train --model tiny --steps 1 --ffn -3", "--ffn must be positive (got -3");
+  expect_usage_error("train --model tiny --steps 1 --ffn 0", "--ffn: 0 is out of range: must be between 1 and");
+  expect_usage_error("train --model tiny --steps 1 --ffn -3", "--ffn: -3 is out of range: must be between 1 and");
   expect_usage_error("train --model tiny --steps 1 --ffn 383 --tp 2", "must divide the MLP width --ffn = 383");
   expect_usage_error("train --model tiny --steps 1 --ffn abc", "--ffn");
 }
@@ -257,7 +266,7 @@ TEST(CliShapes, PresetsAndVocabPadding) {
                 ["config"]["model"]["vocab"],
             512);
   expect_usage_error("train --model tiny --steps 1 --make-vocab-size-divisible-by 0",
-                     "--make-vocab-size-divisible-by must be at least 1");
+                     "--make-vocab-size-divisible-by: 0 is out of range: must be between 1 and");
   expect_usage_error("train --model gpt4 --steps 1", "gpt3-175b");
 }
 

@@ -87,7 +87,10 @@ TEST(PipelineBubble, MatchesTheTextbookFormulaOnUniformStages) {
   for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved}) {
     for (int M : {1, 4, 8, 16}) {
       if (kind == ScheduleKind::kInterleaved && M % pp != 0) continue;
-      const TrainOptions o = uniform_stages(pipeline(pp, M, kind, 0));
+      TrainOptions o = uniform_stages(pipeline(pp, M, kind, 0));
+      // Shapes only: the same kernels charge the same virtual times (invariant
+      // 4), without the GEMMs that made this test minutes long (and time out under TSan).
+      o.phantom = true;
       const TrainResult r = run(o, ideal_profile());
       const int v = o.parallel.vpp;
       const double formula = double(pp - 1) / (v * M + pp - 1);
