@@ -227,6 +227,9 @@ HardwareProfile profile_from_json(const nlohmann::json& j, std::string_view orig
   if (j.contains("description") && j["description"].is_string()) p.description = j["description"];
   p.nodes = r.count(j, "nodes");
   p.devices_per_node = r.count(j, "devices_per_node");
+  if (int64_t{p.nodes} * p.devices_per_node > kMaxDevices)
+    r.fail(fmt::format("nodes {} x devices_per_node {} = {} devices: at most {}", p.nodes, p.devices_per_node,
+                       int64_t{p.nodes} * p.devices_per_node, kMaxDevices));
   p.device.peak_tflops_fp32 = r.rate(j, "device.peak_tflops.fp32");
   p.device.peak_tflops_bf16 = r.rate(j, "device.peak_tflops.bf16");
   p.device.mem_bandwidth_GBps = r.rate(j, "device.mem_bandwidth_GBps");

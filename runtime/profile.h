@@ -82,6 +82,10 @@ struct DeviceSpec {
   GemmSpec gemm;
 };
 
+// The most devices a cluster may have (a profile's nodes x devices_per_node,
+// --nodes, --dp x --tp x --pp): far beyond any run, well inside int.
+inline constexpr int64_t kMaxDevices = int64_t{1} << 20;
+
 struct HardwareProfile {
   std::string name;
   std::string description;
