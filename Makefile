@@ -3,13 +3,18 @@
 
 JOBS ?= 2
 PACKAGES := cmake make g++ libtbb-dev libeigen3-dev libspdlog-dev libcli11-dev \
-            nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev gnuplot-nox
+            nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev gnuplot-nox \
+            clang libclang-rt-14-dev
 BIN := build/bin/shardlab
 # `make lab-N` builds and runs lab N's grader on your exercise or answers (labs/README.md).
 LABS := 1 2 3 4 5 6 7 8
 LAB_TARGETS := $(addprefix lab-,$(LABS))
+# `make fuzz` runs each libFuzzer harness (fuzz/) this many seconds; `make test` a few.
+FUZZ_SECONDS ?= 600
+FUZZ_SMOKE_SECONDS ?= 5
 
-.PHONY: all deps build demo test test-full bench debug asan tsan portable clean labs $(LAB_TARGETS)
+.PHONY: all deps build demo test test-full bench debug asan tsan portable clean labs fuzz fuzz-build \
+        fuzz-smoke $(LAB_TARGETS)
 
 all: build
 
@@ -42,6 +47,7 @@ demo: build
 
 test: build
 	ctest --preset release -j $(JOBS) -LE full
+	@$(MAKE) --no-print-directory fuzz-smoke
 
 test-full: build
 	ctest --preset release -j $(JOBS) -L full
@@ -66,8 +72,23 @@ asan: deps
 tsan: deps
 	cmake --preset tsan >/dev/null && cmake --build --preset tsan && ctest --preset tsan -j $(JOBS) -LE full
 
+fuzz-build: deps
+	@cmake --preset fuzz >/dev/null
+	@cmake --build --preset fuzz
+
+fuzz: fuzz-build
+	fuzz/run.sh build-fuzz $(FUZZ_SECONDS)
+
+# make test's share: every harness for FUZZ_SMOKE_SECONDS, if clang can link libFuzzer.
+fuzz-smoke:
+	@probe=$$(mktemp); \
+	if echo 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { return 0; }' | \
+	    clang++ -fsanitize=fuzzer -x c++ - -o $$probe >/dev/null 2>&1; then \
+	  rm -f $$probe; $(MAKE) --no-print-directory fuzz-build && fuzz/run.sh build-fuzz $(FUZZ_SMOKE_SECONDS); \
+	else rm -f $$probe; echo "shardlab: fuzz smoke skipped: clang++ with libFuzzer not found (make deps installs it)"; fi
+
 portable: deps
 	cmake --preset portable >/dev/null && cmake --build --preset portable
 
 clean:
-	rm -rf build build-debug build-asan build-tsan build-portable
+	rm -rf build build-debug build-asan build-tsan build-portable build-fuzz

@@ -123,6 +123,21 @@ TEST(Profiles, FileErrorsNameTheProblem) {
   EXPECT_NE(load_error("tpu-v9").find("unknown profile \"tpu-v9\""), std::string::npos);
 }
 
+// The fuzz harness's property (fuzz/profile_fuzz.cc, input
+// fuzz/corpus/profile/bad_device_count_overflow.json): a device count that
+// overflows int (total_devices) is refused, one line naming both counts.
+TEST(Profiles, DeviceCountThatOverflowsIntIsRefused) {
+  nlohmann::json j = profile_to_json(load_profile("a100-nvlink"));
+  j["nodes"] = 65536;
+  j["devices_per_node"] = 65536;
+  const std::string path = write_temp("devices.json", j.dump());
+  EXPECT_EQ(load_error(path),
+            "profile " + path + ": nodes 65536 x devices_per_node 65536 = 4294967296 devices: at most 1048576");
+  j["nodes"] = 1024;
+  j["devices_per_node"] = 1024;  // exactly kMaxDevices
+  EXPECT_EQ(load_profile(write_temp("devices.json", j.dump())).total_devices(), 1 << 20);
+}
+
 TEST(CostModel, RooflineTakesTheSlowerSidePlusLaunch) {
   DeviceSpec spec{10.0, 20.0, 1000.0, 1.0, 2.0, 0.5};
   CostModel fp32(spec, Precision::kFp32);

@@ -51,7 +51,7 @@ void check_stage_layers(const model::GPTConfig& config, int pp, int vpp,
                                   stage_layers.size(), stages));
   if (*std::min_element(stage_layers.begin(), stage_layers.end()) < 1)
     throw ConfigError("--pp-layers: every stage needs at least one block");
-  const int sum = std::accumulate(stage_layers.begin(), stage_layers.end(), 0);
+  const int64_t sum = std::accumulate(stage_layers.begin(), stage_layers.end(), int64_t{0});  // no int overflow
   if (sum != config.n_layer)
     throw ConfigError(fmt::format("--pp-layers sums to {} but the model has --layers {}", sum, config.n_layer));
 }

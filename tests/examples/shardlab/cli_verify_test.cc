@@ -206,6 +206,9 @@ TEST(Pipeline, BadConfigurationsAreOneLineAndExitCode2) {
   expect_usage_error("train --model tiny --pp 2 --pp-layers 4", "--pp-layers has 1 entries but there are 2 stages");
   expect_usage_error("train --model tiny --pp 2 --pp-layers 3,x", "--pp-layers \"3,x\"");
   expect_usage_error("train --model tiny --pp 2 --pp-layers 4,0", "every stage needs at least one block");
+  // Found by fuzzing (fuzz/corpus/pp_layers/found_sum_overflow): the sum overflowed int.
+  expect_usage_error("train --model tiny --pp 2 --pp-layers 2147483647,2147483647",
+                     "--pp-layers sums to 4294967294 but the model has --layers 4");
   expect_usage_error("train --model tiny --pp 4 --schedule interleaved --vpp 2 --micro-batches 6 --batch 12 --layers 8",
                      "must be a multiple of --pp 4");
   expect_usage_error("train --model tiny --pp 2 --micro-batches 3", "--batch 8 is not divisible by --micro-batches 3 x --dp 1");
