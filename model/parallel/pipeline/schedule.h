@@ -133,9 +133,9 @@ Schedule zb_h1(int pp, int micro_batches);
 // ZB-H2: up to 2p - 1 micro-batches in flight, so the warm-up forwards fill
 // the time before the first gradient arrives and the pending W fill the tail:
 // each rank's busy span is gap-free (the paper's parallelogram) when T_F =
-// T_B = T_W. Built by a greedy list scheduler in unit time (schedule_zb.cc):
-// each idle rank runs a ready B, else a ready F while memory allows, else a
-// pending W.
+// T_B = T_W. Built by a greedy list scheduler (schedule_zb.cc): each idle
+// rank runs a ready B, else a ready F while memory allows, else a pending W,
+// timed with `costs` (default: unit times, as the paper draws it).
 Schedule zb_h2(int pp, int micro_batches, const StepCosts& costs = {});
 // ZB-V: two chunks per rank in a V (StageOrder::kV) with 1F1B's memory (2p
 // half-stage activations until their W on every rank) and, at T_F = T_B =

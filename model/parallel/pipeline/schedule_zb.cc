@@ -25,7 +25,6 @@ class RankBuilder {
   int forwards(int chunk) const { return next_f_[size_t(chunk)]; }
   int backwards(int chunk) const { return next_b_[size_t(chunk)]; }
   bool weights_pending() const { return !pending_.empty(); }
-  int pending() const { return int(pending_.size()); }
 
   void forward(int chunk) { add_forward(out_, order_, pp_, vpp_, rank_, next_f_[size_t(chunk)]++, chunk); }
   // The B of the chunk's next backward; its W waits (`defer`) or follows at once.
@@ -58,17 +57,14 @@ class RankBuilder {
   std::deque<std::pair<int, int>> pending_;  // (micro-batch, chunk)
 };
 
-// Greedy list scheduling, the construction of the paper's handcrafted
-// schedules (drawn for T_F = T_B = T_W) and of its automatic ones (for the
-// profiled times): an event simulation in which, at every moment, each idle
-// rank starts a ready B (lowest micro-batch, then the later stage), else a
-// ready F (the later stage first) while fewer than `max_in_flight` chunk
-// activations wait for their W, else its oldest pending W, else waits for
-// the next completion. Communication is free. One chunk per rank: every
-// channel between two ranks carries one stage pair, so sends and receives
-// meet in FIFO order. (A greedy V, tried for ZB-V, is exact only at T_F =
-// T_B = T_W: its order, tuned to equal times, idles more with every
-// micro-batch when they differ.)
+// Greedy list scheduling with one chunk per rank (stage = rank), the
+// construction of the paper's handcrafted schedules (drawn for T_F = T_B =
+// T_W): an event simulation in which, at every moment, each idle rank starts
+// its next B if its gradient arrived, else its next F if its input arrived
+// and fewer than `max_in_flight` activations wait for their W, else its
+// oldest pending W, else waits for the next completion. Communication is
+// free. (A greedy V, tried for ZB-V, is exact only at T_F = T_B = T_W: its
+// order idles more with every micro-batch when they differ.)
 class Greedy {
  public:
   Greedy(int pp, int m, int max_in_flight, const StepCosts& costs)
@@ -76,15 +72,14 @@ class Greedy {
         schedule_(static_cast<size_t>(pp)),
         f_end_(size_t(pp), std::vector<double>(size_t(m), kNever)), b_end_(f_end_),
         clock_(size_t(pp), 0.0), held_(size_t(pp), 0) {
-    for (int r = 0; r < pp; ++r) ranks_.emplace_back(schedule_[size_t(r)], order_, pp, vpp_, r);
+    for (int r = 0; r < pp; ++r) ranks_.emplace_back(schedule_[size_t(r)], StageOrder::kLoop, pp, 1, r);
   }
 
   Schedule run() && {
-    const int total = pp_ * vpp_ * m_;  // W actions in all
     for (double t = 0;;) {
       for (int r = 0; r < pp_; ++r)
         if (clock_[size_t(r)] <= t) try_start(r, t);
-      if (weights_ == total) return std::move(schedule_);
+      if (weights_ == pp_ * m_) return std::move(schedule_);
       double next = kNever;
       for (double c : clock_)
         if (c > t) next = std::min(next, c);
@@ -96,48 +91,34 @@ class Greedy {
  private:
   static constexpr double kNever = 1e300;
 
-  bool done_by(double end, double t) const { return end <= t; }
-
   void try_start(int r, double t) {
     RankBuilder& rb = ranks_[size_t(r)];
-    const int S = pp_ * vpp_;
-    int best_b = -1, best_f = -1;  // chunk
-    for (int c = vpp_ - 1; c >= 0; --c) {
-      const int s = stage_of(order_, pp_, r, c);
-      const int b = rb.backwards(c), f = rb.forwards(c);
-      const bool b_ready = b < m_ && done_by(f_end_[size_t(s)][size_t(b)], t) &&
-                           (s == S - 1 || done_by(b_end_[size_t(s + 1)][size_t(b)], t));
-      if (b_ready && (best_b < 0 || b < rb.backwards(best_b))) best_b = c;
-      const bool f_ready = f < m_ && (s == 0 || done_by(f_end_[size_t(s - 1)][size_t(f)], t));
-      if (f_ready && best_f < 0) best_f = c;  // the later stage first
-    }
-    double& clock = clock_[size_t(r)];
-    if (best_b >= 0) {
-      clock = t + (costs_.backward - costs_.weight);
-      b_end_[size_t(stage_of(order_, pp_, r, best_b))][size_t(rb.backwards(best_b))] = clock;
-      rb.backward(best_b, /*defer=*/true);
-    } else if (best_f >= 0 && held_[size_t(r)] < limit_) {
-      clock = t + costs_.forward;
-      f_end_[size_t(stage_of(order_, pp_, r, best_f))][size_t(rb.forwards(best_f))] = clock;
-      rb.forward(best_f);
-      ++held_[size_t(r)];
+    const auto b = size_t(rb.backwards(0)), f = size_t(rb.forwards(0)), ur = size_t(r);
+    const bool b_ready = int(b) < m_ && f_end_[ur][b] <= t && (r == pp_ - 1 || b_end_[ur + 1][b] <= t);
+    const bool f_ready = int(f) < m_ && (r == 0 || f_end_[ur - 1][f] <= t) && held_[ur] < limit_;
+    double& clock = clock_[ur];
+    if (b_ready) {
+      clock = b_end_[ur][b] = t + (costs_.backward - costs_.weight);
+      rb.backward(0, /*defer=*/true);
+    } else if (f_ready) {
+      clock = f_end_[ur][f] = t + costs_.forward;
+      rb.forward(0);
+      ++held_[ur];
     } else if (rb.weights_pending()) {
       clock = t + costs_.weight;
       rb.weight();
-      --held_[size_t(r)];
+      --held_[ur];
       ++weights_;
     }
   }
 
-  static constexpr StageOrder order_ = StageOrder::kLoop;
-  static constexpr int vpp_ = 1;
   int pp_, m_, limit_;
   StepCosts costs_;
   Schedule schedule_;
   std::vector<RankBuilder> ranks_;
-  std::vector<std::vector<double>> f_end_, b_end_;  // [stage][micro-batch]
+  std::vector<std::vector<double>> f_end_, b_end_;  // [rank][micro-batch]: when its F / B ends
   std::vector<double> clock_;                       // when each rank is next free
-  std::vector<int> held_;
+  std::vector<int> held_;                           // activations waiting for their W
   int weights_ = 0;
 };
 

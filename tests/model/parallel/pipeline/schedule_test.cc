@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "runtime/errors.h"
+#include "tests/support/config_error.h"
 
 namespace shardlab::parallel {
 namespace {
@@ -30,14 +31,7 @@ std::string full_row(const Schedule& schedule, int rank, bool chunked = false) {
   return row;
 }
 
-std::string error_of(auto&& build) {
-  try {
-    build();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "(no ConfigError)";
-}
+using shardlab::testing::config_error_of;
 
 // Megatron's warm-up length for the interleaved schedule, in chunk-forwards.
 int interleaved_warmup(int pp, int m, int vpp, int rank) {
@@ -233,15 +227,15 @@ TEST(PpSchedule, ParseAndConstraintErrors) {
   for (auto kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved}) {
     EXPECT_EQ(parse_schedule(schedule_name(kind)), kind);
   }
-  EXPECT_EQ(error_of([] { parse_schedule("pipedream"); }),
+  EXPECT_EQ(config_error_of([] { parse_schedule("pipedream"); }),
             "unknown --schedule 'pipedream' (expected gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v or dualpipev)");
-  EXPECT_EQ(error_of([] { gpipe(0, 4); }), "--pp 0: must be at least 1");
-  EXPECT_EQ(error_of([] { one_f_one_b(2, 0); }), "--micro-batches 0: must be at least 1");
-  EXPECT_EQ(error_of([] { interleaved_1f1b(4, 6, 2); }),
+  EXPECT_EQ(config_error_of([] { gpipe(0, 4); }), "--pp 0: must be at least 1");
+  EXPECT_EQ(config_error_of([] { one_f_one_b(2, 0); }), "--micro-batches 0: must be at least 1");
+  EXPECT_EQ(config_error_of([] { interleaved_1f1b(4, 6, 2); }),
             "--micro-batches 6: must be a multiple of --pp 4 for --schedule interleaved");
-  EXPECT_EQ(error_of([] { interleaved_1f1b(2, 4, 1); }),
+  EXPECT_EQ(config_error_of([] { interleaved_1f1b(2, 4, 1); }),
             "--vpp 1: --schedule interleaved needs at least 2 model chunks per rank");
-  EXPECT_EQ(error_of([] { build_schedule(ScheduleKind::k1F1B, 2, 4, 2); }),
+  EXPECT_EQ(config_error_of([] { build_schedule(ScheduleKind::k1F1B, 2, 4, 2); }),
             "--vpp 2: model chunks need --schedule interleaved, zb-v or dualpipev");
   EXPECT_EQ(format_schedule(build_schedule(ScheduleKind::kInterleaved, 2, 4, 2)),
             format_schedule(interleaved_1f1b(2, 4, 2)));
