@@ -12,7 +12,8 @@
 // ShardSpecs say which slice of which unsharded tensor each local tensor is.
 //
 // Micro-batches. forward(c, mb, ...) keeps the activations of (c, mb) in a
-// slot until backward_input(c, mb) frees them; a slot also holds the input
+// slot until backward_input(c, mb) frees them, block by block as each
+// block's B is done (as autograd frees a node's saved tensors); a slot also holds the input
 // gradient until it is sent and the deferred weight gradients (the W stash,
 // weight_grad.h) until backward_weight(c, mb). Slots and receive buffers are
 // reused, so the host allocates only while the micro-batches in flight grow,
@@ -151,7 +152,7 @@ class ShardedGPT final : public LocalModel, public StageModel {
     Buf<float> logits, probs, losses;
     Buf<float> dx;                      // (Nr,C) input gradient to send (not first stage)
     WeightGrads wgrad;                  // deferred weight gradients (the W stash)
-    int64_t elems = 0;                  // saved for backward (arena), set by forward
+    int64_t elems = 0;                  // saved for backward and still charged (arena)
     bool busy() const { return activations || unsent || !wgrad.empty(); }
   };
   struct Pool {
@@ -165,6 +166,8 @@ class ShardedGPT final : public LocalModel, public StageModel {
   float* receive_buffer(std::vector<Buf<float>>& pool, int buffer);
   void embed(Slot& s, const model::Token* inputs);
   float head_forward(Slot& s, const float* x, const model::Token* targets);
+  static int64_t head_elements(const Slot& s);  // the head's saved activations
+  void release_activations(Slot& s, int64_t elements);
   // Backward of the head into dx_; announces ln_f when final and not deferred.
   void head_backward(Slot& s, float dloss, bool announce);
   void blocks_backward(int chunk, Slot& s, float dloss, bool announce);

@@ -48,10 +48,8 @@ void ShardedGPT::forward(int chunk, int mb, int buffer, const MicroBatchTokens& 
   last_aux_ = aux;
   // Saved for backward: the input, each block's activations (with EP the rows
   // its experts received this time) and, on the last stage, the head's.
-  s.elems = static_cast<int64_t>(s.x.size());
+  s.elems = static_cast<int64_t>(s.x.size()) + head_elements(s);
   for (const TpBlockActs& a : s.blocks) s.elems += kept_elements(a);
-  for (const Buf<float>* b : {&s.lnf, &s.lnf_mean, &s.lnf_rstd, &s.logits, &s.probs, &s.losses})
-    s.elems += static_cast<int64_t>(b->size());  // empty unless this is the last stage
   if (ctx_.ex.sink) ctx_.ex.sink->saved(s.elems);
   s.activations = true;
   if (place_.last(chunk)) head_forward(s, x, tokens.targets);
@@ -101,7 +99,24 @@ void ShardedGPT::head_backward(Slot& s, float dloss, bool announce) {
     model::layernorm_backward(dx_.data(), g_.ln_f.weight, g_.ln_f.bias, dlnf_.data(), x_last,
                               w_.ln_f.weight, s.lnf_mean.data(), s.lnf_rstd.data(), Nr, C);
   ex.op("ln_f.bwd", model::layernorm_backward_cost(Nr, C, ex.elem));
+  release_activations(s, head_elements(s));
   if (announce) finish_block(head_id());
+}
+
+int64_t ShardedGPT::head_elements(const Slot& s) {
+  int64_t n = 0;
+  for (const Buf<float>* b : {&s.lnf, &s.lnf_mean, &s.lnf_rstd, &s.logits, &s.probs, &s.losses})
+    n += static_cast<int64_t>(b->size());  // empty unless this is the last stage
+  return n;
+}
+
+// As autograd frees a node's saved tensors once its backward ran: the
+// activations of a block (or the head) go as soon as its B is done, and the
+// layer inputs a deferred W still needs stay, now counted as its stash.
+void ShardedGPT::release_activations(Slot& s, int64_t elements) {
+  if (ctx_.ex.sink && elements > 0) ctx_.ex.sink->freed(elements);
+  s.elems -= elements;
+  s.wgrad.charge_inputs(ctx_.ex);
 }
 
 void ShardedGPT::blocks_backward(int chunk, Slot& s, float dloss, bool announce) {
@@ -117,6 +132,7 @@ void ShardedGPT::blocks_backward(int chunk, Slot& s, float dloss, bool announce)
                       x_in, w_.blocks[l], dims_, config_, s.wgrad, ctx_);
     s.wgrad.end_block(l);
     if (ctx_.ex.sink && rebuilt > 0) ctx_.ex.sink->freed(rebuilt);
+    release_activations(s, kept_elements(s.blocks[size_t(i)]));
     if (announce) finish_block(l);
     if (hooks_) hooks_->after_backward(l);
     std::swap(dx_, dx_next_);
@@ -175,8 +191,7 @@ void ShardedGPT::backward_input(int chunk, int mb, int buffer, float dloss, bool
     if (ctx_.ex.math()) std::copy_n(dx_.data(), Nr * C, s.dx.data());
     s.unsent = true;
   }
-  if (ctx_.ex.sink) ctx_.ex.sink->freed(s.elems);
-  s.wgrad.charge_inputs(ctx_.ex);
+  release_activations(s, s.elems);  // the chunk's input
   s.activations = false;
   free_if_done(s);
 }

@@ -18,8 +18,8 @@
 // compute stream when they run. A layer input is one of the activations the
 // backward still holds (PyTorch keeps the saved tensor alive rather than
 // copying it): only the output gradients are new memory during B, and the
-// inputs are charged once the activations are freed (charge_inputs). The host buffers are reused from step to
-// step: no allocation in a steady state.
+// inputs are charged once their block's activations are freed (charge_inputs).
+// The host buffers are reused from step to step: no allocation in a steady state.
 //
 // Thread safety: one instance per (chunk, micro-batch) slot, on the device's thread.
 #pragma once
@@ -50,7 +50,7 @@ class WeightGrads {
   // Runs the recorded weight gradients in order; after each block's,
   // on_block(layer). Frees the stash.
   void flush(const model::Exec& ex, const std::function<void(int layer)>& on_block);
-  // After B freed the micro-batch's activations: the layer inputs that
+  // After B freed a block's activations: the layer inputs that
   // stay alive for W are charged now.
   void charge_inputs(const model::Exec& ex);
   // Elements held for the deferred weight gradients (the W stash).
