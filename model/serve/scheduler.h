@@ -1,0 +1,95 @@
+// One replica's serving loop in virtual time: requests queue as they arrive,
+// a scheduler forms each step's batch, the replica runs the step (a
+// StepExecutor says how long it takes on the modeled devices), and the
+// tokens it produces are booked to their requests.
+//
+//   static       request-level batching (HF generate, FasterTransformer): an
+//                idle replica takes the requests waiting, up to max_seqs and
+//                max_batch_tokens of prompt, reserves each one's whole KV
+//                (prompt + output), prefills them in one step and decodes
+//                until the last one finishes; nothing joins a running batch.
+//   continuous   iteration-level batching (Orca, vLLM): every step decodes
+//                one token of every running sequence and fills the rest of
+//                the token budget with prefills of waiting requests, first
+//                come first served, admitted while KV blocks are free. A
+//                sequence whose next token finds no free block preempts the
+//                latest admitted one, which frees its blocks and is later
+//                recomputed (prefill of its prompt and the tokens it had
+//                produced), as vLLM's recompute preemption does. With
+//                chunked prefill C a step prefills at most C tokens, a long
+//                prompt over several steps (Sarathi, vLLM's chunked prefill).
+//
+// A prefill step produces the request's first token (TTFT ends with it); a
+// decode step puts the previous token in the cache and produces the next.
+// So a request of prompt P and output O holds P + O - 1 tokens at the end.
+//
+// Thread safety: simulate_replica is a pure function of its arguments and
+// the executor's answers.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "model/serve/workload.h"
+
+namespace shardlab::serve {
+
+// One sequence's share of a step: `new_tokens` appended to a cache that
+// already holds `context` tokens of it (prefill: its prompt, or a chunk of
+// it; decode: 1).
+struct BatchEntry {
+  int seq = 0;
+  int new_tokens = 0;
+  int64_t context = 0;
+};
+
+class StepExecutor {
+ public:
+  virtual ~StepExecutor() = default;
+  // Virtual seconds one forward step over `batch` takes on the replica.
+  virtual double step_seconds(std::span<const BatchEntry> batch) = 0;
+};
+
+enum class Batching { kStatic, kContinuous };
+Batching parse_batching(const std::string& text);  // --batching
+
+struct SchedulerOptions {
+  Batching batching = Batching::kContinuous;
+  int64_t kv_blocks = 0;          // the replica's KV cache, in blocks
+  int kv_block = 16;              // tokens per block
+  int max_seqs = 256;             // sequences per step (vLLM max_num_seqs)
+  int64_t max_batch_tokens = 8192;  // tokens per step (vLLM max_num_batched_tokens)
+  int chunked_prefill = 0;        // 0: whole prompts; C: at most C prefill tokens per step
+};
+
+struct RequestRecord {
+  int id = 0;
+  int replica = 0;
+  double arrival_s = 0, first_token_s = 0, finish_s = 0;
+  int prompt_len = 0, output_len = 0;
+  int preemptions = 0;
+};
+
+// One step of the replica: when it ended, how long it took, the KV blocks in
+// use while it ran, the sequences in it and still queued, its tokens.
+struct UsageSample {
+  double t = 0, step_s = 0;
+  int64_t used_blocks = 0;
+  int running = 0, waiting = 0;
+  int batch_tokens = 0;
+};
+
+struct ReplicaResult {
+  std::vector<RequestRecord> requests;  // in id order
+  std::vector<UsageSample> usage;       // one per step
+  int64_t steps = 0;
+  int64_t preemptions = 0;
+};
+
+// Throws ConfigError when a request can never run (more tokens than the
+// cache holds, or a prompt over the step's token budget without chunking).
+ReplicaResult simulate_replica(const std::vector<Request>& requests, const SchedulerOptions& o,
+                               StepExecutor& executor, int replica = 0);
+
+}  // namespace shardlab::serve

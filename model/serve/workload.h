@@ -1,0 +1,57 @@
+// The requests a serving simulation replays: when each arrives, how long its
+// prompt is and how many tokens it asks for.
+//
+// A workload is drawn from an arrival process and two length distributions,
+// all from counter-based random streams of one seed (model/rng.h), so the same
+// flags give the same requests on every host; or it is read from a trace file
+// of (arrival_s, prompt_len, output_len) rows.
+//
+//   arrival   poisson:RATE   exponential gaps, RATE requests per second
+//             burst          every request at time 0 (a saturation test)
+//   lengths   N              a constant
+//             uniform:A:B    integers in [A, B]
+//             lognormal:MEDIAN:SIGMA[:MAX]
+//                            exp(N(ln MEDIAN, SIGMA)) rounded, clamped to
+//                            [1, MAX] (MAX default 8 x MEDIAN): the long
+//                            tail of chat workloads (ShareGPT's lengths are
+//                            roughly lognormal)
+//
+// Every parse error is a ConfigError naming the flag.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace shardlab::serve {
+
+struct Request {
+  int id = 0;
+  double arrival_s = 0;
+  int prompt_len = 1;
+  int output_len = 1;  // tokens generated, the first one by the prefill
+};
+
+struct LengthDist {
+  enum class Kind { kConstant, kUniform, kLognormal } kind = Kind::kConstant;
+  int a = 1, b = 1;        // constant a; uniform [a, b]; lognormal: max b
+  double median = 1, sigma = 0;
+  int max() const { return kind == Kind::kConstant ? a : b; }
+};
+LengthDist parse_length_dist(const std::string& text, const std::string& flag);
+
+struct Arrival {
+  enum class Kind { kPoisson, kBurst } kind = Kind::kBurst;
+  double rate = 0;  // requests per second (poisson)
+};
+Arrival parse_arrival(const std::string& text);  // --arrival
+
+// `n` requests with ids 0..n-1 in arrival order.
+std::vector<Request> make_workload(int n, const Arrival& arrival, const LengthDist& prompt,
+                                   const LengthDist& output, uint64_t seed);
+
+// A CSV trace: a header line `arrival_s,prompt_len,output_len`, then one row
+// per request; arrivals must not decrease. ConfigError with the line number.
+std::vector<Request> load_trace(const std::string& path);
+
+}  // namespace shardlab::serve
