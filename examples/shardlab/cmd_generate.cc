@@ -135,8 +135,13 @@ int run_generate(GenerateFlags& f) {
   check_outputs({{"--trace", f.model.common.trace}});
   std::optional<model::SafetensorsFile> init;
   if (!f.model.init.empty()) {
-    init = model::load_safetensors(f.model.init);
-    infer::check_generate_init(*init, o.model);
+    try {
+      init = model::load_safetensors(f.model.init);
+      infer::check_generate_init(*init, o.model);
+    } catch (const ConfigError& e) {  // name the flag once
+      const std::string what = e.what();
+      throw ConfigError(what.rfind("--init", 0) == 0 ? what : "--init: " + what);
+    }
     o.init = &*init;
   }
   Cluster cluster(profile, copts);
