@@ -17,7 +17,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(SHARDLAB_PACKAGE_LIBS runtime collectives model model_io parallel train)
+set(SHARDLAB_PACKAGE_LIBS runtime collectives model model_io parallel train infer)
 set(shardlab_installed "")
 foreach(name ${SHARDLAB_PACKAGE_LIBS})
   if(TARGET shardlab_${name})  # SHARDLAB_COMPONENTS may leave some out

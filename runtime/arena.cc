@@ -10,7 +10,8 @@
 namespace shardlab {
 
 const char* mem_kind_name(MemKind k) {
-  static const char* kNames[kNumMemKinds] = {"param", "grad", "optimizer", "master", "activation", "comm", "other"};
+  static const char* kNames[kNumMemKinds] = {"param", "grad", "optimizer", "master", "activation", "comm", "other",
+                                             "kv_cache"};
   return kNames[static_cast<int>(k)];
 }
 

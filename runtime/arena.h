@@ -15,9 +15,10 @@
 
 namespace shardlab {
 
-// kOptimizer: AdamW's moments; kMaster: the fp32 master weights of a bf16 model.
-enum class MemKind : uint8_t { kParam, kGrad, kOptimizer, kMaster, kActivation, kComm, kOther };
-inline constexpr int kNumMemKinds = 7;
+// kOptimizer: AdamW's moments; kMaster: the fp32 master weights of a bf16 model;
+// kKvCache: inference's cached keys and values (model/infer/kv_cache.h).
+enum class MemKind : uint8_t { kParam, kGrad, kOptimizer, kMaster, kActivation, kComm, kOther, kKvCache };
+inline constexpr int kNumMemKinds = 8;
 const char* mem_kind_name(MemKind k);  // "param", "grad", ...
 
 class Arena {

@@ -32,6 +32,8 @@ constexpr double kMaxCount = 1 << 24;   // --vocab, --ffn, --batch
 constexpr double kMaxLayers = 1 << 16;  // --layers, --experts
 constexpr double kMaxSteps = 1e6;       // --steps, --warmup-steps (results are kept per step)
 
+}  // namespace
+
 void add_model_flags(CLI::App* sub, TrainFlags& f) {
   sub->add_option("--model", f.model, "Model preset: " + preset_list())->capture_default_str();
   sub->add_option("--layers", f.layers, "Transformer blocks (overrides the preset)")->check(number_in(1, kMaxLayers));
@@ -60,6 +62,8 @@ void add_model_flags(CLI::App* sub, TrainFlags& f) {
       ->capture_default_str()
       ->check(number_in(0, 1e6));
 }
+
+namespace {
 
 void add_optimizer_flags(CLI::App* sub, TrainFlags& f) {
   sub->add_option("--steps", f.steps, "Optimizer steps")->capture_default_str()->check(number_in(1, kMaxSteps));

@@ -48,4 +48,8 @@ struct TrainFlags {
   ClusterOptions cluster_options() const;
 };
 
+// The model shape flags (--model, --layers ... --capacity-factor) into f;
+// generate shares them with train.
+void add_model_flags(CLI::App* sub, TrainFlags& f);
+
 }  // namespace shardlab::cli

@@ -1,0 +1,42 @@
+// Attention of new tokens over a sequence's cached keys and values (the
+// decode kernel, and prefill's when the cache was empty).
+//
+// Sequence i of a step brings n_i new tokens at positions [p_i, p_i + n_i);
+// their keys and values are already appended to the cache (kv_cache.h), so
+// new token j attends to the cached rows 0 .. p_i + j (causal). Per head:
+// softmax(q·kᵀ/√HS)·v over those rows, the same function as the training
+// kernel (model/kernels.h attention_forward) computes on the whole sequence.
+//
+// Costs: one kernel each for the scores, the softmax and the context over
+// the whole batch (as a batched decode kernel runs every sequence at once),
+// each a roofline over its summed work (OpClass::kElementwise): at decode a
+// query row reads all L cached keys and values, so the time grows with the
+// context length L_i = p_i + n_i. Per sequence and local head (q = n_i):
+//   scores   2·q·L·HS flops;  reads q (q·HS) and K (L·HS), writes q·L scores
+//   softmax  5·q·L flops;     reads and writes q·L
+//   context  2·q·L·HS flops;  reads q·L probabilities and V (L·HS), writes q·HS
+//
+// Size letters: NHl local heads, HS head size, Cl = NHl·HS.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/kernels.h"
+
+namespace shardlab::infer {
+
+// The shape of one sequence in a step: q new tokens, L = keys attended by the last.
+struct AttendShape {
+  int64_t q = 0, L = 0;
+};
+
+// out (n, Cl) (row stride ld_out) = attention of the n new tokens whose q
+// rows are in qkv (n, 3·Cl: [q | k | v]) over keys / values (p0 + n, Cl).
+void cached_attention_forward(float* out, int64_t ld_out, const float* qkv, const float* keys,
+                              const float* values, int p0, int n, int NHl, int HS);
+
+model::AttentionCosts cached_attention_costs(const std::vector<AttendShape>& seqs, int64_t NHl,
+                                             int64_t HS, int elem);
+
+}  // namespace shardlab::infer

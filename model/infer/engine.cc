@@ -1,0 +1,183 @@
+// InferEngine: construction, the step, the embedding, the head and the
+// pipeline hand-over. The blocks are in engine_block.cc.
+#include "model/infer/engine.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "model/infer/engine_acts.h"
+#include "model/train/shard_io.h"
+#include "runtime/errors.h"
+
+namespace shardlab::infer {
+
+namespace coll = collectives;
+using model::Token;
+
+namespace {
+
+// Point-to-point tag of the activations between stages (user range).
+constexpr Tag kStageTag = 0x494e'4641'0000'0000ull;  // "INFA"
+
+parallel::StagePlacement placement(const EngineGroups& g) {
+  parallel::StagePlacement p;
+  p.pp = g.pp_ranks.empty() ? 1 : int(g.pp_ranks.size());
+  p.rank = g.pp_rank;
+  return p;
+}
+
+}  // namespace
+
+InferEngine::InferEngine(const model::GPTConfig& config, uint64_t seed, Device& dev,
+                         const EngineGroups& groups, const model::SafetensorsFile* init)
+    : config_(config), dev_(dev), groups_(groups), sink_(dev) {
+  SHARDLAB_CHECK(groups.tp != nullptr, "InferEngine needs a tensor-parallel group");
+  parallel::ShardedOptions so;
+  so.placement = placement(groups);
+  model_ = std::make_unique<parallel::ShardedGPT>(config_, seed, dev, parallel::ModelGroups{groups.tp, groups.ep, nullptr},
+                                                  so);
+  place_ = model_->placement();
+  if (init) train::load_shards(*model_, *init);
+  w_ = model_->layout().view(model_->params().data());
+  weights_ = dev.alloc("parameters", {int64_t(model_->params().size())}, MemKind::kParam, /*phantom=*/true);
+  ctx_.dev = &dev;
+  ctx_.group = groups.tp;
+  ctx_.ex = model::Exec::with(&sink_);
+  ctx_.ep = groups.ep && groups.ep->size() > 1 ? groups.ep : nullptr;
+  Vl_ = config_.vocab_size / groups.tp->size();
+  v0_ = int64_t{groups.tp->rank()} * Vl_;
+  const int tp = groups.tp->size();
+  cache_ = std::make_unique<KvCache>(
+      dev, KvShape{place_.end_layer(0) - place_.first_layer(0), config_.n_head / tp, config_.head_size()});
+  acts_ = std::make_unique<Acts>();
+}
+
+InferEngine::~InferEngine() = default;
+
+void InferEngine::size_step(int64_t N) {
+  if (dims_.N() == N) return;
+  const int tp = groups_.tp->size();
+  dims_ = parallel::TpDims{{1, int(N), config_.n_embd, config_.n_head, config_.ffn_hidden()}, tp, false,
+                           ctx_.ep ? ctx_.ep->size() : 1};
+  const int64_t C = dims_.C, Cl = dims_.Cl(), Fl = dims_.Fl();
+  Acts& a = *acts_;
+  for (auto* b : {&a.x, &a.ln, &a.res1, &a.partial, &a.out}) b->assign(size_t(N * C), 0.0f);
+  for (auto* b : {&a.mean, &a.rstd}) b->assign(size_t(N), 0.0f);
+  a.qkv.assign(size_t(N * 3 * Cl), 0.0f);
+  a.atty.assign(size_t(N * Cl), 0.0f);
+  const bool dense = !config_.is_moe() || config_.moe_every > 1;
+  a.fc.assign(dense ? size_t(N * Fl) : 0, 0.0f);
+  a.fc_gelu.assign(dense ? size_t(N * Fl) : 0, 0.0f);
+  if (!config_.is_moe()) return;
+  a.moe.resize(dims_, config_);
+  a.moe.stats.expert_begin = model_->layout_filter().expert_begin;
+  if (ctx_.ep) a.scratch.resize(dims_, config_);
+}
+
+StepOutput InferEngine::step(const std::vector<SeqInput>& batch) {
+  SHARDLAB_CHECK(!batch.empty(), "an inference step needs a sequence");
+  StepOutput out;
+  out.begin = dev_.compute().now();
+  int64_t N = 0;
+  std::vector<int> pos0;
+  for (const SeqInput& s : batch) {
+    SHARDLAB_CHECK(!s.tokens.empty(), fmt::format("sequence {} has no new token", s.seq));
+    const int n = int(s.tokens.size());
+    SHARDLAB_CHECK(cache_->length(s.seq) + n <= config_.block_size,
+                   fmt::format("sequence {}: {} tokens exceed the block size {}", s.seq,
+                               cache_->length(s.seq) + n, config_.block_size));
+    pos0.push_back(cache_->append(s.seq, n));
+    N += n;
+  }
+  size_step(N);
+  const int64_t held = acts_->elements();  // the step's working activations
+  sink_.saved(held);
+  if (first_stage()) embed(batch);
+  else pipe_recv();
+  for (int l = place_.first_layer(0); l < place_.end_layer(0); ++l) block_forward(l, batch, pos0);
+  if (last_stage()) out.logits = head(batch);
+  else pipe_send();
+  sink_.freed(held);
+  out.end = dev_.compute().now();
+  return out;
+}
+
+void InferEngine::embed(const std::vector<SeqInput>& batch) {
+  const model::Exec& ex = ctx_.ex;
+  const int64_t N = dims_.N();
+  const int C = dims_.C;
+  Acts& a = *acts_;
+  int64_t row = 0;
+  for (const SeqInput& s : batch) {
+    const int p0 = cache_->length(s.seq) - int(s.tokens.size());
+    for (size_t j = 0; ex.math() && j < s.tokens.size(); ++j, ++row) {
+      const Token tok = s.tokens[j];
+      float* o = a.partial.data() + row * C;
+      if (tok >= v0_ && tok < v0_ + Vl_) std::copy_n(w_.wte + (tok - v0_) * C, C, o);
+      else std::fill_n(o, C, 0.0f);
+      const float* pe = w_.wpe + (p0 + int64_t(j)) * C;
+      float* x = a.ln.data() + row * C;  // the position embedding, added after the sum
+      std::copy_n(pe, C, x);
+    }
+  }
+  ex.op("embedding.fwd", model::embedding_forward_cost(1, N, C, ex.elem));
+  parallel::exit_row_parallel(ctx_, a.partial.data(), a.x.data(), N, C);
+  for (int64_t i = 0; ex.math() && i < N * C; ++i) a.x[size_t(i)] += a.ln[size_t(i)];
+  ex.op("embedding.wpe.fwd", model::residual_forward_cost(N * C, ex.elem));
+}
+
+std::vector<float> InferEngine::head(const std::vector<SeqInput>& batch) {
+  const model::Exec& ex = ctx_.ex;
+  const int64_t S = int64_t(batch.size());
+  const int C = dims_.C, tp = groups_.tp->size();
+  Acts& a = *acts_;
+  // The last new row of every sequence, into ln (S,C) rows.
+  int64_t row = 0;
+  for (int64_t i = 0; i < S; ++i) {
+    row += int64_t(batch[size_t(i)].tokens.size());
+    if (ex.math()) std::copy_n(a.x.data() + (row - 1) * C, C, a.res1.data() + i * C);
+  }
+  if (ex.math())
+    model::layernorm_forward(a.ln.data(), a.mean.data(), a.rstd.data(), a.res1.data(), w_.ln_f.weight,
+                             w_.ln_f.bias, S, C);
+  ex.op("ln_f.fwd", model::layernorm_forward_cost(S, C, ex.elem));
+  parallel::Buf<float> local(size_t(S * Vl_), 0.0f), gathered(size_t(S * Vl_ * tp), 0.0f);
+  if (ex.math())
+    model::linear_forward(local.data(), a.ln.data(), w_.wte, static_cast<const float*>(nullptr), S, C, Vl_);
+  ex.op("lm_head.fwd", model::linear_forward_cost(S, C, Vl_, false, ex.elem));
+  if (tp > 1)
+    coll::all_gather(dev_, *groups_.tp, coll::ConstBuffer(local.data(), local.size()),
+                     coll::Buffer(gathered.data(), gathered.size()), ctx_.on_compute());
+  if (!ex.math()) return {};
+  if (tp == 1) return {local.begin(), local.end()};
+  // gathered is (tp, S, Vl): rank r's slice is the vocabulary [r·Vl, (r+1)·Vl).
+  std::vector<float> logits(size_t(S) * config_.vocab_size);
+  for (int r = 0; r < tp; ++r)
+    for (int64_t i = 0; i < S; ++i)
+      std::copy_n(gathered.data() + (r * S + i) * Vl_, Vl_, logits.data() + i * config_.vocab_size + r * Vl_);
+  return logits;
+}
+
+void InferEngine::pipe_send() {
+  const int64_t n = dims_.N() * dims_.C;
+  const int dst = groups_.pp_ranks[size_t(groups_.pp_rank + 1)];
+  const float* data = acts_->x.data();
+  dev_.send(dev_.compute(), dst, kStageTag,
+            {reinterpret_cast<const std::byte*>(data), data ? size_t(n) * sizeof(float) : 0},
+            uint64_t(n) * uint64_t(element_size(dev_.precision())));
+}
+
+void InferEngine::pipe_recv() {
+  const int64_t n = dims_.N() * dims_.C;
+  const int src = groups_.pp_ranks[size_t(groups_.pp_rank - 1)];
+  Message m = dev_.recv(dev_.compute(), src, kStageTag);
+  float* into = acts_->x.data();
+  const size_t expected = into ? size_t(n) * sizeof(float) : 0;
+  SHARDLAB_CHECK(m.payload.size() == expected,
+                 fmt::format("inference: stage device {} sent {} bytes, expected {}", src, m.payload.size(), expected));
+  if (into) std::memcpy(into, m.payload.data(), expected);
+}
+
+}  // namespace shardlab::infer

@@ -1,0 +1,28 @@
+// The activations of one InferEngine step (internal to engine*.cc). Nothing
+// is kept for a backward pass: every block overwrites the same buffers.
+// Size letters: N new tokens of the step, C, Cl local heads' width, Fl = F/tp.
+#pragma once
+
+#include "model/infer/engine.h"
+
+namespace shardlab::infer {
+
+struct InferEngine::Acts {
+  parallel::Buf<float> x;             // (N,C) the residual stream
+  parallel::Buf<float> ln, res1;      // (N,C)
+  parallel::Buf<float> mean, rstd;    // (N)
+  parallel::Buf<float> qkv;           // (N,3Cl)
+  parallel::Buf<float> atty;          // (N,Cl)
+  parallel::Buf<float> partial, out;  // (N,C) row-parallel partial sums, block outputs
+  parallel::Buf<float> fc, fc_gelu;   // (N,Fl) dense blocks
+  parallel::TpMoeActs moe;            // MoE blocks (routing, expert rows)
+  parallel::TpScratch scratch;        // MoE under EP: the received rows
+  int64_t elements() const {
+    int64_t n = 0;
+    for (const parallel::Buf<float>* b : {&x, &ln, &res1, &mean, &rstd, &qkv, &atty, &partial, &out, &fc, &fc_gelu})
+      n += int64_t(b->size());
+    return n;
+  }
+};
+
+}  // namespace shardlab::infer

@@ -1,0 +1,119 @@
+#include "model/infer/generate.h"
+
+#include <algorithm>
+#include <mutex>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "collectives/mesh.h"
+#include "model/infer/engine.h"
+#include "model/params.h"
+#include "model/parallel/config_check.h"
+#include "model/parallel/parallel_context.h"
+#include "model/train/model_json.h"
+#include "runtime/errors.h"
+
+namespace shardlab::infer {
+
+namespace coll = collectives;
+using model::Token;
+
+double GenerateResult::tpot_seconds() const {
+  if (decode_steps.empty()) return 0;
+  const Time sum = std::accumulate(decode_steps.begin(), decode_steps.end(), Time{0});
+  return to_seconds(sum) / double(decode_steps.size());
+}
+
+void validate(const GenerateOptions& o) {
+  o.model.validate();
+  parallel::check_parallel_shape(o.model, {o.tp, false, o.pp, 1, {}, o.ep, o.ep});
+  if (o.prompt.empty()) throw ConfigError("--prompt-tokens: the prompt needs at least one token");
+  if (o.max_new_tokens < 1) throw ConfigError(fmt::format("--max-new-tokens must be at least 1 (got {})", o.max_new_tokens));
+  const int64_t total = int64_t(o.prompt.size()) + o.max_new_tokens;
+  if (total > o.model.block_size)
+    throw ConfigError(fmt::format("prompt ({} tokens) + --max-new-tokens {} = {} exceeds the model's block size {} (--seq)",
+                                  o.prompt.size(), o.max_new_tokens, total, o.model.block_size));
+  for (size_t i = 0; i < o.prompt.size(); ++i)
+    if (o.prompt[i] < 0 || o.prompt[i] >= o.model.token_vocab())
+      throw ConfigError(fmt::format("--prompt-tokens: token {} at position {} is outside the vocabulary [0, {})",
+                                    o.prompt[i], i, o.model.token_vocab()));
+  if (!(o.sampling.temperature >= 0) || o.sampling.temperature > 1e6)
+    throw ConfigError(fmt::format("--temperature must be between 0 and 1e6 (got {})", o.sampling.temperature));
+  if (o.sampling.top_k < 0) throw ConfigError(fmt::format("--top-k must be at least 0 (got {})", o.sampling.top_k));
+  if (o.phantom && o.init) throw ConfigError("--phantom runs on shapes only: it takes no --init");
+}
+
+void check_generate_init(const model::SafetensorsFile& f, const model::GPTConfig& config) {
+  const model::ParamTable table(config);
+  for (const auto& s : table.specs()) f.get(s.name, s.shape);
+  train::check_checkpoint_model(f, config);
+  for (const std::string& name : f.names())
+    if (!table.find(name))
+      throw ConfigError(fmt::format("--init {}: unexpected tensor \"{}\" (not in this model: {})", f.origin(), name,
+                                    config.to_string()));
+}
+
+namespace {
+
+// One device's generation loop. `r` is shared: the sampler rank writes the
+// tokens, times and logits, every rank its own kv slot.
+void run_device(Device& dev, const GenerateOptions& o, const coll::DeviceMesh& mesh, GenerateResult& r) {
+  model::PhantomScope phantom(o.phantom);
+  parallel::ParallelContext ctx(mesh, dev.rank());
+  const coll::ProcessGroup& pipeline = ctx.group("pp");
+  EngineGroups g{&ctx.group("tp"), o.ep > 1 ? &ctx.group("ep") : nullptr,
+                 {pipeline.members().begin(), pipeline.members().end()}, ctx.coords().pp};
+  InferEngine engine(o.model, o.seed, dev, g, o.init);
+  std::vector<int> everyone(size_t(o.world()));
+  std::iota(everyone.begin(), everyone.end(), 0);
+  const coll::ProcessGroup* world = o.world() > 1 ? &ctx.group(everyone, "world") : nullptr;
+  const bool sampler_rank = dev.rank() == r.sampler_rank;
+  Sampler sampler(o.sampling);
+  const int seq = engine.cache().add_sequence(int(o.prompt.size()) + o.max_new_tokens);
+  std::vector<Token> input = o.prompt;
+  Time last = 0;
+  for (int step = 0; step < o.max_new_tokens; ++step) {
+    StepOutput out = engine.step({{seq, input}});
+    float token = 0;  // travels as a float: exact below 2^24
+    if (sampler_rank) {
+      const int V = o.model.vocab_size, n = o.model.token_vocab();
+      dev.run(dev.compute(), "sample", OpCost{5.0 * V, double(V) * element_size(dev.precision())});
+      if (!out.logits.empty()) {
+        token = float(sampler.next({out.logits.data(), size_t(n)}));
+        if (o.keep_logits) r.logits.emplace_back(out.logits.begin(), out.logits.begin() + n);
+      }
+      const Time now = dev.compute().now();
+      if (step == 0) r.ttft = now;
+      else r.decode_steps.push_back(now - last);
+      last = now;
+      r.tokens.push_back(Token(token));
+    }
+    if (step + 1 == o.max_new_tokens) break;  // the last token needs no forward
+    if (world) coll::broadcast(dev, *world, coll::Buffer(&token, 1), r.sampler_rank, {.stream = &dev.compute()});
+    input = {Token(token)};
+  }
+  r.kv_bytes[size_t(dev.rank())] = engine.cache().bytes();
+  r.kv_tokens[size_t(dev.rank())] = engine.cache().tokens();
+}
+
+}  // namespace
+
+GenerateResult generate(Cluster& cluster, const GenerateOptions& o) {
+  validate(o);
+  if (cluster.world_size() != o.world())
+    throw ConfigError(fmt::format("generate needs {} devices (tp {} x pp {} x ep {}), the cluster has {}", o.world(),
+                                  o.tp, o.pp, o.ep, cluster.world_size()));
+  const coll::DeviceMesh mesh(coll::MeshShape{o.tp, 1, o.ep, o.ep, o.pp});
+  GenerateResult r;
+  r.kv_bytes.assign(size_t(o.world()), 0);
+  r.kv_tokens.assign(size_t(o.world()), 0);
+  for (int rank = 0; rank < o.world(); ++rank) {
+    const coll::Coords c = mesh.coords(rank);
+    if (c.tp == 0 && c.dp == 0 && c.pp == o.pp - 1) r.sampler_rank = rank;
+  }
+  r.run = cluster.run([&](Device& dev) { run_device(dev, o, mesh, r); });
+  return r;
+}
+
+}  // namespace shardlab::infer

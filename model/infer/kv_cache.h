@@ -1,0 +1,75 @@
+// KvCache: the keys and values one device keeps for the sequences it serves.
+//
+// Layout (Cl = NHl·HS: this rank's heads times the head size): for every
+// sequence and every local layer (a pipeline stage's blocks, in order), K
+// then V, each (max_tokens, Cl), token-major: token t of layer l is the row
+// [k | v](l, t) of the layer's c_attn output for the heads this tensor-parallel
+// rank holds. Host storage is reserved for max_tokens per sequence when it is
+// added (none under a PhantomScope); the arena is charged only for the tokens
+// held, as MemKind::kKvCache, so its modeled bytes are always exactly
+//
+//   2 · local_layers · NHl · HS · tokens · element_bytes
+//
+// (bytes_for). A paged cache (fixed-size blocks, a block table per sequence)
+// can replace the per-sequence reservation behind the same calls.
+//
+// Thread safety: one cache per device thread.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/buffer.h"
+#include "runtime/device.h"
+
+namespace shardlab::infer {
+
+struct KvShape {
+  int layers = 0;    // local layers (this pipeline stage's blocks)
+  int heads = 0;     // local heads NHl = n_head / tp
+  int head_dim = 0;  // HS
+  int64_t row() const { return int64_t{heads} * head_dim; }  // Cl
+};
+
+class KvCache {
+ public:
+  KvCache(Device& dev, KvShape shape);
+  ~KvCache();
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
+
+  // A new empty sequence that may grow to max_tokens; returns its id.
+  int add_sequence(int max_tokens);
+  // Drops the sequence and returns its bytes to the arena.
+  void release(int seq);
+  // Makes room for n more tokens of `seq` (charged to the arena, which may
+  // throw OutOfMemory); returns the position of the first.
+  int append(int seq, int n);
+
+  int length(int seq) const { return entry(seq).length; }
+  int capacity(int seq) const { return entry(seq).max_tokens; }
+  // (max_tokens, Cl) rows of `local_layer`; null in a phantom run.
+  float* keys(int seq, int local_layer);
+  float* values(int seq, int local_layer);
+  const KvShape& shape() const { return shape_; }
+  int64_t tokens() const { return tokens_; }  // held over all sequences
+  uint64_t bytes() const { return bytes_for(shape_, tokens_, elem_); }
+  static uint64_t bytes_for(const KvShape& s, int64_t tokens, int element_bytes);
+
+ private:
+  struct Entry {
+    int length = -1;  // -1: released
+    int max_tokens = 0;
+    model::Buffer<float> data;  // (layers, 2, max_tokens, Cl)
+  };
+  const Entry& entry(int seq) const;
+  Entry& entry(int seq) { return const_cast<Entry&>(static_cast<const KvCache*>(this)->entry(seq)); }
+
+  Device& dev_;
+  KvShape shape_;
+  int elem_;
+  std::vector<Entry> seqs_;
+  int64_t tokens_ = 0;
+};
+
+}  // namespace shardlab::infer

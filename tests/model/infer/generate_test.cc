@@ -1,0 +1,185 @@
+// generate() on the virtual cluster against the unsharded GPT<float> that
+// re-runs the whole sequence for every token (no KV cache): the same tokens
+// under every parallel split, greedy and sampled; the cached decode's logits
+// equal the full forward's within a stated tolerance; decode time grows with
+// the context exactly as the attention kernels' costs (recomputed here) say.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "model/kernels.h"
+#include "tests/model/infer/infer_test_util.h"
+
+namespace shardlab::infer {
+namespace {
+
+using model::Token;
+using testing::run_generate;
+using testing::small_config;
+
+// fp32 sums in another order (the cache, tensor-parallel partial sums) move
+// the logits by a few ulps per layer; through 4 blocks this stays below 1e-5
+// for logits of size ~5 (printed by the test).
+constexpr double kLogitTol = 1e-4;
+
+const std::vector<Token> kPrompt = {3, 17, 42, 99, 5};
+constexpr int kNew = 12;
+
+struct Split {
+  int tp, pp, ep;
+  std::string name() const { return "tp" + std::to_string(tp) + "_pp" + std::to_string(pp) + "_ep" + std::to_string(ep); }
+};
+
+GenerateOptions options(const model::GPTConfig& c, const model::SafetensorsFile* init, Split s,
+                        SamplingOptions sampling = {}) {
+  GenerateOptions o;
+  o.model = c;
+  o.init = init;
+  o.prompt = kPrompt;
+  o.max_new_tokens = kNew;
+  o.sampling = sampling;
+  o.tp = s.tp;
+  o.pp = s.pp;
+  o.ep = s.ep;
+  return o;
+}
+
+void expect_same_tokens_as_reference(bool moe, const std::vector<Split>& splits) {
+  const model::GPTConfig c = small_config(moe);
+  model::GPT<float> ref(c, 7);
+  testing::perturb(ref);
+  const model::SafetensorsFile init = testing::as_checkpoint(ref);
+  for (const SamplingOptions& sampling : {SamplingOptions{}, SamplingOptions{0.8, 20, 11}}) {
+    const std::vector<Token> want = testing::reference_tokens(ref, kPrompt, kNew, sampling);
+    // Not a degenerate run that repeats one token whatever the model does.
+    std::vector<Token> distinct = want;
+    std::sort(distinct.begin(), distinct.end());
+    EXPECT_GE(std::unique(distinct.begin(), distinct.end()) - distinct.begin(), 3);
+    for (const Split& s : splits) {
+      const GenerateResult r = run_generate(options(c, &init, s, sampling));
+      EXPECT_EQ(r.tokens, want) << s.name() << " temperature " << sampling.temperature;
+    }
+  }
+}
+
+TEST(Generate, DenseTokensEqualTheUnshardedModelUnderEverySplit) {
+  expect_same_tokens_as_reference(false, {{1, 1, 1}, {2, 1, 1}, {1, 2, 1}, {2, 2, 1}});
+}
+
+TEST(Generate, MoeTokensEqualTheUnshardedModelUnderExpertParallelism) {
+  expect_same_tokens_as_reference(true, {{1, 1, 1}, {1, 1, 2}, {2, 1, 2}});
+}
+
+TEST(Generate, SampledTokensDifferFromGreedyAndFollowTheSeed) {
+  const model::GPTConfig c = small_config(false);
+  model::GPT<float> ref(c, 7);
+  testing::perturb(ref);
+  const model::SafetensorsFile init = testing::as_checkpoint(ref);
+  const GenerateResult greedy = run_generate(options(c, &init, {1, 1, 1}));
+  const GenerateResult a = run_generate(options(c, &init, {1, 1, 1}, {2.0, 0, 1}));
+  const GenerateResult b = run_generate(options(c, &init, {1, 1, 1}, {2.0, 0, 2}));
+  EXPECT_NE(a.tokens, greedy.tokens);  // at temperature 2 some draw leaves the argmax
+  EXPECT_NE(a.tokens, b.tokens);
+  EXPECT_EQ(run_generate(options(c, &init, {2, 1, 1}, {2.0, 0, 1})).tokens, a.tokens);
+}
+
+// Every step's logits (prefill, then each decode over the cache) against the
+// full forward over the sequence so far.
+TEST(Generate, CachedDecodeLogitsEqualAFullForward) {
+  for (bool moe : {false, true}) {
+    const model::GPTConfig c = small_config(moe);
+    model::GPT<float> ref(c, 7);
+  testing::perturb(ref);
+    const model::SafetensorsFile init = testing::as_checkpoint(ref);
+    for (const Split& s : std::vector<Split>{{1, 1, 1}, {2, 2, 1}}) {
+      GenerateOptions o = options(c, &init, s);
+      o.keep_logits = true;
+      const GenerateResult r = run_generate(o);
+      ASSERT_EQ(r.logits.size(), size_t(kNew));
+      std::vector<Token> seq = kPrompt;
+      double max_diff = 0, max_abs = 0;
+      for (int step = 0; step < kNew; ++step) {
+        const std::vector<float> want = testing::full_forward_last(ref, seq);
+        ASSERT_EQ(r.logits[size_t(step)].size(), want.size());
+        for (size_t v = 0; v < want.size(); ++v) {
+          max_diff = std::max(max_diff, double(std::fabs(r.logits[size_t(step)][v] - want[v])));
+          max_abs = std::max(max_abs, double(std::fabs(want[v])));
+        }
+        seq.push_back(r.tokens[size_t(step)]);
+      }
+      std::printf("%s %s: max |cached - full| logit difference %.3g (logits up to %.3g), tolerance %.0e\n",
+                  moe ? "moe" : "dense", s.name().c_str(), max_diff, max_abs, kLogitTol);
+      EXPECT_LE(max_diff, kLogitTol);
+    }
+  }
+}
+
+// Work of the three attention kernels of one decode step (one new token over
+// L keys, NH heads of size HS), written out here from the kernels' contract.
+std::vector<OpCost> decode_attention(double L, double NH, double HS, double e) {
+  return {{2 * NH * L * HS, NH * (HS + L * HS + L) * e},
+          {5 * NH * L, 2 * NH * L * e},
+          {2 * NH * L * HS, NH * (L + L * HS + HS) * e}};
+}
+
+// Between two decode steps only the attention kernels change (one more key
+// each): on one device, step k+1 - step k = layers x the change of their time.
+TEST(Generate, DecodeTimeGrowsAsTheAttentionCostsSay) {
+  const model::GPTConfig c = small_config(false);
+  const GenerateResult r = run_generate(options(c, nullptr, {1, 1, 1}));
+  const HardwareProfile profile = load_profile("a100-nvlink");
+  const CostModel cost(profile.device, Precision::kFp32);
+  ASSERT_EQ(r.decode_steps.size(), size_t(kNew - 1));
+  for (size_t k = 0; k + 1 < r.decode_steps.size(); ++k) {
+    // decode step k attends over prompt + k + 1 keys
+    const double L = double(kPrompt.size() + k + 1);
+    Time delta = 0;
+    const auto before = decode_attention(L, c.n_head, c.head_size(), 4);
+    const auto after = decode_attention(L + 1, c.n_head, c.head_size(), 4);
+    for (size_t i = 0; i < before.size(); ++i) delta += cost.duration(after[i]) - cost.duration(before[i]);
+    EXPECT_GT(delta, 0);
+    EXPECT_EQ(r.decode_steps[k + 1] - r.decode_steps[k], c.n_layer * delta) << "decode step " << k;
+  }
+}
+
+TEST(Generate, TimesAreDeterministicAndPhantomTimesMatchTheRealRun) {
+  const model::GPTConfig c = small_config(false);
+  for (const Split& s : std::vector<Split>{{1, 1, 1}, {2, 2, 1}}) {
+    const GenerateResult a = run_generate(options(c, nullptr, s));
+    const GenerateResult b = run_generate(options(c, nullptr, s));
+    GenerateOptions po = options(c, nullptr, s);
+    po.phantom = true;
+    const GenerateResult p = run_generate(po);
+    EXPECT_EQ(a.tokens, b.tokens) << s.name();
+    EXPECT_EQ(a.ttft, b.ttft) << s.name();
+    EXPECT_EQ(a.decode_steps, b.decode_steps) << s.name();
+    EXPECT_GT(a.ttft, 0);
+    // Shapes only: the same kernels, messages and cache, so the same clock.
+    EXPECT_EQ(p.ttft, a.ttft) << s.name();
+    EXPECT_EQ(p.decode_steps, a.decode_steps) << s.name();
+    EXPECT_EQ(p.kv_bytes, a.kv_bytes) << s.name();
+  }
+}
+
+TEST(Generate, BadOptionsAreConfigErrors) {
+  const model::GPTConfig c = small_config(false);
+  GenerateOptions o = options(c, nullptr, {1, 1, 1});
+  o.max_new_tokens = c.block_size;  // prompt + new > block size
+  EXPECT_THROW(validate(o), ConfigError);
+  o = options(c, nullptr, {1, 1, 1});
+  o.prompt = {c.vocab_size};
+  EXPECT_THROW(validate(o), ConfigError);
+  o = options(c, nullptr, {3, 1, 1});  // 3 does not divide the heads
+  EXPECT_THROW(validate(o), ConfigError);
+  o = options(c, nullptr, {1, 1, 2});  // ep needs experts
+  EXPECT_THROW(validate(o), ConfigError);
+  o = options(c, nullptr, {1, 1, 1});
+  o.prompt.clear();
+  EXPECT_THROW(validate(o), ConfigError);
+}
+
+}  // namespace
+}  // namespace shardlab::infer

@@ -1,0 +1,86 @@
+// The KV cache's modeled bytes per device are exactly
+//   2 · layers_on_device · (heads / tp) · head_dim · tokens · element_bytes
+// (the formula written out here, not read from the cache), for every split
+// and precision, and the arena holds them as their own kind (kv_cache).
+#include <gtest/gtest.h>
+
+#include "model/infer/kv_cache.h"
+#include "tests/model/infer/infer_test_util.h"
+
+namespace shardlab::infer {
+namespace {
+
+using testing::run_generate;
+using testing::small_config;
+
+struct Case {
+  int tp, pp, ep;
+  bool moe;
+  Precision precision;
+};
+
+TEST(KvCache, BytesPerDeviceFollowTheFormula) {
+  const std::vector<Case> cases = {{1, 1, 1, false, Precision::kFp32}, {2, 1, 1, false, Precision::kFp32},
+                                   {1, 2, 1, false, Precision::kBf16}, {2, 2, 1, false, Precision::kBf16},
+                                   {4, 1, 1, false, Precision::kFp32}, {1, 1, 2, true, Precision::kFp32}};
+  for (const Case& k : cases) {
+    GenerateOptions o;
+    o.model = small_config(k.moe);
+    o.prompt = {1, 2, 3, 4, 5, 6, 7};
+    o.max_new_tokens = 9;
+    o.tp = k.tp;
+    o.pp = k.pp;
+    o.ep = k.ep;
+    const GenerateResult r = run_generate(o, k.precision);
+    // The last token is never fed back: the cache holds prompt + new - 1.
+    const uint64_t tokens = o.prompt.size() + uint64_t(o.max_new_tokens) - 1;
+    const uint64_t elem = k.precision == Precision::kBf16 ? 2 : 4;
+    const uint64_t layers = uint64_t(o.model.n_layer / k.pp);
+    const uint64_t heads = uint64_t(o.model.n_head / k.tp);
+    const uint64_t head_dim = uint64_t(o.model.n_embd / o.model.n_head);
+    const uint64_t want = 2 * layers * heads * head_dim * tokens * elem;
+    ASSERT_EQ(r.kv_bytes.size(), size_t(o.world()));
+    for (int rank = 0; rank < o.world(); ++rank) {
+      EXPECT_EQ(r.kv_bytes[size_t(rank)], want) << "tp " << k.tp << " pp " << k.pp << " rank " << rank;
+      EXPECT_EQ(r.kv_tokens[size_t(rank)], int64_t(tokens));
+      EXPECT_EQ(r.run.devices[size_t(rank)].peak_by_kind[int(MemKind::kKvCache)], want) << "rank " << rank;
+    }
+  }
+}
+
+TEST(KvCache, AppendChargesAndReleaseReturnsTheArena) {
+  ClusterOptions co;
+  co.world_size = 1;
+  Cluster cluster(load_profile("a100-nvlink"), co);
+  cluster.run([](Device& dev) {
+    KvCache cache(dev, {3, 2, 8});
+    const int a = cache.add_sequence(10), b = cache.add_sequence(4);
+    EXPECT_EQ(dev.arena().used(MemKind::kKvCache), 0u);  // reserved on the host, not charged
+    EXPECT_EQ(cache.append(a, 6), 0);
+    EXPECT_EQ(cache.append(a, 1), 6);
+    EXPECT_EQ(cache.append(b, 4), 0);
+    EXPECT_EQ(dev.arena().used(MemKind::kKvCache), 2u * 3 * 2 * 8 * 11 * 4);
+    cache.release(a);
+    EXPECT_EQ(dev.arena().used(MemKind::kKvCache), 2u * 3 * 2 * 8 * 4 * 4);
+    EXPECT_EQ(cache.tokens(), 4);
+    // Layer 1's keys of b follow layer 0's keys and values.
+    EXPECT_EQ(cache.keys(b, 1) - cache.keys(b, 0), 2 * 4 * 16);
+    EXPECT_EQ(cache.values(b, 1) - cache.keys(b, 1), 4 * 16);
+  });
+}
+
+TEST(KvCache, TheModeledCapacityBoundsTheCache) {
+  ClusterOptions co;
+  co.world_size = 1;
+  co.memory_bytes = 4096;
+  Cluster cluster(load_profile("a100-nvlink"), co);
+  EXPECT_THROW(cluster.run([](Device& dev) {
+                 KvCache cache(dev, {4, 4, 16});
+                 const int s = cache.add_sequence(64);
+                 cache.append(s, 64);  // 2·4·64·64·4 bytes > 4 KiB
+               }),
+               RunError);
+}
+
+}  // namespace
+}  // namespace shardlab::infer
