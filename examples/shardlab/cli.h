@@ -76,5 +76,6 @@ void print_memory_table(const nlohmann::json& devices);
 void add_verify_command(CLI::App& app);
 void add_sweep_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
 
 }  // namespace shardlab::cli

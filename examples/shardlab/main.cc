@@ -61,6 +61,7 @@ int main(int argc, char** argv) {
   shardlab::cli::add_verify_command(app);
   shardlab::cli::add_sweep_command(app);
   shardlab::cli::add_generate_command(app);
+  shardlab::cli::add_serve_command(app);
   std::string names;
   bool known = false;
   for (const auto* sub : app.get_subcommands({})) {

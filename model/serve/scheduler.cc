@@ -87,6 +87,7 @@ void Replica::arrive() {
 void Replica::preempt(int s) {
   Seq& q = seqs_[size_t(s)];
   kv_.release(s);
+  ex_.release(s);
   running_.erase(std::find(running_.begin(), running_.end(), s));
   q.cached = 0;
   q.target = q.r->prompt_len + q.generated;  // recomputed: the prompt and what it produced
@@ -175,6 +176,7 @@ void Replica::book(const std::vector<BatchEntry>& batch) {
     if (q.generated == q.r->output_len) {
       q.finish_s = now_;
       kv_.release(e.seq);
+      ex_.release(e.seq);
       running_.erase(std::find(running_.begin(), running_.end(), e.seq));
     }
   }
@@ -188,6 +190,7 @@ ReplicaResult Replica::run(int replica) {
     std::vector<BatchEntry> batch =
         o_.batching == Batching::kStatic ? static_batch() : continuous_batch();
     SHARDLAB_CHECK(!batch.empty(), "serving scheduler formed an empty step");
+    ex_.begin_step(replica, now_);
     const double dt = ex_.step_seconds(batch);
     SHARDLAB_CHECK(std::isfinite(dt) && dt > 0, "a step must take a positive, finite time");
     now_ += dt;

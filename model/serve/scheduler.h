@@ -49,6 +49,10 @@ class StepExecutor {
   virtual ~StepExecutor() = default;
   // Virtual seconds one forward step over `batch` takes on the replica.
   virtual double step_seconds(std::span<const BatchEntry> batch) = 0;
+  // Called before each step_seconds: which replica runs it, from when.
+  virtual void begin_step(int replica, double now_s) {}
+  // `seq` left the replica's cache (finished, or preempted to be recomputed).
+  virtual void release(int seq) {}
 };
 
 enum class Batching { kStatic, kContinuous };

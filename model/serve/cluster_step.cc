@@ -1,0 +1,272 @@
+#include "model/serve/cluster_step.h"
+
+#include <algorithm>
+#include <cmath>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <numeric>
+#include <thread>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "collectives/collectives.h"
+#include "collectives/mesh.h"
+#include "model/buffer.h"
+#include "model/infer/engine.h"
+#include "model/parallel/parallel_context.h"
+#include "model/serve/serving.h"
+#include "runtime/errors.h"
+
+namespace shardlab::serve {
+
+namespace coll = shardlab::collectives;
+
+namespace {
+
+coll::DeviceMesh replica_mesh(const ReplicaShape& s) {
+  return coll::DeviceMesh(coll::MeshShape{s.tp, 1, s.ep, s.ep, s.pp});  // the ep ranks carry replicas of the batch
+}
+
+struct DeviceStep {
+  Time begin = 0, end = 0;
+};
+
+// One device of the replica: its engine, and the scheduler's sequences in
+// its cache (scheduler id -> cache id).
+class ReplicaDevice {
+ public:
+  ReplicaDevice(Device& dev, const ReplicaShape& s, int sampler_rank)
+      : dev_(dev), s_(s), sampler_rank_(sampler_rank), ctx_(replica_mesh(s), dev.rank()),
+        engine_(s.model, 1, dev, groups(), nullptr) {
+    std::vector<int> everyone(size_t(s.world()));
+    std::iota(everyone.begin(), everyone.end(), 0);
+    if (s.world() > 1) world_ = &ctx_.group(everyone, "world");
+  }
+
+  void release(int seq) {
+    const auto it = ids_.find(seq);
+    if (it == ids_.end()) return;
+    engine_.cache().release(it->second);
+    ids_.erase(it);
+  }
+
+  // The step starts at `start` (the scheduler's clock) or when this device
+  // is free, whichever is later.
+  DeviceStep step(std::span<const BatchEntry> batch, Time start) {
+    dev_.compute().wait({start});
+    dev_.comm().wait({start});
+    std::vector<infer::SeqInput> inputs;
+    for (const BatchEntry& e : batch) {
+      auto it = ids_.find(e.seq);
+      if (it == ids_.end()) it = ids_.emplace(e.seq, engine_.cache().add_sequence(s_.model.block_size)).first;
+      SHARDLAB_CHECK(engine_.cache().length(it->second) == e.context,
+                     fmt::format("serving: sequence {} has {} cached tokens, the scheduler says {}", e.seq,
+                                 engine_.cache().length(it->second), e.context));
+      inputs.push_back({it->second, std::vector<model::Token>(size_t(e.new_tokens), 0)});
+    }
+    DeviceStep out{dev_.compute().now(), 0};
+    engine_.step(inputs);
+    std::vector<float> tokens(batch.size(), 0.0f);
+    if (dev_.rank() == sampler_rank_) {
+      const double V = s_.model.vocab_size, S = double(batch.size());
+      dev_.run(dev_.compute(), "sample", OpCost{5.0 * V * S, V * S * element_size(dev_.precision())});
+    }
+    if (world_)
+      coll::broadcast(dev_, *world_, coll::Buffer(tokens.data(), tokens.size()), sampler_rank_,
+                      {.stream = &dev_.compute()});
+    out.end = dev_.compute().now();
+    return out;
+  }
+
+  double kv_bytes_per_token() {
+    const int64_t t = engine_.cache().tokens();
+    return t > 0 ? double(engine_.cache().bytes()) / double(t) : 0;
+  }
+
+ private:
+  infer::EngineGroups groups() {
+    const coll::ProcessGroup& pipeline = ctx_.group("pp");
+    return {&ctx_.group("tp"), s_.ep > 1 ? &ctx_.group("ep") : nullptr,
+            {pipeline.members().begin(), pipeline.members().end()}, ctx_.coords().pp};
+  }
+
+  Device& dev_;
+  const ReplicaShape& s_;
+  int sampler_rank_;
+  parallel::ParallelContext ctx_;
+  infer::InferEngine engine_;
+  const coll::ProcessGroup* world_ = nullptr;
+  std::unordered_map<int, int> ids_;
+};
+
+}  // namespace
+
+// Where the scheduler's thread and the device threads meet: the scheduler
+// posts a job (releases, then a batch) and waits until every device has run
+// it; a device that throws wakes everyone, and finish() rethrows.
+struct ClusterStepExecutor::Mailbox {
+  std::mutex m;
+  std::condition_variable cv;
+  int64_t job = 0;
+  std::vector<int64_t> done;  // per device: the last job run
+  bool stop = false, failed = false;
+  std::vector<BatchEntry> batch;
+  Time start = 0;
+  std::vector<int> releases, pending;  // of the posted job; for the next one
+  std::vector<DeviceStep> steps;
+  std::thread runner;
+  RunResult result;
+  std::exception_ptr error;
+};
+
+ClusterStepExecutor::ClusterStepExecutor(Cluster& cluster, ReplicaShape shape)
+    : cluster_(cluster), shape_(std::move(shape)) {
+  if (cluster.world_size() != shape_.world())
+    throw ConfigError(fmt::format("a replica needs {} devices (tp {} x pp {} x ep {}), the cluster has {}",
+                                  shape_.world(), shape_.tp, shape_.pp, shape_.ep, cluster.world_size()));
+  const coll::DeviceMesh mesh = replica_mesh(shape_);
+  for (int rank = 0; rank < shape_.world(); ++rank) {
+    const coll::Coords c = mesh.coords(rank);
+    if (c.tp == 0 && c.dp == 0 && c.pp == shape_.pp - 1) sampler_rank_ = rank;
+  }
+}
+
+ClusterStepExecutor::~ClusterStepExecutor() {
+  if (!box_) return;
+  try {
+    finish();
+  } catch (...) {  // a destructor must not throw; finish() was not called after a failure
+  }
+}
+
+ReplicaPlan ClusterStepExecutor::plan(int64_t max_batch_tokens) {
+  SHARDLAB_CHECK(!box_, "plan() runs before the first step");
+  const int n = int(std::min<int64_t>(max_batch_tokens, shape_.model.block_size));
+  const BatchEntry probe{0, n, 0};
+  ReplicaPlan p;
+  p.kv_bytes_per_token.assign(size_t(shape_.world()), 0);
+  const RunResult r = cluster_.run([&](Device& dev) {
+    model::PhantomScope phantom(true);
+    ReplicaDevice d(dev, shape_, sampler_rank_);
+    d.step({&probe, 1}, 0);
+    p.kv_bytes_per_token[size_t(dev.rank())] = d.kv_bytes_per_token();
+  });
+  for (const DeviceStats& d : r.devices) {
+    p.capacity_bytes.push_back(d.capacity_bytes);
+    p.weight_bytes.push_back(d.peak_by_kind[int(MemKind::kParam)]);
+    p.activation_bytes.push_back(d.peak_by_kind[int(MemKind::kActivation)]);
+  }
+  return p;
+}
+
+void ClusterStepExecutor::start() {
+  box_ = std::make_unique<Mailbox>();
+  Mailbox& b = *box_;
+  b.done.assign(size_t(shape_.world()), 0);
+  b.steps.assign(size_t(shape_.world()), {});
+  b.runner = std::thread([this, &b] {
+    try {
+      b.result = cluster_.run([this, &b](Device& dev) {
+        model::PhantomScope phantom(true);
+        ReplicaDevice d(dev, shape_, sampler_rank_);
+        for (int64_t seen = 0;;) {
+          std::unique_lock<std::mutex> l(b.m);
+          b.cv.wait(l, [&] { return b.job > seen || b.stop || b.failed; });
+          if (b.stop || b.failed) return;
+          seen = b.job;
+          const std::vector<BatchEntry> batch = b.batch;
+          const std::vector<int> releases = b.releases;
+          const Time start = b.start;
+          l.unlock();
+          DeviceStep s;
+          try {
+            for (int seq : releases) d.release(seq);
+            s = d.step(batch, start);
+          } catch (...) {
+            std::lock_guard<std::mutex> g(b.m);
+            b.failed = true;
+            b.cv.notify_all();
+            throw;
+          }
+          std::lock_guard<std::mutex> g(b.m);
+          b.steps[size_t(dev.rank())] = s;
+          b.done[size_t(dev.rank())] = seen;
+          b.cv.notify_all();
+        }
+      });
+    } catch (...) {
+      std::lock_guard<std::mutex> g(b.m);
+      b.error = std::current_exception();
+      b.failed = true;
+      b.cv.notify_all();
+    }
+  });
+}
+
+void ClusterStepExecutor::begin_step(int replica, double now_s) {
+  const Time now = Time(std::llround(now_s * double(kPicosPerSecond)));
+  if (replica != replica_ && box_) {  // the next replica's devices start afresh, at time 0
+    finish();
+    clock_ = 0;
+  }
+  replica_ = replica;
+  start_ = std::max(clock_, now);
+}
+
+void ClusterStepExecutor::release(int seq) {
+  if (box_) box_->pending.push_back(seq);  // only the scheduler's thread touches `pending`
+}
+
+double ClusterStepExecutor::step_seconds(std::span<const BatchEntry> batch) {
+  if (!box_) start();
+  Mailbox& b = *box_;
+  std::unique_lock<std::mutex> l(b.m);
+  b.batch.assign(batch.begin(), batch.end());
+  b.start = start_;
+  b.releases.swap(b.pending);
+  b.pending.clear();
+  const int64_t job = ++b.job;
+  b.cv.notify_all();
+  b.cv.wait(l, [&] {
+    return b.failed || std::all_of(b.done.begin(), b.done.end(), [&](int64_t d) { return d == job; });
+  });
+  if (b.failed) {
+    l.unlock();
+    finish();  // rethrows the device's error
+    throw RunError(0, "serving: a device failed");
+  }
+  Time end = start_;
+  for (const DeviceStep& d : b.steps) end = std::max(end, d.end);
+  const Time dt = end - start_;
+  clock_ = end;
+  start_ = end;
+  return to_seconds(dt);
+}
+
+RunResult ClusterStepExecutor::finish() {
+  if (!box_) return {};
+  std::unique_ptr<Mailbox> b = std::move(box_);
+  {
+    std::lock_guard<std::mutex> g(b->m);
+    b->stop = true;
+    b->cv.notify_all();
+  }
+  b->runner.join();
+  if (b->error) std::rethrow_exception(b->error);
+  runs_.push_back(b->result);
+  return std::move(b->result);
+}
+
+int64_t ReplicaPlan::kv_blocks(double kv_fraction, int block) const {
+  int64_t blocks = -1;
+  for (size_t d = 0; d < weight_bytes.size(); ++d) {
+    const int64_t here = kv_blocks_on_device(double(capacity_bytes[d]), kv_fraction, double(weight_bytes[d]),
+                                             double(activation_bytes[d]), kv_bytes_per_token[d], block);
+    blocks = blocks < 0 ? here : std::min(blocks, here);
+  }
+  return std::max<int64_t>(blocks, 0);
+}
+
+}  // namespace shardlab::serve

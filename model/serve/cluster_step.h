@@ -1,0 +1,83 @@
+// Serving steps timed on the virtual cluster: a StepExecutor backed by one
+// replica's devices (tp x pp x ep), each running an InferEngine
+// (model/infer/engine.h) on shapes only (the weights, the cache and the
+// logits have sizes and no storage). The devices stay up for the whole
+// simulation: each holds the running sequences in its KV cache (charged to
+// its arena as they grow, freed when the scheduler finishes or preempts
+// them), and every step runs the batch through engine.step — embedding, the
+// blocks' kernels, tensor-parallel all-reduces, pipeline sends, expert
+// all-to-alls, the head — after which the sampler rank picks each
+// sequence's token and broadcasts them, as generate does. The step's time is
+// from the first device's start to the last device's end.
+//
+// One batch runs at a time: with pp > 1 a step crosses every stage before
+// the next starts (no pipelining of successive steps, as a single vLLM
+// virtual engine runs), so PP adds latency to every token.
+//
+// plan() measures, in a run of its own, what a replica holds besides the KV
+// cache — each device's weights and the activations of a step of
+// `max_batch_tokens` — and each device's KV bytes per token, for
+// kv_blocks_on_device (serving.h).
+//
+// Thread safety: one caller (the scheduler); the device threads meet it in a
+// mailbox under a mutex.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "model/config.h"
+#include "model/serve/scheduler.h"
+#include "runtime/cluster.h"
+#include "runtime/trace.h"
+
+namespace shardlab::serve {
+
+struct ReplicaShape {
+  model::GPTConfig model;
+  int tp = 1, pp = 1, ep = 1;
+  int world() const { return tp * pp * ep; }
+};
+
+struct ReplicaPlan {
+  std::vector<uint64_t> capacity_bytes, weight_bytes, activation_bytes;  // per device
+  std::vector<double> kv_bytes_per_token;                                // per device
+  // The replica's KV blocks: the smallest over its devices.
+  int64_t kv_blocks(double kv_fraction, int block) const;
+};
+
+class ClusterStepExecutor final : public StepExecutor {
+ public:
+  // `cluster` has exactly shape.world() devices (ConfigError otherwise).
+  ClusterStepExecutor(Cluster& cluster, ReplicaShape shape);
+  ~ClusterStepExecutor() override;
+  // One probe step, a prefill of min(max_batch_tokens, block size) tokens,
+  // in a run of its own. Call before the first step.
+  ReplicaPlan plan(int64_t max_batch_tokens);
+
+  void begin_step(int replica, double now_s) override;
+  double step_seconds(std::span<const BatchEntry> batch) override;
+  void release(int seq) override;
+  // Ends the devices' run (its stats and, with ClusterOptions::trace, the
+  // timeline of every step at the scheduler's times); rethrows what a device
+  // threw.
+  RunResult finish();
+  // Every replica's finished run, in replica order.
+  const std::vector<RunResult>& runs() const { return runs_; }
+
+ private:
+  struct Mailbox;
+  void start();
+
+  Cluster& cluster_;
+  ReplicaShape shape_;
+  int sampler_rank_ = 0;
+  std::unique_ptr<Mailbox> box_;
+  int replica_ = 0;
+  Time clock_ = 0;  // the end of the replica's last step
+  Time start_ = 0;  // of the step to run
+  std::vector<RunResult> runs_;
+};
+
+}  // namespace shardlab::serve
