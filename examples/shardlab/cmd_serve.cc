@@ -141,7 +141,8 @@ int run_serve(ServeFlags& f) {
   copts.trace = !f.model.common.trace.empty();
   Cluster cluster(profile, copts);
   serve::ClusterStepExecutor executor(cluster, s.shape);
-  const serve::ReplicaPlan plan = executor.plan(f.max_batch_tokens);
+  // A step holds at most max_batch_tokens tokens, or one per sequence when more run.
+  const serve::ReplicaPlan plan = executor.plan(std::max<int64_t>(f.max_batch_tokens, f.max_seqs));
   s.options.scheduler.kv_blocks = plan.kv_blocks(f.kv_fraction, f.kv_block);
   if (s.options.scheduler.kv_blocks == 0)
     throw ConfigError(fmt::format("no room for a KV cache: weights and activations fill --kv-fraction {} of the "

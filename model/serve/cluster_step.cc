@@ -143,14 +143,17 @@ ClusterStepExecutor::~ClusterStepExecutor() {
 
 ReplicaPlan ClusterStepExecutor::plan(int64_t max_batch_tokens) {
   SHARDLAB_CHECK(!box_, "plan() runs before the first step");
-  const int n = int(std::min<int64_t>(max_batch_tokens, shape_.model.block_size));
-  const BatchEntry probe{0, n, 0};
+  // The largest step: max_batch_tokens new tokens, in sequences of at most
+  // the model's context (what vLLM's profiling run does).
+  std::vector<BatchEntry> probe;
+  for (int64_t left = max_batch_tokens; left > 0; left -= shape_.model.block_size)
+    probe.push_back({int(probe.size()), int(std::min<int64_t>(left, shape_.model.block_size)), 0});
   ReplicaPlan p;
   p.kv_bytes_per_token.assign(size_t(shape_.world()), 0);
   const RunResult r = cluster_.run([&](Device& dev) {
     model::PhantomScope phantom(true);
     ReplicaDevice d(dev, shape_, sampler_rank_);
-    d.step({&probe, 1}, 0);
+    d.step(probe, 0);
     p.kv_bytes_per_token[size_t(dev.rank())] = d.kv_bytes_per_token();
   });
   for (const DeviceStats& d : r.devices) {

@@ -52,8 +52,8 @@ class ClusterStepExecutor final : public StepExecutor {
   // `cluster` has exactly shape.world() devices (ConfigError otherwise).
   ClusterStepExecutor(Cluster& cluster, ReplicaShape shape);
   ~ClusterStepExecutor() override;
-  // One probe step, a prefill of min(max_batch_tokens, block size) tokens,
-  // in a run of its own. Call before the first step.
+  // One probe step, a prefill of `max_batch_tokens` tokens (in sequences of
+  // the model's context), in a run of its own. Call before the first step.
   ReplicaPlan plan(int64_t max_batch_tokens);
 
   void begin_step(int replica, double now_s) override;

@@ -1,0 +1,97 @@
+// shardlab serve from the command line: its report and its bad inputs.
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/examples/shardlab/cli_util.h"
+
+namespace shardlab::testing {
+namespace {
+
+const std::string kServe = "serve --model tiny --layers 2 --requests 12 --prompt-len uniform:4:20 --output-len uniform:1:8 ";
+
+TEST(CliServe, JsonSummaryCountsEveryRequest) {
+  const CliResult r = run_cli(kServe + "--arrival poisson:200 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const nlohmann::json& s = j["summary"];
+  EXPECT_EQ(s["requests"].get<int>(), 12);
+  EXPECT_GT(s["ttft_s"]["p50"].get<double>(), 0);
+  EXPECT_LE(s["ttft_s"]["p50"].get<double>(), s["ttft_s"]["p99"].get<double>());
+  EXPECT_LE(s["ttft_s"]["p99"].get<double>(), s["e2e_s"]["max"].get<double>());
+  // The capacity is the plan's blocks times the block size.
+  EXPECT_EQ(s["kv_capacity_tokens_per_replica"].get<int64_t>(), j["scheduler"]["kv_blocks"].get<int64_t>() * 16);
+  EXPECT_EQ(j["replica_devices"].size(), 1u);
+}
+
+// A burst whose requests need 16 x 16 blocks of 4 tokens at their end, on a
+// cache of 214 (4 MiB less the weights and a step's activations): continuous
+// batching preempts and
+// still finishes everything; the report lists every request and step.
+TEST(CliServe, ATightCachePreemptsAndTheReportHasEveryRequest) {
+  const std::string report = ::testing::TempDir() + "serve_report.json";
+  const CliResult r = run_cli(
+      "serve --model tiny --layers 2 --requests 16 --arrival burst --prompt-len 24 --output-len 40 --kv-block 4 "
+      "--max-batch-tokens 64 --max-seqs 16 --memory 4MiB --kv-fraction 1 --report " + report);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(slurp(report));
+  EXPECT_EQ(j["requests"].size(), 16u);
+  EXPECT_EQ(j["usage"].size(), j["summary"]["steps"].get<size_t>());
+  const int64_t blocks = j["scheduler"]["kv_blocks"].get<int64_t>();
+  for (const auto& u : j["usage"]) ASSERT_LE(u["used_blocks"].get<int64_t>(), blocks);
+  std::printf("%lld blocks, %lld preemptions\n", (long long)blocks, (long long)j["summary"]["preemptions"].get<int64_t>());
+  EXPECT_GT(j["summary"]["preemptions"].get<int64_t>(), 0);
+  EXPECT_NE(r.out.find("preemptions"), std::string::npos);
+}
+
+TEST(CliServe, ContinuousBatchingBeatsStaticOnABurst) {
+  auto throughput = [](const std::string& batching) {
+    const CliResult r = run_cli(kServe + "--arrival burst --max-seqs 4 --json --batching " + batching);
+    EXPECT_EQ(r.code, 0) << r.err;
+    return nlohmann::json::parse(r.out)["summary"]["output_tokens_per_s"].get<double>();
+  };
+  const double c = throughput("continuous"), s = throughput("static");
+  std::printf("burst: continuous %.1f tokens/s, static %.1f tokens/s\n", c, s);
+  EXPECT_GT(c, s);  // static waits for each batch's longest request
+}
+
+TEST(CliServe, BadInputIsOneLineAndExitTwo) {
+  const std::string workload = ::testing::TempDir() + "serve_bad_workload.csv";
+  std::ofstream(workload) << "arrival_s,prompt_len,output_len\n0,5,x\n";
+  const std::pair<std::string, std::string> cases[] = {
+      {"--requests 0", "--requests"},
+      {"--arrival poisson:0", "--arrival"},
+      {"--arrival steady", "--arrival"},
+      {"--prompt-len 0", "--prompt-len"},
+      {"--output-len uniform:9:2", "--output-len"},
+      {"--prompt-len lognormal:10:nan", "--prompt-len"},
+      {"--batching dynamic", "--batching"},
+      {"--kv-fraction 0", "--kv-fraction"},
+      {"--kv-fraction 1.5", "--kv-fraction"},
+      {"--kv-block 0", "--kv-block"},
+      {"--max-seqs 0", "--max-seqs"},
+      {"--max-batch-tokens 0", "--max-batch-tokens"},
+      {"--chunked-prefill -1", "--chunked-prefill"},
+      {"--replicas 0", "--replicas"},
+      {"--replicas 99", "the profile has"},
+      {"--tp 3", "--tp"},
+      {"--workload /nonexistent/w.csv", "cannot open"},
+      {"--workload " + workload, "line 2"},
+      {"--prompt-len 60 --output-len 10", "context of 64"},
+      {"--batching static --chunked-prefill 8", "continuous"},
+      {"--max-batch-tokens 8 --prompt-len 20", "--chunked-prefill"},
+      {"--memory 64KiB", "memory"},
+      {"--report /nonexistent/dir/r.json", "--report"},
+  };
+  for (const auto& [flags, needle] : cases) {
+    std::string base = "serve --model tiny --requests 4 ";  // lengths that fit, unless the case sets them
+    if (flags.find("--prompt-len") == std::string::npos) base += "--prompt-len 8 ";
+    if (flags.find("--output-len") == std::string::npos) base += "--output-len 4 ";
+    expect_usage_error(base + flags, needle);
+  }
+}
+
+}  // namespace
+}  // namespace shardlab::testing
