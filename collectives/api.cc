@@ -24,6 +24,26 @@ Algo resolve(const Device& dev, const ProcessGroup& g, OpKind op, const CollOpti
   return select_algo(dev.profile(), g.members(), CollShape{op, count, opt.wire_elem(dev), root});
 }
 
+// While a collective runs on a device with injected faults, the device's
+// activity names it ("all_reduce (ring) on dp[0,1,2,3]"): a dead device or
+// a downed link says what was in flight (runtime/fault.h).
+class Activity {
+ public:
+  Activity(Device& dev, const ProcessGroup& g, const CollShape* shape, Algo algo) : dev_(dev) {
+    if (!dev.faulty()) return;
+    dev.activity() = fmt::format("{} ({}) on {}", shape ? op_kind_name(shape->op) : "all_to_all_v",
+                                 algo_name(algo), g.to_string());
+  }
+  ~Activity() {
+    if (dev_.faulty()) dev_.activity().clear();
+  }
+  Activity(const Activity&) = delete;
+  Activity& operator=(const Activity&) = delete;
+
+ private:
+  Device& dev_;
+};
+
 // Waits for `after`, runs the algorithm on the comm stream, returns its end.
 // `shape` and `algo` describe the call for a folded group (folded.h); null
 // shape: the call cannot be folded (all_to_all_v's counts are per member).
@@ -44,6 +64,7 @@ Work run_on_comm(Device& dev, const ProcessGroup& g, const CollOptions& opt, con
     detail::run_folded(dev, g, s, g.next_tag(), *shape, algo);
     return Work(s.record());
   }
+  const Activity activity(dev, g, shape, algo);
   Ctx c(dev, g, s, opt.wire_elem(dev));
   body(c);
   c.finish();

@@ -9,6 +9,7 @@
 
 #include "runtime/errors.h"
 #include "runtime/log.h"
+#include "runtime/units.h"
 
 #include <spdlog/spdlog.h>
 
@@ -31,6 +32,17 @@ Cluster::Cluster(HardwareProfile profile, ClusterOptions options)
   if (!options_.links) {
     default_links_ = std::make_unique<ProfileLinkModel>(profile_);
     options_.links = default_links_.get();
+  }
+  links_ = options_.links;
+  if (options_.faults) {
+    (void)FaultPlan(options_.faults->faults(), options_.world_size);  // devices within this cluster
+    const uint64_t normal = options_.memory_bytes ? options_.memory_bytes : profile_.memory_bytes();
+    for (const Fault& f : options_.faults->faults())
+      if (f.kind == FaultKind::kMemory && f.capacity_bytes > normal)
+        throw ConfigError(fmt::format("--fault {}: {} is more than the device's capacity {} (memory faults reduce it)",
+                                      f.spec, format_bytes(f.capacity_bytes), format_bytes(normal)));
+    fault_links_ = std::make_unique<FaultLinkModel>(*options_.links, options_.faults);
+    links_ = fault_links_.get();
   }
 }
 
@@ -60,6 +72,8 @@ class FirstError {
       throw RunError(rank_, with_rank(e.what()), /*input_error=*/true);
     } catch (const OutOfMemory& e) {
       throw RunError(rank_, with_rank(e.what()), /*input_error=*/true);
+    } catch (const DeviceFailure& e) {
+      throw RunError(rank_, e.what(), /*input_error=*/false, /*folding=*/false, /*device_failure=*/true);
     } catch (const FoldingError& e) {
       throw RunError(rank_, with_rank(e.what()), /*input_error=*/false, /*folding=*/true);
     } catch (const std::exception& e) {
@@ -139,8 +153,9 @@ RunResult Cluster::run(const Program& program) {
       continue;
     }
     DeviceConfig cfg{r, n, options_.memory_bytes, options_.precision, options_.pace, options_.trace,
-                     rep.empty() ? nullptr : &rep};
-    devices[size_t(r)] = std::make_unique<Device>(cfg, profile_, *options_.links, fabric,
+                     rep.empty() ? nullptr : &rep, options_.faults.get()};
+    if (cfg.faults) cfg.memory_bytes = cfg.faults->capacity(r, cfg.memory_bytes ? cfg.memory_bytes : profile_.memory_bytes());
+    devices[size_t(r)] = std::make_unique<Device>(cfg, profile_, *links_, fabric,
                                                   options_.hooks, device_logger(r), wall_start);
     ++running;
   }

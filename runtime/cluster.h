@@ -41,6 +41,9 @@ struct ClusterOptions {
   // run, and a folded rank's DeviceStats are its representative's (with its
   // own rank and node). Empty: every rank runs.
   std::vector<int> representative;
+  // Injected faults (runtime/fault.h), or null. Checked against world_size
+  // and the capacity when the Cluster is built; their links wrap `links`.
+  std::shared_ptr<const FaultPlan> faults;
 };
 
 struct DeviceStats {
@@ -86,6 +89,8 @@ class Cluster {
   HardwareProfile profile_;
   ClusterOptions options_;
   std::unique_ptr<LinkModel> default_links_;
+  std::unique_ptr<LinkModel> fault_links_;  // over options_.links when there are faults
+  const LinkModel* links_ = nullptr;        // what the devices use
 };
 
 }  // namespace shardlab

@@ -1,6 +1,7 @@
 #include "runtime/device.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <thread>
 
@@ -115,7 +116,27 @@ Tensor Device::alloc(std::string name, Shape shape, MemKind kind, bool phantom) 
 
 Time Device::run(Stream& s, const char* name, const OpCost& op) {
   check_abort();
-  return s.run(name, cost_.duration(op), static_cast<uint64_t>(op.bytes), op.flops);
+  Time d = cost_.duration(op);
+  // A straggler: every kernel F times as long, rounded up to a picosecond.
+  if (const double f = cfg_.faults ? cfg_.faults->compute_scale(cfg_.rank, step_) : 1.0; f != 1.0)
+    d = static_cast<Time>(std::ceil(static_cast<double>(d) * f));
+  return s.run(name, d, static_cast<uint64_t>(op.bytes), op.flops);
+}
+
+void Device::check_fault(int peer, bool sending) const {
+  const Fault* f = cfg_.faults ? cfg_.faults->fatal_for(cfg_.rank, peer, step_) : nullptr;
+  if (!f) return;
+  const bool dead = f->kind == FaultKind::kDead;
+  const std::string transfer = fmt::format("{} {} device {}", dead ? "its" : fmt::format("device {}'s", cfg_.rank),
+                                           sending ? "send to" : "receive from", peer);
+  const std::string during =
+      activity_.empty() ? "a point-to-point transfer (" + transfer + ")" : activity_ + " (" + transfer + ")";
+  const std::string noticed = step_ == f->step ? "" : fmt::format(", noticed at step {}", step_);
+  if (dead)
+    throw DeviceFailure(fmt::format("device {} died at step {}{} during {}; resume from a checkpoint without it",
+                                    cfg_.rank, f->step, noticed, during));
+  throw DeviceFailure(
+      fmt::format("link {}-{} went down at step {}{} during {}", f->device, f->peer, f->step, noticed, during));
 }
 
 void Device::check_peer(int peer, const char* what) const {
@@ -128,12 +149,13 @@ SendHandle Device::isend(Stream& s, int dst, Tag tag, std::span<const std::byte>
                          uint64_t modeled_bytes, Engine engine) {
   check_peer(dst, "send");
   check_abort();
+  check_fault(dst, /*sending=*/true);
   if (hooks_) hooks_->on_send(cfg_.rank, dst, tag);
   Message m;
   m.src = cfg_.rank;
   m.dst = dst;
   m.tag = tag;
-  m.link = links_.link(cfg_.rank, dst);
+  m.link = links_.link_at(cfg_.rank, dst, step_);
   m.modeled_bytes = modeled_bytes;
   m.engine = engine;
   Time& egress = egress_free_[static_cast<int>(m.link.port)];
@@ -152,6 +174,7 @@ SendHandle Device::isend(Stream& s, int dst, Tag tag, std::span<const std::byte>
 Message Device::recv(Stream& s, int src, Tag tag) {
   check_peer(src, "recv");
   check_abort();
+  check_fault(src, /*sending=*/false);
   if (hooks_) hooks_->on_recv(cfg_.rank, src, tag);
   Message m = fabric_.take(cfg_.rank, src, tag);
   Time& ingress = ingress_free_[static_cast<int>(m.link.port)];

@@ -22,6 +22,7 @@
 #include "runtime/arena.h"
 #include "runtime/cost_model.h"
 #include "runtime/fabric.h"
+#include "runtime/fault.h"
 #include "runtime/profile.h"
 #include "runtime/tensor.h"
 #include "runtime/trace.h"
@@ -101,6 +102,9 @@ struct DeviceConfig {
   // Folded phantom runs (ClusterOptions::representative): the rank that
   // plays each rank, itself for the ranks that run. Null: none folded.
   const std::vector<int>* representative = nullptr;
+  // Injected faults (fault.h), or null: this device's kernels, transfers and
+  // their failures follow them.
+  const FaultPlan* faults = nullptr;
 };
 
 class Device {
@@ -125,6 +129,15 @@ class Device {
   const Stream& comm() const { return comm_; }
   spdlog::logger& log() { return *log_; }
   bool tracing() const { return cfg_.trace; }
+
+  // ---- Faults (fault.h) ----------------------------------------------------
+  // The training step the program is in (faults that start at a step).
+  void set_step(int step) { step_ = step; }
+  int step() const { return step_; }
+  bool faulty() const { return cfg_.faults != nullptr; }
+  // What the program is doing, named in a fault's message: the collectives
+  // fill it while they run (only on a faulty() device), empty outside them.
+  std::string& activity() { return activity_; }
 
   // ---- Folding (phantom runs of symmetric ranks) ---------------------------
   // The rank whose thread plays `rank` (rank itself unless it is folded).
@@ -198,6 +211,8 @@ class Device {
               int peer);
   void pace(Time t);
   void check_peer(int peer, const char* what) const;
+  // Throws DeviceFailure if a dead device or a downed link stops this transfer.
+  void check_fault(int peer, bool sending) const;
 
   DeviceConfig cfg_;
   const HardwareProfile& profile_;
@@ -215,6 +230,8 @@ class Device {
   Time egress_doubt_[kNumLinkClasses] = {0, 0};
   Time ingress_doubt_[kNumLinkClasses] = {0, 0};
   std::vector<TraceEvent> trace_;
+  int step_ = 0;
+  std::string activity_;
 };
 
 }  // namespace shardlab

@@ -40,6 +40,12 @@ class LinkModel {
  public:
   virtual ~LinkModel() = default;
   virtual Link link(int src, int dst) const = 0;
+  // The link at training step `step` (Device::set_step): what a decorator
+  // that changes links over time (FaultLinkModel, fault.h) overrides.
+  virtual Link link_at(int src, int dst, int step) const {
+    (void)step;
+    return link(src, dst);
+  }
 };
 
 // Devices on one node talk over the intra-node link, others over the inter-node one.

@@ -102,6 +102,7 @@ int run_verify(VerifyFlags& f) {
   Cluster sharded_cluster(profile, copts);
   copts.world_size = 1;
   copts.trace = false;
+  copts.faults.reset();  // faults change the sharded run's clock, never its numbers
   Cluster reference_cluster(profile, copts);
   train::TrainResult a, b;
   side_by_side([&] { a = train::train(sharded_cluster, sharded); },

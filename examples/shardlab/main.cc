@@ -39,7 +39,8 @@ int run(CLI::App& app, int argc, char** argv) {
     return 2;
   } catch (const shardlab::RunError& e) {
     std::fprintf(stderr, "shardlab: error: %s\n", e.what());
-    return e.input_error() ? 2 : 1;
+    // 3: an injected dead device or downed link stopped the run (README "Fault injection").
+    return e.input_error() ? 2 : e.device_failure() ? 3 : 1;
   } catch (const std::exception& e) {
     if (std::ferror(stdout)) return 2;  // fmt::print failed on stdout: finish_stdout says so
     std::fprintf(stderr, "shardlab: error: %s\n", e.what());

@@ -8,6 +8,7 @@
 #include "model/config.h"
 #include "model/parallel/sharded_gpt.h"
 #include "runtime/errors.h"
+#include "runtime/fault.h"
 #include "runtime/units.h"
 
 namespace shardlab::cli {
@@ -139,6 +140,12 @@ void TrainFlags::add(CLI::App* sub) {
   sub->add_flag("--no-fold", no_fold,
                 "Phantom runs: give every device its own thread (no folding of symmetric ranks)");
   sub->add_option("--corrupt-shard", corrupt_shard, "NAME:RANK (testing verify)")->group("");
+  sub->add_option("--fault", faults,
+                  "Inject a fault (repeatable), or @FILE.json with a list of them: slow-link:A-B:bw=F[,lat_us=+X]"
+                  "[,from_step=S], slow-nic:D:..., link-down:A-B:step=S, straggler:D:compute=F[,from_step=S], "
+                  "dead:D:step=S, memory:D:capacity=SIZE|FRACTION (README \"Fault injection\")")
+      ->check(nonempty())
+      ->take_all();
 }
 
 model::GPTConfig TrainFlags::model_config() const {
@@ -249,6 +256,7 @@ ClusterOptions TrainFlags::cluster_options() const {
   c.pace = common.pace;
   c.world_size = dp * tp * pp;
   c.trace = !common.trace.empty();
+  if (!faults.empty()) c.faults = std::make_shared<const FaultPlan>(parse_faults(faults), c.world_size, steps);
   return c;
 }
 

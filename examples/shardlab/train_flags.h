@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -38,6 +39,7 @@ struct TrainFlags {
   std::string phantom_routing = "uniform";
   double bucket_mb = 25;
   std::string corrupt_shard;  // hidden: verify's can-it-fail test
+  std::vector<std::string> faults;  // --fault SPEC or @FILE.json, repeatable (runtime/fault.h)
 
   void add(CLI::App* sub);
   // Throws ConfigError for anything out of range.

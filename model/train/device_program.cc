@@ -73,6 +73,7 @@ void DeviceProgram::run(Device& dev) const {
   s.model->reset_moe_stats();
   for (int step = 0; step < options.steps; ++step) {
     current = step;
+    dev.set_step(step);  // faults that start at a step (runtime/fault.h)
     s.dp->begin_step();
     s.model->zero_grad();
     const StepLosses l = forward_backward(*this, s, dev, step);

@@ -357,7 +357,8 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
   const collectives::DeviceMesh mesh(o.parallel.mesh_shape());
   const DeviceProgram program{o, mesh, table, sampler ? &*sampler : nullptr, init ? &*init : nullptr, result, on_step, on_progress,
                               corruption(o.corrupt_shard, o.parallel.world(), table)};
-  FoldPlan fold = fold_plan(o, cluster.profile());
+  // Injected faults make ranks differ: every rank runs its own thread.
+  FoldPlan fold = cluster.options().faults ? FoldPlan{} : fold_plan(o, cluster.profile());
   result.run = run_folded(cluster, o, fold, [&] {
     result = sized_result(o, table, data.get());  // a retry starts from a clean record
     result.running_devices = fold.representative.empty() ? o.parallel.world() : fold.running();
