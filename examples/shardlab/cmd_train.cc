@@ -214,6 +214,7 @@ void add_train_command(CLI::App& app) {
   auto* sub = app.add_subcommand("train", "Train the GPT on the virtual cluster");
   static TrainFlags f;
   f.add(sub);
+  f.add_checkpoint_flags(sub);
   sub->footer("Data: --data FILE.bin (nanoGPT uint16 tokens) or one of: " + model::synthetic_task_list());
   set_action(sub, [] { return run_train(f); });
 }

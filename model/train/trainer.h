@@ -83,6 +83,13 @@ struct TrainOptions {
   model::Sampling sampling = model::Sampling::kRandom;
   std::string init_path;        // --init FILE.safetensors
   std::string save_path;        // --save FILE.safetensors
+  // Sharded checkpoints (model/train/checkpoint.h): into checkpoint_dir every
+  // checkpoint_every steps (0: only after the last step) and after the last
+  // step; resume_dir: continue from its latest checkpoint (`steps` stays the
+  // total step count).
+  std::string checkpoint_dir;
+  int checkpoint_every = 0;
+  std::string resume_dir;
   // Testing aid (verify must be able to fail): "NAME:RANK" perturbs that
   // rank's shard of parameter NAME after the last step.
   std::string corrupt_shard;
