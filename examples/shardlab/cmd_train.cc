@@ -87,6 +87,7 @@ void print_summary(const train::TrainOptions& o, const Cluster& cluster, const t
   fmt::print("model: {} ({} parameters), {}batch {} x {} tokens\n", o.model.to_string(), r.n_params,
              o.phantom ? "" : "data " + o.data + ", ", o.model.batch_size, o.model.block_size);
   if (o.model.vocab_padded()) fmt::print("{}\n", model::vocab_padding_note(o.model, o.parallel.tp));
+  if (!r.resumed_from.empty()) fmt::print("resumed from {}\n", r.resumed_from);
   if (o.phantom) {
     fmt::print("phantom run: shapes only, every kernel, collective, transfer and allocation timed, no "
                "arithmetic (losses not computed, gradient clipping assumed on)\n{}{}\n",

@@ -19,6 +19,8 @@ inline constexpr const char* kStateExpAvg = "exp_avg";
 inline constexpr const char* kStateExpAvgSq = "exp_avg_sq";
 // A checkpoint being written: D/.partial-step-000005 (removed before a run).
 inline constexpr const char* kPartialPrefix = ".partial-";
+// A checkpoint being replaced by a rerun's of the same step: D/.old-step-000005.
+inline constexpr const char* kReplacedPrefix = ".old-";
 
 // One stored piece: local elements [begin, end) of `s` under `key` in `file`.
 nlohmann::json shard_entry(const parallel::ShardSpec& s, const char* state, const std::string& file,

@@ -160,8 +160,19 @@ void prepare_checkpoint_dir(const std::string& dir) {
     throw ConfigError(fmt::format("--checkpoint-dir {}: not a directory and cannot be created{}", dir,
                                   ec ? " (" + ec.message() + ")" : ""));
   check_writable((fs::path(dir) / "latest").string(), "--checkpoint-dir");
-  for (const auto& entry : fs::directory_iterator(dir, ec))  // an interrupted write's leftovers
-    if (entry.path().filename().string().rfind(kPartialPrefix, 0) == 0) fs::remove_all(entry.path(), ec);
+  // An interrupted write's leftovers: a partial checkpoint is removed; a
+  // replaced one (a rerun into the same directory) whose successor never
+  // arrived is put back, so `latest` names a complete checkpoint again.
+  std::vector<fs::path> entries;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) entries.push_back(entry.path());
+  for (const fs::path& p : entries) {
+    const std::string name = p.filename().string();
+    if (name.rfind(kPartialPrefix, 0) == 0) fs::remove_all(p, ec);
+    if (name.rfind(kReplacedPrefix, 0) != 0) continue;
+    const fs::path original = p.parent_path() / name.substr(std::string(kReplacedPrefix).size());
+    if (fs::exists(original, ec)) fs::remove_all(p, ec);
+    else fs::rename(p, original, ec);
+  }
 }
 
 void restore_device(const DeviceProgram& p, DeviceSetup& s, Device& dev) {

@@ -94,7 +94,7 @@ void commit(const DeviceProgram& p, Device& dev, const fs::path& tmp, int steps_
   }
   write_file_atomic((tmp / "index.json").string(), index.dump(1) + "\n", kFlag);
   const fs::path dir = tmp.parent_path(), final = dir / checkpoint_name(steps_done);
-  const fs::path old = dir / (".old-" + checkpoint_name(steps_done));
+  const fs::path old = dir / (kReplacedPrefix + checkpoint_name(steps_done));
   std::error_code ec;
   if (fs::exists(final, ec)) fs::rename(final, old, ec);  // a rerun into the same directory
   if (!ec) fs::rename(tmp, final, ec);

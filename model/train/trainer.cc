@@ -346,7 +346,6 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
       cluster.options().memory_bytes ? cluster.options().memory_bytes : cluster.profile().memory_bytes();
   check_memory(o, capacity, element_size(cluster.options().precision), host_memory_bytes());
   if (!o.save_path.empty()) check_writable(o.save_path, "--save");  // before the run, not after it
-  if (!o.checkpoint_dir.empty()) prepare_checkpoint_dir(o.checkpoint_dir);
   const model::GPTConfig& mc = o.model;
   // A phantom run reads no data: its token buffers are sized and left at 0.
   std::shared_ptr<const model::TokenData> data;
@@ -365,6 +364,7 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
   std::optional<ResumeState> resume;
   if (!o.resume_dir.empty()) resume = load_checkpoint(o, table);
   if (resume) spdlog::info("resuming from {}", resume->describe());
+  if (!o.checkpoint_dir.empty()) prepare_checkpoint_dir(o.checkpoint_dir);  // writable before the run
   TrainResult result = sized_result(o, table, data.get());
   const collectives::DeviceMesh mesh(o.parallel.mesh_shape());
   const DeviceProgram program{o, mesh, table, sampler ? &*sampler : nullptr, init ? &*init : nullptr, result, on_step, on_progress,
@@ -376,7 +376,10 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
     return cluster.run([&](Device& dev) { program.run(dev); });
   });
   result.folded = fold.describe();
-  if (resume) merge_resumed(*resume, result);
+  if (resume) {
+    merge_resumed(*resume, result);
+    result.resumed_from = resume->describe();
+  }
   unfold_results(fold, result);
   summarize_phases(mesh, result);
   summarize_moe(mesh, mc, result);

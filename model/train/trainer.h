@@ -194,6 +194,8 @@ struct TrainResult {
   std::vector<std::vector<parallel::ComputeSpan>> first_step_spans;  // (devices)
   // Phantom runs: what was folded (model/train/fold.h), e.g. "dp and tp folded: ...".
   std::string folded = "nothing folded";
+  // Resumed runs: which checkpoint, and whether it was resharded (checkpoint.h).
+  std::string resumed_from;
   int running_devices = 0;  // threads that ran
 };
 

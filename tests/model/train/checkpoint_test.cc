@@ -77,14 +77,7 @@ void expect_bit_identical_resume(TrainOptions o, const std::string& what) {
     EXPECT_EQ(resumed.steps[i].virtual_end, straight.steps[i].virtual_end) << what << " step " << i;
     EXPECT_EQ(straight.steps[i].virtual_end, plain.steps[i].virtual_end) << what << ": a checkpoint takes no virtual time";
   }
-  ASSERT_EQ(resumed.run.devices.size(), straight.run.devices.size());
-  for (size_t d = 0; d < resumed.run.devices.size(); ++d) {
-    const DeviceStats &x = resumed.run.devices[d], &y = straight.run.devices[d];
-    EXPECT_EQ(x.compute_end, y.compute_end) << what << " device " << d;
-    EXPECT_EQ(x.comm_end, y.comm_end) << what << " device " << d;
-    EXPECT_EQ(x.compute_busy, y.compute_busy) << what << " device " << d;
-    EXPECT_EQ(x.compute_flops, y.compute_flops) << what << " device " << d;
-  }
+  testing::expect_same_device_times(resumed.run, straight.run, what);
   EXPECT_EQ(resumed.final_params, straight.final_params) << what;
   const ResumeState s = read_state(o, a.checkpoint_dir), r = read_state(o, b.checkpoint_dir);
   EXPECT_EQ(s.step, 10);
