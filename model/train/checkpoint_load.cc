@@ -51,9 +51,11 @@ fs::path latest_checkpoint(const fs::path& dir) {
   const bool ours = name.size() == 11 && name.rfind("step-", 0) == 0 &&
                     name.find_first_not_of("0123456789", 5) == std::string::npos;
   if (!ours) throw ConfigError(fmt::format("\"latest\" names \"{}\", not a checkpoint (step-NNNNNN)", name));
-  if (!fs::is_regular_file(dir / name / "index.json", ec))
-    throw ConfigError(fmt::format("{} has no index.json", name));
-  return dir / name;
+  fs::path chosen = dir / name;
+  if (!fs::exists(chosen, ec) && fs::is_directory(dir / (kReplacedPrefix + name), ec))
+    chosen = dir / (kReplacedPrefix + name);  // a rerun died between its two renames
+  if (!fs::is_regular_file(chosen / "index.json", ec)) throw ConfigError(fmt::format("{} has no index.json", name));
+  return chosen;
 }
 
 // The unsharded state a piece belongs in, and which of its elements are set.
@@ -183,18 +185,11 @@ void restore_device(const DeviceProgram& p, DeviceSetup& s, Device& dev) {
                       params.data() + spec.offset);
   float* m = s.optimizer->exp_avg().data();
   float* v = s.optimizer->exp_avg_sq().data();
-  int64_t state = 0;  // the moments number the owned elements in order
-  for (const Range& range : s.dp->owned()) {
-    for (const ShardSpec& spec : s.model->shards()) {
-      const int64_t lo = std::max(range.begin, spec.offset), hi = std::min(range.end(), spec.offset + spec.numel);
-      if (hi <= lo) continue;
-      const size_t base = size_t(p.table.at(spec.name).offset);
-      const int64_t at = state + (lo - range.begin);
-      slice_from_global(spec, std::span(r.exp_avg).subspan(base), lo - spec.offset, hi - spec.offset, m + at);
-      slice_from_global(spec, std::span(r.exp_avg_sq).subspan(base), lo - spec.offset, hi - spec.offset, v + at);
-    }
-    state += range.size;
-  }
+  for_owned(s.model->shards(), s.dp->owned(), [&](const ShardSpec& spec, int64_t begin, int64_t end, int64_t at) {
+    const auto base = size_t(p.table.at(spec.name).offset);
+    slice_from_global(spec, std::span(r.exp_avg).subspan(base), begin, end, m + at);
+    slice_from_global(spec, std::span(r.exp_avg_sq).subspan(base), begin, end, v + at);
+  });
   DeviceClock c;
   if (r.same_layout) {
     c = r.clocks[size_t(dev.rank())];

@@ -49,17 +49,11 @@ std::vector<Piece> pieces_of(DeviceSetup& s) {
       out.push_back({&spec, kStateParam, 0, spec.numel, params.data() + spec.offset});
   const float* m = s.optimizer->exp_avg().data();
   const float* v = s.optimizer->exp_avg_sq().data();
-  int64_t state = 0;  // the moments number the owned elements in order
-  for (const Range& r : s.dp->owned()) {
-    for (const ShardSpec& spec : s.model->shards()) {
-      const int64_t lo = std::max(r.begin, spec.offset), hi = std::min(r.end(), spec.offset + spec.numel);
-      if (hi <= lo || !canonical_copy(spec, s.coords) || (s.dp->zero() == 0 && !replica_writes(spec))) continue;
-      const int64_t at = state + (lo - r.begin);
-      out.push_back({&spec, kStateExpAvg, lo - spec.offset, hi - spec.offset, m + at});
-      out.push_back({&spec, kStateExpAvgSq, lo - spec.offset, hi - spec.offset, v + at});
-    }
-    state += r.size;
-  }
+  for_owned(s.model->shards(), s.dp->owned(), [&](const ShardSpec& spec, int64_t begin, int64_t end, int64_t at) {
+    if (!canonical_copy(spec, s.coords) || (s.dp->zero() == 0 && !replica_writes(spec))) return;
+    out.push_back({&spec, kStateExpAvg, begin, end, m + at});
+    out.push_back({&spec, kStateExpAvgSq, begin, end, v + at});
+  });
   return out;
 }
 

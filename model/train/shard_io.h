@@ -2,6 +2,7 @@
 // for verify and checkpoints, loading a checkpoint, verify's corruption aid.
 #pragma once
 
+#include <algorithm>
 #include <span>
 #include <string>
 #include <vector>
@@ -34,6 +35,22 @@ void scatter_to_global(const parallel::LocalModel& model, std::span<const float>
 // from the unsharded tensor `tensor` (row-major in s.global_shape).
 void slice_from_global(const parallel::ShardSpec& s, std::span<const float> tensor, int64_t begin, int64_t end,
                        float* out);
+
+// Calls f(shard, begin, end, state) for the part [begin, end) (local
+// elements of the shard) of every local tensor inside the flat `owned`
+// ranges, `state` numbering the owned elements in order, as AdamW's moments
+// (ShardedAdamW::exp_avg) hold them.
+template <typename F>
+void for_owned(const std::vector<parallel::ShardSpec>& shards, const std::vector<Range>& owned, F&& f) {
+  int64_t state = 0;
+  for (const Range& r : owned) {
+    for (const parallel::ShardSpec& s : shards) {
+      const int64_t lo = std::max(r.begin, s.offset), hi = std::min(r.end(), s.offset + s.numel);
+      if (hi > lo) f(s, lo - s.offset, hi - s.offset, state + (lo - r.begin));
+    }
+    state += r.size;
+  }
+}
 
 // Fills the local shards from an unsharded checkpoint.
 void load_shards(parallel::LocalModel& model, const model::SafetensorsFile& f);

@@ -101,6 +101,27 @@ TEST_F(CheckpointCli, ResumedCommandLineEndsWhereTheUninterruptedOneDoes) {
   fs::remove_all(d);
 }
 
+// A crash while writing step 6 left a partial directory; a rerun that died
+// between its two renames left step 4 as .old-step-000004. The last good
+// checkpoint still resumes, and the next run cleans up.
+TEST_F(CheckpointCli, InterruptedWritesLeaveTheLastGoodCheckpoint) {
+  const std::string d = scratch("interrupted");
+  fs::copy(*good_, d, fs::copy_options::recursive);
+  fs::create_directories(d + "/.partial-step-000006");
+  write(d + "/.partial-step-000006/rank-00000.safetensors", "half a file");
+  fs::rename(d + "/step-000004", d + "/.old-step-000004");
+  const auto r = run_cli("train " + kBase + " --layers 2 --steps 6 --tp 2 --resume " + d + " --checkpoint-dir " + d +
+                         " --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(d)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"latest", "step-000002", "step-000004", "step-000006"}));
+  EXPECT_EQ(slurp(d + "/latest"), "step-000006\n");
+  EXPECT_EQ(nlohmann::json::parse(r.out)["steps"].size(), 6u);
+  fs::remove_all(d);
+}
+
 struct BadCase {
   const char* name;
   std::function<std::string(const std::string& good)> args;  // the flags after `train`
