@@ -29,7 +29,8 @@ class Progress {
   void operator()(const train::StepRecord& r) {
     if (quiet_) return;
     const int done = r.step + 1;
-    const double tok_s = r.wall_s > 0 ? double(tokens_) * done / r.wall_s : 0;
+    if (first_ < 0) first_ = r.step;  // a resumed run starts later
+    const double tok_s = r.wall_s > 0 ? double(tokens_) * (done - first_) / r.wall_s : 0;
     const double ms = to_seconds(r.virtual_end) / done * 1e3;
     const std::string loss = phantom_ ? "phantom" : fmt::format("loss {:.4f}", r.loss);
     if (tty_) {
@@ -63,6 +64,7 @@ class Progress {
   bool tty_;
   bool quiet_;
   bool phantom_;
+  int first_ = -1;  // the first step this run took
   std::chrono::steady_clock::time_point start_, last_;
 };
 
@@ -110,7 +112,7 @@ void print_summary(const train::TrainOptions& o, const Cluster& cluster, const t
   if (o.parallel.pp > 1) {
     const collectives::DeviceMesh mesh(o.parallel.mesh_shape());
     const std::string timeline = train::format_pipeline_timeline(r, mesh.group_ranks(0, "pp"));
-    fmt::print("step 0 of the pipeline of GPU 0 ({}; F forward, B backward{}, . idle):\n{}",
+    fmt::print("step {} of the pipeline of GPU 0 ({}; F forward, B backward{}, . idle):\n{}", r.first_step,
                parallel::schedule_name(o.parallel.schedule),
                parallel::splits_backward(o.parallel.schedule) ? ", W weight gradient" : "", timeline);
   }

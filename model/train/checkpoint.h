@@ -91,7 +91,8 @@ void save_device_checkpoint(const DeviceProgram& program, DeviceSetup& setup, De
 // the unsharded state, and its clocks.
 void restore_device(const DeviceProgram& program, DeviceSetup& setup, Device& dev);
 
-// After the run: the checkpoint's step records before the new ones, and
+// After the run: the checkpoint's step records before the new ones (host
+// seconds counted on from the earlier runs' loops), and
 // (same layout) the devices' busy totals and peaks before the resume added
 // to the run's, so the report reads as one uninterrupted run.
 void merge_resumed(const ResumeState& state, TrainResult& result);

@@ -202,6 +202,10 @@ void restore_device(const DeviceProgram& p, DeviceSetup& s, Device& dev) {
 }
 
 void merge_resumed(const ResumeState& r, TrainResult& result) {
+  // Host seconds go on from the earlier runs' loops, as the virtual clock does.
+  const double wall_before = r.history.empty() ? 0.0 : r.history.back().wall_s;
+  for (StepRecord& s : result.steps) s.wall_s += wall_before;
+  result.loop_wall_s += wall_before;
   result.steps.insert(result.steps.begin(), r.history.begin(), r.history.end());
   if (!r.same_layout) return;
   for (DeviceStats& d : result.run.devices) {

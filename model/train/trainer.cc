@@ -379,6 +379,7 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
   if (resume) {
     merge_resumed(*resume, result);
     result.resumed_from = resume->describe();
+    result.first_step = resume->step;
   }
   unfold_results(fold, result);
   summarize_phases(mesh, result);

@@ -194,8 +194,10 @@ struct TrainResult {
   std::vector<std::vector<parallel::ComputeSpan>> first_step_spans;  // (devices)
   // Phantom runs: what was folded (model/train/fold.h), e.g. "dp and tp folded: ...".
   std::string folded = "nothing folded";
-  // Resumed runs: which checkpoint, and whether it was resharded (checkpoint.h).
+  // Resumed runs: which checkpoint, and whether it was resharded (checkpoint.h);
+  // the first step this run took (first_step_spans are of it).
   std::string resumed_from;
+  int first_step = 0;
   int running_devices = 0;  // threads that ran
 };
 
