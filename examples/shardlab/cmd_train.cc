@@ -29,7 +29,8 @@ class Progress {
   void operator()(const train::StepRecord& r) {
     if (quiet_) return;
     const int done = r.step + 1;
-    const double tok_s = r.wall_s > 0 ? double(tokens_) * done / r.wall_s : 0;
+    if (first_ < 0) first_ = r.step;  // a resumed run starts later
+    const double tok_s = r.wall_s > 0 ? double(tokens_) * (done - first_) / r.wall_s : 0;
     const double ms = to_seconds(r.virtual_end) / done * 1e3;
     const std::string loss = phantom_ ? "phantom" : fmt::format("loss {:.4f}", r.loss);
     if (tty_) {
@@ -63,6 +64,7 @@ class Progress {
   bool tty_;
   bool quiet_;
   bool phantom_;
+  int first_ = -1;  // the first step this run took
   std::chrono::steady_clock::time_point start_, last_;
 };
 
@@ -87,6 +89,7 @@ void print_summary(const train::TrainOptions& o, const Cluster& cluster, const t
   fmt::print("model: {} ({} parameters), {}batch {} x {} tokens\n", o.model.to_string(), r.n_params,
              o.phantom ? "" : "data " + o.data + ", ", o.model.batch_size, o.model.block_size);
   if (o.model.vocab_padded()) fmt::print("{}\n", model::vocab_padding_note(o.model, o.parallel.tp));
+  if (!r.resumed_from.empty()) fmt::print("resumed from {}\n", r.resumed_from);
   if (o.phantom) {
     fmt::print("phantom run: shapes only, every kernel, collective, transfer and allocation timed, no "
                "arithmetic (losses not computed, gradient clipping assumed on)\n{}{}\n",
@@ -109,7 +112,7 @@ void print_summary(const train::TrainOptions& o, const Cluster& cluster, const t
   if (o.parallel.pp > 1) {
     const collectives::DeviceMesh mesh(o.parallel.mesh_shape());
     const std::string timeline = train::format_pipeline_timeline(r, mesh.group_ranks(0, "pp"));
-    fmt::print("step 0 of the pipeline of GPU 0 ({}; F forward, B backward{}, . idle):\n{}",
+    fmt::print("step {} of the pipeline of GPU 0 ({}; F forward, B backward{}, . idle):\n{}", r.first_step,
                parallel::schedule_name(o.parallel.schedule),
                parallel::splits_backward(o.parallel.schedule) ? ", W weight gradient" : "", timeline);
   }
@@ -214,6 +217,7 @@ void add_train_command(CLI::App& app) {
   auto* sub = app.add_subcommand("train", "Train the GPT on the virtual cluster");
   static TrainFlags f;
   f.add(sub);
+  f.add_checkpoint_flags(sub);
   sub->footer("Data: --data FILE.bin (nanoGPT uint16 tokens) or one of: " + model::synthetic_task_list());
   set_action(sub, [] { return run_train(f); });
 }

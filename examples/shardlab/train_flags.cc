@@ -148,6 +148,17 @@ void TrainFlags::add(CLI::App* sub) {
       ->take_all();
 }
 
+void TrainFlags::add_checkpoint_flags(CLI::App* sub) {
+  sub->add_option("--checkpoint-dir", checkpoint_dir,
+                  "Write sharded checkpoints into DIR (DIR/step-NNNNNN/, DIR/latest) every --checkpoint-every "
+                  "steps and after the last step")
+      ->check(nonempty());
+  sub->add_option("--checkpoint-every", checkpoint_every, "Steps between checkpoints (with --checkpoint-dir)");
+  sub->add_option("--resume", resume,
+                  "Continue from DIR's latest checkpoint (--steps stays the total; any parallel config: reshards)")
+      ->check(nonempty());
+}
+
 model::GPTConfig TrainFlags::model_config() const {
   const model::PresetInfo& info = model::preset_info(model);
   model::GPTConfig c = info.config;
@@ -233,6 +244,12 @@ train::TrainOptions TrainFlags::options() const {
   if (!pp_layers.empty()) o.parallel.stage_layers = parallel::parse_stage_layers(pp_layers);
   o.micro_batches = micro_batches;
   o.corrupt_shard = corrupt_shard;
+  if (checkpoint_every && *checkpoint_every < 1)
+    throw ConfigError(fmt::format("--checkpoint-every must be at least 1 (got {})", *checkpoint_every));
+  o.checkpoint_dir = checkpoint_dir;
+  o.checkpoint_every = checkpoint_every.value_or(0);
+  if (checkpoint_every && checkpoint_dir.empty()) throw ConfigError("--checkpoint-every needs --checkpoint-dir");
+  o.resume_dir = resume;
   o.phantom = phantom;
   o.fold = !no_fold;
   o.phantom_zipf = parse_phantom_routing(phantom_routing);

@@ -40,8 +40,12 @@ struct TrainFlags {
   double bucket_mb = 25;
   std::string corrupt_shard;  // hidden: verify's can-it-fail test
   std::vector<std::string> faults;  // --fault SPEC or @FILE.json, repeatable (runtime/fault.h)
+  std::string checkpoint_dir, resume;       // train only (add_checkpoint_flags)
+  std::optional<int> checkpoint_every;      // unset: a checkpoint after the last step only
 
   void add(CLI::App* sub);
+  // --checkpoint-dir, --checkpoint-every, --resume (train, not verify or sweep).
+  void add_checkpoint_flags(CLI::App* sub);
   // Throws ConfigError for anything out of range.
   train::TrainOptions options() const;
   // The shape flags over the preset: sizes, --ffn, the MoE fields, and the

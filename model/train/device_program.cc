@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "collectives/collectives.h"
+#include "model/train/checkpoint.h"
 #include "model/train/device_setup.h"
 #include "model/train/publish.h"
 
@@ -34,7 +35,7 @@ StepLosses forward_backward(const DeviceProgram& p, DeviceSetup& s, Device& dev,
     return parallel::MicroBatchTokens{s.micro[size_t(mb)].x.data(), s.micro[size_t(mb)].y.data()};
   });
   p.result.phases[size_t(dev.rank())][size_t(step)] = {ph.start, ph.end, ph.busy, ph.sent_bytes};
-  if (step == 0) p.result.first_step_spans[size_t(dev.rank())] = s.executor->spans();
+  if (step == (p.resume ? p.resume->step : 0)) p.result.first_step_spans[size_t(dev.rank())] = s.executor->spans();
   if (const coll::ProcessGroup* embedding = s.ctx.embedding(p.options.parallel.last_stage_rank())) {
     // Otherwise one rank holds both uses of wte and the model announced it.
     const Range wte = model::prefix_range(s.model->shards(), "transformer.wte.");
@@ -71,7 +72,9 @@ void DeviceProgram::run(Device& dev) const {
   const auto wall0 = std::chrono::steady_clock::now();
   const coll::ProcessGroup& dp_group = s.ctx.group("dp");
   s.model->reset_moe_stats();
-  for (int step = 0; step < options.steps; ++step) {
+  const int first = resume ? resume->step : 0;  // --steps is the total, as Megatron's train-iters
+  if (resume) restore_device(*this, s, dev);
+  for (int step = first; step < options.steps; ++step) {
     current = step;
     dev.set_step(step);  // faults that start at a step (runtime/fault.h)
     s.dp->begin_step();
@@ -99,6 +102,7 @@ void DeviceProgram::run(Device& dev) const {
       result.steps.push_back(rec);
       if (on_step) on_step(rec);
     }
+    if (checkpoint_due(options, step + 1)) save_device_checkpoint(*this, s, dev, step + 1);
   }
   if (leader) result.loop_wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   if (options.phantom) return;  // no values to publish

@@ -29,6 +29,8 @@
 
 namespace shardlab::train {
 
+struct ResumeState;
+
 struct DeviceProgram {
   const TrainOptions& options;
   const collectives::DeviceMesh& mesh;
@@ -41,6 +43,8 @@ struct DeviceProgram {
   // Called on every device after the last step, before its parameters are
   // published (verify's corruption aid); may be empty.
   std::function<void(int rank, parallel::LocalModel&)> before_publish;
+  // A resumed run's starting state (checkpoint.h), or null.
+  const ResumeState* resume = nullptr;
 
   void run(Device& dev) const;
 };

@@ -22,13 +22,7 @@ nlohmann::json model_json(const model::GPTConfig& m) {
           {"capacity_factor", m.capacity_factor}};
 }
 
-void check_checkpoint_model(const model::SafetensorsFile& file, const model::GPTConfig& config) {
-  const auto it = file.metadata().find(model::kShardlabConfigKey);
-  if (it == file.metadata().end()) return;
-  const nlohmann::json stored =
-      nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
-  if (!stored.is_object() || !stored.contains("model") || !stored["model"].is_object()) return;
-  const nlohmann::json& saved = stored["model"];
+void check_model_json(const nlohmann::json& saved, const model::GPTConfig& config, const std::string& what) {
   const nlohmann::json run = model_json(config);
   auto saved_int = [&](const char* key, int fallback) {
     return saved.contains(key) && saved[key].is_number_integer() ? saved[key].get<int>() : fallback;
@@ -42,9 +36,17 @@ void check_checkpoint_model(const model::SafetensorsFile& file, const model::GPT
     const int fallback = std::string_view(key) == "ffn" ? 4 * embd : run[key].get<int>();
     const int had = saved_int(key, fallback), want = run[key].get<int>();
     if (had != want)
-      throw ConfigError(fmt::format("--init {}: the checkpoint has {} {}, this run {}",
-                                    file.origin(), flag, had, want));
+      throw ConfigError(fmt::format("{}: the checkpoint has {} {}, this run {}", what, flag, had, want));
   }
+}
+
+void check_checkpoint_model(const model::SafetensorsFile& file, const model::GPTConfig& config) {
+  const auto it = file.metadata().find(model::kShardlabConfigKey);
+  if (it == file.metadata().end()) return;
+  const nlohmann::json stored =
+      nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+  if (!stored.is_object() || !stored.contains("model") || !stored["model"].is_object()) return;
+  check_model_json(stored["model"], config, "--init " + file.origin());
 }
 
 }  // namespace shardlab::train

@@ -3,6 +3,8 @@
 // against the run's before --init loads it.
 #pragma once
 
+#include <string>
+
 #include <nlohmann/json.hpp>
 
 #include "model/config.h"
@@ -22,6 +24,10 @@ nlohmann::json model_json(const model::GPTConfig& config);
 // trainer checks the tensor shapes first; this catches what they cannot
 // show, such as the heads). A file without it (or written before "ffn" was
 // stored: 4 x embd) is checked by its tensor shapes alone.
+// The same check on a stored model_json (`what` starts the message:
+// "--resume D").
+void check_model_json(const nlohmann::json& saved, const model::GPTConfig& config, const std::string& what);
+
 void check_checkpoint_model(const model::SafetensorsFile& file, const model::GPTConfig& config);
 
 }  // namespace shardlab::train

@@ -11,6 +11,7 @@
 // Thread safety: one instance per device thread.
 #pragma once
 
+#include <span>
 #include <vector>
 
 #include "collectives/group.h"
@@ -41,6 +42,10 @@ class ShardedAdamW {
   // step number `step` from 0, clip at `clip` when > 0); returns the norm
   // before clipping.
   double step(const model::AdamWHyper& h, int step, double clip);
+  // The AdamW moments of the owned elements, in the order of the owned
+  // ranges (DataParallel::owned): what a checkpoint saves and restores.
+  std::span<float> exp_avg() { return {m_.data(), static_cast<size_t>(m_.numel())}; }
+  std::span<float> exp_avg_sq() { return {v_.data(), static_cast<size_t>(v_.numel())}; }
 
  private:
   double global_norm();

@@ -12,13 +12,17 @@ namespace shardlab::train {
 using parallel::LocalModel;
 using parallel::ShardSpec;
 
+bool canonical_copy(const ShardSpec& s, const collectives::Coords& coords) {
+  if (s.tp_replicated && coords.tp != 0) return false;
+  return coords.pp == 0 || s.role != model::ParamRole::kTokenEmbedding;  // the first stage's wte
+}
+
 void scatter_to_global(const LocalModel& model, std::span<const float> local,
                        const collectives::Coords& coords, const model::ParamTable& table,
                        std::span<float> global, const std::vector<Range>* only, ScatterWhat what) {
   for (const ShardSpec& s : model.shards()) {
     if (what == kExpertsOnly && !s.expert) continue;
-    if (s.tp_replicated && coords.tp != 0) continue;
-    if (coords.pp != 0 && s.role == model::ParamRole::kTokenEmbedding) continue;  // the first stage writes the tied wte
+    if (!canonical_copy(s, coords)) continue;
     const int64_t base = table.at(s.name).offset;
     for (int64_t i = 0; i < s.numel; ++i) {
       const int64_t at = s.offset + i;
@@ -30,12 +34,14 @@ void scatter_to_global(const LocalModel& model, std::span<const float> local,
   }
 }
 
+void slice_from_global(const ShardSpec& s, std::span<const float> tensor, int64_t begin, int64_t end, float* out) {
+  for (int64_t i = begin; i < end; ++i) out[i - begin] = tensor[size_t(parallel::global_index(s, i))];
+}
+
 void load_shards(LocalModel& model, const model::SafetensorsFile& f) {
   auto params = model.params();
-  for (const ShardSpec& s : model.shards()) {
-    auto src = f.get(s.name, s.global_shape);
-    for (int64_t i = 0; i < s.numel; ++i) params[size_t(s.offset + i)] = src[size_t(parallel::global_index(s, i))];
-  }
+  for (const ShardSpec& s : model.shards())
+    slice_from_global(s, f.get(s.name, s.global_shape), 0, s.numel, params.data() + s.offset);
 }
 
 void corrupt_shard(LocalModel& model, const std::string& name) {

@@ -10,6 +10,7 @@
 
 #include "model/io/safetensors.h"
 #include "model/params.h"
+#include "model/train/checkpoint.h"
 #include "model/train/device_program.h"
 #include "model/train/fold.h"
 #include "collectives/mesh.h"
@@ -52,7 +53,12 @@ void TrainOptions::validate() const {
     require(init_path.empty(), "--init cannot be combined with --phantom (a phantom run has no values)");
     require(save_path.empty(), "--save cannot be combined with --phantom (a phantom run has no values)");
     require(corrupt_shard.empty() && !keep_step0_grads, "verify cannot run a phantom model");
+    require(checkpoint_dir.empty() && resume_dir.empty(),
+            "--checkpoint-dir and --resume cannot be combined with --phantom (a phantom run has no values)");
   }
+  require(checkpoint_every >= 0, fmt::format("--checkpoint-every must be at least 1 (got {})", checkpoint_every));
+  require(checkpoint_every == 0 || !checkpoint_dir.empty(), "--checkpoint-every needs --checkpoint-dir");
+  require(resume_dir.empty() || init_path.empty(), "--init and --resume cannot be combined (the checkpoint has the weights)");
 }
 
 nlohmann::json TrainOptions::to_json() const {
@@ -72,6 +78,7 @@ nlohmann::json TrainOptions::to_json() const {
           {"fold", fold},
           {"phantom_routing", phantom_zipf > 0 ? fmt::format("zipf:{}", phantom_zipf) : "uniform"},
           {"save", save_path},
+          {"checkpoint", {{"dir", checkpoint_dir}, {"every", checkpoint_every}, {"resume", resume_dir}}},
           {"parallel",
            {{"dp", parallel.dp}, {"tp", parallel.tp}, {"sp", parallel.sp}, {"zero", parallel.zero},
             {"bucket_mb", parallel.bucket_mb}, {"overlap", parallel.overlap}, {"ep", parallel.ep}, {"pp", parallel.pp},
@@ -300,6 +307,7 @@ std::string checkpoint_bytes(const TrainOptions& o, const TrainResult& result) {
   nlohmann::json config = o.to_json();
   config.erase("save");  // file names do not belong in the file: identical runs, identical bytes
   config.erase("init");
+  config.erase("checkpoint");
   return model::safetensors_bytes(views, {{model::kShardlabConfigKey, config.dump()}});
 }
 
@@ -353,10 +361,14 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
     init = model::load_safetensors(o.init_path);
     check_init(*init, table);
   }
+  std::optional<ResumeState> resume;
+  if (!o.resume_dir.empty()) resume = load_checkpoint(o, table);
+  if (resume) spdlog::info("resuming from {}", resume->describe());
+  if (!o.checkpoint_dir.empty()) prepare_checkpoint_dir(o.checkpoint_dir);  // writable before the run
   TrainResult result = sized_result(o, table, data.get());
   const collectives::DeviceMesh mesh(o.parallel.mesh_shape());
   const DeviceProgram program{o, mesh, table, sampler ? &*sampler : nullptr, init ? &*init : nullptr, result, on_step, on_progress,
-                              corruption(o.corrupt_shard, o.parallel.world(), table)};
+                              corruption(o.corrupt_shard, o.parallel.world(), table), resume ? &*resume : nullptr};
   // Injected faults make ranks differ: every rank runs its own thread.
   FoldPlan fold = cluster.options().faults ? FoldPlan{} : fold_plan(o, cluster.profile());
   result.run = run_folded(cluster, o, fold, [&] {
@@ -365,6 +377,11 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
     return cluster.run([&](Device& dev) { program.run(dev); });
   });
   result.folded = fold.describe();
+  if (resume) {
+    merge_resumed(*resume, result);
+    result.resumed_from = resume->describe();
+    result.first_step = resume->step;
+  }
   unfold_results(fold, result);
   summarize_phases(mesh, result);
   summarize_moe(mesh, mc, result);

@@ -83,6 +83,13 @@ struct TrainOptions {
   model::Sampling sampling = model::Sampling::kRandom;
   std::string init_path;        // --init FILE.safetensors
   std::string save_path;        // --save FILE.safetensors
+  // Sharded checkpoints (model/train/checkpoint.h): into checkpoint_dir every
+  // checkpoint_every steps (0: only after the last step) and after the last
+  // step; resume_dir: continue from its latest checkpoint (`steps` stays the
+  // total step count).
+  std::string checkpoint_dir;
+  int checkpoint_every = 0;
+  std::string resume_dir;
   // Testing aid (verify must be able to fail): "NAME:RANK" perturbs that
   // rank's shard of parameter NAME after the last step.
   std::string corrupt_shard;
@@ -187,6 +194,10 @@ struct TrainResult {
   std::vector<std::vector<parallel::ComputeSpan>> first_step_spans;  // (devices)
   // Phantom runs: what was folded (model/train/fold.h), e.g. "dp and tp folded: ...".
   std::string folded = "nothing folded";
+  // Resumed runs: which checkpoint, and whether it was resharded (checkpoint.h);
+  // the first step this run took (first_step_spans are of it).
+  std::string resumed_from;
+  int first_step = 0;
   int running_devices = 0;  // threads that ran
 };
 

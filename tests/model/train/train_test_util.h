@@ -3,7 +3,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "model/config.h"
 #include "model/params.h"
@@ -70,6 +73,21 @@ inline int64_t owned(const std::vector<int64_t>& buckets, int dp, int r) {
   int64_t sum = 0;
   for (int64_t n : buckets) sum += n * (r + 1) / dp - n * r / dp;
   return sum;
+}
+
+// Two runs' devices ended at the same virtual times with the same busy
+// totals and memory peaks (determinism, resume).
+inline void expect_same_device_times(const RunResult& x, const RunResult& y, const std::string& what) {
+  ASSERT_EQ(x.devices.size(), y.devices.size()) << what;
+  for (size_t d = 0; d < x.devices.size(); ++d) {
+    const DeviceStats &a = x.devices[d], &b = y.devices[d];
+    EXPECT_EQ(a.compute_end, b.compute_end) << what << " device " << d;
+    EXPECT_EQ(a.comm_end, b.comm_end) << what << " device " << d;
+    EXPECT_EQ(a.compute_busy, b.compute_busy) << what << " device " << d;
+    EXPECT_EQ(a.comm_busy, b.comm_busy) << what << " device " << d;
+    EXPECT_EQ(a.comm_exposed, b.comm_exposed) << what << " device " << d;
+    EXPECT_EQ(a.peak_bytes, b.peak_bytes) << what << " device " << d;
+  }
 }
 
 // sqrt(sum x^2) in double, in flat order.

@@ -1,0 +1,167 @@
+// Sharded checkpoints and resume (model/train/checkpoint.h).
+//
+// Resume under the same parallel config must be bit-identical to the run that
+// never stopped: 10 steps straight against 5, a checkpoint, and 5 more from
+// it (the losses, every step's virtual time, the devices' clocks and busy
+// totals, the final parameters and the AdamW state of the step-10
+// checkpoints). Resume under another parallel config reshards; it must match
+// the unsharded run within verify's tolerance (1e-5 on the per-step loss and
+// on the parameter vector's relative L2).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "model/params.h"
+#include "model/train/checkpoint.h"
+#include "model/train/verify.h"
+#include "tests/model/train/train_test_util.h"
+
+namespace shardlab::train {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::run;
+using testing::small_options;
+using testing::unsharded;
+
+std::string fresh_dir(const std::string& name) {
+  const fs::path d = fs::path(::testing::TempDir()) / ("ckpt_" + std::to_string(getpid()) + "_" + name);
+  fs::remove_all(d);
+  return d.string();
+}
+
+// As if the run had died right after step `step`'s checkpoint: later
+// checkpoints gone, `latest` pointing at it.
+void roll_back_to(const std::string& dir, int step) {
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.is_directory() && e.path().filename().string() > checkpoint_name(step)) fs::remove_all(e.path());
+  std::ofstream(fs::path(dir) / "latest") << checkpoint_name(step) << "\n";
+}
+
+// The unsharded state of `dir`'s latest checkpoint, read for a run of `o`.
+ResumeState read_state(TrainOptions o, const std::string& dir) {
+  o.resume_dir = dir;
+  return load_checkpoint(o, model::ParamTable(o.model));
+}
+
+TrainOptions ten_steps(TrainOptions o) {
+  o.steps = 10;
+  o.warmup_steps = 2;
+  o.lr_schedule = LrSchedule::kCosine;  // depends on the total: resume must keep --steps as the total
+  return o;
+}
+
+void expect_bit_identical_resume(TrainOptions o, const std::string& what) {
+  o = ten_steps(o);
+  const TrainResult plain = run(o);
+  TrainOptions a = o;
+  a.checkpoint_dir = fresh_dir(what + "_a");
+  a.checkpoint_every = 5;
+  const TrainResult straight = run(a);
+  TrainOptions b = a;
+  b.checkpoint_dir = fresh_dir(what + "_b");
+  fs::copy(a.checkpoint_dir, b.checkpoint_dir, fs::copy_options::recursive);
+  roll_back_to(b.checkpoint_dir, 5);
+  b.resume_dir = b.checkpoint_dir;
+  const TrainResult resumed = run(b);
+
+  ASSERT_EQ(resumed.steps.size(), 10u) << what;
+  for (size_t i = 0; i < 10; ++i) {
+    EXPECT_EQ(straight.steps[i].loss, plain.steps[i].loss) << what << " step " << i << ": checkpointing changed it";
+    EXPECT_EQ(resumed.steps[i].step, int(i)) << what;
+    EXPECT_EQ(resumed.steps[i].loss, straight.steps[i].loss) << what << " step " << i;
+    EXPECT_EQ(resumed.steps[i].grad_norm, straight.steps[i].grad_norm) << what << " step " << i;
+    EXPECT_EQ(resumed.steps[i].virtual_end, straight.steps[i].virtual_end) << what << " step " << i;
+    EXPECT_EQ(straight.steps[i].virtual_end, plain.steps[i].virtual_end) << what << ": a checkpoint takes no virtual time";
+  }
+  testing::expect_same_device_times(resumed.run, straight.run, what);
+  EXPECT_EQ(resumed.final_params, straight.final_params) << what;
+  const ResumeState s = read_state(o, a.checkpoint_dir), r = read_state(o, b.checkpoint_dir);
+  EXPECT_EQ(s.step, 10);
+  EXPECT_EQ(r.step, 10);
+  EXPECT_EQ(r.params, s.params) << what;
+  EXPECT_EQ(r.exp_avg, s.exp_avg) << what << ": AdamW m";
+  EXPECT_EQ(r.exp_avg_sq, s.exp_avg_sq) << what << ": AdamW v";
+  EXPECT_EQ(r.params, resumed.final_params) << what << ": the checkpoint holds the final parameters";
+  std::printf("%s: 10 steps = 5 + 5 resumed, bit for bit (final loss %.7f, virtual %lld ps)\n", what.c_str(),
+              resumed.steps.back().loss, static_cast<long long>(resumed.steps.back().virtual_end));
+}
+
+TEST(CheckpointResume, DenseTp2Pp2IsBitIdentical) {
+  TrainOptions o = small_options();
+  o.parallel.tp = 2, o.parallel.pp = 2, o.micro_batches = 2;
+  expect_bit_identical_resume(o, "dense_tp2_pp2");
+}
+
+TEST(CheckpointResume, MoeDp2Zero2IsBitIdentical) {
+  TrainOptions o = small_options(4);
+  o.parallel.dp = 2, o.parallel.zero = 2, o.parallel.ep = 2;
+  expect_bit_identical_resume(o, "moe_dp2_ep2_zero2");
+}
+
+TEST(CheckpointResume, DenseDp2Zero2AndTheUnshardedModelAreBitIdentical) {
+  TrainOptions o = small_options();
+  expect_bit_identical_resume(o, "dense_1gpu");
+  o.parallel.dp = 2, o.parallel.zero = 2;
+  expect_bit_identical_resume(o, "dense_dp2_zero2");
+}
+
+// 5 steps under `from`, then 5 more resumed under `to`, against 10 steps of
+// the unsharded model.
+void expect_resharded_resume(TrainOptions from, TrainOptions to, const std::string& what) {
+  from = ten_steps(from);
+  to = ten_steps(to);
+  from.checkpoint_dir = fresh_dir(what);
+  from.checkpoint_every = 5;
+  from.steps = 10;
+  run(from);
+  roll_back_to(from.checkpoint_dir, 5);
+  to.resume_dir = from.checkpoint_dir;
+  const TrainResult resumed = run(to);
+  TrainOptions straight = unsharded(to);
+  straight.resume_dir.clear();  // the reference never stopped
+  const TrainResult reference = run(straight);
+  const VerifyResult v = compare_runs(resumed, reference, model::ParamTable(to.model), {});
+  std::printf("%s: max loss rel diff %.3e, parameter rel L2 %.3e, max |diff| %.3e (tolerance 1e-5)\n", what.c_str(),
+              v.max_loss_rel_diff, v.param_rel_l2, v.max_param_abs_diff);
+  EXPECT_TRUE(v.passed) << what;
+  EXPECT_TRUE(resumed.replica_mismatch.empty()) << what << ": " << resumed.replica_mismatch;
+  // The step-5 records come from the checkpoint, the rest from this run.
+  ASSERT_EQ(resumed.steps.size(), 10u);
+  EXPECT_LE(resumed.steps[4].virtual_end, resumed.steps[5].virtual_end) << what << ": the clock goes on";
+}
+
+TEST(CheckpointReshard, Tp2Pp2ToDp4) {
+  TrainOptions from = small_options(), to = small_options();
+  from.parallel.tp = 2, from.parallel.pp = 2, from.micro_batches = 2;
+  to.parallel.dp = 4;
+  to.micro_batches = 2;  // the reference keeps M: the same micro-batch means
+  expect_resharded_resume(from, to, "tp2_pp2_to_dp4");
+}
+
+TEST(CheckpointReshard, Zero2ToZero0) {
+  TrainOptions from = small_options(), to = small_options();
+  from.parallel.dp = 2, from.parallel.zero = 2;
+  to.parallel.dp = 2;
+  expect_resharded_resume(from, to, "dp2_zero2_to_zero0");
+}
+
+TEST(CheckpointReshard, Ep2ToEp1) {
+  TrainOptions from = small_options(4), to = small_options(4);
+  from.parallel.dp = 2, from.parallel.ep = 2, from.parallel.zero = 1;
+  to.parallel.dp = 2;
+  expect_resharded_resume(from, to, "moe_dp2_ep2_zero1_to_ep1");
+}
+
+TEST(CheckpointReshard, AnotherPipelineSplit) {
+  TrainOptions from = small_options(), to = small_options();
+  from.parallel.pp = 2, from.parallel.stage_layers = {1, 3}, from.micro_batches = 2;
+  to.parallel.pp = 2, to.parallel.stage_layers = {3, 1}, to.parallel.tp = 2, to.micro_batches = 2;
+  expect_resharded_resume(from, to, "pp2_layers_1_3_to_tp2_pp2_layers_3_1");
+}
+
+}  // namespace
+}  // namespace shardlab::train
