@@ -97,8 +97,9 @@ class Fsdp final : public BlockHooks {
 
   // Poisons every non-owned element (after init or a checkpoint load).
   void shard();
-  // Publishing: every unit gathered into the host buffer (as a full state
-  // dict offloaded to the host), not charged to the arena; the run is over.
+  // Publishing: every owned chunk copied into its peers' host buffers (a
+  // full state dict offloaded to the host), untimed and not charged to the
+  // arena: the run is over.
   void gather_all_to_host();
 
   Time exposed() const { return exposed_; }        // compute waiting for gathers
