@@ -1,6 +1,7 @@
 #include "model/train/device_setup.h"
 
 #include <string>
+#include <vector>
 
 #include "collectives/collectives.h"
 #include "model/parallel/sharded_gpt.h"
@@ -23,6 +24,17 @@ std::string norm_dims(const ParallelOptions& par) {
   return par.zero >= 2 ? "tp-dp" : (par.ep > 1 ? "tp-ep" : "tp");
 }
 
+// HSDP: the shard group (n consecutive members of the dp group, this rank
+// among them) or the replica group (the members at this rank's place in
+// every shard group).
+std::vector<int> hsdp_members(const coll::ProcessGroup& dp, int n, bool shard) {
+  std::vector<int> out;
+  const int at = dp.rank();
+  for (int i = 0; i < dp.size(); ++i)
+    if (shard ? i / n == at / n : i % n == at % n) out.push_back(dp.members()[size_t(i)]);
+  return out;
+}
+
 }  // namespace
 
 DeviceSetup::DeviceSetup(const DeviceProgram& p, Device& dev)
@@ -40,7 +52,8 @@ DeviceSetup::DeviceSetup(const DeviceProgram& p, Device& dev)
   const ParallelOptions& par = p.options.parallel;
   if (par.zero == 3) make_fsdp(p, dev);
   optimizer.emplace(dev, *model, *dp, ctx.group(norm_dims(par)),
-                    NormCounting{coords.tp == 0, coords.pp == 0, ctx.group("ep").rank() == 0, par.zero >= 2},
+                    NormCounting{coords.tp == 0, coords.pp == 0, ctx.group("ep").rank() == 0, par.zero >= 2,
+                                 dp->replica_rank() == 0},
                     &ctx.group("pp"));
   // Modeled memory of the buffers the model and data parallelism hold: the
   // weights at the device precision, the gradients as fp32 main gradients.
@@ -87,11 +100,14 @@ void DeviceSetup::make_data_parallel(const DeviceProgram& p, Device& dev) {
   parallel::DataParallel::ExpertGrads expert_grads;
   if (par.ep > 1) expert_grads = {&ctx.group("edp"), parallel::expert_ranges(model->shards())};
   const coll::ProcessGroup& dp_group = ctx.group("dp");
+  const bool hybrid = par.hsdp > 0 && par.hsdp < par.dp;
+  const coll::ProcessGroup& shards = hybrid ? ctx.group(hsdp_members(dp_group, par.hsdp, true), "hsdp-shard") : dp_group;
   if (par.zero == 3) {
-    dp.emplace(dev, dp_group, model->grads(),
+    dp.emplace(dev, shards, model->grads(),
                parallel::fsdp_bucket_plan(parallel::fsdp_units(model->shards(), p.options.model.n_layer),
                                           expert_grads.ranges),
                dpo, expert_grads);
+    if (hybrid) dp->set_replicas(ctx.group(hsdp_members(dp_group, par.hsdp, false), "hsdp-replicas"));
   } else {
     dp.emplace(dev, dp_group, model->grads(), parallel::backward_ready_order(model->shards()), dpo,
                expert_grads);

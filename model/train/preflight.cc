@@ -62,7 +62,8 @@ DeviceMemory device_memory(const TrainOptions& o, const collectives::DeviceMesh&
                                            uint64_t(p.bucket_mb * 1e6), parallel::kGradElemBytes);
   const std::vector<int> dp = mesh.group_ranks(rank, "dp"), edp = mesh.group_ranks(rank, "edp");
   int64_t owned = 0, largest = 0;
-  for (const Range& r : parallel::owned_ranges(plan, p.zero, int(dp.size()), index_in(dp, rank),
+  // HSDP shards over groups of shard_size() consecutive dp ranks.
+  for (const Range& r : parallel::owned_ranges(plan, p.zero, p.shard_size(), index_in(dp, rank) % p.shard_size(),
                                                int(edp.size()), index_in(edp, rank)))
     owned += r.size;
   for (const Range& b : plan.buckets) largest = std::max(largest, b.size);
@@ -90,7 +91,7 @@ MemoryEstimate lower_bound(const TrainOptions& o, int elem) {
   MemoryEstimate e;
   DeviceMemory& m = e.worst;
   m.params = int64_t(std::min(n, 9e18 / 18));
-  const auto owned = uint64_t(m.params / (p.zero >= 1 ? p.dp : 1));
+  const auto owned = uint64_t(m.params / (p.zero >= 1 ? p.shard_size() : 1));
   m.params_bytes = (p.zero == 3 ? owned : uint64_t(m.params)) * uint64_t(elem);
   m.grads_bytes = (p.zero >= 2 ? owned : uint64_t(m.params)) * parallel::kGradElemBytes;
   m.master_bytes = elem == 2 ? owned * kMasterBytes : 0;

@@ -74,7 +74,7 @@ nlohmann::json TrainOptions::to_json() const {
           {"save", save_path},
           {"parallel",
            {{"dp", parallel.dp}, {"tp", parallel.tp}, {"sp", parallel.sp}, {"zero", parallel.zero},
-            {"reshard_after_forward", parallel.reshard_after_forward}, {"prefetch", parallel.prefetch},
+            {"reshard_after_forward", parallel.reshard_after_forward}, {"prefetch", parallel.prefetch}, {"hsdp", parallel.hsdp},
             {"bucket_mb", parallel.bucket_mb}, {"overlap", parallel.overlap}, {"ep", parallel.ep}, {"pp", parallel.pp},
             {"schedule", parallel::schedule_name(parallel.schedule)}, {"vpp", parallel.vpp},
             {"pp_layers", parallel.stage_layers}, {"recompute", parallel::recompute_name(parallel.recompute)}}}};
@@ -132,6 +132,10 @@ void validate_parallel(const TrainOptions& o) {
   require(p.zero >= 0 && p.zero <= 3, fmt::format("--zero must be 0, 1, 2 or 3 (got {})", p.zero));
   require(p.zero == 3 || p.reshard_after_forward, "--no-reshard-after-forward needs --zero 3");
   require(p.zero == 3 || p.prefetch, "--no-prefetch needs --zero 3");
+  require(p.hsdp == 0 || p.hsdp >= 2, fmt::format("--hsdp must be at least 2 (got {})", p.hsdp));
+  require(p.hsdp == 0 || p.zero == 3, "--hsdp needs --zero 3");
+  require(p.hsdp == 0 || p.dp % p.hsdp == 0, fmt::format("--hsdp {} must divide --dp {}", p.hsdp, p.dp));
+  require(p.hsdp == 0 || p.ep == 1, "--hsdp with --ep > 1 is not supported (expert units shard over edp)");
   require(p.bucket_mb > 0, "--bucket-mb must be positive");
   require(p.pp >= 1, fmt::format("--pp must be at least 1 (got {})", p.pp));
   require(m.batch_size % p.dp == 0,

@@ -43,6 +43,11 @@ struct ParallelOptions {
   int zero = 0;               // ZeRO stage 0, 1, 2 or 3 (FSDP) over dp
   bool reshard_after_forward = true;  // ZeRO-3: free each unit after its forward
   bool prefetch = true;       // ZeRO-3: gather the next unit during this one
+  // ZeRO-3 hybrid sharding (HSDP): shard over groups of this many
+  // consecutive dp ranks, replicate across them; 0: shard over all of dp.
+  int hsdp = 0;
+  // The dp ranks one ZeRO chunk is split over: hsdp, else dp.
+  int shard_size() const { return hsdp > 0 ? hsdp : dp; }
   double bucket_mb = 25;      // DP gradient bucket, MB (1e6 modeled bytes)
   bool overlap = true;        // reduce buckets during backward
   int ep = 1;                 // expert parallel (divides dp): E/ep experts per rank

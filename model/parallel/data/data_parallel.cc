@@ -42,6 +42,11 @@ DataParallel::DataParallel(Device& dev, const coll::ProcessGroup& dp, std::span<
   launched_.assign(layout_.size(), false);
 }
 
+void DataParallel::set_replicas(const coll::ProcessGroup& replicas) {
+  SHARDLAB_CHECK(options_.zero == 3 && expert_ranges_.empty(), "HSDP replicates ZeRO-3's dense units only");
+  replicas_ = replicas;
+}
+
 void DataParallel::begin_step() {
   std::fill(ready_.begin(), ready_.end(), 0);
   std::fill(launched_.begin(), launched_.end(), false);
@@ -73,9 +78,13 @@ void DataParallel::launch(size_t i) {
   opt.elem_size = kGradElemBytes;       // fp32 main gradients on the wire
   if (sharded_grads()) {
     const auto chunk = coll::chunk_range(n, g.size(), g.rank());
-    works_.push_back(coll::ireduce_scatter(dev_, g, coll::ConstBuffer(p, n),
-                                           coll::Buffer(model::shifted(p, chunk.begin), chunk.size),
-                                           op, opt));
+    float* mine = model::shifted(p, chunk.begin);
+    works_.push_back(coll::ireduce_scatter(dev_, g, coll::ConstBuffer(p, n), coll::Buffer(mine, chunk.size), op, opt));
+    if (replicas_ && replicas_->size() > 1 && !expert_bucket_[i]) {  // HSDP: the chunk's mean over the replicas
+      opt.after = works_.back().event();
+      works_.push_back(coll::iall_reduce(dev_, *replicas_, coll::ConstBuffer(mine, chunk.size),
+                                         coll::Buffer(mine, chunk.size), coll::ReduceOp::kAvg, opt));
+    }
   } else {
     works_.push_back(coll::iall_reduce(dev_, g, coll::ConstBuffer(p, n), coll::Buffer(p, n), op, opt));
   }

@@ -29,7 +29,10 @@
 //
 // ZeRO-3 (fsdp.h) plans one bucket per FSDP unit (fsdp_bucket_plan) and
 // reduce-scatters them as ZeRO-2 does; its parameters are gathered unit by
-// unit around their use (Fsdp), so gather_params does nothing.
+// unit around their use (Fsdp), so gather_params does nothing. Hybrid
+// sharding (HSDP, set_replicas): `dp` is then the shard group and each
+// reduce-scattered chunk is averaged again over the replicas, the ranks at
+// the same place in the other shard groups (PyTorch's HYBRID_SHARD).
 //
 // Thread safety: one instance per device thread.
 #pragma once
@@ -73,6 +76,12 @@ class DataParallel {
   DataParallel(Device& dev, const collectives::ProcessGroup& dp, std::span<float> grads,
                BucketPlan plan, const DataParallelOptions& options, const ExpertGrads& experts);
 
+  // HSDP: each owned chunk is all-reduced (avg) over `replicas` after its
+  // reduce-scatter. Before the first step; dense buckets only.
+  void set_replicas(const collectives::ProcessGroup& replicas);
+  // This rank's index among its replicas (0 without HSDP).
+  int replica_rank() const { return replicas_ ? replicas_->rank() : 0; }
+
   // Called at the start of every step.
   void begin_step();
   // Gradients of [offset, offset + count) are final (from backward).
@@ -111,7 +120,7 @@ class DataParallel {
   collectives::ProcessGroup dp_;
   std::span<float> grads_;
   DataParallelOptions options_;
-  std::optional<collectives::ProcessGroup> edp_;
+  std::optional<collectives::ProcessGroup> edp_, replicas_;
   std::vector<Range> expert_ranges_;      // sorted
   std::vector<bool> expert_bucket_;       // (buckets)
   std::vector<Range> layout_;             // buckets in launch order

@@ -93,7 +93,8 @@ INSTANTIATE_TEST_SUITE_P(
     tp_name);
 
 // ZeRO-3 (FSDP) over dp, alone and composed with TP (2D), PP and EP, with
-// and without prefetch and resharding after forward, the step-0 gradients
+// and without prefetch and resharding after forward, hybrid (HSDP: shard
+// over pairs, replicate across), the step-0 gradients
 // checked too; default tolerances (1e-5). The non-owned parameters are NaN
 // between uses, so a unit used without its gather fails here.
 class VerifyZero3 : public ::testing::TestWithParam<std::string> {};
@@ -108,7 +109,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values("--dp 2", "--dp 4", "--dp 2 --tp 2", "--dp 2 --tp 2 --sp", "--dp 2 --pp 2 --micro-batches 2",
                       "--dp 2 --experts 4 --top-k 2 --ep 2", "--dp 4 --experts 4 --top-k 2 --ep 2",
                       "--dp 2 --no-prefetch", "--dp 2 --micro-batches 2 --no-reshard-after-forward",
-                      "--dp 2 --pp 2 --micro-batches 4 --schedule zb-v", "--dp 3 --batch 6"),
+                      "--dp 2 --pp 2 --micro-batches 4 --schedule zb-v", "--dp 3 --batch 6",
+                      "--dp 4 --hsdp 2", "--dp 4 --hsdp 2 --tp 2"),
     [](const auto& info) {
       std::string name;
       for (char c : info.param)  // "--dp 2 --tp 2" -> dp_2_tp_2

@@ -2,7 +2,8 @@
 // from the parameter table (not by Fsdp or DataParallel). On one pipeline
 // stage the units are the head (ln_f), each block and the embeddings (wte
 // and wpe, adjacent: one bucket); rank r owns chunk r of each,
-// [n·r/dp, n·(r+1)/dp). Per device, in fp32:
+// [n·r/dp, n·(r+1)/dp) (HSDP over groups of N: chunk r mod N of N). Per
+// device, in fp32:
 //   param      4 x (owned + gathered): gathered at most the embeddings (the
 //              tied wte, kept from the embedding to the head) plus two
 //              blocks with prefetch (this one and the next), one without;
@@ -54,11 +55,16 @@ Units units_of(const model::ParamTable& table) {
 
 uint64_t peak(const DeviceStats& d, MemKind k) { return d.peak_by_kind[int(k)]; }
 
-TEST(Zero3Memory, ShardsPlusTheUnitsInFlightExactly) {
+// HSDP (--hsdp 2 at dp 4): the chunks are halves, over pairs of dp ranks.
+class Zero3Memory : public ::testing::TestWithParam<int> {};
+
+TEST_P(Zero3Memory, ShardsPlusTheUnitsInFlightExactly) {
   TrainOptions o = small_options(0);
   o.steps = 1;
   o.parallel.dp = 4;
   o.parallel.zero = 3;
+  o.parallel.hsdp = GetParam();
+  const int shards = GetParam() > 0 ? GetParam() : o.parallel.dp;
   const model::ParamTable table(o.model);
   const Units u = units_of(table);
   const int64_t n = table.numel();
@@ -77,7 +83,7 @@ TEST(Zero3Memory, ShardsPlusTheUnitsInFlightExactly) {
     const TrainResult r = run(o);
     for (int rank = 0; rank < o.parallel.dp; ++rank) {
       const DeviceStats& d = r.run.devices[size_t(rank)];
-      const int64_t own = owned(u.all, o.parallel.dp, rank);
+      const int64_t own = owned(u.all, shards, rank % shards);
       std::printf("  %s rank %d: param %llu B (want 4 x (%lld owned + %lld gathered)), grad %llu B, optimizer %llu B\n",
                   m.name, rank, (unsigned long long)peak(d, MemKind::kParam), (long long)own, (long long)m.gathered,
                   (unsigned long long)peak(d, MemKind::kGrad), (unsigned long long)peak(d, MemKind::kOptimizer));
@@ -88,23 +94,29 @@ TEST(Zero3Memory, ShardsPlusTheUnitsInFlightExactly) {
   }
 }
 
+INSTANTIATE_TEST_SUITE_P(ShardGroups, Zero3Memory, ::testing::Values(0, 2),
+                         [](const auto& info) { return info.param ? "hsdp2" : "fsdp"; });
+
 // The preflight counts what the arena holds, for compositions too.
-TEST(Zero3Memory, PreflightMatchesTheArenaComposed) {
+TEST(Zero3Preflight, MatchesTheArenaComposed) {
   struct Case {
     const char* name;
     int experts, dp, tp, pp, ep, micro;
     bool reshard;
+    int hsdp = 0;
   };
   const Case cases[] = {{"dp 2 x tp 2", 0, 2, 2, 1, 1, 1, true},
                         {"dp 2 x pp 2", 0, 2, 1, 2, 1, 2, true},
                         {"dp 2 x pp 2, no reshard", 0, 2, 1, 2, 1, 2, false},
-                        {"MoE dp 4 x ep 2", 4, 4, 1, 1, 2, 1, true}};
+                        {"MoE dp 4 x ep 2", 4, 4, 1, 1, 2, 1, true},
+                        {"dp 4 (hsdp 2) x tp 2", 0, 4, 2, 1, 1, 1, true, 2}};
   for (const Case& c : cases) {
     TrainOptions o = small_options(c.experts);
     o.steps = 1;
     o.parallel.zero = 3;
     o.parallel.dp = c.dp, o.parallel.tp = c.tp, o.parallel.pp = c.pp, o.parallel.ep = c.ep;
     o.parallel.reshard_after_forward = c.reshard;
+    o.parallel.hsdp = c.hsdp;
     o.micro_batches = c.micro;
     const TrainResult r = run(o);
     const MemoryEstimate e = estimate_memory(o, 4);
