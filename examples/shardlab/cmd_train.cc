@@ -191,6 +191,13 @@ void print_device_table(const nlohmann::json& report) {
              " forward-backward phase, the stage's bubble){}\n",
              per_stage ? fmt::format(";\n {} devices: one row per pipeline stage, every device in --report", devices.size()) : "");
   print_memory_table(devices);
+  if (devices[0].contains("fsdp")) {
+    const auto& f = devices[0]["fsdp"];
+    fmt::print("ZeRO-3: device 0 gathers {:.0f} units per step ({} modeled), {:.3f} ms per step of it exposed "
+               "(the compute stream waiting for a gather)\n",
+               f["gathers"].get<double>() / steps, format_bytes(uint64_t(f["gathered_bytes"].get<double>() / steps)),
+               f["gather_exposed_s"].get<double>() * 1e3 / steps);
+  }
   if (!report.contains("moe")) return;
   for (const auto& m : report["moe"]) {
     const auto& tokens = m["tokens_per_expert"].back();

@@ -103,8 +103,18 @@ void add_parallel_flags(CLI::App* sub, TrainFlags& f) {
   degree("--dp", f.dp, "Data-parallel degree");
   degree("--tp", f.tp, "Tensor-parallel degree (Megatron)");
   sub->add_flag("--sp", f.sp, "Sequence parallelism (with --tp)");
-  sub->add_option("--zero", f.zero, "ZeRO stage over dp: 0, 1 (optimizer states) or 2 (+ gradients)")
+  sub->add_option("--zero", f.zero,
+                  "ZeRO stage over dp: 0, 1 (optimizer states), 2 (+ gradients) or 3 (+ parameters: FSDP units)")
       ->capture_default_str();
+  sub->add_flag("--reshard-after-forward,!--no-reshard-after-forward", f.reshard_after_forward,
+                "ZeRO-3: free each unit after its forward and gather it again for backward (default; off keeps "
+                "it until backward)");
+  sub->add_option("--hsdp", f.hsdp,
+                  "ZeRO-3 hybrid sharding: shard over groups of N consecutive dp ranks, replicate across them "
+                  "(gradients all-reduced over the replicas)")
+      ->check(number_in(1, double(kMaxDevices)));
+  sub->add_flag("--prefetch,!--no-prefetch", f.prefetch,
+                "ZeRO-3: gather the next unit on the communication stream while this one computes (default)");
   sub->add_option("--bucket-mb", f.bucket_mb, "DP gradient bucket size in MB")
       ->capture_default_str()
       ->check(number_above(0, 1e6));
@@ -236,6 +246,9 @@ train::TrainOptions TrainFlags::options() const {
   o.parallel.zero = zero;
   o.parallel.bucket_mb = bucket_mb;
   o.parallel.overlap = !no_overlap;
+  o.parallel.reshard_after_forward = reshard_after_forward;
+  o.parallel.prefetch = prefetch;
+  o.parallel.hsdp = hsdp;
   o.parallel.ep = ep;
   o.parallel.pp = pp;
   o.parallel.schedule = parallel::parse_schedule(schedule);

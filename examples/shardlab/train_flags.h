@@ -36,6 +36,8 @@ struct TrainFlags {
   std::optional<int> vpp;  // unset: the schedule's own chunk count (2 for zb-v and dualpipev, else 1)
   std::string schedule = "1f1b", pp_layers, recompute = "none";
   bool sp = false, no_overlap = false, phantom = false, no_fold = false;
+  bool reshard_after_forward = true, prefetch = true;  // ZeRO-3
+  int hsdp = 0;
   std::string phantom_routing = "uniform";
   double bucket_mb = 25;
   std::string corrupt_shard;  // hidden: verify's can-it-fail test

@@ -61,9 +61,12 @@ struct ModelGroups {
   const collectives::ProcessGroup* capacity = nullptr;
 };
 
-// Called around each block's forward and backward on this rank, in order.
+// Called around each block's forward and backward on this rank, in order,
+// and around the embeddings' (layer kEmbeddings) and the head's (ln_f and
+// the tied lm_head: layer n_layer) on the first and last stage.
 class BlockHooks {
  public:
+  static constexpr int kEmbeddings = -1;
   virtual ~BlockHooks() = default;
   virtual void before_forward(int layer) {}
   virtual void after_forward(int layer) {}
@@ -125,6 +128,8 @@ class ShardedGPT final : public LocalModel, public StageModel {
   float ce_loss() const override { return last_ce_; }
   float aux_loss() const override { return last_aux_; }
   void set_sink(model::OpSink* sink) override { ctx_.ex = model::Exec::with(sink); }
+  // Replaces ShardedOptions::hooks (FSDP's are built after the model).
+  void set_hooks(BlockHooks* hooks) { hooks_ = hooks; }
 
   // One stage: this rank's vocabulary logits (B,T,V/tp) of the last
   // whole-batch forward, and what MoE block `layer` did in it (null if dense).

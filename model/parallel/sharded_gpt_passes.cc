@@ -28,7 +28,9 @@ void ShardedGPT::forward(int chunk, int mb, int buffer, const MicroBatchTokens& 
   const int64_t Nr = dims_.rows();
   const int C = dims_.C;
   if (place_.first(chunk)) {
+    if (hooks_) hooks_->before_forward(BlockHooks::kEmbeddings);
     embed(s, tokens.inputs);
+    if (hooks_) hooks_->after_forward(BlockHooks::kEmbeddings);
   } else {
     const float* in = activation_buffer(chunk, buffer);
     if (ctx_.ex.math()) std::copy_n(in, Nr * C, s.x.data());
@@ -52,7 +54,11 @@ void ShardedGPT::forward(int chunk, int mb, int buffer, const MicroBatchTokens& 
   for (const TpBlockActs& a : s.blocks) s.elems += kept_elements(a);
   if (ctx_.ex.sink) ctx_.ex.sink->saved(s.elems);
   s.activations = true;
-  if (place_.last(chunk)) head_forward(s, x, tokens.targets);
+  if (place_.last(chunk)) {
+    if (hooks_) hooks_->before_forward(head_id());
+    head_forward(s, x, tokens.targets);
+    if (hooks_) hooks_->after_forward(head_id());
+  }
 }
 
 float ShardedGPT::head_forward(Slot& s, const float* x, const Token* targets) {
@@ -178,15 +184,19 @@ void ShardedGPT::backward_input(int chunk, int mb, int buffer, float dloss, bool
   // no weight gradient waits for a W action.
   const bool announce = final && !defer_weight;
   if (place_.last(chunk)) {
+    if (hooks_) hooks_->before_backward(head_id());
     head_backward(s, dloss, announce);
+    if (hooks_) hooks_->after_backward(head_id());
   } else {
     const float* dout = gradient_buffer(chunk, buffer);
     if (ctx_.ex.math()) std::copy_n(dout, Nr * C, dx_.data());
   }
   blocks_backward(chunk, s, dloss, announce);
   if (place_.first(chunk)) {
+    if (hooks_) hooks_->before_backward(BlockHooks::kEmbeddings);
     embedding_backward(s);
     if (announce) finish_embeddings(layout_.filter().ln_f);
+    if (hooks_) hooks_->after_backward(BlockHooks::kEmbeddings);
   } else {
     if (ctx_.ex.math()) std::copy_n(dx_.data(), Nr * C, s.dx.data());
     s.unsent = true;

@@ -105,6 +105,10 @@ void DeviceProgram::run(Device& dev) const {
     if (checkpoint_due(options, step + 1)) save_device_checkpoint(*this, s, dev, step + 1);
   }
   if (leader) result.loop_wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  if (s.fsdp) {
+    result.fsdp[size_t(dev.rank())] = {s.fsdp->exposed(), s.fsdp->gathers(), s.fsdp->gathered_bytes()};
+    if (!options.phantom) s.fsdp->gather_all_to_host();  // the full parameters, to publish
+  }
   if (options.phantom) return;  // no values to publish
   if (before_publish) before_publish(dev.rank(), *s.model);
   const coll::ProcessGroup& ep = s.ctx.group("ep");

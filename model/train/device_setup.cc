@@ -1,11 +1,13 @@
 #include "model/train/device_setup.h"
 
 #include <string>
+#include <vector>
 
 #include "collectives/collectives.h"
 #include "model/parallel/sharded_gpt.h"
 #include "model/parallel/unsharded_model.h"
 #include "model/train/shard_io.h"
+#include "runtime/errors.h"
 
 namespace shardlab::train {
 
@@ -20,6 +22,17 @@ namespace {
 // run can fold tp (model/train/fold.h).
 std::string norm_dims(const ParallelOptions& par) {
   return par.zero >= 2 ? "tp-dp" : (par.ep > 1 ? "tp-ep" : "tp");
+}
+
+// HSDP: the shard group (n consecutive members of the dp group, this rank
+// among them) or the replica group (the members at this rank's place in
+// every shard group).
+std::vector<int> hsdp_members(const coll::ProcessGroup& dp, int n, bool shard) {
+  std::vector<int> out;
+  const int at = dp.rank();
+  for (int i = 0; i < dp.size(); ++i)
+    if (shard ? i / n == at / n : i % n == at % n) out.push_back(dp.members()[size_t(i)]);
+  return out;
 }
 
 }  // namespace
@@ -37,13 +50,16 @@ DeviceSetup::DeviceSetup(const DeviceProgram& p, Device& dev)
   model->set_sink(&sink);
   make_data_parallel(p, dev);
   const ParallelOptions& par = p.options.parallel;
+  if (par.zero == 3) make_fsdp(p, dev);
   optimizer.emplace(dev, *model, *dp, ctx.group(norm_dims(par)),
-                    NormCounting{coords.tp == 0, coords.pp == 0, ctx.group("ep").rank() == 0, par.zero >= 2},
+                    NormCounting{coords.tp == 0, coords.pp == 0, ctx.group("ep").rank() == 0, par.zero >= 2,
+                                 dp->replica_rank() == 0},
                     &ctx.group("pp"));
   // Modeled memory of the buffers the model and data parallelism hold: the
   // weights at the device precision, the gradients as fp32 main gradients.
-  weights_ = dev.alloc("parameters", {static_cast<int64_t>(model->params().size())}, MemKind::kParam,
-                       /*phantom=*/true);
+  // ZeRO-3 holds only its shards; the gathered units are Fsdp's.
+  const int64_t weights = par.zero == 3 ? dp->owned_elements() : static_cast<int64_t>(model->params().size());
+  weights_ = dev.alloc("parameters", {weights}, MemKind::kParam, /*phantom=*/true);
   grads_ = Tensor(dev.arena(), "gradients", {dp->held_grad_elements()}, MemKind::kGrad, Precision::kFp32,
                   /*phantom=*/true);
   const coll::ProcessGroup& pipeline = ctx.group("pp");
@@ -84,14 +100,38 @@ void DeviceSetup::make_data_parallel(const DeviceProgram& p, Device& dev) {
   parallel::DataParallel::ExpertGrads expert_grads;
   if (par.ep > 1) expert_grads = {&ctx.group("edp"), parallel::expert_ranges(model->shards())};
   const coll::ProcessGroup& dp_group = ctx.group("dp");
-  dp.emplace(dev, dp_group, model->grads(), parallel::backward_ready_order(model->shards()), dpo,
-             expert_grads);
+  const bool hybrid = par.hsdp > 0 && par.hsdp < par.dp;
+  const coll::ProcessGroup& shards = hybrid ? ctx.group(hsdp_members(dp_group, par.hsdp, true), "hsdp-shard") : dp_group;
+  if (par.zero == 3) {
+    dp.emplace(dev, shards, model->grads(),
+               parallel::fsdp_bucket_plan(parallel::fsdp_units(model->shards(), p.options.model.n_layer),
+                                          expert_grads.ranges),
+               dpo, expert_grads);
+    if (hybrid) dp->set_replicas(ctx.group(hsdp_members(dp_group, par.hsdp, false), "hsdp-replicas"));
+  } else {
+    dp.emplace(dev, dp_group, model->grads(), parallel::backward_ready_order(model->shards()), dpo,
+               expert_grads);
+  }
   sink.on_grads_ready([this](int64_t off, int64_t cnt) { dp->grads_ready(off, cnt); });
   sink.on_average([this, &dev, &dp_group](float* data, int64_t cnt) {
     if (dp_group.size() == 1) return false;
     coll::all_reduce(dev, dp_group, coll::Buffer(data, size_t(cnt)), coll::ReduceOp::kAvg);
     return true;
   });
+}
+
+// ZeRO-3: the units gathered around every hook point of the sharded model
+// (runs_sharded), the non-owned parameters dropped (poisoned) from here on.
+void DeviceSetup::make_fsdp(const DeviceProgram& p, Device& dev) {
+  const int L = p.options.model.n_layer;
+  std::vector<parallel::FsdpUnit> units = parallel::fsdp_units(model->shards(), L);
+  parallel::FsdpPasses passes = parallel::fsdp_passes(stage->placement(), units, model->shards(), L);
+  const parallel::FsdpOptions fo{p.options.parallel.reshard_after_forward, p.options.parallel.prefetch};
+  fsdp.emplace(dev, *dp, model->params(), std::move(units), std::move(passes), fo);
+  auto* sharded = dynamic_cast<parallel::ShardedGPT*>(model.get());
+  SHARDLAB_CHECK(sharded, "ZeRO-3 runs the sharded model");
+  sharded->set_hooks(&*fsdp);
+  fsdp->shard();
 }
 
 int64_t DeviceSetup::first_row(int mb) const {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "model/parallel/data/data_parallel.h"
+#include "model/parallel/data/fsdp.h"
 #include "model/parallel/parallel_context.h"
 #include "model/parallel/pipeline/executor.h"
 #include "model/train/device_program.h"
@@ -33,6 +34,7 @@ class DeviceSetup {
   parallel::StageModel* stage = nullptr;  // the same model, as the executor drives it
   DeviceSink sink;
   std::optional<parallel::DataParallel> dp;
+  std::optional<parallel::Fsdp> fsdp;  // ZeRO-3: the model's block hooks
   std::optional<parallel::PipelineExecutor> executor;
   std::optional<ShardedAdamW> optimizer;
   std::vector<model::Batch> micro;  // reused: no allocation per step
@@ -43,6 +45,7 @@ class DeviceSetup {
  private:
   void make_model(const DeviceProgram& p, Device& dev);
   void make_data_parallel(const DeviceProgram& p, Device& dev);
+  void make_fsdp(const DeviceProgram& p, Device& dev);
 
   Tensor weights_, grads_;  // modeled memory of the parameters and gradients
 };

@@ -79,6 +79,7 @@ void unfold_results(const FoldPlan& plan, TrainResult& r) {
     r.moe[rank] = r.moe[rep];
     r.a2a_time[rank] = r.a2a_time[rep];
     r.first_step_spans[rank] = r.first_step_spans[rep];
+    if (!r.fsdp.empty()) r.fsdp[rank] = r.fsdp[rep];
   }
 }
 

@@ -12,7 +12,8 @@ using parallel::ShardSpec;
 
 bool NormCounting::counts(const ShardSpec& s) const {
   const bool tied_copy = s.role == model::ParamRole::kTokenEmbedding && !first_stage;
-  return (!s.tp_replicated || tp_rank0) && !tied_copy && (zero_sharded || s.expert || ep_rank0);
+  return (!s.tp_replicated || tp_rank0) && !tied_copy && (zero_sharded || s.expert || ep_rank0) &&
+         (!zero_sharded || replica0);
 }
 
 ShardedAdamW::ShardedAdamW(Device& dev, parallel::LocalModel& model, parallel::DataParallel& dp,

@@ -29,6 +29,7 @@ struct NormCounting {
   bool first_stage = true;   // the last stage's tied wte copy does not count
   bool ep_rank0 = true;      // non-expert tensors count on EP rank 0 only...
   bool zero_sharded = false; // ...unless ZeRO-2 already splits every gradient over dp
+  bool replica0 = true;      // HSDP: only the first replica of each shard counts
   bool counts(const parallel::ShardSpec& s) const;
 };
 

@@ -11,6 +11,7 @@
 #include "collectives/mesh.h"
 #include "model/parallel/data/buckets.h"
 #include "model/parallel/data/data_parallel.h"
+#include "model/parallel/data/fsdp.h"
 #include "model/parallel/layout.h"
 #include "model/parallel/sharded_gpt.h"
 #include "model/parallel/unsharded_model.h"
@@ -25,13 +26,17 @@ namespace {
 constexpr int kMaxLaidOutLayers = 4096;
 constexpr uint64_t kMasterBytes = 4, kMomentBytes = 8;  // fp32 master weights; Adam m and v
 
+parallel::StagePlacement placement(const TrainOptions& o, const collectives::Coords& c) {
+  const ParallelOptions& p = o.parallel;
+  return parallel::StagePlacement{p.pp, p.vpp, c.pp, p.stage_layers, p.stage_order()}.resolved(o.model);
+}
+
 // The local tensors of the device at `c`, as DeviceSetup's model holds them.
 std::vector<parallel::ShardSpec> local_shards(const TrainOptions& o, const model::ParamTable& table,
                                               const collectives::Coords& c) {
   if (!runs_sharded(o)) return parallel::whole_tensor_shards(table);
   const ParallelOptions& p = o.parallel;
-  const parallel::StagePlacement place =
-      parallel::StagePlacement{p.pp, p.vpp, c.pp, p.stage_layers, p.stage_order()}.resolved(o.model);
+  const parallel::StagePlacement place = placement(o, c);
   const parallel::ShardLayout layout(o.model, p.tp, c.tp,
                                      parallel::rank_filter(o.model, place, p.ep, c.ep));
   return layout.shards();
@@ -50,18 +55,27 @@ DeviceMemory device_memory(const TrainOptions& o, const collectives::DeviceMesh&
   for (const parallel::ShardSpec& s : shards) n += s.numel;
   const std::vector<Range> experts =
       p.ep > 1 ? parallel::expert_ranges(shards) : std::vector<Range>{};
+  const std::vector<parallel::FsdpUnit> units = parallel::fsdp_units(shards, o.model.n_layer);
   const parallel::BucketPlan plan =
-      parallel::plan_buckets(parallel::backward_ready_order(shards), experts,
-                             uint64_t(p.bucket_mb * 1e6), parallel::kGradElemBytes);
+      p.zero == 3 ? parallel::fsdp_bucket_plan(units, experts)
+                  : parallel::plan_buckets(parallel::backward_ready_order(shards), experts,
+                                           uint64_t(p.bucket_mb * 1e6), parallel::kGradElemBytes);
   const std::vector<int> dp = mesh.group_ranks(rank, "dp"), edp = mesh.group_ranks(rank, "edp");
   int64_t owned = 0, largest = 0;
-  for (const Range& r : parallel::owned_ranges(plan, p.zero, int(dp.size()), index_in(dp, rank),
+  // HSDP shards over groups of shard_size() consecutive dp ranks.
+  for (const Range& r : parallel::owned_ranges(plan, p.zero, p.shard_size(), index_in(dp, rank) % p.shard_size(),
                                                int(edp.size()), index_in(edp, rank)))
     owned += r.size;
   for (const Range& b : plan.buckets) largest = std::max(largest, b.size);
   DeviceMemory m;
   m.params = n;
   m.params_bytes = uint64_t(n) * uint64_t(elem);
+  if (p.zero == 3) {  // the shards, plus the units gathered at once (fsdp.h)
+    const parallel::FsdpPasses passes =
+        parallel::fsdp_passes(placement(o, mesh.coords(rank)), units, shards, o.model.n_layer);
+    const parallel::FsdpOptions fo{p.reshard_after_forward, p.prefetch};
+    m.params_bytes = uint64_t(owned + parallel::fsdp_peak_gathered(passes, units, fo)) * uint64_t(elem);
+  }
   m.grads_bytes =
       uint64_t(parallel::held_grad_elements(n, owned, largest, p.zero)) * parallel::kGradElemBytes;
   m.master_bytes = elem == 2 ? uint64_t(owned) * kMasterBytes : 0;
@@ -77,8 +91,8 @@ MemoryEstimate lower_bound(const TrainOptions& o, int elem) {
   MemoryEstimate e;
   DeviceMemory& m = e.worst;
   m.params = int64_t(std::min(n, 9e18 / 18));
-  const auto owned = uint64_t(m.params / (p.zero >= 1 ? p.dp : 1));
-  m.params_bytes = uint64_t(m.params) * uint64_t(elem);
+  const auto owned = uint64_t(m.params / (p.zero >= 1 ? p.shard_size() : 1));
+  m.params_bytes = (p.zero == 3 ? owned : uint64_t(m.params)) * uint64_t(elem);
   m.grads_bytes = (p.zero >= 2 ? owned : uint64_t(m.params)) * parallel::kGradElemBytes;
   m.master_bytes = elem == 2 ? owned * kMasterBytes : 0;
   m.optimizer_bytes = owned * kMomentBytes;

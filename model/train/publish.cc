@@ -29,6 +29,7 @@ void publish_step0_grads(parallel::LocalModel& model, const parallel::DataParall
                          TrainResult& result) {
   auto grads = model.grads();
   if (dp.sharded_grads()) {  // with ZeRO-2 each dp rank holds the reduced gradient of its own chunks only
+    if (dp.replica_rank() != 0) return;  // HSDP: the first replica writes them
     scatter_to_global(model, grads, coords, table, result.step0_grads, &dp.owned());
   } else if (coords.edp == 0) {
     scatter_to_global(model, grads, coords, table, result.step0_grads, nullptr,

@@ -82,6 +82,11 @@ nlohmann::json device_json(const collectives::DeviceMesh& mesh, const TrainResul
                 {"a2a_s", to_seconds(a2a)},
                 {"a2a_share_of_step", makespan > 0 ? double(a2a) / double(makespan) : 0.0}};
   }
+  if (rank < r.fsdp.size()) {  // ZeRO-3's unit all-gathers over the whole run
+    const TrainResult::FsdpTotals& f = r.fsdp[rank];
+    j["fsdp"] = {{"gathers", f.gathers}, {"gathered_bytes", f.gathered_bytes},
+                 {"gather_exposed_s", to_seconds(f.exposed)}};
+  }
   if (rank < r.phase_totals.size()) {
     const DevicePhaseTotals& t = r.phase_totals[rank];
     const Time window = t.busy + t.idle;

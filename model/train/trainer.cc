@@ -81,6 +81,7 @@ nlohmann::json TrainOptions::to_json() const {
           {"checkpoint", {{"dir", checkpoint_dir}, {"every", checkpoint_every}, {"resume", resume_dir}}},
           {"parallel",
            {{"dp", parallel.dp}, {"tp", parallel.tp}, {"sp", parallel.sp}, {"zero", parallel.zero},
+            {"reshard_after_forward", parallel.reshard_after_forward}, {"prefetch", parallel.prefetch}, {"hsdp", parallel.hsdp},
             {"bucket_mb", parallel.bucket_mb}, {"overlap", parallel.overlap}, {"ep", parallel.ep}, {"pp", parallel.pp},
             {"schedule", parallel::schedule_name(parallel.schedule)}, {"vpp", parallel.vpp},
             {"pp_layers", parallel.stage_layers}, {"recompute", parallel::recompute_name(parallel.recompute)}}}};
@@ -135,7 +136,13 @@ void validate_parallel(const TrainOptions& o) {
   };
   require(p.dp >= 1, fmt::format("--dp must be at least 1 (got {})", p.dp));
   require(p.tp >= 1, fmt::format("--tp must be at least 1 (got {})", p.tp));
-  require(p.zero >= 0 && p.zero <= 2, fmt::format("--zero must be 0, 1 or 2 (got {})", p.zero));
+  require(p.zero >= 0 && p.zero <= 3, fmt::format("--zero must be 0, 1, 2 or 3 (got {})", p.zero));
+  require(p.zero == 3 || p.reshard_after_forward, "--no-reshard-after-forward needs --zero 3");
+  require(p.zero == 3 || p.prefetch, "--no-prefetch needs --zero 3");
+  require(p.hsdp == 0 || p.hsdp >= 2, fmt::format("--hsdp must be at least 2 (got {})", p.hsdp));
+  require(p.hsdp == 0 || p.zero == 3, "--hsdp needs --zero 3");
+  require(p.hsdp == 0 || p.dp % p.hsdp == 0, fmt::format("--hsdp {} must divide --dp {}", p.hsdp, p.dp));
+  require(p.hsdp == 0 || p.ep == 1, "--hsdp with --ep > 1 is not supported (expert units shard over edp)");
   require(p.bucket_mb > 0, "--bucket-mb must be positive");
   require(p.pp >= 1, fmt::format("--pp must be at least 1 (got {})", p.pp));
   require(m.batch_size % p.dp == 0,
@@ -162,7 +169,7 @@ bool runs_sharded(const TrainOptions& o) {
   const ParallelOptions& p = o.parallel;
   const bool global_routing = o.model.is_moe() && p.dp > 1 && (p.ep > 1 || o.model.capacity_factor > 0);
   const bool split_backward = !p.custom_schedule && parallel::splits_backward(p.schedule);  // B and W apart
-  return p.pp > 1 || p.tp > 1 || p.ep > 1 || global_routing || p.recompute != parallel::Recompute::kNone ||
+  return p.pp > 1 || p.tp > 1 || p.ep > 1 || global_routing || p.recompute != parallel::Recompute::kNone || p.zero == 3 ||
          split_backward || o.phantom;  // the unsharded reference computes on real buffers
 }
 
@@ -245,6 +252,7 @@ TrainResult sized_result(const TrainOptions& o, const model::ParamTable& table, 
   r.model_flops_per_step = flops_per_token(table) * mc.batch_size * mc.block_size;
   r.moe.assign(world, {});
   r.a2a_time.assign(world, 0);
+  if (o.parallel.zero == 3) r.fsdp.assign(world, {});
   r.first_step_spans.assign(world, {});
   r.phases.assign(world, std::vector<PhaseRecord>(size_t(o.steps)));
   if (o.phantom) return r;  // no parameter values to gather

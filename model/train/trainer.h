@@ -40,7 +40,14 @@ struct ParallelOptions {
   int dp = 1;                 // data parallel
   int tp = 1;                 // tensor parallel (Megatron)
   bool sp = false;            // sequence parallelism (with tp)
-  int zero = 0;               // ZeRO stage 0, 1 or 2 over dp
+  int zero = 0;               // ZeRO stage 0, 1, 2 or 3 (FSDP) over dp
+  bool reshard_after_forward = true;  // ZeRO-3: free each unit after its forward
+  bool prefetch = true;       // ZeRO-3: gather the next unit during this one
+  // ZeRO-3 hybrid sharding (HSDP): shard over groups of this many
+  // consecutive dp ranks, replicate across them; 0: shard over all of dp.
+  int hsdp = 0;
+  // The dp ranks one ZeRO chunk is split over: hsdp, else dp.
+  int shard_size() const { return hsdp > 0 ? hsdp : dp; }
   double bucket_mb = 25;      // DP gradient bucket, MB (1e6 modeled bytes)
   bool overlap = true;        // reduce buckets during backward
   int ep = 1;                 // expert parallel (divides dp): E/ep experts per rank
@@ -199,6 +206,14 @@ struct TrainResult {
   std::string resumed_from;
   int first_step = 0;
   int running_devices = 0;  // threads that ran
+  // ZeRO-3, per device over the whole run: the compute stream's wait for unit
+  // all-gathers (the exposed part) and the gathers issued.
+  struct FsdpTotals {
+    Time exposed = 0;
+    int64_t gathers = 0;
+    uint64_t gathered_bytes = 0;  // modeled bytes of the gathered units
+  };
+  std::vector<FsdpTotals> fsdp;  // (devices), empty without ZeRO-3
 };
 
 // The first step of pipeline `ranks` (global ranks, pipeline order) as text,
@@ -228,8 +243,8 @@ TrainResult train(Cluster& cluster, const TrainOptions& options, const StepCallb
 // The --dp/--tp/... constraints, checked before any thread starts.
 void validate_parallel(const TrainOptions& options);
 // Whether the run uses the sharded model (parallel::ShardedGPT) rather than
-// the unsharded reference: any of tp, pp, ep > 1, MoE routing over dp, or
-// activation recomputation.
+// the unsharded reference: any of tp, pp, ep > 1, MoE routing over dp,
+// activation recomputation, or ZeRO-3 (its hooks are ShardedGPT's).
 bool runs_sharded(const TrainOptions& options);
 // The action lists every pipeline rank runs (custom or built).
 parallel::Schedule step_schedule(const TrainOptions& options);

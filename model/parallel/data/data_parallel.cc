@@ -13,8 +13,15 @@ namespace coll = collectives;
 DataParallel::DataParallel(Device& dev, const coll::ProcessGroup& dp, std::span<float> grads,
                            const std::vector<Range>& ready_order, const DataParallelOptions& options,
                            const ExpertGrads& experts)
+    : DataParallel(dev, dp, grads, plan_buckets(ready_order, experts.ranges, options.bucket_bytes, kGradElemBytes),
+                   options, experts) {
+  SHARDLAB_CHECK(options_.zero <= 2, "ZeRO-3 buckets are planned by fsdp_bucket_plan");
+}
+
+DataParallel::DataParallel(Device& dev, const coll::ProcessGroup& dp, std::span<float> grads,
+                           BucketPlan plan, const DataParallelOptions& options, const ExpertGrads& experts)
     : dev_(dev), dp_(dp), grads_(grads), options_(options), expert_ranges_(experts.ranges) {
-  SHARDLAB_CHECK(options_.zero >= 0 && options_.zero <= 2);
+  SHARDLAB_CHECK(options_.zero >= 0 && options_.zero <= 3);
   SHARDLAB_CHECK(expert_ranges_.empty() || experts.edp != nullptr, "expert ranges need the edp group");
   if (!expert_ranges_.empty()) {
     // ep = 1 makes edp the dp group itself: share its collective sequence counter.
@@ -23,11 +30,6 @@ DataParallel::DataParallel(Device& dev, const coll::ProcessGroup& dp, std::span<
   }
   std::sort(expert_ranges_.begin(), expert_ranges_.end(),
             [](const Range& a, const Range& b) { return a.begin < b.begin; });
-  plan(ready_order);
-}
-
-void DataParallel::plan(const std::vector<Range>& ready_order) {
-  BucketPlan plan = plan_buckets(ready_order, expert_ranges_, options_.bucket_bytes, kGradElemBytes);
   int64_t covered = 0;
   for (const Range& b : plan.buckets) covered += b.size;
   SHARDLAB_CHECK(covered == static_cast<int64_t>(grads_.size()), "ready order must cover every gradient once");
@@ -38,6 +40,11 @@ void DataParallel::plan(const std::vector<Range>& ready_order) {
   expert_bucket_ = std::move(plan.expert);
   ready_.assign(layout_.size(), 0);
   launched_.assign(layout_.size(), false);
+}
+
+void DataParallel::set_replicas(const coll::ProcessGroup& replicas) {
+  SHARDLAB_CHECK(options_.zero == 3 && expert_ranges_.empty(), "HSDP replicates ZeRO-3's dense units only");
+  replicas_ = replicas;
 }
 
 void DataParallel::begin_step() {
@@ -71,9 +78,13 @@ void DataParallel::launch(size_t i) {
   opt.elem_size = kGradElemBytes;       // fp32 main gradients on the wire
   if (sharded_grads()) {
     const auto chunk = coll::chunk_range(n, g.size(), g.rank());
-    works_.push_back(coll::ireduce_scatter(dev_, g, coll::ConstBuffer(p, n),
-                                           coll::Buffer(model::shifted(p, chunk.begin), chunk.size),
-                                           op, opt));
+    float* mine = model::shifted(p, chunk.begin);
+    works_.push_back(coll::ireduce_scatter(dev_, g, coll::ConstBuffer(p, n), coll::Buffer(mine, chunk.size), op, opt));
+    if (replicas_ && replicas_->size() > 1 && !expert_bucket_[i]) {  // HSDP: the chunk's mean over the replicas
+      opt.after = works_.back().event();
+      works_.push_back(coll::iall_reduce(dev_, *replicas_, coll::ConstBuffer(mine, chunk.size),
+                                         coll::Buffer(mine, chunk.size), coll::ReduceOp::kAvg, opt));
+    }
   } else {
     works_.push_back(coll::iall_reduce(dev_, g, coll::ConstBuffer(p, n), coll::Buffer(p, n), op, opt));
   }
@@ -105,7 +116,7 @@ void DataParallel::scale_expert_buckets() {
 }
 
 void DataParallel::gather_params(std::span<float> params) {
-  if (options_.zero == 0 || dp_.size() == 1) return;
+  if (options_.zero == 0 || options_.zero == 3 || dp_.size() == 1) return;  // ZeRO-3: Fsdp gathers
   std::vector<coll::Work> works;
   for (size_t i = 0; i < layout_.size(); ++i) {
     const coll::ProcessGroup& g = group_of(i);

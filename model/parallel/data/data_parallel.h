@@ -27,6 +27,13 @@
 // (Megatron does the same). With ZeRO, expert buckets are chunked over edp:
 // edp rank r owns chunk r of every expert bucket.
 //
+// ZeRO-3 (fsdp.h) plans one bucket per FSDP unit (fsdp_bucket_plan) and
+// reduce-scatters them as ZeRO-2 does; its parameters are gathered unit by
+// unit around their use (Fsdp), so gather_params does nothing. Hybrid
+// sharding (HSDP, set_replicas): `dp` is then the shard group and each
+// reduce-scattered chunk is averaged again over the replicas, the ranks at
+// the same place in the other shard groups (PyTorch's HYBRID_SHARD).
+//
 // Thread safety: one instance per device thread.
 #pragma once
 
@@ -46,7 +53,7 @@ namespace shardlab::parallel {
 struct DataParallelOptions {
   uint64_t bucket_bytes = 25ull << 20;  // modeled bytes per bucket (--bucket-mb; DDP's default 25 MB)
   bool overlap = true;                  // launch buckets during backward
-  int zero = 0;                         // ZeRO stage: 0, 1 or 2
+  int zero = 0;                         // ZeRO stage: 0, 1, 2 or 3
 };
 
 class DataParallel {
@@ -65,6 +72,15 @@ class DataParallel {
   DataParallel(Device& dev, const collectives::ProcessGroup& dp, std::span<float> grads,
                const std::vector<Range>& ready_order, const DataParallelOptions& options)
       : DataParallel(dev, dp, grads, ready_order, options, ExpertGrads{}) {}
+  // With the buckets planned by the caller (ZeRO-3: fsdp_bucket_plan).
+  DataParallel(Device& dev, const collectives::ProcessGroup& dp, std::span<float> grads,
+               BucketPlan plan, const DataParallelOptions& options, const ExpertGrads& experts);
+
+  // HSDP: each owned chunk is all-reduced (avg) over `replicas` after its
+  // reduce-scatter. Before the first step; dense buckets only.
+  void set_replicas(const collectives::ProcessGroup& replicas);
+  // This rank's index among its replicas (0 without HSDP).
+  int replica_rank() const { return replicas_ ? replicas_->rank() : 0; }
 
   // Called at the start of every step.
   void begin_step();
@@ -80,6 +96,10 @@ class DataParallel {
   // everything otherwise), in flat order.
   const std::vector<Range>& owned() const { return owned_; }
   int64_t owned_elements() const { return owned_elements_; }
+  // The group bucket i is reduced over: edp for expert buckets, else dp.
+  const collectives::ProcessGroup& group_of(size_t bucket) const {
+    return expert_bucket_[bucket] ? *edp_ : dp_;
+  }
   // ZeRO 1/2: all-gathers every bucket of `params` from its owners.
   void gather_params(std::span<float> params);
 
@@ -92,11 +112,7 @@ class DataParallel {
   int64_t held_grad_elements() const;
 
  private:
-  void plan(const std::vector<Range>& ready_order);
   void launch(size_t bucket);
-  const collectives::ProcessGroup& group_of(size_t bucket) const {
-    return expert_bucket_[bucket] ? *edp_ : dp_;
-  }
   // Expert buckets: sum over edp -> mean over dp.
   void scale_expert_buckets();
 
@@ -104,7 +120,7 @@ class DataParallel {
   collectives::ProcessGroup dp_;
   std::span<float> grads_;
   DataParallelOptions options_;
-  std::optional<collectives::ProcessGroup> edp_;
+  std::optional<collectives::ProcessGroup> edp_, replicas_;
   std::vector<Range> expert_ranges_;      // sorted
   std::vector<bool> expert_bucket_;       // (buckets)
   std::vector<Range> layout_;             // buckets in launch order

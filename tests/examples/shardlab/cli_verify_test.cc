@@ -1,5 +1,6 @@
 // `shardlab verify`: sharded runs match the unsharded model, and the check can fail.
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -90,6 +91,32 @@ INSTANTIATE_TEST_SUITE_P(
                       std::tuple{true, 2, false, 1, 0}, std::tuple{true, 4, true, 1, 0},
                       std::tuple{true, 2, true, 2, 1}, std::tuple{true, 4, false, 2, 2}),
     tp_name);
+
+// ZeRO-3 (FSDP) over dp, alone and composed with TP (2D), PP and EP, with
+// and without prefetch and resharding after forward, hybrid (HSDP: shard
+// over pairs, replicate across), the step-0 gradients
+// checked too; default tolerances (1e-5). The non-owned parameters are NaN
+// between uses, so a unit used without its gather fails here.
+class VerifyZero3 : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(VerifyZero3, MatchesTheUnshardedModel) {
+  const std::string args = "--zero 3 --grads " + GetParam();
+  expect_matches(verify(args), args, true);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Compositions, VerifyZero3,
+    ::testing::Values("--dp 2", "--dp 4", "--dp 2 --tp 2", "--dp 2 --tp 2 --sp", "--dp 2 --pp 2 --micro-batches 2",
+                      "--dp 2 --experts 4 --top-k 2 --ep 2", "--dp 4 --experts 4 --top-k 2 --ep 2",
+                      "--dp 2 --no-prefetch", "--dp 2 --micro-batches 2 --no-reshard-after-forward",
+                      "--dp 2 --pp 2 --micro-batches 4 --schedule zb-v", "--dp 3 --batch 6",
+                      "--dp 4 --hsdp 2", "--dp 4 --hsdp 2 --tp 2"),
+    [](const auto& info) {
+      std::string name;
+      for (char c : info.param)  // "--dp 2 --tp 2" -> dp_2_tp_2
+        if (c != '-') name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+      return name;
+    });
 
 TEST(Verify, DataParallelNotAPowerOfTwo) {
   expect_matches(verify("--dp 3 --batch 6 --grads"), "--dp 3 --batch 6 --grads", true);
@@ -182,7 +209,7 @@ TEST(DataParallel, ZeroShrinksOptimizerStateAndGradients) {
 
 TEST(Verify, BadInputIsOneLineAndExitCode2) {
   expect_usage_error("verify --model tiny --dp 3", "--batch 8 is not divisible by --dp 3");
-  expect_usage_error("verify --model tiny --zero 3", "--zero must be 0, 1 or 2");
+  expect_usage_error("verify --model tiny --zero 4", "--zero must be 0, 1, 2 or 3");
   expect_usage_error("verify --model tiny --dp 64 --batch 64", "64 devices requested but profile a100-nvlink has 32");
   expect_usage_error("verify --model tiny --heads 4 --tp 3", "--tp 3: must divide --heads 4");
   expect_usage_error("verify --model tiny --sp", "--sp needs --tp");

@@ -1,5 +1,6 @@
 // ShardedGPT's hooks and buffers: BlockHooks see every block of the rank's
-// chunks around its forward and backward, in order; a receive buffer is the
+// chunks around its forward and backward, in order, the embeddings (-1) and
+// the head (n_layer) on the stages that hold them; a receive buffer is the
 // rank's own per (chunk, id).
 #include <string>
 #include <vector>
@@ -51,8 +52,9 @@ TEST(ShardedGPT, BlockHooksWrapEveryBlockInOrder) {
     m.forward(x.data(), y.data(), 2, 8);
     m.backward();
   });
-  EXPECT_EQ(hooks.events, (std::vector<std::string>{"f0", "F0", "f1", "F1", "f2", "F2", "f3", "F3",
-                                                     "b3", "B3", "b2", "B2", "b1", "B1", "b0", "B0"}));
+  EXPECT_EQ(hooks.events, (std::vector<std::string>{"f-1", "F-1", "f0", "F0", "f1", "F1", "f2", "F2", "f3", "F3",
+                                                     "f4", "F4", "b4", "B4", "b3", "B3", "b2", "B2", "b1",
+                                                     "B1", "b0", "B0", "b-1", "B-1"}));
 }
 
 TEST(ShardedGPT, AStageSeesOnlyItsBlocksAndOwnsItsReceiveBuffers) {
@@ -75,7 +77,8 @@ TEST(ShardedGPT, AStageSeesOnlyItsBlocksAndOwnsItsReceiveBuffers) {
     EXPECT_NE(m.input_grad(0, 0), nullptr);
     m.release_input_grad(0, 0);
   });
-  EXPECT_EQ(hooks.events, (std::vector<std::string>{"f2", "F2", "f3", "F3", "b3", "B3", "b2", "B2"}));
+  EXPECT_EQ(hooks.events, (std::vector<std::string>{"f2", "F2", "f3", "F3", "f4", "F4", "b4", "B4", "b3", "B3",
+                                                     "b2", "B2"}));
 }
 
 }  // namespace

@@ -46,7 +46,8 @@ TEST(Parallel, ConstraintsAreCheckedWithClearMessages) {
   EXPECT_NE(message([](TrainOptions& x) { x.parallel.sp = true; x.parallel.tp = 1; }).find("--sp needs --tp"), std::string::npos);
   EXPECT_NE(message([](TrainOptions& x) { x.parallel.tp = 2; x.parallel.sp = true; x.model.block_size = 63; }).find("--seq 63"),
             std::string::npos);
-  EXPECT_NE(message([](TrainOptions& x) { x.parallel.zero = 3; }).find("--zero"), std::string::npos);
+  EXPECT_NE(message([](TrainOptions& x) { x.parallel.zero = 4; }).find("--zero"), std::string::npos);
+  EXPECT_NE(message([](TrainOptions& x) { x.parallel.hsdp = 2; }).find("--hsdp needs --zero 3"), std::string::npos);
   // Capacity drops under dp follow the global token order: accepted now.
   EXPECT_EQ(message([](TrainOptions& x) { x.parallel.dp = 2; x.model.n_expert = 4; x.model.capacity_factor = 1.0; }), "");
   EXPECT_NE(message([](TrainOptions& x) { x.parallel.dp = 4; x.parallel.ep = 3; x.model.n_expert = 6; }).find("--ep 3"),

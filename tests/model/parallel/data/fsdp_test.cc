@@ -1,0 +1,118 @@
+// ZeRO-3's plan, without training: which tensors form each unit (the tied wte
+// follows wpe, or the head on a last stage), the buckets never span two
+// units and split expert from other tensors, and the peak of gathered
+// elements follows the gather and free rules (closed forms from the unit
+// sizes, summed here from the layout's tensors).
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "model/config.h"
+#include "model/parallel/data/fsdp.h"
+#include "model/parallel/layout.h"
+#include "model/parallel/sharded_gpt.h"
+
+namespace shardlab::parallel {
+namespace {
+
+model::GPTConfig config(int experts = 0) {
+  model::GPTConfig c = model::preset("tiny");
+  c.n_layer = 4, c.n_embd = 32, c.n_head = 4, c.block_size = 8, c.vocab_size = 32, c.batch_size = 2;
+  c.n_expert = experts, c.top_k = 2;
+  return c;
+}
+
+StagePlacement stage(const model::GPTConfig& c, int pp, int rank) {
+  return StagePlacement{pp, 1, rank, {}}.resolved(c);
+}
+
+std::vector<ShardSpec> shards_of(const model::GPTConfig& c, const StagePlacement& place, int ep = 1, int ep_rank = 0) {
+  return ShardLayout(c, 1, 0, rank_filter(c, place, ep, ep_rank)).shards();
+}
+
+// Elements of the local tensors whose name starts with one of `prefixes`.
+int64_t numel(const std::vector<ShardSpec>& shards, const std::vector<std::string>& prefixes) {
+  int64_t n = 0;
+  for (const ShardSpec& s : shards)
+    for (const std::string& p : prefixes)
+      if (s.name.rfind(p, 0) == 0) n += s.numel;
+  return n;
+}
+
+std::vector<int> ids(const std::vector<FsdpUnit>& units) {
+  std::vector<int> out;
+  for (const FsdpUnit& u : units) out.push_back(u.id);
+  return out;
+}
+
+TEST(FsdpUnits, OnePerBlockTheEmbeddingsAndTheHead) {
+  const model::GPTConfig c = config();
+  const auto shards = shards_of(c, stage(c, 1, 0));
+  const std::vector<FsdpUnit> units = fsdp_units(shards, c.n_layer);
+  EXPECT_EQ(ids(units), (std::vector<int>{4, 3, 2, 1, 0, kEmbeddingsUnit}));
+  EXPECT_EQ(units.front().elements(), numel(shards, {"transformer.ln_f."}));
+  EXPECT_EQ(units.back().elements(), numel(shards, {"transformer.wte.", "transformer.wpe."}));
+  EXPECT_EQ(units[1].elements(), numel(shards, {"transformer.h.3."}));
+}
+
+TEST(FsdpUnits, ALastStageKeepsItsTiedCopyInTheHead) {
+  const model::GPTConfig c = config();
+  const auto shards = shards_of(c, stage(c, 2, 1));  // blocks 2, 3, ln_f and wte's copy
+  const std::vector<FsdpUnit> units = fsdp_units(shards, c.n_layer);
+  EXPECT_EQ(ids(units), (std::vector<int>{4, 3, 2}));
+  EXPECT_EQ(units.front().elements(), numel(shards, {"transformer.ln_f.", "transformer.wte."}));
+  const FsdpPasses passes = fsdp_passes(stage(c, 2, 1), units, shards, c.n_layer);
+  EXPECT_EQ(passes.chunks, (std::vector<std::vector<int>>{{2, 3, 4}}));
+  EXPECT_EQ(passes.needs.at(4), (std::vector<int>{4}));
+}
+
+TEST(FsdpBuckets, NeverSpanUnitsAndSplitExperts) {
+  const model::GPTConfig c = config(4);
+  const auto shards = shards_of(c, stage(c, 1, 0), 2, 1);
+  const std::vector<FsdpUnit> units = fsdp_units(shards, c.n_layer);
+  const std::vector<Range> experts = expert_ranges(shards);
+  const BucketPlan plan = fsdp_bucket_plan(units, experts);
+  int64_t covered = 0, expert_elements = 0;
+  for (size_t b = 0; b < plan.buckets.size(); ++b) {
+    const Range& r = plan.buckets[b];
+    covered += r.size;
+    if (plan.expert[b]) expert_elements += r.size;
+    int owners = 0;
+    for (const FsdpUnit& u : units)
+      for (const Range& ur : u.ranges) owners += ur.contains(r.begin) ? 1 : 0;
+    EXPECT_EQ(owners, 1) << "bucket " << b;
+    for (const FsdpUnit& u : units) {  // wholly inside its unit's ranges
+      int64_t inside = 0;
+      for (const Range& ur : u.ranges) inside += std::max<int64_t>(0, std::min(ur.end(), r.end()) - std::max(ur.begin, r.begin));
+      EXPECT_TRUE(inside == 0 || inside == r.size) << "bucket " << b << " unit " << u.id;
+    }
+  }
+  int64_t all = 0, expert_total = 0;
+  for (const ShardSpec& s : shards) all += s.numel, expert_total += s.expert ? s.numel : 0;
+  EXPECT_EQ(covered, all);
+  EXPECT_EQ(expert_elements, expert_total);
+  EXPECT_GT(expert_total, 0);
+  EXPECT_GT(plan.buckets.size(), units.size()) << "MoE blocks split into expert and other buckets";
+}
+
+TEST(FsdpPeak, FollowsTheGatherAndFreeRules) {
+  const model::GPTConfig c = config();
+  const StagePlacement place = stage(c, 1, 0);
+  const auto shards = shards_of(c, place);
+  const std::vector<FsdpUnit> units = fsdp_units(shards, c.n_layer);
+  const FsdpPasses passes = fsdp_passes(place, units, shards, c.n_layer);
+  const int64_t emb = numel(shards, {"transformer.wte.", "transformer.wpe."});
+  const int64_t block = numel(shards, {"transformer.h.0."});
+  const int64_t all = numel(shards, {"transformer."});
+  ASSERT_GT(block, numel(shards, {"transformer.ln_f."}));
+  // The head needs the embeddings' wte: they stay from the embedding to the head.
+  EXPECT_EQ(passes.needs.at(c.n_layer), (std::vector<int>{c.n_layer, kEmbeddingsUnit}));
+  EXPECT_EQ(fsdp_peak_gathered(passes, units, {true, true}), emb + 2 * block);
+  EXPECT_EQ(fsdp_peak_gathered(passes, units, {true, false}), emb + block);
+  EXPECT_EQ(fsdp_peak_gathered(passes, units, {false, true}), all);
+}
+
+}  // namespace
+}  // namespace shardlab::parallel
