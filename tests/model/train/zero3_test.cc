@@ -171,7 +171,9 @@ TEST(Zero3Timeline, PrefetchOverlapsGathersWithForwardCompute) {
                 "gathers exposed %.3f us\n",
                 int(prefetch), gathers, overlapped, to_us(step[prefetch]), to_us(exposed[prefetch]));
     EXPECT_GT(gathers, 0);
-    if (prefetch) EXPECT_GT(overlapped, 0);
+    if (prefetch) {
+      EXPECT_GT(overlapped, 0);
+    }
     EXPECT_EQ(r.fsdp[0].gathers, 12) << "6 units, each gathered for forward and backward";
   }
   EXPECT_LT(step[1], step[0]);
