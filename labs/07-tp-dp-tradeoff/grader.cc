@@ -4,6 +4,9 @@
 // and checks your answers: which configs fit in 80 GB, which is fastest,
 // and your closed-form model-state memory (18 bytes a parameter in mixed
 // precision) against the report (2%: the replicated LayerNorms and biases).
+// Then the inference half: TP8, TP4 x 2 replicas and TP2 x 4 replicas
+// serving the same requests (shardlab serve): the KV cache a replica holds,
+// the time per output token at a light load and the throughput of a burst.
 #include <fmt/format.h>
 
 #include <optional>
@@ -64,6 +67,41 @@ std::string fastest(const std::vector<Result>& results) {
   return best < 0 ? "none" : kConfigs[best].name;
 }
 
+// The inference half: each layout serving 512-token prompts, 8 requests of
+// 32 new tokens at 0.5 requests/s (one at a time: the latency of a token) and
+// a burst of 64 requests of 64 new tokens (the throughput).
+constexpr Config kServeConfigs[] = {
+    {"tp8", "--tp 8 --replicas 1"}, {"tp4dp2", "--tp 4 --replicas 2"}, {"tp2dp4", "--tp 2 --replicas 4"}};
+const char* kServe = "serve --model gpt3-13b --seq 2048 --precision bf16 --prompt-len 512 --json";
+
+struct Served {
+  double kv_tokens = 0, tpot_s = 0, tokens_per_s = 0;
+};
+
+Served serve(Grade& g, const Config& c) {
+  Served s;
+  for (const char* load : {"--requests 8 --output-len 32 --arrival poisson:0.5",
+                           "--requests 64 --output-len 64 --arrival burst"}) {
+    const ToolRun r = run_shardlab(fmt::format("{} {} {}", kServe, c.flags, load));
+    if (r.code != 0) throw CannotGrade{fmt::format("serve {} exited {}: {}", c.flags, r.code, r.err)};
+    const nlohmann::json m = nlohmann::json::parse(r.out).at("summary");
+    s.kv_tokens = m.at("kv_capacity_tokens_per_replica").get<double>();
+    if (std::string(load).find("burst") != std::string::npos) s.tokens_per_s = m.at("output_tokens_per_s").get<double>();
+    else s.tpot_s = m.at("tpot_s").at("p50").get<double>();
+  }
+  g.observe(fmt::format("serve {:<7} KV cache {:8.0f} tokens a replica, TPOT p50 {:6.2f} ms at 0.5 req/s, "
+                        "burst {:7.0f} output tokens/s",
+                        c.name, s.kv_tokens, s.tpot_s * 1e3, s.tokens_per_s));
+  return s;
+}
+
+std::string best_of(const std::vector<Served>& s, bool lowest_tpot) {
+  size_t best = 0;
+  for (size_t i = 1; i < s.size(); ++i)
+    if (lowest_tpot ? s[i].tpot_s < s[best].tpot_s : s[i].tokens_per_s > s[best].tokens_per_s) best = i;
+  return kServeConfigs[best].name;
+}
+
 void check_word(Grade& g, const Answers& a, const std::string& key, const std::string& choices,
                 const std::string& want) {
   if (auto v = a.word(g, key, choices))
@@ -88,6 +126,12 @@ int grade(int argc, char** argv) {
     if (auto v = a.number(g, "zero0_tp4dp2_model_state_GiB"))
       g.check(near(*v, got, 0.02), "your zero0_tp4dp2_model_state_GiB", versus(*v, got, 0.02));
   }
+  std::vector<Served> served;
+  for (const Config& c : kServeConfigs) served.push_back(serve(g, c));
+  if (auto v = a.number(g, "serve_tp4_kv_tokens"))
+    g.check(near(*v, served[1].kv_tokens, 0.03), "your serve_tp4_kv_tokens", versus(*v, served[1].kv_tokens, 0.03));
+  check_word(g, a, "serve_lowest_tpot", "tp8|tp4dp2|tp2dp4", best_of(served, true));
+  check_word(g, a, "serve_highest_throughput", "tp8|tp4dp2|tp2dp4", best_of(served, false));
   return g.finish();
 }
 
