@@ -1,7 +1,9 @@
-// Serving steps timed on the virtual cluster: a StepExecutor backed by one
+// Serving steps run on the virtual cluster: a StepExecutor backed by one
 // replica's devices (tp x pp x ep), each running an InferEngine
-// (model/infer/engine.h) on shapes only (the weights, the cache and the
-// logits have sizes and no storage). The devices stay up for the whole
+// (model/infer/engine.h) — on the model's values (small models: each
+// entry's token ids go in, the greedy token of every sampling entry comes
+// back to the scheduler), or on shapes only (phantom: the weights, the cache
+// and the logits have sizes and no storage). The devices stay up for the whole
 // simulation: each holds the running sequences in its KV cache (charged to
 // its arena as they grow, freed when the scheduler finishes or preempts
 // them), and every step runs the batch through engine.step — embedding, the
@@ -27,16 +29,22 @@
 #include <memory>
 #include <vector>
 
+#include "collectives/mesh.h"
 #include "model/config.h"
+#include "model/io/safetensors.h"
 #include "model/serve/scheduler.h"
 #include "runtime/cluster.h"
 #include "runtime/trace.h"
 
 namespace shardlab::serve {
 
+// A replica: the model, its split, and where its values come from.
 struct ReplicaShape {
   model::GPTConfig model;
   int tp = 1, pp = 1, ep = 1;
+  bool phantom = true;                           // shapes only: no values, no tokens
+  uint64_t seed = 1337;                          // the training init, without `init`
+  const model::SafetensorsFile* init = nullptr;  // checked with infer::check_generate_init
   int world() const { return tp * pp * ep; }
 };
 
@@ -57,7 +65,8 @@ class ClusterStepExecutor final : public StepExecutor {
   ReplicaPlan plan(int64_t max_batch_tokens);
 
   void begin_step(int replica, double now_s) override;
-  double step_seconds(std::span<const BatchEntry> batch) override;
+  // The step's time; with values, the token of every sampling entry.
+  StepOutcome run_step(std::span<const BatchEntry> batch) override;
   void release(int seq) override;
   // Ends the devices' run (its stats and, with ClusterOptions::trace, the
   // timeline of every step at the scheduler's times); rethrows what a device
@@ -72,7 +81,7 @@ class ClusterStepExecutor final : public StepExecutor {
 
   Cluster& cluster_;
   ReplicaShape shape_;
-  int sampler_rank_ = 0;
+  collectives::DeviceMesh mesh_;
   std::unique_ptr<Mailbox> box_;
   int replica_ = 0;
   Time clock_ = 0;  // the end of the replica's last step

@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "model/kernels.h"
+
 namespace shardlab::serve {
 
 struct Request {
@@ -30,6 +32,7 @@ struct Request {
   double arrival_s = 0;
   int prompt_len = 1;
   int output_len = 1;  // tokens generated, the first one by the prefill
+  std::vector<model::Token> prompt;  // prompt_len ids, or empty (lengths only)
 };
 
 struct LengthDist {
@@ -49,6 +52,11 @@ Arrival parse_arrival(const std::string& text);  // --arrival
 // `n` requests with ids 0..n-1 in arrival order.
 std::vector<Request> make_workload(int n, const Arrival& arrival, const LengthDist& prompt,
                                    const LengthDist& output, uint64_t seed);
+
+// Gives every request without prompt ids prompt_len ids drawn uniformly
+// from [0, vocab) (a stream of `seed`, a pure function of the request's id
+// and position), so a workload of lengths can run on a model's values.
+void draw_prompts(std::vector<Request>& requests, int vocab, uint64_t seed);
 
 // A CSV trace: a header line `arrival_s,prompt_len,output_len`, then one row
 // per request; arrivals must not decrease. ConfigError with the line number.

@@ -44,11 +44,11 @@ TEST(ServeClusterStep, OneSequenceTakesGeneratesTimes) {
   ClusterStepExecutor ex(c, {m, 1, 1, 1});
   const BatchEntry prefill{0, 10, 0}, decode1{0, 1, 10}, decode2{0, 1, 11};
   ex.begin_step(0, 0);
-  const double t0 = ex.step_seconds({&prefill, 1});
+  const double t0 = ex.run_step({&prefill, 1}).seconds;
   ex.begin_step(0, t0);
-  const double t1 = ex.step_seconds({&decode1, 1});
+  const double t1 = ex.run_step({&decode1, 1}).seconds;
   ex.begin_step(0, t0 + t1);
-  const double t2 = ex.step_seconds({&decode2, 1});
+  const double t2 = ex.run_step({&decode2, 1}).seconds;
   ex.finish();
   std::printf("prefill %.9f s (generate %.9f), decodes %.9f %.9f (generate %.9f %.9f)\n", t0, to_seconds(r.ttft), t1,
               t2, to_seconds(r.decode_steps[0]), to_seconds(r.decode_steps[1]));
@@ -74,7 +74,7 @@ TEST(ServeClusterStep, SequencesLiveAcrossStepsAndTimesRepeat) {
     for (size_t i = 0; i < steps.size(); ++i) {
       if (i == 3) ex.release(1);  // preempted: recomputed from nothing
       ex.begin_step(0, now);
-      t.push_back(ex.step_seconds(steps[i]));
+      t.push_back(ex.run_step(steps[i]).seconds);
       now += t.back() + idle;
     }
     ex.finish();
