@@ -1,5 +1,6 @@
 // shardlab serve from the command line: its report and its bad inputs.
 #include <fstream>
+#include <unistd.h>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -57,6 +58,63 @@ TEST(CliServe, ContinuousBatchingBeatsStaticOnABurst) {
   EXPECT_GT(c, s);  // static waits for each batch's longest request
 }
 
+// A nano model trained to count, saved once.
+std::string counting_checkpoint() {
+  static const std::string path = [] {
+    const std::string p = ::testing::TempDir() + "serve_counting_" + std::to_string(getpid()) + ".safetensors";
+    const CliResult r = run_cli("train --model nano --data synthetic:counting --steps 60 --lr 3e-3 --json --save " + p);
+    EXPECT_EQ(r.code, 0) << r.err;
+    return p;
+  }();
+  return path;
+}
+
+std::string joined(const nlohmann::json& tokens) {
+  std::string out;
+  for (const auto& t : tokens) out += (out.empty() ? "" : ",") + std::to_string(t.get<int>());
+  return out;
+}
+
+// On the model's values, with ten requests at once on a cache that makes
+// them preempt and chunks of 8 prefill tokens, every request's tokens in the
+// report are what `generate` gives its prompt alone; the counting model
+// counts on from each prompt's last token.
+TEST(CliServe, EveryRequestGetsGeneratesTokens) {
+  const std::string init = "--model nano --init " + counting_checkpoint();
+  for (const std::string split : {"--tp 2 --memory 380KiB", "--pp 2 --memory 460KiB"}) {
+    const std::string report = ::testing::TempDir() + "serve_values_report.json";
+    const CliResult r = run_cli("serve " + init + " " + split + " --requests 10 --arrival burst --prompt-len uniform:4:16 "
+                                "--output-len uniform:8:16 --kv-block 4 --max-batch-tokens 32 --max-seqs 10 "
+                                "--chunked-prefill 8 --kv-fraction 1 --report " + report);
+    ASSERT_EQ(r.code, 0) << r.err;
+    const nlohmann::json j = nlohmann::json::parse(slurp(report));
+    std::printf("%s: %lld preemptions\n", split.c_str(), (long long)j["summary"]["preemptions"].get<int64_t>());
+    EXPECT_GT(j["summary"]["preemptions"].get<int64_t>(), 0) << split;
+    EXPECT_FALSE(j["phantom"].get<bool>());
+    int counting = 0;
+    for (const auto& q : j["requests"]) {
+      ASSERT_EQ(q["prompt_tokens"].size(), q["prompt_len"].get<size_t>());
+      ASSERT_EQ(q["tokens"].size(), q["output_len"].get<size_t>());
+      const CliResult g = run_cli("generate --json " + init + " --prompt-tokens " + joined(q["prompt_tokens"]) +
+                                  " --max-new-tokens " + std::to_string(q["output_len"].get<int>()));
+      ASSERT_EQ(g.code, 0) << g.err;
+      EXPECT_EQ(q["tokens"], nlohmann::json::parse(g.out)["tokens"]) << split << ", request " << q["id"];
+      counting += q["tokens"][0].get<int>() == q["prompt_tokens"].back().get<int>() + 1;
+    }
+    EXPECT_GE(counting, 8) << "the model learned to count";
+  }
+}
+
+// The same steps on shapes only take the same virtual times.
+TEST(CliServe, PhantomTimesEqualTheValuesRun) {
+  const std::string flags = kServe + "--arrival poisson:200 --chunked-prefill 8 --tp 2 --pp 2 --json";
+  const CliResult values = run_cli(flags), phantom = run_cli(flags + " --phantom");
+  ASSERT_EQ(values.code, 0) << values.err;
+  ASSERT_EQ(phantom.code, 0) << phantom.err;
+  EXPECT_EQ(nlohmann::json::parse(values.out)["summary"], nlohmann::json::parse(phantom.out)["summary"]);
+  EXPECT_TRUE(nlohmann::json::parse(phantom.out)["phantom"].get<bool>());
+}
+
 TEST(CliServe, BadInputIsOneLineAndExitTwo) {
   const std::string workload = ::testing::TempDir() + "serve_bad_workload.csv";
   std::ofstream(workload) << "arrival_s,prompt_len,output_len\n0,5,x\n";
@@ -84,6 +142,11 @@ TEST(CliServe, BadInputIsOneLineAndExitTwo) {
       {"--max-batch-tokens 8 --prompt-len 20", "--chunked-prefill"},
       {"--memory 64KiB", "memory"},
       {"--report /nonexistent/dir/r.json", "--report"},
+      {"--phantom --init " + workload, "takes no --init"},
+      {"--init /nonexistent/w.safetensors", "--init"},
+      {"--init " + workload, "--init"},
+      {"--init " + counting_checkpoint(), "--init"},  // nano's tensors, not tiny's
+      {"--layers 96 --embd 16384", "--phantom"},  // 1.1 TiB of fp32 weights
   };
   for (const auto& [flags, needle] : cases) {
     std::string base = "serve --model tiny --requests 4 ";  // lengths that fit, unless the case sets them
