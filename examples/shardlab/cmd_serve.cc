@@ -7,6 +7,7 @@
 #include <memory>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "examples/shardlab/cli.h"
@@ -160,6 +161,13 @@ void print_result(const ServeFlags& f, const Setup& s, const serve::ReplicaPlan&
                p->p90 * 1e3, p->p99 * 1e3, p->max * 1e3);
   fmt::print("KV cache use: peak {:.1f}%, mean {:.1f}% (over busy time); {} preemptions; {} steps\n",
              100 * m.kv_peak_use, 100 * m.kv_mean_use, m.preemptions, m.steps);
+  if (s.shape.phantom) return;
+  int shown = 0;  // the first requests' tokens (every one is in --report)
+  for (const serve::ReplicaResult& rep : r.replicas)
+    for (const serve::RequestRecord& q : rep.requests)
+      if (shown++ < 3)
+        fmt::print("request {}: prompt {} -> {}\n", q.id, fmt::join(s.requests[size_t(q.id)].prompt, " "),
+                   fmt::join(q.tokens, " "));
 }
 
 // Replica r's devices as ranks r·world ... in one trace.
