@@ -98,12 +98,13 @@ nlohmann::json plan_json(const serve::ReplicaPlan& p) {
 }
 
 nlohmann::json result_json(const ServeFlags& f, const Setup& s, const serve::ReplicaPlan& plan,
-                           const serve::ServeResult& r, const std::string& profile, bool full) {
+                           const serve::ServeResult& r, const std::string& profile, int running, bool full) {
   nlohmann::json j;
   j["model"] = train::model_json(s.shape.model);
   j["profile"] = profile;
   j["parallel"] = {{"tp", s.shape.tp}, {"pp", s.shape.pp}, {"ep", s.shape.ep}, {"replicas", f.replicas}};
   j["phantom"] = s.shape.phantom;
+  j["running_devices"] = running;  // device threads per replica: fewer when --phantom folds the tp peers
   j["init"] = f.model.init.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.model.init);
   const serve::SchedulerOptions& o = s.options.scheduler;
   j["scheduler"] = {{"batching", f.batching}, {"kv_block", o.kv_block}, {"kv_blocks", o.kv_blocks},
@@ -193,21 +194,34 @@ int run_serve(ServeFlags& f) {
   ClusterOptions copts = f.model.cluster_options();
   copts.world_size = s.shape.world();
   copts.trace = !f.model.common.trace.empty();
+  // Folding keeps every figure; a trace wants every device's timeline.
+  s.shape.fold = !f.model.no_fold && !copts.trace;
   Cluster cluster(profile, copts);
-  serve::ClusterStepExecutor executor(cluster, s.shape);
-  // A step holds at most max_batch_tokens tokens, or one per sequence when more run.
-  const serve::ReplicaPlan plan = executor.plan(std::max<int64_t>(f.max_batch_tokens, f.max_seqs));
-  s.options.scheduler.kv_blocks = plan.kv_blocks(f.kv_fraction, f.kv_block);
-  if (s.options.scheduler.kv_blocks == 0)
-    throw ConfigError(fmt::format("no room for a KV cache: weights and activations fill --kv-fraction {} of the "
-                                  "device; raise --tp/--pp or --memory, or lower --max-batch-tokens",
-                                  f.kv_fraction));
-  const serve::ServeResult r = serve::simulate_serving(s.requests, s.options, executor);
-  executor.finish();
+  std::unique_ptr<serve::ClusterStepExecutor> executor;
+  serve::ReplicaPlan plan;
+  serve::ServeResult r;
+  for (;;) {
+    executor = std::make_unique<serve::ClusterStepExecutor>(cluster, s.shape);
+    try {
+      // A step holds at most max_batch_tokens tokens, or one per sequence when more run.
+      plan = executor->plan(std::max<int64_t>(f.max_batch_tokens, f.max_seqs));
+      s.options.scheduler.kv_blocks = plan.kv_blocks(f.kv_fraction, f.kv_block);
+      if (s.options.scheduler.kv_blocks == 0)
+        throw ConfigError(fmt::format("no room for a KV cache: weights and activations fill --kv-fraction {} of the "
+                                      "device; raise --tp/--pp or --memory, or lower --max-batch-tokens",
+                                      f.kv_fraction));
+      r = serve::simulate_serving(s.requests, s.options, *executor);
+      executor->finish();
+      break;
+    } catch (const RunError& e) {
+      if (!e.folding() || !s.shape.fold) throw;
+      s.shape.fold = false;  // exact unfolded: run again
+    }
+  }
   const std::string title = fmt::format("shardlab serve {}", s.shape.model.to_string());
-  write_outputs({{"--report", f.model.report, f.model.report.empty() ? "" : result_json(f, s, plan, r, profile.name, true).dump(2)},
-                 {"--trace", f.model.common.trace, copts.trace ? chrome_trace_json(replica_traces(executor), title) : ""}});
-  if (f.model.common.json) fmt::print("{}\n", result_json(f, s, plan, r, profile.name, false).dump(2));
+  write_outputs({{"--report", f.model.report, f.model.report.empty() ? "" : result_json(f, s, plan, r, profile.name, executor->running_devices(), true).dump(2)},
+                 {"--trace", f.model.common.trace, copts.trace ? chrome_trace_json(replica_traces(*executor), title) : ""}});
+  if (f.model.common.json) fmt::print("{}\n", result_json(f, s, plan, r, profile.name, executor->running_devices(), false).dump(2));
   else print_result(f, s, plan, r, profile.name);
   return 0;
 }
@@ -223,6 +237,7 @@ void add_serve_command(CLI::App& app) {
                                "Shapes only: time every step, compute no token (for models too big for this host)"});
   sub->add_option("--replicas", f.replicas, "Data-parallel replicas")
       ->capture_default_str()->check(number_in(1, double(kMaxDevices)));
+  sub->add_flag("--no-fold", m.no_fold, "With --phantom, run every tp rank's thread (folding changes no figure)");
   sub->add_option("--requests", f.requests, "Requests to draw")->capture_default_str()->check(number_in(1, 1e6));
   sub->add_option("--arrival", f.arrival, "poisson:RATE (requests/s) or burst")->capture_default_str();
   sub->add_option("--prompt-len", f.prompt_len, "N, uniform:A:B or lognormal:MEDIAN:SIGMA[:MAX]")->capture_default_str();

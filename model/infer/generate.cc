@@ -79,7 +79,7 @@ void run_device(Device& dev, const GenerateOptions& o, const coll::DeviceMesh& m
       r.tokens.push_back(Token(token[0]));
     }
     if (step + 1 == o.max_new_tokens) break;  // the last token needs no forward
-    d.broadcast(token);
+    d.share(token);
     input = {Token(token[0])};
   }
   r.kv_bytes[size_t(dev.rank())] = engine.cache().bytes();

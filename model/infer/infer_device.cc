@@ -1,13 +1,19 @@
 #include "model/infer/infer_device.h"
 
 #include <algorithm>
-#include <numeric>
+#include <cstring>
 
 #include "collectives/collectives.h"
+#include "runtime/errors.h"
 
 namespace shardlab::infer {
 
 namespace coll = collectives;
+
+namespace {
+// Point-to-point tag of the tokens from the last stage to the first (user range).
+constexpr Tag kTokenTag = 0x494e'4654'0000'0000ull;  // "INFT"
+}  // namespace
 
 coll::DeviceMesh inference_mesh(int tp, int pp, int ep) {
   return coll::DeviceMesh(coll::MeshShape{tp, 1, ep, ep, pp});  // the ep ranks carry replicas of the batch
@@ -31,16 +37,25 @@ InferDevice::InferDevice(Device& dev, const coll::DeviceMesh& mesh, const model:
                          const model::SafetensorsFile* init)
     : dev_(dev), ctx_(mesh, dev.rank()), engine_(config, seed, dev, groups(ctx_, mesh.shape().ep > 1), init),
       sampler_(sampler_rank(mesh)) {
-  if (mesh.size() == 1) return;
-  std::vector<int> everyone(size_t(mesh.size()));
-  std::iota(everyone.begin(), everyone.end(), 0);
-  world_ = &ctx_.group(everyone, "world");
+  const coll::Coords c = ctx_.coords();
+  const int last = mesh.shape().pp - 1;
+  chooses_ = c.pp == last && c.ep == 0;
+  if (c.pp == last && mesh.shape().ep > 1) {
+    ep_ = &ctx_.group("ep");
+    for (int i = 0; i < ep_->size(); ++i)
+      if (mesh.coords(ep_->global_rank(i)).ep == 0) ep_root_ = i;
+  }
+  if (last > 0 && (c.pp == 0 || c.pp == last)) {
+    coll::Coords peer = c;
+    peer.pp = c.pp == 0 ? last : 0;
+    stage_peer_ = mesh.rank(peer);
+  }
 }
 
 std::vector<float> InferDevice::choose(const StepOutput& out, const std::vector<bool>& samples, Sampler& sampler) {
   const int64_t S = std::count(samples.begin(), samples.end(), true);
   std::vector<float> tokens(size_t(S), 0.0f);
-  if (!is_sampler() || S == 0) return tokens;
+  if (!chooses_ || S == 0) return tokens;
   const model::GPTConfig& m = engine_.config();
   const double V = m.vocab_size;
   dev_.run(dev_.compute(), "sample", OpCost{5.0 * V * double(S), V * double(S) * element_size(dev_.precision())});
@@ -52,9 +67,19 @@ std::vector<float> InferDevice::choose(const StepOutput& out, const std::vector<
   return tokens;
 }
 
-void InferDevice::broadcast(std::vector<float>& tokens) {
-  if (!world_ || tokens.empty()) return;
-  coll::broadcast(dev_, *world_, coll::Buffer(tokens.data(), tokens.size()), sampler_, {.stream = &dev_.compute()});
+void InferDevice::share(std::vector<float>& tokens) {
+  if (tokens.empty()) return;
+  if (ep_) coll::broadcast(dev_, *ep_, coll::Buffer(tokens.data(), tokens.size()), ep_root_, {.stream = &dev_.compute()});
+  if (stage_peer_ < 0) return;
+  const size_t bytes = tokens.size() * sizeof(float);  // as int32 ids: the same 4 bytes a token
+  if (ctx_.coords().pp > 0) {
+    dev_.send(dev_.compute(), stage_peer_, kTokenTag, {reinterpret_cast<const std::byte*>(tokens.data()), bytes},
+              bytes);
+    return;
+  }
+  const Message m = dev_.recv(dev_.compute(), stage_peer_, kTokenTag);
+  SHARDLAB_CHECK(m.payload.size() == bytes, "inference: the last stage sent another count of tokens");
+  std::memcpy(tokens.data(), m.payload.data(), bytes);
 }
 
 }  // namespace shardlab::infer

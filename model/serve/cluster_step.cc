@@ -17,6 +17,7 @@
 #include "model/infer/infer_device.h"
 #include "model/parallel/parallel_context.h"
 #include "model/serve/serving.h"
+#include "model/train/fold.h"
 #include "runtime/errors.h"
 
 namespace shardlab::serve {
@@ -67,7 +68,7 @@ class ReplicaDevice {
     DeviceStep out{dev_.compute().now(), 0, {}};
     const infer::StepOutput o = d_.engine().step(inputs);
     out.tokens = d_.choose(o, samples, sampler_);
-    d_.broadcast(out.tokens);
+    d_.share(out.tokens);
     out.end = dev_.compute().now();
     return out;
   }
@@ -110,6 +111,14 @@ ClusterStepExecutor::ClusterStepExecutor(Cluster& cluster, ReplicaShape shape)
   if (cluster.world_size() != shape_.world())
     throw ConfigError(fmt::format("a replica needs {} devices (tp {} x pp {} x ep {}), the cluster has {}",
                                   shape_.world(), shape_.tp, shape_.pp, shape_.ep, cluster.world_size()));
+  if (!shape_.phantom || !shape_.fold) return;
+  train::TrainOptions o;  // train's rules for what folds: tp of a dense model, on uniform links
+  o.phantom = true;
+  o.model = shape_.model;
+  o.parallel.tp = shape_.tp;
+  o.parallel.pp = shape_.pp;
+  o.parallel.dp = o.parallel.ep = shape_.ep;
+  representative_ = train::fold_plan(o, cluster.profile()).representative;
 }
 
 ClusterStepExecutor::~ClusterStepExecutor() {
@@ -129,12 +138,15 @@ ReplicaPlan ClusterStepExecutor::plan(int64_t max_batch_tokens) {
     probe.push_back({int(probe.size()), int(std::min<int64_t>(left, shape_.model.block_size)), 0});
   ReplicaPlan p;
   p.kv_bytes_per_token.assign(size_t(shape_.world()), 0);
+  cluster_.set_representatives(representative_);
   const RunResult r = cluster_.run([&](Device& dev) {
     model::PhantomScope phantom(true);  // sizes only
     ReplicaDevice d(dev, mesh_, shape_, false);
     d.step(probe, 0);
     p.kv_bytes_per_token[size_t(dev.rank())] = d.kv_bytes_per_token();
   });
+  for (int rank = 0; rank < shape_.world(); ++rank)  // a folded rank holds what its representative does
+    if (!runs(rank)) p.kv_bytes_per_token[size_t(rank)] = p.kv_bytes_per_token[size_t(representative_[size_t(rank)])];
   for (const DeviceStats& d : r.devices) {
     p.capacity_bytes.push_back(d.capacity_bytes);
     p.weight_bytes.push_back(d.peak_by_kind[int(MemKind::kParam)]);
@@ -148,6 +160,9 @@ void ClusterStepExecutor::start() {
   Mailbox& b = *box_;
   b.done.assign(size_t(shape_.world()), 0);
   b.steps.assign(size_t(shape_.world()), {});
+  for (int rank = 0; rank < shape_.world(); ++rank)
+    if (!runs(rank)) b.done[size_t(rank)] = -1;  // no thread: never waited for
+  cluster_.set_representatives(representative_);
   b.runner = std::thread([this, &b] {
     try {
       b.result = cluster_.run([this, &b](Device& dev) {
@@ -212,7 +227,7 @@ StepOutcome ClusterStepExecutor::run_step(std::span<const BatchEntry> batch) {
   const int64_t job = ++b.job;
   b.cv.notify_all();
   b.cv.wait(l, [&] {
-    return b.failed || std::all_of(b.done.begin(), b.done.end(), [&](int64_t d) { return d == job; });
+    return b.failed || std::all_of(b.done.begin(), b.done.end(), [&](int64_t d) { return d == job || d < 0; });
   });
   if (b.failed) {
     l.unlock();

@@ -12,6 +12,15 @@
 // sequence's token and broadcasts them, as generate does. The step's time is
 // from the first device's start to the last device's end.
 //
+// Folding (ReplicaShape::fold, phantom runs of dense models only): the tp
+// peers of a replica run the same program from the same state, so tp rank 0
+// plays them all, as train --phantom folds (model/train/fold.h): one device
+// thread per pipeline stage instead of tp. The folded collectives replay the
+// whole group on the link model and check that every peer ends where its
+// representative does, so the times are the unfolded run's; a run that
+// meets an asymmetry fails with RunError::folding() and can be run again
+// unfolded.
+//
 // One batch runs at a time: with pp > 1 a step crosses every stage before
 // the next starts (no pipelining of successive steps, as a single vLLM
 // virtual engine runs), so PP adds latency to every token.
@@ -45,6 +54,7 @@ struct ReplicaShape {
   bool phantom = true;                           // shapes only: no values, no tokens
   uint64_t seed = 1337;                          // the training init, without `init`
   const model::SafetensorsFile* init = nullptr;  // checked with infer::check_generate_init
+  bool fold = false;                             // phantom, dense: tp rank 0 plays its tp peers
   int world() const { return tp * pp * ep; }
 };
 
@@ -72,16 +82,24 @@ class ClusterStepExecutor final : public StepExecutor {
   // timeline of every step at the scheduler's times); rethrows what a device
   // threw.
   RunResult finish();
+  // Device threads a replica runs (fewer than its devices when folded).
+  int running_devices() const {
+    int n = 0;
+    for (int rank = 0; rank < shape_.world(); ++rank) n += runs(rank) ? 1 : 0;
+    return n;
+  }
   // Every replica's finished run, in replica order.
   const std::vector<RunResult>& runs() const { return runs_; }
 
  private:
   struct Mailbox;
   void start();
+  bool runs(int rank) const { return representative_.empty() || representative_[size_t(rank)] == rank; }
 
   Cluster& cluster_;
   ReplicaShape shape_;
   collectives::DeviceMesh mesh_;
+  std::vector<int> representative_;  // per rank, when folded; empty: every rank runs
   std::unique_ptr<Mailbox> box_;
   int replica_ = 0;
   Time clock_ = 0;  // the end of the replica's last step

@@ -2,6 +2,7 @@
 #include <fstream>
 #include <unistd.h>
 #include <string>
+#include <tuple>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -113,6 +114,23 @@ TEST(CliServe, PhantomTimesEqualTheValuesRun) {
   ASSERT_EQ(phantom.code, 0) << phantom.err;
   EXPECT_EQ(nlohmann::json::parse(values.out)["summary"], nlohmann::json::parse(phantom.out)["summary"]);
   EXPECT_TRUE(nlohmann::json::parse(phantom.out)["phantom"].get<bool>());
+}
+
+// --phantom folds the tp peers of a dense model (one thread per stage) and
+// changes no figure: the summary and the plan equal the unfolded run's.
+TEST(CliServe, FoldedPhantomRunEqualsTheUnfoldedOne) {
+  const std::tuple<std::string, int, int> cases[] = {{"--tp 4", 1, 4}, {"--tp 2 --pp 2 --replicas 2", 2, 4}};
+  for (const auto& [split, folded_threads, devices] : cases) {
+    const std::string flags = kServe + "--arrival poisson:200 --chunked-prefill 8 --phantom --json " + split;
+    const CliResult folded = run_cli(flags), unfolded = run_cli(flags + " --no-fold");
+    ASSERT_EQ(folded.code, 0) << folded.err;
+    ASSERT_EQ(unfolded.code, 0) << unfolded.err;
+    const nlohmann::json a = nlohmann::json::parse(folded.out), b = nlohmann::json::parse(unfolded.out);
+    EXPECT_EQ(a["running_devices"].get<int>(), folded_threads) << split;  // one per pipeline stage
+    EXPECT_EQ(b["running_devices"].get<int>(), devices) << split;
+    EXPECT_EQ(a["summary"], b["summary"]) << split;
+    EXPECT_EQ(a["replica_devices"], b["replica_devices"]) << split;
+  }
 }
 
 TEST(CliServe, BadInputIsOneLineAndExitTwo) {
