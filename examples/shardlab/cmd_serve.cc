@@ -41,6 +41,7 @@ struct Setup {
   serve::ServeOptions options;
   std::vector<serve::Request> requests;
   std::unique_ptr<model::SafetensorsFile> init;  // shape.init points here
+  bool drawn_prompts = false;                    // some prompts drawn from --seed (a workload of lengths)
 };
 
 // A run on values keeps every device's fp32 weights on the host and, for
@@ -70,6 +71,11 @@ Setup setup_of(ServeFlags& f) {
                                           serve::parse_length_dist(f.output_len, "--output-len"), f.seed)
                    : serve::load_trace(f.workload);
   for (const serve::Request& r : s.requests)
+    for (size_t i = 0; i < r.prompt.size(); ++i)
+      if (r.prompt[i] >= s.shape.model.token_vocab())
+        throw ConfigError(fmt::format("--workload {}: request {}: token {} at position {} is outside the vocabulary "
+                                      "[0, {})", f.workload, r.id, r.prompt[i], i, s.shape.model.token_vocab()));
+  for (const serve::Request& r : s.requests)
     if (r.prompt_len + r.output_len - 1 > s.shape.model.block_size)
       throw ConfigError(fmt::format("request {}: prompt {} + output {} - 1 tokens exceed the model's context of {} (--seq)",
                                     r.id, r.prompt_len, r.output_len, s.shape.model.block_size));
@@ -79,6 +85,7 @@ Setup setup_of(ServeFlags& f) {
       s.init = std::make_unique<model::SafetensorsFile>(std::move(*init));
       s.shape.init = s.init.get();
     }
+    for (const serve::Request& r : s.requests) s.drawn_prompts = s.drawn_prompts || r.prompt.empty();
     serve::draw_prompts(s.requests, s.shape.model.token_vocab(), f.seed);
   } else if (!f.model.init.empty()) {
     throw ConfigError("--phantom runs on shapes only: it takes no --init");
@@ -147,10 +154,10 @@ void print_result(const ServeFlags& f, const Setup& s, const serve::ReplicaPlan&
   if (s.shape.phantom)
     fmt::print("(--phantom: every step runs on the replica's devices on shapes only; the times and memory are the modeled run's)\n");
   else
-    fmt::print("(every step runs on the model's values, {}; prompts of random token ids from --seed {}; greedy; "
-               "--report has every request's tokens)\n",
+    fmt::print("(every step runs on the model's values, {}; {}; greedy; --report has every request's tokens)\n",
                f.model.init.empty() ? fmt::format("weights initialised from --seed {}", f.seed) : "weights from --init " + f.model.init,
-               f.seed);
+               s.drawn_prompts ? fmt::format("prompts of random token ids from --seed {}", f.seed)
+                               : "prompts from --workload " + f.workload);
   fmt::print("KV cache per replica: {} tokens ({} blocks of {}); per device: weights {}, step activations {}\n",
              m.kv_capacity_tokens, s.options.scheduler.kv_blocks, f.kv_block, format_bytes(plan.weight_bytes[0]),
              format_bytes(plan.activation_bytes[0]));
@@ -242,7 +249,7 @@ void add_serve_command(CLI::App& app) {
   sub->add_option("--arrival", f.arrival, "poisson:RATE (requests/s) or burst")->capture_default_str();
   sub->add_option("--prompt-len", f.prompt_len, "N, uniform:A:B or lognormal:MEDIAN:SIGMA[:MAX]")->capture_default_str();
   sub->add_option("--output-len", f.output_len, "N, uniform:A:B or lognormal:MEDIAN:SIGMA[:MAX]")->capture_default_str();
-  sub->add_option("--workload", f.workload, "Requests from FILE.csv: arrival_s,prompt_len,output_len")->check(nonempty());
+  sub->add_option("--workload", f.workload, "Requests from FILE.csv: arrival_s,prompt_len,output_len[,prompt_tokens]")->check(nonempty());
   sub->add_option("--batching", f.batching, "static or continuous")->capture_default_str();
   sub->add_option("--max-batch-tokens", f.max_batch_tokens, "Tokens per step")->capture_default_str()->check(number_in(1, 1 << 24));
   sub->add_option("--max-seqs", f.max_seqs, "Sequences per step")->capture_default_str()->check(number_in(1, 1 << 20));

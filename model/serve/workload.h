@@ -4,7 +4,7 @@
 // A workload is drawn from an arrival process and two length distributions,
 // all from counter-based random streams of one seed (model/rng.h), so the same
 // flags give the same requests on every host; or it is read from a trace file
-// of (arrival_s, prompt_len, output_len) rows.
+// of (arrival_s, prompt_len, output_len[, prompt_tokens]) rows.
 //
 //   arrival   poisson:RATE   exponential gaps, RATE requests per second
 //             burst          every request at time 0 (a saturation test)
@@ -59,7 +59,9 @@ std::vector<Request> make_workload(int n, const Arrival& arrival, const LengthDi
 void draw_prompts(std::vector<Request>& requests, int vocab, uint64_t seed);
 
 // A CSV trace: a header line `arrival_s,prompt_len,output_len`, then one row
-// per request; arrivals must not decrease. ConfigError with the line number.
+// per request; arrivals must not decrease. A fourth column `prompt_tokens`
+// (the header says so) gives each prompt's ids separated by spaces, as many
+// as prompt_len. ConfigError with the line number.
 std::vector<Request> load_trace(const std::string& path);
 
 }  // namespace shardlab::serve

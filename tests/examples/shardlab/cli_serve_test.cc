@@ -106,6 +106,27 @@ TEST(CliServe, EveryRequestGetsGeneratesTokens) {
   }
 }
 
+// A workload file may give the prompts' ids: they are the ones served.
+TEST(CliServe, WorkloadPromptTokensAreServed) {
+  const std::string init = "--model nano --init " + counting_checkpoint();
+  const std::string workload = ::testing::TempDir() + "serve_ids.csv";
+  std::ofstream(workload) << "arrival_s,prompt_len,output_len,prompt_tokens\n0,3,5,40 41 42\n0.0001,4,3,7 100 8 9\n";
+  const std::string report = ::testing::TempDir() + "serve_ids_report.json";
+  const CliResult r = run_cli("serve " + init + " --tp 2 --workload " + workload + " --report " + report);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("prompts from --workload"), std::string::npos) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(slurp(report));
+  ASSERT_EQ(j["requests"].size(), 2u);
+  EXPECT_EQ(j["requests"][0]["prompt_tokens"], nlohmann::json({40, 41, 42}));
+  EXPECT_EQ(j["requests"][1]["prompt_tokens"], nlohmann::json({7, 100, 8, 9}));
+  for (const auto& q : j["requests"]) {
+    const CliResult g = run_cli("generate --json " + init + " --prompt-tokens " + joined(q["prompt_tokens"]) +
+                                " --max-new-tokens " + std::to_string(q["output_len"].get<int>()));
+    ASSERT_EQ(g.code, 0) << g.err;
+    EXPECT_EQ(q["tokens"], nlohmann::json::parse(g.out)["tokens"]) << "request " << q["id"];
+  }
+}
+
 // The same steps on shapes only take the same virtual times.
 TEST(CliServe, PhantomTimesEqualTheValuesRun) {
   const std::string flags = kServe + "--arrival poisson:200 --chunked-prefill 8 --tp 2 --pp 2 --json";
@@ -136,6 +157,9 @@ TEST(CliServe, FoldedPhantomRunEqualsTheUnfoldedOne) {
 TEST(CliServe, BadInputIsOneLineAndExitTwo) {
   const std::string workload = ::testing::TempDir() + "serve_bad_workload.csv";
   std::ofstream(workload) << "arrival_s,prompt_len,output_len\n0,5,x\n";
+  const std::string ids = ::testing::TempDir() + "serve_bad_ids.csv", few = ::testing::TempDir() + "serve_few_ids.csv";
+  std::ofstream(ids) << "arrival_s,prompt_len,output_len,prompt_tokens\n0,2,2,1 512\n";  // tiny's vocabulary: 512
+  std::ofstream(few) << "arrival_s,prompt_len,output_len,prompt_tokens\n0,3,2,1 2\n";
   const std::pair<std::string, std::string> cases[] = {
       {"--requests 0", "--requests"},
       {"--arrival poisson:0", "--arrival"},
@@ -165,6 +189,8 @@ TEST(CliServe, BadInputIsOneLineAndExitTwo) {
       {"--init " + workload, "--init"},
       {"--init " + counting_checkpoint(), "--init"},  // nano's tensors, not tiny's
       {"--layers 96 --embd 16384", "--phantom"},  // 1.1 TiB of fp32 weights
+      {"--workload " + ids, "outside the vocabulary"},
+      {"--workload " + few, "prompt_len says 3"},
   };
   for (const auto& [flags, needle] : cases) {
     std::string base = "serve --model tiny --requests 4 ";  // lengths that fit, unless the case sets them
