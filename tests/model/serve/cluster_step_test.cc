@@ -86,6 +86,37 @@ TEST(ServeClusterStep, SequencesLiveAcrossStepsAndTimesRepeat) {
   EXPECT_GT(a[0], a[1]);  // 13 tokens of prefill against 2 of decode
 }
 
+// Folded (tp rank 0 plays its tp peers, one thread per stage), the same
+// steps take the same times and the plan measures the same bytes.
+TEST(ServeClusterStep, FoldedTpPeersGiveTheUnfoldedTimes) {
+  const model::GPTConfig m = small_model();
+  for (const auto& [tp, pp] : {std::pair{4, 1}, std::pair{2, 2}}) {
+    auto run = [&](bool fold, int* threads) {
+      Cluster c = cluster_of(tp * pp);
+      ReplicaShape shape{m, tp, pp, 1};
+      shape.fold = fold;
+      ClusterStepExecutor ex(c, shape);
+      const ReplicaPlan p = ex.plan(32);
+      std::vector<double> t = {p.kv_bytes_per_token.back(), double(p.activation_bytes.back())};
+      const std::vector<std::vector<BatchEntry>> steps = {{{0, 8, 0}, {1, 5, 0}}, {{0, 1, 8}, {1, 1, 5}}, {{0, 1, 9}}};
+      double now = 0;
+      for (const auto& batch : steps) {
+        ex.begin_step(0, now);
+        t.push_back(ex.run_step(batch).seconds);
+        now += t.back();
+      }
+      *threads = ex.running_devices();
+      ex.finish();
+      return t;
+    };
+    int folded_threads = 0, threads = 0;
+    const std::vector<double> a = run(true, &folded_threads), b = run(false, &threads);
+    EXPECT_EQ(folded_threads, pp) << "tp " << tp << " pp " << pp;
+    EXPECT_EQ(threads, tp * pp);
+    EXPECT_EQ(a, b) << "tp " << tp << " pp " << pp;
+  }
+}
+
 TEST(ServeClusterStep, PlanMeasuresWeightsActivationsAndKvPerToken) {
   const model::GPTConfig m = small_model();
   Cluster c = cluster_of(2);
