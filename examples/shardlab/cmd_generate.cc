@@ -11,7 +11,7 @@
 
 #include "collectives/mesh.h"
 #include "examples/shardlab/cli.h"
-#include "examples/shardlab/train_flags.h"
+#include "examples/shardlab/infer_flags.h"
 #include "model/infer/generate.h"
 #include "model/train/model_json.h"
 #include "runtime/errors.h"
@@ -133,17 +133,8 @@ int run_generate(GenerateFlags& f) {
   infer::validate(o);
   const ClusterOptions copts = f.model.cluster_options();
   check_outputs({{"--trace", f.model.common.trace}});
-  std::optional<model::SafetensorsFile> init;
-  if (!f.model.init.empty()) {
-    try {
-      init = model::load_safetensors(f.model.init);
-      infer::check_generate_init(*init, o.model);
-    } catch (const ConfigError& e) {  // name the flag once
-      const std::string what = e.what();
-      throw ConfigError(what.rfind("--init", 0) == 0 ? what : "--init: " + what);
-    }
-    o.init = &*init;
-  }
+  const std::optional<model::SafetensorsFile> init = load_inference_init(f.model, o.model);
+  if (init) o.init = &*init;
   Cluster cluster(profile, copts);
   const infer::GenerateResult r = infer::generate(cluster, o);
   const nlohmann::json j = result_json(o, f, r, profile);
@@ -163,12 +154,9 @@ void add_generate_command(CLI::App& app) {
   static GenerateFlags f;
   TrainFlags& m = f.model;
   add_common_flags(sub, m.common);
-  add_model_flags(sub, m);
   // --top-k is sampling's here (the contract's name); the MoE routing's is --moe-top-k.
-  sub->remove_option(sub->get_option("--top-k"));
-  sub->add_option("--moe-top-k", m.top_k, "MoE experts per token")->capture_default_str()->check(number_in(1, 1 << 16));
-  sub->add_option("--init", m.init, "Weights from FILE.safetensors (strict: exactly the model's tensors)")
-      ->check(nonempty());
+  add_inference_flags(sub, m, {"Expert-parallel degree (MoE; replicas of the batch)", "64MiB",
+                               "Shapes only: time every kernel, collective and allocation, compute nothing"});
   sub->add_option("--prompt-tokens", f.prompt_tokens, "The prompt as token ids: 1,2,3");
   sub->add_option("--prompt-file", f.prompt_file, "The prompt from FILE: token ids separated by commas or spaces")
       ->check(nonempty());
@@ -184,13 +172,6 @@ void add_generate_command(CLI::App& app) {
   sub->add_option("--seed", f.seed, "Seed of the init (without --init) and of the sampling")
       ->capture_default_str()
       ->check(number_in(0, 1.8e19));
-  for (auto [name, field, help] : {std::tuple{"--tp", &m.tp, "Tensor-parallel degree"},
-                                   std::tuple{"--pp", &m.pp, "Pipeline stages"},
-                                   std::tuple{"--ep", &m.ep, "Expert-parallel degree (MoE; replicas of the batch)"}})
-    sub->add_option(name, *field, help)->capture_default_str()->check(number_in(1, double(kMaxDevices)));
-  sub->add_option("--memory", m.memory, "Per-device memory, e.g. 64MiB (default: the profile's)")->check(nonempty());
-  sub->add_option("--precision", m.precision, "Modeled precision: fp32 or bf16")->capture_default_str();
-  sub->add_flag("--phantom", m.phantom, "Shapes only: time every kernel, collective and allocation, compute nothing");
   set_action(sub, [] { return run_generate(f); });
 }
 

@@ -72,7 +72,7 @@ std::string fastest(const std::vector<Result>& results) {
 // a burst of 64 requests of 64 new tokens (the throughput).
 constexpr Config kServeConfigs[] = {
     {"tp8", "--tp 8 --replicas 1"}, {"tp4dp2", "--tp 4 --replicas 2"}, {"tp2dp4", "--tp 2 --replicas 4"}};
-const char* kServe = "serve --model gpt3-13b --seq 2048 --precision bf16 --prompt-len 512 --json";
+const char* kServe = "serve --model gpt3-13b --seq 2048 --precision bf16 --phantom --prompt-len 512 --json";
 
 struct Served {
   double kv_tokens = 0, tpot_s = 0, tokens_per_s = 0;

@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "collectives/mesh.h"
-#include "model/infer/engine.h"
+#include "model/infer/infer_device.h"
 #include "model/params.h"
 #include "model/parallel/config_check.h"
 #include "model/parallel/parallel_context.h"
@@ -60,38 +60,27 @@ namespace {
 // tokens, times and logits, every rank its own kv slot.
 void run_device(Device& dev, const GenerateOptions& o, const coll::DeviceMesh& mesh, GenerateResult& r) {
   model::PhantomScope phantom(o.phantom);
-  parallel::ParallelContext ctx(mesh, dev.rank());
-  const coll::ProcessGroup& pipeline = ctx.group("pp");
-  EngineGroups g{&ctx.group("tp"), o.ep > 1 ? &ctx.group("ep") : nullptr,
-                 {pipeline.members().begin(), pipeline.members().end()}, ctx.coords().pp};
-  InferEngine engine(o.model, o.seed, dev, g, o.init);
-  std::vector<int> everyone(size_t(o.world()));
-  std::iota(everyone.begin(), everyone.end(), 0);
-  const coll::ProcessGroup* world = o.world() > 1 ? &ctx.group(everyone, "world") : nullptr;
-  const bool sampler_rank = dev.rank() == r.sampler_rank;
+  InferDevice d(dev, mesh, o.model, o.seed, o.init);
+  InferEngine& engine = d.engine();
   Sampler sampler(o.sampling);
   const int seq = engine.cache().add_sequence(int(o.prompt.size()) + o.max_new_tokens);
   std::vector<Token> input = o.prompt;
   Time last = 0;
   for (int step = 0; step < o.max_new_tokens; ++step) {
-    StepOutput out = engine.step({{seq, input}});
-    float token = 0;  // travels as a float: exact below 2^24
-    if (sampler_rank) {
-      const int V = o.model.vocab_size, n = o.model.token_vocab();
-      dev.run(dev.compute(), "sample", OpCost{5.0 * V, double(V) * element_size(dev.precision())});
-      if (!out.logits.empty()) {
-        token = float(sampler.next({out.logits.data(), size_t(n)}));
-        if (o.keep_logits) r.logits.emplace_back(out.logits.begin(), out.logits.begin() + n);
-      }
+    const StepOutput out = engine.step({{seq, input}});
+    std::vector<float> token = d.choose(out, {true}, sampler);
+    if (d.is_sampler()) {
+      const int n = o.model.token_vocab();
+      if (o.keep_logits && !out.logits.empty()) r.logits.emplace_back(out.logits.begin(), out.logits.begin() + n);
       const Time now = dev.compute().now();
       if (step == 0) r.ttft = now;
       else r.decode_steps.push_back(now - last);
       last = now;
-      r.tokens.push_back(Token(token));
+      r.tokens.push_back(Token(token[0]));
     }
     if (step + 1 == o.max_new_tokens) break;  // the last token needs no forward
-    if (world) coll::broadcast(dev, *world, coll::Buffer(&token, 1), r.sampler_rank, {.stream = &dev.compute()});
-    input = {Token(token)};
+    d.share(token);
+    input = {Token(token[0])};
   }
   r.kv_bytes[size_t(dev.rank())] = engine.cache().bytes();
   r.kv_tokens[size_t(dev.rank())] = engine.cache().tokens();
@@ -104,14 +93,11 @@ GenerateResult generate(Cluster& cluster, const GenerateOptions& o) {
   if (cluster.world_size() != o.world())
     throw ConfigError(fmt::format("generate needs {} devices (tp {} x pp {} x ep {}), the cluster has {}", o.world(),
                                   o.tp, o.pp, o.ep, cluster.world_size()));
-  const coll::DeviceMesh mesh(coll::MeshShape{o.tp, 1, o.ep, o.ep, o.pp});
+  const coll::DeviceMesh mesh = inference_mesh(o.tp, o.pp, o.ep);
   GenerateResult r;
   r.kv_bytes.assign(size_t(o.world()), 0);
   r.kv_tokens.assign(size_t(o.world()), 0);
-  for (int rank = 0; rank < o.world(); ++rank) {
-    const coll::Coords c = mesh.coords(rank);
-    if (c.tp == 0 && c.dp == 0 && c.pp == o.pp - 1) r.sampler_rank = rank;
-  }
+  r.sampler_rank = sampler_rank(mesh);
   r.run = cluster.run([&](Device& dev) { run_device(dev, o, mesh, r); });
   return r;
 }

@@ -14,9 +14,10 @@
 #include "collectives/collectives.h"
 #include "collectives/mesh.h"
 #include "model/buffer.h"
-#include "model/infer/engine.h"
+#include "model/infer/infer_device.h"
 #include "model/parallel/parallel_context.h"
 #include "model/serve/serving.h"
+#include "model/train/fold.h"
 #include "runtime/errors.h"
 
 namespace shardlab::serve {
@@ -25,79 +26,63 @@ namespace coll = shardlab::collectives;
 
 namespace {
 
-coll::DeviceMesh replica_mesh(const ReplicaShape& s) {
-  return coll::DeviceMesh(coll::MeshShape{s.tp, 1, s.ep, s.ep, s.pp});  // the ep ranks carry replicas of the batch
-}
-
 struct DeviceStep {
   Time begin = 0, end = 0;
+  std::vector<float> tokens;  // of the sampling entries (zeros in a phantom run)
 };
 
-// One device of the replica: its engine, and the scheduler's sequences in
-// its cache (scheduler id -> cache id).
+// One device of the replica: its engine (infer::InferDevice), and the
+// scheduler's sequences in its cache (scheduler id -> cache id). `values`:
+// the weights are loaded or initialised (false in a phantom run).
 class ReplicaDevice {
  public:
-  ReplicaDevice(Device& dev, const ReplicaShape& s, int sampler_rank)
-      : dev_(dev), s_(s), sampler_rank_(sampler_rank), ctx_(replica_mesh(s), dev.rank()),
-        engine_(s.model, 1, dev, groups(), nullptr) {
-    std::vector<int> everyone(size_t(s.world()));
-    std::iota(everyone.begin(), everyone.end(), 0);
-    if (s.world() > 1) world_ = &ctx_.group(everyone, "world");
-  }
+  ReplicaDevice(Device& dev, const coll::DeviceMesh& mesh, const ReplicaShape& s, bool values)
+      : dev_(dev), s_(s), d_(dev, mesh, s.model, s.seed, values ? s.init : nullptr), sampler_({}) {}
 
   void release(int seq) {
     const auto it = ids_.find(seq);
     if (it == ids_.end()) return;
-    engine_.cache().release(it->second);
+    d_.engine().cache().release(it->second);
     ids_.erase(it);
   }
 
   // The step starts at `start` (the scheduler's clock) or when this device
-  // is free, whichever is later.
+  // is free, whichever is later. Without the entries' token ids (shapes
+  // only, or a probe) the new tokens are 0.
   DeviceStep step(std::span<const BatchEntry> batch, Time start) {
     dev_.compute().wait({start});
     dev_.comm().wait({start});
+    infer::KvCache& cache = d_.engine().cache();
     std::vector<infer::SeqInput> inputs;
+    std::vector<bool> samples;
     for (const BatchEntry& e : batch) {
       auto it = ids_.find(e.seq);
-      if (it == ids_.end()) it = ids_.emplace(e.seq, engine_.cache().add_sequence(s_.model.block_size)).first;
-      SHARDLAB_CHECK(engine_.cache().length(it->second) == e.context,
+      if (it == ids_.end()) it = ids_.emplace(e.seq, cache.add_sequence(s_.model.block_size)).first;
+      SHARDLAB_CHECK(cache.length(it->second) == e.context,
                      fmt::format("serving: sequence {} has {} cached tokens, the scheduler says {}", e.seq,
-                                 engine_.cache().length(it->second), e.context));
-      inputs.push_back({it->second, std::vector<model::Token>(size_t(e.new_tokens), 0)});
+                                 cache.length(it->second), e.context));
+      SHARDLAB_CHECK(e.tokens.empty() || e.tokens.size() == size_t(e.new_tokens), "serving: token ids per new token");
+      inputs.push_back({it->second, e.tokens.empty() ? std::vector<model::Token>(size_t(e.new_tokens), 0) : e.tokens});
+      samples.push_back(e.samples);
     }
-    DeviceStep out{dev_.compute().now(), 0};
-    engine_.step(inputs);
-    std::vector<float> tokens(batch.size(), 0.0f);
-    if (dev_.rank() == sampler_rank_) {
-      const double V = s_.model.vocab_size, S = double(batch.size());
-      dev_.run(dev_.compute(), "sample", OpCost{5.0 * V * S, V * S * element_size(dev_.precision())});
-    }
-    if (world_)
-      coll::broadcast(dev_, *world_, coll::Buffer(tokens.data(), tokens.size()), sampler_rank_,
-                      {.stream = &dev_.compute()});
+    DeviceStep out{dev_.compute().now(), 0, {}};
+    const infer::StepOutput o = d_.engine().step(inputs);
+    out.tokens = d_.choose(o, samples, sampler_);
+    d_.share(out.tokens);
     out.end = dev_.compute().now();
     return out;
   }
 
   double kv_bytes_per_token() {
-    const int64_t t = engine_.cache().tokens();
-    return t > 0 ? double(engine_.cache().bytes()) / double(t) : 0;
+    const infer::KvCache& cache = d_.engine().cache();
+    return cache.tokens() > 0 ? double(cache.bytes()) / double(cache.tokens()) : 0;
   }
 
  private:
-  infer::EngineGroups groups() {
-    const coll::ProcessGroup& pipeline = ctx_.group("pp");
-    return {&ctx_.group("tp"), s_.ep > 1 ? &ctx_.group("ep") : nullptr,
-            {pipeline.members().begin(), pipeline.members().end()}, ctx_.coords().pp};
-  }
-
   Device& dev_;
   const ReplicaShape& s_;
-  int sampler_rank_;
-  parallel::ParallelContext ctx_;
-  infer::InferEngine engine_;
-  const coll::ProcessGroup* world_ = nullptr;
+  infer::InferDevice d_;
+  infer::Sampler sampler_;  // greedy
   std::unordered_map<int, int> ids_;
 };
 
@@ -122,15 +107,18 @@ struct ClusterStepExecutor::Mailbox {
 };
 
 ClusterStepExecutor::ClusterStepExecutor(Cluster& cluster, ReplicaShape shape)
-    : cluster_(cluster), shape_(std::move(shape)) {
+    : cluster_(cluster), shape_(std::move(shape)), mesh_(infer::inference_mesh(shape_.tp, shape_.pp, shape_.ep)) {
   if (cluster.world_size() != shape_.world())
     throw ConfigError(fmt::format("a replica needs {} devices (tp {} x pp {} x ep {}), the cluster has {}",
                                   shape_.world(), shape_.tp, shape_.pp, shape_.ep, cluster.world_size()));
-  const coll::DeviceMesh mesh = replica_mesh(shape_);
-  for (int rank = 0; rank < shape_.world(); ++rank) {
-    const coll::Coords c = mesh.coords(rank);
-    if (c.tp == 0 && c.dp == 0 && c.pp == shape_.pp - 1) sampler_rank_ = rank;
-  }
+  if (!shape_.phantom || !shape_.fold) return;
+  train::TrainOptions o;  // train's rules for what folds: tp of a dense model, on uniform links
+  o.phantom = true;
+  o.model = shape_.model;
+  o.parallel.tp = shape_.tp;
+  o.parallel.pp = shape_.pp;
+  o.parallel.dp = o.parallel.ep = shape_.ep;
+  representative_ = train::fold_plan(o, cluster.profile()).representative;
 }
 
 ClusterStepExecutor::~ClusterStepExecutor() {
@@ -150,12 +138,15 @@ ReplicaPlan ClusterStepExecutor::plan(int64_t max_batch_tokens) {
     probe.push_back({int(probe.size()), int(std::min<int64_t>(left, shape_.model.block_size)), 0});
   ReplicaPlan p;
   p.kv_bytes_per_token.assign(size_t(shape_.world()), 0);
+  cluster_.set_representatives(representative_);
   const RunResult r = cluster_.run([&](Device& dev) {
-    model::PhantomScope phantom(true);
-    ReplicaDevice d(dev, shape_, sampler_rank_);
+    model::PhantomScope phantom(true);  // sizes only
+    ReplicaDevice d(dev, mesh_, shape_, false);
     d.step(probe, 0);
     p.kv_bytes_per_token[size_t(dev.rank())] = d.kv_bytes_per_token();
   });
+  for (int rank = 0; rank < shape_.world(); ++rank)  // a folded rank holds what its representative does
+    if (!runs(rank)) p.kv_bytes_per_token[size_t(rank)] = p.kv_bytes_per_token[size_t(representative_[size_t(rank)])];
   for (const DeviceStats& d : r.devices) {
     p.capacity_bytes.push_back(d.capacity_bytes);
     p.weight_bytes.push_back(d.peak_by_kind[int(MemKind::kParam)]);
@@ -169,11 +160,14 @@ void ClusterStepExecutor::start() {
   Mailbox& b = *box_;
   b.done.assign(size_t(shape_.world()), 0);
   b.steps.assign(size_t(shape_.world()), {});
+  for (int rank = 0; rank < shape_.world(); ++rank)
+    if (!runs(rank)) b.done[size_t(rank)] = -1;  // no thread: never waited for
+  cluster_.set_representatives(representative_);
   b.runner = std::thread([this, &b] {
     try {
       b.result = cluster_.run([this, &b](Device& dev) {
-        model::PhantomScope phantom(true);
-        ReplicaDevice d(dev, shape_, sampler_rank_);
+        model::PhantomScope phantom(shape_.phantom);
+        ReplicaDevice d(dev, mesh_, shape_, !shape_.phantom);
         for (int64_t seen = 0;;) {
           std::unique_lock<std::mutex> l(b.m);
           b.cv.wait(l, [&] { return b.job > seen || b.stop || b.failed; });
@@ -222,7 +216,7 @@ void ClusterStepExecutor::release(int seq) {
   if (box_) box_->pending.push_back(seq);  // only the scheduler's thread touches `pending`
 }
 
-double ClusterStepExecutor::step_seconds(std::span<const BatchEntry> batch) {
+StepOutcome ClusterStepExecutor::run_step(std::span<const BatchEntry> batch) {
   if (!box_) start();
   Mailbox& b = *box_;
   std::unique_lock<std::mutex> l(b.m);
@@ -233,7 +227,7 @@ double ClusterStepExecutor::step_seconds(std::span<const BatchEntry> batch) {
   const int64_t job = ++b.job;
   b.cv.notify_all();
   b.cv.wait(l, [&] {
-    return b.failed || std::all_of(b.done.begin(), b.done.end(), [&](int64_t d) { return d == job; });
+    return b.failed || std::all_of(b.done.begin(), b.done.end(), [&](int64_t d) { return d == job || d < 0; });
   });
   if (b.failed) {
     l.unlock();
@@ -242,10 +236,12 @@ double ClusterStepExecutor::step_seconds(std::span<const BatchEntry> batch) {
   }
   Time end = start_;
   for (const DeviceStep& d : b.steps) end = std::max(end, d.end);
-  const Time dt = end - start_;
+  StepOutcome out{to_seconds(end - start_), {}};
+  if (!shape_.phantom)
+    for (float t : b.steps[size_t(infer::sampler_rank(mesh_))].tokens) out.tokens.push_back(model::Token(t));
   clock_ = end;
   start_ = end;
-  return to_seconds(dt);
+  return out;
 }
 
 RunResult ClusterStepExecutor::finish() {

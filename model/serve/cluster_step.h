@@ -1,7 +1,9 @@
-// Serving steps timed on the virtual cluster: a StepExecutor backed by one
+// Serving steps run on the virtual cluster: a StepExecutor backed by one
 // replica's devices (tp x pp x ep), each running an InferEngine
-// (model/infer/engine.h) on shapes only (the weights, the cache and the
-// logits have sizes and no storage). The devices stay up for the whole
+// (model/infer/engine.h) — on the model's values (small models: each
+// entry's token ids go in, the greedy token of every sampling entry comes
+// back to the scheduler), or on shapes only (phantom: the weights, the cache
+// and the logits have sizes and no storage). The devices stay up for the whole
 // simulation: each holds the running sequences in its KV cache (charged to
 // its arena as they grow, freed when the scheduler finishes or preempts
 // them), and every step runs the batch through engine.step — embedding, the
@@ -9,6 +11,15 @@
 // all-to-alls, the head — after which the sampler rank picks each
 // sequence's token and broadcasts them, as generate does. The step's time is
 // from the first device's start to the last device's end.
+//
+// Folding (ReplicaShape::fold, phantom runs of dense models only): the tp
+// peers of a replica run the same program from the same state, so tp rank 0
+// plays them all, as train --phantom folds (model/train/fold.h): one device
+// thread per pipeline stage instead of tp. The folded collectives replay the
+// whole group on the link model and check that every peer ends where its
+// representative does, so the times are the unfolded run's; a run that
+// meets an asymmetry fails with RunError::folding() and can be run again
+// unfolded.
 //
 // One batch runs at a time: with pp > 1 a step crosses every stage before
 // the next starts (no pipelining of successive steps, as a single vLLM
@@ -27,16 +38,23 @@
 #include <memory>
 #include <vector>
 
+#include "collectives/mesh.h"
 #include "model/config.h"
+#include "model/io/safetensors.h"
 #include "model/serve/scheduler.h"
 #include "runtime/cluster.h"
 #include "runtime/trace.h"
 
 namespace shardlab::serve {
 
+// A replica: the model, its split, and where its values come from.
 struct ReplicaShape {
   model::GPTConfig model;
   int tp = 1, pp = 1, ep = 1;
+  bool phantom = true;                           // shapes only: no values, no tokens
+  uint64_t seed = 1337;                          // the training init, without `init`
+  const model::SafetensorsFile* init = nullptr;  // checked with infer::check_generate_init
+  bool fold = false;                             // phantom, dense: tp rank 0 plays its tp peers
   int world() const { return tp * pp * ep; }
 };
 
@@ -57,22 +75,31 @@ class ClusterStepExecutor final : public StepExecutor {
   ReplicaPlan plan(int64_t max_batch_tokens);
 
   void begin_step(int replica, double now_s) override;
-  double step_seconds(std::span<const BatchEntry> batch) override;
+  // The step's time; with values, the token of every sampling entry.
+  StepOutcome run_step(std::span<const BatchEntry> batch) override;
   void release(int seq) override;
   // Ends the devices' run (its stats and, with ClusterOptions::trace, the
   // timeline of every step at the scheduler's times); rethrows what a device
   // threw.
   RunResult finish();
+  // Device threads a replica runs (fewer than its devices when folded).
+  int running_devices() const {
+    int n = 0;
+    for (int rank = 0; rank < shape_.world(); ++rank) n += runs(rank) ? 1 : 0;
+    return n;
+  }
   // Every replica's finished run, in replica order.
   const std::vector<RunResult>& runs() const { return runs_; }
 
  private:
   struct Mailbox;
   void start();
+  bool runs(int rank) const { return representative_.empty() || representative_[size_t(rank)] == rank; }
 
   Cluster& cluster_;
   ReplicaShape shape_;
-  int sampler_rank_ = 0;
+  collectives::DeviceMesh mesh_;
+  std::vector<int> representative_;  // per rank, when folded; empty: every rank runs
   std::unique_ptr<Mailbox> box_;
   int replica_ = 0;
   Time clock_ = 0;  // the end of the replica's last step

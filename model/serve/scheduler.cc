@@ -27,6 +27,7 @@ struct Seq {
   int generated = 0;
   int preemptions = 0;
   double first_token_s = -1, finish_s = -1;
+  std::vector<model::Token> ids;  // the prompt, then every token produced; empty: lengths only
   bool prefilled() const { return cached >= target; }
   int64_t final_tokens() const { return r->prompt_len + r->output_len - 1; }
 };
@@ -37,7 +38,7 @@ class Replica {
       : o_(o), ex_(ex), kv_(o.kv_blocks, o.kv_block) {
     seqs_.resize(requests.size());
     for (size_t i = 0; i < requests.size(); ++i)
-      seqs_[i] = {&requests[i], 0, requests[i].prompt_len, 0, 0, -1, -1};
+      seqs_[i] = {&requests[i], 0, requests[i].prompt_len, 0, 0, -1, -1, requests[i].prompt};
   }
   ReplicaResult run(int replica);
 
@@ -48,7 +49,8 @@ class Replica {
   std::vector<BatchEntry> static_batch();
   void admit(std::vector<BatchEntry>& batch, int64_t& tokens, bool reserve_all);
   void preempt(int s);
-  void book(const std::vector<BatchEntry>& batch);
+  BatchEntry entry(int s, int64_t n) const;
+  void book(const std::vector<BatchEntry>& batch, const std::vector<model::Token>& tokens);
 
   const SchedulerOptions& o_;
   StepExecutor& ex_;
@@ -64,6 +66,8 @@ class Replica {
 void Replica::check_fits() const {
   for (const Seq& q : seqs_) {
     const Request& r = *q.r;
+    SHARDLAB_CHECK(r.prompt.empty() || r.prompt.size() == size_t(r.prompt_len),
+                   fmt::format("request {}: {} prompt ids for a prompt of {}", r.id, r.prompt.size(), r.prompt_len));
     if (kv_.blocks_for(q.final_tokens()) > kv_.total_blocks())
       throw ConfigError(fmt::format(
           "request {} needs {} tokens of KV cache (prompt {} + output {} - 1), the replica holds {} "
@@ -115,7 +119,7 @@ void Replica::admit(std::vector<BatchEntry>& batch, int64_t& tokens, bool reserv
     if (!kv_.grow(s, reserve_all ? q.final_tokens() : q.target)) break;
     waiting_.pop_front();
     running_.push_back(s);
-    batch.push_back({s, static_cast<int>(chunk), q.cached});
+    batch.push_back(entry(s, chunk));
     tokens += chunk;
     prefill_budget -= chunk;
   }
@@ -137,7 +141,7 @@ std::vector<BatchEntry> Replica::continuous_batch() {
       preempted = victim == s;
     }
     if (preempted) break;  // s was the last one running
-    batch.push_back({s, 1, q.cached});
+    batch.push_back(entry(s, 1));
     ++tokens;
   }
   // Chunked prefills under way, then new ones.
@@ -146,7 +150,7 @@ std::vector<BatchEntry> Replica::continuous_batch() {
     Seq& q = seqs_[size_t(s)];
     const int64_t chunk = std::min({q.target - q.cached, budget, o_.max_batch_tokens - tokens});
     if (q.prefilled() || chunk <= 0) continue;
-    batch.push_back({s, static_cast<int>(chunk), q.cached});
+    batch.push_back(entry(s, chunk));
     tokens += chunk;
     budget -= chunk;
   }
@@ -161,16 +165,27 @@ std::vector<BatchEntry> Replica::static_batch() {
     admit(batch, tokens, true);
     return batch;
   }
-  for (const int s : running_) batch.push_back({s, 1, seqs_[size_t(s)].cached});
+  for (const int s : running_) batch.push_back(entry(s, 1));
   return batch;
 }
 
-void Replica::book(const std::vector<BatchEntry>& batch) {
+// The next n tokens of sequence s: a decode's or a prefill's (or a chunk of
+// it); it produces a token when it reaches the end of what must be cached.
+BatchEntry Replica::entry(int s, int64_t n) const {
+  const Seq& q = seqs_[size_t(s)];
+  BatchEntry e{s, static_cast<int>(n), q.cached, q.cached + n >= q.target, {}};
+  if (!q.ids.empty()) e.tokens.assign(q.ids.begin() + q.cached, q.ids.begin() + q.cached + n);
+  return e;
+}
+
+// `tokens`: the executor's, one per sampling entry (or none).
+void Replica::book(const std::vector<BatchEntry>& batch, const std::vector<model::Token>& tokens) {
+  size_t next = 0;
   for (const BatchEntry& e : batch) {
     Seq& q = seqs_[size_t(e.seq)];
-    const bool prefill = !q.prefilled();
     q.cached += e.new_tokens;
-    if (prefill && !q.prefilled()) continue;  // a chunk short of the prompt's end
+    if (!e.samples) continue;  // a chunk short of the prompt's end
+    if (!tokens.empty()) q.ids.push_back(tokens[next++]);
     ++q.generated;
     if (q.first_token_s < 0) q.first_token_s = now_;
     if (q.generated == q.r->output_len) {
@@ -191,20 +206,26 @@ ReplicaResult Replica::run(int replica) {
         o_.batching == Batching::kStatic ? static_batch() : continuous_batch();
     SHARDLAB_CHECK(!batch.empty(), "serving scheduler formed an empty step");
     ex_.begin_step(replica, now_);
-    const double dt = ex_.step_seconds(batch);
+    const StepOutcome step = ex_.run_step(batch);
+    const double dt = step.seconds;
     SHARDLAB_CHECK(std::isfinite(dt) && dt > 0, "a step must take a positive, finite time");
+    const auto sampling = std::count_if(batch.begin(), batch.end(), [](const BatchEntry& e) { return e.samples; });
+    SHARDLAB_CHECK(step.tokens.empty() || int64_t(step.tokens.size()) == sampling,
+                   "the executor must return one token per sampling entry, or none");
     now_ += dt;
     int batch_tokens = 0;
     for (const BatchEntry& e : batch) batch_tokens += e.new_tokens;
     out_.usage.push_back({now_, dt, kv_.used_blocks(), int(running_.size()), int(waiting_.size()), batch_tokens});
     const size_t before = running_.size() + waiting_.size();
-    book(batch);
+    book(batch, step.tokens);
     done += before - running_.size() - waiting_.size();
     ++out_.steps;
   }
-  for (const Seq& q : seqs_)
-    out_.requests.push_back({q.r->id, replica, q.r->arrival_s, q.first_token_s, q.finish_s,
-                             q.r->prompt_len, q.r->output_len, q.preemptions});
+  for (const Seq& q : seqs_) {
+    const auto produced = q.ids.size() > size_t(q.r->prompt_len) ? q.ids.begin() + q.r->prompt_len : q.ids.end();
+    out_.requests.push_back({q.r->id, replica, q.r->arrival_s, q.first_token_s, q.finish_s, q.r->prompt_len,
+                             q.r->output_len, q.preemptions, {produced, q.ids.end()}});
+  }
   return std::move(out_);
 }
 

@@ -22,6 +22,9 @@
 // A prefill step produces the request's first token (TTFT ends with it); a
 // decode step puts the previous token in the cache and produces the next.
 // So a request of prompt P and output O holds P + O - 1 tokens at the end.
+// When the requests carry prompt tokens, each step's entries carry their
+// ids and the executor's tokens are fed back: a decode's input is the token
+// produced before, a recomputation's the prompt and every token produced.
 //
 // Thread safety: simulate_replica is a pure function of its arguments and
 // the executor's answers.
@@ -37,19 +40,31 @@ namespace shardlab::serve {
 
 // One sequence's share of a step: `new_tokens` appended to a cache that
 // already holds `context` tokens of it (prefill: its prompt, or a chunk of
-// it; decode: 1).
+// it; decode: 1). `samples`: the step ends the sequence's prefill or decodes
+// it, so it produces its next token; a chunk short of the prompt's end does
+// not. `tokens`: the ids of the new tokens (the prompt's, then the tokens
+// produced), when the requests carry prompts; empty otherwise.
 struct BatchEntry {
   int seq = 0;
   int new_tokens = 0;
   int64_t context = 0;
+  bool samples = true;
+  std::vector<model::Token> tokens;
+};
+
+struct StepOutcome {
+  double seconds = 0;  // virtual, of the step on the replica
+  // The token of every sampling entry, in batch order; empty when the
+  // executor computes no values (shapes only).
+  std::vector<model::Token> tokens;
 };
 
 class StepExecutor {
  public:
   virtual ~StepExecutor() = default;
-  // Virtual seconds one forward step over `batch` takes on the replica.
-  virtual double step_seconds(std::span<const BatchEntry> batch) = 0;
-  // Called before each step_seconds: which replica runs it, from when.
+  // Runs one forward step over `batch` on the replica.
+  virtual StepOutcome run_step(std::span<const BatchEntry> batch) = 0;
+  // Called before each run_step: which replica runs it, from when.
   virtual void begin_step(int replica, double now_s) {}
   // `seq` left the replica's cache (finished, or preempted to be recomputed).
   virtual void release(int seq) {}
@@ -73,6 +88,7 @@ struct RequestRecord {
   double arrival_s = 0, first_token_s = 0, finish_s = 0;
   int prompt_len = 0, output_len = 0;
   int preemptions = 0;
+  std::vector<model::Token> tokens;  // produced, when the executor computes values
 };
 
 // One step of the replica: when it ended, how long it took, the KV blocks in

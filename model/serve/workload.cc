@@ -112,25 +112,59 @@ std::vector<Request> make_workload(int n, const Arrival& arrival, const LengthDi
   return out;
 }
 
+void draw_prompts(std::vector<Request>& requests, int vocab, uint64_t seed) {
+  SHARDLAB_CHECK(vocab > 0, "a vocabulary needs a token");
+  const uint64_t key = model::stream_key(seed, "serve.prompt_tokens");
+  for (Request& r : requests) {
+    if (!r.prompt.empty()) continue;
+    for (int j = 0; j < r.prompt_len; ++j)
+      r.prompt.push_back(model::Token(model::random_bits(key, (uint64_t(r.id) << 32) | uint64_t(j)) % uint64_t(vocab)));
+  }
+}
+
+namespace {
+
+// "3 17 42": the prompt's token ids, separated by spaces, as many as prompt_len.
+std::vector<model::Token> prompt_ids(const std::string& text, int prompt_len, const std::string& where) {
+  std::vector<model::Token> ids;
+  std::stringstream in(text);
+  for (std::string id; in >> id;) {
+    const double v = number(id, where + ": prompt_tokens");
+    if (v != std::floor(v) || v < 0 || v >= double(1 << 30))
+      throw ConfigError(fmt::format("{}: prompt_tokens: '{}' is not a token id", where, id));
+    ids.push_back(model::Token(v));
+  }
+  if (ids.size() != size_t(prompt_len))
+    throw ConfigError(fmt::format("{}: prompt_tokens has {} ids, prompt_len says {}", where, ids.size(), prompt_len));
+  return ids;
+}
+
+}  // namespace
+
 std::vector<Request> load_trace(const std::string& path) {
   std::ifstream in(path);
-  if (!in) throw ConfigError(fmt::format("--trace-file {}: cannot open", path));
+  if (!in) throw ConfigError(fmt::format("--workload {}: cannot open", path));
   std::string line;
-  if (!std::getline(in, line) || line.rfind("arrival_s,prompt_len,output_len", 0) != 0)
-    throw ConfigError(fmt::format("--trace-file {}: line 1 must be arrival_s,prompt_len,output_len", path));
+  const std::string header = "arrival_s,prompt_len,output_len";
+  if (!std::getline(in, line)) line.clear();
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  if (line != header && line != header + ",prompt_tokens")
+    throw ConfigError(fmt::format("--workload {}: line 1 must be {}[,prompt_tokens]", path, header));
+  const size_t fields = line == header ? 3 : 4;
   std::vector<Request> out;
   for (int no = 2; std::getline(in, line); ++no) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty()) continue;
-    const std::string where = fmt::format("--trace-file {} line {}", path, no);
+    const std::string where = fmt::format("--workload {} line {}", path, no);
     const std::vector<std::string> f = split(line, ',');
-    if (f.size() != 3) throw ConfigError(where + ": expected 3 comma-separated fields");
-    Request r{static_cast<int>(out.size()), number(f[0], where), length(f[1], where), length(f[2], where)};
+    if (f.size() != fields) throw ConfigError(fmt::format("{}: expected {} comma-separated fields", where, fields));
+    Request r{static_cast<int>(out.size()), number(f[0], where), length(f[1], where), length(f[2], where), {}};
     if (r.arrival_s < 0 || (!out.empty() && r.arrival_s < out.back().arrival_s))
       throw ConfigError(where + ": arrivals must be non-negative and not decrease");
+    if (fields == 4) r.prompt = prompt_ids(f[3], r.prompt_len, where);
     out.push_back(r);
   }
-  if (out.empty()) throw ConfigError(fmt::format("--trace-file {}: no requests", path));
+  if (out.empty()) throw ConfigError(fmt::format("--workload {}: no requests", path));
   return out;
 }
 

@@ -4,7 +4,7 @@
 // A workload is drawn from an arrival process and two length distributions,
 // all from counter-based random streams of one seed (model/rng.h), so the same
 // flags give the same requests on every host; or it is read from a trace file
-// of (arrival_s, prompt_len, output_len) rows.
+// of (arrival_s, prompt_len, output_len[, prompt_tokens]) rows.
 //
 //   arrival   poisson:RATE   exponential gaps, RATE requests per second
 //             burst          every request at time 0 (a saturation test)
@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "model/kernels.h"
+
 namespace shardlab::serve {
 
 struct Request {
@@ -30,6 +32,7 @@ struct Request {
   double arrival_s = 0;
   int prompt_len = 1;
   int output_len = 1;  // tokens generated, the first one by the prefill
+  std::vector<model::Token> prompt;  // prompt_len ids, or empty (lengths only)
 };
 
 struct LengthDist {
@@ -50,8 +53,15 @@ Arrival parse_arrival(const std::string& text);  // --arrival
 std::vector<Request> make_workload(int n, const Arrival& arrival, const LengthDist& prompt,
                                    const LengthDist& output, uint64_t seed);
 
+// Gives every request without prompt ids prompt_len ids drawn uniformly
+// from [0, vocab) (a stream of `seed`, a pure function of the request's id
+// and position), so a workload of lengths can run on a model's values.
+void draw_prompts(std::vector<Request>& requests, int vocab, uint64_t seed);
+
 // A CSV trace: a header line `arrival_s,prompt_len,output_len`, then one row
-// per request; arrivals must not decrease. ConfigError with the line number.
+// per request; arrivals must not decrease. A fourth column `prompt_tokens`
+// (the header says so) gives each prompt's ids separated by spaces, as many
+// as prompt_len. ConfigError with the line number.
 std::vector<Request> load_trace(const std::string& path);
 
 }  // namespace shardlab::serve

@@ -44,11 +44,11 @@ TEST(ServeClusterStep, OneSequenceTakesGeneratesTimes) {
   ClusterStepExecutor ex(c, {m, 1, 1, 1});
   const BatchEntry prefill{0, 10, 0}, decode1{0, 1, 10}, decode2{0, 1, 11};
   ex.begin_step(0, 0);
-  const double t0 = ex.step_seconds({&prefill, 1});
+  const double t0 = ex.run_step({&prefill, 1}).seconds;
   ex.begin_step(0, t0);
-  const double t1 = ex.step_seconds({&decode1, 1});
+  const double t1 = ex.run_step({&decode1, 1}).seconds;
   ex.begin_step(0, t0 + t1);
-  const double t2 = ex.step_seconds({&decode2, 1});
+  const double t2 = ex.run_step({&decode2, 1}).seconds;
   ex.finish();
   std::printf("prefill %.9f s (generate %.9f), decodes %.9f %.9f (generate %.9f %.9f)\n", t0, to_seconds(r.ttft), t1,
               t2, to_seconds(r.decode_steps[0]), to_seconds(r.decode_steps[1]));
@@ -74,7 +74,7 @@ TEST(ServeClusterStep, SequencesLiveAcrossStepsAndTimesRepeat) {
     for (size_t i = 0; i < steps.size(); ++i) {
       if (i == 3) ex.release(1);  // preempted: recomputed from nothing
       ex.begin_step(0, now);
-      t.push_back(ex.step_seconds(steps[i]));
+      t.push_back(ex.run_step(steps[i]).seconds);
       now += t.back() + idle;
     }
     ex.finish();
@@ -84,6 +84,37 @@ TEST(ServeClusterStep, SequencesLiveAcrossStepsAndTimesRepeat) {
   ASSERT_EQ(a.size(), 4u);
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "step " << i;
   EXPECT_GT(a[0], a[1]);  // 13 tokens of prefill against 2 of decode
+}
+
+// Folded (tp rank 0 plays its tp peers, one thread per stage), the same
+// steps take the same times and the plan measures the same bytes.
+TEST(ServeClusterStep, FoldedTpPeersGiveTheUnfoldedTimes) {
+  const model::GPTConfig m = small_model();
+  for (const auto& [tp, pp] : {std::pair{4, 1}, std::pair{2, 2}}) {
+    auto run = [&](bool fold, int* threads) {
+      Cluster c = cluster_of(tp * pp);
+      ReplicaShape shape{m, tp, pp, 1};
+      shape.fold = fold;
+      ClusterStepExecutor ex(c, shape);
+      const ReplicaPlan p = ex.plan(32);
+      std::vector<double> t = {p.kv_bytes_per_token.back(), double(p.activation_bytes.back())};
+      const std::vector<std::vector<BatchEntry>> steps = {{{0, 8, 0}, {1, 5, 0}}, {{0, 1, 8}, {1, 1, 5}}, {{0, 1, 9}}};
+      double now = 0;
+      for (const auto& batch : steps) {
+        ex.begin_step(0, now);
+        t.push_back(ex.run_step(batch).seconds);
+        now += t.back();
+      }
+      *threads = ex.running_devices();
+      ex.finish();
+      return t;
+    };
+    int folded_threads = 0, threads = 0;
+    const std::vector<double> a = run(true, &folded_threads), b = run(false, &threads);
+    EXPECT_EQ(folded_threads, pp) << "tp " << tp << " pp " << pp;
+    EXPECT_EQ(threads, tp * pp);
+    EXPECT_EQ(a, b) << "tp " << tp << " pp " << pp;
+  }
 }
 
 TEST(ServeClusterStep, PlanMeasuresWeightsActivationsAndKvPerToken) {

@@ -16,11 +16,11 @@ namespace {
 struct LinearStep final : StepExecutor {
   double a = 1.0, b = 0.01;
   std::vector<std::vector<BatchEntry>> batches;
-  double step_seconds(std::span<const BatchEntry> batch) override {
+  StepOutcome run_step(std::span<const BatchEntry> batch) override {
     batches.emplace_back(batch.begin(), batch.end());
     int tokens = 0;
     for (const BatchEntry& e : batch) tokens += e.new_tokens;
-    return a + b * tokens;
+    return {a + b * tokens, {}};
   }
 };
 

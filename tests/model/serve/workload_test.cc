@@ -116,6 +116,15 @@ TEST(ServeWorkload, TraceFileRowsAreRequests) {
   EXPECT_EQ(w[2].id, 2);
 }
 
+TEST(ServeWorkload, TraceFileRowsMayCarryPromptTokens) {
+  const auto w = load_trace(write_file("serve_trace_ids.csv",
+                                       "arrival_s,prompt_len,output_len,prompt_tokens\n0,3,2,5 6 7\n0.5,1,4, 9 \n"));
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_EQ(w[0].prompt, (std::vector<model::Token>{5, 6, 7}));
+  EXPECT_EQ(w[1].prompt, (std::vector<model::Token>{9}));
+  EXPECT_EQ(w[1].output_len, 4);
+}
+
 TEST(ServeWorkload, BadTraceFilesNameTheLine) {
   const std::pair<const char*, const char*> cases[] = {
       {"time,p,o\n0,1,1\n", "line 1"},
@@ -124,6 +133,11 @@ TEST(ServeWorkload, BadTraceFilesNameTheLine) {
       {"arrival_s,prompt_len,output_len\n0,0,1\n", "line 2"},
       {"arrival_s,prompt_len,output_len\n-1,4,1\n", "line 2"},
       {"arrival_s,prompt_len,output_len\n", "no requests"},
+      {"arrival_s,prompt_len,output_len,prompt_tokens\n0,2,1,5\n", "prompt_len says 2"},
+      {"arrival_s,prompt_len,output_len,prompt_tokens\n0,2,1,5 x\n", "line 2"},
+      {"arrival_s,prompt_len,output_len,prompt_tokens\n0,2,1,5 -1\n", "not a token id"},
+      {"arrival_s,prompt_len,output_len,prompt_tokens\n0,2,1\n", "4 comma-separated"},
+      {"arrival_s,prompt_len,output_len\n0,2,1,5 6\n", "3 comma-separated"},
   };
   for (const auto& [text, want] : cases) {
     const std::string e = testing::config_error_of([&] { load_trace(write_file("bad_trace.csv", text)); });

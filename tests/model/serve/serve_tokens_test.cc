@@ -1,0 +1,153 @@
+// Serving on the model's values: under continuous batching (several
+// requests at once, arrivals while others decode, chunked prefill, a cache
+// small enough to preempt and recompute) every request's tokens equal those
+// `generate` produces for its prompt alone (greedy), unsharded and under
+// tp 2, pp 2 and, for an MoE model, ep 2.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "model/serve/cluster_step.h"
+#include "model/serve/serving.h"
+#include "tests/model/infer/infer_test_util.h"
+
+namespace shardlab::serve {
+namespace {
+
+using model::Token;
+
+// Forwards to the cluster executor and counts what the scheduler asked: the
+// test must see chunks that sample nothing.
+struct Recording final : StepExecutor {
+  explicit Recording(ClusterStepExecutor& ex) : ex(ex) {}
+  StepOutcome run_step(std::span<const BatchEntry> batch) override {
+    for (const BatchEntry& e : batch) {
+      chunks_without_token += e.samples ? 0 : 1;
+      tokens_fed += int64_t(e.tokens.size());
+      new_tokens += e.new_tokens;
+    }
+    return ex.run_step(batch);
+  }
+  void begin_step(int replica, double now_s) override { ex.begin_step(replica, now_s); }
+  void release(int seq) override { ex.release(seq); }
+  ClusterStepExecutor& ex;
+  int chunks_without_token = 0;
+  int64_t tokens_fed = 0, new_tokens = 0;
+};
+
+// Five requests of 5..14 prompt tokens and 5..10 new ones: three at once,
+// two arriving while they decode (a step of this model takes about 0.5 ms).
+std::vector<Request> workload(int vocab) {
+  std::vector<Request> r = {{0, 0, 9, 8, {}},      {1, 0, 14, 6, {}},    {2, 0, 5, 10, {}},
+                            {3, 0.002, 11, 5, {}}, {4, 0.003, 7, 9, {}}};
+  draw_prompts(r, vocab, 21);
+  return r;
+}
+
+struct Split {
+  int tp = 1, pp = 1, ep = 1;
+  std::string name() const { return fmt::format("tp {} pp {} ep {}", tp, pp, ep); }
+};
+
+struct Served {
+  ReplicaResult result;
+  int chunks_without_token = 0;
+  int64_t tokens_fed = 0, new_tokens = 0;
+};
+
+Served serve_on_values(const model::GPTConfig& c, const model::SafetensorsFile& init, Split s,
+                       const SchedulerOptions& o, const std::vector<Request>& reqs) {
+  ClusterOptions co;
+  co.world_size = s.tp * s.pp * s.ep;
+  Cluster cluster(load_profile("a100-nvlink"), co);
+  ClusterStepExecutor ex(cluster, {c, s.tp, s.pp, s.ep, /*phantom=*/false, 1, &init});
+  Recording rec(ex);
+  Served out{simulate_replica(reqs, o, rec), 0, 0, 0};
+  ex.finish();
+  out.chunks_without_token = rec.chunks_without_token;
+  out.tokens_fed = rec.tokens_fed;
+  out.new_tokens = rec.new_tokens;
+  return out;
+}
+
+// generate() of one request's prompt alone, unsharded.
+std::vector<Token> alone(const model::GPTConfig& c, const model::SafetensorsFile& init, const Request& r) {
+  infer::GenerateOptions o;
+  o.model = c;
+  o.init = &init;
+  o.prompt = r.prompt;
+  o.max_new_tokens = r.output_len;
+  return infer::testing::run_generate(o).tokens;
+}
+
+void expect_generates_tokens(bool moe, const std::vector<Split>& splits) {
+  const model::GPTConfig c = infer::testing::small_config(moe);
+  model::GPT<float> ref(c, 7);
+  infer::testing::perturb(ref);
+  const model::SafetensorsFile init = infer::testing::as_checkpoint(ref);
+  const std::vector<Request> reqs = workload(c.token_vocab());
+  std::vector<std::vector<Token>> want;
+  for (const Request& r : reqs) want.push_back(alone(c, init, r));
+  // 8 blocks of 4 tokens against 79 tokens the requests hold at their end;
+  // at most 6 prefill tokens a step.
+  SchedulerOptions o;
+  o.kv_blocks = 8;
+  o.kv_block = 4;
+  o.chunked_prefill = 6;
+  for (const Split& s : splits) {
+    const Served got = serve_on_values(c, init, s, o, reqs);
+    std::printf("%s%s: %lld steps, %lld preemptions, %d chunks without a token, %lld token ids fed\n",
+                moe ? "MoE " : "", s.name().c_str(), (long long)got.result.steps,
+                (long long)got.result.preemptions, got.chunks_without_token, (long long)got.tokens_fed);
+    EXPECT_GT(got.result.preemptions, 0) << s.name();
+    EXPECT_GT(got.chunks_without_token, 0) << s.name();
+    EXPECT_EQ(got.tokens_fed, got.new_tokens) << s.name();  // every new token carried its id
+    ASSERT_EQ(got.result.requests.size(), reqs.size());
+    for (size_t i = 0; i < reqs.size(); ++i)
+      EXPECT_EQ(got.result.requests[i].tokens, want[i]) << s.name() << ", request " << i;
+  }
+}
+
+TEST(ServeTokens, ContinuousBatchingGivesEachRequestGeneratesTokens) {
+  expect_generates_tokens(false, {{1, 1, 1}, {2, 1, 1}, {1, 2, 1}, {2, 2, 1}});
+}
+
+TEST(ServeTokens, MoeUnderExpertParallelismGivesGeneratesTokens) {
+  expect_generates_tokens(true, {{1, 1, 1}, {1, 1, 2}});
+}
+
+// Static batching reserves every request's whole KV: no preemption, no
+// chunks; the tokens are generate's too.
+TEST(ServeTokens, StaticBatchingGivesGeneratesTokens) {
+  const model::GPTConfig c = infer::testing::small_config(false);
+  model::GPT<float> ref(c, 7);
+  infer::testing::perturb(ref);
+  const model::SafetensorsFile init = infer::testing::as_checkpoint(ref);
+  const std::vector<Request> reqs = workload(c.token_vocab());
+  SchedulerOptions o;
+  o.batching = Batching::kStatic;
+  o.kv_blocks = 40;
+  o.kv_block = 4;
+  const Served got = serve_on_values(c, init, {2, 1, 1}, o, reqs);
+  for (size_t i = 0; i < reqs.size(); ++i)
+    EXPECT_EQ(got.result.requests[i].tokens, alone(c, init, reqs[i])) << "request " << i;
+}
+
+TEST(ServeTokens, DrawnPromptsAreInTheVocabularyAndRepeat) {
+  const std::vector<Request> a = workload(100), b = workload(100);
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].prompt.size(), size_t(a[i].prompt_len));
+    EXPECT_EQ(a[i].prompt, b[i].prompt);
+    for (Token t : a[i].prompt) {
+      ASSERT_GE(t, 0);
+      ASSERT_LT(t, 100);
+    }
+  }
+  EXPECT_NE(std::vector<Token>(a[0].prompt.begin(), a[0].prompt.begin() + 5), a[2].prompt);  // not one stream
+}
+
+}  // namespace
+}  // namespace shardlab::serve
