@@ -28,10 +28,10 @@ void publish_step0_grads(parallel::LocalModel& model, const parallel::DataParall
                          const collectives::Coords& coords, const model::ParamTable& table,
                          TrainResult& result) {
   auto grads = model.grads();
-  if (dp.sharded_grads()) {  // with ZeRO-2 each dp rank holds the reduced gradient of its own chunks only
+  if (dp.sharded_grads()) {  // (cp ranks own chunks of their own: they write them)  // with ZeRO-2 each dp rank holds the reduced gradient of its own chunks only
     if (dp.replica_rank() != 0) return;  // HSDP: the first replica writes them
     scatter_to_global(model, grads, coords, table, result.step0_grads, &dp.owned());
-  } else if (coords.edp == 0) {
+  } else if (coords.edp == 0 && coords.cp == 0) {  // cp ranks hold the same reduced gradients
     scatter_to_global(model, grads, coords, table, result.step0_grads, nullptr,
                       coords.dp == 0 ? kAll : kExpertsOnly);
   }
@@ -42,6 +42,7 @@ void publish_params(parallel::LocalModel& model, const collectives::DeviceMesh& 
                     const model::ParamTable& table) {
   auto params = model.params();
   const collectives::Coords coords = mesh.coords(rank);
+  if (coords.cp != 0) return;  // the cp ranks of a replica hold the same parameters
   // Replica d is the model as dp rank d's ep group holds it: every member
   // writes its experts into each of the group's replicas.
   scatter_to_global(model, params, coords, table, result.replicas[size_t(coords.dp)], nullptr, kAll);

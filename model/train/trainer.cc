@@ -83,6 +83,7 @@ nlohmann::json TrainOptions::to_json() const {
            {{"dp", parallel.dp}, {"tp", parallel.tp}, {"sp", parallel.sp}, {"zero", parallel.zero},
             {"reshard_after_forward", parallel.reshard_after_forward}, {"prefetch", parallel.prefetch}, {"hsdp", parallel.hsdp},
             {"bucket_mb", parallel.bucket_mb}, {"overlap", parallel.overlap}, {"ep", parallel.ep}, {"pp", parallel.pp},
+            {"cp", parallel.cp}, {"cp_comm", parallel::cp_comm_name(parallel.cp_comm)},
             {"schedule", parallel::schedule_name(parallel.schedule)}, {"vpp", parallel.vpp},
             {"pp_layers", parallel.stage_layers}, {"recompute", parallel::recompute_name(parallel.recompute)}}}};
 }
@@ -128,6 +129,30 @@ void check_init(const model::SafetensorsFile& f, const model::ParamTable& table)
 
 }  // namespace
 
+namespace {
+
+// --cp: two chunks of every sequence on each cp rank, and what it does not compose with.
+void validate_context_parallel(const TrainOptions& o) {
+  const ParallelOptions& p = o.parallel;
+  const int T = o.model.block_size;
+  auto require = [](bool ok, const std::string& what) {
+    if (!ok) throw ConfigError(what);
+  };
+  require(p.cp >= 1, fmt::format("--cp must be at least 1 (got {})", p.cp));
+  if (p.cp == 1) return;
+  require(T % (2 * p.cp) == 0,
+          fmt::format("--seq {} is not divisible by 2 x --cp {} (two chunks per cp rank)", T, p.cp));
+  require(!p.sp || (T / p.cp) % p.tp == 0,
+          fmt::format("--seq {} / --cp {} is not divisible by --tp {} with --sp", T, p.cp, p.tp));
+  require(!(o.model.is_moe() && o.model.capacity_factor > 0),
+          "--cp with --capacity-factor is not supported (capacity drops follow the unsharded token order)");
+  require(o.checkpoint_dir.empty() && o.resume_dir.empty(),
+          "--cp with --checkpoint-dir or --resume is not supported");
+  require(p.hsdp == 0, "--cp with --hsdp is not supported");
+}
+
+}  // namespace
+
 void validate_parallel(const TrainOptions& o) {
   const ParallelOptions& p = o.parallel;
   const model::GPTConfig& m = o.model;
@@ -151,6 +176,7 @@ void validate_parallel(const TrainOptions& o) {
           fmt::format("--batch {} is not divisible by --micro-batches {} x --dp {}", m.batch_size,
                       o.micro_batches, p.dp));
   parallel::check_pipeline_config(p.schedule, p.pp, o.micro_batches, p.vpp);
+  validate_context_parallel(o);
   parallel::check_parallel_shape(m, {p.tp, p.sp, p.pp, p.vpp, p.stage_layers, p.ep, p.dp});
   if (p.custom_schedule) {
     require(int(p.custom_schedule->size()) == p.pp,
@@ -167,9 +193,9 @@ void validate_parallel(const TrainOptions& o) {
 
 bool runs_sharded(const TrainOptions& o) {
   const ParallelOptions& p = o.parallel;
-  const bool global_routing = o.model.is_moe() && p.dp > 1 && (p.ep > 1 || o.model.capacity_factor > 0);
+  const bool global_routing = o.model.is_moe() && p.data_ranks() > 1 && (p.ep > 1 || o.model.capacity_factor > 0);
   const bool split_backward = !p.custom_schedule && parallel::splits_backward(p.schedule);  // B and W apart
-  return p.pp > 1 || p.tp > 1 || p.ep > 1 || global_routing || p.recompute != parallel::Recompute::kNone || p.zero == 3 ||
+  return p.pp > 1 || p.tp > 1 || p.cp > 1 || p.ep > 1 || global_routing || p.recompute != parallel::Recompute::kNone || p.zero == 3 ||
          split_backward || o.phantom;  // the unsharded reference computes on real buffers
 }
 
@@ -253,6 +279,7 @@ TrainResult sized_result(const TrainOptions& o, const model::ParamTable& table, 
   r.moe.assign(world, {});
   r.a2a_time.assign(world, 0);
   if (o.parallel.zero == 3) r.fsdp.assign(world, {});
+  if (o.parallel.cp > 1) r.cp.assign(world, {});
   r.first_step_spans.assign(world, {});
   r.phases.assign(world, std::vector<PhaseRecord>(size_t(o.steps)));
   if (o.phantom) return r;  // no parameter values to gather
@@ -348,7 +375,7 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
   o.validate();
   validate_parallel(o);
   if (cluster.world_size() != o.parallel.world())
-    throw ConfigError(fmt::format("--dp x --tp x --pp = {} devices but the cluster has {}", o.parallel.world(),
+    throw ConfigError(fmt::format("--dp x --tp x --pp x --cp = {} devices but the cluster has {}", o.parallel.world(),
                                   cluster.world_size()));
   const uint64_t capacity =
       cluster.options().memory_bytes ? cluster.options().memory_bytes : cluster.profile().memory_bytes();

@@ -1,0 +1,183 @@
+#include "model/parallel/context/cp_attention.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "collectives/collectives.h"
+#include "runtime/errors.h"
+
+namespace shardlab::parallel {
+
+namespace coll = collectives;
+
+namespace {
+
+constexpr Tag kRingTag = 0x4350'5247'0000'0000ull;  // "CPRG"
+
+BlockDims block_dims(const TpDims& d) { return {d.B, d.T, d.NHl(), d.HS()}; }
+
+// The chunk (of 2·cp) that half `h` (0, 1) of cp rank `rank`'s tokens holds.
+int chunk_of(int rank, int half, int cp) { return half == 0 ? rank : 2 * cp - 1 - rank; }
+
+// Every (my half, block half) pair with keys not later than the queries.
+template <typename F>
+void for_pairs(int me, int src, const TpDims& d, F&& f) {
+  const int64_t len = d.T / 2;
+  for (int hq = 0; hq < 2; ++hq)
+    for (int hk = 0; hk < 2; ++hk) {
+      const int q = chunk_of(me, hq, d.cp), k = chunk_of(src, hk, d.cp);
+      if (k <= q) f(ChunkPair{hq * len, hk * len, len, k == q});
+    }
+}
+
+OpCost copy_cost(int64_t n, int elem) { return OpCost{double(n), 2.0 * double(n) * elem}; }
+
+}  // namespace
+
+CpComm parse_cp_comm(const std::string& text) {
+  if (text == "ring") return CpComm::kRing;
+  if (text == "allgather") return CpComm::kAllGather;
+  throw ConfigError(fmt::format("--cp-comm must be ring or allgather (got '{}')", text));
+}
+
+const char* cp_comm_name(CpComm c) { return c == CpComm::kRing ? "ring" : "allgather"; }
+
+void CpAttention::pack_kv(float* kv, const float* qkv, const TpDims& d, const TpContext& c) const {
+  const int64_t N = d.N(), Cl = d.Cl();
+  for (int64_t n = 0; c.ex.math() && n < N; ++n)
+    std::copy_n(qkv + n * 3 * Cl + Cl, 2 * Cl, kv + n * 2 * Cl);
+  c.ex.op("attn.cp.kv_pack", copy_cost(N * 2 * Cl, c.ex.elem));
+}
+
+void CpAttention::send_next(const float* data, int64_t n, const TpContext& c) const {
+  const int next = cp_.members()[size_t((cp_.rank() + 1) % cp_.size())];
+  const uint64_t bytes = uint64_t(n) * uint64_t(c.ex.elem);
+  c.dev->isend(c.dev->comm(), next, kRingTag + tag_,
+               {reinterpret_cast<const std::byte*>(data), data ? size_t(n) * sizeof(float) : 0}, bytes);
+  sent_bytes_ += bytes;
+}
+
+void CpAttention::recv_prev(float* into, int64_t n, const TpContext& c) const {
+  const int prev = cp_.members()[size_t((cp_.rank() + cp_.size() - 1) % cp_.size())];
+  Message m = c.dev->recv(c.dev->comm(), prev, kRingTag + tag_++);
+  const size_t expected = into ? size_t(n) * sizeof(float) : 0;  // phantom: no payload
+  SHARDLAB_CHECK(m.payload.size() == expected,
+                 fmt::format("cp ring: device {} sent {} bytes, expected {}", prev, m.payload.size(), expected));
+  if (into) std::memcpy(into, m.payload.data(), m.payload.size());
+}
+
+void CpAttention::join_compute(const TpContext& c) const {
+  const Time before = c.dev->compute().now();
+  c.dev->compute().wait(c.dev->comm().record());
+  exposed_ += c.dev->compute().now() - before;
+}
+
+void CpAttention::gather_kv(const float* qkv, const TpDims& d, const TpContext& c) const {
+  const int64_t n = d.N() * 2 * d.Cl();
+  kv_.assign(size_t(n), 0.0f);
+  all_kv_.assign(size_t(n) * size_t(cp_.size()), 0.0f);
+  pack_kv(kv_.data(), qkv, d, c);
+  const Time before = c.dev->compute().now();
+  coll::all_gather(*c.dev, cp_, coll::ConstBuffer(kv_.data(), size_t(n)),
+                   coll::Buffer(all_kv_.data(), all_kv_.size()), c.on_compute());
+  exposed_ += c.dev->compute().now() - before;
+}
+
+void CpAttention::forward_block(const float* qkv, const float* kv, int src, const TpDims& d,
+                                const TpContext& c) const {
+  const BlockDims bd = block_dims(d);
+  for_pairs(cp_.rank(), src, d, [&](const ChunkPair& p) {
+    if (c.ex.math()) block_attention_forward(acc_.data(), m_.data(), l_.data(), qkv, kv, bd, p);
+    c.ex.op(p.diagonal ? "attn.cp.fwd.diagonal" : "attn.cp.fwd",
+            block_attention_forward_cost(bd, p.len, p.diagonal, c.ex.elem));
+  });
+}
+
+void CpAttention::forward(float* atty, float* att, const float* qkv, const TpDims& d,
+                          const TpContext& c) const {
+  SHARDLAB_CHECK(d.cp == cp_.size() && d.cp_rank == cp_.rank() && d.T % 2 == 0, "cp attention: dims");
+  const int64_t n = d.N() * 2 * d.Cl(), rows = int64_t{d.B} * d.NHl() * d.T;
+  acc_.assign(size_t(d.N() * d.Cl()), 0.0f);
+  m_.assign(size_t(rows), -std::numeric_limits<float>::infinity());
+  l_.assign(size_t(rows), 0.0f);
+  const int P = cp_.size(), me = cp_.rank();
+  if (comm_ == CpComm::kAllGather) {
+    gather_kv(qkv, d, c);
+    for (int j = 0; j < P; ++j) forward_block(qkv, all_kv_.data() + (all_kv_.data() ? j * n : 0), j, d, c);
+  } else {
+    kv_.assign(size_t(n), 0.0f);
+    kv_next_.assign(size_t(n), 0.0f);
+    pack_kv(kv_.data(), qkv, d, c);
+    c.dev->comm().wait(c.dev->compute().record());  // the block exists once compute made it
+    for (int s = 0; s < P; ++s) {
+      if (s + 1 < P) send_next(kv_.data(), n, c);  // overlaps this block's pairs
+      forward_block(qkv, kv_.data(), (me - s + P) % P, d, c);
+      if (s + 1 == P) break;
+      recv_prev(kv_next_.data(), n, c);
+      join_compute(c);
+      std::swap(kv_, kv_next_);
+    }
+  }
+  if (c.ex.math()) block_attention_finish(atty, att, acc_.data(), m_.data(), l_.data(), block_dims(d));
+  c.ex.op("attn.cp.finish", copy_cost(d.N() * d.Cl(), c.ex.elem));
+}
+
+void CpAttention::backward_block(float* dqkv, float* dkv, const float* datty, const float* qkv,
+                                 const float* kv, const float* lse, int src, const TpDims& d,
+                                 const TpContext& c) const {
+  const BlockDims bd = block_dims(d);
+  for_pairs(cp_.rank(), src, d, [&](const ChunkPair& p) {
+    if (c.ex.math()) block_attention_backward(dqkv, dkv, datty, qkv, kv, lse, delta_.data(), bd, p);
+    c.ex.op(p.diagonal ? "attn.cp.bwd.diagonal" : "attn.cp.bwd",
+            block_attention_backward_cost(bd, p.len, p.diagonal, c.ex.elem));
+  });
+}
+
+void CpAttention::backward(float* dqkv, const float* datty, const float* qkv, const float* atty,
+                           const float* att, const TpDims& d, const TpContext& c) const {
+  const int64_t N = d.N(), Cl = d.Cl(), n = N * 2 * Cl;
+  const int P = cp_.size(), me = cp_.rank();
+  delta_.assign(size_t(int64_t{d.B} * d.NHl() * d.T), 0.0f);
+  if (c.ex.math()) block_attention_delta(delta_.data(), datty, atty, block_dims(d));
+  c.ex.op("attn.cp.delta", OpCost{2.0 * double(N * Cl), 2.0 * double(N * Cl) * c.ex.elem});
+  if (comm_ == CpComm::kAllGather) {
+    gather_kv(qkv, d, c);
+    all_dkv_.assign(all_kv_.size(), 0.0f);
+    for (int j = 0; j < P; ++j) {
+      const int64_t at = all_kv_.data() ? j * n : 0;
+      backward_block(dqkv, all_dkv_.data() + (all_dkv_.data() ? at : 0), datty, qkv, all_kv_.data() + at,
+                     att, j, d, c);
+    }
+    dkv_.assign(size_t(n), 0.0f);
+    const Time before = c.dev->compute().now();
+    coll::reduce_scatter(*c.dev, cp_, coll::ConstBuffer(all_dkv_.data(), all_dkv_.size()),
+                         coll::Buffer(dkv_.data(), size_t(n)), coll::ReduceOp::kSum, c.on_compute());
+    exposed_ += c.dev->compute().now() - before;
+  } else {
+    for (auto* b : {&kv_, &kv_next_, &dkv_, &dkv_next_}) b->assign(size_t(n), 0.0f);
+    pack_kv(kv_.data(), qkv, d, c);
+    c.dev->comm().wait(c.dev->compute().record());
+    for (int s = 0; s < P; ++s) {
+      if (s + 1 < P) send_next(kv_.data(), n, c);
+      backward_block(dqkv, dkv_.data(), datty, qkv, kv_.data(), att, (me - s + P) % P, d, c);
+      if (s + 1 < P) recv_prev(kv_next_.data(), n, c);
+      // The block's dK/dV partial goes on with it; after the last step it
+      // reaches its owner, and this rank receives its own.
+      c.dev->comm().wait(c.dev->compute().record());
+      send_next(dkv_.data(), n, c);
+      recv_prev(dkv_next_.data(), n, c);
+      join_compute(c);
+      std::swap(kv_, kv_next_);
+      std::swap(dkv_, dkv_next_);
+    }
+  }
+  for (int64_t r = 0; c.ex.math() && r < N; ++r)
+    for (int64_t j = 0; j < 2 * Cl; ++j) dqkv[r * 3 * Cl + Cl + j] += dkv_[size_t(r * 2 * Cl + j)];
+  c.ex.op("attn.cp.dkv_add", OpCost{double(n), 3.0 * double(n) * c.ex.elem});
+}
+
+}  // namespace shardlab::parallel
