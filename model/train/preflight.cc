@@ -145,7 +145,7 @@ MemoryEstimate estimate_memory(const TrainOptions& o, int elem) {
     e.devices.push_back(m);
   }
   e.host_bytes +=
-      uint64_t(p.dp + 1) * uint64_t(table.numel()) * 4;  // the gathered replicas and the result
+      uint64_t(p.data_ranks() + 1) * uint64_t(table.numel()) * 4;  // the gathered replicas and the result
   return e;
 }
 

@@ -139,6 +139,7 @@ void validate_context_parallel(const TrainOptions& o) {
     if (!ok) throw ConfigError(what);
   };
   require(p.cp >= 1, fmt::format("--cp must be at least 1 (got {})", p.cp));
+  require(p.cp > 1 || p.cp_comm == parallel::CpComm::kRing, "--cp-comm allgather needs --cp > 1");
   if (p.cp == 1) return;
   require(T % (2 * p.cp) == 0,
           fmt::format("--seq {} is not divisible by 2 x --cp {} (two chunks per cp rank)", T, p.cp));
@@ -283,7 +284,7 @@ TrainResult sized_result(const TrainOptions& o, const model::ParamTable& table, 
   r.first_step_spans.assign(world, {});
   r.phases.assign(world, std::vector<PhaseRecord>(size_t(o.steps)));
   if (o.phantom) return r;  // no parameter values to gather
-  r.replicas.assign(size_t(o.parallel.dp), std::vector<float>(size_t(table.numel()), 0.0f));
+  r.replicas.assign(size_t(o.parallel.data_ranks()), std::vector<float>(size_t(table.numel()), 0.0f));
   if (o.keep_step0_grads) r.step0_grads.assign(size_t(table.numel()), 0.0f);
   if (o.parallel.last_stage_rank() != 0) r.tied_copy.assign(size_t(table.at("transformer.wte.weight").numel), 0.0f);
   return r;
@@ -317,15 +318,19 @@ void note_mismatch(TrainResult& r, const std::string& where, float a, float b) {
   r.replica_max_diff = std::max(r.replica_max_diff, std::isnan(a - b) ? INFINITY : std::abs(double(a) - b));
 }
 
-// Data-parallel replicas and the last stage's tied copy must equal dp rank
-// 0's parameters bit for bit; the first difference is named.
-void check_replicas(TrainResult& result, const model::ParamTable& table) {
+// Data-parallel replicas (and the cp ranks of each, replica d·cp + c) and the
+// last stage's tied copy must equal dp rank 0's parameters bit for bit; the
+// first difference is named.
+void check_replicas(TrainResult& result, const model::ParamTable& table, int cp) {
   result.final_params = std::move(result.replicas[0]);
-  for (size_t r = 1; r < result.replicas.size(); ++r)
+  for (size_t r = 1; r < result.replicas.size(); ++r) {
+    const std::string where = cp > 1 ? fmt::format(" on dp rank {} cp rank {}", int(r) / cp, int(r) % cp)
+                                     : " on dp rank " + std::to_string(r);
     for (const auto& s : table.specs())
       for (int64_t i = 0; i < s.numel; ++i)
-        note_mismatch(result, s.name + " on dp rank " + std::to_string(r), result.replicas[r][size_t(s.offset + i)],
+        note_mismatch(result, s.name + where, result.replicas[r][size_t(s.offset + i)],
                       result.final_params[size_t(s.offset + i)]);
+  }
   result.replicas.clear();
   const int64_t wte = table.at("transformer.wte.weight").offset;
   for (size_t i = 0; i < result.tied_copy.size(); ++i)
@@ -420,7 +425,7 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
   unfold_results(fold, result);
   summarize_phases(mesh, result);
   summarize_moe(mesh, mc, result);
-  if (!o.phantom) check_replicas(result, table);
+  if (!o.phantom) check_replicas(result, table, o.parallel.cp);
   if (!o.save_path.empty()) write_file_atomic(o.save_path, checkpoint_bytes(o, result), "--save");
   return result;
 }

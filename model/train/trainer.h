@@ -178,7 +178,7 @@ struct TrainResult {
   // differs from dp rank 0's copy, and by how much (empty when they agree).
   std::string replica_mismatch;
   double replica_max_diff = 0;
-  std::vector<std::vector<float>> replicas;  // (dp) unsharded final params of each dp rank
+  std::vector<std::vector<float>> replicas;  // (dp·cp) unsharded final params of each dp (and cp) rank
   // Pipeline: the last stage's copy of the tied wte (it must equal the first stage's).
   std::vector<float> tied_copy;
   RunResult run;
