@@ -24,7 +24,7 @@
 #include "model/config.h"
 #include "model/io/data.h"
 #include "model/optimizer.h"
-#include "model/parallel/context/cp_attention.h"
+#include "model/parallel/context/cp_comm.h"
 #include "model/parallel/pipeline/executor.h"
 #include "model/parallel/recompute.h"
 #include "model/parallel/pipeline/schedule.h"

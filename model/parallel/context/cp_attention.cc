@@ -16,8 +16,6 @@ namespace coll = collectives;
 
 namespace {
 
-constexpr Tag kRingTag = 0x4350'5247'0000'0000ull;  // "CPRG"
-
 BlockDims block_dims(const TpDims& d) { return {d.B, d.T, d.NHl(), d.HS()}; }
 
 // The chunk (of 2·cp) that half `h` (0, 1) of cp rank `rank`'s tokens holds.
@@ -53,17 +51,17 @@ void CpAttention::pack_kv(float* kv, const float* qkv, const TpDims& d, const Tp
   c.ex.op("attn.cp.kv_pack", copy_cost(N * 2 * Cl, c.ex.elem));
 }
 
-void CpAttention::send_next(const float* data, int64_t n, const TpContext& c) const {
+void CpAttention::send_next(const float* data, int64_t n, Tag t, const TpContext& c) const {
   const int next = cp_.members()[size_t((cp_.rank() + 1) % cp_.size())];
   const uint64_t bytes = uint64_t(n) * uint64_t(c.ex.elem);
-  c.dev->isend(c.dev->comm(), next, kRingTag + tag_,
+  c.dev->isend(c.dev->comm(), next, t,
                {reinterpret_cast<const std::byte*>(data), data ? size_t(n) * sizeof(float) : 0}, bytes);
   sent_bytes_ += bytes;
 }
 
-void CpAttention::recv_prev(float* into, int64_t n, const TpContext& c) const {
+void CpAttention::recv_prev(float* into, int64_t n, Tag t, const TpContext& c) const {
   const int prev = cp_.members()[size_t((cp_.rank() + cp_.size() - 1) % cp_.size())];
-  Message m = c.dev->recv(c.dev->comm(), prev, kRingTag + tag_++);
+  Message m = c.dev->recv(c.dev->comm(), prev, t);
   const size_t expected = into ? size_t(n) * sizeof(float) : 0;  // phantom: no payload
   SHARDLAB_CHECK(m.payload.size() == expected,
                  fmt::format("cp ring: device {} sent {} bytes, expected {}", prev, m.payload.size(), expected));
@@ -104,26 +102,32 @@ void CpAttention::forward(float* atty, float* att, const float* qkv, const TpDim
   acc_.assign(size_t(d.N() * d.Cl()), 0.0f);
   m_.assign(size_t(rows), -std::numeric_limits<float>::infinity());
   l_.assign(size_t(rows), 0.0f);
-  const int P = cp_.size(), me = cp_.rank();
   if (comm_ == CpComm::kAllGather) {
     gather_kv(qkv, d, c);
-    for (int j = 0; j < P; ++j) forward_block(qkv, all_kv_.data() + (all_kv_.data() ? j * n : 0), j, d, c);
+    for (int j = 0; j < cp_.size(); ++j) forward_block(qkv, all_kv_.data() + (all_kv_.data() ? j * n : 0), j, d, c);
   } else {
-    kv_.assign(size_t(n), 0.0f);
-    kv_next_.assign(size_t(n), 0.0f);
-    pack_kv(kv_.data(), qkv, d, c);
-    c.dev->comm().wait(c.dev->compute().record());  // the block exists once compute made it
-    for (int s = 0; s < P; ++s) {
-      if (s + 1 < P) send_next(kv_.data(), n, c);  // overlaps this block's pairs
-      forward_block(qkv, kv_.data(), (me - s + P) % P, d, c);
-      if (s + 1 == P) break;
-      recv_prev(kv_next_.data(), n, c);
-      join_compute(c);
-      std::swap(kv_, kv_next_);
-    }
+    ring_forward(qkv, d, c);
   }
   if (c.ex.math()) block_attention_finish(atty, att, acc_.data(), m_.data(), l_.data(), block_dims(d));
   c.ex.op("attn.cp.finish", copy_cost(d.N() * d.Cl(), c.ex.elem));
+  ++call_;
+}
+
+void CpAttention::ring_forward(const float* qkv, const TpDims& d, const TpContext& c) const {
+  const int64_t n = d.N() * 2 * d.Cl();
+  const int P = cp_.size(), me = cp_.rank();
+  kv_.assign(size_t(n), 0.0f);
+  kv_next_.assign(size_t(n), 0.0f);
+  pack_kv(kv_.data(), qkv, d, c);
+  c.dev->comm().wait(c.dev->compute().record());  // the block exists once compute made it
+  for (int s = 0; s < P; ++s) {
+    if (s + 1 < P) send_next(kv_.data(), n, tag(0, s), c);  // overlaps this block's pairs
+    forward_block(qkv, kv_.data(), (me - s + P) % P, d, c);
+    if (s + 1 == P) break;
+    recv_prev(kv_next_.data(), n, tag(0, s), c);
+    join_compute(c);
+    std::swap(kv_, kv_next_);
+  }
 }
 
 void CpAttention::backward_block(float* dqkv, float* dkv, const float* datty, const float* qkv,
@@ -140,7 +144,7 @@ void CpAttention::backward_block(float* dqkv, float* dkv, const float* datty, co
 void CpAttention::backward(float* dqkv, const float* datty, const float* qkv, const float* atty,
                            const float* att, const TpDims& d, const TpContext& c) const {
   const int64_t N = d.N(), Cl = d.Cl(), n = N * 2 * Cl;
-  const int P = cp_.size(), me = cp_.rank();
+  const int P = cp_.size();
   delta_.assign(size_t(int64_t{d.B} * d.NHl() * d.T), 0.0f);
   if (c.ex.math()) block_attention_delta(delta_.data(), datty, atty, block_dims(d));
   c.ex.op("attn.cp.delta", OpCost{2.0 * double(N * Cl), 2.0 * double(N * Cl) * c.ex.elem});
@@ -158,26 +162,45 @@ void CpAttention::backward(float* dqkv, const float* datty, const float* qkv, co
                          coll::Buffer(dkv_.data(), size_t(n)), coll::ReduceOp::kSum, c.on_compute());
     exposed_ += c.dev->compute().now() - before;
   } else {
-    for (auto* b : {&kv_, &kv_next_, &dkv_, &dkv_next_}) b->assign(size_t(n), 0.0f);
-    pack_kv(kv_.data(), qkv, d, c);
-    c.dev->comm().wait(c.dev->compute().record());
-    for (int s = 0; s < P; ++s) {
-      if (s + 1 < P) send_next(kv_.data(), n, c);
-      backward_block(dqkv, dkv_.data(), datty, qkv, kv_.data(), att, (me - s + P) % P, d, c);
-      if (s + 1 < P) recv_prev(kv_next_.data(), n, c);
-      // The block's dK/dV partial goes on with it; after the last step it
-      // reaches its owner, and this rank receives its own.
-      c.dev->comm().wait(c.dev->compute().record());
-      send_next(dkv_.data(), n, c);
-      recv_prev(dkv_next_.data(), n, c);
-      join_compute(c);
-      std::swap(kv_, kv_next_);
-      std::swap(dkv_, dkv_next_);
-    }
+    ring_backward(dqkv, datty, qkv, att, d, c);
   }
   for (int64_t r = 0; c.ex.math() && r < N; ++r)
     for (int64_t j = 0; j < 2 * Cl; ++j) dqkv[r * 3 * Cl + Cl + j] += dkv_[size_t(r * 2 * Cl + j)];
   c.ex.op("attn.cp.dkv_add", OpCost{double(n), 3.0 * double(n) * c.ex.elem});
+  ++call_;
+}
+
+// Step s: the block of rank (i−s) mod N. Its dK/dV partial from the ranks
+// before this one (sent at the end of their step s−1) is received only after
+// this rank's own pairs, so that hop overlaps the compute; the sum goes on.
+// After the last step each rank receives its own block's whole dK/dV (dkv_).
+void CpAttention::ring_backward(float* dqkv, const float* datty, const float* qkv, const float* lse,
+                                const TpDims& d, const TpContext& c) const {
+  const int64_t n = d.N() * 2 * d.Cl();
+  const int P = cp_.size(), me = cp_.rank();
+  for (auto* b : {&kv_, &kv_next_, &dkv_, &dkv_in_}) b->assign(size_t(n), 0.0f);
+  pack_kv(kv_.data(), qkv, d, c);
+  c.dev->comm().wait(c.dev->compute().record());
+  for (int s = 0; s < P; ++s) {
+    if (s + 1 < P) send_next(kv_.data(), n, tag(0, s), c);
+    if (c.ex.math()) std::fill(dkv_.begin(), dkv_.end(), 0.0f);
+    backward_block(dqkv, dkv_.data(), datty, qkv, kv_.data(), lse, (me - s + P) % P, d, c);
+    if (s > 0) {
+      recv_prev(dkv_in_.data(), n, tag(1, s - 1), c);
+      join_compute(c);
+      for (size_t i = 0; c.ex.math() && i < dkv_.size(); ++i) dkv_[i] += dkv_in_[i];
+      c.ex.op("attn.cp.dkv_sum", OpCost{double(n), 3.0 * double(n) * c.ex.elem});
+    }
+    c.dev->comm().wait(c.dev->compute().record());
+    send_next(dkv_.data(), n, tag(1, s), c);
+    if (s + 1 < P) {
+      recv_prev(kv_next_.data(), n, tag(0, s), c);
+      join_compute(c);
+      std::swap(kv_, kv_next_);
+    }
+  }
+  recv_prev(dkv_.data(), n, tag(1, P - 1), c);  // my block's dK/dV, home
+  join_compute(c);
 }
 
 }  // namespace shardlab::parallel

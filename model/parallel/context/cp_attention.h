@@ -13,8 +13,10 @@
 //              rank i−1 by point to point on the communication stream
 //              while the compute stream runs the block's chunk pairs (online
 //              softmax, block_attention.h). Backward sends the blocks around
-//              again, and with them the partial dK/dV of each block, which
-//              a last hop returns to its owner.
+//              again; each rank computes its dK/dV contribution to the block
+//              it holds into a fresh buffer, then adds the partial sum that
+//              came from rank i−1 (which travelled during this compute) and
+//              sends the sum on; a last hop returns it to its owner.
 //   allgather  (Llama 3) an all-gather of every rank's [k | v] rows on the
 //              compute stream, then the same chunk pairs; backward gathers
 //              again and reduce-scatters dK/dV.
@@ -31,17 +33,13 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
 
 #include "collectives/group.h"
 #include "model/parallel/context/block_attention.h"
+#include "model/parallel/context/cp_comm.h"
 #include "model/parallel/tensor/attention.h"
 
 namespace shardlab::parallel {
-
-enum class CpComm { kRing, kAllGather };
-CpComm parse_cp_comm(const std::string& text);  // ConfigError on anything else
-const char* cp_comm_name(CpComm c);
 
 class CpAttention final : public AttentionCore {
  public:
@@ -63,17 +61,23 @@ class CpAttention final : public AttentionCore {
                       const float* kv, const float* lse, int src, const TpDims& d,
                       const TpContext& c) const;
   void pack_kv(float* kv, const float* qkv, const TpDims& d, const TpContext& c) const;
-  // Ring transfers on the communication stream; wait_for: the compute stream
-  // waits for the message (the wait counted as exposed).
-  void send_next(const float* data, int64_t n, const TpContext& c) const;
-  void recv_prev(float* into, int64_t n, const TpContext& c) const;
+  // Ring transfers on the communication stream, tagged by the call, what
+  // travels (0 K/V, 1 dK/dV) and the ring step; join_compute makes the
+  // compute stream wait for what arrived (the wait counted as exposed).
+  Tag tag(int what, int step) const { return kRingTag + (call_ << 16) + (uint64_t(what) << 8) + uint64_t(step); }
+  void send_next(const float* data, int64_t n, Tag t, const TpContext& c) const;
+  void recv_prev(float* into, int64_t n, Tag t, const TpContext& c) const;
   void join_compute(const TpContext& c) const;
   void gather_kv(const float* qkv, const TpDims& d, const TpContext& c) const;
+  void ring_forward(const float* qkv, const TpDims& d, const TpContext& c) const;
+  void ring_backward(float* dqkv, const float* datty, const float* qkv, const float* lse, const TpDims& d,
+                     const TpContext& c) const;
 
+  static constexpr Tag kRingTag = 0x4350'5247'0000'0000ull;  // "CPRG"
   collectives::ProcessGroup cp_;
   CpComm comm_;
-  mutable Buf<float> kv_, kv_next_, dkv_, dkv_next_, acc_, m_, l_, delta_, all_kv_, all_dkv_;
-  mutable uint64_t tag_ = 0;
+  mutable Buf<float> kv_, kv_next_, dkv_, dkv_in_, acc_, m_, l_, delta_, all_kv_, all_dkv_;
+  mutable uint64_t call_ = 0;  // forward and backward calls so far (the same on every cp rank)
   mutable Time exposed_ = 0;
   mutable uint64_t sent_bytes_ = 0;
 };
