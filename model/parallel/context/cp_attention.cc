@@ -34,6 +34,23 @@ void for_pairs(int me, int src, const TpDims& d, F&& f) {
 
 OpCost copy_cost(int64_t n, int elem) { return OpCost{double(n), 2.0 * double(n) * elem}; }
 
+// The core's buffers, charged to the arena as activations while a call runs.
+class ScratchCharge {
+ public:
+  ScratchCharge(const model::Exec& ex, int64_t elements) : ex_(ex), n_(elements) {
+    if (ex_.sink) ex_.sink->saved(n_);
+  }
+  ~ScratchCharge() {
+    if (ex_.sink) ex_.sink->freed(n_);
+  }
+  ScratchCharge(const ScratchCharge&) = delete;
+  ScratchCharge& operator=(const ScratchCharge&) = delete;
+
+ private:
+  const model::Exec& ex_;
+  int64_t n_;
+};
+
 }  // namespace
 
 CpComm parse_cp_comm(const std::string& text) {
@@ -99,6 +116,8 @@ void CpAttention::forward(float* atty, float* att, const float* qkv, const TpDim
                           const TpContext& c) const {
   SHARDLAB_CHECK(d.cp == cp_.size() && d.cp_rank == cp_.rank() && d.T % 2 == 0, "cp attention: dims");
   const int64_t n = d.N() * 2 * d.Cl(), rows = int64_t{d.B} * d.NHl() * d.T;
+  // K/V (the ring's two blocks, or every rank's), the output accumulator, m and l.
+  const ScratchCharge charge(c.ex, (comm_ == CpComm::kRing ? 2 : 1 + cp_.size()) * n + d.N() * d.Cl() + 2 * rows);
   acc_.assign(size_t(d.N() * d.Cl()), 0.0f);
   m_.assign(size_t(rows), -std::numeric_limits<float>::infinity());
   l_.assign(size_t(rows), 0.0f);
@@ -145,7 +164,10 @@ void CpAttention::backward(float* dqkv, const float* datty, const float* qkv, co
                            const float* att, const TpDims& d, const TpContext& c) const {
   const int64_t N = d.N(), Cl = d.Cl(), n = N * 2 * Cl;
   const int P = cp_.size();
-  delta_.assign(size_t(int64_t{d.B} * d.NHl() * d.T), 0.0f);
+  const int64_t rows = int64_t{d.B} * d.NHl() * d.T;
+  // The ring's K/V and dK/dV pairs, or every rank's K/V and dK/dV and my dK/dV; delta.
+  const ScratchCharge charge(c.ex, (comm_ == CpComm::kRing ? 4 : 2 + 2 * P) * n + rows);
+  delta_.assign(size_t(rows), 0.0f);
   if (c.ex.math()) block_attention_delta(delta_.data(), datty, atty, block_dims(d));
   c.ex.op("attn.cp.delta", OpCost{2.0 * double(N * Cl), 2.0 * double(N * Cl) * c.ex.elem});
   if (comm_ == CpComm::kAllGather) {

@@ -29,6 +29,10 @@
 // not yet arrived, the last dK/dV hop; allgather: the collectives), summed
 // over the calls — the part of the communication the kernels do not hide.
 //
+// The buffers are charged to the arena as activations while a call runs:
+// the ring holds two K/V blocks (four with dK/dV in backward), which shrink
+// as 1/cp; the all-gather every rank's, the whole sequence's K/V at any cp.
+//
 // Thread safety: one instance per device thread (the buffers are scratch).
 #pragma once
 
