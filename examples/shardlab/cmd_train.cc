@@ -198,6 +198,12 @@ void print_device_table(const nlohmann::json& report) {
                f["gathers"].get<double>() / steps, format_bytes(uint64_t(f["gathered_bytes"].get<double>() / steps)),
                f["gather_exposed_s"].get<double>() * 1e3 / steps);
   }
+  if (devices[0].contains("cp")) {
+    const auto& c = devices[0]["cp"];
+    fmt::print("context parallelism: device 0 sends {} of K/V per step around the ring, {:.3f} ms per step of the "
+               "K/V exchange exposed (the compute stream waiting for it)\n",
+               format_bytes(uint64_t(c["sent_bytes"].get<double>() / steps)), c["kv_exposed_s"].get<double>() * 1e3 / steps);
+  }
   if (!report.contains("moe")) return;
   for (const auto& m : report["moe"]) {
     const auto& tokens = m["tokens_per_expert"].back();

@@ -121,6 +121,9 @@ void add_parallel_flags(CLI::App* sub, TrainFlags& f) {
   sub->add_flag("--no-overlap", f.no_overlap, "Reduce DP gradients after backward instead of during it");
   degree("--ep", f.ep, "Expert-parallel degree (divides --dp; --experts / ep experts per GPU)");
   degree("--pp", f.pp, "Pipeline-parallel stages");
+  degree("--cp", f.cp, "Context-parallel degree: every sequence split over N ranks (2N chunks, causal load balancing)");
+  sub->add_option("--cp-comm", f.cp_comm, "Context parallelism's K/V exchange: ring (point to point) or allgather")
+      ->capture_default_str();
   degree("--micro-batches", f.micro_batches, "Micro-batches per step (gradient accumulation; the pipeline's M)");
   sub->add_option("--schedule", f.schedule,
                   "Pipeline schedule: gpipe, 1f1b, interleaved, or zero-bubble zb-h1, zb-h2, zb-v, dualpipev")
@@ -219,9 +222,12 @@ double parse_phantom_routing(const std::string& text) {
 }  // namespace
 
 train::TrainOptions TrainFlags::options() const {
-  const int64_t world = int64_t{dp} * tp * pp;  // each degree is at most kMaxDevices: no overflow in int64
+  // Each degree is at most kMaxDevices (2^20): the product of two fits an
+  // int64, of four only a double.
+  const double devices = double(dp) * tp * pp * cp;
+  const int64_t world = devices > double(kMaxDevices) ? kMaxDevices + 1 : int64_t{dp} * tp * pp * cp;
   if (world > kMaxDevices)
-    throw ConfigError(fmt::format("--dp {} x --tp {} x --pp {} = {} devices: at most {}", dp, tp, pp, world,
+    throw ConfigError(fmt::format("--dp {} x --tp {} x --pp {} x --cp {} = {} devices: at most {}", dp, tp, pp, cp, devices,
                                   kMaxDevices));
   // The result keeps a record per device and step (the report's timelines).
   constexpr int64_t kMaxDeviceSteps = 100'000'000;
@@ -251,6 +257,8 @@ train::TrainOptions TrainFlags::options() const {
   o.parallel.hsdp = hsdp;
   o.parallel.ep = ep;
   o.parallel.pp = pp;
+  o.parallel.cp = cp;
+  o.parallel.cp_comm = parallel::parse_cp_comm(cp_comm);
   o.parallel.schedule = parallel::parse_schedule(schedule);
   o.parallel.vpp = vpp.value_or(parallel::schedule_chunks(o.parallel.schedule) == 2 ? 2 : 1);
   o.parallel.recompute = parallel::parse_recompute(recompute);
@@ -284,7 +292,7 @@ ClusterOptions TrainFlags::cluster_options() const {
   else if (precision == "bf16") c.precision = Precision::kBf16;
   else throw ConfigError(fmt::format("--precision: unknown \"{}\" (fp32, bf16)", precision));
   c.pace = common.pace;
-  c.world_size = dp * tp * pp;
+  c.world_size = dp * tp * pp * cp;
   c.trace = !common.trace.empty();
   if (!faults.empty()) c.faults = std::make_shared<const FaultPlan>(parse_faults(faults), c.world_size, steps);
   return c;

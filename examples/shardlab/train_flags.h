@@ -33,6 +33,8 @@ struct TrainFlags {
   std::string init, save, report, memory, precision = "fp32";
   int dp = 1, tp = 1, zero = 0;
   int ep = 1, pp = 1, micro_batches = 1;
+  int cp = 1;                    // context parallelism
+  std::string cp_comm = "ring";  // ring or allgather
   std::optional<int> vpp;  // unset: the schedule's own chunk count (2 for zb-v and dualpipev, else 1)
   std::string schedule = "1f1b", pp_layers, recompute = "none";
   bool sp = false, no_overlap = false, phantom = false, no_fold = false;

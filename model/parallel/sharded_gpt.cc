@@ -52,11 +52,14 @@ ShardedGPT::ShardedGPT(const model::GPTConfig& config, uint64_t seed, Device& de
       tp_group_(*groups.tp),
       hooks_(options.hooks),
       recompute_(options.recompute),
+      cp_(options.cp),
+      cp_rank_(options.cp_rank),
       layout_(config_, groups.tp->size(), groups.tp->rank(), rank_filter(config_, place_, groups.ep ? groups.ep->size() : 1, groups.ep ? groups.ep->rank() : 0)) {
   ctx_.dev = &dev;
   ctx_.group = &tp_group_;
   ctx_.sp = options.sequence_parallel;
   ctx_.attention = options.attention;
+  SHARDLAB_CHECK(cp_ == 1 || ctx_.attention, "context parallelism needs its attention core");
   ctx_.phantom_zipf = options.phantom_zipf;
   ctx_.a2a_time = &a2a_time_;
   if (config_.is_moe()) moe_step_.resize(size_t(config_.n_layer));
@@ -110,7 +113,10 @@ void ShardedGPT::set_micro_batch(int B, int T) {
   const int tp = tp_group_.size();
   if (ctx_.sp && T % tp != 0)
     throw ConfigError(fmt::format("sequence length {} must be divisible by --tp {} with --sp", T, tp));
+  SHARDLAB_CHECK(cp_ == 1 || T % 2 == 0, "context parallelism: two chunks of every sequence");
   dims_ = TpDims{{B, T, config_.n_embd, config_.n_head, config_.ffn_hidden()}, tp, ctx_.sp, ep_group_ ? ep_group_->size() : 1};
+  dims_.cp = cp_;
+  dims_.cp_rank = cp_rank_;
   const int64_t N = dims_.N(), Nr = dims_.rows(), C = dims_.C;
   for (Pool& pool : pools_) pool = Pool{};
   scratch_.resize(dims_, config_);

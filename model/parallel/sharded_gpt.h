@@ -79,6 +79,10 @@ struct ShardedOptions {
   Recompute recompute = Recompute::kNone;
   StagePlacement placement;  // default: every block on one stage
   const AttentionCore* attention = nullptr;  // null: LocalAttention
+  // Context parallelism: this rank's place among cp ranks (the micro-batch's
+  // T is then its share T/cp of each sequence, TpDims::position); with cp > 1
+  // `attention` is the CpAttention over the cp group.
+  int cp = 1, cp_rank = 0;
   BlockHooks* hooks = nullptr;
   double phantom_zipf = 0;  // phantom runs: MoE routing skew (TpContext::phantom_zipf)
 };
@@ -97,7 +101,8 @@ class ShardedGPT final : public LocalModel, public StageModel {
   ShardedGPT(const ShardedGPT&) = delete;
   ShardedGPT& operator=(const ShardedGPT&) = delete;
 
-  // Sets the micro-batch shape (rows B, time T) before the first forward.
+  // Sets the micro-batch shape (rows B, time T: this rank's tokens of a
+  // sequence under context parallelism) before the first forward.
   void set_micro_batch(int B, int T);
 
   // StageModel (the pipeline executor's calls).
@@ -135,6 +140,7 @@ class ShardedGPT final : public LocalModel, public StageModel {
   // whole-batch forward, and what MoE block `layer` did in it (null if dense).
   std::span<const float> local_logits() const;
   const MoeStats* moe_stats(int layer) const;
+  int cp_size() const { return cp_; }
   int tp_size() const { return ctx_.tp(); }
   int tp_rank() const { return ctx_.rank(); }
   int ep_size() const { return ctx_.ep ? ctx_.ep->size() : 1; }
@@ -201,6 +207,7 @@ class ShardedGPT final : public LocalModel, public StageModel {
   TpContext ctx_;
   BlockHooks* hooks_ = nullptr;
   Recompute recompute_ = Recompute::kNone;
+  int cp_ = 1, cp_rank_ = 0;
   ShardLayout layout_;
   int64_t v0_ = 0;
   int Vl_ = 0;

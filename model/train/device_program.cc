@@ -13,6 +13,22 @@ namespace coll = collectives;
 
 namespace {
 
+// Context parallelism: keeps, of every row of b, the chunks cp_rank and
+// 2·cp−1−cp_rank of 2·cp (TpDims::position). In place: every token moves to
+// an index at most its own, read in increasing order.
+void take_cp_chunks(model::Batch& b, int cp, int cp_rank) {
+  const int64_t T = b.seq, c = T / (2 * cp), Tl = 2 * c;
+  for (std::vector<int32_t>* v : {&b.x, &b.y}) {
+    for (int64_t r = 0; r < b.rows; ++r)
+      for (int64_t t = 0; t < Tl; ++t) {
+        const int64_t chunk = t < c ? cp_rank : 2 * cp - 1 - cp_rank;
+        (*v)[size_t(r * Tl + t)] = (*v)[size_t(r * T + chunk * c + t % c)];
+      }
+    v->resize(size_t(b.rows * Tl));
+  }
+  b.seq = Tl;
+}
+
 struct StepLosses {
   float loss = 0, ce = 0, aux = 0;
 };
@@ -25,9 +41,11 @@ StepLosses forward_backward(const DeviceProgram& p, DeviceSetup& s, Device& dev,
     model::Batch& b = s.micro[size_t(mb)];
     if (p.sampler) {
       p.sampler->batch_rows(step, s.first_row(mb), s.first_row(mb) + s.rows, b);
+      if (s.cp > 1) take_cp_chunks(b, s.cp, s.coords.cp);
     } else if (b.x.empty()) {  // phantom: token 0 everywhere, no data is read
-      const auto n = size_t(s.rows * p.options.model.block_size);
-      b = {s.rows, p.options.model.block_size, std::vector<int32_t>(n, 0), std::vector<int32_t>(n, 0)};
+      const int T = p.options.model.block_size / s.cp;
+      const auto n = size_t(s.rows * T);
+      b = {s.rows, T, std::vector<int32_t>(n, 0), std::vector<int32_t>(n, 0)};
     }
   }
   s.stage->reset_losses();
@@ -70,7 +88,7 @@ void DeviceProgram::run(Device& dev) const {
       progress("forward-backward", current, int64_t(done), int64_t(total));
     });
   const auto wall0 = std::chrono::steady_clock::now();
-  const coll::ProcessGroup& dp_group = s.ctx.group("dp");
+  const coll::ProcessGroup& dp_group = s.data_group();
   s.model->reset_moe_stats();
   const int first = resume ? resume->step : 0;  // --steps is the total, as Megatron's train-iters
   if (resume) restore_device(*this, s, dev);
@@ -86,7 +104,8 @@ void DeviceProgram::run(Device& dev) const {
     s.model->reset_moe_stats();
     if (step == 0 && options.keep_step0_grads && !options.phantom) publish_step0_grads(*s.model, *s.dp, s.coords, table, result);
 
-    // The step's loss for the record: the dp average (as Megatron logs it).
+    // The step's loss for the record: the dp (× cp) average (as Megatron logs
+    // it); cp ranks hold equal token counts, so it is the whole batch's mean.
     float losses[3] = {l.loss, l.ce, l.aux};
     if (dp_group.size() > 1) coll::all_reduce(dev, dp_group, coll::Buffer(losses, 3), coll::ReduceOp::kAvg);
     progress("optimizer", step, 0, 0);
@@ -109,6 +128,7 @@ void DeviceProgram::run(Device& dev) const {
     result.fsdp[size_t(dev.rank())] = {s.fsdp->exposed(), s.fsdp->gathers(), s.fsdp->gathered_bytes()};
     if (!options.phantom) s.fsdp->gather_all_to_host();  // the full parameters, to publish
   }
+  if (s.cp_attention) result.cp[size_t(dev.rank())] = {s.cp_attention->exposed(), s.cp_attention->sent_bytes()};
   if (options.phantom) return;  // no values to publish
   if (before_publish) before_publish(dev.rank(), *s.model);
   const coll::ProcessGroup& ep = s.ctx.group("ep");

@@ -21,7 +21,8 @@ namespace {
 // uniform links rather than one spanning nodes unevenly, so that a phantom
 // run can fold tp (model/train/fold.h).
 std::string norm_dims(const ParallelOptions& par) {
-  return par.zero >= 2 ? "tp-dp" : (par.ep > 1 ? "tp-ep" : "tp");
+  if (par.zero >= 2) return par.cp > 1 ? "tp-cp-dp" : "tp-dp";  // the chunks are over dp × cp
+  return par.ep > 1 ? "tp-ep" : "tp";
 }
 
 // HSDP: the shard group (n consecutive members of the dp group, this rank
@@ -43,7 +44,8 @@ DeviceSetup::DeviceSetup(const DeviceProgram& p, Device& dev)
       micro_batches(p.options.micro_batches),
       rows(p.options.model.batch_size / (int64_t{p.options.micro_batches} * p.options.parallel.dp)),
       sink(dev),
-      micro(static_cast<size_t>(p.options.micro_batches)) {
+      micro(static_cast<size_t>(p.options.micro_batches)),
+      cp(p.options.parallel.cp) {
   make_model(p, dev);
   if (p.init) load_shards(*model, *p.init);
   dev.log().info("{}: {} local parameters", p.mesh.describe(dev.rank()), model->params().size());
@@ -72,8 +74,8 @@ DeviceSetup::DeviceSetup(const DeviceProgram& p, Device& dev)
 void DeviceSetup::make_model(const DeviceProgram& p, Device& dev) {
   const TrainOptions& o = p.options;
   const ParallelOptions& par = o.parallel;
-  const bool global_routing = o.model.is_moe() && par.dp > 1 && (par.ep > 1 || o.model.capacity_factor > 0);
-  const int T = o.model.block_size;
+  const bool global_routing = o.model.is_moe() && par.data_ranks() > 1 && (par.ep > 1 || o.model.capacity_factor > 0);
+  const int T = o.model.block_size / par.cp;  // this rank's tokens of every sequence
   if (!runs_sharded(o)) {
     auto m = std::make_unique<parallel::UnshardedModel>(o.model, o.seed);
     m->set_micro_batch(int(rows), T);
@@ -82,12 +84,18 @@ void DeviceSetup::make_model(const DeviceProgram& p, Device& dev) {
     return;
   }
   const parallel::ModelGroups groups{&ctx.group("tp"), par.ep > 1 ? &ctx.group("ep") : nullptr,
-                                     global_routing ? &ctx.group("dp") : nullptr};
+                                     global_routing ? &data_group() : nullptr};
   parallel::ShardedOptions so;
   so.sequence_parallel = par.sp;
   so.recompute = par.recompute;
   so.phantom_zipf = o.phantom_zipf;
   so.placement = {par.pp, par.vpp, coords.pp, par.stage_layers, par.stage_order()};
+  if (par.cp > 1) {
+    cp_attention = std::make_unique<parallel::CpAttention>(ctx.group("cp"), par.cp_comm);
+    so.attention = cp_attention.get();
+    so.cp = par.cp;
+    so.cp_rank = coords.cp;
+  }
   auto m = std::make_unique<parallel::ShardedGPT>(o.model, o.seed, dev, groups, so);
   m->set_micro_batch(int(rows), T);
   stage = m.get();
@@ -98,8 +106,8 @@ void DeviceSetup::make_data_parallel(const DeviceProgram& p, Device& dev) {
   const ParallelOptions& par = p.options.parallel;
   const parallel::DataParallelOptions dpo{uint64_t(par.bucket_mb * 1e6), par.overlap, par.zero};
   parallel::DataParallel::ExpertGrads expert_grads;
-  if (par.ep > 1) expert_grads = {&ctx.group("edp"), parallel::expert_ranges(model->shards())};
-  const coll::ProcessGroup& dp_group = ctx.group("dp");
+  if (par.ep > 1) expert_grads = {&ctx.group(par.cp > 1 ? "cp-edp" : "edp"), parallel::expert_ranges(model->shards())};
+  const coll::ProcessGroup& dp_group = data_group();
   const bool hybrid = par.hsdp > 0 && par.hsdp < par.dp;
   const coll::ProcessGroup& shards = hybrid ? ctx.group(hsdp_members(dp_group, par.hsdp, true), "hsdp-shard") : dp_group;
   if (par.zero == 3) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "model/parallel/data/data_parallel.h"
+#include "model/parallel/context/cp_attention.h"
 #include "model/parallel/data/fsdp.h"
 #include "model/parallel/parallel_context.h"
 #include "model/parallel/pipeline/executor.h"
@@ -35,12 +36,17 @@ class DeviceSetup {
   DeviceSink sink;
   std::optional<parallel::DataParallel> dp;
   std::optional<parallel::Fsdp> fsdp;  // ZeRO-3: the model's block hooks
+  std::unique_ptr<parallel::CpAttention> cp_attention;  // --cp: the model's attention core
   std::optional<parallel::PipelineExecutor> executor;
   std::optional<ShardedAdamW> optimizer;
   std::vector<model::Batch> micro;  // reused: no allocation per step
 
   // The global batch row of micro-batch mb's first row on this rank.
   int64_t first_row(int mb) const;
+  // The group that reduces the replicated weights' gradients (and averages
+  // the losses): dp, or dp × cp under context parallelism.
+  const collectives::ProcessGroup& data_group() { return ctx.group(cp > 1 ? "cp-dp" : "dp"); }
+  const int cp;
 
  private:
   void make_model(const DeviceProgram& p, Device& dev);

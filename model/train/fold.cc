@@ -60,7 +60,8 @@ FoldPlan plan_for(const TrainOptions& o, bool dp, bool tp) {
 
 FoldPlan fold_plan(const TrainOptions& o, const HardwareProfile& profile) {
   const ParallelOptions& par = o.parallel;
-  if (!o.phantom || !o.fold) return {};
+  // Context parallelism: the cp ranks' rings are not replayed for folded members.
+  if (!o.phantom || !o.fold || par.cp > 1) return {};
   const collectives::DeviceMesh mesh(par.mesh_shape());
   const bool dp = par.dp > 1 && par.zero == 0 && par.ep == 1 && uniform_links(mesh, profile, "dp");
   const bool tp = par.tp > 1 && !o.model.is_moe() && uniform_links(mesh, profile, "tp");

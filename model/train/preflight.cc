@@ -60,7 +60,8 @@ DeviceMemory device_memory(const TrainOptions& o, const collectives::DeviceMesh&
       p.zero == 3 ? parallel::fsdp_bucket_plan(units, experts)
                   : parallel::plan_buckets(parallel::backward_ready_order(shards), experts,
                                            uint64_t(p.bucket_mb * 1e6), parallel::kGradElemBytes);
-  const std::vector<int> dp = mesh.group_ranks(rank, "dp"), edp = mesh.group_ranks(rank, "edp");
+  const std::vector<int> dp = mesh.group_ranks(rank, p.cp > 1 ? "cp-dp" : "dp"),
+                         edp = mesh.group_ranks(rank, p.cp > 1 ? "cp-edp" : "edp");
   int64_t owned = 0, largest = 0;
   // HSDP shards over groups of shard_size() consecutive dp ranks.
   for (const Range& r : parallel::owned_ranges(plan, p.zero, p.shard_size(), index_in(dp, rank) % p.shard_size(),
@@ -107,8 +108,9 @@ ActivationFloor activation_floor(const TrainOptions& o) {
   const ParallelOptions& p = o.parallel;
   const model::GPTConfig& m = o.model;
   const double rows = double(m.batch_size) / (double(o.micro_batches) * p.dp);  // one micro-batch, one replica
-  const double T = m.block_size, N = rows * T;
-  const double att = rows * (double(m.n_head) / p.tp) * T * T;  // (b, H/tp, T, T) of one block
+  const double T = double(m.block_size) / p.cp, N = rows * T;  // this cp rank's tokens
+  // (b, H/tp, T, T) of one block, or its log-sum-exp rows (b, H/tp, T/cp) under CP
+  const double att = rows * (double(m.n_head) / p.tp) * T * (p.cp > 1 ? 1 : T);
   const double logits = N * double(m.vocab_size) / p.tp;         // (b, T, V/tp) on the last stage
   ActivationFloor f;
   if (!runs_sharded(o)) {
@@ -143,7 +145,7 @@ MemoryEstimate estimate_memory(const TrainOptions& o, int elem) {
     e.devices.push_back(m);
   }
   e.host_bytes +=
-      uint64_t(p.dp + 1) * uint64_t(table.numel()) * 4;  // the gathered replicas and the result
+      uint64_t(p.data_ranks() + 1) * uint64_t(table.numel()) * 4;  // the gathered replicas and the result
   return e;
 }
 

@@ -28,10 +28,10 @@ void publish_step0_grads(parallel::LocalModel& model, const parallel::DataParall
                          const collectives::Coords& coords, const model::ParamTable& table,
                          TrainResult& result) {
   auto grads = model.grads();
-  if (dp.sharded_grads()) {  // with ZeRO-2 each dp rank holds the reduced gradient of its own chunks only
+  if (dp.sharded_grads()) {  // (cp ranks own chunks of their own: they write them)  // with ZeRO-2 each dp rank holds the reduced gradient of its own chunks only
     if (dp.replica_rank() != 0) return;  // HSDP: the first replica writes them
     scatter_to_global(model, grads, coords, table, result.step0_grads, &dp.owned());
-  } else if (coords.edp == 0) {
+  } else if (coords.edp == 0 && coords.cp == 0) {  // cp ranks hold the same reduced gradients
     scatter_to_global(model, grads, coords, table, result.step0_grads, nullptr,
                       coords.dp == 0 ? kAll : kExpertsOnly);
   }
@@ -42,16 +42,19 @@ void publish_params(parallel::LocalModel& model, const collectives::DeviceMesh& 
                     const model::ParamTable& table) {
   auto params = model.params();
   const collectives::Coords coords = mesh.coords(rank);
+  // Replica d·cp + c: the cp ranks of a replica must hold the same parameters too.
+  const int cp = mesh.shape().cp;
+  auto replica = [&](const collectives::Coords& c) { return size_t(c.dp * cp + c.cp); };
   // Replica d is the model as dp rank d's ep group holds it: every member
   // writes its experts into each of the group's replicas.
-  scatter_to_global(model, params, coords, table, result.replicas[size_t(coords.dp)], nullptr, kAll);
+  scatter_to_global(model, params, coords, table, result.replicas[replica(coords)], nullptr, kAll);
   for (int peer : ep_members)
     if (peer != rank)
-      scatter_to_global(model, params, coords, table, result.replicas[size_t(mesh.coords(peer).dp)],
+      scatter_to_global(model, params, coords, table, result.replicas[replica(mesh.coords(peer))],
                         nullptr, kExpertsOnly);
   // The last stage's tied copy, compared with the first stage's by train().
   const int pp = mesh.shape().pp;
-  if (!result.tied_copy.empty() && coords.pp == pp - 1 && coords.dp == 0) {
+  if (!result.tied_copy.empty() && coords.pp == pp - 1 && coords.dp == 0 && coords.cp == 0) {
     for (const ShardSpec& s : model.shards())
       if (s.role == model::ParamRole::kTokenEmbedding)
         for (int64_t i = 0; i < s.numel; ++i)

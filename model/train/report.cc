@@ -60,7 +60,7 @@ nlohmann::json device_json(const collectives::DeviceMesh& mesh, const TrainResul
   const Time idle = std::max<Time>(0, makespan - compute - exposed);
   const auto c = mesh.coords(d.rank);
   nlohmann::json j = {{"rank", d.rank}, {"node", d.node}, {"name", mesh.describe(d.rank)},
-                      {"coords", {{"dp", c.dp}, {"tp", c.tp}, {"pp", c.pp}, {"ep", c.ep}}},
+                      {"coords", {{"dp", c.dp}, {"tp", c.tp}, {"pp", c.pp}, {"ep", c.ep}, {"cp", c.cp}}},
                       {"peak_bytes", d.peak_bytes}, {"peak_bytes_by_kind", peaks},
                       {"capacity_bytes", d.capacity_bytes},
                       {"compute_s", to_seconds(compute)}, {"comm_s", to_seconds(exposed)},
@@ -86,6 +86,9 @@ nlohmann::json device_json(const collectives::DeviceMesh& mesh, const TrainResul
     const TrainResult::FsdpTotals& f = r.fsdp[rank];
     j["fsdp"] = {{"gathers", f.gathers}, {"gathered_bytes", f.gathered_bytes},
                  {"gather_exposed_s", to_seconds(f.exposed)}};
+  }
+  if (rank < r.cp.size()) {  // context parallelism's K/V exchange over the whole run
+    j["cp"] = {{"sent_bytes", r.cp[rank].sent_bytes}, {"kv_exposed_s", to_seconds(r.cp[rank].exposed)}};
   }
   if (rank < r.phase_totals.size()) {
     const DevicePhaseTotals& t = r.phase_totals[rank];

@@ -158,6 +158,7 @@ std::string axis_title(const std::string& flag) {
       {"pp", "pipeline stages (GPUs)"},
       {"dp", "data-parallel degree (GPUs)"},
       {"ep", "expert-parallel degree (GPUs)"},
+      {"cp", "context-parallel degree (GPUs)"},
       {"nodes", "nodes"},
       {"experts", "experts per MoE block"},
       {"bucket-mb", "gradient bucket (MB)"},

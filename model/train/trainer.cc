@@ -83,6 +83,7 @@ nlohmann::json TrainOptions::to_json() const {
            {{"dp", parallel.dp}, {"tp", parallel.tp}, {"sp", parallel.sp}, {"zero", parallel.zero},
             {"reshard_after_forward", parallel.reshard_after_forward}, {"prefetch", parallel.prefetch}, {"hsdp", parallel.hsdp},
             {"bucket_mb", parallel.bucket_mb}, {"overlap", parallel.overlap}, {"ep", parallel.ep}, {"pp", parallel.pp},
+            {"cp", parallel.cp}, {"cp_comm", parallel::cp_comm_name(parallel.cp_comm)},
             {"schedule", parallel::schedule_name(parallel.schedule)}, {"vpp", parallel.vpp},
             {"pp_layers", parallel.stage_layers}, {"recompute", parallel::recompute_name(parallel.recompute)}}}};
 }
@@ -127,56 +128,6 @@ void check_init(const model::SafetensorsFile& f, const model::ParamTable& table)
 }
 
 }  // namespace
-
-void validate_parallel(const TrainOptions& o) {
-  const ParallelOptions& p = o.parallel;
-  const model::GPTConfig& m = o.model;
-  auto require = [](bool ok, const std::string& what) {
-    if (!ok) throw ConfigError(what);
-  };
-  require(p.dp >= 1, fmt::format("--dp must be at least 1 (got {})", p.dp));
-  require(p.tp >= 1, fmt::format("--tp must be at least 1 (got {})", p.tp));
-  require(p.zero >= 0 && p.zero <= 3, fmt::format("--zero must be 0, 1, 2 or 3 (got {})", p.zero));
-  require(p.zero == 3 || p.reshard_after_forward, "--no-reshard-after-forward needs --zero 3");
-  require(p.zero == 3 || p.prefetch, "--no-prefetch needs --zero 3");
-  require(p.hsdp == 0 || p.hsdp >= 2, fmt::format("--hsdp must be at least 2 (got {})", p.hsdp));
-  require(p.hsdp == 0 || p.zero == 3, "--hsdp needs --zero 3");
-  require(p.hsdp == 0 || p.dp % p.hsdp == 0, fmt::format("--hsdp {} must divide --dp {}", p.hsdp, p.dp));
-  require(p.hsdp == 0 || p.ep == 1, "--hsdp with --ep > 1 is not supported (expert units shard over edp)");
-  require(p.bucket_mb > 0, "--bucket-mb must be positive");
-  require(p.pp >= 1, fmt::format("--pp must be at least 1 (got {})", p.pp));
-  require(m.batch_size % p.dp == 0,
-          fmt::format("--batch {} is not divisible by --dp {}", m.batch_size, p.dp));
-  require(m.batch_size % (o.micro_batches * p.dp) == 0,
-          fmt::format("--batch {} is not divisible by --micro-batches {} x --dp {}", m.batch_size,
-                      o.micro_batches, p.dp));
-  parallel::check_pipeline_config(p.schedule, p.pp, o.micro_batches, p.vpp);
-  parallel::check_parallel_shape(m, {p.tp, p.sp, p.pp, p.vpp, p.stage_layers, p.ep, p.dp});
-  if (p.custom_schedule) {
-    require(int(p.custom_schedule->size()) == p.pp,
-            fmt::format("the custom schedule has {} ranks but --pp is {}", p.custom_schedule->size(), p.pp));
-    const std::string fault = parallel::validate_schedule(*p.custom_schedule, o.micro_batches, p.vpp, p.custom_order);
-    require(fault.empty(), "invalid custom schedule: " + fault);
-    bool split = false;
-    for (const auto& actions : *p.custom_schedule)
-      for (const parallel::Action& a : actions) split = split || a.kind == parallel::ActionKind::kBackwardWeight;
-    require(!split || runs_sharded(o),
-            "a schedule with separate weight-gradient (W) actions needs the sharded model (--tp, --pp or --ep > 1)");
-  }
-}
-
-bool runs_sharded(const TrainOptions& o) {
-  const ParallelOptions& p = o.parallel;
-  const bool global_routing = o.model.is_moe() && p.dp > 1 && (p.ep > 1 || o.model.capacity_factor > 0);
-  const bool split_backward = !p.custom_schedule && parallel::splits_backward(p.schedule);  // B and W apart
-  return p.pp > 1 || p.tp > 1 || p.ep > 1 || global_routing || p.recompute != parallel::Recompute::kNone || p.zero == 3 ||
-         split_backward || o.phantom;  // the unsharded reference computes on real buffers
-}
-
-parallel::Schedule step_schedule(const TrainOptions& o) {
-  const ParallelOptions& p = o.parallel;
-  return p.custom_schedule ? *p.custom_schedule : parallel::build_schedule(p.schedule, p.pp, o.micro_batches, p.vpp);
-}
 
 namespace {
 
@@ -253,10 +204,11 @@ TrainResult sized_result(const TrainOptions& o, const model::ParamTable& table, 
   r.moe.assign(world, {});
   r.a2a_time.assign(world, 0);
   if (o.parallel.zero == 3) r.fsdp.assign(world, {});
+  if (o.parallel.cp > 1) r.cp.assign(world, {});
   r.first_step_spans.assign(world, {});
   r.phases.assign(world, std::vector<PhaseRecord>(size_t(o.steps)));
   if (o.phantom) return r;  // no parameter values to gather
-  r.replicas.assign(size_t(o.parallel.dp), std::vector<float>(size_t(table.numel()), 0.0f));
+  r.replicas.assign(size_t(o.parallel.data_ranks()), std::vector<float>(size_t(table.numel()), 0.0f));
   if (o.keep_step0_grads) r.step0_grads.assign(size_t(table.numel()), 0.0f);
   if (o.parallel.last_stage_rank() != 0) r.tied_copy.assign(size_t(table.at("transformer.wte.weight").numel), 0.0f);
   return r;
@@ -290,15 +242,19 @@ void note_mismatch(TrainResult& r, const std::string& where, float a, float b) {
   r.replica_max_diff = std::max(r.replica_max_diff, std::isnan(a - b) ? INFINITY : std::abs(double(a) - b));
 }
 
-// Data-parallel replicas and the last stage's tied copy must equal dp rank
-// 0's parameters bit for bit; the first difference is named.
-void check_replicas(TrainResult& result, const model::ParamTable& table) {
+// Data-parallel replicas (and the cp ranks of each, replica d·cp + c) and the
+// last stage's tied copy must equal dp rank 0's parameters bit for bit; the
+// first difference is named.
+void check_replicas(TrainResult& result, const model::ParamTable& table, int cp) {
   result.final_params = std::move(result.replicas[0]);
-  for (size_t r = 1; r < result.replicas.size(); ++r)
+  for (size_t r = 1; r < result.replicas.size(); ++r) {
+    const std::string where = cp > 1 ? fmt::format(" on dp rank {} cp rank {}", int(r) / cp, int(r) % cp)
+                                     : " on dp rank " + std::to_string(r);
     for (const auto& s : table.specs())
       for (int64_t i = 0; i < s.numel; ++i)
-        note_mismatch(result, s.name + " on dp rank " + std::to_string(r), result.replicas[r][size_t(s.offset + i)],
+        note_mismatch(result, s.name + where, result.replicas[r][size_t(s.offset + i)],
                       result.final_params[size_t(s.offset + i)]);
+  }
   result.replicas.clear();
   const int64_t wte = table.at("transformer.wte.weight").offset;
   for (size_t i = 0; i < result.tied_copy.size(); ++i)
@@ -348,7 +304,7 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
   o.validate();
   validate_parallel(o);
   if (cluster.world_size() != o.parallel.world())
-    throw ConfigError(fmt::format("--dp x --tp x --pp = {} devices but the cluster has {}", o.parallel.world(),
+    throw ConfigError(fmt::format("--dp x --tp x --pp x --cp = {} devices but the cluster has {}", o.parallel.world(),
                                   cluster.world_size()));
   const uint64_t capacity =
       cluster.options().memory_bytes ? cluster.options().memory_bytes : cluster.profile().memory_bytes();
@@ -393,7 +349,7 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
   unfold_results(fold, result);
   summarize_phases(mesh, result);
   summarize_moe(mesh, mc, result);
-  if (!o.phantom) check_replicas(result, table);
+  if (!o.phantom) check_replicas(result, table, o.parallel.cp);
   if (!o.save_path.empty()) write_file_atomic(o.save_path, checkpoint_bytes(o, result), "--save");
   return result;
 }

@@ -24,6 +24,7 @@
 #include "model/config.h"
 #include "model/io/data.h"
 #include "model/optimizer.h"
+#include "model/parallel/context/cp_comm.h"
 #include "model/parallel/pipeline/executor.h"
 #include "model/parallel/recompute.h"
 #include "model/parallel/pipeline/schedule.h"
@@ -46,12 +47,19 @@ struct ParallelOptions {
   // ZeRO-3 hybrid sharding (HSDP): shard over groups of this many
   // consecutive dp ranks, replicate across them; 0: shard over all of dp.
   int hsdp = 0;
-  // The dp ranks one ZeRO chunk is split over: hsdp, else dp.
-  int shard_size() const { return hsdp > 0 ? hsdp : dp; }
+  // The ranks one ZeRO chunk is split over: hsdp, else dp (× cp).
+  int shard_size() const { return hsdp > 0 ? hsdp : dp * cp; }
   double bucket_mb = 25;      // DP gradient bucket, MB (1e6 modeled bytes)
   bool overlap = true;        // reduce buckets during backward
   int ep = 1;                 // expert parallel (divides dp): E/ep experts per rank
   int pp = 1;                 // pipeline stages (ranks)
+  // Context parallelism: every sequence split over cp ranks (chunks i and
+  // 2cp−1−i of 2cp on cp rank i), attention by ring or all-gather of K/V
+  // (parallel/context/cp_attention.h); gradients reduced over dp × cp.
+  int cp = 1;
+  parallel::CpComm cp_comm = parallel::CpComm::kRing;
+  // The ranks that reduce the replicated weights' gradients: dp × cp.
+  int data_ranks() const { return dp * cp; }
   parallel::ScheduleKind schedule = parallel::ScheduleKind::k1F1B;
   int vpp = 1;                // model chunks per pipeline rank (interleaved)
   std::vector<int> stage_layers;  // blocks per virtual stage; empty = balanced
@@ -68,9 +76,9 @@ struct ParallelOptions {
   // The pipeline rank holding the last stage (the head and the second use of
   // the tied wte): pp - 1 in a loop, 0 in a V.
   int last_stage_rank() const { return parallel::rank_of_stage(stage_order(), pp, pp * vpp - 1); }
-  int world() const { return dp * tp * pp; }
-  // The mesh of the collectives issue: tp fastest, then dp, then pp.
-  collectives::MeshShape mesh_shape() const { return {.tp = tp, .ep = ep, .dp = dp, .pp = pp}; }
+  int world() const { return dp * tp * cp * pp; }
+  // The mesh of the collectives issue: tp fastest, then cp, ep, dp, pp (Megatron's tp-cp-ep-dp-pp).
+  collectives::MeshShape mesh_shape() const { return {.tp = tp, .cp = cp, .ep = ep, .dp = dp, .pp = pp}; }
 };
 
 struct TrainOptions {
@@ -170,7 +178,7 @@ struct TrainResult {
   // differs from dp rank 0's copy, and by how much (empty when they agree).
   std::string replica_mismatch;
   double replica_max_diff = 0;
-  std::vector<std::vector<float>> replicas;  // (dp) unsharded final params of each dp rank
+  std::vector<std::vector<float>> replicas;  // (dp·cp) unsharded final params of each dp (and cp) rank
   // Pipeline: the last stage's copy of the tied wte (it must equal the first stage's).
   std::vector<float> tied_copy;
   RunResult run;
@@ -214,6 +222,14 @@ struct TrainResult {
     uint64_t gathered_bytes = 0;  // modeled bytes of the gathered units
   };
   std::vector<FsdpTotals> fsdp;  // (devices), empty without ZeRO-3
+  // Context parallelism, per device over the whole run: the compute stream's
+  // wait for K/V blocks (the ring's exposed part, or the all-gathers) and the
+  // ring's modeled bytes sent.
+  struct CpTotals {
+    Time exposed = 0;
+    uint64_t sent_bytes = 0;
+  };
+  std::vector<CpTotals> cp;  // (devices), empty without --cp
 };
 
 // The first step of pipeline `ranks` (global ranks, pipeline order) as text,

@@ -14,8 +14,9 @@ void LocalAttention::forward(float* atty, float* att, const float* qkv, const Tp
   c.ex.op("attn.context.fwd", k.context);
 }
 
-void LocalAttention::backward(float* dqkv, const float* datty, const float* qkv, const float* att,
-                              const TpDims& d, const TpContext& c) const {
+void LocalAttention::backward(float* dqkv, const float* datty, const float* qkv,
+                              const float* /*atty*/, const float* att, const TpDims& d,
+                              const TpContext& c) const {
   if (c.ex.math()) model::attention_backward(dqkv, datty, qkv, att, d.B, d.T, d.NHl(), d.HS());
   const model::AttentionCosts k =
       model::attention_backward_costs(d.B, d.T, d.NHl(), d.HS(), c.ex.elem);

@@ -4,14 +4,17 @@
 //
 //   LocalAttention   every key of the sequence is on this rank (TP splits
 //                    heads, not time): the kernels of model/kernels.h.
+//   CpAttention      context parallelism (context/cp_attention.h): this rank
+//                    holds two chunks of every sequence, the keys of the
+//                    others come around the cp ring (or by an all-gather).
 //
-// A context-parallel variant (ring attention: K/V blocks passed around the cp
-// group by point to point, online softmax) implements the same two calls and
-// sets TpContext::attention; the block, its projections and the schedules
-// stay as they are.
+// A core is set through TpContext::attention; the block, its projections and
+// the schedules stay as they are.
 //
 // Shapes (letters of tensor/buffers.h): qkv (N, 3·Cl), atty (N, Cl), att the
-// core's saved state (B, NHl, T, T) for LocalAttention.
+// core's saved state, TpDims::att_elements(): the probabilities (B, NHl, T, T)
+// for LocalAttention, the log-sum-exp of every query row (B, NHl, T) under
+// context parallelism.
 #pragma once
 
 #include "model/parallel/tensor/buffers.h"
@@ -25,17 +28,17 @@ class AttentionCore {
   // atty = attention(qkv); `att` keeps what backward needs.
   virtual void forward(float* atty, float* att, const float* qkv, const TpDims& d,
                        const TpContext& c) const = 0;
-  // dqkv (N, 3·Cl) += the gradient of qkv given datty.
-  virtual void backward(float* dqkv, const float* datty, const float* qkv, const float* att,
-                        const TpDims& d, const TpContext& c) const = 0;
+  // dqkv (N, 3·Cl) += the gradient of qkv given datty; atty is forward's output.
+  virtual void backward(float* dqkv, const float* datty, const float* qkv, const float* atty,
+                        const float* att, const TpDims& d, const TpContext& c) const = 0;
 };
 
 class LocalAttention final : public AttentionCore {
  public:
   void forward(float* atty, float* att, const float* qkv, const TpDims& d,
                const TpContext& c) const override;
-  void backward(float* dqkv, const float* datty, const float* qkv, const float* att,
-                const TpDims& d, const TpContext& c) const override;
+  void backward(float* dqkv, const float* datty, const float* qkv, const float* atty,
+                const float* att, const TpDims& d, const TpContext& c) const override;
   // The one instance every context uses by default.
   static const LocalAttention& instance();
 };

@@ -11,7 +11,7 @@ void TpBlockActs::resize(const TpDims& d, const model::GPTConfig& config, bool m
   for (auto* v : {&ln1, &ln2, &attproj, &res1, &mlp_out, &res2}) v->assign(Nr * C, 0);
   for (auto* v : {&ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd}) v->assign(Nr, 0);
   qkv.assign(N * 3 * Cl, 0);
-  att.assign(static_cast<int64_t>(d.B) * d.NHl() * d.T * d.T, 0);
+  att.assign(d.att_elements(), 0);
   atty.assign(N * Cl, 0);
   fc.clear();
   fc_gelu.clear();

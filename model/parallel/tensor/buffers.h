@@ -1,7 +1,7 @@
 // The activation and scratch buffers of the tensor-parallel blocks (and of
 // the MoE layers inside them), and the sizes they are cut from.
 //
-// Size letters: B batch, T time, N = B·T, Nr residual rows on this rank (N/tp
+// Size letters: B batch, T time (this rank's tokens of a sequence: T/cp), N = B·T, Nr residual rows on this rank (N/tp
 // with SP, else N), C n_embd, NHl local heads, HS head size, Cl = NHl·HS,
 // Fl = F/tp (F the MLP width, 4C by default), E experts, K top-k, M kept MoE assignments, Rx expert rows.
 #pragma once
@@ -24,6 +24,21 @@ struct TpDims : model::Dims {
   int tp = 1;
   bool sp = false;
   int ep = 1;  // expert-parallel ranks exchanging tokens (expert/ep_dispatch.h)
+  // Context parallelism: T is this rank's share of each sequence, chunks
+  // cp_rank and 2·cp−1−cp_rank of the 2·cp chunks of T/2 tokens (causal load
+  // balancing, Megatron-core's and Transformer Engine's layout).
+  int cp = 1, cp_rank = 0;
+  // The position in the whole sequence of local time t (wpe's row, the causal mask).
+  int64_t position(int64_t t) const {
+    if (cp == 1) return t;
+    const int64_t c = T / 2;
+    return t < c ? cp_rank * c + t : (2 * cp - 1 - cp_rank) * c + (t - c);
+  }
+  // The attention core's saved state: the probabilities, or under context
+  // parallelism the log-sum-exp of every query row (tensor/attention.h).
+  int64_t att_elements() const {
+    return int64_t{B} * NHl() * T * (cp > 1 ? 1 : T);
+  }
   int64_t rows() const { return sp ? N() / tp : N(); }             // Nr
   int64_t row0(int rank) const { return sp ? rank * rows() : 0; }  // first global row held
   int NHl() const { return NH / tp; }
@@ -74,7 +89,7 @@ struct TpBlockActs {
   Buf<float> ln1_mean, ln1_rstd;            // (Nr)
   Buf<float> ln2_mean, ln2_rstd;            // (Nr)
   Buf<float> qkv;                           // (N,3Cl) local heads' [q | k | v]
-  Buf<float> att;                           // (B,NHl,T,T)
+  Buf<float> att;                           // TpDims::att_elements()
   Buf<float> atty;                          // (N,Cl)
   Buf<float> attproj, res1, mlp_out, res2;  // (Nr,C)
   Buf<float> fc, fc_gelu;                   // (N,Fl) dense blocks

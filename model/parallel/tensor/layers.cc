@@ -108,7 +108,8 @@ void tp_attention_backward(float* dinp_partial, const BlockView<float>& g, TpScr
                         a.atty.data(), p.attn_proj.weight, N, Cl, C,
                         {"attn.c_proj.dgrad", "attn.c_proj.wgrad"}, wg, ex);
   zero(s.dqkv.data(), N * 3 * Cl);
-  attention_core(c).backward(s.dqkv.data(), s.datty.data(), a.qkv.data(), a.att.data(), d, c);
+  attention_core(c).backward(s.dqkv.data(), s.datty.data(), a.qkv.data(), a.atty.data(), a.att.data(),
+                             d, c);
   linear_backward_split(dinp_partial, g.c_attn.weight, g.c_attn.bias, s.dqkv.data(), inp_full,
                         p.c_attn.weight, N, C, 3 * Cl, {"attn.c_attn.dgrad", "attn.c_attn.wgrad"},
                         wg, ex);

@@ -97,6 +97,14 @@ INSTANTIATE_TEST_SUITE_P(
 // over pairs, replicate across), the step-0 gradients
 // checked too; default tolerances (1e-5). The non-owned parameters are NaN
 // between uses, so a unit used without its gather fails here.
+// A test name from the flags: "--dp 2 --tp 2" -> dp_2_tp_2.
+std::string flags_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string name;
+  for (char c : info.param)
+    if (c != '-') name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  return name;
+}
+
 class VerifyZero3 : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(VerifyZero3, MatchesTheUnshardedModel) {
@@ -111,12 +119,22 @@ INSTANTIATE_TEST_SUITE_P(
                       "--dp 2 --no-prefetch", "--dp 2 --micro-batches 2 --no-reshard-after-forward",
                       "--dp 2 --pp 2 --micro-batches 4 --schedule zb-v", "--dp 3 --batch 6",
                       "--dp 4 --hsdp 2", "--dp 4 --hsdp 2 --tp 2"),
-    [](const auto& info) {
-      std::string name;
-      for (char c : info.param)  // "--dp 2 --tp 2" -> dp_2_tp_2
-        if (c != '-') name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-      return name;
-    });
+    flags_name);
+
+// Context parallelism from the command line (the whole grid is
+// tests/model/parallel/context/cp_verify_test.cc): the ring and the
+// all-gather, composed with tp + sp, dp and pp; default tolerances.
+class VerifyContextParallel : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(VerifyContextParallel, MatchesTheUnshardedModel) {
+  const std::string args = "--grads " + GetParam();
+  expect_matches(verify(args), args, true);
+}
+
+INSTANTIATE_TEST_SUITE_P(Compositions, VerifyContextParallel,
+                         ::testing::Values("--cp 2", "--cp 4 --cp-comm allgather", "--cp 2 --tp 2 --sp --dp 2",
+                                           "--cp 2 --pp 2 --micro-batches 2"),
+                         flags_name);
 
 TEST(Verify, DataParallelNotAPowerOfTwo) {
   expect_matches(verify("--dp 3 --batch 6 --grads"), "--dp 3 --batch 6 --grads", true);

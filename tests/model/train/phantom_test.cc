@@ -107,6 +107,10 @@ std::vector<Config> dense_configs() {
         c.options.model.batch_size = 12;
       }),
       make("tp2_pp2_dp2", 2, 2, 2, 2, none),
+      make("cp2_tp2_sp_dp2", 2, 1, 2, 1, [](Config& c) {  // the K/V ring moves modeled bytes only
+        c.options.parallel.cp = 2;
+        c.options.parallel.sp = true;
+      }),
   };
 }
 

@@ -1,0 +1,156 @@
+// Chunk-pair attention kernels (block_attention.h). Plain loops over (b, h,
+// query row): the models run here are small, and a fixed loop order keeps
+// every result deterministic.
+#include "model/parallel/context/block_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace shardlab::parallel {
+
+namespace {
+
+float dot(const float* a, const float* b, int n) {
+  float s = 0;
+  for (int i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Where row t of sequence b, head h lives in each layout.
+struct Rows {
+  const BlockDims& d;
+  int64_t row(int b, int64_t t) const { return int64_t{b} * d.T + t; }
+  int64_t q(int b, int h, int64_t t) const { return row(b, t) * 3 * d.C() + int64_t{h} * d.HS; }
+  int64_t k(int b, int h, int64_t t) const { return row(b, t) * 2 * d.C() + int64_t{h} * d.HS; }
+  int64_t v(int b, int h, int64_t t) const { return k(b, h, t) + d.C(); }
+  int64_t out(int b, int h, int64_t t) const { return row(b, t) * d.C() + int64_t{h} * d.HS; }
+  int64_t state(int b, int h, int64_t t) const { return (int64_t{b} * d.NH + h) * d.T + t; }
+};
+
+float scale_of(const BlockDims& d) { return 1.0f / std::sqrt(static_cast<float>(d.HS)); }
+
+}  // namespace
+
+void block_attention_forward(float* acc, float* m, float* l, const float* qkv, const float* kv,
+                             const BlockDims& d, const ChunkPair& p) {
+  const Rows at{d};
+  const float scale = scale_of(d);
+  std::vector<float> s(static_cast<size_t>(p.len));
+  for (int b = 0; b < d.B; ++b) {
+    for (int h = 0; h < d.NH; ++h) {
+      for (int64_t i = 0; i < p.len; ++i) {
+        const float* q = qkv + at.q(b, h, p.q0 + i);
+        const int64_t keys = p.diagonal ? i + 1 : p.len;
+        float block_max = -std::numeric_limits<float>::infinity();
+        for (int64_t j = 0; j < keys; ++j) {
+          s[size_t(j)] = dot(q, kv + at.k(b, h, p.k0 + j), d.HS) * scale;
+          block_max = std::max(block_max, s[size_t(j)]);
+        }
+        const int64_t st = at.state(b, h, p.q0 + i);
+        const float m_new = std::max(m[st], block_max);
+        const float rescale = std::exp(m[st] - m_new);  // 0 for the first block (m = -inf)
+        float* o = acc + at.out(b, h, p.q0 + i);
+        for (int c = 0; c < d.HS; ++c) o[c] *= rescale;
+        float sum = 0;
+        for (int64_t j = 0; j < keys; ++j) {
+          const float e = std::exp(s[size_t(j)] - m_new);
+          sum += e;
+          const float* v = kv + at.v(b, h, p.k0 + j);
+          for (int c = 0; c < d.HS; ++c) o[c] += e * v[c];
+        }
+        l[st] = l[st] * rescale + sum;
+        m[st] = m_new;
+      }
+    }
+  }
+}
+
+void block_attention_finish(float* atty, float* lse, const float* acc, const float* m,
+                            const float* l, const BlockDims& d) {
+  const Rows at{d};
+  for (int b = 0; b < d.B; ++b)
+    for (int h = 0; h < d.NH; ++h)
+      for (int64_t t = 0; t < d.T; ++t) {
+        const int64_t st = at.state(b, h, t), o = at.out(b, h, t);
+        const float inv = 1.0f / l[st];
+        for (int c = 0; c < d.HS; ++c) atty[o + c] = acc[o + c] * inv;
+        lse[st] = m[st] + std::log(l[st]);
+      }
+}
+
+void block_attention_delta(float* delta, const float* datty, const float* atty, const BlockDims& d) {
+  const Rows at{d};
+  for (int b = 0; b < d.B; ++b)
+    for (int h = 0; h < d.NH; ++h)
+      for (int64_t t = 0; t < d.T; ++t)
+        delta[at.state(b, h, t)] = dot(datty + at.out(b, h, t), atty + at.out(b, h, t), d.HS);
+}
+
+void block_attention_backward(float* dqkv, float* dkv, const float* datty, const float* qkv,
+                              const float* kv, const float* lse, const float* delta,
+                              const BlockDims& d, const ChunkPair& p) {
+  const Rows at{d};
+  const float scale = scale_of(d);
+  for (int b = 0; b < d.B; ++b) {
+    for (int h = 0; h < d.NH; ++h) {
+      for (int64_t i = 0; i < p.len; ++i) {
+        const float* q = qkv + at.q(b, h, p.q0 + i);
+        const float* dout = datty + at.out(b, h, p.q0 + i);
+        float* dq = dqkv + at.q(b, h, p.q0 + i);
+        const int64_t st = at.state(b, h, p.q0 + i);
+        const int64_t keys = p.diagonal ? i + 1 : p.len;
+        for (int64_t j = 0; j < keys; ++j) {
+          const float* k = kv + at.k(b, h, p.k0 + j);
+          const float* v = kv + at.v(b, h, p.k0 + j);
+          const float prob = std::exp(dot(q, k, d.HS) * scale - lse[st]);
+          const float ds = prob * (dot(dout, v, d.HS) - delta[st]) * scale;
+          float* dk = dkv + at.k(b, h, p.k0 + j);
+          float* dv = dkv + at.v(b, h, p.k0 + j);
+          for (int c = 0; c < d.HS; ++c) {
+            dv[c] += prob * dout[c];
+            dq[c] += ds * k[c];
+            dk[c] += ds * q[c];
+          }
+        }
+      }
+    }
+  }
+}
+
+namespace {
+
+OpCost gemm_op(double flops, double bytes, GemmShape g, GemmShape g2) {
+  OpCost c{flops, bytes};
+  c.op_class = OpClass::kGemm;
+  c.gemm = g;
+  c.gemm2 = g2;
+  return c;
+}
+
+}  // namespace
+
+OpCost block_attention_forward_cost(const BlockDims& d, int64_t len, bool diagonal, int elem) {
+  const int64_t keys = diagonal ? (len + 1) / 2 : len;  // the mean keys per query
+  const int64_t BH = int64_t{d.B} * d.NH;
+  const double pairs = double(BH) * double(len) * double(keys);
+  const double rows = double(BH) * double(len);
+  // q, k, v read; the output accumulator read and written; m and l in fp32.
+  const double bytes = (rows * d.HS + 2.0 * BH * keys * d.HS + 2 * rows * d.HS) * elem + 8 * rows;
+  return gemm_op(4 * pairs * d.HS + 7 * pairs, bytes, {len, keys, d.HS, BH}, {len, d.HS, keys, BH});
+}
+
+OpCost block_attention_backward_cost(const BlockDims& d, int64_t len, bool diagonal, int elem) {
+  const int64_t keys = diagonal ? (len + 1) / 2 : len;
+  const int64_t BH = int64_t{d.B} * d.NH;
+  const double pairs = double(BH) * double(len) * double(keys);
+  const double rows = double(BH) * double(len);
+  // q, dout, dq (read and written); k, v, dk and dv (read and written); lse, delta.
+  const double bytes = (4 * rows * d.HS + 6.0 * BH * keys * d.HS) * elem + 8 * rows;
+  // q·kᵀ and dout·vᵀ: (len × keys) outputs; dv, dq, dk: (· × HS) outputs.
+  return gemm_op(10 * pairs * d.HS + 6 * pairs, bytes, {len, keys, d.HS, 2 * BH},
+                 {len, d.HS, keys, 3 * BH});
+}
+
+}  // namespace shardlab::parallel

@@ -1,0 +1,89 @@
+// CpAttention: the attention core under context parallelism (--cp N).
+//
+// Every sequence is cut into 2N chunks of T/(2N) tokens; cp rank i holds
+// chunks i and 2N−1−i (causal load balancing, as Megatron-core and
+// Transformer Engine lay it out: every rank does the same attention work).
+// The layers around attention are per token and run on the local rows; the
+// position embedding reads each row's global position (TpDims::position).
+// Attention needs every earlier key, so the keys and values travel:
+//
+//   ring       (Liu et al., ring attention; Megatron-core's CP) N steps; at
+//              step s a rank holds the [k | v] rows of cp rank (i−s) mod N,
+//              sends them on to rank i+1 and receives the next block from
+//              rank i−1 by point to point on the communication stream
+//              while the compute stream runs the block's chunk pairs (online
+//              softmax, block_attention.h). Backward sends the blocks around
+//              again; each rank computes its dK/dV contribution to the block
+//              it holds into a fresh buffer, then adds the partial sum that
+//              came from rank i−1 (which travelled during this compute) and
+//              sends the sum on; a last hop returns it to its owner.
+//   allgather  (Llama 3) an all-gather of every rank's [k | v] rows on the
+//              compute stream, then the same chunk pairs; backward gathers
+//              again and reduce-scatters dK/dV.
+//
+// Of the 4 chunk pairs of (my chunks) × (a block's chunks), those with later
+// keys are skipped, same-position pairs are diagonal (half the work): each
+// step costs every rank the same, 2 full pairs.
+//
+// `exposed()` is the compute stream's wait for K/V blocks (ring: a block
+// not yet arrived, the last dK/dV hop; allgather: the collectives), summed
+// over the calls — the part of the communication the kernels do not hide.
+//
+// The buffers are charged to the arena as activations while a call runs:
+// the ring holds two K/V blocks (four with dK/dV in backward), which shrink
+// as 1/cp; the all-gather every rank's, the whole sequence's K/V at any cp.
+//
+// Thread safety: one instance per device thread (the buffers are scratch).
+#pragma once
+
+#include <cstdint>
+
+#include "collectives/group.h"
+#include "model/parallel/context/block_attention.h"
+#include "model/parallel/context/cp_comm.h"
+#include "model/parallel/tensor/attention.h"
+
+namespace shardlab::parallel {
+
+class CpAttention final : public AttentionCore {
+ public:
+  CpAttention(const collectives::ProcessGroup& cp, CpComm comm) : cp_(cp), comm_(comm) {}
+
+  void forward(float* atty, float* att, const float* qkv, const TpDims& d,
+               const TpContext& c) const override;
+  void backward(float* dqkv, const float* datty, const float* qkv, const float* atty,
+                const float* att, const TpDims& d, const TpContext& c) const override;
+
+  Time exposed() const { return exposed_; }
+  uint64_t sent_bytes() const { return sent_bytes_; }  // modeled bytes of the ring's sends
+
+ private:
+  // The chunk pairs of my chunks over the block of cp rank `src`, in order.
+  void forward_block(const float* qkv, const float* kv, int src, const TpDims& d,
+                     const TpContext& c) const;
+  void backward_block(float* dqkv, float* dkv, const float* datty, const float* qkv,
+                      const float* kv, const float* lse, int src, const TpDims& d,
+                      const TpContext& c) const;
+  void pack_kv(float* kv, const float* qkv, const TpDims& d, const TpContext& c) const;
+  // Ring transfers on the communication stream, tagged by the call, what
+  // travels (0 K/V, 1 dK/dV) and the ring step; join_compute makes the
+  // compute stream wait for what arrived (the wait counted as exposed).
+  Tag tag(int what, int step) const { return kRingTag + (call_ << 16) + (uint64_t(what) << 8) + uint64_t(step); }
+  void send_next(const float* data, int64_t n, Tag t, const TpContext& c) const;
+  void recv_prev(float* into, int64_t n, Tag t, const TpContext& c) const;
+  void join_compute(const TpContext& c) const;
+  void gather_kv(const float* qkv, const TpDims& d, const TpContext& c) const;
+  void ring_forward(const float* qkv, const TpDims& d, const TpContext& c) const;
+  void ring_backward(float* dqkv, const float* datty, const float* qkv, const float* lse, const TpDims& d,
+                     const TpContext& c) const;
+
+  static constexpr Tag kRingTag = 0x4350'5247'0000'0000ull;  // "CPRG"
+  collectives::ProcessGroup cp_;
+  CpComm comm_;
+  mutable Buf<float> kv_, kv_next_, dkv_, dkv_in_, acc_, m_, l_, delta_, all_kv_, all_dkv_;
+  mutable uint64_t call_ = 0;  // forward and backward calls so far (the same on every cp rank)
+  mutable Time exposed_ = 0;
+  mutable uint64_t sent_bytes_ = 0;
+};
+
+}  // namespace shardlab::parallel

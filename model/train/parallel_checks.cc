@@ -1,0 +1,90 @@
+// The parallel configuration's checks before any thread starts
+// (validate_parallel), and the two questions they and train() ask of it:
+// which model runs (runs_sharded) and which schedule (step_schedule).
+#include <string>
+
+#include <fmt/format.h>
+
+#include "model/parallel/config_check.h"
+#include "model/train/trainer.h"
+#include "runtime/errors.h"
+
+namespace shardlab::train {
+
+namespace {
+
+// --cp: two chunks of every sequence on each cp rank, and what it does not compose with.
+void validate_context_parallel(const TrainOptions& o) {
+  const ParallelOptions& p = o.parallel;
+  const int T = o.model.block_size;
+  auto require = [](bool ok, const std::string& what) {
+    if (!ok) throw ConfigError(what);
+  };
+  require(p.cp >= 1, fmt::format("--cp must be at least 1 (got {})", p.cp));
+  require(p.cp > 1 || p.cp_comm == parallel::CpComm::kRing, "--cp-comm allgather needs --cp > 1");
+  if (p.cp == 1) return;
+  require(T % (2 * p.cp) == 0,
+          fmt::format("--seq {} is not divisible by 2 x --cp {} (two chunks per cp rank)", T, p.cp));
+  require(!p.sp || (T / p.cp) % p.tp == 0,
+          fmt::format("--seq {} / --cp {} is not divisible by --tp {} with --sp", T, p.cp, p.tp));
+  require(!(o.model.is_moe() && o.model.capacity_factor > 0),
+          "--cp with --capacity-factor is not supported (capacity drops follow the unsharded token order)");
+  require(o.checkpoint_dir.empty() && o.resume_dir.empty(),
+          "--cp with --checkpoint-dir or --resume is not supported");
+  require(p.hsdp == 0, "--cp with --hsdp is not supported");
+}
+
+}  // namespace
+
+void validate_parallel(const TrainOptions& o) {
+  const ParallelOptions& p = o.parallel;
+  const model::GPTConfig& m = o.model;
+  auto require = [](bool ok, const std::string& what) {
+    if (!ok) throw ConfigError(what);
+  };
+  require(p.dp >= 1, fmt::format("--dp must be at least 1 (got {})", p.dp));
+  require(p.tp >= 1, fmt::format("--tp must be at least 1 (got {})", p.tp));
+  require(p.zero >= 0 && p.zero <= 3, fmt::format("--zero must be 0, 1, 2 or 3 (got {})", p.zero));
+  require(p.zero == 3 || p.reshard_after_forward, "--no-reshard-after-forward needs --zero 3");
+  require(p.zero == 3 || p.prefetch, "--no-prefetch needs --zero 3");
+  require(p.hsdp == 0 || p.hsdp >= 2, fmt::format("--hsdp must be at least 2 (got {})", p.hsdp));
+  require(p.hsdp == 0 || p.zero == 3, "--hsdp needs --zero 3");
+  require(p.hsdp == 0 || p.dp % p.hsdp == 0, fmt::format("--hsdp {} must divide --dp {}", p.hsdp, p.dp));
+  require(p.hsdp == 0 || p.ep == 1, "--hsdp with --ep > 1 is not supported (expert units shard over edp)");
+  require(p.bucket_mb > 0, "--bucket-mb must be positive");
+  require(p.pp >= 1, fmt::format("--pp must be at least 1 (got {})", p.pp));
+  require(m.batch_size % p.dp == 0,
+          fmt::format("--batch {} is not divisible by --dp {}", m.batch_size, p.dp));
+  require(m.batch_size % (o.micro_batches * p.dp) == 0,
+          fmt::format("--batch {} is not divisible by --micro-batches {} x --dp {}", m.batch_size,
+                      o.micro_batches, p.dp));
+  parallel::check_pipeline_config(p.schedule, p.pp, o.micro_batches, p.vpp);
+  validate_context_parallel(o);
+  parallel::check_parallel_shape(m, {p.tp, p.sp, p.pp, p.vpp, p.stage_layers, p.ep, p.dp});
+  if (p.custom_schedule) {
+    require(int(p.custom_schedule->size()) == p.pp,
+            fmt::format("the custom schedule has {} ranks but --pp is {}", p.custom_schedule->size(), p.pp));
+    const std::string fault = parallel::validate_schedule(*p.custom_schedule, o.micro_batches, p.vpp, p.custom_order);
+    require(fault.empty(), "invalid custom schedule: " + fault);
+    bool split = false;
+    for (const auto& actions : *p.custom_schedule)
+      for (const parallel::Action& a : actions) split = split || a.kind == parallel::ActionKind::kBackwardWeight;
+    require(!split || runs_sharded(o),
+            "a schedule with separate weight-gradient (W) actions needs the sharded model (--tp, --pp or --ep > 1)");
+  }
+}
+
+bool runs_sharded(const TrainOptions& o) {
+  const ParallelOptions& p = o.parallel;
+  const bool global_routing = o.model.is_moe() && p.data_ranks() > 1 && (p.ep > 1 || o.model.capacity_factor > 0);
+  const bool split_backward = !p.custom_schedule && parallel::splits_backward(p.schedule);  // B and W apart
+  return p.pp > 1 || p.tp > 1 || p.cp > 1 || p.ep > 1 || global_routing || p.recompute != parallel::Recompute::kNone || p.zero == 3 ||
+         split_backward || o.phantom;  // the unsharded reference computes on real buffers
+}
+
+parallel::Schedule step_schedule(const TrainOptions& o) {
+  const ParallelOptions& p = o.parallel;
+  return p.custom_schedule ? *p.custom_schedule : parallel::build_schedule(p.schedule, p.pp, o.micro_batches, p.vpp);
+}
+
+}  // namespace shardlab::train

@@ -1,0 +1,174 @@
+// CpAttention on a cluster of cp devices against the unsharded causal
+// attention (model/kernels.h) of the whole sequence: every rank holds chunks
+// r and 2cp−1−r of 2cp, runs the ring (or the all-gather), and its output
+// rows and qkv-gradient rows must be the reference's rows at those
+// positions. Then what it charges: each chunk pair's kernel (a diagonal pair
+// half the work), and the ring's bytes.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "collectives/group.h"
+#include "model/kernels.h"
+#include "model/parallel/context/cp_attention.h"
+#include "runtime/cluster.h"
+#include "runtime/profile.h"
+
+namespace shardlab::parallel {
+namespace {
+
+constexpr int kB = 2, kT = 16, kNH = 2, kHS = 8, kC = kNH * kHS;
+
+std::vector<float> random_values(size_t n, uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(g);
+  return v;
+}
+
+// The global time of local row t on cp rank r (chunks r and 2cp−1−r of T/(2cp)).
+int global_t(int t, int r, int cp) {
+  const int c = kT / (2 * cp);
+  return t < c ? r * c + t : (2 * cp - 1 - r) * c + (t - c);
+}
+
+// Records every op's name and cost (and charges the compute stream).
+class Sink final : public model::OpSink {
+ public:
+  explicit Sink(Device& dev) : dev_(dev) {}
+  void op(const char* name, const OpCost& cost) override {
+    dev_.run(dev_.compute(), name, cost);
+    ops.emplace_back(name, cost);
+  }
+  std::vector<std::pair<std::string, OpCost>> ops;
+
+ private:
+  Device& dev_;
+};
+
+struct RankOut {
+  std::vector<float> atty, dqkv;
+  std::vector<std::pair<std::string, OpCost>> ops;
+  uint64_t sent = 0;
+  Time exposed = 0;
+};
+
+std::vector<RankOut> run_cp(int cp, CpComm comm, const std::vector<float>& qkv, const std::vector<float>& dout) {
+  const int Tl = kT / cp;
+  std::vector<RankOut> out(static_cast<size_t>(cp));
+  ClusterOptions o;
+  o.world_size = cp;
+  Cluster cluster(builtin_profiles().front(), o);
+  cluster.run([&](Device& dev) {
+    const int r = dev.rank();
+    std::vector<float> q(size_t(kB * Tl * 3 * kC)), dy(size_t(kB * Tl * kC));
+    for (int b = 0; b < kB; ++b)
+      for (int t = 0; t < Tl; ++t) {
+        const int g = b * kT + global_t(t, r, cp), l = b * Tl + t;
+        std::copy_n(&qkv[size_t(g * 3 * kC)], 3 * kC, &q[size_t(l * 3 * kC)]);
+        std::copy_n(&dout[size_t(g * kC)], kC, &dy[size_t(l * kC)]);
+      }
+    collectives::ProcessGroup cp_group = collectives::ProcessGroup::world(dev);
+    collectives::ProcessGroup tp_group({r}, r, "tp");
+    Sink sink(dev);
+    TpContext c;
+    c.dev = &dev;
+    c.group = &tp_group;
+    c.ex = model::Exec::with(&sink);
+    TpDims d{{kB, Tl, kC, kNH, 4 * kC}, 1, false, 1};
+    d.cp = cp;
+    d.cp_rank = r;
+    const CpAttention core(cp_group, comm);
+    RankOut& mine = out[size_t(r)];
+    mine.atty.assign(size_t(kB * Tl * kC), 0.0f);
+    mine.dqkv.assign(q.size(), 0.0f);
+    std::vector<float> lse(size_t(d.att_elements()));
+    core.forward(mine.atty.data(), lse.data(), q.data(), d, c);
+    core.backward(mine.dqkv.data(), dy.data(), q.data(), mine.atty.data(), lse.data(), d, c);
+    mine.ops = sink.ops;
+    mine.sent = core.sent_bytes();
+    mine.exposed = core.exposed();
+  });
+  return out;
+}
+
+class CpAttentionMatch : public ::testing::TestWithParam<std::tuple<int, CpComm>> {};
+
+TEST_P(CpAttentionMatch, RowsEqualTheUnshardedAttention) {
+  const auto [cp, comm] = GetParam();
+  const std::vector<float> qkv = random_values(size_t(kB * kT * 3 * kC), 7);
+  const std::vector<float> dout = random_values(size_t(kB * kT * kC), 8);
+  std::vector<float> ref(size_t(kB * kT * kC)), att(size_t(kB * kNH * kT * kT)), dref(qkv.size(), 0.0f);
+  model::attention_forward(ref.data(), att.data(), qkv.data(), kB, kT, kNH, kHS);
+  model::attention_backward(dref.data(), dout.data(), qkv.data(), att.data(), kB, kT, kNH, kHS);
+  const std::vector<RankOut> out = run_cp(cp, comm, qkv, dout);
+  const int Tl = kT / cp;
+  double max_y = 0, max_dq = 0;
+  for (int r = 0; r < cp; ++r)
+    for (int b = 0; b < kB; ++b)
+      for (int t = 0; t < Tl; ++t) {
+        const int g = b * kT + global_t(t, r, cp), l = b * Tl + t;
+        for (int j = 0; j < kC; ++j)
+          max_y = std::max(max_y, double(std::abs(out[size_t(r)].atty[size_t(l * kC + j)] - ref[size_t(g * kC + j)])));
+        for (int j = 0; j < 3 * kC; ++j)
+          max_dq = std::max(max_dq, double(std::abs(out[size_t(r)].dqkv[size_t(l * 3 * kC + j)] -
+                                                    dref[size_t(g * 3 * kC + j)])));
+      }
+  std::printf("cp %d %s: max |output diff| %.3e, max |dqkv diff| %.3e (tol 1e-5)\n", cp, cp_comm_name(comm), max_y,
+              max_dq);
+  EXPECT_LE(max_y, 1e-5);
+  EXPECT_LE(max_dq, 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Grid, CpAttentionMatch,
+                         ::testing::Combine(::testing::Values(2, 4), ::testing::Values(CpComm::kRing, CpComm::kAllGather)),
+                         [](const auto& info) {
+                           return "cp" + std::to_string(std::get<0>(info.param)) + "_" +
+                                  cp_comm_name(std::get<1>(info.param));
+                         });
+
+// Per rank and pass: of the 4·cp (my chunk, block chunk) pairs, the
+// 2·cp − 1 with later keys are skipped; 2 are diagonal, 2·cp − 1 full.
+// A full pair of len = T/(2cp) tokens costs 4·BH·len²·HS (two GEMMs) + 7·BH·len²
+// flops forward and 10·BH·len²·HS + 6·BH·len² backward; a diagonal pair half.
+TEST(CpAttentionCost, EveryChunkPairOnceAndTheRingBytes) {
+  const int cp = 4, len = kT / (2 * cp), BH = kB * kNH;
+  const std::vector<RankOut> out =
+      run_cp(cp, CpComm::kRing, random_values(size_t(kB * kT * 3 * kC), 1), random_values(size_t(kB * kT * kC), 2));
+  const double pair = double(BH) * len * len;
+  const std::map<std::string, double> flops = {{"attn.cp.fwd", 4 * pair * kHS + 7 * pair},
+                                               {"attn.cp.fwd.diagonal", (4 * pair * kHS + 7 * pair) / 2},
+                                               {"attn.cp.bwd", 10 * pair * kHS + 6 * pair},
+                                               {"attn.cp.bwd.diagonal", (10 * pair * kHS + 6 * pair) / 2}};
+  const std::map<std::string, int> want = {{"attn.cp.fwd", 2 * cp - 1},
+                                           {"attn.cp.fwd.diagonal", 2},
+                                           {"attn.cp.bwd", 2 * cp - 1},
+                                           {"attn.cp.bwd.diagonal", 2}};
+  // [k | v] of the local rows per ring hop, fp32: forward cp−1 hops, backward
+  // cp−1 hops of K/V and cp of their dK/dV (the last one home).
+  const uint64_t block = uint64_t(kB) * (kT / cp) * 2 * kC * 4;
+  for (int r = 0; r < cp; ++r) {
+    std::map<std::string, int> count;
+    for (const auto& [name, cost] : out[size_t(r)].ops) {
+      auto f = flops.find(name);
+      if (f == flops.end()) continue;
+      ++count[name];
+      EXPECT_DOUBLE_EQ(cost.flops, f->second) << name << " rank " << r;
+    }
+    EXPECT_EQ(count, want) << "rank " << r;
+    EXPECT_EQ(out[size_t(r)].sent, block * uint64_t(3 * cp - 2)) << "rank " << r;
+  }
+  std::printf("cp %d ring: %d pairs per pass (2 diagonal), %llu B sent per rank, K/V exposed %.3f us on rank 0\n", cp,
+              2 * cp + 1, (unsigned long long)out[0].sent, to_us(out[0].exposed));
+}
+
+}  // namespace
+}  // namespace shardlab::parallel
