@@ -86,6 +86,9 @@ class Cluster {
   }
 
  private:
+  RunResult collect(std::vector<std::unique_ptr<Device>>& devices,
+                    std::chrono::steady_clock::time_point wall_start) const;
+
   HardwareProfile profile_;
   ClusterOptions options_;
   std::unique_ptr<LinkModel> default_links_;

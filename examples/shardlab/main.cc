@@ -7,6 +7,7 @@
 
 #include "examples/shardlab/cli.h"
 #include "runtime/errors.h"
+#include "runtime/transport.h"
 
 namespace {
 
@@ -52,6 +53,8 @@ int run(CLI::App& app, int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Under mpirun: MPI, the transport, one output (runtime/transport.h).
+  shardlab::ProcessSession session(argc, argv);
   CLI::App app{"shardlab: a GPU training cluster emulated on CPU threads", "shardlab"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "shardlab 0.1.0");
