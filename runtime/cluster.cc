@@ -49,6 +49,8 @@ Cluster::Cluster(HardwareProfile profile, ClusterOptions options)
   }
 }
 
+Transport* Cluster::transport() const { return options_.single_process ? nullptr : process_transport(); }
+
 namespace {
 
 // The first failure of a run, from any thread.
@@ -152,7 +154,7 @@ RunResult Cluster::run(const Program& program) {
   SHARDLAB_CHECK(rep.empty() || rep.size() == size_t(n), "one representative per rank");
   auto runs = [&rep](int r) { return rep.empty() || rep[size_t(r)] == r; };
   // Across processes (transport.h) this process runs only its block of devices.
-  Transport* transport = process_transport();
+  Transport* transport = this->transport();
   const std::vector<int> owners = transport ? device_owners(n, transport->processes(), profile_) : std::vector<int>{};
   auto local = [&](int r) { return !transport || owners[size_t(r)] == transport->process(); };
   std::vector<std::unique_ptr<Device>> devices(static_cast<size_t>(n));
@@ -228,7 +230,7 @@ RunResult Cluster::collect(std::vector<std::unique_ptr<Device>>& devices,
       if (options_.trace) traces.push_back({d->rank(), d->node(), std::move(d->trace_events())});
     }
   }
-  if (Transport* t = process_transport()) share_records(*t, stats, traces);
+  if (Transport* t = transport()) share_records(*t, stats, traces);
   RunResult result;
   result.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();

@@ -24,6 +24,7 @@
 #include "runtime/device.h"
 #include "runtime/profile.h"
 #include "runtime/trace.h"
+#include "runtime/transport.h"
 
 namespace shardlab {
 
@@ -44,6 +45,10 @@ struct ClusterOptions {
   // Injected faults (runtime/fault.h), or null. Checked against world_size
   // and the capacity when the Cluster is built; their links wrap `links`.
   std::shared_ptr<const FaultPlan> faults;
+  // Under mpirun (runtime/transport.h): run every device in this process
+  // instead of spreading them over the processes (a small side run, like
+  // verify's unsharded reference, that each process computes itself).
+  bool single_process = false;
 };
 
 struct DeviceStats {
@@ -80,6 +85,8 @@ class Cluster {
   const HardwareProfile& profile() const { return profile_; }
   const ClusterOptions& options() const { return options_; }
   int world_size() const { return options_.world_size; }
+  // The transport its runs spread over (transport.h), or null: in one process.
+  Transport* transport() const;
   // Folding for the next run (ClusterOptions::representative); empty: none.
   void set_representatives(std::vector<int> representative) {
     options_.representative = std::move(representative);
