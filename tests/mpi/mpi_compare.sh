@@ -7,7 +7,8 @@
 #   mpi_compare.sh NP PROGRAM ARGS...
 #
 # Each run has its own working directory, so relative output paths in ARGS
-# (--save out.safetensors, --trace t.json) are compared file by file.
+# (--save out.safetensors, --trace t.json, --checkpoint-dir ck) are compared
+# file by file.
 # EXPECT (environment), if set: a pattern the single-process stderr must hold.
 set -u
 np=$1
@@ -31,7 +32,19 @@ fi
 if ! diff <(grep 'error:' "$work/alone.err") <(grep 'error:' "$work/mpi.err"); then
   echo "error lines differ (< alone, > mpirun -np $np)"; status=1
 fi
-if ! diff -r "$work/alone" "$work/mpi"; then echo "output files differ"; status=1; fi
+# Every file byte for byte; JSON files (reports, checkpoint indexes) less host wall-clock fields.
+if ! diff -rq "$work/alone" "$work/mpi" >/dev/null; then
+  (cd "$work/alone" && find . -type f) | sort >"$work/alone.files"
+  (cd "$work/mpi" && find . -type f) | sort >"$work/mpi.files"
+  diff "$work/alone.files" "$work/mpi.files" || { echo "output file names differ"; status=1; }
+  while read -r f; do
+    [ -f "$work/mpi/$f" ] || continue
+    case "$f" in
+      *.json) diff <(grep -Ev "$host" "$work/alone/$f") <(grep -Ev "$host" "$work/mpi/$f") >/dev/null ;;
+      *) cmp -s "$work/alone/$f" "$work/mpi/$f" ;;
+    esac || { echo "output file $f differs"; status=1; }
+  done <"$work/alone.files"
+fi
 if [ -n "${EXPECT:-}" ] && ! grep -Eq "$EXPECT" "$work/alone.err"; then
   echo "the single-process run's stderr lacks /$EXPECT/:"; cat "$work/alone.err"; status=1
 fi
