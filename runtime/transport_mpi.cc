@@ -190,6 +190,7 @@ void MpiTransport::progress() {
   using Clock = std::chrono::steady_clock;
   auto next_check = Clock::now() + hooks_.period;
   auto idle = std::chrono::microseconds(0);
+  int idle_polls = 0;
   while (true) {
     bool busy = flush_outbox();
     busy = poll() || busy;
@@ -213,10 +214,16 @@ void MpiTransport::progress() {
     }
     if (busy) {
       idle = std::chrono::microseconds(0);
+      idle_polls = 0;
       continue;
     }
-    // Nothing moved: back off (a queued packet wakes us at once; an incoming
-    // one waits for the next poll, at most 200 us of host time).
+    // Nothing moved: back off. The first idle polls only yield the core (a
+    // reply is often a few microseconds away), then sleeps grow to 200 us;
+    // a queued packet wakes us at once, an incoming one at the next poll.
+    if (++idle_polls < 64) {
+      std::this_thread::yield();
+      continue;
+    }
     idle = std::min(idle + std::chrono::microseconds(10), std::chrono::microseconds(200));
     lock.lock();
     cv_.wait_for(lock, idle, [&] { return !outbox_.empty() || local_done_; });
