@@ -146,21 +146,15 @@ void watch(Fabric& fabric, FirstError& error, std::mutex& done_mu, std::conditio
 
 }  // namespace
 
-RunResult Cluster::run(const Program& program) {
+// The devices this process runs (folded ranks are marked finished instead).
+std::vector<std::unique_ptr<Device>> Cluster::make_devices(Fabric& fabric, const std::function<bool(int)>& local,
+                                                           std::chrono::steady_clock::time_point wall_start,
+                                                           int& running) const {
   const int n = options_.world_size;
-  const auto wall_start = std::chrono::steady_clock::now();
-  Fabric fabric(n);
   const std::vector<int>& rep = options_.representative;
-  SHARDLAB_CHECK(rep.empty() || rep.size() == size_t(n), "one representative per rank");
-  auto runs = [&rep](int r) { return rep.empty() || rep[size_t(r)] == r; };
-  // Across processes (transport.h) this process runs only its block of devices.
-  Transport* transport = this->transport();
-  const std::vector<int> owners = transport ? device_owners(n, transport->processes(), profile_) : std::vector<int>{};
-  auto local = [&](int r) { return !transport || owners[size_t(r)] == transport->process(); };
   std::vector<std::unique_ptr<Device>> devices(static_cast<size_t>(n));
-  int running = 0;  // GUARDED_BY(done_mu) once the threads start
   for (int r = 0; r < n; ++r) {
-    if (!runs(r)) {  // folded: played by its representative, never a thread
+    if (!rep.empty() && rep[size_t(r)] != r) {  // folded: played by its representative, never a thread
       fabric.mark_finished(r);
       continue;
     }
@@ -172,6 +166,21 @@ RunResult Cluster::run(const Program& program) {
                                                   options_.hooks, device_logger(r), wall_start);
     ++running;
   }
+  return devices;
+}
+
+RunResult Cluster::run(const Program& program) {
+  const int n = options_.world_size;
+  const auto wall_start = std::chrono::steady_clock::now();
+  Fabric fabric(n);
+  SHARDLAB_CHECK(options_.representative.empty() || options_.representative.size() == size_t(n),
+                 "one representative per rank");
+  // Across processes (transport.h) this process runs only its block of devices.
+  Transport* transport = this->transport();
+  const std::vector<int> owners = transport ? device_owners(n, transport->processes(), profile_) : std::vector<int>{};
+  const std::function<bool(int)> local = [&](int r) { return !transport || owners[size_t(r)] == transport->process(); };
+  int running = 0;  // GUARDED_BY(done_mu) once the threads start
+  std::vector<std::unique_ptr<Device>> devices = make_devices(fabric, local, wall_start, running);
 
   FirstError error;
   std::mutex done_mu;

@@ -93,6 +93,9 @@ class Cluster {
   }
 
  private:
+  std::vector<std::unique_ptr<Device>> make_devices(Fabric& fabric, const std::function<bool(int)>& local,
+                                                    std::chrono::steady_clock::time_point wall_start,
+                                                    int& running) const;
   RunResult collect(std::vector<std::unique_ptr<Device>>& devices,
                     std::chrono::steady_clock::time_point wall_start) const;
 

@@ -71,9 +71,7 @@ struct Answer {
   bool all_blocked = false;
   uint64_t sent = 0, received = 0;
   std::vector<DeviceWait> waits;
-  bool operator==(const Answer& o) const {
-    return all_blocked == o.all_blocked && sent == o.sent && received == o.received;
-  }
+  bool same_counts(const Answer& o) const { return all_blocked == o.all_blocked && sent == o.sent && received == o.received; }
 };
 
 class MpiTransport final : public Transport {
@@ -179,7 +177,13 @@ class MpiTransport final : public Transport {
   uint64_t sent_ = 0;            // GUARDED_BY(mu_): data packets queued
   bool local_done_ = false;      // GUARDED_BY(mu_)
   // The progress thread's own state.
-  std::vector<std::pair<MPI_Request, std::string>> in_flight_;
+  // A send's bytes must stay put until MPI is done with them: on the heap,
+  // not in the string itself (short strings live inside the object).
+  struct InFlight {
+    MPI_Request request = MPI_REQUEST_NULL;
+    std::unique_ptr<std::string> bytes;
+  };
+  std::vector<InFlight> in_flight_;
   uint64_t received_ = 0;
   int done_from_ = 0;
   int round_ = 0, pending_answers_ = 0;
@@ -194,16 +198,11 @@ void MpiTransport::progress() {
   while (true) {
     bool busy = flush_outbox();
     busy = poll() || busy;
-    for (size_t i = 0; i < in_flight_.size();) {
+    std::erase_if(in_flight_, [](InFlight& f) {  // the sends that completed
       int done = 0;
-      check(MPI_Test(&in_flight_[i].first, &done, MPI_STATUS_IGNORE), "Test");
-      if (done) {
-        in_flight_[i] = std::move(in_flight_.back());
-        in_flight_.pop_back();
-      } else {
-        ++i;
-      }
-    }
+      check(MPI_Test(&f.request, &done, MPI_STATUS_IGNORE), "Test");
+      return done != 0;
+    });
     std::unique_lock lock(mu_);
     if (local_done_ && outbox_.empty() && in_flight_.empty() && done_from_ == size_ - 1) return;
     lock.unlock();
@@ -237,9 +236,9 @@ bool MpiTransport::flush_outbox() {
     out.swap(outbox_);
   }
   for (Outgoing& o : out) {
-    in_flight_.emplace_back(MPI_REQUEST_NULL, std::move(o.bytes));
-    auto& [req, bytes] = in_flight_.back();
-    check(MPI_Isend(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, o.to, o.tag, MPI_COMM_WORLD, &req),
+    InFlight& f = in_flight_.emplace_back(InFlight{MPI_REQUEST_NULL, std::make_unique<std::string>(std::move(o.bytes))});
+    check(MPI_Isend(f.bytes->data(), static_cast<int>(f.bytes->size()), MPI_BYTE, o.to, o.tag, MPI_COMM_WORLD,
+                    &f.request),
           "Isend");
   }
   return !out.empty();
@@ -292,8 +291,7 @@ void MpiTransport::handle(int from, const std::string& packet) {
       return;
     }
     case Kind::kDone:
-      ++done_from_;
-      return;
+      return void(++done_from_);
   }
 }
 
@@ -348,7 +346,7 @@ void MpiTransport::judge_round() {
   std::vector<DeviceWait> waits;
   for (int p = 0; p < size_; ++p) {
     const Answer& a = answers_[size_t(p)];
-    if (!a.all_blocked || !(a == previous_[size_t(p)])) return;
+    if (!a.all_blocked || !a.same_counts(previous_[size_t(p)])) return;
     sent += a.sent;
     received += a.received;
     waits.insert(waits.end(), a.waits.begin(), a.waits.end());
@@ -362,17 +360,13 @@ void MpiTransport::judge_round() {
   if (hooks_.on_abort) hooks_.on_abort(&f);
 }
 
-// Started by mpirun: OpenMPI and MPICH (Hydra, PMI) both say so in the environment.
-bool launched_by_mpirun() {
-  return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
-}
-
 std::unique_ptr<MpiTransport> g_mpi;
 
 }  // namespace
 
 ProcessSession::ProcessSession(int& argc, char**& argv) {
-  if (!launched_by_mpirun()) return;
+  // Started by mpirun? OpenMPI and MPICH (Hydra, PMI) both say so in the environment.
+  if (!std::getenv("OMPI_COMM_WORLD_SIZE") && !std::getenv("PMI_SIZE") && !std::getenv("PMIX_RANK")) return;
   int provided = 0;
   check(MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided), "Init_thread");
   if (provided < MPI_THREAD_SERIALIZED) {
