@@ -3,12 +3,15 @@
 #include <algorithm>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
 
+#include "runtime/cluster_share.h"
 #include "runtime/errors.h"
 #include "runtime/log.h"
+#include "runtime/transport.h"
 #include "runtime/units.h"
 
 #include <spdlog/spdlog.h>
@@ -46,17 +49,20 @@ Cluster::Cluster(HardwareProfile profile, ClusterOptions options)
   }
 }
 
+Transport* Cluster::transport() const { return options_.single_process ? nullptr : process_transport(); }
+
 namespace {
 
 // The first failure of a run, from any thread.
 class FirstError {
  public:
-  void set(int rank, std::exception_ptr e) {
+  // True for the run's first failure.
+  bool set(int rank, std::exception_ptr e) {
     std::lock_guard lock(mu_);
-    if (!error_) {
-      error_ = e;
-      rank_ = rank;
-    }
+    if (error_) return false;
+    error_ = e;
+    rank_ = rank;
+    return true;
   }
   bool has() const {
     std::lock_guard lock(mu_);
@@ -118,14 +124,16 @@ DeviceStats stats_of(Device& d) {
 
 // Watchdog: polls for a global deadlock until every device has returned.
 // `running` is guarded by done_mu.
+// Across processes the transport runs the waits-for check instead (`local`
+// false): one process's devices all blocked is no deadlock of the run.
 template <typename Period>
 void watch(Fabric& fabric, FirstError& error, std::mutex& done_mu, std::condition_variable& done_cv,
-           const int& running, Period period) {
+           const int& running, Period period, bool local) {
   std::unique_lock lock(done_mu);
   while (running > 0) {
     if (done_cv.wait_for(lock, period, [&] { return running == 0; })) break;
     lock.unlock();
-    if (!fabric.aborted()) {
+    if (local && !fabric.aborted()) {
       if (auto what = fabric.find_deadlock()) {
         spdlog::debug("watchdog: {}", *what);
         error.set(-1, std::make_exception_ptr(RunError(-1, *what)));
@@ -138,20 +146,19 @@ void watch(Fabric& fabric, FirstError& error, std::mutex& done_mu, std::conditio
 
 }  // namespace
 
-RunResult Cluster::run(const Program& program) {
+// The devices this process runs (folded ranks are marked finished instead).
+std::vector<std::unique_ptr<Device>> Cluster::make_devices(Fabric& fabric, const std::function<bool(int)>& local,
+                                                           std::chrono::steady_clock::time_point wall_start,
+                                                           int& running) const {
   const int n = options_.world_size;
-  const auto wall_start = std::chrono::steady_clock::now();
-  Fabric fabric(n);
   const std::vector<int>& rep = options_.representative;
-  SHARDLAB_CHECK(rep.empty() || rep.size() == size_t(n), "one representative per rank");
-  auto runs = [&rep](int r) { return rep.empty() || rep[size_t(r)] == r; };
   std::vector<std::unique_ptr<Device>> devices(static_cast<size_t>(n));
-  int running = 0;  // GUARDED_BY(done_mu) once the threads start
   for (int r = 0; r < n; ++r) {
-    if (!runs(r)) {  // folded: played by its representative, never a thread
+    if (!rep.empty() && rep[size_t(r)] != r) {  // folded: played by its representative, never a thread
       fabric.mark_finished(r);
       continue;
     }
+    if (!local(r)) continue;
     DeviceConfig cfg{r, n, options_.memory_bytes, options_.precision, options_.pace, options_.trace,
                      rep.empty() ? nullptr : &rep, options_.faults.get()};
     if (cfg.faults) cfg.memory_bytes = cfg.faults->capacity(r, cfg.memory_bytes ? cfg.memory_bytes : profile_.memory_bytes());
@@ -159,10 +166,32 @@ RunResult Cluster::run(const Program& program) {
                                                   options_.hooks, device_logger(r), wall_start);
     ++running;
   }
+  return devices;
+}
+
+RunResult Cluster::run(const Program& program) {
+  const int n = options_.world_size;
+  const auto wall_start = std::chrono::steady_clock::now();
+  Fabric fabric(n);
+  SHARDLAB_CHECK(options_.representative.empty() || options_.representative.size() == size_t(n),
+                 "one representative per rank");
+  // Across processes (transport.h) this process runs only its block of devices.
+  Transport* transport = this->transport();
+  const std::vector<int> owners = transport ? device_owners(n, transport->processes(), profile_) : std::vector<int>{};
+  const std::function<bool(int)> local = [&](int r) { return !transport || owners[size_t(r)] == transport->process(); };
+  int running = 0;  // GUARDED_BY(done_mu) once the threads start
+  std::vector<std::unique_ptr<Device>> devices = make_devices(fabric, local, wall_start, running);
 
   FirstError error;
   std::mutex done_mu;
   std::condition_variable done_cv;
+  if (transport) {
+    auto on_abort = [&](const RunFailure* f) {
+      if (f) error.set(f->rank, std::make_exception_ptr(RunError(f->rank, f->what)));
+      fabric.abort();
+    };
+    transport->begin_run(fabric, owners, {on_abort, options_.watchdog_period});
+  }
 
   auto body = [&](int r) {
     Device& dev = *devices[static_cast<size_t>(r)];
@@ -173,8 +202,9 @@ RunResult Cluster::run(const Program& program) {
     } catch (const Aborted&) {
       // Torn down because of another device's failure.
     } catch (...) {
-      error.set(r, std::current_exception());
+      const bool first = error.set(r, std::current_exception());
       fabric.abort();
+      if (first && transport) transport->abort_others();
     }
     fabric.mark_finished(r);
     std::lock_guard lock(done_mu);
@@ -185,25 +215,45 @@ RunResult Cluster::run(const Program& program) {
   threads.reserve(static_cast<size_t>(running));
   for (int r = 0; r < n; ++r)
     if (devices[size_t(r)]) threads.emplace_back(body, r);
-  watch(fabric, error, done_mu, done_cv, running, options_.watchdog_period);
+  watch(fabric, error, done_mu, done_cv, running, options_.watchdog_period, /*local=*/!transport);
   for (auto& t : threads) t.join();
-  if (error.has()) error.rethrow();
+  if (transport) {
+    transport->end_run();
+    agree_on_failure(*transport, error.has() ? failure_of([&] { error.rethrow(); }) : std::nullopt);
+  } else if (error.has()) {
+    error.rethrow();
+  }
+  return collect(devices, wall_start);
+}
 
+// Every rank's record, in rank order; across processes, every process's.
+RunResult Cluster::collect(std::vector<std::unique_ptr<Device>>& devices,
+                           std::chrono::steady_clock::time_point wall_start) const {
+  const int n = options_.world_size;
+  const std::vector<int>& rep = options_.representative;
+  std::vector<std::optional<DeviceStats>> stats(static_cast<size_t>(n));
+  std::vector<DeviceTrace> traces;
+  for (int r = 0; r < n; ++r) {
+    if (const auto& d = devices[size_t(r)]) {
+      stats[size_t(r)] = stats_of(*d);
+      if (options_.trace) traces.push_back({d->rank(), d->node(), std::move(d->trace_events())});
+    }
+  }
+  if (Transport* t = transport()) share_records(*t, stats, traces);
   RunResult result;
   result.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   for (int r = 0; r < n; ++r) {
-    const auto& d = devices[size_t(r)];
-    if (!d) {  // folded: its representative's record
-      DeviceStats s = stats_of(*devices[size_t(rep[size_t(r)])]);
+    if (!stats[size_t(r)]) {  // folded: its representative's record
+      DeviceStats s = *stats[size_t(rep[size_t(r)])];
       s.rank = r;
       s.node = profile_.node_of(r);
       result.devices.push_back(s);
       continue;
     }
-    result.devices.push_back(stats_of(*d));
-    if (options_.trace) result.traces.push_back({d->rank(), d->node(), std::move(d->trace_events())});
+    result.devices.push_back(*stats[size_t(r)]);
   }
+  result.traces = std::move(traces);
   return result;
 }
 

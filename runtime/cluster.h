@@ -24,6 +24,7 @@
 #include "runtime/device.h"
 #include "runtime/profile.h"
 #include "runtime/trace.h"
+#include "runtime/transport.h"
 
 namespace shardlab {
 
@@ -44,6 +45,10 @@ struct ClusterOptions {
   // Injected faults (runtime/fault.h), or null. Checked against world_size
   // and the capacity when the Cluster is built; their links wrap `links`.
   std::shared_ptr<const FaultPlan> faults;
+  // Under mpirun (runtime/transport.h): run every device in this process
+  // instead of spreading them over the processes (a small side run, like
+  // verify's unsharded reference, that each process computes itself).
+  bool single_process = false;
 };
 
 struct DeviceStats {
@@ -80,12 +85,20 @@ class Cluster {
   const HardwareProfile& profile() const { return profile_; }
   const ClusterOptions& options() const { return options_; }
   int world_size() const { return options_.world_size; }
+  // The transport its runs spread over (transport.h), or null: in one process.
+  Transport* transport() const;
   // Folding for the next run (ClusterOptions::representative); empty: none.
   void set_representatives(std::vector<int> representative) {
     options_.representative = std::move(representative);
   }
 
  private:
+  std::vector<std::unique_ptr<Device>> make_devices(Fabric& fabric, const std::function<bool(int)>& local,
+                                                    std::chrono::steady_clock::time_point wall_start,
+                                                    int& running) const;
+  RunResult collect(std::vector<std::unique_ptr<Device>>& devices,
+                    std::chrono::steady_clock::time_point wall_start) const;
+
   HardwareProfile profile_;
   ClusterOptions options_;
   std::unique_ptr<LinkModel> default_links_;

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "runtime/errors.h"
+#include "runtime/transport.h"
 
 namespace shardlab {
 
@@ -56,7 +57,17 @@ Fabric::Fabric(int world_size) {
   for (int i = 0; i < world_size; ++i) boxes_.push_back(std::make_unique<Mailbox>());
 }
 
+void Fabric::set_remote(Transport* transport, std::vector<int> owners, int me) {
+  remote_ = transport;
+  owners_ = std::move(owners);
+  me_ = me;
+}
+
 void Fabric::post(Message&& m) {
+  if (remote_) {
+    const int to = owners_[static_cast<size_t>(m.dst)];
+    if (to != me_) return remote_->forward(to, std::move(m));
+  }
   Mailbox& mb = *boxes_[static_cast<size_t>(m.dst)];
   {
     std::lock_guard lock(mb.mu);
@@ -107,20 +118,39 @@ void Fabric::mark_finished(int rank) {
   mb.finished = true;
 }
 
-std::optional<std::string> Fabric::find_deadlock() {
+std::vector<DeviceWait> Fabric::snapshot(const std::function<bool(int)>& keep) {
   std::vector<std::unique_lock<std::mutex>> locks;
   locks.reserve(boxes_.size());
   for (auto& mb : boxes_) locks.emplace_back(mb->mu);
+  std::vector<DeviceWait> waits;
+  for (size_t r = 0; r < boxes_.size(); ++r) {
+    if (!keep(int(r))) continue;
+    const Mailbox& mb = *boxes_[r];
+    const bool blocked = mb.waiting && !has_match(mb, mb.wait_src, mb.wait_tag);
+    waits.push_back({int(r), mb.finished, blocked, mb.wait_src, mb.wait_tag});
+  }
+  return waits;
+}
+
+std::optional<std::string> Fabric::find_deadlock() {
+  return describe_deadlock(snapshot([](int) { return true; }));
+}
+
+std::optional<std::string> describe_deadlock(const std::vector<DeviceWait>& waits) {
+  std::vector<bool> finished;
+  for (const DeviceWait& w : waits) {
+    if (finished.size() <= size_t(w.rank)) finished.resize(size_t(w.rank) + 1);
+    finished[size_t(w.rank)] = w.finished;
+  }
   std::string who;
   int live = 0;
-  for (size_t r = 0; r < boxes_.size(); ++r) {
-    const Mailbox& mb = *boxes_[r];
-    if (mb.finished) continue;
+  for (const DeviceWait& w : waits) {
+    if (w.finished) continue;
     ++live;
-    if (!mb.waiting || has_match(mb, mb.wait_src, mb.wait_tag)) return std::nullopt;
-    const bool peer_done = boxes_[static_cast<size_t>(mb.wait_src)]->finished;
+    if (!w.blocked) return std::nullopt;
+    const bool peer_done = size_t(w.src) < finished.size() && finished[size_t(w.src)];
     who += fmt::format("{}device {} waits for a message from device {} (tag {:#x}){}",
-                       who.empty() ? "" : "; ", r, mb.wait_src, mb.wait_tag,
+                       who.empty() ? "" : "; ", w.rank, w.src, w.tag,
                        peer_done ? ", which has finished" : "");
   }
   if (live == 0) return std::nullopt;

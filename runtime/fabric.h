@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -102,9 +103,16 @@ class FabricHooks {
   virtual void on_recv(int dst, int src, Tag tag) {}
 };
 
+class Transport;
+struct DeviceWait;
+
 class Fabric {
  public:
   explicit Fabric(int world_size);
+
+  // Across processes (transport.h): post() hands a message for a device
+  // another process owns (`owners[dst] != me`) to `transport`.
+  void set_remote(Transport* transport, std::vector<int> owners, int me);
 
   BufferPool& pool() { return pool_; }
 
@@ -124,6 +132,9 @@ class Fabric {
   // If every device that has not finished is blocked in take() on a message
   // that is not in its mailbox, returns a description of who waits for whom.
   std::optional<std::string> find_deadlock();
+  // The waits-for state of the devices `keep` selects, in rank order, taken
+  // under every mailbox's lock (one consistent snapshot).
+  std::vector<DeviceWait> snapshot(const std::function<bool(int)>& keep);
 
  private:
   struct Mailbox {
@@ -140,6 +151,9 @@ class Fabric {
   BufferPool pool_;
   std::vector<std::unique_ptr<Mailbox>> boxes_;
   std::atomic<bool> aborted_{false};
+  Transport* remote_ = nullptr;  // set before any device thread starts
+  std::vector<int> owners_;
+  int me_ = 0;
 };
 
 }  // namespace shardlab

@@ -29,6 +29,7 @@
 #include "examples/shardlab/cli.h"
 #include "runtime/cluster.h"
 #include "runtime/errors.h"
+#include "runtime/transport.h"
 #include "runtime/units.h"
 
 namespace shardlab::cli {
@@ -203,7 +204,9 @@ Row measure(const HardwareProfile& profile, const Setup& s, uint64_t bytes, std:
 
   std::vector<Time> ends(static_cast<size_t>(n));
   std::vector<double> errors(static_cast<size_t>(n));
-  std::vector<std::chrono::steady_clock::time_point> t0(static_cast<size_t>(n)), t1(static_cast<size_t>(n));
+  // Host clock (ns) around the timed iterations, per rank.
+  std::vector<int64_t> t0(static_cast<size_t>(n)), t1(static_cast<size_t>(n));
+  auto host_ns = [] { return std::chrono::steady_clock::now().time_since_epoch() / std::chrono::nanoseconds(1); };
   ClusterOptions opts;
   opts.world_size = n;
   opts.trace = s.trace;
@@ -220,15 +223,18 @@ Row measure(const HardwareProfile& profile, const Setup& s, uint64_t bytes, std:
     if (iters == 0) return;
     // Align the ranks through the fabric (an abort-aware barrier, unlike a host one).
     coll::barrier(dev, g);
-    t0[me] = std::chrono::steady_clock::now();
+    t0[me] = host_ns();
     for (int i = 0; i < iters; ++i) run_op(dev, g, rb, s);
-    t1[me] = std::chrono::steady_clock::now();
+    t1[me] = host_ns();
   });
+  // Across processes each wrote its own ranks' entries (runtime/transport.h).
+  for (auto* v : {&ends, &t0, &t1}) merge_disjoint(*v);
+  merge_disjoint(errors);
   row.time = *std::max_element(ends.begin(), ends.end());
   if (iters > 0) {
     const auto start = *std::min_element(t0.begin(), t0.end());
     const auto end = *std::max_element(t1.begin(), t1.end());
-    row.host_s = std::chrono::duration<double>(end - start).count() / iters;
+    row.host_s = static_cast<double>(end - start) * 1e-9 / iters;
   }
   if (s.check) row.max_error = *std::max_element(errors.begin(), errors.end());
   if (s.trace) append_traces(result, traces, trace_offset);
@@ -329,7 +335,7 @@ int run_collectives(const CollFlags& f) {
   Time offset = 0;
   for (uint64_t b : sizes) rows.push_back(measure(profile, s, b, traces, offset));
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
-  if (s.trace)
+  if (s.trace && leader_process())
     write_chrome_trace(f.common.trace, traces, fmt::format("shardlab collectives {} x{}", f.op, s.ranks));
   if (f.common.json) {
     print_json(rows, s, f, profile);

@@ -21,6 +21,7 @@
 #include "examples/shardlab/cli.h"
 #include "runtime/cluster.h"
 #include "runtime/errors.h"
+#include "runtime/transport.h"
 #include "runtime/units.h"
 
 namespace shardlab::cli {
@@ -134,10 +135,11 @@ int run_p2p(const P2pFlags& f) {
     for (size_t i = 0; i < sizes.size(); ++i)
       measure(dev, is_src ? f.dst : f.src, is_src, sizes[i], f.bidirectional, out, in, &rows[i]);
   });
+  merge_disjoint(rows);  // under mpirun the source's process wrote them (runtime/transport.h)
 
   const bool intra = profile.node_of(f.src) == profile.node_of(f.dst);
   const LinkSpec& link = intra ? profile.intra : profile.inter;
-  if (!f.common.trace.empty())
+  if (!f.common.trace.empty() && leader_process())
     write_chrome_trace(f.common.trace, result.traces, fmt::format("shardlab p2p {} {}->{}", profile.name, f.src, f.dst));
   if (f.common.json) {
     nlohmann::json j{{"profile", profile.name}, {"src", f.src}, {"dst", f.dst},

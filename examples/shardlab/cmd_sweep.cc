@@ -23,6 +23,7 @@
 #include "examples/shardlab/train_flags.h"
 #include "model/train/trainer.h"
 #include "runtime/errors.h"
+#include "runtime/transport.h"
 
 namespace shardlab::cli {
 namespace {
@@ -163,7 +164,8 @@ std::vector<sweep::PointResult> run_grid(const SweepFlags& f, const std::vector<
       progress.done(sweep::point_label(axes, grid[i]), results[i]);
     }
   };
-  const size_t jobs = std::min<size_t>(grid.size(), f.jobs ? size_t(*f.jobs) : std::max(1u, std::thread::hardware_concurrency()));
+  size_t jobs = std::min<size_t>(grid.size(), f.jobs ? size_t(*f.jobs) : std::max(1u, std::thread::hardware_concurrency()));
+  if (process_transport()) jobs = 1;  // under mpirun every process runs the points in the same order
   std::vector<std::thread> threads;
   for (size_t t = 1; t < jobs; ++t) threads.emplace_back(worker);
   worker();
@@ -193,15 +195,17 @@ int run_sweep(SweepFlags& f, CLI::App* sub) {
   check_sweep_flags(f);
   const std::vector<sweep::GridPoint> grid = sweep::expand_grid(axes);
   const std::vector<sweep::PointResult> results = run_grid(f, axes, grid);
-  write_sweep_file(f.out + "/points.csv", sweep::points_csv(axes, f.metric, results));
   const nlohmann::json j = sweep::points_json(axes, f.metric, results);
-  write_sweep_file(f.out + "/points.json", j.dump(2) + "\n");
+  if (leader_process()) {  // under mpirun, one set of files (runtime/transport.h)
+    write_sweep_file(f.out + "/points.csv", sweep::points_csv(axes, f.metric, results));
+    write_sweep_file(f.out + "/points.json", j.dump(2) + "\n");
+  }
   if (f.train.common.json) {
     fmt::print("{}\n", j.dump(2));
   } else {
     print_table(axes, f.metric, results);
   }
-  if (f.plot) write_plots(axes, f.metric, results, f.out, !f.train.common.json);
+  if (f.plot && leader_process()) write_plots(axes, f.metric, results, f.out, !f.train.common.json);
   const size_t failed = size_t(std::count_if(results.begin(), results.end(), [](const auto& r) { return !r.ok(); }));
   fmt::print(stderr, "sweep: {} points, {} failed; wrote {}/points.csv and points.json\n", results.size(), failed, f.out);
   return failed == results.size() ? 1 : 0;

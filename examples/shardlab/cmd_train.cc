@@ -14,6 +14,7 @@
 #include "model/io/synthetic.h"
 #include "model/train/trainer.h"
 #include "runtime/errors.h"
+#include "runtime/transport.h"
 #include "runtime/units.h"
 
 namespace shardlab::cli {
@@ -132,12 +133,13 @@ int run_train(TrainFlags& f) {
       cluster, run, [&](const train::StepRecord& s) { progress(s); },
       [&](const train::ProgressEvent& e) { progress(e); });
   nlohmann::json report = train::report_json(o, cluster, r);
-  write_outputs({{"--save", f.save, f.save.empty() ? "" : train::checkpoint_bytes(o, r)},
-                 {"--report", f.report, f.report.empty() ? "" : report.dump(2) + "\n"},
-                 {"--trace", f.common.trace,
-                  f.common.trace.empty() ? ""
-                                         : chrome_trace_json(r.run.traces, fmt::format("shardlab train {}",
-                                                                                       o.model.to_string()))}});
+  if (leader_process())  // across processes (runtime/transport.h): one set of files
+    write_outputs({{"--save", f.save, f.save.empty() ? "" : train::checkpoint_bytes(o, r)},
+                   {"--report", f.report, f.report.empty() ? "" : report.dump(2) + "\n"},
+                   {"--trace", f.common.trace,
+                    f.common.trace.empty() ? ""
+                                           : chrome_trace_json(r.run.traces, fmt::format("shardlab train {}",
+                                                                                         o.model.to_string()))}});
   if (f.common.json) {
     fmt::print("{}\n", report.dump(2));
   } else {

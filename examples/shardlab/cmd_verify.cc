@@ -12,6 +12,7 @@
 #include "model/train/trainer.h"
 #include "model/train/verify.h"
 #include "runtime/errors.h"
+#include "runtime/transport.h"
 
 namespace shardlab::cli {
 namespace {
@@ -103,14 +104,16 @@ int run_verify(VerifyFlags& f) {
   copts.world_size = 1;
   copts.trace = false;
   copts.faults.reset();  // faults change the sharded run's clock, never its numbers
+  copts.single_process = true;  // under mpirun every process runs the reference itself
   Cluster reference_cluster(profile, copts);
   train::TrainResult a, b;
   side_by_side([&] { a = train::train(sharded_cluster, sharded); },
                [&] { b = train::train(reference_cluster, reference); });
   const nlohmann::json report = train::report_json(sharded, sharded_cluster, a);
-  write_outputs({{"--report", f.train.report, f.train.report.empty() ? "" : report.dump(2) + "\n"},
-                 {"--trace", f.train.common.trace,
-                  f.train.common.trace.empty() ? "" : chrome_trace_json(a.run.traces, "shardlab verify (sharded run)")}});
+  if (leader_process())  // under mpirun, one set of files (runtime/transport.h)
+    write_outputs({{"--report", f.train.report, f.train.report.empty() ? "" : report.dump(2) + "\n"},
+                   {"--trace", f.train.common.trace,
+                    f.train.common.trace.empty() ? "" : chrome_trace_json(a.run.traces, "shardlab verify (sharded run)")}});
   const model::ParamTable table(sharded.model);
   const train::VerifyResult r = train::compare_runs(a, b, table, vo);
   if (f.train.common.json) {

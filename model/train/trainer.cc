@@ -18,8 +18,10 @@
 #include "model/train/model_json.h"
 #include "model/train/preflight.h"
 #include "model/train/shard_io.h"
+#include "model/train/share_result.h"
 #include "runtime/errors.h"
 #include "runtime/output_file.h"
+#include "runtime/transport.h"
 
 namespace shardlab::train {
 
@@ -338,7 +340,10 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
   result.run = run_folded(cluster, o, fold, [&] {
     result = sized_result(o, table, data.get());  // a retry starts from a clean record
     result.running_devices = fold.representative.empty() ? o.parallel.world() : fold.running();
-    return cluster.run([&](Device& dev) { program.run(dev); });
+    RunResult run = cluster.run([&](Device& dev) { program.run(dev); });
+    if (Transport* t = cluster.transport())  // across processes: every device's part, everywhere
+      share_train_result(result, device_owners(cluster.world_size(), t->processes(), cluster.profile()));
+    return run;
   });
   result.folded = fold.describe();
   if (resume) {
@@ -350,7 +355,7 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
   summarize_phases(mesh, result);
   summarize_moe(mesh, mc, result);
   if (!o.phantom) check_replicas(result, table, o.parallel.cp);
-  if (!o.save_path.empty()) write_file_atomic(o.save_path, checkpoint_bytes(o, result), "--save");
+  if (!o.save_path.empty() && leader_process()) write_file_atomic(o.save_path, checkpoint_bytes(o, result), "--save");
   return result;
 }
 

@@ -1,0 +1,53 @@
+// Failures across processes, for tests/mpi/mpi_compare.sh: the same program
+// run alone and under mpirun must end with the same line and exit code.
+//
+//   mpi_probe deadlock   devices 0 and 3 each wait for the other (4 devices:
+//                        under -np 2 they are in different processes)
+//   mpi_probe error      device 3 fails after a round of messages (exit 2)
+//
+// A run that should fail but does not exits 0 with "no failure" (the
+// driver then sees different outputs).
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "runtime/cluster.h"
+#include "runtime/errors.h"
+#include "runtime/transport.h"
+
+using namespace shardlab;
+
+namespace {
+
+void exchange_ring(Device& dev) {
+  const int n = dev.world_size(), me = dev.rank();
+  float x = float(me);
+  dev.isend(dev.comm(), (me + 1) % n, 1, {reinterpret_cast<const std::byte*>(&x), sizeof x}, 1024);
+  (void)dev.recv(dev.comm(), (me + n - 1) % n, 1);
+}
+
+void program(Device& dev, const std::string& mode) {
+  exchange_ring(dev);
+  if (mode == "deadlock" && (dev.rank() == 0 || dev.rank() == 3)) (void)dev.recv(dev.comm(), 3 - dev.rank(), 7);
+  if (mode == "error" && dev.rank() == 3) throw ConfigError("bad input met on this device");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ProcessSession session(argc, argv);
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode != "deadlock" && mode != "error") {
+    std::fprintf(stderr, "usage: mpi_probe deadlock|error\n");
+    return 2;
+  }
+  try {
+    Cluster cluster(load_profile("a100-nvlink"), {.world_size = 4, .watchdog_period = std::chrono::milliseconds(20)});
+    cluster.run([&](Device& dev) { program(dev, mode); });
+  } catch (const RunError& e) {
+    if (leader_process()) std::fprintf(stderr, "mpi_probe: error: %s\n", e.what());
+    return e.input_error() ? 2 : 1;
+  }
+  std::printf("no failure\n");
+  return 0;
+}
