@@ -74,6 +74,7 @@ void share_train_result(TrainResult& r, const std::vector<int>& owners) {
   merge_disjoint(r.tied_copy);
   merge_disjoint(r.a2a_time);
   merge_disjoint(r.fsdp);
+  merge_disjoint(r.cp);
   // Device 0 (the leader's) wrote the step records and the loop's wall time.
   wire::Writer w;
   put_vector(w, r.steps);
