@@ -84,6 +84,12 @@ class Transport {
 
   // Main thread, between runs: every process's `mine`, in process order.
   virtual std::vector<std::string> exchange(const std::string& mine) = 0;
+  // The same during a run, from one host thread that is not a device's (the
+  // serving scheduler between its steps, model/serve/cluster_step.h), every
+  // process calling it equally often; nullopt once the run was aborted
+  // anywhere (a device failed, or the watchdog found a deadlock): the run's
+  // end then reports the failure as usual.
+  virtual std::optional<std::vector<std::string>> exchange_in_run(const std::string& mine) = 0;
   // Main thread: bitwise OR of `bytes` over the processes, in place.
   virtual void or_bytes(std::span<std::byte> bytes) = 0;
 };

@@ -1,52 +1,14 @@
-// The MPI transport (transport.h). Built only when CMake finds MPI.
-//
-// Thread level: every MPI call of a run is made by one progress thread per
-// process (funnelled), and the main thread makes the between-runs calls
-// (exchange, or_bytes) only while no progress thread runs. So calls never
-// overlap and MPI_THREAD_SERIALIZED suffices: device threads never call MPI,
-// they queue packets for the progress thread. MPI_THREAD_MULTIPLE would let
-// them call MPI_Isend themselves, but OpenMPI's multi-threaded paths are its
-// least exercised, and a device thread must never block in MPI anyway.
-//
-// Packets: a byte string whose first byte is its kind. A data packet is a
-// fabric Message (source, destination, tag, link, departure, modeled bytes,
-// engine, payload) and travels under an MPI tag derived from (source,
-// destination, fabric tag), so the messages of one fabric channel share a
-// tag; the progress thread receives with MPI_ANY_SOURCE / MPI_ANY_TAG, and
-// MPI's non-overtaking rule keeps every sender's packets in the order sent
-// (a channel's FIFO order, and a process's "done" after all its data).
-//
-// The waits-for check across processes is the leader's, in rounds: it asks
-// every process for its snapshot (Fabric::snapshot of its devices, and how
-// many data packets it has sent and received), waits for every answer, then
-// asks again. A deadlock is two consecutive rounds in which every process
-// reports all its live devices blocked and the same counts, with as many
-// packets received as sent: every process was blocked from its first
-// answer to its second, and the second round's answers all come after the
-// first's, so at one moment everyone was blocked and nothing was in flight.
-#include <mpi.h>
+// The MPI transport's data path, its between-runs and in-run exchanges, and
+// the process session (transport_mpi.h).
+#include "runtime/transport_mpi.h"
 
-#include <condition_variable>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <algorithm>
 #include <cstring>
-#include <deque>
-#include <memory>
-#include <mutex>
-#include <thread>
-
-#include <fmt/format.h>
-
-#include "runtime/transport.h"
-#include "runtime/wire.h"
 
 namespace shardlab {
-namespace {
-
-enum class Kind : uint8_t { kData = 0, kAbort = 1, kAsk = 2, kAnswer = 3, kDone = 4 };
-constexpr int kControlTag = 0;  // every packet but data
-constexpr int kDataTags = 32000;  // MPI guarantees tags up to 32767
+namespace mpi_transport {
 
 int data_tag(int src, int dst, Tag tag) {
   const uint64_t h = (tag * 0x9E3779B97F4A7C15ull) ^ (uint64_t(src) << 32) ^ uint64_t(dst) * 0x85EBCA6Bull;
@@ -60,135 +22,108 @@ void check(int rc, const char* what) {
   }
 }
 
-struct Outgoing {
-  int to;
-  int tag;
-  std::string bytes;
-};
-
-// One process's answer in a waits-for round.
-struct Answer {
-  bool all_blocked = false;
-  uint64_t sent = 0, received = 0;
-  std::vector<DeviceWait> waits;
-  bool same_counts(const Answer& o) const { return all_blocked == o.all_blocked && sent == o.sent && received == o.received; }
-};
-
-class MpiTransport final : public Transport {
- public:
-  MpiTransport() {
-    check(MPI_Comm_rank(MPI_COMM_WORLD, &me_), "Comm_rank");
-    check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "Comm_size");
-  }
-  int process() const override { return me_; }
-  int processes() const override { return size_; }
-
-  void begin_run(Fabric& fabric, std::vector<int> owners, RunHooks hooks) override {
-    fabric_ = &fabric;
-    owners_ = std::move(owners);
-    hooks_ = std::move(hooks);
-    sent_ = received_ = 0;
-    done_from_ = 0;
+void MpiTransport::begin_run(Fabric& fabric, std::vector<int> owners, RunHooks hooks) {
+  fabric_ = &fabric;
+  owners_ = std::move(owners);
+  hooks_ = std::move(hooks);
+  {
+    // A scheduler thread may already be in exchange_in_run (a process with
+    // no device of the run). Nothing of this run has arrived yet: the
+    // progress thread starts below, and every packet of the last run came
+    // before its end (each process's "done" is its last). An abort stays
+    // set until here, so a thread waiting in exchange_in_run cannot miss it.
+    std::lock_guard lock(mu_);
+    sent_ = 0;
     local_done_ = false;
-    round_ = 0;
-    answers_.assign(size_t(size_), {});
-    previous_.clear();
-    pending_answers_ = 0;
-    fabric.set_remote(this, owners_, me_);
-    thread_ = std::thread([this] { progress(); });
+    aborted_ = false;
+    for (auto& q : shares_) q.clear();
   }
+  received_ = 0;
+  done_from_ = 0;
+  round_ = 0;
+  answers_.assign(size_t(size_), {});
+  previous_.clear();
+  pending_answers_ = 0;
+  fabric.set_remote(this, owners_, me_);
+  thread_ = std::thread([this] { progress(); });
+}
 
-  void forward(int to, Message&& m) override {
-    wire::Writer w;
-    w.put(Kind::kData).put<int32_t>(m.src).put<int32_t>(m.dst).put(m.tag).put(m.link).put(m.depart);
-    w.put(m.modeled_bytes).put(m.engine).put<uint64_t>(m.payload.size());
-    w.put_bytes(m.payload.data(), m.payload.size());
-    const int tag = data_tag(m.src, m.dst, m.tag);
+void MpiTransport::forward(int to, Message&& m) {
+  wire::Writer w;
+  w.put(Kind::kData).put<int32_t>(m.src).put<int32_t>(m.dst).put(m.tag).put(m.link).put(m.depart);
+  w.put(m.modeled_bytes).put(m.engine).put<uint64_t>(m.payload.size());
+  w.put_bytes(m.payload.data(), m.payload.size());
+  const int tag = data_tag(m.src, m.dst, m.tag);
+  std::lock_guard lock(mu_);
+  ++sent_;
+  outbox_.push_back({to, tag, std::move(w.str())});
+  cv_.notify_one();
+}
+
+void MpiTransport::abort_others() {
+  set_aborted();
+  for (int p = 0; p < size_; ++p)
+    if (p != me_) push(p, wire::Writer().put(Kind::kAbort).put<uint8_t>(0).str());
+}
+
+void MpiTransport::end_run() {
+  for (int p = 0; p < size_; ++p)
+    if (p != me_) push(p, wire::Writer().put(Kind::kDone).str());
+  {
     std::lock_guard lock(mu_);
-    ++sent_;
-    outbox_.push_back({to, tag, std::move(w.str())});
+    local_done_ = true;
     cv_.notify_one();
   }
+  thread_.join();
+  fabric_ = nullptr;
+}
 
-  void abort_others() override {
+std::optional<std::vector<std::string>> MpiTransport::exchange_in_run(const std::string& mine) {
+  for (int p = 0; p < size_; ++p)
+    if (p != me_) push(p, wire::Writer().put(Kind::kShare).put_string(mine).str());
+  std::unique_lock lock(mu_);
+  // Every process calls as often and each sender's packets keep their
+  // order, so the front of each queue is this call's.
+  share_cv_.wait(lock, [&] {
     for (int p = 0; p < size_; ++p)
-      if (p != me_) push(p, wire::Writer().put(Kind::kAbort).put<uint8_t>(0).str());
-  }
-
-  void end_run() override {
-    for (int p = 0; p < size_; ++p)
-      if (p != me_) push(p, wire::Writer().put(Kind::kDone).str());
-    {
-      std::lock_guard lock(mu_);
-      local_done_ = true;
-      cv_.notify_one();
+      if (p != me_ && shares_[size_t(p)].empty()) return aborted_;
+    return true;
+  });
+  if (aborted_) return std::nullopt;
+  std::vector<std::string> out(static_cast<size_t>(size_));
+  for (int p = 0; p < size_; ++p) {
+    if (p == me_) {
+      out[size_t(p)] = mine;
+      continue;
     }
-    thread_.join();
-    fabric_ = nullptr;
+    out[size_t(p)] = std::move(shares_[size_t(p)].front());
+    shares_[size_t(p)].pop_front();
   }
+  return out;
+}
 
-  std::vector<std::string> exchange(const std::string& mine) override {
-    const int n = static_cast<int>(mine.size());
-    std::vector<int> sizes(static_cast<size_t>(size_)), offsets(static_cast<size_t>(size_));
-    check(MPI_Allgather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, MPI_COMM_WORLD), "Allgather");
-    int total = 0;
-    for (int p = 0; p < size_; ++p) offsets[size_t(p)] = std::exchange(total, total + sizes[size_t(p)]);
-    std::string all(size_t(total), '\0');
-    check(MPI_Allgatherv(mine.data(), n, MPI_BYTE, all.data(), sizes.data(), offsets.data(), MPI_BYTE,
-                         MPI_COMM_WORLD),
-          "Allgatherv");
-    std::vector<std::string> out;
-    for (int p = 0; p < size_; ++p) out.push_back(all.substr(size_t(offsets[size_t(p)]), size_t(sizes[size_t(p)])));
-    return out;
+std::vector<std::string> MpiTransport::exchange(const std::string& mine) {
+  const int n = static_cast<int>(mine.size());
+  std::vector<int> sizes(static_cast<size_t>(size_)), offsets(static_cast<size_t>(size_));
+  check(MPI_Allgather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, MPI_COMM_WORLD), "Allgather");
+  int total = 0;
+  for (int p = 0; p < size_; ++p) offsets[size_t(p)] = std::exchange(total, total + sizes[size_t(p)]);
+  std::string all(size_t(total), '\0');
+  check(MPI_Allgatherv(mine.data(), n, MPI_BYTE, all.data(), sizes.data(), offsets.data(), MPI_BYTE,
+                       MPI_COMM_WORLD),
+        "Allgatherv");
+  std::vector<std::string> out;
+  for (int p = 0; p < size_; ++p) out.push_back(all.substr(size_t(offsets[size_t(p)]), size_t(sizes[size_t(p)])));
+  return out;
+}
+
+void MpiTransport::or_bytes(std::span<std::byte> bytes) {
+  constexpr size_t kChunk = size_t{1} << 30;
+  for (size_t at = 0; at < bytes.size(); at += kChunk) {
+    const int n = static_cast<int>(std::min(kChunk, bytes.size() - at));
+    check(MPI_Allreduce(MPI_IN_PLACE, bytes.data() + at, n, MPI_BYTE, MPI_BOR, MPI_COMM_WORLD), "Allreduce");
   }
-
-  void or_bytes(std::span<std::byte> bytes) override {
-    constexpr size_t kChunk = size_t{1} << 30;
-    for (size_t at = 0; at < bytes.size(); at += kChunk) {
-      const int n = static_cast<int>(std::min(kChunk, bytes.size() - at));
-      check(MPI_Allreduce(MPI_IN_PLACE, bytes.data() + at, n, MPI_BYTE, MPI_BOR, MPI_COMM_WORLD), "Allreduce");
-    }
-  }
-
- private:
-  void push(int to, std::string bytes) {
-    std::lock_guard lock(mu_);
-    outbox_.push_back({to, kControlTag, std::move(bytes)});
-    cv_.notify_one();
-  }
-  void progress();
-  bool flush_outbox();
-  bool poll();
-  void handle(int from, const std::string& packet);
-  void deliver(wire::Reader& r);
-  Answer snapshot();
-  void send_answer(int round);
-  void ask_round();
-  void judge_round();
-
-  int me_ = 0, size_ = 1;
-  Fabric* fabric_ = nullptr;
-  std::vector<int> owners_;
-  RunHooks hooks_;
-  std::thread thread_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Outgoing> outbox_;  // GUARDED_BY(mu_)
-  uint64_t sent_ = 0;            // GUARDED_BY(mu_): data packets queued
-  bool local_done_ = false;      // GUARDED_BY(mu_)
-  // The progress thread's own state.
-  // A send's bytes must stay put until MPI is done with them: on the heap,
-  // not in the string itself (short strings live inside the object).
-  struct InFlight {
-    MPI_Request request = MPI_REQUEST_NULL;
-    std::unique_ptr<std::string> bytes;
-  };
-  std::vector<InFlight> in_flight_;
-  uint64_t received_ = 0;
-  int done_from_ = 0;
-  int round_ = 0, pending_answers_ = 0;
-  std::vector<Answer> answers_, previous_;
-};
+}
 
 void MpiTransport::progress() {
   using Clock = std::chrono::steady_clock;
@@ -272,6 +207,7 @@ void MpiTransport::handle(int from, const std::string& packet) {
         f.rank = r.get<int32_t>();
         f.what = r.get_string();
       }
+      set_aborted();
       if (hooks_.on_abort) hooks_.on_abort(f.what.empty() ? nullptr : &f);
       return;
     }
@@ -292,6 +228,13 @@ void MpiTransport::handle(int from, const std::string& packet) {
     }
     case Kind::kDone:
       return void(++done_from_);
+    case Kind::kShare: {
+      std::string s = r.get_string();
+      std::lock_guard lock(mu_);
+      shares_[size_t(from)].push_back(std::move(s));
+      share_cv_.notify_all();
+      return;
+    }
   }
 }
 
@@ -311,55 +254,12 @@ void MpiTransport::deliver(wire::Reader& r) {
   fabric_->post(std::move(m));
 }
 
-Answer MpiTransport::snapshot() {
-  Answer a;
-  a.waits = fabric_->snapshot([this](int r) { return owners_[size_t(r)] == me_; });
-  a.all_blocked = std::all_of(a.waits.begin(), a.waits.end(), [](const DeviceWait& w) { return w.finished || w.blocked; });
-  // Read after the snapshot: a device blocked in it sends nothing until this
-  // thread delivers it a message, so the counts cannot be ahead of it.
-  std::lock_guard lock(mu_);
-  a.sent = sent_;
-  a.received = received_;
-  return a;
-}
+}  // namespace mpi_transport
 
-void MpiTransport::send_answer(int round) {
-  const Answer a = snapshot();
-  wire::Writer w;
-  w.put(Kind::kAnswer).put<int32_t>(round).put<uint8_t>(a.all_blocked).put(a.sent).put(a.received);
-  w.put<uint64_t>(a.waits.size());
-  for (const DeviceWait& d : a.waits) w.put(d);
-  push(0, std::move(w.str()));
-}
+namespace {
 
-void MpiTransport::ask_round() {
-  previous_ = answers_;
-  ++round_;
-  pending_answers_ = size_ - 1;
-  for (int p = 1; p < size_; ++p) push(p, wire::Writer().put(Kind::kAsk).put<int32_t>(round_).str());
-  answers_[0] = snapshot();
-}
-
-void MpiTransport::judge_round() {
-  if (round_ < 2 || fabric_->aborted()) return;
-  uint64_t sent = 0, received = 0;
-  std::vector<DeviceWait> waits;
-  for (int p = 0; p < size_; ++p) {
-    const Answer& a = answers_[size_t(p)];
-    if (!a.all_blocked || !a.same_counts(previous_[size_t(p)])) return;
-    sent += a.sent;
-    received += a.received;
-    waits.insert(waits.end(), a.waits.begin(), a.waits.end());
-  }
-  if (sent != received) return;
-  const std::optional<std::string> what = describe_deadlock(waits);
-  if (!what) return;
-  RunFailure f{-1, *what};
-  for (int p = 1; p < size_; ++p)
-    push(p, wire::Writer().put(Kind::kAbort).put<uint8_t>(1).put<int32_t>(-1).put_string(*what).str());
-  if (hooks_.on_abort) hooks_.on_abort(&f);
-}
-
+using mpi_transport::check;
+using mpi_transport::MpiTransport;
 std::unique_ptr<MpiTransport> g_mpi;
 
 }  // namespace

@@ -39,6 +39,7 @@ class Reader {
  public:
   Reader(const char* p, size_t n) : p_(p), end_(p + n) {}
   explicit Reader(const std::string& s) : Reader(s.data(), s.size()) {}
+  explicit Reader(std::string&&) = delete;  // it would read a destroyed temporary
   template <class T>
   T get() {
     static_assert(std::is_trivially_copyable_v<T>);

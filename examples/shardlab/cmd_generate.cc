@@ -16,6 +16,7 @@
 #include "model/train/model_json.h"
 #include "runtime/errors.h"
 #include "runtime/trace.h"
+#include "runtime/transport.h"
 #include "runtime/units.h"
 
 namespace shardlab::cli {
@@ -138,10 +139,11 @@ int run_generate(GenerateFlags& f) {
   Cluster cluster(profile, copts);
   const infer::GenerateResult r = infer::generate(cluster, o);
   const nlohmann::json j = result_json(o, f, r, profile);
-  write_outputs({{"--trace", f.model.common.trace,
-                  f.model.common.trace.empty()
-                      ? ""
-                      : chrome_trace_json(r.run.traces, fmt::format("shardlab generate {}", o.model.to_string()))}});
+  if (leader_process())  // across processes (runtime/transport.h): one set of files
+    write_outputs({{"--trace", f.model.common.trace,
+                    f.model.common.trace.empty()
+                        ? ""
+                        : chrome_trace_json(r.run.traces, fmt::format("shardlab generate {}", o.model.to_string()))}});
   if (f.model.common.json) fmt::print("{}\n", j.dump(2));
   else print_result(o, f, j);
   return 0;

@@ -19,6 +19,7 @@
 #include "model/train/preflight.h"
 #include "runtime/errors.h"
 #include "runtime/trace.h"
+#include "runtime/transport.h"
 #include "runtime/units.h"
 
 namespace shardlab::cli {
@@ -226,8 +227,13 @@ int run_serve(ServeFlags& f) {
     }
   }
   const std::string title = fmt::format("shardlab serve {}", s.shape.model.to_string());
-  write_outputs({{"--report", f.model.report, f.model.report.empty() ? "" : result_json(f, s, plan, r, profile.name, executor->running_devices(), true).dump(2)},
-                 {"--trace", f.model.common.trace, copts.trace ? chrome_trace_json(replica_traces(*executor), title) : ""}});
+  if (leader_process()) {  // across processes (runtime/transport.h): one set of files
+    const int threads = executor->running_devices();
+    write_outputs({{"--report", f.model.report,
+                    f.model.report.empty() ? "" : result_json(f, s, plan, r, profile.name, threads, true).dump(2)},
+                   {"--trace", f.model.common.trace,
+                    copts.trace ? chrome_trace_json(replica_traces(*executor), title) : ""}});
+  }
   if (f.model.common.json) fmt::print("{}\n", result_json(f, s, plan, r, profile.name, executor->running_devices(), false).dump(2));
   else print_result(f, s, plan, r, profile.name);
   return 0;

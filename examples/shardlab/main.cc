@@ -72,12 +72,6 @@ int main(int argc, char** argv) {
     names += (names.empty() ? "" : ", ") + sub->get_name();
     known = known || (argc > 1 && sub->get_name() == argv[1]);
   }
-  // Their programs' outputs are not merged across processes yet (docs/architecture.md).
-  const std::string cmd = argc > 1 ? argv[1] : "";
-  if (shardlab::process_transport() && (cmd == "generate" || cmd == "serve")) {
-    std::fprintf(stderr, "shardlab: error: %s does not run across processes yet (run it without mpirun)\n", argv[1]);
-    return 2;
-  }
   if (argc > 1 && argv[1][0] != '-' && !known) {
     std::fprintf(stderr, "shardlab: error: unknown subcommand '%s' (one of: %s)\n", argv[1], names.c_str());
     return 2;

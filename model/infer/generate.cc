@@ -1,6 +1,7 @@
 #include "model/infer/generate.h"
 
 #include <algorithm>
+#include <cstring>
 #include <mutex>
 #include <numeric>
 
@@ -13,6 +14,8 @@
 #include "model/parallel/parallel_context.h"
 #include "model/train/model_json.h"
 #include "runtime/errors.h"
+#include "runtime/transport.h"
+#include "runtime/wire.h"
 
 namespace shardlab::infer {
 
@@ -86,6 +89,34 @@ void run_device(Device& dev, const GenerateOptions& o, const coll::DeviceMesh& m
   r.kv_tokens[size_t(dev.rank())] = engine.cache().tokens();
 }
 
+// Under mpirun (runtime/transport.h) each process ran its own devices: the
+// per-device slots merge, and the sampler rank's process gives everyone its
+// tokens, times and logits.
+void share_generate_result(GenerateResult& r, const Cluster& cluster) {
+  Transport* t = process_transport();
+  if (!t) return;
+  merge_disjoint(r.kv_bytes);
+  merge_disjoint(r.kv_tokens);
+  wire::Writer w;
+  w.put<uint64_t>(r.tokens.size()).put_bytes(r.tokens.data(), r.tokens.size() * sizeof(Token));
+  w.put(r.ttft).put<uint64_t>(r.decode_steps.size()).put_bytes(r.decode_steps.data(), r.decode_steps.size() * sizeof(Time));
+  w.put<uint64_t>(r.logits.size());
+  for (const auto& l : r.logits) w.put<uint64_t>(l.size()).put_bytes(l.data(), l.size() * sizeof(float));
+  const int owner = device_owners(cluster.world_size(), t->processes(), cluster.profile())[size_t(r.sampler_rank)];
+  const std::string mine = t->process() == owner ? w.str() : std::string();
+  const std::string theirs = t->exchange(mine)[size_t(owner)];
+  wire::Reader in(theirs);
+  auto read = [&in]<class T>(std::vector<T>& v) {
+    v.resize(in.get<uint64_t>());
+    if (!v.empty()) std::memcpy(v.data(), in.take(v.size() * sizeof(T)), v.size() * sizeof(T));
+  };
+  read(r.tokens);
+  r.ttft = in.get<Time>();
+  read(r.decode_steps);
+  r.logits.resize(in.get<uint64_t>());
+  for (auto& l : r.logits) read(l);
+}
+
 }  // namespace
 
 GenerateResult generate(Cluster& cluster, const GenerateOptions& o) {
@@ -99,6 +130,7 @@ GenerateResult generate(Cluster& cluster, const GenerateOptions& o) {
   r.kv_tokens.assign(size_t(o.world()), 0);
   r.sampler_rank = sampler_rank(mesh);
   r.run = cluster.run([&](Device& dev) { run_device(dev, o, mesh, r); });
+  share_generate_result(r, cluster);
   return r;
 }
 

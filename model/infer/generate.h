@@ -9,6 +9,9 @@
 // depend on the parallel split. Times are that rank's compute clock when
 // it has chosen each token: TTFT is the first (prefill, from time 0), each
 // decode step the gap to the next (what a client sees between tokens).
+//
+// Under mpirun (runtime/transport.h) every process runs its own devices and
+// then holds the whole GenerateResult, the single-process run's.
 #pragma once
 
 #include <cstdint>

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <condition_variable>
+#include <cstring>
 #include <exception>
 #include <mutex>
 #include <numeric>
@@ -19,6 +20,8 @@
 #include "model/serve/serving.h"
 #include "model/train/fold.h"
 #include "runtime/errors.h"
+#include "runtime/transport.h"
+#include "runtime/wire.h"
 
 namespace shardlab::serve {
 
@@ -111,6 +114,7 @@ ClusterStepExecutor::ClusterStepExecutor(Cluster& cluster, ReplicaShape shape)
   if (cluster.world_size() != shape_.world())
     throw ConfigError(fmt::format("a replica needs {} devices (tp {} x pp {} x ep {}), the cluster has {}",
                                   shape_.world(), shape_.tp, shape_.pp, shape_.ep, cluster.world_size()));
+  if (Transport* t = process_transport()) owners_ = device_owners(shape_.world(), t->processes(), cluster.profile());
   if (!shape_.phantom || !shape_.fold) return;
   train::TrainOptions o;  // train's rules for what folds: tp of a dense model, on uniform links
   o.phantom = true;
@@ -145,6 +149,7 @@ ReplicaPlan ClusterStepExecutor::plan(int64_t max_batch_tokens) {
     d.step(probe, 0);
     p.kv_bytes_per_token[size_t(dev.rank())] = d.kv_bytes_per_token();
   });
+  merge_disjoint(p.kv_bytes_per_token);  // under mpirun each process measured its own devices
   for (int rank = 0; rank < shape_.world(); ++rank)  // a folded rank holds what its representative does
     if (!runs(rank)) p.kv_bytes_per_token[size_t(rank)] = p.kv_bytes_per_token[size_t(representative_[size_t(rank)])];
   for (const DeviceStats& d : r.devices) {
@@ -161,7 +166,7 @@ void ClusterStepExecutor::start() {
   b.done.assign(size_t(shape_.world()), 0);
   b.steps.assign(size_t(shape_.world()), {});
   for (int rank = 0; rank < shape_.world(); ++rank)
-    if (!runs(rank)) b.done[size_t(rank)] = -1;  // no thread: never waited for
+    if (!runs(rank) || !here(rank)) b.done[size_t(rank)] = -1;  // no thread here: never waited for
   cluster_.set_representatives(representative_);
   b.runner = std::thread([this, &b] {
     try {
@@ -235,13 +240,40 @@ StepOutcome ClusterStepExecutor::run_step(std::span<const BatchEntry> batch) {
     throw RunError(0, "serving: a device failed");
   }
   Time end = start_;
-  for (const DeviceStep& d : b.steps) end = std::max(end, d.end);
-  StepOutcome out{to_seconds(end - start_), {}};
-  if (!shape_.phantom)
-    for (float t : b.steps[size_t(infer::sampler_rank(mesh_))].tokens) out.tokens.push_back(model::Token(t));
+  for (const DeviceStep& d : b.steps) end = std::max(end, d.end);  // only this process's devices ran
+  std::vector<model::Token> tokens;
+  if (const int sampler = infer::sampler_rank(mesh_); !shape_.phantom && here(sampler))
+    for (float t : b.steps[size_t(sampler)].tokens) tokens.push_back(model::Token(t));
+  l.unlock();
+  agree_on_step(end, tokens);
+  StepOutcome out{to_seconds(end - start_), std::move(tokens)};
   clock_ = end;
   start_ = end;
   return out;
+}
+
+bool ClusterStepExecutor::here(int rank) const {
+  return owners_.empty() || owners_[size_t(rank)] == process_transport()->process();
+}
+
+void ClusterStepExecutor::agree_on_step(Time& end, std::vector<model::Token>& tokens) {
+  Transport* t = process_transport();
+  if (!t) return;
+  wire::Writer w;
+  w.put(end).put<uint64_t>(tokens.size()).put_bytes(tokens.data(), tokens.size() * sizeof(model::Token));
+  const std::optional<std::vector<std::string>> all = t->exchange_in_run(w.str());
+  if (!all) {  // a device failed in another process (or the watchdog stopped the run)
+    finish();  // rethrows the run's agreed failure
+    throw RunError(0, "serving: a device failed");
+  }
+  for (const std::string& s : *all) {
+    wire::Reader r(s);
+    end = std::max(end, r.get<Time>());
+    const auto n = r.get<uint64_t>();
+    if (n == 0) continue;  // only the sampler rank's process has the tokens
+    tokens.resize(n);
+    std::memcpy(tokens.data(), r.take(n * sizeof(model::Token)), n * sizeof(model::Token));
+  }
 }
 
 RunResult ClusterStepExecutor::finish() {

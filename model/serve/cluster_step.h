@@ -30,6 +30,12 @@
 // `max_batch_tokens` — and each device's KV bytes per token, for
 // kv_blocks_on_device (serving.h).
 //
+// Across processes (mpirun, runtime/transport.h) every process runs the
+// same scheduler and its own devices of the replica; after each step the
+// processes agree on the step's end (the latest over all of them) and on the
+// sampler rank's tokens (Transport::exchange_in_run), so every scheduler
+// makes the same decisions, the single-process run's.
+//
 // Thread safety: one caller (the scheduler); the device threads meet it in a
 // mailbox under a mutex.
 #pragma once
@@ -95,11 +101,16 @@ class ClusterStepExecutor final : public StepExecutor {
   struct Mailbox;
   void start();
   bool runs(int rank) const { return representative_.empty() || representative_[size_t(rank)] == rank; }
+  // Device `rank` runs in this process (always, but under mpirun).
+  bool here(int rank) const;
+  // Under mpirun: the step's end and tokens, agreed by every process.
+  void agree_on_step(Time& end, std::vector<model::Token>& tokens);
 
   Cluster& cluster_;
   ReplicaShape shape_;
   collectives::DeviceMesh mesh_;
   std::vector<int> representative_;  // per rank, when folded; empty: every rank runs
+  std::vector<int> owners_;          // per rank, its process under mpirun; empty: this one
   std::unique_ptr<Mailbox> box_;
   int replica_ = 0;
   Time clock_ = 0;  // the end of the replica's last step

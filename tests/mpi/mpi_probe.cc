@@ -4,12 +4,20 @@
 //   mpi_probe deadlock   devices 0 and 3 each wait for the other (4 devices:
 //                        under -np 2 they are in different processes)
 //   mpi_probe error      device 3 fails after a round of messages (exit 2)
+//   mpi_probe share      as error, while the main thread trades strings with
+//                        the other processes during the run (exchange_in_run,
+//                        as serve's scheduler does): the failure must end the
+//                        trading everywhere, not leave a process waiting
 //
 // A run that should fail but does not exits 0 with "no failure" (the
 // driver then sees different outputs).
 #include <cstdio>
 #include <cstring>
+#include <exception>
+#include <optional>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "runtime/cluster.h"
 #include "runtime/errors.h"
@@ -29,7 +37,7 @@ void exchange_ring(Device& dev) {
 void program(Device& dev, const std::string& mode) {
   exchange_ring(dev);
   if (mode == "deadlock" && (dev.rank() == 0 || dev.rank() == 3)) (void)dev.recv(dev.comm(), 3 - dev.rank(), 7);
-  if (mode == "error" && dev.rank() == 3) throw ConfigError("bad input met on this device");
+  if (mode != "deadlock" && dev.rank() == 3) throw ConfigError("bad input met on this device");
 }
 
 }  // namespace
@@ -37,13 +45,38 @@ void program(Device& dev, const std::string& mode) {
 int main(int argc, char** argv) {
   ProcessSession session(argc, argv);
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (mode != "deadlock" && mode != "error") {
-    std::fprintf(stderr, "usage: mpi_probe deadlock|error\n");
+  if (mode != "deadlock" && mode != "error" && mode != "share") {
+    std::fprintf(stderr, "usage: mpi_probe deadlock|error|share\n");
     return 2;
   }
   try {
     Cluster cluster(load_profile("a100-nvlink"), {.world_size = 4, .watchdog_period = std::chrono::milliseconds(20)});
-    cluster.run([&](Device& dev) { program(dev, mode); });
+    Transport* t = process_transport();
+    if (mode != "share" || !t) {
+      cluster.run([&](Device& dev) { program(dev, mode); });
+    } else {
+      std::exception_ptr error;
+      bool mixed = false;
+      std::thread runner([&] {
+        try {
+          cluster.run([&](Device& dev) { program(dev, mode); });
+        } catch (...) {
+          error = std::current_exception();
+        }
+      });
+      // Rounds until the run is aborted; each must hold every process's string.
+      for (int round = 0;; ++round) {
+        const std::optional<std::vector<std::string>> all = t->exchange_in_run(std::to_string(round));
+        if (!all) break;
+        for (const std::string& s : *all) mixed = mixed || s != std::to_string(round);
+      }
+      runner.join();
+      if (mixed) {  // exits 1 where the run alone exits 2: the driver fails
+        std::fprintf(stderr, "mpi_probe: error: exchange_in_run mixed up its rounds\n");
+        return 1;
+      }
+      if (error) std::rethrow_exception(error);
+    }
   } catch (const RunError& e) {
     if (leader_process()) std::fprintf(stderr, "mpi_probe: error: %s\n", e.what());
     return e.input_error() ? 2 : 1;
