@@ -52,11 +52,10 @@ void MpiTransport::forward(int to, Message&& m) {
   wire::Writer w;
   w.put(Kind::kData).put<int32_t>(m.src).put<int32_t>(m.dst).put(m.tag).put(m.link).put(m.depart);
   w.put(m.modeled_bytes).put(m.engine).put<uint64_t>(m.payload.size());
-  w.put_bytes(m.payload.data(), m.payload.size());
   const int tag = data_tag(m.src, m.dst, m.tag);
   std::lock_guard lock(mu_);
   ++sent_;
-  outbox_.push_back({to, tag, std::move(w.str())});
+  outbox_.push_back({to, tag, std::move(w.str()), std::move(m.payload)});
   cv_.notify_one();
 }
 
@@ -171,9 +170,16 @@ bool MpiTransport::flush_outbox() {
     out.swap(outbox_);
   }
   for (Outgoing& o : out) {
-    InFlight& f = in_flight_.emplace_back(InFlight{MPI_REQUEST_NULL, std::make_unique<std::string>(std::move(o.bytes))});
+    InFlight& f = in_flight_.emplace_back(
+        InFlight{MPI_REQUEST_NULL, std::make_unique<std::string>(std::move(o.bytes)), std::move(o.payload)});
     check(MPI_Isend(f.bytes->data(), static_cast<int>(f.bytes->size()), MPI_BYTE, o.to, o.tag, MPI_COMM_WORLD,
                     &f.request),
+          "Isend");
+    if (f.payload.size() == 0) continue;
+    // The payload next, under the same tag (so it cannot overtake its header), from the device's buffer.
+    InFlight& p = in_flight_.emplace_back(InFlight{MPI_REQUEST_NULL, nullptr, std::move(f.payload)});
+    check(MPI_Isend(p.payload.data(), static_cast<int>(p.payload.size()), MPI_BYTE, o.to, o.tag, MPI_COMM_WORLD,
+                    &p.request),
           "Isend");
   }
   return !out.empty();
@@ -189,18 +195,23 @@ bool MpiTransport::poll() {
     if (!found) return any;
     int n = 0;
     check(MPI_Get_count(&st, MPI_BYTE, &n), "Get_count");
+    any = true;
+    if (st.MPI_TAG != kControlTag) {
+      receive_data(msg, n, st);
+      continue;
+    }
     std::string packet(size_t(n), '\0');
     check(MPI_Mrecv(packet.data(), n, MPI_BYTE, &msg, MPI_STATUS_IGNORE), "Mrecv");
     handle(st.MPI_SOURCE, packet);
-    any = true;
   }
 }
 
 void MpiTransport::handle(int from, const std::string& packet) {
   wire::Reader r(packet);
   switch (r.get<Kind>()) {
-    case Kind::kData:
-      return deliver(r);
+    case Kind::kData:  // never under the control tag: poll() receives data itself
+      std::fprintf(stderr, "shardlab: error: MPI transport: a data packet under the control tag\n");
+      std::abort();
     case Kind::kAbort: {
       RunFailure f;
       if (r.get<uint8_t>()) {
@@ -238,7 +249,18 @@ void MpiTransport::handle(int from, const std::string& packet) {
   }
 }
 
-void MpiTransport::deliver(wire::Reader& r) {
+// A data packet into the fabric: the header, then (the same source and
+// tag's next message) the payload straight into a pool buffer the
+// receiving device will own.
+void MpiTransport::receive_data(MPI_Message& msg, int bytes, const MPI_Status& st) {
+  if (size_t(bytes) != kDataHeader) {
+    std::fprintf(stderr, "shardlab: error: MPI transport: a data header of %d bytes\n", bytes);
+    std::abort();
+  }
+  std::string header(kDataHeader, '\0');
+  check(MPI_Mrecv(header.data(), bytes, MPI_BYTE, &msg, MPI_STATUS_IGNORE), "Mrecv");
+  wire::Reader r(header);
+  (void)r.get<Kind>();
   Message m;
   m.src = r.get<int32_t>();
   m.dst = r.get<int32_t>();
@@ -247,9 +269,19 @@ void MpiTransport::deliver(wire::Reader& r) {
   m.depart = r.get<Time>();
   m.modeled_bytes = r.get<uint64_t>();
   m.engine = r.get<Engine>();
-  const auto n = r.get<uint64_t>();
-  m.payload = fabric_->pool().acquire(n);
-  if (n) std::memcpy(m.payload.data(), r.take(n), n);
+  m.payload = fabric_->pool().acquire(r.get<uint64_t>());
+  if (m.payload.size() > 0) {
+    MPI_Message body;
+    MPI_Status bs;
+    check(MPI_Mprobe(st.MPI_SOURCE, st.MPI_TAG, MPI_COMM_WORLD, &body, &bs), "Mprobe");  // sent right after
+    int n = 0;
+    check(MPI_Get_count(&bs, MPI_BYTE, &n), "Get_count");
+    if (size_t(n) != m.payload.size()) {
+      std::fprintf(stderr, "shardlab: error: MPI transport: a payload's size disagrees with its header\n");
+      std::abort();
+    }
+    check(MPI_Mrecv(m.payload.data(), n, MPI_BYTE, &body, MPI_STATUS_IGNORE), "Mrecv");
+  }
   ++received_;
   fabric_->post(std::move(m));
 }

@@ -54,8 +54,10 @@ class Progress {
     last_ = now;
     const double wall = std::chrono::duration<double>(now - start_).count();
     const std::string where = e.total > 0 ? fmt::format(" {}/{} actions", e.done, e.total) : "";
-    fmt::print(stderr, "{}step {}/{}: {}{} on device 0 ({} device threads), {:.1f} s wall{}", tty_ ? "\r" : "",
-               e.step + 1, e.steps, e.phase, where, e.devices, wall, tty_ ? "\033[K" : "\n");
+    const Transport* t = process_transport();  // under mpirun the threads are spread over the processes
+    const std::string over = t ? fmt::format(" over {} processes", t->processes()) : "";
+    fmt::print(stderr, "{}step {}/{}: {}{} on device 0 ({} device threads{}), {:.1f} s wall{}", tty_ ? "\r" : "",
+               e.step + 1, e.steps, e.phase, where, e.devices, over, wall, tty_ ? "\033[K" : "\n");
     std::fflush(stderr);
   }
 
