@@ -28,6 +28,7 @@ std::vector<int> device_owners(int world, int processes, const HardwareProfile& 
 #ifndef SHARDLAB_HAVE_MPI
 ProcessSession::ProcessSession(int&, char**&) {}
 ProcessSession::~ProcessSession() = default;
+int ProcessSession::settle(int code, std::chrono::milliseconds) { return code; }
 #endif
 
 }  // namespace shardlab

@@ -117,11 +117,20 @@ void merge_disjoint(std::vector<T>& v) {
 
 // MPI's lifetime for main(): initialises MPI when the process was started
 // by mpirun (and the build has MPI), installs the transport, silences stdout
-// of every process but the leader; finalises at exit.
+// of every process but the leader (their stderr goes to a private log);
+// finalises at exit.
 class ProcessSession {
  public:
   ProcessSession(int& argc, char**& argv);
   ~ProcessSession();
+  // main's exit code once the command has ended, `code`. Under mpirun every
+  // process meets the others here. A failure the others do not share (an
+  // error outside a run: a file missing on one host, a write failing on the
+  // leader) would leave them waiting for this process forever; so a failed
+  // process that does not meet every other within `patience` shows its
+  // error lines (a non-leader's with its process number) and ends the whole
+  // job with `code` (MPI_Abort). Alone: returns `code`.
+  int settle(int code, std::chrono::milliseconds patience = std::chrono::seconds(10));
   ProcessSession(const ProcessSession&) = delete;
   ProcessSession& operator=(const ProcessSession&) = delete;
 };

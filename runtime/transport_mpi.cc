@@ -6,6 +6,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <thread>
+
+#include <unistd.h>
+
+#include <fmt/format.h>
 
 namespace shardlab {
 namespace mpi_transport {
@@ -293,6 +299,24 @@ namespace {
 using mpi_transport::check;
 using mpi_transport::MpiTransport;
 std::unique_ptr<MpiTransport> g_mpi;
+MPI_Comm g_exit_comm = MPI_COMM_NULL;  // settle()'s barrier, apart from every other call's
+int g_saved_stderr = -1;               // a non-leader's own stderr, behind its log
+std::FILE* g_log = nullptr;            // a non-leader's stderr while it runs
+
+// A non-leader's error lines, from its log to its own stderr, with its number.
+void show_errors(int process, int processes) {
+  std::fflush(stderr);
+  std::rewind(g_log);
+  char line[4096];
+  const std::string tag = fmt::format("shardlab: error: process {} of {}: ", process, processes);
+  while (std::fgets(line, sizeof line, g_log)) {
+    std::string text = line;
+    const size_t at = text.find("error: ");
+    if (at == std::string::npos) continue;
+    text = tag + text.substr(at + 7);
+    (void)!::write(g_saved_stderr, text.data(), text.size());
+  }
+}
 
 }  // namespace
 
@@ -311,10 +335,41 @@ ProcessSession::ProcessSession(int& argc, char**& argv) {
     return;
   }
   set_process_transport(g_mpi.get());
+  check(MPI_Comm_dup(MPI_COMM_WORLD, &g_exit_comm), "Comm_dup");
   // One output: only the leader prints (its error line is every process's:
-  // they agree on a run's failure, cluster_share.h).
-  if (g_mpi->process() != 0 && (!std::freopen("/dev/null", "w", stdout) || !std::freopen("/dev/null", "w", stderr)))
+  // they agree on a run's failure, cluster_share.h). A non-leader's stderr
+  // goes to a log that settle() shows if it fails alone.
+  if (g_mpi->process() == 0) return;
+  g_saved_stderr = ::dup(2);
+  g_log = std::tmpfile();
+  if (!std::freopen("/dev/null", "w", stdout) || g_saved_stderr < 0 || !g_log || std::fflush(stderr) != 0 ||
+      ::dup2(::fileno(g_log), 2) < 0)
     std::abort();
+}
+
+int ProcessSession::settle(int code, std::chrono::milliseconds patience) {
+  if (g_exit_comm == MPI_COMM_NULL) return code;
+  std::fflush(stdout);
+  std::fflush(stderr);
+  MPI_Request req;
+  check(MPI_Ibarrier(g_exit_comm, &req), "Ibarrier");
+  if (code == 0) {  // done: wait for the others, however long they take
+    check(MPI_Wait(&req, MPI_STATUS_IGNORE), "Wait");
+    return code;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + patience;
+  for (int done = 0;;) {
+    check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "Test");
+    if (done) return code;  // every process has ended too
+    if (std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  int me = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (me != 0) show_errors(me, size);
+  MPI_Abort(MPI_COMM_WORLD, code);  // the others wait for this process: end them all
+  return code;
 }
 
 ProcessSession::~ProcessSession() {
@@ -324,6 +379,7 @@ ProcessSession::~ProcessSession() {
   std::fflush(stdout);
   set_process_transport(nullptr);
   g_mpi.reset();
+  if (g_exit_comm != MPI_COMM_NULL) MPI_Comm_free(&g_exit_comm);
   MPI_Finalize();
 }
 

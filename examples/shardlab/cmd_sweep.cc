@@ -70,7 +70,8 @@ void check_sweep_flags(const SweepFlags& f) {
   for (const std::string& m : f.metric) sweep::metric_info(m);
   std::error_code ec;
   std::filesystem::create_directories(f.out, ec);
-  const std::string probe = f.out + "/.shardlab_sweep_probe";
+  // One probe per process: under mpirun every process checks the same directory at once.
+  const std::string probe = f.out + "/.shardlab_sweep_probe." + std::to_string(::getpid());
   std::ofstream(probe) << "";
   if (ec || !std::filesystem::exists(probe))
     throw ConfigError(fmt::format("--out: cannot write to \"{}\"{}", f.out, ec ? " (" + ec.message() + ")" : ""));

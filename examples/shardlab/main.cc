@@ -76,5 +76,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "shardlab: error: unknown subcommand '%s' (one of: %s)\n", argv[1], names.c_str());
     return 2;
   }
-  return finish_stdout(run(app, argc, argv));
+  return session.settle(finish_stdout(run(app, argc, argv)));
 }

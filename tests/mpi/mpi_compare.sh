@@ -23,6 +23,11 @@ alone=$?
 (cd "$work/mpi" && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
   mpirun -q --oversubscribe -np "$np" "$@" >../mpi.out 2>../mpi.err)
 mpi=$?
+# A CSV less its host wall-clock columns (wall_s, host_*), found by the header.
+drop_host_columns() {
+  awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) keep[i] = $i !~ /^(wall_s|host_.*)$/ }
+           { out = ""; for (i = 1; i <= NF; i++) if (keep[i]) out = out $i ","; print out }' "$1"
+}
 status=0
 host='"(host_[A-Za-z_]*|wall_s|loop_wall_s)":'
 if [ "$alone" != "$mpi" ]; then echo "exit codes differ: alone $alone, mpirun -np $np $mpi"; status=1; fi
@@ -32,7 +37,7 @@ fi
 if ! diff <(grep 'error:' "$work/alone.err") <(grep 'error:' "$work/mpi.err"); then
   echo "error lines differ (< alone, > mpirun -np $np)"; status=1
 fi
-# Every file byte for byte; JSON files (reports, checkpoint indexes) less host wall-clock fields.
+# Every file byte for byte; JSON files (reports, checkpoint indexes) and CSV tables less host wall-clock fields.
 if ! diff -rq "$work/alone" "$work/mpi" >/dev/null; then
   (cd "$work/alone" && find . -type f) | sort >"$work/alone.files"
   (cd "$work/mpi" && find . -type f) | sort >"$work/mpi.files"
@@ -41,6 +46,7 @@ if ! diff -rq "$work/alone" "$work/mpi" >/dev/null; then
     [ -f "$work/mpi/$f" ] || continue
     case "$f" in
       *.json) diff <(grep -Ev "$host" "$work/alone/$f") <(grep -Ev "$host" "$work/mpi/$f") >/dev/null ;;
+      *.csv) diff <(drop_host_columns "$work/alone/$f") <(drop_host_columns "$work/mpi/$f") >/dev/null ;;
       *) cmp -s "$work/alone/$f" "$work/mpi/$f" ;;
     esac || { echo "output file $f differs"; status=1; }
   done <"$work/alone.files"
