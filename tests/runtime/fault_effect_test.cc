@@ -36,7 +36,8 @@ struct Nvlink {
   }
   // ceil(wire bytes * 1e12 / rate) picoseconds.
   Time w(uint64_t bytes, uint64_t rate) const {
-    const unsigned __int128 num = (unsigned __int128)wire(bytes) * 1'000'000'000'000u;
+    __extension__ using u128 = unsigned __int128;  // GCC's; __extension__ keeps -Wpedantic quiet
+    const u128 num = u128(wire(bytes)) * 1'000'000'000'000u;
     return Time((num + rate - 1) / rate);
   }
 };
