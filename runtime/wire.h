@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "runtime/errors.h"
 
@@ -29,6 +30,12 @@ class Writer {
     out_.append(static_cast<const char*>(p), n);
     return *this;
   }
+  // A length-prefixed vector of plain values (Reader::get_vector).
+  template <class T>
+  Writer& put_vector(const std::vector<T>& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    return put<uint64_t>(v.size()).put_bytes(v.data(), v.size() * sizeof(T));
+  }
   std::string& str() { return out_; }
 
  private:
@@ -50,6 +57,13 @@ class Reader {
   std::string get_string() {
     const auto n = get<uint64_t>();
     return std::string(take(n), n);
+  }
+  template <class T>
+  std::vector<T> get_vector() {
+    static_assert(std::is_trivially_copyable_v<T>);
+    std::vector<T> v(get<uint64_t>());
+    if (!v.empty()) std::memcpy(v.data(), take(v.size() * sizeof(T)), v.size() * sizeof(T));
+    return v;
   }
   const char* take(size_t n) {
     SHARDLAB_CHECK(size_t(end_ - p_) >= n, "truncated message between processes");

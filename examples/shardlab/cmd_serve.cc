@@ -227,14 +227,14 @@ int run_serve(ServeFlags& f) {
     }
   }
   const std::string title = fmt::format("shardlab serve {}", s.shape.model.to_string());
+  const int threads = executor->running_devices();
   if (leader_process()) {  // across processes (runtime/transport.h): one set of files
-    const int threads = executor->running_devices();
     write_outputs({{"--report", f.model.report,
                     f.model.report.empty() ? "" : result_json(f, s, plan, r, profile.name, threads, true).dump(2)},
                    {"--trace", f.model.common.trace,
                     copts.trace ? chrome_trace_json(replica_traces(*executor), title) : ""}});
   }
-  if (f.model.common.json) fmt::print("{}\n", result_json(f, s, plan, r, profile.name, executor->running_devices(), false).dump(2));
+  if (f.model.common.json) fmt::print("{}\n", result_json(f, s, plan, r, profile.name, threads, false).dump(2));
   else print_result(f, s, plan, r, profile.name);
   return 0;
 }

@@ -1,7 +1,6 @@
 #include "model/infer/generate.h"
 
 #include <algorithm>
-#include <cstring>
 #include <mutex>
 #include <numeric>
 
@@ -98,23 +97,17 @@ void share_generate_result(GenerateResult& r, const Cluster& cluster) {
   merge_disjoint(r.kv_bytes);
   merge_disjoint(r.kv_tokens);
   wire::Writer w;
-  w.put<uint64_t>(r.tokens.size()).put_bytes(r.tokens.data(), r.tokens.size() * sizeof(Token));
-  w.put(r.ttft).put<uint64_t>(r.decode_steps.size()).put_bytes(r.decode_steps.data(), r.decode_steps.size() * sizeof(Time));
-  w.put<uint64_t>(r.logits.size());
-  for (const auto& l : r.logits) w.put<uint64_t>(l.size()).put_bytes(l.data(), l.size() * sizeof(float));
+  w.put_vector(r.tokens).put(r.ttft).put_vector(r.decode_steps).put<uint64_t>(r.logits.size());
+  for (const auto& l : r.logits) w.put_vector(l);
   const int owner = device_owners(cluster.world_size(), t->processes(), cluster.profile())[size_t(r.sampler_rank)];
   const std::string mine = t->process() == owner ? w.str() : std::string();
   const std::string theirs = t->exchange(mine)[size_t(owner)];
   wire::Reader in(theirs);
-  auto read = [&in]<class T>(std::vector<T>& v) {
-    v.resize(in.get<uint64_t>());
-    if (!v.empty()) std::memcpy(v.data(), in.take(v.size() * sizeof(T)), v.size() * sizeof(T));
-  };
-  read(r.tokens);
+  r.tokens = in.get_vector<Token>();
   r.ttft = in.get<Time>();
-  read(r.decode_steps);
+  r.decode_steps = in.get_vector<Time>();
   r.logits.resize(in.get<uint64_t>());
-  for (auto& l : r.logits) read(l);
+  for (auto& l : r.logits) l = in.get_vector<float>();
 }
 
 }  // namespace

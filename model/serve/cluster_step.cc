@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <condition_variable>
-#include <cstring>
 #include <exception>
 #include <mutex>
 #include <numeric>
@@ -260,7 +259,7 @@ void ClusterStepExecutor::agree_on_step(Time& end, std::vector<model::Token>& to
   Transport* t = process_transport();
   if (!t) return;
   wire::Writer w;
-  w.put(end).put<uint64_t>(tokens.size()).put_bytes(tokens.data(), tokens.size() * sizeof(model::Token));
+  w.put(end).put_vector(tokens);
   const std::optional<std::vector<std::string>> all = t->exchange_in_run(w.str());
   if (!all) {  // a device failed in another process (or the watchdog stopped the run)
     finish();  // rethrows the run's agreed failure
@@ -269,10 +268,8 @@ void ClusterStepExecutor::agree_on_step(Time& end, std::vector<model::Token>& to
   for (const std::string& s : *all) {
     wire::Reader r(s);
     end = std::max(end, r.get<Time>());
-    const auto n = r.get<uint64_t>();
-    if (n == 0) continue;  // only the sampler rank's process has the tokens
-    tokens.resize(n);
-    std::memcpy(tokens.data(), r.take(n * sizeof(model::Token)), n * sizeof(model::Token));
+    std::vector<model::Token> theirs = r.get_vector<model::Token>();
+    if (!theirs.empty()) tokens = std::move(theirs);  // only the sampler rank's process has the tokens
   }
 }
 

@@ -6,24 +6,12 @@
 namespace shardlab::train {
 namespace {
 
-template <class T>
-void put_vector(wire::Writer& w, const std::vector<T>& v) {
-  w.put<uint64_t>(v.size()).put_bytes(v.data(), v.size() * sizeof(T));
-}
-
-template <class T>
-std::vector<T> get_vector(wire::Reader& r) {
-  std::vector<T> v(r.get<uint64_t>());
-  if (!v.empty()) std::memcpy(v.data(), r.take(v.size() * sizeof(T)), v.size() * sizeof(T));
-  return v;
-}
-
 void put_moe(wire::Writer& w, const std::vector<MoeLayerTotals>& layers) {
   w.put<uint64_t>(layers.size());
   for (const MoeLayerTotals& m : layers) {
     w.put<int32_t>(m.layer).put<int32_t>(m.expert_begin).put(m.dropped).put(m.a2a_sent_bytes).put(m.a2a_recv_bytes);
     w.put<uint64_t>(m.per_step.size());
-    for (const auto& step : m.per_step) put_vector(w, step);
+    for (const auto& step : m.per_step) w.put_vector(step);
   }
 }
 
@@ -36,7 +24,7 @@ std::vector<MoeLayerTotals> get_moe(wire::Reader& r) {
     m.a2a_sent_bytes = r.get<uint64_t>();
     m.a2a_recv_bytes = r.get<uint64_t>();
     m.per_step.resize(r.get<uint64_t>());
-    for (auto& step : m.per_step) step = get_vector<int64_t>(r);
+    for (auto& step : m.per_step) step = r.get_vector<int64_t>();
   }
   return layers;
 }
@@ -47,16 +35,15 @@ void share_rows(Transport& t, TrainResult& r, const std::vector<int>& owners) {
   for (size_t d = 0; d < owners.size(); ++d) {
     if (owners[d] != t.process()) continue;
     w.put<uint64_t>(d);
-    put_vector(w, r.phases[d]);
-    put_vector(w, r.first_step_spans[d]);
+    w.put_vector(r.phases[d]).put_vector(r.first_step_spans[d]);
     put_moe(w, r.moe[d]);
   }
   for (const std::string& s : t.exchange(w.str())) {
     wire::Reader in(s);
     while (in.left() > 0) {
       const auto d = in.get<uint64_t>();
-      r.phases[d] = get_vector<PhaseRecord>(in);
-      r.first_step_spans[d] = get_vector<parallel::ComputeSpan>(in);
+      r.phases[d] = in.get_vector<PhaseRecord>();
+      r.first_step_spans[d] = in.get_vector<parallel::ComputeSpan>();
       r.moe[d] = get_moe(in);
     }
   }
@@ -77,11 +64,10 @@ void share_train_result(TrainResult& r, const std::vector<int>& owners) {
   merge_disjoint(r.cp);
   // Device 0 (the leader's) wrote the step records and the loop's wall time.
   wire::Writer w;
-  put_vector(w, r.steps);
-  w.put(r.loop_wall_s);
+  w.put_vector(r.steps).put(r.loop_wall_s);
   const std::string leader = t->exchange(t->process() == 0 ? w.str() : std::string()).front();
   wire::Reader in(leader);
-  r.steps = get_vector<StepRecord>(in);
+  r.steps = in.get_vector<StepRecord>();
   r.loop_wall_s = in.get<double>();
 }
 
