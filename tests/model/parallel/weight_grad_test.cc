@@ -2,7 +2,6 @@
 // bit (whatever the alignment of its operands), accumulates in recording
 // order, charges its stash while it lives and reports each block once.
 #include <cstdio>
-#include <random>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -11,6 +10,7 @@
 #include "model/kernels.h"
 #include "model/parallel/weight_grad.h"
 #include "model/sink.h"
+#include "support/random.h"
 
 namespace shardlab::parallel {
 namespace {
@@ -23,13 +23,7 @@ struct CountingSink final : model::OpSink {
   void freed(int64_t n) override { live -= n; }
 };
 
-model::Buffer<float> random_buffer(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  model::Buffer<float> b(n);
-  for (float& x : b) x = d(rng);
-  return b;
-}
+model::Buffer<float> random_buffer(size_t n, uint64_t seed) { return testing::normal_values<model::Buffer<float>>(n, seed); }
 
 TEST(WeightGrads, DeferredEqualsImmediateBitForBit) {
   const int64_t N = 37;

@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -20,19 +19,14 @@
 #include "model/parallel/context/cp_attention.h"
 #include "runtime/cluster.h"
 #include "runtime/profile.h"
+#include "support/random.h"
 
 namespace shardlab::parallel {
 namespace {
 
 constexpr int kB = 2, kT = 16, kNH = 2, kHS = 8, kC = kNH * kHS;
 
-std::vector<float> random_values(size_t n, uint64_t seed) {
-  std::mt19937_64 g(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
-}
+std::vector<float> random_values(size_t n, uint64_t seed) { return testing::normal_values<std::vector<float>>(n, seed); }
 
 // The global time of local row t on cp rank r (chunks r and 2cp−1−r of T/(2cp)).
 int global_t(int t, int r, int cp) {
