@@ -3,14 +3,12 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "runtime/errors.h"
+#include "runtime/input_file.h"
 #include "runtime/profile.h"
 #include "runtime/units.h"
 
@@ -167,14 +165,8 @@ Fault parse_fault(std::string_view spec) {
 namespace {
 
 std::vector<Fault> faults_from_file(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw ConfigError(fmt::format("--fault @{}: is a directory, not a JSON file", path));
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  if (in) text << in.rdbuf();
-  if (!in || in.bad()) throw ConfigError(fmt::format("--fault @{}: cannot read the file", path));
-  const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  const std::string text = read_input(fmt::format("--fault @{}", path), path, "a JSON file", size_t(16) << 20);
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw ConfigError(fmt::format("--fault @{}: not JSON", path));
   if (!j.is_array())
     throw ConfigError(fmt::format("--fault @{}: expected a JSON list of fault specs, e.g. [\"dead:1:step=2\"]", path));

@@ -1,13 +1,13 @@
 #include "runtime/profile.h"
 
 #include <cmath>
-#include <filesystem>
 #include <fstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "runtime/errors.h"
+#include "runtime/input_file.h"
 
 namespace shardlab {
 
@@ -262,11 +262,7 @@ HardwareProfile load_profile(std::string_view name_or_path) {
                                   name_or_path, names));
   }
   std::string path(name_or_path);
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw ConfigError(fmt::format("profile {}: is a directory, not a JSON file", path));
-  std::ifstream in(path);
-  if (!in) throw ConfigError(fmt::format("profile {}: cannot open file", path));
+  std::ifstream in = open_input(fmt::format("profile {}", path), path, "a JSON file");
   nlohmann::json j;
   try {
     in >> j;

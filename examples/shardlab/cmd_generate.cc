@@ -2,8 +2,6 @@
 // virtual cluster (model/infer/generate.h): the tokens, TTFT, TPOT and the
 // KV cache per device.
 #include <cctype>
-#include <fstream>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -15,6 +13,7 @@
 #include "model/infer/generate.h"
 #include "model/train/model_json.h"
 #include "runtime/errors.h"
+#include "runtime/input_file.h"
 #include "runtime/trace.h"
 #include "runtime/transport.h"
 #include "runtime/units.h"
@@ -32,23 +31,35 @@ struct GenerateFlags {
 };
 
 // "1,2,3" (commas or white space between ids) -> tokens; one error line
-// naming `what` for anything else.
+// naming `what` for anything else, an empty id between commas included
+// ("1,,2" is a missing id, not two).
 std::vector<model::Token> parse_tokens(const std::string& text, const std::string& what) {
   std::vector<model::Token> out;
   std::string item;
+  bool id_since_comma = false;
   auto flush = [&] {
     if (item.empty()) return;
     if (item.size() > 9 || !std::all_of(item.begin(), item.end(), [](unsigned char c) { return std::isdigit(c); }))
       throw ConfigError(fmt::format("{}: \"{}\" is not a token id (a non-negative integer)", what, item));
     out.push_back(model::Token(std::stol(item)));
     item.clear();
+    id_since_comma = true;
   };
+  auto empty_id = [&] { return ConfigError(fmt::format("{}: an empty token id after id {}", what, out.size())); };
   for (char ch : text) {
-    if (ch == ',' || std::isspace(static_cast<unsigned char>(ch))) flush();
-    else item += ch;
+    if (ch == ',') {
+      flush();
+      if (!id_since_comma) throw empty_id();
+      id_since_comma = false;
+    } else if (std::isspace(static_cast<unsigned char>(ch))) {
+      flush();
+    } else {
+      item += ch;
+    }
   }
   flush();
   if (out.empty()) throw ConfigError(fmt::format("{}: no token ids", what));
+  if (!id_since_comma) throw empty_id();
   return out;
 }
 
@@ -56,12 +67,8 @@ std::vector<model::Token> prompt_of(const GenerateFlags& f) {
   if (f.prompt_tokens.empty() == f.prompt_file.empty())
     throw ConfigError("give the prompt with exactly one of --prompt-tokens 1,2,3 and --prompt-file FILE");
   if (!f.prompt_tokens.empty()) return parse_tokens(f.prompt_tokens, "--prompt-tokens");
-  std::ifstream in(f.prompt_file);
-  if (!in) throw ConfigError(fmt::format("--prompt-file {}: cannot open", f.prompt_file));
-  std::stringstream text;
-  text << in.rdbuf();
-  if (text.str().size() > (64u << 20)) throw ConfigError(fmt::format("--prompt-file {}: larger than 64 MiB", f.prompt_file));
-  return parse_tokens(text.str(), "--prompt-file " + f.prompt_file);
+  const std::string what = "--prompt-file " + f.prompt_file;
+  return parse_tokens(read_input(what, f.prompt_file, "a text file", size_t(64) << 20), what);
 }
 
 nlohmann::json result_json(const infer::GenerateOptions& o, const GenerateFlags& f, const infer::GenerateResult& r,

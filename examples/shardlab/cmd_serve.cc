@@ -4,6 +4,8 @@
 // runs on one replica's devices (model/serve/cluster_step.h). Reports TTFT,
 // TPOT and end-to-end latency percentiles, throughput and the KV cache's
 // capacity and use.
+#include <algorithm>
+#include <array>
 #include <memory>
 
 #include <fmt/format.h>
@@ -35,6 +37,7 @@ struct ServeFlags {
   int max_seqs = 256, kv_block = 16, chunked_prefill = 0;
   double kv_fraction = 0.9;
   uint64_t seed = 1337;
+  std::vector<std::string> drawn_given;  // which of --requests, --arrival, --prompt-len, --output-len were given
 };
 
 struct Setup {
@@ -62,9 +65,16 @@ void check_host_memory(const ServeFlags& f, const serve::ReplicaShape& shape, si
                                   format_bytes(host)));
 }
 
+bool given(const ServeFlags& f, std::string_view flag) {
+  return std::find(f.drawn_given.begin(), f.drawn_given.end(), flag) != f.drawn_given.end();
+}
+
 Setup setup_of(ServeFlags& f) {
   Setup s;
   f.model.dp = f.model.ep;  // the ep ranks carry replicas of the batch
+  const serve::Batching batching = serve::parse_batching(f.batching);  // every flag's syntax before what they mean
+  if (!f.workload.empty() && !f.drawn_given.empty())
+    throw ConfigError(fmt::format("--workload {} gives the requests: it takes no {}", f.workload, f.drawn_given[0]));
   s.shape = {f.model.model_config(), f.model.tp, f.model.pp, f.model.ep, f.model.phantom, f.seed, nullptr};
   s.requests = f.workload.empty()
                    ? serve::make_workload(f.requests, serve::parse_arrival(f.arrival),
@@ -78,8 +88,11 @@ Setup setup_of(ServeFlags& f) {
                                       "[0, {})", f.workload, r.id, r.prompt[i], i, s.shape.model.token_vocab()));
   for (const serve::Request& r : s.requests)
     if (r.prompt_len + r.output_len - 1 > s.shape.model.block_size)
-      throw ConfigError(fmt::format("request {}: prompt {} + output {} - 1 tokens exceed the model's context of {} (--seq)",
-                                    r.id, r.prompt_len, r.output_len, s.shape.model.block_size));
+      throw ConfigError(fmt::format("request {}: prompt {} + output {} - 1 tokens exceed the model's context of {} (--seq){}",
+                                    r.id, r.prompt_len, r.output_len, s.shape.model.block_size,
+                                    f.workload.empty() && !given(f, "--prompt-len") && !given(f, "--output-len")
+                                        ? "; --prompt-len and --output-len are 128 unless given: give lengths that fit"
+                                        : ""));
   if (!f.model.phantom) {
     check_host_memory(f, s.shape, s.requests.size());
     if (std::optional<model::SafetensorsFile> init = load_inference_init(f.model, s.shape.model)) {
@@ -92,7 +105,7 @@ Setup setup_of(ServeFlags& f) {
     throw ConfigError("--phantom runs on shapes only: it takes no --init");
   }
   s.options.replicas = f.replicas;
-  s.options.scheduler = {serve::parse_batching(f.batching), 0, f.kv_block, f.max_seqs, f.max_batch_tokens,
+  s.options.scheduler = {batching, 0, f.kv_block, f.max_seqs, f.max_batch_tokens,
                          f.chunked_prefill};
   return s;
 }
@@ -251,10 +264,12 @@ void add_serve_command(CLI::App& app) {
   sub->add_option("--replicas", f.replicas, "Data-parallel replicas")
       ->capture_default_str()->check(number_in(1, double(kMaxDevices)));
   sub->add_flag("--no-fold", m.no_fold, "With --phantom, run every tp rank's thread (folding changes no figure)");
-  sub->add_option("--requests", f.requests, "Requests to draw")->capture_default_str()->check(number_in(1, 1e6));
-  sub->add_option("--arrival", f.arrival, "poisson:RATE (requests/s) or burst")->capture_default_str();
-  sub->add_option("--prompt-len", f.prompt_len, "N, uniform:A:B or lognormal:MEDIAN:SIGMA[:MAX]")->capture_default_str();
-  sub->add_option("--output-len", f.output_len, "N, uniform:A:B or lognormal:MEDIAN:SIGMA[:MAX]")->capture_default_str();
+  // What --workload replaces: drawn requests.
+  const std::array<CLI::Option*, 4> drawn = {
+      sub->add_option("--requests", f.requests, "Requests to draw")->capture_default_str()->check(number_in(1, 1e6)),
+      sub->add_option("--arrival", f.arrival, "poisson:RATE (requests/s) or burst")->capture_default_str(),
+      sub->add_option("--prompt-len", f.prompt_len, "N, uniform:A:B or lognormal:MEDIAN:SIGMA[:MAX]")->capture_default_str(),
+      sub->add_option("--output-len", f.output_len, "N, uniform:A:B or lognormal:MEDIAN:SIGMA[:MAX]")->capture_default_str()};
   sub->add_option("--workload", f.workload, "Requests from FILE.csv: arrival_s,prompt_len,output_len[,prompt_tokens]")->check(nonempty());
   sub->add_option("--batching", f.batching, "static or continuous")->capture_default_str();
   sub->add_option("--max-batch-tokens", f.max_batch_tokens, "Tokens per step")->capture_default_str()->check(number_in(1, 1 << 24));
@@ -267,7 +282,11 @@ void add_serve_command(CLI::App& app) {
   sub->add_option("--seed", f.seed, "Seed of the workload (arrivals, lengths, prompt tokens) and, without --init, of the weights")->capture_default_str()->check(number_in(0, 1.8e19));
   sub->add_option("--report", m.report, "Write the report (config, summary, every request, KV use per step) to FILE.json")
       ->check(nonempty());
-  set_action(sub, [] { return run_serve(f); });
+  set_action(sub, [drawn] {
+    for (const CLI::Option* o : drawn)
+      if (o->count() > 0) f.drawn_given.push_back(o->get_name());
+    return run_serve(f);
+  });
 }
 
 }  // namespace shardlab::cli

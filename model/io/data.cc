@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +9,7 @@
 #include "model/io/synthetic.h"
 #include "model/io/token_rng.h"
 #include "runtime/errors.h"
+#include "runtime/input_file.h"
 
 namespace shardlab::model {
 namespace {
@@ -33,17 +33,9 @@ void check_sizes(int vocab, int64_t seq) {
 TokenData load_token_bin(const std::string& path, int vocab, int64_t seq) {
   check_sizes(vocab, seq);
   std::error_code ec;
-  auto status = std::filesystem::status(path, ec);
-  if (!std::filesystem::exists(status))
-    throw ConfigError(
-        fmt::format("--data \"{}\": no such file (expected synthetic:NAME or a "
-                    ".bin file)",
-                    path));
-  if (std::filesystem::is_directory(status))
-    throw ConfigError(fmt::format("--data \"{}\": is a directory, not a .bin file", path));
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw ConfigError(fmt::format("--data \"{}\": cannot open ({})", path, std::strerror(errno)));
+  if (!std::filesystem::exists(path, ec) && !ec)  // a typo of synthetic:NAME looks like a path
+    throw ConfigError(fmt::format("--data \"{}\": no such file (expected synthetic:NAME or a .bin file)", path));
+  std::ifstream in = open_input(fmt::format("--data \"{}\"", path), path, "a .bin file");
   in.seekg(0, std::ios::end);
   const std::streamoff bytes = in.tellg();
   in.seekg(0, std::ios::beg);

@@ -4,15 +4,14 @@
 
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <tuple>
 
 #include "runtime/errors.h"
+#include "runtime/input_file.h"
 #include "runtime/output_file.h"
 
 namespace shardlab::model {
@@ -265,16 +264,7 @@ SafetensorsFile parse_safetensors(std::span<const uint8_t> bytes, const std::str
 }
 
 SafetensorsFile load_safetensors(const std::string& path) {
-  std::error_code ec;
-  auto status = std::filesystem::status(path, ec);
-  if (!std::filesystem::exists(status))
-    throw ConfigError(fmt::format("safetensors \"{}\": no such file", path));
-  if (std::filesystem::is_directory(status))
-    throw ConfigError(fmt::format("safetensors \"{}\": is a directory, not a file", path));
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw ConfigError(
-        fmt::format("safetensors \"{}\": cannot open ({})", path, std::strerror(errno)));
+  std::ifstream in = open_input(fmt::format("safetensors \"{}\"", path), path, "a .safetensors file");
   in.seekg(0, std::ios::end);
   std::streamoff size = in.tellg();
   in.seekg(0, std::ios::beg);

@@ -9,6 +9,7 @@
 
 #include "model/rng.h"
 #include "runtime/errors.h"
+#include "runtime/input_file.h"
 
 namespace shardlab::serve {
 
@@ -142,8 +143,7 @@ std::vector<model::Token> prompt_ids(const std::string& text, int prompt_len, co
 }  // namespace
 
 std::vector<Request> load_trace(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError(fmt::format("--workload {}: cannot open", path));
+  std::ifstream in = open_input(fmt::format("--workload {}", path), path, "a CSV file");
   std::string line;
   const std::string header = "arrival_s,prompt_len,output_len";
   if (!std::getline(in, line)) line.clear();

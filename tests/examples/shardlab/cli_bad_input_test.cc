@@ -214,7 +214,7 @@ TEST(CliBadInput, HardwareFlags) {
       {"train --model nano --steps 1 --profile tpu-v9", "unknown profile \"tpu-v9\""},
       {"train --model nano --steps 1 --profile \"\"", "--profile: must not be empty"},
       {"train --model nano --steps 1 --profile {dir}", "profile {dir}: is a directory, not a JSON file"},
-      {"train --model nano --steps 1 --profile {dir}/none.json", "profile {dir}/none.json: cannot open file"},
+      {"train --model nano --steps 1 --profile {dir}/none.json", "profile {dir}/none.json: no such file"},
       {"train --model nano --steps 1 --profile {file}", "profile {file}: not valid JSON"},
   });
 }
@@ -249,7 +249,7 @@ TEST(CliBadInput, DataAndCheckpointFiles) {
       {"train --model nano --steps 1 --data {dir}", "is a directory, not a .bin file"},
       {"train --model nano --steps 1 --data \"\"", "--data: must not be empty"},
       {"train --model nano --steps 1 --init /nonexistent.safetensors", "/nonexistent.safetensors"},
-      {"train --model nano --steps 1 --init {dir}", "is a directory, not a file"},
+      {"train --model nano --steps 1 --init {dir}", "is a directory, not a .safetensors file"},
       {"train --model nano --steps 1 --init {file}", "safetensors \"{file}\""},
       {"train --model nano --steps 1 --init \"\"", "--init: must not be empty"},
   });

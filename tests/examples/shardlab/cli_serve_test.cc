@@ -177,8 +177,14 @@ TEST(CliServe, BadInputIsOneLineAndExitTwo) {
       {"--replicas 0", "--replicas"},
       {"--replicas 99", "the profile has"},
       {"--tp 3", "--tp"},
-      {"--workload /nonexistent/w.csv", "cannot open"},
+      {"--workload /nonexistent/w.csv", "--workload /nonexistent/w.csv: no such file"},
       {"--workload " + workload, "line 2"},
+      {"--workload " + ::testing::TempDir(), ": is a directory, not a CSV file"},
+      {"--workload " + workload + " --prompt-len 5", "gives the requests: it takes no --prompt-len"},
+      {"--workload " + workload + " --requests 7", "gives the requests: it takes no --requests"},
+      {"--workload " + workload + " --arrival burst", "gives the requests: it takes no --arrival"},
+      {"--workload " + workload + " --output-len 3", "gives the requests: it takes no --output-len"},
+      {"--workload " + workload + "/w.csv", "/w.csv: cannot open (Not a directory)"},
       {"--prompt-len 60 --output-len 10", "context of 64"},
       {"--batching static --chunked-prefill 8", "continuous"},
       {"--max-batch-tokens 8 --prompt-len 20", "--chunked-prefill"},
@@ -191,13 +197,20 @@ TEST(CliServe, BadInputIsOneLineAndExitTwo) {
       {"--layers 96 --embd 16384", "--phantom"},  // 1.1 TiB of fp32 weights
       {"--workload " + ids, "outside the vocabulary"},
       {"--workload " + few, "prompt_len says 3"},
+      {"--batching foo --prompt-len 128 --output-len 128", "--batching"},  // a bad flag before what the lengths mean
   };
   for (const auto& [flags, needle] : cases) {
-    std::string base = "serve --model tiny --requests 4 ";  // lengths that fit, unless the case sets them
-    if (flags.find("--prompt-len") == std::string::npos) base += "--prompt-len 8 ";
-    if (flags.find("--output-len") == std::string::npos) base += "--output-len 4 ";
+    // Four requests of lengths that fit, unless the case sets them or gives a --workload.
+    std::string base = "serve --model tiny ";
+    const bool drawn = flags.find("--workload") == std::string::npos;
+    if (drawn && flags.find("--requests") == std::string::npos) base += "--requests 4 ";
+    if (drawn && flags.find("--prompt-len") == std::string::npos) base += "--prompt-len 8 ";
+    if (drawn && flags.find("--output-len") == std::string::npos) base += "--output-len 4 ";
     expect_usage_error(base + flags, needle);
   }
+  // The default lengths (128 + 128) do not fit tiny's context of 64: the line says which defaults to change.
+  expect_usage_error("serve --model tiny", "(--seq); --prompt-len and --output-len are 128 unless given");
+  expect_usage_error("serve --model tiny --prompt-len 100", "exceed the model's context of 64 (--seq)");
 }
 
 }  // namespace

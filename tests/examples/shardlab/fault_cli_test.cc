@@ -31,7 +31,7 @@ TEST(FaultCli, BadSpecsAreOneLineAndExit2) {
       {"--fault memory:1:capacity=1TiB", "more than the device's capacity"},
       {"--fault memory:1:capacity=0", "capacity 0"},
       {"--fault=", "--fault"},
-      {"--fault @/nonexistent/faults.json", "cannot read the file"},
+      {"--fault @/nonexistent/faults.json", "--fault @/nonexistent/faults.json: no such file"},
   };
   for (auto [flags, needle] : cases) expect_usage_error(kTrain + flags, needle);
   expect_usage_error("train --model nano --steps 3 --fault dead:0:step=1", "no peer to lose");
