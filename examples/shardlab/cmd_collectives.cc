@@ -43,7 +43,7 @@ struct CollFlags {
   std::string op = "all_reduce";
   int ranks = 8;
   std::string algo = "auto";
-  std::string redop = "sum";
+  std::string redop;  // empty: sum (given with an op that reduces nothing, an error)
   std::string min_bytes = "8";
   std::string max_bytes = "256MiB";
   bool check = false;
@@ -256,7 +256,10 @@ Setup parse_setup(const CollFlags& f, const HardwareProfile& profile) {
                       "all_gather, broadcast, reduce or all_to_all");
   s.op = flag("--op", [&] { return coll::parse_op_kind(f.op); });
   s.algo = flag("--algo", [&] { return coll::parse_algo(f.algo); });
-  s.redop = flag("--redop", [&] { return coll::parse_reduce_op(f.redop); });
+  s.redop = flag("--redop", [&] { return coll::parse_reduce_op(f.redop.empty() ? "sum" : f.redop); });
+  if (!f.redop.empty() && !reduces(s.op))
+    throw ConfigError(fmt::format("--redop {}: --op {} reduces nothing (--redop is for all_reduce, reduce_scatter "
+                                  "and reduce)", f.redop, f.op));
   if (f.ranks < 1 || f.ranks > profile.total_devices())
     throw ConfigError(fmt::format("--ranks {}: must be between 1 and {} (profile {}: {} nodes x {})", f.ranks,
                                   profile.total_devices(), profile.name, profile.nodes, profile.devices_per_node));
@@ -356,7 +359,7 @@ void add_collectives_command(CLI::App& app) {
   sub->add_option("--op", f.op, "all_reduce|reduce_scatter|all_gather|broadcast|reduce|all_to_all")->capture_default_str();
   sub->add_option("--ranks", f.ranks, "Number of virtual GPUs (placed on the profile's nodes in order)")->capture_default_str();
   sub->add_option("--algo", f.algo, "ring|tree|direct|auto")->capture_default_str();
-  sub->add_option("--redop", f.redop, "sum|avg|max (reducing ops)")->capture_default_str();
+  sub->add_option("--redop", f.redop, "sum|avg|max (all_reduce, reduce_scatter, reduce; default sum)");
   add_size_flag(sub, "--min-bytes", f.min_bytes, "Smallest buffer");
   add_size_flag(sub, "--max-bytes", f.max_bytes, "Largest buffer (powers of two in between)");
   sub->add_flag("--check", f.check, "Compare every result with a serial reference (max_error column; exit 1 if nonzero)");

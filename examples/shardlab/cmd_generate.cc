@@ -132,6 +132,9 @@ int run_generate(GenerateFlags& f) {
   o.seed = f.seed;
   o.prompt = prompt_of(f);
   o.max_new_tokens = f.max_new_tokens;
+  if (f.top_k > 0 && f.temperature == 0)
+    throw ConfigError(fmt::format("--top-k {} filters sampling: it needs --temperature above 0 (0 is greedy, the "
+                                  "most likely token)", f.top_k));
   o.sampling = {f.temperature, f.top_k, f.seed};
   o.tp = f.model.tp;
   o.pp = f.model.pp;

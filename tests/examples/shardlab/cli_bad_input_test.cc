@@ -318,6 +318,8 @@ TEST(CliBadInput, CollectivesAndP2pFlags) {
       {"collectives --op barrier", "--op barrier: not measured here"},
       {"collectives --algo fastest", "--algo: unknown algorithm \"fastest\""},
       {"collectives --redop min", "--redop: unknown reduce op \"min\""},
+      {"collectives --op all_gather --redop max", "--redop max: --op all_gather reduces nothing"},
+      {"collectives --op all_to_all --redop sum", "--redop sum: --op all_to_all reduces nothing"},
       {"collectives --pace nan", "--pace: nan is not a finite number"},
       {"collectives --nodes 0", "--nodes: 0 is out of range"},
       {"collectives --profile {dir}", "is a directory, not a JSON file"},

@@ -118,6 +118,7 @@ TEST(CliGenerate, BadInputIsOneLineAndExitTwo) {
       {nano + "--prompt-tokens 1 --temperature -1", "--temperature: -1 is out of range"},
       {nano + "--prompt-tokens 1 --temperature nan", "--temperature"},
       {nano + "--prompt-tokens 1 --top-k -2", "--top-k: -2 is out of range"},
+      {nano + "--prompt-tokens 1 --top-k 5", "--top-k 5 filters sampling: it needs --temperature above 0"},
       {nano + "--prompt-tokens 1 --tp 3", "--tp"},
       {nano + "--prompt-tokens 1 --ep 2", "--ep"},
       {nano + "--prompt-tokens 1 --pp 3", "--pp"},
