@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <fstream>
+#include <set>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -215,16 +217,49 @@ void read_device_model(const Reader& r, const nlohmann::json& j, DeviceSpec& d) 
   d.gemm.max_efficiency_bf16 = r.fraction(j, "device.gemm.max_efficiency.bf16");
 }
 
+// Every field a profile may have. An optional one misspelt
+// ("compute_eficiency") would otherwise be skipped and the run would use
+// the default without a word: a field not here is an error.
+bool known_field(std::string_view path) {
+  static const std::set<std::string_view> kFields = {
+      "name", "description", "nodes", "devices_per_node", "device", "links",
+      "device.peak_tflops", "device.peak_tflops.fp32", "device.peak_tflops.bf16", "device.mem_bandwidth_GBps",
+      "device.memory_GiB", "device.launch_overhead_us", "device.compute_efficiency", "device.mem_efficiency",
+      "device.collective_launch_us", "device.gemm", "device.gemm.sm_count", "device.gemm.tiles",
+      "device.gemm.max_efficiency", "device.gemm.max_efficiency.fp32", "device.gemm.max_efficiency.bf16",
+      "links.intra", "links.inter"};
+  static const std::set<std::string_view> kLinkFields = {
+      "latency_us", "bandwidth_GBps", "packet", "packet.header_bytes", "packet.sm_payload_bytes",
+      "packet.copy_payload_bytes"};
+  for (std::string_view cls : {"links.intra.", "links.inter."})
+    if (path.starts_with(cls)) return kLinkFields.contains(path.substr(cls.size()));
+  return kFields.contains(path);
+}
+
+// Refuses any field of an object below `j` that known_field does not list
+// (arrays, the GEMM tiles, are checked where they are read).
+void check_fields(const Reader& r, const nlohmann::json& j, const std::string& prefix = "") {
+  for (const auto& [key, value] : j.items()) {
+    const std::string path = prefix.empty() ? key : prefix + "." + key;
+    if (!known_field(path)) r.fail(fmt::format("unknown field \"{}\" (a misspelt field would be ignored)", path));
+    if (value.is_object()) check_fields(r, value, path);
+  }
+}
+
 }  // namespace
 
 HardwareProfile profile_from_json(const nlohmann::json& j, std::string_view origin) {
   Reader r(origin);
   if (!j.is_object()) r.fail("expected a JSON object");
+  check_fields(r, j);
   HardwareProfile p;
   const auto& name = r.at(j, "name");
   if (!name.is_string() || name.get<std::string>().empty()) r.fail("field \"name\" must be a non-empty string");
   p.name = name.get<std::string>();
-  if (j.contains("description") && j["description"].is_string()) p.description = j["description"];
+  if (j.contains("description")) {
+    if (!j["description"].is_string()) r.fail("field \"description\" must be a string");
+    p.description = j["description"];
+  }
   p.nodes = r.count(j, "nodes");
   p.devices_per_node = r.count(j, "devices_per_node");
   if (int64_t{p.nodes} * p.devices_per_node > kMaxDevices)

@@ -1,5 +1,8 @@
 #include <fstream>
+#include <string>
+#include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -121,6 +124,38 @@ TEST(Profiles, FileErrorsNameTheProblem) {
   EXPECT_NE(load_error(write_temp("bad.json", "{ nope")).find("not valid JSON"), std::string::npos);
   EXPECT_NE(load_error("/nonexistent/p.json").find("no such file"), std::string::npos);
   EXPECT_NE(load_error("tpu-v9").find("unknown profile \"tpu-v9\""), std::string::npos);
+}
+
+// A field the loader does not know is refused: an optional one misspelt
+// would otherwise leave its default in place without a word. Every field of
+// every built-in profile is known (they round-trip through the file format).
+TEST(Profiles, UnknownFieldsAreRefusedByTheirPath) {
+  for (const HardwareProfile& p : builtin_profiles())
+    EXPECT_EQ(profile_from_json(profile_to_json(p), "round trip").name, p.name);
+  const nlohmann::json good = profile_to_json(load_profile("a100-nvlink"));
+  struct Case {
+    std::vector<std::string> where;  // the object the field goes into
+    const char* key;
+    const char* path;
+  };
+  for (const Case& c : {Case{{"device"}, "compute_eficiency", "device.compute_eficiency"},
+                        Case{{}, "node", "node"},
+                        Case{{"links", "intra"}, "latency_ms", "links.intra.latency_ms"},
+                        Case{{"links"}, "nvlink", "links.nvlink"},
+                        Case{{"device", "gemm", "max_efficiency"}, "fp16", "device.gemm.max_efficiency.fp16"},
+                        Case{{"device", "peak_tflops"}, "fp8", "device.peak_tflops.fp8"}}) {
+    nlohmann::json j = good;
+    nlohmann::json* at = &j;
+    for (const std::string& k : c.where) at = &(*at)[k];
+    (*at)[c.key] = 1;
+    const std::string path = write_temp("unknown.json", j.dump());
+    EXPECT_EQ(load_error(path),
+              fmt::format("profile {}: unknown field \"{}\" (a misspelt field would be ignored)", path, c.path));
+  }
+  nlohmann::json j = good;
+  j["description"] = 5;
+  EXPECT_NE(load_error(write_temp("desc.json", j.dump())).find("field \"description\" must be a string"),
+            std::string::npos);
 }
 
 // The fuzz harness's property (fuzz/profile_fuzz.cc, input
