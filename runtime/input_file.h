@@ -19,10 +19,12 @@
 
 namespace shardlab {
 
-// Opens `path` for reading (binary: no newline translation).
-std::ifstream open_input(std::string_view label, const std::string& path, std::string_view kind);
+// Opens `path` for reading (binary: no newline translation). `missing_hint`
+// follows "no such file" (e.g. " (expected synthetic:NAME or a .bin file)").
+std::ifstream open_input(std::string_view label, const std::string& path, std::string_view kind,
+                         std::string_view missing_hint = {});
 
-// The whole file, refused before reading when it has more than `max_bytes`.
+// The whole file, refused once more than `max_bytes` of it have come.
 std::string read_input(std::string_view label, const std::string& path, std::string_view kind, size_t max_bytes);
 
 }  // namespace shardlab

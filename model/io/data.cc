@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <cstring>
-#include <filesystem>
 #include <fstream>
 
 #include "model/io/synthetic.h"
@@ -32,10 +30,9 @@ void check_sizes(int vocab, int64_t seq) {
 
 TokenData load_token_bin(const std::string& path, int vocab, int64_t seq) {
   check_sizes(vocab, seq);
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec) && !ec)  // a typo of synthetic:NAME looks like a path
-    throw ConfigError(fmt::format("--data \"{}\": no such file (expected synthetic:NAME or a .bin file)", path));
-  std::ifstream in = open_input(fmt::format("--data \"{}\"", path), path, "a .bin file");
+  // A typo of synthetic:NAME looks like a missing path.
+  std::ifstream in = open_input(fmt::format("--data \"{}\"", path), path, "a .bin file",
+                                " (expected synthetic:NAME or a .bin file)");
   in.seekg(0, std::ios::end);
   const std::streamoff bytes = in.tellg();
   in.seekg(0, std::ios::beg);

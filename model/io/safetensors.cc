@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <bit>
-#include <cstring>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>

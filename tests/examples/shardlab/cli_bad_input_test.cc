@@ -245,7 +245,7 @@ TEST(CliBadInput, ConfigsBeyondTheDevice) {
 TEST(CliBadInput, DataAndCheckpointFiles) {
   run_table({
       {"train --model nano --steps 1 --data synthetic:nosuch", "--data: unknown synthetic task \"nosuch\""},
-      {"train --model nano --steps 1 --data /nonexistent/tokens.bin", "\"/nonexistent/tokens.bin\": no such file"},
+      {"train --model nano --steps 1 --data /nonexistent/tokens.bin", "\"/nonexistent/tokens.bin\": no such file (expected synthetic:NAME or a .bin file)"},
       {"train --model nano --steps 1 --data {dir}", "is a directory, not a .bin file"},
       {"train --model nano --steps 1 --data \"\"", "--data: must not be empty"},
       {"train --model nano --steps 1 --init /nonexistent.safetensors", "/nonexistent.safetensors"},
