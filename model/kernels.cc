@@ -5,7 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "model/eigen_maps.h"
+#include "model/gemm.h"
+#include "model/portable_math.h"
 #include "runtime/errors.h"
 
 namespace shardlab::model {
@@ -43,8 +44,8 @@ void embedding_backward(Real* dwte, Real* dwpe, const Real* dout, const Token* i
 
 // ---- LayerNorm ----------------------------------------------------------------
 
-// The row reductions go through Eigen's vectorised sum (a fixed tree order,
-// so results are deterministic); the elementwise passes vectorise as written.
+// The row reductions are 16-lane sums (model/portable_math.h): a fixed order,
+// so results are deterministic and the same on every host.
 
 template <typename Real>
 void layernorm_forward(Real* out, Real* mean, Real* rstd, const Real* inp, const Real* weight,
@@ -52,9 +53,8 @@ void layernorm_forward(Real* out, Real* mean, Real* rstd, const Real* inp, const
   const Real eps = static_cast<Real>(kLayerNormEps);
   for (int64_t n = 0; n < N; ++n) {
     const Real* x = inp + n * C;
-    ConstArrayMap<Real> xa(x, C);
-    const Real m = xa.sum() / C;
-    const Real v = (xa - m).square().sum() / C;
+    const Real m = pm::sum(x, C) / C;
+    const Real v = pm::lane_sum<Real>(C, [x, m](int64_t c) { return (x[c] - m) * (x[c] - m); }) / C;
     const Real s = Real(1) / std::sqrt(v + eps);
     Real* o = out + n * C;
     for (int c = 0; c < C; ++c) o[c] = (x[c] - m) * s * weight[c] + bias[c];
@@ -66,18 +66,22 @@ void layernorm_forward(Real* out, Real* mean, Real* rstd, const Real* inp, const
 template <typename Real>
 void layernorm_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout, const Real* inp,
                         const Real* weight, const Real* mean, const Real* rstd, int64_t N, int C) {
-  ConstArrayMap<Real> w(weight, C);
-  ArrayMap<Real> dw(dweight, C), db(dbias, C);
   for (int64_t n = 0; n < N; ++n) {
     const Real m = mean[n];
     const Real s = rstd[n];
-    ConstArrayMap<Real> d(dout + n * C, C), x(inp + n * C, C);
+    const Real* d = dout + n * C;
+    const Real* x = inp + n * C;
     // Two reductions: mean(dnorm) and mean(dnorm * norm), dnorm = weight * dout.
-    const Real dnorm_mean = (w * d).sum() / C;
-    const Real dnorm_norm_mean = (w * d * ((x - m) * s)).sum() / C;
-    db += d;
-    dw += (x - m) * s * d;
-    ArrayMap<Real>(dinp + n * C, C) += (w * d - dnorm_mean - (x - m) * s * dnorm_norm_mean) * s;
+    const Real dnorm_mean = pm::lane_sum<Real>(C, [=](int64_t c) { return weight[c] * d[c]; }) / C;
+    const Real dnorm_norm_mean =
+        pm::lane_sum<Real>(C, [=](int64_t c) { return weight[c] * d[c] * ((x[c] - m) * s); }) / C;
+    Real* di = dinp + n * C;
+    for (int c = 0; c < C; ++c) {
+      const Real norm = (x[c] - m) * s;
+      dbias[c] += d[c];
+      dweight[c] += norm * d[c];
+      di[c] += (weight[c] * d[c] - dnorm_mean - norm * dnorm_norm_mean) * s;
+    }
   }
 }
 
@@ -86,9 +90,12 @@ void layernorm_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout
 template <typename Real>
 void linear_forward(Real* out, const Real* inp, const Real* weight, const Real* bias, int64_t N,
                     int C, int OC) {
-  MatMap<Real> y(out, N, OC);
-  y.noalias() = ConstMatMap<Real>(inp, N, C) * ConstMatMap<Real>(weight, OC, C).transpose();
-  if (bias != nullptr) y.rowwise() += ConstRowMap<Real>(bias, OC);
+  gemm_nt(out, OC, inp, C, weight, C, N, OC, C);
+  if (bias == nullptr) return;
+  for (int64_t n = 0; n < N; ++n) {
+    Real* y = out + n * OC;
+    for (int o = 0; o < OC; ++o) y[o] += bias[o];
+  }
 }
 
 template <typename Real>
@@ -101,51 +108,48 @@ void linear_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout, c
 template <typename Real>
 void linear_backward_input(Real* dinp, const Real* dout, const Real* weight, int64_t N, int C,
                            int OC) {
-  MatMap<Real>(dinp, N, C).noalias() += ConstMatMap<Real>(dout, N, OC) * ConstMatMap<Real>(weight, OC, C);
+  gemm_nn_acc(dinp, dout, weight, N, C, OC);
 }
 
 template <typename Real>
 void linear_backward_weight(Real* dweight, Real* dbias, const Real* dout, const Real* inp,
                             int64_t N, int C, int OC) {
-  ConstMatMap<Real> dy(dout, N, OC);
-  MatMap<Real>(dweight, OC, C).noalias() += dy.transpose() * ConstMatMap<Real>(inp, N, C);
-  if (dbias != nullptr) RowMap<Real>(dbias, OC) += dy.colwise().sum();
+  gemm_tn_acc(dweight, dout, inp, N, OC, C);
+  if (dbias == nullptr) return;
+  for (int64_t n = 0; n < N; ++n) {  // rows in order, vectorised across the columns
+    const Real* dy = dout + n * OC;
+    for (int o = 0; o < OC; ++o) dbias[o] += dy[o];
+  }
 }
 
 // ---- GELU (tanh) --------------------------------------------------------------
-// Vectorised with Eigen arrays in fixed-size chunks (no heap allocation).
+// tanh is the project's own (model/portable_math.h): branch-free, so the
+// loops vectorise, and the same bits on every host.
 
 namespace {
 constexpr double kGeluScale = 0.7978845608028654;  // sqrt(2/pi)
 constexpr double kGeluCubic = 0.044715;
-constexpr int64_t kChunk = 256;
-template <typename Real>
-using ChunkArray = Eigen::Array<Real, Eigen::Dynamic, 1, 0, kChunk, 1>;
 }  // namespace
 
 template <typename Real>
 void gelu_forward(Real* out, const Real* inp, int64_t n) {
   const Real s = static_cast<Real>(kGeluScale), k = static_cast<Real>(kGeluCubic);
-  for (int64_t i = 0; i < n; i += kChunk) {
-    const int64_t m = std::min(kChunk, n - i);
-    ConstArrayMap<Real> x(inp + i, m);
-    ArrayMap<Real>(out + i, m) = Real(0.5) * x * (Real(1) + (s * (x + k * x.cube())).tanh());
+  for (int64_t i = 0; i < n; ++i) {
+    const Real x = inp[i];
+    out[i] = Real(0.5) * x * (Real(1) + pm::tanh_of(s * (x + k * (x * x * x))));
   }
 }
 
 template <typename Real>
 void gelu_backward(Real* dinp, const Real* dout, const Real* inp, int64_t n) {
   const Real s = static_cast<Real>(kGeluScale), k = static_cast<Real>(kGeluCubic);
-  ChunkArray<Real> th;
-  for (int64_t i = 0; i < n; i += kChunk) {
-    const int64_t m = std::min(kChunk, n - i);
-    ConstArrayMap<Real> x(inp + i, m);
-    th = (s * (x + k * x.cube())).tanh();
+  for (int64_t i = 0; i < n; ++i) {
+    const Real x = inp[i];
+    const Real th = pm::tanh_of(s * (x + k * (x * x * x)));
     // d/dx [x/2 (1 + tanh u)] = (1 + tanh u)/2 + x/2 (1 - tanh² u) du/dx
-    ArrayMap<Real>(dinp + i, m) +=
-        (Real(0.5) * (Real(1) + th) +
-         Real(0.5) * x * (Real(1) - th.square()) * s * (Real(1) + Real(3) * k * x.square())) *
-        ConstArrayMap<Real>(dout + i, m);
+    dinp[i] += (Real(0.5) * (Real(1) + th) +
+                Real(0.5) * x * (Real(1) - th * th) * s * (Real(1) + Real(3) * k * (x * x))) *
+               dout[i];
   }
 }
 
@@ -173,14 +177,14 @@ Real crossentropy_forward(Real* probs, Real* losses, const Real* logits, const T
   for (int64_t n = 0; n < N; ++n) {
     const Real* z = logits + n * V;
     Real* p = probs + n * V;
-    const Real zmax = ConstArrayMap<Real>(z, V).maxCoeff();  // vectorised, exact
-    ArrayMap<Real> prow(p, V);
-    prow = (ConstArrayMap<Real>(z, V) - zmax).exp();
-    const Real sum = prow.sum();
-    prow *= Real(1) / sum;
+    const Real zmax = pm::max(z, V);
+    for (int v = 0; v < V; ++v) p[v] = pm::exp_of(z[v] - zmax);
+    const Real sum = pm::sum(p, V);
+    const Real inv = Real(1) / sum;
+    for (int v = 0; v < V; ++v) p[v] *= inv;
     const Token y = targets[n];
     SHARDLAB_CHECK(y >= 0 && y < V, "target token out of range");
-    losses[n] = std::log(sum) + zmax - z[y];  // -log softmax(z)[y], stable
+    losses[n] = static_cast<Real>(pm::log(double(sum))) + zmax - z[y];  // -log softmax(z)[y], stable
     total += losses[n];
   }
   return static_cast<Real>(total / static_cast<double>(N));

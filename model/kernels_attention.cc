@@ -1,16 +1,19 @@
 // Causal multi-head self-attention on the fused [q | k | v] layout.
 // Shapes use the letters declared in kernels.h. Per (b, h): the score blocks
-// (q·kᵀ, and dout·vᵀ in backward) are small GEMMs over strided Eigen views,
-// computed in full, with the causal mask applied in the softmax (entries above
+// (q·kᵀ, and dout·vᵀ in backward) are small GEMMs over strided rows
+// (model/gemm.h), computed in full, with the causal mask applied in the softmax (entries above
 // the diagonal of `att` are exactly 0). The products with att and its
 // gradient (out, dv, dq, dk) then sum only the causal rows with sum_rows:
-// half the work of a full GEMM and no packing. Summation orders are fixed, so
-// results are deterministic.
+// half the work of a full GEMM and no packing. Summation orders are fixed
+// (sum_rows' four accumulators, 16-lane softmax sums), so results are
+// deterministic, and the same on every host but for the GEMMs' (gemm.h).
 #include <algorithm>
 #include <cmath>
 
 #include "model/eigen_maps.h"
+#include "model/gemm.h"
 #include "model/kernels.h"
+#include "model/portable_math.h"
 
 namespace shardlab::model {
 namespace {
@@ -58,10 +61,10 @@ template <typename Real>
 void causal_softmax_rows(Real* a, int T, Real scale) {
   for (int t = 0; t < T; ++t) {
     Real* row = a + static_cast<int64_t>(t) * T;
-    ArrayMap<Real> r(row, t + 1);
-    const Real vmax = r.maxCoeff() * scale;  // scale > 0
-    r = (r * scale - vmax).exp();
-    r *= Real(1) / r.sum();
+    const Real vmax = pm::max(row, t + 1) * scale;  // scale > 0
+    for (int u = 0; u <= t; ++u) row[u] = pm::exp_of(row[u] * scale - vmax);
+    const Real inv = Real(1) / pm::sum(row, t + 1);
+    for (int u = 0; u <= t; ++u) row[u] *= inv;
     std::fill(row + t + 1, row + T, Real(0));
   }
 }
@@ -73,8 +76,7 @@ void causal_softmax_rows_backward(Real* dpre, const Real* a, int T, Real scale) 
   for (int t = 0; t < T; ++t) {
     Real* d = dpre + static_cast<int64_t>(t) * T;
     const Real* row = a + static_cast<int64_t>(t) * T;
-    Real dot = 0;
-    for (int u = 0; u <= t; ++u) dot += row[u] * d[u];
+    const Real dot = pm::dot(row, d, t + 1);
     for (int u = 0; u <= t; ++u) d[u] = row[u] * (d[u] - dot) * scale;
     for (int u = t + 1; u < T; ++u) d[u] = 0;
   }
@@ -86,15 +88,11 @@ template <typename Real>
 void attention_forward(Real* out, Real* att, const Real* qkv, int B, int T, int NH, int HS) {
   const int64_t C = static_cast<int64_t>(NH) * HS;
   const Real scale = Real(1) / std::sqrt(static_cast<Real>(HS));
-  const Eigen::OuterStride<> s3(3 * C);
   for (int b = 0; b < B; ++b) {
     const Real* base = qkv + static_cast<int64_t>(b) * T * 3 * C;
     for (int h = 0; h < NH; ++h) {
-      ConstStridedMap<Real> q(base + h * HS, T, HS, s3);
-      ConstStridedMap<Real> k(base + C + h * HS, T, HS, s3);
       Real* a_ptr = att + (static_cast<int64_t>(b) * NH + h) * T * T;
-      MatMap<Real> a(a_ptr, T, T);
-      a.noalias() = q * k.transpose();
+      gemm_nt(a_ptr, T, base + h * HS, 3 * C, base + C + h * HS, 3 * C, T, T, HS);  // q·kᵀ
       causal_softmax_rows(a_ptr, T, scale);
       // out[t] = Σ_{u<=t} att[t,u] · v[u]: the causal half only
       Real* o = out + static_cast<int64_t>(b) * T * C + h * HS;
@@ -130,7 +128,7 @@ void attention_backward(Real* dqkv, const Real* dout, const Real* qkv, const Rea
         sum_rows(&dv(u, 0), a_ptr + static_cast<int64_t>(u) * T + u, T, dout_h.data() + u * C, C, T - u,
                  HS, true);
       }
-      dpre.noalias() = dout_h * v.transpose();  // datt
+      gemm_nt(dpre.data(), T, dout_h.data(), C, v.data(), 3 * C, T, T, HS);  // datt = dout·vᵀ
       // att = softmax(scale · q kᵀ)
       causal_softmax_rows_backward(dpre.data(), a_ptr, T, scale);
       // dq[t] += Σ_{u<=t} dpre[t,u] · k[u],  dk[u] += Σ_{t>=u} dpre[t,u] · q[t]

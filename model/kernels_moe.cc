@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "model/kernels.h"
+#include "model/portable_math.h"
 #include "runtime/errors.h"
 
 namespace shardlab::model {
@@ -22,7 +23,7 @@ void softmax_row(Real* p, const Real* z, int E) {
   const Real zmax = *std::max_element(z, z + E);
   Real sum = 0;
   for (int e = 0; e < E; ++e) {
-    p[e] = std::exp(z[e] - zmax);
+    p[e] = pm::exp_of(z[e] - zmax);
     sum += p[e];
   }
   for (int e = 0; e < E; ++e) p[e] /= sum;

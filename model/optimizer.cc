@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "model/portable_math.h"
+
 namespace shardlab::model {
 
 namespace {
@@ -17,9 +19,10 @@ Real lerp(Real start, Real end, Real weight) {
 template <typename Real>
 void adamw_update(Real* param, Real* m, Real* v, const Real* grad, int64_t n,
                   const AdamWHyper& hyper, double weight_decay, int64_t step) {
-  // Scalars in double as torch computes them in Python, then rounded once.
-  const double bias_correction1 = 1.0 - std::pow(hyper.beta1, static_cast<double>(step));
-  const double bias_correction2 = 1.0 - std::pow(hyper.beta2, static_cast<double>(step));
+  // Scalars in double as torch computes them in Python, then rounded once;
+  // beta^step in double-double (the C library's pow differs by CPU).
+  const double bias_correction1 = 1.0 - pm::pow_int(hyper.beta1, step);
+  const double bias_correction2 = 1.0 - pm::pow_int(hyper.beta2, step);
   const Real decay = static_cast<Real>(1.0 - hyper.lr * weight_decay);
   const Real w1 = static_cast<Real>(1.0 - hyper.beta1);
   const Real b2 = static_cast<Real>(hyper.beta2);

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <numbers>
 
+#include "model/portable_math.h"
+
 namespace shardlab::model {
 
 uint64_t fnv1a64(std::string_view s) {
@@ -37,7 +39,8 @@ double uniform_at(uint64_t key, uint64_t counter) {
 double normal_at(uint64_t key, uint64_t index) {
   const double u1 = uniform_at(key, 2 * index);
   const double u2 = uniform_at(key, 2 * index + 1);
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+  // The project's log and cos: the C library's differ in their last bits by CPU.
+  return std::sqrt(-2.0 * pm::log(u1)) * pm::cos_2pi(u2);
 }
 
 }  // namespace shardlab::model

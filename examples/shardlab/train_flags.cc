@@ -150,6 +150,10 @@ void TrainFlags::add(CLI::App* sub) {
   sub->add_option("--phantom-routing", phantom_routing,
                   "Phantom MoE routing assumption: uniform or zipf:S (expert e gets ~1/(e+1)^S)")
       ->capture_default_str();
+  sub->add_option("--arithmetic", arithmetic,
+                  "native: the host's fastest GEMM (bits reproducible on this machine); portable: the same "
+                  "bits on every machine and build, slower")
+      ->capture_default_str();
   sub->add_flag("--no-fold", no_fold,
                 "Phantom runs: give every device its own thread (no folding of symmetric ranks)");
   sub->add_option("--corrupt-shard", corrupt_shard, "NAME:RANK (testing verify)")->group("");
@@ -274,6 +278,9 @@ train::TrainOptions TrainFlags::options() const {
   o.phantom = phantom;
   o.fold = !no_fold;
   o.phantom_zipf = parse_phantom_routing(phantom_routing);
+  const auto chosen = model::parse_arithmetic(arithmetic);
+  if (!chosen) throw ConfigError(fmt::format("--arithmetic: \"{}\" is not native or portable", arithmetic));
+  o.arithmetic = *chosen;
   if (phantom && data != train::TrainOptions{}.data)  // an explicit --data would be silently unused
     throw ConfigError(fmt::format("--data {}: a phantom run reads no data (leave --data out)", data));
   o.validate();

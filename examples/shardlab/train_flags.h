@@ -41,6 +41,7 @@ struct TrainFlags {
   bool reshard_after_forward = true, prefetch = true;  // ZeRO-3
   int hsdp = 0;
   std::string phantom_routing = "uniform";
+  std::string arithmetic = "native";  // native or portable (model/arithmetic.h)
   double bucket_mb = 25;
   std::string corrupt_shard;  // hidden: verify's can-it-fail test
   std::vector<std::string> faults;  // --fault SPEC or @FILE.json, repeatable (runtime/fault.h)

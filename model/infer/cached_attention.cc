@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "model/portable_math.h"
+
 namespace shardlab::infer {
 
 void cached_attention_forward(float* out, int64_t ld_out, const float* qkv, const float* keys,
@@ -23,7 +25,7 @@ void cached_attention_forward(float* out, int64_t ld_out, const float* qkv, cons
         vmax = std::max(vmax, dot);
       }
       float sum = 0;
-      for (int u = 0; u < keys_seen; ++u) sum += att[size_t(u)] = std::exp((att[size_t(u)] - vmax) * scale);
+      for (int u = 0; u < keys_seen; ++u) sum += att[size_t(u)] = model::pm::exp((att[size_t(u)] - vmax) * scale);
       float* o = out + j * ld_out + h * HS;
       std::fill(o, o + HS, 0.0f);
       for (int u = 0; u < keys_seen; ++u) {

@@ -75,6 +75,7 @@ void DeviceProgram::run(Device& dev) const {
   // A phantom run sizes every floating-point buffer of this device without
   // storage (model/buffer.h) and its layers skip the math (model::Exec).
   const model::PhantomScope phantom(options.phantom);
+  const model::ArithmeticScope arithmetic(options.arithmetic);
   const bool leader = dev.rank() == 0;
   const int threads = result.running_devices;
   auto progress = [&](const char* phase, int step, int64_t done, int64_t total) {

@@ -10,6 +10,7 @@
 
 #include "model/io/safetensors.h"
 #include "model/params.h"
+#include "model/portable_math.h"
 #include "model/train/checkpoint.h"
 #include "model/train/device_program.h"
 #include "model/train/fold.h"
@@ -79,6 +80,7 @@ nlohmann::json TrainOptions::to_json() const {
           {"phantom", phantom},
           {"fold", fold},
           {"phantom_routing", phantom_zipf > 0 ? fmt::format("zipf:{}", phantom_zipf) : "uniform"},
+          {"arithmetic", model::arithmetic_name(arithmetic)},
           {"save", save_path},
           {"checkpoint", {{"dir", checkpoint_dir}, {"every", checkpoint_every}, {"resume", resume_dir}}},
           {"parallel",
@@ -97,7 +99,7 @@ double learning_rate(const TrainOptions& o, int step) {
   const double min_lr = lr / 10;
   const int decay_steps = std::max(1, o.steps - 1 - o.warmup_steps);
   const double ratio = std::min(1.0, double(step - o.warmup_steps) / decay_steps);
-  return min_lr + 0.5 * (1.0 + std::cos(M_PI * ratio)) * (lr - min_lr);
+  return min_lr + 0.5 * (1.0 + model::pm::cos_2pi(0.5 * ratio)) * (lr - min_lr);  // cos(π·ratio)
 }
 
 namespace {

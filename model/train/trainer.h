@@ -21,6 +21,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "collectives/mesh.h"
+#include "model/arithmetic.h"
 #include "model/config.h"
 #include "model/io/data.h"
 #include "model/optimizer.h"
@@ -123,6 +124,9 @@ struct TrainOptions {
   // exponent (--phantom-routing zipf:S): expert e's share of first choices
   // proportional to 1/(e+1)^S.
   double phantom_zipf = 0;
+  // The kernels' arithmetic (model/arithmetic.h): the host's fastest GEMM, or
+  // one whose bits are the same on every machine and build (--arithmetic).
+  model::Arithmetic arithmetic = model::Arithmetic::kNative;
 
   // Throws ConfigError naming the flag for anything out of range.
   void validate() const;

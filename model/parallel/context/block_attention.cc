@@ -8,6 +8,8 @@
 #include <limits>
 #include <vector>
 
+#include "model/portable_math.h"
+
 namespace shardlab::parallel {
 
 namespace {
@@ -50,12 +52,12 @@ void block_attention_forward(float* acc, float* m, float* l, const float* qkv, c
         }
         const int64_t st = at.state(b, h, p.q0 + i);
         const float m_new = std::max(m[st], block_max);
-        const float rescale = std::exp(m[st] - m_new);  // 0 for the first block (m = -inf)
+        const float rescale = model::pm::exp(m[st] - m_new);  // 0 for the first block (m = -inf)
         float* o = acc + at.out(b, h, p.q0 + i);
         for (int c = 0; c < d.HS; ++c) o[c] *= rescale;
         float sum = 0;
         for (int64_t j = 0; j < keys; ++j) {
-          const float e = std::exp(s[size_t(j)] - m_new);
+          const float e = model::pm::exp(s[size_t(j)] - m_new);
           sum += e;
           const float* v = kv + at.v(b, h, p.k0 + j);
           for (int c = 0; c < d.HS; ++c) o[c] += e * v[c];
@@ -76,7 +78,7 @@ void block_attention_finish(float* atty, float* lse, const float* acc, const flo
         const int64_t st = at.state(b, h, t), o = at.out(b, h, t);
         const float inv = 1.0f / l[st];
         for (int c = 0; c < d.HS; ++c) atty[o + c] = acc[o + c] * inv;
-        lse[st] = m[st] + std::log(l[st]);
+        lse[st] = m[st] + float(model::pm::log(double(l[st])));
       }
 }
 
@@ -104,7 +106,7 @@ void block_attention_backward(float* dqkv, float* dkv, const float* datty, const
         for (int64_t j = 0; j < keys; ++j) {
           const float* k = kv + at.k(b, h, p.k0 + j);
           const float* v = kv + at.v(b, h, p.k0 + j);
-          const float prob = std::exp(dot(q, k, d.HS) * scale - lse[st]);
+          const float prob = model::pm::exp(dot(q, k, d.HS) * scale - lse[st]);
           const float ds = prob * (dot(dout, v, d.HS) - delta[st]) * scale;
           float* dk = dkv + at.k(b, h, p.k0 + j);
           float* dv = dkv + at.v(b, h, p.k0 + j);

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "model/eigen_maps.h"
+#include "model/portable_math.h"
 
 namespace shardlab::parallel {
 
@@ -69,22 +69,25 @@ float vocab_parallel_cross_entropy_forward(float* probs, float* losses, float* s
   float* ztarget = sums + N;  // (N) the target's logit, from its owner
   for (int64_t n = 0; ex.math() && n < N; ++n) {
     const float* z = logits + n * Vl;
-    zmax[n] = *std::max_element(z, z + Vl);
+    zmax[n] = model::pm::max(z, Vl);
   }
   coll::all_reduce(*c.dev, *c.group, coll::Buffer(zmax, static_cast<size_t>(N)),
                    coll::ReduceOp::kMax, c.on_compute());
   for (int64_t n = 0; ex.math() && n < N; ++n) {
-    model::ArrayMap<float> prow(probs + n * Vl, Vl);
-    prow = (model::ConstArrayMap<float>(logits + n * Vl, Vl) - zmax[n]).exp();
-    sums[n] = prow.sum();
+    const float* z = logits + n * Vl;
+    float* p = probs + n * Vl;
+    for (int v = 0; v < Vl; ++v) p[v] = model::pm::exp(z[v] - zmax[n]);
+    sums[n] = model::pm::sum(p, Vl);
     ztarget[n] = owned(targets[n], v0, Vl) ? logits[n * Vl + (targets[n] - v0)] : 0.0f;
   }
   coll::all_reduce(*c.dev, *c.group, coll::Buffer(sums, static_cast<size_t>(2 * N)), coll::ReduceOp::kSum,
                    c.on_compute());
   double total = 0;
   for (int64_t n = 0; ex.math() && n < N; ++n) {
-    model::ArrayMap<float>(probs + n * Vl, Vl) *= 1.0f / sums[n];
-    losses[n] = std::log(sums[n]) + zmax[n] - ztarget[n];
+    float* p = probs + n * Vl;
+    const float inv = 1.0f / sums[n];
+    for (int v = 0; v < Vl; ++v) p[v] *= inv;
+    losses[n] = float(model::pm::log(double(sums[n]))) + zmax[n] - ztarget[n];
     total += losses[n];
   }
   ex.op("cross_entropy.fwd", model::crossentropy_forward_cost(N, Vl, ex.elem));

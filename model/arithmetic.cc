@@ -1,0 +1,22 @@
+#include "model/arithmetic.h"
+
+namespace shardlab::model {
+
+namespace {
+thread_local Arithmetic t_arithmetic = Arithmetic::kNative;
+}  // namespace
+
+const char* arithmetic_name(Arithmetic a) { return a == Arithmetic::kPortable ? "portable" : "native"; }
+
+std::optional<Arithmetic> parse_arithmetic(std::string_view name) {
+  if (name == "native") return Arithmetic::kNative;
+  if (name == "portable") return Arithmetic::kPortable;
+  return std::nullopt;
+}
+
+Arithmetic arithmetic() { return t_arithmetic; }
+
+ArithmeticScope::ArithmeticScope(Arithmetic a) : previous_(t_arithmetic) { t_arithmetic = a; }
+ArithmeticScope::~ArithmeticScope() { t_arithmetic = previous_; }
+
+}  // namespace shardlab::model
