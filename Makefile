@@ -13,7 +13,7 @@ LAB_TARGETS := $(addprefix lab-,$(LABS))
 FUZZ_SECONDS ?= 600
 FUZZ_SMOKE_SECONDS ?= 5
 
-.PHONY: all deps build demo test test-full bench debug asan tsan portable clean labs fuzz fuzz-build \
+.PHONY: all deps build demo test test-full pins pins-portable bench debug asan tsan portable clean labs fuzz fuzz-build \
         fuzz-smoke $(LAB_TARGETS)
 
 all: build
@@ -48,6 +48,17 @@ demo: build
 test: build
 	ctest --preset release -j $(JOBS) -LE full
 	@$(MAKE) --no-print-directory fuzz-smoke
+
+# The pinned runs (bit-identical losses and parameters, tests/model/train/
+# pinned_runs_test.cc): every one executed, in the native build and in the
+# portable one (baseline ISA): their bits are the same in both.
+pins: build
+	@tests/run_pins.sh build
+
+pins-portable: deps
+	@cmake --preset portable -DSHARDLAB_BUILD_BENCH=OFF >/dev/null
+	@cmake --build --preset portable --target pinned_runs_test
+	@tests/run_pins.sh build-portable
 
 test-full: build
 	ctest --preset release -j $(JOBS) -L full
