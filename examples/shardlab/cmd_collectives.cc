@@ -275,7 +275,11 @@ Setup parse_setup(const CollFlags& f, const HardwareProfile& profile) {
                                   profile.total_devices(), profile.name, profile.nodes, profile.devices_per_node));
   s.ranks = f.ranks;
   s.check = f.check;
-  if (!f.corrupt.empty()) s.corrupt = std::strtof(f.corrupt.c_str(), nullptr);
+  if (!f.corrupt.empty()) {
+    char* end = nullptr;
+    s.corrupt = std::strtof(f.corrupt.c_str(), &end);
+    if (*end) throw ConfigError(fmt::format("--corrupt-result {}: not a number", f.corrupt));
+  }
   s.trace = !f.common.trace.empty();
   s.pace = f.common.pace;
   return s;

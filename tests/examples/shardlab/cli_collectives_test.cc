@@ -1,4 +1,6 @@
 // The command-line contract of `shardlab collectives`.
+#include <string>
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -70,6 +72,7 @@ TEST(CliCollectives, CheckFailsOnAWrongOrNanResult) {
     EXPECT_EQ(nan.code, 1) << op << nan.err;
     EXPECT_EQ(nlohmann::json::parse(nan.out)["rows"][0]["max_error"], "inf") << op << nan.out;
   }
+  expect_usage_error("collectives --check --corrupt-result x", "--corrupt-result x: not a number");
 }
 
 TEST(CliCollectives, BadInputIsOneLineAndExitCode2) {
