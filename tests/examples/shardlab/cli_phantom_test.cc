@@ -30,20 +30,8 @@ constexpr double kDevice0Params =
 // full recomputation, 96·B·s·l·h²·(1 + s/6h + V/16lh).
 constexpr double kEq3 = 96 * kB * kT * kL * kH * kH * (1 + kT / (6 * kH) + kV / (16 * kL * kH));
 
-TEST(CliPhantom, Gpt3OnAThousandGpusReportsTimeMemoryAndFolding) {
-  const std::string report = ::testing::TempDir() + "phantom_report.json";
-  const auto r = run_cli(
-      "train --phantom --model gpt3-175b --tp 8 --pp 8 --dp 16 --nodes 128 --batch 256 "
-      "--micro-batches 16 --schedule interleaved --vpp 2 --sp --recompute full --precision bf16 "
-      "--steps 1 --report " + report);
-  ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.out.find("phantom run: shapes only"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("dp and tp folded: 8 of 1024 devices run"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("vocab 50257 padded to 51200"), std::string::npos) << r.out;
-  const auto j = nlohmann::json::parse(testing::slurp(report));
-  EXPECT_EQ(j["devices"].size(), 1024u);
-  EXPECT_EQ(j["phantom"]["running_devices"], 8);
-  const auto& s = j["summary"];
+// The report's summary against the hand counts.
+void expect_flops_and_step(const nlohmann::json& s) {
   const double step = s["virtual_step_s"], hw = s["hardware_flops_per_step"];
   EXPECT_EQ(s["n_params"].get<double>(), kParams);
   // MFU by nanoGPT's 6N + 12·L·H·Q·T per token (N without wpe), over the step.
@@ -58,12 +46,31 @@ TEST(CliPhantom, Gpt3OnAThousandGpusReportsTimeMemoryAndFolding) {
   EXPECT_NEAR(s["hfu"].get<double>() * step * kPeak * kGpus / hw, 1, 1e-9);
   // The step is at least the FLOPs at the A100's fastest GEMM (0.64 of peak).
   EXPECT_GE(step, hw / (kGpus * kPeak * 0.64));
-  // Mixed precision on device 0: bf16 params, fp32 grads and master, Adam's two fp32 moments.
-  const auto& kinds = j["devices"][0]["peak_bytes_by_kind"];
+}
+
+// Mixed precision on device 0: bf16 params, fp32 grads and master, Adam's two fp32 moments.
+void expect_device0_bytes(const nlohmann::json& kinds) {
   EXPECT_EQ(kinds["param"].get<double>(), 2 * kDevice0Params);
   EXPECT_EQ(kinds["grad"].get<double>(), 4 * kDevice0Params);
   EXPECT_EQ(kinds["master"].get<double>(), 4 * kDevice0Params);
   EXPECT_EQ(kinds["optimizer"].get<double>(), 8 * kDevice0Params);
+}
+
+TEST(CliPhantom, Gpt3OnAThousandGpusReportsTimeMemoryAndFolding) {
+  const std::string report = ::testing::TempDir() + "phantom_report.json";
+  const auto r = run_cli(
+      "train --phantom --model gpt3-175b --tp 8 --pp 8 --dp 16 --nodes 128 --batch 256 "
+      "--micro-batches 16 --schedule interleaved --vpp 2 --sp --recompute full --precision bf16 "
+      "--steps 1 --report " + report);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("phantom run: shapes only"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("dp and tp folded: 8 of 1024 devices run"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("vocab 50257 padded to 51200"), std::string::npos) << r.out;
+  const auto j = nlohmann::json::parse(testing::slurp(report));
+  EXPECT_EQ(j["devices"].size(), 1024u);
+  EXPECT_EQ(j["phantom"]["running_devices"], 8);
+  expect_flops_and_step(j["summary"]);
+  expect_device0_bytes(j["devices"][0]["peak_bytes_by_kind"]);
   // Every device of a stage reports its representative's figures.
   EXPECT_EQ(j["devices"][1]["peak_bytes"], j["devices"][0]["peak_bytes"]);
 }
