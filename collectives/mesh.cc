@@ -31,8 +31,6 @@ std::vector<std::string_view> split_dims(std::string_view s) {
 
 }  // namespace
 
-const char* dim_name(Dim d) { return kNames[static_cast<int>(d)]; }
-
 DeviceMesh::DeviceMesh(MeshShape shape, std::string_view order) : shape_(shape), order_(order) {
   const int sizes[kNumDims] = {shape.tp, shape.cp, shape.ep, shape.dp, shape.pp};
   for (int d = 0; d < kNumDims; ++d)

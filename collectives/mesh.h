@@ -1,7 +1,7 @@
 // DeviceMesh: rank <-> coordinates over the parallel dimensions, and the
 // process groups along them (Megatron's RankGenerator, picotron's grid).
 //
-// Dimensions: tp (tensor), cp (context, reserved), ep (expert), dp (data),
+// Dimensions: tp (tensor), cp (context), ep (expert), dp (data),
 // pp (pipeline). The order string lists them fastest-varying first; the
 // default "tp-cp-ep-dp-pp" puts TP groups inside a node and PP outermost.
 //
@@ -35,7 +35,6 @@ class ProcessGroup;
 
 enum class Dim : int { kTp = 0, kCp, kEp, kDp, kPp };
 inline constexpr int kNumDims = 5;
-const char* dim_name(Dim d);  // "tp", "cp", "ep", "dp", "pp"
 
 struct MeshShape {
   int tp = 1;

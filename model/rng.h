@@ -1,6 +1,7 @@
 // Counter-based random numbers: every value is a pure function of
 // (key, counter), so any slice of a tensor can be generated on its own and
-// sharding never changes the weights (DESIGN.md invariant 5).
+// sharding never changes the weights (docs/architecture.md, "Sharding never
+// changes the math").
 //
 // key    = mix(seed, fnv1a64(parameter name))
 // bits   = two rounds of the splitmix64 finalizer over (key, counter)

@@ -1,6 +1,7 @@
 // The link model: which port and link parameters a message between two
-// devices uses. An interface so tests (and later fault injection) can wrap it
-// to slow a link down or fail it (LevelDB's EnvWrapper pattern).
+// devices uses. An interface so tests and fault injection (FaultLinkModel,
+// fault.h) can wrap it to slow a link down or fail it (LevelDB's EnvWrapper
+// pattern).
 #pragma once
 
 #include <cstdint>

@@ -13,8 +13,6 @@
 
 namespace shardlab {
 
-const char* link_class_name(LinkClass c) { return c == LinkClass::kIntra ? "intra" : "inter"; }
-
 uint64_t LinkSpec::bytes_per_second() const {
   return static_cast<uint64_t>(std::llround(bandwidth_GBps * 1e9));
 }

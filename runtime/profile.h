@@ -33,7 +33,6 @@ namespace shardlab {
 
 enum class LinkClass : uint8_t { kIntra = 0, kInter = 1 };
 inline constexpr int kNumLinkClasses = 2;
-const char* link_class_name(LinkClass c);  // "intra" | "inter"
 
 // Who moves a message's bytes. NCCL's kernels (collectives, and the
 // pipeline's send/recv) store from the SMs; cudaMemcpy between peers (what

@@ -16,8 +16,11 @@
 //          When ranks x buffer would exceed 4 GiB of host memory the row
 //          runs on phantom buffers: same virtual time, no host figures.
 //  max_error: with --check, the largest |result - serial reference| over
-//          every rank (inputs are multiples of 1/8, so any order is exact).
+//          every rank (inputs are multiples of 1/8, so any order is exact);
+//          infinite ("inf" in JSON) when a result is NaN or infinite.
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <numeric>
 #include <optional>
 
@@ -47,6 +50,7 @@ struct CollFlags {
   std::string min_bytes = "8";
   std::string max_bytes = "256MiB";
   bool check = false;
+  std::string corrupt;  // hidden: --check's can-it-fail test (a value for rank 0's first result)
 };
 
 struct Setup {
@@ -55,6 +59,7 @@ struct Setup {
   coll::ReduceOp redop;
   int ranks;
   bool check;
+  std::optional<float> corrupt;
   bool trace;
   double pace;
 };
@@ -135,7 +140,10 @@ double max_error(const RankBuffers& rb, const Setup& s, int me) {
   const int n = s.ranks;
   const Range mine = coll::chunk_range(rb.count, n, me);
   double worst = 0;
-  auto at = [&](float got, float want) { worst = std::max(worst, static_cast<double>(std::abs(got - want))); };
+  auto at = [&](float got, float want) {  // a NaN result is an infinite error (std::max would drop it)
+    const double d = std::abs(static_cast<double>(got) - want);
+    worst = std::isnan(d) ? INFINITY : std::max(worst, d);
+  };
   switch (s.op) {
     case OpKind::kAllReduce:
       for (size_t i = 0; i < rb.count; ++i) at(rb.a[i], reference(s.redop, n, i));
@@ -219,6 +227,8 @@ Row measure(const HardwareProfile& profile, const Setup& s, uint64_t bytes, std:
     fill(rb, s, dev.rank());
     run_op(dev, g, rb, s);
     ends[me] = dev.now();
+    std::vector<float>& result = s.op == OpKind::kAllToAll ? rb.b : rb.a;
+    if (s.corrupt && me == 0 && !result.empty()) result[0] = *s.corrupt;
     if (s.check) errors[me] = max_error(rb, s, dev.rank());
     if (iters == 0) return;
     // Align the ranks through the fabric (an abort-aware barrier, unlike a host one).
@@ -265,6 +275,11 @@ Setup parse_setup(const CollFlags& f, const HardwareProfile& profile) {
                                   profile.total_devices(), profile.name, profile.nodes, profile.devices_per_node));
   s.ranks = f.ranks;
   s.check = f.check;
+  if (!f.corrupt.empty()) {
+    char* end = nullptr;
+    s.corrupt = std::strtof(f.corrupt.c_str(), &end);
+    if (*end) throw ConfigError(fmt::format("--corrupt-result {}: not a number", f.corrupt));
+  }
   s.trace = !f.common.trace.empty();
   s.pace = f.common.pace;
   return s;
@@ -301,7 +316,7 @@ void print_json(const std::vector<Row>& rows, const Setup& s, const CollFlags& f
                        {"host_time_us", nullptr}, {"host_busbw_GBps", nullptr}, {"max_error", nullptr}};
     if (r.host_s) row["host_time_us"] = *r.host_s * 1e6;
     if (d.host_busbw) row["host_busbw_GBps"] = *d.host_busbw;
-    if (r.max_error) row["max_error"] = *r.max_error;
+    if (r.max_error) row["max_error"] = std::isfinite(*r.max_error) ? nlohmann::json(*r.max_error) : "inf";
     j["rows"].push_back(row);
   }
   fmt::print("{}\n", j.dump(2));
@@ -363,6 +378,7 @@ void add_collectives_command(CLI::App& app) {
   add_size_flag(sub, "--min-bytes", f.min_bytes, "Smallest buffer");
   add_size_flag(sub, "--max-bytes", f.max_bytes, "Largest buffer (powers of two in between)");
   sub->add_flag("--check", f.check, "Compare every result with a serial reference (max_error column; exit 1 if nonzero)");
+  sub->add_option("--corrupt-result", f.corrupt, "VALUE (testing --check)")->group("");
   set_action(sub, [] { return run_collectives(f); });
 }
 

@@ -1,5 +1,6 @@
-// The flags `train` (and later `verify`) share: model, batch, optimizer, data,
-// hardware. Parsed into TrainOptions and ClusterOptions.
+// The flags `train`, `verify` and `sweep` share: model, batch, optimizer,
+// data, hardware (`generate` and `serve` use their model-shape, parallel and
+// hardware ones). Parsed into TrainOptions and ClusterOptions.
 #pragma once
 
 #include <optional>

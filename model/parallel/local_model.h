@@ -1,8 +1,8 @@
 // LocalModel: the part of the GPT one device holds, as the trainer sees it.
 //
-// The unsharded GPT and every sharded variant (tensor parallel, later
-// pipeline stages and expert shards) implement this interface, so one
-// training loop drives them all. Parameters and gradients live in one flat
+// The unsharded GPT (UnshardedModel) and every sharded variant (ShardedGPT:
+// tensor, pipeline, expert and context parallel) implement this interface,
+// so one training loop drives them all. Parameters and gradients live in one flat
 // local buffer each; `shards()` says, for every local tensor, which slice of
 // the unsharded tensor it holds, so any rank can be initialised exactly (the
 // counter-based init is keyed by global element index) and any run can be

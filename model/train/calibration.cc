@@ -1,8 +1,12 @@
 #include "model/train/calibration.h"
 
 #include <chrono>
+#include <cmath>
+
+#include <fmt/format.h>
 
 #include "model/config.h"
+#include "model/params.h"
 #include "runtime/cluster.h"
 
 namespace shardlab::train {
@@ -18,9 +22,15 @@ const std::vector<PublishedRun>& narayanan2021_table1() {
   return kRows;
 }
 
-TrainOptions table1_options(const PublishedRun& row) {
+const std::vector<PublishedRun>& narayanan2021_table2() {
+  static const std::vector<PublishedRun> kRows = {{"gpt3-175b", 8, 8, 384, 153}, {"gpt3-175b", 8, 8, 1536, 141}};
+  return kRows;
+}
+
+TrainOptions published_run_options(const PublishedRun& row) {
   TrainOptions o;
   o.model = model::preset(row.preset);
+  o.model.vocab_size = 51200;  // every model of the paper (GPT-3's preset has GPT-2's 50257)
   o.phantom = true;
   o.steps = 1;
   ParallelOptions& p = o.parallel;
@@ -47,7 +57,7 @@ double paper_flops_per_step(const TrainOptions& o) {
 }
 
 PredictedRun predict(const PublishedRun& row, const HardwareProfile& profile) {
-  PredictedRun r{row, table1_options(row)};
+  PredictedRun r{row, published_run_options(row)};
   HardwareProfile p = profile;
   p.nodes = (row.gpus + p.devices_per_node - 1) / p.devices_per_node;
   ClusterOptions c;
@@ -62,6 +72,23 @@ PredictedRun predict(const PublishedRun& row, const HardwareProfile& profile) {
   r.error = r.tflops_per_gpu / row.tflops_per_gpu - 1;
   r.running_devices = result.running_devices;
   return r;
+}
+
+std::string readme_row(const PredictedRun& r) {
+  return fmt::format("| {:.1f}B | {} | {} | {} | {} | {:.1f} | {:.0f} | {:+.1f}% |",
+                     model::count_params(r.options.model) / 1e9, r.row.tp, r.row.pp, r.row.gpus,
+                     r.options.model.batch_size, r.tflops_per_gpu, r.row.tflops_per_gpu, 100 * r.error);
+}
+
+std::string readme_summary(const std::vector<PredictedRun>& rows) {
+  double sum = 0, worst = 0;
+  for (const PredictedRun& r : rows) {
+    const double e = std::abs(r.error);
+    sum += e;
+    worst = std::isnan(e) || std::isnan(worst) ? NAN : std::max(worst, e);
+  }
+  const double mean = rows.empty() ? NAN : sum / double(rows.size());
+  return fmt::format("Mean |error| {:.1f}%, max {:.1f}%.", 100 * mean, 100 * worst);
 }
 
 }  // namespace shardlab::train

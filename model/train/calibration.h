@@ -6,8 +6,12 @@
 // activation recomputation; achieved teraFLOP/s per GPU counted as
 // 96·B·s·l·h²·(1 + s/6h + V/16lh) per step (the paper's Eq. 3).
 //
-// The table gives model, TP, PP, GPUs and batch; it does not give the
-// micro-batch size or the schedule. What shardlab runs (table1_options):
+// Held out of the fit: Table 2's GPT-3 175B runs with PTD parallelism
+// (batch 1536, TP 8 x PP 8, on 384 and 1,536 GPUs), run the same way with
+// the paper's vocabulary of 51200 (174.6B parameters, as Table 2 counts).
+//
+// The tables give model, TP, PP, GPUs and batch; not the micro-batch size
+// or the schedule. What shardlab runs (published_run_options):
 //   micro-batch size 1 when there is a pipeline (the paper's §3.4: larger
 //     micro-batches enlarge the bubble; its 175B scripts use 1), else one
 //     micro-batch of B/dp per step (no bubble to pay for);
@@ -36,10 +40,12 @@ struct PublishedRun {
 
 // The ten rows of Table 1, as published.
 const std::vector<PublishedRun>& narayanan2021_table1();
+// The held-out GPT-3 175B rows of Table 2 (PTD parallelism), as published.
+const std::vector<PublishedRun>& narayanan2021_table2();
 
 // The training options shardlab runs for a row (phantom, one step, bf16 is
-// the cluster's precision), as the header describes.
-TrainOptions table1_options(const PublishedRun& row);
+// the cluster's precision, vocabulary 51200), as the header describes.
+TrainOptions published_run_options(const PublishedRun& row);
 
 // The paper's FLOPs per step (Eq. 3) for `options`' model and batch.
 double paper_flops_per_step(const TrainOptions& options);
@@ -56,5 +62,14 @@ struct PredictedRun {
 
 // Runs `row` in phantom on `profile` (its nodes set to fit the row).
 PredictedRun predict(const PublishedRun& row, const HardwareProfile& profile);
+
+// README's row for a prediction (tests/model/train/calibration_test.cc pins
+// README's tables with it): model (parameters in billions), TP, PP, GPUs,
+// batch, predicted and published TFLOP/s per GPU, error, e.g.
+//   | 1.7B | 1 | 1 | 32 | 512 | 138.0 | 137 | +0.7% |
+std::string readme_row(const PredictedRun& r);
+// README's line under a table: "Mean |error| 2.7%, max 6.2%." (nan if an
+// error is NaN: std::max would drop it).
+std::string readme_summary(const std::vector<PredictedRun>& rows);
 
 }  // namespace shardlab::train

@@ -116,7 +116,7 @@ struct TrainOptions {
   // tensors with shapes and modeled bytes but no data. Every kernel,
   // collective, transfer and arena charge happens; no arithmetic, no data
   // loading, no checkpoint. Losses are reported as 0. MoE routing follows
-  // `phantom_routing` instead of a router's choices.
+  // `phantom_zipf` instead of a router's choices.
   bool phantom = false;
   // Phantom runs: let one thread play provably symmetric ranks (fold.h).
   bool fold = true;
@@ -274,7 +274,7 @@ parallel::Schedule step_schedule(const TrainOptions& options);
 // options.save_path, checked writable before the run).
 std::string checkpoint_bytes(const TrainOptions& options, const TrainResult& result);
 
-// The --report JSON of DESIGN.md.
+// The --report JSON (README, `shardlab train`: `--report FILE.json`).
 nlohmann::json report_json(const TrainOptions& options, const Cluster& cluster,
                            const TrainResult& result);
 

@@ -1,18 +1,20 @@
 #!/bin/bash
-# Runs one command alone and under `mpirun -np NP` and fails unless both give
-# the same exit code, the same stdout (less host wall-clock fields), the same
+# Runs one command alone and under `mpirun -np NP` and fails unless both exit
+# with CODE, give the same stdout (less host wall-clock fields), the same
 # "error:" lines on stderr and byte-identical files: the virtual cluster
-# across processes must be the single-process run, bit for bit.
+# across processes must be the single-process run, bit for bit. CODE is
+# required: two runs that fail the same way agree with each other, and only
+# the expected exit code tells that from a pass.
 #
-#   mpi_compare.sh NP PROGRAM ARGS...
+#   mpi_compare.sh NP CODE PROGRAM ARGS...
 #
 # Each run has its own working directory, so relative output paths in ARGS
 # (--save out.safetensors, --trace t.json, --checkpoint-dir ck) are compared
 # file by file.
 # EXPECT (environment), if set: a pattern the single-process stderr must hold.
 set -u
-np=$1
-shift
+np=$1 code=$2
+shift 2
 command -v mpirun >/dev/null || { echo "mpi_compare: mpirun not found"; exit 77; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -30,7 +32,9 @@ drop_host_columns() {
 }
 status=0
 host='"(host_[A-Za-z_]*|wall_s|loop_wall_s)":'
-if [ "$alone" != "$mpi" ]; then echo "exit codes differ: alone $alone, mpirun -np $np $mpi"; status=1; fi
+if [ "$alone" != "$code" ] || [ "$mpi" != "$code" ]; then
+  echo "exit codes: alone $alone, mpirun -np $np $mpi; expected $code for both"; status=1
+fi
 if ! diff <(grep -Ev "$host" "$work/alone.out") <(grep -Ev "$host" "$work/mpi.out"); then
   echo "stdout differs (< alone, > mpirun -np $np)"; status=1
 fi

@@ -49,11 +49,6 @@ void scatter_to_sequence_parallel_fwd(const TpContext& c, const float* full, flo
   c.ex.op("sp.scatter.fwd", OpCost{0, 2.0 * static_cast<double>(n_local) * c.ex.elem});
 }
 
-void scatter_to_sequence_parallel_bwd(const TpContext& c, const float* dlocal, float* dfull,
-                                      int64_t n_local) {
-  gather_from_sequence_parallel_fwd(c, dlocal, dfull, n_local);
-}
-
 const float* enter_column_parallel(const TpContext& c, const float* local, float* full,
                                    int64_t rows_local, int width) {
   if (!c.sp) return local;  // copy_to_tp_region_fwd: identity

@@ -98,9 +98,6 @@ void reduce_scatter_to_sequence_parallel_bwd(const TpContext& c, const float* dl
 // local (n_local) = my rows of full (already replicated), no communication.
 void scatter_to_sequence_parallel_fwd(const TpContext& c, const float* full, float* local,
                                       int64_t n_local);
-// dfull = all-gather of dlocal (the same collective as reduce_scatter_to_sp's backward).
-void scatter_to_sequence_parallel_bwd(const TpContext& c, const float* dlocal, float* dfull,
-                                      int64_t n_local);
 
 // ---- Region boundaries for the current mode -----------------------------------
 // rows_local: Nr (= N/tp with SP, N without); width: columns of the activation.

@@ -15,6 +15,7 @@
 #include "model/config.h"
 #include "model/train/trainer.h"
 #include "runtime/cluster.h"
+#include "support/compare.h"
 #include "tests/examples/shardlab/cli_util.h"
 
 namespace shardlab {
@@ -63,19 +64,17 @@ TEST(CustomTrainingLoop, MatchesTheBuiltinTrainerBitForBit) {
   const train::TrainResult ref = builtin_trainer(kSteps);
   ASSERT_EQ(mine.size(), size_t(kSteps)) << r.out;
   ASSERT_EQ(ref.steps.size(), size_t(kSteps));
-  double max_loss_diff = 0;
-  Time max_time_diff = 0;
+  std::vector<float> loss, want_loss;  // per step
+  std::vector<Time> end, want_end;     // ps
   for (int s = 0; s < kSteps; ++s) {
-    const auto& want = ref.steps[size_t(s)];
-    max_loss_diff = std::max(max_loss_diff, std::abs(double(mine[size_t(s)].loss) - want.loss));
-    max_time_diff = std::max(max_time_diff, std::abs(mine[size_t(s)].virtual_end - want.virtual_end));
-    EXPECT_EQ(mine[size_t(s)].loss, float(want.loss)) << "step " << s;
-    EXPECT_EQ(mine[size_t(s)].virtual_end, want.virtual_end) << "step " << s;
+    loss.push_back(mine[size_t(s)].loss), want_loss.push_back(float(ref.steps[size_t(s)].loss));
+    end.push_back(mine[size_t(s)].virtual_end), want_end.push_back(ref.steps[size_t(s)].virtual_end);
   }
-  std::printf("custom loop vs train(): max |loss diff| %.3g (tolerance 0), max |time diff| %lld ps "
-              "(tolerance 0); loss %.4f -> %.4f\n",
-              max_loss_diff, static_cast<long long>(max_time_diff), ref.steps.front().loss,
-              ref.steps.back().loss);
+  const auto losses = testing::all_close(loss, want_loss, 0), ends = testing::all_close(end, want_end, 0);
+  std::printf("custom loop vs train(), by step: losses %s; virtual ends (ps) %s; loss %.4f -> %.4f\n",
+              losses.message(), ends.message(), ref.steps.front().loss, ref.steps.back().loss);
+  EXPECT_TRUE(losses);
+  EXPECT_TRUE(ends);
   EXPECT_LT(ref.steps.back().loss, 0.9 * ref.steps.front().loss);  // what the example's check says
 }
 

@@ -1,4 +1,6 @@
 // The command-line contract of `shardlab collectives`.
+#include <string>
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -53,6 +55,24 @@ TEST(CliCollectives, TwoNodesAreBoundByTheInterNodeLink) {
   EXPECT_LT(bw8, 240);
   EXPECT_LT(bw16, 25.0 * 4096 / 4138 * 1.001);
   EXPECT_GT(bw16, 23.5);
+}
+
+// --check's verdict can fail: 100 in rank 0's first result is an error of
+// |100 - reference| (all_reduce: the 4 ranks' inputs summed, -0.875;
+// all_to_all: rank 0's own first input, -1), and a NaN is an infinite error
+// ("inf" in JSON), not a value std::max drops.
+TEST(CliCollectives, CheckFailsOnAWrongOrNanResult) {
+  const std::string run = "collectives --ranks 4 --min-bytes 1KiB --max-bytes 1KiB --check --json --op ";
+  for (const char* op : {"all_reduce", "all_to_all"}) {
+    const auto wrong = run_cli(run + op + " --corrupt-result 100");
+    EXPECT_EQ(wrong.code, 1) << op << wrong.err;
+    const double want = op == std::string("all_reduce") ? 100.875 : 101;
+    EXPECT_EQ(nlohmann::json::parse(wrong.out)["rows"][0]["max_error"].get<double>(), want) << op;
+    const auto nan = run_cli(run + op + " --corrupt-result nan");
+    EXPECT_EQ(nan.code, 1) << op << nan.err;
+    EXPECT_EQ(nlohmann::json::parse(nan.out)["rows"][0]["max_error"], "inf") << op << nan.out;
+  }
+  expect_usage_error("collectives --check --corrupt-result x", "--corrupt-result x: not a number");
 }
 
 TEST(CliCollectives, BadInputIsOneLineAndExitCode2) {

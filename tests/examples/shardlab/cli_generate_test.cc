@@ -69,8 +69,15 @@ TEST(CliGenerate, JsonReportsTimesAndTheKvCachePerDevice) {
   const nlohmann::json j = generate("--model nano --prompt-tokens 1,2,3,4 --max-new-tokens 6 --tp 2 --pp 2 --precision bf16");
   ASSERT_EQ(j["devices"].size(), 4u);
   EXPECT_GT(j["ttft_s"].get<double>(), 0);
-  EXPECT_GT(j["tpot_s"].get<double>(), 0);
-  EXPECT_EQ(j["decode_step_s"].size(), 5u);
+  ASSERT_EQ(j["decode_step_s"].size(), 5u);
+  // TPOT is the mean decode step; each step attends over one more cached
+  // token than the one before, so it takes longer.
+  double sum = 0, before = 0;
+  for (double step : j["decode_step_s"]) {
+    EXPECT_GT(step, before) << j["decode_step_s"];
+    sum += step, before = step;
+  }
+  EXPECT_NEAR(j["tpot_s"].get<double>(), sum / 5, 1e-15);
   // nano: 2 layers, 2 heads of 32; pp 2 -> 1 layer, tp 2 -> 1 head; 4 + 6 - 1 tokens; bf16
   for (const auto& d : j["devices"]) {
     EXPECT_EQ(d["kv_cache_bytes"].get<uint64_t>(), 2u * 1 * 1 * 32 * 9 * 2);

@@ -47,7 +47,7 @@ TEST(CliTrain, TinyModelLearnsTheMarkovSource) {
   EXPECT_NEAR(first, std::log(512.0), 0.2);  // uniform prediction at init
   EXPECT_LT(last, first - drop);
   EXPECT_GT(last, best);
-  // The report has DESIGN.md's fields.
+  // The report has the summary and device fields README's `--report FILE.json` lists.
   for (const char* k : {"virtual_step_s", "host_tokens_per_s", "bubble_fraction", "mfu"})
     EXPECT_TRUE(j["summary"].contains(k)) << k;
   const auto& dev = j["devices"][0];
