@@ -142,6 +142,12 @@ bool Answers::complete(Grade& g) const {
   return all;
 }
 
+std::vector<std::pair<std::string, std::string>> Answers::entries() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const std::string& key : order_) out.emplace_back(key, values_.at(key));
+  return out;
+}
+
 std::optional<double> Answers::number(Grade& g, const std::string& key) const {
   const auto v = raw(g, key);
   if (!v) return std::nullopt;
