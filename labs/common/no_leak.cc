@@ -25,8 +25,10 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -75,7 +77,8 @@ std::vector<Answer> reference_answers(const std::string& path) {
   for (const auto& [key, value] : Answers::load(path).entries()) {
     Answer a{key, value};
     const auto x = parse_number(value);
-    const bool small_int = x && *x == std::round(*x) && std::abs(*x) < 100;
+    const bool small_int =  // written as an integer: a device, a batch
+        x && value.find_first_of(".eE") == std::string::npos && std::abs(*x) < 100;
     a.word = !x || small_int;
     if (!a.word) a.number = *x, a.wrong = fmt::format("{:.6g}", *x * 1.5);
     else if (small_int) a.wrong = fmt::format("{:.0f}", *x >= 2 ? std::floor(*x / 2) : *x + 1);
@@ -178,18 +181,29 @@ std::string write_wrong_answers(const std::vector<Answer>& answers) {
   return path;
 }
 
+// The answers whose value `shown` is, as "KEY = VALUE" (several keys may share one).
+std::string named(const std::vector<Answer>& answers, const std::function<bool(const Answer&)>& shown) {
+  std::string keys, value;
+  for (const Answer& a : answers)
+    if (shown(a)) keys += (keys.empty() ? "" : ", ") + a.key, value = a.value;
+  return keys.empty() ? "" : keys + " = " + value;
+}
+
 // Leaks in one line of the grader's output or of the README.
 void scan_line(const std::string& where, const std::string& line, const std::vector<Answer>& answers,
                bool with_words, std::vector<std::string>& leaks) {
-  for (const Printed& p : numbers(line))
-    for (const Answer& a : answers)
-      if (!a.word && shows(p, a.number) && !echoes_wrong(p, answers))
-        leaks.push_back(fmt::format("{} shows {} = {} as '{}': {}", where, a.key, a.value, p.text, line));
+  for (const Printed& p : numbers(line)) {
+    if (echoes_wrong(p, answers)) continue;
+    const std::string n = named(answers, [&](const Answer& a) { return !a.word && shows(p, a.number); });
+    if (!n.empty()) leaks.push_back(fmt::format("{} shows {} as '{}': {}", where, n, p.text, line));
+  }
   if (!with_words) return;
-  for (const std::string& w : words(line))
-    for (const Answer& a : answers)
-      if (a.word && w == lower(a.value))
-        leaks.push_back(fmt::format("{} names {} = {}: {}", where, a.key, a.value, line));
+  std::set<std::string> seen;
+  for (const std::string& w : words(line)) {
+    if (!seen.insert(w).second) continue;
+    const std::string n = named(answers, [&](const Answer& a) { return a.word && w == lower(a.value); });
+    if (!n.empty()) leaks.push_back(fmt::format("{} names {}: {}", where, n, line));
+  }
 }
 
 void scan_output(const std::string& out, const std::vector<Answer>& answers,
