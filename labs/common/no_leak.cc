@@ -12,7 +12,8 @@
 //     rounded); "36.8%" is also read as 0.368, "342,736" as 342736;
 //   - a line other than the header, the verdict and the "ok" lines names a
 //     word answer (tp, yes, overlap, none, a device number) as a whole word,
-//     in any case; in a "FAIL your KEY" line only what follows the key;
+//     in any case; in a "FAIL your KEY" line only what follows the key, but
+//     for the wrong word written for KEY (the grader repeating it);
 //   - README (outside its ``` blocks) prints a numeric answer in the same way.
 // A number equal to one of the wrong values written is the grader echoing
 // the learner's answer and is not a leak. A one-digit answer (an alpha of
@@ -65,7 +66,7 @@ std::string wrong_word(const std::string& key, const std::string& word) {
   static const std::map<std::string, std::string> kOther = {
       {"tp", "pp"},     {"pp", "tp"},         {"yes", "no"},          {"no", "yes"},
       {"none", "2"},    {"overlap", "no-overlap"}, {"no-overlap", "overlap"},
-      {"tp8", "dp8"},   {"dp8", "tp8"},       {"tp4dp2", "tp8"},      {"tp2dp4", "tp8"}};
+      {"tp8", "tp4dp2"}, {"dp8", "tp8"},     {"tp4dp2", "tp8"},      {"tp2dp4", "tp8"}};
   const auto it = kOther.find(lower(word));
   if (it == kOther.end())
     throw CannotGrade{fmt::format("no wrong value known for {} = {} (add one to kOther)", key, word)};
@@ -190,8 +191,9 @@ std::string named(const std::vector<Answer>& answers, const std::function<bool(c
 }
 
 // Leaks in one line of the grader's output or of the README.
+// `echo`: the learner's wrong word this line repeats, not a leak.
 void scan_line(const std::string& where, const std::string& line, const std::vector<Answer>& answers,
-               bool with_words, std::vector<std::string>& leaks) {
+               bool with_words, std::vector<std::string>& leaks, const std::string& echo = "") {
   for (const Printed& p : numbers(line)) {
     if (echoes_wrong(p, answers)) continue;
     const std::string n = named(answers, [&](const Answer& a) { return !a.word && shows(p, a.number); });
@@ -200,7 +202,7 @@ void scan_line(const std::string& where, const std::string& line, const std::vec
   if (!with_words) return;
   std::set<std::string> seen;
   for (const std::string& w : words(line)) {
-    if (!seen.insert(w).second) continue;
+    if (w == lower(echo) || !seen.insert(w).second) continue;
     const std::string n = named(answers, [&](const Answer& a) { return a.word && w == lower(a.value); });
     if (!n.empty()) leaks.push_back(fmt::format("{} names {}: {}", where, n, line));
   }
@@ -213,12 +215,12 @@ void scan_output(const std::string& out, const std::vector<Answer>& answers,
   std::string line;
   for (int n = 1; std::getline(in, line); ++n) {
     if (n == 1 || std::regex_search(line, kVerdict) || line.rfind("  ok   ", 0) == 0) continue;
-    std::string text = line;  // in "FAIL your KEY...", what follows the key
+    std::string text = line, echo;  // in "FAIL your KEY...", what follows the key
     for (const Answer& a : answers) {
       const size_t at = line.find("FAIL your " + a.key);
-      if (at != std::string::npos) text = line.substr(at + 10 + a.key.size());
+      if (at != std::string::npos) text = line.substr(at + 10 + a.key.size()), echo = a.wrong;
     }
-    scan_line(fmt::format("the grader's line {}", n), text, answers, true, leaks);
+    scan_line(fmt::format("the grader's line {}", n), text, answers, true, leaks, echo);
   }
 }
 
