@@ -224,6 +224,23 @@ void scan_output(const std::string& out, const std::vector<Answer>& answers,
   }
 }
 
+// The margin: for each numeric answer, the nearest number the grader printed
+// (but the learner's echoed values), relative to the answer.
+void print_nearest(const std::string& out, const std::vector<Answer>& answers) {
+  const std::vector<Printed> all = numbers(out);
+  for (const Answer& a : answers) {
+    if (a.word) continue;
+    const Printed* best = nullptr;
+    for (const Printed& p : all)
+      if (p.significant >= 2 && !echoes_wrong(p, answers) &&
+          (!best || std::abs(p.value - a.number) < std::abs(best->value - a.number)))
+        best = &p;
+    if (best)
+      fmt::print("no_leak: {} = {}: the nearest number printed is '{}', {:.3g}% off\n", a.key, a.value,
+                 best->text, std::abs(best->value - a.number) / std::abs(a.number) * 100);
+  }
+}
+
 void scan_readme(const std::string& path, const std::vector<Answer>& answers,
                  std::vector<std::string>& leaks) {
   std::ifstream in(path);
@@ -258,6 +275,7 @@ int check(int argc, char** argv) {
   if (code != 1) leaks.push_back(fmt::format("the grader exited {} on wrong answers, want 1", code));
   check_all_failed(out, answers, leaks);
   scan_output(out, answers, leaks);
+  print_nearest(out, answers);
   scan_readme(argv[3], answers, leaks);
   fmt::print("no_leak: {} answers, each wrong; a printed number shows an answer when within half a "
              "unit of its last digit + {:g}% of it\n",
