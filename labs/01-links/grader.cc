@@ -5,7 +5,8 @@
 //     the line rate times payload/(payload + header) of the copy engines'
 //     packets (1% tolerance; the packet rounding of small messages is the rest);
 //   - your alpha and beta against the fit (5%), your prediction of one
-//     8 MiB message against the measured row (2%), and your payload share.
+//     8 MiB message against the measured row (2%), and your payload share;
+//     a wrong answer is told which way and roughly how far it is off.
 #include <fmt/format.h>
 
 #include "labs/common/grade.h"
@@ -50,19 +51,10 @@ void grade_link(Grade& g, const Answers& a, const std::string& name, const LinkS
   g.check(near(fit.beta_GBps, spec.bandwidth_GBps * share, 0.01),
           name + ": the fitted beta is the line rate x payload/(payload + header)",
           versus(fit.beta_GBps, spec.bandwidth_GBps * share, 0.01));
-  if (auto v = a.number(g, name + "_alpha_us"))
-    g.check(near(*v, fit.alpha_us, 0.05), "your " + name + "_alpha_us",
-            versus(*v, fit.alpha_us, 0.05));
-  if (auto v = a.number(g, name + "_beta_GBps"))
-    g.check(near(*v, fit.beta_GBps, 0.05), "your " + name + "_beta_GBps",
-            versus(*v, fit.beta_GBps, 0.05));
-  if (auto v = a.number(g, name + "_predict_8MiB_us"))
-    g.check(near(*v, fit.latency_8mib_us, 0.02),
-            "your " + name + "_predict_8MiB_us (the measured 8 MiB row)",
-            versus(*v, fit.latency_8mib_us, 0.02));
-  if (auto v = a.number(g, name + "_payload_share"))
-    g.check(near(*v, share, 0.02), "your " + name + "_payload_share (beta over the line rate)",
-            versus(*v, share, 0.02));
+  a.check_number(g, name + "_alpha_us", fit.alpha_us, 0.05);
+  a.check_number(g, name + "_beta_GBps", fit.beta_GBps, 0.05);
+  a.check_number(g, name + "_predict_8MiB_us", fit.latency_8mib_us, 0.02, " (the measured 8 MiB row)");
+  a.check_number(g, name + "_payload_share", share, 0.02, " (beta over the line rate)");
 }
 
 int grade(int argc, char** argv) {

@@ -1,7 +1,8 @@
 // Lab 4 grader: runs your column- and row-parallel layers on tp 2 and 4 and
 // compares every rank's outputs and gradients with the unsharded layer
 // computed in double precision (tolerance 1e-4 absolute on values of order
-// 1; fp32 GEMMs differ from it by ~1e-6). Communication is graded by virtual
+// 1; fp32 GEMMs differ from it by ~1e-6; a NaN or Inf anywhere fails, whatever
+// the tolerance). Communication is graded by virtual
 // time: your math is free (the kernels charge nothing here), so each call's
 // time is exactly its collectives' — one all-reduce of the right size where
 // the conjugate pair needs one (the tuner's prediction, its start included),
@@ -60,22 +61,15 @@ std::vector<float> block(const std::vector<double>& m, int ld, int64_t row0, int
   return out;
 }
 
-// Max |got - want|.
-double max_diff(const std::vector<float>& got, const std::vector<float>& want) {
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i)
-    worst = std::max(worst, double(std::abs(got[i] - want[i])));
-  return worst;
-}
-
 // "" or what differs, with the max difference.
 std::string compare(const char* name, const std::vector<float>& got,
                     const std::vector<float>& want) {
-  const double worst = max_diff(got, want);
+  const double worst = max_abs_diff(got, want);  // inf when got holds a NaN or Inf
   if (worst <= kTol) return "";
   const bool zero = std::all_of(got.begin(), got.end(), [](float v) { return v == 0; });
+  const bool finite = std::all_of(got.begin(), got.end(), [](float v) { return std::isfinite(v); });
   return fmt::format("{}: max |diff| {:.3g} against the unsharded layer (tolerance {:g}){}", name,
-                     worst, kTol, zero ? ": still all zeros" : "");
+                     worst, kTol, zero ? ": still all zeros" : !finite ? ": it holds NaN or Inf" : "");
 }
 
 // One all-reduce of `count` floats over the group, as the tuner predicts it.
@@ -184,8 +178,9 @@ void grade_layer(Grade& g, const Reference& ref, const Layer& layer, int tp) {
                                  compare("dweight", dw, s.dw), compare("dbias", db, s.db)})
       if (!e.empty()) math.add(fmt::format("rank {} {}", group.rank(), e));
     std::lock_guard lock(mu);
-    for (double d : {max_diff(y, s.y), max_diff(dx, s.dx), max_diff(dw, s.dw), max_diff(db, s.db)})
-      worst = std::max(worst, d);
+    for (double d : {max_abs_diff(y, s.y), max_abs_diff(dx, s.dx), max_abs_diff(dw, s.dw),
+                     max_abs_diff(db, s.db)})
+      worst = std::max(worst, d);  // d is inf, never NaN, for a non-finite output
   });
   if (!ran) return;
   math.record(

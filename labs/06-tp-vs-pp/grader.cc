@@ -2,9 +2,10 @@
 // on 8 GPUs, answered by the emulator. Runs the grid of the README
 // (`shardlab train ... --phantom`, batch 1..32, a100-nvlink and a100-pcie,
 // `--tp 8` against `--pp 8 --micro-batches B`, and 24 layers on PCIe at
-// batch 8), prints the two curves, and checks your answers: the winners, the
-// crossovers, and what the seed's own formula (its simulate_tp/simulate_pp,
-// evaluated here) predicts.
+// batch 8) and checks your answers: the winners, the crossovers, and what
+// the seed's own formula (its simulate_tp/simulate_pp, evaluated here)
+// predicts. A wrong answer is only told it is wrong; the curves are printed
+// once every answer is right.
 #include <fmt/format.h>
 
 #include <map>
@@ -15,6 +16,7 @@ namespace shardlab::labs {
 namespace {
 
 constexpr int kBatches[] = {1, 2, 4, 8, 16, 32};
+const char* kCrossovers = "none|1|2|4|8|16|32";
 const char* kModel =
     "--embd 4096 --heads 32 --seq 128 --vocab 51200 --precision bf16 --phantom --steps 1";
 
@@ -51,12 +53,6 @@ std::string crossover(const std::map<int, Point>& curve) {
   return "none";
 }
 
-void check_word(Grade& g, const Answers& a, const std::string& key, const std::string& choices,
-                const std::string& want, const std::string& why) {
-  if (auto v = a.word(g, key, choices))
-    g.check(*v == want, "your " + key, "the answer is " + want + ": " + why);
-}
-
 std::map<int, Point> curve(Grade& g, const std::string& profile) {
   std::map<int, Point> c;
   for (int b : kBatches) {
@@ -71,20 +67,21 @@ int grade(int argc, char** argv) {
   const Answers a = Answers::load(argc > 1 ? argv[1] : LAB_ANSWERS);
   Grade g(6, "seed 001: TP 8 versus PP 8, 96 layers x 4096, NVLink and PCIe");
   if (!a.complete(g)) return g.finish();
-  check_word(g, a, "seed_code_winner_nvlink_batch16", "tp|pp", seed_winner(16, 600e9),
-             "the seed's simulate_tp charges 4·hidden² bytes per layer whatever the batch");
+  a.check_word(g, "seed_code_winner_nvlink_batch16", "tp|pp", seed_winner(16, 600e9),
+               "evaluate the seed's two functions at batch 16 as its loop calls them (README)");
   const auto nvlink = curve(g, "a100-nvlink"), pcie = curve(g, "a100-pcie");
-  const std::string why = "see the curves above";
-  check_word(g, a, "nvlink_winner_batch1", "tp|pp", nvlink.at(1).winner(), why);
-  check_word(g, a, "nvlink_winner_batch32", "tp|pp", nvlink.at(32).winner(), why);
-  check_word(g, a, "nvlink_crossover_batch", "none|1|2|4|8|16|32", crossover(nvlink), why);
-  check_word(g, a, "pcie_winner_batch1", "tp|pp", pcie.at(1).winner(), why);
-  check_word(g, a, "pcie_winner_batch32", "tp|pp", pcie.at(32).winner(), why);
-  check_word(g, a, "pcie_crossover_batch", "none|1|2|4|8|16|32", crossover(pcie), why);
+  const std::string run = "run the README's grid on that profile and compare the two step times";
+  a.check_word(g, "nvlink_winner_batch1", "tp|pp", nvlink.at(1).winner(), run);
+  a.check_word(g, "nvlink_winner_batch32", "tp|pp", nvlink.at(32).winner(), run);
+  a.check_word(g, "nvlink_crossover_batch", kCrossovers, crossover(nvlink), run);
+  a.check_word(g, "pcie_winner_batch1", "tp|pp", pcie.at(1).winner(), run);
+  a.check_word(g, "pcie_winner_batch32", "tp|pp", pcie.at(32).winner(), run);
+  a.check_word(g, "pcie_crossover_batch", kCrossovers, crossover(pcie), run);
   const Point shallow = run_point("a100-pcie", 24, 8);
   g.observe(fmt::format("a100-pcie, 24 layers, batch 8: TP 8 {:.1f} ms, PP 8 {:.1f} ms",
                         shallow.tp * 1e3, shallow.pp * 1e3));
-  check_word(g, a, "pcie_batch8_winner_24_layers", "tp|pp", shallow.winner(), "see the line above");
+  a.check_word(g, "pcie_batch8_winner_24_layers", "tp|pp", shallow.winner(),
+               "run the README's two commands with 24 layers");
   return g.finish();
 }
 

@@ -1,7 +1,8 @@
 // Lab 7 grader: seed 000's trade-off on 8 GPUs, GPT-3 13B (bf16, phantom):
 // TP8, TP4xDP2, TP2xDP4 and DP8, each with ZeRO 0 and ZeRO 2. Runs the
-// README's commands, prints the table (step, peak memory, communication),
-// and checks your answers: which configs fit in 80 GB, which is fastest,
+// README's commands and checks your answers (the table of step, peak memory
+// and communication is printed once they are all right): which configs fit
+// in 80 GB, which is fastest,
 // and your closed-form model-state memory (18 bytes a parameter in mixed
 // precision) against the report (2%: the replicated LayerNorms and biases).
 // Then the inference half: TP8, TP4 x 2 replicas and TP2 x 4 replicas
@@ -102,12 +103,6 @@ std::string best_of(const std::vector<Served>& s, bool lowest_tpot) {
   return kServeConfigs[best].name;
 }
 
-void check_word(Grade& g, const Answers& a, const std::string& key, const std::string& choices,
-                const std::string& want) {
-  if (auto v = a.word(g, key, choices))
-    g.check(*v == want, "your " + key, "the table above says " + want);
-}
-
 int grade(int argc, char** argv) {
   const Answers a = Answers::load(argc > 1 ? argv[1] : LAB_ANSWERS);
   Grade g(7, "seed 000: TP4xDP2 versus TP2xDP4 (and TP8, DP8), GPT-3 13B on 8 GPUs");
@@ -116,22 +111,22 @@ int grade(int argc, char** argv) {
   for (const Config& c : kConfigs) zero0.push_back(run(g, c, 0));
   for (const Config& c : kConfigs) zero2.push_back(run(g, c, 2));
   const char* configs = "tp8|tp4dp2|tp2dp4|dp8";
-  check_word(g, a, "zero0_tp2dp4_fits", "yes|no", zero0[2].report ? "yes" : "no");
-  check_word(g, a, "zero0_dp8_fits", "yes|no", zero0[3].report ? "yes" : "no");
-  check_word(g, a, "zero0_fastest", configs, fastest(zero0));
-  check_word(g, a, "zero2_fastest", configs, fastest(zero2));
-  check_word(g, a, "zero2_dp8_fits", "yes|no", zero2[3].report ? "yes" : "no");
-  if (zero0[1].report) {
-    const double got = zero0[1].model_state() / kGiB;
-    if (auto v = a.number(g, "zero0_tp4dp2_model_state_GiB"))
-      g.check(near(*v, got, 0.02), "your zero0_tp4dp2_model_state_GiB", versus(*v, got, 0.02));
-  }
+  const std::string fits = "a config fits when its model state, divided as TP and ZeRO divide it, "
+                           "is under 80 GB: run it";
+  const std::string fastest_hint = "run the README's grid and compare the step times of the configs that fit";
+  a.check_word(g, "zero0_tp2dp4_fits", "yes|no", zero0[2].report ? "yes" : "no", fits);
+  a.check_word(g, "zero0_dp8_fits", "yes|no", zero0[3].report ? "yes" : "no", fits);
+  a.check_word(g, "zero0_fastest", configs, fastest(zero0), fastest_hint);
+  a.check_word(g, "zero2_fastest", configs, fastest(zero2), fastest_hint);
+  a.check_word(g, "zero2_dp8_fits", "yes|no", zero2[3].report ? "yes" : "no", fits);
+  if (zero0[1].report)
+    a.check_number(g, "zero0_tp4dp2_model_state_GiB", zero0[1].model_state() / kGiB, 0.02);
   std::vector<Served> served;
   for (const Config& c : kServeConfigs) served.push_back(serve(g, c));
-  if (auto v = a.number(g, "serve_tp4_kv_tokens"))
-    g.check(near(*v, served[1].kv_tokens, 0.03), "your serve_tp4_kv_tokens", versus(*v, served[1].kv_tokens, 0.03));
-  check_word(g, a, "serve_lowest_tpot", "tp8|tp4dp2|tp2dp4", best_of(served, true));
-  check_word(g, a, "serve_highest_throughput", "tp8|tp4dp2|tp2dp4", best_of(served, false));
+  a.check_number(g, "serve_tp4_kv_tokens", served[1].kv_tokens, 0.03);
+  const std::string serve_hint = "run the inference half's commands and compare the layouts";
+  a.check_word(g, "serve_lowest_tpot", "tp8|tp4dp2|tp2dp4", best_of(served, true), serve_hint);
+  a.check_word(g, "serve_highest_throughput", "tp8|tp4dp2|tp2dp4", best_of(served, false), serve_hint);
   return g.finish();
 }
 

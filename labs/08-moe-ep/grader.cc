@@ -7,7 +7,8 @@
 //   a wider model with 8 experts, top-1, dp 8 x ep 8: expert 0's share of
 //   the tokens against 1/H(E, S) (H the generalized harmonic number, 1%),
 //   and the step and the worst device's all-to-all time growing with S.
-// Then your answers against these runs.
+// Then your answers against these runs (what was measured is printed once
+// they are all right).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -72,15 +73,12 @@ void grade_real(Grade& g, const Answers& a) {
   g.observe(fmt::format("imbalance {:.3f}; drops: none {}, cf 1 {}, cf 2 {}", imbalance,
                         drops(free_run), drops(cf1), drops(cf2)));
   const int64_t cap = 16 * 64 * 2 / 8;  // C·N·K/E at C = 1: N = 16 x 64 tokens, K = 2, E = 8
-  g.check(max_tokens(cf1) == cap,
-          fmt::format("--capacity-factor 1 caps every expert at C·N·K/E = {} tokens", cap),
-          fmt::format("the busiest expert got {}", max_tokens(cf1)));
+  g.check(max_tokens(cf1) == cap, "--capacity-factor 1 caps every expert at C·N·K/E tokens",
+          versus(double(max_tokens(cf1)), double(cap), 0));
   g.check(drops(free_run) == 0 && drops(cf1) > drops(cf2) && drops(cf2) >= 0,
           "drops fall as the capacity factor grows (none without a limit)");
-  if (auto v = a.number(g, "imbalance_no_capacity"))
-    g.check(near(*v, imbalance, 0.02), "your imbalance_no_capacity", versus(*v, imbalance, 0.02));
-  if (auto v = a.number(g, "capacity_cf1_tokens"))
-    g.check(*v == cap, "your capacity_cf1_tokens", versus(*v, double(cap), 0));
+  a.check_number(g, "imbalance_no_capacity", imbalance, 0.02);
+  a.check_number(g, "capacity_cf1_tokens", double(cap), 0);
 }
 
 void grade_skew(Grade& g, const Answers& a) {
@@ -93,12 +91,9 @@ void grade_skew(Grade& g, const Answers& a) {
   g.check(uniform.step < z1.step && z1.step < z2.step, "the step grows with the skew");
   g.check(uniform.worst_a2a < z1.worst_a2a && z1.worst_a2a < z2.worst_a2a,
           "the worst device's all-to-all time grows with the skew");
-  if (auto v = a.number(g, "zipf1_expert0_share"))
-    g.check(near(*v, z1.expert0_share, 0.02), "your zipf1_expert0_share",
-            versus(*v, z1.expert0_share, 0.02));
-  if (auto v = a.number(g, "zipf1_least_a2a_device"))
-    g.check(*v == z1.least_a2a_device, "your zipf1_least_a2a_device",
-            fmt::format("device {} spends the least time in all-to-alls", z1.least_a2a_device));
+  a.check_number(g, "zipf1_expert0_share", z1.expert0_share, 0.02);
+  a.check_word(g, "zipf1_least_a2a_device", "0|1|2|3|4|5|6|7", std::to_string(z1.least_a2a_device),
+               "compare devices[].moe.a2a_s in the zipf:1 report");
 }
 
 int grade(int argc, char** argv) {

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 namespace shardlab::labs {
@@ -49,13 +50,17 @@ bool Grade::check(bool ok, const std::string& what, const std::string& wrong) {
   return ok;
 }
 
-void Grade::observe(const std::string& line) { fmt::print("       {}\n", line); }
+void Grade::observe(const std::string& line) { observations_.push_back(line); }
 
 int Grade::finish() const {
   if (failures_ == 0) {
+    if (!observations_.empty()) fmt::print("what the grader measured:\n");
+    for (const std::string& line : observations_) fmt::print("       {}\n", line);
     fmt::print("lab {}: PASS ({} checks)\n", lab_, checks_);
     return 0;
   }
+  if (!observations_.empty())
+    fmt::print("(what the grader measured is printed once every check passes)\n");
   fmt::print("lab {}: FAIL ({} of {} checks)\n", lab_, failures_, checks_);
   return 1;
 }
@@ -96,6 +101,49 @@ bool near(double got, double want, double rel_tol) {
 
 std::string versus(double got, double want, double rel_tol) {
   return fmt::format("got {:.6g}, want {:.6g} (tolerance {:.3g}%)", got, want, rel_tol * 100);
+}
+
+namespace {
+
+// How far off got/want = q > 0 is, in buckets too wide to give want away:
+// "about 2-5 times" when q >= 2 or q <= 1/2, else "by about 20-50%".
+std::string how_far(double q) {
+  const double factor = q >= 1 ? q : 1 / q;
+  if (factor >= 100) return "over 100 times";
+  if (factor >= 2) return factor < 5 ? "about 2-5 times" : factor < 10 ? "about 5-10 times" : "about 10-100 times";
+  const double percent = std::abs(q - 1) * 100;
+  double low = 0;
+  for (const double edge : {1.0, 2.0, 5.0, 10.0, 20.0, 50.0}) {
+    if (percent < edge) return low == 0 ? "by less than 1%" : fmt::format("by about {:g}-{:g}%", low, edge);
+    low = edge;
+  }
+  return "by about 50-100%";
+}
+
+}  // namespace
+
+std::string off_by(double got, double want, double rel_tol) {
+  const std::string tol =
+      rel_tol > 0 ? fmt::format("(tolerance {:.3g}%)", rel_tol * 100) : "(must be exact)";
+  const char* way = got > want ? "too high" : "too low";
+  if (!std::isfinite(got)) return fmt::format("{} is not a finite number {}", got, tol);
+  if (got == 0 || want == 0 || (got > 0) != (want > 0))
+    return fmt::format("{:.6g} is {}{} {}", got, way,
+                       got != 0 && want != 0 ? ", with the wrong sign" : "", tol);
+  const double q = got / want;
+  if (q >= 2 || q <= 0.5) return fmt::format("{:.6g} is {} {} {}", got, how_far(q), way, tol);
+  return fmt::format("{:.6g} is {}, {} {}", got, way, how_far(q), tol);
+}
+
+double max_abs_diff(const std::vector<float>& got, const std::vector<float>& want) {
+  if (got.size() != want.size()) return std::numeric_limits<double>::infinity();
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double d = std::abs(double(got[i]) - double(want[i]));
+    if (!std::isfinite(d)) return std::numeric_limits<double>::infinity();
+    worst = std::max(worst, d);
+  }
+  return worst;
 }
 
 Answers Answers::load(const std::string& path) {
@@ -142,6 +190,12 @@ bool Answers::complete(Grade& g) const {
   return all;
 }
 
+std::vector<std::pair<std::string, std::string>> Answers::entries() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const std::string& key : order_) out.emplace_back(key, values_.at(key));
+  return out;
+}
+
 std::optional<double> Answers::number(Grade& g, const std::string& key) const {
   const auto v = raw(g, key);
   if (!v) return std::nullopt;
@@ -152,6 +206,19 @@ std::optional<double> Answers::number(Grade& g, const std::string& key) const {
     return std::nullopt;
   }
   return x;
+}
+
+void Answers::check_number(Grade& g, const std::string& key, double want, double rel_tol,
+                           const std::string& note) const {
+  if (auto v = number(g, key))
+    g.check(near(*v, want, rel_tol), "your " + key + note,
+            off_by(*v, want, rel_tol));
+}
+
+void Answers::check_word(Grade& g, const std::string& key, const std::string& choices,
+                         const std::string& want, const std::string& hint) const {
+  if (auto v = word(g, key, choices))
+    g.check(*v == want, "your " + key, fmt::format("'{}' is wrong: {}", *v, hint));
 }
 
 std::optional<std::string> Answers::word(Grade& g, const std::string& key,

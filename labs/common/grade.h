@@ -4,6 +4,10 @@
 // A grader prints one line per check ("ok   ..." or "FAIL ..."), then
 // "lab N: PASS" or "lab N: FAIL (k of n checks)" and returns 0 or 1 from
 // main; a missing or unreadable input is "lab N: cannot grade: ..." and 2.
+// It never prints an expected answer: a wrong number is told which way and
+// roughly how far it is off (off_by), a wrong choice only that it is wrong,
+// and what the grader measured (observe) is printed only once every check
+// has passed (test labs.lab_N.no_leak).
 //
 // Thread safety: a Grade is used from the grader's main thread only; what
 // device threads find goes into a Findings (locked) and is recorded after
@@ -15,6 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/cluster.h"
@@ -32,7 +37,8 @@ class Grade {
   // Records one check; `what` says what is checked, `wrong` what is wrong if
   // it fails (printed only then). Returns ok.
   bool check(bool ok, const std::string& what, const std::string& wrong = "");
-  // A measured figure worth seeing whether or not a check uses it.
+  // A measured figure worth seeing, printed by finish() when every check
+  // passed (before that it would hand out the answers).
   void observe(const std::string& line);
   int failures() const { return failures_; }
   // Prints the verdict; the process exit code (0 pass, 1 fail).
@@ -42,6 +48,7 @@ class Grade {
   int lab_;
   int checks_ = 0;
   int failures_ = 0;
+  std::vector<std::string> observations_;
 };
 
 // Messages from device threads, recorded into a Grade after Cluster::run.
@@ -64,8 +71,18 @@ std::optional<RunResult> run_program(Grade& g, const std::string& what, Cluster&
 
 // |got - want| <= rel_tol * |want| (and both finite).
 bool near(double got, double want, double rel_tol);
-// "got 1.23, want 4.56 (tolerance 1%)"
+// "got 1.23, want 4.56 (tolerance 1%)": for a grader's check of the tool
+// against its closed form, never for a learner's answer (it prints want).
 std::string versus(double got, double want, double rel_tol);
+// For a learner's answer: which way got is off and roughly how far, never
+// want: "3 is too high, by about 20-50% (tolerance 5%)", "0.1 is about 5-10
+// times too low (tolerance 2%)"; "(must be exact)" when rel_tol is 0.
+std::string off_by(double got, double want, double rel_tol);
+
+// Max |got[i] - want[i]|, or +inf when the sizes differ or either side holds
+// a NaN or an Inf: such output fails every tolerance (std::max(worst, NaN)
+// keeps worst, which would let a NaN pass; tests/support/compare.h's rule).
+double max_abs_diff(const std::vector<float>& got, const std::vector<float>& want);
 
 // The learner's answers: lines `key = value`, `#` starts a comment. A value
 // still reading TODO (the untouched skeleton) is not an answer.
@@ -79,10 +96,21 @@ class Answers {
   // The word under `key`, lower-cased, one of `choices` (e.g. "tp|pp").
   std::optional<std::string> word(Grade& g, const std::string& key,
                                   const std::string& choices) const;
+  // One check "your KEY<note>": the number under `key` is near `want`
+  // (rel_tol); a wrong one is told off_by, never want.
+  void check_number(Grade& g, const std::string& key, double want, double rel_tol,
+                    const std::string& note = "") const;
+  // One check "your KEY": the word under `key` (one of `choices`) is `want`;
+  // a wrong one is told only that, and `hint`, which must not name want.
+  void check_word(Grade& g, const std::string& key, const std::string& choices,
+                  const std::string& want, const std::string& hint) const;
   // Records a failed check for every answer still TODO; true when none is.
   // Graders stop there: measuring first would only print the answers.
   bool complete(Grade& g) const;
   const std::string& path() const { return path_; }
+  // Every `key = value` in file order (the course's own tests read the
+  // reference answers with it).
+  std::vector<std::pair<std::string, std::string>> entries() const;
 
  private:
   std::optional<std::string> raw(Grade& g, const std::string& key) const;
