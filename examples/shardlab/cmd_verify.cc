@@ -34,15 +34,16 @@ void print_tolerances(const train::VerifyOptions& vo, int steps) {
                "drift apart by loss rel diff {:.3e}, parameter rel L2 {:.3e} over {} steps; factor {:g}\n",
                f.micro_batches, f.resplit, f.loss, f.param, steps, vo.floor_factor);
   else
-    fmt::print("noise floor: not measured ({}); the default tolerances apply\n", f.note);
+    fmt::print("noise floor: not measured ({})\n", f.note);
   auto source = [&](bool given, double drift) -> std::string {
     if (given) return "given";
     if (!f.measured) return "default";
     return vo.floor_factor * drift > train::kDefaultTolerance ? fmt::format("{:g} x floor", vo.floor_factor)
                                                                : fmt::format("default; {:g} x floor is less", vo.floor_factor);
   };
-  fmt::print("tolerances: loss {:.3g} ({}), parameters {:.3g} ({})\n", vo.tol_loss, source(vo.user_tol_loss, f.loss),
-             vo.tol_param, source(vo.user_tol_param, f.param));
+  fmt::print("tolerances: loss {:.3g} ({}), parameters {:.3g} ({}){}\n", vo.tol_loss, source(vo.user_tol_loss, f.loss),
+             vo.tol_param, source(vo.user_tol_param, f.param),
+             vo.grads ? fmt::format(", step-0 gradients {:.3g} (no drift to scale for)", vo.tol_grad) : "");
 }
 
 void print_table(const train::TrainOptions& o, const collectives::DeviceMesh& mesh, const train::VerifyResult& r) {
