@@ -93,6 +93,7 @@ void DeviceProgram::run(Device& dev) const {
   s.model->reset_moe_stats();
   const int first = resume ? resume->step : 0;  // --steps is the total, as Megatron's train-iters
   if (resume) restore_device(*this, s, dev);
+  if (before_first_step && !options.phantom) before_first_step(dev.rank(), *s.model);
   for (int step = first; step < options.steps; ++step) {
     current = step;
     dev.set_step(step);  // faults that start at a step (runtime/fault.h)

@@ -45,6 +45,9 @@ struct DeviceProgram {
   std::function<void(int rank, parallel::LocalModel&)> before_publish;
   // A resumed run's starting state (checkpoint.h), or null.
   const ResumeState* resume = nullptr;
+  // Called on every device before the first step (verify's corruption aid
+  // with a relative size); may be empty.
+  std::function<void(int rank, parallel::LocalModel&)> before_first_step;
 
   void run(Device& dev) const;
 };

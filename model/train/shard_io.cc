@@ -44,11 +44,19 @@ void load_shards(LocalModel& model, const model::SafetensorsFile& f) {
     slice_from_global(s, f.get(s.name, s.global_shape), 0, s.numel, params.data() + s.offset);
 }
 
-void corrupt_shard(LocalModel& model, const std::string& name) {
+void corrupt_shard(LocalModel& model, const std::string& name, double rel) {
   auto params = model.params();
   for (const ShardSpec& s : model.shards()) {
     if (s.name != name) continue;
-    for (int64_t i = 0; i < s.numel; ++i) params[size_t(s.offset + i)] += 1e-2f * (1 + std::abs(params[size_t(s.offset + i)]));
+    int64_t changed = 0;
+    for (int64_t i = 0; i < s.numel; ++i) {
+      float& x = params[size_t(s.offset + i)];
+      changed += std::isfinite(x);
+      x = rel == 0 ? x + 1e-2f * (1 + std::abs(x)) : float(x * (1 + rel));
+    }
+    if (changed == 0)  // ZeRO-3 before the first step: the values are another dp rank's (NaN here)
+      throw ConfigError(fmt::format("--corrupt-shard: this rank holds no value of \"{}\" yet (ZeRO-3 keeps it on "
+                                    "another dp rank; pick another rank or parameter)", name));
     return;
   }
   throw ConfigError(fmt::format("corrupt-shard: no parameter \"{}\"", name));

@@ -55,8 +55,9 @@ void for_owned(const std::vector<parallel::ShardSpec>& shards, const std::vector
 // Fills the local shards from an unsharded checkpoint.
 void load_shards(parallel::LocalModel& model, const model::SafetensorsFile& f);
 
-// Perturbs this rank's shard of parameter `name` (verify's can-it-fail test);
-// ConfigError if the rank holds no such parameter.
-void corrupt_shard(parallel::LocalModel& model, const std::string& name);
+// Perturbs this rank's shard of parameter `name` (verify's can-it-fail test):
+// x += 1e-2·(1+|x|), or with `rel` x *= 1+rel; ConfigError if the rank holds
+// no such parameter.
+void corrupt_shard(parallel::LocalModel& model, const std::string& name, double rel = 0);
 
 }  // namespace shardlab::train

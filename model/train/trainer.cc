@@ -218,26 +218,46 @@ TrainResult sized_result(const TrainOptions& o, const model::ParamTable& table, 
   return r;
 }
 
-// verify's corruption aid, "NAME:RANK": perturbs that rank's shard of NAME
-// after the last step (verify must be able to fail).
-std::function<void(int, parallel::LocalModel&)> corruption(const std::string& spec, int world,
-                                                           const model::ParamTable& table) {
+// verify's corruption aid, "NAME:RANK[:REL]": perturbs that rank's shard of
+// NAME (verify must be able to fail): by 1e-2·(1+|x|) after the last step, or
+// with REL by the factor 1+REL before the first step, a small error that
+// training then carries along.
+struct Corruption {
+  std::function<void(int, parallel::LocalModel&)> before_first_step, before_publish;
+};
+
+Corruption corruption(const std::string& spec, int world, const model::ParamTable& table) {
   if (spec.empty()) return {};
-  const auto colon = spec.rfind(':');
+  const auto colon = spec.find(':'), second = colon == std::string::npos ? colon : spec.find(':', colon + 1);
   int target = -1;
   try {
-    target = colon == std::string::npos ? -1 : std::stoi(spec.substr(colon + 1));
+    target = colon == std::string::npos ? -1 : std::stoi(spec.substr(colon + 1, second - colon - 1));
   } catch (const std::exception&) {
     target = -1;
   }
   if (target < 0 || target >= world)
-    throw ConfigError(fmt::format("--corrupt-shard \"{}\": expected NAME:RANK with RANK below {}", spec, world));
+    throw ConfigError(fmt::format("--corrupt-shard \"{}\": expected NAME:RANK with RANK below {} (or NAME:RANK:REL)",
+                                  spec, world));
   const std::string name = spec.substr(0, colon);
   if (!table.find(name))
     throw ConfigError(fmt::format("--corrupt-shard \"{}\": the model has no parameter \"{}\"", spec, name));
-  return [target, name](int rank, parallel::LocalModel& m) {
-    if (rank == target) corrupt_shard(m, name);
+  double rel = 0;
+  if (second != std::string::npos) {
+    const std::string text = spec.substr(second + 1);
+    size_t used = 0;
+    try {
+      rel = std::stod(text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != text.size() || !(std::abs(rel) > 0 && std::abs(rel) <= 1))
+      throw ConfigError(fmt::format("--corrupt-shard \"{}\": REL \"{}\" must be a number with 0 < |REL| <= 1", spec, text));
+  }
+  Corruption c;
+  (rel == 0 ? c.before_publish : c.before_first_step) = [target, name, rel](int rank, parallel::LocalModel& m) {
+    if (rank == target) corrupt_shard(m, name, rel);
   };
+  return c;
 }
 
 void note_mismatch(TrainResult& r, const std::string& where, float a, float b) {
@@ -335,8 +355,9 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
   if (!o.checkpoint_dir.empty()) prepare_checkpoint_dir(o.checkpoint_dir);  // writable before the run
   TrainResult result = sized_result(o, table, data.get());
   const collectives::DeviceMesh mesh(o.parallel.mesh_shape());
+  const Corruption corrupt = corruption(o.corrupt_shard, o.parallel.world(), table);
   const DeviceProgram program{o, mesh, table, sampler ? &*sampler : nullptr, init ? &*init : nullptr, result, on_step, on_progress,
-                              corruption(o.corrupt_shard, o.parallel.world(), table), resume ? &*resume : nullptr};
+                              corrupt.before_publish, resume ? &*resume : nullptr, corrupt.before_first_step};
   // Injected faults make ranks differ: every rank runs its own thread.
   FoldPlan fold = cluster.options().faults ? FoldPlan{} : fold_plan(o, cluster.profile());
   result.run = run_folded(cluster, o, fold, [&] {

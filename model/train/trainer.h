@@ -107,7 +107,8 @@ struct TrainOptions {
   int checkpoint_every = 0;
   std::string resume_dir;
   // Testing aid (verify must be able to fail): "NAME:RANK" perturbs that
-  // rank's shard of parameter NAME after the last step.
+  // rank's shard of parameter NAME after the last step; "NAME:RANK:REL"
+  // scales it by 1+REL before the first step.
   std::string corrupt_shard;
   // Keep the step-0 gradients (after the DP reduction, before clipping),
   // gathered into unsharded tensors (verify --grads).

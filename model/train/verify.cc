@@ -66,11 +66,54 @@ std::optional<Mismatch> first_bad(const std::vector<TensorDiff>& diffs, const ch
 
 }  // namespace
 
+int floor_micro_batches(const TrainOptions& reference, std::string& note) {
+  const model::GPTConfig& m = reference.model;
+  if (m.is_moe() && (m.aux_coef != 0 || m.capacity_factor > 0)) {
+    note = "MoE: the load-balancing loss and the capacity are per micro-batch, so no split changes only the order";
+    return 0;
+  }
+  if (reference.micro_batches > 1) return 1;
+  for (int d = 2; d <= m.batch_size; ++d)
+    if (m.batch_size % d == 0) return d;
+  note = "a batch of one sequence cannot be split into micro-batches";
+  return 0;
+}
+
+NoiseFloor measure_floor(const TrainResult& reference, const TrainResult& resplit, const model::ParamTable& table,
+                         int micro_batches, int resplit_count) {
+  const VerifyResult r = compare_runs(resplit, reference, table, {});
+  NoiseFloor f;
+  f.measured = true;
+  f.micro_batches = micro_batches;
+  f.resplit = resplit_count;
+  f.loss = r.max_loss_rel_diff;
+  f.param = r.param_rel_l2;
+  return f;
+}
+
+VerifyOptions floor_options(const NoiseFloor& floor, double factor, std::optional<double> tol_loss,
+                            std::optional<double> tol_param, bool grads) {
+  VerifyOptions o;
+  o.grads = grads;
+  o.floor = floor;
+  o.floor_factor = factor;
+  o.user_tol_loss = tol_loss.has_value();
+  o.user_tol_param = tol_param.has_value();
+  const auto scaled = [&](double drift) {
+    return floor.measured ? std::max(kDefaultTolerance, factor * drift) : kDefaultTolerance;
+  };
+  o.tol_loss = tol_loss ? *tol_loss : scaled(floor.loss);
+  o.tol_param = tol_param ? *tol_param : scaled(floor.param);
+  o.tol_grad = tol_param ? *tol_param : kDefaultTolerance;
+  return o;
+}
+
 VerifyResult compare_runs(const TrainResult& sharded, const TrainResult& reference,
                           const model::ParamTable& table, const VerifyOptions& o) {
   if (sharded.final_params.empty() || reference.final_params.empty())
     throw ConfigError("verify compares values: a phantom run (or one without parameters) has none");
   VerifyResult r;
+  r.options = o;
   for (size_t s = 0; s < reference.steps.size() && s < sharded.steps.size(); ++s) {
     const double a = sharded.steps[s].loss, b = reference.steps[s].loss;
     const double rel = std::abs(a - b) / std::max(std::abs(b), 1e-30);
@@ -83,7 +126,7 @@ VerifyResult compare_runs(const TrainResult& sharded, const TrainResult& referen
   if (o.grads) {
     r.grads = diff_tensors(sharded.step0_grads, reference.step0_grads, table);
     r.grad_rel_l2 = global_rel_l2(r.grads);
-    if (!r.first_mismatch) r.first_mismatch = first_bad(r.grads, "grad", o.tol_param);
+    if (!r.first_mismatch) r.first_mismatch = first_bad(r.grads, "grad", o.tol_grad);
   }
   r.params = diff_tensors(sharded.final_params, reference.final_params, table);
   r.param_rel_l2 = global_rel_l2(r.params);
@@ -108,6 +151,19 @@ nlohmann::json verify_json(const VerifyResult& r) {
     j["first_mismatch"] = {{"kind", m.kind}, {"name", m.name}, {"layer", m.layer}, {"step", m.step},
                            {"rel_diff", m.value}, {"max_abs_diff", m.max_abs}};
   }
+  const VerifyOptions& o = r.options;
+  const NoiseFloor& f = o.floor;
+  j["floor_factor"] = o.floor_factor;
+  j["noise_floor"] = {{"measured", f.measured}};
+  if (f.measured) {
+    j["noise_floor"]["micro_batches"] = {f.micro_batches, f.resplit};
+    j["noise_floor"]["max_loss_rel_diff"] = f.loss;
+    j["noise_floor"]["param_rel_l2"] = f.param;
+  } else {
+    j["noise_floor"]["note"] = f.note;
+  }
+  j["tolerances"] = {{"loss", o.tol_loss}, {"param", o.tol_param}, {"grad", o.tol_grad},
+                     {"loss_given", o.user_tol_loss}, {"param_given", o.user_tol_param}};
   j["steps"] = nlohmann::json::array();
   for (size_t s = 0; s < r.loss_rel_diff.size(); ++s)
     j["steps"].push_back({{"step", s}, {"loss", r.sharded_loss[s]}, {"reference_loss", r.reference_loss[s]},

@@ -3,6 +3,14 @@
 // Compares the loss of every step, and after the last step every parameter
 // gathered from its shards (optionally the step-0 gradients too), against the
 // unsharded reference trained from the same seed and batches.
+//
+// The tolerance of a long run comes from a measured noise floor: fp32 sums
+// taken in another order round differently, and training amplifies that
+// drift step by step (AdamW divides each gradient by its own RMS), so a
+// correct sharded run drifts from the reference more the longer it trains.
+// The floor is the drift between two unsharded runs that differ only in the
+// order of their reductions (the global batch split into another number of
+// micro-batches), over the same steps (NoiseFloor).
 #pragma once
 
 #include <optional>
@@ -16,17 +24,46 @@
 
 namespace shardlab::train {
 
+inline constexpr double kDefaultTolerance = 1e-5;
+// A sharded run reorders more sums than a micro-batch split does (tp splits
+// the matmuls' inner sums, cp the softmax, dp and ZeRO the gradient sums), so
+// its drift is a few times the floor's (measured: dp alone 1.0x, tp 2 or
+// cp 2 alone 2.4x, tp 2 x cp 2 x dp 2 with ZeRO-3 and sp 7.1x over 150 steps
+// of tiny), while a real error of 1e-4 in one shard drifts ~100x the floor:
+// the tolerance is an order of magnitude above the floor.
+inline constexpr double kFloorFactor = 10;
+
+// The drift between the unsharded reference (micro_batches M) and the same
+// run with the global batch split into `resplit` micro-batches: only the
+// order of the gradient sums differs. Not measured (measured false, `note`
+// says why) when no split changes only the order: a batch of one sequence,
+// or MoE with a load-balancing loss or a capacity (both are per micro-batch).
+struct NoiseFloor {
+  bool measured = false;
+  int micro_batches = 1, resplit = 0;
+  double loss = 0;   // max per-step relative loss difference
+  double param = 0;  // relative L2 difference of the final parameter vector
+  std::string note;  // why it was not measured
+};
+
 // Tolerances. Parameters (and gradients) are compared as one vector over the
 // whole model: ||sharded - reference|| / ||reference|| <= tol_param. Single
 // tensors are not held to it one by one: AdamW divides each gradient by its
 // own RMS, so tensors whose true gradient is ~0 (the key bias of attention,
 // rare tokens' embeddings) turn fp32 reduction noise into relative noise of
 // 1e-4 on values near zero, in PyTorch as here. A tensor is named as the
-// mismatch when its own difference alone exceeds tol_param * ||reference||.
+// mismatch when its own difference alone exceeds tol * ||reference||.
 struct VerifyOptions {
-  double tol_loss = 1e-5;   // per-step relative loss difference
-  double tol_param = 1e-5;  // relative L2 difference of the whole parameter vector
-  bool grads = false;       // also compare the step-0 gradients
+  double tol_loss = kDefaultTolerance;   // per-step relative loss difference
+  double tol_param = kDefaultTolerance;  // relative L2 difference of the whole parameter vector
+  bool grads = false;                    // also compare the step-0 gradients
+  // The step-0 gradients have not drifted: they keep the base tolerance.
+  double tol_grad = kDefaultTolerance;   // relative L2 difference of the whole step-0 gradient vector
+  // Where the tolerances came from (for the report): the floor, its factor,
+  // and whether the user gave tol_loss / tol_param (those win).
+  NoiseFloor floor;
+  double floor_factor = kFloorFactor;
+  bool user_tol_loss = false, user_tol_param = false;
 };
 
 struct TensorDiff {
@@ -50,6 +87,7 @@ struct Mismatch {
 
 struct VerifyResult {
   bool passed = true;
+  VerifyOptions options;  // the tolerances applied
   std::vector<double> sharded_loss, reference_loss, loss_rel_diff;  // (steps)
   double max_loss_rel_diff = 0;
   std::vector<TensorDiff> params, grads;
@@ -59,10 +97,27 @@ struct VerifyResult {
   std::optional<Mismatch> first_mismatch;
 };
 
+// The micro-batch count of the floor run for `reference` (the unsharded
+// run): 1 when the reference has several, else the smallest divisor of the
+// batch above 1. 0 when no split changes only the order (`note` says why).
+int floor_micro_batches(const TrainOptions& reference, std::string& note);
+
+// The floor from the reference and the run split into `resplit` micro-batches.
+NoiseFloor measure_floor(const TrainResult& reference, const TrainResult& resplit,
+                         const model::ParamTable& table, int micro_batches, int resplit_count);
+
+// The tolerances: tol_loss / tol_param when given (they win), else the larger
+// of kDefaultTolerance and factor x the floor (the default alone when the
+// floor was not measured). The step-0 gradients keep tol_param or the default.
+VerifyOptions floor_options(const NoiseFloor& floor, double factor, std::optional<double> tol_loss,
+                            std::optional<double> tol_param, bool grads);
+
 // Compares two runs of the same model (table) under `options`.
 VerifyResult compare_runs(const TrainResult& sharded, const TrainResult& reference,
                           const model::ParamTable& table, const VerifyOptions& options);
 
+// passed, max_loss_rel_diff, max_param_abs_diff, param_rel_l2, first_mismatch,
+// the tolerances and their noise floor, steps, params (and grads).
 nlohmann::json verify_json(const VerifyResult& r);
 
 }  // namespace shardlab::train
