@@ -7,7 +7,8 @@
 // 96·B·s·l·h²·(1 + s/6h + V/16lh) per step (the paper's Eq. 3).
 //
 // Held out of the fit: Table 2's GPT-3 175B runs with PTD parallelism
-// (batch 1536, TP 8 x PP 8, on 384 and 1,536 GPUs), run the same way with
+// (batch 1536, model-parallel size 96 = TP 8 x PP 12, on 384 and 1,536
+// GPUs), run the same way with
 // the paper's vocabulary of 51200 (174.6B parameters, as Table 2 counts).
 //
 // The tables give model, TP, PP, GPUs and batch; not the micro-batch size

@@ -112,9 +112,10 @@ TEST(Table2, Gpt3RunsWithThePapersVocabulary) {
   EXPECT_EQ(o.model.vocab_size, 51200);
   EXPECT_EQ(o.model.n_layer, 96);
   EXPECT_EQ(o.model.n_embd, 12288);
-  EXPECT_EQ(o.parallel.dp, 384 / 64);
-  EXPECT_EQ(o.micro_batches, 1536 / 6);
-  EXPECT_EQ(o.parallel.vpp, 2);  // 12 layers per stage
+  EXPECT_EQ(o.parallel.tp * o.parallel.pp, 96);  // the paper's model-parallel size
+  EXPECT_EQ(o.parallel.dp, 384 / 96);
+  EXPECT_EQ(o.micro_batches, 1536 / 4);
+  EXPECT_EQ(o.parallel.vpp, 2);  // 8 layers per stage
 }
 
 }  // namespace
