@@ -60,19 +60,20 @@ class Rules:
         return seen
 
 
-def parse_rules(path):
+def parse_rules(path, shown):
+    """The rules of the block in `path`; messages name it `shown`."""
     try:
         with open(path, encoding="utf-8") as f:
             lines = f.read().splitlines()
     except OSError as e:
-        raise RulesError(f"{path}: {e.strerror}")
+        raise RulesError(f"{shown}: {e.strerror}")
     starts = [i for i, l in enumerate(lines) if l.strip() == FENCE]
     if len(starts) != 1:
-        raise RulesError(f"{path}: expected one {FENCE} block, found {len(starts)}")
+        raise RulesError(f"{shown}: expected one {FENCE} block, found {len(starts)}")
     rules = Rules()
     i = starts[0] + 1
     while i < len(lines) and lines[i].strip() != "```":
-        where = f"{path}:{i + 1}"
+        where = f"{shown}:{i + 1}"
         text = lines[i].split("#", 1)[0].split()
         i += 1
         if not text:
@@ -94,20 +95,20 @@ def parse_rules(path):
         else:
             raise RulesError(f"{where}: cannot parse: {' '.join(text)}")
     if i == len(lines):
-        raise RulesError(f"{path}: the {FENCE} block is not closed")
+        raise RulesError(f"{shown}: the {FENCE} block is not closed")
     names = {n for n, _ in rules.units}
     for unit, targets in rules.allowed.items():
         for t in [unit] + targets:
             if t != "*" and t not in names:
-                raise RulesError(f"{path}: rule names an undeclared unit: {t}")
+                raise RulesError(f"{shown}: rule names an undeclared unit: {t}")
     for name in names - rules.allowed.keys():
-        raise RulesError(f"{path}: unit {name} has no rule (write `{name} ->` for none)")
+        raise RulesError(f"{shown}: unit {name} has no rule (write `{name} ->` for none)")
     for unit in rules.allowed:  # layers, not a knot: no unit may reach one that reaches it
         reach = rules.reachable(unit)
         for other in (reach or set()) - {unit}:
             back = rules.reachable(other)
             if back is None or unit in back:
-                raise RulesError(f"{path}: the rules form a cycle: {unit} and {other}")
+                raise RulesError(f"{shown}: the rules form a cycle: {unit} and {other}")
     return rules
 
 
@@ -168,7 +169,9 @@ def main(argv):
         print(f"check_includes: no such folder: {args.root}", file=sys.stderr)
         return 2
     try:
-        rules = parse_rules(args.rules or os.path.join(args.root, "docs", "architecture.md"))
+        path = args.rules or os.path.join(args.root, "docs", "architecture.md")
+        shown = os.path.relpath(path, args.root)
+        rules = parse_rules(path, path if shown.startswith("..") else shown)
     except RulesError as e:
         print(f"check_includes: {e}", file=sys.stderr)
         return 2
