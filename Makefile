@@ -4,7 +4,7 @@
 JOBS ?= 2
 PACKAGES := cmake make g++ libtbb-dev libeigen3-dev libspdlog-dev libcli11-dev \
             nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev gnuplot-nox \
-            clang libclang-rt-14-dev libopenmpi-dev openmpi-bin
+            clang libclang-rt-14-dev libopenmpi-dev openmpi-bin python3
 BIN := build/bin/shardlab
 # `make lab-N` builds and runs lab N's grader on your exercise or answers (labs/README.md).
 LABS := 1 2 3 4 5 6 7 8
