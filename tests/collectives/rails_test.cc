@@ -186,6 +186,34 @@ TEST(RailsTest, OneGibBusBandwidthIsWithinTenPercentOfPublicFigures) {
   }
 }
 
+TEST(RailsTest, FoldedMembersReplayTheChannelsExactly) {
+  // Node 1's GPUs folded onto node 0's (representative r % 8): every
+  // collective on the 16-rank group goes through run_folded, which replays
+  // the channels; the times equal the unfolded run's, rank by rank.
+  const HardwareProfile p = nodes_of("a100-nvlink-4nic", 2);
+  auto run = [&](bool fold) {
+    ClusterOptions opts;
+    opts.world_size = 16;
+    if (fold)
+      for (int r = 0; r < 16; ++r) opts.representative.push_back(r % 8);
+    Cluster cluster(p, opts);
+    RunResult r = cluster.run([&](Device& dev) {
+      ProcessGroup g = ProcessGroup::world(dev);
+      const CollOptions ring{Algo::kRing, std::nullopt};
+      all_reduce(dev, g, Buffer::phantom(3 << 20), ReduceOp::kSum, ring);
+      const size_t count = 16 * 4099;
+      reduce_scatter(dev, g, Buffer::phantom(count), Buffer::phantom(count / 16), ReduceOp::kSum, ring);
+      all_gather(dev, g, Buffer::phantom(count / 16), Buffer::phantom(count), ring);
+      all_reduce(dev, g, Buffer::phantom(12345), ReduceOp::kSum, ring);
+    });
+    std::vector<Time> ends;
+    for (const auto& d : r.devices) ends.push_back(d.end());
+    return ends;
+  };
+  const std::vector<Time> folded = run(true), unfolded = run(false);
+  EXPECT_EQ(folded, unfolded);
+}
+
 TEST(RailsTest, ChannelsLeaveSumsOfIntegersBitForBitAsOneRing) {
   // Integer inputs: every order of addition gives the same floats, so the
   // channel ring's result equals the serial reference (and the single ring's).
