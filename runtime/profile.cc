@@ -39,7 +39,8 @@ uint64_t HardwareProfile::memory_bytes() const {
 //     H100 SXM: 67 fp32, 989 bf16 dense, 3.35 TB/s, 80 GB).
 //  - Link bandwidths per direction: NVLink3 300 GB/s (A100), NVLink4 450 GB/s (H100),
 //    PCIe Gen4 x16 ~32 GB/s, InfiniBand HDR 200 Gb/s = 25 GB/s and NDR 400 Gb/s = 50 GB/s
-//    per GPU (one NIC per GPU, as in DGX A100 / DGX H100).
+//    per NIC. DGX A100 / DGX H100: one NIC per GPU (8 rails); the 4-NIC A100 nodes of
+//    NVIDIA/nccl#1048 ("A100 * 8, IB 200Gb * 4"): a NIC per two GPUs.
 //  - Per-hop latencies sit between NCCL's own LL and Simple-protocol figures in its
 //    tuning model (src/graph/tuning.cc, hwLat: NVLink 0.5-3.4 us, PCIe 1.0-5.7 us,
 //    network 2.7-14 us) and OSU osu_latency device-to-device results with GPUDirect RDMA.
