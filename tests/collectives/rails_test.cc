@@ -248,6 +248,36 @@ TEST(RailsTest, ChannelsLeaveSumsOfIntegersBitForBitAsOneRing) {
   f.expect_none();
 }
 
+TEST(RailsTest, GroupsInAnyOrderAndSubsetsOfNodesReduceCorrectly) {
+  // Members interleaved across nodes (8, 0, 9, 1, ...) and a data-parallel-like
+  // group of 4 GPUs on each of 2 nodes: member i still owns chunk i.
+  const int n = 16;
+  const size_t count = 997;
+  Failures f;
+  run_on(n, [&](Device& dev) {
+    std::vector<int> interleaved;
+    for (int i = 0; i < 8; ++i) interleaved.insert(interleaved.end(), {8 + i, i});
+    const ProcessGroup g(interleaved, dev.rank());
+    ASSERT_EQ(ring_plan(dev.profile(), g.members()).channels, 16);
+    std::vector<float> x = int_inputs(g.rank(), count);
+    all_reduce(dev, g, x, ReduceOp::kSum, {Algo::kRing, std::nullopt});
+    check_range(f, fmt::format("interleaved rank {}", dev.rank()), x.data(), count,
+                [&](size_t i) { return reference(ReduceOp::kSum, n, i); });
+    if (dev.rank() % 2 == 0) {  // ranks 0, 2, 4, 6 and 8, 10, 12, 14
+      std::vector<int> even;
+      for (int r = 0; r < n; r += 2) even.push_back(r);
+      const ProcessGroup h(even, dev.rank());
+      ASSERT_EQ(ring_plan(dev.profile(), h.members()).channels, 8);
+      const Range mine = chunk_range(count, h.size(), h.rank());
+      std::vector<float> in = int_inputs(h.rank(), count, 2), part(size_t(mine.size));
+      reduce_scatter(dev, h, in, part, ReduceOp::kSum, {Algo::kRing, std::nullopt});
+      check_range(f, fmt::format("even rank {}", dev.rank()), part.data(), part.size(),
+                  [&](size_t i) { return reference(ReduceOp::kSum, h.size(), size_t(mine.begin) + i, 2); });
+    }
+  }, nodes_of("a100-nvlink", 2));
+  f.expect_none();
+}
+
 TEST(RailsTest, ChannelResultsAreTheSameBitsOnEveryMemberAndEveryRun) {
   // Random floats (order matters): every member holds the same bits, and a
   // second run gives them again.
