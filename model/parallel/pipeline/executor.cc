@@ -45,9 +45,11 @@ void PipelineExecutor::send(const Action& a, const float* data) {
     if (data) local_[is_grad(a.kind)].emplace_back(data, data + n);
     return;
   }
-  // Scatter/gather: this rank's part of the tensor only.
-  const int64_t part = n / model_.boundary_parts();
-  if (data) data += model_.boundary_part() * part;
+  // Scatter/gather: this rank's part of the tensor only (boundary_part()
+  // counts only when the boundary is split).
+  const int parts = model_.boundary_parts();
+  const int64_t part = n / parts;
+  if (data && parts > 1) data += model_.boundary_part() * part;
   const uint64_t bytes = uint64_t(part) * element_size(dev_.precision());
   p2p_.wait(dev_.compute().record());  // the tensor exists once the compute stream made it
   dev_.isend(p2p_, dst, is_grad(a.kind) ? kGradTag : kActivationTag,
@@ -69,12 +71,13 @@ void PipelineExecutor::recv(const Action& a, float* into) {
   }
   p2p_.wait(dev_.compute().record());  // posted when the compute stream gets here
   Message m = dev_.recv(p2p_, src, is_grad(a.kind) ? kGradTag : kActivationTag);
-  const int64_t part = n / model_.boundary_parts();
+  const int parts = model_.boundary_parts();
+  const int64_t part = n / parts;
   const size_t expected = into ? size_t(part) * sizeof(float) : 0;  // phantom: no payload
   SHARDLAB_CHECK(m.payload.size() == expected,
                  fmt::format("pipeline: device {} sent {} bytes, expected {}", src, m.payload.size(),
                              expected));
-  if (into) std::memcpy(into + model_.boundary_part() * part, m.payload.data(), m.payload.size());
+  if (into) std::memcpy(into + (parts > 1 ? model_.boundary_part() * part : 0), m.payload.data(), m.payload.size());
   dev_.compute().wait(p2p_.record());
   model_.gather_boundary(into);  // scatter/gather: the TP group reassembles the tensor
 }
