@@ -80,9 +80,15 @@ void check_pair(const char* op, ConstBuffer in, Buffer out) {
 void reduce_scatter_all_gather(Ctx& c, Algo algo, float* work, size_t count, ReduceOp op) {
   const Range mine = chunk_range(count, c.n(), c.me());
   if (algo == Algo::kRing) {
-    detail::ring_reduce_scatter(c, work, count, op, 0);
+    const RingPlan plan = ring_plan(c.dev().profile(), c.group().members());
+    if (plan.single()) {
+      detail::ring_reduce_scatter(c, work, count, op, 0);
+    } else {
+      detail::channel_ring_reduce_scatter(c, plan, work, count, op, 0);
+    }
     detail::finalize(work ? work + mine.begin : nullptr, mine.size, op, c.n());
-    detail::ring_all_gather(c, work, count, 1);
+    if (plan.single()) return detail::ring_all_gather(c, work, count, 1);
+    detail::channel_ring_all_gather(c, plan, work, count, 1);
   } else {
     detail::halving_reduce_scatter(c, work, count, op, 0);
     detail::finalize(work ? work + mine.begin : nullptr, mine.size, op, c.n());
@@ -138,7 +144,12 @@ Work ireduce_scatter(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer 
       detail::copy(work, in.data, in.count);
     }
     if (algo == Algo::kRing) {
-      detail::ring_reduce_scatter(c, work, in.count, op, 0);
+      const RingPlan plan = ring_plan(dev.profile(), g.members());
+      if (plan.single()) {
+        detail::ring_reduce_scatter(c, work, in.count, op, 0);
+      } else {
+        detail::channel_ring_reduce_scatter(c, plan, work, in.count, op, 0);
+      }
     } else {
       detail::halving_reduce_scatter(c, work, in.count, op, 0);
     }
@@ -157,7 +168,11 @@ Work iall_gather(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out,
   return run_on_comm(dev, g, opt, &shape, algo, [&](Ctx& c) {
     detail::copy(out.data ? out.data + mine.begin : nullptr, in.data, in.count);
     if (algo == Algo::kDirect) return detail::direct_all_gather(c, out.data, out.count);
-    if (algo == Algo::kRing) return detail::ring_all_gather(c, out.data, out.count, 0);
+    if (algo == Algo::kRing) {
+      const RingPlan plan = ring_plan(dev.profile(), g.members());
+      if (plan.single()) return detail::ring_all_gather(c, out.data, out.count, 0);
+      return detail::channel_ring_all_gather(c, plan, out.data, out.count, 0);
+    }
     detail::doubling_all_gather(c, out.data, out.count, 0);
   });
 }

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "collectives/collectives.h"
+#include "collectives/tuner.h"
 #include "runtime/errors.h"
 
 namespace shardlab::collectives::detail {
@@ -123,6 +124,11 @@ inline float* scratch(const ProcessGroup& g, size_t count, bool phantom, int slo
 // `work` is the full-size buffer being reduced / gathered in place.
 void ring_reduce_scatter(Ctx& c, float* work, size_t count, ReduceOp op, int phase);
 void ring_all_gather(Ctx& c, float* work, size_t count, int phase);
+// The same over the channels of `plan` (tuner.h RingPlan, not single()):
+// channel ch uses phases phase * kMaxChannels + ch.
+void channel_ring_reduce_scatter(Ctx& c, const RingPlan& plan, float* work, size_t count, ReduceOp op,
+                                 int phase);
+void channel_ring_all_gather(Ctx& c, const RingPlan& plan, float* work, size_t count, int phase);
 void halving_reduce_scatter(Ctx& c, float* work, size_t count, ReduceOp op, int phase);
 void doubling_all_gather(Ctx& c, float* work, size_t count, int phase);
 void direct_reduce_scatter(Ctx& c, const float* in, float* out, size_t count, ReduceOp op);

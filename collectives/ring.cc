@@ -34,6 +34,50 @@ void ring_all_gather(Ctx& c, float* work, size_t count, int phase) {
   }
 }
 
+// Channels (tuner.h RingPlan): channel ch moves sub-chunk ch of every
+// member's chunk around its own ring order. Step k on ring position q:
+// send the piece owned by position q-k-1 (reduce_scatter) or q-k
+// (all_gather) to the successor; receive the piece of q-k-2 (q-k-1) from
+// the predecessor. Every step posts all channels' sends, then takes all
+// channels' receives, in channel order.
+namespace {
+Range piece(size_t count, int n, int channels, int owner, int ch) {
+  const Range chunk = chunk_range(count, n, owner);
+  const Range sub = chunk_range(static_cast<size_t>(chunk.size), channels, ch);
+  return {chunk.begin + sub.begin, sub.size};
+}
+
+template <class Take>
+void channel_ring(Ctx& c, const RingPlan& plan, float* work, size_t count, int phase, int first, Take take) {
+  const int n = c.n(), C = plan.channels;
+  const size_t charged = (c.slice(count) + size_t(C) - 1) / size_t(C);
+  for (int k = 0; k < n - 1; ++k) {
+    for (int ch = 0; ch < C; ++ch) {
+      const int q = plan.position(ch, c.me(), n);
+      const Range out = piece(count, n, C, plan.at(ch, q - k + first, n), ch);
+      c.send(plan.at(ch, q + 1, n), work ? work + out.begin : nullptr, size_t(out.size), phase * kMaxChannels + ch,
+             charged);
+    }
+    for (int ch = 0; ch < C; ++ch) {
+      const int q = plan.position(ch, c.me(), n);
+      const Range in = piece(count, n, C, plan.at(ch, q - k + first - 1, n), ch);
+      Message m = c.recv(plan.at(ch, q - 1, n), size_t(in.size), phase * kMaxChannels + ch, charged);
+      take(work ? work + in.begin : nullptr, floats(m), size_t(in.size));
+    }
+  }
+}
+}  // namespace
+
+void channel_ring_reduce_scatter(Ctx& c, const RingPlan& plan, float* work, size_t count, ReduceOp op,
+                                 int phase) {
+  channel_ring(c, plan, work, count, phase, -1,
+               [&](float* acc, const float* x, size_t m) { reduce_into(acc, x, m, op); });
+}
+
+void channel_ring_all_gather(Ctx& c, const RingPlan& plan, float* work, size_t count, int phase) {
+  channel_ring(c, plan, work, count, phase, 0, [](float* dst, const float* x, size_t m) { copy(dst, x, m); });
+}
+
 // Pipeline chunks of about 512 KiB modeled: a chain of n members moving S
 // bytes in k chunks takes (n-1)a + (n+k-2)·w(S/k), so more chunks only help;
 // the cap bounds the host's per-message overhead.

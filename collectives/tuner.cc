@@ -127,6 +127,21 @@ void ring(Replay& R, size_t count, int) {
   for (int k = 0; k < n - 1; ++k) shift_round(R, 1, [&](int) { return slice(count, n); }, out);
 }
 
+// ring.cc channel_ring_reduce_scatter / channel_ring_all_gather: at each of
+// the n-1 steps every member sends on channels 0..C-1 to its successor on
+// that channel, then receives on channels 0..C-1 from its predecessor.
+void channel_ring(Replay& R, const RingPlan& plan, size_t count) {
+  const int n = R.n(), C = plan.channels;
+  const size_t charged = (slice(count, n) + size_t(C) - 1) / size_t(C);
+  std::vector<Posted> out(static_cast<size_t>(n * C));
+  for (int k = 0; k < n - 1; ++k) {
+    for (int r = 0; r < n; ++r)
+      for (int c = 0; c < C; ++c) out[static_cast<size_t>(r * C + c)] = R.send(r, plan.next(c, r, n), charged);
+    for (int r = 0; r < n; ++r)
+      for (int c = 0; c < C; ++c) R.recv(r, out[static_cast<size_t>(plan.prev(c, r, n) * C + c)]);
+  }
+}
+
 // tree.cc halving_reduce_scatter (halving) and doubling_all_gather: at
 // distance dist member r sends the non-empty pieces of chunks
 // [r+dist, r+dist+m) to r+dist (halving) or [r, r+m) to r-dist (doubling).
@@ -249,25 +264,26 @@ void bruck(Replay& R, size_t block) {
   }
 }
 
-void replay(Replay& R, const CollShape& s, Algo algo) {
+void replay(Replay& R, const RingPlan& plan, const CollShape& s, Algo algo) {
   const int n = R.n();
   const size_t count = s.count;
+  auto rings = [&](int phase) { return plan.single() ? ring(R, count, phase) : channel_ring(R, plan, count); };
   switch (s.op) {
     case OpKind::kAllReduce:
       if (algo == Algo::kDirect) return direct_exchange(R, [&](int, int) { return count; });
       if (algo == Algo::kRing) {
-        ring(R, count, -1);  // reduce_scatter
-        return ring(R, count, 0);
+        rings(-1);  // reduce_scatter
+        return rings(0);
       }
       halving(R, count);
       return doubling(R, count);
     case OpKind::kReduceScatter:
       if (algo == Algo::kDirect) return direct_exchange(R, [&](int, int) { return slice(count, n); });
-      if (algo == Algo::kRing) return ring(R, count, -1);
+      if (algo == Algo::kRing) return rings(-1);
       return halving(R, count);
     case OpKind::kAllGather:
       if (algo == Algo::kDirect) return direct_exchange(R, [&](int, int) { return slice(count, n); });
-      if (algo == Algo::kRing) return ring(R, count, 0);
+      if (algo == Algo::kRing) return rings(0);
       return doubling(R, count);
     case OpKind::kBroadcast:
       if (algo == Algo::kDirect) return direct_rooted(R, count, s.root, false);
@@ -302,6 +318,50 @@ constexpr Algo kBarrierOnly[] = {Algo::kTree};
 
 }  // namespace
 
+int RingPlan::next(int c, int i, int n) const { return at(c, position(c, i, n) + 1, n); }
+int RingPlan::prev(int c, int i, int n) const { return at(c, position(c, i, n) - 1, n); }
+
+RingPlan ring_plan(const HardwareProfile& p, std::span<const int> members) {
+  RingPlan plan;
+  const int n = static_cast<int>(members.size());
+  // Each node's members (group indices, in group order), nodes in order of first appearance.
+  std::vector<int> node_ids;
+  std::vector<std::vector<int>> local;
+  for (int i = 0; i < n; ++i) {
+    const int node = p.node_of(members[static_cast<size_t>(i)]);
+    auto it = std::find(node_ids.begin(), node_ids.end(), node);
+    if (it == node_ids.end()) {
+      node_ids.push_back(node);
+      local.emplace_back();
+      it = node_ids.end() - 1;
+    }
+    local[static_cast<size_t>(it - node_ids.begin())].push_back(i);
+  }
+  if (local.size() < 2) return plan;
+  const size_t k = local.front().size();
+  for (const auto& l : local)
+    if (l.size() != k) return plan;
+  if (k < 2) return plan;
+  std::vector<int> nics;
+  for (int i : local.front()) {
+    const int nic = p.nic_of(members[static_cast<size_t>(i)]);
+    if (std::find(nics.begin(), nics.end(), nic) == nics.end()) nics.push_back(nic);
+  }
+  const int ki = static_cast<int>(k);
+  int C = std::min(2 * static_cast<int>(nics.size()), kMaxChannels);
+  if (C % ki != 0) C = (C + ki - 1) / ki * ki;
+  plan.channels = C;
+  plan.rails = static_cast<int>(nics.size());
+  plan.order.reserve(static_cast<size_t>(C * n));
+  for (int c = 0; c < C; ++c)
+    for (const auto& l : local)
+      for (int t = 0; t < ki; ++t) plan.order.push_back(l[static_cast<size_t>((c + 1 + t) % ki)]);
+  plan.pos.assign(static_cast<size_t>(C * n), 0);
+  for (int c = 0; c < C; ++c)
+    for (int q = 0; q < n; ++q) plan.pos[static_cast<size_t>(c * n + plan.order[static_cast<size_t>(c * n + q)])] = q;
+  return plan;
+}
+
 std::span<const Algo> candidate_algos(OpKind op) {
   if (op == OpKind::kBarrier) return kBarrierOnly;
   return kAll;
@@ -311,7 +371,7 @@ Time predict_time(const HardwareProfile& p, std::span<const int> members, const 
                   Algo algo) {
   SHARDLAB_CHECK(algo != Algo::kAuto);
   Replay R(p, members, s.elem_size);
-  replay(R, s, algo);
+  replay(R, algo == Algo::kRing ? ring_plan(p, members) : RingPlan{}, s, algo);
   return R.makespan();
 }
 
@@ -321,7 +381,7 @@ std::vector<MemberClock> replay_collective(const HardwareProfile& p, std::span<c
                                            std::vector<ReplayMark>* marks) {
   SHARDLAB_CHECK(algo != Algo::kAuto && clocks.size() == members.size());
   Replay R(p, members, s.elem_size, clocks, me, marks);
-  replay(R, s, algo);
+  replay(R, algo == Algo::kRing ? ring_plan(p, members) : RingPlan{}, s, algo);
   return R.clocks();
 }
 

@@ -84,6 +84,45 @@ inline Time collective_launch(const HardwareProfile& p, int group_size) {
   return group_size > 1 ? us_to_time(p.device.collective_launch_us) : 0;
 }
 
+// ---- Channels: rings across nodes over every rail ---------------------------
+// NCCL runs a collective on several channels, each a ring over the group
+// with its own order, the buffer split between them. Its topology search
+// (graph/search.cc) finds one ring per NIC the node's GPUs reach, each at
+// that NIC's speed, and graph/connect.cc then duplicates every ring
+// (nChannels * 2, at most MAXCHANNELS = 32); tuning.cc models the ring's
+// bus bandwidth as nChannels x the per-channel speed. Here, for a group
+// that spans nodes with k >= 2 members on every node:
+//   rails R    = the distinct NICs (profile "nics") near one node's members
+//   channels C = min(2R, 32), rounded up to a multiple of k (every member
+//                then leaves its node on as many channels as any other, so
+//                symmetric members stay symmetric)
+//   channel c's ring takes the nodes in order of first appearance and, on
+//                each node, its members (in group order) L[0..k) starting
+//                at L[(c+1) mod k]: L[c+1], L[c+2], ..., L[c]. So on channel
+//                c every node is left from L[c mod k] (through its NIC) and
+//                entered at L[(c+1) mod k]: the node-crossing hops of
+//                channels c mod k != c' mod k leave from different GPUs,
+//                hence different NICs when the node has one per GPU.
+// Member i owns chunk_range(count, n, i) of the buffer, as with one ring;
+// channel c moves sub-chunk c of every member's chunk (chunk_range of the
+// chunk over C), each message charged ceil(ceil(count/n)/C) elements.
+// A group inside one node, with uneven members per node, or one member per
+// node keeps the single ring in group order (channels 1): with k = 1 the
+// duplicated rings would share the one NIC and take the same time.
+struct RingPlan {
+  int channels = 1;
+  int rails = 1;
+  std::vector<int> order;  // channels x n: group index at ring position p of channel c
+  std::vector<int> pos;    // channels x n: ring position of group index i on channel c
+  bool single() const { return channels == 1 && order.empty(); }
+  int next(int c, int i, int n) const;  // group index after i on channel c
+  int prev(int c, int i, int n) const;
+  int at(int c, int p, int n) const { return order[static_cast<size_t>(c * n + ((p % n) + n) % n)]; }
+  int position(int c, int i, int n) const { return pos[static_cast<size_t>(c * n + i)]; }
+};
+inline constexpr int kMaxChannels = 32;  // NCCL's MAXCHANNELS
+RingPlan ring_plan(const HardwareProfile& p, std::span<const int> members);
+
 // The algorithms auto chooses among for `op`, in tie-break order.
 std::span<const Algo> candidate_algos(OpKind op);
 

@@ -28,6 +28,10 @@ struct GPTConfig {
   int moe_every = 1;           // blocks with layer % moe_every == 0 are MoE
   double aux_coef = 0.01;      // loss = CE + aux_coef * Σ_layers aux
   double capacity_factor = 0;  // <= 0: no capacity limit
+  // Attention and hidden dropout probability (Megatron's, both the same). > 0
+  // charges the dropout kernels (kernels.h dropout_*_cost) and is modeled in
+  // time only: phantom runs (the arithmetic has no dropout).
+  double dropout = 0;
 
   int head_size() const { return n_embd / n_head; }
   int ffn_hidden() const { return n_ffn > 0 ? n_ffn : 4 * n_embd; }

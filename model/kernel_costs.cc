@@ -124,6 +124,9 @@ OpCost gelu_backward_cost(int64_t n, int elem) { return cost(20.0 * n, 4.0 * n, 
 OpCost residual_forward_cost(int64_t n, int elem) { return cost(1.0 * n, 3.0 * n, elem); }
 OpCost residual_backward_cost(int64_t n, int elem) { return cost(2.0 * n, 5.0 * n, elem); }
 
+OpCost dropout_forward_cost(int64_t n, int elem) { return cost(2.0 * n, 2.0 * n, elem, 1.0 * n); }
+OpCost dropout_backward_cost(int64_t n, int elem) { return cost(1.0 * n, 2.0 * n, elem, 1.0 * n); }
+
 OpCost crossentropy_forward_cost(int64_t N, int64_t V, int elem) {
   const double nv = static_cast<double>(N) * V;
   return cost(4 * nv, 2 * nv + N, elem, 4.0 * N);

@@ -143,6 +143,11 @@ void residual_forward(Real* out, const Real* inp1, const Real* inp2, int64_t n);
 template <typename Real>
 void residual_backward(Real* dinp1, Real* dinp2, const Real* dout, int64_t n);
 OpCost residual_forward_cost(int64_t n, int elem);
+// Dropout over n elements (PyTorch's, as Megatron-LM 2021 ran it): the
+// forward draws the mask, reads x, writes y and a 1-byte mask; the backward
+// reads dy and the mask, writes dx. Memory bound.
+OpCost dropout_forward_cost(int64_t n, int elem);
+OpCost dropout_backward_cost(int64_t n, int elem);
 OpCost residual_backward_cost(int64_t n, int elem);
 
 // ---- Softmax cross-entropy, mean over the N rows -----------------------------

@@ -4,7 +4,9 @@
 // pattern).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "runtime/profile.h"
 #include "runtime/time.h"
@@ -49,21 +51,37 @@ class LinkModel {
   }
 };
 
-// Devices on one node talk over the intra-node link, others over the inter-node one.
+// Devices on one node talk over the intra-node link, others over the
+// inter-node one: through the NIC (rail) each device is near (profile
+// "nics"). A device's inter-node ports are its share of that NIC: a NIC
+// near k GPUs gives each of them 1/k of its rate, so the node's GPUs
+// together never move more than its NICs do (a static share; concurrent
+// flows sharing a NIC's bandwidth dynamically is not modeled). A message
+// runs at the lesser share of its two ends.
 class ProfileLinkModel final : public LinkModel {
  public:
   explicit ProfileLinkModel(const HardwareProfile& p)
       : devices_per_node_(p.devices_per_node),
         intra_(make_link(LinkClass::kIntra, p.intra)),
-        inter_(make_link(LinkClass::kInter, p.inter)) {}
+        inter_(make_link(LinkClass::kInter, p.inter)) {
+    share_.reserve(static_cast<size_t>(p.devices_per_node));
+    for (int g = 0; g < p.devices_per_node; ++g) share_.push_back(p.nic_sharers(g));
+  }
   Link link(int src, int dst) const override {
-    return src / devices_per_node_ == dst / devices_per_node_ ? intra_ : inter_;
+    if (src / devices_per_node_ == dst / devices_per_node_) return intra_;
+    const int k = std::max(share_[static_cast<size_t>(src % devices_per_node_)],
+                           share_[static_cast<size_t>(dst % devices_per_node_)]);
+    if (k == 1) return inter_;
+    Link l = inter_;
+    l.bytes_per_second = std::max<uint64_t>(1, inter_.bytes_per_second / static_cast<uint64_t>(k));
+    return l;
   }
 
  private:
   int devices_per_node_;
   Link intra_;
   Link inter_;
+  std::vector<int> share_;  // GPUs sharing each local GPU's NIC
 };
 
 }  // namespace shardlab

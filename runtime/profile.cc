@@ -17,6 +17,18 @@ uint64_t LinkSpec::bytes_per_second() const {
   return static_cast<uint64_t>(std::llround(bandwidth_GBps * 1e9));
 }
 
+int HardwareProfile::nic_of(int rank) const {
+  const int local = rank % devices_per_node;
+  for (size_t n = 0; n < nics.size(); ++n)
+    for (int g : nics[n])
+      if (g == local) return static_cast<int>(n);
+  return local;
+}
+
+int HardwareProfile::nic_sharers(int rank) const {
+  return nics.empty() ? 1 : static_cast<int>(nics[static_cast<size_t>(nic_of(rank))].size());
+}
+
 uint64_t HardwareProfile::memory_bytes() const {
   return static_cast<uint64_t>(std::llround(device.memory_GiB * 1024.0 * 1024.0 * 1024.0));
 }
@@ -27,7 +39,8 @@ uint64_t HardwareProfile::memory_bytes() const {
 //     H100 SXM: 67 fp32, 989 bf16 dense, 3.35 TB/s, 80 GB).
 //  - Link bandwidths per direction: NVLink3 300 GB/s (A100), NVLink4 450 GB/s (H100),
 //    PCIe Gen4 x16 ~32 GB/s, InfiniBand HDR 200 Gb/s = 25 GB/s and NDR 400 Gb/s = 50 GB/s
-//    per GPU (one NIC per GPU, as in DGX A100 / DGX H100).
+//    per NIC. DGX A100 / DGX H100: one NIC per GPU (8 rails); the 4-NIC A100 nodes of
+//    NVIDIA/nccl#1048 ("A100 * 8, IB 200Gb * 4"): a NIC per two GPUs.
 //  - Per-hop latencies sit between NCCL's own LL and Simple-protocol figures in its
 //    tuning model (src/graph/tuning.cc, hwLat: NVLink 0.5-3.4 us, PCIe 1.0-5.7 us,
 //    network 2.7-14 us) and OSU osu_latency device-to-device results with GPUDirect RDMA.
@@ -38,11 +51,13 @@ uint64_t HardwareProfile::memory_bytes() const {
 //  - GEMM: sm_count 108 (A100) / 132 (H100 SXM) from the datasheets; output tiles
 //    256x128, 128x128, 128x64 and 64x64, the cuBLAS tile shapes NVIDIA's "Matrix
 //    Multiplication Background User's Guide" discusses (one 256x128 tile per SM: a
-//    wave of 108 tiles on A100); max efficiency of bf16 GEMMs on A100: 0.64 (200 of
-//    312 TFLOP/s), the one end-to-end calibration of the model: fitted once to
-//    Narayanan et al. 2021 Table 1 (ten runs, 32 to 3,072 A100s; README "Scale"),
-//    where it also absorbs what the model leaves out (dropout kernels, clocks below
-//    boost under sustained tensor-core load, host gaps between kernels). cuBLAS alone
+//    wave of 108 tiles on A100); max efficiency of bf16 GEMMs on A100: 0.665 (207.5
+//    of 312 TFLOP/s), the one end-to-end calibration of the model: fitted once to
+//    Narayanan et al. 2021 Table 1 as the 2021 code ran it (ten runs, 32 to 3,072
+//    A100s, no SP, scatter/gather between stages, dropout; README "Scale"; 0.64
+//    before those and the channels over every rail were modeled), where it also
+//    absorbs what the model leaves out (clocks below boost under sustained
+//    tensor-core load, host gaps between kernels). cuBLAS alone
 //    reaches 75-85% of peak in short benchmarks. H100 0.75 (~740 of 989: an
 //    assumption of the same order, not calibrated); fp32 SGEMM 0.97 (cuBLAS 18.88 of 19.49 TFLOP/s on an A100 80GB,
 //    M=5120 N=K=4096, Yinghan-Li/YHs_Sample#4).
@@ -67,19 +82,30 @@ const std::vector<HardwareProfile>& builtin_profiles() {
     auto link = [](double lat, double bw, int header, int sm_payload, int copy_payload) {
       return LinkSpec{lat, bw, header, sm_payload, copy_payload};
     };
-    const DeviceSpec a100 = device(19.5, 312.0, 2039.0, 108, 0.64);
+    const DeviceSpec a100 = device(19.5, 312.0, 2039.0, 108, 0.665);
     const DeviceSpec h100 = device(67.0, 989.0, 3350.0, 132, 0.75);
     const LinkSpec hdr = link(5.0, 25.0, 42, 4096, 4096);
+    // NICs: DGX A100 and DGX H100 have eight compute NICs, one per GPU (a
+    // rail each: the default, "nics" absent); the 4-NIC A100 servers of
+    // NVIDIA/nccl#1048 share one between two GPUs.
+    const std::vector<std::vector<int>> one_per_gpu;
+    const std::vector<std::vector<int>> one_per_pair = {{0, 1}, {2, 3}, {4, 5}, {6, 7}};
     std::vector<HardwareProfile> v;
     v.push_back({"a100-nvlink",
                  "DGX A100 nodes (as Selene's): NVLink3 over NVSwitch inside a node, one "
                  "InfiniBand HDR NIC per GPU between",
-                 4, 8, a100, link(2.0, 300.0, 32, 128, 256), hdr});
+                 4, 8, a100, link(2.0, 300.0, 32, 128, 256), hdr, one_per_gpu});
+    v.push_back({"a100-nvlink-4nic",
+                 "A100 SXM nodes with four InfiniBand HDR NICs, each shared by two GPUs "
+                 "(NVIDIA/nccl#1048): NVLink3 over NVSwitch inside a node",
+                 4, 8, a100, link(2.0, 300.0, 32, 128, 256), hdr, one_per_pair});
     v.push_back({"a100-pcie",
                  "A100 PCIe servers: PCIe Gen4 x16 inside a node, InfiniBand HDR between", 4, 8,
                  a100, link(3.0, 32.0, 24, 128, 256), hdr});
-    v.push_back({"h100-nvlink", "DGX H100 nodes: NVLink4 inside a node, InfiniBand NDR between", 4,
-                 8, h100, link(1.5, 450.0, 32, 128, 256), link(4.0, 50.0, 42, 4096, 4096)});
+    v.push_back({"h100-nvlink",
+                 "DGX H100 nodes: NVLink4 inside a node, one InfiniBand NDR 400G NIC per GPU between",
+                 4, 8, h100, link(1.5, 450.0, 32, 128, 256), link(4.0, 50.0, 42, 4096, 4096),
+                 one_per_gpu});
     return v;
   }();
   return kProfiles;
@@ -117,9 +143,11 @@ nlohmann::json profile_to_json(const HardwareProfile& p) {
         {"tiles", tiles_to_json(d.gemm.tiles)},
         {"max_efficiency",
          {{"fp32", d.gemm.max_efficiency_fp32}, {"bf16", d.gemm.max_efficiency_bf16}}}};
-  return {{"name", p.name},   {"description", p.description},
-          {"nodes", p.nodes}, {"devices_per_node", p.devices_per_node},
-          {"device", device}, {"links", {{"intra", link(p.intra)}, {"inter", link(p.inter)}}}};
+  nlohmann::json j{{"name", p.name},   {"description", p.description},
+                   {"nodes", p.nodes}, {"devices_per_node", p.devices_per_node},
+                   {"device", device}, {"links", {{"intra", link(p.intra)}, {"inter", link(p.inter)}}}};
+  if (!p.nics.empty()) j["nics"] = p.nics;
+  return j;
 }
 
 namespace {
@@ -220,7 +248,7 @@ void read_device_model(const Reader& r, const nlohmann::json& j, DeviceSpec& d) 
 // the default without a word: a field not here is an error.
 bool known_field(std::string_view path) {
   static const std::set<std::string_view> kFields = {
-      "name", "description", "nodes", "devices_per_node", "device", "links",
+      "name", "description", "nodes", "devices_per_node", "device", "links", "nics",
       "device.peak_tflops", "device.peak_tflops.fp32", "device.peak_tflops.bf16", "device.mem_bandwidth_GBps",
       "device.memory_GiB", "device.launch_overhead_us", "device.compute_efficiency", "device.mem_efficiency",
       "device.collective_launch_us", "device.gemm", "device.gemm.sm_count", "device.gemm.tiles",
@@ -242,6 +270,33 @@ void check_fields(const Reader& r, const nlohmann::json& j, const std::string& p
     if (!known_field(path)) r.fail(fmt::format("unknown field \"{}\" (a misspelt field would be ignored)", path));
     if (value.is_object()) check_fields(r, value, path);
   }
+}
+
+// "nics": a non-empty list of NICs, each a non-empty list of local GPU
+// indices; every GPU of a node near exactly one NIC.
+void read_nics(const Reader& r, const nlohmann::json& nics, HardwareProfile& p) {
+  if (!nics.is_array() || nics.empty())
+    r.fail("field \"nics\" must be a list of NICs, each the list of the local GPUs near it ([[0, 1], [2, 3]])");
+  std::vector<int> owner(static_cast<size_t>(p.devices_per_node), -1);
+  for (size_t n = 0; n < nics.size(); ++n) {
+    const std::string path = fmt::format("nics.{}", n);
+    if (!nics[n].is_array() || nics[n].empty()) r.fail(fmt::format("field \"{}\" must be a non-empty list of GPUs", path));
+    std::vector<int> gpus;
+    for (size_t i = 0; i < nics[n].size(); ++i) {
+      const auto& g = nics[n][i];
+      if (!g.is_number_integer() || g.get<int64_t>() < 0 || g.get<int64_t>() >= p.devices_per_node)
+        r.fail(fmt::format("field \"{}.{}\" must be a local GPU index in [0, {})", path, i, p.devices_per_node));
+      const int gpu = g.get<int>();
+      if (owner[static_cast<size_t>(gpu)] >= 0)
+        r.fail(fmt::format("field \"{}\": GPU {} is already near NIC {} (each GPU is near one NIC)", path, gpu,
+                           owner[static_cast<size_t>(gpu)]));
+      owner[static_cast<size_t>(gpu)] = static_cast<int>(n);
+      gpus.push_back(gpu);
+    }
+    p.nics.push_back(std::move(gpus));
+  }
+  for (size_t g = 0; g < owner.size(); ++g)
+    if (owner[g] < 0) r.fail(fmt::format("field \"nics\": GPU {} is near no NIC (each GPU is near one)", g));
 }
 
 }  // namespace
@@ -280,6 +335,7 @@ HardwareProfile profile_from_json(const nlohmann::json& j, std::string_view orig
       spec->copy_payload_bytes = r.count(j, base + ".packet.copy_payload_bytes");
     }
   }
+  if (j.contains("nics")) read_nics(r, j["nics"], p);
   return p;
 }
 

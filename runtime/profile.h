@@ -17,6 +17,12 @@
 //                                GEMM tile and wave quantization (off)
 //   links.<class>.packet.{header_bytes, sm_payload_bytes, copy_payload_bytes}
 //                                packet headers on the wire (none)
+//   nics                         the node's NICs, each the list of local GPU
+//                                indices near it: [[0], [1], ...] (one NIC per
+//                                GPU, the default) or [[0, 1], [2, 3], ...] (a
+//                                NIC shared by two GPUs). Every GPU is near
+//                                exactly one NIC; each NIC runs at
+//                                links.inter's rate (its rail).
 // The built-in values and their public sources: profile.cc, README "Cost model".
 #pragma once
 
@@ -93,9 +99,16 @@ struct HardwareProfile {
   DeviceSpec device;
   LinkSpec intra;
   LinkSpec inter;
+  // NICs per node, each the local GPU indices near it; empty: one per GPU.
+  std::vector<std::vector<int>> nics;
 
   int total_devices() const { return nodes * devices_per_node; }
   int node_of(int rank) const { return rank / devices_per_node; }
+  int nic_count() const { return nics.empty() ? devices_per_node : static_cast<int>(nics.size()); }
+  // The NIC (rail) the device `rank` sends and receives on across nodes.
+  int nic_of(int rank) const;
+  // How many GPUs of a node share that NIC (each gets its share of the rate).
+  int nic_sharers(int rank) const;
   const LinkSpec& link(LinkClass c) const { return c == LinkClass::kIntra ? intra : inter; }
   uint64_t memory_bytes() const;
 };

@@ -68,6 +68,7 @@ struct Row {
   uint64_t bytes = 0;
   size_t count = 0;
   coll::Algo algo = coll::Algo::kAuto;
+  int channels = 1;  // rings the ring algorithm runs (collectives/tuner.h RingPlan)
   Time time = 0;
   std::optional<double> host_s;  // per collective; empty on phantom rows
   std::optional<double> max_error;
@@ -206,6 +207,9 @@ Row measure(const HardwareProfile& profile, const Setup& s, uint64_t bytes, std:
   row.algo = s.algo == coll::Algo::kAuto
                  ? coll::select_algo(profile, world, coll::CollShape{s.op, row.count, element_size(Precision::kFp32), 0})
                  : s.algo;
+  const bool rings = row.algo == coll::Algo::kRing &&
+                     (s.op == OpKind::kAllReduce || s.op == OpKind::kReduceScatter || s.op == OpKind::kAllGather);
+  row.channels = rings ? coll::ring_plan(profile, world).channels : 1;
   const uint64_t host_bytes = row.bytes * static_cast<uint64_t>(n) * (s.op == OpKind::kAllToAll ? 2 : 1);
   const bool phantom = host_bytes > kHostBudget;
   const int iters = phantom || s.trace ? 0 : static_cast<int>(std::clamp<uint64_t>((512ull << 20) / std::max<uint64_t>(host_bytes, 1), 2, 20));
@@ -312,6 +316,7 @@ void print_json(const std::vector<Row>& rows, const Setup& s, const CollFlags& f
   for (const Row& r : rows) {
     const Derived d = derive(r, s);
     nlohmann::json row{{"bytes", r.bytes}, {"count", r.count}, {"algo", coll::algo_name(r.algo)},
+                       {"channels", r.channels},
                        {"time_us", to_us(r.time)}, {"algbw_GBps", d.algbw}, {"busbw_GBps", d.busbw},
                        {"host_time_us", nullptr}, {"host_busbw_GBps", nullptr}, {"max_error", nullptr}};
     if (r.host_s) row["host_time_us"] = *r.host_s * 1e6;
@@ -325,19 +330,23 @@ void print_json(const std::vector<Row>& rows, const Setup& s, const CollFlags& f
 void print_table(const std::vector<Row>& rows, const Setup& s, const HardwareProfile& p, double wall) {
   fmt::print("# shardlab collectives: {} over {} ranks ({} node{}), algo {}, profile {}\n", coll::op_kind_name(s.op),
              s.ranks, p.node_of(s.ranks - 1) + 1, p.node_of(s.ranks - 1) > 0 ? "s" : "", coll::algo_name(s.algo), p.name);
-  fmt::print("# links: intra {:.2f} us {:.1f} GB/s, inter {:.2f} us {:.1f} GB/s per direction\n", p.intra.latency_us,
-             p.intra.bandwidth_GBps, p.inter.latency_us, p.inter.bandwidth_GBps);
-  fmt::print("# {:>10} {:>10} {:>6} {:>5} {:>6} {:>11} {:>8} {:>8} {:>11} {:>9} {:>9}\n", "size(B)", "count", "type",
-             "redop", "algo", "time(us)", "algbw", "busbw", "host(us)", "host_bus", "max_err");
+  fmt::print("# links: intra {:.2f} us {:.1f} GB/s, inter {:.2f} us {:.1f} GB/s per direction per NIC, {} NIC{} "
+             "per node\n",
+             p.intra.latency_us, p.intra.bandwidth_GBps, p.inter.latency_us, p.inter.bandwidth_GBps, p.nic_count(),
+             p.nic_count() > 1 ? "s" : "");
+  fmt::print("# {:>10} {:>10} {:>6} {:>5} {:>6} {:>4} {:>11} {:>8} {:>8} {:>11} {:>9} {:>9}\n", "size(B)", "count",
+             "type", "redop", "algo", "ch", "time(us)", "algbw", "busbw", "host(us)", "host_bus", "max_err");
   const char* redop = reduces(s.op) ? coll::reduce_op_name(s.redop) : "none";
   for (const Row& r : rows) {
     const Derived d = derive(r, s);
-    fmt::print("  {:>10} {:>10} {:>6} {:>5} {:>6} {:>11.2f} {:>8.2f} {:>8.2f} {:>11} {:>9} {:>9}\n", r.bytes, r.count,
-               "float", redop, coll::algo_name(r.algo), to_us(r.time), d.algbw, d.busbw,
+    fmt::print("  {:>10} {:>10} {:>6} {:>5} {:>6} {:>4} {:>11.2f} {:>8.2f} {:>8.2f} {:>11} {:>9} {:>9}\n", r.bytes,
+               r.count, "float", redop, coll::algo_name(r.algo), r.channels, to_us(r.time), d.algbw, d.busbw,
                r.host_s ? fmt::format("{:.1f}", *r.host_s * 1e6) : "-",
                d.host_busbw ? fmt::format("{:.2f}", *d.host_busbw) : "-",
                r.max_error ? fmt::format("{:.0e}", *r.max_error) : "-");
   }
+  fmt::print("# ch: channels (rings, each leaving a node through another NIC; 1 for other algorithms); protocol: "
+             "one (NCCL's Simple-like: the packet model of the links)\n");
   fmt::print("# time, algbw, busbw (GB/s): virtual; host: this machine's wall clock per collective ({:.2f} s total)\n",
              wall);
 }

@@ -20,15 +20,16 @@ void add_profiles_command(CLI::App& app) {
       fmt::print("{}\n", list.dump(2));
       return 0;
     }
-    fmt::print("{:<12} {:>5} {:>5} {:>9} {:>9} {:>8} {:>7}  {:>17}  {:>17}\n", "name", "nodes",
+    // inter: per NIC; NICs: per node (profile "nics").
+    fmt::print("{:<16} {:>5} {:>5} {:>9} {:>9} {:>8} {:>7}  {:>17}  {:>17} {:>4}\n", "name", "nodes",
                "gpus", "fp32 TF/s", "bf16 TF/s", "HBM GB/s", "mem GiB", "intra us / GB/s",
-               "inter us / GB/s");
+               "inter us / GB/s", "NICs");
     for (const auto& p : builtin_profiles()) {
-      fmt::print("{:<12} {:>5} {:>5} {:>9.1f} {:>9.1f} {:>8.0f} {:>7.0f}  {:>7.2f} / {:>7.1f}  {:>7.2f} / {:>7.1f}\n",
+      fmt::print("{:<16} {:>5} {:>5} {:>9.1f} {:>9.1f} {:>8.0f} {:>7.0f}  {:>7.2f} / {:>7.1f}  {:>7.2f} / {:>7.1f} {:>4}\n",
                  p.name, p.nodes, p.devices_per_node, p.device.peak_tflops_fp32,
                  p.device.peak_tflops_bf16, p.device.mem_bandwidth_GBps, p.device.memory_GiB,
                  p.intra.latency_us, p.intra.bandwidth_GBps, p.inter.latency_us,
-                 p.inter.bandwidth_GBps);
+                 p.inter.bandwidth_GBps, p.nic_count());
     }
     for (const auto& p : builtin_profiles()) fmt::print("  {}: {}\n", p.name, p.description);
     return 0;

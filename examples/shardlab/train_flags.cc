@@ -62,6 +62,10 @@ void add_model_flags(CLI::App* sub, TrainFlags& f) {
   sub->add_option("--capacity-factor", f.capacity_factor, "Expert capacity factor (0 = unlimited)")
       ->capture_default_str()
       ->check(number_in(0, 1e6));
+  sub->add_option("--dropout", f.dropout,
+                  "Attention and hidden dropout probability: its kernels are charged (phantom runs only)")
+      ->capture_default_str()
+      ->check(number_in(0, 0.999));
 }
 
 namespace {
@@ -103,6 +107,9 @@ void add_parallel_flags(CLI::App* sub, TrainFlags& f) {
   degree("--dp", f.dp, "Data-parallel degree");
   degree("--tp", f.tp, "Tensor-parallel degree (Megatron)");
   sub->add_flag("--sp", f.sp, "Sequence parallelism (with --tp)");
+  sub->add_flag("--scatter-gather", f.scatter_gather,
+                "Without --sp: each TP rank sends 1/tp of the activations between stages, an all-gather "
+                "over the TP group reassembles them (Megatron-LM 2021)");
   sub->add_option("--zero", f.zero,
                   "ZeRO stage over dp: 0, 1 (optimizer states), 2 (+ gradients) or 3 (+ parameters: FSDP units)")
       ->capture_default_str();
@@ -200,6 +207,7 @@ model::GPTConfig TrainFlags::model_config() const {
   c.moe_every = moe_every;
   c.aux_coef = aux_coef >= 0 ? aux_coef : (experts > 0 ? 0.01 : 0.0);
   c.capacity_factor = capacity_factor;
+  c.dropout = dropout;
   if (vocab_divisible_by && *vocab_divisible_by < 1)
     throw ConfigError(fmt::format("--make-vocab-size-divisible-by must be at least 1 (got {})", *vocab_divisible_by));
   const int multiple = vocab_divisible_by.value_or(info.pads_vocab && vocab == 0 ? 128 : 0);
@@ -253,6 +261,7 @@ train::TrainOptions TrainFlags::options() const {
   o.parallel.dp = dp;
   o.parallel.tp = tp;
   o.parallel.sp = sp;
+  o.parallel.scatter_gather = scatter_gather;
   o.parallel.zero = zero;
   o.parallel.bucket_mb = bucket_mb;
   o.parallel.overlap = !no_overlap;

@@ -24,6 +24,7 @@ struct TrainFlags {
   int experts = 0, top_k = 2, moe_every = 1;
   double aux_coef = -1;  // <0: 0.01 when experts > 0
   double capacity_factor = 0;
+  double dropout = 0;
   int steps = 100;
   uint64_t seed = 1337;
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1, grad_clip = 1.0;
@@ -38,7 +39,7 @@ struct TrainFlags {
   std::string cp_comm = "ring";  // ring or allgather
   std::optional<int> vpp;  // unset: the schedule's own chunk count (2 for zb-v and dualpipev, else 1)
   std::string schedule = "1f1b", pp_layers, recompute = "none";
-  bool sp = false, no_overlap = false, phantom = false, no_fold = false;
+  bool sp = false, scatter_gather = false, no_overlap = false, phantom = false, no_fold = false;
   bool reshard_after_forward = true, prefetch = true;  // ZeRO-3
   int hsdp = 0;
   std::string phantom_routing = "uniform";

@@ -58,6 +58,8 @@ ShardedGPT::ShardedGPT(const model::GPTConfig& config, uint64_t seed, Device& de
   ctx_.dev = &dev;
   ctx_.group = &tp_group_;
   ctx_.sp = options.sequence_parallel;
+  ctx_.dropout = config_.dropout > 0;
+  scatter_gather_ = options.scatter_gather && !ctx_.sp;
   ctx_.attention = options.attention;
   SHARDLAB_CHECK(cp_ == 1 || ctx_.attention, "context parallelism needs its attention core");
   ctx_.phantom_zipf = options.phantom_zipf;
@@ -78,6 +80,8 @@ ShardedGPT::ShardedGPT(const model::GPTConfig& config, uint64_t seed, Device& de
   params_.assign(layout_.numel(), 0.0f);
   grads_.assign(layout_.numel(), 0.0f);
   if (!params_.phantom()) layout_.init(model::ParamTable(config_), seed, params_.data());
+  SHARDLAB_CHECK(!ctx_.dropout || params_.phantom(),
+                 "dropout is modeled in time only: phantom runs (--phantom)");
   w_ = layout_.view(params_.data());
   g_ = layout_.view(grads_.data());
   pools_.resize(size_t(place_.vpp));
@@ -182,6 +186,20 @@ float* ShardedGPT::receive_buffer(std::vector<Buf<float>>& pool, int buffer) {
   Buf<float>& b = pool[size_t(buffer)];
   if (b.empty()) b.assign(boundary_elements(), 0.0f);
   return b.data();
+}
+
+int ShardedGPT::boundary_parts() const {
+  const int tp = tp_group_.size();
+  return scatter_gather_ && tp > 1 && boundary_elements() % tp == 0 ? tp : 1;
+}
+
+void ShardedGPT::gather_boundary(float* buffer) {
+  const int parts = boundary_parts();
+  if (parts == 1) return;
+  const int64_t n = boundary_elements() / parts;
+  std::vector<float> mine;  // the received part, gathered back into the whole buffer
+  if (buffer) mine.assign(buffer + boundary_part() * n, buffer + (boundary_part() + 1) * n);
+  gather_from_sequence_parallel_fwd(ctx_, buffer ? mine.data() : nullptr, buffer, n);
 }
 
 float* ShardedGPT::activation_buffer(int chunk, int buffer) {

@@ -76,6 +76,10 @@ class BlockHooks {
 
 struct ShardedOptions {
   bool sequence_parallel = false;
+  // Megatron-LM's scatter/gather between pipeline stages (Narayanan et al.
+  // 2021, sec. 4.1), without SP: each TP rank sends and receives 1/tp of the
+  // (replicated) boundary tensor, then the TP group all-gathers it.
+  bool scatter_gather = false;
   Recompute recompute = Recompute::kNone;
   StagePlacement placement;  // default: every block on one stage
   const AttentionCore* attention = nullptr;  // null: LocalAttention
@@ -108,6 +112,9 @@ class ShardedGPT final : public LocalModel, public StageModel {
   // StageModel (the pipeline executor's calls).
   const StagePlacement& placement() const override { return place_; }
   int64_t boundary_elements() const override { return dims_.rows() * dims_.C; }
+  int boundary_parts() const override;
+  int boundary_part() const override { return tp_group_.rank(); }
+  void gather_boundary(float* buffer) override;
   float* activation_buffer(int chunk, int buffer) override;
   float* gradient_buffer(int chunk, int buffer) override;
   void forward(int chunk, int mb, int buffer, const MicroBatchTokens& tokens) override;
@@ -205,6 +212,7 @@ class ShardedGPT final : public LocalModel, public StageModel {
   collectives::ProcessGroup tp_group_;
   std::optional<collectives::ProcessGroup> ep_group_, capacity_group_;
   TpContext ctx_;
+  bool scatter_gather_ = false;  // ShardedOptions::scatter_gather, without SP
   BlockHooks* hooks_ = nullptr;
   Recompute recompute_ = Recompute::kNone;
   int cp_ = 1, cp_rank_ = 0;

@@ -38,7 +38,12 @@ TrainOptions published_run_options(const PublishedRun& row) {
   p.tp = row.tp;
   p.pp = row.pp;
   p.dp = row.gpus / (row.tp * row.pp);
-  p.sp = row.tp > 1;
+  // As the 2021 code ran: no sequence parallelism (LayerNorm and dropout
+  // replicated on each TP rank, TP all-reduces), the scatter/gather of
+  // activations between stages, attention and hidden dropout 0.1.
+  p.sp = false;
+  p.scatter_gather = true;
+  o.model.dropout = 0.1;
   p.recompute = parallel::Recompute::kFull;
   p.overlap = false;  // Megatron-LM 2021 all-reduced the gradients after the pipeline flush
   const int per_replica = o.model.batch_size / p.dp;

@@ -18,8 +18,11 @@
 //     micro-batch of B/dp per step (no bubble to pay for);
 //   the interleaved 1F1B schedule with 2 model chunks per rank (3 when the
 //     stage's layers are odd), the paper's schedule;
-//   sequence parallelism as the stand-in of the paper's scatter/gather of
-//     activations between stages (each TP rank sends 1/t of them, §4.1);
+//   no sequence parallelism (2021's code had none: LayerNorm and dropout
+//     replicated on the TP ranks, TP all-reduces) and the paper's
+//     scatter/gather of activations between stages (each TP rank sends 1/t
+//     of them, an all-gather over NVLink reassembles them, §4.1);
+//   attention and hidden dropout 0.1, their kernels charged (phantom);
 //   no ZeRO (the paper's optimizer is replicated over dp), and the gradient
 //     all-reduce after the whole forward-backward (Megatron-LM 2021's
 //     DistributedDataParallel did not overlap it with backward).

@@ -87,6 +87,7 @@ void DeviceSetup::make_model(const DeviceProgram& p, Device& dev) {
                                      global_routing ? &data_group() : nullptr};
   parallel::ShardedOptions so;
   so.sequence_parallel = par.sp;
+  so.scatter_gather = par.scatter_gather;
   so.recompute = par.recompute;
   so.phantom_zipf = o.phantom_zipf;
   so.placement = {par.pp, par.vpp, coords.pp, par.stage_layers, par.stage_order()};

@@ -58,6 +58,10 @@ void validate_parallel(const TrainOptions& o) {
   require(m.batch_size % (o.micro_batches * p.dp) == 0,
           fmt::format("--batch {} is not divisible by --micro-batches {} x --dp {}", m.batch_size,
                       o.micro_batches, p.dp));
+  require(m.dropout >= 0 && m.dropout < 1, fmt::format("--dropout must be in [0, 1) (got {})", m.dropout));
+  require(m.dropout == 0 || o.phantom,
+          "--dropout is modeled in time only (its kernels are charged, not computed): it needs --phantom");
+  require(!p.scatter_gather || !p.sp, "--scatter-gather is for runs without --sp (SP already sends 1/tp)");
   parallel::check_pipeline_config(p.schedule, p.pp, o.micro_batches, p.vpp);
   validate_context_parallel(o);
   parallel::check_parallel_shape(m, {p.tp, p.sp, p.pp, p.vpp, p.stage_layers, p.ep, p.dp});

@@ -42,6 +42,10 @@ struct ParallelOptions {
   int dp = 1;                 // data parallel
   int tp = 1;                 // tensor parallel (Megatron)
   bool sp = false;            // sequence parallelism (with tp)
+  // Without SP, with tp and pp: Megatron-LM's scatter/gather of activations
+  // between stages (each TP rank sends 1/tp, an all-gather over the TP group
+  // reassembles them; ShardedOptions::scatter_gather).
+  bool scatter_gather = false;
   int zero = 0;               // ZeRO stage 0, 1, 2 or 3 (FSDP) over dp
   bool reshard_after_forward = true;  // ZeRO-3: free each unit after its forward
   bool prefetch = true;       // ZeRO-3: gather the next unit during this one

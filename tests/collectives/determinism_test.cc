@@ -92,6 +92,15 @@ TEST(DeterminismTest, TwentyRunsWithRandomHostSleepsAreBitIdentical) {
   }
 }
 
+TEST(DeterminismTest, ChannelsAcrossTwoNodesAreBitIdenticalUnderRandomHostSleeps) {
+  // 16 ranks on two nodes: the ring algorithms run 16 channels (tuner.h RingPlan).
+  const Outcome first = run_everything(16, 7, nullptr);
+  for (int run = 0; run < 3; ++run) {
+    RandomSleeps sleeps(static_cast<uint64_t>(run) + 1);
+    EXPECT_EQ(run_everything(16, 7, &sleeps), first) << "run " << run;
+  }
+}
+
 TEST(DeterminismTest, AllMembersHoldTheSameBits) {
   // all_reduce gives every member identical bits, whatever the algorithm.
   for (Algo algo : {Algo::kRing, Algo::kTree, Algo::kDirect}) {

@@ -240,14 +240,16 @@ TEST(TimingTest, AllReduceBusBandwidthAt256MiBIsWhatNcclTestsMeasures) {
   }
 }
 
-TEST(TimingTest, TwoNodesAreBoundByTheInterNodeLink) {
-  // 16 ranks on two a100-nvlink nodes: the ring crosses InfiniBand (25 GB/s,
-  // 42 B of headers per 4096 B packet: 24.75 GB/s) twice; every step waits
-  // for those hops, so busbw is the IB rate. Tolerance: within 3% below it.
+TEST(TimingTest, TwoNodesAreBoundByTheirEightRails) {
+  // 16 ranks on two a100-nvlink nodes: 16 channels (tuner.h RingPlan), each
+  // ring crossing InfiniBand (25 GB/s, 42 B of headers per 4096 B packet:
+  // 24.75 GB/s) from another GPU's NIC, so the 8 NICs of a node carry the
+  // rings at once: busbw is 8x the IB rate, less the 30 steps' latency.
+  // Tolerance: within 8% below it.
   const double ib = 25.0 * 4096 / (4096 + 42);
   const double busbw = busbw_GBps(16, OpKind::kAllReduce, 256ull << 20);
-  EXPECT_GT(busbw, 0.97 * ib) << busbw;
-  EXPECT_LE(busbw, ib);
+  EXPECT_GT(busbw, 0.92 * 8 * ib) << busbw;
+  EXPECT_LE(busbw, 8 * ib);
 }
 
 }  // namespace

@@ -158,6 +158,20 @@ TEST(KernelCost, GeluAndResidual) {
   EXPECT_DOUBLE_EQ(rb.bytes, (n + 2 * n + 2 * n) * kF32);  // 200 B
 }
 
+TEST(KernelCost, Dropout) {
+  constexpr double n = 10;
+  // forward: draw u, compare with p, scale kept x -> 2 per element; reads x,
+  // writes y at elem bytes and the mask at 1 byte.
+  const OpCost f = dropout_forward_cost(10, kB16);
+  EXPECT_DOUBLE_EQ(f.flops, 2 * n);
+  EXPECT_EQ(f.op_class, OpClass::kElementwise);
+  EXPECT_DOUBLE_EQ(f.bytes, 2 * n * kB16 + n);  // 50 B
+  // backward: dx = dy · mask / (1 - p): reads dy and the mask, writes dx.
+  const OpCost b = dropout_backward_cost(10, kB16);
+  EXPECT_DOUBLE_EQ(b.flops, n);
+  EXPECT_DOUBLE_EQ(b.bytes, 2 * n * kB16 + n);
+}
+
 TEST(KernelCost, CrossEntropy) {
   constexpr double V = 7, NV = N * V;
   // forward: a softmax per row (4 per logit); the per-row log and loss are

@@ -8,6 +8,7 @@
 
 #include "runtime/cost_model.h"
 #include "runtime/errors.h"
+#include "runtime/link_model.h"
 #include "runtime/profile.h"
 #include "runtime/units.h"
 
@@ -161,6 +162,42 @@ TEST(Profiles, UnknownFieldsAreRefusedByTheirPath) {
 // The fuzz harness's property (fuzz/profile_fuzz.cc, input
 // fuzz/corpus/profile/bad_device_count_overflow.json): a device count that
 // overflows int (total_devices) is refused, one line naming both counts.
+TEST(Profiles, NicsSayWhichGpusShareANic) {
+  // Absent (files written before "nics", and the DGX profiles): one NIC per GPU.
+  const HardwareProfile dgx = load_profile("a100-nvlink");
+  EXPECT_TRUE(dgx.nics.empty());
+  EXPECT_EQ(dgx.nic_count(), 8);
+  for (int r = 0; r < 16; ++r) {
+    EXPECT_EQ(dgx.nic_of(r), r % 8);
+    EXPECT_EQ(dgx.nic_sharers(r), 1);
+  }
+  const HardwareProfile four = load_profile("a100-nvlink-4nic");
+  EXPECT_EQ(four.nic_count(), 4);
+  for (int r = 0; r < 16; ++r) {
+    EXPECT_EQ(four.nic_of(r), (r % 8) / 2);
+    EXPECT_EQ(four.nic_sharers(r), 2);
+  }
+  // Across nodes each GPU gets its share of its NIC; inside a node, NVLink.
+  const ProfileLinkModel links(four);
+  EXPECT_EQ(links.link(0, 8).bytes_per_second, 12'500'000'000u);
+  EXPECT_EQ(links.link(0, 1).bytes_per_second, 300'000'000'000u);
+  EXPECT_EQ(ProfileLinkModel(dgx).link(0, 8).bytes_per_second, 25'000'000'000u);
+  // Errors name the field.
+  nlohmann::json j = profile_to_json(four);
+  EXPECT_EQ(j["nics"], nlohmann::json::parse("[[0,1],[2,3],[4,5],[6,7]]"));
+  auto error = [&](const char* nics) {
+    nlohmann::json k = j;
+    k["nics"] = nlohmann::json::parse(nics);
+    return load_error(write_temp("nics.json", k.dump()));
+  };
+  EXPECT_NE(error("[[0,1],[2,3],[4,5],[6]]").find("GPU 7 is near no NIC"), std::string::npos);
+  EXPECT_NE(error("[[0,1],[1,2,3],[4,5],[6,7]]").find("\"nics.1\": GPU 1 is already near NIC 0"), std::string::npos);
+  EXPECT_NE(error("[[0,1],[2,3],[4,5],[6,8]]").find("\"nics.3.1\" must be a local GPU index in [0, 8)"),
+            std::string::npos);
+  EXPECT_NE(error("[]").find("field \"nics\" must be a list"), std::string::npos);
+  EXPECT_NE(error("{\"count\": 4}").find("unknown field \"nics.count\""), std::string::npos);
+}
+
 TEST(Profiles, DeviceCountThatOverflowsIntIsRefused) {
   nlohmann::json j = profile_to_json(load_profile("a100-nvlink"));
   j["nodes"] = 65536;

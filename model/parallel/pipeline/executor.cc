@@ -45,10 +45,15 @@ void PipelineExecutor::send(const Action& a, const float* data) {
     if (data) local_[is_grad(a.kind)].emplace_back(data, data + n);
     return;
   }
-  const uint64_t bytes = uint64_t(n) * element_size(dev_.precision());
+  // Scatter/gather: this rank's part of the tensor only (boundary_part()
+  // counts only when the boundary is split).
+  const int parts = model_.boundary_parts();
+  const int64_t part = n / parts;
+  if (data && parts > 1) data += model_.boundary_part() * part;
+  const uint64_t bytes = uint64_t(part) * element_size(dev_.precision());
   p2p_.wait(dev_.compute().record());  // the tensor exists once the compute stream made it
   dev_.isend(p2p_, dst, is_grad(a.kind) ? kGradTag : kActivationTag,
-             {reinterpret_cast<const std::byte*>(data), data ? size_t(n) * sizeof(float) : 0},
+             {reinterpret_cast<const std::byte*>(data), data ? size_t(part) * sizeof(float) : 0},
              bytes);
   sent_bytes_ += bytes;
 }
@@ -66,12 +71,15 @@ void PipelineExecutor::recv(const Action& a, float* into) {
   }
   p2p_.wait(dev_.compute().record());  // posted when the compute stream gets here
   Message m = dev_.recv(p2p_, src, is_grad(a.kind) ? kGradTag : kActivationTag);
-  const size_t expected = into ? size_t(n) * sizeof(float) : 0;  // phantom: no payload
+  const int parts = model_.boundary_parts();
+  const int64_t part = n / parts;
+  const size_t expected = into ? size_t(part) * sizeof(float) : 0;  // phantom: no payload
   SHARDLAB_CHECK(m.payload.size() == expected,
                  fmt::format("pipeline: device {} sent {} bytes, expected {}", src, m.payload.size(),
                              expected));
-  if (into) std::memcpy(into, m.payload.data(), m.payload.size());
+  if (into) std::memcpy(into + (parts > 1 ? model_.boundary_part() * part : 0), m.payload.data(), m.payload.size());
   dev_.compute().wait(p2p_.record());
+  model_.gather_boundary(into);  // scatter/gather: the TP group reassembles the tensor
 }
 
 void PipelineExecutor::execute(const Action& a, bool final,

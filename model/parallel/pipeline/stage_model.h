@@ -41,6 +41,13 @@ class StageModel {
   virtual const StagePlacement& placement() const = 0;
   // Elements of one activation (or its gradient) between stages.
   virtual int64_t boundary_elements() const = 0;
+  // Megatron's scatter/gather between stages: the boundary travels in this
+  // many equal parts, each rank of a group sending and receiving its part
+  // (boundary_part()), and gather_boundary(buffer) reassembles the received
+  // buffer (an all-gather, on the compute stream). 1: whole.
+  virtual int boundary_parts() const { return 1; }
+  virtual int boundary_part() const { return 0; }
+  virtual void gather_boundary(float* buffer) {}
 
   virtual float* activation_buffer(int chunk, int buffer) = 0;
   virtual float* gradient_buffer(int chunk, int buffer) = 0;

@@ -22,6 +22,17 @@ void zero(float* p, int64_t n) {
   if (p) std::fill(p, p + n, 0.0f);
 }
 
+// Dropout's cost when the model has dropout (its arithmetic is not run: phantom runs only).
+void dropout_forward(int64_t n, const char* name, const TpContext& c) {
+  if (c.dropout) c.ex.op(name, model::dropout_forward_cost(n, c.ex.elem));
+}
+void dropout_backward(int64_t n, const char* name, const TpContext& c) {
+  if (c.dropout) c.ex.op(name, model::dropout_backward_cost(n, c.ex.elem));
+}
+
+// The attention probabilities: B·(NH/tp)·T·T (this rank's heads).
+int64_t attention_probs(const TpDims& d) { return int64_t{d.B} * d.NHl() * d.T * d.T; }
+
 }  // namespace
 
 void add_bias_rows(float* out, const float* bias, int64_t N, int OC, const char* name,
@@ -87,12 +98,14 @@ void tp_attention_forward(float* out, TpBlockActs& a, const BlockView<float>& p,
     model::linear_forward(a.qkv.data(), inp_full, p.c_attn.weight, p.c_attn.bias, N, C, 3 * Cl);
   ex.op("attn.c_attn.fwd", model::linear_forward_cost(N, C, 3 * Cl, true, ex.elem));
   attention_core(c).forward(a.atty.data(), a.att.data(), a.qkv.data(), d, c);
+  dropout_forward(attention_probs(d), "attn.dropout.fwd", c);
   if (ex.math())
     model::linear_forward(s.partial.data(), a.atty.data(), p.attn_proj.weight,
                           static_cast<const float*>(nullptr), N, Cl, C);
   ex.op("attn.c_proj.fwd", model::linear_forward_cost(N, Cl, C, false, ex.elem));
   exit_row_parallel(c, s.partial.data(), out, d.rows(), C);
   add_bias_rows(out, p.attn_proj.bias, d.rows(), C, "attn.c_proj.bias.fwd", ex);
+  dropout_forward(d.rows() * C, "attn.hidden_dropout.fwd", c);
 }
 
 // dinp_partial (N,C) += this rank's share of d/d inp_full; dout_full (N,C) complete.
@@ -107,6 +120,7 @@ void tp_attention_backward(float* dinp_partial, const BlockView<float>& g, TpScr
   linear_backward_split(s.datty.data(), g.attn_proj.weight, g.attn_proj.bias, dout_full,
                         a.atty.data(), p.attn_proj.weight, N, Cl, C,
                         {"attn.c_proj.dgrad", "attn.c_proj.wgrad"}, wg, ex);
+  dropout_backward(attention_probs(d), "attn.dropout.bwd", c);
   zero(s.dqkv.data(), N * 3 * Cl);
   attention_core(c).backward(s.dqkv.data(), s.datty.data(), a.qkv.data(), a.atty.data(), a.att.data(),
                              d, c);
@@ -149,6 +163,7 @@ float tp_block_forward(TpBlockActs& a, const BlockView<float>& p, const float* x
     exit_row_parallel(c, s.partial.data(), a.mlp_out.data(), Nr, C);
     add_bias_rows(a.mlp_out.data(), p.mlp.c_proj.bias, Nr, C, "mlp.c_proj.bias.fwd", ex);
   }
+  dropout_forward(Nr * C, "mlp.hidden_dropout.fwd", c);
   if (ex.math()) model::residual_forward(a.res2.data(), a.res1.data(), a.mlp_out.data(), Nr * C);
   ex.op("residual.fwd", model::residual_forward_cost(Nr * C, ex.elem));
   return aux;
@@ -163,6 +178,7 @@ void tp_block_backward(float* dinp, const BlockView<float>& g, TpScratch& s, con
   const int C = d.C;
   // res2 = res1 + mlp_out: both receive dout
   if (ex.math()) std::copy(dout, dout + Nr * C, s.dres1.begin());
+  dropout_backward(Nr * C, "mlp.hidden_dropout.bwd", c);
   const float* dout_full = exit_row_parallel_bwd(c, dout, s.full_dout.data(), Nr, C);
   const float* ln2_full = enter_column_parallel(c, a.ln2.data(), s.full_in.data(), Nr, C);
   zero(s.partial.data(), N * C);
@@ -189,6 +205,7 @@ void tp_block_backward(float* dinp, const BlockView<float>& g, TpScratch& s, con
   // res1 = inp + attproj: dinp += dres1, dattproj = dres1
   for (int64_t i = 0; ex.math() && i < Nr * C; ++i) dinp[i] += s.dres1[i];
   ex.op("residual.bwd", model::residual_backward_cost(Nr * C, ex.elem));
+  dropout_backward(Nr * C, "attn.hidden_dropout.bwd", c);
   const float* dres1_full = exit_row_parallel_bwd(c, s.dres1.data(), s.full_dout.data(), Nr, C);
   const float* ln1_full = enter_column_parallel(c, a.ln1.data(), s.full_in.data(), Nr, C);
   zero(s.partial.data(), N * C);

@@ -36,6 +36,7 @@ struct TpContext {
   Device* dev = nullptr;
   const collectives::ProcessGroup* group = nullptr;
   bool sp = false;  // sequence parallelism
+  bool dropout = false;  // charge attention and hidden dropout (GPTConfig::dropout > 0)
   model::Exec ex;   // where kernels charge their cost
   // The attention core of every block (tensor/attention.h); null: LocalAttention.
   const AttentionCore* attention = nullptr;

@@ -41,20 +41,35 @@ TEST(CliCollectives, JsonRowsFollowNcclTestsDefinitions) {
   }
 }
 
-TEST(CliCollectives, TwoNodesAreBoundByTheInterNodeLink) {
+TEST(CliCollectives, TwoNodesRunChannelsOverEveryRail) {
   const auto r8 = run_cli("collectives --op all_reduce --ranks 8 --min-bytes 64MiB --max-bytes 64MiB --json");
   const auto r16 = run_cli("collectives --op all_reduce --ranks 16 --min-bytes 64MiB --max-bytes 64MiB --json");
-  ASSERT_EQ(r8.code, 0) << r8.err;
-  ASSERT_EQ(r16.code, 0) << r16.err;
-  auto one = nlohmann::json::parse(r8.out), two = nlohmann::json::parse(r16.out);
-  const double bw8 = one["rows"][0]["busbw_GBps"], bw16 = two["rows"][0]["busbw_GBps"];
-  std::printf("64 MiB all_reduce busbw: 8 ranks %.1f GB/s, 16 ranks %.1f GB/s\n", bw8, bw16);
+  const auto r4nic = run_cli(
+      "collectives --op all_reduce --ranks 16 --profile a100-nvlink-4nic --min-bytes 64MiB --max-bytes 64MiB --json");
+  for (const auto* r : {&r8, &r16, &r4nic}) ASSERT_EQ(r->code, 0) << r->err;
+  auto one = nlohmann::json::parse(r8.out), two = nlohmann::json::parse(r16.out), four = nlohmann::json::parse(r4nic.out);
+  const double bw8 = one["rows"][0]["busbw_GBps"], bw16 = two["rows"][0]["busbw_GBps"],
+               bw4nic = four["rows"][0]["busbw_GBps"];
+  std::printf("64 MiB all_reduce busbw: 8 ranks %.1f GB/s, 16 ranks %.1f GB/s (4 NICs: %.1f)\n", bw8, bw16, bw4nic);
   // One node: below the 240 GB/s NCCL gets from 12 NVLinks (128 B packets), near
-  // nccl-tests' ~230. Two nodes: InfiniBand's 25 GB/s less 42 B per 4 KiB packet.
+  // nccl-tests' ~230; one ring (channels 1 in the model).
   EXPECT_GT(bw8, 220);
   EXPECT_LT(bw8, 240);
-  EXPECT_LT(bw16, 25.0 * 4096 / 4138 * 1.001);
-  EXPECT_GT(bw16, 23.5);
+  // Two nodes: a ring per channel, 16 channels leaving each node through its 8
+  // NICs (InfiniBand's 25 GB/s less 42 B per 4 KiB packet each); 4 NICs: 8 channels.
+  EXPECT_EQ(two["rows"][0]["algo"], "ring");
+  EXPECT_EQ(two["rows"][0]["channels"], 16);
+  EXPECT_EQ(four["rows"][0]["channels"], 8);
+  const double ib = 25.0 * 4096 / 4138;
+  EXPECT_LT(bw16, 8 * ib * 1.001);
+  EXPECT_GT(bw16, 0.75 * 8 * ib);
+  EXPECT_LT(bw4nic, 4 * ib * 1.001);
+  EXPECT_GT(bw4nic, 0.75 * 4 * ib);
+  // The table shows the channels (column "ch") and the NICs per node.
+  const auto table = run_cli("collectives --op all_reduce --ranks 16 --min-bytes 1GiB --max-bytes 1GiB");
+  ASSERT_EQ(table.code, 0) << table.err;
+  EXPECT_NE(table.out.find("8 NICs per node"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("   ring   16 "), std::string::npos) << table.out;
 }
 
 // --check's verdict can fail: 100 in rank 0's first result is an error of

@@ -107,6 +107,7 @@ std::vector<Config> dense_configs() {
         c.options.model.batch_size = 12;
       }),
       make("tp2_pp2_dp2", 2, 2, 2, 2, none),
+      make("tp2_pp2_scatter_gather", 2, 2, 1, 2, [](Config& c) { c.options.parallel.scatter_gather = true; }),
       make("cp2_tp2_sp_dp2", 2, 1, 2, 1, [](Config& c) {  // the K/V ring moves modeled bytes only
         c.options.parallel.cp = 2;
         c.options.parallel.sp = true;
@@ -149,6 +150,12 @@ std::vector<Config> fold_configs() {
         c.options.parallel.recompute = parallel::Recompute::kFull;
         c.nodes = 3;
       }),
+      // As the calibration runs (calibration.cc): no SP, scatter/gather, dropout.
+      make("tp4_pp2_dp2_scatter_gather_dropout", 4, 2, 2, 2, [](Config& c) {
+        c.options.parallel.scatter_gather = true;
+        c.options.model.dropout = 0.1;
+        c.nodes = 2;
+      }),
       make("dp8_moe", 1, 1, 8, 1, [](Config& c) {
         c.options.model.n_expert = 4;
         c.options.model.aux_coef = 0.01;
@@ -169,6 +176,30 @@ TEST_P(FoldingChangesNothing, FoldedEqualsUnfolded) {
 
 INSTANTIATE_TEST_SUITE_P(Phantom, FoldingChangesNothing, ::testing::ValuesIn(fold_configs()),
                          [](const auto& info) { return info.param.name; });
+
+// Megatron's scatter/gather between stages: each TP rank sends 1/tp of the
+// boundary and the TP group all-gathers it, so a real run computes the same
+// bits as without it and sends half the pipeline bytes at tp 2.
+TEST(ScatterGather, SameBitsHalfThePipelineBytes) {
+  Config c = make("tp2_pp2", 2, 2, 1, 2, [](Config&) {});
+  const TrainResult whole = run_on(c, /*phantom=*/false);
+  c.options.parallel.scatter_gather = true;
+  const TrainResult split = run_on(c, /*phantom=*/false);
+  ASSERT_EQ(whole.steps.size(), split.steps.size());
+  for (size_t s = 0; s < whole.steps.size(); ++s) EXPECT_EQ(whole.steps[s].loss, split.steps[s].loss);
+  EXPECT_EQ(whole.final_params, split.final_params);
+  ASSERT_EQ(whole.phases.size(), split.phases.size());
+  for (size_t r = 0; r < whole.phases.size(); ++r)
+    for (size_t s = 0; s < whole.phases[r].size(); ++s)
+      EXPECT_EQ(split.phases[r][s].p2p_bytes * 2, whole.phases[r][s].p2p_bytes) << "rank " << r;
+}
+
+// Dropout is charged, not computed: a real run refuses it.
+TEST(Dropout, NeedsAPhantomRun) {
+  Config c = make("tp2", 2, 1, 1, 1, [](Config& c) { c.options.model.dropout = 0.1; });
+  EXPECT_THROW(run_on(c, /*phantom=*/false), ConfigError);
+  EXPECT_NO_THROW(run_on(c, /*phantom=*/true));
+}
 
 TEST(FoldPlan, FoldsOnlyWhatIsProvablySymmetric) {
   HardwareProfile p = load_profile("a100-nvlink");  // 8 devices per node

@@ -1,0 +1,304 @@
+// Channels over every rail (collectives/tuner.h RingPlan): the channel rule,
+// which NIC each channel's node-crossing hop uses, exact virtual times, the
+// nccl-tests figures they stand for, and unchanged results.
+#include <map>
+#include <random>
+#include <set>
+
+#include "collectives/tuner.h"
+#include "runtime/link_model.h"
+#include "tests/collectives/test_util.h"
+
+namespace shardlab::collectives::testing {
+namespace {
+
+HardwareProfile nodes_of(const char* name, int nodes) {
+  HardwareProfile p = load_profile(name);
+  p.nodes = nodes;
+  return p;
+}
+
+std::vector<int> first_ranks(int n) {
+  std::vector<int> v(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) v[static_cast<size_t>(i)] = i;
+  return v;
+}
+
+TEST(RailsTest, ChannelCountFollowsNcclsRule) {
+  // One ring per NIC, duplicated (NCCL graph/search.cc, graph/connect.cc):
+  // 2 x rails, at most 32, a multiple of the members per node.
+  struct Case {
+    const char* profile;
+    int nodes, ranks, rails, channels;
+  };
+  for (const Case& c : {Case{"a100-nvlink", 2, 16, 8, 16}, Case{"a100-nvlink", 8, 64, 8, 16},
+                        Case{"a100-nvlink-4nic", 2, 16, 4, 8}, Case{"h100-nvlink", 2, 16, 8, 16}}) {
+    const RingPlan plan = ring_plan(nodes_of(c.profile, c.nodes), first_ranks(c.ranks));
+    EXPECT_EQ(plan.rails, c.rails) << c.profile << " x" << c.nodes;
+    EXPECT_EQ(plan.channels, c.channels) << c.profile << " x" << c.nodes;
+  }
+  // One node, or one member per node: the single ring in group order.
+  EXPECT_TRUE(ring_plan(nodes_of("a100-nvlink", 2), first_ranks(8)).single());
+  EXPECT_TRUE(ring_plan(nodes_of("a100-nvlink", 4), std::vector<int>{0, 8, 16, 24}).single());
+  // Two members per node, on two NICs: 4 channels; sharing one NIC: 2.
+  EXPECT_EQ(ring_plan(nodes_of("a100-nvlink", 2), std::vector<int>{0, 4, 8, 12}).channels, 4);
+  EXPECT_EQ(ring_plan(nodes_of("a100-nvlink-4nic", 2), std::vector<int>{0, 1, 8, 9}).channels, 2);
+}
+
+TEST(RailsTest, EveryChannelIsARingThatLeavesEachNodeFromAnotherGpu) {
+  const HardwareProfile p = nodes_of("a100-nvlink", 2);
+  const int n = 16;
+  const RingPlan plan = ring_plan(p, first_ranks(n));
+  std::set<int> exits;
+  for (int c = 0; c < plan.channels; ++c) {
+    std::set<int> seen;
+    int crossings = 0;
+    for (int q = 0; q < n; ++q) {
+      const int from = plan.at(c, q, n), to = plan.at(c, q + 1, n);
+      seen.insert(from);
+      EXPECT_EQ(plan.next(c, from, n), to);
+      EXPECT_EQ(plan.prev(c, to, n), from);
+      if (p.node_of(from) != p.node_of(to)) {
+        ++crossings;
+        if (c < 8) exits.insert(p.nic_of(from) + 8 * p.node_of(from));
+      }
+    }
+    EXPECT_EQ(seen.size(), size_t(n)) << "channel " << c;
+    EXPECT_EQ(crossings, 2) << "channel " << c;
+  }
+  // Channels 0..7 leave the two nodes through 16 different NICs.
+  EXPECT_EQ(exits.size(), 16u);
+}
+
+// Bytes each NIC sends across nodes in one phantom all_reduce, from the trace.
+std::map<int, uint64_t> nic_bytes(const HardwareProfile& p, int n, size_t count) {
+  ClusterOptions opts;
+  opts.world_size = n;
+  opts.trace = true;
+  Cluster cluster(p, opts);
+  RunResult r = cluster.run([&](Device& dev) {
+    ProcessGroup g = ProcessGroup::world(dev);
+    all_reduce(dev, g, Buffer::phantom(count), ReduceOp::kSum, {Algo::kRing, std::nullopt});
+  });
+  std::map<int, uint64_t> bytes;  // node * 100 + NIC
+  for (const auto& t : r.traces)
+    for (const TraceEvent& e : t.events)
+      if (std::string_view(e.name) == "send" && p.node_of(e.peer) != p.node_of(t.rank))
+        bytes[p.node_of(t.rank) * 100 + p.nic_of(t.rank)] += e.bytes;
+  return bytes;
+}
+
+TEST(RailsTest, NodeCrossingSendsUseEveryNicEqually) {
+  const size_t count = 16 * 16 * 1024;  // 1 MiB of fp32, divisible into 16 x 16 pieces
+  for (const char* name : {"a100-nvlink", "a100-nvlink-4nic"}) {
+    const HardwareProfile p = nodes_of(name, 2);
+    const auto bytes = nic_bytes(p, 16, count);
+    ASSERT_EQ(bytes.size(), size_t(2 * p.nic_count())) << name;
+    // Ring all_reduce: 2(n-1) steps; every node sends 2(n-1) pieces per
+    // channel across (one crossing per node per channel), C channels of
+    // count/n/C elements, spread evenly over its NICs.
+    const uint64_t per_nic = uint64_t{2 * 15} * count * 4 / 16 / static_cast<uint64_t>(p.nic_count());
+    for (const auto& [nic, b] : bytes) EXPECT_EQ(b, per_nic) << name << " node/NIC " << nic;
+  }
+}
+
+double busbw(const HardwareProfile& p, int n, Time t, uint64_t bytes) {
+  return static_cast<double>(bytes) / to_seconds(t) / 1e9 * 2.0 * (n - 1) / n;
+}
+
+Time all_reduce_time(const HardwareProfile& p, int n, size_t count) {
+  ClusterOptions opts;
+  opts.world_size = n;
+  Cluster cluster(p, opts);
+  RunResult r = cluster.run([&](Device& dev) {
+    ProcessGroup g = ProcessGroup::world(dev);
+    all_reduce(dev, g, Buffer::phantom(count), ReduceOp::kSum, {Algo::kRing, std::nullopt});
+  });
+  return r.makespan();
+}
+
+// The 1 GiB fp32 ring all_reduce of nccl-tests on `nodes` nodes of 8 GPUs.
+constexpr size_t kGiBCount = (size_t{1} << 30) / 4;
+
+// The closed form of the channel ring (tuner.h RingPlan) when the
+// node-crossing hops are the bottleneck: each of the 2(n-1) steps lasts the
+// IB latency plus C/k messages of ceil(ceil(count/n)/C) elements leaving
+// one GPU's NIC back to back (the NVLink messages of the other channels
+// finish within it), after the collective's start L:
+//   T = L + 2(n-1) * (a_IB + (C/k) * w_IB(ceil(ceil(count/n)/C) * 4 B)),
+// w_IB at the GPU's share of its NIC (link_model.h).
+Time closed_form(const HardwareProfile& p, int n, size_t count) {
+  const RingPlan plan = ring_plan(p, first_ranks(n));
+  const Link ib = ProfileLinkModel(p).link(0, p.devices_per_node);
+  const size_t slice = (count + size_t(n) - 1) / size_t(n);
+  const size_t piece = (slice + size_t(plan.channels) - 1) / size_t(plan.channels);
+  const int per_gpu = plan.channels / p.devices_per_node;
+  return collective_launch(p, n) +
+         Time(2 * (n - 1)) * (ib.latency + Time(per_gpu) * ib.wire_time(piece * 4, Engine::kSm));
+}
+
+TEST(RailsTest, OneGibAllReduceTakesTheClosedFormExactly) {
+  struct Case {
+    const char* profile;
+    int nodes;
+    Time want_ps;
+  };
+  // 2 nodes of DGX A100: 8 us + 30 * (5 us + 2 * w(4 MiB) = 2 * 169.49248 us).
+  for (const Case& c : {Case{"a100-nvlink", 2, 10'327'548'800}, Case{"a100-nvlink", 4, 10'826'533'760},
+                        Case{"a100-nvlink", 8, 11'316'026'240}, Case{"a100-nvlink-4nic", 2, 20'497'097'600},
+                        Case{"a100-nvlink-4nic", 4, 21'335'067'520}, Case{"a100-nvlink-4nic", 8, 21'994'052'480}}) {
+    const HardwareProfile p = nodes_of(c.profile, c.nodes);
+    const int n = 8 * c.nodes;
+    const Time t = all_reduce_time(p, n, kGiBCount);
+    EXPECT_EQ(t, c.want_ps) << c.profile << " x" << c.nodes;
+    EXPECT_EQ(t, closed_form(p, n, kGiBCount)) << c.profile << " x" << c.nodes;
+    EXPECT_EQ(t, predict_time(p, first_ranks(n), CollShape{OpKind::kAllReduce, kGiBCount, 4, 0}, Algo::kRing))
+        << c.profile << " x" << c.nodes;
+  }
+}
+
+// nccl-tests all_reduce_perf busbw at 1 GiB, the public figures (README
+// "Collectives across nodes"). Separate from the exact times above: these
+// are the model's agreement with hardware, to within 10%.
+TEST(RailsTest, OneGibBusBandwidthIsWithinTenPercentOfPublicFigures) {
+  struct Case {
+    const char* profile;
+    int nodes;
+    double public_GBps;
+    const char* source;
+  };
+  for (const Case& c : {
+           Case{"a100-nvlink", 1, 232.54, "nccl-tests#175: one A100 SXM node, 232.54 GB/s"},
+           Case{"a100-nvlink", 2, 192.0, "NVIDIA/nccl#812: DGX A100, 8x200Gb/s IB, 192 GB/s"},
+           Case{"a100-nvlink", 4, 192.0, "NVIDIA/nccl#812 (NCCL's ring busbw does not fall with nodes)"},
+           Case{"a100-nvlink", 8, 192.0, "NVIDIA/nccl#812 (NCCL's ring busbw does not fall with nodes)"},
+           // NCCL's own model for 4 HDR NICs: 4 channels x 24 GB/s (nccl#1048 "theoretical value (96 GB/s)").
+           // Measured on that system: 86 GB/s; the model is 14% above it (README: not met).
+           Case{"a100-nvlink-4nic", 2, 96.0, "NVIDIA/nccl#1048: NCCL's figure for 4 HDR NICs"},
+           // "For NDR @ 400Gbps you should see 46-48GB/s per NIC" (AddyLaddy, nccl-tests#290): 8 x 47.
+           Case{"h100-nvlink", 2, 376.0, "nccl-tests#290: 8 NDR NICs x 46-48 GB/s"},
+           Case{"h100-nvlink", 4, 376.0, "nccl-tests#290: 8 NDR NICs x 46-48 GB/s"},
+       }) {
+    const HardwareProfile p = nodes_of(c.profile, c.nodes);
+    const int n = 8 * c.nodes;
+    const double bw = busbw(p, n, all_reduce_time(p, n, kGiBCount), kGiBCount * 4);
+    EXPECT_NEAR(bw, c.public_GBps, 0.10 * c.public_GBps) << c.profile << " x" << c.nodes << ": " << c.source;
+  }
+}
+
+TEST(RailsTest, FoldedMembersReplayTheChannelsExactly) {
+  // Node 1's GPUs folded onto node 0's (representative r % 8): every
+  // collective on the 16-rank group goes through run_folded, which replays
+  // the channels; the times equal the unfolded run's, rank by rank.
+  const HardwareProfile p = nodes_of("a100-nvlink-4nic", 2);
+  auto run = [&](bool fold) {
+    ClusterOptions opts;
+    opts.world_size = 16;
+    if (fold)
+      for (int r = 0; r < 16; ++r) opts.representative.push_back(r % 8);
+    Cluster cluster(p, opts);
+    RunResult r = cluster.run([&](Device& dev) {
+      ProcessGroup g = ProcessGroup::world(dev);
+      const CollOptions ring{Algo::kRing, std::nullopt};
+      all_reduce(dev, g, Buffer::phantom(3 << 20), ReduceOp::kSum, ring);
+      const size_t count = 16 * 4099;
+      reduce_scatter(dev, g, Buffer::phantom(count), Buffer::phantom(count / 16), ReduceOp::kSum, ring);
+      all_gather(dev, g, Buffer::phantom(count / 16), Buffer::phantom(count), ring);
+      all_reduce(dev, g, Buffer::phantom(12345), ReduceOp::kSum, ring);
+    });
+    std::vector<Time> ends;
+    for (const auto& d : r.devices) ends.push_back(d.end());
+    return ends;
+  };
+  const std::vector<Time> folded = run(true), unfolded = run(false);
+  EXPECT_EQ(folded, unfolded);
+}
+
+TEST(RailsTest, ChannelsLeaveSumsOfIntegersBitForBitAsOneRing) {
+  // Integer inputs: every order of addition gives the same floats, so the
+  // channel ring's result equals the serial reference (and the single ring's).
+  const int n = 16;
+  const size_t count = 5003;  // uneven over 16 members and over 16 channels
+  Failures f;
+  run_on(n, [&](Device& dev) {
+    ProcessGroup g = ProcessGroup::world(dev);
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+      std::vector<float> x = int_inputs(dev.rank(), count);
+      all_reduce(dev, g, x, op, {Algo::kRing, std::nullopt});
+      check_range(f, fmt::format("all_reduce {} rank {}", reduce_op_name(op), dev.rank()), x.data(), count,
+                  [&](size_t i) { return reference(op, n, i); });
+      std::vector<float> in = int_inputs(dev.rank(), count, 1);
+      const Range mine = chunk_range(count, n, g.rank());
+      std::vector<float> part(size_t(mine.size));
+      reduce_scatter(dev, g, in, part, op, {Algo::kRing, std::nullopt});
+      check_range(f, fmt::format("reduce_scatter rank {}", dev.rank()), part.data(), part.size(),
+                  [&](size_t i) { return reference(op, n, size_t(mine.begin) + i, 1); });
+    }
+    std::vector<float> out(count);
+    const Range mine = chunk_range(count, n, g.rank());
+    std::vector<float> own(out.begin(), out.begin());
+    for (int64_t i = mine.begin; i < mine.end(); ++i) own.push_back(int_input(dev.rank(), size_t(i)));
+    all_gather(dev, g, own, out, {Algo::kRing, std::nullopt});
+    check_range(f, fmt::format("all_gather rank {}", dev.rank()), out.data(), count, [&](size_t i) {
+      for (int r = 0; r < n; ++r)
+        if (chunk_range(count, n, r).contains(int64_t(i))) return int_input(r, i);
+      return 0.f;
+    });
+  }, nodes_of("a100-nvlink", 2));
+  f.expect_none();
+}
+
+TEST(RailsTest, GroupsInAnyOrderAndSubsetsOfNodesReduceCorrectly) {
+  // Members interleaved across nodes (8, 0, 9, 1, ...) and a data-parallel-like
+  // group of 4 GPUs on each of 2 nodes: member i still owns chunk i.
+  const int n = 16;
+  const size_t count = 997;
+  Failures f;
+  run_on(n, [&](Device& dev) {
+    std::vector<int> interleaved;
+    for (int i = 0; i < 8; ++i) interleaved.insert(interleaved.end(), {8 + i, i});
+    const ProcessGroup g(interleaved, dev.rank());
+    ASSERT_EQ(ring_plan(dev.profile(), g.members()).channels, 16);
+    std::vector<float> x = int_inputs(g.rank(), count);
+    all_reduce(dev, g, x, ReduceOp::kSum, {Algo::kRing, std::nullopt});
+    check_range(f, fmt::format("interleaved rank {}", dev.rank()), x.data(), count,
+                [&](size_t i) { return reference(ReduceOp::kSum, n, i); });
+    if (dev.rank() % 2 == 0) {  // ranks 0, 2, 4, 6 and 8, 10, 12, 14
+      std::vector<int> even;
+      for (int r = 0; r < n; r += 2) even.push_back(r);
+      const ProcessGroup h(even, dev.rank());
+      ASSERT_EQ(ring_plan(dev.profile(), h.members()).channels, 8);
+      const Range mine = chunk_range(count, h.size(), h.rank());
+      std::vector<float> in = int_inputs(h.rank(), count, 2), part(size_t(mine.size));
+      reduce_scatter(dev, h, in, part, ReduceOp::kSum, {Algo::kRing, std::nullopt});
+      check_range(f, fmt::format("even rank {}", dev.rank()), part.data(), part.size(),
+                  [&](size_t i) { return reference(ReduceOp::kSum, h.size(), size_t(mine.begin) + i, 2); });
+    }
+  }, nodes_of("a100-nvlink", 2));
+  f.expect_none();
+}
+
+TEST(RailsTest, ChannelResultsAreTheSameBitsOnEveryMemberAndEveryRun) {
+  // Random floats (order matters): every member holds the same bits, and a
+  // second run gives them again.
+  const int n = 16;
+  auto run = [&] {
+    std::vector<std::vector<float>> results(static_cast<size_t>(n));
+    run_on(n, [&](Device& dev) {
+      ProcessGroup g = ProcessGroup::world(dev);
+      std::mt19937 rng(static_cast<uint32_t>(dev.rank()));
+      std::uniform_real_distribution<float> u(-1, 1);
+      std::vector<float> x(4099);
+      for (float& v : x) v = u(rng);
+      all_reduce(dev, g, x, ReduceOp::kSum, {Algo::kRing, std::nullopt});
+      results[static_cast<size_t>(dev.rank())] = x;
+    }, nodes_of("a100-nvlink-4nic", 2));
+    return results;
+  };
+  const auto first = run();
+  for (size_t r = 1; r < first.size(); ++r) EXPECT_EQ(first[r], first[0]) << "rank " << r;
+  EXPECT_EQ(run(), first);
+}
+
+}  // namespace
+}  // namespace shardlab::collectives::testing
