@@ -182,6 +182,8 @@ TEST(CliBadInput, ParallelFlags) {
       {"train --model nano --steps 1 --phantom-routing zipf:abc --phantom", "--phantom-routing"},
       {"train --model nano --steps 1 --phantom-routing skewed --phantom", "--phantom-routing"},
       {"train --model nano --steps 1 --phantom-routing zipf:1", "applies to --phantom runs only"},
+      {"train --model nano --steps 1 --arithmetic fast", "--arithmetic: \"fast\" is not native or portable"},
+      {"verify --model nano --steps 1 --arithmetic Portable", "--arithmetic: \"Portable\" is not native or portable"},
       {"train --model nano --steps 1 --phantom --data synthetic:copy", "--data synthetic:copy: a phantom run reads no data"},
       {"train --model nano --steps 1 --phantom --init {file}", "--init cannot be combined with --phantom"},
       {"train --model nano --phantom --dp 128 --batch 128 --nodes 16 --steps 1000000",

@@ -16,6 +16,7 @@
 #include "model/io/data.h"
 #include "model/io/safetensors.h"
 #include "tests/examples/shardlab/cli_util.h"
+#include "tests/support/compare.h"
 #include "tests/support/sanitizer.h"
 
 namespace shardlab {
@@ -100,6 +101,25 @@ float loss_of_checkpoint(const std::string& path, const nlohmann::json& config) 
                                     model::parse_sampling(config.at("sampling").get<std::string>()), seed);
   const model::Batch b = sampler.next_batch(0);
   return gpt.forward(b.x.data(), b.y.data(), int(b.rows), int(b.seq));
+}
+
+// --arithmetic portable swaps Eigen's GEMM for the project's fixed-order one
+// (model/arithmetic.h): the same math in another summation order, so the
+// losses agree with the native run to fp32 noise (tol 1e-5 relative, printed),
+// and the report says which arithmetic ran. Its bits being the same on every
+// machine is what the pinned runs check (pinned_runs_test.cc).
+TEST(CliTrain, PortableArithmeticMatchesNativeToFp32NoiseAndIsReported) {
+  const std::string args = "--model tiny --steps 5 --tp 2 --dp 2";
+  const auto native = train_report(args, "native");
+  const auto portable = train_report(args + " --arithmetic portable", "portable");
+  EXPECT_EQ(native["config"]["arithmetic"], "native");
+  EXPECT_EQ(portable["config"]["arithmetic"], "portable");
+  std::vector<double> a, b;
+  for (const auto& s : native["steps"]) a.push_back(s["loss"].get<double>());
+  for (const auto& s : portable["steps"]) b.push_back(s["loss"].get<double>());
+  const auto close = testing::all_close_rel(b, a, 1e-5, 0);
+  std::printf("portable vs native losses over 5 steps: %s\n", close.message());
+  EXPECT_TRUE(close);
 }
 
 TEST(CliTrain, InitFromACheckpointContinuesTraining) {
