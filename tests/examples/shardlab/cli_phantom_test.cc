@@ -44,8 +44,8 @@ void expect_flops_and_step(const nlohmann::json& s) {
   EXPECT_GE(hw, kEq3);
   EXPECT_LE(hw, kEq3 * 1.001);
   EXPECT_NEAR(s["hfu"].get<double>() * step * kPeak * kGpus / hw, 1, 1e-9);
-  // The step is at least the FLOPs at the A100's fastest GEMM (0.64 of peak).
-  EXPECT_GE(step, hw / (kGpus * kPeak * 0.64));
+  // The step is at least the FLOPs at the A100's fastest GEMM (the profile's bf16 maximum, 0.665 of peak).
+  EXPECT_GE(step, hw / (kGpus * kPeak * 0.665));
 }
 
 // Mixed precision on device 0: bf16 params, fp32 grads and master, Adam's two fp32 moments.
