@@ -25,9 +25,10 @@ int index_of(const ProcessGroup& g, int global) {
 MemberClock own_clock(const Device& dev, const Stream& s) {
   MemberClock c;
   c.now = s.now();
+  const int k = static_cast<int>(s.kind());
   for (int p = 0; p < kNumLinkClasses; ++p) {
-    c.egress[p] = dev.egress_free(p);
-    c.ingress[p] = dev.ingress_free(p);
+    c.egress[p] = dev.egress(p).free(k);
+    c.ingress[p] = dev.ingress(p).free(k);
   }
   return c;
 }
@@ -87,9 +88,27 @@ void run_folded(Device& dev, const ProcessGroup& g, Stream& s, Tag tag, const Co
           "not foldable exactly",
           op_kind_name(shape.op), g.to_string(), earliest, until));
   }
-  std::vector<ReplayMark> marks;
+  // The replay knows one stream, and so does this check: the run it stands
+  // for would share a port with another stream of this device (port.h)
+  // wherever a transfer of this device, or of a member it plays, overlaps
+  // that stream's spans. Elsewhere the shared port is a FIFO, as replayed.
+  std::vector<char> played(size_t(g.size()));
+  for (int i = 0; i < g.size(); ++i) played[size_t(i)] = rep_index[size_t(i)] == g.rank();
+  std::vector<ReplayMark> marks, spans;
   const std::vector<MemberClock> end =
-      replay_collective(dev.profile(), g.members(), shape, algo, start, g.rank(), &marks);
+      replay_collective(dev.profile(), g.members(), shape, algo, start, g.rank(), &marks, played, &spans);
+  const ProfileLinkModel links(dev.profile());
+  const int stream = static_cast<int>(s.kind());
+  for (const ReplayMark& m : spans) {
+    const Link l = m.send ? links.link(m.member, m.peer) : links.link(m.peer, m.member);
+    const Port& port = m.send ? dev.egress(static_cast<int>(l.port)) : dev.ingress(static_cast<int>(l.port));
+    const Time from = m.send ? m.start : m.end - l.wire_time(m.bytes, Engine::kSm);
+    if (port.others_in(stream, from, m.end))
+      throw FoldingError(fmt::format(
+          "folding: {} on {} shares device {}'s ports with another stream's transfers in [{}, {}) ps: "
+          "not foldable exactly",
+          op_kind_name(shape.op), g.to_string(), m.member, from, m.end));
+  }
   const MemberClock& mine = end[size_t(g.rank())];
   for (int i = 0; i < g.size(); ++i) {
     const MemberClock& e = end[size_t(i)];
@@ -112,9 +131,16 @@ void run_folded(Device& dev, const ProcessGroup& g, Stream& s, Tag tag, const Co
         op_kind_name(shape.op), shape.count, algo_name(algo), g.to_string(), g.global_rank(i), end[size_t(i)].now,
         g.global_rank(rep_index[size_t(i)]), end[size_t(rep_index[size_t(i)])].now));
   }
-  for (const ReplayMark& m : marks)
+  for (const ReplayMark& m : marks) {
     s.mark(m.send ? "send" : "recv", m.start, m.end, m.bytes, m.peer, /*advance=*/!m.send);
-  dev.set_ports(mine.egress, mine.ingress);
+    // The spans the real run would have booked, for later transfers of other
+    // streams to share (port.h).
+    if (m.send)
+      dev.note_send(s.kind(), m.peer, m.start, m.end);
+    else
+      dev.note_recv(s.kind(), m.peer, m.end, m.bytes, Engine::kSm);
+  }
+  dev.set_ports(s.kind(), mine.egress, mine.ingress);
   s.wait({mine.last_send});
 }
 

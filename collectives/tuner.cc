@@ -56,6 +56,11 @@ class Replay {
     marks_ = marks;
   }
   const std::vector<Clock>& clocks() const { return clocks_; }
+  // Also logs the marks of every member i with watch[i] != 0 to `out`.
+  void watch(std::span<const char> watch, std::vector<ReplayMark>* out) {
+    watch_ = watch;
+    watched_ = out;
+  }
 
   int n() const { return static_cast<int>(members_.size()); }
   // Group index `offset` steps from `me` (wraps), as Ctx::rel.
@@ -74,6 +79,9 @@ class Replay {
     if (from == me_ && marks_)
       marks_->push_back({true, members_[static_cast<size_t>(to)], m.depart, m.depart + m.wire,
                          count * esize_});
+    if (watched_ && watch_[static_cast<size_t>(from)])
+      watched_->push_back({true, members_[static_cast<size_t>(to)], m.depart, m.depart + m.wire,
+                           count * esize_, members_[static_cast<size_t>(from)]});
     m.from = from;
     m.bytes = count * esize_;
     return m;
@@ -85,6 +93,9 @@ class Replay {
     c.ingress[m.port] = arrival;
     if (at == me_ && marks_)
       marks_->push_back({false, members_[static_cast<size_t>(m.from)], c.now, arrival, m.bytes});
+    if (watched_ && watch_[static_cast<size_t>(at)])
+      watched_->push_back({false, members_[static_cast<size_t>(m.from)], c.now, arrival, m.bytes,
+                           members_[static_cast<size_t>(at)]});
     c.now = std::max(c.now, arrival);
   }
   // Ctx::finish: the stream also covers the last send; the latest member's end.
@@ -101,6 +112,8 @@ class Replay {
   std::vector<Clock> clocks_;
   int me_ = -1;
   std::vector<ReplayMark>* marks_ = nullptr;
+  std::span<const char> watch_;
+  std::vector<ReplayMark>* watched_ = nullptr;
 };
 
 size_t chunk(size_t count, int n, int i) {
@@ -378,9 +391,12 @@ Time predict_time(const HardwareProfile& p, std::span<const int> members, const 
 std::vector<MemberClock> replay_collective(const HardwareProfile& p, std::span<const int> members,
                                            const CollShape& s, Algo algo,
                                            std::span<const MemberClock> clocks, int me,
-                                           std::vector<ReplayMark>* marks) {
+                                           std::vector<ReplayMark>* marks, std::span<const char> watch,
+                                           std::vector<ReplayMark>* watched) {
   SHARDLAB_CHECK(algo != Algo::kAuto && clocks.size() == members.size());
+  SHARDLAB_CHECK(!watched || watch.size() == members.size());
   Replay R(p, members, s.elem_size, clocks, me, marks);
+  R.watch(watch, watched);
   replay(R, algo == Algo::kRing ? ring_plan(p, members) : RingPlan{}, s, algo);
   return R.clocks();
 }

@@ -152,13 +152,17 @@ struct ReplayMark {
   int peer = -1;  // global rank
   Time start = 0, end = 0;
   uint64_t bytes = 0;
+  int member = -1;  // whose mark it is (global rank; set in `watched`)
 };
 // Replays `algo` (not kAuto) over `members` from `clocks` (in group order);
 // returns every member's clocks after the call and appends member `me`'s
-// marks to `marks`.
+// marks to `marks`, and the marks of every member i with watch[i] != 0 to
+// `watched` (if given).
 std::vector<MemberClock> replay_collective(const HardwareProfile& p, std::span<const int> members,
                                            const CollShape& s, Algo algo,
                                            std::span<const MemberClock> clocks, int me,
-                                           std::vector<ReplayMark>* marks);
+                                           std::vector<ReplayMark>* marks,
+                                           std::span<const char> watch = {},
+                                           std::vector<ReplayMark>* watched = nullptr);
 
 }  // namespace shardlab::collectives

@@ -158,12 +158,12 @@ SendHandle Device::isend(Stream& s, int dst, Tag tag, std::span<const std::byte>
   m.link = links_.link_at(cfg_.rank, dst, step_);
   m.modeled_bytes = modeled_bytes;
   m.engine = engine;
-  Time& egress = egress_free_[static_cast<int>(m.link.port)];
-  m.depart = std::max(s.now(), egress);
-  if (s.now() < egress_doubt_[static_cast<int>(m.link.port)])
-    doubt_failure(cfg_.rank, "sends", s.now(), egress_doubt_[static_cast<int>(m.link.port)]);
-  const Time done = m.depart + m.wire_time();
-  egress = done;
+  const int port = static_cast<int>(m.link.port);
+  if (s.now() < egress_doubt_[port]) doubt_failure(cfg_.rank, "sends", s.now(), egress_doubt_[port]);
+  const Port::Booking b = egress_[port].book(static_cast<int>(s.kind()), s.now(), m.wire_time());
+  m.depart = b.start;
+  m.sent = b.end;
+  const Time done = b.end;
   m.payload = fabric_.pool().acquire(host.size());
   if (!host.empty()) std::memcpy(m.payload.data(), host.data(), host.size());
   s.mark("send", m.depart, done, modeled_bytes, dst, /*advance=*/false);
@@ -177,21 +177,37 @@ Message Device::recv(Stream& s, int src, Tag tag) {
   check_fault(src, /*sending=*/false);
   if (hooks_) hooks_->on_recv(cfg_.rank, src, tag);
   Message m = fabric_.take(cfg_.rank, src, tag);
-  Time& ingress = ingress_free_[static_cast<int>(m.link.port)];
-  if (m.depart + m.link.latency < ingress_doubt_[static_cast<int>(m.link.port)])
-    doubt_failure(cfg_.rank, "receives", m.depart + m.link.latency,
-                  ingress_doubt_[static_cast<int>(m.link.port)]);
-  m.arrival = std::max(m.depart + m.link.latency, ingress) + m.wire_time();
-  ingress = m.arrival;
+  const int port = static_cast<int>(m.link.port);
+  const Time first_byte = m.depart + m.link.latency;
+  if (first_byte < ingress_doubt_[port]) doubt_failure(cfg_.rank, "receives", first_byte, ingress_doubt_[port]);
+  const Port::Booking b = ingress_[port].book(static_cast<int>(s.kind()), first_byte, m.wire_time());
+  m.arrival = std::max(b.end, m.sent + m.link.latency);
   s.mark("recv", s.now(), m.arrival, m.modeled_bytes, src, /*advance=*/true);
   return m;
 }
 
-void Device::set_ports(const Time egress[kNumLinkClasses], const Time ingress[kNumLinkClasses]) {
+void Device::set_ports(StreamKind kind, const Time egress[kNumLinkClasses], const Time ingress[kNumLinkClasses]) {
   for (int p = 0; p < kNumLinkClasses; ++p) {
-    egress_free_[p] = egress[p];
-    ingress_free_[p] = ingress[p];
+    egress_[p].set_free(static_cast<int>(kind), egress[p]);
+    ingress_[p].set_free(static_cast<int>(kind), ingress[p]);
   }
+}
+
+void Device::set_all_ports(const Time egress[kNumLinkClasses], const Time ingress[kNumLinkClasses]) {
+  for (int p = 0; p < kNumLinkClasses; ++p) {
+    egress_[p].set_all_free(egress[p]);
+    ingress_[p].set_all_free(ingress[p]);
+  }
+}
+
+void Device::note_send(StreamKind kind, int peer, Time depart, Time done) {
+  const Link l = links_.link_at(cfg_.rank, peer, step_);
+  egress_[static_cast<int>(l.port)].note(static_cast<int>(kind), depart, done);
+}
+
+void Device::note_recv(StreamKind kind, int peer, Time arrival, uint64_t modeled_bytes, Engine engine) {
+  const Link l = links_.link_at(peer, cfg_.rank, step_);
+  ingress_[static_cast<int>(l.port)].note(static_cast<int>(kind), arrival - l.wire_time(modeled_bytes, engine), arrival);
 }
 
 void Device::widen_doubt(const Time egress[kNumLinkClasses], const Time ingress[kNumLinkClasses]) {

@@ -23,6 +23,7 @@
 #include "runtime/cost_model.h"
 #include "runtime/fabric.h"
 #include "runtime/fault.h"
+#include "runtime/port.h"
 #include "runtime/profile.h"
 #include "runtime/tensor.h"
 #include "runtime/trace.h"
@@ -146,11 +147,19 @@ class Device {
   }
   bool folded(int rank) const { return representative(rank) != rank; }
   bool folding() const { return cfg_.representative != nullptr; }
-  // The link ports' free times, and setting them (a collective replayed for
-  // folded members advances this device's ports as the real one would).
-  Time egress_free(int port) const { return egress_free_[port]; }
-  Time ingress_free(int port) const { return ingress_free_[port]; }
-  void set_ports(const Time egress[kNumLinkClasses], const Time ingress[kNumLinkClasses]);
+  // The link ports (port.h), by link class: the egress and the ingress side.
+  const Port& egress(int link_class) const { return egress_[link_class]; }
+  const Port& ingress(int link_class) const { return ingress_[link_class]; }
+  // Sets stream `kind`'s free times on every port (a collective replayed
+  // for folded members advances this device's ports as the real one would).
+  void set_ports(StreamKind kind, const Time egress[kNumLinkClasses], const Time ingress[kNumLinkClasses]);
+  // Sets every stream's free times (a resumed run).
+  void set_all_ports(const Time egress[kNumLinkClasses], const Time ingress[kNumLinkClasses]);
+  // Records a replayed transfer's span on the port it used, as isend / recv
+  // would have booked it (folding): a send's [depart, done) on the egress
+  // port toward `peer`, a receive that ended at `arrival` on the ingress one.
+  void note_send(StreamKind kind, int peer, Time depart, Time done);
+  void note_recv(StreamKind kind, int peer, Time arrival, uint64_t modeled_bytes, Engine engine);
   // Folded members may leave a collective with port free times other than
   // their representative's while the stream times agree. That is harmless
   // as long as every later use of a port comes after all of them: the port
@@ -225,8 +234,8 @@ class Device {
   Arena arena_;
   Stream compute_;
   Stream comm_;
-  Time egress_free_[kNumLinkClasses] = {0, 0};
-  Time ingress_free_[kNumLinkClasses] = {0, 0};
+  Port egress_[kNumLinkClasses];
+  Port ingress_[kNumLinkClasses];
   Time egress_doubt_[kNumLinkClasses] = {0, 0};
   Time ingress_doubt_[kNumLinkClasses] = {0, 0};
   std::vector<TraceEvent> trace_;

@@ -2,16 +2,20 @@
 //
 // Protocol (eager, like MPI's eager protocol and a LogP-style link model):
 //  * The sender copies the payload into a pooled buffer and books its egress
-//    port: depart = max(stream time, egress free); egress free = depart + S/B,
-//    S being the message's bytes on the wire (its payload plus packet headers,
-//    Link::wire_bytes).
+//    port (port.h) for W/B, W being the message's bytes on the wire (its
+//    payload plus packet headers, Link::wire_bytes): it departs when its
+//    stream and the stream's earlier transfers on the port allow,
+//      depart = max(stream time, the stream's egress free),
+//    and leaves at `sent`: depart + W/B when no other stream of the device
+//    moves data on the port meanwhile, later when it shares the port.
 //    It never blocks on the host.
 //  * The message lands in the receiver's mailbox; messages from one source
 //    with one tag are delivered in FIFO order.
 //  * The receiver takes it (blocking on the host until it is there) and books
-//    its ingress port in the order its program receives:
-//      arrival = max(depart + a, ingress free) + S/B; ingress free = arrival.
-//    Uncontended, arrival = depart + a + S/B. Booking in receive order (not in
+//    its ingress port, in the order its program receives, for W/B from
+//    depart + a (a the link's latency):
+//      arrival = max(ingress end, sent + a).
+//    Uncontended, arrival = depart + a + W/B. Booking in receive order (not in
 //    wall-clock order) is what makes every virtual time deterministic: it
 //    depends only on each device's program order, never on host scheduling.
 //
@@ -83,6 +87,7 @@ struct Message {
   Tag tag = 0;
   Link link;
   Time depart = 0;          // egress start on the sender
+  Time sent = 0;            // egress end on the sender (its last byte left)
   uint64_t modeled_bytes = 0;
   Engine engine = Engine::kSm;  // sets the packet size on the wire (link_model.h)
   BufferPool::Buffer payload;  // host bytes (empty for phantom data)

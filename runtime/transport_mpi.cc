@@ -56,7 +56,7 @@ void MpiTransport::begin_run(Fabric& fabric, std::vector<int> owners, RunHooks h
 
 void MpiTransport::forward(int to, Message&& m) {
   wire::Writer w;
-  w.put(Kind::kData).put<int32_t>(m.src).put<int32_t>(m.dst).put(m.tag).put(m.link).put(m.depart);
+  w.put(Kind::kData).put<int32_t>(m.src).put<int32_t>(m.dst).put(m.tag).put(m.link).put(m.depart).put(m.sent);
   w.put(m.modeled_bytes).put(m.engine).put<uint64_t>(m.payload.size());
   const int tag = data_tag(m.src, m.dst, m.tag);
   std::lock_guard lock(mu_);
@@ -273,6 +273,7 @@ void MpiTransport::receive_data(MPI_Message& msg, int bytes, const MPI_Status& s
   m.tag = r.get<Tag>();
   m.link = r.get<Link>();
   m.depart = r.get<Time>();
+  m.sent = r.get<Time>();
   m.modeled_bytes = r.get<uint64_t>();
   m.engine = r.get<Engine>();
   m.payload = fabric_->pool().acquire(r.get<uint64_t>());

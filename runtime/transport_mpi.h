@@ -58,12 +58,12 @@ int data_tag(int src, int dst, Tag tag);
 void check(int rc, const char* what);
 
 // A data packet's header: kind, source, destination, tag, link, departure,
-// modeled bytes, engine, payload size (MpiTransport::forward). A payload
+// egress end, modeled bytes, engine, payload size (MpiTransport::forward). A payload
 // follows as a second MPI message under the same tag, sent from the
 // device's buffer and received into the receiver's (contiguous, so MPI's
 // single-copy shared-memory path applies; a derived datatype over both
 // parts measured 2-4x slower with OpenMPI).
-constexpr size_t kDataHeader = sizeof(Kind) + 2 * sizeof(int32_t) + sizeof(Tag) + sizeof(Link) + sizeof(Time) +
+constexpr size_t kDataHeader = sizeof(Kind) + 2 * sizeof(int32_t) + sizeof(Tag) + sizeof(Link) + 2 * sizeof(Time) +
                                sizeof(uint64_t) + sizeof(Engine) + sizeof(uint64_t);
 
 struct Outgoing {

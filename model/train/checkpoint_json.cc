@@ -48,7 +48,7 @@ nlohmann::json device_entry(DeviceSetup& s, Device& dev) {
   const Stream& c = dev.compute();
   const Stream& m = dev.comm();
   nlohmann::json egress = nlohmann::json::array(), ingress = nlohmann::json::array(), peaks = nlohmann::json::array();
-  for (int p = 0; p < kNumLinkClasses; ++p) egress.push_back(dev.egress_free(p)), ingress.push_back(dev.ingress_free(p));
+  for (int p = 0; p < kNumLinkClasses; ++p) egress.push_back(dev.egress(p).latest()), ingress.push_back(dev.ingress(p).latest());
   for (int k = 0; k < kNumMemKinds; ++k) peaks.push_back(dev.arena().peak(static_cast<MemKind>(k)));
   return {{"name", s.ctx.mesh().describe(dev.rank())},
           {"clock", {{"compute_ps", c.now()}, {"comm_ps", m.now()}, {"egress_free_ps", egress}, {"ingress_free_ps", ingress}}},

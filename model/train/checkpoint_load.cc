@@ -198,7 +198,7 @@ void restore_device(const DeviceProgram& p, DeviceSetup& s, Device& dev) {
   }
   dev.compute().wait({c.compute});
   dev.comm().wait({c.comm});
-  dev.set_ports(c.egress, c.ingress);
+  dev.set_all_ports(c.egress, c.ingress);
 }
 
 void merge_resumed(const ResumeState& r, TrainResult& result) {

@@ -24,8 +24,10 @@ namespace shardlab::testing {
 //     and the expert-parallel exchanges ("moe.*.a2a*", ep_dispatch.cc) span
 //     the sends and receives of their all-to-all. Both nest (as Chrome
 //     traces draw them) but never straddle a boundary;
-//   * two sends that overlap: one egress port (every peer on the device's
-//     node, which the callers' runs are);
+//   * two sends of one stream that overlap: one egress port (every peer on
+//     the device's node, which the callers' runs are), on which one stream's
+//     transfers queue (runtime/port.h; different streams share the port, so
+//     their sends may overlap);
 //   * a compute or comm busy time (DeviceStats) other than the union of
 //     the spans of its track;
 //   * a last event that does not end at the device's virtual end time.
@@ -57,9 +59,12 @@ inline std::string trace_fault(const DeviceTrace& t, const DeviceStats& d) {
       }
     }
   }
-  std::sort(sends.begin(), sends.end(), by_start);
+  std::stable_sort(sends.begin(), sends.end(), [&](const TraceEvent* a, const TraceEvent* b) {
+    return a->stream != b->stream ? a->stream < b->stream : by_start(a, b);
+  });
   for (size_t i = 1; i < sends.size(); ++i)
-    if (sends[i]->start < sends[i - 1]->end) return at(sends[i]) + " overlaps the egress of " + at(sends[i - 1]);
+    if (sends[i]->stream == sends[i - 1]->stream && sends[i]->start < sends[i - 1]->end)
+      return at(sends[i]) + " overlaps the egress of " + at(sends[i - 1]);
   // The stream's busy time is the union of its track's spans.
   for (StreamKind k : {StreamKind::kCompute, StreamKind::kComm}) {
     Time covered = 0, reach = 0;  // track[] is sorted by start

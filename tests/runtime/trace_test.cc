@@ -110,8 +110,13 @@ TEST(TraceChecks, CatchOverlapsCrossingsBusyTimeAndAWrongEnd) {
   EXPECT_NE(testing::trace_fault(trace({k1, k2, recv, {"send", StreamKind::kComm, 20 * us, 26 * us}}), d), "");
   // Two kernels at once on one stream, even nested.
   EXPECT_NE(testing::trace_fault(trace({k1, k2, recv, {"k3", StreamKind::kCompute, 2 * us, 4 * us}}), d), "");
-  // Two sends at once (one egress port), on different tracks.
+  // Two sends at once of one stream (its transfers queue on the port)...
   EXPECT_NE(testing::trace_fault(trace({k1, k2, recv, {"send", StreamKind::kComm, 6 * us, 8 * us},
+                                        {"send", StreamKind::kComm, 7 * us, 9 * us}}),
+                                 d),
+            "");
+  // ... but two streams' sends may overlap: they share the port (runtime/port.h).
+  EXPECT_EQ(testing::trace_fault(trace({k1, k2, recv, {"send", StreamKind::kComm, 6 * us, 8 * us},
                                         {"send", StreamKind::kPipeline, 7 * us, 9 * us}}),
                                  d),
             "");

@@ -1,0 +1,134 @@
+// Shared ports (runtime/port.h): one stream queues FIFO; streams share the
+// bandwidth where they overlap; a late transfer's share is repaid by the
+// streams it took it from. Every expected time below is worked out by hand
+// from the rates in the comments, not read from the code.
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "runtime/cluster.h"
+#include "runtime/port.h"
+#include "tests/runtime/test_util.h"
+
+namespace shardlab {
+namespace {
+
+using testing::kUs;
+using testing::simple_profile;
+
+constexpr int kCompute = 0, kComm = 1, kPipe = 2;
+
+TEST(Port, OneStreamQueuesFifo) {
+  Port p;
+  EXPECT_EQ(p.book(kComm, 0, 100).end, 100);
+  const Port::Booking b = p.book(kComm, 10, 50);  // waits for the first
+  EXPECT_EQ(b.start, 100);
+  EXPECT_EQ(b.end, 150);
+  EXPECT_EQ(p.book(kComm, 400, 10).start, 400);  // an idle port: no wait
+  EXPECT_EQ(p.free(kComm), 410);
+}
+
+TEST(Port, ALateTransferSharesHalfAndIsRepaidByTheOther) {
+  Port p;
+  p.book(kComm, 0, 1000);                         // [0, 1000) alone
+  const Port::Booking b = p.book(kPipe, 10, 20);  // 20 of work at half the rate
+  EXPECT_EQ(b.start, 10);
+  EXPECT_EQ(b.end, 50);
+  // The comm stream lost 40 * 1/2 = 20 of its share: its next transfer starts at 1020.
+  EXPECT_EQ(p.free(kComm), 1020);
+  EXPECT_EQ(p.book(kComm, 0, 5).start, 1020);
+}
+
+TEST(Port, ALateTransferRunsAtFullRateInGapsAndAfterTheEnd) {
+  Port p;
+  p.book(kComm, 0, 10);   // [0, 10)
+  p.book(kComm, 50, 10);  // [50, 60)
+  // 30 of work from 0: 5 in [0, 10) at half, 25 in the gap [10, 35).
+  EXPECT_EQ(p.book(kPipe, 0, 30).end, 35);
+  EXPECT_EQ(p.free(kComm), 65);  // lost 5 in [0, 10)
+  Port q;
+  q.book(kComm, 0, 100);
+  // From 90: 5 in [90, 100) at half, the other 15 alone: ends at 115; comm's
+  // 5 of backlog go after it.
+  EXPECT_EQ(q.book(kPipe, 90, 20).end, 115);
+  EXPECT_EQ(q.free(kComm), 120);
+}
+
+TEST(Port, ThreeStreamsShareAThirdEach) {
+  Port p;
+  p.book(kComm, 0, 600);
+  // Shares [0, 600) with comm at half (300 of work), then alone: ends at
+  // 900; comm lost 300, its backlog after everything: [900, 1200).
+  EXPECT_EQ(p.book(kCompute, 0, 600).end, 900);
+  EXPECT_EQ(p.free(kComm), 1200);
+  // Where both others move data a third stream gets a third.
+  EXPECT_EQ(p.book(kPipe, 0, 30).end, 90);
+  // Each of the two lost 90 * (1/2 - 1/3) = 15, queued after the port's
+  // last booking in stream order: compute [1200, 1215), comm [1215, 1230).
+  EXPECT_EQ(p.free(kCompute), 1215);
+  EXPECT_EQ(p.free(kComm), 1230);
+}
+
+TEST(Port, NoWorkIsLostOrMadeWhenEverythingIsReadyAtZero) {
+  // All transfers ready at 0, in any stream order: the port is busy without a
+  // gap, so the last stream frees when the total work has crossed (plus at
+  // most one picosecond of rounding per booking).
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    Port p;
+    Time total = 0;
+    const int n = 1 + int(rng() % 12);
+    for (int i = 0; i < n; ++i) {
+      const Time w = 1 + Time(rng() % 1000);
+      total += w;
+      p.book(int(rng() % 3), 0, w);
+    }
+    EXPECT_GE(p.latest(), total) << "trial " << trial;
+    EXPECT_LE(p.latest(), total + 3 * n) << "trial " << trial;
+  }
+}
+
+TEST(Port, ManySegmentsArePrunedDeterministically) {
+  Port a, b;
+  for (int i = 0; i < 3 * int(Port::kMaxSegments); ++i) {
+    a.book(kComm, Time(i) * 10, 5);  // a gap after each: one segment each
+    b.book(kComm, Time(i) * 10, 5);
+  }
+  EXPECT_LE(a.segments().size(), Port::kMaxSegments);
+  EXPECT_EQ(a.book(kPipe, 0, 100).end, b.book(kPipe, 0, 100).end);
+}
+
+// The device level: an all-reduce-sized transfer on the comm stream, then a
+// pipeline send issued after it in program order but at an earlier time. The
+// pipeline send shares the NIC instead of waiting behind the big one.
+TEST(Port, PipelineSendSharesTheNicWithABigCommTransfer) {
+  // Inter-node: 5 us latency, 10 GB/s. 10 MB alone takes 1000 us, 1 MB 100 us.
+  Time pipe_arrival = 0, comm_arrival = 0, next_depart = 0, pipe_sent = 0;
+  Cluster c(simple_profile(), {.world_size = 8});
+  c.run([&](Device& d) {
+    Stream pipe(&d, StreamKind::kPipeline);
+    if (d.rank() == 0) {
+      d.isend(d.comm(), 4, 1, {}, 10'000'000);
+      pipe_sent = d.isend(pipe, 4, 2, {}, 1'000'000).done;
+      // The comm stream lost 100 us of its share to the pipeline send.
+      d.isend(d.comm(), 4, 3, {}, 1'000'000);
+      next_depart = d.egress(static_cast<int>(LinkClass::kInter)).free(kComm) - 100 * kUs;
+    } else if (d.rank() == 4) {
+      d.recv(d.comm(), 0, 1);
+      comm_arrival = d.comm().now();
+      d.recv(pipe, 0, 2);
+      pipe_arrival = pipe.now();
+      d.recv(d.comm(), 0, 3);
+    }
+  });
+  // Egress: 100 us of work at half the rate from 0: sent at 200 us. Ingress:
+  // from 5 us, at half beside the big receive: 205 us (FIFO would give 1105).
+  EXPECT_EQ(pipe_sent, 200 * kUs);
+  EXPECT_EQ(pipe_arrival, 205 * kUs);
+  EXPECT_EQ(comm_arrival, 1005 * kUs);  // booked first: its time stands
+  EXPECT_EQ(next_depart, 1100 * kUs);   // the comm stream's next send waits for its debt
+}
+
+}  // namespace
+}  // namespace shardlab
