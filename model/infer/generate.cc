@@ -11,7 +11,7 @@
 #include "model/params.h"
 #include "model/parallel/config_check.h"
 #include "model/parallel/parallel_context.h"
-#include "model/train/model_json.h"
+#include "model/engine/model_json.h"
 #include "runtime/errors.h"
 #include "runtime/transport.h"
 #include "runtime/wire.h"
@@ -49,7 +49,7 @@ void validate(const GenerateOptions& o) {
 void check_generate_init(const model::SafetensorsFile& f, const model::GPTConfig& config) {
   const model::ParamTable table(config);
   for (const auto& s : table.specs()) f.get(s.name, s.shape);
-  train::check_checkpoint_model(f, config);
+  engine::check_checkpoint_model(f, config);
   for (const std::string& name : f.names())
     if (!table.find(name))
       throw ConfigError(fmt::format("--init {}: unexpected tensor \"{}\" (not in this model: {})", f.origin(), name,

@@ -6,7 +6,7 @@
 #include "collectives/collectives.h"
 #include "model/parallel/sharded_gpt.h"
 #include "model/parallel/unsharded_model.h"
-#include "model/train/shard_io.h"
+#include "model/engine/shard_io.h"
 #include "runtime/errors.h"
 
 namespace shardlab::train {
@@ -47,7 +47,7 @@ DeviceSetup::DeviceSetup(const DeviceProgram& p, Device& dev)
       micro(static_cast<size_t>(p.options.micro_batches)),
       cp(p.options.parallel.cp) {
   make_model(p, dev);
-  if (p.init) load_shards(*model, *p.init);
+  if (p.init) engine::load_shards(*model, *p.init);
   dev.log().info("{}: {} local parameters", p.mesh.describe(dev.rank()), model->params().size());
   model->set_sink(&sink);
   make_data_parallel(p, dev);

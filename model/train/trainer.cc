@@ -16,9 +16,9 @@
 #include "model/train/fold.h"
 #include "collectives/mesh.h"
 #include "model/parallel/config_check.h"
-#include "model/train/model_json.h"
+#include "model/engine/model_json.h"
 #include "model/train/preflight.h"
-#include "model/train/shard_io.h"
+#include "model/engine/shard_io.h"
 #include "model/train/share_result.h"
 #include "runtime/errors.h"
 #include "runtime/output_file.h"
@@ -65,7 +65,7 @@ void TrainOptions::validate() const {
 }
 
 nlohmann::json TrainOptions::to_json() const {
-  return {{"model", model_json(model)},
+  return {{"model", engine::model_json(model)},
           {"batch", model.batch_size},
           {"steps", steps},
           {"seed", seed},
@@ -123,7 +123,7 @@ double flops_per_token(const model::ParamTable& table) {
 // experts or another model's parts) is an error naming it, not ignored.
 void check_init(const model::SafetensorsFile& f, const model::ParamTable& table) {
   for (const auto& s : table.specs()) f.get(s.name, s.shape);
-  check_checkpoint_model(f, table.config());  // a shardlab file names the flag that differs
+  engine::check_checkpoint_model(f, table.config());  // a shardlab file names the flag that differs
   for (const std::string& name : f.names())
     if (!table.find(name))
       throw ConfigError(fmt::format("--init {}: unexpected tensor \"{}\" (not in this model: {}; the file has {} "
@@ -255,7 +255,7 @@ Corruption corruption(const std::string& spec, int world, const model::ParamTabl
   }
   Corruption c;
   (rel == 0 ? c.before_publish : c.before_first_step) = [target, name, rel](int rank, parallel::LocalModel& m) {
-    if (rank == target) corrupt_shard(m, name, rel);
+    if (rank == target) engine::corrupt_shard(m, name, rel);
   };
   return c;
 }
