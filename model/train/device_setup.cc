@@ -19,7 +19,7 @@ namespace {
 // where each rank holds only its chunks) and ep (each rank its own experts)
 // inside a stage, then over pp (ShardedAdamW's stage group): two groups with
 // uniform links rather than one spanning nodes unevenly, so that a phantom
-// run can fold tp (model/train/fold.h).
+// run can fold tp (model/engine/fold.h).
 std::string norm_dims(const ParallelOptions& par) {
   if (par.zero >= 2) return par.cp > 1 ? "tp-cp-dp" : "tp-dp";  // the chunks are over dp × cp
   return par.ep > 1 ? "tp-ep" : "tp";

@@ -71,4 +71,16 @@ void share_train_result(TrainResult& r, const std::vector<int>& owners) {
   r.loop_wall_s = in.get<double>();
 }
 
+void unfold_results(const engine::FoldPlan& plan, TrainResult& r) {
+  for (size_t rank = 0; rank < plan.representative.size(); ++rank) {
+    const auto rep = size_t(plan.representative[rank]);
+    if (rep == rank) continue;
+    r.phases[rank] = r.phases[rep];
+    r.moe[rank] = r.moe[rep];
+    r.a2a_time[rank] = r.a2a_time[rep];
+    r.first_step_spans[rank] = r.first_step_spans[rep];
+    if (!r.fsdp.empty()) r.fsdp[rank] = r.fsdp[rep];
+  }
+}
+
 }  // namespace shardlab::train

@@ -8,17 +8,17 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "collectives/mesh.h"
+#include "model/engine/fold.h"
+#include "model/engine/model_json.h"
+#include "model/engine/shard_io.h"
 #include "model/io/safetensors.h"
+#include "model/parallel/config_check.h"
 #include "model/params.h"
 #include "model/portable_math.h"
 #include "model/train/checkpoint.h"
 #include "model/train/device_program.h"
-#include "model/train/fold.h"
-#include "collectives/mesh.h"
-#include "model/parallel/config_check.h"
-#include "model/engine/model_json.h"
 #include "model/train/preflight.h"
-#include "model/engine/shard_io.h"
 #include "model/train/share_result.h"
 #include "runtime/errors.h"
 #include "runtime/output_file.h"
@@ -305,7 +305,7 @@ namespace {
 // that are not symmetric (FoldingError), runs it again with a weaker plan,
 // which `fold` then holds. The result is exact whichever plan finishes.
 template <class Attempt>
-RunResult run_folded(Cluster& cluster, const TrainOptions& o, FoldPlan& fold, Attempt attempt) {
+RunResult run_folded(Cluster& cluster, const TrainOptions& o, engine::FoldPlan& fold, Attempt attempt) {
   while (true) {
     cluster.set_representatives(fold.representative);
     try {
@@ -316,7 +316,7 @@ RunResult run_folded(Cluster& cluster, const TrainOptions& o, FoldPlan& fold, At
       cluster.set_representatives({});
       if (!e.folding() || fold.representative.empty()) throw;
       spdlog::info("folding: {}; running again with less folding", e.what());
-      fold = weaker(fold, o);
+      fold = engine::weaker(fold, o.parallel.mesh_shape());
     }
   }
 }
@@ -358,8 +358,10 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
   const Corruption corrupt = corruption(o.corrupt_shard, o.parallel.world(), table);
   const DeviceProgram program{o, mesh, table, sampler ? &*sampler : nullptr, init ? &*init : nullptr, result, on_step, on_progress,
                               corrupt.before_publish, resume ? &*resume : nullptr, corrupt.before_first_step};
-  // Injected faults make ranks differ: every rank runs its own thread.
-  FoldPlan fold = cluster.options().faults ? FoldPlan{} : fold_plan(o, cluster.profile());
+  // Only phantom runs fold; injected faults make ranks differ: every rank runs its own thread.
+  engine::FoldPlan fold;
+  if (o.phantom && o.fold && !cluster.options().faults)
+    fold = engine::fold_plan({o.parallel.mesh_shape(), o.parallel.zero > 0, o.model.is_moe()}, cluster.profile());
   result.run = run_folded(cluster, o, fold, [&] {
     result = sized_result(o, table, data.get());  // a retry starts from a clean record
     result.running_devices = fold.representative.empty() ? o.parallel.world() : fold.running();
