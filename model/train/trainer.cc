@@ -19,7 +19,7 @@
 #include "model/train/checkpoint.h"
 #include "model/train/device_program.h"
 #include "model/train/preflight.h"
-#include "model/train/share_result.h"
+#include "model/train/result_rows.h"
 #include "runtime/errors.h"
 #include "runtime/output_file.h"
 #include "runtime/transport.h"
