@@ -18,6 +18,7 @@
 #include "model/portable_math.h"
 #include "model/train/checkpoint.h"
 #include "model/train/device_program.h"
+#include "model/train/parallel_plan.h"
 #include "model/train/preflight.h"
 #include "model/train/result_rows.h"
 #include "runtime/errors.h"
@@ -305,7 +306,7 @@ namespace {
 // that are not symmetric (FoldingError), runs it again with a weaker plan,
 // which `fold` then holds. The result is exact whichever plan finishes.
 template <class Attempt>
-RunResult run_folded(Cluster& cluster, const TrainOptions& o, engine::FoldPlan& fold, Attempt attempt) {
+RunResult run_folded(Cluster& cluster, const ParallelPlan& plan, engine::FoldPlan& fold, Attempt attempt) {
   while (true) {
     cluster.set_representatives(fold.representative);
     try {
@@ -316,7 +317,7 @@ RunResult run_folded(Cluster& cluster, const TrainOptions& o, engine::FoldPlan& 
       cluster.set_representatives({});
       if (!e.folding() || fold.representative.empty()) throw;
       spdlog::info("folding: {}; running again with less folding", e.what());
-      fold = engine::weaker(fold, o.parallel.mesh_shape());
+      fold = engine::weaker(fold, plan.fold.mesh);
     }
   }
 }
@@ -326,13 +327,13 @@ RunResult run_folded(Cluster& cluster, const TrainOptions& o, engine::FoldPlan& 
 TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& on_step,
                   const ProgressCallback& on_progress) {
   o.validate();
-  validate_parallel(o);
-  if (cluster.world_size() != o.parallel.world())
-    throw ConfigError(fmt::format("--dp x --tp x --pp x --cp = {} devices but the cluster has {}", o.parallel.world(),
+  const ParallelPlan plan(o);
+  if (cluster.world_size() != plan.world)
+    throw ConfigError(fmt::format("--dp x --tp x --pp x --cp = {} devices but the cluster has {}", plan.world,
                                   cluster.world_size()));
   const uint64_t capacity =
       cluster.options().memory_bytes ? cluster.options().memory_bytes : cluster.profile().memory_bytes();
-  check_memory(o, capacity, element_size(cluster.options().precision), host_memory_bytes());
+  check_memory(o, plan, capacity, element_size(cluster.options().precision), host_memory_bytes());
   if (!o.save_path.empty()) check_writable(o.save_path, "--save");  // before the run, not after it
   const model::GPTConfig& mc = o.model;
   // A phantom run reads no data: its token buffers are sized and left at 0.
@@ -354,17 +355,16 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
   if (resume) spdlog::info("resuming from {}", resume->describe());
   if (!o.checkpoint_dir.empty()) prepare_checkpoint_dir(o.checkpoint_dir);  // writable before the run
   TrainResult result = sized_result(o, table, data.get());
-  const collectives::DeviceMesh mesh(o.parallel.mesh_shape());
-  const Corruption corrupt = corruption(o.corrupt_shard, o.parallel.world(), table);
-  const DeviceProgram program{o, mesh, table, sampler ? &*sampler : nullptr, init ? &*init : nullptr, result, on_step, on_progress,
+  const collectives::DeviceMesh& mesh = plan.mesh;
+  const Corruption corrupt = corruption(o.corrupt_shard, plan.world, table);
+  const DeviceProgram program{o, plan, table, sampler ? &*sampler : nullptr, init ? &*init : nullptr, result, on_step, on_progress,
                               corrupt.before_publish, resume ? &*resume : nullptr, corrupt.before_first_step};
   // Only phantom runs fold; injected faults make ranks differ: every rank runs its own thread.
   engine::FoldPlan fold;
-  if (o.phantom && o.fold && !cluster.options().faults)
-    fold = engine::fold_plan({o.parallel.mesh_shape(), o.parallel.zero > 0, o.model.is_moe()}, cluster.profile());
-  result.run = run_folded(cluster, o, fold, [&] {
+  if (plan.folds && !cluster.options().faults) fold = engine::fold_plan(plan.fold, cluster.profile());
+  result.run = run_folded(cluster, plan, fold, [&] {
     result = sized_result(o, table, data.get());  // a retry starts from a clean record
-    result.running_devices = fold.representative.empty() ? o.parallel.world() : fold.running();
+    result.running_devices = fold.representative.empty() ? plan.world : fold.running();
     RunResult run = cluster.run([&](Device& dev) { program.run(dev); });
     if (Transport* t = cluster.transport())  // across processes: every device's part, everywhere
       share_train_result(result, device_owners(cluster.world_size(), t->processes(), cluster.profile()));
