@@ -4,7 +4,8 @@
 
 namespace shardlab::engine {
 
-void share_device_rows(const std::vector<int>& owners, const std::function<void(wire::Writer&, size_t)>& put,
+void share_device_rows(const std::vector<int>& owners,
+                       const std::function<void(wire::Writer&, size_t)>& put,
                        const std::function<void(wire::Reader&, size_t)>& get) {
   Transport* t = process_transport();
   if (!t) return;
@@ -29,7 +30,8 @@ void share_from_process(int owner, const std::function<void(wire::Writer&)>& put
   if (!t) return;
   wire::Writer w;
   if (t->process() == owner) put(w);
-  const std::string theirs = t->exchange(t->process() == owner ? w.str() : std::string())[size_t(owner)];
+  const std::string theirs =
+      t->exchange(t->process() == owner ? w.str() : std::string())[size_t(owner)];
   wire::Reader in(theirs);
   get(in);
 }

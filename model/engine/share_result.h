@@ -20,7 +20,8 @@ namespace shardlab::engine {
 // Every process writes the rows of the devices it ran (`put(w, d)` for each
 // device d with owners[d] its process, in order) and reads every process's
 // (`get(r, d)`), its own included. `owners[d]`: runtime::device_owners.
-void share_device_rows(const std::vector<int>& owners, const std::function<void(wire::Writer&, size_t)>& put,
+void share_device_rows(const std::vector<int>& owners,
+                       const std::function<void(wire::Writer&, size_t)>& put,
                        const std::function<void(wire::Reader&, size_t)>& get);
 
 // Process `owner` writes a value (`put`); every process, the owner

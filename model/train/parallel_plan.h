@@ -28,10 +28,10 @@ struct ParallelPlan {
   // factor counting every replica's tokens): the model's capacity group is
   // the data group.
   bool global_routing = false;
-  bool sharded = false;          // runs_sharded: ShardedGPT, not the unsharded reference
-  parallel::Schedule schedule;   // every pipeline rank's actions (step_schedule)
-  engine::FoldInput fold;        // what fold planning reads of the run
-  bool folds = false;            // a phantom run with folding on (TrainOptions::fold)
+  bool sharded = false;         // runs_sharded: ShardedGPT, not the unsharded reference
+  parallel::Schedule schedule;  // every pipeline rank's actions (step_schedule)
+  engine::FoldInput fold;       // what fold planning reads of the run
+  bool folds = false;           // a phantom run with folding on (TrainOptions::fold)
 
   // The blocks pipeline rank `pp_rank` holds (stage_layers resolved).
   parallel::StagePlacement placement(int pp_rank) const {

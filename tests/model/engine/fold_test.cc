@@ -1,8 +1,9 @@
 // Fold planning over a mesh shape (model/engine/fold.h): which ranks one
 // thread may play, from the mesh, the run's two asymmetries and the links.
+#include "model/engine/fold.h"
+
 #include <gtest/gtest.h>
 
-#include "model/engine/fold.h"
 #include "runtime/profile.h"
 
 namespace shardlab::engine {

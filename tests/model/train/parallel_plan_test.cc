@@ -1,9 +1,10 @@
 // ParallelPlan (model/train/parallel_plan.h): the facts derived once from a
 // run's layout are the ones the options imply, and a bad layout fails its
 // checks before any fact is derived.
+#include "model/train/parallel_plan.h"
+
 #include <gtest/gtest.h>
 
-#include "model/train/parallel_plan.h"
 #include "runtime/errors.h"
 #include "tests/model/train/train_test_util.h"
 
