@@ -9,7 +9,11 @@
 #   shardlab::model        the GPT, kernels, AdamW (model/)
 #   shardlab::model_io     token data, safetensors (model/io/)
 #   shardlab::parallel     the sharded model, DP/ZeRO, pipelines (model/parallel/)
-#   shardlab::train        train(), verify, DeviceSink (model/train/)
+#   shardlab::engine       what train, infer and serve share: DeviceSink, shard I/O,
+#                          the model's JSON (model/engine/)
+#   shardlab::train        train(), verify (model/train/)
+#   shardlab::sweep        the sweep's grid, CSV, plots (model/sweep/)
+#   shardlab::infer        the inference engine, generate() (model/infer/)
 #   shardlab::shardlab     all of the above
 #
 # The same names exist as aliases inside this build, so an example's
@@ -17,7 +21,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(SHARDLAB_PACKAGE_LIBS runtime collectives model model_io parallel train infer)
+set(SHARDLAB_PACKAGE_LIBS runtime collectives model model_io parallel engine train sweep infer)
 set(shardlab_installed "")
 foreach(name ${SHARDLAB_PACKAGE_LIBS})
   if(TARGET shardlab_${name})  # SHARDLAB_COMPONENTS may leave some out

@@ -1,7 +1,7 @@
 // OpSink: how the model reports its work to whoever runs it.
 //
 // The math is plain host code; a sink turns each kernel call into virtual
-// time (a device charges its cost model, see model/train/device_sink.h) and
+// time (a device charges its cost model, see model/engine/device_sink.h) and
 // each saved activation into arena bytes. With no sink (tests, gradient
 // checks) the model only computes. One code path for math and for time.
 #pragma once

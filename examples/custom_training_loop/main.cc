@@ -15,7 +15,7 @@
 #include "model/gpt.h"
 #include "model/io/data.h"
 #include "model/optimizer.h"
-#include "model/train/device_sink.h"
+#include "model/engine/device_sink.h"
 #include "runtime/cluster.h"
 #include "runtime/errors.h"
 
@@ -35,7 +35,7 @@ struct Log {
 void replica(Device& dev, const model::BatchSampler& data, int steps, double lr, Log& log) {
   const model::GPTConfig cfg = model::preset("tiny");
   model::GPT<float> gpt(cfg, kSeed);  // every replica starts from the same weights
-  train::DeviceSink sink(dev);        // kernels charge the device's compute stream
+  engine::DeviceSink sink(dev);        // kernels charge the device's compute stream
   gpt.set_sink(&sink);
   const coll::ProcessGroup dp = coll::ProcessGroup::world(dev);
   const auto n = int64_t(gpt.params().size());

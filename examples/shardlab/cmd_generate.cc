@@ -11,7 +11,7 @@
 #include "examples/shardlab/cli.h"
 #include "examples/shardlab/infer_flags.h"
 #include "model/infer/generate.h"
-#include "model/train/model_json.h"
+#include "model/engine/model_json.h"
 #include "runtime/errors.h"
 #include "runtime/input_file.h"
 #include "runtime/trace.h"

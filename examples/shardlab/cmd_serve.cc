@@ -17,7 +17,7 @@
 #include "model/serve/cluster_step.h"
 #include "model/serve/serving.h"
 #include "model/params.h"
-#include "model/train/model_json.h"
+#include "model/engine/model_json.h"
 #include "model/train/preflight.h"
 #include "runtime/errors.h"
 #include "runtime/trace.h"

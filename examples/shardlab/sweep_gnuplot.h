@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "model/train/sweep.h"
+#include "model/sweep/sweep.h"
 
 namespace shardlab::cli {
 

@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "model/infer/engine_acts.h"
-#include "model/train/shard_io.h"
+#include "model/engine/shard_io.h"
 #include "runtime/errors.h"
 
 namespace shardlab::infer {
@@ -39,7 +39,7 @@ InferEngine::InferEngine(const model::GPTConfig& config, uint64_t seed, Device& 
   model_ = std::make_unique<parallel::ShardedGPT>(config_, seed, dev, parallel::ModelGroups{groups.tp, groups.ep, nullptr},
                                                   so);
   place_ = model_->placement();
-  if (init) train::load_shards(*model_, *init);
+  if (init) engine::load_shards(*model_, *init);
   w_ = model_->layout().view(model_->params().data());
   weights_ = dev.alloc("parameters", {int64_t(model_->params().size())}, MemKind::kParam, /*phantom=*/true);
   ctx_.dev = &dev;

@@ -42,7 +42,7 @@
 #include "model/io/safetensors.h"
 #include "model/parallel/expert/moe.h"
 #include "model/parallel/sharded_gpt.h"
-#include "model/train/device_sink.h"
+#include "model/engine/device_sink.h"
 #include "runtime/tensor.h"
 
 namespace shardlab::infer {
@@ -105,7 +105,7 @@ class InferEngine {
   parallel::StagePlacement place_;
   std::unique_ptr<parallel::ShardedGPT> model_;  // this rank's weights
   model::GPTView<float> w_;
-  train::DeviceSink sink_;
+  engine::DeviceSink sink_;
   parallel::TpContext ctx_;
   Tensor weights_;  // the weights' modeled bytes (kParam)
   std::unique_ptr<KvCache> cache_;

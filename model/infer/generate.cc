@@ -11,7 +11,8 @@
 #include "model/params.h"
 #include "model/parallel/config_check.h"
 #include "model/parallel/parallel_context.h"
-#include "model/train/model_json.h"
+#include "model/engine/model_json.h"
+#include "model/engine/share_result.h"
 #include "runtime/errors.h"
 #include "runtime/transport.h"
 #include "runtime/wire.h"
@@ -49,7 +50,7 @@ void validate(const GenerateOptions& o) {
 void check_generate_init(const model::SafetensorsFile& f, const model::GPTConfig& config) {
   const model::ParamTable table(config);
   for (const auto& s : table.specs()) f.get(s.name, s.shape);
-  train::check_checkpoint_model(f, config);
+  engine::check_checkpoint_model(f, config);
   for (const std::string& name : f.names())
     if (!table.find(name))
       throw ConfigError(fmt::format("--init {}: unexpected tensor \"{}\" (not in this model: {})", f.origin(), name,
@@ -96,18 +97,20 @@ void share_generate_result(GenerateResult& r, const Cluster& cluster) {
   if (!t) return;
   merge_disjoint(r.kv_bytes);
   merge_disjoint(r.kv_tokens);
-  wire::Writer w;
-  w.put_vector(r.tokens).put(r.ttft).put_vector(r.decode_steps).put<uint64_t>(r.logits.size());
-  for (const auto& l : r.logits) w.put_vector(l);
   const int owner = device_owners(cluster.world_size(), t->processes(), cluster.profile())[size_t(r.sampler_rank)];
-  const std::string mine = t->process() == owner ? w.str() : std::string();
-  const std::string theirs = t->exchange(mine)[size_t(owner)];
-  wire::Reader in(theirs);
-  r.tokens = in.get_vector<Token>();
-  r.ttft = in.get<Time>();
-  r.decode_steps = in.get_vector<Time>();
-  r.logits.resize(in.get<uint64_t>());
-  for (auto& l : r.logits) l = in.get_vector<float>();
+  engine::share_from_process(
+      owner,
+      [&](wire::Writer& w) {
+        w.put_vector(r.tokens).put(r.ttft).put_vector(r.decode_steps).put<uint64_t>(r.logits.size());
+        for (const auto& l : r.logits) w.put_vector(l);
+      },
+      [&](wire::Reader& in) {
+        r.tokens = in.get_vector<Token>();
+        r.ttft = in.get<Time>();
+        r.decode_steps = in.get_vector<Time>();
+        r.logits.resize(in.get<uint64_t>());
+        for (auto& l : r.logits) l = in.get_vector<float>();
+      });
 }
 
 }  // namespace

@@ -14,10 +14,10 @@
 #include "collectives/collectives.h"
 #include "collectives/mesh.h"
 #include "model/buffer.h"
+#include "model/engine/fold.h"
 #include "model/infer/infer_device.h"
 #include "model/parallel/parallel_context.h"
 #include "model/serve/serving.h"
-#include "model/train/fold.h"
 #include "runtime/errors.h"
 #include "runtime/transport.h"
 #include "runtime/wire.h"
@@ -115,13 +115,8 @@ ClusterStepExecutor::ClusterStepExecutor(Cluster& cluster, ReplicaShape shape)
                                   shape_.world(), shape_.tp, shape_.pp, shape_.ep, cluster.world_size()));
   if (Transport* t = process_transport()) owners_ = device_owners(shape_.world(), t->processes(), cluster.profile());
   if (!shape_.phantom || !shape_.fold) return;
-  train::TrainOptions o;  // train's rules for what folds: tp of a dense model, on uniform links
-  o.phantom = true;
-  o.model = shape_.model;
-  o.parallel.tp = shape_.tp;
-  o.parallel.pp = shape_.pp;
-  o.parallel.dp = o.parallel.ep = shape_.ep;
-  representative_ = train::fold_plan(o, cluster.profile()).representative;
+  // train's rules for what folds: tp of a dense model, on uniform links (dp = ep never folds)
+  representative_ = engine::fold_plan({mesh_.shape(), false, shape_.model.is_moe()}, cluster.profile()).representative;
 }
 
 ClusterStepExecutor::~ClusterStepExecutor() {

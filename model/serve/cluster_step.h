@@ -14,7 +14,7 @@
 //
 // Folding (ReplicaShape::fold, phantom runs of dense models only): the tp
 // peers of a replica run the same program from the same state, so tp rank 0
-// plays them all, as train --phantom folds (model/train/fold.h): one device
+// plays them all, as train --phantom folds (model/engine/fold.h): one device
 // thread per pipeline stage instead of tp. The folded collectives replay the
 // whole group on the link model and check that every peer ends where its
 // representative does, so the times are the unfolded run's; a run that

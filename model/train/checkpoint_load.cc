@@ -13,8 +13,8 @@
 #include "model/train/checkpoint_json.h"
 #include "model/train/device_program.h"
 #include "model/train/device_setup.h"
-#include "model/train/model_json.h"
-#include "model/train/shard_io.h"
+#include "model/engine/model_json.h"
+#include "model/engine/shard_io.h"
 #include "runtime/errors.h"
 #include "runtime/output_file.h"
 
@@ -110,7 +110,7 @@ void read_header(const nlohmann::json& index, const TrainOptions& o, const model
   if (r.step > o.steps)
     throw ConfigError(fmt::format("the checkpoint is at step {} but --steps is {} (the total step count)", r.step, o.steps));
   const nlohmann::json& config = index.at("config");
-  check_model_json(config.at("model"), o.model, fs::path(r.path).filename().string());
+  engine::check_model_json(config.at("model"), o.model, fs::path(r.path).filename().string());
   for (const auto& s : table.specs())
     if (!index.at("tensors").contains(s.name) || index["tensors"][s.name].at("shape").get<Shape>() != s.shape)
       throw ConfigError(fmt::format("tensor \"{}\" is missing or has another shape", s.name));
@@ -181,14 +181,14 @@ void restore_device(const DeviceProgram& p, DeviceSetup& s, Device& dev) {
   const ResumeState& r = *p.resume;
   auto params = s.model->params();
   for (const ShardSpec& spec : s.model->shards())
-    slice_from_global(spec, std::span(r.params).subspan(size_t(p.table.at(spec.name).offset)), 0, spec.numel,
+    engine::slice_from_global(spec, std::span(r.params).subspan(size_t(p.table.at(spec.name).offset)), 0, spec.numel,
                       params.data() + spec.offset);
   float* m = s.optimizer->exp_avg().data();
   float* v = s.optimizer->exp_avg_sq().data();
-  for_owned(s.model->shards(), s.dp->owned(), [&](const ShardSpec& spec, int64_t begin, int64_t end, int64_t at) {
+  engine::for_owned(s.model->shards(), s.dp->owned(), [&](const ShardSpec& spec, int64_t begin, int64_t end, int64_t at) {
     const auto base = size_t(p.table.at(spec.name).offset);
-    slice_from_global(spec, std::span(r.exp_avg).subspan(base), begin, end, m + at);
-    slice_from_global(spec, std::span(r.exp_avg_sq).subspan(base), begin, end, v + at);
+    engine::slice_from_global(spec, std::span(r.exp_avg).subspan(base), begin, end, m + at);
+    engine::slice_from_global(spec, std::span(r.exp_avg_sq).subspan(base), begin, end, v + at);
   });
   DeviceClock c;
   if (r.same_layout) {

@@ -10,7 +10,7 @@
 #include "model/train/checkpoint_json.h"
 #include "model/train/device_program.h"
 #include "model/train/device_setup.h"
-#include "model/train/shard_io.h"
+#include "model/engine/shard_io.h"
 #include "runtime/errors.h"
 #include "runtime/output_file.h"
 
@@ -45,12 +45,12 @@ std::vector<Piece> pieces_of(DeviceSetup& s) {
   const auto params = s.model->params();
   auto replica_writes = [&](const ShardSpec& spec) { return spec.expert ? s.coords.edp == 0 : s.coords.dp == 0; };
   for (const ShardSpec& spec : s.model->shards())
-    if (canonical_copy(spec, s.coords) && replica_writes(spec))
+    if (engine::canonical_copy(spec, s.coords) && replica_writes(spec))
       out.push_back({&spec, kStateParam, 0, spec.numel, params.data() + spec.offset});
   const float* m = s.optimizer->exp_avg().data();
   const float* v = s.optimizer->exp_avg_sq().data();
-  for_owned(s.model->shards(), s.dp->owned(), [&](const ShardSpec& spec, int64_t begin, int64_t end, int64_t at) {
-    if (!canonical_copy(spec, s.coords) || (s.dp->zero() == 0 && !replica_writes(spec))) return;
+  engine::for_owned(s.model->shards(), s.dp->owned(), [&](const ShardSpec& spec, int64_t begin, int64_t end, int64_t at) {
+    if (!engine::canonical_copy(spec, s.coords) || (s.dp->zero() == 0 && !replica_writes(spec))) return;
     out.push_back({&spec, kStateExpAvg, begin, end, m + at});
     out.push_back({&spec, kStateExpAvgSq, begin, end, v + at});
   });

@@ -5,6 +5,7 @@
 #include "collectives/collectives.h"
 #include "model/train/checkpoint.h"
 #include "model/train/device_setup.h"
+#include "model/train/parallel_plan.h"
 #include "model/train/publish.h"
 
 namespace shardlab::train {
@@ -134,7 +135,7 @@ void DeviceProgram::run(Device& dev) const {
   if (options.phantom) return;  // no values to publish
   if (before_publish) before_publish(dev.rank(), *s.model);
   const coll::ProcessGroup& ep = s.ctx.group("ep");
-  publish_params(*s.model, mesh, dev.rank(), std::vector<int>(ep.members().begin(), ep.members().end()),
+  publish_params(*s.model, plan.mesh, dev.rank(), std::vector<int>(ep.members().begin(), ep.members().end()),
                  result, table);
 }
 

@@ -29,11 +29,12 @@
 
 namespace shardlab::train {
 
+struct ParallelPlan;
 struct ResumeState;
 
 struct DeviceProgram {
   const TrainOptions& options;
-  const collectives::DeviceMesh& mesh;
+  const ParallelPlan& plan;  // the layout's derived facts, the mesh among them (parallel_plan.h)
   const model::ParamTable& table;
   const model::BatchSampler* sampler;  // null in a phantom run (no data)
   const model::SafetensorsFile* init;  // or null

@@ -4,9 +4,10 @@
 #include <vector>
 
 #include "collectives/collectives.h"
+#include "model/engine/shard_io.h"
 #include "model/parallel/sharded_gpt.h"
 #include "model/parallel/unsharded_model.h"
-#include "model/train/shard_io.h"
+#include "model/train/parallel_plan.h"
 #include "runtime/errors.h"
 
 namespace shardlab::train {
@@ -19,7 +20,7 @@ namespace {
 // where each rank holds only its chunks) and ep (each rank its own experts)
 // inside a stage, then over pp (ShardedAdamW's stage group): two groups with
 // uniform links rather than one spanning nodes unevenly, so that a phantom
-// run can fold tp (model/train/fold.h).
+// run can fold tp (model/engine/fold.h).
 std::string norm_dims(const ParallelOptions& par) {
   if (par.zero >= 2) return par.cp > 1 ? "tp-cp-dp" : "tp-dp";  // the chunks are over dp × cp
   return par.ep > 1 ? "tp-ep" : "tp";
@@ -39,7 +40,7 @@ std::vector<int> hsdp_members(const coll::ProcessGroup& dp, int n, bool shard) {
 }  // namespace
 
 DeviceSetup::DeviceSetup(const DeviceProgram& p, Device& dev)
-    : ctx(p.mesh, dev.rank()),
+    : ctx(p.plan.mesh, dev.rank()),
       coords(ctx.coords()),
       micro_batches(p.options.micro_batches),
       rows(p.options.model.batch_size / (int64_t{p.options.micro_batches} * p.options.parallel.dp)),
@@ -47,8 +48,8 @@ DeviceSetup::DeviceSetup(const DeviceProgram& p, Device& dev)
       micro(static_cast<size_t>(p.options.micro_batches)),
       cp(p.options.parallel.cp) {
   make_model(p, dev);
-  if (p.init) load_shards(*model, *p.init);
-  dev.log().info("{}: {} local parameters", p.mesh.describe(dev.rank()), model->params().size());
+  if (p.init) engine::load_shards(*model, *p.init);
+  dev.log().info("{}: {} local parameters", p.plan.mesh.describe(dev.rank()), model->params().size());
   model->set_sink(&sink);
   make_data_parallel(p, dev);
   const ParallelOptions& par = p.options.parallel;
@@ -65,7 +66,7 @@ DeviceSetup::DeviceSetup(const DeviceProgram& p, Device& dev)
   grads_ = Tensor(dev.arena(), "gradients", {dp->held_grad_elements()}, MemKind::kGrad, Precision::kFp32,
                   /*phantom=*/true);
   const coll::ProcessGroup& pipeline = ctx.group("pp");
-  executor.emplace(dev, *stage, step_schedule(p.options)[size_t(coords.pp)],
+  executor.emplace(dev, *stage, p.plan.schedule[size_t(coords.pp)],
                    std::vector<int>(pipeline.members().begin(), pipeline.members().end()), micro_batches);
 }
 
@@ -74,9 +75,8 @@ DeviceSetup::DeviceSetup(const DeviceProgram& p, Device& dev)
 void DeviceSetup::make_model(const DeviceProgram& p, Device& dev) {
   const TrainOptions& o = p.options;
   const ParallelOptions& par = o.parallel;
-  const bool global_routing = o.model.is_moe() && par.data_ranks() > 1 && (par.ep > 1 || o.model.capacity_factor > 0);
   const int T = o.model.block_size / par.cp;  // this rank's tokens of every sequence
-  if (!runs_sharded(o)) {
+  if (!p.plan.sharded) {
     auto m = std::make_unique<parallel::UnshardedModel>(o.model, o.seed);
     m->set_micro_batch(int(rows), T);
     stage = m.get();
@@ -84,13 +84,13 @@ void DeviceSetup::make_model(const DeviceProgram& p, Device& dev) {
     return;
   }
   const parallel::ModelGroups groups{&ctx.group("tp"), par.ep > 1 ? &ctx.group("ep") : nullptr,
-                                     global_routing ? &data_group() : nullptr};
+                                     p.plan.global_routing ? &data_group() : nullptr};
   parallel::ShardedOptions so;
   so.sequence_parallel = par.sp;
   so.scatter_gather = par.scatter_gather;
   so.recompute = par.recompute;
   so.phantom_zipf = o.phantom_zipf;
-  so.placement = {par.pp, par.vpp, coords.pp, par.stage_layers, par.stage_order()};
+  so.placement = p.plan.placement(coords.pp);
   if (par.cp > 1) {
     cp_attention = std::make_unique<parallel::CpAttention>(ctx.group("cp"), par.cp_comm);
     so.attention = cp_attention.get();

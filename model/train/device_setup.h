@@ -16,7 +16,7 @@
 #include "model/parallel/parallel_context.h"
 #include "model/parallel/pipeline/executor.h"
 #include "model/train/device_program.h"
-#include "model/train/device_sink.h"
+#include "model/engine/device_sink.h"
 #include "model/train/optimizer_step.h"
 
 namespace shardlab::train {
@@ -33,7 +33,7 @@ class DeviceSetup {
   const int64_t rows;  // per micro-batch on this dp rank
   std::unique_ptr<parallel::LocalModel> model;
   parallel::StageModel* stage = nullptr;  // the same model, as the executor drives it
-  DeviceSink sink;
+  engine::DeviceSink sink;
   std::optional<parallel::DataParallel> dp;
   std::optional<parallel::Fsdp> fsdp;  // ZeRO-3: the model's block hooks
   std::unique_ptr<parallel::CpAttention> cp_attention;  // --cp: the model's attention core

@@ -26,17 +26,12 @@ namespace {
 constexpr int kMaxLaidOutLayers = 4096;
 constexpr uint64_t kMasterBytes = 4, kMomentBytes = 8;  // fp32 master weights; Adam m and v
 
-parallel::StagePlacement placement(const TrainOptions& o, const collectives::Coords& c) {
-  const ParallelOptions& p = o.parallel;
-  return parallel::StagePlacement{p.pp, p.vpp, c.pp, p.stage_layers, p.stage_order()}.resolved(o.model);
-}
-
 // The local tensors of the device at `c`, as DeviceSetup's model holds them.
-std::vector<parallel::ShardSpec> local_shards(const TrainOptions& o, const model::ParamTable& table,
-                                              const collectives::Coords& c) {
-  if (!runs_sharded(o)) return parallel::whole_tensor_shards(table);
+std::vector<parallel::ShardSpec> local_shards(const TrainOptions& o, const ParallelPlan& plan,
+                                              const model::ParamTable& table, const collectives::Coords& c) {
+  if (!plan.sharded) return parallel::whole_tensor_shards(table);
   const ParallelOptions& p = o.parallel;
-  const parallel::StagePlacement place = placement(o, c);
+  const parallel::StagePlacement place = plan.placement(c.pp);
   const parallel::ShardLayout layout(o.model, p.tp, c.tp,
                                      parallel::rank_filter(o.model, place, p.ep, c.ep));
   return layout.shards();
@@ -48,9 +43,10 @@ int index_in(const std::vector<int>& members, int rank) {
 
 // The bytes of each kind device `rank` holds: DataParallel's bucket plan and
 // ownership, DeviceSetup's and ShardedAdamW's buffers.
-DeviceMemory device_memory(const TrainOptions& o, const collectives::DeviceMesh& mesh, int rank,
+DeviceMemory device_memory(const TrainOptions& o, const ParallelPlan& layout, int rank,
                            const std::vector<parallel::ShardSpec>& shards, int elem) {
   const ParallelOptions& p = o.parallel;
+  const collectives::DeviceMesh& mesh = layout.mesh;
   int64_t n = 0;
   for (const parallel::ShardSpec& s : shards) n += s.numel;
   const std::vector<Range> experts =
@@ -73,7 +69,7 @@ DeviceMemory device_memory(const TrainOptions& o, const collectives::DeviceMesh&
   m.params_bytes = uint64_t(n) * uint64_t(elem);
   if (p.zero == 3) {  // the shards, plus the units gathered at once (fsdp.h)
     const parallel::FsdpPasses passes =
-        parallel::fsdp_passes(placement(o, mesh.coords(rank)), units, shards, o.model.n_layer);
+        parallel::fsdp_passes(layout.placement(mesh.coords(rank).pp), units, shards, o.model.n_layer);
     const parallel::FsdpOptions fo{p.reshard_after_forward, p.prefetch};
     m.params_bytes = uint64_t(owned + parallel::fsdp_peak_gathered(passes, units, fo)) * uint64_t(elem);
   }
@@ -104,7 +100,7 @@ MemoryEstimate lower_bound(const TrainOptions& o, int elem) {
 
 }  // namespace
 
-ActivationFloor activation_floor(const TrainOptions& o) {
+ActivationFloor activation_floor(const TrainOptions& o, const ParallelPlan& plan) {
   const ParallelOptions& p = o.parallel;
   const model::GPTConfig& m = o.model;
   const double rows = double(m.batch_size) / (double(o.micro_batches) * p.dp);  // one micro-batch, one replica
@@ -113,7 +109,7 @@ ActivationFloor activation_floor(const TrainOptions& o) {
   const double att = rows * (double(m.n_head) / p.tp) * T * (p.cp > 1 ? 1 : T);
   const double logits = N * double(m.vocab_size) / p.tp;         // (b, T, V/tp) on the last stage
   ActivationFloor f;
-  if (!runs_sharded(o)) {
+  if (!plan.sharded) {
     // The unsharded model (tp = pp = 1) sizes every block's buffers at once
     // (GPT::resize_activations) and saves them all: qkv, attention, logits and probabilities.
     const double blocks = double(m.n_layer) * (att + 3 * N * m.n_embd);
@@ -123,22 +119,22 @@ ActivationFloor activation_floor(const TrainOptions& o) {
     // The sharded model holds at least one block's attention probabilities
     // on every device and the logits on the last stage's.
     f.device_elements = std::max(att, logits);
-    f.host_elements = double(p.world()) * att + double(p.world() / p.pp) * logits;
+    f.host_elements = double(plan.world) * att + double(plan.world / p.pp) * logits;
   }
   return f;
 }
 
-MemoryEstimate estimate_memory(const TrainOptions& o, int elem) {
+MemoryEstimate estimate_memory(const TrainOptions& o, const ParallelPlan& plan, int elem) {
   const ParallelOptions& p = o.parallel;
   const model::ParamTable table(o.model);
-  const collectives::DeviceMesh mesh(p.mesh_shape());
+  const collectives::DeviceMesh& mesh = plan.mesh;
   std::map<std::tuple<int, int, int>, std::vector<parallel::ShardSpec>> layouts;  // by (tp, pp, ep)
   MemoryEstimate e;
   for (int rank = 0; rank < mesh.size(); ++rank) {
     const collectives::Coords c = mesh.coords(rank);
     auto [it, fresh] = layouts.try_emplace({c.tp, c.pp, c.ep});
-    if (fresh) it->second = local_shards(o, table, c);
-    const DeviceMemory m = device_memory(o, mesh, rank, it->second, elem);
+    if (fresh) it->second = local_shards(o, plan, table, c);
+    const DeviceMemory m = device_memory(o, plan, rank, it->second, elem);
     // Host: fp32 parameters and gradients, Adam m and v of the owned part.
     e.host_bytes += uint64_t(m.params) * 8 + m.optimizer_bytes;
     if (e.devices.empty() || m.total() > e.worst.total()) e.worst_rank = rank, e.worst = m;
@@ -153,17 +149,16 @@ namespace {
 
 // A real run sizes host buffers for its activations: refuse them here, not
 // in the host allocator (std::bad_alloc) or in minutes of swapping.
-void check_activations(const TrainOptions& o, const MemoryEstimate& e, uint64_t capacity, int elem, uint64_t budget,
-                       uint64_t host_memory) {
+void check_activations(const TrainOptions& o, const ParallelPlan& plan, const MemoryEstimate& e, uint64_t capacity,
+                       int elem, uint64_t budget, uint64_t host_memory) {
   const DeviceMemory& w = e.worst;
-  const ActivationFloor a = activation_floor(o);
+  const ActivationFloor a = activation_floor(o, plan);
   const double device_need = double(w.total()) + a.device_elements * elem;
   if (device_need > double(capacity)) {
-    const collectives::DeviceMesh mesh(o.parallel.mesh_shape());
     throw ConfigError(fmt::format(
         "device {} ({}): out of memory: parameters, gradients and optimizer state need {} and the "
         "activations of one micro-batch at least {} (attention probabilities and logits), more than its capacity {}",
-        e.worst_rank, mesh.describe(e.worst_rank), format_bytes(w.total()),
+        e.worst_rank, plan.mesh.describe(e.worst_rank), format_bytes(w.total()),
         format_bytes(uint64_t(std::min(a.device_elements * elem, 1.8e19))), format_bytes(capacity)));
   }
   const double host_activations = a.host_elements * 4;  // the host computes in fp32
@@ -172,20 +167,20 @@ void check_activations(const TrainOptions& o, const MemoryEstimate& e, uint64_t 
         "a real run of this config needs at least {} of host memory for the activations of one micro-batch on "
         "its {} devices, on top of {} for the parameters, gradients and optimizer state, and this machine has {}: "
         "use a smaller batch, sequence or model, or --phantom to time it without the math",
-        format_bytes(uint64_t(std::min(host_activations, 1.8e19))), o.parallel.world(), format_bytes(e.host_bytes),
+        format_bytes(uint64_t(std::min(host_activations, 1.8e19))), plan.world, format_bytes(e.host_bytes),
         format_bytes(host_memory)));
   }
 }
 
 }  // namespace
 
-void check_memory(const TrainOptions& o, uint64_t capacity, int elem, uint64_t host_memory) {
+void check_memory(const TrainOptions& o, const ParallelPlan& plan, uint64_t capacity, int elem,
+                  uint64_t host_memory) {
   const uint64_t budget = host_memory / 10 * 8;
   const MemoryEstimate e =
-      o.model.n_layer <= kMaxLaidOutLayers ? estimate_memory(o, elem) : lower_bound(o, elem);
+      o.model.n_layer <= kMaxLaidOutLayers ? estimate_memory(o, plan, elem) : lower_bound(o, elem);
   const DeviceMemory& w = e.worst;
   if (w.total() > capacity) {
-    const collectives::DeviceMesh mesh(o.parallel.mesh_shape());
     const std::string master =
         w.master_bytes > 0 ? fmt::format(", fp32 master weights {}", format_bytes(w.master_bytes))
                            : "";
@@ -193,7 +188,7 @@ void check_memory(const TrainOptions& o, uint64_t capacity, int elem, uint64_t h
         fmt::format("device {} ({}): out of memory before any activation: parameters {}, gradients "
                     "{}{} and optimizer "
                     "state {} need {}, more than its capacity {}",
-                    e.worst_rank, mesh.describe(e.worst_rank), format_bytes(w.params_bytes),
+                    e.worst_rank, plan.mesh.describe(e.worst_rank), format_bytes(w.params_bytes),
                     format_bytes(w.grads_bytes), master, format_bytes(w.optimizer_bytes),
                     format_bytes(w.total()), format_bytes(capacity)));
   }
@@ -203,9 +198,9 @@ void check_memory(const TrainOptions& o, uint64_t capacity, int elem, uint64_t h
         fmt::format("a real run of this model needs at least {} of host memory for the parameters, "
                     "gradients and optimizer state of its {} devices (activations come on top), and "
                     "this machine has {}: use a smaller model, or --phantom to time it without the math",
-                    format_bytes(e.host_bytes), o.parallel.world(), format_bytes(host_memory)));
+                    format_bytes(e.host_bytes), plan.world, format_bytes(host_memory)));
   }
-  check_activations(o, e, capacity, elem, budget, host_memory);
+  check_activations(o, plan, e, capacity, elem, budget, host_memory);
 }
 
 uint64_t host_memory_bytes() {

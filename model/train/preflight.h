@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/train/parallel_plan.h"
 #include "model/train/trainer.h"
 
 namespace shardlab::train {
@@ -36,7 +37,7 @@ struct MemoryEstimate {
 // Counts each device's local parameters from the sharding rules and its
 // buckets from the data-parallel plan (no buffer is allocated). `elem`:
 // modeled bytes of a parameter (4 fp32, 2 bf16).
-MemoryEstimate estimate_memory(const TrainOptions& options, int elem);
+MemoryEstimate estimate_memory(const TrainOptions& options, const ParallelPlan& plan, int elem);
 
 // A lower bound of a real run's activations, in elements: what the worst
 // device holds at once (device_elements, at the modeled element size) and
@@ -45,7 +46,7 @@ struct ActivationFloor {
   double device_elements = 0;
   double host_elements = 0;
 };
-ActivationFloor activation_floor(const TrainOptions& options);
+ActivationFloor activation_floor(const TrainOptions& options, const ParallelPlan& plan);
 
 // Throws ConfigError: "device R (TP(2)-...): out of memory before any
 // activation: parameters ..., gradients ... and optimizer state ... need X,
@@ -53,7 +54,7 @@ ActivationFloor activation_floor(const TrainOptions& options);
 // run, the same with the activation floor added ("out of memory: ... and the
 // activations of one micro-batch at least ..."), or "a real run ... needs at
 // least X of host memory ... this machine has Y".
-void check_memory(const TrainOptions& options, uint64_t device_capacity, int elem,
+void check_memory(const TrainOptions& options, const ParallelPlan& plan, uint64_t device_capacity, int elem,
                   uint64_t host_memory);
 
 // This machine's physical memory (bytes).

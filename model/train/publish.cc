@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "model/train/shard_io.h"
+#include "model/engine/shard_io.h"
 
 namespace shardlab::train {
 
@@ -30,10 +30,10 @@ void publish_step0_grads(parallel::LocalModel& model, const parallel::DataParall
   auto grads = model.grads();
   if (dp.sharded_grads()) {  // (cp ranks own chunks of their own: they write them)  // with ZeRO-2 each dp rank holds the reduced gradient of its own chunks only
     if (dp.replica_rank() != 0) return;  // HSDP: the first replica writes them
-    scatter_to_global(model, grads, coords, table, result.step0_grads, &dp.owned());
+    engine::scatter_to_global(model, grads, coords, table, result.step0_grads, &dp.owned());
   } else if (coords.edp == 0 && coords.cp == 0) {  // cp ranks hold the same reduced gradients
-    scatter_to_global(model, grads, coords, table, result.step0_grads, nullptr,
-                      coords.dp == 0 ? kAll : kExpertsOnly);
+    engine::scatter_to_global(model, grads, coords, table, result.step0_grads, nullptr,
+                      coords.dp == 0 ? engine::kAll : engine::kExpertsOnly);
   }
 }
 
@@ -47,11 +47,11 @@ void publish_params(parallel::LocalModel& model, const collectives::DeviceMesh& 
   auto replica = [&](const collectives::Coords& c) { return size_t(c.dp * cp + c.cp); };
   // Replica d is the model as dp rank d's ep group holds it: every member
   // writes its experts into each of the group's replicas.
-  scatter_to_global(model, params, coords, table, result.replicas[replica(coords)], nullptr, kAll);
+  engine::scatter_to_global(model, params, coords, table, result.replicas[replica(coords)], nullptr, engine::kAll);
   for (int peer : ep_members)
     if (peer != rank)
-      scatter_to_global(model, params, coords, table, result.replicas[replica(mesh.coords(peer))],
-                        nullptr, kExpertsOnly);
+      engine::scatter_to_global(model, params, coords, table, result.replicas[replica(mesh.coords(peer))],
+                        nullptr, engine::kExpertsOnly);
   // The last stage's tied copy, compared with the first stage's by train().
   const int pp = mesh.shape().pp;
   if (!result.tied_copy.empty() && coords.pp == pp - 1 && coords.dp == 0 && coords.cp == 0) {

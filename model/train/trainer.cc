@@ -8,18 +8,19 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "collectives/mesh.h"
+#include "model/engine/fold.h"
+#include "model/engine/model_json.h"
+#include "model/engine/shard_io.h"
 #include "model/io/safetensors.h"
+#include "model/parallel/config_check.h"
 #include "model/params.h"
 #include "model/portable_math.h"
 #include "model/train/checkpoint.h"
 #include "model/train/device_program.h"
-#include "model/train/fold.h"
-#include "collectives/mesh.h"
-#include "model/parallel/config_check.h"
-#include "model/train/model_json.h"
+#include "model/train/parallel_plan.h"
 #include "model/train/preflight.h"
-#include "model/train/shard_io.h"
-#include "model/train/share_result.h"
+#include "model/train/result_rows.h"
 #include "runtime/errors.h"
 #include "runtime/output_file.h"
 #include "runtime/transport.h"
@@ -65,7 +66,7 @@ void TrainOptions::validate() const {
 }
 
 nlohmann::json TrainOptions::to_json() const {
-  return {{"model", model_json(model)},
+  return {{"model", engine::model_json(model)},
           {"batch", model.batch_size},
           {"steps", steps},
           {"seed", seed},
@@ -123,7 +124,7 @@ double flops_per_token(const model::ParamTable& table) {
 // experts or another model's parts) is an error naming it, not ignored.
 void check_init(const model::SafetensorsFile& f, const model::ParamTable& table) {
   for (const auto& s : table.specs()) f.get(s.name, s.shape);
-  check_checkpoint_model(f, table.config());  // a shardlab file names the flag that differs
+  engine::check_checkpoint_model(f, table.config());  // a shardlab file names the flag that differs
   for (const std::string& name : f.names())
     if (!table.find(name))
       throw ConfigError(fmt::format("--init {}: unexpected tensor \"{}\" (not in this model: {}; the file has {} "
@@ -255,7 +256,7 @@ Corruption corruption(const std::string& spec, int world, const model::ParamTabl
   }
   Corruption c;
   (rel == 0 ? c.before_publish : c.before_first_step) = [target, name, rel](int rank, parallel::LocalModel& m) {
-    if (rank == target) corrupt_shard(m, name, rel);
+    if (rank == target) engine::corrupt_shard(m, name, rel);
   };
   return c;
 }
@@ -305,7 +306,7 @@ namespace {
 // that are not symmetric (FoldingError), runs it again with a weaker plan,
 // which `fold` then holds. The result is exact whichever plan finishes.
 template <class Attempt>
-RunResult run_folded(Cluster& cluster, const TrainOptions& o, FoldPlan& fold, Attempt attempt) {
+RunResult run_folded(Cluster& cluster, const ParallelPlan& plan, engine::FoldPlan& fold, Attempt attempt) {
   while (true) {
     cluster.set_representatives(fold.representative);
     try {
@@ -316,7 +317,7 @@ RunResult run_folded(Cluster& cluster, const TrainOptions& o, FoldPlan& fold, At
       cluster.set_representatives({});
       if (!e.folding() || fold.representative.empty()) throw;
       spdlog::info("folding: {}; running again with less folding", e.what());
-      fold = weaker(fold, o);
+      fold = engine::weaker(fold, plan.fold.mesh);
     }
   }
 }
@@ -326,13 +327,13 @@ RunResult run_folded(Cluster& cluster, const TrainOptions& o, FoldPlan& fold, At
 TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& on_step,
                   const ProgressCallback& on_progress) {
   o.validate();
-  validate_parallel(o);
-  if (cluster.world_size() != o.parallel.world())
-    throw ConfigError(fmt::format("--dp x --tp x --pp x --cp = {} devices but the cluster has {}", o.parallel.world(),
+  const ParallelPlan plan(o);
+  if (cluster.world_size() != plan.world)
+    throw ConfigError(fmt::format("--dp x --tp x --pp x --cp = {} devices but the cluster has {}", plan.world,
                                   cluster.world_size()));
   const uint64_t capacity =
       cluster.options().memory_bytes ? cluster.options().memory_bytes : cluster.profile().memory_bytes();
-  check_memory(o, capacity, element_size(cluster.options().precision), host_memory_bytes());
+  check_memory(o, plan, capacity, element_size(cluster.options().precision), host_memory_bytes());
   if (!o.save_path.empty()) check_writable(o.save_path, "--save");  // before the run, not after it
   const model::GPTConfig& mc = o.model;
   // A phantom run reads no data: its token buffers are sized and left at 0.
@@ -354,15 +355,16 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
   if (resume) spdlog::info("resuming from {}", resume->describe());
   if (!o.checkpoint_dir.empty()) prepare_checkpoint_dir(o.checkpoint_dir);  // writable before the run
   TrainResult result = sized_result(o, table, data.get());
-  const collectives::DeviceMesh mesh(o.parallel.mesh_shape());
-  const Corruption corrupt = corruption(o.corrupt_shard, o.parallel.world(), table);
-  const DeviceProgram program{o, mesh, table, sampler ? &*sampler : nullptr, init ? &*init : nullptr, result, on_step, on_progress,
+  const collectives::DeviceMesh& mesh = plan.mesh;
+  const Corruption corrupt = corruption(o.corrupt_shard, plan.world, table);
+  const DeviceProgram program{o, plan, table, sampler ? &*sampler : nullptr, init ? &*init : nullptr, result, on_step, on_progress,
                               corrupt.before_publish, resume ? &*resume : nullptr, corrupt.before_first_step};
-  // Injected faults make ranks differ: every rank runs its own thread.
-  FoldPlan fold = cluster.options().faults ? FoldPlan{} : fold_plan(o, cluster.profile());
-  result.run = run_folded(cluster, o, fold, [&] {
+  // Only phantom runs fold; injected faults make ranks differ: every rank runs its own thread.
+  engine::FoldPlan fold;
+  if (plan.folds && !cluster.options().faults) fold = engine::fold_plan(plan.fold, cluster.profile());
+  result.run = run_folded(cluster, plan, fold, [&] {
     result = sized_result(o, table, data.get());  // a retry starts from a clean record
-    result.running_devices = fold.representative.empty() ? o.parallel.world() : fold.running();
+    result.running_devices = fold.representative.empty() ? plan.world : fold.running();
     RunResult run = cluster.run([&](Device& dev) { program.run(dev); });
     if (Transport* t = cluster.transport())  // across processes: every device's part, everywhere
       share_train_result(result, device_owners(cluster.world_size(), t->processes(), cluster.profile()));

@@ -216,7 +216,7 @@ struct TrainResult {
   std::vector<MoeLayerSteps> moe_layers;
   // Pipeline runs: every device's forwards and backwards of the first step.
   std::vector<std::vector<parallel::ComputeSpan>> first_step_spans;  // (devices)
-  // Phantom runs: what was folded (model/train/fold.h), e.g. "dp and tp folded: ...".
+  // Phantom runs: what was folded (model/engine/fold.h), e.g. "dp and tp folded: ...".
   std::string folded = "nothing folded";
   // Resumed runs: which checkpoint, and whether it was resharded (checkpoint.h);
   // the first step this run took (first_step_spans are of it).

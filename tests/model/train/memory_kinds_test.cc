@@ -42,7 +42,7 @@ const char* name(Precision p) { return p == Precision::kBf16 ? "bf16" : "fp32"; 
 // Every device's preflight figures equal its arena peaks, kind by kind.
 void expect_preflight_matches(const TrainOptions& o, Precision p, const TrainResult& r,
                               const char* what) {
-  const MemoryEstimate e = estimate_memory(o, element_size(p));
+  const MemoryEstimate e = estimate_memory(o, ParallelPlan(o), element_size(p));
   ASSERT_EQ(e.devices.size(), r.run.devices.size()) << what;
   for (size_t rank = 0; rank < e.devices.size(); ++rank) {
     const DeviceMemory& m = e.devices[rank];

@@ -7,7 +7,6 @@
 
 #include <gtest/gtest.h>
 
-#include "model/train/fold.h"
 #include "tests/model/train/train_test_util.h"
 
 namespace shardlab::train {
@@ -214,28 +213,12 @@ TEST(Dropout, NeedsAPhantomRun) {
   EXPECT_NO_THROW(run_on(c, /*phantom=*/true));
 }
 
-TEST(FoldPlan, FoldsOnlyWhatIsProvablySymmetric) {
-  HardwareProfile p = load_profile("a100-nvlink");  // 8 devices per node
-  p.nodes = 8;
-  TrainOptions o = small_options();
-  o.phantom = true;
-  o.parallel.tp = 4;
-  o.parallel.dp = 2;
-  FoldPlan plan = fold_plan(o, p);
-  EXPECT_TRUE(plan.dp && plan.tp);
-  EXPECT_EQ(plan.running(), 1);
-  o.parallel.zero = 1;  // owned chunks differ between dp ranks
-  EXPECT_FALSE(fold_plan(o, p).dp);
-  o.parallel.zero = 0;
-  o.parallel.tp = 2;  // dp 8 x tp 2: dp groups span two nodes, four members each
-  o.parallel.dp = 8;
-  plan = fold_plan(o, p);
-  EXPECT_FALSE(plan.dp);
-  EXPECT_TRUE(plan.tp);
-  o.model.n_expert = 4;  // MoE: tp peers are not folded
-  EXPECT_FALSE(fold_plan(o, p).tp);
-  o.phantom = false;  // real runs are never folded
-  EXPECT_TRUE(fold_plan(o, p).representative.empty());
+// Folding is for phantom runs: a real run with TrainOptions::fold runs every rank.
+TEST(FoldPlan, RealRunsAreNeverFolded) {
+  Config c = make("tp2_dp2", 2, 1, 2, 1, [](Config&) {});
+  const TrainResult r = run_on(c, /*phantom=*/false, /*fold=*/true);
+  EXPECT_EQ(r.running_devices, c.options.parallel.world());
+  EXPECT_EQ(r.folded, "nothing folded");
 }
 
 // MoE in a phantom run: uniform routing, an assumption stated in the report.

@@ -119,7 +119,7 @@ TEST(Zero3Preflight, MatchesTheArenaComposed) {
     o.parallel.hsdp = c.hsdp;
     o.micro_batches = c.micro;
     const TrainResult r = run(o);
-    const MemoryEstimate e = estimate_memory(o, 4);
+    const MemoryEstimate e = estimate_memory(o, ParallelPlan(o), 4);
     ASSERT_EQ(e.devices.size(), r.run.devices.size()) << c.name;
     for (size_t rank = 0; rank < e.devices.size(); ++rank) {
       const DeviceStats& d = r.run.devices[rank];

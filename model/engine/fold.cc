@@ -1,10 +1,8 @@
-#include "model/train/fold.h"
+#include "model/engine/fold.h"
 
 #include <fmt/format.h>
 
-#include "collectives/mesh.h"
-
-namespace shardlab::train {
+namespace shardlab::engine {
 
 namespace {
 
@@ -40,12 +38,12 @@ std::string FoldPlan::describe() const {
 
 namespace {
 
-FoldPlan plan_for(const TrainOptions& o, bool dp, bool tp) {
+FoldPlan plan_for(const collectives::MeshShape& shape, bool dp, bool tp) {
   FoldPlan plan;
   plan.dp = dp;
   plan.tp = tp;
   if (!plan.dp && !plan.tp) return plan;
-  const collectives::DeviceMesh mesh(o.parallel.mesh_shape());
+  const collectives::DeviceMesh mesh(shape);
   plan.representative.resize(size_t(mesh.size()));
   for (int r = 0; r < mesh.size(); ++r) {
     collectives::Coords c = mesh.coords(r);
@@ -58,30 +56,17 @@ FoldPlan plan_for(const TrainOptions& o, bool dp, bool tp) {
 
 }  // namespace
 
-FoldPlan fold_plan(const TrainOptions& o, const HardwareProfile& profile) {
-  const ParallelOptions& par = o.parallel;
-  // Context parallelism: the cp ranks' rings are not replayed for folded members.
-  if (!o.phantom || !o.fold || par.cp > 1) return {};
-  const collectives::DeviceMesh mesh(par.mesh_shape());
-  const bool dp = par.dp > 1 && par.zero == 0 && par.ep == 1 && uniform_links(mesh, profile, "dp");
-  const bool tp = par.tp > 1 && !o.model.is_moe() && uniform_links(mesh, profile, "tp");
-  return plan_for(o, dp, tp);
+FoldPlan fold_plan(const FoldInput& in, const HardwareProfile& profile) {
+  const collectives::MeshShape& m = in.mesh;
+  if (m.cp > 1) return {};
+  const collectives::DeviceMesh mesh(m);
+  const bool dp = m.dp > 1 && !in.sharded_optimizer && m.ep == 1 && uniform_links(mesh, profile, "dp");
+  const bool tp = m.tp > 1 && !in.moe && uniform_links(mesh, profile, "tp");
+  return plan_for(m, dp, tp);
 }
 
-FoldPlan weaker(const FoldPlan& plan, const TrainOptions& o) {
-  return plan_for(o, false, plan.dp && plan.tp);
+FoldPlan weaker(const FoldPlan& plan, const collectives::MeshShape& mesh) {
+  return plan_for(mesh, false, plan.dp && plan.tp);
 }
 
-void unfold_results(const FoldPlan& plan, TrainResult& r) {
-  for (size_t rank = 0; rank < plan.representative.size(); ++rank) {
-    const auto rep = size_t(plan.representative[rank]);
-    if (rep == rank) continue;
-    r.phases[rank] = r.phases[rep];
-    r.moe[rank] = r.moe[rep];
-    r.a2a_time[rank] = r.a2a_time[rep];
-    r.first_step_spans[rank] = r.first_step_spans[rep];
-    if (!r.fsdp.empty()) r.fsdp[rank] = r.fsdp[rep];
-  }
-}
-
-}  // namespace shardlab::train
+}  // namespace shardlab::engine

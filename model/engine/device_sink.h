@@ -8,7 +8,7 @@
 #include "model/sink.h"
 #include "runtime/device.h"
 
-namespace shardlab::train {
+namespace shardlab::engine {
 
 class DeviceSink final : public model::OpSink {
  public:
@@ -39,4 +39,4 @@ class DeviceSink final : public model::OpSink {
   std::function<bool(float*, int64_t)> average_;
 };
 
-}  // namespace shardlab::train
+}  // namespace shardlab::engine

@@ -10,7 +10,7 @@
 #include "model/config.h"
 #include "model/io/safetensors.h"
 
-namespace shardlab::train {
+namespace shardlab::engine {
 
 // {"layers", "heads", "embd", "seq", "vocab" (the table, padded or not),
 // "vocab_unpadded" (the tokens), "make_vocab_size_divisible_by" (0: none),
@@ -30,4 +30,10 @@ void check_model_json(const nlohmann::json& saved, const model::GPTConfig& confi
 
 void check_checkpoint_model(const model::SafetensorsFile& file, const model::GPTConfig& config);
 
+}  // namespace shardlab::engine
+
+// The shardlab tool (examples/shardlab) spells it train::model_json; that
+// spelling goes when the tool moves out of examples/ (issue 31).
+namespace shardlab::train {
+using engine::model_json;
 }  // namespace shardlab::train

@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "model/train/sweep.h"
+#include "model/sweep/sweep.h"
 
 namespace shardlab::sweep {
 namespace {

@@ -1,10 +1,10 @@
-#include "model/train/model_json.h"
+#include "model/engine/model_json.h"
 
 #include <fmt/format.h>
 
 #include "runtime/errors.h"
 
-namespace shardlab::train {
+namespace shardlab::engine {
 
 nlohmann::json model_json(const model::GPTConfig& m) {
   return {{"layers", m.n_layer},
@@ -49,4 +49,4 @@ void check_checkpoint_model(const model::SafetensorsFile& file, const model::GPT
   check_model_json(stored["model"], config, "--init " + file.origin());
 }
 
-}  // namespace shardlab::train
+}  // namespace shardlab::engine

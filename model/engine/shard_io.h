@@ -12,7 +12,7 @@
 #include "model/params.h"
 #include "model/parallel/local_model.h"
 
-namespace shardlab::train {
+namespace shardlab::engine {
 
 // Whether the rank at `coords` holds the copy of local tensor `s` that is
 // written out (gathers, sharded checkpoints): tensors held whole by every
@@ -60,4 +60,4 @@ void load_shards(parallel::LocalModel& model, const model::SafetensorsFile& f);
 // no such parameter.
 void corrupt_shard(parallel::LocalModel& model, const std::string& name, double rel = 0);
 
-}  // namespace shardlab::train
+}  // namespace shardlab::engine

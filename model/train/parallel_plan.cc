@@ -1,12 +1,14 @@
 // The parallel configuration's checks before any thread starts
-// (validate_parallel), and the two questions they and train() ask of it:
-// which model runs (runs_sharded) and which schedule (step_schedule).
+// (validate_parallel), the two questions they and train() ask of it (which
+// model runs: runs_sharded; which schedule: step_schedule), and the plan
+// that holds the answers once (parallel_plan.h).
+#include "model/train/parallel_plan.h"
+
 #include <string>
 
 #include <fmt/format.h>
 
 #include "model/parallel/config_check.h"
-#include "model/train/trainer.h"
 #include "runtime/errors.h"
 
 namespace shardlab::train {
@@ -32,6 +34,13 @@ void validate_context_parallel(const TrainOptions& o) {
   require(o.checkpoint_dir.empty() && o.resume_dir.empty(),
           "--cp with --checkpoint-dir or --resume is not supported");
   require(p.hsdp == 0, "--cp with --hsdp is not supported");
+}
+
+// MoE routing over the data ranks: expert parallelism, or a capacity that
+// counts every replica's tokens (ParallelPlan::global_routing).
+bool routes_globally(const TrainOptions& o) {
+  const ParallelOptions& p = o.parallel;
+  return o.model.is_moe() && p.data_ranks() > 1 && (p.ep > 1 || o.model.capacity_factor > 0);
 }
 
 }  // namespace
@@ -80,7 +89,7 @@ void validate_parallel(const TrainOptions& o) {
 
 bool runs_sharded(const TrainOptions& o) {
   const ParallelOptions& p = o.parallel;
-  const bool global_routing = o.model.is_moe() && p.data_ranks() > 1 && (p.ep > 1 || o.model.capacity_factor > 0);
+  const bool global_routing = routes_globally(o);
   const bool split_backward = !p.custom_schedule && parallel::splits_backward(p.schedule);  // B and W apart
   return p.pp > 1 || p.tp > 1 || p.cp > 1 || p.ep > 1 || global_routing || p.recompute != parallel::Recompute::kNone || p.zero == 3 ||
          split_backward || o.phantom;  // the unsharded reference computes on real buffers
@@ -89,6 +98,21 @@ bool runs_sharded(const TrainOptions& o) {
 parallel::Schedule step_schedule(const TrainOptions& o) {
   const ParallelOptions& p = o.parallel;
   return p.custom_schedule ? *p.custom_schedule : parallel::build_schedule(p.schedule, p.pp, o.micro_batches, p.vpp);
+}
+
+// The checks run before the mesh is built, so a bad size names its flag.
+ParallelPlan::ParallelPlan(const TrainOptions& o) : mesh((validate_parallel(o), o.parallel.mesh_shape())) {
+  const ParallelOptions& p = o.parallel;
+  world = mesh.size();
+  global_routing = routes_globally(o);
+  sharded = runs_sharded(o);
+  schedule = step_schedule(o);
+  fold = {p.mesh_shape(), p.zero > 0, o.model.is_moe()};
+  folds = o.phantom && o.fold;
+  pp_ = p.pp;
+  vpp_ = p.vpp;
+  order_ = p.stage_order();
+  stage_layers_ = parallel::StagePlacement{p.pp, p.vpp, 0, p.stage_layers, order_}.resolved(o.model).stage_layers;
 }
 
 }  // namespace shardlab::train

@@ -1,6 +1,6 @@
 // The sweep's grid, metrics, outputs, crossovers and gnuplot scripts
-// (model/train/sweep.h), without running anything.
-#include "model/train/sweep.h"
+// (model/sweep/sweep.h), without running anything.
+#include "model/sweep/sweep.h"
 
 #include <cmath>
 

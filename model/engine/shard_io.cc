@@ -1,4 +1,4 @@
-#include "model/train/shard_io.h"
+#include "model/engine/shard_io.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 
 #include "runtime/errors.h"
 
-namespace shardlab::train {
+namespace shardlab::engine {
 
 using parallel::LocalModel;
 using parallel::ShardSpec;
@@ -62,4 +62,4 @@ void corrupt_shard(LocalModel& model, const std::string& name, double rel) {
   throw ConfigError(fmt::format("corrupt-shard: no parameter \"{}\"", name));
 }
 
-}  // namespace shardlab::train
+}  // namespace shardlab::engine

@@ -1,5 +1,6 @@
-#include "model/train/share_result.h"
+#include "model/train/result_rows.h"
 
+#include "model/engine/share_result.h"
 #include "runtime/transport.h"
 #include "runtime/wire.h"
 
@@ -29,32 +30,21 @@ std::vector<MoeLayerTotals> get_moe(wire::Reader& r) {
   return layers;
 }
 
-// The per-device rows of the devices this process ran, to everyone.
-void share_rows(Transport& t, TrainResult& r, const std::vector<int>& owners) {
-  wire::Writer w;
-  for (size_t d = 0; d < owners.size(); ++d) {
-    if (owners[d] != t.process()) continue;
-    w.put<uint64_t>(d);
-    w.put_vector(r.phases[d]).put_vector(r.first_step_spans[d]);
-    put_moe(w, r.moe[d]);
-  }
-  for (const std::string& s : t.exchange(w.str())) {
-    wire::Reader in(s);
-    while (in.left() > 0) {
-      const auto d = in.get<uint64_t>();
-      r.phases[d] = in.get_vector<PhaseRecord>();
-      r.first_step_spans[d] = in.get_vector<parallel::ComputeSpan>();
-      r.moe[d] = get_moe(in);
-    }
-  }
-}
-
 }  // namespace
 
 void share_train_result(TrainResult& r, const std::vector<int>& owners) {
-  Transport* t = process_transport();
-  if (!t) return;
-  share_rows(*t, r, owners);
+  if (!process_transport()) return;
+  engine::share_device_rows(
+      owners,
+      [&](wire::Writer& w, size_t d) {
+        w.put_vector(r.phases[d]).put_vector(r.first_step_spans[d]);
+        put_moe(w, r.moe[d]);
+      },
+      [&](wire::Reader& in, size_t d) {
+        r.phases[d] = in.get_vector<PhaseRecord>();
+        r.first_step_spans[d] = in.get_vector<parallel::ComputeSpan>();
+        r.moe[d] = get_moe(in);
+      });
   // Element-wise disjoint writes (or equal values) into zeroed buffers.
   for (auto& replica : r.replicas) merge_disjoint(replica);
   merge_disjoint(r.step0_grads);
@@ -63,12 +53,24 @@ void share_train_result(TrainResult& r, const std::vector<int>& owners) {
   merge_disjoint(r.fsdp);
   merge_disjoint(r.cp);
   // Device 0 (the leader's) wrote the step records and the loop's wall time.
-  wire::Writer w;
-  w.put_vector(r.steps).put(r.loop_wall_s);
-  const std::string leader = t->exchange(t->process() == 0 ? w.str() : std::string()).front();
-  wire::Reader in(leader);
-  r.steps = in.get_vector<StepRecord>();
-  r.loop_wall_s = in.get<double>();
+  engine::share_from_process(
+      0, [&](wire::Writer& w) { w.put_vector(r.steps).put(r.loop_wall_s); },
+      [&](wire::Reader& in) {
+        r.steps = in.get_vector<StepRecord>();
+        r.loop_wall_s = in.get<double>();
+      });
+}
+
+void unfold_results(const engine::FoldPlan& plan, TrainResult& r) {
+  for (size_t rank = 0; rank < plan.representative.size(); ++rank) {
+    const auto rep = size_t(plan.representative[rank]);
+    if (rep == rank) continue;
+    r.phases[rank] = r.phases[rep];
+    r.moe[rank] = r.moe[rep];
+    r.a2a_time[rank] = r.a2a_time[rep];
+    r.first_step_spans[rank] = r.first_step_spans[rep];
+    if (!r.fsdp.empty()) r.fsdp[rank] = r.fsdp[rep];
+  }
 }
 
 }  // namespace shardlab::train

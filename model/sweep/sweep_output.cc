@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "model/train/sweep.h"
+#include "model/sweep/sweep.h"
 #include "runtime/errors.h"
 
 namespace shardlab::sweep {

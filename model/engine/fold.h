@@ -1,0 +1,56 @@
+// Folding: which ranks of a phantom run one thread can play for the others.
+//
+// In a phantom run (train's TrainOptions::phantom, serve's ReplicaShape)
+// ranks that are provably symmetric run the same program from the same
+// state, so one thread, the representative, plays them all: its collectives
+// over folded members are replayed on the link model as if they were there
+// (collectives/folded.h), and every folded rank reports its
+// representative's figures.
+//
+//   data parallelism is folded (every dp rank played by dp rank 0) when
+//     no optimizer state is sharded (ZeRO's owned chunks differ in size from
+//     rank to rank) and there is no expert parallelism;
+//   tensor parallelism is folded (every tp rank by tp rank 0) for dense
+//     models (the MoE router and experts are left unfolded);
+//   nothing is folded under context parallelism (the cp ranks' rings are
+//     not replayed for folded members);
+//   a dimension is folded only when its groups' links are uniform: all
+//     members in one node, or each member on a node of its own.
+//
+// The replay checks symmetry at every folded collective (every folded
+// member must end exactly where its representative ends) and fails
+// otherwise, so folding never changes a reported figure. Whether a run may
+// fold at all (a phantom run, without injected faults) is the caller's.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "collectives/mesh.h"
+#include "runtime/profile.h"
+
+namespace shardlab::engine {
+
+struct FoldPlan {
+  bool dp = false, tp = false;
+  std::vector<int> representative;  // (world) empty: nothing folded
+  int running() const;              // ranks with a thread
+  std::string describe() const;     // "dp 24 and tp 8 folded: 8 of 1536 devices run"
+};
+
+// What folding reads of a run: its mesh and the two facts that make ranks
+// of a dimension differ.
+struct FoldInput {
+  collectives::MeshShape mesh;
+  bool sharded_optimizer = false;  // ZeRO: dp ranks own chunks of different sizes
+  bool moe = false;                // an MoE model: tp peers route and hold experts apart
+};
+
+// The plan for `input` on `profile` (nodes from the profile).
+FoldPlan fold_plan(const FoldInput& input, const HardwareProfile& profile);
+
+// The next plan to try when `plan` met an asymmetric collective
+// (FoldingError): without dp folding, then without any.
+FoldPlan weaker(const FoldPlan& plan, const collectives::MeshShape& mesh);
+
+}  // namespace shardlab::engine

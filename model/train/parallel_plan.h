@@ -1,0 +1,47 @@
+// ParallelPlan: the facts a training run derives from its parallel layout
+// (TrainOptions::parallel, with the model and the micro-batches), computed
+// once after every check and passed on. train() builds it; the preflight
+// (preflight.h), every device's setup (DeviceProgram::plan, device_setup.h)
+// and the folding read these facts here instead of deriving them again.
+//
+// Thread safety: immutable once built; device threads share one.
+#pragma once
+
+#include <vector>
+
+#include "collectives/mesh.h"
+#include "model/engine/fold.h"
+#include "model/parallel/pipeline/schedule.h"
+#include "model/parallel/pipeline/stage.h"
+#include "model/train/trainer.h"
+
+namespace shardlab::train {
+
+struct ParallelPlan {
+  // Checks the layout (validate_parallel: ConfigError naming the flag) and
+  // derives the plan.
+  explicit ParallelPlan(const TrainOptions& options);
+
+  collectives::DeviceMesh mesh;  // "tp-cp-ep-dp-pp" over ParallelOptions::mesh_shape()
+  int world = 0;                 // devices: mesh.size(), dp × tp × cp × pp
+  // MoE routing over the data ranks (expert parallelism, or a capacity
+  // factor counting every replica's tokens): the model's capacity group is
+  // the data group.
+  bool global_routing = false;
+  bool sharded = false;         // runs_sharded: ShardedGPT, not the unsharded reference
+  parallel::Schedule schedule;  // every pipeline rank's actions (step_schedule)
+  engine::FoldInput fold;       // what fold planning reads of the run
+  bool folds = false;           // a phantom run with folding on (TrainOptions::fold)
+
+  // The blocks pipeline rank `pp_rank` holds (stage_layers resolved).
+  parallel::StagePlacement placement(int pp_rank) const {
+    return {pp_, vpp_, pp_rank, stage_layers_, order_};
+  }
+
+ private:
+  int pp_ = 1, vpp_ = 1;
+  std::vector<int> stage_layers_;  // (pp·vpp) blocks per virtual stage, balanced when not given
+  parallel::StageOrder order_ = parallel::StageOrder::kLoop;
+};
+
+}  // namespace shardlab::train

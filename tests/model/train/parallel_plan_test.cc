@@ -1,0 +1,71 @@
+// ParallelPlan (model/train/parallel_plan.h): the facts derived once from a
+// run's layout are the ones the options imply, and a bad layout fails its
+// checks before any fact is derived.
+#include "model/train/parallel_plan.h"
+
+#include <gtest/gtest.h>
+
+#include "runtime/errors.h"
+#include "tests/model/train/train_test_util.h"
+
+namespace shardlab::train {
+namespace {
+
+using testing::small_options;
+
+TEST(ParallelPlan, DerivesTheLayoutsFacts) {
+  TrainOptions o = small_options();
+  o.parallel.tp = 2;
+  o.parallel.pp = 2;
+  o.parallel.dp = 2;
+  o.micro_batches = 2;
+  const ParallelPlan plan(o);
+  EXPECT_EQ(plan.world, 8);
+  EXPECT_EQ(plan.world, o.parallel.world());
+  EXPECT_EQ(plan.mesh.describe(5), collectives::DeviceMesh(o.parallel.mesh_shape()).describe(5));
+  EXPECT_TRUE(plan.sharded);
+  EXPECT_FALSE(plan.global_routing);
+  EXPECT_EQ(plan.schedule.size(), 2u);
+  EXPECT_FALSE(plan.folds);  // a real run
+  // The placement is the one ShardedGPT resolves: 4 blocks over 2 stages.
+  for (int r = 0; r < 2; ++r) {
+    const parallel::StagePlacement p = plan.placement(r);
+    const parallel::StagePlacement want =
+        parallel::StagePlacement{2, 1, r, {}, o.parallel.stage_order()}.resolved(o.model);
+    EXPECT_EQ(p.rank, r);
+    EXPECT_EQ(p.stage_layers, want.stage_layers);
+    EXPECT_EQ(p.first_layer(0), want.first_layer(0));
+    EXPECT_EQ(p.end_layer(0), want.end_layer(0));
+  }
+}
+
+TEST(ParallelPlan, RoutingAndFoldingFacts) {
+  TrainOptions o = small_options(/*experts=*/4);
+  o.parallel.dp = 2;
+  o.parallel.ep = 2;
+  o.parallel.zero = 1;
+  o.phantom = true;
+  const ParallelPlan plan(o);
+  EXPECT_TRUE(plan.global_routing);  // expert parallelism routes over the data ranks
+  EXPECT_TRUE(plan.sharded);
+  EXPECT_TRUE(plan.folds);
+  EXPECT_TRUE(plan.fold.moe);
+  EXPECT_TRUE(plan.fold.sharded_optimizer);
+  EXPECT_EQ(plan.fold.mesh.ep, 2);
+  o.parallel.ep = 1;  // MoE over dp without a capacity factor: each replica routes its own tokens
+  o.parallel.zero = 0;
+  EXPECT_FALSE(ParallelPlan(o).global_routing);
+  EXPECT_FALSE(ParallelPlan(small_options()).sharded);  // one device: the unsharded reference
+}
+
+TEST(ParallelPlan, ABadLayoutFailsItsChecks) {
+  TrainOptions o = small_options();
+  o.parallel.pp = 8;  // more stages than the 4 blocks
+  EXPECT_THROW(ParallelPlan{o}, ConfigError);
+  o.parallel.pp = 1;
+  o.parallel.tp = 0;
+  EXPECT_THROW(ParallelPlan{o}, ConfigError);
+}
+
+}  // namespace
+}  // namespace shardlab::train
