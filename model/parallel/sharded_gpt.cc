@@ -45,6 +45,12 @@ LayoutFilter rank_filter(const model::GPTConfig& config, const StagePlacement& p
   return f;
 }
 
+std::vector<HookChunk> hook_chunks(const StagePlacement& p) {
+  std::vector<HookChunk> chunks;
+  for (int c = 0; c < p.vpp; ++c) chunks.push_back({p.first(c), p.first_layer(c), p.end_layer(c), p.last(c)});
+  return chunks;
+}
+
 ShardedGPT::ShardedGPT(const model::GPTConfig& config, uint64_t seed, Device& dev,
                        const ModelGroups& groups, const ShardedOptions& options)
     : config_(config),

@@ -41,6 +41,8 @@
 
 #include "collectives/group.h"
 #include "model/config.h"
+#include "model/parallel/block_hooks.h"
+#include "model/parallel/data/fsdp.h"
 #include "model/parallel/layout.h"
 #include "model/parallel/local_model.h"
 #include "model/parallel/pipeline/stage_model.h"
@@ -59,19 +61,6 @@ struct ModelGroups {
   // The data-parallel group, for MoE routing that follows the global batch
   // (f_i and capacity drops). Null: f_i averaged, capacity local.
   const collectives::ProcessGroup* capacity = nullptr;
-};
-
-// Called around each block's forward and backward on this rank, in order,
-// and around the embeddings' (layer kEmbeddings) and the head's (ln_f and
-// the tied lm_head: layer n_layer) on the first and last stage.
-class BlockHooks {
- public:
-  static constexpr int kEmbeddings = -1;
-  virtual ~BlockHooks() = default;
-  virtual void before_forward(int layer) {}
-  virtual void after_forward(int layer) {}
-  virtual void before_backward(int layer) {}
-  virtual void after_backward(int layer) {}
 };
 
 struct ShardedOptions {
@@ -96,6 +85,15 @@ struct ShardedOptions {
 // expert-parallel rank r. `placement` must be resolved.
 LayoutFilter rank_filter(const model::GPTConfig& config, const StagePlacement& placement, int ep,
                          int ep_rank);
+
+// The hook points of a rank's chunks under `placement` (resolved), in the
+// order ShardedGPT calls BlockHooks (block_hooks.h).
+std::vector<HookChunk> hook_chunks(const StagePlacement& placement);
+// FSDP's passes (data/fsdp.h) over the hook points of `placement`.
+inline FsdpPasses fsdp_passes(const StagePlacement& placement, const std::vector<FsdpUnit>& units,
+                              const std::vector<ShardSpec>& shards, int n_layer) {
+  return fsdp_passes(hook_chunks(placement), units, shards, n_layer);
+}
 
 class ShardedGPT final : public LocalModel, public StageModel {
  public:
