@@ -45,7 +45,10 @@ InferEngine::InferEngine(const model::GPTConfig& config, uint64_t seed, Device& 
   ctx_.dev = &dev;
   ctx_.group = groups.tp;
   ctx_.ex = model::Exec::with(&sink_);
-  ctx_.ep = groups.ep && groups.ep->size() > 1 ? groups.ep : nullptr;
+  moe_ctx_.dev = &dev;
+  moe_ctx_.tp = groups.tp;
+  moe_ctx_.ex = ctx_.ex;
+  moe_ctx_.ep = groups.ep && groups.ep->size() > 1 ? groups.ep : nullptr;
   Vl_ = config_.vocab_size / groups.tp->size();
   v0_ = int64_t{groups.tp->rank()} * Vl_;
   const int tp = groups.tp->size();
@@ -60,7 +63,7 @@ void InferEngine::size_step(int64_t N) {
   if (dims_.N() == N) return;
   const int tp = groups_.tp->size();
   dims_ = parallel::TpDims{{1, int(N), config_.n_embd, config_.n_head, config_.ffn_hidden()}, tp, false,
-                           ctx_.ep ? ctx_.ep->size() : 1};
+                           moe_ctx_.ep ? moe_ctx_.ep->size() : 1};
   const int64_t C = dims_.C, Cl = dims_.Cl(), Fl = dims_.Fl();
   Acts& a = *acts_;
   for (auto* b : {&a.x, &a.ln, &a.res1, &a.partial, &a.out}) b->assign(size_t(N * C), 0.0f);
@@ -73,7 +76,7 @@ void InferEngine::size_step(int64_t N) {
   if (!config_.is_moe()) return;
   a.moe.resize(dims_, config_);
   a.moe.stats.expert_begin = model_->layout_filter().expert_begin;
-  if (ctx_.ep) a.scratch.resize(dims_, config_);
+  if (moe_ctx_.ep) a.scratch.resize(dims_, config_);
 }
 
 StepOutput InferEngine::step(const std::vector<SeqInput>& batch) {

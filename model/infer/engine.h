@@ -107,6 +107,7 @@ class InferEngine {
   model::GPTView<float> w_;
   engine::DeviceSink sink_;
   parallel::TpContext ctx_;
+  parallel::ExpertContext moe_ctx_;  // MoE blocks: the same device, TP group and sink
   Tensor weights_;  // the weights' modeled bytes (kParam)
   std::unique_ptr<KvCache> cache_;
   parallel::TpDims dims_;

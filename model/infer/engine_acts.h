@@ -16,7 +16,7 @@ struct InferEngine::Acts {
   parallel::Buf<float> partial, out;  // (N,C) row-parallel partial sums, block outputs
   parallel::Buf<float> fc, fc_gelu;   // (N,Fl) dense blocks
   parallel::TpMoeActs moe;            // MoE blocks (routing, expert rows)
-  parallel::TpScratch scratch;        // MoE under EP: the received rows
+  parallel::MoeScratch scratch;       // MoE under EP: the received rows
   int64_t elements() const {
     int64_t n = 0;
     for (const parallel::Buf<float>* b : {&x, &ln, &res1, &mean, &rstd, &qkv, &atty, &partial, &out, &fc, &fc_gelu})

@@ -88,10 +88,10 @@ void InferEngine::ffn_forward(int layer) {
     par::add_bias_rows(a.out.data(), p.mlp.c_proj.bias, N, C, "mlp.c_proj.bias.fwd", ex);
     return;
   }
-  if (ctx_.expert_parallel())
-    par::ep_moe_forward(a.out.data(), a.moe, a.scratch, p, a.ln.data(), dims_, config_, ctx_);
+  if (moe_ctx_.expert_parallel())
+    par::ep_moe_forward(a.out.data(), a.moe, a.scratch, p, a.ln.data(), dims_, config_, moe_ctx_);
   else
-    par::tp_moe_forward(a.out.data(), a.moe, p, a.ln.data(), dims_, config_, ctx_);
+    par::tp_moe_forward(a.out.data(), a.moe, p, a.ln.data(), dims_, config_, moe_ctx_);
 }
 
 }  // namespace shardlab::infer

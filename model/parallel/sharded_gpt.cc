@@ -45,6 +45,12 @@ LayoutFilter rank_filter(const model::GPTConfig& config, const StagePlacement& p
   return f;
 }
 
+std::vector<HookChunk> hook_chunks(const StagePlacement& p) {
+  std::vector<HookChunk> chunks;
+  for (int c = 0; c < p.vpp; ++c) chunks.push_back({p.first(c), p.first_layer(c), p.end_layer(c), p.last(c)});
+  return chunks;
+}
+
 ShardedGPT::ShardedGPT(const model::GPTConfig& config, uint64_t seed, Device& dev,
                        const ModelGroups& groups, const ShardedOptions& options)
     : config_(config),
@@ -55,25 +61,25 @@ ShardedGPT::ShardedGPT(const model::GPTConfig& config, uint64_t seed, Device& de
       cp_(options.cp),
       cp_rank_(options.cp_rank),
       layout_(config_, groups.tp->size(), groups.tp->rank(), rank_filter(config_, place_, groups.ep ? groups.ep->size() : 1, groups.ep ? groups.ep->rank() : 0)) {
-  ctx_.dev = &dev;
-  ctx_.group = &tp_group_;
-  ctx_.sp = options.sequence_parallel;
+  ctx_.tp.dev = ctx_.moe.dev = &dev;
+  ctx_.tp.group = ctx_.moe.tp = &tp_group_;
+  ctx_.tp.sp = options.sequence_parallel;
   ctx_.dropout = config_.dropout > 0;
-  scatter_gather_ = options.scatter_gather && !ctx_.sp;
+  scatter_gather_ = options.scatter_gather && !ctx_.tp.sp;
   ctx_.attention = options.attention;
   SHARDLAB_CHECK(cp_ == 1 || ctx_.attention, "context parallelism needs its attention core");
-  ctx_.phantom_zipf = options.phantom_zipf;
-  ctx_.a2a_time = &a2a_time_;
+  ctx_.moe.phantom_zipf = options.phantom_zipf;
+  ctx_.moe.a2a_time = &a2a_time_;
   if (config_.is_moe()) moe_step_.resize(size_t(config_.n_layer));
   if (groups.capacity) {
     capacity_group_ = *groups.capacity;
-    ctx_.capacity_group = &*capacity_group_;
+    ctx_.moe.capacity_group = &*capacity_group_;
   }
   if (groups.ep && groups.ep->size() > 1) {
     // With ep = dp the two groups have the same members: one sequence counter.
     const bool same = groups.capacity && groups.capacity->members() == groups.ep->members();
     ep_group_ = same ? *groups.capacity : *groups.ep;
-    ctx_.ep = &*ep_group_;
+    ctx_.moe.ep = &*ep_group_;
   }
   Vl_ = config_.vocab_size / tp_group_.size();
   v0_ = int64_t{tp_group_.rank()} * Vl_;
@@ -86,7 +92,7 @@ ShardedGPT::ShardedGPT(const model::GPTConfig& config, uint64_t seed, Device& de
   g_ = layout_.view(grads_.data());
   pools_.resize(size_t(place_.vpp));
   block_staged_.resize(size_t(config_.n_layer));
-  if (!ctx_.sp) return;
+  if (!ctx_.tp.sp) return;
   // With SP the LayerNorm and wpe gradients are sums over this rank's rows.
   stage_.assign(layout_.numel(), 0.0f);
   const model::GPTView<float> s = layout_.view(stage_.data());
@@ -115,10 +121,10 @@ void ShardedGPT::set_micro_batch(int B, int T) {
     for (const Slot& s : pool.slots) SHARDLAB_CHECK(!s.busy(), "micro-batch shape changed with activations in flight");
   model::check_batch(config_, nullptr, nullptr, B, T);
   const int tp = tp_group_.size();
-  if (ctx_.sp && T % tp != 0)
+  if (ctx_.tp.sp && T % tp != 0)
     throw ConfigError(fmt::format("sequence length {} must be divisible by --tp {} with --sp", T, tp));
   SHARDLAB_CHECK(cp_ == 1 || T % 2 == 0, "context parallelism: two chunks of every sequence");
-  dims_ = TpDims{{B, T, config_.n_embd, config_.n_head, config_.ffn_hidden()}, tp, ctx_.sp, ep_group_ ? ep_group_->size() : 1};
+  dims_ = TpDims{{B, T, config_.n_embd, config_.n_head, config_.ffn_hidden()}, tp, ctx_.tp.sp, ep_group_ ? ep_group_->size() : 1};
   dims_.cp = cp_;
   dims_.cp_rank = cp_rank_;
   const int64_t N = dims_.N(), Nr = dims_.rows(), C = dims_.C;
@@ -140,7 +146,7 @@ void ShardedGPT::size_slot(int chunk, Slot& s) const {
   const int l0 = place_.first_layer(chunk), l1 = place_.end_layer(chunk);
   s.blocks.resize(size_t(l1 - l0));
   for (int l = l0; l < l1; ++l) {
-    TpBlockActs& a = s.blocks[size_t(l - l0)];
+    BlockActs& a = s.blocks[size_t(l - l0)];
     a.resize(dims_, config_, config_.is_moe_layer(l));
     a.moe.stats.expert_begin = layout_.filter().expert_begin;
   }
@@ -199,7 +205,7 @@ void ShardedGPT::gather_boundary(float* buffer) {
   const int64_t n = boundary_elements() / parts;
   std::vector<float> mine;  // the received part, gathered back into the whole buffer
   if (buffer) mine.assign(buffer + boundary_part() * n, buffer + (boundary_part() + 1) * n);
-  gather_from_sequence_parallel_fwd(ctx_, buffer ? mine.data() : nullptr, buffer, n);
+  gather_from_sequence_parallel_fwd(ctx_.tp, buffer ? mine.data() : nullptr, buffer, n);
 }
 
 float* ShardedGPT::activation_buffer(int chunk, int buffer) {
@@ -235,7 +241,7 @@ float ShardedGPT::forward(const Token* inputs, const Token* targets, int B, int 
   model::check_batch(config_, inputs, targets, B, T);
   set_micro_batch(B, T);
   if (Slot* s = find(0, 0); s && s->activations) {  // a forward that had no backward
-    if (ctx_.ex.sink && s->elems > 0) ctx_.ex.sink->freed(s->elems);
+    if (ctx_.ex().sink && s->elems > 0) ctx_.ex().sink->freed(s->elems);
     s->activations = false;
     free_if_done(*s);
   }
@@ -243,7 +249,7 @@ float ShardedGPT::forward(const Token* inputs, const Token* targets, int B, int 
   forward(0, 0, 0, {inputs, targets});
   if (!targets) {  // no backward will follow
     Slot& s = slot(0, 0, false);
-    if (ctx_.ex.sink) ctx_.ex.sink->freed(s.elems);
+    if (ctx_.ex().sink) ctx_.ex().sink->freed(s.elems);
     s.activations = false;
     free_if_done(s);
     return 0;
@@ -267,7 +273,7 @@ const MoeStats* ShardedGPT::moe_stats(int layer) const {
 
 void ShardedGPT::zero_grad() {
   std::fill(grads_.begin(), grads_.end(), 0.0f);
-  ctx_.ex.op("zero_grad", {0, static_cast<double>(grads_.size()) * ctx_.ex.elem});
+  ctx_.ex().op("zero_grad", {0, static_cast<double>(grads_.size()) * ctx_.ex().elem});
 }
 
 void sp_reduce_staged(const TpContext& c, const std::vector<Range>& ranges, float* stage,
@@ -295,7 +301,7 @@ void sp_reduce_staged(const TpContext& c, const std::vector<Range>& ranges, floa
 }
 
 void ShardedGPT::reduce_staged(const std::vector<Range>& ranges) {
-  sp_reduce_staged(ctx_, ranges, stage_.data(), grads_.data(), pack_);
+  sp_reduce_staged(ctx_.tp, ranges, stage_.data(), grads_.data(), pack_);
 }
 
 }  // namespace shardlab::parallel

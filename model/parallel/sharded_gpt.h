@@ -30,7 +30,7 @@
 //
 // Hooks for what comes next: BlockHooks are called around every block's
 // forward and backward (an FSDP unit gathers its parameters before and frees
-// them after); the attention core is a TpContext member (ring attention).
+// them after); the attention core is a BlockContext member (ring attention).
 //
 // Thread safety: one instance per device thread.
 #pragma once
@@ -41,11 +41,13 @@
 
 #include "collectives/group.h"
 #include "model/config.h"
+#include "model/parallel/block.h"
+#include "model/parallel/block_hooks.h"
+#include "model/parallel/data/fsdp.h"
 #include "model/parallel/layout.h"
 #include "model/parallel/local_model.h"
 #include "model/parallel/pipeline/stage_model.h"
 #include "model/parallel/recompute.h"
-#include "model/parallel/tensor/layers.h"
 #include "model/parallel/weight_grad.h"
 
 namespace shardlab::parallel {
@@ -59,19 +61,6 @@ struct ModelGroups {
   // The data-parallel group, for MoE routing that follows the global batch
   // (f_i and capacity drops). Null: f_i averaged, capacity local.
   const collectives::ProcessGroup* capacity = nullptr;
-};
-
-// Called around each block's forward and backward on this rank, in order,
-// and around the embeddings' (layer kEmbeddings) and the head's (ln_f and
-// the tied lm_head: layer n_layer) on the first and last stage.
-class BlockHooks {
- public:
-  static constexpr int kEmbeddings = -1;
-  virtual ~BlockHooks() = default;
-  virtual void before_forward(int layer) {}
-  virtual void after_forward(int layer) {}
-  virtual void before_backward(int layer) {}
-  virtual void after_backward(int layer) {}
 };
 
 struct ShardedOptions {
@@ -88,7 +77,7 @@ struct ShardedOptions {
   // `attention` is the CpAttention over the cp group.
   int cp = 1, cp_rank = 0;
   BlockHooks* hooks = nullptr;
-  double phantom_zipf = 0;  // phantom runs: MoE routing skew (TpContext::phantom_zipf)
+  double phantom_zipf = 0;  // phantom runs: MoE routing skew (ExpertContext::phantom_zipf)
 };
 
 // Which tensors a rank holds: its chunks' blocks, the embeddings on the first
@@ -96,6 +85,15 @@ struct ShardedOptions {
 // expert-parallel rank r. `placement` must be resolved.
 LayoutFilter rank_filter(const model::GPTConfig& config, const StagePlacement& placement, int ep,
                          int ep_rank);
+
+// The hook points of a rank's chunks under `placement` (resolved), in the
+// order ShardedGPT calls BlockHooks (block_hooks.h).
+std::vector<HookChunk> hook_chunks(const StagePlacement& placement);
+// FSDP's passes (data/fsdp.h) over the hook points of `placement`.
+inline FsdpPasses fsdp_passes(const StagePlacement& placement, const std::vector<FsdpUnit>& units,
+                              const std::vector<ShardSpec>& shards, int n_layer) {
+  return fsdp_passes(hook_chunks(placement), units, shards, n_layer);
+}
 
 class ShardedGPT final : public LocalModel, public StageModel {
  public:
@@ -139,7 +137,7 @@ class ShardedGPT final : public LocalModel, public StageModel {
   const std::vector<ShardSpec>& shards() const override { return layout_.shards(); }
   float ce_loss() const override { return last_ce_; }
   float aux_loss() const override { return last_aux_; }
-  void set_sink(model::OpSink* sink) override { ctx_.ex = model::Exec::with(sink); }
+  void set_sink(model::OpSink* sink) override { ctx_.set_exec(model::Exec::with(sink)); }
   // Replaces ShardedOptions::hooks (FSDP's are built after the model).
   void set_hooks(BlockHooks* hooks) { hooks_ = hooks; }
 
@@ -148,10 +146,10 @@ class ShardedGPT final : public LocalModel, public StageModel {
   std::span<const float> local_logits() const;
   const MoeStats* moe_stats(int layer) const;
   int cp_size() const { return cp_; }
-  int tp_size() const { return ctx_.tp(); }
-  int tp_rank() const { return ctx_.rank(); }
-  int ep_size() const { return ctx_.ep ? ctx_.ep->size() : 1; }
-  bool sequence_parallel() const { return ctx_.sp; }
+  int tp_size() const { return ctx_.tp.tp(); }
+  int tp_rank() const { return ctx_.tp.rank(); }
+  int ep_size() const { return ctx_.moe.ep ? ctx_.moe.ep->size() : 1; }
+  bool sequence_parallel() const { return ctx_.tp.sp; }
   const ShardLayout& layout() const { return layout_; }
   Range wte_range() const { return layout_.prefix("transformer.wte."); }
   // What this rank holds (wte: the first or the last stage, which need tokens).
@@ -165,7 +163,7 @@ class ShardedGPT final : public LocalModel, public StageModel {
     bool unsent = false;                // input gradient not yet released
     Buf<model::Token> inputs, targets;  // (N) first / last stage
     Buf<float> x;                       // (Nr,C) the chunk's input (received or embedded)
-    std::vector<TpBlockActs> blocks;    // the chunk's blocks
+    std::vector<BlockActs> blocks;       // the chunk's blocks
     Buf<float> lnf, lnf_mean, lnf_rstd; // last stage
     Buf<float> logits, probs, losses;
     Buf<float> dx;                      // (Nr,C) input gradient to send (not first stage)
@@ -191,10 +189,10 @@ class ShardedGPT final : public LocalModel, public StageModel {
   void blocks_backward(int chunk, Slot& s, float dloss, bool announce);
   // Elements block `a` keeps from its forward to its backward under the
   // recompute policy (the rest is rebuilt by recompute_block).
-  int64_t kept_elements(const TpBlockActs& a) const;
+  int64_t kept_elements(const BlockActs& a) const;
   // Rebuilds what the policy dropped of block `layer` (input x); returns the
   // elements it charged to the arena until the block's backward is done.
-  int64_t recompute_block(TpBlockActs& a, int layer, const float* x);
+  int64_t recompute_block(BlockActs& a, int layer, const float* x);
   void embedding_backward(Slot& s);
   // Gradients of block `layer` (kHead: ln_f and the head) or of the
   // embeddings are final: SP row sums reduced, grads_ready.
@@ -202,7 +200,7 @@ class ShardedGPT final : public LocalModel, public StageModel {
   void finish_embeddings(bool tied_here);
   void reduce_staged(const std::vector<Range>& ranges);
   void grads_ready(Range r) const {
-    if (ctx_.ex.sink && r.size > 0) ctx_.ex.sink->grads_ready(r.begin, r.size);
+    if (ctx_.ex().sink && r.size > 0) ctx_.ex().sink->grads_ready(r.begin, r.size);
   }
   int head_id() const { return config_.n_layer; }
 
@@ -211,7 +209,7 @@ class ShardedGPT final : public LocalModel, public StageModel {
   // Copies share the caller's collective counters (collectives/group.h).
   collectives::ProcessGroup tp_group_;
   std::optional<collectives::ProcessGroup> ep_group_, capacity_group_;
-  TpContext ctx_;
+  BlockContext ctx_;
   bool scatter_gather_ = false;  // ShardedOptions::scatter_gather, without SP
   BlockHooks* hooks_ = nullptr;
   Recompute recompute_ = Recompute::kNone;
@@ -227,7 +225,7 @@ class ShardedGPT final : public LocalModel, public StageModel {
 
   TpDims dims_;
   std::vector<Pool> pools_;  // (chunks)
-  TpScratch scratch_;
+  BlockScratch scratch_;
   Buf<float> ce_stats_, dlogits_, dlnf_, dx_, dx_next_;
   double ce_sum_ = 0, aux_sum_ = 0;
   float last_ce_ = 0, last_aux_ = 0;

@@ -1,13 +1,12 @@
 // ShardedGPT's passes: forward, the input-gradient pass (B) and the
 // weight-gradient pass (W) of one (chunk, micro-batch), and the moments the
-// chunk's gradients become final. Shapes use the letters of tensor/buffers.h.
+// chunk's gradients become final. Shapes use the letters of dims.h.
 #include <algorithm>
 
 #include <fmt/format.h>
 
 #include "model/parallel/expert/moe.h"
 #include "model/parallel/sharded_gpt.h"
-#include "model/parallel/tensor/attention.h"
 #include "model/parallel/tensor/embedding.h"
 #include "runtime/errors.h"
 
@@ -19,7 +18,7 @@ void ShardedGPT::embed(Slot& s, const Token* inputs) {
   SHARDLAB_CHECK(inputs, "the first stage needs the input tokens");
   std::copy_n(inputs, dims_.N(), s.inputs.data());  // tokens are real even in a phantom run
   vocab_parallel_embedding_forward(s.x.data(), scratch_.partial.data(), inputs, w_.wte, w_.wpe, v0_,
-                                   Vl_, dims_, ctx_);
+                                   Vl_, dims_, ctx_.tp);
 }
 
 void ShardedGPT::forward(int chunk, int mb, int buffer, const MicroBatchTokens& tokens) {
@@ -33,7 +32,7 @@ void ShardedGPT::forward(int chunk, int mb, int buffer, const MicroBatchTokens& 
     if (hooks_) hooks_->after_forward(BlockHooks::kEmbeddings);
   } else {
     const float* in = activation_buffer(chunk, buffer);
-    if (ctx_.ex.math()) std::copy_n(in, Nr * C, s.x.data());
+    if (ctx_.ex().math()) std::copy_n(in, Nr * C, s.x.data());
   }
   const float* x = s.x.data();
   const int l0 = place_.first_layer(chunk);
@@ -41,7 +40,7 @@ void ShardedGPT::forward(int chunk, int mb, int buffer, const MicroBatchTokens& 
   for (size_t i = 0; i < s.blocks.size(); ++i) {
     const int l = l0 + int(i);
     if (hooks_) hooks_->before_forward(l);
-    aux += tp_block_forward(s.blocks[i], w_.blocks[l], x, dims_, config_, scratch_, ctx_);
+    aux += block_forward(s.blocks[i], w_.blocks[l], x, dims_, config_, scratch_, ctx_);
     if (config_.is_moe_layer(l)) add_moe_stats(moe_step_[size_t(l)], l, s.blocks[i].moe.stats);
     if (hooks_) hooks_->after_forward(l);
     x = s.blocks[i].res2.data();
@@ -51,8 +50,8 @@ void ShardedGPT::forward(int chunk, int mb, int buffer, const MicroBatchTokens& 
   // Saved for backward: the input, each block's activations (with EP the rows
   // its experts received this time) and, on the last stage, the head's.
   s.elems = static_cast<int64_t>(s.x.size()) + head_elements(s);
-  for (const TpBlockActs& a : s.blocks) s.elems += kept_elements(a);
-  if (ctx_.ex.sink) ctx_.ex.sink->saved(s.elems);
+  for (const BlockActs& a : s.blocks) s.elems += kept_elements(a);
+  if (ctx_.ex().sink) ctx_.ex().sink->saved(s.elems);
   s.activations = true;
   if (place_.last(chunk)) {
     if (hooks_) hooks_->before_forward(head_id());
@@ -64,20 +63,20 @@ void ShardedGPT::forward(int chunk, int mb, int buffer, const MicroBatchTokens& 
 float ShardedGPT::head_forward(Slot& s, const float* x, const Token* targets) {
   const int64_t N = dims_.N(), Nr = dims_.rows();
   const int C = dims_.C;
-  const model::Exec& ex = ctx_.ex;
+  const model::Exec& ex = ctx_.ex();
   if (targets) std::copy_n(targets, N, s.targets.data());
   if (ex.math())
     model::layernorm_forward(s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(), x,
                              w_.ln_f.weight, w_.ln_f.bias, Nr, C);
   ex.op("ln_f.fwd", model::layernorm_forward_cost(Nr, C, ex.elem));
-  const float* lnf_full = enter_column_parallel(ctx_, s.lnf.data(), scratch_.full_in.data(), Nr, C);
+  const float* lnf_full = enter_column_parallel(ctx_.tp, s.lnf.data(), scratch_.full_in.data(), Nr, C);
   if (ex.math())
     model::linear_forward(s.logits.data(), lnf_full, w_.wte, static_cast<const float*>(nullptr), N,
                           C, Vl_);
   ex.op("lm_head.fwd", model::linear_forward_cost(N, C, Vl_, false, ex.elem));
   if (!targets) return last_ce_ = 0;  // logits only
   const float ce = vocab_parallel_cross_entropy_forward(s.probs.data(), s.losses.data(), ce_stats_.data(),
-                                                        s.logits.data(), targets, N, Vl_, v0_, ctx_);
+                                                        s.logits.data(), targets, N, Vl_, v0_, ctx_.tp);
   ce_sum_ += ce;
   last_ce_ = ce;
   return ce;
@@ -86,19 +85,19 @@ float ShardedGPT::head_forward(Slot& s, const float* x, const Token* targets) {
 void ShardedGPT::head_backward(Slot& s, float dloss, bool announce) {
   const int64_t N = dims_.N(), Nr = dims_.rows();
   const int C = dims_.C;
-  const model::Exec& ex = ctx_.ex;
+  const model::Exec& ex = ctx_.ex();
   const auto dlogits = static_cast<int64_t>(dlogits_.size());
   if (ex.sink) ex.sink->saved(dlogits);  // alive until the head's backward is done
   std::fill(dlogits_.begin(), dlogits_.end(), 0.0f);
   vocab_parallel_cross_entropy_backward(dlogits_.data(), s.probs.data(), s.targets.data(), dloss, N,
                                         Vl_, v0_, ex);
-  const float* lnf_full = enter_column_parallel(ctx_, s.lnf.data(), scratch_.full_in.data(), Nr, C);
+  const float* lnf_full = enter_column_parallel(ctx_.tp, s.lnf.data(), scratch_.full_in.data(), Nr, C);
   if (ex.math()) std::fill(scratch_.partial.begin(), scratch_.partial.begin() + N * C, 0.0f);
   linear_backward_split(scratch_.partial.data(), g_.wte, nullptr, dlogits_.data(), lnf_full, w_.wte,
                         N, C, Vl_, {"lm_head.dgrad", "lm_head.wgrad", false}, s.wgrad, ex);
   s.wgrad.end_block(head_id());
   if (ex.sink) ex.sink->freed(dlogits);
-  enter_column_parallel_bwd(ctx_, scratch_.partial.data(), dlnf_.data(), Nr, C);
+  enter_column_parallel_bwd(ctx_.tp, scratch_.partial.data(), dlnf_.data(), Nr, C);
   const float* x_last = s.blocks.empty() ? s.x.data() : s.blocks.back().res2.data();
   std::fill(dx_.begin(), dx_.end(), 0.0f);
   if (ex.math())
@@ -120,9 +119,9 @@ int64_t ShardedGPT::head_elements(const Slot& s) {
 // activations of a block (or the head) go as soon as its B is done, and the
 // layer inputs a deferred W still needs stay, now counted as its stash.
 void ShardedGPT::release_activations(Slot& s, int64_t elements) {
-  if (ctx_.ex.sink && elements > 0) ctx_.ex.sink->freed(elements);
+  if (ctx_.ex().sink && elements > 0) ctx_.ex().sink->freed(elements);
   s.elems -= elements;
-  s.wgrad.charge_inputs(ctx_.ex);
+  s.wgrad.charge_inputs(ctx_.ex());
 }
 
 void ShardedGPT::blocks_backward(int chunk, Slot& s, float dloss, bool announce) {
@@ -134,10 +133,10 @@ void ShardedGPT::blocks_backward(int chunk, Slot& s, float dloss, bool announce)
     const float* x_in = i > 0 ? s.blocks[size_t(i - 1)].res2.data() : s.x.data();
     const int64_t rebuilt = recompute_block(s.blocks[size_t(i)], l, x_in);
     std::fill(dx_next_.begin(), dx_next_.end(), 0.0f);
-    tp_block_backward(dx_next_.data(), g_.blocks[l], scratch_, dx_.data(), daux, s.blocks[size_t(i)],
+    block_backward(dx_next_.data(), g_.blocks[l], scratch_, dx_.data(), daux, s.blocks[size_t(i)],
                       x_in, w_.blocks[l], dims_, config_, s.wgrad, ctx_);
     s.wgrad.end_block(l);
-    if (ctx_.ex.sink && rebuilt > 0) ctx_.ex.sink->freed(rebuilt);
+    if (ctx_.ex().sink && rebuilt > 0) ctx_.ex().sink->freed(rebuilt);
     release_activations(s, kept_elements(s.blocks[size_t(i)]));
     if (announce) finish_block(l);
     if (hooks_) hooks_->after_backward(l);
@@ -145,7 +144,7 @@ void ShardedGPT::blocks_backward(int chunk, Slot& s, float dloss, bool announce)
   }
 }
 
-int64_t ShardedGPT::kept_elements(const TpBlockActs& a) const {
+int64_t ShardedGPT::kept_elements(const BlockActs& a) const {
   switch (recompute_) {
     case Recompute::kNone: return a.saved_elements();
     case Recompute::kSelective: return a.saved_elements() - static_cast<int64_t>(a.att.size());
@@ -154,23 +153,25 @@ int64_t ShardedGPT::kept_elements(const TpBlockActs& a) const {
   return a.saved_elements();
 }
 
-int64_t ShardedGPT::recompute_block(TpBlockActs& a, int layer, const float* x) {
+int64_t ShardedGPT::recompute_block(BlockActs& a, int layer, const float* x) {
   if (recompute_ == Recompute::kNone) return 0;
-  TpContext again = ctx_;
-  again.ex.recompute = true;
+  BlockContext again = ctx_;
+  model::Exec ex = ctx_.ex();
+  ex.recompute = true;
+  again.set_exec(ex);
   if (recompute_ == Recompute::kSelective) {
-    attention_core(again).forward(a.atty.data(), a.att.data(), a.qkv.data(), dims_, again);
+    again.attention_core().forward(a.atty.data(), a.att.data(), a.qkv.data(), dims_, again.tp);
   } else {  // the whole block, from its kept input; its aux loss was counted in forward
-    tp_block_forward(a, w_.blocks[layer], x, dims_, config_, scratch_, again);
+    block_forward(a, w_.blocks[layer], x, dims_, config_, scratch_, again);
   }
   const int64_t rebuilt = a.saved_elements() - kept_elements(a);
-  if (ctx_.ex.sink) ctx_.ex.sink->saved(rebuilt);
+  if (ctx_.ex().sink) ctx_.ex().sink->saved(rebuilt);
   return rebuilt;
 }
 
 void ShardedGPT::embedding_backward(Slot& s) {
   vocab_parallel_embedding_backward(g_.wte, g_.wpe, scratch_.full_dout.data(), dx_.data(),
-                                    s.inputs.data(), v0_, Vl_, dims_, ctx_);
+                                    s.inputs.data(), v0_, Vl_, dims_, ctx_.tp);
 }
 
 void ShardedGPT::backward_input(int chunk, int mb, int buffer, float dloss, bool defer_weight,
@@ -189,7 +190,7 @@ void ShardedGPT::backward_input(int chunk, int mb, int buffer, float dloss, bool
     if (hooks_) hooks_->after_backward(head_id());
   } else {
     const float* dout = gradient_buffer(chunk, buffer);
-    if (ctx_.ex.math()) std::copy_n(dout, Nr * C, dx_.data());
+    if (ctx_.ex().math()) std::copy_n(dout, Nr * C, dx_.data());
   }
   blocks_backward(chunk, s, dloss, announce);
   if (place_.first(chunk)) {
@@ -198,7 +199,7 @@ void ShardedGPT::backward_input(int chunk, int mb, int buffer, float dloss, bool
     if (announce) finish_embeddings(layout_.filter().ln_f);
     if (hooks_) hooks_->after_backward(BlockHooks::kEmbeddings);
   } else {
-    if (ctx_.ex.math()) std::copy_n(dx_.data(), Nr * C, s.dx.data());
+    if (ctx_.ex().math()) std::copy_n(dx_.data(), Nr * C, s.dx.data());
     s.unsent = true;
   }
   release_activations(s, s.elems);  // the chunk's input
@@ -210,7 +211,7 @@ void ShardedGPT::backward_weight(int chunk, int mb, bool final) {
   Slot& s = slot(chunk, mb, false);
   SHARDLAB_CHECK(s.wgrad.deferred() && !s.activations,
                  fmt::format("weight gradient of micro-batch {} chunk {} before its input gradient", mb, chunk));
-  s.wgrad.flush(ctx_.ex, [&](int layer) {
+  s.wgrad.flush(ctx_.ex(), [&](int layer) {
     if (final) finish_block(layer);
   });
   if (final && place_.first(chunk)) finish_embeddings(layout_.filter().ln_f);
@@ -220,16 +221,16 @@ void ShardedGPT::backward_weight(int chunk, int mb, bool final) {
 
 void ShardedGPT::finish_block(int layer) {
   if (layer == head_id()) {
-    if (ctx_.sp) reduce_staged(lnf_staged_);
+    if (ctx_.tp.sp) reduce_staged(lnf_staged_);
     grads_ready(layout_.prefix("transformer.ln_f."));
     return;
   }
-  if (ctx_.sp) reduce_staged(block_staged_[size_t(layer)]);
+  if (ctx_.tp.sp) reduce_staged(block_staged_[size_t(layer)]);
   grads_ready(layout_.block(layer));
 }
 
 void ShardedGPT::finish_embeddings(bool tied_here) {
-  if (ctx_.sp) reduce_staged(wpe_staged_);
+  if (ctx_.tp.sp) reduce_staged(wpe_staged_);
   // The tied wte is final here when this rank also holds the head (one
   // pipeline rank); otherwise the trainer sums the two copies first.
   if (tied_here) grads_ready(wte_range());

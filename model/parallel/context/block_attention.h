@@ -4,7 +4,7 @@
 // the unnormalized output (online softmax); the backward recomputes the
 // probabilities from the saved log-sum-exp, so no T×T matrix is kept.
 //
-// Layouts (letters of tensor/buffers.h, T the local tokens of a sequence):
+// Layouts (letters of dims.h, T the local tokens of a sequence):
 //   qkv   (B·T, 3·Cl)  the local [q | k | v] rows, query chunk at rows q0..q0+len
 //   kv    (B·T, 2·Cl)  a rank's [k | v] rows (its own, or a peer's from the
 //                       ring), key chunk at rows k0..k0+len of every sequence

@@ -61,14 +61,14 @@ CpComm parse_cp_comm(const std::string& text) {
 
 const char* cp_comm_name(CpComm c) { return c == CpComm::kRing ? "ring" : "allgather"; }
 
-void CpAttention::pack_kv(float* kv, const float* qkv, const TpDims& d, const TpContext& c) const {
+void CpAttention::pack_kv(float* kv, const float* qkv, const TpDims& d, const LayerContext& c) const {
   const int64_t N = d.N(), Cl = d.Cl();
   for (int64_t n = 0; c.ex.math() && n < N; ++n)
     std::copy_n(qkv + n * 3 * Cl + Cl, 2 * Cl, kv + n * 2 * Cl);
   c.ex.op("attn.cp.kv_pack", copy_cost(N * 2 * Cl, c.ex.elem));
 }
 
-void CpAttention::send_next(const float* data, int64_t n, Tag t, const TpContext& c) const {
+void CpAttention::send_next(const float* data, int64_t n, Tag t, const LayerContext& c) const {
   const int next = cp_.members()[size_t((cp_.rank() + 1) % cp_.size())];
   const uint64_t bytes = uint64_t(n) * uint64_t(c.ex.elem);
   c.dev->isend(c.dev->comm(), next, t,
@@ -76,7 +76,7 @@ void CpAttention::send_next(const float* data, int64_t n, Tag t, const TpContext
   sent_bytes_ += bytes;
 }
 
-void CpAttention::recv_prev(float* into, int64_t n, Tag t, const TpContext& c) const {
+void CpAttention::recv_prev(float* into, int64_t n, Tag t, const LayerContext& c) const {
   const int prev = cp_.members()[size_t((cp_.rank() + cp_.size() - 1) % cp_.size())];
   Message m = c.dev->recv(c.dev->comm(), prev, t);
   const size_t expected = into ? size_t(n) * sizeof(float) : 0;  // phantom: no payload
@@ -85,13 +85,13 @@ void CpAttention::recv_prev(float* into, int64_t n, Tag t, const TpContext& c) c
   if (into) std::memcpy(into, m.payload.data(), m.payload.size());
 }
 
-void CpAttention::join_compute(const TpContext& c) const {
+void CpAttention::join_compute(const LayerContext& c) const {
   const Time before = c.dev->compute().now();
   c.dev->compute().wait(c.dev->comm().record());
   exposed_ += c.dev->compute().now() - before;
 }
 
-void CpAttention::gather_kv(const float* qkv, const TpDims& d, const TpContext& c) const {
+void CpAttention::gather_kv(const float* qkv, const TpDims& d, const LayerContext& c) const {
   const int64_t n = d.N() * 2 * d.Cl();
   kv_.assign(size_t(n), 0.0f);
   all_kv_.assign(size_t(n) * size_t(cp_.size()), 0.0f);
@@ -103,7 +103,7 @@ void CpAttention::gather_kv(const float* qkv, const TpDims& d, const TpContext& 
 }
 
 void CpAttention::forward_block(const float* qkv, const float* kv, int src, const TpDims& d,
-                                const TpContext& c) const {
+                                const LayerContext& c) const {
   const BlockDims bd = block_dims(d);
   for_pairs(cp_.rank(), src, d, [&](const ChunkPair& p) {
     if (c.ex.math()) block_attention_forward(acc_.data(), m_.data(), l_.data(), qkv, kv, bd, p);
@@ -113,7 +113,7 @@ void CpAttention::forward_block(const float* qkv, const float* kv, int src, cons
 }
 
 void CpAttention::forward(float* atty, float* att, const float* qkv, const TpDims& d,
-                          const TpContext& c) const {
+                          const LayerContext& c) const {
   SHARDLAB_CHECK(d.cp == cp_.size() && d.cp_rank == cp_.rank() && d.T % 2 == 0, "cp attention: dims");
   const int64_t n = d.N() * 2 * d.Cl(), rows = int64_t{d.B} * d.NHl() * d.T;
   // K/V (the ring's two blocks, or every rank's), the output accumulator, m and l.
@@ -132,7 +132,7 @@ void CpAttention::forward(float* atty, float* att, const float* qkv, const TpDim
   ++call_;
 }
 
-void CpAttention::ring_forward(const float* qkv, const TpDims& d, const TpContext& c) const {
+void CpAttention::ring_forward(const float* qkv, const TpDims& d, const LayerContext& c) const {
   const int64_t n = d.N() * 2 * d.Cl();
   const int P = cp_.size(), me = cp_.rank();
   kv_.assign(size_t(n), 0.0f);
@@ -151,7 +151,7 @@ void CpAttention::ring_forward(const float* qkv, const TpDims& d, const TpContex
 
 void CpAttention::backward_block(float* dqkv, float* dkv, const float* datty, const float* qkv,
                                  const float* kv, const float* lse, int src, const TpDims& d,
-                                 const TpContext& c) const {
+                                 const LayerContext& c) const {
   const BlockDims bd = block_dims(d);
   for_pairs(cp_.rank(), src, d, [&](const ChunkPair& p) {
     if (c.ex.math()) block_attention_backward(dqkv, dkv, datty, qkv, kv, lse, delta_.data(), bd, p);
@@ -161,7 +161,7 @@ void CpAttention::backward_block(float* dqkv, float* dkv, const float* datty, co
 }
 
 void CpAttention::backward(float* dqkv, const float* datty, const float* qkv, const float* atty,
-                           const float* att, const TpDims& d, const TpContext& c) const {
+                           const float* att, const TpDims& d, const LayerContext& c) const {
   const int64_t N = d.N(), Cl = d.Cl(), n = N * 2 * Cl;
   const int P = cp_.size();
   const int64_t rows = int64_t{d.B} * d.NHl() * d.T;
@@ -197,7 +197,7 @@ void CpAttention::backward(float* dqkv, const float* datty, const float* qkv, co
 // this rank's own pairs, so that hop overlaps the compute; the sum goes on.
 // After the last step each rank receives its own block's whole dK/dV (dkv_).
 void CpAttention::ring_backward(float* dqkv, const float* datty, const float* qkv, const float* lse,
-                                const TpDims& d, const TpContext& c) const {
+                                const TpDims& d, const LayerContext& c) const {
   const int64_t n = d.N() * 2 * d.Cl();
   const int P = cp_.size(), me = cp_.rank();
   for (auto* b : {&kv_, &kv_next_, &dkv_, &dkv_in_}) b->assign(size_t(n), 0.0f);

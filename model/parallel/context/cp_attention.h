@@ -39,9 +39,9 @@
 #include <cstdint>
 
 #include "collectives/group.h"
+#include "model/parallel/attention_core.h"
 #include "model/parallel/context/block_attention.h"
 #include "model/parallel/context/cp_comm.h"
-#include "model/parallel/tensor/attention.h"
 
 namespace shardlab::parallel {
 
@@ -50,9 +50,9 @@ class CpAttention final : public AttentionCore {
   CpAttention(const collectives::ProcessGroup& cp, CpComm comm) : cp_(cp), comm_(comm) {}
 
   void forward(float* atty, float* att, const float* qkv, const TpDims& d,
-               const TpContext& c) const override;
+               const LayerContext& c) const override;
   void backward(float* dqkv, const float* datty, const float* qkv, const float* atty,
-                const float* att, const TpDims& d, const TpContext& c) const override;
+                const float* att, const TpDims& d, const LayerContext& c) const override;
 
   Time exposed() const { return exposed_; }
   uint64_t sent_bytes() const { return sent_bytes_; }  // modeled bytes of the ring's sends
@@ -60,22 +60,22 @@ class CpAttention final : public AttentionCore {
  private:
   // The chunk pairs of my chunks over the block of cp rank `src`, in order.
   void forward_block(const float* qkv, const float* kv, int src, const TpDims& d,
-                     const TpContext& c) const;
+                     const LayerContext& c) const;
   void backward_block(float* dqkv, float* dkv, const float* datty, const float* qkv,
                       const float* kv, const float* lse, int src, const TpDims& d,
-                      const TpContext& c) const;
-  void pack_kv(float* kv, const float* qkv, const TpDims& d, const TpContext& c) const;
+                      const LayerContext& c) const;
+  void pack_kv(float* kv, const float* qkv, const TpDims& d, const LayerContext& c) const;
   // Ring transfers on the communication stream, tagged by the call, what
   // travels (0 K/V, 1 dK/dV) and the ring step; join_compute makes the
   // compute stream wait for what arrived (the wait counted as exposed).
   Tag tag(int what, int step) const { return kRingTag + (call_ << 16) + (uint64_t(what) << 8) + uint64_t(step); }
-  void send_next(const float* data, int64_t n, Tag t, const TpContext& c) const;
-  void recv_prev(float* into, int64_t n, Tag t, const TpContext& c) const;
-  void join_compute(const TpContext& c) const;
-  void gather_kv(const float* qkv, const TpDims& d, const TpContext& c) const;
-  void ring_forward(const float* qkv, const TpDims& d, const TpContext& c) const;
+  void send_next(const float* data, int64_t n, Tag t, const LayerContext& c) const;
+  void recv_prev(float* into, int64_t n, Tag t, const LayerContext& c) const;
+  void join_compute(const LayerContext& c) const;
+  void gather_kv(const float* qkv, const TpDims& d, const LayerContext& c) const;
+  void ring_forward(const float* qkv, const TpDims& d, const LayerContext& c) const;
   void ring_backward(float* dqkv, const float* datty, const float* qkv, const float* lse, const TpDims& d,
-                     const TpContext& c) const;
+                     const LayerContext& c) const;
 
   static constexpr Tag kRingTag = 0x4350'5247'0000'0000ull;  // "CPRG"
   collectives::ProcessGroup cp_;

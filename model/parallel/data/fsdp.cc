@@ -66,7 +66,7 @@ BucketPlan fsdp_bucket_plan(const std::vector<FsdpUnit>& units, const std::vecto
   return plan;
 }
 
-FsdpPasses fsdp_passes(const StagePlacement& place, const std::vector<FsdpUnit>& units,
+FsdpPasses fsdp_passes(const std::vector<HookChunk>& chunks, const std::vector<FsdpUnit>& units,
                        const std::vector<ShardSpec>& shards, int n_layer) {
   std::set<int> held;
   for (const FsdpUnit& u : units) held.insert(u.id);
@@ -78,11 +78,11 @@ FsdpPasses fsdp_passes(const StagePlacement& place, const std::vector<FsdpUnit>&
     for (int u : needs)
       if (held.count(u) && std::find(n.begin(), n.end(), u) == n.end()) n.push_back(u);
   };
-  for (int c = 0; c < place.vpp; ++c) {
+  for (const HookChunk& c : chunks) {
     std::vector<int> seq;
-    if (place.first(c)) add(seq, kEmbeddingsUnit, {kEmbeddingsUnit});
-    for (int l = place.first_layer(c); l < place.end_layer(c); ++l) add(seq, l, {l});
-    if (place.last(c)) {
+    if (c.embeddings) add(seq, kEmbeddingsUnit, {kEmbeddingsUnit});
+    for (int l = c.first_layer; l < c.end_layer; ++l) add(seq, l, {l});
+    if (c.head) {
       const bool wte = holds_role(shards, model::ParamRole::kTokenEmbedding);
       add(seq, n_layer, {n_layer, wte && holds_wpe ? kEmbeddingsUnit : n_layer});
     }

@@ -16,7 +16,7 @@
 // updates only that chunk (ZeRO-1's). Expert buckets shard over edp.
 //
 // A unit's flow, on the hooks ShardedGPT calls around every hook point
-// (embeddings, each block, the head; BlockHooks in sharded_gpt.h):
+// (embeddings, each block, the head; BlockHooks in block_hooks.h):
 //   before  gather: the unit's all-gather on the communication stream (its
 //           gathered buffer charged to the arena as parameters), the compute
 //           stream waits for it (the wait beyond compute is the exposed
@@ -38,9 +38,9 @@
 #include <span>
 #include <vector>
 
+#include "model/parallel/block_hooks.h"
 #include "model/parallel/data/data_parallel.h"
-#include "model/parallel/pipeline/stage.h"
-#include "model/parallel/sharded_gpt.h"
+#include "model/parallel/local_model.h"
 #include "runtime/device.h"
 
 namespace shardlab::parallel {
@@ -68,12 +68,14 @@ BucketPlan fsdp_bucket_plan(const std::vector<FsdpUnit>& units, const std::vecto
 
 // The hook points of each model chunk in forward order (kEmbeddingsUnit on
 // the first stage, its blocks, n_layer on the last) and the units a point
-// needs (the head's: the head unit and wte's unit).
+// needs (the head's: the head unit and wte's unit). `chunks` are the rank's
+// model chunks (hook_chunks of its StagePlacement, sharded_gpt.h, which also
+// has this function's overload for a placement).
 struct FsdpPasses {
   std::vector<std::vector<int>> chunks;     // (chunks) hook points in forward order
   std::map<int, std::vector<int>> needs;    // hook point -> unit ids
 };
-FsdpPasses fsdp_passes(const StagePlacement& placement, const std::vector<FsdpUnit>& units,
+FsdpPasses fsdp_passes(const std::vector<HookChunk>& chunks, const std::vector<FsdpUnit>& units,
                        const std::vector<ShardSpec>& shards, int n_layer);
 
 // The most gathered elements a rank holds at once (the memory preflight):

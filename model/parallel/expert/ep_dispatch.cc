@@ -2,8 +2,6 @@
 // Shapes use the letters declared in expert/ep_dispatch.h.
 #include "model/parallel/expert/ep_dispatch.h"
 
-#include "model/parallel/tensor/layers.h"
-
 #include <algorithm>
 #include <numeric>
 #include <string>
@@ -26,7 +24,7 @@ size_t sum(const std::vector<size_t>& v) { return std::accumulate(v.begin(), v.e
 // Rows per (peer, local expert) through a small all-to-all, then the element
 // counts of the row exchanges and the expert-major order of the received rows:
 // expert le's rows from peer 0, then peer 1, ... (each peer's in its order).
-void plan_exchange(TpMoeActs& a, const TpDims& d, int E, const TpContext& c) {
+void plan_exchange(TpMoeActs& a, const TpDims& d, int E, const ExpertContext& c) {
   TpMoeActs::Ep& x = a.ep;
   const int ep = c.ep->size(), El = E / ep, C = d.C;
   for (int e = 0; e < E; ++e) x.send_rows[e] = static_cast<float>(a.offsets[e + 1] - a.offsets[e]);
@@ -65,7 +63,7 @@ void plan_exchange(TpMoeActs& a, const TpDims& d, int E, const TpContext& c) {
 
 // out (sum rc) = all_to_all_v of in over the EP group on the compute stream,
 // traced as `name`; counts the off-rank bytes into stats (if any).
-void exchange(const TpContext& c, const char* name, const float* in,
+void exchange(const ExpertContext& c, const char* name, const float* in,
               const std::vector<size_t>& sc, float* out, const std::vector<size_t>& rc,
               MoeStats* stats) {
   Stream& s = c.dev->compute();
@@ -97,9 +95,9 @@ void permute_rows(float* dst, const float* src, const int64_t* perm, int64_t R, 
 
 }  // namespace
 
-float ep_moe_forward(float* out, TpMoeActs& a, TpScratch& s, const BlockView<float>& p,
+float ep_moe_forward(float* out, TpMoeActs& a, MoeScratch& s, const BlockView<float>& p,
                      const float* inp, const TpDims& d, const GPTConfig& config,
-                     const TpContext& c) {
+                     const ExpertContext& c) {
   const Exec& ex = c.ex;
   const int C = d.C, E = config.n_expert, El = E / c.ep->size();
   SHARDLAB_CHECK(static_cast<int>(p.experts.size()) == El, "EP block must hold E/ep experts");
@@ -120,10 +118,10 @@ float ep_moe_forward(float* out, TpMoeActs& a, TpScratch& s, const BlockView<flo
   return tp_moe_combine(out, a, d, config, ex);
 }
 
-void ep_moe_backward(float* dexperts, float* drouter, const BlockView<float>& g, TpScratch& s,
+void ep_moe_backward(float* dexperts, float* drouter, const BlockView<float>& g, MoeScratch& s,
                      const float* dout, float daux, const TpMoeActs& a, const float* inp,
                      const BlockView<float>& p, const TpDims& d, const GPTConfig& config,
-                     WeightGrads& wg, const TpContext& c) {
+                     WeightGrads& wg, const ExpertContext& c) {
   const Exec& ex = c.ex;
   const int C = d.C, El = config.n_expert / c.ep->size();
   const TpMoeActs::Ep& x = a.ep;

@@ -26,7 +26,7 @@
 // reduced over the expert-data-parallel group with SUM and scaled by 1/dp
 // (DataParallel's ExpertGrads).
 //
-// Size letters as in tensor/layers.h, plus El experts per rank and R rows this
+// Size letters as in dims.h, plus El experts per rank and R rows this
 // rank's experts received (at most Rx = ep·N·min(K, El)).
 // Thread safety: called from the device's own thread, like the collectives.
 #pragma once
@@ -40,13 +40,13 @@ namespace shardlab::parallel {
 // Same contract as tp_moe_forward (out (N,C) complete on every TP rank,
 // returns aux), with the experts of p.experts local and c.ep exchanging rows.
 // s: scratch for the received rows.
-float ep_moe_forward(float* out, TpMoeActs& a, TpScratch& s, const model::BlockView<float>& p,
+float ep_moe_forward(float* out, TpMoeActs& a, MoeScratch& s, const model::BlockView<float>& p,
                      const float* inp, const TpDims& d, const model::GPTConfig& config,
-                     const TpContext& c);
+                     const ExpertContext& c);
 // Same contract as tp_moe_backward.
 void ep_moe_backward(float* dexperts, float* drouter, const model::BlockView<float>& g,
-                     TpScratch& s, const float* dout, float daux, const TpMoeActs& a,
+                     MoeScratch& s, const float* dout, float daux, const TpMoeActs& a,
                      const float* inp, const model::BlockView<float>& p, const TpDims& d,
-                     const model::GPTConfig& config, WeightGrads& wg, const TpContext& c);
+                     const model::GPTConfig& config, WeightGrads& wg, const ExpertContext& c);
 
 }  // namespace shardlab::parallel

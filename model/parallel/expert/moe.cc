@@ -2,7 +2,7 @@
 // The router is replicated (every rank routes the same full rows to the same
 // experts, bit for bit); each expert's MLP is split like the dense MLP, and
 // one all-reduce of all expert outputs (M,C) completes them before the biases
-// and the combine. Shapes use the letters declared in tensor/layers.h.
+// and the combine. Shapes use the letters declared in dims.h.
 //
 // The route, expert and backward pieces are shared with expert parallelism
 // (expert/ep_dispatch.cc), which only adds the token exchange around the experts.
@@ -12,7 +12,7 @@
 
 #include "model/kernels.h"
 #include "model/parallel/expert/moe.h"
-#include "model/parallel/tensor/layers.h"
+#include "model/parallel/shard_layers.h"
 
 namespace shardlab::parallel {
 
@@ -66,7 +66,7 @@ float phantom_route(int32_t* expert, int32_t* slot, int64_t* filled, int64_t N, 
 // f_i = (global count) / (N_global·K), computed as router_forward does, and
 // replica d keeps an assignment only if (earlier replicas' count + its local
 // slot) < ⌈F·N_global·K/E⌉. Slots arrive numbered locally (no capacity).
-void route_globally(TpMoeActs& a, int64_t N, const GPTConfig& config, const TpContext& c) {
+void route_globally(TpMoeActs& a, int64_t N, const GPTConfig& config, const ExpertContext& c) {
   const Exec& ex = c.ex;
   const int E = config.n_expert, K = config.top_k;
   const coll::ProcessGroup& g = *c.capacity_group;
@@ -98,10 +98,17 @@ void route_globally(TpMoeActs& a, int64_t N, const GPTConfig& config, const TpCo
   ex.op("moe.capacity", OpCost{0, 2.0 * static_cast<double>(N * K) * ex.elem});
 }
 
+// ye (n) = Σ over the experts' TP group of each rank's partial outputs
+// (Megatron's reduce_from_tensor_model_parallel_region, on the compute stream).
+void reduce_expert_outputs(const ExpertContext& c, float* ye, int64_t n) {
+  coll::all_reduce(*c.dev, *c.tp, coll::ConstBuffer(ye, static_cast<size_t>(n)),
+                   coll::Buffer(ye, static_cast<size_t>(n)), coll::ReduceOp::kSum, c.on_compute());
+}
+
 }  // namespace
 
 void tp_moe_route(TpMoeActs& a, const BlockView<float>& p, const float* inp, const TpDims& d,
-                  const GPTConfig& config, const TpContext& c) {
+                  const GPTConfig& config, const ExpertContext& c) {
   const Exec& ex = c.ex;
   const int64_t N = d.N();
   const int C = d.C, E = config.n_expert, K = config.top_k;
@@ -133,7 +140,7 @@ void tp_moe_route(TpMoeActs& a, const BlockView<float>& p, const float* inp, con
 
 void tp_experts_forward(float* ye, float* fc, float* fc_gelu,
                         const std::vector<MlpView<float>>& experts, const float* xe,
-                        const int64_t* offsets, int n, const TpDims& d, const TpContext& c) {
+                        const int64_t* offsets, int n, const TpDims& d, const ExpertContext& c) {
   const int C = d.C, Fl = d.Fl();
   // column-parallel c_fc, row-parallel c_proj (partial sums)
   for (int e = 0; e < n; ++e) {
@@ -141,14 +148,14 @@ void tp_experts_forward(float* ye, float* fc, float* fc_gelu,
     tp_mlp_partial_forward(shifted(ye, r0 * C), shifted(fc, r0 * Fl), shifted(fc_gelu, r0 * Fl),
                            experts[e], shifted(xe, r0 * C), rows, C, Fl, c.ex);
   }
-  reduce_from_tp_region_fwd(c, ye, ye, offsets[n] * C);
+  reduce_expert_outputs(c, ye, offsets[n] * C);
   for (int e = 0; e < n; ++e) {
     const int64_t r0 = offsets[e], rows = offsets[e + 1] - r0;
     add_bias_rows(shifted(ye, r0 * C), experts[e].c_proj.bias, rows, C, "mlp.c_proj.bias.fwd", c.ex);
   }
 }
 
-void tp_experts_backward(float* dxe, const std::vector<MlpView<float>>& g, TpScratch& s,
+void tp_experts_backward(float* dxe, const std::vector<MlpView<float>>& g, MoeScratch& s,
                          const float* dye, const float* xe, const float* fc, const float* fc_gelu,
                          const std::vector<MlpView<float>>& p, const int64_t* offsets, int n,
                          const TpDims& d, WeightGrads& wg, const Exec& ex) {
@@ -162,7 +169,7 @@ void tp_experts_backward(float* dxe, const std::vector<MlpView<float>>& g, TpScr
   }
 }
 
-void tp_moe_combine_backward(TpScratch& s, const float* dout, const TpMoeActs& a, const TpDims& d,
+void tp_moe_combine_backward(MoeScratch& s, const float* dout, const TpMoeActs& a, const TpDims& d,
                              const GPTConfig& config, const Exec& ex) {
   const int C = d.C, K = config.top_k;
   // ye and dout are complete on every rank: dgates is replicated
@@ -176,7 +183,7 @@ void tp_moe_combine_backward(TpScratch& s, const float* dout, const TpMoeActs& a
 }
 
 void tp_moe_route_backward(float* dexperts, float* drouter, const BlockView<float>& g,
-                           TpScratch& s, float daux, const TpMoeActs& a, const float* inp,
+                           MoeScratch& s, float daux, const TpMoeActs& a, const float* inp,
                            const BlockView<float>& p, const TpDims& d, const GPTConfig& config,
                            WeightGrads& wg, const Exec& ex) {
   const int64_t N = d.N();
@@ -211,7 +218,7 @@ float tp_moe_combine(float* out, const TpMoeActs& a, const TpDims& d, const GPTC
 }
 
 float tp_moe_forward(float* out, TpMoeActs& a, const BlockView<float>& p, const float* inp,
-                     const TpDims& d, const GPTConfig& config, const TpContext& c) {
+                     const TpDims& d, const GPTConfig& config, const ExpertContext& c) {
   const int E = config.n_expert;
   tp_moe_route(a, p, inp, d, config, c);
   tp_moe_dispatch(a, inp, d, config, c.ex);
@@ -221,10 +228,10 @@ float tp_moe_forward(float* out, TpMoeActs& a, const BlockView<float>& p, const 
   return tp_moe_combine(out, a, d, config, c.ex);
 }
 
-void tp_moe_backward(float* dexperts, float* drouter, const BlockView<float>& g, TpScratch& s,
+void tp_moe_backward(float* dexperts, float* drouter, const BlockView<float>& g, MoeScratch& s,
                      const float* dout, float daux, const TpMoeActs& a, const float* inp,
                      const BlockView<float>& p, const TpDims& d, const GPTConfig& config,
-                     WeightGrads& wg, const TpContext& c) {
+                     WeightGrads& wg, const ExpertContext& c) {
   tp_moe_combine_backward(s, dout, a, d, config, c.ex);
   // experts: partial input gradients (copy_to_tp_region's all-reduce is left
   // to the caller, after dispatch, on N rows instead of M)

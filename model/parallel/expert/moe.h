@@ -1,28 +1,53 @@
 // MoE under tensor parallelism (moe.cc) and the pieces shared with expert
 // parallelism (ep_dispatch.h): route -> dispatch -> experts -> combine.
-// Shapes use the letters of tensor/buffers.h.
+// Shapes use the letters of dims.h.
+// Thread safety: called from the device's own thread, like the collectives.
 #pragma once
 
 #include <vector>
 
+#include "collectives/group.h"
 #include "model/config.h"
 #include "model/layers.h"
-#include "model/parallel/tensor/buffers.h"
-#include "model/parallel/tensor/mappings.h"
+#include "model/parallel/dims.h"
+#include "model/parallel/expert/moe_buffers.h"
+#include "model/parallel/layer_context.h"
 #include "model/parallel/weight_grad.h"
 
 namespace shardlab::parallel {
 
-// Adds one forward's block statistics into the step's (sizing it on first use).
-void add_moe_stats(MoeStepStats& step, int layer, const MoeStats& forward);
+// What an MoE layer needs besides its weights: the device (LayerContext) and
+// its groups, and the assumptions of a phantom run.
+struct ExpertContext : LayerContext {
+  // The group each expert's MLP is split over like the dense MLP (the
+  // block's TP group): one all-reduce over it completes the experts' outputs.
+  const collectives::ProcessGroup* tp = nullptr;
+  // Expert parallelism (expert/ep_dispatch.h): the ranks that exchange tokens, group rank
+  // j holding experts [j·E/ep, (j+1)·E/ep). Null or size 1: every expert local.
+  const collectives::ProcessGroup* ep = nullptr;
+  // The whole data-parallel group, members in data order (member d holds the
+  // d-th block of the global batch's rows). When set (and of size > 1), MoE
+  // routing follows the global batch exactly: f_i counts every replica's
+  // assignments and capacity drops follow the global token order. Null: f_i
+  // is averaged through OpSink::average_over_replicas and capacity is local.
+  const collectives::ProcessGroup* capacity_group = nullptr;
+  // Where the expert-parallel all-to-alls add the compute-stream time they take.
+  Time* a2a_time = nullptr;
+  // Phantom runs (no router logits): the skew of the assumed routing. 0:
+  // uniform; s > 0: expert e's share of first choices is proportional to
+  // 1/(e+1)^s (Zipf), see expert/moe.cc phantom_route.
+  double phantom_zipf = 0;
 
+  bool expert_parallel() const { return ep != nullptr && ep->size() > 1; }
+  bool global_routing() const { return capacity_group != nullptr && capacity_group->size() > 1; }
+};
 
 // Router (replicated) on the full rows, then the dispatch plan (a.M, a.src,
 // a.offsets over all E experts) and a.stats.dropped. Global routing with
 // c.capacity_group: one all-gather of per-expert counts gives f_i of the
 // global batch and capacity drops in the global token order.
 void tp_moe_route(TpMoeActs& a, const model::BlockView<float>& p, const float* inp,
-                  const TpDims& d, const model::GPTConfig& config, const TpContext& c);
+                  const TpDims& d, const model::GPTConfig& config, const ExpertContext& c);
 // a.xe (M,C) = the input rows of the planned assignments, grouped by expert.
 void tp_moe_dispatch(TpMoeActs& a, const float* inp, const TpDims& d,
                      const model::GPTConfig& config, const model::Exec& ex);
@@ -34,34 +59,34 @@ float tp_moe_combine(float* out, const TpMoeActs& a, const TpDims& d,
 // all-reduce over TP, biases. Saves fc, fc_gelu (R,Fl).
 void tp_experts_forward(float* ye, float* fc, float* fc_gelu,
                         const std::vector<model::MlpView<float>>& experts, const float* xe,
-                        const int64_t* offsets, int n, const TpDims& d, const TpContext& c);
+                        const int64_t* offsets, int n, const TpDims& d, const ExpertContext& c);
 // dxe (R,C) (overwritten) = this rank's partial input gradients; weights into g.
 void tp_experts_backward(float* dxe, const std::vector<model::MlpView<float>>& g,
-                         TpScratch& s, const float* dye, const float* xe, const float* fc,
+                         MoeScratch& s, const float* dye, const float* xe, const float* fc,
                          const float* fc_gelu, const std::vector<model::MlpView<float>>& p,
                          const int64_t* offsets, int n, const TpDims& d, WeightGrads& wg,
                          const model::Exec& ex);
 // s.dye (M,C) and s.dgates (N,K) from dout (N,C) (combine backward).
-void tp_moe_combine_backward(TpScratch& s, const float* dout, const TpMoeActs& a,
+void tp_moe_combine_backward(MoeScratch& s, const float* dout, const TpMoeActs& a,
                              const TpDims& d, const model::GPTConfig& config,
                              const model::Exec& ex);
 // Dispatch backward of s.dxe (M,C) into dexperts, and the router's backward
 // (from s.dgates and daux) into drouter and g.router.
 void tp_moe_route_backward(float* dexperts, float* drouter, const model::BlockView<float>& g,
-                           TpScratch& s, float daux, const TpMoeActs& a, const float* inp,
+                           MoeScratch& s, float daux, const TpMoeActs& a, const float* inp,
                            const model::BlockView<float>& p, const TpDims& d,
                            const model::GPTConfig& config, WeightGrads& wg, const model::Exec& ex);
 
 // MoE MLP on the full rows (expert/moe.cc). out (N,C) is complete and identical on
-// every rank. Returns aux. With c.expert_parallel() tp_block_* call
+// every rank. Returns aux. With c.expert_parallel() the block (block.h) calls
 // ep_moe_forward / ep_moe_backward (expert/ep_dispatch.h) instead, same contract.
 float tp_moe_forward(float* out, TpMoeActs& a, const model::BlockView<float>& p, const float* inp,
-                     const TpDims& d, const model::GPTConfig& config, const TpContext& c);
+                     const TpDims& d, const model::GPTConfig& config, const ExpertContext& c);
 // dexperts (N,C) += this rank's partial input gradient through the experts
 // (to be summed over TP); drouter (N,C) += the router's (complete, replicated).
 void tp_moe_backward(float* dexperts, float* drouter, const model::BlockView<float>& g,
-                     TpScratch& s, const float* dout, float daux, const TpMoeActs& a,
+                     MoeScratch& s, const float* dout, float daux, const TpMoeActs& a,
                      const float* inp, const model::BlockView<float>& p, const TpDims& d,
-                     const model::GPTConfig& config, WeightGrads& wg, const TpContext& c);
+                     const model::GPTConfig& config, WeightGrads& wg, const ExpertContext& c);
 
 }  // namespace shardlab::parallel

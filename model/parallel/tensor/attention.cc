@@ -1,3 +1,4 @@
+// LocalAttention: the kernels of model/kernels.h over this rank's heads.
 #include "model/parallel/tensor/attention.h"
 
 #include "model/kernels.h"
@@ -5,7 +6,7 @@
 namespace shardlab::parallel {
 
 void LocalAttention::forward(float* atty, float* att, const float* qkv, const TpDims& d,
-                             const TpContext& c) const {
+                             const LayerContext& c) const {
   if (c.ex.math()) model::attention_forward(atty, att, qkv, d.B, d.T, d.NHl(), d.HS());
   const model::AttentionCosts k =
       model::attention_forward_costs(d.B, d.T, d.NHl(), d.HS(), c.ex.elem);
@@ -16,7 +17,7 @@ void LocalAttention::forward(float* atty, float* att, const float* qkv, const Tp
 
 void LocalAttention::backward(float* dqkv, const float* datty, const float* qkv,
                               const float* /*atty*/, const float* att, const TpDims& d,
-                              const TpContext& c) const {
+                              const LayerContext& c) const {
   if (c.ex.math()) model::attention_backward(dqkv, datty, qkv, att, d.B, d.T, d.NHl(), d.HS());
   const model::AttentionCosts k =
       model::attention_backward_costs(d.B, d.T, d.NHl(), d.HS(), c.ex.elem);
@@ -28,10 +29,6 @@ void LocalAttention::backward(float* dqkv, const float* datty, const float* qkv,
 const LocalAttention& LocalAttention::instance() {
   static const LocalAttention kInstance;
   return kInstance;
-}
-
-const AttentionCore& attention_core(const TpContext& c) {
-  return c.attention ? *c.attention : LocalAttention::instance();
 }
 
 }  // namespace shardlab::parallel

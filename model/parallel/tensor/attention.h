@@ -1,49 +1,20 @@
-// The attention core of a block, behind an interface so that variants plug in
-// without touching the block: softmax(q·kᵀ/√HS + causal mask)·v over this
-// rank's heads, from the fused [q | k | v] rows to the heads' outputs.
-//
-//   LocalAttention   every key of the sequence is on this rank (TP splits
-//                    heads, not time): the kernels of model/kernels.h.
-//   CpAttention      context parallelism (context/cp_attention.h): this rank
-//                    holds two chunks of every sequence, the keys of the
-//                    others come around the cp ring (or by an all-gather).
-//
-// A core is set through TpContext::attention; the block, its projections and
-// the schedules stay as they are.
-//
-// Shapes (letters of tensor/buffers.h): qkv (N, 3·Cl), atty (N, Cl), att the
-// core's saved state, TpDims::att_elements(): the probabilities (B, NHl, T, T)
-// for LocalAttention, the log-sum-exp of every query row (B, NHl, T) under
-// context parallelism.
+// LocalAttention: the default attention core (attention_core.h). Every key
+// of the sequence is on this rank (TP splits heads, not time): the causal
+// attention kernels of model/kernels.h over this rank's NHl heads.
 #pragma once
 
-#include "model/parallel/tensor/buffers.h"
-#include "model/parallel/tensor/mappings.h"
+#include "model/parallel/attention_core.h"
 
 namespace shardlab::parallel {
-
-class AttentionCore {
- public:
-  virtual ~AttentionCore() = default;
-  // atty = attention(qkv); `att` keeps what backward needs.
-  virtual void forward(float* atty, float* att, const float* qkv, const TpDims& d,
-                       const TpContext& c) const = 0;
-  // dqkv (N, 3·Cl) += the gradient of qkv given datty; atty is forward's output.
-  virtual void backward(float* dqkv, const float* datty, const float* qkv, const float* atty,
-                        const float* att, const TpDims& d, const TpContext& c) const = 0;
-};
 
 class LocalAttention final : public AttentionCore {
  public:
   void forward(float* atty, float* att, const float* qkv, const TpDims& d,
-               const TpContext& c) const override;
+               const LayerContext& c) const override;
   void backward(float* dqkv, const float* datty, const float* qkv, const float* atty,
-                const float* att, const TpDims& d, const TpContext& c) const override;
-  // The one instance every context uses by default.
+                const float* att, const TpDims& d, const LayerContext& c) const override;
+  // The one instance every block uses by default.
   static const LocalAttention& instance();
 };
-
-// The core a context uses: c.attention, or LocalAttention.
-const AttentionCore& attention_core(const TpContext& c);
 
 }  // namespace shardlab::parallel

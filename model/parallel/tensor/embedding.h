@@ -19,7 +19,8 @@
 #include <cstdint>
 
 #include "model/kernels.h"
-#include "model/parallel/tensor/layers.h"
+#include "model/parallel/dims.h"
+#include "model/parallel/tensor/mappings.h"
 
 namespace shardlab::parallel {
 

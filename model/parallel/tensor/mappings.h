@@ -25,49 +25,18 @@
 #include <cstdint>
 
 #include "collectives/collectives.h"
-#include "model/sink.h"
+#include "model/parallel/layer_context.h"
 
 namespace shardlab::parallel {
 
-class AttentionCore;  // tensor/attention.h
-
-// What a TP layer needs besides its weights: the device, the TP group, the mode.
-struct TpContext {
-  Device* dev = nullptr;
+// What a TP layer needs besides its weights: the device (LayerContext), the
+// TP group, the mode.
+struct TpContext : LayerContext {
   const collectives::ProcessGroup* group = nullptr;
   bool sp = false;  // sequence parallelism
-  bool dropout = false;  // charge attention and hidden dropout (GPTConfig::dropout > 0)
-  model::Exec ex;   // where kernels charge their cost
-  // The attention core of every block (tensor/attention.h); null: LocalAttention.
-  const AttentionCore* attention = nullptr;
-  // Expert parallelism (expert/ep_dispatch.h): the ranks that exchange tokens, group rank
-  // j holding experts [j·E/ep, (j+1)·E/ep). Null or size 1: every expert local.
-  const collectives::ProcessGroup* ep = nullptr;
-  // The whole data-parallel group, members in data order (member d holds the
-  // d-th block of the global batch's rows). When set (and of size > 1), MoE
-  // routing follows the global batch exactly: f_i counts every replica's
-  // assignments and capacity drops follow the global token order. Null: f_i
-  // is averaged through OpSink::average_over_replicas and capacity is local.
-  const collectives::ProcessGroup* capacity_group = nullptr;
-  // Where the expert-parallel all-to-alls add the compute-stream time they take.
-  Time* a2a_time = nullptr;
-  // Phantom runs (no router logits): the skew of the assumed routing. 0:
-  // uniform; s > 0: expert e's share of first choices is proportional to
-  // 1/(e+1)^s (Zipf), see expert/moe.cc phantom_route.
-  double phantom_zipf = 0;
 
   int tp() const { return group->size(); }
   int rank() const { return group->rank(); }
-  bool expert_parallel() const { return ep != nullptr && ep->size() > 1; }
-  bool global_routing() const { return capacity_group != nullptr && capacity_group->size() > 1; }
-  // TP collectives sit on the critical path: they run on the compute stream,
-  // as Megatron's do (NCCL kernels on the current stream), so they never queue
-  // behind data-parallel buckets on the communication stream.
-  collectives::CollOptions on_compute() const {
-    collectives::CollOptions o;
-    o.stream = &dev->compute();
-    return o;
-  }
 };
 
 // ---- The pairs ----------------------------------------------------------------

@@ -72,11 +72,9 @@ std::vector<RankOut> run_cp(int cp, CpComm comm, const std::vector<float>& qkv, 
         std::copy_n(&dout[size_t(g * kC)], kC, &dy[size_t(l * kC)]);
       }
     collectives::ProcessGroup cp_group = collectives::ProcessGroup::world(dev);
-    collectives::ProcessGroup tp_group({r}, r, "tp");
     Sink sink(dev);
-    TpContext c;
+    LayerContext c;
     c.dev = &dev;
-    c.group = &tp_group;
     c.ex = model::Exec::with(&sink);
     TpDims d{{kB, Tl, kC, kNH, 4 * kC}, 1, false, 1};
     d.cp = cp;

@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "model/parallel/tensor/buffers.h"
+#include "model/parallel/block.h"
 #include "tests/model/train/train_test_util.h"
 
 namespace shardlab::train {
@@ -19,7 +19,7 @@ TEST(CpMemory, AttentionInputsPerDeviceFallAsOneOverCp) {
   for (int cp : {1, 2, 4}) {
     parallel::TpDims d{{B, T / cp, C, NH, 4 * C}, tp, false, 1};
     d.cp = cp;
-    parallel::TpBlockActs a;
+    parallel::BlockActs a;
     a.resize(d, model::preset("tiny"), false);
     const uint64_t qkv_bytes = uint64_t(a.qkv.size()) * 4;
     const uint64_t want = uint64_t(B) * T * 3 * C * 4 / tp / cp;

@@ -66,13 +66,13 @@ LayerResult run_moe_layer(const model::GPTConfig& config, const LayerRun& run) {
     const TpDims d{{Bl, run.T, C, config.n_head}, 1, false, run.ep};
     TpMoeActs a;
     a.resize(d, config);
-    TpScratch s;
+    MoeScratch s;
     s.resize(d, config);
     RankResult rr;
     RecordingSink sink(dev, rr, dp);
-    TpContext c;
+    ExpertContext c;
     c.dev = &dev;
-    c.group = &tp;
+    c.tp = &tp;
     c.ex = model::Exec::with(&sink);
     c.ep = &ep;
     c.capacity_group = &dp;

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "model/config.h"
-#include "model/parallel/tensor/layers.h"
+#include "model/parallel/expert/moe.h"
 #include "runtime/time.h"
 
 namespace shardlab::parallel::testing {

@@ -12,7 +12,7 @@
 #include "model/kernels.h"
 #include "collectives/group.h"
 #include "model/parallel/local_model.h"
-#include "model/parallel/tensor/layers.h"
+#include "model/parallel/block.h"
 #include "model/params.h"
 #include "model/sink.h"
 #include "runtime/device.h"

@@ -1,31 +1,20 @@
-// Megatron tensor-parallel transformer blocks on one TP rank.
+// The local math of Megatron's column- and row-parallel layers: what one
+// rank computes on its slice of the weights, with no communication (the
+// parallelism that splits the layer adds its own: tensor/mappings.h for the
+// TP blocks, expert/moe.cc for the experts split over TP).
 //
-//   attention: ln_1 -> [enter] c_attn column-parallel (this rank's heads)
-//              -> causal attention over the local heads
-//              -> c_proj row-parallel (partial sums) -> [exit] -> + bias (once)
-//   MLP:       ln_2 -> [enter] c_fc column-parallel -> GELU
-//              -> c_proj row-parallel -> [exit] -> + bias
-//   MoE:       ln_2 -> [enter] router (replicated, on the full rows)
-//              -> dispatch -> each expert's MLP split like the dense one
-//              -> all-reduce of the expert outputs (reduce_from_tp_region)
-//              -> + expert biases -> combine -> scatter to SP rows
+//   MLP: c_fc column-parallel (Fl = F/tp of its output columns) -> GELU
+//        -> c_proj row-parallel: a partial sum of the output, without the
+//        c_proj bias (added once, after the reduction).
 //
-// [enter] / [exit] are the mode's region boundaries (tensor/mappings.h): without
-// SP copy_to / reduce_from (all-reduce); with SP all-gather / reduce-scatter,
-// and the LayerNorm / residual regions hold only this rank's Nr = N/tp rows.
-// With SP the gathered LayerNorm outputs are not kept: backward gathers them
-// again (Megatron does the same to keep activation memory at 1/tp).
-//
-// Size letters as in tensor/buffers.h.
+// Shapes use the letters of dims.h.
 // Backward accumulates into dinp and the gradient views, like model/layers.h.
+// Thread safety: free functions on the caller's buffers.
 #pragma once
 
 #include <cstdint>
 
-#include "model/config.h"
 #include "model/layers.h"
-#include "model/parallel/tensor/buffers.h"
-#include "model/parallel/tensor/mappings.h"
 #include "model/parallel/weight_grad.h"
 
 namespace shardlab::parallel {
@@ -61,15 +50,5 @@ void tp_mlp_backward(float* dinp, const model::MlpView<float>& g, float* dfc, fl
                      const float* dout, const float* inp, const float* fc, const float* fc_gelu,
                      const model::MlpView<float>& p, int64_t rows, int C, int Fl,
                      WeightGrads& wg, const model::Exec& ex);
-
-// x (Nr,C) -> a.res2 (Nr,C). Returns the block's aux loss (0 if dense).
-float tp_block_forward(TpBlockActs& a, const model::BlockView<float>& p, const float* x,
-                       const TpDims& d, const model::GPTConfig& config, TpScratch& s,
-                       const TpContext& c);
-// dinp (Nr,C) += d block / d x given dout (Nr,C); gradients into g.
-void tp_block_backward(float* dinp, const model::BlockView<float>& g, TpScratch& s,
-                       const float* dout, float daux, const TpBlockActs& a, const float* inp,
-                       const model::BlockView<float>& p, const TpDims& d,
-                       const model::GPTConfig& config, WeightGrads& wg, const TpContext& c);
 
 }  // namespace shardlab::parallel

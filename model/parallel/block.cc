@@ -1,0 +1,215 @@
+// The block composing the parallelisms: attention, MLP or MoE, forward and
+// backward side by side; its buffers' sizes. Shapes use the letters of dims.h.
+#include "model/parallel/block.h"
+
+#include <algorithm>
+
+#include "model/kernels.h"
+#include "model/parallel/expert/ep_dispatch.h"
+#include "model/parallel/tensor/attention.h"
+
+namespace shardlab::parallel {
+
+using model::BlockView;
+using model::Exec;
+using model::GPTConfig;
+
+namespace {
+
+// Phantom buffers have no storage: nothing to clear.
+void zero(float* p, int64_t n) {
+  if (p) std::fill(p, p + n, 0.0f);
+}
+
+// Dropout's cost when the model has dropout (its arithmetic is not run: phantom runs only).
+void dropout_forward(int64_t n, const char* name, const BlockContext& c) {
+  if (c.dropout) c.ex().op(name, model::dropout_forward_cost(n, c.ex().elem));
+}
+void dropout_backward(int64_t n, const char* name, const BlockContext& c) {
+  if (c.dropout) c.ex().op(name, model::dropout_backward_cost(n, c.ex().elem));
+}
+
+// The attention probabilities: B·(NH/tp)·T·T (this rank's heads).
+int64_t attention_probs(const TpDims& d) { return int64_t{d.B} * d.NHl() * d.T * d.T; }
+
+}  // namespace
+
+const AttentionCore& BlockContext::attention_core() const {
+  return attention ? *attention : LocalAttention::instance();
+}
+
+// ---- Buffers --------------------------------------------------------------------
+
+void BlockActs::resize(const TpDims& d, const model::GPTConfig& config, bool moe_block) {
+  const int64_t N = d.N(), Nr = d.rows(), C = d.C, Cl = d.Cl(), Fl = d.Fl();
+  for (auto* v : {&ln1, &ln2, &attproj, &res1, &mlp_out, &res2}) v->assign(Nr * C, 0);
+  for (auto* v : {&ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd}) v->assign(Nr, 0);
+  qkv.assign(N * 3 * Cl, 0);
+  att.assign(d.att_elements(), 0);
+  atty.assign(N * Cl, 0);
+  fc.clear();
+  fc_gelu.clear();
+  if (!moe_block) {
+    fc.assign(N * Fl, 0);
+    fc_gelu.assign(N * Fl, 0);
+    return;
+  }
+  moe.resize(d, config);
+}
+
+int64_t BlockActs::saved_elements() const {
+  int64_t n = 0;
+  for (const Buf<float>* b : {&ln1, &ln2, &ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd, &qkv, &att,
+                              &atty, &attproj, &res1, &fc, &fc_gelu, &mlp_out, &res2}) {
+    n += static_cast<int64_t>(b->size());
+  }
+  return n + moe.saved_elements();
+}
+
+void BlockScratch::resize(const TpDims& d, const model::GPTConfig& config) {
+  const int64_t N = d.N(), Nr = d.rows(), C = d.C, Cl = d.Cl(), Fl = d.Fl();
+  for (auto* v : {&full_in, &full_dout, &partial, &rep, &moe_out}) v->assign(N * C, 0);
+  for (auto* v : {&dres1, &dln}) v->assign(Nr * C, 0);
+  datty.assign(N * Cl, 0);
+  dqkv.assign(N * 3 * Cl, 0);
+  dfc.assign(N * Fl, 0);
+  dfc_gelu.assign(N * Fl, 0);
+  if (config.is_moe()) moe.resize(d, config);
+}
+
+namespace {
+
+// ---- Attention: c_attn column-parallel by heads, c_proj row-parallel ----------
+
+// out (Nr,C) = exit(c_proj_partial(attention(c_attn(inp_full)))) + bias.
+void tp_attention_forward(float* out, BlockActs& a, const BlockView<float>& p,
+                          const float* inp_full, const TpDims& d, BlockScratch& s,
+                          const BlockContext& c) {
+  const Exec& ex = c.ex();
+  const int64_t N = d.N();
+  const int C = d.C, Cl = d.Cl();
+  if (ex.math())
+    model::linear_forward(a.qkv.data(), inp_full, p.c_attn.weight, p.c_attn.bias, N, C, 3 * Cl);
+  ex.op("attn.c_attn.fwd", model::linear_forward_cost(N, C, 3 * Cl, true, ex.elem));
+  c.attention_core().forward(a.atty.data(), a.att.data(), a.qkv.data(), d, c.tp);
+  dropout_forward(attention_probs(d), "attn.dropout.fwd", c);
+  if (ex.math())
+    model::linear_forward(s.partial.data(), a.atty.data(), p.attn_proj.weight,
+                          static_cast<const float*>(nullptr), N, Cl, C);
+  ex.op("attn.c_proj.fwd", model::linear_forward_cost(N, Cl, C, false, ex.elem));
+  exit_row_parallel(c.tp, s.partial.data(), out, d.rows(), C);
+  add_bias_rows(out, p.attn_proj.bias, d.rows(), C, "attn.c_proj.bias.fwd", ex);
+  dropout_forward(d.rows() * C, "attn.hidden_dropout.fwd", c);
+}
+
+// dinp_partial (N,C) += this rank's share of d/d inp_full; dout_full (N,C) complete.
+void tp_attention_backward(float* dinp_partial, const BlockView<float>& g, BlockScratch& s,
+                           const float* dout_full, const float* inp_full, const BlockActs& a,
+                           const BlockView<float>& p, const TpDims& d, WeightGrads& wg,
+                           const BlockContext& c) {
+  const Exec& ex = c.ex();
+  const int64_t N = d.N();
+  const int C = d.C, Cl = d.Cl();
+  zero(s.datty.data(), N * Cl);
+  linear_backward_split(s.datty.data(), g.attn_proj.weight, g.attn_proj.bias, dout_full,
+                        a.atty.data(), p.attn_proj.weight, N, Cl, C,
+                        {"attn.c_proj.dgrad", "attn.c_proj.wgrad"}, wg, ex);
+  dropout_backward(attention_probs(d), "attn.dropout.bwd", c);
+  zero(s.dqkv.data(), N * 3 * Cl);
+  c.attention_core().backward(s.dqkv.data(), s.datty.data(), a.qkv.data(), a.atty.data(),
+                              a.att.data(), d, c.tp);
+  linear_backward_split(dinp_partial, g.c_attn.weight, g.c_attn.bias, s.dqkv.data(), inp_full,
+                        p.c_attn.weight, N, C, 3 * Cl, {"attn.c_attn.dgrad", "attn.c_attn.wgrad"},
+                        wg, ex);
+}
+
+}  // namespace
+
+// ---- Block ----------------------------------------------------------------------
+
+float block_forward(BlockActs& a, const BlockView<float>& p, const float* x, const TpDims& d,
+                    const GPTConfig& config, BlockScratch& s, const BlockContext& c) {
+  const Exec& ex = c.ex();
+  const int64_t Nr = d.rows();
+  const int C = d.C;
+  if (ex.math())
+    model::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, p.ln_1.weight,
+                             p.ln_1.bias, Nr, C);
+  ex.op("ln_1.fwd", model::layernorm_forward_cost(Nr, C, ex.elem));
+  const float* ln1_full = enter_column_parallel(c.tp, a.ln1.data(), s.full_in.data(), Nr, C);
+  tp_attention_forward(a.attproj.data(), a, p, ln1_full, d, s, c);
+  if (ex.math()) model::residual_forward(a.res1.data(), x, a.attproj.data(), Nr * C);
+  ex.op("residual.fwd", model::residual_forward_cost(Nr * C, ex.elem));
+  if (ex.math())
+    model::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res1.data(),
+                             p.ln_2.weight, p.ln_2.bias, Nr, C);
+  ex.op("ln_2.fwd", model::layernorm_forward_cost(Nr, C, ex.elem));
+  const float* ln2_full = enter_column_parallel(c.tp, a.ln2.data(), s.full_in.data(), Nr, C);
+  float aux = 0;
+  if (p.moe) {
+    float* out_full = c.tp.sp ? s.moe_out.data() : a.mlp_out.data();
+    aux = c.moe.expert_parallel()
+              ? ep_moe_forward(out_full, a.moe, s.moe, p, ln2_full, d, config, c.moe)
+              : tp_moe_forward(out_full, a.moe, p, ln2_full, d, config, c.moe);
+    if (c.tp.sp) scatter_to_sequence_parallel_fwd(c.tp, out_full, a.mlp_out.data(), Nr * C);
+  } else {
+    tp_mlp_partial_forward(s.partial.data(), a.fc.data(), a.fc_gelu.data(), p.mlp, ln2_full, d.N(),
+                           C, d.Fl(), ex);
+    exit_row_parallel(c.tp, s.partial.data(), a.mlp_out.data(), Nr, C);
+    add_bias_rows(a.mlp_out.data(), p.mlp.c_proj.bias, Nr, C, "mlp.c_proj.bias.fwd", ex);
+  }
+  dropout_forward(Nr * C, "mlp.hidden_dropout.fwd", c);
+  if (ex.math()) model::residual_forward(a.res2.data(), a.res1.data(), a.mlp_out.data(), Nr * C);
+  ex.op("residual.fwd", model::residual_forward_cost(Nr * C, ex.elem));
+  return aux;
+}
+
+void block_backward(float* dinp, const BlockView<float>& g, BlockScratch& s, const float* dout,
+                    float daux, const BlockActs& a, const float* inp, const BlockView<float>& p,
+                    const TpDims& d, const GPTConfig& config, WeightGrads& wg,
+                    const BlockContext& c) {
+  const Exec& ex = c.ex();
+  const int64_t N = d.N(), Nr = d.rows();
+  const int C = d.C;
+  // res2 = res1 + mlp_out: both receive dout
+  if (ex.math()) std::copy(dout, dout + Nr * C, s.dres1.begin());
+  dropout_backward(Nr * C, "mlp.hidden_dropout.bwd", c);
+  const float* dout_full = exit_row_parallel_bwd(c.tp, dout, s.full_dout.data(), Nr, C);
+  const float* ln2_full = enter_column_parallel(c.tp, a.ln2.data(), s.full_in.data(), Nr, C);
+  zero(s.partial.data(), N * C);
+  if (p.moe) {
+    zero(s.rep.data(), N * C);
+    auto moe_backward = c.moe.expert_parallel() ? ep_moe_backward : tp_moe_backward;
+    moe_backward(s.partial.data(), s.rep.data(), g, s.moe, dout_full, daux, a.moe, ln2_full, p, d,
+                 config, wg, c.moe);
+    enter_column_parallel_bwd(c.tp, s.partial.data(), s.dln.data(), Nr, C);
+    // The router's gradient is complete on every rank: take this rank's rows.
+    const float* rep = model::shifted(s.rep.data(), d.row0(c.tp.rank()) * C);
+    for (int64_t i = 0; ex.math() && i < Nr * C; ++i) s.dln[i] += rep[i];
+    ex.op("moe.router.dinp.add", model::residual_forward_cost(Nr * C, ex.elem));
+  } else {
+    tp_mlp_backward(s.partial.data(), g.mlp, s.dfc.data(), s.dfc_gelu.data(), dout_full, ln2_full,
+                    a.fc.data(), a.fc_gelu.data(), p.mlp, N, C, d.Fl(), wg, ex);
+    enter_column_parallel_bwd(c.tp, s.partial.data(), s.dln.data(), Nr, C);
+  }
+  if (ex.math())
+    model::layernorm_backward(s.dres1.data(), g.ln_2.weight, g.ln_2.bias, s.dln.data(),
+                              a.res1.data(), p.ln_2.weight, a.ln2_mean.data(), a.ln2_rstd.data(),
+                              Nr, C);
+  ex.op("ln_2.bwd", model::layernorm_backward_cost(Nr, C, ex.elem));
+  // res1 = inp + attproj: dinp += dres1, dattproj = dres1
+  for (int64_t i = 0; ex.math() && i < Nr * C; ++i) dinp[i] += s.dres1[i];
+  ex.op("residual.bwd", model::residual_backward_cost(Nr * C, ex.elem));
+  dropout_backward(Nr * C, "attn.hidden_dropout.bwd", c);
+  const float* dres1_full = exit_row_parallel_bwd(c.tp, s.dres1.data(), s.full_dout.data(), Nr, C);
+  const float* ln1_full = enter_column_parallel(c.tp, a.ln1.data(), s.full_in.data(), Nr, C);
+  zero(s.partial.data(), N * C);
+  tp_attention_backward(s.partial.data(), g, s, dres1_full, ln1_full, a, p, d, wg, c);
+  enter_column_parallel_bwd(c.tp, s.partial.data(), s.dln.data(), Nr, C);
+  if (ex.math())
+    model::layernorm_backward(dinp, g.ln_1.weight, g.ln_1.bias, s.dln.data(), inp, p.ln_1.weight,
+                              a.ln1_mean.data(), a.ln1_rstd.data(), Nr, C);
+  ex.op("ln_1.bwd", model::layernorm_backward_cost(Nr, C, ex.elem));
+}
+
+}  // namespace shardlab::parallel

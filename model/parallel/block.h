@@ -1,0 +1,97 @@
+// The transformer block on one rank, composing the parallelisms: tensor
+// parallelism's regions (tensor/mappings.h) around the attention core
+// (attention_core.h: LocalAttention, or context/'s CpAttention) and around
+// the MLP (shard_layers.h) or the MoE layer (expert/: TP-split experts, or
+// expert parallelism's all-to-all dispatch).
+//
+//   attention: ln_1 -> [enter] c_attn column-parallel (this rank's heads)
+//              -> the attention core over the local heads
+//              -> c_proj row-parallel (partial sums) -> [exit] -> + bias (once)
+//   MLP:       ln_2 -> [enter] c_fc column-parallel -> GELU
+//              -> c_proj row-parallel -> [exit] -> + bias
+//   MoE:       ln_2 -> [enter] router (replicated, on the full rows)
+//              -> dispatch -> each expert's MLP split like the dense one
+//              -> all-reduce of the expert outputs
+//              -> + expert biases -> combine -> scatter to SP rows
+//
+// [enter] / [exit] are the mode's region boundaries (tensor/mappings.h): without
+// SP copy_to / reduce_from (all-reduce); with SP all-gather / reduce-scatter,
+// and the LayerNorm / residual regions hold only this rank's Nr = N/tp rows.
+// With SP the gathered LayerNorm outputs are not kept: backward gathers them
+// again (Megatron does the same to keep activation memory at 1/tp).
+//
+// This is the one file that knows every parallelism of a block: tensor/,
+// expert/ and context/ do not include one another. A new kind of block
+// (another norm, a gated MLP, grouped-query attention, rotary positions)
+// changes the wiring here and adds its kernels and sharding below it.
+//
+// Size letters as in dims.h.
+// Backward accumulates into dinp and the gradient views, like model/layers.h.
+// Thread safety: called from the device's own thread, like the collectives.
+#pragma once
+
+#include <cstdint>
+
+#include "model/config.h"
+#include "model/layers.h"
+#include "model/parallel/attention_core.h"
+#include "model/parallel/dims.h"
+#include "model/parallel/expert/moe.h"
+#include "model/parallel/shard_layers.h"
+#include "model/parallel/tensor/mappings.h"
+#include "model/parallel/weight_grad.h"
+
+namespace shardlab::parallel {
+
+// What a block needs besides its weights: each parallelism's context and
+// the block's own options. Both contexts run on the same device and charge
+// the same Exec (set_exec keeps them equal).
+struct BlockContext {
+  TpContext tp;        // the TP group and mode
+  ExpertContext moe;   // the MoE layers' groups (its tp: the same TP group)
+  // The attention core of every block; null: LocalAttention.
+  const AttentionCore* attention = nullptr;
+  bool dropout = false;  // charge attention and hidden dropout (GPTConfig::dropout > 0)
+
+  const model::Exec& ex() const { return tp.ex; }
+  void set_exec(const model::Exec& ex) { tp.ex = moe.ex = ex; }
+  const AttentionCore& attention_core() const;
+};
+
+// The activations a block keeps from its forward to its backward.
+struct BlockActs {
+  Buf<float> ln1, ln2;                      // (Nr,C)
+  Buf<float> ln1_mean, ln1_rstd;            // (Nr)
+  Buf<float> ln2_mean, ln2_rstd;            // (Nr)
+  Buf<float> qkv;                           // (N,3Cl) local heads' [q | k | v]
+  Buf<float> att;                           // TpDims::att_elements()
+  Buf<float> atty;                          // (N,Cl)
+  Buf<float> attproj, res1, mlp_out, res2;  // (Nr,C)
+  Buf<float> fc, fc_gelu;                   // (N,Fl) dense blocks
+  TpMoeActs moe;                            // MoE blocks
+  void resize(const TpDims& d, const model::GPTConfig& config, bool moe_block);
+  int64_t saved_elements() const;  // what the block keeps for backward
+};
+
+// Scratch shared by all blocks, overwritten by each call.
+struct BlockScratch {
+  Buf<float> full_in, full_dout, partial, rep, moe_out;  // (N,C)
+  Buf<float> dres1, dln;                                 // (Nr,C)
+  Buf<float> datty;                                      // (N,Cl)
+  Buf<float> dqkv;                                       // (N,3Cl)
+  Buf<float> dfc, dfc_gelu;                              // (N,Fl) dense blocks
+  MoeScratch moe;                                        // MoE blocks
+  void resize(const TpDims& d, const model::GPTConfig& config);
+};
+
+// x (Nr,C) -> a.res2 (Nr,C). Returns the block's aux loss (0 if dense).
+float block_forward(BlockActs& a, const model::BlockView<float>& p, const float* x,
+                    const TpDims& d, const model::GPTConfig& config, BlockScratch& s,
+                    const BlockContext& c);
+// dinp (Nr,C) += d block / d x given dout (Nr,C); gradients into g.
+void block_backward(float* dinp, const model::BlockView<float>& g, BlockScratch& s,
+                    const float* dout, float daux, const BlockActs& a, const float* inp,
+                    const model::BlockView<float>& p, const TpDims& d,
+                    const model::GPTConfig& config, WeightGrads& wg, const BlockContext& c);
+
+}  // namespace shardlab::parallel

@@ -1,0 +1,50 @@
+// The sizes of a sharded transformer block, and how each parallelism splits
+// them: the shared vocabulary of tensor/, expert/ and context/ and of the
+// block that composes them (block.h). Buf is the host buffer every one of
+// them cuts its activations from.
+//
+// Size letters: B batch, T time (this rank's tokens of a sequence: T/cp), N = B·T, Nr residual rows on this rank (N/tp
+// with SP, else N), C n_embd, NHl local heads, HS head size, Cl = NHl·HS,
+// Fl = F/tp (F the MLP width, 4C by default), E experts, K top-k, M kept MoE assignments, Rx expert rows.
+#pragma once
+
+#include <cstdint>
+
+#include "model/buffer.h"
+#include "model/layers.h"
+
+namespace shardlab::parallel {
+
+template <typename T>
+using Buf = model::Buffer<T>;
+
+// The unsharded sizes (model::Dims: B, T, C, NH, N(), HS()) and how they are
+// split: heads and the MLP width over tp, rows over tp with SP, experts over
+// ep, time over cp.
+struct TpDims : model::Dims {
+  int tp = 1;
+  bool sp = false;
+  int ep = 1;  // expert-parallel ranks exchanging tokens (expert/ep_dispatch.h)
+  // Context parallelism: T is this rank's share of each sequence, chunks
+  // cp_rank and 2·cp−1−cp_rank of the 2·cp chunks of T/2 tokens (causal load
+  // balancing, Megatron-core's and Transformer Engine's layout).
+  int cp = 1, cp_rank = 0;
+  // The position in the whole sequence of local time t (wpe's row, the causal mask).
+  int64_t position(int64_t t) const {
+    if (cp == 1) return t;
+    const int64_t c = T / 2;
+    return t < c ? cp_rank * c + t : (2 * cp - 1 - cp_rank) * c + (t - c);
+  }
+  // The attention core's saved state: the probabilities, or under context
+  // parallelism the log-sum-exp of every query row (attention_core.h).
+  int64_t att_elements() const {
+    return int64_t{B} * NHl() * T * (cp > 1 ? 1 : T);
+  }
+  int64_t rows() const { return sp ? N() / tp : N(); }             // Nr
+  int64_t row0(int rank) const { return sp ? rank * rows() : 0; }  // first global row held
+  int NHl() const { return NH / tp; }
+  int Cl() const { return NHl() * HS(); }
+  int Fl() const { return ffn() / tp; }
+};
+
+}  // namespace shardlab::parallel
