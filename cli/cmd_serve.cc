@@ -1,0 +1,292 @@
+// `shardlab serve`: a serving simulation on the virtual cluster
+// (model/serve/): requests arrive in virtual time, a scheduler per replica
+// batches them (static or continuous) over a paged KV cache, and every step
+// runs on one replica's devices (model/serve/cluster_step.h). Reports TTFT,
+// TPOT and end-to-end latency percentiles, throughput and the KV cache's
+// capacity and use.
+#include <algorithm>
+#include <array>
+#include <memory>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/cli.h"
+#include "cli/infer_flags.h"
+#include "model/params.h"
+#include "model/serve/cluster_step.h"
+#include "model/serve/serving.h"
+#include "model/train/model_json.h"
+#include "model/train/preflight.h"
+#include "runtime/errors.h"
+#include "runtime/trace.h"
+#include "runtime/transport.h"
+#include "runtime/units.h"
+
+namespace shardlab::cli {
+namespace {
+
+struct ServeFlags {
+  TrainFlags model;  // the shape flags, --tp --pp --ep, --memory, --precision, --phantom, --init, common flags
+  int replicas = 1;
+  int requests = 100;
+  std::string arrival = "poisson:1", prompt_len = "128", output_len = "128", workload;
+  std::string batching = "continuous";
+  int64_t max_batch_tokens = 8192;
+  int max_seqs = 256, kv_block = 16, chunked_prefill = 0;
+  double kv_fraction = 0.9;
+  uint64_t seed = 1337;
+  std::vector<std::string> drawn_given;  // which of --requests, --arrival, --prompt-len, --output-len were given
+};
+
+struct Setup {
+  serve::ReplicaShape shape;
+  serve::ServeOptions options;
+  std::vector<serve::Request> requests;
+  std::unique_ptr<model::SafetensorsFile> init;  // shape.init points here
+  bool drawn_prompts = false;                    // some prompts drawn from --seed (a workload of lengths)
+};
+
+// A run on values keeps every device's fp32 weights on the host and, for
+// every sequence running, K and V of a whole context: refuse what this
+// machine cannot hold, as train does, before any thread starts.
+void check_host_memory(const ServeFlags& f, const serve::ReplicaShape& shape, size_t requests) {
+  const model::GPTConfig& m = shape.model;
+  const double running = double(std::min<size_t>(requests, size_t(f.max_seqs)));
+  const double kv = 2.0 * m.n_layer * m.n_embd * m.block_size * 4 * shape.ep * running;
+  const double need = 4 * model::count_params(m) + kv;
+  const uint64_t host = train::host_memory_bytes();
+  if (need > double(host / 10 * 8))
+    throw ConfigError(fmt::format("a run on the model's values needs at least {} of host memory (fp32 weights, and "
+                                  "a context of K and V for each of {} running sequences), this machine has {}: use "
+                                  "a smaller model or --max-seqs, or --phantom to time it on shapes only",
+                                  format_bytes(uint64_t(std::min(need, 1.8e19))), int64_t(running),
+                                  format_bytes(host)));
+}
+
+bool given(const ServeFlags& f, std::string_view flag) {
+  return std::find(f.drawn_given.begin(), f.drawn_given.end(), flag) != f.drawn_given.end();
+}
+
+Setup setup_of(ServeFlags& f) {
+  Setup s;
+  f.model.dp = f.model.ep;  // the ep ranks carry replicas of the batch
+  const serve::Batching batching = serve::parse_batching(f.batching);  // every flag's syntax before what they mean
+  if (!f.workload.empty() && !f.drawn_given.empty())
+    throw ConfigError(fmt::format("--workload {} gives the requests: it takes no {}", f.workload, f.drawn_given[0]));
+  s.shape = {f.model.model_config(), f.model.tp, f.model.pp, f.model.ep, f.model.phantom, f.seed, nullptr};
+  s.requests = f.workload.empty()
+                   ? serve::make_workload(f.requests, serve::parse_arrival(f.arrival),
+                                          serve::parse_length_dist(f.prompt_len, "--prompt-len"),
+                                          serve::parse_length_dist(f.output_len, "--output-len"), f.seed)
+                   : serve::load_trace(f.workload);
+  for (const serve::Request& r : s.requests)
+    for (size_t i = 0; i < r.prompt.size(); ++i)
+      if (r.prompt[i] >= s.shape.model.token_vocab())
+        throw ConfigError(fmt::format("--workload {}: request {}: token {} at position {} is outside the vocabulary "
+                                      "[0, {})", f.workload, r.id, r.prompt[i], i, s.shape.model.token_vocab()));
+  for (const serve::Request& r : s.requests)
+    if (r.prompt_len + r.output_len - 1 > s.shape.model.block_size)
+      throw ConfigError(fmt::format("request {}: prompt {} + output {} - 1 tokens exceed the model's context of {} (--seq){}",
+                                    r.id, r.prompt_len, r.output_len, s.shape.model.block_size,
+                                    f.workload.empty() && !given(f, "--prompt-len") && !given(f, "--output-len")
+                                        ? "; --prompt-len and --output-len are 128 unless given: give lengths that fit"
+                                        : ""));
+  if (!f.model.phantom) {
+    check_host_memory(f, s.shape, s.requests.size());
+    if (std::optional<model::SafetensorsFile> init = load_inference_init(f.model, s.shape.model)) {
+      s.init = std::make_unique<model::SafetensorsFile>(std::move(*init));
+      s.shape.init = s.init.get();
+    }
+    for (const serve::Request& r : s.requests) s.drawn_prompts = s.drawn_prompts || r.prompt.empty();
+    serve::draw_prompts(s.requests, s.shape.model.token_vocab(), f.seed);
+  } else if (!f.model.init.empty()) {
+    throw ConfigError("--phantom runs on shapes only: it takes no --init");
+  }
+  s.options.replicas = f.replicas;
+  s.options.scheduler = {batching, 0, f.kv_block, f.max_seqs, f.max_batch_tokens,
+                         f.chunked_prefill};
+  return s;
+}
+
+nlohmann::json plan_json(const serve::ReplicaPlan& p) {
+  nlohmann::json devices = nlohmann::json::array();
+  for (size_t d = 0; d < p.weight_bytes.size(); ++d)
+    devices.push_back({{"rank", d}, {"capacity_bytes", p.capacity_bytes[d]}, {"weight_bytes", p.weight_bytes[d]},
+                       {"activation_bytes", p.activation_bytes[d]}, {"kv_bytes_per_token", p.kv_bytes_per_token[d]}});
+  return devices;
+}
+
+nlohmann::json result_json(const ServeFlags& f, const Setup& s, const serve::ReplicaPlan& plan,
+                           const serve::ServeResult& r, const std::string& profile, int running, bool full) {
+  nlohmann::json j;
+  j["model"] = train::model_json(s.shape.model);
+  j["profile"] = profile;
+  j["parallel"] = {{"tp", s.shape.tp}, {"pp", s.shape.pp}, {"ep", s.shape.ep}, {"replicas", f.replicas}};
+  j["phantom"] = s.shape.phantom;
+  j["running_devices"] = running;  // device threads per replica: fewer when --phantom folds the tp peers
+  j["init"] = f.model.init.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.model.init);
+  const serve::SchedulerOptions& o = s.options.scheduler;
+  j["scheduler"] = {{"batching", f.batching}, {"kv_block", o.kv_block}, {"kv_blocks", o.kv_blocks},
+                    {"kv_fraction", f.kv_fraction}, {"max_seqs", o.max_seqs},
+                    {"max_batch_tokens", o.max_batch_tokens}, {"chunked_prefill", o.chunked_prefill}};
+  j["workload"] = f.workload.empty()
+                      ? nlohmann::json{{"requests", f.requests}, {"arrival", f.arrival}, {"prompt_len", f.prompt_len},
+                                       {"output_len", f.output_len}, {"seed", f.seed}}
+                      : nlohmann::json{{"file", f.workload}, {"requests", s.requests.size()}};
+  j["replica_devices"] = plan_json(plan);
+  j["summary"] = serve::summary_json(r.summary);
+  if (!full) return j;
+  j["requests"] = nlohmann::json::array();
+  for (const serve::ReplicaResult& rep : r.replicas)
+    for (const serve::RequestRecord& q : rep.requests) {
+      nlohmann::json one = {{"id", q.id}, {"replica", q.replica}, {"arrival_s", q.arrival_s},
+                            {"first_token_s", q.first_token_s}, {"finish_s", q.finish_s},
+                            {"prompt_len", q.prompt_len}, {"output_len", q.output_len},
+                            {"preemptions", q.preemptions}};
+      if (!s.shape.phantom) {  // the tokens in, and out
+        one["prompt_tokens"] = s.requests[size_t(q.id)].prompt;
+        one["tokens"] = q.tokens;
+      }
+      j["requests"].push_back(std::move(one));
+    }
+  j["usage"] = nlohmann::json::array();
+  for (size_t i = 0; i < r.replicas.size(); ++i)
+    for (const serve::UsageSample& u : r.replicas[i].usage)
+      j["usage"].push_back({{"replica", i}, {"t", u.t}, {"step_s", u.step_s}, {"used_blocks", u.used_blocks},
+                            {"running", u.running}, {"waiting", u.waiting}, {"batch_tokens", u.batch_tokens}});
+  return j;
+}
+
+void print_result(const ServeFlags& f, const Setup& s, const serve::ReplicaPlan& plan, const serve::ServeResult& r,
+                  const std::string& profile) {
+  const serve::ServeSummary& m = r.summary;
+  fmt::print("# shardlab serve: {} on {} ({}), {} replica(s) of tp {} x pp {} x ep {}, {} batching\n",
+             s.shape.model.to_string(), profile, f.model.precision, f.replicas, s.shape.tp, s.shape.pp, s.shape.ep,
+             f.batching);
+  if (s.shape.phantom)
+    fmt::print("(--phantom: every step runs on the replica's devices on shapes only; the times and memory are the modeled run's)\n");
+  else
+    fmt::print("(every step runs on the model's values, {}; {}; greedy; --report has every request's tokens)\n",
+               f.model.init.empty() ? fmt::format("weights initialised from --seed {}", f.seed) : "weights from --init " + f.model.init,
+               s.drawn_prompts ? fmt::format("prompts of random token ids from --seed {}", f.seed)
+                               : "prompts from --workload " + f.workload);
+  fmt::print("KV cache per replica: {} tokens ({} blocks of {}); per device: weights {}, step activations {}\n",
+             m.kv_capacity_tokens, s.options.scheduler.kv_blocks, f.kv_block, format_bytes(plan.weight_bytes[0]),
+             format_bytes(plan.activation_bytes[0]));
+  fmt::print("{} requests in {:.3f} s: {:.2f} req/s, {:.1f} output tokens/s, {:.1f} tokens/s in all\n", m.requests,
+             m.makespan_s, m.requests_per_s, m.output_tokens_per_s, m.total_tokens_per_s);
+  fmt::print("{:<8} {:>11} {:>11} {:>11} {:>11} {:>11}\n", "", "mean ms", "p50 ms", "p90 ms", "p99 ms", "max ms");
+  for (auto [name, p] : {std::pair{"TTFT", &m.ttft_s}, std::pair{"TPOT", &m.tpot_s}, std::pair{"E2E", &m.e2e_s}})
+    fmt::print("{:<8} {:>11.3f} {:>11.3f} {:>11.3f} {:>11.3f} {:>11.3f}\n", name, p->mean * 1e3, p->p50 * 1e3,
+               p->p90 * 1e3, p->p99 * 1e3, p->max * 1e3);
+  fmt::print("KV cache use: peak {:.1f}%, mean {:.1f}% (over busy time); {} preemptions; {} steps\n",
+             100 * m.kv_peak_use, 100 * m.kv_mean_use, m.preemptions, m.steps);
+  if (s.shape.phantom) return;
+  int shown = 0;  // the first requests' tokens (every one is in --report)
+  for (const serve::ReplicaResult& rep : r.replicas)
+    for (const serve::RequestRecord& q : rep.requests)
+      if (shown++ < 3)
+        fmt::print("request {}: prompt {} -> {}\n", q.id, fmt::join(s.requests[size_t(q.id)].prompt, " "),
+                   fmt::join(q.tokens, " "));
+}
+
+// Replica r's devices as ranks r·world ... in one trace.
+std::vector<DeviceTrace> replica_traces(const serve::ClusterStepExecutor& executor) {
+  std::vector<DeviceTrace> out;
+  const std::vector<RunResult>& runs = executor.runs();
+  for (size_t r = 0; r < runs.size(); ++r)
+    for (DeviceTrace d : runs[r].traces) {
+      d.rank += int(r * runs[r].traces.size());
+      out.push_back(std::move(d));
+    }
+  return out;
+}
+
+int run_serve(ServeFlags& f) {
+  const HardwareProfile profile = apply_common(f.model.common);
+  Setup s = setup_of(f);
+  const int64_t devices = int64_t{s.shape.world()} * f.replicas;
+  if (devices > profile.total_devices())
+    throw ConfigError(fmt::format("{} replicas of {} devices need {} devices, the profile has {} (--nodes)", f.replicas,
+                                  s.shape.world(), devices, profile.total_devices()));
+  check_outputs({{"--report", f.model.report}, {"--trace", f.model.common.trace}});
+  ClusterOptions copts = f.model.cluster_options();
+  copts.world_size = s.shape.world();
+  copts.trace = !f.model.common.trace.empty();
+  // Folding keeps every figure; a trace wants every device's timeline.
+  s.shape.fold = !f.model.no_fold && !copts.trace;
+  Cluster cluster(profile, copts);
+  std::unique_ptr<serve::ClusterStepExecutor> executor;
+  serve::ReplicaPlan plan;
+  serve::ServeResult r;
+  for (;;) {
+    executor = std::make_unique<serve::ClusterStepExecutor>(cluster, s.shape);
+    try {
+      // A step holds at most max_batch_tokens tokens, or one per sequence when more run.
+      plan = executor->plan(std::max<int64_t>(f.max_batch_tokens, f.max_seqs));
+      s.options.scheduler.kv_blocks = plan.kv_blocks(f.kv_fraction, f.kv_block);
+      if (s.options.scheduler.kv_blocks == 0)
+        throw ConfigError(fmt::format("no room for a KV cache: weights and activations fill --kv-fraction {} of the "
+                                      "device; raise --tp/--pp or --memory, or lower --max-batch-tokens",
+                                      f.kv_fraction));
+      r = serve::simulate_serving(s.requests, s.options, *executor);
+      executor->finish();
+      break;
+    } catch (const RunError& e) {
+      if (!e.folding() || !s.shape.fold) throw;
+      s.shape.fold = false;  // exact unfolded: run again
+    }
+  }
+  const std::string title = fmt::format("shardlab serve {}", s.shape.model.to_string());
+  const int threads = executor->running_devices();
+  if (leader_process()) {  // across processes (runtime/transport.h): one set of files
+    write_outputs({{"--report", f.model.report,
+                    f.model.report.empty() ? "" : result_json(f, s, plan, r, profile.name, threads, true).dump(2)},
+                   {"--trace", f.model.common.trace,
+                    copts.trace ? chrome_trace_json(replica_traces(*executor), title) : ""}});
+  }
+  if (f.model.common.json) fmt::print("{}\n", result_json(f, s, plan, r, profile.name, threads, false).dump(2));
+  else print_result(f, s, plan, r, profile.name);
+  return 0;
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto* sub = app.add_subcommand("serve", "Serving simulation: arrivals, batching, paged KV cache, TTFT/TPOT");
+  static ServeFlags f;
+  TrainFlags& m = f.model;
+  add_common_flags(sub, m.common);
+  add_inference_flags(sub, m, {"Expert-parallel degree of a replica (MoE; replicas of the batch)", "40GiB",
+                               "Shapes only: time every step, compute no token (for models too big for this host)"});
+  sub->add_option("--replicas", f.replicas, "Data-parallel replicas")
+      ->capture_default_str()->check(number_in(1, double(kMaxDevices)));
+  sub->add_flag("--no-fold", m.no_fold, "With --phantom, run every tp rank's thread (folding changes no figure)");
+  // What --workload replaces: drawn requests.
+  const std::array<CLI::Option*, 4> drawn = {
+      sub->add_option("--requests", f.requests, "Requests to draw")->capture_default_str()->check(number_in(1, 1e6)),
+      sub->add_option("--arrival", f.arrival, "poisson:RATE (requests/s) or burst")->capture_default_str(),
+      sub->add_option("--prompt-len", f.prompt_len, "N, uniform:A:B or lognormal:MEDIAN:SIGMA[:MAX]")->capture_default_str(),
+      sub->add_option("--output-len", f.output_len, "N, uniform:A:B or lognormal:MEDIAN:SIGMA[:MAX]")->capture_default_str()};
+  sub->add_option("--workload", f.workload, "Requests from FILE.csv: arrival_s,prompt_len,output_len[,prompt_tokens]")->check(nonempty());
+  sub->add_option("--batching", f.batching, "static or continuous")->capture_default_str();
+  sub->add_option("--max-batch-tokens", f.max_batch_tokens, "Tokens per step")->capture_default_str()->check(number_in(1, 1 << 24));
+  sub->add_option("--max-seqs", f.max_seqs, "Sequences per step")->capture_default_str()->check(number_in(1, 1 << 20));
+  sub->add_option("--kv-block", f.kv_block, "Tokens per KV block")->capture_default_str()->check(number_in(1, 1 << 16));
+  sub->add_option("--kv-fraction", f.kv_fraction, "Share of device memory for weights, activations and KV cache")
+      ->capture_default_str()->check(number_in(0.01, 1));
+  sub->add_option("--chunked-prefill", f.chunked_prefill, "At most C prefill tokens per step (0 = off)")
+      ->capture_default_str()->check(number_in(0, 1 << 24));
+  sub->add_option("--seed", f.seed, "Seed of the workload (arrivals, lengths, prompt tokens) and, without --init, of the weights")->capture_default_str()->check(number_in(0, 1.8e19));
+  sub->add_option("--report", m.report, "Write the report (config, summary, every request, KV use per step) to FILE.json")
+      ->check(nonempty());
+  set_action(sub, [drawn] {
+    for (const CLI::Option* o : drawn)
+      if (o->count() > 0) f.drawn_given.push_back(o->get_name());
+    return run_serve(f);
+  });
+}
+
+}  // namespace shardlab::cli
