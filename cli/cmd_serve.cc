@@ -14,12 +14,12 @@
 
 #include "cli/cli.h"
 #include "cli/infer_flags.h"
-#include "model/params.h"
 #include "model/serve/cluster_step.h"
+#include "model/serve/serve_checks.h"
 #include "model/serve/serving.h"
 #include "model/train/model_json.h"
-#include "model/train/preflight.h"
 #include "runtime/errors.h"
+#include "runtime/host_memory.h"
 #include "runtime/trace.h"
 #include "runtime/transport.h"
 #include "runtime/units.h"
@@ -27,11 +27,13 @@
 namespace shardlab::cli {
 namespace {
 
+constexpr int kDefaultLen = 128;  // --prompt-len and --output-len unless given
+
 struct ServeFlags {
   TrainFlags model;  // the shape flags, --tp --pp --ep, --memory, --precision, --phantom, --init, common flags
   int replicas = 1;
   int requests = 100;
-  std::string arrival = "poisson:1", prompt_len = "128", output_len = "128", workload;
+  std::string arrival = "poisson:1", prompt_len = std::to_string(kDefaultLen), output_len = prompt_len, workload;
   std::string batching = "continuous";
   int64_t max_batch_tokens = 8192;
   int max_seqs = 256, kv_block = 16, chunked_prefill = 0;
@@ -47,23 +49,6 @@ struct Setup {
   std::unique_ptr<model::SafetensorsFile> init;  // shape.init points here
   bool drawn_prompts = false;                    // some prompts drawn from --seed (a workload of lengths)
 };
-
-// A run on values keeps every device's fp32 weights on the host and, for
-// every sequence running, K and V of a whole context: refuse what this
-// machine cannot hold, as train does, before any thread starts.
-void check_host_memory(const ServeFlags& f, const serve::ReplicaShape& shape, size_t requests) {
-  const model::GPTConfig& m = shape.model;
-  const double running = double(std::min<size_t>(requests, size_t(f.max_seqs)));
-  const double kv = 2.0 * m.n_layer * m.n_embd * m.block_size * 4 * shape.ep * running;
-  const double need = 4 * model::count_params(m) + kv;
-  const uint64_t host = train::host_memory_bytes();
-  if (need > double(host / 10 * 8))
-    throw ConfigError(fmt::format("a run on the model's values needs at least {} of host memory (fp32 weights, and "
-                                  "a context of K and V for each of {} running sequences), this machine has {}: use "
-                                  "a smaller model or --max-seqs, or --phantom to time it on shapes only",
-                                  format_bytes(uint64_t(std::min(need, 1.8e19))), int64_t(running),
-                                  format_bytes(host)));
-}
 
 bool given(const ServeFlags& f, std::string_view flag) {
   return std::find(f.drawn_given.begin(), f.drawn_given.end(), flag) != f.drawn_given.end();
@@ -81,20 +66,10 @@ Setup setup_of(ServeFlags& f) {
                                           serve::parse_length_dist(f.prompt_len, "--prompt-len"),
                                           serve::parse_length_dist(f.output_len, "--output-len"), f.seed)
                    : serve::load_trace(f.workload);
-  for (const serve::Request& r : s.requests)
-    for (size_t i = 0; i < r.prompt.size(); ++i)
-      if (r.prompt[i] >= s.shape.model.token_vocab())
-        throw ConfigError(fmt::format("--workload {}: request {}: token {} at position {} is outside the vocabulary "
-                                      "[0, {})", f.workload, r.id, r.prompt[i], i, s.shape.model.token_vocab()));
-  for (const serve::Request& r : s.requests)
-    if (r.prompt_len + r.output_len - 1 > s.shape.model.block_size)
-      throw ConfigError(fmt::format("request {}: prompt {} + output {} - 1 tokens exceed the model's context of {} (--seq){}",
-                                    r.id, r.prompt_len, r.output_len, s.shape.model.block_size,
-                                    f.workload.empty() && !given(f, "--prompt-len") && !given(f, "--output-len")
-                                        ? "; --prompt-len and --output-len are 128 unless given: give lengths that fit"
-                                        : ""));
+  const bool default_lengths = !given(f, "--prompt-len") && !given(f, "--output-len");
+  serve::check_requests(s.shape.model, s.requests, {f.workload, default_lengths ? kDefaultLen : 0});
   if (!f.model.phantom) {
-    check_host_memory(f, s.shape, s.requests.size());
+    serve::check_host_memory(s.shape, s.requests.size(), f.max_seqs, host_memory_bytes());
     if (std::optional<model::SafetensorsFile> init = load_inference_init(f.model, s.shape.model)) {
       s.init = std::make_unique<model::SafetensorsFile>(std::move(*init));
       s.shape.init = s.init.get();

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/cli.h"
+#include "cli/field_flags.h"
 #include "cli/sweep_gnuplot.h"
 #include "cli/train_flags.h"
 #include "model/train/trainer.h"
@@ -101,7 +102,7 @@ Prepared prepare(const TrainFlags& base, const sweep::GridPoint& point) {
     p.options = flags.options();
     p.cluster = flags.cluster_options();
   } catch (const std::exception& e) {  // CLI::ParseError (a value the flag refuses), ConfigError
-    p.error = e.what();
+    p.error = with_flag_names(e.what());
   }
   return p;
 }
@@ -118,7 +119,7 @@ sweep::PointResult run_point(const Prepared& p, const std::vector<std::string>& 
       for (const std::string& m : metric_names) r.metrics.push_back(sweep::metric_value(m, report));
     } catch (const std::exception& e) {  // ConfigError, RunError (out of memory ...), bad_alloc
       r.metrics.clear();
-      r.error = *e.what() ? e.what() : "failed";
+      r.error = *e.what() ? with_flag_names(e.what()) : "failed";
     }
   }
   r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cli/cli.h"
+#include "cli/field_flags.h"
 #include "runtime/errors.h"
 #include "runtime/transport.h"
 
@@ -36,15 +37,15 @@ int run(CLI::App& app, int argc, char** argv) {
     std::fprintf(stderr, "shardlab: error: %s\n", e.what());
     return 2;
   } catch (const shardlab::ConfigError& e) {
-    std::fprintf(stderr, "shardlab: error: %s\n", e.what());
+    std::fprintf(stderr, "shardlab: error: %s\n", shardlab::cli::with_flag_names(e.what()).c_str());
     return 2;
   } catch (const shardlab::RunError& e) {
-    std::fprintf(stderr, "shardlab: error: %s\n", e.what());
+    std::fprintf(stderr, "shardlab: error: %s\n", shardlab::cli::with_flag_names(e.what()).c_str());
     // 3: an injected dead device or downed link stopped the run (README "Fault injection").
     return e.input_error() ? 2 : e.device_failure() ? 3 : 1;
   } catch (const std::exception& e) {
     if (std::ferror(stdout)) return 2;  // fmt::print failed on stdout: finish_stdout says so
-    std::fprintf(stderr, "shardlab: error: %s\n", e.what());
+    std::fprintf(stderr, "shardlab: error: %s\n", shardlab::cli::with_flag_names(e.what()).c_str());
     return 1;
   }
   return 0;

@@ -54,7 +54,7 @@ TEST(Parallel, ConstraintsAreCheckedWithClearMessages) {
             std::string::npos);
   EXPECT_NE(message([](TrainOptions& x) { x.parallel.dp = 2; x.parallel.ep = 4; x.model.n_expert = 8; }).find("--ep 4"),
             std::string::npos);
-  EXPECT_NE(message([](TrainOptions& x) { x.parallel.pp = 8; }).find("--pp 8 is more than --layers 4"), std::string::npos);
+  EXPECT_NE(message([](TrainOptions& x) { x.parallel.pp = 8; }).find("`pp` 8 is more than `n_layer` 4"), std::string::npos);
 }
 
 }  // namespace
