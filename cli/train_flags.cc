@@ -273,7 +273,7 @@ train::TrainOptions TrainFlags::options() const {
   o.parallel.cp = cp;
   o.parallel.cp_comm = parallel::parse_cp_comm(cp_comm);
   o.parallel.schedule = parallel::parse_schedule(schedule);
-  o.parallel.vpp = vpp.value_or(parallel::schedule_chunks(o.parallel.schedule) == 2 ? 2 : 1);
+  o.parallel.vpp = vpp.value_or(0);  // 0: the schedule's own (ParallelOptions::chunks)
   o.parallel.recompute = parallel::parse_recompute(recompute);
   if (!pp_layers.empty()) o.parallel.stage_layers = parallel::parse_stage_layers(pp_layers);
   o.micro_batches = micro_batches;

@@ -37,7 +37,7 @@ struct TrainFlags {
   int ep = 1, pp = 1, micro_batches = 1;
   int cp = 1;                    // context parallelism
   std::string cp_comm = "ring";  // ring or allgather
-  std::optional<int> vpp;  // unset: the schedule's own chunk count (2 for zb-v and dualpipev, else 1)
+  std::optional<int> vpp;  // unset: the schedule's own chunk count (the library's default)
   std::string schedule = "1f1b", pp_layers, recompute = "none";
   bool sp = false, scatter_gather = false, no_overlap = false, phantom = false, no_fold = false;
   bool reshard_after_forward = true, prefetch = true;  // ZeRO-3

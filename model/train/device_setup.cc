@@ -90,7 +90,7 @@ void DeviceSetup::make_model(const DeviceProgram& p, Device& dev) {
   so.scatter_gather = par.scatter_gather;
   so.recompute = par.recompute;
   so.phantom_zipf = o.phantom_zipf;
-  so.placement = {par.pp, par.vpp, coords.pp, par.stage_layers, par.stage_order()};
+  so.placement = {par.pp, par.chunks(), coords.pp, par.stage_layers, par.stage_order()};
   if (par.cp > 1) {
     cp_attention = std::make_unique<parallel::CpAttention>(ctx.group("cp"), par.cp_comm);
     so.attention = cp_attention.get();

@@ -27,7 +27,7 @@ constexpr uint64_t kMasterBytes = 4, kMomentBytes = 8;  // fp32 master weights; 
 
 parallel::StagePlacement placement(const TrainOptions& o, const collectives::Coords& c) {
   const ParallelOptions& p = o.parallel;
-  return parallel::StagePlacement{p.pp, p.vpp, c.pp, p.stage_layers, p.stage_order()}.resolved(o.model);
+  return parallel::StagePlacement{p.pp, p.chunks(), c.pp, p.stage_layers, p.stage_order()}.resolved(o.model);
 }
 
 // The local tensors of the device at `c`, as DeviceSetup's model holds them.
