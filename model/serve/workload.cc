@@ -10,18 +10,11 @@
 #include "model/rng.h"
 #include "runtime/errors.h"
 #include "runtime/input_file.h"
+#include "runtime/text.h"
 
 namespace shardlab::serve {
 
 namespace {
-
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  for (std::string part; std::getline(in, part, sep);) out.push_back(part);
-  if (!s.empty() && s.back() == sep) out.emplace_back();
-  return out;
-}
 
 // A whole-string number, or a ConfigError naming `what`.
 double number(const std::string& s, const std::string& what) {
@@ -63,10 +56,10 @@ int sample(const LengthDist& d, uint64_t key, uint64_t index) {
 }  // namespace
 
 LengthDist parse_length_dist(const std::string& text, const std::string& flag) {
-  const std::vector<std::string> f = split(text, ':');
+  const std::vector<std::string> f = split<std::string>(text, ':');
   const std::string what = fmt::format("{} {}", flag, text);
   LengthDist d;
-  if (f.empty()) {
+  if (text.empty()) {
     throw ConfigError(fmt::format("{}: empty; expected N, uniform:A:B or lognormal:MEDIAN:SIGMA[:MAX]", what));
   } else if (f.size() == 1) {
     d.a = d.b = length(f[0], what);
@@ -89,7 +82,7 @@ LengthDist parse_length_dist(const std::string& text, const std::string& flag) {
 
 Arrival parse_arrival(const std::string& text) {
   if (text == "burst") return {};
-  const std::vector<std::string> f = split(text, ':');
+  const std::vector<std::string> f = split<std::string>(text, ':');
   if (f.size() != 2 || f[0] != "poisson")
     throw ConfigError(fmt::format("--arrival {}: expected poisson:RATE or burst", text));
   Arrival a{Arrival::Kind::kPoisson, number(f[1], "--arrival " + text)};
@@ -156,7 +149,7 @@ std::vector<Request> load_trace(const std::string& path) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty()) continue;
     const std::string where = fmt::format("--workload {} line {}", path, no);
-    const std::vector<std::string> f = split(line, ',');
+    const std::vector<std::string> f = split<std::string>(line, ',');
     if (f.size() != fields) throw ConfigError(fmt::format("{}: expected {} comma-separated fields", where, fields));
     Request r{static_cast<int>(out.size()), number(f[0], where), length(f[1], where), length(f[2], where), {}};
     if (r.arrival_s < 0 || (!out.empty() && r.arrival_s < out.back().arrival_s))
