@@ -90,11 +90,6 @@ HardwareProfile apply_common(const CommonFlags& flags) {
   return p;
 }
 
-void add_size_flag(CLI::App* sub, const std::string& name, std::string& text,
-                   const std::string& help) {
-  sub->add_option(name, text, help)->capture_default_str();
-}
-
 std::pair<uint64_t, uint64_t> parse_size_range(const std::string& min_text, const std::string& max_text) {
   const uint64_t lo = parse_bytes(min_text, "--min-bytes");
   const uint64_t hi = parse_bytes(max_text, "--max-bytes");

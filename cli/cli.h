@@ -59,9 +59,6 @@ struct Output {
 };
 void write_outputs(const std::vector<Output>& outputs);
 
-// A CLI11 validator-free size flag: "--max-bytes 256MiB".
-void add_size_flag(CLI::App* sub, const std::string& name, std::string& text,
-                   const std::string& help);
 // --min-bytes / --max-bytes: both parsed, 1 <= min <= max <= 4 GiB, or ConfigError.
 std::pair<uint64_t, uint64_t> parse_size_range(const std::string& min_text, const std::string& max_text);
 

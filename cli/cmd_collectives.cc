@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <memory>
 #include <numeric>
 #include <optional>
 
@@ -28,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/cli.h"
+#include "cli/flag_table.h"
 #include "collectives/collectives.h"
 #include "collectives/tuner.h"
 #include "runtime/cluster.h"
@@ -374,21 +376,31 @@ int run_collectives(const CollFlags& f) {
   return ok ? 0 : 1;
 }
 
+#define FIELD(path) FLAG_FIELD(CollFlags, path)
+
+FlagTable<CollFlags> collectives_flags() {
+  return {
+      {"--op", FIELD(op), "all_reduce|reduce_scatter|all_gather|broadcast|reduce|all_to_all", {}, kShowDefault},
+      {"--ranks", FIELD(ranks), "Number of virtual GPUs (placed on the profile's nodes in order)", {}, kShowDefault},
+      {"--algo", FIELD(algo), "ring|tree|direct|auto", {}, kShowDefault},
+      {"--redop", FIELD(redop), "sum|avg|max (all_reduce, reduce_scatter, reduce; default sum)"},
+      {"--min-bytes", FIELD(min_bytes), "Smallest buffer", {}, kShowDefault},
+      {"--max-bytes", FIELD(max_bytes), "Largest buffer (powers of two in between)", {}, kShowDefault},
+      {"--check", FIELD(check), "Compare every result with a serial reference (max_error column; exit 1 if nonzero)"},
+      {"--corrupt-result", FIELD(corrupt), "VALUE (testing --check)", {}, false, /*hidden=*/true},
+  };
+}
+
+#undef FIELD
+
 }  // namespace
 
 void add_collectives_command(CLI::App& app) {
   auto* sub = app.add_subcommand("collectives", "Collective time and bandwidth over N virtual GPUs (nccl-tests style)");
-  static CollFlags f;
-  add_common_flags(sub, f.common);
-  sub->add_option("--op", f.op, "all_reduce|reduce_scatter|all_gather|broadcast|reduce|all_to_all")->capture_default_str();
-  sub->add_option("--ranks", f.ranks, "Number of virtual GPUs (placed on the profile's nodes in order)")->capture_default_str();
-  sub->add_option("--algo", f.algo, "ring|tree|direct|auto")->capture_default_str();
-  sub->add_option("--redop", f.redop, "sum|avg|max (all_reduce, reduce_scatter, reduce; default sum)");
-  add_size_flag(sub, "--min-bytes", f.min_bytes, "Smallest buffer");
-  add_size_flag(sub, "--max-bytes", f.max_bytes, "Largest buffer (powers of two in between)");
-  sub->add_flag("--check", f.check, "Compare every result with a serial reference (max_error column; exit 1 if nonzero)");
-  sub->add_option("--corrupt-result", f.corrupt, "VALUE (testing --check)")->group("");
-  set_action(sub, [] { return run_collectives(f); });
+  auto f = std::make_shared<CollFlags>();
+  add_common_flags(sub, f->common);
+  add_flags(sub, *f, collectives_flags());
+  set_action(sub, [f] { return run_collectives(*f); });
 }
 
 }  // namespace shardlab::cli

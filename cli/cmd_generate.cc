@@ -2,12 +2,14 @@
 // virtual cluster (model/infer/generate.h): the tokens, TTFT, TPOT and the
 // KV cache per device.
 #include <cctype>
+#include <memory>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/cli.h"
+#include "cli/flag_table.h"
 #include "cli/infer_flags.h"
 #include "collectives/mesh.h"
 #include "model/infer/generate.h"
@@ -23,11 +25,8 @@ namespace {
 
 struct GenerateFlags {
   TrainFlags model;  // the shape flags (--model, --layers, ...), --tp --pp, --memory, --precision
+  infer::GenerateOptions gen;  // --max-new-tokens, --temperature, --top-k and --seed bind here
   std::string prompt_tokens, prompt_file;
-  int max_new_tokens = 16;
-  double temperature = 0;
-  int top_k = 0;
-  uint64_t seed = 1337;
 };
 
 // "1,2,3" (commas or white space between ids) -> tokens; one error line
@@ -78,7 +77,7 @@ nlohmann::json result_json(const infer::GenerateOptions& o, const GenerateFlags&
   j["model"] = train::model_json(o.model);
   j["profile"] = profile.name;
   j["parallel"] = {{"tp", o.tp}, {"pp", o.pp}, {"ep", o.ep}};
-  j["init"] = f.model.init.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.model.init);
+  j["init"] = f.model.opts.init_path.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.model.opts.init_path);
   j["phantom"] = o.phantom;
   j["sampling"] = {{"temperature", o.sampling.temperature}, {"top_k", o.sampling.top_k}, {"seed", o.sampling.seed}};
   j["prompt"] = o.prompt;
@@ -109,7 +108,7 @@ void print_result(const infer::GenerateOptions& o, const GenerateFlags& f, const
   fmt::print("# shardlab generate: {} on {} ({}), tp {} x pp {} x ep {}, {}\n", o.model.to_string(),
              j["profile"].get<std::string>(), f.model.precision, o.tp, o.pp, o.ep, sampling);
   if (o.phantom) fmt::print("(--phantom: shapes only; every token is 0, the times and memory are the real run's)\n");
-  else if (f.model.init.empty()) fmt::print("(no --init: weights randomly initialised from --seed {})\n", f.seed);
+  else if (f.model.opts.init_path.empty()) fmt::print("(no --init: weights randomly initialised from --seed {})\n", f.gen.seed);
   fmt::print("prompt ({} tokens): {}\n", o.prompt.size(), fmt::join(o.prompt, " "));
   fmt::print("tokens ({} new): {}\n", o.max_new_tokens, fmt::join(j["tokens"].get<std::vector<int>>(), " "));
   fmt::print("TTFT {:.4f} ms (prefill of {} tokens), TPOT {:.4f} ms (mean of {} decode steps), virtual\n",
@@ -126,21 +125,19 @@ void print_result(const infer::GenerateOptions& o, const GenerateFlags& f, const
 
 int run_generate(GenerateFlags& f) {
   const HardwareProfile profile = apply_common(f.model.common);
-  f.model.dp = f.model.ep;  // the ep ranks carry replicas of the sequences
-  infer::GenerateOptions o;
+  f.model.opts.parallel.dp = f.model.opts.parallel.ep;  // the ep ranks carry replicas of the sequences
+  infer::GenerateOptions o = f.gen;
   o.model = f.model.model_config();
-  o.seed = f.seed;
   o.prompt = prompt_of(f);
-  o.max_new_tokens = f.max_new_tokens;
-  if (f.top_k > 0 && f.temperature == 0)
+  if (o.sampling.top_k > 0 && o.sampling.temperature == 0)
     throw ConfigError(fmt::format("--top-k {} filters sampling: it needs --temperature above 0 (0 is greedy, the "
-                                  "most likely token)", f.top_k));
-  o.sampling = {f.temperature, f.top_k, f.seed};
-  o.tp = f.model.tp;
-  o.pp = f.model.pp;
-  o.ep = f.model.ep;
-  o.phantom = f.model.phantom;
-  if (o.phantom && !f.model.init.empty()) throw ConfigError("--phantom runs on shapes only: it takes no --init");
+                                  "most likely token)", o.sampling.top_k));
+  o.sampling.seed = o.seed;
+  o.tp = f.model.opts.parallel.tp;
+  o.pp = f.model.opts.parallel.pp;
+  o.ep = f.model.opts.parallel.ep;
+  o.phantom = f.model.opts.phantom;
+  if (o.phantom && !f.model.opts.init_path.empty()) throw ConfigError("--phantom runs on shapes only: it takes no --init");
   infer::validate(o);
   const ClusterOptions copts = f.model.cluster_options();
   check_outputs({{"--trace", f.model.common.trace}});
@@ -159,32 +156,36 @@ int run_generate(GenerateFlags& f) {
   return 0;
 }
 
+#define FIELD(path) FLAG_FIELD(GenerateFlags, path)
+
+FlagTable<GenerateFlags> generate_flags() {
+  return {
+      {"--prompt-tokens", FIELD(prompt_tokens), "The prompt as token ids: 1,2,3"},
+      {"--prompt-file", FIELD(prompt_file), "The prompt from FILE: token ids separated by commas or spaces",
+       nonempty()},
+      {"--max-new-tokens", FIELD(gen.max_new_tokens), "Tokens to generate", number_in(1, 1 << 20), kShowDefault},
+      {"--temperature", FIELD(gen.sampling.temperature), "Sampling temperature (0 = greedy)", number_in(0, 1e6),
+       kShowDefault},
+      {"--top-k", FIELD(gen.sampling.top_k), "Sample among the K most likely tokens (0 = all)", number_in(0, 1 << 24),
+       kShowDefault},
+      {"--seed", FIELD(gen.seed), "Seed of the init (without --init) and of the sampling", number_in(0, 1.8e19),
+       kShowDefault},
+  };
+}
+
+#undef FIELD
+
 }  // namespace
 
 void add_generate_command(CLI::App& app) {
   auto* sub = app.add_subcommand("generate", "Generate tokens with a KV cache (prefill, then decode) on the virtual cluster");
-  static GenerateFlags f;
-  TrainFlags& m = f.model;
-  add_common_flags(sub, m.common);
+  auto f = std::make_shared<GenerateFlags>();
+  add_common_flags(sub, f->model.common);
   // --top-k is sampling's here (the contract's name); the MoE routing's is --moe-top-k.
-  add_inference_flags(sub, m, {"Expert-parallel degree (MoE; replicas of the batch)", "64MiB",
-                               "Shapes only: time every kernel, collective and allocation, compute nothing"});
-  sub->add_option("--prompt-tokens", f.prompt_tokens, "The prompt as token ids: 1,2,3");
-  sub->add_option("--prompt-file", f.prompt_file, "The prompt from FILE: token ids separated by commas or spaces")
-      ->check(nonempty());
-  sub->add_option("--max-new-tokens", f.max_new_tokens, "Tokens to generate")
-      ->capture_default_str()
-      ->check(number_in(1, 1 << 20));
-  sub->add_option("--temperature", f.temperature, "Sampling temperature (0 = greedy)")
-      ->capture_default_str()
-      ->check(number_in(0, 1e6));
-  sub->add_option("--top-k", f.top_k, "Sample among the K most likely tokens (0 = all)")
-      ->capture_default_str()
-      ->check(number_in(0, 1 << 24));
-  sub->add_option("--seed", f.seed, "Seed of the init (without --init) and of the sampling")
-      ->capture_default_str()
-      ->check(number_in(0, 1.8e19));
-  set_action(sub, [] { return run_generate(f); });
+  add_inference_flags(sub, f->model, {"Expert-parallel degree (MoE; replicas of the batch)", "64MiB",
+                                      "Shapes only: time every kernel, collective and allocation, compute nothing"});
+  add_flags(sub, *f, generate_flags());
+  set_action(sub, [f] { return run_generate(*f); });
 }
 
 }  // namespace shardlab::cli

@@ -13,12 +13,14 @@
 //             the window (sender's copy in, receiver's copy out).
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/cli.h"
+#include "cli/flag_table.h"
 #include "runtime/cluster.h"
 #include "runtime/errors.h"
 #include "runtime/transport.h"
@@ -164,18 +166,28 @@ int run_p2p(const P2pFlags& f) {
   return 0;
 }
 
+#define FIELD(path) FLAG_FIELD(P2pFlags, path)
+
+FlagTable<P2pFlags> p2p_flags() {
+  return {
+      {"--src", FIELD(src), "Sending device rank", {}, kShowDefault},
+      {"--dst", FIELD(dst), "Receiving device rank", {}, kShowDefault},
+      {"--min-bytes", FIELD(min_bytes), "Smallest message size", {}, kShowDefault},
+      {"--max-bytes", FIELD(max_bytes), "Largest message size (powers of two in between)", {}, kShowDefault},
+      {"--bidirectional", FIELD(bidirectional), "Both devices send at once (osu_bibw)"},
+  };
+}
+
+#undef FIELD
+
 }  // namespace
 
 void add_p2p_command(CLI::App& app) {
   auto* sub = app.add_subcommand("p2p", "Point-to-point latency and bandwidth between two virtual GPUs (OSU style)");
-  static P2pFlags f;
-  add_common_flags(sub, f.common);
-  sub->add_option("--src", f.src, "Sending device rank")->capture_default_str();
-  sub->add_option("--dst", f.dst, "Receiving device rank")->capture_default_str();
-  add_size_flag(sub, "--min-bytes", f.min_bytes, "Smallest message size");
-  add_size_flag(sub, "--max-bytes", f.max_bytes, "Largest message size (powers of two in between)");
-  sub->add_flag("--bidirectional", f.bidirectional, "Both devices send at once (osu_bibw)");
-  set_action(sub, [] { return run_p2p(f); });
+  auto f = std::make_shared<P2pFlags>();
+  add_common_flags(sub, f->common);
+  add_flags(sub, *f, p2p_flags());
+  set_action(sub, [f] { return run_p2p(*f); });
 }
 
 }  // namespace shardlab::cli

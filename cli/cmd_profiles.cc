@@ -1,5 +1,6 @@
 // `shardlab profiles`: the built-in hardware profiles.
 #include <cstdio>
+#include <memory>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -11,10 +12,10 @@ namespace shardlab::cli {
 
 void add_profiles_command(CLI::App& app) {
   auto* sub = app.add_subcommand("profiles", "List the built-in hardware profiles");
-  static bool json = false;
-  sub->add_flag("--json", json, "Print a JSON list (the shape --profile FILE.json accepts)");
-  set_action(sub, [] {
-    if (json) {
+  auto json = std::make_shared<bool>(false);
+  sub->add_flag("--json", *json, "Print a JSON list (the shape --profile FILE.json accepts)");
+  set_action(sub, [json] {
+    if (*json) {
       nlohmann::json list = nlohmann::json::array();
       for (const auto& p : builtin_profiles()) list.push_back(profile_to_json(p));
       fmt::print("{}\n", list.dump(2));

@@ -5,7 +5,6 @@
 // TPOT and end-to-end latency percentiles, throughput and the KV cache's
 // capacity and use.
 #include <algorithm>
-#include <array>
 #include <memory>
 
 #include <fmt/format.h>
@@ -13,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/cli.h"
+#include "cli/flag_table.h"
 #include "cli/infer_flags.h"
 #include "model/serve/cluster_step.h"
 #include "model/serve/serve_checks.h"
@@ -31,12 +31,10 @@ constexpr int kDefaultLen = 128;  // --prompt-len and --output-len unless given
 
 struct ServeFlags {
   TrainFlags model;  // the shape flags, --tp --pp --ep, --memory, --precision, --phantom, --init, common flags
-  int replicas = 1;
+  serve::ServeOptions serving;  // --replicas and the scheduler's --max-seqs, --kv-block, ... bind here
   int requests = 100;
   std::string arrival = "poisson:1", prompt_len = std::to_string(kDefaultLen), output_len = prompt_len, workload;
   std::string batching = "continuous";
-  int64_t max_batch_tokens = 8192;
-  int max_seqs = 256, kv_block = 16, chunked_prefill = 0;
   double kv_fraction = 0.9;
   uint64_t seed = 1337;
   std::vector<std::string> drawn_given;  // which of --requests, --arrival, --prompt-len, --output-len were given
@@ -56,11 +54,11 @@ bool given(const ServeFlags& f, std::string_view flag) {
 
 Setup setup_of(ServeFlags& f) {
   Setup s;
-  f.model.dp = f.model.ep;  // the ep ranks carry replicas of the batch
+  f.model.opts.parallel.dp = f.model.opts.parallel.ep;  // the ep ranks carry replicas of the batch
   const serve::Batching batching = serve::parse_batching(f.batching);  // every flag's syntax before what they mean
   if (!f.workload.empty() && !f.drawn_given.empty())
     throw ConfigError(fmt::format("--workload {} gives the requests: it takes no {}", f.workload, f.drawn_given[0]));
-  s.shape = {f.model.model_config(), f.model.tp, f.model.pp, f.model.ep, f.model.phantom, f.seed, nullptr};
+  s.shape = {f.model.model_config(), f.model.opts.parallel.tp, f.model.opts.parallel.pp, f.model.opts.parallel.ep, f.model.opts.phantom, f.seed, nullptr};
   s.requests = f.workload.empty()
                    ? serve::make_workload(f.requests, serve::parse_arrival(f.arrival),
                                           serve::parse_length_dist(f.prompt_len, "--prompt-len"),
@@ -68,20 +66,19 @@ Setup setup_of(ServeFlags& f) {
                    : serve::load_trace(f.workload);
   const bool default_lengths = !given(f, "--prompt-len") && !given(f, "--output-len");
   serve::check_requests(s.shape.model, s.requests, {f.workload, default_lengths ? kDefaultLen : 0});
-  if (!f.model.phantom) {
-    serve::check_host_memory(s.shape, s.requests.size(), f.max_seqs, host_memory_bytes());
+  if (!f.model.opts.phantom) {
+    serve::check_host_memory(s.shape, s.requests.size(), f.serving.scheduler.max_seqs, host_memory_bytes());
     if (std::optional<model::SafetensorsFile> init = load_inference_init(f.model, s.shape.model)) {
       s.init = std::make_unique<model::SafetensorsFile>(std::move(*init));
       s.shape.init = s.init.get();
     }
     for (const serve::Request& r : s.requests) s.drawn_prompts = s.drawn_prompts || r.prompt.empty();
     serve::draw_prompts(s.requests, s.shape.model.token_vocab(), f.seed);
-  } else if (!f.model.init.empty()) {
+  } else if (!f.model.opts.init_path.empty()) {
     throw ConfigError("--phantom runs on shapes only: it takes no --init");
   }
-  s.options.replicas = f.replicas;
-  s.options.scheduler = {batching, 0, f.kv_block, f.max_seqs, f.max_batch_tokens,
-                         f.chunked_prefill};
+  s.options = f.serving;
+  s.options.scheduler.batching = batching;
   return s;
 }
 
@@ -98,10 +95,10 @@ nlohmann::json result_json(const ServeFlags& f, const Setup& s, const serve::Rep
   nlohmann::json j;
   j["model"] = train::model_json(s.shape.model);
   j["profile"] = profile;
-  j["parallel"] = {{"tp", s.shape.tp}, {"pp", s.shape.pp}, {"ep", s.shape.ep}, {"replicas", f.replicas}};
+  j["parallel"] = {{"tp", s.shape.tp}, {"pp", s.shape.pp}, {"ep", s.shape.ep}, {"replicas", f.serving.replicas}};
   j["phantom"] = s.shape.phantom;
   j["running_devices"] = running;  // device threads per replica: fewer when --phantom folds the tp peers
-  j["init"] = f.model.init.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.model.init);
+  j["init"] = f.model.opts.init_path.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.model.opts.init_path);
   const serve::SchedulerOptions& o = s.options.scheduler;
   j["scheduler"] = {{"batching", f.batching}, {"kv_block", o.kv_block}, {"kv_blocks", o.kv_blocks},
                     {"kv_fraction", f.kv_fraction}, {"max_seqs", o.max_seqs},
@@ -138,17 +135,17 @@ void print_result(const ServeFlags& f, const Setup& s, const serve::ReplicaPlan&
                   const std::string& profile) {
   const serve::ServeSummary& m = r.summary;
   fmt::print("# shardlab serve: {} on {} ({}), {} replica(s) of tp {} x pp {} x ep {}, {} batching\n",
-             s.shape.model.to_string(), profile, f.model.precision, f.replicas, s.shape.tp, s.shape.pp, s.shape.ep,
+             s.shape.model.to_string(), profile, f.model.precision, f.serving.replicas, s.shape.tp, s.shape.pp, s.shape.ep,
              f.batching);
   if (s.shape.phantom)
     fmt::print("(--phantom: every step runs on the replica's devices on shapes only; the times and memory are the modeled run's)\n");
   else
     fmt::print("(every step runs on the model's values, {}; {}; greedy; --report has every request's tokens)\n",
-               f.model.init.empty() ? fmt::format("weights initialised from --seed {}", f.seed) : "weights from --init " + f.model.init,
+               f.model.opts.init_path.empty() ? fmt::format("weights initialised from --seed {}", f.seed) : "weights from --init " + f.model.opts.init_path,
                s.drawn_prompts ? fmt::format("prompts of random token ids from --seed {}", f.seed)
                                : "prompts from --workload " + f.workload);
   fmt::print("KV cache per replica: {} tokens ({} blocks of {}); per device: weights {}, step activations {}\n",
-             m.kv_capacity_tokens, s.options.scheduler.kv_blocks, f.kv_block, format_bytes(plan.weight_bytes[0]),
+             m.kv_capacity_tokens, s.options.scheduler.kv_blocks, f.serving.scheduler.kv_block, format_bytes(plan.weight_bytes[0]),
              format_bytes(plan.activation_bytes[0]));
   fmt::print("{} requests in {:.3f} s: {:.2f} req/s, {:.1f} output tokens/s, {:.1f} tokens/s in all\n", m.requests,
              m.makespan_s, m.requests_per_s, m.output_tokens_per_s, m.total_tokens_per_s);
@@ -182,9 +179,9 @@ std::vector<DeviceTrace> replica_traces(const serve::ClusterStepExecutor& execut
 int run_serve(ServeFlags& f) {
   const HardwareProfile profile = apply_common(f.model.common);
   Setup s = setup_of(f);
-  const int64_t devices = int64_t{s.shape.world()} * f.replicas;
+  const int64_t devices = int64_t{s.shape.world()} * f.serving.replicas;
   if (devices > profile.total_devices())
-    throw ConfigError(fmt::format("{} replicas of {} devices need {} devices, the profile has {} (--nodes)", f.replicas,
+    throw ConfigError(fmt::format("{} replicas of {} devices need {} devices, the profile has {} (--nodes)", f.serving.replicas,
                                   s.shape.world(), devices, profile.total_devices()));
   check_outputs({{"--report", f.model.report}, {"--trace", f.model.common.trace}});
   ClusterOptions copts = f.model.cluster_options();
@@ -200,8 +197,8 @@ int run_serve(ServeFlags& f) {
     executor = std::make_unique<serve::ClusterStepExecutor>(cluster, s.shape);
     try {
       // A step holds at most max_batch_tokens tokens, or one per sequence when more run.
-      plan = executor->plan(std::max<int64_t>(f.max_batch_tokens, f.max_seqs));
-      s.options.scheduler.kv_blocks = plan.kv_blocks(f.kv_fraction, f.kv_block);
+      plan = executor->plan(std::max<int64_t>(f.serving.scheduler.max_batch_tokens, f.serving.scheduler.max_seqs));
+      s.options.scheduler.kv_blocks = plan.kv_blocks(f.kv_fraction, f.serving.scheduler.kv_block);
       if (s.options.scheduler.kv_blocks == 0)
         throw ConfigError(fmt::format("no room for a KV cache: weights and activations fill --kv-fraction {} of the "
                                       "device; raise --tp/--pp or --memory, or lower --max-batch-tokens",
@@ -227,40 +224,54 @@ int run_serve(ServeFlags& f) {
   return 0;
 }
 
+#define FIELD(path) FLAG_FIELD(ServeFlags, path)
+
+FlagTable<ServeFlags> serve_flags() {
+  const std::string lengths = "N, uniform:A:B or lognormal:MEDIAN:SIGMA[:MAX]";
+  return {
+      {"--replicas", FIELD(serving.replicas), "Data-parallel replicas", number_in(1, double(kMaxDevices)),
+       kShowDefault},
+      {"--no-fold", FIELD(model.no_fold), "With --phantom, run every tp rank's thread (folding changes no figure)"},
+      {"--requests", FIELD(requests), "Requests to draw", number_in(1, 1e6), kShowDefault},
+      {"--arrival", FIELD(arrival), "poisson:RATE (requests/s) or burst", {}, kShowDefault},
+      {"--prompt-len", FIELD(prompt_len), lengths, {}, kShowDefault},
+      {"--output-len", FIELD(output_len), lengths, {}, kShowDefault},
+      {"--workload", FIELD(workload), "Requests from FILE.csv: arrival_s,prompt_len,output_len[,prompt_tokens]",
+       nonempty()},
+      {"--batching", FIELD(batching), "static or continuous", {}, kShowDefault},
+      {"--max-batch-tokens", FIELD(serving.scheduler.max_batch_tokens), "Tokens per step", number_in(1, 1 << 24),
+       kShowDefault},
+      {"--max-seqs", FIELD(serving.scheduler.max_seqs), "Sequences per step", number_in(1, 1 << 20), kShowDefault},
+      {"--kv-block", FIELD(serving.scheduler.kv_block), "Tokens per KV block", number_in(1, 1 << 16), kShowDefault},
+      {"--kv-fraction", FIELD(kv_fraction), "Share of device memory for weights, activations and KV cache",
+       number_in(0.01, 1), kShowDefault},
+      {"--chunked-prefill", FIELD(serving.scheduler.chunked_prefill), "At most C prefill tokens per step (0 = off)",
+       number_in(0, 1 << 24), kShowDefault},
+      {"--seed", FIELD(seed), "Seed of the workload (arrivals, lengths, prompt tokens) and, without --init, of the weights",
+       number_in(0, 1.8e19), kShowDefault},
+      {"--report", FIELD(model.report), "Write the report (config, summary, every request, KV use per step) to FILE.json",
+       nonempty()},
+  };
+}
+
+#undef FIELD
+
 }  // namespace
 
 void add_serve_command(CLI::App& app) {
   auto* sub = app.add_subcommand("serve", "Serving simulation: arrivals, batching, paged KV cache, TTFT/TPOT");
-  static ServeFlags f;
-  TrainFlags& m = f.model;
-  add_common_flags(sub, m.common);
-  add_inference_flags(sub, m, {"Expert-parallel degree of a replica (MoE; replicas of the batch)", "40GiB",
-                               "Shapes only: time every step, compute no token (for models too big for this host)"});
-  sub->add_option("--replicas", f.replicas, "Data-parallel replicas")
-      ->capture_default_str()->check(number_in(1, double(kMaxDevices)));
-  sub->add_flag("--no-fold", m.no_fold, "With --phantom, run every tp rank's thread (folding changes no figure)");
+  auto f = std::make_shared<ServeFlags>();
+  add_common_flags(sub, f->model.common);
+  add_inference_flags(sub, f->model, {"Expert-parallel degree of a replica (MoE; replicas of the batch)", "40GiB",
+                                      "Shapes only: time every step, compute no token (for models too big for this host)"});
+  add_flags(sub, *f, serve_flags());
   // What --workload replaces: drawn requests.
-  const std::array<CLI::Option*, 4> drawn = {
-      sub->add_option("--requests", f.requests, "Requests to draw")->capture_default_str()->check(number_in(1, 1e6)),
-      sub->add_option("--arrival", f.arrival, "poisson:RATE (requests/s) or burst")->capture_default_str(),
-      sub->add_option("--prompt-len", f.prompt_len, "N, uniform:A:B or lognormal:MEDIAN:SIGMA[:MAX]")->capture_default_str(),
-      sub->add_option("--output-len", f.output_len, "N, uniform:A:B or lognormal:MEDIAN:SIGMA[:MAX]")->capture_default_str()};
-  sub->add_option("--workload", f.workload, "Requests from FILE.csv: arrival_s,prompt_len,output_len[,prompt_tokens]")->check(nonempty());
-  sub->add_option("--batching", f.batching, "static or continuous")->capture_default_str();
-  sub->add_option("--max-batch-tokens", f.max_batch_tokens, "Tokens per step")->capture_default_str()->check(number_in(1, 1 << 24));
-  sub->add_option("--max-seqs", f.max_seqs, "Sequences per step")->capture_default_str()->check(number_in(1, 1 << 20));
-  sub->add_option("--kv-block", f.kv_block, "Tokens per KV block")->capture_default_str()->check(number_in(1, 1 << 16));
-  sub->add_option("--kv-fraction", f.kv_fraction, "Share of device memory for weights, activations and KV cache")
-      ->capture_default_str()->check(number_in(0.01, 1));
-  sub->add_option("--chunked-prefill", f.chunked_prefill, "At most C prefill tokens per step (0 = off)")
-      ->capture_default_str()->check(number_in(0, 1 << 24));
-  sub->add_option("--seed", f.seed, "Seed of the workload (arrivals, lengths, prompt tokens) and, without --init, of the weights")->capture_default_str()->check(number_in(0, 1.8e19));
-  sub->add_option("--report", m.report, "Write the report (config, summary, every request, KV use per step) to FILE.json")
-      ->check(nonempty());
-  set_action(sub, [drawn] {
+  std::vector<const CLI::Option*> drawn;
+  for (const char* name : {"--requests", "--arrival", "--prompt-len", "--output-len"}) drawn.push_back(sub->get_option(name));
+  set_action(sub, [f, drawn] {
     for (const CLI::Option* o : drawn)
-      if (o->count() > 0) f.drawn_given.push_back(o->get_name());
-    return run_serve(f);
+      if (o->count() > 0) f->drawn_given.push_back(o->get_name());
+    return run_serve(*f);
   });
 }
 

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -65,7 +66,7 @@ std::vector<sweep::Axis> parse_axes(const SweepFlags& f, CLI::App* sub) {
 }
 
 void check_sweep_flags(const SweepFlags& f) {
-  if (!f.train.report.empty() || !f.train.save.empty() || !f.train.common.trace.empty())
+  if (!f.train.report.empty() || !f.train.opts.save_path.empty() || !f.train.common.trace.empty())
     throw ConfigError("sweep: --report, --save and --trace are per run; the sweep writes its points to --out");
   if (f.jobs && *f.jobs < 1) throw ConfigError(fmt::format("--jobs must be at least 1 (got {})", *f.jobs));
   for (const std::string& m : f.metric) sweep::metric_info(m);
@@ -217,22 +218,22 @@ int run_sweep(SweepFlags& f, CLI::App* sub) {
 
 void add_sweep_command(CLI::App& app) {
   auto* sub = app.add_subcommand("sweep", "Train every point of a grid of configs; CSV, JSON and plots");
-  static SweepFlags f;
-  f.train.add(sub);
-  sub->add_option("--vary", f.vary,
+  auto f = std::make_shared<SweepFlags>();
+  f->train.add(sub);
+  sub->add_option("--vary", f->vary,
                   "AXIS=V1,V2,... (a train flag without dashes), or 'tp=8,pp=1|tp=1,pp=8' to set flags "
                   "together; repeatable, the first is the plots' x axis");
   std::string known;
   for (const sweep::MetricInfo& m : sweep::metrics()) known += (known.empty() ? "" : ", ") + std::string(m.name);
-  sub->add_option("--metric", f.metric, "What to record (repeatable; default virtual_step_s): " + known);
-  sub->add_option("--out", f.out, "Directory for points.csv, points.json and the plots")->required();
-  sub->add_flag("--plot", f.plot, "Plot every metric against the first axis (gnuplot: PNG, SVG and the .gp script)");
-  sub->add_option("--jobs", f.jobs, "Points run at once (default: the host's cores)");
+  sub->add_option("--metric", f->metric, "What to record (repeatable; default virtual_step_s): " + known);
+  sub->add_option("--out", f->out, "Directory for points.csv, points.json and the plots")->required();
+  sub->add_flag("--plot", f->plot, "Plot every metric against the first axis (gnuplot: PNG, SVG and the .gp script)");
+  sub->add_option("--jobs", f->jobs, "Points run at once (default: the host's cores)");
   std::string footer = "Metrics (per step; memory: the device with the highest peak):\n";
   for (const sweep::MetricInfo& m : sweep::metrics()) footer += fmt::format("  {:<24} {}\n", m.name, m.help);
   sub->footer(footer + "Exit status: 0 when the sweep ran (failed points are rows with their error), 1 when "
                        "every point failed, 2 on bad sweep input.");
-  set_action(sub, [sub] { return run_sweep(f, sub); });
+  set_action(sub, [f, sub] { return run_sweep(*f, sub); });
 }
 
 }  // namespace shardlab::cli

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <memory>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -125,7 +126,7 @@ int run_train(TrainFlags& f) {
   HardwareProfile profile = apply_common(f.common);
   const train::TrainOptions o = f.options();
   const ClusterOptions copts = f.cluster_options();
-  check_outputs({{"--save", f.save}, {"--report", f.report}, {"--trace", f.common.trace}});
+  check_outputs({{"--save", f.opts.save_path}, {"--report", f.report}, {"--trace", f.common.trace}});
   Cluster cluster(profile, copts);
   Progress progress(o.steps, int64_t(o.model.batch_size) * o.model.block_size, f.common.json,
                     o.phantom);
@@ -136,7 +137,7 @@ int run_train(TrainFlags& f) {
       [&](const train::ProgressEvent& e) { progress(e); });
   nlohmann::json report = train::report_json(o, cluster, r);
   if (leader_process())  // across processes (runtime/transport.h): one set of files
-    write_outputs({{"--save", f.save, f.save.empty() ? "" : train::checkpoint_bytes(o, r)},
+    write_outputs({{"--save", f.opts.save_path, f.opts.save_path.empty() ? "" : train::checkpoint_bytes(o, r)},
                    {"--report", f.report, f.report.empty() ? "" : report.dump(2) + "\n"},
                    {"--trace", f.common.trace,
                     f.common.trace.empty() ? ""
@@ -232,11 +233,11 @@ void print_device_table(const nlohmann::json& report) {
 
 void add_train_command(CLI::App& app) {
   auto* sub = app.add_subcommand("train", "Train the GPT on the virtual cluster");
-  static TrainFlags f;
-  f.add(sub);
-  f.add_checkpoint_flags(sub);
+  auto f = std::make_shared<TrainFlags>();
+  f->add(sub);
+  f->add_checkpoint_flags(sub);
   sub->footer("Data: --data FILE.bin (nanoGPT uint16 tokens) or one of: " + model::synthetic_task_list());
-  set_action(sub, [] { return run_train(f); });
+  set_action(sub, [f] { return run_train(*f); });
 }
 
 }  // namespace shardlab::cli

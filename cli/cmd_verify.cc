@@ -2,6 +2,7 @@
 // the same seed and batches, side by side, and compare them number by number.
 #include <exception>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -132,7 +133,7 @@ int run_verify(VerifyFlags& f) {
   train::TrainOptions sharded = f.train.options();
   if (sharded.phantom)
     throw ConfigError("--phantom: verify compares values, and a phantom run computes none (use train --phantom)");
-  if (!f.train.save.empty())
+  if (!f.train.opts.save_path.empty())
     throw ConfigError("--save: verify trains two models and keeps neither (use train --save)");
   check_outputs({{"--report", f.train.report}, {"--trace", f.train.common.trace}});
   sharded.keep_step0_grads = f.grads;
@@ -183,19 +184,19 @@ int run_verify(VerifyFlags& f) {
 
 void add_verify_command(CLI::App& app) {
   auto* sub = app.add_subcommand("verify", "Train a sharded config and the unsharded model; compare them");
-  static VerifyFlags f;
-  f.train.add(sub);
+  auto f = std::make_shared<VerifyFlags>();
+  f->train.add(sub);
   sub->get_option("--corrupt-shard")
       ->description("Testing verify: perturb rank RANK's shard of parameter NAME, by 1e-2 x (1 + |x|) after the "
                     "last step, or with REL scaled by 1 + REL before the first step (verify must then FAIL)")
       ->option_text("NAME:RANK[:REL]")
       ->group("Options");
-  sub->add_flag("--grads", f.grads, "Also compare the step-0 gradients (against --tol-param, or 1e-5)");
-  sub->add_option("--tol-loss", f.tol_loss,
+  sub->add_flag("--grads", f->grads, "Also compare the step-0 gradients (against --tol-param, or 1e-5)");
+  sub->add_option("--tol-loss", f->tol_loss,
                   fmt::format("Max relative loss difference per step (default: the larger of 1e-5 and {:g} x the noise floor)",
                               train::kFloorFactor))
       ->check(number_in(0, 1e3));
-  sub->add_option("--tol-param", f.tol_param,
+  sub->add_option("--tol-param", f->tol_param,
                   fmt::format("Max relative L2 difference of the whole parameter vector, ||sharded - reference|| / "
                               "||reference|| (default: the larger of 1e-5 and {:g} x the noise floor)",
                               train::kFloorFactor))
@@ -203,7 +204,7 @@ void add_verify_command(CLI::App& app) {
   sub->footer("Noise floor: the drift between the unsharded model and the same run split into other micro-batches "
               "(only the order of the fp32 sums differs), over the same steps; printed with the tolerances.\n"
               "Exit status: 0 when the runs agree, 1 when they do not, 2 on bad input.");
-  set_action(sub, [] { return run_verify(f); });
+  set_action(sub, [f] { return run_verify(*f); });
 }
 
 }  // namespace shardlab::cli

@@ -17,38 +17,30 @@ namespace shardlab::cli {
 
 struct TrainFlags {
   CommonFlags common;
+  // Every flag that sets a field of the library's options binds to it here
+  // (--steps, --lr, --tp, --zero, --micro-batches, --init, --phantom, ...:
+  // the tables in train_flags.cc); options() fills in the rest and validates.
+  train::TrainOptions opts;
+  // The model: the preset --model, the shape flags over it (0: the preset's).
   std::string model = "tiny";
-  int layers = 0, heads = 0, embd = 0, vocab = 0, seq = 0, batch = 0;  // 0: the preset's
+  int layers = 0, heads = 0, embd = 0, vocab = 0, seq = 0, batch = 0;
   std::optional<int> ffn;                  // --ffn / --ffn-hidden-size; unset: 4 x embd
   std::optional<int> vocab_divisible_by;  // --make-vocab-size-divisible-by; unset: the preset's rule
   int experts = 0, top_k = 2, moe_every = 1;
   double aux_coef = -1;  // <0: 0.01 when experts > 0
   double capacity_factor = 0;
   double dropout = 0;
-  int steps = 100;
-  uint64_t seed = 1337;
-  double lr = 1e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1, grad_clip = 1.0;
-  int warmup_steps = 0;
-  std::string lr_schedule = "constant";
-  std::string data = "synthetic:markov";
-  std::string sampling = "random";
-  std::string init, save, report, memory, precision = "fp32";
-  int dp = 1, tp = 1, zero = 0;
-  int ep = 1, pp = 1, micro_batches = 1;
-  int cp = 1;                    // context parallelism
-  std::string cp_comm = "ring";  // ring or allgather
-  std::optional<int> vpp;  // unset: the schedule's own chunk count (the library's default)
-  std::string schedule = "1f1b", pp_layers, recompute = "none";
-  bool sp = false, scatter_gather = false, no_overlap = false, phantom = false, no_fold = false;
-  bool reshard_after_forward = true, prefetch = true;  // ZeRO-3
-  int hsdp = 0;
-  std::string phantom_routing = "uniform";
+  // Names the library parses into its enums (parse_schedule, ...).
+  std::string lr_schedule = "constant", sampling = "random", cp_comm = "ring", schedule = "1f1b";
+  std::string recompute = "none", phantom_routing = "uniform";
   std::string arithmetic = "native";  // native or portable (model/arithmetic.h)
-  double bucket_mb = 25;
-  std::string corrupt_shard;  // hidden: verify's can-it-fail test
+  std::string pp_layers;
+  // Negated library fields: TrainOptions::parallel.overlap and TrainOptions::fold.
+  bool no_overlap = false, no_fold = false;
+  std::optional<int> checkpoint_every;  // unset: a checkpoint after the last step only
+  // The cluster's (cluster_options) and the tool's own outputs.
+  std::string report, memory, precision = "fp32";
   std::vector<std::string> faults;  // --fault SPEC or @FILE.json, repeatable (runtime/fault.h)
-  std::string checkpoint_dir, resume;       // train only (add_checkpoint_flags)
-  std::optional<int> checkpoint_every;      // unset: a checkpoint after the last step only
 
   void add(CLI::App* sub);
   // --checkpoint-dir, --checkpoint-every, --resume (train, not verify or sweep).
