@@ -11,8 +11,8 @@
 #include "cli/cli.h"
 #include "cli/flag_table.h"
 #include "cli/infer_flags.h"
-#include "collectives/mesh.h"
 #include "model/infer/generate.h"
+#include "model/infer/generate_json.h"
 #include "model/train/model_json.h"
 #include "runtime/errors.h"
 #include "runtime/input_file.h"
@@ -70,33 +70,13 @@ std::vector<model::Token> prompt_of(const GenerateFlags& f) {
   return parse_tokens(read_input(what, f.prompt_file, "a text file", size_t(64) << 20), what);
 }
 
+// The library's result, with the model, the profile and --init.
 nlohmann::json result_json(const infer::GenerateOptions& o, const GenerateFlags& f, const infer::GenerateResult& r,
                            const HardwareProfile& profile) {
-  const collectives::DeviceMesh mesh(collectives::MeshShape{o.tp, 1, o.ep, o.ep, o.pp});
-  nlohmann::json j;
+  nlohmann::json j = infer::generate_json(o, r);
   j["model"] = train::model_json(o.model);
   j["profile"] = profile.name;
-  j["parallel"] = {{"tp", o.tp}, {"pp", o.pp}, {"ep", o.ep}};
   j["init"] = f.model.opts.init_path.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.model.opts.init_path);
-  j["phantom"] = o.phantom;
-  j["sampling"] = {{"temperature", o.sampling.temperature}, {"top_k", o.sampling.top_k}, {"seed", o.sampling.seed}};
-  j["prompt"] = o.prompt;
-  j["tokens"] = r.tokens;
-  j["ttft_s"] = to_seconds(r.ttft);
-  j["tpot_s"] = r.tpot_seconds();
-  std::vector<double> steps;
-  for (Time t : r.decode_steps) steps.push_back(to_seconds(t));
-  j["decode_step_s"] = steps;
-  j["sampler_rank"] = r.sampler_rank;
-  j["devices"] = nlohmann::json::array();
-  for (const DeviceStats& d : r.run.devices) {
-    nlohmann::json kinds;
-    for (int k = 0; k < kNumMemKinds; ++k) kinds[mem_kind_name(MemKind(k))] = d.peak_by_kind[k];
-    j["devices"].push_back({{"rank", d.rank}, {"name", mesh.describe(d.rank)},
-                            {"kv_cache_bytes", r.kv_bytes[size_t(d.rank)]},
-                            {"kv_tokens", r.kv_tokens[size_t(d.rank)]}, {"peak_bytes", d.peak_bytes},
-                            {"peak_bytes_by_kind", kinds}});
-  }
   return j;
 }
 

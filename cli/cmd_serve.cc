@@ -16,6 +16,7 @@
 #include "cli/infer_flags.h"
 #include "model/serve/cluster_step.h"
 #include "model/serve/serve_checks.h"
+#include "model/serve/serve_json.h"
 #include "model/serve/serving.h"
 #include "model/train/model_json.h"
 #include "runtime/errors.h"
@@ -82,14 +83,6 @@ Setup setup_of(ServeFlags& f) {
   return s;
 }
 
-nlohmann::json plan_json(const serve::ReplicaPlan& p) {
-  nlohmann::json devices = nlohmann::json::array();
-  for (size_t d = 0; d < p.weight_bytes.size(); ++d)
-    devices.push_back({{"rank", d}, {"capacity_bytes", p.capacity_bytes[d]}, {"weight_bytes", p.weight_bytes[d]},
-                       {"activation_bytes", p.activation_bytes[d]}, {"kv_bytes_per_token", p.kv_bytes_per_token[d]}});
-  return devices;
-}
-
 nlohmann::json result_json(const ServeFlags& f, const Setup& s, const serve::ReplicaPlan& plan,
                            const serve::ServeResult& r, const std::string& profile, int running, bool full) {
   nlohmann::json j;
@@ -107,27 +100,11 @@ nlohmann::json result_json(const ServeFlags& f, const Setup& s, const serve::Rep
                       ? nlohmann::json{{"requests", f.requests}, {"arrival", f.arrival}, {"prompt_len", f.prompt_len},
                                        {"output_len", f.output_len}, {"seed", f.seed}}
                       : nlohmann::json{{"file", f.workload}, {"requests", s.requests.size()}};
-  j["replica_devices"] = plan_json(plan);
+  j["replica_devices"] = serve::plan_json(plan);
   j["summary"] = serve::summary_json(r.summary);
   if (!full) return j;
-  j["requests"] = nlohmann::json::array();
-  for (const serve::ReplicaResult& rep : r.replicas)
-    for (const serve::RequestRecord& q : rep.requests) {
-      nlohmann::json one = {{"id", q.id}, {"replica", q.replica}, {"arrival_s", q.arrival_s},
-                            {"first_token_s", q.first_token_s}, {"finish_s", q.finish_s},
-                            {"prompt_len", q.prompt_len}, {"output_len", q.output_len},
-                            {"preemptions", q.preemptions}};
-      if (!s.shape.phantom) {  // the tokens in, and out
-        one["prompt_tokens"] = s.requests[size_t(q.id)].prompt;
-        one["tokens"] = q.tokens;
-      }
-      j["requests"].push_back(std::move(one));
-    }
-  j["usage"] = nlohmann::json::array();
-  for (size_t i = 0; i < r.replicas.size(); ++i)
-    for (const serve::UsageSample& u : r.replicas[i].usage)
-      j["usage"].push_back({{"replica", i}, {"t", u.t}, {"step_s", u.step_s}, {"used_blocks", u.used_blocks},
-                            {"running", u.running}, {"waiting", u.waiting}, {"batch_tokens", u.batch_tokens}});
+  j["requests"] = serve::requests_json(r, s.shape.phantom ? nullptr : &s.requests);
+  j["usage"] = serve::usage_json(r);
   return j;
 }
 
