@@ -7,7 +7,7 @@ namespace shardlab::cli {
 namespace {
 
 // {field as the library's messages name it, the flag that sets it}.
-constexpr std::array<std::pair<std::string_view, std::string_view>, 12> kFieldFlags = {{
+constexpr std::array<std::pair<std::string_view, std::string_view>, 23> kFieldFlags = {{
     {"pp", "--pp"},
     {"vpp", "--vpp"},
     {"micro_batches", "--micro-batches"},
@@ -19,7 +19,17 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 12> kFieldFl
     {"prompt_len", "--prompt-len"},
     {"output_len", "--output-len"},
     {"max_seqs", "--max-seqs"},
+    {"max_batch_tokens", "--max-batch-tokens"},
+    {"chunked_prefill", "--chunked-prefill"},
+    {"batching", "--batching"},
+    {"kv_fraction", "--kv-fraction"},
+    {"arrival", "--arrival"},
     {"phantom", "--phantom"},
+    {"init", "--init"},
+    {"prompt", "--prompt-tokens"},
+    {"max_new_tokens", "--max-new-tokens"},
+    {"temperature", "--temperature"},
+    {"top_k", "--top-k"},
 }};
 
 }  // namespace

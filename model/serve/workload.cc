@@ -84,10 +84,10 @@ Arrival parse_arrival(const std::string& text) {
   if (text == "burst") return {};
   const std::vector<std::string> f = split<std::string>(text, ':');
   if (f.size() != 2 || f[0] != "poisson")
-    throw ConfigError(fmt::format("--arrival {}: expected poisson:RATE or burst", text));
-  Arrival a{Arrival::Kind::kPoisson, number(f[1], "--arrival " + text)};
+    throw ConfigError(fmt::format("`arrival` {}: expected poisson:RATE or burst", text));
+  Arrival a{Arrival::Kind::kPoisson, number(f[1], "`arrival` " + text)};
   if (a.rate <= 0 || a.rate > 1e9)
-    throw ConfigError(fmt::format("--arrival {}: the rate must be in (0, 1e9] requests/s", text));
+    throw ConfigError(fmt::format("`arrival` {}: the rate must be in (0, 1e9] requests/s", text));
   return a;
 }
 
@@ -136,19 +136,19 @@ std::vector<model::Token> prompt_ids(const std::string& text, int prompt_len, co
 }  // namespace
 
 std::vector<Request> load_trace(const std::string& path) {
-  std::ifstream in = open_input(fmt::format("--workload {}", path), path, "a CSV file");
+  std::ifstream in = open_input(fmt::format("`workload` {}", path), path, "a CSV file");
   std::string line;
   const std::string header = "arrival_s,prompt_len,output_len";
   if (!std::getline(in, line)) line.clear();
   if (!line.empty() && line.back() == '\r') line.pop_back();
   if (line != header && line != header + ",prompt_tokens")
-    throw ConfigError(fmt::format("--workload {}: line 1 must be {}[,prompt_tokens]", path, header));
+    throw ConfigError(fmt::format("`workload` {}: line 1 must be {}[,prompt_tokens]", path, header));
   const size_t fields = line == header ? 3 : 4;
   std::vector<Request> out;
   for (int no = 2; std::getline(in, line); ++no) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty()) continue;
-    const std::string where = fmt::format("--workload {} line {}", path, no);
+    const std::string where = fmt::format("`workload` {} line {}", path, no);
     const std::vector<std::string> f = split<std::string>(line, ',');
     if (f.size() != fields) throw ConfigError(fmt::format("{}: expected {} comma-separated fields", where, fields));
     Request r{static_cast<int>(out.size()), number(f[0], where), length(f[1], where), length(f[2], where), {}};
@@ -157,7 +157,7 @@ std::vector<Request> load_trace(const std::string& path) {
     if (fields == 4) r.prompt = prompt_ids(f[3], r.prompt_len, where);
     out.push_back(r);
   }
-  if (out.empty()) throw ConfigError(fmt::format("--workload {}: no requests", path));
+  if (out.empty()) throw ConfigError(fmt::format("`workload` {}: no requests", path));
   return out;
 }
 
