@@ -21,6 +21,7 @@
 
 #include "cli/cli.h"
 #include "cli/field_flags.h"
+#include "cli/flag_table.h"
 #include "cli/sweep_gnuplot.h"
 #include "cli/train_flags.h"
 #include "model/train/trainer.h"
@@ -214,21 +215,32 @@ int run_sweep(SweepFlags& f, CLI::App* sub) {
   return failed == results.size() ? 1 : 0;
 }
 
+#define FIELD(path) FLAG_FIELD(SweepFlags, path)
+
+FlagTable<SweepFlags> sweep_flags() {
+  std::string known;
+  for (const sweep::MetricInfo& m : sweep::metrics()) known += (known.empty() ? "" : ", ") + std::string(m.name);
+  return {
+      {"--vary", FIELD(vary),
+       "AXIS=V1,V2,... (a train flag without dashes), or 'tp=8,pp=1|tp=1,pp=8' to set flags together; repeatable, "
+       "the first is the plots' x axis"},
+      {"--metric", FIELD(metric), "What to record (repeatable; default virtual_step_s): " + known},
+      {"--out", FIELD(out), "Directory for points.csv, points.json and the plots", {}, false, false, false,
+       /*required=*/true},
+      {"--plot", FIELD(plot), "Plot every metric against the first axis (gnuplot: PNG, SVG and the .gp script)"},
+      {"--jobs", FIELD(jobs), "Points run at once (default: the host's cores)"},
+  };
+}
+
+#undef FIELD
+
 }  // namespace
 
 void add_sweep_command(CLI::App& app) {
   auto* sub = app.add_subcommand("sweep", "Train every point of a grid of configs; CSV, JSON and plots");
   auto f = std::make_shared<SweepFlags>();
   f->train.add(sub);
-  sub->add_option("--vary", f->vary,
-                  "AXIS=V1,V2,... (a train flag without dashes), or 'tp=8,pp=1|tp=1,pp=8' to set flags "
-                  "together; repeatable, the first is the plots' x axis");
-  std::string known;
-  for (const sweep::MetricInfo& m : sweep::metrics()) known += (known.empty() ? "" : ", ") + std::string(m.name);
-  sub->add_option("--metric", f->metric, "What to record (repeatable; default virtual_step_s): " + known);
-  sub->add_option("--out", f->out, "Directory for points.csv, points.json and the plots")->required();
-  sub->add_flag("--plot", f->plot, "Plot every metric against the first axis (gnuplot: PNG, SVG and the .gp script)");
-  sub->add_option("--jobs", f->jobs, "Points run at once (default: the host's cores)");
+  add_flags(sub, *f, sweep_flags());
   std::string footer = "Metrics (per step; memory: the device with the highest peak):\n";
   for (const sweep::MetricInfo& m : sweep::metrics()) footer += fmt::format("  {:<24} {}\n", m.name, m.help);
   sub->footer(footer + "Exit status: 0 when the sweep ran (failed points are rows with their error), 1 when "

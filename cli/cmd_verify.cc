@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/cli.h"
+#include "cli/flag_table.h"
 #include "cli/train_flags.h"
 #include "collectives/mesh.h"
 #include "model/train/trainer.h"
@@ -180,6 +181,25 @@ int run_verify(VerifyFlags& f) {
   return r.passed ? 0 : 1;
 }
 
+#define FIELD(path) FLAG_FIELD(VerifyFlags, path)
+
+FlagTable<VerifyFlags> verify_flags() {
+  return {
+      {"--grads", FIELD(grads), "Also compare the step-0 gradients (against --tol-param, or 1e-5)"},
+      {"--tol-loss", FIELD(tol_loss),
+       fmt::format("Max relative loss difference per step (default: the larger of 1e-5 and {:g} x the noise floor)",
+                   train::kFloorFactor),
+       number_in(0, 1e3)},
+      {"--tol-param", FIELD(tol_param),
+       fmt::format("Max relative L2 difference of the whole parameter vector, ||sharded - reference|| / "
+                   "||reference|| (default: the larger of 1e-5 and {:g} x the noise floor)",
+                   train::kFloorFactor),
+       number_in(0, 1e3)},
+  };
+}
+
+#undef FIELD
+
 }  // namespace
 
 void add_verify_command(CLI::App& app) {
@@ -191,16 +211,7 @@ void add_verify_command(CLI::App& app) {
                     "last step, or with REL scaled by 1 + REL before the first step (verify must then FAIL)")
       ->option_text("NAME:RANK[:REL]")
       ->group("Options");
-  sub->add_flag("--grads", f->grads, "Also compare the step-0 gradients (against --tol-param, or 1e-5)");
-  sub->add_option("--tol-loss", f->tol_loss,
-                  fmt::format("Max relative loss difference per step (default: the larger of 1e-5 and {:g} x the noise floor)",
-                              train::kFloorFactor))
-      ->check(number_in(0, 1e3));
-  sub->add_option("--tol-param", f->tol_param,
-                  fmt::format("Max relative L2 difference of the whole parameter vector, ||sharded - reference|| / "
-                              "||reference|| (default: the larger of 1e-5 and {:g} x the noise floor)",
-                              train::kFloorFactor))
-      ->check(number_in(0, 1e3));
+  add_flags(sub, *f, verify_flags());
   sub->footer("Noise floor: the drift between the unsharded model and the same run split into other micro-batches "
               "(only the order of the fp32 sums differs), over the same steps; printed with the tolerances.\n"
               "Exit status: 0 when the runs agree, 1 when they do not, 2 on bad input.");

@@ -22,7 +22,7 @@ namespace shardlab::cli {
 
 // Where a flag's value goes. A bool is a flag without a value.
 using FlagField = std::variant<int*, int64_t*, uint64_t*, double*, bool*, std::string*, std::optional<int>*,
-                               std::vector<std::string>*, std::vector<int>*>;
+                               std::optional<double>*, std::vector<std::string>*, std::vector<int>*>;
 
 inline constexpr bool kShowDefault = true;  // FlagRow::show_default: "[default]" in --help
 
@@ -35,6 +35,7 @@ struct FlagRow {
   bool show_default = false;
   bool hidden = false;    // left out of --help (testing aids)
   bool take_all = false;  // a repeatable flag keeps every occurrence's values
+  bool required = false;  // the command needs it
 };
 
 template <class Flags>
@@ -55,6 +56,7 @@ void add_flags(CLI::App* sub, Flags& flags, const FlagTable<Flags>& table) {
     if (row.show_default) o->capture_default_str();
     if (row.check) o->check(*row.check);
     if (row.take_all) o->take_all();
+    if (row.required) o->required();
     if (row.hidden) o->group("");
   }
 }

@@ -1,27 +1,40 @@
 #include "cli/infer_flags.h"
 
-#include <tuple>
+#include <utility>
 
 #include "cli/cli.h"
 #include "model/infer/generate.h"
 #include "runtime/errors.h"
 
 namespace shardlab::cli {
+namespace {
+
+#define FIELD(path) FLAG_FIELD(TrainFlags, path)
+
+FlagTable<TrainFlags> inference_flags(const InferenceFlagHelp& help) {
+  const CLI::Validator degree = number_in(1, double(kMaxDevices));
+  return {
+      {"--moe-top-k", FIELD(top_k), "MoE experts per token", number_in(1, 1 << 16), kShowDefault},
+      {"--init", FIELD(opts.init_path), "Weights from FILE.safetensors (strict: exactly the model's tensors)",
+       nonempty()},
+      {"--tp", FIELD(opts.parallel.tp), "Tensor-parallel degree", degree, kShowDefault},
+      {"--pp", FIELD(opts.parallel.pp), "Pipeline stages", degree, kShowDefault},
+      {"--ep", FIELD(opts.parallel.ep), help.ep, degree, kShowDefault},
+      {"--memory", FIELD(memory), "Per-device memory, e.g. " + help.memory + " (default: the profile's)", nonempty()},
+      {"--precision", FIELD(precision), "Modeled precision: fp32 or bf16", {}, kShowDefault},
+      {"--phantom", FIELD(opts.phantom), help.phantom},
+  };
+}
+
+#undef FIELD
+
+}  // namespace
 
 void add_inference_flags(CLI::App* sub, TrainFlags& m, const InferenceFlagHelp& help) {
-  add_model_flags(sub, m);
-  sub->remove_option(sub->get_option("--top-k"));
-  sub->add_option("--moe-top-k", m.top_k, "MoE experts per token")->capture_default_str()->check(number_in(1, 1 << 16));
-  sub->add_option("--init", m.opts.init_path, "Weights from FILE.safetensors (strict: exactly the model's tensors)")
-      ->check(nonempty());
-  for (auto [name, field, text] : {std::tuple{"--tp", &m.opts.parallel.tp, std::string("Tensor-parallel degree")},
-                                   std::tuple{"--pp", &m.opts.parallel.pp, std::string("Pipeline stages")},
-                                   std::tuple{"--ep", &m.opts.parallel.ep, help.ep}})
-    sub->add_option(name, *field, text)->capture_default_str()->check(number_in(1, double(kMaxDevices)));
-  sub->add_option("--memory", m.memory, "Per-device memory, e.g. " + help.memory + " (default: the profile's)")
-      ->check(nonempty());
-  sub->add_option("--precision", m.precision, "Modeled precision: fp32 or bf16")->capture_default_str();
-  sub->add_flag("--phantom", m.opts.phantom, help.phantom);
+  FlagTable<TrainFlags> table = model_flags();
+  std::erase_if(table, [](const FlagRow<TrainFlags>& row) { return row.names == "--top-k"; });  // --moe-top-k here
+  for (FlagRow<TrainFlags>& row : inference_flags(help)) table.push_back(std::move(row));
+  add_flags(sub, m, table);
 }
 
 std::optional<model::SafetensorsFile> load_inference_init(const TrainFlags& m, const model::GPTConfig& config) {

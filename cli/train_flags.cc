@@ -32,7 +32,8 @@ constexpr double kMaxSteps = 1e6;       // --steps, --warmup-steps (results are 
 
 #define FIELD(path) FLAG_FIELD(TrainFlags, path)
 
-// The model's shape over the preset; generate and serve share it.
+}  // namespace
+
 FlagTable<TrainFlags> model_flags() {
   return {
       {"--model", FIELD(model), "Model preset: " + preset_list(), {}, kShowDefault},
@@ -59,6 +60,8 @@ FlagTable<TrainFlags> model_flags() {
        kShowDefault},
   };
 }
+
+namespace {
 
 FlagTable<TrainFlags> optimizer_flags() {
   return {
@@ -170,8 +173,6 @@ FlagTable<TrainFlags> checkpoint_flags() {
 #undef FIELD
 
 }  // namespace
-
-void add_model_flags(CLI::App* sub, TrainFlags& f) { add_flags(sub, f, model_flags()); }
 
 void TrainFlags::add(CLI::App* sub) {
   add_common_flags(sub, common);

@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/cli.h"
+#include "cli/flag_table.h"
 #include "model/train/trainer.h"
 #include "runtime/cluster.h"
 
@@ -53,8 +54,8 @@ struct TrainFlags {
   ClusterOptions cluster_options() const;
 };
 
-// The model shape flags (--model, --layers ... --capacity-factor) into f;
-// generate shares them with train.
-void add_model_flags(CLI::App* sub, TrainFlags& f);
+// The model shape flags (--model, --layers ... --dropout); generate and serve
+// share them with train.
+FlagTable<TrainFlags> model_flags();
 
 }  // namespace shardlab::cli
