@@ -1,7 +1,7 @@
 // Folded collectives: a collective whose group holds ranks that no thread
 // runs (a phantom run folds ranks that are provably symmetric, such as the
 // data-parallel replicas and the tensor-parallel peers of a dense model;
-// model/train/fold.h decides). Internal to collectives/.
+// model/engine/fold.h decides). Internal to collectives/.
 //
 // Every running member of the group replays the whole algorithm over all
 // members on the link model (tuner.h: replay_collective), each folded member

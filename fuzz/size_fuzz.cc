@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <string>
 
-#include "examples/shardlab/cli.h"
+#include "cli/cli.h"
 #include "fuzz/fuzz_util.h"
 #include "runtime/errors.h"
 #include "runtime/units.h"

@@ -37,7 +37,7 @@ struct ClusterOptions {
   const LinkModel* links = nullptr;  // nullptr: ProfileLinkModel
   FabricHooks* hooks = nullptr;      // test hooks at the channel boundary
   std::chrono::milliseconds watchdog_period{100};
-  // Folding (phantom runs only, model/train/fold.h): representative[r] is the
+  // Folding (phantom runs only, model/engine/fold.h): representative[r] is the
   // rank whose thread plays rank r; only ranks with representative[r] == r
   // run, and a folded rank's DeviceStats are its representative's (with its
   // own rank and node). Empty: every rank runs.

@@ -10,6 +10,7 @@
 #include "runtime/errors.h"
 #include "runtime/input_file.h"
 #include "runtime/profile.h"
+#include "runtime/text.h"
 #include "runtime/units.h"
 
 namespace shardlab {
@@ -42,17 +43,6 @@ double parse_number(std::string_view spec, std::string_view text, const char* wh
   if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || !std::isfinite(v) || v < lo || v > hi)
     fail(spec, fmt::format("{} \"{}\" is not a number in [{}, {}]", what, text, lo, hi));
   return v;
-}
-
-std::vector<std::string_view> split(std::string_view text, char sep) {
-  std::vector<std::string_view> parts;
-  size_t start = 0;
-  while (true) {
-    const size_t at = text.find(sep, start);
-    parts.push_back(text.substr(start, at == std::string_view::npos ? std::string_view::npos : at - start));
-    if (at == std::string_view::npos) return parts;
-    start = at + 1;
-  }
 }
 
 FaultKind parse_kind(std::string_view spec, std::string_view name) {

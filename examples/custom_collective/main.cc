@@ -23,12 +23,12 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <exception>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "../hello_cluster/alpha_beta.h"
+#include "../hello_cluster/profile_main.h"
 #include "collectives/collectives.h"
 #include "runtime/cluster.h"
 #include "runtime/errors.h"
@@ -133,25 +133,4 @@ int run(const HardwareProfile& p) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  const std::string arg = argc > 1 ? argv[1] : "";
-  if (arg == "-h" || arg == "--help") {
-    std::printf(
-        "usage: custom_collective [PROFILE]   (PROFILE: a built-in name or a .json file; default "
-        "a100-nvlink)\n");
-    return 0;
-  }
-  if (argc > 2) {
-    std::fprintf(stderr, "custom_collective: error: usage: custom_collective [PROFILE]\n");
-    return 2;
-  }
-  try {
-    return run(load_profile(argc == 2 ? argv[1] : "a100-nvlink"));
-  } catch (const ConfigError& e) {
-    std::fprintf(stderr, "custom_collective: error: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "custom_collective: error: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return hello::profile_main("custom_collective", argc, argv, run); }

@@ -22,12 +22,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
-#include <exception>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "alpha_beta.h"
+#include "profile_main.h"
 #include "runtime/cluster.h"
 #include "runtime/errors.h"
 
@@ -127,25 +127,4 @@ int run(const HardwareProfile& p) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  const std::string arg = argc > 1 ? argv[1] : "";
-  if (arg == "-h" || arg == "--help") {
-    std::printf(
-        "usage: hello_cluster [PROFILE]   (PROFILE: a built-in name or a .json file; default "
-        "a100-nvlink)\n");
-    return 0;
-  }
-  if (argc > 2) {
-    std::fprintf(stderr, "hello_cluster: error: usage: hello_cluster [PROFILE]\n");
-    return 2;
-  }
-  try {
-    return run(load_profile(argc == 2 ? argv[1] : "a100-nvlink"));
-  } catch (const ConfigError& e) {
-    std::fprintf(stderr, "hello_cluster: error: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "hello_cluster: error: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return hello::profile_main("hello_cluster", argc, argv, run); }

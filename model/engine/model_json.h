@@ -31,9 +31,3 @@ void check_model_json(const nlohmann::json& saved, const model::GPTConfig& confi
 void check_checkpoint_model(const model::SafetensorsFile& file, const model::GPTConfig& config);
 
 }  // namespace shardlab::engine
-
-// The shardlab tool (examples/shardlab) spells it train::model_json; that
-// spelling goes when the tool moves out of examples/ (issue 31).
-namespace shardlab::train {
-using engine::model_json;
-}  // namespace shardlab::train

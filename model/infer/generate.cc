@@ -31,20 +31,20 @@ double GenerateResult::tpot_seconds() const {
 void validate(const GenerateOptions& o) {
   o.model.validate();
   parallel::check_parallel_shape(o.model, {o.tp, false, o.pp, 1, {}, o.ep, o.ep});
-  if (o.prompt.empty()) throw ConfigError("--prompt-tokens: the prompt needs at least one token");
-  if (o.max_new_tokens < 1) throw ConfigError(fmt::format("--max-new-tokens must be at least 1 (got {})", o.max_new_tokens));
+  if (o.prompt.empty()) throw ConfigError("`prompt`: the prompt needs at least one token");
+  if (o.max_new_tokens < 1) throw ConfigError(fmt::format("`max_new_tokens` must be at least 1 (got {})", o.max_new_tokens));
   const int64_t total = int64_t(o.prompt.size()) + o.max_new_tokens;
   if (total > o.model.block_size)
-    throw ConfigError(fmt::format("prompt ({} tokens) + --max-new-tokens {} = {} exceeds the model's block size {} (--seq)",
+    throw ConfigError(fmt::format("prompt ({} tokens) + `max_new_tokens` {} = {} exceeds the model's block size {} (`block_size`)",
                                   o.prompt.size(), o.max_new_tokens, total, o.model.block_size));
   for (size_t i = 0; i < o.prompt.size(); ++i)
     if (o.prompt[i] < 0 || o.prompt[i] >= o.model.token_vocab())
-      throw ConfigError(fmt::format("--prompt-tokens: token {} at position {} is outside the vocabulary [0, {})",
+      throw ConfigError(fmt::format("`prompt`: token {} at position {} is outside the vocabulary [0, {})",
                                     o.prompt[i], i, o.model.token_vocab()));
   if (!(o.sampling.temperature >= 0) || o.sampling.temperature > 1e6)
-    throw ConfigError(fmt::format("--temperature must be between 0 and 1e6 (got {})", o.sampling.temperature));
-  if (o.sampling.top_k < 0) throw ConfigError(fmt::format("--top-k must be at least 0 (got {})", o.sampling.top_k));
-  if (o.phantom && o.init) throw ConfigError("--phantom runs on shapes only: it takes no --init");
+    throw ConfigError(fmt::format("`temperature` must be between 0 and 1e6 (got {})", o.sampling.temperature));
+  if (o.sampling.top_k < 0) throw ConfigError(fmt::format("`top_k` must be at least 0 (got {})", o.sampling.top_k));
+  if (o.phantom && o.init) throw ConfigError("`phantom` runs on shapes only: it takes no `init`");
 }
 
 void check_generate_init(const model::SafetensorsFile& f, const model::GPTConfig& config) {

@@ -49,8 +49,8 @@ struct GenerateResult {
   double tpot_seconds() const;  // mean decode step (0 with one new token)
 };
 
-// ConfigError (one line naming the flag) for a bad prompt, length, sampling
-// or parallel shape, before any thread starts.
+// ConfigError (one line naming the option field, `max_new_tokens`) for a bad
+// prompt, length, sampling or parallel shape, before any thread starts.
 void validate(const GenerateOptions& o);
 // The checkpoint holds exactly the model's tensors with its shapes (and, if
 // shardlab wrote it, the same config); ConfigError otherwise.

@@ -15,7 +15,7 @@ namespace shardlab::serve {
 Batching parse_batching(const std::string& text) {
   if (text == "static") return Batching::kStatic;
   if (text == "continuous") return Batching::kContinuous;
-  throw ConfigError(fmt::format("--batching {}: expected static or continuous", text));
+  throw ConfigError(fmt::format("`batching` {}: expected static or continuous", text));
 }
 
 namespace {
@@ -71,12 +71,12 @@ void Replica::check_fits() const {
     if (kv_.blocks_for(q.final_tokens()) > kv_.total_blocks())
       throw ConfigError(fmt::format(
           "request {} needs {} tokens of KV cache (prompt {} + output {} - 1), the replica holds {} "
-          "({} blocks of {}): raise the memory or --kv-fraction, or shorten the requests",
+          "({} blocks of {}): raise the memory or `kv_fraction`, or shorten the requests",
           r.id, q.final_tokens(), r.prompt_len, r.output_len, kv_.total_blocks() * o_.kv_block,
           kv_.total_blocks(), o_.kv_block));
     if (o_.chunked_prefill == 0 && r.prompt_len > o_.max_batch_tokens)
       throw ConfigError(fmt::format(
-          "request {}: prompt of {} tokens exceeds --max-batch-tokens {} (use --chunked-prefill)",
+          "request {}: prompt of {} tokens exceeds `max_batch_tokens` {} (use `chunked_prefill`)",
           r.id, r.prompt_len, o_.max_batch_tokens));
   }
 }
@@ -236,7 +236,7 @@ ReplicaResult simulate_replica(const std::vector<Request>& requests, const Sched
   SHARDLAB_CHECK(o.max_seqs > 0 && o.max_batch_tokens > 0 && o.chunked_prefill >= 0,
                  "scheduler limits must be positive");
   if (o.batching == Batching::kStatic && o.chunked_prefill > 0)
-    throw ConfigError("--chunked-prefill needs --batching continuous");
+    throw ConfigError("`chunked_prefill` needs `batching` continuous");
   Replica r(requests, o, executor);
   return r.run(replica);
 }

@@ -10,18 +10,11 @@
 #include "model/rng.h"
 #include "runtime/errors.h"
 #include "runtime/input_file.h"
+#include "runtime/text.h"
 
 namespace shardlab::serve {
 
 namespace {
-
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  for (std::string part; std::getline(in, part, sep);) out.push_back(part);
-  if (!s.empty() && s.back() == sep) out.emplace_back();
-  return out;
-}
 
 // A whole-string number, or a ConfigError naming `what`.
 double number(const std::string& s, const std::string& what) {
@@ -63,10 +56,10 @@ int sample(const LengthDist& d, uint64_t key, uint64_t index) {
 }  // namespace
 
 LengthDist parse_length_dist(const std::string& text, const std::string& flag) {
-  const std::vector<std::string> f = split(text, ':');
+  const std::vector<std::string> f = split<std::string>(text, ':');
   const std::string what = fmt::format("{} {}", flag, text);
   LengthDist d;
-  if (f.empty()) {
+  if (text.empty()) {
     throw ConfigError(fmt::format("{}: empty; expected N, uniform:A:B or lognormal:MEDIAN:SIGMA[:MAX]", what));
   } else if (f.size() == 1) {
     d.a = d.b = length(f[0], what);
@@ -89,12 +82,12 @@ LengthDist parse_length_dist(const std::string& text, const std::string& flag) {
 
 Arrival parse_arrival(const std::string& text) {
   if (text == "burst") return {};
-  const std::vector<std::string> f = split(text, ':');
+  const std::vector<std::string> f = split<std::string>(text, ':');
   if (f.size() != 2 || f[0] != "poisson")
-    throw ConfigError(fmt::format("--arrival {}: expected poisson:RATE or burst", text));
-  Arrival a{Arrival::Kind::kPoisson, number(f[1], "--arrival " + text)};
+    throw ConfigError(fmt::format("`arrival` {}: expected poisson:RATE or burst", text));
+  Arrival a{Arrival::Kind::kPoisson, number(f[1], "`arrival` " + text)};
   if (a.rate <= 0 || a.rate > 1e9)
-    throw ConfigError(fmt::format("--arrival {}: the rate must be in (0, 1e9] requests/s", text));
+    throw ConfigError(fmt::format("`arrival` {}: the rate must be in (0, 1e9] requests/s", text));
   return a;
 }
 
@@ -143,20 +136,20 @@ std::vector<model::Token> prompt_ids(const std::string& text, int prompt_len, co
 }  // namespace
 
 std::vector<Request> load_trace(const std::string& path) {
-  std::ifstream in = open_input(fmt::format("--workload {}", path), path, "a CSV file");
+  std::ifstream in = open_input(fmt::format("`workload` {}", path), path, "a CSV file");
   std::string line;
   const std::string header = "arrival_s,prompt_len,output_len";
   if (!std::getline(in, line)) line.clear();
   if (!line.empty() && line.back() == '\r') line.pop_back();
   if (line != header && line != header + ",prompt_tokens")
-    throw ConfigError(fmt::format("--workload {}: line 1 must be {}[,prompt_tokens]", path, header));
+    throw ConfigError(fmt::format("`workload` {}: line 1 must be {}[,prompt_tokens]", path, header));
   const size_t fields = line == header ? 3 : 4;
   std::vector<Request> out;
   for (int no = 2; std::getline(in, line); ++no) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty()) continue;
-    const std::string where = fmt::format("--workload {} line {}", path, no);
-    const std::vector<std::string> f = split(line, ',');
+    const std::string where = fmt::format("`workload` {} line {}", path, no);
+    const std::vector<std::string> f = split<std::string>(line, ',');
     if (f.size() != fields) throw ConfigError(fmt::format("{}: expected {} comma-separated fields", where, fields));
     Request r{static_cast<int>(out.size()), number(f[0], where), length(f[1], where), length(f[2], where), {}};
     if (r.arrival_s < 0 || (!out.empty() && r.arrival_s < out.back().arrival_s))
@@ -164,7 +157,7 @@ std::vector<Request> load_trace(const std::string& path) {
     if (fields == 4) r.prompt = prompt_ids(f[3], r.prompt_len, where);
     out.push_back(r);
   }
-  if (out.empty()) throw ConfigError(fmt::format("--workload {}: no requests", path));
+  if (out.empty()) throw ConfigError(fmt::format("`workload` {}: no requests", path));
   return out;
 }
 

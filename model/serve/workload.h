@@ -16,7 +16,8 @@
 //                            tail of chat workloads (ShareGPT's lengths are
 //                            roughly lognormal)
 //
-// Every parse error is a ConfigError naming the flag.
+// Every parse error is a ConfigError naming the option (`arrival`, `workload`,
+// or parse_length_dist's `flag`).
 #pragma once
 
 #include <cstdint>

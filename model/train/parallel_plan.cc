@@ -71,13 +71,13 @@ void validate_parallel(const TrainOptions& o) {
   require(m.dropout == 0 || o.phantom,
           "--dropout is modeled in time only (its kernels are charged, not computed): it needs --phantom");
   require(!p.scatter_gather || !p.sp, "--scatter-gather is for runs without --sp (SP already sends 1/tp)");
-  parallel::check_pipeline_config(p.schedule, p.pp, o.micro_batches, p.vpp);
+  parallel::check_pipeline_config(p.schedule, p.pp, o.micro_batches, p.chunks());
   validate_context_parallel(o);
-  parallel::check_parallel_shape(m, {p.tp, p.sp, p.pp, p.vpp, p.stage_layers, p.ep, p.dp});
+  parallel::check_parallel_shape(m, {p.tp, p.sp, p.pp, p.chunks(), p.stage_layers, p.ep, p.dp});
   if (p.custom_schedule) {
     require(int(p.custom_schedule->size()) == p.pp,
             fmt::format("the custom schedule has {} ranks but --pp is {}", p.custom_schedule->size(), p.pp));
-    const std::string fault = parallel::validate_schedule(*p.custom_schedule, o.micro_batches, p.vpp, p.custom_order);
+    const std::string fault = parallel::validate_schedule(*p.custom_schedule, o.micro_batches, p.chunks(), p.custom_order);
     require(fault.empty(), "invalid custom schedule: " + fault);
     bool split = false;
     for (const auto& actions : *p.custom_schedule)
@@ -97,7 +97,7 @@ bool runs_sharded(const TrainOptions& o) {
 
 parallel::Schedule step_schedule(const TrainOptions& o) {
   const ParallelOptions& p = o.parallel;
-  return p.custom_schedule ? *p.custom_schedule : parallel::build_schedule(p.schedule, p.pp, o.micro_batches, p.vpp);
+  return p.custom_schedule ? *p.custom_schedule : parallel::build_schedule(p.schedule, p.pp, o.micro_batches, p.chunks());
 }
 
 // The checks run before the mesh is built, so a bad size names its flag.
@@ -110,9 +110,9 @@ ParallelPlan::ParallelPlan(const TrainOptions& o) : mesh((validate_parallel(o), 
   fold = {p.mesh_shape(), p.zero > 0, o.model.is_moe()};
   folds = o.phantom && o.fold;
   pp_ = p.pp;
-  vpp_ = p.vpp;
+  vpp_ = p.chunks();
   order_ = p.stage_order();
-  stage_layers_ = parallel::StagePlacement{p.pp, p.vpp, 0, p.stage_layers, order_}.resolved(o.model).stage_layers;
+  stage_layers_ = parallel::StagePlacement{p.pp, p.chunks(), 0, p.stage_layers, order_}.resolved(o.model).stage_layers;
 }
 
 }  // namespace shardlab::train

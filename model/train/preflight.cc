@@ -1,7 +1,6 @@
 #include "model/train/preflight.h"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -201,11 +200,6 @@ void check_memory(const TrainOptions& o, const ParallelPlan& plan, uint64_t capa
                     format_bytes(e.host_bytes), plan.world, format_bytes(host_memory)));
   }
   check_activations(o, plan, e, capacity, elem, budget, host_memory);
-}
-
-uint64_t host_memory_bytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && size > 0 ? uint64_t(pages) * uint64_t(size) : UINT64_MAX;
 }
 
 }  // namespace shardlab::train

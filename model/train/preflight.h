@@ -18,6 +18,7 @@
 
 #include "model/train/parallel_plan.h"
 #include "model/train/trainer.h"
+#include "runtime/host_memory.h"  // host_memory_bytes(): check_memory's host_memory
 
 namespace shardlab::train {
 
@@ -53,11 +54,9 @@ ActivationFloor activation_floor(const TrainOptions& options, const ParallelPlan
 // more than its capacity Y" (with the master weights under bf16); for a real
 // run, the same with the activation floor added ("out of memory: ... and the
 // activations of one micro-batch at least ..."), or "a real run ... needs at
-// least X of host memory ... this machine has Y".
+// least X of host memory ... this machine has Y" (host_memory: usually
+// host_memory_bytes()).
 void check_memory(const TrainOptions& options, const ParallelPlan& plan, uint64_t device_capacity, int elem,
                   uint64_t host_memory);
-
-// This machine's physical memory (bytes).
-uint64_t host_memory_bytes();
 
 }  // namespace shardlab::train

@@ -89,7 +89,7 @@ nlohmann::json TrainOptions::to_json() const {
             {"reshard_after_forward", parallel.reshard_after_forward}, {"prefetch", parallel.prefetch}, {"hsdp", parallel.hsdp},
             {"bucket_mb", parallel.bucket_mb}, {"overlap", parallel.overlap}, {"ep", parallel.ep}, {"pp", parallel.pp},
             {"cp", parallel.cp}, {"cp_comm", parallel::cp_comm_name(parallel.cp_comm)},
-            {"schedule", parallel::schedule_name(parallel.schedule)}, {"vpp", parallel.vpp},
+            {"schedule", parallel::schedule_name(parallel.schedule)}, {"vpp", parallel.chunks()},
             {"pp_layers", parallel.stage_layers}, {"recompute", parallel::recompute_name(parallel.recompute)}}}};
 }
 

@@ -66,7 +66,8 @@ struct ParallelOptions {
   // The ranks that reduce the replicated weights' gradients: dp × cp.
   int data_ranks() const { return dp * cp; }
   parallel::ScheduleKind schedule = parallel::ScheduleKind::k1F1B;
-  int vpp = 1;                // model chunks per pipeline rank (interleaved)
+  // Model chunks per pipeline rank; 0: the schedule's own (chunks()).
+  int vpp = 0;
   std::vector<int> stage_layers;  // blocks per virtual stage; empty = balanced
   parallel::Recompute recompute = parallel::Recompute::kNone;  // activation recomputation
   // Library users: run these action lists (one per pipeline rank, schedules
@@ -78,9 +79,12 @@ struct ParallelOptions {
   parallel::StageOrder stage_order() const {
     return custom_schedule ? custom_order : parallel::stage_order(schedule);
   }
+  // The model chunks per pipeline rank: vpp, or when it is 0 the schedule's
+  // own: 2 in a V (zb-v, dualpipev), else 1 (interleaved needs vpp 2 or more).
+  int chunks() const { return vpp > 0 ? vpp : stage_order() == parallel::StageOrder::kV ? 2 : 1; }
   // The pipeline rank holding the last stage (the head and the second use of
   // the tied wte): pp - 1 in a loop, 0 in a V.
-  int last_stage_rank() const { return parallel::rank_of_stage(stage_order(), pp, pp * vpp - 1); }
+  int last_stage_rank() const { return parallel::rank_of_stage(stage_order(), pp, pp * chunks() - 1); }
   int world() const { return dp * tp * cp * pp; }
   // The mesh of the collectives issue: tp fastest, then cp, ep, dp, pp (Megatron's tp-cp-ep-dp-pp).
   collectives::MeshShape mesh_shape() const { return {.tp = tp, .cp = cp, .ep = ep, .dp = dp, .pp = pp}; }

@@ -11,8 +11,10 @@ namespace {
 
 using K = ActionKind;
 
-std::string flag_value(const char* flag, int value) {
-  return std::string(flag) + " " + std::to_string(value);
+// "`pp` 4": an option field (in backquotes, as every library message names
+// one) and its value.
+std::string field_value(const char* field, int value) {
+  return "`" + std::string(field) + "` " + std::to_string(value);
 }
 
 constexpr ScheduleKind kKinds[] = {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved,
@@ -40,7 +42,7 @@ void add_backward(std::vector<Action>& out, StageOrder order, int pp, int vpp, i
 ScheduleKind parse_schedule(std::string_view name) {
   for (size_t i = 0; i < std::size(kKinds); ++i)
     if (name == kScheduleNames[i]) return kKinds[i];
-  throw ConfigError("unknown --schedule '" + std::string(name) +
+  throw ConfigError("unknown `schedule` '" + std::string(name) +
                     "' (expected gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v or dualpipev)");
 }
 
@@ -71,30 +73,30 @@ bool splits_backward(ScheduleKind kind) {
 }
 
 void check_pipeline_config(ScheduleKind kind, int pp, int micro_batches, int vpp) {
-  if (pp < 1) throw ConfigError(flag_value("--pp", pp) + ": must be at least 1");
+  if (pp < 1) throw ConfigError(field_value("pp", pp) + ": must be at least 1");
   if (micro_batches < 1) {
-    throw ConfigError(flag_value("--micro-batches", micro_batches) + ": must be at least 1");
+    throw ConfigError(field_value("micro_batches", micro_batches) + ": must be at least 1");
   }
   const int chunks = schedule_chunks(kind);
   if (chunks == 2 && vpp != 2) {
-    throw ConfigError(flag_value("--vpp", vpp) + ": --schedule " + std::string(schedule_name(kind)) +
-                      " places exactly 2 model chunks per rank (a V); use --vpp 2");
+    throw ConfigError(field_value("vpp", vpp) + ": `schedule` " + std::string(schedule_name(kind)) +
+                      " places exactly 2 model chunks per rank (a V); use `vpp` 2");
   }
   if (chunks == 2 && micro_batches < 2 * pp) {
-    throw ConfigError(flag_value("--micro-batches", micro_batches) + ": --schedule " +
-                      std::string(schedule_name(kind)) + " needs at least 2 x " + flag_value("--pp", pp));
+    throw ConfigError(field_value("micro_batches", micro_batches) + ": `schedule` " +
+                      std::string(schedule_name(kind)) + " needs at least 2 x " + field_value("pp", pp));
   }
   if (chunks == 1 && vpp != 1) {
-    throw ConfigError(flag_value("--vpp", vpp) + ": model chunks need --schedule interleaved, zb-v or dualpipev");
+    throw ConfigError(field_value("vpp", vpp) + ": model chunks need `schedule` interleaved, zb-v or dualpipev");
   }
   if (kind != ScheduleKind::kInterleaved) return;
   if (vpp < 2) {
-    throw ConfigError(flag_value("--vpp", vpp) +
-                      ": --schedule interleaved needs at least 2 model chunks per rank");
+    throw ConfigError(field_value("vpp", vpp) +
+                      ": `schedule` interleaved needs at least 2 model chunks per rank");
   }
   if (micro_batches % pp != 0) {
-    throw ConfigError(flag_value("--micro-batches", micro_batches) + ": must be a multiple of " +
-                      flag_value("--pp", pp) + " for --schedule interleaved");
+    throw ConfigError(field_value("micro_batches", micro_batches) + ": must be a multiple of " +
+                      field_value("pp", pp) + " for `schedule` interleaved");
   }
 }
 

@@ -95,10 +95,10 @@ int schedule_chunks(ScheduleKind kind);
 // The zero-bubble schedules: backward split into B and W actions.
 bool splits_backward(ScheduleKind kind);
 
-// Throws ConfigError naming the flag: --pp >= 1, --micro-batches >= 1; for
-// interleaved --vpp >= 2 and --micro-batches a multiple of --pp; for zb-v and
-// dualpipev --vpp 2 (their V) and --micro-batches >= 2·pp;
-// otherwise --vpp must be 1.
+// Throws ConfigError naming the option field (`pp`): pp >= 1,
+// micro_batches >= 1; for interleaved vpp >= 2 and micro_batches a multiple
+// of pp; for zb-v and dualpipev vpp 2 (their V) and micro_batches >= 2·pp;
+// otherwise vpp must be 1.
 void check_pipeline_config(ScheduleKind kind, int pp, int micro_batches, int vpp);
 
 // All forwards (0..M-1), then all backwards (0..M-1). Stashes M micro-batches.

@@ -29,7 +29,7 @@ std::vector<int> parse_stage_layers(const std::string& text) {
       used = 0;
     }
     if (item.empty() || used != item.size())
-      throw ConfigError(fmt::format("--pp-layers \"{}\": expected comma-separated layer counts like 3,3,2", text));
+      throw ConfigError(fmt::format("`stage_layers` \"{}\": expected comma-separated layer counts like 3,3,2", text));
     out.push_back(value);
     at = comma + 1;
   }
@@ -40,20 +40,20 @@ void check_stage_layers(const model::GPTConfig& config, int pp, int vpp,
                         const std::vector<int>& stage_layers) {
   const int stages = pp * vpp;
   if (stages > config.n_layer) {
-    throw ConfigError(vpp > 1 ? fmt::format("--pp {} x --vpp {} = {} stages is more than --layers {} "
+    throw ConfigError(vpp > 1 ? fmt::format("`pp` {} x `vpp` {} = {} stages is more than `n_layer` {} "
                                             "(every stage needs a block)", pp, vpp, stages, config.n_layer)
-                              : fmt::format("--pp {} is more than --layers {} (every stage needs a block)",
+                              : fmt::format("`pp` {} is more than `n_layer` {} (every stage needs a block)",
                                             pp, config.n_layer));
   }
   if (stage_layers.empty()) return;
   if (int(stage_layers.size()) != stages)
-    throw ConfigError(fmt::format("--pp-layers has {} entries but there are {} stages (--pp x --vpp)",
+    throw ConfigError(fmt::format("`stage_layers` has {} entries but there are {} stages (`pp` x `vpp`)",
                                   stage_layers.size(), stages));
   if (*std::min_element(stage_layers.begin(), stage_layers.end()) < 1)
-    throw ConfigError("--pp-layers: every stage needs at least one block");
+    throw ConfigError("`stage_layers`: every stage needs at least one block");
   const int64_t sum = std::accumulate(stage_layers.begin(), stage_layers.end(), int64_t{0});  // no int overflow
   if (sum != config.n_layer)
-    throw ConfigError(fmt::format("--pp-layers sums to {} but the model has --layers {}", sum, config.n_layer));
+    throw ConfigError(fmt::format("`stage_layers` sums to {} but the model has `n_layer` {}", sum, config.n_layer));
 }
 
 int StagePlacement::first_layer(int chunk) const {

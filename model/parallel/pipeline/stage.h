@@ -20,9 +20,9 @@ namespace shardlab::parallel {
 // Blocks per virtual stage when the user gives none: as even as possible,
 // the extra blocks on the earliest stages (the last stage also has the head).
 std::vector<int> balanced_stage_layers(int n_layer, int stages);
-// "3,3,2" -> {3, 3, 2}; ConfigError naming --pp-layers otherwise.
+// "3,3,2" -> {3, 3, 2}; ConfigError naming `stage_layers` otherwise.
 std::vector<int> parse_stage_layers(const std::string& text);
-// Throws ConfigError naming the flag: pp·vpp stages must not exceed the
+// Throws ConfigError naming the option field: pp·vpp stages must not exceed the
 // layers, and an explicit list must have pp·vpp entries, each >= 1, summing to
 // the layers. Empty `stage_layers` = balanced.
 void check_stage_layers(const model::GPTConfig& config, int pp, int vpp,

@@ -16,7 +16,7 @@
 #include "model/train/trainer.h"
 #include "runtime/cluster.h"
 #include "support/compare.h"
-#include "tests/examples/shardlab/cli_util.h"
+#include "tests/support/cli_util.h"
 
 namespace shardlab {
 namespace {

@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "tests/examples/shardlab/cli_util.h"
+#include "tests/support/cli_util.h"
 
 namespace shardlab {
 namespace {

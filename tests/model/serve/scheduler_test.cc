@@ -118,12 +118,12 @@ TEST(ServeScheduler, RequestsThatCanNeverRunAreConfigErrors) {
   SchedulerOptions o = continuous(100);
   o.max_batch_tokens = 32;
   const std::string prompt = testing::config_error_of([&] { simulate_replica({{0, 0, 40, 1}}, o, ex); });
-  EXPECT_NE(prompt.find("--chunked-prefill"), std::string::npos) << prompt;
+  EXPECT_NE(prompt.find("`chunked_prefill`"), std::string::npos) << prompt;
   o.chunked_prefill = 8;
   o.batching = Batching::kStatic;
   EXPECT_NE(testing::config_error_of([&] { simulate_replica({{0, 0, 4, 1}}, o, ex); }).find("continuous"),
             std::string::npos);
-  EXPECT_NE(testing::config_error_of([] { parse_batching("dynamic"); }).find("--batching"), std::string::npos);
+  EXPECT_NE(testing::config_error_of([] { parse_batching("dynamic"); }).find("`batching`"), std::string::npos);
 }
 
 // Invariants over a tight cache and a long-tailed burst: every request ends,

@@ -97,7 +97,7 @@ TEST(ServeWorkload, BadSpecsAreOneLineConfigErrors) {
   }
   for (const char* bad : {"poisson", "poisson:0", "poisson:-1", "poisson:inf", "poisson:x", "gamma:2", ""}) {
     const std::string e = testing::config_error_of([&] { parse_arrival(bad); });
-    EXPECT_NE(e.find("--arrival"), std::string::npos) << bad << ": " << e;
+    EXPECT_NE(e.find("`arrival`"), std::string::npos) << bad << ": " << e;
   }
 }
 

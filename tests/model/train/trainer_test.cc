@@ -54,7 +54,38 @@ TEST(Parallel, ConstraintsAreCheckedWithClearMessages) {
             std::string::npos);
   EXPECT_NE(message([](TrainOptions& x) { x.parallel.dp = 2; x.parallel.ep = 4; x.model.n_expert = 8; }).find("--ep 4"),
             std::string::npos);
-  EXPECT_NE(message([](TrainOptions& x) { x.parallel.pp = 8; }).find("--pp 8 is more than --layers 4"), std::string::npos);
+  EXPECT_NE(message([](TrainOptions& x) { x.parallel.pp = 8; }).find("`pp` 8 is more than `n_layer` 4"), std::string::npos);
+}
+
+// A V schedule (zb-v, dualpipev) places two model chunks per rank: the
+// library's default when vpp is not given, so a C++ user who picks one needs
+// nothing else; an explicit vpp is still checked.
+TEST(Parallel, VSchedulesTakeTwoChunksUnlessVppIsGiven) {
+  TrainOptions o;
+  o.model = model::preset("tiny");
+  o.parallel.pp = 2;
+  o.micro_batches = 4;
+  EXPECT_EQ(o.parallel.vpp, 0);
+  EXPECT_EQ(o.parallel.chunks(), 1);  // 1f1b
+  for (parallel::ScheduleKind kind : {parallel::ScheduleKind::kZbV, parallel::ScheduleKind::kDualPipeV}) {
+    TrainOptions v = o;
+    v.parallel.schedule = kind;
+    EXPECT_EQ(v.parallel.chunks(), 2);
+    EXPECT_NO_THROW(validate_parallel(v));
+    EXPECT_EQ(step_schedule(v).size(), 2u);
+    EXPECT_EQ(v.parallel.last_stage_rank(), 0);  // the V ends where it starts
+    v.parallel.vpp = 1;
+    try {
+      validate_parallel(v);
+      ADD_FAILURE() << "vpp 1 accepted for " << parallel::schedule_name(kind);
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("`vpp` 1: `schedule` "), std::string::npos) << e.what();
+    }
+  }
+  o.parallel.schedule = parallel::ScheduleKind::kInterleaved;  // the user chooses its chunks
+  EXPECT_THROW(validate_parallel(o), ConfigError);
+  o.parallel.vpp = 2;
+  EXPECT_NO_THROW(validate_parallel(o));
 }
 
 }  // namespace

@@ -228,15 +228,15 @@ TEST(PpSchedule, ParseAndConstraintErrors) {
     EXPECT_EQ(parse_schedule(schedule_name(kind)), kind);
   }
   EXPECT_EQ(config_error_of([] { parse_schedule("pipedream"); }),
-            "unknown --schedule 'pipedream' (expected gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v or dualpipev)");
-  EXPECT_EQ(config_error_of([] { gpipe(0, 4); }), "--pp 0: must be at least 1");
-  EXPECT_EQ(config_error_of([] { one_f_one_b(2, 0); }), "--micro-batches 0: must be at least 1");
+            "unknown `schedule` 'pipedream' (expected gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v or dualpipev)");
+  EXPECT_EQ(config_error_of([] { gpipe(0, 4); }), "`pp` 0: must be at least 1");
+  EXPECT_EQ(config_error_of([] { one_f_one_b(2, 0); }), "`micro_batches` 0: must be at least 1");
   EXPECT_EQ(config_error_of([] { interleaved_1f1b(4, 6, 2); }),
-            "--micro-batches 6: must be a multiple of --pp 4 for --schedule interleaved");
+            "`micro_batches` 6: must be a multiple of `pp` 4 for `schedule` interleaved");
   EXPECT_EQ(config_error_of([] { interleaved_1f1b(2, 4, 1); }),
-            "--vpp 1: --schedule interleaved needs at least 2 model chunks per rank");
+            "`vpp` 1: `schedule` interleaved needs at least 2 model chunks per rank");
   EXPECT_EQ(config_error_of([] { build_schedule(ScheduleKind::k1F1B, 2, 4, 2); }),
-            "--vpp 2: model chunks need --schedule interleaved, zb-v or dualpipev");
+            "`vpp` 2: model chunks need `schedule` interleaved, zb-v or dualpipev");
   EXPECT_EQ(format_schedule(build_schedule(ScheduleKind::kInterleaved, 2, 4, 2)),
             format_schedule(interleaved_1f1b(2, 4, 2)));
 }

@@ -187,13 +187,13 @@ TEST(ZeroBubbleSchedule, ParseAndConstraintErrors) {
     EXPECT_EQ(parse_schedule(schedule_name(kind)), kind);
   EXPECT_EQ(schedule_name(ScheduleKind::kDualPipeV), "dualpipev");
   EXPECT_EQ(config_error_of([] { parse_schedule("zb-h3"); }),
-            "unknown --schedule 'zb-h3' (expected gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v or dualpipev)");
+            "unknown `schedule` 'zb-h3' (expected gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v or dualpipev)");
   EXPECT_EQ(config_error_of([] { build_schedule(ScheduleKind::kZbV, 2, 4, 1); }),
-            "--vpp 1: --schedule zb-v places exactly 2 model chunks per rank (a V); use --vpp 2");
+            "`vpp` 1: `schedule` zb-v places exactly 2 model chunks per rank (a V); use `vpp` 2");
   EXPECT_EQ(config_error_of([] { build_schedule(ScheduleKind::kZbH1, 2, 4, 2); }),
-            "--vpp 2: model chunks need --schedule interleaved, zb-v or dualpipev");
-  EXPECT_EQ(config_error_of([] { dualpipe_v(4, 7); }), "--micro-batches 7: --schedule dualpipev needs at least 2 x --pp 4");
-  EXPECT_EQ(config_error_of([] { zb_v(2, 3); }), "--micro-batches 3: --schedule zb-v needs at least 2 x --pp 2");
+            "`vpp` 2: model chunks need `schedule` interleaved, zb-v or dualpipev");
+  EXPECT_EQ(config_error_of([] { dualpipe_v(4, 7); }), "`micro_batches` 7: `schedule` dualpipev needs at least 2 x `pp` 4");
+  EXPECT_EQ(config_error_of([] { zb_v(2, 3); }), "`micro_batches` 3: `schedule` zb-v needs at least 2 x `pp` 2");
   EXPECT_TRUE(splits_backward(ScheduleKind::kZbV));
   EXPECT_FALSE(splits_backward(ScheduleKind::kInterleaved));
 }

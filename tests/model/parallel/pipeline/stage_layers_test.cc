@@ -35,8 +35,8 @@ TEST(StageLayers, ParsesCommaSeparatedCounts) {
 // and a wrong sum in the message). The sum is now exact.
 TEST(StageLayers, SumOfHugeCountsDoesNotOverflow) {
   EXPECT_EQ(check_error(parse_stage_layers("999999999,1999999999,1"), 8),
-            "--pp-layers sums to 2999999999 but the model has --layers 8");
-  EXPECT_EQ(check_error({2147483647, 2147483647}, 4), "--pp-layers sums to 4294967294 but the model has --layers 4");
+            "`stage_layers` sums to 2999999999 but the model has `n_layer` 8");
+  EXPECT_EQ(check_error({2147483647, 2147483647}, 4), "`stage_layers` sums to 4294967294 but the model has `n_layer` 4");
   EXPECT_EQ(check_error({3, 3, 2}, 8), "no error");
 }
 

@@ -1,0 +1,221 @@
+// `shardlab verify`: train a sharded config and the unsharded reference from
+// the same seed and batches, side by side, and compare them number by number.
+#include <exception>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/cli.h"
+#include "cli/flag_table.h"
+#include "cli/train_flags.h"
+#include "collectives/mesh.h"
+#include "model/train/trainer.h"
+#include "model/train/verify.h"
+#include "runtime/errors.h"
+#include "runtime/transport.h"
+
+namespace shardlab::cli {
+namespace {
+
+struct VerifyFlags {
+  TrainFlags train;
+  bool grads = false;
+  std::optional<double> tol_loss, tol_param;  // unset: from the noise floor
+};
+
+// The floor and the tolerances it gives, in two lines.
+void print_tolerances(const train::VerifyOptions& vo, int steps) {
+  const train::NoiseFloor& f = vo.floor;
+  if (f.measured)
+    fmt::print("noise floor: two unsharded runs, --micro-batches {} and {} (only the order of the sums differs), "
+               "drift apart by loss rel diff {:.3e}, parameter rel L2 {:.3e} over {} steps; factor {:g}\n",
+               f.micro_batches, f.resplit, f.loss, f.param, steps, vo.floor_factor);
+  else
+    fmt::print("noise floor: not measured ({})\n", f.note);
+  auto source = [&](bool given, double drift) -> std::string {
+    if (given) return "given";
+    if (!f.measured) return "default";
+    return vo.floor_factor * drift > train::kDefaultTolerance ? fmt::format("{:g} x floor", vo.floor_factor)
+                                                               : fmt::format("default; {:g} x floor is less", vo.floor_factor);
+  };
+  fmt::print("tolerances: loss {:.3g} ({}), parameters {:.3g} ({}){}\n", vo.tol_loss, source(vo.user_tol_loss, f.loss),
+             vo.tol_param, source(vo.user_tol_param, f.param),
+             vo.grads ? fmt::format(", step-0 gradients {:.3g} (no drift to scale for)", vo.tol_grad) : "");
+}
+
+void print_table(const train::TrainOptions& o, const collectives::DeviceMesh& mesh, const train::VerifyResult& r) {
+  const train::VerifyOptions& vo = r.options;
+  fmt::print("shardlab verify: {} ({} devices) against the unsharded model, {} steps, {}\n", mesh.to_string(),
+             mesh.size(), o.steps, o.model.to_string());
+  if (o.model.vocab_padded()) fmt::print("{}; the reference uses the same rows\n", model::vocab_padding_note(o.model, o.parallel.tp));
+  fmt::print("{:>6} {:>16} {:>16} {:>12}\n", "step", "loss", "reference", "rel diff");
+  for (size_t s = 0; s < r.loss_rel_diff.size(); ++s)
+    fmt::print("{:>6} {:>16.9f} {:>16.9f} {:>12.3e}\n", s, r.sharded_loss[s], r.reference_loss[s], r.loss_rel_diff[s]);
+  auto worst = [](const std::vector<train::TensorDiff>& v) {
+    return *std::max_element(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.rel_l2 < b.rel_l2; });
+  };
+  if (!r.grads.empty()) {
+    const auto w = worst(r.grads);
+    fmt::print("step-0 gradients: {} tensors, rel L2 {:.3e} (tensor with the largest: {} {:.3e})\n",
+               r.grads.size(), r.grad_rel_l2, w.name, w.rel_l2);
+  }
+  const auto w = worst(r.params);
+  fmt::print("parameters after step {}: {} tensors, rel L2 {:.3e}, max |diff| {:.3e} (tensor with the largest rel L2: {} {:.3e})\n",
+             o.steps - 1, r.params.size(), r.param_rel_l2, r.max_param_abs_diff, w.name, w.rel_l2);
+  print_tolerances(vo, o.steps);
+  if (r.passed && o.parallel.world() == 1) {
+    fmt::print("PASS, vacuously: nothing is sharded (1 device, no dp, tp, cp or pp split), so the run is the "
+               "unsharded model compared with itself\n");
+    return;
+  }
+  if (r.passed) {
+    fmt::print("PASS: matches the unsharded model (loss rel diff <= {:.3g} per step, parameter-vector rel L2 <= {:.3g})\n",
+               vo.tol_loss, vo.tol_param);
+    return;
+  }
+  const auto& m = *r.first_mismatch;
+  if (m.kind == "replica") {
+    fmt::print("FAIL: data-parallel replicas differ: {} differs from dp rank 0's copy by {:.3e}\n", m.name, m.value);
+  } else if (m.kind == "loss") {
+    fmt::print("FAIL: the loss of step {} differs: rel diff {:.3e} > {:.3g} (|diff| {:.3e})\n", m.step, m.value,
+               vo.tol_loss, m.max_abs);
+  } else {
+    fmt::print("FAIL: {} differ (rel L2 {:.3e} > {:.3g}); first mismatch: {}{}, max |diff| {:.3e}\n",
+               m.kind == "grad" ? "the step-0 gradients" : "the parameters", m.value,
+               m.kind == "grad" ? vo.tol_grad : vo.tol_param, m.name,
+               m.layer >= 0 ? fmt::format(" (layer {})", m.layer) : "", m.max_abs);
+  }
+}
+
+// Runs the first of `runs` here and the others on host threads of their
+// own, side by side, and rethrows the first error. std::threads, not oneTBB
+// tasks: their join is a synchronisation ThreadSanitizer sees (Debian's
+// oneTBB is not instrumented, so the reads of results after a TBB join were
+// reported as races).
+void side_by_side(const std::vector<std::function<void()>>& runs) {
+  std::vector<std::exception_ptr> errors(runs.size());
+  auto guarded = [&](size_t i) {
+    try {
+      runs[i]();
+    } catch (...) {
+      errors[i] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> others;
+  for (size_t i = 1; i < runs.size(); ++i) others.emplace_back(guarded, i);
+  guarded(0);
+  for (std::thread& t : others) t.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+// The floor run's micro-batch count, or 0 with the reason in floor.note.
+int floor_run(const VerifyFlags& f, const train::TrainOptions& sharded, const train::TrainOptions& reference,
+              train::NoiseFloor& floor) {
+  floor.micro_batches = reference.micro_batches;
+  if (sharded.parallel.world() == 1) {
+    floor.note = "nothing is sharded";
+    return 0;
+  }
+  if (f.tol_loss && f.tol_param) {
+    floor.note = "--tol-loss and --tol-param were given";
+    return 0;
+  }
+  return train::floor_micro_batches(reference, floor.note);
+}
+
+int run_verify(VerifyFlags& f) {
+  HardwareProfile profile = apply_common(f.train.common);
+  train::TrainOptions sharded = f.train.options();
+  if (sharded.phantom)
+    throw ConfigError("--phantom: verify compares values, and a phantom run computes none (use train --phantom)");
+  if (!f.train.opts.save_path.empty())
+    throw ConfigError("--save: verify trains two models and keeps neither (use train --save)");
+  check_outputs({{"--report", f.train.report}, {"--trace", f.train.common.trace}});
+  sharded.keep_step0_grads = f.grads;
+  train::TrainOptions reference = sharded;
+  reference.parallel = {};
+  reference.corrupt_shard.clear();
+  train::NoiseFloor floor;
+  train::TrainOptions resplit = reference;  // the noise floor's run
+  resplit.micro_batches = floor_run(f, sharded, reference, floor);
+  resplit.keep_step0_grads = false;
+
+  ClusterOptions copts = f.train.cluster_options();
+  Cluster sharded_cluster(profile, copts);
+  copts.world_size = 1;
+  copts.trace = false;
+  copts.faults.reset();  // faults change the sharded run's clock, never its numbers
+  copts.single_process = true;  // under mpirun every process runs the reference itself
+  Cluster reference_cluster(profile, copts), resplit_cluster(profile, copts);
+  train::TrainResult a, b, c;
+  std::vector<std::function<void()>> runs{[&] { a = train::train(sharded_cluster, sharded); },
+                                          [&] { b = train::train(reference_cluster, reference); }};
+  if (resplit.micro_batches > 0) runs.emplace_back([&] { c = train::train(resplit_cluster, resplit); });
+  side_by_side(runs);
+  const nlohmann::json report = train::report_json(sharded, sharded_cluster, a);
+  if (leader_process())  // under mpirun, one set of files (runtime/transport.h)
+    write_outputs({{"--report", f.train.report, f.train.report.empty() ? "" : report.dump(2) + "\n"},
+                   {"--trace", f.train.common.trace,
+                    f.train.common.trace.empty() ? "" : chrome_trace_json(a.run.traces, "shardlab verify (sharded run)")}});
+  const model::ParamTable table(sharded.model);
+  if (resplit.micro_batches > 0)
+    floor = train::measure_floor(b, c, table, reference.micro_batches, resplit.micro_batches);
+  const train::VerifyOptions vo = train::floor_options(floor, train::kFloorFactor, f.tol_loss, f.tol_param, f.grads);
+  const train::VerifyResult r = train::compare_runs(a, b, table, vo);
+  if (f.train.common.json) {
+    nlohmann::json j = train::verify_json(r);
+    j["sharded"] = sharded.parallel.world() > 1;
+    fmt::print("{}\n", j.dump(2));
+  } else {
+    const collectives::DeviceMesh mesh(sharded.parallel.mesh_shape());
+    print_table(sharded, mesh, r);
+    fmt::print("sharded run on {}:\n", profile.name);
+    print_device_table(report);
+  }
+  return r.passed ? 0 : 1;
+}
+
+#define FIELD(path) FLAG_FIELD(VerifyFlags, path)
+
+FlagTable<VerifyFlags> verify_flags() {
+  return {
+      {"--grads", FIELD(grads), "Also compare the step-0 gradients (against --tol-param, or 1e-5)"},
+      {"--tol-loss", FIELD(tol_loss),
+       fmt::format("Max relative loss difference per step (default: the larger of 1e-5 and {:g} x the noise floor)",
+                   train::kFloorFactor),
+       number_in(0, 1e3)},
+      {"--tol-param", FIELD(tol_param),
+       fmt::format("Max relative L2 difference of the whole parameter vector, ||sharded - reference|| / "
+                   "||reference|| (default: the larger of 1e-5 and {:g} x the noise floor)",
+                   train::kFloorFactor),
+       number_in(0, 1e3)},
+  };
+}
+
+#undef FIELD
+
+}  // namespace
+
+void add_verify_command(CLI::App& app) {
+  auto* sub = app.add_subcommand("verify", "Train a sharded config and the unsharded model; compare them");
+  auto f = std::make_shared<VerifyFlags>();
+  f->train.add(sub);
+  sub->get_option("--corrupt-shard")
+      ->description("Testing verify: perturb rank RANK's shard of parameter NAME, by 1e-2 x (1 + |x|) after the "
+                    "last step, or with REL scaled by 1 + REL before the first step (verify must then FAIL)")
+      ->option_text("NAME:RANK[:REL]")
+      ->group("Options");
+  add_flags(sub, *f, verify_flags());
+  sub->footer("Noise floor: the drift between the unsharded model and the same run split into other micro-batches "
+              "(only the order of the fp32 sums differs), over the same steps; printed with the tolerances.\n"
+              "Exit status: 0 when the runs agree, 1 when they do not, 2 on bad input.");
+  set_action(sub, [f] { return run_verify(*f); });
+}
+
+}  // namespace shardlab::cli

@@ -1,0 +1,56 @@
+#include "cli/field_flags.h"
+
+#include <array>
+#include <utility>
+
+namespace shardlab::cli {
+namespace {
+
+// {field as the library's messages name it, the flag that sets it}.
+constexpr std::array<std::pair<std::string_view, std::string_view>, 23> kFieldFlags = {{
+    {"pp", "--pp"},
+    {"vpp", "--vpp"},
+    {"micro_batches", "--micro-batches"},
+    {"schedule", "--schedule"},
+    {"stage_layers", "--pp-layers"},
+    {"n_layer", "--layers"},
+    {"block_size", "--seq"},
+    {"workload", "--workload"},
+    {"prompt_len", "--prompt-len"},
+    {"output_len", "--output-len"},
+    {"max_seqs", "--max-seqs"},
+    {"max_batch_tokens", "--max-batch-tokens"},
+    {"chunked_prefill", "--chunked-prefill"},
+    {"batching", "--batching"},
+    {"kv_fraction", "--kv-fraction"},
+    {"arrival", "--arrival"},
+    {"phantom", "--phantom"},
+    {"init", "--init"},
+    {"prompt", "--prompt-tokens"},
+    {"max_new_tokens", "--max-new-tokens"},
+    {"temperature", "--temperature"},
+    {"top_k", "--top-k"},
+}};
+
+}  // namespace
+
+std::string with_flag_names(std::string_view message) {
+  std::string out;
+  size_t i = 0;
+  while (i < message.size()) {
+    const size_t open = message.find('`', i);
+    const size_t close = open == std::string_view::npos ? open : message.find('`', open + 1);
+    if (close == std::string_view::npos) break;
+    const std::string_view field = message.substr(open + 1, close - open - 1);
+    out += message.substr(i, open - i);
+    std::string_view shown = message.substr(open, close - open + 1);
+    for (const auto& [name, flag] : kFieldFlags)
+      if (name == field) shown = flag;
+    out += shown;
+    i = close + 1;
+  }
+  out += message.substr(i);
+  return out;
+}
+
+}  // namespace shardlab::cli

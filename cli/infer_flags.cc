@@ -1,0 +1,53 @@
+#include "cli/infer_flags.h"
+
+#include <utility>
+
+#include "cli/cli.h"
+#include "model/infer/generate.h"
+#include "runtime/errors.h"
+
+namespace shardlab::cli {
+namespace {
+
+#define FIELD(path) FLAG_FIELD(TrainFlags, path)
+
+FlagTable<TrainFlags> inference_flags(const InferenceFlagHelp& help) {
+  const CLI::Validator degree = number_in(1, double(kMaxDevices));
+  return {
+      {"--moe-top-k", FIELD(top_k), "MoE experts per token", number_in(1, 1 << 16), kShowDefault},
+      {"--init", FIELD(opts.init_path), "Weights from FILE.safetensors (strict: exactly the model's tensors)",
+       nonempty()},
+      {"--tp", FIELD(opts.parallel.tp), "Tensor-parallel degree", degree, kShowDefault},
+      {"--pp", FIELD(opts.parallel.pp), "Pipeline stages", degree, kShowDefault},
+      {"--ep", FIELD(opts.parallel.ep), help.ep, degree, kShowDefault},
+      {"--memory", FIELD(memory), "Per-device memory, e.g. " + help.memory + " (default: the profile's)", nonempty()},
+      {"--precision", FIELD(precision), "Modeled precision: fp32 or bf16", {}, kShowDefault},
+      {"--phantom", FIELD(opts.phantom), help.phantom},
+  };
+}
+
+#undef FIELD
+
+}  // namespace
+
+void add_inference_flags(CLI::App* sub, TrainFlags& m, const InferenceFlagHelp& help) {
+  FlagTable<TrainFlags> table = model_flags();
+  std::erase_if(table, [](const FlagRow<TrainFlags>& row) { return row.names == "--top-k"; });  // --moe-top-k here
+  for (FlagRow<TrainFlags>& row : inference_flags(help)) table.push_back(std::move(row));
+  add_flags(sub, m, table);
+}
+
+std::optional<model::SafetensorsFile> load_inference_init(const TrainFlags& m, const model::GPTConfig& config) {
+  if (m.opts.init_path.empty()) return std::nullopt;
+  if (m.opts.phantom) throw ConfigError("--phantom runs on shapes only: it takes no --init");
+  try {
+    model::SafetensorsFile init = model::load_safetensors(m.opts.init_path);
+    infer::check_generate_init(init, config);
+    return init;
+  } catch (const ConfigError& e) {  // name the flag once
+    const std::string what = e.what();
+    throw ConfigError(what.rfind("--init", 0) == 0 ? what : "--init: " + what);
+  }
+}
+
+}  // namespace shardlab::cli

@@ -1,0 +1,30 @@
+// The flags `generate` and `serve` share: train's model shape flags (the MoE
+// routing's top-k is --moe-top-k, --top-k being sampling's), the split
+// (--tp --pp --ep), --memory, --precision, --phantom and --init; and the
+// checked load of --init.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/train_flags.h"
+#include "model/io/safetensors.h"
+
+namespace shardlab::cli {
+
+struct InferenceFlagHelp {
+  std::string ep;       // what --ep means for the command
+  std::string memory;   // --memory's example
+  std::string phantom;  // what --phantom does for the command
+};
+
+void add_inference_flags(CLI::App* sub, TrainFlags& m, const InferenceFlagHelp& help);
+
+// The --init checkpoint, checked against `config` (exactly its tensors and
+// shapes; one error line naming --init); nothing without --init. --phantom
+// takes no --init.
+std::optional<model::SafetensorsFile> load_inference_init(const TrainFlags& m, const model::GPTConfig& config);
+
+}  // namespace shardlab::cli

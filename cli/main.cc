@@ -1,0 +1,81 @@
+// shardlab: a GPU training cluster emulated on CPU threads.
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "cli/cli.h"
+#include "cli/field_flags.h"
+#include "runtime/errors.h"
+#include "runtime/transport.h"
+
+namespace {
+
+// Output lost to a write error on stdout (a full disk, `--json > /dev/full`)
+// is a failed run: one line on stderr and exit 2, never exit 0.
+int finish_stdout(int code) {
+  errno = 0;
+  if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return code;
+  std::fprintf(stderr, "shardlab: error: cannot write to stdout (%s)\n",
+               errno != 0 ? std::strerror(errno) : "write error");
+  return 2;
+}
+
+int run(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::RuntimeError& e) {
+    return e.get_exit_code();
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "shardlab: error: %s\n", e.what());
+    return 2;
+  } catch (const shardlab::ConfigError& e) {
+    std::fprintf(stderr, "shardlab: error: %s\n", shardlab::cli::with_flag_names(e.what()).c_str());
+    return 2;
+  } catch (const shardlab::RunError& e) {
+    std::fprintf(stderr, "shardlab: error: %s\n", shardlab::cli::with_flag_names(e.what()).c_str());
+    // 3: an injected dead device or downed link stopped the run (README "Fault injection").
+    return e.input_error() ? 2 : e.device_failure() ? 3 : 1;
+  } catch (const std::exception& e) {
+    if (std::ferror(stdout)) return 2;  // fmt::print failed on stdout: finish_stdout says so
+    std::fprintf(stderr, "shardlab: error: %s\n", shardlab::cli::with_flag_names(e.what()).c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Under mpirun: MPI, the transport, one output (runtime/transport.h).
+  shardlab::ProcessSession session(argc, argv);
+  CLI::App app{"shardlab: a GPU training cluster emulated on CPU threads", "shardlab"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "shardlab 0.1.0");
+  shardlab::cli::add_collectives_command(app);
+  shardlab::cli::add_p2p_command(app);
+  shardlab::cli::add_profiles_command(app);
+  shardlab::cli::add_train_command(app);
+  shardlab::cli::add_verify_command(app);
+  shardlab::cli::add_sweep_command(app);
+  shardlab::cli::add_generate_command(app);
+  shardlab::cli::add_serve_command(app);
+  std::string names;
+  bool known = false;
+  for (const auto* sub : app.get_subcommands({})) {
+    names += (names.empty() ? "" : ", ") + sub->get_name();
+    known = known || (argc > 1 && sub->get_name() == argv[1]);
+  }
+  if (argc > 1 && argv[1][0] != '-' && !known) {
+    std::fprintf(stderr, "shardlab: error: unknown subcommand '%s' (one of: %s)\n", argv[1], names.c_str());
+    return 2;
+  }
+  return session.settle(finish_stdout(run(app, argc, argv)));
+}

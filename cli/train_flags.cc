@@ -1,0 +1,292 @@
+#include "cli/train_flags.h"
+
+#include <cmath>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "cli/flag_table.h"
+#include "model/config.h"
+#include "model/parallel/sharded_gpt.h"
+#include "runtime/errors.h"
+#include "runtime/fault.h"
+#include "runtime/units.h"
+
+namespace shardlab::cli {
+namespace {
+
+std::string preset_list() {
+  std::string out;
+  for (const std::string& name : model::preset_names()) out += (out.empty() ? "" : ", ") + name;
+  return out;
+}
+
+// Bounds that keep every size product of the model code within int64 and
+// its int dimensions; far beyond any published model (GPT-3: 96 layers,
+// embd 12288; Megatron-1T: embd 25600), small enough that a nonsense value
+// ("--embd 2000000000") is refused here instead of overflowing later.
+constexpr double kMaxDim = 1 << 20;     // --heads, --embd, --seq
+constexpr double kMaxCount = 1 << 24;   // --vocab, --ffn, --batch
+constexpr double kMaxLayers = 1 << 16;  // --layers, --experts
+constexpr double kMaxSteps = 1e6;       // --steps, --warmup-steps (results are kept per step)
+
+#define FIELD(path) FLAG_FIELD(TrainFlags, path)
+
+}  // namespace
+
+FlagTable<TrainFlags> model_flags() {
+  return {
+      {"--model", FIELD(model), "Model preset: " + preset_list(), {}, kShowDefault},
+      {"--layers", FIELD(layers), "Transformer blocks (overrides the preset)", number_in(1, kMaxLayers)},
+      {"--heads", FIELD(heads), "Attention heads", number_in(1, kMaxDim)},
+      {"--embd", FIELD(embd), "Embedding width C", number_in(1, kMaxDim)},
+      {"--vocab", FIELD(vocab), "Vocabulary size (tokens; never padded unless asked)", number_in(2, kMaxCount)},
+      {"--ffn,--ffn-hidden-size", FIELD(ffn), "MLP hidden width (default 4 x --embd)", number_in(1, kMaxCount)},
+      {"--make-vocab-size-divisible-by", FIELD(vocab_divisible_by),
+       "Pad the vocabulary to a multiple of N x --tp, as Megatron (default: 128 for the published presets, none "
+       "for nano/tiny/small and an explicit --vocab)",
+       number_in(1, 1 << 16)},
+      {"--seq", FIELD(seq), "Sequence length = position table size", number_in(1, kMaxDim)},
+      {"--batch", FIELD(batch), "Global batch in sequences", number_in(1, kMaxCount)},
+      {"--experts", FIELD(experts), "MoE experts per MoE block (0 = dense)", number_in(0, kMaxLayers), kShowDefault},
+      {"--top-k", FIELD(top_k), "Experts per token", number_in(1, kMaxLayers), kShowDefault},
+      {"--moe-every", FIELD(moe_every), "Blocks with layer % N == 0 are MoE", number_in(1, kMaxLayers), kShowDefault},
+      {"--aux-coef", FIELD(aux_coef), "Load-balancing loss coefficient (default 0.01 with experts)",
+       number_in(0, 1e6)},
+      {"--capacity-factor", FIELD(capacity_factor), "Expert capacity factor (0 = unlimited)", number_in(0, 1e6),
+       kShowDefault},
+      {"--dropout", FIELD(dropout),
+       "Attention and hidden dropout probability: its kernels are charged (phantom runs only)", number_in(0, 0.999),
+       kShowDefault},
+  };
+}
+
+namespace {
+
+FlagTable<TrainFlags> optimizer_flags() {
+  return {
+      {"--steps", FIELD(opts.steps), "Optimizer steps", number_in(1, kMaxSteps), kShowDefault},
+      {"--seed", FIELD(opts.seed), "Seed for init and data", number_in(0, 1.8e19), kShowDefault},
+      {"--lr", FIELD(opts.adam.lr), "Peak learning rate", number_above(0, 1e3), kShowDefault},
+      {"--beta1", FIELD(opts.adam.beta1), "AdamW beta1", number_in(0, 1), kShowDefault},
+      {"--beta2", FIELD(opts.adam.beta2), "AdamW beta2", number_in(0, 1), kShowDefault},
+      {"--eps", FIELD(opts.adam.eps), "AdamW eps", number_above(0, 1), kShowDefault},
+      {"--weight-decay", FIELD(opts.adam.weight_decay), "AdamW decoupled weight decay (2+-dim tensors)",
+       number_in(0, 1e3), kShowDefault},
+      {"--grad-clip", FIELD(opts.grad_clip), "Global gradient-norm clip (0 = off)", number_in(0, 1e6), kShowDefault},
+      {"--warmup-steps", FIELD(opts.warmup_steps), "Linear warm-up steps", number_in(0, kMaxSteps), kShowDefault},
+      {"--lr-schedule", FIELD(lr_schedule), "constant or cosine (to lr/10)", {}, kShowDefault},
+  };
+}
+
+FlagTable<TrainFlags> io_flags() {
+  return {
+      {"--data", FIELD(opts.data), "synthetic:NAME or FILE.bin", nonempty(), kShowDefault},
+      {"--sampling", FIELD(sampling), "random or sequential", {}, kShowDefault},
+      {"--init", FIELD(opts.init_path), "Start from FILE.safetensors (strict: exactly the model's tensors)",
+       nonempty()},
+      {"--save", FIELD(opts.save_path), "Save FILE.safetensors after training", nonempty()},
+      {"--report", FIELD(report), "Write the run report to FILE.json", nonempty()},
+      {"--memory", FIELD(memory), "Per-device memory, e.g. 64MiB (default: the profile's)", nonempty()},
+      {"--precision", FIELD(precision), "Modeled precision: fp32 or bf16", {}, kShowDefault},
+  };
+}
+
+FlagTable<TrainFlags> parallel_flags() {
+  const CLI::Validator degree = number_in(1, double(kMaxDevices));
+  return {
+      {"--dp", FIELD(opts.parallel.dp), "Data-parallel degree", degree, kShowDefault},
+      {"--tp", FIELD(opts.parallel.tp), "Tensor-parallel degree (Megatron)", degree, kShowDefault},
+      {"--sp", FIELD(opts.parallel.sp), "Sequence parallelism (with --tp)"},
+      {"--scatter-gather", FIELD(opts.parallel.scatter_gather),
+       "Without --sp: each TP rank sends 1/tp of the activations between stages, an all-gather over the TP group "
+       "reassembles them (Megatron-LM 2021)"},
+      {"--zero", FIELD(opts.parallel.zero),
+       "ZeRO stage over dp: 0, 1 (optimizer states), 2 (+ gradients) or 3 (+ parameters: FSDP units)", {},
+       kShowDefault},
+      {"--reshard-after-forward,!--no-reshard-after-forward", FIELD(opts.parallel.reshard_after_forward),
+       "ZeRO-3: free each unit after its forward and gather it again for backward (default; off keeps it until "
+       "backward)"},
+      {"--hsdp", FIELD(opts.parallel.hsdp),
+       "ZeRO-3 hybrid sharding: shard over groups of N consecutive dp ranks, replicate across them (gradients "
+       "all-reduced over the replicas)",
+       degree},
+      {"--prefetch,!--no-prefetch", FIELD(opts.parallel.prefetch),
+       "ZeRO-3: gather the next unit on the communication stream while this one computes (default)"},
+      {"--bucket-mb", FIELD(opts.parallel.bucket_mb), "DP gradient bucket size in MB", number_above(0, 1e6),
+       kShowDefault},
+      {"--no-overlap", FIELD(no_overlap), "Reduce DP gradients after backward instead of during it"},
+      {"--ep", FIELD(opts.parallel.ep), "Expert-parallel degree (divides --dp; --experts / ep experts per GPU)",
+       degree, kShowDefault},
+      {"--pp", FIELD(opts.parallel.pp), "Pipeline-parallel stages", degree, kShowDefault},
+      {"--cp", FIELD(opts.parallel.cp),
+       "Context-parallel degree: every sequence split over N ranks (2N chunks, causal load balancing)", degree,
+       kShowDefault},
+      {"--cp-comm", FIELD(cp_comm), "Context parallelism's K/V exchange: ring (point to point) or allgather", {},
+       kShowDefault},
+      {"--micro-batches", FIELD(opts.micro_batches),
+       "Micro-batches per step (gradient accumulation; the pipeline's M)", degree, kShowDefault},
+      {"--schedule", FIELD(schedule),
+       "Pipeline schedule: gpipe, 1f1b, interleaved, or zero-bubble zb-h1, zb-h2, zb-v, dualpipev", {},
+       kShowDefault},
+      {"--vpp", FIELD(opts.parallel.vpp),
+       "Model chunks per pipeline rank (interleaved: 2 or more; zb-v and dualpipev: 2, the default)", degree},
+      {"--pp-layers", FIELD(pp_layers), "Blocks per stage, e.g. 3,3,2 (default: balanced)", nonempty()},
+      {"--recompute", FIELD(recompute),
+       "Activation recomputation: none, selective (attention core) or full (whole blocks)", {}, kShowDefault},
+  };
+}
+
+// What train, verify and sweep add to the tables above.
+FlagTable<TrainFlags> run_flags() {
+  return {
+      {"--phantom", FIELD(opts.phantom),
+       "Shapes only: run every kernel, collective and allocation on the clock, compute nothing"},
+      {"--phantom-routing", FIELD(phantom_routing),
+       "Phantom MoE routing assumption: uniform or zipf:S (expert e gets ~1/(e+1)^S)", {}, kShowDefault},
+      {"--arithmetic", FIELD(arithmetic),
+       "native: the host's fastest GEMM (bits reproducible on this machine); portable: the same bits on every "
+       "machine and build, slower",
+       {}, kShowDefault},
+      {"--no-fold", FIELD(no_fold), "Phantom runs: give every device its own thread (no folding of symmetric ranks)"},
+      {"--corrupt-shard", FIELD(opts.corrupt_shard), "NAME:RANK (testing verify)", {}, false, /*hidden=*/true},
+      {"--fault", FIELD(faults),
+       "Inject a fault (repeatable), or @FILE.json with a list of them: slow-link:A-B:bw=F[,lat_us=+X][,from_step=S], "
+       "slow-nic:D:..., link-down:A-B:step=S, straggler:D:compute=F[,from_step=S], dead:D:step=S, "
+       "memory:D:capacity=SIZE|FRACTION (README \"Fault injection\")",
+       nonempty(), false, false, /*take_all=*/true},
+  };
+}
+
+FlagTable<TrainFlags> checkpoint_flags() {
+  return {
+      {"--checkpoint-dir", FIELD(opts.checkpoint_dir),
+       "Write sharded checkpoints into DIR (DIR/step-NNNNNN/, DIR/latest) every --checkpoint-every steps and after "
+       "the last step",
+       nonempty()},
+      {"--checkpoint-every", FIELD(checkpoint_every), "Steps between checkpoints (with --checkpoint-dir)"},
+      {"--resume", FIELD(opts.resume_dir),
+       "Continue from DIR's latest checkpoint (--steps stays the total; any parallel config: reshards)", nonempty()},
+  };
+}
+
+#undef FIELD
+
+}  // namespace
+
+void TrainFlags::add(CLI::App* sub) {
+  add_common_flags(sub, common);
+  for (const FlagTable<TrainFlags>& table : {model_flags(), optimizer_flags(), io_flags(), parallel_flags(), run_flags()})
+    add_flags(sub, *this, table);
+}
+
+void TrainFlags::add_checkpoint_flags(CLI::App* sub) { add_flags(sub, *this, checkpoint_flags()); }
+
+model::GPTConfig TrainFlags::model_config() const {
+  const model::PresetInfo& info = model::preset_info(model);
+  model::GPTConfig c = info.config;
+  auto set = [](int& field, int value) {
+    if (value != 0) field = value;
+  };
+  set(c.n_layer, layers);
+  set(c.n_head, heads);
+  set(c.n_embd, embd);
+  set(c.vocab_size, vocab);
+  set(c.block_size, seq);
+  set(c.batch_size, batch);
+  for (auto [flag, v] : {std::pair{"--layers", layers}, std::pair{"--heads", heads}, std::pair{"--embd", embd},
+                         std::pair{"--vocab", vocab}, std::pair{"--seq", seq}, std::pair{"--batch", batch}}) {
+    if (v < 0) throw ConfigError(fmt::format("{} must be positive (got {})", flag, v));
+  }
+  if (ffn && *ffn <= 0)
+    throw ConfigError(fmt::format("--ffn must be positive (got {}; leave it out for 4 x --embd)", *ffn));
+  c.n_ffn = ffn.value_or(0);
+  c.n_expert = experts;
+  c.top_k = top_k;
+  c.moe_every = moe_every;
+  c.aux_coef = aux_coef >= 0 ? aux_coef : (experts > 0 ? 0.01 : 0.0);
+  c.capacity_factor = capacity_factor;
+  c.dropout = dropout;
+  if (vocab_divisible_by && *vocab_divisible_by < 1)
+    throw ConfigError(fmt::format("--make-vocab-size-divisible-by must be at least 1 (got {})", *vocab_divisible_by));
+  const int multiple = vocab_divisible_by.value_or(info.pads_vocab && vocab == 0 ? 128 : 0);
+  const int tp = opts.parallel.tp;
+  if (multiple > 0 && tp >= 1 && c.vocab_size >= 2) c = model::with_padded_vocab(c, multiple, tp);
+  return c;
+}
+
+namespace {
+
+// "uniform" -> 0, "zipf:S" -> S; anything else is one error line.
+double parse_phantom_routing(const std::string& text) {
+  if (text == "uniform") return 0;
+  if (text.rfind("zipf:", 0) == 0) {
+    try {
+      size_t used = 0;
+      const double s = std::stod(text.substr(5), &used);
+      if (used == text.size() - 5 && std::isfinite(s) && s > 0 && s <= 100) return s;
+    } catch (const std::exception&) {
+    }
+  }
+  throw ConfigError(fmt::format("--phantom-routing: \"{}\" is not uniform or zipf:S with 0 < S <= 100", text));
+}
+
+}  // namespace
+
+train::TrainOptions TrainFlags::options() const {
+  const train::ParallelOptions& p = opts.parallel;
+  // Each degree is at most kMaxDevices (2^20): the product of two fits an
+  // int64, of four only a double.
+  const double devices = double(p.dp) * p.tp * p.pp * p.cp;
+  const int64_t world = devices > double(kMaxDevices) ? kMaxDevices + 1 : int64_t{p.dp} * p.tp * p.pp * p.cp;
+  if (world > kMaxDevices)
+    throw ConfigError(fmt::format("--dp {} x --tp {} x --pp {} x --cp {} = {} devices: at most {}", p.dp, p.tp, p.pp,
+                                  p.cp, devices, kMaxDevices));
+  // The result keeps a record per device and step (the report's timelines).
+  constexpr int64_t kMaxDeviceSteps = 100'000'000;
+  if (world * opts.steps > kMaxDeviceSteps)
+    throw ConfigError(fmt::format("--steps {} on {} devices: at most {} device-steps (a record is kept for each)",
+                                  opts.steps, world, kMaxDeviceSteps));
+  train::TrainOptions o = opts;  // the fields the flags set directly
+  o.model = model_config();
+  o.lr_schedule = train::parse_lr_schedule(lr_schedule);
+  o.sampling = model::parse_sampling(sampling);
+  o.parallel.overlap = !no_overlap;
+  o.parallel.cp_comm = parallel::parse_cp_comm(cp_comm);
+  o.parallel.schedule = parallel::parse_schedule(schedule);
+  o.parallel.recompute = parallel::parse_recompute(recompute);
+  if (!pp_layers.empty()) o.parallel.stage_layers = parallel::parse_stage_layers(pp_layers);
+  if (checkpoint_every && *checkpoint_every < 1)
+    throw ConfigError(fmt::format("--checkpoint-every must be at least 1 (got {})", *checkpoint_every));
+  o.checkpoint_every = checkpoint_every.value_or(0);
+  if (checkpoint_every && o.checkpoint_dir.empty()) throw ConfigError("--checkpoint-every needs --checkpoint-dir");
+  o.fold = !no_fold;
+  o.phantom_zipf = parse_phantom_routing(phantom_routing);
+  const auto chosen = model::parse_arithmetic(arithmetic);
+  if (!chosen) throw ConfigError(fmt::format("--arithmetic: \"{}\" is not native or portable", arithmetic));
+  o.arithmetic = *chosen;
+  if (o.phantom && o.data != train::TrainOptions{}.data)  // an explicit --data would be silently unused
+    throw ConfigError(fmt::format("--data {}: a phantom run reads no data (leave --data out)", o.data));
+  o.validate();
+  train::validate_parallel(o);
+  return o;
+}
+
+ClusterOptions TrainFlags::cluster_options() const {
+  ClusterOptions c;
+  if (!memory.empty()) {
+    c.memory_bytes = parse_bytes(memory, "--memory");
+    // 0 would mean "the profile's" to the cluster: an explicit 0 is refused, not replaced.
+    if (c.memory_bytes == 0) throw ConfigError("--memory 0: a device needs some memory (e.g. 64MiB)");
+  }
+  if (precision == "fp32") c.precision = Precision::kFp32;
+  else if (precision == "bf16") c.precision = Precision::kBf16;
+  else throw ConfigError(fmt::format("--precision: unknown \"{}\" (fp32, bf16)", precision));
+  c.pace = common.pace;
+  c.world_size = opts.parallel.world();
+  c.trace = !common.trace.empty();
+  if (!faults.empty()) c.faults = std::make_shared<const FaultPlan>(parse_faults(faults), c.world_size, opts.steps);
+  return c;
+}
+
+}  // namespace shardlab::cli

@@ -1,0 +1,61 @@
+// The flags `train`, `verify` and `sweep` share: model, batch, optimizer,
+// data, hardware (`generate` and `serve` use their model-shape, parallel and
+// hardware ones). Parsed into TrainOptions and ClusterOptions.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/cli.h"
+#include "cli/flag_table.h"
+#include "model/train/trainer.h"
+#include "runtime/cluster.h"
+
+namespace shardlab::cli {
+
+struct TrainFlags {
+  CommonFlags common;
+  // Every flag that sets a field of the library's options binds to it here
+  // (--steps, --lr, --tp, --zero, --micro-batches, --init, --phantom, ...:
+  // the tables in train_flags.cc); options() fills in the rest and validates.
+  train::TrainOptions opts;
+  // The model: the preset --model, the shape flags over it (0: the preset's).
+  std::string model = "tiny";
+  int layers = 0, heads = 0, embd = 0, vocab = 0, seq = 0, batch = 0;
+  std::optional<int> ffn;                  // --ffn / --ffn-hidden-size; unset: 4 x embd
+  std::optional<int> vocab_divisible_by;  // --make-vocab-size-divisible-by; unset: the preset's rule
+  int experts = 0, top_k = 2, moe_every = 1;
+  double aux_coef = -1;  // <0: 0.01 when experts > 0
+  double capacity_factor = 0;
+  double dropout = 0;
+  // Names the library parses into its enums (parse_schedule, ...).
+  std::string lr_schedule = "constant", sampling = "random", cp_comm = "ring", schedule = "1f1b";
+  std::string recompute = "none", phantom_routing = "uniform";
+  std::string arithmetic = "native";  // native or portable (model/arithmetic.h)
+  std::string pp_layers;
+  // Negated library fields: TrainOptions::parallel.overlap and TrainOptions::fold.
+  bool no_overlap = false, no_fold = false;
+  std::optional<int> checkpoint_every;  // unset: a checkpoint after the last step only
+  // The cluster's (cluster_options) and the tool's own outputs.
+  std::string report, memory, precision = "fp32";
+  std::vector<std::string> faults;  // --fault SPEC or @FILE.json, repeatable (runtime/fault.h)
+
+  void add(CLI::App* sub);
+  // --checkpoint-dir, --checkpoint-every, --resume (train, not verify or sweep).
+  void add_checkpoint_flags(CLI::App* sub);
+  // Throws ConfigError for anything out of range.
+  train::TrainOptions options() const;
+  // The shape flags over the preset: sizes, --ffn, the MoE fields, and the
+  // vocabulary padding (which needs --tp).
+  model::GPTConfig model_config() const;
+  ClusterOptions cluster_options() const;
+};
+
+// The model shape flags (--model, --layers ... --dropout); generate and serve
+// share them with train.
+FlagTable<TrainFlags> model_flags();
+
+}  // namespace shardlab::cli

@@ -1,0 +1,347 @@
+// Bad input of every kind, as a hostile user would type it: each row must end
+// in exactly one line on stderr naming the problem and exit code 2, before
+// any device thread starts (so every row takes milliseconds). Rows use
+// {dir} for a scratch directory and {file} for a regular file in it.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/support/cli_util.h"
+
+namespace shardlab {
+namespace {
+
+using testing::expect_usage_error;
+
+struct Row {
+  const char* args;
+  const char* needle;  // a substring of the one-line error
+};
+
+std::string scratch() {
+  static const std::string dir = [] {
+    const std::string d = ::testing::TempDir() + "bad_input_" + std::to_string(getpid());
+    std::filesystem::create_directories(d);
+    std::ofstream(d + "/file") << "not a directory\n";
+    return d;
+  }();
+  return dir;
+}
+
+std::string expand(std::string text) {
+  for (const auto& [key, value] : {std::pair{std::string("{dir}"), scratch()},
+                                   std::pair{std::string("{file}"), scratch() + "/file"}}) {
+    for (size_t at; (at = text.find(key)) != std::string::npos;) text.replace(at, key.size(), value);
+  }
+  return text;
+}
+
+void run_table(const std::vector<Row>& rows) {
+  for (const Row& row : rows) expect_usage_error(expand(row.args), expand(row.needle));
+}
+
+// Zero, negative, NaN, infinity and absurd sizes: refused, never replaced by
+// the preset's value or a default.
+TEST(CliBadInput, ModelShapeFlags) {
+  run_table({
+      {"train --model nano --steps 1 --layers 0", "--layers: 0 is out of range: must be between 1 and 65536"},
+      {"train --model nano --steps 1 --layers -1", "--layers: -1 is out of range"},
+      {"train --model nano --steps 1 --layers 70000", "--layers: 70000 is out of range"},
+      {"train --model nano --steps 1 --layers abc", "--layers: \"abc\" is not a number"},
+      {"train --model nano --steps 1 --heads 0", "--heads: 0 is out of range"},
+      {"train --model nano --steps 1 --heads -4", "--heads: -4 is out of range"},
+      {"train --model nano --steps 1 --heads 3000000000", "--heads: 3000000000 is out of range"},
+      {"train --model nano --steps 1 --heads 3", "--heads 3 must divide --embd 64"},
+      {"train --model nano --steps 1 --embd 0", "--embd: 0 is out of range: must be between 1 and 1048576"},
+      {"train --model nano --steps 1 --embd -128", "--embd: -128 is out of range"},
+      {"train --model nano --steps 1 --embd 2000000000 --heads 1", "--embd: 2000000000 is out of range"},
+      {"train --model nano --steps 1 --embd nan", "--embd: nan is not a finite number"},
+      {"train --model nano --steps 1 --embd 1e3", "--embd"},
+      {"train --model nano --steps 1 --vocab 0", "--vocab: 0 is out of range: must be between 2 and"},
+      {"train --model nano --steps 1 --vocab 1", "--vocab: 1 is out of range"},
+      {"train --model nano --steps 1 --vocab 100000000", "--vocab: 100000000 is out of range"},
+      {"train --model nano --steps 1 --seq 0", "--seq: 0 is out of range"},
+      {"train --model nano --steps 1 --seq -64", "--seq: -64 is out of range"},
+      {"train --model nano --steps 1 --seq 2000000", "--seq: 2000000 is out of range"},
+      {"train --model nano --steps 1 --batch 0", "--batch: 0 is out of range: must be between 1 and 16777216"},
+      {"train --model nano --steps 1 --batch -8", "--batch: -8 is out of range"},
+      {"train --model nano --steps 1 --batch 100000000", "--batch: 100000000 is out of range"},
+      {"train --model nano --steps 1 --batch 2.5", "--batch"},
+      {"train --model nano --steps 1 --ffn 0", "--ffn: 0 is out of range"},
+      {"train --model nano --steps 1 --ffn inf", "--ffn: inf is not a finite number"},
+      {"train --model nano --steps 1 --ffn 20000000", "--ffn: 20000000 is out of range"},
+      {"train --model nano --steps 1 --make-vocab-size-divisible-by -1", "--make-vocab-size-divisible-by: -1"},
+      {"train --model nano --steps 1 --make-vocab-size-divisible-by 100000",
+       "--make-vocab-size-divisible-by: 100000 is out of range"},
+      {"train --model nano --steps 1 --vocab 2", "--vocab 2 does not suit synthetic:markov"},
+      {"train --model nano --steps 1 --experts -1", "--experts: -1 is out of range"},
+      {"train --model nano --steps 1 --experts 100000", "--experts: 100000 is out of range"},
+      {"train --model nano --steps 1 --experts 4 --top-k 0", "--top-k: 0 is out of range"},
+      {"train --model nano --steps 1 --top-k -3", "--top-k: -3 is out of range"},
+      {"train --model nano --steps 1 --experts 4 --top-k 5", "--top-k 5 must be between 1 and --experts 4"},
+      {"train --model nano --steps 1 --moe-every 0", "--moe-every: 0 is out of range"},
+      {"train --model nano --steps 1 --experts 4 --aux-coef -5", "--aux-coef: -5 is out of range"},
+      {"train --model nano --steps 1 --experts 4 --aux-coef nan", "--aux-coef: nan is not a finite number"},
+      {"train --model nano --steps 1 --experts 4 --aux-coef inf", "--aux-coef: inf is not a finite number"},
+      {"train --model nano --steps 1 --experts 4 --aux-coef -0.01", "--aux-coef: -0.01 is out of range"},
+      {"train --model nano --steps 1 --capacity-factor -1", "--capacity-factor: -1 is out of range"},
+      {"train --model nano --steps 1 --capacity-factor nan", "--capacity-factor: nan is not a finite number"},
+      {"train --model nosuch --steps 1", "--model: unknown preset 'nosuch'"},
+      {"train --model \"\" --steps 1", "--model: unknown preset ''"},
+  });
+}
+
+TEST(CliBadInput, OptimizerFlags) {
+  run_table({
+      {"train --model nano --steps 0", "--steps: 0 is out of range: must be between 1 and 1000000"},
+      {"train --model nano --steps -3", "--steps: -3 is out of range"},
+      {"train --model nano --steps 1000000000", "--steps: 1000000000 is out of range"},
+      {"train --model nano --steps nan", "--steps: nan is not a finite number"},
+      {"train --model nano --steps 1 --seed -1", "--seed: -1 is out of range"},
+      {"train --model nano --steps 1 --seed abc", "--seed: \"abc\" is not a number"},
+      {"train --model nano --steps 1 --lr 0", "--lr: 0 is out of range: must be above 0"},
+      {"train --model nano --steps 1 --lr -1", "--lr: -1 is out of range"},
+      {"train --model nano --steps 1 --lr nan", "--lr: nan is not a finite number"},
+      {"train --model nano --steps 1 --lr inf", "--lr: inf is not a finite number"},
+      {"train --model nano --steps 1 --lr 1e300", "--lr: 1e300 is out of range"},
+      {"train --model nano --steps 1 --beta1 -0.1", "--beta1: -0.1 is out of range"},
+      {"train --model nano --steps 1 --beta1 1", "--beta1 must be in [0, 1)"},
+      {"train --model nano --steps 1 --beta1 nan", "--beta1: nan is not a finite number"},
+      {"train --model nano --steps 1 --beta2 1.5", "--beta2: 1.5 is out of range"},
+      {"train --model nano --steps 1 --beta2 inf", "--beta2: inf is not a finite number"},
+      {"train --model nano --steps 1 --eps 0", "--eps: 0 is out of range: must be above 0"},
+      {"train --model nano --steps 1 --eps -1e-8", "--eps: -1e-8 is out of range"},
+      {"train --model nano --steps 1 --eps inf", "--eps: inf is not a finite number"},
+      {"train --model nano --steps 1 --weight-decay -0.1", "--weight-decay: -0.1 is out of range"},
+      {"train --model nano --steps 1 --weight-decay inf", "--weight-decay: inf is not a finite number"},
+      {"train --model nano --steps 1 --grad-clip -1", "--grad-clip: -1 is out of range"},
+      {"train --model nano --steps 1 --grad-clip inf", "--grad-clip: inf is not a finite number"},
+      {"train --model nano --steps 1 --grad-clip nan", "--grad-clip: nan is not a finite number"},
+      {"train --model nano --steps 1 --warmup-steps -1", "--warmup-steps: -1 is out of range"},
+      {"train --model nano --steps 1 --warmup-steps 2147483647", "--warmup-steps: 2147483647 is out of range"},
+      {"train --model nano --steps 1 --lr-schedule linear", "--lr-schedule: unknown schedule \"linear\""},
+      {"train --model nano --steps 1 --sampling shuffled", "--sampling: unknown value \"shuffled\""},
+  });
+}
+
+TEST(CliBadInput, ParallelFlags) {
+  run_table({
+      {"train --model nano --steps 1 --dp 0", "--dp: 0 is out of range: must be between 1 and 1048576"},
+      {"train --model nano --steps 1 --dp -2", "--dp: -2 is out of range"},
+      {"train --model nano --steps 1 --dp 2000000", "--dp: 2000000 is out of range"},
+      {"train --model nano --steps 1 --dp 1048576 --tp 1048576", "= 1099511627776 devices: at most 1048576"},
+      {"train --model nano --steps 1 --dp 3", "--batch 4 is not divisible by --dp 3"},
+      {"train --model nano --steps 1 --tp 0", "--tp: 0 is out of range"},
+      {"train --model nano --steps 1 --tp 3", "--tp 3: must divide --heads 2"},
+      {"train --model nano --steps 1 --pp 0", "--pp: 0 is out of range"},
+      {"train --model nano --steps 1 --pp 3", "--pp 3 is more than --layers 2"},
+      {"train --model nano --steps 1 --ep 0", "--ep: 0 is out of range"},
+      {"train --model nano --steps 1 --micro-batches 0", "--micro-batches: 0 is out of range"},
+      {"train --model nano --steps 1 --micro-batches 3", "--batch 4 is not divisible by --micro-batches 3"},
+      {"train --model nano --steps 1 --vpp 0", "--vpp: 0 is out of range"},
+      {"train --model nano --steps 1 --zero 4", "--zero must be 0, 1, 2 or 3 (got 4)"},
+      {"train --model nano --steps 1 --zero -1", "--zero must be 0, 1, 2 or 3 (got -1)"},
+      {"train --model nano --steps 1 --zero 2 --no-prefetch", "--no-prefetch needs --zero 3"},
+      {"train --model nano --steps 1 --no-reshard-after-forward", "--no-reshard-after-forward needs --zero 3"},
+      {"train --model nano --steps 1 --dp 4 --hsdp 2", "--hsdp needs --zero 3"},
+      {"train --model nano --steps 1 --dp 4 --zero 3 --hsdp 3", "--hsdp 3 must divide --dp 4"},
+      {"train --model nano --steps 1 --dp 4 --zero 3 --hsdp 1", "--hsdp must be at least 2 (got 1)"},
+      {"train --model nano --steps 1 --dp 4 --zero 3 --hsdp 2 --experts 4 --ep 2", "--hsdp with --ep > 1 is not supported"},
+      {"train --model nano --steps 1 --cp 0", "--cp: 0 is out of range"},
+      {"train --model nano --steps 1 --cp -2", "--cp: -2 is out of range"},
+      {"train --model nano --steps 1 --cp 3", "--seq 32 is not divisible by 2 x --cp 3"},
+      {"verify --model nano --steps 1 --cp 2 --seq 30", "--seq 30 is not divisible by 2 x --cp 2"},
+      {"train --model nano --steps 1 --cp 32", "--seq 32 is not divisible by 2 x --cp 32"},
+      {"train --model nano --steps 1 --cp 2 --cp-comm tree", "--cp-comm must be ring or allgather (got 'tree')"},
+      {"train --model nano --steps 1 --cp-comm allgather", "--cp-comm allgather needs --cp > 1"},
+      {"train --model nano --steps 1 --heads 4 --tp 4 --sp --cp 2 --seq 36", "--seq 36 / --cp 2 is not divisible by --tp 4 with --sp"},
+      {"train --model nano --steps 1 --cp 2 --experts 4 --capacity-factor 1", "--cp with --capacity-factor is not supported"},
+      {"train --model nano --steps 1 --cp 2 --dp 4 --zero 3 --hsdp 2", "--cp with --hsdp is not supported"},
+      {"train --model nano --steps 1 --cp 2 --checkpoint-dir {dir}/cp", "--cp with --checkpoint-dir or --resume is not supported"},
+      {"train --model nano --steps 1 --cp 1048576 --dp 1048576", "devices: at most 1048576"},
+      {"train --model nano --steps 1 --bucket-mb 0", "--bucket-mb: 0 is out of range: must be above 0"},
+      {"train --model nano --steps 1 --bucket-mb -25", "--bucket-mb: -25 is out of range"},
+      {"train --model nano --steps 1 --bucket-mb inf", "--bucket-mb: inf is not a finite number"},
+      {"train --model nano --steps 1 --bucket-mb nan", "--bucket-mb: nan is not a finite number"},
+      {"train --model nano --steps 1 --sp", "--sp needs --tp"},
+      {"train --model nano --steps 1 --pp 2 --schedule zigzag", "zigzag"},
+      {"train --model nano --steps 1 --pp 2 --pp-layers 1,,1", "--pp-layers \"1,,1\""},
+      {"train --model nano --steps 1 --pp 2 --pp-layers x", "--pp-layers \"x\""},
+      {"train --model nano --steps 1 --pp 2 --pp-layers -1,3", "every stage needs at least one block"},
+      {"train --model nano --steps 1 --pp 2 --pp-layers 99999999999,1", "--pp-layers \"99999999999,1\""},
+      {"train --model nano --steps 1 --pp 2 --pp-layers \"\"", "--pp-layers: must not be empty"},
+      {"train --model nano --steps 1 --recompute most", "--recompute \"most\""},
+      {"train --model nano --steps 1 --dp 64 --batch 64", "64 devices requested but profile a100-nvlink has 32"},
+      {"train --model nano --steps 1 --phantom-routing zipf:0 --phantom", "--phantom-routing"},
+      {"train --model nano --steps 1 --phantom-routing zipf:nan --phantom", "--phantom-routing"},
+      {"train --model nano --steps 1 --phantom-routing zipf:abc --phantom", "--phantom-routing"},
+      {"train --model nano --steps 1 --phantom-routing skewed --phantom", "--phantom-routing"},
+      {"train --model nano --steps 1 --phantom-routing zipf:1", "applies to --phantom runs only"},
+      {"train --model nano --steps 1 --arithmetic fast", "--arithmetic: \"fast\" is not native or portable"},
+      {"verify --model nano --steps 1 --arithmetic Portable", "--arithmetic: \"Portable\" is not native or portable"},
+      {"train --model nano --steps 1 --phantom --data synthetic:copy", "--data synthetic:copy: a phantom run reads no data"},
+      {"train --model nano --steps 1 --phantom --init {file}", "--init cannot be combined with --phantom"},
+      {"train --model nano --phantom --dp 128 --batch 128 --nodes 16 --steps 1000000",
+       "--steps 1000000 on 128 devices: at most 100000000 device-steps"},
+      {"train --model nano --steps 1 --tp 2 --sp --seq 31", "--tp 2: must divide --seq 31 with --sp"},
+      {"train --model nano --steps 1 --ep 2", "--ep 2 needs an MoE model (--experts > 0)"},
+      {"train --model nano --steps 1 --dp 2 --ep 2 --experts 3", "--ep 2 must divide --experts 3"},
+      {"train --model nano --steps 1 --pp 2 --schedule interleaved", "needs at least 2 model chunks"},
+  });
+}
+
+TEST(CliBadInput, HardwareFlags) {
+  run_table({
+      {"train --model nano --steps 1 --memory 0", "--memory 0: a device needs some memory"},
+      {"train --model nano --steps 1 --memory 0B", "--memory 0: a device needs some memory"},
+      {"train --model nano --steps 1 --memory -5", "--memory: cannot parse size \"-5\""},
+      {"train --model nano --steps 1 --memory 1.5", "--memory: cannot parse size \"1.5\""},
+      {"train --model nano --steps 1 --memory lots", "--memory: cannot parse size \"lots\""},
+      {"train --model nano --steps 1 --memory \"\"", "--memory: must not be empty"},
+      {"train --model nano --steps 1 --memory 99999999999T", "--memory: cannot parse size"},
+      {"train --model nano --steps 1 --precision fp16", "--precision: unknown \"fp16\""},
+      {"train --model nano --steps 1 --pace nan", "--pace: nan is not a finite number"},
+      {"train --model nano --steps 1 --pace -1", "--pace: -1 is out of range"},
+      {"train --model nano --steps 1 --pace inf", "--pace: inf is not a finite number"},
+      {"train --model nano --steps 1 --pace 1e300", "--pace: 1e300 is out of range"},
+      {"train --model nano --steps 1 --nodes 0", "--nodes: 0 is out of range"},
+      {"train --model nano --steps 1 --nodes -1", "--nodes: -1 is out of range"},
+      {"train --model nano --steps 1 --nodes 99999999999", "--nodes: 99999999999 is out of range"},
+      {"train --model nano --steps 1 --nodes 200000", "--nodes 200000: must be between 1 and 131072"},
+      {"train --model nano --steps 1 --profile tpu-v9", "unknown profile \"tpu-v9\""},
+      {"train --model nano --steps 1 --profile \"\"", "--profile: must not be empty"},
+      {"train --model nano --steps 1 --profile {dir}", "profile {dir}: is a directory, not a JSON file"},
+      {"train --model nano --steps 1 --profile {dir}/none.json", "profile {dir}/none.json: no such file"},
+      {"train --model nano --steps 1 --profile {file}", "profile {file}: not valid JSON"},
+  });
+}
+
+// Configs beyond the modeled device (or this host) end in the modeled
+// out-of-memory message before any buffer exists: never std::bad_alloc,
+// never minutes of zero-filling host memory.
+TEST(CliBadInput, ConfigsBeyondTheDevice) {
+  const char* oom = "out of memory";
+  run_table({
+      {"train --model nano --steps 1 --batch 4096 --seq 4096", oom},
+      {"train --model nano --steps 1 --seq 1000000", oom},
+      {"train --model tiny --steps 1 --batch 100000 --seq 4096 --embd 4096", oom},
+      {"train --model tiny --steps 1 --batch 16000000", oom},
+      {"train --model tiny --steps 1 --embd 65536 --heads 64", "out of memory before any activation"},
+      {"train --model tiny --steps 1 --layers 60000", "more than its capacity 80.0 GiB"},
+      {"train --model tiny --steps 1 --vocab 16000000", "of host memory for the parameters"},
+      {"train --model tiny --steps 1 --experts 4 --batch 8192 --seq 1024", oom},
+      {"train --model tiny --steps 1 --tp 4 --batch 4096 --seq 4096", oom},
+      {"train --model tiny --steps 1 --pp 2 --batch 2048 --seq 8192", oom},
+      {"train --model tiny --steps 1 --memory 1MiB", "more than its capacity 1.0 MiB"},
+      {"train --model tiny --steps 1 --batch 1024 --seq 2048 --memory 1T", "of host memory for the activations"},
+      {"train --model tiny --steps 1 --batch 4096 --seq 1024 --memory 100T", "of host memory for the activations"},
+      {"verify --model tiny --steps 1 --batch 4096 --seq 4096", oom},
+  });
+}
+
+TEST(CliBadInput, DataAndCheckpointFiles) {
+  run_table({
+      {"train --model nano --steps 1 --data synthetic:nosuch", "--data: unknown synthetic task \"nosuch\""},
+      {"train --model nano --steps 1 --data /nonexistent/tokens.bin", "\"/nonexistent/tokens.bin\": no such file (expected synthetic:NAME or a .bin file)"},
+      {"train --model nano --steps 1 --data {dir}", "is a directory, not a .bin file"},
+      {"train --model nano --steps 1 --data \"\"", "--data: must not be empty"},
+      {"train --model nano --steps 1 --init /nonexistent.safetensors", "/nonexistent.safetensors"},
+      {"train --model nano --steps 1 --init {dir}", "is a directory, not a .safetensors file"},
+      {"train --model nano --steps 1 --init {file}", "safetensors \"{file}\""},
+      {"train --model nano --steps 1 --init \"\"", "--init: must not be empty"},
+  });
+}
+
+// Every output path is checked before the run: nothing trains for minutes
+// and then fails to save.
+TEST(CliBadInput, OutputPaths) {
+  run_table({
+      {"train --model nano --steps 1 --save /nonexistent/x.safetensors",
+       "--save \"/nonexistent/x.safetensors\": cannot write: directory \"/nonexistent\" does not exist"},
+      {"train --model nano --steps 1 --report /nonexistent/r.json", "--report \"/nonexistent/r.json\": cannot write"},
+      {"train --model nano --steps 1 --trace /nonexistent/t.json", "--trace \"/nonexistent/t.json\": cannot write"},
+      {"train --model nano --steps 1 --save {dir}", "--save \"{dir}\": cannot write: it is a directory"},
+      {"train --model nano --steps 1 --report {dir}", "--report \"{dir}\": cannot write: it is a directory"},
+      {"train --model nano --steps 1 --trace {dir}", "--trace \"{dir}\": cannot write: it is a directory"},
+      {"train --model nano --steps 1 --report {file}/r.json", "cannot write: \"{file}\" is not a directory"},
+      {"train --model nano --steps 1 --save \"\"", "--save: must not be empty"},
+      {"train --model nano --steps 1 --report \"\"", "--report: must not be empty"},
+      {"train --model nano --steps 1 --trace \"\"", "--trace: must not be empty"},
+      {"train --model nano --steps 1 --report {dir}/a.json --trace {dir}/./a.json",
+       "--report and --trace both write \"{dir}/a.json\""},
+      {"train --model nano --steps 1 --save {dir}/a --report {dir}/a", "--save and --report both write"},
+      {"train --model nano --steps 1 --phantom --save {dir}/p.safetensors", "--save cannot be combined with --phantom"},
+      {"verify --model nano --steps 1 --report {dir}", "--report \"{dir}\": cannot write: it is a directory"},
+      {"verify --model nano --steps 1 --trace /nonexistent/t.json", "--trace \"/nonexistent/t.json\": cannot write"},
+      {"verify --model nano --steps 1 --save {dir}/v.safetensors", "--save: verify trains two models"},
+      {"collectives --ranks 2 --max-bytes 8 --trace /nonexistent/t.json", "--trace \"/nonexistent/t.json\""},
+      {"collectives --ranks 2 --max-bytes 8 --trace {dir}", "--trace \"{dir}\": cannot write: it is a directory"},
+      {"p2p --max-bytes 8 --trace {file}/t.json", "cannot write: \"{file}\" is not a directory"},
+  });
+}
+
+TEST(CliBadInput, VerifyFlags) {
+  run_table({
+      {"verify --model nano --steps 1 --tol-loss nan", "--tol-loss: nan is not a finite number"},
+      {"verify --model nano --steps 1 --tol-loss -1", "--tol-loss: -1 is out of range"},
+      {"verify --model nano --steps 1 --tol-loss inf", "--tol-loss: inf is not a finite number"},
+      {"verify --model nano --steps 1 --tol-param nan", "--tol-param: nan is not a finite number"},
+      {"verify --model nano --steps 1 --tol-param inf", "--tol-param: inf is not a finite number"},
+      {"verify --model nano --steps 1 --tol-param -0.5", "--tol-param: -0.5 is out of range"},
+      {"verify --model nano --steps 1 --dp 2 --corrupt-shard transformer.wte.weight:abc",
+       "expected NAME:RANK with RANK below 2"},
+      {"verify --model nano --steps 1 --dp 2 --corrupt-shard transformer.wte.weight:5",
+       "expected NAME:RANK with RANK below 2"},
+      {"verify --model nano --steps 1 --dp 2 --corrupt-shard transformer.wte.weight:-1", "RANK below 2"},
+      {"verify --model nano --steps 1 --dp 2 --corrupt-shard transformer.wte.weight", "RANK below 2"},
+      {"verify --model nano --steps 1 --dp 2 --corrupt-shard nosuch:1", "the model has no parameter \"nosuch\""},
+      {"verify --model nano --steps 1 --phantom", "--phantom: verify compares values"},
+      {"verify --model nano --steps 0", "--steps: 0 is out of range"},
+      {"verify --model nano --steps 1 --batch 0", "--batch: 0 is out of range"},
+  });
+}
+
+TEST(CliBadInput, CollectivesAndP2pFlags) {
+  run_table({
+      {"collectives --ranks 0", "--ranks 0: must be between 1 and 32"},
+      {"collectives --ranks -1", "--ranks -1: must be between 1 and 32"},
+      {"collectives --ranks 33", "--ranks 33: must be between 1 and 32"},
+      {"collectives --ranks abc", "--ranks"},
+      {"collectives --min-bytes 0", "--min-bytes must be at least 1"},
+      {"collectives --max-bytes 5G", "--max-bytes: at most 4GiB"},
+      {"collectives --min-bytes 1e3", "--min-bytes: cannot parse size \"1e3\""},
+      {"collectives --min-bytes 1MiB --max-bytes 1KiB", "--min-bytes 1048576 is above --max-bytes 1024"},
+      {"collectives --op gather", "--op: unknown op \"gather\""},
+      {"collectives --op barrier", "--op barrier: not measured here"},
+      {"collectives --algo fastest", "--algo: unknown algorithm \"fastest\""},
+      {"collectives --redop min", "--redop: unknown reduce op \"min\""},
+      {"collectives --op all_gather --redop max", "--redop max: --op all_gather reduces nothing"},
+      {"collectives --op all_to_all --redop sum", "--redop sum: --op all_to_all reduces nothing"},
+      {"collectives --pace nan", "--pace: nan is not a finite number"},
+      {"collectives --nodes 0", "--nodes: 0 is out of range"},
+      {"collectives --profile {dir}", "is a directory, not a JSON file"},
+      {"p2p --src -1", "--src -1: out of range"},
+      {"p2p --dst 99", "--dst 99: out of range"},
+      {"p2p --src 0 --dst 0", "--src and --dst are both 0"},
+      {"p2p --min-bytes 0", "--min-bytes must be at least 1"},
+      {"p2p --max-bytes 12parsecs", "--max-bytes: cannot parse size"},
+      {"p2p --max-bytes 4GiB", "--max-bytes 4294967296: at most 1GiB for p2p"},
+      {"p2p --pace -1", "--pace: -1 is out of range"},
+      {"p2p --nodes -3", "--nodes: -3 is out of range"},
+      {"profiles --frobnicate", "frobnicate"},
+      {"profiles extra", "extra"},
+      {"warp-drive", "unknown subcommand 'warp-drive'"},
+      {"train --model nano --frobnicate", "frobnicate"},
+      {"train --model nano --steps", "--steps"},
+      {"train --model nano --steps 1 --steps 2", "--steps"},
+      {"verify --model nano --steps 1 extra", "extra"},
+  });
+}
+
+}  // namespace
+}  // namespace shardlab

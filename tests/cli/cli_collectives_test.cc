@@ -1,0 +1,104 @@
+// The command-line contract of `shardlab collectives`.
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "runtime/profile.h"
+#include "runtime/time.h"
+#include "tests/support/cli_util.h"
+
+namespace shardlab {
+namespace {
+
+using testing::expect_usage_error;
+using testing::run_cli;
+
+TEST(CliCollectives, JsonRowsFollowNcclTestsDefinitions) {
+  auto r = run_cli("collectives --op all_reduce --ranks 4 --algo ring --min-bytes 1MiB --max-bytes 4MiB --check --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["op"], "all_reduce");
+  EXPECT_EQ(j["ranks"], 4);
+  EXPECT_EQ(j["algo"], "ring");
+  EXPECT_EQ(j["profile"], "a100-nvlink");
+  ASSERT_EQ(j["rows"].size(), 3u);
+  const LinkSpec l = load_profile("a100-nvlink").intra;
+  for (const auto& row : j["rows"]) {
+    const uint64_t bytes = row["bytes"];
+    EXPECT_EQ(row["count"].get<uint64_t>(), bytes / 4);
+    // Ring all_reduce: the 8 us collective start, then 2(n-1) steps of a + W/B,
+    // exact; W = S/n plus a 32 B header per 128 B packet (NCCL's SM stores).
+    const uint64_t part = bytes / 4, wire = part + (part + 127) / 128 * 32;
+    const double expect_us =
+        8.0 + to_us(6 * (l.latency() + transfer_time(wire, l.bytes_per_second())));
+    EXPECT_NEAR(row["time_us"].get<double>(), expect_us, 1e-6) << bytes;
+    const double algbw = bytes / (row["time_us"].get<double>() * 1e-6) / 1e9;
+    EXPECT_NEAR(row["algbw_GBps"].get<double>(), algbw, 1e-6 * algbw);
+    EXPECT_NEAR(row["busbw_GBps"].get<double>(), algbw * 2 * 3 / 4, 1e-6 * algbw);
+    EXPECT_EQ(row["max_error"].get<double>(), 0.0);
+    for (const char* k : {"host_time_us", "host_busbw_GBps"}) EXPECT_TRUE(row.contains(k)) << k;
+  }
+}
+
+TEST(CliCollectives, TwoNodesRunChannelsOverEveryRail) {
+  const auto r8 = run_cli("collectives --op all_reduce --ranks 8 --min-bytes 64MiB --max-bytes 64MiB --json");
+  const auto r16 = run_cli("collectives --op all_reduce --ranks 16 --min-bytes 64MiB --max-bytes 64MiB --json");
+  const auto r4nic = run_cli(
+      "collectives --op all_reduce --ranks 16 --profile a100-nvlink-4nic --min-bytes 64MiB --max-bytes 64MiB --json");
+  for (const auto* r : {&r8, &r16, &r4nic}) ASSERT_EQ(r->code, 0) << r->err;
+  auto one = nlohmann::json::parse(r8.out), two = nlohmann::json::parse(r16.out), four = nlohmann::json::parse(r4nic.out);
+  const double bw8 = one["rows"][0]["busbw_GBps"], bw16 = two["rows"][0]["busbw_GBps"],
+               bw4nic = four["rows"][0]["busbw_GBps"];
+  std::printf("64 MiB all_reduce busbw: 8 ranks %.1f GB/s, 16 ranks %.1f GB/s (4 NICs: %.1f)\n", bw8, bw16, bw4nic);
+  // One node: below the 240 GB/s NCCL gets from 12 NVLinks (128 B packets), near
+  // nccl-tests' ~230; one ring (channels 1 in the model).
+  EXPECT_GT(bw8, 220);
+  EXPECT_LT(bw8, 240);
+  // Two nodes: a ring per channel, 16 channels leaving each node through its 8
+  // NICs (InfiniBand's 25 GB/s less 42 B per 4 KiB packet each); 4 NICs: 8 channels.
+  EXPECT_EQ(two["rows"][0]["algo"], "ring");
+  EXPECT_EQ(two["rows"][0]["channels"], 16);
+  EXPECT_EQ(four["rows"][0]["channels"], 8);
+  const double ib = 25.0 * 4096 / 4138;
+  EXPECT_LT(bw16, 8 * ib * 1.001);
+  EXPECT_GT(bw16, 0.75 * 8 * ib);
+  EXPECT_LT(bw4nic, 4 * ib * 1.001);
+  EXPECT_GT(bw4nic, 0.75 * 4 * ib);
+  // The table shows the channels (column "ch") and the NICs per node.
+  const auto table = run_cli("collectives --op all_reduce --ranks 16 --min-bytes 1GiB --max-bytes 1GiB");
+  ASSERT_EQ(table.code, 0) << table.err;
+  EXPECT_NE(table.out.find("8 NICs per node"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("   ring   16 "), std::string::npos) << table.out;
+}
+
+// --check's verdict can fail: 100 in rank 0's first result is an error of
+// |100 - reference| (all_reduce: the 4 ranks' inputs summed, -0.875;
+// all_to_all: rank 0's own first input, -1), and a NaN is an infinite error
+// ("inf" in JSON), not a value std::max drops.
+TEST(CliCollectives, CheckFailsOnAWrongOrNanResult) {
+  const std::string run = "collectives --ranks 4 --min-bytes 1KiB --max-bytes 1KiB --check --json --op ";
+  for (const char* op : {"all_reduce", "all_to_all"}) {
+    const auto wrong = run_cli(run + op + " --corrupt-result 100");
+    EXPECT_EQ(wrong.code, 1) << op << wrong.err;
+    const double want = op == std::string("all_reduce") ? 100.875 : 101;
+    EXPECT_EQ(nlohmann::json::parse(wrong.out)["rows"][0]["max_error"].get<double>(), want) << op;
+    const auto nan = run_cli(run + op + " --corrupt-result nan");
+    EXPECT_EQ(nan.code, 1) << op << nan.err;
+    EXPECT_EQ(nlohmann::json::parse(nan.out)["rows"][0]["max_error"], "inf") << op << nan.out;
+  }
+  expect_usage_error("collectives --check --corrupt-result x", "--corrupt-result x: not a number");
+}
+
+TEST(CliCollectives, BadInputIsOneLineAndExitCode2) {
+  expect_usage_error("collectives --ranks 0", "--ranks 0");
+  expect_usage_error("collectives --ranks 64", "--ranks 64");
+  expect_usage_error("collectives --op gather", "unknown op \"gather\"");
+  expect_usage_error("collectives --algo magic", "unknown algorithm \"magic\"");
+  expect_usage_error("collectives --min-bytes 1M --max-bytes 1K", "--min-bytes 1048576 is above --max-bytes 1024");
+  expect_usage_error("collectives --max-bytes 1Q", "--max-bytes: cannot parse size");
+  expect_usage_error("collectives --profile nowhere", "unknown profile");
+}
+
+}  // namespace
+}  // namespace shardlab

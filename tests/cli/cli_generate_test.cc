@@ -1,0 +1,147 @@
+// `shardlab generate` from the command line: the same tokens under every
+// split (greedy and sampled) from a trained checkpoint, its JSON (KV bytes by
+// the formula, TTFT and TPOT), and bad input as one line with exit 2.
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/support/cli_util.h"
+
+namespace shardlab {
+namespace {
+
+using testing::expect_usage_error;
+using testing::run_cli;
+
+std::string dir() {
+  static const std::string d = [] {
+    const std::string p = ::testing::TempDir() + "generate_" + std::to_string(getpid());
+    std::filesystem::create_directories(p);
+    return p;
+  }();
+  return d;
+}
+
+// A nano model trained on the counting task (and an MoE one), saved once.
+std::string checkpoint(bool moe) {
+  const std::string path = dir() + (moe ? "/moe.safetensors" : "/dense.safetensors");
+  if (!std::filesystem::exists(path)) {
+    const testing::CliResult r = run_cli("train --model nano --data synthetic:counting --steps 60 --lr 3e-3 --json " +
+                                         std::string(moe ? "--experts 4 " : "") + "--save " + path);
+    EXPECT_EQ(r.code, 0) << r.err;
+  }
+  return path;
+}
+
+nlohmann::json generate(const std::string& args) {
+  const testing::CliResult r = run_cli("generate --json " + args);
+  EXPECT_EQ(r.code, 0) << args << "\n" << r.err;
+  return r.code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json::object();
+}
+
+TEST(CliGenerate, TokensAreTheSameUnderEverySplit) {
+  const std::string init = "--model nano --init " + checkpoint(false) + " --prompt-tokens 7,8,9 --max-new-tokens 10 ";
+  for (const std::string sampling : {"", "--temperature 0.9 --top-k 8 --seed 5"}) {
+    const nlohmann::json base = generate(init + sampling);
+    ASSERT_TRUE(base.contains("tokens"));
+    for (const std::string split : {"--tp 2", "--pp 2", "--tp 2 --pp 2"})
+      EXPECT_EQ(generate(init + sampling + " " + split)["tokens"], base["tokens"]) << split << " " << sampling;
+  }
+  // The model learned to count: greedy continues the run.
+  EXPECT_EQ(generate(init)["tokens"], nlohmann::json({10, 11, 12, 13, 14, 15, 16, 17, 18, 19}));
+}
+
+TEST(CliGenerate, MoeTokensAreTheSameUnderExpertParallelism) {
+  const std::string init = "--model nano --experts 4 --init " + checkpoint(true) +
+                           " --prompt-tokens 3,4,5 --max-new-tokens 8 ";
+  for (const std::string sampling : {"", "--temperature 1 --seed 3"}) {
+    const nlohmann::json base = generate(init + sampling);
+    EXPECT_EQ(generate(init + sampling + " --ep 2")["tokens"], base["tokens"]) << sampling;
+    EXPECT_EQ(generate(init + sampling + " --ep 2 --tp 2")["tokens"], base["tokens"]) << sampling;
+  }
+}
+
+TEST(CliGenerate, JsonReportsTimesAndTheKvCachePerDevice) {
+  const nlohmann::json j = generate("--model nano --prompt-tokens 1,2,3,4 --max-new-tokens 6 --tp 2 --pp 2 --precision bf16");
+  ASSERT_EQ(j["devices"].size(), 4u);
+  EXPECT_GT(j["ttft_s"].get<double>(), 0);
+  ASSERT_EQ(j["decode_step_s"].size(), 5u);
+  // TPOT is the mean decode step; each step attends over one more cached
+  // token than the one before, so it takes longer.
+  double sum = 0, before = 0;
+  for (double step : j["decode_step_s"]) {
+    EXPECT_GT(step, before) << j["decode_step_s"];
+    sum += step, before = step;
+  }
+  EXPECT_NEAR(j["tpot_s"].get<double>(), sum / 5, 1e-15);
+  // nano: 2 layers, 2 heads of 32; pp 2 -> 1 layer, tp 2 -> 1 head; 4 + 6 - 1 tokens; bf16
+  for (const auto& d : j["devices"]) {
+    EXPECT_EQ(d["kv_cache_bytes"].get<uint64_t>(), 2u * 1 * 1 * 32 * 9 * 2);
+    EXPECT_EQ(d["peak_bytes_by_kind"]["kv_cache"].get<uint64_t>(), 2u * 1 * 1 * 32 * 9 * 2);
+  }
+  EXPECT_EQ(j["init"], nullptr);
+}
+
+TEST(CliGenerate, TextOutputSaysWhatItRan) {
+  const testing::CliResult r = run_cli("generate --model nano --prompt-tokens 1,2,3 --max-new-tokens 4 --seed 9");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("no --init: weights randomly initialised from --seed 9"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("TTFT"), std::string::npos);
+  EXPECT_NE(r.out.find("TPOT"), std::string::npos);
+  EXPECT_NE(r.out.find("kv cache"), std::string::npos);
+}
+
+TEST(CliGenerate, PhantomTimesA13BModel) {
+  const nlohmann::json j = generate("--model gpt3-13b --phantom --precision bf16 --tp 8 --prompt-tokens 1,2,3,4 "
+                                    "--max-new-tokens 3");
+  ASSERT_EQ(j["devices"].size(), 8u);
+  EXPECT_GT(j["tpot_s"].get<double>(), 1e-3);  // 13B at bf16 over 8 A100s: milliseconds per token
+  // 40 layers, 40 heads / 8 of 128, 4 + 3 - 1 tokens, bf16
+  EXPECT_EQ(j["devices"][0]["kv_cache_bytes"].get<uint64_t>(), 2u * 40 * 5 * 128 * 6 * 2);
+}
+
+TEST(CliGenerate, BadInputIsOneLineAndExitTwo) {
+  std::ofstream(dir() + "/prompt.txt") << "1, 2,x\n";
+  const std::string nano = "generate --model nano ";
+  const std::vector<std::pair<std::string, std::string>> rows = {
+      {nano + "--prompt-tokens 1,2 --max-new-tokens 31", "exceeds the model's block size 32"},
+      {nano + "--prompt-tokens 1,x", "--prompt-tokens: \"x\" is not a token id"},
+      {nano + "--prompt-tokens -1", "is not a token id"},
+      {nano + "--prompt-tokens 256", "outside the vocabulary [0, 256)"},
+      {nano + "--max-new-tokens 4", "exactly one of --prompt-tokens"},
+      {nano + "--prompt-tokens 1 --prompt-file " + dir() + "/prompt.txt", "exactly one of --prompt-tokens"},
+      {nano + "--prompt-file " + dir() + "/missing.txt", "missing.txt: no such file"},
+      {nano + "--prompt-file " + dir(), ": is a directory, not a text file"},
+      {nano + "--prompt-tokens 1,,2", "--prompt-tokens: an empty token id after id 1"},
+      {nano + "--prompt-tokens ,1", "--prompt-tokens: an empty token id after id 0"},
+      {nano + "--prompt-tokens 1,2,", "--prompt-tokens: an empty token id after id 2"},
+      {nano + "--prompt-tokens ' , '", "--prompt-tokens: an empty token id after id 0"},
+      {nano + "--prompt-file " + dir() + "/prompt.txt", "\"x\" is not a token id"},
+      {nano + "--prompt-tokens 1 --max-new-tokens 0", "--max-new-tokens: 0 is out of range"},
+      {nano + "--prompt-tokens 1 --temperature -1", "--temperature: -1 is out of range"},
+      {nano + "--prompt-tokens 1 --temperature nan", "--temperature"},
+      {nano + "--prompt-tokens 1 --top-k -2", "--top-k: -2 is out of range"},
+      {nano + "--prompt-tokens 1 --top-k 5", "--top-k 5 filters sampling: it needs --temperature above 0"},
+      {nano + "--prompt-tokens 1 --tp 3", "--tp"},
+      {nano + "--prompt-tokens 1 --ep 2", "--ep"},
+      {nano + "--prompt-tokens 1 --pp 3", "--pp"},
+      {nano + "--prompt-tokens 1 --precision fp8", "--precision: unknown \"fp8\""},
+      {nano + "--prompt-tokens 1 --memory 0", "--memory 0"},
+      {nano + "--prompt-tokens 1 --init " + dir() + "/missing.safetensors", "missing.safetensors"},
+      {"generate --model tiny --prompt-tokens 1 --init " + checkpoint(false), "--init"},
+      {nano + "--prompt-tokens 1 --phantom --init " + checkpoint(false), "takes no --init"},
+      {nano + "--prompt-tokens 1 --trace " + dir(), "--trace"},
+      {nano + "--prompt-tokens 1 --bogus", "--bogus"},
+      {nano + "--prompt-tokens 1 --memory 100KiB", "out of memory allocating 'parameters'"},
+  };
+  for (const auto& [args, needle] : rows) {
+    expect_usage_error(args, needle);
+  }
+}
+
+}  // namespace
+}  // namespace shardlab

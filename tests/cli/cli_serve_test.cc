@@ -1,0 +1,217 @@
+// shardlab serve from the command line: its report and its bad inputs.
+#include <fstream>
+#include <unistd.h>
+#include <string>
+#include <tuple>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/support/cli_util.h"
+
+namespace shardlab::testing {
+namespace {
+
+const std::string kServe = "serve --model tiny --layers 2 --requests 12 --prompt-len uniform:4:20 --output-len uniform:1:8 ";
+
+TEST(CliServe, JsonSummaryCountsEveryRequest) {
+  const CliResult r = run_cli(kServe + "--arrival poisson:200 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const nlohmann::json& s = j["summary"];
+  EXPECT_EQ(s["requests"].get<int>(), 12);
+  EXPECT_GT(s["ttft_s"]["p50"].get<double>(), 0);
+  EXPECT_LE(s["ttft_s"]["p50"].get<double>(), s["ttft_s"]["p99"].get<double>());
+  EXPECT_LE(s["ttft_s"]["p99"].get<double>(), s["e2e_s"]["max"].get<double>());
+  // The capacity is the plan's blocks times the block size.
+  EXPECT_EQ(s["kv_capacity_tokens_per_replica"].get<int64_t>(), j["scheduler"]["kv_blocks"].get<int64_t>() * 16);
+  EXPECT_EQ(j["replica_devices"].size(), 1u);
+}
+
+// A burst whose requests need 16 x 16 blocks of 4 tokens at their end, on a
+// cache of 214 (4 MiB less the weights and a step's activations): continuous
+// batching preempts and
+// still finishes everything; the report lists every request and step.
+TEST(CliServe, ATightCachePreemptsAndTheReportHasEveryRequest) {
+  const std::string report = ::testing::TempDir() + "serve_report.json";
+  const CliResult r = run_cli(
+      "serve --model tiny --layers 2 --requests 16 --arrival burst --prompt-len 24 --output-len 40 --kv-block 4 "
+      "--max-batch-tokens 64 --max-seqs 16 --memory 4MiB --kv-fraction 1 --report " + report);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(slurp(report));
+  EXPECT_EQ(j["requests"].size(), 16u);
+  EXPECT_EQ(j["usage"].size(), j["summary"]["steps"].get<size_t>());
+  const int64_t blocks = j["scheduler"]["kv_blocks"].get<int64_t>();
+  for (const auto& u : j["usage"]) ASSERT_LE(u["used_blocks"].get<int64_t>(), blocks);
+  std::printf("%lld blocks, %lld preemptions\n", (long long)blocks, (long long)j["summary"]["preemptions"].get<int64_t>());
+  EXPECT_GT(j["summary"]["preemptions"].get<int64_t>(), 0);
+  EXPECT_NE(r.out.find("preemptions"), std::string::npos);
+}
+
+TEST(CliServe, ContinuousBatchingBeatsStaticOnABurst) {
+  auto throughput = [](const std::string& batching) {
+    const CliResult r = run_cli(kServe + "--arrival burst --max-seqs 4 --json --batching " + batching);
+    EXPECT_EQ(r.code, 0) << r.err;
+    return nlohmann::json::parse(r.out)["summary"]["output_tokens_per_s"].get<double>();
+  };
+  const double c = throughput("continuous"), s = throughput("static");
+  std::printf("burst: continuous %.1f tokens/s, static %.1f tokens/s\n", c, s);
+  EXPECT_GT(c, s);  // static waits for each batch's longest request
+}
+
+// A nano model trained to count, saved once.
+std::string counting_checkpoint() {
+  static const std::string path = [] {
+    const std::string p = ::testing::TempDir() + "serve_counting_" + std::to_string(getpid()) + ".safetensors";
+    const CliResult r = run_cli("train --model nano --data synthetic:counting --steps 60 --lr 3e-3 --json --save " + p);
+    EXPECT_EQ(r.code, 0) << r.err;
+    return p;
+  }();
+  return path;
+}
+
+std::string joined(const nlohmann::json& tokens) {
+  std::string out;
+  for (const auto& t : tokens) out += (out.empty() ? "" : ",") + std::to_string(t.get<int>());
+  return out;
+}
+
+// On the model's values, with ten requests at once on a cache that makes
+// them preempt and chunks of 8 prefill tokens, every request's tokens in the
+// report are what `generate` gives its prompt alone; the counting model
+// counts on from each prompt's last token.
+TEST(CliServe, EveryRequestGetsGeneratesTokens) {
+  const std::string init = "--model nano --init " + counting_checkpoint();
+  for (const std::string split : {"--tp 2 --memory 380KiB", "--pp 2 --memory 460KiB"}) {
+    const std::string report = ::testing::TempDir() + "serve_values_report.json";
+    const CliResult r = run_cli("serve " + init + " " + split + " --requests 10 --arrival burst --prompt-len uniform:4:16 "
+                                "--output-len uniform:8:16 --kv-block 4 --max-batch-tokens 32 --max-seqs 10 "
+                                "--chunked-prefill 8 --kv-fraction 1 --report " + report);
+    ASSERT_EQ(r.code, 0) << r.err;
+    const nlohmann::json j = nlohmann::json::parse(slurp(report));
+    std::printf("%s: %lld preemptions\n", split.c_str(), (long long)j["summary"]["preemptions"].get<int64_t>());
+    EXPECT_GT(j["summary"]["preemptions"].get<int64_t>(), 0) << split;
+    EXPECT_FALSE(j["phantom"].get<bool>());
+    int counting = 0;
+    for (const auto& q : j["requests"]) {
+      ASSERT_EQ(q["prompt_tokens"].size(), q["prompt_len"].get<size_t>());
+      ASSERT_EQ(q["tokens"].size(), q["output_len"].get<size_t>());
+      const CliResult g = run_cli("generate --json " + init + " --prompt-tokens " + joined(q["prompt_tokens"]) +
+                                  " --max-new-tokens " + std::to_string(q["output_len"].get<int>()));
+      ASSERT_EQ(g.code, 0) << g.err;
+      EXPECT_EQ(q["tokens"], nlohmann::json::parse(g.out)["tokens"]) << split << ", request " << q["id"];
+      counting += q["tokens"][0].get<int>() == q["prompt_tokens"].back().get<int>() + 1;
+    }
+    EXPECT_GE(counting, 8) << "the model learned to count";
+  }
+}
+
+// A workload file may give the prompts' ids: they are the ones served.
+TEST(CliServe, WorkloadPromptTokensAreServed) {
+  const std::string init = "--model nano --init " + counting_checkpoint();
+  const std::string workload = ::testing::TempDir() + "serve_ids.csv";
+  std::ofstream(workload) << "arrival_s,prompt_len,output_len,prompt_tokens\n0,3,5,40 41 42\n0.0001,4,3,7 100 8 9\n";
+  const std::string report = ::testing::TempDir() + "serve_ids_report.json";
+  const CliResult r = run_cli("serve " + init + " --tp 2 --workload " + workload + " --report " + report);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("prompts from --workload"), std::string::npos) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(slurp(report));
+  ASSERT_EQ(j["requests"].size(), 2u);
+  EXPECT_EQ(j["requests"][0]["prompt_tokens"], nlohmann::json({40, 41, 42}));
+  EXPECT_EQ(j["requests"][1]["prompt_tokens"], nlohmann::json({7, 100, 8, 9}));
+  for (const auto& q : j["requests"]) {
+    const CliResult g = run_cli("generate --json " + init + " --prompt-tokens " + joined(q["prompt_tokens"]) +
+                                " --max-new-tokens " + std::to_string(q["output_len"].get<int>()));
+    ASSERT_EQ(g.code, 0) << g.err;
+    EXPECT_EQ(q["tokens"], nlohmann::json::parse(g.out)["tokens"]) << "request " << q["id"];
+  }
+}
+
+// The same steps on shapes only take the same virtual times.
+TEST(CliServe, PhantomTimesEqualTheValuesRun) {
+  const std::string flags = kServe + "--arrival poisson:200 --chunked-prefill 8 --tp 2 --pp 2 --json";
+  const CliResult values = run_cli(flags), phantom = run_cli(flags + " --phantom");
+  ASSERT_EQ(values.code, 0) << values.err;
+  ASSERT_EQ(phantom.code, 0) << phantom.err;
+  EXPECT_EQ(nlohmann::json::parse(values.out)["summary"], nlohmann::json::parse(phantom.out)["summary"]);
+  EXPECT_TRUE(nlohmann::json::parse(phantom.out)["phantom"].get<bool>());
+}
+
+// --phantom folds the tp peers of a dense model (one thread per stage) and
+// changes no figure: the summary and the plan equal the unfolded run's.
+TEST(CliServe, FoldedPhantomRunEqualsTheUnfoldedOne) {
+  const std::tuple<std::string, int, int> cases[] = {{"--tp 4", 1, 4}, {"--tp 2 --pp 2 --replicas 2", 2, 4}};
+  for (const auto& [split, folded_threads, devices] : cases) {
+    const std::string flags = kServe + "--arrival poisson:200 --chunked-prefill 8 --phantom --json " + split;
+    const CliResult folded = run_cli(flags), unfolded = run_cli(flags + " --no-fold");
+    ASSERT_EQ(folded.code, 0) << folded.err;
+    ASSERT_EQ(unfolded.code, 0) << unfolded.err;
+    const nlohmann::json a = nlohmann::json::parse(folded.out), b = nlohmann::json::parse(unfolded.out);
+    EXPECT_EQ(a["running_devices"].get<int>(), folded_threads) << split;  // one per pipeline stage
+    EXPECT_EQ(b["running_devices"].get<int>(), devices) << split;
+    EXPECT_EQ(a["summary"], b["summary"]) << split;
+    EXPECT_EQ(a["replica_devices"], b["replica_devices"]) << split;
+  }
+}
+
+TEST(CliServe, BadInputIsOneLineAndExitTwo) {
+  const std::string workload = ::testing::TempDir() + "serve_bad_workload.csv";
+  std::ofstream(workload) << "arrival_s,prompt_len,output_len\n0,5,x\n";
+  const std::string ids = ::testing::TempDir() + "serve_bad_ids.csv", few = ::testing::TempDir() + "serve_few_ids.csv";
+  std::ofstream(ids) << "arrival_s,prompt_len,output_len,prompt_tokens\n0,2,2,1 512\n";  // tiny's vocabulary: 512
+  std::ofstream(few) << "arrival_s,prompt_len,output_len,prompt_tokens\n0,3,2,1 2\n";
+  const std::pair<std::string, std::string> cases[] = {
+      {"--requests 0", "--requests"},
+      {"--arrival poisson:0", "--arrival"},
+      {"--arrival steady", "--arrival"},
+      {"--prompt-len 0", "--prompt-len"},
+      {"--output-len uniform:9:2", "--output-len"},
+      {"--prompt-len lognormal:10:nan", "--prompt-len"},
+      {"--batching dynamic", "--batching"},
+      {"--kv-fraction 0", "--kv-fraction"},
+      {"--kv-fraction 1.5", "--kv-fraction"},
+      {"--kv-block 0", "--kv-block"},
+      {"--max-seqs 0", "--max-seqs"},
+      {"--max-batch-tokens 0", "--max-batch-tokens"},
+      {"--chunked-prefill -1", "--chunked-prefill"},
+      {"--replicas 0", "--replicas"},
+      {"--replicas 99", "the profile has"},
+      {"--tp 3", "--tp"},
+      {"--workload /nonexistent/w.csv", "--workload /nonexistent/w.csv: no such file"},
+      {"--workload " + workload, "line 2"},
+      {"--workload " + ::testing::TempDir(), ": is a directory, not a CSV file"},
+      {"--workload " + workload + " --prompt-len 5", "gives the requests: it takes no --prompt-len"},
+      {"--workload " + workload + " --requests 7", "gives the requests: it takes no --requests"},
+      {"--workload " + workload + " --arrival burst", "gives the requests: it takes no --arrival"},
+      {"--workload " + workload + " --output-len 3", "gives the requests: it takes no --output-len"},
+      {"--workload " + workload + "/w.csv", "/w.csv: cannot open (Not a directory)"},
+      {"--prompt-len 60 --output-len 10", "context of 64"},
+      {"--batching static --chunked-prefill 8", "continuous"},
+      {"--max-batch-tokens 8 --prompt-len 20", "--chunked-prefill"},
+      {"--memory 64KiB", "memory"},
+      {"--report /nonexistent/dir/r.json", "--report"},
+      {"--phantom --init " + workload, "takes no --init"},
+      {"--init /nonexistent/w.safetensors", "--init"},
+      {"--init " + workload, "--init"},
+      {"--init " + counting_checkpoint(), "--init"},  // nano's tensors, not tiny's
+      {"--layers 96 --embd 16384", "--phantom"},  // 1.1 TiB of fp32 weights
+      {"--workload " + ids, "outside the vocabulary"},
+      {"--workload " + few, "prompt_len says 3"},
+      {"--batching foo --prompt-len 128 --output-len 128", "--batching"},  // a bad flag before what the lengths mean
+  };
+  for (const auto& [flags, needle] : cases) {
+    // Four requests of lengths that fit, unless the case sets them or gives a --workload.
+    std::string base = "serve --model tiny ";
+    const bool drawn = flags.find("--workload") == std::string::npos;
+    if (drawn && flags.find("--requests") == std::string::npos) base += "--requests 4 ";
+    if (drawn && flags.find("--prompt-len") == std::string::npos) base += "--prompt-len 8 ";
+    if (drawn && flags.find("--output-len") == std::string::npos) base += "--output-len 4 ";
+    expect_usage_error(base + flags, needle);
+  }
+  // The default lengths (128 + 128) do not fit tiny's context of 64: the line says which defaults to change.
+  expect_usage_error("serve --model tiny", "(--seq); --prompt-len and --output-len are 128 unless given");
+  expect_usage_error("serve --model tiny --prompt-len 100", "exceed the model's context of 64 (--seq)");
+}
+
+}  // namespace
+}  // namespace shardlab::testing
