@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "model/kernels.h"
 #include "model/parallel/expert/moe.h"
 #include "model/parallel/sharded_gpt.h"
 #include "model/parallel/tensor/attention.h"
@@ -160,6 +161,13 @@ int64_t ShardedGPT::recompute_block(TpBlockActs& a, int layer, const float* x) {
   again.ex.recompute = true;
   if (recompute_ == Recompute::kSelective) {
     attention_core(again).forward(a.atty.data(), a.att.data(), a.qkv.data(), dims_, again);
+    // The recomputed core ends with the dropout on its probabilities, as
+    // Megatron-LM's checkpointed CoreAttention does (layers.cc charges it in
+    // the forward): B·(NH/tp)·T·T elements.
+    if (again.dropout)
+      again.ex.op("attn.dropout.fwd",
+                  model::dropout_forward_cost(int64_t{dims_.B} * dims_.NHl() * dims_.T * dims_.T,
+                                              again.ex.elem));
   } else {  // the whole block, from its kept input; its aux loss was counted in forward
     tp_block_forward(a, w_.blocks[layer], x, dims_, config_, scratch_, again);
   }
