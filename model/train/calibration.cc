@@ -20,12 +20,12 @@ const std::vector<PublishedRun>& narayanan2021_table1() {
       {"megatron-3.6b", 2, 1, 64, 138, 0, 16, 0, true},
       {"megatron-7.5b", 4, 1, 128, 142, 0, 16, 0, true},
       {"megatron-18.4b", 8, 1, 256, 135, 0, 8, 0, true},
-      {"megatron-39.1b", 8, 2, 512, 138, 0, 4, 1},      // 1F1B
-      {"megatron-76.1b", 8, 4, 1024, 140, 0, 2, 3},     // 5 of a stage's 15 layers per chunk
-      {"megatron-145.6b", 8, 8, 1536, 148, 0, 2, 2},    // 5 of 10
-      {"megatron-310.1b", 8, 16, 1920, 155, 0, 1, 2},   // 3 of 6
-      {"megatron-529.6b", 8, 35, 2520, 163, 0, 1, 3},   // 1 of 3
-      {"megatron-1t", 8, 64, 3072, 163, 0, 1, 1},       // 1F1B
+      {"megatron-39.1b", 8, 2, 512, 138, 0, 4, 1},     // 1F1B
+      {"megatron-76.1b", 8, 4, 1024, 140, 0, 2, 3},    // 5 of a stage's 15 layers per chunk
+      {"megatron-145.6b", 8, 8, 1536, 148, 0, 2, 2},   // 5 of 10
+      {"megatron-310.1b", 8, 16, 1920, 155, 0, 1, 2},  // 3 of 6
+      {"megatron-529.6b", 8, 35, 2520, 163, 0, 1, 3},  // 1 of 3
+      {"megatron-1t", 8, 64, 3072, 163, 0, 1, 1},      // 1F1B
   };
   return kRows;
 }
@@ -113,7 +113,8 @@ PredictedRun predict(const PublishedRun& row, const HardwareProfile& profile) {
   r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.step_s = to_seconds(result.steps.back().virtual_end);
   r.tflops_per_gpu = paper_flops_per_step(r.options) / r.step_s / row.gpus / 1e12;
-  r.error = row.iteration_s > 0 ? row.iteration_s / r.step_s - 1 : r.tflops_per_gpu / row.tflops_per_gpu - 1;
+  r.error = row.iteration_s > 0 ? row.iteration_s / r.step_s - 1
+                                : r.tflops_per_gpu / row.tflops_per_gpu - 1;
   r.running_devices = result.running_devices;
   return r;
 }
@@ -121,12 +122,12 @@ PredictedRun predict(const PublishedRun& row, const HardwareProfile& profile) {
 std::string readme_row(const PredictedRun& r) {
   const double params_b = model::count_params(r.options.model) / 1e9;
   if (r.row.iteration_s > 0)
-    return fmt::format("| {:.1f}B | {} | {} | {} | {} | {} | {:.2f} | {:.2f} | {:+.1f}% |", params_b, r.row.tp,
-                       r.row.pp, r.row.gpus, r.options.model.batch_size,
+    return fmt::format("| {:.1f}B | {} | {} | {} | {} | {} | {:.2f} | {:.2f} | {:+.1f}% |",
+                       params_b, r.row.tp, r.row.pp, r.row.gpus, r.options.model.batch_size,
                        r.row.sp_selective ? "selective + SP" : "full", r.step_s, r.row.iteration_s,
                        100 * r.error);
-  return fmt::format("| {:.1f}B | {} | {} | {} | {} | {:.1f} | {:.0f} | {:+.1f}% |", params_b, r.row.tp,
-                     r.row.pp, r.row.gpus, r.options.model.batch_size, r.tflops_per_gpu,
+  return fmt::format("| {:.1f}B | {} | {} | {} | {} | {:.1f} | {:.0f} | {:+.1f}% |", params_b,
+                     r.row.tp, r.row.pp, r.row.gpus, r.options.model.batch_size, r.tflops_per_gpu,
                      r.row.tflops_per_gpu, 100 * r.error);
 }
 

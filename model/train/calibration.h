@@ -16,10 +16,12 @@
 // overlapped with backward) without a pipeline, local DDP (after the flush)
 // with one.
 //
-// Held out of the fit, run the same way:
-//   Narayanan et al. 2021 Table 2, PTD parallelism: GPT-3 175B (174.6B with
-//     the vocabulary 51200, batch 1536, TP 8 x PP 12) on 384, 768 and 1,536
-//     GPUs and 529.6B (batch 2240, TP 8 x PP 35) on 560, 1,120 and 2,240;
+// Held out of the fit, run the same way (tests/model/train/heldout_test.cc):
+//   Narayanan et al. 2021 Table 2, PTD parallelism (the rows as
+//     cli99/llm-analysis examples/megatron-lm/run_train.sh transcribes
+//     them): GPT-3 175B (174.6B with the vocabulary 51200, batch 1536, TP 8
+//     x PP 12) on 384, 768 and 1,536 GPUs and 529.6B (batch 2240, TP 8 x PP
+//     35) on 560, 1,120 and 2,240;
 //     micro-batch 1, interleaved as the sc21 scripts run these shapes (175B
 //     on TP 8 x PP 12: 2 layers per virtual stage, run_figure_12.sh and
 //     run_figure_18.sh; 530B: 1, run_table_1.sh).
@@ -30,7 +32,8 @@
 //     selective recomputation); the configurations of its Table 3 as
 //     Calculon's validation of this table runs them
 //     (calculon-ai/calculon validation/seqsel/tab5/*.json: micro-batch 4 for
-//     22B, else 1; 3 chunks per rank for 175B and 530B, 1F1B for 1T). The
+//     22B, else 1; 3 chunks per rank for 175B and 530B, 1F1B for 1T; its
+//     calculon/llm/validation.py transcribes the times). The
 //     Megatron-LM README's MFU/HFU table (41.5, 51.4, 56.0 and 56.3% MFU) is
 //     the same "present work" runs.
 //
@@ -60,8 +63,8 @@ struct PublishedRun {
   // The configuration where the source gives it; 0: shardlab's defaults.
   int batch = 0;             // global batch in sequences (0: the preset's)
   int micro_batch_size = 0;  // 0: 1 with a pipeline, B/dp without
-  int vpp = 0;               // chunks per pipeline rank: 1 = 1F1B; 0: 2 (3 when a stage's layers are odd)
-  bool overlap = false;      // the gradient all-reduce overlapped with backward (torch DDP)
+  int vpp = 0;  // chunks per pipeline rank: 1 = 1F1B; 0: 2 (3 when a stage's layers are odd)
+  bool overlap = false;  // the gradient all-reduce overlapped with backward (torch DDP)
   // Korthikanti et al. 2022's runs.
   bool sp_selective = false;  // sequence parallelism + selective recompute; else full, no SP
   int layers = 0, heads = 0;  // the shape, where it is not the preset's (0: the preset's)

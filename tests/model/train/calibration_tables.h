@@ -4,12 +4,12 @@
 // predicted in README's format.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "model/train/calibration.h"
 #include "runtime/profile.h"
@@ -57,7 +57,8 @@ inline Predicted predict_all(const std::vector<PublishedRun>& table) {
   for (const PublishedRun& row : table) {
     out.runs.push_back(predict(row, p));
     out.rows.push_back(readme_row(out.runs.back()));
-    std::printf("%-16s %s  %.1f s wall\n", row.preset.c_str(), out.rows.back().c_str(), out.runs.back().wall_s);
+    std::printf("%-16s %s  %.1f s wall\n", row.preset.c_str(), out.rows.back().c_str(),
+                out.runs.back().wall_s);
   }
   return out;
 }
