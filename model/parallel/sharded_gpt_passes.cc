@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "model/kernels.h"
 #include "model/parallel/expert/moe.h"
 #include "model/parallel/sharded_gpt.h"
 #include "model/parallel/tensor/embedding.h"
@@ -161,6 +162,12 @@ int64_t ShardedGPT::recompute_block(BlockActs& a, int layer, const float* x) {
   again.set_exec(ex);
   if (recompute_ == Recompute::kSelective) {
     again.attention_core().forward(a.atty.data(), a.att.data(), a.qkv.data(), dims_, again.tp);
+    // The recomputed core ends with the dropout on its probabilities, as
+    // Megatron-LM's checkpointed CoreAttention does (block.cc charges it in
+    // the forward): B·(NH/tp)·T·T elements.
+    if (again.dropout)
+      again.ex().op("attn.dropout.fwd",
+                    model::dropout_forward_cost(int64_t{dims_.B} * dims_.NHl() * dims_.T * dims_.T, again.ex().elem));
   } else {  // the whole block, from its kept input; its aux loss was counted in forward
     block_forward(a, w_.blocks[layer], x, dims_, config_, scratch_, again);
   }

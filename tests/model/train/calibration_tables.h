@@ -1,0 +1,66 @@
+// What calibration_test.cc and heldout_test.cc share: README.md's tables,
+// read to pin them (the rows of every table under an exact header line, in
+// order, the line of dashes below the header skipped), and published runs
+// predicted in README's format.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "model/train/calibration.h"
+#include "runtime/profile.h"
+
+namespace shardlab::train::readme {
+
+struct ReadmeTables {
+  std::string text;                              // the whole README
+  std::vector<std::vector<std::string>> tables;  // the rows of each table under the header
+};
+
+inline ReadmeTables read_readme_tables(const std::string& header) {
+  std::ifstream in(SHARDLAB_README);
+  EXPECT_TRUE(in) << "cannot read " << SHARDLAB_README;
+  ReadmeTables r;
+  std::string line;
+  bool inside = false;
+  while (std::getline(in, line)) {
+    r.text += line + "\n";
+    if (line == header) {
+      r.tables.emplace_back(), inside = true;
+    } else if (inside && line.starts_with("|")) {
+      if (!line.starts_with("|---")) r.tables.back().push_back(line);
+    } else {
+      inside = false;
+    }
+  }
+  return r;
+}
+
+struct Predicted {
+  std::vector<PredictedRun> runs;
+  std::vector<std::string> rows;  // README's format
+  std::string text() const {      // the rows, one a line, to paste into README
+    std::string t;
+    for (const std::string& r : rows) t += r + "\n";
+    return t;
+  }
+};
+
+// Predicts every row of `table` on a100-nvlink, printing each in README's format.
+inline Predicted predict_all(const std::vector<PublishedRun>& table) {
+  const HardwareProfile p = load_profile("a100-nvlink");
+  Predicted out;
+  for (const PublishedRun& row : table) {
+    out.runs.push_back(predict(row, p));
+    out.rows.push_back(readme_row(out.runs.back()));
+    std::printf("%-16s %s  %.1f s wall\n", row.preset.c_str(), out.rows.back().c_str(),
+                out.runs.back().wall_s);
+  }
+  return out;
+}
+
+}  // namespace shardlab::train::readme
