@@ -41,8 +41,14 @@ int run(CLI::App& app, int argc, char** argv) {
     return 2;
   } catch (const shardlab::RunError& e) {
     std::fprintf(stderr, "shardlab: error: %s\n", shardlab::cli::with_flag_names(e.what()).c_str());
-    // 3: an injected dead device or downed link stopped the run (README "Fault injection").
-    return e.input_error() ? 2 : e.device_failure() ? 3 : 1;
+    switch (e.cause()) {
+      case shardlab::RunCause::kInput: return 2;
+      case shardlab::RunCause::kDeviceFailure: return 3;  // README "Fault injection"
+      case shardlab::RunCause::kProgram:
+      case shardlab::RunCause::kFolding:  // train() and serve retry unfolded; one that escapes is a bug
+      case shardlab::RunCause::kDeadlock: return 1;
+    }
+    return 1;
   } catch (const std::exception& e) {
     if (std::ferror(stdout)) return 2;  // fmt::print failed on stdout: finish_stdout says so
     std::fprintf(stderr, "shardlab: error: %s\n", shardlab::cli::with_flag_names(e.what()).c_str());

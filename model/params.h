@@ -3,6 +3,9 @@
 // then each block (ln_1, attn.c_attn, attn.c_proj, ln_2, mlp...), then ln_f.
 // The LM head is tied to wte and not stored. Linear weights are (out, in).
 //
+// Thread safety: a ParamTable is immutable once built and may be shared
+// between device threads; the buffers it lays out belong to one device.
+//
 // Init (nanoGPT): Linear and Embedding weights N(0, 0.02); every c_proj
 // weight (attention, MLP, experts) N(0, 0.02/sqrt(2·n_layer)); biases 0;
 // LayerNorm weight 1, bias 0. Normal draws come from the counter-based RNG

@@ -75,13 +75,13 @@ class FirstError {
     } catch (const RunError&) {
       throw;
     } catch (const ConfigError& e) {
-      throw RunError(rank_, with_rank(e.what()), /*input_error=*/true);
+      throw RunError(rank_, with_rank(e.what()), RunCause::kInput);
     } catch (const OutOfMemory& e) {
-      throw RunError(rank_, with_rank(e.what()), /*input_error=*/true);
+      throw RunError(rank_, with_rank(e.what()), RunCause::kInput);
     } catch (const DeviceFailure& e) {
-      throw RunError(rank_, e.what(), /*input_error=*/false, /*folding=*/false, /*device_failure=*/true);
+      throw RunError(rank_, e.what(), RunCause::kDeviceFailure);
     } catch (const FoldingError& e) {
-      throw RunError(rank_, with_rank(e.what()), /*input_error=*/false, /*folding=*/true);
+      throw RunError(rank_, with_rank(e.what()), RunCause::kFolding);
     } catch (const std::exception& e) {
       throw RunError(rank_, with_rank(e.what()));
     } catch (...) {
@@ -136,7 +136,7 @@ void watch(Fabric& fabric, FirstError& error, std::mutex& done_mu, std::conditio
     if (local && !fabric.aborted()) {
       if (auto what = fabric.find_deadlock()) {
         spdlog::debug("watchdog: {}", *what);
-        error.set(-1, std::make_exception_ptr(RunError(-1, *what)));
+        error.set(-1, std::make_exception_ptr(RunError(-1, *what, RunCause::kDeadlock)));
         fabric.abort();
       }
     }
@@ -187,7 +187,7 @@ RunResult Cluster::run(const Program& program) {
   std::condition_variable done_cv;
   if (transport) {
     auto on_abort = [&](const RunFailure* f) {
-      if (f) error.set(f->rank, std::make_exception_ptr(RunError(f->rank, f->what)));
+      if (f) error.set(f->rank, std::make_exception_ptr(RunError(f->rank, f->what, f->cause)));
       fabric.abort();
     };
     transport->begin_run(fabric, owners, {on_abort, options_.watchdog_period});

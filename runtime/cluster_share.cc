@@ -13,7 +13,7 @@ std::optional<RunFailure> failure_of(const std::function<void()>& rethrow) {
   try {
     rethrow();
   } catch (const RunError& e) {
-    return RunFailure{e.rank(), e.what(), e.input_error(), e.folding(), e.device_failure()};
+    return RunFailure{e.rank(), e.what(), e.cause()};
   }
   return std::nullopt;
 }
@@ -23,7 +23,7 @@ void agree_on_failure(Transport& t, const std::optional<RunFailure>& mine) {
   w.put<uint8_t>(mine.has_value());
   if (mine) {
     w.put<int32_t>(mine->rank).put_string(mine->what);
-    w.put<uint8_t>(mine->input_error).put<uint8_t>(mine->folding).put<uint8_t>(mine->device_failure);
+    w.put<uint8_t>(static_cast<uint8_t>(mine->cause));
   }
   std::optional<RunFailure> first;
   for (const std::string& s : t.exchange(w.str())) {
@@ -32,12 +32,12 @@ void agree_on_failure(Transport& t, const std::optional<RunFailure>& mine) {
     RunFailure f;
     f.rank = r.get<int32_t>();
     f.what = r.get_string();
-    f.input_error = r.get<uint8_t>();
-    f.folding = r.get<uint8_t>();
-    f.device_failure = r.get<uint8_t>();
+    const auto cause = r.get<uint8_t>();
+    SHARDLAB_CHECK(cause <= static_cast<uint8_t>(RunCause::kDeadlock), "a run failure with an unknown cause");
+    f.cause = static_cast<RunCause>(cause);
     if (!first || f.rank < first->rank) first = std::move(f);
   }
-  if (first) throw RunError(first->rank, first->what, first->input_error, first->folding, first->device_failure);
+  if (first) throw RunError(first->rank, first->what, first->cause);
 }
 
 namespace {

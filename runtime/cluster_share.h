@@ -1,5 +1,9 @@
 // What the processes of one run agree on after it (cluster.cc, transport.h):
 // its failure and every device's record. Internal to the runtime.
+//
+// Thread safety: called on the main thread between runs (after the device
+// threads joined); the trace-name table these calls fill is guarded by its
+// own mutex (cluster_share.cc), as trace names outlive the run.
 #pragma once
 
 #include <functional>

@@ -3,6 +3,7 @@
 // SHARDLAB_CHECK.
 #pragma once
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -22,25 +23,32 @@ class OutOfMemory : public std::runtime_error {
 
 // A run failed: the first exception thrown on any device (rank >= 0), or a
 // deadlock found by the watchdog (rank == -1). what() starts with "device N: ".
+// Why a run failed, as the tool maps it to its exit code (cli/main.cc).
+enum class RunCause : uint8_t {
+  kProgram = 0,    // an error in a device's program or the emulator (exit 1)
+  kInput,          // the user's input: a ConfigError or an OutOfMemory (exit 2)
+  kFolding,        // a FoldingError: the run is valid, its folding was not exact (retried unfolded)
+  kDeviceFailure,  // an injected dead device or downed link, a DeviceFailure (exit 3)
+  kDeadlock,       // the watchdog found every live device waiting on a message none will send (exit 1)
+};
+inline const char* run_cause_name(RunCause c) {
+  constexpr const char* kNames[] = {"program", "input", "folding", "device failure", "deadlock"};
+  return kNames[static_cast<int>(c)];
+}
+
 class RunError : public std::runtime_error {
  public:
-  RunError(int rank, const std::string& what, bool input_error = false, bool folding = false,
-           bool device_failure = false)
-      : std::runtime_error(what), rank_(rank), input_error_(input_error), folding_(folding),
-        device_failure_(device_failure) {}
-  int rank() const { return rank_; }
-  // The cause was the user's input (ConfigError, OutOfMemory): exit code 2.
-  bool input_error() const { return input_error_; }
-  // The cause was a FoldingError: the run is valid, its folding was not exact.
-  bool folding() const { return folding_; }
-  // The cause was a DeviceFailure: an injected dead device or downed link (exit 3).
-  bool device_failure() const { return device_failure_; }
+  RunError(int rank, const std::string& what, RunCause cause = RunCause::kProgram)
+      : std::runtime_error(what), rank_(rank), cause_(cause) {}
+  int rank() const { return rank_; }  // -1: no one device (a deadlock)
+  RunCause cause() const { return cause_; }
+  bool input_error() const { return cause_ == RunCause::kInput; }
+  bool folding() const { return cause_ == RunCause::kFolding; }
+  bool device_failure() const { return cause_ == RunCause::kDeviceFailure; }
 
  private:
   int rank_;
-  bool input_error_;
-  bool folding_;
-  bool device_failure_;
+  RunCause cause_;
 };
 
 // An injected fault stopped the run (runtime/fault.h): a device died or a

@@ -2,6 +2,9 @@
 // devices uses. An interface so tests and fault injection (FaultLinkModel,
 // fault.h) can wrap it to slow a link down or fail it (LevelDB's EnvWrapper
 // pattern).
+//
+// Thread safety: const after construction; one instance serves every device
+// thread of a run (link/link_at are const and touch no shared state).
 #pragma once
 
 #include <algorithm>

@@ -1,5 +1,9 @@
 // Logging: spdlog, quiet by default (warnings and errors), rank-prefixed on
 // device threads.
+//
+// Thread safety: device_logger may be called from any thread (spdlog's
+// registry and the shared stderr sink lock themselves); set_verbosity only
+// before a run starts.
 #pragma once
 
 #include <memory>

@@ -13,6 +13,10 @@
 //    outputs are staged first and committed together, so one failing write
 //    leaves none of them (all-or-nothing up to the renames themselves).
 // Every error is a ConfigError of one line naming the flag and the path.
+//
+// Thread safety: the functions may run on any thread; the temporary names
+// come from an atomic counter (plus the process id), so concurrent staged
+// files never collide. A StagedFile is used by one thread.
 #pragma once
 
 #include <string>

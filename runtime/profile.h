@@ -24,6 +24,9 @@
 //                                exactly one NIC; each NIC runs at
 //                                links.inter's rate (its rail).
 // The built-in values and their public sources: profile.cc, README "Cost model".
+//
+// Thread safety: a HardwareProfile is plain data, read-only during a run;
+// every device thread of a cluster reads the same one.
 #pragma once
 
 #include <cstdint>

@@ -33,6 +33,8 @@
 
 #include "runtime/fabric.h"
 
+#include "runtime/errors.h"
+
 namespace shardlab {
 
 struct HardwareProfile;
@@ -41,7 +43,7 @@ struct HardwareProfile;
 struct RunFailure {
   int rank = 0;
   std::string what;
-  bool input_error = false, folding = false, device_failure = false;
+  RunCause cause = RunCause::kProgram;
 };
 
 // One live device's state for the waits-for check (Fabric::snapshot).

@@ -220,9 +220,10 @@ void MpiTransport::handle(int from, const std::string& packet) {
       std::abort();
     case Kind::kAbort: {
       RunFailure f;
-      if (r.get<uint8_t>()) {
+      if (r.get<uint8_t>()) {  // only the leader's deadlock watchdog sends a failure
         f.rank = r.get<int32_t>();
         f.what = r.get_string();
+        f.cause = RunCause::kDeadlock;
       }
       set_aborted();
       if (hooks_.on_abort) hooks_.on_abort(f.what.empty() ? nullptr : &f);

@@ -3,6 +3,10 @@
 // transport_mpi_watchdog.cc (the waits-for rounds). Built only when CMake
 // finds MPI.
 //
+// Thread safety: device threads only queue packets (forward, exchange_in_run)
+// under mu_ (the members marked GUARDED_BY(mu_)); everything else is the
+// progress thread's own or the main thread's between runs.
+//
 // Thread level: every MPI call of a run is made by one progress thread per
 // process (funnelled), and the main thread makes the between-runs calls
 // (exchange, or_bytes) only while no progress thread runs; exchange_in_run

@@ -49,7 +49,7 @@ void MpiTransport::judge_round() {
   if (sent != received) return;
   const std::optional<std::string> what = describe_deadlock(waits);
   if (!what) return;
-  RunFailure f{-1, *what};
+  RunFailure f{-1, *what, RunCause::kDeadlock};
   set_aborted();
   for (int p = 1; p < size_; ++p)
     push(p, wire::Writer().put(Kind::kAbort).put<uint8_t>(1).put<int32_t>(-1).put_string(*what).str());

@@ -2,6 +2,7 @@
 // Tests assert the outcome (which error, from whom, saying what); a hang is
 // caught by bounded_run's generous bound, never by timing the run.
 #include <chrono>
+#include <functional>
 #include <stdexcept>
 #include <thread>
 
@@ -31,6 +32,7 @@ TEST(Failures, AnExceptionOnOneDeviceStopsDevicesBlockedInReceive) {
   } catch (const RunError& e) {
     EXPECT_EQ(e.rank(), 2);
     EXPECT_STREQ(e.what(), "device 2: boom in layer 3");
+    EXPECT_EQ(e.cause(), RunCause::kProgram) << run_cause_name(e.cause());
     EXPECT_FALSE(e.input_error());
   }
 }
@@ -46,6 +48,7 @@ TEST(Failures, DevicesWaitingOnEachOtherAreReportedByTheWatchdog) {
   } catch (const RunError& e) {
     std::string m = e.what();
     EXPECT_EQ(e.rank(), -1);
+    EXPECT_EQ(e.cause(), RunCause::kDeadlock) << run_cause_name(e.cause());
     EXPECT_NE(m.find("deadlock"), std::string::npos) << m;
     EXPECT_NE(m.find("device 0 waits for a message from device 1"), std::string::npos) << m;
     EXPECT_NE(m.find("device 1 waits for a message from device 0"), std::string::npos) << m;
@@ -93,9 +96,37 @@ TEST(Failures, OutOfMemoryOnADeviceIsAnInputError) {
     FAIL() << "no error";
   } catch (const RunError& e) {
     EXPECT_EQ(e.rank(), 1);
+    EXPECT_EQ(e.cause(), RunCause::kInput) << run_cause_name(e.cause());
     EXPECT_TRUE(e.input_error());
     EXPECT_NE(std::string(e.what()).find("device 1: out of memory allocating 'activations'"), std::string::npos)
         << e.what();
+  }
+}
+
+// Each exception a device program throws becomes the RunError cause the tool
+// maps to its exit code (cli/main.cc).
+TEST(Failures, EachErrorKindIsItsCause) {
+  struct Case {
+    std::function<void()> raise;
+    RunCause cause;
+  };
+  const Case cases[] = {
+      {[] { throw ConfigError("bad flag"); }, RunCause::kInput},
+      {[] { throw FoldingError("not foldable"); }, RunCause::kFolding},
+      {[] { throw DeviceFailure("device 1 died"); }, RunCause::kDeviceFailure},
+      {[] { throw std::logic_error("a bug"); }, RunCause::kProgram},
+  };
+  for (const Case& k : cases) {
+    Cluster c(testing::simple_profile(), {.world_size = 2});
+    try {
+      bounded_run(c, [&](Device& d) {
+        if (d.rank() == 1) k.raise();
+      });
+      ADD_FAILURE() << "no error for " << run_cause_name(k.cause);
+    } catch (const RunError& e) {
+      EXPECT_EQ(e.cause(), k.cause) << run_cause_name(e.cause()) << " for " << run_cause_name(k.cause);
+      EXPECT_EQ(e.rank(), 1);
+    }
   }
 }
 
