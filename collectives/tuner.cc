@@ -68,8 +68,13 @@ class Replay {
 
   // Device::isend: depart = max(stream, egress free); egress held for w.
   Posted send(int from, int to, size_t count) {
-    const Link l =
-        links_.link(members_[static_cast<size_t>(from)], members_[static_cast<size_t>(to)]);
+    Link l = links_.link(members_[static_cast<size_t>(from)], members_[static_cast<size_t>(to)]);
+    if (links_.shares_intra()) {
+      // Ctx::send's cap: this step's share of the PCIe tree's shared links.
+      const uint64_t cap = links_.shared_rate(members_[static_cast<size_t>(from)], members_[static_cast<size_t>(to)],
+                                              members_, ((to - from) % n() + n()) % n());
+      if (cap > 0 && cap < l.bytes_per_second) l.bytes_per_second = cap;
+    }
     Clock& c = clocks_[static_cast<size_t>(from)];
     const int port = static_cast<int>(l.port);
     Posted m{true, std::max(c.now, c.egress[port]), l.wire_time(count * esize_, Engine::kSm),
