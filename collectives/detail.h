@@ -23,7 +23,10 @@ class Ctx {
   // `esize`: modeled bytes per element (CollOptions::wire_elem).
   Ctx(Device& dev, const ProcessGroup& g, Stream& s, int esize)
       : dev_(dev), s_(s), g_(g), tag_(g.next_tag()), esize_(esize), n_(g.size()), me_(g.rank()) {
-    if (!dev.profile().pcie.empty()) pcie_.emplace(dev.profile());
+    if (!dev.profile().pcie.empty()) {
+      pcie_.emplace(dev.profile());
+      local_ = pcie_->local_members(g.members(), dev.profile().node_of(dev.rank()));
+    }
   }
 
   Device& dev() const { return dev_; }
@@ -50,7 +53,7 @@ class Ctx {
     const size_t charged = modeled == kAsCount ? count : modeled;
     // A PCIe tree: this step's share of the shared links on the path, as if
     // every member sent the same distance at once (link_model.h).
-    const uint64_t cap = pcie_ ? pcie_->shared_rate(g_.global_rank(me_), g_.global_rank(to), g_.members(),
+    const uint64_t cap = pcie_ ? pcie_->shared_rate(g_.global_rank(me_), g_.global_rank(to), g_.members(), local_,
                                                     ((to - me_) % n_ + n_) % n_)
                                : 0;
     const SendHandle h = dev_.isend(s_, g_.global_rank(to), tag_ + static_cast<Tag>(phase), host,
@@ -84,6 +87,7 @@ class Ctx {
   int me_;
   Time last_send_ = 0;
   std::optional<ProfileLinkModel> pcie_;  // set on profiles with a PCIe tree
+  std::vector<int> local_;                 // group indices of the members on my node (pcie_)
 };
 
 inline const float* floats(const Message& m) {

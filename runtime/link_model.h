@@ -111,13 +111,20 @@ class ProfileLinkModel final : public LinkModel {
   // the same way; at most its GPUs' link. 0: no cap (no PCIe tree, or src
   // and dst on different nodes).
   uint64_t shared_rate(int src, int dst, std::span<const int> members, int dist) const {
+    if (switch_.empty()) return 0;
+    return shared_rate(src, dst, members, local_members(members, src / devices_per_node_), dist);
+  }
+  // The same, given `local`: the group indices of the members on src's node
+  // (local_members; a collective builds it once per call, so a message costs
+  // O(members per node), not O(members)).
+  uint64_t shared_rate(int src, int dst, std::span<const int> members, std::span<const int> local, int dist) const {
     if (switch_.empty() || src / devices_per_node_ != dst / devices_per_node_) return 0;
     const Path q = path(src, dst);
     if (q.up < 0) return 0;
     const int node = src / devices_per_node_;
     const int n = static_cast<int>(members.size());
     uint64_t up = 0, down = 0, across = 0;
-    for (int i = 0; i < n; ++i) {
+    for (int i : local) {
       const int a = members[static_cast<size_t>(i)], b = members[static_cast<size_t>(((i + dist) % n + n) % n)];
       if (a == b || a / devices_per_node_ != node || b / devices_per_node_ != node) continue;
       const Path f = path(a, b);
@@ -129,6 +136,13 @@ class ProfileLinkModel final : public LinkModel {
     rate = std::min(rate, std::max<uint64_t>(1, uplink_bps_ / std::max<uint64_t>(1, down)));
     if (q.socket_from >= 0) rate = std::min(rate, std::max<uint64_t>(1, socket_bps_ / std::max<uint64_t>(1, across)));
     return rate;
+  }
+  // The group indices of the members on `node`, in group order.
+  std::vector<int> local_members(std::span<const int> members, int node) const {
+    std::vector<int> local;
+    for (size_t i = 0; i < members.size(); ++i)
+      if (members[i] / devices_per_node_ == node) local.push_back(static_cast<int>(i));
+    return local;
   }
 
  private:
