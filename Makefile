@@ -13,7 +13,7 @@ LAB_TARGETS := $(addprefix lab-,$(LABS))
 FUZZ_SECONDS ?= 600
 FUZZ_SMOKE_SECONDS ?= 5
 
-.PHONY: all deps build demo test test-full pins pins-portable bench debug asan tsan portable clean labs fuzz fuzz-build \
+.PHONY: all deps build demo test test-full pins pins-portable bench debug asan tsan portable clean labs fuzz fuzz-build plot-busbw \
         fuzz-smoke $(LAB_TARGETS)
 
 all: build
@@ -48,6 +48,11 @@ demo: build
 test: build
 	ctest --preset release -j $(JOBS) -LE full
 	@$(MAKE) --no-print-directory fuzz-smoke
+
+# all_reduce busbw against size on 1, 2 and 8 DGX A100 nodes, next to the
+# public nccl-tests points (docs/img/busbw_a100.png; README "shardlab collectives").
+plot-busbw: build
+	@tools/plot_busbw.sh build docs/img
 
 # The pinned runs (bit-identical losses and parameters, tests/model/train/
 # pinned_runs_test.cc): every one executed, in the native build and in the

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -12,6 +13,7 @@
 #include "collectives/collectives.h"
 #include "collectives/tuner.h"
 #include "runtime/errors.h"
+#include "runtime/link_model.h"
 
 namespace shardlab::collectives::detail {
 
@@ -20,7 +22,12 @@ class Ctx {
  public:
   // `esize`: modeled bytes per element (CollOptions::wire_elem).
   Ctx(Device& dev, const ProcessGroup& g, Stream& s, int esize)
-      : dev_(dev), s_(s), g_(g), tag_(g.next_tag()), esize_(esize), n_(g.size()), me_(g.rank()) {}
+      : dev_(dev), s_(s), g_(g), tag_(g.next_tag()), esize_(esize), n_(g.size()), me_(g.rank()) {
+    if (!dev.profile().pcie.empty()) {
+      pcie_.emplace(dev.profile());
+      local_ = pcie_->local_members(g.members(), dev.profile().node_of(dev.rank()));
+    }
+  }
 
   Device& dev() const { return dev_; }
   const ProcessGroup& group() const { return g_; }
@@ -44,8 +51,13 @@ class Ctx {
     std::span<const std::byte> host;
     if (p && count) host = {reinterpret_cast<const std::byte*>(p), count * sizeof(float)};
     const size_t charged = modeled == kAsCount ? count : modeled;
+    // A PCIe tree: this step's share of the shared links on the path, as if
+    // every member sent the same distance at once (link_model.h).
+    const uint64_t cap = pcie_ ? pcie_->shared_rate(g_.global_rank(me_), g_.global_rank(to), g_.members(), local_,
+                                                    ((to - me_) % n_ + n_) % n_)
+                               : 0;
     const SendHandle h = dev_.isend(s_, g_.global_rank(to), tag_ + static_cast<Tag>(phase), host,
-                                    static_cast<uint64_t>(charged) * static_cast<uint64_t>(esize_));
+                                    static_cast<uint64_t>(charged) * static_cast<uint64_t>(esize_), Engine::kSm, cap);
     last_send_ = std::max(last_send_, h.done);
   }
   // Receives the next message from group index `from`; checks its element
@@ -74,6 +86,8 @@ class Ctx {
   int n_;
   int me_;
   Time last_send_ = 0;
+  std::optional<ProfileLinkModel> pcie_;  // set on profiles with a PCIe tree
+  std::vector<int> local_;                 // group indices of the members on my node (pcie_)
 };
 
 inline const float* floats(const Message& m) {

@@ -65,6 +65,17 @@ bool has_folded_member(const Device& dev, const ProcessGroup& g) {
 
 void run_folded(Device& dev, const ProcessGroup& g, Stream& s, Tag tag, const CollShape& shape,
                 Algo algo) {
+  // A PCIe tree: members of one node see different links and shares
+  // (link_model.h), which the folded replay's port checks do not follow.
+  // Every member decides this from the group and the profile alike, before
+  // any control message.
+  if (!dev.profile().pcie.empty())
+    for (size_t i = 0; i < g.members().size(); ++i)
+      for (size_t j = 0; j < i; ++j)
+        if (dev.profile().node_of(g.members()[i]) == dev.profile().node_of(g.members()[j]))
+          throw FoldingError(fmt::format("folding: {} on {}: members {} and {} share a node's PCIe tree: not foldable "
+                                         "exactly",
+                                         op_kind_name(shape.op), g.to_string(), g.members()[j], g.members()[i]));
   std::vector<MemberClock> start = running_clocks(dev, g, s, tag);
   std::vector<int> rep_index(size_t(g.size()));
   for (int i = 0; i < g.size(); ++i) {

@@ -12,6 +12,7 @@
 #include "collectives/tuner.h"
 
 #include <algorithm>
+#include <map>
 #include <vector>
 
 #include "collectives/detail.h"
@@ -41,6 +42,7 @@ class Replay {
  public:
   Replay(const HardwareProfile& p, std::span<const int> members, int elem_size)
       : links_(p),
+        dpn_(p.devices_per_node),
         members_(members),
         esize_(static_cast<uint64_t>(elem_size)),
         clocks_(members.size()) {
@@ -68,8 +70,16 @@ class Replay {
 
   // Device::isend: depart = max(stream, egress free); egress held for w.
   Posted send(int from, int to, size_t count) {
-    const Link l =
-        links_.link(members_[static_cast<size_t>(from)], members_[static_cast<size_t>(to)]);
+    Link l = links_.link(members_[static_cast<size_t>(from)], members_[static_cast<size_t>(to)]);
+    if (links_.shares_intra()) {
+      // Ctx::send's cap: this step's share of the PCIe tree's shared links.
+      const int node = members_[static_cast<size_t>(from)] / dpn_;
+      auto it = local_.find(node);
+      if (it == local_.end()) it = local_.emplace(node, links_.local_members(members_, node)).first;
+      const uint64_t cap = links_.shared_rate(members_[static_cast<size_t>(from)], members_[static_cast<size_t>(to)],
+                                              members_, it->second, ((to - from) % n() + n()) % n());
+      if (cap > 0 && cap < l.bytes_per_second) l.bytes_per_second = cap;
+    }
     Clock& c = clocks_[static_cast<size_t>(from)];
     const int port = static_cast<int>(l.port);
     Posted m{true, std::max(c.now, c.egress[port]), l.wire_time(count * esize_, Engine::kSm),
@@ -107,6 +117,8 @@ class Replay {
 
  private:
   ProfileLinkModel links_;
+  int dpn_;                                     // devices per node
+  std::map<int, std::vector<int>> local_;       // PCIe trees: each node's members (group indices)
   std::span<const int> members_;
   uint64_t esize_;
   std::vector<Clock> clocks_;

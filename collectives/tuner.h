@@ -13,7 +13,10 @@
 // inter-node), so intra- and inter-node sends overlap.
 //
 // w(x) counts the packet headers of the link (Link::wire_time, Engine::kSm:
-// NCCL's kernels store from the SMs). Every member starts the collective
+// NCCL's kernels store from the SMs). On a node with a PCIe tree (profile
+// "pcie") B is the message's share of its path (ProfileLinkModel::
+// shared_rate over the step's pattern, member i to i + d), as Ctx::send
+// caps it. Every member starts the collective
 // L = collective_launch after the call (L is 0 on profiles without it).
 //
 // Writing a = latency, w(x) = wire time, S = modeled bytes of the full

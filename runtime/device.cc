@@ -146,7 +146,7 @@ void Device::check_peer(int peer, const char* what) const {
 }
 
 SendHandle Device::isend(Stream& s, int dst, Tag tag, std::span<const std::byte> host,
-                         uint64_t modeled_bytes, Engine engine) {
+                         uint64_t modeled_bytes, Engine engine, uint64_t rate_cap) {
   check_peer(dst, "send");
   check_abort();
   check_fault(dst, /*sending=*/true);
@@ -156,6 +156,7 @@ SendHandle Device::isend(Stream& s, int dst, Tag tag, std::span<const std::byte>
   m.dst = dst;
   m.tag = tag;
   m.link = links_.link_at(cfg_.rank, dst, step_);
+  if (rate_cap > 0 && rate_cap < m.link.bytes_per_second) m.link.bytes_per_second = rate_cap;
   m.modeled_bytes = modeled_bytes;
   m.engine = engine;
   const int port = static_cast<int>(m.link.port);

@@ -190,8 +190,11 @@ class Device {
   // (may differ from host.size(): bf16 modeling, phantom payloads). `engine`:
   // NCCL's SM kernels (collectives, pipeline send/recv; the default) or the
   // copy engines (cudaMemcpy between peers, as OSU measures): the packet size.
+  // `rate_cap` (bytes per second, 0: none): the message moves at most at
+  // that rate (a collective step's share of a shared PCIe link,
+  // ProfileLinkModel::shared_rate); the receiver books the same rate.
   SendHandle isend(Stream& s, int dst, Tag tag, std::span<const std::byte> host,
-                   uint64_t modeled_bytes, Engine engine = Engine::kSm);
+                   uint64_t modeled_bytes, Engine engine = Engine::kSm, uint64_t rate_cap = 0);
   void wait(Stream& s, SendHandle h) { s.wait({h.done}); }
   void send(Stream& s, int dst, Tag tag, std::span<const std::byte> host, uint64_t modeled_bytes,
             Engine engine = Engine::kSm) {

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "runtime/profile.h"
@@ -61,6 +62,15 @@ class LinkModel {
 // together never move more than its NICs do (a static share; concurrent
 // flows sharing a NIC's bandwidth dynamically is not modeled). A message
 // runs at the lesser share of its two ends.
+//
+// A node with a PCIe tree (profile "pcie"): a message between two of its
+// GPUs holds their intra-node ports (each GPU's own x16 link) at the rate
+// of the slowest link on its path: the GPU links alone behind one switch;
+// also both switches' uplinks through the root complex; also the
+// inter-socket link across sockets (link()). Inside a collective step,
+// where every member sends at once, a shared link splits its rate equally
+// between the step's flows that cross it in the same direction
+// (shared_rate(): a static share, as the NICs' is).
 class ProfileLinkModel final : public LinkModel {
  public:
   explicit ProfileLinkModel(const HardwareProfile& p)
@@ -69,9 +79,24 @@ class ProfileLinkModel final : public LinkModel {
         inter_(make_link(LinkClass::kInter, p.inter)) {
     share_.reserve(static_cast<size_t>(p.devices_per_node));
     for (int g = 0; g < p.devices_per_node; ++g) share_.push_back(p.nic_sharers(g));
+    if (!p.pcie.empty()) {
+      for (int g = 0; g < p.devices_per_node; ++g) {
+        switch_.push_back(p.pcie.switch_of(g));
+        socket_.push_back(p.pcie.socket_of_switch(switch_.back()));
+      }
+      uplink_bps_ = LinkSpec{0, p.pcie.uplink_GBps}.bytes_per_second();
+      socket_bps_ = LinkSpec{0, p.pcie.inter_socket_GBps}.bytes_per_second();
+    }
   }
   Link link(int src, int dst) const override {
-    if (src / devices_per_node_ == dst / devices_per_node_) return intra_;
+    if (src / devices_per_node_ == dst / devices_per_node_) {
+      if (switch_.empty()) return intra_;
+      Link l = intra_;
+      const Path q = path(src, dst);
+      if (q.up >= 0) l.bytes_per_second = std::min(l.bytes_per_second, uplink_bps_);
+      if (q.socket_from >= 0) l.bytes_per_second = std::min(l.bytes_per_second, socket_bps_);
+      return l;
+    }
     const int k = std::max(share_[static_cast<size_t>(src % devices_per_node_)],
                            share_[static_cast<size_t>(dst % devices_per_node_)]);
     if (k == 1) return inter_;
@@ -79,12 +104,75 @@ class ProfileLinkModel final : public LinkModel {
     l.bytes_per_second = std::max<uint64_t>(1, inter_.bytes_per_second / static_cast<uint64_t>(k));
     return l;
   }
+  // Whether messages inside a node cross shared PCIe links (shared_rate may cap them).
+  bool shares_intra() const { return !switch_.empty(); }
+  // The rate (bytes per second) of the message src -> dst while every
+  // member i of `members` (global ranks, group order) sends to member
+  // i + dist (mod n) at once: on each shared link of its path (a switch's
+  // uplink, up or down; the inter-socket link, in its direction) it gets
+  // 1/k of the rate, k the flows of the pattern on that node crossing it
+  // the same way; at most its GPUs' link. 0: no cap (no PCIe tree, or src
+  // and dst on different nodes).
+  uint64_t shared_rate(int src, int dst, std::span<const int> members, int dist) const {
+    if (switch_.empty()) return 0;
+    return shared_rate(src, dst, members, local_members(members, src / devices_per_node_), dist);
+  }
+  // The same, given `local`: the group indices of the members on src's node
+  // (local_members; a collective builds it once per call, so a message costs
+  // O(members per node), not O(members)).
+  uint64_t shared_rate(int src, int dst, std::span<const int> members, std::span<const int> local, int dist) const {
+    if (switch_.empty() || src / devices_per_node_ != dst / devices_per_node_) return 0;
+    const Path q = path(src, dst);
+    if (q.up < 0) return 0;
+    const int node = src / devices_per_node_;
+    const int n = static_cast<int>(members.size());
+    uint64_t up = 0, down = 0, across = 0;
+    for (int i : local) {
+      const int a = members[static_cast<size_t>(i)], b = members[static_cast<size_t>(((i + dist) % n + n) % n)];
+      if (a == b || a / devices_per_node_ != node || b / devices_per_node_ != node) continue;
+      const Path f = path(a, b);
+      up += f.up == q.up ? 1 : 0;
+      down += f.down == q.down ? 1 : 0;
+      across += (q.socket_from >= 0 && f.socket_from == q.socket_from && f.socket_to == q.socket_to) ? 1 : 0;
+    }
+    uint64_t rate = std::min(intra_.bytes_per_second, std::max<uint64_t>(1, uplink_bps_ / std::max<uint64_t>(1, up)));
+    rate = std::min(rate, std::max<uint64_t>(1, uplink_bps_ / std::max<uint64_t>(1, down)));
+    if (q.socket_from >= 0) rate = std::min(rate, std::max<uint64_t>(1, socket_bps_ / std::max<uint64_t>(1, across)));
+    return rate;
+  }
+  // The group indices of the members on `node`, in group order.
+  std::vector<int> local_members(std::span<const int> members, int node) const {
+    std::vector<int> local;
+    for (size_t i = 0; i < members.size(); ++i)
+      if (members[i] / devices_per_node_ == node) local.push_back(static_cast<int>(i));
+    return local;
+  }
 
  private:
+  // The shared links a message inside a node crosses: the source switch's
+  // uplink (up), the destination switch's (down), the inter-socket link
+  // (socket_from -> socket_to); -1: not crossed (one switch: none).
+  struct Path {
+    int up = -1, down = -1, socket_from = -1, socket_to = -1;
+  };
+  Path path(int src, int dst) const {
+    const int a = src % devices_per_node_, b = dst % devices_per_node_;
+    const int sa = switch_[static_cast<size_t>(a)], sb = switch_[static_cast<size_t>(b)];
+    if (sa == sb) return {};
+    Path q{sa, sb, -1, -1};
+    const int ka = socket_[static_cast<size_t>(a)], kb = socket_[static_cast<size_t>(b)];
+    if (ka != kb) q.socket_from = ka, q.socket_to = kb;
+    return q;
+  }
+
   int devices_per_node_;
   Link intra_;
   Link inter_;
-  std::vector<int> share_;  // GPUs sharing each local GPU's NIC
+  std::vector<int> share_;   // GPUs sharing each local GPU's NIC
+  std::vector<int> switch_;  // PCIe switch of each local GPU (empty: no tree)
+  std::vector<int> socket_;  // CPU socket of each local GPU
+  uint64_t uplink_bps_ = 0;
+  uint64_t socket_bps_ = 0;
 };
 
 }  // namespace shardlab

@@ -29,6 +29,20 @@ int HardwareProfile::nic_sharers(int rank) const {
   return nics.empty() ? 1 : static_cast<int>(nics[static_cast<size_t>(nic_of(rank))].size());
 }
 
+int PcieTopology::switch_of(int local_gpu) const {
+  for (size_t s = 0; s < switches.size(); ++s)
+    for (int g : switches[s])
+      if (g == local_gpu) return static_cast<int>(s);
+  return -1;
+}
+
+int PcieTopology::socket_of_switch(int sw) const {
+  for (size_t k = 0; k < sockets.size(); ++k)
+    for (int s : sockets[k])
+      if (s == sw) return static_cast<int>(k);
+  return -1;
+}
+
 uint64_t HardwareProfile::memory_bytes() const {
   return static_cast<uint64_t>(std::llround(device.memory_GiB * 1024.0 * 1024.0 * 1024.0));
 }
@@ -90,6 +104,14 @@ const std::vector<HardwareProfile>& builtin_profiles() {
     // NVIDIA/nccl#1048 share one between two GPUs.
     const std::vector<std::vector<int>> one_per_gpu;
     const std::vector<std::vector<int>> one_per_pair = {{0, 1}, {2, 3}, {4, 5}, {6, 7}};
+    // An 8x A100 PCIe server (a100-pcie-8): GPU pairs behind four PCIe Gen4
+    // switches, two switches on each of two CPU sockets; a switch's uplink
+    // is a Gen4 x16 link like a GPU's (32 GB/s per direction), the sockets
+    // are joined at NCCL's figure for AMD's inter-socket link, AMD_BW = 16
+    // GB/s (src/graph/topo.h), the link that NCCL's ring 0..7 crosses
+    // twice (3 -> 4 and 7 -> 0). One HDR NIC per switch, shared by its pair.
+    PcieTopology pcie_box{{{0, 1}, {2, 3}, {4, 5}, {6, 7}}, {{0, 1}, {2, 3}}, 32.0, 16.0};
+    const DeviceSpec a100_pcie = device(19.5, 312.0, 1935.0, 108, 0.665);  // 80GB PCIe: 1,935 GB/s HBM
     std::vector<HardwareProfile> v;
     v.push_back({"a100-nvlink",
                  "DGX A100 nodes (as Selene's): NVLink3 over NVSwitch inside a node, one "
@@ -102,6 +124,11 @@ const std::vector<HardwareProfile>& builtin_profiles() {
     v.push_back({"a100-pcie",
                  "A100 PCIe servers: PCIe Gen4 x16 inside a node, InfiniBand HDR between", 4, 8,
                  a100, link(3.0, 32.0, 24, 128, 256), hdr});
+    v.push_back({"a100-pcie-8",
+                 "8x A100 80GB PCIe server: GPU pairs behind four PCIe Gen4 switches, two "
+                 "switches per CPU socket, the sockets joined by a 16 GB/s link; one InfiniBand "
+                 "HDR NIC per switch",
+                 4, 8, a100_pcie, link(3.0, 32.0, 24, 128, 256), hdr, one_per_pair, pcie_box});
     v.push_back({"h100-nvlink",
                  "DGX H100 nodes: NVLink4 inside a node, one InfiniBand NDR 400G NIC per GPU between",
                  4, 8, h100, link(1.5, 450.0, 32, 128, 256), link(4.0, 50.0, 42, 4096, 4096),
@@ -147,6 +174,11 @@ nlohmann::json profile_to_json(const HardwareProfile& p) {
                    {"nodes", p.nodes}, {"devices_per_node", p.devices_per_node},
                    {"device", device}, {"links", {{"intra", link(p.intra)}, {"inter", link(p.inter)}}}};
   if (!p.nics.empty()) j["nics"] = p.nics;
+  if (!p.pcie.empty())
+    j["pcie"] = {{"switches", p.pcie.switches},
+                 {"sockets", p.pcie.sockets},
+                 {"uplink_GBps", p.pcie.uplink_GBps},
+                 {"inter_socket_GBps", p.pcie.inter_socket_GBps}};
   return j;
 }
 
@@ -248,7 +280,8 @@ void read_device_model(const Reader& r, const nlohmann::json& j, DeviceSpec& d) 
 // the default without a word: a field not here is an error.
 bool known_field(std::string_view path) {
   static const std::set<std::string_view> kFields = {
-      "name", "description", "nodes", "devices_per_node", "device", "links", "nics",
+      "name", "description", "nodes", "devices_per_node", "device", "links", "nics", "pcie",
+      "pcie.switches", "pcie.sockets", "pcie.uplink_GBps", "pcie.inter_socket_GBps",
       "device.peak_tflops", "device.peak_tflops.fp32", "device.peak_tflops.bf16", "device.mem_bandwidth_GBps",
       "device.memory_GiB", "device.launch_overhead_us", "device.compute_efficiency", "device.mem_efficiency",
       "device.collective_launch_us", "device.gemm", "device.gemm.sm_count", "device.gemm.tiles",
@@ -299,6 +332,45 @@ void read_nics(const Reader& r, const nlohmann::json& nics, HardwareProfile& p) 
     if (owner[g] < 0) r.fail(fmt::format("field \"nics\": GPU {} is near no NIC (each GPU is near one)", g));
 }
 
+// A list of disjoint non-empty lists of indices in [0, n) covering all of
+// them: "pcie.switches" (GPUs) and "pcie.sockets" (switches).
+std::vector<std::vector<int>> read_partition(const Reader& r, const nlohmann::json& j, const std::string& path,
+                                             int n, const char* what) {
+  if (!j.is_array() || j.empty())
+    r.fail(fmt::format("field \"{}\" must be a non-empty list of lists of {} indices", path, what));
+  std::vector<int> owner(static_cast<size_t>(n), -1);
+  std::vector<std::vector<int>> out;
+  for (size_t k = 0; k < j.size(); ++k) {
+    if (!j[k].is_array() || j[k].empty())
+      r.fail(fmt::format("field \"{}.{}\" must be a non-empty list of {} indices", path, k, what));
+    std::vector<int> part;
+    for (size_t i = 0; i < j[k].size(); ++i) {
+      const auto& g = j[k][i];
+      if (!g.is_number_integer() || g.get<int64_t>() < 0 || g.get<int64_t>() >= n)
+        r.fail(fmt::format("field \"{}.{}.{}\" must be a {} index in [0, {})", path, k, i, what, n));
+      const int x = g.get<int>();
+      if (owner[static_cast<size_t>(x)] >= 0)
+        r.fail(fmt::format("field \"{}.{}\": {} {} is already in {}.{}", path, k, what, x, path,
+                           owner[static_cast<size_t>(x)]));
+      owner[static_cast<size_t>(x)] = static_cast<int>(k);
+      part.push_back(x);
+    }
+    out.push_back(std::move(part));
+  }
+  for (size_t x = 0; x < owner.size(); ++x)
+    if (owner[x] < 0) r.fail(fmt::format("field \"{}\": {} {} is in none of them", path, what, x));
+  return out;
+}
+
+void read_pcie(const Reader& r, const nlohmann::json& j, HardwareProfile& p) {
+  if (!j.at("pcie").is_object()) r.fail("field \"pcie\" must be an object");
+  p.pcie.switches = read_partition(r, r.at(j, "pcie.switches"), "pcie.switches", p.devices_per_node, "GPU");
+  p.pcie.sockets = read_partition(r, r.at(j, "pcie.sockets"), "pcie.sockets",
+                                  static_cast<int>(p.pcie.switches.size()), "switch");
+  p.pcie.uplink_GBps = r.rate(j, "pcie.uplink_GBps");
+  p.pcie.inter_socket_GBps = r.rate(j, "pcie.inter_socket_GBps");
+}
+
 }  // namespace
 
 HardwareProfile profile_from_json(const nlohmann::json& j, std::string_view origin) {
@@ -336,6 +408,7 @@ HardwareProfile profile_from_json(const nlohmann::json& j, std::string_view orig
     }
   }
   if (j.contains("nics")) read_nics(r, j["nics"], p);
+  if (j.contains("pcie")) read_pcie(r, j, p);
   return p;
 }
 

@@ -23,6 +23,15 @@
 //                                NIC shared by two GPUs). Every GPU is near
 //                                exactly one NIC; each NIC runs at
 //                                links.inter's rate (its rail).
+//   pcie                         the PCIe tree of a node whose GPUs talk over
+//                                PCIe (links.intra is then each GPU's own x16
+//                                link): {"switches": [[0, 1], [2, 3], ...] (the
+//                                local GPUs behind each switch), "sockets":
+//                                [[0, 1], [2, 3]] (the switches on each CPU
+//                                socket), "uplink_GBps" (a switch's link to
+//                                its root complex, per direction),
+//                                "inter_socket_GBps" (the link between the
+//                                sockets, per direction)}. Absent: a crossbar.
 // The built-in values and their public sources: profile.cc, README "Cost model".
 //
 // Thread safety: a HardwareProfile is plain data, read-only during a run;
@@ -90,6 +99,22 @@ struct DeviceSpec {
   GemmSpec gemm;
 };
 
+// A node's PCIe tree ("pcie"): which links a message between two GPUs of a
+// node crosses. GPUs behind one switch talk through it alone; GPUs behind
+// different switches of a socket cross both switches' uplinks (up, then
+// down) through the root complex; GPUs on different sockets also cross the
+// inter-socket link in that direction. Every GPU is behind exactly one
+// switch, every switch on exactly one socket. empty(): no tree (a crossbar).
+struct PcieTopology {
+  std::vector<std::vector<int>> switches;  // local GPU indices behind each switch
+  std::vector<std::vector<int>> sockets;   // switch indices on each CPU socket
+  double uplink_GBps = 0;                  // switch <-> root complex, per direction
+  double inter_socket_GBps = 0;            // socket <-> socket, per direction
+  bool empty() const { return switches.empty(); }
+  int switch_of(int local_gpu) const;
+  int socket_of_switch(int sw) const;
+};
+
 // The most devices a cluster may have (a profile's nodes x devices_per_node,
 // --nodes, --dp x --tp x --pp): far beyond any run, well inside int.
 inline constexpr int64_t kMaxDevices = int64_t{1} << 20;
@@ -104,6 +129,8 @@ struct HardwareProfile {
   LinkSpec inter;
   // NICs per node, each the local GPU indices near it; empty: one per GPU.
   std::vector<std::vector<int>> nics;
+  // The PCIe tree inside a node (empty: a crossbar of links.intra).
+  PcieTopology pcie;
 
   int total_devices() const { return nodes * devices_per_node; }
   int node_of(int rank) const { return rank / devices_per_node; }

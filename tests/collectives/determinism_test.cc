@@ -47,7 +47,7 @@ uint64_t fnv(uint64_t h, const std::vector<float>& v) {
 }
 
 // Every op and algorithm on random floats; returns each device's digest.
-Outcome run_everything(int n, uint64_t seed, FabricHooks* hooks) {
+Outcome run_everything(int n, uint64_t seed, FabricHooks* hooks, const char* profile = "a100-nvlink") {
   std::vector<uint64_t> digests(static_cast<size_t>(n));
   RunResult r = run_on(n, [&](Device& dev) {
     ProcessGroup g = ProcessGroup::world(dev);
@@ -76,7 +76,7 @@ Outcome run_everything(int n, uint64_t seed, FabricHooks* hooks) {
       h = fnv(fnv(h, x), y);
     }
     digests[static_cast<size_t>(dev.rank())] = h;
-  }, load_profile("a100-nvlink"), hooks);
+  }, load_profile(profile), hooks);
   Outcome o{digests, {}};
   for (const auto& d : r.devices) o.ends.push_back(d.end());
   return o;
@@ -98,6 +98,18 @@ TEST(DeterminismTest, ChannelsAcrossTwoNodesAreBitIdenticalUnderRandomHostSleeps
   for (int run = 0; run < 3; ++run) {
     RandomSleeps sleeps(static_cast<uint64_t>(run) + 1);
     EXPECT_EQ(run_everything(16, 7, &sleeps), first) << "run " << run;
+  }
+}
+
+TEST(DeterminismTest, PcieTreeSharesAreBitIdenticalUnderRandomHostSleeps) {
+  // a100-pcie-8: every message inside a node capped by its step's share of
+  // the PCIe tree (link_model.h shared_rate); 8 ranks, and 16 on two nodes.
+  for (int n : {8, 16}) {
+    const Outcome first = run_everything(n, 7, nullptr, "a100-pcie-8");
+    for (int run = 0; run < 3; ++run) {
+      RandomSleeps sleeps(static_cast<uint64_t>(run) + 1);
+      EXPECT_EQ(run_everything(n, 7, &sleeps, "a100-pcie-8"), first) << "n=" << n << " run " << run;
+    }
   }
 }
 

@@ -196,6 +196,7 @@ TEST_P(TunerTest, AutoIsTheFastestExplicitAlgorithm) {
 INSTANTIATE_TEST_SUITE_P(
     Profiles, TunerTest,
     ::testing::Values(Param{"a100-nvlink", Precision::kFp32}, Param{"a100-pcie", Precision::kFp32},
+                      Param{"a100-pcie-8", Precision::kFp32},
                       Param{"h100-nvlink", Precision::kFp32}, Param{"a100-pcie", Precision::kBf16}),
     [](const auto& info) {
       std::string name = info.param.profile;

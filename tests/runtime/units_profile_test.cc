@@ -159,6 +159,43 @@ TEST(Profiles, UnknownFieldsAreRefusedByTheirPath) {
             std::string::npos);
 }
 
+// "pcie": a node's PCIe tree. Round-trips, and each bad input is one line
+// naming the field.
+TEST(Profiles, PcieTreeSaysWhichGpusShareASwitchAndSocket) {
+  const HardwareProfile box = load_profile("a100-pcie-8");
+  EXPECT_EQ(box.pcie.switches, (std::vector<std::vector<int>>{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
+  EXPECT_EQ(box.pcie.sockets, (std::vector<std::vector<int>>{{0, 1}, {2, 3}}));
+  EXPECT_DOUBLE_EQ(box.pcie.uplink_GBps, 32);
+  EXPECT_DOUBLE_EQ(box.pcie.inter_socket_GBps, 16);  // NCCL's AMD_BW (src/graph/topo.h)
+  EXPECT_DOUBLE_EQ(box.intra.bandwidth_GBps, 32);    // PCIe Gen4 x16
+  EXPECT_DOUBLE_EQ(box.device.mem_bandwidth_GBps, 1935);  // A100 80GB PCIe datasheet
+  for (int g = 0; g < 8; ++g) {
+    EXPECT_EQ(box.pcie.switch_of(g), g / 2);
+    EXPECT_EQ(box.pcie.socket_of_switch(g / 2), g / 4);
+  }
+  EXPECT_TRUE(load_profile("a100-pcie").pcie.empty());
+  const nlohmann::json j = profile_to_json(box);
+  auto error = [&](const char* key, const char* value) {
+    nlohmann::json k = j;
+    k["pcie"][key] = nlohmann::json::parse(value);
+    return load_error(write_temp("pcie.json", k.dump()));
+  };
+  EXPECT_NE(error("switches", "[[0,1],[1,2,3],[4,5],[6,7]]").find("\"pcie.switches.1\": GPU 1 is already in pcie.switches.0"),
+            std::string::npos);
+  EXPECT_NE(error("switches", "[[0,1],[2,3],[4,5],[6]]").find("\"pcie.switches\": GPU 7 is in none of them"),
+            std::string::npos);
+  EXPECT_NE(error("switches", "[[0,1],[2,3],[4,5],[6,9]]").find("\"pcie.switches.3.1\" must be a GPU index in [0, 8)"),
+            std::string::npos);
+  EXPECT_NE(error("sockets", "[[0,1],[2]]").find("\"pcie.sockets\": switch 3 is in none of them"), std::string::npos);
+  EXPECT_NE(error("sockets", "[]").find("\"pcie.sockets\" must be a non-empty list"), std::string::npos);
+  EXPECT_NE(error("inter_socket_GBps", "-16").find("\"pcie.inter_socket_GBps\" must be > 0"), std::string::npos);
+  EXPECT_NE(error("uplinks", "32").find("unknown field \"pcie.uplinks\""), std::string::npos);
+  nlohmann::json k = j;
+  k["pcie"].erase("uplink_GBps");
+  EXPECT_NE(load_error(write_temp("pcie.json", k.dump())).find("missing field \"pcie.uplink_GBps\""),
+            std::string::npos);
+}
+
 // The fuzz harness's property (fuzz/profile_fuzz.cc, input
 // fuzz/corpus/profile/bad_device_count_overflow.json): a device count that
 // overflows int (total_devices) is refused, one line naming both counts.
