@@ -116,6 +116,9 @@ FlagTable<TrainFlags> parallel_flags() {
       {"--bucket-mb", FIELD(opts.parallel.bucket_mb), "DP gradient bucket size in MB", number_above(0, 1e6),
        kShowDefault},
       {"--no-overlap", FIELD(no_overlap), "Reduce DP gradients after backward instead of during it"},
+      {"--no-grad-accum-fusion", FIELD(no_grad_accum_fusion),
+       "Mixed precision: add every micro-batch's gradients into the fp32 main gradients with a separate kernel "
+       "(Megatron-LM 2021) instead of in the wgrad GEMM"},
       {"--ep", FIELD(opts.parallel.ep), "Expert-parallel degree (divides --dp; --experts / ep experts per GPU)",
        degree, kShowDefault},
       {"--pp", FIELD(opts.parallel.pp), "Pipeline-parallel stages", degree, kShowDefault},
@@ -252,6 +255,7 @@ train::TrainOptions TrainFlags::options() const {
   o.lr_schedule = train::parse_lr_schedule(lr_schedule);
   o.sampling = model::parse_sampling(sampling);
   o.parallel.overlap = !no_overlap;
+  o.parallel.grad_accum_fusion = !no_grad_accum_fusion;
   o.parallel.cp_comm = parallel::parse_cp_comm(cp_comm);
   o.parallel.schedule = parallel::parse_schedule(schedule);
   o.parallel.recompute = parallel::parse_recompute(recompute);

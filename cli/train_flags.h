@@ -36,8 +36,8 @@ struct TrainFlags {
   std::string recompute = "none", phantom_routing = "uniform";
   std::string arithmetic = "native";  // native or portable (model/arithmetic.h)
   std::string pp_layers;
-  // Negated library fields: TrainOptions::parallel.overlap and TrainOptions::fold.
-  bool no_overlap = false, no_fold = false;
+  // Negated library fields: TrainOptions::parallel.overlap, .grad_accum_fusion and TrainOptions::fold.
+  bool no_overlap = false, no_fold = false, no_grad_accum_fusion = false;
   std::optional<int> checkpoint_every;  // unset: a checkpoint after the last step only
   // The cluster's (cluster_options) and the tool's own outputs.
   std::string report, memory, precision = "fp32";

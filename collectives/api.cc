@@ -55,6 +55,7 @@ Work run_on_comm(Device& dev, const ProcessGroup& g, const CollOptions& opt, con
   Stream& s = opt.stream ? *opt.stream : dev.comm();
   s.wait(opt.after ? *opt.after : dev.compute().record());
   // NCCL's kernel launch and setup: a fixed start before the first send.
+  const Time start = s.now();
   const Time launch = collective_launch(dev.profile(), g.size());
   if (launch > 0) s.run("coll.launch", launch, 0, 0.0);
   if (detail::has_folded_member(dev, g)) {
@@ -62,12 +63,16 @@ Work run_on_comm(Device& dev, const ProcessGroup& g, const CollOptions& opt, con
       throw FoldingError(fmt::format("folding: all_to_all_v on {} cannot be folded (per-member counts)",
                                      g.to_string()));
     detail::run_folded(dev, g, s, g.next_tag(), *shape, algo);
-    return Work(s.record());
+  } else {
+    const Activity activity(dev, g, shape, algo);
+    Ctx c(dev, g, s, opt.wire_elem(dev));
+    body(c);
+    c.finish();
   }
-  const Activity activity(dev, g, shape, algo);
-  Ctx c(dev, g, s, opt.wire_elem(dev));
-  body(c);
-  c.finish();
+  // Off the compute stream, the collective's kernels hold one SM per
+  // channel while it runs (Device::note_collective).
+  if (&s != &dev.compute() && g.size() > 1)
+    dev.note_collective(start, s.now(), ring_plan(dev.profile(), g.members()).channels);
   return Work(s.record());
 }
 

@@ -120,7 +120,39 @@ Time Device::run(Stream& s, const char* name, const OpCost& op) {
   // A straggler: every kernel F times as long, rounded up to a picosecond.
   if (const double f = cfg_.faults ? cfg_.faults->compute_scale(cfg_.rank, step_) : 1.0; f != 1.0)
     d = static_cast<Time>(std::ceil(static_cast<double>(d) * f));
+  if (&s == &compute_ && !collectives_.empty()) d = compute_end(s.now(), d) - s.now();
   return s.run(name, d, static_cast<uint64_t>(op.bytes), op.flops);
+}
+
+void Device::note_collective(Time start, Time end, int blocks) {
+  if (end > start && blocks > 0 && profile_.device.gemm.sm_count > 0) collectives_.push_back({start, end, blocks});
+}
+
+Time Device::compute_end(Time start, Time work) {
+  const int64_t sms = profile_.device.gemm.sm_count;
+  std::erase_if(collectives_, [start](const Busy& b) { return b.end <= start; });
+  if (sms <= 0 || collectives_.empty() || work <= 0) return start + work;
+  // Piecewise over the collectives' boundaries after `start`: between two
+  // boundaries the free SMs are constant. Exact in integers (SM-picoseconds).
+  std::vector<Time> cuts;
+  for (const Busy& b : collectives_) {
+    if (b.start > start) cuts.push_back(b.start);
+    cuts.push_back(b.end);
+  }
+  std::sort(cuts.begin(), cuts.end());
+  int64_t left = work * sms;  // SM-picoseconds still to run
+  Time t = start;
+  for (const Time cut : cuts) {
+    if (cut <= t) continue;
+    int64_t held = 0;
+    for (const Busy& b : collectives_)
+      if (b.start <= t && t < b.end) held += b.blocks;
+    const int64_t free = sms - std::min(held, sms - 1);
+    if (left <= (cut - t) * free) return t + (left + free - 1) / free;
+    left -= (cut - t) * free;
+    t = cut;
+  }
+  return t + (left + sms - 1) / sms;  // past every collective: full speed
 }
 
 void Device::check_fault(int peer, bool sending) const {

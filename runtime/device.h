@@ -183,7 +183,24 @@ class Device {
   Tensor alloc(std::string name, Shape shape, MemKind kind, bool phantom = false);
 
   // Charges a compute op to `s` by the cost model; returns its end time.
+  // On the compute stream the op shares the SMs with the collectives noted
+  // busy (note_collective) over its span: see compute_end.
   Time run(Stream& s, const char* name, const OpCost& op);
+
+  // ---- SM contention ------------------------------------------------------
+  // A collective on a stream other than compute holds `blocks` SMs (NCCL: one
+  // thread block per channel) over [start, end). Compute kernels charged
+  // after this call (program order: a booking never waits for a later one)
+  // run at (sm_count - blocks) / sm_count of their speed where they overlap
+  // it; concurrent collectives add their blocks (at most sm_count - 1 in
+  // all). No effect without an SM count (profile device.gemm.sm_count 0).
+  void note_collective(Time start, Time end, int blocks);
+  // The end of a compute kernel of `work` picoseconds (at full speed) that
+  // starts at `start`, slowed over the noted collectives: the first T with
+  // sum over [start, T) of free SMs = work * sm_count, rounded up to a
+  // picosecond. Drops the collectives that end by `start` (a compute
+  // kernel never starts before the one charged before it).
+  Time compute_end(Time start, Time work);
 
   // ---- Point to point ----------------------------------------------------
   // `host` is copied at once (eager); `modeled_bytes` sets the virtual time
@@ -242,6 +259,11 @@ class Device {
   Time egress_doubt_[kNumLinkClasses] = {0, 0};
   Time ingress_doubt_[kNumLinkClasses] = {0, 0};
   std::vector<TraceEvent> trace_;
+  struct Busy {
+    Time start, end;
+    int blocks;
+  };
+  std::vector<Busy> collectives_;  // note_collective, in booking order
   int step_ = 0;
   std::string activity_;
 };

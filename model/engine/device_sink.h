@@ -30,11 +30,26 @@ class DeviceSink final : public model::OpSink {
   void grads_ready(int64_t offset, int64_t count) override {
     if (on_grads_ready_) on_grads_ready_(offset, count);
   }
+  // Without gradient accumulation fusion (Megatron-LM 2021's local DDP), in
+  // mixed precision every micro-batch's weight gradients are added into the
+  // fp32 main gradients by a separate elementwise kernel: read the
+  // half-precision gradient, read and write the fp32 main gradient. Fused
+  // (--gradient-accumulation-fusion, Megatron-LM 2022), the wgrad GEMM
+  // accumulates into the main gradient itself, at no extra charge.
+  void grads_accumulated(int64_t count) override {
+    if (fused_ || dev_.precision() == Precision::kFp32 || count <= 0) return;
+    dev_.run(dev_.compute(), "grad_accum", grad_accum_cost(count, element_size()));
+  }
+  static OpCost grad_accum_cost(int64_t count, int elem) {
+    return {double(count), double(count) * double(elem + 4 + 4)};
+  }
+  void set_grad_accum_fusion(bool fused) { fused_ = fused; }
   // Where final gradients are announced (data parallelism's buckets).
   void on_grads_ready(std::function<void(int64_t, int64_t)> f) { on_grads_ready_ = std::move(f); }
 
  private:
   Device& dev_;
+  bool fused_ = true;
   std::function<void(int64_t, int64_t)> on_grads_ready_;
   std::function<bool(float*, int64_t)> average_;
 };

@@ -197,6 +197,9 @@ class ShardedGPT final : public LocalModel, public StageModel {
   // Gradients of block `layer` (kHead: ln_f and the head) or of the
   // embeddings are final: SP row sums reduced, grads_ready.
   void finish_block(int layer);
+  // This backward's gradients of block `layer` (head_id(): ln_f and the
+  // head; BlockHooks::kEmbeddings: wte and wpe) are complete: OpSink::grads_accumulated.
+  void accumulated(int layer) const;
   void finish_embeddings(bool tied_here);
   void reduce_staged(const std::vector<Range>& ranges);
   void grads_ready(Range r) const {

@@ -97,6 +97,7 @@ void ShardedGPT::head_backward(Slot& s, float dloss, bool announce) {
   linear_backward_split(scratch_.partial.data(), g_.wte, nullptr, dlogits_.data(), lnf_full, w_.wte,
                         N, C, Vl_, {"lm_head.dgrad", "lm_head.wgrad", false}, s.wgrad, ex);
   s.wgrad.end_block(head_id());
+  if (!s.wgrad.deferred()) accumulated(head_id());
   if (ex.sink) ex.sink->freed(dlogits);
   enter_column_parallel_bwd(ctx_.tp, scratch_.partial.data(), dlnf_.data(), Nr, C);
   const float* x_last = s.blocks.empty() ? s.x.data() : s.blocks.back().res2.data();
@@ -137,6 +138,7 @@ void ShardedGPT::blocks_backward(int chunk, Slot& s, float dloss, bool announce)
     block_backward(dx_next_.data(), g_.blocks[l], scratch_, dx_.data(), daux, s.blocks[size_t(i)],
                       x_in, w_.blocks[l], dims_, config_, s.wgrad, ctx_);
     s.wgrad.end_block(l);
+    if (!s.wgrad.deferred()) accumulated(l);
     if (ctx_.ex().sink && rebuilt > 0) ctx_.ex().sink->freed(rebuilt);
     release_activations(s, kept_elements(s.blocks[size_t(i)]));
     if (announce) finish_block(l);
@@ -203,6 +205,7 @@ void ShardedGPT::backward_input(int chunk, int mb, int buffer, float dloss, bool
   if (place_.first(chunk)) {
     if (hooks_) hooks_->before_backward(BlockHooks::kEmbeddings);
     embedding_backward(s);
+    accumulated(BlockHooks::kEmbeddings);
     if (announce) finish_embeddings(layout_.filter().ln_f);
     if (hooks_) hooks_->after_backward(BlockHooks::kEmbeddings);
   } else {
@@ -219,11 +222,28 @@ void ShardedGPT::backward_weight(int chunk, int mb, bool final) {
   SHARDLAB_CHECK(s.wgrad.deferred() && !s.activations,
                  fmt::format("weight gradient of micro-batch {} chunk {} before its input gradient", mb, chunk));
   s.wgrad.flush(ctx_.ex(), [&](int layer) {
+    accumulated(layer);
     if (final) finish_block(layer);
   });
   if (final && place_.first(chunk)) finish_embeddings(layout_.filter().ln_f);
   s.wgrad.set_deferred(false);
   free_if_done(s);
+}
+
+void ShardedGPT::accumulated(int layer) const {
+  model::OpSink* sink = ctx_.ex().sink;
+  if (!sink) return;
+  int64_t n = 0;
+  if (layer == BlockHooks::kEmbeddings) {
+    n = wte_range().size + layout_.prefix("transformer.wpe.").size;
+  } else if (layer == head_id()) {
+    // ln_f, and the head's copy of the tied wte when the embeddings are on
+    // another pipeline rank (else the embeddings' backward adds it once).
+    n = layout_.prefix("transformer.ln_f.").size + (layout_.filter().wpe ? 0 : wte_range().size);
+  } else {
+    n = layout_.block(layer).size;
+  }
+  sink->grads_accumulated(n);
 }
 
 void ShardedGPT::finish_block(int layer) {

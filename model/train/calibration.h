@@ -69,6 +69,9 @@ struct PublishedRun {
   bool sp_selective = false;  // sequence parallelism + selective recompute; else full, no SP
   int layers = 0, heads = 0;  // the shape, where it is not the preset's (0: the preset's)
   double iteration_s = 0;     // published iteration time (s), when the source gives that
+  // Megatron-LM's --gradient-accumulation-fusion (2022 on); 2021's code
+  // added each micro-batch's gradients into the main gradients separately.
+  bool grad_accum_fusion = false;
 };
 
 // The ten rows of Table 1, as published, with run_table_1.sh's configuration.

@@ -50,6 +50,7 @@ DeviceSetup::DeviceSetup(const DeviceProgram& p, Device& dev)
   make_model(p, dev);
   if (p.init) engine::load_shards(*model, *p.init);
   dev.log().info("{}: {} local parameters", p.plan.mesh.describe(dev.rank()), model->params().size());
+  sink.set_grad_accum_fusion(p.options.parallel.grad_accum_fusion);
   model->set_sink(&sink);
   make_data_parallel(p, dev);
   const ParallelOptions& par = p.options.parallel;

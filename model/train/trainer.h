@@ -56,6 +56,11 @@ struct ParallelOptions {
   int shard_size() const { return hsdp > 0 ? hsdp : dp * cp; }
   double bucket_mb = 25;      // DP gradient bucket, MB (1e6 modeled bytes)
   bool overlap = true;        // reduce buckets during backward
+  // Mixed precision: the wgrad GEMMs accumulate into the fp32 main gradients
+  // (Megatron-LM's --gradient-accumulation-fusion, 2022). Off: every
+  // micro-batch's gradients are added into them by a separate kernel, 10
+  // bytes per parameter in bf16 (Megatron-LM 2021; engine::DeviceSink).
+  bool grad_accum_fusion = true;
   int ep = 1;                 // expert parallel (divides dp): E/ep experts per rank
   int pp = 1;                 // pipeline stages (ranks)
   // Context parallelism: every sequence split over cp ranks (chunks i and

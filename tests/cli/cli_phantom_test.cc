@@ -44,8 +44,8 @@ void expect_flops_and_step(const nlohmann::json& s) {
   EXPECT_GE(hw, kEq3);
   EXPECT_LE(hw, kEq3 * 1.001);
   EXPECT_NEAR(s["hfu"].get<double>() * step * kPeak * kGpus / hw, 1, 1e-9);
-  // The step is at least the FLOPs at the A100's fastest GEMM (the profile's bf16 maximum, 0.665 of peak).
-  EXPECT_GE(step, hw / (kGpus * kPeak * 0.665));
+  // The step is at least the FLOPs at the A100's fastest GEMM (the profile's bf16 maximum, 0.70 of peak).
+  EXPECT_GE(step, hw / (kGpus * kPeak * 0.70));
 }
 
 // Mixed precision on device 0: bf16 params, fp32 grads and master, Adam's two fp32 moments.
@@ -65,7 +65,8 @@ void expect_device0_bytes(const nlohmann::json& kinds) {
 TEST(CliPhantom, OverlappedAllReduceSharesTheNicWithThePipeline) {
   const std::string run =
       "train --phantom --model megatron-145.6b --tp 8 --pp 8 --dp 24 --nodes 192 --micro-batches 96 "
-      "--schedule interleaved --vpp 2 --scatter-gather --dropout 0.1 --recompute full --precision bf16 --steps 1";
+      "--schedule interleaved --vpp 2 --scatter-gather --dropout 0.1 --recompute full --precision bf16 "
+      "--no-grad-accum-fusion --steps 1";
   double step[2], bubble[2];
   for (int overlap = 0; overlap < 2; ++overlap) {
     const std::string report = ::testing::TempDir() + "phantom_overlap_" + std::to_string(overlap) + ".json";
@@ -81,8 +82,8 @@ TEST(CliPhantom, OverlappedAllReduceSharesTheNicWithThePipeline) {
   EXPECT_LE(step[1], 1.02 * step[0]);
   EXPECT_LE(bubble[1], bubble[0] + 0.5);
   // The README's figures.
-  EXPECT_NEAR(step[0], 24851.608, 5e-4);
-  EXPECT_NEAR(step[1], 24433.952, 5e-4);
+  EXPECT_NEAR(step[0], 25184.591, 5e-4);
+  EXPECT_NEAR(step[1], 24770.455, 5e-4);
 }
 
 TEST(CliPhantom, Gpt3OnAThousandGpusReportsTimeMemoryAndFolding) {

@@ -17,7 +17,7 @@ namespace {
 
 // The A100 bf16 GEMM maximum of the built-in profile (runtime/profile.cc: the
 // end-to-end calibration against Narayanan et al. 2021 Table 1).
-constexpr double kMaxBf16 = 0.665;
+constexpr double kMaxBf16 = 0.70;
 
 const DeviceSpec& a100() {
   static const DeviceSpec d = load_profile("a100-nvlink").device;
@@ -67,7 +67,7 @@ TEST(GemmEfficiency, QuantizationStepWhenARowCrossesATileMultiple) {
   EXPECT_DOUBLE_EQ(m.gemm_efficiency({27648, 128, 4096, 1}), kMaxBf16);
   // One row more: 256x128 needs 109 tiles (2 waves, 0.50); 128x128 217 tiles
   // (3 waves); 128x64 434 (5 waves); 64x64 433·2 = 866 tiles in 9 waves of
-  // 108: 27649·128 / (9·108·4096) = 0.8890 of the maximum, the best -> 0.5911.
+  // 108: 27649·128 / (9·108·4096) = 0.8890 of the maximum, the best -> 0.6222.
   const double want = kMaxBf16 * (27649.0 * 128) / (9.0 * 108 * 4096);
   EXPECT_DOUBLE_EQ(m.gemm_efficiency({27649, 128, 4096, 1}), want);
   EXPECT_LT(want, kMaxBf16 * 0.9);

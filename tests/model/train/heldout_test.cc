@@ -8,9 +8,7 @@
 // README's two held-out tables and their "Held out ..." line are pinned row
 // by row at the precision they are printed; a failure prints the rows to
 // paste. The issue's goal for held-out runs is every run within 10% and a
-// mean within 5%; HeldOut.PublishedRunsAreReadmes asserts what holds today
-// and names, row by row, the runs that miss it (README "Held out of the
-// fit" says which mechanisms are still missing).
+// mean within 5%; HeldOut.PublishedRunsAreReadmes asserts it, row by row.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -56,15 +54,10 @@ TEST(HeldOut, PublishedRunsAreReadmes) {
   EXPECT_NE(readme.text.find(summary), std::string::npos)
       << "README lacks the line \"" << summary << "\"";
 
-  // The goal: every run within 10%, the mean within 5%. Korthikanti et al.
-  // 2022's 1T runs miss it (-12.8% and -12.0%: README "Held out of the fit"
-  // names the mechanisms still missing); they are held to 15%, so that a
-  // regression still fails. A NaN error fails too.
+  // The goal: every run within 10%, the mean within 5%. A NaN error fails too.
   double sum = 0;
   for (const PredictedRun& r : all) {
-    const bool known_gap = r.row.iteration_s > 0 && r.row.preset == "megatron-1t";
-    EXPECT_LE(std::abs(r.error), known_gap ? 0.15 : 0.10)
-        << r.row.preset << " on " << r.row.gpus << " GPUs";
+    EXPECT_LE(std::abs(r.error), 0.10) << r.row.preset << " on " << r.row.gpus << " GPUs";
     sum += std::abs(r.error);
   }
   EXPECT_LE(sum / double(all.size()), 0.05) << "mean |error| over the goal of 5%";
