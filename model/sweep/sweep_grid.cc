@@ -6,20 +6,10 @@
 
 #include "model/sweep/sweep.h"
 #include "runtime/errors.h"
+#include "runtime/text.h"
 
 namespace shardlab::sweep {
 namespace {
-
-std::vector<std::string> split(const std::string& text, char sep) {
-  std::vector<std::string> parts;
-  size_t start = 0;
-  while (true) {
-    const size_t end = text.find(sep, start);
-    parts.push_back(text.substr(start, end == std::string::npos ? std::string::npos : end - start));
-    if (end == std::string::npos) return parts;
-    start = end + 1;
-  }
-}
 
 // A flag name as the axis spells it: lower-case letters, digits and inner dashes.
 void check_name(const std::string& vary, const std::string& name) {
@@ -43,7 +33,7 @@ Axis parse_plain(const std::string& text, size_t eq) {
   axis.name = text.substr(0, eq);
   check_name(text, axis.name);
   axis.flags = {axis.name};
-  for (const std::string& v : split(text.substr(eq + 1), ',')) {
+  for (const std::string& v : split<std::string>(text.substr(eq + 1), ',')) {
     check_value(text, axis.name, v);
     for (const AxisValue& seen : axis.values)
       if (seen.label == v) throw ConfigError(fmt::format("--vary \"{}\": value {} appears twice", text, v));
@@ -55,7 +45,7 @@ Axis parse_plain(const std::string& text, size_t eq) {
 // One value of a tied axis: "tp=8,pp=1".
 std::vector<Setting> parse_tied_value(const std::string& text, const std::string& value) {
   std::vector<Setting> settings;
-  for (const std::string& pair : split(value, ',')) {
+  for (const std::string& pair : split<std::string>(value, ',')) {
     const size_t eq = pair.find('=');
     if (eq == std::string::npos || pair.find('=', eq + 1) != std::string::npos)
       throw ConfigError(fmt::format("--vary \"{}\": \"{}\" is not FLAG=VALUE (tied values are "
@@ -72,7 +62,7 @@ std::vector<Setting> parse_tied_value(const std::string& text, const std::string
 
 Axis parse_tied(const std::string& text) {
   Axis axis;
-  for (const std::string& value : split(text, '|')) {
+  for (const std::string& value : split<std::string>(text, '|')) {
     std::vector<Setting> settings = parse_tied_value(text, value);
     if (axis.values.empty()) {
       for (const Setting& s : settings) axis.flags.push_back(s.flag);
