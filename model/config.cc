@@ -21,6 +21,8 @@ std::string num(double v) {
 
 }  // namespace
 
+const char* family_name(Family f) { return f == Family::kLlama ? "llama" : "gpt"; }
+
 void GPTConfig::validate() const {
   require(n_layer >= 1, "--layers must be at least 1 (got " + num(n_layer) + ")");
   require(n_head >= 1, "--heads must be at least 1 (got " + num(n_head) + ")");

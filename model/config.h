@@ -3,11 +3,20 @@
 // models nano / tiny / small and published shapes (GPT-3, Megatron-LM).
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace shardlab::model {
+
+// The block's architecture. kGpt: GPT-2/GPT-3 (LayerNorm with bias, GELU MLP
+// c_fc/c_proj, learned positions, biases on every Linear, LM head tied to
+// wte). kLlama: Llama 2/3, Mistral (RMSNorm weight only, SwiGLU MLP
+// gate/up/down, rotary positions, no biases, untied LM head by default).
+enum class Family : uint8_t { kGpt, kLlama };
+const char* family_name(Family f);  // "gpt", "llama"
 
 struct GPTConfig {
   int n_layer = 4;
@@ -32,6 +41,16 @@ struct GPTConfig {
   // charges the dropout kernels (kernels.h dropout_*_cost) and is modeled in
   // time only: phantom runs (the arithmetic has no dropout).
   double dropout = 0;
+  // Architecture (Family) and the knobs the llama family exposes.
+  Family family = Family::kGpt;
+  int n_kv_head = 0;          // K/V heads (GQA; 1 = MQA); 0: n_head
+  double rope_theta = 10000;  // rotary base (llama family)
+  double norm_eps = 1e-5;     // LayerNorm / RMSNorm epsilon
+  std::optional<bool> tie_embeddings;  // unset: the family's default (gpt tied, llama untied)
+
+  bool is_llama() const { return family == Family::kLlama; }
+  int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  bool tied() const { return tie_embeddings.value_or(family == Family::kGpt); }
 
   int head_size() const { return n_embd / n_head; }
   int ffn_hidden() const { return n_ffn > 0 ? n_ffn : 4 * n_embd; }
