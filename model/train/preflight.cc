@@ -54,7 +54,8 @@ DeviceMemory device_memory(const TrainOptions& o, const ParallelPlan& layout, in
   const parallel::BucketPlan plan =
       p.zero == 3 ? parallel::fsdp_bucket_plan(units, experts)
                   : parallel::plan_buckets(parallel::backward_ready_order(shards), experts,
-                                           uint64_t(p.bucket_mb * 1e6), parallel::kGradElemBytes);
+                                           uint64_t(p.bucket_mb * 1e6), parallel::kGradElemBytes,
+                                           layout.tied_bucket(shards));
   const std::vector<int> dp = mesh.group_ranks(rank, p.cp > 1 ? "cp-dp" : "dp"),
                          edp = mesh.group_ranks(rank, p.cp > 1 ? "cp-edp" : "edp");
   int64_t owned = 0, largest = 0;
