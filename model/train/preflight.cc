@@ -68,8 +68,9 @@ DeviceMemory device_memory(const TrainOptions& o, const ParallelPlan& layout, in
   m.params = n;
   m.params_bytes = uint64_t(n) * uint64_t(elem);
   if (p.zero == 3) {  // the shards, plus the units gathered at once (fsdp.h)
+    const auto chunks = parallel::hook_chunks(layout.placement(mesh.coords(rank).pp));
     const parallel::FsdpPasses passes =
-        parallel::fsdp_passes(layout.placement(mesh.coords(rank).pp), units, shards, o.model.n_layer);
+        parallel::fsdp_passes(chunks, units, shards, o.model.n_layer);
     const parallel::FsdpOptions fo{p.reshard_after_forward, p.prefetch};
     m.params_bytes = uint64_t(owned + parallel::fsdp_peak_gathered(passes, units, fo)) * uint64_t(elem);
   }
