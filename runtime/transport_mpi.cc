@@ -3,6 +3,8 @@
 #include "runtime/transport_mpi.h"
 
 #include <algorithm>
+#include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -50,6 +52,8 @@ void MpiTransport::begin_run(Fabric& fabric, std::vector<int> owners, RunHooks h
   answers_.assign(size_t(size_), {});
   previous_.clear();
   pending_answers_ = 0;
+  start_heartbeat();
+  set_in_run(true);
   fabric.set_remote(this, owners_, me_);
   thread_ = std::thread([this] { progress(); });
 }
@@ -80,6 +84,7 @@ void MpiTransport::end_run() {
     cv_.notify_one();
   }
   thread_.join();
+  set_in_run(false);
   fabric_ = nullptr;
 }
 
@@ -131,7 +136,6 @@ void MpiTransport::or_bytes(std::span<std::byte> bytes) {
 }
 
 void MpiTransport::progress() {
-  using Clock = std::chrono::steady_clock;
   auto next_check = Clock::now() + hooks_.period;
   auto idle = std::chrono::microseconds(0);
   int idle_polls = 0;
@@ -151,6 +155,7 @@ void MpiTransport::progress() {
       ask_round();
       next_check = Clock::now() + hooks_.period;
     }
+    beat_and_watch();
     if (busy) {
       idle = std::chrono::microseconds(0);
       idle_polls = 0;
@@ -199,6 +204,7 @@ bool MpiTransport::poll() {
     MPI_Status st;
     check(MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &found, &msg, &st), "Improbe");
     if (!found) return any;
+    heard(st.MPI_SOURCE);
     int n = 0;
     check(MPI_Get_count(&st, MPI_BYTE, &n), "Get_count");
     any = true;
@@ -245,7 +251,10 @@ void MpiTransport::handle(int from, const std::string& packet) {
       return;
     }
     case Kind::kDone:
+      done_[size_t(from)] = 1;
       return void(++done_from_);
+    case Kind::kBeat:
+      return;
     case Kind::kShare: {
       std::string s = r.get_string();
       std::lock_guard lock(mu_);
@@ -304,6 +313,18 @@ std::unique_ptr<MpiTransport> g_mpi;
 MPI_Comm g_exit_comm = MPI_COMM_NULL;  // settle()'s barrier, apart from every other call's
 int g_saved_stderr = -1;               // a non-leader's own stderr, behind its log
 std::FILE* g_log = nullptr;            // a non-leader's stderr while it runs
+std::atomic<bool> g_in_run{false};     // a run is under way (its progress thread runs)
+char g_stopped_line[256];              // on_sigterm's line, formatted in advance
+
+// mpirun ends the job's other processes with SIGTERM when one of them died
+// or its host was lost (its own message names which). During a run that is
+// a loss: say so in one line, then end as SIGTERM would have.
+void on_sigterm(int) {
+  if (g_in_run.load())
+    (void)!::write(g_saved_stderr >= 0 ? g_saved_stderr : 2, g_stopped_line, std::strlen(g_stopped_line));
+  std::signal(SIGTERM, SIG_DFL);
+  std::raise(SIGTERM);
+}
 
 // A non-leader's error lines, from its log to its own stderr, with its number.
 void show_errors(int process, int processes) {
@@ -322,6 +343,13 @@ void show_errors(int process, int processes) {
 
 }  // namespace
 
+void mpi_transport::set_in_run(bool on) { g_in_run.store(on); }
+
+void mpi_transport::tell_user(const std::string& line) {
+  std::fflush(stderr);
+  (void)!::write(g_saved_stderr >= 0 ? g_saved_stderr : 2, line.data(), line.size());
+}
+
 ProcessSession::ProcessSession(int& argc, char**& argv) {
   // Started by mpirun? OpenMPI and MPICH (Hydra, PMI) both say so in the environment.
   if (!std::getenv("OMPI_COMM_WORLD_SIZE") && !std::getenv("PMI_SIZE") && !std::getenv("PMIX_RANK")) return;
@@ -338,6 +366,11 @@ ProcessSession::ProcessSession(int& argc, char**& argv) {
   }
   set_process_transport(g_mpi.get());
   check(MPI_Comm_dup(MPI_COMM_WORLD, &g_exit_comm), "Comm_dup");
+  fmt::format_to_n(g_stopped_line, sizeof g_stopped_line - 1,
+                   "shardlab: error: process {} of {} stopped by mpirun during a run: another process or its host "
+                   "was lost (mpirun names it); resume from the last checkpoint\n",
+                   g_mpi->process(), g_mpi->processes());
+  std::signal(SIGTERM, on_sigterm);
   // One output: only the leader prints (its error line is every process's:
   // they agree on a run's failure, cluster_share.h). A non-leader's stderr
   // goes to a log that settle() shows if it fails alone.
