@@ -53,7 +53,8 @@ void MpiTransport::begin_run(Fabric& fabric, std::vector<int> owners, RunHooks h
   previous_.clear();
   pending_answers_ = 0;
   start_heartbeat();
-  set_in_run(true);
+  const std::string line = stopped_line(owners_, me_, size_);
+  set_in_run(&line);
   fabric.set_remote(this, owners_, me_);
   thread_ = std::thread([this] { progress(); });
 }
@@ -84,7 +85,7 @@ void MpiTransport::end_run() {
     cv_.notify_one();
   }
   thread_.join();
-  set_in_run(false);
+  set_in_run(nullptr);
   fabric_ = nullptr;
 }
 
@@ -288,16 +289,22 @@ void MpiTransport::receive_data(MPI_Message& msg, int bytes, const MPI_Status& s
   m.engine = r.get<Engine>();
   m.payload = fabric_->pool().acquire(r.get<uint64_t>());
   if (m.payload.size() > 0) {
+    // Sent right after the header; the waits watch the peers, since the
+    // link may go down in between (a blocking probe or receive would then
+    // never return, and no heartbeat verdict would come).
     MPI_Message body;
     MPI_Status bs;
-    check(MPI_Mprobe(st.MPI_SOURCE, st.MPI_TAG, MPI_COMM_WORLD, &body, &bs), "Mprobe");  // sent right after
+    for (int found = 0; !found; watch_while_waiting())
+      check(MPI_Improbe(st.MPI_SOURCE, st.MPI_TAG, MPI_COMM_WORLD, &found, &body, &bs), "Improbe");
     int n = 0;
     check(MPI_Get_count(&bs, MPI_BYTE, &n), "Get_count");
     if (size_t(n) != m.payload.size()) {
       std::fprintf(stderr, "shardlab: error: MPI transport: a payload's size disagrees with its header\n");
       std::abort();
     }
-    check(MPI_Mrecv(m.payload.data(), n, MPI_BYTE, &body, MPI_STATUS_IGNORE), "Mrecv");
+    MPI_Request req;
+    check(MPI_Imrecv(m.payload.data(), n, MPI_BYTE, &body, &req), "Imrecv");
+    for (int done = 0; !done; watch_while_waiting()) check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "Test");
   }
   ++received_;
   fabric_->post(std::move(m));
@@ -314,7 +321,7 @@ MPI_Comm g_exit_comm = MPI_COMM_NULL;  // settle()'s barrier, apart from every o
 int g_saved_stderr = -1;               // a non-leader's own stderr, behind its log
 std::FILE* g_log = nullptr;            // a non-leader's stderr while it runs
 std::atomic<bool> g_in_run{false};     // a run is under way (its progress thread runs)
-char g_stopped_line[256];              // on_sigterm's line, formatted in advance
+char g_stopped_line[512];              // on_sigterm's line, formatted in advance (set_in_run)
 
 // mpirun ends the job's other processes with SIGTERM when one of them died
 // or its host was lost (its own message names which). During a run that is
@@ -343,7 +350,11 @@ void show_errors(int process, int processes) {
 
 }  // namespace
 
-void mpi_transport::set_in_run(bool on) { g_in_run.store(on); }
+void mpi_transport::set_in_run(const std::string* line) {
+  if (!line) return g_in_run.store(false);
+  *fmt::format_to_n(g_stopped_line, sizeof g_stopped_line - 1, "{}", *line).out = '\0';
+  g_in_run.store(true);  // after the line: the handler reads it only while set
+}
 
 void mpi_transport::tell_user(const std::string& line) {
   std::fflush(stderr);
@@ -366,10 +377,6 @@ ProcessSession::ProcessSession(int& argc, char**& argv) {
   }
   set_process_transport(g_mpi.get());
   check(MPI_Comm_dup(MPI_COMM_WORLD, &g_exit_comm), "Comm_dup");
-  fmt::format_to_n(g_stopped_line, sizeof g_stopped_line - 1,
-                   "shardlab: error: process {} of {} stopped by mpirun during a run: another process or its host "
-                   "was lost (mpirun names it); resume from the last checkpoint\n",
-                   g_mpi->process(), g_mpi->processes());
   std::signal(SIGTERM, on_sigterm);
   // One output: only the leader prints (its error line is every process's:
   // they agree on a run's failure, cluster_share.h). A non-leader's stderr

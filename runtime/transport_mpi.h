@@ -39,10 +39,13 @@
 // thread sends every other process a beat each quarter of the silence
 // limit (SHARDLAB_MPI_SILENCE_S seconds, default 10). A process that has
 // heard nothing from a peer (not yet done with the run) for the whole
-// limit has lost it: a host died or its network went silent, which TCP
-// alone reports only after minutes of retransmissions. It prints one line
+// limit has lost it (a host died or its network went silent, which TCP
+// alone reports only after minutes of retransmissions): it prints one line
 // naming the process and its devices and ends the job (exit 3, as a dead
-// device). A progress thread that itself was not scheduled for half the
+// device). Beats share the TCP connection with the data, so the limit must
+// exceed the time one message takes to arrive (10 s: 1 GiB at 100 MB/s).
+// The progress thread never blocks in MPI: a payload's probe and receive
+// are polled, the silence judged meanwhile. A progress thread that itself was not scheduled for half the
 // limit (an overloaded machine) starts every peer's count again.
 #pragma once
 
@@ -94,8 +97,14 @@ using Clock = std::chrono::steady_clock;
 // Exits 2 with one line for another value.
 std::chrono::milliseconds silence_limit();
 
-// Whether a run is under way (a SIGTERM from mpirun then is a loss: one line).
-void set_in_run(bool on);
+// "devices 4-7": the devices `owners` gives `process`.
+std::string devices_of(const std::vector<int>& owners, int process);
+// The line a process stopped by mpirun during a run shows (ProcessSession's
+// SIGTERM handler): with two processes it names the other one.
+std::string stopped_line(const std::vector<int>& owners, int me, int processes);
+// A run starts (its stopped_line) or ends (null): a SIGTERM from mpirun
+// during a run is a loss, shown in one line.
+void set_in_run(const std::string* line);
 // A line to this process's own stderr (a non-leader's normally goes to its log).
 void tell_user(const std::string& line);
 
@@ -150,6 +159,13 @@ class MpiTransport final : public Transport {
   void start_heartbeat();
   void heard(int from) { heard_[size_t(from)] = Clock::now(); }
   void beat_and_watch();
+  // One turn of a wait inside the progress thread: sends what is queued
+  // (the beats too) and judges the peers' silence.
+  void watch_while_waiting() {
+    flush_outbox();
+    beat_and_watch();
+    std::this_thread::yield();
+  }
   [[noreturn]] void lost(int peer, Clock::duration silent);
 
   int me_ = 0, size_ = 1;

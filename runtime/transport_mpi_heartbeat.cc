@@ -46,22 +46,33 @@ void MpiTransport::beat_and_watch() {
     if (p != me_ && !done_[size_t(p)] && now - heard_[size_t(p)] > silence_) lost(p, now - heard_[size_t(p)]);
 }
 
-// Nothing can be agreed with a silent process (every exchange would wait
-// for it), so this process says what was lost and ends the job itself.
-void MpiTransport::lost(int peer, Clock::duration silent) {
+std::string devices_of(const std::vector<int>& owners, int process) {
   int first = -1, last = -1;
-  for (int r = 0; r < int(owners_.size()); ++r)
-    if (owners_[size_t(r)] == peer) {
+  for (int r = 0; r < int(owners.size()); ++r)
+    if (owners[size_t(r)] == process) {
       if (first < 0) first = r;
       last = r;
     }
-  const std::string devices = first < 0 ? "no devices" : first == last ? fmt::format("device {}", first)
-                                                                        : fmt::format("devices {}-{}", first, last);
+  if (first < 0) return "no devices";
+  return first == last ? fmt::format("device {}", first) : fmt::format("devices {}-{}", first, last);
+}
+
+std::string stopped_line(const std::vector<int>& owners, int me, int processes) {
+  const std::string who = processes == 2 ? fmt::format("process {} ({}) or its host failed", 1 - me, devices_of(owners, 1 - me))
+                                         : std::string("another process or its host failed (mpirun names it)");
+  return fmt::format("shardlab: error: process {} of {} stopped by mpirun during a run: {}, or the job was "
+                     "cancelled; resume from the last checkpoint\n",
+                     me, processes, who);
+}
+
+// Nothing can be agreed with a silent process (every exchange would wait
+// for it), so this process says what was lost and ends the job itself.
+void MpiTransport::lost(int peer, Clock::duration silent) {
   const double s = std::chrono::duration<double>(silent).count();
   tell_user(fmt::format("shardlab: error: process {} of {} ({}) lost: nothing heard from it for {:.1f} s "
                         "(limit {:g} s, SHARDLAB_MPI_SILENCE_S): its host or the network to it is down; "
                         "resume from the last checkpoint\n",
-                        peer, size_, devices, s, std::chrono::duration<double>(silence_).count()));
+                        peer, size_, devices_of(owners_, peer), s, std::chrono::duration<double>(silence_).count()));
   // mpirun forwards the line from a pipe: give it a moment before the abort ends this process.
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   MPI_Abort(MPI_COMM_WORLD, 3);
