@@ -21,6 +21,13 @@ fi
 ip netns delete "$probe"
 trap hosts_down EXIT
 hosts_up "$n" || { echo "hosts: could not create $n namespace hosts"; exit 1; }
+# Nothing leaves the machine: no host has a route beyond its /24, and the
+# machine's own namespace holds no end of the hosts' links.
+for ((i = 0; i < n; i++)); do
+  routes=$(ip -n "$(hosts_ns $i)" route show | grep -v "^10.77.0.0/24 dev $HOSTS_IF")
+  [ -z "$routes" ] || { echo "hosts: host $i routes beyond its network: $routes"; exit 1; }
+done
+ip -o link show | grep -Eq ": ($HOSTS_IF|p[0-9]+)@" && { echo "hosts: a link end in the machine's namespace"; exit 1; }
 export HOSTS_ID HOSTS_N MPI_LAUNCH="$here/hosts_mpirun.sh"
 "$@"
 status=$?
