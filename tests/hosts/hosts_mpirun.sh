@@ -10,7 +10,8 @@
 #   hosts_mpirun.sh -np N PROGRAM ARGS...      (N processes on HOSTS_N hosts)
 #
 # HOSTS_HOSTFILE_EXTRA (environment): more hostfile lines (a host that does
-# not answer). HOSTS_MPIRUN_PID, if set: a file for mpirun's pid.
+# not answer). mpirun's own messages are kept (no -q): after a loss they
+# name the host.
 set -u
 [ "$1" = -np ] || { echo "hosts_mpirun: usage: hosts_mpirun.sh -np N PROGRAM ARGS..."; exit 2; }
 np=$2
@@ -31,18 +32,15 @@ done >"$hostfile"
 [ -n "${HOSTS_HOSTFILE_EXTRA:-}" ] && echo "$HOSTS_HOSTFILE_EXTRA" >>"$hostfile"
 pass=()  # the transport's settings, to every process
 for v in SHARDLAB_MPI_SILENCE_S; do [ -n "${!v:-}" ] && pass+=(-x "$v"); done
-# As root (CI) OpenMPI wants its consent; -q drops its banners; the rest
-# keeps every byte on the hosts' interface.
+# As root (CI) OpenMPI wants its consent; the rest keeps every byte on the
+# hosts' interface.
 ip netns exec "$(hosts_ns 0)" unshare -m --propagation private \
   sh -c 'mount --bind "$HOSTS_SCRATCH/h0/" "$HOSTS_OUT" && exec "$@"' host0 \
   env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
   mpirun --hostfile "$hostfile" -np "$np" --map-by node -wdir "$HOSTS_OUT" \
   --mca plm_rsh_agent "$here/hosts_agent.sh" --mca plm_rsh_no_tree_spawn 1 \
   --mca btl tcp,self,vader --mca btl_tcp_if_include "$HOSTS_IF" --mca oob_tcp_if_include "$HOSTS_IF" \
-  "${pass[@]}" "$@" &
-mpirun=$!
-[ -n "${HOSTS_MPIRUN_PID:-}" ] && echo $mpirun >"$HOSTS_MPIRUN_PID"
-wait $mpirun
+  "${pass[@]}" "$@"
 code=$?
 rm -rf "$HOSTS_SCRATCH"
 exit $code
