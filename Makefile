@@ -4,7 +4,7 @@
 JOBS ?= 2
 PACKAGES := cmake make g++ libtbb-dev libeigen3-dev libspdlog-dev libcli11-dev \
             nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev gnuplot-nox \
-            clang libclang-rt-14-dev libopenmpi-dev openmpi-bin python3
+            clang libclang-rt-14-dev libopenmpi-dev openmpi-bin python3 iproute2
 BIN := build/bin/shardlab
 # `make lab-N` builds and runs lab N's grader on your exercise or answers (labs/README.md).
 LABS := 1 2 3 4 5 6 7 8
@@ -47,6 +47,8 @@ demo: build
 
 test: build
 	ctest --preset release -j $(JOBS) -LE full
+	@log=build/Testing/Temporary/LastTest.log; \
+	  echo "shardlab: $$(grep -c '^hosts: namespace case ran' $$log) two-host namespace cases ran, $$(grep -c '^hosts: network namespaces not permitted' $$log) skipped (no CAP_NET_ADMIN)"
 	@$(MAKE) --no-print-directory fuzz-smoke
 
 # all_reduce busbw against size on 1, 2 and 8 DGX A100 nodes, next to the

@@ -1,17 +1,13 @@
-// The MPI transport's data path, its between-runs and in-run exchanges, and
-// the process session (transport_mpi.h).
+// The MPI transport's data path and its between-runs and in-run exchanges
+// (transport_mpi.h); the process session is transport_mpi_session.cc.
 #include "runtime/transport_mpi.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <thread>
-
-#include <unistd.h>
-
-#include <fmt/format.h>
+#include <utility>
 
 namespace shardlab {
 namespace mpi_transport {
@@ -50,6 +46,9 @@ void MpiTransport::begin_run(Fabric& fabric, std::vector<int> owners, RunHooks h
   answers_.assign(size_t(size_), {});
   previous_.clear();
   pending_answers_ = 0;
+  start_heartbeat();
+  const std::string line = stopped_line(owners_, me_, size_);
+  set_in_run(&line);
   fabric.set_remote(this, owners_, me_);
   thread_ = std::thread([this] { progress(); });
 }
@@ -80,6 +79,7 @@ void MpiTransport::end_run() {
     cv_.notify_one();
   }
   thread_.join();
+  set_in_run(nullptr);
   fabric_ = nullptr;
 }
 
@@ -131,7 +131,6 @@ void MpiTransport::or_bytes(std::span<std::byte> bytes) {
 }
 
 void MpiTransport::progress() {
-  using Clock = std::chrono::steady_clock;
   auto next_check = Clock::now() + hooks_.period;
   auto idle = std::chrono::microseconds(0);
   int idle_polls = 0;
@@ -151,6 +150,7 @@ void MpiTransport::progress() {
       ask_round();
       next_check = Clock::now() + hooks_.period;
     }
+    beat_and_watch();
     if (busy) {
       idle = std::chrono::microseconds(0);
       idle_polls = 0;
@@ -199,6 +199,7 @@ bool MpiTransport::poll() {
     MPI_Status st;
     check(MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &found, &msg, &st), "Improbe");
     if (!found) return any;
+    heard(st.MPI_SOURCE);
     int n = 0;
     check(MPI_Get_count(&st, MPI_BYTE, &n), "Get_count");
     any = true;
@@ -245,7 +246,10 @@ void MpiTransport::handle(int from, const std::string& packet) {
       return;
     }
     case Kind::kDone:
+      done_[size_t(from)] = 1;
       return void(++done_from_);
+    case Kind::kBeat:
+      return;
     case Kind::kShare: {
       std::string s = r.get_string();
       std::lock_guard lock(mu_);
@@ -279,110 +283,26 @@ void MpiTransport::receive_data(MPI_Message& msg, int bytes, const MPI_Status& s
   m.engine = r.get<Engine>();
   m.payload = fabric_->pool().acquire(r.get<uint64_t>());
   if (m.payload.size() > 0) {
+    // Sent right after the header; the waits watch the peers, since the
+    // link may go down in between (a blocking probe or receive would then
+    // never return, and no heartbeat verdict would come).
     MPI_Message body;
     MPI_Status bs;
-    check(MPI_Mprobe(st.MPI_SOURCE, st.MPI_TAG, MPI_COMM_WORLD, &body, &bs), "Mprobe");  // sent right after
+    for (int found = 0; !found; watch_while_waiting())
+      check(MPI_Improbe(st.MPI_SOURCE, st.MPI_TAG, MPI_COMM_WORLD, &found, &body, &bs), "Improbe");
     int n = 0;
     check(MPI_Get_count(&bs, MPI_BYTE, &n), "Get_count");
     if (size_t(n) != m.payload.size()) {
       std::fprintf(stderr, "shardlab: error: MPI transport: a payload's size disagrees with its header\n");
       std::abort();
     }
-    check(MPI_Mrecv(m.payload.data(), n, MPI_BYTE, &body, MPI_STATUS_IGNORE), "Mrecv");
+    MPI_Request req;
+    check(MPI_Imrecv(m.payload.data(), n, MPI_BYTE, &body, &req), "Imrecv");
+    for (int done = 0; !done; watch_while_waiting()) check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "Test");
   }
   ++received_;
   fabric_->post(std::move(m));
 }
 
 }  // namespace mpi_transport
-
-namespace {
-
-using mpi_transport::check;
-using mpi_transport::MpiTransport;
-std::unique_ptr<MpiTransport> g_mpi;
-MPI_Comm g_exit_comm = MPI_COMM_NULL;  // settle()'s barrier, apart from every other call's
-int g_saved_stderr = -1;               // a non-leader's own stderr, behind its log
-std::FILE* g_log = nullptr;            // a non-leader's stderr while it runs
-
-// A non-leader's error lines, from its log to its own stderr, with its number.
-void show_errors(int process, int processes) {
-  std::fflush(stderr);
-  std::rewind(g_log);
-  char line[4096];
-  const std::string tag = fmt::format("shardlab: error: process {} of {}: ", process, processes);
-  while (std::fgets(line, sizeof line, g_log)) {
-    std::string text = line;
-    const size_t at = text.find("error: ");
-    if (at == std::string::npos) continue;
-    text = tag + text.substr(at + 7);
-    (void)!::write(g_saved_stderr, text.data(), text.size());
-  }
-}
-
-}  // namespace
-
-ProcessSession::ProcessSession(int& argc, char**& argv) {
-  // Started by mpirun? OpenMPI and MPICH (Hydra, PMI) both say so in the environment.
-  if (!std::getenv("OMPI_COMM_WORLD_SIZE") && !std::getenv("PMI_SIZE") && !std::getenv("PMIX_RANK")) return;
-  int provided = 0;
-  check(MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided), "Init_thread");
-  if (provided < MPI_THREAD_SERIALIZED) {
-    std::fprintf(stderr, "shardlab: error: this MPI does not support MPI_THREAD_SERIALIZED\n");
-    MPI_Abort(MPI_COMM_WORLD, 2);
-  }
-  g_mpi = std::make_unique<MpiTransport>();
-  if (g_mpi->processes() == 1) {  // mpirun -np 1: alone, as without mpirun
-    g_mpi.reset();
-    return;
-  }
-  set_process_transport(g_mpi.get());
-  check(MPI_Comm_dup(MPI_COMM_WORLD, &g_exit_comm), "Comm_dup");
-  // One output: only the leader prints (its error line is every process's:
-  // they agree on a run's failure, cluster_share.h). A non-leader's stderr
-  // goes to a log that settle() shows if it fails alone.
-  if (g_mpi->process() == 0) return;
-  g_saved_stderr = ::dup(2);
-  g_log = std::tmpfile();
-  if (!std::freopen("/dev/null", "w", stdout) || g_saved_stderr < 0 || !g_log || std::fflush(stderr) != 0 ||
-      ::dup2(::fileno(g_log), 2) < 0)
-    std::abort();
-}
-
-int ProcessSession::settle(int code, std::chrono::milliseconds patience) {
-  if (g_exit_comm == MPI_COMM_NULL) return code;
-  std::fflush(stdout);
-  std::fflush(stderr);
-  MPI_Request req;
-  check(MPI_Ibarrier(g_exit_comm, &req), "Ibarrier");
-  if (code == 0) {  // done: wait for the others, however long they take
-    check(MPI_Wait(&req, MPI_STATUS_IGNORE), "Wait");
-    return code;
-  }
-  const auto deadline = std::chrono::steady_clock::now() + patience;
-  for (int done = 0;;) {
-    check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "Test");
-    if (done) return code;  // every process has ended too
-    if (std::chrono::steady_clock::now() >= deadline) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  int me = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &me);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (me != 0) show_errors(me, size);
-  MPI_Abort(MPI_COMM_WORLD, code);  // the others wait for this process: end them all
-  return code;
-}
-
-ProcessSession::~ProcessSession() {
-  int initialized = 0;
-  MPI_Initialized(&initialized);
-  if (!initialized) return;
-  std::fflush(stdout);
-  set_process_transport(nullptr);
-  g_mpi.reset();
-  if (g_exit_comm != MPI_COMM_NULL) MPI_Comm_free(&g_exit_comm);
-  MPI_Finalize();
-}
-
 }  // namespace shardlab

@@ -34,10 +34,24 @@
 // packets received as sent: every process was blocked from its first
 // answer to its second, and the second round's answers all come after the
 // first's, so at one moment everyone was blocked and nothing was in flight.
+//
+// The heartbeat (transport_mpi_heartbeat.cc): during a run every progress
+// thread sends every other process a beat each quarter of the silence
+// limit (SHARDLAB_MPI_SILENCE_S seconds, default 10). A process that has
+// heard nothing from a peer (not yet done with the run) for the whole
+// limit has lost it (a host died or its network went silent, which TCP
+// alone reports only after minutes of retransmissions): it prints one line
+// naming the process and its devices and ends the job (exit 3, as a dead
+// device). Beats share the TCP connection with the data, so the limit must
+// exceed the time one message takes to arrive (10 s: 1 GiB at 100 MB/s).
+// The progress thread never blocks in MPI: a payload's probe and receive
+// are polled, the silence judged meanwhile. A progress thread that itself was not scheduled for half the
+// limit (an overloaded machine) starts every peer's count again.
 #pragma once
 
 #include <mpi.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -52,7 +66,7 @@
 
 namespace shardlab::mpi_transport {
 
-enum class Kind : uint8_t { kData = 0, kAbort = 1, kAsk = 2, kAnswer = 3, kDone = 4, kShare = 5 };
+enum class Kind : uint8_t { kData = 0, kAbort = 1, kAsk = 2, kAnswer = 3, kDone = 4, kShare = 5, kBeat = 6 };
 constexpr int kControlTag = 0;    // every packet but data
 constexpr int kDataTags = 32000;  // MPI guarantees tags up to 32767
 
@@ -77,6 +91,23 @@ struct Outgoing {
   BufferPool::Buffer payload;  // data: the message's bytes, sent from its own buffer
 };
 
+using Clock = std::chrono::steady_clock;
+
+// The silence limit: SHARDLAB_MPI_SILENCE_S (seconds, 0.5 to 3600), else 10 s.
+// Exits 2 with one line for another value.
+std::chrono::milliseconds silence_limit();
+
+// "devices 4-7": the devices `owners` gives `process`.
+std::string devices_of(const std::vector<int>& owners, int process);
+// The line a process stopped by mpirun during a run shows (ProcessSession's
+// SIGTERM handler): with two processes it names the other one.
+std::string stopped_line(const std::vector<int>& owners, int me, int processes);
+// A run starts (its stopped_line) or ends (null): a SIGTERM from mpirun
+// during a run is a loss, shown in one line.
+void set_in_run(const std::string* line);
+// A line to this process's own stderr (a non-leader's normally goes to its log).
+void tell_user(const std::string& line);
+
 // One process's answer in a waits-for round.
 struct Answer {
   bool all_blocked = false;
@@ -91,6 +122,7 @@ class MpiTransport final : public Transport {
     check(MPI_Comm_rank(MPI_COMM_WORLD, &me_), "Comm_rank");
     check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "Comm_size");
     shares_.resize(size_t(size_));
+    silence_ = silence_limit();
   }
   int process() const override { return me_; }
   int processes() const override { return size_; }
@@ -123,6 +155,18 @@ class MpiTransport final : public Transport {
   void send_answer(int round);
   void ask_round();
   void judge_round();
+  // The heartbeat (transport_mpi_heartbeat.cc).
+  void start_heartbeat();
+  void heard(int from) { heard_[size_t(from)] = Clock::now(); }
+  void beat_and_watch();
+  // One turn of a wait inside the progress thread: sends what is queued
+  // (the beats too) and judges the peers' silence.
+  void watch_while_waiting() {
+    flush_outbox();
+    beat_and_watch();
+    std::this_thread::yield();
+  }
+  [[noreturn]] void lost(int peer, Clock::duration silent);
 
   int me_ = 0, size_ = 1;
   Fabric* fabric_ = nullptr;
@@ -152,6 +196,10 @@ class MpiTransport final : public Transport {
   int done_from_ = 0;
   int round_ = 0, pending_answers_ = 0;
   std::vector<Answer> answers_, previous_;
+  std::chrono::milliseconds silence_{10000};
+  std::vector<Clock::time_point> heard_;  // the last packet from each process
+  std::vector<char> done_;                // its "done" has come: no more beats
+  Clock::time_point next_beat_, last_watch_;
 };
 
 }  // namespace shardlab::mpi_transport

@@ -17,6 +17,7 @@
 #include "model/engine/shard_io.h"
 #include "runtime/errors.h"
 #include "runtime/output_file.h"
+#include "runtime/transport.h"
 
 namespace shardlab::train {
 
@@ -131,31 +132,77 @@ void read_header(const nlohmann::json& index, const TrainOptions& o, const model
     throw ConfigError(fmt::format("index.json has {} step records for step {}", r.history.size(), r.step));
 }
 
-}  // namespace
-
-ResumeState load_checkpoint(const TrainOptions& o, const model::ParamTable& table) {
-  ResumeState r;
+// Runs one part of reading a checkpoint, its errors as one --resume line.
+template <class F>
+auto resume_part(const TrainOptions& o, F&& part) {
   try {
-    const fs::path path = latest_checkpoint(o.resume_dir);
-    r.path = path.string();
-    const nlohmann::json index = nlohmann::json::parse(read_text(path / "index.json"), nullptr, false);
-    if (index.is_discarded() || !index.is_object()) throw ConfigError("index.json is not valid JSON");
-    read_header(index, o, table, r);
-    const auto n = size_t(table.numel());
-    r.params.assign(n, 0.0f), r.exp_avg.assign(n, 0.0f), r.exp_avg_sq.assign(n, 0.0f);
-    std::map<std::string, Assembly> states{{kStateParam, {&r.params, std::vector<char>(n, 0)}},
-                                           {kStateExpAvg, {&r.exp_avg, std::vector<char>(n, 0)}},
-                                           {kStateExpAvgSq, {&r.exp_avg_sq, std::vector<char>(n, 0)}}};
-    assemble(index, path, table, states);
+    return part();
   } catch (const ConfigError& e) {
     throw ConfigError(fmt::format("--resume {}: {}", o.resume_dir, e.what()));
   } catch (const nlohmann::json::exception& e) {  // a field missing or of another type
     throw ConfigError(fmt::format("--resume {}: index.json: {}", o.resume_dir, e.what()));
   }
+}
+
+// The checkpoint at `path` from its index's text: everything but the
+// tensors, which are zero-filled (`index` is left parsed).
+ResumeState from_index(const TrainOptions& o, const model::ParamTable& table, const std::string& path,
+                       const std::string& text, nlohmann::json& index) {
+  ResumeState r;
+  r.path = path;
+  index = nlohmann::json::parse(text, nullptr, false);
+  if (index.is_discarded() || !index.is_object()) throw ConfigError("index.json is not valid JSON");
+  read_header(index, o, table, r);
+  const auto n = size_t(table.numel());
+  r.params.assign(n, 0.0f), r.exp_avg.assign(n, 0.0f), r.exp_avg_sq.assign(n, 0.0f);
+  return r;
+}
+
+// The latest checkpoint from this process's disk, and its index's text.
+std::pair<ResumeState, std::string> read_checkpoint(const TrainOptions& o, const model::ParamTable& table) {
+  const fs::path path = latest_checkpoint(o.resume_dir);
+  std::string text = read_text(path / "index.json");
+  nlohmann::json index;
+  ResumeState r = from_index(o, table, path.string(), text, index);
+  std::map<std::string, Assembly> states{{kStateParam, {&r.params, std::vector<char>(r.params.size(), 0)}},
+                                         {kStateExpAvg, {&r.exp_avg, std::vector<char>(r.params.size(), 0)}},
+                                         {kStateExpAvgSq, {&r.exp_avg_sq, std::vector<char>(r.params.size(), 0)}}};
+  assemble(index, path, table, states);
+  return {std::move(r), std::move(text)};
+}
+
+}  // namespace
+
+ResumeState load_checkpoint(const TrainOptions& o, const model::ParamTable& table) {
+  Transport* t = process_transport();
+  if (!t) return resume_part(o, [&] { return read_checkpoint(o, table).first; });
+  // Under mpirun the checkpoint is on the leader's host (checkpoint_save.cc
+  // gathers it there; other hosts may hold nothing): the leader reads it,
+  // the others parse its index and take its tensors bit for bit.
+  std::string mine;
+  ResumeState r;
+  if (t->process() == 0) {
+    try {
+      auto [state, text] = resume_part(o, [&] { return read_checkpoint(o, table); });
+      r = std::move(state);
+      mine = "+" + r.path + "\n" + text;
+    } catch (const ConfigError& e) {
+      mine = std::string("-") + e.what();
+    }
+  }
+  const std::string leader = t->exchange(mine)[0];
+  if (leader.empty() || leader[0] == '-') throw ConfigError(leader.empty() ? "--resume: no answer" : leader.substr(1));
+  if (t->process() != 0) {
+    const size_t eol = leader.find('\n');
+    nlohmann::json index;
+    r = resume_part(o, [&] { return from_index(o, table, leader.substr(1, eol - 1), leader.substr(eol + 1), index); });
+  }
+  merge_disjoint(r.params), merge_disjoint(r.exp_avg), merge_disjoint(r.exp_avg_sq);
   return r;
 }
 
 void prepare_checkpoint_dir(const std::string& dir) {
+  if (!leader_process()) return;  // under mpirun the leader's host holds the checkpoints
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (!fs::is_directory(dir))

@@ -1,5 +1,9 @@
 // Writing a sharded checkpoint (checkpoint.h): every device its own file,
-// device 0 the index and the commit.
+// device 0 the index and the commit. Under mpirun the leader's process
+// writes every file: a device of another process sends its file's bytes
+// with its part of the index, so the whole checkpoint lands on the leader's
+// host whether or not the hosts share a file system (a resume reads it
+// there, checkpoint_load.cc).
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -13,6 +17,7 @@
 #include "model/engine/shard_io.h"
 #include "runtime/errors.h"
 #include "runtime/output_file.h"
+#include "runtime/transport.h"
 
 namespace shardlab::train {
 
@@ -57,8 +62,8 @@ std::vector<Piece> pieces_of(DeviceSetup& s) {
   return out;
 }
 
-// Writes this device's file into `dir`; returns its part of the index.
-nlohmann::json write_device_file(DeviceSetup& s, Device& dev, const fs::path& dir) {
+// This device's file (into `bytes`) and its part of the index.
+nlohmann::json device_file(DeviceSetup& s, Device& dev, std::string& bytes) {
   const std::string file = fmt::format("rank-{:05d}.safetensors", dev.rank());
   const std::vector<Piece> pieces = pieces_of(s);
   std::vector<model::NamedTensorView> views;
@@ -68,7 +73,7 @@ nlohmann::json write_device_file(DeviceSetup& s, Device& dev, const fs::path& di
     views.push_back({p.key(), whole ? p.spec->local_shape : Shape{p.end - p.begin}, p.data});
     shards.push_back(shard_entry(*p.spec, p.state, file, p.key(), p.begin, p.end));
   }
-  write_file_atomic((dir / file).string(), model::safetensors_bytes(views), kFlag);
+  bytes = model::safetensors_bytes(views);
   return {{"rank", dev.rank()}, {"file", file}, {"device", device_entry(s, dev)}, {"shards", shards}};
 }
 
@@ -107,22 +112,30 @@ bool checkpoint_due(const TrainOptions& o, int steps_done) {
 
 void save_device_checkpoint(const DeviceProgram& p, DeviceSetup& s, Device& dev, int steps_done) {
   const fs::path tmp = fs::path(p.options.checkpoint_dir) / (kPartialPrefix + checkpoint_name(steps_done));
+  const bool writer = leader_process();  // device 0's process: it writes the files
   std::error_code ec;
-  fs::create_directories(tmp, ec);  // every device may be first: an existing directory is fine
-  if (!fs::is_directory(tmp, ec))
+  if (writer) fs::create_directories(tmp, ec);  // every device may be first: an existing directory is fine
+  if (writer && !fs::is_directory(tmp, ec))
     throw ConfigError(fmt::format("{} {}: cannot create {}", kFlag, p.options.checkpoint_dir, tmp.string()));
-  nlohmann::json part = write_device_file(s, dev, tmp);
+  std::string bytes;
+  nlohmann::json part = device_file(s, dev, bytes);
+  if (writer) write_file_atomic((tmp / part["file"].get<std::string>()).string(), bytes, kFlag);
   const Tag tag = kCheckpointTag + Tag(steps_done);
   if (dev.rank() != 0) {  // untimed: writing a checkpoint takes no virtual time
-    const std::string bytes = part.dump();
-    dev.post_control(0, tag, std::as_bytes(std::span(bytes.data(), bytes.size())));
+    // The part, then (from another process) the file: "<part's length>\n<part><file>".
+    const std::string json = part.dump();
+    const std::string msg = fmt::format("{}\n{}{}", json.size(), json, writer ? "" : bytes);
+    dev.post_control(0, tag, std::as_bytes(std::span(msg.data(), msg.size())));
     return;
   }
   std::vector<nlohmann::json> parts{std::move(part)};
   for (int r = 1; r < dev.world_size(); ++r) {
     const Message m = dev.take_control(r, tag);
-    parts.push_back(nlohmann::json::parse(
-        std::string_view(reinterpret_cast<const char*>(m.payload.data()), m.payload.size())));
+    const std::string_view msg(reinterpret_cast<const char*>(m.payload.data()), m.payload.size());
+    const size_t eol = msg.find('\n'), n = std::stoul(std::string(msg.substr(0, eol)));
+    parts.push_back(nlohmann::json::parse(msg.substr(eol + 1, n)));
+    if (eol + 1 + n < msg.size())  // a device of another process: its file
+      write_file_atomic((tmp / parts.back()["file"].get<std::string>()).string(), msg.substr(eol + 1 + n), kFlag);
   }
   commit(p, dev, tmp, steps_done, std::move(parts));
 }

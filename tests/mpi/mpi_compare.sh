@@ -12,6 +12,9 @@
 # (--save out.safetensors, --trace t.json, --checkpoint-dir ck) are compared
 # file by file.
 # EXPECT (environment), if set: a pattern the single-process stderr must hold.
+# MPI_LAUNCH (environment): the launcher in mpirun's place (tests/hosts:
+# across namespace hosts); it gives host i > 0 the directory "mpi.h<i>",
+# where nothing may be written (process 0 writes every file).
 set -u
 np=$1 code=$2
 shift 2
@@ -23,7 +26,7 @@ mkdir "$work/alone" "$work/mpi"
 alone=$?
 # As root (CI containers) OpenMPI wants its consent; -q drops its banners.
 (cd "$work/mpi" && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-  mpirun -q --oversubscribe -np "$np" "$@" >../mpi.out 2>../mpi.err)
+  ${MPI_LAUNCH:-mpirun -q --oversubscribe} -np "$np" "$@" >../mpi.out 2>../mpi.err)
 mpi=$?
 # A CSV less its host wall-clock columns (wall_s, host_*), found by the header.
 drop_host_columns() {
@@ -55,6 +58,11 @@ if ! diff -rq "$work/alone" "$work/mpi" >/dev/null; then
     esac || { echo "output file $f differs"; status=1; }
   done <"$work/alone.files"
 fi
+for d in "$work"/mpi.h*; do
+  [ -d "$d" ] || continue
+  written=$(cd "$d" && find . -type f)
+  [ -z "$written" ] || { echo "host ${d##*.h} wrote files (process 0 writes every file):" $written; status=1; }
+done
 if [ -n "${EXPECT:-}" ] && ! grep -Eq "$EXPECT" "$work/alone.err"; then
   echo "the single-process run's stderr lacks /$EXPECT/:"; cat "$work/alone.err"; status=1
 fi
