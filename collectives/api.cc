@@ -12,7 +12,8 @@ namespace {
 
 using detail::Ctx;
 
-void require(bool ok, const std::string& what) {
+// A caller's misuse of the API (not the user's input): std::invalid_argument.
+void require_argument(bool ok, const std::string& what) {
   if (!ok) throw std::invalid_argument(what);
 }
 
@@ -50,8 +51,9 @@ class Activity {
 template <class Body>
 Work run_on_comm(Device& dev, const ProcessGroup& g, const CollOptions& opt, const CollShape* shape,
                  Algo algo, Body body) {
-  require(g.global_rank() == dev.rank(),
-          fmt::format("collective on {} called by device {}, not this group's member", g.to_string(), dev.rank()));
+  require_argument(g.global_rank() == dev.rank(),
+                   fmt::format("collective on {} called by device {}, not this group's member",
+                               g.to_string(), dev.rank()));
   Stream& s = opt.stream ? *opt.stream : dev.comm();
   s.wait(opt.after ? *opt.after : dev.compute().record());
   // NCCL's kernel launch and setup: a fixed start before the first send.
@@ -77,8 +79,8 @@ Work run_on_comm(Device& dev, const ProcessGroup& g, const CollOptions& opt, con
 }
 
 void check_pair(const char* op, ConstBuffer in, Buffer out) {
-  require((in.data == nullptr) == (out.data == nullptr) || in.count == 0 || out.count == 0,
-          fmt::format("{}: input and output must both be real or both phantom", op));
+  require_argument((in.data == nullptr) == (out.data == nullptr) || in.count == 0 || out.count == 0,
+                   fmt::format("{}: input and output must both be real or both phantom", op));
 }
 
 // reduce-scatter then all-gather on `work` (count elements), by `algo`.
@@ -120,7 +122,9 @@ Range chunk_range(size_t count, int n, int i) {
 
 Work iall_reduce(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out, ReduceOp op,
                  const CollOptions& opt) {
-  require(in.count == out.count, fmt::format("all_reduce: input has {} elements, output {}", in.count, out.count));
+  require_argument(
+      in.count == out.count,
+      fmt::format("all_reduce: input has {} elements, output {}", in.count, out.count));
   check_pair("all_reduce", in, out);
   const Algo algo = resolve(dev, g, OpKind::kAllReduce, opt, in.count);
   const CollShape shape{OpKind::kAllReduce, in.count, opt.wire_elem(dev)};
@@ -134,8 +138,10 @@ Work iall_reduce(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out,
 Work ireduce_scatter(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out, ReduceOp op,
                      const CollOptions& opt) {
   const Range mine = chunk_range(in.count, g.size(), g.rank());
-  require(out.count == size_t(mine.size), fmt::format("reduce_scatter: {} elements over {} members: member {} gets {}, "
-                                              "output has {}", in.count, g.size(), g.rank(), mine.size, out.count));
+  require_argument(out.count == size_t(mine.size),
+                   fmt::format("reduce_scatter: {} elements over {} members: member {} gets {}, "
+                               "output has {}",
+                               in.count, g.size(), g.rank(), mine.size, out.count));
   check_pair("reduce_scatter", in, out);
   const Algo algo = resolve(dev, g, OpKind::kReduceScatter, opt, in.count);
   const CollShape shape{OpKind::kReduceScatter, in.count, opt.wire_elem(dev)};
@@ -165,8 +171,10 @@ Work ireduce_scatter(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer 
 
 Work iall_gather(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out, const CollOptions& opt) {
   const Range mine = chunk_range(out.count, g.size(), g.rank());
-  require(in.count == size_t(mine.size), fmt::format("all_gather: {} elements over {} members: member {} contributes {}, "
-                                             "input has {}", out.count, g.size(), g.rank(), mine.size, in.count));
+  require_argument(in.count == size_t(mine.size),
+                   fmt::format("all_gather: {} elements over {} members: member {} contributes {}, "
+                               "input has {}",
+                               out.count, g.size(), g.rank(), mine.size, in.count));
   check_pair("all_gather", in, out);
   const Algo algo = resolve(dev, g, OpKind::kAllGather, opt, out.count);
   const CollShape shape{OpKind::kAllGather, out.count, opt.wire_elem(dev)};
@@ -183,7 +191,8 @@ Work iall_gather(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out,
 }
 
 Work ibroadcast(Device& dev, const ProcessGroup& g, Buffer data, int root, const CollOptions& opt) {
-  require(root >= 0 && root < g.size(), fmt::format("broadcast: root {} outside group of {}", root, g.size()));
+  require_argument(root >= 0 && root < g.size(),
+                   fmt::format("broadcast: root {} outside group of {}", root, g.size()));
   const Algo algo = resolve(dev, g, OpKind::kBroadcast, opt, data.count, root);
   const CollShape shape{OpKind::kBroadcast, data.count, opt.wire_elem(dev), root};
   return run_on_comm(dev, g, opt, &shape, algo, [&](Ctx& c) {
@@ -195,10 +204,12 @@ Work ibroadcast(Device& dev, const ProcessGroup& g, Buffer data, int root, const
 
 Work ireduce(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out, int root, ReduceOp op,
              const CollOptions& opt) {
-  require(root >= 0 && root < g.size(), fmt::format("reduce: root {} outside group of {}", root, g.size()));
+  require_argument(root >= 0 && root < g.size(),
+                   fmt::format("reduce: root {} outside group of {}", root, g.size()));
   const bool is_root = g.rank() == root;
-  require(!is_root || out.count == in.count,
-          fmt::format("reduce: root output has {} elements, input {}", out.count, in.count));
+  require_argument(
+      !is_root || out.count == in.count,
+      fmt::format("reduce: root output has {} elements, input {}", out.count, in.count));
   if (is_root) check_pair("reduce", in, out);
   const Algo algo = resolve(dev, g, OpKind::kReduce, opt, in.count, root);
   const CollShape shape{OpKind::kReduce, in.count, opt.wire_elem(dev), root};
@@ -217,10 +228,14 @@ Work ireduce(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out, int
 
 Work iall_to_all(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out, const CollOptions& opt) {
   const int n = g.size();
-  require(in.count == out.count && in.count % static_cast<size_t>(n) == 0,
-          fmt::format("all_to_all: input {} and output {} elements must be equal and divisible by the group "
-                      "size {} (use all_to_all_v for other counts)", in.count, out.count, n));
-  require(in.data == nullptr || in.data != out.data, "all_to_all: input and output must not alias");
+  require_argument(
+      in.count == out.count && in.count % static_cast<size_t>(n) == 0,
+      fmt::format(
+          "all_to_all: input {} and output {} elements must be equal and divisible by the group "
+          "size {} (use all_to_all_v for other counts)",
+          in.count, out.count, n));
+  require_argument(in.data == nullptr || in.data != out.data,
+                   "all_to_all: input and output must not alias");
   check_pair("all_to_all", in, out);
   const size_t block = in.count / static_cast<size_t>(n);
   const Algo algo = resolve(dev, g, OpKind::kAllToAll, opt, in.count);
@@ -240,16 +255,19 @@ Work iall_to_all(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out,
 Work iall_to_all_v(Device& dev, const ProcessGroup& g, ConstBuffer in, std::span<const size_t> send_counts,
                    Buffer out, std::span<const size_t> recv_counts, const CollOptions& opt) {
   const auto n = static_cast<size_t>(g.size());
-  require(send_counts.size() == n && recv_counts.size() == n,
-          fmt::format("all_to_all_v: {} send and {} receive counts for a group of {}", send_counts.size(),
-                      recv_counts.size(), n));
+  require_argument(send_counts.size() == n && recv_counts.size() == n,
+                   fmt::format("all_to_all_v: {} send and {} receive counts for a group of {}",
+                               send_counts.size(), recv_counts.size(), n));
   const size_t sends = std::accumulate(send_counts.begin(), send_counts.end(), size_t{0});
   const size_t recvs = std::accumulate(recv_counts.begin(), recv_counts.end(), size_t{0});
-  require(sends == in.count && recvs == out.count,
-          fmt::format("all_to_all_v: counts sum to {} sent / {} received, buffers hold {} / {}", sends, recvs,
-                      in.count, out.count));
-  require(in.data == nullptr || in.data != out.data || in.count == 0, "all_to_all_v: input and output must not alias");
-  require(opt.algo != Algo::kTree, "all_to_all_v: tree (Bruck) needs equal blocks; use direct or ring");
+  require_argument(
+      sends == in.count && recvs == out.count,
+      fmt::format("all_to_all_v: counts sum to {} sent / {} received, buffers hold {} / {}", sends,
+                  recvs, in.count, out.count));
+  require_argument(in.data == nullptr || in.data != out.data || in.count == 0,
+                   "all_to_all_v: input and output must not alias");
+  require_argument(opt.algo != Algo::kTree,
+                   "all_to_all_v: tree (Bruck) needs equal blocks; use direct or ring");
   check_pair("all_to_all_v", in, out);
   // Displacements: exclusive prefix sums, kept in the group's index scratch
   // after the counts (which may live there too: all_to_all passes them).

@@ -5,13 +5,10 @@
 #include <sstream>
 
 #include "runtime/errors.h"
+#include "runtime/require.h"
 
 namespace shardlab::model {
 namespace {
-
-void require(bool ok, const std::string& message) {
-  if (!ok) throw ConfigError(message);
-}
 
 std::string num(double v) {
   std::ostringstream os;

@@ -21,13 +21,6 @@ namespace {
 // Point-to-point tag of the activations between stages (user range).
 constexpr Tag kStageTag = 0x494e'4641'0000'0000ull;  // "INFA"
 
-parallel::StagePlacement placement(const EngineGroups& g) {
-  parallel::StagePlacement p;
-  p.pp = g.pp_ranks.empty() ? 1 : int(g.pp_ranks.size());
-  p.rank = g.pp_rank;
-  return p;
-}
-
 }  // namespace
 
 InferEngine::InferEngine(const model::GPTConfig& config, uint64_t seed, Device& dev,
@@ -35,7 +28,7 @@ InferEngine::InferEngine(const model::GPTConfig& config, uint64_t seed, Device& 
     : config_(config), dev_(dev), groups_(groups), sink_(dev) {
   SHARDLAB_CHECK(groups.tp != nullptr, "InferEngine needs a tensor-parallel group");
   parallel::ShardedOptions so;
-  so.placement = placement(groups);
+  so.placement = groups.placement;
   model_ = std::make_unique<parallel::ShardedGPT>(config_, seed, dev, parallel::ModelGroups{groups.tp, groups.ep, nullptr},
                                                   so);
   place_ = model_->placement();
@@ -165,7 +158,7 @@ std::vector<float> InferEngine::head(const std::vector<SeqInput>& batch) {
 
 void InferEngine::pipe_send() {
   const int64_t n = dims_.N() * dims_.C;
-  const int dst = groups_.pp_ranks[size_t(groups_.pp_rank + 1)];
+  const int dst = groups_.pp_ranks[size_t(groups_.placement.rank + 1)];
   const float* data = acts_->x.data();
   dev_.send(dev_.compute(), dst, kStageTag,
             {reinterpret_cast<const std::byte*>(data), data ? size_t(n) * sizeof(float) : 0},
@@ -174,7 +167,7 @@ void InferEngine::pipe_send() {
 
 void InferEngine::pipe_recv() {
   const int64_t n = dims_.N() * dims_.C;
-  const int src = groups_.pp_ranks[size_t(groups_.pp_rank - 1)];
+  const int src = groups_.pp_ranks[size_t(groups_.placement.rank - 1)];
   Message m = dev_.recv(dev_.compute(), src, kStageTag);
   float* into = acts_->x.data();
   const size_t expected = into ? size_t(n) * sizeof(float) : 0;

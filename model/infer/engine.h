@@ -51,7 +51,7 @@ struct EngineGroups {
   const collectives::ProcessGroup* tp = nullptr;  // required
   const collectives::ProcessGroup* ep = nullptr;  // null or size 1: every expert here
   std::vector<int> pp_ranks;                      // global rank of every stage; empty: pp 1
-  int pp_rank = 0;                                // this device's stage
+  parallel::StagePlacement placement;             // this device's stage (InferPlan::placement)
 };
 
 // New tokens of one sequence; they go at positions [length, length + n) of

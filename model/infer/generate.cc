@@ -30,7 +30,7 @@ double GenerateResult::tpot_seconds() const {
 
 void validate(const GenerateOptions& o) {
   o.model.validate();
-  parallel::check_parallel_shape(o.model, {o.tp, false, o.pp, 1, {}, o.ep, o.ep});
+  InferPlan(o.model, o.tp, o.pp, o.ep);  // checks the split (ConfigError)
   if (o.prompt.empty()) throw ConfigError("`prompt`: the prompt needs at least one token");
   if (o.max_new_tokens < 1) throw ConfigError(fmt::format("`max_new_tokens` must be at least 1 (got {})", o.max_new_tokens));
   const int64_t total = int64_t(o.prompt.size()) + o.max_new_tokens;
@@ -61,9 +61,9 @@ namespace {
 
 // One device's generation loop. `r` is shared: the sampler rank writes the
 // tokens, times and logits, every rank its own kv slot.
-void run_device(Device& dev, const GenerateOptions& o, const coll::DeviceMesh& mesh, GenerateResult& r) {
+void run_device(Device& dev, const GenerateOptions& o, const InferPlan& plan, GenerateResult& r) {
   model::PhantomScope phantom(o.phantom);
-  InferDevice d(dev, mesh, o.model, o.seed, o.init);
+  InferDevice d(dev, plan, o.model, o.seed, o.init);
   InferEngine& engine = d.engine();
   Sampler sampler(o.sampling);
   const int seq = engine.cache().add_sequence(int(o.prompt.size()) + o.max_new_tokens);
@@ -117,15 +117,13 @@ void share_generate_result(GenerateResult& r, const Cluster& cluster) {
 
 GenerateResult generate(Cluster& cluster, const GenerateOptions& o) {
   validate(o);
-  if (cluster.world_size() != o.world())
-    throw ConfigError(fmt::format("generate needs {} devices (tp {} x pp {} x ep {}), the cluster has {}", o.world(),
-                                  o.tp, o.pp, o.ep, cluster.world_size()));
-  const coll::DeviceMesh mesh = inference_mesh(o.tp, o.pp, o.ep);
+  const InferPlan plan(o.model, o.tp, o.pp, o.ep);
+  plan.check_cluster(cluster, "generate");
   GenerateResult r;
-  r.kv_bytes.assign(size_t(o.world()), 0);
-  r.kv_tokens.assign(size_t(o.world()), 0);
-  r.sampler_rank = sampler_rank(mesh);
-  r.run = cluster.run([&](Device& dev) { run_device(dev, o, mesh, r); });
+  r.kv_bytes.assign(size_t(plan.world), 0);
+  r.kv_tokens.assign(size_t(plan.world), 0);
+  r.sampler_rank = plan.sampler;
+  r.run = cluster.run([&](Device& dev) { run_device(dev, o, plan, r); });
   share_generate_result(r, cluster);
   return r;
 }

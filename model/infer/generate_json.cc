@@ -4,12 +4,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/infer/infer_device.h"
+#include "model/infer/infer_plan.h"
 
 namespace shardlab::infer {
 
 nlohmann::json generate_json(const GenerateOptions& o, const GenerateResult& r) {
-  const collectives::DeviceMesh mesh = inference_mesh(o.tp, o.pp, o.ep);
+  const collectives::DeviceMesh mesh = InferPlan(o.model, o.tp, o.pp, o.ep).mesh;
   nlohmann::json j;
   j["parallel"] = {{"tp", o.tp}, {"pp", o.pp}, {"ep", o.ep}};
   j["phantom"] = o.phantom;

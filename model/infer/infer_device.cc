@@ -15,28 +15,17 @@ namespace {
 constexpr Tag kTokenTag = 0x494e'4654'0000'0000ull;  // "INFT"
 }  // namespace
 
-coll::DeviceMesh inference_mesh(int tp, int pp, int ep) {
-  return coll::DeviceMesh(coll::MeshShape{tp, 1, ep, ep, pp});  // the ep ranks carry replicas of the batch
-}
-
-int sampler_rank(const coll::DeviceMesh& mesh) {
-  for (int rank = 0; rank < mesh.size(); ++rank) {
-    const coll::Coords c = mesh.coords(rank);
-    if (c.tp == 0 && c.dp == 0 && c.pp == mesh.shape().pp - 1) return rank;
-  }
-  return 0;
-}
-
-EngineGroups InferDevice::groups(parallel::ParallelContext& ctx, bool ep) {
+EngineGroups InferDevice::groups(parallel::ParallelContext& ctx, const InferPlan& plan) {
   const coll::ProcessGroup& pipeline = ctx.group("pp");
-  return {&ctx.group("tp"), ep ? &ctx.group("ep") : nullptr,
-          {pipeline.members().begin(), pipeline.members().end()}, ctx.coords().pp};
+  return {&ctx.group("tp"), plan.ep > 1 ? &ctx.group("ep") : nullptr,
+          {pipeline.members().begin(), pipeline.members().end()}, plan.placement(ctx.coords().pp)};
 }
 
-InferDevice::InferDevice(Device& dev, const coll::DeviceMesh& mesh, const model::GPTConfig& config, uint64_t seed,
+InferDevice::InferDevice(Device& dev, const InferPlan& plan, const model::GPTConfig& config, uint64_t seed,
                          const model::SafetensorsFile* init)
-    : dev_(dev), ctx_(mesh, dev.rank()), engine_(config, seed, dev, groups(ctx_, mesh.shape().ep > 1), init),
-      sampler_(sampler_rank(mesh)) {
+    : dev_(dev), ctx_(plan.mesh, dev.rank()), engine_(config, seed, dev, groups(ctx_, plan), init),
+      sampler_(plan.sampler) {
+  const coll::DeviceMesh& mesh = plan.mesh;
   const coll::Coords c = ctx_.coords();
   const int last = mesh.shape().pp - 1;
   chooses_ = c.pp == last && c.ep == 0;

@@ -23,21 +23,17 @@
 
 #include "collectives/mesh.h"
 #include "model/infer/engine.h"
+#include "model/infer/infer_plan.h"
 #include "model/infer/sampler.h"
 #include "model/parallel/parallel_context.h"
 
 namespace shardlab::infer {
 
-// The mesh of an inference run: tp x pp, ep replicas of the batch.
-collectives::DeviceMesh inference_mesh(int tp, int pp, int ep);
-// The rank that chooses the tokens (see above).
-int sampler_rank(const collectives::DeviceMesh& mesh);
-
 class InferDevice {
  public:
   // Weights from `init` (checked with check_generate_init) or, without one,
-  // the training init from `seed`. `mesh` must outlive the device.
-  InferDevice(Device& dev, const collectives::DeviceMesh& mesh, const model::GPTConfig& config, uint64_t seed,
+  // the training init from `seed`. `plan` must outlive the device.
+  InferDevice(Device& dev, const InferPlan& plan, const model::GPTConfig& config, uint64_t seed,
               const model::SafetensorsFile* init);
 
   InferEngine& engine() { return engine_; }
@@ -55,7 +51,7 @@ class InferDevice {
   void share(std::vector<float>& tokens);
 
  private:
-  static EngineGroups groups(parallel::ParallelContext& ctx, bool ep);
+  static EngineGroups groups(parallel::ParallelContext& ctx, const InferPlan& plan);
 
   Device& dev_;
   parallel::ParallelContext ctx_;  // before engine_: the engine keeps its groups

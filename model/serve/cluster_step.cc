@@ -14,7 +14,6 @@
 #include "collectives/collectives.h"
 #include "collectives/mesh.h"
 #include "model/buffer.h"
-#include "model/engine/fold.h"
 #include "model/infer/infer_device.h"
 #include "model/parallel/parallel_context.h"
 #include "model/serve/serving.h"
@@ -24,7 +23,6 @@
 
 namespace shardlab::serve {
 
-namespace coll = shardlab::collectives;
 
 namespace {
 
@@ -38,8 +36,8 @@ struct DeviceStep {
 // the weights are loaded or initialised (false in a phantom run).
 class ReplicaDevice {
  public:
-  ReplicaDevice(Device& dev, const coll::DeviceMesh& mesh, const ReplicaShape& s, bool values)
-      : dev_(dev), s_(s), d_(dev, mesh, s.model, s.seed, values ? s.init : nullptr), sampler_({}) {}
+  ReplicaDevice(Device& dev, const infer::InferPlan& plan, const ReplicaShape& s, bool values)
+      : dev_(dev), s_(s), d_(dev, plan, s.model, s.seed, values ? s.init : nullptr), sampler_({}) {}
 
   void release(int seq) {
     const auto it = ids_.find(seq);
@@ -109,14 +107,11 @@ struct ClusterStepExecutor::Mailbox {
 };
 
 ClusterStepExecutor::ClusterStepExecutor(Cluster& cluster, ReplicaShape shape)
-    : cluster_(cluster), shape_(std::move(shape)), mesh_(infer::inference_mesh(shape_.tp, shape_.pp, shape_.ep)) {
-  if (cluster.world_size() != shape_.world())
-    throw ConfigError(fmt::format("a replica needs {} devices (tp {} x pp {} x ep {}), the cluster has {}",
-                                  shape_.world(), shape_.tp, shape_.pp, shape_.ep, cluster.world_size()));
+    : cluster_(cluster), shape_(std::move(shape)), plan_(shape_.model, shape_.tp, shape_.pp, shape_.ep) {
+  plan_.check_cluster(cluster, "a replica");
   if (Transport* t = process_transport()) owners_ = device_owners(shape_.world(), t->processes(), cluster.profile());
   if (!shape_.phantom || !shape_.fold) return;
-  // train's rules for what folds: tp of a dense model, on uniform links (dp = ep never folds)
-  representative_ = engine::fold_plan({mesh_.shape(), false, shape_.model.is_moe()}, cluster.profile()).representative;
+  representative_ = plan_.fold_representatives(cluster.profile());
 }
 
 ClusterStepExecutor::~ClusterStepExecutor() {
@@ -139,7 +134,7 @@ ReplicaPlan ClusterStepExecutor::plan(int64_t max_batch_tokens) {
   cluster_.set_representatives(representative_);
   const RunResult r = cluster_.run([&](Device& dev) {
     model::PhantomScope phantom(true);  // sizes only
-    ReplicaDevice d(dev, mesh_, shape_, false);
+    ReplicaDevice d(dev, plan_, shape_, false);
     d.step(probe, 0);
     p.kv_bytes_per_token[size_t(dev.rank())] = d.kv_bytes_per_token();
   });
@@ -166,7 +161,7 @@ void ClusterStepExecutor::start() {
     try {
       b.result = cluster_.run([this, &b](Device& dev) {
         model::PhantomScope phantom(shape_.phantom);
-        ReplicaDevice d(dev, mesh_, shape_, !shape_.phantom);
+        ReplicaDevice d(dev, plan_, shape_, !shape_.phantom);
         for (int64_t seen = 0;;) {
           std::unique_lock<std::mutex> l(b.m);
           b.cv.wait(l, [&] { return b.job > seen || b.stop || b.failed; });
@@ -236,7 +231,7 @@ StepOutcome ClusterStepExecutor::run_step(std::span<const BatchEntry> batch) {
   Time end = start_;
   for (const DeviceStep& d : b.steps) end = std::max(end, d.end);  // only this process's devices ran
   std::vector<model::Token> tokens;
-  if (const int sampler = infer::sampler_rank(mesh_); !shape_.phantom && here(sampler))
+  if (const int sampler = plan_.sampler; !shape_.phantom && here(sampler))
     for (float t : b.steps[size_t(sampler)].tokens) tokens.push_back(model::Token(t));
   l.unlock();
   agree_on_step(end, tokens);

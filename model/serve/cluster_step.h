@@ -46,6 +46,7 @@
 
 #include "collectives/mesh.h"
 #include "model/config.h"
+#include "model/infer/infer_plan.h"
 #include "model/io/safetensors.h"
 #include "model/serve/scheduler.h"
 #include "runtime/cluster.h"
@@ -73,7 +74,8 @@ struct ReplicaPlan {
 
 class ClusterStepExecutor final : public StepExecutor {
  public:
-  // `cluster` has exactly shape.world() devices (ConfigError otherwise).
+  // Checks the split against the model and that `cluster` has exactly
+  // shape.world() devices (ConfigError otherwise).
   ClusterStepExecutor(Cluster& cluster, ReplicaShape shape);
   ~ClusterStepExecutor() override;
   // One probe step, a prefill of `max_batch_tokens` tokens (in sequences of
@@ -108,7 +110,7 @@ class ClusterStepExecutor final : public StepExecutor {
 
   Cluster& cluster_;
   ReplicaShape shape_;
-  collectives::DeviceMesh mesh_;
+  infer::InferPlan plan_;  // the split, checked; mesh, sampler, folding
   std::vector<int> representative_;  // per rank, when folded; empty: every rank runs
   std::vector<int> owners_;          // per rank, its process under mpirun; empty: this one
   std::unique_ptr<Mailbox> box_;

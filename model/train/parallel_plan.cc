@@ -11,6 +11,7 @@
 #include "model/params.h"
 #include "model/parallel/config_check.h"
 #include "runtime/errors.h"
+#include "runtime/require.h"
 
 namespace shardlab::train {
 
@@ -20,9 +21,6 @@ namespace {
 void validate_context_parallel(const TrainOptions& o) {
   const ParallelOptions& p = o.parallel;
   const int T = o.model.block_size;
-  auto require = [](bool ok, const std::string& what) {
-    if (!ok) throw ConfigError(what);
-  };
   require(p.cp >= 1, fmt::format("--cp must be at least 1 (got {})", p.cp));
   require(p.cp > 1 || p.cp_comm == parallel::CpComm::kRing, "--cp-comm allgather needs --cp > 1");
   if (p.cp == 1) return;
@@ -49,9 +47,6 @@ bool routes_globally(const TrainOptions& o) {
 void validate_parallel(const TrainOptions& o) {
   const ParallelOptions& p = o.parallel;
   const model::GPTConfig& m = o.model;
-  auto require = [](bool ok, const std::string& what) {
-    if (!ok) throw ConfigError(what);
-  };
   require(p.dp >= 1, fmt::format("--dp must be at least 1 (got {})", p.dp));
   require(p.tp >= 1, fmt::format("--tp must be at least 1 (got {})", p.tp));
   require(p.zero >= 0 && p.zero <= 3, fmt::format("--zero must be 0, 1, 2 or 3 (got {})", p.zero));

@@ -22,6 +22,7 @@
 #include "model/train/preflight.h"
 #include "model/train/result_rows.h"
 #include "runtime/errors.h"
+#include "runtime/require.h"
 #include "runtime/output_file.h"
 #include "runtime/transport.h"
 
@@ -37,9 +38,6 @@ const char* lr_schedule_name(LrSchedule s) { return s == LrSchedule::kConstant ?
 
 void TrainOptions::validate() const {
   model.validate();
-  auto require = [](bool ok, const std::string& what) {
-    if (!ok) throw ConfigError(what);
-  };
   require(steps >= 1, fmt::format("--steps must be at least 1 (got {})", steps));
   require(model.batch_size >= 1, fmt::format("--batch must be at least 1 (got {})", model.batch_size));
   require(adam.lr > 0 && std::isfinite(adam.lr), "--lr must be a positive number");

@@ -43,7 +43,7 @@ TEST(InferEngine, BatchedStepsOfMixedLengthsMatchTheFullForward) {
     const collectives::DeviceMesh mesh(collectives::MeshShape{k.tp, 1, k.ep, k.ep, 1});
     cluster.run([&](Device& dev) {
       parallel::ParallelContext ctx(mesh, dev.rank());
-      InferEngine engine(c, 1, dev, {&ctx.group("tp"), k.ep > 1 ? &ctx.group("ep") : nullptr, {}, 0}, &init);
+      InferEngine engine(c, 1, dev, {&ctx.group("tp"), k.ep > 1 ? &ctx.group("ep") : nullptr, {}, {}}, &init);
       const int sa = engine.cache().add_sequence(8), sb = engine.cache().add_sequence(8);
       const StepOutput o1 = engine.step({{sa, {a.begin(), a.begin() + 4}}, {sb, {b.begin(), b.begin() + 1}}});
       const StepOutput o2 = engine.step({{sa, {a.begin() + 4, a.end()}}, {sb, {b.begin() + 1, b.end()}}});
