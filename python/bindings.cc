@@ -55,9 +55,12 @@ PYBIND11_MODULE(_shardlab, m) {
   m.doc() = "shardlab's C++ half: the commands (run_command) and the virtual cluster (Cluster)";
   m.def(
       "run_command",
-      [](const std::vector<std::string>& args) {
-        return shardlab::python::run_interruptible([args](shardlab::python::Outcome& o) { shardlab::python::run_cli(args, o); });
+      [](const std::vector<std::string>& args, py::object tick) {
+        return shardlab::python::run_interruptible([args](shardlab::python::Outcome& o) { shardlab::python::run_cli(args, o); },
+                                                   std::move(tick));
       },
-      py::arg("args"), "Runs `shardlab ARGS... --json` in process; returns {code, json, error, message, rank, cause}.");
+      py::arg("args"), py::arg("tick") = py::none(),
+      "Runs `shardlab ARGS... --json` in process; returns {code, json, error, message, rank, cause}; "
+      "tick(seconds) about once a second while it runs.");
   shardlab::python::add_cluster_api(m);
 }

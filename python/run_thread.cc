@@ -67,8 +67,10 @@ class Waiter {
   }
   // Waits without the GIL; true when a signal handler raised (the Python
   // error is then set) and the run was cancelled.
-  bool wait() {
+  bool wait(const py::object& tick) {
     bool interrupted = false;
+    const auto start = std::chrono::steady_clock::now();
+    int polls = 0;
     py::gil_scoped_release nogil;
     std::unique_lock lock(mu_);
     while (!cv_.wait_for(lock, std::chrono::milliseconds(50), [this] { return done_; })) {
@@ -76,10 +78,9 @@ class Waiter {
       lock.unlock();
       {
         py::gil_scoped_acquire gil;
-        if (PyErr_CheckSignals() != 0) {  // KeyboardInterrupt (or another handler's exception) is set
-          interrupted = true;
-          request_cancel();
-        }
+        // A signal handler's exception (KeyboardInterrupt), or tick's, is now the Python error.
+        interrupted = PyErr_CheckSignals() != 0 || (++polls % 20 == 0 && !tick.is_none() && !call(tick, start));
+        if (interrupted) request_cancel();
       }
       lock.lock();
     }
@@ -88,6 +89,14 @@ class Waiter {
   const Outcome& outcome() const { return outcome_; }
 
  private:
+  // tick(seconds elapsed); false when it raised (the error is set).
+  static bool call(const py::object& tick, std::chrono::steady_clock::time_point start) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    PyObject* r = PyObject_CallOneArg(tick.ptr(), py::float_(s).ptr());
+    Py_XDECREF(r);
+    return r != nullptr;
+  }
+
   std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;  // GUARDED_BY(mu_)
@@ -96,7 +105,7 @@ class Waiter {
 
 }  // namespace
 
-py::dict run_interruptible(std::function<void(Outcome&)> body) {
+py::dict run_interruptible(std::function<void(Outcome&)> body, py::object tick) {
   clear_cancel();
   auto waiter = std::make_shared<Waiter>();
   std::thread worker([waiter, body = std::move(body)] {
@@ -104,7 +113,7 @@ py::dict run_interruptible(std::function<void(Outcome&)> body) {
     guarded(body, o);
     waiter->finish(std::move(o));
   });
-  const bool interrupted = waiter->wait();
+  const bool interrupted = waiter->wait(tick);
   worker.join();
   clear_cancel();
   if (interrupted) throw py::error_already_set();

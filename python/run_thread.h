@@ -34,7 +34,9 @@ std::string run_error_kind(const RunError& e);
 // Runs `body` on a new thread, its exceptions caught into the Outcome (their
 // messages with the CLI's flag names), and returns the Outcome as a dict;
 // throws error_already_set (KeyboardInterrupt) when a signal cancelled it.
-// Called with the GIL held; `body` runs without it.
-pybind11::dict run_interruptible(std::function<void(Outcome&)> body);
+// Called with the GIL held; `body` runs without it. `tick`, unless None, is
+// called with the seconds elapsed about once a second (a progress line); an
+// exception it raises cancels the run like a signal.
+pybind11::dict run_interruptible(std::function<void(Outcome&)> body, pybind11::object tick = pybind11::none());
 
 }  // namespace shardlab::python

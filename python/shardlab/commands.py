@@ -9,6 +9,7 @@ pandas views.
 """
 import json
 import os
+import sys
 import tempfile
 
 from . import errors
@@ -33,9 +34,45 @@ def _flag_args(command, kwargs):
     return args + ["--json"]
 
 
+class _Progress:
+    """A run longer than a few seconds says it is running: a tqdm bar of the
+    seconds when tqdm is installed, else one line on stderr rewritten in place.
+    (The commands' own step progress is their text output, which --json turns off.)"""
+
+    AFTER_S = 3.0
+
+    def __init__(self, command):
+        self.command, self.bar, self.shown = command, None, 0.0
+
+    def __call__(self, seconds):
+        if seconds < self.AFTER_S:
+            return
+        if self.bar is None:
+            try:
+                from tqdm.auto import tqdm
+                self.bar = tqdm(desc=f"shardlab {self.command}", unit="s", bar_format="{desc}: {elapsed} running")
+            except ImportError:
+                self.bar = False
+        if self.bar:
+            self.bar.update(seconds - self.shown)
+        else:
+            print(f"\rshardlab {self.command}: running, {seconds:.0f} s", end="", file=sys.stderr, flush=True)
+        self.shown = seconds
+
+    def close(self):
+        if self.bar:
+            self.bar.close()
+        elif self.shown:
+            print(file=sys.stderr)
+
+
 def run(command, **kwargs):
     """Runs `shardlab COMMAND --flags... --json`; returns (exit code, its JSON value)."""
-    outcome = native.run_command(_flag_args(command, kwargs))
+    progress = _Progress(command)
+    try:
+        outcome = native.run_command(_flag_args(command, kwargs), progress)
+    finally:
+        progress.close()
     if outcome["error"]:
         raise errors.from_outcome(outcome)
     value = json.loads(outcome["json"]) if outcome["json"] is not None else None
