@@ -68,11 +68,12 @@ class _Progress:
 
 def run(command, **kwargs):
     """Runs `shardlab COMMAND --flags... --json`; returns (exit code, its JSON value)."""
-    progress = _Progress(command)
+    progress = _Progress(command) if command != "sweep" else None  # a sweep prints its own
     try:
         outcome = native.run_command(_flag_args(command, kwargs), progress)
     finally:
-        progress.close()
+        if progress:
+            progress.close()
     if outcome["error"]:
         raise errors.from_outcome(outcome)
     value = json.loads(outcome["json"]) if outcome["json"] is not None else None
