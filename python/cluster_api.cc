@@ -7,7 +7,8 @@
 // watchdog still sees a device blocked on a link (a Python ring with a
 // missing send is a DeadlockError, not a hang). Python's own computation
 // takes no virtual time: dev.compute(flops=, bytes=) charges it by the cost
-// model, as a kernel of the model does.
+// model, as a kernel of the model does. Ctrl-C stops a device at its next
+// call into its device (a loop that never calls one runs on).
 #include "python/cluster_api.h"
 
 #include <pybind11/numpy.h>
@@ -21,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/cli.h"
 #include "collectives/collectives.h"
 #include "collectives/tuner.h"
 #include "python/run_thread.h"
@@ -150,8 +152,7 @@ Precision parse_precision(const std::string& p) {
 py::dict run_cluster(const std::string& profile, int devices, std::optional<int> nodes, const std::string& precision,
                      bool trace, py::handle fn) {
   return run_interruptible([=](Outcome& o) {
-    HardwareProfile p = load_profile(profile);
-    if (nodes) p.nodes = *nodes;
+    const HardwareProfile p = cli::apply_common({.profile = profile, .nodes = nodes});  // the tool's checks
     Cluster cluster(p, {.world_size = devices, .precision = parse_precision(precision), .trace = trace});
     const RunResult r = cluster.run([fn](Device& dev) { run_python(dev, fn); });
     nlohmann::json j = result_json(r);

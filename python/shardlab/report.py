@@ -14,18 +14,8 @@ def _pandas():
 
 
 def _pyplot():
-    import matplotlib
-    if matplotlib.get_backend().lower() in ("", "agg") or not _interactive():
-        matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt  # python3-matplotlib (make python-deps)
+    import matplotlib.pyplot as plt  # python3-matplotlib (make python-deps); headless: Agg
     return plt
-
-
-def _interactive():
-    try:
-        return get_ipython() is not None  # noqa: F821 (defined inside IPython/Jupyter)
-    except NameError:
-        return False
 
 
 class Summary(dict):

@@ -55,3 +55,9 @@ def test_a_mismatched_message_size_in_a_collective_is_reported():
 
     with pytest.raises(shardlab.RunError):
         shardlab.Cluster(devices=2).run(program)
+
+
+def test_a_cluster_larger_than_its_profile_is_a_config_error():
+    with pytest.raises(shardlab.ConfigError) as info:
+        shardlab.Cluster("a100-nvlink", devices=16, nodes=1).run(lambda dev: None)
+    assert str(info.value) == "16 devices requested but profile a100-nvlink has 8 (1 nodes x 8)"
