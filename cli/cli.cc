@@ -3,7 +3,6 @@
 #include <cmath>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "runtime/errors.h"
 #include "runtime/log.h"
@@ -19,30 +18,6 @@ void set_action(CLI::App* sub, Action action) {
     if (code != 0) throw CLI::RuntimeError(code);
   });
 }
-
-namespace {
-
-thread_local JsonSink t_json_sink;  // per thread: each Python call runs a command on its own thread
-
-}  // namespace
-
-void print_json(const nlohmann::json& j) {
-  if (t_json_sink) t_json_sink(j);
-  else fmt::print("{}\n", j.dump(2));
-}
-
-void add_commands(CLI::App& app) {
-  add_collectives_command(app);
-  add_p2p_command(app);
-  add_profiles_command(app);
-  add_train_command(app);
-  add_verify_command(app);
-  add_sweep_command(app);
-  add_generate_command(app);
-  add_serve_command(app);
-}
-
-void set_json_sink(JsonSink sink) { t_json_sink = std::move(sink); }
 
 namespace {
 
