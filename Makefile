@@ -5,6 +5,11 @@ JOBS ?= 2
 PACKAGES := cmake make g++ libtbb-dev libeigen3-dev libspdlog-dev libcli11-dev \
             nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev gnuplot-nox \
             clang libclang-rt-14-dev libopenmpi-dev openmpi-bin python3 iproute2
+# The Python module (make python) and what its tests and notebooks use (make python-deps):
+# Debian's, for /usr/bin/python3 (the python3 packages import under it only).
+PY_BUILD_PACKAGES := python3-dev pybind11-dev python3-pybind11
+PY_PACKAGES := python3-pytest python3-numpy python3-pandas python3-matplotlib jupyter-nbconvert python3-ipykernel
+PYTHON := /usr/bin/python3
 BIN := build/bin/shardlab
 # `make lab-N` builds and runs lab N's grader on your exercise or answers (labs/README.md).
 LABS := 1 2 3 4 5 6 7 8
@@ -13,7 +18,7 @@ LAB_TARGETS := $(addprefix lab-,$(LABS))
 FUZZ_SECONDS ?= 600
 FUZZ_SMOKE_SECONDS ?= 5
 
-.PHONY: all deps build demo test test-full pins pins-portable bench debug asan tsan portable clean labs fuzz fuzz-build plot-busbw \
+.PHONY: all deps python python-deps build demo test test-full pins pins-portable bench debug asan tsan portable clean labs fuzz fuzz-build plot-busbw \
         fuzz-smoke $(LAB_TARGETS)
 
 all: build
@@ -31,6 +36,17 @@ deps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
+# `make python`: build/python/_shardlab, and python/ on /usr/bin/python3's path
+# (a .pth file in the user's site-packages): then `import shardlab` works anywhere.
+python: deps
+	@$(MAKE) --no-print-directory deps PACKAGES="$(PY_BUILD_PACKAGES)"
+	@cmake --preset release -DSHARDLAB_PYTHON=ON >/dev/null
+	@cmake --build --preset release --target _shardlab shardlab
+	@$(PYTHON) python/add_to_user_site.py $(CURDIR)/python
+
+python-deps:
+	@$(MAKE) --no-print-directory deps PACKAGES="$(PY_PACKAGES)"
+
 build: deps
 	@cmake --preset release >/dev/null
 	@cmake --build --preset release
@@ -45,7 +61,8 @@ demo: build
 	$(BIN) verify --model tiny --data synthetic:markov --steps 20 --tp 2 --pp 2 --dp 2 --sp --zero 1 --micro-batches 4 --trace build/verify.trace.json
 	@echo "shardlab: open build/verify.trace.json in https://ui.perfetto.dev: 8 virtual GPUs (tp 2 x pp 2 x dp 2), compute and comm streams, the 1F1B pipeline"
 
-test: build
+# The pytest suite and the notebooks are ctest tests (label python) once the module is built.
+test: python-deps python build
 	ctest --preset release -j $(JOBS) -LE full
 	@log=build/Testing/Temporary/LastTest.log; \
 	  echo "shardlab: $$(grep -c '^hosts: namespace case ran' $$log) two-host namespace cases ran, $$(grep -c '^hosts: network namespaces not permitted' $$log) skipped (no CAP_NET_ADMIN)"

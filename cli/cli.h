@@ -25,6 +25,13 @@ using Action = std::function<int()>;
 // Registers a subcommand; `action` runs when it was chosen.
 void set_action(CLI::App* sub, Action action);
 
+// A command's --json result: printed on stdout (2-space indent), or handed to
+// the sink this thread set (the Python bindings, python/, take the value
+// itself). Null: stdout.
+void print_json(const nlohmann::json& j);
+using JsonSink = std::function<void(const nlohmann::json&)>;
+void set_json_sink(JsonSink sink);
+
 // Flags most subcommands share.
 struct CommonFlags {
   std::string profile = "a100-nvlink";
@@ -62,6 +69,8 @@ void write_outputs(const std::vector<Output>& outputs);
 // --min-bytes / --max-bytes: both parsed, 1 <= min <= max <= 4 GiB, or ConfigError.
 std::pair<uint64_t, uint64_t> parse_size_range(const std::string& min_text, const std::string& max_text);
 
+// Every subcommand below, in --help's order (the tool's and the Python module's).
+void add_commands(CLI::App& app);
 void add_collectives_command(CLI::App& app);
 void add_p2p_command(CLI::App& app);
 void add_profiles_command(CLI::App& app);

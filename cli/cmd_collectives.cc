@@ -118,7 +118,7 @@ int run_collectives(const CollFlags& f) {
   if (s.trace && leader_process())
     write_chrome_trace(f.common.trace, traces, fmt::format("shardlab collectives {} x{}", f.op, s.ranks));
   if (f.common.json) {
-    fmt::print("{}\n", coll::bench_json(rows, s, profile.name).dump(2));
+    print_json(coll::bench_json(rows, s, profile.name));
   } else {
     print_table(rows, s, profile, wall);
   }

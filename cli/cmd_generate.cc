@@ -131,7 +131,7 @@ int run_generate(GenerateFlags& f) {
                     f.model.common.trace.empty()
                         ? ""
                         : chrome_trace_json(r.run.traces, fmt::format("shardlab generate {}", o.model.to_string()))}});
-  if (f.model.common.json) fmt::print("{}\n", j.dump(2));
+  if (f.model.common.json) print_json(j);
   else print_result(o, f, j);
   return 0;
 }

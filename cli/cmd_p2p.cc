@@ -54,7 +54,7 @@ int run_p2p(const P2pFlags& f) {
   if (!f.common.trace.empty() && leader_process())
     write_chrome_trace(f.common.trace, r.run.traces, fmt::format("shardlab p2p {} {}->{}", profile.name, f.src, f.dst));
   if (f.common.json) {
-    fmt::print("{}\n", collectives::p2p_json(r, o, profile.name).dump(2));
+    print_json(collectives::p2p_json(r, o, profile.name));
     return 0;
   }
   fmt::print("# shardlab p2p: profile {}, device {} (node {}) -> device {} (node {})\n", profile.name,

@@ -18,7 +18,7 @@ void add_profiles_command(CLI::App& app) {
     if (*json) {
       nlohmann::json list = nlohmann::json::array();
       for (const auto& p : builtin_profiles()) list.push_back(profile_to_json(p));
-      fmt::print("{}\n", list.dump(2));
+      print_json(list);
       return 0;
     }
     // inter: per NIC; NICs: per node (profile "nics").

@@ -196,7 +196,7 @@ int run_serve(ServeFlags& f) {
                    {"--trace", f.model.common.trace,
                     copts.trace ? chrome_trace_json(replica_traces(*executor), title) : ""}});
   }
-  if (f.model.common.json) fmt::print("{}\n", result_json(f, s, plan, r, profile.name, threads, false).dump(2));
+  if (f.model.common.json) print_json(result_json(f, s, plan, r, profile.name, threads, false));
   else print_result(f, s, plan, r, profile.name);
   return 0;
 }

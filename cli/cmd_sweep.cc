@@ -205,7 +205,7 @@ int run_sweep(SweepFlags& f, CLI::App* sub) {
     write_sweep_file(f.out + "/points.json", j.dump(2) + "\n");
   }
   if (f.train.common.json) {
-    fmt::print("{}\n", j.dump(2));
+    print_json(j);
   } else {
     print_table(axes, f.metric, results);
   }

@@ -144,7 +144,7 @@ int run_train(TrainFlags& f) {
                                            : chrome_trace_json(r.run.traces, fmt::format("shardlab train {}",
                                                                                          o.model.to_string()))}});
   if (f.common.json) {
-    fmt::print("{}\n", report.dump(2));
+    print_json(report);
   } else {
     print_summary(o, cluster, r, report);
   }

@@ -171,7 +171,7 @@ int run_verify(VerifyFlags& f) {
   if (f.train.common.json) {
     nlohmann::json j = train::verify_json(r);
     j["sharded"] = sharded.parallel.world() > 1;
-    fmt::print("{}\n", j.dump(2));
+    print_json(j);
   } else {
     const collectives::DeviceMesh mesh(sharded.parallel.mesh_shape());
     print_table(sharded, mesh, r);

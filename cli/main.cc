@@ -65,14 +65,7 @@ int main(int argc, char** argv) {
   CLI::App app{"shardlab: a GPU training cluster emulated on CPU threads", "shardlab"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "shardlab 0.1.0");
-  shardlab::cli::add_collectives_command(app);
-  shardlab::cli::add_p2p_command(app);
-  shardlab::cli::add_profiles_command(app);
-  shardlab::cli::add_train_command(app);
-  shardlab::cli::add_verify_command(app);
-  shardlab::cli::add_sweep_command(app);
-  shardlab::cli::add_generate_command(app);
-  shardlab::cli::add_serve_command(app);
+  shardlab::cli::add_commands(app);
   std::string names;
   bool known = false;
   for (const auto* sub : app.get_subcommands({})) {

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "runtime/cancel.h"
 #include "runtime/cluster_share.h"
 #include "runtime/errors.h"
 #include "runtime/log.h"
@@ -74,6 +75,8 @@ class FirstError {
       std::rethrow_exception(error_);
     } catch (const RunError&) {
       throw;
+    } catch (const Cancelled&) {
+      throw;
     } catch (const ConfigError& e) {
       throw RunError(rank_, with_rank(e.what()), RunCause::kInput);
     } catch (const OutOfMemory& e) {
@@ -133,6 +136,10 @@ void watch(Fabric& fabric, FirstError& error, std::mutex& done_mu, std::conditio
   while (running > 0) {
     if (done_cv.wait_for(lock, period, [&] { return running == 0; })) break;
     lock.unlock();
+    if (cancel_requested() && !fabric.aborted()) {  // runtime/cancel.h
+      error.set(-1, std::make_exception_ptr(Cancelled()));
+      fabric.abort();
+    }
     if (local && !fabric.aborted()) {
       if (auto what = fabric.find_deadlock()) {
         spdlog::debug("watchdog: {}", *what);
@@ -170,6 +177,7 @@ std::vector<std::unique_ptr<Device>> Cluster::make_devices(Fabric& fabric, const
 }
 
 RunResult Cluster::run(const Program& program) {
+  if (cancel_requested()) throw Cancelled();  // runtime/cancel.h
   const int n = options_.world_size;
   const auto wall_start = std::chrono::steady_clock::now();
   Fabric fabric(n);

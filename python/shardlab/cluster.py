@@ -1,0 +1,72 @@
+"""The low-level API: a Python function per virtual device.
+
+    def ring(dev):                      # runs on every device's own thread
+        x = np.full(1024, dev.rank, np.float32)
+        dev.isend((dev.rank + 1) % dev.world_size, x)
+        y = dev.recv((dev.rank - 1) % dev.world_size)
+        dev.compute(flops=2 * y.size, bytes=8 * y.size)   # Python work costs what you charge
+
+    run = shardlab.Cluster("a100-nvlink", devices=8).run(ring)
+    run.devices                         # end times per device (picoseconds and seconds)
+
+A device (_shardlab.Device) has two streams, "compute" and "comm" (the
+default of transfers), each a virtual clock: isend(dst, array, tag=0) sends
+eagerly and returns when its last byte left (ps); wait_until(t) makes a
+stream wait for a time; recv(src, tag=0) blocks until the message is there
+and returns it as a float32 array, its stream waiting for its virtual
+arrival; compute(flops=, bytes=) charges a kernel by the profile's cost
+model; all_reduce(array, op="sum", algo="auto") is the library's
+collective over every device; launch(n) charges NCCL's kernel launch of a
+collective over n devices. The GIL is released while a device waits, so the
+devices interleave; a device waiting for a message nobody sends is a
+DeadlockError.
+"""
+import json
+
+from . import errors
+from ._native import native
+from .report import Result, plot_timeline, trace_frame
+
+
+class ClusterRun(Result):
+    """What Cluster.run returns: per-device end times, the makespan, the trace (trace=True)."""
+
+    @property
+    def makespan_ps(self):
+        return self.json["makespan_ps"]
+
+    @property
+    def end_ps(self):
+        """Each device's end (its latest stream), in picoseconds, by rank."""
+        return [d["end_ps"] for d in self.json["devices"]]
+
+    @property
+    def devices(self):
+        import pandas
+        return pandas.DataFrame(self.json["devices"]).set_index("rank")
+
+    @property
+    def trace(self):
+        t = self.json.get("trace")
+        return trace_frame(t["traceEvents"]) if t else None
+
+    def plot_timeline(self, ax=None, devices=None):
+        if self.trace is None:
+            raise ValueError("no trace: build the Cluster with trace=True")
+        return plot_timeline(self.trace, ax=ax, devices=devices)
+
+
+class Cluster:
+    """`devices` virtual GPUs of hardware profile `profile` (a built-in name or FILE.json)."""
+
+    def __init__(self, profile="a100-nvlink", devices=8, nodes=None, precision="fp32", trace=False):
+        self.profile, self.devices, self.nodes = profile, devices, nodes
+        self.precision, self.trace = precision, trace
+
+    def run(self, fn):
+        """Calls fn(dev) on every device's thread; returns a ClusterRun. A Python exception
+        in fn is the run's RunError (the first device's), naming the device."""
+        outcome = native.run_cluster(self.profile, self.devices, self.nodes, self.precision, self.trace, fn)
+        if outcome["error"]:
+            raise errors.from_outcome(outcome)
+        return ClusterRun(json.loads(outcome["json"]))

@@ -1,0 +1,145 @@
+"""The commands of the `shardlab` tool as functions.
+
+A keyword argument is the flag of the same name (`micro_batches=4` is
+`--micro-batches 4`, `sp=True` is `--sp`, a list repeats the flag); the
+tool's own flag tables parse and check them (python/bindings.cc), so the
+names, defaults and errors are the tool's (`shardlab train --help`). Each
+function returns the value `shardlab CMD --json` prints, wrapped with
+pandas views.
+"""
+import json
+import os
+import sys
+import tempfile
+
+from . import errors
+from ._native import native
+from .report import Report, Result, Sweep, Table, read_trace
+
+
+def _flag_args(command, kwargs):
+    args = [command]
+    for name, value in kwargs.items():
+        if name == "json":
+            raise errors.ConfigError("json: every result is the --json value already")
+        flag = "--" + name.replace("_", "-")
+        if value is None or value is False:
+            continue
+        if value is True:
+            args.append(flag)
+        elif isinstance(value, (list, tuple)):
+            args += [f"{flag}={v}" for v in value]
+        else:
+            args.append(f"{flag}={value}")
+    return args + ["--json"]
+
+
+class _Progress:
+    """A run longer than a few seconds says it is running: a tqdm bar of the
+    seconds when tqdm is installed, else one line on stderr rewritten in place.
+    (The commands' own step progress is their text output, which --json turns off.)"""
+
+    AFTER_S = 3.0
+
+    def __init__(self, command):
+        self.command, self.bar, self.shown = command, None, 0.0
+
+    def __call__(self, seconds):
+        if seconds < self.AFTER_S:
+            return
+        if self.bar is None:
+            try:
+                from tqdm.auto import tqdm
+                self.bar = tqdm(desc=f"shardlab {self.command}", unit="s", bar_format="{desc}: {elapsed} running")
+            except ImportError:
+                self.bar = False
+        if self.bar:
+            self.bar.update(seconds - self.shown)
+        else:
+            print(f"\rshardlab {self.command}: running, {seconds:.0f} s", end="", file=sys.stderr, flush=True)
+        self.shown = seconds
+
+    def close(self):
+        if self.bar:
+            self.bar.close()
+        elif self.shown:
+            print(file=sys.stderr)
+
+
+def run(command, **kwargs):
+    """Runs `shardlab COMMAND --flags... --json`; returns (exit code, its JSON value)."""
+    progress = _Progress(command) if command != "sweep" else None  # a sweep prints its own
+    try:
+        outcome = native.run_command(_flag_args(command, kwargs), progress)
+    finally:
+        if progress:
+            progress.close()
+    if outcome["error"]:
+        raise errors.from_outcome(outcome)
+    value = json.loads(outcome["json"]) if outcome["json"] is not None else None
+    return outcome["code"], value
+
+
+def _with_trace(command, kwargs):
+    """Runs with trace=True turned into a temporary --trace file, read back as events."""
+    if kwargs.get("trace") is not True:
+        code, value = run(command, **kwargs)
+        return code, value, None
+    with tempfile.TemporaryDirectory(prefix="shardlab-") as tmp:
+        path = os.path.join(tmp, "trace.json")
+        code, value = run(command, **{**kwargs, "trace": path})
+        return code, value, read_trace(path)
+
+
+def train(**kwargs):
+    """`shardlab train`: a Report (summary, devices, memory, steps; trace=True for plot_timeline)."""
+    _, value, trace = _with_trace("train", kwargs)
+    return Report(value, trace)
+
+
+def verify(**kwargs):
+    """`shardlab verify`: the comparison; `.passed` is the tool's exit code 0."""
+    code, value = run("verify", **kwargs)
+    return Result(value, passed=code == 0)
+
+
+def collectives(**kwargs):
+    """`shardlab collectives`: the nccl-tests table, one row per size (`.table`)."""
+    code, value = run("collectives", **kwargs)
+    return Table(value, "rows", passed=code == 0)
+
+
+def p2p(**kwargs):
+    """`shardlab p2p`: point-to-point bandwidth between two devices."""
+    _, value = run("p2p", **kwargs)
+    return Result(value)
+
+
+def sweep(vary, out=None, **kwargs):
+    """`shardlab sweep`: `vary` is {"tp": [1, 2, 4]} (axes in order) or the
+    tool's strings ["tp=1,2,4"]; the points as a DataFrame (`.points`)."""
+    if isinstance(vary, dict):
+        vary = [f"{name}={','.join(str(v) for v in values)}" for name, values in vary.items()]
+    elif isinstance(vary, str):
+        vary = [vary]
+    if out is not None:
+        return Sweep(run("sweep", vary=vary, out=out, **kwargs)[1])
+    with tempfile.TemporaryDirectory(prefix="shardlab-sweep-") as tmp:
+        return Sweep(run("sweep", vary=vary, out=tmp, **kwargs)[1])
+
+
+def generate(**kwargs):
+    """`shardlab generate`: tokens, TTFT, TPOT and the KV cache per device."""
+    _, value = run("generate", **kwargs)
+    return Result(value)
+
+
+def serve(**kwargs):
+    """`shardlab serve`: the serving simulation's summary (latency percentiles, throughput)."""
+    _, value = run("serve", **kwargs)
+    return Result(value)
+
+
+def profiles():
+    """The built-in hardware profiles (`shardlab profiles --json`), one row each."""
+    return Table({"profiles": run("profiles")[1]}, "profiles")

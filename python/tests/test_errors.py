@@ -1,0 +1,63 @@
+"""Errors raise the exception of their kind, with the line the CLI prints."""
+import numpy as np
+import pytest
+
+import shardlab
+from shardlab.commands import _flag_args
+
+from conftest import cli_error
+
+# (kwargs of train, the exception, the CLI's exit code for it: cli/main.cc)
+CASES = [
+    (dict(model="tiny", steps=1, tp=3), shardlab.ConfigError, 2),
+    (dict(model="tiny", steps=1, no_such_flag=1), shardlab.ConfigError, 2),
+    (dict(model="tiny", steps=0), shardlab.ConfigError, 2),
+    (dict(model="tiny", steps=1, memory="2MiB"), shardlab.OutOfMemory, 2),  # the preflight's estimate
+    (dict(model="tiny", steps=1, memory="22MiB"), shardlab.OutOfMemory, 2),  # a device's arena, in the run
+    (dict(model="tiny", steps=3, dp=2, fault="dead:1:step=1"), shardlab.DeviceFailure, 3),
+]
+
+
+@pytest.mark.parametrize("kwargs,exception,exit_code", CASES, ids=[c[1].__name__ + str(i) for i, c in enumerate(CASES)])
+def test_error_maps_to_exception_with_cli_message(shardlab_bin, kwargs, exception, exit_code):
+    with pytest.raises(exception) as info:
+        shardlab.train(**kwargs)
+    code, line = cli_error(_flag_args("train", kwargs))
+    assert code == exit_code
+    assert str(info.value) == line
+    assert type(info.value) is exception and isinstance(info.value, shardlab.Error)
+
+
+def test_deadlock_in_a_python_program_is_a_deadlock_error():
+    def program(dev):  # everyone waits for a message from its left neighbour; nobody sends
+        dev.recv((dev.rank - 1) % dev.world_size)
+
+    with pytest.raises(shardlab.DeadlockError) as info:
+        shardlab.Cluster(devices=4).run(program)
+    assert "deadlock" in str(info.value) and info.value.rank == -1
+
+
+def test_python_exception_on_a_device_is_a_run_error_naming_it():
+    def program(dev):
+        if dev.rank == 2:
+            raise ValueError("bad shard")
+        dev.recv((dev.rank + 1) % dev.world_size)  # torn down when device 2 fails
+
+    with pytest.raises(shardlab.RunError) as info:
+        shardlab.Cluster(devices=4).run(program)
+    assert info.value.rank == 2
+    assert str(info.value).startswith("device 2: ValueError: bad shard")
+
+
+def test_a_mismatched_message_size_in_a_collective_is_reported():
+    def program(dev):
+        dev.all_reduce(np.ones(8 if dev.rank else 16, np.float32), algo="ring")
+
+    with pytest.raises(shardlab.RunError):
+        shardlab.Cluster(devices=2).run(program)
+
+
+def test_a_cluster_larger_than_its_profile_is_a_config_error():
+    with pytest.raises(shardlab.ConfigError) as info:
+        shardlab.Cluster("a100-nvlink", devices=16, nodes=1).run(lambda dev: None)
+    assert str(info.value) == "16 devices requested but profile a100-nvlink has 8 (1 nodes x 8)"
