@@ -7,7 +7,25 @@ namespace shardlab::cli {
 namespace {
 
 // {field as the library's messages name it, the flag that sets it}.
-constexpr std::array<std::pair<std::string_view, std::string_view>, 23> kFieldFlags = {{
+constexpr std::array<std::pair<std::string_view, std::string_view>, 40> kFieldFlags = {{
+    {"dp", "--dp"},
+    {"tp", "--tp"},
+    {"sp", "--sp"},
+    {"ep", "--ep"},
+    {"cp", "--cp"},
+    {"cp_comm", "--cp-comm"},
+    {"zero", "--zero"},
+    {"hsdp", "--hsdp"},
+    {"bucket_mb", "--bucket-mb"},
+    {"scatter_gather", "--scatter-gather"},
+    {"dropout", "--dropout"},
+    {"batch_size", "--batch"},
+    {"n_head", "--heads"},
+    {"n_embd", "--embd"},
+    {"n_ffn", "--ffn"},
+    {"vocab_size", "--vocab"},
+    {"n_expert", "--experts"},
+    {"capacity_factor", "--capacity-factor"},
     {"pp", "--pp"},
     {"vpp", "--vpp"},
     {"micro_batches", "--micro-batches"},

@@ -9,44 +9,44 @@ namespace shardlab::parallel {
 
 void check_tensor_parallel(const model::GPTConfig& cfg, int tp, bool sp) {
   auto fail = [&](const std::string& what) {
-    throw ConfigError("--tp " + std::to_string(tp) + ": " + what);
+    throw ConfigError("`tp` " + std::to_string(tp) + ": " + what);
   };
   if (tp < 1) fail("must be at least 1");
-  if (sp && tp < 2) throw ConfigError("--sp needs --tp of 2 or more");
+  if (sp && tp < 2) throw ConfigError("`sp` needs `tp` of 2 or more");
   if (cfg.n_head % tp != 0)
-    fail("must divide --heads " + std::to_string(cfg.n_head) +
+    fail("must divide `n_head` " + std::to_string(cfg.n_head) +
          " (attention heads are split over TP ranks)");
   if (cfg.vocab_size % tp != 0)
-    fail("must divide --vocab " + std::to_string(cfg.vocab_size) +
+    fail("must divide `vocab_size` " + std::to_string(cfg.vocab_size) +
          " (the vocabulary is split over TP ranks; --make-vocab-size-divisible-by N pads it)");
   if (cfg.ffn_hidden() % tp != 0)
-    fail("must divide the MLP width " + std::string(cfg.n_ffn > 0 ? "--ffn = " : "4 x --embd = ") +
+    fail("must divide the MLP width " + std::string(cfg.n_ffn > 0 ? "`n_ffn` = " : "4 x `n_embd` = ") +
          std::to_string(cfg.ffn_hidden()) + " (the MLP width is split over TP ranks)");
   if (sp && cfg.block_size % tp != 0)
-    fail("must divide --seq " + std::to_string(cfg.block_size) +
-         " with --sp (sequences are split over TP ranks)");
+    fail("must divide `block_size` " + std::to_string(cfg.block_size) +
+         " with `sp` (sequences are split over TP ranks)");
 }
 
 void check_expert_parallel(const model::GPTConfig& config, int ep, int dp) {
   auto fail = [&](const std::string& what) {
-    throw ConfigError("--ep " + std::to_string(ep) + " " + what);
+    throw ConfigError("`ep` " + std::to_string(ep) + " " + what);
   };
   if (ep < 1) fail("must be at least 1");
   if (ep == 1) return;
-  if (!config.is_moe()) fail("needs an MoE model (--experts > 0)");
+  if (!config.is_moe()) fail("needs an MoE model (`n_expert` > 0)");
   if (config.n_expert % ep != 0)
-    fail("must divide --experts " + std::to_string(config.n_expert) +
+    fail("must divide `n_expert` " + std::to_string(config.n_expert) +
          " (each rank holds experts/ep experts)");
   if (dp % ep != 0)
-    fail("must divide --dp " + std::to_string(dp) +
+    fail("must divide `dp` " + std::to_string(dp) +
          " (expert-parallel ranks are data-parallel ranks)");
 }
 
 void check_parallel_shape(const model::GPTConfig& config, const ParallelShape& s) {
   config.validate();
   check_tensor_parallel(config, s.tp, s.sp);
-  if (s.pp < 1) throw ConfigError("--pp " + std::to_string(s.pp) + ": must be at least 1");
-  if (s.vpp < 1) throw ConfigError("--vpp " + std::to_string(s.vpp) + ": must be at least 1");
+  if (s.pp < 1) throw ConfigError("`pp` " + std::to_string(s.pp) + ": must be at least 1");
+  if (s.vpp < 1) throw ConfigError("`vpp` " + std::to_string(s.vpp) + ": must be at least 1");
   check_stage_layers(config, s.pp, s.vpp, s.stage_layers);
   check_expert_parallel(config, s.ep, s.dp);
 }

@@ -21,18 +21,18 @@ namespace {
 void validate_context_parallel(const TrainOptions& o) {
   const ParallelOptions& p = o.parallel;
   const int T = o.model.block_size;
-  require(p.cp >= 1, fmt::format("--cp must be at least 1 (got {})", p.cp));
-  require(p.cp > 1 || p.cp_comm == parallel::CpComm::kRing, "--cp-comm allgather needs --cp > 1");
+  require(p.cp >= 1, fmt::format("`cp` must be at least 1 (got {})", p.cp));
+  require(p.cp > 1 || p.cp_comm == parallel::CpComm::kRing, "`cp_comm` allgather needs `cp` > 1");
   if (p.cp == 1) return;
   require(T % (2 * p.cp) == 0,
-          fmt::format("--seq {} is not divisible by 2 x --cp {} (two chunks per cp rank)", T, p.cp));
+          fmt::format("`block_size` {} is not divisible by 2 x `cp` {} (two chunks per cp rank)", T, p.cp));
   require(!p.sp || (T / p.cp) % p.tp == 0,
-          fmt::format("--seq {} / --cp {} is not divisible by --tp {} with --sp", T, p.cp, p.tp));
+          fmt::format("`block_size` {} / `cp` {} is not divisible by `tp` {} with `sp`", T, p.cp, p.tp));
   require(!(o.model.is_moe() && o.model.capacity_factor > 0),
-          "--cp with --capacity-factor is not supported (capacity drops follow the unsharded token order)");
+          "`cp` with `capacity_factor` is not supported (capacity drops follow the unsharded token order)");
   require(o.checkpoint_dir.empty() && o.resume_dir.empty(),
           "--cp with --checkpoint-dir or --resume is not supported");
-  require(p.hsdp == 0, "--cp with --hsdp is not supported");
+  require(p.hsdp == 0, "`cp` with `hsdp` is not supported");
 }
 
 // MoE routing over the data ranks: expert parallelism, or a capacity that
@@ -47,39 +47,39 @@ bool routes_globally(const TrainOptions& o) {
 void validate_parallel(const TrainOptions& o) {
   const ParallelOptions& p = o.parallel;
   const model::GPTConfig& m = o.model;
-  require(p.dp >= 1, fmt::format("--dp must be at least 1 (got {})", p.dp));
-  require(p.tp >= 1, fmt::format("--tp must be at least 1 (got {})", p.tp));
-  require(p.zero >= 0 && p.zero <= 3, fmt::format("--zero must be 0, 1, 2 or 3 (got {})", p.zero));
-  require(p.zero == 3 || p.reshard_after_forward, "--no-reshard-after-forward needs --zero 3");
-  require(p.zero == 3 || p.prefetch, "--no-prefetch needs --zero 3");
-  require(p.hsdp == 0 || p.hsdp >= 2, fmt::format("--hsdp must be at least 2 (got {})", p.hsdp));
-  require(p.hsdp == 0 || p.zero == 3, "--hsdp needs --zero 3");
-  require(p.hsdp == 0 || p.dp % p.hsdp == 0, fmt::format("--hsdp {} must divide --dp {}", p.hsdp, p.dp));
-  require(p.hsdp == 0 || p.ep == 1, "--hsdp with --ep > 1 is not supported (expert units shard over edp)");
-  require(p.bucket_mb > 0, "--bucket-mb must be positive");
-  require(p.pp >= 1, fmt::format("--pp must be at least 1 (got {})", p.pp));
+  require(p.dp >= 1, fmt::format("`dp` must be at least 1 (got {})", p.dp));
+  require(p.tp >= 1, fmt::format("`tp` must be at least 1 (got {})", p.tp));
+  require(p.zero >= 0 && p.zero <= 3, fmt::format("`zero` must be 0, 1, 2 or 3 (got {})", p.zero));
+  require(p.zero == 3 || p.reshard_after_forward, "--no-reshard-after-forward needs `zero` 3");
+  require(p.zero == 3 || p.prefetch, "--no-prefetch needs `zero` 3");
+  require(p.hsdp == 0 || p.hsdp >= 2, fmt::format("`hsdp` must be at least 2 (got {})", p.hsdp));
+  require(p.hsdp == 0 || p.zero == 3, "`hsdp` needs `zero` 3");
+  require(p.hsdp == 0 || p.dp % p.hsdp == 0, fmt::format("`hsdp` {} must divide `dp` {}", p.hsdp, p.dp));
+  require(p.hsdp == 0 || p.ep == 1, "`hsdp` with `ep` > 1 is not supported (expert units shard over edp)");
+  require(p.bucket_mb > 0, "`bucket_mb` must be positive");
+  require(p.pp >= 1, fmt::format("`pp` must be at least 1 (got {})", p.pp));
   require(m.batch_size % p.dp == 0,
-          fmt::format("--batch {} is not divisible by --dp {}", m.batch_size, p.dp));
+          fmt::format("`batch_size` {} is not divisible by `dp` {}", m.batch_size, p.dp));
   require(m.batch_size % (o.micro_batches * p.dp) == 0,
-          fmt::format("--batch {} is not divisible by --micro-batches {} x --dp {}", m.batch_size,
+          fmt::format("`batch_size` {} is not divisible by `micro_batches` {} x `dp` {}", m.batch_size,
                       o.micro_batches, p.dp));
-  require(m.dropout >= 0 && m.dropout < 1, fmt::format("--dropout must be in [0, 1) (got {})", m.dropout));
+  require(m.dropout >= 0 && m.dropout < 1, fmt::format("`dropout` must be in [0, 1) (got {})", m.dropout));
   require(m.dropout == 0 || o.phantom,
-          "--dropout is modeled in time only (its kernels are charged, not computed): it needs --phantom");
-  require(!p.scatter_gather || !p.sp, "--scatter-gather is for runs without --sp (SP already sends 1/tp)");
+          "`dropout` is modeled in time only (its kernels are charged, not computed): it needs `phantom`");
+  require(!p.scatter_gather || !p.sp, "`scatter_gather` is for runs without `sp` (SP already sends 1/tp)");
   parallel::check_pipeline_config(p.schedule, p.pp, o.micro_batches, p.chunks());
   validate_context_parallel(o);
   parallel::check_parallel_shape(m, {p.tp, p.sp, p.pp, p.chunks(), p.stage_layers, p.ep, p.dp});
   if (p.custom_schedule) {
     require(int(p.custom_schedule->size()) == p.pp,
-            fmt::format("the custom schedule has {} ranks but --pp is {}", p.custom_schedule->size(), p.pp));
+            fmt::format("the custom schedule has {} ranks but `pp` is {}", p.custom_schedule->size(), p.pp));
     const std::string fault = parallel::validate_schedule(*p.custom_schedule, o.micro_batches, p.chunks(), p.custom_order);
     require(fault.empty(), "invalid custom schedule: " + fault);
     bool split = false;
     for (const auto& actions : *p.custom_schedule)
       for (const parallel::Action& a : actions) split = split || a.kind == parallel::ActionKind::kBackwardWeight;
     require(!split || runs_sharded(o),
-            "a schedule with separate weight-gradient (W) actions needs the sharded model (--tp, --pp or --ep > 1)");
+            "a schedule with separate weight-gradient (W) actions needs the sharded model (`tp`, `pp` or `ep` > 1)");
   }
 }
 

@@ -64,7 +64,7 @@ TEST(FfnWidth, TensorParallelMustDivideTheWidth) {
     validate_parallel(o);
     ADD_FAILURE() << "expected ConfigError";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("--ffn = 383"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("`n_ffn` = 383"), std::string::npos) << e.what();
   }
 }
 

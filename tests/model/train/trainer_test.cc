@@ -42,19 +42,19 @@ TEST(Parallel, ConstraintsAreCheckedWithClearMessages) {
     return std::string();
   };
   EXPECT_EQ(message([](TrainOptions&) {}), "");
-  EXPECT_NE(message([](TrainOptions& x) { x.parallel.dp = 3; }).find("--batch 8 is not divisible by --dp 3"), std::string::npos);
-  EXPECT_NE(message([](TrainOptions& x) { x.parallel.tp = 3; }).find("--tp 3"), std::string::npos);
-  EXPECT_NE(message([](TrainOptions& x) { x.model.vocab_size = 510; x.parallel.tp = 4; }).find("--vocab 510"), std::string::npos);
-  EXPECT_NE(message([](TrainOptions& x) { x.parallel.sp = true; x.parallel.tp = 1; }).find("--sp needs --tp"), std::string::npos);
-  EXPECT_NE(message([](TrainOptions& x) { x.parallel.tp = 2; x.parallel.sp = true; x.model.block_size = 63; }).find("--seq 63"),
+  EXPECT_NE(message([](TrainOptions& x) { x.parallel.dp = 3; }).find("`batch_size` 8 is not divisible by `dp` 3"), std::string::npos);
+  EXPECT_NE(message([](TrainOptions& x) { x.parallel.tp = 3; }).find("`tp` 3"), std::string::npos);
+  EXPECT_NE(message([](TrainOptions& x) { x.model.vocab_size = 510; x.parallel.tp = 4; }).find("`vocab_size` 510"), std::string::npos);
+  EXPECT_NE(message([](TrainOptions& x) { x.parallel.sp = true; x.parallel.tp = 1; }).find("`sp` needs `tp`"), std::string::npos);
+  EXPECT_NE(message([](TrainOptions& x) { x.parallel.tp = 2; x.parallel.sp = true; x.model.block_size = 63; }).find("`block_size` 63"),
             std::string::npos);
-  EXPECT_NE(message([](TrainOptions& x) { x.parallel.zero = 4; }).find("--zero"), std::string::npos);
-  EXPECT_NE(message([](TrainOptions& x) { x.parallel.hsdp = 2; }).find("--hsdp needs --zero 3"), std::string::npos);
+  EXPECT_NE(message([](TrainOptions& x) { x.parallel.zero = 4; }).find("`zero`"), std::string::npos);
+  EXPECT_NE(message([](TrainOptions& x) { x.parallel.hsdp = 2; }).find("`hsdp` needs `zero` 3"), std::string::npos);
   // Capacity drops under dp follow the global token order: accepted now.
   EXPECT_EQ(message([](TrainOptions& x) { x.parallel.dp = 2; x.model.n_expert = 4; x.model.capacity_factor = 1.0; }), "");
-  EXPECT_NE(message([](TrainOptions& x) { x.parallel.dp = 4; x.parallel.ep = 3; x.model.n_expert = 6; }).find("--ep 3"),
+  EXPECT_NE(message([](TrainOptions& x) { x.parallel.dp = 4; x.parallel.ep = 3; x.model.n_expert = 6; }).find("`ep` 3"),
             std::string::npos);
-  EXPECT_NE(message([](TrainOptions& x) { x.parallel.dp = 2; x.parallel.ep = 4; x.model.n_expert = 8; }).find("--ep 4"),
+  EXPECT_NE(message([](TrainOptions& x) { x.parallel.dp = 2; x.parallel.ep = 4; x.model.n_expert = 8; }).find("`ep` 4"),
             std::string::npos);
   EXPECT_NE(message([](TrainOptions& x) { x.parallel.pp = 8; }).find("`pp` 8 is more than `n_layer` 4"), std::string::npos);
 }

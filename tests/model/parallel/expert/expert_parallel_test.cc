@@ -237,11 +237,11 @@ TEST(ExpertParallel, ConstraintErrors) {
   };
   EXPECT_EQ(message(8, 4, 8), "");
   EXPECT_EQ(message(8, 1, 3), "");
-  EXPECT_EQ(message(8, 3, 3), "--ep 3 must divide --experts 8 (each rank holds experts/ep experts)");
+  EXPECT_EQ(message(8, 3, 3), "`ep` 3 must divide `n_expert` 8 (each rank holds experts/ep experts)");
   EXPECT_EQ(message(8, 4, 2),
-            "--ep 4 must divide --dp 2 (expert-parallel ranks are data-parallel ranks)");
-  EXPECT_EQ(message(0, 2, 2), "--ep 2 needs an MoE model (--experts > 0)");
-  EXPECT_EQ(message(8, 0, 2), "--ep 0 must be at least 1");
+            "`ep` 4 must divide `dp` 2 (expert-parallel ranks are data-parallel ranks)");
+  EXPECT_EQ(message(0, 2, 2), "`ep` 2 needs an MoE model (`n_expert` > 0)");
+  EXPECT_EQ(message(8, 0, 2), "`ep` 0 must be at least 1");
   // The model checks before any work; a run reports it as the user's error.
   ClusterOptions opts;
   opts.world_size = 3;
@@ -255,7 +255,7 @@ TEST(ExpertParallel, ConstraintErrors) {
     ADD_FAILURE() << "expected a ConfigError";
   } catch (const RunError& e) {
     EXPECT_TRUE(e.input_error());
-    EXPECT_NE(std::string(e.what()).find("--ep 3 must divide --experts 4"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("`ep` 3 must divide `n_expert` 4"), std::string::npos)
         << e.what();
   }
 }

@@ -180,17 +180,17 @@ TEST(TensorParallel, ConstraintErrors) {
   model::GPTConfig c = testing::small_config(false);
   EXPECT_EQ(message(c, 4, true), "");
   EXPECT_EQ(message(c, 3, false),
-            "--tp 3: must divide --heads 4 (attention heads are split over TP ranks)");
+            "`tp` 3: must divide `n_head` 4 (attention heads are split over TP ranks)");
   c.vocab_size = 66;
   EXPECT_EQ(message(c, 4, false),
-            "--tp 4: must divide --vocab 66 (the vocabulary is split over TP ranks; "
+            "`tp` 4: must divide `vocab_size` 66 (the vocabulary is split over TP ranks; "
             "--make-vocab-size-divisible-by N pads it)");
   c = testing::small_config(false);
   c.n_head = 8;
   c.block_size = 12;
   EXPECT_EQ(message(c, 8, false), "");
   EXPECT_EQ(message(c, 8, true),
-            "--tp 8: must divide --seq 12 with --sp (sequences are split over TP ranks)");
+            "`tp` 8: must divide `block_size` 12 with `sp` (sequences are split over TP ranks)");
   EXPECT_NE(message(c, 0, false), "");
   // The constructor checks before any work; a run reports it as the user's error.
   ClusterOptions opts;
@@ -208,7 +208,7 @@ TEST(TensorParallel, ConstraintErrors) {
     ADD_FAILURE() << "expected a ConfigError";
   } catch (const RunError& e) {
     EXPECT_TRUE(e.input_error());
-    EXPECT_NE(std::string(e.what()).find("must divide --heads 3"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("must divide `n_head` 3"), std::string::npos) << e.what();
   }
 }
 
