@@ -7,7 +7,7 @@ namespace shardlab::cli {
 namespace {
 
 // {field as the library's messages name it, the flag that sets it}.
-constexpr std::array<std::pair<std::string_view, std::string_view>, 23> kFieldFlags = {{
+constexpr std::array<std::pair<std::string_view, std::string_view>, 24> kFieldFlags = {{
     {"pp", "--pp"},
     {"vpp", "--vpp"},
     {"micro_batches", "--micro-batches"},
@@ -30,6 +30,7 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 23> kFieldFl
     {"max_new_tokens", "--max-new-tokens"},
     {"temperature", "--temperature"},
     {"top_k", "--top-k"},
+    {"top_p", "--top-p"},
 }};
 
 }  // namespace
