@@ -82,8 +82,9 @@ nlohmann::json result_json(const infer::GenerateOptions& o, const GenerateFlags&
 
 void print_result(const infer::GenerateOptions& o, const GenerateFlags& f, const nlohmann::json& j) {
   const std::string sampling = o.sampling.temperature > 0
-                                   ? fmt::format("sampling at temperature {} top-k {} seed {}", o.sampling.temperature,
-                                                 o.sampling.top_k, o.sampling.seed)
+                                   ? fmt::format("sampling at temperature {} top-k {} top-p {} seed {}",
+                                                 o.sampling.temperature, o.sampling.top_k, o.sampling.top_p,
+                                                 o.sampling.seed)
                                    : "greedy";
   fmt::print("# shardlab generate: {} on {} ({}), tp {} x pp {} x ep {}, {}\n", o.model.to_string(),
              j["profile"].get<std::string>(), f.model.precision, o.tp, o.pp, o.ep, sampling);
@@ -109,9 +110,6 @@ int run_generate(GenerateFlags& f) {
   infer::GenerateOptions o = f.gen;
   o.model = f.model.model_config();
   o.prompt = prompt_of(f);
-  if (o.sampling.top_k > 0 && o.sampling.temperature == 0)
-    throw ConfigError(fmt::format("--top-k {} filters sampling: it needs --temperature above 0 (0 is greedy, the "
-                                  "most likely token)", o.sampling.top_k));
   o.sampling.seed = o.seed;
   o.tp = f.model.opts.parallel.tp;
   o.pp = f.model.opts.parallel.pp;
@@ -148,6 +146,8 @@ FlagTable<GenerateFlags> generate_flags() {
        kShowDefault},
       {"--top-k", FIELD(gen.sampling.top_k), "Sample among the K most likely tokens (0 = all)", number_in(0, 1 << 24),
        kShowDefault},
+      {"--top-p", FIELD(gen.sampling.top_p), "Sample among the most likely tokens whose probability reaches P "
+       "(1 = all)", number_in(0, 1), kShowDefault},
       {"--seed", FIELD(gen.seed), "Seed of the init (without --init) and of the sampling", number_in(0, 1.8e19),
        kShowDefault},
   };
@@ -165,7 +165,10 @@ void add_generate_command(CLI::App& app) {
   add_inference_flags(sub, f->model, {"Expert-parallel degree (MoE; replicas of the batch)", "64MiB",
                                       "Shapes only: time every kernel, collective and allocation, compute nothing"});
   add_flags(sub, *f, generate_flags());
-  set_action(sub, [f] { return run_generate(*f); });
+  set_action(sub, [f, sub] {
+    default_inference_precision(sub, f->model);
+    return run_generate(*f);
+  });
 }
 
 }  // namespace shardlab::cli

@@ -33,6 +33,7 @@ constexpr int kDefaultLen = 128;  // --prompt-len and --output-len unless given
 struct ServeFlags {
   TrainFlags model;  // the shape flags, --tp --pp --ep, --memory, --precision, --phantom, --init, common flags
   serve::ServeOptions serving;  // --replicas and the scheduler's --max-seqs, --kv-block, ... bind here
+  infer::SamplingOptions sampling;  // --temperature, --top-k, --top-p (the seed is --seed's)
   int requests = 100;
   std::string arrival = "poisson:1", prompt_len = std::to_string(kDefaultLen), output_len = prompt_len, workload;
   std::string batching = "continuous";
@@ -53,6 +54,24 @@ bool given(const ServeFlags& f, std::string_view flag) {
   return std::find(f.drawn_given.begin(), f.drawn_given.end(), flag) != f.drawn_given.end();
 }
 
+// Request i draws from --seed + i; a phantom run chooses no token, so a
+// sampling flag there means nothing.
+infer::SamplingOptions sampling_of(const ServeFlags& f) {
+  infer::SamplingOptions o = f.sampling;
+  o.seed = f.seed;
+  infer::validate(o);
+  const infer::SamplingOptions greedy;
+  if (f.model.opts.phantom && (o.temperature != greedy.temperature || o.top_k != greedy.top_k || o.top_p != greedy.top_p))
+    throw ConfigError("--phantom computes no tokens: it takes no --temperature, --top-k or --top-p");
+  return o;
+}
+
+std::string sampling_text(const infer::SamplingOptions& o) {
+  if (o.temperature <= 0) return "greedy";
+  return fmt::format("sampling at temperature {} top-k {} top-p {}, request i from seed {} + i", o.temperature,
+                     o.top_k, o.top_p, o.seed);
+}
+
 Setup setup_of(ServeFlags& f) {
   Setup s;
   f.model.opts.parallel.dp = f.model.opts.parallel.ep;  // the ep ranks carry replicas of the batch
@@ -60,6 +79,7 @@ Setup setup_of(ServeFlags& f) {
   if (!f.workload.empty() && !f.drawn_given.empty())
     throw ConfigError(fmt::format("--workload {} gives the requests: it takes no {}", f.workload, f.drawn_given[0]));
   s.shape = {f.model.model_config(), f.model.opts.parallel.tp, f.model.opts.parallel.pp, f.model.opts.parallel.ep, f.model.opts.phantom, f.seed, nullptr};
+  s.shape.sampling = sampling_of(f);
   s.requests = f.workload.empty()
                    ? serve::make_workload(f.requests, serve::parse_arrival(f.arrival),
                                           serve::parse_length_dist(f.prompt_len, "--prompt-len"),
@@ -96,6 +116,8 @@ nlohmann::json result_json(const ServeFlags& f, const Setup& s, const serve::Rep
   j["scheduler"] = {{"batching", f.batching}, {"kv_block", o.kv_block}, {"kv_blocks", o.kv_blocks},
                     {"kv_fraction", f.kv_fraction}, {"max_seqs", o.max_seqs},
                     {"max_batch_tokens", o.max_batch_tokens}, {"chunked_prefill", o.chunked_prefill}};
+  const infer::SamplingOptions& so = s.shape.sampling;
+  j["sampling"] = {{"temperature", so.temperature}, {"top_k", so.top_k}, {"top_p", so.top_p}, {"seed", so.seed}};
   j["workload"] = f.workload.empty()
                       ? nlohmann::json{{"requests", f.requests}, {"arrival", f.arrival}, {"prompt_len", f.prompt_len},
                                        {"output_len", f.output_len}, {"seed", f.seed}}
@@ -117,10 +139,11 @@ void print_result(const ServeFlags& f, const Setup& s, const serve::ReplicaPlan&
   if (s.shape.phantom)
     fmt::print("(--phantom: every step runs on the replica's devices on shapes only; the times and memory are the modeled run's)\n");
   else
-    fmt::print("(every step runs on the model's values, {}; {}; greedy; --report has every request's tokens)\n",
+    fmt::print("(every step runs on the model's values, {}; {}; {}; --report has every request's tokens)\n",
                f.model.opts.init_path.empty() ? fmt::format("weights initialised from --seed {}", f.seed) : "weights from --init " + f.model.opts.init_path,
                s.drawn_prompts ? fmt::format("prompts of random token ids from --seed {}", f.seed)
-                               : "prompts from --workload " + f.workload);
+                               : "prompts from --workload " + f.workload,
+               sampling_text(s.shape.sampling));
   fmt::print("KV cache per replica: {} tokens ({} blocks of {}); per device: weights {}, step activations {}\n",
              m.kv_capacity_tokens, s.options.scheduler.kv_blocks, f.serving.scheduler.kv_block, format_bytes(plan.weight_bytes[0]),
              format_bytes(plan.activation_bytes[0]));
@@ -224,7 +247,14 @@ FlagTable<ServeFlags> serve_flags() {
        number_in(0.01, 1), kShowDefault},
       {"--chunked-prefill", FIELD(serving.scheduler.chunked_prefill), "At most C prefill tokens per step (0 = off)",
        number_in(0, 1 << 24), kShowDefault},
-      {"--seed", FIELD(seed), "Seed of the workload (arrivals, lengths, prompt tokens) and, without --init, of the weights",
+      {"--temperature", FIELD(sampling.temperature), "Sampling temperature (0 = greedy)", number_in(0, 1e6),
+       kShowDefault},
+      {"--top-k", FIELD(sampling.top_k), "Sample among the K most likely tokens (0 = all)", number_in(0, 1 << 24),
+       kShowDefault},
+      {"--top-p", FIELD(sampling.top_p), "Sample among the most likely tokens whose probability reaches P (1 = all)",
+       number_in(0, 1), kShowDefault},
+      {"--seed", FIELD(seed), "Seed of the workload (arrivals, lengths, prompt tokens), of the sampling (request i: seed + i) and, "
+       "without --init, of the weights",
        number_in(0, 1.8e19), kShowDefault},
       {"--report", FIELD(model.report), "Write the report (config, summary, every request, KV use per step) to FILE.json",
        nonempty()},
@@ -245,7 +275,8 @@ void add_serve_command(CLI::App& app) {
   // What --workload replaces: drawn requests.
   std::vector<const CLI::Option*> drawn;
   for (const char* name : {"--requests", "--arrival", "--prompt-len", "--output-len"}) drawn.push_back(sub->get_option(name));
-  set_action(sub, [f, drawn] {
+  set_action(sub, [f, drawn, sub] {
+    default_inference_precision(sub, f->model);
     for (const CLI::Option* o : drawn)
       if (o->count() > 0) f->drawn_given.push_back(o->get_name());
     return run_serve(*f);

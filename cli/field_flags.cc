@@ -7,7 +7,7 @@ namespace shardlab::cli {
 namespace {
 
 // {field as the library's messages name it, the flag that sets it}.
-constexpr std::array<std::pair<std::string_view, std::string_view>, 40> kFieldFlags = {{
+constexpr std::array kFieldFlags = std::to_array<std::pair<std::string_view, std::string_view>>({
     {"dp", "--dp"},
     {"tp", "--tp"},
     {"sp", "--sp"},
@@ -48,7 +48,8 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 40> kFieldFl
     {"max_new_tokens", "--max-new-tokens"},
     {"temperature", "--temperature"},
     {"top_k", "--top-k"},
-}};
+    {"top_p", "--top-p"},
+});
 
 }  // namespace
 

@@ -21,7 +21,9 @@ FlagTable<TrainFlags> inference_flags(const InferenceFlagHelp& help) {
       {"--pp", FIELD(opts.parallel.pp), "Pipeline stages", degree, kShowDefault},
       {"--ep", FIELD(opts.parallel.ep), help.ep, degree, kShowDefault},
       {"--memory", FIELD(memory), "Per-device memory, e.g. " + help.memory + " (default: the profile's)", nonempty()},
-      {"--precision", FIELD(precision), "Modeled precision: fp32 or bf16", {}, kShowDefault},
+      {"--precision", FIELD(precision),
+       "Modeled precision: fp32 or bf16 (default: bf16 for the published presets, as they are served; fp32 "
+       "otherwise)"},
       {"--phantom", FIELD(opts.phantom), help.phantom},
   };
 }
@@ -32,9 +34,21 @@ FlagTable<TrainFlags> inference_flags(const InferenceFlagHelp& help) {
 
 void add_inference_flags(CLI::App* sub, TrainFlags& m, const InferenceFlagHelp& help) {
   FlagTable<TrainFlags> table = model_flags();
-  std::erase_if(table, [](const FlagRow<TrainFlags>& row) { return row.names == "--top-k"; });  // --moe-top-k here
+  // --moe-top-k here (--top-k is sampling's); the global batch, the auxiliary
+  // loss and dropout are training's: inference takes none of them.
+  std::erase_if(table, [](const FlagRow<TrainFlags>& row) {
+    for (const char* name : {"--top-k", "--batch", "--aux-coef", "--dropout"})
+      if (row.names == name) return true;
+    return false;
+  });
   for (FlagRow<TrainFlags>& row : inference_flags(help)) table.push_back(std::move(row));
   add_flags(sub, m, table);
+}
+
+void default_inference_precision(const CLI::App* sub, TrainFlags& m) {
+  if (sub->get_option("--precision")->count() > 0) return;
+  for (const model::PresetInfo& p : model::presets())
+    if (p.name == m.model && p.published_params > 0) m.precision = "bf16";
 }
 
 std::optional<model::SafetensorsFile> load_inference_init(const TrainFlags& m, const model::GPTConfig& config) {

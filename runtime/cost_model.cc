@@ -21,21 +21,43 @@ CostModel::CostModel(const DeviceSpec& spec, Precision precision)
                                                          : spec.gemm.max_efficiency_bf16),
       launch_(us_to_time(spec.launch_overhead_us)) {}
 
+namespace {
+// The narrowest tile side of a tensor-core kernel: mma.sync's m16n8k16 (bf16)
+// and m16n8k8 (tf32) have an 8-wide side, and a skinny GEMM runs with the
+// operands swapped so its few rows sit on it. cuBLAS picks such narrow (or
+// GEMV) kernels for a dimension below its tiles: a one-row decode GEMM pays
+// for 8 rows, not for a 64-row tile.
+constexpr int64_t kMmaGranule = 8;
+
+int64_t fitted_side(int64_t tile, int64_t dim) {
+  return std::min<int64_t>(tile, (dim + kMmaGranule - 1) / kMmaGranule * kMmaGranule);
+}
+}  // namespace
+
 double CostModel::gemm_efficiency(const GemmShape& g) const {
   if (gemm_.sm_count <= 0) return achieved_flops_ / peak_flops_;  // plain roofline
   SHARDLAB_CHECK(!g.empty());
   const double useful = double(g.m) * double(g.n) * double(g.batch);
   double best = 0;
   for (const GemmTile& t : gemm_.tiles) {
-    const int64_t tiles = (g.m + t.m - 1) / t.m * ((g.n + t.n - 1) / t.n) * g.batch;
+    const int64_t tm = fitted_side(t.m, g.m), tn = fitted_side(t.n, g.n);
+    const int64_t tiles = (g.m + tm - 1) / tm * ((g.n + tn - 1) / tn) * g.batch;
     const int64_t waves = (tiles + gemm_.sm_count - 1) / gemm_.sm_count;
-    const double issued = double(waves) * gemm_.sm_count * t.m * t.n;
+    const double issued = double(waves) * gemm_.sm_count * tm * tn;
     best = std::max(best, useful / issued);
   }
   return gemm_max_efficiency_ * best;
 }
 
-// Picoseconds of compute, rounded up once.
+double CostModel::gemm_bytes(const GemmShape& g) const {
+  if (g.empty()) return 0.0;
+  const double a = double(g.m) * g.k, b = double(g.k) * g.n, c = double(g.m) * g.n;
+  return (a + b + c) * double(g.batch) * element_size(precision_);
+}
+
+// Picoseconds of the op's arithmetic, rounded up once: with the calibrated
+// GEMM model, each GEMM at the larger of its tiles' time and its own operands'
+// HBM time (a GEMM does not overlap with the next one).
 double CostModel::compute_ps(const OpCost& op) const {
   if (op.flops <= 0) return 0.0;
   if (op.op_class == OpClass::kElementwise || gemm_.sm_count <= 0)
@@ -44,7 +66,8 @@ double CostModel::compute_ps(const OpCost& op) const {
   double seconds = 0, gemm_flops = 0;
   for (const GemmShape* g : {&op.gemm, &op.gemm2}) {
     if (g->empty()) continue;
-    seconds += g->flops() / (peak_flops_ * gemm_efficiency(*g));
+    seconds += std::max(g->flops() / (peak_flops_ * gemm_efficiency(*g)),
+                        gemm_bytes(*g) / mem_bytes_per_s_);
     gemm_flops += g->flops();
   }
   seconds += std::max(0.0, op.flops - gemm_flops) / achieved_flops_;  // bias, fused softmax

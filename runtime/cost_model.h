@@ -2,6 +2,11 @@
 //
 //   duration = launch_overhead + max(compute, bytes / (mem_bandwidth * mem_efficiency))
 //
+// and, with the calibrated GEMM model, each GEMM of the op is itself a
+// roofline: max(its time on the tiles, its A, B and C at the precision over
+// the achieved HBM bandwidth), so a skinny GEMM (batch-1 decode: a GEMV) is
+// memory-bound and a large one compute-bound, whatever the op's other traffic.
+//
 // compute depends on the op's class:
 //  * kElementwise (the default: softmax, LayerNorm, GELU, residuals, the
 //    optimizer, copies): flops / (peak * compute_efficiency). These ops are
@@ -20,7 +25,10 @@
 //   waves      = ceil(ceil(m / tile_m) * ceil(n / tile_n) * batch / sm_count)
 //
 // and, as cuBLAS's heuristics pick a tile per shape, the best of the
-// profile's tiles (the first on a tie). It is gemm_max_efficiency for a GEMM
+// profile's tiles (the first on a tie). A tile side longer than the GEMM's
+// dimension shrinks to that dimension rounded up to 8 (the tensor-core MMA's
+// narrow side; cuBLAS's skinny and GEMV kernels), so a one-row GEMM pays for
+// 8 rows, not for a 64-row tile. It is gemm_max_efficiency for a GEMM
 // that fills whole tiles and whole waves, and falls for small or skinny
 // shapes that leave SMs or tile rows idle. A profile without `device.gemm`
 // (sm_count 0) keeps the plain roofline: every flop at compute_efficiency,
@@ -73,6 +81,8 @@ class CostModel {
   Time duration(const OpCost& op) const;
   // Achieved share of peak of one GEMM of this shape, (0, gemm_max_efficiency].
   double gemm_efficiency(const GemmShape& g) const;
+  // Bytes one GEMM moves in HBM: A, B and C once each, at the precision.
+  double gemm_bytes(const GemmShape& g) const;
   Time launch_overhead() const { return launch_; }
   double peak_flops() const { return peak_flops_; }  // FLOP/s at this precision, before efficiency
   Precision precision() const { return precision_; }

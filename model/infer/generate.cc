@@ -41,9 +41,7 @@ void validate(const GenerateOptions& o) {
     if (o.prompt[i] < 0 || o.prompt[i] >= o.model.token_vocab())
       throw ConfigError(fmt::format("`prompt`: token {} at position {} is outside the vocabulary [0, {})",
                                     o.prompt[i], i, o.model.token_vocab()));
-  if (!(o.sampling.temperature >= 0) || o.sampling.temperature > 1e6)
-    throw ConfigError(fmt::format("`temperature` must be between 0 and 1e6 (got {})", o.sampling.temperature));
-  if (o.sampling.top_k < 0) throw ConfigError(fmt::format("`top_k` must be at least 0 (got {})", o.sampling.top_k));
+  validate(o.sampling);
   if (o.phantom && o.init) throw ConfigError("`phantom` runs on shapes only: it takes no `init`");
 }
 

@@ -13,7 +13,7 @@ nlohmann::json generate_json(const GenerateOptions& o, const GenerateResult& r) 
   nlohmann::json j;
   j["parallel"] = {{"tp", o.tp}, {"pp", o.pp}, {"ep", o.ep}};
   j["phantom"] = o.phantom;
-  j["sampling"] = {{"temperature", o.sampling.temperature}, {"top_k", o.sampling.top_k}, {"seed", o.sampling.seed}};
+  j["sampling"] = {{"temperature", o.sampling.temperature}, {"top_k", o.sampling.top_k}, {"top_p", o.sampling.top_p}, {"seed", o.sampling.seed}};
   j["prompt"] = o.prompt;
   j["tokens"] = r.tokens;
   j["ttft_s"] = to_seconds(r.ttft);

@@ -41,8 +41,10 @@ InferDevice::InferDevice(Device& dev, const InferPlan& plan, const model::GPTCon
   }
 }
 
-std::vector<float> InferDevice::choose(const StepOutput& out, const std::vector<bool>& samples, Sampler& sampler) {
+std::vector<float> InferDevice::choose(const StepOutput& out, const std::vector<bool>& samples, Sampler& sampler,
+                                       std::span<const DrawKey> keys) {
   const int64_t S = std::count(samples.begin(), samples.end(), true);
+  SHARDLAB_CHECK(keys.empty() || int64_t(keys.size()) == S, "inference: one draw key per sampling sequence");
   std::vector<float> tokens(size_t(S), 0.0f);
   if (!chooses_ || S == 0) return tokens;
   const model::GPTConfig& m = engine_.config();
@@ -50,9 +52,12 @@ std::vector<float> InferDevice::choose(const StepOutput& out, const std::vector<
   dev_.run(dev_.compute(), "sample", OpCost{5.0 * V * double(S), V * double(S) * element_size(dev_.precision())});
   if (out.logits.empty()) return tokens;  // phantom
   size_t k = 0;
-  for (size_t i = 0; i < samples.size(); ++i)
-    if (samples[i])
-      tokens[k++] = float(sampler.next({out.logits.data() + i * size_t(m.vocab_size), size_t(m.token_vocab())}));
+  for (size_t i = 0; i < samples.size(); ++i) {
+    if (!samples[i]) continue;
+    const std::span<const float> logits{out.logits.data() + i * size_t(m.vocab_size), size_t(m.token_vocab())};
+    tokens[k] = float(keys.empty() ? sampler.next(logits) : sampler.draw(logits, keys[k].seed, keys[k].index));
+    ++k;
+  }
   return tokens;
 }
 

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "collectives/mesh.h"
@@ -43,9 +44,11 @@ class InferDevice {
   // On the last stage's ranks of ep rank 0: charges the sampling of the
   // sequences of `out` whose flag in `samples` is set (one per sequence of
   // the step) and, when the step computed logits, draws their tokens with
-  // `sampler`, in batch order. Elsewhere, or in a phantom run, the tokens
-  // are 0. Tokens travel as floats (exact below 2^24).
-  std::vector<float> choose(const StepOutput& out, const std::vector<bool>& samples, Sampler& sampler);
+  // `sampler`, in batch order: its next draws or, given `keys` (one per
+  // sampling sequence), those draws. Elsewhere, or in a phantom run, the
+  // tokens are 0. Tokens travel as floats (exact below 2^24).
+  std::vector<float> choose(const StepOutput& out, const std::vector<bool>& samples, Sampler& sampler,
+                            std::span<const DrawKey> keys = {});
   // The chosen tokens to the other ep replicas and to the first stage (see
   // above); every device calls it with the same count.
   void share(std::vector<float>& tokens);

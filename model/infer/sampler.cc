@@ -5,9 +5,25 @@
 #include <numeric>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "runtime/errors.h"
 
 namespace shardlab::infer {
+
+void validate(const SamplingOptions& o) {
+  if (!(o.temperature >= 0) || o.temperature > 1e6)
+    throw ConfigError(fmt::format("`temperature` must be between 0 and 1e6 (got {})", o.temperature));
+  if (o.top_k < 0) throw ConfigError(fmt::format("`top_k` must be at least 0 (got {})", o.top_k));
+  if (!(o.top_p > 0 && o.top_p <= 1)) throw ConfigError(fmt::format("`top_p` must be in (0, 1] (got {})", o.top_p));
+  if (o.temperature > 0) return;
+  if (o.top_k > 0)
+    throw ConfigError(fmt::format("`top_k` {} filters sampling: it needs `temperature` above 0 (0 is greedy, the "
+                                  "most likely token)", o.top_k));
+  if (o.top_p < 1)
+    throw ConfigError(fmt::format("`top_p` {} filters sampling: it needs `temperature` above 0 (0 is greedy, the "
+                                  "most likely token)", o.top_p));
+}
 
 double Sampler::uniform(uint64_t seed, uint64_t index) {
   uint64_t z = seed + 0x9e37'79b9'7f4a'7c15ull * (index + 1);  // splitmix64
@@ -17,28 +33,37 @@ double Sampler::uniform(uint64_t seed, uint64_t index) {
   return double(z >> 11) * 0x1.0p-53;
 }
 
-model::Token Sampler::next(std::span<const float> logits) {
+model::Token Sampler::draw(std::span<const float> logits, uint64_t seed, uint64_t index) {
   SHARDLAB_CHECK(!logits.empty(), "sampling needs logits");
   const int n = int(logits.size());
   // Candidates by decreasing logit, the lower id first on ties.
-  std::vector<int> ids(static_cast<size_t>(n));
-  std::iota(ids.begin(), ids.end(), 0);
-  auto before = [&](int a, int b) { return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b); };
-  if (o_.temperature <= 0) return *std::min_element(ids.begin(), ids.end(), before);
-  const int k = o_.top_k > 0 ? std::min(o_.top_k, n) : n;
-  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), before);
+  auto before = [&](int a, int b) {
+    return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
+  };
+  ids_.resize(size_t(n));
+  std::iota(ids_.begin(), ids_.end(), 0);
+  if (o_.temperature <= 0) return *std::min_element(ids_.begin(), ids_.end(), before);
+  int k = o_.top_k > 0 ? std::min(o_.top_k, n) : n;
+  std::partial_sort(ids_.begin(), ids_.begin() + k, ids_.end(), before);
   // softmax(z / T) over the k candidates, in double.
-  std::vector<double> p(static_cast<size_t>(k));
-  const double zmax = logits[size_t(ids[0])];
+  p_.resize(size_t(k));
+  const double zmax = logits[size_t(ids_[0])];
   double sum = 0;
-  for (int i = 0; i < k; ++i) sum += p[size_t(i)] = std::exp((logits[size_t(ids[size_t(i)])] - zmax) / o_.temperature);
-  const double u = uniform(o_.seed, draws_++) * sum;
+  for (int i = 0; i < k; ++i) sum += p_[size_t(i)] = std::exp((logits[size_t(ids_[size_t(i)])] - zmax) / o_.temperature);
+  if (o_.top_p < 1) {  // keep the most likely until their mass reaches top_p (at least one)
+    double kept = 0;
+    int keep = 0;
+    while (keep < k && kept < o_.top_p * sum) kept += p_[size_t(keep++)];
+    k = keep;
+    sum = kept;
+  }
+  const double u = uniform(seed, index) * sum;
   double acc = 0;
   for (int i = 0; i < k; ++i) {
-    acc += p[size_t(i)];
-    if (u < acc) return ids[size_t(i)];
+    acc += p_[size_t(i)];
+    if (u < acc) return ids_[size_t(i)];
   }
-  return ids[size_t(k - 1)];
+  return ids_[size_t(k - 1)];
 }
 
 }  // namespace shardlab::infer

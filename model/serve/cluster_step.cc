@@ -37,7 +37,7 @@ struct DeviceStep {
 class ReplicaDevice {
  public:
   ReplicaDevice(Device& dev, const infer::InferPlan& plan, const ReplicaShape& s, bool values)
-      : dev_(dev), s_(s), d_(dev, plan, s.model, s.seed, values ? s.init : nullptr), sampler_({}) {}
+      : dev_(dev), s_(s), d_(dev, plan, s.model, s.seed, values ? s.init : nullptr), sampler_(s.sampling) {}
 
   void release(int seq) {
     const auto it = ids_.find(seq);
@@ -55,7 +55,9 @@ class ReplicaDevice {
     infer::KvCache& cache = d_.engine().cache();
     std::vector<infer::SeqInput> inputs;
     std::vector<bool> samples;
+    std::vector<infer::DrawKey> keys;
     for (const BatchEntry& e : batch) {
+      if (e.samples) keys.push_back({s_.sampling.seed + uint64_t(e.request), uint64_t(e.draw)});
       auto it = ids_.find(e.seq);
       if (it == ids_.end()) it = ids_.emplace(e.seq, cache.add_sequence(s_.model.block_size)).first;
       SHARDLAB_CHECK(cache.length(it->second) == e.context,
@@ -67,7 +69,7 @@ class ReplicaDevice {
     }
     DeviceStep out{dev_.compute().now(), 0, {}};
     const infer::StepOutput o = d_.engine().step(inputs);
-    out.tokens = d_.choose(o, samples, sampler_);
+    out.tokens = d_.choose(o, samples, sampler_, keys);
     d_.share(out.tokens);
     out.end = dev_.compute().now();
     return out;
@@ -82,7 +84,7 @@ class ReplicaDevice {
   Device& dev_;
   const ReplicaShape& s_;
   infer::InferDevice d_;
-  infer::Sampler sampler_;  // greedy
+  infer::Sampler sampler_;  // draws by request (ReplicaShape::sampling)
   std::unordered_map<int, int> ids_;
 };
 

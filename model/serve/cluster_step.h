@@ -47,6 +47,7 @@
 #include "collectives/mesh.h"
 #include "model/config.h"
 #include "model/infer/infer_plan.h"
+#include "model/infer/sampler.h"
 #include "model/io/safetensors.h"
 #include "model/serve/scheduler.h"
 #include "runtime/cluster.h"
@@ -62,6 +63,9 @@ struct ReplicaShape {
   uint64_t seed = 1337;                          // the training init, without `init`
   const model::SafetensorsFile* init = nullptr;  // checked with infer::check_generate_init
   bool fold = false;                             // phantom, dense: tp rank 0 plays its tp peers
+  // How tokens are chosen: request i's n-th token is draw n of seed + i
+  // (greedy at temperature 0), as generate's with --seed seed + i.
+  infer::SamplingOptions sampling;
   int world() const { return tp * pp * ep; }
 };
 

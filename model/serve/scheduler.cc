@@ -173,7 +173,7 @@ std::vector<BatchEntry> Replica::static_batch() {
 // it); it produces a token when it reaches the end of what must be cached.
 BatchEntry Replica::entry(int s, int64_t n) const {
   const Seq& q = seqs_[size_t(s)];
-  BatchEntry e{s, static_cast<int>(n), q.cached, q.cached + n >= q.target, {}};
+  BatchEntry e{s, static_cast<int>(n), q.cached, q.cached + n >= q.target, {}, q.r->id, q.generated};
   if (!q.ids.empty()) e.tokens.assign(q.ids.begin() + q.cached, q.ids.begin() + q.cached + n);
   return e;
 }

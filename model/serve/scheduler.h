@@ -43,13 +43,18 @@ namespace shardlab::serve {
 // it; decode: 1). `samples`: the step ends the sequence's prefill or decodes
 // it, so it produces its next token; a chunk short of the prompt's end does
 // not. `tokens`: the ids of the new tokens (the prompt's, then the tokens
-// produced), when the requests carry prompts; empty otherwise.
+// produced), when the requests carry prompts; empty otherwise. `request`
+// and `draw`: the request's id and how many tokens it has produced before
+// this one, which fix a sampled token's draw (seed + request, index draw)
+// whatever the batching, preemptions included.
 struct BatchEntry {
   int seq = 0;
   int new_tokens = 0;
   int64_t context = 0;
   bool samples = true;
   std::vector<model::Token> tokens;
+  int request = 0;
+  int draw = 0;
 };
 
 struct StepOutcome {

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -45,7 +46,7 @@ nlohmann::json generate(const std::string& args) {
 
 TEST(CliGenerate, TokensAreTheSameUnderEverySplit) {
   const std::string init = "--model nano --init " + checkpoint(false) + " --prompt-tokens 7,8,9 --max-new-tokens 10 ";
-  for (const std::string sampling : {"", "--temperature 0.9 --top-k 8 --seed 5"}) {
+  for (const std::string sampling : {"", "--temperature 0.9 --top-k 8 --seed 5", "--temperature 1.5 --top-p 0.8 --seed 6"}) {
     const nlohmann::json base = generate(init + sampling);
     ASSERT_TRUE(base.contains("tokens"));
     for (const std::string split : {"--tp 2", "--pp 2", "--tp 2 --pp 2"})
@@ -53,6 +54,18 @@ TEST(CliGenerate, TokensAreTheSameUnderEverySplit) {
   }
   // The model learned to count: greedy continues the run.
   EXPECT_EQ(generate(init)["tokens"], nlohmann::json({10, 11, 12, 13, 14, 15, 16, 17, 18, 19}));
+}
+
+// The published presets are served in bf16 unless --precision says otherwise;
+// the toy ones in fp32.
+TEST(CliGenerate, PublishedPresetsDefaultToBf16) {
+  const std::string ids = " --phantom --prompt-tokens 1,2,3 --max-new-tokens 2";
+  for (const auto& [flags, precision] : {std::pair{"--model gpt3-1.3b", "(bf16)"}, std::pair{"--model nano", "(fp32)"},
+                                         std::pair{"--model gpt3-1.3b --precision fp32", "(fp32)"}}) {
+    const testing::CliResult r = run_cli(std::string("generate ") + flags + ids);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.out.find(precision), std::string::npos) << flags << "\n" << r.out;
+  }
 }
 
 TEST(CliGenerate, MoeTokensAreTheSameUnderExpertParallelism) {
@@ -126,6 +139,12 @@ TEST(CliGenerate, BadInputIsOneLineAndExitTwo) {
       {nano + "--prompt-tokens 1 --temperature nan", "--temperature"},
       {nano + "--prompt-tokens 1 --top-k -2", "--top-k: -2 is out of range"},
       {nano + "--prompt-tokens 1 --top-k 5", "--top-k 5 filters sampling: it needs --temperature above 0"},
+      {nano + "--prompt-tokens 1 --top-p 0.5", "--top-p 0.5 filters sampling: it needs --temperature above 0"},
+      {nano + "--prompt-tokens 1 --temperature 1 --top-p 0", "--top-p must be in (0, 1]"},
+      {nano + "--prompt-tokens 1 --top-p 1.5", "--top-p: 1.5 is out of range"},
+      {nano + "--prompt-tokens 1 --batch 4", "--batch"},  // training's flags: not generate's
+      {nano + "--prompt-tokens 1 --aux-coef 0.1", "--aux-coef"},
+      {nano + "--prompt-tokens 1 --dropout 0.1", "--dropout"},
       {nano + "--prompt-tokens 1 --tp 3", "--tp"},
       {nano + "--prompt-tokens 1 --ep 2", "--ep"},
       {nano + "--prompt-tokens 1 --pp 3", "--pp"},

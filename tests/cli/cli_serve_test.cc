@@ -1,4 +1,5 @@
 // shardlab serve from the command line: its report and its bad inputs.
+#include <cstdio>
 #include <fstream>
 #include <unistd.h>
 #include <string>
@@ -106,6 +107,34 @@ TEST(CliServe, EveryRequestGetsGeneratesTokens) {
   }
 }
 
+// Sampled serving: request i draws what generate draws with --seed S + i,
+// under pp 2 with preemptions as above.
+TEST(CliServe, SampledRequestsGetGeneratesTokensWithSeedPlusId) {
+  const std::string init = "--model nano --init " + counting_checkpoint();
+  const std::string sampling = " --temperature 1.5 --top-k 30 --top-p 0.95";
+  const std::string report = ::testing::TempDir() + "serve_sampled_report.json";
+  const CliResult r = run_cli("serve " + init + sampling + " --seed 40 --pp 2 --memory 460KiB --requests 6 "
+                              "--arrival burst --prompt-len uniform:4:16 --output-len uniform:8:16 --kv-block 4 "
+                              "--max-batch-tokens 32 --max-seqs 10 --chunked-prefill 8 --kv-fraction 1 --report " + report);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(slurp(report));
+  EXPECT_EQ(j["sampling"]["seed"].get<int>(), 40);
+  int not_greedy = 0;
+  for (const auto& q : j["requests"]) {
+    const int id = q["id"].get<int>();
+    const std::string prompt = " --prompt-tokens " + joined(q["prompt_tokens"]) + " --max-new-tokens " +
+                               std::to_string(q["output_len"].get<int>());
+    const CliResult g = run_cli("generate --json " + init + sampling + " --seed " + std::to_string(40 + id) + prompt);
+    const CliResult greedy = run_cli("generate --json " + init + prompt);
+    ASSERT_EQ(g.code, 0) << g.err;
+    ASSERT_EQ(greedy.code, 0) << greedy.err;
+    EXPECT_EQ(q["tokens"], nlohmann::json::parse(g.out)["tokens"]) << "request " << id;
+    not_greedy += q["tokens"] != nlohmann::json::parse(greedy.out)["tokens"];
+  }
+  std::printf("%d of 6 requests sampled tokens other than greedy's\n", not_greedy);
+  EXPECT_GT(not_greedy, 0) << "the sampling flags reached the serving run";
+}
+
 // A workload file may give the prompts' ids: they are the ones served.
 TEST(CliServe, WorkloadPromptTokensAreServed) {
   const std::string init = "--model nano --init " + counting_checkpoint();
@@ -198,6 +227,13 @@ TEST(CliServe, BadInputIsOneLineAndExitTwo) {
       {"--workload " + ids, "outside the vocabulary"},
       {"--workload " + few, "prompt_len says 3"},
       {"--batching foo --prompt-len 128 --output-len 128", "--batching"},  // a bad flag before what the lengths mean
+      {"--batch 3", "--batch"},  // training's flags, which serve would ignore
+      {"--aux-coef 0.1", "--aux-coef"},
+      {"--dropout 0.1", "--dropout"},
+      {"--phantom --temperature 0.8", "--phantom computes no tokens: it takes no --temperature"},
+      {"--top-p 0.9", "--top-p 0.9 filters sampling: it needs --temperature above 0"},
+      {"--top-k 4", "--top-k 4 filters sampling"},
+      {"--temperature 1 --top-p 0", "--top-p must be in (0, 1]"},
   };
   for (const auto& [flags, needle] : cases) {
     // Four requests of lengths that fit, unless the case sets them or gives a --workload.
@@ -208,6 +244,11 @@ TEST(CliServe, BadInputIsOneLineAndExitTwo) {
     if (drawn && flags.find("--output-len") == std::string::npos) base += "--output-len 4 ";
     expect_usage_error(base + flags, needle);
   }
+  // --help lists no flag serve would ignore.
+  const CliResult help = run_cli("serve --help");
+  for (const char* flag : {"--aux-coef", "--batch ", "--dropout", "--steps", "--lr "})
+    EXPECT_EQ(help.out.find(flag), std::string::npos) << flag;
+  EXPECT_NE(help.out.find("--top-p"), std::string::npos);
   // The default lengths (128 + 128) do not fit tiny's context of 64: the line says which defaults to change.
   expect_usage_error("serve --model tiny", "(--seq); --prompt-len and --output-len are 128 unless given");
   expect_usage_error("serve --model tiny --prompt-len 100", "exceed the model's context of 64 (--seq)");

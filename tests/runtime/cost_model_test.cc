@@ -85,16 +85,55 @@ TEST(GemmEfficiency, SmallAndSkinnyShapesFall) {
   EXPECT_DOUBLE_EQ(m.gemm_efficiency({64, 64, 64, 108}), kMaxBf16);
 }
 
-TEST(CostModel, GemmOpAddsItsGemmsAndChargesTheRestAtComputeEfficiency) {
+TEST(CostModel, GemmOpAddsItsGemmsEachAtItsRooflineAndChargesTheRestAtComputeEfficiency) {
   const CostModel m(a100(), Precision::kBf16);
-  // Two GEMMs of one whole wave each (kMaxBf16) plus 1e6 other flops at 0.7 of peak.
-  const GemmShape g{27648, 128, 1024, 1}, g2{64, 64, 64, 108};
+  // g: 1080 whole 256x128 tiles, 10 waves (kMaxBf16), compute-bound: 2·27648·1280·1024
+  // = 7.25e10 FLOP (332 us) against (27648·1024 + 1024·1280 + 27648·1280)·2 B = 127 MB (69 us).
+  // g2: 108 64x64 tiles, one wave (kMaxBf16), memory-bound: 5.7e7 FLOP (0.26 us)
+  // against 3·64·64·108·2 B = 2.65 MB (1.45 us) at 2039 GB/s · 0.90.
+  // Plus 1e6 other flops at 0.7 of peak.
+  const GemmShape g{27648, 1280, 1024, 1}, g2{64, 64, 64, 108};
   const OpCost op{g.flops() + g2.flops() + 1e6, 0, OpClass::kGemm, g, g2};
-  const double s =
-      g.flops() / (312e12 * kMaxBf16) + g2.flops() / (312e12 * kMaxBf16) + 1e6 / (312e12 * 0.7);
+  const double hbm = 2039e9 * 0.90;
+  const double s = g.flops() / (312e12 * kMaxBf16) + 3.0 * 64 * 64 * 108 * 2 / hbm +
+                   1e6 / (312e12 * 0.7);
   const Time want = us_to_time(4.0) + static_cast<Time>(std::ceil(s * 1e12));
   EXPECT_LE(std::llabs(m.duration(op) - want), 1)
       << "difference " << m.duration(op) - want << " ps";
+}
+
+TEST(CostModel, AGemvIsMemoryBoundAtItsOperandBytes) {
+  // Batch-1 decode through a 5120 -> 20480 fp32 layer: y[1, 20480] = x[1, 5120]·W.
+  // Tiles shrink to 8 rows: 8x128 -> 160 tiles, 2 waves (20480 / (2·108·1024) =
+  // 0.0926); 8x64 -> 320 tiles, 3 waves (20480 / (3·108·512) = 0.1235, the best).
+  // Compute 2·5120·20480 / (19.5e12 · 0.97 · 0.1235) = 89.8 us; the operands
+  // (5120 + 5120·20480 + 20480)·4 B = 419.5 MB take 228.6 us at 2039 GB/s · 0.90.
+  const CostModel fp32(a100(), Precision::kFp32);
+  const GemmShape g{1, 20480, 5120, 1};
+  EXPECT_DOUBLE_EQ(fp32.gemm_efficiency(g), 0.97 * 20480 / (3.0 * 108 * 512));
+  const double bytes = (5120.0 + 5120.0 * 20480 + 20480) * 4;
+  const Time want = us_to_time(4.0) + static_cast<Time>(std::ceil(bytes / (2039e9 * 0.90) * 1e12));
+  EXPECT_EQ(fp32.duration(OpCost{g.flops(), 0, OpClass::kGemm, g, {}}), want);
+  EXPECT_NEAR(to_us(want), 4.0 + 228.6, 0.1);
+  // The one-row GEMM no longer pays for a 64-row tile: 64 x its flops would be
+  // 64 · 2·5120·20480 / (19.5e12 · 0.97) = 709 us, compute-bound.
+  EXPECT_LT(to_us(want), 64 * 2.0 * 5120 * 20480 / (19.5e12 * 0.97) * 1e6 / 2);
+}
+
+TEST(CostModel, ASquareGemmIsComputeBound) {
+  // 4096³ bf16: 128x64 tiles -> 2048 tiles in 19 waves (4096² / (19·108·8192) =
+  // 0.99805; 64x64 ties at 38 waves, 128x128 and 256x128 fill 0.948).
+  // Compute 2·4096³ / (312e12 · 0.70 · 0.99805) = 630.5 us; the operands
+  // 3·4096²·2 B = 100.7 MB take 54.9 us.
+  const CostModel bf16(a100(), Precision::kBf16);
+  const GemmShape g{4096, 4096, 4096, 1};
+  const double eff = kMaxBf16 * 4096.0 * 4096 / (19.0 * 108 * 8192);
+  EXPECT_DOUBLE_EQ(bf16.gemm_efficiency(g), eff);
+  const Time want =
+      us_to_time(4.0) + static_cast<Time>(std::ceil(g.flops() / (312e12 * eff) * 1e12));
+  const Time got = bf16.duration(OpCost{g.flops(), 3.0 * 4096 * 4096 * 2, OpClass::kGemm, g, {}});
+  EXPECT_LE(std::llabs(got - want), 1) << "difference " << got - want << " ps";
+  EXPECT_NEAR(to_us(want), 4.0 + 630.5, 0.1);
 }
 
 TEST(CostModel, MemoryBoundOpsRunAtTheAchievedHbmBandwidth) {

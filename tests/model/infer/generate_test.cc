@@ -53,7 +53,7 @@ void expect_same_tokens_as_reference(bool moe, const std::vector<Split>& splits)
   model::GPT<float> ref(c, 7);
   testing::perturb(ref);
   const model::SafetensorsFile init = testing::as_checkpoint(ref);
-  for (const SamplingOptions& sampling : {SamplingOptions{}, SamplingOptions{0.8, 20, 11}}) {
+  for (const SamplingOptions& sampling : {SamplingOptions{}, SamplingOptions{0.8, 20, 11}, SamplingOptions{1.2, 0, 13, 0.9}}) {
     const std::vector<Token> want = testing::reference_tokens(ref, kPrompt, kNew, sampling);
     // Not a degenerate run that repeats one token whatever the model does.
     std::vector<Token> distinct = want;

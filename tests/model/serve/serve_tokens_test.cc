@@ -1,8 +1,9 @@
 // Serving on the model's values: under continuous batching (several
 // requests at once, arrivals while others decode, chunked prefill, a cache
 // small enough to preempt and recompute) every request's tokens equal those
-// `generate` produces for its prompt alone (greedy), unsharded and under
-// tp 2, pp 2 and, for an MoE model, ep 2.
+// `generate` produces for its prompt alone, greedy or sampled (request i
+// with generate's seed S + i), unsharded and under tp 2, pp 2 and, for an
+// MoE model, ep 2.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -59,11 +60,14 @@ struct Served {
 };
 
 Served serve_on_values(const model::GPTConfig& c, const model::SafetensorsFile& init, Split s,
-                       const SchedulerOptions& o, const std::vector<Request>& reqs) {
+                       const SchedulerOptions& o, const std::vector<Request>& reqs,
+                       const infer::SamplingOptions& sampling = {}) {
   ClusterOptions co;
   co.world_size = s.tp * s.pp * s.ep;
   Cluster cluster(load_profile("a100-nvlink"), co);
-  ClusterStepExecutor ex(cluster, {c, s.tp, s.pp, s.ep, /*phantom=*/false, 1, &init});
+  ReplicaShape shape{c, s.tp, s.pp, s.ep, /*phantom=*/false, 1, &init};
+  shape.sampling = sampling;
+  ClusterStepExecutor ex(cluster, shape);
   Recording rec(ex);
   Served out{simulate_replica(reqs, o, rec), 0, 0, 0};
   ex.finish();
@@ -73,24 +77,33 @@ Served serve_on_values(const model::GPTConfig& c, const model::SafetensorsFile& 
   return out;
 }
 
-// generate() of one request's prompt alone, unsharded.
-std::vector<Token> alone(const model::GPTConfig& c, const model::SafetensorsFile& init, const Request& r) {
+// generate() of one request's prompt alone, unsharded; sampled from the
+// serving seed + the request's id.
+std::vector<Token> alone(const model::GPTConfig& c, const model::SafetensorsFile& init, const Request& r,
+                         infer::SamplingOptions sampling = {}) {
   infer::GenerateOptions o;
   o.model = c;
   o.init = &init;
   o.prompt = r.prompt;
   o.max_new_tokens = r.output_len;
+  sampling.seed += uint64_t(r.id);
+  o.sampling = sampling;
   return infer::testing::run_generate(o).tokens;
 }
 
-void expect_generates_tokens(bool moe, const std::vector<Split>& splits) {
+// Sampled at a high temperature over the top 40 and a 0.95 nucleus: tokens
+// far from the greedy ones.
+const infer::SamplingOptions kSampled{1.5, 40, 500, 0.95};
+
+void expect_generates_tokens(bool moe, const std::vector<Split>& splits,
+                             const infer::SamplingOptions& sampling = {}) {
   const model::GPTConfig c = infer::testing::small_config(moe);
   model::GPT<float> ref(c, 7);
   infer::testing::perturb(ref);
   const model::SafetensorsFile init = infer::testing::as_checkpoint(ref);
   const std::vector<Request> reqs = workload(c.token_vocab());
   std::vector<std::vector<Token>> want;
-  for (const Request& r : reqs) want.push_back(alone(c, init, r));
+  for (const Request& r : reqs) want.push_back(alone(c, init, r, sampling));
   // 8 blocks of 4 tokens against 79 tokens the requests hold at their end;
   // at most 6 prefill tokens a step.
   SchedulerOptions o;
@@ -98,9 +111,9 @@ void expect_generates_tokens(bool moe, const std::vector<Split>& splits) {
   o.kv_block = 4;
   o.chunked_prefill = 6;
   for (const Split& s : splits) {
-    const Served got = serve_on_values(c, init, s, o, reqs);
-    std::printf("%s%s: %lld steps, %lld preemptions, %d chunks without a token, %lld token ids fed\n",
-                moe ? "MoE " : "", s.name().c_str(), (long long)got.result.steps,
+    const Served got = serve_on_values(c, init, s, o, reqs, sampling);
+    std::printf("%s%s%s: %lld steps, %lld preemptions, %d chunks without a token, %lld token ids fed\n",
+                moe ? "MoE " : "", sampling.temperature > 0 ? "sampled " : "", s.name().c_str(), (long long)got.result.steps,
                 (long long)got.result.preemptions, got.chunks_without_token, (long long)got.tokens_fed);
     EXPECT_GT(got.result.preemptions, 0) << s.name();
     EXPECT_GT(got.chunks_without_token, 0) << s.name();
@@ -119,8 +132,20 @@ TEST(ServeTokens, MoeUnderExpertParallelismGivesGeneratesTokens) {
   expect_generates_tokens(true, {{1, 1, 1}, {1, 1, 2}});
 }
 
+TEST(ServeTokens, SampledRequestsDrawGeneratesTokensWithSeedPlusId) {
+  expect_generates_tokens(false, {{2, 1, 1}, {1, 2, 1}}, kSampled);
+  expect_generates_tokens(true, {{1, 1, 2}}, kSampled);
+  // The draws are not greedy's: the same run without sampling differs.
+  const model::GPTConfig c = infer::testing::small_config(false);
+  model::GPT<float> ref(c, 7);
+  infer::testing::perturb(ref);
+  const model::SafetensorsFile init = infer::testing::as_checkpoint(ref);
+  const Request r = workload(c.token_vocab())[2];
+  EXPECT_NE(alone(c, init, r, kSampled), alone(c, init, r));
+}
+
 // Static batching reserves every request's whole KV: no preemption, no
-// chunks; the tokens are generate's too.
+// chunks; the tokens are generate's too, greedy and sampled.
 TEST(ServeTokens, StaticBatchingGivesGeneratesTokens) {
   const model::GPTConfig c = infer::testing::small_config(false);
   model::GPT<float> ref(c, 7);
@@ -131,9 +156,12 @@ TEST(ServeTokens, StaticBatchingGivesGeneratesTokens) {
   o.batching = Batching::kStatic;
   o.kv_blocks = 40;
   o.kv_block = 4;
-  const Served got = serve_on_values(c, init, {2, 1, 1}, o, reqs);
-  for (size_t i = 0; i < reqs.size(); ++i)
-    EXPECT_EQ(got.result.requests[i].tokens, alone(c, init, reqs[i])) << "request " << i;
+  for (const infer::SamplingOptions& sampling : {infer::SamplingOptions{}, kSampled}) {
+    const Served got = serve_on_values(c, init, {2, 1, 1}, o, reqs, sampling);
+    for (size_t i = 0; i < reqs.size(); ++i)
+      EXPECT_EQ(got.result.requests[i].tokens, alone(c, init, reqs[i], sampling))
+          << "request " << i << ", temperature " << sampling.temperature;
+  }
 }
 
 TEST(ServeTokens, DrawnPromptsAreInTheVocabularyAndRepeat) {
