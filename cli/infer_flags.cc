@@ -32,7 +32,8 @@ FlagTable<TrainFlags> inference_flags(const InferenceFlagHelp& help) {
 
 void add_inference_flags(CLI::App* sub, TrainFlags& m, const InferenceFlagHelp& help) {
   FlagTable<TrainFlags> table = model_flags();
-  std::erase_if(table, [](const FlagRow<TrainFlags>& row) { return row.names == "--top-k"; });  // --moe-top-k here
+  // --moe-top-k only: --top-k is sampling's here.
+  std::erase_if(table, [](const FlagRow<TrainFlags>& row) { return row.names.starts_with("--moe-top-k"); });
   for (FlagRow<TrainFlags>& row : inference_flags(help)) table.push_back(std::move(row));
   add_flags(sub, m, table);
 }
