@@ -30,7 +30,7 @@ void dropout_backward(int64_t n, const char* name, const BlockContext& c) {
 }
 
 // The attention probabilities: B·(NH/tp)·T·T (this rank's heads).
-int64_t attention_probs(const TpDims& d) { return int64_t{d.B} * d.NHl() * d.T * d.T; }
+int64_t attention_probs(const ShardDims& d) { return int64_t{d.B} * d.NHl() * d.T * d.T; }
 
 }  // namespace
 
@@ -40,7 +40,7 @@ const AttentionCore& BlockContext::attention_core() const {
 
 // ---- Buffers --------------------------------------------------------------------
 
-void BlockActs::resize(const TpDims& d, const model::GPTConfig& config, bool moe_block) {
+void BlockActs::resize(const ShardDims& d, const model::GPTConfig& config, bool moe_block) {
   const int64_t N = d.N(), Nr = d.rows(), C = d.C, Cl = d.Cl(), Fl = d.Fl();
   for (auto* v : {&ln1, &ln2, &attproj, &res1, &mlp_out, &res2}) v->assign(Nr * C, 0);
   for (auto* v : {&ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd}) v->assign(Nr, 0);
@@ -66,7 +66,7 @@ int64_t BlockActs::saved_elements() const {
   return n + moe.saved_elements();
 }
 
-void BlockScratch::resize(const TpDims& d, const model::GPTConfig& config) {
+void BlockScratch::resize(const ShardDims& d, const model::GPTConfig& config) {
   const int64_t N = d.N(), Nr = d.rows(), C = d.C, Cl = d.Cl(), Fl = d.Fl();
   for (auto* v : {&full_in, &full_dout, &partial, &rep, &moe_out}) v->assign(N * C, 0);
   for (auto* v : {&dres1, &dln}) v->assign(Nr * C, 0);
@@ -83,20 +83,17 @@ namespace {
 
 // out (Nr,C) = exit(c_proj_partial(attention(c_attn(inp_full)))) + bias.
 void tp_attention_forward(float* out, BlockActs& a, const BlockView<float>& p,
-                          const float* inp_full, const TpDims& d, BlockScratch& s,
+                          const float* inp_full, const ShardDims& d, BlockScratch& s,
                           const BlockContext& c) {
   const Exec& ex = c.ex();
   const int64_t N = d.N();
   const int C = d.C, Cl = d.Cl();
-  if (ex.math())
-    model::linear_forward(a.qkv.data(), inp_full, p.c_attn.weight, p.c_attn.bias, N, C, 3 * Cl);
-  ex.op("attn.c_attn.fwd", model::linear_forward_cost(N, C, 3 * Cl, true, ex.elem));
+  model::linear_forward(ex, "attn.c_attn.fwd", a.qkv.data(), inp_full, p.c_attn.weight,
+                        p.c_attn.bias, N, C, 3 * Cl);
   c.attention_core().forward(a.atty.data(), a.att.data(), a.qkv.data(), d, c.tp);
   dropout_forward(attention_probs(d), "attn.dropout.fwd", c);
-  if (ex.math())
-    model::linear_forward(s.partial.data(), a.atty.data(), p.attn_proj.weight,
-                          static_cast<const float*>(nullptr), N, Cl, C);
-  ex.op("attn.c_proj.fwd", model::linear_forward_cost(N, Cl, C, false, ex.elem));
+  model::linear_forward(ex, "attn.c_proj.fwd", s.partial.data(), a.atty.data(), p.attn_proj.weight,
+                        N, Cl, C);  // its bias after the reduction
   exit_row_parallel(c.tp, s.partial.data(), out, d.rows(), C);
   add_bias_rows(out, p.attn_proj.bias, d.rows(), C, "attn.c_proj.bias.fwd", ex);
   dropout_forward(d.rows() * C, "attn.hidden_dropout.fwd", c);
@@ -105,7 +102,7 @@ void tp_attention_forward(float* out, BlockActs& a, const BlockView<float>& p,
 // dinp_partial (N,C) += this rank's share of d/d inp_full; dout_full (N,C) complete.
 void tp_attention_backward(float* dinp_partial, const BlockView<float>& g, BlockScratch& s,
                            const float* dout_full, const float* inp_full, const BlockActs& a,
-                           const BlockView<float>& p, const TpDims& d, WeightGrads& wg,
+                           const BlockView<float>& p, const ShardDims& d, WeightGrads& wg,
                            const BlockContext& c) {
   const Exec& ex = c.ex();
   const int64_t N = d.N();
@@ -127,23 +124,18 @@ void tp_attention_backward(float* dinp_partial, const BlockView<float>& g, Block
 
 // ---- Block ----------------------------------------------------------------------
 
-float block_forward(BlockActs& a, const BlockView<float>& p, const float* x, const TpDims& d,
+float block_forward(BlockActs& a, const BlockView<float>& p, const float* x, const ShardDims& d,
                     const GPTConfig& config, BlockScratch& s, const BlockContext& c) {
   const Exec& ex = c.ex();
   const int64_t Nr = d.rows();
   const int C = d.C;
-  if (ex.math())
-    model::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, p.ln_1.weight,
-                             p.ln_1.bias, Nr, C);
-  ex.op("ln_1.fwd", model::layernorm_forward_cost(Nr, C, ex.elem));
+  model::layernorm_forward(ex, "ln_1.fwd", a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x,
+                           p.ln_1.weight, p.ln_1.bias, Nr, C);
   const float* ln1_full = enter_column_parallel(c.tp, a.ln1.data(), s.full_in.data(), Nr, C);
   tp_attention_forward(a.attproj.data(), a, p, ln1_full, d, s, c);
-  if (ex.math()) model::residual_forward(a.res1.data(), x, a.attproj.data(), Nr * C);
-  ex.op("residual.fwd", model::residual_forward_cost(Nr * C, ex.elem));
-  if (ex.math())
-    model::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res1.data(),
-                             p.ln_2.weight, p.ln_2.bias, Nr, C);
-  ex.op("ln_2.fwd", model::layernorm_forward_cost(Nr, C, ex.elem));
+  model::residual_forward(ex, "residual.fwd", a.res1.data(), x, a.attproj.data(), Nr * C);
+  model::layernorm_forward(ex, "ln_2.fwd", a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(),
+                           a.res1.data(), p.ln_2.weight, p.ln_2.bias, Nr, C);
   const float* ln2_full = enter_column_parallel(c.tp, a.ln2.data(), s.full_in.data(), Nr, C);
   float aux = 0;
   if (p.moe) {
@@ -159,14 +151,14 @@ float block_forward(BlockActs& a, const BlockView<float>& p, const float* x, con
     add_bias_rows(a.mlp_out.data(), p.mlp.c_proj.bias, Nr, C, "mlp.c_proj.bias.fwd", ex);
   }
   dropout_forward(Nr * C, "mlp.hidden_dropout.fwd", c);
-  if (ex.math()) model::residual_forward(a.res2.data(), a.res1.data(), a.mlp_out.data(), Nr * C);
-  ex.op("residual.fwd", model::residual_forward_cost(Nr * C, ex.elem));
+  model::residual_forward(ex, "residual.fwd", a.res2.data(), a.res1.data(), a.mlp_out.data(),
+                          Nr * C);
   return aux;
 }
 
 void block_backward(float* dinp, const BlockView<float>& g, BlockScratch& s, const float* dout,
                     float daux, const BlockActs& a, const float* inp, const BlockView<float>& p,
-                    const TpDims& d, const GPTConfig& config, WeightGrads& wg,
+                    const ShardDims& d, const GPTConfig& config, WeightGrads& wg,
                     const BlockContext& c) {
   const Exec& ex = c.ex();
   const int64_t N = d.N(), Nr = d.rows();
@@ -185,31 +177,29 @@ void block_backward(float* dinp, const BlockView<float>& g, BlockScratch& s, con
     enter_column_parallel_bwd(c.tp, s.partial.data(), s.dln.data(), Nr, C);
     // The router's gradient is complete on every rank: take this rank's rows.
     const float* rep = model::shifted(s.rep.data(), d.row0(c.tp.rank()) * C);
-    for (int64_t i = 0; ex.math() && i < Nr * C; ++i) s.dln[i] += rep[i];
-    ex.op("moe.router.dinp.add", model::residual_forward_cost(Nr * C, ex.elem));
+    ex.run("moe.router.dinp.add", model::residual_forward_cost(Nr * C, ex.elem), [&] {
+      for (int64_t i = 0; i < Nr * C; ++i) s.dln[i] += rep[i];
+    });
   } else {
     tp_mlp_backward(s.partial.data(), g.mlp, s.dfc.data(), s.dfc_gelu.data(), dout_full, ln2_full,
                     a.fc.data(), a.fc_gelu.data(), p.mlp, N, C, d.Fl(), wg, ex);
     enter_column_parallel_bwd(c.tp, s.partial.data(), s.dln.data(), Nr, C);
   }
-  if (ex.math())
-    model::layernorm_backward(s.dres1.data(), g.ln_2.weight, g.ln_2.bias, s.dln.data(),
-                              a.res1.data(), p.ln_2.weight, a.ln2_mean.data(), a.ln2_rstd.data(),
-                              Nr, C);
-  ex.op("ln_2.bwd", model::layernorm_backward_cost(Nr, C, ex.elem));
+  model::layernorm_backward(ex, "ln_2.bwd", s.dres1.data(), g.ln_2.weight, g.ln_2.bias,
+                            s.dln.data(), a.res1.data(), p.ln_2.weight, a.ln2_mean.data(),
+                            a.ln2_rstd.data(), Nr, C);
   // res1 = inp + attproj: dinp += dres1, dattproj = dres1
-  for (int64_t i = 0; ex.math() && i < Nr * C; ++i) dinp[i] += s.dres1[i];
-  ex.op("residual.bwd", model::residual_backward_cost(Nr * C, ex.elem));
+  ex.run("residual.bwd", model::residual_backward_cost(Nr * C, ex.elem), [&] {
+    for (int64_t i = 0; i < Nr * C; ++i) dinp[i] += s.dres1[i];
+  });
   dropout_backward(Nr * C, "attn.hidden_dropout.bwd", c);
   const float* dres1_full = exit_row_parallel_bwd(c.tp, s.dres1.data(), s.full_dout.data(), Nr, C);
   const float* ln1_full = enter_column_parallel(c.tp, a.ln1.data(), s.full_in.data(), Nr, C);
   zero(s.partial.data(), N * C);
   tp_attention_backward(s.partial.data(), g, s, dres1_full, ln1_full, a, p, d, wg, c);
   enter_column_parallel_bwd(c.tp, s.partial.data(), s.dln.data(), Nr, C);
-  if (ex.math())
-    model::layernorm_backward(dinp, g.ln_1.weight, g.ln_1.bias, s.dln.data(), inp, p.ln_1.weight,
-                              a.ln1_mean.data(), a.ln1_rstd.data(), Nr, C);
-  ex.op("ln_1.bwd", model::layernorm_backward_cost(Nr, C, ex.elem));
+  model::layernorm_backward(ex, "ln_1.bwd", dinp, g.ln_1.weight, g.ln_1.bias, s.dln.data(), inp,
+                            p.ln_1.weight, a.ln1_mean.data(), a.ln1_rstd.data(), Nr, C);
 }
 
 }  // namespace shardlab::parallel

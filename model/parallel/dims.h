@@ -21,7 +21,7 @@ using Buf = model::Buffer<T>;
 // The unsharded sizes (model::Dims: B, T, C, NH, N(), HS()) and how they are
 // split: heads and the MLP width over tp, rows over tp with SP, experts over
 // ep, time over cp.
-struct TpDims : model::Dims {
+struct ShardDims : model::Dims {
   int tp = 1;
   bool sp = false;
   int ep = 1;  // expert-parallel ranks exchanging tokens (expert/ep_dispatch.h)

@@ -66,15 +66,10 @@ float ShardedGPT::head_forward(Slot& s, const float* x, const Token* targets) {
   const int C = dims_.C;
   const model::Exec& ex = ctx_.ex();
   if (targets) std::copy_n(targets, N, s.targets.data());
-  if (ex.math())
-    model::layernorm_forward(s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(), x,
-                             w_.ln_f.weight, w_.ln_f.bias, Nr, C);
-  ex.op("ln_f.fwd", model::layernorm_forward_cost(Nr, C, ex.elem));
+  model::layernorm_forward(ex, "ln_f.fwd", s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(), x,
+                           w_.ln_f.weight, w_.ln_f.bias, Nr, C);
   const float* lnf_full = enter_column_parallel(ctx_.tp, s.lnf.data(), scratch_.full_in.data(), Nr, C);
-  if (ex.math())
-    model::linear_forward(s.logits.data(), lnf_full, w_.wte, static_cast<const float*>(nullptr), N,
-                          C, Vl_);
-  ex.op("lm_head.fwd", model::linear_forward_cost(N, C, Vl_, false, ex.elem));
+  model::linear_forward(ex, "lm_head.fwd", s.logits.data(), lnf_full, w_.wte, N, C, Vl_);
   if (!targets) return last_ce_ = 0;  // logits only
   const float ce = vocab_parallel_cross_entropy_forward(s.probs.data(), s.losses.data(), ce_stats_.data(),
                                                         s.logits.data(), targets, N, Vl_, v0_, ctx_.tp);
@@ -102,10 +97,8 @@ void ShardedGPT::head_backward(Slot& s, float dloss, bool announce) {
   enter_column_parallel_bwd(ctx_.tp, scratch_.partial.data(), dlnf_.data(), Nr, C);
   const float* x_last = s.blocks.empty() ? s.x.data() : s.blocks.back().res2.data();
   std::fill(dx_.begin(), dx_.end(), 0.0f);
-  if (ex.math())
-    model::layernorm_backward(dx_.data(), g_.ln_f.weight, g_.ln_f.bias, dlnf_.data(), x_last,
-                              w_.ln_f.weight, s.lnf_mean.data(), s.lnf_rstd.data(), Nr, C);
-  ex.op("ln_f.bwd", model::layernorm_backward_cost(Nr, C, ex.elem));
+  model::layernorm_backward(ex, "ln_f.bwd", dx_.data(), g_.ln_f.weight, g_.ln_f.bias, dlnf_.data(),
+                            x_last, w_.ln_f.weight, s.lnf_mean.data(), s.lnf_rstd.data(), Nr, C);
   release_activations(s, head_elements(s));
   if (announce) finish_block(head_id());
 }

@@ -17,16 +17,16 @@ void add_moe_stats(MoeStepStats& step, int layer, const MoeStats& forward) {
   step.a2a_recv_bytes += forward.a2a_recv_bytes;
 }
 
-int64_t expert_rows_max(const TpDims& d, const model::GPTConfig& config) {
+int64_t expert_rows_max(const ShardDims& d, const model::GPTConfig& config) {
   const int64_t N = d.N(), K = config.top_k;
   if (d.ep <= 1) return N * K;
   return d.ep * N * std::min<int64_t>(K, config.n_expert / d.ep);
 }
 
-int expert_fl(const TpDims& d, const model::GPTConfig& config) { return config.moe_ffn_hidden() / d.tp; }
-int shared_fl(const TpDims& d, const model::GPTConfig& config) { return config.shared_ffn_hidden() / d.tp; }
+int expert_fl(const ShardDims& d, const model::GPTConfig& config) { return config.moe_ffn_hidden() / d.tp; }
+int shared_fl(const ShardDims& d, const model::GPTConfig& config) { return config.shared_ffn_hidden() / d.tp; }
 
-void TpMoeActs::resize(const TpDims& d, const model::GPTConfig& config) {
+void TpMoeActs::resize(const ShardDims& d, const model::GPTConfig& config) {
   const int64_t N = d.N(), C = d.C, Fl = expert_fl(d, config), Rx = expert_rows_max(d, config);
   const int64_t Fsl = shared_fl(d, config);
   const int E = config.n_expert, K = config.top_k, El = E / d.ep;
@@ -65,7 +65,7 @@ int64_t TpMoeActs::saved_elements() const {
   return n;
 }
 
-void MoeScratch::resize(const TpDims& d, const model::GPTConfig& config) {
+void MoeScratch::resize(const ShardDims& d, const model::GPTConfig& config) {
   const int64_t N = d.N(), C = d.C, Rx = expert_rows_max(d, config);
   const int64_t K = config.top_k;
   const int64_t widest = std::max(Rx * expert_fl(d, config), N * shared_fl(d, config));

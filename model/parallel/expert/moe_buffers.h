@@ -15,11 +15,11 @@ namespace shardlab::parallel {
 
 // Rows the expert MLPs of one rank may process: N*K, or with expert
 // parallelism ep*N*min(K, E/ep) (every peer's tokens routed to this rank).
-int64_t expert_rows_max(const TpDims& d, const model::GPTConfig& config);
+int64_t expert_rows_max(const ShardDims& d, const model::GPTConfig& config);
 // This rank's columns of one routed expert's MLP (Fel = moe_ffn_hidden()/tp)
 // and of the shared experts' MLP (Fsl = shared_ffn_hidden()/tp, 0: none).
-int expert_fl(const TpDims& d, const model::GPTConfig& config);
-int shared_fl(const TpDims& d, const model::GPTConfig& config);
+int expert_fl(const ShardDims& d, const model::GPTConfig& config);
+int shared_fl(const ShardDims& d, const model::GPTConfig& config);
 
 // What one MoE layer did in the last forward / backward, for the report.
 struct MoeStats {
@@ -56,7 +56,7 @@ struct TpMoeActs : model::MoeActs<float> {
     int64_t row_elems = 0;  // saved elements per received row: C + 2·Fel
   } ep;
   MoeStats stats;
-  void resize(const TpDims& d, const model::GPTConfig& config);
+  void resize(const ShardDims& d, const model::GPTConfig& config);
   // What the layer keeps for backward (with EP the rows its experts
   // received in the last forward).
   int64_t saved_elements() const;
@@ -70,7 +70,7 @@ struct MoeScratch {
   Buf<float> dgates;         // (N,K)
   Buf<float> dxe, dye;       // (N*K, C)
   Buf<float> ep_xr, ep_yl;   // (Rx, C) EP: received rows
-  void resize(const TpDims& d, const model::GPTConfig& config);
+  void resize(const ShardDims& d, const model::GPTConfig& config);
 };
 
 }  // namespace shardlab::parallel
