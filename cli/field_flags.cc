@@ -49,6 +49,10 @@ constexpr std::array kFieldFlags = std::to_array<std::pair<std::string_view, std
     {"temperature", "--temperature"},
     {"top_k", "--top-k"},
     {"top_p", "--top-p"},
+    {"n_moe_ffn", "--moe-ffn"},
+    {"n_shared_expert", "--shared-experts"},
+    {"router", "--router"},
+    {"moe_first_dense", "--moe-first-dense"},
 });
 
 }  // namespace

@@ -37,7 +37,8 @@ void add_inference_flags(CLI::App* sub, TrainFlags& m, const InferenceFlagHelp& 
   // --moe-top-k here (--top-k is sampling's); the global batch, the auxiliary
   // loss and dropout are training's: inference takes none of them.
   std::erase_if(table, [](const FlagRow<TrainFlags>& row) {
-    for (const char* name : {"--top-k", "--batch", "--aux-coef", "--dropout"})
+    if (row.names.starts_with("--moe-top-k")) return true;
+    for (const char* name : {"--batch", "--aux-coef", "--dropout"})
       if (row.names == name) return true;
     return false;
   });

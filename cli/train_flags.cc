@@ -49,11 +49,25 @@ FlagTable<TrainFlags> model_flags() {
       {"--seq", FIELD(seq), "Sequence length = position table size", number_in(1, kMaxDim)},
       {"--batch", FIELD(batch), "Global batch in sequences", number_in(1, kMaxCount)},
       {"--experts", FIELD(experts), "MoE experts per MoE block (0 = dense)", number_in(0, kMaxLayers), kShowDefault},
-      {"--top-k", FIELD(top_k), "Experts per token", number_in(1, kMaxLayers), kShowDefault},
+      {"--moe-top-k,--top-k", FIELD(top_k), "MoE experts per token (--top-k: train's alias)", number_in(1, kMaxLayers),
+       kShowDefault},
       {"--moe-every", FIELD(moe_every), "Blocks with layer % N == 0 are MoE", number_in(1, kMaxLayers), kShowDefault},
       {"--aux-coef", FIELD(aux_coef), "Load-balancing loss coefficient (default 0.01 with experts)",
        number_in(0, 1e6)},
       {"--capacity-factor", FIELD(capacity_factor), "Expert capacity factor (0 = unlimited)", number_in(0, 1e6),
+       kShowDefault},
+      // Modern MoE (README "Mixture of Experts"): DeepSeek-V3 / Mixtral routing.
+      {"--moe-ffn", FIELD(moe_ffn), "Each routed expert's MLP width (fine-grained experts; 0 = the --ffn width)",
+       number_in(0, kMaxCount), kShowDefault},
+      {"--shared-experts", FIELD(shared_experts),
+       "Shared experts every token goes through, added to the routed output (width N x the expert width)",
+       number_in(0, kMaxLayers), kShowDefault},
+      {"--router", FIELD(router), "MoE router scores: softmax (over the experts) or sigmoid (DeepSeek-V3)", {},
+       kShowDefault},
+      {"--moe-norm-topk,!--no-moe-norm-topk", FIELD(moe_norm_topk),
+       "Normalize the top-k gates to sum 1 (default; Mixtral's softmax over the top-k)"},
+      {"--moe-first-dense", FIELD(moe_first_dense),
+       "The first N blocks are dense MLPs of the --ffn width (DeepSeek-V3: 3)", number_in(0, kMaxLayers),
        kShowDefault},
       {"--dropout", FIELD(dropout),
        "Attention and hidden dropout probability: its kernels are charged (phantom runs only)", number_in(0, 0.999),
@@ -185,6 +199,14 @@ void TrainFlags::add(CLI::App* sub) {
 
 void TrainFlags::add_checkpoint_flags(CLI::App* sub) { add_flags(sub, *this, checkpoint_flags()); }
 
+void TrainFlags::set_modern_moe(model::GPTConfig& c) const {
+  c.n_moe_ffn = moe_ffn;
+  c.n_shared_expert = shared_experts;
+  c.router = model::parse_router(router);
+  c.moe_norm_topk = moe_norm_topk;
+  c.moe_first_dense = moe_first_dense;
+}
+
 model::GPTConfig TrainFlags::model_config() const {
   const model::PresetInfo& info = model::preset_info(model);
   model::GPTConfig c = info.config;
@@ -209,6 +231,7 @@ model::GPTConfig TrainFlags::model_config() const {
   c.moe_every = moe_every;
   c.aux_coef = aux_coef >= 0 ? aux_coef : (experts > 0 ? 0.01 : 0.0);
   c.capacity_factor = capacity_factor;
+  set_modern_moe(c);
   c.dropout = dropout;
   if (vocab_divisible_by && *vocab_divisible_by < 1)
     throw ConfigError(fmt::format("--make-vocab-size-divisible-by must be at least 1 (got {})", *vocab_divisible_by));

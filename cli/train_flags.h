@@ -30,6 +30,10 @@ struct TrainFlags {
   int experts = 0, top_k = 2, moe_every = 1;
   double aux_coef = -1;  // <0: 0.01 when experts > 0
   double capacity_factor = 0;
+  // Modern MoE (GPTConfig's n_moe_ffn, n_shared_expert, router, moe_norm_topk, moe_first_dense).
+  int moe_ffn = 0, shared_experts = 0, moe_first_dense = 0;
+  std::string router = "softmax";
+  bool moe_norm_topk = true;
   double dropout = 0;
   // Names the library parses into its enums (parse_schedule, ...).
   std::string lr_schedule = "constant", sampling = "random", cp_comm = "ring", schedule = "1f1b";
@@ -51,6 +55,7 @@ struct TrainFlags {
   // The shape flags over the preset: sizes, --ffn, the MoE fields, and the
   // vocabulary padding (which needs --tp).
   model::GPTConfig model_config() const;
+  void set_modern_moe(model::GPTConfig& c) const;
   ClusterOptions cluster_options() const;
 };
 

@@ -20,6 +20,35 @@ std::string num(double v) {
 
 const char* family_name(Family f) { return f == Family::kLlama ? "llama" : "gpt"; }
 
+const char* router_name(Router r) { return r == Router::kSigmoid ? "sigmoid" : "softmax"; }
+
+Router parse_router(std::string_view name) {
+  if (name == "softmax") return Router::kSoftmax;
+  if (name == "sigmoid") return Router::kSigmoid;
+  throw ConfigError("`router` must be softmax or sigmoid (got \"" + std::string(name) + "\")");
+}
+
+namespace {
+
+// The modern-MoE fields (config.h "Modern MoE"); n_expert > 0.
+void validate_modern_moe(const GPTConfig& c) {
+  require(c.n_moe_ffn >= 0, "`n_moe_ffn` must be positive, or 0 for the MLP width (got " + num(c.n_moe_ffn) + ")");
+  require(c.moe_first_dense >= 0 && c.moe_first_dense <= c.n_layer,
+          "`moe_first_dense` " + num(c.moe_first_dense) + " must be between 0 and --layers " + num(c.n_layer));
+  require(c.n_shared_expert >= 0, "`n_shared_expert` must be 0 or more (got " + num(c.n_shared_expert) + ")");
+  require(double(c.n_shared_expert) * c.moe_ffn_hidden() <= INT32_MAX,
+          "`n_shared_expert` " + num(c.n_shared_expert) + " x the expert width " + num(c.moe_ffn_hidden()) +
+              " exceeds 2^31 columns");
+}
+
+}  // namespace
+
+int GPTConfig::moe_layers() const {
+  int n = 0;
+  for (int l = 0; l < n_layer; ++l) n += is_moe_layer(l);
+  return n;
+}
+
 void GPTConfig::validate() const {
   require(n_layer >= 1, "--layers must be at least 1 (got " + num(n_layer) + ")");
   require(n_head >= 1, "--heads must be at least 1 (got " + num(n_head) + ")");
@@ -34,13 +63,16 @@ void GPTConfig::validate() const {
           "the unpadded vocabulary " + num(vocab_unpadded) + " must be between 2 and --vocab " +
               num(vocab_size));
   require(n_expert >= 0, "--experts must be 0 (dense) or more (got " + num(n_expert) + ")");
+  require(n_expert > 0 || (n_shared_expert == 0 && n_moe_ffn == 0 && moe_first_dense == 0),
+          "`n_shared_expert`, `n_moe_ffn` and `moe_first_dense` need routed experts (--experts above 0)");
   if (n_expert == 0) return;
   require(top_k >= 1 && top_k <= n_expert,
-          "--top-k " + num(top_k) + " must be between 1 and --experts " + num(n_expert));
+          "--moe-top-k " + num(top_k) + " must be between 1 and --experts " + num(n_expert));
   require(moe_every >= 1, "--moe-every must be at least 1 (got " + num(moe_every) + ")");
   require(aux_coef >= 0, "--aux-coef must be >= 0 (got " + num(aux_coef) + ")");
   require(capacity_factor >= 0,
           "--capacity-factor must be >= 0, 0 = off (got " + num(capacity_factor) + ")");
+  validate_modern_moe(*this);
 }
 
 std::string GPTConfig::to_string() const {
@@ -51,6 +83,11 @@ std::string GPTConfig::to_string() const {
   if (is_moe()) {
     os << " experts=" << n_expert << " top_k=" << top_k << " moe_every=" << moe_every
        << " aux_coef=" << aux_coef << " capacity_factor=" << capacity_factor;
+    if (n_moe_ffn > 0) os << " moe_ffn=" << n_moe_ffn;
+    if (n_shared_expert > 0) os << " shared_experts=" << n_shared_expert;
+    if (router != Router::kSoftmax) os << " router=" << router_name(router);
+    if (!moe_norm_topk) os << " moe_norm_topk=0";
+    if (moe_first_dense > 0) os << " moe_first_dense=" << moe_first_dense;
   }
   return os.str();
 }

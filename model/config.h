@@ -18,6 +18,13 @@ namespace shardlab::model {
 enum class Family : uint8_t { kGpt, kLlama };
 const char* family_name(Family f);  // "gpt", "llama"
 
+// MoE router scores (kernels_moe.h): kSoftmax over the E experts
+// (Switch/Mixtral), kSigmoid per expert (DeepSeek-V3).
+enum class Router : uint8_t { kSoftmax, kSigmoid };
+const char* router_name(Router r);  // "softmax", "sigmoid"
+// "softmax" or "sigmoid"; ConfigError naming `router` otherwise.
+Router parse_router(std::string_view name);
+
 struct GPTConfig {
   int n_layer = 4;
   int n_head = 4;
@@ -37,6 +44,12 @@ struct GPTConfig {
   int moe_every = 1;           // blocks with layer % moe_every == 0 are MoE
   double aux_coef = 0.01;      // loss = CE + aux_coef * Σ_layers aux
   double capacity_factor = 0;  // <= 0: no capacity limit
+  // Modern MoE (DeepSeek-V3, Mixtral; kernels_moe.h "Routers"), see moe_* below.
+  int n_moe_ffn = 0;           // each routed expert's MLP width (--moe-ffn); 0: ffn_hidden()
+  int n_shared_expert = 0;     // shared experts: every token, output added to the routed
+  Router router = Router::kSoftmax;  // scores: softmax over E, or per-expert sigmoid
+  bool moe_norm_topk = true;   // gates = the top-K scores renormalised to sum 1 (Mixtral's)
+  int moe_first_dense = 0;     // the first N blocks are dense, width ffn_hidden() (DeepSeek-V3: 3)
   // Attention and hidden dropout probability (Megatron's, both the same). > 0
   // charges the dropout kernels (kernels.h dropout_*_cost) and is modeled in
   // time only: phantom runs (the arithmetic has no dropout).
@@ -58,7 +71,15 @@ struct GPTConfig {
   int token_vocab() const { return vocab_unpadded > 0 ? vocab_unpadded : vocab_size; }
   bool vocab_padded() const { return vocab_unpadded > 0; }
   bool is_moe() const { return n_expert > 0; }
-  bool is_moe_layer(int layer) const { return is_moe() && layer % moe_every == 0; }
+  bool is_moe_layer(int layer) const {
+    return is_moe() && layer >= moe_first_dense && layer % moe_every == 0;
+  }
+  int moe_layers() const;  // blocks that are MoE
+  bool has_dense_layer() const { return moe_layers() < n_layer; }
+  int moe_ffn_hidden() const { return n_moe_ffn > 0 ? n_moe_ffn : ffn_hidden(); }
+  // The shared experts run as one MLP of n_shared_expert · moe_ffn_hidden()
+  // columns (DeepSeek's implementation); 0 without shared experts.
+  int shared_ffn_hidden() const { return n_shared_expert * moe_ffn_hidden(); }
 
   // Throws shardlab::ConfigError with one line naming the flag and constraint.
   void validate() const;

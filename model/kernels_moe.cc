@@ -33,41 +33,66 @@ void softmax_row(Real* p, const Real* z, int E) {
   for (int e = 0; e < E; ++e) p[e] /= sum;
 }
 
-// The K largest of p (descending; equal values: lower index first).
 template <typename Real>
-void top_k_row(int32_t* chosen, const Real* p, int E, int K) {
+void score_row(Real* s, const Real* z, int E, Router score) {
+  if (score == Router::kSoftmax) return softmax_row(s, z, E);
+  for (int e = 0; e < E; ++e) s[e] = Real(1) / (Real(1) + pm::exp_of(-z[e]));
+}
+
+// The K largest keys s[e] + bias[e] (descending; equal keys: lower index
+// first). O(K·E) per row, no allocation: chosen experts are skipped by a scan
+// of the K-long prefix.
+template <typename Real>
+void top_k_row(int32_t* chosen, const Real* s, const Real* bias, int E, int K) {
+  auto key = [&](int e) { return bias ? s[e] + bias[e] : s[e]; };
   for (int k = 0; k < K; ++k) {
     int best = -1;
+    Real best_key = 0;
     for (int e = 0; e < E; ++e) {
       if (std::find(chosen, chosen + k, e) != chosen + k) continue;
-      if (best < 0 || p[e] > p[best]) best = e;  // strict: ties keep the lower index
+      const Real v = key(e);
+      if (best < 0 || v > best_key) best = e, best_key = v;  // strict: ties keep the lower index
     }
     chosen[k] = best;
   }
+}
+
+// Σ_e s[e] over the row: the aux loss's normaliser s' = s / Σ s (1 for softmax).
+template <typename Real>
+Real aux_norm(const Real* s, int E, Router score) {
+  if (score == Router::kSoftmax) return Real(1);
+  Real sum = 0;
+  for (int e = 0; e < E; ++e) sum += s[e];
+  return sum;
 }
 
 }  // namespace
 
 template <typename Real>
 Real router_forward(Real* probs, int32_t* expert, int32_t* slot, Real* gates, Real* frac,
-                    const Real* logits, int64_t N, int E, int K, double capacity_factor) {
+                    const Real* logits, const Real* bias, int64_t N, int E, int K,
+                    double capacity_factor, const RouterSpec& r) {
   SHARDLAB_CHECK(K >= 1 && K <= E, "router needs 1 <= K <= E");
   const int64_t cap = expert_capacity(N, E, K, capacity_factor);
   std::vector<int64_t> count(E, 0);   // assignments per expert (before drop)
   std::vector<double> pmean(E, 0.0);  // P_i * N
   for (int64_t n = 0; n < N; ++n) {
     Real* p = probs + n * E;
-    softmax_row(p, logits + n * E, E);
+    score_row(p, logits + n * E, E, r.score);
     int32_t* ex = expert + n * K;
-    top_k_row(ex, p, E, K);
-    Real denom = 0;
-    for (int k = 0; k < K; ++k) denom += p[ex[k]];
+    top_k_row(ex, p, bias, E, K);
+    Real denom = 1;
+    if (r.norm_topk) {
+      denom = 0;
+      for (int k = 0; k < K; ++k) denom += p[ex[k]];
+    }
     for (int k = 0; k < K; ++k) {
       gates[n * K + k] = p[ex[k]] / denom;
       const int64_t pos = count[ex[k]]++;
       slot[n * K + k] = pos < cap ? static_cast<int32_t>(pos) : -1;
     }
-    for (int e = 0; e < E; ++e) pmean[e] += p[e];
+    const Real norm = aux_norm(p, E, r.score);
+    for (int e = 0; e < E; ++e) pmean[e] += p[e] / norm;
   }
   double aux = 0;
   for (int e = 0; e < E; ++e) {
@@ -80,24 +105,38 @@ Real router_forward(Real* probs, int32_t* expert, int32_t* slot, Real* gates, Re
 
 template <typename Real>
 void router_backward(Real* dlogits, const Real* dgates, Real daux, const Real* probs,
-                     const int32_t* expert, const Real* frac, int64_t N, int E, int K) {
-  std::vector<Real> dp(E);  // one row of dL/dprobs, reused
+                     const int32_t* expert, const Real* frac, int64_t N, int E, int K,
+                     const RouterSpec& r) {
+  std::vector<Real> dp(E);  // one row of dL/ds, reused
   const Real aux_scale = daux * static_cast<Real>(E) / static_cast<Real>(N);
   for (int64_t n = 0; n < N; ++n) {
     const Real* p = probs + n * E;
     const int32_t* ex = expert + n * K;
     const Real* dg = dgates + n * K;
-    for (int e = 0; e < E; ++e) dp[e] = aux_scale * frac[e];
-    // gates_k = p[ex_k] / S  =>  dp[ex_k] += (dg_k - Σ_j dg_j·gates_j) / S
-    Real S = 0;
-    for (int k = 0; k < K; ++k) S += p[ex[k]];
-    Real dot = 0;
-    for (int k = 0; k < K; ++k) dot += dg[k] * p[ex[k]] / S;
-    for (int k = 0; k < K; ++k) dp[ex[k]] += (dg[k] - dot) / S;
-    // probs = softmax(logits)
-    Real pdp = 0;
-    for (int e = 0; e < E; ++e) pdp += p[e] * dp[e];
+    // aux = (E/N) Σ_e f_e s_e / Σs: softmax (Σs = 1) d/ds_e = (E/N) f_e; sigmoid
+    // d/ds_e = (E/N) (f_e − Σ_j f_j s'_j) / Σs.
+    const Real norm = aux_norm(p, E, r.score);
+    Real fs = 0;
+    if (r.score == Router::kSigmoid)
+      for (int e = 0; e < E; ++e) fs += frac[e] * p[e] / norm;
+    for (int e = 0; e < E; ++e) dp[e] = aux_scale * (frac[e] - fs) / norm;
+    if (r.norm_topk) {
+      // gates_k = s[ex_k] / S  =>  ds[ex_k] += (dg_k − Σ_j dg_j·gates_j) / S
+      Real S = 0;
+      for (int k = 0; k < K; ++k) S += p[ex[k]];
+      Real dot = 0;
+      for (int k = 0; k < K; ++k) dot += dg[k] * p[ex[k]] / S;
+      for (int k = 0; k < K; ++k) dp[ex[k]] += (dg[k] - dot) / S;
+    } else {
+      for (int k = 0; k < K; ++k) dp[ex[k]] += dg[k];  // gates_k = s[ex_k]
+    }
     Real* dz = dlogits + n * E;
+    if (r.score == Router::kSigmoid) {
+      for (int e = 0; e < E; ++e) dz[e] += p[e] * (Real(1) - p[e]) * dp[e];
+      continue;
+    }
+    Real pdp = 0;  // s = softmax(z)
+    for (int e = 0; e < E; ++e) pdp += p[e] * dp[e];
     for (int e = 0; e < E; ++e) dz[e] += p[e] * (dp[e] - pdp);
   }
 }
@@ -177,10 +216,12 @@ void moe_combine_backward(Real* dye, Real* dgates, const Real* dout, const Real*
 }
 
 template <typename Real>
-Real moe_aux_loss(const Real* frac, const Real* probs, int64_t N, int E) {
+Real moe_aux_loss(const Real* frac, const Real* probs, int64_t N, int E, Router score) {
   std::vector<double> P(size_t(E), 0.0);
-  for (int64_t t = 0; t < N; ++t)
-    for (int e = 0; e < E; ++e) P[size_t(e)] += probs[t * E + e];
+  for (int64_t t = 0; t < N; ++t) {
+    const Real norm = aux_norm(probs + t * E, E, score);
+    for (int e = 0; e < E; ++e) P[size_t(e)] += probs[t * E + e] / norm;
+  }
   double aux = 0;
   for (int e = 0; e < E; ++e) aux += double(frac[e]) * P[size_t(e)] / double(N);
   return static_cast<Real>(E * aux);
@@ -211,11 +252,11 @@ OpCost moe_combine_backward_cost(int64_t M, int64_t C, int elem) {
 }
 
 #define SHARDLAB_INSTANTIATE_MOE(Real)                                                             \
-  template Real moe_aux_loss(const Real*, const Real*, int64_t, int);                              \
-  template Real router_forward(Real*, int32_t*, int32_t*, Real*, Real*, const Real*, int64_t, int, \
-                               int, double);                                                       \
+  template Real moe_aux_loss(const Real*, const Real*, int64_t, int, Router);                      \
+  template Real router_forward(Real*, int32_t*, int32_t*, Real*, Real*, const Real*, const Real*,  \
+                               int64_t, int, int, double, const RouterSpec&);                      \
   template void router_backward(Real*, const Real*, Real, const Real*, const int32_t*,             \
-                                const Real*, int64_t, int, int);                                   \
+                                const Real*, int64_t, int, int, const RouterSpec&);                \
   template void moe_dispatch_forward(Real*, const Real*, const int64_t*, int64_t, int, int);       \
   template void moe_dispatch_backward(Real*, const Real*, const int64_t*, int64_t, int, int);      \
   template void moe_combine_forward(Real*, const Real*, const Real*, const int64_t*, int64_t,      \

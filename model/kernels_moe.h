@@ -2,11 +2,16 @@
 // (Megatron-core vocabulary). Included from kernels.h; same size letters and
 // conventions (outputs first, backward accumulates with +=).
 //
-// Routing: probs = softmax(router logits) over E experts; each token picks the
-// K experts of highest prob (ties to the lower index, listed by descending
-// prob); gates = those K probs renormalised to sum to 1. Load-balancing loss
+// Routing (RouterSpec): scores s = softmax(router logits) over the E experts
+// (Router::kSoftmax) or sigmoid(logit) per expert (kSigmoid, DeepSeek-V3),
+// kept in `probs`. Each token picks the K experts of highest s + bias
+// (ties to the lower index, listed by descending key; the bias, aux-loss-free
+// balancing's, steers the choice only); gates = those K scores, renormalised
+// to sum to 1 when norm_topk (Mixtral's softmax over the top-K logits equals
+// softmax + norm_topk), else the raw scores (DeepSeek-V2). Load-balancing loss
 // aux = E · Σ_i f_i · P_i with f_i = (top-K assignments to expert i, counted
-// before any capacity drop) / (N·K), a constant, and P_i = mean_n probs[n,i].
+// before any capacity drop) / (N·K), a constant, and P_i = mean_n s'[n,i],
+// s' = s normalised per row (softmax: s itself; sigmoid: s / Σ_e s, DeepSeek-V3's).
 // With a capacity factor F > 0 each expert takes at most ⌈F·N·K/E⌉
 // assignments in token order; later ones are dropped (slot = -1) and
 // contribute nothing, while the kept gates keep their renormalised values.
@@ -14,22 +19,30 @@
 
 #include <cstdint>
 
+#include "model/config.h"
 #include "model/sink.h"
 #include "runtime/cost_model.h"
 
 namespace shardlab::model {
 
+struct RouterSpec {
+  Router score = Router::kSoftmax;
+  bool norm_topk = true;
+  static RouterSpec of(const GPTConfig& c) { return {c.router, c.moe_norm_topk}; }
+};
+
 // Assignments one expert may take: ⌈F·N·K/E⌉, or N (no limit) when F <= 0.
 int64_t expert_capacity(int64_t N, int E, int K, double capacity_factor);
 
 template <typename Real>
-Real router_forward(Real* probs,         // (N,E) softmax over experts
+Real router_forward(Real* probs,         // (N,E) scores s
                     int32_t* expert,     // (N,K) chosen experts
                     int32_t* slot,       // (N,K) row in the expert's queue, -1 dropped
-                    Real* gates,         // (N,K) renormalised probs
+                    Real* gates,         // (N,K)
                     Real* frac,          // (E) f_i, constant in backward
                     const Real* logits,  // (N,E) router logits (x · Wrᵀ)
-                    int64_t N, int E, int K, double capacity_factor);
+                    const Real* bias,    // (E) selection bias, or null
+                    int64_t N, int E, int K, double capacity_factor, const RouterSpec& r);
 // dgates: gradient of the loss w.r.t. gates; daux: w.r.t. the returned aux.
 template <typename Real>
 void router_backward(Real* dlogits,       // (N,E)
@@ -38,22 +51,22 @@ void router_backward(Real* dlogits,       // (N,E)
                      const Real* probs,      // (N,E)
                      const int32_t* expert,  // (N,K)
                      const Real* frac,       // (E)
-                     int64_t N, int E, int K);
+                     int64_t N, int E, int K, const RouterSpec& r);
 OpCost router_forward_cost(int64_t N, int64_t E, int64_t K, int elem);
 // The load-balancing loss for given fractions: E · Σ_i frac[i] · P_i with P_i
-// the mean of probs[:, i] over the N rows (after frac was averaged over
+// the mean of s'[:, i] over the N rows (after frac was averaged over
 // data-parallel replicas or counted over the global batch).
 template <typename Real>
 Real moe_aux_loss(const Real* frac,   // (E)
-                  const Real* probs,  // (N,E)
-                  int64_t N, int E);
+                  const Real* probs,  // (N,E) scores s
+                  int64_t N, int E, Router score);
 OpCost router_backward_cost(int64_t N, int64_t E, int64_t K, int elem);
 template <typename Real>  // kernels.h: the Exec overloads
 void router_backward(const Exec& ex, const char* name, Real* dlogits, const Real* dgates, Real daux,
                      const Real* probs, const int32_t* expert, const Real* frac, int64_t N, int E,
-                     int K) {
+                     int K, const RouterSpec& r) {
   ex.run(name, router_backward_cost(N, E, K, ex.elem),
-         [&] { router_backward(dlogits, dgates, daux, probs, expert, frac, N, E, K); });
+         [&] { router_backward(dlogits, dgates, daux, probs, expert, frac, N, E, K, r); });
 }
 
 // Capacity over a batch split in consecutive parts (data parallelism): this

@@ -53,6 +53,7 @@ GPTView<Real> make_view(const ParamTable& table, Real* base) {
       for (int e = 0; e < config.n_expert; ++e) {
         b.experts.push_back(mlp(table, base, block_name(l, "mlp.experts." + std::to_string(e))));
       }
+      if (config.n_shared_expert > 0) b.shared = mlp(table, base, block_name(l, "mlp.shared_experts"));
     } else {
       b.mlp = mlp(table, base, block_name(l, "mlp"));
     }
@@ -63,7 +64,7 @@ GPTView<Real> make_view(const ParamTable& table, Real* base) {
 }
 
 template <typename Real>
-void MoeActs<Real>::resize(int64_t N, int C, int E, int K, int F) {
+void MoeActs<Real>::resize(int64_t N, int C, int E, int K, int F, int Fs) {
   logits.assign(N * E, 0);
   probs.assign(N * E, 0);
   expert.assign(N * K, 0);
@@ -77,6 +78,9 @@ void MoeActs<Real>::resize(int64_t N, int C, int E, int K, int F) {
   const int64_t width = F > 0 ? F : 4 * int64_t{C};
   fc.assign(N * K * width, 0);
   fc_gelu.assign(N * K * width, 0);
+  shared_fc.assign(N * Fs, 0);
+  shared_fc_gelu.assign(N * Fs, 0);
+  shared_out.assign(Fs > 0 ? N * C : 0, 0);
 }
 
 template <typename Real>
@@ -87,7 +91,7 @@ void BlockActs<Real>::resize(const Dims& d, const GPTConfig& config, bool moe_bl
   qkv.assign(N * 3 * C, 0);
   att.assign(static_cast<int64_t>(d.B) * d.NH * d.T * d.T, 0);
   if (moe_block) {
-    moe.resize(N, d.C, config.n_expert, config.top_k, config.ffn_hidden());
+    moe.resize(N, d.C, config.n_expert, config.top_k, config.moe_ffn_hidden(), config.shared_ffn_hidden());
   } else {
     fc.assign(N * F, 0);
     fc_gelu.assign(N * F, 0);
@@ -100,8 +104,10 @@ void BlockScratch<Real>::resize(const Dims& d, const GPTConfig& config) {
   const int64_t K = config.is_moe() ? config.top_k : 0;
   for (auto* v : {&dres1, &dln1, &dln2, &datty}) v->assign(N * C, 0);
   dqkv.assign(N * 3 * C, 0);
-  dfc.assign(std::max(N, N * K) * F, 0);
-  dfc_gelu.assign(std::max(N, N * K) * F, 0);
+  const int64_t Fe = config.is_moe() ? config.moe_ffn_hidden() : 0;
+  const int64_t widest = std::max({N * F, N * K * Fe, N * int64_t{config.shared_ffn_hidden()}});
+  dfc.assign(widest, 0);
+  dfc_gelu.assign(widest, 0);
   dlogits.assign(N * config.n_expert, 0);
   dgates.assign(N * K, 0);
   dxe.assign(N * K * C, 0);

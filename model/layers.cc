@@ -73,17 +73,18 @@ void mlp_backward(Real* dinp, const MlpView<Real>& g, Real* dfc, Real* dfc_gelu,
 template <typename Real>
 Real moe_forward(Real* out, MoeActs<Real>& a, const BlockView<Real>& p, const Real* inp, int64_t N,
                  const GPTConfig& config, const Exec& ex) {
-  const int C = config.n_embd, E = config.n_expert, K = config.top_k, F = config.ffn_hidden();
+  const int C = config.n_embd, E = config.n_expert, K = config.top_k, F = config.moe_ffn_hidden();
   // route
   linear_forward(ex, "moe.router.fwd", a.logits.data(), inp, p.router, N, C, E);
   ex.run("moe.topk.fwd", router_forward_cost(N, E, K, ex.elem), [&] {
-    a.aux = router_forward(a.probs.data(), a.expert.data(), a.slot.data(), a.gates.data(),
-                           a.frac.data(), a.logits.data(), N, E, K, config.capacity_factor);
+    a.aux = router_forward(a.probs.data(), a.expert.data(), a.slot.data(), a.gates.data(), a.frac.data(),
+                           a.logits.data(), static_cast<const Real*>(nullptr), N, E, K,
+                           config.capacity_factor, RouterSpec::of(config));
   });
   if constexpr (std::is_same_v<Real, float>) {
     // Under data parallelism f_i must count the whole global batch: average the
     // replicas' fractions and recompute aux = E * sum_i f_i * P_i with the local P_i.
-    if (ex.sink && ex.sink->average_over_replicas(a.frac.data(), E)) a.aux = moe_aux_loss(a.frac.data(), a.probs.data(), N, E);
+    if (ex.sink && ex.sink->average_over_replicas(a.frac.data(), E)) a.aux = moe_aux_loss(a.frac.data(), a.probs.data(), N, E, config.router);
   }
   a.M = moe_plan(a.src.data(), a.offsets.data(), a.expert.data(), a.slot.data(), N, E, K);
   // dispatch
@@ -97,6 +98,10 @@ Real moe_forward(Real* out, MoeActs<Real>& a, const BlockView<Real>& p, const Re
   // combine
   moe_combine_forward(ex, "moe.combine.fwd", out, a.ye.data(), a.gates.data(), a.src.data(), N, a.M,
                       K, C);
+  if (p.shared.c_fc.weight) {  // shared experts: every token, added to the routed output
+    mlp_forward(a.shared_out.data(), a.shared_fc.data(), a.shared_fc_gelu.data(), p.shared, inp, N, C, ex);
+    residual_forward(ex, "moe.shared.add", out, out, a.shared_out.data(), N * C);
+  }
   return a.aux;
 }
 
@@ -104,7 +109,10 @@ template <typename Real>
 void moe_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s, const Real* dout,
                   Real daux, const MoeActs<Real>& a, const Real* inp, const BlockView<Real>& p,
                   int64_t N, const GPTConfig& config, const Exec& ex) {
-  const int C = config.n_embd, E = config.n_expert, K = config.top_k, F = config.ffn_hidden();
+  const int C = config.n_embd, E = config.n_expert, K = config.top_k, F = config.moe_ffn_hidden();
+  if (p.shared.c_fc.weight)
+    mlp_backward(dinp, g.shared, s.dfc.data(), s.dfc_gelu.data(), dout, inp, a.shared_fc.data(),
+                 a.shared_fc_gelu.data(), p.shared, N, C, ex);
   // combine
   zero(s.dye, a.M * C);
   zero(s.dgates, N * K);
@@ -124,7 +132,7 @@ void moe_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s, c
   // route
   zero(s.dlogits, N * E);
   router_backward(ex, "moe.topk.bwd", s.dlogits.data(), s.dgates.data(), daux, a.probs.data(),
-                  a.expert.data(), a.frac.data(), N, E, K);
+                  a.expert.data(), a.frac.data(), N, E, K, RouterSpec::of(config));
   linear_backward(ex, "moe.router.bwd", false, dinp, g.router, static_cast<Real*>(nullptr),
                   s.dlogits.data(), inp, p.router, N, C, E);
 }

@@ -52,6 +52,7 @@ struct BlockView {
   MlpView<Real> mlp;                   // dense blocks
   Real* router = nullptr;              // (E, C), MoE blocks
   std::vector<MlpView<Real>> experts;  // (E) MoE blocks
+  MlpView<Real> shared;                // MoE blocks' shared experts (null weights: none)
 };
 
 template <typename Real>
@@ -87,8 +88,11 @@ struct MoeActs {
   int64_t M = 0;
   Buffer<Real> xe, ye;       // (N*K, C), first M rows used
   Buffer<Real> fc, fc_gelu;  // (N*K, F)
+  Buffer<Real> shared_fc, shared_fc_gelu;  // (N, Fs) shared experts (GPTConfig::shared_ffn_hidden())
+  Buffer<Real> shared_out;                 // (N, C)
   Real aux = 0;
-  void resize(int64_t N, int C, int E, int K, int F = 0);  // F: the MLP width, 0: 4C
+  // F: an expert's MLP width, 0: 4C; Fs: the shared experts' (0: none).
+  void resize(int64_t N, int C, int E, int K, int F = 0, int Fs = 0);
 };
 
 template <typename Real>
@@ -113,7 +117,7 @@ template <typename Real>
 struct BlockScratch {
   Buffer<Real> dres1, dln1, dln2, datty;  // (N,C)
   Buffer<Real> dqkv;                      // (N,3C)
-  Buffer<Real> dfc, dfc_gelu;             // (max(N, N*K), 4C)
+  Buffer<Real> dfc, dfc_gelu;             // the widest of (N, F), (N*K, Fe), (N, Fs)
   Buffer<Real> dlogits;                   // (N,E)
   Buffer<Real> dgates;                    // (N,K)
   Buffer<Real> dxe, dye;                  // (N*K, C)

@@ -19,6 +19,10 @@ std::string expert_name(int layer, int expert, std::string_view suffix) {
   return block_name(layer, "mlp.experts." + std::to_string(expert) + "." + std::string(suffix));
 }
 
+std::string shared_expert_name(int layer, std::string_view suffix) {
+  return block_name(layer, "mlp.shared_experts." + std::string(suffix));
+}
+
 std::array<Range, 3> c_attn_head_rows(int C, int n_head, int h0, int h1) {
   SHARDLAB_CHECK(n_head > 0 && C % n_head == 0 && 0 <= h0 && h0 <= h1 && h1 <= n_head,
                  "bad head range");
@@ -30,14 +34,27 @@ std::array<Range, 3> c_attn_head_rows(int C, int n_head, int h0, int h1) {
   return rows;
 }
 
+namespace {
+
+// An MLP of width F: c_fc (F, C) and c_proj (C, F) with biases.
+double mlp_params(double C, double F) { return 2 * F * C + F + C; }
+
+// One MoE block's MLP part: router (E, C), E experts of width moe_ffn_hidden()
+// and the shared experts' MLP of width shared_ffn_hidden().
+double moe_mlp_params(const GPTConfig& c) {
+  const double C = c.n_embd, E = c.n_expert;
+  const double shared = c.n_shared_expert > 0 ? mlp_params(C, c.shared_ffn_hidden()) : 0;
+  return E * C + E * mlp_params(C, c.moe_ffn_hidden()) + shared;
+}
+
+}  // namespace
+
 double count_params(const GPTConfig& c) {
-  const double C = c.n_embd, E = c.n_expert, F = c.ffn_hidden();
-  const double mlp = 2 * F * C + F + C;                          // c_fc, c_proj with biases
+  const double C = c.n_embd;
   const double attn = 3 * C * C + 3 * C + C * C + C + 4 * C;     // c_attn, c_proj, ln_1, ln_2
   double total = double(c.vocab_size) * C + double(c.block_size) * C + 2 * C;  // wte, wpe, ln_f
-  // Blocks l with l % moe_every == 0 are MoE.
-  const double moe = c.is_moe() ? double((int64_t{c.n_layer} + c.moe_every - 1) / c.moe_every) : 0;
-  return total + c.n_layer * attn + moe * (E * C + E * mlp) + (c.n_layer - moe) * mlp;
+  const double moe = c.moe_layers();  // is_moe_layer: past moe_first_dense, l % moe_every == 0
+  return total + c.n_layer * attn + moe * moe_mlp_params(c) + (c.n_layer - moe) * mlp_params(C, c.ffn_hidden());
 }
 
 ParamTable::ParamTable(const GPTConfig& config) : config_(config) {
@@ -54,17 +71,30 @@ ParamTable::ParamTable(const GPTConfig& config) : config_(config) {
     add_linear(block_name(l, "attn.c_proj"), R::kAttnProjWeight, C, C, true, proj_std, l);
     add_layernorm(block_name(l, "ln_2"), C, l);
     if (config.is_moe_layer(l)) {
-      add_linear(block_name(l, "mlp.router"), R::kRouter, config.n_expert, C, false, kInitStd, l);
-      for (int e = 0; e < config.n_expert; ++e) {
-        add_linear(expert_name(l, e, "c_fc"), R::kFcWeight, F, C, true, kInitStd, l, e);
-        add_linear(expert_name(l, e, "c_proj"), R::kMlpProjWeight, C, F, true, proj_std, l, e);
-      }
+      add_moe_mlp(l, proj_std);
     } else {
       add_linear(block_name(l, "mlp.c_fc"), R::kFcWeight, F, C, true, kInitStd, l);
       add_linear(block_name(l, "mlp.c_proj"), R::kMlpProjWeight, C, F, true, proj_std, l);
     }
   }
   add_layernorm("transformer.ln_f", C, -1);
+}
+
+// The router, the routed experts (width moe_ffn_hidden()) and the shared
+// experts as one MLP of width shared_ffn_hidden() (DeepSeek's layout), which
+// is not an expert: split over TP and reduced over DP like the dense MLP.
+void ParamTable::add_moe_mlp(int l, double proj_std) {
+  using R = ParamRole;
+  const int64_t C = config_.n_embd, Fe = config_.moe_ffn_hidden();
+  add_linear(block_name(l, "mlp.router"), R::kRouter, config_.n_expert, C, false, kInitStd, l);
+  for (int e = 0; e < config_.n_expert; ++e) {
+    add_linear(expert_name(l, e, "c_fc"), R::kFcWeight, Fe, C, true, kInitStd, l, e);
+    add_linear(expert_name(l, e, "c_proj"), R::kMlpProjWeight, C, Fe, true, proj_std, l, e);
+  }
+  if (config_.n_shared_expert == 0) return;
+  const int64_t Fs = config_.shared_ffn_hidden();
+  add_linear(shared_expert_name(l, "c_fc"), R::kFcWeight, Fs, C, true, kInitStd, l);
+  add_linear(shared_expert_name(l, "c_proj"), R::kMlpProjWeight, C, Fs, true, proj_std, l);
 }
 
 void ParamTable::add(std::string name, ParamRole role, Shape shape, InitKind init, double std,

@@ -97,6 +97,7 @@ class ParamTable {
   void add_linear(const std::string& prefix, ParamRole role, int64_t out, int64_t in, bool bias,
                   double std, int layer, int expert = -1);
   void add_layernorm(const std::string& prefix, int64_t C, int layer);
+  void add_moe_mlp(int layer, double proj_std);
 
   GPTConfig config_;
   std::vector<ParamSpec> specs_;
@@ -127,5 +128,7 @@ Range prefix_range(const std::vector<Spec>& specs, std::string_view prefix) {
   return begin < 0 ? Range{} : Range{begin, end - begin};
 }
 std::string expert_name(int layer, int expert, std::string_view suffix);
+// shared_expert_name(2, "c_fc.weight") = "transformer.h.2.mlp.shared_experts.c_fc.weight".
+std::string shared_expert_name(int layer, std::string_view suffix);
 
 }  // namespace shardlab::model

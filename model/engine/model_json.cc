@@ -7,7 +7,7 @@
 namespace shardlab::engine {
 
 nlohmann::json model_json(const model::GPTConfig& m) {
-  return {{"layers", m.n_layer},
+  nlohmann::json j = {{"layers", m.n_layer},
           {"heads", m.n_head},
           {"embd", m.n_embd},
           {"seq", m.block_size},
@@ -20,6 +20,14 @@ nlohmann::json model_json(const model::GPTConfig& m) {
           {"moe_every", m.moe_every},
           {"aux_coef", m.aux_coef},
           {"capacity_factor", m.capacity_factor}};
+  if (m.is_moe()) {  // modern MoE (config.h)
+    j["moe_ffn"] = m.moe_ffn_hidden();
+    j["shared_experts"] = m.n_shared_expert;
+    j["router"] = model::router_name(m.router);
+    j["moe_norm_topk"] = m.moe_norm_topk;
+    j["moe_first_dense"] = m.moe_first_dense;
+  }
+  return j;
 }
 
 void check_model_json(const nlohmann::json& saved, const model::GPTConfig& config, const std::string& what) {

@@ -15,7 +15,8 @@ namespace shardlab::engine {
 // {"layers", "heads", "embd", "seq", "vocab" (the table, padded or not),
 // "vocab_unpadded" (the tokens), "make_vocab_size_divisible_by" (0: none),
 // "ffn" (the MLP width), "experts", "top_k", "moe_every", "aux_coef",
-// "capacity_factor"}.
+// "capacity_factor"}; with experts also "moe_ffn" (a routed expert's width),
+// "shared_experts", "router" ("softmax" or "sigmoid") and "moe_norm_topk".
 nlohmann::json model_json(const model::GPTConfig& config);
 
 // When `file` carries shardlab's config, its shape (layers, heads, embd,

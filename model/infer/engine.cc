@@ -63,7 +63,7 @@ void InferEngine::size_step(int64_t N) {
   for (auto* b : {&a.mean, &a.rstd}) b->assign(size_t(N), 0.0f);
   a.qkv.assign(size_t(N * 3 * Cl), 0.0f);
   a.atty.assign(size_t(N * Cl), 0.0f);
-  const bool dense = !config_.is_moe() || config_.moe_every > 1;
+  const bool dense = config_.has_dense_layer();
   a.fc.assign(dense ? size_t(N * Fl) : 0, 0.0f);
   a.fc_gelu.assign(dense ? size_t(N * Fl) : 0, 0.0f);
   if (!config_.is_moe()) return;

@@ -17,17 +17,20 @@ ShardLayout::ShardLayout(const GPTConfig& cfg, int tp, int rank, LayoutFilter fi
   SHARDLAB_CHECK(filter_.layers.empty() || int(filter_.layers.size()) == cfg.n_layer,
                  "layout filter: one entry per layer");
   const ParamTable table(cfg);
-  const int64_t C = cfg.n_embd, V = cfg.vocab_size, F = cfg.ffn_hidden();
-  const int64_t Vl = V / tp, Cl = C / tp, Fl = F / tp;
+  const int64_t C = cfg.n_embd, V = cfg.vocab_size;
+  const int64_t Vl = V / tp, Cl = C / tp;
   const int NHl = cfg.n_head / tp;
   const auto qkv = model::c_attn_head_rows(cfg.n_embd, cfg.n_head, rank * NHl, (rank + 1) * NHl);
   const std::vector<Range> qkv_rows(qkv.begin(), qkv.end());
-  const std::vector<Range> head_cols{{rank * Cl, Cl}}, fc_rows{{rank * Fl, Fl}};
+  const std::vector<Range> head_cols{{rank * Cl, Cl}};
   blocks_.assign(static_cast<size_t>(cfg.n_layer), Range{});
 
   using model::ParamRole;
   for (const ParamSpec& p : table.specs()) {
     if (!holds_spec(p)) continue;
+    // The MLP's width: the dense MLP's, a routed expert's or the shared experts'.
+    const int64_t Fl = (p.role == ParamRole::kMlpProjWeight ? p.shape[1] : p.shape[0]) / tp;
+    const std::vector<Range> fc_rows{{rank * Fl, Fl}};
     switch (p.role) {
       case ParamRole::kTokenEmbedding: add(p, {Vl, C}, 0, {{rank * Vl, Vl}}, false); break;
       case ParamRole::kQkvWeight: add(p, {3 * Cl, C}, 0, qkv_rows, false); break;
@@ -150,6 +153,7 @@ model::GPTView<float> ShardLayout::view(float* base) const {
       b.router = model::shifted(base, at(block_name(l, "mlp.router.weight")).offset);
       for (int e = 0; e < config_.n_expert; ++e)
         if (filter_.holds_expert(e)) b.experts.push_back(mlp(*this, base, block_name(l, "mlp.experts." + std::to_string(e))));
+      if (config_.n_shared_expert > 0) b.shared = mlp(*this, base, block_name(l, "mlp.shared_experts"));
     } else {
       b.mlp = mlp(*this, base, block_name(l, "mlp"));
     }

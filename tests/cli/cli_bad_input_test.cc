@@ -81,9 +81,17 @@ TEST(CliBadInput, ModelShapeFlags) {
       {"train --model nano --steps 1 --vocab 2", "--vocab 2 does not suit synthetic:markov"},
       {"train --model nano --steps 1 --experts -1", "--experts: -1 is out of range"},
       {"train --model nano --steps 1 --experts 100000", "--experts: 100000 is out of range"},
-      {"train --model nano --steps 1 --experts 4 --top-k 0", "--top-k: 0 is out of range"},
-      {"train --model nano --steps 1 --top-k -3", "--top-k: -3 is out of range"},
-      {"train --model nano --steps 1 --experts 4 --top-k 5", "--top-k 5 must be between 1 and --experts 4"},
+      {"train --model nano --steps 1 --experts 4 --moe-top-k 0", "--moe-top-k: 0 is out of range"},
+      {"train --model nano --steps 1 --top-k -3", "--moe-top-k: -3 is out of range"},  // train's alias
+      {"train --model nano --steps 1 --experts 4 --top-k 5", "--moe-top-k 5 must be between 1 and --experts 4"},
+      {"train --model nano --steps 1 --experts 4 --moe-ffn -1", "--moe-ffn: -1 is out of range"},
+      {"train --model nano --steps 1 --shared-experts 1", "--shared-experts, --moe-ffn and --moe-first-dense need "
+                                                          "routed experts (--experts above 0)"},
+      {"train --model nano --steps 1 --experts 4 --router relu", "--router must be softmax or sigmoid (got \"relu\")"},
+      {"train --model nano --steps 1 --experts 4 --moe-first-dense 3", "--moe-first-dense 3 must be between 0 and "
+                                                                       "--layers 2"},
+      {"train --model nano --steps 1 --experts 4 --moe-ffn 31 --tp 2",
+       "--tp 2: must divide the expert width --moe-ffn = 31"},
       {"train --model nano --steps 1 --moe-every 0", "--moe-every: 0 is out of range"},
       {"train --model nano --steps 1 --experts 4 --aux-coef -5", "--aux-coef: -5 is out of range"},
       {"train --model nano --steps 1 --experts 4 --aux-coef nan", "--aux-coef: nan is not a finite number"},

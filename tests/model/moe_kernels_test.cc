@@ -24,7 +24,8 @@ struct Routed {
   double aux = 0;
 };
 
-Routed route(const std::vector<double>& logits, int N, int E, int K, double cap) {
+Routed route(const std::vector<double>& logits, int N, int E, int K, double cap, RouterSpec spec = {},
+             const std::vector<double>* bias = nullptr) {
   Routed r;
   r.probs.resize(N * E);
   r.gates.resize(N * K);
@@ -32,7 +33,7 @@ Routed route(const std::vector<double>& logits, int N, int E, int K, double cap)
   r.expert.resize(N * K);
   r.slot.resize(N * K);
   r.aux = router_forward(r.probs.data(), r.expert.data(), r.slot.data(), r.gates.data(),
-                         r.frac.data(), logits.data(), N, E, K, cap);
+                         r.frac.data(), logits.data(), bias ? bias->data() : nullptr, N, E, K, cap, spec);
   return r;
 }
 
@@ -55,6 +56,61 @@ TEST(Router, TopKTiesGoToLowerIndexAndGatesRenormalise) {
   for (int i = 0; i < 4; ++i) EXPECT_DOUBLE_EQ(r.frac[i], f[i]);
 }
 
+TEST(Router, SigmoidScoresNormalizedGatesAndAuxByHand) {
+  // One token, E = 3, K = 2, logits {0, ln 3, −ln 3}: s = {1/2, 3/4, 1/4}.
+  const std::vector<double> logits = {0.0, std::log(3.0), -std::log(3.0)};
+  const Routed r = route(logits, 1, 3, 2, 0, {Router::kSigmoid, true});
+  EXPECT_EQ(r.expert, (std::vector<int32_t>{1, 0}));
+  EXPECT_NEAR(r.probs[0], 0.5, 1e-15);
+  EXPECT_NEAR(r.probs[1], 0.75, 1e-15);
+  EXPECT_NEAR(r.probs[2], 0.25, 1e-15);
+  EXPECT_NEAR(r.gates[0], 0.75 / 1.25, 1e-15);  // 0.6
+  EXPECT_NEAR(r.gates[1], 0.5 / 1.25, 1e-15);   // 0.4
+  // f = {1/2, 1/2, 0}; s' = s / 1.5 = {1/3, 1/2, 1/6}; aux = 3·(1/2·1/3 + 1/2·1/2) = 1.25
+  EXPECT_NEAR(r.aux, 1.25, 1e-15);
+  // Unnormalized: the gates are the raw scores.
+  const Routed raw = route(logits, 1, 3, 2, 0, {Router::kSigmoid, false});
+  EXPECT_NEAR(raw.gates[0], 0.75, 1e-15);
+  EXPECT_NEAR(raw.gates[1], 0.5, 1e-15);
+}
+
+TEST(Router, SoftmaxWithoutNormKeepsTheProbabilities) {
+  // logits {0, ln 2, ln 5}: p = {1/8, 2/8, 5/8}; top-2 = {2, 1} with gates {5/8, 2/8}.
+  const std::vector<double> logits = {0.0, std::log(2.0), std::log(5.0)};
+  const Routed r = route(logits, 1, 3, 2, 0, {Router::kSoftmax, false});
+  EXPECT_EQ(r.expert, (std::vector<int32_t>{2, 1}));
+  EXPECT_NEAR(r.gates[0], 0.625, 1e-15);
+  EXPECT_NEAR(r.gates[1], 0.25, 1e-15);
+  // Normalized (Mixtral's softmax over the top-2 logits): 5/7 and 2/7.
+  const Routed n = route(logits, 1, 3, 2, 0, {Router::kSoftmax, true});
+  EXPECT_NEAR(n.gates[0], 5.0 / 7, 1e-15);
+  EXPECT_NEAR(n.gates[1], 2.0 / 7, 1e-15);
+}
+
+TEST(Router, SelectionBiasChoosesButDoesNotWeigh) {
+  // s = {1/2, 3/4, 1/4} as above; bias {0, 0, +0.6} lifts expert 2's key to
+  // 0.85 above expert 0's 0.5: top-2 = {2, 1}, gates from the unbiased
+  // scores: 0.25 / 1.0 and 0.75 / 1.0.
+  const std::vector<double> logits = {0.0, std::log(3.0), -std::log(3.0)}, bias = {0.0, 0.0, 0.6};
+  const Routed r = route(logits, 1, 3, 2, 0, {Router::kSigmoid, true}, &bias);
+  EXPECT_EQ(r.expert, (std::vector<int32_t>{2, 1}));
+  EXPECT_NEAR(r.gates[0], 0.25, 1e-15);
+  EXPECT_NEAR(r.gates[1], 0.75, 1e-15);
+}
+
+TEST(Router, Top8OfSixtyFourPicksTheEightLargestInOrder) {
+  // Logit of expert e: (e·37 mod 64) / 8, all distinct; the top 8 are the
+  // experts whose residues are 63, 62, ..., 56: e = 37⁻¹·r mod 64 (37·45 ≡ 1).
+  const int E = 64, K = 8;
+  std::vector<double> logits(E);
+  for (int e = 0; e < E; ++e) logits[e] = (e * 37 % 64) / 8.0;
+  const Routed r = route(logits, 1, E, K, 0);
+  for (int k = 0; k < K; ++k) EXPECT_EQ(r.expert[k], (63 - k) * 45 % 64) << "k " << k;
+  double sum = 0;
+  for (double g : r.gates) sum += g;
+  EXPECT_NEAR(sum, 1.0, 1e-14);
+}
+
 TEST(Router, CapacityDropsLaterTokensInOrder) {
   // 5 tokens, E = 2, K = 1, F = 1: capacity ⌈1·5·1/2⌉ = 3; all prefer expert 0.
   EXPECT_EQ(expert_capacity(5, 2, 1, 1.0), 3);
@@ -71,25 +127,42 @@ TEST(Router, CapacityDropsLaterTokensInOrder) {
   EXPECT_EQ(std::vector<int64_t>(src.begin(), src.begin() + 4), (std::vector<int64_t>{0, 1, 2, 4}));
 }
 
-void check_router(double capacity_factor, const char* what) {
+// K up to 8 of E = 12 (fine-grained routing); a selection bias moves the
+// choice but is not differentiated (it is not in the gates).
+void check_router(double capacity_factor, const char* what, RouterSpec spec = {}, int K = 2,
+                  bool with_bias = false) {
   std::mt19937_64 rng(11);
-  const int N = 7, E = 5, K = 2;
+  const int N = 7, E = K > 2 ? 12 : 5;
   auto logits = random_vector(rng, N * E, 1.5), wg = random_vector(rng, N * K);
+  const std::vector<double> bias = random_vector(rng, E, 0.3);
+  const std::vector<double>* b = with_bias ? &bias : nullptr;
   const double c_aux = 0.8;
   auto loss = [&] {
-    const Routed r = route(logits, N, E, K, capacity_factor);
+    const Routed r = route(logits, N, E, K, capacity_factor, spec, b);
     return dot(r.gates, wg) + c_aux * r.aux;
   };
-  const Routed r = route(logits, N, E, K, capacity_factor);
+  const Routed r = route(logits, N, E, K, capacity_factor, spec, b);
   Accum dlogits(rng, N * E);
   router_backward(dlogits.data(), wg.data(), c_aux, r.probs.data(), r.expert.data(), r.frac.data(),
-                  N, E, K);
+                  N, E, K, spec);
   auto g = dlogits.delta();
   check_gradients(what, {{"dlogits", &logits, &g}}, loss, kKernelTol);
 }
 
 TEST(KernelGradcheck, Router) { check_router(0, "router"); }
 TEST(KernelGradcheck, RouterWithCapacity) { check_router(0.6, "router (capacity 0.6)"); }
+TEST(KernelGradcheck, RouterSoftmaxUnnormalizedTop8) {
+  check_router(0, "router softmax no-norm top-8", {Router::kSoftmax, false}, 8);
+}
+TEST(KernelGradcheck, RouterSigmoidNormalizedTop8) {
+  check_router(0, "router sigmoid norm top-8", {Router::kSigmoid, true}, 8);
+}
+TEST(KernelGradcheck, RouterSigmoidUnnormalized) {
+  check_router(0.6, "router sigmoid no-norm (cap)", {Router::kSigmoid, false});
+}
+TEST(KernelGradcheck, RouterSigmoidWithSelectionBias) {
+  check_router(0, "router sigmoid norm, bias", {Router::kSigmoid, true}, 4, true);
+}
 
 TEST(KernelGradcheck, DispatchAndCombine) {
   std::mt19937_64 rng(12);

@@ -47,7 +47,13 @@ TEST(Config, ValidateNamesTheFlag) {
   c = preset("tiny"), c.vocab_size = 1;
   expect_error(c, "--vocab");
   c = preset("tiny"), c.n_expert = 4, c.top_k = 5;
-  expect_error(c, "--top-k 5");
+  expect_error(c, "--moe-top-k 5");
+  c = preset("tiny"), c.n_shared_expert = 1;
+  expect_error(c, "`n_shared_expert`, `n_moe_ffn` and `moe_first_dense` need routed experts");
+  c = preset("tiny"), c.n_expert = 4, c.moe_first_dense = 5;
+  expect_error(c, "`moe_first_dense` 5 must be between 0 and --layers 4");
+  c = preset("tiny"), c.n_expert = 4, c.n_moe_ffn = -1;
+  expect_error(c, "`n_moe_ffn` must be positive");
   c = preset("tiny"), c.n_expert = 4, c.capacity_factor = -1;
   expect_error(c, "--capacity-factor");
 }
@@ -101,6 +107,35 @@ TEST(ParamTable, MoELayersHaveRouterAndExperts) {
   EXPECT_EQ(t.find("transformer.h.0.mlp.c_fc.weight"), nullptr);
   EXPECT_NE(t.find("transformer.h.1.mlp.c_fc.weight"), nullptr);  // 1 % 2 != 0: dense
   EXPECT_EQ(t.find("transformer.h.1.mlp.router.weight"), nullptr);
+}
+
+TEST(ParamTable, FineGrainedAndSharedExperts) {
+  // nano (C 64, F 256) with 8 experts of width 32 and 2 shared experts: one
+  // shared MLP of width 2·32 = 64 after the routed ones, not an expert.
+  GPTConfig c = preset("nano");
+  c.n_expert = 8, c.top_k = 8, c.n_moe_ffn = 32, c.n_shared_expert = 2;
+  const ParamTable t(c);
+  EXPECT_EQ(t.at("transformer.h.1.mlp.experts.7.c_fc.weight").shape, (Shape{32, 64}));
+  EXPECT_EQ(t.at("transformer.h.1.mlp.experts.7.c_proj.weight").shape, (Shape{64, 32}));
+  const ParamSpec& fc = t.at("transformer.h.1.mlp.shared_experts.c_fc.weight");
+  EXPECT_EQ(fc.shape, (Shape{64, 64}));
+  EXPECT_EQ(fc.role, ParamRole::kFcWeight);
+  EXPECT_FALSE(fc.is_expert());
+  EXPECT_EQ(t.at("transformer.h.1.mlp.shared_experts.c_proj.bias").shape, (Shape{64}));
+  // By hand, per block: attention 4·64² + 4·64 + ln 4·64 = 16896; router 8·64 =
+  // 512; experts 8·(2·32·64 + 32 + 64) = 33536; shared 2·64·64 + 64 + 64 = 8320.
+  // Model: wte 256·64 + wpe 32·64 + ln_f 128 = 18560, plus 2 blocks.
+  const double block = 16896 + 512 + 33536 + 8320;
+  EXPECT_EQ(count_params(c), 18560 + 2 * block);
+  EXPECT_EQ(count_params(c), double(t.numel()));
+  // --moe-first-dense 1: block 0 is a dense MLP of width 256 (2·256·64 + 256 + 64).
+  c.moe_first_dense = 1;
+  const ParamTable first_dense(c);
+  EXPECT_NE(first_dense.find("transformer.h.0.mlp.c_fc.weight"), nullptr);
+  EXPECT_EQ(first_dense.find("transformer.h.0.mlp.router.weight"), nullptr);
+  EXPECT_NE(first_dense.find("transformer.h.1.mlp.router.weight"), nullptr);
+  EXPECT_EQ(count_params(c), 18560 + (16896 + 33088) + block);
+  EXPECT_EQ(count_params(c), double(first_dense.numel()));
 }
 
 TEST(Init, DeterministicAndSeedDependent) {

@@ -111,12 +111,14 @@ float ep_moe_forward(float* out, TpMoeActs& a, MoeScratch& s, const BlockView<fl
            &a.stats);
   permute_rows(x.xl.data(), s.ep_xr.data(), x.perm.data(), x.R, C, true, "moe.permute.fwd", ex);
   tp_experts_forward(s.ep_yl.data(), a.fc.data(), a.fc_gelu.data(), p.experts, x.xl.data(),
-                     x.offsets.data(), El, d, c);
+                     x.offsets.data(), El, expert_fl(d, config), d, c);
   permute_rows(s.ep_xr.data(), s.ep_yl.data(), x.perm.data(), x.R, C, false, "moe.unpermute.fwd",
                ex);
   exchange(c, "moe.combine.a2a", s.ep_xr.data(), x.recv_elems, a.ye.data(), x.send_elems,
            &a.stats);
-  return tp_moe_combine(out, a, d, config, ex);
+  const float aux = tp_moe_combine(out, a, d, config, ex);
+  tp_shared_experts_forward(out, a, p, inp, d, config, c);
+  return aux;
 }
 
 void ep_moe_backward(float* dexperts, float* drouter, const BlockView<float>& g, MoeScratch& s,
@@ -126,6 +128,7 @@ void ep_moe_backward(float* dexperts, float* drouter, const BlockView<float>& g,
   const Exec& ex = c.ex;
   const int C = d.C, El = config.n_expert / c.ep->size();
   const TpMoeActs::Ep& x = a.ep;
+  tp_shared_experts_backward(dexperts, g, s, dout, a, inp, p, d, config, wg, ex);
   tp_moe_combine_backward(s, dout, a, d, config, ex);
   // dye to the experts' owners, expert-major
   exchange(c, "moe.combine.a2a.bwd", s.dye.data(), x.send_elems, s.ep_xr.data(), x.recv_elems,
@@ -133,7 +136,7 @@ void ep_moe_backward(float* dexperts, float* drouter, const BlockView<float>& g,
   permute_rows(s.ep_yl.data(), s.ep_xr.data(), x.perm.data(), x.R, C, true, "moe.permute.bwd", ex);
   // experts: partial input gradients over TP (summed by the caller after dispatch)
   tp_experts_backward(s.ep_xr.data(), g.experts, s, s.ep_yl.data(), x.xl.data(), a.fc.data(),
-                      a.fc_gelu.data(), p.experts, x.offsets.data(), El, d, wg, ex);
+                      a.fc_gelu.data(), p.experts, x.offsets.data(), El, expert_fl(d, config), d, wg, ex);
   permute_rows(s.ep_yl.data(), s.ep_xr.data(), x.perm.data(), x.R, C, false, "moe.unpermute.bwd",
                ex);
   // dxe back to the tokens' ranks, in the local plan's order

@@ -89,7 +89,7 @@ void route_globally(TpMoeActs& a, int64_t N, const GPTConfig& config, const Expe
     a.frac[e] = static_cast<float>(static_cast<double>(total) /
                                    (static_cast<double>(N_global) * K));
   }
-  if (ex.math()) a.aux = model::moe_aux_loss(a.frac.data(), a.probs.data(), N, E);
+  if (ex.math()) a.aux = model::moe_aux_loss(a.frac.data(), a.probs.data(), N, E, config.router);
   if (config.capacity_factor > 0) {
     const int64_t cap = model::expert_capacity(N_global, E, K, config.capacity_factor);
     a.stats.dropped = model::moe_apply_capacity(a.slot.data(), a.expert.data(), a.earlier.data(),
@@ -117,7 +117,8 @@ void tp_moe_route(TpMoeActs& a, const BlockView<float>& p, const float* inp, con
   const double local_capacity = global ? 0.0 : config.capacity_factor;
   if (ex.math()) {
     a.aux = model::router_forward(a.probs.data(), a.expert.data(), a.slot.data(), a.gates.data(),
-                                  a.frac.data(), a.logits.data(), N, E, K, local_capacity);
+                                  a.frac.data(), a.logits.data(), static_cast<const float*>(nullptr), N, E,
+                                  K, local_capacity, model::RouterSpec::of(config));
   } else {
     a.aux = phantom_route(a.expert.data(), a.slot.data(), a.counts.data(), N, E, K, local_capacity,
                           c.phantom_zipf);
@@ -129,7 +130,7 @@ void tp_moe_route(TpMoeActs& a, const BlockView<float>& p, const float* inp, con
   } else if (ex.sink && ex.sink->average_over_replicas(a.frac.data(), E) && ex.math()) {
     // Under data parallelism f_i must count the whole global batch (as in
     // model/layers.cc): every TP rank averages the same fractions over its dp group.
-    a.aux = model::moe_aux_loss(a.frac.data(), a.probs.data(), N, E);
+    a.aux = model::moe_aux_loss(a.frac.data(), a.probs.data(), N, E, config.router);
   }
   a.M = model::moe_plan(a.src.data(), a.offsets.data(), a.expert.data(), a.slot.data(), N, E, K);
   if (!global) a.stats.dropped = N * K - a.M;
@@ -137,8 +138,8 @@ void tp_moe_route(TpMoeActs& a, const BlockView<float>& p, const float* inp, con
 
 void tp_experts_forward(float* ye, float* fc, float* fc_gelu,
                         const std::vector<MlpView<float>>& experts, const float* xe,
-                        const int64_t* offsets, int n, const ShardDims& d, const ExpertContext& c) {
-  const int C = d.C, Fl = d.Fl();
+                        const int64_t* offsets, int n, int Fl, const ShardDims& d, const ExpertContext& c) {
+  const int C = d.C;
   // column-parallel c_fc, row-parallel c_proj (partial sums)
   for (int e = 0; e < n; ++e) {
     const int64_t r0 = offsets[e], rows = offsets[e + 1] - r0;
@@ -152,11 +153,32 @@ void tp_experts_forward(float* ye, float* fc, float* fc_gelu,
   }
 }
 
+void tp_shared_experts_forward(float* out, TpMoeActs& a, const BlockView<float>& p, const float* inp,
+                               const ShardDims& d, const GPTConfig& config, const ExpertContext& c) {
+  if (config.n_shared_expert == 0) return;
+  const Exec& ex = c.ex;
+  const int64_t N = d.N();
+  const int C = d.C;
+  tp_mlp_partial_forward(a.shared_out.data(), a.shared_fc.data(), a.shared_fc_gelu.data(), p.shared, inp, N, C,
+                         shared_fl(d, config), ex);
+  reduce_expert_outputs(c, a.shared_out.data(), N * C);
+  add_bias_rows(a.shared_out.data(), p.shared.c_proj.bias, N, C, "moe.shared.c_proj.bias.fwd", ex);
+  model::residual_forward(ex, "moe.shared.add", out, out, a.shared_out.data(), N * C);
+}
+
+void tp_shared_experts_backward(float* dexperts, const BlockView<float>& g, MoeScratch& s, const float* dout,
+                                const TpMoeActs& a, const float* inp, const BlockView<float>& p, const ShardDims& d,
+                                const GPTConfig& config, WeightGrads& wg, const Exec& ex) {
+  if (config.n_shared_expert == 0) return;
+  tp_mlp_backward(dexperts, g.shared, s.dfc.data(), s.dfc_gelu.data(), dout, inp, a.shared_fc.data(),
+                  a.shared_fc_gelu.data(), p.shared, d.N(), d.C, shared_fl(d, config), wg, ex);
+}
+
 void tp_experts_backward(float* dxe, const std::vector<MlpView<float>>& g, MoeScratch& s,
                          const float* dye, const float* xe, const float* fc, const float* fc_gelu,
-                         const std::vector<MlpView<float>>& p, const int64_t* offsets, int n,
+                         const std::vector<MlpView<float>>& p, const int64_t* offsets, int n, int Fl,
                          const ShardDims& d, WeightGrads& wg, const Exec& ex) {
-  const int C = d.C, Fl = d.Fl();
+  const int C = d.C;
   if (ex.math()) std::fill(dxe, dxe + offsets[n] * C, 0.0f);
   for (int e = 0; e < n; ++e) {
     const int64_t r0 = offsets[e], rows = offsets[e + 1] - r0;
@@ -189,8 +211,8 @@ void tp_moe_route_backward(float* dexperts, float* drouter, const BlockView<floa
                                C);
   // route (replicated)
   if (ex.math()) std::fill(s.dlogits.begin(), s.dlogits.begin() + N * E, 0.0f);
-  model::router_backward(ex, "moe.topk.bwd", s.dlogits.data(), s.dgates.data(), daux,
-                         a.probs.data(), a.expert.data(), a.frac.data(), N, E, K);
+  model::router_backward(ex, "moe.topk.bwd", s.dlogits.data(), s.dgates.data(), daux, a.probs.data(),
+                         a.expert.data(), a.frac.data(), N, E, K, model::RouterSpec::of(config));
   linear_backward_split(drouter, g.router, nullptr, s.dlogits.data(), inp, p.router, N, C, E,
                         {"moe.router.dgrad", "moe.router.wgrad", false}, wg, ex);
 }
@@ -214,20 +236,24 @@ float tp_moe_forward(float* out, TpMoeActs& a, const BlockView<float>& p, const 
   tp_moe_route(a, p, inp, d, config, c);
   tp_moe_dispatch(a, inp, d, config, c.ex);
   tp_experts_forward(a.ye.data(), a.fc.data(), a.fc_gelu.data(), p.experts, a.xe.data(),
-                     a.offsets.data(), E, d, c);
+                     a.offsets.data(), E, expert_fl(d, config), d, c);
   for (int e = 0; e < E; ++e) a.stats.received[e] = a.offsets[e + 1] - a.offsets[e];
-  return tp_moe_combine(out, a, d, config, c.ex);
+  const float aux = tp_moe_combine(out, a, d, config, c.ex);
+  tp_shared_experts_forward(out, a, p, inp, d, config, c);
+  return aux;
 }
 
 void tp_moe_backward(float* dexperts, float* drouter, const BlockView<float>& g, MoeScratch& s,
                      const float* dout, float daux, const TpMoeActs& a, const float* inp,
                      const BlockView<float>& p, const ShardDims& d, const GPTConfig& config,
                      WeightGrads& wg, const ExpertContext& c) {
+  tp_shared_experts_backward(dexperts, g, s, dout, a, inp, p, d, config, wg, c.ex);
   tp_moe_combine_backward(s, dout, a, d, config, c.ex);
   // experts: partial input gradients (copy_to_tp_region's all-reduce is left
   // to the caller, after dispatch, on N rows instead of M)
   tp_experts_backward(s.dxe.data(), g.experts, s, s.dye.data(), a.xe.data(), a.fc.data(),
-                      a.fc_gelu.data(), p.experts, a.offsets.data(), config.n_expert, d, wg, c.ex);
+                      a.fc_gelu.data(), p.experts, a.offsets.data(), config.n_expert, expert_fl(d, config), d,
+                      wg, c.ex);
   tp_moe_route_backward(dexperts, drouter, g, s, daux, a, inp, p, d, config, wg, c.ex);
 }
 

@@ -55,16 +55,32 @@ void tp_moe_dispatch(TpMoeActs& a, const float* inp, const ShardDims& d,
 float tp_moe_combine(float* out, const TpMoeActs& a, const ShardDims& d,
                      const model::GPTConfig& config, const model::Exec& ex);
 // ye (R,C) = the experts' complete outputs on xe (R,C), rows grouped by
-// expert (offsets (n+1)), experts[0..n) split over TP: partial MLPs, one
-// all-reduce over TP, biases. Saves fc, fc_gelu (R,Fl).
+// expert (offsets (n+1)), experts[0..n) split over TP (Fel = expert_fl of
+// their columns here): partial MLPs, one all-reduce over TP, biases. Saves
+// fc, fc_gelu (R,Fel).
 void tp_experts_forward(float* ye, float* fc, float* fc_gelu,
                         const std::vector<model::MlpView<float>>& experts, const float* xe,
-                        const int64_t* offsets, int n, const ShardDims& d, const ExpertContext& c);
+                        const int64_t* offsets, int n, int Fel, const ShardDims& d, const ExpertContext& c);
 // dxe (R,C) (overwritten) = this rank's partial input gradients; weights into g.
-void tp_experts_backward(float* dxe, const std::vector<model::MlpView<float>>& g, MoeScratch& s,
-                         const float* dye, const float* xe, const float* fc, const float* fc_gelu,
-                         const std::vector<model::MlpView<float>>& p, const int64_t* offsets, int n,
-                         const ShardDims& d, WeightGrads& wg, const model::Exec& ex);
+void tp_experts_backward(float* dxe, const std::vector<model::MlpView<float>>& g,
+                         MoeScratch& s, const float* dye, const float* xe, const float* fc,
+                         const float* fc_gelu, const std::vector<model::MlpView<float>>& p,
+                         const int64_t* offsets, int n, int Fel, const ShardDims& d, WeightGrads& wg,
+                         const model::Exec& ex);
+// Shared experts (no-ops without): out (N,C) += their output on every row of
+// inp (N,C), split over TP like the dense MLP (c_fc column-, c_proj
+// row-parallel, one all-reduce of the (N,C) partials over TP, then the
+// c_proj bias). Replicated over EP ranks: each runs them on its own rows.
+// Saves a.shared_fc, a.shared_fc_gelu (N,Fsl), a.shared_out.
+void tp_shared_experts_forward(float* out, TpMoeActs& a, const model::BlockView<float>& p,
+                               const float* inp, const ShardDims& d, const model::GPTConfig& config,
+                               const ExpertContext& c);
+// dexperts (N,C) += this rank's partial input gradient (summed over TP by
+// the caller, with the routed experts'); weights into g.shared.
+void tp_shared_experts_backward(float* dexperts, const model::BlockView<float>& g, MoeScratch& s,
+                                const float* dout, const TpMoeActs& a, const float* inp,
+                                const model::BlockView<float>& p, const ShardDims& d,
+                                const model::GPTConfig& config, WeightGrads& wg, const model::Exec& ex);
 // s.dye (M,C) and s.dgates (N,K) from dout (N,C) (combine backward).
 void tp_moe_combine_backward(MoeScratch& s, const float* dout, const TpMoeActs& a,
                              const ShardDims& d, const model::GPTConfig& config,

@@ -23,8 +23,12 @@ int64_t expert_rows_max(const ShardDims& d, const model::GPTConfig& config) {
   return d.ep * N * std::min<int64_t>(K, config.n_expert / d.ep);
 }
 
+int expert_fl(const ShardDims& d, const model::GPTConfig& config) { return config.moe_ffn_hidden() / d.tp; }
+int shared_fl(const ShardDims& d, const model::GPTConfig& config) { return config.shared_ffn_hidden() / d.tp; }
+
 void TpMoeActs::resize(const ShardDims& d, const model::GPTConfig& config) {
-  const int64_t N = d.N(), C = d.C, Fl = d.Fl(), Rx = expert_rows_max(d, config);
+  const int64_t N = d.N(), C = d.C, Fl = expert_fl(d, config), Rx = expert_rows_max(d, config);
+  const int64_t Fsl = shared_fl(d, config);
   const int E = config.n_expert, K = config.top_k, El = E / d.ep;
   for (auto* v : {&logits, &probs}) v->assign(N * E, 0);
   for (auto* v : {&expert, &slot}) v->assign(N * K, 0);
@@ -35,6 +39,8 @@ void TpMoeActs::resize(const ShardDims& d, const model::GPTConfig& config) {
   offsets.assign(E + 1, 0);
   for (auto* v : {&xe, &ye}) v->assign(N * K * C, 0);
   for (auto* v : {&fc, &fc_gelu}) v->assign(Rx * Fl, 0);
+  for (auto* v : {&shared_fc, &shared_fc_gelu}) v->assign(N * Fsl, 0);
+  shared_out.assign(Fsl > 0 ? N * C : 0, 0);
   gathered.clear();  // sized by the first global routing (the dp size)
   stats.received.assign(El, 0);
   if (d.ep <= 1) return;
@@ -50,7 +56,8 @@ void TpMoeActs::resize(const ShardDims& d, const model::GPTConfig& config) {
 
 int64_t TpMoeActs::saved_elements() const {
   int64_t n = 0;
-  for (const Buf<float>* b : {&logits, &probs, &gates, &ye}) n += static_cast<int64_t>(b->size());
+  for (const Buf<float>* b : {&logits, &probs, &gates, &ye, &shared_fc, &shared_fc_gelu})
+    n += static_cast<int64_t>(b->size());
   // With EP the experts keep their inputs and activations for the rows they
   // received in the last forward (xl, fc, fc_gelu); otherwise xe, fc, fc_gelu.
   if (ep.row_elems > 0) return n + ep.R * ep.row_elems;
@@ -59,10 +66,11 @@ int64_t TpMoeActs::saved_elements() const {
 }
 
 void MoeScratch::resize(const ShardDims& d, const model::GPTConfig& config) {
-  const int64_t N = d.N(), C = d.C, Fl = d.Fl(), Rx = expert_rows_max(d, config);
+  const int64_t N = d.N(), C = d.C, Rx = expert_rows_max(d, config);
   const int64_t K = config.top_k;
-  dfc.assign(Rx * Fl, 0);
-  dfc_gelu.assign(Rx * Fl, 0);
+  const int64_t widest = std::max(Rx * expert_fl(d, config), N * shared_fl(d, config));
+  dfc.assign(widest, 0);
+  dfc_gelu.assign(widest, 0);
   dlogits.assign(N * config.n_expert, 0);
   dgates.assign(N * K, 0);
   dxe.assign(N * K * C, 0);

@@ -16,6 +16,10 @@ namespace shardlab::parallel {
 // Rows the expert MLPs of one rank may process: N*K, or with expert
 // parallelism ep*N*min(K, E/ep) (every peer's tokens routed to this rank).
 int64_t expert_rows_max(const ShardDims& d, const model::GPTConfig& config);
+// This rank's columns of one routed expert's MLP (Fel = moe_ffn_hidden()/tp)
+// and of the shared experts' MLP (Fsl = shared_ffn_hidden()/tp, 0: none).
+int expert_fl(const ShardDims& d, const model::GPTConfig& config);
+int shared_fl(const ShardDims& d, const model::GPTConfig& config);
 
 // What one MoE layer did in the last forward / backward, for the report.
 struct MoeStats {
@@ -32,7 +36,8 @@ struct MoeStats {
 void add_moe_stats(MoeStepStats& step, int layer, const MoeStats& forward);
 
 // The routing buffers are the unsharded model's (model/layers.h); the expert
-// activations fc, fc_gelu are (Rx, Fl), Rx = expert_rows_max.
+// activations fc, fc_gelu are (Rx, Fel), Rx = expert_rows_max; the shared
+// experts' shared_fc, shared_fc_gelu (N, Fsl) and shared_out (N, C).
 struct TpMoeActs : model::MoeActs<float> {
   // Global routing (ExpertContext::capacity_group): per expert, this rank's
   // assignments and the earlier replicas'; every replica's counts.
@@ -48,7 +53,7 @@ struct TpMoeActs : model::MoeActs<float> {
     Buf<int64_t> perm;                           // (Rx) expert-major row -> received row
     Buf<float> xl;                               // (Rx, C) expert inputs, kept for backward
     int64_t R = 0;
-    int64_t row_elems = 0;  // saved elements per received row: C + 2·Fl
+    int64_t row_elems = 0;  // saved elements per received row: C + 2·Fel
   } ep;
   MoeStats stats;
   void resize(const ShardDims& d, const model::GPTConfig& config);
@@ -60,7 +65,7 @@ struct TpMoeActs : model::MoeActs<float> {
 // Scratch of the MoE layers' backward (and of EP's received rows), shared
 // by all MoE blocks, overwritten by each call.
 struct MoeScratch {
-  Buf<float> dfc, dfc_gelu;  // (Rx, Fl)
+  Buf<float> dfc, dfc_gelu;  // the wider of (Rx, Fel) and (N, Fsl)
   Buf<float> dlogits;        // (N,E)
   Buf<float> dgates;         // (N,K)
   Buf<float> dxe, dye;       // (N*K, C)
