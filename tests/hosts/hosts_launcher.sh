@@ -20,7 +20,7 @@ printf '#!/bin/sh\nprintf "%%s\\n" "$@" >"%s/mpirun.args"\n' "$work" >bin/mpirun
 printf '#!/bin/sh\necho "$@" >>"%s/asked"\n' "$work" >bin/ssh
 printf '#!/bin/sh\necho "$@" >>"%s/asked"\n' "$work" >bin/answers
 printf '#!/bin/sh\n[ "$1" = ghost ] || exit 0\necho "warning: on the way"\necho "ssh: connect to host ghost port 22: No route to host" >&2\nexit 255\n' >bin/refuses
-printf '#!/bin/sh\n[ "$1" = ghost ] || exit 0\nexec sleep 300\n' >bin/hangs
+printf '#!/bin/sh\ncase $1 in ghost*) exec sleep 300 ;; esac\n' >bin/hangs
 chmod +x bin/*
 export PATH="$work/bin:$PATH"
 
@@ -45,7 +45,7 @@ refused() {
 # A good hostfile: comments, blanks, this machine (asked nothing), spaces
 # around `=`, a user; every argument reaches mpirun as given.
 printf '# the cluster\n\nlocalhost slots=2\nws2 slots = 1 max_slots=4  # second\nws3 user=ann\n' >good
-args=(--hostfile good -np 3 --mca plm_rsh_agent "answers -p 22" -x A prog --flag "two words" "")
+args=(--hostfile good -np 3 --mca plm_rsh_agent "answers -p 22" -x A prog "" --flag "two  words")
 run "${args[@]}"
 [ "$code" = 0 ] || fail "a good hostfile: exit $code ($err)"
 [ "$ran" = "$(printf '%s\n' "${args[@]}")" ] || fail "mpirun got other arguments: $ran"
@@ -66,9 +66,9 @@ run --hostfile lost --mca plm_rsh_agent refuses -np 2 prog
 refused "host ghost \(hostfile lost line 2\) does not answer within 10 s: ssh: connect to host ghost port 22: No route to host; no process was started$"
 SHARDLAB_HOST_TIMEOUT_S=1 run --hostfile lost --mca plm_rsh_agent hangs -np 2 prog
 refused "host ghost \(hostfile lost line 2\) does not answer within 1 s: no answer through hangs;"
-printf 'ghost\nghost slots=2\n' >twice
-SHARDLAB_HOST_TIMEOUT_S=1 run --hostfile twice --mca plm_rsh_agent hangs -np 2 prog
-refused "host ghost \(hostfile twice line 1\) does not answer within 1 s: .* \(2 hosts do not answer: ghost ghost\)"
+printf 'ghost\nghost slots=2\nws2\r\nghost2\n' >several
+SHARDLAB_HOST_TIMEOUT_S=1 run --hostfile several --mca plm_rsh_agent hangs -np 2 prog
+refused "host ghost \(hostfile several line 1\) does not answer within 1 s: .* \(2 hosts do not answer: ghost ghost2\);"
 
 # Bad input.
 for bad in 'ws2 slots=0' 'ws2 slots=two' 'ws2 cores=2' 'ws2 user=' 'ws(2) slots=1'; do
