@@ -9,6 +9,8 @@
 #
 #   hosts_mpirun.sh -np N PROGRAM ARGS...      (N processes on HOSTS_N hosts)
 #
+# mpirun is started through tools/shardlab-mpirun, as a user on real
+# machines would: it asks every hostfile host through the same agent first.
 # HOSTS_HOSTFILE_EXTRA (environment): more hostfile lines (a host that does
 # not answer). mpirun's own messages are kept (no -q): after a loss they
 # name the host.
@@ -37,7 +39,7 @@ for v in SHARDLAB_MPI_SILENCE_S; do [ -n "${!v:-}" ] && pass+=(-x "$v"); done
 ip netns exec "$(hosts_ns 0)" unshare -m --propagation private \
   sh -c 'mount --bind "$HOSTS_SCRATCH/h0/" "$HOSTS_OUT" && exec "$@"' host0 \
   env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-  mpirun --hostfile "$hostfile" -np "$np" --map-by node -wdir "$HOSTS_OUT" \
+  "$here/../../tools/shardlab-mpirun" --hostfile "$hostfile" -np "$np" --map-by node -wdir "$HOSTS_OUT" \
   --mca plm_rsh_agent "$here/hosts_agent.sh" --mca plm_rsh_no_tree_spawn 1 \
   --mca btl tcp,self,vader --mca btl_tcp_if_include "$HOSTS_IF" --mca oob_tcp_if_include "$HOSTS_IF" \
   "${pass[@]}" "$@"
