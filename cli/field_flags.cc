@@ -7,7 +7,7 @@ namespace shardlab::cli {
 namespace {
 
 // {field as the library's messages name it, the flag that sets it}.
-constexpr std::array<std::pair<std::string_view, std::string_view>, 23> kFieldFlags = {{
+constexpr std::array<std::pair<std::string_view, std::string_view>, 28> kFieldFlags = {{
     {"pp", "--pp"},
     {"vpp", "--vpp"},
     {"micro_batches", "--micro-batches"},
@@ -30,6 +30,12 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 23> kFieldFl
     {"max_new_tokens", "--max-new-tokens"},
     {"temperature", "--temperature"},
     {"top_k", "--top-k"},
+    {"n_kv_head", "--kv-heads"},
+    {"n_head", "--heads"},
+    {"n_expert", "--experts"},
+    {"rope_theta", "--rope-theta"},
+    {"norm_eps", "--norm-eps"},
+    {"family", "--family"},
 }};
 
 }  // namespace

@@ -28,6 +28,12 @@ struct TrainFlags {
   std::optional<int> ffn;                  // --ffn / --ffn-hidden-size; unset: 4 x embd
   std::optional<int> vocab_divisible_by;  // --make-vocab-size-divisible-by; unset: the preset's rule
   int experts = 0, top_k = 2, moe_every = 1;
+  // The architecture over the preset's: --family, --kv-heads, --rope-theta,
+  // --norm-eps, --tie-embeddings / --no-tie-embeddings (unset: the preset's).
+  std::string family;
+  std::optional<int> kv_heads;
+  std::optional<double> rope_theta, norm_eps;
+  bool tie_embeddings = false, no_tie_embeddings = false;
   double aux_coef = -1;  // <0: 0.01 when experts > 0
   double capacity_factor = 0;
   double dropout = 0;
@@ -51,6 +57,7 @@ struct TrainFlags {
   // The shape flags over the preset: sizes, --ffn, the MoE fields, and the
   // vocabulary padding (which needs --tp).
   model::GPTConfig model_config() const;
+  void apply_family_flags(model::GPTConfig& c) const;  // --family ... --no-tie-embeddings
   ClusterOptions cluster_options() const;
 };
 
