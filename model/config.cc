@@ -56,6 +56,8 @@ void GPTConfig::validate_family() const {
                                         " (each K/V head serves n_head / n_kv_head query heads)");
   require(norm_eps > 0 && norm_eps < 1, "`norm_eps` must be in (0, 1) (got " + num(norm_eps) + ")");
   if (!is_llama()) {
+    require(norm_eps == 1e-5, "`norm_eps` " + num(norm_eps) +
+                                  " applies to the llama family's RMSNorm (gpt's LayerNorm keeps nanoGPT's 1e-5)");
     require(kv_heads() == n_head, "`n_kv_head` " + num(kv_heads()) +
                                       " below `n_head` (grouped-query attention) needs `family` llama");
     return;

@@ -3,6 +3,7 @@
 // bytes whatever the precision), the op's class and, for GEMMs, their shapes
 // (C[m,n] = A[m,k]·B[k,n], batch times). These charge the virtual clock.
 #include "model/kernels.h"
+#include "model/kernels_llama.h"
 #include "model/kernels_moe.h"
 #include "model/optimizer.h"
 
@@ -35,6 +36,43 @@ OpCost layernorm_forward_cost(int64_t N, int64_t C, int elem) {
 OpCost layernorm_backward_cost(int64_t N, int64_t C, int elem) {
   const double n = static_cast<double>(N);
   return cost(14 * n * C, 4 * n * C + 5.0 * C + 2 * n, elem);
+}
+
+// RMSNorm: square, sum, scale by rstd and weight (4 per element) against
+// LayerNorm's 8; reads x and w, writes y and one statistic per row.
+OpCost rmsnorm_forward_cost(int64_t N, int64_t C, int elem) {
+  const double n = static_cast<double>(N);
+  return cost(4 * n * C, 2 * n * C + 1.0 * C + n, elem);
+}
+// Reads dout, x, w, rstd; read-modify-writes dinp and dweight.
+OpCost rmsnorm_backward_cost(int64_t N, int64_t C, int elem) {
+  const double n = static_cast<double>(N);
+  return cost(9 * n * C, 4 * n * C + 3.0 * C + n, elem);
+}
+
+// silu(gate)·up: a sigmoid (exp, add, divide) and two products per output;
+// reads gate and up, writes out. Backward reads dout, gate, up and
+// read-modify-writes dgate and dup.
+OpCost swiglu_forward_cost(int64_t N, int64_t F, int elem) {
+  const double nf = static_cast<double>(N) * F;
+  return cost(7 * nf, 3 * nf, elem);
+}
+OpCost swiglu_backward_cost(int64_t N, int64_t F, int elem) {
+  const double nf = static_cast<double>(N) * F;
+  return cost(14 * nf, 7 * nf, elem);
+}
+
+// Elementwise: per feature 2 products and 1 add; reads x and the cos/sin
+// table (one of each per pair), writes x.
+OpCost rope_cost(int64_t N, int64_t heads, int64_t HS, int elem) {
+  const double n = static_cast<double>(N) * heads * HS;
+  return cost(3 * n, 3 * n, elem);
+}
+
+// A copy: reads the compact rows, writes the expanded ones (backward: the
+// reverse, accumulating).
+OpCost repeat_kv_cost(int64_t N, const GqaHeads& g, int elem) {
+  return cost(0, static_cast<double>(N) * (g.in_width() + g.out_width()), elem);
 }
 
 OpCost linear_forward_cost(int64_t N, int64_t C, int64_t OC, bool bias, int elem) {
