@@ -224,7 +224,7 @@ model::GPTConfig TrainFlags::model_config() const {
   }
   if (ffn && *ffn <= 0)
     throw ConfigError(fmt::format("--ffn must be positive (got {}; leave it out for 4 x --embd)", *ffn));
-  c.n_ffn = ffn.value_or(0);
+  if (ffn) c.n_ffn = *ffn;  // else the preset's (llama's published widths; 0: 4 x embd)
   c.n_expert = experts;
   c.top_k = top_k;
   c.moe_every = moe_every;

@@ -34,6 +34,9 @@ InferEngine::InferEngine(const model::GPTConfig& config, uint64_t seed, Device& 
                          const EngineGroups& groups, const model::SafetensorsFile* init)
     : config_(config), dev_(dev), groups_(groups), sink_(dev) {
   SHARDLAB_CHECK(groups.tp != nullptr, "InferEngine needs a tensor-parallel group");
+  if (config.is_llama())  // the cached decode is GPT's: learned positions, multi-head K/V, GELU
+    throw ConfigError("`family` llama: generate and serve run the gpt family only for now (no rotary, "
+                      "grouped-query KV cache in the inference engine yet)");
   parallel::ShardedOptions so;
   so.placement = placement(groups);
   model_ = std::make_unique<parallel::ShardedGPT>(config_, seed, dev, parallel::ModelGroups{groups.tp, groups.ep, nullptr},

@@ -32,11 +32,17 @@ void add_bias_rows(float* out, const float* bias, int64_t N, int OC, const char*
 // ---- MLP: c_fc column-parallel, GELU, c_proj row-parallel (partial, no bias) ----
 
 void tp_mlp_partial_forward(float* partial, float* fc, float* fc_gelu, const MlpView<float>& p,
-                            const float* inp, int64_t rows, int C, int Fl, const Exec& ex) {
-  if (ex.math()) model::linear_forward(fc, inp, p.c_fc.weight, p.c_fc.bias, rows, C, Fl);
-  ex.op("mlp.c_fc.fwd", model::linear_forward_cost(rows, C, Fl, true, ex.elem));
-  if (ex.math()) model::gelu_forward(fc_gelu, fc, rows * Fl);
-  ex.op("mlp.gelu.fwd", model::gelu_forward_cost(rows * Fl, ex.elem));
+                            const float* inp, int64_t rows, int C, int Fl, const Exec& ex, bool swiglu) {
+  const int width = swiglu ? 2 * Fl : Fl;  // SwiGLU: the fused [gate | up] rows
+  if (ex.math()) model::linear_forward(fc, inp, p.c_fc.weight, p.c_fc.bias, rows, C, width);
+  ex.op("mlp.c_fc.fwd", model::linear_forward_cost(rows, C, width, !swiglu, ex.elem));
+  if (swiglu) {
+    if (ex.math()) model::swiglu_forward(fc_gelu, fc, rows, Fl);
+    ex.op("mlp.swiglu.fwd", model::swiglu_forward_cost(rows, Fl, ex.elem));
+  } else {
+    if (ex.math()) model::gelu_forward(fc_gelu, fc, rows * Fl);
+    ex.op("mlp.gelu.fwd", model::gelu_forward_cost(rows * Fl, ex.elem));
+  }
   if (ex.math())
     model::linear_forward(partial, fc_gelu, p.c_proj.weight, static_cast<const float*>(nullptr),
                           rows, Fl, C);
@@ -56,15 +62,21 @@ void linear_backward_split(float* dinp, float* dweight, float* dbias, const floa
 void tp_mlp_backward(float* dinp, const MlpView<float>& g, float* dfc, float* dfc_gelu,
                      const float* dout, const float* inp, const float* fc, const float* fc_gelu,
                      const MlpView<float>& p, int64_t rows, int C, int Fl, WeightGrads& wg,
-                     const Exec& ex) {
+                     const Exec& ex, bool swiglu) {
+  const int width = swiglu ? 2 * Fl : Fl;
   zero(dfc_gelu, rows * Fl);
   linear_backward_split(dfc_gelu, g.c_proj.weight, g.c_proj.bias, dout, fc_gelu, p.c_proj.weight,
-                        rows, Fl, C, {"mlp.c_proj.dgrad", "mlp.c_proj.wgrad"}, wg, ex);
-  zero(dfc, rows * Fl);
-  if (ex.math()) model::gelu_backward(dfc, dfc_gelu, fc, rows * Fl);
-  ex.op("mlp.gelu.bwd", model::gelu_backward_cost(rows * Fl, ex.elem));
-  linear_backward_split(dinp, g.c_fc.weight, g.c_fc.bias, dfc, inp, p.c_fc.weight, rows, C, Fl,
-                        {"mlp.c_fc.dgrad", "mlp.c_fc.wgrad"}, wg, ex);
+                        rows, Fl, C, {"mlp.c_proj.dgrad", "mlp.c_proj.wgrad", !swiglu}, wg, ex);
+  zero(dfc, rows * width);
+  if (swiglu) {
+    if (ex.math()) model::swiglu_backward(dfc, dfc_gelu, fc, rows, Fl);
+    ex.op("mlp.swiglu.bwd", model::swiglu_backward_cost(rows, Fl, ex.elem));
+  } else {
+    if (ex.math()) model::gelu_backward(dfc, dfc_gelu, fc, rows * Fl);
+    ex.op("mlp.gelu.bwd", model::gelu_backward_cost(rows * Fl, ex.elem));
+  }
+  linear_backward_split(dinp, g.c_fc.weight, g.c_fc.bias, dfc, inp, p.c_fc.weight, rows, C, width,
+                        {"mlp.c_fc.dgrad", "mlp.c_fc.wgrad", !swiglu}, wg, ex);
 }
 
 }  // namespace shardlab::parallel
