@@ -108,8 +108,8 @@ Real GPT<Real>::forward(const Token* inputs, const Token* targets, int B, int T)
   have_targets_ = targets != nullptr;
   if (have_targets_) targets_.assign(targets, targets + N);
 
-  embedding_forward(encoded_.data(), inputs, weights_.wte, weights_.wpe, B, T, C);
-  ex_.op("embedding.fwd", embedding_forward_cost(B, T, C, ex_.elem));
+  embedding_forward(ex_, "embedding.fwd", encoded_.data(), inputs, weights_.wte, weights_.wpe, B, T,
+                    C);
   saved(N * C);
   const Real* x = encoded_.data();
   aux_loss_ = 0;
@@ -120,16 +120,15 @@ Real GPT<Real>::forward(const Token* inputs, const Token* targets, int B, int T)
   }
   norm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), x, weights_.ln_f, N, C, config_, "ln_f.fwd",
                ex_);
-  linear_forward(logits_.data(), lnf_.data(), weights_.head(), static_cast<const Real*>(nullptr), N, C, V);
-  ex_.op("lm_head.fwd", linear_forward_cost(N, C, V, false, ex_.elem));
+  linear_forward(ex_, "lm_head.fwd", logits_.data(), lnf_.data(), weights_.head(), N, C, V);
   saved(head_elems_);
   logits_n_ = static_cast<size_t>(N * V);
   if (!have_targets_) {
     release_activations();
     return ce_loss_ = 0;
   }
-  ce_loss_ = crossentropy_forward(probs_.data(), losses_.data(), logits_.data(), targets, N, V);
-  ex_.op("cross_entropy.fwd", crossentropy_forward_cost(N, V, ex_.elem));
+  ce_loss_ = crossentropy_forward(ex_, "cross_entropy.fwd", probs_.data(), losses_.data(),
+                                  logits_.data(), targets, N, V);
   return ce_loss_ + static_cast<Real>(config_.aux_coef) * aux_loss_;
 }
 
@@ -157,13 +156,12 @@ void GPT<Real>::backward(Real dloss) {
   // loss = mean CE(logits)
   saved(N * V);  // dlogits, alive until the head's backward is done
   std::fill(dlogits_.begin(), dlogits_.end(), Real(0));
-  crossentropy_backward(dlogits_.data(), probs_.data(), targets_.data(), dloss, N, V);
-  ex_.op("cross_entropy.bwd", crossentropy_backward_cost(N, V, ex_.elem));
+  crossentropy_backward(ex_, "cross_entropy.bwd", dlogits_.data(), probs_.data(), targets_.data(),
+                        dloss, N, V);
   // logits = lnf · wteᵀ
   std::fill(dlnf_.begin(), dlnf_.end(), Real(0));
-  linear_backward(dlnf_.data(), g.head(), static_cast<Real*>(nullptr), dlogits_.data(), lnf_.data(),
-                  p.head(), N, C, V);
-  ex_.op("lm_head.bwd", linear_backward_cost(N, C, V, false, ex_.elem));
+  linear_backward(ex_, "lm_head.bwd", false, dlnf_.data(), g.head(), static_cast<Real*>(nullptr),
+                  dlogits_.data(), lnf_.data(), p.head(), N, C, V);
   freed(N * V);
   // lnf = ln_f(x_L)
   const Real* x_last = config_.n_layer > 0 ? blocks_.back().res2.data() : encoded_.data();
@@ -185,8 +183,8 @@ void GPT<Real>::backward(Real dloss) {
     std::swap(dx_, dx_next_);
   }
   // x_0 = wte[idx] + wpe
-  embedding_backward(g.wte, g.wpe, dx_.data(), inputs_.data(), dims_.B, dims_.T, C);
-  ex_.op("embedding.bwd", embedding_backward_cost(dims_.B, dims_.T, C, ex_.elem));
+  embedding_backward(ex_, "embedding.bwd", g.wte, g.wpe, dx_.data(), inputs_.data(), dims_.B,
+                     dims_.T, C);
   freed(N * C);
   grads_ready(wte_range_);
   grads_ready(wpe_range_);

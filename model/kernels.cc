@@ -6,10 +6,14 @@
 #include <cmath>
 
 #include "model/gemm.h"
+#include "model/kernel_cost.h"
 #include "model/portable_math.h"
 #include "runtime/errors.h"
 
 namespace shardlab::model {
+
+using cost_terms::cost;
+using cost_terms::gemm_cost;
 
 // ---- Embedding ----------------------------------------------------------------
 
@@ -43,6 +47,15 @@ void embedding_backward(Real* dwte, Real* dwpe, const Real* dout, const Token* i
       for (int c = 0; c < C; ++c) dpe[c] += d[c];
     }
   }
+}
+
+OpCost embedding_forward_cost(int64_t B, int64_t T, int64_t C, int elem) {
+  const double N = static_cast<double>(B) * T;
+  return cost(N * C, 2 * N * C + static_cast<double>(T) * C, elem, 4 * N);
+}
+OpCost embedding_backward_cost(int64_t B, int64_t T, int64_t C, int elem) {
+  const double N = static_cast<double>(B) * T;
+  return cost(2 * N * C, 3 * N * C + 2.0 * T * C, elem, 4 * N);
 }
 
 // ---- LayerNorm ----------------------------------------------------------------
@@ -88,6 +101,15 @@ void layernorm_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout
   }
 }
 
+OpCost layernorm_forward_cost(int64_t N, int64_t C, int elem) {
+  const double n = static_cast<double>(N);
+  return cost(8 * n * C, 2 * n * C + 2.0 * C + 2 * n, elem);
+}
+OpCost layernorm_backward_cost(int64_t N, int64_t C, int elem) {
+  const double n = static_cast<double>(N);
+  return cost(14 * n * C, 4 * n * C + 5.0 * C + 2 * n, elem);
+}
+
 // ---- Linear -------------------------------------------------------------------
 
 template <typename Real>
@@ -125,6 +147,38 @@ void linear_backward_weight(Real* dweight, Real* dbias, const Real* dout, const 
   }
 }
 
+OpCost linear_forward_cost(int64_t N, int64_t C, int64_t OC, bool bias, int elem) {
+  const double n = static_cast<double>(N);
+  const double flops = 2 * n * C * OC + (bias ? n * OC : 0);
+  // out[N,OC] = inp[N,C] · weightᵀ[C,OC]; the bias add is the GEMM's epilogue.
+  return gemm_cost(
+      cost(flops, n * C + static_cast<double>(OC) * C + (bias ? OC : 0) + n * OC, elem),
+      {N, OC, C});
+}
+OpCost linear_backward_cost(int64_t N, int64_t C, int64_t OC, bool bias, int elem) {
+  const double n = static_cast<double>(N);
+  const double w = static_cast<double>(OC) * C;
+  const double flops = 4 * n * C * OC + (bias ? n * OC : 0);
+  // read dout, inp, weight; read-modify-write dinp, dweight, dbias.
+  // dinp[N,C] = dout[N,OC]·weight[OC,C]; dweight[OC,C] = doutᵀ[OC,N]·inp[N,C].
+  return gemm_cost(
+      cost(flops, n * OC + n * C + w + 2 * n * C + 2 * w + (bias ? 2.0 * OC : 0), elem), {N, C, OC},
+      {OC, C, N});
+}
+OpCost linear_backward_input_cost(int64_t N, int64_t C, int64_t OC, int elem) {
+  const double n = static_cast<double>(N);
+  // read dout, weight; read-modify-write dinp. dinp[N,C] = dout[N,OC]·weight[OC,C].
+  return gemm_cost(cost(2 * n * C * OC, n * OC + static_cast<double>(OC) * C + 2 * n * C, elem),
+                   {N, C, OC});
+}
+OpCost linear_backward_weight_cost(int64_t N, int64_t C, int64_t OC, bool bias, int elem) {
+  const double n = static_cast<double>(N);
+  const double w = static_cast<double>(OC) * C;
+  // read dout, inp; read-modify-write dweight, dbias. dweight[OC,C] = doutᵀ[OC,N]·inp[N,C].
+  const double flops = 2 * n * C * OC + (bias ? n * OC : 0);
+  return gemm_cost(cost(flops, n * OC + n * C + 2 * w + (bias ? 2.0 * OC : 0), elem), {OC, C, N});
+}
+
 // ---- GELU (tanh) --------------------------------------------------------------
 // tanh is the project's own (model/portable_math.h): branch-free, so the
 // loops vectorise, and the same bits on every host.
@@ -156,6 +210,9 @@ void gelu_backward(Real* dinp, const Real* dout, const Real* inp, int64_t n) {
   }
 }
 
+OpCost gelu_forward_cost(int64_t n, int elem) { return cost(9.0 * n, 2.0 * n, elem); }
+OpCost gelu_backward_cost(int64_t n, int elem) { return cost(20.0 * n, 4.0 * n, elem); }
+
 // ---- Residual -----------------------------------------------------------------
 
 template <typename Real>
@@ -170,6 +227,11 @@ void residual_backward(Real* dinp1, Real* dinp2, const Real* dout, int64_t n) {
     dinp2[i] += dout[i];
   }
 }
+
+OpCost residual_forward_cost(int64_t n, int elem) { return cost(1.0 * n, 3.0 * n, elem); }
+OpCost residual_backward_cost(int64_t n, int elem) { return cost(2.0 * n, 5.0 * n, elem); }
+OpCost dropout_forward_cost(int64_t n, int elem) { return cost(2.0 * n, 2.0 * n, elem, 1.0 * n); }
+OpCost dropout_backward_cost(int64_t n, int elem) { return cost(1.0 * n, 2.0 * n, elem, 1.0 * n); }
 
 // ---- Cross-entropy ------------------------------------------------------------
 
@@ -203,6 +265,15 @@ void crossentropy_backward(Real* dlogits, const Real* probs, const Token* target
     for (int v = 0; v < V; ++v) d[v] += p[v] * scale;
     d[targets[n]] -= scale;
   }
+}
+
+OpCost crossentropy_forward_cost(int64_t N, int64_t V, int elem) {
+  const double nv = static_cast<double>(N) * V;
+  return cost(4 * nv, 2 * nv + N, elem, 4.0 * N);
+}
+OpCost crossentropy_backward_cost(int64_t N, int64_t V, int elem) {
+  const double nv = static_cast<double>(N) * V;
+  return cost(2 * nv, 3 * nv, elem, 4.0 * N);
 }
 
 // ---- Explicit instantiations --------------------------------------------------

@@ -16,13 +16,17 @@
 //
 // Each kernel has a *_cost function returning the modeled FLOPs and bytes
 // (reads + writes at `elem` bytes per element) used to charge the virtual
-// clock: one code path for math and time. Kernels never allocate inside
-// their hot loops; Eigen GEMM does the heavy lifting (single-threaded, see
+// clock: one code path for math and time. The layers call a kernel through
+// its Exec overload, declared beside it: (ex, name, the kernel's arguments)
+// runs it unless the run is phantom and charges its cost from the same sizes
+// (Exec::run), so a kernel is never paired with another kernel's cost. Kernels never allocate
+// inside their hot loops; Eigen GEMM does the heavy lifting (single-threaded, see
 // EIGEN_DONT_PARALLELIZE).
 #pragma once
 
 #include <cstdint>
 
+#include "model/sink.h"
 #include "runtime/cost_model.h"
 
 namespace shardlab::model {
@@ -44,6 +48,18 @@ void embedding_backward(Real* dwte,        // (V,C)
                         int B, int T, int C);
 OpCost embedding_forward_cost(int64_t B, int64_t T, int64_t C, int elem);
 OpCost embedding_backward_cost(int64_t B, int64_t T, int64_t C, int elem);
+template <typename Real>
+void embedding_forward(const Exec& ex, const char* name, Real* out, const Token* inp,
+                       const Real* wte, const Real* wpe, int B, int T, int C) {
+  ex.run(name, embedding_forward_cost(B, T, C, ex.elem),
+         [&] { embedding_forward(out, inp, wte, wpe, B, T, C); });
+}
+template <typename Real>
+void embedding_backward(const Exec& ex, const char* name, Real* dwte, Real* dwpe, const Real* dout,
+                        const Token* inp, int B, int T, int C) {
+  ex.run(name, embedding_backward_cost(B, T, C, ex.elem),
+         [&] { embedding_backward(dwte, dwpe, dout, inp, B, T, C); });
+}
 
 // ---- LayerNorm over the last dim, eps 1e-5, biased variance ------------------
 inline constexpr double kLayerNormEps = 1e-5;
@@ -64,6 +80,19 @@ void layernorm_backward(Real* dinp,                          // (N,C)
                         int64_t N, int C);
 OpCost layernorm_forward_cost(int64_t N, int64_t C, int elem);
 OpCost layernorm_backward_cost(int64_t N, int64_t C, int elem);
+template <typename Real>
+void layernorm_forward(const Exec& ex, const char* name, Real* out, Real* mean, Real* rstd,
+                       const Real* inp, const Real* weight, const Real* bias, int64_t N, int C) {
+  ex.run(name, layernorm_forward_cost(N, C, ex.elem),
+         [&] { layernorm_forward(out, mean, rstd, inp, weight, bias, N, C); });
+}
+template <typename Real>
+void layernorm_backward(const Exec& ex, const char* name, Real* dinp, Real* dweight, Real* dbias,
+                        const Real* dout, const Real* inp, const Real* weight, const Real* mean,
+                        const Real* rstd, int64_t N, int C) {
+  ex.run(name, layernorm_backward_cost(N, C, ex.elem),
+         [&] { layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C); });
+}
 
 // ---- Linear: out = inp · weightᵀ + bias, weight (out, in) as torch ------------
 // `bias` / `dbias` may be null (no bias). `dinp` may be null (not needed).
@@ -99,6 +128,40 @@ OpCost linear_forward_cost(int64_t N, int64_t C, int64_t OC, bool bias, int elem
 OpCost linear_backward_cost(int64_t N, int64_t C, int64_t OC, bool bias, int elem);
 OpCost linear_backward_input_cost(int64_t N, int64_t C, int64_t OC, int elem);
 OpCost linear_backward_weight_cost(int64_t N, int64_t C, int64_t OC, bool bias, int elem);
+// The Exec overloads state whether the layer has a bias by which overload
+// they call (or by `bias` for the gradient): a phantom run's bias pointers
+// are null, so the cost cannot be read off them.
+template <typename Real>
+void linear_forward(const Exec& ex, const char* name, Real* out, const Real* inp,
+                    const Real* weight, const Real* bias, int64_t N, int C, int OC) {
+  ex.run(name, linear_forward_cost(N, C, OC, true, ex.elem),
+         [&] { linear_forward(out, inp, weight, bias, N, C, OC); });
+}
+template <typename Real>  // without a bias
+void linear_forward(const Exec& ex, const char* name, Real* out, const Real* inp,
+                    const Real* weight, int64_t N, int C, int OC) {
+  ex.run(name, linear_forward_cost(N, C, OC, false, ex.elem),
+         [&] { linear_forward(out, inp, weight, static_cast<const Real*>(nullptr), N, C, OC); });
+}
+template <typename Real>
+void linear_backward(const Exec& ex, const char* name, bool bias, Real* dinp, Real* dweight,
+                     Real* dbias, const Real* dout, const Real* inp, const Real* weight, int64_t N,
+                     int C, int OC) {
+  ex.run(name, linear_backward_cost(N, C, OC, bias, ex.elem),
+         [&] { linear_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC); });
+}
+template <typename Real>
+void linear_backward_input(const Exec& ex, const char* name, Real* dinp, const Real* dout,
+                           const Real* weight, int64_t N, int C, int OC) {
+  ex.run(name, linear_backward_input_cost(N, C, OC, ex.elem),
+         [&] { linear_backward_input(dinp, dout, weight, N, C, OC); });
+}
+template <typename Real>
+void linear_backward_weight(const Exec& ex, const char* name, bool bias, Real* dweight, Real* dbias,
+                            const Real* dout, const Real* inp, int64_t N, int C, int OC) {
+  ex.run(name, linear_backward_weight_cost(N, C, OC, bias, ex.elem),
+         [&] { linear_backward_weight(dweight, dbias, dout, inp, N, C, OC); });
+}
 
 // ---- Causal multi-head self-attention on the fused [q | k | v] layout --------
 // qkv row (b,t) holds q (C) then k (C) then v (C); head h uses features
@@ -118,6 +181,18 @@ void attention_backward(Real* dqkv,        // (B,T,3C)
 // Counts the full T×T products (as dense GPU kernels do).
 OpCost attention_forward_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem);
 OpCost attention_backward_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem);
+template <typename Real>
+void attention_forward(const Exec& ex, const char* name, Real* out, Real* att, const Real* qkv,
+                       int B, int T, int NH, int HS) {
+  ex.run(name, attention_forward_cost(B, T, NH, HS, ex.elem),
+         [&] { attention_forward(out, att, qkv, B, T, NH, HS); });
+}
+template <typename Real>
+void attention_backward(const Exec& ex, const char* name, Real* dqkv, const Real* dout,
+                        const Real* qkv, const Real* att, int B, int T, int NH, int HS) {
+  ex.run(name, attention_backward_cost(B, T, NH, HS, ex.elem),
+         [&] { attention_backward(dqkv, dout, qkv, att, B, T, NH, HS); });
+}
 // The same work as the kernels an unfused attention runs (Megatron-LM's
 // core attention: a batched GEMM for the scores, a fused scale-mask-softmax,
 // a batched GEMM for the context), whose times add: scores, softmax,
@@ -136,6 +211,15 @@ template <typename Real>
 void gelu_backward(Real* dinp, const Real* dout, const Real* inp, int64_t n);
 OpCost gelu_forward_cost(int64_t n, int elem);
 OpCost gelu_backward_cost(int64_t n, int elem);
+template <typename Real>
+void gelu_forward(const Exec& ex, const char* name, Real* out, const Real* inp, int64_t n) {
+  ex.run(name, gelu_forward_cost(n, ex.elem), [&] { gelu_forward(out, inp, n); });
+}
+template <typename Real>
+void gelu_backward(const Exec& ex, const char* name, Real* dinp, const Real* dout, const Real* inp,
+                   int64_t n) {
+  ex.run(name, gelu_backward_cost(n, ex.elem), [&] { gelu_backward(dinp, dout, inp, n); });
+}
 
 // ---- Residual: out = inp1 + inp2 ---------------------------------------------
 template <typename Real>
@@ -143,6 +227,11 @@ void residual_forward(Real* out, const Real* inp1, const Real* inp2, int64_t n);
 template <typename Real>
 void residual_backward(Real* dinp1, Real* dinp2, const Real* dout, int64_t n);
 OpCost residual_forward_cost(int64_t n, int elem);
+template <typename Real>
+void residual_forward(const Exec& ex, const char* name, Real* out, const Real* inp1,
+                      const Real* inp2, int64_t n) {
+  ex.run(name, residual_forward_cost(n, ex.elem), [&] { residual_forward(out, inp1, inp2, n); });
+}
 // Dropout over n elements (PyTorch's, as Megatron-LM 2021 ran it): the
 // forward draws the mask, reads x, writes y and a 1-byte mask; the backward
 // reads dy and the mask, writes dx. Memory bound.
@@ -165,6 +254,21 @@ void crossentropy_backward(Real* dlogits,         // (N,V)
                            Real dloss, int64_t N, int V);
 OpCost crossentropy_forward_cost(int64_t N, int64_t V, int elem);
 OpCost crossentropy_backward_cost(int64_t N, int64_t V, int elem);
+// Returns the loss, 0 in a phantom run.
+template <typename Real>
+Real crossentropy_forward(const Exec& ex, const char* name, Real* probs, Real* losses,
+                          const Real* logits, const Token* targets, int64_t N, int V) {
+  Real loss = 0;
+  ex.run(name, crossentropy_forward_cost(N, V, ex.elem),
+         [&] { loss = crossentropy_forward(probs, losses, logits, targets, N, V); });
+  return loss;
+}
+template <typename Real>
+void crossentropy_backward(const Exec& ex, const char* name, Real* dlogits, const Real* probs,
+                           const Token* targets, Real dloss, int64_t N, int V) {
+  ex.run(name, crossentropy_backward_cost(N, V, ex.elem),
+         [&] { crossentropy_backward(dlogits, probs, targets, dloss, N, V); });
+}
 
 }  // namespace shardlab::model
 

@@ -12,6 +12,7 @@
 
 #include "model/eigen_maps.h"
 #include "model/gemm.h"
+#include "model/kernel_cost.h"
 #include "model/kernels.h"
 #include "model/portable_math.h"
 
@@ -138,6 +139,58 @@ void attention_backward(Real* dqkv, const Real* dout, const Real* qkv, const Rea
       }
     }
   }
+}
+
+using cost_terms::cost;
+using cost_terms::gemm_cost;
+
+OpCost attention_forward_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem) {
+  const double bh = static_cast<double>(B) * NH;
+  const double tt = static_cast<double>(T) * T;
+  const double NC = static_cast<double>(B) * T * NH * HS;
+  // per (batch, head): q·kᵀ [T,T] over HS, then att·v [T,HS] over T; the softmax in between.
+  const int64_t BH = B * NH;
+  return gemm_cost(cost(4 * bh * tt * HS + 5 * bh * tt, 3 * NC + bh * tt + NC, elem),
+                   {T, T, HS, BH}, {T, HS, T, BH});
+}
+OpCost attention_backward_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem) {
+  const double bh = static_cast<double>(B) * NH;
+  const double tt = static_cast<double>(T) * T;
+  const double NC = static_cast<double>(B) * T * NH * HS;
+  // per (batch, head): datt = dout·vᵀ [T,T] over HS; dv = attᵀ·dout, dq = dpre·k and
+  // dk = dpreᵀ·q, three [T,HS] over T.
+  const int64_t BH = B * NH;
+  return gemm_cost(cost(8 * bh * tt * HS + 5 * bh * tt, NC + 3 * NC + bh * tt + 6 * NC, elem),
+                   {T, T, HS, BH}, {T, HS, T, 3 * BH});
+}
+
+AttentionCosts attention_forward_costs(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem) {
+  const double bh = static_cast<double>(B) * NH, tt = static_cast<double>(T) * T;
+  const double NC = static_cast<double>(B) * T * NH * HS;
+  const int64_t BH = B * NH;
+  return {
+      // scores = q·kᵀ: read q and k, write the T×T scores
+      gemm_cost(cost(2 * bh * tt * HS, 2 * NC + bh * tt, elem), {T, T, HS, BH}),
+      // scale, causal mask, max, exp, sum, normalize: read and write T×T
+      cost(5 * bh * tt, 2 * bh * tt, elem),
+      // context = att·v: read att and v, write (T, HS) per head
+      gemm_cost(cost(2 * bh * tt * HS, bh * tt + 2 * NC, elem), {T, HS, T, BH}),
+  };
+}
+
+AttentionCosts attention_backward_costs(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem) {
+  const double bh = static_cast<double>(B) * NH, tt = static_cast<double>(T) * T;
+  const double NC = static_cast<double>(B) * T * NH * HS;
+  const int64_t BH = B * NH;
+  return {
+      // dq = dpre·k, dk = dpreᵀ·q: read dpre, q, k; write dq, dk
+      gemm_cost(cost(4 * bh * tt * HS, bh * tt + 4 * NC, elem), {T, HS, T, 2 * BH}),
+      // dpre = att ⊙ (datt − rowsum(datt ⊙ att)) · scale: read att, datt; write dpre
+      cost(5 * bh * tt, 3 * bh * tt, elem),
+      // datt = dout·vᵀ, dv = attᵀ·dout: read dout, v, att; write datt, dv
+      gemm_cost(cost(4 * bh * tt * HS, 3 * NC + 2 * bh * tt, elem), {T, T, HS, BH},
+                {T, HS, T, BH}),
+  };
 }
 
 template void attention_forward(float*, float*, const float*, int, int, int, int);

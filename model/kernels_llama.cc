@@ -5,7 +5,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "model/kernel_cost.h"
+
 namespace shardlab::model {
+
+using cost_terms::cost;
 
 // ---- RMSNorm ------------------------------------------------------------------
 
@@ -152,6 +156,49 @@ void repeat_kv_backward(Real* din, const Real* dout, int64_t N, const GqaHeads& 
       }
     }
   }
+}
+
+// ---- Costs --------------------------------------------------------------------
+
+// RMSNorm per element: x·x and Σ (2), x·rstd·w (2) -> 4, LayerNorm's 8;
+// per row mean, + eps, sqrt, 1/ (4). Reads x and w, writes y and rstd.
+OpCost rmsnorm_forward_cost(int64_t N, int64_t C, int elem) {
+  const double n = static_cast<double>(N);
+  return cost(4 * n * C + 4 * n, 2 * n * C + 1.0 * C + n, elem);
+}
+// Per element: Σ g·w·x (3), dx += r·(w·g − x·k) (5), dw += g·x·r (3) -> 11;
+// per row k = r·r·dot/C (3). Reads dout, x, w, rstd; read-modify-writes
+// dinp and dweight.
+OpCost rmsnorm_backward_cost(int64_t N, int64_t C, int elem) {
+  const double n = static_cast<double>(N);
+  return cost(11 * n * C + 3 * n, 4 * n * C + 3.0 * C + n, elem);
+}
+
+// silu(gate)·up per output: sigmoid (negate, exp, add, divide: 4), ·gate,
+// ·up -> 6; reads gate and up, writes out. Backward per output: the sigmoid
+// again (4), dgate += d·u·s·(1 + g·(1 − s)) (7), dup += d·g·s (3) -> 14;
+// reads dout, gate, up and read-modify-writes dgate and dup.
+OpCost swiglu_forward_cost(int64_t N, int64_t F, int elem) {
+  const double nf = static_cast<double>(N) * F;
+  return cost(6 * nf, 3 * nf, elem);
+}
+OpCost swiglu_backward_cost(int64_t N, int64_t F, int elem) {
+  const double nf = static_cast<double>(N) * F;
+  return cost(14 * nf, 7 * nf, elem);
+}
+
+// Elementwise: per feature 2 products and 1 add or subtract; reads x and
+// the cos/sin table (one of each per pair: a GPU kernel reads a cached
+// table, the host recomputes it), writes x.
+OpCost rope_cost(int64_t N, int64_t heads, int64_t HS, int elem) {
+  const double n = static_cast<double>(N) * heads * HS;
+  return cost(3 * n, 3 * n, elem);
+}
+
+// A copy: reads the compact rows, writes the expanded ones (backward: the
+// reverse, accumulating).
+OpCost repeat_kv_cost(int64_t N, const GqaHeads& g, int elem) {
+  return cost(0, static_cast<double>(N) * (g.in_width() + g.out_width()), elem);
 }
 
 #define SHARDLAB_INSTANTIATE_LLAMA_KERNELS(Real)                                                          \

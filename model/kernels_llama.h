@@ -1,7 +1,9 @@
 // The llama family's kernels (RMSNorm, SwiGLU, rotary embeddings, the K/V
 // head sharing of grouped-query attention), llm.c style like kernels.h:
 // templated on Real, outputs first, backward kernels ACCUMULATE (+=) unless
-// stated. Each has its *_cost beside it (defined in kernel_costs.cc).
+// stated. Each has its *_cost beside it (defined in kernels_llama.cc) and an
+// Exec overload (ex, name, the kernel's arguments) that runs it unless the
+// run is phantom and charges that cost (Exec::run), as kernels.h's do.
 //
 // Size letters as in kernels.h, plus F the MLP width, KV the K/V heads, and
 // G = NH/KV the query heads sharing one K/V head.
@@ -9,6 +11,7 @@
 
 #include <cstdint>
 
+#include "model/sink.h"
 #include "runtime/cost_model.h"
 
 namespace shardlab::model {
@@ -89,5 +92,48 @@ void repeat_kv_backward(Real* din,        // (N, (NHq + 2·KVl)·HS)
                         const Real* dout,  // (N, 3·NHq·HS)
                         int64_t N, const GqaHeads& g);
 OpCost repeat_kv_cost(int64_t N, const GqaHeads& g, int elem);  // either direction
+
+// ---- Exec overloads: run unless phantom, charge the cost as `name` -----------
+template <typename Real>
+void rmsnorm_forward(const Exec& ex, const char* name, Real* out, Real* rstd, const Real* inp,
+                     const Real* weight, int64_t N, int C, double eps) {
+  ex.run(name, rmsnorm_forward_cost(N, C, ex.elem), [&] { rmsnorm_forward(out, rstd, inp, weight, N, C, eps); });
+}
+template <typename Real>
+void rmsnorm_backward(const Exec& ex, const char* name, Real* dinp, Real* dweight, const Real* dout,
+                      const Real* inp, const Real* weight, const Real* rstd, int64_t N, int C) {
+  ex.run(name, rmsnorm_backward_cost(N, C, ex.elem),
+         [&] { rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C); });
+}
+template <typename Real>
+void swiglu_forward(const Exec& ex, const char* name, Real* out, const Real* gate_up, int64_t N, int F) {
+  ex.run(name, swiglu_forward_cost(N, F, ex.elem), [&] { swiglu_forward(out, gate_up, N, F); });
+}
+template <typename Real>
+void swiglu_backward(const Exec& ex, const char* name, Real* dgate_up, const Real* dout, const Real* gate_up,
+                     int64_t N, int F) {
+  ex.run(name, swiglu_backward_cost(N, F, ex.elem), [&] { swiglu_backward(dgate_up, dout, gate_up, N, F); });
+}
+template <typename Real>
+void rope_forward(const Exec& ex, const char* name, Real* out, const Real* inp, const int64_t* positions, int B,
+                  int T, int heads, int HS, int64_t stride, double theta) {
+  ex.run(name, rope_cost(int64_t{B} * T, heads, HS, ex.elem),
+         [&] { rope_forward(out, inp, positions, B, T, heads, HS, stride, theta); });
+}
+template <typename Real>
+void rope_backward(const Exec& ex, const char* name, Real* dinp, const Real* dout, const int64_t* positions,
+                   int B, int T, int heads, int HS, int64_t stride, double theta) {
+  ex.run(name, rope_cost(int64_t{B} * T, heads, HS, ex.elem),
+         [&] { rope_backward(dinp, dout, positions, B, T, heads, HS, stride, theta); });
+}
+template <typename Real>
+void repeat_kv_forward(const Exec& ex, const char* name, Real* out, const Real* in, int64_t N, const GqaHeads& g) {
+  ex.run(name, repeat_kv_cost(N, g, ex.elem), [&] { repeat_kv_forward(out, in, N, g); });
+}
+template <typename Real>
+void repeat_kv_backward(const Exec& ex, const char* name, Real* din, const Real* dout, int64_t N,
+                        const GqaHeads& g) {
+  ex.run(name, repeat_kv_cost(N, g, ex.elem), [&] { repeat_kv_backward(din, dout, N, g); });
+}
 
 }  // namespace shardlab::model

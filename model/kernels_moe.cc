@@ -4,11 +4,15 @@
 #include <cmath>
 #include <vector>
 
+#include "model/kernel_cost.h"
 #include "model/kernels.h"
 #include "model/portable_math.h"
 #include "runtime/errors.h"
 
 namespace shardlab::model {
+
+using cost_terms::cost;
+using cost_terms::gemm_cost;
 
 int64_t expert_capacity(int64_t N, int E, int K, double capacity_factor) {
   if (capacity_factor <= 0) return N;
@@ -180,6 +184,30 @@ Real moe_aux_loss(const Real* frac, const Real* probs, int64_t N, int E) {
   double aux = 0;
   for (int e = 0; e < E; ++e) aux += double(frac[e]) * P[size_t(e)] / double(N);
   return static_cast<Real>(E * aux);
+}
+
+OpCost router_forward_cost(int64_t N, int64_t E, int64_t K, int elem) {
+  const double n = static_cast<double>(N);
+  // softmax (4E), top-K scans (KE), gates (2K), the P_i statistics adds (E)
+  return cost(n * (5.0 * E + K * E + 2.0 * K), n * (2.0 * E + K) + E, elem, 8 * n * K);
+}
+OpCost router_backward_cost(int64_t N, int64_t E, int64_t K, int elem) {
+  const double n = static_cast<double>(N);
+  return cost(n * (6.0 * E + 7.0 * K), n * (3.0 * E + K) + E, elem, 4 * n * K);
+}
+
+OpCost moe_dispatch_cost(int64_t M, int64_t C, int elem) {
+  const double mc = static_cast<double>(M) * C;
+  return cost(mc, 3 * mc, elem, 8.0 * M);  // counts the backward's accumulate
+}
+OpCost moe_combine_forward_cost(int64_t N, int64_t M, int64_t C, int elem) {
+  const double mc = static_cast<double>(M) * C;
+  // reads ye and gates; zero-fills out (N·C), then reads and writes an out row per assignment
+  return cost(2 * mc, mc + M + static_cast<double>(N) * C + 2 * mc, elem, 8.0 * M);
+}
+OpCost moe_combine_backward_cost(int64_t M, int64_t C, int elem) {
+  const double mc = static_cast<double>(M) * C;
+  return cost(4 * mc, 4 * mc + 3.0 * M, elem, 8.0 * M);
 }
 
 #define SHARDLAB_INSTANTIATE_MOE(Real)                                                             \

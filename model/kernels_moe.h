@@ -14,6 +14,7 @@
 
 #include <cstdint>
 
+#include "model/sink.h"
 #include "runtime/cost_model.h"
 
 namespace shardlab::model {
@@ -47,6 +48,13 @@ Real moe_aux_loss(const Real* frac,   // (E)
                   const Real* probs,  // (N,E)
                   int64_t N, int E);
 OpCost router_backward_cost(int64_t N, int64_t E, int64_t K, int elem);
+template <typename Real>  // kernels.h: the Exec overloads
+void router_backward(const Exec& ex, const char* name, Real* dlogits, const Real* dgates, Real daux,
+                     const Real* probs, const int32_t* expert, const Real* frac, int64_t N, int E,
+                     int K) {
+  ex.run(name, router_backward_cost(N, E, K, ex.elem),
+         [&] { router_backward(dlogits, dgates, daux, probs, expert, frac, N, E, K); });
+}
 
 // Capacity over a batch split in consecutive parts (data parallelism): this
 // part's assignments come after `earlier[e]` assignments of the earlier parts
@@ -103,5 +111,31 @@ void moe_combine_backward(Real* dye,           // (M,C)
 OpCost moe_dispatch_cost(int64_t M, int64_t C, int elem);  // forward or backward
 OpCost moe_combine_forward_cost(int64_t N, int64_t M, int64_t C, int elem);
 OpCost moe_combine_backward_cost(int64_t M, int64_t C, int elem);
+template <typename Real>
+void moe_dispatch_forward(const Exec& ex, const char* name, Real* xe, const Real* x,
+                          const int64_t* src, int64_t M, int K, int C) {
+  ex.run(name, moe_dispatch_cost(M, C, ex.elem),
+         [&] { moe_dispatch_forward(xe, x, src, M, K, C); });
+}
+template <typename Real>
+void moe_dispatch_backward(const Exec& ex, const char* name, Real* dx, const Real* dxe,
+                           const int64_t* src, int64_t M, int K, int C) {
+  ex.run(name, moe_dispatch_cost(M, C, ex.elem),
+         [&] { moe_dispatch_backward(dx, dxe, src, M, K, C); });
+}
+template <typename Real>
+void moe_combine_forward(const Exec& ex, const char* name, Real* out, const Real* ye,
+                         const Real* gates, const int64_t* src, int64_t N, int64_t M, int K,
+                         int C) {
+  ex.run(name, moe_combine_forward_cost(N, M, C, ex.elem),
+         [&] { moe_combine_forward(out, ye, gates, src, N, M, K, C); });
+}
+template <typename Real>
+void moe_combine_backward(const Exec& ex, const char* name, Real* dye, Real* dgates,
+                          const Real* dout, const Real* ye, const Real* gates, const int64_t* src,
+                          int64_t M, int K, int C) {
+  ex.run(name, moe_combine_backward_cost(M, C, ex.elem),
+         [&] { moe_combine_backward(dye, dgates, dout, ye, gates, src, M, K, C); });
+}
 
 }  // namespace shardlab::model

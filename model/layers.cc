@@ -22,12 +22,10 @@ template <typename Real>
 void attention_layer_forward(Real* out, Real* qkv, Real* att, Real* atty, const BlockView<Real>& p,
                              const Real* inp, const Dims& d, const Exec& ex) {
   const int64_t N = d.N();
-  linear_forward(qkv, inp, p.c_attn.weight, p.c_attn.bias, N, d.C, 3 * d.C);
-  ex.op("attn.c_attn.fwd", linear_forward_cost(N, d.C, 3 * d.C, true, ex.elem));
-  attention_forward(atty, att, qkv, d.B, d.T, d.NH, d.HS());
-  ex.op("attn.softmax.fwd", attention_forward_cost(d.B, d.T, d.NH, d.HS(), ex.elem));
-  linear_forward(out, atty, p.attn_proj.weight, p.attn_proj.bias, N, d.C, d.C);
-  ex.op("attn.c_proj.fwd", linear_forward_cost(N, d.C, d.C, true, ex.elem));
+  linear_forward(ex, "attn.c_attn.fwd", qkv, inp, p.c_attn.weight, p.c_attn.bias, N, d.C, 3 * d.C);
+  attention_forward(ex, "attn.softmax.fwd", atty, att, qkv, d.B, d.T, d.NH, d.HS());
+  linear_forward(ex, "attn.c_proj.fwd", out, atty, p.attn_proj.weight, p.attn_proj.bias, N, d.C,
+                 d.C);
 }
 
 template <typename Real>
@@ -37,15 +35,12 @@ void attention_layer_backward(Real* dinp, const BlockView<Real>& g, Real* dqkv, 
                               const Exec& ex) {
   const int64_t N = d.N();
   std::fill(datty, datty + N * d.C, Real(0));
-  linear_backward(datty, g.attn_proj.weight, g.attn_proj.bias, dout, atty, p.attn_proj.weight, N,
-                  d.C, d.C);
-  ex.op("attn.c_proj.bwd", linear_backward_cost(N, d.C, d.C, true, ex.elem));
+  linear_backward(ex, "attn.c_proj.bwd", true, datty, g.attn_proj.weight, g.attn_proj.bias, dout,
+                  atty, p.attn_proj.weight, N, d.C, d.C);
   std::fill(dqkv, dqkv + N * 3 * d.C, Real(0));
-  attention_backward(dqkv, datty, qkv, att, d.B, d.T, d.NH, d.HS());
-  ex.op("attn.softmax.bwd", attention_backward_cost(d.B, d.T, d.NH, d.HS(), ex.elem));
-  linear_backward(dinp, g.c_attn.weight, g.c_attn.bias, dqkv, inp, p.c_attn.weight, N, d.C,
-                  3 * d.C);
-  ex.op("attn.c_attn.bwd", linear_backward_cost(N, d.C, 3 * d.C, true, ex.elem));
+  attention_backward(ex, "attn.softmax.bwd", dqkv, datty, qkv, att, d.B, d.T, d.NH, d.HS());
+  linear_backward(ex, "attn.c_attn.bwd", true, dinp, g.c_attn.weight, g.c_attn.bias, dqkv, inp,
+                  p.c_attn.weight, N, d.C, 3 * d.C);
 }
 
 // ---- MLP ----------------------------------------------------------------------
@@ -54,12 +49,9 @@ template <typename Real>
 void mlp_forward(Real* out, Real* fc, Real* fc_gelu, const MlpView<Real>& p, const Real* inp,
                  int64_t N, int C, const Exec& ex) {
   const int F = p.c_fc.out;  // the MLP width
-  linear_forward(fc, inp, p.c_fc.weight, p.c_fc.bias, N, C, F);
-  ex.op("mlp.c_fc.fwd", linear_forward_cost(N, C, F, true, ex.elem));
-  gelu_forward(fc_gelu, fc, N * F);
-  ex.op("mlp.gelu.fwd", gelu_forward_cost(N * F, ex.elem));
-  linear_forward(out, fc_gelu, p.c_proj.weight, p.c_proj.bias, N, F, C);
-  ex.op("mlp.c_proj.fwd", linear_forward_cost(N, F, C, true, ex.elem));
+  linear_forward(ex, "mlp.c_fc.fwd", fc, inp, p.c_fc.weight, p.c_fc.bias, N, C, F);
+  gelu_forward(ex, "mlp.gelu.fwd", fc_gelu, fc, N * F);
+  linear_forward(ex, "mlp.c_proj.fwd", out, fc_gelu, p.c_proj.weight, p.c_proj.bias, N, F, C);
 }
 
 template <typename Real>
@@ -68,14 +60,12 @@ void mlp_backward(Real* dinp, const MlpView<Real>& g, Real* dfc, Real* dfc_gelu,
                   int64_t N, int C, const Exec& ex) {
   const int F = p.c_fc.out;  // the MLP width
   std::fill(dfc_gelu, dfc_gelu + N * F, Real(0));
-  linear_backward(dfc_gelu, g.c_proj.weight, g.c_proj.bias, dout, fc_gelu, p.c_proj.weight, N,
-                  F, C);
-  ex.op("mlp.c_proj.bwd", linear_backward_cost(N, F, C, true, ex.elem));
+  linear_backward(ex, "mlp.c_proj.bwd", true, dfc_gelu, g.c_proj.weight, g.c_proj.bias, dout,
+                  fc_gelu, p.c_proj.weight, N, F, C);
   std::fill(dfc, dfc + N * F, Real(0));
-  gelu_backward(dfc, dfc_gelu, fc, N * F);
-  ex.op("mlp.gelu.bwd", gelu_backward_cost(N * F, ex.elem));
-  linear_backward(dinp, g.c_fc.weight, g.c_fc.bias, dfc, inp, p.c_fc.weight, N, C, F);
-  ex.op("mlp.c_fc.bwd", linear_backward_cost(N, C, F, true, ex.elem));
+  gelu_backward(ex, "mlp.gelu.bwd", dfc, dfc_gelu, fc, N * F);
+  linear_backward(ex, "mlp.c_fc.bwd", true, dinp, g.c_fc.weight, g.c_fc.bias, dfc, inp,
+                  p.c_fc.weight, N, C, F);
 }
 
 // ---- MoE ----------------------------------------------------------------------
@@ -85,11 +75,11 @@ Real moe_forward(Real* out, MoeActs<Real>& a, const BlockView<Real>& p, const Re
                  const GPTConfig& config, const Exec& ex) {
   const int C = config.n_embd, E = config.n_expert, K = config.top_k, F = config.ffn_hidden();
   // route
-  linear_forward(a.logits.data(), inp, p.router, static_cast<const Real*>(nullptr), N, C, E);
-  ex.op("moe.router.fwd", linear_forward_cost(N, C, E, false, ex.elem));
-  a.aux = router_forward(a.probs.data(), a.expert.data(), a.slot.data(), a.gates.data(),
-                         a.frac.data(), a.logits.data(), N, E, K, config.capacity_factor);
-  ex.op("moe.topk.fwd", router_forward_cost(N, E, K, ex.elem));
+  linear_forward(ex, "moe.router.fwd", a.logits.data(), inp, p.router, N, C, E);
+  ex.run("moe.topk.fwd", router_forward_cost(N, E, K, ex.elem), [&] {
+    a.aux = router_forward(a.probs.data(), a.expert.data(), a.slot.data(), a.gates.data(),
+                           a.frac.data(), a.logits.data(), N, E, K, config.capacity_factor);
+  });
   if constexpr (std::is_same_v<Real, float>) {
     // Under data parallelism f_i must count the whole global batch: average the
     // replicas' fractions and recompute aux = E * sum_i f_i * P_i with the local P_i.
@@ -97,8 +87,7 @@ Real moe_forward(Real* out, MoeActs<Real>& a, const BlockView<Real>& p, const Re
   }
   a.M = moe_plan(a.src.data(), a.offsets.data(), a.expert.data(), a.slot.data(), N, E, K);
   // dispatch
-  moe_dispatch_forward(a.xe.data(), inp, a.src.data(), a.M, K, C);
-  ex.op("moe.dispatch.fwd", moe_dispatch_cost(a.M, C, ex.elem));
+  moe_dispatch_forward(ex, "moe.dispatch.fwd", a.xe.data(), inp, a.src.data(), a.M, K, C);
   // experts, each on its contiguous rows
   for (int e = 0; e < E; ++e) {
     const int64_t r0 = a.offsets[e], rows = a.offsets[e + 1] - r0;
@@ -106,8 +95,8 @@ Real moe_forward(Real* out, MoeActs<Real>& a, const BlockView<Real>& p, const Re
                 p.experts[e], a.xe.data() + r0 * C, rows, C, ex);
   }
   // combine
-  moe_combine_forward(out, a.ye.data(), a.gates.data(), a.src.data(), N, a.M, K, C);
-  ex.op("moe.combine.fwd", moe_combine_forward_cost(N, a.M, C, ex.elem));
+  moe_combine_forward(ex, "moe.combine.fwd", out, a.ye.data(), a.gates.data(), a.src.data(), N, a.M,
+                      K, C);
   return a.aux;
 }
 
@@ -119,9 +108,8 @@ void moe_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s, c
   // combine
   zero(s.dye, a.M * C);
   zero(s.dgates, N * K);
-  moe_combine_backward(s.dye.data(), s.dgates.data(), dout, a.ye.data(), a.gates.data(),
-                       a.src.data(), a.M, K, C);
-  ex.op("moe.combine.bwd", moe_combine_backward_cost(a.M, C, ex.elem));
+  moe_combine_backward(ex, "moe.combine.bwd", s.dye.data(), s.dgates.data(), dout, a.ye.data(),
+                       a.gates.data(), a.src.data(), a.M, K, C);
   // experts
   zero(s.dxe, a.M * C);
   for (int e = 0; e < E; ++e) {
@@ -132,16 +120,13 @@ void moe_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s, c
                  ex);
   }
   // dispatch
-  moe_dispatch_backward(dinp, s.dxe.data(), a.src.data(), a.M, K, C);
-  ex.op("moe.dispatch.bwd", moe_dispatch_cost(a.M, C, ex.elem));
+  moe_dispatch_backward(ex, "moe.dispatch.bwd", dinp, s.dxe.data(), a.src.data(), a.M, K, C);
   // route
   zero(s.dlogits, N * E);
-  router_backward(s.dlogits.data(), s.dgates.data(), daux, a.probs.data(), a.expert.data(),
-                  a.frac.data(), N, E, K);
-  ex.op("moe.topk.bwd", router_backward_cost(N, E, K, ex.elem));
-  linear_backward(dinp, g.router, static_cast<Real*>(nullptr), s.dlogits.data(), inp, p.router, N,
-                  C, E);
-  ex.op("moe.router.bwd", linear_backward_cost(N, C, E, false, ex.elem));
+  router_backward(ex, "moe.topk.bwd", s.dlogits.data(), s.dgates.data(), daux, a.probs.data(),
+                  a.expert.data(), a.frac.data(), N, E, K);
+  linear_backward(ex, "moe.router.bwd", false, dinp, g.router, static_cast<Real*>(nullptr),
+                  s.dlogits.data(), inp, p.router, N, C, E);
 }
 
 // ---- Block --------------------------------------------------------------------
@@ -158,8 +143,7 @@ Real block_forward(BlockActs<Real>& a, const BlockView<Real>& p, const Real* inp
     attention_layer_forward(a.attproj.data(), a.qkv.data(), a.att.data(), a.atty.data(), p, a.ln1.data(), d,
                             ex);
   }
-  residual_forward(a.res1.data(), inp, a.attproj.data(), N * C);
-  ex.op("residual.fwd", residual_forward_cost(N * C, ex.elem));
+  residual_forward(ex, "residual.fwd", a.res1.data(), inp, a.attproj.data(), N * C);
   norm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res1.data(), p.ln_2, N, C, config,
                "ln_2.fwd", ex);
   Real aux = 0;
@@ -170,8 +154,7 @@ Real block_forward(BlockActs<Real>& a, const BlockView<Real>& p, const Real* inp
   } else {
     mlp_forward(a.mlp_out.data(), a.fc.data(), a.fc_gelu.data(), p.mlp, a.ln2.data(), N, C, ex);
   }
-  residual_forward(a.res2.data(), a.res1.data(), a.mlp_out.data(), N * C);
-  ex.op("residual.fwd", residual_forward_cost(N * C, ex.elem));
+  residual_forward(ex, "residual.fwd", a.res2.data(), a.res1.data(), a.mlp_out.data(), N * C);
   return aux;
 }
 
@@ -196,8 +179,9 @@ void block_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s,
   norm_backward(s.dres1.data(), g.ln_2, s.dln2.data(), a.res1.data(), p.ln_2, a.ln2_mean.data(),
                 a.ln2_rstd.data(), N, C, config, "ln_2.bwd", ex);
   // res1 = inp + attproj: dinp += dres1, dattproj = dres1
-  for (int64_t i = 0; i < N * C; ++i) dinp[i] += s.dres1[i];
-  ex.op("residual.bwd", residual_backward_cost(N * C, ex.elem));
+  ex.run("residual.bwd", residual_backward_cost(N * C, ex.elem), [&] {
+    for (int64_t i = 0; i < N * C; ++i) dinp[i] += s.dres1[i];
+  });
   zero(s.dln1, N * C);
   if (config.is_llama()) {
     llama_attention_backward(s.dln1.data(), g, s, s.dres1.data(), a.ln1.data(), a, p, d, config, ex);

@@ -13,12 +13,10 @@ template <typename Real>
 void norm_forward(Real* out, Real* mean, Real* rstd, const Real* inp, const LayerNormView<Real>& p, int64_t N,
                   int C, const GPTConfig& config, const char* name, const Exec& ex) {
   if (config.is_llama()) {
-    if (ex.math()) rmsnorm_forward(out, rstd, inp, p.weight, N, C, config.norm_eps);
-    ex.op(name, rmsnorm_forward_cost(N, C, ex.elem));
-    return;
+    rmsnorm_forward(ex, name, out, rstd, inp, p.weight, N, C, config.norm_eps);
+  } else {
+    layernorm_forward(ex, name, out, mean, rstd, inp, p.weight, p.bias, N, C);
   }
-  if (ex.math()) layernorm_forward(out, mean, rstd, inp, p.weight, p.bias, N, C);
-  ex.op(name, layernorm_forward_cost(N, C, ex.elem));
 }
 
 template <typename Real>
@@ -26,12 +24,10 @@ void norm_backward(Real* dinp, const LayerNormView<Real>& g, const Real* dout, c
                    const LayerNormView<Real>& p, const Real* mean, const Real* rstd, int64_t N, int C,
                    const GPTConfig& config, const char* name, const Exec& ex) {
   if (config.is_llama()) {
-    if (ex.math()) rmsnorm_backward(dinp, g.weight, dout, inp, p.weight, rstd, N, C);
-    ex.op(name, rmsnorm_backward_cost(N, C, ex.elem));
-    return;
+    rmsnorm_backward(ex, name, dinp, g.weight, dout, inp, p.weight, rstd, N, C);
+  } else {
+    layernorm_backward(ex, name, dinp, g.weight, g.bias, dout, inp, p.weight, mean, rstd, N, C);
   }
-  if (ex.math()) layernorm_backward(dinp, g.weight, g.bias, dout, inp, p.weight, mean, rstd, N, C);
-  ex.op(name, layernorm_backward_cost(N, C, ex.elem));
 }
 
 // ---- Attention ------------------------------------------------------------------
@@ -50,18 +46,15 @@ void llama_attention_forward(Real* out, BlockActs<Real>& a, const BlockView<Real
   const int64_t N = d.N();
   const GqaHeads g = unsharded_heads(d, config);
   const int W = static_cast<int>(g.in_width());
-  linear_forward(a.qkv.data(), inp, p.c_attn.weight, static_cast<const Real*>(nullptr), N, d.C, W);
-  ex.op("attn.c_attn.fwd", linear_forward_cost(N, d.C, W, false, ex.elem));
+  const int64_t* t = nullptr;  // positions 0..T-1
+  linear_forward(ex, "attn.c_attn.fwd", a.qkv.data(), inp, p.c_attn.weight, N, d.C, W);
   // q's NH heads and k's KV heads are adjacent in a row: one rotation.
-  rope_forward(a.qkv.data(), a.qkv.data(), static_cast<const int64_t*>(nullptr), d.B, d.T, g.NHq + g.KVl,
-               g.HS, W, config.rope_theta);
-  ex.op("attn.rope.fwd", rope_cost(N, g.NHq + g.KVl, g.HS, ex.elem));
-  repeat_kv_forward(a.qkv_rep.data(), a.qkv.data(), N, g);
-  ex.op("attn.repeat_kv.fwd", repeat_kv_cost(N, g, ex.elem));
-  attention_forward(a.atty.data(), a.att.data(), a.qkv_rep.data(), d.B, d.T, d.NH, d.HS());
-  ex.op("attn.softmax.fwd", attention_forward_cost(d.B, d.T, d.NH, d.HS(), ex.elem));
-  linear_forward(out, a.atty.data(), p.attn_proj.weight, static_cast<const Real*>(nullptr), N, d.C, d.C);
-  ex.op("attn.c_proj.fwd", linear_forward_cost(N, d.C, d.C, false, ex.elem));
+  rope_forward(ex, "attn.rope.fwd", a.qkv.data(), a.qkv.data(), t, d.B, d.T, g.NHq + g.KVl, g.HS, W,
+               config.rope_theta);
+  repeat_kv_forward(ex, "attn.repeat_kv.fwd", a.qkv_rep.data(), a.qkv.data(), N, g);
+  attention_forward(ex, "attn.softmax.fwd", a.atty.data(), a.att.data(), a.qkv_rep.data(), d.B, d.T, d.NH,
+                    d.HS());
+  linear_forward(ex, "attn.c_proj.fwd", out, a.atty.data(), p.attn_proj.weight, N, d.C, d.C);
 }
 
 template <typename Real>
@@ -71,22 +64,20 @@ void llama_attention_backward(Real* dinp, const BlockView<Real>& g, BlockScratch
   const int64_t N = d.N();
   const GqaHeads h = unsharded_heads(d, config);
   const int W = static_cast<int>(h.in_width());
+  const int64_t* t = nullptr;
+  Real* none = nullptr;  // no biases
   std::fill_n(s.datty.data(), N * d.C, Real(0));
-  linear_backward(s.datty.data(), g.attn_proj.weight, static_cast<Real*>(nullptr), dout, a.atty.data(),
+  linear_backward(ex, "attn.c_proj.bwd", false, s.datty.data(), g.attn_proj.weight, none, dout, a.atty.data(),
                   p.attn_proj.weight, N, d.C, d.C);
-  ex.op("attn.c_proj.bwd", linear_backward_cost(N, d.C, d.C, false, ex.elem));
   std::fill_n(s.dqkv.data(), N * 3 * d.C, Real(0));
-  attention_backward(s.dqkv.data(), s.datty.data(), a.qkv_rep.data(), a.att.data(), d.B, d.T, d.NH, d.HS());
-  ex.op("attn.softmax.bwd", attention_backward_cost(d.B, d.T, d.NH, d.HS(), ex.elem));
+  attention_backward(ex, "attn.softmax.bwd", s.dqkv.data(), s.datty.data(), a.qkv_rep.data(), a.att.data(), d.B,
+                     d.T, d.NH, d.HS());
   std::fill_n(s.dqkv_c.data(), N * W, Real(0));
-  repeat_kv_backward(s.dqkv_c.data(), s.dqkv.data(), N, h);
-  ex.op("attn.repeat_kv.bwd", repeat_kv_cost(N, h, ex.elem));
-  rope_backward(s.dqkv_c.data(), s.dqkv_c.data(), static_cast<const int64_t*>(nullptr), d.B, d.T,
-                h.NHq + h.KVl, h.HS, W, config.rope_theta);
-  ex.op("attn.rope.bwd", rope_cost(N, h.NHq + h.KVl, h.HS, ex.elem));
-  linear_backward(dinp, g.c_attn.weight, static_cast<Real*>(nullptr), s.dqkv_c.data(), inp, p.c_attn.weight, N,
-                  d.C, W);
-  ex.op("attn.c_attn.bwd", linear_backward_cost(N, d.C, W, false, ex.elem));
+  repeat_kv_backward(ex, "attn.repeat_kv.bwd", s.dqkv_c.data(), s.dqkv.data(), N, h);
+  rope_backward(ex, "attn.rope.bwd", s.dqkv_c.data(), s.dqkv_c.data(), t, d.B, d.T, h.NHq + h.KVl, h.HS, W,
+                config.rope_theta);
+  linear_backward(ex, "attn.c_attn.bwd", false, dinp, g.c_attn.weight, none, s.dqkv_c.data(), inp,
+                  p.c_attn.weight, N, d.C, W);
 }
 
 // ---- SwiGLU MLP -----------------------------------------------------------------
@@ -95,12 +86,9 @@ template <typename Real>
 void swiglu_mlp_forward(Real* out, Real* gate_up, Real* h, const MlpView<Real>& p, const Real* inp, int64_t N,
                         int C, const Exec& ex) {
   const int F = p.c_proj.in;
-  linear_forward(gate_up, inp, p.c_fc.weight, static_cast<const Real*>(nullptr), N, C, 2 * F);
-  ex.op("mlp.c_fc.fwd", linear_forward_cost(N, C, 2 * F, false, ex.elem));
-  swiglu_forward(h, gate_up, N, F);
-  ex.op("mlp.swiglu.fwd", swiglu_forward_cost(N, F, ex.elem));
-  linear_forward(out, h, p.c_proj.weight, static_cast<const Real*>(nullptr), N, F, C);
-  ex.op("mlp.c_proj.fwd", linear_forward_cost(N, F, C, false, ex.elem));
+  linear_forward(ex, "mlp.c_fc.fwd", gate_up, inp, p.c_fc.weight, N, C, 2 * F);
+  swiglu_forward(ex, "mlp.swiglu.fwd", h, gate_up, N, F);
+  linear_forward(ex, "mlp.c_proj.fwd", out, h, p.c_proj.weight, N, F, C);
 }
 
 template <typename Real>
@@ -108,14 +96,12 @@ void swiglu_mlp_backward(Real* dinp, const MlpView<Real>& g, Real* dgate_up, Rea
                          const Real* inp, const Real* gate_up, const Real* h, const MlpView<Real>& p,
                          int64_t N, int C, const Exec& ex) {
   const int F = p.c_proj.in;
+  Real* none = nullptr;  // no biases
   std::fill_n(dh, N * F, Real(0));
-  linear_backward(dh, g.c_proj.weight, static_cast<Real*>(nullptr), dout, h, p.c_proj.weight, N, F, C);
-  ex.op("mlp.c_proj.bwd", linear_backward_cost(N, F, C, false, ex.elem));
+  linear_backward(ex, "mlp.c_proj.bwd", false, dh, g.c_proj.weight, none, dout, h, p.c_proj.weight, N, F, C);
   std::fill_n(dgate_up, N * 2 * F, Real(0));
-  swiglu_backward(dgate_up, dh, gate_up, N, F);
-  ex.op("mlp.swiglu.bwd", swiglu_backward_cost(N, F, ex.elem));
-  linear_backward(dinp, g.c_fc.weight, static_cast<Real*>(nullptr), dgate_up, inp, p.c_fc.weight, N, C, 2 * F);
-  ex.op("mlp.c_fc.bwd", linear_backward_cost(N, C, 2 * F, false, ex.elem));
+  swiglu_backward(ex, "mlp.swiglu.bwd", dgate_up, dh, gate_up, N, F);
+  linear_backward(ex, "mlp.c_fc.bwd", false, dinp, g.c_fc.weight, none, dgate_up, inp, p.c_fc.weight, N, C, 2 * F);
 }
 
 #define SHARDLAB_INSTANTIATE_LLAMA_LAYERS(Real)                                                              \

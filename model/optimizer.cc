@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "model/kernel_cost.h"
 #include "model/portable_math.h"
 
 namespace shardlab::model {
@@ -60,5 +61,14 @@ template double sum_squares(const float*, int64_t);
 template double sum_squares(const double*, int64_t);
 template void scale_inplace(float*, float, int64_t);
 template void scale_inplace(double*, double, int64_t);
+
+using cost_terms::cost;
+
+OpCost adamw_update_cost(int64_t n, int elem) {
+  // read p, m, v, g; write p, m, v (states kept at the modeled element size)
+  return cost(14.0 * n, 7.0 * n, elem);
+}
+OpCost sum_squares_cost(int64_t n, int elem) { return cost(2.0 * n, 1.0 * n, elem); }
+OpCost scale_inplace_cost(int64_t n, int elem) { return cost(1.0 * n, 2.0 * n, elem); }
 
 }  // namespace shardlab::model

@@ -60,6 +60,16 @@ struct Exec {
   void op(const char* name, const OpCost& cost) const {
     if (sink) sink->op(recompute ? recompute_name(name) : name, cost);
   }
+  // The one way to run a kernel: `math` (unless the run is phantom), then
+  // its `cost` charged as `name`. `math` is a lambda taken by reference and
+  // inlined: no std::function, no allocation. Every kernel in kernels.h has
+  // an Exec overload built on this, computing its cost from its own sizes, so
+  // a call site is one line; hand-written loops call run() directly.
+  template <typename Math>
+  void run(const char* name, const OpCost& cost, Math&& math) const {
+    if (!phantom) math();
+    op(name, cost);
+  }
 };
 
 }  // namespace shardlab::model

@@ -65,8 +65,8 @@ InferEngine::~InferEngine() = default;
 void InferEngine::size_step(int64_t N) {
   if (dims_.N() == N) return;
   const int tp = groups_.tp->size();
-  dims_ = parallel::TpDims{{1, int(N), config_.n_embd, config_.n_head, config_.ffn_hidden()}, tp, false,
-                           moe_ctx_.ep ? moe_ctx_.ep->size() : 1};
+  const model::Dims unsharded{1, int(N), config_.n_embd, config_.n_head, config_.ffn_hidden()};
+  dims_ = parallel::ShardDims{unsharded, tp, false, moe_ctx_.ep ? moe_ctx_.ep->size() : 1};
   const int64_t C = dims_.C, Cl = dims_.Cl(), Fl = dims_.Fl();
   Acts& a = *acts_;
   for (auto* b : {&a.x, &a.ln, &a.res1, &a.partial, &a.out}) b->assign(size_t(N * C), 0.0f);
@@ -115,23 +115,27 @@ void InferEngine::embed(const std::vector<SeqInput>& batch) {
   const int64_t N = dims_.N();
   const int C = dims_.C;
   Acts& a = *acts_;
-  int64_t row = 0;
-  for (const SeqInput& s : batch) {
-    const int p0 = cache_->length(s.seq) - int(s.tokens.size());
-    for (size_t j = 0; ex.math() && j < s.tokens.size(); ++j, ++row) {
-      const Token tok = s.tokens[j];
-      float* o = a.partial.data() + row * C;
-      if (tok >= v0_ && tok < v0_ + Vl_) std::copy_n(w_.wte + (tok - v0_) * C, C, o);
-      else std::fill_n(o, C, 0.0f);
-      const float* pe = w_.wpe + (p0 + int64_t(j)) * C;
-      float* x = a.ln.data() + row * C;  // the position embedding, added after the sum
-      std::copy_n(pe, C, x);
+  ex.run("embedding.fwd", model::embedding_forward_cost(1, N, C, ex.elem), [&] {
+    int64_t row = 0;
+    for (const SeqInput& s : batch) {
+      const int p0 = cache_->length(s.seq) - int(s.tokens.size());
+      for (size_t j = 0; j < s.tokens.size(); ++j, ++row) {
+        const Token tok = s.tokens[j];
+        float* o = a.partial.data() + row * C;
+        if (tok >= v0_ && tok < v0_ + Vl_)
+          std::copy_n(w_.wte + (tok - v0_) * C, C, o);
+        else
+          std::fill_n(o, C, 0.0f);
+        const float* pe = w_.wpe + (p0 + int64_t(j)) * C;
+        float* x = a.ln.data() + row * C;  // the position embedding, added after the sum
+        std::copy_n(pe, C, x);
+      }
     }
-  }
-  ex.op("embedding.fwd", model::embedding_forward_cost(1, N, C, ex.elem));
+  });
   parallel::exit_row_parallel(ctx_, a.partial.data(), a.x.data(), N, C);
-  for (int64_t i = 0; ex.math() && i < N * C; ++i) a.x[size_t(i)] += a.ln[size_t(i)];
-  ex.op("embedding.wpe.fwd", model::residual_forward_cost(N * C, ex.elem));
+  ex.run("embedding.wpe.fwd", model::residual_forward_cost(N * C, ex.elem), [&] {
+    for (int64_t i = 0; i < N * C; ++i) a.x[size_t(i)] += a.ln[size_t(i)];
+  });
 }
 
 std::vector<float> InferEngine::head(const std::vector<SeqInput>& batch) {
@@ -145,14 +149,10 @@ std::vector<float> InferEngine::head(const std::vector<SeqInput>& batch) {
     row += int64_t(batch[size_t(i)].tokens.size());
     if (ex.math()) std::copy_n(a.x.data() + (row - 1) * C, C, a.res1.data() + i * C);
   }
-  if (ex.math())
-    model::layernorm_forward(a.ln.data(), a.mean.data(), a.rstd.data(), a.res1.data(), w_.ln_f.weight,
-                             w_.ln_f.bias, S, C);
-  ex.op("ln_f.fwd", model::layernorm_forward_cost(S, C, ex.elem));
+  model::layernorm_forward(ex, "ln_f.fwd", a.ln.data(), a.mean.data(), a.rstd.data(), a.res1.data(),
+                           w_.ln_f.weight, w_.ln_f.bias, S, C);
   parallel::Buf<float> local(size_t(S * Vl_), 0.0f), gathered(size_t(S * Vl_ * tp), 0.0f);
-  if (ex.math())
-    model::linear_forward(local.data(), a.ln.data(), w_.wte, static_cast<const float*>(nullptr), S, C, Vl_);
-  ex.op("lm_head.fwd", model::linear_forward_cost(S, C, Vl_, false, ex.elem));
+  model::linear_forward(ex, "lm_head.fwd", local.data(), a.ln.data(), w_.wte, S, C, Vl_);
   if (tp > 1)
     coll::all_gather(dev_, *groups_.tp, coll::ConstBuffer(local.data(), local.size()),
                      coll::Buffer(gathered.data(), gathered.size()), ctx_.on_compute());

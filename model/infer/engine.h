@@ -110,7 +110,7 @@ class InferEngine {
   parallel::ExpertContext moe_ctx_;  // MoE blocks: the same device, TP group and sink
   Tensor weights_;  // the weights' modeled bytes (kParam)
   std::unique_ptr<KvCache> cache_;
-  parallel::TpDims dims_;
+  parallel::ShardDims dims_;
   std::unique_ptr<Acts> acts_;
   int64_t v0_ = 0;
   int Vl_ = 0;

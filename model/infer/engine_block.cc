@@ -18,28 +18,20 @@ void InferEngine::block_forward(int layer, const std::vector<SeqInput>& batch,
   const int64_t N = dims_.N();
   const int C = dims_.C, Cl = dims_.Cl();
   Acts& a = *acts_;
-  if (ex.math())
-    model::layernorm_forward(a.ln.data(), a.mean.data(), a.rstd.data(), a.x.data(), p.ln_1.weight,
-                             p.ln_1.bias, N, C);
-  ex.op("ln_1.fwd", model::layernorm_forward_cost(N, C, ex.elem));
-  if (ex.math()) model::linear_forward(a.qkv.data(), a.ln.data(), p.c_attn.weight, p.c_attn.bias, N, C, 3 * Cl);
-  ex.op("attn.c_attn.fwd", model::linear_forward_cost(N, C, 3 * Cl, true, ex.elem));
+  model::layernorm_forward(ex, "ln_1.fwd", a.ln.data(), a.mean.data(), a.rstd.data(), a.x.data(),
+                           p.ln_1.weight, p.ln_1.bias, N, C);
+  model::linear_forward(ex, "attn.c_attn.fwd", a.qkv.data(), a.ln.data(), p.c_attn.weight,
+                        p.c_attn.bias, N, C, 3 * Cl);
   attend(layer - place_.first_layer(0), batch, pos0);
-  if (ex.math())
-    model::linear_forward(a.partial.data(), a.atty.data(), p.attn_proj.weight,
-                          static_cast<const float*>(nullptr), N, Cl, C);
-  ex.op("attn.c_proj.fwd", model::linear_forward_cost(N, Cl, C, false, ex.elem));
+  model::linear_forward(ex, "attn.c_proj.fwd", a.partial.data(), a.atty.data(), p.attn_proj.weight,
+                        N, Cl, C);  // its bias after the reduction
   par::exit_row_parallel(ctx_, a.partial.data(), a.out.data(), N, C);
   par::add_bias_rows(a.out.data(), p.attn_proj.bias, N, C, "attn.c_proj.bias.fwd", ex);
-  if (ex.math()) model::residual_forward(a.res1.data(), a.x.data(), a.out.data(), N * C);
-  ex.op("residual.fwd", model::residual_forward_cost(N * C, ex.elem));
-  if (ex.math())
-    model::layernorm_forward(a.ln.data(), a.mean.data(), a.rstd.data(), a.res1.data(), p.ln_2.weight,
-                             p.ln_2.bias, N, C);
-  ex.op("ln_2.fwd", model::layernorm_forward_cost(N, C, ex.elem));
+  model::residual_forward(ex, "residual.fwd", a.res1.data(), a.x.data(), a.out.data(), N * C);
+  model::layernorm_forward(ex, "ln_2.fwd", a.ln.data(), a.mean.data(), a.rstd.data(), a.res1.data(),
+                           p.ln_2.weight, p.ln_2.bias, N, C);
   ffn_forward(layer);
-  if (ex.math()) model::residual_forward(a.x.data(), a.res1.data(), a.out.data(), N * C);
-  ex.op("residual.fwd", model::residual_forward_cost(N * C, ex.elem));
+  model::residual_forward(ex, "residual.fwd", a.x.data(), a.res1.data(), a.out.data(), N * C);
 }
 
 // Appends every sequence's new K, V rows to the cache, then attends.

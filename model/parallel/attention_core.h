@@ -13,7 +13,7 @@
 // projections and the schedules stay as they are.
 //
 // Shapes (letters of dims.h): qkv (N, 3·Cl), atty (N, Cl), att the core's
-// saved state, TpDims::att_elements(): the probabilities (B, NHl, T, T) for
+// saved state, ShardDims::att_elements(): the probabilities (B, NHl, T, T) for
 // LocalAttention, the log-sum-exp of every query row (B, NHl, T) under
 // context parallelism.
 #pragma once
@@ -27,11 +27,11 @@ class AttentionCore {
  public:
   virtual ~AttentionCore() = default;
   // atty = attention(qkv); `att` keeps what backward needs.
-  virtual void forward(float* atty, float* att, const float* qkv, const TpDims& d,
+  virtual void forward(float* atty, float* att, const float* qkv, const ShardDims& d,
                        const LayerContext& c) const = 0;
   // dqkv (N, 3·Cl) += the gradient of qkv given datty; atty is forward's output.
   virtual void backward(float* dqkv, const float* datty, const float* qkv, const float* atty,
-                        const float* att, const TpDims& d, const LayerContext& c) const = 0;
+                        const float* att, const ShardDims& d, const LayerContext& c) const = 0;
 };
 
 }  // namespace shardlab::parallel

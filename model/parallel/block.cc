@@ -30,7 +30,7 @@ void dropout_backward(int64_t n, const char* name, const BlockContext& c) {
 }
 
 // The attention probabilities: B·(NH/tp)·T·T (this rank's heads).
-int64_t attention_probs(const TpDims& d) { return int64_t{d.B} * d.NHl() * d.T * d.T; }
+int64_t attention_probs(const ShardDims& d) { return int64_t{d.B} * d.NHl() * d.T * d.T; }
 
 }  // namespace
 
@@ -38,18 +38,17 @@ const AttentionCore& BlockContext::attention_core() const {
   return attention ? *attention : LocalAttention::instance();
 }
 
-const float* core_qkv(const BlockActs& a, BlockScratch& s, const TpDims& d, const GPTConfig& config,
+const float* core_qkv(const BlockActs& a, BlockScratch& s, const ShardDims& d, const GPTConfig& config,
                       const BlockContext& c) {
   if (!config.is_llama() || !d.kv_repeated()) return a.qkv.data();
   const model::GqaHeads g = d.gqa(c.tp.rank());
-  if (c.ex().math()) model::repeat_kv_forward(s.qkv_rep.data(), a.qkv.data(), d.N(), g);
-  c.ex().op("attn.repeat_kv.fwd", model::repeat_kv_cost(d.N(), g, c.ex().elem));
+  model::repeat_kv_forward(c.ex(), "attn.repeat_kv.fwd", s.qkv_rep.data(), a.qkv.data(), d.N(), g);
   return s.qkv_rep.data();
 }
 
 // ---- Buffers --------------------------------------------------------------------
 
-void BlockActs::resize(const TpDims& d, const model::GPTConfig& config, bool moe_block) {
+void BlockActs::resize(const ShardDims& d, const model::GPTConfig& config, bool moe_block) {
   const int64_t N = d.N(), Nr = d.rows(), C = d.C, Cl = d.Cl(), Fl = d.Fl();
   for (auto* v : {&ln1, &ln2, &attproj, &res1, &mlp_out, &res2}) v->assign(Nr * C, 0);
   // RMSNorm keeps one statistic per row.
@@ -77,7 +76,7 @@ int64_t BlockActs::saved_elements() const {
   return n + moe.saved_elements();
 }
 
-void BlockScratch::resize(const TpDims& d, const model::GPTConfig& config) {
+void BlockScratch::resize(const ShardDims& d, const model::GPTConfig& config) {
   const int64_t N = d.N(), Nr = d.rows(), C = d.C, Cl = d.Cl(), Fl = d.Fl();
   for (auto* v : {&full_in, &full_dout, &partial, &rep, &moe_out}) v->assign(N * C, 0);
   for (auto* v : {&dres1, &dln}) v->assign(Nr * C, 0);
@@ -98,33 +97,30 @@ namespace {
 // ---- Attention: c_attn column-parallel by heads, c_proj row-parallel ----------
 // Llama: c_attn is the fused [q | k | v] of q_proj (this rank's query heads),
 // k_proj and v_proj (its K/V heads, or all of them); q and k are rotated
-// (RoPE at the tokens' global positions: TpDims::position) and the K/V heads
+// (RoPE at the tokens' global positions: ShardDims::position) and the K/V heads
 // repeated for the core (repeat_kv); no biases.
 
 // out (Nr,C) = exit(c_proj_partial(attention(c_attn(inp_full)))) + bias.
 void tp_attention_forward(float* out, BlockActs& a, const BlockView<float>& p,
-                          const float* inp_full, const TpDims& d, const GPTConfig& config,
+                          const float* inp_full, const ShardDims& d, const GPTConfig& config,
                           BlockScratch& s, const BlockContext& c) {
   const Exec& ex = c.ex();
   const int64_t N = d.N();
   const int C = d.C, Cl = d.Cl(), W = d.qkv_width();
   const bool llama = config.is_llama();
-  if (ex.math())
-    model::linear_forward(a.qkv.data(), inp_full, p.c_attn.weight, p.c_attn.bias, N, C, W);
-  ex.op("attn.c_attn.fwd", model::linear_forward_cost(N, C, W, !llama, ex.elem));
   if (llama) {
+    model::linear_forward(ex, "attn.c_attn.fwd", a.qkv.data(), inp_full, p.c_attn.weight, N, C, W);
     const model::GqaHeads g = d.gqa(c.tp.rank());
-    if (ex.math())
-      model::rope_forward(a.qkv.data(), a.qkv.data(), s.positions.data(), d.B, d.T, g.NHq + g.KVl, g.HS, W,
-                          config.rope_theta);
-    ex.op("attn.rope.fwd", model::rope_cost(N, g.NHq + g.KVl, g.HS, ex.elem));
+    model::rope_forward(ex, "attn.rope.fwd", a.qkv.data(), a.qkv.data(), s.positions.data(), d.B, d.T,
+                        g.NHq + g.KVl, g.HS, W, config.rope_theta);
+  } else {
+    model::linear_forward(ex, "attn.c_attn.fwd", a.qkv.data(), inp_full, p.c_attn.weight, p.c_attn.bias, N, C,
+                          W);
   }
   c.attention_core().forward(a.atty.data(), a.att.data(), core_qkv(a, s, d, config, c), d, c.tp);
   dropout_forward(attention_probs(d), "attn.dropout.fwd", c);
-  if (ex.math())
-    model::linear_forward(s.partial.data(), a.atty.data(), p.attn_proj.weight,
-                          static_cast<const float*>(nullptr), N, Cl, C);
-  ex.op("attn.c_proj.fwd", model::linear_forward_cost(N, Cl, C, false, ex.elem));
+  model::linear_forward(ex, "attn.c_proj.fwd", s.partial.data(), a.atty.data(), p.attn_proj.weight,
+                        N, Cl, C);  // its bias after the reduction
   exit_row_parallel(c.tp, s.partial.data(), out, d.rows(), C);
   if (!llama) add_bias_rows(out, p.attn_proj.bias, d.rows(), C, "attn.c_proj.bias.fwd", ex);
   dropout_forward(d.rows() * C, "attn.hidden_dropout.fwd", c);
@@ -133,7 +129,7 @@ void tp_attention_forward(float* out, BlockActs& a, const BlockView<float>& p,
 // dinp_partial (N,C) += this rank's share of d/d inp_full; dout_full (N,C) complete.
 void tp_attention_backward(float* dinp_partial, const BlockView<float>& g, BlockScratch& s,
                            const float* dout_full, const float* inp_full, const BlockActs& a,
-                           const BlockView<float>& p, const TpDims& d, const GPTConfig& config,
+                           const BlockView<float>& p, const ShardDims& d, const GPTConfig& config,
                            WeightGrads& wg, const BlockContext& c) {
   const Exec& ex = c.ex();
   const int64_t N = d.N();
@@ -152,13 +148,11 @@ void tp_attention_backward(float* dinp_partial, const BlockView<float>& g, Block
     const model::GqaHeads h = d.gqa(c.tp.rank());
     if (d.kv_repeated()) {  // each K/V head sums the gradients of its G query heads
       zero(s.dqkv_c.data(), N * W);
-      if (ex.math()) model::repeat_kv_backward(s.dqkv_c.data(), s.dqkv.data(), N, h);
-      ex.op("attn.repeat_kv.bwd", model::repeat_kv_cost(N, h, ex.elem));
+      model::repeat_kv_backward(ex, "attn.repeat_kv.bwd", s.dqkv_c.data(), s.dqkv.data(), N, h);
       dqkv = s.dqkv_c.data();
     }
-    if (ex.math())
-      model::rope_backward(dqkv, dqkv, s.positions.data(), d.B, d.T, h.NHq + h.KVl, h.HS, W, config.rope_theta);
-    ex.op("attn.rope.bwd", model::rope_cost(N, h.NHq + h.KVl, h.HS, ex.elem));
+    model::rope_backward(ex, "attn.rope.bwd", dqkv, dqkv, s.positions.data(), d.B, d.T, h.NHq + h.KVl, h.HS, W,
+                         config.rope_theta);
   }
   linear_backward_split(dinp_partial, g.c_attn.weight, g.c_attn.bias, dqkv, inp_full,
                         p.c_attn.weight, N, C, W, {"attn.c_attn.dgrad", "attn.c_attn.wgrad", !llama},
@@ -169,7 +163,7 @@ void tp_attention_backward(float* dinp_partial, const BlockView<float>& g, Block
 
 // ---- Block ----------------------------------------------------------------------
 
-float block_forward(BlockActs& a, const BlockView<float>& p, const float* x, const TpDims& d,
+float block_forward(BlockActs& a, const BlockView<float>& p, const float* x, const ShardDims& d,
                     const GPTConfig& config, BlockScratch& s, const BlockContext& c) {
   const Exec& ex = c.ex();
   const int64_t Nr = d.rows();
@@ -177,8 +171,7 @@ float block_forward(BlockActs& a, const BlockView<float>& p, const float* x, con
   model::norm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, p.ln_1, Nr, C, config, "ln_1.fwd", ex);
   const float* ln1_full = enter_column_parallel(c.tp, a.ln1.data(), s.full_in.data(), Nr, C);
   tp_attention_forward(a.attproj.data(), a, p, ln1_full, d, config, s, c);
-  if (ex.math()) model::residual_forward(a.res1.data(), x, a.attproj.data(), Nr * C);
-  ex.op("residual.fwd", model::residual_forward_cost(Nr * C, ex.elem));
+  model::residual_forward(ex, "residual.fwd", a.res1.data(), x, a.attproj.data(), Nr * C);
   model::norm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res1.data(), p.ln_2, Nr, C, config,
                       "ln_2.fwd", ex);
   const float* ln2_full = enter_column_parallel(c.tp, a.ln2.data(), s.full_in.data(), Nr, C);
@@ -197,14 +190,14 @@ float block_forward(BlockActs& a, const BlockView<float>& p, const float* x, con
       add_bias_rows(a.mlp_out.data(), p.mlp.c_proj.bias, Nr, C, "mlp.c_proj.bias.fwd", ex);
   }
   dropout_forward(Nr * C, "mlp.hidden_dropout.fwd", c);
-  if (ex.math()) model::residual_forward(a.res2.data(), a.res1.data(), a.mlp_out.data(), Nr * C);
-  ex.op("residual.fwd", model::residual_forward_cost(Nr * C, ex.elem));
+  model::residual_forward(ex, "residual.fwd", a.res2.data(), a.res1.data(), a.mlp_out.data(),
+                          Nr * C);
   return aux;
 }
 
 void block_backward(float* dinp, const BlockView<float>& g, BlockScratch& s, const float* dout,
                     float daux, const BlockActs& a, const float* inp, const BlockView<float>& p,
-                    const TpDims& d, const GPTConfig& config, WeightGrads& wg,
+                    const ShardDims& d, const GPTConfig& config, WeightGrads& wg,
                     const BlockContext& c) {
   const Exec& ex = c.ex();
   const int64_t N = d.N(), Nr = d.rows();
@@ -223,8 +216,9 @@ void block_backward(float* dinp, const BlockView<float>& g, BlockScratch& s, con
     enter_column_parallel_bwd(c.tp, s.partial.data(), s.dln.data(), Nr, C);
     // The router's gradient is complete on every rank: take this rank's rows.
     const float* rep = model::shifted(s.rep.data(), d.row0(c.tp.rank()) * C);
-    for (int64_t i = 0; ex.math() && i < Nr * C; ++i) s.dln[i] += rep[i];
-    ex.op("moe.router.dinp.add", model::residual_forward_cost(Nr * C, ex.elem));
+    ex.run("moe.router.dinp.add", model::residual_forward_cost(Nr * C, ex.elem), [&] {
+      for (int64_t i = 0; i < Nr * C; ++i) s.dln[i] += rep[i];
+    });
   } else {
     tp_mlp_backward(s.partial.data(), g.mlp, s.dfc.data(), s.dfc_gelu.data(), dout_full, ln2_full,
                     a.fc.data(), a.fc_gelu.data(), p.mlp, N, C, d.Fl(), wg, ex, config.is_llama());
@@ -233,8 +227,9 @@ void block_backward(float* dinp, const BlockView<float>& g, BlockScratch& s, con
   model::norm_backward(s.dres1.data(), g.ln_2, s.dln.data(), a.res1.data(), p.ln_2, a.ln2_mean.data(),
                        a.ln2_rstd.data(), Nr, C, config, "ln_2.bwd", ex);
   // res1 = inp + attproj: dinp += dres1, dattproj = dres1
-  for (int64_t i = 0; ex.math() && i < Nr * C; ++i) dinp[i] += s.dres1[i];
-  ex.op("residual.bwd", model::residual_backward_cost(Nr * C, ex.elem));
+  ex.run("residual.bwd", model::residual_backward_cost(Nr * C, ex.elem), [&] {
+    for (int64_t i = 0; i < Nr * C; ++i) dinp[i] += s.dres1[i];
+  });
   dropout_backward(Nr * C, "attn.hidden_dropout.bwd", c);
   const float* dres1_full = exit_row_parallel_bwd(c.tp, s.dres1.data(), s.full_dout.data(), Nr, C);
   const float* ln1_full = enter_column_parallel(c.tp, a.ln1.data(), s.full_in.data(), Nr, C);

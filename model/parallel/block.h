@@ -70,12 +70,12 @@ struct BlockActs {
   Buf<float> ln1_mean, ln1_rstd;            // (Nr)
   Buf<float> ln2_mean, ln2_rstd;            // (Nr)
   Buf<float> qkv;                           // (N,3Cl) local heads' [q | k | v]; llama (N,qkv_width), rotated
-  Buf<float> att;                           // TpDims::att_elements()
+  Buf<float> att;                           // ShardDims::att_elements()
   Buf<float> atty;                          // (N,Cl)
   Buf<float> attproj, res1, mlp_out, res2;  // (Nr,C)
   Buf<float> fc, fc_gelu;                   // (N,Fl) dense blocks
   TpMoeActs moe;                            // MoE blocks
-  void resize(const TpDims& d, const model::GPTConfig& config, bool moe_block);
+  void resize(const ShardDims& d, const model::GPTConfig& config, bool moe_block);
   int64_t saved_elements() const;  // what the block keeps for backward
 };
 
@@ -89,22 +89,22 @@ struct BlockScratch {
   std::vector<int64_t> positions;  // (T) the global position of each local time (RoPE)
   Buf<float> dfc, dfc_gelu;                              // (N,Fl) dense blocks
   MoeScratch moe;                                        // MoE blocks
-  void resize(const TpDims& d, const model::GPTConfig& config);
+  void resize(const ShardDims& d, const model::GPTConfig& config);
 };
 
 // The [q | k | v] rows the attention core reads: a.qkv, or for a llama
 // block with GQA its K/V heads repeated into s.qkv_rep (charged).
-const float* core_qkv(const BlockActs& a, BlockScratch& s, const TpDims& d, const model::GPTConfig& config,
+const float* core_qkv(const BlockActs& a, BlockScratch& s, const ShardDims& d, const model::GPTConfig& config,
                       const BlockContext& c);
 
 // x (Nr,C) -> a.res2 (Nr,C). Returns the block's aux loss (0 if dense).
 float block_forward(BlockActs& a, const model::BlockView<float>& p, const float* x,
-                    const TpDims& d, const model::GPTConfig& config, BlockScratch& s,
+                    const ShardDims& d, const model::GPTConfig& config, BlockScratch& s,
                     const BlockContext& c);
 // dinp (Nr,C) += d block / d x given dout (Nr,C); gradients into g.
 void block_backward(float* dinp, const model::BlockView<float>& g, BlockScratch& s,
                     const float* dout, float daux, const BlockActs& a, const float* inp,
-                    const model::BlockView<float>& p, const TpDims& d,
+                    const model::BlockView<float>& p, const ShardDims& d,
                     const model::GPTConfig& config, WeightGrads& wg, const BlockContext& c);
 
 }  // namespace shardlab::parallel

@@ -21,7 +21,7 @@ using Buf = model::Buffer<T>;
 // The unsharded sizes (model::Dims: B, T, C, NH, N(), HS()) and how they are
 // split: heads and the MLP width over tp, rows over tp with SP, experts over
 // ep, time over cp.
-struct TpDims : model::Dims {
+struct ShardDims : model::Dims {
   int tp = 1;
   bool sp = false;
   int ep = 1;  // expert-parallel ranks exchanging tokens (expert/ep_dispatch.h)
@@ -58,7 +58,8 @@ struct TpDims : model::Dims {
   model::GqaHeads gqa(int tp_rank) const {
     return {NHl(), KVl(), HS(), NH / KV(), tp_rank * NHl(), kv_split() ? tp_rank * KVl() : 0};
   }
-  // The repeat_kv copy is the identity: every query head has its own K/V head here.
+  // Query heads share K/V heads (GQA, MQA): the core needs the repeat_kv copy
+  // (false: every query head has its own K/V head and the rows are already [q | k | v]).
   bool kv_repeated() const { return KV() != NH; }
 };
 

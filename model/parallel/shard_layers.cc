@@ -21,39 +21,33 @@ void zero(float* p, int64_t n) {
 
 void add_bias_rows(float* out, const float* bias, int64_t N, int OC, const char* name,
                    const Exec& ex) {
-  for (int64_t n = 0; ex.math() && n < N; ++n) {
-    float* o = out + n * OC;
-    for (int j = 0; j < OC; ++j) o[j] += bias[j];
-  }
   const double n = static_cast<double>(N);
-  ex.op(name, OpCost{n * OC, (2 * n * OC + OC) * ex.elem});
+  ex.run(name, OpCost{n * OC, (2 * n * OC + OC) * ex.elem}, [&] {
+    for (int64_t r = 0; r < N; ++r) {
+      float* o = out + r * OC;
+      for (int j = 0; j < OC; ++j) o[j] += bias[j];
+    }
+  });
 }
 
 // ---- MLP: c_fc column-parallel, GELU, c_proj row-parallel (partial, no bias) ----
 
 void tp_mlp_partial_forward(float* partial, float* fc, float* fc_gelu, const MlpView<float>& p,
                             const float* inp, int64_t rows, int C, int Fl, const Exec& ex, bool swiglu) {
-  const int width = swiglu ? 2 * Fl : Fl;  // SwiGLU: the fused [gate | up] rows
-  if (ex.math()) model::linear_forward(fc, inp, p.c_fc.weight, p.c_fc.bias, rows, C, width);
-  ex.op("mlp.c_fc.fwd", model::linear_forward_cost(rows, C, width, !swiglu, ex.elem));
-  if (swiglu) {
-    if (ex.math()) model::swiglu_forward(fc_gelu, fc, rows, Fl);
-    ex.op("mlp.swiglu.fwd", model::swiglu_forward_cost(rows, Fl, ex.elem));
+  if (swiglu) {  // the fused [gate | up] rows, no biases
+    model::linear_forward(ex, "mlp.c_fc.fwd", fc, inp, p.c_fc.weight, rows, C, 2 * Fl);
+    model::swiglu_forward(ex, "mlp.swiglu.fwd", fc_gelu, fc, rows, Fl);
   } else {
-    if (ex.math()) model::gelu_forward(fc_gelu, fc, rows * Fl);
-    ex.op("mlp.gelu.fwd", model::gelu_forward_cost(rows * Fl, ex.elem));
+    model::linear_forward(ex, "mlp.c_fc.fwd", fc, inp, p.c_fc.weight, p.c_fc.bias, rows, C, Fl);
+    model::gelu_forward(ex, "mlp.gelu.fwd", fc_gelu, fc, rows * Fl);
   }
-  if (ex.math())
-    model::linear_forward(partial, fc_gelu, p.c_proj.weight, static_cast<const float*>(nullptr),
-                          rows, Fl, C);
-  ex.op("mlp.c_proj.fwd", model::linear_forward_cost(rows, Fl, C, false, ex.elem));
+  model::linear_forward(ex, "mlp.c_proj.fwd", partial, fc_gelu, p.c_proj.weight, rows, Fl, C);
 }
 
 void linear_backward_split(float* dinp, float* dweight, float* dbias, const float* dout,
                            const float* inp, const float* weight, int64_t N, int C, int OC,
                            LinearNames names, WeightGrads& wg, const Exec& ex) {
-  if (ex.math()) model::linear_backward_input(dinp, dout, weight, N, C, OC);
-  ex.op(names.dgrad, model::linear_backward_input_cost(N, C, OC, ex.elem));
+  model::linear_backward_input(ex, names.dgrad, dinp, dout, weight, N, C, OC);
   wg.linear(names.wgrad, dweight, dbias, names.bias, dout, inp, N, C, OC, ex);
 }
 
@@ -69,11 +63,9 @@ void tp_mlp_backward(float* dinp, const MlpView<float>& g, float* dfc, float* df
                         rows, Fl, C, {"mlp.c_proj.dgrad", "mlp.c_proj.wgrad", !swiglu}, wg, ex);
   zero(dfc, rows * width);
   if (swiglu) {
-    if (ex.math()) model::swiglu_backward(dfc, dfc_gelu, fc, rows, Fl);
-    ex.op("mlp.swiglu.bwd", model::swiglu_backward_cost(rows, Fl, ex.elem));
+    model::swiglu_backward(ex, "mlp.swiglu.bwd", dfc, dfc_gelu, fc, rows, Fl);
   } else {
-    if (ex.math()) model::gelu_backward(dfc, dfc_gelu, fc, rows * Fl);
-    ex.op("mlp.gelu.bwd", model::gelu_backward_cost(rows * Fl, ex.elem));
+    model::gelu_backward(ex, "mlp.gelu.bwd", dfc, dfc_gelu, fc, rows * Fl);
   }
   linear_backward_split(dinp, g.c_fc.weight, g.c_fc.bias, dfc, inp, p.c_fc.weight, rows, C, width,
                         {"mlp.c_fc.dgrad", "mlp.c_fc.wgrad", !swiglu}, wg, ex);

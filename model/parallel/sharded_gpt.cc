@@ -130,7 +130,8 @@ void ShardedGPT::set_micro_batch(int B, int T) {
   if (ctx_.tp.sp && T % tp != 0)
     throw ConfigError(fmt::format("sequence length {} must be divisible by --tp {} with --sp", T, tp));
   SHARDLAB_CHECK(cp_ == 1 || T % 2 == 0, "context parallelism: two chunks of every sequence");
-  dims_ = TpDims{{B, T, config_.n_embd, config_.n_head, config_.ffn_hidden()}, tp, ctx_.tp.sp, ep_group_ ? ep_group_->size() : 1};
+  const model::Dims unsharded{B, T, config_.n_embd, config_.n_head, config_.ffn_hidden()};
+  dims_ = ShardDims{unsharded, tp, ctx_.tp.sp, ep_group_ ? ep_group_->size() : 1};
   dims_.kv = config_.kv_heads();
   dims_.rope = config_.is_llama();
   dims_.cp = cp_;

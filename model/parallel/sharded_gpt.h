@@ -43,7 +43,6 @@
 #include "model/config.h"
 #include "model/parallel/block.h"
 #include "model/parallel/block_hooks.h"
-#include "model/parallel/data/fsdp.h"
 #include "model/parallel/layout.h"
 #include "model/parallel/local_model.h"
 #include "model/parallel/pipeline/stage_model.h"
@@ -73,7 +72,7 @@ struct ShardedOptions {
   StagePlacement placement;  // default: every block on one stage
   const AttentionCore* attention = nullptr;  // null: LocalAttention
   // Context parallelism: this rank's place among cp ranks (the micro-batch's
-  // T is then its share T/cp of each sequence, TpDims::position); with cp > 1
+  // T is then its share T/cp of each sequence, ShardDims::position); with cp > 1
   // `attention` is the CpAttention over the cp group.
   int cp = 1, cp_rank = 0;
   BlockHooks* hooks = nullptr;
@@ -89,11 +88,6 @@ LayoutFilter rank_filter(const model::GPTConfig& config, const StagePlacement& p
 // The hook points of a rank's chunks under `placement` (resolved), in the
 // order ShardedGPT calls BlockHooks (block_hooks.h).
 std::vector<HookChunk> hook_chunks(const StagePlacement& placement);
-// FSDP's passes (data/fsdp.h) over the hook points of `placement`.
-inline FsdpPasses fsdp_passes(const StagePlacement& placement, const std::vector<FsdpUnit>& units,
-                              const std::vector<ShardSpec>& shards, int n_layer) {
-  return fsdp_passes(hook_chunks(placement), units, shards, n_layer);
-}
 
 class ShardedGPT final : public LocalModel, public StageModel {
  public:
@@ -229,7 +223,7 @@ class ShardedGPT final : public LocalModel, public StageModel {
   std::vector<Range> block_kv_;  // (n_layer) llama K/V held whole by every TP rank: summed over TP
   Buf<float> pack_;
 
-  TpDims dims_;
+  ShardDims dims_;
   std::vector<Pool> pools_;  // (chunks)
   BlockScratch scratch_;
   Buf<float> ce_stats_, dlogits_, dlnf_, dx_, dx_next_;

@@ -69,10 +69,7 @@ float ShardedGPT::head_forward(Slot& s, const float* x, const Token* targets) {
   model::norm_forward(s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(), x, w_.ln_f, Nr, C, config_, "ln_f.fwd",
                       ex);
   const float* lnf_full = enter_column_parallel(ctx_.tp, s.lnf.data(), scratch_.full_in.data(), Nr, C);
-  if (ex.math())
-    model::linear_forward(s.logits.data(), lnf_full, w_.head(), static_cast<const float*>(nullptr), N,
-                          C, Vl_);
-  ex.op("lm_head.fwd", model::linear_forward_cost(N, C, Vl_, false, ex.elem));
+  model::linear_forward(ex, "lm_head.fwd", s.logits.data(), lnf_full, w_.head(), N, C, Vl_);
   if (!targets) return last_ce_ = 0;  // logits only
   const float ce = vocab_parallel_cross_entropy_forward(s.probs.data(), s.losses.data(), ce_stats_.data(),
                                                         s.logits.data(), targets, N, Vl_, v0_, ctx_.tp);

@@ -34,8 +34,7 @@ void WeightGrads::linear(const char* name, float* dweight, float* dbias, bool bi
                          const model::Exec& ex) {
   SHARDLAB_CHECK(!ex.math() || (dbias != nullptr) == bias, "a bias gradient needs a bias");
   if (!deferred_) {
-    if (ex.math()) model::linear_backward_weight(dweight, dbias, dout, inp, N, C, OC);
-    ex.op(name, model::linear_backward_weight_cost(N, C, OC, bias, ex.elem));
+    model::linear_backward_weight(ex, name, bias, dweight, dbias, dout, inp, N, C, OC);
     return;
   }
   Task t{name, dweight, dbias, bias, 0, 0, N, C, OC, -1};
@@ -69,10 +68,9 @@ void WeightGrads::end_block(int layer) {
 void WeightGrads::flush(const model::Exec& ex, const std::function<void(int layer)>& on_block) {
   for (size_t i = 0; i < tasks_.size(); ++i) {
     const Task& t = tasks_[i];
-    if (ex.math())
-      model::linear_backward_weight(t.dweight, t.dbias, stash_.data() + t.dout,
-                                    stash_.data() + t.inp, t.N, t.C, t.OC);
-    ex.op(t.name, model::linear_backward_weight_cost(t.N, t.C, t.OC, t.bias, ex.elem));
+    // A phantom run stashed nothing: the stash's null data, offsets 0.
+    model::linear_backward_weight(ex, t.name, t.bias, t.dweight, t.dbias, stash_.data() + t.dout,
+                                  stash_.data() + t.inp, t.N, t.C, t.OC);
     const bool block_done = i + 1 == tasks_.size() || tasks_[i + 1].layer != t.layer;
     if (block_done && on_block) on_block(t.layer);
   }

@@ -15,7 +15,7 @@ namespace coll = collectives;
 namespace {
 
 // Context parallelism: keeps, of every row of b, the chunks cp_rank and
-// 2·cp−1−cp_rank of 2·cp (TpDims::position). In place: every token moves to
+// 2·cp−1−cp_rank of 2·cp (ShardDims::position). In place: every token moves to
 // an index at most its own, read in increasing order.
 void take_cp_chunks(model::Batch& b, int cp, int cp_rank) {
   const int64_t T = b.seq, c = T / (2 * cp), Tl = 2 * c;

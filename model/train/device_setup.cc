@@ -5,6 +5,7 @@
 
 #include "collectives/collectives.h"
 #include "model/engine/shard_io.h"
+#include "model/parallel/data/fsdp.h"
 #include "model/parallel/sharded_gpt.h"
 #include "model/parallel/unsharded_model.h"
 #include "model/train/parallel_plan.h"
@@ -106,7 +107,8 @@ void DeviceSetup::make_model(const DeviceProgram& p, Device& dev) {
 
 void DeviceSetup::make_data_parallel(const DeviceProgram& p, Device& dev) {
   const ParallelOptions& par = p.options.parallel;
-  const parallel::DataParallelOptions dpo{uint64_t(par.bucket_mb * 1e6), par.overlap, par.zero};
+  const parallel::DataParallelOptions dpo{uint64_t(par.bucket_mb * 1e6), par.overlap, par.zero,
+                                          p.plan.tied_bucket(model->shards())};
   parallel::DataParallel::ExpertGrads expert_grads;
   if (par.ep > 1) expert_grads = {&ctx.group(par.cp > 1 ? "cp-edp" : "edp"), parallel::expert_ranges(model->shards())};
   const coll::ProcessGroup& dp_group = data_group();
@@ -135,7 +137,8 @@ void DeviceSetup::make_data_parallel(const DeviceProgram& p, Device& dev) {
 void DeviceSetup::make_fsdp(const DeviceProgram& p, Device& dev) {
   const int L = p.options.model.n_layer;
   std::vector<parallel::FsdpUnit> units = parallel::fsdp_units(model->shards(), L);
-  parallel::FsdpPasses passes = parallel::fsdp_passes(stage->placement(), units, model->shards(), L);
+  parallel::FsdpPasses passes =
+      parallel::fsdp_passes(parallel::hook_chunks(stage->placement()), units, model->shards(), L);
   const parallel::FsdpOptions fo{p.options.parallel.reshard_after_forward, p.options.parallel.prefetch};
   fsdp.emplace(dev, *dp, model->params(), std::move(units), std::move(passes), fo);
   auto* sharded = dynamic_cast<parallel::ShardedGPT*>(model.get());

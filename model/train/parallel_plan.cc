@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "model/params.h"
 #include "model/parallel/config_check.h"
 #include "runtime/errors.h"
 
@@ -113,6 +114,11 @@ ParallelPlan::ParallelPlan(const TrainOptions& o) : mesh((validate_parallel(o), 
   vpp_ = p.chunks();
   order_ = p.stage_order();
   stage_layers_ = parallel::StagePlacement{p.pp, p.chunks(), 0, p.stage_layers, order_}.resolved(o.model).stage_layers;
+  tied_copies = sharded && o.model.tied() && p.last_stage_rank() != 0;
+}
+
+Range ParallelPlan::tied_bucket(const std::vector<parallel::ShardSpec>& shards) const {
+  return tied_copies ? model::prefix_range(shards, "transformer.wte.") : Range{};
 }
 
 }  // namespace shardlab::train

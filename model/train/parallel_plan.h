@@ -11,9 +11,11 @@
 
 #include "collectives/mesh.h"
 #include "model/engine/fold.h"
+#include "model/parallel/local_model.h"
 #include "model/parallel/pipeline/schedule.h"
 #include "model/parallel/pipeline/stage.h"
 #include "model/train/trainer.h"
+#include "runtime/range.h"
 
 namespace shardlab::train {
 
@@ -32,6 +34,14 @@ struct ParallelPlan {
   parallel::Schedule schedule;  // every pipeline rank's actions (step_schedule)
   engine::FoldInput fold;       // what fold planning reads of the run
   bool folds = false;           // a phantom run with folding on (TrainOptions::fold)
+  // The first and the last pipeline stage each hold a copy of the tied
+  // embedding (wte, also the LM head) on different ranks: their gradients
+  // are summed over the embedding group and then reduced over data
+  // parallelism in a bucket of the copy's own (tied_bucket), so that both
+  // copies are reduced with the same chunking and stay bit-identical.
+  bool tied_copies = false;
+  // The flat range of the tied copy among `shards` when tied_copies (else empty).
+  Range tied_bucket(const std::vector<parallel::ShardSpec>& shards) const;
 
   // The blocks pipeline rank `pp_rank` holds (stage_layers resolved).
   parallel::StagePlacement placement(int pp_rank) const {

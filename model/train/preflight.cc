@@ -54,7 +54,8 @@ DeviceMemory device_memory(const TrainOptions& o, const ParallelPlan& layout, in
   const parallel::BucketPlan plan =
       p.zero == 3 ? parallel::fsdp_bucket_plan(units, experts)
                   : parallel::plan_buckets(parallel::backward_ready_order(shards), experts,
-                                           uint64_t(p.bucket_mb * 1e6), parallel::kGradElemBytes);
+                                           uint64_t(p.bucket_mb * 1e6), parallel::kGradElemBytes,
+                                           layout.tied_bucket(shards));
   const std::vector<int> dp = mesh.group_ranks(rank, p.cp > 1 ? "cp-dp" : "dp"),
                          edp = mesh.group_ranks(rank, p.cp > 1 ? "cp-edp" : "edp");
   int64_t owned = 0, largest = 0;
@@ -67,8 +68,9 @@ DeviceMemory device_memory(const TrainOptions& o, const ParallelPlan& layout, in
   m.params = n;
   m.params_bytes = uint64_t(n) * uint64_t(elem);
   if (p.zero == 3) {  // the shards, plus the units gathered at once (fsdp.h)
+    const auto chunks = parallel::hook_chunks(layout.placement(mesh.coords(rank).pp));
     const parallel::FsdpPasses passes =
-        parallel::fsdp_passes(layout.placement(mesh.coords(rank).pp), units, shards, o.model.n_layer);
+        parallel::fsdp_passes(chunks, units, shards, o.model.n_layer);
     const parallel::FsdpOptions fo{p.reshard_after_forward, p.prefetch};
     m.params_bytes = uint64_t(owned + parallel::fsdp_peak_gathered(passes, units, fo)) * uint64_t(elem);
   }

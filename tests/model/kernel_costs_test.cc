@@ -1,9 +1,9 @@
-// Every *_cost function of model/kernel_costs.cc against FLOPs and bytes
+// Every *_cost function (beside its kernel in model/kernels*.cc) against FLOPs and bytes
 // counted by hand from its kernel, for small shapes whose totals can be
 // checked on paper. The costs charge the virtual clock, so they are exact
 // (integer-valued doubles): EXPECT_DOUBLE_EQ.
 //
-// Counting rules (kernel_costs.cc's header): bytes = elements read + written
+// Counting rules (model/kernel_cost.h): bytes = elements read + written
 // in device memory × elem, plus 4 bytes per token id / int32 index and 8 per
 // int64 index, whatever the precision. A buffer that backward accumulates
 // into (+=) is read and written: 2 elements per element. Scratch that stays

@@ -16,14 +16,14 @@ namespace coll = collectives;
 
 namespace {
 
-BlockDims block_dims(const TpDims& d) { return {d.B, d.T, d.NHl(), d.HS()}; }
+BlockDims block_dims(const ShardDims& d) { return {d.B, d.T, d.NHl(), d.HS()}; }
 
 // The chunk (of 2·cp) that half `h` (0, 1) of cp rank `rank`'s tokens holds.
 int chunk_of(int rank, int half, int cp) { return half == 0 ? rank : 2 * cp - 1 - rank; }
 
 // Every (my half, block half) pair with keys not later than the queries.
 template <typename F>
-void for_pairs(int me, int src, const TpDims& d, F&& f) {
+void for_pairs(int me, int src, const ShardDims& d, F&& f) {
   const int64_t len = d.T / 2;
   for (int hq = 0; hq < 2; ++hq)
     for (int hk = 0; hk < 2; ++hk) {
@@ -61,11 +61,12 @@ CpComm parse_cp_comm(const std::string& text) {
 
 const char* cp_comm_name(CpComm c) { return c == CpComm::kRing ? "ring" : "allgather"; }
 
-void CpAttention::pack_kv(float* kv, const float* qkv, const TpDims& d, const LayerContext& c) const {
+void CpAttention::pack_kv(float* kv, const float* qkv, const ShardDims& d,
+                          const LayerContext& c) const {
   const int64_t N = d.N(), Cl = d.Cl();
-  for (int64_t n = 0; c.ex.math() && n < N; ++n)
-    std::copy_n(qkv + n * 3 * Cl + Cl, 2 * Cl, kv + n * 2 * Cl);
-  c.ex.op("attn.cp.kv_pack", copy_cost(N * 2 * Cl, c.ex.elem));
+  c.ex.run("attn.cp.kv_pack", copy_cost(N * 2 * Cl, c.ex.elem), [&] {
+    for (int64_t n = 0; n < N; ++n) std::copy_n(qkv + n * 3 * Cl + Cl, 2 * Cl, kv + n * 2 * Cl);
+  });
 }
 
 void CpAttention::send_next(const float* data, int64_t n, Tag t, const LayerContext& c) const {
@@ -91,7 +92,7 @@ void CpAttention::join_compute(const LayerContext& c) const {
   exposed_ += c.dev->compute().now() - before;
 }
 
-void CpAttention::gather_kv(const float* qkv, const TpDims& d, const LayerContext& c) const {
+void CpAttention::gather_kv(const float* qkv, const ShardDims& d, const LayerContext& c) const {
   const int64_t n = d.N() * 2 * d.Cl();
   kv_.assign(size_t(n), 0.0f);
   all_kv_.assign(size_t(n) * size_t(cp_.size()), 0.0f);
@@ -102,17 +103,17 @@ void CpAttention::gather_kv(const float* qkv, const TpDims& d, const LayerContex
   exposed_ += c.dev->compute().now() - before;
 }
 
-void CpAttention::forward_block(const float* qkv, const float* kv, int src, const TpDims& d,
+void CpAttention::forward_block(const float* qkv, const float* kv, int src, const ShardDims& d,
                                 const LayerContext& c) const {
   const BlockDims bd = block_dims(d);
   for_pairs(cp_.rank(), src, d, [&](const ChunkPair& p) {
-    if (c.ex.math()) block_attention_forward(acc_.data(), m_.data(), l_.data(), qkv, kv, bd, p);
-    c.ex.op(p.diagonal ? "attn.cp.fwd.diagonal" : "attn.cp.fwd",
-            block_attention_forward_cost(bd, p.len, p.diagonal, c.ex.elem));
+    c.ex.run(p.diagonal ? "attn.cp.fwd.diagonal" : "attn.cp.fwd",
+             block_attention_forward_cost(bd, p.len, p.diagonal, c.ex.elem),
+             [&] { block_attention_forward(acc_.data(), m_.data(), l_.data(), qkv, kv, bd, p); });
   });
 }
 
-void CpAttention::forward(float* atty, float* att, const float* qkv, const TpDims& d,
+void CpAttention::forward(float* atty, float* att, const float* qkv, const ShardDims& d,
                           const LayerContext& c) const {
   SHARDLAB_CHECK(d.cp == cp_.size() && d.cp_rank == cp_.rank() && d.T % 2 == 0, "cp attention: dims");
   const int64_t n = d.N() * 2 * d.Cl(), rows = int64_t{d.B} * d.NHl() * d.T;
@@ -127,12 +128,13 @@ void CpAttention::forward(float* atty, float* att, const float* qkv, const TpDim
   } else {
     ring_forward(qkv, d, c);
   }
-  if (c.ex.math()) block_attention_finish(atty, att, acc_.data(), m_.data(), l_.data(), block_dims(d));
-  c.ex.op("attn.cp.finish", copy_cost(d.N() * d.Cl(), c.ex.elem));
+  c.ex.run("attn.cp.finish", copy_cost(d.N() * d.Cl(), c.ex.elem), [&] {
+    block_attention_finish(atty, att, acc_.data(), m_.data(), l_.data(), block_dims(d));
+  });
   ++call_;
 }
 
-void CpAttention::ring_forward(const float* qkv, const TpDims& d, const LayerContext& c) const {
+void CpAttention::ring_forward(const float* qkv, const ShardDims& d, const LayerContext& c) const {
   const int64_t n = d.N() * 2 * d.Cl();
   const int P = cp_.size(), me = cp_.rank();
   kv_.assign(size_t(n), 0.0f);
@@ -150,26 +152,27 @@ void CpAttention::ring_forward(const float* qkv, const TpDims& d, const LayerCon
 }
 
 void CpAttention::backward_block(float* dqkv, float* dkv, const float* datty, const float* qkv,
-                                 const float* kv, const float* lse, int src, const TpDims& d,
+                                 const float* kv, const float* lse, int src, const ShardDims& d,
                                  const LayerContext& c) const {
   const BlockDims bd = block_dims(d);
   for_pairs(cp_.rank(), src, d, [&](const ChunkPair& p) {
-    if (c.ex.math()) block_attention_backward(dqkv, dkv, datty, qkv, kv, lse, delta_.data(), bd, p);
-    c.ex.op(p.diagonal ? "attn.cp.bwd.diagonal" : "attn.cp.bwd",
-            block_attention_backward_cost(bd, p.len, p.diagonal, c.ex.elem));
+    c.ex.run(p.diagonal ? "attn.cp.bwd.diagonal" : "attn.cp.bwd",
+             block_attention_backward_cost(bd, p.len, p.diagonal, c.ex.elem), [&] {
+               block_attention_backward(dqkv, dkv, datty, qkv, kv, lse, delta_.data(), bd, p);
+             });
   });
 }
 
 void CpAttention::backward(float* dqkv, const float* datty, const float* qkv, const float* atty,
-                           const float* att, const TpDims& d, const LayerContext& c) const {
+                           const float* att, const ShardDims& d, const LayerContext& c) const {
   const int64_t N = d.N(), Cl = d.Cl(), n = N * 2 * Cl;
   const int P = cp_.size();
   const int64_t rows = int64_t{d.B} * d.NHl() * d.T;
   // The ring's K/V and dK/dV pairs, or every rank's K/V and dK/dV and my dK/dV; delta.
   const ScratchCharge charge(c.ex, (comm_ == CpComm::kRing ? 4 : 2 + 2 * P) * n + rows);
   delta_.assign(size_t(rows), 0.0f);
-  if (c.ex.math()) block_attention_delta(delta_.data(), datty, atty, block_dims(d));
-  c.ex.op("attn.cp.delta", OpCost{2.0 * double(N * Cl), 2.0 * double(N * Cl) * c.ex.elem});
+  c.ex.run("attn.cp.delta", OpCost{2.0 * double(N * Cl), 2.0 * double(N * Cl) * c.ex.elem},
+           [&] { block_attention_delta(delta_.data(), datty, atty, block_dims(d)); });
   if (comm_ == CpComm::kAllGather) {
     gather_kv(qkv, d, c);
     all_dkv_.assign(all_kv_.size(), 0.0f);
@@ -186,9 +189,11 @@ void CpAttention::backward(float* dqkv, const float* datty, const float* qkv, co
   } else {
     ring_backward(dqkv, datty, qkv, att, d, c);
   }
-  for (int64_t r = 0; c.ex.math() && r < N; ++r)
-    for (int64_t j = 0; j < 2 * Cl; ++j) dqkv[r * 3 * Cl + Cl + j] += dkv_[size_t(r * 2 * Cl + j)];
-  c.ex.op("attn.cp.dkv_add", OpCost{double(n), 3.0 * double(n) * c.ex.elem});
+  c.ex.run("attn.cp.dkv_add", OpCost{double(n), 3.0 * double(n) * c.ex.elem}, [&] {
+    for (int64_t r = 0; r < N; ++r)
+      for (int64_t j = 0; j < 2 * Cl; ++j)
+        dqkv[r * 3 * Cl + Cl + j] += dkv_[size_t(r * 2 * Cl + j)];
+  });
   ++call_;
 }
 
@@ -197,7 +202,7 @@ void CpAttention::backward(float* dqkv, const float* datty, const float* qkv, co
 // this rank's own pairs, so that hop overlaps the compute; the sum goes on.
 // After the last step each rank receives its own block's whole dK/dV (dkv_).
 void CpAttention::ring_backward(float* dqkv, const float* datty, const float* qkv, const float* lse,
-                                const TpDims& d, const LayerContext& c) const {
+                                const ShardDims& d, const LayerContext& c) const {
   const int64_t n = d.N() * 2 * d.Cl();
   const int P = cp_.size(), me = cp_.rank();
   for (auto* b : {&kv_, &kv_next_, &dkv_, &dkv_in_}) b->assign(size_t(n), 0.0f);
@@ -210,8 +215,9 @@ void CpAttention::ring_backward(float* dqkv, const float* datty, const float* qk
     if (s > 0) {
       recv_prev(dkv_in_.data(), n, tag(1, s - 1), c);
       join_compute(c);
-      for (size_t i = 0; c.ex.math() && i < dkv_.size(); ++i) dkv_[i] += dkv_in_[i];
-      c.ex.op("attn.cp.dkv_sum", OpCost{double(n), 3.0 * double(n) * c.ex.elem});
+      c.ex.run("attn.cp.dkv_sum", OpCost{double(n), 3.0 * double(n) * c.ex.elem}, [&] {
+        for (size_t i = 0; i < dkv_.size(); ++i) dkv_[i] += dkv_in_[i];
+      });
     }
     c.dev->comm().wait(c.dev->compute().record());
     send_next(dkv_.data(), n, tag(1, s), c);

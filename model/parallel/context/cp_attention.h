@@ -4,7 +4,7 @@
 // chunks i and 2N−1−i (causal load balancing, as Megatron-core and
 // Transformer Engine lay it out: every rank does the same attention work).
 // The layers around attention are per token and run on the local rows; the
-// position embedding reads each row's global position (TpDims::position).
+// position embedding reads each row's global position (ShardDims::position).
 // Attention needs every earlier key, so the keys and values travel:
 //
 //   ring       (Liu et al., ring attention; Megatron-core's CP) N steps; at
@@ -49,22 +49,22 @@ class CpAttention final : public AttentionCore {
  public:
   CpAttention(const collectives::ProcessGroup& cp, CpComm comm) : cp_(cp), comm_(comm) {}
 
-  void forward(float* atty, float* att, const float* qkv, const TpDims& d,
+  void forward(float* atty, float* att, const float* qkv, const ShardDims& d,
                const LayerContext& c) const override;
   void backward(float* dqkv, const float* datty, const float* qkv, const float* atty,
-                const float* att, const TpDims& d, const LayerContext& c) const override;
+                const float* att, const ShardDims& d, const LayerContext& c) const override;
 
   Time exposed() const { return exposed_; }
   uint64_t sent_bytes() const { return sent_bytes_; }  // modeled bytes of the ring's sends
 
  private:
   // The chunk pairs of my chunks over the block of cp rank `src`, in order.
-  void forward_block(const float* qkv, const float* kv, int src, const TpDims& d,
+  void forward_block(const float* qkv, const float* kv, int src, const ShardDims& d,
                      const LayerContext& c) const;
   void backward_block(float* dqkv, float* dkv, const float* datty, const float* qkv,
-                      const float* kv, const float* lse, int src, const TpDims& d,
+                      const float* kv, const float* lse, int src, const ShardDims& d,
                       const LayerContext& c) const;
-  void pack_kv(float* kv, const float* qkv, const TpDims& d, const LayerContext& c) const;
+  void pack_kv(float* kv, const float* qkv, const ShardDims& d, const LayerContext& c) const;
   // Ring transfers on the communication stream, tagged by the call, what
   // travels (0 K/V, 1 dK/dV) and the ring step; join_compute makes the
   // compute stream wait for what arrived (the wait counted as exposed).
@@ -72,10 +72,10 @@ class CpAttention final : public AttentionCore {
   void send_next(const float* data, int64_t n, Tag t, const LayerContext& c) const;
   void recv_prev(float* into, int64_t n, Tag t, const LayerContext& c) const;
   void join_compute(const LayerContext& c) const;
-  void gather_kv(const float* qkv, const TpDims& d, const LayerContext& c) const;
-  void ring_forward(const float* qkv, const TpDims& d, const LayerContext& c) const;
-  void ring_backward(float* dqkv, const float* datty, const float* qkv, const float* lse, const TpDims& d,
-                     const LayerContext& c) const;
+  void gather_kv(const float* qkv, const ShardDims& d, const LayerContext& c) const;
+  void ring_forward(const float* qkv, const ShardDims& d, const LayerContext& c) const;
+  void ring_backward(float* dqkv, const float* datty, const float* qkv, const float* lse,
+                     const ShardDims& d, const LayerContext& c) const;
 
   static constexpr Tag kRingTag = 0x4350'5247'0000'0000ull;  // "CPRG"
   collectives::ProcessGroup cp_;

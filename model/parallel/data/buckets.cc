@@ -23,7 +23,8 @@ bool in_experts(const std::vector<Range>& experts, const Range& r) {
 }  // namespace
 
 BucketPlan plan_buckets(const std::vector<Range>& ready_order,
-                        const std::vector<Range>& expert_ranges, uint64_t bucket_bytes, int elem) {
+                        const std::vector<Range>& expert_ranges, uint64_t bucket_bytes, int elem,
+                        Range alone) {
   BucketPlan plan;
   Range open{0, 0};
   bool open_expert = false;
@@ -35,6 +36,12 @@ BucketPlan plan_buckets(const std::vector<Range>& ready_order,
   for (const Range& r : ready_order) {
     if (r.size <= 0) continue;
     const bool expert = in_experts(expert_ranges, r);
+    if (alone.size > 0 && r.begin == alone.begin) {
+      if (open.size > 0) close();
+      open = r, open_expert = expert;
+      close();
+      continue;
+    }
     const bool adjacent = open.size > 0 && (r.end() == open.begin || open.end() == r.begin);
     if (open.size > 0 && (!adjacent || expert != open_expert)) close();
     open = open.size == 0 ? r : Range{std::min(open.begin, r.begin), open.size + r.size};

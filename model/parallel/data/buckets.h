@@ -24,9 +24,12 @@ struct BucketPlan {
 // until it holds `bucket_bytes` at `elem` bytes per element; a range not
 // adjacent to the open bucket, or of the other kind (inside `expert_ranges`,
 // sorted, or not), closes it. Every range must lie wholly inside or outside
-// the expert ranges.
+// the expert ranges. The ready range that begins at `alone.begin` (when
+// alone is not empty) is a bucket of its own: two ranks that hold the same
+// tensor among different neighbours then reduce it with the same chunking.
 BucketPlan plan_buckets(const std::vector<Range>& ready_order,
-                        const std::vector<Range>& expert_ranges, uint64_t bucket_bytes, int elem);
+                        const std::vector<Range>& expert_ranges, uint64_t bucket_bytes, int elem,
+                        Range alone = {});
 
 // The flat ranges a rank updates, sorted: every bucket without ZeRO, else
 // chunk_range(bucket, group size, group rank) of each, the group being dp

@@ -13,7 +13,7 @@ namespace coll = collectives;
 DataParallel::DataParallel(Device& dev, const coll::ProcessGroup& dp, std::span<float> grads,
                            const std::vector<Range>& ready_order, const DataParallelOptions& options,
                            const ExpertGrads& experts)
-    : DataParallel(dev, dp, grads, plan_buckets(ready_order, experts.ranges, options.bucket_bytes, kGradElemBytes),
+    : DataParallel(dev, dp, grads, plan_buckets(ready_order, experts.ranges, options.bucket_bytes, kGradElemBytes, options.alone),
                    options, experts) {
   SHARDLAB_CHECK(options_.zero <= 2, "ZeRO-3 buckets are planned by fsdp_bucket_plan");
 }

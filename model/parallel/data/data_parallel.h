@@ -54,6 +54,7 @@ struct DataParallelOptions {
   uint64_t bucket_bytes = 25ull << 20;  // modeled bytes per bucket (--bucket-mb; DDP's default 25 MB)
   bool overlap = true;                  // launch buckets during backward
   int zero = 0;                         // ZeRO stage: 0, 1, 2 or 3
+  Range alone{};                        // a range in a bucket of its own (plan_buckets)
 };
 
 class DataParallel {

@@ -24,7 +24,7 @@ size_t sum(const std::vector<size_t>& v) { return std::accumulate(v.begin(), v.e
 // Rows per (peer, local expert) through a small all-to-all, then the element
 // counts of the row exchanges and the expert-major order of the received rows:
 // expert le's rows from peer 0, then peer 1, ... (each peer's in its order).
-void plan_exchange(TpMoeActs& a, const TpDims& d, int E, const ExpertContext& c) {
+void plan_exchange(TpMoeActs& a, const ShardDims& d, int E, const ExpertContext& c) {
   TpMoeActs::Ep& x = a.ep;
   const int ep = c.ep->size(), El = E / ep, C = d.C;
   for (int e = 0; e < E; ++e) x.send_rows[e] = static_cast<float>(a.offsets[e + 1] - a.offsets[e]);
@@ -86,17 +86,18 @@ void exchange(const ExpertContext& c, const char* name, const float* in,
 // to_expert_major: dst[m] = src[perm[m]]; otherwise dst[perm[m]] = src[m].
 void permute_rows(float* dst, const float* src, const int64_t* perm, int64_t R, int C,
                   bool to_expert_major, const char* name, const Exec& ex) {
-  for (int64_t m = 0; ex.math() && m < R; ++m) {
-    const int64_t from = to_expert_major ? perm[m] : m, to = to_expert_major ? m : perm[m];
-    std::copy_n(src + from * C, C, dst + to * C);
-  }
-  ex.op(name, OpCost{0, 2.0 * static_cast<double>(R) * C * ex.elem});
+  ex.run(name, OpCost{0, 2.0 * static_cast<double>(R) * C * ex.elem}, [&] {
+    for (int64_t m = 0; m < R; ++m) {
+      const int64_t from = to_expert_major ? perm[m] : m, to = to_expert_major ? m : perm[m];
+      std::copy_n(src + from * C, C, dst + to * C);
+    }
+  });
 }
 
 }  // namespace
 
 float ep_moe_forward(float* out, TpMoeActs& a, MoeScratch& s, const BlockView<float>& p,
-                     const float* inp, const TpDims& d, const GPTConfig& config,
+                     const float* inp, const ShardDims& d, const GPTConfig& config,
                      const ExpertContext& c) {
   const Exec& ex = c.ex;
   const int C = d.C, E = config.n_expert, El = E / c.ep->size();
@@ -120,7 +121,7 @@ float ep_moe_forward(float* out, TpMoeActs& a, MoeScratch& s, const BlockView<fl
 
 void ep_moe_backward(float* dexperts, float* drouter, const BlockView<float>& g, MoeScratch& s,
                      const float* dout, float daux, const TpMoeActs& a, const float* inp,
-                     const BlockView<float>& p, const TpDims& d, const GPTConfig& config,
+                     const BlockView<float>& p, const ShardDims& d, const GPTConfig& config,
                      WeightGrads& wg, const ExpertContext& c) {
   const Exec& ex = c.ex;
   const int C = d.C, El = config.n_expert / c.ep->size();

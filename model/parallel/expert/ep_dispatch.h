@@ -41,12 +41,12 @@ namespace shardlab::parallel {
 // returns aux), with the experts of p.experts local and c.ep exchanging rows.
 // s: scratch for the received rows.
 float ep_moe_forward(float* out, TpMoeActs& a, MoeScratch& s, const model::BlockView<float>& p,
-                     const float* inp, const TpDims& d, const model::GPTConfig& config,
+                     const float* inp, const ShardDims& d, const model::GPTConfig& config,
                      const ExpertContext& c);
 // Same contract as tp_moe_backward.
 void ep_moe_backward(float* dexperts, float* drouter, const model::BlockView<float>& g,
                      MoeScratch& s, const float* dout, float daux, const TpMoeActs& a,
-                     const float* inp, const model::BlockView<float>& p, const TpDims& d,
+                     const float* inp, const model::BlockView<float>& p, const ShardDims& d,
                      const model::GPTConfig& config, WeightGrads& wg, const ExpertContext& c);
 
 }  // namespace shardlab::parallel

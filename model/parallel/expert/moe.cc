@@ -107,15 +107,12 @@ void reduce_expert_outputs(const ExpertContext& c, float* ye, int64_t n) {
 
 }  // namespace
 
-void tp_moe_route(TpMoeActs& a, const BlockView<float>& p, const float* inp, const TpDims& d,
+void tp_moe_route(TpMoeActs& a, const BlockView<float>& p, const float* inp, const ShardDims& d,
                   const GPTConfig& config, const ExpertContext& c) {
   const Exec& ex = c.ex;
   const int64_t N = d.N();
   const int C = d.C, E = config.n_expert, K = config.top_k;
-  if (ex.math())
-    model::linear_forward(a.logits.data(), inp, p.router, static_cast<const float*>(nullptr), N,
-                          C, E);
-  ex.op("moe.router.fwd", model::linear_forward_cost(N, C, E, false, ex.elem));
+  model::linear_forward(ex, "moe.router.fwd", a.logits.data(), inp, p.router, N, C, E);
   const bool global = c.global_routing();
   const double local_capacity = global ? 0.0 : config.capacity_factor;
   if (ex.math()) {
@@ -140,7 +137,7 @@ void tp_moe_route(TpMoeActs& a, const BlockView<float>& p, const float* inp, con
 
 void tp_experts_forward(float* ye, float* fc, float* fc_gelu,
                         const std::vector<MlpView<float>>& experts, const float* xe,
-                        const int64_t* offsets, int n, const TpDims& d, const ExpertContext& c) {
+                        const int64_t* offsets, int n, const ShardDims& d, const ExpertContext& c) {
   const int C = d.C, Fl = d.Fl();
   // column-parallel c_fc, row-parallel c_proj (partial sums)
   for (int e = 0; e < n; ++e) {
@@ -158,7 +155,7 @@ void tp_experts_forward(float* ye, float* fc, float* fc_gelu,
 void tp_experts_backward(float* dxe, const std::vector<MlpView<float>>& g, MoeScratch& s,
                          const float* dye, const float* xe, const float* fc, const float* fc_gelu,
                          const std::vector<MlpView<float>>& p, const int64_t* offsets, int n,
-                         const TpDims& d, WeightGrads& wg, const Exec& ex) {
+                         const ShardDims& d, WeightGrads& wg, const Exec& ex) {
   const int C = d.C, Fl = d.Fl();
   if (ex.math()) std::fill(dxe, dxe + offsets[n] * C, 0.0f);
   for (int e = 0; e < n; ++e) {
@@ -169,56 +166,50 @@ void tp_experts_backward(float* dxe, const std::vector<MlpView<float>>& g, MoeSc
   }
 }
 
-void tp_moe_combine_backward(MoeScratch& s, const float* dout, const TpMoeActs& a, const TpDims& d,
-                             const GPTConfig& config, const Exec& ex) {
+void tp_moe_combine_backward(MoeScratch& s, const float* dout, const TpMoeActs& a,
+                             const ShardDims& d, const GPTConfig& config, const Exec& ex) {
   const int C = d.C, K = config.top_k;
   // ye and dout are complete on every rank: dgates is replicated
   if (ex.math()) {
     std::fill(s.dye.begin(), s.dye.begin() + a.M * C, 0.0f);
     std::fill(s.dgates.begin(), s.dgates.begin() + d.N() * K, 0.0f);
-    model::moe_combine_backward(s.dye.data(), s.dgates.data(), dout, a.ye.data(), a.gates.data(),
-                                a.src.data(), a.M, K, C);
   }
-  ex.op("moe.combine.bwd", model::moe_combine_backward_cost(a.M, C, ex.elem));
+  model::moe_combine_backward(ex, "moe.combine.bwd", s.dye.data(), s.dgates.data(), dout,
+                              a.ye.data(), a.gates.data(), a.src.data(), a.M, K, C);
 }
 
 void tp_moe_route_backward(float* dexperts, float* drouter, const BlockView<float>& g,
                            MoeScratch& s, float daux, const TpMoeActs& a, const float* inp,
-                           const BlockView<float>& p, const TpDims& d, const GPTConfig& config,
+                           const BlockView<float>& p, const ShardDims& d, const GPTConfig& config,
                            WeightGrads& wg, const Exec& ex) {
   const int64_t N = d.N();
   const int C = d.C, E = config.n_expert, K = config.top_k;
   // dispatch
-  if (ex.math()) model::moe_dispatch_backward(dexperts, s.dxe.data(), a.src.data(), a.M, K, C);
-  ex.op("moe.dispatch.bwd", model::moe_dispatch_cost(a.M, C, ex.elem));
+  model::moe_dispatch_backward(ex, "moe.dispatch.bwd", dexperts, s.dxe.data(), a.src.data(), a.M, K,
+                               C);
   // route (replicated)
-  if (ex.math()) {
-    std::fill(s.dlogits.begin(), s.dlogits.begin() + N * E, 0.0f);
-    model::router_backward(s.dlogits.data(), s.dgates.data(), daux, a.probs.data(),
-                           a.expert.data(), a.frac.data(), N, E, K);
-  }
-  ex.op("moe.topk.bwd", model::router_backward_cost(N, E, K, ex.elem));
+  if (ex.math()) std::fill(s.dlogits.begin(), s.dlogits.begin() + N * E, 0.0f);
+  model::router_backward(ex, "moe.topk.bwd", s.dlogits.data(), s.dgates.data(), daux,
+                         a.probs.data(), a.expert.data(), a.frac.data(), N, E, K);
   linear_backward_split(drouter, g.router, nullptr, s.dlogits.data(), inp, p.router, N, C, E,
                         {"moe.router.dgrad", "moe.router.wgrad", false}, wg, ex);
 }
 
-void tp_moe_dispatch(TpMoeActs& a, const float* inp, const TpDims& d, const GPTConfig& config,
+void tp_moe_dispatch(TpMoeActs& a, const float* inp, const ShardDims& d, const GPTConfig& config,
                      const Exec& ex) {
-  if (ex.math()) model::moe_dispatch_forward(a.xe.data(), inp, a.src.data(), a.M, config.top_k, d.C);
-  ex.op("moe.dispatch.fwd", model::moe_dispatch_cost(a.M, d.C, ex.elem));
+  model::moe_dispatch_forward(ex, "moe.dispatch.fwd", a.xe.data(), inp, a.src.data(), a.M,
+                              config.top_k, d.C);
 }
 
-float tp_moe_combine(float* out, const TpMoeActs& a, const TpDims& d, const GPTConfig& config,
+float tp_moe_combine(float* out, const TpMoeActs& a, const ShardDims& d, const GPTConfig& config,
                      const Exec& ex) {
-  if (ex.math())
-    model::moe_combine_forward(out, a.ye.data(), a.gates.data(), a.src.data(), d.N(), a.M,
-                               config.top_k, d.C);
-  ex.op("moe.combine.fwd", model::moe_combine_forward_cost(d.N(), a.M, d.C, ex.elem));
+  model::moe_combine_forward(ex, "moe.combine.fwd", out, a.ye.data(), a.gates.data(), a.src.data(),
+                             d.N(), a.M, config.top_k, d.C);
   return a.aux;
 }
 
 float tp_moe_forward(float* out, TpMoeActs& a, const BlockView<float>& p, const float* inp,
-                     const TpDims& d, const GPTConfig& config, const ExpertContext& c) {
+                     const ShardDims& d, const GPTConfig& config, const ExpertContext& c) {
   const int E = config.n_expert;
   tp_moe_route(a, p, inp, d, config, c);
   tp_moe_dispatch(a, inp, d, config, c.ex);
@@ -230,7 +221,7 @@ float tp_moe_forward(float* out, TpMoeActs& a, const BlockView<float>& p, const 
 
 void tp_moe_backward(float* dexperts, float* drouter, const BlockView<float>& g, MoeScratch& s,
                      const float* dout, float daux, const TpMoeActs& a, const float* inp,
-                     const BlockView<float>& p, const TpDims& d, const GPTConfig& config,
+                     const BlockView<float>& p, const ShardDims& d, const GPTConfig& config,
                      WeightGrads& wg, const ExpertContext& c) {
   tp_moe_combine_backward(s, dout, a, d, config, c.ex);
   // experts: partial input gradients (copy_to_tp_region's all-reduce is left

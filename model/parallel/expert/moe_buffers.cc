@@ -17,13 +17,13 @@ void add_moe_stats(MoeStepStats& step, int layer, const MoeStats& forward) {
   step.a2a_recv_bytes += forward.a2a_recv_bytes;
 }
 
-int64_t expert_rows_max(const TpDims& d, const model::GPTConfig& config) {
+int64_t expert_rows_max(const ShardDims& d, const model::GPTConfig& config) {
   const int64_t N = d.N(), K = config.top_k;
   if (d.ep <= 1) return N * K;
   return d.ep * N * std::min<int64_t>(K, config.n_expert / d.ep);
 }
 
-void TpMoeActs::resize(const TpDims& d, const model::GPTConfig& config) {
+void TpMoeActs::resize(const ShardDims& d, const model::GPTConfig& config) {
   const int64_t N = d.N(), C = d.C, Fl = d.Fl(), Rx = expert_rows_max(d, config);
   const int E = config.n_expert, K = config.top_k, El = E / d.ep;
   for (auto* v : {&logits, &probs}) v->assign(N * E, 0);
@@ -58,7 +58,7 @@ int64_t TpMoeActs::saved_elements() const {
   return n;
 }
 
-void MoeScratch::resize(const TpDims& d, const model::GPTConfig& config) {
+void MoeScratch::resize(const ShardDims& d, const model::GPTConfig& config) {
   const int64_t N = d.N(), C = d.C, Fl = d.Fl(), Rx = expert_rows_max(d, config);
   const int64_t K = config.top_k;
   dfc.assign(Rx * Fl, 0);

@@ -15,7 +15,7 @@ namespace shardlab::parallel {
 
 // Rows the expert MLPs of one rank may process: N*K, or with expert
 // parallelism ep*N*min(K, E/ep) (every peer's tokens routed to this rank).
-int64_t expert_rows_max(const TpDims& d, const model::GPTConfig& config);
+int64_t expert_rows_max(const ShardDims& d, const model::GPTConfig& config);
 
 // What one MoE layer did in the last forward / backward, for the report.
 struct MoeStats {
@@ -51,7 +51,7 @@ struct TpMoeActs : model::MoeActs<float> {
     int64_t row_elems = 0;  // saved elements per received row: C + 2·Fl
   } ep;
   MoeStats stats;
-  void resize(const TpDims& d, const model::GPTConfig& config);
+  void resize(const ShardDims& d, const model::GPTConfig& config);
   // What the layer keeps for backward (with EP the rows its experts
   // received in the last forward).
   int64_t saved_elements() const;
@@ -65,7 +65,7 @@ struct MoeScratch {
   Buf<float> dgates;         // (N,K)
   Buf<float> dxe, dye;       // (N*K, C)
   Buf<float> ep_xr, ep_yl;   // (Rx, C) EP: received rows
-  void resize(const TpDims& d, const model::GPTConfig& config);
+  void resize(const ShardDims& d, const model::GPTConfig& config);
 };
 
 }  // namespace shardlab::parallel

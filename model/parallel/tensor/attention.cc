@@ -5,23 +5,24 @@
 
 namespace shardlab::parallel {
 
-void LocalAttention::forward(float* atty, float* att, const float* qkv, const TpDims& d,
+void LocalAttention::forward(float* atty, float* att, const float* qkv, const ShardDims& d,
                              const LayerContext& c) const {
-  if (c.ex.math()) model::attention_forward(atty, att, qkv, d.B, d.T, d.NHl(), d.HS());
+  // One fused kernel here, charged as the three an unfused attention runs.
   const model::AttentionCosts k =
       model::attention_forward_costs(d.B, d.T, d.NHl(), d.HS(), c.ex.elem);
-  c.ex.op("attn.scores.fwd", k.scores);
+  c.ex.run("attn.scores.fwd", k.scores,
+           [&] { model::attention_forward(atty, att, qkv, d.B, d.T, d.NHl(), d.HS()); });
   c.ex.op("attn.softmax.fwd", k.softmax);
   c.ex.op("attn.context.fwd", k.context);
 }
 
 void LocalAttention::backward(float* dqkv, const float* datty, const float* qkv,
-                              const float* /*atty*/, const float* att, const TpDims& d,
+                              const float* /*atty*/, const float* att, const ShardDims& d,
                               const LayerContext& c) const {
-  if (c.ex.math()) model::attention_backward(dqkv, datty, qkv, att, d.B, d.T, d.NHl(), d.HS());
   const model::AttentionCosts k =
       model::attention_backward_costs(d.B, d.T, d.NHl(), d.HS(), c.ex.elem);
-  c.ex.op("attn.context.bwd", k.context);
+  c.ex.run("attn.context.bwd", k.context,
+           [&] { model::attention_backward(dqkv, datty, qkv, att, d.B, d.T, d.NHl(), d.HS()); });
   c.ex.op("attn.softmax.bwd", k.softmax);
   c.ex.op("attn.scores.bwd", k.scores);
 }

@@ -9,10 +9,10 @@ namespace shardlab::parallel {
 
 class LocalAttention final : public AttentionCore {
  public:
-  void forward(float* atty, float* att, const float* qkv, const TpDims& d,
+  void forward(float* atty, float* att, const float* qkv, const ShardDims& d,
                const LayerContext& c) const override;
   void backward(float* dqkv, const float* datty, const float* qkv, const float* atty,
-                const float* att, const TpDims& d, const LayerContext& c) const override;
+                const float* att, const ShardDims& d, const LayerContext& c) const override;
   // The one instance every block uses by default.
   static const LocalAttention& instance();
 };

@@ -16,32 +16,34 @@ bool owned(Token tok, int64_t v0, int Vl) { return tok >= v0 && tok < v0 + Vl; }
 
 void vocab_parallel_embedding_forward(float* encoded, float* partial, const Token* inp,
                                       const float* wte, const float* wpe, int64_t v0, int Vl,
-                                      const TpDims& d, const TpContext& c) {
+                                      const ShardDims& d, const TpContext& c) {
   const model::Exec& ex = c.ex;
   const int64_t N = d.N(), Nr = d.rows(), row0 = d.row0(c.rank());
   const int C = d.C;
-  for (int64_t n = 0; ex.math() && n < N; ++n) {
-    float* o = partial + n * C;
-    if (owned(inp[n], v0, Vl)) {
-      const float* we = wte + (inp[n] - v0) * C;
-      std::copy(we, we + C, o);
-    } else {
-      std::fill(o, o + C, 0.0f);
+  ex.run("embedding.fwd", model::embedding_forward_cost(d.B, d.T, C, ex.elem), [&] {
+    for (int64_t n = 0; n < N; ++n) {
+      float* o = partial + n * C;
+      if (owned(inp[n], v0, Vl)) {
+        const float* we = wte + (inp[n] - v0) * C;
+        std::copy(we, we + C, o);
+      } else {
+        std::fill(o, o + C, 0.0f);
+      }
     }
-  }
-  ex.op("embedding.fwd", model::embedding_forward_cost(d.B, d.T, C, ex.elem));
+  });
   exit_row_parallel(c, partial, encoded, Nr, C);  // reduce_from_tp / reduce_scatter_to_sp
   if (d.rope) return;  // rotary positions (llama): no table to add
-  for (int64_t i = 0; ex.math() && i < Nr; ++i) {
-    const float* pe = wpe + d.position((row0 + i) % d.T) * C;  // global positions under CP
-    float* o = encoded + i * C;
-    for (int j = 0; j < C; ++j) o[j] += pe[j];
-  }
-  ex.op("embedding.wpe.fwd", model::residual_forward_cost(Nr * C, ex.elem));
+  ex.run("embedding.wpe.fwd", model::residual_forward_cost(Nr * C, ex.elem), [&] {
+    for (int64_t i = 0; i < Nr; ++i) {
+      const float* pe = wpe + d.position((row0 + i) % d.T) * C;  // global positions under CP
+      float* o = encoded + i * C;
+      for (int j = 0; j < C; ++j) o[j] += pe[j];
+    }
+  });
 }
 
 void vocab_parallel_embedding_backward(float* dwte, float* dwpe, float* dfull, const float* dx,
-                                       const Token* inp, int64_t v0, int Vl, const TpDims& d,
+                                       const Token* inp, int64_t v0, int Vl, const ShardDims& d,
                                        const TpContext& c) {
   const model::Exec& ex = c.ex;
   const int64_t N = d.N(), Nr = d.rows(), row0 = d.row0(c.rank());
@@ -99,13 +101,14 @@ void vocab_parallel_cross_entropy_backward(float* dlogits, const float* probs, c
                                            float dloss, int64_t N, int Vl, int64_t v0,
                                            const model::Exec& ex) {
   const float scale = dloss / static_cast<float>(N);
-  for (int64_t n = 0; ex.math() && n < N; ++n) {
-    const float* p = probs + n * Vl;
-    float* d = dlogits + n * Vl;
-    for (int v = 0; v < Vl; ++v) d[v] += p[v] * scale;
-    if (owned(targets[n], v0, Vl)) d[targets[n] - v0] -= scale;
-  }
-  ex.op("cross_entropy.bwd", model::crossentropy_backward_cost(N, Vl, ex.elem));
+  ex.run("cross_entropy.bwd", model::crossentropy_backward_cost(N, Vl, ex.elem), [&] {
+    for (int64_t n = 0; n < N; ++n) {
+      const float* p = probs + n * Vl;
+      float* d = dlogits + n * Vl;
+      for (int v = 0; v < Vl; ++v) d[v] += p[v] * scale;
+      if (owned(targets[n], v0, Vl)) d[targets[n] - v0] -= scale;
+    }
+  });
 }
 
 }  // namespace shardlab::parallel

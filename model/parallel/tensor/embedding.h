@@ -27,12 +27,12 @@ namespace shardlab::parallel {
 // encoded (Nr,C) = wte[inp] + wpe[t] for this rank's rows. partial (N,C) scratch.
 void vocab_parallel_embedding_forward(float* encoded, float* partial, const model::Token* inp,
                                       const float* wte, const float* wpe, int64_t v0, int Vl,
-                                      const TpDims& d, const TpContext& c);
+                                      const ShardDims& d, const TpContext& c);
 // dwte (Vl,C) += rows of the owned tokens; dwpe (T,C) += this rank's rows of dx.
 // dx (Nr,C); dfull (N,C) scratch.
 void vocab_parallel_embedding_backward(float* dwte, float* dwpe, float* dfull, const float* dx,
-                                       const model::Token* inp, int64_t v0, int Vl, const TpDims& d,
-                                       const TpContext& c);
+                                       const model::Token* inp, int64_t v0, int Vl,
+                                       const ShardDims& d, const TpContext& c);
 
 // Returns the mean loss over the N rows (the same bits on every rank).
 // probs (N,Vl) saved; losses (N); stats (3N) scratch; logits (N,Vl).

@@ -42,11 +42,10 @@ void reduce_scatter_to_sequence_parallel_bwd(const TpContext& c, const float* dl
 
 void scatter_to_sequence_parallel_fwd(const TpContext& c, const float* full, float* local,
                                       int64_t n_local) {
-  if (c.ex.math()) {
+  c.ex.run("sp.scatter.fwd", OpCost{0, 2.0 * static_cast<double>(n_local) * c.ex.elem}, [&] {
     const float* mine = full + c.rank() * n_local;
     std::copy(mine, mine + n_local, local);
-  }
-  c.ex.op("sp.scatter.fwd", OpCost{0, 2.0 * static_cast<double>(n_local) * c.ex.elem});
+  });
 }
 
 const float* enter_column_parallel(const TpContext& c, const float* local, float* full,

@@ -1,10 +1,12 @@
 #include <cmath>
+#include <cstdio>
 
 #include <gtest/gtest.h>
 
 #include "model/config.h"
 #include "model/train/trainer.h"
 #include "runtime/errors.h"
+#include "tests/model/train/train_test_util.h"
 
 namespace shardlab::train {
 namespace {
@@ -86,6 +88,43 @@ TEST(Parallel, VSchedulesTakeTwoChunksUnlessVppIsGiven) {
   EXPECT_THROW(validate_parallel(o), ConfigError);
   o.parallel.vpp = 2;
   EXPECT_NO_THROW(validate_parallel(o));
+}
+
+}  // namespace
+}  // namespace shardlab::train
+
+namespace shardlab::train {
+namespace {
+
+// The first and the last pipeline stage hold the two copies of the tied
+// embedding; each is summed over the embedding group and then reduced over a
+// data-parallel group of 4 (where the order of a ring's sums depends on the
+// element's chunk). Both copies must come out bit for bit equal, which train()
+// checks (replica_mismatch). Reduced inside buckets of different neighbours
+// (wte with wpe and block 0 on the first stage, alone on the last) they
+// differed in the last bits; reduced in a bucket of their own
+// (ParallelPlan::tied_bucket) they do not.
+TEST(TiedEmbedding, BothPipelineCopiesStayBitIdenticalUnderDataParallelism) {
+  struct Case {
+    int tp, cp, dp;
+    bool sp;
+  };
+  for (const Case c : {Case{2, 1, 4, false}, Case{2, 2, 2, true}}) {
+    TrainOptions o;
+    o.model = model::preset("tiny");  // 4 blocks of 128, vocab 512, batch 8
+    o.model.batch_size = 16;
+    o.parallel.tp = c.tp;
+    o.parallel.cp = c.cp;
+    o.parallel.dp = c.dp;
+    o.parallel.sp = c.sp;
+    o.parallel.pp = 2;
+    o.micro_batches = 2;
+    o.steps = 1;
+    const TrainResult r = train::testing::run(o);
+    EXPECT_EQ(r.replica_mismatch, "") << "tp " << c.tp << " cp " << c.cp << " dp " << c.dp;
+    std::printf("tp %d cp %d dp %d pp 2: tied copies max |diff| %.3e (tolerance 0: bit-identical)\n", c.tp, c.cp,
+                c.dp, r.replica_max_diff);
+  }
 }
 
 }  // namespace

@@ -76,7 +76,7 @@ std::vector<RankOut> run_cp(int cp, CpComm comm, const std::vector<float>& qkv, 
     LayerContext c;
     c.dev = &dev;
     c.ex = model::Exec::with(&sink);
-    TpDims d{{kB, Tl, kC, kNH, 4 * kC}, 1, false, 1};
+    ShardDims d{{kB, Tl, kC, kNH, 4 * kC}, 1, false, 1};
     d.cp = cp;
     d.cp_rank = r;
     const CpAttention core(cp_group, comm);

@@ -17,7 +17,7 @@ namespace {
 TEST(CpMemory, AttentionInputsPerDeviceFallAsOneOverCp) {
   const int B = 4, T = 64, C = 128, NH = 4, tp = 2;
   for (int cp : {1, 2, 4}) {
-    parallel::TpDims d{{B, T / cp, C, NH, 4 * C}, tp, false, 1};
+    parallel::ShardDims d{{B, T / cp, C, NH, 4 * C}, tp, false, 1};
     d.cp = cp;
     parallel::BlockActs a;
     a.resize(d, model::preset("tiny"), false);

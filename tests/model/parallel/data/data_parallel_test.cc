@@ -153,6 +153,19 @@ TEST(DataParallelBuckets, FillInReadyOrderUntilBucketBytes) {
   }
 }
 
+TEST(DataParallelBuckets, AnAloneRangeIsABucketOfItsOwn) {
+  // The tied embedding copy (wte, [0, +24)) alone, with room for everything
+  // (25 MB): ln_f .. wpe fill one bucket [24, +76) that the alone range
+  // closes, then wte makes its own. Reduced in a bucket of its own, the
+  // first stage's copy (among wpe and block 0) and the last stage's (among
+  // ln_f) are chunked alike whatever their neighbours.
+  const std::vector<Plan> p = plans(dense_shards(), kDenseElements, 1, 1, {.alone = {0, 24}});
+  EXPECT_EQ(p[0].buckets, (std::vector<Range>{{24, 76}, {0, 24}}));
+  // With small buckets (16 elements) wte no longer joins h0.ln_1 and wpe:
+  const std::vector<Plan> q = plans(dense_shards(), kDenseElements, 1, 1, {.bucket_bytes = 64, .alone = {0, 24}});
+  EXPECT_EQ(q[0].buckets, (std::vector<Range>{{84, 16}, {68, 16}, {52, 16}, {36, 16}, {24, 12}, {0, 24}}));
+}
+
 TEST(DataParallelBuckets, ExpertTensorsNeverShareABucketWithOthers) {
   // Even with room for everything (25 MB): ln_f alone, the two experts
   // (52..76) together, then router, ln_1, block 0 and the embeddings.

@@ -63,7 +63,7 @@ TEST(FsdpUnits, ALastStageKeepsItsTiedCopyInTheHead) {
   const std::vector<FsdpUnit> units = fsdp_units(shards, c.n_layer);
   EXPECT_EQ(ids(units), (std::vector<int>{4, 3, 2}));
   EXPECT_EQ(units.front().elements(), numel(shards, {"transformer.ln_f.", "transformer.wte."}));
-  const FsdpPasses passes = fsdp_passes(stage(c, 2, 1), units, shards, c.n_layer);
+  const FsdpPasses passes = fsdp_passes(hook_chunks(stage(c, 2, 1)), units, shards, c.n_layer);
   EXPECT_EQ(passes.chunks, (std::vector<std::vector<int>>{{2, 3, 4}}));
   EXPECT_EQ(passes.needs.at(4), (std::vector<int>{4}));
 }
@@ -102,7 +102,7 @@ TEST(FsdpPeak, FollowsTheGatherAndFreeRules) {
   const StagePlacement place = stage(c, 1, 0);
   const auto shards = shards_of(c, place);
   const std::vector<FsdpUnit> units = fsdp_units(shards, c.n_layer);
-  const FsdpPasses passes = fsdp_passes(place, units, shards, c.n_layer);
+  const FsdpPasses passes = fsdp_passes(hook_chunks(place), units, shards, c.n_layer);
   const int64_t emb = numel(shards, {"transformer.wte.", "transformer.wpe."});
   const int64_t block = numel(shards, {"transformer.h.0."});
   const int64_t all = numel(shards, {"transformer."});

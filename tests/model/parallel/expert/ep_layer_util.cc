@@ -63,7 +63,7 @@ LayerResult run_moe_layer(const model::GPTConfig& config, const LayerRun& run) {
     std::vector<float> grads(params.size(), 0.0f);
     const model::BlockView<float> p = layout.view(params.data()).blocks[0];
     const model::BlockView<float> g = layout.view(grads.data()).blocks[0];
-    const TpDims d{{Bl, run.T, C, config.n_head}, 1, false, run.ep};
+    const ShardDims d{{Bl, run.T, C, config.n_head}, 1, false, run.ep};
     TpMoeActs a;
     a.resize(d, config);
     MoeScratch s;
