@@ -56,6 +56,32 @@ INSTANTIATE_TEST_SUITE_P(OnePerParallelism, LlamaVerify,
                                            "--dp 2 --zero 1", "--dp 2 --zero 3", "--cp 2",
                                            "--tp 2 --pp 2 --dp 2 --zero 1 --micro-batches 2"),
                          flags_name);
+
+nlohmann::json generate(const std::string& args) {
+  const auto r = testing::run_cli("generate --model tiny-llama --json " + args);
+  EXPECT_EQ(r.code, 0) << args << "\n" << r.err;
+  return r.code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json::object();
+}
+
+// Generation with RoPE at each cached position and a KV cache of K/V heads:
+// the same tokens unsharded, with K/V split (tp 2), replicated (tp 4) and
+// over pipeline stages, greedy and sampled. The cache holds K and V of every
+// layer for the K/V heads a rank keeps: tiny-llama has 4 layers and 2 K/V
+// heads of 32, here 5 + 8 - 1 = 12 cached tokens in fp32.
+TEST(LlamaGenerate, TokensAreTheSameUnderEverySplitAndTheCacheIsSizedByKvHeads) {
+  const std::string args = "--prompt-tokens 5,6,7,8,9 --max-new-tokens 8 --seed 4 ";
+  for (const std::string sampling : {"", "--temperature 0.8 --top-k 16"}) {
+    const nlohmann::json base = generate(args + sampling);
+    ASSERT_TRUE(base.contains("tokens"));
+    EXPECT_EQ(base["tokens"].size(), 8u);
+    for (const std::string split : {"--tp 2", "--tp 4", "--pp 2", "--tp 2 --pp 2"})
+      EXPECT_EQ(generate(args + sampling + " " + split)["tokens"], base["tokens"]) << split << " " << sampling;
+  }
+  const uint64_t per_head = 2u * 4 * 32 * 12 * 4;  // K and V, 4 layers, head size 32, 12 tokens, 4 bytes
+  EXPECT_EQ(generate(args)["devices"][0]["kv_cache_bytes"].get<uint64_t>(), 2 * per_head);  // both K/V heads
+  EXPECT_EQ(generate(args + "--tp 2")["devices"][0]["kv_cache_bytes"].get<uint64_t>(), per_head);
+  EXPECT_EQ(generate(args + "--tp 4")["devices"][0]["kv_cache_bytes"].get<uint64_t>(), 2 * per_head);
+}
 #else
 INSTANTIATE_TEST_SUITE_P(
     Matrix, LlamaVerify,
