@@ -69,6 +69,17 @@ FlagTable<TrainFlags> model_flags() {
       {"--moe-first-dense", FIELD(moe_first_dense),
        "The first N blocks are dense MLPs of the --ffn width (DeepSeek-V3: 3)", number_in(0, kMaxLayers),
        kShowDefault},
+      {"--family", FIELD(family),
+       "Architecture: gpt (LayerNorm, GELU, learned positions, biases, tied head) or llama (RMSNorm, SwiGLU, "
+       "rotary, GQA, no biases, untied head); default: the preset's",
+       CLI::IsMember({"gpt", "llama"})},
+      {"--kv-heads", FIELD(kv_heads), "K/V heads (grouped-query attention; 1 = MQA; default: --heads)",
+       number_in(1, kMaxDim)},
+      {"--rope-theta", FIELD(rope_theta), "Rotary base theta (llama family; default: the preset's, 10000)",
+       number_in(1.0001, 1e12)},
+      {"--norm-eps", FIELD(norm_eps), "LayerNorm / RMSNorm epsilon (default 1e-5)", number_in(1e-12, 0.5)},
+      {"--tie-embeddings", FIELD(tie_embeddings), "LM head tied to the token embedding (gpt's default)"},
+      {"--no-tie-embeddings", FIELD(no_tie_embeddings), "Separate lm_head.weight (llama's default)"},
       {"--dropout", FIELD(dropout),
        "Attention and hidden dropout probability: its kernels are charged (phantom runs only)", number_in(0, 0.999),
        kShowDefault},
@@ -207,6 +218,16 @@ void TrainFlags::set_modern_moe(model::GPTConfig& c) const {
   c.moe_first_dense = moe_first_dense;
 }
 
+void TrainFlags::apply_family_flags(model::GPTConfig& c) const {
+  if (!family.empty()) c.family = family == "llama" ? model::Family::kLlama : model::Family::kGpt;
+  if (kv_heads) c.n_kv_head = *kv_heads;
+  if (rope_theta) c.rope_theta = *rope_theta;
+  if (norm_eps) c.norm_eps = *norm_eps;
+  if (tie_embeddings && no_tie_embeddings)
+    throw ConfigError("--tie-embeddings and --no-tie-embeddings contradict each other: give one");
+  if (tie_embeddings || no_tie_embeddings) c.tie_embeddings = tie_embeddings;
+}
+
 model::GPTConfig TrainFlags::model_config() const {
   const model::PresetInfo& info = model::preset_info(model);
   model::GPTConfig c = info.config;
@@ -225,7 +246,7 @@ model::GPTConfig TrainFlags::model_config() const {
   }
   if (ffn && *ffn <= 0)
     throw ConfigError(fmt::format("--ffn must be positive (got {}; leave it out for 4 x --embd)", *ffn));
-  c.n_ffn = ffn.value_or(0);
+  if (ffn) c.n_ffn = *ffn;  // else the preset's (llama's published widths; 0: 4 x embd)
   c.n_expert = experts;
   c.top_k = top_k;
   c.moe_every = moe_every;
@@ -233,6 +254,7 @@ model::GPTConfig TrainFlags::model_config() const {
   c.capacity_factor = capacity_factor;
   set_modern_moe(c);
   c.dropout = dropout;
+  apply_family_flags(c);
   if (vocab_divisible_by && *vocab_divisible_by < 1)
     throw ConfigError(fmt::format("--make-vocab-size-divisible-by must be at least 1 (got {})", *vocab_divisible_by));
   const int multiple = vocab_divisible_by.value_or(info.pads_vocab && vocab == 0 ? 128 : 0);

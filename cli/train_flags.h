@@ -28,6 +28,12 @@ struct TrainFlags {
   std::optional<int> ffn;                  // --ffn / --ffn-hidden-size; unset: 4 x embd
   std::optional<int> vocab_divisible_by;  // --make-vocab-size-divisible-by; unset: the preset's rule
   int experts = 0, top_k = 2, moe_every = 1;
+  // The architecture over the preset's: --family, --kv-heads, --rope-theta,
+  // --norm-eps, --tie-embeddings / --no-tie-embeddings (unset: the preset's).
+  std::string family;
+  std::optional<int> kv_heads;
+  std::optional<double> rope_theta, norm_eps;
+  bool tie_embeddings = false, no_tie_embeddings = false;
   double aux_coef = -1;  // <0: 0.01 when experts > 0
   double capacity_factor = 0;
   // Modern MoE (GPTConfig's n_moe_ffn, n_shared_expert, router, moe_norm_topk, moe_first_dense).
@@ -56,6 +62,7 @@ struct TrainFlags {
   // vocabulary padding (which needs --tp).
   model::GPTConfig model_config() const;
   void set_modern_moe(model::GPTConfig& c) const;
+  void apply_family_flags(model::GPTConfig& c) const;  // --family ... --no-tie-embeddings
   ClusterOptions cluster_options() const;
 };
 

@@ -65,6 +65,7 @@ void GPTConfig::validate() const {
   require(n_expert >= 0, "--experts must be 0 (dense) or more (got " + num(n_expert) + ")");
   require(n_expert > 0 || (n_shared_expert == 0 && n_moe_ffn == 0 && moe_first_dense == 0),
           "`n_shared_expert`, `n_moe_ffn` and `moe_first_dense` need routed experts (--experts above 0)");
+  validate_family();
   if (n_expert == 0) return;
   require(top_k >= 1 && top_k <= n_expert,
           "--moe-top-k " + num(top_k) + " must be between 1 and --experts " + num(n_expert));
@@ -75,11 +76,35 @@ void GPTConfig::validate() const {
   validate_modern_moe(*this);
 }
 
+// The attention and normalization knobs: GQA (kv heads dividing the query
+// heads; the gpt family's fused c_attn is multi-head only), RoPE (pairs of
+// features: an even head size), a positive epsilon and theta.
+void GPTConfig::validate_family() const {
+  require(n_kv_head >= 0, "`n_kv_head` must be 0 (= `n_head`) or more (got " + num(n_kv_head) + ")");
+  require(n_head % kv_heads() == 0, "`n_kv_head` " + num(kv_heads()) + " must divide `n_head` " + num(n_head) +
+                                        " (each K/V head serves n_head / n_kv_head query heads)");
+  require(norm_eps > 0 && norm_eps < 1, "`norm_eps` must be in (0, 1) (got " + num(norm_eps) + ")");
+  if (!is_llama()) {
+    require(norm_eps == 1e-5, "`norm_eps` " + num(norm_eps) +
+                                  " applies to the llama family's RMSNorm (gpt's LayerNorm keeps nanoGPT's 1e-5)");
+    require(kv_heads() == n_head, "`n_kv_head` " + num(kv_heads()) +
+                                      " below `n_head` (grouped-query attention) needs `family` llama");
+    return;
+  }
+  require(head_size() % 2 == 0, "`n_head` " + num(n_head) + " gives an odd head size " + num(head_size()) +
+                                    ": rotary embeddings rotate pairs of features");
+  require(rope_theta > 1, "`rope_theta` must be above 1 (got " + num(rope_theta) + ")");
+  require(n_expert == 0, "`n_expert` " + num(n_expert) +
+                             ": the llama family is dense here (Mixtral-style experts are not built yet)");
+}
+
 std::string GPTConfig::to_string() const {
   std::ostringstream os;
   os << "layers=" << n_layer << " heads=" << n_head << " embd=" << n_embd << " seq=" << block_size
      << " vocab=" << vocab_size << " batch=" << batch_size;
   if (n_ffn > 0) os << " ffn=" << n_ffn;
+  if (is_llama()) os << " family=llama kv_heads=" << kv_heads() << " rope_theta=" << rope_theta;
+  if (tied() != (family == Family::kGpt)) os << (tied() ? " tied" : " untied");
   if (is_moe()) {
     os << " experts=" << n_expert << " top_k=" << top_k << " moe_every=" << moe_every
        << " aux_coef=" << aux_coef << " capacity_factor=" << capacity_factor;

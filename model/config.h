@@ -84,6 +84,9 @@ struct GPTConfig {
   // Throws shardlab::ConfigError with one line naming the flag and constraint.
   void validate() const;
   std::string to_string() const;  // "layers=4 heads=4 embd=128 ..."
+
+ private:
+  void validate_family() const;
 };
 
 // A built-in shape and where it comes from (model/presets.cc).

@@ -15,10 +15,11 @@ GPT<Real>::GPT(const GPTConfig& config, uint64_t seed) : config_(config), table_
   weights_ = make_view(table_, params_.data());
   weight_grads_ = make_view(table_, grads_.data());
   for (int l = 0; l < config_.n_layer; ++l)
-    block_ranges_.push_back(prefix_range(table_.specs(), "transformer.h." + std::to_string(l) + "."));
-  wte_range_ = prefix_range(table_.specs(), "transformer.wte.");
-  wpe_range_ = prefix_range(table_.specs(), "transformer.wpe.");
-  lnf_range_ = prefix_range(table_.specs(), "transformer.ln_f.");
+    block_ranges_.push_back(prefix_range(table_.specs(), block_prefix(config_, l)));
+  wte_range_ = prefix_range(table_.specs(), embedding_name(config_));
+  wpe_range_ = prefix_range(table_.specs(), "transformer.wpe.");  // empty for llama
+  lnf_range_ = prefix_range(table_.specs(), final_norm_prefix(config_));
+  head_range_ = prefix_range(table_.specs(), kLmHeadName);  // empty when tied
 }
 
 template <typename Real>
@@ -59,7 +60,7 @@ template <typename Real>
 int64_t activation_elements(const BlockActs<Real>& a) {
   int64_t n = 0;
   for (const Buffer<Real>* b : {&a.ln1, &a.ln2, &a.ln1_mean, &a.ln1_rstd, &a.ln2_mean, &a.ln2_rstd,
-                                &a.qkv, &a.att, &a.atty, &a.attproj, &a.res1, &a.fc, &a.fc_gelu,
+                                &a.qkv, &a.qkv_rep, &a.att, &a.atty, &a.attproj, &a.res1, &a.fc, &a.fc_gelu,
                                 &a.mlp_out, &a.res2, &a.moe.logits, &a.moe.probs, &a.moe.gates,
                                 &a.moe.xe, &a.moe.ye, &a.moe.fc, &a.moe.fc_gelu}) {
     n += static_cast<int64_t>(b->size());
@@ -117,9 +118,9 @@ Real GPT<Real>::forward(const Token* inputs, const Token* targets, int B, int T)
     saved(block_elems_[l]);
     x = blocks_[l].res2.data();
   }
-  layernorm_forward(ex_, "ln_f.fwd", lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), x,
-                    weights_.ln_f.weight, weights_.ln_f.bias, N, C);
-  linear_forward(ex_, "lm_head.fwd", logits_.data(), lnf_.data(), weights_.wte, N, C, V);
+  norm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), x, weights_.ln_f, N, C, config_, "ln_f.fwd",
+               ex_);
+  linear_forward(ex_, "lm_head.fwd", logits_.data(), lnf_.data(), weights_.head(), N, C, V);
   saved(head_elems_);
   logits_n_ = static_cast<size_t>(N * V);
   if (!have_targets_) {
@@ -159,16 +160,17 @@ void GPT<Real>::backward(Real dloss) {
                         dloss, N, V);
   // logits = lnf · wteᵀ
   std::fill(dlnf_.begin(), dlnf_.end(), Real(0));
-  linear_backward(ex_, "lm_head.bwd", false, dlnf_.data(), g.wte, static_cast<Real*>(nullptr),
-                  dlogits_.data(), lnf_.data(), p.wte, N, C, V);
+  linear_backward(ex_, "lm_head.bwd", false, dlnf_.data(), g.head(), static_cast<Real*>(nullptr),
+                  dlogits_.data(), lnf_.data(), p.head(), N, C, V);
   freed(N * V);
   // lnf = ln_f(x_L)
   const Real* x_last = config_.n_layer > 0 ? blocks_.back().res2.data() : encoded_.data();
   std::fill(dx_.begin(), dx_.end(), Real(0));
-  layernorm_backward(ex_, "ln_f.bwd", dx_.data(), g.ln_f.weight, g.ln_f.bias, dlnf_.data(), x_last,
-                     p.ln_f.weight, lnf_mean_.data(), lnf_rstd_.data(), N, C);
+  norm_backward(dx_.data(), g.ln_f, dlnf_.data(), x_last, p.ln_f, lnf_mean_.data(), lnf_rstd_.data(), N, C,
+                config_, "ln_f.bwd", ex_);
   freed(head_elems_);
   grads_ready(lnf_range_);
+  grads_ready(head_range_);
   // x_{l+1} = block_l(x_l)
   const Real daux = static_cast<Real>(config_.aux_coef) * dloss;
   for (int l = config_.n_layer - 1; l >= 0; --l) {

@@ -5,9 +5,9 @@
 // activation for backward(); backward() is written by hand, layer by layer,
 // mirroring forward, and ACCUMULATES into grads (call zero_grad() first).
 //
-//   x      = wte[idx] + wpe[0..T-1]
+//   x      = wte[idx] + wpe[0..T-1]         (llama: wte[idx]; RoPE in attention)
 //   x      = block_l(x) for each layer (block_forward in layers.h)
-//   logits = ln_f(x) · wteᵀ                 (tied head, no bias)
+//   logits = ln_f(x) · wteᵀ                 (tied head, no bias; untied: lm_head)
 //   loss   = mean CE over B·T + aux_coef · Σ_moe layers aux
 //
 // Size letters: B batch, T time (<= block_size), N = B*T, C n_embd, V vocab.
@@ -88,7 +88,7 @@ class GPT {
   GPTView<Real> weights_;
   GPTView<Real> weight_grads_;
   std::vector<Range> block_ranges_;     // (n_layer)
-  Range wte_range_, wpe_range_, lnf_range_;
+  Range wte_range_, wpe_range_, lnf_range_, head_range_;
 
   // Activations of the last forward.
   Dims dims_;

@@ -24,6 +24,10 @@ void embedding_forward(Real* out, const Token* inp, const Real* wte, const Real*
     for (int t = 0; t < T; ++t) {
       Real* o = out + (static_cast<int64_t>(b) * T + t) * C;
       const Real* we = wte + static_cast<int64_t>(inp[b * T + t]) * C;
+      if (!wpe) {  // rotary positions (llama): the token embedding only
+        std::copy_n(we, C, o);
+        continue;
+      }
       const Real* pe = wpe + static_cast<int64_t>(t) * C;
       for (int c = 0; c < C; ++c) o[c] = we[c] + pe[c];
     }
@@ -37,11 +41,10 @@ void embedding_backward(Real* dwte, Real* dwpe, const Real* dout, const Token* i
     for (int t = 0; t < T; ++t) {
       const Real* d = dout + (static_cast<int64_t>(b) * T + t) * C;
       Real* dwe = dwte + static_cast<int64_t>(inp[b * T + t]) * C;
+      for (int c = 0; c < C; ++c) dwe[c] += d[c];
+      if (!dwpe) continue;
       Real* dpe = dwpe + static_cast<int64_t>(t) * C;
-      for (int c = 0; c < C; ++c) {
-        dwe[c] += d[c];
-        dpe[c] += d[c];
-      }
+      for (int c = 0; c < C; ++c) dpe[c] += d[c];
     }
   }
 }

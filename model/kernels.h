@@ -33,7 +33,7 @@ namespace shardlab::model {
 
 using Token = int32_t;
 
-// ---- Embedding: out = wte[inp] + wpe[t] --------------------------------------
+// ---- Embedding: out = wte[inp] + wpe[t] (wpe / dwpe null: no position table) ---
 template <typename Real>
 void embedding_forward(Real* out,         // (B,T,C)
                        const Token* inp,  // (B,T)

@@ -33,10 +33,22 @@ MlpView<Real> mlp(const ParamTable& table, Real* base, const std::string& prefix
           linear(table, base, prefix + ".c_proj", true)};
 }
 
-}  // namespace
+template <typename Real>
+GPTView<Real> llama_view(const ParamTable& table, Real* base) {
+  const GPTConfig& config = table.config();
+  auto place = [&](const std::string& name) {
+    const ParamSpec& s = table.at(name);
+    return TensorPlace{s.offset, s.shape[0], s.shape.size() > 1 ? s.shape[1] : 1};
+  };
+  GPTView<Real> v;
+  v.wte = at(table, base, embedding_name(config));
+  for (int l = 0; l < config.n_layer; ++l) v.blocks.push_back(llama_block_view(place, base, l));
+  v.ln_f.weight = at(table, base, final_norm_prefix(config) + "weight");
+  return v;
+}
 
 template <typename Real>
-GPTView<Real> make_view(const ParamTable& table, Real* base) {
+GPTView<Real> gpt_view(const ParamTable& table, Real* base) {
   const GPTConfig& config = table.config();
   GPTView<Real> v;
   v.wte = at(table, base, "transformer.wte.weight");
@@ -63,6 +75,17 @@ GPTView<Real> make_view(const ParamTable& table, Real* base) {
   return v;
 }
 
+}  // namespace
+
+template <typename Real>
+GPTView<Real> make_view(const ParamTable& table, Real* base) {
+  const GPTConfig& config = table.config();
+  GPTView<Real> v = config.is_llama() ? llama_view(table, base) : gpt_view(table, base);
+  if (!config.tied()) v.lm_head = at(table, base, std::string(kLmHeadName));
+  return v;
+}
+
+
 template <typename Real>
 void MoeActs<Real>::resize(int64_t N, int C, int E, int K, int F, int Fs) {
   logits.assign(N * E, 0);
@@ -88,6 +111,14 @@ void BlockActs<Real>::resize(const Dims& d, const GPTConfig& config, bool moe_bl
   const int64_t N = d.N(), C = d.C, F = config.ffn_hidden();
   for (auto* v : {&ln1, &ln2, &atty, &attproj, &res1, &mlp_out, &res2}) v->assign(N * C, 0);
   for (auto* v : {&ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd}) v->assign(N, 0);
+  if (config.is_llama()) {
+    qkv.assign(N * (C + 2 * int64_t{config.kv_heads()} * d.HS()), 0);
+    qkv_rep.assign(N * 3 * C, 0);
+    att.assign(static_cast<int64_t>(d.B) * d.NH * d.T * d.T, 0);
+    fc.assign(N * 2 * F, 0);
+    fc_gelu.assign(N * F, 0);
+    return;
+  }
   qkv.assign(N * 3 * C, 0);
   att.assign(static_cast<int64_t>(d.B) * d.NH * d.T * d.T, 0);
   if (moe_block) {
@@ -104,9 +135,10 @@ void BlockScratch<Real>::resize(const Dims& d, const GPTConfig& config) {
   const int64_t K = config.is_moe() ? config.top_k : 0;
   for (auto* v : {&dres1, &dln1, &dln2, &datty}) v->assign(N * C, 0);
   dqkv.assign(N * 3 * C, 0);
+  if (config.is_llama()) dqkv_c.assign(N * (C + 2 * int64_t{config.kv_heads()} * d.HS()), 0);
   const int64_t Fe = config.is_moe() ? config.moe_ffn_hidden() : 0;
   const int64_t widest = std::max({N * F, N * K * Fe, N * int64_t{config.shared_ffn_hidden()}});
-  dfc.assign(widest, 0);
+  dfc.assign(std::max(widest, config.is_llama() ? 2 * N * F : 0), 0);  // SwiGLU: [gate | up]
   dfc_gelu.assign(widest, 0);
   dlogits.assign(N * config.n_expert, 0);
   dgates.assign(N * K, 0);

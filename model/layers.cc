@@ -144,16 +144,21 @@ Real block_forward(BlockActs<Real>& a, const BlockView<Real>& p, const Real* inp
                    const GPTConfig& config, const Exec& ex) {
   const int64_t N = d.N();
   const int C = d.C;
-  layernorm_forward(ex, "ln_1.fwd", a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), inp,
-                    p.ln_1.weight, p.ln_1.bias, N, C);
-  attention_layer_forward(a.attproj.data(), a.qkv.data(), a.att.data(), a.atty.data(), p,
-                          a.ln1.data(), d, ex);
+  norm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), inp, p.ln_1, N, C, config, "ln_1.fwd", ex);
+  if (config.is_llama()) {
+    llama_attention_forward(a.attproj.data(), a, p, a.ln1.data(), d, config, ex);
+  } else {
+    attention_layer_forward(a.attproj.data(), a.qkv.data(), a.att.data(), a.atty.data(), p, a.ln1.data(), d,
+                            ex);
+  }
   residual_forward(ex, "residual.fwd", a.res1.data(), inp, a.attproj.data(), N * C);
-  layernorm_forward(ex, "ln_2.fwd", a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(),
-                    a.res1.data(), p.ln_2.weight, p.ln_2.bias, N, C);
+  norm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res1.data(), p.ln_2, N, C, config,
+               "ln_2.fwd", ex);
   Real aux = 0;
   if (p.moe) {
     aux = moe_forward(a.mlp_out.data(), a.moe, p, a.ln2.data(), N, config, ex);
+  } else if (config.is_llama()) {
+    swiglu_mlp_forward(a.mlp_out.data(), a.fc.data(), a.fc_gelu.data(), p.mlp, a.ln2.data(), N, C, ex);
   } else {
     mlp_forward(a.mlp_out.data(), a.fc.data(), a.fc_gelu.data(), p.mlp, a.ln2.data(), N, C, ex);
   }
@@ -172,21 +177,28 @@ void block_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s,
   zero(s.dln2, N * C);
   if (p.moe) {
     moe_backward(s.dln2.data(), g, s, dout, daux, a.moe, a.ln2.data(), p, N, config, ex);
+  } else if (config.is_llama()) {
+    swiglu_mlp_backward(s.dln2.data(), g.mlp, s.dfc.data(), s.dfc_gelu.data(), dout, a.ln2.data(), a.fc.data(),
+                        a.fc_gelu.data(), p.mlp, N, C, ex);
   } else {
     mlp_backward(s.dln2.data(), g.mlp, s.dfc.data(), s.dfc_gelu.data(), dout, a.ln2.data(),
                  a.fc.data(), a.fc_gelu.data(), p.mlp, N, C, ex);
   }
-  layernorm_backward(ex, "ln_2.bwd", s.dres1.data(), g.ln_2.weight, g.ln_2.bias, s.dln2.data(),
-                     a.res1.data(), p.ln_2.weight, a.ln2_mean.data(), a.ln2_rstd.data(), N, C);
+  norm_backward(s.dres1.data(), g.ln_2, s.dln2.data(), a.res1.data(), p.ln_2, a.ln2_mean.data(),
+                a.ln2_rstd.data(), N, C, config, "ln_2.bwd", ex);
   // res1 = inp + attproj: dinp += dres1, dattproj = dres1
   ex.run("residual.bwd", residual_backward_cost(N * C, ex.elem), [&] {
     for (int64_t i = 0; i < N * C; ++i) dinp[i] += s.dres1[i];
   });
   zero(s.dln1, N * C);
-  attention_layer_backward(s.dln1.data(), g, s.dqkv.data(), s.datty.data(), s.dres1.data(),
-                           a.ln1.data(), a.qkv.data(), a.att.data(), a.atty.data(), p, d, ex);
-  layernorm_backward(ex, "ln_1.bwd", dinp, g.ln_1.weight, g.ln_1.bias, s.dln1.data(), inp,
-                     p.ln_1.weight, a.ln1_mean.data(), a.ln1_rstd.data(), N, C);
+  if (config.is_llama()) {
+    llama_attention_backward(s.dln1.data(), g, s, s.dres1.data(), a.ln1.data(), a, p, d, config, ex);
+  } else {
+    attention_layer_backward(s.dln1.data(), g, s.dqkv.data(), s.datty.data(), s.dres1.data(), a.ln1.data(),
+                             a.qkv.data(), a.att.data(), a.atty.data(), p, d, ex);
+  }
+  norm_backward(dinp, g.ln_1, s.dln1.data(), inp, p.ln_1, a.ln1_mean.data(), a.ln1_rstd.data(), N, C, config,
+                "ln_1.bwd", ex);
 }
 
 #define SHARDLAB_INSTANTIATE_LAYERS(Real)                                                          \

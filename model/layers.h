@@ -10,11 +10,13 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "model/buffer.h"
 #include "model/config.h"
 #include "model/kernels.h"
+#include "model/kernels_llama.h"
 #include "model/params.h"
 #include "model/sink.h"
 
@@ -58,10 +60,22 @@ struct BlockView {
 template <typename Real>
 struct GPTView {
   Real* wte = nullptr;  // (V, C), also the tied LM head
-  Real* wpe = nullptr;  // (T, C)
+  Real* wpe = nullptr;  // (T, C); null for the llama family (rotary positions)
   std::vector<BlockView<Real>> blocks;
-  LayerNormView<Real> ln_f;
+  LayerNormView<Real> ln_f;  // llama: model.norm (RMSNorm, bias null)
+  Real* lm_head = nullptr;   // (V, C) the untied head; null: tied to wte
+  Real* head() const { return lm_head ? lm_head : wte; }
 };
+
+// Llama views (layers_llama.cc): weight only norms; c_attn the fused rows
+// [q | k | v] of q_proj, k_proj, v_proj (adjacent in the layout), out =
+// (NH + 2·KV)·HS; mlp.c_fc the fused [gate | up] (out 2F), mlp.c_proj
+// down_proj; no biases. `at(name)` gives a held tensor's place in `base`.
+struct TensorPlace {
+  int64_t offset = 0, rows = 0, cols = 0;
+};
+template <typename Real, class At>
+BlockView<Real> llama_block_view(const At& at, Real* base, int layer);
 
 // Views of every tensor of `table` inside the flat buffer `base` (params or grads).
 template <typename Real>
@@ -100,12 +114,13 @@ struct BlockActs {
   Buffer<Real> ln1, ln2;            // (N,C)
   Buffer<Real> ln1_mean, ln1_rstd;  // (N)
   Buffer<Real> ln2_mean, ln2_rstd;  // (N)
-  Buffer<Real> qkv;                 // (N,3C)
+  Buffer<Real> qkv;                 // (N,3C); llama (N,(NH+2KV)·HS), q and k rotated
+  Buffer<Real> qkv_rep;             // llama: (N,3C) K/V repeated for the core (layers_llama.cc)
   Buffer<Real> att;                 // (B,NH,T,T)
   Buffer<Real> atty;                // (N,C) attention output before c_proj
   Buffer<Real> attproj;             // (N,C)
   Buffer<Real> res1;                // (N,C) x + attn
-  Buffer<Real> fc, fc_gelu;         // (N,4C) dense MLP
+  Buffer<Real> fc, fc_gelu;         // (N,4C) dense MLP; llama [gate | up] (N,2F), silu·up (N,F)
   Buffer<Real> mlp_out;             // (N,C)
   Buffer<Real> res2;                // (N,C) block output
   MoeActs<Real> moe;                // MoE blocks only
@@ -117,7 +132,8 @@ template <typename Real>
 struct BlockScratch {
   Buffer<Real> dres1, dln1, dln2, datty;  // (N,C)
   Buffer<Real> dqkv;                      // (N,3C)
-  Buffer<Real> dfc, dfc_gelu;             // the widest of (N, F), (N*K, Fe), (N, Fs)
+  Buffer<Real> dqkv_c;                    // llama (N,(NH+2KV)·HS)
+  Buffer<Real> dfc, dfc_gelu;             // the widest of (N, F) (llama's dfc: (N, 2F)), (N*K, Fe), (N, Fs)
   Buffer<Real> dlogits;                   // (N,E)
   Buffer<Real> dgates;                    // (N,K)
   Buffer<Real> dxe, dye;                  // (N*K, C)
@@ -154,6 +170,36 @@ void moe_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s, c
                   Real daux, const MoeActs<Real>& a, const Real* inp, const BlockView<Real>& p,
                   int64_t N, const GPTConfig& config, const Exec& ex);
 
+// The block's norm: LayerNorm (gpt) or RMSNorm (llama: weight only, eps
+// GPTConfig::norm_eps, `mean` unused), charged as `name`; skipped in a
+// phantom run. Backward accumulates into dinp and g.
+template <typename Real>
+void norm_forward(Real* out, Real* mean, Real* rstd, const Real* inp, const LayerNormView<Real>& p, int64_t N,
+                  int C, const GPTConfig& config, const char* name, const Exec& ex);
+template <typename Real>
+void norm_backward(Real* dinp, const LayerNormView<Real>& g, const Real* dout, const Real* inp,
+                   const LayerNormView<Real>& p, const Real* mean, const Real* rstd, int64_t N, int C,
+                   const GPTConfig& config, const char* name, const Exec& ex);
+
+// Llama attention: o_proj(attention(repeat_kv(rope(qkv_proj(inp))))), no
+// biases; saves a.qkv (rotated), a.qkv_rep, a.att, a.atty. Positions 0..T-1.
+template <typename Real>
+void llama_attention_forward(Real* out, BlockActs<Real>& a, const BlockView<Real>& p, const Real* inp,
+                             const Dims& d, const GPTConfig& config, const Exec& ex);
+template <typename Real>
+void llama_attention_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s, const Real* dout,
+                              const Real* inp, const BlockActs<Real>& a, const BlockView<Real>& p,
+                              const Dims& d, const GPTConfig& config, const Exec& ex);
+// SwiGLU MLP: out = down(silu(gate(inp)) · up(inp)); saves gate_up (N,2F)
+// and h (N,F). F = p.c_proj.in.
+template <typename Real>
+void swiglu_mlp_forward(Real* out, Real* gate_up, Real* h, const MlpView<Real>& p, const Real* inp, int64_t N,
+                        int C, const Exec& ex);
+template <typename Real>
+void swiglu_mlp_backward(Real* dinp, const MlpView<Real>& g, Real* dgate_up, Real* dh, const Real* dout,
+                         const Real* inp, const Real* gate_up, const Real* h, const MlpView<Real>& p,
+                         int64_t N, int C, const Exec& ex);
+
 // x + attn(ln_1(x)), then + mlp(ln_2(.)); output in a.res2. Returns aux (0 if dense).
 template <typename Real>
 Real block_forward(BlockActs<Real>& a, const BlockView<Real>& p, const Real* inp, const Dims& d,
@@ -162,5 +208,33 @@ template <typename Real>
 void block_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s, const Real* dout,
                     Real daux, const BlockActs<Real>& a, const Real* inp, const BlockView<Real>& p,
                     const Dims& d, const GPTConfig& config, const Exec& ex);
+
+// ---- Llama views (template: At is the caller's lookup) ----------------------
+
+template <typename Real, class At>
+BlockView<Real> llama_block_view(const At& at, Real* base, int layer) {
+  // One LinearView over adjacent tensors (their rows stacked).
+  auto fused = [&](std::initializer_list<const char*> modules) {
+    LinearView<Real> v;
+    int64_t next = -1;
+    for (const char* m : modules) {
+      const TensorPlace t = at(llama_name(layer, m));
+      SHARDLAB_CHECK(next < 0 || t.offset == next, "llama: fused tensors are not adjacent");
+      if (next < 0) v.weight = base + t.offset;
+      next = t.offset + t.rows * t.cols;
+      v.out += static_cast<int>(t.rows);
+      v.in = static_cast<int>(t.cols);
+    }
+    return v;
+  };
+  BlockView<Real> b;
+  b.ln_1.weight = base + at(llama_name(layer, "input_layernorm")).offset;
+  b.c_attn = fused({"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"});
+  b.attn_proj = fused({"self_attn.o_proj"});
+  b.ln_2.weight = base + at(llama_name(layer, "post_attention_layernorm")).offset;
+  b.mlp.c_fc = fused({"mlp.gate_proj", "mlp.up_proj"});
+  b.mlp.c_proj = fused({"mlp.down_proj"});
+  return b;
+}
 
 }  // namespace shardlab::model

@@ -34,6 +34,22 @@ std::array<Range, 3> c_attn_head_rows(int C, int n_head, int h0, int h1) {
   return rows;
 }
 
+std::string block_prefix(const GPTConfig& c, int layer) {
+  return (c.is_llama() ? "model.layers." : "transformer.h.") + std::to_string(layer) + ".";
+}
+
+std::string embedding_name(const GPTConfig& c) {
+  return c.is_llama() ? "model.embed_tokens.weight" : "transformer.wte.weight";
+}
+
+std::string final_norm_prefix(const GPTConfig& c) {
+  return c.is_llama() ? "model.norm." : "transformer.ln_f.";
+}
+
+std::string llama_name(int layer, std::string_view module) {
+  return "model.layers." + std::to_string(layer) + "." + std::string(module) + ".weight";
+}
+
 namespace {
 
 // An MLP of width F: c_fc (F, C) and c_proj (C, F) with biases.
@@ -47,18 +63,68 @@ double moe_mlp_params(const GPTConfig& c) {
   return E * C + E * mlp_params(C, c.moe_ffn_hidden()) + shared;
 }
 
+// Llama: embed_tokens (+ lm_head untied) + model.norm + per block the q, k,
+// v, o projections (q and o C·C; k and v C·KV·HS each), gate, up, down (3·C·F)
+// and two RMSNorm weights.
+double count_llama(const GPTConfig& c) {
+  const double C = c.n_embd, F = c.ffn_hidden(), KVC = double(c.kv_heads()) * c.head_size();
+  const double block = 2 * C * C + 2 * C * KVC + 3 * C * F + 2 * C;
+  return double(c.vocab_size) * C * (c.tied() ? 1 : 2) + C + c.n_layer * block;
+}
+
 }  // namespace
 
 double count_params(const GPTConfig& c) {
+  if (c.is_llama()) return count_llama(c);
   const double C = c.n_embd;
   const double attn = 3 * C * C + 3 * C + C * C + C + 4 * C;     // c_attn, c_proj, ln_1, ln_2
   double total = double(c.vocab_size) * C + double(c.block_size) * C + 2 * C;  // wte, wpe, ln_f
+  total += c.tied() ? 0 : double(c.vocab_size) * C;                // lm_head
   const double moe = c.moe_layers();  // is_moe_layer: past moe_first_dense, l % moe_every == 0
   return total + c.n_layer * attn + moe * moe_mlp_params(c) + (c.n_layer - moe) * mlp_params(C, c.ffn_hidden());
 }
 
 ParamTable::ParamTable(const GPTConfig& config) : config_(config) {
   config.validate();
+  if (config.is_llama()) {
+    add_llama_blocks();
+  } else {
+    add_gpt_blocks();
+  }
+  if (!config.tied()) {
+    const int64_t V = config.vocab_size, C = config.n_embd;
+    add(std::string(kLmHeadName), ParamRole::kLmHead, {V, C}, InitKind::kNormal, kInitStd, -1);
+  }
+}
+
+void ParamTable::add_llama_blocks() {
+  const GPTConfig& c = config_;
+  const int64_t C = c.n_embd, V = c.vocab_size, F = c.ffn_hidden();
+  const int64_t KVC = int64_t{c.kv_heads()} * c.head_size();
+  using R = ParamRole;
+  auto norm = [&](std::string name, int layer) {
+    add(std::move(name), R::kLayerNorm, {C}, InitKind::kOnes, 0, layer);
+  };
+  auto linear = [&](int l, const char* module, R role, int64_t out, int64_t in) {
+    add(llama_name(l, module), role, {out, in}, InitKind::kNormal, kInitStd, l);
+  };
+  add("model.embed_tokens.weight", R::kTokenEmbedding, {V, C}, InitKind::kNormal, kInitStd, -1);
+  for (int l = 0; l < c.n_layer; ++l) {
+    norm(llama_name(l, "input_layernorm"), l);
+    linear(l, "self_attn.q_proj", R::kQkvWeight, C, C);
+    linear(l, "self_attn.k_proj", R::kKvWeight, KVC, C);
+    linear(l, "self_attn.v_proj", R::kKvWeight, KVC, C);
+    linear(l, "self_attn.o_proj", R::kAttnProjWeight, C, C);
+    norm(llama_name(l, "post_attention_layernorm"), l);
+    linear(l, "mlp.gate_proj", R::kFcWeight, F, C);
+    linear(l, "mlp.up_proj", R::kFcWeight, F, C);
+    linear(l, "mlp.down_proj", R::kMlpProjWeight, C, F);
+  }
+  norm("model.norm.weight", -1);
+}
+
+void ParamTable::add_gpt_blocks() {
+  const GPTConfig& config = config_;
   const int64_t C = config.n_embd, V = config.vocab_size, T = config.block_size;
   const int64_t F = config.ffn_hidden();
   const double proj_std = kInitStd / std::sqrt(2.0 * config.n_layer);

@@ -1,14 +1,23 @@
-// The parameter table: nanoGPT names, shapes, init and layout in one flat
-// buffer (llm.c style). Tensors follow nanoGPT's state_dict order: wte, wpe,
-// then each block (ln_1, attn.c_attn, attn.c_proj, ln_2, mlp...), then ln_f.
-// The LM head is tied to wte and not stored. Linear weights are (out, in).
+// The parameter table: names, shapes, init and layout in one flat buffer
+// (llm.c style). Linear weights are (out, in) as torch.nn.Linear stores them.
+//
+// Family gpt: nanoGPT's names and state_dict order: wte, wpe, then each block
+// (ln_1, attn.c_attn, attn.c_proj, ln_2, mlp...), then ln_f. The LM head is
+// tied to wte and not stored (untied: lm_head.weight last).
+// Family llama: Hugging Face's LlamaForCausalLM names, no biases and no
+// position table: model.embed_tokens, then each block model.layers.{i}.
+// (input_layernorm, self_attn.{q,k,v,o}_proj, post_attention_layernorm,
+// mlp.{gate,up,down}_proj), then model.norm and, untied, lm_head. q, k, v
+// and gate, up are adjacent in the flat buffer, so that a rank's local
+// [q | k | v] and [gate | up] rows are one fused GEMM each (layers.h views).
 //
 // Thread safety: a ParamTable is immutable once built and may be shared
 // between device threads; the buffers it lays out belong to one device.
 //
 // Init (nanoGPT): Linear and Embedding weights N(0, 0.02); every c_proj
 // weight (attention, MLP, experts) N(0, 0.02/sqrt(2·n_layer)); biases 0;
-// LayerNorm weight 1, bias 0. Normal draws come from the counter-based RNG
+// LayerNorm weight 1, bias 0. Llama (Hugging Face's _init_weights): every
+// Linear and the embedding N(0, 0.02), RMSNorm weights 1. Normal draws come from the counter-based RNG
 // keyed by (seed, name, element index), so init_slice gives exactly the same
 // values as the corresponding part of init_all.
 //
@@ -35,18 +44,20 @@ enum class InitKind { kNormal, kZeros, kOnes };
 // What a tensor is in the model, so that code that shards, orders or counts
 // parameters asks the table instead of matching names.
 enum class ParamRole : uint8_t {
-  kTokenEmbedding,     // transformer.wte.weight (tied with the LM head)
+  kTokenEmbedding,     // transformer.wte.weight, model.embed_tokens.weight
   kPositionEmbedding,  // transformer.wpe.weight
-  kLayerNorm,          // ln_1, ln_2 (layer >= 0) and ln_f (layer -1), weight and bias
-  kQkvWeight,          // attn.c_attn.weight
+  kLayerNorm,          // ln_1, ln_2 (layer >= 0) and ln_f (layer -1), weight and bias; RMSNorms
+  kQkvWeight,          // attn.c_attn.weight; llama q_proj
   kQkvBias,            // attn.c_attn.bias
-  kAttnProjWeight,     // attn.c_proj.weight
+  kAttnProjWeight,     // attn.c_proj.weight; llama o_proj
   kAttnProjBias,       // attn.c_proj.bias
-  kFcWeight,           // mlp.c_fc.weight, mlp.experts.e.c_fc.weight
+  kFcWeight,           // mlp.c_fc.weight, mlp.experts.e.c_fc.weight; llama gate_proj, up_proj
   kFcBias,             // mlp.c_fc.bias, mlp.experts.e.c_fc.bias
-  kMlpProjWeight,      // mlp.c_proj.weight, mlp.experts.e.c_proj.weight
+  kMlpProjWeight,      // mlp.c_proj.weight, mlp.experts.e.c_proj.weight; llama down_proj
   kMlpProjBias,        // mlp.c_proj.bias, mlp.experts.e.c_proj.bias
   kRouter,             // mlp.router.weight
+  kKvWeight,           // llama self_attn.k_proj.weight, v_proj.weight (q_proj: kQkvWeight)
+  kLmHead,             // lm_head.weight: the untied LM head (V, C)
 };
 
 struct ParamSpec {
@@ -98,6 +109,8 @@ class ParamTable {
                   double std, int layer, int expert = -1);
   void add_layernorm(const std::string& prefix, int64_t C, int layer);
   void add_moe_mlp(int layer, double proj_std);
+  void add_gpt_blocks();
+  void add_llama_blocks();
 
   GPTConfig config_;
   std::vector<ParamSpec> specs_;
@@ -130,5 +143,14 @@ Range prefix_range(const std::vector<Spec>& specs, std::string_view prefix) {
 std::string expert_name(int layer, int expert, std::string_view suffix);
 // shared_expert_name(2, "c_fc.weight") = "transformer.h.2.mlp.shared_experts.c_fc.weight".
 std::string shared_expert_name(int layer, std::string_view suffix);
+
+// Names that depend on the family (gpt: nanoGPT's, llama: Hugging Face's).
+// block_prefix(c, 2): "transformer.h.2." or "model.layers.2.".
+std::string block_prefix(const GPTConfig& c, int layer);
+std::string embedding_name(const GPTConfig& c);     // transformer.wte.weight, model.embed_tokens.weight
+std::string final_norm_prefix(const GPTConfig& c);  // "transformer.ln_f.", "model.norm."
+inline constexpr std::string_view kLmHeadName = "lm_head.weight";  // untied head, both families
+// Llama tensors of block `layer`: llama_name(3, "mlp.up_proj") = "model.layers.3.mlp.up_proj.weight".
+std::string llama_name(int layer, std::string_view module);
 
 }  // namespace shardlab::model

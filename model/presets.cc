@@ -1,4 +1,4 @@
-// The built-in model shapes: nanoGPT-sized toys and two published families.
+// The built-in model shapes: nanoGPT-sized toys and three published families.
 //
 // GPT-3 (Brown et al. 2020, "Language Models are Few-Shot Learners",
 // Table 2.1): n_layers, d_model, n_heads (d_head = d_model / n_heads), context
@@ -18,6 +18,18 @@
 // layers and batch size (sequences) of its ten weak-scaling runs on Selene,
 // vocab 51200 (already a multiple of 128 x tp for the tp up to 8 it uses),
 // seq 2048.
+//
+// Llama 2 (Touvron et al. 2023, "Llama 2: Open Foundation and Fine-Tuned
+// Chat Models", Table 1: sizes, context 4k, GQA for 70B; the dimensions,
+// FFN widths and vocabulary of 32000 as in Meta's released configs) and
+// Llama 3 (Dubey et al. 2024, "The Llama 3 Herd of Models", Table 3: layers,
+// model and FFN dimension, heads, KV heads, RoPE theta 500,000; vocabulary
+// 128,256 = the 128K tokenizer plus its 256 special tokens, as released).
+// Every released Llama 2/3 model has its own lm_head (untied).
+// Batches: Llama 2 trained on 4M-token batches (1024 x 4096); Llama 3 405B
+// started at 4M tokens of 4096 and grew to 16M of 8192 (sec. 3.4.1): the
+// presets keep 8192 and 4M tokens (512 sequences), a shape, not a schedule.
+// Vocabularies are not padded (32000 and 128256 are multiples of 128).
 #include <string>
 
 #include "model/config.h"
@@ -58,6 +70,37 @@ PresetInfo megatron(std::string name, double billions, int heads, int hidden, in
           "Narayanan et al. 2021, Table 1"};
 }
 
+// Parameter counts as the released checkpoints print them (Hugging Face's
+// model cards: 6.74B, 13.0B, 69.0B; 8.03B, 70.6B, 405.9B), the papers round
+// them to 7B ... 405B.
+const char* const kLlama2 = "Touvron et al. 2023 (Llama 2), Table 1 + released config";
+const char* const kLlama3 = "Dubey et al. 2024 (Llama 3 Herd), Table 3 + released config";
+
+// Llama: family llama with its knobs; `billions` is the paper's count,
+// `resolution` one unit of its last printed digit (billions).
+PresetInfo llama(std::string name, int layers, int embd, int heads, int kv_heads, int ffn, int vocab,
+                 double theta, double billions, double resolution, std::string source) {
+  const bool v2 = vocab == 32000;
+  GPTConfig c = shape(layers, heads, embd, v2 ? 4096 : 8192, vocab, v2 ? 1024 : 512);
+  c.family = Family::kLlama;
+  c.n_kv_head = kv_heads;
+  c.n_ffn = ffn;
+  c.rope_theta = theta;
+  c.norm_eps = 1e-5;  // Llama 2's released configs say 1e-5 (Llama 1: 1e-6), Llama 3's too
+  return {std::move(name), c, billions * 1e9, resolution * 1e9, false, std::move(source)};
+}
+
+// tiny's size class (4 blocks of 128, seq 64, vocab 512) as a Llama: 4 query
+// heads sharing 2 K/V heads (tp 4 replicates K/V), F = 352 (Llama's rule
+// 2/3 · 4C rounded up to a multiple of 32), theta 10^4.
+PresetInfo tiny_llama() {
+  GPTConfig c;
+  c.family = Family::kLlama;
+  c.n_kv_head = 2;
+  c.n_ffn = 352;
+  return {"tiny-llama", c, 0, 0, false, "shardlab (tiny with GQA, SwiGLU, RoPE, RMSNorm)"};
+}
+
 std::vector<PresetInfo> make_presets() {
   return {
       toy("nano", shape(2, 2, 64, 32, 256, 4)),
@@ -81,6 +124,13 @@ std::vector<PresetInfo> make_presets() {
       megatron("megatron-310.1b", 310.1, 128, 16384, 96, 2160),
       megatron("megatron-529.6b", 529.6, 128, 20480, 105, 2520),
       megatron("megatron-1t", 1008.0, 160, 25600, 128, 3072),
+      tiny_llama(),
+      llama("llama2-7b", 32, 4096, 32, 32, 11008, 32000, 1e4, 6.74, 0.01, kLlama2),
+      llama("llama2-13b", 40, 5120, 40, 40, 13824, 32000, 1e4, 13.0, 0.1, kLlama2),
+      llama("llama2-70b", 80, 8192, 64, 8, 28672, 32000, 1e4, 69.0, 0.1, kLlama2),
+      llama("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 5e5, 8.03, 0.01, kLlama3),
+      llama("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 5e5, 70.6, 0.1, kLlama3),
+      llama("llama3-405b", 126, 16384, 128, 8, 53248, 128256, 5e5, 405.9, 0.1, kLlama3),
   };
 }
 

@@ -7,18 +7,20 @@
 
 namespace shardlab::infer {
 
-void cached_attention_forward(float* out, int64_t ld_out, const float* qkv, const float* keys,
-                              const float* values, int p0, int n, int NHl, int HS) {
-  const int64_t Cl = int64_t{NHl} * HS;
+void cached_attention_forward(float* out, int64_t ld_out, const float* qkv, int64_t ld_qkv, const float* keys,
+                              const float* values, int p0, int n, const model::GqaHeads& g) {
+  const int NHl = g.NHq, HS = g.HS;
+  const int64_t KVC = int64_t{g.KVl} * HS;  // a cached row
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   std::vector<float> att(size_t(p0 + n));
   for (int j = 0; j < n; ++j) {
     const int keys_seen = p0 + j + 1;  // causal: positions 0 .. p0 + j
     for (int h = 0; h < NHl; ++h) {
-      const float* q = qkv + j * 3 * Cl + h * HS;
+      const float* q = qkv + j * ld_qkv + h * HS;
+      const int64_t kv = int64_t{g.kv_of(h)} * HS;
       float vmax = -INFINITY;
       for (int u = 0; u < keys_seen; ++u) {
-        const float* k = keys + u * Cl + h * HS;
+        const float* k = keys + u * KVC + kv;
         float dot = 0;
         for (int i = 0; i < HS; ++i) dot += q[i] * k[i];
         att[size_t(u)] = dot;
@@ -30,7 +32,7 @@ void cached_attention_forward(float* out, int64_t ld_out, const float* qkv, cons
       std::fill(o, o + HS, 0.0f);
       for (int u = 0; u < keys_seen; ++u) {
         const float a = att[size_t(u)] / sum;
-        const float* v = values + u * Cl + h * HS;
+        const float* v = values + u * KVC + kv;
         for (int i = 0; i < HS; ++i) o[i] += a * v[i];
       }
     }

@@ -16,13 +16,15 @@
 //   softmax  5·q·L flops;     reads and writes q·L
 //   context  2·q·L·HS flops;  reads q·L probabilities and V (L·HS), writes q·HS
 //
-// Size letters: NHl local heads, HS head size, Cl = NHl·HS.
+// Size letters: NHl local heads, HS head size, Cl = NHl·HS, KVl the local
+// K/V heads (NHl for multi-head attention).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "model/kernels.h"
+#include "model/kernels_llama.h"
 
 namespace shardlab::infer {
 
@@ -32,9 +34,11 @@ struct AttendShape {
 };
 
 // out (n, Cl) (row stride ld_out) = attention of the n new tokens whose q
-// rows are in qkv (n, 3·Cl: [q | k | v]) over keys / values (p0 + n, Cl).
-void cached_attention_forward(float* out, int64_t ld_out, const float* qkv, const float* keys,
-                              const float* values, int p0, int n, int NHl, int HS);
+// rows lead the rows of qkv (row stride ld_qkv: [q | k | v]) over keys /
+// values (p0 + n, KVl·HS): query head h reads cached head g.kv_of(h)
+// (grouped-query attention; multi-head: KVl = NHq, G = 1).
+void cached_attention_forward(float* out, int64_t ld_out, const float* qkv, int64_t ld_qkv, const float* keys,
+                              const float* values, int p0, int n, const model::GqaHeads& g);
 
 model::AttentionCosts cached_attention_costs(const std::vector<AttendShape>& seqs, int64_t NHl,
                                              int64_t HS, int elem);

@@ -44,9 +44,10 @@ InferEngine::InferEngine(const model::GPTConfig& config, uint64_t seed, Device& 
   moe_ctx_.ep = groups.ep && groups.ep->size() > 1 ? groups.ep : nullptr;
   Vl_ = config_.vocab_size / groups.tp->size();
   v0_ = int64_t{groups.tp->rank()} * Vl_;
-  const int tp = groups.tp->size();
+  const int tp = groups.tp->size(), kv = config_.kv_heads();
+  const int kv_local = kv % tp == 0 ? kv / tp : kv;  // the K/V heads this rank caches (GQA: layout.h's kv_split)
   cache_ = std::make_unique<KvCache>(
-      dev, KvShape{place_.end_layer(0) - place_.first_layer(0), config_.n_head / tp, config_.head_size()});
+      dev, KvShape{place_.end_layer(0) - place_.first_layer(0), kv_local, config_.head_size()});
   acts_ = std::make_unique<Acts>();
 }
 
@@ -57,14 +58,16 @@ void InferEngine::size_step(int64_t N) {
   const int tp = groups_.tp->size();
   const model::Dims unsharded{1, int(N), config_.n_embd, config_.n_head, config_.ffn_hidden()};
   dims_ = parallel::ShardDims{unsharded, tp, false, moe_ctx_.ep ? moe_ctx_.ep->size() : 1};
+  dims_.kv = config_.kv_heads();
+  dims_.rope = config_.is_llama();
   const int64_t C = dims_.C, Cl = dims_.Cl(), Fl = dims_.Fl();
   Acts& a = *acts_;
   for (auto* b : {&a.x, &a.ln, &a.res1, &a.partial, &a.out}) b->assign(size_t(N * C), 0.0f);
   for (auto* b : {&a.mean, &a.rstd}) b->assign(size_t(N), 0.0f);
-  a.qkv.assign(size_t(N * 3 * Cl), 0.0f);
+  a.qkv.assign(size_t(N * dims_.qkv_width()), 0.0f);
   a.atty.assign(size_t(N * Cl), 0.0f);
   const bool dense = config_.has_dense_layer();
-  a.fc.assign(dense ? size_t(N * Fl) : 0, 0.0f);
+  a.fc.assign(dense ? size_t(N * Fl * (config_.is_llama() ? 2 : 1)) : 0, 0.0f);  // SwiGLU: [gate | up]
   a.fc_gelu.assign(dense ? size_t(N * Fl) : 0, 0.0f);
   if (!config_.is_moe()) return;
   a.moe.resize(dims_, config_);
@@ -116,6 +119,7 @@ void InferEngine::embed(const std::vector<SeqInput>& batch) {
           std::copy_n(w_.wte + (tok - v0_) * C, C, o);
         else
           std::fill_n(o, C, 0.0f);
+        if (dims_.rope) continue;  // rotary positions (llama): in attention
         const float* pe = w_.wpe + (p0 + int64_t(j)) * C;
         float* x = a.ln.data() + row * C;  // the position embedding, added after the sum
         std::copy_n(pe, C, x);
@@ -123,6 +127,7 @@ void InferEngine::embed(const std::vector<SeqInput>& batch) {
     }
   });
   parallel::exit_row_parallel(ctx_, a.partial.data(), a.x.data(), N, C);
+  if (dims_.rope) return;
   ex.run("embedding.wpe.fwd", model::residual_forward_cost(N * C, ex.elem), [&] {
     for (int64_t i = 0; i < N * C; ++i) a.x[size_t(i)] += a.ln[size_t(i)];
   });
@@ -139,10 +144,10 @@ std::vector<float> InferEngine::head(const std::vector<SeqInput>& batch) {
     row += int64_t(batch[size_t(i)].tokens.size());
     if (ex.math()) std::copy_n(a.x.data() + (row - 1) * C, C, a.res1.data() + i * C);
   }
-  model::layernorm_forward(ex, "ln_f.fwd", a.ln.data(), a.mean.data(), a.rstd.data(), a.res1.data(),
-                           w_.ln_f.weight, w_.ln_f.bias, S, C);
+  model::norm_forward(a.ln.data(), a.mean.data(), a.rstd.data(), a.res1.data(), w_.ln_f, S, C, config_, "ln_f.fwd",
+                      ex);
   parallel::Buf<float> local(size_t(S * Vl_), 0.0f), gathered(size_t(S * Vl_ * tp), 0.0f);
-  model::linear_forward(ex, "lm_head.fwd", local.data(), a.ln.data(), w_.wte, S, C, Vl_);
+  model::linear_forward(ex, "lm_head.fwd", local.data(), a.ln.data(), w_.head(), S, C, Vl_);
   if (tp > 1)
     coll::all_gather(dev_, *groups_.tp, coll::ConstBuffer(local.data(), local.size()),
                      coll::Buffer(gathered.data(), gathered.size()), ctx_.on_compute());

@@ -94,6 +94,7 @@ class InferEngine {
   void embed(const std::vector<SeqInput>& batch);
   void block_forward(int layer, const std::vector<SeqInput>& batch, const std::vector<int>& pos0);
   void attend(int local_layer, const std::vector<SeqInput>& batch, const std::vector<int>& pos0);
+  void rotate(const std::vector<SeqInput>& batch, const std::vector<int>& pos0);  // llama: RoPE
   void ffn_forward(int layer);
   std::vector<float> head(const std::vector<SeqInput>& batch);
   void pipe_send();

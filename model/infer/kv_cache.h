@@ -1,14 +1,15 @@
 // KvCache: the keys and values one device keeps for the sequences it serves.
 //
-// Layout (Cl = NHl·HS: this rank's heads times the head size): for every
-// sequence and every local layer (a pipeline stage's blocks, in order), K
-// then V, each (max_tokens, Cl), token-major: token t of layer l is the row
-// [k | v](l, t) of the layer's c_attn output for the heads this tensor-parallel
-// rank holds. Host storage is reserved for max_tokens per sequence when it is
+// Layout (Cl = heads·HS: this rank's K/V heads times the head size; NHl for
+// multi-head attention, KV/tp under GQA, all KV heads when tp does not
+// divide them): for every sequence and every local layer (a pipeline
+// stage's blocks, in order), K then V, each (max_tokens, Cl), token-major:
+// token t of layer l is the row [k | v](l, t) of the layer's c_attn output
+// for the K/V heads this tensor-parallel rank holds. Host storage is reserved for max_tokens per sequence when it is
 // added (none under a PhantomScope); the arena is charged only for the tokens
 // held, as MemKind::kKvCache, so its modeled bytes are always exactly
 //
-//   2 · local_layers · NHl · HS · tokens · element_bytes
+//   2 · local_layers · heads · HS · tokens · element_bytes
 //
 // (bytes_for). A paged cache (fixed-size blocks, a block table per sequence)
 // can replace the per-sequence reservation behind the same calls.
@@ -26,7 +27,7 @@ namespace shardlab::infer {
 
 struct KvShape {
   int layers = 0;    // local layers (this pipeline stage's blocks)
-  int heads = 0;     // local heads NHl = n_head / tp
+  int heads = 0;     // local K/V heads: NHl = n_head / tp, or GQA's KV / tp (KV when tp does not divide it)
   int head_dim = 0;  // HS
   int64_t row() const { return int64_t{heads} * head_dim; }  // Cl
 };

@@ -38,19 +38,29 @@ const AttentionCore& BlockContext::attention_core() const {
   return attention ? *attention : LocalAttention::instance();
 }
 
+const float* core_qkv(const BlockActs& a, BlockScratch& s, const ShardDims& d, const GPTConfig& config,
+                      const BlockContext& c) {
+  if (!config.is_llama() || !d.kv_repeated()) return a.qkv.data();
+  const model::GqaHeads g = d.gqa(c.tp.rank());
+  model::repeat_kv_forward(c.ex(), "attn.repeat_kv.fwd", s.qkv_rep.data(), a.qkv.data(), d.N(), g);
+  return s.qkv_rep.data();
+}
+
 // ---- Buffers --------------------------------------------------------------------
 
 void BlockActs::resize(const ShardDims& d, const model::GPTConfig& config, bool moe_block) {
   const int64_t N = d.N(), Nr = d.rows(), C = d.C, Cl = d.Cl(), Fl = d.Fl();
   for (auto* v : {&ln1, &ln2, &attproj, &res1, &mlp_out, &res2}) v->assign(Nr * C, 0);
-  for (auto* v : {&ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd}) v->assign(Nr, 0);
-  qkv.assign(N * 3 * Cl, 0);
+  // RMSNorm keeps one statistic per row.
+  for (auto* v : {&ln1_rstd, &ln2_rstd}) v->assign(Nr, 0);
+  for (auto* v : {&ln1_mean, &ln2_mean}) v->assign(config.is_llama() ? 0 : Nr, 0);
+  qkv.assign(N * d.qkv_width(), 0);
   att.assign(d.att_elements(), 0);
   atty.assign(N * Cl, 0);
   fc.clear();
   fc_gelu.clear();
   if (!moe_block) {
-    fc.assign(N * Fl, 0);
+    fc.assign(N * Fl * (config.is_llama() ? 2 : 1), 0);
     fc_gelu.assign(N * Fl, 0);
     return;
   }
@@ -72,7 +82,12 @@ void BlockScratch::resize(const ShardDims& d, const model::GPTConfig& config) {
   for (auto* v : {&dres1, &dln}) v->assign(Nr * C, 0);
   datty.assign(N * Cl, 0);
   dqkv.assign(N * 3 * Cl, 0);
-  dfc.assign(N * Fl, 0);
+  const bool repeat = config.is_llama() && d.kv_repeated();
+  qkv_rep.assign(repeat ? N * 3 * Cl : 0, 0);
+  dqkv_c.assign(repeat ? N * d.qkv_width() : 0, 0);
+  positions.resize(size_t(d.T));
+  for (int t = 0; t < d.T; ++t) positions[size_t(t)] = d.position(t);
+  dfc.assign(N * Fl * (config.is_llama() ? 2 : 1), 0);
   dfc_gelu.assign(N * Fl, 0);
   if (config.is_moe()) moe.resize(d, config);
 }
@@ -80,43 +95,67 @@ void BlockScratch::resize(const ShardDims& d, const model::GPTConfig& config) {
 namespace {
 
 // ---- Attention: c_attn column-parallel by heads, c_proj row-parallel ----------
+// Llama: c_attn is the fused [q | k | v] of q_proj (this rank's query heads),
+// k_proj and v_proj (its K/V heads, or all of them); q and k are rotated
+// (RoPE at the tokens' global positions: ShardDims::position) and the K/V heads
+// repeated for the core (repeat_kv); no biases.
 
 // out (Nr,C) = exit(c_proj_partial(attention(c_attn(inp_full)))) + bias.
 void tp_attention_forward(float* out, BlockActs& a, const BlockView<float>& p,
-                          const float* inp_full, const ShardDims& d, BlockScratch& s,
-                          const BlockContext& c) {
+                          const float* inp_full, const ShardDims& d, const GPTConfig& config,
+                          BlockScratch& s, const BlockContext& c) {
   const Exec& ex = c.ex();
   const int64_t N = d.N();
-  const int C = d.C, Cl = d.Cl();
-  model::linear_forward(ex, "attn.c_attn.fwd", a.qkv.data(), inp_full, p.c_attn.weight,
-                        p.c_attn.bias, N, C, 3 * Cl);
-  c.attention_core().forward(a.atty.data(), a.att.data(), a.qkv.data(), d, c.tp);
+  const int C = d.C, Cl = d.Cl(), W = d.qkv_width();
+  const bool llama = config.is_llama();
+  if (llama) {
+    model::linear_forward(ex, "attn.c_attn.fwd", a.qkv.data(), inp_full, p.c_attn.weight, N, C, W);
+    const model::GqaHeads g = d.gqa(c.tp.rank());
+    model::rope_forward(ex, "attn.rope.fwd", a.qkv.data(), a.qkv.data(), s.positions.data(), d.B, d.T,
+                        g.NHq + g.KVl, g.HS, W, config.rope_theta);
+  } else {
+    model::linear_forward(ex, "attn.c_attn.fwd", a.qkv.data(), inp_full, p.c_attn.weight, p.c_attn.bias, N, C,
+                          W);
+  }
+  c.attention_core().forward(a.atty.data(), a.att.data(), core_qkv(a, s, d, config, c), d, c.tp);
   dropout_forward(attention_probs(d), "attn.dropout.fwd", c);
   model::linear_forward(ex, "attn.c_proj.fwd", s.partial.data(), a.atty.data(), p.attn_proj.weight,
                         N, Cl, C);  // its bias after the reduction
   exit_row_parallel(c.tp, s.partial.data(), out, d.rows(), C);
-  add_bias_rows(out, p.attn_proj.bias, d.rows(), C, "attn.c_proj.bias.fwd", ex);
+  if (!llama) add_bias_rows(out, p.attn_proj.bias, d.rows(), C, "attn.c_proj.bias.fwd", ex);
   dropout_forward(d.rows() * C, "attn.hidden_dropout.fwd", c);
 }
 
 // dinp_partial (N,C) += this rank's share of d/d inp_full; dout_full (N,C) complete.
 void tp_attention_backward(float* dinp_partial, const BlockView<float>& g, BlockScratch& s,
                            const float* dout_full, const float* inp_full, const BlockActs& a,
-                           const BlockView<float>& p, const ShardDims& d, WeightGrads& wg,
-                           const BlockContext& c) {
+                           const BlockView<float>& p, const ShardDims& d, const GPTConfig& config,
+                           WeightGrads& wg, const BlockContext& c) {
   const Exec& ex = c.ex();
   const int64_t N = d.N();
-  const int C = d.C, Cl = d.Cl();
+  const int C = d.C, Cl = d.Cl(), W = d.qkv_width();
+  const bool llama = config.is_llama();
   zero(s.datty.data(), N * Cl);
   linear_backward_split(s.datty.data(), g.attn_proj.weight, g.attn_proj.bias, dout_full,
                         a.atty.data(), p.attn_proj.weight, N, Cl, C,
-                        {"attn.c_proj.dgrad", "attn.c_proj.wgrad"}, wg, ex);
+                        {"attn.c_proj.dgrad", "attn.c_proj.wgrad", !llama}, wg, ex);
   dropout_backward(attention_probs(d), "attn.dropout.bwd", c);
   zero(s.dqkv.data(), N * 3 * Cl);
-  c.attention_core().backward(s.dqkv.data(), s.datty.data(), a.qkv.data(), a.atty.data(),
+  c.attention_core().backward(s.dqkv.data(), s.datty.data(), core_qkv(a, s, d, config, c), a.atty.data(),
                               a.att.data(), d, c.tp);
-  linear_backward_split(dinp_partial, g.c_attn.weight, g.c_attn.bias, s.dqkv.data(), inp_full,
-                        p.c_attn.weight, N, C, 3 * Cl, {"attn.c_attn.dgrad", "attn.c_attn.wgrad"},
+  float* dqkv = s.dqkv.data();  // (N,W): the compact rows of the projection
+  if (llama) {
+    const model::GqaHeads h = d.gqa(c.tp.rank());
+    if (d.kv_repeated()) {  // each K/V head sums the gradients of its G query heads
+      zero(s.dqkv_c.data(), N * W);
+      model::repeat_kv_backward(ex, "attn.repeat_kv.bwd", s.dqkv_c.data(), s.dqkv.data(), N, h);
+      dqkv = s.dqkv_c.data();
+    }
+    model::rope_backward(ex, "attn.rope.bwd", dqkv, dqkv, s.positions.data(), d.B, d.T, h.NHq + h.KVl, h.HS, W,
+                         config.rope_theta);
+  }
+  linear_backward_split(dinp_partial, g.c_attn.weight, g.c_attn.bias, dqkv, inp_full,
+                        p.c_attn.weight, N, C, W, {"attn.c_attn.dgrad", "attn.c_attn.wgrad", !llama},
                         wg, ex);
 }
 
@@ -129,13 +168,12 @@ float block_forward(BlockActs& a, const BlockView<float>& p, const float* x, con
   const Exec& ex = c.ex();
   const int64_t Nr = d.rows();
   const int C = d.C;
-  model::layernorm_forward(ex, "ln_1.fwd", a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x,
-                           p.ln_1.weight, p.ln_1.bias, Nr, C);
+  model::norm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, p.ln_1, Nr, C, config, "ln_1.fwd", ex);
   const float* ln1_full = enter_column_parallel(c.tp, a.ln1.data(), s.full_in.data(), Nr, C);
-  tp_attention_forward(a.attproj.data(), a, p, ln1_full, d, s, c);
+  tp_attention_forward(a.attproj.data(), a, p, ln1_full, d, config, s, c);
   model::residual_forward(ex, "residual.fwd", a.res1.data(), x, a.attproj.data(), Nr * C);
-  model::layernorm_forward(ex, "ln_2.fwd", a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(),
-                           a.res1.data(), p.ln_2.weight, p.ln_2.bias, Nr, C);
+  model::norm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res1.data(), p.ln_2, Nr, C, config,
+                      "ln_2.fwd", ex);
   const float* ln2_full = enter_column_parallel(c.tp, a.ln2.data(), s.full_in.data(), Nr, C);
   float aux = 0;
   if (p.moe) {
@@ -146,9 +184,10 @@ float block_forward(BlockActs& a, const BlockView<float>& p, const float* x, con
     if (c.tp.sp) scatter_to_sequence_parallel_fwd(c.tp, out_full, a.mlp_out.data(), Nr * C);
   } else {
     tp_mlp_partial_forward(s.partial.data(), a.fc.data(), a.fc_gelu.data(), p.mlp, ln2_full, d.N(),
-                           C, d.Fl(), ex);
+                           C, d.Fl(), ex, config.is_llama());
     exit_row_parallel(c.tp, s.partial.data(), a.mlp_out.data(), Nr, C);
-    add_bias_rows(a.mlp_out.data(), p.mlp.c_proj.bias, Nr, C, "mlp.c_proj.bias.fwd", ex);
+    if (!config.is_llama())
+      add_bias_rows(a.mlp_out.data(), p.mlp.c_proj.bias, Nr, C, "mlp.c_proj.bias.fwd", ex);
   }
   dropout_forward(Nr * C, "mlp.hidden_dropout.fwd", c);
   model::residual_forward(ex, "residual.fwd", a.res2.data(), a.res1.data(), a.mlp_out.data(),
@@ -182,12 +221,11 @@ void block_backward(float* dinp, const BlockView<float>& g, BlockScratch& s, con
     });
   } else {
     tp_mlp_backward(s.partial.data(), g.mlp, s.dfc.data(), s.dfc_gelu.data(), dout_full, ln2_full,
-                    a.fc.data(), a.fc_gelu.data(), p.mlp, N, C, d.Fl(), wg, ex);
+                    a.fc.data(), a.fc_gelu.data(), p.mlp, N, C, d.Fl(), wg, ex, config.is_llama());
     enter_column_parallel_bwd(c.tp, s.partial.data(), s.dln.data(), Nr, C);
   }
-  model::layernorm_backward(ex, "ln_2.bwd", s.dres1.data(), g.ln_2.weight, g.ln_2.bias,
-                            s.dln.data(), a.res1.data(), p.ln_2.weight, a.ln2_mean.data(),
-                            a.ln2_rstd.data(), Nr, C);
+  model::norm_backward(s.dres1.data(), g.ln_2, s.dln.data(), a.res1.data(), p.ln_2, a.ln2_mean.data(),
+                       a.ln2_rstd.data(), Nr, C, config, "ln_2.bwd", ex);
   // res1 = inp + attproj: dinp += dres1, dattproj = dres1
   ex.run("residual.bwd", model::residual_backward_cost(Nr * C, ex.elem), [&] {
     for (int64_t i = 0; i < Nr * C; ++i) dinp[i] += s.dres1[i];
@@ -196,10 +234,10 @@ void block_backward(float* dinp, const BlockView<float>& g, BlockScratch& s, con
   const float* dres1_full = exit_row_parallel_bwd(c.tp, s.dres1.data(), s.full_dout.data(), Nr, C);
   const float* ln1_full = enter_column_parallel(c.tp, a.ln1.data(), s.full_in.data(), Nr, C);
   zero(s.partial.data(), N * C);
-  tp_attention_backward(s.partial.data(), g, s, dres1_full, ln1_full, a, p, d, wg, c);
+  tp_attention_backward(s.partial.data(), g, s, dres1_full, ln1_full, a, p, d, config, wg, c);
   enter_column_parallel_bwd(c.tp, s.partial.data(), s.dln.data(), Nr, C);
-  model::layernorm_backward(ex, "ln_1.bwd", dinp, g.ln_1.weight, g.ln_1.bias, s.dln.data(), inp,
-                            p.ln_1.weight, a.ln1_mean.data(), a.ln1_rstd.data(), Nr, C);
+  model::norm_backward(dinp, g.ln_1, s.dln.data(), inp, p.ln_1, a.ln1_mean.data(), a.ln1_rstd.data(), Nr, C,
+                       config, "ln_1.bwd", ex);
 }
 
 }  // namespace shardlab::parallel

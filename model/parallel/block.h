@@ -9,6 +9,11 @@
 //              -> c_proj row-parallel (partial sums) -> [exit] -> + bias (once)
 //   MLP:       ln_2 -> [enter] c_fc column-parallel -> GELU
 //              -> c_proj row-parallel -> [exit] -> + bias
+//   llama:     RMSNorms (weight only); c_attn the fused q|k|v projection (K/V
+//              by K/V heads, or replicated when tp does not divide them:
+//              their gradients are then partial and summed over TP by
+//              ShardedGPT::finish_block) -> RoPE at global positions ->
+//              repeat_kv; the MLP's c_fc the fused gate|up -> SwiGLU; no biases.
 //   MoE:       ln_2 -> [enter] router (replicated, on the full rows)
 //              -> dispatch -> each expert's MLP split like the dense one
 //              -> all-reduce of the expert outputs
@@ -31,6 +36,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "model/config.h"
 #include "model/layers.h"
@@ -63,7 +69,7 @@ struct BlockActs {
   Buf<float> ln1, ln2;                      // (Nr,C)
   Buf<float> ln1_mean, ln1_rstd;            // (Nr)
   Buf<float> ln2_mean, ln2_rstd;            // (Nr)
-  Buf<float> qkv;                           // (N,3Cl) local heads' [q | k | v]
+  Buf<float> qkv;                           // (N,3Cl) local heads' [q | k | v]; llama (N,qkv_width), rotated
   Buf<float> att;                           // ShardDims::att_elements()
   Buf<float> atty;                          // (N,Cl)
   Buf<float> attproj, res1, mlp_out, res2;  // (Nr,C)
@@ -79,10 +85,17 @@ struct BlockScratch {
   Buf<float> dres1, dln;                                 // (Nr,C)
   Buf<float> datty;                                      // (N,Cl)
   Buf<float> dqkv;                                       // (N,3Cl)
+  Buf<float> qkv_rep, dqkv_c;  // llama GQA: (N,3Cl) K/V repeated for the core, (N,qkv_width) its gradient
+  std::vector<int64_t> positions;  // (T) the global position of each local time (RoPE)
   Buf<float> dfc, dfc_gelu;                              // (N,Fl) dense blocks
   MoeScratch moe;                                        // MoE blocks
   void resize(const ShardDims& d, const model::GPTConfig& config);
 };
+
+// The [q | k | v] rows the attention core reads: a.qkv, or for a llama
+// block with GQA its K/V heads repeated into s.qkv_rep (charged).
+const float* core_qkv(const BlockActs& a, BlockScratch& s, const ShardDims& d, const model::GPTConfig& config,
+                      const BlockContext& c);
 
 // x (Nr,C) -> a.res2 (Nr,C). Returns the block's aux loss (0 if dense).
 float block_forward(BlockActs& a, const model::BlockView<float>& p, const float* x,

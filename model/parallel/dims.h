@@ -45,6 +45,22 @@ struct ShardDims : model::Dims {
   int NHl() const { return NH / tp; }
   int Cl() const { return NHl() * HS(); }
   int Fl() const { return ffn() / tp; }
+  bool rope = false;  // rotary positions in attention (llama): no position table
+  // Grouped-query attention (llama): kv K/V heads (0: NH), split over tp by
+  // K/V heads when tp divides them, else held whole by every rank (KVl = kv).
+  int kv = 0;
+  int KV() const { return kv > 0 ? kv : NH; }
+  bool kv_split() const { return KV() % tp == 0; }
+  int KVl() const { return kv_split() ? KV() / tp : KV(); }
+  // The llama projection's local row [q (NHl·HS) | k (KVl·HS) | v (KVl·HS)].
+  int qkv_width() const { return (NHl() + 2 * KVl()) * HS(); }
+  // Query head h of this TP rank reads K/V head gqa().kv_of(h) of its local ones.
+  model::GqaHeads gqa(int tp_rank) const {
+    return {NHl(), KVl(), HS(), NH / KV(), tp_rank * NHl(), kv_split() ? tp_rank * KVl() : 0};
+  }
+  // Query heads share K/V heads (GQA, MQA): the core needs the repeat_kv copy
+  // (false: every query head has its own K/V head and the rows are already [q | k | v]).
+  bool kv_repeated() const { return KV() != NH; }
 };
 
 }  // namespace shardlab::parallel

@@ -25,6 +25,10 @@ ShardLayout::ShardLayout(const GPTConfig& cfg, int tp, int rank, LayoutFilter fi
   const std::vector<Range> head_cols{{rank * Cl, Cl}};
   blocks_.assign(static_cast<size_t>(cfg.n_layer), Range{});
 
+  // Llama: q_proj by this rank's query heads; k_proj and v_proj by its K/V
+  // heads, or whole on every rank (kv_split false, Megatron's rule).
+  const int64_t HS = cfg.head_size(), KVl = kv_split(cfg, tp) ? cfg.kv_heads() / tp : 0;
+  const std::vector<Range> q_rows{{rank * Cl, Cl}}, kv_rows{{rank * KVl * HS, KVl * HS}};
   using model::ParamRole;
   for (const ParamSpec& p : table.specs()) {
     if (!holds_spec(p)) continue;
@@ -32,8 +36,16 @@ ShardLayout::ShardLayout(const GPTConfig& cfg, int tp, int rank, LayoutFilter fi
     const int64_t Fl = (p.role == ParamRole::kMlpProjWeight ? p.shape[1] : p.shape[0]) / tp;
     const std::vector<Range> fc_rows{{rank * Fl, Fl}};
     switch (p.role) {
-      case ParamRole::kTokenEmbedding: add(p, {Vl, C}, 0, {{rank * Vl, Vl}}, false); break;
-      case ParamRole::kQkvWeight: add(p, {3 * Cl, C}, 0, qkv_rows, false); break;
+      case ParamRole::kTokenEmbedding:
+      case ParamRole::kLmHead: add(p, {Vl, C}, 0, {{rank * Vl, Vl}}, false); break;
+      case ParamRole::kQkvWeight:
+        if (cfg.is_llama()) add(p, {Cl, C}, 0, q_rows, false);
+        else add(p, {3 * Cl, C}, 0, qkv_rows, false);
+        break;
+      case ParamRole::kKvWeight:
+        if (KVl > 0) add(p, {KVl * HS, C}, 0, kv_rows, false);
+        else add(p, p.shape, -1, {}, true);
+        break;
       case ParamRole::kQkvBias: add(p, {3 * Cl}, 0, qkv_rows, false); break;
       case ParamRole::kAttnProjWeight: add(p, {C, Cl}, 1, head_cols, false); break;
       case ParamRole::kFcWeight: add(p, {Fl, C}, 0, fc_rows, false); break;
@@ -53,6 +65,7 @@ ShardLayout::ShardLayout(const GPTConfig& cfg, int tp, int rank, LayoutFilter fi
 bool ShardLayout::holds_spec(const ParamSpec& p) const {
   using model::ParamRole;
   if (p.role == ParamRole::kTokenEmbedding) return filter_.wte;
+  if (p.role == ParamRole::kLmHead) return filter_.ln_f;
   if (p.role == ParamRole::kPositionEmbedding) return filter_.wpe;
   if (p.is_final_norm()) return filter_.ln_f;
   if (!filter_.holds_layer(p.layer)) return false;
@@ -133,7 +146,27 @@ model::MlpView<float> mlp(const ShardLayout& l, float* base, const std::string& 
 
 }  // namespace
 
+model::GPTView<float> ShardLayout::llama_view(float* base) const {
+  auto place = [&](const std::string& name) {
+    const ShardSpec& s = at(name);
+    return model::TensorPlace{s.offset, s.local_shape[0], s.local_shape.size() > 1 ? s.local_shape[1] : 1};
+  };
+  model::GPTView<float> v;
+  if (filter_.wte) v.wte = model::shifted(base, at(model::embedding_name(config_)).offset);
+  v.blocks.resize(size_t(config_.n_layer));
+  for (int l = 0; l < config_.n_layer; ++l)
+    if (filter_.holds_layer(l)) v.blocks[size_t(l)] = model::llama_block_view(place, base, l);
+  if (filter_.ln_f) v.ln_f.weight = model::shifted(base, at(model::final_norm_prefix(config_) + "weight").offset);
+  return v;
+}
+
 model::GPTView<float> ShardLayout::view(float* base) const {
+  model::GPTView<float> v = config_.is_llama() ? llama_view(base) : gpt_view(base);
+  if (holds(model::kLmHeadName)) v.lm_head = model::shifted(base, at(model::kLmHeadName).offset);
+  return v;
+}
+
+model::GPTView<float> ShardLayout::gpt_view(float* base) const {
   using model::block_name;
   model::GPTView<float> v;
   if (filter_.wte) v.wte = model::shifted(base, at("transformer.wte.weight").offset);

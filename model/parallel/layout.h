@@ -19,6 +19,17 @@
 //   mlp.router.weight   (E, C)      replicated (MoE blocks)
 //   mlp.experts.e.*     each expert split like the dense MLP
 //
+// The llama family (Hugging Face names, no biases, no wpe; KVl = KV/tp):
+//
+//   embed_tokens, lm_head        (V/tp, C)     vocab-parallel (lm_head: the last stage)
+//   self_attn.q_proj             (C/tp, C)     rows of heads [r·NH/tp, (r+1)·NH/tp)  (column-parallel)
+//   self_attn.k_proj, v_proj     (KVl·HS, C)   rows of K/V heads [r·KVl, (r+1)·KVl) when tp divides
+//                                (KV·HS, C)      KV, else whole on every rank, gradients summed over TP
+//   self_attn.o_proj             (C, C/tp)     columns of the query heads                (row-parallel)
+//   mlp.gate_proj, up_proj       (F/tp, C)     rows [r·F/tp, (r+1)·F/tp)                 (column-parallel)
+//   mlp.down_proj                (C, F/tp)     the same columns                          (row-parallel)
+//   the RMSNorm weights          (C)           replicated
+//
 // Which rule applies is the tensor's model::ParamRole (no name matching).
 // Each block's tensors stay contiguous (grads_ready ranges).
 #pragma once
@@ -48,6 +59,11 @@ struct LayoutFilter {
   bool holds_expert(int e) const { return e >= expert_begin && (expert_end < 0 || e < expert_end); }
 };
 
+// Llama K/V projections split over tp by K/V heads (tp divides kv_heads);
+// otherwise every TP rank holds them whole (Megatron-LM's rule for
+// num_query_groups < tp).
+inline bool kv_split(const model::GPTConfig& c, int tp) { return c.kv_heads() % tp == 0; }
+
 class ShardLayout {
  public:
   ShardLayout(const model::GPTConfig& config, int tp, int rank, LayoutFilter filter = {});
@@ -70,6 +86,8 @@ class ShardLayout {
 
  private:
   bool holds_spec(const model::ParamSpec& p) const;
+  model::GPTView<float> gpt_view(float* base) const;
+  model::GPTView<float> llama_view(float* base) const;
   void add(const model::ParamSpec& p, Shape local, int split_dim,
            std::vector<Range> ranges, bool replicated);
 

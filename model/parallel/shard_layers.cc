@@ -33,9 +33,14 @@ void add_bias_rows(float* out, const float* bias, int64_t N, int OC, const char*
 // ---- MLP: c_fc column-parallel, GELU, c_proj row-parallel (partial, no bias) ----
 
 void tp_mlp_partial_forward(float* partial, float* fc, float* fc_gelu, const MlpView<float>& p,
-                            const float* inp, int64_t rows, int C, int Fl, const Exec& ex) {
-  model::linear_forward(ex, "mlp.c_fc.fwd", fc, inp, p.c_fc.weight, p.c_fc.bias, rows, C, Fl);
-  model::gelu_forward(ex, "mlp.gelu.fwd", fc_gelu, fc, rows * Fl);
+                            const float* inp, int64_t rows, int C, int Fl, const Exec& ex, bool swiglu) {
+  if (swiglu) {  // the fused [gate | up] rows, no biases
+    model::linear_forward(ex, "mlp.c_fc.fwd", fc, inp, p.c_fc.weight, rows, C, 2 * Fl);
+    model::swiglu_forward(ex, "mlp.swiglu.fwd", fc_gelu, fc, rows, Fl);
+  } else {
+    model::linear_forward(ex, "mlp.c_fc.fwd", fc, inp, p.c_fc.weight, p.c_fc.bias, rows, C, Fl);
+    model::gelu_forward(ex, "mlp.gelu.fwd", fc_gelu, fc, rows * Fl);
+  }
   model::linear_forward(ex, "mlp.c_proj.fwd", partial, fc_gelu, p.c_proj.weight, rows, Fl, C);
 }
 
@@ -51,14 +56,19 @@ void linear_backward_split(float* dinp, float* dweight, float* dbias, const floa
 void tp_mlp_backward(float* dinp, const MlpView<float>& g, float* dfc, float* dfc_gelu,
                      const float* dout, const float* inp, const float* fc, const float* fc_gelu,
                      const MlpView<float>& p, int64_t rows, int C, int Fl, WeightGrads& wg,
-                     const Exec& ex) {
+                     const Exec& ex, bool swiglu) {
+  const int width = swiglu ? 2 * Fl : Fl;
   zero(dfc_gelu, rows * Fl);
   linear_backward_split(dfc_gelu, g.c_proj.weight, g.c_proj.bias, dout, fc_gelu, p.c_proj.weight,
-                        rows, Fl, C, {"mlp.c_proj.dgrad", "mlp.c_proj.wgrad"}, wg, ex);
-  zero(dfc, rows * Fl);
-  model::gelu_backward(ex, "mlp.gelu.bwd", dfc, dfc_gelu, fc, rows * Fl);
-  linear_backward_split(dinp, g.c_fc.weight, g.c_fc.bias, dfc, inp, p.c_fc.weight, rows, C, Fl,
-                        {"mlp.c_fc.dgrad", "mlp.c_fc.wgrad"}, wg, ex);
+                        rows, Fl, C, {"mlp.c_proj.dgrad", "mlp.c_proj.wgrad", !swiglu}, wg, ex);
+  zero(dfc, rows * width);
+  if (swiglu) {
+    model::swiglu_backward(ex, "mlp.swiglu.bwd", dfc, dfc_gelu, fc, rows, Fl);
+  } else {
+    model::gelu_backward(ex, "mlp.gelu.bwd", dfc, dfc_gelu, fc, rows * Fl);
+  }
+  linear_backward_split(dinp, g.c_fc.weight, g.c_fc.bias, dfc, inp, p.c_fc.weight, rows, C, width,
+                        {"mlp.c_fc.dgrad", "mlp.c_fc.wgrad", !swiglu}, wg, ex);
 }
 
 }  // namespace shardlab::parallel

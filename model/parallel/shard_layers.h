@@ -6,6 +6,9 @@
 //   MLP: c_fc column-parallel (Fl = F/tp of its output columns) -> GELU
 //        -> c_proj row-parallel: a partial sum of the output, without the
 //        c_proj bias (added once, after the reduction).
+//   SwiGLU (llama, `swiglu`): c_fc is the fused [gate | up] (2·Fl rows: this
+//        rank's Fl of gate_proj, then of up_proj; no bias) -> silu(gate)·up
+//        -> c_proj = down_proj row-parallel (no bias).
 //
 // Shapes use the letters of dims.h.
 // Backward accumulates into dinp and the gradient views, like model/layers.h.
@@ -40,15 +43,16 @@ void add_bias_rows(float* out, const float* bias, int64_t N, int OC, const char*
 
 // MLP with c_fc column-parallel and c_proj row-parallel over `rows` rows:
 // partial (rows,C) = this rank's share of c_proj(gelu(c_fc(inp))), WITHOUT the
-// c_proj bias (added once, after the reduction); saves fc, fc_gelu (rows,Fl).
+// c_proj bias (added once, after the reduction); saves fc (rows,Fl; SwiGLU
+// rows,2·Fl), fc_gelu (rows,Fl).
 void tp_mlp_partial_forward(float* partial, float* fc, float* fc_gelu,
                             const model::MlpView<float>& p, const float* inp, int64_t rows, int C,
-                            int Fl, const model::Exec& ex);
+                            int Fl, const model::Exec& ex, bool swiglu = false);
 // dinp (rows,C) += this rank's partial input gradient. dout (rows,C) is the
 // complete output gradient, so g.c_proj.bias gets its whole gradient here.
 void tp_mlp_backward(float* dinp, const model::MlpView<float>& g, float* dfc, float* dfc_gelu,
                      const float* dout, const float* inp, const float* fc, const float* fc_gelu,
                      const model::MlpView<float>& p, int64_t rows, int C, int Fl,
-                     WeightGrads& wg, const model::Exec& ex);
+                     WeightGrads& wg, const model::Exec& ex, bool swiglu = false);
 
 }  // namespace shardlab::parallel

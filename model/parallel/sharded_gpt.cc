@@ -41,7 +41,7 @@ LayoutFilter rank_filter(const model::GPTConfig& config, const StagePlacement& p
     for (int l = p.first_layer(c); l < p.end_layer(c); ++l) f.layers[size_t(l)] = true;
   f.wpe = p.holds_first();
   f.ln_f = p.holds_last();
-  f.wte = f.wpe || f.ln_f;
+  f.wte = f.wpe || (f.ln_f && config.tied());  // untied: lm_head on the last stage instead
   return f;
 }
 
@@ -92,26 +92,32 @@ ShardedGPT::ShardedGPT(const model::GPTConfig& config, uint64_t seed, Device& de
   g_ = layout_.view(grads_.data());
   pools_.resize(size_t(place_.vpp));
   block_staged_.resize(size_t(config_.n_layer));
+  block_kv_.resize(size_t(config_.n_layer));
+  for (const ShardSpec& sh : layout_.shards()) {
+    // Llama K/V held whole by every TP rank: each computes their gradient
+    // from its own query heads only, summed over TP when final.
+    if (sh.role != model::ParamRole::kKvWeight || !sh.tp_replicated || tp_group_.size() == 1) continue;
+    Range& r = block_kv_[size_t(sh.layer)];
+    if (r.size == 0) r.begin = sh.offset;
+    SHARDLAB_CHECK(r.begin + r.size == sh.offset, "k_proj and v_proj are not adjacent");
+    r.size += sh.numel;
+  }
   if (!ctx_.tp.sp) return;
-  // With SP the LayerNorm and wpe gradients are sums over this rank's rows.
+  // With SP the norm and wpe gradients are sums over this rank's rows.
   stage_.assign(layout_.numel(), 0.0f);
   const model::GPTView<float> s = layout_.view(stage_.data());
   const LayoutFilter& f = layout_.filter();
-  if (f.wpe) {
-    g_.wpe = s.wpe;
-    wpe_staged_ = {range_of(layout_.at("transformer.wpe.weight"))};
-  }
-  if (f.ln_f) {
-    g_.ln_f = s.ln_f;
-    lnf_staged_ = {range_of(layout_.at("transformer.ln_f.weight")),
-                   range_of(layout_.at("transformer.ln_f.bias"))};
-  }
+  if (f.wpe) g_.wpe = s.wpe;
+  if (f.ln_f) g_.ln_f = s.ln_f;
   for (int l = 0; l < config_.n_layer; ++l) {
     if (!f.holds_layer(l)) continue;
     g_.blocks[l].ln_1 = s.blocks[l].ln_1;
     g_.blocks[l].ln_2 = s.blocks[l].ln_2;
-    for (const char* t : {"ln_1.weight", "ln_1.bias", "ln_2.weight", "ln_2.bias"})
-      block_staged_[l].push_back(range_of(layout_.at(model::block_name(l, t))));
+  }
+  for (const ShardSpec& sh : layout_.shards()) {
+    if (sh.role == model::ParamRole::kPositionEmbedding) wpe_staged_.push_back(range_of(sh));
+    if (sh.role != model::ParamRole::kLayerNorm) continue;
+    (sh.layer < 0 ? lnf_staged_ : block_staged_[size_t(sh.layer)]).push_back(range_of(sh));
   }
 }
 
@@ -126,6 +132,8 @@ void ShardedGPT::set_micro_batch(int B, int T) {
   SHARDLAB_CHECK(cp_ == 1 || T % 2 == 0, "context parallelism: two chunks of every sequence");
   const model::Dims unsharded{B, T, config_.n_embd, config_.n_head, config_.ffn_hidden()};
   dims_ = ShardDims{unsharded, tp, ctx_.tp.sp, ep_group_ ? ep_group_->size() : 1};
+  dims_.kv = config_.kv_heads();
+  dims_.rope = config_.is_llama();
   dims_.cp = cp_;
   dims_.cp_rank = cp_rank_;
   const int64_t N = dims_.N(), Nr = dims_.rows(), C = dims_.C;

@@ -145,7 +145,9 @@ class ShardedGPT final : public LocalModel, public StageModel {
   int ep_size() const { return ctx_.moe.ep ? ctx_.moe.ep->size() : 1; }
   bool sequence_parallel() const { return ctx_.tp.sp; }
   const ShardLayout& layout() const { return layout_; }
-  Range wte_range() const { return layout_.prefix("transformer.wte."); }
+  Range wte_range() const { return layout_.prefix(model::embedding_name(config_)); }
+  // The untied head (lm_head.weight) on the last stage; empty otherwise.
+  Range head_range() const { return layout_.prefix(model::kLmHeadName); }
   // What this rank holds (wte: the first or the last stage, which need tokens).
   const LayoutFilter& layout_filter() const { return layout_.filter(); }
 
@@ -218,6 +220,7 @@ class ShardedGPT final : public LocalModel, public StageModel {
   model::GPTView<float> w_, g_;
   std::vector<std::vector<Range>> block_staged_;
   std::vector<Range> lnf_staged_, wpe_staged_;
+  std::vector<Range> block_kv_;  // (n_layer) llama K/V held whole by every TP rank: summed over TP
   Buf<float> pack_;
 
   ShardDims dims_;

@@ -66,10 +66,10 @@ float ShardedGPT::head_forward(Slot& s, const float* x, const Token* targets) {
   const int C = dims_.C;
   const model::Exec& ex = ctx_.ex();
   if (targets) std::copy_n(targets, N, s.targets.data());
-  model::layernorm_forward(ex, "ln_f.fwd", s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(), x,
-                           w_.ln_f.weight, w_.ln_f.bias, Nr, C);
+  model::norm_forward(s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(), x, w_.ln_f, Nr, C, config_, "ln_f.fwd",
+                      ex);
   const float* lnf_full = enter_column_parallel(ctx_.tp, s.lnf.data(), scratch_.full_in.data(), Nr, C);
-  model::linear_forward(ex, "lm_head.fwd", s.logits.data(), lnf_full, w_.wte, N, C, Vl_);
+  model::linear_forward(ex, "lm_head.fwd", s.logits.data(), lnf_full, w_.head(), N, C, Vl_);
   if (!targets) return last_ce_ = 0;  // logits only
   const float ce = vocab_parallel_cross_entropy_forward(s.probs.data(), s.losses.data(), ce_stats_.data(),
                                                         s.logits.data(), targets, N, Vl_, v0_, ctx_.tp);
@@ -89,7 +89,7 @@ void ShardedGPT::head_backward(Slot& s, float dloss, bool announce) {
                                         Vl_, v0_, ex);
   const float* lnf_full = enter_column_parallel(ctx_.tp, s.lnf.data(), scratch_.full_in.data(), Nr, C);
   if (ex.math()) std::fill(scratch_.partial.begin(), scratch_.partial.begin() + N * C, 0.0f);
-  linear_backward_split(scratch_.partial.data(), g_.wte, nullptr, dlogits_.data(), lnf_full, w_.wte,
+  linear_backward_split(scratch_.partial.data(), g_.head(), nullptr, dlogits_.data(), lnf_full, w_.head(),
                         N, C, Vl_, {"lm_head.dgrad", "lm_head.wgrad", false}, s.wgrad, ex);
   s.wgrad.end_block(head_id());
   if (!s.wgrad.deferred()) accumulated(head_id());
@@ -97,8 +97,8 @@ void ShardedGPT::head_backward(Slot& s, float dloss, bool announce) {
   enter_column_parallel_bwd(ctx_.tp, scratch_.partial.data(), dlnf_.data(), Nr, C);
   const float* x_last = s.blocks.empty() ? s.x.data() : s.blocks.back().res2.data();
   std::fill(dx_.begin(), dx_.end(), 0.0f);
-  model::layernorm_backward(ex, "ln_f.bwd", dx_.data(), g_.ln_f.weight, g_.ln_f.bias, dlnf_.data(),
-                            x_last, w_.ln_f.weight, s.lnf_mean.data(), s.lnf_rstd.data(), Nr, C);
+  model::norm_backward(dx_.data(), g_.ln_f, dlnf_.data(), x_last, w_.ln_f, s.lnf_mean.data(), s.lnf_rstd.data(),
+                       Nr, C, config_, "ln_f.bwd", ex);
   release_activations(s, head_elements(s));
   if (announce) finish_block(head_id());
 }
@@ -156,7 +156,8 @@ int64_t ShardedGPT::recompute_block(BlockActs& a, int layer, const float* x) {
   ex.recompute = true;
   again.set_exec(ex);
   if (recompute_ == Recompute::kSelective) {
-    again.attention_core().forward(a.atty.data(), a.att.data(), a.qkv.data(), dims_, again.tp);
+    again.attention_core().forward(a.atty.data(), a.att.data(), core_qkv(a, scratch_, dims_, config_, again),
+                                   dims_, again.tp);
     // The recomputed core ends with the dropout on its probabilities, as
     // Megatron-LM's checkpointed CoreAttention does (block.cc charges it in
     // the forward): B·(NH/tp)·T·T elements.
@@ -230,9 +231,10 @@ void ShardedGPT::accumulated(int layer) const {
   if (layer == BlockHooks::kEmbeddings) {
     n = wte_range().size + layout_.prefix("transformer.wpe.").size;
   } else if (layer == head_id()) {
-    // ln_f, and the head's copy of the tied wte when the embeddings are on
-    // another pipeline rank (else the embeddings' backward adds it once).
-    n = layout_.prefix("transformer.ln_f.").size + (layout_.filter().wpe ? 0 : wte_range().size);
+    // ln_f and the untied head, or the head's copy of the tied wte when the
+    // embeddings are on another pipeline rank (else the embeddings' backward adds it once).
+    n = layout_.prefix(model::final_norm_prefix(config_)).size + head_range().size +
+        (layout_.filter().wpe || !config_.tied() ? 0 : wte_range().size);
   } else {
     n = layout_.block(layer).size;
   }
@@ -242,10 +244,15 @@ void ShardedGPT::accumulated(int layer) const {
 void ShardedGPT::finish_block(int layer) {
   if (layer == head_id()) {
     if (ctx_.tp.sp) reduce_staged(lnf_staged_);
-    grads_ready(layout_.prefix("transformer.ln_f."));
+    grads_ready(layout_.prefix(model::final_norm_prefix(config_)));
+    grads_ready(head_range());
     return;
   }
   if (ctx_.tp.sp) reduce_staged(block_staged_[size_t(layer)]);
+  if (const Range kv = block_kv_[size_t(layer)]; kv.size > 0) {
+    float* g = ctx_.ex().math() ? grads_.data() + kv.begin : nullptr;
+    copy_to_tp_region_bwd(ctx_.tp, g, g, kv.size);  // the all-reduce of replicated K/V gradients
+  }
   grads_ready(layout_.block(layer));
 }
 
@@ -253,7 +260,7 @@ void ShardedGPT::finish_embeddings(bool tied_here) {
   if (ctx_.tp.sp) reduce_staged(wpe_staged_);
   // The tied wte is final here when this rank also holds the head (one
   // pipeline rank); otherwise the trainer sums the two copies first.
-  if (tied_here) grads_ready(wte_range());
+  if (tied_here || !config_.tied()) grads_ready(wte_range());
   grads_ready(layout_.prefix("transformer.wpe."));
 }
 

@@ -55,9 +55,12 @@ StepLosses forward_backward(const DeviceProgram& p, DeviceSetup& s, Device& dev,
   });
   p.result.phases[size_t(dev.rank())][size_t(step)] = {ph.start, ph.end, ph.busy, ph.sent_bytes};
   if (step == (p.resume ? p.resume->step : 0)) p.result.first_step_spans[size_t(dev.rank())] = s.executor->spans();
-  if (const coll::ProcessGroup* embedding = s.ctx.embedding(p.options.parallel.last_stage_rank())) {
-    // Otherwise one rank holds both uses of wte and the model announced it.
-    const Range wte = model::prefix_range(s.model->shards(), "transformer.wte.");
+  const coll::ProcessGroup* embedding =
+      p.options.model.tied() ? s.ctx.embedding(p.options.parallel.last_stage_rank()) : nullptr;
+  if (embedding) {
+    // Otherwise one rank holds both uses of wte and the model announced it
+    // (or the head is untied: wte has one use).
+    const Range wte = model::prefix_range(s.model->shards(), model::embedding_name(p.options.model));
     auto grads = s.model->grads();
     coll::all_reduce(dev, *embedding, coll::Buffer(model::shifted(grads.data(), wte.begin), size_t(wte.size)));
     s.dp->grads_ready(wte.begin, wte.size);

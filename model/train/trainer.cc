@@ -213,7 +213,8 @@ TrainResult sized_result(const TrainOptions& o, const model::ParamTable& table, 
   if (o.phantom) return r;  // no parameter values to gather
   r.replicas.assign(size_t(o.parallel.data_ranks()), std::vector<float>(size_t(table.numel()), 0.0f));
   if (o.keep_step0_grads) r.step0_grads.assign(size_t(table.numel()), 0.0f);
-  if (o.parallel.last_stage_rank() != 0) r.tied_copy.assign(size_t(table.at("transformer.wte.weight").numel), 0.0f);
+  if (o.parallel.last_stage_rank() != 0 && o.model.tied())
+    r.tied_copy.assign(size_t(table.at(model::embedding_name(o.model)).numel), 0.0f);
   return r;
 }
 
@@ -279,9 +280,10 @@ void check_replicas(TrainResult& result, const model::ParamTable& table, int cp)
                       result.final_params[size_t(s.offset + i)]);
   }
   result.replicas.clear();
-  const int64_t wte = table.at("transformer.wte.weight").offset;
+  const std::string wte_name = model::embedding_name(table.config());
+  const int64_t wte = table.at(wte_name).offset;
   for (size_t i = 0; i < result.tied_copy.size(); ++i)
-    note_mismatch(result, "transformer.wte.weight: the last pipeline stage's tied copy", result.tied_copy[i],
+    note_mismatch(result, wte_name + ": the last pipeline stage's tied copy", result.tied_copy[i],
                   result.final_params[size_t(wte) + i]);
 }
 

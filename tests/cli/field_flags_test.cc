@@ -15,6 +15,9 @@ TEST(FieldFlags, KnownFieldsBecomeFlagsTheRestStays) {
   EXPECT_EQ(with_flag_names("`not_a_field` stays, `pp` does not"), "`not_a_field` stays, --pp does not");
   EXPECT_EQ(with_flag_names("an unmatched ` quote and `pp"), "an unmatched ` quote and `pp");
   EXPECT_EQ(with_flag_names(""), "");
+  EXPECT_EQ(with_flag_names("`n_kv_head` 3 must divide `n_head` 4"), "--kv-heads 3 must divide --heads 4");
+  EXPECT_EQ(with_flag_names("`rope_theta`, `norm_eps`, `n_expert`, `family`"),
+            "--rope-theta, --norm-eps, --experts, --family");
 }
 
 }  // namespace

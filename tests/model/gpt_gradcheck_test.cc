@@ -21,34 +21,8 @@ GPTConfig small_config() {
   return c;
 }
 
-// Checks every tensor; prints one line per model and the worst tensor.
 void check_model(const GPTConfig& config, const char* what, int B, int T) {
-  GPT<double> model(config, 7);
-  testing::randomize_params(model, 99, 0.3);
-  const auto inputs = testing::random_tokens(1, B * T, config.vocab_size);
-  const auto targets = testing::random_tokens(2, B * T, config.vocab_size);
-  auto loss = [&] { return model.forward(inputs.data(), targets.data(), B, T); };
-  model.zero_grad();
-  loss();
-  model.backward();
-  const std::vector<double> analytic(model.grads().begin(), model.grads().end());
-  double worst = 0;
-  int64_t non_finite = 0;
-  std::string worst_name;
-  for (const ParamSpec& spec : model.table().specs()) {
-    const auto numeric =
-        testing::numeric_grad(loss, model.params().data() + spec.offset, spec.numel);
-    const testing::GradError e = testing::compare_grads(analytic.data() + spec.offset, numeric);
-    EXPECT_TRUE(testing::grads_close(analytic.data() + spec.offset, numeric, kModelTol))
-        << what << " " << spec.name << " (analytic vs numeric)";
-    if (e.max_rel >= worst) worst = e.max_rel, worst_name = spec.name;
-    non_finite += e.non_finite;
-  }
-  std::printf(
-      "[gradcheck] %-28s all %zu tensors (%lld params)  max rel err %.3e in %s  (tol %.0e)  "
-      "non-finite %lld\n",
-      what, model.table().specs().size(), static_cast<long long>(model.table().numel()), worst,
-      worst_name.c_str(), kModelTol, static_cast<long long>(non_finite));
+  testing::check_model_gradients(config, what, B, T, kModelTol);
 }
 
 TEST(ModelGradcheck, Dense) { check_model(small_config(), "gpt dense", 2, 5); }

@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include "model/kernels.h"
+#include "model/kernels_llama.h"
 
 namespace shardlab::model {
 namespace {
@@ -256,6 +257,51 @@ TEST(KernelCost, CostsAreLinearInTheBatch) {
   EXPECT_DOUBLE_EQ(l2.bytes - l1.bytes, (6 * 4 + 6 * 5) * kF32);  // inp and out rows only
   const OpCost e1 = embedding_forward_cost(2, 3, 4, kF32), e2 = embedding_forward_cost(4, 3, 4, kF32);
   EXPECT_DOUBLE_EQ(e2.bytes - e1.bytes, (2 * N * C) * kF32 + 4 * N);  // wpe is not re-read
+}
+
+}  // namespace
+}  // namespace shardlab::model
+
+namespace shardlab::model {
+namespace {
+
+// The llama kernels (kernels_llama.h), counted by hand like the rest.
+TEST(KernelCost, LlamaRmsNormIsCheaperThanLayerNorm) {
+  // forward: per element x·x, Σ, ·rstd, ·w (4); per row /C, +eps, sqrt, 1/ (4).
+  // reads inp (24), weight (4); writes out (24), rstd (6).
+  const OpCost f = rmsnorm_forward_cost(6, 4, kF32);
+  EXPECT_DOUBLE_EQ(f.flops, 4 * N * C + 4 * N);             // 120
+  EXPECT_DOUBLE_EQ(f.bytes, (N * C + C + N * C + N) * kF32);  // 58 elements
+  // backward: per element 3 (Σ g·w·x) + 5 (dx) + 3 (dw) = 11; per row 3.
+  // reads dout, inp (48), weight (4), rstd (6); read-modify-writes dinp (48), dweight (8).
+  const OpCost b = rmsnorm_backward_cost(6, 4, kF32);
+  EXPECT_DOUBLE_EQ(b.flops, 11 * N * C + 3 * N);                                  // 282
+  EXPECT_DOUBLE_EQ(b.bytes, (2 * N * C + C + N + 2 * N * C + 2 * C) * kF32);  // 114 elements
+  EXPECT_LT(f.flops, layernorm_forward_cost(6, 4, kF32).flops);
+  EXPECT_LT(f.bytes, layernorm_forward_cost(6, 4, kF32).bytes);
+  EXPECT_LT(b.flops, layernorm_backward_cost(6, 4, kF32).flops);
+  EXPECT_LT(b.bytes, layernorm_backward_cost(6, 4, kF32).bytes);
+  EXPECT_EQ(f.op_class, OpClass::kElementwise);
+}
+
+TEST(KernelCost, LlamaSwigluRopeRepeatKv) {
+  // SwiGLU over N=6 rows of F=5: 6 flops per output, reads 2F writes F per row.
+  const double F = 5;
+  EXPECT_DOUBLE_EQ(swiglu_forward_cost(6, 5, kF32).flops, 6 * N * F);
+  EXPECT_DOUBLE_EQ(swiglu_forward_cost(6, 5, kF32).bytes, 3 * N * F * kF32);
+  EXPECT_DOUBLE_EQ(swiglu_backward_cost(6, 5, kF32).flops, 14 * N * F);
+  EXPECT_DOUBLE_EQ(swiglu_backward_cost(6, 5, kF32).bytes, 7 * N * F * kF32);
+  // RoPE on 3 heads of 4 features: per pair 4 products and 2 adds (3 per
+  // feature); reads x and one cos and one sin per pair, writes x.
+  const double n = N * 3 * 4;
+  EXPECT_DOUBLE_EQ(rope_cost(6, 3, 4, kB16).flops, 3 * n);
+  EXPECT_DOUBLE_EQ(rope_cost(6, 3, 4, kB16).bytes, 3 * n * kB16);
+  EXPECT_EQ(rope_cost(6, 3, 4, kB16).op_class, OpClass::kElementwise);
+  // repeat_kv of 4 query heads over 2 K/V heads of 3: reads (4 + 2·2)·3 = 24,
+  // writes 3·4·3 = 36 per row; a copy, no FLOPs.
+  const GqaHeads g{4, 2, 3, 2, 0, 0};
+  EXPECT_DOUBLE_EQ(repeat_kv_cost(6, g, kF32).flops, 0);
+  EXPECT_DOUBLE_EQ(repeat_kv_cost(6, g, kF32).bytes, N * (24 + 36) * kF32);
 }
 
 }  // namespace

@@ -66,7 +66,7 @@ TEST(Presets, ToyPresetsKeepTheirShapesAndNoPadding) {
 TEST(Presets, ParameterCountsMatchThePublishedFigures) {
   int published = 0;
   for (const PresetInfo& p : presets()) {
-    if (p.published_params == 0) continue;
+    if (p.published_params == 0 || p.config.is_llama()) continue;  // llama: llama_params_test.cc
     ++published;
     const GPTConfig c = p.pads_vocab ? with_padded_vocab(p.config, 128, 1) : p.config;
     ASSERT_NO_THROW(c.validate()) << p.name;

@@ -26,7 +26,7 @@ bool holds_role(const std::vector<ShardSpec>& shards, model::ParamRole role) {
 // The unit a tensor belongs to (fsdp.h: wte joins the embeddings where wpe is).
 int unit_of(const ShardSpec& s, bool holds_wpe, int n_layer) {
   if (s.layer >= 0) return s.layer;
-  if (s.is_final_norm()) return n_layer;
+  if (s.is_final_norm() || s.role == model::ParamRole::kLmHead) return n_layer;
   if (s.role == model::ParamRole::kTokenEmbedding) return holds_wpe ? kEmbeddingsUnit : n_layer;
   return kEmbeddingsUnit;
 }
@@ -78,13 +78,17 @@ FsdpPasses fsdp_passes(const std::vector<HookChunk>& chunks, const std::vector<F
     for (int u : needs)
       if (held.count(u) && std::find(n.begin(), n.end(), u) == n.end()) n.push_back(u);
   };
+  // wte's unit: the embeddings' where wpe is, else the head's (a model
+  // without a position table, llama, keeps it there on its first stage too).
+  const int wte_unit = holds_wpe ? kEmbeddingsUnit : n_layer;
+  const bool tied = !holds_role(shards, model::ParamRole::kLmHead);
   for (const HookChunk& c : chunks) {
     std::vector<int> seq;
-    if (c.embeddings) add(seq, kEmbeddingsUnit, {kEmbeddingsUnit});
+    if (c.embeddings) add(seq, kEmbeddingsUnit, {kEmbeddingsUnit, wte_unit});
     for (int l = c.first_layer; l < c.end_layer; ++l) add(seq, l, {l});
     if (c.head) {
       const bool wte = holds_role(shards, model::ParamRole::kTokenEmbedding);
-      add(seq, n_layer, {n_layer, wte && holds_wpe ? kEmbeddingsUnit : n_layer});
+      add(seq, n_layer, {n_layer, wte && tied ? wte_unit : n_layer});
     }
     p.chunks.push_back(std::move(seq));
   }

@@ -32,6 +32,7 @@ void vocab_parallel_embedding_forward(float* encoded, float* partial, const Toke
     }
   });
   exit_row_parallel(c, partial, encoded, Nr, C);  // reduce_from_tp / reduce_scatter_to_sp
+  if (d.rope) return;  // rotary positions (llama): no table to add
   ex.run("embedding.wpe.fwd", model::residual_forward_cost(Nr * C, ex.elem), [&] {
     for (int64_t i = 0; i < Nr; ++i) {
       const float* pe = wpe + d.position((row0 + i) % d.T) * C;  // global positions under CP
@@ -47,7 +48,7 @@ void vocab_parallel_embedding_backward(float* dwte, float* dwpe, float* dfull, c
   const model::Exec& ex = c.ex;
   const int64_t N = d.N(), Nr = d.rows(), row0 = d.row0(c.rank());
   const int C = d.C;
-  for (int64_t i = 0; ex.math() && i < Nr; ++i) {
+  for (int64_t i = 0; ex.math() && !d.rope && i < Nr; ++i) {
     float* dpe = dwpe + d.position((row0 + i) % d.T) * C;
     const float* g = dx + i * C;
     for (int j = 0; j < C; ++j) dpe[j] += g[j];
