@@ -83,7 +83,7 @@ TEST(CliPhantom, OverlappedAllReduceSharesTheNicWithThePipeline) {
   EXPECT_LE(bubble[1], bubble[0] + 0.5);
   // The README's figures.
   EXPECT_NEAR(step[0], 25187.178, 5e-4);
-  EXPECT_NEAR(step[1], 24773.031, 5e-4);
+  EXPECT_NEAR(step[1], 24773.024, 5e-4);
 }
 
 TEST(CliPhantom, Gpt3OnAThousandGpusReportsTimeMemoryAndFolding) {
