@@ -4,12 +4,15 @@
 // member; (2) the virtual time against the closed form 2(n-1)(a + S/(nB)) on
 // plain links (latency a, bandwidth B, no packet headers), exactly to the
 // picosecond; (3) on a100-nvlink, the time of the library's ring all_reduce
-// minus its fixed start (collective_launch_us).
+// minus its fixed start (collective_launch_us). The same checks grade the
+// C++ exercise (grader_main.cc) and the notebook's Python function
+// (python/lab_graders.cc).
+#include "labs/02-ring-allreduce/grader.h"
+
 #include <fmt/format.h>
 
 #include "collectives/collectives.h"
 #include "collectives/tuner.h"
-#include "labs/02-ring-allreduce/ring_allreduce.h"
 #include "labs/common/grade.h"
 #include "runtime/cluster.h"
 
@@ -37,7 +40,7 @@ float input(int r, size_t i) {
 
 // Runs ring_all_reduce of `count` floats on n GPUs; checks every member's
 // result; returns the latest virtual end over the members (-1: the run failed).
-Time run_ring(Grade& g, const HardwareProfile& p, int n, size_t count) {
+Time run_ring(Grade& g, const RingAllReduce& ring_all_reduce, const HardwareProfile& p, int n, size_t count) {
   Findings wrong;
   Cluster cluster(p, {.world_size = n});
   const std::string what = fmt::format("n={} count={}: every member holds the exact sum", n, count);
@@ -63,10 +66,10 @@ Time run_ring(Grade& g, const HardwareProfile& p, int n, size_t count) {
   return r->makespan();
 }
 
-void grade_time(Grade& g, int n) {
+void grade_time(Grade& g, const RingAllReduce& fn, int n) {
   const size_t count = static_cast<size_t>(n) * 3000;  // S/n = 12000 bytes
   const HardwareProfile p = plain_links(n);
-  const Time got = run_ring(g, p, n, count);
+  const Time got = run_ring(g, fn, p, n, count);
   if (got < 0) return;  // the run failed: already reported
   const Time step = p.intra.latency() + transfer_time(count * 4 / n, p.intra.bytes_per_second());
   const Time want = 2 * (n - 1) * step;
@@ -77,11 +80,11 @@ void grade_time(Grade& g, int n) {
                       to_seconds(step) * 1e6, got == 0 ? ": nothing was sent" : ""));
 }
 
-void grade_against_library(Grade& g) {
+void grade_against_library(Grade& g, const RingAllReduce& fn) {
   const int n = 8;
   const size_t count = 1 << 20;  // 4 MiB
   const HardwareProfile p = load_profile("a100-nvlink");
-  const Time got = run_ring(g, p, n, count);
+  const Time got = run_ring(g, fn, p, n, count);
   if (got < 0) return;  // the run failed: already reported
   std::vector<int> members(n);
   for (int i = 0; i < n; ++i) members[static_cast<size_t>(i)] = i;
@@ -96,17 +99,14 @@ void grade_against_library(Grade& g) {
           fmt::format("took {:.3f} us", to_seconds(got) * 1e6));
 }
 
-int grade(int, char**) {
-  Grade g(2, "ring all-reduce on point-to-point sends and receives");
-  for (int n : {2, 3, 4, 8}) run_ring(g, plain_links(n), n, 1001);  // uneven chunks
-  for (int n : {2, 4, 8}) grade_time(g, n);
-  grade_against_library(g);
+}  // namespace
+
+int grade_ring_all_reduce(const RingAllReduce& fn, std::string* out) {
+  Grade g(2, "ring all-reduce on point-to-point sends and receives", out);
+  for (int n : {2, 3, 4, 8}) run_ring(g, fn, plain_links(n), n, 1001);  // uneven chunks
+  for (int n : {2, 4, 8}) grade_time(g, fn, n);
+  grade_against_library(g, fn);
   return g.finish();
 }
 
-}  // namespace
 }  // namespace shardlab::labs
-
-int main(int argc, char** argv) {
-  return shardlab::labs::run_grader(2, "", shardlab::labs::grade, argc, argv);
-}

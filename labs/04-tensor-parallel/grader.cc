@@ -6,7 +6,10 @@
 // time: your math is free (the kernels charge nothing here), so each call's
 // time is exactly its collectives' — one all-reduce of the right size where
 // the conjugate pair needs one (the tuner's prediction, its start included),
-// none where it does not.
+// none where it does not. The same checks grade the C++ exercise
+// (grader_main.cc) and the notebook's Python functions (python/lab_graders.cc).
+#include "labs/04-tensor-parallel/grader.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -16,7 +19,6 @@
 #include <vector>
 
 #include "collectives/tuner.h"
-#include "labs/04-tensor-parallel/tp_linear.h"
 #include "labs/common/grade.h"
 #include "model/kernels.h"
 #include "runtime/cluster.h"
@@ -109,17 +111,10 @@ Slices row_slices(const Reference& ref, int tp, int r) {
           block(ref.dw, kC, 0, kOC, r * c, c), block(ref.db, kOC, 0, 1, 0, kOC)};
 }
 
-using Forward = void (*)(Device&, const collectives::ProcessGroup&, float*, const float*,
-                         const float*, const float*, int64_t, int, int);
-using Backward = void (*)(Device&, const collectives::ProcessGroup&, float*, float*, float*,
-                          const float*, const float*, const float*, int64_t, int, int);
-
-// One layer kind: its functions, its slices, the floats each pass all-reduces
+// One layer kind: its slices, the floats each pass all-reduces
 // (0: none) and what that pass's communication should be.
 struct Layer {
   const char* name;
-  Forward forward;
-  Backward backward;
   Slices (*slices)(const Reference&, int tp, int r);
   bool split_inputs;  // row-parallel: the C dimension is split, else OC
   int64_t forward_reduce, backward_reduce;
@@ -129,8 +124,6 @@ struct Layer {
 
 const Layer kColumn{
     "column_parallel",
-    column_parallel_forward,
-    column_parallel_backward,
     column_slices,
     false,
     0,
@@ -139,8 +132,6 @@ const Layer kColumn{
     "exactly one all-reduce of the (N,C) input gradient (copy_to_tp_region's backward)"};
 const Layer kRow{
     "row_parallel",
-    row_parallel_forward,
-    row_parallel_backward,
     row_slices,
     true,
     kN* kOC,
@@ -148,7 +139,8 @@ const Layer kRow{
     "exactly one all-reduce of the (N,OC) partial outputs (reduce_from_tp_region)",
     "the output gradient is replicated, so the backward is the identity (reduce_from_tp_region's)"};
 
-void grade_layer(Grade& g, const Reference& ref, const Layer& layer, int tp) {
+void grade_layer(Grade& g, const Reference& ref, const Layer& layer, const TpForward& forward,
+                 const TpBackward& backward, int tp) {
   const HardwareProfile p = load_profile("a100-nvlink");
   std::vector<int> members(static_cast<size_t>(tp));
   for (int i = 0; i < tp; ++i) members[size_t(i)] = i;
@@ -166,11 +158,11 @@ void grade_layer(Grade& g, const Reference& ref, const Layer& layer, int tp) {
     const Slices s = layer.slices(ref, tp, group.rank());
     std::vector<float> y(s.y.size()), dx(s.dx.size()), dw(s.dw.size()), db(s.db.size());
     Time t0 = dev.now();
-    layer.forward(dev, group, y.data(), s.x.data(), s.w.data(), s.b.data(), kN, c, oc);
+    forward(dev, group, y.data(), s.x.data(), s.w.data(), s.b.data(), kN, c, oc);
     check_time(time, fmt::format("{}_forward", layer.name), dev.now() - t0,
                reduce_time(layer.forward_reduce), layer.forward_pair);
     t0 = dev.now();
-    layer.backward(dev, group, dx.data(), dw.data(), db.data(), s.dy.data(), s.x.data(), s.w.data(),
+    backward(dev, group, dx.data(), dw.data(), db.data(), s.dy.data(), s.x.data(), s.w.data(),
                    kN, c, oc);
     check_time(time, fmt::format("{}_backward", layer.name), dev.now() - t0,
                reduce_time(layer.backward_reduce), layer.backward_pair);
@@ -191,19 +183,16 @@ void grade_layer(Grade& g, const Reference& ref, const Layer& layer, int tp) {
                                               : "forward identity, backward one all-reduce"));
 }
 
-int grade(int, char**) {
-  Grade g(4, "Megatron column- and row-parallel linear layers");
+}  // namespace
+
+int grade_tp_linear(const TpLinear& fns, std::string* out) {
+  Grade g(4, "Megatron column- and row-parallel linear layers", out);
   const Reference ref = make_reference();
   for (int tp : {2, 4}) {
-    grade_layer(g, ref, kColumn, tp);
-    grade_layer(g, ref, kRow, tp);
+    grade_layer(g, ref, kColumn, fns.column_forward, fns.column_backward, tp);
+    grade_layer(g, ref, kRow, fns.row_forward, fns.row_backward, tp);
   }
   return g.finish();
 }
 
-}  // namespace
 }  // namespace shardlab::labs
-
-int main(int argc, char** argv) {
-  return shardlab::labs::run_grader(4, "", shardlab::labs::grade, argc, argv);
-}

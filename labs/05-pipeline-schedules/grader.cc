@@ -4,12 +4,15 @@
 // against (p-1)/(m+p-1), and the activations each rank holds
 // (peak_in_flight: GPipe M, 1F1B min(pp - rank, M)); then trains the tiny
 // model with your 1F1B on pp 2 and compares its losses with the built-in 1F1B.
+// The same checks grade the C++ exercise (grader_main.cc) and the notebook's
+// Python functions (python/lab_graders.cc).
+#include "labs/05-pipeline-schedules/grader.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 
-#include "labs/05-pipeline-schedules/schedules.h"
 #include "labs/common/grade.h"
 #include "model/config.h"
 #include "model/train/trainer.h"
@@ -17,11 +20,9 @@
 namespace shardlab::labs {
 namespace {
 
-using ScheduleFn = parallel::Schedule (*)(int, int);
-
 // Checks one (schedule, pp, M); `stash(rank)` is the activations rank may hold.
 template <class Stash>
-void grade_one(Grade& g, const char* name, ScheduleFn fn, int pp, int m, Stash stash) {
+void grade_one(Grade& g, const char* name, const ScheduleFn& fn, int pp, int m, Stash stash) {
   const std::string what = fmt::format("{} pp={} M={}", name, pp, m);
   const parallel::Schedule s = fn(pp, m);
   if (!g.check(s.size() == static_cast<size_t>(pp), what + ": one action list per rank",
@@ -50,7 +51,7 @@ void grade_one(Grade& g, const char* name, ScheduleFn fn, int pp, int m, Stash s
 }
 
 // The same losses as the built-in 1F1B, on the real executor.
-void grade_training(Grade& g) {
+void grade_training(Grade& g, const ScheduleFn& one_f_one_b) {
   train::TrainOptions o;
   o.model = model::preset("tiny");
   o.steps = 2;
@@ -58,7 +59,7 @@ void grade_training(Grade& g) {
   o.parallel.pp = 2;
   Cluster reference_cluster(load_profile("a100-nvlink"), {.world_size = 2});
   const train::TrainResult want = train::train(reference_cluster, o);
-  o.parallel.custom_schedule = lab_one_f_one_b(2, 4);
+  o.parallel.custom_schedule = one_f_one_b(2, 4);
   if (!parallel::validate_schedule(*o.parallel.custom_schedule, 4).empty())
     return;  // reported above
   Cluster cluster(load_profile("a100-nvlink"), {.world_size = 2});
@@ -76,21 +77,17 @@ void grade_training(Grade& g) {
                       to_seconds(got.run.makespan() - want.run.makespan()) * 1e3));
 }
 
-int grade(int, char**) {
-  Grade g(5, "pipeline schedules as data: GPipe and 1F1B");
+}  // namespace
+
+int grade_schedules(const ScheduleFn& gpipe, const ScheduleFn& one_f_one_b, std::string* out) {
+  Grade g(5, "pipeline schedules as data: GPipe and 1F1B", out);
   for (int pp : {1, 2, 4})
     for (int m : {1, 2, 4, 8}) {
-      grade_one(g, "gpipe", lab_gpipe, pp, m, [](int, int mb, int) { return mb; });
-      grade_one(g, "1f1b", lab_one_f_one_b, pp, m,
-                [](int p, int mb, int r) { return std::min(p - r, mb); });
+      grade_one(g, "gpipe", gpipe, pp, m, [](int, int mb, int) { return mb; });
+      grade_one(g, "1f1b", one_f_one_b, pp, m, [](int p, int mb, int r) { return std::min(p - r, mb); });
     }
-  if (g.failures() == 0) grade_training(g);
+  if (g.failures() == 0) grade_training(g, one_f_one_b);
   return g.finish();
 }
 
-}  // namespace
 }  // namespace shardlab::labs
-
-int main(int argc, char** argv) {
-  return shardlab::labs::run_grader(5, "", shardlab::labs::grade, argc, argv);
-}

@@ -36,17 +36,27 @@ std::string slurp(const std::string& path) {
 
 }  // namespace
 
-Grade::Grade(int lab, std::string title) : lab_(lab) { fmt::print("lab {}: {}\n", lab, title); }
+Grade::Grade(int lab, std::string title, std::string* out) : lab_(lab), out_(out) {
+  say(fmt::format("lab {}: {}\n", lab, title));
+}
+
+void Grade::say(const std::string& line) const {
+  if (out_) {
+    *out_ += line;
+    return;
+  }
+  fmt::print("{}", line);
+  std::fflush(stdout);
+}
 
 bool Grade::check(bool ok, const std::string& what, const std::string& wrong) {
   ++checks_;
   if (ok) {
-    fmt::print("  ok   {}\n", what);
+    say(fmt::format("  ok   {}\n", what));
   } else {
     ++failures_;
-    fmt::print("  FAIL {}{}{}\n", what, wrong.empty() ? "" : ": ", wrong);
+    say(fmt::format("  FAIL {}{}{}\n", what, wrong.empty() ? "" : ": ", wrong));
   }
-  std::fflush(stdout);
   return ok;
 }
 
@@ -54,14 +64,14 @@ void Grade::observe(const std::string& line) { observations_.push_back(line); }
 
 int Grade::finish() const {
   if (failures_ == 0) {
-    if (!observations_.empty()) fmt::print("what the grader measured:\n");
-    for (const std::string& line : observations_) fmt::print("       {}\n", line);
-    fmt::print("lab {}: PASS ({} checks)\n", lab_, checks_);
+    if (!observations_.empty()) say("what the grader measured:\n");
+    for (const std::string& line : observations_) say(fmt::format("       {}\n", line));
+    say(fmt::format("lab {}: PASS ({} checks)\n", lab_, checks_));
     return 0;
   }
   if (!observations_.empty())
-    fmt::print("(what the grader measured is printed once every check passes)\n");
-  fmt::print("lab {}: FAIL ({} of {} checks)\n", lab_, failures_, checks_);
+    say("(what the grader measured is printed once every check passes)\n");
+  say(fmt::format("lab {}: FAIL ({} of {} checks)\n", lab_, failures_, checks_));
   return 1;
 }
 

@@ -33,7 +33,9 @@ struct CannotGrade {
 
 class Grade {
  public:
-  explicit Grade(int lab, std::string title);
+  // Prints its lines to stdout, or appends them to *out when out is given
+  // (the Python bindings hand a grader's report to the notebook).
+  explicit Grade(int lab, std::string title, std::string* out = nullptr);
   // Records one check; `what` says what is checked, `wrong` what is wrong if
   // it fails (printed only then). Returns ok.
   bool check(bool ok, const std::string& what, const std::string& wrong = "");
@@ -45,7 +47,10 @@ class Grade {
   int finish() const;
 
  private:
+  void say(const std::string& line) const;
+
   int lab_;
+  std::string* out_;
   int checks_ = 0;
   int failures_ = 0;
   std::vector<std::string> observations_;
