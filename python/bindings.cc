@@ -19,6 +19,7 @@
 
 #include "cli/cli.h"
 #include "python/cluster_api.h"
+#include "python/lab_graders.h"
 #include "python/run_thread.h"
 
 namespace py = pybind11;
@@ -52,15 +53,16 @@ void run_cli(const std::vector<std::string>& args, Outcome& o) {
 }  // namespace shardlab::python
 
 PYBIND11_MODULE(_shardlab, m) {
-  m.doc() = "shardlab's C++ half: the commands (run_command) and the virtual cluster (Cluster)";
+  m.doc() = "shardlab's C++ half: the commands (run_command), the virtual cluster (Cluster), the code labs' graders";
   m.def(
       "run_command",
-      [](const std::vector<std::string>& args, py::object tick) {
+      [](const std::vector<std::string>& args, py::object tick, py::object on_step) {
         return shardlab::python::run_interruptible([args](shardlab::python::Outcome& o) { shardlab::python::run_cli(args, o); },
-                                                   std::move(tick));
+                                                   std::move(tick), std::move(on_step));
       },
-      py::arg("args"), py::arg("tick") = py::none(),
+      py::arg("args"), py::arg("tick") = py::none(), py::arg("on_step") = py::none(),
       "Runs `shardlab ARGS... --json` in process; returns {code, json, error, message, rank, cause}; "
-      "tick(seconds) about once a second while it runs.");
+      "tick(seconds) about once a second while it runs, on_step(step, steps, virtual_s, loss) after each step.");
   shardlab::python::add_cluster_api(m);
+  shardlab::python::add_lab_graders(m);
 }

@@ -8,7 +8,8 @@
 // missing send is a DeadlockError, not a hang). Python's own computation
 // takes no virtual time: dev.compute(flops=, bytes=) charges it by the cost
 // model, as a kernel of the model does. Ctrl-C stops a device at its next
-// call into its device (a loop that never calls one runs on).
+// call into its device, or, in Python code that never calls one, at its next
+// bytecode (RunAborted raised in its thread, python/run_thread.h).
 #include "python/cluster_api.h"
 
 #include <pybind11/numpy.h>
@@ -19,6 +20,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -51,7 +53,8 @@ const char* intern(const std::string& name) {
 
 class PyDevice {
  public:
-  explicit PyDevice(Device& dev) : dev_(dev) {}
+  // Its all_reduce runs over `group`, or over the world when null.
+  PyDevice(Device& dev, const collectives::ProcessGroup* group) : dev_(dev), group_(group) {}
 
   int rank() const { return dev_.rank(); }
   int world_size() const { return dev_.world_size(); }
@@ -97,40 +100,30 @@ class PyDevice {
     if (t > 0) dev_.comm().run("coll.launch", t, 0, 0.0);
   }
   py::array_t<float> all_reduce(const FloatArray& a, const std::string& op, const std::string& algo) {
-    py::array_t<float> out(a.size());
+    py::array_t<float> out(std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim()));  // the input's shape
     std::memcpy(out.mutable_data(), a.data(), size_t(a.size()) * sizeof(float));
     collectives::CollOptions opt;
     opt.algo = collectives::parse_algo(algo);
     const collectives::ReduceOp rop = collectives::parse_reduce_op(op);
     collectives::Buffer buf(out.mutable_data(), size_t(out.size()));
     py::gil_scoped_release nogil;
-    collectives::all_reduce(dev_, world(), buf, rop, opt);
+    collectives::all_reduce(dev_, group(), buf, rop, opt);
     return out;
   }
   void synchronize() { dev_.synchronize(); }
 
  private:
-  // One world group per device for the run (its tag sequence is the device's).
-  const collectives::ProcessGroup& world() {
+  // The given group, else one world group per device for the run (its tag sequence is the device's).
+  const collectives::ProcessGroup& group() {
+    if (group_) return *group_;
     if (!world_) world_ = std::make_unique<collectives::ProcessGroup>(collectives::ProcessGroup::world(dev_));
     return *world_;
   }
   Device& dev_;
+  const collectives::ProcessGroup* group_;
   std::unique_ptr<collectives::ProcessGroup> world_;
 };
 
-// The program of every device: `fn(dev)` under the GIL. A Python exception
-// becomes the device's error (its message); a torn-down run's Aborted passes through.
-void run_python(Device& dev, py::handle fn) {
-  py::gil_scoped_acquire gil;
-  PyDevice pd(dev);
-  try {
-    fn(py::cast(&pd, py::return_value_policy::reference));
-  } catch (py::error_already_set& e) {
-    if (e.matches(g_aborted)) throw Aborted{};
-    throw std::runtime_error(e.what());
-  }
-}
 
 nlohmann::json result_json(const RunResult& r) {
   nlohmann::json devices = nlohmann::json::array();
@@ -154,7 +147,7 @@ py::dict run_cluster(const std::string& profile, int devices, std::optional<int>
   return run_interruptible([=](Outcome& o) {
     const HardwareProfile p = cli::apply_common({.profile = profile, .nodes = nodes});  // the tool's checks
     Cluster cluster(p, {.world_size = devices, .precision = parse_precision(precision), .trace = trace});
-    const RunResult r = cluster.run([fn](Device& dev) { run_python(dev, fn); });
+    const RunResult r = cluster.run([fn](Device& dev) { call_device_function(dev, nullptr, fn); });
     nlohmann::json j = result_json(r);
     j["trace"] = trace ? nlohmann::json::parse(chrome_trace_json(r.traces, "shardlab.Cluster")) : nlohmann::json();
     o.json = j.dump();
@@ -162,6 +155,19 @@ py::dict run_cluster(const std::string& profile, int devices, std::optional<int>
 }
 
 }  // namespace
+
+void call_device_function(Device& dev, const collectives::ProcessGroup* group, py::handle fn,
+                          const std::function<py::tuple()>& args) {
+  py::gil_scoped_acquire gil;
+  PyDevice pd(dev, group);
+  const PythonDeviceThread interruptible(g_aborted);  // Ctrl-C reaches a loop that never calls in
+  try {
+    fn(py::cast(&pd, py::return_value_policy::reference), *(args ? args() : py::tuple()));
+  } catch (py::error_already_set& e) {
+    if (e.matches(g_aborted)) throw Aborted{};
+    throw std::runtime_error(e.what());
+  }
+}
 
 void add_cluster_api(py::module_& m) {
   g_aborted = PyErr_NewException("_shardlab.RunAborted", PyExc_BaseException, nullptr);

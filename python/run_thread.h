@@ -28,6 +28,22 @@ struct Outcome {
   std::string cause;    // a run error's RunCause (run_cause_name)
 };
 
+// While it lives, this device thread runs Python code (python/cluster_api.cc):
+// when a run is cancelled, the waiting thread raises `aborted` in it
+// (PyThreadState_SetAsyncExc), so a device function that never calls into
+// its device, a pure Python loop, still ends at its next bytecode. Made and
+// destroyed with the GIL held; one at a time per thread.
+class PythonDeviceThread {
+ public:
+  explicit PythonDeviceThread(PyObject* aborted);
+  ~PythonDeviceThread();
+  PythonDeviceThread(const PythonDeviceThread&) = delete;
+  PythonDeviceThread& operator=(const PythonDeviceThread&) = delete;
+
+ private:
+  unsigned long id_;
+};
+
 // The kind of error a RunError is (Outcome::error).
 std::string run_error_kind(const RunError& e);
 
@@ -35,8 +51,11 @@ std::string run_error_kind(const RunError& e);
 // messages with the CLI's flag names), and returns the Outcome as a dict;
 // throws error_already_set (KeyboardInterrupt) when a signal cancelled it.
 // Called with the GIL held; `body` runs without it. `tick`, unless None, is
-// called with the seconds elapsed about once a second (a progress line); an
-// exception it raises cancels the run like a signal.
-pybind11::dict run_interruptible(std::function<void(Outcome&)> body, pybind11::object tick = pybind11::none());
+// called with the seconds elapsed about once a second (a progress line);
+// `on_step`, unless None, with (step, steps, virtual_s, loss) for each step
+// the run loop reports (runtime/progress.h), in order, from this thread. An
+// exception either raises cancels the run like a signal.
+pybind11::dict run_interruptible(std::function<void(Outcome&)> body, pybind11::object tick = pybind11::none(),
+                                 pybind11::object on_step = pybind11::none());
 
 }  // namespace shardlab::python

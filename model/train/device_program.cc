@@ -7,6 +7,7 @@
 #include "model/train/device_setup.h"
 #include "model/train/parallel_plan.h"
 #include "model/train/publish.h"
+#include "runtime/progress.h"
 
 namespace shardlab::train {
 
@@ -126,6 +127,7 @@ void DeviceProgram::run(Device& dev) const {
       const StepRecord rec{step, losses[0], losses[1], losses[2], h.lr, norm, dev.now(), wall};
       result.steps.push_back(rec);
       if (on_step) on_step(rec);
+      report_step({step, options.steps, rec.virtual_end, rec.loss});  // runtime/progress.h
     }
     if (checkpoint_due(options, step + 1)) save_device_checkpoint(*this, s, dev, step + 1);
   }

@@ -11,6 +11,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 
 from . import errors
 from ._native import native
@@ -35,34 +36,64 @@ def _flag_args(command, kwargs):
 
 
 class _Progress:
-    """A run longer than a few seconds says it is running: a tqdm bar of the
-    seconds when tqdm is installed, else one line on stderr rewritten in place.
-    (The commands' own step progress is their text output, which --json turns off.)"""
+    """A run longer than a few seconds shows its progress: the steps done, as
+    the library's run loop reports each finished one (runtime/progress.h), or
+    before the first step (or for a command without steps) the seconds it has
+    run; a tqdm bar when tqdm is installed, else one line on stderr rewritten
+    in place. (The commands' own progress is their text output, which --json
+    turns off; the `shardlab` tool itself is unchanged.)"""
 
     AFTER_S = 3.0
 
     def __init__(self, command):
-        self.command, self.bar, self.shown = command, None, 0.0
+        self.command, self.start = command, time.monotonic()
+        self.bar, self.kind, self.line = None, None, False  # a tqdm bar and what it counts; a stderr line shown
 
-    def __call__(self, seconds):
-        if seconds < self.AFTER_S:
-            return
-        if self.bar is None:
+    def _due(self):
+        return time.monotonic() - self.start >= self.AFTER_S
+
+    def _bar(self, kind, **kwargs):
+        """The tqdm bar counting `kind` ("seconds" or "steps"), made on first use; None without tqdm."""
+        if self.kind != kind:
+            if self.bar:
+                self.bar.close()
+            self.bar, self.kind = None, kind
             try:
                 from tqdm.auto import tqdm
-                self.bar = tqdm(desc=f"shardlab {self.command}", unit="s", bar_format="{desc}: {elapsed} running")
+                self.bar = tqdm(desc=f"shardlab {self.command}", **kwargs)
             except ImportError:
-                self.bar = False
-        if self.bar:
-            self.bar.update(seconds - self.shown)
+                pass
+        return self.bar
+
+    def _print(self, text):
+        print(f"\rshardlab {self.command}: {text}", end="", file=sys.stderr, flush=True)
+        self.line = True
+
+    def __call__(self, seconds):
+        """About once a second while the run has reported no step."""
+        if self.kind == "steps" or not self._due():
+            return
+        bar = self._bar("seconds", unit="s", bar_format="{desc}: {elapsed} running")
+        if bar:
+            bar.update(seconds - bar.n)
         else:
-            print(f"\rshardlab {self.command}: running, {seconds:.0f} s", end="", file=sys.stderr, flush=True)
-        self.shown = seconds
+            self._print(f"running, {seconds:.0f} s")
+
+    def step(self, step, steps, virtual_s, loss):
+        """Each finished step, in order (step 0-based)."""
+        if not self._due():
+            return
+        bar = self._bar("steps", total=steps, unit="step")
+        if bar:
+            bar.update(step + 1 - bar.n)
+            bar.set_postfix(loss=f"{loss:.4f}", virtual=f"{virtual_s:.3f} s")
+        else:
+            self._print(f"step {step + 1}/{steps}, loss {loss:.4f}, virtual {virtual_s:.6f} s")
 
     def close(self):
         if self.bar:
             self.bar.close()
-        elif self.shown:
+        elif self.line:
             print(file=sys.stderr)
 
 
@@ -70,7 +101,7 @@ def run(command, **kwargs):
     """Runs `shardlab COMMAND --flags... --json`; returns (exit code, its JSON value)."""
     progress = _Progress(command) if command != "sweep" else None  # a sweep prints its own
     try:
-        outcome = native.run_command(_flag_args(command, kwargs), progress)
+        outcome = native.run_command(_flag_args(command, kwargs), progress, progress.step if progress else None)
     finally:
         if progress:
             progress.close()

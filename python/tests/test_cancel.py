@@ -60,3 +60,9 @@ def test_sigint_ends_a_training_run():
 def test_sigint_ends_a_python_cluster_program():
     call = 'Cluster(devices=2).run(lambda dev: [dev.compute(flops=1e9) for _ in range(10**9)])'
     check(*interrupt(call))
+
+
+def test_sigint_ends_a_device_function_that_never_calls_into_its_device():
+    # A pure Python loop: no receive to wake, no device call to check the
+    # cancel flag; RunAborted is raised in its thread (python/run_thread.h).
+    check(*interrupt('Cluster(devices=2).run(lambda dev: all(True for _ in iter(int, 1)))'))
