@@ -28,10 +28,10 @@ namespace {
 
 // A numpy view of `rows` x `cols` floats at p (1-D when rows is 0), not owning them.
 py::array_t<float> view(const float* p, int64_t rows, int64_t cols, bool writable) {
-  const py::capsule none(p, [](void*) {});
+  const py::capsule no_owner(p, [](void*) {});  // the grader owns the buffer
   std::vector<py::ssize_t> shape{rows, cols};
   if (rows == 0) shape.erase(shape.begin());
-  py::array_t<float> a(shape, p, none);
+  py::array_t<float> a(shape, p, no_owner);
   if (!writable) a.attr("setflags")(py::arg("write") = false);
   return a;
 }
