@@ -1,11 +1,13 @@
 #include <cmath>
 #include <cstdio>
+#include <vector>
 
 #include <gtest/gtest.h>
 
 #include "model/config.h"
 #include "model/train/trainer.h"
 #include "runtime/errors.h"
+#include "runtime/progress.h"
 #include "tests/model/train/train_test_util.h"
 
 namespace shardlab::train {
@@ -125,6 +127,31 @@ TEST(TiedEmbedding, BothPipelineCopiesStayBitIdenticalUnderDataParallelism) {
     std::printf("tp %d cp %d dp %d pp 2: tied copies max |diff| %.3e (tolerance 0: bit-identical)\n", c.tp, c.cp,
                 c.dp, r.replica_max_diff);
   }
+}
+
+// The step observer (runtime/progress.h, the Python progress bar's source):
+// a run of N steps reports steps 0..N-1 once each, in order, from device 0,
+// each with that step's record; with the observer removed, nothing more.
+TEST(StepObserver, ARunOfNStepsReportsEachStepOnceInOrder) {
+  std::vector<StepDone> seen;  // written on device 0's thread only, read after the run
+  set_step_observer([&seen](const StepDone& s) { seen.push_back(s); });
+  TrainOptions o = train::testing::small_options();
+  o.steps = 4;
+  o.parallel.pp = 2;  // device 0 is not the only thread
+  o.micro_batches = 2;
+  const TrainResult r = train::testing::run(o);
+  set_step_observer({});
+  ASSERT_EQ(seen.size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    const StepDone& s = seen[size_t(i)];
+    EXPECT_EQ(s.step, i);
+    EXPECT_EQ(s.steps, 4);
+    EXPECT_EQ(s.virtual_time, r.steps[size_t(i)].virtual_end);
+    EXPECT_EQ(s.loss, r.steps[size_t(i)].loss);
+  }
+  EXPECT_LT(seen[0].virtual_time, seen[3].virtual_time);
+  train::testing::run(o);
+  EXPECT_EQ(seen.size(), 4u);
 }
 
 }  // namespace
