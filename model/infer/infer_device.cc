@@ -61,10 +61,10 @@ std::vector<float> InferDevice::choose(const StepOutput& out, const std::vector<
   return tokens;
 }
 
-void InferDevice::share(std::vector<float>& tokens) {
+void InferDevice::share(std::vector<float>& tokens, bool to_first_stage) {
   if (tokens.empty()) return;
   if (ep_) coll::broadcast(dev_, *ep_, coll::Buffer(tokens.data(), tokens.size()), ep_root_, {.stream = &dev_.compute()});
-  if (stage_peer_ < 0) return;
+  if (stage_peer_ < 0 || !to_first_stage) return;
   const size_t bytes = tokens.size() * sizeof(float);  // as int32 ids: the same 4 bytes a token
   if (ctx_.coords().pp > 0) {
     dev_.send(dev_.compute(), stage_peer_, kTokenTag, {reinterpret_cast<const std::byte*>(tokens.data()), bytes},

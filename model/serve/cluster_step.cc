@@ -24,6 +24,16 @@
 namespace shardlab::serve {
 
 
+// What the scheduler asked between steps, in its order: a sequence left
+// the cache, a named block's rows to keep, a kept block to drop.
+struct ClusterStepExecutor::CacheOp {
+  enum class Kind { kRelease, kCache, kEvict } kind = Kind::kRelease;
+  int seq = 0;
+  int64_t first = 0;
+  int tokens = 0;
+  int32_t block = 0;
+};
+
 namespace {
 
 struct DeviceStep {
@@ -39,11 +49,23 @@ class ReplicaDevice {
   ReplicaDevice(Device& dev, const infer::InferPlan& plan, const ReplicaShape& s, bool values)
       : dev_(dev), s_(s), d_(dev, plan, s.model, s.seed, values ? s.init : nullptr), sampler_(s.sampling) {}
 
-  void release(int seq) {
-    const auto it = ids_.find(seq);
+  void apply(const ClusterStepExecutor::CacheOp& op) {
+    using Kind = ClusterStepExecutor::CacheOp::Kind;
+    if (op.kind == Kind::kEvict) {
+      kept_.erase(op.block);
+      return;
+    }
+    const auto it = ids_.find(op.seq);
     if (it == ids_.end()) return;
-    d_.engine().cache().release(it->second);
-    ids_.erase(it);
+    infer::KvCache& cache = d_.engine().cache();
+    if (op.kind == Kind::kRelease) {
+      cache.release(it->second);
+      ids_.erase(it);
+    } else if (cache.keys(it->second, 0) != nullptr) {  // values: keep a copy of the block's rows
+      std::vector<float>& rows = kept_[op.block];
+      rows.resize(size_t(2 * cache.shape().layers * op.tokens * cache.shape().row()));
+      copy_rows(cache, it->second, op.first, op.tokens, rows.data(), true);
+    }
   }
 
   // The step starts at `start` (the scheduler's clock) or when this device
@@ -59,7 +81,10 @@ class ReplicaDevice {
     for (const BatchEntry& e : batch) {
       if (e.samples) keys.push_back({s_.sampling.seed + uint64_t(e.request), uint64_t(e.draw)});
       auto it = ids_.find(e.seq);
-      if (it == ids_.end()) it = ids_.emplace(e.seq, cache.add_sequence(s_.model.block_size)).first;
+      if (it == ids_.end()) {
+        it = ids_.emplace(e.seq, cache.add_sequence(s_.model.block_size)).first;
+        adopt(it->second, e);
+      }
       SHARDLAB_CHECK(cache.length(it->second) == e.context,
                      fmt::format("serving: sequence {} has {} cached tokens, the scheduler says {}", e.seq,
                                  cache.length(it->second), e.context));
@@ -70,9 +95,34 @@ class ReplicaDevice {
     DeviceStep out{dev_.compute().now(), 0, {}};
     const infer::StepOutput o = d_.engine().step(inputs);
     out.tokens = d_.choose(o, samples, sampler_, keys);
-    d_.share(out.tokens);
+    d_.share(out.tokens, s_.virtual_engines == 1);
     out.end = dev_.compute().now();
     return out;
+  }
+
+  // A sequence admitted on cached blocks starts with their rows.
+  void adopt(int id, const BatchEntry& e) {
+    infer::KvCache& cache = d_.engine().cache();
+    const int block = e.prefix_blocks.empty() ? 0 : int(e.context / int64_t(e.prefix_blocks.size()));
+    for (const int32_t b : e.prefix_blocks) {
+      const int first = cache.adopt(id, block);
+      if (cache.keys(id, 0) == nullptr) continue;  // shapes only
+      const auto kept = kept_.find(b);
+      SHARDLAB_CHECK(kept != kept_.end(), fmt::format("serving: block {} is not in the prefix cache", b));
+      copy_rows(cache, id, first, block, kept->second.data(), false);
+    }
+  }
+
+  // Rows [first, first + n) of every local layer's K and V of `id`, to
+  // (`out`) or from `rows`, laid out (layer, K/V, n, Cl).
+  static void copy_rows(infer::KvCache& cache, int id, int64_t first, int n, float* rows, bool out) {
+    const int64_t row = cache.shape().row(), span = n * row;
+    for (int l = 0; l < cache.shape().layers; ++l)
+      for (int kv = 0; kv < 2; ++kv) {
+        float* at = (kv == 0 ? cache.keys(id, l) : cache.values(id, l)) + first * row;
+        float* kept = rows + (2 * l + kv) * span;
+        out ? std::copy(at, at + span, kept) : std::copy(kept, kept + span, at);
+      }
   }
 
   double kv_bytes_per_token() {
@@ -86,6 +136,7 @@ class ReplicaDevice {
   infer::InferDevice d_;
   infer::Sampler sampler_;  // draws by request (ReplicaShape::sampling)
   std::unordered_map<int, int> ids_;
+  std::unordered_map<int32_t, std::vector<float>> kept_;  // named blocks' rows (prefix caching, values)
 };
 
 }  // namespace
@@ -101,7 +152,7 @@ struct ClusterStepExecutor::Mailbox {
   bool stop = false, failed = false;
   std::vector<BatchEntry> batch;
   Time start = 0;
-  std::vector<int> releases, pending;  // of the posted job; for the next one
+  std::vector<CacheOp> ops, pending;  // of the posted job; for the next one
   std::vector<DeviceStep> steps;
   std::thread runner;
   RunResult result;
@@ -170,12 +221,12 @@ void ClusterStepExecutor::start() {
           if (b.stop || b.failed) return;
           seen = b.job;
           const std::vector<BatchEntry> batch = b.batch;
-          const std::vector<int> releases = b.releases;
+          const std::vector<CacheOp> ops = b.ops;
           const Time start = b.start;
           l.unlock();
           DeviceStep s;
           try {
-            for (int seq : releases) d.release(seq);
+            for (const CacheOp& op : ops) d.apply(op);
             s = d.step(batch, start);
           } catch (...) {
             std::lock_guard<std::mutex> g(b.m);
@@ -205,11 +256,22 @@ void ClusterStepExecutor::begin_step(int replica, double now_s) {
     clock_ = 0;
   }
   replica_ = replica;
-  start_ = std::max(clock_, now);
+  // One engine: after the last step. Several: at the engine's own time (each
+  // device then waits until it is free).
+  start_ = shape_.virtual_engines > 1 ? now : std::max(clock_, now);
 }
 
+// Only the scheduler's thread touches `pending`.
 void ClusterStepExecutor::release(int seq) {
-  if (box_) box_->pending.push_back(seq);  // only the scheduler's thread touches `pending`
+  if (box_) box_->pending.push_back({CacheOp::Kind::kRelease, seq});
+}
+
+void ClusterStepExecutor::cache_block(int seq, int64_t first, int tokens, int32_t block) {
+  if (box_) box_->pending.push_back({CacheOp::Kind::kCache, seq, first, tokens, block});
+}
+
+void ClusterStepExecutor::evict_block(int32_t block) {
+  if (box_) box_->pending.push_back({CacheOp::Kind::kEvict, 0, 0, 0, block});
 }
 
 StepOutcome ClusterStepExecutor::run_step(std::span<const BatchEntry> batch) {
@@ -218,7 +280,7 @@ StepOutcome ClusterStepExecutor::run_step(std::span<const BatchEntry> batch) {
   std::unique_lock<std::mutex> l(b.m);
   b.batch.assign(batch.begin(), batch.end());
   b.start = start_;
-  b.releases.swap(b.pending);
+  b.ops.swap(b.pending);
   b.pending.clear();
   const int64_t job = ++b.job;
   b.cv.notify_all();

@@ -34,7 +34,15 @@ struct Recording final : StepExecutor {
   }
   void begin_step(int replica, double now_s) override { ex.begin_step(replica, now_s); }
   void release(int seq) override { ex.release(seq); }
+  void cache_block(int seq, int64_t first, int tokens, int32_t block) override {
+    ex.cache_block(seq, first, tokens, block);
+  }
+  void evict_block(int32_t block) override {
+    ++evictions;
+    ex.evict_block(block);
+  }
   ClusterStepExecutor& ex;
+  int evictions = 0;
   int chunks_without_token = 0;
   int64_t tokens_fed = 0, new_tokens = 0;
 };
@@ -57,6 +65,7 @@ struct Served {
   ReplicaResult result;
   int chunks_without_token = 0;
   int64_t tokens_fed = 0, new_tokens = 0;
+  int evictions = 0;
 };
 
 Served serve_on_values(const model::GPTConfig& c, const model::SafetensorsFile& init, Split s,
@@ -67,6 +76,7 @@ Served serve_on_values(const model::GPTConfig& c, const model::SafetensorsFile& 
   Cluster cluster(load_profile("a100-nvlink"), co);
   ReplicaShape shape{c, s.tp, s.pp, s.ep, /*phantom=*/false, 1, &init};
   shape.sampling = sampling;
+  shape.virtual_engines = o.virtual_engines;
   ClusterStepExecutor ex(cluster, shape);
   Recording rec(ex);
   Served out{simulate_replica(reqs, o, rec), 0, 0, 0};
@@ -74,6 +84,7 @@ Served serve_on_values(const model::GPTConfig& c, const model::SafetensorsFile& 
   out.chunks_without_token = rec.chunks_without_token;
   out.tokens_fed = rec.tokens_fed;
   out.new_tokens = rec.new_tokens;
+  out.evictions = rec.evictions;
   return out;
 }
 
@@ -91,16 +102,28 @@ std::vector<Token> alone(const model::GPTConfig& c, const model::SafetensorsFile
   return infer::testing::run_generate(o).tokens;
 }
 
+// The small model with perturbed weights, as a checkpoint.
+struct Tiny {
+  model::GPTConfig c;
+  model::SafetensorsFile init;
+};
+
+Tiny tiny(bool moe) {
+  const model::GPTConfig c = infer::testing::small_config(moe);
+  model::GPT<float> ref(c, 7);
+  infer::testing::perturb(ref);
+  return {c, infer::testing::as_checkpoint(ref)};
+}
+
 // Sampled at a high temperature over the top 40 and a 0.95 nucleus: tokens
 // far from the greedy ones.
 const infer::SamplingOptions kSampled{1.5, 40, 500, 0.95};
 
 void expect_generates_tokens(bool moe, const std::vector<Split>& splits,
                              const infer::SamplingOptions& sampling = {}) {
-  const model::GPTConfig c = infer::testing::small_config(moe);
-  model::GPT<float> ref(c, 7);
-  infer::testing::perturb(ref);
-  const model::SafetensorsFile init = infer::testing::as_checkpoint(ref);
+  const Tiny t = tiny(moe);
+  const model::GPTConfig& c = t.c;
+  const model::SafetensorsFile& init = t.init;
   const std::vector<Request> reqs = workload(c.token_vocab());
   std::vector<std::vector<Token>> want;
   for (const Request& r : reqs) want.push_back(alone(c, init, r, sampling));
@@ -136,10 +159,9 @@ TEST(ServeTokens, SampledRequestsDrawGeneratesTokensWithSeedPlusId) {
   expect_generates_tokens(false, {{2, 1, 1}, {1, 2, 1}}, kSampled);
   expect_generates_tokens(true, {{1, 1, 2}}, kSampled);
   // The draws are not greedy's: the same run without sampling differs.
-  const model::GPTConfig c = infer::testing::small_config(false);
-  model::GPT<float> ref(c, 7);
-  infer::testing::perturb(ref);
-  const model::SafetensorsFile init = infer::testing::as_checkpoint(ref);
+  const Tiny t = tiny(false);
+  const model::GPTConfig& c = t.c;
+  const model::SafetensorsFile& init = t.init;
   const Request r = workload(c.token_vocab())[2];
   EXPECT_NE(alone(c, init, r, kSampled), alone(c, init, r));
 }
@@ -147,10 +169,9 @@ TEST(ServeTokens, SampledRequestsDrawGeneratesTokensWithSeedPlusId) {
 // Static batching reserves every request's whole KV: no preemption, no
 // chunks; the tokens are generate's too, greedy and sampled.
 TEST(ServeTokens, StaticBatchingGivesGeneratesTokens) {
-  const model::GPTConfig c = infer::testing::small_config(false);
-  model::GPT<float> ref(c, 7);
-  infer::testing::perturb(ref);
-  const model::SafetensorsFile init = infer::testing::as_checkpoint(ref);
+  const Tiny t = tiny(false);
+  const model::GPTConfig& c = t.c;
+  const model::SafetensorsFile& init = t.init;
   const std::vector<Request> reqs = workload(c.token_vocab());
   SchedulerOptions o;
   o.batching = Batching::kStatic;
@@ -162,6 +183,57 @@ TEST(ServeTokens, StaticBatchingGivesGeneratesTokens) {
       EXPECT_EQ(got.result.requests[i].tokens, alone(c, init, reqs[i], sampling))
           << "request " << i << ", temperature " << sampling.temperature;
   }
+}
+
+// Prefix caching on values: requests of two shared prefixes (8 and 12
+// tokens) in chunks of 6, on 6 blocks of 4 (evictions and preemptions):
+// a request's prefill starts on the K and V another one computed, and its
+// tokens are still generate's, greedy and sampled.
+TEST(ServeTokens, PrefixCachingGivesGeneratesTokens) {
+  const Tiny t = tiny(false);
+  const model::GPTConfig& c = t.c;
+  const model::SafetensorsFile& init = t.init;
+  std::vector<Request> reqs = {{0, 0, 12, 6, {}, 0, 8},      {1, 0.001, 10, 5, {}, 0, 8}, {2, 0.0015, 14, 4, {}, 1, 12},
+                               {3, 0.002, 13, 6, {}, 1, 12}, {4, 0.003, 9, 7, {}, 0, 8},  {5, 0.004, 12, 3, {}, 1, 12}};
+  draw_prompts(reqs, c.token_vocab(), 21);
+  ASSERT_EQ(std::vector<Token>(reqs[0].prompt.begin(), reqs[0].prompt.begin() + 8),
+            std::vector<Token>(reqs[4].prompt.begin(), reqs[4].prompt.begin() + 8));
+  SchedulerOptions o;
+  o.kv_blocks = 6;
+  o.kv_block = 4;
+  o.chunked_prefill = 6;
+  o.prefix_caching = true;
+  for (const infer::SamplingOptions& sampling : {infer::SamplingOptions{}, kSampled})
+    for (const Split& s : {Split{1, 1, 1}, Split{2, 1, 1}, Split{1, 2, 1}}) {
+      const Served got = serve_on_values(c, init, s, o, reqs, sampling);
+      std::printf("prefix caching, %s%s: %lld of %lld prompt tokens cached, %d evictions, %lld preemptions\n",
+                  sampling.temperature > 0 ? "sampled " : "", s.name().c_str(), (long long)got.result.prefix_hit_tokens,
+                  (long long)got.result.prefix_query_tokens, got.evictions, (long long)got.result.preemptions);
+      EXPECT_GT(got.result.prefix_hit_tokens, 0) << s.name();
+      EXPECT_GT(got.evictions, 0) << s.name();  // the test covers a block's reuse
+      EXPECT_GT(got.result.preemptions, 0) << s.name();
+      for (size_t i = 0; i < reqs.size(); ++i)
+        EXPECT_EQ(got.result.requests[i].tokens, alone(c, init, reqs[i], sampling)) << s.name() << ", request " << i;
+    }
+}
+
+// Two batches in flight through 2 stages (virtual engines): the devices
+// interleave the engines' steps, each request's tokens are generate's.
+TEST(ServeTokens, TwoVirtualEnginesThroughTwoStagesGiveGeneratesTokens) {
+  const Tiny t = tiny(false);
+  const model::GPTConfig& c = t.c;
+  const model::SafetensorsFile& init = t.init;
+  const std::vector<Request> reqs = workload(c.token_vocab());
+  SchedulerOptions o;
+  o.kv_blocks = 40;
+  o.kv_block = 4;
+  o.virtual_engines = 2;
+  for (const infer::SamplingOptions& sampling : {infer::SamplingOptions{}, kSampled})
+    for (const Split& s : {Split{1, 2, 1}, Split{2, 2, 1}}) {
+      const Served got = serve_on_values(c, init, s, o, reqs, sampling);
+      for (size_t i = 0; i < reqs.size(); ++i)
+        EXPECT_EQ(got.result.requests[i].tokens, alone(c, init, reqs[i], sampling)) << s.name() << ", request " << i;
+    }
 }
 
 TEST(ServeTokens, DrawnPromptsAreInTheVocabularyAndRepeat) {
