@@ -48,8 +48,7 @@ std::vector<float> InferDevice::choose(const StepOutput& out, const std::vector<
   std::vector<float> tokens(size_t(S), 0.0f);
   if (!chooses_ || S == 0) return tokens;
   const model::GPTConfig& m = engine_.config();
-  const double V = m.vocab_size;
-  dev_.run(dev_.compute(), "sample", OpCost{5.0 * V * double(S), V * double(S) * element_size(dev_.precision())});
+  charge_choice(S);
   if (out.logits.empty()) return tokens;  // phantom
   size_t k = 0;
   for (size_t i = 0; i < samples.size(); ++i) {
@@ -59,6 +58,12 @@ std::vector<float> InferDevice::choose(const StepOutput& out, const std::vector<
     ++k;
   }
   return tokens;
+}
+
+void InferDevice::charge_choice(int64_t rows) {
+  if (!chooses_ || rows == 0) return;
+  const double V = engine_.config().vocab_size;
+  dev_.run(dev_.compute(), "sample", OpCost{5.0 * V * double(rows), V * double(rows) * element_size(dev_.precision())});
 }
 
 void InferDevice::share(std::vector<float>& tokens, bool to_first_stage) {

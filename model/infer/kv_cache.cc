@@ -63,6 +63,15 @@ int KvCache::adopt(int seq, int n) {
   return first;
 }
 
+void KvCache::truncate(int seq, int n) {
+  Entry& e = entry(seq);
+  SHARDLAB_CHECK(n >= e.shared && n <= e.length,
+                 fmt::format("KV cache: sequence {} of {} tokens ({} shared) cannot keep {}", seq, e.length, e.shared, n));
+  dev_.arena().release(bytes_for(shape_, e.length - n, elem_), MemKind::kKvCache);
+  tokens_ -= e.length - n;
+  e.length = n;
+}
+
 float* KvCache::keys(int seq, int local_layer) {
   Entry& e = entry(seq);
   if (e.data.phantom()) return nullptr;

@@ -50,6 +50,9 @@ class KvCache {
   // sequences (a serving prefix cache's blocks): charged to nobody here,
   // since the sequence that computed them was. Returns the first position.
   int adopt(int seq, int n);
+  // Keeps the first n tokens of `seq` (a speculative step's rejected
+  // tokens dropped), giving the bytes of the rest back.
+  void truncate(int seq, int n);
 
   int length(int seq) const { return entry(seq).length; }
   int capacity(int seq) const { return entry(seq).max_tokens; }

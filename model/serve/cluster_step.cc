@@ -39,6 +39,7 @@ namespace {
 struct DeviceStep {
   Time begin = 0, end = 0;
   std::vector<float> tokens;  // of the sampling entries (zeros in a phantom run)
+  std::vector<int> counts;    // speculating: tokens of each sampling entry
 };
 
 // One device of the replica: its engine (infer::InferDevice), and the
@@ -46,8 +47,11 @@ struct DeviceStep {
 // the weights are loaded or initialised (false in a phantom run).
 class ReplicaDevice {
  public:
-  ReplicaDevice(Device& dev, const infer::InferPlan& plan, const ReplicaShape& s, bool values)
-      : dev_(dev), s_(s), d_(dev, plan, s.model, s.seed, values ? s.init : nullptr), sampler_(s.sampling) {}
+  ReplicaDevice(Device& dev, const infer::InferPlan& plan, const infer::InferPlan* draft_plan, const ReplicaShape& s,
+                bool values)
+      : dev_(dev), s_(s), d_(dev, plan, s.model, s.seed, values ? s.init : nullptr), sampler_(s.sampling) {
+    if (draft_plan) spec_ = std::make_unique<Speculator>(dev, *draft_plan, *s.speculative, values, s.sampling.seed);
+  }
 
   void apply(const ClusterStepExecutor::CacheOp& op) {
     using Kind = ClusterStepExecutor::CacheOp::Kind;
@@ -59,6 +63,7 @@ class ReplicaDevice {
     if (it == ids_.end()) return;
     infer::KvCache& cache = d_.engine().cache();
     if (op.kind == Kind::kRelease) {
+      if (spec_) spec_->release(op.seq);
       cache.release(it->second);
       ids_.erase(it);
     } else if (cache.keys(it->second, 0) != nullptr) {  // values: keep a copy of the block's rows
@@ -78,6 +83,8 @@ class ReplicaDevice {
     std::vector<infer::SeqInput> inputs;
     std::vector<bool> samples;
     std::vector<infer::DrawKey> keys;
+    std::vector<int> ids;
+    const std::vector<std::vector<model::Token>> proposed = spec_ ? spec_->propose(batch) : std::vector<std::vector<model::Token>>{};
     for (const BatchEntry& e : batch) {
       if (e.samples) keys.push_back({s_.sampling.seed + uint64_t(e.request), uint64_t(e.draw)});
       auto it = ids_.find(e.seq);
@@ -88,14 +95,27 @@ class ReplicaDevice {
       SHARDLAB_CHECK(cache.length(it->second) == e.context,
                      fmt::format("serving: sequence {} has {} cached tokens, the scheduler says {}", e.seq,
                                  cache.length(it->second), e.context));
-      SHARDLAB_CHECK(e.tokens.empty() || e.tokens.size() == size_t(e.new_tokens), "serving: token ids per new token");
-      inputs.push_back({it->second, e.tokens.empty() ? std::vector<model::Token>(size_t(e.new_tokens), 0) : e.tokens});
+      SHARDLAB_CHECK(e.tokens.empty() || e.tokens.size() == size_t(e.new_tokens - e.draft),
+                     "serving: token ids per new token");
+      inputs.push_back({it->second, e.tokens.empty() ? std::vector<model::Token>(size_t(e.new_tokens - e.draft), 0) : e.tokens,
+                        e.draft > 0});
+      if (e.draft > 0) {  // the last token, then the proposals to verify
+        std::vector<model::Token>& t = inputs.back().tokens;
+        t.insert(t.end(), proposed[ids.size()].begin(), proposed[ids.size()].end());
+      }
+      ids.push_back(it->second);
       samples.push_back(e.samples);
     }
-    DeviceStep out{dev_.compute().now(), 0, {}};
+    DeviceStep out{dev_.compute().now(), 0, {}, {}};
     const infer::StepOutput o = d_.engine().step(inputs);
-    out.tokens = d_.choose(o, samples, sampler_, keys);
-    d_.share(out.tokens, s_.virtual_engines == 1);
+    if (spec_) {
+      Speculator::Verified v = spec_->verify(d_, o, batch, proposed, ids);
+      out.tokens = std::move(v.tokens);
+      out.counts = std::move(v.counts);
+    } else {
+      out.tokens = d_.choose(o, samples, sampler_, keys);
+      d_.share(out.tokens, s_.virtual_engines == 1);
+    }
     out.end = dev_.compute().now();
     return out;
   }
@@ -125,9 +145,12 @@ class ReplicaDevice {
       }
   }
 
+  // The target's and the draft's K and V of a token.
   double kv_bytes_per_token() {
-    const infer::KvCache& cache = d_.engine().cache();
-    return cache.tokens() > 0 ? double(cache.bytes()) / double(cache.tokens()) : 0;
+    double b = 0;
+    for (const infer::KvCache* c : {&d_.engine().cache(), spec_ ? &spec_->cache() : nullptr})
+      if (c && c->tokens() > 0) b += double(c->bytes()) / double(c->tokens());
+    return b;
   }
 
  private:
@@ -137,6 +160,7 @@ class ReplicaDevice {
   infer::Sampler sampler_;  // draws by request (ReplicaShape::sampling)
   std::unordered_map<int, int> ids_;
   std::unordered_map<int32_t, std::vector<float>> kept_;  // named blocks' rows (prefix caching, values)
+  std::unique_ptr<Speculator> spec_;                      // the draft model, when speculating
 };
 
 }  // namespace
@@ -162,6 +186,14 @@ struct ClusterStepExecutor::Mailbox {
 ClusterStepExecutor::ClusterStepExecutor(Cluster& cluster, ReplicaShape shape)
     : cluster_(cluster), shape_(std::move(shape)), plan_(shape_.model, shape_.tp, shape_.pp, shape_.ep) {
   plan_.check_cluster(cluster, "a replica");
+  if (const auto& sp = shape_.speculative) {
+    if (shape_.pp > 1 || shape_.ep > 1) throw ConfigError("`speculative` runs the draft beside the target on tp only: no `pp` or `ep`");
+    if (sp->draft.token_vocab() != shape_.model.token_vocab() || sp->draft.block_size < shape_.model.block_size)
+      throw ConfigError(fmt::format("`speculative`: the draft model's vocabulary ({}) and context ({}) must be the "
+                                    "target's ({}, at least {})", sp->draft.token_vocab(), sp->draft.block_size,
+                                    shape_.model.token_vocab(), shape_.model.block_size));
+    draft_plan_.emplace(sp->draft, shape_.tp, 1, 1);
+  }
   if (Transport* t = process_transport()) owners_ = device_owners(shape_.world(), t->processes(), cluster.profile());
   if (!shape_.phantom || !shape_.fold) return;
   representative_ = plan_.fold_representatives(cluster.profile());
@@ -187,7 +219,7 @@ ReplicaPlan ClusterStepExecutor::plan(int64_t max_batch_tokens) {
   cluster_.set_representatives(representative_);
   const RunResult r = cluster_.run([&](Device& dev) {
     model::PhantomScope phantom(true);  // sizes only
-    ReplicaDevice d(dev, plan_, shape_, false);
+    ReplicaDevice d(dev, plan_, draft_plan_ ? &*draft_plan_ : nullptr, shape_, false);
     d.step(probe, 0);
     p.kv_bytes_per_token[size_t(dev.rank())] = d.kv_bytes_per_token();
   });
@@ -214,7 +246,7 @@ void ClusterStepExecutor::start() {
     try {
       b.result = cluster_.run([this, &b](Device& dev) {
         model::PhantomScope phantom(shape_.phantom);
-        ReplicaDevice d(dev, plan_, shape_, !shape_.phantom);
+        ReplicaDevice d(dev, plan_, draft_plan_ ? &*draft_plan_ : nullptr, shape_, !shape_.phantom);
         for (int64_t seen = 0;;) {
           std::unique_lock<std::mutex> l(b.m);
           b.cv.wait(l, [&] { return b.job > seen || b.stop || b.failed; });
@@ -297,9 +329,12 @@ StepOutcome ClusterStepExecutor::run_step(std::span<const BatchEntry> batch) {
   std::vector<model::Token> tokens;
   if (const int sampler = plan_.sampler; !shape_.phantom && here(sampler))
     for (float t : b.steps[size_t(sampler)].tokens) tokens.push_back(model::Token(t));
+  std::vector<int> counts;  // speculating: every device that ran holds the same
+  for (const DeviceStep& d : b.steps)
+    if (counts.empty()) counts = d.counts;
   l.unlock();
   agree_on_step(end, tokens);
-  StepOutcome out{to_seconds(end - start_), std::move(tokens)};
+  StepOutcome out{to_seconds(end - start_), std::move(tokens), std::move(counts)};
   clock_ = end;
   start_ = end;
   return out;

@@ -53,6 +53,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "collectives/mesh.h"
@@ -61,6 +62,7 @@
 #include "model/infer/sampler.h"
 #include "model/io/safetensors.h"
 #include "model/serve/scheduler.h"
+#include "model/serve/speculative.h"
 #include "runtime/cluster.h"
 #include "runtime/trace.h"
 
@@ -75,6 +77,8 @@ struct ReplicaShape {
   const model::SafetensorsFile* init = nullptr;  // checked with infer::check_generate_init
   bool fold = false;                             // phantom, dense: tp rank 0 plays its tp peers
   int virtual_engines = 1;                       // batches in flight (SchedulerOptions::virtual_engines)
+  // A draft model beside the target (speculative.h; tp only, greedy).
+  std::optional<SpeculativeShape> speculative;
   // How tokens are chosen: request i's n-th token is draw n of seed + i
   // (greedy at temperature 0), as generate's with --seed seed + i.
   infer::SamplingOptions sampling;
@@ -130,6 +134,7 @@ class ClusterStepExecutor final : public StepExecutor {
   Cluster& cluster_;
   ReplicaShape shape_;
   infer::InferPlan plan_;  // the split, checked; mesh, sampler, folding
+  std::optional<infer::InferPlan> draft_plan_;  // the draft model's, when speculating
   std::vector<int> representative_;  // per rank, when folded; empty: every rank runs
   std::vector<int> owners_;          // per rank, its process under mpirun; empty: this one
   std::unique_ptr<Mailbox> box_;

@@ -5,6 +5,7 @@
 #include <deque>
 #include <limits>
 #include <memory>
+#include <numeric>
 
 #include <fmt/format.h>
 
@@ -75,7 +76,7 @@ class Replica {
   bool reserve(int s, int64_t hit, int64_t tokens);
   void name_blocks(int s);
   BatchEntry entry(int s, int64_t n) const;
-  void book(const std::vector<BatchEntry>& batch, const std::vector<model::Token>& tokens);
+  void book(const std::vector<BatchEntry>& batch, const StepOutcome& step);
   int global(int s) const { return s * stride_ + offset_; }
   int local(int g) const { return (g - offset_) / stride_; }
 
@@ -197,15 +198,18 @@ std::vector<BatchEntry> Replica::continuous_batch() {
     const int s = running_[i];
     Seq& q = seqs_[size_t(s)];
     if (!q.prefilled()) continue;
+    const int drafts = std::min(o_.speculative, q.r->output_len - q.generated - 1);  // to verify with its token
     bool preempted = false;
-    while (!preempted && !kv_.grow(s, q.cached + 1)) {
+    while (!preempted && !kv_.grow(s, q.cached + 1 + drafts)) {
       const int victim = running_.back();
       preempt(victim);
       preempted = victim == s;
     }
     if (preempted) break;  // s was the last one running
     batch.push_back(entry(s, 1));
-    ++tokens;
+    batch.back().new_tokens += drafts;
+    batch.back().draft = drafts;
+    tokens += 1 + drafts;
   }
   // Chunked prefills under way, then new ones.
   int64_t budget = o_.chunked_prefill > 0 ? o_.chunked_prefill : std::numeric_limits<int64_t>::max();
@@ -241,17 +245,20 @@ BatchEntry Replica::entry(int s, int64_t n) const {
   return e;
 }
 
-// `tokens`: the executor's, one per sampling entry (or none).
-void Replica::book(const std::vector<BatchEntry>& batch, const std::vector<model::Token>& tokens) {
-  size_t next = 0;
+// `step`: the executor's tokens, `counts` of each sampling entry (or none).
+void Replica::book(const std::vector<BatchEntry>& batch, const StepOutcome& step) {
+  size_t next = 0, k = 0;
   for (const BatchEntry& e : batch) {
     const int s = local(e.seq);
     Seq& q = seqs_[size_t(s)];
-    q.cached += e.new_tokens;
+    const int count = e.samples && !step.counts.empty() ? step.counts[k++] : 1;
+    SHARDLAB_CHECK(count >= 1 && count <= e.draft + 1, "the executor produced more tokens than it verified");
+    q.cached += e.draft > 0 ? count : e.new_tokens;  // the last token and the accepted drafts
     if (o_.prefix_caching) name_blocks(s);
     if (!e.samples) continue;  // a chunk short of the prompt's end
-    if (!tokens.empty()) q.ids.push_back(tokens[next++]);
-    ++q.generated;
+    if (!step.tokens.empty()) q.ids.insert(q.ids.end(), step.tokens.begin() + next, step.tokens.begin() + next + count);
+    next += size_t(count);
+    q.generated += count;
     if (q.first_token_s < 0) q.first_token_s = now_;
     if (q.generated == q.r->output_len) {
       q.finish_s = now_;
@@ -273,13 +280,16 @@ void Replica::step(int replica) {
   const double dt = step.seconds;
   SHARDLAB_CHECK(std::isfinite(dt) && dt > 0, "a step must take a positive, finite time");
   const auto sampling = std::count_if(batch.begin(), batch.end(), [](const BatchEntry& e) { return e.samples; });
-  SHARDLAB_CHECK(step.tokens.empty() || int64_t(step.tokens.size()) == sampling,
-                 "the executor must return one token per sampling entry, or none");
+  SHARDLAB_CHECK(step.counts.empty() || int64_t(step.counts.size()) == sampling,
+                 "the executor must count the tokens of every sampling entry, or none");
+  const int64_t produced = step.counts.empty() ? sampling : std::accumulate(step.counts.begin(), step.counts.end(), 0);
+  SHARDLAB_CHECK(step.tokens.empty() || int64_t(step.tokens.size()) == produced,
+                 "the executor must return every token it produced, or none");
   now_ += dt;
   int batch_tokens = 0;
   for (const BatchEntry& e : batch) batch_tokens += e.new_tokens;
   out_.usage.push_back({now_, dt, kv_.used_blocks(), int(running_.size()), int(waiting_.size()), batch_tokens});
-  book(batch, step.tokens);
+  book(batch, step);
   ++out_.steps;
 }
 
@@ -352,6 +362,8 @@ ReplicaResult simulate_replica(const std::vector<Request>& requests, const Sched
     throw ConfigError("`chunked_prefill` needs `batching` continuous");
   if (o.batching == Batching::kStatic && o.prefix_caching)
     throw ConfigError("`prefix_caching` needs `batching` continuous");
+  if (o.batching == Batching::kStatic && o.speculative > 0)
+    throw ConfigError("`speculative` needs `batching` continuous");
   SHARDLAB_CHECK(o.virtual_engines > 0, "a replica needs a virtual engine");
   if (o.virtual_engines == 1) {
     Replica r(requests, o, executor);

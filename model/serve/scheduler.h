@@ -34,6 +34,13 @@
 // blocks are named when the step that computes them ends, so a request
 // admitted in the same step shares nothing with it.
 //
+// Speculative decoding (k): every decode of a sequence with r tokens left
+// to produce proposes min(k, r - 1) draft tokens and verifies them with the
+// last token in one target step (new_tokens 1 + that): the executor says
+// how many tokens it produced (the accepted drafts and the target's own
+// next one), and as many join the cache. The blocks are grown for all
+// 1 + k first (vLLM's lookahead slots).
+//
 // Virtual engines (a pipeline-parallel replica, as vLLM runs one): V
 // schedulers share the replica's devices, each with its requests (dealt
 // round-robin in arrival order; vLLM gives a new request to the engine with
@@ -75,6 +82,7 @@ struct BatchEntry {
   int request = 0;
   int draw = 0;
   std::vector<int32_t> prefix_blocks;
+  int draft = 0;  // speculative decoding: the draft tokens to propose (tokens: the last one only)
 };
 
 struct StepOutcome {
@@ -82,6 +90,9 @@ struct StepOutcome {
   // The token of every sampling entry, in batch order; empty when the
   // executor computes no values (shapes only).
   std::vector<model::Token> tokens;
+  // Tokens produced by each sampling entry (1 + accepted drafts, for a
+  // speculative one), in batch order; empty: one each.
+  std::vector<int> counts;
 };
 
 class StepExecutor {
@@ -115,6 +126,7 @@ struct SchedulerOptions {
   // Batches in flight (vLLM's virtual engines, pipeline_parallel_size of
   // them): V schedulers, each over its own requests and 1/V of the blocks.
   int virtual_engines = 1;
+  int speculative = 0;  // draft tokens per decode (0: none)
 };
 
 struct RequestRecord {

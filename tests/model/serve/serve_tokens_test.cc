@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include <fmt/format.h>
@@ -28,9 +29,14 @@ struct Recording final : StepExecutor {
     for (const BatchEntry& e : batch) {
       chunks_without_token += e.samples ? 0 : 1;
       tokens_fed += int64_t(e.tokens.size());
-      new_tokens += e.new_tokens;
+      new_tokens += e.new_tokens - e.draft;
+      drafts += e.draft;
     }
-    return ex.run_step(batch);
+    StepOutcome o = ex.run_step(batch);
+    size_t k = 0;
+    for (const BatchEntry& e : batch)
+      if (e.samples && !o.counts.empty()) accepted += o.counts[k++] - 1;
+    return o;
   }
   void begin_step(int replica, double now_s) override { ex.begin_step(replica, now_s); }
   void release(int seq) override { ex.release(seq); }
@@ -45,6 +51,7 @@ struct Recording final : StepExecutor {
   int evictions = 0;
   int chunks_without_token = 0;
   int64_t tokens_fed = 0, new_tokens = 0;
+  int64_t drafts = 0, accepted = 0;
 };
 
 // Five requests of 5..14 prompt tokens and 5..10 new ones: three at once,
@@ -66,17 +73,20 @@ struct Served {
   int chunks_without_token = 0;
   int64_t tokens_fed = 0, new_tokens = 0;
   int evictions = 0;
+  int64_t drafts = 0, accepted = 0;
 };
 
 Served serve_on_values(const model::GPTConfig& c, const model::SafetensorsFile& init, Split s,
                        const SchedulerOptions& o, const std::vector<Request>& reqs,
-                       const infer::SamplingOptions& sampling = {}) {
+                       const infer::SamplingOptions& sampling = {},
+                       const std::optional<SpeculativeShape>& speculative = std::nullopt) {
   ClusterOptions co;
   co.world_size = s.tp * s.pp * s.ep;
   Cluster cluster(load_profile("a100-nvlink"), co);
   ReplicaShape shape{c, s.tp, s.pp, s.ep, /*phantom=*/false, 1, &init};
   shape.sampling = sampling;
   shape.virtual_engines = o.virtual_engines;
+  shape.speculative = speculative;
   ClusterStepExecutor ex(cluster, shape);
   Recording rec(ex);
   Served out{simulate_replica(reqs, o, rec), 0, 0, 0};
@@ -85,6 +95,8 @@ Served serve_on_values(const model::GPTConfig& c, const model::SafetensorsFile& 
   out.tokens_fed = rec.tokens_fed;
   out.new_tokens = rec.new_tokens;
   out.evictions = rec.evictions;
+  out.drafts = rec.drafts;
+  out.accepted = rec.accepted;
   return out;
 }
 
@@ -233,6 +245,38 @@ TEST(ServeTokens, TwoVirtualEnginesThroughTwoStagesGiveGeneratesTokens) {
       const Served got = serve_on_values(c, init, s, o, reqs, sampling);
       for (size_t i = 0; i < reqs.size(); ++i)
         EXPECT_EQ(got.result.requests[i].tokens, alone(c, init, reqs[i], sampling)) << s.name() << ", request " << i;
+    }
+}
+
+// Greedy speculative decoding (k = 3) under continuous batching with
+// chunks and preemptions: with the target itself as the draft every
+// proposal is accepted; with a 2-layer draft of other weights some are
+// not. Either way each request's tokens are generate's (no draft).
+TEST(ServeTokens, GreedySpeculativeDecodingGivesGeneratesTokens) {
+  const Tiny t = tiny(false);
+  const std::vector<Request> reqs = workload(t.c.token_vocab());
+  std::vector<std::vector<Token>> want;
+  for (const Request& r : reqs) want.push_back(alone(t.c, t.init, r));
+  model::GPTConfig small = t.c;
+  small.n_layer = 2;
+  model::GPT<float> other(small, 11);
+  infer::testing::perturb(other, 11);
+  const model::SafetensorsFile other_init = infer::testing::as_checkpoint(other);
+  SchedulerOptions o;
+  o.kv_blocks = 10;
+  o.kv_block = 4;
+  o.chunked_prefill = 6;
+  o.speculative = 3;
+  for (const bool self : {true, false})
+    for (const Split& s : {Split{1, 1, 1}, Split{2, 1, 1}}) {
+      const SpeculativeShape spec{self ? t.c : small, self ? &t.init : &other_init, 1, 3, -1};
+      const Served got = serve_on_values(t.c, t.init, s, o, reqs, {}, spec);
+      std::printf("draft %s, %s: %lld of %lld drafts accepted, %lld preemptions\n", self ? "= target" : "2 layers",
+                  s.name().c_str(), (long long)got.accepted, (long long)got.drafts, (long long)got.result.preemptions);
+      EXPECT_GT(got.drafts, 0);
+      if (self) EXPECT_EQ(got.accepted, got.drafts) << s.name();
+      else EXPECT_LT(got.accepted, got.drafts) << s.name();
+      for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(got.result.requests[i].tokens, want[i]) << s.name() << ", request " << i;
     }
 }
 
