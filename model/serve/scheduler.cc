@@ -254,6 +254,8 @@ void Replica::book(const std::vector<BatchEntry>& batch, const StepOutcome& step
     const int count = e.samples && !step.counts.empty() ? step.counts[k++] : 1;
     SHARDLAB_CHECK(count >= 1 && count <= e.draft + 1, "the executor produced more tokens than it verified");
     q.cached += e.draft > 0 ? count : e.new_tokens;  // the last token and the accepted drafts
+    out_.drafts_proposed += e.draft;
+    out_.drafts_accepted += e.draft > 0 ? count - 1 : 0;
     if (o_.prefix_caching) name_blocks(s);
     if (!e.samples) continue;  // a chunk short of the prompt's end
     if (!step.tokens.empty()) q.ids.insert(q.ids.end(), step.tokens.begin() + next, step.tokens.begin() + next + count);
@@ -347,6 +349,8 @@ ReplicaResult run_virtual_engines(const std::vector<Request>& requests, const Sc
     out.preemptions += r.preemptions;
     out.prefix_query_tokens += r.prefix_query_tokens;
     out.prefix_hit_tokens += r.prefix_hit_tokens;
+    out.drafts_proposed += r.drafts_proposed;
+    out.drafts_accepted += r.drafts_accepted;
   }
   std::sort(out.requests.begin(), out.requests.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
   return out;

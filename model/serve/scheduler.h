@@ -156,6 +156,8 @@ struct ReplicaResult {
   // Prefix caching, over every admission (readmissions too): the tokens
   // admitted sequences had to have cached, and those found in the cache.
   int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0;
+  // Speculative decoding: draft tokens verified, and accepted.
+  int64_t drafts_proposed = 0, drafts_accepted = 0;
 };
 
 // Throws ConfigError when a request can never run (more tokens than the

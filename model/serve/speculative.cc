@@ -1,6 +1,11 @@
 #include "model/serve/speculative.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+#include <fmt/format.h>
 
 #include "model/infer/sampler.h"
 #include "model/rng.h"
@@ -9,6 +14,26 @@
 namespace shardlab::serve {
 
 using model::Token;
+
+SpeculativeSpec parse_speculative(const std::string& text) {
+  const std::string usage = fmt::format("`speculative` {}: expected draft=PRESET,k=N[,accept=P]", text);
+  SpeculativeSpec s;
+  std::stringstream in(text);
+  for (std::string part; std::getline(in, part, ',');) {
+    const size_t eq = part.find('=');
+    if (eq == std::string::npos) throw ConfigError(usage);
+    const std::string key = part.substr(0, eq), value = part.substr(eq + 1);
+    char* end = nullptr;
+    const double v = std::strtod(value.c_str(), &end);
+    const bool number = !value.empty() && end == value.c_str() + value.size();
+    if (key == "draft" && !value.empty() && s.draft.empty()) s.draft = value;
+    else if (key == "k" && number && v == std::floor(v) && v >= 1 && v <= 64 && s.k == 0) s.k = int(v);
+    else if (key == "accept" && number && v >= 0 && v <= 1 && s.accept < 0) s.accept = v;
+    else throw ConfigError(usage + fmt::format(" ('{}': k in [1, 64], accept in [0, 1], each once)", part));
+  }
+  if (s.draft.empty() || s.k == 0) throw ConfigError(usage);
+  return s;
+}
 
 int accept_greedy(std::span<const Token> drafts, std::span<const Token> target) {
   SHARDLAB_CHECK(target.size() == drafts.size() + 1, "verification: one target token per proposal and one more");

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -39,6 +40,15 @@ struct SpeculativeShape {
   int k = 1;
   double accept = -1;  // a phantom run's acceptance rate in [0, 1]; -1: measured (values)
 };
+
+// --speculative draft=PRESET,k=N[,accept=P]: ConfigError naming
+// `speculative` for anything else (k in [1, 64], P in [0, 1]).
+struct SpeculativeSpec {
+  std::string draft;
+  int k = 0;
+  double accept = -1;  // not given
+};
+SpeculativeSpec parse_speculative(const std::string& text);
 
 // How many of `drafts` proposals the target's greedy tokens `target` (one
 // per proposal and one more) confirm: the length of the common run.
