@@ -79,8 +79,7 @@ std::string sampling_text(const infer::SamplingOptions& o) {
 
 // The draft model of --speculative: the preset's shape at the target's
 // context and vocabulary padding; weights from --draft-init or --seed. A phantom run takes the
-// acceptance rate (accept=), a run on values measures it; verification is
-// greedy.
+// acceptance rate (accept=), a run on values measures it.
 void speculative_of(const ServeFlags& f, Setup& s) {
   if (f.speculative.empty()) {
     if (!f.draft_init.empty()) throw ConfigError("--draft-init is the draft model's: it needs --speculative");
@@ -93,8 +92,6 @@ void speculative_of(const ServeFlags& f, Setup& s) {
   if (!phantom && spec.accept >= 0)
     throw ConfigError("--speculative accept= is for --phantom: on the model's values the acceptance is measured");
   if (phantom && !f.draft_init.empty()) throw ConfigError("--phantom runs on shapes only: it takes no --draft-init");
-  if (s.shape.sampling.temperature > 0)
-    throw ConfigError("--speculative verifies greedily: it takes no --temperature (sampled verification is not built)");
   if (f.serving.scheduler.prefix_caching)
     throw ConfigError("--speculative with --prefix-caching: the draft's cache shares no blocks (not built)");
   serve::SpeculativeShape sp{model::preset(spec.draft), nullptr, f.seed, spec.k, spec.accept};
@@ -318,7 +315,7 @@ FlagTable<ServeFlags> serve_flags() {
        number_in(0, 1 << 24), kShowDefault},
       {"--speculative", FIELD(speculative),
        "draft=PRESET,k=N[,accept=P]: a draft model proposes k tokens a decode, the target verifies them in one "
-       "step (greedy); accept= is --phantom's acceptance rate",
+       "step (greedy, or Leviathan's rejection rule when sampling); accept= is --phantom's acceptance rate",
        nonempty()},
       {"--draft-init", FIELD(draft_init), "The draft model's weights from FILE.safetensors (default: from --seed)",
        nonempty()},

@@ -50,7 +50,7 @@ class ReplicaDevice {
   ReplicaDevice(Device& dev, const infer::InferPlan& plan, const infer::InferPlan* draft_plan, const ReplicaShape& s,
                 bool values)
       : dev_(dev), s_(s), d_(dev, plan, s.model, s.seed, values ? s.init : nullptr), sampler_(s.sampling) {
-    if (draft_plan) spec_ = std::make_unique<Speculator>(dev, *draft_plan, *s.speculative, values, s.sampling.seed);
+    if (draft_plan) spec_ = std::make_unique<Speculator>(dev, *draft_plan, *s.speculative, values, s.sampling);
   }
 
   void apply(const ClusterStepExecutor::CacheOp& op) {

@@ -77,7 +77,7 @@ struct ReplicaShape {
   const model::SafetensorsFile* init = nullptr;  // checked with infer::check_generate_init
   bool fold = false;                             // phantom, dense: tp rank 0 plays its tp peers
   int virtual_engines = 1;                       // batches in flight (SchedulerOptions::virtual_engines)
-  // A draft model beside the target (speculative.h; tp only, greedy).
+  // A draft model beside the target (speculative.h; tp only).
   std::optional<SpeculativeShape> speculative;
   // How tokens are chosen: request i's n-th token is draw n of seed + i
   // (greedy at temperature 0), as generate's with --seed seed + i.

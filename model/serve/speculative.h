@@ -5,7 +5,13 @@
 // Greedy verification keeps the longest run of proposals equal to the
 // target's own greedy tokens and adds the target's token after it (its
 // correction, or a bonus when all k were right): 1 to k + 1 tokens a step,
-// exactly the tokens greedy decoding without a draft gives. A phantom run
+// exactly the tokens greedy decoding without a draft gives. Sampled
+// verification (Leviathan et al. 2023, Algorithm 1) draws the proposals
+// from the draft's distribution q and keeps proposal x while u < p(x)/q(x)
+// (p the target's, after the same temperature, top-k and top-p); the first
+// rejected one is replaced by a draw from max(0, p - q) normalised, and
+// when all are kept a last token is drawn from p: the tokens follow the
+// target's distribution, not a non-speculative run's draws. A phantom run
 // computes no token: each proposal is accepted with the stated probability
 // (independent draws of a seeded stream per request), until the first
 // rejection.
@@ -21,6 +27,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -28,6 +35,7 @@
 #include "model/config.h"
 #include "model/infer/infer_device.h"
 #include "model/infer/infer_plan.h"
+#include "model/infer/sampler.h"
 #include "model/io/safetensors.h"
 #include "model/serve/scheduler.h"
 
@@ -50,9 +58,14 @@ struct SpeculativeSpec {
 };
 SpeculativeSpec parse_speculative(const std::string& text);
 
-// How many of `drafts` proposals the target's greedy tokens `target` (one
-// per proposal and one more) confirm: the length of the common run.
-int accept_greedy(std::span<const model::Token> drafts, std::span<const model::Token> target);
+// The token a uniform v in [0, 1) picks from distribution p (inverse CDF,
+// in id order).
+model::Token pick(std::span<const double> p, double v);
+// Sampled verification at one position: the draft's token x (drawn from q)
+// is kept when u < p(x) / q(x); otherwise the token is pick(max(0, p - q)
+// normalised, v). Returns the token and whether x was kept.
+std::pair<model::Token, bool> verify_sampled(std::span<const double> p, std::span<const double> q, model::Token x,
+                                             double u, double v);
 
 // A phantom run's accepted proposals of `drafts`: leading successes of
 // draws at probability `rate` (stream seed + request, draw `draw`).
@@ -61,8 +74,10 @@ int accept_at_rate(double rate, int drafts, uint64_t seed, int request, int draw
 // The draft model's part on one device.
 class Speculator {
  public:
-  // `plan`: the draft's split; `seed`: the phantom acceptance draws'.
-  Speculator(Device& dev, const infer::InferPlan& plan, const SpeculativeShape& s, bool values, uint64_t seed);
+  // `plan`: the draft's split; `sampling`: the target's (request i draws
+  // from seed + i).
+  Speculator(Device& dev, const infer::InferPlan& plan, const SpeculativeShape& s, bool values,
+             const infer::SamplingOptions& sampling);
 
   // Runs the draft over every entry's new tokens (entries with `draft` > 0
   // read only their last token after what they still owe), then proposes
@@ -88,9 +103,18 @@ class Speculator {
   // After verification: `seq` kept `accepted` of its `drafts` proposals.
   void settle(int seq, int drafts, int accepted, const std::vector<model::Token>& proposed);
 
+  // Entry `e`'s draw of stream `name` at position j of its step.
+  double uniform(const BatchEntry& e, const char* name, int j) const;
+  model::Token verify_at(const model::GPTConfig& target, const infer::StepOutput& o, size_t row, const BatchEntry& e,
+                         int j, std::span<const model::Token> proposed, const std::vector<std::vector<double>>& q,
+                         bool& kept);
+
   const SpeculativeShape& s_;
-  uint64_t seed_;  // the acceptance draws' (phantom)
+  infer::SamplingOptions sampling_;
+  infer::Sampler sampler_;
   infer::InferDevice d_;
+  std::vector<std::vector<std::vector<double>>> q_;  // sampled: per entry, each proposal's draft distribution
+  std::vector<double> p_;                            // scratch: a target distribution
   std::unordered_map<int, int> ids_;                       // scheduler sequence -> draft cache id
   std::unordered_map<int, std::vector<model::Token>> owed_;  // accepted tokens the draft has not read
 };

@@ -300,7 +300,6 @@ TEST(CliServe, BadInputIsOneLineAndExitTwo) {
       {"--phantom --speculative draft=tiny,k=2,accept=2", "accept in [0, 1]"},
       {"--draft-init " + workload, "--draft-init is the draft model's: it needs --speculative"},
       {"--speculative draft=tiny,k=2 --draft-init " + workload, "--draft-init"},
-      {"--speculative draft=tiny,k=2 --temperature 1", "verifies greedily"},
       {"--speculative draft=nano,k=2", "--speculative: the draft model's vocabulary (256)"},
       {"--speculative draft=tiny,k=2 --pp 2", "no --pp or --ep"},
       {"--speculative draft=tiny,k=2 --prefix-caching", "--prefix-caching"},

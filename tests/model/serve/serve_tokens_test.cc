@@ -280,6 +280,38 @@ TEST(ServeTokens, GreedySpeculativeDecodingGivesGeneratesTokens) {
     }
 }
 
+// Sampled speculative decoding (Leviathan's rule): a request's first token
+// is the prefill's draw, generate's; with the target as its own draft q
+// equals p up to the rounding of a batch of 1 against one of k + 1 rows, so
+// almost every proposal is kept; a 2-layer draft has fewer kept.
+TEST(ServeTokens, SampledSpeculativeDecodingDrawsTheTargetsTokens) {
+  const Tiny t = tiny(false);
+  const std::vector<Request> reqs = workload(t.c.token_vocab());
+  model::GPTConfig small = t.c;
+  small.n_layer = 2;
+  model::GPT<float> other(small, 11);
+  infer::testing::perturb(other, 11);
+  const model::SafetensorsFile other_init = infer::testing::as_checkpoint(other);
+  SchedulerOptions o;
+  o.kv_blocks = 40;
+  o.kv_block = 4;
+  o.speculative = 3;
+  double rate[2] = {};
+  for (const bool self : {true, false}) {
+    const SpeculativeShape spec{self ? t.c : small, self ? &t.init : &other_init, 1, 3, -1};
+    const Served got = serve_on_values(t.c, t.init, {2, 1, 1}, o, reqs, kSampled, spec);
+    rate[self] = double(got.accepted) / double(got.drafts);
+    std::printf("sampled, draft %s: %lld of %lld drafts kept\n", self ? "= target" : "2 layers",
+                (long long)got.accepted, (long long)got.drafts);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      ASSERT_EQ(got.result.requests[i].tokens.size(), size_t(reqs[i].output_len));
+      EXPECT_EQ(got.result.requests[i].tokens[0], alone(t.c, t.init, reqs[i], kSampled)[0]) << "request " << i;
+    }
+  }
+  EXPECT_GE(rate[1], 0.9);
+  EXPECT_LT(rate[0], rate[1]);
+}
+
 TEST(ServeTokens, DrawnPromptsAreInTheVocabularyAndRepeat) {
   const std::vector<Request> a = workload(100), b = workload(100);
   for (size_t i = 0; i < a.size(); ++i) {
