@@ -127,6 +127,14 @@ Tiny tiny(bool moe) {
   return {c, infer::testing::as_checkpoint(ref)};
 }
 
+// A draft for `c`: its first 2 layers' shape, other weights.
+Tiny two_layer_draft(model::GPTConfig c) {
+  c.n_layer = 2;
+  model::GPT<float> other(c, 11);
+  infer::testing::perturb(other, 11);
+  return {c, infer::testing::as_checkpoint(other)};
+}
+
 // Sampled at a high temperature over the top 40 and a 0.95 nucleus: tokens
 // far from the greedy ones.
 const infer::SamplingOptions kSampled{1.5, 40, 500, 0.95};
@@ -257,11 +265,9 @@ TEST(ServeTokens, GreedySpeculativeDecodingGivesGeneratesTokens) {
   const std::vector<Request> reqs = workload(t.c.token_vocab());
   std::vector<std::vector<Token>> want;
   for (const Request& r : reqs) want.push_back(alone(t.c, t.init, r));
-  model::GPTConfig small = t.c;
-  small.n_layer = 2;
-  model::GPT<float> other(small, 11);
-  infer::testing::perturb(other, 11);
-  const model::SafetensorsFile other_init = infer::testing::as_checkpoint(other);
+  const Tiny draft = two_layer_draft(t.c);
+  const model::GPTConfig& small = draft.c;
+  const model::SafetensorsFile& other_init = draft.init;
   SchedulerOptions o;
   o.kv_blocks = 10;
   o.kv_block = 4;
@@ -287,11 +293,9 @@ TEST(ServeTokens, GreedySpeculativeDecodingGivesGeneratesTokens) {
 TEST(ServeTokens, SampledSpeculativeDecodingDrawsTheTargetsTokens) {
   const Tiny t = tiny(false);
   const std::vector<Request> reqs = workload(t.c.token_vocab());
-  model::GPTConfig small = t.c;
-  small.n_layer = 2;
-  model::GPT<float> other(small, 11);
-  infer::testing::perturb(other, 11);
-  const model::SafetensorsFile other_init = infer::testing::as_checkpoint(other);
+  const Tiny draft = two_layer_draft(t.c);
+  const model::GPTConfig& small = draft.c;
+  const model::SafetensorsFile& other_init = draft.init;
   SchedulerOptions o;
   o.kv_blocks = 40;
   o.kv_block = 4;
