@@ -18,6 +18,8 @@
 #include "model/serve/serve_checks.h"
 #include "model/serve/serve_json.h"
 #include "model/serve/serving.h"
+#include "model/serve/speculative.h"
+#include "model/infer/generate.h"
 #include "model/engine/model_json.h"
 #include "runtime/errors.h"
 #include "runtime/host_memory.h"
@@ -35,8 +37,10 @@ struct ServeFlags {
   serve::ServeOptions serving;  // --replicas and the scheduler's --max-seqs, --kv-block, ... bind here
   infer::SamplingOptions sampling;  // --temperature, --top-k, --top-p (the seed is --seed's)
   int requests = 100;
+  int shared_prefix = 0;  // tokens every drawn prompt starts with
   std::string arrival = "poisson:1", prompt_len = std::to_string(kDefaultLen), output_len = prompt_len, workload;
   std::string batching = "continuous";
+  std::string speculative, draft_init;  // --speculative draft=PRESET,k=N[,accept=P], --draft-init FILE
   double kv_fraction = 0.9;
   uint64_t seed = 1337;
   std::vector<std::string> drawn_given;  // which of --requests, --arrival, --prompt-len, --output-len were given
@@ -47,6 +51,7 @@ struct Setup {
   serve::ServeOptions options;
   std::vector<serve::Request> requests;
   std::unique_ptr<model::SafetensorsFile> init;  // shape.init points here
+  std::unique_ptr<model::SafetensorsFile> draft_init;  // shape.speculative->draft_init points here
   bool drawn_prompts = false;                    // some prompts drawn from --seed (a workload of lengths)
 };
 
@@ -72,6 +77,42 @@ std::string sampling_text(const infer::SamplingOptions& o) {
                      o.top_k, o.top_p, o.seed);
 }
 
+// The draft model of --speculative: the preset's shape at the target's
+// context and vocabulary padding; weights from --draft-init or --seed. A phantom run takes the
+// acceptance rate (accept=), a run on values measures it.
+void speculative_of(const ServeFlags& f, Setup& s) {
+  if (f.speculative.empty()) {
+    if (!f.draft_init.empty()) throw ConfigError("--draft-init is the draft model's: it needs --speculative");
+    return;
+  }
+  const serve::SpeculativeSpec spec = serve::parse_speculative(f.speculative);
+  const bool phantom = s.shape.phantom;
+  if (phantom && spec.accept < 0)
+    throw ConfigError("--phantom computes no tokens: --speculative needs accept=P, the draft's acceptance rate");
+  if (!phantom && spec.accept >= 0)
+    throw ConfigError("--speculative accept= is for --phantom: on the model's values the acceptance is measured");
+  if (phantom && !f.draft_init.empty()) throw ConfigError("--phantom runs on shapes only: it takes no --draft-init");
+  if (f.serving.scheduler.prefix_caching)
+    throw ConfigError("--speculative with --prefix-caching: the draft's cache shares no blocks (not built)");
+  serve::SpeculativeShape sp{model::preset(spec.draft), nullptr, f.seed, spec.k, spec.accept};
+  sp.draft.block_size = s.shape.model.block_size;
+  if (sp.draft.token_vocab() == s.shape.model.token_vocab()) {  // the target's padded table
+    sp.draft.vocab_size = s.shape.model.vocab_size;
+    sp.draft.vocab_unpadded = s.shape.model.vocab_unpadded;
+    sp.draft.vocab_multiple = s.shape.model.vocab_multiple;
+  }
+  if (!f.draft_init.empty()) {
+    try {
+      s.draft_init = std::make_unique<model::SafetensorsFile>(model::load_safetensors(f.draft_init));
+      infer::check_generate_init(*s.draft_init, sp.draft);
+    } catch (const ConfigError& e) {
+      throw ConfigError(std::string("--draft-init: ") + e.what());
+    }
+    sp.draft_init = s.draft_init.get();
+  }
+  s.shape.speculative = sp;
+}
+
 Setup setup_of(ServeFlags& f) {
   Setup s;
   f.model.opts.parallel.dp = f.model.opts.parallel.ep;  // the ep ranks carry replicas of the batch
@@ -83,7 +124,8 @@ Setup setup_of(ServeFlags& f) {
   s.requests = f.workload.empty()
                    ? serve::make_workload(f.requests, serve::parse_arrival(f.arrival),
                                           serve::parse_length_dist(f.prompt_len, "--prompt-len"),
-                                          serve::parse_length_dist(f.output_len, "--output-len"), f.seed)
+                                          serve::parse_length_dist(f.output_len, "--output-len"), f.seed,
+                                          f.shared_prefix)
                    : serve::load_trace(f.workload);
   const bool default_lengths = !given(f, "--prompt-len") && !given(f, "--output-len");
   serve::check_requests(s.shape.model, s.requests, {f.workload, default_lengths ? kDefaultLen : 0});
@@ -98,8 +140,12 @@ Setup setup_of(ServeFlags& f) {
   } else if (!f.model.opts.init_path.empty()) {
     throw ConfigError("--phantom runs on shapes only: it takes no --init");
   }
+  speculative_of(f, s);
   s.options = f.serving;
   s.options.scheduler.batching = batching;
+  s.options.scheduler.speculative = s.shape.speculative ? s.shape.speculative->k : 0;
+  // A pipeline keeps a batch in flight per stage (vLLM's virtual engines).
+  s.options.scheduler.virtual_engines = s.shape.virtual_engines = s.shape.pp;
   return s;
 }
 
@@ -115,12 +161,17 @@ nlohmann::json result_json(const ServeFlags& f, const Setup& s, const serve::Rep
   const serve::SchedulerOptions& o = s.options.scheduler;
   j["scheduler"] = {{"batching", f.batching}, {"kv_block", o.kv_block}, {"kv_blocks", o.kv_blocks},
                     {"kv_fraction", f.kv_fraction}, {"max_seqs", o.max_seqs},
-                    {"max_batch_tokens", o.max_batch_tokens}, {"chunked_prefill", o.chunked_prefill}};
+                    {"max_batch_tokens", o.max_batch_tokens}, {"chunked_prefill", o.chunked_prefill},
+                    {"prefix_caching", o.prefix_caching}, {"virtual_engines", o.virtual_engines}};
+  if (const auto& sp = s.shape.speculative)
+    j["speculative"] = {{"draft", sp->draft.to_string()}, {"k", sp->k},
+                        {"accept", sp->accept < 0 ? nlohmann::json(nullptr) : nlohmann::json(sp->accept)},
+                        {"draft_init", f.draft_init.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.draft_init)}};
   const infer::SamplingOptions& so = s.shape.sampling;
   j["sampling"] = {{"temperature", so.temperature}, {"top_k", so.top_k}, {"top_p", so.top_p}, {"seed", so.seed}};
   j["workload"] = f.workload.empty()
                       ? nlohmann::json{{"requests", f.requests}, {"arrival", f.arrival}, {"prompt_len", f.prompt_len},
-                                       {"output_len", f.output_len}, {"seed", f.seed}}
+                                       {"output_len", f.output_len}, {"shared_prefix", f.shared_prefix}, {"seed", f.seed}}
                       : nlohmann::json{{"file", f.workload}, {"requests", s.requests.size()}};
   j["replica_devices"] = serve::plan_json(plan);
   j["summary"] = serve::summary_json(r.summary);
@@ -136,6 +187,9 @@ void print_result(const ServeFlags& f, const Setup& s, const serve::ReplicaPlan&
   fmt::print("# shardlab serve: {} on {} ({}), {} replica(s) of tp {} x pp {} x ep {}, {} batching\n",
              s.shape.model.to_string(), profile, f.model.precision, f.serving.replicas, s.shape.tp, s.shape.pp, s.shape.ep,
              f.batching);
+  if (s.shape.pp > 1)
+    fmt::print("({} batches in flight through the {} stages: a scheduler each, with 1/{} of the KV blocks)\n", s.shape.pp,
+               s.shape.pp, s.shape.pp);
   if (s.shape.phantom)
     fmt::print("(--phantom: every step runs on the replica's devices on shapes only; the times and memory are the modeled run's)\n");
   else
@@ -155,6 +209,13 @@ void print_result(const ServeFlags& f, const Setup& s, const serve::ReplicaPlan&
                p->p90 * 1e3, p->p99 * 1e3, p->max * 1e3);
   fmt::print("KV cache use: peak {:.1f}%, mean {:.1f}% (over busy time); {} preemptions; {} steps\n",
              100 * m.kv_peak_use, 100 * m.kv_mean_use, m.preemptions, m.steps);
+  if (s.options.scheduler.prefix_caching)
+    fmt::print("Prefix cache: {} of {} prompt tokens found cached ({:.1f}% hit rate), their prefill skipped\n",
+               m.prefix_hit_tokens, m.prefix_query_tokens, 100 * m.prefix_hit_rate);
+  if (s.shape.speculative)
+    fmt::print("Speculative decoding ({}, k {}): {} of {} draft tokens accepted ({:.1f}%)\n",
+               s.shape.speculative->draft.to_string(), s.shape.speculative->k, m.drafts_accepted, m.drafts_proposed,
+               100 * m.draft_acceptance);
   if (s.shape.phantom) return;
   int shown = 0;  // the first requests' tokens (every one is in --report)
   for (const serve::ReplicaResult& rep : r.replicas)
@@ -238,7 +299,12 @@ FlagTable<ServeFlags> serve_flags() {
       {"--output-len", FIELD(output_len), lengths, {}, kShowDefault},
       {"--workload", FIELD(workload), "Requests from FILE.csv: arrival_s,prompt_len,output_len[,prompt_tokens]",
        nonempty()},
+      {"--shared-prefix", FIELD(shared_prefix),
+       "Every drawn prompt starts with the same LEN tokens (a system prompt), then its --prompt-len tokens",
+       number_in(0, 1 << 24), kShowDefault},
       {"--batching", FIELD(batching), "static or continuous", {}, kShowDefault},
+      {"--prefix-caching", FIELD(serving.scheduler.prefix_caching),
+       "Share the KV blocks of equal prompt prefixes between requests (named by content, evicted LRU)"},
       {"--max-batch-tokens", FIELD(serving.scheduler.max_batch_tokens), "Tokens per step", number_in(1, 1 << 24),
        kShowDefault},
       {"--max-seqs", FIELD(serving.scheduler.max_seqs), "Sequences per step", number_in(1, 1 << 20), kShowDefault},
@@ -247,6 +313,12 @@ FlagTable<ServeFlags> serve_flags() {
        number_in(0.01, 1), kShowDefault},
       {"--chunked-prefill", FIELD(serving.scheduler.chunked_prefill), "At most C prefill tokens per step (0 = off)",
        number_in(0, 1 << 24), kShowDefault},
+      {"--speculative", FIELD(speculative),
+       "draft=PRESET,k=N[,accept=P]: a draft model proposes k tokens a decode, the target verifies them in one "
+       "step (greedy, or Leviathan's rejection rule when sampling); accept= is --phantom's acceptance rate",
+       nonempty()},
+      {"--draft-init", FIELD(draft_init), "The draft model's weights from FILE.safetensors (default: from --seed)",
+       nonempty()},
       {"--temperature", FIELD(sampling.temperature), "Sampling temperature (0 = greedy)", number_in(0, 1e6),
        kShowDefault},
       {"--top-k", FIELD(sampling.top_k), "Sample among the K most likely tokens (0 = all)", number_in(0, 1 << 24),
@@ -274,7 +346,8 @@ void add_serve_command(CLI::App& app) {
   add_flags(sub, *f, serve_flags());
   // What --workload replaces: drawn requests.
   std::vector<const CLI::Option*> drawn;
-  for (const char* name : {"--requests", "--arrival", "--prompt-len", "--output-len"}) drawn.push_back(sub->get_option(name));
+  for (const char* name : {"--requests", "--arrival", "--prompt-len", "--output-len", "--shared-prefix"})
+    drawn.push_back(sub->get_option(name));
   set_action(sub, [f, drawn, sub] {
     default_inference_precision(sub, f->model);
     for (const CLI::Option* o : drawn)

@@ -39,6 +39,8 @@ constexpr std::array kFieldFlags = std::to_array<std::pair<std::string_view, std
     {"max_seqs", "--max-seqs"},
     {"max_batch_tokens", "--max-batch-tokens"},
     {"chunked_prefill", "--chunked-prefill"},
+    {"prefix_caching", "--prefix-caching"},
+    {"speculative", "--speculative"},
     {"batching", "--batching"},
     {"kv_fraction", "--kv-fraction"},
     {"arrival", "--arrival"},

@@ -135,14 +135,16 @@ void InferEngine::embed(const std::vector<SeqInput>& batch) {
 
 std::vector<float> InferEngine::head(const std::vector<SeqInput>& batch) {
   const model::Exec& ex = ctx_.ex;
-  const int64_t S = int64_t(batch.size());
   const int C = dims_.C, tp = groups_.tp->size();
   Acts& a = *acts_;
-  // The last new row of every sequence, into ln (S,C) rows.
-  int64_t row = 0;
-  for (int64_t i = 0; i < S; ++i) {
-    row += int64_t(batch[size_t(i)].tokens.size());
-    if (ex.math()) std::copy_n(a.x.data() + (row - 1) * C, C, a.res1.data() + i * C);
+  // The last new row of every sequence (every one of an every_logit
+  // sequence), into res1's first S rows.
+  int64_t row = 0, S = 0;
+  for (const SeqInput& q : batch) {
+    const int64_t n = int64_t(q.tokens.size()), from = q.every_logit ? 0 : n - 1;
+    for (int64_t j = from; j < n; ++j, ++S)
+      if (ex.math()) std::copy_n(a.x.data() + (row + j) * C, C, a.res1.data() + S * C);
+    row += n;
   }
   model::norm_forward(a.ln.data(), a.mean.data(), a.rstd.data(), a.res1.data(), w_.ln_f, S, C, config_, "ln_f.fwd",
                       ex);

@@ -56,14 +56,18 @@ struct EngineGroups {
 
 // New tokens of one sequence; they go at positions [length, length + n) of
 // its cache.
+// `every_logit`: the logits of every new token, not only the last (a
+// speculative verification scores each proposed token).
 struct SeqInput {
   int seq = 0;
   std::vector<model::Token> tokens;
+  bool every_logit = false;
 };
 
 struct StepOutput {
-  // (S, V) logits of each sequence's last new token, on the last stage's
-  // ranks (every tp rank: gathered); empty elsewhere and in a phantom run.
+  // (R, V) logits of each sequence's last new token (of each new token, for
+  // an every_logit sequence), in batch order, on the last stage's ranks
+  // (every tp rank: gathered); empty elsewhere and in a phantom run.
   std::vector<float> logits;
   Time begin = 0, end = 0;  // this device's compute stream around the step
 };

@@ -48,8 +48,7 @@ std::vector<float> InferDevice::choose(const StepOutput& out, const std::vector<
   std::vector<float> tokens(size_t(S), 0.0f);
   if (!chooses_ || S == 0) return tokens;
   const model::GPTConfig& m = engine_.config();
-  const double V = m.vocab_size;
-  dev_.run(dev_.compute(), "sample", OpCost{5.0 * V * double(S), V * double(S) * element_size(dev_.precision())});
+  charge_choice(S);
   if (out.logits.empty()) return tokens;  // phantom
   size_t k = 0;
   for (size_t i = 0; i < samples.size(); ++i) {
@@ -61,10 +60,16 @@ std::vector<float> InferDevice::choose(const StepOutput& out, const std::vector<
   return tokens;
 }
 
-void InferDevice::share(std::vector<float>& tokens) {
+void InferDevice::charge_choice(int64_t rows) {
+  if (!chooses_ || rows == 0) return;
+  const double V = engine_.config().vocab_size;
+  dev_.run(dev_.compute(), "sample", OpCost{5.0 * V * double(rows), V * double(rows) * element_size(dev_.precision())});
+}
+
+void InferDevice::share(std::vector<float>& tokens, bool to_first_stage) {
   if (tokens.empty()) return;
   if (ep_) coll::broadcast(dev_, *ep_, coll::Buffer(tokens.data(), tokens.size()), ep_root_, {.stream = &dev_.compute()});
-  if (stage_peer_ < 0) return;
+  if (stage_peer_ < 0 || !to_first_stage) return;
   const size_t bytes = tokens.size() * sizeof(float);  // as int32 ids: the same 4 bytes a token
   if (ctx_.coords().pp > 0) {
     dev_.send(dev_.compute(), stage_peer_, kTokenTag, {reinterpret_cast<const std::byte*>(tokens.data()), bytes},

@@ -49,9 +49,13 @@ class InferDevice {
   // tokens are 0. Tokens travel as floats (exact below 2^24).
   std::vector<float> choose(const StepOutput& out, const std::vector<bool>& samples, Sampler& sampler,
                             std::span<const DrawKey> keys = {});
+  // Charges choosing among `rows` rows of logits (on the ranks that choose).
+  void charge_choice(int64_t rows);
   // The chosen tokens to the other ep replicas and to the first stage (see
-  // above); every device calls it with the same count.
-  void share(std::vector<float>& tokens);
+  // above); every device calls it with the same count. Without
+  // `to_first_stage` the first stage gets them another way (a serving
+  // replica's scheduler feeds them with the next step's batch).
+  void share(std::vector<float>& tokens, bool to_first_stage = true);
 
  private:
   static EngineGroups groups(parallel::ParallelContext& ctx, const InferPlan& plan);

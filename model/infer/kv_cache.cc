@@ -35,8 +35,8 @@ int KvCache::add_sequence(int max_tokens) {
 
 void KvCache::release(int seq) {
   Entry& e = entry(seq);
-  dev_.arena().release(bytes_for(shape_, e.length, elem_), MemKind::kKvCache);
-  tokens_ -= e.length;
+  dev_.arena().release(bytes_for(shape_, e.length - e.shared, elem_), MemKind::kKvCache);
+  tokens_ -= e.length - e.shared;
   e = Entry{};
 }
 
@@ -50,6 +50,26 @@ int KvCache::append(int seq, int n) {
   e.length += n;
   tokens_ += n;
   return first;
+}
+
+int KvCache::adopt(int seq, int n) {
+  Entry& e = entry(seq);
+  SHARDLAB_CHECK(n >= 0 && e.length + n <= e.max_tokens,
+                 fmt::format("KV cache: sequence {} holds {} of {} tokens, {} shared do not fit", seq, e.length,
+                             e.max_tokens, n));
+  const int first = e.length;
+  e.length += n;
+  e.shared += n;
+  return first;
+}
+
+void KvCache::truncate(int seq, int n) {
+  Entry& e = entry(seq);
+  SHARDLAB_CHECK(n >= e.shared && n <= e.length,
+                 fmt::format("KV cache: sequence {} of {} tokens ({} shared) cannot keep {}", seq, e.length, e.shared, n));
+  dev_.arena().release(bytes_for(shape_, e.length - n, elem_), MemKind::kKvCache);
+  tokens_ -= e.length - n;
+  e.length = n;
 }
 
 float* KvCache::keys(int seq, int local_layer) {

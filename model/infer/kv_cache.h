@@ -46,6 +46,13 @@ class KvCache {
   // Makes room for n more tokens of `seq` (charged to the arena, which may
   // throw OutOfMemory); returns the position of the first.
   int append(int seq, int n);
+  // Makes room for n more tokens of `seq` whose rows are shared with other
+  // sequences (a serving prefix cache's blocks): charged to nobody here,
+  // since the sequence that computed them was. Returns the first position.
+  int adopt(int seq, int n);
+  // Keeps the first n tokens of `seq` (a speculative step's rejected
+  // tokens dropped), giving the bytes of the rest back.
+  void truncate(int seq, int n);
 
   int length(int seq) const { return entry(seq).length; }
   int capacity(int seq) const { return entry(seq).max_tokens; }
@@ -53,7 +60,7 @@ class KvCache {
   float* keys(int seq, int local_layer);
   float* values(int seq, int local_layer);
   const KvShape& shape() const { return shape_; }
-  int64_t tokens() const { return tokens_; }  // held over all sequences
+  int64_t tokens() const { return tokens_; }  // charged, over all sequences (adopted ones not)
   uint64_t bytes() const { return bytes_for(shape_, tokens_, elem_); }
   static uint64_t bytes_for(const KvShape& s, int64_t tokens, int element_bytes);
 
@@ -61,6 +68,7 @@ class KvCache {
   struct Entry {
     int length = -1;  // -1: released
     int max_tokens = 0;
+    int shared = 0;  // adopted tokens, not charged
     model::Buffer<float> data;  // (layers, 2, max_tokens, Cl)
   };
   const Entry& entry(int seq) const;

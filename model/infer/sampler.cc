@@ -33,8 +33,7 @@ double Sampler::uniform(uint64_t seed, uint64_t index) {
   return double(z >> 11) * 0x1.0p-53;
 }
 
-model::Token Sampler::draw(std::span<const float> logits, uint64_t seed, uint64_t index) {
-  SHARDLAB_CHECK(!logits.empty(), "sampling needs logits");
+int Sampler::candidates(std::span<const float> logits, double& mass) {
   const int n = int(logits.size());
   // Candidates by decreasing logit, the lower id first on ties.
   auto before = [&](int a, int b) {
@@ -42,7 +41,12 @@ model::Token Sampler::draw(std::span<const float> logits, uint64_t seed, uint64_
   };
   ids_.resize(size_t(n));
   std::iota(ids_.begin(), ids_.end(), 0);
-  if (o_.temperature <= 0) return *std::min_element(ids_.begin(), ids_.end(), before);
+  if (o_.temperature <= 0) {  // the greedy token alone
+    std::iter_swap(ids_.begin(), std::min_element(ids_.begin(), ids_.end(), before));
+    p_.assign(1, 1.0);
+    mass = 1;
+    return 1;
+  }
   int k = o_.top_k > 0 ? std::min(o_.top_k, n) : n;
   std::partial_sort(ids_.begin(), ids_.begin() + k, ids_.end(), before);
   // softmax(z / T) over the k candidates, in double.
@@ -57,6 +61,23 @@ model::Token Sampler::draw(std::span<const float> logits, uint64_t seed, uint64_
     k = keep;
     sum = kept;
   }
+  mass = sum;
+  return k;
+}
+
+void Sampler::distribution(std::span<const float> logits, std::vector<double>& out) {
+  SHARDLAB_CHECK(!logits.empty(), "sampling needs logits");
+  double sum = 0;
+  const int k = candidates(logits, sum);
+  out.assign(logits.size(), 0.0);
+  for (int i = 0; i < k; ++i) out[size_t(ids_[size_t(i)])] = p_[size_t(i)] / sum;
+}
+
+model::Token Sampler::draw(std::span<const float> logits, uint64_t seed, uint64_t index) {
+  SHARDLAB_CHECK(!logits.empty(), "sampling needs logits");
+  double sum = 0;
+  const int k = candidates(logits, sum);
+  if (o_.temperature <= 0) return ids_[0];
   const double u = uniform(seed, index) * sum;
   double acc = 0;
   for (int i = 0; i < k; ++i) {

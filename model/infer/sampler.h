@@ -43,8 +43,15 @@ class Sampler {
   model::Token draw(std::span<const float> logits, uint64_t seed, uint64_t index);
   // The uniform in [0, 1) of draw `index` (splitmix64 of seed and index).
   static double uniform(uint64_t seed, uint64_t index);
+  // The distribution draw() samples from, over every token of `logits`
+  // (one-hot on the greedy token at temperature 0); `out` is resized.
+  void distribution(std::span<const float> logits, std::vector<double>& out);
 
  private:
+  // Sorts the candidates into ids_ and their unnormalised probabilities
+  // into p_ (temperature > 0); returns how many are kept, `mass` their sum.
+  int candidates(std::span<const float> logits, double& mass);
+
   SamplingOptions o_;
   uint64_t draws_ = 0;
   std::vector<int> ids_;     // scratch: candidates by decreasing logit

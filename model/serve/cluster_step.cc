@@ -24,11 +24,22 @@
 namespace shardlab::serve {
 
 
+// What the scheduler asked between steps, in its order: a sequence left
+// the cache, a named block's rows to keep, a kept block to drop.
+struct ClusterStepExecutor::CacheOp {
+  enum class Kind { kRelease, kCache, kEvict } kind = Kind::kRelease;
+  int seq = 0;
+  int64_t first = 0;
+  int tokens = 0;
+  int32_t block = 0;
+};
+
 namespace {
 
 struct DeviceStep {
   Time begin = 0, end = 0;
   std::vector<float> tokens;  // of the sampling entries (zeros in a phantom run)
+  std::vector<int> counts;    // speculating: tokens of each sampling entry
 };
 
 // One device of the replica: its engine (infer::InferDevice), and the
@@ -36,14 +47,30 @@ struct DeviceStep {
 // the weights are loaded or initialised (false in a phantom run).
 class ReplicaDevice {
  public:
-  ReplicaDevice(Device& dev, const infer::InferPlan& plan, const ReplicaShape& s, bool values)
-      : dev_(dev), s_(s), d_(dev, plan, s.model, s.seed, values ? s.init : nullptr), sampler_(s.sampling) {}
+  ReplicaDevice(Device& dev, const infer::InferPlan& plan, const infer::InferPlan* draft_plan, const ReplicaShape& s,
+                bool values)
+      : dev_(dev), s_(s), d_(dev, plan, s.model, s.seed, values ? s.init : nullptr), sampler_(s.sampling) {
+    if (draft_plan) spec_ = std::make_unique<Speculator>(dev, *draft_plan, *s.speculative, values, s.sampling);
+  }
 
-  void release(int seq) {
-    const auto it = ids_.find(seq);
+  void apply(const ClusterStepExecutor::CacheOp& op) {
+    using Kind = ClusterStepExecutor::CacheOp::Kind;
+    if (op.kind == Kind::kEvict) {
+      kept_.erase(op.block);
+      return;
+    }
+    const auto it = ids_.find(op.seq);
     if (it == ids_.end()) return;
-    d_.engine().cache().release(it->second);
-    ids_.erase(it);
+    infer::KvCache& cache = d_.engine().cache();
+    if (op.kind == Kind::kRelease) {
+      if (spec_) spec_->release(op.seq);
+      cache.release(it->second);
+      ids_.erase(it);
+    } else if (cache.keys(it->second, 0) != nullptr) {  // values: keep a copy of the block's rows
+      std::vector<float>& rows = kept_[op.block];
+      rows.resize(size_t(2 * cache.shape().layers * op.tokens * cache.shape().row()));
+      copy_rows(cache, it->second, op.first, op.tokens, rows.data(), true);
+    }
   }
 
   // The step starts at `start` (the scheduler's clock) or when this device
@@ -56,28 +83,74 @@ class ReplicaDevice {
     std::vector<infer::SeqInput> inputs;
     std::vector<bool> samples;
     std::vector<infer::DrawKey> keys;
+    std::vector<int> ids;
+    const std::vector<std::vector<model::Token>> proposed = spec_ ? spec_->propose(batch) : std::vector<std::vector<model::Token>>{};
     for (const BatchEntry& e : batch) {
       if (e.samples) keys.push_back({s_.sampling.seed + uint64_t(e.request), uint64_t(e.draw)});
       auto it = ids_.find(e.seq);
-      if (it == ids_.end()) it = ids_.emplace(e.seq, cache.add_sequence(s_.model.block_size)).first;
+      if (it == ids_.end()) {
+        it = ids_.emplace(e.seq, cache.add_sequence(s_.model.block_size)).first;
+        adopt(it->second, e);
+      }
       SHARDLAB_CHECK(cache.length(it->second) == e.context,
                      fmt::format("serving: sequence {} has {} cached tokens, the scheduler says {}", e.seq,
                                  cache.length(it->second), e.context));
-      SHARDLAB_CHECK(e.tokens.empty() || e.tokens.size() == size_t(e.new_tokens), "serving: token ids per new token");
-      inputs.push_back({it->second, e.tokens.empty() ? std::vector<model::Token>(size_t(e.new_tokens), 0) : e.tokens});
+      SHARDLAB_CHECK(e.tokens.empty() || e.tokens.size() == size_t(e.new_tokens - e.draft),
+                     "serving: token ids per new token");
+      inputs.push_back({it->second, e.tokens.empty() ? std::vector<model::Token>(size_t(e.new_tokens - e.draft), 0) : e.tokens,
+                        e.draft > 0});
+      if (e.draft > 0) {  // the last token, then the proposals to verify
+        std::vector<model::Token>& t = inputs.back().tokens;
+        t.insert(t.end(), proposed[ids.size()].begin(), proposed[ids.size()].end());
+      }
+      ids.push_back(it->second);
       samples.push_back(e.samples);
     }
-    DeviceStep out{dev_.compute().now(), 0, {}};
+    DeviceStep out{dev_.compute().now(), 0, {}, {}};
     const infer::StepOutput o = d_.engine().step(inputs);
-    out.tokens = d_.choose(o, samples, sampler_, keys);
-    d_.share(out.tokens);
+    if (spec_) {
+      Speculator::Verified v = spec_->verify(d_, o, batch, proposed, ids);
+      out.tokens = std::move(v.tokens);
+      out.counts = std::move(v.counts);
+    } else {
+      out.tokens = d_.choose(o, samples, sampler_, keys);
+      d_.share(out.tokens, s_.virtual_engines == 1);
+    }
     out.end = dev_.compute().now();
     return out;
   }
 
+  // A sequence admitted on cached blocks starts with their rows.
+  void adopt(int id, const BatchEntry& e) {
+    infer::KvCache& cache = d_.engine().cache();
+    const int block = e.prefix_blocks.empty() ? 0 : int(e.context / int64_t(e.prefix_blocks.size()));
+    for (const int32_t b : e.prefix_blocks) {
+      const int first = cache.adopt(id, block);
+      if (cache.keys(id, 0) == nullptr) continue;  // shapes only
+      const auto kept = kept_.find(b);
+      SHARDLAB_CHECK(kept != kept_.end(), fmt::format("serving: block {} is not in the prefix cache", b));
+      copy_rows(cache, id, first, block, kept->second.data(), false);
+    }
+  }
+
+  // Rows [first, first + n) of every local layer's K and V of `id`, to
+  // (`out`) or from `rows`, laid out (layer, K/V, n, Cl).
+  static void copy_rows(infer::KvCache& cache, int id, int64_t first, int n, float* rows, bool out) {
+    const int64_t row = cache.shape().row(), span = n * row;
+    for (int l = 0; l < cache.shape().layers; ++l)
+      for (int kv = 0; kv < 2; ++kv) {
+        float* at = (kv == 0 ? cache.keys(id, l) : cache.values(id, l)) + first * row;
+        float* kept = rows + (2 * l + kv) * span;
+        out ? std::copy(at, at + span, kept) : std::copy(kept, kept + span, at);
+      }
+  }
+
+  // The target's and the draft's K and V of a token.
   double kv_bytes_per_token() {
-    const infer::KvCache& cache = d_.engine().cache();
-    return cache.tokens() > 0 ? double(cache.bytes()) / double(cache.tokens()) : 0;
+    double b = 0;
+    for (const infer::KvCache* c : {&d_.engine().cache(), spec_ ? &spec_->cache() : nullptr})
+      if (c && c->tokens() > 0) b += double(c->bytes()) / double(c->tokens());
+    return b;
   }
 
  private:
@@ -86,6 +159,8 @@ class ReplicaDevice {
   infer::InferDevice d_;
   infer::Sampler sampler_;  // draws by request (ReplicaShape::sampling)
   std::unordered_map<int, int> ids_;
+  std::unordered_map<int32_t, std::vector<float>> kept_;  // named blocks' rows (prefix caching, values)
+  std::unique_ptr<Speculator> spec_;                      // the draft model, when speculating
 };
 
 }  // namespace
@@ -101,7 +176,7 @@ struct ClusterStepExecutor::Mailbox {
   bool stop = false, failed = false;
   std::vector<BatchEntry> batch;
   Time start = 0;
-  std::vector<int> releases, pending;  // of the posted job; for the next one
+  std::vector<CacheOp> ops, pending;  // of the posted job; for the next one
   std::vector<DeviceStep> steps;
   std::thread runner;
   RunResult result;
@@ -111,6 +186,14 @@ struct ClusterStepExecutor::Mailbox {
 ClusterStepExecutor::ClusterStepExecutor(Cluster& cluster, ReplicaShape shape)
     : cluster_(cluster), shape_(std::move(shape)), plan_(shape_.model, shape_.tp, shape_.pp, shape_.ep) {
   plan_.check_cluster(cluster, "a replica");
+  if (const auto& sp = shape_.speculative) {
+    if (shape_.pp > 1 || shape_.ep > 1) throw ConfigError("`speculative` runs the draft beside the target on tp only: no `pp` or `ep`");
+    if (sp->draft.token_vocab() != shape_.model.token_vocab() || sp->draft.block_size < shape_.model.block_size)
+      throw ConfigError(fmt::format("`speculative`: the draft model's vocabulary ({}) and context ({}) must be the "
+                                    "target's ({}, at least {})", sp->draft.token_vocab(), sp->draft.block_size,
+                                    shape_.model.token_vocab(), shape_.model.block_size));
+    draft_plan_.emplace(sp->draft, shape_.tp, 1, 1);
+  }
   if (Transport* t = process_transport()) owners_ = device_owners(shape_.world(), t->processes(), cluster.profile());
   if (!shape_.phantom || !shape_.fold) return;
   representative_ = plan_.fold_representatives(cluster.profile());
@@ -136,7 +219,7 @@ ReplicaPlan ClusterStepExecutor::plan(int64_t max_batch_tokens) {
   cluster_.set_representatives(representative_);
   const RunResult r = cluster_.run([&](Device& dev) {
     model::PhantomScope phantom(true);  // sizes only
-    ReplicaDevice d(dev, plan_, shape_, false);
+    ReplicaDevice d(dev, plan_, draft_plan_ ? &*draft_plan_ : nullptr, shape_, false);
     d.step(probe, 0);
     p.kv_bytes_per_token[size_t(dev.rank())] = d.kv_bytes_per_token();
   });
@@ -163,19 +246,19 @@ void ClusterStepExecutor::start() {
     try {
       b.result = cluster_.run([this, &b](Device& dev) {
         model::PhantomScope phantom(shape_.phantom);
-        ReplicaDevice d(dev, plan_, shape_, !shape_.phantom);
+        ReplicaDevice d(dev, plan_, draft_plan_ ? &*draft_plan_ : nullptr, shape_, !shape_.phantom);
         for (int64_t seen = 0;;) {
           std::unique_lock<std::mutex> l(b.m);
           b.cv.wait(l, [&] { return b.job > seen || b.stop || b.failed; });
           if (b.stop || b.failed) return;
           seen = b.job;
           const std::vector<BatchEntry> batch = b.batch;
-          const std::vector<int> releases = b.releases;
+          const std::vector<CacheOp> ops = b.ops;
           const Time start = b.start;
           l.unlock();
           DeviceStep s;
           try {
-            for (int seq : releases) d.release(seq);
+            for (const CacheOp& op : ops) d.apply(op);
             s = d.step(batch, start);
           } catch (...) {
             std::lock_guard<std::mutex> g(b.m);
@@ -205,11 +288,22 @@ void ClusterStepExecutor::begin_step(int replica, double now_s) {
     clock_ = 0;
   }
   replica_ = replica;
-  start_ = std::max(clock_, now);
+  // One engine: after the last step. Several: at the engine's own time (each
+  // device then waits until it is free).
+  start_ = shape_.virtual_engines > 1 ? now : std::max(clock_, now);
 }
 
+// Only the scheduler's thread touches `pending`.
 void ClusterStepExecutor::release(int seq) {
-  if (box_) box_->pending.push_back(seq);  // only the scheduler's thread touches `pending`
+  if (box_) box_->pending.push_back({CacheOp::Kind::kRelease, seq});
+}
+
+void ClusterStepExecutor::cache_block(int seq, int64_t first, int tokens, int32_t block) {
+  if (box_) box_->pending.push_back({CacheOp::Kind::kCache, seq, first, tokens, block});
+}
+
+void ClusterStepExecutor::evict_block(int32_t block) {
+  if (box_) box_->pending.push_back({CacheOp::Kind::kEvict, 0, 0, 0, block});
 }
 
 StepOutcome ClusterStepExecutor::run_step(std::span<const BatchEntry> batch) {
@@ -218,7 +312,7 @@ StepOutcome ClusterStepExecutor::run_step(std::span<const BatchEntry> batch) {
   std::unique_lock<std::mutex> l(b.m);
   b.batch.assign(batch.begin(), batch.end());
   b.start = start_;
-  b.releases.swap(b.pending);
+  b.ops.swap(b.pending);
   b.pending.clear();
   const int64_t job = ++b.job;
   b.cv.notify_all();
@@ -235,9 +329,12 @@ StepOutcome ClusterStepExecutor::run_step(std::span<const BatchEntry> batch) {
   std::vector<model::Token> tokens;
   if (const int sampler = plan_.sampler; !shape_.phantom && here(sampler))
     for (float t : b.steps[size_t(sampler)].tokens) tokens.push_back(model::Token(t));
+  std::vector<int> counts;  // speculating: every device that ran holds the same
+  for (const DeviceStep& d : b.steps)
+    if (counts.empty()) counts = d.counts;
   l.unlock();
   agree_on_step(end, tokens);
-  StepOutcome out{to_seconds(end - start_), std::move(tokens)};
+  StepOutcome out{to_seconds(end - start_), std::move(tokens), std::move(counts)};
   clock_ = end;
   start_ = end;
   return out;

@@ -21,9 +21,20 @@
 // meets an asymmetry fails with RunError::folding() and can be run again
 // unfolded.
 //
-// One batch runs at a time: with pp > 1 a step crosses every stage before
-// the next starts (no pipelining of successive steps, as a single vLLM
-// virtual engine runs), so PP adds latency to every token.
+// With one virtual engine one batch runs at a time: with pp > 1 a step
+// crosses every stage before the next starts, and the last stage sends the
+// tokens to the first (point to point), so PP adds latency to every token.
+// With V virtual engines (ReplicaShape::virtual_engines, scheduler.h) a
+// step starts at its engine's time, each device takes it when free, and
+// the tokens reach the first stage in the engine's next batch (the
+// scheduler's, as vLLM's driver sends them): up to V batches in flight.
+//
+// Prefix caching on values: each device keeps a copy of every named block's
+// K and V rows (cache_block), and a sequence admitted on a cached prefix
+// starts with those rows in its cache (KvCache::adopt), so its prefill
+// computes only the rest. The copies are the model's shared blocks: the
+// arena is charged for a block by the sequence that computed it, never for
+// the sequences sharing it (the scheduler's block count is the memory model).
 //
 // plan() measures, in a run of its own, what a replica holds besides the KV
 // cache — each device's weights and the activations of a step of
@@ -42,6 +53,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "collectives/mesh.h"
@@ -50,6 +62,7 @@
 #include "model/infer/sampler.h"
 #include "model/io/safetensors.h"
 #include "model/serve/scheduler.h"
+#include "model/serve/speculative.h"
 #include "runtime/cluster.h"
 #include "runtime/trace.h"
 
@@ -63,6 +76,9 @@ struct ReplicaShape {
   uint64_t seed = 1337;                          // the training init, without `init`
   const model::SafetensorsFile* init = nullptr;  // checked with infer::check_generate_init
   bool fold = false;                             // phantom, dense: tp rank 0 plays its tp peers
+  int virtual_engines = 1;                       // batches in flight (SchedulerOptions::virtual_engines)
+  // A draft model beside the target (speculative.h; tp only).
+  std::optional<SpeculativeShape> speculative;
   // How tokens are chosen: request i's n-th token is draw n of seed + i
   // (greedy at temperature 0), as generate's with --seed seed + i.
   infer::SamplingOptions sampling;
@@ -90,6 +106,8 @@ class ClusterStepExecutor final : public StepExecutor {
   // The step's time; with values, the token of every sampling entry.
   StepOutcome run_step(std::span<const BatchEntry> batch) override;
   void release(int seq) override;
+  void cache_block(int seq, int64_t first, int tokens, int32_t block) override;
+  void evict_block(int32_t block) override;
   // Ends the devices' run (its stats and, with ClusterOptions::trace, the
   // timeline of every step at the scheduler's times); rethrows what a device
   // threw.
@@ -102,6 +120,7 @@ class ClusterStepExecutor final : public StepExecutor {
   }
   // Every replica's finished run, in replica order.
   const std::vector<RunResult>& runs() const { return runs_; }
+  struct CacheOp;  // a release or a prefix cache block, for the devices
 
  private:
   struct Mailbox;
@@ -115,6 +134,7 @@ class ClusterStepExecutor final : public StepExecutor {
   Cluster& cluster_;
   ReplicaShape shape_;
   infer::InferPlan plan_;  // the split, checked; mesh, sampler, folding
+  std::optional<infer::InferPlan> draft_plan_;  // the draft model's, when speculating
   std::vector<int> representative_;  // per rank, when folded; empty: every rank runs
   std::vector<int> owners_;          // per rank, its process under mpirun; empty: this one
   std::unique_ptr<Mailbox> box_;

@@ -3,17 +3,32 @@
 // K and V of those tokens on every device of the replica), each sequence owns
 // a block table (the ids of its blocks, in token order), and a sequence grows
 // one block at a time as its tokens cross a block boundary. Blocks come from
-// a free list (a stack: the lowest ids first, freed blocks reused first), so a
-// run is deterministic.
+// a free list (the lowest ids first, freed blocks reused first), so a run is
+// deterministic.
+//
+// Prefix caching (vLLM's automatic prefix caching): a full block of a prompt
+// can be named by a hash of its content — its tokens and its parent block's
+// hash (block_hashes), so equal names mean equal prefixes. A named block is
+// shared by every sequence whose prompt starts with it (a reference count),
+// and when the last one lets go it stays in the cache, evictable: the free
+// list keeps unnamed blocks first and named ones after them in the order
+// they were freed (a sequence's later blocks before its earlier ones, as
+// vLLM frees them), so a new block is taken from an unnamed block, or else
+// evicts the least recently used named one (only blocks no sequence holds).
 //
 // Thread safety: one instance per replica, used by its scheduler only.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
 namespace shardlab::serve {
+
+// The names of a sequence's full blocks: block i's hash covers its
+// `block` content keys and block i-1's hash (a chain, as vLLM hashes).
+std::vector<uint64_t> block_hashes(std::span<const uint64_t> keys, int block);
 
 class KvBlocks {
  public:
@@ -26,18 +41,45 @@ class KvBlocks {
   // Grows `seq`'s table to hold `tokens` tokens; false (and no change) when
   // the free blocks do not suffice.
   bool grow(int seq, int64_t tokens);
-  void release(int seq);  // every block of `seq` back to the free list
+  void release(int seq);  // every block of `seq` let go of (a named one stays cached)
+
+  // Prefix caching. How many leading `hashes` name blocks in the cache.
+  int64_t cached_prefix(std::span<const uint64_t> hashes) const;
+  // A new sequence (no table) sharing the blocks named by the first `hit`
+  // hashes, grown to hold `tokens`; false (and no change) when the free
+  // blocks do not suffice.
+  bool grow_shared(int seq, std::span<const uint64_t> hashes, int64_t hit, int64_t tokens);
+  // Names block `index` of `seq`'s table `hash` (its tokens are computed);
+  // false when the block has a name or another block has this one.
+  bool name(int seq, int64_t index, uint64_t hash);
+  // The named blocks reused for new content since the last call.
+  std::vector<int32_t> take_evicted();
 
   const std::vector<int32_t>& table(int seq) const;  // empty when it holds none
   int64_t total_blocks() const { return total_; }
-  int64_t free_blocks() const { return static_cast<int64_t>(free_.size()); }
+  int64_t free_blocks() const { return free_count_; }
   int64_t used_blocks() const { return total_ - free_blocks(); }
   int block_tokens() const { return block_tokens_; }
 
  private:
+  struct Block {
+    int32_t refs = 0;
+    bool named = false;
+    uint64_t hash = 0;
+    int32_t prev = -1, next = -1;  // in the free list
+  };
+  void unlink(int32_t b);
+  void push_front(int32_t b);
+  void push_back(int32_t b);
+  int32_t take();  // the free list's first block, its name dropped
+
   int64_t total_;
   int block_tokens_;
-  std::vector<int32_t> free_;  // a stack: the lowest id on top
+  std::vector<Block> blocks_;
+  int32_t head_ = -1, tail_ = -1;  // the free list: unnamed blocks, then named ones oldest first
+  int64_t free_count_ = 0;
+  std::unordered_map<uint64_t, int32_t> named_;
+  std::vector<int32_t> evicted_;
   std::unordered_map<int, std::vector<int32_t>> tables_;
 };
 

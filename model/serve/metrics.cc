@@ -50,7 +50,13 @@ ServeSummary summarize(const std::vector<ReplicaResult>& replicas, int64_t kv_bl
     }
     s.preemptions += r.preemptions;
     s.steps += r.steps;
+    s.prefix_query_tokens += r.prefix_query_tokens;
+    s.prefix_hit_tokens += r.prefix_hit_tokens;
+    s.drafts_proposed += r.drafts_proposed;
+    s.drafts_accepted += r.drafts_accepted;
   }
+  if (s.drafts_proposed > 0) s.draft_acceptance = double(s.drafts_accepted) / double(s.drafts_proposed);
+  if (s.prefix_query_tokens > 0) s.prefix_hit_rate = double(s.prefix_hit_tokens) / double(s.prefix_query_tokens);
   if (busy > 0) s.kv_mean_use = weighted / busy;
   s.requests = static_cast<int64_t>(ttft.size());
   s.ttft_s = percentiles(ttft);
@@ -87,7 +93,13 @@ nlohmann::json summary_json(const ServeSummary& s) {
           {"kv_peak_use", s.kv_peak_use},
           {"kv_mean_use", s.kv_mean_use},
           {"preemptions", s.preemptions},
-          {"steps", s.steps}};
+          {"steps", s.steps},
+          {"prefix_cache", {{"query_tokens", s.prefix_query_tokens},
+                            {"hit_tokens", s.prefix_hit_tokens},
+                            {"hit_rate", s.prefix_hit_rate}}},
+          {"speculative", {{"drafts_proposed", s.drafts_proposed},
+                           {"drafts_accepted", s.drafts_accepted},
+                           {"acceptance", s.draft_acceptance}}}};
 }
 
 }  // namespace shardlab::serve

@@ -36,6 +36,13 @@ struct ServeSummary {
   double kv_mean_use = 0;          // mean over busy time, weighted by step time
   int64_t preemptions = 0;
   int64_t steps = 0;
+  // Prefix caching: of the tokens admissions looked up, those found cached
+  // (their prefill skipped), and the hit rate (0 without lookups).
+  int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0;
+  double prefix_hit_rate = 0;
+  // Speculative decoding: drafts verified and accepted, their rate.
+  int64_t drafts_proposed = 0, drafts_accepted = 0;
+  double draft_acceptance = 0;
 };
 
 ServeSummary summarize(const std::vector<ReplicaResult>& replicas, int64_t kv_blocks, int kv_block);

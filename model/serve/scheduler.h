@@ -26,6 +26,30 @@
 // ids and the executor's tokens are fed back: a decode's input is the token
 // produced before, a recomputation's the prompt and every token produced.
 //
+// Prefix caching (continuous batching): a request admitted (or readmitted
+// after a preemption) whose prompt starts with blocks named in the cache
+// (kv_blocks.h) shares them and prefills only the rest; at least its last
+// prompt token is computed (it gives the first token's logits), so a hit
+// covers at most (P - 1) / block whole blocks, as in vLLM. A prompt's full
+// blocks are named when the step that computes them ends, so a request
+// admitted in the same step shares nothing with it.
+//
+// Speculative decoding (k): every decode of a sequence with r tokens left
+// to produce proposes min(k, r - 1) draft tokens and verifies them with the
+// last token in one target step (new_tokens 1 + that): the executor says
+// how many tokens it produced (the accepted drafts and the target's own
+// next one), and as many join the cache. The blocks are grown for all
+// 1 + k first (vLLM's lookahead slots).
+//
+// Virtual engines (a pipeline-parallel replica, as vLLM runs one): V
+// schedulers share the replica's devices, each with its requests (dealt
+// round-robin in arrival order; vLLM gives a new request to the engine with
+// the fewest unfinished) and 1/V of the KV blocks. The engine ready first
+// runs its next step, starting when its own previous step ended (its
+// tokens are back), not when the replica's last one did: the devices take
+// the steps in that order, so while one batch is in a later stage the next
+// runs the earlier ones. One engine per stage keeps every stage busy.
+//
 // Thread safety: simulate_replica is a pure function of its arguments and
 // the executor's answers.
 #pragma once
@@ -46,7 +70,9 @@ namespace shardlab::serve {
 // produced), when the requests carry prompts; empty otherwise. `request`
 // and `draw`: the request's id and how many tokens it has produced before
 // this one, which fix a sampled token's draw (seed + request, index draw)
-// whatever the batching, preemptions included.
+// whatever the batching, preemptions included. `prefix_blocks`: a sequence
+// admitted on a cached prefix starts from these blocks (its `context`
+// tokens, in order).
 struct BatchEntry {
   int seq = 0;
   int new_tokens = 0;
@@ -55,6 +81,8 @@ struct BatchEntry {
   std::vector<model::Token> tokens;
   int request = 0;
   int draw = 0;
+  std::vector<int32_t> prefix_blocks;
+  int draft = 0;  // speculative decoding: the draft tokens to propose (tokens: the last one only)
 };
 
 struct StepOutcome {
@@ -62,6 +90,9 @@ struct StepOutcome {
   // The token of every sampling entry, in batch order; empty when the
   // executor computes no values (shapes only).
   std::vector<model::Token> tokens;
+  // Tokens produced by each sampling entry (1 + accepted drafts, for a
+  // speculative one), in batch order; empty: one each.
+  std::vector<int> counts;
 };
 
 class StepExecutor {
@@ -73,6 +104,12 @@ class StepExecutor {
   virtual void begin_step(int replica, double now_s) {}
   // `seq` left the replica's cache (finished, or preempted to be recomputed).
   virtual void release(int seq) {}
+  // Prefix caching: tokens [first, first + tokens) of `seq` are block
+  // `block`, named: keep them for sequences that will share it; a block
+  // evicted (its tokens no longer needed). Called in the scheduler's order,
+  // before the next run_step.
+  virtual void cache_block(int seq, int64_t first, int tokens, int32_t block) {}
+  virtual void evict_block(int32_t block) {}
 };
 
 enum class Batching { kStatic, kContinuous };
@@ -85,6 +122,11 @@ struct SchedulerOptions {
   int max_seqs = 256;             // sequences per step (vLLM max_num_seqs)
   int64_t max_batch_tokens = 8192;  // tokens per step (vLLM max_num_batched_tokens)
   int chunked_prefill = 0;        // 0: whole prompts; C: at most C prefill tokens per step
+  bool prefix_caching = false;    // share cached prompt blocks (continuous batching)
+  // Batches in flight (vLLM's virtual engines, pipeline_parallel_size of
+  // them): V schedulers, each over its own requests and 1/V of the blocks.
+  int virtual_engines = 1;
+  int speculative = 0;  // draft tokens per decode (0: none)
 };
 
 struct RequestRecord {
@@ -93,6 +135,7 @@ struct RequestRecord {
   double arrival_s = 0, first_token_s = 0, finish_s = 0;
   int prompt_len = 0, output_len = 0;
   int preemptions = 0;
+  int cached_tokens = 0;  // prompt tokens found in the prefix cache at its first admission
   std::vector<model::Token> tokens;  // produced, when the executor computes values
 };
 
@@ -110,6 +153,11 @@ struct ReplicaResult {
   std::vector<UsageSample> usage;       // one per step
   int64_t steps = 0;
   int64_t preemptions = 0;
+  // Prefix caching, over every admission (readmissions too): the tokens
+  // admitted sequences had to have cached, and those found in the cache.
+  int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0;
+  // Speculative decoding: draft tokens verified, and accepted.
+  int64_t drafts_proposed = 0, drafts_accepted = 0;
 };
 
 // Throws ConfigError when a request can never run (more tokens than the

@@ -19,7 +19,7 @@ nlohmann::json requests_json(const ServeResult& result, const std::vector<Reques
       nlohmann::json one = {{"id", q.id}, {"replica", q.replica}, {"arrival_s", q.arrival_s},
                             {"first_token_s", q.first_token_s}, {"finish_s", q.finish_s},
                             {"prompt_len", q.prompt_len}, {"output_len", q.output_len},
-                            {"preemptions", q.preemptions}};
+                            {"preemptions", q.preemptions}, {"cached_tokens", q.cached_tokens}};
       if (prompts) {  // the tokens in, and out
         one["prompt_tokens"] = (*prompts)[size_t(q.id)].prompt;
         one["tokens"] = q.tokens;

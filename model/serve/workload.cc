@@ -92,7 +92,7 @@ Arrival parse_arrival(const std::string& text) {
 }
 
 std::vector<Request> make_workload(int n, const Arrival& arrival, const LengthDist& prompt,
-                                   const LengthDist& output, uint64_t seed) {
+                                   const LengthDist& output, uint64_t seed, int shared_prefix) {
   const uint64_t gaps = model::stream_key(seed, "serve.arrival");
   const uint64_t prompts = model::stream_key(seed, "serve.prompt_len");
   const uint64_t outputs = model::stream_key(seed, "serve.output_len");
@@ -101,18 +101,45 @@ std::vector<Request> make_workload(int n, const Arrival& arrival, const LengthDi
   for (int i = 0; i < n; ++i) {
     if (arrival.kind == Arrival::Kind::kPoisson && i > 0)
       t += -std::log(model::uniform_at(gaps, uint64_t(i))) / arrival.rate;
-    out[size_t(i)] = {i, t, sample(prompt, prompts, uint64_t(i)), sample(output, outputs, uint64_t(i))};
+    out[size_t(i)] = {i, t, shared_prefix + sample(prompt, prompts, uint64_t(i)), sample(output, outputs, uint64_t(i))};
+    if (shared_prefix > 0) {
+      out[size_t(i)].prefix_id = 0;
+      out[size_t(i)].prefix_len = shared_prefix;
+    }
   }
   return out;
+}
+
+namespace {
+
+// Keys of shared prefixes and of a request's own tokens: apart from each
+// other and from token ids (below 2^30).
+uint64_t synthetic_key(bool shared, int owner, int t) {
+  return (uint64_t(shared ? 2 : 3) << 62) | (uint64_t(uint32_t(owner)) << 31) | uint64_t(t);
+}
+
+}  // namespace
+
+std::vector<uint64_t> content_keys(const Request& r) {
+  std::vector<uint64_t> keys(size_t(r.prompt_len));
+  for (int t = 0; t < r.prompt_len; ++t)
+    keys[size_t(t)] = !r.prompt.empty()    ? uint64_t(r.prompt[size_t(t)])
+                      : t < r.prefix_len ? synthetic_key(true, r.prefix_id, t)
+                                         : synthetic_key(false, r.id, t);
+  return keys;
 }
 
 void draw_prompts(std::vector<Request>& requests, int vocab, uint64_t seed) {
   SHARDLAB_CHECK(vocab > 0, "a vocabulary needs a token");
   const uint64_t key = model::stream_key(seed, "serve.prompt_tokens");
+  const uint64_t shared = model::stream_key(seed, "serve.prefix_tokens");
   for (Request& r : requests) {
     if (!r.prompt.empty()) continue;
-    for (int j = 0; j < r.prompt_len; ++j)
-      r.prompt.push_back(model::Token(model::random_bits(key, (uint64_t(r.id) << 32) | uint64_t(j)) % uint64_t(vocab)));
+    for (int j = 0; j < r.prompt_len; ++j) {
+      const bool in_prefix = j < r.prefix_len;
+      const uint64_t owner = uint64_t(uint32_t(in_prefix ? r.prefix_id : r.id));
+      r.prompt.push_back(model::Token(model::random_bits(in_prefix ? shared : key, (owner << 32) | uint64_t(j)) % uint64_t(vocab)));
+    }
   }
 }
 
@@ -135,15 +162,41 @@ std::vector<model::Token> prompt_ids(const std::string& text, int prompt_len, co
 
 }  // namespace
 
+namespace {
+
+// The columns after arrival_s,prompt_len,output_len the header names.
+enum class Extra { kNone, kPromptTokens, kPrefix };
+
+Extra extra_columns(const std::string& line, const std::string& path) {
+  const std::string header = "arrival_s,prompt_len,output_len";
+  if (line == header) return Extra::kNone;
+  if (line == header + ",prompt_tokens") return Extra::kPromptTokens;
+  if (line == header + ",prefix_id,prefix_len") return Extra::kPrefix;
+  throw ConfigError(fmt::format("`workload` {}: line 1 must be {}[,prompt_tokens] or {},prefix_id,prefix_len", path,
+                                header, header));
+}
+
+void read_prefix(Request& r, const std::string& id, const std::string& len, const std::string& where) {
+  const double v = number(id, where + ": prefix_id");
+  if (v != std::floor(v) || v < -1 || v >= double(1 << 30))
+    throw ConfigError(fmt::format("{}: prefix_id '{}' must be an integer in [-1, 2^30)", where, id));
+  r.prefix_id = int(v);
+  r.prefix_len = r.prefix_id < 0 ? 0 : length(len, where + ": prefix_len");
+  if (r.prefix_id < 0 && number(len, where + ": prefix_len") != 0)
+    throw ConfigError(fmt::format("{}: prefix_id -1 shares nothing: prefix_len must be 0", where));
+  if (r.prefix_len > r.prompt_len)
+    throw ConfigError(fmt::format("{}: prefix_len {} exceeds prompt_len {}", where, r.prefix_len, r.prompt_len));
+}
+
+}  // namespace
+
 std::vector<Request> load_trace(const std::string& path) {
   std::ifstream in = open_input(fmt::format("`workload` {}", path), path, "a CSV file");
   std::string line;
-  const std::string header = "arrival_s,prompt_len,output_len";
   if (!std::getline(in, line)) line.clear();
   if (!line.empty() && line.back() == '\r') line.pop_back();
-  if (line != header && line != header + ",prompt_tokens")
-    throw ConfigError(fmt::format("`workload` {}: line 1 must be {}[,prompt_tokens]", path, header));
-  const size_t fields = line == header ? 3 : 4;
+  const Extra extra = extra_columns(line, path);
+  const size_t fields = extra == Extra::kNone ? 3 : extra == Extra::kPromptTokens ? 4 : 5;
   std::vector<Request> out;
   for (int no = 2; std::getline(in, line); ++no) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
@@ -154,7 +207,8 @@ std::vector<Request> load_trace(const std::string& path) {
     Request r{static_cast<int>(out.size()), number(f[0], where), length(f[1], where), length(f[2], where), {}};
     if (r.arrival_s < 0 || (!out.empty() && r.arrival_s < out.back().arrival_s))
       throw ConfigError(where + ": arrivals must be non-negative and not decrease");
-    if (fields == 4) r.prompt = prompt_ids(f[3], r.prompt_len, where);
+    if (extra == Extra::kPromptTokens) r.prompt = prompt_ids(f[3], r.prompt_len, where);
+    if (extra == Extra::kPrefix) read_prefix(r, f[3], f[4], where);
     out.push_back(r);
   }
   if (out.empty()) throw ConfigError(fmt::format("`workload` {}: no requests", path));

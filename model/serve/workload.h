@@ -34,7 +34,16 @@ struct Request {
   int prompt_len = 1;
   int output_len = 1;  // tokens generated, the first one by the prefill
   std::vector<model::Token> prompt;  // prompt_len ids, or empty (lengths only)
+  // Without ids: the first prefix_len tokens are those of every request of
+  // the same prefix_id (a system prompt, an earlier turn); -1: none shared.
+  int prefix_id = -1;
+  int prefix_len = 0;
 };
+
+// What names token t of a request's prompt for prefix caching: its id, or
+// without ids, its prefix's (prefix_id, t) below prefix_len and a key of
+// its own (id, t) after it.
+std::vector<uint64_t> content_keys(const Request& r);
 
 struct LengthDist {
   enum class Kind { kConstant, kUniform, kLognormal } kind = Kind::kConstant;
@@ -50,19 +59,24 @@ struct Arrival {
 };
 Arrival parse_arrival(const std::string& text);  // --arrival
 
-// `n` requests with ids 0..n-1 in arrival order.
+// `n` requests with ids 0..n-1 in arrival order. `shared_prefix` > 0: every
+// prompt starts with the same shared_prefix tokens (prefix 0), then its own
+// `prompt` tokens.
 std::vector<Request> make_workload(int n, const Arrival& arrival, const LengthDist& prompt,
-                                   const LengthDist& output, uint64_t seed);
+                                   const LengthDist& output, uint64_t seed, int shared_prefix = 0);
 
 // Gives every request without prompt ids prompt_len ids drawn uniformly
 // from [0, vocab) (a stream of `seed`, a pure function of the request's id
-// and position), so a workload of lengths can run on a model's values.
+// and position; below prefix_len, of its prefix_id and position), so a
+// workload of lengths can run on a model's values.
 void draw_prompts(std::vector<Request>& requests, int vocab, uint64_t seed);
 
 // A CSV trace: a header line `arrival_s,prompt_len,output_len`, then one row
 // per request; arrivals must not decrease. A fourth column `prompt_tokens`
 // (the header says so) gives each prompt's ids separated by spaces, as many
-// as prompt_len. ConfigError with the line number.
+// as prompt_len; or two columns `prefix_id,prefix_len` say which requests
+// share how many leading tokens (prefix_id -1: none; the ids would say it
+// themselves, so not both). ConfigError with the line number.
 std::vector<Request> load_trace(const std::string& path);
 
 }  // namespace shardlab::serve

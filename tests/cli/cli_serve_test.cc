@@ -156,6 +156,60 @@ TEST(CliServe, WorkloadPromptTokensAreServed) {
   }
 }
 
+// Prefix caching on values: eight requests whose prompts share 16 tokens
+// (a system prompt), arriving about 20 ms apart; with the cache each one
+// after the first finds the prefix's 4 blocks (16 of its 16 + 8 tokens),
+// its TTFT drops, and its tokens are generate's.
+TEST(CliServe, PrefixCachingSkipsTheSharedPromptAndKeepsTheTokens) {
+  const std::string init = "--model nano --init " + counting_checkpoint();
+  const std::string flags = "serve " + init + " --requests 8 --arrival poisson:50 --shared-prefix 16 --prompt-len 8 "
+                            "--output-len 6 --kv-block 4 --json";
+  const std::string report = ::testing::TempDir() + "serve_prefix_report.json";
+  const CliResult off = run_cli(flags), on = run_cli(flags + " --prefix-caching --report " + report);
+  ASSERT_EQ(off.code, 0) << off.err;
+  ASSERT_EQ(on.code, 0) << on.err;
+  const nlohmann::json a = nlohmann::json::parse(off.out)["summary"], b = nlohmann::json::parse(on.out)["summary"];
+  EXPECT_EQ(b["prefix_cache"]["hit_tokens"].get<int64_t>(), 7 * 16);
+  EXPECT_EQ(b["prefix_cache"]["query_tokens"].get<int64_t>(), 8 * 24);
+  std::printf("TTFT mean %.3f ms without, %.3f ms with prefix caching\n", a["ttft_s"]["mean"].get<double>() * 1e3,
+              b["ttft_s"]["mean"].get<double>() * 1e3);
+  EXPECT_LT(b["ttft_s"]["mean"].get<double>(), a["ttft_s"]["mean"].get<double>());
+  const nlohmann::json j = nlohmann::json::parse(slurp(report));
+  for (const auto& q : j["requests"]) {
+    EXPECT_EQ(q["cached_tokens"].get<int>(), q["id"].get<int>() == 0 ? 0 : 16);
+    const CliResult g = run_cli("generate --json " + init + " --prompt-tokens " + joined(q["prompt_tokens"]) +
+                                " --max-new-tokens " + std::to_string(q["output_len"].get<int>()));
+    ASSERT_EQ(g.code, 0) << g.err;
+    EXPECT_EQ(q["tokens"], nlohmann::json::parse(g.out)["tokens"]) << "request " << q["id"];
+  }
+}
+
+// Greedy speculative decoding from the command line: the counting model as
+// its own draft (--draft-init) has every proposal accepted, and the tokens
+// are generate's; a phantom run at accept=1 likewise accepts every draft.
+TEST(CliServe, SpeculativeDecodingKeepsTheTokens) {
+  const std::string ckpt = counting_checkpoint(), init = "--model nano --init " + ckpt;
+  const std::string report = ::testing::TempDir() + "serve_spec_report.json";
+  const CliResult r = run_cli("serve " + init + " --tp 2 --requests 4 --arrival burst --prompt-len 6 --output-len 12 "
+                              "--speculative draft=nano,k=4 --draft-init " + ckpt + " --report " + report);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("Speculative decoding"), std::string::npos) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(slurp(report));
+  const nlohmann::json& sp = j["summary"]["speculative"];
+  EXPECT_GT(sp["drafts_proposed"].get<int64_t>(), 0);
+  EXPECT_EQ(sp["drafts_accepted"], sp["drafts_proposed"]);
+  for (const auto& q : j["requests"]) {
+    const CliResult g = run_cli("generate --json " + init + " --prompt-tokens " + joined(q["prompt_tokens"]) +
+                                " --max-new-tokens 12");
+    ASSERT_EQ(g.code, 0) << g.err;
+    EXPECT_EQ(q["tokens"], nlohmann::json::parse(g.out)["tokens"]) << "request " << q["id"];
+  }
+  const CliResult p = run_cli(kServe + "--phantom --json --speculative draft=tiny,k=3,accept=1");
+  ASSERT_EQ(p.code, 0) << p.err;
+  const nlohmann::json ps = nlohmann::json::parse(p.out)["summary"]["speculative"];
+  EXPECT_EQ(ps["drafts_accepted"], ps["drafts_proposed"]);
+}
+
 // The same steps on shapes only take the same virtual times.
 TEST(CliServe, PhantomTimesEqualTheValuesRun) {
   const std::string flags = kServe + "--arrival poisson:200 --chunked-prefill 8 --tp 2 --pp 2 --json";
@@ -189,6 +243,8 @@ TEST(CliServe, BadInputIsOneLineAndExitTwo) {
   const std::string ids = ::testing::TempDir() + "serve_bad_ids.csv", few = ::testing::TempDir() + "serve_few_ids.csv";
   std::ofstream(ids) << "arrival_s,prompt_len,output_len,prompt_tokens\n0,2,2,1 512\n";  // tiny's vocabulary: 512
   std::ofstream(few) << "arrival_s,prompt_len,output_len,prompt_tokens\n0,3,2,1 2\n";
+  const std::string prefix = ::testing::TempDir() + "serve_bad_prefix.csv";
+  std::ofstream(prefix) << "arrival_s,prompt_len,output_len,prefix_id,prefix_len\n0,5,2,0,9\n";
   const std::pair<std::string, std::string> cases[] = {
       {"--requests 0", "--requests"},
       {"--arrival poisson:0", "--arrival"},
@@ -234,6 +290,20 @@ TEST(CliServe, BadInputIsOneLineAndExitTwo) {
       {"--top-p 0.9", "--top-p 0.9 filters sampling: it needs --temperature above 0"},
       {"--top-k 4", "--top-k 4 filters sampling"},
       {"--temperature 1 --top-p 0", "--top-p must be in (0, 1]"},
+      {"--prefix-caching --batching static", "--prefix-caching needs --batching continuous"},
+      {"--workload " + workload + " --shared-prefix 4", "gives the requests: it takes no --shared-prefix"},
+      {"--workload " + prefix, "prefix_len 9 exceeds prompt_len 5"},
+      {"--speculative draft=tiny", "--speculative draft=tiny: expected draft=PRESET,k=N[,accept=P]"},
+      {"--speculative draft=tiny,k=0", "k in [1, 64]"},
+      {"--speculative draft=tiny,k=2,accept=0.5", "accept= is for --phantom"},
+      {"--phantom --speculative draft=tiny,k=2", "--speculative needs accept=P"},
+      {"--phantom --speculative draft=tiny,k=2,accept=2", "accept in [0, 1]"},
+      {"--draft-init " + workload, "--draft-init is the draft model's: it needs --speculative"},
+      {"--speculative draft=tiny,k=2 --draft-init " + workload, "--draft-init"},
+      {"--speculative draft=nano,k=2", "--speculative: the draft model's vocabulary (256)"},
+      {"--speculative draft=tiny,k=2 --pp 2", "no --pp or --ep"},
+      {"--speculative draft=tiny,k=2 --prefix-caching", "--prefix-caching"},
+      {"--speculative draft=tiny,k=2 --batching static", "--speculative needs --batching continuous"},
   };
   for (const auto& [flags, needle] : cases) {
     // Four requests of lengths that fit, unless the case sets them or gives a --workload.

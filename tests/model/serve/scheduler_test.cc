@@ -7,22 +7,10 @@
 
 #include "model/serve/serving.h"
 #include "support/config_error.h"
+#include "tests/model/serve/linear_step.h"
 
 namespace shardlab::serve {
 namespace {
-
-// A step costs a + b per token processed: enough to compute by hand what
-// the scheduler must produce. It keeps every batch it was asked to time.
-struct LinearStep final : StepExecutor {
-  double a = 1.0, b = 0.01;
-  std::vector<std::vector<BatchEntry>> batches;
-  StepOutcome run_step(std::span<const BatchEntry> batch) override {
-    batches.emplace_back(batch.begin(), batch.end());
-    int tokens = 0;
-    for (const BatchEntry& e : batch) tokens += e.new_tokens;
-    return {a + b * tokens, {}};
-  }
-};
 
 SchedulerOptions continuous(int64_t blocks, int block = 16) {
   SchedulerOptions o;
