@@ -59,7 +59,8 @@ double ShardedAdamW::global_norm() {
   }
   dev_.run(dev_.compute(), "grad_norm",  // over the fp32 main gradients
            model::sum_squares_cost(dp_.sharded_grads() ? dp_.owned_elements() : n, parallel::kGradElemBytes));
-  return std::sqrt(model_parallel_sum(static_cast<float>(sq)));
+  if (stage_group_ || norm_group_.size() > 1) sq = model_parallel_sum(static_cast<float>(sq));
+  return std::sqrt(sq);  // alone, the double sum as it is
 }
 
 float ShardedAdamW::model_parallel_sum(float part) {
