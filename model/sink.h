@@ -26,8 +26,9 @@ class OpSink {
   virtual void grads_ready(int64_t offset, int64_t count) {}
   // A backward (of any micro-batch) produced the gradients of `count`
   // parameters, to be added into the main gradients (a runner without
-  // gradient accumulation fusion charges that addition here).
-  virtual void grads_accumulated(int64_t count) {}
+  // gradient accumulation fusion charges that addition here). `key` names
+  // the parameters (the same each micro-batch of a step).
+  virtual void grads_accumulated(int64_t key, int64_t count) {}
   // Averages `data` over the data-parallel replicas, in place, if there are
   // any; returns false when this run has none. MoE layers use it so the
   // load-balancing fractions f_i cover the global batch, as in the unsharded model.

@@ -3,7 +3,9 @@
 // trace); saved activations are charged to the arena while they live.
 #pragma once
 
+#include <algorithm>
 #include <functional>
+#include <vector>
 
 #include "model/sink.h"
 #include "runtime/device.h"
@@ -35,21 +37,40 @@ class DeviceSink final : public model::OpSink {
   // fp32 main gradients by a separate elementwise kernel: read the
   // half-precision gradient, read and write the fp32 main gradient. Fused
   // (--gradient-accumulation-fusion, Megatron-LM 2022), the wgrad GEMM
-  // accumulates into the main gradient itself, at no extra charge.
-  void grads_accumulated(int64_t count) override {
-    if (fused_ || dev_.precision() == Precision::kFp32 || count <= 0) return;
-    dev_.run(dev_.compute(), "grad_accum", grad_accum_cost(count, element_size()));
+  // accumulates into the main gradient itself, at no extra charge. With
+  // half-precision gradients (ParallelOptions::half_grads) autograd keeps
+  // the step's first gradient of `key` as it is and adds each later one in
+  // half precision: read both, write one.
+  void grads_accumulated(int64_t key, int64_t count) override {
+    if (dev_.precision() == Precision::kFp32 || count <= 0) return;
+    if (half_) {
+      if (std::find(seen_.begin(), seen_.end(), key) == seen_.end()) {
+        seen_.push_back(key);
+        return;
+      }
+      dev_.run(dev_.compute(), "grad_accum", half_grad_accum_cost(count, element_size()));
+    } else if (!fused_) {
+      dev_.run(dev_.compute(), "grad_accum", grad_accum_cost(count, element_size()));
+    }
   }
   static OpCost grad_accum_cost(int64_t count, int elem) {
     return {double(count), double(count) * double(elem + 4 + 4)};
   }
+  static OpCost half_grad_accum_cost(int64_t count, int elem) {
+    return {double(count), double(count) * double(3 * elem)};
+  }
   void set_grad_accum_fusion(bool fused) { fused_ = fused; }
+  void set_half_grads(bool half) { half_ = half; }
+  // A new step: every parameter's next gradient is its first again.
+  void begin_step() { seen_.clear(); }
   // Where final gradients are announced (data parallelism's buckets).
   void on_grads_ready(std::function<void(int64_t, int64_t)> f) { on_grads_ready_ = std::move(f); }
 
  private:
   Device& dev_;
   bool fused_ = true;
+  bool half_ = false;
+  std::vector<int64_t> seen_;  // keys with a gradient this step (half_grads); a few hundred at most
   std::function<void(int64_t, int64_t)> on_grads_ready_;
   std::function<bool(float*, int64_t)> average_;
 };

@@ -238,7 +238,7 @@ void ShardedGPT::accumulated(int layer) const {
   } else {
     n = layout_.block(layer).size;
   }
-  sink->grads_accumulated(n);
+  sink->grads_accumulated(layer, n);
 }
 
 void ShardedGPT::finish_block(int layer) {

@@ -50,7 +50,7 @@ class UnshardedModel final : public LocalModel, public OneStageModel {
     void saved(int64_t n) override { target->saved(n); }
     void freed(int64_t n) override { target->freed(n); }
     void grads_ready(int64_t offset, int64_t count) override {
-      target->grads_accumulated(count);  // every micro-batch (the GPT announces each range once)
+      target->grads_accumulated(offset, count);  // every micro-batch (the GPT announces each range once)
       if (open) target->grads_ready(offset, count);
     }
     bool average_over_replicas(float* data, int64_t n) override {

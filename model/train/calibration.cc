@@ -84,6 +84,8 @@ TrainOptions published_run_options(const PublishedRun& row) {
   o.model.dropout = 0.1;
   p.overlap = row.overlap;  // local DDP all-reduced the gradients after the pipeline flush
   p.grad_accum_fusion = row.grad_accum_fusion;
+  // The 2021 rows ran fp16 without fp32 gradient accumulation (sc21 scripts).
+  p.half_grads = !row.grad_accum_fusion;
   const int per_replica = o.model.batch_size / p.dp;
   const int mbs = row.micro_batch_size > 0 ? row.micro_batch_size : row.pp > 1 ? 1 : per_replica;
   o.micro_batches = per_replica / mbs;

@@ -45,7 +45,11 @@
 // reassembles them, Narayanan et al. 2021 §4.1); with it (2022's "present
 // work"), the sequence-parallel collectives and selective recomputation.
 // The sc21 scripts run fp16 with a static loss scale, shardlab bf16 (the
-// same tensor-core rate on A100).
+// same tensor-core rate on A100). The 2021 rows keep their gradients in fp16
+// as that code did without --accumulate-allreduce-grads-in-fp32
+// (ParallelOptions::half_grads: autograd's fp16 accumulation, fp16 on the
+// wire, DDP's copies, the fp16 optimizer's copy/unscale/copy-back passes);
+// the 2022 rows fuse the accumulation into fp32 main gradients.
 #pragma once
 
 #include <string>
@@ -69,8 +73,8 @@ struct PublishedRun {
   bool sp_selective = false;  // sequence parallelism + selective recompute; else full, no SP
   int layers = 0, heads = 0;  // the shape, where it is not the preset's (0: the preset's)
   double iteration_s = 0;     // published iteration time (s), when the source gives that
-  // Megatron-LM's --gradient-accumulation-fusion (2022 on); 2021's code
-  // added each micro-batch's gradients into the main gradients separately.
+  // Megatron-LM's --gradient-accumulation-fusion (2022 on). Off: a 2021 row,
+  // run with half-precision gradients (ParallelOptions::half_grads).
   bool grad_accum_fusion = false;
 };
 

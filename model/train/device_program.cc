@@ -103,6 +103,7 @@ void DeviceProgram::run(Device& dev) const {
     current = step;
     dev.set_step(step);  // faults that start at a step (runtime/fault.h)
     s.dp->begin_step();
+    s.sink.begin_step();
     s.model->zero_grad();
     const StepLosses l = forward_backward(*this, s, dev, step);
     s.dp->finish_grads();

@@ -52,6 +52,7 @@ DeviceSetup::DeviceSetup(const DeviceProgram& p, Device& dev)
   if (p.init) engine::load_shards(*model, *p.init);
   dev.log().info("{}: {} local parameters", p.plan.mesh.describe(dev.rank()), model->params().size());
   sink.set_grad_accum_fusion(p.options.parallel.grad_accum_fusion);
+  sink.set_half_grads(p.options.parallel.half_grads);
   model->set_sink(&sink);
   make_data_parallel(p, dev);
   const ParallelOptions& par = p.options.parallel;
@@ -108,7 +109,7 @@ void DeviceSetup::make_model(const DeviceProgram& p, Device& dev) {
 void DeviceSetup::make_data_parallel(const DeviceProgram& p, Device& dev) {
   const ParallelOptions& par = p.options.parallel;
   const parallel::DataParallelOptions dpo{uint64_t(par.bucket_mb * 1e6), par.overlap, par.zero,
-                                          p.plan.tied_bucket(model->shards())};
+                                          p.plan.tied_bucket(model->shards()), par.half_grads};
   parallel::DataParallel::ExpertGrads expert_grads;
   if (par.ep > 1) expert_grads = {&ctx.group(par.cp > 1 ? "cp-edp" : "edp"), parallel::expert_ranges(model->shards())};
   const coll::ProcessGroup& dp_group = data_group();

@@ -50,7 +50,10 @@ class ShardedAdamW {
 
  private:
   double global_norm();
+  // `part` summed over the model-parallel ranks (the norm group, then pp).
+  float model_parallel_sum(float part);
   float pipeline_sum(float part);
+  void half_grads_to_main();
   // Calls f(flat offset, count, state offset, spec) for the part of every
   // local tensor inside `ranges`; state offsets number the owned elements.
   template <typename F>

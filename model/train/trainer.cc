@@ -85,7 +85,9 @@ nlohmann::json TrainOptions::to_json() const {
           {"parallel",
            {{"dp", parallel.dp}, {"tp", parallel.tp}, {"sp", parallel.sp}, {"zero", parallel.zero},
             {"reshard_after_forward", parallel.reshard_after_forward}, {"prefetch", parallel.prefetch}, {"hsdp", parallel.hsdp},
-            {"bucket_mb", parallel.bucket_mb}, {"overlap", parallel.overlap}, {"ep", parallel.ep}, {"pp", parallel.pp},
+            {"bucket_mb", parallel.bucket_mb}, {"overlap", parallel.overlap},
+            {"grad_accum_fusion", parallel.grad_accum_fusion}, {"half_grads", parallel.half_grads},
+            {"ep", parallel.ep}, {"pp", parallel.pp},
             {"cp", parallel.cp}, {"cp_comm", parallel::cp_comm_name(parallel.cp_comm)},
             {"schedule", parallel::schedule_name(parallel.schedule)}, {"vpp", parallel.chunks()},
             {"pp_layers", parallel.stage_layers}, {"recompute", parallel::recompute_name(parallel.recompute)}}}};

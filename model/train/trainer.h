@@ -61,6 +61,22 @@ struct ParallelOptions {
   // micro-batch's gradients are added into them by a separate kernel, 10
   // bytes per parameter in bf16 (Megatron-LM 2021; engine::DeviceSink).
   bool grad_accum_fusion = true;
+  // Megatron-LM 2021 in fp16 (the sc21 scripts: --fp16, no
+  // --accumulate-allreduce-grads-in-fp32, no contiguous DDP buffers): the
+  // gradients stay in the model's half precision until the optimizer step.
+  // Charged in mixed precision only, with dp > 1 for DDP's part:
+  //  - autograd keeps a parameter's first gradient of the step and adds each
+  //    later micro-batch's into it, 2 + 2 + 2 = 6 B/param (instead of
+  //    grad_accum_fusion's fp32 accumulation; engine::DeviceSink);
+  //  - the data-parallel all-reduce moves 2 B per gradient; local DDP (no
+  //    overlap) flattens, divides and unflattens them (12 B/param), torch DDP
+  //    copies them into its buckets with the division and back (8 B/param);
+  //  - the optimizer copies them into fp32 main gradients (6 B/param),
+  //    unscales them and checks for inf/nan (8 B/param, then a 1-element
+  //    all-reduce over the model-parallel ranks), AdamW reads and writes fp32
+  //    master weights and moments (28 B/param) and the updated master weights
+  //    are copied into the model (6 B/param).
+  bool half_grads = false;
   int ep = 1;                 // expert parallel (divides dp): E/ep experts per rank
   int pp = 1;                 // pipeline stages (ranks)
   // Context parallelism: every sequence split over cp ranks (chunks i and

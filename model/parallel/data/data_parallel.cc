@@ -73,9 +73,11 @@ void DataParallel::launch(size_t i) {
   const size_t n = static_cast<size_t>(r.size);
   // Expert buckets sum over edp (scaled by 1/dp in finish_grads); others average over dp.
   const coll::ReduceOp op = expert_bucket_[i] ? coll::ReduceOp::kSum : coll::ReduceOp::kAvg;
+  if (half() && options_.overlap)  // torch DDP: into the bucket, divided by dp on the way
+    dev_.run(dev_.compute(), "ddp.bucket_copy", half_copy_cost(r.size));
   coll::CollOptions opt;
   opt.after = dev_.compute().record();  // the bucket exists once backward produced it
-  opt.elem_size = kGradElemBytes;       // fp32 main gradients on the wire
+  opt.elem_size = half() ? element_size(dev_.precision()) : kGradElemBytes;  // on the wire
   if (sharded_grads()) {
     const auto chunk = coll::chunk_range(n, g.size(), g.rank());
     float* mine = model::shifted(p, chunk.begin);
@@ -91,9 +93,26 @@ void DataParallel::launch(size_t i) {
 }
 
 void DataParallel::finish_grads() {
+  const int64_t n = static_cast<int64_t>(grads_.size());
+  const bool copies = half() && dp_.size() > 1;
+  if (copies && !options_.overlap) {  // local DDP: flatten, then divide by dp
+    dev_.run(dev_.compute(), "ddp.flatten", half_copy_cost(n));
+    dev_.run(dev_.compute(), "ddp.scale", half_copy_cost(n));
+  }
   for (size_t i = 0; i < layout_.size(); ++i) launch(i);
   for (const auto& w : works_) w.wait(dev_.compute());
+  if (copies) dev_.run(dev_.compute(), "ddp.unflatten", half_copy_cost(n));  // back into the gradients
   scale_expert_buckets();
+}
+
+bool DataParallel::half() const {
+  return options_.half_grads && dev_.precision() != Precision::kFp32;
+}
+
+// One pass over `n` half-precision gradients: read one, write one.
+OpCost DataParallel::half_copy_cost(int64_t n) const {
+  const double e = static_cast<double>(n);
+  return {e, 2 * e * element_size(dev_.precision())};
 }
 
 void DataParallel::scale_expert_buckets() {

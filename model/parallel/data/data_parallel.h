@@ -55,6 +55,9 @@ struct DataParallelOptions {
   bool overlap = true;                  // launch buckets during backward
   int zero = 0;                         // ZeRO stage: 0, 1, 2 or 3
   Range alone{};                        // a range in a bucket of its own (plan_buckets)
+  // Half-precision gradients (train::ParallelOptions::half_grads): 2 B per
+  // gradient on the wire, and DDP's copies around the all-reduce charged.
+  bool half_grads = false;
 };
 
 class DataParallel {
@@ -106,6 +109,8 @@ class DataParallel {
 
   int zero() const { return options_.zero; }
   bool sharded_grads() const { return options_.zero >= 2; }
+  // Half-precision gradients charged: options' half_grads in mixed precision.
+  bool half() const;
   uint64_t largest_bucket_bytes() const;  // modeled bytes of fp32 gradients
   // Gradient elements a rank of this scheme holds: all of them, or with
   // ZeRO-2 its owned chunks plus the largest bucket while it is reduced (the
@@ -114,6 +119,7 @@ class DataParallel {
 
  private:
   void launch(size_t bucket);
+  OpCost half_copy_cost(int64_t n) const;
   // Expert buckets: sum over edp -> mean over dp.
   void scale_expert_buckets();
 
