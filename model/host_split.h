@@ -35,8 +35,16 @@ inline constexpr double kSplitMinWork = 1 << 20;
 void set_host_split_for_test(std::optional<bool> split);
 std::optional<bool> host_split_for_test();
 
+// Debian's oneTBB is not built with ThreadSanitizer, which would take its
+// joins for races: TSan builds never split (the bits are the same anyway).
+#if defined(__SANITIZE_THREAD__)
+inline constexpr bool kSplitBuild = false;
+#else
+inline constexpr bool kSplitBuild = true;
+#endif
+
 inline bool split_wanted(int64_t n, int64_t chunk, double work) {
-  if (n < 2 * chunk) return false;
+  if (!kSplitBuild || n < 2 * chunk) return false;
   if (const auto forced = host_split_for_test()) return *forced;
   return work >= kSplitMinWork && idle_host_cores() > 0;
 }

@@ -46,11 +46,17 @@ inline void sum_rows_w(Real* y, const Real* a, int64_t lda, const Real* x, int64
   }
 }
 
-// y[0..w) (= or +=) Σ_{i<n} a[i·lda] · x[i·ldx + 0..w), in runs of 16, 8, 4, 1.
+// y[0..w) (= or +=) Σ_{i<n} a[i·lda] · x[i·ldx + 0..w), in runs of 64, 32, 16,
+// 8, 4, 1. Every column sums the same way in any run (four row accumulators,
+// then (0+1)+(2+3)), so the run widths only decide how many columns share one
+// pass over a and x: the wide runs read a once per head of 32 or 64, not once
+// per 16 columns.
 template <typename Real>
 void sum_rows(Real* y, const Real* a, int64_t lda, const Real* x, int64_t ldx, int n, int w,
               bool accumulate) {
   int j = 0;
+  for (; j + 64 <= w; j += 64) sum_rows_w<64>(y + j, a, lda, x + j, ldx, n, accumulate);
+  for (; j + 32 <= w; j += 32) sum_rows_w<32>(y + j, a, lda, x + j, ldx, n, accumulate);
   for (; j + 16 <= w; j += 16) sum_rows_w<16>(y + j, a, lda, x + j, ldx, n, accumulate);
   for (; j + 8 <= w; j += 8) sum_rows_w<8>(y + j, a, lda, x + j, ldx, n, accumulate);
   for (; j + 4 <= w; j += 4) sum_rows_w<4>(y + j, a, lda, x + j, ldx, n, accumulate);
