@@ -5,6 +5,7 @@
 
 #include "model/arithmetic.h"
 #include "model/eigen_maps.h"
+#include "model/host_split.h"
 #include "model/portable_math.h"
 
 namespace shardlab::model {
@@ -22,6 +23,26 @@ void fix_eigen_blocking() {
   (void)fixed;
 }
 
+// Output rows per chunk when a GEMM splits over idle cores (host_split.h).
+// Each output row is computed alone, so a split over rows only changes the
+// bits if it moves a row into another of Eigen's row kernels: Eigen runs rows
+// in panels of 3 vector registers from each row block's start (48 floats or
+// 24 doubles on AVX-512, 24 or 12 on AVX2, 12 or 6 on SSE and NEON), its row
+// blocks are whole panels (its depth blocking depends on K alone), and only
+// the rows past the last whole panel take narrower kernels. Chunks of a
+// multiple of every panel, the last one taking the remainder (never a one-row
+// chunk, which Eigen would run as a GEMV), give every row the kernel it has
+// in one call: the same bits split or not, on any number of cores
+// (tests/model/gemm_test.cc checks it).
+constexpr int64_t kSplitRows = 48;
+
+template <typename F>
+void over_row_chunks(int64_t rows, double macs, const F& f) {
+  for_chunks(rows, kSplitRows, macs, f);
+}
+
+double macs(int64_t N, int64_t M, int64_t K) { return double(N) * double(M) * double(K); }
+
 // y[0..n) += s · x[0..n): vectorised per element, so the same bits on any host.
 template <typename Real>
 inline void axpy(Real* y, Real s, const Real* x, int64_t n) {
@@ -34,37 +55,60 @@ template <typename Real>
 void gemm_nt(Real* y, int64_t ldy, const Real* a, int64_t lda, const Real* b, int64_t ldb,
              int64_t N, int64_t M, int64_t K) {
   if (portable_arithmetic()) {
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t m = 0; m < M; ++m) y[n * ldy + m] = pm::dot(a + n * lda, b + m * ldb, K);
+    over_row_chunks(N, macs(N, M, K), [=](int64_t r0, int64_t r1) {
+      for (int64_t n = r0; n < r1; ++n)
+        for (int64_t m = 0; m < M; ++m) y[n * ldy + m] = pm::dot(a + n * lda, b + m * ldb, K);
+    });
     return;
   }
   fix_eigen_blocking();
-  StridedMap<Real>(y, N, M, Eigen::OuterStride<>(ldy)).noalias() =
-      ConstStridedMap<Real>(a, N, K, Eigen::OuterStride<>(lda)) *
-      ConstStridedMap<Real>(b, M, K, Eigen::OuterStride<>(ldb)).transpose();
+  over_row_chunks(N, macs(N, M, K), [=](int64_t r0, int64_t r1) {
+    StridedMap<Real>(y + r0 * ldy, r1 - r0, M, Eigen::OuterStride<>(ldy)).noalias() =
+        ConstStridedMap<Real>(a + r0 * lda, r1 - r0, K, Eigen::OuterStride<>(lda)) *
+        ConstStridedMap<Real>(b, M, K, Eigen::OuterStride<>(ldb)).transpose();
+  });
 }
 
 template <typename Real>
 void gemm_nn_acc(Real* y, const Real* a, const Real* b, int64_t N, int64_t M, int64_t K) {
   if (portable_arithmetic()) {
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t k = 0; k < K; ++k) axpy(y + n * M, a[n * K + k], b + k * M, M);
+    over_row_chunks(N, macs(N, M, K), [=](int64_t r0, int64_t r1) {
+      for (int64_t n = r0; n < r1; ++n)
+        for (int64_t k = 0; k < K; ++k) axpy(y + n * M, a[n * K + k], b + k * M, M);
+    });
     return;
   }
   fix_eigen_blocking();
-  MatMap<Real>(y, N, M).noalias() += ConstMatMap<Real>(a, N, K) * ConstMatMap<Real>(b, K, M);
+  over_row_chunks(N, macs(N, M, K), [=](int64_t r0, int64_t r1) {
+    MatMap<Real>(y + r0 * M, r1 - r0, M).noalias() +=
+        ConstMatMap<Real>(a + r0 * K, r1 - r0, K) * ConstMatMap<Real>(b, K, M);
+  });
 }
 
 template <typename Real>
 void gemm_tn_acc(Real* y, const Real* a, const Real* b, int64_t N, int64_t M, int64_t K) {
   if (portable_arithmetic()) {
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t n = 0; n < N; ++n) axpy(y + m * K, a[n * M + m], b + n * K, K);
+    over_row_chunks(M, macs(N, M, K), [=](int64_t m0, int64_t m1) {
+      for (int64_t m = m0; m < m1; ++m)
+        for (int64_t n = 0; n < N; ++n) axpy(y + m * K, a[n * M + m], b + n * K, K);
+    });
     return;
   }
   fix_eigen_blocking();
-  MatMap<Real>(y, M, K).noalias() += ConstMatMap<Real>(a, N, M).transpose() * ConstMatMap<Real>(b, N, K);
+  // y's rows are a's columns: a chunk reads a column block of a.
+  over_row_chunks(M, macs(N, M, K), [=](int64_t m0, int64_t m1) {
+    MatMap<Real>(y + m0 * K, m1 - m0, K).noalias() +=
+        ConstStridedMap<Real>(a + m0, N, m1 - m0, Eigen::OuterStride<>(M)).transpose() *
+        ConstMatMap<Real>(b, N, K);
+  });
 }
+
+namespace {
+thread_local std::optional<bool> t_split_for_test;
+}  // namespace
+
+void set_host_split_for_test(std::optional<bool> split) { t_split_for_test = split; }
+std::optional<bool> host_split_for_test() { return t_split_for_test; }
 
 #define SHARDLAB_INSTANTIATE_GEMM(Real)                                                          \
   template void gemm_nt(Real*, int64_t, const Real*, int64_t, const Real*, int64_t, int64_t,      \

@@ -11,6 +11,11 @@
 // its bits, would otherwise follow the host's caches), so two machines with
 // the same vector units get the same bits too.
 //
+// Idle cores: when a lone device thread leaves cores idle
+// (runtime/host_cores.h), a big kNative GEMM splits over its output rows
+// with oneTBB (model/host_split.h), in fixed chunks that give the same bits
+// as one call.
+//
 // Thread safety: reentrant; the one-time cache setting is a magic static.
 #pragma once
 

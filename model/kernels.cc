@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "model/gemm.h"
+#include "model/host_split.h"
 #include "model/kernel_cost.h"
 #include "model/portable_math.h"
 #include "runtime/errors.h"
@@ -14,6 +15,13 @@ namespace shardlab::model {
 
 using cost_terms::cost;
 using cost_terms::gemm_cost;
+
+namespace {
+// Split sizes on idle cores (host_split.h): rows and elements are independent
+// in every kernel split here, so the bits do not depend on the split.
+constexpr int64_t kRowChunk = 64;
+constexpr int64_t kElemChunk = 16384;
+}  // namespace
 
 // ---- Embedding ----------------------------------------------------------------
 
@@ -67,16 +75,18 @@ template <typename Real>
 void layernorm_forward(Real* out, Real* mean, Real* rstd, const Real* inp, const Real* weight,
                        const Real* bias, int64_t N, int C) {
   const Real eps = static_cast<Real>(kLayerNormEps);
-  for (int64_t n = 0; n < N; ++n) {
-    const Real* x = inp + n * C;
-    const Real m = pm::sum(x, C) / C;
-    const Real v = pm::lane_sum<Real>(C, [x, m](int64_t c) { return (x[c] - m) * (x[c] - m); }) / C;
-    const Real s = Real(1) / std::sqrt(v + eps);
-    Real* o = out + n * C;
-    for (int c = 0; c < C; ++c) o[c] = (x[c] - m) * s * weight[c] + bias[c];
-    mean[n] = m;
-    rstd[n] = s;
-  }
+  for_chunks(N, kRowChunk, 8.0 * N * C, [=](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      const Real* x = inp + n * C;
+      const Real m = pm::sum(x, C) / C;
+      const Real v = pm::lane_sum<Real>(C, [x, m](int64_t c) { return (x[c] - m) * (x[c] - m); }) / C;
+      const Real s = Real(1) / std::sqrt(v + eps);
+      Real* o = out + n * C;
+      for (int c = 0; c < C; ++c) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+      mean[n] = m;
+      rstd[n] = s;
+    }
+  });
 }
 
 template <typename Real>
@@ -117,10 +127,12 @@ void linear_forward(Real* out, const Real* inp, const Real* weight, const Real* 
                     int C, int OC) {
   gemm_nt(out, OC, inp, C, weight, C, N, OC, C);
   if (bias == nullptr) return;
-  for (int64_t n = 0; n < N; ++n) {
-    Real* y = out + n * OC;
-    for (int o = 0; o < OC; ++o) y[o] += bias[o];
-  }
+  for_chunks(N, kRowChunk, double(N) * OC, [=](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      Real* y = out + n * OC;
+      for (int o = 0; o < OC; ++o) y[o] += bias[o];
+    }
+  });
 }
 
 template <typename Real>
@@ -191,23 +203,27 @@ constexpr double kGeluCubic = 0.044715;
 template <typename Real>
 void gelu_forward(Real* out, const Real* inp, int64_t n) {
   const Real s = static_cast<Real>(kGeluScale), k = static_cast<Real>(kGeluCubic);
-  for (int64_t i = 0; i < n; ++i) {
-    const Real x = inp[i];
-    out[i] = Real(0.5) * x * (Real(1) + pm::tanh_of(s * (x + k * (x * x * x))));
-  }
+  for_chunks(n, kElemChunk, 9.0 * n, [=](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const Real x = inp[i];
+      out[i] = Real(0.5) * x * (Real(1) + pm::tanh_of(s * (x + k * (x * x * x))));
+    }
+  });
 }
 
 template <typename Real>
 void gelu_backward(Real* dinp, const Real* dout, const Real* inp, int64_t n) {
   const Real s = static_cast<Real>(kGeluScale), k = static_cast<Real>(kGeluCubic);
-  for (int64_t i = 0; i < n; ++i) {
-    const Real x = inp[i];
-    const Real th = pm::tanh_of(s * (x + k * (x * x * x)));
-    // d/dx [x/2 (1 + tanh u)] = (1 + tanh u)/2 + x/2 (1 - tanh² u) du/dx
-    dinp[i] += (Real(0.5) * (Real(1) + th) +
-                Real(0.5) * x * (Real(1) - th * th) * s * (Real(1) + Real(3) * k * (x * x))) *
-               dout[i];
-  }
+  for_chunks(n, kElemChunk, 20.0 * n, [=](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const Real x = inp[i];
+      const Real th = pm::tanh_of(s * (x + k * (x * x * x)));
+      // d/dx [x/2 (1 + tanh u)] = (1 + tanh u)/2 + x/2 (1 - tanh² u) du/dx
+      dinp[i] += (Real(0.5) * (Real(1) + th) +
+                  Real(0.5) * x * (Real(1) - th * th) * s * (Real(1) + Real(3) * k * (x * x))) *
+                 dout[i];
+    }
+  });
 }
 
 OpCost gelu_forward_cost(int64_t n, int elem) { return cost(9.0 * n, 2.0 * n, elem); }
@@ -238,20 +254,21 @@ OpCost dropout_backward_cost(int64_t n, int elem) { return cost(1.0 * n, 2.0 * n
 template <typename Real>
 Real crossentropy_forward(Real* probs, Real* losses, const Real* logits, const Token* targets,
                           int64_t N, int V) {
-  double total = 0;
-  for (int64_t n = 0; n < N; ++n) {
-    const Real* z = logits + n * V;
-    Real* p = probs + n * V;
-    const Real zmax = pm::max(z, V);
-    for (int v = 0; v < V; ++v) p[v] = pm::exp_of(z[v] - zmax);
-    const Real sum = pm::sum(p, V);
-    const Real inv = Real(1) / sum;
-    for (int v = 0; v < V; ++v) p[v] *= inv;
-    const Token y = targets[n];
-    SHARDLAB_CHECK(y >= 0 && y < V, "target token out of range");
-    losses[n] = static_cast<Real>(pm::log(double(sum))) + zmax - z[y];  // -log softmax(z)[y], stable
-    total += losses[n];
-  }
+  for (int64_t n = 0; n < N; ++n) SHARDLAB_CHECK(targets[n] >= 0 && targets[n] < V, "target token out of range");
+  for_chunks(N, kRowChunk, 4.0 * N * V, [=](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      const Real* z = logits + n * V;
+      Real* p = probs + n * V;
+      const Real zmax = pm::max(z, V);
+      for (int v = 0; v < V; ++v) p[v] = pm::exp_of(z[v] - zmax);
+      const Real sum = pm::sum(p, V);
+      const Real inv = Real(1) / sum;
+      for (int v = 0; v < V; ++v) p[v] *= inv;
+      losses[n] = static_cast<Real>(pm::log(double(sum))) + zmax - z[targets[n]];  // -log softmax(z)[y], stable
+    }
+  });
+  double total = 0;  // in row order, after the split
+  for (int64_t n = 0; n < N; ++n) total += losses[n];
   return static_cast<Real>(total / static_cast<double>(N));
 }
 
@@ -259,12 +276,14 @@ template <typename Real>
 void crossentropy_backward(Real* dlogits, const Real* probs, const Token* targets, Real dloss,
                            int64_t N, int V) {
   const Real scale = dloss / static_cast<Real>(N);
-  for (int64_t n = 0; n < N; ++n) {
-    const Real* p = probs + n * V;
-    Real* d = dlogits + n * V;
-    for (int v = 0; v < V; ++v) d[v] += p[v] * scale;
-    d[targets[n]] -= scale;
-  }
+  for_chunks(N, kRowChunk, 2.0 * N * V, [=](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      const Real* p = probs + n * V;
+      Real* d = dlogits + n * V;
+      for (int v = 0; v < V; ++v) d[v] += p[v] * scale;
+      d[targets[n]] -= scale;
+    }
+  });
 }
 
 OpCost crossentropy_forward_cost(int64_t N, int64_t V, int elem) {

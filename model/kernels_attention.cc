@@ -12,6 +12,7 @@
 
 #include "model/eigen_maps.h"
 #include "model/gemm.h"
+#include "model/host_split.h"
 #include "model/kernel_cost.h"
 #include "model/kernels.h"
 #include "model/portable_math.h"
@@ -45,11 +46,17 @@ inline void sum_rows_w(Real* y, const Real* a, int64_t lda, const Real* x, int64
   }
 }
 
-// y[0..w) (= or +=) Σ_{i<n} a[i·lda] · x[i·ldx + 0..w), in runs of 16, 8, 4, 1.
+// y[0..w) (= or +=) Σ_{i<n} a[i·lda] · x[i·ldx + 0..w), in runs of 64, 32, 16,
+// 8, 4, 1. Every column sums the same way in any run (four row accumulators,
+// then (0+1)+(2+3)), so the run widths only decide how many columns share one
+// pass over a and x: the wide runs read a once per head of 32 or 64, not once
+// per 16 columns.
 template <typename Real>
 void sum_rows(Real* y, const Real* a, int64_t lda, const Real* x, int64_t ldx, int n, int w,
               bool accumulate) {
   int j = 0;
+  for (; j + 64 <= w; j += 64) sum_rows_w<64>(y + j, a, lda, x + j, ldx, n, accumulate);
+  for (; j + 32 <= w; j += 32) sum_rows_w<32>(y + j, a, lda, x + j, ldx, n, accumulate);
   for (; j + 16 <= w; j += 16) sum_rows_w<16>(y + j, a, lda, x + j, ldx, n, accumulate);
   for (; j + 8 <= w; j += 8) sum_rows_w<8>(y + j, a, lda, x + j, ldx, n, accumulate);
   for (; j + 4 <= w; j += 4) sum_rows_w<4>(y + j, a, lda, x + j, ldx, n, accumulate);
@@ -85,24 +92,28 @@ void causal_softmax_rows_backward(Real* dpre, const Real* a, int T, Real scale) 
 
 }  // namespace
 
+// (batch, head) pairs are independent: on idle cores they split (host_split.h),
+// each pair computed as on one core.
 template <typename Real>
 void attention_forward(Real* out, Real* att, const Real* qkv, int B, int T, int NH, int HS) {
   const int64_t C = static_cast<int64_t>(NH) * HS;
   const Real scale = Real(1) / std::sqrt(static_cast<Real>(HS));
-  for (int b = 0; b < B; ++b) {
-    const Real* base = qkv + static_cast<int64_t>(b) * T * 3 * C;
-    for (int h = 0; h < NH; ++h) {
-      Real* a_ptr = att + (static_cast<int64_t>(b) * NH + h) * T * T;
+  const double work = 2.0 * B * NH * T * T * HS;
+  for_chunks(int64_t{B} * NH, 1, work, [=](int64_t bh0, int64_t bh1) {
+    for (int64_t bh = bh0; bh < bh1; ++bh) {
+      const int64_t b = bh / NH, h = bh % NH;
+      const Real* base = qkv + b * T * 3 * C;
+      Real* a_ptr = att + bh * T * T;
       gemm_nt(a_ptr, T, base + h * HS, 3 * C, base + C + h * HS, 3 * C, T, T, HS);  // q·kᵀ
       causal_softmax_rows(a_ptr, T, scale);
       // out[t] = Σ_{u<=t} att[t,u] · v[u]: the causal half only
-      Real* o = out + static_cast<int64_t>(b) * T * C + h * HS;
+      Real* o = out + b * T * C + h * HS;
       for (int t = 0; t < T; ++t) {
         sum_rows(o + t * C, a_ptr + static_cast<int64_t>(t) * T, 1, base + 2 * C + h * HS,
                  3 * C, t + 1, HS, false);
       }
     }
-  }
+  });
 }
 
 template <typename Real>
@@ -110,20 +121,23 @@ void attention_backward(Real* dqkv, const Real* dout, const Real* qkv, const Rea
                         int T, int NH, int HS) {
   const int64_t C = static_cast<int64_t>(NH) * HS;
   const Real scale = Real(1) / std::sqrt(static_cast<Real>(HS));
-  const Eigen::OuterStride<> s3(3 * C), s1(C);
-  RowMajorMat<Real> dpre(T, T);  // one scratch block per call, reused for every (b, h)
-  for (int b = 0; b < B; ++b) {
-    const Real* base = qkv + static_cast<int64_t>(b) * T * 3 * C;
-    Real* dbase = dqkv + static_cast<int64_t>(b) * T * 3 * C;
-    for (int h = 0; h < NH; ++h) {
+  const double work = 4.0 * B * NH * T * T * HS;
+  for_chunks(int64_t{B} * NH, 1, work, [=](int64_t bh0, int64_t bh1) {
+    const Eigen::OuterStride<> s3(3 * C), s1(C);
+    // one scratch block per thread, reused for every (b, h)
+    Eigen::Map<RowMajorMat<Real>> dpre(thread_scratch<Real>(size_t(T) * T).data(), T, T);
+    for (int64_t bh = bh0; bh < bh1; ++bh) {
+      const int64_t b = bh / NH, h = bh % NH;
+      const Real* base = qkv + b * T * 3 * C;
+      Real* dbase = dqkv + b * T * 3 * C;
       ConstStridedMap<Real> q(base + h * HS, T, HS, s3);
       ConstStridedMap<Real> k(base + C + h * HS, T, HS, s3);
       ConstStridedMap<Real> v(base + 2 * C + h * HS, T, HS, s3);
       StridedMap<Real> dq(dbase + h * HS, T, HS, s3);
       StridedMap<Real> dk(dbase + C + h * HS, T, HS, s3);
       StridedMap<Real> dv(dbase + 2 * C + h * HS, T, HS, s3);
-      const Real* a_ptr = att + (static_cast<int64_t>(b) * NH + h) * T * T;
-      ConstStridedMap<Real> dout_h(dout + static_cast<int64_t>(b) * T * C + h * HS, T, HS, s1);
+      const Real* a_ptr = att + bh * T * T;
+      ConstStridedMap<Real> dout_h(dout + b * T * C + h * HS, T, HS, s1);
       // out = att · v:  dv[u] += Σ_{t>=u} att[t,u] · dout[t]
       for (int u = 0; u < T; ++u) {
         sum_rows(&dv(u, 0), a_ptr + static_cast<int64_t>(u) * T + u, T, dout_h.data() + u * C, C, T - u,
@@ -138,7 +152,7 @@ void attention_backward(Real* dqkv, const Real* dout, const Real* qkv, const Rea
         sum_rows(&dk(t, 0), &dpre(t, t), T, q.data() + t * 3 * C, 3 * C, T - t, HS, true);
       }
     }
-  }
+  });
 }
 
 using cost_terms::cost;

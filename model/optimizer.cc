@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "model/host_split.h"
 #include "model/kernel_cost.h"
 #include "model/portable_math.h"
 
@@ -31,14 +32,17 @@ void adamw_update(Real* param, Real* m, Real* v, const Real* grad, int64_t n,
   const Real step_size = static_cast<Real>(hyper.lr / bias_correction1);
   const Real bc2_sqrt = static_cast<Real>(std::sqrt(bias_correction2));
   const Real eps = static_cast<Real>(hyper.eps);
-  for (int64_t i = 0; i < n; ++i) {
-    const Real g = grad[i];
-    param[i] *= decay;
-    m[i] = lerp(m[i], g, w1);
-    v[i] = v[i] * b2 + w2 * g * g;
-    const Real denom = std::sqrt(v[i]) / bc2_sqrt + eps;
-    param[i] -= step_size * (m[i] / denom);
-  }
+  // elements are independent: split on idle cores (host_split.h), same bits
+  for_chunks(n, 16384, 14.0 * n, [=](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const Real g = grad[i];
+      param[i] *= decay;
+      m[i] = lerp(m[i], g, w1);
+      v[i] = v[i] * b2 + w2 * g * g;
+      const Real denom = std::sqrt(v[i]) / bc2_sqrt + eps;
+      param[i] -= step_size * (m[i] / denom);
+    }
+  });
 }
 
 template <typename Real>

@@ -11,6 +11,7 @@
 #include "runtime/cancel.h"
 #include "runtime/cluster_share.h"
 #include "runtime/errors.h"
+#include "runtime/host_cores.h"
 #include "runtime/log.h"
 #include "runtime/transport.h"
 #include "runtime/units.h"
@@ -202,6 +203,7 @@ RunResult Cluster::run(const Program& program) {
   }
 
   auto body = [&](int r) {
+    const DeviceThreadCount counted;  // a lone device's GEMMs may borrow the idle cores
     Device& dev = *devices[static_cast<size_t>(r)];
     try {
       dev.log().debug("started on node {}", dev.node());

@@ -1,0 +1,141 @@
+#!/usr/bin/python3
+"""Host tokens/s of shardlab's real-math training next to PyTorch's, same run.
+
+PyTorch is a comparator only (never a dependency of shardlab). Install it from
+Debian with OpenBLAS (without it Debian's torch runs on the reference BLAS,
+about 10x slower: no fair comparison), then run with the system interpreter
+from the repository root:
+
+    sudo apt-get install -y python3-torch libopenblas0-pthread
+    /usr/bin/python3 bench/torch_compare.py [--model tiny] [--threads 1] [--rounds 5]
+
+The same GPT-2 model (nanoGPT: learned positions, pre-LayerNorm blocks, tanh
+GELU, biases on every Linear, LM head tied to the token embedding), the same
+batch and sequence, fp32, AdamW, trained for --steps steps by each side. The
+two programs are interleaved --rounds times and each side's best round counts:
+on a shared machine the best of N is the least disturbed one.
+
+--threads 1: torch.set_num_threads(1) against `shardlab train` pinned to one
+core (taskset -c 0: its one device thread, nothing to borrow). --threads 2:
+torch on 2 threads against the same one-device run on 2 cores, whose GEMMs,
+attention and element-wise kernels then split over the idle core
+(model/host_split.h).
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+
+PRESETS = {  # (layers, heads, embd, seq, vocab, batch): model/presets.cc
+    "nano": (2, 2, 64, 32, 256, 4),
+    "tiny": (4, 4, 128, 64, 512, 8),
+    "small": (6, 6, 384, 256, 4096, 16),
+}
+
+
+def shardlab_tokens_per_s(binary, model, steps, threads):
+    cores = ["taskset", "-c", ",".join(str(c) for c in sorted(os.sched_getaffinity(0))[:threads])]
+    out = subprocess.run(cores + [binary, "train", "--model", model, "--steps", str(steps)],
+                         check=True, capture_output=True, text=True).stdout
+    m = re.search(r"^host: ([0-9.]+) tokens/s", out, re.M)
+    if not m:
+        sys.exit("torch_compare: no 'host: N tokens/s' line in shardlab's output")
+    return float(m.group(1))
+
+
+def torch_model(torch, layers, heads, embd, seq, vocab):
+    nn = torch.nn
+    F = torch.nn.functional
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln_1, self.ln_2 = nn.LayerNorm(embd), nn.LayerNorm(embd)
+            self.c_attn, self.attn_proj = nn.Linear(embd, 3 * embd), nn.Linear(embd, embd)
+            self.c_fc, self.c_proj = nn.Linear(embd, 4 * embd), nn.Linear(4 * embd, embd)
+
+        def forward(self, x):
+            B, T, C = x.shape
+            q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
+            q, k, v = (t.view(B, T, heads, C // heads).transpose(1, 2) for t in (q, k, v))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True) \
+                if hasattr(F, "scaled_dot_product_attention") else self.attend(q, k, v, T)
+            x = x + self.attn_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+            return x + self.c_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+        @staticmethod
+        def attend(q, k, v, T):  # torch < 2.0: the explicit masked softmax
+            att = (q @ k.transpose(-2, -1)) * (1.0 / (k.size(-1) ** 0.5))
+            mask = torch.ones(T, T, dtype=torch.bool).tril()
+            return att.masked_fill(~mask, float("-inf")).softmax(dim=-1) @ v
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte, self.wpe = nn.Embedding(vocab, embd), nn.Embedding(seq, embd)
+            self.blocks = nn.ModuleList(Block() for _ in range(layers))
+            self.ln_f = nn.LayerNorm(embd)
+
+        def forward(self, idx, targets):
+            x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+            for b in self.blocks:
+                x = b(x)
+            logits = self.ln_f(x) @ self.wte.weight.t()  # tied LM head
+            return F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
+
+    return GPT()
+
+
+def torch_tokens_per_s(torch, model, steps, threads):
+    layers, heads, embd, seq, vocab, batch = PRESETS[model]
+    torch.set_num_threads(threads)
+    torch.manual_seed(1337)
+    net = torch_model(torch, layers, heads, embd, seq, vocab)
+    opt = torch.optim.AdamW(net.parameters(), lr=3e-4, weight_decay=0.1)
+    data = torch.randint(0, vocab, (steps + 1, batch, seq + 1))
+    warmup = 2
+    for i in range(steps + warmup):
+        if i == warmup:
+            t0 = time.perf_counter()
+        x = data[i % len(data)]
+        loss = net(x[:, :-1], x[:, 1:])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    return batch * seq * steps / (time.perf_counter() - t0)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="tiny", choices=sorted(PRESETS))
+    ap.add_argument("--threads", type=int, default=1, choices=(1, 2))
+    ap.add_argument("--steps", type=int, default=0, help="steps per round (0: by model)")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--shardlab", default="build/bin/shardlab")
+    args = ap.parse_args()
+    # torch's BLAS (OpenBLAS) keeps its own thread pool: hold it to --threads too
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[var] = str(args.threads)
+    try:
+        import torch
+    except ImportError:
+        sys.exit("torch_compare: PyTorch is missing: "
+                 "sudo apt-get install -y python3-torch libopenblas0-pthread")
+    if not os.access(args.shardlab, os.X_OK):
+        sys.exit(f"torch_compare: {args.shardlab} not built (make build)")
+    steps = args.steps or {"nano": 400, "tiny": 200, "small": 10}[args.model]
+    best_s = best_t = 0.0
+    for r in range(args.rounds):  # interleaved: both see the same machine load
+        s = shardlab_tokens_per_s(args.shardlab, args.model, steps, args.threads)
+        t = torch_tokens_per_s(torch, args.model, steps, args.threads)
+        best_s, best_t = max(best_s, s), max(best_t, t)
+        print(f"round {r + 1}: shardlab {s:.0f} tok/s, torch {t:.0f} tok/s", flush=True)
+    print(f"{args.model}, {args.threads} thread(s), best of {args.rounds}, torch {torch.__version__}, "
+          f"load {os.getloadavg()[0]:.1f}")
+    print(f"shardlab {best_s:.0f} tok/s, torch {best_t:.0f} tok/s, ratio {best_s / best_t:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+// Splitting one device's kernel over the host cores the device threads leave
+// idle (runtime/host_cores.h), without changing a bit.
+//
+// for_chunks(n, chunk, work, f) calls f(i0, i1) over [0, n) in chunks of
+// `chunk` items, the last one taking the remainder, so the chunk boundaries
+// are a function of n and chunk alone. When the work is worth a hand-off and
+// a core is idle, oneTBB runs the chunks on its workers; otherwise the calling
+// thread runs f(0, n) once. A kernel whose items are independent (output rows,
+// (batch, head) pairs, elements) gets the same bits either way, whatever the
+// number of cores; gemm.cc says why its GEMMs do too.
+//
+// Thread safety: f runs concurrently on disjoint ranges; it must not share
+// scratch between calls (use per-thread scratch, see ThreadScratch).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/partitioner.h>
+
+#include "model/arithmetic.h"
+#include "runtime/host_cores.h"
+
+namespace shardlab::model {
+
+// Below this many multiply-adds (or element operations) a kernel stays on its
+// thread: handing chunks to oneTBB's workers costs microseconds.
+inline constexpr double kSplitMinWork = 1 << 20;
+
+// Tests: force (true) or forbid (false) splitting on the calling thread,
+// whatever the idle cores; std::nullopt restores the default.
+void set_host_split_for_test(std::optional<bool> split);
+std::optional<bool> host_split_for_test();
+
+// Debian's oneTBB is not built with ThreadSanitizer, which would take its
+// joins for races: TSan builds never split (the bits are the same anyway).
+#if defined(__SANITIZE_THREAD__)
+inline constexpr bool kSplitBuild = false;
+#else
+inline constexpr bool kSplitBuild = true;
+#endif
+
+inline bool split_wanted(int64_t n, int64_t chunk, double work) {
+  if (!kSplitBuild || n < 2 * chunk) return false;
+  if (const auto forced = host_split_for_test()) return *forced;
+  return work >= kSplitMinWork && idle_host_cores() > 0;
+}
+
+template <typename F>
+void for_chunks(int64_t n, int64_t chunk, double work, const F& f) {
+  if (!split_wanted(n, chunk, work)) {
+    f(int64_t{0}, n);
+    return;
+  }
+  namespace tbb = oneapi::tbb;
+  const int64_t chunks = n / chunk;
+  const Arithmetic caller = arithmetic();  // per thread: the workers take the caller's
+  tbb::parallel_for(
+      tbb::blocked_range<int64_t>(0, chunks, 1),
+      [&](const tbb::blocked_range<int64_t>& r) {
+        const ArithmeticScope same(caller);
+        for (int64_t c = r.begin(); c < r.end(); ++c)
+          f(c * chunk, c + 1 == chunks ? n : (c + 1) * chunk);
+      },
+      tbb::simple_partitioner());
+}
+
+// A scratch vector per thread, grown on first use and then reused: keeps
+// split kernels allocation-free in steady state.
+template <typename Real>
+std::vector<Real>& thread_scratch(size_t n) {
+  thread_local std::vector<Real> scratch;
+  if (scratch.size() < n) scratch.resize(n);
+  return scratch;
+}
+
+}  // namespace shardlab::model

@@ -1,0 +1,143 @@
+// The GEMMs' row split over idle cores (model/gemm.h): split or not, on one
+// core or two, every output is the same bit pattern, and all are the product
+// (against a double-precision loop, a different summation order).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <oneapi/tbb/global_control.h>
+
+#include "model/arithmetic.h"
+#include "model/gemm.h"
+#include "model/host_split.h"
+#include "runtime/host_cores.h"
+
+namespace shardlab::model {
+namespace {
+
+namespace tbb = oneapi::tbb;
+
+struct Shape {
+  int64_t N, M, K;
+};
+// Rows past whole 48-row chunks, a tail under one panel, K past Eigen's depth
+// block (so partial sums cross blocks), and the tiny model's shapes.
+const Shape kShapes[] = {{512, 384, 128}, {512, 128, 512}, {145, 77, 33},
+                         {97, 130, 1536}, {200, 9, 700},   {96, 5, 3}};
+
+std::vector<float> randoms(int64_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = u(gen);
+  return v;
+}
+
+enum class Op { kNT, kNNAcc, kTNAcc };
+
+// y of `op` on fixed inputs (y starts at 0.5 for the accumulating ones),
+// split or not, with at most `threads` threads.
+std::vector<float> run(Arithmetic arith, Op op, const Shape& s, bool split, int threads) {
+  const tbb::global_control limit(tbb::global_control::max_allowed_parallelism, size_t(threads));
+  const ArithmeticScope scope(arith);
+  set_host_split_for_test(split);
+  const auto [N, M, K] = s;
+  std::vector<float> y;
+  if (op == Op::kNT) {  // y (N×M) = a (N×K) · bᵀ, b (M×K)
+    const auto a = randoms(N * K, 1), b = randoms(M * K, 2);
+    y.assign(size_t(N * M), 0.0f);
+    gemm_nt(y.data(), M, a.data(), K, b.data(), K, N, M, K);
+  } else if (op == Op::kNNAcc) {  // y (N×M) += a (N×K) · b (K×M)
+    const auto a = randoms(N * K, 3), b = randoms(K * M, 4);
+    y.assign(size_t(N * M), 0.5f);
+    gemm_nn_acc(y.data(), a.data(), b.data(), N, M, K);
+  } else {  // y (M×K) += aᵀ · b, a (N×M), b (N×K)
+    const auto a = randoms(N * M, 5), b = randoms(N * K, 6);
+    y.assign(size_t(M * K), 0.5f);
+    gemm_tn_acc(y.data(), a.data(), b.data(), N, M, K);
+  }
+  set_host_split_for_test(std::nullopt);
+  return y;
+}
+
+// The same product in double, in the plain i-j-k order.
+std::vector<double> reference(Op op, const Shape& s) {
+  const auto [N, M, K] = s;
+  std::vector<double> y;
+  if (op == Op::kNT) {
+    const auto a = randoms(N * K, 1), b = randoms(M * K, 2);
+    y.assign(size_t(N * M), 0.0);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t k = 0; k < K; ++k) y[size_t(n * M + m)] += double(a[size_t(n * K + k)]) * b[size_t(m * K + k)];
+  } else if (op == Op::kNNAcc) {
+    const auto a = randoms(N * K, 3), b = randoms(K * M, 4);
+    y.assign(size_t(N * M), 0.5);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t k = 0; k < K; ++k) y[size_t(n * M + m)] += double(a[size_t(n * K + k)]) * b[size_t(k * M + m)];
+  } else {
+    const auto a = randoms(N * M, 5), b = randoms(N * K, 6);
+    y.assign(size_t(M * K), 0.5);
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t n = 0; n < N; ++n) y[size_t(m * K + k)] += double(a[size_t(n * M + m)]) * b[size_t(n * K + k)];
+  }
+  return y;
+}
+
+bool same_bits(const std::vector<float>& x, const std::vector<float>& y) {
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+}
+
+void expect_split_keeps_bits(Arithmetic arith) {
+  for (Op op : {Op::kNT, Op::kNNAcc, Op::kTNAcc}) {
+    for (const Shape& s : kShapes) {
+      SCOPED_TRACE(testing::Message() << "op " << int(op) << " N " << s.N << " M " << s.M << " K " << s.K);
+      const auto whole = run(arith, op, s, false, 1);
+      EXPECT_TRUE(same_bits(whole, run(arith, op, s, true, 1)));
+      EXPECT_TRUE(same_bits(whole, run(arith, op, s, true, 2)));
+      // fp32 against double: random signs make the rounding error grow like
+      // √K · 2^-24 · |y| (|y| ~ √K/3 here), ~1e-5 at K 1536; the tolerance
+      // 2e-6·K is far above that and far below a misplaced chunk's O(1).
+      const auto want = reference(op, s);
+      double worst = 0;
+      for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(whole[i] - want[i]));
+      std::printf("op %d %ldx%ldx%ld: max |fp32 - double| %.3g\n", int(op), long(s.N), long(s.M),
+                  long(s.K), worst);
+      EXPECT_LE(worst, 2e-6 * double(s.K));
+    }
+  }
+}
+
+TEST(GemmSplit, EigenSameBitsSplitOrNotOnOneOrTwoThreadsAndEqualToTheProduct) {
+  expect_split_keeps_bits(Arithmetic::kNative);
+}
+
+TEST(GemmSplit, PortableSameBitsSplitOrNotOnOneOrTwoThreadsAndEqualToTheProduct) {
+  expect_split_keeps_bits(Arithmetic::kPortable);
+}
+
+TEST(HostCores, IdleCoresFollowTheRunningDeviceThreads) {
+  {
+    const tbb::global_control one(tbb::global_control::max_allowed_parallelism, 1);
+    EXPECT_EQ(idle_host_cores(), 0);  // a one-core limit leaves nothing to borrow
+  }
+  const tbb::global_control two(tbb::global_control::max_allowed_parallelism, 2);
+  const int base = running_device_threads();
+  std::vector<std::unique_ptr<DeviceThreadCount>> devices;
+  devices.push_back(std::make_unique<DeviceThreadCount>());
+  devices.push_back(std::make_unique<DeviceThreadCount>());
+  EXPECT_EQ(running_device_threads(), base + 2);
+  EXPECT_EQ(idle_host_cores(), 0);  // two devices on at most two cores
+  devices.clear();
+  EXPECT_EQ(running_device_threads(), base);
+}
+
+}  // namespace
+}  // namespace shardlab::model
