@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 
 #include <oneapi/tbb/global_control.h>
 #include <oneapi/tbb/task_arena.h>
@@ -10,7 +11,20 @@
 namespace shardlab {
 namespace {
 std::atomic<int> g_running{0};
+
+// SHARDLAB_HOST_THREADS, read once (see parse_host_threads).
+int host_thread_cap() {
+  static const int cap = parse_host_threads(std::getenv("SHARDLAB_HOST_THREADS"));
+  return cap;
+}
 }  // namespace
+
+int parse_host_threads(const char* v) {
+  if (v == nullptr) return 0;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  return (end != v && *end == '\0' && n > 0 && n < (1L << 20)) ? static_cast<int>(n) : 0;
+}
 
 int running_device_threads() { return g_running.load(std::memory_order_relaxed); }
 
@@ -19,7 +33,9 @@ int idle_host_cores() {
   const int cores = static_cast<int>(std::min<size_t>(
       static_cast<size_t>(tbb::this_task_arena::max_concurrency()),
       tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism)));
-  return std::max(0, cores - std::max(1, running_device_threads()));
+  const int cap = host_thread_cap();
+  const int usable = cap > 0 ? std::min(cores, cap) : cores;
+  return std::max(0, usable - std::max(1, running_device_threads()));
 }
 
 DeviceThreadCount::DeviceThreadCount() { g_running.fetch_add(1, std::memory_order_relaxed); }

@@ -19,6 +19,12 @@ int running_device_threads();
 // that device's kernels may split.
 int idle_host_cores();
 
+// The value of SHARDLAB_HOST_THREADS=N: the host threads a process's devices
+// use together (1: a lone device never splits); 0 (no cap) when unset or not
+// a positive integer, which is ignored since the split changes wall time only,
+// never bits.
+int parse_host_threads(const char* value);
+
 // Counts the calling thread as a running device thread while it lives.
 class DeviceThreadCount {
  public:

@@ -141,3 +141,11 @@ TEST(HostCores, IdleCoresFollowTheRunningDeviceThreads) {
 
 }  // namespace
 }  // namespace shardlab::model
+
+TEST(HostCores, HostThreadsCapParsesOnlyPositiveIntegers) {
+  EXPECT_EQ(shardlab::parse_host_threads(nullptr), 0);  // unset: no cap
+  EXPECT_EQ(shardlab::parse_host_threads("1"), 1);
+  EXPECT_EQ(shardlab::parse_host_threads("16"), 16);
+  for (const char* bad : {"", "0", "-2", "2x", "x", "1.5", "99999999999"})
+    EXPECT_EQ(shardlab::parse_host_threads(bad), 0) << bad;
+}
