@@ -142,7 +142,7 @@ std::vector<float> InferEngine::head(const std::vector<SeqInput>& batch) {
   int64_t row = 0;
   for (int64_t i = 0; i < S; ++i) {
     row += int64_t(batch[size_t(i)].tokens.size());
-    if (ex.math()) std::copy_n(a.x.data() + (row - 1) * C, C, a.res1.data() + i * C);
+    if (ex.math()) std::copy_n(a.x.data() + (row - 1) * C, C, a.res1.data() + i * C);  // a handover (sink.h)
   }
   model::norm_forward(a.ln.data(), a.mean.data(), a.rstd.data(), a.res1.data(), w_.ln_f, S, C, config_, "ln_f.fwd",
                       ex);
@@ -151,7 +151,7 @@ std::vector<float> InferEngine::head(const std::vector<SeqInput>& batch) {
   if (tp > 1)
     coll::all_gather(dev_, *groups_.tp, coll::ConstBuffer(local.data(), local.size()),
                      coll::Buffer(gathered.data(), gathered.size()), ctx_.on_compute());
-  if (!ex.math()) return {};
+  if (!ex.math()) return {};  // the logits' layout is a handover (sink.h); phantom has none
   if (tp == 1) return {local.begin(), local.end()};
   // gathered is (tp, S, Vl): rank r's slice is the vocabulary [r·Vl, (r+1)·Vl).
   std::vector<float> logits(size_t(S) * config_.vocab_size);
