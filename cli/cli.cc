@@ -4,9 +4,11 @@
 
 #include <fmt/format.h>
 
+#include "cli/flag_table.h"
 #include "runtime/errors.h"
 #include "runtime/log.h"
 #include "runtime/output_file.h"
+#include "runtime/parse_number.h"
 #include "runtime/units.h"
 
 namespace shardlab::cli {
@@ -21,14 +23,24 @@ void set_action(CLI::App* sub, Action action) {
 
 namespace {
 
+// What is wrong with `text` as a number (parse_number.h's rule), or "".
+std::string number_fault(const std::string& text, bool integer) {
+  const std::optional<double> v = parse_whole<double>(text);
+  if (!v) return fmt::format("\"{}\" is not a number", text);
+  if (!std::isfinite(*v)) return fmt::format("{} is not a finite number", text);
+  if (integer && !parse_whole<int64_t>(text) && !parse_whole<uint64_t>(text))
+    return fmt::format("{} is not an integer", text);
+  return "";
+}
+
 CLI::Validator number_check(double lo, double hi, bool open_below) {
   const std::string rule = open_below ? fmt::format("must be above {} and at most {}", lo, hi)
                                       : fmt::format("must be between {} and {}", lo, hi);
   return CLI::Validator(
       [lo, hi, open_below, rule](std::string& text) -> std::string {
-        double v = 0;
-        if (!CLI::detail::lexical_cast(text, v)) return fmt::format("\"{}\" is not a number", text);
-        if (!std::isfinite(v)) return fmt::format("{} is not a finite number: {}", text, rule);
+        const std::string fault = number_fault(text, false);
+        if (!fault.empty()) return fault + ": " + rule;
+        const double v = *parse_whole<double>(text);
         if (v < lo || v > hi || (open_below && v == lo)) return fmt::format("{} is out of range: {}", text, rule);
         return "";
       },
@@ -36,6 +48,10 @@ CLI::Validator number_check(double lo, double hi, bool open_below) {
 }
 
 }  // namespace
+
+CLI::Validator number_text(bool integer) {
+  return CLI::Validator([integer](std::string& text) { return number_fault(text, integer); }, "");
+}
 
 CLI::Validator number_in(double lo, double hi) { return number_check(lo, hi, false); }
 CLI::Validator number_above(double lo, double hi) { return number_check(lo, hi, true); }

@@ -18,6 +18,7 @@
 #include "collectives/bench.h"
 #include "runtime/cluster.h"
 #include "runtime/errors.h"
+#include "runtime/parse_number.h"
 #include "runtime/transport.h"
 #include "runtime/units.h"
 
@@ -64,9 +65,9 @@ coll::BenchOptions parse_setup(const CollFlags& f, const HardwareProfile& profil
   s.ranks = f.ranks;
   s.check = f.check;
   if (!f.corrupt.empty()) {
-    char* end = nullptr;
-    s.corrupt = std::strtof(f.corrupt.c_str(), &end);
-    if (*end) throw ConfigError(fmt::format("--corrupt-result {}: not a number", f.corrupt));
+    const std::optional<float> corrupt = parse_whole<float>(f.corrupt);  // nan too: the check must catch it
+    if (!corrupt) throw ConfigError(fmt::format("--corrupt-result {}: not a number", f.corrupt));
+    s.corrupt = *corrupt;
   }
   s.trace = !f.common.trace.empty();
   s.pace = f.common.pace;

@@ -16,6 +16,7 @@
 #include "model/engine/model_json.h"
 #include "runtime/errors.h"
 #include "runtime/input_file.h"
+#include "runtime/parse_number.h"
 #include "runtime/trace.h"
 #include "runtime/transport.h"
 #include "runtime/units.h"
@@ -38,9 +39,10 @@ std::vector<model::Token> parse_tokens(const std::string& text, const std::strin
   bool id_since_comma = false;
   auto flush = [&] {
     if (item.empty()) return;
-    if (item.size() > 9 || !std::all_of(item.begin(), item.end(), [](unsigned char c) { return std::isdigit(c); }))
+    const std::optional<model::Token> id = parse_number<model::Token>(item);
+    if (!id || *id < 0 || item[0] == '-')
       throw ConfigError(fmt::format("{}: \"{}\" is not a token id (a non-negative integer)", what, item));
-    out.push_back(model::Token(std::stol(item)));
+    out.push_back(*id);
     item.clear();
     id_since_comma = true;
   };

@@ -41,6 +41,11 @@ struct FlagRow {
 template <class Flags>
 using FlagTable = std::vector<FlagRow<Flags>>;
 
+// A number flag's text held to runtime/parse_number.h's rule before CLI11
+// converts it (CLI11 alone takes "+5", " 5" and "0x10"): "\"x\" is not a
+// number", "inf is not a finite number", "2.5 is not an integer" (cli.cc).
+CLI::Validator number_text(bool integer);
+
 // The field a row sets: FLAG_FIELD(TrainFlags, opts.parallel.tp).
 #define FLAG_FIELD(Flags, path) [](Flags& f) -> ::shardlab::cli::FlagField { return &f.path; }
 
@@ -51,6 +56,17 @@ void add_flags(CLI::App* sub, Flags& flags, const FlagTable<Flags>& table) {
         [&](auto* field) -> CLI::Option* {
           if constexpr (std::is_same_v<decltype(field), bool*>) return sub->add_flag(row.names, *field, row.help);
           else return sub->add_option(row.names, *field, row.help);
+        },
+        row.field(flags));
+    std::visit(
+        [&](auto* field) {
+          using Field = std::remove_pointer_t<decltype(field)>;
+          if constexpr (std::is_same_v<Field, int> || std::is_same_v<Field, int64_t> ||
+                        std::is_same_v<Field, uint64_t> || std::is_same_v<Field, std::optional<int>> ||
+                        std::is_same_v<Field, std::vector<int>>)
+            o->check(number_text(true));
+          else if constexpr (std::is_same_v<Field, double> || std::is_same_v<Field, std::optional<double>>)
+            o->check(number_text(false));
         },
         row.field(flags));
     if (row.show_default) o->capture_default_str();

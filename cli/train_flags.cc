@@ -10,6 +10,7 @@
 #include "model/parallel/sharded_gpt.h"
 #include "runtime/errors.h"
 #include "runtime/fault.h"
+#include "runtime/parse_number.h"
 #include "runtime/units.h"
 
 namespace shardlab::cli {
@@ -192,7 +193,8 @@ FlagTable<TrainFlags> checkpoint_flags() {
        "Write sharded checkpoints into DIR (DIR/step-NNNNNN/, DIR/latest) every --checkpoint-every steps and after "
        "the last step",
        nonempty()},
-      {"--checkpoint-every", FIELD(checkpoint_every), "Steps between checkpoints (with --checkpoint-dir)"},
+      {"--checkpoint-every", FIELD(checkpoint_every), "Steps between checkpoints (with --checkpoint-dir)",
+       number_in(1, kMaxSteps)},
       {"--resume", FIELD(opts.resume_dir),
        "Continue from DIR's latest checkpoint (--steps stays the total; any parallel config: reshards)", nonempty()},
   };
@@ -231,7 +233,7 @@ void TrainFlags::apply_family_flags(model::GPTConfig& c) const {
 model::GPTConfig TrainFlags::model_config() const {
   const model::PresetInfo& info = model::preset_info(model);
   model::GPTConfig c = info.config;
-  auto set = [](int& field, int value) {
+  auto set = [](int& field, int value) {  // 0: not given (each flag's check refuses an explicit 0)
     if (value != 0) field = value;
   };
   set(c.n_layer, layers);
@@ -240,12 +242,6 @@ model::GPTConfig TrainFlags::model_config() const {
   set(c.vocab_size, vocab);
   set(c.block_size, seq);
   set(c.batch_size, batch);
-  for (auto [flag, v] : {std::pair{"--layers", layers}, std::pair{"--heads", heads}, std::pair{"--embd", embd},
-                         std::pair{"--vocab", vocab}, std::pair{"--seq", seq}, std::pair{"--batch", batch}}) {
-    if (v < 0) throw ConfigError(fmt::format("{} must be positive (got {})", flag, v));
-  }
-  if (ffn && *ffn <= 0)
-    throw ConfigError(fmt::format("--ffn must be positive (got {}; leave it out for 4 x --embd)", *ffn));
   if (ffn) c.n_ffn = *ffn;  // else the preset's (llama's published widths; 0: 4 x embd)
   c.n_expert = experts;
   c.top_k = top_k;
@@ -255,8 +251,6 @@ model::GPTConfig TrainFlags::model_config() const {
   set_modern_moe(c);
   c.dropout = dropout;
   apply_family_flags(c);
-  if (vocab_divisible_by && *vocab_divisible_by < 1)
-    throw ConfigError(fmt::format("--make-vocab-size-divisible-by must be at least 1 (got {})", *vocab_divisible_by));
   const int multiple = vocab_divisible_by.value_or(info.pads_vocab && vocab == 0 ? 128 : 0);
   const int tp = opts.parallel.tp;
   if (multiple > 0 && tp >= 1 && c.vocab_size >= 2) c = model::with_padded_vocab(c, multiple, tp);
@@ -268,13 +262,9 @@ namespace {
 // "uniform" -> 0, "zipf:S" -> S; anything else is one error line.
 double parse_phantom_routing(const std::string& text) {
   if (text == "uniform") return 0;
-  if (text.rfind("zipf:", 0) == 0) {
-    try {
-      size_t used = 0;
-      const double s = std::stod(text.substr(5), &used);
-      if (used == text.size() - 5 && std::isfinite(s) && s > 0 && s <= 100) return s;
-    } catch (const std::exception&) {
-    }
+  if (text.starts_with("zipf:")) {
+    const double s = parse_number<double>(std::string_view(text).substr(5)).value_or(0);
+    if (s > 0 && s <= 100) return s;
   }
   throw ConfigError(fmt::format("--phantom-routing: \"{}\" is not uniform or zipf:S with 0 < S <= 100", text));
 }
@@ -282,19 +272,6 @@ double parse_phantom_routing(const std::string& text) {
 }  // namespace
 
 train::TrainOptions TrainFlags::options() const {
-  const train::ParallelOptions& p = opts.parallel;
-  // Each degree is at most kMaxDevices (2^20): the product of two fits an
-  // int64, of four only a double.
-  const double devices = double(p.dp) * p.tp * p.pp * p.cp;
-  const int64_t world = devices > double(kMaxDevices) ? kMaxDevices + 1 : int64_t{p.dp} * p.tp * p.pp * p.cp;
-  if (world > kMaxDevices)
-    throw ConfigError(fmt::format("--dp {} x --tp {} x --pp {} x --cp {} = {} devices: at most {}", p.dp, p.tp, p.pp,
-                                  p.cp, devices, kMaxDevices));
-  // The result keeps a record per device and step (the report's timelines).
-  constexpr int64_t kMaxDeviceSteps = 100'000'000;
-  if (world * opts.steps > kMaxDeviceSteps)
-    throw ConfigError(fmt::format("--steps {} on {} devices: at most {} device-steps (a record is kept for each)",
-                                  opts.steps, world, kMaxDeviceSteps));
   train::TrainOptions o = opts;  // the fields the flags set directly
   o.model = model_config();
   o.lr_schedule = train::parse_lr_schedule(lr_schedule);
@@ -305,19 +282,13 @@ train::TrainOptions TrainFlags::options() const {
   o.parallel.schedule = parallel::parse_schedule(schedule);
   o.parallel.recompute = parallel::parse_recompute(recompute);
   if (!pp_layers.empty()) o.parallel.stage_layers = parallel::parse_stage_layers(pp_layers);
-  if (checkpoint_every && *checkpoint_every < 1)
-    throw ConfigError(fmt::format("--checkpoint-every must be at least 1 (got {})", *checkpoint_every));
-  o.checkpoint_every = checkpoint_every.value_or(0);
-  if (checkpoint_every && o.checkpoint_dir.empty()) throw ConfigError("--checkpoint-every needs --checkpoint-dir");
+  o.checkpoint_every = checkpoint_every.value_or(0);  // an explicit 0 is refused by its flag's check
   o.fold = !no_fold;
   o.phantom_zipf = parse_phantom_routing(phantom_routing);
   const auto chosen = model::parse_arithmetic(arithmetic);
   if (!chosen) throw ConfigError(fmt::format("--arithmetic: \"{}\" is not native or portable", arithmetic));
   o.arithmetic = *chosen;
-  if (o.phantom && o.data != train::TrainOptions{}.data)  // an explicit --data would be silently unused
-    throw ConfigError(fmt::format("--data {}: a phantom run reads no data (leave --data out)", o.data));
-  o.validate();
-  train::validate_parallel(o);
+  o.validate();  // every check of the options, in the library
   return o;
 }
 

@@ -17,7 +17,7 @@
 
 namespace shardlab::collectives::detail {
 
-// One collective call on one member.
+// One collective call on one member (thread safety: that member's device thread only).
 class Ctx {
  public:
   // `esize`: modeled bytes per element (CollOptions::wire_elem).

@@ -34,7 +34,7 @@ namespace {
 void validate_modern_moe(const GPTConfig& c) {
   require(c.n_moe_ffn >= 0, "`n_moe_ffn` must be positive, or 0 for the MLP width (got " + num(c.n_moe_ffn) + ")");
   require(c.moe_first_dense >= 0 && c.moe_first_dense <= c.n_layer,
-          "`moe_first_dense` " + num(c.moe_first_dense) + " must be between 0 and --layers " + num(c.n_layer));
+          "`moe_first_dense` " + num(c.moe_first_dense) + " must be between 0 and `n_layer` " + num(c.n_layer));
   require(c.n_shared_expert >= 0, "`n_shared_expert` must be 0 or more (got " + num(c.n_shared_expert) + ")");
   require(double(c.n_shared_expert) * c.moe_ffn_hidden() <= INT32_MAX,
           "`n_shared_expert` " + num(c.n_shared_expert) + " x the expert width " + num(c.moe_ffn_hidden()) +
@@ -50,29 +50,29 @@ int GPTConfig::moe_layers() const {
 }
 
 void GPTConfig::validate() const {
-  require(n_layer >= 1, "--layers must be at least 1 (got " + num(n_layer) + ")");
-  require(n_head >= 1, "--heads must be at least 1 (got " + num(n_head) + ")");
-  require(n_embd >= 1, "--embd must be at least 1 (got " + num(n_embd) + ")");
-  require(n_embd % n_head == 0, "--heads " + num(n_head) + " must divide --embd " + num(n_embd) +
+  require(n_layer >= 1, "`n_layer` must be at least 1 (got " + num(n_layer) + ")");
+  require(n_head >= 1, "`n_head` must be at least 1 (got " + num(n_head) + ")");
+  require(n_embd >= 1, "`n_embd` must be at least 1 (got " + num(n_embd) + ")");
+  require(n_embd % n_head == 0, "`n_head` " + num(n_head) + " must divide `n_embd` " + num(n_embd) +
                                     " (head size = embd / heads)");
-  require(block_size >= 1, "--seq must be at least 1 (got " + num(block_size) + ")");
-  require(vocab_size >= 2, "--vocab must be at least 2 (got " + num(vocab_size) + ")");
-  require(batch_size >= 1, "--batch must be at least 1 (got " + num(batch_size) + ")");
-  require(n_ffn >= 0, "--ffn must be positive (got " + num(n_ffn) + ")");
+  require(block_size >= 1, "`block_size` must be at least 1 (got " + num(block_size) + ")");
+  require(vocab_size >= 2, "`vocab_size` must be at least 2 (got " + num(vocab_size) + ")");
+  require(batch_size >= 1, "`batch_size` must be at least 1 (got " + num(batch_size) + ")");
+  require(n_ffn >= 0, "`n_ffn` must be positive (got " + num(n_ffn) + ")");
   require(vocab_unpadded == 0 || (vocab_unpadded >= 2 && vocab_unpadded <= vocab_size),
-          "the unpadded vocabulary " + num(vocab_unpadded) + " must be between 2 and --vocab " +
+          "the unpadded vocabulary " + num(vocab_unpadded) + " must be between 2 and `vocab_size` " +
               num(vocab_size));
-  require(n_expert >= 0, "--experts must be 0 (dense) or more (got " + num(n_expert) + ")");
+  require(n_expert >= 0, "`n_expert` must be 0 (dense) or more (got " + num(n_expert) + ")");
   require(n_expert > 0 || (n_shared_expert == 0 && n_moe_ffn == 0 && moe_first_dense == 0),
-          "`n_shared_expert`, `n_moe_ffn` and `moe_first_dense` need routed experts (--experts above 0)");
+          "`n_shared_expert`, `n_moe_ffn` and `moe_first_dense` need routed experts (`n_expert` above 0)");
   validate_family();
   if (n_expert == 0) return;
   require(top_k >= 1 && top_k <= n_expert,
-          "--moe-top-k " + num(top_k) + " must be between 1 and --experts " + num(n_expert));
-  require(moe_every >= 1, "--moe-every must be at least 1 (got " + num(moe_every) + ")");
-  require(aux_coef >= 0, "--aux-coef must be >= 0 (got " + num(aux_coef) + ")");
+          "`GPTConfig::top_k` " + num(top_k) + " must be between 1 and `n_expert` " + num(n_expert));
+  require(moe_every >= 1, "`moe_every` must be at least 1 (got " + num(moe_every) + ")");
+  require(aux_coef >= 0, "`aux_coef` must be >= 0 (got " + num(aux_coef) + ")");
   require(capacity_factor >= 0,
-          "--capacity-factor must be >= 0, 0 = off (got " + num(capacity_factor) + ")");
+          "`capacity_factor` must be >= 0, 0 = off (got " + num(capacity_factor) + ")");
   validate_modern_moe(*this);
 }
 
@@ -118,11 +118,11 @@ std::string GPTConfig::to_string() const {
 }
 
 int padded_vocab(int vocab, int multiple, int tp) {
-  require(multiple >= 1, "--make-vocab-size-divisible-by must be at least 1 (got " + std::to_string(multiple) + ")");
-  require(tp >= 1, "--tp must be at least 1 (got " + std::to_string(tp) + ")");
+  require(multiple >= 1, "`make_vocab_size_divisible_by` must be at least 1 (got " + std::to_string(multiple) + ")");
+  require(tp >= 1, "`tp` must be at least 1 (got " + std::to_string(tp) + ")");
   const int64_t m = int64_t{multiple} * tp;
   const int64_t padded = (int64_t{vocab} + m - 1) / m * m;
-  require(padded <= INT32_MAX, "--make-vocab-size-divisible-by " + std::to_string(multiple) + " x --tp " + std::to_string(tp) +
+  require(padded <= INT32_MAX, "`make_vocab_size_divisible_by` " + std::to_string(multiple) + " x `tp` " + std::to_string(tp) +
                                    " pads the vocabulary beyond 2^31 tokens");
   return static_cast<int>(padded);
 }

@@ -38,7 +38,7 @@ void check_batch(const GPTConfig& config, const Token* inputs, const Token* targ
   if (B < 1) throw ConfigError("batch must be at least 1 (got " + std::to_string(B) + ")");
   if (T < 1 || T > config.block_size) {
     throw ConfigError("sequence length " + std::to_string(T) + " must be in 1.." +
-                      std::to_string(config.block_size) + " (the position table, --seq)");
+                      std::to_string(config.block_size) + " (the position table, `block_size`)");
   }
   const int64_t N = static_cast<int64_t>(B) * T;
   for (const Token* tokens : {inputs, targets}) {
@@ -46,7 +46,7 @@ void check_batch(const GPTConfig& config, const Token* inputs, const Token* targ
     for (int64_t i = 0; i < N; ++i) {
       if (tokens[i] < 0 || tokens[i] >= config.vocab_size) {
         throw ConfigError("token " + std::to_string(tokens[i]) + " at position " +
-                          std::to_string(i) + " is outside the vocabulary (--vocab " +
+                          std::to_string(i) + " is outside the vocabulary (`vocab_size` " +
                           std::to_string(config.vocab_size) + ")");
       }
     }

@@ -146,7 +146,7 @@ const PresetInfo& preset_info(std::string_view name) {
     if (p.name == name) return p;
   std::string known;
   for (const PresetInfo& p : presets()) known += (known.empty() ? "" : ", ") + p.name;
-  throw ConfigError("--model: unknown preset '" + std::string(name) + "' (choose " + known + ")");
+  throw ConfigError("`preset`: unknown preset '" + std::string(name) + "' (choose " + known + ")");
 }
 
 GPTConfig preset(std::string_view name) { return preset_info(name).config; }

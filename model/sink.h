@@ -57,15 +57,15 @@ struct Exec {
   static Exec with(OpSink* s) {
     return {s, s ? s->element_size() : 4, false, phantom_allocation()};
   }
-  bool math() const { return !phantom; }
+  bool math() const { return !phantom; }  // alone: only what is no kernel (below)
   void op(const char* name, const OpCost& cost) const {
     if (sink) sink->op(recompute ? recompute_name(name) : name, cost);
   }
-  // The one way to run a kernel: `math` (unless the run is phantom), then
-  // its `cost` charged as `name`. `math` is a lambda taken by reference and
-  // inlined: no std::function, no allocation. Every kernel in kernels.h has
-  // an Exec overload built on this, computing its cost from its own sizes, so
-  // a call site is one line; hand-written loops call run() directly.
+  // The one way to run a kernel: `math` unless phantom, then `cost` charged as `name` (`math`
+  // is a lambda, inlined: no allocation). Each kernel has an Exec overload on it (kernels.h);
+  // hand loops call run(). math() alone guards only what is no kernel, each site saying which:
+  // a handover (a copy or fill for the next kernel), a collective's data, a split kernel (loops
+  // with collectives between, charged once by op() after the last) or a phantom stand-in.
   template <typename Math>
   void run(const char* name, const OpCost& cost, Math&& math) const {
     if (!phantom) math();

@@ -44,7 +44,7 @@ Cluster::Cluster(HardwareProfile profile, ClusterOptions options)
     const uint64_t normal = options_.memory_bytes ? options_.memory_bytes : profile_.memory_bytes();
     for (const Fault& f : options_.faults->faults())
       if (f.kind == FaultKind::kMemory && f.capacity_bytes > normal)
-        throw ConfigError(fmt::format("--fault {}: {} is more than the device's capacity {} (memory faults reduce it)",
+        throw ConfigError(fmt::format("`faults` {}: {} is more than the device's capacity {} (memory faults reduce it)",
                                       f.spec, format_bytes(f.capacity_bytes), format_bytes(normal)));
     fault_links_ = std::make_unique<FaultLinkModel>(*options_.links, options_.faults);
     links_ = fault_links_.get();

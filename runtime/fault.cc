@@ -1,7 +1,6 @@
 #include "runtime/fault.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -9,6 +8,7 @@
 
 #include "runtime/errors.h"
 #include "runtime/input_file.h"
+#include "runtime/parse_number.h"
 #include "runtime/profile.h"
 #include "runtime/text.h"
 #include "runtime/units.h"
@@ -23,26 +23,22 @@ constexpr double kMinBandwidth = 1e-6;
 constexpr double kMaxCompute = 1000;
 
 [[noreturn]] void fail(std::string_view spec, const std::string& why) {
-  throw ConfigError(fmt::format("--fault {}: {} (e.g. slow-nic:3:bw=0.25, straggler:1:compute=2, dead:2:step=3)",
+  throw ConfigError(fmt::format("`faults` {}: {} (e.g. slow-nic:3:bw=0.25, straggler:1:compute=2, dead:2:step=3)",
                                 spec, why));
 }
 
-// A whole-text integer in [lo, hi], or the error naming `what`.
-int parse_int(std::string_view spec, std::string_view text, const char* what, int lo, int hi) {
-  int v = 0;
-  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || v < lo || v > hi)
-    fail(spec, fmt::format("{} \"{}\" is not an integer in [{}, {}]", what, text, lo, hi));
-  return v;
+// A whole-text integer in [lo, hi] (parse_number.h's rule), or the error naming `what`.
+int int_in(std::string_view spec, std::string_view text, const char* what, int lo, int hi) {
+  const std::optional<int> v = parse_number<int>(text);
+  if (!v || *v < lo || *v > hi) fail(spec, fmt::format("{} \"{}\" is not an integer in [{}, {}]", what, text, lo, hi));
+  return *v;
 }
 
 // A whole-text finite number in [lo, hi].
-double parse_number(std::string_view spec, std::string_view text, const char* what, double lo, double hi) {
-  double v = 0;
-  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || !std::isfinite(v) || v < lo || v > hi)
-    fail(spec, fmt::format("{} \"{}\" is not a number in [{}, {}]", what, text, lo, hi));
-  return v;
+double real_in(std::string_view spec, std::string_view text, const char* what, double lo, double hi) {
+  const std::optional<double> v = parse_number<double>(text);
+  if (!v || *v < lo || *v > hi) fail(spec, fmt::format("{} \"{}\" is not a number in [{}, {}]", what, text, lo, hi));
+  return *v;
 }
 
 FaultKind parse_kind(std::string_view spec, std::string_view name) {
@@ -57,13 +53,13 @@ bool is_link(FaultKind k) { return k == FaultKind::kSlowLink || k == FaultKind::
 void parse_target(std::string_view spec, std::string_view target, Fault& f) {
   const int max_rank = int(kMaxDevices) - 1;
   if (!is_link(f.kind)) {
-    f.device = parse_int(spec, target, "device", 0, max_rank);
+    f.device = int_in(spec, target, "device", 0, max_rank);
     return;
   }
   const auto ends = split(target, '-');
   if (ends.size() != 2) fail(spec, fmt::format("link \"{}\" is not A-B (two device numbers)", target));
-  f.device = parse_int(spec, ends[0], "device", 0, max_rank);
-  f.peer = parse_int(spec, ends[1], "device", 0, max_rank);
+  f.device = int_in(spec, ends[0], "device", 0, max_rank);
+  f.peer = int_in(spec, ends[1], "device", 0, max_rank);
   if (f.device == f.peer) fail(spec, fmt::format("link {}-{} joins a device to itself", f.device, f.peer));
 }
 
@@ -73,7 +69,7 @@ void parse_capacity(std::string_view spec, std::string_view value, Fault& f) {
   const bool fraction = value.find('.') != std::string_view::npos &&
                         value.find_first_not_of("0123456789.") == std::string_view::npos;
   if (fraction) {
-    f.capacity_fraction = parse_number(spec, value, "capacity fraction", 0, 1);
+    f.capacity_fraction = real_in(spec, value, "capacity fraction", 0, 1);
     if (f.capacity_fraction <= 0) fail(spec, "capacity fraction must be above 0");
     return;
   }
@@ -90,15 +86,15 @@ void parse_param(std::string_view spec, std::string_view key, std::string_view v
   const bool slow = f.kind == FaultKind::kSlowLink || f.kind == FaultKind::kSlowNic;
   const bool at_step = f.kind == FaultKind::kLinkDown || f.kind == FaultKind::kDead;
   if (slow && key == "bw") {
-    f.bandwidth = parse_number(spec, value, "bw", kMinBandwidth, 1);
+    f.bandwidth = real_in(spec, value, "bw", kMinBandwidth, 1);
   } else if (slow && key == "lat_us") {
-    f.latency_us = parse_number(spec, value.starts_with('+') ? value.substr(1) : value, "lat_us", 0, kMaxLatencyUs);
+    f.latency_us = real_in(spec, value.starts_with('+') ? value.substr(1) : value, "lat_us", 0, kMaxLatencyUs);
   } else if (f.kind == FaultKind::kStraggler && key == "compute") {
-    f.compute = parse_number(spec, value, "compute", 1, kMaxCompute);
+    f.compute = real_in(spec, value, "compute", 1, kMaxCompute);
   } else if ((slow || f.kind == FaultKind::kStraggler) && key == "from_step") {
-    f.step = parse_int(spec, value, "from_step", 0, kMaxStep);
+    f.step = int_in(spec, value, "from_step", 0, kMaxStep);
   } else if (at_step && key == "step") {
-    f.step = parse_int(spec, value, "step", 0, kMaxStep);
+    f.step = int_in(spec, value, "step", 0, kMaxStep);
   } else if (f.kind == FaultKind::kMemory && key == "capacity") {
     parse_capacity(spec, value, f);
   } else {
@@ -155,15 +151,15 @@ Fault parse_fault(std::string_view spec) {
 namespace {
 
 std::vector<Fault> faults_from_file(const std::string& path) {
-  const std::string text = read_input(fmt::format("--fault @{}", path), path, "a JSON file", size_t(16) << 20);
+  const std::string text = read_input(fmt::format("`faults` @{}", path), path, "a JSON file", size_t(16) << 20);
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) throw ConfigError(fmt::format("--fault @{}: not JSON", path));
+  if (j.is_discarded()) throw ConfigError(fmt::format("`faults` @{}: not JSON", path));
   if (!j.is_array())
-    throw ConfigError(fmt::format("--fault @{}: expected a JSON list of fault specs, e.g. [\"dead:1:step=2\"]", path));
+    throw ConfigError(fmt::format("`faults` @{}: expected a JSON list of fault specs, e.g. [\"dead:1:step=2\"]", path));
   std::vector<Fault> faults;
   for (const auto& item : j) {
     if (!item.is_string())
-      throw ConfigError(fmt::format("--fault @{}: item {} is not a string (a fault spec)", path, item.dump()));
+      throw ConfigError(fmt::format("`faults` @{}: item {} is not a string (a fault spec)", path, item.dump()));
     faults.push_back(parse_fault(item.get<std::string>()));
   }
   return faults;
@@ -188,16 +184,16 @@ FaultPlan::FaultPlan(std::vector<Fault> faults, int world_size, int steps) : fau
   for (const Fault& f : faults_) {
     for (int d : {f.device, f.peer})
       if (d >= world_size)
-        throw ConfigError(fmt::format("--fault {}: device {} is not one of the {} devices of this run (0 to {})",
+        throw ConfigError(fmt::format("`faults` {}: device {} is not one of the {} devices of this run (0 to {})",
                                       f.spec, d, world_size, world_size - 1));
     if (f.step >= steps)
-      throw ConfigError(fmt::format("--fault {}: step {} is not below --steps {} (it would never happen)", f.spec,
+      throw ConfigError(fmt::format("`faults` {}: step {} is not below `steps` {} (it would never happen)", f.spec,
                                     f.step, steps));
     if (!f.fatal()) continue;
     if (world_size < 2)
-      throw ConfigError(fmt::format("--fault {}: a run on one device has no peer to lose", f.spec));
+      throw ConfigError(fmt::format("`faults` {}: a run on one device has no peer to lose", f.spec));
     if (fatal)
-      throw ConfigError(fmt::format("--fault {}: only one dead device or downed link per run (already {})", f.spec,
+      throw ConfigError(fmt::format("`faults` {}: only one dead device or downed link per run (already {})", f.spec,
                                     fatal->spec));
     fatal = &f;
   }

@@ -60,7 +60,7 @@ struct Fault {
   }
 };
 
-// One spec; throws ConfigError "--fault SPEC: ..." naming what is wrong.
+// One spec; throws ConfigError "`faults` SPEC: ..." naming what is wrong.
 Fault parse_fault(std::string_view spec);
 // Every --fault value in order: a spec, or @FILE.json holding a JSON list of specs.
 std::vector<Fault> parse_faults(const std::vector<std::string>& args);

@@ -3,13 +3,13 @@
 // one of them says the same thing, in one line, about a path that is not a
 // readable file.
 //
-//   std::ifstream in = open_input("--workload w.csv", path, "a CSV file");
+//   std::ifstream in = open_input("`workload` w.csv", path, "a CSV file");
 //   const std::string text = read_input("--prompt-file p.txt", path, "a text file", 64 << 20);
 //
 // Errors are ConfigErrors "LABEL: no such file", "LABEL: is a directory, not
 // KIND", "LABEL: cannot open (REASON)", "LABEL: larger than N bytes" and
-// "LABEL: cannot read (REASON)". LABEL names the flag and the path as the
-// caller's other errors about that file do.
+// "LABEL: cannot read (REASON)". LABEL names the option field ("`data` \"d.bin\"", the
+// library) or the flag (the tool) and the path, as the caller's other errors do.
 #pragma once
 
 #include <cstddef>

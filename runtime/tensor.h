@@ -3,7 +3,7 @@
 // The arena is charged numel x modeled element size (4 for fp32, 2 for bf16)
 // while the tensor lives. Host storage is always fp32, 64-byte aligned and
 // zero-initialised, or absent for a "phantom" tensor (shape only: ops on it
-// charge cost but compute nothing). Move-only; freeing returns the bytes.
+// charge cost but compute nothing). Move-only; freeing returns the bytes. Owner thread only.
 #pragma once
 
 #include <cstdint>

@@ -48,7 +48,7 @@ std::string chrome_trace_json(const std::vector<DeviceTrace>& devices, const std
 
 void write_chrome_trace(const std::string& path, const std::vector<DeviceTrace>& devices,
                         const std::string& title) {
-  write_file_atomic(path, chrome_trace_json(devices, title), "--trace");
+  write_file_atomic(path, chrome_trace_json(devices, title), "`trace`");
 }
 
 }  // namespace shardlab

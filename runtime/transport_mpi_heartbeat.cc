@@ -1,6 +1,5 @@
 // The MPI transport's heartbeat (transport_mpi.h): beats to every process
 // during a run, and the verdict on a peer that has gone silent.
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -9,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "runtime/parse_number.h"
 #include "runtime/transport_mpi.h"
 
 namespace shardlab::mpi_transport {
@@ -16,10 +16,8 @@ namespace shardlab::mpi_transport {
 std::chrono::milliseconds silence_limit() {
   const char* text = std::getenv("SHARDLAB_MPI_SILENCE_S");
   if (!text) return std::chrono::seconds(10);
-  char* end = nullptr;
-  errno = 0;
-  const double s = std::strtod(text, &end);
-  if (end == text || *end != '\0' || errno != 0 || !(s >= 0.5 && s <= 3600)) {
+  const double s = parse_number<double>(text).value_or(0);
+  if (!(s >= 0.5 && s <= 3600)) {
     std::fprintf(stderr, "shardlab: error: SHARDLAB_MPI_SILENCE_S=%s: expected seconds from 0.5 to 3600\n", text);
     std::exit(2);
   }

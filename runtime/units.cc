@@ -1,12 +1,12 @@
 #include "runtime/units.h"
 
 #include <cctype>
-#include <charconv>
 #include <cmath>
 
 #include <fmt/format.h>
 
 #include "runtime/errors.h"
+#include "runtime/parse_number.h"
 
 namespace shardlab {
 
@@ -15,9 +15,9 @@ uint64_t parse_bytes(std::string_view text, std::string_view flag) {
   size_t i = 0;
   while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
   if (i == 0) fail();
-  double value = 0;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + i, value);
-  if (ec != std::errc() || ptr != text.data() + i) fail();
+  const std::optional<double> number = parse_number<double>(text.substr(0, i));  // digits and dots: no sign
+  if (!number) fail();
+  const double value = *number;
   std::string suffix(text.substr(i));
   double mult = 0;
   if (suffix.empty() || suffix == "B") mult = 1;

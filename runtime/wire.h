@@ -1,6 +1,6 @@
 // Byte strings for what processes tell each other (transport.h): plain
 // values copied as they are in memory (every process runs the same binary
-// on the same kind of host) and length-prefixed strings.
+// on the same kind of host) and length-prefixed strings. Thread safety: one object, one thread.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // DeviceSink: where the model's kernels report themselves on a virtual device.
 // Each op charges the cost model on the compute stream (and appears in the
-// trace); saved activations are charged to the arena while they live.
+// trace); saved activations are charged to the arena while they live. One per device thread.
 #pragma once
 
 #include <algorithm>

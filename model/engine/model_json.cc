@@ -37,24 +37,25 @@ void check_model_json(const nlohmann::json& saved, const model::GPTConfig& confi
   };
   const int embd = saved_int("embd", config.n_embd);
   const std::pair<const char*, const char*> shape_keys[] = {
-      {"layers", "--layers"},   {"heads", "--heads"},        {"embd", "--embd"},
-      {"seq", "--seq"},         {"vocab", "--vocab"},        {"ffn", "--ffn"},
-      {"experts", "--experts"}, {"moe_every", "--moe-every"}};
-  for (const auto& [key, flag] : shape_keys) {
+      {"layers", "`n_layer`"},   {"heads", "`n_head`"},       {"embd", "`n_embd`"},
+      {"seq", "`block_size`"},   {"vocab", "`vocab_size`"},   {"ffn", "`n_ffn`"},
+      {"experts", "`n_expert`"}, {"moe_every", "`moe_every`"}};
+  for (const auto& [key, field] : shape_keys) {
     const int fallback = std::string_view(key) == "ffn" ? 4 * embd : run[key].get<int>();
     const int had = saved_int(key, fallback), want = run[key].get<int>();
     if (had != want)
-      throw ConfigError(fmt::format("{}: the checkpoint has {} {}, this run {}", what, flag, had, want));
+      throw ConfigError(fmt::format("{}: the checkpoint has {} {}, this run {}", what, field, had, want));
   }
 }
 
-void check_checkpoint_model(const model::SafetensorsFile& file, const model::GPTConfig& config) {
+void check_checkpoint_model(const model::SafetensorsFile& file, const model::GPTConfig& config,
+                            std::string_view field) {
   const auto it = file.metadata().find(model::kShardlabConfigKey);
   if (it == file.metadata().end()) return;
   const nlohmann::json stored =
       nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
   if (!stored.is_object() || !stored.contains("model") || !stored["model"].is_object()) return;
-  check_model_json(stored["model"], config, "--init " + file.origin());
+  check_model_json(stored["model"], config, fmt::format("{} {}", field, file.origin()));
 }
 
 }  // namespace shardlab::engine

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -21,14 +22,15 @@ nlohmann::json model_json(const model::GPTConfig& config);
 
 // When `file` carries shardlab's config, its shape (layers, heads, embd,
 // seq, vocab, ffn, experts, moe_every) must be the run's: ConfigError
-// "--init F: the checkpoint has --heads 8, this run 4" otherwise (the
+// "`init_path` F: the checkpoint has `n_head` 8, this run 4" otherwise (the
 // trainer checks the tensor shapes first; this catches what they cannot
 // show, such as the heads). A file without it (or written before "ffn" was
 // stored: 4 x embd) is checked by its tensor shapes alone.
 // The same check on a stored model_json (`what` starts the message:
-// "--resume D").
+// "`resume_dir` D"); `field` names the option that holds the file.
 void check_model_json(const nlohmann::json& saved, const model::GPTConfig& config, const std::string& what);
 
-void check_checkpoint_model(const model::SafetensorsFile& file, const model::GPTConfig& config);
+void check_checkpoint_model(const model::SafetensorsFile& file, const model::GPTConfig& config,
+                            std::string_view field);
 
 }  // namespace shardlab::engine

@@ -55,11 +55,11 @@ void corrupt_shard(LocalModel& model, const std::string& name, double rel) {
       x = rel == 0 ? x + 1e-2f * (1 + std::abs(x)) : float(x * (1 + rel));
     }
     if (changed == 0)  // ZeRO-3 before the first step: the values are another dp rank's (NaN here)
-      throw ConfigError(fmt::format("--corrupt-shard: this rank holds no value of \"{}\" yet (ZeRO-3 keeps it on "
+      throw ConfigError(fmt::format("`corrupt_shard`: this rank holds no value of \"{}\" yet (ZeRO-3 keeps it on "
                                     "another dp rank; pick another rank or parameter)", name));
     return;
   }
-  throw ConfigError(fmt::format("corrupt-shard: no parameter \"{}\"", name));
+  throw ConfigError(fmt::format("`corrupt_shard`: no parameter \"{}\"", name));
 }
 
 }  // namespace shardlab::engine

@@ -143,7 +143,7 @@ std::vector<float> InferEngine::head(const std::vector<SeqInput>& batch) {
   for (const SeqInput& q : batch) {
     const int64_t n = int64_t(q.tokens.size()), from = q.every_logit ? 0 : n - 1;
     for (int64_t j = from; j < n; ++j, ++S)
-      if (ex.math()) std::copy_n(a.x.data() + (row + j) * C, C, a.res1.data() + S * C);
+      if (ex.math()) std::copy_n(a.x.data() + (row + j) * C, C, a.res1.data() + S * C);  // a handover (sink.h)
     row += n;
   }
   model::norm_forward(a.ln.data(), a.mean.data(), a.rstd.data(), a.res1.data(), w_.ln_f, S, C, config_, "ln_f.fwd",
@@ -153,7 +153,7 @@ std::vector<float> InferEngine::head(const std::vector<SeqInput>& batch) {
   if (tp > 1)
     coll::all_gather(dev_, *groups_.tp, coll::ConstBuffer(local.data(), local.size()),
                      coll::Buffer(gathered.data(), gathered.size()), ctx_.on_compute());
-  if (!ex.math()) return {};
+  if (!ex.math()) return {};  // the logits' layout is a handover (sink.h); phantom has none
   if (tp == 1) return {local.begin(), local.end()};
   // gathered is (tp, S, Vl): rank r's slice is the vocabulary [r·Vl, (r+1)·Vl).
   std::vector<float> logits(size_t(S) * config_.vocab_size);

@@ -71,7 +71,7 @@ void InferEngine::attend(int local_layer, const std::vector<SeqInput>& batch,
   for (size_t i = 0; i < batch.size(); ++i) {
     const int seq = batch[i].seq, n = int(batch[i].tokens.size()), p0 = pos0[i];
     shapes.push_back({n, p0 + n});
-    if (ex.math()) {
+    if (ex.math()) {  // the KV cache append: a handover, charged with attention (sink.h)
       float* k = cache_->keys(seq, local_layer);
       float* v = cache_->values(seq, local_layer);
       for (int j = 0; j < n; ++j) {

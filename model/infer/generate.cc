@@ -48,10 +48,10 @@ void validate(const GenerateOptions& o) {
 void check_generate_init(const model::SafetensorsFile& f, const model::GPTConfig& config) {
   const model::ParamTable table(config);
   for (const auto& s : table.specs()) f.get(s.name, s.shape);
-  engine::check_checkpoint_model(f, config);
+  engine::check_checkpoint_model(f, config, "`init`");
   for (const std::string& name : f.names())
     if (!table.find(name))
-      throw ConfigError(fmt::format("--init {}: unexpected tensor \"{}\" (not in this model: {})", f.origin(), name,
+      throw ConfigError(fmt::format("`init` {}: unexpected tensor \"{}\" (not in this model: {})", f.origin(), name,
                                     config.to_string()));
 }
 

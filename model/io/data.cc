@@ -15,13 +15,13 @@ namespace {
 constexpr std::string_view kSyntheticPrefix = "synthetic:";
 
 void check_sizes(int vocab, int64_t seq) {
-  if (vocab < 1) throw ConfigError(fmt::format("--vocab must be positive (got {})", vocab));
-  if (seq < 1) throw ConfigError(fmt::format("--seq must be positive (got {})", seq));
+  if (vocab < 1) throw ConfigError(fmt::format("`vocab_size` must be positive (got {})", vocab));
+  if (seq < 1) throw ConfigError(fmt::format("`block_size` must be positive (got {})", seq));
 }
 
 [[noreturn]] void too_short(const std::string& origin, int64_t n, int64_t seq) {
   throw ConfigError(
-      fmt::format("--data \"{}\": {} tokens, too short for one window of seq+1 = {} "
+      fmt::format("`data` \"{}\": {} tokens, too short for one window of seq+1 = {} "
                   "tokens",
                   origin, n, seq + 1));
 }
@@ -31,15 +31,15 @@ void check_sizes(int vocab, int64_t seq) {
 TokenData load_token_bin(const std::string& path, int vocab, int64_t seq) {
   check_sizes(vocab, seq);
   // A typo of synthetic:NAME looks like a missing path.
-  std::ifstream in = open_input(fmt::format("--data \"{}\"", path), path, "a .bin file",
+  std::ifstream in = open_input(fmt::format("`data` \"{}\"", path), path, "a .bin file",
                                 " (expected synthetic:NAME or a .bin file)");
   in.seekg(0, std::ios::end);
   const std::streamoff bytes = in.tellg();
   in.seekg(0, std::ios::beg);
-  if (bytes < 0) throw ConfigError(fmt::format("--data \"{}\": cannot read", path));
+  if (bytes < 0) throw ConfigError(fmt::format("`data` \"{}\": cannot read", path));
   if (bytes % 2 != 0)
     throw ConfigError(
-        fmt::format("--data \"{}\": odd length ({} bytes); a .bin file is a stream "
+        fmt::format("`data` \"{}\": odd length ({} bytes); a .bin file is a stream "
                     "of uint16 tokens",
                     path, bytes));
   const int64_t n = bytes / 2;
@@ -48,13 +48,13 @@ TokenData load_token_bin(const std::string& path, int vocab, int64_t seq) {
   TokenData data{path, vocab, std::vector<uint16_t>(static_cast<size_t>(n)), std::nullopt};
   std::vector<uint8_t> raw(static_cast<size_t>(bytes));
   in.read(reinterpret_cast<char*>(raw.data()), bytes);
-  if (in.gcount() != bytes) throw ConfigError(fmt::format("--data \"{}\": read failed", path));
+  if (in.gcount() != bytes) throw ConfigError(fmt::format("`data` \"{}\": read failed", path));
   for (int64_t i = 0; i < n; ++i) {
     const uint16_t t = static_cast<uint16_t>(raw[size_t(2 * i)] | raw[size_t(2 * i + 1)] << 8);
     if (t >= vocab)
       throw ConfigError(
-          fmt::format("--data \"{}\": token {} at position {} is >= vocab {} "
-                      "(set --vocab above the largest token)",
+          fmt::format("`data` \"{}\": token {} at position {} is >= vocab {} "
+                      "(set `vocab_size` above the largest token)",
                       path, t, i, vocab));
     data.tokens[size_t(i)] = t;
   }
@@ -67,7 +67,7 @@ TokenData make_synthetic_data(const std::string& name, int vocab, int64_t seq, u
   const SyntheticTask& task = find_synthetic_task(name);
   const std::string origin = fmt::format("synthetic:{}", name);
   if (vocab < task.min_vocab || vocab > 65536)
-    throw ConfigError(fmt::format("--vocab {} does not suit {} (needs {} to 65536)", vocab, origin,
+    throw ConfigError(fmt::format("`vocab_size` {} does not suit {} (needs {} to 65536)", vocab, origin,
                                   task.min_vocab));
   if (n_tokens < seq + 1) too_short(origin, n_tokens, seq);
   return TokenData{origin, vocab, task.generate(vocab, n_tokens, seed), task.best_loss(vocab)};
@@ -84,7 +84,7 @@ TokenData open_token_data(const std::string& spec, int vocab, int64_t seq, uint6
 Sampling parse_sampling(std::string_view text) {
   if (text == "random") return Sampling::kRandom;
   if (text == "sequential") return Sampling::kSequential;
-  throw ConfigError(fmt::format("--sampling: unknown value \"{}\" (random or sequential)", text));
+  throw ConfigError(fmt::format("`sampling`: unknown value \"{}\" (random or sequential)", text));
 }
 
 const char* sampling_name(Sampling s) { return s == Sampling::kRandom ? "random" : "sequential"; }
@@ -93,8 +93,8 @@ BatchSampler::BatchSampler(std::shared_ptr<const TokenData> data, int64_t batch,
                            Sampling sampling, uint64_t seed)
     : data_(std::move(data)), batch_(batch), seq_(seq), sampling_(sampling), seed_(seed) {
   SHARDLAB_CHECK(data_ != nullptr, "BatchSampler needs data");
-  if (batch_ < 1) throw ConfigError(fmt::format("--batch must be positive (got {})", batch_));
-  if (seq_ < 1) throw ConfigError(fmt::format("--seq must be positive (got {})", seq_));
+  if (batch_ < 1) throw ConfigError(fmt::format("`batch_size` must be positive (got {})", batch_));
+  if (seq_ < 1) throw ConfigError(fmt::format("`block_size` must be positive (got {})", seq_));
   const int64_t n = static_cast<int64_t>(data_->tokens.size());
   if (n < seq_ + 1) too_short(data_->origin, n, seq_);
 }

@@ -29,7 +29,7 @@ struct TokenData {
 };
 
 // nanoGPT's .bin: a flat little-endian uint16 stream. Throws ConfigError
-// ("--data ...") on a missing file, an odd byte length, fewer than seq+1
+// ("`data` ...") on a missing file, an odd byte length, fewer than seq+1
 // tokens, or a token >= vocab (naming the first such position and value).
 TokenData load_token_bin(const std::string& path, int vocab, int64_t seq);
 
@@ -42,7 +42,7 @@ TokenData open_token_data(const std::string& spec, int vocab, int64_t seq, uint6
                           int64_t synthetic_tokens = kDefaultSyntheticTokens);
 
 enum class Sampling { kRandom, kSequential };
-// "random" | "sequential"; anything else is ConfigError("--sampling: ...").
+// "random" | "sequential"; anything else is ConfigError("`sampling`: ...").
 Sampling parse_sampling(std::string_view text);
 const char* sampling_name(Sampling s);
 

@@ -218,7 +218,7 @@ std::string safetensors_bytes(const std::vector<NamedTensorView>& tensors,
 
 void save_safetensors(const std::string& path, const std::vector<NamedTensorView>& tensors,
                       const std::map<std::string, std::string>& metadata) {
-  write_file_atomic(path, safetensors_bytes(tensors, metadata), "--save");
+  write_file_atomic(path, safetensors_bytes(tensors, metadata), "`save_path`");
 }
 
 SafetensorsFile parse_safetensors(std::span<const uint8_t> bytes, const std::string& origin) {

@@ -76,7 +76,7 @@ std::string safetensors_bytes(const std::vector<NamedTensorView>& tensors,
                               const std::map<std::string, std::string>& metadata = {});
 
 // Writes `path` (through a temporary file renamed into place, so a failed
-// write never leaves half a checkpoint). Throws ConfigError("--save ...")
+// write never leaves half a checkpoint). Throws ConfigError("`save_path` ...")
 // when the file cannot be written.
 void save_safetensors(const std::string& path, const std::vector<NamedTensorView>& tensors,
                       const std::map<std::string, std::string>& metadata = {});

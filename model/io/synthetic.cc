@@ -188,7 +188,7 @@ std::string synthetic_task_list() {
 const SyntheticTask& find_synthetic_task(const std::string& name) {
   for (const SyntheticTask& t : synthetic_tasks())
     if (name == t.name) return t;
-  throw ConfigError(fmt::format("--data: unknown synthetic task \"{}\" (known: {})", name,
+  throw ConfigError(fmt::format("`data`: unknown synthetic task \"{}\" (known: {})", name,
                                 synthetic_task_list()));
 }
 

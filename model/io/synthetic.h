@@ -43,7 +43,7 @@ const std::vector<SyntheticTask>& synthetic_tasks();
 // "synthetic:markov, synthetic:counting, ..." for --help and error messages.
 std::string synthetic_task_list();
 
-// Throws ConfigError("--data: unknown synthetic task ... (known: ...)").
+// Throws ConfigError("`data`: unknown synthetic task ... (known: ...)").
 const SyntheticTask& find_synthetic_task(const std::string& name);
 
 // The fixed transition table of `markov` for a vocab: V rows of kFanout

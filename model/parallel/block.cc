@@ -203,7 +203,7 @@ void block_backward(float* dinp, const BlockView<float>& g, BlockScratch& s, con
   const int64_t N = d.N(), Nr = d.rows();
   const int C = d.C;
   // res2 = res1 + mlp_out: both receive dout
-  if (ex.math()) std::copy(dout, dout + Nr * C, s.dres1.begin());
+  if (ex.math()) std::copy(dout, dout + Nr * C, s.dres1.begin());  // a handover, not a kernel (sink.h)
   dropout_backward(Nr * C, "mlp.hidden_dropout.bwd", c);
   const float* dout_full = exit_row_parallel_bwd(c.tp, dout, s.full_dout.data(), Nr, C);
   const float* ln2_full = enter_column_parallel(c.tp, a.ln2.data(), s.full_in.data(), Nr, C);

@@ -18,13 +18,13 @@ void check_tensor_parallel(const model::GPTConfig& cfg, int tp, bool sp) {
          " (attention heads are split over TP ranks)");
   if (cfg.vocab_size % tp != 0)
     fail("must divide `vocab_size` " + std::to_string(cfg.vocab_size) +
-         " (the vocabulary is split over TP ranks; --make-vocab-size-divisible-by N pads it)");
+         " (the vocabulary is split over TP ranks; `make_vocab_size_divisible_by` N pads it)");
   if (cfg.ffn_hidden() % tp != 0)
     fail("must divide the MLP width " + std::string(cfg.n_ffn > 0 ? "`n_ffn` = " : "4 x `n_embd` = ") +
          std::to_string(cfg.ffn_hidden()) + " (the MLP width is split over TP ranks)");
   // Routed and shared experts are split like the MLP.
   if (cfg.is_moe() && cfg.moe_ffn_hidden() % tp != 0)
-    fail("must divide the expert width --moe-ffn = " + std::to_string(cfg.moe_ffn_hidden()) +
+    fail("must divide the expert width `n_moe_ffn` = " + std::to_string(cfg.moe_ffn_hidden()) +
          " (each expert's MLP is split over TP ranks)");
   if (sp && cfg.block_size % tp != 0)
     fail("must divide `block_size` " + std::to_string(cfg.block_size) +

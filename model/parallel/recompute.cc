@@ -12,7 +12,7 @@ Recompute parse_recompute(std::string_view name) {
   if (name == "none") return Recompute::kNone;
   if (name == "selective") return Recompute::kSelective;
   if (name == "full") return Recompute::kFull;
-  throw ConfigError(fmt::format("--recompute \"{}\": expected none, selective or full", name));
+  throw ConfigError(fmt::format("`recompute` \"{}\": expected none, selective or full", name));
 }
 
 const char* recompute_name(Recompute r) {

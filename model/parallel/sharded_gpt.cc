@@ -87,7 +87,7 @@ ShardedGPT::ShardedGPT(const model::GPTConfig& config, uint64_t seed, Device& de
   grads_.assign(layout_.numel(), 0.0f);
   if (!params_.phantom()) layout_.init(model::ParamTable(config_), seed, params_.data());
   SHARDLAB_CHECK(!ctx_.dropout || params_.phantom(),
-                 "dropout is modeled in time only: phantom runs (--phantom)");
+                 "dropout is modeled in time only: phantom runs (`phantom`)");
   w_ = layout_.view(params_.data());
   g_ = layout_.view(grads_.data());
   pools_.resize(size_t(place_.vpp));
@@ -128,7 +128,7 @@ void ShardedGPT::set_micro_batch(int B, int T) {
   model::check_batch(config_, nullptr, nullptr, B, T);
   const int tp = tp_group_.size();
   if (ctx_.tp.sp && T % tp != 0)
-    throw ConfigError(fmt::format("sequence length {} must be divisible by --tp {} with --sp", T, tp));
+    throw ConfigError(fmt::format("sequence length {} must be divisible by `tp` {} with `sp`", T, tp));
   SHARDLAB_CHECK(cp_ == 1 || T % 2 == 0, "context parallelism: two chunks of every sequence");
   const model::Dims unsharded{B, T, config_.n_embd, config_.n_head, config_.ffn_hidden()};
   dims_ = ShardDims{unsharded, tp, ctx_.tp.sp, ep_group_ ? ep_group_->size() : 1};
@@ -290,7 +290,7 @@ void sp_reduce_staged(const TpContext& c, const std::vector<Range>& ranges, floa
   int64_t total = 0;
   for (const Range& r : ranges) total += r.size;
   if (total == 0) return;
-  if (!c.ex.math()) {  // phantom: the same all-reduce and add, no data
+  if (!c.ex.math()) {  // phantom: the same all-reduce and add, no data (math() picks a collective's data: sink.h)
     copy_to_tp_region_bwd(c, nullptr, nullptr, total);
     c.ex.op("sp.grad_reduce.add", model::residual_forward_cost(total, c.ex.elem));
     return;

@@ -33,7 +33,7 @@ void ShardedGPT::forward(int chunk, int mb, int buffer, const MicroBatchTokens& 
     if (hooks_) hooks_->after_forward(BlockHooks::kEmbeddings);
   } else {
     const float* in = activation_buffer(chunk, buffer);
-    if (ctx_.ex().math()) std::copy_n(in, Nr * C, s.x.data());
+    if (ctx_.ex().math()) std::copy_n(in, Nr * C, s.x.data());  // a handover (sink.h)
   }
   const float* x = s.x.data();
   const int l0 = place_.first_layer(chunk);
@@ -88,7 +88,7 @@ void ShardedGPT::head_backward(Slot& s, float dloss, bool announce) {
   vocab_parallel_cross_entropy_backward(dlogits_.data(), s.probs.data(), s.targets.data(), dloss, N,
                                         Vl_, v0_, ex);
   const float* lnf_full = enter_column_parallel(ctx_.tp, s.lnf.data(), scratch_.full_in.data(), Nr, C);
-  if (ex.math()) std::fill(scratch_.partial.begin(), scratch_.partial.begin() + N * C, 0.0f);
+  if (ex.math()) std::fill(scratch_.partial.begin(), scratch_.partial.begin() + N * C, 0.0f);  // a handover (sink.h)
   linear_backward_split(scratch_.partial.data(), g_.head(), nullptr, dlogits_.data(), lnf_full, w_.head(),
                         N, C, Vl_, {"lm_head.dgrad", "lm_head.wgrad", false}, s.wgrad, ex);
   s.wgrad.end_block(head_id());
@@ -193,7 +193,7 @@ void ShardedGPT::backward_input(int chunk, int mb, int buffer, float dloss, bool
     if (hooks_) hooks_->after_backward(head_id());
   } else {
     const float* dout = gradient_buffer(chunk, buffer);
-    if (ctx_.ex().math()) std::copy_n(dout, Nr * C, dx_.data());
+    if (ctx_.ex().math()) std::copy_n(dout, Nr * C, dx_.data());  // a handover (sink.h)
   }
   blocks_backward(chunk, s, dloss, announce);
   if (place_.first(chunk)) {
@@ -203,7 +203,7 @@ void ShardedGPT::backward_input(int chunk, int mb, int buffer, float dloss, bool
     if (announce) finish_embeddings(layout_.filter().ln_f);
     if (hooks_) hooks_->after_backward(BlockHooks::kEmbeddings);
   } else {
-    if (ctx_.ex().math()) std::copy_n(dx_.data(), Nr * C, s.dx.data());
+    if (ctx_.ex().math()) std::copy_n(dx_.data(), Nr * C, s.dx.data());  // a handover (sink.h)
     s.unsent = true;
   }
   release_activations(s, s.elems);  // the chunk's input
@@ -250,7 +250,7 @@ void ShardedGPT::finish_block(int layer) {
   }
   if (ctx_.tp.sp) reduce_staged(block_staged_[size_t(layer)]);
   if (const Range kv = block_kv_[size_t(layer)]; kv.size > 0) {
-    float* g = ctx_.ex().math() ? grads_.data() + kv.begin : nullptr;
+    float* g = ctx_.ex().math() ? grads_.data() + kv.begin : nullptr;  // a collective's data (sink.h)
     copy_to_tp_region_bwd(ctx_.tp, g, g, kv.size);  // the all-reduce of replicated K/V gradients
   }
   grads_ready(layout_.block(layer));

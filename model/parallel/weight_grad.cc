@@ -32,7 +32,7 @@ float* WeightGrads::reserve(int64_t n, int64_t* offset) {
 void WeightGrads::linear(const char* name, float* dweight, float* dbias, bool bias,
                          const float* dout, const float* inp, int64_t N, int C, int OC,
                          const model::Exec& ex) {
-  SHARDLAB_CHECK(!ex.math() || (dbias != nullptr) == bias, "a bias gradient needs a bias");
+  SHARDLAB_CHECK(!ex.math() || (dbias != nullptr) == bias, "a bias gradient needs a bias");  // phantom: no buffers
   if (!deferred_) {
     model::linear_backward_weight(ex, name, bias, dweight, dbias, dout, inp, N, C, OC);
     return;
@@ -46,7 +46,7 @@ void WeightGrads::linear(const char* name, float* dweight, float* dbias, bool bi
     if (pad > 0) reserve(pad, &ignored);
     std::memcpy(reserve(n, at), src, static_cast<size_t>(n) * sizeof(float));
   };
-  if (ex.math()) {  // phantom: the stash is charged, nothing is copied
+  if (ex.math()) {  // a handover (sink.h): the stash is charged below as modeled bytes, phantom or not
     copy(dout, N * OC, &t.dout);
     copy(inp, N * C, &t.inp);
   }

@@ -10,24 +10,18 @@
 #include "model/rng.h"
 #include "runtime/errors.h"
 #include "runtime/input_file.h"
+#include "runtime/parse_number.h"
 #include "runtime/text.h"
 
 namespace shardlab::serve {
 
 namespace {
 
-// A whole-string number, or a ConfigError naming `what`.
+// A whole-string number (parse_number.h's rule), or a ConfigError naming `what`.
 double number(const std::string& s, const std::string& what) {
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (s.empty() || used != s.size() || !std::isfinite(v))
-    throw ConfigError(fmt::format("{}: '{}' is not a finite number", what, s));
-  return v;
+  const std::optional<double> v = parse_number<double>(s);
+  if (!v) throw ConfigError(fmt::format("{}: '{}' is not a finite number", what, s));
+  return *v;
 }
 
 int length(const std::string& s, const std::string& what) {

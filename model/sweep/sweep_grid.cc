@@ -18,14 +18,14 @@ void check_name(const std::string& vary, const std::string& name) {
                     return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
                   });
   if (!ok)
-    throw ConfigError(fmt::format("--vary \"{}\": \"{}\" is not a flag name (a train flag without its dashes, "
+    throw ConfigError(fmt::format("`vary` \"{}\": \"{}\" is not a flag name (a train flag without its dashes, "
                                   "e.g. batch or micro-batches)", vary, name));
 }
 
 void check_value(const std::string& vary, const std::string& flag, const std::string& value) {
-  if (value.empty()) throw ConfigError(fmt::format("--vary \"{}\": {} has an empty value", vary, flag));
+  if (value.empty()) throw ConfigError(fmt::format("`vary` \"{}\": {} has an empty value", vary, flag));
   if (value.find_first_of(" \t\n\"") != std::string::npos)
-    throw ConfigError(fmt::format("--vary \"{}\": value \"{}\" of {} has a space or a quote", vary, value, flag));
+    throw ConfigError(fmt::format("`vary` \"{}\": value \"{}\" of {} has a space or a quote", vary, value, flag));
 }
 
 Axis parse_plain(const std::string& text, size_t eq) {
@@ -36,7 +36,7 @@ Axis parse_plain(const std::string& text, size_t eq) {
   for (const std::string& v : split<std::string>(text.substr(eq + 1), ',')) {
     check_value(text, axis.name, v);
     for (const AxisValue& seen : axis.values)
-      if (seen.label == v) throw ConfigError(fmt::format("--vary \"{}\": value {} appears twice", text, v));
+      if (seen.label == v) throw ConfigError(fmt::format("`vary` \"{}\": value {} appears twice", text, v));
     axis.values.push_back({v, {{axis.name, v}}});
   }
   return axis;
@@ -48,13 +48,13 @@ std::vector<Setting> parse_tied_value(const std::string& text, const std::string
   for (const std::string& pair : split<std::string>(value, ',')) {
     const size_t eq = pair.find('=');
     if (eq == std::string::npos || pair.find('=', eq + 1) != std::string::npos)
-      throw ConfigError(fmt::format("--vary \"{}\": \"{}\" is not FLAG=VALUE (tied values are "
+      throw ConfigError(fmt::format("`vary` \"{}\": \"{}\" is not FLAG=VALUE (tied values are "
                                     "'a=1,b=2|a=2,b=1')", text, pair));
     Setting s{pair.substr(0, eq), pair.substr(eq + 1)};
     check_name(text, s.flag);
     check_value(text, s.flag, s.value);
     for (const Setting& seen : settings)
-      if (seen.flag == s.flag) throw ConfigError(fmt::format("--vary \"{}\": {} is set twice in \"{}\"", text, s.flag, value));
+      if (seen.flag == s.flag) throw ConfigError(fmt::format("`vary` \"{}\": {} is set twice in \"{}\"", text, s.flag, value));
     settings.push_back(s);
   }
   return settings;
@@ -72,7 +72,7 @@ Axis parse_tied(const std::string& text) {
       for (const Setting& s : settings) by_flag[s.flag] = s.value;
       if (by_flag.size() != axis.flags.size() ||
           !std::all_of(axis.flags.begin(), axis.flags.end(), [&](const auto& f) { return by_flag.count(f); }))
-        throw ConfigError(fmt::format("--vary \"{}\": \"{}\" does not set the same flags as \"{}\"", text, value,
+        throw ConfigError(fmt::format("`vary` \"{}\": \"{}\" does not set the same flags as \"{}\"", text, value,
                                       axis.values.front().label));
       settings.clear();
       for (const std::string& f : axis.flags) settings.push_back({f, by_flag[f]});
@@ -80,7 +80,7 @@ Axis parse_tied(const std::string& text) {
     std::string label;
     for (const Setting& s : settings) label += fmt::format("{}{}={}", label.empty() ? "" : ",", s.flag, s.value);
     for (const AxisValue& seen : axis.values)
-      if (seen.label == label) throw ConfigError(fmt::format("--vary \"{}\": {} appears twice", text, label));
+      if (seen.label == label) throw ConfigError(fmt::format("`vary` \"{}\": {} appears twice", text, label));
     axis.values.push_back({label, settings});
   }
   for (const std::string& f : axis.flags) axis.name += (axis.name.empty() ? "" : ",") + f;
@@ -92,7 +92,7 @@ Axis parse_tied(const std::string& text) {
 Axis parse_axis(const std::string& text) {
   const size_t eq = text.find('=');
   if (eq == std::string::npos)
-    throw ConfigError(fmt::format("--vary \"{}\": expected NAME=V1,V2,... or 'a=1,b=2|a=2,b=1'", text));
+    throw ConfigError(fmt::format("`vary` \"{}\": expected NAME=V1,V2,... or 'a=1,b=2|a=2,b=1'", text));
   const bool tied = text.find('|') != std::string::npos || text.find('=', eq + 1) != std::string::npos;
   return tied ? parse_tied(text) : parse_plain(text, eq);
 }
@@ -103,7 +103,7 @@ void check_distinct_flags(const std::vector<Axis>& axes) {
     for (const std::string& f : axes[a].flags) {
       const auto [it, fresh] = owner.emplace(f, a);
       if (!fresh)
-        throw ConfigError(fmt::format("--vary: {} is varied by two axes (\"{}\" and \"{}\")", f,
+        throw ConfigError(fmt::format("`vary`: {} is varied by two axes (\"{}\" and \"{}\")", f,
                                       axes[it->second].name, axes[a].name));
     }
   }

@@ -70,7 +70,7 @@ const MetricInfo& metric_info(const std::string& name) {
     if (name == m.name) return m;
     known += (known.empty() ? "" : ", ") + std::string(m.name);
   }
-  throw ConfigError(fmt::format("--metric: unknown \"{}\" (one of: {})", name, known));
+  throw ConfigError(fmt::format("`metric`: unknown \"{}\" (one of: {})", name, known));
 }
 
 double metric_value(const std::string& name, const nlohmann::json& report) {

@@ -2,12 +2,12 @@
 // the crossovers between them, and the gnuplot data and script.
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <map>
 
 #include <fmt/format.h>
 
 #include "model/sweep/sweep.h"
+#include "runtime/parse_number.h"
 
 namespace shardlab::sweep {
 namespace {
@@ -27,15 +27,6 @@ bool spans_two_decades(const std::vector<double>& values) {
 // A coordinate as drawn: log_b(v) on a log axis.
 double drawn(double v, Scale s) { return s.log_base ? std::log(v) / std::log(double(s.log_base)) : v; }
 double undrawn(double v, Scale s) { return s.log_base ? std::pow(double(s.log_base), v) : v; }
-
-// A number as the user wrote it: "4", "0.5", "1e3"; nullopt for anything else.
-std::optional<double> parse_number(const std::string& s) {
-  if (s.empty()) return std::nullopt;
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  if (end != s.c_str() + s.size() || !std::isfinite(v)) return std::nullopt;
-  return v;
-}
 
 std::string quoted(const std::string& s) {
   std::string out = "\"";
@@ -139,7 +130,7 @@ Plot build_plot(const std::vector<Axis>& axes, const std::vector<std::string>& m
   for (size_t f = 1; f < x_axis.flags.size(); ++f) plot.x_title += (f == 1 ? ", with " : " and ") + x_axis.flags[f];
   std::vector<double> xs;
   for (const AxisValue& v : x_axis.values) {
-    const auto n = parse_number(v.settings.front().value);
+    const auto n = parse_number<double>(v.settings.front().value);  // "4", "0.5", "1e3"
     plot.numeric_x = plot.numeric_x && n.has_value() &&
                      std::find(xs.begin(), xs.end(), *n) == xs.end();
     xs.push_back(n.value_or(0));

@@ -71,9 +71,9 @@ struct ResumeState {
 std::string checkpoint_name(int step);
 
 // Reads the latest checkpoint of options.resume_dir for this run. Throws
-// ConfigError ("--resume D: ...", one line) for an empty or missing
+// ConfigError ("`resume_dir` D: ...", one line) for an empty or missing
 // directory, a missing or corrupt index, a missing or truncated shard file,
-// a tensor not covered, another model, or more steps done than --steps.
+// a tensor not covered, another model, or more steps done than `steps`.
 ResumeState load_checkpoint(const TrainOptions& options, const model::ParamTable& table);
 
 // Before the run: the checkpoint directory exists (created if missing) and

@@ -46,7 +46,7 @@ fs::path latest_checkpoint(const fs::path& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw ConfigError("no such directory");
   if (!fs::is_regular_file(dir / "latest", ec))
-    throw ConfigError("no checkpoint in it (no \"latest\" file; write one with --checkpoint-dir)");
+    throw ConfigError("no checkpoint in it (no \"latest\" file; write one with `checkpoint_dir`)");
   std::string name = read_text(dir / "latest");
   while (!name.empty() && (name.back() == '\n' || name.back() == '\r')) name.pop_back();
   const bool ours = name.size() == 11 && name.rfind("step-", 0) == 0 &&
@@ -109,7 +109,7 @@ void read_header(const nlohmann::json& index, const TrainOptions& o, const model
   r.step = index.at("step").get<int>();
   if (r.step < 1) throw ConfigError(fmt::format("index.json: step {} (at least 1)", r.step));
   if (r.step > o.steps)
-    throw ConfigError(fmt::format("the checkpoint is at step {} but --steps is {} (the total step count)", r.step, o.steps));
+    throw ConfigError(fmt::format("the checkpoint is at step {} but `steps` is {} (the total step count)", r.step, o.steps));
   const nlohmann::json& config = index.at("config");
   engine::check_model_json(config.at("model"), o.model, fs::path(r.path).filename().string());
   for (const auto& s : table.specs())
@@ -132,15 +132,15 @@ void read_header(const nlohmann::json& index, const TrainOptions& o, const model
     throw ConfigError(fmt::format("index.json has {} step records for step {}", r.history.size(), r.step));
 }
 
-// Runs one part of reading a checkpoint, its errors as one --resume line.
+// Runs one part of reading a checkpoint, its errors as one `resume_dir` line.
 template <class F>
 auto resume_part(const TrainOptions& o, F&& part) {
   try {
     return part();
   } catch (const ConfigError& e) {
-    throw ConfigError(fmt::format("--resume {}: {}", o.resume_dir, e.what()));
+    throw ConfigError(fmt::format("`resume_dir` {}: {}", o.resume_dir, e.what()));
   } catch (const nlohmann::json::exception& e) {  // a field missing or of another type
-    throw ConfigError(fmt::format("--resume {}: index.json: {}", o.resume_dir, e.what()));
+    throw ConfigError(fmt::format("`resume_dir` {}: index.json: {}", o.resume_dir, e.what()));
   }
 }
 
@@ -191,7 +191,7 @@ ResumeState load_checkpoint(const TrainOptions& o, const model::ParamTable& tabl
     }
   }
   const std::string leader = t->exchange(mine)[0];
-  if (leader.empty() || leader[0] == '-') throw ConfigError(leader.empty() ? "--resume: no answer" : leader.substr(1));
+  if (leader.empty() || leader[0] == '-') throw ConfigError(leader.empty() ? "`resume_dir`: no answer" : leader.substr(1));
   if (t->process() != 0) {
     const size_t eol = leader.find('\n');
     nlohmann::json index;
@@ -206,9 +206,9 @@ void prepare_checkpoint_dir(const std::string& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (!fs::is_directory(dir))
-    throw ConfigError(fmt::format("--checkpoint-dir {}: not a directory and cannot be created{}", dir,
+    throw ConfigError(fmt::format("`checkpoint_dir` {}: not a directory and cannot be created{}", dir,
                                   ec ? " (" + ec.message() + ")" : ""));
-  check_writable((fs::path(dir) / "latest").string(), "--checkpoint-dir");
+  check_writable((fs::path(dir) / "latest").string(), "`checkpoint_dir`");
   // An interrupted write's leftovers: a partial checkpoint is removed; a
   // replaced one (a rerun into the same directory) whose successor never
   // arrived is put back, so `latest` names a complete checkpoint again.

@@ -17,6 +17,7 @@
 #include "model/engine/shard_io.h"
 #include "runtime/errors.h"
 #include "runtime/output_file.h"
+#include "runtime/parse_number.h"
 #include "runtime/transport.h"
 
 namespace shardlab::train {
@@ -30,7 +31,7 @@ namespace {
 // collectives' tag space, bit 63, and apart from the pipeline's tags).
 constexpr Tag kCheckpointTag = 0x4350'4b54'0000'0000ull;
 
-constexpr const char* kFlag = "--checkpoint-dir";
+constexpr const char* kFlag = "`checkpoint_dir`";
 
 // One stored piece: local elements [begin, end) of shard `spec` of one state.
 struct Piece {
@@ -132,7 +133,10 @@ void save_device_checkpoint(const DeviceProgram& p, DeviceSetup& s, Device& dev,
   for (int r = 1; r < dev.world_size(); ++r) {
     const Message m = dev.take_control(r, tag);
     const std::string_view msg(reinterpret_cast<const char*>(m.payload.data()), m.payload.size());
-    const size_t eol = msg.find('\n'), n = std::stoul(std::string(msg.substr(0, eol)));
+    const size_t eol = msg.find('\n');
+    const std::optional<size_t> length = parse_number<size_t>(msg.substr(0, eol));  // written by this file
+    SHARDLAB_CHECK(length && eol != std::string_view::npos, "a checkpoint part without its length line");
+    const size_t n = *length;
     parts.push_back(nlohmann::json::parse(msg.substr(eol + 1, n)));
     if (eol + 1 + n < msg.size())  // a device of another process: its file
       write_file_atomic((tmp / parts.back()["file"].get<std::string>()).string(), msg.substr(eol + 1 + n), kFlag);

@@ -11,6 +11,7 @@
 #include "model/params.h"
 #include "model/parallel/config_check.h"
 #include "runtime/errors.h"
+#include "runtime/profile.h"
 #include "runtime/require.h"
 
 namespace shardlab::train {
@@ -21,7 +22,6 @@ namespace {
 void validate_context_parallel(const TrainOptions& o) {
   const ParallelOptions& p = o.parallel;
   const int T = o.model.block_size;
-  require(p.cp >= 1, fmt::format("`cp` must be at least 1 (got {})", p.cp));
   require(p.cp > 1 || p.cp_comm == parallel::CpComm::kRing, "`cp_comm` allgather needs `cp` > 1");
   if (p.cp == 1) return;
   require(T % (2 * p.cp) == 0,
@@ -31,7 +31,7 @@ void validate_context_parallel(const TrainOptions& o) {
   require(!(o.model.is_moe() && o.model.capacity_factor > 0),
           "`cp` with `capacity_factor` is not supported (capacity drops follow the unsharded token order)");
   require(o.checkpoint_dir.empty() && o.resume_dir.empty(),
-          "--cp with --checkpoint-dir or --resume is not supported");
+          "`cp` with `checkpoint_dir` or `resume_dir` is not supported");
   require(p.hsdp == 0, "`cp` with `hsdp` is not supported");
 }
 
@@ -49,15 +49,20 @@ void validate_parallel(const TrainOptions& o) {
   const model::GPTConfig& m = o.model;
   require(p.dp >= 1, fmt::format("`dp` must be at least 1 (got {})", p.dp));
   require(p.tp >= 1, fmt::format("`tp` must be at least 1 (got {})", p.tp));
+  require(p.pp >= 1, fmt::format("`pp` must be at least 1 (got {})", p.pp));
+  require(p.cp >= 1, fmt::format("`cp` must be at least 1 (got {})", p.cp));
+  // Each degree may be up to 2^31: their product is taken in floating point.
+  const double devices = double(p.dp) * p.tp * p.pp * p.cp;
+  require(devices <= double(kMaxDevices), fmt::format("`dp` {} x `tp` {} x `pp` {} x `cp` {} = {} devices: at most {}",
+                                                      p.dp, p.tp, p.pp, p.cp, devices, kMaxDevices));
   require(p.zero >= 0 && p.zero <= 3, fmt::format("`zero` must be 0, 1, 2 or 3 (got {})", p.zero));
-  require(p.zero == 3 || p.reshard_after_forward, "--no-reshard-after-forward needs `zero` 3");
-  require(p.zero == 3 || p.prefetch, "--no-prefetch needs `zero` 3");
+  require(p.zero == 3 || p.reshard_after_forward, "`reshard_after_forward = false` needs `zero` 3");
+  require(p.zero == 3 || p.prefetch, "`prefetch = false` needs `zero` 3");
   require(p.hsdp == 0 || p.hsdp >= 2, fmt::format("`hsdp` must be at least 2 (got {})", p.hsdp));
   require(p.hsdp == 0 || p.zero == 3, "`hsdp` needs `zero` 3");
   require(p.hsdp == 0 || p.dp % p.hsdp == 0, fmt::format("`hsdp` {} must divide `dp` {}", p.hsdp, p.dp));
   require(p.hsdp == 0 || p.ep == 1, "`hsdp` with `ep` > 1 is not supported (expert units shard over edp)");
   require(p.bucket_mb > 0, "`bucket_mb` must be positive");
-  require(p.pp >= 1, fmt::format("`pp` must be at least 1 (got {})", p.pp));
   require(m.batch_size % p.dp == 0,
           fmt::format("`batch_size` {} is not divisible by `dp` {}", m.batch_size, p.dp));
   require(m.batch_size % (o.micro_batches * p.dp) == 0,
@@ -96,8 +101,9 @@ parallel::Schedule step_schedule(const TrainOptions& o) {
   return p.custom_schedule ? *p.custom_schedule : parallel::build_schedule(p.schedule, p.pp, o.micro_batches, p.chunks());
 }
 
-// The checks run before the mesh is built, so a bad size names its flag.
-ParallelPlan::ParallelPlan(const TrainOptions& o) : mesh((validate_parallel(o), o.parallel.mesh_shape())) {
+// Every check (TrainOptions::validate) runs before the mesh is built, so a
+// bad size is the error naming its field, not a failed mesh.
+ParallelPlan::ParallelPlan(const TrainOptions& o) : mesh((o.validate(), o.parallel.mesh_shape())) {
   const ParallelOptions& p = o.parallel;
   world = mesh.size();
   global_routing = routes_globally(o);

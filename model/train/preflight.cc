@@ -167,7 +167,7 @@ void check_activations(const TrainOptions& o, const ParallelPlan& plan, const Me
     throw ConfigError(fmt::format(
         "a real run of this config needs at least {} of host memory for the activations of one micro-batch on "
         "its {} devices, on top of {} for the parameters, gradients and optimizer state, and this machine has {}: "
-        "use a smaller batch, sequence or model, or --phantom to time it without the math",
+        "use a smaller batch, sequence or model, or `phantom` to time it without the math",
         format_bytes(uint64_t(std::min(host_activations, 1.8e19))), plan.world, format_bytes(e.host_bytes),
         format_bytes(host_memory)));
   }
@@ -198,7 +198,7 @@ void check_memory(const TrainOptions& o, const ParallelPlan& plan, uint64_t capa
     throw ConfigError(
         fmt::format("a real run of this model needs at least {} of host memory for the parameters, "
                     "gradients and optimizer state of its {} devices (activations come on top), and "
-                    "this machine has {}: use a smaller model, or --phantom to time it without the math",
+                    "this machine has {}: use a smaller model, or `phantom` to time it without the math",
                     format_bytes(e.host_bytes), plan.world, format_bytes(host_memory)));
   }
   check_activations(o, plan, e, capacity, elem, budget, host_memory);

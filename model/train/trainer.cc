@@ -24,6 +24,7 @@
 #include "runtime/errors.h"
 #include "runtime/require.h"
 #include "runtime/output_file.h"
+#include "runtime/parse_number.h"
 #include "runtime/transport.h"
 
 namespace shardlab::train {
@@ -31,36 +32,44 @@ namespace shardlab::train {
 LrSchedule parse_lr_schedule(const std::string& text) {
   if (text == "constant") return LrSchedule::kConstant;
   if (text == "cosine") return LrSchedule::kCosine;
-  throw ConfigError(fmt::format("--lr-schedule: unknown schedule \"{}\" (constant, cosine)", text));
+  throw ConfigError(fmt::format("`lr_schedule`: unknown schedule \"{}\" (constant, cosine)", text));
 }
 
 const char* lr_schedule_name(LrSchedule s) { return s == LrSchedule::kConstant ? "constant" : "cosine"; }
 
 void TrainOptions::validate() const {
   model.validate();
-  require(steps >= 1, fmt::format("--steps must be at least 1 (got {})", steps));
-  require(model.batch_size >= 1, fmt::format("--batch must be at least 1 (got {})", model.batch_size));
-  require(adam.lr > 0 && std::isfinite(adam.lr), "--lr must be a positive number");
-  require(adam.beta1 >= 0 && adam.beta1 < 1, "--beta1 must be in [0, 1)");
-  require(adam.beta2 >= 0 && adam.beta2 < 1, "--beta2 must be in [0, 1)");
-  require(adam.eps > 0, "--eps must be positive");
-  require(adam.weight_decay >= 0, "--weight-decay must be >= 0");
-  require(grad_clip >= 0, "--grad-clip must be >= 0 (0 turns clipping off)");
-  require(warmup_steps >= 0, "--warmup-steps must be >= 0");
-  require(micro_batches >= 1, fmt::format("--micro-batches must be at least 1 (got {})", micro_batches));
+  require(steps >= 1, fmt::format("`steps` must be at least 1 (got {})", steps));
+  require(model.batch_size >= 1, fmt::format("`batch_size` must be at least 1 (got {})", model.batch_size));
+  require(adam.lr > 0 && std::isfinite(adam.lr), "`lr` must be a positive number");
+  require(adam.beta1 >= 0 && adam.beta1 < 1, "`beta1` must be in [0, 1)");
+  require(adam.beta2 >= 0 && adam.beta2 < 1, "`beta2` must be in [0, 1)");
+  require(adam.eps > 0, "`eps` must be positive");
+  require(adam.weight_decay >= 0, "`weight_decay` must be >= 0");
+  require(grad_clip >= 0, "`grad_clip` must be >= 0 (0 turns clipping off)");
+  require(warmup_steps >= 0, "`warmup_steps` must be >= 0");
+  require(micro_batches >= 1, fmt::format("`micro_batches` must be at least 1 (got {})", micro_batches));
   require(std::isfinite(phantom_zipf) && phantom_zipf >= 0 && phantom_zipf <= 100,
-          "--phantom-routing zipf:S needs 0 <= S <= 100");
-  require(phantom_zipf == 0 || phantom, "--phantom-routing applies to --phantom runs only");
+          "`phantom_zipf` S (Zipf routing) needs 0 <= S <= 100");
+  require(phantom_zipf == 0 || phantom, "`phantom_zipf` applies to `phantom` runs only");
   if (phantom) {  // nothing is computed: no values to load, save, corrupt or compare
-    require(init_path.empty(), "--init cannot be combined with --phantom (a phantom run has no values)");
-    require(save_path.empty(), "--save cannot be combined with --phantom (a phantom run has no values)");
+    require(init_path.empty(), "`init_path` cannot be combined with `phantom` (a phantom run has no values)");
+    require(save_path.empty(), "`save_path` cannot be combined with `phantom` (a phantom run has no values)");
     require(corrupt_shard.empty() && !keep_step0_grads, "verify cannot run a phantom model");
     require(checkpoint_dir.empty() && resume_dir.empty(),
-            "--checkpoint-dir and --resume cannot be combined with --phantom (a phantom run has no values)");
+            "`checkpoint_dir` and `resume_dir` cannot be combined with `phantom` (a phantom run has no values)");
   }
-  require(checkpoint_every >= 0, fmt::format("--checkpoint-every must be at least 1 (got {})", checkpoint_every));
-  require(checkpoint_every == 0 || !checkpoint_dir.empty(), "--checkpoint-every needs --checkpoint-dir");
-  require(resume_dir.empty() || init_path.empty(), "--init and --resume cannot be combined (the checkpoint has the weights)");
+  require(checkpoint_every >= 0, fmt::format("`checkpoint_every` must be at least 1 (got {})", checkpoint_every));
+  require(checkpoint_every == 0 || !checkpoint_dir.empty(), "`checkpoint_every` needs `checkpoint_dir`");
+  require(resume_dir.empty() || init_path.empty(), "`init_path` and `resume_dir` cannot be combined (the checkpoint has the weights)");
+  require(!phantom || data == TrainOptions{}.data,  // an explicit `data` would be silently unused
+          fmt::format("`data` {}: a phantom run reads no data (leave `data` out)", data));
+  validate_parallel(*this);
+  // The result keeps a record per device and step (the report's timelines).
+  constexpr int64_t kMaxDeviceSteps = 100'000'000;
+  require(int64_t{parallel.world()} * steps <= kMaxDeviceSteps,
+          fmt::format("`steps` {} on {} devices: at most {} device-steps (a record is kept for each)", steps,
+                      parallel.world(), kMaxDeviceSteps));
 }
 
 nlohmann::json TrainOptions::to_json() const {
@@ -124,10 +133,10 @@ double flops_per_token(const model::ParamTable& table) {
 // experts or another model's parts) is an error naming it, not ignored.
 void check_init(const model::SafetensorsFile& f, const model::ParamTable& table) {
   for (const auto& s : table.specs()) f.get(s.name, s.shape);
-  engine::check_checkpoint_model(f, table.config());  // a shardlab file names the flag that differs
+  engine::check_checkpoint_model(f, table.config(), "`init_path`");  // a shardlab file names the field that differs
   for (const std::string& name : f.names())
     if (!table.find(name))
-      throw ConfigError(fmt::format("--init {}: unexpected tensor \"{}\" (not in this model: {}; the file has {} "
+      throw ConfigError(fmt::format("`init_path` {}: unexpected tensor \"{}\" (not in this model: {}; the file has {} "
                                     "tensors, the model {})",
                                     f.origin(), name, table.config().to_string(), f.size(), table.specs().size()));
 }
@@ -231,29 +240,21 @@ struct Corruption {
 Corruption corruption(const std::string& spec, int world, const model::ParamTable& table) {
   if (spec.empty()) return {};
   const auto colon = spec.find(':'), second = colon == std::string::npos ? colon : spec.find(':', colon + 1);
-  int target = -1;
-  try {
-    target = colon == std::string::npos ? -1 : std::stoi(spec.substr(colon + 1, second - colon - 1));
-  } catch (const std::exception&) {
-    target = -1;
-  }
+  const int target = colon == std::string::npos
+                         ? -1
+                         : parse_number<int>(std::string_view(spec).substr(colon + 1, second - colon - 1)).value_or(-1);
   if (target < 0 || target >= world)
-    throw ConfigError(fmt::format("--corrupt-shard \"{}\": expected NAME:RANK with RANK below {} (or NAME:RANK:REL)",
+    throw ConfigError(fmt::format("`corrupt_shard` \"{}\": expected NAME:RANK with RANK below {} (or NAME:RANK:REL)",
                                   spec, world));
   const std::string name = spec.substr(0, colon);
   if (!table.find(name))
-    throw ConfigError(fmt::format("--corrupt-shard \"{}\": the model has no parameter \"{}\"", spec, name));
+    throw ConfigError(fmt::format("`corrupt_shard` \"{}\": the model has no parameter \"{}\"", spec, name));
   double rel = 0;
   if (second != std::string::npos) {
     const std::string text = spec.substr(second + 1);
-    size_t used = 0;
-    try {
-      rel = std::stod(text, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != text.size() || !(std::abs(rel) > 0 && std::abs(rel) <= 1))
-      throw ConfigError(fmt::format("--corrupt-shard \"{}\": REL \"{}\" must be a number with 0 < |REL| <= 1", spec, text));
+    rel = parse_number<double>(text).value_or(0);
+    if (!(std::abs(rel) > 0 && std::abs(rel) <= 1))
+      throw ConfigError(fmt::format("`corrupt_shard` \"{}\": REL \"{}\" must be a number with 0 < |REL| <= 1", spec, text));
   }
   Corruption c;
   (rel == 0 ? c.before_publish : c.before_first_step) = [target, name, rel](int rank, parallel::LocalModel& m) {
@@ -328,15 +329,14 @@ RunResult run_folded(Cluster& cluster, const ParallelPlan& plan, engine::FoldPla
 
 TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& on_step,
                   const ProgressCallback& on_progress) {
-  o.validate();
-  const ParallelPlan plan(o);
+  const ParallelPlan plan(o);  // checks the options first (TrainOptions::validate)
   if (cluster.world_size() != plan.world)
-    throw ConfigError(fmt::format("--dp x --tp x --pp x --cp = {} devices but the cluster has {}", plan.world,
+    throw ConfigError(fmt::format("`dp` x `tp` x `pp` x `cp` = {} devices but the cluster has {}", plan.world,
                                   cluster.world_size()));
   const uint64_t capacity =
       cluster.options().memory_bytes ? cluster.options().memory_bytes : cluster.profile().memory_bytes();
   check_memory(o, plan, capacity, element_size(cluster.options().precision), host_memory_bytes());
-  if (!o.save_path.empty()) check_writable(o.save_path, "--save");  // before the run, not after it
+  if (!o.save_path.empty()) check_writable(o.save_path, "`save_path`");  // before the run, not after it
   const model::GPTConfig& mc = o.model;
   // A phantom run reads no data: its token buffers are sized and left at 0.
   std::shared_ptr<const model::TokenData> data;
@@ -382,7 +382,7 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
   summarize_phases(mesh, result);
   summarize_moe(mesh, mc, result);
   if (!o.phantom) check_replicas(result, table, o.parallel.cp);
-  if (!o.save_path.empty() && leader_process()) write_file_atomic(o.save_path, checkpoint_bytes(o, result), "--save");
+  if (!o.save_path.empty() && leader_process()) write_file_atomic(o.save_path, checkpoint_bytes(o, result), "`save_path`");
   return result;
 }
 

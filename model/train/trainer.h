@@ -158,7 +158,7 @@ struct TrainOptions {
   // one whose bits are the same on every machine and build (--arithmetic).
   model::Arithmetic arithmetic = model::Arithmetic::kNative;
 
-  // Throws ConfigError naming the flag for anything out of range.
+  // Every check of the options (ConfigError naming the field); ParallelPlan calls it.
   void validate() const;
   nlohmann::json to_json() const;
 };
@@ -290,7 +290,7 @@ using ProgressCallback = std::function<void(const ProgressEvent&)>;
 TrainResult train(Cluster& cluster, const TrainOptions& options, const StepCallback& on_step = {},
                   const ProgressCallback& on_progress = {});
 
-// The --dp/--tp/... constraints, checked before any thread starts.
+// The parallel layout's checks (`dp`, `tp`, ...): part of TrainOptions::validate.
 void validate_parallel(const TrainOptions& options);
 // Whether the run uses the sharded model (parallel::ShardedGPT) rather than
 // the unsharded reference: any of tp, pp, ep > 1, MoE routing over dp,

@@ -104,6 +104,28 @@ TEST(CliBadInput, ModelShapeFlags) {
   });
 }
 
+// One rule for every number a user types (runtime/parse_number.h): flags,
+// --pp-layers, fault specs, --corrupt-shard and workload files alike refuse
+// a '+', a space, hex, and a fraction where an integer goes.
+TEST(CliBadInput, NumbersFollowOneRule) {
+  std::ofstream(scratch() + "/plus.csv") << "arrival_s,prompt_len,output_len\n0,+5,3\n";
+  run_table({
+      {"train --model nano --steps +5", "--steps: \"+5\" is not a number"},
+      {"train --model nano --steps ' 5'", "--steps: \" 5\" is not a number"},
+      {"train --model nano --steps '5 '", "--steps: \"5 \" is not a number"},
+      {"train --model nano --steps 0x10", "--steps: \"0x10\" is not a number"},
+      {"train --model nano --steps 2.5", "--steps: 2.5 is not an integer"},
+      {"train --model nano --steps 1 --seed ' 7'", "--seed: \" 7\" is not a number"},
+      {"train --model nano --steps 1 --lr +0.001", "--lr: \"+0.001\" is not a number"},
+      {"train --model nano --steps 1 --dropout ' 0.1'", "--dropout: \" 0.1\" is not a number"},
+      {"train --model nano --steps 1 --pp 2 --pp-layers +1,1", "--pp-layers \"+1,1\": expected comma-separated"},
+      {"train --model nano --steps 1 --dp 2 --fault dead:+1:step=0", "--fault dead:+1:step=0: device \"+1\""},
+      {"verify --model nano --steps 1 --dp 2 --corrupt-shard transformer.wte.weight:+1",
+       "--corrupt-shard \"transformer.wte.weight:+1\": expected NAME:RANK"},
+      {"serve --model tiny --workload {dir}/plus.csv", "'+5' is not a finite number"},
+  });
+}
+
 TEST(CliBadInput, OptimizerFlags) {
   run_table({
       {"train --model nano --steps 0", "--steps: 0 is out of range: must be between 1 and 1000000"},

@@ -38,24 +38,24 @@ void expect_error(const GPTConfig& c, const std::string& needle) {
   }
 }
 
-TEST(Config, ValidateNamesTheFlag) {
+TEST(Config, ValidateNamesTheField) {
   GPTConfig c = preset("tiny");
   c.n_head = 3;
-  expect_error(c, "--heads 3 must divide --embd 128");
+  expect_error(c, "`n_head` 3 must divide `n_embd` 128");
   c = preset("tiny"), c.n_layer = 0;
-  expect_error(c, "--layers");
+  expect_error(c, "`n_layer` must be at least 1 (got 0)");
   c = preset("tiny"), c.vocab_size = 1;
-  expect_error(c, "--vocab");
+  expect_error(c, "`vocab_size` must be at least 2 (got 1)");
   c = preset("tiny"), c.n_expert = 4, c.top_k = 5;
-  expect_error(c, "--moe-top-k 5");
+  expect_error(c, "`GPTConfig::top_k` 5 must be between 1 and `n_expert` 4");
   c = preset("tiny"), c.n_shared_expert = 1;
   expect_error(c, "`n_shared_expert`, `n_moe_ffn` and `moe_first_dense` need routed experts");
   c = preset("tiny"), c.n_expert = 4, c.moe_first_dense = 5;
-  expect_error(c, "`moe_first_dense` 5 must be between 0 and --layers 4");
+  expect_error(c, "`moe_first_dense` 5 must be between 0 and `n_layer` 4");
   c = preset("tiny"), c.n_expert = 4, c.n_moe_ffn = -1;
   expect_error(c, "`n_moe_ffn` must be positive");
   c = preset("tiny"), c.n_expert = 4, c.capacity_factor = -1;
-  expect_error(c, "--capacity-factor");
+  expect_error(c, "`capacity_factor` must be >= 0");
 }
 
 TEST(ParamTable, NanoGPTNamesShapesAndCount) {

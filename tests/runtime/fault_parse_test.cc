@@ -129,7 +129,7 @@ TEST(FaultSpec, RefusesBadSpecsWithOneLine) {
       ADD_FAILURE() << "accepted";
     } catch (const ConfigError& e) {
       const std::string what = e.what();
-      EXPECT_TRUE(what.starts_with(std::string("--fault ") + c.spec + ": ")) << what;
+      EXPECT_TRUE(what.starts_with(std::string("`faults` ") + c.spec + ": ")) << what;
       EXPECT_NE(what.find(c.needle), std::string::npos) << what;
       EXPECT_EQ(what.find('\n'), std::string::npos) << what;
     }
@@ -148,8 +148,8 @@ std::string error_of(const std::vector<std::string>& args, int world, int steps)
 TEST(FaultPlan, RefusesFaultsThatCannotHappenInThisRun) {
   EXPECT_NE(error_of({"slow-nic:4:bw=0.5"}, 4, 10).find("device 4 is not one of the 4 devices"), std::string::npos);
   EXPECT_NE(error_of({"slow-link:0-4:bw=0.5"}, 4, 10).find("device 4 is not one"), std::string::npos);
-  EXPECT_NE(error_of({"dead:1:step=10"}, 4, 10).find("step 10 is not below --steps 10"), std::string::npos);
-  EXPECT_NE(error_of({"slow-nic:1:bw=0.5,from_step=10"}, 4, 10).find("not below --steps"), std::string::npos);
+  EXPECT_NE(error_of({"dead:1:step=10"}, 4, 10).find("step 10 is not below `steps` 10"), std::string::npos);
+  EXPECT_NE(error_of({"slow-nic:1:bw=0.5,from_step=10"}, 4, 10).find("not below `steps`"), std::string::npos);
   EXPECT_NE(error_of({"dead:0:step=1"}, 1, 10).find("no peer to lose"), std::string::npos);
   EXPECT_NE(error_of({"dead:0:step=1", "link-down:1-2:step=3"}, 4, 10).find("only one dead device or downed link"),
             std::string::npos);
@@ -168,7 +168,7 @@ TEST(FaultPlan, ReadsAJsonListOfSpecs) {
   const std::pair<const char*, const char*> bad[] = {
       {R"({"fault": "dead:0:step=1"})", "expected a JSON list"},
       {R"([1])", "item 1 is not a string"},
-      {R"(["dead:0"])", "--fault dead:0: expected KIND"},
+      {R"(["dead:0"])", "`faults` dead:0: expected KIND"},
       {"not json", "not JSON"},
   };
   for (auto [text, needle] : bad) {

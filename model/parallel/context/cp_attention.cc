@@ -56,7 +56,7 @@ class ScratchCharge {
 CpComm parse_cp_comm(const std::string& text) {
   if (text == "ring") return CpComm::kRing;
   if (text == "allgather") return CpComm::kAllGather;
-  throw ConfigError(fmt::format("--cp-comm must be ring or allgather (got '{}')", text));
+  throw ConfigError(fmt::format("`cp_comm` must be ring or allgather (got '{}')", text));
 }
 
 const char* cp_comm_name(CpComm c) { return c == CpComm::kRing ? "ring" : "allgather"; }
@@ -210,7 +210,7 @@ void CpAttention::ring_backward(float* dqkv, const float* datty, const float* qk
   c.dev->comm().wait(c.dev->compute().record());
   for (int s = 0; s < P; ++s) {
     if (s + 1 < P) send_next(kv_.data(), n, tag(0, s), c);
-    if (c.ex.math()) std::fill(dkv_.begin(), dkv_.end(), 0.0f);
+    if (c.ex.math()) std::fill(dkv_.begin(), dkv_.end(), 0.0f);  // a handover (sink.h)
     backward_block(dqkv, dkv_.data(), datty, qkv, kv_.data(), lse, (me - s + P) % P, d, c);
     if (s > 0) {
       recv_prev(dkv_in_.data(), n, tag(1, s - 1), c);

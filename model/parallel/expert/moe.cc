@@ -89,6 +89,7 @@ void route_globally(TpMoeActs& a, int64_t N, const GPTConfig& config, const Expe
     a.frac[e] = static_cast<float>(static_cast<double>(total) /
                                    (static_cast<double>(N_global) * K));
   }
+  // The routing kernel, split by the counts' all-gather (sink.h), charged with moe.capacity.
   if (ex.math()) a.aux = model::moe_aux_loss(a.frac.data(), a.probs.data(), N, E, config.router);
   if (config.capacity_factor > 0) {
     const int64_t cap = model::expert_capacity(N_global, E, K, config.capacity_factor);
@@ -115,7 +116,7 @@ void tp_moe_route(TpMoeActs& a, const BlockView<float>& p, const float* inp, con
   model::linear_forward(ex, "moe.router.fwd", a.logits.data(), inp, p.router, N, C, E);
   const bool global = c.global_routing();
   const double local_capacity = global ? 0.0 : config.capacity_factor;
-  if (ex.math()) {
+  if (ex.math()) {  // phantom_route is its stand-in (sink.h)
     a.aux = model::router_forward(a.probs.data(), a.expert.data(), a.slot.data(), a.gates.data(),
                                   a.frac.data(), a.logits.data(), static_cast<const float*>(nullptr), N, E,
                                   K, local_capacity, model::RouterSpec::of(config));
@@ -127,7 +128,7 @@ void tp_moe_route(TpMoeActs& a, const BlockView<float>& p, const float* inp, con
   a.stats.dropped = 0;
   if (global) {
     route_globally(a, N, config, c);
-  } else if (ex.sink && ex.sink->average_over_replicas(a.frac.data(), E) && ex.math()) {
+  } else if (ex.sink && ex.sink->average_over_replicas(a.frac.data(), E) && ex.math()) {  // split kernel (sink.h)
     // Under data parallelism f_i must count the whole global batch (as in
     // model/layers.cc): every TP rank averages the same fractions over its dp group.
     a.aux = model::moe_aux_loss(a.frac.data(), a.probs.data(), N, E, config.router);
@@ -179,7 +180,7 @@ void tp_experts_backward(float* dxe, const std::vector<MlpView<float>>& g, MoeSc
                          const std::vector<MlpView<float>>& p, const int64_t* offsets, int n, int Fl,
                          const ShardDims& d, WeightGrads& wg, const Exec& ex) {
   const int C = d.C;
-  if (ex.math()) std::fill(dxe, dxe + offsets[n] * C, 0.0f);
+  if (ex.math()) std::fill(dxe, dxe + offsets[n] * C, 0.0f);  // a handover (sink.h)
   for (int e = 0; e < n; ++e) {
     const int64_t r0 = offsets[e], rows = offsets[e + 1] - r0;
     tp_mlp_backward(shifted(dxe, r0 * C), g[e], shifted(s.dfc.data(), r0 * Fl),
@@ -192,7 +193,7 @@ void tp_moe_combine_backward(MoeScratch& s, const float* dout, const TpMoeActs& 
                              const ShardDims& d, const GPTConfig& config, const Exec& ex) {
   const int C = d.C, K = config.top_k;
   // ye and dout are complete on every rank: dgates is replicated
-  if (ex.math()) {
+  if (ex.math()) {  // handovers (sink.h)
     std::fill(s.dye.begin(), s.dye.begin() + a.M * C, 0.0f);
     std::fill(s.dgates.begin(), s.dgates.begin() + d.N() * K, 0.0f);
   }
@@ -210,7 +211,7 @@ void tp_moe_route_backward(float* dexperts, float* drouter, const BlockView<floa
   model::moe_dispatch_backward(ex, "moe.dispatch.bwd", dexperts, s.dxe.data(), a.src.data(), a.M, K,
                                C);
   // route (replicated)
-  if (ex.math()) std::fill(s.dlogits.begin(), s.dlogits.begin() + N * E, 0.0f);
+  if (ex.math()) std::fill(s.dlogits.begin(), s.dlogits.begin() + N * E, 0.0f);  // a handover (sink.h)
   model::router_backward(ex, "moe.topk.bwd", s.dlogits.data(), s.dgates.data(), daux, a.probs.data(),
                          a.expert.data(), a.frac.data(), N, E, K, model::RouterSpec::of(config));
   linear_backward_split(drouter, g.router, nullptr, s.dlogits.data(), inp, p.router, N, C, E,

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "runtime/errors.h"
+#include "runtime/parse_number.h"
 
 namespace shardlab::parallel {
 
@@ -21,16 +22,10 @@ std::vector<int> parse_stage_layers(const std::string& text) {
   while (at <= text.size()) {
     const size_t comma = std::min(text.find(',', at), text.size());
     const std::string item = text.substr(at, comma - at);
-    size_t used = 0;
-    int value = 0;
-    try {
-      value = std::stoi(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (item.empty() || used != item.size())
+    const std::optional<int> value = parse_number<int>(item);
+    if (!value)
       throw ConfigError(fmt::format("`stage_layers` \"{}\": expected comma-separated layer counts like 3,3,2", text));
-    out.push_back(value);
+    out.push_back(*value);
     at = comma + 1;
   }
   return out;

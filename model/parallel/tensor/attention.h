@@ -13,7 +13,7 @@ class LocalAttention final : public AttentionCore {
                const LayerContext& c) const override;
   void backward(float* dqkv, const float* datty, const float* qkv, const float* atty,
                 const float* att, const ShardDims& d, const LayerContext& c) const override;
-  // The one instance every block uses by default.
+  // The one instance every block uses by default (stateless: every thread shares it).
   static const LocalAttention& instance();
 };
 

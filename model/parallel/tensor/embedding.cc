@@ -48,19 +48,22 @@ void vocab_parallel_embedding_backward(float* dwte, float* dwpe, float* dfull, c
   const model::Exec& ex = c.ex;
   const int64_t N = d.N(), Nr = d.rows(), row0 = d.row0(c.rank());
   const int C = d.C;
-  for (int64_t i = 0; ex.math() && !d.rope && i < Nr; ++i) {
-    float* dpe = dwpe + d.position((row0 + i) % d.T) * C;
-    const float* g = dx + i * C;
-    for (int j = 0; j < C; ++j) dpe[j] += g[j];
-  }
+  // The gather first: both loops below are then one kernel (the wpe loop
+  // reads only this rank's rows dx, which the gather leaves as they are).
   const float* dx_full = exit_row_parallel_bwd(c, dx, dfull, Nr, C);
-  for (int64_t n = 0; ex.math() && n < N; ++n) {
-    if (!owned(inp[n], v0, Vl)) continue;
-    float* dwe = dwte + (inp[n] - v0) * C;
-    const float* g = dx_full + n * C;
-    for (int j = 0; j < C; ++j) dwe[j] += g[j];
-  }
-  ex.op("embedding.bwd", model::embedding_backward_cost(d.B, d.T, C, ex.elem));
+  ex.run("embedding.bwd", model::embedding_backward_cost(d.B, d.T, C, ex.elem), [&] {
+    for (int64_t i = 0; !d.rope && i < Nr; ++i) {
+      float* dpe = dwpe + d.position((row0 + i) % d.T) * C;
+      const float* g = dx + i * C;
+      for (int j = 0; j < C; ++j) dpe[j] += g[j];
+    }
+    for (int64_t n = 0; n < N; ++n) {
+      if (!owned(inp[n], v0, Vl)) continue;
+      float* dwe = dwte + (inp[n] - v0) * C;
+      const float* g = dx_full + n * C;
+      for (int j = 0; j < C; ++j) dwe[j] += g[j];
+    }
+  });
 }
 
 float vocab_parallel_cross_entropy_forward(float* probs, float* losses, float* stats,
@@ -70,6 +73,8 @@ float vocab_parallel_cross_entropy_forward(float* probs, float* losses, float* s
   float* zmax = stats;        // (N)
   float* sums = stats + N;    // (N) Σ exp(z - max)
   float* ztarget = sums + N;  // (N) the target's logit, from its owner
+  // One kernel split by two all-reduces (sink.h): its loops run on math(),
+  // its cost is charged once after the last.
   for (int64_t n = 0; ex.math() && n < N; ++n) {
     const float* z = logits + n * Vl;
     zmax[n] = model::pm::max(z, Vl);

@@ -60,9 +60,9 @@ TEST(TokenBin, BadFilesGiveClearErrors) {
   write_bytes(dir.file("empty.bin"), "");
   expect_config_error([&] { load_token_bin(dir.file("empty.bin"), 512, 1); }, {"0 tokens"});
   expect_config_error([&] { load_token_bin(dir.file("missing.bin"), 512, 8); },
-                      {"--data", "missing.bin", "no such file"});
+                      {"`data`", "missing.bin", "no such file"});
   expect_config_error([&] { load_token_bin(dir.file(""), 512, 8); }, {"directory"});
-  expect_config_error([&] { load_token_bin(dir.file("short.bin"), 0, 8); }, {"--vocab"});
+  expect_config_error([&] { load_token_bin(dir.file("short.bin"), 0, 8); }, {"`vocab_size` must be positive (got 0)"});
 }
 
 TEST(TokenData, DispatchesOnTheSpec) {
@@ -79,7 +79,7 @@ TEST(TokenData, DispatchesOnTheSpec) {
                       {"unknown synthetic task", "shakespeare", "synthetic:markov",
                        "synthetic:counting", "synthetic:copy", "synthetic:reverse"});
   expect_config_error([&] { open_token_data("synthetic:markov", 4, 64, 7); },
-                      {"--vocab 4", "synthetic:markov"});
+                      {"`vocab_size` 4", "synthetic:markov"});
   expect_config_error([&] { open_token_data("synthetic:markov", 70000, 64, 7); }, {"65536"});
   expect_config_error([&] { open_token_data("synthetic:markov", 512, 64, 7, 64); },
                       {"synthetic:markov", "too short"});
@@ -89,7 +89,7 @@ TEST(Sampling, ParsesFlag) {
   EXPECT_EQ(parse_sampling("random"), Sampling::kRandom);
   EXPECT_EQ(parse_sampling("sequential"), Sampling::kSequential);
   EXPECT_STREQ(sampling_name(Sampling::kSequential), "sequential");
-  expect_config_error([] { parse_sampling("shuffled"); }, {"--sampling", "shuffled", "random"});
+  expect_config_error([] { parse_sampling("shuffled"); }, {"`sampling`", "shuffled", "random"});
 }
 
 }  // namespace

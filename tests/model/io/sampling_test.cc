@@ -103,8 +103,8 @@ TEST(Sampling, RandomStartsCoverTheStreamUniformly) {
 
 TEST(Sampling, BadConfigsAreClearErrors) {
   auto data = identity_data(65);
-  expect_config_error([&] { BatchSampler(data, 0, 64, Sampling::kRandom, 0); }, {"--batch"});
-  expect_config_error([&] { BatchSampler(data, 8, 0, Sampling::kRandom, 0); }, {"--seq"});
+  expect_config_error([&] { BatchSampler(data, 0, 64, Sampling::kRandom, 0); }, {"`batch_size` must be positive (got 0)"});
+  expect_config_error([&] { BatchSampler(data, 8, 0, Sampling::kRandom, 0); }, {"`block_size` must be positive (got 0)"});
   expect_config_error([&] { BatchSampler(data, 8, 65, Sampling::kRandom, 0); },
                       {"identity", "65 tokens", "too short"});
   EXPECT_NO_THROW(BatchSampler(data, 8, 64, Sampling::kRandom, 0));

@@ -184,7 +184,7 @@ TEST(TensorParallel, ConstraintErrors) {
   c.vocab_size = 66;
   EXPECT_EQ(message(c, 4, false),
             "`tp` 4: must divide `vocab_size` 66 (the vocabulary is split over TP ranks; "
-            "--make-vocab-size-divisible-by N pads it)");
+            "`make_vocab_size_divisible_by` N pads it)");
   c = testing::small_config(false);
   c.n_head = 8;
   c.block_size = 12;
@@ -228,7 +228,7 @@ TEST(TensorParallel, SequenceParallelRejectsIndivisibleT) {
     ADD_FAILURE() << "expected a ConfigError";
   } catch (const RunError& e) {
     EXPECT_TRUE(e.input_error());
-    EXPECT_NE(std::string(e.what()).find("must be divisible by --tp 4 with --sp"),
+    EXPECT_NE(std::string(e.what()).find("must be divisible by `tp` 4 with `sp`"),
               std::string::npos)
         << e.what();
   }
