@@ -49,27 +49,32 @@ FlagTable<TrainFlags> model_flags() {
        number_in(1, 1 << 16)},
       {"--seq", FIELD(seq), "Sequence length = position table size", number_in(1, kMaxDim)},
       {"--batch", FIELD(batch), "Global batch in sequences", number_in(1, kMaxCount)},
-      {"--experts", FIELD(experts), "MoE experts per MoE block (0 = dense)", number_in(0, kMaxLayers), kShowDefault},
-      {"--moe-top-k,--top-k", FIELD(top_k), "MoE experts per token (--top-k: train's alias)", number_in(1, kMaxLayers),
-       kShowDefault},
-      {"--moe-every", FIELD(moe_every), "Blocks with layer % N == 0 are MoE", number_in(1, kMaxLayers), kShowDefault},
+      // The MoE shape flags default to the preset's (tiny-moe, mixtral-8x7b, deepseek-v3; else dense).
+      {"--experts", FIELD(experts), "MoE experts per MoE block (0 = dense; default: the preset's)",
+       number_in(0, kMaxLayers)},
+      {"--moe-top-k,--top-k", FIELD(top_k), "MoE experts per token (--top-k: train's alias; default: the preset's, 2)",
+       number_in(1, kMaxLayers)},
+      {"--moe-every", FIELD(moe_every), "Blocks with layer % N == 0 are MoE (default: the preset's, 1)",
+       number_in(1, kMaxLayers)},
       {"--aux-coef", FIELD(aux_coef), "Load-balancing loss coefficient (default 0.01 with experts)",
        number_in(0, 1e6)},
       {"--capacity-factor", FIELD(capacity_factor), "Expert capacity factor (0 = unlimited)", number_in(0, 1e6),
        kShowDefault},
       // Modern MoE (README "Mixture of Experts"): DeepSeek-V3 / Mixtral routing.
-      {"--moe-ffn", FIELD(moe_ffn), "Each routed expert's MLP width (fine-grained experts; 0 = the --ffn width)",
-       number_in(0, kMaxCount), kShowDefault},
+      {"--moe-ffn", FIELD(moe_ffn),
+       "Each routed expert's MLP width (fine-grained experts; 0 = the --ffn width; default: the preset's)",
+       number_in(0, kMaxCount)},
       {"--shared-experts", FIELD(shared_experts),
-       "Shared experts every token goes through, added to the routed output (width N x the expert width)",
-       number_in(0, kMaxLayers), kShowDefault},
-      {"--router", FIELD(router), "MoE router scores: softmax (over the experts) or sigmoid (DeepSeek-V3)", {},
-       kShowDefault},
+       "Shared experts every token goes through, added to the routed output (width N x the expert width; "
+       "default: the preset's)",
+       number_in(0, kMaxLayers)},
+      {"--router", FIELD(router),
+       "MoE router scores: softmax (over the experts) or sigmoid (DeepSeek-V3) (default: the preset's, softmax)"},
       {"--moe-norm-topk,!--no-moe-norm-topk", FIELD(moe_norm_topk),
        "Normalize the top-k gates to sum 1 (default; Mixtral's softmax over the top-k)"},
       {"--moe-first-dense", FIELD(moe_first_dense),
-       "The first N blocks are dense MLPs of the --ffn width (DeepSeek-V3: 3)", number_in(0, kMaxLayers),
-       kShowDefault},
+       "The first N blocks are dense MLPs of the --ffn width (DeepSeek-V3: 3; default: the preset's)",
+       number_in(0, kMaxLayers)},
       {"--family", FIELD(family),
        "Architecture: gpt (LayerNorm, GELU, learned positions, biases, tied head) or llama (RMSNorm, SwiGLU, "
        "rotary, GQA, no biases, untied head); default: the preset's",
@@ -213,11 +218,11 @@ void TrainFlags::add(CLI::App* sub) {
 void TrainFlags::add_checkpoint_flags(CLI::App* sub) { add_flags(sub, *this, checkpoint_flags()); }
 
 void TrainFlags::set_modern_moe(model::GPTConfig& c) const {
-  c.n_moe_ffn = moe_ffn;
-  c.n_shared_expert = shared_experts;
-  c.router = model::parse_router(router);
+  c.n_moe_ffn = moe_ffn.value_or(c.n_moe_ffn);
+  c.n_shared_expert = shared_experts.value_or(c.n_shared_expert);
+  if (!router.empty()) c.router = model::parse_router(router);
   c.moe_norm_topk = moe_norm_topk;
-  c.moe_first_dense = moe_first_dense;
+  c.moe_first_dense = moe_first_dense.value_or(c.moe_first_dense);
 }
 
 void TrainFlags::apply_family_flags(model::GPTConfig& c) const {
@@ -243,10 +248,10 @@ model::GPTConfig TrainFlags::model_config() const {
   set(c.block_size, seq);
   set(c.batch_size, batch);
   if (ffn) c.n_ffn = *ffn;  // else the preset's (llama's published widths; 0: 4 x embd)
-  c.n_expert = experts;
-  c.top_k = top_k;
-  c.moe_every = moe_every;
-  c.aux_coef = aux_coef >= 0 ? aux_coef : (experts > 0 ? 0.01 : 0.0);
+  c.n_expert = experts.value_or(c.n_expert);
+  c.top_k = top_k.value_or(c.top_k);
+  c.moe_every = moe_every.value_or(c.moe_every);
+  c.aux_coef = aux_coef >= 0 ? aux_coef : (c.n_expert > 0 ? 0.01 : 0.0);
   c.capacity_factor = capacity_factor;
   set_modern_moe(c);
   c.dropout = dropout;

@@ -27,7 +27,8 @@ struct TrainFlags {
   int layers = 0, heads = 0, embd = 0, vocab = 0, seq = 0, batch = 0;
   std::optional<int> ffn;                  // --ffn / --ffn-hidden-size; unset: 4 x embd
   std::optional<int> vocab_divisible_by;  // --make-vocab-size-divisible-by; unset: the preset's rule
-  int experts = 0, top_k = 2, moe_every = 1;
+  // Unset: the preset's (GPTConfig's defaults for the dense presets: 0, 2, 1).
+  std::optional<int> experts, top_k, moe_every;
   // The architecture over the preset's: --family, --kv-heads, --rope-theta,
   // --norm-eps, --tie-embeddings / --no-tie-embeddings (unset: the preset's).
   std::string family;
@@ -37,8 +38,9 @@ struct TrainFlags {
   double aux_coef = -1;  // <0: 0.01 when experts > 0
   double capacity_factor = 0;
   // Modern MoE (GPTConfig's n_moe_ffn, n_shared_expert, router, moe_norm_topk, moe_first_dense).
-  int moe_ffn = 0, shared_experts = 0, moe_first_dense = 0;
-  std::string router = "softmax";
+  // Unset / empty: the preset's.
+  std::optional<int> moe_ffn, shared_experts, moe_first_dense;
+  std::string router;
   bool moe_norm_topk = true;
   double dropout = 0;
   // Names the library parses into its enums (parse_schedule, ...).

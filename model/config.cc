@@ -94,8 +94,6 @@ void GPTConfig::validate_family() const {
   require(head_size() % 2 == 0, "`n_head` " + num(n_head) + " gives an odd head size " + num(head_size()) +
                                     ": rotary embeddings rotate pairs of features");
   require(rope_theta > 1, "`rope_theta` must be above 1 (got " + num(rope_theta) + ")");
-  require(n_expert == 0, "`n_expert` " + num(n_expert) +
-                             ": the llama family is dense here (Mixtral-style experts are not built yet)");
 }
 
 std::string GPTConfig::to_string() const {

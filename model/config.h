@@ -97,6 +97,7 @@ struct PresetInfo {
   double published_resolution = 0;  // one unit of its last printed digit (0.1e9 for "1.7B")
   bool pads_vocab = false;          // Megatron's padding (multiple 128) applies by default
   std::string source;               // "Brown et al. 2020, Table 2.1", ...
+  double published_active = 0;      // MoE: the parameters a token runs through, as published
 };
 
 // Every preset in the order --help lists them.

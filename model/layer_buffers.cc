@@ -42,7 +42,8 @@ GPTView<Real> llama_view(const ParamTable& table, Real* base) {
   };
   GPTView<Real> v;
   v.wte = at(table, base, embedding_name(config));
-  for (int l = 0; l < config.n_layer; ++l) v.blocks.push_back(llama_block_view(place, base, l));
+  auto all = [](int) { return true; };
+  for (int l = 0; l < config.n_layer; ++l) v.blocks.push_back(llama_block_view(place, base, l, config, all));
   v.ln_f.weight = at(table, base, final_norm_prefix(config) + "weight");
   return v;
 }
@@ -87,7 +88,7 @@ GPTView<Real> make_view(const ParamTable& table, Real* base) {
 
 
 template <typename Real>
-void MoeActs<Real>::resize(int64_t N, int C, int E, int K, int F, int Fs) {
+void MoeActs<Real>::resize(int64_t N, int C, int E, int K, int F, int Fs, bool swiglu) {
   logits.assign(N * E, 0);
   probs.assign(N * E, 0);
   expert.assign(N * K, 0);
@@ -98,10 +99,10 @@ void MoeActs<Real>::resize(int64_t N, int C, int E, int K, int F, int Fs) {
   offsets.assign(E + 1, 0);
   xe.assign(N * K * C, 0);
   ye.assign(N * K * C, 0);
-  const int64_t width = F > 0 ? F : 4 * int64_t{C};
-  fc.assign(N * K * width, 0);
+  const int64_t width = F > 0 ? F : 4 * int64_t{C}, fc_rows = swiglu ? 2 : 1;  // SwiGLU: [gate | up]
+  fc.assign(N * K * width * fc_rows, 0);
   fc_gelu.assign(N * K * width, 0);
-  shared_fc.assign(N * Fs, 0);
+  shared_fc.assign(N * Fs * fc_rows, 0);
   shared_fc_gelu.assign(N * Fs, 0);
   shared_out.assign(Fs > 0 ? N * C : 0, 0);
 }
@@ -111,20 +112,14 @@ void BlockActs<Real>::resize(const Dims& d, const GPTConfig& config, bool moe_bl
   const int64_t N = d.N(), C = d.C, F = config.ffn_hidden();
   for (auto* v : {&ln1, &ln2, &atty, &attproj, &res1, &mlp_out, &res2}) v->assign(N * C, 0);
   for (auto* v : {&ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd}) v->assign(N, 0);
-  if (config.is_llama()) {
-    qkv.assign(N * (C + 2 * int64_t{config.kv_heads()} * d.HS()), 0);
-    qkv_rep.assign(N * 3 * C, 0);
-    att.assign(static_cast<int64_t>(d.B) * d.NH * d.T * d.T, 0);
-    fc.assign(N * 2 * F, 0);
-    fc_gelu.assign(N * F, 0);
-    return;
-  }
-  qkv.assign(N * 3 * C, 0);
+  const bool llama = config.is_llama();
+  qkv.assign(N * (llama ? C + 2 * int64_t{config.kv_heads()} * d.HS() : 3 * C), 0);
+  if (llama) qkv_rep.assign(N * 3 * C, 0);
   att.assign(static_cast<int64_t>(d.B) * d.NH * d.T * d.T, 0);
   if (moe_block) {
-    moe.resize(N, d.C, config.n_expert, config.top_k, config.moe_ffn_hidden(), config.shared_ffn_hidden());
+    moe.resize(N, d.C, config.n_expert, config.top_k, config.moe_ffn_hidden(), config.shared_ffn_hidden(), llama);
   } else {
-    fc.assign(N * F, 0);
+    fc.assign(N * F * (llama ? 2 : 1), 0);  // SwiGLU: [gate | up]
     fc_gelu.assign(N * F, 0);
   }
 }
@@ -138,7 +133,7 @@ void BlockScratch<Real>::resize(const Dims& d, const GPTConfig& config) {
   if (config.is_llama()) dqkv_c.assign(N * (C + 2 * int64_t{config.kv_heads()} * d.HS()), 0);
   const int64_t Fe = config.is_moe() ? config.moe_ffn_hidden() : 0;
   const int64_t widest = std::max({N * F, N * K * Fe, N * int64_t{config.shared_ffn_hidden()}});
-  dfc.assign(std::max(widest, config.is_llama() ? 2 * N * F : 0), 0);  // SwiGLU: [gate | up]
+  dfc.assign(widest * (config.is_llama() ? 2 : 1), 0);  // SwiGLU: [gate | up]
   dfc_gelu.assign(widest, 0);
   dlogits.assign(N * config.n_expert, 0);
   dgates.assign(N * K, 0);

@@ -14,6 +14,32 @@ void zero(Buffer<Real>& v, int64_t n) {
   std::fill(v.begin(), v.begin() + n, Real(0));
 }
 
+// An expert's MLP: SwiGLU for the llama family (fc holds [gate | up], 2F
+// per row), GELU otherwise (F per row).
+template <typename Real>
+void expert_forward(Real* out, Real* fc, Real* h, const MlpView<Real>& p, const Real* inp, int64_t N, int C,
+                    const GPTConfig& config, const Exec& ex) {
+  if (config.is_llama()) {
+    swiglu_mlp_forward(out, fc, h, p, inp, N, C, ex);
+  } else {
+    mlp_forward(out, fc, h, p, inp, N, C, ex);
+  }
+}
+
+template <typename Real>
+void expert_backward(Real* dinp, const MlpView<Real>& g, Real* dfc, Real* dh, const Real* dout, const Real* inp,
+                     const Real* fc, const Real* h, const MlpView<Real>& p, int64_t N, int C,
+                     const GPTConfig& config, const Exec& ex) {
+  if (config.is_llama()) {
+    swiglu_mlp_backward(dinp, g, dfc, dh, dout, inp, fc, h, p, N, C, ex);
+  } else {
+    mlp_backward(dinp, g, dfc, dh, dout, inp, fc, h, p, N, C, ex);
+  }
+}
+
+// Elements per row of an expert MLP's saved pre-activation fc (F wide).
+int fc_width(const GPTConfig& config, int F) { return config.is_llama() ? 2 * F : F; }
+
 }  // namespace
 
 // ---- Attention ----------------------------------------------------------------
@@ -90,16 +116,18 @@ Real moe_forward(Real* out, MoeActs<Real>& a, const BlockView<Real>& p, const Re
   // dispatch
   moe_dispatch_forward(ex, "moe.dispatch.fwd", a.xe.data(), inp, a.src.data(), a.M, K, C);
   // experts, each on its contiguous rows
+  const int W = fc_width(config, F);
   for (int e = 0; e < E; ++e) {
     const int64_t r0 = a.offsets[e], rows = a.offsets[e + 1] - r0;
-    mlp_forward(a.ye.data() + r0 * C, a.fc.data() + r0 * F, a.fc_gelu.data() + r0 * F,
-                p.experts[e], a.xe.data() + r0 * C, rows, C, ex);
+    expert_forward(a.ye.data() + r0 * C, a.fc.data() + r0 * W, a.fc_gelu.data() + r0 * F, p.experts[e],
+                   a.xe.data() + r0 * C, rows, C, config, ex);
   }
   // combine
   moe_combine_forward(ex, "moe.combine.fwd", out, a.ye.data(), a.gates.data(), a.src.data(), N, a.M,
                       K, C);
   if (p.shared.c_fc.weight) {  // shared experts: every token, added to the routed output
-    mlp_forward(a.shared_out.data(), a.shared_fc.data(), a.shared_fc_gelu.data(), p.shared, inp, N, C, ex);
+    expert_forward(a.shared_out.data(), a.shared_fc.data(), a.shared_fc_gelu.data(), p.shared, inp, N, C, config,
+                   ex);
     residual_forward(ex, "moe.shared.add", out, out, a.shared_out.data(), N * C);
   }
   return a.aux;
@@ -111,8 +139,8 @@ void moe_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s, c
                   int64_t N, const GPTConfig& config, const Exec& ex) {
   const int C = config.n_embd, E = config.n_expert, K = config.top_k, F = config.moe_ffn_hidden();
   if (p.shared.c_fc.weight)
-    mlp_backward(dinp, g.shared, s.dfc.data(), s.dfc_gelu.data(), dout, inp, a.shared_fc.data(),
-                 a.shared_fc_gelu.data(), p.shared, N, C, ex);
+    expert_backward(dinp, g.shared, s.dfc.data(), s.dfc_gelu.data(), dout, inp, a.shared_fc.data(),
+                    a.shared_fc_gelu.data(), p.shared, N, C, config, ex);
   // combine
   zero(s.dye, a.M * C);
   zero(s.dgates, N * K);
@@ -120,12 +148,12 @@ void moe_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s, c
                        a.gates.data(), a.src.data(), a.M, K, C);
   // experts
   zero(s.dxe, a.M * C);
+  const int W = fc_width(config, F);
   for (int e = 0; e < E; ++e) {
     const int64_t r0 = a.offsets[e], rows = a.offsets[e + 1] - r0;
-    mlp_backward(s.dxe.data() + r0 * C, g.experts[e], s.dfc.data() + r0 * F,
-                 s.dfc_gelu.data() + r0 * F, s.dye.data() + r0 * C, a.xe.data() + r0 * C,
-                 a.fc.data() + r0 * F, a.fc_gelu.data() + r0 * F, p.experts[e], rows, C,
-                 ex);
+    expert_backward(s.dxe.data() + r0 * C, g.experts[e], s.dfc.data() + r0 * W, s.dfc_gelu.data() + r0 * F,
+                    s.dye.data() + r0 * C, a.xe.data() + r0 * C, a.fc.data() + r0 * W,
+                    a.fc_gelu.data() + r0 * F, p.experts[e], rows, C, config, ex);
   }
   // dispatch
   moe_dispatch_backward(ex, "moe.dispatch.bwd", dinp, s.dxe.data(), a.src.data(), a.M, K, C);

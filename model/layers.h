@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <string>
 #include <vector>
 
 #include "model/buffer.h"
@@ -74,8 +75,10 @@ struct GPTView {
 struct TensorPlace {
   int64_t offset = 0, rows = 0, cols = 0;
 };
-template <typename Real, class At>
-BlockView<Real> llama_block_view(const At& at, Real* base, int layer);
+// In an MoE block: router = mlp.gate, experts (those `held(e)`) and shared
+// the fused [gate | up] and down_proj of mlp.experts.{e} / mlp.shared_experts.
+template <typename Real, class At, class Held>
+BlockView<Real> llama_block_view(const At& at, Real* base, int layer, const GPTConfig& config, const Held& held);
 
 // Views of every tensor of `table` inside the flat buffer `base` (params or grads).
 template <typename Real>
@@ -101,12 +104,13 @@ struct MoeActs {
   Buffer<int64_t> offsets;       // (E+1)
   int64_t M = 0;
   Buffer<Real> xe, ye;       // (N*K, C), first M rows used
-  Buffer<Real> fc, fc_gelu;  // (N*K, F)
+  Buffer<Real> fc, fc_gelu;  // (N*K, F); SwiGLU fc (N*K, 2F)
   Buffer<Real> shared_fc, shared_fc_gelu;  // (N, Fs) shared experts (GPTConfig::shared_ffn_hidden())
   Buffer<Real> shared_out;                 // (N, C)
   Real aux = 0;
-  // F: an expert's MLP width, 0: 4C; Fs: the shared experts' (0: none).
-  void resize(int64_t N, int C, int E, int K, int F = 0, int Fs = 0);
+  // F: an expert's MLP width, 0: 4C; Fs: the shared experts' (0: none);
+  // swiglu: fc and shared_fc hold [gate | up] (2F, 2Fs per row).
+  void resize(int64_t N, int C, int E, int K, int F = 0, int Fs = 0, bool swiglu = false);
 };
 
 template <typename Real>
@@ -211,13 +215,13 @@ void block_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s,
 
 // ---- Llama views (template: At is the caller's lookup) ----------------------
 
-template <typename Real, class At>
-BlockView<Real> llama_block_view(const At& at, Real* base, int layer) {
+template <typename Real, class At, class Held>
+BlockView<Real> llama_block_view(const At& at, Real* base, int layer, const GPTConfig& config, const Held& held) {
   // One LinearView over adjacent tensors (their rows stacked).
-  auto fused = [&](std::initializer_list<const char*> modules) {
+  auto fused = [&](std::initializer_list<std::string> modules) {
     LinearView<Real> v;
     int64_t next = -1;
-    for (const char* m : modules) {
+    for (const std::string& m : modules) {
       const TensorPlace t = at(llama_name(layer, m));
       SHARDLAB_CHECK(next < 0 || t.offset == next, "llama: fused tensors are not adjacent");
       if (next < 0) v.weight = base + t.offset;
@@ -232,8 +236,18 @@ BlockView<Real> llama_block_view(const At& at, Real* base, int layer) {
   b.c_attn = fused({"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"});
   b.attn_proj = fused({"self_attn.o_proj"});
   b.ln_2.weight = base + at(llama_name(layer, "post_attention_layernorm")).offset;
-  b.mlp.c_fc = fused({"mlp.gate_proj", "mlp.up_proj"});
-  b.mlp.c_proj = fused({"mlp.down_proj"});
+  auto swiglu = [&](const std::string& prefix) {
+    return MlpView<Real>{fused({prefix + "gate_proj", prefix + "up_proj"}), fused({prefix + "down_proj"})};
+  };
+  b.moe = config.is_moe_layer(layer);
+  if (!b.moe) {
+    b.mlp = swiglu("mlp.");
+    return b;
+  }
+  b.router = base + at(llama_name(layer, "mlp.gate")).offset;
+  for (int e = 0; e < config.n_expert; ++e)
+    if (held(e)) b.experts.push_back(swiglu("mlp.experts." + std::to_string(e) + "."));
+  if (config.n_shared_expert > 0) b.shared = swiglu("mlp.shared_experts.");
   return b;
 }
 

@@ -64,13 +64,29 @@ double moe_mlp_params(const GPTConfig& c) {
 }
 
 // Llama: embed_tokens (+ lm_head untied) + model.norm + per block the q, k,
-// v, o projections (q and o C·C; k and v C·KV·HS each), gate, up, down (3·C·F)
-// and two RMSNorm weights.
+// v, o projections (q and o C·C; k and v C·KV·HS each), two RMSNorm weights
+// and the MLP: gate, up, down (3·C·F) dense; in an MoE block the router
+// (E·C), E SwiGLU experts (3·C·Fe each) and the shared experts' (3·C·Fs).
 double count_llama(const GPTConfig& c) {
   const double C = c.n_embd, F = c.ffn_hidden(), KVC = double(c.kv_heads()) * c.head_size();
-  const double block = 2 * C * C + 2 * C * KVC + 3 * C * F + 2 * C;
-  return double(c.vocab_size) * C * (c.tied() ? 1 : 2) + C + c.n_layer * block;
+  const double attn = 2 * C * C + 2 * C * KVC + 2 * C, moe = c.moe_layers();
+  const double moe_mlp = c.n_expert * C + 3 * C * (double(c.n_expert) * c.moe_ffn_hidden() + c.shared_ffn_hidden());
+  return double(c.vocab_size) * C * (c.tied() ? 1 : 2) + C + c.n_layer * attn + moe * moe_mlp +
+         (c.n_layer - moe) * 3 * C * F;
 }
+
+}  // namespace
+
+double count_active_params(const GPTConfig& c) {
+  if (!c.is_moe()) return count_params(c);
+  const int routed = c.n_expert;
+  GPTConfig active = c;
+  active.n_expert = c.top_k;  // the top-k experts a token runs, plus the whole router
+  const double C = c.n_embd, router = double(routed - c.top_k) * C * c.moe_layers();
+  return count_params(active) + router;
+}
+
+namespace {
 
 }  // namespace
 
@@ -116,11 +132,32 @@ void ParamTable::add_llama_blocks() {
     linear(l, "self_attn.v_proj", R::kKvWeight, KVC, C);
     linear(l, "self_attn.o_proj", R::kAttnProjWeight, C, C);
     norm(llama_name(l, "post_attention_layernorm"), l);
+    if (c.is_moe_layer(l)) {
+      add_llama_moe_mlp(l);
+      continue;
+    }
     linear(l, "mlp.gate_proj", R::kFcWeight, F, C);
     linear(l, "mlp.up_proj", R::kFcWeight, F, C);
     linear(l, "mlp.down_proj", R::kMlpProjWeight, C, F);
   }
   norm("model.norm.weight", -1);
+}
+
+// DeepSeek-V3's Hugging Face names: mlp.gate (the router, E x C), the
+// routed experts mlp.experts.{e}.{gate,up,down}_proj and the shared experts
+// as one SwiGLU MLP mlp.shared_experts.{gate,up,down}_proj of width
+// shared_ffn_hidden(). Every Linear N(0, 0.02) as the dense llama MLP's.
+void ParamTable::add_llama_moe_mlp(int l) {
+  using R = ParamRole;
+  const int64_t C = config_.n_embd, Fe = config_.moe_ffn_hidden(), Fs = config_.shared_ffn_hidden();
+  auto swiglu = [&](const std::string& prefix, int64_t F, int expert) {
+    for (const char* m : {"gate_proj", "up_proj"})
+      add(llama_name(l, prefix + m), R::kFcWeight, {F, C}, InitKind::kNormal, kInitStd, l, expert);
+    add(llama_name(l, prefix + "down_proj"), R::kMlpProjWeight, {C, F}, InitKind::kNormal, kInitStd, l, expert);
+  };
+  add(llama_name(l, "mlp.gate"), R::kRouter, {config_.n_expert, C}, InitKind::kNormal, kInitStd, l);
+  for (int e = 0; e < config_.n_expert; ++e) swiglu("mlp.experts." + std::to_string(e) + ".", Fe, e);
+  if (Fs > 0) swiglu("mlp.shared_experts.", Fs, -1);
 }
 
 void ParamTable::add_gpt_blocks() {

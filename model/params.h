@@ -7,7 +7,9 @@
 // Family llama: Hugging Face's LlamaForCausalLM names, no biases and no
 // position table: model.embed_tokens, then each block model.layers.{i}.
 // (input_layernorm, self_attn.{q,k,v,o}_proj, post_attention_layernorm,
-// mlp.{gate,up,down}_proj), then model.norm and, untied, lm_head. q, k, v
+// mlp.{gate,up,down}_proj; MoE blocks DeepSeek-V3's mlp.gate (router),
+// mlp.experts.{e}.{gate,up,down}_proj, mlp.shared_experts.{gate,up,down}_proj),
+// then model.norm and, untied, lm_head. q, k, v
 // and gate, up are adjacent in the flat buffer, so that a rank's local
 // [q | k | v] and [gate | up] rows are one fused GEMM each (layers.h views).
 //
@@ -55,7 +57,7 @@ enum class ParamRole : uint8_t {
   kFcBias,             // mlp.c_fc.bias, mlp.experts.e.c_fc.bias
   kMlpProjWeight,      // mlp.c_proj.weight, mlp.experts.e.c_proj.weight; llama down_proj
   kMlpProjBias,        // mlp.c_proj.bias, mlp.experts.e.c_proj.bias
-  kRouter,             // mlp.router.weight
+  kRouter,             // mlp.router.weight; llama mlp.gate.weight
   kKvWeight,           // llama self_attn.k_proj.weight, v_proj.weight (q_proj: kQkvWeight)
   kLmHead,             // lm_head.weight: the untied LM head (V, C)
 };
@@ -79,6 +81,9 @@ struct ParamSpec {
 // The table's numel() in closed form, without building it (a model too large
 // to lay out is still counted exactly; doubles keep absurd sizes finite).
 double count_params(const GPTConfig& config);
+// Parameters one token runs through: every tensor but the routed experts it
+// is not sent to (the whole router, top_k routed experts, the shared ones).
+double count_active_params(const GPTConfig& config);
 
 class ParamTable {
  public:
@@ -109,6 +114,7 @@ class ParamTable {
                   double std, int layer, int expert = -1);
   void add_layernorm(const std::string& prefix, int64_t C, int layer);
   void add_moe_mlp(int layer, double proj_std);
+  void add_llama_moe_mlp(int layer);
   void add_gpt_blocks();
   void add_llama_blocks();
 

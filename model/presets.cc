@@ -30,6 +30,25 @@
 // started at 4M tokens of 4096 and grew to 16M of 8192 (sec. 3.4.1): the
 // presets keep 8192 and 4M tokens (512 sequences), a shape, not a schedule.
 // Vocabularies are not padded (32000 and 128256 are multiples of 128).
+//
+// Mixtral 8x7B (Jiang et al. 2024, "Mixtral of Experts", Table 1 and the
+// released config): Mistral 7B's blocks (32 x 4096, 32 heads over 8 K/V
+// heads, vocab 32000, theta 1e6) with 8 SwiGLU experts of 14336, top-2,
+// gates = softmax over the top-2 logits (softmax + norm_topk here). 46.7B
+// parameters, 12.9B active per token (the paper's 47B / 13B; the model card's
+// 46.7B / 12.9B, embedding and head included).
+//
+// DeepSeek-V3 (DeepSeek-AI 2024, "DeepSeek-V3 Technical Report", sec. 4.2
+// and the released config): 61 blocks of 7168, the first 3 dense (FFN
+// 18432), then 256 routed experts of 2048 and 1 shared, top-8, sigmoid
+// scores, gates normalized over the top-8, vocab 129280, RMSNorm eps 1e-6.
+// 671B parameters (the MTP module's 14B excluded), 37B active. NOT modeled:
+// multi-head latent attention (q rank 1536, kv rank 512, qk 128 + 64 rope,
+// v 128): multi-head attention with 128 heads of 56 (= 7168 / 128) stands in
+// for it, 4 x 7168² = 205.5M parameters per block against MLA's 187.1M
+// (tests/model/moe_presets_test.cc derives both by hand); the routed scaling
+// factor 2.5, node-limited routing (4 of 8 groups) and the auxiliary
+// sequence-wise balance loss.
 #include <string>
 
 #include "model/config.h"
@@ -101,6 +120,39 @@ PresetInfo tiny_llama() {
   return {"tiny-llama", c, 0, 0, false, "shardlab (tiny with GQA, SwiGLU, RoPE, RMSNorm)"};
 }
 
+// tiny's size class as a llama MoE, for real math: tiny-llama's attention
+// (4 query heads over 2 K/V heads, so tp 4 replicates K/V), block 0 dense
+// (F 352), blocks 1-3 with 8 routed SwiGLU experts of 64 (top-2, softmax
+// with normalized gates) and 1 shared expert of 64.
+PresetInfo tiny_moe() {
+  PresetInfo p = tiny_llama();
+  p.name = "tiny-moe";
+  p.source = "shardlab (tiny-llama with 8 routed + 1 shared SwiGLU experts)";
+  GPTConfig& c = p.config;
+  c.n_expert = 8, c.top_k = 2, c.n_moe_ffn = 64, c.n_shared_expert = 1, c.moe_first_dense = 1;
+  return p;
+}
+
+PresetInfo mixtral_8x7b() {
+  PresetInfo p = llama("mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, 1e6, 46.7, 0.1,
+                       "Jiang et al. 2024 (Mixtral of Experts), Table 1 + released config");
+  p.config.n_expert = 8, p.config.top_k = 2;
+  p.published_active = 12.9e9;
+  return p;
+}
+
+PresetInfo deepseek_v3() {
+  PresetInfo p = llama("deepseek-v3", 61, 7168, 128, 128, 18432, 129280, 1e4, 671, 1,
+                       "DeepSeek-AI 2024 (DeepSeek-V3), sec. 4.2 + released config; MHA stands in for MLA");
+  GPTConfig& c = p.config;
+  c.block_size = 4096, c.batch_size = 15360;  // 4K pre-training sequences; batch ramps to 15360
+  c.norm_eps = 1e-6;
+  c.n_expert = 256, c.top_k = 8, c.n_moe_ffn = 2048, c.n_shared_expert = 1, c.moe_first_dense = 3;
+  c.router = Router::kSigmoid, c.moe_norm_topk = true;
+  p.published_active = 37e9;
+  return p;
+}
+
 std::vector<PresetInfo> make_presets() {
   return {
       toy("nano", shape(2, 2, 64, 32, 256, 4)),
@@ -131,6 +183,9 @@ std::vector<PresetInfo> make_presets() {
       llama("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 5e5, 8.03, 0.01, kLlama3),
       llama("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 5e5, 70.6, 0.1, kLlama3),
       llama("llama3-405b", 126, 16384, 128, 8, 53248, 128256, 5e5, 405.9, 0.1, kLlama3),
+      tiny_moe(),
+      mixtral_8x7b(),
+      deepseek_v3(),
   };
 }
 

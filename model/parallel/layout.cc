@@ -155,7 +155,8 @@ model::GPTView<float> ShardLayout::llama_view(float* base) const {
   if (filter_.wte) v.wte = model::shifted(base, at(model::embedding_name(config_)).offset);
   v.blocks.resize(size_t(config_.n_layer));
   for (int l = 0; l < config_.n_layer; ++l)
-    if (filter_.holds_layer(l)) v.blocks[size_t(l)] = model::llama_block_view(place, base, l);
+    if (filter_.holds_layer(l))
+      v.blocks[size_t(l)] = model::llama_block_view(place, base, l, config_, [&](int e) { return filter_.holds_expert(e); });
   if (filter_.ln_f) v.ln_f.weight = model::shifted(base, at(model::final_norm_prefix(config_) + "weight").offset);
   return v;
 }

@@ -1,6 +1,7 @@
-// `shardlab verify --model tiny-llama`: the llama family (RMSNorm, SwiGLU,
-// RoPE, GQA with 4 query heads over 2 K/V heads, untied head) sharded under
-// each parallelism matches its unsharded model, step-0 gradients included.
+// `shardlab verify --model tiny-llama` and `--model tiny-moe`: the llama
+// family (RMSNorm, SwiGLU, RoPE, GQA with 4 query heads over 2 K/V heads,
+// untied head; tiny-moe with SwiGLU experts) sharded under each parallelism
+// matches its unsharded model, step-0 gradients included.
 // One case per parallelism here; the wider matrix is llama_verify_full_test
 // (ctest label `full`). tp 2 splits K/V by heads; tp 4 replicates them and
 // sums their gradients over TP; cp 2 rotates at global positions.
@@ -32,9 +33,7 @@ class LlamaVerify : public ::testing::TestWithParam<std::string> {};
 // differing only in the order of their sums end 2.6e-6 apart in parameters
 // (verify's noise floor; Adam magnifies v_proj's tiny gradients), so its
 // parameters get verify's own 10 x floor.
-TEST_P(LlamaVerify, MatchesTheUnshardedModel) {
-  const double param_tol = GetParam().find("--kv-heads 1") != std::string::npos ? 3e-5 : 1e-5;
-  const std::string args = "verify --model tiny-llama --steps 4 --json --grads " + GetParam();
+void expect_verify_passes(const std::string& args, double param_tol) {
   auto r = testing::run_cli(args);
   ASSERT_EQ(r.code, 0) << args << "\n" << r.err << r.out.substr(0, 3000);
   const auto j = nlohmann::json::parse(r.out);
@@ -50,11 +49,32 @@ TEST_P(LlamaVerify, MatchesTheUnshardedModel) {
   EXPECT_TRUE(j.at("first_mismatch").is_null()) << j.at("first_mismatch").dump();
 }
 
+TEST_P(LlamaVerify, MatchesTheUnshardedModel) {
+  const double param_tol = GetParam().find("--kv-heads 1") != std::string::npos ? 3e-5 : 1e-5;
+  expect_verify_passes("verify --model tiny-llama --steps 4 --json --grads " + GetParam(), param_tol);
+}
+
+// tiny-moe: SwiGLU experts (8 routed of 64, top-2, 1 shared, block 0 dense)
+// over tiny-llama's attention. TP splits gate/up column-parallel and down
+// row-parallel in every expert, routed and shared; EP exchanges the tokens.
+// Tolerances 1e-5 as above.
+class LlamaMoeVerify : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LlamaMoeVerify, MatchesTheUnshardedModel) {
+  expect_verify_passes("verify --model tiny-moe --steps 3 --json --grads " + GetParam(), 1e-5);
+}
+
 #ifndef SHARDLAB_LLAMA_VERIFY_FULL
 INSTANTIATE_TEST_SUITE_P(OnePerParallelism, LlamaVerify,
                          ::testing::Values("--tp 2", "--tp 4", "--tp 2 --sp", "--pp 2 --micro-batches 2",
                                            "--dp 2 --zero 1", "--dp 2 --zero 3", "--cp 2",
                                            "--tp 2 --pp 2 --dp 2 --zero 1 --micro-batches 2"),
+                         flags_name);
+// One case per parallelism and the 5D mix on 32 virtual GPUs.
+INSTANTIATE_TEST_SUITE_P(OnePerParallelism, LlamaMoeVerify,
+                         ::testing::Values("--tp 2", "--tp 4 --sp", "--ep 2 --dp 2", "--dp 2 --zero 3",
+                                           "--pp 2 --micro-batches 2", "--cp 2", "--tp 2 --recompute full",
+                                           "--tp 2 --cp 2 --ep 2 --dp 4 --pp 2"),
                          flags_name);
 
 nlohmann::json generate(const std::string& args) {
@@ -94,6 +114,17 @@ INSTANTIATE_TEST_SUITE_P(
                       "--tp 2 --sp --pp 2 --dp 2 --zero 3 --micro-batches 2", "--tp 4 --sp --cp 2 --pp 2 --micro-batches 2",
                       "--kv-heads 1 --tp 2", "--kv-heads 1 --tp 4 --sp", "--kv-heads 4 --tp 4", "--tie-embeddings --pp 2 --micro-batches 2",
                       "--tie-embeddings --tp 2 --dp 2 --zero 3"),
+    flags_name);
+INSTANTIATE_TEST_SUITE_P(
+    Matrix, LlamaMoeVerify,
+    ::testing::Values("--tp 4", "--tp 2 --sp --ep 2 --dp 2", "--ep 4 --dp 4", "--ep 2 --dp 4 --zero 1",
+                      "--ep 2 --dp 2 --zero 2", "--tp 2 --dp 2 --zero 3", "--pp 2 --micro-batches 4 --schedule 1f1b",
+                      "--pp 2 --vpp 2 --micro-batches 4 --schedule interleaved",
+                      "--pp 2 --micro-batches 4 --schedule zb-h1", "--pp 4 --micro-batches 4",
+                      "--tp 2 --recompute selective", "--ep 2 --dp 2 --recompute full", "--cp 2 --tp 2",
+                      "--cp 2 --ep 2 --dp 2", "--cp 4", "--tp 2 --sp --pp 2 --ep 2 --dp 2 --zero 1 --micro-batches 2",
+                      "--tp 4 --cp 2 --ep 2 --dp 2 --pp 2", "--router sigmoid --tp 2 --ep 2 --dp 2",
+                      "--router sigmoid --no-moe-norm-topk --cp 2 --pp 2"),
     flags_name);
 #endif
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <string>
 
 #include "gradcheck.h"
 #include "model/gpt.h"
@@ -145,6 +146,57 @@ TEST(LlamaGradcheck, ModelMqaTied) {
   check_model(c, "llama (MQA, tied, theta 50)");
 }
 
+// Two models' losses on the same 2 x 6 random tokens agree to 1e-12.
+void expect_same_loss(GPT<double>& x, GPT<double>& y, const char* x_name, const char* y_name) {
+  const int vocab = x.config().vocab_size;
+  const auto inputs = testing::random_tokens(3, 2 * 6, vocab), targets = testing::random_tokens(4, 2 * 6, vocab);
+  const double a = x.forward(inputs.data(), targets.data(), 2, 6), b = y.forward(inputs.data(), targets.data(), 2, 6);
+  std::printf("%s %.15f vs %s %.15f: |diff| %.1e (tol 1e-12)\n", x_name, a, y_name, b, std::abs(a - b));
+  EXPECT_NEAR(a, b, 1e-12);
+}
+
+// Llama MoE: SwiGLU experts (gate, up, down; no biases) of their own width,
+// top-2 of 4 routed plus one shared SwiGLU expert, block 0 dense (DeepSeek-V3's
+// layout), under each router. Every expert's gate_proj, up_proj and down_proj,
+// the router mlp.gate and the shared expert are checked tensor by tensor.
+GPTConfig llama_moe(Router router, bool norm_topk) {
+  GPTConfig c = small_llama();
+  c.n_expert = 4, c.top_k = 2, c.n_moe_ffn = 6, c.n_shared_expert = 1, c.moe_first_dense = 1;
+  c.aux_coef = 0.1, c.router = router, c.moe_norm_topk = norm_topk;
+  return c;
+}
+
+TEST(LlamaGradcheck, MoeSwigluExpertsSoftmaxShared) {
+  check_model(llama_moe(Router::kSoftmax, true), "llama moe (softmax top-2 of 4, shared 1, 1 dense)");
+}
+
+TEST(LlamaGradcheck, MoeSwigluExpertsSigmoidEveryBlock) {
+  GPTConfig c = llama_moe(Router::kSigmoid, true);
+  c.moe_first_dense = 0, c.n_shared_expert = 0;
+  check_model(c, "llama moe (sigmoid top-2 of 4, every block MoE)");
+}
+
+// The unsharded SwiGLU expert is the dense llama MLP: a llama MoE with one
+// expert, top-1 and softmax (gate 1 for every token) and aux_coef 0 computes
+// the same loss as the dense llama whose gate/up/down are that expert's.
+TEST(LlamaGradcheck, OneExpertEqualsTheDenseSwigluMlp) {
+  GPTConfig m = small_llama(), d = small_llama();
+  m.n_expert = 1, m.top_k = 1, m.n_moe_ffn = d.ffn_hidden(), m.aux_coef = 0;
+  GPT<double> moe(m, 5), dense(d, 5);
+  for (const ParamSpec& s : dense.table().specs()) {
+    std::string name = s.name;
+    for (const char* mlp : {"gate_proj", "up_proj", "down_proj"}) {
+      const std::string from = std::string("mlp.") + mlp, to = std::string("mlp.experts.0.") + mlp;
+      if (const size_t at = name.find(from); at != std::string::npos) name.replace(at, from.size(), to);
+    }
+    auto src = dense.param(s.name);
+    auto dst = moe.param(name);
+    ASSERT_EQ(src.size(), dst.size()) << name;
+    std::copy(src.begin(), src.end(), dst.begin());
+  }
+  expect_same_loss(moe, dense, "one-expert moe", "dense swiglu");
+}
+
 // GQA is multi-head attention whose heads of one group share K and V: a
 // llama with 2 K/V heads equals one with 4 whose k_proj / v_proj rows repeat
 // each K/V head twice (heads 0,1 -> K/V 0; 2,3 -> K/V 1).
@@ -163,12 +215,7 @@ TEST(LlamaGradcheck, GqaEqualsMultiHeadWithRepeatedKv) {
     for (int h = 0; h < 4; ++h)  // MHA head h takes GQA head h / 2
       std::copy_n(src.data() + int64_t{h / 2} * HS * C, HS * C, dst.data() + int64_t{h} * HS * C);
   }
-  const auto inputs = testing::random_tokens(3, 2 * 6, g.vocab_size);
-  const auto targets = testing::random_tokens(4, 2 * 6, g.vocab_size);
-  const double a = gqa.forward(inputs.data(), targets.data(), 2, 6);
-  const double b = mha.forward(inputs.data(), targets.data(), 2, 6);
-  std::printf("gqa %.15f vs mha with repeated kv %.15f: |diff| %.1e (tol 1e-12)\n", a, b, std::abs(a - b));
-  EXPECT_NEAR(a, b, 1e-12);
+  expect_same_loss(gqa, mha, "gqa", "mha with repeated kv");
 }
 
 }  // namespace

@@ -104,9 +104,6 @@ TEST(LlamaParams, ValidateNamesTheField) {
   c = small_llama();
   c.norm_eps = 0;
   expect_error(c, "`norm_eps`");
-  c = small_llama();
-  c.n_expert = 4;
-  expect_error(c, "`n_expert` 4");
   GPTConfig g;
   g.n_kv_head = 2;
   expect_error(g, "needs `family` llama");
@@ -118,7 +115,7 @@ TEST(LlamaParams, ValidateNamesTheField) {
 TEST(LlamaPresets, ParameterCountsMatchThePublishedFigures) {
   int checked = 0;
   for (const PresetInfo& p : presets()) {
-    if (!p.config.is_llama() || p.published_params == 0) continue;
+    if (!p.config.is_llama() || p.published_params == 0 || p.config.is_moe()) continue;  // MoE: moe_presets_test
     ++checked;
     const GPTConfig& c = p.config;
     ASSERT_NO_THROW(c.validate()) << p.name;

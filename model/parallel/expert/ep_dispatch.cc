@@ -111,7 +111,7 @@ float ep_moe_forward(float* out, TpMoeActs& a, MoeScratch& s, const BlockView<fl
            &a.stats);
   permute_rows(x.xl.data(), s.ep_xr.data(), x.perm.data(), x.R, C, true, "moe.permute.fwd", ex);
   tp_experts_forward(s.ep_yl.data(), a.fc.data(), a.fc_gelu.data(), p.experts, x.xl.data(),
-                     x.offsets.data(), El, expert_fl(d, config), d, c);
+                     x.offsets.data(), El, expert_fl(d, config), d, c, config.is_llama());
   permute_rows(s.ep_xr.data(), s.ep_yl.data(), x.perm.data(), x.R, C, false, "moe.unpermute.fwd",
                ex);
   exchange(c, "moe.combine.a2a", s.ep_xr.data(), x.recv_elems, a.ye.data(), x.send_elems,
@@ -136,7 +136,8 @@ void ep_moe_backward(float* dexperts, float* drouter, const BlockView<float>& g,
   permute_rows(s.ep_yl.data(), s.ep_xr.data(), x.perm.data(), x.R, C, true, "moe.permute.bwd", ex);
   // experts: partial input gradients over TP (summed by the caller after dispatch)
   tp_experts_backward(s.ep_xr.data(), g.experts, s, s.ep_yl.data(), x.xl.data(), a.fc.data(),
-                      a.fc_gelu.data(), p.experts, x.offsets.data(), El, expert_fl(d, config), d, wg, ex);
+                      a.fc_gelu.data(), p.experts, x.offsets.data(), El, expert_fl(d, config), d, wg, ex,
+                      config.is_llama());
   permute_rows(s.ep_yl.data(), s.ep_xr.data(), x.perm.data(), x.R, C, false, "moe.unpermute.bwd",
                ex);
   // dxe back to the tokens' ranks, in the local plan's order

@@ -139,15 +139,17 @@ void tp_moe_route(TpMoeActs& a, const BlockView<float>& p, const float* inp, con
 
 void tp_experts_forward(float* ye, float* fc, float* fc_gelu,
                         const std::vector<MlpView<float>>& experts, const float* xe,
-                        const int64_t* offsets, int n, int Fl, const ShardDims& d, const ExpertContext& c) {
-  const int C = d.C;
-  // column-parallel c_fc, row-parallel c_proj (partial sums)
+                        const int64_t* offsets, int n, int Fl, const ShardDims& d, const ExpertContext& c,
+                        bool swiglu) {
+  const int C = d.C, W = swiglu ? 2 * Fl : Fl;
+  // column-parallel c_fc (SwiGLU: gate and up), row-parallel c_proj (partial sums)
   for (int e = 0; e < n; ++e) {
     const int64_t r0 = offsets[e], rows = offsets[e + 1] - r0;
-    tp_mlp_partial_forward(shifted(ye, r0 * C), shifted(fc, r0 * Fl), shifted(fc_gelu, r0 * Fl),
-                           experts[e], shifted(xe, r0 * C), rows, C, Fl, c.ex);
+    tp_mlp_partial_forward(shifted(ye, r0 * C), shifted(fc, r0 * W), shifted(fc_gelu, r0 * Fl),
+                           experts[e], shifted(xe, r0 * C), rows, C, Fl, c.ex, swiglu);
   }
   reduce_expert_outputs(c, ye, offsets[n] * C);
+  if (swiglu) return;  // no biases
   for (int e = 0; e < n; ++e) {
     const int64_t r0 = offsets[e], rows = offsets[e + 1] - r0;
     add_bias_rows(shifted(ye, r0 * C), experts[e].c_proj.bias, rows, C, "mlp.c_proj.bias.fwd", c.ex);
@@ -160,10 +162,11 @@ void tp_shared_experts_forward(float* out, TpMoeActs& a, const BlockView<float>&
   const Exec& ex = c.ex;
   const int64_t N = d.N();
   const int C = d.C;
+  const bool swiglu = config.is_llama();
   tp_mlp_partial_forward(a.shared_out.data(), a.shared_fc.data(), a.shared_fc_gelu.data(), p.shared, inp, N, C,
-                         shared_fl(d, config), ex);
+                         shared_fl(d, config), ex, swiglu);
   reduce_expert_outputs(c, a.shared_out.data(), N * C);
-  add_bias_rows(a.shared_out.data(), p.shared.c_proj.bias, N, C, "moe.shared.c_proj.bias.fwd", ex);
+  if (!swiglu) add_bias_rows(a.shared_out.data(), p.shared.c_proj.bias, N, C, "moe.shared.c_proj.bias.fwd", ex);
   model::residual_forward(ex, "moe.shared.add", out, out, a.shared_out.data(), N * C);
 }
 
@@ -172,20 +175,20 @@ void tp_shared_experts_backward(float* dexperts, const BlockView<float>& g, MoeS
                                 const GPTConfig& config, WeightGrads& wg, const Exec& ex) {
   if (config.n_shared_expert == 0) return;
   tp_mlp_backward(dexperts, g.shared, s.dfc.data(), s.dfc_gelu.data(), dout, inp, a.shared_fc.data(),
-                  a.shared_fc_gelu.data(), p.shared, d.N(), d.C, shared_fl(d, config), wg, ex);
+                  a.shared_fc_gelu.data(), p.shared, d.N(), d.C, shared_fl(d, config), wg, ex, config.is_llama());
 }
 
 void tp_experts_backward(float* dxe, const std::vector<MlpView<float>>& g, MoeScratch& s,
                          const float* dye, const float* xe, const float* fc, const float* fc_gelu,
                          const std::vector<MlpView<float>>& p, const int64_t* offsets, int n, int Fl,
-                         const ShardDims& d, WeightGrads& wg, const Exec& ex) {
-  const int C = d.C;
+                         const ShardDims& d, WeightGrads& wg, const Exec& ex, bool swiglu) {
+  const int C = d.C, W = swiglu ? 2 * Fl : Fl;
   if (ex.math()) std::fill(dxe, dxe + offsets[n] * C, 0.0f);  // a handover (sink.h)
   for (int e = 0; e < n; ++e) {
     const int64_t r0 = offsets[e], rows = offsets[e + 1] - r0;
-    tp_mlp_backward(shifted(dxe, r0 * C), g[e], shifted(s.dfc.data(), r0 * Fl),
+    tp_mlp_backward(shifted(dxe, r0 * C), g[e], shifted(s.dfc.data(), r0 * W),
                     shifted(s.dfc_gelu.data(), r0 * Fl), shifted(dye, r0 * C), shifted(xe, r0 * C),
-                    shifted(fc, r0 * Fl), shifted(fc_gelu, r0 * Fl), p[e], rows, C, Fl, wg, ex);
+                    shifted(fc, r0 * W), shifted(fc_gelu, r0 * Fl), p[e], rows, C, Fl, wg, ex, swiglu);
   }
 }
 
@@ -237,7 +240,7 @@ float tp_moe_forward(float* out, TpMoeActs& a, const BlockView<float>& p, const 
   tp_moe_route(a, p, inp, d, config, c);
   tp_moe_dispatch(a, inp, d, config, c.ex);
   tp_experts_forward(a.ye.data(), a.fc.data(), a.fc_gelu.data(), p.experts, a.xe.data(),
-                     a.offsets.data(), E, expert_fl(d, config), d, c);
+                     a.offsets.data(), E, expert_fl(d, config), d, c, config.is_llama());
   for (int e = 0; e < E; ++e) a.stats.received[e] = a.offsets[e + 1] - a.offsets[e];
   const float aux = tp_moe_combine(out, a, d, config, c.ex);
   tp_shared_experts_forward(out, a, p, inp, d, config, c);
@@ -254,7 +257,7 @@ void tp_moe_backward(float* dexperts, float* drouter, const BlockView<float>& g,
   // to the caller, after dispatch, on N rows instead of M)
   tp_experts_backward(s.dxe.data(), g.experts, s, s.dye.data(), a.xe.data(), a.fc.data(),
                       a.fc_gelu.data(), p.experts, a.offsets.data(), config.n_expert, expert_fl(d, config), d,
-                      wg, c.ex);
+                      wg, c.ex, config.is_llama());
   tp_moe_route_backward(dexperts, drouter, g, s, daux, a, inp, p, d, config, wg, c.ex);
 }
 

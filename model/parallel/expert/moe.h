@@ -57,18 +57,20 @@ float tp_moe_combine(float* out, const TpMoeActs& a, const ShardDims& d,
 // ye (R,C) = the experts' complete outputs on xe (R,C), rows grouped by
 // expert (offsets (n+1)), experts[0..n) split over TP (Fel = expert_fl of
 // their columns here): partial MLPs, one all-reduce over TP, biases. Saves
-// fc, fc_gelu (R,Fel).
+// fc (R,Fel; swiglu: the llama family's SwiGLU experts, [gate | up] (R,2·Fel),
+// no biases) and fc_gelu (R,Fel).
 void tp_experts_forward(float* ye, float* fc, float* fc_gelu,
                         const std::vector<model::MlpView<float>>& experts, const float* xe,
-                        const int64_t* offsets, int n, int Fel, const ShardDims& d, const ExpertContext& c);
+                        const int64_t* offsets, int n, int Fel, const ShardDims& d, const ExpertContext& c,
+                        bool swiglu);
 // dxe (R,C) (overwritten) = this rank's partial input gradients; weights into g.
 void tp_experts_backward(float* dxe, const std::vector<model::MlpView<float>>& g,
                          MoeScratch& s, const float* dye, const float* xe, const float* fc,
                          const float* fc_gelu, const std::vector<model::MlpView<float>>& p,
                          const int64_t* offsets, int n, int Fel, const ShardDims& d, WeightGrads& wg,
-                         const model::Exec& ex);
+                         const model::Exec& ex, bool swiglu);
 // Shared experts (no-ops without): out (N,C) += their output on every row of
-// inp (N,C), split over TP like the dense MLP (c_fc column-, c_proj
+// inp (N,C), split over TP like the dense MLP (c_fc, or SwiGLU's gate and up, column-, c_proj
 // row-parallel, one all-reduce of the (N,C) partials over TP, then the
 // c_proj bias). Replicated over EP ranks: each runs them on its own rows.
 // Saves a.shared_fc, a.shared_fc_gelu (N,Fsl), a.shared_out.

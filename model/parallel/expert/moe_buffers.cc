@@ -25,6 +25,7 @@ int64_t expert_rows_max(const ShardDims& d, const model::GPTConfig& config) {
 
 int expert_fl(const ShardDims& d, const model::GPTConfig& config) { return config.moe_ffn_hidden() / d.tp; }
 int shared_fl(const ShardDims& d, const model::GPTConfig& config) { return config.shared_ffn_hidden() / d.tp; }
+int fc_width(const model::GPTConfig& config, int Fl) { return config.is_llama() ? 2 * Fl : Fl; }
 
 void TpMoeActs::resize(const ShardDims& d, const model::GPTConfig& config) {
   const int64_t N = d.N(), C = d.C, Fl = expert_fl(d, config), Rx = expert_rows_max(d, config);
@@ -38,8 +39,10 @@ void TpMoeActs::resize(const ShardDims& d, const model::GPTConfig& config) {
   for (auto* v : {&counts, &earlier}) v->assign(E, 0);
   offsets.assign(E + 1, 0);
   for (auto* v : {&xe, &ye}) v->assign(N * K * C, 0);
-  for (auto* v : {&fc, &fc_gelu}) v->assign(Rx * Fl, 0);
-  for (auto* v : {&shared_fc, &shared_fc_gelu}) v->assign(N * Fsl, 0);
+  fc.assign(Rx * fc_width(config, Fl), 0);
+  fc_gelu.assign(Rx * Fl, 0);
+  shared_fc.assign(N * fc_width(config, Fsl), 0);
+  shared_fc_gelu.assign(N * Fsl, 0);
   shared_out.assign(Fsl > 0 ? N * C : 0, 0);
   gathered.clear();  // sized by the first global routing (the dp size)
   stats.received.assign(El, 0);
@@ -51,7 +54,7 @@ void TpMoeActs::resize(const ShardDims& d, const model::GPTConfig& config) {
   ep.offsets.assign(El + 1, 0);
   ep.perm.assign(Rx, 0);
   ep.xl.assign(Rx * C, 0);
-  ep.row_elems = C + 2 * Fl;
+  ep.row_elems = C + fc_width(config, Fl) + Fl;
 }
 
 int64_t TpMoeActs::saved_elements() const {
@@ -68,9 +71,9 @@ int64_t TpMoeActs::saved_elements() const {
 void MoeScratch::resize(const ShardDims& d, const model::GPTConfig& config) {
   const int64_t N = d.N(), C = d.C, Rx = expert_rows_max(d, config);
   const int64_t K = config.top_k;
-  const int64_t widest = std::max(Rx * expert_fl(d, config), N * shared_fl(d, config));
-  dfc.assign(widest, 0);
-  dfc_gelu.assign(widest, 0);
+  const int64_t Fl = expert_fl(d, config), Fsl = shared_fl(d, config);
+  dfc.assign(std::max(Rx * fc_width(config, Fl), N * fc_width(config, Fsl)), 0);
+  dfc_gelu.assign(std::max(Rx * Fl, N * Fsl), 0);
   dlogits.assign(N * config.n_expert, 0);
   dgates.assign(N * K, 0);
   dxe.assign(N * K * C, 0);

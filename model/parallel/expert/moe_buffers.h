@@ -20,6 +20,9 @@ int64_t expert_rows_max(const ShardDims& d, const model::GPTConfig& config);
 // and of the shared experts' MLP (Fsl = shared_ffn_hidden()/tp, 0: none).
 int expert_fl(const ShardDims& d, const model::GPTConfig& config);
 int shared_fl(const ShardDims& d, const model::GPTConfig& config);
+// The saved pre-activation's width for an MLP of Fl columns: 2·Fl for the
+// llama family's SwiGLU ([gate | up]), Fl for GELU.
+int fc_width(const model::GPTConfig& config, int Fl);
 
 // What one MoE layer did in the last forward / backward, for the report.
 struct MoeStats {
@@ -36,8 +39,8 @@ struct MoeStats {
 void add_moe_stats(MoeStepStats& step, int layer, const MoeStats& forward);
 
 // The routing buffers are the unsharded model's (model/layers.h); the expert
-// activations fc, fc_gelu are (Rx, Fel), Rx = expert_rows_max; the shared
-// experts' shared_fc, shared_fc_gelu (N, Fsl) and shared_out (N, C).
+// activations fc (Rx, fc_width), fc_gelu (Rx, Fel), Rx = expert_rows_max; the shared
+// experts' shared_fc (N, fc_width), shared_fc_gelu (N, Fsl) and shared_out (N, C).
 struct TpMoeActs : model::MoeActs<float> {
   // Global routing (ExpertContext::capacity_group): per expert, this rank's
   // assignments and the earlier replicas'; every replica's counts.
@@ -53,7 +56,7 @@ struct TpMoeActs : model::MoeActs<float> {
     Buf<int64_t> perm;                           // (Rx) expert-major row -> received row
     Buf<float> xl;                               // (Rx, C) expert inputs, kept for backward
     int64_t R = 0;
-    int64_t row_elems = 0;  // saved elements per received row: C + 2·Fel
+    int64_t row_elems = 0;  // saved elements per received row: C + fc_width + Fel
   } ep;
   MoeStats stats;
   void resize(const ShardDims& d, const model::GPTConfig& config);

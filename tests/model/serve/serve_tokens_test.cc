@@ -3,7 +3,7 @@
 // small enough to preempt and recompute) every request's tokens equal those
 // `generate` produces for its prompt alone, greedy or sampled (request i
 // with generate's seed S + i), unsharded and under tp 2, pp 2 and, for an
-// MoE model, ep 2.
+// MoE model, ep 2; the llama family also under tp 4 (K/V replicated).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -139,11 +139,12 @@ Tiny two_layer_draft(model::GPTConfig c) {
 // far from the greedy ones.
 const infer::SamplingOptions kSampled{1.5, 40, 500, 0.95};
 
-void expect_generates_tokens(bool moe, const std::vector<Split>& splits,
-                             const infer::SamplingOptions& sampling = {}) {
-  const Tiny t = tiny(moe);
-  const model::GPTConfig& c = t.c;
-  const model::SafetensorsFile& init = t.init;
+void expect_config_generates_tokens(const model::GPTConfig& c, const std::vector<Split>& splits,
+                                    const infer::SamplingOptions& sampling = {}) {
+  const bool moe = c.is_moe();
+  model::GPT<float> ref(c, 7);
+  infer::testing::perturb(ref);
+  const model::SafetensorsFile init = infer::testing::as_checkpoint(ref);
   const std::vector<Request> reqs = workload(c.token_vocab());
   std::vector<std::vector<Token>> want;
   for (const Request& r : reqs) want.push_back(alone(c, init, r, sampling));
@@ -165,6 +166,21 @@ void expect_generates_tokens(bool moe, const std::vector<Split>& splits,
     for (size_t i = 0; i < reqs.size(); ++i)
       EXPECT_EQ(got.result.requests[i].tokens, want[i]) << s.name() << ", request " << i;
   }
+}
+
+void expect_generates_tokens(bool moe, const std::vector<Split>& splits,
+                             const infer::SamplingOptions& sampling = {}) {
+  expect_config_generates_tokens(infer::testing::small_config(moe), splits, sampling);
+}
+
+// The llama family (RoPE at cached positions, GQA with 2 K/V heads: split at
+// tp 2, replicated at tp 4) and its SwiGLU experts (ep 2, tp 2).
+TEST(ServeTokens, LlamaFamilyBeyondTp2GivesGeneratesTokens) {
+  model::GPTConfig c = infer::testing::small_config(false);
+  c.family = model::Family::kLlama, c.n_kv_head = 2, c.n_ffn = 96;
+  expect_config_generates_tokens(c, {{1, 1, 1}, {4, 1, 1}, {1, 2, 1}, {4, 2, 1}});
+  c.n_expert = 4, c.top_k = 2, c.n_moe_ffn = 32, c.n_shared_expert = 1, c.moe_first_dense = 1;
+  expect_config_generates_tokens(c, {{1, 1, 1}, {2, 1, 1}, {1, 1, 2}, {2, 2, 1}});
 }
 
 TEST(ServeTokens, ContinuousBatchingGivesEachRequestGeneratesTokens) {

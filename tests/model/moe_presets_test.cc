@@ -1,0 +1,154 @@
+// The llama family's MoE: DeepSeek-V3's Hugging Face names and [out, in]
+// layouts, the closed-form total and active counts against a hand count,
+// and the MoE presets against their published parameter counts.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "model/config.h"
+#include "model/params.h"
+
+namespace shardlab::model {
+namespace {
+
+// 2 blocks of C 8 (2 heads, 1 K/V head of 4), vocab 10, untied; block 0
+// dense (F 12), block 1 with 3 routed experts of 5 (top-2) and 1 shared of 5.
+GPTConfig small_llama_moe() {
+  GPTConfig c;
+  c.family = Family::kLlama;
+  c.n_layer = 2, c.n_head = 2, c.n_kv_head = 1, c.n_embd = 8, c.n_ffn = 12, c.vocab_size = 10;
+  c.block_size = 4;
+  c.n_expert = 3, c.top_k = 2, c.n_moe_ffn = 5, c.n_shared_expert = 1, c.moe_first_dense = 1;
+  return c;
+}
+
+// By hand: embed 80 + lm_head 80 + model.norm 8 = 168;
+//   block 0: norms 16 + q 64 + k 32 + v 32 + o 64 + gate/up/down 3 x 96 = 496;
+//   block 1: norms and attention 208 + router 3x8 = 24 + 3 experts x 3 x 40 = 360
+//            + shared 3 x 40 = 120 -> 712.   Total 168 + 496 + 712 = 1376.
+// Active: one routed expert fewer (120): 1256.
+TEST(LlamaMoeParams, HandCountNamesAndLayouts) {
+  const GPTConfig c = small_llama_moe();
+  EXPECT_DOUBLE_EQ(count_params(c), 1376.0);
+  EXPECT_DOUBLE_EQ(count_active_params(c), 1256.0);
+  const ParamTable t(c);
+  EXPECT_EQ(t.numel(), 1376);
+  EXPECT_EQ(t.at("model.layers.0.mlp.gate_proj.weight").shape, (Shape{12, 8}));
+  EXPECT_EQ(t.find("model.layers.0.mlp.gate.weight"), nullptr);
+  const ParamSpec& router = t.at("model.layers.1.mlp.gate.weight");
+  EXPECT_EQ(router.shape, (Shape{3, 8}));
+  EXPECT_EQ(router.role, ParamRole::kRouter);
+  EXPECT_FALSE(router.is_expert());
+  EXPECT_EQ(t.find("model.layers.1.mlp.gate_proj.weight"), nullptr);
+  for (int e = 0; e < 3; ++e) {
+    const std::string p = "model.layers.1.mlp.experts." + std::to_string(e) + ".";
+    const ParamSpec &gate = t.at(p + "gate_proj.weight"), &up = t.at(p + "up_proj.weight"),
+                    &down = t.at(p + "down_proj.weight");
+    EXPECT_EQ(gate.shape, (Shape{5, 8}));
+    EXPECT_EQ(down.shape, (Shape{8, 5}));
+    EXPECT_EQ(up.offset, gate.offset + 40) << "gate and up adjacent: one fused GEMM";
+    for (const ParamSpec* s : {&gate, &up, &down}) EXPECT_EQ(s->expert, e) << s->name;
+  }
+  const ParamSpec& shared = t.at("model.layers.1.mlp.shared_experts.up_proj.weight");
+  EXPECT_EQ(shared.shape, (Shape{5, 8}));
+  EXPECT_FALSE(shared.is_expert()) << "shared experts are reduced like the dense MLP";
+  for (const ParamSpec& s : t.specs()) EXPECT_EQ(s.name.find("bias"), std::string::npos) << s.name;
+}
+
+// Published counts: |computed - published| <= half a unit of the last printed digit.
+void expect_published(const char* name, double computed, double published, double resolution) {
+  const double diff = computed - published;
+  std::printf("%-13s computed %.5e, published %.4e, diff %+.3e, tolerance %.2e\n", name, computed, published, diff,
+              resolution / 2);
+  EXPECT_LE(std::abs(diff), resolution / 2) << name;
+}
+
+// Mixtral 8x7B (model card: 46.7B total, 12.9B active, embedding and head included).
+TEST(LlamaMoePresets, MixtralMatchesItsPublishedCounts) {
+  const PresetInfo& p = preset_info("mixtral-8x7b");
+  const GPTConfig& c = p.config;
+  EXPECT_EQ(c.n_layer, 32);
+  EXPECT_EQ(c.n_embd, 4096);
+  EXPECT_EQ(c.kv_heads(), 8);
+  EXPECT_EQ(c.moe_ffn_hidden(), 14336);
+  EXPECT_EQ(c.n_expert, 8);
+  EXPECT_EQ(c.top_k, 2);
+  EXPECT_EQ(c.moe_layers(), 32);
+  EXPECT_EQ(c.rope_theta, 1e6);
+  EXPECT_EQ(p.published_params, 46.7e9);
+  EXPECT_EQ(p.published_active, 12.9e9);
+  expect_published("mixtral total", count_params(c), 46.7e9, 0.1e9);
+  expect_published("mixtral active", count_active_params(c), 12.9e9, 0.1e9);
+}
+
+// DeepSeek-V3's MLA attention per block from its published shapes (C 7168,
+// 128 heads): q_a 7168x1536 + its norm 1536 + q_b 1536 x 128·(128+64)
+// + kv_a (with the shared rope key) 7168 x (512+64) + its norm 512
+// + kv_b 512 x 128·(128+128) + o 128·128 x 7168 = 187,107,328. The stand-in,
+// multi-head attention with 128 heads of 56: q, k, v, o 7168² each.
+double mla_per_block() {
+  const double C = 7168, H = 128;
+  return C * 1536 + 1536 + 1536 * H * 192 + C * 576 + 512 + 512 * H * 256 + H * 128 * C;
+}
+
+// 671B total (MTP excluded) and 37B active as published, moved by what the
+// preset models instead of MLA: 61 x (4·7168² − MLA). DeepSeek's active count
+// leaves out the input embedding (a lookup: 129280 x 7168 = 0.93B); with it
+// the MLA model's would be 37.55B, not 37B.
+TEST(LlamaMoePresets, DeepSeekV3MatchesWhatItModels) {
+  const PresetInfo& p = preset_info("deepseek-v3");
+  const GPTConfig& c = p.config;
+  EXPECT_EQ(c.n_layer, 61);
+  EXPECT_EQ(c.moe_first_dense, 3);
+  EXPECT_EQ(c.ffn_hidden(), 18432);
+  EXPECT_EQ(c.n_expert, 256);
+  EXPECT_EQ(c.moe_ffn_hidden(), 2048);
+  EXPECT_EQ(c.n_shared_expert, 1);
+  EXPECT_EQ(c.top_k, 8);
+  EXPECT_EQ(c.router, Router::kSigmoid);
+  EXPECT_TRUE(c.moe_norm_topk);
+  EXPECT_EQ(c.vocab_size, 129280);
+  EXPECT_EQ(c.n_head, 128);
+  EXPECT_EQ(c.kv_heads(), 128);
+  EXPECT_NE(p.source.find("MHA stands in for MLA"), std::string::npos);
+  const double C = 7168, stand_in = 61 * (4 * C * C - mla_per_block());
+  std::printf("MLA %.0f vs MHA %.0f parameters per block\n", mla_per_block(), 4 * C * C);
+  expect_published("deepseek total", count_params(c), p.published_params + stand_in, 1e9);
+  expect_published("deepseek active", count_active_params(c) - 129280 * C, p.published_active + stand_in, 1e9);
+}
+
+// tiny-moe: tiny-llama's size class and attention, shared and routed experts.
+TEST(LlamaMoePresets, TinyMoeIsTinyLlamaWithExperts) {
+  const GPTConfig t = preset("tiny-moe"), l = preset("tiny-llama");
+  EXPECT_TRUE(t.is_llama());
+  EXPECT_EQ(t.n_layer, l.n_layer);
+  EXPECT_EQ(t.n_embd, l.n_embd);
+  EXPECT_EQ(t.kv_heads(), 2);
+  EXPECT_LT(t.kv_heads(), 4);
+  EXPECT_GT(t.n_expert, 0);
+  EXPECT_GT(t.n_shared_expert, 0);
+  EXPECT_NO_THROW(t.validate());
+  // By hand (C 128, V 512, untied): embed + lm_head + norm 131,200; 4 blocks
+  // of attention (q, o 128², k, v 64 x 128) and norms 49,408 each; block 0's
+  // SwiGLU 3 x 128 x 352 = 135,168; blocks 1-3: router 1,024 + 8 experts x
+  // 3 x 128 x 64 = 196,608 + shared 24,576 each (active: 2 experts, 49,152).
+  const double common = 131200 + 4 * 49408 + 135168;
+  EXPECT_DOUBLE_EQ(count_params(t), common + 3 * (1024 + 196608 + 24576));
+  EXPECT_DOUBLE_EQ(count_active_params(t), common + 3 * (1024 + 49152 + 24576));
+  EXPECT_EQ(ParamTable(t).numel(), 1130624);
+}
+
+// The README's exact figures, from a hand formula (Python): Mixtral per
+// block 2·4096² + 2·4096·1024 + 2·4096 norms + 8·4096 router + 8·3·4096·14336,
+// plus 2·32000·4096 + 4096; DeepSeek-V3 with its MHA stand-in likewise.
+TEST(LlamaMoePresets, ExactCountsAsTheReadmePrintsThem) {
+  EXPECT_DOUBLE_EQ(count_params(preset("mixtral-8x7b")), 46702792704.0);
+  EXPECT_DOUBLE_EQ(count_active_params(preset("mixtral-8x7b")), 12879925248.0);
+  EXPECT_DOUBLE_EQ(count_params(preset("deepseek-v3")), 672149632000.0);
+  EXPECT_DOUBLE_EQ(count_active_params(preset("deepseek-v3")), 38675510272.0);
+}
+
+}  // namespace
+}  // namespace shardlab::model
