@@ -119,7 +119,7 @@ FlagTable<TrainFlags> io_flags() {
       {"--save", FIELD(opts.save_path), "Save FILE.safetensors after training", nonempty()},
       {"--report", FIELD(report), "Write the run report to FILE.json", nonempty()},
       {"--memory", FIELD(memory), "Per-device memory, e.g. 64MiB (default: the profile's)", nonempty()},
-      {"--precision", FIELD(precision), "Modeled precision: fp32 or bf16", {}, kShowDefault},
+      {"--precision", FIELD(precision), "Modeled precision: fp32, bf16, or fp8 (Transformer Engine: FP8 linears, BF16 elsewhere)", {}, kShowDefault},
   };
 }
 
@@ -168,6 +168,9 @@ FlagTable<TrainFlags> parallel_flags() {
       {"--pp-layers", FIELD(pp_layers), "Blocks per stage, e.g. 3,3,2 (default: balanced)", nonempty()},
       {"--recompute", FIELD(recompute),
        "Activation recomputation: none, selective (attention core) or full (whole blocks)", {}, kShowDefault},
+      {"--attention", FIELD(attention),
+       "Attention kernels: unfused (scores, softmax, context through HBM), fused (FlashAttention-style), or auto "
+       "(unfused for --family gpt, fused for llama)", {}, kShowDefault},
   };
 }
 
@@ -286,6 +289,7 @@ train::TrainOptions TrainFlags::options() const {
   o.parallel.cp_comm = parallel::parse_cp_comm(cp_comm);
   o.parallel.schedule = parallel::parse_schedule(schedule);
   o.parallel.recompute = parallel::parse_recompute(recompute);
+  o.parallel.attention = parallel::parse_attention_kernel(attention);
   if (!pp_layers.empty()) o.parallel.stage_layers = parallel::parse_stage_layers(pp_layers);
   o.checkpoint_every = checkpoint_every.value_or(0);  // an explicit 0 is refused by its flag's check
   o.fold = !no_fold;
@@ -306,7 +310,8 @@ ClusterOptions TrainFlags::cluster_options() const {
   }
   if (precision == "fp32") c.precision = Precision::kFp32;
   else if (precision == "bf16") c.precision = Precision::kBf16;
-  else throw ConfigError(fmt::format("--precision: unknown \"{}\" (fp32, bf16)", precision));
+  else if (precision == "fp8") c.precision = Precision::kFp8;
+  else throw ConfigError(fmt::format("--precision: unknown \"{}\" (fp32, bf16, fp8)", precision));
   c.pace = common.pace;
   c.world_size = opts.parallel.world();
   c.trace = !common.trace.empty();

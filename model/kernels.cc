@@ -191,6 +191,13 @@ OpCost linear_backward_weight_cost(int64_t N, int64_t C, int64_t OC, bool bias, 
   return gemm_cost(cost(flops, n * OC + n * C + 2 * w + (bias ? 2.0 * OC : 0), elem), {OC, C, N});
 }
 
+OpCost fp8_cast_transpose_cost(int64_t elements) {
+  // Per element: scale and clamp, and the running |max| (2 flops); read BF16,
+  // write the FP8 copy and its transpose.
+  const double n = static_cast<double>(elements);
+  return {2 * n, n * (2 + 2 * kFp8Bytes)};
+}
+
 // ---- GELU (tanh) --------------------------------------------------------------
 // tanh is the project's own (model/portable_math.h): branch-free, so the
 // loops vectorise, and the same bits on every host.

@@ -128,38 +128,51 @@ OpCost linear_forward_cost(int64_t N, int64_t C, int64_t OC, bool bias, int elem
 OpCost linear_backward_cost(int64_t N, int64_t C, int64_t OC, bool bias, int elem);
 OpCost linear_backward_input_cost(int64_t N, int64_t C, int64_t OC, int elem);
 OpCost linear_backward_weight_cost(int64_t N, int64_t C, int64_t OC, bool bias, int elem);
+// Transformer Engine's FP8 linear (Exec::fp8_linear): its GEMMs read FP8
+// operands (OpCost::fp8), and before them a cast_transpose kernel (amax
+// fused in, as TE's) turns a BF16 operand of `elements` into FP8 and FP8ᵀ
+// (Hopper's FP8 GEMM takes only the TN layout, so wgrad needs the
+// transposes): forward the layer's input, backward its output gradient. The
+// weights' FP8 copies are cast once per step (train/optimizer_step.cc).
+OpCost fp8_cast_transpose_cost(int64_t elements);
+inline OpCost te_linear_cost(const Exec& ex, OpCost c, int64_t cast_elements) {
+  if (!ex.fp8_linear) return c;
+  if (cast_elements > 0) ex.op("fp8.cast_transpose", fp8_cast_transpose_cost(cast_elements));
+  c.fp8 = true;
+  return c;
+}
 // The Exec overloads state whether the layer has a bias by which overload
 // they call (or by `bias` for the gradient): a phantom run's bias pointers
 // are null, so the cost cannot be read off them.
 template <typename Real>
 void linear_forward(const Exec& ex, const char* name, Real* out, const Real* inp,
                     const Real* weight, const Real* bias, int64_t N, int C, int OC) {
-  ex.run(name, linear_forward_cost(N, C, OC, true, ex.elem),
+  ex.run(name, te_linear_cost(ex, linear_forward_cost(N, C, OC, true, ex.elem), N * C),
          [&] { linear_forward(out, inp, weight, bias, N, C, OC); });
 }
 template <typename Real>  // without a bias
 void linear_forward(const Exec& ex, const char* name, Real* out, const Real* inp,
                     const Real* weight, int64_t N, int C, int OC) {
-  ex.run(name, linear_forward_cost(N, C, OC, false, ex.elem),
+  ex.run(name, te_linear_cost(ex, linear_forward_cost(N, C, OC, false, ex.elem), N * C),
          [&] { linear_forward(out, inp, weight, static_cast<const Real*>(nullptr), N, C, OC); });
 }
 template <typename Real>
 void linear_backward(const Exec& ex, const char* name, bool bias, Real* dinp, Real* dweight,
                      Real* dbias, const Real* dout, const Real* inp, const Real* weight, int64_t N,
                      int C, int OC) {
-  ex.run(name, linear_backward_cost(N, C, OC, bias, ex.elem),
+  ex.run(name, te_linear_cost(ex, linear_backward_cost(N, C, OC, bias, ex.elem), N * OC),
          [&] { linear_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC); });
 }
 template <typename Real>
 void linear_backward_input(const Exec& ex, const char* name, Real* dinp, const Real* dout,
                            const Real* weight, int64_t N, int C, int OC) {
-  ex.run(name, linear_backward_input_cost(N, C, OC, ex.elem),
+  ex.run(name, te_linear_cost(ex, linear_backward_input_cost(N, C, OC, ex.elem), N * OC),
          [&] { linear_backward_input(dinp, dout, weight, N, C, OC); });
 }
 template <typename Real>
 void linear_backward_weight(const Exec& ex, const char* name, bool bias, Real* dweight, Real* dbias,
                             const Real* dout, const Real* inp, int64_t N, int C, int OC) {
-  ex.run(name, linear_backward_weight_cost(N, C, OC, bias, ex.elem),
+  ex.run(name, te_linear_cost(ex, linear_backward_weight_cost(N, C, OC, bias, ex.elem), 0),
          [&] { linear_backward_weight(dweight, dbias, dout, inp, N, C, OC); });
 }
 

@@ -35,6 +35,8 @@ class OpSink {
   virtual bool average_over_replicas(float* data, int64_t n) { return false; }
   // Modeled bytes per element for the *_cost functions.
   virtual int element_size() const { return 4; }
+  // The run models Precision::kFp8 (Transformer Engine's linears in FP8).
+  virtual bool fp8() const { return false; }
 };
 
 // "attn.c_attn.fwd" -> "attn.c_attn.fwd.recompute": the same kernel run again
@@ -53,9 +55,20 @@ struct Exec {
   // every computation on activations, parameters and gradients and charge
   // exactly the same ops, collectives and bytes as a real run.
   bool phantom = false;
+  // A Precision::kFp8 run (the sink's fp8()), and whether this call is one of
+  // Transformer Engine's FP8 linears (te_linear(): the blocks' projections
+  // and MLPs, experts included). The router, the LM head, the embedding and
+  // the attention core stay BF16, as Megatron-LM with TE runs them.
+  bool fp8_run = false;
+  bool fp8_linear = false;
 
   static Exec with(OpSink* s) {
-    return {s, s ? s->element_size() : 4, false, phantom_allocation()};
+    return {s, s ? s->element_size() : 4, false, phantom_allocation(), s && s->fp8(), false};
+  }
+  Exec te_linear() const {
+    Exec e = *this;
+    e.fp8_linear = fp8_run;
+    return e;
   }
   bool math() const { return !phantom; }  // alone: only what is no kernel (below)
   void op(const char* name, const OpCost& cost) const {

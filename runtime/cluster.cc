@@ -34,6 +34,7 @@ Cluster::Cluster(HardwareProfile profile, ClusterOptions options)
                                   options_.world_size, profile_.name, profile_.total_devices(),
                                   profile_.nodes, profile_.devices_per_node));
   }
+  (void)CostModel(profile_.device, options_.precision);  // refuses fp8 on a device without an FP8 peak
   if (!options_.links) {
     default_links_ = std::make_unique<ProfileLinkModel>(profile_);
     options_.links = default_links_.get();

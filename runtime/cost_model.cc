@@ -7,7 +7,9 @@
 
 namespace shardlab {
 
-const char* precision_name(Precision p) { return p == Precision::kFp32 ? "fp32" : "bf16"; }
+const char* precision_name(Precision p) {
+  return p == Precision::kFp32 ? "fp32" : p == Precision::kBf16 ? "bf16" : "fp8";
+}
 int element_size(Precision p) { return p == Precision::kFp32 ? 4 : 2; }
 
 CostModel::CostModel(const DeviceSpec& spec, Precision precision)
@@ -19,7 +21,13 @@ CostModel::CostModel(const DeviceSpec& spec, Precision precision)
       gemm_(spec.gemm),
       gemm_max_efficiency_(precision == Precision::kFp32 ? spec.gemm.max_efficiency_fp32
                                                          : spec.gemm.max_efficiency_bf16),
-      launch_(us_to_time(spec.launch_overhead_us)) {}
+      launch_(us_to_time(spec.launch_overhead_us)) {
+  if (precision != Precision::kFp8) return;
+  if (spec.peak_tflops_fp8 <= 0)
+    throw ConfigError("precision fp8 needs the profile's `device.peak_tflops.fp8` (this device has no FP8 peak)");
+  fp8_peak_flops_ = spec.peak_tflops_fp8 * 1e12;
+  fp8_max_efficiency_ = spec.gemm.max_efficiency_fp8;
+}
 
 namespace {
 // The narrowest tile side of a tensor-core kernel: mma.sync's m16n8k16 (bf16)
@@ -49,10 +57,11 @@ double CostModel::gemm_efficiency(const GemmShape& g) const {
   return gemm_max_efficiency_ * best;
 }
 
-double CostModel::gemm_bytes(const GemmShape& g) const {
+double CostModel::gemm_bytes(const GemmShape& g, bool fp8) const {
   if (g.empty()) return 0.0;
   const double a = double(g.m) * g.k, b = double(g.k) * g.n, c = double(g.m) * g.n;
-  return (a + b + c) * double(g.batch) * element_size(precision_);
+  const int in = fp8 ? kFp8Bytes : element_size(precision_);
+  return ((a + b) * in + c * element_size(precision_)) * double(g.batch);
 }
 
 // Picoseconds of the op's arithmetic, rounded up once: with the calibrated
@@ -60,14 +69,19 @@ double CostModel::gemm_bytes(const GemmShape& g) const {
 // HBM time (a GEMM does not overlap with the next one).
 double CostModel::compute_ps(const OpCost& op) const {
   if (op.flops <= 0) return 0.0;
-  if (op.op_class == OpClass::kElementwise || gemm_.sm_count <= 0)
-    return std::ceil(op.flops / achieved_flops_ * 1e12);
+  if (op.op_class == OpClass::kElementwise || gemm_.sm_count <= 0) {
+    const double rate = fp8_op(op) ? fp8_peak_flops_ * (achieved_flops_ / peak_flops_) : achieved_flops_;
+    return std::ceil(op.flops / rate * 1e12);
+  }
   SHARDLAB_CHECK(!op.gemm.empty(), "a kGemm op needs its GEMM shape");
+  const bool fp8 = fp8_op(op);
+  // The tile/wave share at this precision's maximum, rescaled to fp8's.
+  const double peak = fp8 ? fp8_peak_flops_ * fp8_max_efficiency_ / gemm_max_efficiency_ : peak_flops_;
   double seconds = 0, gemm_flops = 0;
   for (const GemmShape* g : {&op.gemm, &op.gemm2}) {
     if (g->empty()) continue;
-    seconds += std::max(g->flops() / (peak_flops_ * gemm_efficiency(*g)),
-                        gemm_bytes(*g) / mem_bytes_per_s_);
+    const double tiles = g->flops() / (peak * gemm_efficiency(*g));
+    seconds += op.on_chip ? tiles : std::max(tiles, gemm_bytes(*g, fp8) / mem_bytes_per_s_);
     gemm_flops += g->flops();
   }
   seconds += std::max(0.0, op.flops - gemm_flops) / achieved_flops_;  // bias, fused softmax
@@ -75,7 +89,8 @@ double CostModel::compute_ps(const OpCost& op) const {
 }
 
 Time CostModel::duration(const OpCost& op) const {
-  const double memory_ps = op.bytes > 0 ? std::ceil(op.bytes / mem_bytes_per_s_ * 1e12) : 0.0;
+  const double bytes = fp8_op(op) ? gemm_bytes(op.gemm, true) + gemm_bytes(op.gemm2, true) : op.bytes;
+  const double memory_ps = bytes > 0 ? std::ceil(bytes / mem_bytes_per_s_ * 1e12) : 0.0;
   return launch_ + static_cast<Time>(std::max(compute_ps(op), memory_ps));
 }
 

@@ -47,9 +47,15 @@ namespace shardlab {
 
 // Modeled precision: sets the element size and which peak applies. Host math
 // is always fp32 (or fp64 in gradient-check tests).
-enum class Precision : uint8_t { kFp32, kBf16 };
+//   kFp8  Transformer Engine's recipe: the linear layers' GEMMs (OpCost::fp8)
+//         take FP8 operands at the profile's fp8 peak and write BF16; every
+//         other kernel, the activations and the weights are BF16 (element
+//         size 2), master weights and Adam moments FP32 (model/kernels.h,
+//         model/train/optimizer_step.cc).
+enum class Precision : uint8_t { kFp32, kBf16, kFp8 };
 const char* precision_name(Precision p);
-int element_size(Precision p);  // modeled bytes per element: 4 or 2
+int element_size(Precision p);  // modeled bytes per element: 4, or 2 (bf16 and fp8's bf16 tensors)
+inline constexpr int kFp8Bytes = 1;  // an FP8 (E4M3/E5M2) element
 
 // What the cost model needs to know about an op besides its totals. The
 // default is elementwise (memory-bound), so an OpCost{flops, bytes} built
@@ -72,6 +78,12 @@ struct OpCost {
   OpClass op_class = OpClass::kElementwise;
   GemmShape gemm;   // kGemm: the op's GEMM
   GemmShape gemm2;  // kGemm: a second GEMM of the same op (fused backward, attention's ·v)
+  // Under Precision::kFp8: the op's GEMMs read FP8 A and B and write a BF16
+  // C, at the fp8 peak; the op's traffic is then those GEMMs' operands.
+  bool fp8 = false;
+  // A fused kernel (FlashAttention): its GEMMs' operands and outputs stay on
+  // chip, so a GEMM has no HBM term of its own; the op's `bytes` is its traffic.
+  bool on_chip = false;
 };
 
 class CostModel {
@@ -81,14 +93,19 @@ class CostModel {
   Time duration(const OpCost& op) const;
   // Achieved share of peak of one GEMM of this shape, (0, gemm_max_efficiency].
   double gemm_efficiency(const GemmShape& g) const;
-  // Bytes one GEMM moves in HBM: A, B and C once each, at the precision.
-  double gemm_bytes(const GemmShape& g) const;
+  // Bytes one GEMM moves in HBM: A, B and C once each, at the precision
+  // (fp8: A and B at 1 B, C at 2 B).
+  double gemm_bytes(const GemmShape& g, bool fp8 = false) const;
   Time launch_overhead() const { return launch_; }
-  double peak_flops() const { return peak_flops_; }  // FLOP/s at this precision, before efficiency
+  // FLOP/s at this precision, before efficiency (fp8: the BF16 peak of its
+  // non-GEMM kernels, the base MFU is quoted against).
+  double peak_flops() const { return peak_flops_; }
+  double fp8_peak_flops() const { return fp8_peak_flops_; }  // 0 unless kFp8
   Precision precision() const { return precision_; }
 
  private:
   double compute_ps(const OpCost& op) const;
+  bool fp8_op(const OpCost& op) const { return op.fp8 && precision_ == Precision::kFp8; }
 
   Precision precision_;
   double peak_flops_;       // FLOP/s
@@ -96,6 +113,8 @@ class CostModel {
   double mem_bytes_per_s_;  // achieved: bandwidth * mem_efficiency
   GemmSpec gemm_;
   double gemm_max_efficiency_;  // at this precision
+  double fp8_peak_flops_ = 0;   // FLOP/s of FP8 GEMMs (kFp8)
+  double fp8_max_efficiency_ = 0;
   Time launch_;
 };
 

@@ -77,6 +77,13 @@ uint64_t HardwareProfile::memory_bytes() const {
 //    reaches 75-85% of peak in short benchmarks. H100 0.75 (~740 of 989: an
 //    assumption of the same order, not calibrated); fp32 SGEMM 0.97 (cuBLAS 18.88 of 19.49 TFLOP/s on an A100 80GB,
 //    M=5120 N=K=4096, Yinghan-Li/YHs_Sample#4).
+//  - Hopper and Blackwell (HGX/DGX datasheets; README "Scale" has the table): H100 SXM
+//    1,979 TFLOP/s dense FP8, 132 SMs, 80 GB HBM3 at 3.35 TB/s; H200 SXM the same
+//    GH100 compute with 141 GB HBM3e at 4.8 TB/s; HGX B200 (1,000 W): 80 fp32, 2,250
+//    bf16 and 4,500 FP8 dense TFLOP/s, 148 SMs, 8 TB/s HBM3e, 180 GB enabled per GPU
+//    (DGX B200: 1,440 GB for eight; 192 GB on the package), NVLink5 900 GB/s per
+//    direction. The FP8 GEMM maximum (kH100Fp8GemmMax) is the one number for FP8;
+//    B200's GEMM maxima are H100's, uncalibrated.
 //  - NVLink packets: an NVLink3/4 packet carries at most 128 B of payload when the SMs
 //    store (NCCL's kernels) and 256 B from the copy engines (cudaMemcpy), with ~32 B
 //    of header and CRC: a 25 GB/s NVLink3 link gives ~20 GB/s to NCCL, 12 links
@@ -86,6 +93,11 @@ uint64_t HardwareProfile::memory_bytes() const {
 //  - collective_launch_us 8: nccl-tests all_reduce on 2 A100 SXM4 over NVLink takes
 //    10.1 us at 32 B (NVIDIA/nccl#583); the modeled one hop is 2 us, the rest is the
 //    collective's fixed start (NCCL's own tuning model has 6.6-8.4 us of base latency).
+// FP8 GEMM maximum of the Hopper and Blackwell profiles: the achieved share
+// of the FP8 peak of a GEMM that fills whole tiles and waves. An assumption
+// of cuBLASLt's order (large FP8 GEMMs reach 65-75% of 1,979 TFLOP/s).
+constexpr double kH100Fp8GemmMax = 0.70;
+
 const std::vector<HardwareProfile>& builtin_profiles() {
   static const std::vector<HardwareProfile> kProfiles = [] {
     auto device = [](double fp32, double bf16, double hbm, int sms, double eff_bf16) {
@@ -99,7 +111,17 @@ const std::vector<HardwareProfile>& builtin_profiles() {
       return LinkSpec{lat, bw, header, sm_payload, copy_payload};
     };
     const DeviceSpec a100 = device(19.5, 312.0, 2039.0, 108, 0.70);
-    const DeviceSpec h100 = device(67.0, 989.0, 3350.0, 132, 0.75);
+    // The H100 family (sources: README "Scale", the Hopper/Blackwell notes above).
+    auto fp8 = [](DeviceSpec d, double fp8_tflops, double eff_fp8, double memory_gib) {
+      d.peak_tflops_fp8 = fp8_tflops;
+      d.gemm.max_efficiency_fp8 = eff_fp8;
+      d.memory_GiB = memory_gib;
+      return d;
+    };
+    const DeviceSpec h100 = fp8(device(67.0, 989.0, 3350.0, 132, 0.75), 1979.0, kH100Fp8GemmMax, 80.0);
+    const DeviceSpec h200 = fp8(device(67.0, 989.0, 4800.0, 132, 0.75), 1979.0, kH100Fp8GemmMax, 141.0);
+    const DeviceSpec b200 = fp8(device(80.0, 2250.0, 8000.0, 148, 0.75), 4500.0, kH100Fp8GemmMax, 180.0);
+    const LinkSpec nvlink4 = link(1.5, 450.0, 32, 128, 256), ndr = link(4.0, 50.0, 42, 4096, 4096);
     const LinkSpec hdr = link(5.0, 25.0, 42, 4096, 4096);
     // NICs: DGX A100 and DGX H100 have eight compute NICs, one per GPU (a
     // rail each: the default, "nics" absent); the 4-NIC A100 servers of
@@ -133,8 +155,15 @@ const std::vector<HardwareProfile>& builtin_profiles() {
                  4, 8, a100_pcie, link(3.0, 32.0, 24, 128, 256), hdr, one_per_pair, pcie_box});
     v.push_back({"h100-nvlink",
                  "DGX H100 nodes: NVLink4 inside a node, one InfiniBand NDR 400G NIC per GPU between",
-                 4, 8, h100, link(1.5, 450.0, 32, 128, 256), link(4.0, 50.0, 42, 4096, 4096),
-                 one_per_gpu});
+                 4, 8, h100, nvlink4, ndr, one_per_gpu});
+    v.push_back({"h200-nvlink",
+                 "DGX H200 nodes: H100's compute with 141 GB of HBM3e at 4.8 TB/s; NVLink4 inside a node, "
+                 "one InfiniBand NDR 400G NIC per GPU between",
+                 4, 8, h200, nvlink4, ndr, one_per_gpu});
+    v.push_back({"b200-nvlink",
+                 "DGX B200 nodes: NVLink5 (1.8 TB/s per GPU, both directions) inside a node, one "
+                 "ConnectX-7 400G NIC per GPU between",
+                 4, 8, b200, link(1.5, 900.0, 32, 128, 256), ndr, one_per_gpu});
     return v;
   }();
   return kProfiles;
@@ -166,12 +195,15 @@ nlohmann::json profile_to_json(const HardwareProfile& p) {
       {"compute_efficiency", d.compute_efficiency},
       {"mem_efficiency", d.mem_efficiency},
       {"collective_launch_us", d.collective_launch_us}};
+  if (d.peak_tflops_fp8 > 0) device["peak_tflops"]["fp8"] = d.peak_tflops_fp8;
   if (d.gemm.sm_count > 0)
     device["gemm"] = {
         {"sm_count", d.gemm.sm_count},
         {"tiles", tiles_to_json(d.gemm.tiles)},
         {"max_efficiency",
          {{"fp32", d.gemm.max_efficiency_fp32}, {"bf16", d.gemm.max_efficiency_bf16}}}};
+  if (d.gemm.sm_count > 0 && d.peak_tflops_fp8 > 0)
+    device["gemm"]["max_efficiency"]["fp8"] = d.gemm.max_efficiency_fp8;
   nlohmann::json j{{"name", p.name},   {"description", p.description},
                    {"nodes", p.nodes}, {"devices_per_node", p.devices_per_node},
                    {"device", device}, {"links", {{"intra", link(p.intra)}, {"inter", link(p.inter)}}}};
@@ -275,6 +307,8 @@ void read_device_model(const Reader& r, const nlohmann::json& j, DeviceSpec& d) 
   }
   d.gemm.max_efficiency_fp32 = r.fraction(j, "device.gemm.max_efficiency.fp32");
   d.gemm.max_efficiency_bf16 = r.fraction(j, "device.gemm.max_efficiency.bf16");
+  if (r.has(j, "device.gemm.max_efficiency.fp8"))
+    d.gemm.max_efficiency_fp8 = r.fraction(j, "device.gemm.max_efficiency.fp8");
 }
 
 // Every field a profile may have. An optional one misspelt
@@ -284,10 +318,10 @@ bool known_field(std::string_view path) {
   static const std::set<std::string_view> kFields = {
       "name", "description", "nodes", "devices_per_node", "device", "links", "nics", "pcie",
       "pcie.switches", "pcie.sockets", "pcie.uplink_GBps", "pcie.inter_socket_GBps",
-      "device.peak_tflops", "device.peak_tflops.fp32", "device.peak_tflops.bf16", "device.mem_bandwidth_GBps",
+      "device.peak_tflops", "device.peak_tflops.fp32", "device.peak_tflops.bf16", "device.peak_tflops.fp8", "device.mem_bandwidth_GBps",
       "device.memory_GiB", "device.launch_overhead_us", "device.compute_efficiency", "device.mem_efficiency",
       "device.collective_launch_us", "device.gemm", "device.gemm.sm_count", "device.gemm.tiles",
-      "device.gemm.max_efficiency", "device.gemm.max_efficiency.fp32", "device.gemm.max_efficiency.bf16",
+      "device.gemm.max_efficiency", "device.gemm.max_efficiency.fp32", "device.gemm.max_efficiency.bf16", "device.gemm.max_efficiency.fp8",
       "links.intra", "links.inter"};
   static const std::set<std::string_view> kLinkFields = {
       "latency_us", "bandwidth_GBps", "packet", "packet.header_bytes", "packet.sm_payload_bytes",
@@ -394,6 +428,7 @@ HardwareProfile profile_from_json(const nlohmann::json& j, std::string_view orig
                        int64_t{p.nodes} * p.devices_per_node, kMaxDevices));
   p.device.peak_tflops_fp32 = r.rate(j, "device.peak_tflops.fp32");
   p.device.peak_tflops_bf16 = r.rate(j, "device.peak_tflops.bf16");
+  if (r.has(j, "device.peak_tflops.fp8")) p.device.peak_tflops_fp8 = r.rate(j, "device.peak_tflops.fp8");
   p.device.mem_bandwidth_GBps = r.rate(j, "device.mem_bandwidth_GBps");
   p.device.memory_GiB = r.positive(j, "device.memory_GiB", false, 1e6);
   p.device.launch_overhead_us = r.duration_us(j, "device.launch_overhead_us");

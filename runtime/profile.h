@@ -6,14 +6,14 @@
 // bytes per second, per direction.
 //
 // The JSON form (`shardlab profiles --json`). Required: name, nodes,
-// devices_per_node, device.{peak_tflops.{fp32,bf16}, mem_bandwidth_GBps,
+// devices_per_node, device.{peak_tflops.{fp32,bf16[,fp8]}, mem_bandwidth_GBps,
 // memory_GiB, launch_overhead_us}, links.{intra,inter}.{latency_us,
 // bandwidth_GBps}. Optional, the calibration (absent: the plain roofline and
 // plain links, as in files written before it; the default in parentheses):
 //   device.compute_efficiency    share of peak of non-GEMM flops (1)
 //   device.mem_efficiency        achieved share of HBM bandwidth (1)
 //   device.collective_launch_us  fixed start of every collective (0)
-//   device.gemm.{sm_count, tiles: [[m, n], ...], max_efficiency.{fp32, bf16}}
+//   device.gemm.{sm_count, tiles: [[m, n], ...], max_efficiency.{fp32, bf16[, fp8]}}
 //                                GEMM tile and wave quantization (off)
 //   links.<class>.packet.{header_bytes, sm_payload_bytes, copy_payload_bytes}
 //                                packet headers on the wire (none)
@@ -85,6 +85,7 @@ struct GemmSpec {
   std::vector<GemmTile> tiles;       // the tile shapes the library picks from, largest first
   double max_efficiency_fp32 = 1.0;  // achieved share of peak, whole tiles and waves
   double max_efficiency_bf16 = 1.0;
+  double max_efficiency_fp8 = 1.0;   // FP8 GEMMs (Precision::kFp8)
 };
 
 struct DeviceSpec {
@@ -97,6 +98,7 @@ struct DeviceSpec {
   double mem_efficiency = 1.0;      // achieved share of HBM bandwidth (STREAM-like), (0, 1]
   double collective_launch_us = 0;  // fixed start of every collective (NCCL kernel launch, setup)
   GemmSpec gemm;
+  double peak_tflops_fp8 = 0;  // dense FP8 tensor-core peak; 0: no FP8 (Ampere)
 };
 
 // A node's PCIe tree ("pcie"): which links a message between two GPUs of a

@@ -24,6 +24,7 @@ class DeviceSink final : public model::OpSink {
     dev_.arena().release(uint64_t(elements) * shardlab::element_size(dev_.precision()), MemKind::kActivation);
   }
   int element_size() const override { return shardlab::element_size(dev_.precision()); }
+  bool fp8() const override { return dev_.precision() == Precision::kFp8; }
   bool average_over_replicas(float* data, int64_t n) override {
     return average_ && average_(data, n);
   }

@@ -67,11 +67,15 @@ void BlockActs::resize(const ShardDims& d, const model::GPTConfig& config, bool 
   moe.resize(d, config);
 }
 
-int64_t BlockActs::saved_elements() const {
+int64_t BlockActs::saved_elements(bool fp8) const {
   int64_t n = 0;
-  for (const Buf<float>* b : {&ln1, &ln2, &ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd, &qkv, &att,
-                              &atty, &attproj, &res1, &fc, &fc_gelu, &mlp_out, &res2}) {
+  for (const Buf<float>* b : {&ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd, &qkv, &att, &attproj, &res1,
+                              &fc, &mlp_out, &res2}) {
     n += static_cast<int64_t>(b->size());
+  }
+  for (const Buf<float>* b : {&ln1, &ln2, &atty, &fc_gelu}) {
+    const auto size = static_cast<int64_t>(b->size());
+    n += fp8 ? (size + 1) / 2 : size;
   }
   return n + moe.saved_elements();
 }
@@ -108,18 +112,19 @@ void tp_attention_forward(float* out, BlockActs& a, const BlockView<float>& p,
   const int64_t N = d.N();
   const int C = d.C, Cl = d.Cl(), W = d.qkv_width();
   const bool llama = config.is_llama();
+  const Exec te = ex.te_linear();  // the projections: FP8 under --precision fp8
   if (llama) {
-    model::linear_forward(ex, "attn.c_attn.fwd", a.qkv.data(), inp_full, p.c_attn.weight, N, C, W);
+    model::linear_forward(te, "attn.c_attn.fwd", a.qkv.data(), inp_full, p.c_attn.weight, N, C, W);
     const model::GqaHeads g = d.gqa(c.tp.rank());
     model::rope_forward(ex, "attn.rope.fwd", a.qkv.data(), a.qkv.data(), s.positions.data(), d.B, d.T,
                         g.NHq + g.KVl, g.HS, W, config.rope_theta);
   } else {
-    model::linear_forward(ex, "attn.c_attn.fwd", a.qkv.data(), inp_full, p.c_attn.weight, p.c_attn.bias, N, C,
+    model::linear_forward(te, "attn.c_attn.fwd", a.qkv.data(), inp_full, p.c_attn.weight, p.c_attn.bias, N, C,
                           W);
   }
   c.attention_core().forward(a.atty.data(), a.att.data(), core_qkv(a, s, d, config, c), d, c.tp);
-  dropout_forward(attention_probs(d), "attn.dropout.fwd", c);
-  model::linear_forward(ex, "attn.c_proj.fwd", s.partial.data(), a.atty.data(), p.attn_proj.weight,
+  if (!d.flash) dropout_forward(attention_probs(d), "attn.dropout.fwd", c);  // else inside the fused kernel
+  model::linear_forward(te, "attn.c_proj.fwd", s.partial.data(), a.atty.data(), p.attn_proj.weight,
                         N, Cl, C);  // its bias after the reduction
   exit_row_parallel(c.tp, s.partial.data(), out, d.rows(), C);
   if (!llama) add_bias_rows(out, p.attn_proj.bias, d.rows(), C, "attn.c_proj.bias.fwd", ex);
@@ -138,8 +143,8 @@ void tp_attention_backward(float* dinp_partial, const BlockView<float>& g, Block
   zero(s.datty.data(), N * Cl);
   linear_backward_split(s.datty.data(), g.attn_proj.weight, g.attn_proj.bias, dout_full,
                         a.atty.data(), p.attn_proj.weight, N, Cl, C,
-                        {"attn.c_proj.dgrad", "attn.c_proj.wgrad", !llama}, wg, ex);
-  dropout_backward(attention_probs(d), "attn.dropout.bwd", c);
+                        {"attn.c_proj.dgrad", "attn.c_proj.wgrad", !llama}, wg, ex.te_linear());
+  if (!d.flash) dropout_backward(attention_probs(d), "attn.dropout.bwd", c);
   zero(s.dqkv.data(), N * 3 * Cl);
   c.attention_core().backward(s.dqkv.data(), s.datty.data(), core_qkv(a, s, d, config, c), a.atty.data(),
                               a.att.data(), d, c.tp);
@@ -156,7 +161,7 @@ void tp_attention_backward(float* dinp_partial, const BlockView<float>& g, Block
   }
   linear_backward_split(dinp_partial, g.c_attn.weight, g.c_attn.bias, dqkv, inp_full,
                         p.c_attn.weight, N, C, W, {"attn.c_attn.dgrad", "attn.c_attn.wgrad", !llama},
-                        wg, ex);
+                        wg, ex.te_linear());
 }
 
 }  // namespace

@@ -76,7 +76,11 @@ struct BlockActs {
   Buf<float> fc, fc_gelu;                   // (N,Fl) dense blocks
   TpMoeActs moe;                            // MoE blocks
   void resize(const ShardDims& d, const model::GPTConfig& config, bool moe_block);
-  int64_t saved_elements() const;  // what the block keeps for backward
+  // What the block keeps for backward, in modeled elements. fp8 (a
+  // Precision::kFp8 run): the inputs of the FP8 GEMMs (ln1, ln2, atty,
+  // fc_gelu) are kept as Transformer Engine keeps them, in FP8, 1 B of the
+  // 2 B element, so each counts half (rounded up).
+  int64_t saved_elements(bool fp8 = false) const;
 };
 
 // Scratch shared by all blocks, overwritten by each call.

@@ -38,8 +38,9 @@ struct ShardDims : model::Dims {
   // The attention core's saved state: the probabilities, or under context
   // parallelism the log-sum-exp of every query row (attention_core.h).
   int64_t att_elements() const {
-    return int64_t{B} * NHl() * T * (cp > 1 ? 1 : T);
+    return int64_t{B} * NHl() * T * (cp > 1 || flash ? 1 : T);
   }
+  bool flash = false;  // the core is FusedAttention: it keeps the log-sum-exp
   int64_t rows() const { return sp ? N() / tp : N(); }             // Nr
   int64_t row0(int rank) const { return sp ? rank * rows() : 0; }  // first global row held
   int NHl() const { return NH / tp; }

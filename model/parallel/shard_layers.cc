@@ -33,7 +33,8 @@ void add_bias_rows(float* out, const float* bias, int64_t N, int OC, const char*
 // ---- MLP: c_fc column-parallel, GELU, c_proj row-parallel (partial, no bias) ----
 
 void tp_mlp_partial_forward(float* partial, float* fc, float* fc_gelu, const MlpView<float>& p,
-                            const float* inp, int64_t rows, int C, int Fl, const Exec& ex, bool swiglu) {
+                            const float* inp, int64_t rows, int C, int Fl, const Exec& any, bool swiglu) {
+  const Exec ex = any.te_linear();  // FP8 GEMMs under --precision fp8 (experts' too)
   if (swiglu) {  // the fused [gate | up] rows, no biases
     model::linear_forward(ex, "mlp.c_fc.fwd", fc, inp, p.c_fc.weight, rows, C, 2 * Fl);
     model::swiglu_forward(ex, "mlp.swiglu.fwd", fc_gelu, fc, rows, Fl);
@@ -56,7 +57,8 @@ void linear_backward_split(float* dinp, float* dweight, float* dbias, const floa
 void tp_mlp_backward(float* dinp, const MlpView<float>& g, float* dfc, float* dfc_gelu,
                      const float* dout, const float* inp, const float* fc, const float* fc_gelu,
                      const MlpView<float>& p, int64_t rows, int C, int Fl, WeightGrads& wg,
-                     const Exec& ex, bool swiglu) {
+                     const Exec& any, bool swiglu) {
+  const Exec ex = any.te_linear();
   const int width = swiglu ? 2 * Fl : Fl;
   zero(dfc_gelu, rows * Fl);
   linear_backward_split(dfc_gelu, g.c_proj.weight, g.c_proj.bias, dout, fc_gelu, p.c_proj.weight,

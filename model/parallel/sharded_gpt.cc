@@ -67,6 +67,7 @@ ShardedGPT::ShardedGPT(const model::GPTConfig& config, uint64_t seed, Device& de
   ctx_.dropout = config_.dropout > 0;
   scatter_gather_ = options.scatter_gather && !ctx_.tp.sp;
   ctx_.attention = options.attention;
+  flash_ = options.flash;
   SHARDLAB_CHECK(cp_ == 1 || ctx_.attention, "context parallelism needs its attention core");
   ctx_.moe.phantom_zipf = options.phantom_zipf;
   ctx_.moe.a2a_time = &a2a_time_;
@@ -136,6 +137,7 @@ void ShardedGPT::set_micro_batch(int B, int T) {
   dims_.rope = config_.is_llama();
   dims_.cp = cp_;
   dims_.cp_rank = cp_rank_;
+  dims_.flash = flash_;
   const int64_t N = dims_.N(), Nr = dims_.rows(), C = dims_.C;
   for (Pool& pool : pools_) pool = Pool{};
   scratch_.resize(dims_, config_);

@@ -75,6 +75,7 @@ struct ShardedOptions {
   // T is then its share T/cp of each sequence, ShardDims::position); with cp > 1
   // `attention` is the CpAttention over the cp group.
   int cp = 1, cp_rank = 0;
+  bool flash = false;  // `attention` is FusedAttention (ShardDims::flash)
   BlockHooks* hooks = nullptr;
   double phantom_zipf = 0;  // phantom runs: MoE routing skew (ExpertContext::phantom_zipf)
 };
@@ -210,6 +211,7 @@ class ShardedGPT final : public LocalModel, public StageModel {
   std::optional<collectives::ProcessGroup> ep_group_, capacity_group_;
   BlockContext ctx_;
   bool scatter_gather_ = false;  // ShardedOptions::scatter_gather, without SP
+  bool flash_ = false;           // ShardedOptions::flash
   BlockHooks* hooks_ = nullptr;
   Recompute recompute_ = Recompute::kNone;
   int cp_ = 1, cp_rank_ = 0;

@@ -141,12 +141,13 @@ void ShardedGPT::blocks_backward(int chunk, Slot& s, float dloss, bool announce)
 }
 
 int64_t ShardedGPT::kept_elements(const BlockActs& a) const {
+  const bool fp8 = ctx_.ex().fp8_run;
   switch (recompute_) {
-    case Recompute::kNone: return a.saved_elements();
-    case Recompute::kSelective: return a.saved_elements() - static_cast<int64_t>(a.att.size());
+    case Recompute::kNone: return a.saved_elements(fp8);
+    case Recompute::kSelective: return a.saved_elements(fp8) - static_cast<int64_t>(a.att.size());
     case Recompute::kFull: return static_cast<int64_t>(a.res2.size());  // the next block's input
   }
-  return a.saved_elements();
+  return a.saved_elements(fp8);
 }
 
 int64_t ShardedGPT::recompute_block(BlockActs& a, int layer, const float* x) {
@@ -161,13 +162,13 @@ int64_t ShardedGPT::recompute_block(BlockActs& a, int layer, const float* x) {
     // The recomputed core ends with the dropout on its probabilities, as
     // Megatron-LM's checkpointed CoreAttention does (block.cc charges it in
     // the forward): B·(NH/tp)·T·T elements.
-    if (again.dropout)
+    if (again.dropout && !dims_.flash)
       again.ex().op("attn.dropout.fwd",
                     model::dropout_forward_cost(int64_t{dims_.B} * dims_.NHl() * dims_.T * dims_.T, again.ex().elem));
   } else {  // the whole block, from its kept input; its aux loss was counted in forward
     block_forward(a, w_.blocks[layer], x, dims_, config_, scratch_, again);
   }
-  const int64_t rebuilt = a.saved_elements() - kept_elements(a);
+  const int64_t rebuilt = a.saved_elements(ctx_.ex().fp8_run) - kept_elements(a);
   if (ctx_.ex().sink) ctx_.ex().sink->saved(rebuilt);
   return rebuilt;
 }

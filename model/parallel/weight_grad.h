@@ -67,6 +67,7 @@ class WeightGrads {
     int64_t N;
     int C, OC;
     int layer;  // -1 until end_block
+    bool fp8;   // one of Transformer Engine's FP8 linears (Exec::fp8_linear)
   };
   float* reserve(int64_t n, int64_t* offset);
 

@@ -99,6 +99,10 @@ void DeviceSetup::make_model(const DeviceProgram& p, Device& dev) {
     so.attention = cp_attention.get();
     so.cp = par.cp;
     so.cp_rank = coords.cp;
+  } else if (parallel::fused_attention(par.attention, o.model.is_llama())) {
+    fused_attention = std::make_unique<parallel::FusedAttention>();
+    so.attention = fused_attention.get();
+    so.flash = true;
   }
   auto m = std::make_unique<parallel::ShardedGPT>(o.model, o.seed, dev, groups, so);
   m->set_micro_batch(int(rows), T);

@@ -12,6 +12,7 @@
 
 #include "model/parallel/data/data_parallel.h"
 #include "model/parallel/context/cp_attention.h"
+#include "model/parallel/tensor/fused_attention.h"
 #include "model/parallel/data/fsdp.h"
 #include "model/parallel/parallel_context.h"
 #include "model/parallel/pipeline/executor.h"
@@ -37,6 +38,7 @@ class DeviceSetup {
   std::optional<parallel::DataParallel> dp;
   std::optional<parallel::Fsdp> fsdp;  // ZeRO-3: the model's block hooks
   std::unique_ptr<parallel::CpAttention> cp_attention;  // --cp: the model's attention core
+  std::unique_ptr<parallel::FusedAttention> fused_attention;  // --attention fused, without --cp
   std::optional<parallel::PipelineExecutor> executor;
   std::optional<ShardedAdamW> optimizer;
   std::vector<model::Batch> micro;  // reused: no allocation per step

@@ -30,9 +30,36 @@ ShardedAdamW::ShardedAdamW(Device& dev, parallel::LocalModel& model, parallel::D
   m_ = Tensor(dev.arena(), "adamw.exp_avg", {owned}, MemKind::kOptimizer, Precision::kFp32, phantom);
   v_ = Tensor(dev.arena(), "adamw.exp_avg_sq", {owned}, MemKind::kOptimizer, Precision::kFp32,
               phantom);
-  if (dev.precision() == Precision::kBf16)
+  if (dev.precision() != Precision::kFp32)
     master_ = Tensor(dev.arena(), "master weights", {owned}, MemKind::kMaster, Precision::kFp32,
                      /*phantom=*/true);
+  if (dev.precision() != Precision::kFp8) return;
+  using model::ParamRole;
+  for (const ShardSpec& s : model_.shards()) {
+    if (s.role == ParamRole::kQkvWeight || s.role == ParamRole::kAttnProjWeight ||
+        s.role == ParamRole::kFcWeight || s.role == ParamRole::kMlpProjWeight) {
+      ++fp8_tensors_;  // one FP8 GEMM each (llama's k_proj and v_proj share q_proj's)
+      fp8_elements_ += s.numel;
+    }
+    if (s.role == ParamRole::kKvWeight) fp8_elements_ += s.numel;
+  }
+  // W and Wᵀ in FP8: two bytes per weight, one 2-byte element at the run's precision.
+  fp8_weights_ = Tensor(dev.arena(), "fp8 weight copies", {fp8_elements_}, MemKind::kParam,
+                        Precision::kFp8, /*phantom=*/true);
+}
+
+// Transformer Engine casts each FP8 linear's BF16 weight to FP8 and FP8ᵀ once
+// per step (the first micro-batch's forward; its copies serve the others):
+// read 2 B, write 2 x 1 B per weight, charged here after the update. Then
+// delayed scaling's fused amax-and-scale update over every FP8 tensor's amax
+// history (3 per linear: input, weight, output gradient; NeMo's 1024-long
+// history of fp32, read and rolled). The amax all-reduce over the group is
+// not modeled (one small all-reduce per step).
+void ShardedAdamW::fp8_weight_cast() {
+  constexpr double kAmaxHistory = 1024;
+  dev_.run(dev_.compute(), "fp8.weight_cast", model::fp8_cast_transpose_cost(fp8_elements_));
+  const double history = 3.0 * double(fp8_tensors_) * kAmaxHistory;
+  dev_.run(dev_.compute(), "fp8.scale_update", OpCost{history, history * 4 * 2});
 }
 
 template <typename F>
@@ -130,6 +157,7 @@ double ShardedAdamW::step(const model::AdamWHyper& h, int step, double max_norm)
   // weights and moments, then the master weights copied into the model.
   dev_.run(dev_.compute(), "adamw", model::adamw_update_cost(owned, half ? 4 : elem));
   if (half) dev_.run(dev_.compute(), "param_copy", OpCost{double(owned), double(owned) * (4 + elem)});
+  if (fp8_tensors_ > 0) fp8_weight_cast();
   dp_.gather_params(params);
   return norm;
 }

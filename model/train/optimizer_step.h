@@ -68,7 +68,12 @@ class ShardedAdamW {
   // norm group's (within-stage) sum, as two collectives.
   const collectives::ProcessGroup* stage_group_;
   std::vector<float> gathered_;  // pipeline_sum's partials (real even in phantom runs)
-  Tensor m_, v_, master_;  // (owned) AdamW moments; fp32 master weights (bf16 only, phantom)
+  Tensor m_, v_, master_;  // (owned) AdamW moments; fp32 master weights (bf16 and fp8, phantom)
+  // Precision::kFp8: the FP8 copies of the FP8 linears' weights (W and Wᵀ,
+  // 1 B each, phantom) and how many weight tensors and elements they hold.
+  Tensor fp8_weights_;
+  int64_t fp8_tensors_ = 0, fp8_elements_ = 0;
+  void fp8_weight_cast();
 };
 
 }  // namespace shardlab::train

@@ -106,8 +106,11 @@ ActivationFloor activation_floor(const TrainOptions& o, const ParallelPlan& plan
   const model::GPTConfig& m = o.model;
   const double rows = double(m.batch_size) / (double(o.micro_batches) * p.dp);  // one micro-batch, one replica
   const double T = double(m.block_size) / p.cp, N = rows * T;  // this cp rank's tokens
-  // (b, H/tp, T, T) of one block, or its log-sum-exp rows (b, H/tp, T/cp) under CP
-  const double att = rows * (double(m.n_head) / p.tp) * T * (p.cp > 1 ? 1 : T);
+  // (b, H/tp, T, T) of one block, or its log-sum-exp rows (b, H/tp, T/cp) under
+  // CP and with the fused kernel (the sharded model's; the host still computes
+  // the probabilities, one block at a time)
+  const bool lse = p.cp > 1 || (plan.sharded && parallel::fused_attention(p.attention, m.is_llama()));
+  const double att = rows * (double(m.n_head) / p.tp) * T * (lse ? 1 : T);
   const double logits = N * double(m.vocab_size) / p.tp;         // (b, T, V/tp) on the last stage
   ActivationFloor f;
   if (!plan.sharded) {
@@ -120,7 +123,8 @@ ActivationFloor activation_floor(const TrainOptions& o, const ParallelPlan& plan
     // The sharded model holds at least one block's attention probabilities
     // on every device and the logits on the last stage's.
     f.device_elements = std::max(att, logits);
-    f.host_elements = double(plan.world) * att + double(plan.world / p.pp) * logits;
+    const double host_att = rows * (double(m.n_head) / p.tp) * T * (p.cp > 1 ? 1 : T);
+    f.host_elements = double(plan.world) * host_att + double(plan.world / p.pp) * logits;
   }
   return f;
 }

@@ -27,6 +27,7 @@
 #include "model/optimizer.h"
 #include "model/parallel/context/cp_comm.h"
 #include "model/parallel/pipeline/executor.h"
+#include "model/parallel/attention_kernel.h"
 #include "model/parallel/recompute.h"
 #include "model/parallel/pipeline/schedule.h"
 #include "runtime/cluster.h"
@@ -91,6 +92,7 @@ struct ParallelOptions {
   int vpp = 0;
   std::vector<int> stage_layers;  // blocks per virtual stage; empty = balanced
   parallel::Recompute recompute = parallel::Recompute::kNone;  // activation recomputation
+  parallel::AttentionKernel attention = parallel::AttentionKernel::kAuto;  // --attention
   // Library users: run these action lists (one per pipeline rank, schedules
   // as data) instead of `schedule`. validate_parallel checks them
   // (validate_schedule) before any thread starts.

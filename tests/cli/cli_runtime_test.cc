@@ -114,7 +114,8 @@ TEST(CliProfiles, JsonListsEveryBuiltin) {
     EXPECT_TRUE(p["device"]["peak_tflops"].contains("bf16"));
   }
   EXPECT_EQ(names,
-            (std::vector<std::string>{"a100-nvlink", "a100-nvlink-4nic", "a100-pcie", "a100-pcie-8", "h100-nvlink"}));
+            (std::vector<std::string>{"a100-nvlink", "a100-nvlink-4nic", "a100-pcie", "a100-pcie-8", "h100-nvlink",
+                                      "h200-nvlink", "b200-nvlink"}));
   EXPECT_TRUE(j[3].contains("pcie"));  // the PCIe tree of the 8x A100 PCIe server
   // NICs: listed where GPUs share them (absent: one per GPU).
   EXPECT_EQ(j[1]["nics"], nlohmann::json::parse("[[0,1],[2,3],[4,5],[6,7]]"));

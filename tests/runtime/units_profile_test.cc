@@ -55,6 +55,31 @@ TEST(Profiles, BuiltinsMatchPublicFigures) {
   EXPECT_DOUBLE_EQ(load_profile("a100-pcie").intra.bandwidth_GBps, 32);
 }
 
+// The H100 family against the vendors' datasheets (dense tensor-core peaks;
+// sources in README "Hardware profiles" and runtime/profile.cc).
+TEST(Profiles, HopperAndBlackwellDatasheetFigures) {
+  struct Row {
+    const char* name;
+    double fp32, bf16, fp8, hbm_GBps, memory_GiB, nvlink_GBps;
+    int sms;
+  };
+  for (const Row& r : {Row{"h100-nvlink", 67, 989, 1979, 3350, 80, 450, 132},
+                       Row{"h200-nvlink", 67, 989, 1979, 4800, 141, 450, 132},
+                       Row{"b200-nvlink", 80, 2250, 4500, 8000, 180, 900, 148}}) {
+    const HardwareProfile p = load_profile(r.name);
+    SCOPED_TRACE(r.name);
+    EXPECT_DOUBLE_EQ(p.device.peak_tflops_fp32, r.fp32);
+    EXPECT_DOUBLE_EQ(p.device.peak_tflops_bf16, r.bf16);
+    EXPECT_DOUBLE_EQ(p.device.peak_tflops_fp8, r.fp8);
+    EXPECT_DOUBLE_EQ(p.device.mem_bandwidth_GBps, r.hbm_GBps);
+    EXPECT_DOUBLE_EQ(p.device.memory_GiB, r.memory_GiB);
+    EXPECT_DOUBLE_EQ(p.intra.bandwidth_GBps, r.nvlink_GBps);
+    EXPECT_EQ(p.device.gemm.sm_count, r.sms);
+    EXPECT_DOUBLE_EQ(p.inter.bandwidth_GBps, 50);  // 400 Gb/s per GPU
+  }
+  EXPECT_DOUBLE_EQ(load_profile("a100-nvlink").device.peak_tflops_fp8, 0);  // Ampere: no FP8
+}
+
 TEST(Profiles, JsonHasTheContractShapeAndRoundTrips) {
   for (const auto& p : builtin_profiles()) {
     nlohmann::json j = profile_to_json(p);
@@ -144,7 +169,7 @@ TEST(Profiles, UnknownFieldsAreRefusedByTheirPath) {
                         Case{{"links", "intra"}, "latency_ms", "links.intra.latency_ms"},
                         Case{{"links"}, "nvlink", "links.nvlink"},
                         Case{{"device", "gemm", "max_efficiency"}, "fp16", "device.gemm.max_efficiency.fp16"},
-                        Case{{"device", "peak_tflops"}, "fp8", "device.peak_tflops.fp8"}}) {
+                        Case{{"device", "peak_tflops"}, "fp4", "device.peak_tflops.fp4"}}) {
     nlohmann::json j = good;
     nlohmann::json* at = &j;
     for (const std::string& k : c.where) at = &(*at)[k];

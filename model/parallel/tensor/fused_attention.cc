@@ -1,0 +1,97 @@
+// FusedAttention (fused_attention.h): FlashAttention's cost, LocalAttention's host math.
+#include "model/parallel/tensor/fused_attention.h"
+
+#include <fmt/format.h>
+
+#include "model/kernels.h"
+#include "model/parallel/attention_kernel.h"
+#include "runtime/errors.h"
+
+namespace shardlab::parallel {
+
+AttentionKernel parse_attention_kernel(std::string_view name) {
+  if (name == "auto") return AttentionKernel::kAuto;
+  if (name == "unfused") return AttentionKernel::kUnfused;
+  if (name == "fused") return AttentionKernel::kFused;
+  throw ConfigError(fmt::format("--attention \"{}\": expected auto, fused or unfused", name));
+}
+
+const char* attention_kernel_name(AttentionKernel k) {
+  return k == AttentionKernel::kFused ? "fused" : k == AttentionKernel::kUnfused ? "unfused" : "auto";
+}
+
+bool fused_attention(AttentionKernel k, bool llama) {
+  return k == AttentionKernel::kFused || (k == AttentionKernel::kAuto && llama);
+}
+
+namespace {
+
+struct Causal {
+  double pairs;     // (query, key) pairs over the B·NH heads: T(T+1)/2 each
+  double rows;      // query rows over the heads
+  double NC;        // elements of Q (or K, V, O): B·T·NH·HS
+  GemmShape scores;  // QKᵀ of a head over the causal half of the keys
+  GemmShape values;  // P·V
+};
+
+Causal causal(int64_t B, int64_t T, int64_t NH, int64_t HS) {
+  const int64_t BH = B * NH, keys = (T + 1) / 2;
+  return {double(BH) * double(T) * double(T + 1) / 2, double(BH) * double(T), double(B) * T * NH * HS,
+          {T, keys, HS, BH}, {T, HS, keys, BH}};
+}
+
+OpCost gemm_op(double flops, double bytes, GemmShape g, GemmShape g2) {
+  OpCost c{flops, bytes};
+  c.op_class = OpClass::kGemm;
+  c.gemm = g;
+  c.gemm2 = g2;
+  c.on_chip = true;  // S and P never leave the SMs
+  return c;
+}
+
+}  // namespace
+
+OpCost fused_attention_forward_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem) {
+  const Causal k = causal(B, T, NH, HS);
+  // read Q, K, V; write O; write the fp32 log-sum-exp.
+  return gemm_op(4 * k.pairs * HS + 5 * k.pairs, 4 * k.NC * elem + 4 * k.rows, k.scores, k.values);
+}
+
+OpCost fused_attention_preprocess_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem) {
+  const Causal k = causal(B, T, NH, HS);
+  // D = rowsum(dO ⊙ O): read dO and O, write D in fp32; a multiply and an add per element.
+  return {2 * k.NC, 2 * k.NC * elem + 4 * k.rows};
+}
+
+OpCost fused_attention_backward_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem) {
+  const Causal k = causal(B, T, NH, HS);
+  GemmShape twice = k.scores, thrice = k.values;
+  twice.batch *= 2;   // S = QKᵀ and dP = dO·Vᵀ
+  thrice.batch *= 3;  // dV, dQ, dK
+  // read Q, K, V, dO, the log-sum-exp and D; write dQ, dK, dV.
+  return gemm_op(10 * k.pairs * HS + 6 * k.pairs, 7 * k.NC * elem + 8 * k.rows, twice, thrice);
+}
+
+void FusedAttention::forward(float* atty, float* /*lse*/, const float* qkv, const ShardDims& d,
+                             const LayerContext& c) const {
+  const int64_t B = d.B, T = d.T, NH = d.NHl(), HS = d.HS();
+  c.ex.run("attn.flash.fwd", fused_attention_forward_cost(B, T, NH, HS, c.ex.elem), [&] {
+    probs_.resize(size_t(B * NH * T * T));
+    model::attention_forward(atty, probs_.data(), qkv, d.B, d.T, d.NHl(), d.HS());
+  });
+}
+
+void FusedAttention::backward(float* dqkv, const float* datty, const float* qkv, const float* /*atty*/,
+                              const float* /*lse*/, const ShardDims& d, const LayerContext& c) const {
+  const int64_t B = d.B, T = d.T, NH = d.NHl(), HS = d.HS();
+  c.ex.op("attn.flash.bwd_preprocess", fused_attention_preprocess_cost(B, T, NH, HS, c.ex.elem));
+  c.ex.run("attn.flash.bwd", fused_attention_backward_cost(B, T, NH, HS, c.ex.elem), [&] {
+    // The probabilities again (the kernel recomputes them from the log-sum-exp).
+    probs_.resize(size_t(B * NH * T * T));
+    out_.resize(size_t(B * T * NH * HS));
+    model::attention_forward(out_.data(), probs_.data(), qkv, d.B, d.T, d.NHl(), d.HS());
+    model::attention_backward(dqkv, datty, qkv, probs_.data(), d.B, d.T, d.NHl(), d.HS());
+  });
+}
+
+}  // namespace shardlab::parallel

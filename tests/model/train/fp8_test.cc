@@ -1,0 +1,153 @@
+// --precision fp8 on one GPT layer on an H100, against a hand count.
+//
+// The layer: C = 1536 (12 heads of 128), FFN 4C, one sequence of T = 2816
+// tokens (N = 2816 rows), phantom. Its four linears' forward and input-
+// gradient GEMMs all fill whole 256x128 tiles and whole waves of 132 SMs
+// (N = 11 x 256; every output width is a multiple of 12 x 128 = 1536:
+// 11 x 12 = 132 tiles, or 4 waves of them), so each runs at the GEMM maximum:
+//   bf16: 989 TFLOP/s x 0.75        fp8: 1979 TFLOP/s x 0.70
+// A kernel costs 4 us of launch plus the larger of its compute and its bytes
+// over 3350 GB/s x 0.90; the GPT linears' bias adds N·OC flops at the
+// non-GEMM rate (989 x 0.7). Hand count, per Transformer Engine's recipe:
+//   * an FP8 GEMM moves A and B at 1 B and C at 2 B;
+//   * before each forward GEMM a cast_transpose of its input (N x in):
+//     read 2 B, write 1 + 1 B, 2 flops per element; before each input-
+//     gradient GEMM one of its output gradient (N x out);
+//   * once per step the weights' cast to FP8 and FP8ᵀ (12 C² elements) and
+//     the scale update over 3 x 4 amax histories of 1024 fp32 (read and
+//     written);
+//   * every other kernel (layer norms, attention, GELU, the LM head, the
+//     optimizer) is the BF16 run's, to the picosecond;
+//   * memory: the FP8 GEMMs' inputs (ln1, ln2, the attention output, the
+//     GELU output: 7 N·C elements) are kept at 1 B instead of 2, and the
+//     FP8 copies of the weights add 2 B per linear weight (12 C²).
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "tests/model/train/train_test_util.h"
+
+namespace shardlab::train {
+namespace {
+
+constexpr int64_t kC = 1536, kT = 2816, kN = kT;  // one sequence
+constexpr double kLaunchPs = 4e6, kBw = 3350e9 * 0.90;
+constexpr double kBf16Gemm = 989e12 * 0.75, kFp8Gemm = 1979e12 * 0.70, kOther = 989e12 * 0.7;
+
+struct Charged {
+  std::map<std::string, double> ps;  // compute time by kernel name, summed
+  std::map<std::string, int> count;
+  DeviceStats stats;
+};
+
+Charged run(Precision precision) {
+  TrainOptions o;
+  o.model = model::preset("tiny");
+  o.model.n_layer = 1;
+  o.model.n_embd = kC;
+  o.model.n_head = 12;
+  o.model.block_size = kT;
+  o.model.vocab_size = 1536;
+  o.model.batch_size = 1;
+  o.steps = 1;
+  o.phantom = true;
+  HardwareProfile p = load_profile("h100-nvlink");
+  p.nodes = 1;
+  ClusterOptions c;
+  c.precision = precision;
+  c.world_size = 1;
+  c.trace = true;
+  Cluster cluster(p, c);
+  const TrainResult r = train(cluster, o);
+  Charged out;
+  for (const TraceEvent& e : r.run.traces.at(0).events) {
+    if (e.stream != StreamKind::kCompute) continue;
+    out.ps[e.name] += double(e.end - e.start);
+    ++out.count[e.name];
+  }
+  out.stats = r.run.devices.at(0);
+  return out;
+}
+
+double ps(double seconds) { return std::ceil(seconds * 1e12); }
+
+// One GEMM kernel y[m, n] = x[m, k] w[k, n] (+ bias of n per row) at full tiles.
+double gemm_ps(double m, double n, double k, bool fp8, bool bias) {
+  const double flops = 2 * m * n * k;
+  const double bytes = fp8 ? (m * k + k * n) * 1 + m * n * 2 : (m * k + k * n + m * n) * 2 + (bias ? n * 2 : 0);
+  const double compute = ps(flops / (fp8 ? kFp8Gemm : kBf16Gemm) + (bias ? m * n / kOther : 0));
+  return kLaunchPs + std::max(compute, ps(bytes / kBw));
+}
+double cast_ps(double elements) {
+  return kLaunchPs + std::max(ps(2 * elements / kOther), ps(4 * elements / kBw));
+}
+
+struct Linear {
+  const char* fwd;
+  const char* dgrad;
+  int64_t in, out;
+  bool bias;
+};
+const Linear kLinears[] = {{"attn.c_attn.fwd", "attn.c_attn.dgrad", kC, 3 * kC, true},
+                           {"attn.c_proj.fwd", "attn.c_proj.dgrad", kC, kC, false},  // its bias after the reduction
+                           {"mlp.c_fc.fwd", "mlp.c_fc.dgrad", kC, 4 * kC, true},
+                           {"mlp.c_proj.fwd", "mlp.c_proj.dgrad", 4 * kC, kC, false}};
+
+TEST(Fp8, OneLayerTimeAndMemoryAgainstAHandCount) {
+  const Charged bf16 = run(Precision::kBf16), fp8 = run(Precision::kFp8);
+  double max_diff = 0;
+  auto expect_ps = [&](double got, double want, const std::string& what) {
+    EXPECT_EQ(got, want) << what;
+    max_diff = std::max(max_diff, std::abs(got - want));
+  };
+  double casts = 0;
+  for (const Linear& l : kLinears) {
+    expect_ps(bf16.ps.at(l.fwd), gemm_ps(kN, l.out, l.in, false, l.bias), std::string("bf16 ") + l.fwd);
+    expect_ps(fp8.ps.at(l.fwd), gemm_ps(kN, l.out, l.in, true, l.bias), std::string("fp8 ") + l.fwd);
+    // dgrad: dx[N, in] = dy[N, out] · w[out, in]
+    expect_ps(bf16.ps.at(l.dgrad), gemm_ps(kN, l.in, l.out, false, false), std::string("bf16 ") + l.dgrad);
+    expect_ps(fp8.ps.at(l.dgrad), gemm_ps(kN, l.in, l.out, true, false), std::string("fp8 ") + l.dgrad);
+    casts += cast_ps(double(kN * l.in)) + cast_ps(double(kN * l.out));
+  }
+  EXPECT_EQ(fp8.count.at("fp8.cast_transpose"), 8);
+  expect_ps(fp8.ps.at("fp8.cast_transpose"), casts, "the eight activation casts");
+  expect_ps(fp8.ps.at("fp8.weight_cast"), cast_ps(12.0 * kC * kC), "the weights' cast");
+  const double history = 3.0 * 4 * 1024;
+  expect_ps(fp8.ps.at("fp8.scale_update"),
+            kLaunchPs + std::max(ps(history / kOther), ps(history * 8 / kBw)), "the scale update");
+  // Everything else runs as in BF16.
+  for (const auto& [name, t] : bf16.ps) {
+    const bool linear = name.find(".c_attn.") != std::string::npos || name.find(".c_proj.") != std::string::npos ||
+                        name.find(".c_fc.") != std::string::npos;
+    if (linear && name.find("bias") == std::string::npos) continue;
+    EXPECT_EQ(fp8.ps.at(name), t) << name << " is not an FP8 GEMM";
+  }
+  for (const auto& [name, t] : fp8.ps)
+    if (name.find("wgrad") != std::string::npos && !name.starts_with("lm_head")) {
+      EXPECT_LT(t, bf16.ps.at(name)) << name;
+    }
+  const auto kind = [](const Charged& r, MemKind k) { return double(r.stats.peak_by_kind[int(k)]); };
+  EXPECT_EQ(kind(bf16, MemKind::kActivation) - kind(fp8, MemKind::kActivation), 7.0 * kN * kC);
+  EXPECT_EQ(kind(fp8, MemKind::kParam) - kind(bf16, MemKind::kParam), 2.0 * 12 * kC * kC);
+  EXPECT_EQ(kind(fp8, MemKind::kMaster), kind(bf16, MemKind::kMaster));
+  EXPECT_EQ(kind(fp8, MemKind::kOptimizer), kind(bf16, MemKind::kOptimizer));
+  std::printf("one layer fwd+bwd compute: bf16 %.3f us, fp8 %.3f us (casts %.3f us); activations %.1f -> %.1f MiB; "
+              "max |hand - model| %.0f ps\n",
+              double(bf16.stats.compute_busy) / 1e6, double(fp8.stats.compute_busy) / 1e6, casts / 1e6,
+              kind(bf16, MemKind::kActivation) / 1048576, kind(fp8, MemKind::kActivation) / 1048576, max_diff);
+}
+
+TEST(Fp8, NeedsAnFp8Peak) {
+  ClusterOptions c;
+  c.precision = Precision::kFp8;
+  c.world_size = 1;
+  HardwareProfile p = load_profile("a100-nvlink");
+  p.nodes = 1;
+  EXPECT_THROW({ Cluster cluster(p, c); }, ConfigError);
+}
+
+}  // namespace
+}  // namespace shardlab::train

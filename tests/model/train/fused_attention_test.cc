@@ -1,0 +1,119 @@
+// --attention fused against unfused on one GPT layer on an H100 (bf16), by hand.
+//
+// The layer: one sequence of T = 2816 tokens, 12 heads of HS = 128, no
+// dropout, phantom. The causal fused kernel does T(T+1)/2 (query, key) pairs
+// per head; its GEMMs are modeled over the causal half of the keys,
+// 1408 = T/2: the scores GEMM (2816 x 1408, 12 heads) is 11 x 11 x 12 =
+// 1452 = 11 waves of 132 tiles of 256x128, P·V (2816 x 128) 11 x 12 = 132
+// tiles, backward's two (x 24 heads) and three (x 36) GEMMs 22 and 3 waves:
+// all at the GEMM maximum (989 TFLOP/s x 0.75), and the pairs beyond
+// T·T/2 (the diagonal) and the softmax at the non-GEMM rate (989 x 0.7).
+//   forward   4·HS FLOPs per pair + 5 (softmax); reads Q, K, V, writes O, lse
+//   preprocess D = rowsum(dO ⊙ O): 2 FLOPs per element of O; reads dO, O
+//   backward  10·HS per pair (QKᵀ again, dP, dV, dQ, dK) + 6
+// Memory: the unfused core keeps the B·NH·T·T probabilities, the fused one
+// the log-sum-exp, B·NH·T (at 2 B per modeled element). Every other kernel
+// is the unfused run's to the picosecond, and real math gives the same bits.
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "tests/model/train/train_test_util.h"
+
+namespace shardlab::train {
+namespace {
+
+constexpr int64_t kT = 2816, kNH = 12, kHS = 128;
+constexpr double kLaunchPs = 4e6, kBw = 3350e9 * 0.90, kGemm = 989e12 * 0.75, kOther = 989e12 * 0.7;
+
+struct Charged {
+  std::map<std::string, double> ps;
+  DeviceStats stats;
+};
+
+Charged run(parallel::AttentionKernel attention) {
+  TrainOptions o;
+  o.model = model::preset("tiny");
+  o.model.n_layer = 1;
+  o.model.n_embd = kNH * kHS;
+  o.model.n_head = kNH;
+  o.model.block_size = kT;
+  o.model.vocab_size = 1536;
+  o.model.batch_size = 1;
+  o.model.dropout = 0;
+  o.steps = 1;
+  o.phantom = true;
+  o.parallel.attention = attention;
+  HardwareProfile p = load_profile("h100-nvlink");
+  p.nodes = 1;
+  ClusterOptions c;
+  c.precision = Precision::kBf16;
+  c.world_size = 1;
+  c.trace = true;
+  Cluster cluster(p, c);
+  const TrainResult r = train(cluster, o);
+  Charged out;
+  for (const TraceEvent& e : r.run.traces.at(0).events)
+    if (e.stream == StreamKind::kCompute) out.ps[e.name] += double(e.end - e.start);
+  out.stats = r.run.devices.at(0);
+  return out;
+}
+
+double ps(double seconds) { return std::ceil(seconds * 1e12); }
+
+TEST(FusedAttention, OneLayerAgainstAHandCount) {
+  const Charged unfused = run(parallel::AttentionKernel::kUnfused), fused = run(parallel::AttentionKernel::kFused);
+  const double pairs = double(kNH) * kT * (kT + 1) / 2;  // 47,596,032
+  const double tiled = double(kNH) * kT * (kT / 2);        // 47,579,136: what the GEMMs cover
+  const double rows = double(kNH) * kT, NC = rows * kHS;
+  const double fwd = kLaunchPs + std::max(ps(4 * kHS * tiled / kGemm + (4 * kHS * (pairs - tiled) + 5 * pairs) / kOther),
+                                          ps((4 * NC * 2 + 4 * rows) / kBw));
+  const double pre = kLaunchPs + std::max(ps(2 * NC / kOther), ps((2 * NC * 2 + 4 * rows) / kBw));
+  const double bwd = kLaunchPs + std::max(ps(10 * kHS * tiled / kGemm + (10 * kHS * (pairs - tiled) + 6 * pairs) / kOther),
+                                          ps((7 * NC * 2 + 8 * rows) / kBw));
+  EXPECT_EQ(fused.ps.at("attn.flash.fwd"), fwd);
+  EXPECT_EQ(fused.ps.at("attn.flash.bwd_preprocess"), pre);
+  EXPECT_EQ(fused.ps.at("attn.flash.bwd"), bwd);
+  double unfused_core = 0;
+  for (const auto& [name, t] : unfused.ps) {
+    if (name.starts_with("attn.scores.") || name.starts_with("attn.softmax.") || name.starts_with("attn.context.")) {
+      unfused_core += t;
+      continue;
+    }
+    EXPECT_EQ(fused.ps.at(name), t) << name << " is outside the attention core";
+  }
+  // The probabilities (B·NH·T·T) against the log-sum-exp (B·NH·T), 2 B each.
+  const auto act = [](const Charged& r) { return double(r.stats.peak_by_kind[int(MemKind::kActivation)]); };
+  EXPECT_EQ(act(unfused) - act(fused), 2.0 * (rows * kT - rows));
+  std::printf("attention core of one layer, fwd+bwd: unfused %.3f us, fused %.3f us (%.2fx); activations %.1f -> %.1f MiB\n",
+              unfused_core / 1e6, (fwd + pre + bwd) / 1e6, unfused_core / (fwd + pre + bwd), act(unfused) / 1048576,
+              act(fused) / 1048576);
+}
+
+// Real math: the fused core runs the host kernels of the unfused one, so
+// every loss is the same to the bit (tp 2, three steps).
+TEST(FusedAttention, RealMathIsTheUnfusedBits) {
+  TrainOptions o = testing::small_options();
+  o.parallel.tp = 2;
+  o.parallel.attention = parallel::AttentionKernel::kUnfused;
+  const TrainResult a = testing::run(o);
+  o.parallel.attention = parallel::AttentionKernel::kFused;
+  const TrainResult b = testing::run(o);
+  ASSERT_EQ(a.steps.size(), b.steps.size());
+  for (size_t i = 0; i < a.steps.size(); ++i) EXPECT_EQ(a.steps[i].loss, b.steps[i].loss) << "step " << i;
+  EXPECT_LT(b.steps.back().virtual_end, a.steps.back().virtual_end);
+}
+
+TEST(FusedAttention, DefaultsByFamily) {
+  EXPECT_FALSE(parallel::fused_attention(parallel::AttentionKernel::kAuto, /*llama=*/false));
+  EXPECT_TRUE(parallel::fused_attention(parallel::AttentionKernel::kAuto, /*llama=*/true));
+  EXPECT_TRUE(parallel::fused_attention(parallel::AttentionKernel::kFused, false));
+  EXPECT_FALSE(parallel::fused_attention(parallel::AttentionKernel::kUnfused, true));
+  EXPECT_THROW(parallel::parse_attention_kernel("flash"), ConfigError);
+}
+
+}  // namespace
+}  // namespace shardlab::train
