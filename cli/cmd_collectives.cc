@@ -3,6 +3,7 @@
 // --max-bytes), in virtual time and in host wall time. The measurement and
 // its JSON are the library's (collectives/bench.h, where the columns are
 // defined); this file maps the flags and prints.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -16,6 +17,7 @@
 #include "cli/cli.h"
 #include "cli/flag_table.h"
 #include "collectives/bench.h"
+#include "collectives/tuner.h"
 #include "runtime/cluster.h"
 #include "runtime/errors.h"
 #include "runtime/parse_number.h"
@@ -33,6 +35,7 @@ struct CollFlags {
   std::string op = "all_reduce";
   int ranks = 8;
   std::string algo = "auto";
+  std::string proto = "auto";
   std::string redop;  // empty: sum (given with an op that reduces nothing, an error)
   std::string min_bytes = "8";
   std::string max_bytes = "256MiB";
@@ -55,6 +58,7 @@ coll::BenchOptions parse_setup(const CollFlags& f, const HardwareProfile& profil
                       "all_gather, broadcast, reduce or all_to_all");
   s.op = flag("--op", [&] { return coll::parse_op_kind(f.op); });
   s.algo = flag("--algo", [&] { return coll::parse_algo(f.algo); });
+  s.proto = flag("--proto", [&] { return coll::parse_proto(f.proto); });
   s.redop = flag("--redop", [&] { return coll::parse_reduce_op(f.redop.empty() ? "sum" : f.redop); });
   if (!f.redop.empty() && !coll::reduces(s.op))
     throw ConfigError(fmt::format("--redop {}: --op {} reduces nothing (--redop is for all_reduce, reduce_scatter "
@@ -63,6 +67,18 @@ coll::BenchOptions parse_setup(const CollFlags& f, const HardwareProfile& profil
     throw ConfigError(fmt::format("--ranks {}: must be between 1 and {} (profile {}: {} nodes x {})", f.ranks,
                                   profile.total_devices(), profile.name, profile.nodes, profile.devices_per_node));
   s.ranks = f.ranks;
+  if (s.proto != coll::Proto::kAuto) {
+    std::vector<int> world(static_cast<size_t>(s.ranks));
+    std::iota(world.begin(), world.end(), 0);
+    const std::vector<coll::Proto> ok = coll::candidate_protos(profile, world);
+    if (std::find(ok.begin(), ok.end(), s.proto) == ok.end())
+      throw ConfigError(fmt::format("--proto {}: not used on profile {}'s links of {} ranks (one of: auto{})", f.proto,
+                                    profile.name, s.ranks, [&] {
+                                      std::string names;
+                                      for (coll::Proto q : ok) names += fmt::format(", {}", coll::proto_name(q));
+                                      return names;
+                                    }()));
+  }
   s.check = f.check;
   if (!f.corrupt.empty()) {
     const std::optional<float> corrupt = parse_whole<float>(f.corrupt);  // nan too: the check must catch it
@@ -88,19 +104,22 @@ void print_table(const std::vector<coll::BenchRow>& rows, const coll::BenchOptio
              "per node\n",
              p.intra.latency_us, p.intra.bandwidth_GBps, p.inter.latency_us, p.inter.bandwidth_GBps, p.nic_count(),
              p.nic_count() > 1 ? "s" : "");
-  fmt::print("# {:>10} {:>10} {:>6} {:>5} {:>6} {:>4} {:>11} {:>8} {:>8} {:>11} {:>9} {:>9}\n", "size(B)", "count",
-             "type", "redop", "algo", "ch", "time(us)", "algbw", "busbw", "host(us)", "host_bus", "max_err");
+  fmt::print("# {:>10} {:>10} {:>6} {:>5} {:>6} {:>6} {:>4} {:>11} {:>8} {:>8} {:>11} {:>9} {:>9}\n", "size(B)",
+             "count", "type", "redop", "algo", "proto", "ch", "time(us)", "algbw", "busbw", "host(us)", "host_bus",
+             "max_err");
   const char* redop = coll::reduces(s.op) ? coll::reduce_op_name(s.redop) : "none";
   for (const coll::BenchRow& r : rows) {
     const coll::Bandwidth d = coll::bandwidth(r, s);
-    fmt::print("  {:>10} {:>10} {:>6} {:>5} {:>6} {:>4} {:>11.2f} {:>8.2f} {:>8.2f} {:>11} {:>9} {:>9}\n", r.bytes,
-               r.count, "float", redop, coll::algo_name(r.algo), r.channels, to_us(r.time), d.algbw, d.busbw,
+    fmt::print("  {:>10} {:>10} {:>6} {:>5} {:>6} {:>6} {:>4} {:>11.2f} {:>8.2f} {:>8.2f} {:>11} {:>9} {:>9}\n",
+               r.bytes, r.count, "float", redop, coll::algo_name(r.algo), coll::proto_name(r.proto), r.channels,
+               to_us(r.time), d.algbw, d.busbw,
                r.host_s ? fmt::format("{:.1f}", *r.host_s * 1e6) : "-",
                d.host_busbw ? fmt::format("{:.2f}", *d.host_busbw) : "-",
                r.max_error ? fmt::format("{:.0e}", *r.max_error) : "-");
   }
-  fmt::print("# ch: channels (rings, each leaving a node through another NIC; 1 for other algorithms); protocol: "
-             "one (NCCL's Simple-like: the packet model of the links)\n");
+  fmt::print("# proto: NCCL's protocol (LL, LL128, Simple: its tuning model's latencies and bandwidth shares; plain "
+             "on a profile without protocols); ch: channels (rings, each leaving a node through another NIC; 1 for "
+             "other algorithms)\n");
   fmt::print("# time, algbw, busbw (GB/s): virtual; host: this machine's wall clock per collective ({:.2f} s total)\n",
              wall);
 }
@@ -135,6 +154,8 @@ FlagTable<CollFlags> collectives_flags() {
       {"--op", FIELD(op), "all_reduce|reduce_scatter|all_gather|broadcast|reduce|all_to_all", {}, kShowDefault},
       {"--ranks", FIELD(ranks), "Number of virtual GPUs (placed on the profile's nodes in order)", {}, kShowDefault},
       {"--algo", FIELD(algo), "ring|tree|direct|auto", {}, kShowDefault},
+      {"--proto", FIELD(proto), "LL|LL128|Simple|auto (NCCL's protocols; auto: chosen with the algorithm)", {},
+       kShowDefault},
       {"--redop", FIELD(redop), "sum|avg|max (all_reduce, reduce_scatter, reduce; default sum)"},
       {"--min-bytes", FIELD(min_bytes), "Smallest buffer", {}, kShowDefault},
       {"--max-bytes", FIELD(max_bytes), "Largest buffer (powers of two in between)", {}, kShowDefault},

@@ -1,5 +1,6 @@
 // The public collective entry points: argument checks, algorithm choice, the
 // comm-stream bracket (wait for `after`, run, record), and the blocking forms.
+#include <algorithm>
 #include <numeric>
 #include <stdexcept>
 
@@ -17,12 +18,26 @@ void require_argument(bool ok, const std::string& what) {
   if (!ok) throw std::invalid_argument(what);
 }
 
-// kAuto: the tuner's choice for this group, profile and size (the same on
-// every member: it depends on nothing a member owns alone).
-Algo resolve(const Device& dev, const ProcessGroup& g, OpKind op, const CollOptions& opt, size_t count,
-             int root = 0) {
-  if (opt.algo != Algo::kAuto) return opt.algo;
-  return select_algo(dev.profile(), g.members(), CollShape{op, count, opt.wire_elem(dev), root});
+// The algorithm and the protocol a call runs, and its shape with that
+// protocol: kAuto's are the tuner's choice for this group, profile and size
+// (the same on every member: it depends on nothing a member owns alone).
+struct Resolved {
+  Algo algo;
+  CollShape shape;
+};
+Resolved resolve(const Device& dev, const ProcessGroup& g, const CollOptions& opt, CollShape shape) {
+  const HardwareProfile& p = dev.profile();
+  shape.proto = opt.proto;
+  if (opt.proto != Proto::kAuto && opt.proto != Proto::kPlain) {
+    const std::vector<Proto> ok = candidate_protos(p, g.members());
+    require_argument(std::find(ok.begin(), ok.end(), opt.proto) != ok.end(),
+                     fmt::format("collective on {}: protocol {} is not used on profile {}'s links of this group",
+                                 g.to_string(), proto_name(opt.proto), p.name));
+  }
+  if (opt.algo != Algo::kAuto && opt.proto != Proto::kAuto) return {opt.algo, shape};
+  const Choice c = select(p, g.members(), shape, opt.algo);
+  shape.proto = c.proto;
+  return {c.algo, shape};
 }
 
 // While a collective runs on a device with injected faults, the device's
@@ -50,15 +65,15 @@ class Activity {
 // shape: the call cannot be folded (all_to_all_v's counts are per member).
 template <class Body>
 Work run_on_comm(Device& dev, const ProcessGroup& g, const CollOptions& opt, const CollShape* shape,
-                 Algo algo, Body body) {
+                 Algo algo, Proto proto, Body body) {
   require_argument(g.global_rank() == dev.rank(),
                    fmt::format("collective on {} called by device {}, not this group's member",
                                g.to_string(), dev.rank()));
   Stream& s = opt.stream ? *opt.stream : dev.comm();
   s.wait(opt.after ? *opt.after : dev.compute().record());
-  // NCCL's kernel launch and setup: a fixed start before the first send.
+  // The kernel launch and the protocol's setup: a fixed start before the first send.
   const Time start = s.now();
-  const Time launch = collective_launch(dev.profile(), g.size());
+  const Time launch = collective_start(dev.profile(), g.size(), proto);
   if (launch > 0) s.run("coll.launch", launch, 0, 0.0);
   if (detail::has_folded_member(dev, g)) {
     if (!shape)
@@ -67,7 +82,7 @@ Work run_on_comm(Device& dev, const ProcessGroup& g, const CollOptions& opt, con
     detail::run_folded(dev, g, s, g.next_tag(), *shape, algo);
   } else {
     const Activity activity(dev, g, shape, algo);
-    Ctx c(dev, g, s, opt.wire_elem(dev));
+    Ctx c(dev, g, s, opt.wire_elem(dev), proto_engine(proto));
     body(c);
     c.finish();
   }
@@ -126,9 +141,9 @@ Work iall_reduce(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out,
       in.count == out.count,
       fmt::format("all_reduce: input has {} elements, output {}", in.count, out.count));
   check_pair("all_reduce", in, out);
-  const Algo algo = resolve(dev, g, OpKind::kAllReduce, opt, in.count);
-  const CollShape shape{OpKind::kAllReduce, in.count, opt.wire_elem(dev)};
-  return run_on_comm(dev, g, opt, &shape, algo, [&](Ctx& c) {
+  const Resolved r = resolve(dev, g, opt, {OpKind::kAllReduce, in.count, opt.wire_elem(dev)});
+  const Algo algo = r.algo;
+  return run_on_comm(dev, g, opt, &r.shape, algo, r.shape.proto, [&](Ctx& c) {
     if (algo == Algo::kDirect) return detail::direct_all_reduce(c, in.data, out.data, in.count, op);
     detail::copy(out.data, in.data, in.count);
     reduce_scatter_all_gather(c, algo, out.data, out.count, op);
@@ -143,9 +158,9 @@ Work ireduce_scatter(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer 
                                "output has {}",
                                in.count, g.size(), g.rank(), mine.size, out.count));
   check_pair("reduce_scatter", in, out);
-  const Algo algo = resolve(dev, g, OpKind::kReduceScatter, opt, in.count);
-  const CollShape shape{OpKind::kReduceScatter, in.count, opt.wire_elem(dev)};
-  return run_on_comm(dev, g, opt, &shape, algo, [&](Ctx& c) {
+  const Resolved r = resolve(dev, g, opt, {OpKind::kReduceScatter, in.count, opt.wire_elem(dev)});
+  const Algo algo = r.algo;
+  return run_on_comm(dev, g, opt, &r.shape, algo, r.shape.proto, [&](Ctx& c) {
     if (algo == Algo::kDirect) return detail::direct_reduce_scatter(c, in.data, out.data, in.count, op);
     // In place (out at its chunk of in): reduce in `in` itself, clobbering the
     // other chunks; otherwise in a scratch copy.
@@ -176,9 +191,9 @@ Work iall_gather(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out,
                                "input has {}",
                                out.count, g.size(), g.rank(), mine.size, in.count));
   check_pair("all_gather", in, out);
-  const Algo algo = resolve(dev, g, OpKind::kAllGather, opt, out.count);
-  const CollShape shape{OpKind::kAllGather, out.count, opt.wire_elem(dev)};
-  return run_on_comm(dev, g, opt, &shape, algo, [&](Ctx& c) {
+  const Resolved r = resolve(dev, g, opt, {OpKind::kAllGather, out.count, opt.wire_elem(dev)});
+  const Algo algo = r.algo;
+  return run_on_comm(dev, g, opt, &r.shape, algo, r.shape.proto, [&](Ctx& c) {
     detail::copy(out.data ? out.data + mine.begin : nullptr, in.data, in.count);
     if (algo == Algo::kDirect) return detail::direct_all_gather(c, out.data, out.count);
     if (algo == Algo::kRing) {
@@ -193,9 +208,9 @@ Work iall_gather(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out,
 Work ibroadcast(Device& dev, const ProcessGroup& g, Buffer data, int root, const CollOptions& opt) {
   require_argument(root >= 0 && root < g.size(),
                    fmt::format("broadcast: root {} outside group of {}", root, g.size()));
-  const Algo algo = resolve(dev, g, OpKind::kBroadcast, opt, data.count, root);
-  const CollShape shape{OpKind::kBroadcast, data.count, opt.wire_elem(dev), root};
-  return run_on_comm(dev, g, opt, &shape, algo, [&](Ctx& c) {
+  const Resolved r = resolve(dev, g, opt, {OpKind::kBroadcast, data.count, opt.wire_elem(dev), root});
+  const Algo algo = r.algo;
+  return run_on_comm(dev, g, opt, &r.shape, algo, r.shape.proto, [&](Ctx& c) {
     if (algo == Algo::kDirect) return detail::direct_broadcast(c, data.data, data.count, root);
     if (algo == Algo::kRing) return detail::chain_broadcast(c, data.data, data.count, root);
     detail::binomial_broadcast(c, data.data, data.count, root);
@@ -211,9 +226,9 @@ Work ireduce(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out, int
       !is_root || out.count == in.count,
       fmt::format("reduce: root output has {} elements, input {}", out.count, in.count));
   if (is_root) check_pair("reduce", in, out);
-  const Algo algo = resolve(dev, g, OpKind::kReduce, opt, in.count, root);
-  const CollShape shape{OpKind::kReduce, in.count, opt.wire_elem(dev), root};
-  return run_on_comm(dev, g, opt, &shape, algo, [&](Ctx& c) {
+  const Resolved r = resolve(dev, g, opt, {OpKind::kReduce, in.count, opt.wire_elem(dev), root});
+  const Algo algo = r.algo;
+  return run_on_comm(dev, g, opt, &r.shape, algo, r.shape.proto, [&](Ctx& c) {
     if (algo == Algo::kDirect) return detail::direct_reduce(c, in.data, out.data, in.count, op, root);
     float* acc = is_root ? out.data : detail::scratch(g, in.count, in.data == nullptr);
     if (algo == Algo::kRing) {
@@ -238,18 +253,18 @@ Work iall_to_all(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out,
                    "all_to_all: input and output must not alias");
   check_pair("all_to_all", in, out);
   const size_t block = in.count / static_cast<size_t>(n);
-  const Algo algo = resolve(dev, g, OpKind::kAllToAll, opt, in.count);
-  if (algo == Algo::kTree) {
-    const CollShape shape{OpKind::kAllToAll, in.count, opt.wire_elem(dev)};
-    return run_on_comm(dev, g, opt, &shape, algo, [&](Ctx& c) { detail::bruck_all_to_all(c, in.data, out.data, block); });
-  }
+  const Resolved r = resolve(dev, g, opt, {OpKind::kAllToAll, in.count, opt.wire_elem(dev)});
+  const Algo algo = r.algo;
+  if (algo == Algo::kTree)
+    return run_on_comm(dev, g, opt, &r.shape, algo, r.shape.proto,
+                       [&](Ctx& c) { detail::bruck_all_to_all(c, in.data, out.data, block); });
   // The equal counts live after the four arrays all_to_all_v keeps there.
   std::vector<size_t>& idx = g.index_scratch();
   const auto un = static_cast<size_t>(n);
   if (idx.size() < 5 * un) idx.resize(5 * un);
   std::fill(idx.begin() + static_cast<long>(4 * un), idx.begin() + static_cast<long>(5 * un), block);
   const std::span<const size_t> counts(idx.data() + 4 * un, un);
-  return iall_to_all_v(dev, g, in, counts, out, counts, CollOptions{algo, opt.after, opt.stream, opt.elem_size});
+  return iall_to_all_v(dev, g, in, counts, out, counts, CollOptions{algo, opt.after, opt.stream, opt.elem_size, r.shape.proto});
 }
 
 Work iall_to_all_v(Device& dev, const ProcessGroup& g, ConstBuffer in, std::span<const size_t> send_counts,
@@ -279,15 +294,21 @@ Work iall_to_all_v(Device& dev, const ProcessGroup& g, ConstBuffer in, std::span
   std::exclusive_scan(idx.begin() + static_cast<long>(n), idx.begin() + static_cast<long>(2 * n),
                       idx.begin() + static_cast<long>(3 * n), size_t{0});
   const size_t *sc = idx.data(), *rc = sc + n, *sd = sc + 2 * n, *rd = sc + 3 * n;
-  return run_on_comm(dev, g, opt, nullptr, opt.algo, [&](Ctx& c) {
+  // Per-member counts: no shape for the tuner; Simple unless the caller says.
+  Proto proto = opt.proto;
+  if (proto == Proto::kAuto) proto = dev.profile().protocols.empty() ? Proto::kPlain : Proto::kSimple;
+  return run_on_comm(dev, g, opt, nullptr, opt.algo, proto, [&](Ctx& c) {
     if (opt.algo == Algo::kRing) return detail::pairwise_all_to_all_v(c, in.data, sd, sc, out.data, rd, rc);
     detail::direct_all_to_all_v(c, in.data, sd, sc, out.data, rd, rc);
   });
 }
 
 Work ibarrier(Device& dev, const ProcessGroup& g, const CollOptions& opt) {
-  const CollShape shape{OpKind::kBarrier, 0, opt.wire_elem(dev)};
-  return run_on_comm(dev, g, opt, &shape, Algo::kTree, [&](Ctx& c) { detail::dissemination_barrier(c); });
+  CollOptions tree = opt;
+  tree.algo = Algo::kTree;
+  const Resolved r = resolve(dev, g, tree, {OpKind::kBarrier, 0, opt.wire_elem(dev)});
+  return run_on_comm(dev, g, opt, &r.shape, Algo::kTree, r.shape.proto,
+                     [&](Ctx& c) { detail::dissemination_barrier(c); });
 }
 
 // ---- Blocking forms ---------------------------------------------------------

@@ -53,7 +53,8 @@ void fill(RankBuffers& rb, const BenchOptions& s, int me) {
 }
 
 void run_op(Device& dev, const ProcessGroup& g, RankBuffers& rb, const BenchOptions& s) {
-  const CollOptions opt{s.algo, std::nullopt};
+  CollOptions opt{s.algo, std::nullopt};
+  opt.proto = s.proto;
   const Buffer a = rb.phantom ? Buffer::phantom(rb.count) : Buffer(rb.a);
   const Range mine = chunk_range(rb.count, g.size(), g.rank());
   const Buffer part = rb.phantom ? Buffer::phantom(mine.size) : Buffer(rb.a.data() + mine.begin, mine.size);
@@ -146,9 +147,12 @@ BenchRow bench_collective(const HardwareProfile& profile, const BenchOptions& s,
   row.bytes = row.count * sizeof(float);
   std::vector<int> world(static_cast<size_t>(n));
   std::iota(world.begin(), world.end(), 0);
-  row.algo = s.algo == Algo::kAuto
-                 ? select_algo(profile, world, CollShape{s.op, row.count, element_size(Precision::kFp32), 0})
-                 : s.algo;
+  {
+    CollShape shape{s.op, row.count, element_size(Precision::kFp32), 0, s.proto};
+    const Choice c = select(profile, world, shape, s.op == OpKind::kBarrier ? Algo::kTree : s.algo);
+    row.algo = c.algo;
+    row.proto = c.proto;
+  }
   const bool rings = row.algo == Algo::kRing &&
                      (s.op == OpKind::kAllReduce || s.op == OpKind::kReduceScatter || s.op == OpKind::kAllGather);
   row.channels = rings ? ring_plan(profile, world).channels : 1;
@@ -212,7 +216,7 @@ nlohmann::json bench_json(const std::vector<BenchRow>& rows, const BenchOptions&
   for (const BenchRow& r : rows) {
     const Bandwidth d = bandwidth(r, s);
     nlohmann::json row{{"bytes", r.bytes}, {"count", r.count}, {"algo", algo_name(r.algo)},
-                       {"channels", r.channels},
+                       {"channels", r.channels}, {"protocol", proto_name(r.proto)},
                        {"time_us", to_us(r.time)}, {"algbw_GBps", d.algbw}, {"busbw_GBps", d.busbw},
                        {"host_time_us", nullptr}, {"host_busbw_GBps", nullptr}, {"max_error", nullptr}};
     if (r.host_s) row["host_time_us"] = *r.host_s * 1e6;

@@ -41,6 +41,7 @@ namespace shardlab::collectives {
 struct BenchOptions {
   OpKind op = OpKind::kAllReduce;
   Algo algo = Algo::kAuto;
+  Proto proto = Proto::kAuto;    // kAuto: the tuner's, with the algorithm
   ReduceOp redop = ReduceOp::kSum;
   int ranks = 8;
   bool check = false;             // max_error against the serial reference
@@ -54,6 +55,7 @@ struct BenchRow {
   size_t count = 0;
   Algo algo = Algo::kAuto;       // the one that ran (kAuto: the tuner's choice)
   int channels = 1;              // rings the ring algorithm runs (tuner.h RingPlan)
+  Proto proto = Proto::kAuto;    // the protocol that ran (the tuner's choice)
   Time time = 0;
   std::optional<double> host_s;  // per collective; empty on phantom rows
   std::optional<double> max_error;
@@ -76,7 +78,7 @@ struct Bandwidth {
 Bandwidth bandwidth(const BenchRow& row, const BenchOptions& options);
 
 // {"op", "ranks", "algo", "profile", "redop", "rows": [{bytes, count, algo,
-// channels, time_us, algbw_GBps, busbw_GBps, host_time_us, host_busbw_GBps,
+// channels, protocol, time_us, algbw_GBps, busbw_GBps, host_time_us, host_busbw_GBps,
 // max_error}]} (null where a row has no figure; max_error "inf" when infinite).
 nlohmann::json bench_json(const std::vector<BenchRow>& rows, const BenchOptions& options, const std::string& profile);
 

@@ -46,14 +46,26 @@ namespace shardlab::collectives {
 
 enum class ReduceOp { kSum, kAvg, kMax };
 enum class Algo { kAuto, kRing, kTree, kDirect };
+// The protocol a collective's messages use (NCCL's LL, LL128, Simple; the
+// profile's "protocols", runtime/profile.h); kAuto: the tuner's choice with
+// the algorithm; kPlain: plain sends on the links' own latency and rate (the
+// only one on a profile without protocols).
+enum class Proto : uint8_t { kAuto, kLL, kLL128, kSimple, kPlain };
 enum class OpKind { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kReduce, kAllToAll, kBarrier };
 
 const char* reduce_op_name(ReduceOp op);  // "sum", "avg", "max"
 const char* algo_name(Algo a);            // "auto", "ring", "tree", "direct"
+const char* proto_name(Proto p);          // "auto", "LL", "LL128", "Simple", "plain"
+// The engine a protocol's messages carry (link_model.h: its latency and rate).
+inline Engine proto_engine(Proto p) {
+  return p == Proto::kAuto || p == Proto::kPlain ? Engine::kSm
+                                                 : protocol_engine(static_cast<Protocol>(static_cast<int>(p) - 1));
+}
 const char* op_kind_name(OpKind k);       // "all_reduce", ...
 // Throw ConfigError naming the flag on an unknown name.
 ReduceOp parse_reduce_op(std::string_view s);
 Algo parse_algo(std::string_view s);
+Proto parse_proto(std::string_view s);
 OpKind parse_op_kind(std::string_view s);
 
 // A mutable fp32 buffer, or a phantom one (data == nullptr, count > 0).
@@ -91,6 +103,7 @@ struct CollOptions {
   // Modeled bytes per element on the wire; 0: the device precision's. Data
   // parallelism moves fp32 main gradients (4) in a bf16 model, as Megatron.
   int elem_size = 0;
+  Proto proto = Proto::kAuto;
   int wire_elem(const Device& dev) const { return elem_size > 0 ? elem_size : element_size(dev.precision()); }
 };
 

@@ -20,9 +20,10 @@ namespace shardlab::collectives::detail {
 // One collective call on one member (thread safety: that member's device thread only).
 class Ctx {
  public:
-  // `esize`: modeled bytes per element (CollOptions::wire_elem).
-  Ctx(Device& dev, const ProcessGroup& g, Stream& s, int esize)
-      : dev_(dev), s_(s), g_(g), tag_(g.next_tag()), esize_(esize), n_(g.size()), me_(g.rank()) {
+  // `esize`: modeled bytes per element (CollOptions::wire_elem); `engine`:
+  // the protocol's (proto_engine), which sets every message's latency and rate.
+  Ctx(Device& dev, const ProcessGroup& g, Stream& s, int esize, Engine engine = Engine::kSm)
+      : dev_(dev), s_(s), g_(g), tag_(g.next_tag()), esize_(esize), n_(g.size()), me_(g.rank()), engine_(engine) {
     if (!dev.profile().pcie.empty()) {
       pcie_.emplace(dev.profile());
       local_ = pcie_->local_members(g.members(), dev.profile().node_of(dev.rank()));
@@ -57,7 +58,7 @@ class Ctx {
                                                     ((to - me_) % n_ + n_) % n_)
                                : 0;
     const SendHandle h = dev_.isend(s_, g_.global_rank(to), tag_ + static_cast<Tag>(phase), host,
-                                    static_cast<uint64_t>(charged) * static_cast<uint64_t>(esize_), Engine::kSm, cap);
+                                    static_cast<uint64_t>(charged) * static_cast<uint64_t>(esize_), engine_, cap);
     last_send_ = std::max(last_send_, h.done);
   }
   // Receives the next message from group index `from`; checks its element
@@ -85,6 +86,7 @@ class Ctx {
   int esize_;
   int n_;
   int me_;
+  Engine engine_;
   Time last_send_ = 0;
   std::optional<ProfileLinkModel> pcie_;  // set on profiles with a PCIe tree
   std::vector<int> local_;                 // group indices of the members on my node (pcie_)

@@ -113,7 +113,7 @@ void run_folded(Device& dev, const ProcessGroup& g, Stream& s, Tag tag, const Co
   for (const ReplayMark& m : spans) {
     const Link l = m.send ? links.link(m.member, m.peer) : links.link(m.peer, m.member);
     const Port& port = m.send ? dev.egress(static_cast<int>(l.port)) : dev.ingress(static_cast<int>(l.port));
-    const Time from = m.send ? m.start : m.end - l.wire_time(m.bytes, Engine::kSm);
+    const Time from = m.send ? m.start : m.end - l.wire_time(m.bytes, proto_engine(shape.proto));
     if (port.others_in(stream, from, m.end))
       throw FoldingError(fmt::format(
           "folding: {} on {} shares device {}'s ports with another stream's transfers in [{}, {}) ps: "
@@ -149,7 +149,7 @@ void run_folded(Device& dev, const ProcessGroup& g, Stream& s, Tag tag, const Co
     if (m.send)
       dev.note_send(s.kind(), m.peer, m.start, m.end);
     else
-      dev.note_recv(s.kind(), m.peer, m.end, m.bytes, Engine::kSm);
+      dev.note_recv(s.kind(), m.peer, m.end, m.bytes, proto_engine(shape.proto));
   }
   dev.set_ports(s.kind(), mine.egress, mine.ingress);
   s.wait({mine.last_send});

@@ -40,18 +40,19 @@ using Clock = MemberClock;
 
 class Replay {
  public:
-  Replay(const HardwareProfile& p, std::span<const int> members, int elem_size)
+  Replay(const HardwareProfile& p, std::span<const int> members, int elem_size, Proto proto)
       : links_(p),
         dpn_(p.devices_per_node),
         members_(members),
         esize_(static_cast<uint64_t>(elem_size)),
+        engine_(proto_engine(proto)),
         clocks_(members.size()) {
-    for (Clock& c : clocks_) c.now = collective_launch(p, n());
+    for (Clock& c : clocks_) c.now = collective_start(p, n(), proto);
   }
-  // From given clocks (after the collective's launch), logging member `me`'s marks.
-  Replay(const HardwareProfile& p, std::span<const int> members, int elem_size,
+  // From given clocks (after the collective's start), logging member `me`'s marks.
+  Replay(const HardwareProfile& p, std::span<const int> members, int elem_size, Proto proto,
          std::span<const Clock> start, int me, std::vector<ReplayMark>* marks)
-      : Replay(p, members, elem_size) {
+      : Replay(p, members, elem_size, proto) {
     clocks_.assign(start.begin(), start.end());
     for (Clock& c : clocks_) c.last_send = 0;
     me_ = me;
@@ -82,8 +83,8 @@ class Replay {
     }
     Clock& c = clocks_[static_cast<size_t>(from)];
     const int port = static_cast<int>(l.port);
-    Posted m{true, std::max(c.now, c.egress[port]), l.wire_time(count * esize_, Engine::kSm),
-             l.latency, port};
+    Posted m{true, std::max(c.now, c.egress[port]), l.wire_time(count * esize_, engine_),
+             l.latency_of(engine_), port};
     c.egress[port] = m.depart + m.wire;
     c.last_send = std::max(c.last_send, c.egress[port]);
     if (from == me_ && marks_)
@@ -121,6 +122,7 @@ class Replay {
   std::map<int, std::vector<int>> local_;       // PCIe trees: each node's members (group indices)
   std::span<const int> members_;
   uint64_t esize_;
+  Engine engine_;  // the protocol's (proto_engine)
   std::vector<Clock> clocks_;
   int me_ = -1;
   std::vector<ReplayMark>* marks_ = nullptr;
@@ -392,12 +394,49 @@ std::span<const Algo> candidate_algos(OpKind op) {
   return kAll;
 }
 
+std::vector<Proto> candidate_protos(const HardwareProfile& p, std::span<const int> members) {
+  if (p.protocols.empty()) return {Proto::kPlain};
+  std::vector<int> nodes;
+  nodes.reserve(members.size());
+  for (int m : members) nodes.push_back(p.node_of(m));
+  std::sort(nodes.begin(), nodes.end());
+  const bool intra = std::adjacent_find(nodes.begin(), nodes.end()) != nodes.end();
+  const bool inter = !nodes.empty() && nodes.front() != nodes.back();
+  std::vector<Proto> out;
+  for (int q = 0; q < kNumProtocols; ++q) {
+    const ProtocolSpec& spec = p.protocols[static_cast<size_t>(q)];
+    if ((intra && !spec.usable(LinkClass::kIntra)) || (inter && !spec.usable(LinkClass::kInter))) continue;
+    out.push_back(static_cast<Proto>(q + 1));
+  }
+  return out;
+}
+
+namespace {
+Time replay_time(const HardwareProfile& p, std::span<const int> members, const CollShape& s, Algo algo,
+                 Proto proto) {
+  Replay R(p, members, s.elem_size, proto);
+  replay(R, algo == Algo::kRing ? ring_plan(p, members) : RingPlan{}, s, algo);
+  return R.makespan();
+}
+}  // namespace
+
+Choice select(const HardwareProfile& p, std::span<const int> members, const CollShape& s, Algo algo) {
+  const Algo only[] = {algo};
+  const std::span<const Algo> algos = algo == Algo::kAuto ? candidate_algos(s.op) : std::span<const Algo>(only);
+  const std::vector<Proto> protos = s.proto == Proto::kAuto ? candidate_protos(p, members) : std::vector<Proto>{s.proto};
+  Choice best;
+  for (Algo a : algos)
+    for (Proto q : protos) {
+      const Time t = replay_time(p, members, s, a, q);
+      if (best.algo == Algo::kAuto || t < best.time) best = {a, q, t};
+    }
+  return best;
+}
+
 Time predict_time(const HardwareProfile& p, std::span<const int> members, const CollShape& s,
                   Algo algo) {
   SHARDLAB_CHECK(algo != Algo::kAuto);
-  Replay R(p, members, s.elem_size);
-  replay(R, algo == Algo::kRing ? ring_plan(p, members) : RingPlan{}, s, algo);
-  return R.makespan();
+  return select(p, members, s, algo).time;
 }
 
 std::vector<MemberClock> replay_collective(const HardwareProfile& p, std::span<const int> members,
@@ -405,22 +444,16 @@ std::vector<MemberClock> replay_collective(const HardwareProfile& p, std::span<c
                                            std::span<const MemberClock> clocks, int me,
                                            std::vector<ReplayMark>* marks, std::span<const char> watch,
                                            std::vector<ReplayMark>* watched) {
-  SHARDLAB_CHECK(algo != Algo::kAuto && clocks.size() == members.size());
+  SHARDLAB_CHECK(algo != Algo::kAuto && s.proto != Proto::kAuto && clocks.size() == members.size());
   SHARDLAB_CHECK(!watched || watch.size() == members.size());
-  Replay R(p, members, s.elem_size, clocks, me, marks);
+  Replay R(p, members, s.elem_size, s.proto, clocks, me, marks);
   R.watch(watch, watched);
   replay(R, algo == Algo::kRing ? ring_plan(p, members) : RingPlan{}, s, algo);
   return R.clocks();
 }
 
 Algo select_algo(const HardwareProfile& p, std::span<const int> members, const CollShape& s) {
-  Algo best = Algo::kAuto;
-  Time best_time = 0;
-  for (Algo a : candidate_algos(s.op)) {
-    const Time t = predict_time(p, members, s, a);
-    if (best == Algo::kAuto || t < best_time) best = a, best_time = t;
-  }
-  return best;
+  return select(p, members, s).algo;
 }
 
 }  // namespace shardlab::collectives

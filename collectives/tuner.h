@@ -17,7 +17,14 @@
 // "pcie") B is the message's share of its path (ProfileLinkModel::
 // shared_rate over the step's pattern, member i to i + d), as Ctx::send
 // caps it. Every member starts the collective
-// L = collective_launch after the call (L is 0 on profiles without it).
+// L = collective_start after the call (the launch and the protocol's start).
+//
+// Protocols (NCCL's tuning model, graph/tuning.cc; the profile's
+// "protocols"): under LL, LL128 or Simple every message's latency a is the
+// protocol's hop latency on its link class and its wire time w(x) runs at
+// the protocol's share of the link's rate (LL 1/4, LL128 0.92, Simple 1 on
+// the built-in profiles), and L adds the protocol's base latency. auto picks
+// the algorithm and the protocol together, by these same replays.
 //
 // Writing a = latency, w(x) = wire time, S = modeled bytes of the full
 // buffer, on uniform links (a group inside one node), each time below plus L:
@@ -77,15 +84,31 @@ struct CollShape {
   size_t count = 0;
   int elem_size = 4;  // modeled bytes per element (element_size(precision))
   int root = 0;       // broadcast and reduce
+  // The protocol; kAuto in predict_time: the least time over the group's protocols.
+  Proto proto = Proto::kAuto;
 };
 
-// The fixed start of a collective on a group of `group_size` (NCCL's launch
-// and setup, the profile's device.collective_launch_us): charged on the
-// collective's stream before its first send, by every algorithm alike, so it
-// never changes the choice. 0 for a group of one.
+// The fixed start of a plain collective on a group of `group_size`: the
+// profile's device.collective_launch_us (the kernel launch), charged on the
+// collective's stream before its first send. 0 for a group of one. What a
+// custom collective built on plain sends charges (python/, examples/).
 inline Time collective_launch(const HardwareProfile& p, int group_size) {
   return group_size > 1 ? us_to_time(p.device.collective_launch_us) : 0;
 }
+// The start of a collective running `proto`: the launch, then the protocol's
+// own start (NCCL's baseLat: its kernel's setup and first synchronization).
+inline Time collective_start(const HardwareProfile& p, int group_size, Proto proto) {
+  const int q = static_cast<int>(proto) - 1;
+  Time t = collective_launch(p, group_size);
+  if (group_size > 1 && q >= 0 && q < static_cast<int>(p.protocols.size()))
+    t += us_to_time(p.protocols[static_cast<size_t>(q)].base_latency_us);
+  return t;
+}
+
+// The protocols a group may run on `p`, in tie-break order: kPlain alone on
+// a profile without protocols; else LL, LL128, Simple where each is used on
+// every link class the group's members talk over (LL128 is not on PCIe).
+std::vector<Proto> candidate_protos(const HardwareProfile& p, std::span<const int> members);
 
 // ---- Channels: rings across nodes over every rail ---------------------------
 // NCCL runs a collective on several channels, each a ring over the group
@@ -130,11 +153,21 @@ RingPlan ring_plan(const HardwareProfile& p, std::span<const int> members);
 std::span<const Algo> candidate_algos(OpKind op);
 
 // Virtual time of `algo` (not kAuto) running `s` on the group `members`
-// (global ranks, in group order) of profile `p`, from idle ports.
+// (global ranks, in group order) of profile `p`, from idle ports; with
+// s.proto kAuto, under the protocol of least time.
 Time predict_time(const HardwareProfile& p, std::span<const int> members, const CollShape& s,
                   Algo algo);
 
-// The candidate with the least predicted time.
+// The algorithm and protocol of least predicted time: over candidate_algos
+// unless `algo` is given, over candidate_protos unless s.proto is. Ties go
+// to the earlier algorithm, then the earlier protocol.
+struct Choice {
+  Algo algo = Algo::kAuto;
+  Proto proto = Proto::kAuto;
+  Time time = 0;
+};
+Choice select(const HardwareProfile& p, std::span<const int> members, const CollShape& s, Algo algo = Algo::kAuto);
+// select(...).algo.
 Algo select_algo(const HardwareProfile& p, std::span<const int> members, const CollShape& s);
 
 // ---- Replay from given clocks (folded phantom runs, runtime/fold.h) --------
@@ -157,7 +190,7 @@ struct ReplayMark {
   uint64_t bytes = 0;
   int member = -1;  // whose mark it is (global rank; set in `watched`)
 };
-// Replays `algo` (not kAuto) over `members` from `clocks` (in group order);
+// Replays `algo` (not kAuto) under s.proto (not kAuto) over `members` from `clocks` (in group order);
 // returns every member's clocks after the call and appends member `me`'s
 // marks to `marks`, and the marks of every member i with watch[i] != 0 to
 // `watched` (if given).

@@ -211,10 +211,10 @@ Message Device::recv(Stream& s, int src, Tag tag) {
   if (hooks_) hooks_->on_recv(cfg_.rank, src, tag);
   Message m = fabric_.take(cfg_.rank, src, tag);
   const int port = static_cast<int>(m.link.port);
-  const Time first_byte = m.depart + m.link.latency;
+  const Time first_byte = m.depart + m.link.latency_of(m.engine);
   if (first_byte < ingress_doubt_[port]) doubt_failure(cfg_.rank, "receives", first_byte, ingress_doubt_[port]);
   const Port::Booking b = ingress_[port].book(static_cast<int>(s.kind()), first_byte, m.wire_time());
-  m.arrival = std::max(b.end, m.sent + m.link.latency);
+  m.arrival = std::max(b.end, m.sent + m.link.latency_of(m.engine));
   s.mark("recv", s.now(), m.arrival, m.modeled_bytes, src, /*advance=*/true);
   return m;
 }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -22,25 +23,51 @@ struct Link {
   Time latency = 0;                    // ps, first byte
   uint64_t bytes_per_second = 1;       // per direction
   uint32_t header_bytes = 0;           // per packet
-  uint32_t payload_bytes[2] = {0, 0};  // per packet, by Engine; 0: no packet overhead
+  uint32_t payload_bytes[2] = {0, 0};  // per packet: SM stores (every engine but kCopy), copy engines
+  // A collective's protocol (Engine::kLL, kLL128, kSimple; profile "protocols"):
+  // its hop latency as an offset from `latency` (so a fault's added latency
+  // adds to it too) and its share of the rate in millionths.
+  static constexpr uint32_t kPpm = 1'000'000;
+  int64_t proto_latency_delta[kNumProtocols] = {0, 0, 0};
+  uint32_t proto_share_ppm[kNumProtocols] = {kPpm, kPpm, kPpm};
 
+  uint64_t payload(Engine e) const { return payload_bytes[e == Engine::kCopy ? 1 : 0]; }
   // Bytes on the wire for `bytes` of payload: bytes + ceil(bytes / payload) * header.
   uint64_t wire_bytes(uint64_t bytes, Engine e) const {
-    const uint64_t payload = payload_bytes[static_cast<int>(e)];
-    return payload == 0 ? bytes : bytes + (bytes + payload - 1) / payload * header_bytes;
+    const uint64_t p = payload(e);
+    return p == 0 ? bytes : bytes + (bytes + p - 1) / p * header_bytes;
   }
-  // The time the message holds a port: ceil(wire_bytes * 1e12 / bytes_per_second) ps.
+  // The latency of a message moved by `e`: the protocol's hop latency, else the link's.
+  Time latency_of(Engine e) const {
+    const int q = engine_protocol(e);
+    return q < 0 ? latency : std::max<Time>(0, latency + proto_latency_delta[q]);
+  }
+  // The time the message holds a port: ceil(wire_bytes * 1e12 / (bytes_per_second * share)) ps,
+  // exact in 128-bit integers (share 1: transfer_time itself).
   Time wire_time(uint64_t bytes, Engine e) const {
-    return transfer_time(wire_bytes(bytes, e), bytes_per_second);
+    const int q = engine_protocol(e);
+    const uint64_t w = wire_bytes(bytes, e);
+    if (q < 0 || proto_share_ppm[q] == kPpm) return transfer_time(w, bytes_per_second);
+    __extension__ using u128 = unsigned __int128;
+    const u128 num = static_cast<u128>(w) * 1'000'000'000'000ULL * kPpm;
+    const u128 den = static_cast<u128>(bytes_per_second) * std::max<uint32_t>(1, proto_share_ppm[q]);
+    return static_cast<Time>((num + den - 1) / den);
   }
 };
 
-inline Link make_link(LinkClass port, const LinkSpec& s) {
-  return {port,
-          s.latency(),
-          s.bytes_per_second(),
-          static_cast<uint32_t>(s.packet_header_bytes),
-          {static_cast<uint32_t>(s.sm_payload_bytes), static_cast<uint32_t>(s.copy_payload_bytes)}};
+// The link of class `port` with the profile's protocols (none: plain sends only).
+inline Link make_link(LinkClass port, const LinkSpec& s, const std::vector<ProtocolSpec>& protocols = {}) {
+  Link l{port,
+         s.latency(),
+         s.bytes_per_second(),
+         static_cast<uint32_t>(s.packet_header_bytes),
+         {static_cast<uint32_t>(s.sm_payload_bytes), static_cast<uint32_t>(s.copy_payload_bytes)}};
+  for (size_t q = 0; q < protocols.size() && q < size_t{kNumProtocols}; ++q) {
+    const int c = static_cast<int>(port);
+    l.proto_latency_delta[q] = us_to_time(protocols[q].hop_latency_us[c]) - l.latency;
+    l.proto_share_ppm[q] = static_cast<uint32_t>(std::llround(protocols[q].bw_share[c] * Link::kPpm));
+  }
+  return l;
 }
 
 class LinkModel {
@@ -75,8 +102,8 @@ class ProfileLinkModel final : public LinkModel {
  public:
   explicit ProfileLinkModel(const HardwareProfile& p)
       : devices_per_node_(p.devices_per_node),
-        intra_(make_link(LinkClass::kIntra, p.intra)),
-        inter_(make_link(LinkClass::kInter, p.inter)) {
+        intra_(make_link(LinkClass::kIntra, p.intra, p.protocols)),
+        inter_(make_link(LinkClass::kInter, p.inter, p.protocols)) {
     share_.reserve(static_cast<size_t>(p.devices_per_node));
     for (int g = 0; g < p.devices_per_node; ++g) share_.push_back(p.nic_sharers(g));
     if (!p.pcie.empty()) {

@@ -1,4 +1,5 @@
 #include "runtime/profile.h"
+#include "runtime/profile_protocols.h"
 
 #include <cmath>
 #include <fstream>
@@ -93,6 +94,9 @@ uint64_t HardwareProfile::memory_bytes() const {
 //  - collective_launch_us 8: nccl-tests all_reduce on 2 A100 SXM4 over NVLink takes
 //    10.1 us at 32 B (NVIDIA/nccl#583); the modeled one hop is 2 us, the rest is the
 //    collective's fixed start (NCCL's own tuning model has 6.6-8.4 us of base latency).
+//    The built-in profiles carry no "protocols" yet (plain sends); a profile with
+//    nccl_protocols (profile_protocols.cc) runs NCCL's LL, LL128 and Simple, with
+//    collective_launch_us then the kernel launch alone (4 us, launch_overhead_us).
 // FP8 GEMM maximum of the Hopper and Blackwell profiles: the achieved share
 // of the FP8 peak of a GEMM that fills whole tiles and waves. An assumption
 // of cuBLASLt's order (large FP8 GEMMs reach 65-75% of 1,979 TFLOP/s).
@@ -213,6 +217,7 @@ nlohmann::json profile_to_json(const HardwareProfile& p) {
                  {"sockets", p.pcie.sockets},
                  {"uplink_GBps", p.pcie.uplink_GBps},
                  {"inter_socket_GBps", p.pcie.inter_socket_GBps}};
+  if (!p.protocols.empty()) j["protocols"] = protocols_to_json(p.protocols);
   return j;
 }
 
@@ -326,6 +331,7 @@ bool known_field(std::string_view path) {
   static const std::set<std::string_view> kLinkFields = {
       "latency_us", "bandwidth_GBps", "packet", "packet.header_bytes", "packet.sm_payload_bytes",
       "packet.copy_payload_bytes"};
+  if (path.starts_with("protocols")) return known_protocol_field(path);
   for (std::string_view cls : {"links.intra.", "links.inter."})
     if (path.starts_with(cls)) return kLinkFields.contains(path.substr(cls.size()));
   return kFields.contains(path);
@@ -446,6 +452,7 @@ HardwareProfile profile_from_json(const nlohmann::json& j, std::string_view orig
   }
   if (j.contains("nics")) read_nics(r, j["nics"], p);
   if (j.contains("pcie")) read_pcie(r, j, p);
+  if (j.contains("protocols")) p.protocols = protocols_from_json(j.at("protocols"), origin);
   return p;
 }
 

@@ -32,6 +32,15 @@
 //                                its root complex, per direction),
 //                                "inter_socket_GBps" (the link between the
 //                                sockets, per direction)}. Absent: a crossbar.
+//   protocols                    NCCL's protocols as its tuning model sees them
+//                                (graph/tuning.cc), each of "LL", "LL128",
+//                                "Simple": {"base_latency_us" (a collective's
+//                                start), "intra"/"inter": {"hop_latency_us"
+//                                (a message's latency), "bw_share" (its share
+//                                of the link's rate, in [0, 1]; 0: the protocol
+//                                is not used over that link)}}. Absent: no
+//                                protocols (a collective's messages move as
+//                                plain sends, on the links' latency and rate).
 // The built-in values and their public sources: profile.cc, README "Cost model".
 //
 // Thread safety: a HardwareProfile is plain data, read-only during a run;
@@ -56,7 +65,28 @@ inline constexpr int kNumLinkClasses = 2;
 // pipeline's send/recv) store from the SMs; cudaMemcpy between peers (what
 // OSU's osu_bw and p2pBandwidthLatencyTest measure) uses the copy engines,
 // which send larger packets.
-enum class Engine : uint8_t { kSm = 0, kCopy = 1 };
+// A collective's messages carry the engine of its protocol (kLL, kLL128,
+// kSimple: SM stores, with the protocol's latency and rate, Link::latency_of).
+enum class Engine : uint8_t { kSm = 0, kCopy = 1, kLL = 2, kLL128 = 3, kSimple = 4 };
+
+// NCCL's protocols: LL stores 8-byte lines of 4 data bytes and a 4-byte flag
+// (least latency, least bandwidth), LL128 128-byte lines with 8 flag bytes,
+// Simple large chunks behind memory fences (most latency, full bandwidth).
+enum class Protocol : uint8_t { kLL = 0, kLL128 = 1, kSimple = 2 };
+inline constexpr int kNumProtocols = 3;
+inline Engine protocol_engine(Protocol p) { return static_cast<Engine>(2 + static_cast<int>(p)); }
+// The protocol an engine carries; -1 for kSm and kCopy (plain sends).
+inline int engine_protocol(Engine e) { return static_cast<int>(e) >= 2 ? static_cast<int>(e) - 2 : -1; }
+const char* protocol_name(Protocol p);  // "LL", "LL128", "Simple"
+
+// One protocol in NCCL's tuning model (graph/tuning.cc): baseLat, hwLat per
+// hop and the share of the link's bandwidth it reaches, per link class.
+struct ProtocolSpec {
+  double base_latency_us = 0;                       // a collective's start
+  double hop_latency_us[kNumLinkClasses] = {0, 0};  // a message's latency, intra / inter
+  double bw_share[kNumLinkClasses] = {1, 1};        // of the link's rate; 0: not used there
+  bool usable(LinkClass c) const { return bw_share[static_cast<int>(c)] > 0; }
+};
 
 struct LinkSpec {
   double latency_us = 0;      // one-way, first byte
@@ -96,7 +126,9 @@ struct DeviceSpec {
   double launch_overhead_us = 0;
   double compute_efficiency = 1.0;  // achieved share of peak FLOP/s of non-GEMM flops, (0, 1]
   double mem_efficiency = 1.0;      // achieved share of HBM bandwidth (STREAM-like), (0, 1]
-  double collective_launch_us = 0;  // fixed start of every collective (NCCL kernel launch, setup)
+  // Fixed start of every collective: the kernel launch, before the
+  // protocol's own start (ProtocolSpec::base_latency_us) where there are protocols.
+  double collective_launch_us = 0;
   GemmSpec gemm;
   double peak_tflops_fp8 = 0;  // dense FP8 tensor-core peak; 0: no FP8 (Ampere)
 };
@@ -133,6 +165,8 @@ struct HardwareProfile {
   std::vector<std::vector<int>> nics;
   // The PCIe tree inside a node (empty: a crossbar of links.intra).
   PcieTopology pcie;
+  // NCCL's protocols, indexed by Protocol; empty: none (plain sends).
+  std::vector<ProtocolSpec> protocols;
 
   int total_devices() const { return nodes * devices_per_node; }
   int node_of(int rank) const { return rank / devices_per_node; }
@@ -144,6 +178,11 @@ struct HardwareProfile {
   const LinkSpec& link(LinkClass c) const { return c == LinkClass::kIntra ? intra : inter; }
   uint64_t memory_bytes() const;
 };
+
+// NCCL's tuning-model protocols for a node whose GPUs talk over NVLink, or
+// over PCIe (`pcie_intra`: LL128 is not used there, as NCCL enables it only
+// on NVLink). Values and sources: profile_protocols.cc.
+std::vector<ProtocolSpec> nccl_protocols(bool pcie_intra);
 
 // The built-in profiles, in a stable order.
 const std::vector<HardwareProfile>& builtin_profiles();

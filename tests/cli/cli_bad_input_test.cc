@@ -338,6 +338,8 @@ TEST(CliBadInput, VerifyFlags) {
 
 TEST(CliBadInput, CollectivesAndP2pFlags) {
   run_table({
+      {"collectives --proto LL129", "--proto: unknown protocol \"LL129\""},
+      {"collectives --proto LL128", "--proto LL128: not used on profile a100-nvlink's links of 8 ranks (one of: auto, plain)"},
       {"collectives --ranks 0", "--ranks 0: must be between 1 and 32"},
       {"collectives --ranks -1", "--ranks -1: must be between 1 and 32"},
       {"collectives --ranks 33", "--ranks 33: must be between 1 and 32"},

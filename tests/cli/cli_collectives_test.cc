@@ -1,4 +1,5 @@
 // The command-line contract of `shardlab collectives`.
+#include <fstream>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -41,6 +42,34 @@ TEST(CliCollectives, JsonRowsFollowNcclTestsDefinitions) {
   }
 }
 
+// A profile file with NCCL's protocols: each row prints the protocol auto
+// chose with the algorithm, and --proto forces one. 8 B on 8 GPUs: direct LL,
+// 4 + 3.6 us of start, 0.47 us of hop and seven 40-byte LL messages at
+// 300 GB/s x 1/4 (534 ps each) through the receiver's ingress: 8.0737 us.
+// 256 MiB: Simple, the full link rate (protocol_test.cc derives the switch).
+TEST(CliCollectives, RowsPrintTheProtocolAutoChose) {
+  HardwareProfile p = load_profile("a100-nvlink");
+  p.name = "a100-nccl";
+  p.protocols = nccl_protocols(/*pcie_intra=*/false);
+  p.device.collective_launch_us = 4.0;
+  const std::string path = ::testing::TempDir() + "a100_nccl_protocols.json";
+  {
+    std::ofstream out(path);
+    out << profile_to_json(p).dump();
+  }
+  const auto r = run_cli("collectives --ranks 8 --min-bytes 8 --max-bytes 256MiB --json --profile " + path);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const auto& rows = j["rows"];
+  EXPECT_EQ(rows.front()["algo"], "direct");
+  EXPECT_EQ(rows.front()["protocol"], "LL");
+  EXPECT_NEAR(rows.front()["time_us"].get<double>(), 8.073738, 1e-9);
+  EXPECT_EQ(rows.back()["protocol"], "Simple");
+  const auto forced = run_cli("collectives --ranks 8 --max-bytes 8 --proto LL128 --json --profile " + path);
+  ASSERT_EQ(forced.code, 0) << forced.err;
+  EXPECT_EQ(nlohmann::json::parse(forced.out)["rows"][0]["protocol"], "LL128");
+}
+
 TEST(CliCollectives, TwoNodesRunChannelsOverEveryRail) {
   const auto r8 = run_cli("collectives --op all_reduce --ranks 8 --min-bytes 64MiB --max-bytes 64MiB --json");
   const auto r16 = run_cli("collectives --op all_reduce --ranks 16 --min-bytes 64MiB --max-bytes 64MiB --json");
@@ -65,11 +94,13 @@ TEST(CliCollectives, TwoNodesRunChannelsOverEveryRail) {
   EXPECT_GT(bw16, 0.75 * 8 * ib);
   EXPECT_LT(bw4nic, 4 * ib * 1.001);
   EXPECT_GT(bw4nic, 0.75 * 4 * ib);
-  // The table shows the channels (column "ch") and the NICs per node.
+  // The table shows the protocol (column "proto": plain on a profile without
+  // protocols), the channels (column "ch") and the NICs per node.
   const auto table = run_cli("collectives --op all_reduce --ranks 16 --min-bytes 1GiB --max-bytes 1GiB");
   ASSERT_EQ(table.code, 0) << table.err;
   EXPECT_NE(table.out.find("8 NICs per node"), std::string::npos) << table.out;
-  EXPECT_NE(table.out.find("   ring   16 "), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("   ring  plain   16 "), std::string::npos) << table.out;
+  EXPECT_EQ(two["rows"][0]["protocol"], "plain");
 }
 
 // --check's verdict can fail: 100 in rank 0's first result is an error of

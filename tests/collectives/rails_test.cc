@@ -157,6 +157,26 @@ TEST(RailsTest, OneGibAllReduceTakesTheClosedFormExactly) {
   }
 }
 
+// nccl-tests#119's shape: 3 nodes of 8 A100 SXM4 with 4 HDR NICs each
+// (a100-nvlink-4nic), all_reduce of 128 MiB, reported peak ~96 GB/s busbw
+// (average 84.8 over every size from 8 B, in 1 MiB steps: latency-bound
+// sizes included, so not comparable with one size). By hand: n = 24, 8
+// channels (2 x 4 rails), one per GPU; slice ceil(33554432/24) = 1398102,
+// piece ceil(1398102/8) = 174763 floats = 699052 B, + 171 x 42 B of IB
+// headers = 706234 B at the GPU's half of its NIC (12.5 GB/s): 56,498,720 ps; T = 8 us + 46 x (5 us + 56,498,720 ps) = 2,836,941,120 ps:
+// busbw 90.68 GB/s, 5.5% under the peak (the 46 IB latencies are 8% of T).
+TEST(RailsTest, FourNicNodesAtNcclTests119sShape) {
+  const HardwareProfile p = nodes_of("a100-nvlink-4nic", 3);
+  const size_t count = (size_t{128} << 20) / 4;
+  const Time t = all_reduce_time(p, 24, count);
+  EXPECT_EQ(t, 2'836'941'120);
+  EXPECT_EQ(t, closed_form(p, 24, count));
+  const double bw = busbw(p, 24, t, count * 4);
+  fmt::print("a100-nvlink-4nic x3, 128 MiB: model {:.2f} GB/s busbw, nccl-tests#119 peak ~96 ({:+.1f}%)\n", bw,
+             (bw / 96.0 - 1) * 100);
+  EXPECT_NEAR(bw, 96.0, 0.10 * 96.0);
+}
+
 // nccl-tests all_reduce_perf busbw at 1 GiB, the public figures (README
 // "Collectives across nodes"). Separate from the exact times above: these
 // are the model's agreement with hardware, to within 10%.

@@ -73,8 +73,9 @@ shardlab::testing::Diff check_range(Failures& f, const std::string& what, const 
   return shardlab::testing::diff(g, std::span<const float>(expected));
 }
 
-// One node of `devices` on plain links (latency, bandwidth; no packet headers)
-// and no collective start: the link model's closed forms alone.
+// One node of `devices` on plain links (latency, bandwidth; no packet headers),
+// no protocols (plain sends) and no collective start: the link model's closed
+// forms alone.
 inline HardwareProfile uniform_profile(int devices, double latency_us = 2.0, double gbps = 300.0) {
   HardwareProfile p = load_profile("a100-nvlink");
   p.name = "uniform";
@@ -82,6 +83,7 @@ inline HardwareProfile uniform_profile(int devices, double latency_us = 2.0, dou
   p.devices_per_node = devices;
   p.intra = {latency_us, gbps};
   p.device.collective_launch_us = 0;
+  p.protocols.clear();
   return p;
 }
 
