@@ -15,6 +15,7 @@ constexpr std::array kFieldFlags = std::to_array<std::pair<std::string_view, std
     {"cp", "--cp"},
     {"cp_comm", "--cp-comm"},
     {"zero", "--zero"},
+    {"attention", "--attention"},
     {"hsdp", "--hsdp"},
     {"bucket_mb", "--bucket-mb"},
     {"scatter_gather", "--scatter-gather"},

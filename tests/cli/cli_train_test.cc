@@ -208,7 +208,10 @@ TEST(CliTrain, BadInputIsOneLineAndExitCode2) {
   expect_usage_error("train --data synthetic:nonsense", "nonsense");
   expect_usage_error("train --data /nonexistent/tokens.bin", "/nonexistent/tokens.bin");
   expect_usage_error("train --lr-schedule linear", "--lr-schedule");
-  expect_usage_error("train --precision fp8", "--precision");
+  expect_usage_error("train --precision fp4", "--precision");
+  // fp8 is a precision, but an A100 has no FP8 tensor cores.
+  expect_usage_error("train --precision fp8", "no FP8 peak");
+  expect_usage_error("train --attention flash", "--attention");
   expect_usage_error("train --model nano --experts 4 --top-k 5", "top");
 
   // Tokens >= vocab in a .bin file.

@@ -13,7 +13,7 @@ AttentionKernel parse_attention_kernel(std::string_view name) {
   if (name == "auto") return AttentionKernel::kAuto;
   if (name == "unfused") return AttentionKernel::kUnfused;
   if (name == "fused") return AttentionKernel::kFused;
-  throw ConfigError(fmt::format("--attention \"{}\": expected auto, fused or unfused", name));
+  throw ConfigError(fmt::format("`attention` \"{}\": expected auto, fused or unfused", name));
 }
 
 const char* attention_kernel_name(AttentionKernel k) {
