@@ -41,7 +41,7 @@
 //                                is not used over that link)}}. Absent: no
 //                                protocols (a collective's messages move as
 //                                plain sends, on the links' latency and rate).
-// The built-in values and their public sources: profile.cc, README "Cost model".
+// The built-in values and their public sources: profile_builtin.cc, README "Cost model".
 //
 // Thread safety: a HardwareProfile is plain data, read-only during a run;
 // every device thread of a cluster reads the same one.

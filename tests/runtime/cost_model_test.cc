@@ -15,7 +15,7 @@
 namespace shardlab {
 namespace {
 
-// The A100 bf16 GEMM maximum of the built-in profile (runtime/profile.cc: the
+// The A100 bf16 GEMM maximum of the built-in profile (runtime/profile_builtin.cc: the
 // end-to-end calibration against Narayanan et al. 2021 Table 1).
 constexpr double kMaxBf16 = 0.70;
 

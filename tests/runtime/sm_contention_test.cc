@@ -111,7 +111,7 @@ Time kernel_after_all_reduce(const HardwareProfile& p, bool on_compute) {
                                  collectives::Buffer(x.data(), x.size()), collectives::ReduceOp::kSum, o);
     const Time start = on_compute ? d.compute().now() : 0;
     const Time e = d.run(d.compute(), "kernel", OpCost{0, 1e5}) - start;
-    if (!on_compute) EXPECT_GT(d.comm().now(), e) << "the all-reduce outlasts the kernel";
+    if (!on_compute) { EXPECT_GT(d.comm().now(), e) << "the all-reduce outlasts the kernel"; }
     if (d.rank() == 0) end = e;
     w.wait(d.compute());
   });

@@ -56,7 +56,7 @@ TEST(Profiles, BuiltinsMatchPublicFigures) {
 }
 
 // The H100 family against the vendors' datasheets (dense tensor-core peaks;
-// sources in README "Hardware profiles" and runtime/profile.cc).
+// sources in README "Hardware profiles" and runtime/profile_builtin.cc).
 TEST(Profiles, HopperAndBlackwellDatasheetFigures) {
   struct Row {
     const char* name;

@@ -1,0 +1,135 @@
+// The built-in hardware profiles and the public sources of their figures
+// (README "Cost model" has the table). profile.cc reads and writes profiles.
+#include "runtime/profile.h"
+#include "runtime/profile_protocols.h"
+
+#include <string_view>
+
+namespace shardlab {
+
+// Sources for the figures (all public; README "Cost model" has the table):
+//  - Peak FLOP/s, HBM bandwidth and capacity: NVIDIA A100 and H100 SXM datasheets
+//    (A100: 19.5 TFLOP/s fp32, 312 bf16 dense, 2.0 TB/s, 80 GB;
+//     H100 SXM: 67 fp32, 989 bf16 dense, 3.35 TB/s, 80 GB).
+//  - Link bandwidths per direction: NVLink3 300 GB/s (A100), NVLink4 450 GB/s (H100),
+//    PCIe Gen4 x16 ~32 GB/s, InfiniBand HDR 200 Gb/s = 25 GB/s and NDR 400 Gb/s = 50 GB/s
+//    per NIC. DGX A100 / DGX H100: one NIC per GPU (8 rails); the 4-NIC A100 nodes of
+//    NVIDIA/nccl#1048 ("A100 * 8, IB 200Gb * 4"): a NIC per two GPUs.
+//  - Per-hop latencies sit between NCCL's own LL and Simple-protocol figures in its
+//    tuning model (src/graph/tuning.cc, hwLat: NVLink 0.5-3.4 us, PCIe 1.0-5.7 us,
+//    network 2.7-14 us) and OSU osu_latency device-to-device results with GPUDirect RDMA.
+//  - Kernel launch overhead ~4 us (a CUDA launch as seen on a timeline: 3-5 us).
+//  - compute_efficiency 0.7: non-GEMM flops (elementwise math); those ops are memory-bound.
+//  - mem_efficiency 0.90: STREAM-like kernels (BabelStream triad, nvbandwidth) reach
+//    85-92% of the HBM datasheet bandwidth on A100 and H100 (0.90 assumed for both).
+//  - GEMM: sm_count 108 (A100) / 132 (H100 SXM) from the datasheets; output tiles
+//    256x128, 128x128, 128x64 and 64x64, the cuBLAS tile shapes NVIDIA's "Matrix
+//    Multiplication Background User's Guide" discusses (one 256x128 tile per SM: a
+//    wave of 108 tiles on A100); max efficiency of bf16 GEMMs on A100: 0.70 (218.4
+//    of 312 TFLOP/s), the one end-to-end calibration of the model: fitted once to
+//    Narayanan et al. 2021 Table 1 as the 2021 code ran it (ten runs, 32 to 3,072
+//    A100s, no SP, scatter/gather between stages, dropout, unfused fp32 gradient
+//    accumulation; least mean |error|; README "Scale"; 0.665 before that
+//    accumulation and SM contention were modeled, 0.64 before the scatter/gather,
+//    dropout and the channels over every rail), where it also
+//    absorbs what the model leaves out (clocks below boost under sustained
+//    tensor-core load, host gaps between kernels). cuBLAS alone
+//    reaches 75-85% of peak in short benchmarks. H100 0.75 (~740 of 989: an
+//    assumption of the same order, not calibrated); fp32 SGEMM 0.97 (cuBLAS 18.88 of 19.49 TFLOP/s on an A100 80GB,
+//    M=5120 N=K=4096, Yinghan-Li/YHs_Sample#4).
+//  - Hopper and Blackwell (HGX/DGX datasheets; README "Scale" has the table): H100 SXM
+//    1,979 TFLOP/s dense FP8, 132 SMs, 80 GB HBM3 at 3.35 TB/s; H200 SXM the same
+//    GH100 compute with 141 GB HBM3e at 4.8 TB/s; HGX B200 (1,000 W): 80 fp32, 2,250
+//    bf16 and 4,500 FP8 dense TFLOP/s, 148 SMs, 8 TB/s HBM3e, 180 GB enabled per GPU
+//    (DGX B200: 1,440 GB for eight; 192 GB on the package), NVLink5 900 GB/s per
+//    direction. The FP8 GEMM maximum (kH100Fp8GemmMax) is the one number for FP8;
+//    B200's GEMM maxima are H100's, uncalibrated.
+//  - NVLink packets: an NVLink3/4 packet carries at most 128 B of payload when the SMs
+//    store (NCCL's kernels) and 256 B from the copy engines (cudaMemcpy), with ~32 B
+//    of header and CRC: a 25 GB/s NVLink3 link gives ~20 GB/s to NCCL, 12 links
+//    240 GB/s (S. Jeaugey, NVIDIA/nccl-tests#149), ~267 GB/s to cudaMemcpy. PCIe Gen4
+//    TLPs: 24 B of header, framing and LCRC per 128 B (SM) / 256 B (max payload) TLP.
+//    InfiniBand: 4096 B MTU, 42 B of LRH+BTH+RETH+ICRC+VCRC headers.
+//  - collective_launch_us 8: nccl-tests all_reduce on 2 A100 SXM4 over NVLink takes
+//    10.1 us at 32 B (NVIDIA/nccl#583); the modeled one hop is 2 us, the rest is the
+//    collective's fixed start (NCCL's own tuning model has 6.6-8.4 us of base latency).
+//    The built-in profiles carry no "protocols" yet (plain sends); a profile with
+//    nccl_protocols (profile_protocols.cc) runs NCCL's LL, LL128 and Simple, with
+//    collective_launch_us then the kernel launch alone (4 us, launch_overhead_us).
+// FP8 GEMM maximum of the Hopper and Blackwell profiles: the achieved share
+// of the FP8 peak of a GEMM that fills whole tiles and waves. An assumption
+// of cuBLASLt's order (large FP8 GEMMs reach 65-75% of 1,979 TFLOP/s).
+constexpr double kH100Fp8GemmMax = 0.70;
+
+const std::vector<HardwareProfile>& builtin_profiles() {
+  static const std::vector<HardwareProfile> kProfiles = [] {
+    auto device = [](double fp32, double bf16, double hbm, int sms, double eff_bf16) {
+      DeviceSpec d{fp32, bf16, hbm, 80.0, 4.0, 0.7};
+      d.mem_efficiency = 0.90;
+      d.collective_launch_us = 8.0;
+      d.gemm = {sms, {{256, 128}, {128, 128}, {128, 64}, {64, 64}}, 0.97, eff_bf16};
+      return d;
+    };
+    auto link = [](double lat, double bw, int header, int sm_payload, int copy_payload) {
+      return LinkSpec{lat, bw, header, sm_payload, copy_payload};
+    };
+    const DeviceSpec a100 = device(19.5, 312.0, 2039.0, 108, 0.70);
+    // The H100 family (sources: README "Scale", the Hopper/Blackwell notes above).
+    auto fp8 = [](DeviceSpec d, double fp8_tflops, double eff_fp8, double memory_gib) {
+      d.peak_tflops_fp8 = fp8_tflops;
+      d.gemm.max_efficiency_fp8 = eff_fp8;
+      d.memory_GiB = memory_gib;
+      return d;
+    };
+    const DeviceSpec h100 = fp8(device(67.0, 989.0, 3350.0, 132, 0.75), 1979.0, kH100Fp8GemmMax, 80.0);
+    const DeviceSpec h200 = fp8(device(67.0, 989.0, 4800.0, 132, 0.75), 1979.0, kH100Fp8GemmMax, 141.0);
+    const DeviceSpec b200 = fp8(device(80.0, 2250.0, 8000.0, 148, 0.75), 4500.0, kH100Fp8GemmMax, 180.0);
+    const LinkSpec nvlink4 = link(1.5, 450.0, 32, 128, 256), ndr = link(4.0, 50.0, 42, 4096, 4096);
+    const LinkSpec hdr = link(5.0, 25.0, 42, 4096, 4096);
+    // NICs: DGX A100 and DGX H100 have eight compute NICs, one per GPU (a
+    // rail each: the default, "nics" absent); the 4-NIC A100 servers of
+    // NVIDIA/nccl#1048 share one between two GPUs.
+    const std::vector<std::vector<int>> one_per_gpu;
+    const std::vector<std::vector<int>> one_per_pair = {{0, 1}, {2, 3}, {4, 5}, {6, 7}};
+    // An 8x A100 PCIe server (a100-pcie-8): GPU pairs behind four PCIe Gen4
+    // switches, two switches on each of two CPU sockets; a switch's uplink
+    // is a Gen4 x16 link like a GPU's (32 GB/s per direction), the sockets
+    // are joined at NCCL's figure for AMD's inter-socket link, AMD_BW = 16
+    // GB/s (src/graph/topo.h), the link that NCCL's ring 0..7 crosses
+    // twice (3 -> 4 and 7 -> 0). One HDR NIC per switch, shared by its pair.
+    PcieTopology pcie_box{{{0, 1}, {2, 3}, {4, 5}, {6, 7}}, {{0, 1}, {2, 3}}, 32.0, 16.0};
+    const DeviceSpec a100_pcie = device(19.5, 312.0, 1935.0, 108, 0.665);  // 80GB PCIe: 1,935 GB/s HBM
+    std::vector<HardwareProfile> v;
+    v.push_back({"a100-nvlink",
+                 "DGX A100 nodes (as Selene's): NVLink3 over NVSwitch inside a node, one "
+                 "InfiniBand HDR NIC per GPU between",
+                 4, 8, a100, link(2.0, 300.0, 32, 128, 256), hdr, one_per_gpu});
+    v.push_back({"a100-nvlink-4nic",
+                 "A100 SXM nodes with four InfiniBand HDR NICs, each shared by two GPUs "
+                 "(NVIDIA/nccl#1048): NVLink3 over NVSwitch inside a node",
+                 4, 8, a100, link(2.0, 300.0, 32, 128, 256), hdr, one_per_pair});
+    v.push_back({"a100-pcie",
+                 "A100 PCIe servers: PCIe Gen4 x16 inside a node, InfiniBand HDR between", 4, 8,
+                 a100, link(3.0, 32.0, 24, 128, 256), hdr});
+    v.push_back({"a100-pcie-8",
+                 "8x A100 80GB PCIe server: GPU pairs behind four PCIe Gen4 switches, two "
+                 "switches per CPU socket, the sockets joined by a 16 GB/s link; one InfiniBand "
+                 "HDR NIC per switch",
+                 4, 8, a100_pcie, link(3.0, 32.0, 24, 128, 256), hdr, one_per_pair, pcie_box});
+    v.push_back({"h100-nvlink",
+                 "DGX H100 nodes: NVLink4 inside a node, one InfiniBand NDR 400G NIC per GPU between",
+                 4, 8, h100, nvlink4, ndr, one_per_gpu});
+    v.push_back({"h200-nvlink",
+                 "DGX H200 nodes: H100's compute with 141 GB of HBM3e at 4.8 TB/s; NVLink4 inside a node, "
+                 "one InfiniBand NDR 400G NIC per GPU between",
+                 4, 8, h200, nvlink4, ndr, one_per_gpu});
+    v.push_back({"b200-nvlink",
+                 "DGX B200 nodes: NVLink5 (1.8 TB/s per GPU, both directions) inside a node, one "
+                 "ConnectX-7 400G NIC per GPU between",
+                 4, 8, b200, link(1.5, 900.0, 32, 128, 256), ndr, one_per_gpu});
+    return v;
+  }();
+  return kProfiles;
+}
+
+}  // namespace shardlab
