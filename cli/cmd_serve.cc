@@ -14,6 +14,7 @@
 #include "cli/cli.h"
 #include "cli/flag_table.h"
 #include "cli/infer_flags.h"
+#include "cli/serve_setup.h"
 #include "model/serve/cluster_step.h"
 #include "model/serve/serve_checks.h"
 #include "model/serve/serve_json.h"
@@ -30,123 +31,10 @@
 namespace shardlab::cli {
 namespace {
 
-constexpr int kDefaultLen = 128;  // --prompt-len and --output-len unless given
-
-struct ServeFlags {
-  TrainFlags model;  // the shape flags, --tp --pp --ep, --memory, --precision, --phantom, --init, common flags
-  serve::ServeOptions serving;  // --replicas and the scheduler's --max-seqs, --kv-block, ... bind here
-  infer::SamplingOptions sampling;  // --temperature, --top-k, --top-p (the seed is --seed's)
-  int requests = 100;
-  int shared_prefix = 0;  // tokens every drawn prompt starts with
-  std::string arrival = "poisson:1", prompt_len = std::to_string(kDefaultLen), output_len = prompt_len, workload;
-  std::string batching = "continuous";
-  std::string speculative, draft_init;  // --speculative draft=PRESET,k=N[,accept=P], --draft-init FILE
-  double kv_fraction = 0.9;
-  uint64_t seed = 1337;
-  std::vector<std::string> drawn_given;  // which of --requests, --arrival, --prompt-len, --output-len were given
-};
-
-struct Setup {
-  serve::ReplicaShape shape;
-  serve::ServeOptions options;
-  std::vector<serve::Request> requests;
-  std::unique_ptr<model::SafetensorsFile> init;  // shape.init points here
-  std::unique_ptr<model::SafetensorsFile> draft_init;  // shape.speculative->draft_init points here
-  bool drawn_prompts = false;                    // some prompts drawn from --seed (a workload of lengths)
-};
-
-bool given(const ServeFlags& f, std::string_view flag) {
-  return std::find(f.drawn_given.begin(), f.drawn_given.end(), flag) != f.drawn_given.end();
-}
-
-// Request i draws from --seed + i; a phantom run chooses no token, so a
-// sampling flag there means nothing.
-infer::SamplingOptions sampling_of(const ServeFlags& f) {
-  infer::SamplingOptions o = f.sampling;
-  o.seed = f.seed;
-  infer::validate(o);
-  const infer::SamplingOptions greedy;
-  if (f.model.opts.phantom && (o.temperature != greedy.temperature || o.top_k != greedy.top_k || o.top_p != greedy.top_p))
-    throw ConfigError("--phantom computes no tokens: it takes no --temperature, --top-k or --top-p");
-  return o;
-}
-
 std::string sampling_text(const infer::SamplingOptions& o) {
   if (o.temperature <= 0) return "greedy";
   return fmt::format("sampling at temperature {} top-k {} top-p {}, request i from seed {} + i", o.temperature,
                      o.top_k, o.top_p, o.seed);
-}
-
-// The draft model of --speculative: the preset's shape at the target's
-// context and vocabulary padding; weights from --draft-init or --seed. A phantom run takes the
-// acceptance rate (accept=), a run on values measures it.
-void speculative_of(const ServeFlags& f, Setup& s) {
-  if (f.speculative.empty()) {
-    if (!f.draft_init.empty()) throw ConfigError("--draft-init is the draft model's: it needs --speculative");
-    return;
-  }
-  const serve::SpeculativeSpec spec = serve::parse_speculative(f.speculative);
-  const bool phantom = s.shape.phantom;
-  if (phantom && spec.accept < 0)
-    throw ConfigError("--phantom computes no tokens: --speculative needs accept=P, the draft's acceptance rate");
-  if (!phantom && spec.accept >= 0)
-    throw ConfigError("--speculative accept= is for --phantom: on the model's values the acceptance is measured");
-  if (phantom && !f.draft_init.empty()) throw ConfigError("--phantom runs on shapes only: it takes no --draft-init");
-  if (f.serving.scheduler.prefix_caching)
-    throw ConfigError("--speculative with --prefix-caching: the draft's cache shares no blocks (not built)");
-  serve::SpeculativeShape sp{model::preset(spec.draft), nullptr, f.seed, spec.k, spec.accept};
-  sp.draft.block_size = s.shape.model.block_size;
-  if (sp.draft.token_vocab() == s.shape.model.token_vocab()) {  // the target's padded table
-    sp.draft.vocab_size = s.shape.model.vocab_size;
-    sp.draft.vocab_unpadded = s.shape.model.vocab_unpadded;
-    sp.draft.vocab_multiple = s.shape.model.vocab_multiple;
-  }
-  if (!f.draft_init.empty()) {
-    try {
-      s.draft_init = std::make_unique<model::SafetensorsFile>(model::load_safetensors(f.draft_init));
-      infer::check_generate_init(*s.draft_init, sp.draft);
-    } catch (const ConfigError& e) {
-      throw ConfigError(std::string("--draft-init: ") + e.what());
-    }
-    sp.draft_init = s.draft_init.get();
-  }
-  s.shape.speculative = sp;
-}
-
-Setup setup_of(ServeFlags& f) {
-  Setup s;
-  f.model.opts.parallel.dp = f.model.opts.parallel.ep;  // the ep ranks carry replicas of the batch
-  const serve::Batching batching = serve::parse_batching(f.batching);  // every flag's syntax before what they mean
-  if (!f.workload.empty() && !f.drawn_given.empty())
-    throw ConfigError(fmt::format("--workload {} gives the requests: it takes no {}", f.workload, f.drawn_given[0]));
-  s.shape = {f.model.model_config(), f.model.opts.parallel.tp, f.model.opts.parallel.pp, f.model.opts.parallel.ep, f.model.opts.phantom, f.seed, nullptr};
-  s.shape.sampling = sampling_of(f);
-  s.requests = f.workload.empty()
-                   ? serve::make_workload(f.requests, serve::parse_arrival(f.arrival),
-                                          serve::parse_length_dist(f.prompt_len, "--prompt-len"),
-                                          serve::parse_length_dist(f.output_len, "--output-len"), f.seed,
-                                          f.shared_prefix)
-                   : serve::load_trace(f.workload);
-  const bool default_lengths = !given(f, "--prompt-len") && !given(f, "--output-len");
-  serve::check_requests(s.shape.model, s.requests, {f.workload, default_lengths ? kDefaultLen : 0});
-  if (!f.model.opts.phantom) {
-    serve::check_host_memory(s.shape, s.requests.size(), f.serving.scheduler.max_seqs, host_memory_bytes());
-    if (std::optional<model::SafetensorsFile> init = load_inference_init(f.model, s.shape.model)) {
-      s.init = std::make_unique<model::SafetensorsFile>(std::move(*init));
-      s.shape.init = s.init.get();
-    }
-    for (const serve::Request& r : s.requests) s.drawn_prompts = s.drawn_prompts || r.prompt.empty();
-    serve::draw_prompts(s.requests, s.shape.model.token_vocab(), f.seed);
-  } else if (!f.model.opts.init_path.empty()) {
-    throw ConfigError("--phantom runs on shapes only: it takes no --init");
-  }
-  speculative_of(f, s);
-  s.options = f.serving;
-  s.options.scheduler.batching = batching;
-  s.options.scheduler.speculative = s.shape.speculative ? s.shape.speculative->k : 0;
-  // A pipeline keeps a batch in flight per stage (vLLM's virtual engines).
-  s.options.scheduler.virtual_engines = s.shape.virtual_engines = s.shape.pp;
-  return s;
 }
 
 nlohmann::json result_json(const ServeFlags& f, const Setup& s, const serve::ReplicaPlan& plan,
@@ -155,6 +43,15 @@ nlohmann::json result_json(const ServeFlags& f, const Setup& s, const serve::Rep
   j["model"] = engine::model_json(s.shape.model);
   j["profile"] = profile;
   j["parallel"] = {{"tp", s.shape.tp}, {"pp", s.shape.pp}, {"ep", s.shape.ep}, {"replicas", f.serving.replicas}};
+  j["router"] = f.router;
+  if (const serve::Disaggregation& d = s.options.disaggregate; d.on()) {
+    const serve::PhaseSummary& p = r.phases;
+    j["disaggregate"] = {{"prefill_replicas", d.prefill}, {"decode_replicas", d.decode},
+                         {"prefill_ttft_s", serve::percentiles_json(p.prefill_ttft_s)},
+                         {"transfer_s", serve::percentiles_json(p.transfer_s)},
+                         {"handoff_wait_s", serve::percentiles_json(p.handoff_wait_s)},
+                         {"kv_bytes", p.kv_bytes}, {"transfers", p.transfers}};
+  }
   j["phantom"] = s.shape.phantom;
   j["running_devices"] = running;  // device threads per replica: fewer when --phantom folds the tp peers
   j["init"] = f.model.opts.init_path.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.model.opts.init_path);
@@ -184,9 +81,13 @@ nlohmann::json result_json(const ServeFlags& f, const Setup& s, const serve::Rep
 void print_result(const ServeFlags& f, const Setup& s, const serve::ReplicaPlan& plan, const serve::ServeResult& r,
                   const std::string& profile) {
   const serve::ServeSummary& m = r.summary;
-  fmt::print("# shardlab serve: {} on {} ({}), {} replica(s) of tp {} x pp {} x ep {}, {} batching\n",
-             s.shape.model.to_string(), profile, f.model.precision, f.serving.replicas, s.shape.tp, s.shape.pp, s.shape.ep,
-             f.batching);
+  const serve::Disaggregation& d = s.options.disaggregate;
+  fmt::print("# shardlab serve: {} on {} ({}), {} of tp {} x pp {} x ep {}, {} batching{}\n",
+             s.shape.model.to_string(), profile, f.model.precision,
+             d.on() ? fmt::format("{} prefill and {} decode replica(s)", d.prefill, d.decode)
+                    : fmt::format("{} replica(s)", f.serving.replicas),
+             s.shape.tp, s.shape.pp, s.shape.ep, f.batching,
+             f.serving.replicas > 1 ? ", routed " + f.router : "");
   if (s.shape.pp > 1)
     fmt::print("({} batches in flight through the {} stages: a scheduler each, with 1/{} of the KV blocks)\n", s.shape.pp,
                s.shape.pp, s.shape.pp);
@@ -209,6 +110,13 @@ void print_result(const ServeFlags& f, const Setup& s, const serve::ReplicaPlan&
                p->p90 * 1e3, p->p99 * 1e3, p->max * 1e3);
   fmt::print("KV cache use: peak {:.1f}%, mean {:.1f}% (over busy time); {} preemptions; {} steps\n",
              100 * m.kv_peak_use, 100 * m.kv_mean_use, m.preemptions, m.steps);
+  if (d.on()) {
+    const serve::PhaseSummary& p = r.phases;
+    fmt::print("Disaggregated: prefill TTFT p50 {:.3f} ms p99 {:.3f} ms; {} K and V transfers, {} in all, {:.3f} ms "
+               "p50 {:.3f} ms p99 on the links, {:.3f} ms p99 waiting for a port (TTFT above includes them)\n",
+               p.prefill_ttft_s.p50 * 1e3, p.prefill_ttft_s.p99 * 1e3, p.transfers, format_bytes(p.kv_bytes),
+               p.transfer_s.p50 * 1e3, p.transfer_s.p99 * 1e3, p.handoff_wait_s.p99 * 1e3);
+  }
   if (s.options.scheduler.prefix_caching)
     fmt::print("Prefix cache: {} of {} prompt tokens found cached ({:.1f}% hit rate), their prefill skipped\n",
                m.prefix_hit_tokens, m.prefix_query_tokens, 100 * m.prefix_hit_rate);
@@ -218,23 +126,49 @@ void print_result(const ServeFlags& f, const Setup& s, const serve::ReplicaPlan&
                100 * m.draft_acceptance);
   if (s.shape.phantom) return;
   int shown = 0;  // the first requests' tokens (every one is in --report)
-  for (const serve::ReplicaResult& rep : r.replicas)
-    for (const serve::RequestRecord& q : rep.requests)
-      if (shown++ < 3)
-        fmt::print("request {}: prompt {} -> {}\n", q.id, fmt::join(s.requests[size_t(q.id)].prompt, " "),
-                   fmt::join(q.tokens, " "));
+  for (const serve::RequestRecord& q : r.requests)
+    if (shown++ < 3)
+      fmt::print("request {}: prompt {} -> {}\n", q.id, fmt::join(s.requests[size_t(q.id)].prompt, " "),
+                 fmt::join(q.tokens, " "));
 }
 
-// Replica r's devices as ranks r·world ... in one trace.
-std::vector<DeviceTrace> replica_traces(const serve::ClusterStepExecutor& executor) {
+// Replica r's devices as ranks r·world ... in one trace (every executor's
+// runs, in replica order).
+std::vector<DeviceTrace> replica_traces(const std::vector<std::unique_ptr<serve::ClusterStepExecutor>>& executors) {
   std::vector<DeviceTrace> out;
-  const std::vector<RunResult>& runs = executor.runs();
-  for (size_t r = 0; r < runs.size(); ++r)
-    for (DeviceTrace d : runs[r].traces) {
-      d.rank += int(r * runs[r].traces.size());
-      out.push_back(std::move(d));
+  int rank = 0;
+  for (const auto& executor : executors)
+    for (const RunResult& run : executor->runs()) {
+      for (DeviceTrace d : run.traces) {
+        d.rank += rank;
+        out.push_back(std::move(d));
+      }
+      rank += int(run.traces.size());
     }
   return out;
+}
+
+// The replicas' executors: one for all when each replica runs alone
+// (round-robin: one after another on one cluster), else one per replica,
+// each on a cluster of its own, side by side.
+struct Executors {
+  std::vector<std::unique_ptr<Cluster>> clusters;
+  std::vector<std::unique_ptr<serve::ClusterStepExecutor>> all;
+  std::vector<serve::StepExecutor*> steps() const {
+    std::vector<serve::StepExecutor*> out;
+    for (const auto& e : all) out.push_back(e.get());
+    return out;
+  }
+};
+
+Executors make_executors(const HardwareProfile& profile, const ClusterOptions& copts, const Setup& s) {
+  Executors x;
+  const int n = s.options.router == serve::Routing::kRoundRobin ? 1 : s.options.replicas;
+  for (int r = 0; r < n; ++r) {
+    x.clusters.push_back(std::make_unique<Cluster>(profile, copts));
+    x.all.push_back(std::make_unique<serve::ClusterStepExecutor>(*x.clusters.back(), s.shape));
+  }
+  return x;
 }
 
 int run_serve(ServeFlags& f) {
@@ -250,22 +184,25 @@ int run_serve(ServeFlags& f) {
   copts.trace = !f.model.common.trace.empty();
   // Folding keeps every figure; a trace wants every device's timeline.
   s.shape.fold = !f.model.no_fold && !copts.trace;
-  Cluster cluster(profile, copts);
-  std::unique_ptr<serve::ClusterStepExecutor> executor;
+  Executors executors;
   serve::ReplicaPlan plan;
   serve::ServeResult r;
   for (;;) {
-    executor = std::make_unique<serve::ClusterStepExecutor>(cluster, s.shape);
+    executors = make_executors(profile, copts, s);
     try {
       // A step holds at most max_batch_tokens tokens, or one per sequence when more run.
-      plan = executor->plan(std::max<int64_t>(f.serving.scheduler.max_batch_tokens, f.serving.scheduler.max_seqs));
+      plan = executors.all[0]->plan(std::max<int64_t>(f.serving.scheduler.max_batch_tokens, f.serving.scheduler.max_seqs));
       s.options.scheduler.kv_blocks = plan.kv_blocks(f.kv_fraction, f.serving.scheduler.kv_block);
       if (s.options.scheduler.kv_blocks == 0)
         throw ConfigError(fmt::format("no room for a KV cache: weights and activations fill --kv-fraction {} of the "
                                       "device; raise --tp/--pp or --memory, or lower --max-batch-tokens",
                                       f.kv_fraction));
-      r = serve::simulate_serving(s.requests, s.options, *executor);
-      executor->finish();
+      std::optional<serve::KvTransfer> transfer;
+      if (const serve::Disaggregation& d = s.options.disaggregate; d.on())
+        transfer.emplace(profile, d.prefill, d.decode, plan.kv_bytes_per_token);
+      const std::vector<serve::StepExecutor*> steps = executors.steps();
+      r = serve::simulate_serving(s.requests, s.options, steps, transfer ? &*transfer : nullptr);
+      for (const auto& e : executors.all) e->finish();
       break;
     } catch (const RunError& e) {
       if (!e.folding() || !s.shape.fold) throw;
@@ -273,12 +210,12 @@ int run_serve(ServeFlags& f) {
     }
   }
   const std::string title = fmt::format("shardlab serve {}", s.shape.model.to_string());
-  const int threads = executor->running_devices();
+  const int threads = executors.all[0]->running_devices();
   if (leader_process()) {  // across processes (runtime/transport.h): one set of files
     write_outputs({{"--report", f.model.report,
                     f.model.report.empty() ? "" : result_json(f, s, plan, r, profile.name, threads, true).dump(2)},
                    {"--trace", f.model.common.trace,
-                    copts.trace ? chrome_trace_json(replica_traces(*executor), title) : ""}});
+                    copts.trace ? chrome_trace_json(replica_traces(executors.all), title) : ""}});
   }
   if (f.model.common.json) print_json(result_json(f, s, plan, r, profile.name, threads, false));
   else print_result(f, s, plan, r, profile.name);
@@ -292,6 +229,14 @@ FlagTable<ServeFlags> serve_flags() {
   return {
       {"--replicas", FIELD(serving.replicas), "Data-parallel replicas", number_in(1, double(kMaxDevices)),
        kShowDefault},
+      {"--router", FIELD(router),
+       "How requests are routed across replicas: round-robin, least-loaded (fewest unfinished) or prefix (the "
+       "longest cached prefix, with --prefix-caching; else least-loaded)",
+       {}, kShowDefault},
+      {"--disaggregate", FIELD(disaggregate),
+       "prefill=N,decode=M: N prefill replicas hand each request's K and V over the network to M decode "
+       "replicas (in place of --replicas)",
+       nonempty()},
       {"--no-fold", FIELD(model.no_fold), "With --phantom, run every tp rank's thread (folding changes no figure)"},
       {"--requests", FIELD(requests), "Requests to draw", number_in(1, 1e6), kShowDefault},
       {"--arrival", FIELD(arrival), "poisson:RATE (requests/s) or burst", {}, kShowDefault},
@@ -350,6 +295,8 @@ void add_serve_command(CLI::App& app) {
     drawn.push_back(sub->get_option(name));
   set_action(sub, [f, drawn, sub] {
     default_inference_precision(sub, f->model);
+    f->replicas_given = sub->get_option("--replicas")->count() > 0;
+    f->router_given = sub->get_option("--router")->count() > 0;
     for (const CLI::Option* o : drawn)
       if (o->count() > 0) f->drawn_given.push_back(o->get_name());
     return run_serve(*f);

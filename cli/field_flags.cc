@@ -42,6 +42,7 @@ constexpr std::array kFieldFlags = std::to_array<std::pair<std::string_view, std
     {"chunked_prefill", "--chunked-prefill"},
     {"prefix_caching", "--prefix-caching"},
     {"speculative", "--speculative"},
+    {"disaggregate", "--disaggregate"},
     {"batching", "--batching"},
     {"kv_fraction", "--kv-fraction"},
     {"arrival", "--arrival"},
@@ -54,7 +55,8 @@ constexpr std::array kFieldFlags = std::to_array<std::pair<std::string_view, std
     {"top_p", "--top-p"},
     {"n_moe_ffn", "--moe-ffn"},
     {"n_shared_expert", "--shared-experts"},
-    {"router", "--router"},
+    {"router", "--router"},  // serve's request routing; the MoE router's is GPTConfig::router
+    {"GPTConfig::router", "--moe-router"},
     {"moe_first_dense", "--moe-first-dense"},
     {"n_kv_head", "--kv-heads"},
     {"rope_theta", "--rope-theta"},

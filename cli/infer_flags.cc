@@ -15,6 +15,8 @@ FlagTable<TrainFlags> inference_flags(const InferenceFlagHelp& help) {
   const CLI::Validator degree = number_in(1, double(kMaxDevices));
   return {
       {"--moe-top-k", FIELD(top_k), "MoE experts per token", number_in(1, 1 << 16), kShowDefault},
+      {"--moe-router", FIELD(router),
+       "MoE router scores: softmax (over the experts) or sigmoid (DeepSeek-V3) (default: the preset's, softmax)"},
       {"--init", FIELD(opts.init_path), "Weights from FILE.safetensors (strict: exactly the model's tensors)",
        nonempty()},
       {"--tp", FIELD(opts.parallel.tp), "Tensor-parallel degree", degree, kShowDefault},
@@ -37,7 +39,7 @@ void add_inference_flags(CLI::App* sub, TrainFlags& m, const InferenceFlagHelp& 
   // --moe-top-k here (--top-k is sampling's); the global batch, the auxiliary
   // loss and dropout are training's: inference takes none of them.
   std::erase_if(table, [](const FlagRow<TrainFlags>& row) {
-    if (row.names.starts_with("--moe-top-k")) return true;
+    if (row.names.starts_with("--moe-top-k") || row.names.starts_with("--moe-router")) return true;
     for (const char* name : {"--batch", "--aux-coef", "--dropout"})
       if (row.names == name) return true;
     return false;

@@ -1,5 +1,6 @@
 // The flags `generate` and `serve` share: train's model shape flags (the MoE
-// routing's top-k is --moe-top-k, --top-k being sampling's), the split
+// routing's top-k is --moe-top-k, --top-k being sampling's; its scores are
+// --moe-router, --router being serve's request routing), the split
 // (--tp --pp --ep), --memory, --precision, --phantom and --init; and the
 // checked load of --init.
 #pragma once

@@ -68,8 +68,9 @@ FlagTable<TrainFlags> model_flags() {
        "Shared experts every token goes through, added to the routed output (width N x the expert width; "
        "default: the preset's)",
        number_in(0, kMaxLayers)},
-      {"--router", FIELD(router),
-       "MoE router scores: softmax (over the experts) or sigmoid (DeepSeek-V3) (default: the preset's, softmax)"},
+      {"--moe-router,--router", FIELD(router),
+       "MoE router scores: softmax (over the experts) or sigmoid (DeepSeek-V3) (--router: train's alias; default: "
+       "the preset's, softmax)"},
       {"--moe-norm-topk,!--no-moe-norm-topk", FIELD(moe_norm_topk),
        "Normalize the top-k gates to sum 1 (default; Mixtral's softmax over the top-k)"},
       {"--moe-first-dense", FIELD(moe_first_dense),

@@ -25,7 +25,7 @@ const char* router_name(Router r) { return r == Router::kSigmoid ? "sigmoid" : "
 Router parse_router(std::string_view name) {
   if (name == "softmax") return Router::kSoftmax;
   if (name == "sigmoid") return Router::kSigmoid;
-  throw ConfigError("`router` must be softmax or sigmoid (got \"" + std::string(name) + "\")");
+  throw ConfigError("`GPTConfig::router` must be softmax or sigmoid (got \"" + std::string(name) + "\")");
 }
 
 namespace {

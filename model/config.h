@@ -22,7 +22,7 @@ const char* family_name(Family f);  // "gpt", "llama"
 // (Switch/Mixtral), kSigmoid per expert (DeepSeek-V3).
 enum class Router : uint8_t { kSoftmax, kSigmoid };
 const char* router_name(Router r);  // "softmax", "sigmoid"
-// "softmax" or "sigmoid"; ConfigError naming `router` otherwise.
+// "softmax" or "sigmoid"; ConfigError naming `GPTConfig::router` otherwise.
 Router parse_router(std::string_view name);
 
 struct GPTConfig {

@@ -52,7 +52,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -68,6 +70,14 @@
 
 namespace shardlab::serve {
 
+// Disaggregated serving on values: the K and V a prefill replica's devices
+// hand on, by (rank, request), laid out (layer, K/V, token, Cl), until the
+// decode replica's device of that rank takes them.
+struct HandoffStore {
+  std::mutex m;
+  std::map<std::pair<int, int>, std::vector<float>> rows;
+};
+
 // A replica: the model, its split, and where its values come from.
 struct ReplicaShape {
   model::GPTConfig model;
@@ -82,6 +92,8 @@ struct ReplicaShape {
   // How tokens are chosen: request i's n-th token is draw n of seed + i
   // (greedy at temperature 0), as generate's with --seed seed + i.
   infer::SamplingOptions sampling;
+  // Disaggregated: shared by every replica's executor (made by the first).
+  std::shared_ptr<HandoffStore> handoffs = std::make_shared<HandoffStore>();
   int world() const { return tp * pp * ep; }
 };
 
@@ -108,6 +120,8 @@ class ClusterStepExecutor final : public StepExecutor {
   void release(int seq) override;
   void cache_block(int seq, int64_t first, int tokens, int32_t block) override;
   void evict_block(int32_t block) override;
+  void hand_off(int seq, int request) override;
+  void drain() override { finish(); }
   // Ends the devices' run (its stats and, with ClusterOptions::trace, the
   // timeline of every step at the scheduler's times); rethrows what a device
   // threw.
@@ -120,7 +134,6 @@ class ClusterStepExecutor final : public StepExecutor {
   }
   // Every replica's finished run, in replica order.
   const std::vector<RunResult>& runs() const { return runs_; }
-  struct CacheOp;  // a release or a prefix cache block, for the devices
 
  private:
   struct Mailbox;
@@ -130,6 +143,7 @@ class ClusterStepExecutor final : public StepExecutor {
   bool here(int rank) const;
   // Under mpirun: the step's end and tokens, agreed by every process.
   void agree_on_step(Time& end, std::vector<model::Token>& tokens);
+  std::unique_lock<std::mutex> post(std::span<const BatchEntry> batch);
 
   Cluster& cluster_;
   ReplicaShape shape_;

@@ -12,21 +12,24 @@ std::vector<uint64_t> block_hashes(std::span<const uint64_t> keys, int block) {
   SHARDLAB_CHECK(block > 0, "KV block size must be positive");
   // A 64-bit chain (vLLM uses SHA-256 or Python's hash): a collision would
   // share a wrong block, at odds of about n² / 2^65 for n blocks.
-  const uint64_t key = model::stream_key(0, "serve.block_hash");
   std::vector<uint64_t> out;
-  uint64_t h = 0;
-  for (size_t b = 0; (b + 1) * size_t(block) <= keys.size(); ++b) {
-    for (size_t t = b * size_t(block); t < (b + 1) * size_t(block); ++t) h = model::random_bits(key, h ^ keys[t]);
-    out.push_back(h);
-  }
+  for (size_t b = 0; (b + 1) * size_t(block) <= keys.size(); ++b)
+    out.push_back(chain_hash(out.empty() ? 0 : out.back(), keys.subspan(b * size_t(block), size_t(block))));
   return out;
+}
+
+uint64_t chain_hash(uint64_t parent, std::span<const uint64_t> keys) {
+  static const uint64_t key = model::stream_key(0, "serve.block_hash");
+  uint64_t h = parent;
+  for (const uint64_t k : keys) h = model::random_bits(key, h ^ k);
+  return h;
 }
 
 KvBlocks::KvBlocks(int64_t blocks, int block_tokens) : total_(blocks), block_tokens_(block_tokens) {
   SHARDLAB_CHECK(blocks >= 0 && blocks < (int64_t(1) << 31), "KV block count out of range");
   SHARDLAB_CHECK(block_tokens > 0, "KV block size must be positive");
   blocks_.resize(size_t(blocks));
-  for (int64_t b = 0; b < blocks; ++b) push_back(int32_t(b));
+  for (int64_t b = 0; b < blocks; ++b) link(int32_t(b), false);
 }
 
 void KvBlocks::unlink(int32_t b) {
@@ -37,21 +40,15 @@ void KvBlocks::unlink(int32_t b) {
   --free_count_;
 }
 
-void KvBlocks::push_front(int32_t b) {
+// Into the free list, first or last.
+void KvBlocks::link(int32_t b, bool front) {
   Block& k = blocks_[size_t(b)];
-  k.prev = -1;
-  k.next = head_;
-  (head_ < 0 ? tail_ : blocks_[size_t(head_)].prev) = b;
-  head_ = b;
-  ++free_count_;
-}
-
-void KvBlocks::push_back(int32_t b) {
-  Block& k = blocks_[size_t(b)];
-  k.next = -1;
-  k.prev = tail_;
-  (tail_ < 0 ? head_ : blocks_[size_t(tail_)].next) = b;
-  tail_ = b;
+  int32_t& end = front ? head_ : tail_;  // the end it joins
+  (front ? k.prev : k.next) = -1;
+  (front ? k.next : k.prev) = end;
+  int32_t& other = end < 0 ? (front ? tail_ : head_) : (front ? blocks_[size_t(end)].prev : blocks_[size_t(end)].next);
+  other = b;
+  end = b;
   ++free_count_;
 }
 
@@ -90,7 +87,7 @@ void KvBlocks::release(int seq) {
   for (auto b = it->second.rbegin(); b != it->second.rend(); ++b) {
     Block& k = blocks_[size_t(*b)];
     if (--k.refs > 0) continue;
-    k.named ? push_back(*b) : push_front(*b);
+    link(*b, !k.named);
   }
   tables_.erase(it);
 }

@@ -29,6 +29,8 @@ namespace shardlab::serve {
 // The names of a sequence's full blocks: block i's hash covers its
 // `block` content keys and block i-1's hash (a chain, as vLLM hashes).
 std::vector<uint64_t> block_hashes(std::span<const uint64_t> keys, int block);
+// The name of the block of content `keys` after the block named `parent` (0: the first).
+uint64_t chain_hash(uint64_t parent, std::span<const uint64_t> keys);
 
 class KvBlocks {
  public:
@@ -69,8 +71,7 @@ class KvBlocks {
     int32_t prev = -1, next = -1;  // in the free list
   };
   void unlink(int32_t b);
-  void push_front(int32_t b);
-  void push_back(int32_t b);
+  void link(int32_t b, bool front);  // into the free list, at its head or its tail
   int32_t take();  // the free list's first block, its name dropped
 
   int64_t total_;

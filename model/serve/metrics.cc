@@ -48,12 +48,7 @@ ServeSummary summarize(const std::vector<ReplicaResult>& replicas, int64_t kv_bl
       busy += u.step_s;
       weighted += use * u.step_s;
     }
-    s.preemptions += r.preemptions;
-    s.steps += r.steps;
-    s.prefix_query_tokens += r.prefix_query_tokens;
-    s.prefix_hit_tokens += r.prefix_hit_tokens;
-    s.drafts_proposed += r.drafts_proposed;
-    s.drafts_accepted += r.drafts_accepted;
+    s += r;
   }
   if (s.drafts_proposed > 0) s.draft_acceptance = double(s.drafts_accepted) / double(s.drafts_proposed);
   if (s.prefix_query_tokens > 0) s.prefix_hit_rate = double(s.prefix_hit_tokens) / double(s.prefix_query_tokens);
@@ -72,13 +67,9 @@ ServeSummary summarize(const std::vector<ReplicaResult>& replicas, int64_t kv_bl
   return s;
 }
 
-namespace {
-
 nlohmann::json percentiles_json(const Percentiles& p) {
   return {{"mean", p.mean}, {"p50", p.p50}, {"p90", p.p90}, {"p99", p.p99}, {"max", p.max}};
 }
-
-}  // namespace
 
 nlohmann::json summary_json(const ServeSummary& s) {
   return {{"requests", s.requests},

@@ -24,7 +24,7 @@ struct Percentiles {
 };
 Percentiles percentiles(std::vector<double> values);  // all 0 for none
 
-struct ServeSummary {
+struct ServeSummary : RunCounts {
   int64_t requests = 0;
   Percentiles ttft_s, tpot_s, e2e_s;
   double makespan_s = 0;           // first arrival to last finish
@@ -34,18 +34,14 @@ struct ServeSummary {
   int64_t kv_capacity_tokens = 0;  // per replica
   double kv_peak_use = 0;          // peak used blocks / blocks, over replicas
   double kv_mean_use = 0;          // mean over busy time, weighted by step time
-  int64_t preemptions = 0;
-  int64_t steps = 0;
-  // Prefix caching: of the tokens admissions looked up, those found cached
-  // (their prefill skipped), and the hit rate (0 without lookups).
-  int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0;
+  // The counts (RunCounts) over every replica; of the prefix cache's
+  // lookups the hit rate, of the drafts the acceptance (0 without any).
   double prefix_hit_rate = 0;
-  // Speculative decoding: drafts verified and accepted, their rate.
-  int64_t drafts_proposed = 0, drafts_accepted = 0;
   double draft_acceptance = 0;
 };
 
 ServeSummary summarize(const std::vector<ReplicaResult>& replicas, int64_t kv_blocks, int kv_block);
 nlohmann::json summary_json(const ServeSummary& s);
+nlohmann::json percentiles_json(const Percentiles& p);
 
 }  // namespace shardlab::serve

@@ -42,19 +42,28 @@
 // 1 + k first (vLLM's lookahead slots).
 //
 // Virtual engines (a pipeline-parallel replica, as vLLM runs one): V
-// schedulers share the replica's devices, each with its requests (dealt
-// round-robin in arrival order; vLLM gives a new request to the engine with
-// the fewest unfinished) and 1/V of the KV blocks. The engine ready first
+// schedulers share the replica's devices, each with its requests (a request
+// goes to the engine with the fewest unfinished when it arrives, as vLLM
+// gives it) and 1/V of the KV blocks. The engine ready first
 // runs its next step, starting when its own previous step ended (its
 // tokens are back), not when the replica's last one did: the devices take
 // the steps in that order, so while one batch is in a later stage the next
 // runs the earlier ones. One engine per stage keeps every stage busy.
+//
+// Disaggregated serving (serving.h): a request marked hand_off finishes
+// with its prefill (output 1) and its K and V leave for a decode replica
+// (StepExecutor::hand_off); one marked handed arrives there with its
+// prompt's K and V and first token: it is admitted (first come first
+// served, when its prompt's blocks and the next token's are free) with no
+// prefill and decodes in the step that admits it. Preempted, it is
+// recomputed as any other.
 //
 // Thread safety: simulate_replica is a pure function of its arguments and
 // the executor's answers.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -83,6 +92,9 @@ struct BatchEntry {
   int draw = 0;
   std::vector<int32_t> prefix_blocks;
   int draft = 0;  // speculative decoding: the draft tokens to propose (tokens: the last one only)
+  // Disaggregated serving: the sequence's first entry on a decode replica,
+  // its `context` tokens' K and V those request `request` was handed with.
+  bool handed = false;
 };
 
 struct StepOutcome {
@@ -110,6 +122,12 @@ class StepExecutor {
   // before the next run_step.
   virtual void cache_block(int seq, int64_t first, int tokens, int32_t block) {}
   virtual void evict_block(int32_t block) {}
+  // Disaggregated serving: `seq` finished its prefill on a prefill replica;
+  // its K and V leave with request `request` for a decode replica (before
+  // release(seq)).
+  virtual void hand_off(int seq, int request) {}
+  // The replica runs no more steps (its last operations are to be done).
+  virtual void drain() {}
 };
 
 enum class Batching { kStatic, kContinuous };
@@ -148,9 +166,8 @@ struct UsageSample {
   int batch_tokens = 0;
 };
 
-struct ReplicaResult {
-  std::vector<RequestRecord> requests;  // in id order
-  std::vector<UsageSample> usage;       // one per step
+// What a run counts, summed over a replica's engines and over replicas.
+struct RunCounts {
   int64_t steps = 0;
   int64_t preemptions = 0;
   // Prefix caching, over every admission (readmissions too): the tokens
@@ -158,6 +175,39 @@ struct ReplicaResult {
   int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0;
   // Speculative decoding: draft tokens verified, and accepted.
   int64_t drafts_proposed = 0, drafts_accepted = 0;
+  RunCounts& operator+=(const RunCounts& o);
+};
+
+struct ReplicaResult : RunCounts {
+  std::vector<RequestRecord> requests;  // in id order
+  std::vector<UsageSample> usage;       // one per step
+};
+
+// One replica's scheduling, a step at a time, with requests added as they
+// arrive (in arrival order): its virtual engines and their KV blocks. A
+// serving run over several replicas (serving.h) steps the one ready first
+// and routes each request when it arrives.
+class ReplicaScheduler {
+ public:
+  // ConfigError for options that contradict each other.
+  ReplicaScheduler(const SchedulerOptions& o, StepExecutor& executor, int replica);
+  ~ReplicaScheduler();
+  // ConfigError when `r` can never run (more tokens than an engine's cache
+  // holds, or a prompt over the step's token budget without chunking).
+  void check(const Request& r) const;
+  // To the engine with the fewest unfinished requests (ties: the lowest).
+  void add(const Request& r);
+  bool finished() const;  // every request added has finished
+  double ready() const;   // when the next step starts (infinity when finished)
+  void step();            // runs the next step
+  int unfinished() const;  // added, not finished
+  // Prefix caching: the most leading tokens of `r`'s prompt an engine holds cached.
+  int64_t cached_prefix_tokens(const Request& r) const;
+  ReplicaResult result();  // once finished
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 // Throws ConfigError when a request can never run (more tokens than the

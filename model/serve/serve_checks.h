@@ -35,7 +35,12 @@ void check_requests(const model::GPTConfig& model, const std::vector<Request>& r
 // A run on values keeps every device's fp32 weights on the host and, for each
 // running sequence (at most max_seqs of the `requests`), K and V of a whole
 // context on each of the ep replicas of the batch: refused when that passes
-// 80% of `host_memory` (host_memory_bytes(), runtime/host_memory.h).
-void check_host_memory(const ReplicaShape& shape, size_t requests, int max_seqs, uint64_t host_memory);
+// 80% of `host_memory` (host_memory_bytes(), runtime/host_memory.h). With
+// speculative decoding the draft model's weights and contexts count too, and
+// a disaggregated run keeps the K and V of `handed_tokens` prompt tokens on
+// their way from the prefill replicas to the decode ones; `replicas` run at
+// once (routed side by side, serving.h) hold all that each.
+void check_host_memory(const ReplicaShape& shape, size_t requests, int max_seqs, uint64_t host_memory,
+                       int64_t handed_tokens = 0, int replicas = 1);
 
 }  // namespace shardlab::serve

@@ -14,18 +14,23 @@ nlohmann::json plan_json(const ReplicaPlan& p) {
 
 nlohmann::json requests_json(const ServeResult& result, const std::vector<Request>* prompts) {
   nlohmann::json out = nlohmann::json::array();
-  for (const ReplicaResult& rep : result.replicas)
-    for (const RequestRecord& q : rep.requests) {
-      nlohmann::json one = {{"id", q.id}, {"replica", q.replica}, {"arrival_s", q.arrival_s},
-                            {"first_token_s", q.first_token_s}, {"finish_s", q.finish_s},
-                            {"prompt_len", q.prompt_len}, {"output_len", q.output_len},
-                            {"preemptions", q.preemptions}, {"cached_tokens", q.cached_tokens}};
-      if (prompts) {  // the tokens in, and out
-        one["prompt_tokens"] = (*prompts)[size_t(q.id)].prompt;
-        one["tokens"] = q.tokens;
-      }
-      out.push_back(std::move(one));
+  for (const RequestRecord& q : result.requests) {
+    nlohmann::json one = {{"id", q.id}, {"replica", q.replica}, {"arrival_s", q.arrival_s},
+                          {"first_token_s", q.first_token_s}, {"finish_s", q.finish_s},
+                          {"prompt_len", q.prompt_len}, {"output_len", q.output_len},
+                          {"preemptions", q.preemptions}, {"cached_tokens", q.cached_tokens}};
+    if (size_t(q.id) < result.handoffs.size() && q.output_len > 1) {  // disaggregated: its K and V's way
+      const Handoff& h = result.handoffs[size_t(q.id)];
+      one["handoff"] = {{"prefill_replica", h.prefill}, {"decode_replica", h.decode}, {"kv_bytes", h.bytes},
+                        {"ready_s", h.ready_s}, {"start_s", h.start_s}, {"arrive_s", h.arrive_s},
+                        {"transfer_s", h.transfer_s}};
     }
+    if (prompts) {  // the tokens in, and out
+      one["prompt_tokens"] = (*prompts)[size_t(q.id)].prompt;
+      one["tokens"] = q.tokens;
+    }
+    out.push_back(std::move(one));
+  }
   return out;
 }
 

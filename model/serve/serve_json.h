@@ -20,9 +20,11 @@ namespace shardlab::serve {
 // activation_bytes, kv_bytes_per_token.
 nlohmann::json plan_json(const ReplicaPlan& plan);
 
-// Every request, replica by replica: id, replica, arrival_s, first_token_s,
-// finish_s, prompt_len, output_len, preemptions; with `prompts` (a run on
-// values: the requests by id) also prompt_tokens and the generated tokens.
+// Every request, in id order: id, replica, arrival_s, first_token_s,
+// finish_s, prompt_len, output_len, preemptions; disaggregated, its
+// hand-off (the replicas, the bytes, when ready, sent and arrived, the time
+// on the links); with `prompts` (a run on values: the requests by id) also
+// prompt_tokens and the generated tokens.
 nlohmann::json requests_json(const ServeResult& result, const std::vector<Request>* prompts);
 
 // Every step of every replica: replica, t, step_s, used_blocks, running,

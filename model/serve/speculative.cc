@@ -11,6 +11,7 @@
 #include "model/infer/sampler.h"
 #include "model/rng.h"
 #include "runtime/errors.h"
+#include "runtime/parse_number.h"
 
 namespace shardlab::serve {
 
@@ -24,9 +25,9 @@ SpeculativeSpec parse_speculative(const std::string& text) {
     const size_t eq = part.find('=');
     if (eq == std::string::npos) throw ConfigError(usage);
     const std::string key = part.substr(0, eq), value = part.substr(eq + 1);
-    char* end = nullptr;
-    const double v = std::strtod(value.c_str(), &end);
-    const bool number = !value.empty() && end == value.c_str() + value.size();
+    const std::optional<double> parsed = parse_number<double>(value);  // the one rule for a number (no hex, nan)
+    const bool number = parsed.has_value();
+    const double v = parsed.value_or(0);
     if (key == "draft" && !value.empty() && s.draft.empty()) s.draft = value;
     else if (key == "k" && number && v == std::floor(v) && v >= 1 && v <= 64 && s.k == 0) s.k = int(v);
     else if (key == "accept" && number && v >= 0 && v <= 1 && s.accept < 0) s.accept = v;

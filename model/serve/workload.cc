@@ -114,12 +114,14 @@ uint64_t synthetic_key(bool shared, int owner, int t) {
 
 }  // namespace
 
+uint64_t content_key(const Request& r, std::span<const model::Token> ids, int64_t t) {
+  if (!r.prompt.empty()) return uint64_t(ids[size_t(t)]);
+  return t < r.prefix_len ? synthetic_key(true, r.prefix_id, int(t)) : synthetic_key(false, r.id, int(t));
+}
+
 std::vector<uint64_t> content_keys(const Request& r) {
   std::vector<uint64_t> keys(size_t(r.prompt_len));
-  for (int t = 0; t < r.prompt_len; ++t)
-    keys[size_t(t)] = !r.prompt.empty()    ? uint64_t(r.prompt[size_t(t)])
-                      : t < r.prefix_len ? synthetic_key(true, r.prefix_id, t)
-                                         : synthetic_key(false, r.id, t);
+  for (int t = 0; t < r.prompt_len; ++t) keys[size_t(t)] = content_key(r, r.prompt, t);
   return keys;
 }
 

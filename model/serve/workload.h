@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -38,11 +39,21 @@ struct Request {
   // the same prefix_id (a system prompt, an earlier turn); -1: none shared.
   int prefix_id = -1;
   int prefix_len = 0;
+  // Disaggregated serving (serving.h). `hand_off`: on a prefill replica,
+  // its K and V go to a decode replica when its prefill ends (output_len 1).
+  // `handed`: on a decode replica, it arrives with its prompt's K and V and
+  // its first token (`first`, with prompt ids) computed.
+  bool hand_off = false;
+  bool handed = false;
+  model::Token first = 0;
 };
 
-// What names token t of a request's prompt for prefix caching: its id, or
-// without ids, its prefix's (prefix_id, t) below prefix_len and a key of
-// its own (id, t) after it.
+// What names token t of a request's text (its prompt, then the tokens it
+// produced) for prefix caching: its id (`ids`: the prompt's, then the
+// produced ones), or without ids, its prefix's (prefix_id, t) below
+// prefix_len and a key of its own (id, t) after it. content_keys: the
+// prompt's.
+uint64_t content_key(const Request& r, std::span<const model::Token> ids, int64_t t);
 std::vector<uint64_t> content_keys(const Request& r);
 
 struct LengthDist {

@@ -87,7 +87,7 @@ TEST(CliBadInput, ModelShapeFlags) {
       {"train --model nano --steps 1 --experts 4 --moe-ffn -1", "--moe-ffn: -1 is out of range"},
       {"train --model nano --steps 1 --shared-experts 1", "--shared-experts, --moe-ffn and --moe-first-dense need "
                                                           "routed experts (--experts above 0)"},
-      {"train --model nano --steps 1 --experts 4 --router relu", "--router must be softmax or sigmoid (got \"relu\")"},
+      {"train --model nano --steps 1 --experts 4 --router relu", "--moe-router must be softmax or sigmoid (got \"relu\")"},
       {"train --model nano --steps 1 --experts 4 --moe-first-dense 3", "--moe-first-dense 3 must be between 0 and "
                                                                        "--layers 2"},
       {"train --model nano --steps 1 --experts 4 --moe-ffn 31 --tp 2",

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/cli/serve_cli_util.h"
 #include "tests/support/cli_util.h"
 
 namespace shardlab::testing {
@@ -58,23 +59,6 @@ TEST(CliServe, ContinuousBatchingBeatsStaticOnABurst) {
   const double c = throughput("continuous"), s = throughput("static");
   std::printf("burst: continuous %.1f tokens/s, static %.1f tokens/s\n", c, s);
   EXPECT_GT(c, s);  // static waits for each batch's longest request
-}
-
-// A nano model trained to count, saved once.
-std::string counting_checkpoint() {
-  static const std::string path = [] {
-    const std::string p = ::testing::TempDir() + "serve_counting_" + std::to_string(getpid()) + ".safetensors";
-    const CliResult r = run_cli("train --model nano --data synthetic:counting --steps 60 --lr 3e-3 --json --save " + p);
-    EXPECT_EQ(r.code, 0) << r.err;
-    return p;
-  }();
-  return path;
-}
-
-std::string joined(const nlohmann::json& tokens) {
-  std::string out;
-  for (const auto& t : tokens) out += (out.empty() ? "" : ",") + std::to_string(t.get<int>());
-  return out;
 }
 
 // On the model's values, with ten requests at once on a cache that makes

@@ -87,7 +87,9 @@ TEST(PrefixCache, AHitSkipsExactlyTheCachedTokensPrefill) {
   EXPECT_EQ(e.context, 8);
   EXPECT_EQ(e.new_tokens, 2);
   EXPECT_EQ(e.prefix_blocks, (std::vector<int32_t>{0, 1}));  // request 0's
-  EXPECT_EQ(on.cached, (std::vector<int32_t>{0, 1}));  // request 1's blocks hold unshared tokens
+  // Request 0's third block (its last 2 prompt tokens and the first 2 it
+  // produced, at its last decode) is named too; request 1 fills no block of its own.
+  EXPECT_EQ(on.cached, (std::vector<int32_t>{0, 1, 2}));
   EXPECT_EQ(r.requests[1].cached_tokens, 8);
   EXPECT_EQ(r.prefix_query_tokens, 20);
   EXPECT_EQ(r.prefix_hit_tokens, 8);
@@ -107,6 +109,40 @@ TEST(PrefixCache, OnlyTheSamePrefixHitsAndTheLastTokenIsComputed) {
   ASSERT_EQ(b.batches.size(), 2u);
   EXPECT_EQ(b.batches[1][0].new_tokens, 4);
   EXPECT_DOUBLE_EQ(r.requests[1].finish_s, 1.08 + 1.04);
+}
+
+// A model that counts: each sampling entry's token is its last input + 1.
+struct Counting final : StepExecutor {
+  LinearStep time;
+  StepOutcome run_step(std::span<const BatchEntry> batch) override {
+    StepOutcome o = time.run_step(batch);
+    for (const BatchEntry& e : batch)
+      if (e.samples) o.tokens.push_back(e.tokens.back() + 1);
+    return o;
+  }
+  void cache_block(int seq, int64_t first, int tokens, int32_t block) override {
+    time.cache_block(seq, first, tokens, block);
+  }
+};
+
+// The blocks of produced tokens are named too (as vLLM caches them): A's
+// prompt 1..8 produces 9..17 and leaves 1..16 in 4 full blocks of 4; B, the
+// next turn of that conversation (1..16, then 100, 101, 102) arriving at
+// 100 after A ended, finds 4 blocks cached, 16 tokens, and prefills 3:
+// 1 + 0.01 · 3 = 1.03 (the prompt's 2 blocks alone would leave 11: 1.11).
+TEST(PrefixCache, TheProducedTokensBlocksAreCachedToo) {
+  Request a{0, 0, 8, 9}, b{1, 100, 19, 1};
+  for (model::Token t = 1; t <= 16; ++t) (t <= 8 ? a.prompt : b.prompt).push_back(t);
+  b.prompt.insert(b.prompt.begin(), a.prompt.begin(), a.prompt.end());
+  b.prompt.insert(b.prompt.end(), {100, 101, 102});
+  ASSERT_EQ(b.prompt.size(), 19u);
+  Counting ex;
+  const ReplicaResult r = simulate_replica({a, b}, cached(true), ex);
+  EXPECT_EQ(r.requests[0].tokens, (std::vector<model::Token>{9, 10, 11, 12, 13, 14, 15, 16, 17}));
+  EXPECT_DOUBLE_EQ(r.requests[0].finish_s, 1.08 + 8 * 1.01);
+  EXPECT_EQ(ex.time.cached, (std::vector<int32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(r.requests[1].cached_tokens, 16);
+  EXPECT_DOUBLE_EQ(r.requests[1].finish_s, 100 + 1.03);
 }
 
 TEST(PrefixCache, StaticBatchingIsRefused) {

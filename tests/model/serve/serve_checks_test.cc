@@ -57,5 +57,26 @@ TEST(ServeChecks, HostMemoryCountsTheRunningSequences) {
   EXPECT_NE(config_error_of([&] { check_host_memory(shape, 1000, 10, host); }), "(no ConfigError)");
 }
 
+// The draft model of speculative decoding is held beside the target: its
+// fp32 weights and its contexts count too; a disaggregated run's K and V on
+// their way (fp32, every layer) as well.
+TEST(ServeChecks, HostMemoryCountsTheDraftAndTheHandedCache) {
+  ReplicaShape shape;
+  shape.model = model::preset("nano");
+  const model::GPTConfig& m = shape.model;
+  const double weights = 4.0 * double(model::count_params(m));
+  const double per_sequence = 2.0 * m.n_layer * m.n_embd * m.block_size * 4;
+  const uint64_t host = uint64_t((weights + 2.5 * per_sequence) / 0.8) + 100;  // the target and 2 sequences
+  EXPECT_EQ(config_error_of([&] { check_host_memory(shape, 2, 2, host); }), "(no ConfigError)");
+  shape.speculative = SpeculativeShape{model::preset("nano"), nullptr, 1, 2, -1};  // twice the weights and contexts
+  const std::string refused = config_error_of([&] { check_host_memory(shape, 2, 2, host); });
+  EXPECT_NE(refused.find("the draft model's too"), std::string::npos) << refused;
+  shape.speculative.reset();
+  // Half a context per token of a layer-width row pair: 0.5 · block_size tokens fit, 0.6 do not.
+  const int64_t half = m.block_size / 2;
+  EXPECT_EQ(config_error_of([&] { check_host_memory(shape, 2, 2, host, half - 1); }), "(no ConfigError)");
+  EXPECT_NE(config_error_of([&] { check_host_memory(shape, 2, 2, host, half + m.block_size / 8); }), "(no ConfigError)");
+}
+
 }  // namespace
 }  // namespace shardlab::serve

@@ -27,6 +27,7 @@ ServeResult two_replicas() {
   b.tokens = {4, 5, 6};
   r.replicas[1].requests.push_back(b);
   r.replicas[1].usage.push_back({2.0, 0.25, 5, 1, 2, 64});
+  r.requests = {b, a};  // in id order
   return r;
 }
 
@@ -36,18 +37,19 @@ TEST(ServeJson, RequestsCarryTheirTokensOnlyForARunOnValues) {
   prompts[0].prompt = {1, 2};
   prompts[1].prompt = {3, 4};
   const nlohmann::json shapes = requests_json(r, nullptr);
-  ASSERT_EQ(shapes.size(), 2u);  // replica by replica
-  EXPECT_EQ(shapes[0]["id"], 1);
-  EXPECT_EQ(shapes[0]["replica"], 0);
-  EXPECT_EQ(shapes[0]["arrival_s"], 0.5);
-  EXPECT_EQ(shapes[0]["first_token_s"], 0.75);
-  EXPECT_EQ(shapes[0]["finish_s"], 1.25);
-  EXPECT_EQ(shapes[0]["preemptions"], 1);
-  EXPECT_FALSE(shapes[0].contains("tokens"));
+  ASSERT_EQ(shapes.size(), 2u);  // in id order
+  EXPECT_EQ(shapes[1]["id"], 1);
+  EXPECT_EQ(shapes[1]["replica"], 0);
+  EXPECT_EQ(shapes[1]["arrival_s"], 0.5);
+  EXPECT_EQ(shapes[1]["first_token_s"], 0.75);
+  EXPECT_EQ(shapes[1]["finish_s"], 1.25);
+  EXPECT_EQ(shapes[1]["preemptions"], 1);
+  EXPECT_FALSE(shapes[1].contains("tokens"));
+  EXPECT_FALSE(shapes[1].contains("handoff"));  // colocated
   const nlohmann::json values = requests_json(r, &prompts);
-  EXPECT_EQ(values[0]["prompt_tokens"], nlohmann::json({3, 4}));  // request 1's prompt
-  EXPECT_EQ(values[0]["tokens"], nlohmann::json({7, 8, 9}));
-  EXPECT_EQ(values[1]["prompt_tokens"], nlohmann::json({1, 2}));
+  EXPECT_EQ(values[1]["prompt_tokens"], nlohmann::json({3, 4}));  // request 1's prompt
+  EXPECT_EQ(values[1]["tokens"], nlohmann::json({7, 8, 9}));
+  EXPECT_EQ(values[0]["prompt_tokens"], nlohmann::json({1, 2}));
 }
 
 TEST(ServeJson, UsageNamesItsReplica) {

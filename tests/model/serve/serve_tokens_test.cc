@@ -15,6 +15,7 @@
 #include "model/serve/cluster_step.h"
 #include "model/serve/serving.h"
 #include "tests/model/infer/infer_test_util.h"
+#include "tests/model/serve/serve_values.h"
 
 namespace shardlab::serve {
 namespace {
@@ -54,15 +55,6 @@ struct Recording final : StepExecutor {
   int64_t drafts = 0, accepted = 0;
 };
 
-// Five requests of 5..14 prompt tokens and 5..10 new ones: three at once,
-// two arriving while they decode (a step of this model takes about 0.5 ms).
-std::vector<Request> workload(int vocab) {
-  std::vector<Request> r = {{0, 0, 9, 8, {}},      {1, 0, 14, 6, {}},    {2, 0, 5, 10, {}},
-                            {3, 0.002, 11, 5, {}}, {4, 0.003, 7, 9, {}}};
-  draw_prompts(r, vocab, 21);
-  return r;
-}
-
 struct Split {
   int tp = 1, pp = 1, ep = 1;
   std::string name() const { return fmt::format("tp {} pp {} ep {}", tp, pp, ep); }
@@ -98,33 +90,6 @@ Served serve_on_values(const model::GPTConfig& c, const model::SafetensorsFile& 
   out.drafts = rec.drafts;
   out.accepted = rec.accepted;
   return out;
-}
-
-// generate() of one request's prompt alone, unsharded; sampled from the
-// serving seed + the request's id.
-std::vector<Token> alone(const model::GPTConfig& c, const model::SafetensorsFile& init, const Request& r,
-                         infer::SamplingOptions sampling = {}) {
-  infer::GenerateOptions o;
-  o.model = c;
-  o.init = &init;
-  o.prompt = r.prompt;
-  o.max_new_tokens = r.output_len;
-  sampling.seed += uint64_t(r.id);
-  o.sampling = sampling;
-  return infer::testing::run_generate(o).tokens;
-}
-
-// The small model with perturbed weights, as a checkpoint.
-struct Tiny {
-  model::GPTConfig c;
-  model::SafetensorsFile init;
-};
-
-Tiny tiny(bool moe) {
-  const model::GPTConfig c = infer::testing::small_config(moe);
-  model::GPT<float> ref(c, 7);
-  infer::testing::perturb(ref);
-  return {c, infer::testing::as_checkpoint(ref)};
 }
 
 // A draft for `c`: its first 2 layers' shape, other weights.

@@ -96,5 +96,34 @@ TEST(VirtualEngines, EachEngineHasItsShareOfTheBlocks) {
   EXPECT_NO_THROW(simulate_replica({{0, 0, 12, 5}}, o, ex));
 }
 
+// A request goes to the engine with the fewest unfinished when it arrives
+// (vLLM's choice), not round-robin. The executor's sequence ids say the
+// engine: local id i of engine v is 2i + v. A (output 20) and B (output 2)
+// arrive at 0, one per engine; B ends at 5.34 (B2 in the table above), long
+// before C arrives at 20, while A decodes until 2.18 + 19 · 2.12 = 42.46: C
+// goes to B's engine (1), where round-robin would have dealt it to engine 0.
+TEST(VirtualEngines, ARequestGoesToTheEngineWithTheFewestUnfinished) {
+  struct Engines final : StepExecutor {
+    TwoStages stages;
+    std::vector<std::pair<int, int>> first_seen;  // (request, sequence id) of each request's first entry
+    void begin_step(int r, double now_s) override { stages.begin_step(r, now_s); }
+    StepOutcome run_step(std::span<const BatchEntry> batch) override {
+      for (const BatchEntry& e : batch)
+        if (std::none_of(first_seen.begin(), first_seen.end(), [&](auto p) { return p.first == e.request; }))
+          first_seen.emplace_back(e.request, e.seq);
+      return stages.run_step(batch);
+    }
+  } ex;
+  const ReplicaResult r = simulate_replica({{0, 0, 4, 20}, {1, 0, 4, 2}, {2, 20, 4, 2}}, engines(2), ex);
+  ASSERT_EQ(ex.first_seen.size(), 3u);
+  EXPECT_LT(r.requests[1].finish_s, 20);
+  EXPECT_GT(r.requests[0].finish_s, 20);
+  for (const auto& [request, seq] : ex.first_seen) std::printf("request %d: sequence %d, engine %d\n", request, seq, seq % 2);
+  EXPECT_EQ(ex.first_seen[0].second % 2, 0);  // A: both engines empty, the lowest
+  EXPECT_EQ(ex.first_seen[1].second % 2, 1);  // B: engine 0 has A
+  EXPECT_EQ(ex.first_seen[2].second % 2, 1);  // C: engine 1 has nothing unfinished
+  EXPECT_EQ(ex.first_seen[2].second, 3);      // its second sequence
+}
+
 }  // namespace
 }  // namespace shardlab::serve
