@@ -72,6 +72,8 @@ TEST(ServeChecks, HostMemoryCountsTheDraftAndTheHandedCache) {
   const std::string refused = config_error_of([&] { check_host_memory(shape, 2, 2, host); });
   EXPECT_NE(refused.find("the draft model's too"), std::string::npos) << refused;
   shape.speculative.reset();
+  // Replicas routed side by side (serving.h) each hold their weights and contexts.
+  EXPECT_NE(config_error_of([&] { check_host_memory(shape, 2, 2, host, 0, 2); }), "(no ConfigError)");
   // Half a context per token of a layer-width row pair: 0.5 · block_size tokens fit, 0.6 do not.
   const int64_t half = m.block_size / 2;
   EXPECT_EQ(config_error_of([&] { check_host_memory(shape, 2, 2, host, half - 1); }), "(no ConfigError)");
