@@ -153,10 +153,15 @@ double ShardedAdamW::step(const model::AdamWHyper& h, int step, double max_norm)
   const int elem = element_size(dev_.precision());
   const int64_t owned = dp_.owned_elements();
   if (clips) dev_.run(dev_.compute(), "grad_clip", model::scale_inplace_cost(owned, parallel::kGradElemBytes));
-  // Half-precision gradients (Megatron-LM 2021): AdamW over the fp32 master
-  // weights and moments, then the master weights copied into the model.
-  dev_.run(dev_.compute(), "adamw", model::adamw_update_cost(owned, half ? 4 : elem));
-  if (half) dev_.run(dev_.compute(), "param_copy", OpCost{double(owned), double(owned) * (4 + elem)});
+  // Mixed precision (bf16, fp8, and fp16 with half gradients; Megatron's
+  // Float16Optimizer, apex's FusedAdam): AdamW over the fp32 master weights
+  // and moments, reading the fp32 main gradient (read p, m, v, g and write
+  // p, m, v at 4 B: 28 B per parameter), then the master weights copied into
+  // the model's (read 4, write the run's element). In fp32 the model's
+  // weights are the master weights: AdamW alone.
+  dev_.run(dev_.compute(), "adamw", model::adamw_update_cost(owned, 4));
+  if (dev_.precision() != Precision::kFp32)
+    dev_.run(dev_.compute(), "param_copy", OpCost{double(owned), double(owned) * (4 + elem)});
   if (fp8_tensors_ > 0) fp8_weight_cast();
   dp_.gather_params(params);
   return norm;

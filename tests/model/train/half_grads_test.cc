@@ -32,8 +32,8 @@ struct Tally {
   double comm_bytes = 0;
 };
 
-Tally tally(const TrainOptions& o, int rank = 0) {
-  const TrainResult r = testing::run(o, nullptr, /*trace=*/true, Precision::kBf16);
+Tally tally(const TrainOptions& o, int rank = 0, Precision precision = Precision::kBf16) {
+  const TrainResult r = testing::run(o, nullptr, /*trace=*/true, precision);
   Tally t;
   for (const DeviceTrace& d : r.run.traces) {
     if (d.rank != rank) continue;
@@ -82,13 +82,26 @@ TEST(HalfGrads, OptimizerRunsMegatronsFp16Passes) {
   EXPECT_EQ(t.kernels["grad_norm"].bytes, 4 * P);  // over the fp32 main gradients, as before
   EXPECT_EQ(t.kernels.count("ddp.flatten"), 0u);   // no data parallelism, no DDP copies
 
-  TrainOptions full = o;  // fp32 main gradients: none of these passes, AdamW as before
-  full.parallel.half_grads = false;
-  t = tally(full);
-  EXPECT_EQ(t.kernels.count("main_grad_copy") + t.kernels.count("unscale_check") +
-                t.kernels.count("param_copy"),
-            0u);
-  EXPECT_EQ(t.kernels["adamw"].bytes, 14 * P);
+}
+
+// AdamW's state is fp32 in every precision. bf16 with fp32 main gradients
+// (Megatron's bf16 runs): no copy into main gradients and no unscale, but
+// the same update over the fp32 master weights and moments, reading the fp32
+// gradient (read p, m, v, g and write p, m, v: 7 x 4 = 28 B/P), and the
+// master weights copied into the bf16 weights (read 4, write 2 = 6 B/P).
+// fp32: the weights are the master weights, AdamW alone at 28 B/P.
+TEST(HalfGrads, AdamWStateIsFp32InEveryPrecision) {
+  TrainOptions o = half(1, false);
+  o.parallel.half_grads = false;
+  const double P = double(model::count_params(o.model));
+  Tally t = tally(o);
+  EXPECT_EQ(t.kernels.count("main_grad_copy") + t.kernels.count("unscale_check"), 0u);
+  EXPECT_EQ(t.kernels["adamw"].count, 1);
+  EXPECT_EQ(t.kernels["adamw"].bytes, 28 * P);
+  EXPECT_EQ(t.kernels["param_copy"].bytes, 6 * P);
+  t = tally(o, 0, Precision::kFp32);
+  EXPECT_EQ(t.kernels["adamw"].bytes, 28 * P);
+  EXPECT_EQ(t.kernels.count("param_copy"), 0u);
 }
 
 TEST(HalfGrads, LocalDdpFlattensDividesAndUnflattens) {
