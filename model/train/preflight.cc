@@ -31,7 +31,7 @@ std::vector<parallel::ShardSpec> local_shards(const TrainOptions& o, const Paral
   if (!plan.sharded) return parallel::whole_tensor_shards(table);
   const ParallelOptions& p = o.parallel;
   const parallel::StagePlacement place = plan.placement(c.pp);
-  const parallel::ShardLayout layout(o.model, p.tp, c.tp,
+  const parallel::ShardLayout layout(table, o.model, p.tp, c.tp,
                                      parallel::rank_filter(o.model, place, p.ep, c.ep));
   return layout.shards();
 }
