@@ -6,9 +6,20 @@
 // s and 4 GiB each). README's tables of these figures are pinned by
 // tests/model/train/calibration_test.cc and heldout_test.cc.
 //
+//
+// --scale NAME: one phantom step at today's scale on h100-nvlink (bf16, ZeRO-1,
+// micro-batch 1, 16 micro-batches), with its wall time, peak RSS and fold
+// (issue 30's goals: the first two within 30 s and 4 GiB, the third within
+// 120 s and 8 GiB; one run per process, so the RSS is that run's):
+//   llama3-405b-16k  llama3-405b, TP 8, PP 16, DP 128, seq 8192, SP, full recompute
+//   deepseek-v3-2k   deepseek-v3, PP 16, EP 64, DP 128, seq 4096, full recompute
+//   llama3-70b-100k  llama3-70b, TP 8, PP 4, DP 3125, seq 8192, SP, full recompute
+//
 //   build/bin/bench_phantom [--profile NAME|FILE.json] [--rows N]   (N rows of each table)
+//   build/bin/bench_phantom --scale NAME
 #include <sys/resource.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -17,6 +28,8 @@
 #include <fmt/format.h>
 
 #include "model/train/calibration.h"
+#include "model/train/trainer.h"
+#include "runtime/cluster.h"
 #include "runtime/errors.h"
 #include "runtime/profile.h"
 
@@ -46,7 +59,53 @@ std::vector<train::PredictedRun> run_table(const std::vector<train::PublishedRun
   return runs;
 }
 
+// One phantom step of `name` (see the top of this file): wall time, peak RSS, fold.
+int run_scale(const std::string& name) {
+  struct Scale {
+    const char* name;
+    const char* preset;
+    int tp, pp, dp, ep, seq;
+    bool sp;
+  };
+  static constexpr Scale kScales[] = {{"llama3-405b-16k", "llama3-405b", 8, 16, 128, 1, 8192, true},
+                                      {"deepseek-v3-2k", "deepseek-v3", 1, 16, 128, 64, 4096, false},
+                                      {"llama3-70b-100k", "llama3-70b", 8, 4, 3125, 1, 8192, true}};
+  const Scale* s = nullptr;
+  for (const Scale& k : kScales)
+    if (name == k.name) s = &k;
+  if (!s) throw ConfigError(fmt::format("--scale \"{}\": expected llama3-405b-16k, deepseek-v3-2k or llama3-70b-100k", name));
+  train::TrainOptions o;
+  o.model = model::preset(s->preset);
+  o.model.block_size = s->seq;
+  o.micro_batches = 16;
+  o.model.batch_size = s->dp * o.micro_batches;  // micro-batch 1
+  o.steps = 1;
+  o.phantom = true;
+  o.parallel.tp = s->tp, o.parallel.pp = s->pp, o.parallel.dp = s->dp, o.parallel.ep = s->ep;
+  o.parallel.zero = 1;
+  o.parallel.sp = s->sp;
+  o.parallel.recompute = parallel::Recompute::kFull;
+  HardwareProfile p = load_profile("h100-nvlink");
+  const int world = o.parallel.world();
+  p.nodes = (world + 7) / 8;
+  ClusterOptions co;
+  co.precision = Precision::kBf16;
+  co.world_size = world;
+  const auto t0 = std::chrono::steady_clock::now();
+  Cluster cluster(p, co);
+  const train::TrainResult r = train::train(cluster, o);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  fmt::print("{}: {} GPUs (tp {} pp {} dp {} ep {}, seq {}), phantom step {:.3f} s virtual\n", s->name, world, s->tp,
+             s->pp, s->dp, s->ep, s->seq, double(r.run.makespan()) * 1e-12);
+  fmt::print("  {}\n  wall {:.1f} s, peak RSS {:.2f} GiB, {} device threads\n", r.folded, wall,
+             double(u.ru_maxrss) / (1024.0 * 1024.0), r.running_devices);
+  return 0;
+}
+
 int run(int argc, char** argv) {
+  if (argc == 3 && !std::strcmp(argv[1], "--scale")) return run_scale(argv[2]);
   std::string profile = "a100-nvlink";
   size_t rows = 100;
   for (int i = 1; i < argc; i += 2) {

@@ -49,6 +49,8 @@ void add_inference_flags(CLI::App* sub, TrainFlags& m, const InferenceFlagHelp& 
 }
 
 void default_inference_precision(const CLI::App* sub, TrainFlags& m) {
+  if (m.precision == "fp8")  // Transformer Engine's recipe is a training one: its casts, scales, master weights
+    throw ConfigError("--precision fp8: generation and serving model fp32 or bf16 (FP8 inference is not modeled)");
   if (sub->get_option("--precision")->count() > 0) return;
   for (const model::PresetInfo& p : model::presets())
     if (p.name == m.model && p.published_params > 0) m.precision = "bf16";

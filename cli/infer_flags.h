@@ -25,7 +25,8 @@ void add_inference_flags(CLI::App* sub, TrainFlags& m, const InferenceFlagHelp& 
 
 // Without --precision, a published preset (model::PresetInfo::published_params)
 // is modeled in bf16, as it is served; the toy presets and custom shapes in
-// fp32. Call in the command's action, after parsing.
+// fp32. --precision fp8 (Transformer Engine's training recipe) is refused:
+// ConfigError. Call in the command's action, after parsing.
 void default_inference_precision(const CLI::App* sub, TrainFlags& m);
 
 // The --init checkpoint, checked against `config` (exactly its tensors and

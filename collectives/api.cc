@@ -62,7 +62,7 @@ class Activity {
 
 // Waits for `after`, runs the algorithm on the comm stream, returns its end.
 // `shape` and `algo` describe the call for a folded group (folded.h); null
-// shape: the call cannot be folded (all_to_all_v's counts are per member).
+// shape: the call cannot be folded (all_to_all_v's unequal per-member counts).
 template <class Body>
 Work run_on_comm(Device& dev, const ProcessGroup& g, const CollOptions& opt, const CollShape* shape,
                  Algo algo, Proto proto, Body body) {
@@ -77,7 +77,7 @@ Work run_on_comm(Device& dev, const ProcessGroup& g, const CollOptions& opt, con
   if (launch > 0) s.run("coll.launch", launch, 0, 0.0);
   if (detail::has_folded_member(dev, g)) {
     if (!shape)
-      throw FoldingError(fmt::format("folding: all_to_all_v on {} cannot be folded (per-member counts)",
+      throw FoldingError(fmt::format("folding: all_to_all_v on {} cannot be folded (unequal per-member counts)",
                                      g.to_string()));
     detail::run_folded(dev, g, s, g.next_tag(), *shape, algo);
   } else {
@@ -297,8 +297,15 @@ Work iall_to_all_v(Device& dev, const ProcessGroup& g, ConstBuffer in, std::span
   // Per-member counts: no shape for the tuner; Simple unless the caller says.
   Proto proto = opt.proto;
   if (proto == Proto::kAuto) proto = dev.profile().protocols.empty() ? Proto::kPlain : Proto::kSimple;
-  return run_on_comm(dev, g, opt, nullptr, opt.algo, proto, [&](Ctx& c) {
-    if (opt.algo == Algo::kRing) return detail::pairwise_all_to_all_v(c, in.data, sd, sc, out.data, rd, rc);
+  // Equal blocks both ways (all_to_all, or a phantom MoE exchange under
+  // uniform routing): the shape of an all_to_all, which a folded group
+  // replays (folded.h); its members' counts are their representatives'.
+  const bool equal = detail::has_folded_member(dev, g) &&
+                     std::all_of(sc, sc + 2 * n, [&](size_t c) { return c == sc[0]; });
+  const CollShape uniform{OpKind::kAllToAll, sc[0] * n, opt.wire_elem(dev), 0, proto};
+  const Algo algo = opt.algo == Algo::kRing ? Algo::kRing : Algo::kDirect;  // what runs (kAuto: direct)
+  return run_on_comm(dev, g, opt, equal ? &uniform : nullptr, algo, proto, [&](Ctx& c) {
+    if (algo == Algo::kRing) return detail::pairwise_all_to_all_v(c, in.data, sd, sc, out.data, rd, rc);
     detail::direct_all_to_all_v(c, in.data, sd, sc, out.data, rd, rc);
   });
 }

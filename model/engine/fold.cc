@@ -48,7 +48,7 @@ FoldPlan plan_for(const collectives::MeshShape& shape, bool dp, bool tp) {
   for (int r = 0; r < mesh.size(); ++r) {
     collectives::Coords c = mesh.coords(r);
     if (plan.tp) c.tp = 0;
-    if (plan.dp) c.dp = c.edp = 0;
+    if (plan.dp) c.dp = c.ep = c.edp = 0;
     plan.representative[size_t(r)] = mesh.rank(c);
   }
   return plan;
@@ -60,7 +60,8 @@ FoldPlan fold_plan(const FoldInput& in, const HardwareProfile& profile) {
   const collectives::MeshShape& m = in.mesh;
   if (m.cp > 1) return {};
   const collectives::DeviceMesh mesh(m);
-  const bool dp = m.dp > 1 && !in.sharded_optimizer && m.ep == 1 && uniform_links(mesh, profile, "dp");
+  const bool dp = m.dp > 1 && !in.uneven_chunks && (m.ep == 1 || in.uniform_experts) &&
+                  uniform_links(mesh, profile, "dp");
   const bool tp = m.tp > 1 && !in.moe && uniform_links(mesh, profile, "tp");
   return plan_for(m, dp, tp);
 }

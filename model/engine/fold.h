@@ -8,8 +8,13 @@
 // representative's figures.
 //
 //   data parallelism is folded (every dp rank played by dp rank 0) when
-//     no optimizer state is sharded (ZeRO's owned chunks differ in size from
-//     rank to rank) and there is no expert parallelism;
+//     every dp rank owns as many elements as its peers (without ZeRO; with
+//     ZeRO-1/2/3 when every bucket divides evenly by its group: the chunks
+//     then differ in which elements, not in sizes, so every collective,
+//     optimizer kernel and allocation is the same; FoldInput::uneven_chunks),
+//     the ep ranks among them too when phantom routing loads every expert
+//     alike (FoldInput::uniform_experts: their experts differ in which
+//     weights, not in rows, so the all-to-alls have equal blocks);
 //   tensor parallelism is folded (every tp rank by tp rank 0) for dense
 //     models (the MoE router and experts are left unfolded);
 //   nothing is folded under context parallelism (the cp ranks' rings are
@@ -42,8 +47,13 @@ struct FoldPlan {
 // of a dimension differ.
 struct FoldInput {
   collectives::MeshShape mesh;
-  bool sharded_optimizer = false;  // ZeRO: dp ranks own chunks of different sizes
+  // ZeRO: some dp rank owns a chunk of another size than its peers (a
+  // bucket that its group does not divide: preflight.h's uneven_chunks).
+  bool uneven_chunks = false;
   bool moe = false;                // an MoE model: tp peers route and hold experts apart
+  // Expert parallelism whose ranks provably run alike: a phantom run with
+  // uniform routing that gives every expert the same rows (ParallelPlan).
+  bool uniform_experts = false;
 };
 
 // The plan for `input` on `profile` (nodes from the profile).

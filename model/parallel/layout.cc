@@ -12,11 +12,13 @@ using model::ParamSpec;
 using model::ParamTable;
 
 ShardLayout::ShardLayout(const GPTConfig& cfg, int tp, int rank, LayoutFilter filter)
+    : ShardLayout(ParamTable(cfg), cfg, tp, rank, std::move(filter)) {}
+
+ShardLayout::ShardLayout(const ParamTable& table, const GPTConfig& cfg, int tp, int rank, LayoutFilter filter)
     : config_(cfg), tp_(tp), rank_(rank), filter_(std::move(filter)) {
   SHARDLAB_CHECK(tp >= 1 && rank >= 0 && rank < tp, "bad tp rank");
   SHARDLAB_CHECK(filter_.layers.empty() || int(filter_.layers.size()) == cfg.n_layer,
                  "layout filter: one entry per layer");
-  const ParamTable table(cfg);
   const int64_t C = cfg.n_embd, V = cfg.vocab_size;
   const int64_t Vl = V / tp, Cl = C / tp;
   const int NHl = cfg.n_head / tp;

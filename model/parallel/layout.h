@@ -67,6 +67,11 @@ inline bool kv_split(const model::GPTConfig& c, int tp) { return c.kv_heads() % 
 class ShardLayout {
  public:
   ShardLayout(const model::GPTConfig& config, int tp, int rank, LayoutFilter filter = {});
+  // The same over `table`, the config's parameter table, built once by a
+  // caller that lays out many ranks (the preflight: a DeepSeek-V3 table holds
+  // some 46,000 tensors).
+  ShardLayout(const model::ParamTable& table, const model::GPTConfig& config, int tp, int rank,
+              LayoutFilter filter = {});
 
   const std::vector<ShardSpec>& shards() const { return shards_; }
   int64_t numel() const { return numel_; }

@@ -9,7 +9,9 @@
 #include <fmt/format.h>
 
 #include "model/params.h"
+#include "model/parallel/attention_kernel.h"
 #include "model/parallel/config_check.h"
+#include "model/train/preflight.h"
 #include "runtime/errors.h"
 #include "runtime/profile.h"
 #include "runtime/require.h"
@@ -42,6 +44,23 @@ bool routes_globally(const TrainOptions& o) {
   return o.model.is_moe() && p.data_ranks() > 1 && (p.ep > 1 || o.model.capacity_factor > 0);
 }
 
+// Expert parallelism in a phantom run whose routing loads every expert with
+// the same rows, on every rank: uniform routing (token n's k-th choice is
+// expert (n·K + k) mod E, expert/moe.cc) of N local tokens gives each expert
+// N·K/E rows exactly when E divides N·K (with sequence parallelism, N/tp
+// too), and capacity drops do not depend on other ranks' counts (no capacity
+// over the data ranks). Then the ep ranks differ in which experts they hold,
+// not in rows, bytes or kernels (model/engine/fold.h).
+bool uniform_experts(const TrainOptions& o) {
+  const ParallelOptions& p = o.parallel;
+  const model::GPTConfig& m = o.model;
+  if (!o.phantom || p.ep == 1 || !m.is_moe() || o.phantom_zipf > 0) return false;
+  if (routes_globally(o) && m.capacity_factor > 0) return false;
+  const int64_t rows = m.batch_size / (int64_t{o.micro_batches} * p.dp), N = rows * (m.block_size / p.cp);
+  const int64_t E = m.n_expert, K = m.top_k;
+  return (N * K) % E == 0 && (!p.sp || (N / p.tp * K) % E == 0);
+}
+
 }  // namespace
 
 void validate_parallel(const TrainOptions& o) {
@@ -57,6 +76,13 @@ void validate_parallel(const TrainOptions& o) {
                                                       p.dp, p.tp, p.pp, p.cp, devices, kMaxDevices));
   require(p.zero >= 0 && p.zero <= 3, fmt::format("`zero` must be 0, 1, 2 or 3 (got {})", p.zero));
   require(p.zero == 3 || p.reshard_after_forward, "`reshard_after_forward = false` needs `zero` 3");
+  // FlashAttention-2/3 (the fused kernel this models) take head dimensions up to 256.
+  constexpr int kFusedMaxHeadDim = 256;
+  require(!parallel::fused_attention(p.attention, m.is_llama()) || m.head_size() <= kFusedMaxHeadDim,
+          fmt::format("`attention` fused{}: the fused kernel takes head dimensions up to {}, this model's is {} "
+                      "(use `attention` unfused)",
+                      p.attention == parallel::AttentionKernel::kAuto ? " (the llama family's default)" : "",
+                      kFusedMaxHeadDim, m.head_size()));
   require(p.zero == 3 || p.prefetch, "`prefetch = false` needs `zero` 3");
   require(p.hsdp == 0 || p.hsdp >= 2, fmt::format("`hsdp` must be at least 2 (got {})", p.hsdp));
   require(p.hsdp == 0 || p.zero == 3, "`hsdp` needs `zero` 3");
@@ -109,13 +135,13 @@ ParallelPlan::ParallelPlan(const TrainOptions& o) : mesh((o.validate(), o.parall
   global_routing = routes_globally(o);
   sharded = runs_sharded(o);
   schedule = step_schedule(o);
-  fold = {p.mesh_shape(), p.zero > 0, o.model.is_moe()};
   folds = o.phantom && o.fold;
   pp_ = p.pp;
   vpp_ = p.chunks();
   order_ = p.stage_order();
   stage_layers_ = parallel::StagePlacement{p.pp, p.chunks(), 0, p.stage_layers, order_}.resolved(o.model).stage_layers;
   tied_copies = sharded && o.model.tied() && p.last_stage_rank() != 0;
+  fold = {p.mesh_shape(), folds && uneven_chunks(o, *this), o.model.is_moe(), folds && uniform_experts(o)};
 }
 
 Range ParallelPlan::tied_bucket(const std::vector<parallel::ShardSpec>& shards) const {

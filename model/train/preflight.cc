@@ -31,7 +31,7 @@ std::vector<parallel::ShardSpec> local_shards(const TrainOptions& o, const Paral
   if (!plan.sharded) return parallel::whole_tensor_shards(table);
   const ParallelOptions& p = o.parallel;
   const parallel::StagePlacement place = plan.placement(c.pp);
-  const parallel::ShardLayout layout(o.model, p.tp, c.tp,
+  const parallel::ShardLayout layout(table, o.model, p.tp, c.tp,
                                      parallel::rank_filter(o.model, place, p.ep, c.ep));
   return layout.shards();
 }
@@ -40,22 +40,40 @@ int index_in(const std::vector<int>& members, int rank) {
   return int(std::find(members.begin(), members.end(), rank) - members.begin());
 }
 
+// The buckets DataParallel plans for `shards` (ZeRO-3: Fsdp's, one per unit of `units`).
+parallel::BucketPlan bucket_plan(const TrainOptions& o, const ParallelPlan& layout,
+                                 const std::vector<parallel::ShardSpec>& shards,
+                                 const std::vector<parallel::FsdpUnit>& units) {
+  const ParallelOptions& p = o.parallel;
+  const std::vector<Range> experts = p.ep > 1 ? parallel::expert_ranges(shards) : std::vector<Range>{};
+  if (p.zero == 3) return parallel::fsdp_bucket_plan(units, experts);
+  return parallel::plan_buckets(parallel::backward_ready_order(shards), experts, uint64_t(p.bucket_mb * 1e6),
+                                parallel::kGradElemBytes, layout.tied_bucket(shards));
+}
+
+// The weights Transformer Engine keeps FP8 copies of (W and Wᵀ, 1 B each):
+// the blocks' projections and MLPs, experts included (ShardedAdamW's
+// fp8_weights_, train/optimizer_step.cc).
+int64_t fp8_weight_elements(const std::vector<parallel::ShardSpec>& shards) {
+  using model::ParamRole;
+  int64_t n = 0;
+  for (const parallel::ShardSpec& s : shards)
+    if (s.role == ParamRole::kQkvWeight || s.role == ParamRole::kKvWeight || s.role == ParamRole::kAttnProjWeight ||
+        s.role == ParamRole::kFcWeight || s.role == ParamRole::kMlpProjWeight)
+      n += s.numel;
+  return n;
+}
+
 // The bytes of each kind device `rank` holds: DataParallel's bucket plan and
 // ownership, DeviceSetup's and ShardedAdamW's buffers.
 DeviceMemory device_memory(const TrainOptions& o, const ParallelPlan& layout, int rank,
-                           const std::vector<parallel::ShardSpec>& shards, int elem) {
+                           const std::vector<parallel::ShardSpec>& shards, int elem, bool fp8) {
   const ParallelOptions& p = o.parallel;
   const collectives::DeviceMesh& mesh = layout.mesh;
   int64_t n = 0;
   for (const parallel::ShardSpec& s : shards) n += s.numel;
-  const std::vector<Range> experts =
-      p.ep > 1 ? parallel::expert_ranges(shards) : std::vector<Range>{};
   const std::vector<parallel::FsdpUnit> units = parallel::fsdp_units(shards, o.model.n_layer);
-  const parallel::BucketPlan plan =
-      p.zero == 3 ? parallel::fsdp_bucket_plan(units, experts)
-                  : parallel::plan_buckets(parallel::backward_ready_order(shards), experts,
-                                           uint64_t(p.bucket_mb * 1e6), parallel::kGradElemBytes,
-                                           layout.tied_bucket(shards));
+  const parallel::BucketPlan plan = bucket_plan(o, layout, shards, units);
   const std::vector<int> dp = mesh.group_ranks(rank, p.cp > 1 ? "cp-dp" : "dp"),
                          edp = mesh.group_ranks(rank, p.cp > 1 ? "cp-edp" : "edp");
   int64_t owned = 0, largest = 0;
@@ -74,6 +92,7 @@ DeviceMemory device_memory(const TrainOptions& o, const ParallelPlan& layout, in
     const parallel::FsdpOptions fo{p.reshard_after_forward, p.prefetch};
     m.params_bytes = uint64_t(owned + parallel::fsdp_peak_gathered(passes, units, fo)) * uint64_t(elem);
   }
+  if (fp8) m.params_bytes += uint64_t(fp8_weight_elements(shards)) * uint64_t(element_size(Precision::kFp8));
   m.grads_bytes =
       uint64_t(parallel::held_grad_elements(n, owned, largest, p.zero)) * parallel::kGradElemBytes;
   m.master_bytes = elem == 2 ? uint64_t(owned) * kMasterBytes : 0;
@@ -129,7 +148,26 @@ ActivationFloor activation_floor(const TrainOptions& o, const ParallelPlan& plan
   return f;
 }
 
-MemoryEstimate estimate_memory(const TrainOptions& o, const ParallelPlan& plan, int elem) {
+bool uneven_chunks(const TrainOptions& o, const ParallelPlan& plan) {
+  const ParallelOptions& p = o.parallel;
+  if (p.zero == 0 || p.shard_size() == 1) return false;
+  const model::ParamTable table(o.model);
+  // The sharding groups: dp (or its HSDP shards) for dense buckets, edp for expert ones.
+  const auto dense = uint64_t(p.shard_size());
+  const auto expert = uint64_t(plan.mesh.group_ranks(0, p.cp > 1 ? "cp-edp" : "edp").size());
+  collectives::Coords c;
+  for (c.pp = 0; c.pp < p.pp; ++c.pp)
+    for (c.tp = 0; c.tp < p.tp; ++c.tp)
+      for (c.ep = 0; c.ep < p.ep; ++c.ep) {
+        const std::vector<parallel::ShardSpec> shards = local_shards(o, plan, table, c);
+        const parallel::BucketPlan b = bucket_plan(o, plan, shards, parallel::fsdp_units(shards, o.model.n_layer));
+        for (size_t i = 0; i < b.buckets.size(); ++i)
+          if (uint64_t(b.buckets[i].size) % (b.expert[i] ? expert : dense) != 0) return true;
+      }
+  return false;
+}
+
+MemoryEstimate estimate_memory(const TrainOptions& o, const ParallelPlan& plan, int elem, bool fp8) {
   const ParallelOptions& p = o.parallel;
   const model::ParamTable table(o.model);
   const collectives::DeviceMesh& mesh = plan.mesh;
@@ -139,7 +177,7 @@ MemoryEstimate estimate_memory(const TrainOptions& o, const ParallelPlan& plan, 
     const collectives::Coords c = mesh.coords(rank);
     auto [it, fresh] = layouts.try_emplace({c.tp, c.pp, c.ep});
     if (fresh) it->second = local_shards(o, plan, table, c);
-    const DeviceMemory m = device_memory(o, plan, rank, it->second, elem);
+    const DeviceMemory m = device_memory(o, plan, rank, it->second, elem, fp8);
     // Host: fp32 parameters and gradients, Adam m and v of the owned part.
     e.host_bytes += uint64_t(m.params) * 8 + m.optimizer_bytes;
     if (e.devices.empty() || m.total() > e.worst.total()) e.worst_rank = rank, e.worst = m;
@@ -180,10 +218,10 @@ void check_activations(const TrainOptions& o, const ParallelPlan& plan, const Me
 }  // namespace
 
 void check_memory(const TrainOptions& o, const ParallelPlan& plan, uint64_t capacity, int elem,
-                  uint64_t host_memory) {
+                  uint64_t host_memory, bool fp8) {
   const uint64_t budget = host_memory / 10 * 8;
   const MemoryEstimate e =
-      o.model.n_layer <= kMaxLaidOutLayers ? estimate_memory(o, plan, elem) : lower_bound(o, elem);
+      o.model.n_layer <= kMaxLaidOutLayers ? estimate_memory(o, plan, elem, fp8) : lower_bound(o, elem);
   const DeviceMemory& w = e.worst;
   if (w.total() > capacity) {
     const std::string master =

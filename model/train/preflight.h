@@ -37,8 +37,18 @@ struct MemoryEstimate {
 
 // Counts each device's local parameters from the sharding rules and its
 // buckets from the data-parallel plan (no buffer is allocated). `elem`:
-// modeled bytes of a parameter (4 fp32, 2 bf16).
-MemoryEstimate estimate_memory(const TrainOptions& options, const ParallelPlan& plan, int elem);
+// modeled bytes of a parameter (4 fp32, 2 bf16 and fp8). `fp8`
+// (Precision::kFp8): the parameters add Transformer Engine's FP8 copies of
+// the linears' weights, W and Wᵀ at 1 B each.
+MemoryEstimate estimate_memory(const TrainOptions& options, const ParallelPlan& plan, int elem, bool fp8 = false);
+
+// Whether some data-parallel rank owns a chunk of another size than its
+// peers under ZeRO: a bucket (of any stage, tp or ep rank) that its sharding
+// group (dp, or HSDP's shards, for dense buckets; edp for expert ones) does
+// not divide. False without ZeRO. Folding reads it (model/engine/fold.h):
+// with even chunks the dp ranks run the same kernels, collectives and
+// allocations, on different elements.
+bool uneven_chunks(const TrainOptions& options, const ParallelPlan& plan);
 
 // A lower bound of a real run's activations, in elements: what the worst
 // device holds at once (device_elements, at the modeled element size) and
@@ -57,6 +67,6 @@ ActivationFloor activation_floor(const TrainOptions& options, const ParallelPlan
 // least X of host memory ... this machine has Y" (host_memory: usually
 // host_memory_bytes()).
 void check_memory(const TrainOptions& options, const ParallelPlan& plan, uint64_t device_capacity, int elem,
-                  uint64_t host_memory);
+                  uint64_t host_memory, bool fp8 = false);
 
 }  // namespace shardlab::train

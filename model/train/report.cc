@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "model/parallel/attention_kernel.h"
 #include "model/train/trainer.h"
 
 namespace shardlab::train {
@@ -108,6 +109,11 @@ nlohmann::json report_json(const TrainOptions& o, const Cluster& cluster, const 
   j["config"]["profile"] = cluster.profile().name;
   j["config"]["devices"] = cluster.world_size();
   j["config"]["precision"] = precision_name(cluster.options().precision);
+  // The attention kernel the run charged (--attention, auto resolved by the family).
+  j["config"]["attention"] =
+      parallel::attention_kernel_name(parallel::fused_attention(o.parallel.attention, o.model.is_llama())
+                                          ? parallel::AttentionKernel::kFused
+                                          : parallel::AttentionKernel::kUnfused);
   if (o.model.vocab_padded()) j["config"]["model"]["vocab_padding"] = model::vocab_padding_note(o.model, o.parallel.tp);
   j["steps"] = nlohmann::json::array();
   for (const auto& s : r.steps) {

@@ -335,7 +335,8 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
                                   cluster.world_size()));
   const uint64_t capacity =
       cluster.options().memory_bytes ? cluster.options().memory_bytes : cluster.profile().memory_bytes();
-  check_memory(o, plan, capacity, element_size(cluster.options().precision), host_memory_bytes());
+  check_memory(o, plan, capacity, element_size(cluster.options().precision), host_memory_bytes(),
+               cluster.options().precision == Precision::kFp8);
   if (!o.save_path.empty()) check_writable(o.save_path, "`save_path`");  // before the run, not after it
   const model::GPTConfig& mc = o.model;
   // A phantom run reads no data: its token buffers are sized and left at 0.

@@ -73,8 +73,9 @@ TEST(LlamaPhantom, Llama3_8bChargesTheLlamaKernelsAndItsMemory) {
 // Llama 3 405B as Meta trained it (Dubey et al. 2024, sec. 3.3: TP 8, PP 16,
 // DP 128, seq 8192, micro-batch 1, bf16) with ZeRO-1, sequence parallelism
 // and full recomputation (selective recomputation keeps 16 micro-batches of
-// 8 blocks on stage 0 and does not fit 80 GiB). 16,384 GPUs; ZeRO-1 keeps dp
-// unfolded, so 2,048 threads run: minutes on a laptop (label `full`).
+// 8 blocks on stage 0 and does not fit 80 GiB). 16,384 GPUs; every bucket
+// divides by dp 128, so ZeRO-1 folds dp with tp: 16 threads run (bench_phantom
+// --scale llama3-405b-16k: about 30 s on 2 loaded cores; label `full`).
 TEST(LlamaPhantom, Llama3_405bFitsEightyGiB) {
   const Shape s{126, 16384, 53248, 8, 128256};
   const auto j = phantom("--model llama3-405b --tp 8 --pp 16 --dp 128 --zero 1 --seq 8192 --batch 2048 "

@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "model/parallel/attention_kernel.h"
 #include "model/portable_math.h"
 
 namespace shardlab::parallel {
@@ -121,29 +122,17 @@ void block_attention_backward(float* dqkv, float* dkv, const float* datty, const
   }
 }
 
-namespace {
-
-OpCost gemm_op(double flops, double bytes, GemmShape g, GemmShape g2) {
-  OpCost c{flops, bytes};
-  c.op_class = OpClass::kGemm;
-  c.gemm = g;
-  c.gemm2 = g2;
-  return c;
-}
-
-}  // namespace
-
-OpCost block_attention_forward_cost(const BlockDims& d, int64_t len, bool diagonal, int elem) {
+OpCost block_attention_forward_cost(const BlockDims& d, int64_t len, bool diagonal, int elem, bool on_chip) {
   const int64_t keys = diagonal ? (len + 1) / 2 : len;  // the mean keys per query
   const int64_t BH = int64_t{d.B} * d.NH;
   const double pairs = double(BH) * double(len) * double(keys);
   const double rows = double(BH) * double(len);
   // q, k, v read; the output accumulator read and written; m and l in fp32.
   const double bytes = (rows * d.HS + 2.0 * BH * keys * d.HS + 2 * rows * d.HS) * elem + 8 * rows;
-  return gemm_op(4 * pairs * d.HS + 7 * pairs, bytes, {len, keys, d.HS, BH}, {len, d.HS, keys, BH});
+  return attention_gemms(4 * pairs * d.HS + 7 * pairs, bytes, {len, keys, d.HS, BH}, {len, d.HS, keys, BH}, on_chip);
 }
 
-OpCost block_attention_backward_cost(const BlockDims& d, int64_t len, bool diagonal, int elem) {
+OpCost block_attention_backward_cost(const BlockDims& d, int64_t len, bool diagonal, int elem, bool on_chip) {
   const int64_t keys = diagonal ? (len + 1) / 2 : len;
   const int64_t BH = int64_t{d.B} * d.NH;
   const double pairs = double(BH) * double(len) * double(keys);
@@ -151,8 +140,8 @@ OpCost block_attention_backward_cost(const BlockDims& d, int64_t len, bool diago
   // q, dout, dq (read and written); k, v, dk and dv (read and written); lse, delta.
   const double bytes = (4 * rows * d.HS + 6.0 * BH * keys * d.HS) * elem + 8 * rows;
   // q·kᵀ and dout·vᵀ: (len × keys) outputs; dv, dq, dk: (· × HS) outputs.
-  return gemm_op(10 * pairs * d.HS + 6 * pairs, bytes, {len, keys, d.HS, 2 * BH},
-                 {len, d.HS, keys, 3 * BH});
+  return attention_gemms(10 * pairs * d.HS + 6 * pairs, bytes, {len, keys, d.HS, 2 * BH},
+                         {len, d.HS, keys, 3 * BH}, on_chip);
 }
 
 }  // namespace shardlab::parallel

@@ -45,11 +45,15 @@ void block_attention_backward(float* dqkv, float* dkv, const float* datty, const
                               const float* kv, const float* lse, const float* delta,
                               const BlockDims& d, const ChunkPair& p);
 
-// The fused kernel of one pair: q·kᵀ and p·v as GEMMs of (len × len) per
-// head, online softmax; a diagonal pair does half the work (half the keys per
+// The kernel of one pair: q·kᵀ and p·v as GEMMs of (len × len) per head,
+// online softmax; a diagonal pair does half the work (half the keys per
 // query on average: the kernel skips the tiles above the diagonal).
-OpCost block_attention_forward_cost(const BlockDims& d, int64_t len, bool diagonal, int elem);
+// `on_chip` (--attention fused): one FlashAttention kernel per pair, whose
+// scores stay in the SMs, so each GEMM is charged its tiles' time, not its
+// operands' HBM time (attention_gemms); otherwise each GEMM is charged at
+// the larger of the two, its len × keys scores written out and read back.
+OpCost block_attention_forward_cost(const BlockDims& d, int64_t len, bool diagonal, int elem, bool on_chip);
 // Recomputes q·kᵀ, dout·vᵀ; dv, dq, dk: five GEMMs of the pair's size.
-OpCost block_attention_backward_cost(const BlockDims& d, int64_t len, bool diagonal, int elem);
+OpCost block_attention_backward_cost(const BlockDims& d, int64_t len, bool diagonal, int elem, bool on_chip);
 
 }  // namespace shardlab::parallel

@@ -108,7 +108,7 @@ void CpAttention::forward_block(const float* qkv, const float* kv, int src, cons
   const BlockDims bd = block_dims(d);
   for_pairs(cp_.rank(), src, d, [&](const ChunkPair& p) {
     c.ex.run(p.diagonal ? "attn.cp.fwd.diagonal" : "attn.cp.fwd",
-             block_attention_forward_cost(bd, p.len, p.diagonal, c.ex.elem),
+             block_attention_forward_cost(bd, p.len, p.diagonal, c.ex.elem, fused_),
              [&] { block_attention_forward(acc_.data(), m_.data(), l_.data(), qkv, kv, bd, p); });
   });
 }
@@ -157,7 +157,7 @@ void CpAttention::backward_block(float* dqkv, float* dkv, const float* datty, co
   const BlockDims bd = block_dims(d);
   for_pairs(cp_.rank(), src, d, [&](const ChunkPair& p) {
     c.ex.run(p.diagonal ? "attn.cp.bwd.diagonal" : "attn.cp.bwd",
-             block_attention_backward_cost(bd, p.len, p.diagonal, c.ex.elem), [&] {
+             block_attention_backward_cost(bd, p.len, p.diagonal, c.ex.elem, fused_), [&] {
                block_attention_backward(dqkv, dkv, datty, qkv, kv, lse, delta_.data(), bd, p);
              });
   });

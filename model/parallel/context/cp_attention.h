@@ -47,7 +47,10 @@ namespace shardlab::parallel {
 
 class CpAttention final : public AttentionCore {
  public:
-  CpAttention(const collectives::ProcessGroup& cp, CpComm comm) : cp_(cp), comm_(comm) {}
+  // `fused` (--attention fused): the chunk pairs' scores stay on chip
+  // (block_attention_forward_cost's on_chip).
+  CpAttention(const collectives::ProcessGroup& cp, CpComm comm, bool fused = false)
+      : cp_(cp), comm_(comm), fused_(fused) {}
 
   void forward(float* atty, float* att, const float* qkv, const ShardDims& d,
                const LayerContext& c) const override;
@@ -80,6 +83,7 @@ class CpAttention final : public AttentionCore {
   static constexpr Tag kRingTag = 0x4350'5247'0000'0000ull;  // "CPRG"
   collectives::ProcessGroup cp_;
   CpComm comm_;
+  bool fused_ = false;
   mutable Buf<float> kv_, kv_next_, dkv_, dkv_in_, acc_, m_, l_, delta_, all_kv_, all_dkv_;
   mutable uint64_t call_ = 0;  // forward and backward calls so far (the same on every cp rank)
   mutable Time exposed_ = 0;

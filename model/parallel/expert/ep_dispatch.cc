@@ -34,6 +34,13 @@ void plan_exchange(TpMoeActs& a, const ShardDims& d, int E, const ExpertContext&
                    coll::Buffer(x.recv_rows.data(), size_t(E)), c.on_compute());
   s.mark("moe.counts.a2a", t0, s.now(), 0, -1, /*advance=*/false);
   if (c.a2a_time) *c.a2a_time += s.now() - t0;
+  // A folded phantom run moves no data to or from the ranks it plays
+  // (model/engine/fold.h), and needs none: phantom routing is a function of
+  // (N, E, K, capacity, zipf) alone, the same on every EP rank, so peer i
+  // sends my local expert le what I send expert me·El + le.
+  if (c.dev->folding() && !c.ex.math())
+    for (int i = 0; i < ep; ++i)
+      for (int le = 0; le < El; ++le) x.recv_rows[i * El + le] = x.send_rows[c.ep->rank() * El + le];
   auto rows = [&](int peer, int le) { return static_cast<int64_t>(x.recv_rows[peer * El + le]); };
   for (int j = 0; j < ep; ++j) {
     x.send_elems[j] = size_t(a.offsets[(j + 1) * El] - a.offsets[j * El]) * size_t(C);

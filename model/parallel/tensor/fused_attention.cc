@@ -24,6 +24,15 @@ bool fused_attention(AttentionKernel k, bool llama) {
   return k == AttentionKernel::kFused || (k == AttentionKernel::kAuto && llama);
 }
 
+OpCost attention_gemms(double flops, double bytes, GemmShape scores, GemmShape values, bool on_chip) {
+  OpCost c{flops, bytes};
+  c.op_class = OpClass::kGemm;
+  c.gemm = scores;
+  c.gemm2 = values;
+  c.on_chip = on_chip;
+  return c;
+}
+
 namespace {
 
 struct Causal {
@@ -40,21 +49,13 @@ Causal causal(int64_t B, int64_t T, int64_t NH, int64_t HS) {
           {T, keys, HS, BH}, {T, HS, keys, BH}};
 }
 
-OpCost gemm_op(double flops, double bytes, GemmShape g, GemmShape g2) {
-  OpCost c{flops, bytes};
-  c.op_class = OpClass::kGemm;
-  c.gemm = g;
-  c.gemm2 = g2;
-  c.on_chip = true;  // S and P never leave the SMs
-  return c;
-}
-
 }  // namespace
 
 OpCost fused_attention_forward_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem) {
   const Causal k = causal(B, T, NH, HS);
   // read Q, K, V; write O; write the fp32 log-sum-exp.
-  return gemm_op(4 * k.pairs * HS + 5 * k.pairs, 4 * k.NC * elem + 4 * k.rows, k.scores, k.values);
+  return attention_gemms(4 * k.pairs * HS + 5 * k.pairs, 4 * k.NC * elem + 4 * k.rows, k.scores, k.values,
+                         /*on_chip=*/true);
 }
 
 OpCost fused_attention_preprocess_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem) {
@@ -69,7 +70,8 @@ OpCost fused_attention_backward_cost(int64_t B, int64_t T, int64_t NH, int64_t H
   twice.batch *= 2;   // S = QKᵀ and dP = dO·Vᵀ
   thrice.batch *= 3;  // dV, dQ, dK
   // read Q, K, V, dO, the log-sum-exp and D; write dQ, dK, dV.
-  return gemm_op(10 * k.pairs * HS + 6 * k.pairs, 7 * k.NC * elem + 8 * k.rows, twice, thrice);
+  return attention_gemms(10 * k.pairs * HS + 6 * k.pairs, 7 * k.NC * elem + 8 * k.rows, twice, thrice,
+                         /*on_chip=*/true);
 }
 
 void FusedAttention::forward(float* atty, float* /*lse*/, const float* qkv, const ShardDims& d,

@@ -16,9 +16,9 @@ TEST(FoldPlan, FoldsOnlyWhatIsProvablySymmetric) {
   FoldPlan plan = fold_plan(in, p);
   EXPECT_TRUE(plan.dp && plan.tp);
   EXPECT_EQ(plan.running(), 1);
-  in.sharded_optimizer = true;  // ZeRO: owned chunks differ between dp ranks
+  in.uneven_chunks = true;  // ZeRO over a bucket dp does not divide: owned chunks differ in size
   EXPECT_FALSE(fold_plan(in, p).dp);
-  in.sharded_optimizer = false;
+  in.uneven_chunks = false;
   in.mesh = {.tp = 2, .dp = 8};  // dp 8 x tp 2: dp groups span two nodes, four members each
   plan = fold_plan(in, p);
   EXPECT_FALSE(plan.dp);
@@ -36,6 +36,17 @@ TEST(FoldPlan, ExpertParallelismKeepsDpUnfolded) {
   EXPECT_FALSE(plan.dp);
   EXPECT_TRUE(plan.tp);
   EXPECT_EQ(plan.running(), 2);
+}
+
+// Uniform phantom routing: the ep ranks run alike and fold with dp (every
+// dp rank, whatever its ep index, played by rank dp 0).
+TEST(FoldPlan, UniformExpertsFoldWithDp) {
+  const HardwareProfile p = load_profile("a100-nvlink");
+  const FoldPlan plan = fold_plan({.mesh = {.tp = 2, .ep = 2, .dp = 4}, .moe = true, .uniform_experts = true}, p);
+  EXPECT_TRUE(plan.dp);
+  EXPECT_FALSE(plan.tp);  // MoE: tp stays unfolded
+  EXPECT_EQ(plan.running(), 2);
+  for (int r = 0; r < 8; ++r) EXPECT_EQ(plan.representative[size_t(r)], r % 2) << r;
 }
 
 // After an asymmetric collective: dp and tp, then tp alone, then nothing.

@@ -154,5 +154,39 @@ TEST(MemoryKinds, Bf16ReducesFp32GradientsOnTheWire) {
   }
 }
 
+// --precision fp8 (on an H100: an FP8 peak): the parameters add Transformer
+// Engine's FP8 copies of W and Wᵀ, 1 B each, of the linears' weights. The
+// tiny model (C = 64, F = 4C, 4 blocks) has per block qkv 64 x 192 = 12,288,
+// proj 64 x 64 = 4,096, fc 64 x 256 = 16,384 and its projection 16,384:
+// 49,152 weights, 196,608 in all, so 393,216 bytes beyond the bf16 weights
+// (tp 2 halves each). The preflight counts them as the arena holds them.
+TEST(MemoryKinds, Fp8WeightCopiesInTheArenaAndThePreflight) {
+  for (int tp : {1, 2}) {
+    TrainOptions o = small_options(0);
+    o.steps = 1;
+    o.parallel.tp = tp;
+    o.parallel.dp = 2;
+    o.parallel.zero = 1;
+    HardwareProfile h = load_profile("h100-nvlink");
+    h.nodes = 1;
+    ClusterOptions co;
+    co.precision = Precision::kFp8;
+    co.world_size = o.parallel.world();
+    Cluster cluster(h, co);
+    const TrainResult r = train(cluster, o);
+    const int64_t n = model::ParamTable(o.model).numel();
+    const MemoryEstimate e = estimate_memory(o, ParallelPlan(o), 2, /*fp8=*/true);
+    const MemoryEstimate bf16 = estimate_memory(o, ParallelPlan(o), 2);
+    ASSERT_EQ(e.devices.size(), r.run.devices.size());
+    for (size_t rank = 0; rank < e.devices.size(); ++rank) {
+      EXPECT_EQ(e.devices[rank].params_bytes, arena(r.run.devices[rank]).param) << "tp " << tp << " rank " << rank;
+      EXPECT_EQ(e.devices[rank].params_bytes - bf16.devices[rank].params_bytes, uint64_t(393216 / tp));
+    }
+    if (tp == 1) {
+      EXPECT_EQ(arena(r.run.devices[0]).param, uint64_t(n) * 2 + 393216);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace shardlab::train

@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include "model/train/parallel_plan.h"
+#include "model/train/preflight.h"
 #include "tests/model/train/train_test_util.h"
 
 namespace shardlab::train {
@@ -166,6 +168,33 @@ std::vector<Config> fold_configs() {
         c.options.parallel.bucket_mb = 0.01;
         c.nodes = 4;
       }),
+      // ZeRO-1/2/3 with every bucket divisible by dp (the tiny model's tensors
+      // all have sizes divisible by 4): the owned chunks differ in which
+      // elements only, so dp folds too.
+      make("tp2_dp4_zero1_even", 2, 1, 4, 1, [](Config& c) {
+        c.options.parallel.zero = 1;
+        c.options.parallel.bucket_mb = 0.01;
+      }),
+      make("tp2_pp2_dp2_zero2_bf16_even", 2, 2, 2, 2, [](Config& c) {
+        c.options.parallel.zero = 2;
+        c.options.parallel.bucket_mb = 0.02;
+        c.precision = Precision::kBf16;
+      }),
+      make("pp2_dp4_zero3_even", 1, 2, 4, 2, [](Config& c) { c.options.parallel.zero = 3; }),
+      // Expert parallelism under uniform phantom routing: 4 experts, top-2,
+      // 64 tokens per rank, 32 rows per expert; the ep ranks fold with dp.
+      make("dp4_ep4_moe_uniform", 1, 1, 4, 1, [](Config& c) {
+        c.options.model.n_expert = 4;
+        c.options.model.aux_coef = 0.01;
+        c.options.parallel.ep = 4;
+      }),
+      make("pp2_dp4_ep2_zero1_moe_uniform_bf16", 1, 2, 4, 2, [](Config& c) {
+        c.options.model.n_expert = 4;
+        c.options.model.aux_coef = 0.01;
+        c.options.parallel.ep = 2;
+        c.options.parallel.zero = 1;
+        c.precision = Precision::kBf16;
+      }),
       make("dp8_moe", 1, 1, 8, 1, [](Config& c) {
         c.options.model.n_expert = 4;
         c.options.model.aux_coef = 0.01;
@@ -184,6 +213,23 @@ TEST_P(FoldingChangesNothing, FoldedEqualsUnfolded) {
   EXPECT_LT(folded.running_devices, c.options.parallel.world()) << folded.folded;
   std::printf("%s: %d of %d devices run (%s)\n", c.name.c_str(), folded.running_devices, c.options.parallel.world(),
               folded.folded.c_str());
+}
+
+// Folding under ZeRO reads the chunk sizes: even buckets fold dp, a bucket
+// that dp does not divide (dp 3 over the tiny model's even sizes) keeps dp
+// unfolded, with the same figures either way.
+TEST(FoldingChangesNothing, ZeroFoldsDpOnlyWithEvenChunks) {
+  Config even = make("tp2_dp4_zero1", 2, 1, 4, 1, [](Config& c) { c.options.parallel.zero = 1; });
+  const TrainResult folded = run_on(even, true);
+  EXPECT_EQ(folded.running_devices, 1) << folded.folded;
+  Config uneven = make("tp2_dp3_zero1", 2, 1, 3, 1, [](Config& c) {
+    c.options.parallel.zero = 1;
+    c.options.model.batch_size = 12;
+  });
+  EXPECT_TRUE(uneven_chunks(uneven.options, ParallelPlan(uneven.options)));
+  const TrainResult tp_only = run_on(uneven, true);
+  EXPECT_EQ(tp_only.running_devices, 3) << tp_only.folded;  // one per dp rank
+  expect_same_devices(run_on(uneven, true, /*fold=*/false), tp_only);
 }
 
 INSTANTIATE_TEST_SUITE_P(Phantom, FoldingChangesNothing, ::testing::ValuesIn(fold_configs()),

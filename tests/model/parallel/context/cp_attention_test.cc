@@ -162,5 +162,40 @@ TEST(CpAttentionCost, EveryChunkPairOnceAndTheRingBytes) {
               2 * cp + 1, (unsigned long long)out[0].sent, to_us(out[0].exposed));
 }
 
+// One off-diagonal chunk pair on an H100 (bf16), by hand: len = keys =
+// 2816, HS = 128, B·NH = 12. Its q·kᵀ GEMM (2816 x 2816 x 128, 12 heads) is
+// 11 x 22 x 12 = 2,904 tiles of 256x128, 22 waves of 132 SMs, and P·V (2816
+// x 128 x 2816) 11 x 1 x 12 = 132 tiles, one wave: both at the GEMM maximum,
+// 989 TFLOP/s x 0.75; the 7 softmax FLOPs per pair at 989 x 0.7.
+//   fused (on chip)  the GEMMs' tile time alone: 4·pairs·HS / max, 65.7 us
+//   unfused          each GEMM at the larger of its tile time (32.8 us) and
+//                    its operands' HBM time: q·kᵀ writes its 2816 x 2816
+//                    scores per head and P·V reads them back, (A + B + C) x
+//                    2 B = 207.6 MB each at 3.35 TB/s x 0.90, 68.9 us each.
+// Either way no less than the pair's own bytes (q, k, v, the accumulator
+// read and written, m and l) at the HBM rate.
+TEST(CpAttentionCost, FusedKeepsTheChunkScoresOnChip) {
+  HardwareProfile p = load_profile("h100-nvlink");
+  const CostModel cost(p.device, Precision::kBf16);
+  constexpr int64_t len = 2816, HS = 128, BH = 12;
+  constexpr double kLaunchPs = 4e6, kBw = 3350e9 * 0.90, kGemm = 989e12 * 0.75, kOther = 989e12 * 0.7;
+  const BlockDims d{1, int(2 * len), int(BH), int(HS)};
+  const double pairs = double(BH) * len * len, rows = double(BH) * len;
+  const double bytes = (rows * HS + 2.0 * BH * len * HS + 2 * rows * HS) * 2 + 8 * rows;
+  const double tiles = 4 * pairs * HS / kGemm, softmax = 7 * pairs / kOther;
+  const double scores_hbm = (2.0 * len * HS + double(len) * len) * 2 * BH / kBw;
+  const double values_hbm = scores_hbm;  // P (len x keys) read, V (keys x HS) read, O (len x HS) written
+  const auto ps = [](double seconds) { return std::ceil(seconds * 1e12); };
+  const double fused = kLaunchPs + std::max(ps(tiles + softmax), ps(bytes / kBw));
+  const double unfused =
+      kLaunchPs + std::max(ps(std::max(tiles / 2, scores_hbm) + std::max(tiles / 2, values_hbm) + softmax), ps(bytes / kBw));
+  const double got_fused = double(cost.duration(block_attention_forward_cost(d, len, false, 2, /*on_chip=*/true)));
+  const double got_unfused = double(cost.duration(block_attention_forward_cost(d, len, false, 2, /*on_chip=*/false)));
+  std::printf("chunk pair forward: fused %.3f us, scores through HBM %.3f us\n", got_fused / 1e6, got_unfused / 1e6);
+  EXPECT_EQ(got_fused, fused);
+  EXPECT_EQ(got_unfused, unfused);
+  EXPECT_LT(got_fused, 0.6 * got_unfused);  // 65.7 + 1.0 us against 2 x 68.9 + 1.0 us, plus the launch
+}
+
 }  // namespace
 }  // namespace shardlab::parallel
