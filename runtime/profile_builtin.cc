@@ -50,12 +50,12 @@ namespace shardlab {
 //    240 GB/s (S. Jeaugey, NVIDIA/nccl-tests#149), ~267 GB/s to cudaMemcpy. PCIe Gen4
 //    TLPs: 24 B of header, framing and LCRC per 128 B (SM) / 256 B (max payload) TLP.
 //    InfiniBand: 4096 B MTU, 42 B of LRH+BTH+RETH+ICRC+VCRC headers.
-//  - collective_launch_us 8: nccl-tests all_reduce on 2 A100 SXM4 over NVLink takes
-//    10.1 us at 32 B (NVIDIA/nccl#583); the modeled one hop is 2 us, the rest is the
-//    collective's fixed start (NCCL's own tuning model has 6.6-8.4 us of base latency).
-//    The built-in profiles carry no "protocols" yet (plain sends); a profile with
-//    nccl_protocols (profile_protocols.cc) runs NCCL's LL, LL128 and Simple, with
-//    collective_launch_us then the kernel launch alone (4 us, launch_overhead_us).
+//  - Protocols: every built-in profile runs NCCL's LL, LL128 and Simple as its
+//    tuning model sees them (nccl_protocols, profile_protocols.cc; LL128 only where
+//    GPUs talk over NVLink), so collective_launch_us is the kernel launch alone
+//    (4 us, as launch_overhead_us) and each protocol adds its own base latency
+//    (NCCL's baseLat, 3.6-10 us). Before the protocols: 8 us, nccl-tests all_reduce
+//    on 2 A100 SXM4 over NVLink taking 10.1 us at 32 B (NVIDIA/nccl#583) less a 2 us hop.
 // FP8 GEMM maximum of the Hopper and Blackwell profiles: the achieved share
 // of the FP8 peak of a GEMM that fills whole tiles and waves. An assumption
 // of cuBLASLt's order (large FP8 GEMMs reach 65-75% of 1,979 TFLOP/s).
@@ -66,7 +66,7 @@ const std::vector<HardwareProfile>& builtin_profiles() {
     auto device = [](double fp32, double bf16, double hbm, int sms, double eff_bf16) {
       DeviceSpec d{fp32, bf16, hbm, 80.0, 4.0, 0.7};
       d.mem_efficiency = 0.90;
-      d.collective_launch_us = 8.0;
+      d.collective_launch_us = 4.0;
       d.gemm = {sms, {{256, 128}, {128, 128}, {128, 64}, {64, 64}}, 0.97, eff_bf16};
       return d;
     };
@@ -127,6 +127,8 @@ const std::vector<HardwareProfile>& builtin_profiles() {
                  "DGX B200 nodes: NVLink5 (1.8 TB/s per GPU, both directions) inside a node, one "
                  "ConnectX-7 400G NIC per GPU between",
                  4, 8, b200, link(1.5, 900.0, 32, 128, 256), ndr, one_per_gpu});
+    // NCCL's protocols on every profile; LL128 only where GPUs talk over NVLink.
+    for (HardwareProfile& p : v) p.protocols = nccl_protocols(/*pcie_intra=*/p.name.starts_with("a100-pcie"));
     return v;
   }();
   return kProfiles;
