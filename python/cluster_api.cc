@@ -99,11 +99,13 @@ class PyDevice {
     const Time t = collectives::collective_launch(dev_.profile(), group_size);
     if (t > 0) dev_.comm().run("coll.launch", t, 0, 0.0);
   }
-  py::array_t<float> all_reduce(const FloatArray& a, const std::string& op, const std::string& algo) {
+  py::array_t<float> all_reduce(const FloatArray& a, const std::string& op, const std::string& algo,
+                                const std::string& proto) {
     py::array_t<float> out(std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim()));  // the input's shape
     std::memcpy(out.mutable_data(), a.data(), size_t(a.size()) * sizeof(float));
     collectives::CollOptions opt;
     opt.algo = collectives::parse_algo(algo);
+    opt.proto = collectives::parse_proto(proto);
     const collectives::ReduceOp rop = collectives::parse_reduce_op(op);
     collectives::Buffer buf(out.mutable_data(), size_t(out.size()));
     py::gil_scoped_release nogil;
@@ -189,7 +191,8 @@ void add_cluster_api(py::module_& m) {
       .def("recv", &PyDevice::recv, py::arg("src"), py::arg("tag") = 0, py::arg("stream") = "comm")
       .def("compute", &PyDevice::compute, py::arg("flops") = 0.0, py::arg("bytes") = 0.0, py::arg("name") = "compute")
       .def("launch", &PyDevice::launch, py::arg("group_size"))
-      .def("all_reduce", &PyDevice::all_reduce, py::arg("array"), py::arg("op") = "sum", py::arg("algo") = "auto")
+      .def("all_reduce", &PyDevice::all_reduce, py::arg("array"), py::arg("op") = "sum", py::arg("algo") = "auto",
+           py::arg("proto") = "auto")
       .def("synchronize", &PyDevice::synchronize);
   m.def("run_cluster", &run_cluster, py::arg("profile"), py::arg("devices"), py::arg("nodes"), py::arg("precision"),
         py::arg("trace"), py::arg("fn"));

@@ -50,12 +50,12 @@ namespace shardlab {
 //    240 GB/s (S. Jeaugey, NVIDIA/nccl-tests#149), ~267 GB/s to cudaMemcpy. PCIe Gen4
 //    TLPs: 24 B of header, framing and LCRC per 128 B (SM) / 256 B (max payload) TLP.
 //    InfiniBand: 4096 B MTU, 42 B of LRH+BTH+RETH+ICRC+VCRC headers.
-//  - Every built-in profile runs NCCL's LL, LL128 and Simple protocols
-//    (nccl_protocols, profile_protocols.cc; no LL128 on the PCIe profiles, as NCCL
-//    enables it only on NVLink), whose base latencies carry the collective's fixed
-//    start (NCCL's tuning model: 6.6-8.4 us); collective_launch_us is then the kernel
-//    launch alone, 4 us (launch_overhead_us). nccl-tests all_reduce on 2 A100 SXM4
-//    over NVLink takes 10.1 us at 32 B (NVIDIA/nccl#583).
+//  - Protocols: every built-in profile runs NCCL's LL, LL128 and Simple as its
+//    tuning model sees them (nccl_protocols, profile_protocols.cc; LL128 only where
+//    GPUs talk over NVLink), so collective_launch_us is the kernel launch alone
+//    (4 us, as launch_overhead_us) and each protocol adds its own base latency
+//    (NCCL's baseLat, 3.6-10 us). Before the protocols: 8 us, nccl-tests all_reduce
+//    on 2 A100 SXM4 over NVLink taking 10.1 us at 32 B (NVIDIA/nccl#583) less a 2 us hop.
 // FP8 GEMM maximum of the Hopper and Blackwell profiles: the achieved share
 // of the FP8 peak of a GEMM that fills whole tiles and waves. An assumption
 // of cuBLASLt's order (large FP8 GEMMs reach 65-75% of 1,979 TFLOP/s).
@@ -127,7 +127,8 @@ const std::vector<HardwareProfile>& builtin_profiles() {
                  "DGX B200 nodes: NVLink5 (1.8 TB/s per GPU, both directions) inside a node, one "
                  "ConnectX-7 400G NIC per GPU between",
                  4, 8, b200, link(1.5, 900.0, 32, 128, 256), ndr, one_per_gpu});
-    for (HardwareProfile& p : v) p.protocols = nccl_protocols(p.name.starts_with("a100-pcie"));
+    // NCCL's protocols on every profile; LL128 only where GPUs talk over NVLink.
+    for (HardwareProfile& p : v) p.protocols = nccl_protocols(/*pcie_intra=*/p.name.starts_with("a100-pcie"));
     return v;
   }();
   return kProfiles;

@@ -16,6 +16,11 @@
 //   recursive doubling   log2(n) · (α + w(S))             few steps, the whole buffer
 //   ring (the library)   launch + 2(n-1) · (α + w(S/n))   many steps, 1/n of it each
 //
+// The library's ring runs here on plain sends (Proto::kPlain: the links' own
+// latency and rate, as the custom collective's isend), not under one of NCCL's
+// protocols (LL, LL128, Simple: their own hop latency, rate share and start),
+// so both sides move bytes alike.
+//
 // so recursive doubling wins on latency at small sizes and the ring on
 // bandwidth at large ones. Exit code: 0 when every result is exact and every
 // time equals its closed form to the picosecond, 1 otherwise, 2 on bad input.
@@ -107,7 +112,7 @@ int run(const HardwareProfile& p) {
     const Outcome rd = run_on_cluster(p, n, count, recursive_doubling_all_reduce);
     const Outcome ring = run_on_cluster(p, n, count, [](Device& dev, std::vector<float>& d) {
       coll::all_reduce(dev, coll::ProcessGroup::world(dev), coll::Buffer(d), coll::ReduceOp::kSum,
-                       {.algo = coll::Algo::kRing});
+                       {.algo = coll::Algo::kRing, .proto = coll::Proto::kPlain});
     });
     const Time want = steps * hello::alpha_beta(p.intra, bytes).total();
     const Time ring_want = std::llround(p.device.collective_launch_us * 1e6) +

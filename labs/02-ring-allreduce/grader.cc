@@ -4,7 +4,9 @@
 // member; (2) the virtual time against the closed form 2(n-1)(a + S/(nB)) on
 // plain links (latency a, bandwidth B, no packet headers), exactly to the
 // picosecond; (3) on a100-nvlink, the time of the library's ring all_reduce
-// minus its fixed start (collective_launch_us). The same checks grade the
+// on plain sends (Proto::kPlain: the links' own latency and rate, as your
+// isend; not one of NCCL's protocols) minus its fixed start
+// (collective_launch_us, the kernel launch). The same checks grade the
 // C++ exercise (grader_main.cc) and the notebook's Python function
 // (python/lab_graders.cc).
 #include "labs/02-ring-allreduce/grader.h"
@@ -89,8 +91,9 @@ void grade_against_library(Grade& g, const RingAllReduce& fn) {
   std::vector<int> members(n);
   for (int i = 0; i < n; ++i) members[static_cast<size_t>(i)] = i;
   const Time want =
-      collectives::predict_time(p, members, {.op = collectives::OpKind::kAllReduce, .count = count},
-                                collectives::Algo::kRing) -
+      collectives::predict_time(
+          p, members, {.op = collectives::OpKind::kAllReduce, .count = count, .proto = collectives::Proto::kPlain},
+          collectives::Algo::kRing) -
       collectives::collective_launch(p, n);
   g.check(got == want,
           fmt::format(

@@ -15,9 +15,10 @@ eagerly and returns when its last byte left (ps); wait_until(t) makes a
 stream wait for a time; recv(src, tag=0) blocks until the message is there
 and returns it as a float32 array, its stream waiting for its virtual
 arrival; compute(flops=, bytes=) charges a kernel by the profile's cost
-model; all_reduce(array, op="sum", algo="auto") is the library's
-collective over every device; launch(n) charges NCCL's kernel launch of a
-collective over n devices. The GIL is released while a device waits, so the
+model; all_reduce(array, op="sum", algo="auto", proto="auto") is the
+library's collective over every device (proto: "LL", "LL128", "Simple",
+NCCL's protocols, or "plain", plain sends as isend's); launch(n) charges
+NCCL's kernel launch of a collective over n devices. The GIL is released while a device waits, so the
 devices interleave; a device waiting for a message nobody sends is a
 DeadlockError.
 """

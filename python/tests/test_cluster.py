@@ -1,6 +1,8 @@
 """The low-level API: a ring all-reduce written in Python over dev.isend and
 dev.recv takes, on every device, the virtual time of the library's C++ ring
-(collectives/ring.cc) for the same sizes, and of the closed form of
+(collectives/ring.cc) on plain sends (proto="plain": the links' own latency
+and rate, as isend's, not one of NCCL's protocols) for the same sizes, and of
+the closed form of
 collectives/collectives.h: launch + 2(n-1)(a + w), w = ceil(S/n * 1e12 / B) ps
 on one node with uniform links."""
 import numpy as np
@@ -57,7 +59,7 @@ def test_python_ring_takes_the_cpp_rings_virtual_time(count):
         results[dev.rank] = python_ring_all_reduce(dev, inputs(dev.rank, count))
 
     def library(dev):
-        dev.all_reduce(inputs(dev.rank, count), algo="ring")
+        dev.all_reduce(inputs(dev.rank, count), algo="ring", proto="plain")
 
     py_run = shardlab.Cluster("a100-nvlink", devices=N).run(mine)
     cpp_run = shardlab.Cluster("a100-nvlink", devices=N).run(library)

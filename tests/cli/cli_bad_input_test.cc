@@ -339,7 +339,10 @@ TEST(CliBadInput, VerifyFlags) {
 TEST(CliBadInput, CollectivesAndP2pFlags) {
   run_table({
       {"collectives --proto LL129", "--proto: unknown protocol \"LL129\""},
-      {"collectives --proto LL128", "--proto LL128: not used on profile a100-nvlink's links of 8 ranks (one of: auto, plain)"},
+      {"collectives --proto LL128 --profile a100-pcie",
+       "--proto LL128: not used on profile a100-pcie's links of 8 ranks (one of: auto, LL, Simple)"},
+      {"collectives --proto plain", "--proto plain: not used on profile a100-nvlink's links of 8 ranks (one of: auto, LL, LL128, Simple)"},
+      {"collectives --proto ''", "--proto: unknown protocol \"\""},
       {"collectives --ranks 0", "--ranks 0: must be between 1 and 32"},
       {"collectives --ranks -1", "--ranks -1: must be between 1 and 32"},
       {"collectives --ranks 33", "--ranks 33: must be between 1 and 32"},

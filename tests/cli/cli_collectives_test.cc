@@ -16,7 +16,8 @@ using testing::expect_usage_error;
 using testing::run_cli;
 
 TEST(CliCollectives, JsonRowsFollowNcclTestsDefinitions) {
-  auto r = run_cli("collectives --op all_reduce --ranks 4 --algo ring --min-bytes 1MiB --max-bytes 4MiB --check --json");
+  auto r = run_cli(
+      "collectives --op all_reduce --ranks 4 --algo ring --proto Simple --min-bytes 1MiB --max-bytes 4MiB --check --json");
   ASSERT_EQ(r.code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["op"], "all_reduce");
@@ -28,11 +29,12 @@ TEST(CliCollectives, JsonRowsFollowNcclTestsDefinitions) {
   for (const auto& row : j["rows"]) {
     const uint64_t bytes = row["bytes"];
     EXPECT_EQ(row["count"].get<uint64_t>(), bytes / 4);
-    // Ring all_reduce: the 8 us collective start, then 2(n-1) steps of a + W/B,
-    // exact; W = S/n plus a 32 B header per 128 B packet (NCCL's SM stores).
+    // Ring all_reduce under NCCL's Simple: the collective's start (4 us launch
+    // + 8.4 us Simple base), then 2(n-1) steps of a + W/B, exact, a Simple's
+    // NVLink hop (3.4 us), B the link's full rate; W = S/n plus a 32 B header
+    // per 128 B packet (NCCL's SM stores).
     const uint64_t part = bytes / 4, wire = part + (part + 127) / 128 * 32;
-    const double expect_us =
-        8.0 + to_us(6 * (l.latency() + transfer_time(wire, l.bytes_per_second())));
+    const double expect_us = 12.4 + to_us(6 * (us_to_time(3.4) + transfer_time(wire, l.bytes_per_second())));
     EXPECT_NEAR(row["time_us"].get<double>(), expect_us, 1e-6) << bytes;
     const double algbw = bytes / (row["time_us"].get<double>() * 1e-6) / 1e9;
     EXPECT_NEAR(row["algbw_GBps"].get<double>(), algbw, 1e-6 * algbw);
@@ -42,16 +44,14 @@ TEST(CliCollectives, JsonRowsFollowNcclTestsDefinitions) {
   }
 }
 
-// A profile file with NCCL's protocols: each row prints the protocol auto
-// chose with the algorithm, and --proto forces one. 8 B on 8 GPUs: direct LL,
+// A profile file with NCCL's protocols (as every built-in profile has): each
+// row prints the protocol auto chose with the algorithm, and --proto forces one. 8 B on 8 GPUs: direct LL,
 // 4 + 3.6 us of start, 0.47 us of hop and seven 40-byte LL messages at
 // 300 GB/s x 1/4 (534 ps each) through the receiver's ingress: 8.0737 us.
 // 256 MiB: Simple, the full link rate (protocol_test.cc derives the switch).
 TEST(CliCollectives, RowsPrintTheProtocolAutoChose) {
   HardwareProfile p = load_profile("a100-nvlink");
   p.name = "a100-nccl";
-  p.protocols = nccl_protocols(/*pcie_intra=*/false);
-  p.device.collective_launch_us = 4.0;
   const std::string path = ::testing::TempDir() + "a100_nccl_protocols.json";
   {
     std::ofstream out(path);
@@ -94,13 +94,16 @@ TEST(CliCollectives, TwoNodesRunChannelsOverEveryRail) {
   EXPECT_GT(bw16, 0.75 * 8 * ib);
   EXPECT_LT(bw4nic, 4 * ib * 1.001);
   EXPECT_GT(bw4nic, 0.75 * 4 * ib);
-  // The table shows the protocol (column "proto": plain on a profile without
-  // protocols), the channels (column "ch") and the NICs per node.
+  // The table shows the protocol (column "proto"), the channels (column
+  // "ch") and the NICs per node. At 1 GiB Simple (rails_test.cc derives it);
+  // at 64 MiB LL128: 30 steps of two 256 KiB pieces on a GPU's NIC (264832 B
+  // on the wire): LL128 14 + 30 (4.0 + 2 x 11.514 us) = 824.9 us against
+  // Simple's 12.4 + 30 (9.6 + 2 x 10.593 us) = 936.0 us.
   const auto table = run_cli("collectives --op all_reduce --ranks 16 --min-bytes 1GiB --max-bytes 1GiB");
   ASSERT_EQ(table.code, 0) << table.err;
   EXPECT_NE(table.out.find("8 NICs per node"), std::string::npos) << table.out;
-  EXPECT_NE(table.out.find("   ring  plain   16 "), std::string::npos) << table.out;
-  EXPECT_EQ(two["rows"][0]["protocol"], "plain");
+  EXPECT_NE(table.out.find("   ring Simple   16 "), std::string::npos) << table.out;
+  EXPECT_EQ(two["rows"][0]["protocol"], "LL128");
 }
 
 // --check's verdict can fail: 100 in rank 0's first result is an error of

@@ -17,13 +17,28 @@
 namespace shardlab::collectives::testing {
 namespace {
 
-// A DGX A100 profile with NCCL's protocols: the collective's launch is then
-// the kernel launch alone (4 us, as every kernel's), the protocol adds its start.
-HardwareProfile nccl_a100() {
-  HardwareProfile p = load_profile("a100-nvlink");
-  p.protocols = nccl_protocols(/*pcie_intra=*/false);
-  p.device.collective_launch_us = 4.0;
-  return p;
+// DGX A100 with NCCL's protocols (every built-in profile carries them): the
+// collective's launch is the kernel launch alone (4 us, as every kernel's),
+// the protocol adds its start.
+HardwareProfile nccl_a100() { return load_profile("a100-nvlink"); }
+
+// Every built-in profile runs NCCL's protocols, LL128 only on NVLink nodes,
+// after a 4 us launch.
+TEST(ProtocolTest, BuiltInProfilesCarryNcclsProtocols) {
+  for (const HardwareProfile& p : builtin_profiles()) {
+    const bool pcie = p.name == "a100-pcie" || p.name == "a100-pcie-8";
+    const std::vector<ProtocolSpec> want = nccl_protocols(pcie);
+    ASSERT_EQ(p.protocols.size(), want.size()) << p.name;
+    for (size_t q = 0; q < want.size(); ++q) {
+      EXPECT_EQ(p.protocols[q].base_latency_us, want[q].base_latency_us) << p.name;
+      for (int c = 0; c < kNumLinkClasses; ++c) {
+        EXPECT_EQ(p.protocols[q].hop_latency_us[c], want[q].hop_latency_us[c]) << p.name;
+        EXPECT_EQ(p.protocols[q].bw_share[c], want[q].bw_share[c]) << p.name;
+      }
+    }
+    EXPECT_EQ(p.protocols[1].usable(LinkClass::kIntra), !pcie) << p.name;
+    EXPECT_EQ(p.device.collective_launch_us, 4.0) << p.name;
+  }
 }
 
 std::vector<int> first_ranks(int n) {
@@ -104,15 +119,18 @@ TEST(ProtocolTest, AutoPicksLLThenLL128ThenSimpleAsSizeGrows) {
 
 // LL128 is NCCL's only over NVLink: a PCIe node offers LL and Simple.
 TEST(ProtocolTest, PcieNodesHaveNoLL128) {
-  HardwareProfile pcie = load_profile("a100-pcie-8");
-  pcie.protocols = nccl_protocols(/*pcie_intra=*/true);
+  const HardwareProfile pcie = load_profile("a100-pcie-8");
   EXPECT_EQ(candidate_protos(pcie, first_ranks(8)), (std::vector<Proto>{Proto::kLL, Proto::kSimple}));
   // Across nodes alone (one GPU of each of two nodes) the NIC carries LL128.
   EXPECT_EQ(candidate_protos(pcie, std::vector<int>{0, 8}),
             (std::vector<Proto>{Proto::kLL, Proto::kLL128, Proto::kSimple}));
   EXPECT_EQ(candidate_protos(nccl_a100(), first_ranks(8)),
             (std::vector<Proto>{Proto::kLL, Proto::kLL128, Proto::kSimple}));
-  EXPECT_EQ(candidate_protos(load_profile("a100-nvlink"), first_ranks(8)), std::vector<Proto>{Proto::kPlain});
+  // Every built-in profile carries NCCL's protocols; a profile without them plain sends alone.
+  EXPECT_EQ(candidate_protos(load_profile("a100-nvlink"), first_ranks(8)),
+            (std::vector<Proto>{Proto::kLL, Proto::kLL128, Proto::kSimple}));
+  EXPECT_EQ(candidate_protos(load_profile("a100-pcie"), first_ranks(8)), (std::vector<Proto>{Proto::kLL, Proto::kSimple}));
+  EXPECT_EQ(candidate_protos(uniform_profile(8), first_ranks(8)), std::vector<Proto>{Proto::kPlain});
 }
 
 // The JSON form round-trips, and a bad field is one line naming it.

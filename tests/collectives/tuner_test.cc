@@ -206,10 +206,11 @@ INSTANTIATE_TEST_SUITE_P(
 
 // On uniform links the replay reduces to the closed forms of tuner.h.
 TEST(TunerClosedFormTest, UniformLinksGiveTheClosedForms) {
-  // a100-nvlink inside a node: 2 us, 300 GB/s, a 32 B header per 128 B packet
-  // from the SMs, and every collective starts L = 8 us after its call.
+  // a100-nvlink inside a node under NCCL's Simple protocol: a hop of 3.4 us,
+  // 300 GB/s, a 32 B header per 128 B packet from the SMs, and every
+  // collective starts L = 4 us (launch) + 8.4 us (Simple's base) after its call.
   const HardwareProfile p = load_profile("a100-nvlink");
-  const Time a = us_to_time(2.0);
+  const Time a = us_to_time(3.4);
   auto w = [](uint64_t bytes) {
     return transfer_time(bytes + (bytes + 127) / 128 * 32, 300'000'000'000ull);
   };
@@ -217,7 +218,7 @@ TEST(TunerClosedFormTest, UniformLinksGiveTheClosedForms) {
   const size_t count = 8 * 768;  // S = 24576 B, S/8 = 3072 B
   const uint64_t S = count * 4;
   auto t = [&](OpKind op, Algo algo) {
-    return predict_time(p, g, CollShape{op, count, 4, 0}, algo) - us_to_time(8.0);
+    return predict_time(p, g, CollShape{op, count, 4, 0, Proto::kSimple}, algo) - us_to_time(12.4);
   };
   EXPECT_EQ(t(OpKind::kAllReduce, Algo::kRing), 14 * (a + w(S / 8)));
   EXPECT_EQ(t(OpKind::kAllReduce, Algo::kTree), 2 * (3 * a + w(S / 2) + w(S / 4) + w(S / 8)));
@@ -232,8 +233,8 @@ TEST(TunerClosedFormTest, UniformLinksGiveTheClosedForms) {
   EXPECT_EQ(t(OpKind::kAllToAll, Algo::kDirect), a + 7 * w(S / 8));
   // A pipelined chain of c = 8 chunks of 512 KiB: (n-1)a + (n+c-2)w(S/c).
   const size_t big = 8 * (512 << 10) / 4;
-  EXPECT_EQ(predict_time(p, g, CollShape{OpKind::kBroadcast, big, 4, 3}, Algo::kRing),
-            us_to_time(8.0) + 7 * a + 14 * w(512 << 10));
+  EXPECT_EQ(predict_time(p, g, CollShape{OpKind::kBroadcast, big, 4, 3, Proto::kSimple}, Algo::kRing),
+            us_to_time(12.4) + 7 * a + 14 * w(512 << 10));
 }
 
 // The symptom the tuner fixes: on PCIe (32 GB/s) direct's 7 serialized
