@@ -95,7 +95,7 @@ void DeviceSetup::make_model(const DeviceProgram& p, Device& dev) {
   so.phantom_zipf = o.phantom_zipf;
   so.placement = p.plan.placement(coords.pp);
   if (par.cp > 1) {
-    cp_attention = std::make_unique<parallel::CpAttention>(ctx.group("cp"), par.cp_comm);
+    cp_attention = std::make_unique<parallel::CpAttention>(ctx.group("cp"), par.cp_comm, coords.tp);
     so.attention = cp_attention.get();
     so.cp = par.cp;
     so.cp_rank = coords.cp;
