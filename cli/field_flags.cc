@@ -56,6 +56,7 @@ constexpr std::array kFieldFlags = std::to_array<std::pair<std::string_view, std
     {"n_shared_expert", "--shared-experts"},
     {"router", "--router"},
     {"moe_first_dense", "--moe-first-dense"},
+    {"router_bias_rate", "--router-bias-rate"},
     {"n_kv_head", "--kv-heads"},
     {"rope_theta", "--rope-theta"},
     {"norm_eps", "--norm-eps"},

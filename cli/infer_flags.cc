@@ -35,10 +35,10 @@ FlagTable<TrainFlags> inference_flags(const InferenceFlagHelp& help) {
 void add_inference_flags(CLI::App* sub, TrainFlags& m, const InferenceFlagHelp& help) {
   FlagTable<TrainFlags> table = model_flags();
   // --moe-top-k here (--top-k is sampling's); the global batch, the auxiliary
-  // loss and dropout are training's: inference takes none of them.
+  // loss, dropout and the router bias's rate are training's: inference takes none of them.
   std::erase_if(table, [](const FlagRow<TrainFlags>& row) {
     if (row.names.starts_with("--moe-top-k")) return true;
-    for (const char* name : {"--batch", "--aux-coef", "--dropout"})
+    for (const char* name : {"--batch", "--aux-coef", "--dropout", "--router-bias-rate"})
       if (row.names == name) return true;
     return false;
   });
