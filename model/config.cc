@@ -68,9 +68,10 @@ void GPTConfig::validate() const {
           "the unpadded vocabulary " + num(vocab_unpadded) + " must be between 2 and `vocab_size` " +
               num(vocab_size));
   require(n_expert >= 0, "`n_expert` must be 0 (dense) or more (got " + num(n_expert) + ")");
-  require(n_expert > 0 || (n_shared_expert == 0 && n_moe_ffn == 0 && moe_first_dense == 0 && router_bias_rate == 0),
-          "`n_shared_expert`, `n_moe_ffn`, `moe_first_dense` and `router_bias_rate` need routed experts (`n_expert` "
-          "above 0)");
+  require(n_expert > 0 || (n_shared_expert == 0 && n_moe_ffn == 0 && moe_first_dense == 0),
+          "`n_shared_expert`, `n_moe_ffn` and `moe_first_dense` need routed experts (`n_expert` above 0)");
+  require(n_expert > 0 || router_bias_rate == 0,
+          "`router_bias_rate` balances routed experts: it needs `n_expert` above 0");
   validate_family();
   if (n_expert == 0) return;
   require(top_k >= 1 && top_k <= n_expert,

@@ -39,7 +39,8 @@ std::map<std::string, std::vector<float>> read_safetensors(const std::string& pa
   in.read(header.data(), static_cast<std::streamsize>(n));
   const std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::map<std::string, std::vector<float>> out;
-  for (const auto& [name, t] : nlohmann::json::parse(header).items()) {
+  const nlohmann::json tensors = nlohmann::json::parse(header);
+  for (const auto& [name, t] : tensors.items()) {
     if (name == "__metadata__" || t.at("dtype") != "F32") continue;
     const auto begin = t.at("data_offsets")[0].get<size_t>(), end = t.at("data_offsets")[1].get<size_t>();
     std::vector<float> v((end - begin) / 4);

@@ -235,7 +235,7 @@ void CpAttention::backward(float* dqkv, const float* datty, const float* qkv, co
 // After the last step each rank receives its own block's whole dK/dV (dkv_).
 void CpAttention::ring_backward(float* dqkv, const float* datty, const float* qkv, const float* lse,
                                 const ShardDims& d, const LayerContext& c) const {
-  const int64_t n = d.N() * 2 * d.Cl();
+  const int64_t n = kv_elements(d);
   const int P = cp_.size(), me = cp_.rank();
   for (auto* b : {&kv_, &kv_next_, &dkv_, &dkv_in_}) b->assign(size_t(n), 0.0f);
   pack_kv(kv_.data(), qkv, d, c);
