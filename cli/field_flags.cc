@@ -58,6 +58,7 @@ constexpr std::array kFieldFlags = std::to_array<std::pair<std::string_view, std
     {"router", "--router"},  // serve's request routing; the MoE router's is GPTConfig::router
     {"GPTConfig::router", "--moe-router"},
     {"moe_first_dense", "--moe-first-dense"},
+    {"router_bias_rate", "--router-bias-rate"},
     {"n_kv_head", "--kv-heads"},
     {"rope_theta", "--rope-theta"},
     {"norm_eps", "--norm-eps"},

@@ -2,8 +2,11 @@
 
 #include <utility>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/cli.h"
 #include "model/infer/generate.h"
+#include "model/params.h"
 #include "runtime/errors.h"
 
 namespace shardlab::cli {
@@ -37,10 +40,10 @@ FlagTable<TrainFlags> inference_flags(const InferenceFlagHelp& help) {
 void add_inference_flags(CLI::App* sub, TrainFlags& m, const InferenceFlagHelp& help) {
   FlagTable<TrainFlags> table = model_flags();
   // --moe-top-k here (--top-k is sampling's); the global batch, the auxiliary
-  // loss and dropout are training's: inference takes none of them.
+  // loss, dropout and the router bias's rate are training's: inference takes none of them.
   std::erase_if(table, [](const FlagRow<TrainFlags>& row) {
     if (row.names.starts_with("--moe-top-k") || row.names.starts_with("--moe-router")) return true;
-    for (const char* name : {"--batch", "--aux-coef", "--dropout"})
+    for (const char* name : {"--batch", "--aux-coef", "--dropout", "--router-bias-rate"})
       if (row.names == name) return true;
     return false;
   });
@@ -56,11 +59,22 @@ void default_inference_precision(const CLI::App* sub, TrainFlags& m) {
     if (p.name == m.model && p.published_params > 0) m.precision = "bf16";
 }
 
-std::optional<model::SafetensorsFile> load_inference_init(const TrainFlags& m, const model::GPTConfig& config) {
+std::optional<model::SafetensorsFile> load_inference_init(const TrainFlags& m, model::GPTConfig& config) {
   if (m.opts.init_path.empty()) return std::nullopt;
   if (m.opts.phantom) throw ConfigError("--phantom runs on shapes only: it takes no --init");
   try {
     model::SafetensorsFile init = model::load_safetensors(m.opts.init_path);
+    for (int l = 0; l < config.n_layer && config.is_moe() && !config.router_bias(); ++l) {
+      if (!config.is_moe_layer(l)) continue;
+      if (!init.contains(model::router_bias_name(config, l))) break;
+      config.router_bias_rate = 0.001;  // the biases are read from the file; the rate is training's
+      const auto meta = init.metadata().find(model::kShardlabConfigKey);
+      if (meta == init.metadata().end()) break;
+      const auto stored = nlohmann::json::parse(meta->second, nullptr, /*allow_exceptions=*/false);
+      if (stored.is_object() && stored.contains("model") && stored["model"].contains("router_bias_rate") &&
+          stored["model"]["router_bias_rate"].is_number())
+        config.router_bias_rate = stored["model"]["router_bias_rate"].get<double>();
+    }
     infer::check_generate_init(init, config);
     return init;
   } catch (const ConfigError& e) {  // name the flag once

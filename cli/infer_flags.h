@@ -31,7 +31,10 @@ void default_inference_precision(const CLI::App* sub, TrainFlags& m);
 
 // The --init checkpoint, checked against `config` (exactly its tensors and
 // shapes; one error line naming --init); nothing without --init. --phantom
-// takes no --init.
-std::optional<model::SafetensorsFile> load_inference_init(const TrainFlags& m, const model::GPTConfig& config);
+// takes no --init. A checkpoint of an MoE with aux-loss-free balancing's
+// selection biases (mlp.gate.e_score_correction_bias) turns them on in
+// `config`: they steer the routing (the rate, training's, is then the
+// checkpoint's, or DeepSeek-V3's 0.001 for a file without shardlab's metadata).
+std::optional<model::SafetensorsFile> load_inference_init(const TrainFlags& m, model::GPTConfig& config);
 
 }  // namespace shardlab::cli

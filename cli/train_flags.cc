@@ -76,6 +76,10 @@ FlagTable<TrainFlags> model_flags() {
       {"--moe-first-dense", FIELD(moe_first_dense),
        "The first N blocks are dense MLPs of the --ffn width (DeepSeek-V3: 3; default: the preset's)",
        number_in(0, kMaxLayers)},
+      {"--router-bias-rate", FIELD(router_bias_rate),
+       "Aux-loss-free balancing (DeepSeek-V3): a per-expert bias on the scores for the top-k choice only, "
+       "b += rate * sign(mean load - load) after each step (0 = off; saved as mlp.gate.e_score_correction_bias)",
+       number_in(0, 1)},
       {"--family", FIELD(family),
        "Architecture: gpt (LayerNorm, GELU, learned positions, biases, tied head) or llama (RMSNorm, SwiGLU, "
        "rotary, GQA, no biases, untied head); default: the preset's",
@@ -227,6 +231,7 @@ void TrainFlags::set_modern_moe(model::GPTConfig& c) const {
   if (!router.empty()) c.router = model::parse_router(router);
   c.moe_norm_topk = moe_norm_topk;
   c.moe_first_dense = moe_first_dense.value_or(c.moe_first_dense);
+  c.router_bias_rate = router_bias_rate;
 }
 
 void TrainFlags::apply_family_flags(model::GPTConfig& c) const {

@@ -42,6 +42,7 @@ struct TrainFlags {
   std::optional<int> moe_ffn, shared_experts, moe_first_dense;
   std::string router;
   bool moe_norm_topk = true;
+  double router_bias_rate = 0;  // GPTConfig::router_bias_rate (training's; inference refuses it)
   double dropout = 0;
   // Names the library parses into its enums (parse_schedule, ...).
   std::string lr_schedule = "constant", sampling = "random", cp_comm = "ring", schedule = "1f1b";

@@ -39,6 +39,11 @@ void validate_modern_moe(const GPTConfig& c) {
   require(double(c.n_shared_expert) * c.moe_ffn_hidden() <= INT32_MAX,
           "`n_shared_expert` " + num(c.n_shared_expert) + " x the expert width " + num(c.moe_ffn_hidden()) +
               " exceeds 2^31 columns");
+  require(c.router_bias_rate >= 0 && c.router_bias_rate < 1,
+          "`router_bias_rate` must be in [0, 1) (got " + num(c.router_bias_rate) + ")");
+  require(c.router_bias_rate == 0 || c.top_k < c.n_expert,
+          "`router_bias_rate` needs `GPTConfig::top_k` below `n_expert` (with " + num(c.top_k) + " of " +
+              num(c.n_expert) + " every expert is chosen: a selection bias changes nothing)");
 }
 
 }  // namespace
@@ -65,6 +70,8 @@ void GPTConfig::validate() const {
   require(n_expert >= 0, "`n_expert` must be 0 (dense) or more (got " + num(n_expert) + ")");
   require(n_expert > 0 || (n_shared_expert == 0 && n_moe_ffn == 0 && moe_first_dense == 0),
           "`n_shared_expert`, `n_moe_ffn` and `moe_first_dense` need routed experts (`n_expert` above 0)");
+  require(n_expert > 0 || router_bias_rate == 0,
+          "`router_bias_rate` balances routed experts: it needs `n_expert` above 0");
   validate_family();
   if (n_expert == 0) return;
   require(top_k >= 1 && top_k <= n_expert,
@@ -111,6 +118,7 @@ std::string GPTConfig::to_string() const {
     if (router != Router::kSoftmax) os << " router=" << router_name(router);
     if (!moe_norm_topk) os << " moe_norm_topk=0";
     if (moe_first_dense > 0) os << " moe_first_dense=" << moe_first_dense;
+    if (router_bias()) os << " router_bias_rate=" << router_bias_rate;
   }
   return os.str();
 }

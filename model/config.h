@@ -50,6 +50,12 @@ struct GPTConfig {
   Router router = Router::kSoftmax;  // scores: softmax over E, or per-expert sigmoid
   bool moe_norm_topk = true;   // gates = the top-K scores renormalised to sum 1 (Mixtral's)
   int moe_first_dense = 0;     // the first N blocks are dense, width ffn_hidden() (DeepSeek-V3: 3)
+  // DeepSeek-V3's aux-loss-free balancing: > 0 gives every MoE block a
+  // per-expert selection bias b (mlp.gate.e_score_correction_bias, zeros at
+  // init) added to the scores for the top-K choice only, and after each step
+  // b_i += rate · sign(mean load − load_i) over the global batch (kernels_moe.h).
+  double router_bias_rate = 0;
+  bool router_bias() const { return n_expert > 0 && router_bias_rate > 0; }
   // Attention and hidden dropout probability (Megatron's, both the same). > 0
   // charges the dropout kernels (kernels.h dropout_*_cost) and is modeled in
   // time only: phantom runs (the arithmetic has no dropout).

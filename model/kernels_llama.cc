@@ -126,36 +126,36 @@ void rope_backward(Real* dinp, const Real* dout, const int64_t* positions, int B
 
 // ---- repeat_kv ----------------------------------------------------------------
 
-template <typename Real>
-void repeat_kv_forward(Real* out, const Real* in, int64_t N, const GqaHeads& g) {
+namespace {
+
+// Calls f(offset in the compact rows, offset in the repeated rows, count) for
+// every run repeat_kv copies: per row, q whole, then each query head's k and v.
+template <class F>
+void for_repeat_kv_runs(int64_t N, const GqaHeads& g, F&& f) {
   const int64_t HS = g.HS, Cq = int64_t{g.NHq} * HS, KVC = int64_t{g.KVl} * HS;
   for (int64_t n = 0; n < N; ++n) {
-    const Real* src = in + n * g.in_width();
-    Real* dst = out + n * g.out_width();
-    std::copy_n(src, Cq, dst);
+    const int64_t in = n * g.in_width(), out = n * g.out_width();
+    f(in, out, Cq);
     for (int h = 0; h < g.NHq; ++h) {
       const int64_t kv = int64_t{g.kv_of(h)} * HS;
-      std::copy_n(src + Cq + kv, HS, dst + Cq + h * HS);            // k
-      std::copy_n(src + Cq + KVC + kv, HS, dst + 2 * Cq + h * HS);  // v
+      f(in + Cq + kv, out + Cq + h * HS, HS);            // k
+      f(in + Cq + KVC + kv, out + 2 * Cq + h * HS, HS);  // v
     }
   }
 }
 
+}  // namespace
+
+template <typename Real>
+void repeat_kv_forward(Real* out, const Real* in, int64_t N, const GqaHeads& g) {
+  for_repeat_kv_runs(N, g, [&](int64_t i, int64_t o, int64_t count) { std::copy_n(in + i, count, out + o); });
+}
+
 template <typename Real>
 void repeat_kv_backward(Real* din, const Real* dout, int64_t N, const GqaHeads& g) {
-  const int64_t HS = g.HS, Cq = int64_t{g.NHq} * HS, KVC = int64_t{g.KVl} * HS;
-  for (int64_t n = 0; n < N; ++n) {
-    const Real* src = dout + n * g.out_width();
-    Real* dst = din + n * g.in_width();
-    for (int64_t i = 0; i < Cq; ++i) dst[i] += src[i];
-    for (int h = 0; h < g.NHq; ++h) {
-      const int64_t kv = int64_t{g.kv_of(h)} * HS;
-      for (int64_t i = 0; i < HS; ++i) {
-        dst[Cq + kv + i] += src[Cq + h * HS + i];
-        dst[Cq + KVC + kv + i] += src[2 * Cq + h * HS + i];
-      }
-    }
-  }
+  for_repeat_kv_runs(N, g, [&](int64_t i, int64_t o, int64_t count) {
+    for (int64_t k = 0; k < count; ++k) din[i + k] += dout[o + k];
+  });
 }
 
 // ---- Costs --------------------------------------------------------------------

@@ -141,6 +141,22 @@ void router_backward(Real* dlogits, const Real* dgates, Real daux, const Real* p
   }
 }
 
+template <typename Real>
+void router_bias_load(Real* signal, const int32_t* expert, int64_t N, int E, int K) {
+  for (int64_t a = 0; a < N * K; ++a) signal[expert[a]] += Real(E);
+  for (int e = 0; e < E; ++e) signal[e] -= static_cast<Real>(N * K);
+}
+
+OpCost router_bias_load_cost(int64_t N, int64_t E, int64_t K) {
+  const double a = static_cast<double>(N) * K;  // reads the (N,K) choices, updates E sums
+  return OpCost{a + E, 4.0 * a + 8.0 * E};
+}
+
+void router_bias_update(float* bias, const float* signal, int64_t n, double rate) {
+  const auto r = static_cast<float>(rate);
+  for (int64_t i = 0; i < n; ++i) bias[i] -= signal[i] > 0 ? r : (signal[i] < 0 ? -r : 0.0f);
+}
+
 void moe_expert_counts(int64_t* counts, const int32_t* expert, int64_t N, int E, int K) {
   std::fill(counts, counts + E, 0);
   for (int64_t a = 0; a < N * K; ++a) ++counts[expert[a]];
@@ -257,6 +273,7 @@ OpCost moe_combine_backward_cost(int64_t M, int64_t C, int elem) {
                                int64_t, int, int, double, const RouterSpec&);                      \
   template void router_backward(Real*, const Real*, Real, const Real*, const int32_t*,             \
                                 const Real*, int64_t, int, int, const RouterSpec&);                \
+  template void router_bias_load(Real*, const int32_t*, int64_t, int, int);                         \
   template void moe_dispatch_forward(Real*, const Real*, const int64_t*, int64_t, int, int);       \
   template void moe_dispatch_backward(Real*, const Real*, const int64_t*, int64_t, int, int);      \
   template void moe_combine_forward(Real*, const Real*, const Real*, const int64_t*, int64_t,      \

@@ -15,6 +15,14 @@
 // With a capacity factor F > 0 each expert takes at most ⌈F·N·K/E⌉
 // assignments in token order; later ones are dropped (slot = -1) and
 // contribute nothing, while the kept gates keep their renormalised values.
+//
+// Aux-loss-free balancing (DeepSeek-V3, GPTConfig::router_bias_rate): the
+// bias b (E) is a tensor of the model without a gradient. Its gradient slot
+// carries the load signal instead: each backward adds E·load_e − N·K, i.e.
+// E × (load_e − mean load) over the N·K top-K assignments of its rows
+// (integers, exact in fp32), so the data-parallel gradient reduction sums
+// the signal over the global batch (a positive factor: sums or means alike).
+// After the step b_e −= rate · sign(signal_e), = b_e + rate · sign(mean − load_e).
 #pragma once
 
 #include <cstdint>
@@ -61,6 +69,17 @@ Real moe_aux_loss(const Real* frac,   // (E)
                   const Real* probs,  // (N,E) scores s
                   int64_t N, int E, Router score);
 OpCost router_backward_cost(int64_t N, int64_t E, int64_t K, int elem);
+// signal (E) += E·load_e − N·K: load_e = the assignments of `expert` to e.
+template <typename Real>
+void router_bias_load(Real* signal, const int32_t* expert, int64_t N, int E, int K);
+OpCost router_bias_load_cost(int64_t N, int64_t E, int64_t K);
+// bias (n) −= rate · sign(signal): the step's update (sign(0) = 0).
+void router_bias_update(float* bias, const float* signal, int64_t n, double rate);
+template <typename Real>
+void router_bias_load(const Exec& ex, const char* name, Real* signal, const int32_t* expert, int64_t N, int E,
+                      int K) {
+  ex.run(name, router_bias_load_cost(N, E, K), [&] { router_bias_load(signal, expert, N, E, K); });
+}
 template <typename Real>  // kernels.h: the Exec overloads
 void router_backward(const Exec& ex, const char* name, Real* dlogits, const Real* dgates, Real daux,
                      const Real* probs, const int32_t* expert, const Real* frac, int64_t N, int E,

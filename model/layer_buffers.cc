@@ -63,6 +63,7 @@ GPTView<Real> gpt_view(const ParamTable& table, Real* base) {
     b.moe = config.is_moe_layer(l);
     if (b.moe) {
       b.router = at(table, base, block_name(l, "mlp.router.weight"));
+      if (config.router_bias()) b.router_bias = at(table, base, router_bias_name(config, l));
       for (int e = 0; e < config.n_expert; ++e) {
         b.experts.push_back(mlp(table, base, block_name(l, "mlp.experts." + std::to_string(e))));
       }

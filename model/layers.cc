@@ -104,7 +104,7 @@ Real moe_forward(Real* out, MoeActs<Real>& a, const BlockView<Real>& p, const Re
   linear_forward(ex, "moe.router.fwd", a.logits.data(), inp, p.router, N, C, E);
   ex.run("moe.topk.fwd", router_forward_cost(N, E, K, ex.elem), [&] {
     a.aux = router_forward(a.probs.data(), a.expert.data(), a.slot.data(), a.gates.data(), a.frac.data(),
-                           a.logits.data(), static_cast<const Real*>(nullptr), N, E, K,
+                           a.logits.data(), p.router_bias, N, E, K,
                            config.capacity_factor, RouterSpec::of(config));
   });
   if constexpr (std::is_same_v<Real, float>) {
@@ -163,6 +163,7 @@ void moe_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s, c
                   a.expert.data(), a.frac.data(), N, E, K, RouterSpec::of(config));
   linear_backward(ex, "moe.router.bwd", false, dinp, g.router, static_cast<Real*>(nullptr),
                   s.dlogits.data(), inp, p.router, N, C, E);
+  if (config.router_bias()) router_bias_load(ex, "moe.bias_load", g.router_bias, a.expert.data(), N, E, K);
 }
 
 // ---- Block --------------------------------------------------------------------

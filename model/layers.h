@@ -54,6 +54,7 @@ struct BlockView {
   bool moe = false;
   MlpView<Real> mlp;                   // dense blocks
   Real* router = nullptr;              // (E, C), MoE blocks
+  Real* router_bias = nullptr;         // (E) selection bias (config.router_bias()), else null
   std::vector<MlpView<Real>> experts;  // (E) MoE blocks
   MlpView<Real> shared;                // MoE blocks' shared experts (null weights: none)
 };
@@ -245,6 +246,7 @@ BlockView<Real> llama_block_view(const At& at, Real* base, int layer, const GPTC
     return b;
   }
   b.router = base + at(llama_name(layer, "mlp.gate")).offset;
+  if (config.router_bias()) b.router_bias = base + at(router_bias_name(config, layer)).offset;
   for (int e = 0; e < config.n_expert; ++e)
     if (held(e)) b.experts.push_back(swiglu("mlp.experts." + std::to_string(e) + "."));
   if (config.n_shared_expert > 0) b.shared = swiglu("mlp.shared_experts.");

@@ -21,6 +21,10 @@ struct AdamWHyper {
   double beta2 = 0.95;
   double eps = 1e-8;
   double weight_decay = 0.1;
+  // Aux-loss-free balancing (GPTConfig::router_bias_rate): the router
+  // biases (ParamRole::kRouterBias) take b −= rate · sign(their gradient
+  // slot's load signal) instead of AdamW (kernels_moe.h).
+  double router_bias_rate = 0;
 };
 
 template <typename Real>

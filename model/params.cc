@@ -50,17 +50,25 @@ std::string llama_name(int layer, std::string_view module) {
   return "model.layers." + std::to_string(layer) + "." + std::string(module) + ".weight";
 }
 
+std::string router_bias_name(const GPTConfig& c, int layer) {
+  return block_prefix(c, layer) + (c.is_llama() ? "mlp.gate" : "mlp.router") + ".e_score_correction_bias";
+}
+
 namespace {
 
 // An MLP of width F: c_fc (F, C) and c_proj (C, F) with biases.
 double mlp_params(double C, double F) { return 2 * F * C + F + C; }
 
-// One MoE block's MLP part: router (E, C), E experts of width moe_ffn_hidden()
+// The router of an MoE block: its (E, C) weight and, with aux-loss-free
+// balancing, the (E) selection bias.
+double router_params(const GPTConfig& c) { return double(c.n_expert) * (c.n_embd + (c.router_bias() ? 1 : 0)); }
+
+// One MoE block's MLP part: router, E experts of width moe_ffn_hidden()
 // and the shared experts' MLP of width shared_ffn_hidden().
 double moe_mlp_params(const GPTConfig& c) {
   const double C = c.n_embd, E = c.n_expert;
   const double shared = c.n_shared_expert > 0 ? mlp_params(C, c.shared_ffn_hidden()) : 0;
-  return E * C + E * mlp_params(C, c.moe_ffn_hidden()) + shared;
+  return router_params(c) + E * mlp_params(C, c.moe_ffn_hidden()) + shared;
 }
 
 // Llama: embed_tokens (+ lm_head untied) + model.norm + per block the q, k,
@@ -70,7 +78,7 @@ double moe_mlp_params(const GPTConfig& c) {
 double count_llama(const GPTConfig& c) {
   const double C = c.n_embd, F = c.ffn_hidden(), KVC = double(c.kv_heads()) * c.head_size();
   const double attn = 2 * C * C + 2 * C * KVC + 2 * C, moe = c.moe_layers();
-  const double moe_mlp = c.n_expert * C + 3 * C * (double(c.n_expert) * c.moe_ffn_hidden() + c.shared_ffn_hidden());
+  const double moe_mlp = router_params(c) + 3 * C * (double(c.n_expert) * c.moe_ffn_hidden() + c.shared_ffn_hidden());
   return double(c.vocab_size) * C * (c.tied() ? 1 : 2) + C + c.n_layer * attn + moe * moe_mlp +
          (c.n_layer - moe) * 3 * C * F;
 }
@@ -79,11 +87,9 @@ double count_llama(const GPTConfig& c) {
 
 double count_active_params(const GPTConfig& c) {
   if (!c.is_moe()) return count_params(c);
-  const int routed = c.n_expert;
   GPTConfig active = c;
   active.n_expert = c.top_k;  // the top-k experts a token runs, plus the whole router
-  const double C = c.n_embd, router = double(routed - c.top_k) * C * c.moe_layers();
-  return count_params(active) + router;
+  return count_params(active) + (router_params(c) - router_params(active)) * c.moe_layers();
 }
 
 namespace {
@@ -156,6 +162,7 @@ void ParamTable::add_llama_moe_mlp(int l) {
     add(llama_name(l, prefix + "down_proj"), R::kMlpProjWeight, {C, F}, InitKind::kNormal, kInitStd, l, expert);
   };
   add(llama_name(l, "mlp.gate"), R::kRouter, {config_.n_expert, C}, InitKind::kNormal, kInitStd, l);
+  add_router_bias(l);
   for (int e = 0; e < config_.n_expert; ++e) swiglu("mlp.experts." + std::to_string(e) + ".", Fe, e);
   if (Fs > 0) swiglu("mlp.shared_experts.", Fs, -1);
 }
@@ -190,6 +197,7 @@ void ParamTable::add_moe_mlp(int l, double proj_std) {
   using R = ParamRole;
   const int64_t C = config_.n_embd, Fe = config_.moe_ffn_hidden();
   add_linear(block_name(l, "mlp.router"), R::kRouter, config_.n_expert, C, false, kInitStd, l);
+  add_router_bias(l);
   for (int e = 0; e < config_.n_expert; ++e) {
     add_linear(expert_name(l, e, "c_fc"), R::kFcWeight, Fe, C, true, kInitStd, l, e);
     add_linear(expert_name(l, e, "c_proj"), R::kMlpProjWeight, C, Fe, true, proj_std, l, e);
@@ -222,6 +230,13 @@ void ParamTable::add_linear(const std::string& prefix, ParamRole role, int64_t o
   add(prefix + ".weight", role, {out, in}, InitKind::kNormal, std, layer, expert);
   const auto bias_role = static_cast<ParamRole>(static_cast<uint8_t>(role) + 1);
   if (bias) add(prefix + ".bias", bias_role, {out}, InitKind::kZeros, 0, layer, expert);
+}
+
+// Aux-loss-free balancing's selection bias (E), zeros at init; no gradient:
+// ShardedAdamW moves it by the load counts (kernels_moe.h).
+void ParamTable::add_router_bias(int l) {
+  if (config_.router_bias())
+    add(router_bias_name(config_, l), ParamRole::kRouterBias, {config_.n_expert}, InitKind::kZeros, 0, l);
 }
 
 void ParamTable::add_layernorm(const std::string& prefix, int64_t C, int layer) {

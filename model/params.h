@@ -60,6 +60,7 @@ enum class ParamRole : uint8_t {
   kRouter,             // mlp.router.weight; llama mlp.gate.weight
   kKvWeight,           // llama self_attn.k_proj.weight, v_proj.weight (q_proj: kQkvWeight)
   kLmHead,             // lm_head.weight: the untied LM head (V, C)
+  kRouterBias,         // mlp.{router,gate}.e_score_correction_bias (E): aux-loss-free balancing
 };
 
 struct ParamSpec {
@@ -114,6 +115,7 @@ class ParamTable {
                   double std, int layer, int expert = -1);
   void add_layernorm(const std::string& prefix, int64_t C, int layer);
   void add_moe_mlp(int layer, double proj_std);
+  void add_router_bias(int layer);
   void add_llama_moe_mlp(int layer);
   void add_gpt_blocks();
   void add_llama_blocks();
@@ -158,5 +160,9 @@ std::string final_norm_prefix(const GPTConfig& c);  // "transformer.ln_f.", "mod
 inline constexpr std::string_view kLmHeadName = "lm_head.weight";  // untied head, both families
 // Llama tensors of block `layer`: llama_name(3, "mlp.up_proj") = "model.layers.3.mlp.up_proj.weight".
 std::string llama_name(int layer, std::string_view module);
+// The selection bias of block `layer`'s router (config.router_bias()):
+// "model.layers.3.mlp.gate.e_score_correction_bias" (DeepSeek-V3's name),
+// "transformer.h.3.mlp.router.e_score_correction_bias".
+std::string router_bias_name(const GPTConfig& c, int layer);
 
 }  // namespace shardlab::model

@@ -26,6 +26,7 @@ nlohmann::json model_json(const model::GPTConfig& m) {
     j["router"] = model::router_name(m.router);
     j["moe_norm_topk"] = m.moe_norm_topk;
     j["moe_first_dense"] = m.moe_first_dense;
+    if (m.router_bias()) j["router_bias_rate"] = m.router_bias_rate;
   }
   return j;
 }

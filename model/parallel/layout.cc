@@ -187,6 +187,8 @@ model::GPTView<float> ShardLayout::gpt_view(float* base) const {
     b.moe = config_.is_moe_layer(l);
     if (b.moe) {
       b.router = model::shifted(base, at(block_name(l, "mlp.router.weight")).offset);
+      if (config_.router_bias())
+        b.router_bias = model::shifted(base, at(model::router_bias_name(config_, l)).offset);
       for (int e = 0; e < config_.n_expert; ++e)
         if (filter_.holds_expert(e)) b.experts.push_back(mlp(*this, base, block_name(l, "mlp.experts." + std::to_string(e))));
       if (config_.n_shared_expert > 0) b.shared = mlp(*this, base, block_name(l, "mlp.shared_experts"));

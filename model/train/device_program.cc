@@ -119,6 +119,7 @@ void DeviceProgram::run(Device& dev) const {
     progress("optimizer", step, 0, 0);
     model::AdamWHyper h = options.adam;
     h.lr = learning_rate(options, step);
+    h.router_bias_rate = options.model.router_bias_rate;
     const double norm = s.optimizer->step(h, step, options.grad_clip);
 
     dev.log().debug("step {} local loss {:.6f} grad norm {:.6f} at virtual {:.3f} us", step, l.loss, norm,

@@ -95,8 +95,8 @@ void DeviceSetup::make_model(const DeviceProgram& p, Device& dev) {
   so.phantom_zipf = o.phantom_zipf;
   so.placement = p.plan.placement(coords.pp);
   if (par.cp > 1) {
-    cp_attention = std::make_unique<parallel::CpAttention>(ctx.group("cp"), par.cp_comm,
-                                                           parallel::fused_attention(par.attention, o.model.is_llama()));
+    cp_attention = std::make_unique<parallel::CpAttention>(
+        ctx.group("cp"), par.cp_comm, coords.tp, parallel::fused_attention(par.attention, o.model.is_llama()));
     so.attention = cp_attention.get();
     so.cp = par.cp;
     so.cp_rank = coords.cp;

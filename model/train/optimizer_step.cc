@@ -12,6 +12,7 @@ using parallel::ShardSpec;
 
 bool NormCounting::counts(const ShardSpec& s) const {
   const bool tied_copy = s.role == model::ParamRole::kTokenEmbedding && !first_stage;
+  if (s.role == model::ParamRole::kRouterBias) return false;  // a load signal, no gradient
   return (!s.tp_replicated || tp_rank0) && !tied_copy && (zero_sharded || s.expert || ep_rank0) &&
          (!zero_sharded || replica0);
 }
@@ -145,6 +146,8 @@ double ShardedAdamW::step(const model::AdamWHyper& h, int step, double max_norm)
   float* v = v_.data();
   if (!phantom) {
     for_ranges(dp_.owned(), [&](int64_t lo, int64_t cnt, int64_t at, const ShardSpec& s) {
+      if (s.role == model::ParamRole::kRouterBias)  // aux-loss-free balancing (kernels_moe.h)
+        return model::router_bias_update(params.data() + lo, grads.data() + lo, cnt, h.router_bias_rate);
       if (clips) model::scale_inplace(grads.data() + lo, static_cast<float>(clip), cnt);
       model::adamw_update(params.data() + lo, m + at, v + at, grads.data() + lo, cnt, h,
                           s.decay ? h.weight_decay : 0.0, step + 1);

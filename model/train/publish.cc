@@ -16,7 +16,8 @@ void record_moe(const parallel::LocalModel& model, int step, std::vector<MoeLaye
       out.push_back(MoeLayerTotals{.layer = m.layer, .expert_begin = m.expert_begin, .per_step = {}});
       it = out.end() - 1;
     }
-    it->per_step.resize(size_t(step) + 1);
+    // A resumed run starts past step 0: the steps it did not run route nothing here.
+    it->per_step.resize(size_t(step) + 1, std::vector<int64_t>(m.received.size(), 0));
     it->per_step[size_t(step)] = m.received;
     it->dropped += m.dropped;
     it->a2a_sent_bytes += 2 * m.a2a_sent_bytes;  // backward moves the same rows again

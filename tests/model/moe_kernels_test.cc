@@ -164,6 +164,38 @@ TEST(KernelGradcheck, RouterSigmoidWithSelectionBias) {
   check_router(0, "router sigmoid norm, bias", {Router::kSigmoid, true}, 4, true);
 }
 
+// Aux-loss-free balancing by hand: N = 4 tokens, E = 4, K = 2 choose
+// {0,1} {0,1} {0,2} {0,3}: loads (4, 2, 1, 1), mean N·K/E = 2, so the signal
+// E·load − N·K = (8, 0, −4, −4) and the bias moves by rate · sign(mean − load)
+// = (−r, 0, +r, +r). Two batches (micro-batches or replicas) add their
+// signals: the second routes {1,2} {1,2} {2,3} {3,0}, loads (1, 2, 3, 2):
+// (−4, 0, 4, 0); together (4, 0, 0, −4): only experts 0 and 3 move.
+TEST(RouterBias, LoadSignalAndSignUpdateByHand) {
+  std::vector<float> signal(4, 0.0f), bias{0.5f, 0.5f, 0.5f, 0.5f};
+  const std::vector<int32_t> first{0, 1, 0, 1, 0, 2, 0, 3}, second{1, 2, 1, 2, 2, 3, 3, 0};
+  router_bias_load(signal.data(), first.data(), 4, 4, 2);
+  EXPECT_EQ(signal, (std::vector<float>{8, 0, -4, -4}));
+  std::vector<float> one = bias;
+  router_bias_update(one.data(), signal.data(), 4, 0.25);
+  EXPECT_EQ(one, (std::vector<float>{0.25f, 0.5f, 0.75f, 0.75f}));
+  router_bias_load(signal.data(), second.data(), 4, 4, 2);
+  EXPECT_EQ(signal, (std::vector<float>{4, 0, 0, -4}));
+  router_bias_update(bias.data(), signal.data(), 4, 0.25);
+  EXPECT_EQ(bias, (std::vector<float>{0.25f, 0.5f, 0.5f, 0.75f}));
+}
+
+// The bias steers the choice, not the gates: scores (0.5, 0.3, 0.2) pick
+// expert 0 at K = 1; a bias of +0.4 on expert 2 picks it instead, and its
+// gate is its own score 0.2 (no renormalisation at K = 1 without norm_topk).
+TEST(RouterBias, SelectsButDoesNotWeigh) {
+  const std::vector<double> logits{std::log(0.5), std::log(0.3), std::log(0.2)}, bias{0, 0, 0.4};
+  const Routed plain = route(logits, 1, 3, 1, 0, {Router::kSoftmax, false});
+  const Routed biased = route(logits, 1, 3, 1, 0, {Router::kSoftmax, false}, &bias);
+  EXPECT_EQ(plain.expert[0], 0);
+  EXPECT_EQ(biased.expert[0], 2);
+  EXPECT_NEAR(biased.gates[0], 0.2, 1e-12);
+}
+
 TEST(KernelGradcheck, DispatchAndCombine) {
   std::mt19937_64 rng(12);
   const int N = 6, E = 3, K = 2, C = 4;

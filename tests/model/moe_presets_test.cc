@@ -57,6 +57,27 @@ TEST(LlamaMoeParams, HandCountNamesAndLayouts) {
   for (const ParamSpec& s : t.specs()) EXPECT_EQ(s.name.find("bias"), std::string::npos) << s.name;
 }
 
+// Aux-loss-free balancing adds one (E) bias per MoE block, after the router,
+// zeros at init, 1-D (no weight decay): 1376 + 3 = 1379; a token sees the
+// whole router, so active gains the same 3 (1259). Dense block 0 has none.
+TEST(LlamaMoeParams, RouterBiasIsOneVectorPerMoeBlock) {
+  GPTConfig c = small_llama_moe();
+  c.router_bias_rate = 0.001;
+  EXPECT_DOUBLE_EQ(count_params(c), 1379.0);
+  EXPECT_DOUBLE_EQ(count_active_params(c), 1259.0);
+  const ParamTable t(c);
+  EXPECT_EQ(t.numel(), 1379);
+  const ParamSpec& b = t.at("model.layers.1.mlp.gate.e_score_correction_bias");
+  EXPECT_EQ(b.shape, (Shape{3}));
+  EXPECT_EQ(b.role, ParamRole::kRouterBias);
+  EXPECT_EQ(b.offset, t.at("model.layers.1.mlp.gate.weight").offset + 24);
+  EXPECT_EQ(b.init, InitKind::kZeros);
+  EXPECT_FALSE(b.decay());
+  EXPECT_EQ(t.find("model.layers.0.mlp.gate.e_score_correction_bias"), nullptr);
+  c.family = Family::kGpt, c.n_kv_head = 0;
+  EXPECT_NE(ParamTable(c).find("transformer.h.1.mlp.router.e_score_correction_bias"), nullptr);
+}
+
 // Published counts: |computed - published| <= half a unit of the last printed digit.
 void expect_published(const char* name, double computed, double published, double resolution) {
   const double diff = computed - published;

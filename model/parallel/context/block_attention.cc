@@ -26,8 +26,8 @@ struct Rows {
   const BlockDims& d;
   int64_t row(int b, int64_t t) const { return int64_t{b} * d.T + t; }
   int64_t q(int b, int h, int64_t t) const { return row(b, t) * 3 * d.C() + int64_t{h} * d.HS; }
-  int64_t k(int b, int h, int64_t t) const { return row(b, t) * 2 * d.C() + int64_t{h} * d.HS; }
-  int64_t v(int b, int h, int64_t t) const { return k(b, h, t) + d.C(); }
+  int64_t k(int b, int h, int64_t t) const { return row(b, t) * 2 * d.KVC() + int64_t{d.kv_of(h)} * d.HS; }
+  int64_t v(int b, int h, int64_t t) const { return k(b, h, t) + d.KVC(); }
   int64_t out(int b, int h, int64_t t) const { return row(b, t) * d.C() + int64_t{h} * d.HS; }
   int64_t state(int b, int h, int64_t t) const { return (int64_t{b} * d.NH + h) * d.T + t; }
 };

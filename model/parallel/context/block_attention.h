@@ -6,10 +6,12 @@
 //
 // Layouts (letters of dims.h, T the local tokens of a sequence):
 //   qkv   (B·T, 3·Cl)  the local [q | k | v] rows, query chunk at rows q0..q0+len
-//   kv    (B·T, 2·Cl)  a rank's [k | v] rows (its own, or a peer's from the
-//                       ring), key chunk at rows k0..k0+len of every sequence
+//   kv    (B·T, 2·KV·HS) a rank's [k | v] rows of its KV K/V heads (its own,
+//                       or a peer's from the ring), key chunk at rows
+//                       k0..k0+len of every sequence; query head h reads
+//                       K/V head kv_of(h) (GQA: G query heads per K/V head)
 //   acc   (B·T, Cl)    the unnormalized output; m, l, lse (B, NHl, T)
-//   dkv   (B·T, 2·Cl)  the gradient of kv, accumulated
+//   dkv   (B·T, 2·KV·HS) the gradient of kv, accumulated (over a group's heads too)
 //
 // `diagonal`: the two chunks hold the same positions, so query i sees keys
 // 0..i of the chunk (the causal mask); otherwise every key is earlier.
@@ -29,7 +31,13 @@ struct ChunkPair {
 
 struct BlockDims {
   int B = 0, T = 0, NH = 0, HS = 0;  // NH: local heads
+  // Grouped-query attention: the kv rows hold KV heads (0: NH, one per
+  // query head); local query head h is global head q0 + h, and global query
+  // heads g·G .. g·G + G − 1 share K/V head g.
+  int KV = 0, G = 1, q0 = 0;
   int64_t C() const { return int64_t{NH} * HS; }
+  int64_t KVC() const { return int64_t{KV > 0 ? KV : NH} * HS; }
+  int kv_of(int h) const { return (q0 + h) / G - q0 / G; }
 };
 
 // m starts at -inf, l and acc at 0 for every row; each pair updates them.

@@ -16,8 +16,6 @@ namespace coll = collectives;
 
 namespace {
 
-BlockDims block_dims(const ShardDims& d) { return {d.B, d.T, d.NHl(), d.HS()}; }
-
 // The chunk (of 2·cp) that half `h` (0, 1) of cp rank `rank`'s tokens holds.
 int chunk_of(int rank, int half, int cp) { return half == 0 ? rank : 2 * cp - 1 - rank; }
 
@@ -61,11 +59,42 @@ CpComm parse_cp_comm(const std::string& text) {
 
 const char* cp_comm_name(CpComm c) { return c == CpComm::kRing ? "ring" : "allgather"; }
 
+BlockDims CpAttention::block_dims(const ShardDims& d) const {
+  BlockDims b{d.B, d.T, d.NHl(), d.HS()};
+  if (!d.kv_repeated()) return b;
+  const model::GqaHeads g = d.gqa(tp_rank_);
+  b.G = g.G, b.q0 = g.q0;
+  b.KV = b.kv_of(d.NHl() - 1) + 1;  // the K/V heads this rank's query heads read
+  return b;
+}
+
+int64_t CpAttention::kv_elements(const ShardDims& d) const { return d.N() * 2 * block_dims(d).KVC(); }
+
+namespace {
+
+// Calls f(column in a repeated qkv row, column in a kv row, HS) for the k and
+// the v of the first query head of every K/V head (the others are its copies).
+template <typename F>
+void for_kv_heads(const BlockDims& b, F&& f) {
+  for (int h = 0; h < b.NH; ++h) {
+    if (h > 0 && b.kv_of(h) == b.kv_of(h - 1)) continue;
+    const int64_t u = int64_t{b.kv_of(h)} * b.HS;
+    f(b.C() + int64_t{h} * b.HS, u, b.HS);                  // k
+    f(2 * b.C() + int64_t{h} * b.HS, b.KVC() + u, b.HS);    // v
+  }
+}
+
+}  // namespace
+
 void CpAttention::pack_kv(float* kv, const float* qkv, const ShardDims& d,
                           const LayerContext& c) const {
-  const int64_t N = d.N(), Cl = d.Cl();
-  c.ex.run("attn.cp.kv_pack", copy_cost(N * 2 * Cl, c.ex.elem), [&] {
-    for (int64_t n = 0; n < N; ++n) std::copy_n(qkv + n * 3 * Cl + Cl, 2 * Cl, kv + n * 2 * Cl);
+  const BlockDims b = block_dims(d);
+  const int64_t N = d.N(), W = 2 * b.KVC();
+  c.ex.run("attn.cp.kv_pack", copy_cost(N * W, c.ex.elem), [&] {
+    for (int64_t n = 0; n < N; ++n)
+      for_kv_heads(b, [&](int64_t from, int64_t to, int64_t count) {
+        std::copy_n(qkv + n * 3 * b.C() + from, count, kv + n * W + to);
+      });
   });
 }
 
@@ -93,7 +122,7 @@ void CpAttention::join_compute(const LayerContext& c) const {
 }
 
 void CpAttention::gather_kv(const float* qkv, const ShardDims& d, const LayerContext& c) const {
-  const int64_t n = d.N() * 2 * d.Cl();
+  const int64_t n = kv_elements(d);
   kv_.assign(size_t(n), 0.0f);
   all_kv_.assign(size_t(n) * size_t(cp_.size()), 0.0f);
   pack_kv(kv_.data(), qkv, d, c);
@@ -116,7 +145,7 @@ void CpAttention::forward_block(const float* qkv, const float* kv, int src, cons
 void CpAttention::forward(float* atty, float* att, const float* qkv, const ShardDims& d,
                           const LayerContext& c) const {
   SHARDLAB_CHECK(d.cp == cp_.size() && d.cp_rank == cp_.rank() && d.T % 2 == 0, "cp attention: dims");
-  const int64_t n = d.N() * 2 * d.Cl(), rows = int64_t{d.B} * d.NHl() * d.T;
+  const int64_t n = kv_elements(d), rows = int64_t{d.B} * d.NHl() * d.T;
   // K/V (the ring's two blocks, or every rank's), the output accumulator, m and l.
   const ScratchCharge charge(c.ex, (comm_ == CpComm::kRing ? 2 : 1 + cp_.size()) * n + d.N() * d.Cl() + 2 * rows);
   acc_.assign(size_t(d.N() * d.Cl()), 0.0f);
@@ -135,7 +164,7 @@ void CpAttention::forward(float* atty, float* att, const float* qkv, const Shard
 }
 
 void CpAttention::ring_forward(const float* qkv, const ShardDims& d, const LayerContext& c) const {
-  const int64_t n = d.N() * 2 * d.Cl();
+  const int64_t n = kv_elements(d);
   const int P = cp_.size(), me = cp_.rank();
   kv_.assign(size_t(n), 0.0f);
   kv_next_.assign(size_t(n), 0.0f);
@@ -165,7 +194,7 @@ void CpAttention::backward_block(float* dqkv, float* dkv, const float* datty, co
 
 void CpAttention::backward(float* dqkv, const float* datty, const float* qkv, const float* atty,
                            const float* att, const ShardDims& d, const LayerContext& c) const {
-  const int64_t N = d.N(), Cl = d.Cl(), n = N * 2 * Cl;
+  const int64_t N = d.N(), Cl = d.Cl(), n = kv_elements(d);
   const int P = cp_.size();
   const int64_t rows = int64_t{d.B} * d.NHl() * d.T;
   // The ring's K/V and dK/dV pairs, or every rank's K/V and dK/dV and my dK/dV; delta.
@@ -189,10 +218,13 @@ void CpAttention::backward(float* dqkv, const float* datty, const float* qkv, co
   } else {
     ring_backward(dqkv, datty, qkv, att, d, c);
   }
+  // into the first query head of each K/V head: repeat_kv's backward sums a group's copies
+  const BlockDims b = block_dims(d);
   c.ex.run("attn.cp.dkv_add", OpCost{double(n), 3.0 * double(n) * c.ex.elem}, [&] {
     for (int64_t r = 0; r < N; ++r)
-      for (int64_t j = 0; j < 2 * Cl; ++j)
-        dqkv[r * 3 * Cl + Cl + j] += dkv_[size_t(r * 2 * Cl + j)];
+      for_kv_heads(b, [&](int64_t to, int64_t from, int64_t count) {
+        for (int64_t j = 0; j < count; ++j) dqkv[r * 3 * b.C() + to + j] += dkv_[size_t(r * 2 * b.KVC() + from + j)];
+      });
   });
   ++call_;
 }
@@ -203,7 +235,7 @@ void CpAttention::backward(float* dqkv, const float* datty, const float* qkv, co
 // After the last step each rank receives its own block's whole dK/dV (dkv_).
 void CpAttention::ring_backward(float* dqkv, const float* datty, const float* qkv, const float* lse,
                                 const ShardDims& d, const LayerContext& c) const {
-  const int64_t n = d.N() * 2 * d.Cl();
+  const int64_t n = kv_elements(d);
   const int P = cp_.size(), me = cp_.rank();
   for (auto* b : {&kv_, &kv_next_, &dkv_, &dkv_in_}) b->assign(size_t(n), 0.0f);
   pack_kv(kv_.data(), qkv, d, c);

@@ -5,7 +5,9 @@
 // Transformer Engine lay it out: every rank does the same attention work).
 // The layers around attention are per token and run on the local rows; the
 // position embedding reads each row's global position (ShardDims::position).
-// Attention needs every earlier key, so the keys and values travel:
+// Attention needs every earlier key, so the keys and values travel (with
+// grouped-query attention only the K/V heads, KV·HS per token each, not their
+// copies for every query head):
 //
 //   ring       (Liu et al., ring attention; Megatron-core's CP) N steps; at
 //              step s a rank holds the [k | v] rows of cp rank (i−s) mod N,
@@ -47,10 +49,12 @@ namespace shardlab::parallel {
 
 class CpAttention final : public AttentionCore {
  public:
-  // `fused` (--attention fused): the chunk pairs' scores stay on chip
+  // tp_rank: this rank's place in its TP group, which of the query heads it
+  // holds (grouped-query attention: which K/V heads they read). `fused`
+  // (--attention fused): the chunk pairs' scores stay on chip
   // (block_attention_forward_cost's on_chip).
-  CpAttention(const collectives::ProcessGroup& cp, CpComm comm, bool fused = false)
-      : cp_(cp), comm_(comm), fused_(fused) {}
+  CpAttention(const collectives::ProcessGroup& cp, CpComm comm, int tp_rank = 0, bool fused = false)
+      : cp_(cp), comm_(comm), tp_rank_(tp_rank), fused_(fused) {}
 
   void forward(float* atty, float* att, const float* qkv, const ShardDims& d,
                const LayerContext& c) const override;
@@ -67,6 +71,11 @@ class CpAttention final : public AttentionCore {
   void backward_block(float* dqkv, float* dkv, const float* datty, const float* qkv,
                       const float* kv, const float* lse, int src, const ShardDims& d,
                       const LayerContext& c) const;
+  // The chunk kernels' sizes: with grouped-query attention (d.kv_repeated())
+  // the K/V heads this rank's query heads read, once each.
+  BlockDims block_dims(const ShardDims& d) const;
+  int64_t kv_elements(const ShardDims& d) const;  // a K/V block: N · 2 · KV · HS
+  // kv (N, 2·KV·HS) = the [k | v] of each K/V head from the repeated qkv (N, 3·Cl).
   void pack_kv(float* kv, const float* qkv, const ShardDims& d, const LayerContext& c) const;
   // Ring transfers on the communication stream, tagged by the call, what
   // travels (0 K/V, 1 dK/dV) and the ring step; join_compute makes the
@@ -83,6 +92,7 @@ class CpAttention final : public AttentionCore {
   static constexpr Tag kRingTag = 0x4350'5247'0000'0000ull;  // "CPRG"
   collectives::ProcessGroup cp_;
   CpComm comm_;
+  int tp_rank_ = 0;
   bool fused_ = false;
   mutable Buf<float> kv_, kv_next_, dkv_, dkv_in_, acc_, m_, l_, delta_, all_kv_, all_dkv_;
   mutable uint64_t call_ = 0;  // forward and backward calls so far (the same on every cp rank)

@@ -118,7 +118,7 @@ void tp_moe_route(TpMoeActs& a, const BlockView<float>& p, const float* inp, con
   const double local_capacity = global ? 0.0 : config.capacity_factor;
   if (ex.math()) {  // phantom_route is its stand-in (sink.h)
     a.aux = model::router_forward(a.probs.data(), a.expert.data(), a.slot.data(), a.gates.data(),
-                                  a.frac.data(), a.logits.data(), static_cast<const float*>(nullptr), N, E,
+                                  a.frac.data(), a.logits.data(), p.router_bias, N, E,
                                   K, local_capacity, model::RouterSpec::of(config));
   } else {
     a.aux = phantom_route(a.expert.data(), a.slot.data(), a.counts.data(), N, E, K, local_capacity,
@@ -219,6 +219,8 @@ void tp_moe_route_backward(float* dexperts, float* drouter, const BlockView<floa
                          a.expert.data(), a.frac.data(), N, E, K, model::RouterSpec::of(config));
   linear_backward_split(drouter, g.router, nullptr, s.dlogits.data(), inp, p.router, N, C, E,
                         {"moe.router.dgrad", "moe.router.wgrad", false}, wg, ex);
+  // aux-loss-free balancing's load signal (kernels_moe.h), replicated like the router
+  if (config.router_bias()) model::router_bias_load(ex, "moe.bias_load", g.router_bias, a.expert.data(), N, E, K);
 }
 
 void tp_moe_dispatch(TpMoeActs& a, const float* inp, const ShardDims& d, const GPTConfig& config,
