@@ -1,8 +1,11 @@
 // The public collective entry points: argument checks, algorithm choice, the
 // comm-stream bracket (wait for `after`, run, record), and the blocking forms.
 #include <algorithm>
+#include <functional>
 #include <numeric>
 #include <stdexcept>
+#include <unordered_map>
+#include <vector>
 
 #include "collectives/detail.h"
 #include "collectives/folded.h"
@@ -16,6 +19,55 @@ using detail::Ctx;
 // A caller's misuse of the API (not the user's input): std::invalid_argument.
 void require_argument(bool ok, const std::string& what) {
   if (!ok) throw std::invalid_argument(what);
+}
+
+// The tuner's choice, computed once per device thread for each group, shape
+// and requested algorithm: select() replays every algorithm under every
+// protocol, and a training step repeats the same collectives thousands of
+// times (a phantom 1T step spent over half its host time there). The choice
+// is a pure function of the profile, the members and the shape, so the
+// cache changes no figure. Device threads live for one run on one profile
+// (Cluster::run); the profile's address is part of the key all the same.
+struct ChoiceKey {
+  const HardwareProfile* profile;
+  std::vector<int> members;
+  OpKind op;
+  size_t count;
+  int elem_size, root;
+  Proto proto;
+  Algo algo;
+  bool operator==(const ChoiceKey&) const = default;
+};
+struct ChoiceKeyHash {
+  size_t operator()(const ChoiceKey& k) const {
+    size_t h = std::hash<const void*>()(k.profile);
+    auto mix = [&h](size_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); };
+    for (int m : k.members) mix(static_cast<size_t>(m));
+    mix(static_cast<size_t>(k.op));
+    mix(k.count);
+    mix(static_cast<size_t>(k.elem_size));
+    mix(static_cast<size_t>(k.root));
+    mix(static_cast<size_t>(k.proto));
+    mix(static_cast<size_t>(k.algo));
+    return h;
+  }
+};
+Choice select_once(const HardwareProfile& p, std::span<const int> members, const CollShape& shape, Algo algo) {
+  thread_local std::unordered_map<ChoiceKey, Choice, ChoiceKeyHash> chosen;
+  thread_local ChoiceKey probe;  // reused: a hit allocates nothing
+  probe.profile = &p;
+  probe.members.assign(members.begin(), members.end());
+  probe.op = shape.op;
+  probe.count = shape.count;
+  probe.elem_size = shape.elem_size;
+  probe.root = shape.root;
+  probe.proto = shape.proto;
+  probe.algo = algo;
+  if (auto it = chosen.find(probe); it != chosen.end()) return it->second;
+  const Choice c = select(p, members, shape, algo);
+  if (chosen.size() >= 4096) chosen.clear();  // bounded: a run has far fewer distinct calls
+  chosen.emplace(probe, c);
+  return c;
 }
 
 // The algorithm and the protocol a call runs, and its shape with that
@@ -35,7 +87,7 @@ Resolved resolve(const Device& dev, const ProcessGroup& g, const CollOptions& op
                                  g.to_string(), proto_name(opt.proto), p.name));
   }
   if (opt.algo != Algo::kAuto && opt.proto != Proto::kAuto) return {opt.algo, shape};
-  const Choice c = select(p, g.members(), shape, opt.algo);
+  const Choice c = select_once(p, g.members(), shape, opt.algo);
   shape.proto = c.proto;
   return {c.algo, shape};
 }
