@@ -8,6 +8,7 @@
 #include "cli/cli.h"
 #include "cli/field_flags.h"
 #include "runtime/errors.h"
+#include "runtime/host_cores.h"
 #include "runtime/transport.h"
 
 namespace {
@@ -62,6 +63,11 @@ int run(CLI::App& app, int argc, char** argv) {
 int main(int argc, char** argv) {
   // Under mpirun: MPI, the transport, one output (runtime/transport.h).
   shardlab::ProcessSession session(argc, argv);
+  // A bad SHARDLAB_HOST_THREADS is refused before any device starts (runtime/host_cores.h).
+  if (const std::string bad = shardlab::host_threads_env_error(); !bad.empty()) {
+    std::fprintf(stderr, "shardlab: error: %s\n", bad.c_str());
+    return session.settle(2);
+  }
   CLI::App app{"shardlab: a GPU training cluster emulated on CPU threads", "shardlab"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "shardlab 0.1.0");

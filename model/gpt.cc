@@ -53,23 +53,6 @@ void check_batch(const GPTConfig& config, const Token* inputs, const Token* targ
   }
 }
 
-namespace {
-
-// Elements a block keeps for its backward (MoE buffers at their N*K capacity).
-template <typename Real>
-int64_t activation_elements(const BlockActs<Real>& a) {
-  int64_t n = 0;
-  for (const Buffer<Real>* b : {&a.ln1, &a.ln2, &a.ln1_mean, &a.ln1_rstd, &a.ln2_mean, &a.ln2_rstd,
-                                &a.qkv, &a.qkv_rep, &a.att, &a.atty, &a.attproj, &a.res1, &a.fc, &a.fc_gelu,
-                                &a.mlp_out, &a.res2, &a.moe.logits, &a.moe.probs, &a.moe.gates,
-                                &a.moe.xe, &a.moe.ye, &a.moe.fc, &a.moe.fc_gelu}) {
-    n += static_cast<int64_t>(b->size());
-  }
-  return n;
-}
-
-}  // namespace
-
 template <typename Real>
 void GPT<Real>::resize_activations(int B, int T) {
   if (dims_.B == B && dims_.T == T) return;
@@ -80,17 +63,14 @@ void GPT<Real>::resize_activations(int B, int T) {
   for (int l = 0; l < config_.n_layer; ++l) {
     blocks_[l].resize(dims_, config_, config_.is_moe_layer(l));
   }
-  lnf_.assign(N * C, 0);
   lnf_mean_.assign(N, 0);
   lnf_rstd_.assign(N, 0);
   logits_.assign(N * V, 0);
-  probs_.assign(N * V, 0);
   losses_.assign(N, 0);
   scratch_.resize(dims_, config_);
   block_elems_.assign(config_.n_layer, 0);
-  for (int l = 0; l < config_.n_layer; ++l) block_elems_[l] = activation_elements(blocks_[l]);
-  head_elems_ = N * C + 2 * N + 2 * N * V + N;
-  dlogits_.assign(N * V, 0);
+  for (int l = 0; l < config_.n_layer; ++l) block_elems_[l] = blocks_[l].modeled;
+  head_elems_ = N * C + 2 * N + 2 * N * V + N;  // the modeled program saves the probs too
   dlnf_.assign(N * C, 0);
   dx_.assign(N * C, 0);
   dx_next_.assign(N * C, 0);
@@ -114,20 +94,22 @@ Real GPT<Real>::forward(const Token* inputs, const Token* targets, int B, int T)
   const Real* x = encoded_.data();
   aux_loss_ = 0;
   for (int l = 0; l < config_.n_layer; ++l) {
-    aux_loss_ += block_forward(blocks_[l], weights_.blocks[l], x, dims_, config_, ex_);
+    aux_loss_ += block_forward(blocks_[l], scratch_, weights_.blocks[l], x, dims_, config_, ex_);
     saved(block_elems_[l]);
     x = blocks_[l].res2.data();
   }
-  norm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), x, weights_.ln_f, N, C, config_, "ln_f.fwd",
+  Real* lnf = dx_.data();  // not kept: backward recomputes it (model/layers.h, BlockActs)
+  norm_forward(lnf, lnf_mean_.data(), lnf_rstd_.data(), x, weights_.ln_f, N, C, config_, "ln_f.fwd",
                ex_);
-  linear_forward(ex_, "lm_head.fwd", logits_.data(), lnf_.data(), weights_.head(), N, C, V);
+  linear_forward(ex_, "lm_head.fwd", logits_.data(), lnf, weights_.head(), N, C, V);
   saved(head_elems_);
   logits_n_ = static_cast<size_t>(N * V);
   if (!have_targets_) {
     release_activations();
     return ce_loss_ = 0;
   }
-  ce_loss_ = crossentropy_forward(ex_, "cross_entropy.fwd", probs_.data(), losses_.data(),
+  // The probs are not kept: backward recomputes them over the logits.
+  ce_loss_ = crossentropy_forward(ex_, "cross_entropy.fwd", static_cast<Real*>(nullptr), losses_.data(),
                                   logits_.data(), targets, N, V);
   return ce_loss_ + static_cast<Real>(config_.aux_coef) * aux_loss_;
 }
@@ -154,17 +136,19 @@ void GPT<Real>::backward(Real dloss) {
   const GPTView<Real>& p = weights_;
   const GPTView<Real>& g = weight_grads_;
   // loss = mean CE(logits)
-  saved(N * V);  // dlogits, alive until the head's backward is done
-  std::fill(dlogits_.begin(), dlogits_.end(), Real(0));
-  crossentropy_backward(ex_, "cross_entropy.bwd", dlogits_.data(), probs_.data(), targets_.data(),
-                        dloss, N, V);
-  // logits = lnf · wteᵀ
-  std::fill(dlnf_.begin(), dlnf_.end(), Real(0));
-  linear_backward(ex_, "lm_head.bwd", false, dlnf_.data(), g.head(), static_cast<Real*>(nullptr),
-                  dlogits_.data(), lnf_.data(), p.head(), N, C, V);
-  freed(N * V);
-  // lnf = ln_f(x_L)
+  saved(N * V);  // dlogits, alive until the head's backward is done (modeled; here over the logits)
+  Real* dlogits = logits_.data();
+  crossentropy_backward_in_place(ex_, "cross_entropy.bwd", dlogits, targets_.data(), dloss, N, V);
+  // logits = lnf · wteᵀ, lnf = ln_f(x_L) recomputed into dx_ as the forward computed it (host only)
   const Real* x_last = config_.n_layer > 0 ? blocks_.back().res2.data() : encoded_.data();
+  Exec host = ex_;
+  host.sink = nullptr;
+  norm_forward(dx_.data(), scratch_.ln_mean.data(), scratch_.ln_rstd.data(), x_last, weights_.ln_f, N, C, config_,
+               "ln_f.fwd", host);
+  std::fill(dlnf_.begin(), dlnf_.end(), Real(0));
+  linear_backward(ex_, "lm_head.bwd", false, dlnf_.data(), g.head(), static_cast<Real*>(nullptr), dlogits,
+                  dx_.data(), p.head(), N, C, V);
+  freed(N * V);
   std::fill(dx_.begin(), dx_.end(), Real(0));
   norm_backward(dx_.data(), g.ln_f, dlnf_.data(), x_last, p.ln_f, lnf_mean_.data(), lnf_rstd_.data(), N, C,
                 config_, "ln_f.bwd", ex_);

@@ -63,7 +63,8 @@ class GPT {
 
   Real ce_loss() const { return ce_loss_; }
   Real aux_loss() const { return aux_loss_; }  // Σ over MoE layers, before aux_coef
-  std::span<const Real> logits() const { return {logits_.data(), logits_n_}; }  // (B,T,V)
+  // (B,T,V) of the last forward, until backward() (which writes dlogits over them).
+  std::span<const Real> logits() const { return {logits_.data(), logits_n_}; }
   const BlockActs<Real>& block_acts(int layer) const { return blocks_[layer]; }
 
  private:
@@ -95,8 +96,8 @@ class GPT {
   Buffer<Token> inputs_, targets_;          // (N)
   Buffer<Real> encoded_;                    // (N,C)
   std::vector<BlockActs<Real>> blocks_;     // (n_layer)
-  Buffer<Real> lnf_, lnf_mean_, lnf_rstd_;  // (N,C), (N), (N)
-  Buffer<Real> logits_, probs_;             // (N,V)
+  Buffer<Real> lnf_mean_, lnf_rstd_;        // (N), (N); ln_f's output lives in dx_ (gpt.cc)
+  Buffer<Real> logits_;                     // (N,V); dlogits in backward (probs recomputed)
   Buffer<Real> losses_;                     // (N)
   size_t logits_n_ = 0;
   std::vector<int64_t> block_elems_;   // (n_layer) saved activation elements per block
@@ -108,7 +109,6 @@ class GPT {
 
   // Backward scratch.
   BlockScratch<Real> scratch_;
-  Buffer<Real> dlogits_;       // (N,V)
   Buffer<Real> dlnf_;          // (N,C)
   Buffer<Real> dx_, dx_next_;  // (N,C) gradient of the residual stream
 };

@@ -69,8 +69,9 @@ void for_chunks(int64_t n, int64_t chunk, double work, const F& f) {
 }
 
 // A scratch vector per thread, grown on first use and then reused: keeps
-// split kernels allocation-free in steady state.
-template <typename Real>
+// split kernels allocation-free in steady state. A kernel that needs two at
+// once takes them from two slots.
+template <typename Real, int Slot = 0>
 std::vector<Real>& thread_scratch(size_t n) {
   thread_local std::vector<Real> scratch;
   if (scratch.size() < n) scratch.resize(n);

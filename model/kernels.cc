@@ -258,6 +258,20 @@ OpCost dropout_backward_cost(int64_t n, int elem) { return cost(1.0 * n, 2.0 * n
 
 // ---- Cross-entropy ------------------------------------------------------------
 
+namespace {
+// Row n's softmax into p (p may be z: in place), as the forward saves it;
+// returns the row's sum of exponents and its max through zmax.
+template <typename Real>
+Real softmax_row(Real* p, const Real* z, int V, Real& zmax) {
+  zmax = pm::max(z, V);
+  for (int v = 0; v < V; ++v) p[v] = pm::exp_of(z[v] - zmax);
+  const Real sum = pm::sum(p, V);
+  const Real inv = Real(1) / sum;
+  for (int v = 0; v < V; ++v) p[v] *= inv;
+  return sum;
+}
+}  // namespace
+
 template <typename Real>
 Real crossentropy_forward(Real* probs, Real* losses, const Real* logits, const Token* targets,
                           int64_t N, int V) {
@@ -265,12 +279,9 @@ Real crossentropy_forward(Real* probs, Real* losses, const Real* logits, const T
   for_chunks(N, kRowChunk, 4.0 * N * V, [=](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
       const Real* z = logits + n * V;
-      Real* p = probs + n * V;
-      const Real zmax = pm::max(z, V);
-      for (int v = 0; v < V; ++v) p[v] = pm::exp_of(z[v] - zmax);
-      const Real sum = pm::sum(p, V);
-      const Real inv = Real(1) / sum;
-      for (int v = 0; v < V; ++v) p[v] *= inv;
+      Real* p = probs ? probs + n * V : thread_scratch<Real>(size_t(V)).data();  // null: not saved
+      Real zmax;
+      const Real sum = softmax_row(p, z, V, zmax);
       losses[n] = static_cast<Real>(pm::log(double(sum))) + zmax - z[targets[n]];  // -log softmax(z)[y], stable
     }
   });
@@ -288,6 +299,20 @@ void crossentropy_backward(Real* dlogits, const Real* probs, const Token* target
       const Real* p = probs + n * V;
       Real* d = dlogits + n * V;
       for (int v = 0; v < V; ++v) d[v] += p[v] * scale;
+      d[targets[n]] -= scale;
+    }
+  });
+}
+
+template <typename Real>
+void crossentropy_backward_in_place(Real* logits, const Token* targets, Real dloss, int64_t N, int V) {
+  const Real scale = dloss / static_cast<Real>(N);
+  for_chunks(N, kRowChunk, 6.0 * N * V, [=](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      Real* d = logits + n * V;
+      Real zmax;
+      softmax_row(d, d, V, zmax);  // the forward's probs, bit for bit
+      for (int v = 0; v < V; ++v) d[v] = Real(0) + d[v] * scale;  // as += into zeros (-0 becomes +0)
       d[targets[n]] -= scale;
     }
   });
@@ -316,6 +341,7 @@ OpCost crossentropy_backward_cost(int64_t N, int64_t V, int elem) {
                                 int64_t, int, int);                                              \
   template void linear_backward_input(Real*, const Real*, const Real*, int64_t, int, int);       \
   template void linear_backward_weight(Real*, Real*, const Real*, const Real*, int64_t, int, int); \
+  template void crossentropy_backward_in_place(Real*, const Token*, Real, int64_t, int);           \
   template void gelu_forward(Real*, const Real*, int64_t);                                       \
   template void gelu_backward(Real*, const Real*, const Real*, int64_t);                         \
   template void residual_forward(Real*, const Real*, const Real*, int64_t);                      \

@@ -180,16 +180,19 @@ void linear_backward_weight(const Exec& ex, const char* name, bool bias, Real* d
 // qkv row (b,t) holds q (C) then k (C) then v (C); head h uses features
 // h*HS .. (h+1)*HS-1 of each. out (b,t) is the heads concatenated. Scale
 // 1/sqrt(HS). A tensor-parallel rank passes its local NH (C = NH*HS local).
+// att may be null: the forward keeps each (b, h) block in per-thread scratch
+// only, and the backward recomputes it (q·kᵀ and the softmax as the forward
+// computes them: the same bits), trading one score GEMM for B·NH·T·T saved.
 template <typename Real>
 void attention_forward(Real* out,        // (B,T,C)
-                       Real* att,        // (B,NH,T,T) softmax probs, saved
+                       Real* att,        // (B,NH,T,T) softmax probs, saved; or null
                        const Real* qkv,  // (B,T,3C)
                        int B, int T, int NH, int HS);
 template <typename Real>
 void attention_backward(Real* dqkv,        // (B,T,3C)
                         const Real* dout,  // (B,T,C)
                         const Real* qkv,   // (B,T,3C)
-                        const Real* att,   // (B,NH,T,T)
+                        const Real* att,   // (B,NH,T,T), or null: recomputed
                         int B, int T, int NH, int HS);
 // Counts the full T×T products (as dense GPU kernels do).
 OpCost attention_forward_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem);
@@ -254,8 +257,9 @@ OpCost residual_backward_cost(int64_t n, int elem);
 
 // ---- Softmax cross-entropy, mean over the N rows -----------------------------
 // Returns mean_n losses[n]. Backward: dlogits += (probs - onehot) * dloss / N.
+// probs may be null (not saved): the in-place backward recomputes them.
 template <typename Real>
-Real crossentropy_forward(Real* probs,           // (N,V) softmax, saved
+Real crossentropy_forward(Real* probs,           // (N,V) softmax, saved, or null
                           Real* losses,          // (N) per-token -log p
                           const Real* logits,    // (N,V)
                           const Token* targets,  // (N)
@@ -265,6 +269,13 @@ void crossentropy_backward(Real* dlogits,         // (N,V)
                            const Real* probs,     // (N,V)
                            const Token* targets,  // (N)
                            Real dloss, int64_t N, int V);
+// The same dlogits, written over the logits the forward read (no saved
+// probs): the softmax recomputed row by row as the forward computes it, then
+// 0 + p * dloss / N less the target's, the bits of crossentropy_backward into
+// zeros. Charged as crossentropy_backward (the recomputation is host-only).
+template <typename Real>
+void crossentropy_backward_in_place(Real* logits,  // (N,V) in: logits, out: dlogits
+                                    const Token* targets, Real dloss, int64_t N, int V);
 OpCost crossentropy_forward_cost(int64_t N, int64_t V, int elem);
 OpCost crossentropy_backward_cost(int64_t N, int64_t V, int elem);
 // Returns the loss, 0 in a phantom run.
@@ -281,6 +292,12 @@ void crossentropy_backward(const Exec& ex, const char* name, Real* dlogits, cons
                            const Token* targets, Real dloss, int64_t N, int V) {
   ex.run(name, crossentropy_backward_cost(N, V, ex.elem),
          [&] { crossentropy_backward(dlogits, probs, targets, dloss, N, V); });
+}
+template <typename Real>
+void crossentropy_backward_in_place(const Exec& ex, const char* name, Real* logits, const Token* targets,
+                                    Real dloss, int64_t N, int V) {
+  ex.run(name, crossentropy_backward_cost(N, V, ex.elem),
+         [&] { crossentropy_backward_in_place(logits, targets, dloss, N, V); });
 }
 
 }  // namespace shardlab::model

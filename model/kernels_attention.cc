@@ -90,6 +90,14 @@ void causal_softmax_rows_backward(Real* dpre, const Real* a, int T, Real scale) 
   }
 }
 
+// Head h's causal softmax probabilities of one sequence (qkv rows at base),
+// into the (T,T) block a.
+template <typename Real>
+void causal_scores(Real* a, const Real* base, int64_t C, int T, int64_t h, int HS, Real scale) {
+  gemm_nt(a, T, base + h * HS, 3 * C, base + C + h * HS, 3 * C, T, T, HS);  // q·kᵀ
+  causal_softmax_rows(a, T, scale);
+}
+
 }  // namespace
 
 // (batch, head) pairs are independent: on idle cores they split (host_split.h),
@@ -103,9 +111,8 @@ void attention_forward(Real* out, Real* att, const Real* qkv, int B, int T, int 
     for (int64_t bh = bh0; bh < bh1; ++bh) {
       const int64_t b = bh / NH, h = bh % NH;
       const Real* base = qkv + b * T * 3 * C;
-      Real* a_ptr = att + bh * T * T;
-      gemm_nt(a_ptr, T, base + h * HS, 3 * C, base + C + h * HS, 3 * C, T, T, HS);  // q·kᵀ
-      causal_softmax_rows(a_ptr, T, scale);
+      Real* a_ptr = att ? att + bh * T * T : thread_scratch<Real, 1>(size_t(T) * T).data();
+      causal_scores(a_ptr, base, C, T, h, HS, scale);
       // out[t] = Σ_{u<=t} att[t,u] · v[u]: the causal half only
       Real* o = out + b * T * C + h * HS;
       for (int t = 0; t < T; ++t) {
@@ -136,7 +143,12 @@ void attention_backward(Real* dqkv, const Real* dout, const Real* qkv, const Rea
       StridedMap<Real> dq(dbase + h * HS, T, HS, s3);
       StridedMap<Real> dk(dbase + C + h * HS, T, HS, s3);
       StridedMap<Real> dv(dbase + 2 * C + h * HS, T, HS, s3);
-      const Real* a_ptr = att + bh * T * T;
+      const Real* a_ptr = att ? att + bh * T * T : nullptr;
+      if (!att) {  // the forward's probabilities again, bit for bit
+        Real* again = thread_scratch<Real, 1>(size_t(T) * T).data();
+        causal_scores(again, base, C, T, h, HS, scale);
+        a_ptr = again;
+      }
       ConstStridedMap<Real> dout_h(dout + b * T * C + h * HS, T, HS, s1);
       // out = att · v:  dv[u] += Σ_{t>=u} att[t,u] · dout[t]
       for (int u = 0; u < T; ++u) {

@@ -111,25 +111,34 @@ void MoeActs<Real>::resize(int64_t N, int C, int E, int K, int F, int Fs, bool s
 template <typename Real>
 void BlockActs<Real>::resize(const Dims& d, const GPTConfig& config, bool moe_block) {
   const int64_t N = d.N(), C = d.C, F = config.ffn_hidden();
-  for (auto* v : {&ln1, &ln2, &atty, &attproj, &res1, &mlp_out, &res2}) v->assign(N * C, 0);
+  for (auto* v : {&res1, &res2}) v->assign(N * C, 0);
   for (auto* v : {&ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd}) v->assign(N, 0);
   const bool llama = config.is_llama();
   qkv.assign(N * (llama ? C + 2 * int64_t{config.kv_heads()} * d.HS() : 3 * C), 0);
-  if (llama) qkv_rep.assign(N * 3 * C, 0);
-  att.assign(static_cast<int64_t>(d.B) * d.NH * d.T * d.T, 0);
+  if (llama) qkv_rep.assign(N * 3 * C, 0), atty.assign(N * C, 0);
   if (moe_block) {
     moe.resize(N, d.C, config.n_expert, config.top_k, config.moe_ffn_hidden(), config.shared_ffn_hidden(), llama);
   } else {
     fc.assign(N * F * (llama ? 2 : 1), 0);  // SwiGLU: [gate | up]
-    fc_gelu.assign(N * F, 0);
+    if (llama) fc_gelu.assign(N * F, 0);
   }
+  // The modeled saves (layers.h): the kept buffers, MoE's at their N*K capacity, and the dropped ones.
+  modeled = 0;
+  for (const Buffer<Real>* b : {&ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd, &qkv, &qkv_rep, &atty, &res1, &fc,
+                                &fc_gelu, &res2, &moe.logits, &moe.probs, &moe.gates, &moe.xe, &moe.ye, &moe.fc,
+                                &moe.fc_gelu})
+    modeled += static_cast<int64_t>(b->size());
+  modeled += 4 * N * C + int64_t{d.B} * d.NH * d.T * d.T;  // ln1, ln2, attproj, mlp_out; att
+  if (!llama) modeled += N * C;                             // the GPT's atty
+  if (!moe_block && !llama) modeled += N * F;               // fc_gelu
 }
 
 template <typename Real>
 void BlockScratch<Real>::resize(const Dims& d, const GPTConfig& config) {
   const int64_t N = d.N(), C = d.C, F = config.ffn_hidden();
   const int64_t K = config.is_moe() ? config.top_k : 0;
-  for (auto* v : {&dres1, &dln1, &dln2, &datty}) v->assign(N * C, 0);
+  for (auto* v : {&ln, &dres1, &dln1, &dln2, &datty}) v->assign(N * C, 0);
+  for (auto* v : {&ln_mean, &ln_rstd}) v->assign(N, 0);
   dqkv.assign(N * 3 * C, 0);
   if (config.is_llama()) dqkv_c.assign(N * (C + 2 * int64_t{config.kv_heads()} * d.HS()), 0);
   const int64_t Fe = config.is_moe() ? config.moe_ffn_hidden() : 0;

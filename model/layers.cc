@@ -168,30 +168,35 @@ void moe_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s, c
 
 // ---- Block --------------------------------------------------------------------
 
+// The host keeps less than the modeled program (BlockActs in layers.h): the
+// attention and MLP outputs go straight into res1 and res2 and the residual
+// adds in place (inp + out is out + inp, bit for bit); the norms write into
+// scratch, and the GPT's attention output and dense GELU into s.dqkv and
+// s.dfc_gelu.
 template <typename Real>
-Real block_forward(BlockActs<Real>& a, const BlockView<Real>& p, const Real* inp, const Dims& d,
-                   const GPTConfig& config, const Exec& ex) {
+Real block_forward(BlockActs<Real>& a, BlockScratch<Real>& s, const BlockView<Real>& p, const Real* inp,
+                   const Dims& d, const GPTConfig& config, const Exec& ex) {
   const int64_t N = d.N();
   const int C = d.C;
-  norm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), inp, p.ln_1, N, C, config, "ln_1.fwd", ex);
+  Real* ln = s.ln.data();
+  norm_forward(ln, a.ln1_mean.data(), a.ln1_rstd.data(), inp, p.ln_1, N, C, config, "ln_1.fwd", ex);
   if (config.is_llama()) {
-    llama_attention_forward(a.attproj.data(), a, p, a.ln1.data(), d, config, ex);
+    llama_attention_forward(a.res1.data(), a, p, ln, d, config, ex);
   } else {
-    attention_layer_forward(a.attproj.data(), a.qkv.data(), a.att.data(), a.atty.data(), p, a.ln1.data(), d,
-                            ex);
+    attention_layer_forward(a.res1.data(), a.qkv.data(), static_cast<Real*>(nullptr), s.dqkv.data(), p, ln, d,
+                            ex);  // atty in scratch
   }
-  residual_forward(ex, "residual.fwd", a.res1.data(), inp, a.attproj.data(), N * C);
-  norm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res1.data(), p.ln_2, N, C, config,
-               "ln_2.fwd", ex);
+  residual_forward(ex, "residual.fwd", a.res1.data(), inp, a.res1.data(), N * C);
+  norm_forward(ln, a.ln2_mean.data(), a.ln2_rstd.data(), a.res1.data(), p.ln_2, N, C, config, "ln_2.fwd", ex);
   Real aux = 0;
   if (p.moe) {
-    aux = moe_forward(a.mlp_out.data(), a.moe, p, a.ln2.data(), N, config, ex);
+    aux = moe_forward(a.res2.data(), a.moe, p, ln, N, config, ex);
   } else if (config.is_llama()) {
-    swiglu_mlp_forward(a.mlp_out.data(), a.fc.data(), a.fc_gelu.data(), p.mlp, a.ln2.data(), N, C, ex);
+    swiglu_mlp_forward(a.res2.data(), a.fc.data(), a.fc_gelu.data(), p.mlp, ln, N, C, ex);
   } else {
-    mlp_forward(a.mlp_out.data(), a.fc.data(), a.fc_gelu.data(), p.mlp, a.ln2.data(), N, C, ex);
+    mlp_forward(a.res2.data(), a.fc.data(), s.dfc_gelu.data(), p.mlp, ln, N, C, ex);
   }
-  residual_forward(ex, "residual.fwd", a.res2.data(), a.res1.data(), a.mlp_out.data(), N * C);
+  residual_forward(ex, "residual.fwd", a.res2.data(), a.res1.data(), a.res2.data(), N * C);
   return aux;
 }
 
@@ -201,17 +206,24 @@ void block_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s,
                     const Dims& d, const GPTConfig& config, const Exec& ex) {
   const int64_t N = d.N();
   const int C = d.C;
+  // What the forward did not keep, recomputed as it computed it, charged to no one (host only).
+  Exec host = ex;
+  host.sink = nullptr;
+  Real* ln = s.ln.data();
   // res2 = res1 + mlp_out: both receive dout unchanged (dmlp_out is dout itself)
   std::copy(dout, dout + N * C, s.dres1.begin());
   zero(s.dln2, N * C);
+  norm_forward(ln, s.ln_mean.data(), s.ln_rstd.data(), a.res1.data(), p.ln_2, N, C, config, "ln_2.fwd", host);
   if (p.moe) {
-    moe_backward(s.dln2.data(), g, s, dout, daux, a.moe, a.ln2.data(), p, N, config, ex);
+    moe_backward(s.dln2.data(), g, s, dout, daux, a.moe, ln, p, N, config, ex);
   } else if (config.is_llama()) {
-    swiglu_mlp_backward(s.dln2.data(), g.mlp, s.dfc.data(), s.dfc_gelu.data(), dout, a.ln2.data(), a.fc.data(),
+    swiglu_mlp_backward(s.dln2.data(), g.mlp, s.dfc.data(), s.dfc_gelu.data(), dout, ln, a.fc.data(),
                         a.fc_gelu.data(), p.mlp, N, C, ex);
   } else {
-    mlp_backward(s.dln2.data(), g.mlp, s.dfc.data(), s.dfc_gelu.data(), dout, a.ln2.data(),
-                 a.fc.data(), a.fc_gelu.data(), p.mlp, N, C, ex);
+    // fc_gelu into s.dfc: mlp_backward reads it before it clears dfc
+    gelu_forward(host, "mlp.gelu.fwd", s.dfc.data(), a.fc.data(), N * int64_t{p.mlp.c_fc.out});
+    mlp_backward(s.dln2.data(), g.mlp, s.dfc.data(), s.dfc_gelu.data(), dout, ln, a.fc.data(), s.dfc.data(),
+                 p.mlp, N, C, ex);
   }
   norm_backward(s.dres1.data(), g.ln_2, s.dln2.data(), a.res1.data(), p.ln_2, a.ln2_mean.data(),
                 a.ln2_rstd.data(), N, C, config, "ln_2.bwd", ex);
@@ -220,11 +232,15 @@ void block_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s,
     for (int64_t i = 0; i < N * C; ++i) dinp[i] += s.dres1[i];
   });
   zero(s.dln1, N * C);
+  norm_forward(ln, s.ln_mean.data(), s.ln_rstd.data(), inp, p.ln_1, N, C, config, "ln_1.fwd", host);
   if (config.is_llama()) {
-    llama_attention_backward(s.dln1.data(), g, s, s.dres1.data(), a.ln1.data(), a, p, d, config, ex);
+    llama_attention_backward(s.dln1.data(), g, s, s.dres1.data(), ln, a, p, d, config, ex);
   } else {
-    attention_layer_backward(s.dln1.data(), g, s.dqkv.data(), s.datty.data(), s.dres1.data(), a.ln1.data(),
-                             a.qkv.data(), a.att.data(), a.atty.data(), p, d, ex);
+    // atty into s.dqkv: attention_layer_backward reads it before it clears dqkv
+    attention_forward(host, "attn.softmax.fwd", s.dqkv.data(), static_cast<Real*>(nullptr), a.qkv.data(), d.B, d.T,
+                      d.NH, d.HS());
+    attention_layer_backward(s.dln1.data(), g, s.dqkv.data(), s.datty.data(), s.dres1.data(), ln, a.qkv.data(),
+                             static_cast<const Real*>(nullptr), s.dqkv.data(), p, d, ex);
   }
   norm_backward(dinp, g.ln_1, s.dln1.data(), inp, p.ln_1, a.ln1_mean.data(), a.ln1_rstd.data(), N, C, config,
                 "ln_1.bwd", ex);
@@ -246,8 +262,8 @@ void block_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s,
   template void moe_backward(Real*, const BlockView<Real>&, BlockScratch<Real>&, const Real*,      \
                              Real, const MoeActs<Real>&, const Real*, const BlockView<Real>&,      \
                              int64_t, const GPTConfig&, const Exec&);                              \
-  template Real block_forward(BlockActs<Real>&, const BlockView<Real>&, const Real*, const Dims&,  \
-                              const GPTConfig&, const Exec&);                                      \
+  template Real block_forward(BlockActs<Real>&, BlockScratch<Real>&, const BlockView<Real>&,       \
+                              const Real*, const Dims&, const GPTConfig&, const Exec&);            \
   template void block_backward(Real*, const BlockView<Real>&, BlockScratch<Real>&, const Real*,    \
                                Real, const BlockActs<Real>&, const Real*, const BlockView<Real>&,  \
                                const Dims&, const GPTConfig&, const Exec&);

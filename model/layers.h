@@ -114,27 +114,36 @@ struct MoeActs {
   void resize(int64_t N, int C, int E, int K, int F = 0, int Fs = 0, bool swiglu = false);
 };
 
+// What a block keeps for its backward on the host. The modeled program (a
+// GPU run without recomputation, llm.c's layout) saves more: ln1 and ln2
+// (N,C), att (B,NH,T,T), attproj and mlp_out (N,C), and the GPT's atty
+// (N,C) and dense fc_gelu (N,4C); `modeled` counts them all, and is what the
+// sink is told. The host recomputes them instead, bit for bit, in
+// block_backward (the norms and GELU from their saved inputs, atty by the
+// attention forward again, att in attention_backward) or
+// never reads them (attproj and mlp_out are summed in place into res1 and
+// res2), which takes `small`'s resident memory from 1.39 GB to about 0.7 GB.
 template <typename Real>
 struct BlockActs {
-  Buffer<Real> ln1, ln2;            // (N,C)
   Buffer<Real> ln1_mean, ln1_rstd;  // (N)
   Buffer<Real> ln2_mean, ln2_rstd;  // (N)
   Buffer<Real> qkv;                 // (N,3C); llama (N,(NH+2KV)·HS), q and k rotated
   Buffer<Real> qkv_rep;             // llama: (N,3C) K/V repeated for the core (layers_llama.cc)
-  Buffer<Real> att;                 // (B,NH,T,T)
-  Buffer<Real> atty;                // (N,C) attention output before c_proj
-  Buffer<Real> attproj;             // (N,C)
+  Buffer<Real> atty;                // llama: (N,C) attention output before c_proj (GPT: recomputed)
   Buffer<Real> res1;                // (N,C) x + attn
-  Buffer<Real> fc, fc_gelu;         // (N,4C) dense MLP; llama [gate | up] (N,2F), silu·up (N,F)
-  Buffer<Real> mlp_out;             // (N,C)
+  Buffer<Real> fc;                  // (N,4C) dense MLP; llama [gate | up] (N,2F)
+  Buffer<Real> fc_gelu;             // llama's silu·up (N,F); empty for the GPT (recomputed)
   Buffer<Real> res2;                // (N,C) block output
   MoeActs<Real> moe;                // MoE blocks only
+  int64_t modeled = 0;              // elements the modeled program saves (above)
   void resize(const Dims& d, const GPTConfig& config, bool moe_block);
 };
 
 // Backward scratch shared by all blocks (overwritten by each call).
 template <typename Real>
 struct BlockScratch {
+  Buffer<Real> ln;                        // (N,C) ln_1 / ln_2's output, forward and recomputed
+  Buffer<Real> ln_mean, ln_rstd;          // (N) the recomputation's (equal to the saved ones)
   Buffer<Real> dres1, dln1, dln2, datty;  // (N,C)
   Buffer<Real> dqkv;                      // (N,3C)
   Buffer<Real> dqkv_c;                    // llama (N,(NH+2KV)·HS)
@@ -147,7 +156,8 @@ struct BlockScratch {
 
 // ---- Layers -------------------------------------------------------------------
 
-// out = c_proj(attention(c_attn(inp))); saves qkv, att, atty.
+// out = c_proj(attention(c_attn(inp))); saves qkv, atty, and att unless it is
+// null (attention_forward: the backward then recomputes it).
 template <typename Real>
 void attention_layer_forward(Real* out, Real* qkv, Real* att, Real* atty, const BlockView<Real>& p,
                              const Real* inp, const Dims& d, const Exec& ex);
@@ -206,9 +216,10 @@ void swiglu_mlp_backward(Real* dinp, const MlpView<Real>& g, Real* dgate_up, Rea
                          int64_t N, int C, const Exec& ex);
 
 // x + attn(ln_1(x)), then + mlp(ln_2(.)); output in a.res2. Returns aux (0 if dense).
+// s: the norms' outputs and the GPT's GELU output live in its scratch.
 template <typename Real>
-Real block_forward(BlockActs<Real>& a, const BlockView<Real>& p, const Real* inp, const Dims& d,
-                   const GPTConfig& config, const Exec& ex);
+Real block_forward(BlockActs<Real>& a, BlockScratch<Real>& s, const BlockView<Real>& p, const Real* inp,
+                   const Dims& d, const GPTConfig& config, const Exec& ex);
 template <typename Real>
 void block_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s, const Real* dout,
                     Real daux, const BlockActs<Real>& a, const Real* inp, const BlockView<Real>& p,

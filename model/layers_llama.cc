@@ -52,7 +52,7 @@ void llama_attention_forward(Real* out, BlockActs<Real>& a, const BlockView<Real
   rope_forward(ex, "attn.rope.fwd", a.qkv.data(), a.qkv.data(), t, d.B, d.T, g.NHq + g.KVl, g.HS, W,
                config.rope_theta);
   repeat_kv_forward(ex, "attn.repeat_kv.fwd", a.qkv_rep.data(), a.qkv.data(), N, g);
-  attention_forward(ex, "attn.softmax.fwd", a.atty.data(), a.att.data(), a.qkv_rep.data(), d.B, d.T, d.NH,
+  attention_forward(ex, "attn.softmax.fwd", a.atty.data(), static_cast<Real*>(nullptr), a.qkv_rep.data(), d.B, d.T, d.NH,
                     d.HS());
   linear_forward(ex, "attn.c_proj.fwd", out, a.atty.data(), p.attn_proj.weight, N, d.C, d.C);
 }
@@ -70,7 +70,7 @@ void llama_attention_backward(Real* dinp, const BlockView<Real>& g, BlockScratch
   linear_backward(ex, "attn.c_proj.bwd", false, s.datty.data(), g.attn_proj.weight, none, dout, a.atty.data(),
                   p.attn_proj.weight, N, d.C, d.C);
   std::fill_n(s.dqkv.data(), N * 3 * d.C, Real(0));
-  attention_backward(ex, "attn.softmax.bwd", s.dqkv.data(), s.datty.data(), a.qkv_rep.data(), a.att.data(), d.B,
+  attention_backward(ex, "attn.softmax.bwd", s.dqkv.data(), s.datty.data(), a.qkv_rep.data(), static_cast<const Real*>(nullptr), d.B,
                      d.T, d.NH, d.HS());
   std::fill_n(s.dqkv_c.data(), N * W, Real(0));
   repeat_kv_backward(ex, "attn.repeat_kv.bwd", s.dqkv_c.data(), s.dqkv.data(), N, h);

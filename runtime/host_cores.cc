@@ -1,9 +1,12 @@
 // Running device threads and idle cores: see host_cores.h.
 #include "runtime/host_cores.h"
+#include "runtime/parse_number.h"
 
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+
+#include <fmt/format.h>
 
 #include <oneapi/tbb/global_control.h>
 #include <oneapi/tbb/task_arena.h>
@@ -14,16 +17,23 @@ std::atomic<int> g_running{0};
 
 // SHARDLAB_HOST_THREADS, read once (see parse_host_threads).
 int host_thread_cap() {
-  static const int cap = parse_host_threads(std::getenv("SHARDLAB_HOST_THREADS"));
+  static const int cap = parse_host_threads(std::getenv("SHARDLAB_HOST_THREADS")).value_or(0);
   return cap;
 }
 }  // namespace
 
-int parse_host_threads(const char* v) {
+std::optional<int> parse_host_threads(const char* v) {
   if (v == nullptr) return 0;
-  char* end = nullptr;
-  const long n = std::strtol(v, &end, 10);
-  return (end != v && *end == '\0' && n > 0 && n < (1L << 20)) ? static_cast<int>(n) : 0;
+  const std::optional<int> n = parse_number<int>(v);
+  if (!n || *n < 1 || *n > kMaxHostThreads) return std::nullopt;
+  return n;
+}
+
+std::string host_threads_env_error() {
+  const char* v = std::getenv("SHARDLAB_HOST_THREADS");
+  if (parse_host_threads(v)) return "";
+  return fmt::format("SHARDLAB_HOST_THREADS=\"{}\": expected a whole number of host threads from 1 to {} "
+                     "(unset it to use every core)", v, kMaxHostThreads);
 }
 
 int running_device_threads() { return g_running.load(std::memory_order_relaxed); }

@@ -10,6 +10,9 @@
 // Thread safety: all functions may be called from any thread.
 #pragma once
 
+#include <optional>
+#include <string>
+
 namespace shardlab {
 
 // Device threads of this process alive right now (all clusters together).
@@ -20,10 +23,18 @@ int running_device_threads();
 int idle_host_cores();
 
 // The value of SHARDLAB_HOST_THREADS=N: the host threads a process's devices
-// use together (1: a lone device never splits); 0 (no cap) when unset or not
-// a positive integer, which is ignored since the split changes wall time only,
-// never bits.
-int parse_host_threads(const char* value);
+// use together (1: a lone device never splits), a whole number from 1 to
+// kMaxHostThreads; 0 (no cap: every core oneTBB may use) when unset. nullopt
+// for anything else: empty, 0, negative, not a whole number, too large. "0"
+// is refused rather than read as "all cores": unset already says that.
+inline constexpr int kMaxHostThreads = 4096;
+std::optional<int> parse_host_threads(const char* value);
+
+// The error line for a bad SHARDLAB_HOST_THREADS in this process's
+// environment, or "" when it is unset or valid. The CLI refuses a bad value
+// (exit 2) before any device starts; a library caller that skips the check
+// gets no cap.
+std::string host_threads_env_error();
 
 // Counts the calling thread as a running device thread while it lives.
 class DeviceThreadCount {

@@ -1,5 +1,8 @@
-// The command-line contract of `shardlab p2p` and `shardlab profiles`.
+// The command-line contract of `shardlab p2p` and `shardlab profiles`, and of
+// the SHARDLAB_HOST_THREADS variable every command reads.
+#include <cstdlib>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -152,6 +155,26 @@ TEST(CliHelp, EverySubcommandHasHelp) {
     EXPECT_EQ(r.code, 0) << sub;
     EXPECT_NE(r.out.find("--json"), std::string::npos) << sub;
   }
+}
+
+// SHARDLAB_HOST_THREADS (runtime/host_cores.h): a whole number from 1 to
+// 4096, or unset. Anything else is one error line and exit 2 before a device
+// starts, never silently "no cap"; a valid value runs.
+TEST(CliRuntime, HostThreadsVariableIsCheckedOrRefused) {
+  const char* saved = std::getenv("SHARDLAB_HOST_THREADS");
+  const std::string keep = saved ? saved : "";
+  for (const char* bad : {"", "0", "-1", "two", "1.5", "2x", "4097", "99999999999"}) {
+    setenv("SHARDLAB_HOST_THREADS", bad, 1);
+    expect_usage_error("train --model nano --steps 1",
+                       "SHARDLAB_HOST_THREADS=\"" + std::string(bad) + "\": expected a whole number");
+  }
+  for (const char* good : {"1", "2", "4096"}) {
+    setenv("SHARDLAB_HOST_THREADS", good, 1);
+    const testing::CliResult r = run_cli("train --model nano --steps 1");
+    EXPECT_EQ(r.code, 0) << good << "\nstderr: " << r.err;
+  }
+  if (saved) setenv("SHARDLAB_HOST_THREADS", keep.c_str(), 1);
+  else unsetenv("SHARDLAB_HOST_THREADS");
 }
 
 }  // namespace

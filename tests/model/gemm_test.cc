@@ -146,6 +146,7 @@ TEST(HostCores, HostThreadsCapParsesOnlyPositiveIntegers) {
   EXPECT_EQ(shardlab::parse_host_threads(nullptr), 0);  // unset: no cap
   EXPECT_EQ(shardlab::parse_host_threads("1"), 1);
   EXPECT_EQ(shardlab::parse_host_threads("16"), 16);
-  for (const char* bad : {"", "0", "-2", "2x", "x", "1.5", "99999999999"})
-    EXPECT_EQ(shardlab::parse_host_threads(bad), 0) << bad;
+  EXPECT_EQ(shardlab::parse_host_threads("4096"), shardlab::kMaxHostThreads);
+  for (const char* bad : {"", "0", "-2", "2x", "x", "1.5", " 2", "+2", "4097", "99999999999"})
+    EXPECT_EQ(shardlab::parse_host_threads(bad), std::nullopt) << bad;
 }
