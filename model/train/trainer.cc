@@ -180,6 +180,9 @@ void summarize_phases(const collectives::DeviceMesh& mesh, TrainResult& r) {
 void summarize_moe(const collectives::DeviceMesh& mesh, const model::GPTConfig& mc, TrainResult& r) {
   for (size_t rank = 0; rank < r.moe.size(); ++rank) {
     if (mesh.coords(int(rank)).tp != 0) continue;
+    // The experts this rank holds, from its own EP coordinate: a folded
+    // rank's record is its representative's, whose experts may be others.
+    const size_t begin = size_t(mesh.coords(int(rank)).ep) * size_t(mc.n_expert / mesh.shape().ep);
     for (const MoeLayerTotals& t : r.moe[rank]) {
       auto it = std::find_if(r.moe_layers.begin(), r.moe_layers.end(),
                              [&](const TrainResult::MoeLayerSteps& m) { return m.layer == t.layer; });
@@ -189,7 +192,7 @@ void summarize_moe(const collectives::DeviceMesh& mesh, const model::GPTConfig& 
       }
       it->tokens.resize(t.per_step.size(), std::vector<int64_t>(size_t(mc.n_expert), 0));
       for (size_t step = 0; step < t.per_step.size(); ++step)
-        for (size_t e = 0; e < t.per_step[step].size(); ++e) it->tokens[step][size_t(t.expert_begin) + e] += t.per_step[step][e];
+        for (size_t e = 0; e < t.per_step[step].size(); ++e) it->tokens[step][begin + e] += t.per_step[step][e];
     }
   }
   std::sort(r.moe_layers.begin(), r.moe_layers.end(), [](const auto& a, const auto& b) { return a.layer < b.layer; });
