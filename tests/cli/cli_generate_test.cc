@@ -149,7 +149,7 @@ TEST(CliGenerate, BadInputIsOneLineAndExitTwo) {
       {nano + "--prompt-tokens 1 --ep 2", "--ep"},
       {nano + "--prompt-tokens 1 --pp 3", "--pp"},
       {nano + "--prompt-tokens 1 --precision fp4", "--precision: unknown \"fp4\""},
-      {nano + "--prompt-tokens 1 --precision fp8", "no FP8 peak"},
+      {nano + "--prompt-tokens 1 --precision fp8", "FP8 inference is not modeled"},
       {nano + "--prompt-tokens 1 --memory 0", "--memory 0"},
       {nano + "--prompt-tokens 1 --init " + dir() + "/missing.safetensors", "missing.safetensors"},
       {"generate --model tiny --prompt-tokens 1 --init " + checkpoint(false), "--init"},

@@ -43,9 +43,10 @@ TEST(FaultCli, AFaultFileHoldsAListOfSpecs) {
   std::ofstream(path) << R"(["straggler:1:compute=2", "dead:3:step=1"])";
   const auto r = run_cli(kTrain + "--json --fault @" + path);
   EXPECT_EQ(r.code, 3) << r.err;
-  // The tuner's choice for nano's small buckets: every peer at once, device 0 first.
-  EXPECT_EQ(r.err, "shardlab: error: device 3 died at step 1 during all_reduce (direct) on dp[0,1,2,3] (its send "
-                   "to device 0); resume from a checkpoint without it\n");
+  // The tuner's choice for nano's small buckets under NCCL's protocols: the
+  // tree, where device 3's first send goes to its parent, device 1.
+  EXPECT_EQ(r.err, "shardlab: error: device 3 died at step 1 during all_reduce (tree) on dp[0,1,2,3] (its send "
+                   "to device 1); resume from a checkpoint without it\n");
   std::ofstream(path) << R"(["straggler:1"])";
   expect_usage_error(kTrain + "--fault @" + path, "--fault straggler:1: expected KIND:TARGET");
 }
