@@ -123,7 +123,10 @@ INSTANTIATE_TEST_SUITE_P(
         Pin{"tp2_dp2_zero2_moe", {0x1.0ea5fp+2, 0x1.0569c8p+2, 0x1.fccc6ap+1}, 0xf66467e4d635c8a5ull},
         Pin{"pp2_1f1b_m4", {0x1.0bfb7cp+2, 0x1.02ce78p+2, 0x1.f9080ap+1}, 0xc857552485ccaf02ull},
         Pin{"pp2_interleaved_m4", {0x1.0bfb7cp+2, 0x1.02ce78p+2, 0x1.f9080ap+1}, 0xc857552485ccaf02ull},
-        Pin{"dp4_ep4_moe", {0x1.0ea5f2p+2, 0x1.0569c8p+2, 0x1.fccc6ap+1}, 0x9dedc2b92983c33eull},
+        // Re-pinned in session 14 (parameters only; the losses are unchanged): with NCCL's
+        // protocols in the built-in profiles the tuner runs the dp 4 buckets' all-reduce as a
+        // tree, not direct, so the four replicas' gradients are added in another order.
+        Pin{"dp4_ep4_moe", {0x1.0ea5f2p+2, 0x1.0569c8p+2, 0x1.fccc6ap+1}, 0x37d13785fbd20f4dull},
         Pin{"tp2_pp2_dp2_ep2_4d", {0x1.0eab58p+2, 0x1.05e43cp+2, 0x1.fe015p+1}, 0xe5c24925499e2293ull}),
     [](const ::testing::TestParamInfo<Pin>& info) { return std::string(info.param.name); });
 
