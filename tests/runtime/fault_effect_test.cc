@@ -25,6 +25,8 @@ std::shared_ptr<const FaultPlan> plan(const std::vector<std::string>& specs, int
 
 // The a100-nvlink intra-node link's numbers, read off the profile: latency,
 // bytes per second, and the bytes on the wire of a message (NCCL's SM packets).
+// The rings run on plain sends (Proto::kPlain): the alpha-beta forms below, with
+// the kernel launch alone as the start (the profile's protocols would add theirs).
 struct Nvlink {
   HardwareProfile p = load_profile("a100-nvlink");
   Time a = Time(std::llround(p.intra.latency_us * 1e6));
@@ -51,7 +53,7 @@ Time ring_all_reduce(const Nvlink& n, int world, size_t count, std::shared_ptr<c
   const RunResult r = c.run([&](Device& d) {
     d.set_step(step);
     coll::all_reduce(d, mesh.group(d.rank(), "dp"), coll::Buffer::phantom(count), coll::ReduceOp::kSum,
-                     {.algo = coll::Algo::kRing});
+                     {.algo = coll::Algo::kRing, .proto = coll::Proto::kPlain});
   });
   return r.makespan();
 }
@@ -107,7 +109,7 @@ TEST(FaultEffect, AStragglersKernelsTakeFTimesAsLongAndTheOthersWait) {
     (dev.rank() == 1 ? slow : fast) = t;
     float x = 1;
     coll::all_reduce(dev, mesh.group(dev.rank(), "dp"), coll::Buffer(&x, 1), coll::ReduceOp::kSum,
-                     {.algo = coll::Algo::kRing});
+                     {.algo = coll::Algo::kRing, .proto = coll::Proto::kPlain});
     if (dev.rank() == 0) rank0_end = dev.now();
   });
   EXPECT_EQ(fast, d);
@@ -142,7 +144,7 @@ std::string fatal_run(const std::vector<std::string>& specs, bool p2p = false) {
           if (d.rank() == 1) d.recv(d.comm(), 0, 99);
         }
         coll::all_reduce(d, mesh.group(d.rank(), "dp"), coll::Buffer::phantom(1024), coll::ReduceOp::kSum,
-                         {.algo = coll::Algo::kRing});
+                         {.algo = coll::Algo::kRing, .proto = coll::Proto::kPlain});
       }
     });
   } catch (const RunError& e) {
