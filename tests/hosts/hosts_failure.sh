@@ -40,8 +40,10 @@ ended() {
 one_line() {
   local lines
   lines=$(grep 'shardlab: error' "$work/run.err")
+  local before=$status
   [ "$(grep -c . <<<"$lines")" = 1 ] || fail "expected one shardlab error line, got: ${lines:-none}"
   grep -Eq "$1" <<<"$lines" || fail "the line lacks /$1/: $lines"
+  [ $status = "$before" ] || { echo "the launcher's stderr:"; cat "$work/run.err"; }
   echo "ended in $took s, exit $code: $lines"
 }
 
