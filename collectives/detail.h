@@ -7,6 +7,7 @@
 #include <cstring>
 #include <optional>
 #include <stdexcept>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -23,7 +24,7 @@ class Ctx {
   // `esize`: modeled bytes per element (CollOptions::wire_elem); `engine`:
   // the protocol's (proto_engine), which sets every message's latency and rate.
   Ctx(Device& dev, const ProcessGroup& g, Stream& s, int esize, Engine engine = Engine::kSm)
-      : dev_(dev), s_(s), g_(g), tag_(g.next_tag()), esize_(esize), n_(g.size()), me_(g.rank()), engine_(engine) {
+      : dev_(dev), s_(s), cur_(&s), g_(g), tag_(g.next_tag()), esize_(esize), n_(g.size()), me_(g.rank()), engine_(engine) {
     if (!dev.profile().pcie.empty()) {
       pcie_.emplace(dev.profile());
       local_ = pcie_->local_members(g.members(), dev.profile().node_of(dev.rank()));
@@ -57,14 +58,14 @@ class Ctx {
     const uint64_t cap = pcie_ ? pcie_->shared_rate(g_.global_rank(me_), g_.global_rank(to), g_.members(), local_,
                                                     ((to - me_) % n_ + n_) % n_)
                                : 0;
-    const SendHandle h = dev_.isend(s_, g_.global_rank(to), tag_ + static_cast<Tag>(phase), host,
+    const SendHandle h = dev_.isend(*cur_, g_.global_rank(to), tag_ + static_cast<Tag>(phase), host,
                                     static_cast<uint64_t>(charged) * static_cast<uint64_t>(esize_), engine_, cap);
     last_send_ = std::max(last_send_, h.done);
   }
   // Receives the next message from group index `from`; checks its element
   // count (and the `modeled` elements it was charged as).
   Message recv(int from, size_t count, int phase = 0, size_t modeled = kAsCount) {
-    Message m = dev_.recv(s_, g_.global_rank(from), tag_ + static_cast<Tag>(phase));
+    Message m = dev_.recv(*cur_, g_.global_rank(from), tag_ + static_cast<Tag>(phase));
     const uint64_t want = static_cast<uint64_t>(modeled == kAsCount ? count : modeled) *
                           static_cast<uint64_t>(esize_);
     if (m.modeled_bytes != want || (m.payload.size() != 0 && m.payload.size() != count * sizeof(float))) {
@@ -75,12 +76,53 @@ class Ctx {
     }
     return m;
   }
+  // ---- Channel lanes -------------------------------------------------------
+  // NCCL runs each channel as a thread block of its own: a channel moves on
+  // as soon as its own previous step is done, whatever the other channels
+  // wait for. So the channel algorithms give every channel a lane, a cursor
+  // of its own on the call's stream (a Stream of the same kind, booking the
+  // same ports in program order), from the stream's time when the lanes
+  // open. open_lanes(C) opens lanes 0..C-1 (a no-op while they are open: an
+  // all_reduce's all_gather goes on from where each channel's
+  // reduce_scatter ended); on_lane(ch) makes send/recv use lane ch, -1 the
+  // stream. finish() closes them: the stream reaches the latest lane, and
+  // its busy time covers every lane's (the lanes traced their transfers).
+  void open_lanes(int channels) {
+    if (!lanes_.empty()) return;
+    lanes_.reserve(static_cast<size_t>(channels));
+    for (int ch = 0; ch < channels; ++ch) {
+      lanes_.emplace_back(&dev_, s_.kind());
+      lanes_.back().wait({s_.now()});
+    }
+  }
+  void on_lane(int ch) { cur_ = ch < 0 ? &s_ : &lanes_[static_cast<size_t>(ch)]; }
   // The stream also covers the last send leaving the egress port.
-  void finish() { s_.wait({last_send_}); }
+  void finish() {
+    close_lanes();
+    s_.wait({last_send_});
+  }
 
  private:
+  void close_lanes() {
+    if (lanes_.empty()) return;
+    // The lanes' busy spans, added to the stream's without tracing them twice.
+    std::vector<TraceEvent>& trace = dev_.trace_events();
+    const size_t traced = trace.size();
+    Time end = s_.now();
+    for (const Stream& l : lanes_) {
+      end = std::max(end, l.now());
+      for (const Stream::Interval& i : l.intervals()) s_.mark("lanes", i.start, i.end, 0, -1, /*advance=*/false);
+    }
+    trace.erase(trace.begin() + static_cast<std::ptrdiff_t>(traced), trace.end());
+    s_.wait({end});
+    lanes_.clear();
+    cur_ = &s_;
+  }
+
   Device& dev_;
   Stream& s_;
+  Stream* cur_;                // s_ or the current lane
+  std::vector<Stream> lanes_;  // open_lanes
   const ProcessGroup& g_;
   Tag tag_;
   int esize_;

@@ -39,7 +39,8 @@ void ring_all_gather(Ctx& c, float* work, size_t count, int phase) {
 // send the piece owned by position q-k-1 (reduce_scatter) or q-k
 // (all_gather) to the successor; receive the piece of q-k-2 (q-k-1) from
 // the predecessor. Every step posts all channels' sends, then takes all
-// channels' receives, in channel order.
+// channels' receives, in channel order, each on its channel's lane
+// (Ctx::open_lanes): a channel's step k+1 waits for its own step k only.
 namespace {
 Range piece(size_t count, int n, int channels, int owner, int ch) {
   const Range chunk = chunk_range(count, n, owner);
@@ -51,20 +52,24 @@ template <class Take>
 void channel_ring(Ctx& c, const RingPlan& plan, float* work, size_t count, int phase, int first, Take take) {
   const int n = c.n(), C = plan.channels;
   const size_t charged = (c.slice(count) + size_t(C) - 1) / size_t(C);
+  c.open_lanes(C);
   for (int k = 0; k < n - 1; ++k) {
     for (int ch = 0; ch < C; ++ch) {
+      c.on_lane(ch);
       const int q = plan.position(ch, c.me(), n);
       const Range out = piece(count, n, C, plan.at(ch, q - k + first, n), ch);
       c.send(plan.at(ch, q + 1, n), work ? work + out.begin : nullptr, size_t(out.size), phase * kMaxChannels + ch,
              charged);
     }
     for (int ch = 0; ch < C; ++ch) {
+      c.on_lane(ch);
       const int q = plan.position(ch, c.me(), n);
       const Range in = piece(count, n, C, plan.at(ch, q - k + first - 1, n), ch);
       Message m = c.recv(plan.at(ch, q - 1, n), size_t(in.size), phase * kMaxChannels + ch, charged);
       take(work ? work + in.begin : nullptr, floats(m), size_t(in.size));
     }
   }
+  c.on_lane(-1);
 }
 }  // namespace
 

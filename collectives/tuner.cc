@@ -69,8 +69,30 @@ class Replay {
   // Group index `offset` steps from `me` (wraps), as Ctx::rel.
   int rel(int me, int offset) const { return ((me + offset) % n() + n()) % n(); }
 
+  // Ctx::open_lanes: every member's channels 0..C-1 get a cursor each, from
+  // its stream time (a no-op while open); close_lanes, as Ctx::finish,
+  // brings each member's stream to its latest lane.
+  void open_lanes(int channels) {
+    if (lane_channels_ > 0) return;
+    lane_channels_ = channels;
+    lanes_.resize(size_t(n()) * size_t(channels));
+    for (int r = 0; r < n(); ++r)
+      for (int ch = 0; ch < channels; ++ch) lanes_[size_t(r * channels + ch)] = clocks_[size_t(r)].now;
+  }
+  void close_lanes() {
+    if (lane_channels_ == 0) return;
+    for (int r = 0; r < n(); ++r)
+      for (int ch = 0; ch < lane_channels_; ++ch)
+        clocks_[size_t(r)].now = std::max(clocks_[size_t(r)].now, lanes_[size_t(r * lane_channels_ + ch)]);
+    lane_channels_ = 0;
+  }
+  // Member r's cursor: its stream, or its lane `lane` (Ctx::on_lane).
+  Time& cursor(int r, int lane) {
+    return lane < 0 ? clocks_[size_t(r)].now : lanes_[size_t(r * lane_channels_ + lane)];
+  }
+
   // Device::isend: depart = max(stream, egress free); egress held for w.
-  Posted send(int from, int to, size_t count) {
+  Posted send(int from, int to, size_t count, int lane = -1) {
     Link l = links_.link(members_[static_cast<size_t>(from)], members_[static_cast<size_t>(to)]);
     if (links_.shares_intra()) {
       // Ctx::send's cap: this step's share of the PCIe tree's shared links.
@@ -83,7 +105,7 @@ class Replay {
     }
     Clock& c = clocks_[static_cast<size_t>(from)];
     const int port = static_cast<int>(l.port);
-    Posted m{true, std::max(c.now, c.egress[port]), l.wire_time(count * esize_, engine_),
+    Posted m{true, std::max(cursor(from, lane), c.egress[port]), l.wire_time(count * esize_, engine_),
              l.latency_of(engine_), port};
     c.egress[port] = m.depart + m.wire;
     c.last_send = std::max(c.last_send, c.egress[port]);
@@ -98,16 +120,17 @@ class Replay {
     return m;
   }
   // Device::recv: arrival = max(depart + a, ingress free) + w; the stream waits.
-  void recv(int at, const Posted& m) {
+  void recv(int at, const Posted& m, int lane = -1) {
     Clock& c = clocks_[static_cast<size_t>(at)];
+    Time& now = cursor(at, lane);
     const Time arrival = std::max(m.depart + m.latency, c.ingress[m.port]) + m.wire;
     c.ingress[m.port] = arrival;
     if (at == me_ && marks_)
-      marks_->push_back({false, members_[static_cast<size_t>(m.from)], c.now, arrival, m.bytes});
+      marks_->push_back({false, members_[static_cast<size_t>(m.from)], now, arrival, m.bytes});
     if (watched_ && watch_[static_cast<size_t>(at)])
-      watched_->push_back({false, members_[static_cast<size_t>(m.from)], c.now, arrival, m.bytes,
+      watched_->push_back({false, members_[static_cast<size_t>(m.from)], now, arrival, m.bytes,
                            members_[static_cast<size_t>(at)]});
-    c.now = std::max(c.now, arrival);
+    now = std::max(now, arrival);
   }
   // Ctx::finish: the stream also covers the last send; the latest member's end.
   Time makespan() const {
@@ -124,6 +147,8 @@ class Replay {
   uint64_t esize_;
   Engine engine_;  // the protocol's (proto_engine)
   std::vector<Clock> clocks_;
+  std::vector<Time> lanes_;  // n x lane_channels_: member r's lane ch at r * lane_channels_ + ch
+  int lane_channels_ = 0;    // 0: no lanes open
   int me_ = -1;
   std::vector<ReplayMark>* marks_ = nullptr;
   std::span<const char> watch_;
@@ -156,16 +181,19 @@ void ring(Replay& R, size_t count, int) {
 
 // ring.cc channel_ring_reduce_scatter / channel_ring_all_gather: at each of
 // the n-1 steps every member sends on channels 0..C-1 to its successor on
-// that channel, then receives on channels 0..C-1 from its predecessor.
+// that channel, then receives on channels 0..C-1 from its predecessor, each
+// on its channel's lane (the lanes stay open until replay's end, as the
+// Ctx's until finish).
 void channel_ring(Replay& R, const RingPlan& plan, size_t count) {
   const int n = R.n(), C = plan.channels;
   const size_t charged = (slice(count, n) + size_t(C) - 1) / size_t(C);
+  R.open_lanes(C);
   std::vector<Posted> out(static_cast<size_t>(n * C));
   for (int k = 0; k < n - 1; ++k) {
     for (int r = 0; r < n; ++r)
-      for (int c = 0; c < C; ++c) out[static_cast<size_t>(r * C + c)] = R.send(r, plan.next(c, r, n), charged);
+      for (int c = 0; c < C; ++c) out[static_cast<size_t>(r * C + c)] = R.send(r, plan.next(c, r, n), charged, c);
     for (int r = 0; r < n; ++r)
-      for (int c = 0; c < C; ++c) R.recv(r, out[static_cast<size_t>(plan.prev(c, r, n) * C + c)]);
+      for (int c = 0; c < C; ++c) R.recv(r, out[static_cast<size_t>(plan.prev(c, r, n) * C + c)], c);
   }
 }
 
@@ -291,7 +319,7 @@ void bruck(Replay& R, size_t block) {
   }
 }
 
-void replay(Replay& R, const RingPlan& plan, const CollShape& s, Algo algo) {
+void replay_body(Replay& R, const RingPlan& plan, const CollShape& s, Algo algo) {
   const int n = R.n();
   const size_t count = s.count;
   auto rings = [&](int phase) { return plan.single() ? ring(R, count, phase) : channel_ring(R, plan, count); };
@@ -338,6 +366,11 @@ void replay(Replay& R, const RingPlan& plan, const CollShape& s, Algo algo) {
       return;
     }
   }
+}
+
+void replay(Replay& R, const RingPlan& plan, const CollShape& s, Algo algo) {
+  replay_body(R, plan, s, algo);
+  R.close_lanes();
 }
 
 }  // namespace

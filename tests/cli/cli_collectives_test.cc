@@ -96,14 +96,17 @@ TEST(CliCollectives, TwoNodesRunChannelsOverEveryRail) {
   EXPECT_GT(bw4nic, 0.75 * 4 * ib);
   // The table shows the protocol (column "proto"), the channels (column
   // "ch") and the NICs per node. At 1 GiB Simple (rails_test.cc derives it);
-  // at 64 MiB LL128: 30 steps of two 256 KiB pieces on a GPU's NIC (264832 B
-  // on the wire): LL128 14 + 30 (4.0 + 2 x 11.514 us) = 824.9 us against
-  // Simple's 12.4 + 30 (9.6 + 2 x 10.593 us) = 936.0 us.
+  // at 64 MiB Simple too: 30 steps of two 256 KiB pieces (264832 B on the
+  // wire) back to back on a GPU's NIC, then one IB hop (the channels' lanes,
+  // rails_test.cc closed_form): Simple 12.4 + 60 x 10.593 + 9.6 = 657.6 us
+  // against LL128's 14 + 60 x 11.514 + 4.0 = 708.9 us. (Before the lanes,
+  // every step waited for an IB hop, where LL128's 4 us beat Simple's 9.6.)
   const auto table = run_cli("collectives --op all_reduce --ranks 16 --min-bytes 1GiB --max-bytes 1GiB");
   ASSERT_EQ(table.code, 0) << table.err;
   EXPECT_NE(table.out.find("8 NICs per node"), std::string::npos) << table.out;
   EXPECT_NE(table.out.find("   ring Simple   16 "), std::string::npos) << table.out;
-  EXPECT_EQ(two["rows"][0]["protocol"], "LL128");
+  EXPECT_EQ(two["rows"][0]["protocol"], "Simple");
+  EXPECT_NEAR(double(two["rows"][0]["time_us"]), 657.5968, 1e-4);
 }
 
 // --check's verdict can fail: 100 in rank 0's first result is an error of

@@ -177,5 +177,91 @@ TEST(ProtocolTest, SmallMessageLatencyNearPublicFigures) {
   EXPECT_LE(std::abs(err), 0.25);
 }
 
+// README "Small-message latency": all_reduce of 8 B to 64 KiB on one DGX
+// A100 node (8 GPUs) and on two (16), auto's choice. Below 32 KiB on one
+// node and 8 KiB on two, auto runs direct LL: every member posts its buffer
+// to the n-1 others at once, so the time is the start L (4 us launch + LL's
+// 3.6 us) plus the slowest port's queue: on one node the NVLink egress and
+// ingress each carry n-1 = 7 messages, L + a_NV + 7 w_NV(S) exactly (LL's
+// hops: 0.47 us NVLink, 2.7 us network; w at LL's quarter of the rate, its
+// 8-byte flag per 8 bytes of data, the link's packet headers). On two
+// nodes each NIC sends and receives 8 messages, but a member takes its
+// receives in group order (r-1, r-2, ...), not in arrival order, so the
+// time lies between the NIC's 8 messages and all 15 in a row:
+// L + a_IB + 8 w_IB(S) <= T <= L + a_IB + 15 w_IB(S); the tuner's replay
+// gives it exactly.
+TEST(ProtocolTest, SmallMessageLatencyTableIsDirectLLByHand) {
+  const HardwareProfile one = nccl_a100();
+  HardwareProfile two = nccl_a100();
+  two.nodes = 2;
+  const ProfileLinkModel links(two);
+  const Link nv = links.link(0, 1), ib = links.link(0, 8);
+  const Engine ll = proto_engine(Proto::kLL);
+  const Time L = collective_start(one, 8, Proto::kLL);
+  EXPECT_EQ(L, 7'600'000);
+  fmt::print("| size | 1 node (8 GPUs) | time (us) | 2 nodes (16 GPUs) | time (us) |\n");
+  for (size_t bytes = 8; bytes <= 64 * 1024; bytes *= 2) {
+    const size_t count = bytes / 4;
+    const Time t1 = run_all_reduce(one, 8, count, Algo::kAuto, Proto::kAuto);
+    const Time t2 = run_all_reduce(two, 16, count, Algo::kAuto, Proto::kAuto);
+    const CollShape shape{OpKind::kAllReduce, count, 4, 0};
+    const Choice c1 = select(one, std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}, shape);
+    std::vector<int> sixteen(16);
+    std::iota(sixteen.begin(), sixteen.end(), 0);
+    const Choice c2 = select(two, sixteen, shape);
+    fmt::print("| {} B | {}, {} | {:.2f} | {}, {} | {:.2f} |\n", bytes, algo_name(c1.algo), proto_name(c1.proto),
+               to_us(t1), algo_name(c2.algo), proto_name(c2.proto), to_us(t2));
+    EXPECT_EQ(t1, c1.time) << bytes;
+    EXPECT_EQ(t2, c2.time) << bytes;
+    if (bytes < 32 * 1024) {
+      EXPECT_EQ(c1.algo, Algo::kDirect) << bytes;
+      EXPECT_EQ(c1.proto, Proto::kLL) << bytes;
+      EXPECT_EQ(t1, L + nv.latency_of(ll) + 7 * nv.wire_time(bytes, ll)) << bytes << " B on one node";
+    }
+    if (bytes < 8 * 1024) {
+      EXPECT_EQ(c2.algo, Algo::kDirect) << bytes;
+      EXPECT_EQ(c2.proto, Proto::kLL) << bytes;
+      EXPECT_GE(t2, L + ib.latency_of(ll) + 8 * ib.wire_time(bytes, ll)) << bytes << " B on two nodes";
+      EXPECT_LE(t2, L + ib.latency_of(ll) + 15 * ib.wire_time(bytes, ll)) << bytes << " B on two nodes";
+    }
+  }
+}
+
+// nccl-tests#150: all_reduce_perf on 2 nodes of A100 80GB, one GPU each, HDR
+// InfiniBand: 8 B 19.90 us, 16 B 20.67, 32 B 19.16, 64 B 19.36 (out of
+// place). The model (direct LL, one message each way): L + a_IB + w_IB(S) =
+// 7.6 + 2.7 us + a few ns, about 10.3 us: half the measured time. NCCL's
+// tuning-model latencies (what the profile takes) price the algorithms
+// against each other; the measured time also holds the network proxy's
+// work (a CPU thread posts every network send and polls its completion)
+// and the host's loop between nccl-tests' launches, neither modeled.
+// Recorded here, not hidden (README "Small-message latency").
+TEST(ProtocolTest, TwoNodesOneGpuEachSmallMessagesAgainstNcclTests150) {
+  HardwareProfile p = nccl_a100();
+  p.nodes = 2;
+  const Link ib = ProfileLinkModel(p).link(0, 8);
+  const Engine ll = proto_engine(Proto::kLL);
+  const struct {
+    size_t bytes;
+    double measured_us;
+  } rows[] = {{8, 19.90}, {16, 20.67}, {32, 19.16}, {64, 19.36}};
+  for (const auto& r : rows) {
+    ClusterOptions opts;
+    opts.world_size = 16;
+    Cluster cluster(p, opts);
+    const RunResult res = cluster.run([&](Device& dev) {
+      if (dev.rank() % 8 != 0) return;
+      const ProcessGroup g(std::vector<int>{0, 8}, dev.rank());
+      all_reduce(dev, g, Buffer::phantom(r.bytes / 4), ReduceOp::kSum, {});
+    });
+    const Time t = res.makespan();
+    EXPECT_EQ(t, 7'600'000 + ib.latency_of(ll) + ib.wire_time(r.bytes, ll)) << r.bytes;
+    const double err = to_us(t) / r.measured_us - 1;
+    fmt::print("all_reduce {} B, 2 nodes x 1 A100: model {:.2f} us, nccl-tests#150 {:.2f} us ({:+.0f}%)\n", r.bytes,
+               to_us(t), r.measured_us, err * 100);
+    EXPECT_LT(to_us(t), r.measured_us);  // what is left out only adds time
+  }
+}
+
 }  // namespace
 }  // namespace shardlab::collectives::testing

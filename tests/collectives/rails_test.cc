@@ -4,6 +4,8 @@
 #include <map>
 #include <random>
 #include <set>
+#include <string>
+#include <tuple>
 
 #include "collectives/tuner.h"
 #include "runtime/link_model.h"
@@ -121,13 +123,20 @@ Time all_reduce_time(const HardwareProfile& p, int n, size_t count) {
 constexpr size_t kGiBCount = (size_t{1} << 30) / 4;
 
 // The closed form of the channel ring (tuner.h RingPlan) when the
-// node-crossing hops are the bottleneck: each of the 2(n-1) steps lasts the
-// protocol's IB hop latency plus C/k messages of ceil(ceil(count/n)/C)
-// elements leaving one GPU's NIC back to back (the NVLink messages of the
-// other channels finish within it), after the collective's start L (the
-// launch and the protocol's base latency):
-//   T = L + 2(n-1) * (a_IB + (C/k) * w_IB(ceil(ceil(count/n)/C) * 4 B)),
+// node-crossing hops are the bottleneck. Every channel steps on its own
+// lane (Ctx::open_lanes), so a GPU's NIC never waits for the other
+// channels' hops: the piece a GPU sends across at step k+1 came to it over
+// NVLink at step k (it leaves its node on that channel, so its predecessor
+// there is on its node), and one NVLink hop (Simple: 3.4 us + w_NV of a
+// piece at 300 GB/s) is shorter than the C/k pieces its NIC sends a step.
+// So each NIC sends its 2(n-1) x C/k messages of ceil(ceil(count/n)/C)
+// elements back to back from the collective's start L (the launch and the
+// protocol's base latency), and the op ends when the last of them lands,
+// one IB hop latency later:
+//   T = L + 2(n-1) * (C/k) * w_IB(ceil(ceil(count/n)/C) * 4 B) + a_IB,
 // w_IB at the protocol's share of the GPU's share of its NIC (link_model.h).
+// (Before the lanes, every step of every channel waited for the slowest
+// channel's IB hop: T was L + 2(n-1) * (a_IB + (C/k) * w_IB).)
 Time closed_form(const HardwareProfile& p, int n, size_t count, Proto proto) {
   const RingPlan plan = ring_plan(p, first_ranks(n));
   const Link ib = ProfileLinkModel(p).link(0, p.devices_per_node);
@@ -135,8 +144,8 @@ Time closed_form(const HardwareProfile& p, int n, size_t count, Proto proto) {
   const size_t piece = (slice + size_t(plan.channels) - 1) / size_t(plan.channels);
   const int per_gpu = plan.channels / p.devices_per_node;
   const Engine e = proto_engine(proto);
-  return collective_start(p, n, proto) +
-         Time(2 * (n - 1)) * (ib.latency_of(e) + Time(per_gpu) * ib.wire_time(piece * 4, e));
+  return collective_start(p, n, proto) + Time(2 * (n - 1)) * Time(per_gpu) * ib.wire_time(piece * 4, e) +
+         ib.latency_of(e);
 }
 
 TEST(RailsTest, OneGibAllReduceTakesTheClosedFormExactly) {
@@ -146,20 +155,22 @@ TEST(RailsTest, OneGibAllReduceTakesTheClosedFormExactly) {
     Time want_ps;
   };
   // NCCL's Simple protocol at 1 GiB (auto's choice: LL128's 0.92 of the
-  // rate costs more than its 5.6 us less latency per step): L = 4 us launch +
-  // 8.4 us base, a_IB = 9.6 us; w_IB(x) = (x + ceil(x/4096) * 42 B) / rate.
+  // rate costs more than its 5.6 us less latency): L = 4 us launch + 8.4 us
+  // base, a_IB = 9.6 us; w_IB(x) = (x + ceil(x/4096) * 42 B) / rate.
   // DGX A100 (16 channels, 2 per GPU, 25 GB/s NICs): piece = 1 GiB / n / 16.
   //   2 nodes: 4 MiB pieces, 4237312 B on the wire, 169.49248 us:
-  //     12.4 + 30 * (9.6 + 2 * 169.49248) = 10469.9488 us
-  //   4 nodes: 2 MiB, 2118656 B, 84.74624 us: 12.4 + 62 * (9.6 + 2 * 84.74624) = 11116.13376 us
-  //   8 nodes: 1 MiB, 1059328 B, 42.37312 us: 12.4 + 126 * (9.6 + 2 * 42.37312) = 11900.02624 us
+  //     12.4 + 30 * 2 * 169.49248 + 9.6 = 10191.5488 us
+  //   4 nodes: 2 MiB, 2118656 B, 84.74624 us: 12.4 + 62 * 2 * 84.74624 + 9.6 = 10530.53376 us
+  //   8 nodes: 1 MiB, 1059328 B, 42.37312 us: 12.4 + 126 * 2 * 42.37312 + 9.6 = 10700.02624 us
   // 4-NIC nodes (8 channels, 1 per GPU, 12.5 GB/s each): piece = 1 GiB / n / 8.
-  //   2 nodes: 8 MiB, 8474624 B, 677.96992 us: 12.4 + 30 * (9.6 + 677.96992) = 20639.4976 us
-  //   4 nodes: 4 MiB, 4237312 B, 338.98496 us: 12.4 + 62 * (9.6 + 338.98496) = 21624.66752 us
-  //   8 nodes: 2 MiB, 2118656 B, 169.49248 us: 12.4 + 126 * (9.6 + 169.49248) = 22578.05248 us
-  for (const Case& c : {Case{"a100-nvlink", 2, 10'469'948'800}, Case{"a100-nvlink", 4, 11'116'133'760},
-                        Case{"a100-nvlink", 8, 11'900'026'240}, Case{"a100-nvlink-4nic", 2, 20'639'497'600},
-                        Case{"a100-nvlink-4nic", 4, 21'624'667'520}, Case{"a100-nvlink-4nic", 8, 22'578'052'480}}) {
+  //   2 nodes: 8 MiB, 8474624 B, 677.96992 us: 12.4 + 30 * 677.96992 + 9.6 = 20361.0976 us
+  //   4 nodes: 4 MiB, 4237312 B, 338.98496 us: 12.4 + 62 * 338.98496 + 9.6 = 21039.06752 us
+  //   8 nodes: 2 MiB, 2118656 B, 169.49248 us: 12.4 + 126 * 169.49248 + 9.6 = 21378.05248 us
+  // The NICs' wire time grows with n only as 2(n-1)/n: busbw stays flat with
+  // the node count (197.56 GB/s on 2, 4 and 8 DGX A100 nodes), as NCCL's does.
+  for (const Case& c : {Case{"a100-nvlink", 2, 10'191'548'800}, Case{"a100-nvlink", 4, 10'530'533'760},
+                        Case{"a100-nvlink", 8, 10'700'026'240}, Case{"a100-nvlink-4nic", 2, 20'361'097'600},
+                        Case{"a100-nvlink-4nic", 4, 21'039'067'520}, Case{"a100-nvlink-4nic", 8, 21'378'052'480}}) {
     const HardwareProfile p = nodes_of(c.profile, c.nodes);
     const int n = 8 * c.nodes;
     const Time t = all_reduce_time(p, n, kGiBCount);
@@ -176,26 +187,24 @@ TEST(RailsTest, OneGibAllReduceTakesTheClosedFormExactly) {
 // sizes included, so not comparable with one size). By hand: n = 24, 8
 // channels (2 x 4 rails), one per GPU; slice ceil(33554432/24) = 1398102,
 // piece ceil(1398102/8) = 174763 floats = 699052 B, + 171 x 42 B of IB
-// headers = 706234 B at the GPU's half of its NIC (12.5 GB/s).
-//   Simple: 12.4 us + 46 x (9.6 us + 706234 B / 12.5 GB/s = 56,498,720 ps) = 3,052,941,120 ps
-//   LL128:  14 us + 46 x (4.0 us + ceil(706234e12 / 11.5e9) = 61,411,653 ps) = 3,022,936,038 ps
-// auto takes LL128: busbw 85.10 GB/s, 11.4% under the ~96 peak. The 46 IB
-// hop latencies are 6% of T: every step of every channel waits for the
-// slowest hop, as the channels step together here, while NCCL's tuning
-// model (and its pipelined channels) charge the network latency only on the
-// 2(nNodes-1) node-crossing steps of a chunk's way round the ring. Recorded
-// here, not hidden: the 10% comparison of this shape is not met (README).
+// headers = 706234 B at the GPU's half of its NIC (12.5 GB/s), 46 of them
+// back to back on every GPU's NIC (closed_form above):
+//   Simple: 12.4 us + 46 x 56,498,720 ps + 9.6 us = 2,620,941,120 ps
+//   LL128:  14 us + 46 x ceil(706234e12 / 11.5e9) = 61,411,653 ps + 4.0 us = 2,842,936,038 ps
+// auto takes Simple: busbw 98.15 GB/s, 2.2% over the ~96 peak. (Before the
+// channels had lanes of their own, every step waited for an IB hop: LL128,
+// 85.10 GB/s, 11.4% under.)
 TEST(RailsTest, FourNicNodesAtNcclTests119sShape) {
   const HardwareProfile p = nodes_of("a100-nvlink-4nic", 3);
   const size_t count = (size_t{128} << 20) / 4;
   const Time t = all_reduce_time(p, 24, count);
-  EXPECT_EQ(t, 3'022'936'038);
-  EXPECT_EQ(t, closed_form(p, 24, count, Proto::kLL128));
-  EXPECT_EQ(closed_form(p, 24, count, Proto::kSimple), 3'052'941'120);
+  EXPECT_EQ(t, 2'620'941'120);
+  EXPECT_EQ(t, closed_form(p, 24, count, Proto::kSimple));
+  EXPECT_EQ(closed_form(p, 24, count, Proto::kLL128), 2'842'936'038);
   const double bw = busbw(p, 24, t, count * 4);
   fmt::print("a100-nvlink-4nic x3, 128 MiB: model {:.2f} GB/s busbw, nccl-tests#119 peak ~96 ({:+.1f}%)\n", bw,
              (bw / 96.0 - 1) * 100);
-  EXPECT_LT(bw, 96.0);
+  EXPECT_NEAR(bw, 96.0, 0.10 * 96.0);
 }
 
 // nccl-tests all_reduce_perf busbw at 1 GiB, the public figures (README
@@ -227,14 +236,39 @@ TEST(RailsTest, OneGibBusBandwidthIsWithinTenPercentOfPublicFigures) {
   }
 }
 
+TEST(RailsTest, BusBandwidthDoesNotFallWithTheNodeCount) {
+  // closed_form: busbw = S * 2(n-1)/n / (L + 2(n-1)(C/k) w_IB(S/(nC)) + a_IB)
+  // ~ S / (n (C/k) w_IB(S/(nC))), and n * w_IB(S/(nC)) does not depend on n
+  // (S/(nC) stays a multiple of the 4096 B packet here): from 2 to 8 nodes
+  // busbw changes only by the start and the last hop, L + a_IB = 22 us of
+  // ~10.2 ms on DGX A100 and ~5.1 ms on DGX H100: under 0.1%. Stepping
+  // together, 8 DGX A100 nodes gave 7.6% less than 2.
+  for (const char* name : {"a100-nvlink", "h100-nvlink"}) {
+    const double two = busbw(nodes_of(name, 2), 16, all_reduce_time(nodes_of(name, 2), 16, kGiBCount), kGiBCount * 4);
+    const double eight = busbw(nodes_of(name, 8), 64, all_reduce_time(nodes_of(name, 8), 64, kGiBCount), kGiBCount * 4);
+    fmt::print("{}: 1 GiB busbw {:.2f} GB/s on 2 nodes, {:.2f} on 8 (max difference {:.3f}%)\n", name, two, eight,
+               (two - eight) / two * 100);
+    EXPECT_NEAR(eight, two, 1e-3 * two) << name;
+  }
+}
+
 TEST(RailsTest, FoldedMembersReplayTheChannelsExactly) {
   // Node 1's GPUs folded onto node 0's (representative r % 8): every
   // collective on the 16-rank group goes through run_folded, which replays
-  // the channels; the times equal the unfolded run's, rank by rank.
+  // the channels; the times equal the unfolded run's, rank by rank, and so
+  // do the comm streams' busy time (the unfolded run merges its channel
+  // lanes' spans into the stream, Ctx::finish; the folded one marks the
+  // replayed spans) and, traced, the transfers each running rank records.
   const HardwareProfile p = nodes_of("a100-nvlink-4nic", 2);
-  auto run = [&](bool fold) {
+  struct Out {
+    std::vector<Time> ends, busy;
+    std::vector<std::vector<std::tuple<std::string, Time, Time, uint64_t, int>>> events;
+    bool operator==(const Out&) const = default;
+  };
+  auto run = [&](bool fold, bool trace) {
     ClusterOptions opts;
     opts.world_size = 16;
+    opts.trace = trace;
     if (fold)
       for (int r = 0; r < 16; ++r) opts.representative.push_back(r % 8);
     Cluster cluster(p, opts);
@@ -247,12 +281,26 @@ TEST(RailsTest, FoldedMembersReplayTheChannelsExactly) {
       all_gather(dev, g, Buffer::phantom(count / 16), Buffer::phantom(count), ring);
       all_reduce(dev, g, Buffer::phantom(12345), ReduceOp::kSum, ring);
     });
-    std::vector<Time> ends;
-    for (const auto& d : r.devices) ends.push_back(d.end());
-    return ends;
+    Out out;
+    for (int rank = 0; rank < 8; ++rank) {  // the ranks that run in both
+      out.ends.push_back(r.devices[size_t(rank)].end());
+      out.busy.push_back(r.devices[size_t(rank)].comm_busy);
+    }
+    for (const auto& t : r.traces) {
+      if (t.rank >= 8) continue;
+      auto& ev = out.events.emplace_back();
+      for (const TraceEvent& e : t.events) ev.emplace_back(e.name, e.start, e.end, e.bytes, e.peer);
+    }
+    return out;
   };
-  const std::vector<Time> folded = run(true), unfolded = run(false);
-  EXPECT_EQ(folded, unfolded);
+  const Out unfolded = run(false, false);
+  EXPECT_EQ(run(true, false), unfolded);
+  const Out traced = run(false, true);
+  EXPECT_EQ(run(true, true), traced);
+  EXPECT_EQ(traced.ends, unfolded.ends);  // tracing changes no time
+  EXPECT_EQ(traced.busy, unfolded.busy);
+  ASSERT_EQ(traced.events.size(), 8u);
+  for (const auto& ev : traced.events) EXPECT_GT(ev.size(), 100u);  // 4 calls x 2 x 30 steps x 2 channels
 }
 
 TEST(RailsTest, ChannelsLeaveSumsOfIntegersBitForBitAsOneRing) {
