@@ -323,7 +323,7 @@ RunResult run_folded(Cluster& cluster, const ParallelPlan& plan, engine::FoldPla
       cluster.set_representatives({});
       if (!e.folding() || fold.representative.empty()) throw;
       spdlog::info("folding: {}; running again with less folding", e.what());
-      fold = engine::weaker(fold, plan.fold.mesh);
+      fold = engine::weaker(fold, plan.fold.mesh, cluster.profile());
     }
   }
 }

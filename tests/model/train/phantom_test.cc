@@ -205,6 +205,13 @@ std::vector<Config> fold_configs() {
         c.options.parallel.zero = 1;
         c.precision = Precision::kBf16;
       }),
+      // Groups over several nodes with several members on each (fold.h):
+      // dp 8 x tp 2 puts devices 0, 2, 4, 6 of two nodes in each dp group.
+      make("tp2_dp8_zero1_two_nodes", 2, 1, 8, 1, [](Config& c) {
+        c.options.parallel.zero = 1;
+        c.options.model.batch_size = 16;
+        c.nodes = 2;
+      }),
       make("dp8_moe", 1, 1, 8, 1, [](Config& c) {
         c.options.model.n_expert = 4;
         c.options.model.aux_coef = 0.01;
