@@ -52,7 +52,13 @@ void TpMoeActs::resize(const ShardDims& d, const model::GPTConfig& config) {
   ep.send_elems.assign(size_t(d.ep), 0);
   ep.recv_elems.assign(size_t(d.ep), 0);
   ep.offsets.assign(El + 1, 0);
-  ep.perm.assign(Rx, 0);
+  // The expert-major order moves rows (permute_rows' math only): a phantom
+  // run keeps none (at ep 64 and top-8 of 256 experts, Rx = 64·N·4 rows:
+  // 8 MiB per layer and micro-batch in flight at N = 4096).
+  if (model::phantom_allocation())
+    ep.perm.clear();
+  else
+    ep.perm.assign(Rx, 0);
   ep.xl.assign(Rx * C, 0);
   ep.row_elems = C + fc_width(config, Fl) + Fl;
 }
