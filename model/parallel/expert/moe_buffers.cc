@@ -32,9 +32,11 @@ void TpMoeActs::resize(const ShardDims& d, const model::GPTConfig& config) {
   const int64_t Fsl = shared_fl(d, config);
   const int E = config.n_expert, K = config.top_k, El = E / d.ep;
   for (auto* v : {&logits, &probs}) v->assign(N * E, 0);
-  for (auto* v : {&expert, &slot}) v->assign(N * K, 0);
+  // A phantom run routes into one scratch per thread (moe.cc: routing_of).
+  const int64_t NK = model::phantom_allocation() ? 0 : N * K;
+  for (auto* v : {&expert, &slot}) v->assign(NK, 0);
   gates.assign(N * K, 0);
-  src.assign(N * K, 0);
+  src.assign(NK, 0);
   frac.assign_real(E, 0);  // real in phantom runs too: it goes through collectives
   for (auto* v : {&counts, &earlier}) v->assign(E, 0);
   offsets.assign(E + 1, 0);
