@@ -140,6 +140,10 @@ int run_verify(VerifyFlags& f) {
   sharded.keep_step0_grads = f.grads;
   train::TrainOptions reference = sharded;
   reference.parallel = {};
+  // The hand-written unsharded model (model/gpt.h) as the reference: its
+  // numbers are the fused kernel's (only the charged time differs), and
+  // the fused kernel would run the sharded model (runs_sharded).
+  reference.parallel.attention = parallel::AttentionKernel::kUnfused;
   reference.corrupt_shard.clear();
   train::NoiseFloor floor;
   train::TrainOptions resplit = reference;  // the noise floor's run

@@ -20,7 +20,15 @@
 //   nothing is folded under context parallelism (the cp ranks' rings are
 //     not replayed for folded members);
 //   a dimension is folded only when its groups' links are uniform: all
-//     members in one node, or each member on a node of its own.
+//     members in one node, each member on a node of its own, or the same
+//     local GPUs on each of several nodes (a dp group of 16 nodes x 8 GPUs:
+//     every member has 7 peers on NVLink and the same rail to the others);
+//     with expert parallelism the ep and edp groups too. Over several nodes
+//     all dp ranks fold onto one first; if a collective then turns out
+//     asymmetric (members at other local places send over other links
+//     first), each folds onto the member at its own local place on its
+//     group's first node (FoldPlan::by_place): the two differ by whole
+//     nodes only (the replay still checks every collective);
 //
 // The replay checks symmetry at every folded collective (every folded
 // member must end exactly where its representative ends) and fails
@@ -38,6 +46,12 @@ namespace shardlab::engine {
 
 struct FoldPlan {
   bool dp = false, tp = false;
+  // dp groups span several nodes with several members on each: a full dp
+  // fold may meet members whose collectives end apart (their first sends
+  // go over other links), so weaker() then folds dp by place: each member
+  // is played by the member at its local place on its group's first node.
+  bool spans_nodes = false;
+  bool by_place = false;
   std::vector<int> representative;  // (world) empty: nothing folded
   int running() const;              // ranks with a thread
   std::string describe() const;     // "dp 24 and tp 8 folded: 8 of 1536 devices run"
@@ -60,7 +74,8 @@ struct FoldInput {
 FoldPlan fold_plan(const FoldInput& input, const HardwareProfile& profile);
 
 // The next plan to try when `plan` met an asymmetric collective
-// (FoldingError): without dp folding, then without any.
-FoldPlan weaker(const FoldPlan& plan, const collectives::MeshShape& mesh);
+// (FoldingError): dp by place (when its groups span nodes), without dp
+// folding, then without any.
+FoldPlan weaker(const FoldPlan& plan, const collectives::MeshShape& mesh, const HardwareProfile& profile);
 
 }  // namespace shardlab::engine

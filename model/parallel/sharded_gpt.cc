@@ -60,7 +60,12 @@ ShardedGPT::ShardedGPT(const model::GPTConfig& config, uint64_t seed, Device& de
       recompute_(options.recompute),
       cp_(options.cp),
       cp_rank_(options.cp_rank),
-      layout_(config_, groups.tp->size(), groups.tp->rank(), rank_filter(config_, place_, groups.ep ? groups.ep->size() : 1, groups.ep ? groups.ep->rank() : 0)) {
+      layout_(options.table ? ShardLayout(*options.table, config_, groups.tp->size(), groups.tp->rank(),
+                                          rank_filter(config_, place_, groups.ep ? groups.ep->size() : 1,
+                                                      groups.ep ? groups.ep->rank() : 0))
+                            : ShardLayout(config_, groups.tp->size(), groups.tp->rank(),
+                                          rank_filter(config_, place_, groups.ep ? groups.ep->size() : 1,
+                                                      groups.ep ? groups.ep->rank() : 0))) {
   ctx_.tp.dev = ctx_.moe.dev = &dev;
   ctx_.tp.group = ctx_.moe.tp = &tp_group_;
   ctx_.tp.sp = options.sequence_parallel;
@@ -86,7 +91,12 @@ ShardedGPT::ShardedGPT(const model::GPTConfig& config, uint64_t seed, Device& de
   v0_ = int64_t{tp_group_.rank()} * Vl_;
   params_.assign(layout_.numel(), 0.0f);
   grads_.assign(layout_.numel(), 0.0f);
-  if (!params_.phantom()) layout_.init(model::ParamTable(config_), seed, params_.data());
+  if (!params_.phantom()) {
+    if (options.table)
+      layout_.init(*options.table, seed, params_.data());
+    else
+      layout_.init(model::ParamTable(config_), seed, params_.data());
+  }
   SHARDLAB_CHECK(!ctx_.dropout || params_.phantom(),
                  "dropout is modeled in time only: phantom runs (`phantom`)");
   w_ = layout_.view(params_.data());

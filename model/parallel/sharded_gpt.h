@@ -78,6 +78,10 @@ struct ShardedOptions {
   bool flash = false;  // `attention` is FusedAttention (ShardDims::flash)
   BlockHooks* hooks = nullptr;
   double phantom_zipf = 0;  // phantom runs: MoE routing skew (ExpertContext::phantom_zipf)
+  // The config's parameter table, built once by a caller that builds many
+  // ranks (train(): a DeepSeek-V3 table holds some 46,000 tensors, ~10 MB a
+  // thread would build and drop); null: the layout builds its own.
+  const model::ParamTable* table = nullptr;
 };
 
 // Which tensors a rank holds: its chunks' blocks, the embeddings on the first

@@ -93,6 +93,7 @@ void DeviceSetup::make_model(const DeviceProgram& p, Device& dev) {
   so.scatter_gather = par.scatter_gather;
   so.recompute = par.recompute;
   so.phantom_zipf = o.phantom_zipf;
+  so.table = &p.table;
   so.placement = p.plan.placement(coords.pp);
   if (par.cp > 1) {
     cp_attention = std::make_unique<parallel::CpAttention>(

@@ -114,12 +114,18 @@ void validate_parallel(const TrainOptions& o) {
   }
 }
 
-bool runs_sharded(const TrainOptions& o) {
+bool runs_sharded(const TrainOptions& o, Precision precision) {
   const ParallelOptions& p = o.parallel;
   const bool global_routing = routes_globally(o);
   const bool split_backward = !p.custom_schedule && parallel::splits_backward(p.schedule);  // B and W apart
+  // The unsharded reference (model/gpt.h) charges BF16 linears and the
+  // unfused attention kernels only: a run that charges FP8 GEMMs or the fused
+  // kernel runs the sharded model, at tp = 1 its kernels the reference's
+  // (FusedAttention's host math is LocalAttention's, the FP8 linears'
+  // math stays fp32).
+  const bool modern_kernels = precision == Precision::kFp8 || parallel::fused_attention(p.attention, o.model.is_llama());
   return p.pp > 1 || p.tp > 1 || p.cp > 1 || p.ep > 1 || global_routing || p.recompute != parallel::Recompute::kNone || p.zero == 3 ||
-         split_backward || o.phantom;  // the unsharded reference computes on real buffers
+         split_backward || modern_kernels || o.phantom;  // the unsharded reference computes on real buffers
 }
 
 parallel::Schedule step_schedule(const TrainOptions& o) {
@@ -129,11 +135,12 @@ parallel::Schedule step_schedule(const TrainOptions& o) {
 
 // Every check (TrainOptions::validate) runs before the mesh is built, so a
 // bad size is the error naming its field, not a failed mesh.
-ParallelPlan::ParallelPlan(const TrainOptions& o) : mesh((o.validate(), o.parallel.mesh_shape())) {
+ParallelPlan::ParallelPlan(const TrainOptions& o, Precision precision)
+    : mesh((o.validate(), o.parallel.mesh_shape())) {
   const ParallelOptions& p = o.parallel;
   world = mesh.size();
   global_routing = routes_globally(o);
-  sharded = runs_sharded(o);
+  sharded = runs_sharded(o, precision);
   schedule = step_schedule(o);
   folds = o.phantom && o.fold;
   pp_ = p.pp;

@@ -21,8 +21,9 @@ namespace shardlab::train {
 
 struct ParallelPlan {
   // Checks the layout (validate_parallel: ConfigError naming the flag) and
-  // derives the plan.
-  explicit ParallelPlan(const TrainOptions& options);
+  // derives the plan for a run at `precision` (the cluster's: FP8 runs the
+  // sharded model, runs_sharded).
+  explicit ParallelPlan(const TrainOptions& options, Precision precision = Precision::kFp32);
 
   collectives::DeviceMesh mesh;  // "tp-cp-ep-dp-pp" over ParallelOptions::mesh_shape()
   int world = 0;                 // devices: mesh.size(), dp × tp × cp × pp

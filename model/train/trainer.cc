@@ -323,7 +323,7 @@ RunResult run_folded(Cluster& cluster, const ParallelPlan& plan, engine::FoldPla
       cluster.set_representatives({});
       if (!e.folding() || fold.representative.empty()) throw;
       spdlog::info("folding: {}; running again with less folding", e.what());
-      fold = engine::weaker(fold, plan.fold.mesh);
+      fold = engine::weaker(fold, plan.fold.mesh, cluster.profile());
     }
   }
 }
@@ -332,7 +332,7 @@ RunResult run_folded(Cluster& cluster, const ParallelPlan& plan, engine::FoldPla
 
 TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& on_step,
                   const ProgressCallback& on_progress) {
-  const ParallelPlan plan(o);  // checks the options first (TrainOptions::validate)
+  const ParallelPlan plan(o, cluster.options().precision);  // checks the options first (TrainOptions::validate)
   if (cluster.world_size() != plan.world)
     throw ConfigError(fmt::format("`dp` x `tp` x `pp` x `cp` = {} devices but the cluster has {}", plan.world,
                                   cluster.world_size()));

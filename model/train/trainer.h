@@ -296,8 +296,9 @@ TrainResult train(Cluster& cluster, const TrainOptions& options, const StepCallb
 void validate_parallel(const TrainOptions& options);
 // Whether the run uses the sharded model (parallel::ShardedGPT) rather than
 // the unsharded reference: any of tp, pp, ep > 1, MoE routing over dp,
-// activation recomputation, or ZeRO-3 (its hooks are ShardedGPT's).
-bool runs_sharded(const TrainOptions& options);
+// activation recomputation, ZeRO-3 (its hooks are ShardedGPT's), or kernels
+// the reference does not charge (FP8 linears at `precision`, fused attention).
+bool runs_sharded(const TrainOptions& options, Precision precision = Precision::kFp32);
 // The action lists every pipeline rank runs (custom or built).
 parallel::Schedule step_schedule(const TrainOptions& options);
 

@@ -56,6 +56,7 @@ void plan_exchange(TpMoeActs& a, const ShardDims& d, int E, const ExpertContext&
     a.stats.received[le] = r;
   }
   x.R = x.offsets[El];
+  if (!c.ex.math()) return;  // the order moves rows only (moe_buffers.cc: no perm in a phantom run)
   int64_t row = 0;  // expert-major
   for (int le = 0; le < El; ++le) {
     int64_t peer_first = 0;  // first received row of peer i

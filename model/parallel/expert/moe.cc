@@ -61,18 +61,38 @@ float phantom_route(int32_t* expert, int32_t* slot, int64_t* filled, int64_t N, 
   }
   return 0.0f;
 }
+// Where a forward's routing lives: the layer's own buffers, or in a phantom
+// run one scratch per device thread (moe_buffers.cc). A phantom run's
+// routing is the same for every micro-batch (phantom_route: by position),
+// and after the forward only kernels' math reads it, which a phantom run
+// skips, so the micro-batches in flight need no copy each (at DeepSeek-V3's
+// N 4096 and top-8, 512 KiB per MoE layer and micro-batch).
+struct Routing {
+  int32_t* expert;
+  int32_t* slot;
+  int64_t* src;
+};
+
+Routing routing_of(TpMoeActs& a, int64_t NK, bool phantom) {
+  if (!phantom) return {a.expert.data(), a.slot.data(), a.src.data()};
+  thread_local std::vector<int32_t> expert, slot;
+  thread_local std::vector<int64_t> src;
+  if (expert.size() < size_t(NK)) expert.resize(size_t(NK)), slot.resize(size_t(NK)), src.resize(size_t(NK));
+  return {expert.data(), slot.data(), src.data()};
+}
+
 // The unsharded model routes the concatenation of the dp replicas' rows:
 // gather every replica's per-expert counts (exact in fp32 below 2^24) so that
 // f_i = (global count) / (N_global·K), computed as router_forward does, and
 // replica d keeps an assignment only if (earlier replicas' count + its local
 // slot) < ⌈F·N_global·K/E⌉. Slots arrive numbered locally (no capacity).
-void route_globally(TpMoeActs& a, int64_t N, const GPTConfig& config, const ExpertContext& c) {
+void route_globally(TpMoeActs& a, const Routing& r, int64_t N, const GPTConfig& config, const ExpertContext& c) {
   const Exec& ex = c.ex;
   const int E = config.n_expert, K = config.top_k;
   const coll::ProcessGroup& g = *c.capacity_group;
   const int dp = g.size(), me = g.rank();
   if (a.gathered.size() != size_t(dp) * E) a.gathered.assign_real(size_t(dp) * E, 0.0f);  // first step
-  model::moe_expert_counts(a.counts.data(), a.expert.data(), N, E, K);
+  model::moe_expert_counts(a.counts.data(), r.expert, N, E, K);
   float* mine = a.gathered.data() + static_cast<int64_t>(me) * E;
   for (int e = 0; e < E; ++e) mine[e] = static_cast<float>(a.counts[e]);
   coll::all_gather(*c.dev, g, coll::ConstBuffer(mine, size_t(E)),
@@ -93,7 +113,7 @@ void route_globally(TpMoeActs& a, int64_t N, const GPTConfig& config, const Expe
   if (ex.math()) a.aux = model::moe_aux_loss(a.frac.data(), a.probs.data(), N, E, config.router);
   if (config.capacity_factor > 0) {
     const int64_t cap = model::expert_capacity(N_global, E, K, config.capacity_factor);
-    a.stats.dropped = model::moe_apply_capacity(a.slot.data(), a.expert.data(), a.earlier.data(),
+    a.stats.dropped = model::moe_apply_capacity(r.slot, r.expert, a.earlier.data(),
                                                 cap, N, K);
   }
   ex.op("moe.capacity", OpCost{0, 2.0 * static_cast<double>(N * K) * ex.elem});
@@ -116,24 +136,25 @@ void tp_moe_route(TpMoeActs& a, const BlockView<float>& p, const float* inp, con
   model::linear_forward(ex, "moe.router.fwd", a.logits.data(), inp, p.router, N, C, E);
   const bool global = c.global_routing();
   const double local_capacity = global ? 0.0 : config.capacity_factor;
+  const Routing r = routing_of(a, N * K, !ex.math());
   if (ex.math()) {  // phantom_route is its stand-in (sink.h)
-    a.aux = model::router_forward(a.probs.data(), a.expert.data(), a.slot.data(), a.gates.data(),
+    a.aux = model::router_forward(a.probs.data(), r.expert, r.slot, a.gates.data(),
                                   a.frac.data(), a.logits.data(), p.router_bias, N, E,
                                   K, local_capacity, model::RouterSpec::of(config));
   } else {
-    a.aux = phantom_route(a.expert.data(), a.slot.data(), a.counts.data(), N, E, K, local_capacity,
+    a.aux = phantom_route(r.expert, r.slot, a.counts.data(), N, E, K, local_capacity,
                           c.phantom_zipf);
   }
   ex.op("moe.topk.fwd", model::router_forward_cost(N, E, K, ex.elem));
   a.stats.dropped = 0;
   if (global) {
-    route_globally(a, N, config, c);
+    route_globally(a, r, N, config, c);
   } else if (ex.sink && ex.sink->average_over_replicas(a.frac.data(), E) && ex.math()) {  // split kernel (sink.h)
     // Under data parallelism f_i must count the whole global batch (as in
     // model/layers.cc): every TP rank averages the same fractions over its dp group.
     a.aux = model::moe_aux_loss(a.frac.data(), a.probs.data(), N, E, config.router);
   }
-  a.M = model::moe_plan(a.src.data(), a.offsets.data(), a.expert.data(), a.slot.data(), N, E, K);
+  a.M = model::moe_plan(r.src, a.offsets.data(), r.expert, r.slot, N, E, K);
   if (!global) a.stats.dropped = N * K - a.M;
 }
 

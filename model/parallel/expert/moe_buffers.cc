@@ -32,9 +32,11 @@ void TpMoeActs::resize(const ShardDims& d, const model::GPTConfig& config) {
   const int64_t Fsl = shared_fl(d, config);
   const int E = config.n_expert, K = config.top_k, El = E / d.ep;
   for (auto* v : {&logits, &probs}) v->assign(N * E, 0);
-  for (auto* v : {&expert, &slot}) v->assign(N * K, 0);
+  // A phantom run routes into one scratch per thread (moe.cc: routing_of).
+  const int64_t NK = model::phantom_allocation() ? 0 : N * K;
+  for (auto* v : {&expert, &slot}) v->assign(NK, 0);
   gates.assign(N * K, 0);
-  src.assign(N * K, 0);
+  src.assign(NK, 0);
   frac.assign_real(E, 0);  // real in phantom runs too: it goes through collectives
   for (auto* v : {&counts, &earlier}) v->assign(E, 0);
   offsets.assign(E + 1, 0);
@@ -52,7 +54,13 @@ void TpMoeActs::resize(const ShardDims& d, const model::GPTConfig& config) {
   ep.send_elems.assign(size_t(d.ep), 0);
   ep.recv_elems.assign(size_t(d.ep), 0);
   ep.offsets.assign(El + 1, 0);
-  ep.perm.assign(Rx, 0);
+  // The expert-major order moves rows (permute_rows' math only): a phantom
+  // run keeps none (at ep 64 and top-8 of 256 experts, Rx = 64·N·4 rows:
+  // 8 MiB per layer and micro-batch in flight at N = 4096).
+  if (model::phantom_allocation())
+    ep.perm.clear();
+  else
+    ep.perm.assign(Rx, 0);
   ep.xl.assign(Rx * C, 0);
   ep.row_elems = C + fc_width(config, Fl) + Fl;
 }

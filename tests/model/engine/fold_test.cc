@@ -19,9 +19,17 @@ TEST(FoldPlan, FoldsOnlyWhatIsProvablySymmetric) {
   in.uneven_chunks = true;  // ZeRO over a bucket dp does not divide: owned chunks differ in size
   EXPECT_FALSE(fold_plan(in, p).dp);
   in.uneven_chunks = false;
-  in.mesh = {.tp = 2, .dp = 8};  // dp 8 x tp 2: dp groups span two nodes, four members each
+  // dp 8 x tp 3 (24 devices): the dp group {0, 3, ..., 21} holds devices
+  // 0, 3, 6 of node 0, 1, 4, 7 of node 1 and 2, 5 of node 2: its members
+  // see other numbers of NVLink peers and other rails (and the tp group
+  // {6, 7, 8} straddles nodes 0 and 1).
+  in.mesh = {.tp = 3, .dp = 8};
   plan = fold_plan(in, p);
   EXPECT_FALSE(plan.dp);
+  EXPECT_FALSE(plan.tp);
+  in.mesh = {.tp = 2, .dp = 8};  // dp 8 x tp 2: devices 0, 2, 4, 6 of each of two nodes
+  plan = fold_plan(in, p);
+  EXPECT_TRUE(plan.dp);
   EXPECT_TRUE(plan.tp);
   in.moe = true;  // MoE: tp peers are not folded
   EXPECT_FALSE(fold_plan(in, p).tp);
@@ -49,18 +57,45 @@ TEST(FoldPlan, UniformExpertsFoldWithDp) {
   for (int r = 0; r < 8; ++r) EXPECT_EQ(plan.representative[size_t(r)], r % 2) << r;
 }
 
+// Groups over several nodes with several members on each fold when every
+// node holds the same local devices: issue 29's DeepSeek-V3 mesh (pp 16,
+// ep 64, dp 128 on 2,048 GPUs, 8 per node) has dp groups of 16 nodes x 8,
+// ep groups of 8 nodes x 8 and edp pairs on two nodes; one thread per
+// stage runs. With 6 devices per node the groups lose that symmetry (the
+// first dp group, 128 = 21 nodes x 6 + 2, ends on a node with 2 of it).
+TEST(FoldPlan, GroupsOverSeveralFullNodesFold) {
+  HardwareProfile p = load_profile("h100-nvlink");
+  p.nodes = 256;
+  const FoldInput in{.mesh = {.ep = 64, .dp = 128, .pp = 16}, .moe = true, .uniform_experts = true};
+  const FoldPlan plan = fold_plan(in, p);
+  EXPECT_TRUE(plan.dp);
+  EXPECT_EQ(plan.running(), 16);
+  for (int r = 0; r < 2048; ++r) EXPECT_EQ(plan.representative[size_t(r)], r / 128 * 128) << r;
+  // By place: rank r of stage s (r = 128 s + dp index) is played by the
+  // device at its local place (r mod 8) on its dp group's first node
+  // (128 s .. 128 s + 7): 8 threads per stage.
+  const FoldPlan places = weaker(plan, in.mesh, p);
+  EXPECT_TRUE(places.dp && places.by_place);
+  EXPECT_EQ(places.running(), 128);
+  for (int r = 0; r < 2048; ++r) EXPECT_EQ(places.representative[size_t(r)], r / 128 * 128 + r % 8) << r;
+  EXPECT_TRUE(weaker(places, in.mesh, p).representative.empty());  // tp 1: nothing left to fold
+  p.devices_per_node = 6;
+  p.nodes = 342;
+  EXPECT_FALSE(fold_plan(in, p).dp);
+}
+
 // After an asymmetric collective: dp and tp, then tp alone, then nothing.
 TEST(FoldPlan, WeakerDropsDpThenEverything) {
   HardwareProfile p = load_profile("a100-nvlink");
   const collectives::MeshShape mesh{.tp = 2, .dp = 2};
   const FoldPlan both = fold_plan({.mesh = mesh}, p);
   ASSERT_TRUE(both.dp && both.tp);
-  const FoldPlan tp_only = weaker(both, mesh);
+  const FoldPlan tp_only = weaker(both, mesh, p);
   EXPECT_FALSE(tp_only.dp);
   EXPECT_TRUE(tp_only.tp);
   EXPECT_EQ(tp_only.running(), 2);
-  EXPECT_TRUE(weaker(tp_only, mesh).representative.empty());
-  EXPECT_EQ(weaker(tp_only, mesh).describe(), "nothing folded");
+  EXPECT_TRUE(weaker(tp_only, mesh, p).representative.empty());
+  EXPECT_EQ(weaker(tp_only, mesh, p).describe(), "nothing folded");
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // shapes only give the same virtual times and memory peaks as the real run,
 // and folding symmetric ranks onto one thread changes no figure.
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@ struct Config {
   TrainOptions options;
   Precision precision = Precision::kFp32;
   int nodes = 1;
+  std::string profile = "a100-nvlink";
   // Whether some folding survives; false where every collective shares a
   // port with another stream, so the run must fall back to no folding.
   bool folds = true;
@@ -32,7 +34,7 @@ TrainResult run_on(const Config& c, bool phantom, bool fold = true) {
   TrainOptions o = c.options;
   o.phantom = phantom;
   o.fold = fold;
-  HardwareProfile p = load_profile("a100-nvlink");
+  HardwareProfile p = load_profile(c.profile);
   p.nodes = c.nodes;
   ClusterOptions co;
   co.precision = c.precision;
@@ -203,6 +205,13 @@ std::vector<Config> fold_configs() {
         c.options.parallel.zero = 1;
         c.precision = Precision::kBf16;
       }),
+      // Groups over several nodes with several members on each (fold.h):
+      // dp 8 x tp 2 puts devices 0, 2, 4, 6 of two nodes in each dp group.
+      make("tp2_dp8_zero1_two_nodes", 2, 1, 8, 1, [](Config& c) {
+        c.options.parallel.zero = 1;
+        c.options.model.batch_size = 16;
+        c.nodes = 2;
+      }),
       make("dp8_moe", 1, 1, 8, 1, [](Config& c) {
         c.options.model.n_expert = 4;
         c.options.model.aux_coef = 0.01;
@@ -261,6 +270,48 @@ TEST(ScatterGather, SameBitsHalfThePipelineBytes) {
   for (size_t r = 0; r < whole.phases.size(); ++r)
     for (size_t s = 0; s < whole.phases[r].size(); ++s)
       EXPECT_EQ(split.phases[r][s].p2p_bytes * 2, whole.phases[r][s].p2p_bytes) << "rank " << r;
+}
+
+// A single-device run (tp = pp = dp = 1, no phantom) charges the kernels
+// its report names: FP8 GEMMs at the FP8 peak under --precision fp8 and the
+// fused attention kernel under --attention fused, exactly as the sharded
+// model at tp = 1 (a phantom run, which always runs the sharded model, and
+// which PhantomEqualsReal shows to equal a real sharded run) charges them.
+// Before, the single device ran the unsharded reference whatever the flags,
+// with BF16 linears and the unfused core: its fp8 and fused times were the
+// bf16 unfused run's. (BF16 unfused still runs the reference, whose program
+// is not the sharded model's: 0.750 ms against 1.088 ms a step here.) The four runs must also differ among themselves
+// (fp8 charges other kernels than bf16, on the H100, which has an FP8 peak;
+// fused keeps B·NH·T log-sum-exp rows, not the B·NH·T² probabilities).
+TEST(SingleDevice, ChargesTheKernelsItsReportNames) {
+  std::map<std::string, TrainResult> real;
+  for (const Precision precision : {Precision::kBf16, Precision::kFp8})
+    for (const auto attention : {parallel::AttentionKernel::kUnfused, parallel::AttentionKernel::kFused}) {
+      const std::string name = std::string(precision_name(precision)) + "_" + parallel::attention_kernel_name(attention);
+      Config c = make(name, 1, 1, 1, 1, [&](Config& c) {
+        c.options.parallel.attention = attention;
+        c.precision = precision;
+        c.profile = "h100-nvlink";
+      });
+      SCOPED_TRACE(name);
+      const TrainResult r = run_on(c, /*phantom=*/false);
+      // BF16 with the unfused core stays the unsharded reference's program
+      // (model/gpt.h, its own kernels and buffers); the three others run
+      // the sharded model at tp 1.
+      const bool reference = precision == Precision::kBf16 && attention == parallel::AttentionKernel::kUnfused;
+      EXPECT_EQ(runs_sharded(c.options, precision), !reference);
+      if (!reference) expect_same_devices(r, run_on(c, /*phantom=*/true, /*fold=*/false));
+      EXPECT_GT(r.steps.back().loss, 0.0);  // the real run computed
+      real.emplace(name, r);
+    }
+  const auto end = [&](const std::string& name) { return real.at(name).run.devices[0].compute_end; };
+  const auto peak = [&](const std::string& name) {
+    return real.at(name).run.devices[0].peak_by_kind[int(MemKind::kActivation)];
+  };
+  EXPECT_NE(end("fp8_unfused"), end("bf16_unfused"));
+  EXPECT_NE(end("fp8_fused"), end("bf16_fused"));
+  EXPECT_LT(peak("bf16_fused"), peak("bf16_unfused"));
+  EXPECT_LT(peak("fp8_fused"), peak("fp8_unfused"));
 }
 
 // Dropout is charged, not computed: a real run refuses it.
