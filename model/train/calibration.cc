@@ -86,6 +86,8 @@ TrainOptions published_run_options(const PublishedRun& row) {
   p.grad_accum_fusion = row.grad_accum_fusion;
   // The 2021 rows ran fp16 without fp32 gradient accumulation (sc21 scripts).
   p.half_grads = !row.grad_accum_fusion;
+  // Both papers' code computed the loss in fp32 with unfused kernels.
+  p.unfused_cross_entropy = true;
   const int per_replica = o.model.batch_size / p.dp;
   const int mbs = row.micro_batch_size > 0 ? row.micro_batch_size : row.pp > 1 ? 1 : per_replica;
   o.micro_batches = per_replica / mbs;

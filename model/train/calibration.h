@@ -49,7 +49,9 @@
 // as that code did without --accumulate-allreduce-grads-in-fp32
 // (ParallelOptions::half_grads: autograd's fp16 accumulation, fp16 on the
 // wire, DDP's copies, the fp16 optimizer's copy/unscale/copy-back passes);
-// the 2022 rows fuse the accumulation into fp32 main gradients.
+// the 2022 rows fuse the accumulation into fp32 main gradients. Both compute
+// the loss as Megatron-LM's vocab_parallel_cross_entropy did, on the logits
+// cast to fp32, in unfused kernels (ParallelOptions::unfused_cross_entropy).
 #pragma once
 
 #include <string>

@@ -91,6 +91,7 @@ void DeviceSetup::make_model(const DeviceProgram& p, Device& dev) {
   parallel::ShardedOptions so;
   so.sequence_parallel = par.sp;
   so.scatter_gather = par.scatter_gather;
+  so.unfused_cross_entropy = par.unfused_cross_entropy;
   so.recompute = par.recompute;
   so.phantom_zipf = o.phantom_zipf;
   so.table = &p.table;

@@ -78,6 +78,12 @@ struct ParallelOptions {
   //    master weights and moments (28 B/param) and the updated master weights
   //    are copied into the model (6 B/param).
   bool half_grads = false;
+  // Megatron-LM's vocab_parallel_cross_entropy as it ran until its
+  // --cross-entropy-loss-fusion (2024): the logits cast to fp32, then max,
+  // subtract, exp, sum, divide and, in the backward, the scale and the cast
+  // back as separate kernels, 52 B per logit in bf16 (38 + 14) where the
+  // default fused kernel moves 10 (parallel/tensor/embedding.h).
+  bool unfused_cross_entropy = false;
   int ep = 1;                 // expert parallel (divides dp): E/ep experts per rank
   int pp = 1;                 // pipeline stages (ranks)
   // Context parallelism: every sequence split over cp ranks (chunks i and

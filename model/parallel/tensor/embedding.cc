@@ -12,7 +12,21 @@ using model::Token;
 
 namespace {
 bool owned(Token tok, int64_t v0, int Vl) { return tok >= v0 && tok < v0 + Vl; }
+
+// Bytes per logit of the cast to fp32 and back (none when the logits are fp32).
+double cast_bytes(int elem) { return elem < 4 ? elem + 4.0 : 0.0; }
 }  // namespace
+
+OpCost vocab_parallel_cross_entropy_forward_cost(int64_t N, int64_t Vl, int elem) {
+  const double nv = static_cast<double>(N) * Vl;
+  // max 4, subtract 4 + 4, exp 4 + 4, sum 4, divide 4 + 4; the row statistics.
+  return OpCost{4 * nv, (32 + cast_bytes(elem)) * nv + 4.0 * N};
+}
+OpCost vocab_parallel_cross_entropy_backward_cost(int64_t N, int64_t Vl, int elem) {
+  const double nv = static_cast<double>(N) * Vl;
+  // softmax x dloss in place 4 + 4; the target's entries.
+  return OpCost{2 * nv, (8 + cast_bytes(elem)) * nv + 4.0 * N};
+}
 
 void vocab_parallel_embedding_forward(float* encoded, float* partial, const Token* inp,
                                       const float* wte, const float* wpe, int64_t v0, int Vl,
@@ -68,7 +82,7 @@ void vocab_parallel_embedding_backward(float* dwte, float* dwpe, float* dfull, c
 
 float vocab_parallel_cross_entropy_forward(float* probs, float* losses, float* stats,
                                            const float* logits, const Token* targets, int64_t N,
-                                           int Vl, int64_t v0, const TpContext& c) {
+                                           int Vl, int64_t v0, const TpContext& c, bool unfused) {
   const model::Exec& ex = c.ex;
   float* zmax = stats;        // (N)
   float* sums = stats + N;    // (N) Σ exp(z - max)
@@ -98,15 +112,18 @@ float vocab_parallel_cross_entropy_forward(float* probs, float* losses, float* s
     losses[n] = float(model::pm::log(double(sums[n]))) + zmax[n] - ztarget[n];
     total += losses[n];
   }
-  ex.op("cross_entropy.fwd", model::crossentropy_forward_cost(N, Vl, ex.elem));
+  ex.op("cross_entropy.fwd", unfused ? vocab_parallel_cross_entropy_forward_cost(N, Vl, ex.elem)
+                                     : model::crossentropy_forward_cost(N, Vl, ex.elem));
   return static_cast<float>(total / static_cast<double>(N));
 }
 
 void vocab_parallel_cross_entropy_backward(float* dlogits, const float* probs, const Token* targets,
                                            float dloss, int64_t N, int Vl, int64_t v0,
-                                           const model::Exec& ex) {
+                                           const model::Exec& ex, bool unfused) {
   const float scale = dloss / static_cast<float>(N);
-  ex.run("cross_entropy.bwd", model::crossentropy_backward_cost(N, Vl, ex.elem), [&] {
+  const OpCost cost = unfused ? vocab_parallel_cross_entropy_backward_cost(N, Vl, ex.elem)
+                               : model::crossentropy_backward_cost(N, Vl, ex.elem);
+  ex.run("cross_entropy.bwd", cost, [&] {
     for (int64_t n = 0; n < N; ++n) {
       const float* p = probs + n * Vl;
       float* d = dlogits + n * Vl;

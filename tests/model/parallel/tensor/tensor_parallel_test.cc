@@ -14,6 +14,7 @@
 
 #include "model/gpt.h"
 #include "model/parallel/layout.h"
+#include "model/parallel/tensor/embedding.h"
 #include "runtime/cluster.h"
 #include "runtime/errors.h"
 #include "support/compare.h"
@@ -166,6 +167,25 @@ TEST(TensorParallel, ActivationsShrinkWithTpAndSp) {
       static_cast<long long>(tp4_sp), double(tp4_sp) / tp1);
   EXPECT_LT(tp4, tp1);
   EXPECT_LT(tp4_sp, tp4);
+}
+
+// Megatron-LM's vocab_parallel_cross_entropy as it ran, by hand (embedding.h):
+// over N rows of Vl bf16 logits, the cast to fp32 (2 + 4 B per logit), max
+// (4), subtract in place (4 + 4), exp in place (4 + 4), sum (4), divide in
+// place (4 + 4): 38 B per logit; backward, the softmax times dloss in place
+// (4 + 4) and the cast back (4 + 2): 14 B. 4 B per row each way. In fp32 the
+// casts are gone: 32 and 8 B. N = 6, Vl = 7: 42 logits.
+TEST(TensorParallel, CrossEntropyIsChargedAsMegatronsFp32Kernels) {
+  const OpCost f16 = vocab_parallel_cross_entropy_forward_cost(6, 7, 2);
+  const OpCost b16 = vocab_parallel_cross_entropy_backward_cost(6, 7, 2);
+  EXPECT_EQ(f16.bytes, 38.0 * 42 + 4 * 6);  // 1620
+  EXPECT_EQ(b16.bytes, 14.0 * 42 + 4 * 6);  // 612
+  EXPECT_EQ(f16.bytes + b16.bytes - 8 * 6, 52.0 * 42);
+  EXPECT_EQ(vocab_parallel_cross_entropy_forward_cost(6, 7, 4).bytes, 32.0 * 42 + 4 * 6);
+  EXPECT_EQ(vocab_parallel_cross_entropy_backward_cost(6, 7, 4).bytes, 8.0 * 42 + 4 * 6);
+  EXPECT_EQ(f16.flops, 4.0 * 42);
+  EXPECT_EQ(b16.flops, 2.0 * 42);
+  EXPECT_EQ(f16.op_class, OpClass::kElementwise);
 }
 
 TEST(TensorParallel, ConstraintErrors) {
