@@ -88,14 +88,11 @@ class Ctx {
   // stream. finish() closes them: the stream reaches the latest lane, and
   // its busy time covers every lane's (the lanes traced their transfers).
   void open_lanes(int channels) {
-    if (!lanes_.empty()) return;
-    lanes_.reserve(static_cast<size_t>(channels));
-    for (int ch = 0; ch < channels; ++ch) {
-      lanes_.emplace_back(&dev_, s_.kind());
-      lanes_.back().wait({s_.now()});
-    }
+    if (nlanes_ > 0) return;
+    lanes_ = dev_.lanes(channels, s_.kind(), s_.now());
+    nlanes_ = channels;
   }
-  void on_lane(int ch) { cur_ = ch < 0 ? &s_ : &lanes_[static_cast<size_t>(ch)]; }
+  void on_lane(int ch) { cur_ = ch < 0 ? &s_ : &lanes_[ch]; }
   // The stream also covers the last send leaving the egress port.
   void finish() {
     close_lanes();
@@ -104,25 +101,22 @@ class Ctx {
 
  private:
   void close_lanes() {
-    if (lanes_.empty()) return;
-    // The lanes' busy spans, added to the stream's without tracing them twice.
-    std::vector<TraceEvent>& trace = dev_.trace_events();
-    const size_t traced = trace.size();
+    if (nlanes_ == 0) return;
     Time end = s_.now();
-    for (const Stream& l : lanes_) {
-      end = std::max(end, l.now());
-      for (const Stream::Interval& i : l.intervals()) s_.mark("lanes", i.start, i.end, 0, -1, /*advance=*/false);
+    for (int ch = 0; ch < nlanes_; ++ch) {
+      end = std::max(end, lanes_[ch].now());
+      s_.absorb(lanes_[ch]);  // busy time, untraced: the lanes traced their transfers
     }
-    trace.erase(trace.begin() + static_cast<std::ptrdiff_t>(traced), trace.end());
     s_.wait({end});
-    lanes_.clear();
+    nlanes_ = 0;
     cur_ = &s_;
   }
 
   Device& dev_;
   Stream& s_;
   Stream* cur_;                // s_ or the current lane
-  std::vector<Stream> lanes_;  // open_lanes
+  Stream* lanes_ = nullptr;    // open_lanes: the device's first nlanes_ lanes
+  int nlanes_ = 0;
   const ProcessGroup& g_;
   Tag tag_;
   int esize_;

@@ -49,7 +49,9 @@
 // paths that these sums no longer describe. So predict_time evaluates the
 // same per-step recurrences the fabric applies — each member's stream time
 // and four port clocks, advanced by the algorithm's own send/receive order,
-// lock-step where the algorithm is — which reduce to the sums above on
+// lock-step where the algorithm is; a channel algorithm (ring_plan.h) keeps
+// a cursor per channel, a "lane", as Ctx::open_lanes does, so a channel's
+// step waits only for its own previous step — which reduce to the sums above on
 // uniform links and are exact everywhere: the prediction equals the virtual
 // time of running the algorithm alone, every member starting at the same
 // time on idle ports (tests/collectives/tuner_test.cc checks equality). A

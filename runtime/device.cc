@@ -65,6 +65,28 @@ void Stream::add_busy(Time start, Time end) {
   intervals_.insert(intervals_.begin() + static_cast<std::ptrdiff_t>(i), merged);
 }
 
+void Stream::restart(StreamKind kind, Time t) {
+  kind_ = kind;
+  now_ = t;
+  busy_ = transfer_busy_ = 0;
+  flops_ = 0;
+  intervals_.clear();
+}
+
+void Stream::absorb(const Stream& other) {
+  for (const Interval& i : other.intervals_) {
+    const Time before = busy_;
+    add_busy(i.start, i.end);
+    transfer_busy_ += busy_ - before;
+  }
+}
+
+Stream* Device::lanes(int n, StreamKind kind, Time t) {
+  while (lanes_.size() < static_cast<size_t>(n)) lanes_.emplace_back(this, kind);
+  for (int ch = 0; ch < n; ++ch) lanes_[static_cast<size_t>(ch)].restart(kind, t);
+  return lanes_.data();
+}
+
 Time overlap(const std::vector<Stream::Interval>& a, const std::vector<Stream::Interval>& b) {
   Time total = 0;
   size_t i = 0, j = 0;

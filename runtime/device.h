@@ -64,6 +64,13 @@ class Stream {
   };
   const std::vector<Interval>& intervals() const { return intervals_; }
 
+  // A channel lane (collectives/detail.h) is a Stream reused call after
+  // call: restart empties it (keeping its storage) and sets it to `kind` at
+  // `t`; absorb adds another stream's busy intervals to this one's busy and
+  // transfer time, untraced (the lane traced its transfers itself).
+  void restart(StreamKind kind, Time t);
+  void absorb(const Stream& other);
+
  private:
   void add_busy(Time start, Time end);
 
@@ -234,6 +241,11 @@ class Device {
 
   std::vector<TraceEvent>& trace_events() { return trace_; }
 
+  // The first `n` channel lanes, restarted as empty streams of `kind` at
+  // `t` (Ctx::open_lanes). Kept by the device so a collective's lanes
+  // allocate nothing once they have grown; valid until the next call.
+  Stream* lanes(int n, StreamKind kind, Time t);
+
  private:
   friend class Stream;
   void record(StreamKind s, const char* name, Time start, Time end, uint64_t bytes, double flops,
@@ -254,6 +266,7 @@ class Device {
   Arena arena_;
   Stream compute_;
   Stream comm_;
+  std::vector<Stream> lanes_;  // lanes()
   Port egress_[kNumLinkClasses];
   Port ingress_[kNumLinkClasses];
   Time egress_doubt_[kNumLinkClasses] = {0, 0};
