@@ -33,6 +33,20 @@ struct AttendShape {
   int64_t q = 0, L = 0;
 };
 
+// The K/V heads a rank caches out of those its projection computes (`held`):
+// the ones its query heads read, heads q0 .. q0 + NHq - 1 over G each. Split
+// over tp (tp divides the K/V heads) that is all of them; replicated (fewer
+// K/V heads than tp, where every rank computes them all) only their own, as
+// vLLM keeps max(1, kv/tp) per rank: tiny-llama's 2 over tp 4 cache one
+// each, not two (which would give the GQA model less KV room than a
+// multi-head one at the same tp).
+inline model::GqaHeads cached_kv_heads(const model::GqaHeads& held) {
+  model::GqaHeads g = held;
+  g.kv0 = held.q0 / held.G;
+  g.KVl = (held.q0 + held.NHq - 1) / held.G - g.kv0 + 1;
+  return g;
+}
+
 // out (n, Cl) (row stride ld_out) = attention of the n new tokens whose q
 // rows lead the rows of qkv (row stride ld_qkv: [q | k | v]) over keys /
 // values (p0 + n, KVl·HS): query head h reads cached head g.kv_of(h)

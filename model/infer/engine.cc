@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "model/infer/cached_attention.h"
 #include "model/infer/engine_acts.h"
 #include "model/engine/shard_io.h"
 #include "runtime/errors.h"
@@ -44,10 +45,12 @@ InferEngine::InferEngine(const model::GPTConfig& config, uint64_t seed, Device& 
   moe_ctx_.ep = groups.ep && groups.ep->size() > 1 ? groups.ep : nullptr;
   Vl_ = config_.vocab_size / groups.tp->size();
   v0_ = int64_t{groups.tp->rank()} * Vl_;
-  const int tp = groups.tp->size(), kv = config_.kv_heads();
-  const int kv_local = kv % tp == 0 ? kv / tp : kv;  // the K/V heads this rank caches (GQA: layout.h's kv_split)
-  cache_ = std::make_unique<KvCache>(
-      dev, KvShape{place_.end_layer(0) - place_.first_layer(0), kv_local, config_.head_size()});
+  parallel::ShardDims heads{model::Dims{1, 1, config_.n_embd, config_.n_head, config_.ffn_hidden()},
+                            groups.tp->size(), false, 1};
+  heads.kv = config_.kv_heads();
+  cache_ = std::make_unique<KvCache>(dev, KvShape{place_.end_layer(0) - place_.first_layer(0),
+                                                  cached_kv_heads(heads.gqa(groups.tp->rank())).KVl,
+                                                  config_.head_size()});
   acts_ = std::make_unique<Acts>();
 }
 

@@ -63,8 +63,10 @@ void InferEngine::attend(int local_layer, const std::vector<SeqInput>& batch,
                          const std::vector<int>& pos0) {
   const model::Exec& ex = ctx_.ex;
   const int Cl = dims_.Cl(), NHl = dims_.NHl(), HS = dims_.HS(), W = dims_.qkv_width();
-  const model::GqaHeads g = dims_.gqa(groups_.tp->rank());
-  const int64_t KVC = int64_t{g.KVl} * HS;  // a cached row: this rank's K/V heads
+  const model::GqaHeads held = dims_.gqa(groups_.tp->rank()), g = cached_kv_heads(held);
+  const int64_t KVC = int64_t{g.KVl} * HS;  // a cached row: the K/V heads this rank's queries read
+  // Where they start in the projection's [q | k | v] row.
+  const int64_t k0 = Cl + int64_t{g.kv0 - held.kv0} * HS, v0 = k0 + int64_t{held.KVl} * HS;
   Acts& a = *acts_;
   std::vector<AttendShape> shapes;
   int64_t row = 0;
@@ -76,8 +78,8 @@ void InferEngine::attend(int local_layer, const std::vector<SeqInput>& batch,
       float* v = cache_->values(seq, local_layer);
       for (int j = 0; j < n; ++j) {
         const float* r = a.qkv.data() + (row + j) * W;
-        std::copy_n(r + Cl, KVC, k + int64_t(p0 + j) * KVC);
-        std::copy_n(r + Cl + KVC, KVC, v + int64_t(p0 + j) * KVC);
+        std::copy_n(r + k0, KVC, k + int64_t(p0 + j) * KVC);
+        std::copy_n(r + v0, KVC, v + int64_t(p0 + j) * KVC);
       }
       cached_attention_forward(a.atty.data() + row * Cl, Cl, a.qkv.data() + row * W, W, k, v, p0, n, g);
     }

@@ -1,6 +1,8 @@
 // shardlab serve from the command line: its report and its bad inputs.
+#include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <unistd.h>
 #include <string>
 #include <tuple>
@@ -218,6 +220,61 @@ TEST(CliServe, FoldedPhantomRunEqualsTheUnfoldedOne) {
     EXPECT_EQ(b["running_devices"].get<int>(), devices) << split;
     EXPECT_EQ(a["summary"], b["summary"]) << split;
     EXPECT_EQ(a["replica_devices"], b["replica_devices"]) << split;
+  }
+}
+
+// Serve's KV cache follows the K/V heads (GQA): tiny-llama (4 query heads
+// over 2 K/V heads) against the same model with a K/V head per query head
+// (--kv-heads 4), fp32, 1 GiB per device, 90% of it for weights, the probe
+// step's activations and the cache, blocks of 16 tokens. By hand: a token
+// caches K and V of 4 layers for the K/V heads a device's query heads read,
+// each head 32 floats; the weights are tiny-llama's 869,504 parameters plus
+// 2 · 128 · 32 per extra K/V head in each of k_proj and v_proj per layer,
+// over tp when tp splits them (embed_tokens, lm_head, q/o, gate/up/down
+// split; norms whole), whole when replicated. The activations are the probe
+// step's, as the report measures them.
+TEST(CliServe, KvCacheCapacityFollowsTheKvHeads) {
+  const double budget = 0.9 * 1024 * 1024 * 1024;
+  const int layers = 4, embd = 128, head = 32, ffn = 352, vocab = 512, block = 16, elem = 4;
+  struct Case {
+    int tp, kv_heads;
+    int cached_heads;  // per device: the K/V heads its query heads read
+    int held_heads;    // per device: the K/V heads its k_proj / v_proj rows compute
+  };
+  // tp 4 over 2 K/V heads replicates the projection (both heads on every
+  // rank) but each rank's one query head reads one K/V head.
+  const Case cases[] = {{1, 2, 2, 2}, {1, 4, 4, 4}, {2, 2, 1, 1}, {2, 4, 2, 2}, {4, 2, 1, 2}, {4, 4, 1, 1}};
+  std::map<std::pair<int, int>, int64_t> blocks;
+  for (const Case& c : cases) {
+    const std::string flags = "serve --model tiny-llama --precision fp32 --memory 1GiB --kv-fraction 0.9 --kv-block 16 "
+                              "--max-batch-tokens 256 --requests 4 --prompt-len 8 --output-len 4 --json --tp " +
+                              std::to_string(c.tp) + " --kv-heads " + std::to_string(c.kv_heads);
+    const CliResult r = run_cli(flags);
+    ASSERT_EQ(r.code, 0) << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    const int64_t split = 2 * vocab * embd + layers * (2 * embd * embd + 3 * ffn * embd);  // over tp
+    const int64_t whole = layers * 2 * embd + embd;                                          // norms
+    const int64_t kv = layers * 2 * c.held_heads * head * embd;
+    const double weights = double(split / c.tp + whole + kv) * elem;
+    const double per_token = 2.0 * layers * c.cached_heads * head * elem;
+    ASSERT_EQ(j["replica_devices"].size(), size_t(c.tp));
+    const nlohmann::json& d = j["replica_devices"][0];
+    EXPECT_EQ(d["kv_bytes_per_token"].get<double>(), per_token) << flags;
+    EXPECT_EQ(d["weight_bytes"].get<double>(), weights) << flags;
+    const double room = budget - weights - d["activation_bytes"].get<double>();
+    const int64_t want = int64_t(std::floor(room / (per_token * block)));
+    EXPECT_EQ(j["scheduler"]["kv_blocks"].get<int64_t>(), want) << flags;
+    EXPECT_EQ(j["summary"]["kv_capacity_tokens_per_replica"].get<int64_t>(), want * block) << flags;
+    blocks[{c.tp, c.kv_heads}] = j["scheduler"]["kv_blocks"].get<int64_t>();
+    std::printf("tp %d, %d K/V heads: %.0f KV bytes per token per device, %lld blocks of %d\n", c.tp, c.kv_heads,
+                per_token, static_cast<long long>(want), block);
+  }
+  // heads / kv heads = 2 times the tokens per byte; the GQA model's weights
+  // and activations are also smaller, so at least twice the blocks. (At tp 4
+  // each rank caches one K/V head either way: the same bytes per token.)
+  for (int tp : {1, 2}) {
+    const int64_t gqa = blocks.at({tp, 2}), mha = blocks.at({tp, 4});
+    EXPECT_GE(gqa, 2 * mha) << "tp " << tp;
   }
 }
 
