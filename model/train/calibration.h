@@ -109,8 +109,9 @@ const std::vector<PublishedRun>& korthikanti2022_table5();
 const std::vector<PublishedRun>& nemo2407_h100_fp8();
 // Dubey et al. 2024 ("The Llama 3 Herd of Models"), Table 4: Llama 3 405B on
 // 8,192 and 16,384 H100s in BF16, to hold out. No test predicts them yet
-// (README): without recomputation the first stage runs out of 80 GB, with
-// full recomputation the step does not fold (1,024 threads, over 200 s);
+// (README): the table gives neither recomputation nor virtual stages;
+// without recomputation stage 0 runs out of 80 GB, with full recomputation
+// under ZeRO-2 traffic the step does not fold (1,024 threads, over 200 s);
 // the CP 16 row is left out (CP ranks do not fold: 16,384 threads).
 const std::vector<PublishedRun>& dubey2024_table4();
 
