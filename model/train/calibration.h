@@ -62,6 +62,11 @@
 
 namespace shardlab::train {
 
+// How a published run's code ran it. kMegatron2021: the header's 2021-2022
+// Megatron-LM recipe. kNeMo2024: NeMo 24.07 / Megatron-core with Transformer
+// Engine (nemo_run_options says what that is).
+enum class Recipe : uint8_t { kMegatron2021, kNeMo2024 };
+
 struct PublishedRun {
   std::string preset;  // model::preset name (megatron-1.7b ...)
   int tp = 1, pp = 1, gpus = 1;
@@ -78,6 +83,16 @@ struct PublishedRun {
   // Megatron-LM's --gradient-accumulation-fusion (2022 on). Off: a 2021 row,
   // run with half-precision gradients (ParallelOptions::half_grads).
   bool grad_accum_fusion = false;
+  // The rows of 2024 (nemo2407_h100_fp8, dubey2024_table4): run as NeMo
+  // 24.07 / Megatron-core run them (nemo_run_options), not as the 2021 code.
+  Recipe recipe = Recipe::kMegatron2021;
+  int seq = 0;                   // sequence length (0: 2048)
+  int cp = 1;                    // context parallelism
+  Precision precision = Precision::kBf16;  // the GEMMs' (kFp8: Transformer Engine's FP8 recipe)
+  double tokens_per_gpu_s = 0;   // published tokens/s per GPU (0: not published)
+  double bucket_mb = 0;          // the launcher's bucket_cap_mb (0: shardlab's default)
+  const char* name = "";         // the source's model name ("GPT3-5B"); "" for the 2021-2022 rows
+  int embd = 0;                  // the width, where it is not the preset's (0: the preset's)
 };
 
 // The ten rows of Table 1, as published, with run_table_1.sh's configuration.
@@ -87,6 +102,24 @@ const std::vector<PublishedRun>& narayanan2021_table2();
 // The held-out rows of Korthikanti et al. 2022 Table 5: per model, full
 // recomputation, then sequence parallelism + selective recomputation.
 const std::vector<PublishedRun>& korthikanti2022_table5();
+
+// NVIDIA's NeMo 24.07 pretraining figures on DGX-H100 in FP8 (issue 30): six
+// rows, GPT-3 5B to 175B and Llama 2 7B and 70B, published as tokens/s and
+// model TFLOP/s per GPU (calibration.cc says where each setting comes from).
+const std::vector<PublishedRun>& nemo2407_h100_fp8();
+// Dubey et al. 2024 ("The Llama 3 Herd of Models"), Table 4: Llama 3 405B on
+// 8,192 and 16,384 H100s in BF16, to hold out. No test predicts them yet
+// (README): the table gives neither recomputation nor virtual stages;
+// without recomputation stage 0 runs out of 80 GB, with full recomputation
+// under ZeRO-2 traffic the step does not fold (1,024 threads, over 200 s);
+// the CP 16 row is left out (CP ranks do not fold: 16,384 threads).
+const std::vector<PublishedRun>& dubey2024_table4();
+
+// Model FLOPs per token as NeMo and Megatron count them (no recomputation):
+// 3 x the forward's matmuls, 6·(the blocks' linear weights) + 6·V·h (the LM
+// head) + 12·l·h·s (scores and context, the causal mask not halved). For
+// GPT-3 it is Eq. 3 without recomputation, 72·l·h²·(1 + s/6h + V/12lh).
+double model_flops_per_token(const model::GPTConfig& c);
 
 // The training options shardlab runs for a row (phantom, one step, bf16 is
 // the cluster's precision, vocabulary 51200), as the header describes.
@@ -99,7 +132,8 @@ struct PredictedRun {
   PublishedRun row;
   TrainOptions options;
   double step_s = 0;          // virtual step time
-  double tflops_per_gpu = 0;  // paper_flops_per_step / step_s / gpus
+  double tflops_per_gpu = 0;  // paper_flops_per_step (kNeMo2024: model_flops_per_token) / step_s / gpus
+  double tokens_per_gpu_s = 0;  // batch · seq / step_s / gpus
   // predicted / published throughput - 1 (TFLOP/s, or published / predicted
   // iteration time): negative when shardlab is slower than the cluster.
   double error = 0;
@@ -118,6 +152,10 @@ PredictedRun predict(const PublishedRun& row, const HardwareProfile& profile);
 // A row published as an iteration time: model, TP, PP, GPUs, batch,
 // recomputation, predicted and published seconds, error, e.g.
 //   | 22.1B | 8 | 1 | 8 | 4 | full | 1.47 | 1.42 | -3.2% |
+// A 2024 row (Recipe::kNeMo2024): the source's name, GPUs, TP, PP, VP, GBS,
+// predicted and published tokens/s per GPU, predicted and published model
+// TFLOP/s per GPU, error (of the tokens/s where published), e.g.
+//   | GPT3-5B | 64 | 1 | 1 | 1 | 2048 | 27065 | 22521 | 883 | 736 | +20.2% |
 std::string readme_row(const PredictedRun& r);
 // README's line under a table: "Mean |error| 2.7%, max 6.2%." (nan if an
 // error is NaN: std::max would drop it).

@@ -50,9 +50,10 @@ struct Predicted {
   }
 };
 
-// Predicts every row of `table` on a100-nvlink, printing each in README's format.
-inline Predicted predict_all(const std::vector<PublishedRun>& table) {
-  const HardwareProfile p = load_profile("a100-nvlink");
+// Predicts every row of `table` on `profile`, printing each in README's format.
+inline Predicted predict_all(const std::vector<PublishedRun>& table,
+                             const std::string& profile = "a100-nvlink") {
+  const HardwareProfile p = load_profile(profile);
   Predicted out;
   for (const PublishedRun& row : table) {
     out.runs.push_back(predict(row, p));

@@ -1,0 +1,134 @@
+// The virtual clock against NVIDIA's NeMo 24.07 pretraining figures on
+// DGX-H100 in FP8 (model/train/calibration.h nemo2407_h100_fp8: GPT-3 5B,
+// 20B, 175B on 128 and 512 GPUs, Llama 2 7B and 70B), each run in phantom
+// on h100-nvlink as NeMo 24.07 ran it; the table h100-nvlink's FP8 GEMM
+// maximum is fitted to (runtime/profile_builtin.cc kH100Fp8GemmMax). Held
+// out: Dubey et al. 2024 Table 4 (Llama 3 405B on 8,192 and 16,384 H100s,
+// BF16).
+//
+// README's tables ("Calibration against a real cluster") are pinned row by
+// row at the precision they are printed, and so are their "Mean |error|"
+// lines; a failure prints the rows to paste. The goal for the six
+// NeMo rows is a mean within 5% and every row within 10%; it is not met
+// (README says why: shardlab does not overlap the tensor-parallel
+// collectives with the GEMMs as NeMo's ub_tp_comm_overlap does, 19-23% of
+// the TP rows' steps), so this asserts a regression bound around what holds
+// with the fitted maximum: the mean within 9%, every row within 22% (the
+// worst, GPT3-5B, +20%).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "calibration_tables.h"
+#include "model/train/calibration.h"
+
+namespace shardlab::train {
+namespace {
+
+using readme::predict_all;
+using readme::Predicted;
+using readme::read_readme_tables;
+
+constexpr const char* kHeader =
+    "| model | GPUs | TP | PP | VP | GBS | predicted tokens/s/GPU | published | predicted TFLOP/s/GPU | "
+    "published | error |";
+
+TEST(H100Calibration, NeMo2407Fp8RowsAreReadmes) {
+  const Predicted t = predict_all(nemo2407_h100_fp8(), "h100-nvlink");
+  const std::string summary = "NeMo 24.07, DGX-H100, FP8, 6 runs: " + readme_summary(t.runs);
+  std::printf("%s\n", summary.c_str());
+  const auto readme = read_readme_tables(kHeader);
+  ASSERT_GE(readme.tables.size(), 1u) << "README: the NeMo 24.07 table under " << kHeader << "\n"
+                                      << t.text();
+  EXPECT_EQ(readme.tables[0], t.rows) << "README's NeMo 24.07 rows, as predicted now:\n" << t.text();
+  EXPECT_NE(readme.text.find(summary), std::string::npos) << "README lacks the line \"" << summary << "\"";
+  // The regression bound (the goal, mean 5% and max 10%, is not met: see the top).
+  double sum = 0;
+  for (const PredictedRun& r : t.runs) {  // a NaN error fails too
+    EXPECT_LE(std::abs(r.error), 0.22) << r.row.name << " on " << r.row.gpus << " GPUs";
+    sum += std::abs(r.error);
+  }
+  EXPECT_LE(sum / double(t.runs.size()), 0.09) << "mean |error| over the bound of 9%";
+}
+
+// Each published pair's TFLOP/s over its tokens/s is the model FLOPs per
+// token NeMo counts: 6·(linear weights) + 6·V·h + 12·l·h·s. The published
+// figures have three significant digits (736 TFLOP/s: ±0.07%); tolerance
+// 0.2%, the largest gap printed.
+TEST(H100Calibration, ModelFlopsAreThePublishedRatio) {
+  double worst = 0;
+  for (const PublishedRun& row : nemo2407_h100_fp8()) {
+    const TrainOptions o = published_run_options(row);
+    const double published = row.tflops_per_gpu * 1e12 / row.tokens_per_gpu_s;
+    const double rel = model_flops_per_token(o.model) / published - 1;
+    std::printf("%-10s %4d GPUs: published %.4e FLOPs/token, formula %.4e (%+.3f%%)\n", row.name, row.gpus,
+                published, model_flops_per_token(o.model), 100 * rel);
+    EXPECT_LE(std::abs(rel), 0.002) << row.name;
+    worst = std::max(worst, std::abs(rel));
+  }
+  std::printf("max |difference| %.3f%%\n", 100 * worst);
+}
+
+// The formula by hand: GPT-3 175B at TP 4 (vocabulary 50257 padded to
+// 50688 = 99 x 512) is Eq. 3 without recomputation, 72·l·h²·(1 + s/6h +
+// V/12lh); Llama 2 70B at TP 4 (32000 padded to 32256 = 63 x 512, GQA with
+// 8 K/V heads of 128, SwiGLU of 28672).
+TEST(H100Calibration, ModelFlopsByHand) {
+  const auto& rows = nemo2407_h100_fp8();
+  {
+    const TrainOptions o = published_run_options(rows[2]);
+    const double l = 96, h = 12288, s = 2048, V = 50688;
+    EXPECT_EQ(o.model.vocab_size, 50688);
+    EXPECT_NEAR(model_flops_per_token(o.model), 72 * l * h * h * (1 + s / (6 * h) + V / (12 * l * h)), 1e3);
+  }
+  {
+    const TrainOptions o = published_run_options(rows[5]);
+    const double l = 80, h = 8192, s = 4096, V = 32256;
+    EXPECT_EQ(o.model.vocab_size, 32256);
+    const double linears = 2 * h * h + 2 * h * 1024 + 3 * h * 28672;
+    EXPECT_NEAR(model_flops_per_token(o.model), 6 * l * linears + 6 * V * h + 12 * l * h * s, 1e3);
+  }
+}
+
+// Every row as NeMo 24.07 ran it (calibration.cc cites the launcher's confs).
+TEST(H100Calibration, RowsRunAsNeMo2407) {
+  const auto& rows = nemo2407_h100_fp8();
+  ASSERT_EQ(rows.size(), 6u);
+  for (const PublishedRun& row : rows) {
+    const TrainOptions o = published_run_options(row);
+    const ParallelOptions& p = o.parallel;
+    EXPECT_EQ(row.precision, Precision::kFp8) << row.name;
+    EXPECT_EQ(p.attention, parallel::AttentionKernel::kFused) << row.name;
+    EXPECT_EQ(p.recompute, parallel::Recompute::kNone) << row.name;
+    EXPECT_EQ(p.sp, p.tp > 1) << row.name;
+    EXPECT_EQ(p.zero, 2) << row.name;  // the distributed optimizer's reduce-scatter and all-gather
+    EXPECT_TRUE(p.overlap && p.grad_accum_fusion) << row.name;
+    EXPECT_EQ(p.world(), row.gpus) << row.name;
+    EXPECT_EQ(o.model.dropout, o.model.is_llama() ? 0.0 : 0.1) << row.name;
+    EXPECT_EQ(o.model.vocab_size % (128 * p.tp), 0) << row.name;
+    EXPECT_EQ(o.micro_batches * p.dp * row.micro_batch_size, row.batch) << row.name;
+  }
+  const TrainOptions g5 = published_run_options(rows[0]);
+  EXPECT_EQ(g5.model.n_layer, 24);
+  EXPECT_EQ(g5.model.n_embd, 4096);
+  EXPECT_EQ(g5.model.n_head, 32);
+  EXPECT_EQ(g5.model.vocab_size, 50304);
+  EXPECT_EQ(g5.micro_batches, 8);  // 2048 / 64 / MBS 4
+  const TrainOptions g20 = published_run_options(rows[1]);
+  EXPECT_EQ(g20.model.n_layer, 44);
+  EXPECT_EQ(g20.model.n_embd, 6144);
+  EXPECT_EQ(g20.model.n_head, 48);
+  EXPECT_EQ(g20.model.ffn_hidden(), 4 * 6144);
+  EXPECT_EQ(g20.model.vocab_size, 50432);  // 128 x TP 2
+  const TrainOptions l70 = published_run_options(rows[5]);
+  EXPECT_EQ(l70.parallel.schedule, parallel::ScheduleKind::kInterleaved);
+  EXPECT_EQ(l70.parallel.vpp, 20);  // one block per chunk
+  EXPECT_EQ(l70.micro_batches, 32);
+  EXPECT_EQ(l70.model.block_size, 4096);
+}
+
+}  // namespace
+}  // namespace shardlab::train
