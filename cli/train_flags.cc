@@ -56,7 +56,7 @@ FlagTable<TrainFlags> model_flags() {
        number_in(1, kMaxLayers)},
       {"--moe-every", FIELD(moe_every), "Blocks with layer % N == 0 are MoE (default: the preset's, 1)",
        number_in(1, kMaxLayers)},
-      {"--aux-coef", FIELD(aux_coef), "Load-balancing loss coefficient (default 0.01 with experts)",
+      {"--aux-coef", FIELD(aux_coef), "Load-balancing loss coefficient (default: the preset's, 0.01 with experts; deepseek-v3: 0, aux-loss-free)",
        number_in(0, 1e6)},
       {"--capacity-factor", FIELD(capacity_factor), "Expert capacity factor (0 = unlimited)", number_in(0, 1e6),
        kShowDefault},
@@ -78,7 +78,7 @@ FlagTable<TrainFlags> model_flags() {
        number_in(0, kMaxLayers)},
       {"--router-bias-rate", FIELD(router_bias_rate),
        "Aux-loss-free balancing (DeepSeek-V3): a per-expert bias on the scores for the top-k choice only, "
-       "b += rate * sign(mean load - load) after each step (0 = off; saved as mlp.gate.e_score_correction_bias)",
+       "b += rate * sign(mean load - load) after each step (0 = off; default: the preset's, deepseek-v3 0.001; saved as mlp.gate.e_score_correction_bias)",
        number_in(0, 1)},
       {"--family", FIELD(family),
        "Architecture: gpt (LayerNorm, GELU, learned positions, biases, tied head) or llama (RMSNorm, SwiGLU, "
@@ -231,7 +231,10 @@ void TrainFlags::set_modern_moe(model::GPTConfig& c) const {
   if (!router.empty()) c.router = model::parse_router(router);
   c.moe_norm_topk = moe_norm_topk;
   c.moe_first_dense = moe_first_dense.value_or(c.moe_first_dense);
-  c.router_bias_rate = router_bias_rate;
+  if (router_bias_rate)
+    c.router_bias_rate = *router_bias_rate;
+  else if (c.n_expert == 0 || c.top_k >= c.n_expert)
+    c.router_bias_rate = 0;  // the preset's bias needs routed experts to choose among
 }
 
 void TrainFlags::apply_family_flags(model::GPTConfig& c) const {
@@ -260,7 +263,8 @@ model::GPTConfig TrainFlags::model_config() const {
   c.n_expert = experts.value_or(c.n_expert);
   c.top_k = top_k.value_or(c.top_k);
   c.moe_every = moe_every.value_or(c.moe_every);
-  c.aux_coef = aux_coef >= 0 ? aux_coef : (c.n_expert > 0 ? 0.01 : 0.0);
+  // Unset: the preset's (deepseek-v3 is aux-loss-free: 0), 0.01 for experts added to a dense preset.
+  c.aux_coef = aux_coef >= 0 ? aux_coef : (c.n_expert == 0 ? 0.0 : info.config.is_moe() ? info.config.aux_coef : 0.01);
   c.capacity_factor = capacity_factor;
   set_modern_moe(c);
   c.dropout = dropout;

@@ -35,14 +35,16 @@ struct TrainFlags {
   std::optional<int> kv_heads;
   std::optional<double> rope_theta, norm_eps;
   bool tie_embeddings = false, no_tie_embeddings = false;
-  double aux_coef = -1;  // <0: 0.01 when experts > 0
+  double aux_coef = -1;  // <0: the preset's with experts (GPTConfig's 0.01 unless an MoE preset says otherwise)
   double capacity_factor = 0;
   // Modern MoE (GPTConfig's n_moe_ffn, n_shared_expert, router, moe_norm_topk, moe_first_dense).
   // Unset / empty: the preset's.
   std::optional<int> moe_ffn, shared_experts, moe_first_dense;
   std::string router;
   bool moe_norm_topk = true;
-  double router_bias_rate = 0;  // GPTConfig::router_bias_rate (training's; inference refuses it)
+  // GPTConfig::router_bias_rate (training's; inference refuses it). Unset: the
+  // preset's (deepseek-v3: 0.001), 0 where the experts cannot take it.
+  std::optional<double> router_bias_rate;
   double dropout = 0;
   // Names the library parses into its enums (parse_schedule, ...).
   std::string lr_schedule = "constant", sampling = "random", cp_comm = "ring", schedule = "1f1b";

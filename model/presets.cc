@@ -149,6 +149,11 @@ PresetInfo deepseek_v3() {
   c.norm_eps = 1e-6;
   c.n_expert = 256, c.top_k = 8, c.n_moe_ffn = 2048, c.n_shared_expert = 1, c.moe_first_dense = 3;
   c.router = Router::kSigmoid, c.moe_norm_topk = true;
+  // Aux-loss-free balancing (sec. 2.1.2): a selection bias per expert moved by
+  // the bias update speed 0.001 after each step, no batch-wise balance loss
+  // (the sequence-wise one, alpha 0.0001, is not modeled). So the routing
+  // needs no counts from other replicas within a step (train/parallel_plan.cc).
+  c.aux_coef = 0, c.router_bias_rate = 0.001;
   p.published_active = 37e9;
   return p;
 }

@@ -37,11 +37,17 @@ void validate_context_parallel(const TrainOptions& o) {
   require(p.hsdp == 0, "`cp` with `hsdp` is not supported");
 }
 
-// MoE routing over the data ranks: expert parallelism, or a capacity that
-// counts every replica's tokens (ParallelPlan::global_routing).
+// MoE routing over the data ranks (ParallelPlan::global_routing), where the
+// unsharded model's result depends on every replica's counts: a capacity
+// (drops follow the global token order), or, under expert parallelism, a
+// load-balancing loss (f_i of the global micro-batch; without ep the
+// replicas average f_i instead, OpSink::average_over_replicas). Without
+// either (DeepSeek-V3: dropless, aux-loss-free) each replica routes its own
+// tokens, as Megatron-core does: no collective over dp per micro-batch.
 bool routes_globally(const TrainOptions& o) {
   const ParallelOptions& p = o.parallel;
-  return o.model.is_moe() && p.data_ranks() > 1 && (p.ep > 1 || o.model.capacity_factor > 0);
+  const model::GPTConfig& m = o.model;
+  return m.is_moe() && p.data_ranks() > 1 && (m.capacity_factor > 0 || (p.ep > 1 && m.aux_coef != 0));
 }
 
 // Expert parallelism in a phantom run whose routing loads every expert with

@@ -27,9 +27,10 @@ struct ParallelPlan {
 
   collectives::DeviceMesh mesh;  // "tp-cp-ep-dp-pp" over ParallelOptions::mesh_shape()
   int world = 0;                 // devices: mesh.size(), dp × tp × cp × pp
-  // MoE routing over the data ranks (expert parallelism, or a capacity
-  // factor counting every replica's tokens): the model's capacity group is
-  // the data group.
+  // MoE routing over the data ranks (a capacity factor counting every
+  // replica's tokens, or expert parallelism with a load-balancing loss):
+  // the model's capacity group is the data group (parallel_plan.cc
+  // routes_globally).
   bool global_routing = false;
   bool sharded = false;         // runs_sharded: ShardedGPT, not the unsharded reference
   parallel::Schedule schedule;  // every pipeline rank's actions (step_schedule)

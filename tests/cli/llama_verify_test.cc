@@ -76,7 +76,10 @@ INSTANTIATE_TEST_SUITE_P(OnePerParallelism, LlamaMoeVerify,
                          ::testing::Values("--tp 2", "--tp 4 --sp", "--ep 2 --dp 2", "--dp 2 --zero 3",
                                            "--pp 2 --micro-batches 2", "--cp 2", "--tp 2 --recompute full",
                                            "--tp 2 --cp 2 --ep 2 --dp 4 --pp 2",
-                                           "--router-bias-rate 0.01 --tp 2 --ep 2 --dp 2 --pp 2 --micro-batches 2"),
+                                           "--router-bias-rate 0.01 --tp 2 --ep 2 --dp 2 --pp 2 --micro-batches 2",
+                                           // aux-loss-free (as deepseek-v3): each replica routes its own tokens
+                                           "--aux-coef 0 --router-bias-rate 0.01 --ep 2 --dp 2 --pp 2 --micro-batches 2",
+                                           "--aux-coef 0 --router-bias-rate 0.01 --dp 2 --zero 1"),
                          flags_name);
 
 nlohmann::json generate(const std::string& args) {

@@ -130,6 +130,8 @@ TEST(LlamaMoePresets, DeepSeekV3MatchesWhatItModels) {
   EXPECT_EQ(c.top_k, 8);
   EXPECT_EQ(c.router, Router::kSigmoid);
   EXPECT_TRUE(c.moe_norm_topk);
+  EXPECT_EQ(c.aux_coef, 0.0) << "aux-loss-free: no batch-wise balance loss";
+  EXPECT_EQ(c.router_bias_rate, 0.001) << "the bias update speed of sec. 4.2";
   EXPECT_EQ(c.vocab_size, 129280);
   EXPECT_EQ(c.n_head, 128);
   EXPECT_EQ(c.kv_heads(), 128);
@@ -167,8 +169,9 @@ TEST(LlamaMoePresets, TinyMoeIsTinyLlamaWithExperts) {
 TEST(LlamaMoePresets, ExactCountsAsTheReadmePrintsThem) {
   EXPECT_DOUBLE_EQ(count_params(preset("mixtral-8x7b")), 46702792704.0);
   EXPECT_DOUBLE_EQ(count_active_params(preset("mixtral-8x7b")), 12879925248.0);
-  EXPECT_DOUBLE_EQ(count_params(preset("deepseek-v3")), 672149632000.0);
-  EXPECT_DOUBLE_EQ(count_active_params(preset("deepseek-v3")), 38675510272.0);
+  // + the aux-loss-free selection bias: 58 MoE blocks x 256 = 14,848 (active too).
+  EXPECT_DOUBLE_EQ(count_params(preset("deepseek-v3")), 672149632000.0 + 14848.0);
+  EXPECT_DOUBLE_EQ(count_active_params(preset("deepseek-v3")), 38675510272.0 + 14848.0);
 }
 
 }  // namespace

@@ -29,7 +29,8 @@ struct ExpertContext : LayerContext {
   // d-th block of the global batch's rows). When set (and of size > 1), MoE
   // routing follows the global batch exactly: f_i counts every replica's
   // assignments and capacity drops follow the global token order. Null: f_i
-  // is averaged through OpSink::average_over_replicas and capacity is local.
+  // is averaged through OpSink::average_over_replicas (only with a
+  // load-balancing loss, GPTConfig::aux_coef > 0) and capacity is local.
   const collectives::ProcessGroup* capacity_group = nullptr;
   // Where the expert-parallel all-to-alls add the compute-stream time they take.
   Time* a2a_time = nullptr;

@@ -46,7 +46,12 @@ TEST(ParallelPlan, RoutingAndFoldingFacts) {
   o.parallel.zero = 1;
   o.phantom = true;
   const ParallelPlan plan(o);
-  EXPECT_TRUE(plan.global_routing);  // expert parallelism routes over the data ranks
+  EXPECT_TRUE(plan.global_routing);  // ep with a load-balancing loss: f_i of the global micro-batch
+  TrainOptions aux_free = o;
+  aux_free.model.aux_coef = 0;  // dropless and aux-loss-free (DeepSeek-V3): no counts from other replicas
+  EXPECT_FALSE(ParallelPlan(aux_free).global_routing);
+  aux_free.model.capacity_factor = 1.0;  // drops follow the global token order
+  EXPECT_TRUE(ParallelPlan(aux_free).global_routing);
   EXPECT_TRUE(plan.sharded);
   EXPECT_TRUE(plan.folds);
   EXPECT_TRUE(plan.fold.moe);

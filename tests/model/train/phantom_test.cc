@@ -216,6 +216,40 @@ std::vector<Config> fold_configs() {
         c.options.model.n_expert = 4;
         c.options.model.aux_coef = 0.01;
       }),
+      // DeepSeek-V3's layout in small: dp 16 spans two nodes with 8 members
+      // on each (ep 4 within a node, edp 4 over both), the stages on nodes of
+      // their own. Aux-loss-free and dropless, each replica routes its own
+      // tokens (parallel_plan.cc routes_globally): dp folds by place, 8 local
+      // places x 2 stages. (Without ZeRO: the router bias's 4 elements per
+      // block leave ZeRO-1's buckets uneven over 16 here.)
+      make("pp2_dp16_ep4_moe_aux_free_four_nodes", 1, 2, 16, 2, [](Config& c) {
+        c.options.model.n_expert = 4;
+        c.options.model.aux_coef = 0;
+        c.options.model.router_bias_rate = 0.01;
+        c.options.model.batch_size = 32;  // one row per micro-batch: 32 tokens x top-2 = 16 rows per expert
+        c.options.parallel.ep = 4;
+        c.options.steps = 1;
+        c.precision = Precision::kBf16;
+        c.profile = "h100-nvlink";
+        c.nodes = 4;
+      }),
+      // The ep group itself over two nodes (ep 16, as DeepSeek-V3's ep 64
+      // over 8): the full dp fold meets an all-to-all that members at other
+      // local places end apart, and by place the expert counts' all-to-all
+      // (compute stream) shares stage 1's NIC with the pipeline's transfers,
+      // which the replay does not model: no folding, the same figures.
+      make("pp2_dp16_ep16_moe_aux_free_ep_over_two_nodes", 1, 2, 16, 2, [](Config& c) {
+        c.options.model.n_expert = 16;
+        c.options.model.aux_coef = 0;
+        c.options.model.router_bias_rate = 0.01;
+        c.options.model.batch_size = 32;  // 32 tokens x top-2 = 4 rows per expert
+        c.options.parallel.ep = 16;
+        c.options.steps = 1;
+        c.precision = Precision::kBf16;
+        c.profile = "h100-nvlink";
+        c.nodes = 4;
+        c.folds = false;
+      }),
   };
 }
 
