@@ -69,6 +69,15 @@ Real moe_aux_loss(const Real* frac,   // (E)
                   const Real* probs,  // (N,E) scores s
                   int64_t N, int E, Router score);
 OpCost router_backward_cost(int64_t N, int64_t E, int64_t K, int elem);
+// Under data parallelism the load-balancing loss's f_i must count the whole
+// global batch: averages `frac` (E) over the replicas in place when the loss
+// exists (aux_coef != 0) and the run has replicas; returns whether it did
+// (then aux is recomputed with moe_aux_loss). Without the loss f_i reaches
+// nothing but the reported aux, so the replicas skip the all-reduce (one per
+// MoE block and micro-batch) and each reports its own.
+inline bool average_fractions_over_replicas(float* frac, int E, const GPTConfig& config, const Exec& ex) {
+  return config.aux_coef != 0 && ex.sink && ex.sink->average_over_replicas(frac, E);
+}
 // signal (E) += E·load_e − N·K: load_e = the assignments of `expert` to e.
 template <typename Real>
 void router_bias_load(Real* signal, const int32_t* expert, int64_t N, int E, int K);

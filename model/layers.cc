@@ -108,11 +108,8 @@ Real moe_forward(Real* out, MoeActs<Real>& a, const BlockView<Real>& p, const Re
                            config.capacity_factor, RouterSpec::of(config));
   });
   if constexpr (std::is_same_v<Real, float>) {
-    // Under data parallelism f_i must count the whole global batch: average the
-    // replicas' fractions and recompute aux = E * sum_i f_i * P_i with the local P_i.
-    // Without the loss (aux_coef 0) f_i reaches nothing but the reported aux:
-    // no all-reduce over dp per micro-batch, each replica reports its own.
-    if (config.aux_coef != 0 && ex.sink && ex.sink->average_over_replicas(a.frac.data(), E))
+    // aux = E * sum_i f_i * P_i with f_i over the global batch, P_i local.
+    if (average_fractions_over_replicas(a.frac.data(), E, config, ex))
       a.aux = moe_aux_loss(a.frac.data(), a.probs.data(), N, E, config.router);
   }
   a.M = moe_plan(a.src.data(), a.offsets.data(), a.expert.data(), a.slot.data(), N, E, K);

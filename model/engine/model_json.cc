@@ -19,7 +19,12 @@ nlohmann::json model_json(const model::GPTConfig& m) {
           {"top_k", m.top_k},
           {"moe_every", m.moe_every},
           {"aux_coef", m.aux_coef},
-          {"capacity_factor", m.capacity_factor}};
+          {"capacity_factor", m.capacity_factor},
+          {"family", model::family_name(m.family)},
+          {"kv_heads", m.kv_heads()},
+          {"norm_eps", m.norm_eps},
+          {"tie_embeddings", m.tied()}};
+  if (m.is_llama()) j["rope_theta"] = m.rope_theta;
   if (m.is_moe()) {  // modern MoE (config.h)
     j["moe_ffn"] = m.moe_ffn_hidden();
     j["shared_experts"] = m.n_shared_expert;
@@ -40,13 +45,19 @@ void check_model_json(const nlohmann::json& saved, const model::GPTConfig& confi
   const std::pair<const char*, const char*> shape_keys[] = {
       {"layers", "`n_layer`"},   {"heads", "`n_head`"},       {"embd", "`n_embd`"},
       {"seq", "`block_size`"},   {"vocab", "`vocab_size`"},   {"ffn", "`n_ffn`"},
-      {"experts", "`n_expert`"}, {"moe_every", "`moe_every`"}};
+      {"experts", "`n_expert`"}, {"moe_every", "`moe_every`"}, {"kv_heads", "`n_kv_head`"}};
+  // A key the checkpoint lacks (written before it was recorded) is taken as this run's.
   for (const auto& [key, field] : shape_keys) {
     const int fallback = std::string_view(key) == "ffn" ? 4 * embd : run[key].get<int>();
     const int had = saved_int(key, fallback), want = run[key].get<int>();
     if (had != want)
       throw ConfigError(fmt::format("{}: the checkpoint has {} {}, this run {}", what, field, had, want));
   }
+  // The family decides what the tensors mean (LayerNorm or RMSNorm, GELU MLP
+  // or SwiGLU, learned or rotary positions) where their names may not differ.
+  if (saved.contains("family") && saved["family"].is_string() && saved["family"] != run["family"])
+    throw ConfigError(fmt::format("{}: the checkpoint has `family` {}, this run {}", what,
+                                  saved["family"].get<std::string>(), run["family"].get<std::string>()));
 }
 
 void check_checkpoint_model(const model::SafetensorsFile& file, const model::GPTConfig& config,

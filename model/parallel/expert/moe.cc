@@ -149,12 +149,9 @@ void tp_moe_route(TpMoeActs& a, const BlockView<float>& p, const float* inp, con
   a.stats.dropped = 0;
   if (global) {
     route_globally(a, r, N, config, c);
-  } else if (config.aux_coef != 0 && ex.sink && ex.sink->average_over_replicas(a.frac.data(), E) &&
+  } else if (model::average_fractions_over_replicas(a.frac.data(), E, config, ex) &&
              ex.math()) {  // split kernel (sink.h)
-    // Under data parallelism f_i must count the whole global batch (as in
-    // model/layers.cc): every TP rank averages the same fractions over its dp group.
-    // Without the loss (aux_coef 0) f_i reaches nothing but the reported
-    // aux, so the replicas skip the all-reduce and report their own.
+    // As in model/layers.cc: every TP rank averages the same fractions over its dp group.
     a.aux = model::moe_aux_loss(a.frac.data(), a.probs.data(), N, E, config.router);
   }
   a.M = model::moe_plan(r.src, a.offsets.data(), r.expert, r.slot, N, E, K);
