@@ -22,8 +22,8 @@ import tempfile
 KINDS = [
     ("GEMM", r"gebp|gemm_pack|general_matrix_matrix|gemm_nt|gemm_nn_acc|gemm_tn_acc|"
              r"triangular|general_matrix_vector|pm::dot|axpy"),
-    ("attention", r"attention_|sum_rows|causal_softmax"),
-    ("element-wise", r"layernorm|rmsnorm|gelu|swiglu|residual|crossentropy|embedding_|"
+    ("attention", r"attention_|sum_rows|causal_softmax|causal_scores|backward_pair|::context<"),
+    ("element-wise", r"layernorm|rmsnorm|gelu|swiglu|residual|crossentropy|softmax_row|exp_sum_row|embedding_|"
                      r"adamw|sum_squares|scale_inplace|linear_forward|linear_backward|"
                      r"rope|lerp|tanh_of|exp_of"),
     ("channels", r"memcpy|memmove|Channel|channel|Link|send|recv|wire::"),

@@ -16,7 +16,8 @@ two programs are interleaved --rounds times and each side's best round counts:
 on a shared machine the best of N is the least disturbed one.
 
 --threads 1: torch.set_num_threads(1) against `shardlab train` pinned to one
-core (taskset -c 0: its one device thread, nothing to borrow). --threads 2:
+core (taskset -c 0: its one device thread, nothing to borrow), torch's
+process pinned to the same core while it runs. --threads 2:
 torch on 2 threads against the same one-device run on 2 cores, whose GEMMs,
 attention and element-wise kernels then split over the idle core
 (model/host_split.h).
@@ -35,8 +36,13 @@ PRESETS = {  # (layers, heads, embd, seq, vocab, batch): model/presets.cc
 }
 
 
+def bench_cores(threads):
+    """The first `threads` cores this process may use: both sides run on them."""
+    return sorted(os.sched_getaffinity(0))[:threads]
+
+
 def shardlab_tokens_per_s(binary, model, steps, threads):
-    cores = ["taskset", "-c", ",".join(str(c) for c in sorted(os.sched_getaffinity(0))[:threads])]
+    cores = ["taskset", "-c", ",".join(str(c) for c in bench_cores(threads))]
     out = subprocess.run(cores + [binary, "train", "--model", model, "--steps", str(steps)],
                          check=True, capture_output=True, text=True).stdout
     m = re.search(r"^host: ([0-9.]+) tokens/s", out, re.M)
@@ -90,6 +96,17 @@ def torch_model(torch, layers, heads, embd, seq, vocab):
 
 def torch_tokens_per_s(torch, model, steps, threads):
     layers, heads, embd, seq, vocab, batch = PRESETS[model]
+    # On the cores shardlab gets: on a loaded machine an unpinned torch would
+    # take whichever core is idler while shardlab waits its turn on core 0.
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, bench_cores(threads))
+    try:
+        return torch_steps(torch, layers, heads, embd, seq, vocab, batch, steps, threads)
+    finally:
+        os.sched_setaffinity(0, allowed)
+
+
+def torch_steps(torch, layers, heads, embd, seq, vocab, batch, steps, threads):
     torch.set_num_threads(threads)
     torch.manual_seed(1337)
     net = torch_model(torch, layers, heads, embd, seq, vocab)
@@ -114,6 +131,7 @@ def main():
     ap.add_argument("--steps", type=int, default=0, help="steps per round (0: by model)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--shardlab", default="build/bin/shardlab")
+    ap.add_argument("--baseline", help="another shardlab binary (e.g. main's), in the same rounds")
     args = ap.parse_args()
     # torch's BLAS (OpenBLAS) keeps its own thread pool: hold it to --threads too
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
@@ -126,15 +144,22 @@ def main():
     if not os.access(args.shardlab, os.X_OK):
         sys.exit(f"torch_compare: {args.shardlab} not built (make build)")
     steps = args.steps or {"nano": 400, "tiny": 200, "small": 10}[args.model]
-    best_s = best_t = 0.0
-    for r in range(args.rounds):  # interleaved: both see the same machine load
+    if args.baseline and not os.access(args.baseline, os.X_OK):
+        sys.exit(f"torch_compare: {args.baseline} is not an executable")
+    best_s = best_b = best_t = 0.0
+    for r in range(args.rounds):  # interleaved: all see the same machine load
         s = shardlab_tokens_per_s(args.shardlab, args.model, steps, args.threads)
+        b = shardlab_tokens_per_s(args.baseline, args.model, steps, args.threads) if args.baseline else 0.0
         t = torch_tokens_per_s(torch, args.model, steps, args.threads)
-        best_s, best_t = max(best_s, s), max(best_t, t)
-        print(f"round {r + 1}: shardlab {s:.0f} tok/s, torch {t:.0f} tok/s", flush=True)
+        best_s, best_b, best_t = max(best_s, s), max(best_b, b), max(best_t, t)
+        base = f", baseline {b:.0f} tok/s" if args.baseline else ""
+        print(f"round {r + 1}: shardlab {s:.0f} tok/s{base}, torch {t:.0f} tok/s", flush=True)
     print(f"{args.model}, {args.threads} thread(s), best of {args.rounds}, torch {torch.__version__}, "
           f"load {os.getloadavg()[0]:.1f}")
     print(f"shardlab {best_s:.0f} tok/s, torch {best_t:.0f} tok/s, ratio {best_s / best_t:.2f}x")
+    if args.baseline:
+        print(f"baseline {best_b:.0f} tok/s, ratio {best_b / best_t:.2f}x; shardlab / baseline "
+              f"{best_s / best_b:.3f}")
 
 
 if __name__ == "__main__":

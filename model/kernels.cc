@@ -233,6 +233,22 @@ void gelu_backward(Real* dinp, const Real* dout, const Real* inp, int64_t n) {
   });
 }
 
+template <typename Real>
+void gelu_forward_backward(Real* out, Real* dinp, const Real* inp, int64_t n) {
+  const Real s = static_cast<Real>(kGeluScale), k = static_cast<Real>(kGeluCubic);
+  for_chunks(n, kElemChunk, 24.0 * n, [=](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const Real x = inp[i];
+      const Real th = pm::tanh_of(s * (x + k * (x * x * x)));
+      out[i] = Real(0.5) * x * (Real(1) + th);  // gelu_forward's expression
+      // gelu_backward's, += into zeros (0 + v: -0 becomes +0, as there)
+      dinp[i] = Real(0) + (Real(0.5) * (Real(1) + th) +
+                           Real(0.5) * x * (Real(1) - th * th) * s * (Real(1) + Real(3) * k * (x * x))) *
+                              dinp[i];
+    }
+  });
+}
+
 OpCost gelu_forward_cost(int64_t n, int elem) { return cost(9.0 * n, 2.0 * n, elem); }
 OpCost gelu_backward_cost(int64_t n, int elem) { return cost(20.0 * n, 4.0 * n, elem); }
 
@@ -261,11 +277,17 @@ OpCost dropout_backward_cost(int64_t n, int elem) { return cost(1.0 * n, 2.0 * n
 namespace {
 // Row n's softmax into p (p may be z: in place), as the forward saves it;
 // returns the row's sum of exponents and its max through zmax.
+// exp(z - zmax) into e (e may be z), returning its sum: softmax_row before
+// the normalization.
+template <typename Real>
+Real exp_sum_row(Real* e, const Real* z, int V, Real& zmax) {
+  zmax = pm::max(z, V);
+  for (int v = 0; v < V; ++v) e[v] = pm::exp_of(z[v] - zmax);
+  return pm::sum(e, V);
+}
 template <typename Real>
 Real softmax_row(Real* p, const Real* z, int V, Real& zmax) {
-  zmax = pm::max(z, V);
-  for (int v = 0; v < V; ++v) p[v] = pm::exp_of(z[v] - zmax);
-  const Real sum = pm::sum(p, V);
+  const Real sum = exp_sum_row(p, z, V, zmax);
   const Real inv = Real(1) / sum;
   for (int v = 0; v < V; ++v) p[v] *= inv;
   return sum;
@@ -279,9 +301,11 @@ Real crossentropy_forward(Real* probs, Real* losses, const Real* logits, const T
   for_chunks(N, kRowChunk, 4.0 * N * V, [=](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
       const Real* z = logits + n * V;
-      Real* p = probs ? probs + n * V : thread_scratch<Real>(size_t(V)).data();  // null: not saved
       Real zmax;
-      const Real sum = softmax_row(p, z, V, zmax);
+      // Not saved (null): the loss needs only the sum of exponents, so the
+      // row is never normalized.
+      const Real sum = probs ? softmax_row(probs + n * V, z, V, zmax)
+                             : exp_sum_row(thread_scratch<Real>(size_t(V)).data(), z, V, zmax);
       losses[n] = static_cast<Real>(pm::log(double(sum))) + zmax - z[targets[n]];  // -log softmax(z)[y], stable
     }
   });
@@ -311,8 +335,10 @@ void crossentropy_backward_in_place(Real* logits, const Token* targets, Real dlo
     for (int64_t n = n0; n < n1; ++n) {
       Real* d = logits + n * V;
       Real zmax;
-      softmax_row(d, d, V, zmax);  // the forward's probs, bit for bit
-      for (int v = 0; v < V; ++v) d[v] = Real(0) + d[v] * scale;  // as += into zeros (-0 becomes +0)
+      // The forward's probs (exp · (1/sum), bit for bit) times scale, in one
+      // pass; 0 + as += into zeros gives (-0 becomes +0).
+      const Real inv = Real(1) / exp_sum_row(d, d, V, zmax);
+      for (int v = 0; v < V; ++v) d[v] = Real(0) + (d[v] * inv) * scale;
       d[targets[n]] -= scale;
     }
   });
@@ -344,6 +370,7 @@ OpCost crossentropy_backward_cost(int64_t N, int64_t V, int elem) {
   template void crossentropy_backward_in_place(Real*, const Token*, Real, int64_t, int);           \
   template void gelu_forward(Real*, const Real*, int64_t);                                       \
   template void gelu_backward(Real*, const Real*, const Real*, int64_t);                         \
+  template void gelu_forward_backward(Real*, Real*, const Real*, int64_t);                       \
   template void residual_forward(Real*, const Real*, const Real*, int64_t);                      \
   template void residual_backward(Real*, Real*, const Real*, int64_t);                           \
   template Real crossentropy_forward(Real*, Real*, const Real*, const Token*, int64_t, int);     \

@@ -194,6 +194,13 @@ void attention_backward(Real* dqkv,        // (B,T,3C)
                         const Real* qkv,   // (B,T,3C)
                         const Real* att,   // (B,NH,T,T), or null: recomputed
                         int B, int T, int NH, int HS);
+// Both, for a backward that recomputes the forward's output: out (B,T,C) =
+// attention_forward's (att null), and dqkv += attention_backward's for dout,
+// with the probabilities computed once per (batch, head) for both. The same
+// bits as the two calls.
+template <typename Real>
+void attention_forward_backward(Real* out, Real* dqkv, const Real* dout, const Real* qkv, int B, int T,
+                                int NH, int HS);
 // Counts the full T×T products (as dense GPU kernels do).
 OpCost attention_forward_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem);
 OpCost attention_backward_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem);
@@ -225,6 +232,12 @@ template <typename Real>
 void gelu_forward(Real* out, const Real* inp, int64_t n);  // (n)
 template <typename Real>
 void gelu_backward(Real* dinp, const Real* dout, const Real* inp, int64_t n);
+// Both at once from the pre-activation alone, one tanh per element, for a
+// backward that recomputes GELU(inp): out = GELU(inp), and dinp (holding
+// dout on entry) becomes dinp = 0 + dGELU·dout. The bits of gelu_forward
+// and of gelu_backward into a zeroed dinp.
+template <typename Real>
+void gelu_forward_backward(Real* out, Real* dinp, const Real* inp, int64_t n);
 OpCost gelu_forward_cost(int64_t n, int elem);
 OpCost gelu_backward_cost(int64_t n, int elem);
 template <typename Real>

@@ -98,6 +98,45 @@ void causal_scores(Real* a, const Real* base, int64_t C, int T, int64_t h, int H
   causal_softmax_rows(a, T, scale);
 }
 
+// Head h's context of one sequence: out[t] = Σ_{u<=t} att[t,u] · v[u], the
+// causal half only.
+template <typename Real>
+void context(Real* out, const Real* a, const Real* base, int64_t C, int T, int64_t h, int HS) {
+  Real* o = out + h * HS;
+  for (int t = 0; t < T; ++t)
+    sum_rows(o + t * C, a + static_cast<int64_t>(t) * T, 1, base + 2 * C + h * HS, 3 * C, t + 1, HS, false);
+}
+
+// Pair (b, h) of the backward, given its probabilities a (T×T) and a T×T
+// scratch block dpre.
+template <typename Real>
+void backward_pair(Real* dqkv, const Real* dout, const Real* qkv, const Real* a, Real* dpre_buf, int64_t b,
+                   int64_t h, int T, int64_t C, int HS, Real scale) {
+  const Eigen::OuterStride<> s3(3 * C), s1(C);
+  Eigen::Map<RowMajorMat<Real>> dpre(dpre_buf, T, T);
+  const Real* base = qkv + b * T * 3 * C;
+  Real* dbase = dqkv + b * T * 3 * C;
+  ConstStridedMap<Real> q(base + h * HS, T, HS, s3);
+  ConstStridedMap<Real> k(base + C + h * HS, T, HS, s3);
+  ConstStridedMap<Real> v(base + 2 * C + h * HS, T, HS, s3);
+  StridedMap<Real> dq(dbase + h * HS, T, HS, s3);
+  StridedMap<Real> dk(dbase + C + h * HS, T, HS, s3);
+  StridedMap<Real> dv(dbase + 2 * C + h * HS, T, HS, s3);
+  ConstStridedMap<Real> dout_h(dout + b * T * C + h * HS, T, HS, s1);
+  // out = att · v:  dv[u] += Σ_{t>=u} att[t,u] · dout[t]
+  for (int u = 0; u < T; ++u) {
+    sum_rows(&dv(u, 0), a + static_cast<int64_t>(u) * T + u, T, dout_h.data() + u * C, C, T - u, HS, true);
+  }
+  gemm_nt(dpre.data(), T, dout_h.data(), C, v.data(), 3 * C, T, T, HS);  // datt = dout·vᵀ
+  // att = softmax(scale · q kᵀ)
+  causal_softmax_rows_backward(dpre.data(), a, T, scale);
+  // dq[t] += Σ_{u<=t} dpre[t,u] · k[u],  dk[u] += Σ_{t>=u} dpre[t,u] · q[t]
+  for (int t = 0; t < T; ++t) {
+    sum_rows(&dq(t, 0), &dpre(t, 0), 1, k.data(), 3 * C, t + 1, HS, true);
+    sum_rows(&dk(t, 0), &dpre(t, t), T, q.data() + t * 3 * C, 3 * C, T - t, HS, true);
+  }
+}
+
 }  // namespace
 
 // (batch, head) pairs are independent: on idle cores they split (host_split.h),
@@ -113,12 +152,7 @@ void attention_forward(Real* out, Real* att, const Real* qkv, int B, int T, int 
       const Real* base = qkv + b * T * 3 * C;
       Real* a_ptr = att ? att + bh * T * T : thread_scratch<Real, 1>(size_t(T) * T).data();
       causal_scores(a_ptr, base, C, T, h, HS, scale);
-      // out[t] = Σ_{u<=t} att[t,u] · v[u]: the causal half only
-      Real* o = out + b * T * C + h * HS;
-      for (int t = 0; t < T; ++t) {
-        sum_rows(o + t * C, a_ptr + static_cast<int64_t>(t) * T, 1, base + 2 * C + h * HS,
-                 3 * C, t + 1, HS, false);
-      }
+      context(out + b * T * C, a_ptr, base, C, T, h, HS);
     }
   });
 }
@@ -130,39 +164,36 @@ void attention_backward(Real* dqkv, const Real* dout, const Real* qkv, const Rea
   const Real scale = Real(1) / std::sqrt(static_cast<Real>(HS));
   const double work = 4.0 * B * NH * T * T * HS;
   for_chunks(int64_t{B} * NH, 1, work, [=](int64_t bh0, int64_t bh1) {
-    const Eigen::OuterStride<> s3(3 * C), s1(C);
     // one scratch block per thread, reused for every (b, h)
-    Eigen::Map<RowMajorMat<Real>> dpre(thread_scratch<Real>(size_t(T) * T).data(), T, T);
+    Real* dpre = thread_scratch<Real>(size_t(T) * T).data();
     for (int64_t bh = bh0; bh < bh1; ++bh) {
       const int64_t b = bh / NH, h = bh % NH;
-      const Real* base = qkv + b * T * 3 * C;
-      Real* dbase = dqkv + b * T * 3 * C;
-      ConstStridedMap<Real> q(base + h * HS, T, HS, s3);
-      ConstStridedMap<Real> k(base + C + h * HS, T, HS, s3);
-      ConstStridedMap<Real> v(base + 2 * C + h * HS, T, HS, s3);
-      StridedMap<Real> dq(dbase + h * HS, T, HS, s3);
-      StridedMap<Real> dk(dbase + C + h * HS, T, HS, s3);
-      StridedMap<Real> dv(dbase + 2 * C + h * HS, T, HS, s3);
       const Real* a_ptr = att ? att + bh * T * T : nullptr;
       if (!att) {  // the forward's probabilities again, bit for bit
         Real* again = thread_scratch<Real, 1>(size_t(T) * T).data();
-        causal_scores(again, base, C, T, h, HS, scale);
+        causal_scores(again, qkv + b * T * 3 * C, C, T, h, HS, scale);
         a_ptr = again;
       }
-      ConstStridedMap<Real> dout_h(dout + b * T * C + h * HS, T, HS, s1);
-      // out = att · v:  dv[u] += Σ_{t>=u} att[t,u] · dout[t]
-      for (int u = 0; u < T; ++u) {
-        sum_rows(&dv(u, 0), a_ptr + static_cast<int64_t>(u) * T + u, T, dout_h.data() + u * C, C, T - u,
-                 HS, true);
-      }
-      gemm_nt(dpre.data(), T, dout_h.data(), C, v.data(), 3 * C, T, T, HS);  // datt = dout·vᵀ
-      // att = softmax(scale · q kᵀ)
-      causal_softmax_rows_backward(dpre.data(), a_ptr, T, scale);
-      // dq[t] += Σ_{u<=t} dpre[t,u] · k[u],  dk[u] += Σ_{t>=u} dpre[t,u] · q[t]
-      for (int t = 0; t < T; ++t) {
-        sum_rows(&dq(t, 0), &dpre(t, 0), 1, k.data(), 3 * C, t + 1, HS, true);
-        sum_rows(&dk(t, 0), &dpre(t, t), T, q.data() + t * 3 * C, 3 * C, T - t, HS, true);
-      }
+      backward_pair(dqkv, dout, qkv, a_ptr, dpre, b, h, T, C, HS, scale);
+    }
+  });
+}
+
+template <typename Real>
+void attention_forward_backward(Real* out, Real* dqkv, const Real* dout, const Real* qkv, int B, int T,
+                                int NH, int HS) {
+  const int64_t C = static_cast<int64_t>(NH) * HS;
+  const Real scale = Real(1) / std::sqrt(static_cast<Real>(HS));
+  const double work = 6.0 * B * NH * T * T * HS;
+  for_chunks(int64_t{B} * NH, 1, work, [=](int64_t bh0, int64_t bh1) {
+    Real* dpre = thread_scratch<Real>(size_t(T) * T).data();
+    Real* a = thread_scratch<Real, 1>(size_t(T) * T).data();
+    for (int64_t bh = bh0; bh < bh1; ++bh) {
+      const int64_t b = bh / NH, h = bh % NH;
+      const Real* base = qkv + b * T * 3 * C;
+      causal_scores(a, base, C, T, h, HS, scale);  // once for both
+      context(out + b * T * C, a, base, C, T, h, HS);
+      backward_pair(dqkv, dout, qkv, a, dpre, b, h, T, C, HS, scale);
     }
   });
 }
@@ -225,5 +256,8 @@ template void attention_backward(float*, const float*, const float*, const float
                                  int);
 template void attention_backward(double*, const double*, const double*, const double*, int, int,
                                  int, int);
+template void attention_forward_backward(float*, float*, const float*, const float*, int, int, int, int);
+template void attention_forward_backward(double*, double*, const double*, const double*, int, int, int,
+                                         int);
 
 }  // namespace shardlab::model

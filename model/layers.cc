@@ -69,6 +69,33 @@ void attention_layer_backward(Real* dinp, const BlockView<Real>& g, Real* dqkv, 
                   p.c_attn.weight, N, d.C, 3 * d.C);
 }
 
+namespace {
+// attention_layer_backward when the forward kept qkv but neither the
+// probabilities nor atty: the scores and softmax are computed once per
+// (batch, head) for both atty (c_proj's weight gradient) and the attention
+// backward (attention_forward_backward). The bits and the charged ops are
+// attention_layer_backward's after a host-only attention_forward: c_proj's
+// input gradient first (it needs no atty), then atty and dqkv, then c_proj's
+// weight gradient. atty is scratch (N, C).
+template <typename Real>
+void attention_layer_backward_from_qkv(Real* dinp, const BlockView<Real>& g, Real* dqkv, Real* datty, Real* atty,
+                                       const Real* dout, const Real* inp, const Real* qkv,
+                                       const BlockView<Real>& p, const Dims& d, const Exec& ex) {
+  const int64_t N = d.N();
+  const int C = d.C;
+  ex.run("attn.c_proj.bwd", te_linear_cost(ex, linear_backward_cost(N, C, C, true, ex.elem), N * C), [&] {
+    std::fill(datty, datty + N * C, Real(0));
+    linear_backward_input(datty, dout, p.attn_proj.weight, N, C, C);
+    std::fill(dqkv, dqkv + N * 3 * C, Real(0));
+    attention_forward_backward(atty, dqkv, datty, qkv, d.B, d.T, d.NH, d.HS());
+    linear_backward_weight(g.attn_proj.weight, g.attn_proj.bias, dout, atty, N, C, C);
+  });
+  ex.op("attn.softmax.bwd", attention_backward_cost(d.B, d.T, d.NH, d.HS(), ex.elem));  // computed above
+  linear_backward(ex, "attn.c_attn.bwd", true, dinp, g.c_attn.weight, g.c_attn.bias, dqkv, inp, p.c_attn.weight, N,
+                  C, 3 * C);
+}
+}  // namespace
+
 // ---- MLP ----------------------------------------------------------------------
 
 template <typename Real>
@@ -93,6 +120,30 @@ void mlp_backward(Real* dinp, const MlpView<Real>& g, Real* dfc, Real* dfc_gelu,
   linear_backward(ex, "mlp.c_fc.bwd", true, dinp, g.c_fc.weight, g.c_fc.bias, dfc, inp,
                   p.c_fc.weight, N, C, F);
 }
+
+namespace {
+// mlp_backward when the forward kept fc but not GELU(fc): dGELU, and GELU(fc)
+// for c_proj's weight gradient, come from one tanh per element
+// (gelu_forward_backward). The bits and the charged ops are mlp_backward's
+// after a host-only gelu_forward: c_proj's input gradient first (it needs no
+// GELU(fc)), then the fused pass turns it into dfc in place and writes
+// GELU(fc) into fc_gelu, then c_proj's weight gradient.
+template <typename Real>
+void mlp_backward_from_fc(Real* dinp, const MlpView<Real>& g, Real* dfc, Real* fc_gelu, const Real* dout,
+                          const Real* inp, const Real* fc, const MlpView<Real>& p, int64_t N, int C,
+                          const Exec& ex) {
+  const int F = p.c_fc.out;  // the MLP width
+  ex.run("mlp.c_proj.bwd", te_linear_cost(ex, linear_backward_cost(N, F, C, true, ex.elem), N * C), [&] {
+    std::fill(dfc, dfc + N * F, Real(0));
+    linear_backward_input(dfc, dout, p.c_proj.weight, N, F, C);
+    gelu_forward_backward(fc_gelu, dfc, fc, N * F);
+    linear_backward_weight(g.c_proj.weight, g.c_proj.bias, dout, fc_gelu, N, F, C);
+  });
+  ex.op("mlp.gelu.bwd", gelu_backward_cost(N * F, ex.elem));  // computed above
+  linear_backward(ex, "mlp.c_fc.bwd", true, dinp, g.c_fc.weight, g.c_fc.bias, dfc, inp, p.c_fc.weight, N, C,
+                  F);
+}
+}  // namespace
 
 // ---- MoE ----------------------------------------------------------------------
 
@@ -220,10 +271,8 @@ void block_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s,
     swiglu_mlp_backward(s.dln2.data(), g.mlp, s.dfc.data(), s.dfc_gelu.data(), dout, ln, a.fc.data(),
                         a.fc_gelu.data(), p.mlp, N, C, ex);
   } else {
-    // fc_gelu into s.dfc: mlp_backward reads it before it clears dfc
-    gelu_forward(host, "mlp.gelu.fwd", s.dfc.data(), a.fc.data(), N * int64_t{p.mlp.c_fc.out});
-    mlp_backward(s.dln2.data(), g.mlp, s.dfc.data(), s.dfc_gelu.data(), dout, ln, a.fc.data(), s.dfc.data(),
-                 p.mlp, N, C, ex);
+    mlp_backward_from_fc(s.dln2.data(), g.mlp, s.dfc.data(), s.dfc_gelu.data(), dout, ln, a.fc.data(), p.mlp,
+                         N, C, ex);
   }
   norm_backward(s.dres1.data(), g.ln_2, s.dln2.data(), a.res1.data(), p.ln_2, a.ln2_mean.data(),
                 a.ln2_rstd.data(), N, C, config, "ln_2.bwd", ex);
@@ -236,11 +285,9 @@ void block_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s,
   if (config.is_llama()) {
     llama_attention_backward(s.dln1.data(), g, s, s.dres1.data(), ln, a, p, d, config, ex);
   } else {
-    // atty into s.dqkv: attention_layer_backward reads it before it clears dqkv
-    attention_forward(host, "attn.softmax.fwd", s.dqkv.data(), static_cast<Real*>(nullptr), a.qkv.data(), d.B, d.T,
-                      d.NH, d.HS());
-    attention_layer_backward(s.dln1.data(), g, s.dqkv.data(), s.datty.data(), s.dres1.data(), ln, a.qkv.data(),
-                             static_cast<const Real*>(nullptr), s.dqkv.data(), p, d, ex);
+    // atty into s.dln2, dead since ln_2's backward
+    attention_layer_backward_from_qkv(s.dln1.data(), g, s.dqkv.data(), s.datty.data(), s.dln2.data(), s.dres1.data(),
+                                      ln, a.qkv.data(), p, d, ex);
   }
   norm_backward(dinp, g.ln_1, s.dln1.data(), inp, p.ln_1, a.ln1_mean.data(), a.ln1_rstd.data(), N, C, config,
                 "ln_1.bwd", ex);

@@ -4,9 +4,13 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
+#include <utility>
+#include <vector>
 
 #include "gradcheck.h"
+#include "model/host_split.h"
 #include "model/kernels.h"
 #include "model/params.h"
 #include "support/compare.h"
@@ -147,6 +151,67 @@ TEST(KernelGradcheck, CrossEntropy) {
   crossentropy_backward(dlogits.data(), probs.data(), targets.data(), dloss, N, V);
   auto g = dlogits.delta();
   check_gradients("crossentropy", {{"dlogits", &logits, &g}}, loss, kKernelTol);
+}
+
+// The fused kernels a recomputing backward uses (gelu_forward_backward,
+// attention_forward_backward) must give the bits of the two calls they
+// replace, in float (the training type), split over idle cores or not.
+// Inputs hold negative values whose products round to -0, so the 0 + v of
+// accumulating into zeros matters. Tolerance: none (memcmp).
+template <typename F>
+void expect_same_bits(const char* what, const F& run_both) {
+  for (const bool split : {false, true}) {
+    set_host_split_for_test(split);
+    const auto [fused, unfused] = run_both();
+    set_host_split_for_test(std::nullopt);
+    size_t differ = 0;
+    for (size_t i = 0; i < fused.size(); ++i) differ += std::memcmp(&fused[i], &unfused[i], sizeof(float)) != 0;
+    std::printf("[fused] %s split=%d: %zu of %zu floats differ\n", what, split, differ, fused.size());
+    EXPECT_EQ(fused.size(), unfused.size());
+    EXPECT_EQ(differ, 0u) << what;
+  }
+}
+
+std::vector<float> float_randoms(std::mt19937_64& rng, size_t n, float scale) {
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+TEST(KernelFusion, GeluForwardBackwardHasTheBitsOfBoth) {
+  std::mt19937_64 rng(11);
+  const int64_t n = 3 * 16384 + 77;  // several split chunks and a tail
+  auto x = float_randoms(rng, n, 6.0f), dout = float_randoms(rng, n, 1.0f);
+  x[0] = -12.0f;  // GELU's derivative underflows: 0 · -dout is -0
+  dout[0] = -1.0f;
+  expect_same_bits("gelu", [&] {
+    std::vector<float> out(n), d(dout), ref_out(n), ref_d(n, 0.0f);
+    gelu_forward_backward(out.data(), d.data(), x.data(), n);
+    gelu_forward(ref_out.data(), x.data(), n);
+    gelu_backward(ref_d.data(), dout.data(), x.data(), n);
+    out.insert(out.end(), d.begin(), d.end());
+    ref_out.insert(ref_out.end(), ref_d.begin(), ref_d.end());
+    return std::pair{out, ref_out};
+  });
+}
+
+TEST(KernelFusion, AttentionForwardBackwardHasTheBitsOfBoth) {
+  std::mt19937_64 rng(12);
+  const int B = 3, T = 37, NH = 4, HS = 32, C = NH * HS;  // T past Eigen's panels, HS a whole run
+  const auto qkv = float_randoms(rng, size_t(B) * T * 3 * C, 2.0f);
+  const auto dout = float_randoms(rng, size_t(B) * T * C, 1.0f);
+  const auto start = float_randoms(rng, size_t(B) * T * 3 * C, 1.0f);  // dqkv accumulates
+  expect_same_bits("attention", [&] {
+    std::vector<float> out(size_t(B) * T * C), dqkv(start), ref_out(out.size()), ref_dqkv(start);
+    attention_forward_backward(out.data(), dqkv.data(), dout.data(), qkv.data(), B, T, NH, HS);
+    attention_forward(ref_out.data(), static_cast<float*>(nullptr), qkv.data(), B, T, NH, HS);
+    attention_backward(ref_dqkv.data(), dout.data(), qkv.data(), static_cast<const float*>(nullptr), B, T, NH,
+                       HS);
+    out.insert(out.end(), dqkv.begin(), dqkv.end());
+    ref_out.insert(ref_out.end(), ref_dqkv.begin(), ref_dqkv.end());
+    return std::pair{out, ref_out};
+  });
 }
 
 // Tensor parallelism runs attention on a subset of heads with the c_attn rows
