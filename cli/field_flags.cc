@@ -11,6 +11,7 @@ constexpr std::array kFieldFlags = std::to_array<std::pair<std::string_view, std
     {"dp", "--dp"},
     {"tp", "--tp"},
     {"sp", "--sp"},
+    {"tp_comm_overlap", "--tp-comm-overlap"},
     {"ep", "--ep"},
     {"cp", "--cp"},
     {"cp_comm", "--cp-comm"},

@@ -134,6 +134,9 @@ FlagTable<TrainFlags> parallel_flags() {
       {"--dp", FIELD(opts.parallel.dp), "Data-parallel degree", degree, kShowDefault},
       {"--tp", FIELD(opts.parallel.tp), "Tensor-parallel degree (Megatron)", degree, kShowDefault},
       {"--sp", FIELD(opts.parallel.sp), "Sequence parallelism (with --tp)"},
+      {"--tp-comm-overlap", FIELD(opts.parallel.tp_comm_overlap),
+       "With --sp: overlap the blocks' all-gathers and reduce-scatters with their GEMMs, as Transformer Engine's "
+       "userbuffers (NeMo's ub_tp_comm_overlap)"},
       {"--scatter-gather", FIELD(opts.parallel.scatter_gather),
        "Without --sp: each TP rank sends 1/tp of the activations between stages, an all-gather over the TP group "
        "reassembles them (Megatron-LM 2021)"},

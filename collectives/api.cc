@@ -141,7 +141,8 @@ Work run_on_comm(Device& dev, const ProcessGroup& g, const CollOptions& opt, con
   // Off the compute stream, the collective's kernels hold one SM per
   // channel while it runs (Device::note_collective).
   if (&s != &dev.compute() && g.size() > 1)
-    dev.note_collective(start, s.now(), ring_plan(dev.profile(), g.members()).channels);
+    dev.note_collective(start, s.now(),
+                        opt.sm_blocks >= 0 ? opt.sm_blocks : ring_plan(dev.profile(), g.members()).channels);
   return Work(s.record());
 }
 

@@ -104,6 +104,9 @@ struct CollOptions {
   // parallelism moves fp32 main gradients (4) in a bf16 model, as Megatron.
   int elem_size = 0;
   Proto proto = Proto::kAuto;
+  // Off the compute stream: the SMs the collective's kernels hold while it
+  // runs (Device::note_collective); -1: one per ring channel, as NCCL's.
+  int sm_blocks = -1;
   int wire_elem(const Device& dev) const { return elem_size > 0 ? elem_size : element_size(dev.precision()); }
 };
 

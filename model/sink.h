@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "model/buffer.h"
 #include "runtime/cost_model.h"
@@ -37,6 +39,14 @@ class OpSink {
   virtual int element_size() const { return 4; }
   // The run models Precision::kFp8 (Transformer Engine's linears in FP8).
   virtual bool fp8() const { return false; }
+  // Tensor-parallel communication overlap (parallel/tensor/mappings.h): the
+  // next GEMM op runs as ready.size() chunks of its rows (GemmShape::m), chunk
+  // k starting no earlier than ready[k], as Transformer Engine's ring-exchange
+  // GEMM computes each rank's rows as they arrive. A sink without a clock ignores it.
+  virtual void split_next_gemm(std::vector<Time> ready) {}
+  // [start, end) of the last GEMM op charged, for a collective pipelined
+  // behind it; {0, 0} without a clock.
+  virtual std::pair<Time, Time> last_gemm() const { return {0, 0}; }
 };
 
 // "attn.c_attn.fwd" -> "attn.c_attn.fwd.recompute": the same kernel run again

@@ -15,7 +15,34 @@ namespace shardlab::engine {
 class DeviceSink final : public model::OpSink {
  public:
   explicit DeviceSink(Device& dev) : dev_(dev) {}
-  void op(const char* name, const OpCost& cost) override { dev_.run(dev_.compute(), name, cost); }
+  void op(const char* name, const OpCost& cost) override {
+    if (cost.op_class != OpClass::kGemm) {
+      dev_.run(dev_.compute(), name, cost);
+      return;
+    }
+    const Time start = dev_.compute().now();
+    if (gemm_ready_.empty()) {
+      last_gemm_ = {start, dev_.run(dev_.compute(), name, cost)};
+      return;
+    }
+    // split_next_gemm: chunk k of n is m/n rows (its operands' bytes and its
+    // launch its own), started when its rows have arrived.
+    const auto n = static_cast<int64_t>(gemm_ready_.size());
+    OpCost chunk = cost;
+    chunk.flops /= double(n);
+    chunk.bytes /= double(n);
+    chunk.gemm.m /= n;
+    Time first = -1, end = start;
+    for (const Time ready : gemm_ready_) {
+      dev_.compute().wait({ready});
+      if (first < 0) first = dev_.compute().now();
+      end = dev_.run(dev_.compute(), name, chunk);
+    }
+    gemm_ready_.clear();
+    last_gemm_ = {first, end};
+  }
+  void split_next_gemm(std::vector<Time> ready) override { gemm_ready_ = std::move(ready); }
+  std::pair<Time, Time> last_gemm() const override { return last_gemm_; }
   void saved(int64_t elements) override {
     const uint64_t bytes = uint64_t(elements) * shardlab::element_size(dev_.precision());
     dev_.arena().allocate(bytes, MemKind::kActivation, "activations");
@@ -71,6 +98,8 @@ class DeviceSink final : public model::OpSink {
   Device& dev_;
   bool fused_ = true;
   bool half_ = false;
+  std::vector<Time> gemm_ready_;        // split_next_gemm, until the next GEMM
+  std::pair<Time, Time> last_gemm_{0, 0};
   std::vector<int64_t> seen_;  // keys with a gradient this step (half_grads); a few hundred at most
   std::function<void(int64_t, int64_t)> on_grads_ready_;
   std::function<bool(float*, int64_t)> average_;

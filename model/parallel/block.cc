@@ -126,7 +126,7 @@ void tp_attention_forward(float* out, BlockActs& a, const BlockView<float>& p,
   if (!d.flash) dropout_forward(attention_probs(d), "attn.dropout.fwd", c);  // else inside the fused kernel
   model::linear_forward(te, "attn.c_proj.fwd", s.partial.data(), a.atty.data(), p.attn_proj.weight,
                         N, Cl, C);  // its bias after the reduction
-  exit_row_parallel(c.tp, s.partial.data(), out, d.rows(), C);
+  reduce_scatter_after_gemm(c.tp, s.partial.data(), out, d.rows(), C);  // proj_fprop
   if (!llama) add_bias_rows(out, p.attn_proj.bias, d.rows(), C, "attn.c_proj.bias.fwd", ex);
   dropout_forward(d.rows() * C, "attn.hidden_dropout.fwd", c);
 }
@@ -174,12 +174,14 @@ float block_forward(BlockActs& a, const BlockView<float>& p, const float* x, con
   const int64_t Nr = d.rows();
   const int C = d.C;
   model::norm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, p.ln_1, Nr, C, config, "ln_1.fwd", ex);
-  const float* ln1_full = enter_column_parallel(c.tp, a.ln1.data(), s.full_in.data(), Nr, C);
+  const float* ln1_full = gather_into_gemm(c.tp, a.ln1.data(), s.full_in.data(), Nr, C);  // qkv_fprop
   tp_attention_forward(a.attproj.data(), a, p, ln1_full, d, config, s, c);
   model::residual_forward(ex, "residual.fwd", a.res1.data(), x, a.attproj.data(), Nr * C);
   model::norm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res1.data(), p.ln_2, Nr, C, config,
                       "ln_2.fwd", ex);
-  const float* ln2_full = enter_column_parallel(c.tp, a.ln2.data(), s.full_in.data(), Nr, C);
+  // fc1_fprop (the MoE layers' collectives stay blocking: no TE userbuffers there)
+  const float* ln2_full = p.moe ? enter_column_parallel(c.tp, a.ln2.data(), s.full_in.data(), Nr, C)
+                                : gather_into_gemm(c.tp, a.ln2.data(), s.full_in.data(), Nr, C);
   float aux = 0;
   if (p.moe) {
     float* out_full = c.tp.sp ? s.moe_out.data() : a.mlp_out.data();
@@ -190,7 +192,7 @@ float block_forward(BlockActs& a, const BlockView<float>& p, const float* x, con
   } else {
     tp_mlp_partial_forward(s.partial.data(), a.fc.data(), a.fc_gelu.data(), p.mlp, ln2_full, d.N(),
                            C, d.Fl(), ex, config.is_llama());
-    exit_row_parallel(c.tp, s.partial.data(), a.mlp_out.data(), Nr, C);
+    reduce_scatter_after_gemm(c.tp, s.partial.data(), a.mlp_out.data(), Nr, C);  // fc2_fprop
     if (!config.is_llama())
       add_bias_rows(a.mlp_out.data(), p.mlp.c_proj.bias, Nr, C, "mlp.c_proj.bias.fwd", ex);
   }
@@ -210,8 +212,11 @@ void block_backward(float* dinp, const BlockView<float>& g, BlockScratch& s, con
   // res2 = res1 + mlp_out: both receive dout
   if (ex.math()) std::copy(dout, dout + Nr * C, s.dres1.begin());  // a handover, not a kernel (sink.h)
   dropout_backward(Nr * C, "mlp.hidden_dropout.bwd", c);
-  const float* dout_full = exit_row_parallel_bwd(c.tp, dout, s.full_dout.data(), Nr, C);
-  const float* ln2_full = enter_column_parallel(c.tp, a.ln2.data(), s.full_in.data(), Nr, C);
+  // fc2_dgrad and fc1_dgrad (NeMo's 70B TP4 userbuffers: 2 SMs for the bulk gather)
+  const float* dout_full = p.moe ? exit_row_parallel_bwd(c.tp, dout, s.full_dout.data(), Nr, C)
+                                 : gather_into_gemm_bwd(c.tp, dout, s.full_dout.data(), Nr, C);
+  const float* ln2_full = p.moe ? enter_column_parallel(c.tp, a.ln2.data(), s.full_in.data(), Nr, C)
+                                : gather_for_wgrad(c.tp, a.ln2.data(), s.full_in.data(), Nr, C, 2);
   zero(s.partial.data(), N * C);
   if (p.moe) {
     zero(s.rep.data(), N * C);
@@ -227,7 +232,7 @@ void block_backward(float* dinp, const BlockView<float>& g, BlockScratch& s, con
   } else {
     tp_mlp_backward(s.partial.data(), g.mlp, s.dfc.data(), s.dfc_gelu.data(), dout_full, ln2_full,
                     a.fc.data(), a.fc_gelu.data(), p.mlp, N, C, d.Fl(), wg, ex, config.is_llama());
-    enter_column_parallel_bwd(c.tp, s.partial.data(), s.dln.data(), Nr, C);
+    reduce_scatter_beside_wgrad(c.tp, s.partial.data(), s.dln.data(), Nr, C, 4);  // fc1_wgrad: 4 SMs
   }
   model::norm_backward(s.dres1.data(), g.ln_2, s.dln.data(), a.res1.data(), p.ln_2, a.ln2_mean.data(),
                        a.ln2_rstd.data(), Nr, C, config, "ln_2.bwd", ex);
@@ -236,11 +241,12 @@ void block_backward(float* dinp, const BlockView<float>& g, BlockScratch& s, con
     for (int64_t i = 0; i < Nr * C; ++i) dinp[i] += s.dres1[i];
   });
   dropout_backward(Nr * C, "attn.hidden_dropout.bwd", c);
-  const float* dres1_full = exit_row_parallel_bwd(c.tp, s.dres1.data(), s.full_dout.data(), Nr, C);
-  const float* ln1_full = enter_column_parallel(c.tp, a.ln1.data(), s.full_in.data(), Nr, C);
+  // proj_dgrad, qkv_dgrad (4 SMs) and qkv_wgrad (24 SMs)
+  const float* dres1_full = gather_into_gemm_bwd(c.tp, s.dres1.data(), s.full_dout.data(), Nr, C);
+  const float* ln1_full = gather_for_wgrad(c.tp, a.ln1.data(), s.full_in.data(), Nr, C, 4);
   zero(s.partial.data(), N * C);
   tp_attention_backward(s.partial.data(), g, s, dres1_full, ln1_full, a, p, d, config, wg, c);
-  enter_column_parallel_bwd(c.tp, s.partial.data(), s.dln.data(), Nr, C);
+  reduce_scatter_beside_wgrad(c.tp, s.partial.data(), s.dln.data(), Nr, C, 24);
   model::norm_backward(dinp, g.ln_1, s.dln.data(), inp, p.ln_1, a.ln1_mean.data(), a.ln1_rstd.data(), Nr, C,
                        config, "ln_1.bwd", ex);
 }

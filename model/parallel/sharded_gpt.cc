@@ -69,6 +69,10 @@ ShardedGPT::ShardedGPT(const model::GPTConfig& config, uint64_t seed, Device& de
   ctx_.tp.dev = ctx_.moe.dev = &dev;
   ctx_.tp.group = ctx_.moe.tp = &tp_group_;
   ctx_.tp.sp = options.sequence_parallel;
+  if (options.tp_comm_overlap && ctx_.tp.sp && tp_group_.size() > 1) {
+    tp_overlap_ = std::make_unique<Stream>(&dev, StreamKind::kComm);
+    ctx_.tp.overlap = tp_overlap_.get();
+  }
   ctx_.dropout = config_.dropout > 0;
   scatter_gather_ = options.scatter_gather && !ctx_.tp.sp;
   ctx_.attention = options.attention;

@@ -35,6 +35,8 @@
 // Thread safety: one instance per device thread.
 #pragma once
 
+#include <memory>
+
 #include <optional>
 #include <span>
 #include <vector>
@@ -64,6 +66,9 @@ struct ModelGroups {
 
 struct ShardedOptions {
   bool sequence_parallel = false;
+  // With SP: the blocks' TP collectives overlapped with their GEMMs
+  // (tensor/mappings.h, "Communication overlap"), on a stream of their own.
+  bool tp_comm_overlap = false;
   // Megatron-LM's scatter/gather between pipeline stages (Narayanan et al.
   // 2021, sec. 4.1), without SP: each TP rank sends and receives 1/tp of the
   // (replicated) boundary tensor, then the TP group all-gathers it.
@@ -215,6 +220,7 @@ class ShardedGPT final : public LocalModel, public StageModel {
   StagePlacement place_;
   // Copies share the caller's collective counters (collectives/group.h).
   collectives::ProcessGroup tp_group_;
+  std::unique_ptr<Stream> tp_overlap_;  // ShardedOptions::tp_comm_overlap's side stream
   std::optional<collectives::ProcessGroup> ep_group_, capacity_group_;
   BlockContext ctx_;
   bool scatter_gather_ = false;  // ShardedOptions::scatter_gather, without SP

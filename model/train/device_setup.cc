@@ -90,6 +90,7 @@ void DeviceSetup::make_model(const DeviceProgram& p, Device& dev) {
                                      p.plan.global_routing ? &data_group() : nullptr};
   parallel::ShardedOptions so;
   so.sequence_parallel = par.sp;
+  so.tp_comm_overlap = par.tp_comm_overlap;
   so.scatter_gather = par.scatter_gather;
   so.unfused_cross_entropy = par.unfused_cross_entropy;
   so.recompute = par.recompute;

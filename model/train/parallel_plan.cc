@@ -103,6 +103,9 @@ void validate_parallel(const TrainOptions& o) {
   require(m.dropout >= 0 && m.dropout < 1, fmt::format("`dropout` must be in [0, 1) (got {})", m.dropout));
   require(m.dropout == 0 || o.phantom,
           "`dropout` is modeled in time only (its kernels are charged, not computed): it needs `phantom`");
+  require(!p.tp_comm_overlap || (p.sp && p.tp > 1),
+          fmt::format("`tp_comm_overlap` overlaps the sequence-parallel collectives: it needs `sp` and `tp` > 1 "
+                      "(got sp {}, tp {})", p.sp, p.tp));
   require(!p.scatter_gather || !p.sp, "`scatter_gather` is for runs without `sp` (SP already sends 1/tp)");
   parallel::check_pipeline_config(p.schedule, p.pp, o.micro_batches, p.chunks());
   validate_context_parallel(o);

@@ -43,6 +43,10 @@ struct ParallelOptions {
   int dp = 1;                 // data parallel
   int tp = 1;                 // tensor parallel (Megatron)
   bool sp = false;            // sequence parallelism (with tp)
+  // With sp: Transformer Engine's userbuffers overlap (NeMo's
+  // ub_tp_comm_overlap): the blocks' all-gathers and reduce-scatters
+  // pipelined with their GEMMs (parallel/tensor/mappings.h). Time only.
+  bool tp_comm_overlap = false;
   // Without SP, with tp and pp: Megatron-LM's scatter/gather of activations
   // between stages (each TP rank sends 1/tp, an all-gather over the TP group
   // reassembles them; ShardedOptions::scatter_gather).

@@ -34,6 +34,9 @@ namespace shardlab::parallel {
 struct TpContext : LayerContext {
   const collectives::ProcessGroup* group = nullptr;
   bool sp = false;  // sequence parallelism
+  // --tp-comm-overlap: the stream the overlapped collectives run on (below);
+  // null: every collective blocks the compute stream.
+  Stream* overlap = nullptr;
 
   int tp() const { return group->size(); }
   int rank() const { return group->rank(); }
@@ -88,5 +91,50 @@ void exit_row_parallel(const TpContext& c, float* partial, float* out, int64_t r
 // Without SP returns dlocal itself; with SP all-gathers into dfull.
 const float* exit_row_parallel_bwd(const TpContext& c, const float* dlocal, float* dfull,
                                    int64_t rows_local, int width);
+
+// ---- Communication overlap (--tp-comm-overlap) --------------------------------
+// Transformer Engine's userbuffers as NeMo runs them (ub_tp_comm_overlap;
+// TE's initialize_ub methods, NeMo's ub_cfg_h100_*.yaml SM counts): with SP,
+// the collective around each of a block's TP GEMMs runs on a side stream,
+// pipelined with the GEMM, instead of blocking the compute stream. Only the
+// transformer layers' linears (TE modules): the embedding and the LM head
+// stay blocking. The data are the blocking forms' (one collective, the same
+// bits); only the time differs. Each collective's duration D (its launch,
+// latency and transfers, as the blocking form would take) is split evenly
+// over its chunks. Without overlap (tp_overlapping false) each is the
+// blocking form above.
+bool tp_overlapping(const TpContext& c);
+
+// ring_exchange (qkv_fprop, fc1_fprop; proj_dgrad, fc2_dgrad): the
+// all-gather feeding the next GEMM, which runs as tp chunks of N/tp rows:
+// chunk 0 is this rank's own rows (ready at once), chunk k arrives k·D/(tp-1)
+// after the ring starts. The exchange is copy-engine p2p (num_sm 1).
+// Forward: the input of a column-parallel linear (enter_column_parallel).
+const float* gather_into_gemm(const TpContext& c, const float* local, float* full, int64_t rows_local, int width);
+// Backward: the output gradient of a row-parallel linear (exit_row_parallel_bwd).
+const float* gather_into_gemm_bwd(const TpContext& c, const float* dlocal, float* dfull, int64_t rows_local,
+                                  int width);
+
+// pipeline (proj_fprop, fc2_fprop): the reduce-scatter of the GEMM just
+// charged, in kTpOverlapSplits chunks, chunk k's reduce-scatter (D/splits)
+// starting when the GEMM's chunk k is done and the previous one has left; the
+// GEMM ran on sm_count - kTpOverlapPipelineSms SMs (set_sm_margin). The
+// compute stream waits for the last chunk: exposed, one chunk's D/splits when
+// the GEMM is the longer. Replaces exit_row_parallel.
+inline constexpr int kTpOverlapSplits = 4;           // num_splits
+inline constexpr int kTpOverlapPipelineSms = 24;     // num_sm
+void reduce_scatter_after_gemm(const TpContext& c, float* partial, float* out, int64_t rows_local, int width);
+
+// bulk (qkv_dgrad, fc1_dgrad): the backward's re-gather of a column-parallel
+// linear's input (for its wgrad), started now on the side stream; the compute
+// stream goes on (its kernels share the SMs with it: `sms`).
+const float* gather_for_wgrad(const TpContext& c, const float* local, float* full, int64_t rows_local, int width,
+                              int sms);
+// bulk (qkv_wgrad, fc1_wgrad): the input gradient's reduce-scatter, overlapped
+// with the wgrad GEMM just charged (it starts with it: the dgrad before it
+// produced the data), which ran on sm_count - sms SMs while they overlapped.
+// The compute stream waits for it. Replaces enter_column_parallel_bwd.
+void reduce_scatter_beside_wgrad(const TpContext& c, float* dfull, float* dlocal, int64_t rows_local, int width,
+                                 int sms);
 
 }  // namespace shardlab::parallel
