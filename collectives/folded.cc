@@ -1,6 +1,8 @@
 #include "collectives/folded.h"
 
+#include <algorithm>
 #include <cstring>
+#include <span>
 #include <stdexcept>
 #include <vector>
 
@@ -22,36 +24,147 @@ int index_of(const ProcessGroup& g, int global) {
   return -1;
 }
 
-MemberClock own_clock(const Device& dev, const Stream& s) {
-  MemberClock c;
-  c.now = s.now();
+// What a running member tells the others first: its clock, and the latest
+// end of another stream's span on its ports (Port::others_end), which
+// decides whether the replay needs the ports' spans (a second message).
+struct Control {
+  MemberClock clock;
+  Time others_end = 0;
+};
+
+Control own_control(const Device& dev, const Stream& s) {
+  Control c;
+  c.clock.now = s.now();
   const int k = static_cast<int>(s.kind());
   for (int p = 0; p < kNumLinkClasses; ++p) {
-    c.egress[p] = dev.egress(p).free(k);
-    c.ingress[p] = dev.ingress(p).free(k);
+    c.clock.egress[p] = dev.egress(p).free(k);
+    c.clock.ingress[p] = dev.ingress(p).free(k);
+    c.others_end = std::max({c.others_end, dev.egress(p).others_end(k), dev.ingress(p).others_end(k)});
   }
   return c;
 }
 
-// Every running member's clock, by group index (folded members left empty).
-std::vector<MemberClock> running_clocks(Device& dev, const ProcessGroup& g, const Stream& s,
-                                        Tag tag) {
-  std::vector<MemberClock> clocks(size_t(g.size()));
-  clocks[size_t(g.rank())] = own_clock(dev, s);
-  const Tag ctl = tag + kControlPhase;
-  const auto* mine = reinterpret_cast<const std::byte*>(&clocks[size_t(g.rank())]);
+// The device's port of replay slot q (tuner.h: egress by link class, then ingress).
+const Port& device_port(const Device& dev, int q) {
+  return q < kNumLinkClasses ? dev.egress(q) : dev.ingress(q - kNumLinkClasses);
+}
+
+// Every running member's control message, by group index (folded members
+// left empty). Control messages use the call's tag with phase byte 0xFF (no
+// algorithm has 255 phases), so they never mix with data messages; a
+// second exchange on the same tag (exchange_ports) follows in order.
+std::vector<Control> running_controls(Device& dev, const ProcessGroup& g, const Stream& s, Tag ctl) {
+  std::vector<Control> controls(size_t(g.size()));
+  controls[size_t(g.rank())] = own_control(dev, s);
+  const auto* mine = reinterpret_cast<const std::byte*>(&controls[size_t(g.rank())]);
   for (int i = 0; i < g.size(); ++i) {
     const int r = g.global_rank(i);
-    if (i != g.rank() && !dev.folded(r)) dev.post_control(r, ctl, {mine, sizeof(MemberClock)});
+    if (i != g.rank() && !dev.folded(r)) dev.post_control(r, ctl, {mine, sizeof(Control)});
   }
   for (int i = 0; i < g.size(); ++i) {
     const int r = g.global_rank(i);
     if (i == g.rank() || dev.folded(r)) continue;
     const Message m = dev.take_control(r, ctl);
-    SHARDLAB_CHECK(m.payload.size() == sizeof(MemberClock), "folded collective: bad control message");
-    std::memcpy(&clocks[size_t(i)], m.payload.data(), sizeof(MemberClock));
+    SHARDLAB_CHECK(m.payload.size() == sizeof(Control), "folded collective: bad control message");
+    std::memcpy(&controls[size_t(i)], m.payload.data(), sizeof(Control));
   }
-  return clocks;
+  return controls;
+}
+
+// A device's ports from `from` on, as words: per replay slot its three
+// streams' free times, the number of segments, then each segment's start,
+// end and streams. Everything Port::book can meet from `from` on.
+void append_ports(const Device& dev, Time from, std::vector<Time>& out) {
+  for (int q = 0; q < kReplayPorts; ++q) {
+    const Port& port = device_port(dev, q);
+    for (int k = 0; k < Port::kStreams; ++k) out.push_back(port.free(k));
+    const std::span<const Port::Segment> segs = port.segments_after(from);
+    out.push_back(static_cast<Time>(segs.size()));
+    for (const Port::Segment& g : segs) out.insert(out.end(), {g.start, g.end, Time{g.streams}});
+  }
+}
+
+// append_ports' words back into ports[0, kReplayPorts).
+void read_ports(std::span<const Time> words, std::span<Port> ports) {
+  size_t at = 0;
+  auto next = [&] {
+    SHARDLAB_CHECK(at < words.size(), "folded collective: short port message");
+    return words[at++];
+  };
+  std::vector<Port::Segment> segs;
+  for (int q = 0; q < kReplayPorts; ++q) {
+    Time free[Port::kStreams];
+    for (Time& f : free) f = next();
+    segs.resize(static_cast<size_t>(next()));
+    // A real port drops its oldest segments past Port::kMaxSegments, which
+    // a copy holding only the tail would not: a tail that long could meet
+    // the drop within the call, so it is not replayed.
+    if (segs.size() > Port::kMaxSegments / 4)
+      throw FoldingError(fmt::format("folding: a port holds {} spans of other transfers past the call's start (over "
+                                     "{}): not replayed exactly",
+                                     segs.size(), Port::kMaxSegments / 4));
+    for (Port::Segment& g : segs) {
+      g.start = next();
+      g.end = next();
+      g.streams = static_cast<uint8_t>(next());
+    }
+    ports[size_t(q)].restore(segs, free);
+  }
+  SHARDLAB_CHECK(at == words.size(), "folded collective: long port message");
+}
+
+// Every member's ports from `from` on (group order, kReplayPorts each): the
+// running members exchange theirs, a folded member gets its representative's.
+std::vector<Port> exchange_ports(Device& dev, const ProcessGroup& g, Tag ctl, Time from,
+                                 std::span<const int> rep_index) {
+  std::vector<Port> ports(size_t(g.size()) * size_t(kReplayPorts));
+  std::vector<Time> mine;
+  append_ports(dev, from, mine);
+  const std::span<const std::byte> bytes{reinterpret_cast<const std::byte*>(mine.data()), mine.size() * sizeof(Time)};
+  for (int i = 0; i < g.size(); ++i) {
+    const int r = g.global_rank(i);
+    if (i != g.rank() && !dev.folded(r)) dev.post_control(r, ctl, bytes);
+  }
+  auto slots = [&](int i) { return std::span<Port>(ports).subspan(size_t(i) * size_t(kReplayPorts), size_t(kReplayPorts)); };
+  // This device reads its own words back, so every member builds the same copies.
+  read_ports(mine, slots(g.rank()));
+  std::vector<Time> words;
+  for (int i = 0; i < g.size(); ++i) {
+    const int r = g.global_rank(i);
+    if (i == g.rank() || dev.folded(r)) continue;
+    const Message m = dev.take_control(r, ctl);
+    SHARDLAB_CHECK(m.payload.size() % sizeof(Time) == 0, "folded collective: bad port message");
+    words.resize(m.payload.size() / sizeof(Time));
+    std::memcpy(words.data(), m.payload.data(), m.payload.size());
+    read_ports(words, slots(i));
+  }
+  for (int i = 0; i < g.size(); ++i)
+    if (rep_index[size_t(i)] != i) {
+      const std::span<Port> from_rep = slots(rep_index[size_t(i)]);
+      std::copy(from_rep.begin(), from_rep.end(), slots(i).begin());
+    }
+  return ports;
+}
+
+// Whether member `a`'s and member `b`'s bookings on replay slot q (marks
+// in program order, `watched` by replay_collective) are the same spans in
+// the same order: then, from equal ports, the ports end equal (Port::book's
+// end grows strictly with the work from a given start, so equal spans mean
+// equal work, equal shares and equal backlogs). Empty transfers (a tree's
+// empty piece) book nothing (Port::book) and are skipped.
+bool same_bookings(std::span<const ReplayMark> a, std::span<const ReplayMark> b, int q) {
+  auto on = [q](const ReplayMark& m) {
+    return (m.send ? m.port : kNumLinkClasses + m.port) == q && m.booked_end > m.booked_start;
+  };
+  size_t i = 0, j = 0;
+  while (true) {
+    while (i < a.size() && !on(a[i])) ++i;
+    while (j < b.size() && !on(b[j])) ++j;
+    if (i == a.size() || j == b.size()) return i == a.size() && j == b.size();
+    if (a[i].booked_start != b[j].booked_start || a[i].booked_end != b[j].booked_end) return false;
+    ++i;
+    ++j;
+  }
 }
 
 }  // namespace
@@ -76,7 +189,8 @@ void run_folded(Device& dev, const ProcessGroup& g, Stream& s, Tag tag, const Co
           throw FoldingError(fmt::format("folding: {} on {}: members {} and {} share a node's PCIe tree: not foldable "
                                          "exactly",
                                          op_kind_name(shape.op), g.to_string(), g.members()[j], g.members()[i]));
-  std::vector<MemberClock> start = running_clocks(dev, g, s, tag);
+  const Tag ctl = tag + kControlPhase;
+  const std::vector<Control> controls = running_controls(dev, g, s, ctl);
   std::vector<int> rep_index(size_t(g.size()));
   for (int i = 0; i < g.size(); ++i) {
     const int rep = dev.representative(g.global_rank(i));
@@ -86,7 +200,8 @@ void run_folded(Device& dev, const ProcessGroup& g, Stream& s, Tag tag, const Co
           "folding: device {} of group {} is played by device {}, which is not in the group",
           g.global_rank(i), g.to_string(), rep));
   }
-  for (int i = 0; i < g.size(); ++i) start[size_t(i)] = start[size_t(rep_index[size_t(i)])];
+  std::vector<MemberClock> start(size_t(g.size()));
+  for (int i = 0; i < g.size(); ++i) start[size_t(i)] = controls[size_t(rep_index[size_t(i)])].clock;
   // Folded members' ports may differ from their representatives' until the
   // doubt windows close; the replay is exact only after them.
   Time earliest = start.front().now;
@@ -99,41 +214,64 @@ void run_folded(Device& dev, const ProcessGroup& g, Stream& s, Tag tag, const Co
           "not foldable exactly",
           op_kind_name(shape.op), g.to_string(), earliest, until));
   }
-  // The replay knows one stream, and so does this check: the run it stands
-  // for would share a port with another stream of this device (port.h)
-  // wherever a transfer of this device, or of a member it plays, overlaps
-  // that stream's spans. Elsewhere the shared port is a FIFO, as replayed.
+  // Every transfer of the call is booked at or after `earliest` (a receive's
+  // first byte follows its sender's start). Where no member's port has
+  // another stream's span past it, Port::book is the FIFO the plain replay
+  // computes. Otherwise every member's ports from `earliest` on (folded
+  // members: their representatives', which they equal, see the doubt
+  // windows) go into the replay, which books on copies of them as each
+  // device would (docs/architecture.md, "Shared ports").
+  bool shared = false;
+  for (int i = 0; i < g.size(); ++i)
+    if (rep_index[size_t(i)] == i && controls[size_t(i)].others_end > earliest) shared = true;
+  std::vector<Port> ports;
+  ReplayPorts replay_ports;
+  if (shared) {
+    ports = exchange_ports(dev, g, ctl, earliest, rep_index);
+    replay_ports = {ports, static_cast<int>(s.kind())};
+  }
   std::vector<char> played(size_t(g.size()));
   for (int i = 0; i < g.size(); ++i) played[size_t(i)] = rep_index[size_t(i)] == g.rank();
   std::vector<ReplayMark> marks, spans;
-  const std::vector<MemberClock> end =
-      replay_collective(dev.profile(), g.members(), shape, algo, start, g.rank(), &marks, played, &spans);
-  const ProfileLinkModel links(dev.profile());
-  const int stream = static_cast<int>(s.kind());
-  for (const ReplayMark& m : spans) {
-    const Link l = m.send ? links.link(m.member, m.peer) : links.link(m.peer, m.member);
-    const Port& port = m.send ? dev.egress(static_cast<int>(l.port)) : dev.ingress(static_cast<int>(l.port));
-    const Time from = m.send ? m.start : m.end - l.wire_time(m.bytes, proto_engine(shape.proto));
-    if (port.others_in(stream, from, m.end))
-      throw FoldingError(fmt::format(
-          "folding: {} on {} shares device {}'s ports with another stream's transfers in [{}, {}) ps: "
-          "not foldable exactly",
-          op_kind_name(shape.op), g.to_string(), m.member, from, m.end));
+  const std::vector<MemberClock> end = replay_collective(dev.profile(), g.members(), shape, algo, start, g.rank(),
+                                                         &marks, played, &spans, shared ? &replay_ports : nullptr);
+  // `spans` holds the marks of every member this device plays, interleaved:
+  // sorted by member (stably: each in program order), member i's at
+  // [first[i], first[i + 1]).
+  std::vector<size_t> first(size_t(g.size()) + 1, 0);
+  for (const ReplayMark& m : spans) ++first[size_t(m.index) + 1];
+  for (size_t i = 1; i < first.size(); ++i) first[i] += first[i - 1];
+  std::vector<ReplayMark> by_member(spans.size());
+  {
+    std::vector<size_t> at(first.begin(), first.end() - 1);
+    for (const ReplayMark& m : spans) by_member[at[size_t(m.index)]++] = m;
   }
+  auto marks_of = [&](int i) {
+    return std::span<const ReplayMark>(by_member).subspan(first[size_t(i)], first[size_t(i) + 1] - first[size_t(i)]);
+  };
   const MemberClock& mine = end[size_t(g.rank())];
   for (int i = 0; i < g.size(); ++i) {
     const MemberClock& e = end[size_t(i)];
     const MemberClock& r = end[size_t(rep_index[size_t(i)])];
     if (e.now == r.now && e.last_send == r.last_send) {
-      // Equal streams; ports may differ: in doubt until the later one frees.
-      if (rep_index[size_t(i)] == g.rank() && !(e == r)) {
-        Time eg[kNumLinkClasses], in[kNumLinkClasses];
-        for (int p = 0; p < kNumLinkClasses; ++p) {
-          eg[p] = std::max(e.egress[p], r.egress[p]);
-          in[p] = std::max(e.ingress[p], r.ingress[p]);
-        }
-        dev.widen_doubt(eg, in);
+      // Equal streams; ports may differ (their free times, or the spans a
+      // later transfer of another stream would share): in doubt until the
+      // later one frees.
+      if (rep_index[size_t(i)] != g.rank() || i == g.rank()) continue;
+      Time doubt[kReplayPorts] = {};
+      bool any = false;
+      for (int q = 0; q < kReplayPorts; ++q) {
+        const int p = q % kNumLinkClasses;
+        const bool out = q < kNumLinkClasses;
+        const Time fe = out ? e.egress[p] : e.ingress[p], fr = out ? r.egress[p] : r.ingress[p];
+        if (fe == fr && same_bookings(marks_of(i), marks_of(g.rank()), q)) continue;
+        any = true;
+        doubt[q] = std::max(fe, fr);
+        if (shared)
+          doubt[q] = std::max({doubt[q], ports[size_t(i * kReplayPorts + q)].latest(),
+                               ports[size_t(g.rank() * kReplayPorts + q)].latest()});
       }
+      if (any) dev.widen_doubt(doubt, doubt + kNumLinkClasses);
       continue;
     }
     throw FoldingError(fmt::format(
@@ -144,12 +282,15 @@ void run_folded(Device& dev, const ProcessGroup& g, Stream& s, Tag tag, const Co
   }
   for (const ReplayMark& m : marks) {
     s.mark(m.send ? "send" : "recv", m.start, m.end, m.bytes, m.peer, /*advance=*/!m.send);
-    // The spans the real run would have booked, for later transfers of other
-    // streams to share (port.h).
-    if (m.send)
-      dev.note_send(s.kind(), m.peer, m.start, m.end);
-    else
-      dev.note_recv(s.kind(), m.peer, m.end, m.bytes, proto_engine(shape.proto));
+    // This device's ports take the bookings the unfolded run makes, in its
+    // program order: later transfers of other streams share with them, and
+    // the backlogs charged to other streams are the unfolded run's.
+    const Port::Booking b = dev.book_replayed(m.send, m.port, s.kind(), m.ready, m.work);
+    if (b.start != m.booked_start || b.end != m.booked_end)
+      throw FoldingError(fmt::format(
+          "folding: {} on {}: device {}'s port books [{}, {}) ps where the replay booked [{}, {}) ps: not "
+          "foldable exactly",
+          op_kind_name(shape.op), g.to_string(), dev.rank(), b.start, b.end, m.booked_start, m.booked_end));
   }
   dev.set_ports(s.kind(), mine.egress, mine.ingress);
   s.wait({mine.last_send});

@@ -7,7 +7,11 @@
 // members on the link model (tuner.h: replay_collective), each folded member
 // starting from its representative's clocks, and takes its own result: the
 // stream marks of its sends and receives, its ports, its end. The running
-// members first tell each other their clocks with untimed control messages.
+// members first tell each other their clocks with untimed control messages;
+// where another stream moves data on a member's port after the call's
+// start, also their ports from then on, and the replay books every member's
+// transfers on copies of them as the device would (runtime/port.h), so the
+// shared ports give the unfolded run's times.
 // The replay is exact, so the result equals the unfolded run's as long as
 // the folded members really are in their representatives' state: after the
 // replay every folded member must end exactly where its representative

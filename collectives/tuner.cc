@@ -33,6 +33,7 @@ struct Posted {
   int port = 0;
   int from = -1;  // group index of the sender
   uint64_t bytes = 0;
+  Time left = 0;  // when its last byte left the egress port (depart + wire on a FIFO port)
 };
 
 // One member's clocks, as Device (stream, ports) and Ctx (last send) keep them.
@@ -64,6 +65,8 @@ class Replay {
     watch_ = watch;
     watched_ = out;
   }
+  // Books every transfer on these ports (tuner.h: ReplayPorts).
+  void use_ports(const ReplayPorts* ports) { ports_ = ports; }
 
   int n() const { return static_cast<int>(members_.size()); }
   // Group index `offset` steps from `me` (wraps), as Ctx::rel.
@@ -105,31 +108,46 @@ class Replay {
     }
     Clock& c = clocks_[static_cast<size_t>(from)];
     const int port = static_cast<int>(l.port);
-    Posted m{true, std::max(cursor(from, lane), c.egress[port]), l.wire_time(count * esize_, engine_),
-             l.latency_of(engine_), port};
-    c.egress[port] = m.depart + m.wire;
-    c.last_send = std::max(c.last_send, c.egress[port]);
-    if (from == me_ && marks_)
-      marks_->push_back({true, members_[static_cast<size_t>(to)], m.depart, m.depart + m.wire,
-                         count * esize_});
-    if (watched_ && watch_[static_cast<size_t>(from)])
-      watched_->push_back({true, members_[static_cast<size_t>(to)], m.depart, m.depart + m.wire,
-                           count * esize_, members_[static_cast<size_t>(from)]});
+    const Time ready = cursor(from, lane);
+    const Time wire = l.wire_time(count * esize_, engine_);
+    Posted m{true, std::max(ready, c.egress[port]), wire, l.latency_of(engine_), port};
+    m.left = m.depart + wire;
+    if (ports_) {
+      // Device::isend: Port::book, shared with the other streams' spans.
+      Port& e = ports_->ports[static_cast<size_t>(from * kReplayPorts + port)];
+      const Port::Booking b = e.book(ports_->stream, ready, wire);
+      m.depart = b.start;
+      m.left = b.end;
+      c.egress[port] = e.free(ports_->stream);
+    } else {
+      c.egress[port] = m.left;
+    }
+    c.last_send = std::max(c.last_send, m.left);
     m.from = from;
     m.bytes = count * esize_;
+    log(from, {.send = true, .peer = members_[static_cast<size_t>(to)], .start = m.depart, .end = m.left,
+               .bytes = m.bytes, .port = port, .ready = ready, .work = wire, .booked_start = m.depart,
+               .booked_end = m.left});
     return m;
   }
   // Device::recv: arrival = max(depart + a, ingress free) + w; the stream waits.
   void recv(int at, const Posted& m, int lane = -1) {
     Clock& c = clocks_[static_cast<size_t>(at)];
     Time& now = cursor(at, lane);
-    const Time arrival = std::max(m.depart + m.latency, c.ingress[m.port]) + m.wire;
-    c.ingress[m.port] = arrival;
-    if (at == me_ && marks_)
-      marks_->push_back({false, members_[static_cast<size_t>(m.from)], now, arrival, m.bytes});
-    if (watched_ && watch_[static_cast<size_t>(at)])
-      watched_->push_back({false, members_[static_cast<size_t>(m.from)], now, arrival, m.bytes,
-                           members_[static_cast<size_t>(at)]});
+    const Time first = m.depart + m.latency;
+    Port::Booking b{std::max(first, c.ingress[m.port]), 0};
+    b.end = b.start + m.wire;
+    if (ports_) {
+      Port& in = ports_->ports[static_cast<size_t>(at * kReplayPorts + kNumLinkClasses + m.port)];
+      b = in.book(ports_->stream, first, m.wire);
+      c.ingress[m.port] = in.free(ports_->stream);
+    } else {
+      c.ingress[m.port] = b.end;
+    }
+    const Time arrival = std::max(b.end, m.left + m.latency);
+    log(at, {.send = false, .peer = members_[static_cast<size_t>(m.from)], .start = now, .end = arrival,
+             .bytes = m.bytes, .port = m.port, .ready = first, .work = m.wire, .booked_start = b.start,
+             .booked_end = b.end});
     now = std::max(now, arrival);
   }
   // Ctx::finish: the stream also covers the last send; the latest member's end.
@@ -149,10 +167,21 @@ class Replay {
   std::vector<Clock> clocks_;
   std::vector<Time> lanes_;  // n x lane_channels_: member r's lane ch at r * lane_channels_ + ch
   int lane_channels_ = 0;    // 0: no lanes open
+  // Member r's mark, to `marks_` (r is `me_`) and `watched_` (r watched).
+  void log(int r, ReplayMark mark) {
+    if (r == me_ && marks_) marks_->push_back(mark);
+    if (watched_ && watch_[static_cast<size_t>(r)]) {
+      mark.member = members_[static_cast<size_t>(r)];
+      mark.index = r;
+      watched_->push_back(mark);
+    }
+  }
+
   int me_ = -1;
   std::vector<ReplayMark>* marks_ = nullptr;
   std::span<const char> watch_;
   std::vector<ReplayMark>* watched_ = nullptr;
+  const ReplayPorts* ports_ = nullptr;
 };
 
 size_t chunk(size_t count, int n, int i) {
@@ -407,11 +436,13 @@ std::vector<MemberClock> replay_collective(const HardwareProfile& p, std::span<c
                                            const CollShape& s, Algo algo,
                                            std::span<const MemberClock> clocks, int me,
                                            std::vector<ReplayMark>* marks, std::span<const char> watch,
-                                           std::vector<ReplayMark>* watched) {
+                                           std::vector<ReplayMark>* watched, const ReplayPorts* ports) {
   SHARDLAB_CHECK(algo != Algo::kAuto && s.proto != Proto::kAuto && clocks.size() == members.size());
   SHARDLAB_CHECK(!watched || watch.size() == members.size());
+  SHARDLAB_CHECK(!ports || ports->ports.size() == members.size() * size_t(kReplayPorts));
   Replay R(p, members, s.elem_size, s.proto, clocks, me, marks);
   R.watch(watch, watched);
+  R.use_ports(ports);
   replay(R, algo == Algo::kRing ? ring_plan(p, members) : RingPlan{}, s, algo);
   return R.clocks();
 }

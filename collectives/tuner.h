@@ -72,6 +72,7 @@
 #include <vector>
 
 #include "collectives/collectives.h"
+#include "runtime/port.h"
 #include "runtime/profile.h"
 #include "runtime/time.h"
 
@@ -184,13 +185,31 @@ struct MemberClock {
   bool operator==(const MemberClock&) const = default;
 };
 // What one member's stream marks during the call, in its program order:
-// sends [depart, depart + wire), receives [stream time, arrival).
+// sends [depart, sent), receives [stream time, arrival); and the port
+// booking behind it (Port::book's arguments and result).
 struct ReplayMark {
   bool send = false;
   int peer = -1;  // global rank
   Time start = 0, end = 0;
   uint64_t bytes = 0;
   int member = -1;  // whose mark it is (global rank; set in `watched`)
+  int index = -1;   // and its group index (set in `watched`)
+  int port = 0;     // the link class: its egress port for a send, ingress for a receive
+  Time ready = 0;   // the send's stream time, the receive's first byte
+  Time work = 0;    // the wire time
+  Time booked_start = 0, booked_end = 0;  // the port's booking
+};
+// The ports of every member during a replay (folded.cc): member i's
+// egress port of link class p at ports[i * kReplayPorts + p], its ingress
+// port at ports[i * kReplayPorts + kNumLinkClasses + p]. With ports the
+// replay books every transfer with Port::book on stream `stream`, sharing
+// the port with the other streams' spans as the device would; without,
+// plain FIFO port clocks (MemberClock), which is the same where no other
+// stream moves data after the call's start.
+inline constexpr int kReplayPorts = 2 * kNumLinkClasses;
+struct ReplayPorts {
+  std::span<Port> ports;
+  int stream = 0;
 };
 // Replays `algo` (not kAuto) under s.proto (not kAuto) over `members` from `clocks` (in group order);
 // returns every member's clocks after the call and appends member `me`'s
@@ -201,6 +220,7 @@ std::vector<MemberClock> replay_collective(const HardwareProfile& p, std::span<c
                                            std::span<const MemberClock> clocks, int me,
                                            std::vector<ReplayMark>* marks,
                                            std::span<const char> watch = {},
-                                           std::vector<ReplayMark>* watched = nullptr);
+                                           std::vector<ReplayMark>* watched = nullptr,
+                                           const ReplayPorts* ports = nullptr);
 
 }  // namespace shardlab::collectives

@@ -255,14 +255,9 @@ void Device::set_all_ports(const Time egress[kNumLinkClasses], const Time ingres
   }
 }
 
-void Device::note_send(StreamKind kind, int peer, Time depart, Time done) {
-  const Link l = links_.link_at(cfg_.rank, peer, step_);
-  egress_[static_cast<int>(l.port)].note(static_cast<int>(kind), depart, done);
-}
-
-void Device::note_recv(StreamKind kind, int peer, Time arrival, uint64_t modeled_bytes, Engine engine) {
-  const Link l = links_.link_at(peer, cfg_.rank, step_);
-  ingress_[static_cast<int>(l.port)].note(static_cast<int>(kind), arrival - l.wire_time(modeled_bytes, engine), arrival);
+Port::Booking Device::book_replayed(bool send, int link_class, StreamKind kind, Time ready, Time work) {
+  Port& port = send ? egress_[link_class] : ingress_[link_class];
+  return port.book(static_cast<int>(kind), ready, work);
 }
 
 void Device::widen_doubt(const Time egress[kNumLinkClasses], const Time ingress[kNumLinkClasses]) {

@@ -162,11 +162,13 @@ class Device {
   void set_ports(StreamKind kind, const Time egress[kNumLinkClasses], const Time ingress[kNumLinkClasses]);
   // Sets every stream's free times (a resumed run).
   void set_all_ports(const Time egress[kNumLinkClasses], const Time ingress[kNumLinkClasses]);
-  // Records a replayed transfer's span on the port it used, as isend / recv
-  // would have booked it (folding): a send's [depart, done) on the egress
-  // port toward `peer`, a receive that ended at `arrival` on the ingress one.
-  void note_send(StreamKind kind, int peer, Time depart, Time done);
-  void note_recv(StreamKind kind, int peer, Time arrival, uint64_t modeled_bytes, Engine engine);
+  // Books a replayed transfer on this device's port of `link_class` (the
+  // egress side for a send, else the ingress side), as isend / recv would
+  // have (folding: collectives/folded.cc books the replay's transfers of
+  // this device in its program order, so the shares and backlogs of other
+  // streams are the unfolded run's). `ready`: the send's stream time or
+  // the message's first byte; `work`: its wire time.
+  Port::Booking book_replayed(bool send, int link_class, StreamKind kind, Time ready, Time work);
   // Folded members may leave a collective with port free times other than
   // their representative's while the stream times agree. That is harmless
   // as long as every later use of a port comes after all of them: the port

@@ -24,17 +24,27 @@ void Port::set_all_free(Time t) {
   for (Time& f : free_) f = t;
 }
 
-bool Port::others_in(int stream, Time start, Time end) const {
-  const auto me = static_cast<uint8_t>(1u << stream);
-  auto it = std::partition_point(segs_.begin(), segs_.end(), [&](const Segment& s) { return s.end <= start; });
-  for (; it != segs_.end() && it->start < end; ++it)
-    if (it->streams & ~me) return true;
-  return false;
+Time Port::others_end(int stream) const {
+  Time t = 0;
+  for (int s = 0; s < kStreams; ++s)
+    if (s != stream) t = std::max(t, last_end_[s]);
+  return t;
 }
 
-void Port::note(int stream, Time start, Time end) {
-  mark(start, end, static_cast<uint8_t>(1u << stream));
-  free_[stream] = std::max(free_[stream], end);
+std::span<const Port::Segment> Port::segments_after(Time from) const {
+  const auto it = std::partition_point(segs_.begin(), segs_.end(), [&](const Segment& s) { return s.end <= from; });
+  return {it, segs_.end()};
+}
+
+void Port::restore(std::span<const Segment> segs, const Time free[kStreams]) {
+  segs_.assign(segs.begin(), segs.end());
+  for (int s = 0; s < kStreams; ++s) {
+    free_[s] = free[s];
+    last_end_[s] = 0;
+  }
+  for (const Segment& g : segs_)
+    for (int s = 0; s < kStreams; ++s)
+      if (g.streams & (1u << s)) last_end_[s] = std::max(last_end_[s], g.end);
 }
 
 Port::Booking Port::book(int stream, Time ready, Time work) {
@@ -109,6 +119,8 @@ Port::Booking Port::book(int stream, Time ready, Time work) {
 
 void Port::mark(Time start, Time end, uint8_t bit) {
   if (start >= end) return;
+  for (int s = 0; s < kStreams; ++s)
+    if (bit & (1u << s)) last_end_[s] = std::max(last_end_[s], end);
   if (segs_.empty() || segs_.back().end <= start) {
     if (!segs_.empty() && segs_.back().end == start && segs_.back().streams == bit)
       segs_.back().end = end;

@@ -32,6 +32,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "runtime/time.h"
@@ -57,17 +58,25 @@ class Port {
   Time latest() const;
   void set_free(int stream, Time t) { free_[stream] = t; }
   void set_all_free(Time t);
-  // Records [start, end) as moved by `stream` without booking (a collective
-  // replayed for folded members: the spans its real run would have booked).
-  void note(int stream, Time start, Time end);
-  // Whether a stream other than `stream` moves data somewhere in [start, end).
-  bool others_in(int stream, Time start, Time end) const;
+  // The latest end of a span in which a stream other than `stream` moves
+  // data (0: none). A booking of `stream` that starts at or after it is
+  // plain FIFO: what a folded collective's replay checks before it bothers
+  // with the spans (collectives/folded.cc).
+  Time others_end(int stream) const;
 
   struct Segment {
     Time start = 0, end = 0;
     uint8_t streams = 0;  // bit s: stream s moves data in [start, end)
+    bool operator==(const Segment&) const = default;
   };
   const std::vector<Segment>& segments() const { return segs_; }
+  // The segments that end after `from`: all that a booking starting at or
+  // after `from` can meet (book walks no earlier one).
+  std::span<const Segment> segments_after(Time from) const;
+  // Makes this port the one with these segments (disjoint, in time order)
+  // and free times: a copy of another device's port from some time on,
+  // which a folded collective's replay books as that device would.
+  void restore(std::span<const Segment> segs, const Time free[kStreams]);
 
  private:
   // ORs `bit` into [start, end), splitting and merging segments.
@@ -76,6 +85,7 @@ class Port {
 
   std::vector<Segment> segs_;  // disjoint, in time order, streams != 0
   Time free_[kStreams] = {0, 0, 0};
+  Time last_end_[kStreams] = {0, 0, 0};  // the latest end marked for each stream (kept past pruning)
 };
 
 }  // namespace shardlab

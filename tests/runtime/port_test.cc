@@ -99,6 +99,43 @@ TEST(Port, ManySegmentsArePrunedDeterministically) {
   EXPECT_EQ(a.book(kPipe, 0, 100).end, b.book(kPipe, 0, 100).end);
 }
 
+// What a folded collective's replay books on (collectives/folded.cc): a
+// port rebuilt from another's segments after `from` and its free times
+// books every transfer ready at or after `from` exactly as the original,
+// backlogs included; others_end says where another stream's spans end.
+TEST(Port, ATailCopyBooksAsTheOriginalFromItsStart) {
+  Port a;
+  a.book(kPipe, 0, 40);    // [0, 40): before the copy's start
+  a.book(kComm, 50, 100);  // [50, 150)
+  a.book(kPipe, 200, 30);  // [200, 230)
+  EXPECT_EQ(a.others_end(kCompute), 230);
+  EXPECT_EQ(a.others_end(kPipe), 150);
+  EXPECT_EQ(a.others_end(kComm), 230);
+  const Time from = 60;
+  ASSERT_EQ(a.segments_after(from).size(), 2u);  // [50, 150) and [200, 230)
+  const Time free[Port::kStreams] = {a.free(0), a.free(1), a.free(2)};
+  Port b;
+  b.restore(a.segments_after(from), free);
+  EXPECT_EQ(b.others_end(kCompute), 230);
+  // A compute transfer from 60: 90 of comm's span left at half the rate
+  // (45 of work), then 50 alone in [150, 200), 5 at half in [200, 210):
+  // 100 of work ends at 210; comm lost 90/2 = 45, pipe 10/2 = 5.
+  for (Port* p : {&a, &b}) {
+    const Port::Booking k = p->book(kCompute, from, 100);
+    EXPECT_EQ(k.start, 60);
+    EXPECT_EQ(k.end, 210);
+  }
+  // The backlogs go after everything, comm first (230 + 45), then pipe (+ 5).
+  for (int s = 0; s < Port::kStreams; ++s) EXPECT_EQ(a.free(s), b.free(s)) << "stream " << s;
+  EXPECT_EQ(a.free(kComm), 275);
+  EXPECT_EQ(a.free(kPipe), 280);
+  // From `from` on the two ports hold the same spans (a's [50, 60) of comm
+  // ends at `from`, as b's).
+  ASSERT_EQ(a.segments_after(from).size(), b.segments_after(from).size());
+  for (size_t i = 0; i < b.segments_after(from).size(); ++i)
+    EXPECT_EQ(a.segments_after(from)[i], b.segments_after(from)[i]) << i;
+}
+
 // The device level: an all-reduce-sized transfer on the comm stream, then a
 // pipeline send issued after it in program order but at an earlier time. The
 // pipeline send shares the NIC instead of waiting behind the big one.

@@ -23,9 +23,13 @@ struct Config {
   Precision precision = Precision::kFp32;
   int nodes = 1;
   std::string profile = "a100-nvlink";
-  // Whether some folding survives; false where every collective shares a
-  // port with another stream, so the run must fall back to no folding.
+  // Whether some folding survives; false where the run must fall back to
+  // no folding.
   bool folds = true;
+  // The threads the folded run must end with (0: not checked): where
+  // collectives share ports with other streams, the replay's shared ports
+  // (collectives/folded.cc) must keep the folding, not only stay exact.
+  int running = 0;
 };
 
 void PrintTo(const Config& c, std::ostream* os) { *os << c.name; }
@@ -165,18 +169,25 @@ std::vector<Config> fold_configs() {
       }),
       // The data-parallel all-reduce (dp 8 spans two nodes) overlaps the
       // backward and shares each NIC with the pipeline's sends (stage 1 is
-      // on the next two nodes): the shared ports (runtime/port.h) under
-      // folding. The replay cannot fold such an all-reduce (folded.cc); and
-      // the ring's NVLink hops inside each node overlap the tensor-parallel
-      // all-reduces of the backward (since the built-in profiles run NCCL's
-      // protocols), so those cannot be replayed either: the run
-      // falls back through every level to no folding, and must still equal
-      // the unfolded run.
+      // on the next two nodes), and the ring's NVLink hops inside each node
+      // share with the tensor-parallel all-reduces of the backward: the
+      // replay books every member's transfers on copies of the ports
+      // (folded.cc), so dp folds by place (4 local places x 2 stages) and
+      // tp folds: 8 threads, the unfolded run's figures.
       make("tp2_pp2_dp8_overlap_shares_the_nic", 2, 2, 8, 4, [](Config& c) {
         c.options.model.batch_size = 64;
         c.options.parallel.bucket_mb = 0.01;
         c.nodes = 4;
-        c.folds = false;
+        c.running = 8;
+      }),
+      // The same under ZeRO-1: the overlapped gradient reduce-scatter (comm
+      // stream) against the pipeline's sends on the NIC.
+      make("tp2_pp2_dp8_zero1_overlap_shares_the_nic", 2, 2, 8, 4, [](Config& c) {
+        c.options.model.batch_size = 64;
+        c.options.parallel.bucket_mb = 0.01;
+        c.options.parallel.zero = 1;
+        c.nodes = 4;
+        c.running = 8;
       }),
       // ZeRO-1/2/3 with every bucket divisible by dp (the tiny model's tensors
       // all have sizes divisible by 4): the owned chunks differ in which
@@ -235,9 +246,10 @@ std::vector<Config> fold_configs() {
       }),
       // The ep group itself over two nodes (ep 16, as DeepSeek-V3's ep 64
       // over 8): the full dp fold meets an all-to-all that members at other
-      // local places end apart, and by place the expert counts' all-to-all
-      // (compute stream) shares stage 1's NIC with the pipeline's transfers,
-      // which the replay does not model: no folding, the same figures.
+      // local places end apart; by place, the expert counts' all-to-all
+      // (compute stream) shares the NIC with the pipeline's transfers and
+      // the overlapped gradient reduction, which the replay books on the
+      // shared ports: 8 local places x 2 stages.
       make("pp2_dp16_ep16_moe_aux_free_ep_over_two_nodes", 1, 2, 16, 2, [](Config& c) {
         c.options.model.n_expert = 16;
         c.options.model.aux_coef = 0;
@@ -248,7 +260,7 @@ std::vector<Config> fold_configs() {
         c.precision = Precision::kBf16;
         c.profile = "h100-nvlink";
         c.nodes = 4;
-        c.folds = false;
+        c.running = 16;
       }),
   };
 }
@@ -265,6 +277,7 @@ TEST_P(FoldingChangesNothing, FoldedEqualsUnfolded) {
     EXPECT_LT(folded.running_devices, c.options.parallel.world()) << folded.folded;
   else
     EXPECT_EQ(folded.running_devices, c.options.parallel.world()) << folded.folded;
+  if (c.running > 0) EXPECT_EQ(folded.running_devices, c.running) << folded.folded;
   std::printf("%s: %d of %d devices run (%s)\n", c.name.c_str(), folded.running_devices, c.options.parallel.world(),
               folded.folded.c_str());
 }
