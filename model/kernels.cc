@@ -275,8 +275,6 @@ OpCost dropout_backward_cost(int64_t n, int elem) { return cost(1.0 * n, 2.0 * n
 // ---- Cross-entropy ------------------------------------------------------------
 
 namespace {
-// Row n's softmax into p (p may be z: in place), as the forward saves it;
-// returns the row's sum of exponents and its max through zmax.
 // exp(z - zmax) into e (e may be z), returning its sum: softmax_row before
 // the normalization.
 template <typename Real>
@@ -285,6 +283,8 @@ Real exp_sum_row(Real* e, const Real* z, int V, Real& zmax) {
   for (int v = 0; v < V; ++v) e[v] = pm::exp_of(z[v] - zmax);
   return pm::sum(e, V);
 }
+// Row n's softmax into p (p may be z: in place), as the forward saves it;
+// returns the row's sum of exponents and its max through zmax.
 template <typename Real>
 Real softmax_row(Real* p, const Real* z, int V, Real& zmax) {
   const Real sum = exp_sum_row(p, z, V, zmax);
