@@ -21,6 +21,7 @@ CostModel::CostModel(const DeviceSpec& spec, Precision precision)
       gemm_(spec.gemm),
       gemm_max_efficiency_(precision == Precision::kFp32 ? spec.gemm.max_efficiency_fp32
                                                          : spec.gemm.max_efficiency_bf16),
+      attention_(spec.attention),
       launch_(us_to_time(spec.launch_overhead_us)) {
   if (precision != Precision::kFp8) return;
   if (spec.peak_tflops_fp8 <= 0)
@@ -69,6 +70,13 @@ double CostModel::gemm_bytes(const GemmShape& g, bool fp8) const {
 // HBM time (a GEMM does not overlap with the next one).
 double CostModel::compute_ps(const OpCost& op) const {
   if (op.flops <= 0) return 0.0;
+  if (op.attention != OpCost::Attention::kNone && !attention_.empty() && precision_ != Precision::kFp32) {
+    const double s = double(op.attention_seq);
+    const bool causal = op.attention_causal;
+    const double tflops = op.attention == OpCost::Attention::kForward ? attention_.forward_tflops(s, causal)
+                                                                       : attention_.backward_tflops(s, causal);
+    return std::ceil((op.gemm.flops() + op.gemm2.flops()) / tflops);  // TFLOP/s = FLOP per ps
+  }
   if (op.op_class == OpClass::kElementwise || gemm_.sm_count <= 0) {
     const double rate = fp8_op(op) ? fp8_peak_flops_ * (achieved_flops_ / peak_flops_) : achieved_flops_;
     return std::ceil(op.flops / rate * 1e12);

@@ -84,6 +84,15 @@ struct OpCost {
   // A fused kernel (FlashAttention): its GEMMs' operands and outputs stay on
   // chip, so a GEMM has no HBM term of its own; the op's `bytes` is its traffic.
   bool on_chip = false;
+  // A fused attention pass of `attention_seq` queries over as many keys
+  // (causal: each query the keys up to its own): where the profile
+  // publishes the kernel's rates (DeviceSpec::attention) and the precision
+  // is not fp32, its GEMMs' FLOPs run at that rate (the softmax and the
+  // masking are inside it) instead of the GEMM model.
+  enum class Attention : uint8_t { kNone, kForward, kBackward };
+  Attention attention = Attention::kNone;
+  bool attention_causal = true;
+  int64_t attention_seq = 0;
 };
 
 class CostModel {
@@ -115,6 +124,7 @@ class CostModel {
   double gemm_max_efficiency_;  // at this precision
   double fp8_peak_flops_ = 0;   // FLOP/s of FP8 GEMMs (kFp8)
   double fp8_max_efficiency_ = 0;
+  AttentionSpec attention_;     // the fused attention kernel's published rates
   Time launch_;
 };
 

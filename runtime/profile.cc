@@ -44,6 +44,28 @@ int PcieTopology::socket_of_switch(int sw) const {
   return -1;
 }
 
+namespace {
+// rates[i] at seq[i]; linear in log2(s) between two lengths, the nearest
+// length's rate outside them.
+double interpolate(const std::vector<double>& seq, const std::vector<double>& rates, double s) {
+  if (s <= seq.front()) return rates.front();
+  if (s >= seq.back()) return rates.back();
+  size_t i = 1;
+  while (seq[i] < s) ++i;
+  const double x = std::log2(s / seq[i - 1]) / std::log2(seq[i] / seq[i - 1]);
+  return rates[i - 1] + x * (rates[i] - rates[i - 1]);
+}
+}  // namespace
+
+double AttentionSpec::forward_tflops(double s, bool causal) const {
+  return interpolate(seq, causal ? fwd_causal : fwd, s);
+}
+
+double AttentionSpec::backward_tflops(double s, bool causal) const {
+  const double full = interpolate(seq, bwd, s);
+  return causal ? full * interpolate(seq, fwd_causal, s) / interpolate(seq, fwd, s) : full;
+}
+
 uint64_t HardwareProfile::memory_bytes() const {
   return static_cast<uint64_t>(std::llround(device.memory_GiB * 1024.0 * 1024.0 * 1024.0));
 }
@@ -84,6 +106,11 @@ nlohmann::json profile_to_json(const HardwareProfile& p) {
          {{"fp32", d.gemm.max_efficiency_fp32}, {"bf16", d.gemm.max_efficiency_bf16}}}};
   if (d.gemm.sm_count > 0 && d.peak_tflops_fp8 > 0)
     device["gemm"]["max_efficiency"]["fp8"] = d.gemm.max_efficiency_fp8;
+  if (!d.attention.empty())
+    device["attention"] = {{"seq", d.attention.seq},
+                           {"fwd_causal_tflops", d.attention.fwd_causal},
+                           {"fwd_tflops", d.attention.fwd},
+                           {"bwd_tflops", d.attention.bwd}};
   nlohmann::json j{{"name", p.name},   {"description", p.description},
                    {"nodes", p.nodes}, {"devices_per_node", p.devices_per_node},
                    {"device", device}, {"links", {{"intra", link(p.intra)}, {"inter", link(p.inter)}}}};
@@ -192,6 +219,34 @@ void read_device_model(const Reader& r, const nlohmann::json& j, DeviceSpec& d) 
     d.gemm.max_efficiency_fp8 = r.fraction(j, "device.gemm.max_efficiency.fp8");
 }
 
+// "device.attention": the fused attention kernel's published rates, four
+// lists of one length (at least one point), lengths strictly increasing.
+void read_attention(const Reader& r, const nlohmann::json& j, AttentionSpec& a) {
+  if (!r.has(j, "device.attention")) return;
+  auto list = [&](const std::string& field, std::vector<double>& out) {
+    const std::string path = "device.attention." + field;
+    const auto& v = r.at(j, path);
+    if (!v.is_array() || v.empty()) r.fail(fmt::format("field \"{}\" must be a non-empty list of numbers", path));
+    for (size_t i = 0; i < v.size(); ++i) {
+      const double d = v[i].is_number() ? v[i].get<double>() : -1;
+      if (!std::isfinite(d) || d < 1e-3 || d > 1e9)
+        r.fail(fmt::format("field \"{}.{}\" must be a number in [0.001, 1e9]", path, i));
+      out.push_back(d);
+    }
+  };
+  list("seq", a.seq);
+  list("fwd_causal_tflops", a.fwd_causal);
+  list("fwd_tflops", a.fwd);
+  list("bwd_tflops", a.bwd);
+  for (const auto* v : {&a.fwd_causal, &a.fwd, &a.bwd})
+    if (v->size() != a.seq.size())
+      r.fail(fmt::format("field \"device.attention\": every list must have as many numbers as \"seq\" ({})",
+                         a.seq.size()));
+  for (size_t i = 1; i < a.seq.size(); ++i)
+    if (!(a.seq[i] > a.seq[i - 1]))
+      r.fail("field \"device.attention.seq\" must be strictly increasing");
+}
+
 // Every field a profile may have. An optional one misspelt
 // ("compute_eficiency") would otherwise be skipped and the run would use
 // the default without a word: a field not here is an error.
@@ -203,6 +258,8 @@ bool known_field(std::string_view path) {
       "device.memory_GiB", "device.launch_overhead_us", "device.compute_efficiency", "device.mem_efficiency",
       "device.collective_launch_us", "device.gemm", "device.gemm.sm_count", "device.gemm.tiles",
       "device.gemm.max_efficiency", "device.gemm.max_efficiency.fp32", "device.gemm.max_efficiency.bf16", "device.gemm.max_efficiency.fp8",
+      "device.attention", "device.attention.seq", "device.attention.fwd_causal_tflops", "device.attention.fwd_tflops",
+      "device.attention.bwd_tflops",
       "links.intra", "links.inter"};
   static const std::set<std::string_view> kLinkFields = {
       "latency_us", "bandwidth_GBps", "packet", "packet.header_bytes", "packet.sm_payload_bytes",
@@ -315,6 +372,7 @@ HardwareProfile profile_from_json(const nlohmann::json& j, std::string_view orig
   p.device.memory_GiB = r.positive(j, "device.memory_GiB", false, 1e6);
   p.device.launch_overhead_us = r.duration_us(j, "device.launch_overhead_us");
   read_device_model(r, j, p.device);
+  read_attention(r, j, p.device.attention);
   for (auto [cls, spec] : {std::pair{"intra", &p.intra}, std::pair{"inter", &p.inter}}) {
     std::string base = std::string("links.") + cls;
     spec->latency_us = r.duration_us(j, base + ".latency_us");

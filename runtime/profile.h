@@ -118,6 +118,24 @@ struct GemmSpec {
   double max_efficiency_fp8 = 1.0;   // FP8 GEMMs (Precision::kFp8)
 };
 
+// The fused attention kernel (FlashAttention, cuDNN) as published for this
+// GPU: TFLOP/s by sequence length at head dim 128 in BF16, counted as
+// FlashAttention's benchmarks count them (forward 4·s²·d per head, halved
+// when causal; backward 2.5x the forward). Between two lengths a rate is
+// interpolated linearly in log2(s); outside them it is the nearest one's.
+// The causal backward is not published: it is the non-causal backward
+// times the forward's causal/non-causal ratio at that length. empty(): no
+// figures, the kernel's GEMMs run at the GEMM model (cost_model.cc).
+struct AttentionSpec {
+  std::vector<double> seq;         // sequence lengths, strictly increasing
+  std::vector<double> fwd_causal;  // TFLOP/s of the causal forward
+  std::vector<double> fwd;         // TFLOP/s of the forward without a mask
+  std::vector<double> bwd;         // TFLOP/s of the backward without a mask
+  bool empty() const { return seq.empty(); }
+  double forward_tflops(double s, bool causal) const;
+  double backward_tflops(double s, bool causal) const;
+};
+
 struct DeviceSpec {
   double peak_tflops_fp32 = 0;
   double peak_tflops_bf16 = 0;
@@ -131,6 +149,7 @@ struct DeviceSpec {
   double collective_launch_us = 0;
   GemmSpec gemm;
   double peak_tflops_fp8 = 0;  // dense FP8 tensor-core peak; 0: no FP8 (Ampere)
+  AttentionSpec attention;      // JSON "device.attention" (optional)
 };
 
 // A node's PCIe tree ("pcie"): which links a message between two GPUs of a

@@ -90,8 +90,23 @@ const std::vector<HardwareProfile>& builtin_profiles() {
       d.memory_GiB = memory_gib;
       return d;
     };
-    const DeviceSpec h100 = fp8(device(67.0, 989.0, 3350.0, 132, 0.75), 1979.0, kH100Fp8GemmMax, 80.0);
-    const DeviceSpec h200 = fp8(device(67.0, 989.0, 4800.0, 132, 0.75), 1979.0, kH100Fp8GemmMax, 141.0);
+    // cuDNN's fused attention on H100 SXM5, BF16, head dim 128 (the kernel
+    // Transformer Engine runs there), as Shah et al. 2024 (FlashAttention-3,
+    // arXiv:2407.08608) measured it beside their own: Figure 5's causal and
+    // non-causal forward, Figure 6's (non-causal) backward, at 512 to 16k.
+    const AttentionSpec cudnn_h100{{512, 1024, 2048, 4096, 8192, 16384},
+                                   {315, 410, 484, 518, 529, 539},
+                                   {497, 574, 617, 609, 600, 595},
+                                   {305, 408, 465, 499, 518, 516}};
+    auto attention = [](DeviceSpec d, const AttentionSpec& a) {
+      d.attention = a;
+      return d;
+    };
+    const DeviceSpec h100 =
+        attention(fp8(device(67.0, 989.0, 3350.0, 132, 0.75), 1979.0, kH100Fp8GemmMax, 80.0), cudnn_h100);
+    // H200: GH100's compute, so H100's attention figures (the kernel is compute-bound).
+    const DeviceSpec h200 =
+        attention(fp8(device(67.0, 989.0, 4800.0, 132, 0.75), 1979.0, kH100Fp8GemmMax, 141.0), cudnn_h100);
     const DeviceSpec b200 = fp8(device(80.0, 2250.0, 8000.0, 148, 0.75), 4500.0, kH100Fp8GemmMax, 180.0);
     const LinkSpec nvlink4 = link(1.5, 450.0, 32, 128, 256), ndr = link(4.0, 50.0, 42, 4096, 4096);
     const LinkSpec hdr = link(5.0, 25.0, 42, 4096, 4096);

@@ -1,8 +1,10 @@
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -150,6 +152,38 @@ TEST(Profiles, FileErrorsNameTheProblem) {
   EXPECT_NE(load_error(write_temp("bad.json", "{ nope")).find("not valid JSON"), std::string::npos);
   EXPECT_NE(load_error("/nonexistent/p.json").find("no such file"), std::string::npos);
   EXPECT_NE(load_error("tpu-v9").find("unknown profile \"tpu-v9\""), std::string::npos);
+}
+
+// The fused attention kernel's published rates (H100: cuDNN's in Shah et al.
+// 2024, Figures 5 and 6), read back by hand: at a published length the
+// figure itself; between two, linear in log2(s); the causal backward the
+// non-causal one times the forward's causal/non-causal ratio.
+TEST(Profiles, AttentionRatesAreThePublishedFigures) {
+  const AttentionSpec& a = load_profile("h100-nvlink").device.attention;
+  ASSERT_FALSE(a.empty());
+  EXPECT_DOUBLE_EQ(a.forward_tflops(2048, /*causal=*/true), 484);
+  EXPECT_DOUBLE_EQ(a.forward_tflops(2048, false), 617);
+  EXPECT_DOUBLE_EQ(a.backward_tflops(4096, false), 499);
+  EXPECT_DOUBLE_EQ(a.backward_tflops(4096, true), 499.0 * 518 / 609);
+  EXPECT_NEAR(a.forward_tflops(2896.309375740099, true), 501, 1e-9);  // 2^11.5: halfway from 484 to 518
+  EXPECT_DOUBLE_EQ(a.forward_tflops(128, true), 315);                // below 512: 512's
+  EXPECT_DOUBLE_EQ(a.forward_tflops(1 << 20, true), 539);            // beyond 16k: 16k's
+  EXPECT_EQ(load_profile("h200-nvlink").device.attention.fwd_causal, a.fwd_causal);
+  EXPECT_TRUE(load_profile("a100-nvlink").device.attention.empty());  // no figures: the GEMM model
+  EXPECT_TRUE(load_profile("b200-nvlink").device.attention.empty());
+
+  nlohmann::json good = profile_to_json(load_profile("h100-nvlink"));
+  for (auto [field, value, says] :
+       {std::tuple<const char*, nlohmann::json, const char*>{"seq", {1024, 512, 2048, 4096, 8192, 16384}, "strictly increasing"},
+        {"bwd_tflops", {1, 2}, "as many numbers as \"seq\" (6)"},
+        {"fwd_tflops", nlohmann::json::array(), "non-empty list"},
+        {"fwd_causal_tflops", {315, 410, "fast", 518, 529, 539}, "device.attention.fwd_causal_tflops.2\" must be a number"},
+        {"fwd_causal_tflops", {315, 410, 0, 518, 529, 539}, "must be a number in [0.001, 1e9]"}}) {
+    nlohmann::json j = good;
+    j["device"]["attention"][field] = value;
+    const std::string err = load_error(write_temp("attention.json", j.dump()));
+    EXPECT_NE(err.find(says), std::string::npos) << field << ": " << err;
+  }
 }
 
 // A field the loader does not know is refused: an optional one misspelt

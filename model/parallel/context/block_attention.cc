@@ -122,6 +122,15 @@ void block_attention_backward(float* dqkv, float* dkv, const float* datty, const
   }
 }
 
+// A fused block (the ring's FlashAttention call) runs at the kernel's
+// published rate for a len-query, len-key call: causal on the diagonal
+// block, unmasked off it.
+static void fused_rate(OpCost& c, OpCost::Attention pass, int64_t len, bool diagonal) {
+  c.attention = pass;
+  c.attention_seq = len;
+  c.attention_causal = diagonal;
+}
+
 OpCost block_attention_forward_cost(const BlockDims& d, int64_t len, bool diagonal, int elem, bool on_chip) {
   const int64_t keys = diagonal ? (len + 1) / 2 : len;  // the mean keys per query
   const int64_t BH = int64_t{d.B} * d.NH;
@@ -129,7 +138,9 @@ OpCost block_attention_forward_cost(const BlockDims& d, int64_t len, bool diagon
   const double rows = double(BH) * double(len);
   // q, k, v read; the output accumulator read and written; m and l in fp32.
   const double bytes = (rows * d.HS + 2.0 * BH * keys * d.HS + 2 * rows * d.HS) * elem + 8 * rows;
-  return attention_gemms(4 * pairs * d.HS + 7 * pairs, bytes, {len, keys, d.HS, BH}, {len, d.HS, keys, BH}, on_chip);
+  OpCost c = attention_gemms(4 * pairs * d.HS + 7 * pairs, bytes, {len, keys, d.HS, BH}, {len, d.HS, keys, BH}, on_chip);
+  if (on_chip) fused_rate(c, OpCost::Attention::kForward, len, diagonal);
+  return c;
 }
 
 OpCost block_attention_backward_cost(const BlockDims& d, int64_t len, bool diagonal, int elem, bool on_chip) {
@@ -140,8 +151,10 @@ OpCost block_attention_backward_cost(const BlockDims& d, int64_t len, bool diago
   // q, dout, dq (read and written); k, v, dk and dv (read and written); lse, delta.
   const double bytes = (4 * rows * d.HS + 6.0 * BH * keys * d.HS) * elem + 8 * rows;
   // q·kᵀ and dout·vᵀ: (len × keys) outputs; dv, dq, dk: (· × HS) outputs.
-  return attention_gemms(10 * pairs * d.HS + 6 * pairs, bytes, {len, keys, d.HS, 2 * BH},
-                         {len, d.HS, keys, 3 * BH}, on_chip);
+  OpCost c = attention_gemms(10 * pairs * d.HS + 6 * pairs, bytes, {len, keys, d.HS, 2 * BH},
+                             {len, d.HS, keys, 3 * BH}, on_chip);
+  if (on_chip) fused_rate(c, OpCost::Attention::kBackward, len, diagonal);
+  return c;
 }
 
 }  // namespace shardlab::parallel

@@ -54,8 +54,11 @@ Causal causal(int64_t B, int64_t T, int64_t NH, int64_t HS) {
 OpCost fused_attention_forward_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem) {
   const Causal k = causal(B, T, NH, HS);
   // read Q, K, V; write O; write the fp32 log-sum-exp.
-  return attention_gemms(4 * k.pairs * HS + 5 * k.pairs, 4 * k.NC * elem + 4 * k.rows, k.scores, k.values,
-                         /*on_chip=*/true);
+  OpCost c = attention_gemms(4 * k.pairs * HS + 5 * k.pairs, 4 * k.NC * elem + 4 * k.rows, k.scores, k.values,
+                             /*on_chip=*/true);
+  c.attention = OpCost::Attention::kForward;
+  c.attention_seq = T;
+  return c;
 }
 
 OpCost fused_attention_preprocess_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem) {
@@ -70,8 +73,11 @@ OpCost fused_attention_backward_cost(int64_t B, int64_t T, int64_t NH, int64_t H
   twice.batch *= 2;   // S = QKᵀ and dP = dO·Vᵀ
   thrice.batch *= 3;  // dV, dQ, dK
   // read Q, K, V, dO, the log-sum-exp and D; write dQ, dK, dV.
-  return attention_gemms(10 * k.pairs * HS + 6 * k.pairs, 7 * k.NC * elem + 8 * k.rows, twice, thrice,
-                         /*on_chip=*/true);
+  OpCost c = attention_gemms(10 * k.pairs * HS + 6 * k.pairs, 7 * k.NC * elem + 8 * k.rows, twice, thrice,
+                             /*on_chip=*/true);
+  c.attention = OpCost::Attention::kBackward;
+  c.attention_seq = T;
+  return c;
 }
 
 void FusedAttention::forward(float* atty, float* /*lse*/, const float* qkv, const ShardDims& d,
