@@ -104,6 +104,7 @@ void print_table(const std::vector<coll::BenchRow>& rows, const coll::BenchOptio
              "per node\n",
              p.intra.latency_us, p.intra.bandwidth_GBps, p.inter.latency_us, p.inter.bandwidth_GBps, p.nic_count(),
              p.nic_count() > 1 ? "s" : "");
+  if (!p.fabric.empty()) fmt::print("# fabric: {}\n", p.fabric.describe());
   fmt::print("# {:>10} {:>10} {:>6} {:>5} {:>6} {:>6} {:>4} {:>11} {:>8} {:>8} {:>11} {:>9} {:>9}\n", "size(B)",
              "count", "type", "redop", "algo", "proto", "ch", "time(us)", "algbw", "busbw", "host(us)", "host_bus",
              "max_err");

@@ -14,6 +14,7 @@
 #include "collectives/p2p_bench.h"
 #include "runtime/cluster.h"
 #include "runtime/errors.h"
+#include "runtime/link_model.h"
 #include "runtime/transport.h"
 #include "runtime/units.h"
 
@@ -61,6 +62,13 @@ int run_p2p(const P2pFlags& f) {
              f.src, profile.node_of(f.src), f.dst, profile.node_of(f.dst));
   fmt::print("# {}-node link: latency {:.2f} us, {:.1f} GB/s per direction{}\n", r.intra ? "intra" : "inter",
              link.latency_us, link.bandwidth_GBps, f.bidirectional ? "; bandwidth is both directions summed" : "");
+  if (!r.intra && !profile.fabric.empty()) {
+    // The fabric's tiers above the leaf add switches and may cap the rate (runtime/link_model.h).
+    const int tier = profile.fabric.common_tier(profile.node_of(f.src), profile.node_of(f.dst));
+    const Link l = ProfileLinkModel(profile).link(f.src, f.dst);
+    fmt::print("# fabric: the nodes first share tier {} ({}): latency {:.2f} us, {:.1f} GB/s per direction\n", tier,
+               profile.fabric.tier_name(tier), to_us(l.latency), static_cast<double>(l.bytes_per_second) / 1e9);
+  }
   fmt::print("# {:>12} {:>14} {:>17} {:>12}\n", "bytes", "latency(us)", "bandwidth(GB/s)", "host(GB/s)");
   for (const collectives::P2pRow& row : r.rows)
     fmt::print("  {:>12} {:>14.3f} {:>17.3f} {:>12.2f}\n", row.bytes, row.latency_us, row.bandwidth_GBps,

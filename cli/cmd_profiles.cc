@@ -32,7 +32,10 @@ void add_profiles_command(CLI::App& app) {
                  p.intra.latency_us, p.intra.bandwidth_GBps, p.inter.latency_us,
                  p.inter.bandwidth_GBps, p.nic_count());
     }
-    for (const auto& p : builtin_profiles()) fmt::print("  {}: {}\n", p.name, p.description);
+    for (const auto& p : builtin_profiles()) {
+      fmt::print("  {}: {}\n", p.name, p.description);
+      if (!p.fabric.empty()) fmt::print("    fabric: {}\n", p.fabric.describe());
+    }
     return 0;
   });
 }

@@ -90,6 +90,14 @@ class LinkModel {
 // flows sharing a NIC's bandwidth dynamically is not modeled). A message
 // runs at the lesser share of its two ends.
 //
+// A cluster fabric (profile "fabric", a fat-tree or Clos of tiers): a
+// message between nodes that first share tier t > 0 adds the latency of the
+// switches it passes beyond one leaf's (ClusterFabric::extra_latency) and
+// runs at most at its NIC share divided by the oversubscription of the
+// tiers below t: the fair share of the oversubscribed uplinks when every
+// host below them sends through at once (a worst-case static share, as the
+// NIC's; the ports stay the devices' own, no switch queue is shared).
+//
 // A node with a PCIe tree (profile "pcie"): a message between two of its
 // GPUs holds their intra-node ports (each GPU's own x16 link) at the rate
 // of the slowest link on its path: the GPU links alone behind one switch;
@@ -104,6 +112,12 @@ class ProfileLinkModel final : public LinkModel {
       : devices_per_node_(p.devices_per_node),
         intra_(make_link(LinkClass::kIntra, p.intra, p.protocols)),
         inter_(make_link(LinkClass::kInter, p.inter, p.protocols)) {
+    for (size_t t = 0; t < p.fabric.tiers.size(); ++t) {
+      const int tier = static_cast<int>(t);
+      tier_latency_.push_back(p.fabric.extra_latency(tier));
+      tier_over_.push_back(p.fabric.oversubscription_below(tier));
+    }
+    fabric_ = p.fabric;
     share_.reserve(static_cast<size_t>(p.devices_per_node));
     for (int g = 0; g < p.devices_per_node; ++g) share_.push_back(p.nic_sharers(g));
     if (!p.pcie.empty()) {
@@ -126,9 +140,18 @@ class ProfileLinkModel final : public LinkModel {
     }
     const int k = std::max(share_[static_cast<size_t>(src % devices_per_node_)],
                            share_[static_cast<size_t>(dst % devices_per_node_)]);
-    if (k == 1) return inter_;
+    const int tier = fabric_.empty() ? 0 : fabric_.common_tier(src / devices_per_node_, dst / devices_per_node_);
+    if (k == 1 && tier == 0) return inter_;
     Link l = inter_;
     l.bytes_per_second = std::max<uint64_t>(1, inter_.bytes_per_second / static_cast<uint64_t>(k));
+    if (tier > 0) {
+      // latency_of adds each protocol's delta to `latency`: the switches add to every protocol's hop.
+      l.latency += tier_latency_[static_cast<size_t>(tier)];
+      const double r = tier_over_[static_cast<size_t>(tier)];
+      if (r > 1)
+        l.bytes_per_second =
+            std::max<uint64_t>(1, static_cast<uint64_t>(std::floor(static_cast<double>(l.bytes_per_second) / r)));
+    }
     return l;
   }
   // Whether messages inside a node cross shared PCIe links (shared_rate may cap them).
@@ -195,6 +218,9 @@ class ProfileLinkModel final : public LinkModel {
   int devices_per_node_;
   Link intra_;
   Link inter_;
+  ClusterFabric fabric_;              // empty: one leaf
+  std::vector<Time> tier_latency_;    // per tier t: ClusterFabric::extra_latency(t)
+  std::vector<double> tier_over_;     // per tier t: ClusterFabric::oversubscription_below(t)
   std::vector<int> share_;   // GPUs sharing each local GPU's NIC
   std::vector<int> switch_;  // PCIe switch of each local GPU (empty: no tree)
   std::vector<int> socket_;  // CPU socket of each local GPU

@@ -66,6 +66,43 @@ double AttentionSpec::backward_tflops(double s, bool causal) const {
   return causal ? full * interpolate(seq, fwd_causal, s) / interpolate(seq, fwd, s) : full;
 }
 
+int ClusterFabric::common_tier(int node_a, int node_b) const {
+  for (size_t t = 0; t + 1 < tiers.size(); ++t)
+    if (node_a / tiers[t].nodes == node_b / tiers[t].nodes) return static_cast<int>(t);
+  return tiers.empty() ? 0 : static_cast<int>(tiers.size()) - 1;
+}
+
+Time ClusterFabric::extra_latency(int tier) const {
+  if (tier <= 0) return 0;
+  Time t = us_to_time(tiers[0].hop_latency_us) + us_to_time(tiers[static_cast<size_t>(tier)].hop_latency_us);
+  for (int j = 1; j < tier; ++j) t += 2 * us_to_time(tiers[static_cast<size_t>(j)].hop_latency_us);
+  return t;
+}
+
+double ClusterFabric::oversubscription_below(int tier) const {
+  double r = 1;
+  for (int j = 0; j < tier; ++j) r *= tiers[static_cast<size_t>(j)].oversubscription;
+  return r;
+}
+
+std::string ClusterFabric::tier_name(int tier) const {
+  const std::string& n = tiers[static_cast<size_t>(tier)].name;
+  return n.empty() ? fmt::format("tier {}", tier) : n;
+}
+
+std::string ClusterFabric::describe() const {
+  std::string out;
+  for (size_t t = 0; t < tiers.size(); ++t) {
+    const FabricTier& f = tiers[t];
+    out += fmt::format("{}{} (", t ? " / " : "", tier_name(static_cast<int>(t)));
+    if (f.nodes > 0) out += fmt::format("{} nodes, ", f.nodes);
+    out += fmt::format("{:g} us/hop", f.hop_latency_us);
+    if (f.oversubscription > 1) out += fmt::format(", {:g}:1 up", f.oversubscription);
+    out += ")";
+  }
+  return out;
+}
+
 uint64_t HardwareProfile::memory_bytes() const {
   return static_cast<uint64_t>(std::llround(device.memory_GiB * 1024.0 * 1024.0 * 1024.0));
 }
@@ -121,6 +158,16 @@ nlohmann::json profile_to_json(const HardwareProfile& p) {
                  {"uplink_GBps", p.pcie.uplink_GBps},
                  {"inter_socket_GBps", p.pcie.inter_socket_GBps}};
   if (!p.protocols.empty()) j["protocols"] = protocols_to_json(p.protocols);
+  if (!p.fabric.empty()) {
+    nlohmann::json tiers = nlohmann::json::array();
+    for (size_t t = 0; t < p.fabric.tiers.size(); ++t) {
+      const FabricTier& f = p.fabric.tiers[t];
+      nlohmann::json k{{"name", f.name}, {"hop_latency_us", f.hop_latency_us}};
+      if (t + 1 < p.fabric.tiers.size()) k["nodes"] = f.nodes, k["oversubscription"] = f.oversubscription;
+      tiers.push_back(std::move(k));
+    }
+    j["fabric"] = {{"tiers", tiers}};
+  }
   return j;
 }
 
@@ -137,8 +184,14 @@ class Reader {
     while (true) {
       size_t dot = path.find('.', start);
       std::string key = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-      if (!cur->is_object() || !cur->contains(key)) fail(fmt::format("missing field \"{}\"", path));
-      cur = &(*cur)[key];
+      // A list's element by its index ("fabric.tiers.0.nodes").
+      if (cur->is_array() && !key.empty() && key.find_first_not_of("0123456789") == std::string::npos &&
+          key.size() < 9 && std::stoul(key) < cur->size()) {
+        cur = &(*cur)[std::stoul(key)];
+      } else {
+        if (!cur->is_object() || !cur->contains(key)) fail(fmt::format("missing field \"{}\"", path));
+        cur = &(*cur)[key];
+      }
       if (dot == std::string::npos) return *cur;
       start = dot + 1;
     }
@@ -252,7 +305,8 @@ void read_attention(const Reader& r, const nlohmann::json& j, AttentionSpec& a) 
 // the default without a word: a field not here is an error.
 bool known_field(std::string_view path) {
   static const std::set<std::string_view> kFields = {
-      "name", "description", "nodes", "devices_per_node", "device", "links", "nics", "pcie",
+      "name", "description", "nodes", "devices_per_node", "device", "links", "nics", "pcie", "fabric",
+      "fabric.tiers",
       "pcie.switches", "pcie.sockets", "pcie.uplink_GBps", "pcie.inter_socket_GBps",
       "device.peak_tflops", "device.peak_tflops.fp32", "device.peak_tflops.bf16", "device.peak_tflops.fp8", "device.mem_bandwidth_GBps",
       "device.memory_GiB", "device.launch_overhead_us", "device.compute_efficiency", "device.mem_efficiency",
@@ -346,6 +400,52 @@ void read_pcie(const Reader& r, const nlohmann::json& j, HardwareProfile& p) {
   p.pcie.inter_socket_GBps = r.rate(j, "pcie.inter_socket_GBps");
 }
 
+// "fabric": {"tiers": [...]}, bottom up. Every tier but the top names the
+// nodes below one of its switch groups, more than the tier below and a
+// multiple of it (domains nest); the top spans the cluster and has no
+// uplinks (no "nodes", oversubscription 1).
+void read_fabric(const Reader& r, const nlohmann::json& j, HardwareProfile& p) {
+  if (!j.at("fabric").is_object()) r.fail("field \"fabric\" must be an object");
+  const auto& tiers = r.at(j, "fabric.tiers");
+  if (!tiers.is_array() || tiers.empty())
+    r.fail("field \"fabric.tiers\" must be a non-empty list of tiers, bottom up");
+  static const std::set<std::string_view> kTierFields = {"name", "nodes", "hop_latency_us", "oversubscription"};
+  for (size_t t = 0; t < tiers.size(); ++t) {
+    const std::string path = fmt::format("fabric.tiers.{}", t);
+    const nlohmann::json& k = tiers[t];
+    if (!k.is_object()) r.fail(fmt::format("field \"{}\" must be an object", path));
+    for (const auto& [key, value] : k.items())
+      if (!kTierFields.contains(key))
+        r.fail(fmt::format("unknown field \"{}.{}\" (a misspelt field would be ignored)", path, key));
+    auto field = [&](const char* f) { return fmt::format("{}.{}", path, f); };
+    FabricTier tier;
+    if (k.contains("name")) {
+      if (!k["name"].is_string()) r.fail(fmt::format("field \"{}\" must be a string", field("name")));
+      tier.name = k["name"];
+    }
+    tier.hop_latency_us = r.duration_us(j, field("hop_latency_us"));
+    const bool top = t + 1 == tiers.size();
+    if (top && k.contains("nodes"))
+      r.fail(fmt::format("field \"{}\": the top tier spans the cluster (no \"nodes\")", field("nodes")));
+    if (!top) tier.nodes = r.count(j, field("nodes"));
+    if (k.contains("oversubscription")) {
+      tier.oversubscription = r.positive(j, field("oversubscription"), false, 1e6);
+      if (tier.oversubscription < 1)
+        r.fail(fmt::format("field \"{}\" must be >= 1 (downlink : uplink; an undersubscribed tier is 1)",
+                           field("oversubscription")));
+      if (top && tier.oversubscription != 1)
+        r.fail(fmt::format("field \"{}\": the top tier has no uplinks (must be 1)", field("oversubscription")));
+    }
+    if (!p.fabric.tiers.empty() && tier.nodes > 0) {
+      const int below = p.fabric.tiers.back().nodes;
+      if (tier.nodes <= below || tier.nodes % below != 0)
+        r.fail(fmt::format("field \"{}\" must be a multiple of {} (tier {}'s nodes) above it: domains nest",
+                           field("nodes"), below, t - 1));
+    }
+    p.fabric.tiers.push_back(std::move(tier));
+  }
+}
+
 }  // namespace
 
 HardwareProfile profile_from_json(const nlohmann::json& j, std::string_view origin) {
@@ -387,6 +487,7 @@ HardwareProfile profile_from_json(const nlohmann::json& j, std::string_view orig
   if (j.contains("nics")) read_nics(r, j["nics"], p);
   if (j.contains("pcie")) read_pcie(r, j, p);
   if (j.contains("protocols")) p.protocols = protocols_from_json(j.at("protocols"), origin);
+  if (j.contains("fabric")) read_fabric(r, j, p);
   return p;
 }
 

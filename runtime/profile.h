@@ -32,6 +32,21 @@
 //                                its root complex, per direction),
 //                                "inter_socket_GBps" (the link between the
 //                                sockets, per direction)}. Absent: a crossbar.
+//   fabric                       the cluster's switch fabric, a fat-tree or
+//                                Clos ("tiers", bottom up: [{"name", "nodes"
+//                                (nodes below one switch group of the tier;
+//                                not on the top tier, which spans the
+//                                cluster), "hop_latency_us" (one pass through
+//                                one of its switches), "oversubscription" (its
+//                                switches' downlink : uplink bandwidth, >= 1;
+//                                optional, 1; 1 on the top tier)}, ...]).
+//                                links.inter is a message inside one leaf (one
+//                                switch); a message whose nodes first share
+//                                tier t > 0 adds the switches it passes beyond
+//                                that leaf's, h_0 + 2(h_1 + ... + h_{t-1}) + h_t,
+//                                and runs at most at its NIC share divided by
+//                                the oversubscription of every tier below t.
+//                                Absent: one leaf (every message at links.inter).
 //   protocols                    NCCL's protocols as its tuning model sees them
 //                                (graph/tuning.cc), each of "LL", "LL128",
 //                                "Simple": {"base_latency_us" (a collective's
@@ -168,6 +183,46 @@ struct PcieTopology {
   int socket_of_switch(int sw) const;
 };
 
+// One switch tier of the cluster fabric (profile "fabric"), bottom up: the
+// leaves (ToR or rail switches), then the spines of a pod, then the
+// aggregation layer above the pods.
+struct FabricTier {
+  std::string name;              // "leaf", "pod", ...: for output only
+  int nodes = 0;                 // nodes below one switch group of this tier; 0 on the top tier (the cluster)
+  double hop_latency_us = 0;     // one pass through one of its switches
+  double oversubscription = 1;   // its switches' downlink : uplink bandwidth (>= 1; 1 on the top tier)
+  friend bool operator==(const FabricTier&, const FabricTier&) = default;
+};
+
+// The cluster fabric: a fat-tree or Clos of tiers. Nodes n and m first share
+// the tier t whose domains (blocks of tiers[t].nodes consecutive nodes; the
+// top tier: all) hold both. A rail-optimized fabric (a leaf per rail) is
+// described the same way, a leaf's nodes being the nodes whose NICs of one
+// rail it joins: the model sends every node-crossing message on one rail, as
+// NCCL's rings, trees and PXN do, so rails never meet above a leaf.
+// empty(): no fabric (one leaf, every message at links.inter).
+struct ClusterFabric {
+  std::vector<FabricTier> tiers;
+  bool empty() const { return tiers.empty(); }
+  // The lowest tier whose domain holds both nodes (0 when they share a leaf or
+  // there is no fabric).
+  int common_tier(int node_a, int node_b) const;
+  // The latency a message whose nodes first share tier t adds to links.inter
+  // (which passes one leaf switch): the switches it passes beyond that one,
+  // h_0 + 2(h_1 + ... + h_{t-1}) + h_t for t > 0, in picoseconds (each
+  // hop_latency_us rounded to a picosecond first, so sums are exact).
+  Time extra_latency(int tier) const;
+  // The product of the oversubscription of every tier below t: the share
+  // 1/r of its NIC rate a message crossing tier t gets when every host below
+  // the oversubscribed uplinks sends through them at once (a worst-case
+  // static share).
+  double oversubscription_below(int tier) const;
+  // One line for output: "rack (2 nodes, 1 us/hop) / pod (384 nodes, 1 us/hop, 7:1 up) / aggregation (1 us/hop)".
+  std::string describe() const;
+  // The tier's name, or "tier t" when it has none.
+  std::string tier_name(int tier) const;
+};
+
 // The most devices a cluster may have (a profile's nodes x devices_per_node,
 // --nodes, --dp x --tp x --pp): far beyond any run, well inside int.
 inline constexpr int64_t kMaxDevices = int64_t{1} << 20;
@@ -186,6 +241,8 @@ struct HardwareProfile {
   PcieTopology pcie;
   // NCCL's protocols, indexed by Protocol; empty: none (plain sends).
   std::vector<ProtocolSpec> protocols;
+  // The switch fabric between nodes (empty: one leaf).
+  ClusterFabric fabric;
 
   int total_devices() const { return nodes * devices_per_node; }
   int node_of(int rank) const { return rank / devices_per_node; }

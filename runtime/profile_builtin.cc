@@ -151,6 +151,24 @@ const std::vector<HardwareProfile>& builtin_profiles() {
                  "DGX B200 nodes: NVLink5 (1.8 TB/s per GPU, both directions) inside a node, one "
                  "ConnectX-7 400G NIC per GPU between",
                  4, 8, b200, link(1.5, 900.0, 32, 128, 256), ndr, one_per_gpu});
+    // Meta's H100 RoCE cluster (Llama 3, Dubey et al. 2024, sec. 3.3.1
+    // "Network"): Grand Teton nodes of 8 H100 on NVLink, one 400 Gb/s RoCE
+    // NIC per GPU, a 3-layer Clos. A rack's two nodes (16 GPUs) share a ToR
+    // switch; 192 racks under the cluster switches form a pod of 3,072 GPUs
+    // (384 nodes) with full bisection bandwidth; eight pods meet at the
+    // aggregation switches, 1:7 oversubscribed ("not maintained at full
+    // bisection bandwidth"). The ToR uplinks are not oversubscribed (1).
+    // The per-switch latency, 1 us at every tier, is an assumption (no public
+    // figure for this cluster); links.inter is a message through one ToR: the
+    // NDR figure of h100-nvlink, 4 us. RoCEv2 frames of a 4096 B MTU carry
+    // Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + RETH 16 + ICRC 4 + FCS 4 B of
+    // headers and 20 B of preamble and inter-frame gap on the wire: 98 B.
+    const ClusterFabric clos3{{{"rack", 2, 1.0, 1.0}, {"pod", 384, 1.0, 7.0}, {"aggregation", 0, 1.0, 1.0}}};
+    v.push_back({"h100-roce",
+                 "Meta's H100 RoCE cluster (Llama 3): NVLink4 inside a node, one 400 Gb/s RoCE NIC per GPU, "
+                 "a 3-layer Clos: 2 nodes per ToR, pods of 384 nodes at full bisection, 1:7 between pods",
+                 4, 8, h100, nvlink4, link(4.0, 50.0, 98, 4096, 4096), one_per_gpu});
+    v.back().fabric = clos3;
     // NCCL's protocols on every profile; LL128 only where GPUs talk over NVLink.
     for (HardwareProfile& p : v) p.protocols = nccl_protocols(/*pcie_intra=*/p.name.starts_with("a100-pcie"));
     return v;

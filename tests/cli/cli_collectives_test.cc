@@ -109,6 +109,42 @@ TEST(CliCollectives, TwoNodesRunChannelsOverEveryRail) {
   EXPECT_NEAR(double(two["rows"][0]["time_us"]), 657.5968, 1e-4);
 }
 
+// The cluster fabric (profile "fabric"): h100-roce runs and prints its
+// tiers; a profile whose pods hold 2 nodes (7:1 above them) puts two of a
+// 4-node ring's node-crossing hops across pods, each at 1/7 of its NIC, and
+// the ring runs at the slowest hop: about 1/7 of the flat fabric's busbw
+// (the latency terms keep it a little above). A bad tier is one line, exit 2.
+TEST(CliCollectives, FabricTiersCapTheRingAcrossPods) {
+  const auto roce = run_cli("collectives --profile h100-roce --ranks 16 --min-bytes 1MiB --max-bytes 1MiB");
+  ASSERT_EQ(roce.code, 0) << roce.err;
+  EXPECT_NE(roce.out.find("# fabric: rack (2 nodes, 1 us/hop) / pod (384 nodes, 1 us/hop, 7:1 up) / aggregation"),
+            std::string::npos)
+      << roce.out;
+  nlohmann::json j = profile_to_json(load_profile("h100-roce"));
+  j["fabric"]["tiers"][0]["nodes"] = 1;
+  j["fabric"]["tiers"][1]["nodes"] = 2;
+  const std::string pods = ::testing::TempDir() + "small_pods.json";
+  std::ofstream(pods) << j.dump();
+  j.erase("fabric");
+  const std::string flat = ::testing::TempDir() + "flat.json";
+  std::ofstream(flat) << j.dump();
+  const std::string run = "collectives --ranks 32 --nodes 4 --min-bytes 1GiB --max-bytes 1GiB --json --profile ";
+  const auto a = run_cli(run + pods), b = run_cli(run + flat);
+  ASSERT_EQ(a.code, 0) << a.err;
+  ASSERT_EQ(b.code, 0) << b.err;
+  const double across = nlohmann::json::parse(a.out)["rows"][0]["busbw_GBps"];
+  const double one_leaf = nlohmann::json::parse(b.out)["rows"][0]["busbw_GBps"];
+  std::printf("1 GiB all_reduce on 4 nodes: busbw %.2f GB/s across 2-node pods (7:1), %.2f flat (ratio %.3f)\n",
+              across, one_leaf, one_leaf / across);
+  EXPECT_GT(one_leaf / across, 6.5);
+  EXPECT_LT(one_leaf / across, 7.0 * 1.001);
+  j = profile_to_json(load_profile("h100-roce"));
+  j["fabric"]["tiers"][1]["oversubscription"] = 0.5;
+  const std::string bad = ::testing::TempDir() + "bad_fabric.json";
+  std::ofstream(bad) << j.dump();
+  expect_usage_error("collectives --profile " + bad, "\"fabric.tiers.1.oversubscription\" must be >= 1");
+}
+
 // --check's verdict can fail: 100 in rank 0's first result is an error of
 // |100 - reference| (all_reduce: the 4 ranks' inputs summed, -0.875;
 // all_to_all: rank 0's own first input, -1), and a NaN is an infinite error

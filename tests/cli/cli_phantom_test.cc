@@ -1,9 +1,11 @@
 // `shardlab train --phantom`: GPT-3 shapes on thousands of virtual GPUs from
 // the command line, what it reports, and the inputs it refuses.
 #include <cstdio>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/profile.h"
 #include "tests/support/cli_util.h"
 
 namespace shardlab {
@@ -103,6 +105,32 @@ TEST(CliPhantom, Gpt3OnAThousandGpusReportsTimeMemoryAndFolding) {
   expect_device0_bytes(j["devices"][0]["peak_bytes_by_kind"]);
   // Every device of a stage reports its representative's figures.
   EXPECT_EQ(j["devices"][1]["peak_bytes"], j["devices"][0]["peak_bytes"]);
+}
+
+// A cluster fabric (profile "fabric") gives the members of a data-parallel
+// group links of different tiers: h100-roce's pods shrunk to 2 nodes, so dp 8
+// over 4 nodes crosses a 7:1 tier on two of its ring's node hops. The
+// replay finds the dp members ending apart and the run falls back to
+// folding tp alone, 8 of 32 threads (on h100-nvlink, no fabric, dp folds by
+// place: 2 of 32); the step equals the unfolded run's to the picosecond.
+TEST(CliPhantom, FabricTiersFoldAsTheUnfoldedRunGoes) {
+  nlohmann::json j = profile_to_json(load_profile("h100-roce"));
+  j["fabric"]["tiers"][0]["nodes"] = 1;
+  j["fabric"]["tiers"][1]["nodes"] = 2;
+  const std::string profile = ::testing::TempDir() + "phantom_small_pods.json";
+  std::ofstream(profile) << j.dump();
+  const std::string run = "train --phantom --model gpt3-1.3b --tp 4 --dp 8 --nodes 4 --batch 32 --micro-batches 1 "
+                          "--steps 1 --profile " + profile;
+  double step[2];
+  for (int fold = 0; fold < 2; ++fold) {
+    const std::string report = ::testing::TempDir() + "phantom_fabric_" + std::to_string(fold) + ".json";
+    const auto r = run_cli(run + (fold ? "" : " --no-fold") + " --report " + report);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.out.find(fold ? "tp folded: 8 of 32 devices run" : "nothing folded"), std::string::npos) << r.out;
+    step[fold] = nlohmann::json::parse(testing::slurp(report))["summary"]["virtual_step_s"].get<double>();
+  }
+  std::printf("gpt3-1.3b tp 4 dp 8 over 2-node pods: step %.12f s unfolded, %.12f s folded\n", step[0], step[1]);
+  EXPECT_EQ(step[0], step[1]);
 }
 
 TEST(CliPhantom, TooBigForTheModeledGpuIsTheModeledOutOfMemory) {

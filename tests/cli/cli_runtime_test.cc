@@ -118,8 +118,11 @@ TEST(CliProfiles, JsonListsEveryBuiltin) {
   }
   EXPECT_EQ(names,
             (std::vector<std::string>{"a100-nvlink", "a100-nvlink-4nic", "a100-pcie", "a100-pcie-8", "h100-nvlink",
-                                      "h200-nvlink", "b200-nvlink"}));
+                                      "h200-nvlink", "b200-nvlink", "h100-roce"}));
   EXPECT_TRUE(j[3].contains("pcie"));  // the PCIe tree of the 8x A100 PCIe server
+  // The cluster fabric: only Meta's RoCE cluster has one (its 3 Clos tiers).
+  EXPECT_EQ(j[7]["fabric"]["tiers"].size(), 3u);
+  EXPECT_FALSE(j[4].contains("fabric"));
   // NICs: listed where GPUs share them (absent: one per GPU).
   EXPECT_EQ(j[1]["nics"], nlohmann::json::parse("[[0,1],[2,3],[4,5],[6,7]]"));
   EXPECT_FALSE(j[0].contains("nics"));

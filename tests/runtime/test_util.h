@@ -1,6 +1,12 @@
 // Helpers shared by the runtime tests.
 #pragma once
 
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "runtime/errors.h"
 #include "runtime/profile.h"
 
 namespace shardlab::testing {
@@ -19,5 +25,22 @@ inline HardwareProfile simple_profile(int nodes = 2, int per_node = 4) {
 }
 
 inline constexpr Time kUs = 1'000'000;  // picoseconds per microsecond
+
+// A file of `text` in the test's scratch directory; its path.
+inline std::string write_temp(const std::string& name, const std::string& text) {
+  std::string path = ::testing::TempDir() + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+// The one-line error of loading the profile at `path` ("" if it loads).
+inline std::string load_error(const std::string& path) {
+  try {
+    load_profile(path);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
 
 }  // namespace shardlab::testing

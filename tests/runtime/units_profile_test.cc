@@ -13,6 +13,7 @@
 #include "runtime/link_model.h"
 #include "runtime/profile.h"
 #include "runtime/units.h"
+#include "tests/runtime/test_util.h"
 
 namespace shardlab {
 namespace {
@@ -97,20 +98,8 @@ TEST(Profiles, JsonHasTheContractShapeAndRoundTrips) {
   }
 }
 
-std::string write_temp(const std::string& name, const std::string& text) {
-  std::string path = ::testing::TempDir() + name;
-  std::ofstream(path) << text;
-  return path;
-}
-
-std::string load_error(const std::string& path) {
-  try {
-    load_profile(path);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::load_error;
+using testing::write_temp;
 
 TEST(Profiles, FileErrorsNameTheProblem) {
   nlohmann::json good = profile_to_json(load_profile("a100-pcie"));
