@@ -69,6 +69,52 @@ void gemm_nt(Real* y, int64_t ldy, const Real* a, int64_t lda, const Real* b, in
   });
 }
 
+namespace {
+// Whether Eigen's `y = a·bᵀ` on a chunk of `rows` rows is a GEMM whose every
+// output is one depth block's sum added to Eigen's zero-fill (0 + Σ): then a
+// fill with the bias (b + 0, so -0 turns +0 as 0 + Σ would) and `+=` give
+// (b + 0) + Σ, bit for bit Eigen's (0 + Σ) followed by + b. Not so when
+// Eigen blocks the depth ((0 + Σ₁) + Σ₂ ...: its kc, a function of K alone
+// once the cache sizes are fixed; K up to 624 floats is one block on
+// AVX-512), nor on its GEMV
+// (one row or column) and coefficient-wise (tiny) paths.
+template <typename Real>
+bool bias_fill_keeps_bits(int64_t rows, int64_t M, int64_t K) {
+  if (rows < 2 || M < 2 || rows + M + K < EIGEN_GEMM_TO_COEFFBASED_THRESHOLD) return false;
+  // Eigen's view of a row-major y: yᵀ = b · aᵀ, M rows, `rows` columns.
+  Eigen::Index kc = K, mc = M, nc = rows;
+  Eigen::internal::computeProductBlockingSizes<Real, Real, 1>(kc, mc, nc, Eigen::Index(1));
+  return kc >= K;
+}
+}  // namespace
+
+template <typename Real>
+void gemm_nt_bias(Real* y, const Real* a, const Real* b, const Real* bias, int64_t N, int64_t M,
+                  int64_t K) {
+  if (portable_arithmetic()) {
+    over_row_chunks(N, macs(N, M, K), [=](int64_t r0, int64_t r1) {
+      for (int64_t n = r0; n < r1; ++n)
+        for (int64_t m = 0; m < M; ++m) y[n * M + m] = pm::dot(a + n * K, b + m * K, K) + bias[m];
+    });
+    return;
+  }
+  fix_eigen_blocking();
+  over_row_chunks(N, macs(N, M, K), [=](int64_t r0, int64_t r1) {
+    MatMap<Real> out(y + r0 * M, r1 - r0, M);
+    const auto product = ConstMatMap<Real>(a + r0 * K, r1 - r0, K) * ConstMatMap<Real>(b, M, K).transpose();
+    if (bias_fill_keeps_bits<Real>(r1 - r0, M, K)) {
+      // The bias takes the place of Eigen's zero-fill: one pass over y, not two.
+      for (int64_t n = r0; n < r1; ++n)
+        for (int64_t m = 0; m < M; ++m) y[n * M + m] = bias[m] + Real(0);
+      out.noalias() += product;
+    } else {
+      out.noalias() = product;
+      for (int64_t n = r0; n < r1; ++n)
+        for (int64_t m = 0; m < M; ++m) y[n * M + m] += bias[m];
+    }
+  });
+}
+
 template <typename Real>
 void gemm_nn_acc(Real* y, const Real* a, const Real* b, int64_t N, int64_t M, int64_t K) {
   if (portable_arithmetic()) {
@@ -113,6 +159,8 @@ std::optional<bool> host_split_for_test() { return t_split_for_test; }
 #define SHARDLAB_INSTANTIATE_GEMM(Real)                                                          \
   template void gemm_nt(Real*, int64_t, const Real*, int64_t, const Real*, int64_t, int64_t,      \
                         int64_t, int64_t);                                                        \
+  template void gemm_nt_bias(Real*, const Real*, const Real*, const Real*, int64_t, int64_t,       \
+                             int64_t);                                                             \
   template void gemm_nn_acc(Real*, const Real*, const Real*, int64_t, int64_t, int64_t);          \
   template void gemm_tn_acc(Real*, const Real*, const Real*, int64_t, int64_t, int64_t);
 SHARDLAB_INSTANTIATE_GEMM(float)

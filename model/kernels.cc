@@ -125,14 +125,11 @@ OpCost layernorm_backward_cost(int64_t N, int64_t C, int elem) {
 template <typename Real>
 void linear_forward(Real* out, const Real* inp, const Real* weight, const Real* bias, int64_t N,
                     int C, int OC) {
-  gemm_nt(out, OC, inp, C, weight, C, N, OC, C);
-  if (bias == nullptr) return;
-  for_chunks(N, kRowChunk, double(N) * OC, [=](int64_t n0, int64_t n1) {
-    for (int64_t n = n0; n < n1; ++n) {
-      Real* y = out + n * OC;
-      for (int o = 0; o < OC; ++o) y[o] += bias[o];
-    }
-  });
+  if (bias == nullptr) {
+    gemm_nt(out, OC, inp, C, weight, C, N, OC, C);
+  } else {
+    gemm_nt_bias(out, inp, weight, bias, N, OC, C);  // the bias add's bits, in the GEMM's pass
+  }
 }
 
 template <typename Real>
