@@ -185,8 +185,8 @@ namespace {
 // fill with the bias (b + 0, so -0 turns +0 as 0 + Σ would) and `+=` give
 // (b + 0) + Σ, bit for bit Eigen's (0 + Σ) followed by + b. Not so when
 // Eigen blocks the depth ((0 + Σ₁) + Σ₂ ...: its kc, a function of K alone
-// once the cache sizes are fixed; K up to 624 floats is one block on
-// AVX-512), nor on its GEMV
+// once the cache sizes are fixed; with Eigen 3.4 on AVX-512, K up to 624
+// floats is one block), nor on its GEMV
 // (one row or column) and coefficient-wise (tiny) paths.
 template <typename Real>
 bool bias_fill_keeps_bits(int64_t rows, int64_t M, int64_t K) {
