@@ -57,9 +57,9 @@ inline void axpy(Real* y, Real s, const Real* x, int64_t n) {
 // lhs (rows × depth) · rhs (depth × cols), so a split over y's rows is a split
 // over res's columns, and every chunk's own Eigen call packed the whole lhs
 // again (W in the forward and dx, x in dW): 10 packings of it for 512 rows,
-// 11% of a split tiny step (perf). split_gemm packs the lhs once, as Eigen's
-// blocks (mc × kc, from the whole product's blocking), and each chunk packs
-// its rhs columns and runs Eigen's gebp kernel on them: per output the same
+// 11% of a split tiny step (perf). split_gemm packs each of the lhs's Eigen
+// blocks (mc × kc, from the whole product's blocking) once, and on each block
+// every chunk packs its rhs columns and runs Eigen's gebp kernel: per output the same
 // depth blocks (kc depends on K alone), summed in the same order by the same
 // kernel (row panels from the same block starts, column panels of 4 from the
 // chunk's start, a multiple of 4), so the bits of the unsplit call
@@ -105,47 +105,35 @@ void split_gemm(Real* res, Index ldres, const Real* lhs, Index ldlhs, const Real
   Index kc = depth, mc = rows, nc = cols;
   ei::computeProductBlockingSizes<Real, Real, 1>(kc, mc, nc, Index(1));
   mc = std::min(rows, mc);
-  // Block (i2, k2) of the packed lhs starts at a 16-value (64-byte) boundary.
-  const auto round16 = [](Index n) { return (n + 15) / 16 * 16; };
-  Index packed_size = 0;
-  for (Index i2 = 0; i2 < rows; i2 += mc)
-    for (Index k2 = 0; k2 < depth; k2 += kc)
-      packed_size += round16(std::min(mc, rows - i2) * std::min(kc, depth - k2));
-  Real* const packed = aligned_scratch<Real, 0>(packed_size);
+  // One (mc × kc) block of the lhs packed at a time, as Eigen does (the whole
+  // lhs packed at once took 25 MB for small's c_proj weight gradient), and the
+  // chunks run on it; a column's blocks still come in Eigen's k order.
+  Real* const block_a = aligned_scratch<Real, 0>(mc * kc);
   const LhsMapper lhs_map(lhs, ldlhs);
   ei::gemm_pack_lhs<Real, Index, LhsMapper, Traits::mr, Traits::LhsProgress,
                     typename Traits::LhsPacket4Packing, LhsOrder>
       pack_lhs;
-  {
-    Real* block = packed;
-    for (Index i2 = 0; i2 < rows; i2 += mc)
-      for (Index k2 = 0; k2 < depth; k2 += kc) {
-        const Index amc = std::min(mc, rows - i2), akc = std::min(kc, depth - k2);
-        pack_lhs(block, lhs_map.getSubMapper(i2, k2), akc, amc);
-        block += round16(amc * akc);
-      }
-  }
-  over_row_chunks(cols, double(rows) * double(cols) * double(depth), [&](int64_t c0, int64_t c1) {
-    before(c0, c1);
-    const Index chunk_nc = std::min<Index>(nc, c1 - c0);
-    Real* const block_b = aligned_scratch<Real, 1>(kc * chunk_nc);
-    const RhsMapper rhs_map(rhs, ldrhs);
-    const ResMapper res_map(res, ldres);
-    ei::gemm_pack_rhs<Real, Index, RhsMapper, Traits::nr, RhsOrder> pack_rhs;
-    ei::gebp_kernel<Real, Real, Index, ResMapper, Traits::mr, Traits::nr, false, false> gebp;
-    const Real* block = packed;
-    for (Index i2 = 0; i2 < rows; i2 += mc)
-      for (Index k2 = 0; k2 < depth; k2 += kc) {
-        const Index amc = std::min(mc, rows - i2), akc = std::min(kc, depth - k2);
+  for (Index i2 = 0; i2 < rows; i2 += mc)
+    for (Index k2 = 0; k2 < depth; k2 += kc) {
+      const Index amc = std::min(mc, rows - i2), akc = std::min(kc, depth - k2);
+      const bool first = i2 == 0 && k2 == 0, last = i2 + amc == rows && k2 + akc == depth;
+      pack_lhs(block_a, lhs_map.getSubMapper(i2, k2), akc, amc);
+      over_row_chunks(cols, double(amc) * double(cols) * double(akc), [&](int64_t c0, int64_t c1) {
+        if (first) before(c0, c1);
+        const Index chunk_nc = std::min<Index>(nc, c1 - c0);
+        Real* const block_b = aligned_scratch<Real, 1>(kc * chunk_nc);
+        const RhsMapper rhs_map(rhs, ldrhs);
+        const ResMapper res_map(res, ldres);
+        ei::gemm_pack_rhs<Real, Index, RhsMapper, Traits::nr, RhsOrder> pack_rhs;
+        ei::gebp_kernel<Real, Real, Index, ResMapper, Traits::mr, Traits::nr, false, false> gebp;
         for (Index j2 = c0; j2 < c1; j2 += chunk_nc) {
           const Index anc = std::min<Index>(chunk_nc, c1 - j2);
           pack_rhs(block_b, rhs_map.getSubMapper(k2, j2), akc, anc);
-          gebp(res_map.getSubMapper(i2, j2), block, block_b, amc, akc, anc, Real(1));
+          gebp(res_map.getSubMapper(i2, j2), block_a, block_b, amc, akc, anc, Real(1));
         }
-        block += round16(amc * akc);
-      }
-    after(c0, c1);
-  });
+        if (last) after(c0, c1);
+      });
+    }
 }
 
 // Rows y[r0, r1) of an N×M row-major y with row stride ldy to zero.
