@@ -95,8 +95,18 @@ $(LAB_TARGETS): lab-%: deps
 labs: build
 	ctest --preset release -j $(JOBS) -L labs
 
+# The torch ratio (issue 34) comes last, only where Debian's torch is installed:
+# torch is a comparator, never a dependency, so without it the bench says how
+# to get it instead of failing.
 bench: build
 	@for b in build/bin/bench_*; do echo "== $$b"; $$b; done
+	@echo "== bench/torch_compare.py (tiny, 1 thread)"
+	@if /usr/bin/python3 -c 'import torch' 2>/dev/null; then \
+	  /usr/bin/python3 bench/torch_compare.py --model tiny --threads 1 --rounds 3; \
+	else \
+	  echo "no torch ratio: /usr/bin/python3 cannot import torch;" \
+	       "install the comparator with: sudo apt-get install -y python3-torch libopenblas0-pthread"; \
+	fi
 
 debug: deps
 	cmake --preset debug >/dev/null && cmake --build --preset debug && ctest --preset debug -j $(JOBS) -LE full

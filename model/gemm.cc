@@ -1,6 +1,8 @@
 // GEMMs: Eigen (kNative) or fixed-order loops (kPortable). See gemm.h.
 #include "model/gemm.h"
 
+#include <algorithm>
+
 #include <Eigen/Core>
 
 #include "model/arithmetic.h"
@@ -49,6 +51,97 @@ inline void axpy(Real* y, Real s, const Real* x, int64_t n) {
   for (int64_t j = 0; j < n; ++j) y[j] += s * x[j];
 }
 
+// ---- The split, with the shared operand packed once ---------------------------
+//
+// Eigen computes a row-major y as yᵀ in column major, res (rows × cols) +=
+// lhs (rows × depth) · rhs (depth × cols), so a split over y's rows is a split
+// over res's columns, and every chunk's own Eigen call packed the whole lhs
+// again (W in the forward and dx, x in dW): 10 packings of it for 512 rows,
+// 11% of a split tiny step (perf). split_gemm packs each of the lhs's Eigen
+// blocks (mc × kc, from the whole product's blocking) once, and on each block
+// every chunk packs its rhs columns and runs Eigen's gebp kernel: per output the same
+// depth blocks (kc depends on K alone), summed in the same order by the same
+// kernel (row panels from the same block starts, column panels of 4 from the
+// chunk's start, a multiple of 4), so the bits of the unsplit call
+// (gemm_test).
+namespace ei = Eigen::internal;
+using Index = Eigen::Index;
+
+// A 64-byte aligned scratch per thread and slot (Eigen's packed blocks are
+// read with aligned loads), grown on first use and then reused.
+template <typename Real, int Slot>
+Real* aligned_scratch(Index n) {
+  struct Buffer {
+    Real* p = nullptr;
+    Index size = 0;
+    ~Buffer() { ei::aligned_free(p); }
+  };
+  thread_local Buffer buf;
+  if (buf.size < n) {
+    ei::aligned_free(buf.p);
+    buf.p = static_cast<Real*>(ei::aligned_malloc(size_t(n) * sizeof(Real)));
+    buf.size = n;
+  }
+  return buf.p;
+}
+
+// Whether Eigen runs `rows × depth` times `depth × cols` as a GEMM (not as a
+// GEMV or coefficient by coefficient), whatever chunk of columns it gets.
+bool is_eigen_gemm(Index rows, Index depth, Index chunk_cols) {
+  return rows >= 2 && depth >= 1 && chunk_cols >= 2 &&
+         rows + depth + chunk_cols >= EIGEN_GEMM_TO_COEFFBASED_THRESHOLD;
+}
+
+// res (column major, ldres) += lhs · rhs over res's columns in kSplitRows
+// chunks; before(c0, c1) runs on a chunk's columns first (Eigen's zero-fill
+// for `=`), after(c0, c1) last. Only for shapes is_eigen_gemm accepts.
+template <typename Real, int LhsOrder, int RhsOrder, typename Before, typename After>
+void split_gemm(Real* res, Index ldres, const Real* lhs, Index ldlhs, const Real* rhs, Index ldrhs,
+                Index rows, Index cols, Index depth, const Before& before, const After& after) {
+  using Traits = ei::gebp_traits<Real, Real>;
+  using LhsMapper = ei::const_blas_data_mapper<Real, Index, LhsOrder>;
+  using RhsMapper = ei::const_blas_data_mapper<Real, Index, RhsOrder>;
+  using ResMapper = ei::blas_data_mapper<Real, Index, Eigen::ColMajor, Eigen::Unaligned, 1>;
+  Index kc = depth, mc = rows, nc = cols;
+  ei::computeProductBlockingSizes<Real, Real, 1>(kc, mc, nc, Index(1));
+  mc = std::min(rows, mc);
+  // One (mc × kc) block of the lhs packed at a time, as Eigen does (the whole
+  // lhs packed at once took 25 MB for small's c_proj weight gradient), and the
+  // chunks run on it; a column's blocks still come in Eigen's k order.
+  Real* const block_a = aligned_scratch<Real, 0>(mc * kc);
+  const LhsMapper lhs_map(lhs, ldlhs);
+  ei::gemm_pack_lhs<Real, Index, LhsMapper, Traits::mr, Traits::LhsProgress,
+                    typename Traits::LhsPacket4Packing, LhsOrder>
+      pack_lhs;
+  for (Index i2 = 0; i2 < rows; i2 += mc)
+    for (Index k2 = 0; k2 < depth; k2 += kc) {
+      const Index amc = std::min(mc, rows - i2), akc = std::min(kc, depth - k2);
+      const bool first = i2 == 0 && k2 == 0, last = i2 + amc == rows && k2 + akc == depth;
+      pack_lhs(block_a, lhs_map.getSubMapper(i2, k2), akc, amc);
+      over_row_chunks(cols, double(amc) * double(cols) * double(akc), [&](int64_t c0, int64_t c1) {
+        if (first) before(c0, c1);
+        const Index chunk_nc = std::min<Index>(nc, c1 - c0);
+        Real* const block_b = aligned_scratch<Real, 1>(kc * chunk_nc);
+        const RhsMapper rhs_map(rhs, ldrhs);
+        const ResMapper res_map(res, ldres);
+        ei::gemm_pack_rhs<Real, Index, RhsMapper, Traits::nr, RhsOrder> pack_rhs;
+        ei::gebp_kernel<Real, Real, Index, ResMapper, Traits::mr, Traits::nr, false, false> gebp;
+        for (Index j2 = c0; j2 < c1; j2 += chunk_nc) {
+          const Index anc = std::min<Index>(chunk_nc, c1 - j2);
+          pack_rhs(block_b, rhs_map.getSubMapper(k2, j2), akc, anc);
+          gebp(res_map.getSubMapper(i2, j2), block_a, block_b, amc, akc, anc, Real(1));
+        }
+        if (last) after(c0, c1);
+      });
+    }
+}
+
+// Rows y[r0, r1) of an N×M row-major y with row stride ldy to zero.
+template <typename Real>
+void zero_rows(Real* y, int64_t ldy, int64_t M, int64_t r0, int64_t r1) {
+  for (int64_t n = r0; n < r1; ++n) std::fill(y + n * ldy, y + n * ldy + M, Real(0));
+}
+
 }  // namespace
 
 template <typename Real>
@@ -62,11 +155,75 @@ void gemm_nt(Real* y, int64_t ldy, const Real* a, int64_t lda, const Real* b, in
     return;
   }
   fix_eigen_blocking();
-  over_row_chunks(N, macs(N, M, K), [=](int64_t r0, int64_t r1) {
-    StridedMap<Real>(y + r0 * ldy, r1 - r0, M, Eigen::OuterStride<>(ldy)).noalias() =
-        ConstStridedMap<Real>(a + r0 * lda, r1 - r0, K, Eigen::OuterStride<>(lda)) *
-        ConstStridedMap<Real>(b, M, K, Eigen::OuterStride<>(ldb)).transpose();
-  });
+  if (split_wanted(N, kSplitRows, macs(N, M, K)) && is_eigen_gemm(M, K, kSplitRows)) {
+    // yᵀ = b · aᵀ: lhs b (M×K, row major), rhs aᵀ (K×N, column major).
+    split_gemm<Real, Eigen::RowMajor, Eigen::ColMajor>(
+        y, ldy, b, ldb, a, lda, M, N, K, [=](int64_t r0, int64_t r1) { zero_rows(y, ldy, M, r0, r1); },
+        [](int64_t, int64_t) {});
+    return;
+  }
+  StridedMap<Real>(y, N, M, Eigen::OuterStride<>(ldy)).noalias() =
+      ConstStridedMap<Real>(a, N, K, Eigen::OuterStride<>(lda)) *
+      ConstStridedMap<Real>(b, M, K, Eigen::OuterStride<>(ldb)).transpose();
+}
+
+namespace {
+// Whether Eigen's `y = a·bᵀ` on a chunk of `rows` rows is a GEMM whose every
+// output is one depth block's sum added to Eigen's zero-fill (0 + Σ): then a
+// fill with the bias (b + 0, so -0 turns +0 as 0 + Σ would) and `+=` give
+// (b + 0) + Σ, bit for bit Eigen's (0 + Σ) followed by + b. Not so when
+// Eigen blocks the depth ((0 + Σ₁) + Σ₂ ...: its kc, a function of K alone
+// once the cache sizes are fixed; with Eigen 3.4 on AVX-512, K up to 624
+// floats is one block), nor on its GEMV
+// (one row or column) and coefficient-wise (tiny) paths.
+template <typename Real>
+bool bias_fill_keeps_bits(int64_t rows, int64_t M, int64_t K) {
+  if (rows < 2 || M < 2 || rows + M + K < EIGEN_GEMM_TO_COEFFBASED_THRESHOLD) return false;
+  // Eigen's view of a row-major y: yᵀ = b · aᵀ, M rows, `rows` columns.
+  Eigen::Index kc = K, mc = M, nc = rows;
+  Eigen::internal::computeProductBlockingSizes<Real, Real, 1>(kc, mc, nc, Eigen::Index(1));
+  return kc >= K;
+}
+}  // namespace
+
+template <typename Real>
+void gemm_nt_bias(Real* y, const Real* a, const Real* b, const Real* bias, int64_t N, int64_t M,
+                  int64_t K) {
+  if (portable_arithmetic()) {
+    over_row_chunks(N, macs(N, M, K), [=](int64_t r0, int64_t r1) {
+      for (int64_t n = r0; n < r1; ++n)
+        for (int64_t m = 0; m < M; ++m) y[n * M + m] = pm::dot(a + n * K, b + m * K, K) + bias[m];
+    });
+    return;
+  }
+  fix_eigen_blocking();
+  const auto fill_bias = [=](int64_t r0, int64_t r1) {
+    for (int64_t n = r0; n < r1; ++n)
+      for (int64_t m = 0; m < M; ++m) y[n * M + m] = bias[m] + Real(0);
+  };
+  const auto add_bias = [=](int64_t r0, int64_t r1) {
+    for (int64_t n = r0; n < r1; ++n)
+      for (int64_t m = 0; m < M; ++m) y[n * M + m] += bias[m];
+  };
+  // The bias takes the place of Eigen's zero-fill where that keeps the bits:
+  // one pass over y, not two.
+  if (split_wanted(N, kSplitRows, macs(N, M, K)) && is_eigen_gemm(M, K, kSplitRows)) {
+    const bool fill = bias_fill_keeps_bits<Real>(kSplitRows, M, K);
+    split_gemm<Real, Eigen::RowMajor, Eigen::ColMajor>(
+        y, M, b, K, a, K, M, N, K,
+        [=](int64_t r0, int64_t r1) { fill ? fill_bias(r0, r1) : zero_rows(y, M, M, r0, r1); },
+        [=](int64_t r0, int64_t r1) { if (!fill) add_bias(r0, r1); });
+    return;
+  }
+  MatMap<Real> out(y, N, M);
+  const auto product = ConstMatMap<Real>(a, N, K) * ConstMatMap<Real>(b, M, K).transpose();
+  if (bias_fill_keeps_bits<Real>(N, M, K)) {
+    fill_bias(0, N);
+    out.noalias() += product;
+  } else {
+    out.noalias() = product;
+    add_bias(0, N);
+  }
 }
 
 template <typename Real>
@@ -79,10 +236,13 @@ void gemm_nn_acc(Real* y, const Real* a, const Real* b, int64_t N, int64_t M, in
     return;
   }
   fix_eigen_blocking();
-  over_row_chunks(N, macs(N, M, K), [=](int64_t r0, int64_t r1) {
-    MatMap<Real>(y + r0 * M, r1 - r0, M).noalias() +=
-        ConstMatMap<Real>(a + r0 * K, r1 - r0, K) * ConstMatMap<Real>(b, K, M);
-  });
+  if (split_wanted(N, kSplitRows, macs(N, M, K)) && is_eigen_gemm(M, K, kSplitRows)) {
+    // yᵀ += bᵀ · aᵀ: lhs bᵀ (M×K, column major), rhs aᵀ (K×N, column major).
+    split_gemm<Real, Eigen::ColMajor, Eigen::ColMajor>(y, M, b, M, a, K, M, N, K, [](int64_t, int64_t) {},
+                                                       [](int64_t, int64_t) {});
+    return;
+  }
+  MatMap<Real>(y, N, M).noalias() += ConstMatMap<Real>(a, N, K) * ConstMatMap<Real>(b, K, M);
 }
 
 template <typename Real>
@@ -95,12 +255,14 @@ void gemm_tn_acc(Real* y, const Real* a, const Real* b, int64_t N, int64_t M, in
     return;
   }
   fix_eigen_blocking();
-  // y's rows are a's columns: a chunk reads a column block of a.
-  over_row_chunks(M, macs(N, M, K), [=](int64_t m0, int64_t m1) {
-    MatMap<Real>(y + m0 * K, m1 - m0, K).noalias() +=
-        ConstStridedMap<Real>(a + m0, N, m1 - m0, Eigen::OuterStride<>(M)).transpose() *
-        ConstMatMap<Real>(b, N, K);
-  });
+  if (split_wanted(M, kSplitRows, macs(N, M, K)) && is_eigen_gemm(K, N, kSplitRows)) {
+    // yᵀ (K×M) += bᵀ · a: lhs bᵀ (K×N, column major), rhs a (N×M, row major);
+    // y's rows are a's columns.
+    split_gemm<Real, Eigen::ColMajor, Eigen::RowMajor>(y, K, b, K, a, M, K, M, N, [](int64_t, int64_t) {},
+                                                       [](int64_t, int64_t) {});
+    return;
+  }
+  MatMap<Real>(y, M, K).noalias() += ConstMatMap<Real>(a, N, M).transpose() * ConstMatMap<Real>(b, N, K);
 }
 
 namespace {
@@ -113,6 +275,8 @@ std::optional<bool> host_split_for_test() { return t_split_for_test; }
 #define SHARDLAB_INSTANTIATE_GEMM(Real)                                                          \
   template void gemm_nt(Real*, int64_t, const Real*, int64_t, const Real*, int64_t, int64_t,      \
                         int64_t, int64_t);                                                        \
+  template void gemm_nt_bias(Real*, const Real*, const Real*, const Real*, int64_t, int64_t,       \
+                             int64_t);                                                             \
   template void gemm_nn_acc(Real*, const Real*, const Real*, int64_t, int64_t, int64_t);          \
   template void gemm_tn_acc(Real*, const Real*, const Real*, int64_t, int64_t, int64_t);
 SHARDLAB_INSTANTIATE_GEMM(float)

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include <oneapi/tbb/blocked_range.h>
@@ -43,8 +44,16 @@ inline constexpr bool kSplitBuild = false;
 inline constexpr bool kSplitBuild = true;
 #endif
 
+// True while the thread runs a chunk of for_chunks. A kernel called inside a
+// chunk (the GEMMs in attention's (batch, head) loop, 256 rows in small)
+// does not split again: a thread waiting for a nested split may run another
+// of the outer chunks meanwhile (oneTBB steals), which would reuse the
+// per-thread scratch (thread_scratch, gemm.cc's packed blocks) the waiting
+// kernel still holds. The outer split already has every core.
+inline thread_local bool t_in_chunk = false;
+
 inline bool split_wanted(int64_t n, int64_t chunk, double work) {
-  if (!kSplitBuild || n < 2 * chunk) return false;
+  if (!kSplitBuild || n < 2 * chunk || t_in_chunk) return false;
   if (const auto forced = host_split_for_test()) return *forced;
   return work >= kSplitMinWork && idle_host_cores() > 0;
 }
@@ -62,6 +71,10 @@ void for_chunks(int64_t n, int64_t chunk, double work, const F& f) {
       tbb::blocked_range<int64_t>(0, chunks, 1),
       [&](const tbb::blocked_range<int64_t>& r) {
         const ArithmeticScope same(caller);
+        struct InChunk {  // restored on the way out, a throw included
+          bool outer = std::exchange(t_in_chunk, true);
+          ~InChunk() { t_in_chunk = outer; }
+        } in_chunk;
         for (int64_t c = r.begin(); c < r.end(); ++c)
           f(c * chunk, c + 1 == chunks ? n : (c + 1) * chunk);
       },

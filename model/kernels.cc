@@ -89,9 +89,15 @@ void layernorm_forward(Real* out, Real* mean, Real* rstd, const Real* inp, const
   });
 }
 
+// The outputs never overlap each other or the inputs (dx, the norm's
+// gradients, and dout are distinct buffers at every call): saying so with
+// __restrict lets GCC vectorise the per-column loop, which it otherwise left
+// scalar ("complicated access pattern"). Columns are independent, so the
+// same bits.
 template <typename Real>
-void layernorm_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout, const Real* inp,
-                        const Real* weight, const Real* mean, const Real* rstd, int64_t N, int C) {
+void layernorm_backward(Real* __restrict dinp, Real* __restrict dweight, Real* __restrict dbias,
+                        const Real* dout, const Real* inp, const Real* weight, const Real* mean,
+                        const Real* rstd, int64_t N, int C) {
   for (int64_t n = 0; n < N; ++n) {
     const Real m = mean[n];
     const Real s = rstd[n];
@@ -125,14 +131,11 @@ OpCost layernorm_backward_cost(int64_t N, int64_t C, int elem) {
 template <typename Real>
 void linear_forward(Real* out, const Real* inp, const Real* weight, const Real* bias, int64_t N,
                     int C, int OC) {
-  gemm_nt(out, OC, inp, C, weight, C, N, OC, C);
-  if (bias == nullptr) return;
-  for_chunks(N, kRowChunk, double(N) * OC, [=](int64_t n0, int64_t n1) {
-    for (int64_t n = n0; n < n1; ++n) {
-      Real* y = out + n * OC;
-      for (int o = 0; o < OC; ++o) y[o] += bias[o];
-    }
-  });
+  if (bias == nullptr) {
+    gemm_nt(out, OC, inp, C, weight, C, N, OC, C);
+  } else {
+    gemm_nt_bias(out, inp, weight, bias, N, OC, C);  // the bias add's bits, in the GEMM's pass
+  }
 }
 
 template <typename Real>
@@ -277,10 +280,14 @@ OpCost dropout_backward_cost(int64_t n, int elem) { return cost(1.0 * n, 2.0 * n
 namespace {
 // exp(z - zmax) into e (e may be z), returning its sum: softmax_row before
 // the normalization.
+// The max is read from a local, not through zmax: e's stores might alias the
+// reference, so GCC would reload it every element and not vectorise the loop
+// (8 ns per exp, 5.7% of a tiny step).
 template <typename Real>
 Real exp_sum_row(Real* e, const Real* z, int V, Real& zmax) {
-  zmax = pm::max(z, V);
-  for (int v = 0; v < V; ++v) e[v] = pm::exp_of(z[v] - zmax);
+  const Real m = pm::max(z, V);
+  zmax = m;
+  for (int v = 0; v < V; ++v) e[v] = pm::exp_of(z[v] - m);
   return pm::sum(e, V);
 }
 // Row n's softmax into p (p may be z: in place), as the forward saves it;

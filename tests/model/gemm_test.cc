@@ -123,6 +123,40 @@ TEST(GemmSplit, PortableSameBitsSplitOrNotOnOneOrTwoThreadsAndEqualToTheProduct)
   expect_split_keeps_bits(Arithmetic::kPortable);
 }
 
+// gemm_nt_bias against what it replaces, gemm_nt then y += bias, memcmp:
+// with depth in one Eigen block (the bias fill) and past it (K 700, 1536:
+// the fallback), split or not, one or two threads, with a -0 in the bias and
+// an all-zero row of a (zero sums: the signs of zeros must match too).
+void expect_bias_fill_keeps_bits(Arithmetic arith) {
+  for (const Shape& s : kShapes) {
+    const auto [N, M, K] = s;
+    SCOPED_TRACE(testing::Message() << "N " << N << " M " << M << " K " << K);
+    auto a = randoms(N * K, 7);
+    std::fill(a.begin(), a.begin() + K, 0.0f);
+    const auto b = randoms(M * K, 8);
+    auto bias = randoms(M, 9);
+    bias[0] = -0.0f;
+    const ArithmeticScope scope(arith);
+    std::vector<float> want(size_t(N * M));
+    set_host_split_for_test(false);
+    gemm_nt(want.data(), M, a.data(), K, b.data(), K, N, M, K);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t m = 0; m < M; ++m) want[size_t(n * M + m)] += bias[size_t(m)];
+    for (const auto& [split, threads] : {std::pair{false, 1}, std::pair{true, 1}, std::pair{true, 2}}) {
+      const tbb::global_control limit(tbb::global_control::max_allowed_parallelism, size_t(threads));
+      set_host_split_for_test(split);
+      std::vector<float> got(size_t(N * M), 7.0f);  // garbage: the kernel must overwrite it
+      gemm_nt_bias(got.data(), a.data(), b.data(), bias.data(), N, M, K);
+      EXPECT_TRUE(same_bits(want, got)) << "split " << split << " threads " << threads;
+    }
+    set_host_split_for_test(std::nullopt);
+  }
+}
+
+TEST(GemmBias, EigenBiasFillSameBitsAsGemmThenBiasAdd) { expect_bias_fill_keeps_bits(Arithmetic::kNative); }
+
+TEST(GemmBias, PortableBiasSameBitsAsGemmThenBiasAdd) { expect_bias_fill_keeps_bits(Arithmetic::kPortable); }
+
 TEST(HostCores, IdleCoresFollowTheRunningDeviceThreads) {
   {
     const tbb::global_control one(tbb::global_control::max_allowed_parallelism, 1);
