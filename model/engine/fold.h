@@ -9,9 +9,11 @@
 //
 //   data parallelism is folded (every dp rank played by dp rank 0) when
 //     every dp rank owns as many elements as its peers (without ZeRO; with
-//     ZeRO-1/2/3 when every bucket divides evenly by its group: the chunks
-//     then differ in which elements, not in sizes, so every collective,
-//     optimizer kernel and allocation is the same; FoldInput::uneven_chunks),
+//     ZeRO-1/2, whose buckets are padded to a multiple of their group as
+//     Megatron pads them, always; with ZeRO-3 when every bucket divides
+//     evenly by its group: the chunks then differ in which elements, not in
+//     sizes, so every collective, optimizer kernel and allocation is the
+//     same; FoldInput::uneven_chunks),
 //     the ep ranks among them too when phantom routing loads every expert
 //     alike (FoldInput::uniform_experts: their experts differ in which
 //     weights, not in rows, so the all-to-alls have equal blocks);
