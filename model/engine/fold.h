@@ -19,8 +19,10 @@
 //     weights, not in rows, so the all-to-alls have equal blocks);
 //   tensor parallelism is folded (every tp rank by tp rank 0) for dense
 //     models (the MoE router and experts are left unfolded);
-//   nothing is folded under context parallelism (the cp ranks' rings are
-//     not replayed for folded members);
+//   the cp ranks are not folded (their rings' point-to-point transfers
+//     are not replayed for folded members); tp and dp fold under context
+//     parallelism as without it, each cp rank keeping a thread (the
+//     gradients' cp-dp group then has one representative per cp rank);
 //   a dimension is folded only when its groups' links are uniform: all
 //     members in one node, each member on a node of its own, or the same
 //     local GPUs on each of several nodes (a dp group of 16 nodes x 8 GPUs:

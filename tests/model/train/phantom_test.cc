@@ -216,6 +216,19 @@ std::vector<Config> fold_configs() {
         c.options.parallel.zero = 1;
         c.precision = Precision::kBf16;
       }),
+      // Context parallelism: tp and dp fold, the cp ranks each keep a thread
+      // (the K/V ring between them runs as in the unfolded run).
+      make("cp2_tp2_sp_dp2_zero1", 2, 1, 2, 1, [](Config& c) {
+        c.options.parallel.cp = 2;
+        c.options.parallel.sp = true;
+        c.options.parallel.zero = 1;
+        c.running = 2;
+      }),
+      make("cp4_dp2_pp2_ring", 1, 2, 2, 2, [](Config& c) {
+        c.options.parallel.cp = 4;
+        c.nodes = 2;  // a stage per node
+        c.running = 8;
+      }),
       // Groups over several nodes with several members on each (fold.h):
       // dp 8 x tp 2 puts devices 0, 2, 4, 6 of two nodes in each dp group.
       make("tp2_dp8_zero1_two_nodes", 2, 1, 8, 1, [](Config& c) {
@@ -282,9 +295,6 @@ TEST_P(FoldingChangesNothing, FoldedEqualsUnfolded) {
               folded.folded.c_str());
 }
 
-// Folding under ZeRO reads the chunk sizes: even buckets fold dp, a bucket
-// that dp does not divide (dp 3 over the tiny model's even sizes) keeps dp
-// unfolded, with the same figures either way.
 // ZeRO-1/2 pad every bucket to a multiple of lcm(dp, 128), as Megatron does
 // (buckets.h, padded_bucket), so dp 3 and dp 5, which divide none of this
 // model's buckets, own equal chunks and fold: tp 2 x dp 3 and dp 5 (one
