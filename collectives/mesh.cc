@@ -119,6 +119,21 @@ std::vector<int> DeviceMesh::group_ranks(int rank, std::string_view dims) const 
   return members;
 }
 
+int DeviceMesh::group_index(int rank, std::string_view dims) const {
+  const std::array<bool, kNumDims> span = parse_dims(dims);
+  SHARDLAB_CHECK(rank >= 0 && rank < world_);
+  // Sorted by rank, the members count the spanned digits as one mixed-radix
+  // number, the smallest stride fastest (layout order).
+  int index = 0, scale = 1;
+  for (int slot = 0; slot < kNumDims; ++slot) {
+    const int d = layout_[size_t(slot)];
+    if (!span[size_t(d)]) continue;
+    index += rank / stride_[size_t(d)] % extent_[size_t(d)] * scale;
+    scale *= extent_[size_t(d)];
+  }
+  return index;
+}
+
 std::vector<std::vector<int>> DeviceMesh::all_group_ranks(std::string_view dims) const {
   std::vector<std::vector<int>> groups;
   std::vector<bool> done(static_cast<size_t>(world_), false);

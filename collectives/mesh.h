@@ -65,6 +65,9 @@ class DeviceMesh {
 
   // The member ranks of the group along `dims` that contains `rank`.
   std::vector<int> group_ranks(int rank, std::string_view dims) const;
+  // The index of `rank` in group_ranks(rank, dims), without building the
+  // group (a preflight over 100,000 ranks asks it of every rank).
+  int group_index(int rank, std::string_view dims) const;
   // Every group along `dims`, each sorted, ordered by smallest member.
   std::vector<std::vector<int>> all_group_ranks(std::string_view dims) const;
   // The ProcessGroup along `dims` as seen by `rank` (a member).

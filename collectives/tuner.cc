@@ -67,6 +67,14 @@ class Replay {
   }
   // Books every transfer on these ports (tuner.h: ReplayPorts).
   void use_ports(const ReplayPorts* ports) { ports_ = ports; }
+  // Member 0 stands for every member (uniform_pairs, replay_time): the
+  // lock-step exchanges below replay it alone; the others keep their start.
+  void set_symmetric() { symmetric_ = true; }
+  // After a symmetric replay: every member ends as member 0.
+  void spread() {
+    for (Clock& c : clocks_) c = clocks_[0];
+  }
+  bool symmetric() const { return symmetric_; }
 
   int n() const { return static_cast<int>(members_.size()); }
   // Group index `offset` steps from `me` (wraps), as Ctx::rel.
@@ -125,7 +133,7 @@ class Replay {
     c.last_send = std::max(c.last_send, m.left);
     m.from = from;
     m.bytes = count * esize_;
-    log(from, {.send = true, .peer = members_[static_cast<size_t>(to)], .start = m.depart, .end = m.left,
+    log(from, to, {.send = true, .start = m.depart, .end = m.left,
                .bytes = m.bytes, .port = port, .ready = ready, .work = wire, .booked_start = m.depart,
                .booked_end = m.left});
     return m;
@@ -145,7 +153,7 @@ class Replay {
       c.ingress[m.port] = b.end;
     }
     const Time arrival = std::max(b.end, m.left + m.latency);
-    log(at, {.send = false, .peer = members_[static_cast<size_t>(m.from)], .start = now, .end = arrival,
+    log(at, m.from, {.send = false, .start = now, .end = arrival,
              .bytes = m.bytes, .port = m.port, .ready = first, .work = m.wire, .booked_start = b.start,
              .booked_end = b.end});
     now = std::max(now, arrival);
@@ -168,7 +176,15 @@ class Replay {
   std::vector<Time> lanes_;  // n x lane_channels_: member r's lane ch at r * lane_channels_ + ch
   int lane_channels_ = 0;    // 0: no lanes open
   // Member r's mark, to `marks_` (r is `me_`) and `watched_` (r watched).
-  void log(int r, ReplayMark mark) {
+  // Symmetric: member 0's events stand for me_'s, every peer `me_` further
+  // on; no member is watched (every one books as me_ does).
+  void log(int r, int peer, ReplayMark mark) {
+    if (symmetric_) {
+      mark.peer = members_[static_cast<size_t>((peer + std::max(me_, 0)) % n())];
+      if (marks_) marks_->push_back(mark);
+      return;
+    }
+    mark.peer = members_[static_cast<size_t>(peer)];
     if (r == me_ && marks_) marks_->push_back(mark);
     if (watched_ && watch_[static_cast<size_t>(r)]) {
       mark.member = members_[static_cast<size_t>(r)];
@@ -182,7 +198,38 @@ class Replay {
   std::span<const char> watch_;
   std::vector<ReplayMark>* watched_ = nullptr;
   const ReplayPorts* ports_ = nullptr;
+  bool symmetric_ = false;
 };
+
+// Whether every ordered pair of distinct members has the same link: all in
+// one node without a PCIe tree, or each on a node of its own at the same
+// local GPU (ProfileLinkModel::link depends on nothing else). Started alike,
+// the members of a lock-step exchange (ring steps, channel rings, direct
+// exchanges, shift rounds: every member sends and receives the same sizes
+// at the same offsets) then stay alike after every round, so member 0's
+// replay is every member's: O(rounds) instead of O(n x rounds), which at dp
+// 3,125 is what the tuner can afford (README "Today's scale").
+bool uniform_pairs(const HardwareProfile& p, std::span<const int> members) {
+  if (members.size() < 2) return false;
+  const int dpn = p.devices_per_node;
+  std::vector<int> nodes;
+  nodes.reserve(members.size());
+  for (int m : members) {
+    if (m % dpn != members[0] % dpn) {
+      nodes.clear();
+      break;
+    }
+    nodes.push_back(m / dpn);
+  }
+  if (!nodes.empty()) {
+    std::sort(nodes.begin(), nodes.end());
+    if (std::adjacent_find(nodes.begin(), nodes.end()) == nodes.end()) return true;  // a node each
+  }
+  if (!p.pcie.empty()) return false;
+  for (int m : members)
+    if (m / dpn != members[0] / dpn) return false;
+  return true;  // one node, one link
+}
 
 size_t chunk(size_t count, int n, int i) {
   return static_cast<size_t>(chunk_range(count, n, i).size);
@@ -190,8 +237,14 @@ size_t chunk(size_t count, int n, int i) {
 
 // One lock-step round: member r sends size(r) elements to r+dist and then
 // receives from r-dist (ring steps, pairwise and Bruck rounds, barrier).
+// Symmetric (every size alike): member 0 alone, receiving its own message's twin.
 template <class Size>
 void shift_round(Replay& R, int dist, Size size, std::vector<Posted>& out) {
+  if (R.symmetric()) {
+    out[0] = R.send(0, R.rel(0, dist), size(0));
+    out[0].from = R.rel(0, -dist);  // the twin's sender
+    return R.recv(0, out[0]);
+  }
   const int n = R.n();
   for (int r = 0; r < n; ++r) out[static_cast<size_t>(r)] = R.send(r, R.rel(r, dist), size(r));
   for (int r = 0; r < n; ++r) R.recv(r, out[static_cast<size_t>(R.rel(r, -dist))]);
@@ -219,6 +272,14 @@ void channel_ring(Replay& R, const RingPlan& plan, size_t count) {
   R.open_lanes(C);
   std::vector<Posted> out(static_cast<size_t>(n * C));
   for (int k = 0; k < n - 1; ++k) {
+    if (R.symmetric()) {  // member 0's channels; its predecessors' messages are twins of its own
+      for (int c = 0; c < C; ++c) out[size_t(c)] = R.send(0, plan.next(c, 0, n), charged, c);
+      for (int c = 0; c < C; ++c) {
+        out[size_t(c)].from = plan.prev(c, 0, n);  // the twin's sender
+        R.recv(0, out[size_t(c)], c);
+      }
+      continue;
+    }
     for (int r = 0; r < n; ++r)
       for (int c = 0; c < C; ++c) out[static_cast<size_t>(r * C + c)] = R.send(r, plan.next(c, r, n), charged, c);
     for (int r = 0; r < n; ++r)
@@ -263,9 +324,20 @@ void doubling(Replay& R, size_t count) {
 
 // direct.cc / all_to_all.cc direct: member r posts size(r, r+k) elements to
 // r+k for k = 1..n-1, then receives from r-1, r-2, ...
+// Symmetric (size by distance alone): member 0 alone; the k-th message it
+// receives, from r-k, is the twin of the k-th it sends.
 template <class Size>
 void direct_exchange(Replay& R, Size size) {
   const auto n = static_cast<size_t>(R.n());
+  if (R.symmetric()) {
+    std::vector<Posted> out(n);
+    for (int k = 1; k < R.n(); ++k) out[size_t(k)] = R.send(0, k, size(0, k));
+    for (int k = 1; k < R.n(); ++k) {
+      out[size_t(k)].from = R.rel(0, -k);  // the twin's sender
+      R.recv(0, out[size_t(k)]);
+    }
+    return;
+  }
   std::vector<Posted> out(n * n);
   for (int r = 0; r < R.n(); ++r)
     for (int k = 1; k < R.n(); ++k)
@@ -405,9 +477,29 @@ void replay(Replay& R, const RingPlan& plan, const CollShape& s, Algo algo) {
 }  // namespace
 
 namespace {
+// The replays whose every round has each member send and receive alike
+// (shift_round, ring, channel_ring, direct_exchange); trees and rooted
+// algorithms are not.
+bool lock_step(const CollShape& s, Algo algo) {
+  switch (s.op) {
+    case OpKind::kAllReduce:
+    case OpKind::kReduceScatter:
+    case OpKind::kAllGather:
+      return algo == Algo::kRing || algo == Algo::kDirect;
+    case OpKind::kAllToAll:
+    case OpKind::kBarrier:
+      return true;
+    case OpKind::kBroadcast:
+    case OpKind::kReduce:
+      return false;
+  }
+  return false;
+}
+
 Time replay_time(const HardwareProfile& p, std::span<const int> members, const CollShape& s, Algo algo,
                  Proto proto) {
   Replay R(p, members, s.elem_size, proto);
+  if (lock_step(s, algo) && uniform_pairs(p, members)) R.set_symmetric();
   replay(R, algo == Algo::kRing ? ring_plan(p, members) : RingPlan{}, s, algo);
   return R.makespan();
 }
@@ -443,7 +535,13 @@ std::vector<MemberClock> replay_collective(const HardwareProfile& p, std::span<c
   Replay R(p, members, s.elem_size, s.proto, clocks, me, marks);
   R.watch(watch, watched);
   R.use_ports(ports);
+  // Alike from the start (a group folded onto one representative) on
+  // uniform pairs: member 0 stands for every member (uniform_pairs).
+  const bool alike = std::all_of(clocks.begin(), clocks.end(), [&](const MemberClock& c) { return c == clocks[0]; });
+  const bool symmetric = !ports && alike && lock_step(s, algo) && uniform_pairs(p, members);
+  if (symmetric) R.set_symmetric();
   replay(R, algo == Algo::kRing ? ring_plan(p, members) : RingPlan{}, s, algo);
+  if (symmetric) R.spread();
   return R.clocks();
 }
 

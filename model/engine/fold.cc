@@ -96,7 +96,6 @@ FoldPlan plan_for(const collectives::MeshShape& shape, bool dp, bool tp, bool sp
 
 FoldPlan fold_plan(const FoldInput& in, const HardwareProfile& profile) {
   const collectives::MeshShape& m = in.mesh;
-  if (m.cp > 1) return {};
   const collectives::DeviceMesh mesh(m);
   Spread dp_spread = m.dp > 1 ? spread(mesh, profile, "dp") : Spread::kUniform;
   if (m.ep > 1)

@@ -9,16 +9,20 @@
 //
 //   data parallelism is folded (every dp rank played by dp rank 0) when
 //     every dp rank owns as many elements as its peers (without ZeRO; with
-//     ZeRO-1/2/3 when every bucket divides evenly by its group: the chunks
-//     then differ in which elements, not in sizes, so every collective,
-//     optimizer kernel and allocation is the same; FoldInput::uneven_chunks),
+//     ZeRO-1/2, whose buckets are padded to a multiple of their group as
+//     Megatron pads them, always; with ZeRO-3 when every bucket divides
+//     evenly by its group: the chunks then differ in which elements, not in
+//     sizes, so every collective, optimizer kernel and allocation is the
+//     same; FoldInput::uneven_chunks),
 //     the ep ranks among them too when phantom routing loads every expert
 //     alike (FoldInput::uniform_experts: their experts differ in which
 //     weights, not in rows, so the all-to-alls have equal blocks);
 //   tensor parallelism is folded (every tp rank by tp rank 0) for dense
 //     models (the MoE router and experts are left unfolded);
-//   nothing is folded under context parallelism (the cp ranks' rings are
-//     not replayed for folded members);
+//   the cp ranks are not folded (their rings' point-to-point transfers
+//     are not replayed for folded members); tp and dp fold under context
+//     parallelism as without it, each cp rank keeping a thread (the
+//     gradients' cp-dp group then has one representative per cp rank);
 //   a dimension is folded only when its groups' links are uniform: all
 //     members in one node, each member on a node of its own, or the same
 //     local GPUs on each of several nodes (a dp group of 16 nodes x 8 GPUs:

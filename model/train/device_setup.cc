@@ -63,8 +63,9 @@ DeviceSetup::DeviceSetup(const DeviceProgram& p, Device& dev)
                     &ctx.group("pp"));
   // Modeled memory of the buffers the model and data parallelism hold: the
   // weights at the device precision, the gradients as fp32 main gradients.
-  // ZeRO-3 holds only its shards; the gathered units are Fsdp's.
-  const int64_t weights = par.zero == 3 ? dp->owned_elements() : static_cast<int64_t>(model->params().size());
+  // ZeRO-3 holds only its shards; the gathered units are Fsdp's. ZeRO-1/2's
+  // buffers hold the padded buckets (buckets.h, padded_bucket).
+  const int64_t weights = par.zero == 3 ? dp->owned_elements() : dp->buffer_elements();
   weights_ = dev.alloc("parameters", {weights}, MemKind::kParam, /*phantom=*/true);
   grads_ = Tensor(dev.arena(), "gradients", {dp->held_grad_elements()}, MemKind::kGrad, Precision::kFp32,
                   /*phantom=*/true);

@@ -36,10 +36,6 @@ std::vector<parallel::ShardSpec> local_shards(const TrainOptions& o, const Paral
   return layout.shards();
 }
 
-int index_in(const std::vector<int>& members, int rank) {
-  return int(std::find(members.begin(), members.end(), rank) - members.begin());
-}
-
 // The buckets DataParallel plans for `shards` (ZeRO-3: Fsdp's, one per unit of `units`).
 parallel::BucketPlan bucket_plan(const TrainOptions& o, const ParallelPlan& layout,
                                  const std::vector<parallel::ShardSpec>& shards,
@@ -64,27 +60,35 @@ int64_t fp8_weight_elements(const std::vector<parallel::ShardSpec>& shards) {
   return n;
 }
 
+// What device_memory reads of one (tp, pp, ep) layout, the same on every dp rank of it.
+struct LayoutBuckets {
+  std::vector<parallel::ShardSpec> shards;
+  std::vector<parallel::FsdpUnit> units;
+  parallel::BucketPlan plan;
+  int edp_size = 1;  // the expert buckets' sharding group
+};
+
 // The bytes of each kind device `rank` holds: DataParallel's bucket plan and
 // ownership, DeviceSetup's and ShardedAdamW's buffers.
-DeviceMemory device_memory(const TrainOptions& o, const ParallelPlan& layout, int rank,
-                           const std::vector<parallel::ShardSpec>& shards, int elem, bool fp8) {
+DeviceMemory device_memory(const TrainOptions& o, const ParallelPlan& layout, int rank, const LayoutBuckets& lb,
+                           int elem, bool fp8) {
   const ParallelOptions& p = o.parallel;
   const collectives::DeviceMesh& mesh = layout.mesh;
+  const std::vector<parallel::ShardSpec>& shards = lb.shards;
+  const std::vector<parallel::FsdpUnit>& units = lb.units;
+  const parallel::BucketPlan& plan = lb.plan;
   int64_t n = 0;
   for (const parallel::ShardSpec& s : shards) n += s.numel;
-  const std::vector<parallel::FsdpUnit> units = parallel::fsdp_units(shards, o.model.n_layer);
-  const parallel::BucketPlan plan = bucket_plan(o, layout, shards, units);
-  const std::vector<int> dp = mesh.group_ranks(rank, p.cp > 1 ? "cp-dp" : "dp"),
-                         edp = mesh.group_ranks(rank, p.cp > 1 ? "cp-edp" : "edp");
-  int64_t owned = 0, largest = 0;
+  const std::string_view dp = p.cp > 1 ? "cp-dp" : "dp", edp = p.cp > 1 ? "cp-edp" : "edp";
+  const int edp_size = lb.edp_size;
   // HSDP shards over groups of shard_size() consecutive dp ranks.
-  for (const Range& r : parallel::owned_ranges(plan, p.zero, p.shard_size(), index_in(dp, rank) % p.shard_size(),
-                                               int(edp.size()), index_in(edp, rank)))
-    owned += r.size;
-  for (const Range& b : plan.buckets) largest = std::max(largest, b.size);
+  const int64_t owned = parallel::owned_elements(plan, p.zero, p.shard_size(), mesh.group_index(rank, dp) % p.shard_size(),
+                                                 edp_size, mesh.group_index(rank, edp));
+  // ZeRO-1/2 pad every bucket (buckets.h, padded_bucket): the buffers hold the padding.
+  const parallel::PaddedSizes padded = parallel::padded_sizes(plan, p.zero, p.shard_size(), edp_size);
   DeviceMemory m;
   m.params = n;
-  m.params_bytes = uint64_t(n) * uint64_t(elem);
+  m.params_bytes = uint64_t(padded.total) * uint64_t(elem);
   if (p.zero == 3) {  // the shards, plus the units gathered at once (fsdp.h)
     const auto chunks = parallel::hook_chunks(layout.placement(mesh.coords(rank).pp));
     const parallel::FsdpPasses passes =
@@ -94,7 +98,7 @@ DeviceMemory device_memory(const TrainOptions& o, const ParallelPlan& layout, in
   }
   if (fp8) m.params_bytes += uint64_t(fp8_weight_elements(shards)) * uint64_t(element_size(Precision::kFp8));
   m.grads_bytes =
-      uint64_t(parallel::held_grad_elements(n, owned, largest, p.zero)) * parallel::kGradElemBytes;
+      uint64_t(parallel::held_grad_elements(padded.total, owned, padded.largest, p.zero)) * parallel::kGradElemBytes;
   m.master_bytes = elem == 2 ? uint64_t(owned) * kMasterBytes : 0;
   m.optimizer_bytes = uint64_t(owned) * kMomentBytes;
   return m;
@@ -150,7 +154,9 @@ ActivationFloor activation_floor(const TrainOptions& o, const ParallelPlan& plan
 
 bool uneven_chunks(const TrainOptions& o, const ParallelPlan& plan) {
   const ParallelOptions& p = o.parallel;
-  if (p.zero == 0 || p.shard_size() == 1) return false;
+  // ZeRO-1/2 pad every bucket to a multiple of its group (padded_bucket):
+  // only ZeRO-3's units can leave chunks of unequal sizes.
+  if (p.zero != 3 || p.shard_size() == 1) return false;
   const model::ParamTable table(o.model);
   // The sharding groups: dp (or its HSDP shards) for dense buckets, edp for expert ones.
   const auto dense = uint64_t(p.shard_size());
@@ -171,12 +177,18 @@ MemoryEstimate estimate_memory(const TrainOptions& o, const ParallelPlan& plan, 
   const ParallelOptions& p = o.parallel;
   const model::ParamTable table(o.model);
   const collectives::DeviceMesh& mesh = plan.mesh;
-  std::map<std::tuple<int, int, int>, std::vector<parallel::ShardSpec>> layouts;  // by (tp, pp, ep)
+  std::map<std::tuple<int, int, int>, LayoutBuckets> layouts;  // by (tp, pp, ep)
   MemoryEstimate e;
   for (int rank = 0; rank < mesh.size(); ++rank) {
     const collectives::Coords c = mesh.coords(rank);
     auto [it, fresh] = layouts.try_emplace({c.tp, c.pp, c.ep});
-    if (fresh) it->second = local_shards(o, plan, table, c);
+    if (fresh) {
+      LayoutBuckets& lb = it->second;
+      lb.shards = local_shards(o, plan, table, c);
+      lb.units = parallel::fsdp_units(lb.shards, o.model.n_layer);
+      lb.plan = bucket_plan(o, plan, lb.shards, lb.units);
+      lb.edp_size = int(mesh.group_ranks(rank, p.cp > 1 ? "cp-edp" : "edp").size());
+    }
     const DeviceMemory m = device_memory(o, plan, rank, it->second, elem, fp8);
     // Host: fp32 parameters and gradients, Adam m and v of the owned part.
     e.host_bytes += uint64_t(m.params) * 8 + m.optimizer_bytes;

@@ -45,7 +45,8 @@ MemoryEstimate estimate_memory(const TrainOptions& options, const ParallelPlan& 
 // Whether some data-parallel rank owns a chunk of another size than its
 // peers under ZeRO: a bucket (of any stage, tp or ep rank) that its sharding
 // group (dp, or HSDP's shards, for dense buckets; edp for expert ones) does
-// not divide. False without ZeRO. Folding reads it (model/engine/fold.h):
+// not divide. False without ZeRO and under ZeRO-1/2, whose padded buckets
+// always divide (model/parallel/data/buckets.h, padded_bucket). Folding reads it (model/engine/fold.h):
 // with even chunks the dp ranks run the same kernels, collectives and
 // allocations, on different elements.
 bool uneven_chunks(const TrainOptions& options, const ParallelPlan& plan);

@@ -58,6 +58,23 @@ TEST(MeshTest, ExpertParallelismSplitsDataParallelism) {
   EXPECT_EQ(mesh.describe(3), "TP(2)-EP(2)-PP(1)-DP(4)-Rank(3)");
 }
 
+// group_index is the rank's place in its sorted group, for every rank, group
+// spec and order (counted here by searching group_ranks).
+TEST(MeshTest, GroupIndexIsThePlaceInTheSortedGroup) {
+  int checked = 0;
+  for (const char* order : {"tp-cp-ep-dp-pp", "pp-dp-ep-cp-tp", "tp-pp-dp-cp-ep"}) {
+    const DeviceMesh mesh(MeshShape{.tp = 2, .cp = 3, .ep = 2, .dp = 4, .pp = 2}, order);
+    for (const char* dims : {"tp", "cp", "dp", "edp", "ep", "pp", "cp-dp", "cp-edp", "tp-dp", "tp-cp-ep-dp-pp"})
+      for (int r = 0; r < mesh.size(); ++r) {
+        const std::vector<int> g = mesh.group_ranks(r, dims);
+        const int want = int(std::find(g.begin(), g.end(), r) - g.begin());
+        EXPECT_EQ(mesh.group_index(r, dims), want) << order << " " << dims << " rank " << r;
+        ++checked;
+      }
+  }
+  EXPECT_EQ(checked, 3 * 10 * 48);  // 3 orders, 10 specs, tp 2 x cp 3 x dp 4 x pp 2 ranks
+}
+
 TEST(MeshTest, BadShapesAndNamesAreConfigErrors) {
   EXPECT_THROW(DeviceMesh(MeshShape{.ep = 3, .dp = 4}), ConfigError);
   EXPECT_THROW(DeviceMesh(MeshShape{.tp = 0}), ConfigError);

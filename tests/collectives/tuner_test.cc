@@ -237,6 +237,60 @@ TEST(TunerClosedFormTest, UniformLinksGiveTheClosedForms) {
             us_to_time(12.4) + 7 * a + 14 * w(512 << 10));
 }
 
+// The tuner and the folded replay play one member of a lock-step algorithm
+// when every pair of members has the same link and all start alike
+// (tuner.cc, uniform_pairs): the prediction, and member `me`'s clocks and
+// marks (peers included), must equal a replay of every member's. The full
+// replay is forced by start clocks whose last_send differ (the replay
+// resets last_send on entry, so they start alike in fact, but the shortcut's
+// check sees them unlike). Groups: one node of 8, one GPU on each of 24
+// nodes (local GPU 5), and 24 consecutive GPUs over 3 nodes (not uniform:
+// both replay in full).
+TEST(TunerSymmetricTest, OneMemberStandsForAllOnUniformPairs) {
+  HardwareProfile p = load_profile("h100-nvlink");
+  p.nodes = 24;
+  std::vector<int> strided;
+  for (int node = 0; node < 24; ++node) strided.push_back(node * 8 + 5);
+  const std::vector<std::vector<int>> groups{iota_members(8), strided, iota_members(24)};
+  constexpr OpKind kOps[] = {OpKind::kAllReduce, OpKind::kReduceScatter, OpKind::kAllGather, OpKind::kAllToAll};
+  auto marks_equal = [](const std::vector<ReplayMark>& a, const std::vector<ReplayMark>& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i)
+      if (a[i].send != b[i].send || a[i].peer != b[i].peer || a[i].start != b[i].start || a[i].end != b[i].end ||
+          a[i].bytes != b[i].bytes || a[i].booked_start != b[i].booked_start || a[i].booked_end != b[i].booked_end)
+        return false;
+    return true;
+  };
+  int compared = 0;
+  for (const std::vector<int>& g : groups)
+    for (OpKind op : kOps)
+      for (Algo algo : kExplicit)
+        for (size_t count : {size_t(24 * 5), size_t(24 * 1000003)})
+          for (Proto proto : candidate_protos(p, g)) {
+            const CollShape s{op, count, 4, 0, proto};
+            const int n = int(g.size());
+            const std::vector<MemberClock> alike(g.size(), MemberClock{.now = collective_start(p, n, proto)});
+            std::vector<MemberClock> unlike = alike;
+            for (int i = 0; i < n; ++i) unlike[size_t(i)].last_send = i;
+            for (int me : {0, 5}) {
+              std::vector<ReplayMark> fast_marks, full_marks;
+              const std::vector<MemberClock> fast = replay_collective(p, g, s, algo, alike, me, &fast_marks);
+              const std::vector<MemberClock> full = replay_collective(p, g, s, algo, unlike, me, &full_marks);
+              const std::string what = std::to_string(n) + " members, op " + std::to_string(int(op)) + " algo " +
+                                       std::to_string(int(algo)) + " count " + std::to_string(count) + " proto " +
+                                       std::to_string(int(proto)) + " me " + std::to_string(me);
+              EXPECT_EQ(fast, full) << what;
+              EXPECT_TRUE(marks_equal(fast_marks, full_marks)) << what;
+              Time makespan = 0;
+              for (const MemberClock& c : full) makespan = std::max({makespan, c.now, c.last_send});
+              EXPECT_EQ(predict_time(p, g, s, algo), makespan) << what;
+              ++compared;
+            }
+          }
+  std::printf("  %d replays equal to the full replay (tolerance 0)\n", compared);
+  EXPECT_GT(compared, 0);
+}
+
 // The symptom the tuner fixes: on PCIe (32 GB/s) direct's 7 serialized
 // copies lose to the tree well below the old 4 MiB threshold, while tiny
 // messages still go direct (one latency).

@@ -1,6 +1,7 @@
 #include "model/parallel/data/buckets.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "collectives/collectives.h"
 #include "runtime/errors.h"
@@ -52,23 +53,64 @@ BucketPlan plan_buckets(const std::vector<Range>& ready_order,
   return plan;
 }
 
+int64_t padded_bucket(int64_t size, int group, int zero) {
+  if (zero != 1 && zero != 2) return size;
+  const int64_t align = std::lcm(int64_t(group), kBucketAlign);
+  return (size + align - 1) / align * align;
+}
+
+namespace {
+
+// Calls f(bucket index, padded chunk of the rank) for every bucket under ZeRO.
+template <typename F>
+void for_chunks(const BucketPlan& plan, int zero, int dp_size, int dp_rank, int edp_size, int edp_rank, F&& f) {
+  for (size_t i = 0; i < plan.buckets.size(); ++i) {
+    const bool expert = plan.expert[i];
+    const int g = expert ? edp_size : dp_size;
+    const int64_t padded = padded_bucket(plan.buckets[i].size, g, zero);
+    f(i, collectives::chunk_range(static_cast<size_t>(padded), g, expert ? edp_rank : dp_rank));
+  }
+}
+
+}  // namespace
+
 std::vector<Range> owned_ranges(const BucketPlan& plan, int zero, int dp_size, int dp_rank,
                                 int edp_size, int edp_rank) {
-  std::vector<Range> owned;
-  for (size_t i = 0; i < plan.buckets.size(); ++i) {
-    const Range& b = plan.buckets[i];
-    if (zero == 0) {
-      owned.push_back(b);
-      continue;
-    }
-    const bool expert = plan.expert[i];
-    const Range c = collectives::chunk_range(
-        static_cast<size_t>(b.size), expert ? edp_size : dp_size, expert ? edp_rank : dp_rank);
-    if (c.size > 0) owned.push_back({b.begin + c.begin, c.size});
+  if (zero == 0) {
+    std::vector<Range> all(plan.buckets);
+    std::sort(all.begin(), all.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
+    return all;
   }
+  std::vector<Range> owned;
+  for_chunks(plan, zero, dp_size, dp_rank, edp_size, edp_rank, [&](size_t i, const Range& c) {
+    const Range& b = plan.buckets[i];
+    const int64_t end = std::min(c.end(), b.size);  // the padding is nobody's
+    if (end > c.begin) owned.push_back({b.begin + c.begin, end - c.begin});
+  });
   std::sort(owned.begin(), owned.end(),
             [](const Range& a, const Range& b) { return a.begin < b.begin; });
   return owned;
+}
+
+int64_t owned_elements(const BucketPlan& plan, int zero, int dp_size, int dp_rank, int edp_size,
+                       int edp_rank) {
+  int64_t n = 0;
+  if (zero == 0) {
+    for (const Range& b : plan.buckets) n += b.size;
+    return n;
+  }
+  for_chunks(plan, zero, dp_size, dp_rank, edp_size, edp_rank, [&](size_t, const Range& c) { n += c.size; });
+  return n;
+}
+
+PaddedSizes padded_sizes(const BucketPlan& plan, int zero, int dp_size, int edp_size) {
+  PaddedSizes s;
+  for (size_t i = 0; i < plan.buckets.size(); ++i) {
+    const int64_t p = padded_bucket(plan.buckets[i].size, plan.expert[i] ? edp_size : dp_size, zero);
+    s.total += p;
+    s.largest = std::max(s.largest, p);
+  }
+  return s;
 }
 
 int64_t held_grad_elements(int64_t n, int64_t owned, int64_t largest, int zero) {

@@ -31,14 +31,45 @@ BucketPlan plan_buckets(const std::vector<Range>& ready_order,
                         const std::vector<Range>& expert_ranges, uint64_t bucket_bytes, int elem,
                         Range alone = {});
 
+// Megatron's distributed optimizer pads every bucket's end to a multiple of
+// lcm(group size, 128) elements (megatron/core/distributed/
+// param_and_grad_buffer.py, _pad_end_of_bucket_if_needed; 128 for 256-byte
+// alignment), so that every rank's shard has the same size. ZeRO-1 and -2
+// (shardlab's distributed optimizer) do the same: `size` elements of a
+// bucket sharded over `group` ranks become padded_bucket(size, group, zero).
+// The padding elements are zeros that no rank updates: they change no
+// gradient, loss or parameter bit, but they are on the wire (every
+// reduction and all-gather of the bucket moves them), in the gradient and
+// parameter buffers, and in the owner's optimizer chunk (every rank is
+// charged a whole chunk, as Megatron's first rank holds one: the memory and
+// optimizer time of the fullest rank). ZeRO-3 (FSDP's flat parameters) and
+// no ZeRO pad nothing.
+inline constexpr int64_t kBucketAlign = 128;
+int64_t padded_bucket(int64_t size, int group, int zero);
+
 // The flat ranges a rank updates, sorted: every bucket without ZeRO, else
-// chunk_range(bucket, group size, group rank) of each, the group being dp
-// for dense buckets and edp for expert ones.
+// chunk_range(padded bucket, group size, group rank) of each, the group
+// being dp for dense buckets and edp for expert ones, less its padding (a
+// rank whose chunk is all padding owns nothing of that bucket).
 std::vector<Range> owned_ranges(const BucketPlan& plan, int zero, int dp_size, int dp_rank,
                                 int edp_size, int edp_rank);
 
-// Gradient elements a rank holds out of `n`: all of them, or with ZeRO-2 its
-// `owned` chunks plus the `largest` bucket while it is reduced, at most n.
+// The elements a rank's optimizer holds and is charged for: the sizes of its
+// chunks of the padded buckets (the same on every rank under ZeRO-1/2), or
+// every element without ZeRO.
+int64_t owned_elements(const BucketPlan& plan, int zero, int dp_size, int dp_rank, int edp_size,
+                       int edp_rank);
+
+// The padded buckets' elements: what the gradient and parameter buffers
+// hold (their largest bucket: `largest`).
+struct PaddedSizes {
+  int64_t total = 0, largest = 0;
+};
+PaddedSizes padded_sizes(const BucketPlan& plan, int zero, int dp_size, int edp_size);
+
+// Gradient elements a rank holds out of `n` (the padded buckets' total):
+// all of them, or with ZeRO-2 its `owned` chunks plus the `largest` bucket
+// while it is reduced, at most n.
 int64_t held_grad_elements(int64_t n, int64_t owned, int64_t largest, int zero);
 
 }  // namespace shardlab::parallel

@@ -35,7 +35,12 @@ DataParallel::DataParallel(Device& dev, const coll::ProcessGroup& dp, std::span<
   SHARDLAB_CHECK(covered == static_cast<int64_t>(grads_.size()), "ready order must cover every gradient once");
   const coll::ProcessGroup& edp = edp_ ? *edp_ : dp_;
   owned_ = owned_ranges(plan, options_.zero, dp_.size(), dp_.rank(), edp.size(), edp.rank());
-  for (const Range& r : owned_) owned_elements_ += r.size;
+  owned_elements_ = parallel::owned_elements(plan, options_.zero, dp_.size(), dp_.rank(), edp.size(), edp.rank());
+  for (size_t i = 0; i < plan.buckets.size(); ++i)
+    padded_.push_back(padded_bucket(plan.buckets[i].size, plan.expert[i] ? edp.size() : dp_.size(), options_.zero));
+  const PaddedSizes sizes = padded_sizes(plan, options_.zero, dp_.size(), edp.size());
+  buffer_elements_ = sizes.total;
+  largest_padded_ = sizes.largest;
   layout_ = std::move(plan.buckets);
   expert_bucket_ = std::move(plan.expert);
   ready_.assign(layout_.size(), 0);
@@ -63,6 +68,12 @@ void DataParallel::grads_ready(int64_t offset, int64_t count) {
   }
 }
 
+float* DataParallel::padded_copy(const float* bucket, size_t i) {
+  pad_.assign(size_t(padded_[i]), 0.0f);
+  std::copy_n(bucket, size_t(layout_[i].size), pad_.data());
+  return pad_.data();
+}
+
 void DataParallel::launch(size_t i) {
   if (launched_[i]) return;
   launched_[i] = true;
@@ -70,7 +81,11 @@ void DataParallel::launch(size_t i) {
   if (g.size() == 1) return;
   const Range& r = layout_[i];
   float* p = model::shifted(grads_.data(), r.begin);
-  const size_t n = static_cast<size_t>(r.size);
+  const size_t n = static_cast<size_t>(padded_[i]);  // on the wire: the padded bucket
+  // Real math on a padded bucket reduces a zero-padded copy (the collective
+  // returns with its data done) and copies the real elements back.
+  const bool scratch = p && n > size_t(r.size);
+  float* buf = scratch ? padded_copy(p, i) : p;
   // Expert buckets sum over edp (scaled by 1/dp in finish_grads); others average over dp.
   const coll::ReduceOp op = expert_bucket_[i] ? coll::ReduceOp::kSum : coll::ReduceOp::kAvg;
   if (half() && options_.overlap)  // torch DDP: into the bucket, divided by dp on the way
@@ -80,15 +95,18 @@ void DataParallel::launch(size_t i) {
   opt.elem_size = half() ? element_size(dev_.precision()) : kGradElemBytes;  // on the wire
   if (sharded_grads()) {
     const auto chunk = coll::chunk_range(n, g.size(), g.rank());
-    float* mine = model::shifted(p, chunk.begin);
-    works_.push_back(coll::ireduce_scatter(dev_, g, coll::ConstBuffer(p, n), coll::Buffer(mine, chunk.size), op, opt));
+    float* mine = model::shifted(buf, chunk.begin);
+    works_.push_back(coll::ireduce_scatter(dev_, g, coll::ConstBuffer(buf, n), coll::Buffer(mine, chunk.size), op, opt));
     if (replicas_ && replicas_->size() > 1 && !expert_bucket_[i]) {  // HSDP: the chunk's mean over the replicas
       opt.after = works_.back().event();
       works_.push_back(coll::iall_reduce(dev_, *replicas_, coll::ConstBuffer(mine, chunk.size),
                                          coll::Buffer(mine, chunk.size), coll::ReduceOp::kAvg, opt));
     }
+    if (scratch && chunk.begin < r.size)  // the real part of the chunk
+      std::copy(mine, mine + (std::min(chunk.end(), r.size) - chunk.begin), p + chunk.begin);
   } else {
-    works_.push_back(coll::iall_reduce(dev_, g, coll::ConstBuffer(p, n), coll::Buffer(p, n), op, opt));
+    works_.push_back(coll::iall_reduce(dev_, g, coll::ConstBuffer(buf, n), coll::Buffer(buf, n), op, opt));
+    if (scratch) std::copy_n(buf, size_t(r.size), p);
   }
 }
 
@@ -122,13 +140,15 @@ void DataParallel::scale_expert_buckets() {
   for (size_t i = 0; i < layout_.size(); ++i) {
     if (!expert_bucket_[i]) continue;
     Range r = layout_[i];
-    if (sharded_grads()) {
-      const auto c = coll::chunk_range(static_cast<size_t>(r.size), edp_->size(), edp_->rank());
-      r = {r.begin + static_cast<int64_t>(c.begin), static_cast<int64_t>(c.size)};
+    int64_t charged = r.size;
+    if (sharded_grads()) {  // the padded chunk is charged (the same on every rank), its real part scaled
+      const auto c = coll::chunk_range(static_cast<size_t>(padded_[i]), edp_->size(), edp_->rank());
+      charged = c.size;
+      r = {r.begin + c.begin, std::max<int64_t>(0, std::min(c.end(), r.size) - c.begin)};
     }
     if (grads_.data())  // phantom: charged, not computed
       for (float& g : grads_.subspan(size_t(r.begin), size_t(r.size))) g *= s;
-    total += r.size;
+    total += charged;
   }
   const double n = static_cast<double>(total);
   dev_.run(dev_.compute(), "ep.grad_scale", OpCost{n, 2 * n * kGradElemBytes});
@@ -140,26 +160,28 @@ void DataParallel::gather_params(std::span<float> params) {
   for (size_t i = 0; i < layout_.size(); ++i) {
     const coll::ProcessGroup& g = group_of(i);
     if (g.size() == 1) continue;
-    float* p = model::shifted(params.data(), layout_[i].begin);
-    const size_t n = static_cast<size_t>(layout_[i].size);
+    const Range& b = layout_[i];
+    float* p = model::shifted(params.data(), b.begin);
+    const size_t n = static_cast<size_t>(padded_[i]);
+    const bool scratch = p && n > size_t(b.size);  // real math: gathered into a padded copy
+    float* buf = scratch ? padded_copy(p, i) : p;
     const auto c = coll::chunk_range(n, g.size(), g.rank());
     coll::CollOptions opt;
     opt.after = dev_.compute().record();
-    works.push_back(coll::iall_gather(dev_, g, coll::ConstBuffer(model::shifted(p, c.begin), c.size),
-                                      coll::Buffer(p, n), opt));
+    works.push_back(coll::iall_gather(dev_, g, coll::ConstBuffer(model::shifted(buf, c.begin), c.size),
+                                      coll::Buffer(buf, n), opt));
+    if (scratch) std::copy_n(buf, size_t(b.size), p);
   }
   for (const auto& w : works) w.wait(dev_.compute());
 }
 
 uint64_t DataParallel::largest_bucket_bytes() const {
-  int64_t m = 0;
-  for (const Range& b : layout_) m = std::max(m, b.size);
-  return uint64_t(m) * kGradElemBytes;
+  return uint64_t(largest_padded_) * kGradElemBytes;
 }
 
 int64_t DataParallel::held_grad_elements() const {
   const auto largest = static_cast<int64_t>(largest_bucket_bytes() / kGradElemBytes);
-  return parallel::held_grad_elements(static_cast<int64_t>(grads_.size()), owned_elements_, largest, options_.zero);
+  return parallel::held_grad_elements(buffer_elements_, owned_elements_, largest, options_.zero);
 }
 
 std::vector<Range> backward_ready_order(const std::vector<ShardSpec>& shards) {

@@ -13,7 +13,11 @@
 // model, so it is identical on every rank and every step.
 //
 // ZeRO. Each bucket is split in dp chunks; rank r owns chunk r of every
-// bucket (chunk_range). Stage 0: all-reduce (avg) every bucket; every rank
+// bucket (chunk_range). ZeRO-1 and -2 first pad every bucket to a multiple of
+// lcm(dp, 128) elements, as Megatron's distributed optimizer does
+// (buckets.h, padded_bucket): every chunk then has the same size; the
+// collectives move the padded bucket (zeros past its end, in a host scratch
+// in real math) and nobody owns the padding. Stage 0: all-reduce (avg) every bucket; every rank
 // updates all parameters. Stage 1: the same all-reduce, each rank updates only
 // what it owns, then all-gathers the parameters; optimizer state is held for
 // the owned part only. Stage 2: reduce-scatter instead of all-reduce, so
@@ -104,6 +108,10 @@ class DataParallel {
   const collectives::ProcessGroup& group_of(size_t bucket) const {
     return expert_bucket_[bucket] ? *edp_ : dp_;
   }
+  // Bucket i's elements on the wire and in the buffers, padding included.
+  int64_t padded(size_t i) const { return padded_[i]; }
+  // The padded buckets' elements: the modeled gradient and parameter buffers.
+  int64_t buffer_elements() const { return buffer_elements_; }
   // ZeRO 1/2: all-gathers every bucket of `params` from its owners.
   void gather_params(std::span<float> params);
 
@@ -111,7 +119,7 @@ class DataParallel {
   bool sharded_grads() const { return options_.zero >= 2; }
   // Half-precision gradients charged: options' half_grads in mixed precision.
   bool half() const;
-  uint64_t largest_bucket_bytes() const;  // modeled bytes of fp32 gradients
+  uint64_t largest_bucket_bytes() const;  // modeled bytes of fp32 gradients, padding included
   // Gradient elements a rank of this scheme holds: all of them, or with
   // ZeRO-2 its owned chunks plus the largest bucket while it is reduced (the
   // host keeps the whole buffer; this is what a device would hold).
@@ -119,6 +127,8 @@ class DataParallel {
 
  private:
   void launch(size_t bucket);
+  // Real math on a padded bucket: its elements followed by zeros, in pad_.
+  float* padded_copy(const float* bucket, size_t i);
   OpCost half_copy_cost(int64_t n) const;
   // Expert buckets: sum over edp -> mean over dp.
   void scale_expert_buckets();
@@ -131,6 +141,9 @@ class DataParallel {
   std::vector<Range> expert_ranges_;      // sorted
   std::vector<bool> expert_bucket_;       // (buckets)
   std::vector<Range> layout_;             // buckets in launch order
+  std::vector<int64_t> padded_;           // (buckets) padded_bucket of each
+  int64_t buffer_elements_ = 0, largest_padded_ = 0;
+  std::vector<float> pad_;                // padded_copy's scratch
   std::vector<int64_t> ready_;            // (buckets) final elements this step
   std::vector<bool> launched_;            // (buckets)
   std::vector<collectives::Work> works_;  // launched this step

@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <numeric>
 #include <vector>
 
 #include "model/params.h"
@@ -26,6 +27,7 @@ namespace {
 
 using testing::bucket_sizes;
 using testing::owned;
+using testing::padded;
 using testing::small_options;
 
 struct Kinds {
@@ -58,12 +60,14 @@ void expect_preflight_matches(const TrainOptions& o, Precision p, const TrainRes
   }
 }
 
-// Bytes per parameter by kind at dp, owned = n/dp: {param, grad, master, optimizer}.
-std::vector<double> per_param(Precision p, int zero, int dp, double bucket_share) {
+// Bytes per parameter by kind at dp, owned = n/dp: {param, grad, master,
+// optimizer}; `pad`: ZeRO-1/2's padded buffer over the parameters (1 without
+// padding), which scales every kind.
+std::vector<double> per_param(Precision p, int zero, int dp, double bucket_share, double pad = 1.0) {
   const bool bf16 = p == Precision::kBf16;
   const double shard = zero >= 1 ? 1.0 / dp : 1.0;
-  return {bf16 ? 2.0 : 4.0, zero >= 2 ? 4.0 / dp + 4 * bucket_share : 4.0, bf16 ? 4 * shard : 0.0,
-          8 * shard};
+  return {pad * (bf16 ? 2.0 : 4.0), zero >= 2 ? pad * 4.0 / dp + 4 * bucket_share : pad * 4.0,
+          pad * (bf16 ? 4 * shard : 0.0), pad * 8 * shard};
 }
 
 TEST(MemoryKinds, ArenaPreflightAndDefinitionAgree) {
@@ -83,11 +87,14 @@ TEST(MemoryKinds, ArenaPreflightAndDefinitionAgree) {
       o.parallel.zero = zero;
       const TrainResult r = testing::run(o, nullptr, false, p);
       for (int rank = 0; rank < o.parallel.dp; ++rank) {
-        const int64_t own = zero == 0 ? n : owned(buckets, o.parallel.dp, rank);
-        const int64_t held = zero == 2 ? std::min(n, own + largest) : n;
+        // ZeRO-1/2: the buffers hold the padded buckets (multiples of 128 at dp 4).
+        const std::vector<int64_t> pad = zero == 0 ? buckets : padded(buckets, o.parallel.dp);
+        const int64_t total = std::accumulate(pad.begin(), pad.end(), int64_t{0});
+        const int64_t own = zero == 0 ? n : owned(pad, o.parallel.dp, rank);
+        const int64_t held = zero == 2 ? std::min(total, own + *std::max_element(pad.begin(), pad.end())) : total;
         const Kinds k = arena(r.run.devices[size_t(rank)]);
         const bool bf16 = p == Precision::kBf16;
-        EXPECT_EQ(k.param, uint64_t(n) * (bf16 ? 2 : 4))
+        EXPECT_EQ(k.param, uint64_t(total) * (bf16 ? 2 : 4))
             << name(p) << " ZeRO-" << zero << " rank " << rank;
         EXPECT_EQ(k.grad, uint64_t(held) * 4) << name(p) << " ZeRO-" << zero << " rank " << rank;
         EXPECT_EQ(k.master, bf16 ? uint64_t(own) * 4 : 0)
@@ -96,12 +103,17 @@ TEST(MemoryKinds, ArenaPreflightAndDefinitionAgree) {
             << name(p) << " ZeRO-" << zero << " rank " << rank;
       }
       expect_preflight_matches(o, p, r, "dp 4");
-      // Rank 0's bytes per parameter against the table (chunks differ from
-      // n/dp by at most one element per bucket: 1e-3 B/param is ample).
+      // Rank 0's bytes per parameter against the table, scaled by the
+      // padding (ZeRO-1/2 at dp 4: 128 elements over 206,208, +0.0025 B for
+      // fp32 gradients); without ZeRO the chunks are whole: 1e-3 B/param
+      // is ample.
       const Kinds k = arena(r.run.devices[0]);
       const std::vector<double> got = {double(k.param) / n, double(k.grad) / n,
                                        double(k.master) / n, double(k.optimizer) / n};
-      const std::vector<double> want = per_param(p, zero, o.parallel.dp, double(largest) / n);
+      const std::vector<int64_t> pad = zero == 0 ? buckets : padded(buckets, o.parallel.dp);
+      const double total = double(std::accumulate(pad.begin(), pad.end(), int64_t{0}));
+      const double largest_pad = double(*std::max_element(pad.begin(), pad.end()));
+      const std::vector<double> want = per_param(p, zero, o.parallel.dp, largest_pad / n, total / n);
       std::printf("  %-9s %4d %7.3f %7.3f %7.3f %7.3f %7.3f\n", name(p), zero, got[0], got[1],
                   got[2], got[3], got[0] + got[1] + got[2] + got[3]);
       for (size_t i = 0; i < want.size(); ++i)

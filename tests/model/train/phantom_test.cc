@@ -216,6 +216,19 @@ std::vector<Config> fold_configs() {
         c.options.parallel.zero = 1;
         c.precision = Precision::kBf16;
       }),
+      // Context parallelism: tp and dp fold, the cp ranks each keep a thread
+      // (the K/V ring between them runs as in the unfolded run).
+      make("cp2_tp2_sp_dp2_zero1", 2, 1, 2, 1, [](Config& c) {
+        c.options.parallel.cp = 2;
+        c.options.parallel.sp = true;
+        c.options.parallel.zero = 1;
+        c.running = 2;
+      }),
+      make("cp4_dp2_pp2_ring", 1, 2, 2, 2, [](Config& c) {
+        c.options.parallel.cp = 4;
+        c.nodes = 2;  // a stage per node
+        c.running = 8;
+      }),
       // Groups over several nodes with several members on each (fold.h):
       // dp 8 x tp 2 puts devices 0, 2, 4, 6 of two nodes in each dp group.
       make("tp2_dp8_zero1_two_nodes", 2, 1, 8, 1, [](Config& c) {
@@ -282,21 +295,38 @@ TEST_P(FoldingChangesNothing, FoldedEqualsUnfolded) {
               folded.folded.c_str());
 }
 
-// Folding under ZeRO reads the chunk sizes: even buckets fold dp, a bucket
-// that dp does not divide (dp 3 over the tiny model's even sizes) keeps dp
-// unfolded, with the same figures either way.
-TEST(FoldingChangesNothing, ZeroFoldsDpOnlyWithEvenChunks) {
-  Config even = make("tp2_dp4_zero1", 2, 1, 4, 1, [](Config& c) { c.options.parallel.zero = 1; });
-  const TrainResult folded = run_on(even, true);
-  EXPECT_EQ(folded.running_devices, 1) << folded.folded;
-  Config uneven = make("tp2_dp3_zero1", 2, 1, 3, 1, [](Config& c) {
-    c.options.parallel.zero = 1;
+// ZeRO-1/2 pad every bucket to a multiple of lcm(dp, 128), as Megatron does
+// (buckets.h, padded_bucket), so dp 3 and dp 5, which divide none of this
+// model's buckets, own equal chunks and fold: tp 2 x dp 3 and dp 5 (one
+// node of 8) run on one thread with every figure of the unfolded run, bit
+// for bit. ZeRO-3 (FSDP's units, not padded) still keeps dp unfolded when a
+// unit does not divide: one thread per dp rank.
+TEST(FoldingChangesNothing, ZeroFoldsDpWithPaddedBuckets) {
+  for (int dp : {3, 5})
+    for (int zero : {1, 2}) {
+      const int tp = dp == 3 ? 2 : 1;
+      Config c = make("tp" + std::to_string(tp) + "_dp" + std::to_string(dp) + "_zero" + std::to_string(zero), tp, 1,
+                      dp, 1, [&](Config& c) {
+        c.options.parallel.zero = zero;
+        c.options.parallel.bucket_mb = 0.05;  // several buckets, none a multiple of 3 or 5
+        c.options.model.batch_size = 4 * dp;
+      });
+      SCOPED_TRACE(c.name);
+      EXPECT_FALSE(uneven_chunks(c.options, ParallelPlan(c.options)));
+      const TrainResult folded = run_on(c, true);
+      EXPECT_EQ(folded.running_devices, 1) << folded.folded;
+      const TrainResult unfolded = run_on(c, true, /*fold=*/false);
+      EXPECT_EQ(unfolded.running_devices, tp * dp);
+      expect_same_devices(unfolded, folded);
+    }
+  Config fsdp = make("tp2_dp3_zero3", 2, 1, 3, 1, [](Config& c) {
+    c.options.parallel.zero = 3;
     c.options.model.batch_size = 12;
   });
-  EXPECT_TRUE(uneven_chunks(uneven.options, ParallelPlan(uneven.options)));
-  const TrainResult tp_only = run_on(uneven, true);
+  EXPECT_TRUE(uneven_chunks(fsdp.options, ParallelPlan(fsdp.options)));
+  const TrainResult tp_only = run_on(fsdp, true);
   EXPECT_EQ(tp_only.running_devices, 3) << tp_only.folded;  // one per dp rank
-  expect_same_devices(run_on(uneven, true, /*fold=*/false), tp_only);
+  expect_same_devices(run_on(fsdp, true, /*fold=*/false), tp_only);
 }
 
 INSTANTIATE_TEST_SUITE_P(Phantom, FoldingChangesNothing, ::testing::ValuesIn(fold_configs()),

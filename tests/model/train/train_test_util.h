@@ -1,6 +1,8 @@
 // Helpers shared by the training-loop tests (tests/model/train).
 #pragma once
 
+#include <numeric>
+
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -66,6 +68,14 @@ inline std::vector<int64_t> bucket_sizes(const model::ParamTable& table, double 
   }
   if (open > 0) out.push_back(open);
   return out;
+}
+
+// ZeRO-1/2's buckets as Megatron pads them: each rounded up to a multiple of
+// lcm(dp, 128) elements (model/parallel/data/buckets.h, padded_bucket).
+inline std::vector<int64_t> padded(std::vector<int64_t> buckets, int dp) {
+  const int64_t align = std::lcm(int64_t(dp), int64_t(128));
+  for (int64_t& b : buckets) b = (b + align - 1) / align * align;
+  return buckets;
 }
 
 // Elements rank r of dp owns: chunk r of each bucket, [n·r/dp, n·(r+1)/dp).

@@ -1,13 +1,16 @@
 // ZeRO's memory, exactly: the gradient and optimizer bytes each device's
 // arena peaks at, against figures computed here from the bucket layout
 // (planned by hand from the parameter table, not by DataParallel):
-//   gradients   ZeRO 0/1: every element; ZeRO-2: the owned chunks plus the
-//               largest bucket (reduced in place before it is dropped),
-//               capped at every element
-//   optimizer   AdamW's two fp32 moments of the owned elements (all of them
-//               without ZeRO)
+//   gradients   ZeRO 0: every element; ZeRO-1: every element of the padded
+//               buckets (Megatron pads each to a multiple of lcm(dp, 128));
+//               ZeRO-2: the owned chunks of the padded buckets plus the
+//               largest padded bucket (reduced in place before it is
+//               dropped), capped at the padded buffer
+//   optimizer   AdamW's two fp32 moments of the owned chunks (padded: the
+//               same on every rank; every element without ZeRO)
 #include <algorithm>
 #include <cstdio>
+#include <numeric>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -20,6 +23,7 @@ namespace {
 
 using testing::bucket_sizes;
 using testing::owned;
+using testing::padded;
 using testing::run;
 using testing::small_options;
 
@@ -40,8 +44,11 @@ TEST(ZeroMemory, GradientAndOptimizerPeaksAreExact) {
     const TrainResult r = run(o);
     for (int rank = 0; rank < o.parallel.dp; ++rank) {
       const DeviceStats& d = r.run.devices[size_t(rank)];
-      const int64_t own = zero == 0 ? n : owned(buckets, o.parallel.dp, rank);
-      const int64_t held = zero == 2 ? std::min(n, own + largest) : n;
+      // ZeRO-1/2 at dp 4: every bucket padded to a multiple of 128.
+      const std::vector<int64_t> pad = zero == 0 ? buckets : padded(buckets, o.parallel.dp);
+      const int64_t total = std::accumulate(pad.begin(), pad.end(), int64_t{0});
+      const int64_t own = zero == 0 ? n : owned(pad, o.parallel.dp, rank);
+      const int64_t held = zero == 2 ? std::min(total, own + *std::max_element(pad.begin(), pad.end())) : total;
       const uint64_t grad = d.peak_by_kind[int(MemKind::kGrad)];
       const uint64_t opt = d.peak_by_kind[int(MemKind::kOptimizer)];
       std::printf("  ZeRO-%d rank %d: grad peak %llu B (want %lld x 4 = %lld, %.3f of unsharded), optimizer %llu B "

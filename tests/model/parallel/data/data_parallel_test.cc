@@ -191,51 +191,67 @@ TEST(DataParallelBuckets, ExpertTensorsNeverShareABucketWithOthers) {
   }
 }
 
-TEST(DataParallelZero, EachRankOwnsChunkRankOfEveryBucket) {
+TEST(DataParallelZero, EachRankOwnsChunkRankOfEveryPaddedBucket) {
   // dp 4, buckets of the 64-byte plan: [84,+16) [68,+16) [52,+16) [36,+16)
-  // [0,+36). Chunk r of n elements over 4: [n·r/4, n·(r+1)/4): 4 elements of
-  // each 16, and [9r, 9r+9) of the last; owned = 4·4 + 9 = 25 on every rank.
+  // [0,+36). Megatron's padding (padded_bucket) makes each a multiple of
+  // lcm(4, 128) = 128 elements; chunk r of 128 over 4 is [32r, 32r+32). Rank
+  // 0's chunks hold every 16-element bucket whole and [0, 32) of the last;
+  // rank 1's hold [32, 36) of the last; ranks 2 and 3 hold padding only.
+  // Every rank is charged 5 chunks of 32 = 160 elements; the buffer holds 5
+  // x 128 = 640.
+  const std::vector<std::vector<Range>> want{
+      {{0, 32}, {36, 16}, {52, 16}, {68, 16}, {84, 16}}, {{32, 4}}, {}, {}};
   for (int zero : {1, 2}) {
     const std::vector<Plan> p = plans(dense_shards(), kDenseElements, 4, 1, {.bucket_bytes = 64, .zero = zero});
     for (int r = 0; r < 4; ++r) {
-      const std::vector<Range> want{{9 * r, 9}, {36 + 4 * r, 4}, {52 + 4 * r, 4}, {68 + 4 * r, 4}, {84 + 4 * r, 4}};
-      EXPECT_EQ(p[size_t(r)].owned, want) << "zero " << zero << " rank " << r;
-      EXPECT_EQ(p[size_t(r)].owned_elements, 25);
-      // ZeRO-2 holds the owned chunks plus the largest bucket (36) while it is
-      // reduced: 61 of 100; ZeRO-1 holds every gradient.
-      EXPECT_EQ(p[size_t(r)].held, zero == 2 ? 25 + 36 : kDenseElements);
+      EXPECT_EQ(p[size_t(r)].owned, want[size_t(r)]) << "zero " << zero << " rank " << r;
+      EXPECT_EQ(p[size_t(r)].owned_elements, 160);
+      EXPECT_EQ(p[size_t(r)].largest_bytes, 128u * 4);
+      // ZeRO-2 holds the owned chunks plus the largest padded bucket (128)
+      // while it is reduced: 288 of 640; ZeRO-1 the whole padded buffer.
+      EXPECT_EQ(p[size_t(r)].held, zero == 2 ? 160 + 128 : 640);
     }
   }
-  // dp 3 does not divide 16: chunks [0,5) [5,10) [10,16) of each 16-element
-  // bucket and [0,12) [12,24) [24,36) of the last.
+  // dp 3: lcm(3, 128) = 384, chunks of 128: rank 0 owns every real element,
+  // ranks 1 and 2 only padding; each is charged 5 x 128 = 640 and ZeRO-2
+  // holds 640 + 384 of the 5 x 384 = 1920.
   const std::vector<Plan> p3 = plans(dense_shards(), kDenseElements, 3, 1, {.bucket_bytes = 64, .zero = 2});
-  const int64_t lo[3] = {0, 5, 10}, n16[3] = {5, 5, 6};
   for (int r = 0; r < 3; ++r) {
-    const std::vector<Range> want{{12 * r, 12}, {36 + lo[r], n16[r]}, {52 + lo[r], n16[r]},
-                                  {68 + lo[r], n16[r]}, {84 + lo[r], n16[r]}};
-    EXPECT_EQ(p3[size_t(r)].owned, want) << "dp 3 rank " << r;
-    EXPECT_EQ(p3[size_t(r)].held, 12 + 4 * n16[r] + 36);
+    const std::vector<Range> want3 =
+        r == 0 ? std::vector<Range>{{0, 36}, {36, 16}, {52, 16}, {68, 16}, {84, 16}} : std::vector<Range>{};
+    EXPECT_EQ(p3[size_t(r)].owned, want3) << "dp 3 rank " << r;
+    EXPECT_EQ(p3[size_t(r)].owned_elements, 640);
+    EXPECT_EQ(p3[size_t(r)].held, 640 + 384);
   }
-  // One bucket of everything: ZeRO-2's held figure is capped at the buffer.
+  // One bucket of everything, padded to 128: rank 1 owns [32, 64); ZeRO-2's
+  // held figure (32 + 128) is capped at the padded buffer, 128.
   const std::vector<Plan> one = plans(dense_shards(), kDenseElements, 4, 1, {.zero = 2});
-  EXPECT_EQ(one[1].owned, (std::vector<Range>{{25, 25}}));
-  EXPECT_EQ(one[1].held, kDenseElements);  // 25 + 100, capped at 100
+  EXPECT_EQ(one[1].owned, (std::vector<Range>{{32, 32}}));
+  EXPECT_EQ(one[1].held, 128);
+  // Without ZeRO nothing is padded (every bucket whole, 100 elements held).
+  const std::vector<Plan> none = plans(dense_shards(), kDenseElements, 4, 1, {.bucket_bytes = 64});
+  EXPECT_EQ(none[3].owned_elements, kDenseElements);
+  EXPECT_EQ(none[3].held, kDenseElements);
+  EXPECT_EQ(none[3].largest_bytes, 36u * 4);
 }
 
-TEST(DataParallelZero, ExpertBucketsAreChunkedOverEdp) {
+TEST(DataParallelZero, ExpertBucketsArePaddedAndChunkedOverEdp) {
   // dp 4 x ep 2: the mesh puts ep fastest, so rank = ep + 2·edp, and edp has
-  // 2 members. Buckets (25 MB): [76,+4) over dp, experts [52,+24) over edp,
-  // [0,+52) over dp:
-  //   (76 + r, 1), (52 + 12·edp, 12), (13 r, 13): 26 owned, ZeRO-2 holds 26 + 52 = 78.
+  // 2 members. Buckets (25 MB): [76,+4) over dp and [0,+52) over dp, padded
+  // to lcm(4, 128) = 128 (chunks of 32); the experts [52,+24) over edp,
+  // padded to lcm(2, 128) = 128 (chunks of 64):
+  //   rank 0: [0,+32) [52,+24) [76,+4); rank 1: [32,+20) [52,+24) (edp 0);
+  //   ranks 2 and 3 (edp 1): padding only.
+  // Every rank is charged 32 + 64 + 32 = 128; ZeRO-2 holds 128 + 128 of 384.
   const collectives::DeviceMesh mesh({.ep = 2, .dp = 4});
   const std::vector<Plan> p = plans(moe_shards(), kMoeElements, 4, 2, {.zero = 2});
+  const std::vector<std::vector<Range>> want{{{0, 32}, {52, 24}, {76, 4}}, {{32, 20}, {52, 24}}, {}, {}};
   for (int r = 0; r < 4; ++r) {
     ASSERT_EQ(mesh.coords(r).ep, r % 2);
     ASSERT_EQ(mesh.coords(r).edp, r / 2);
-    const int edp = r / 2;
-    EXPECT_EQ(p[size_t(r)].owned, (std::vector<Range>{{13 * r, 13}, {52 + 12 * edp, 12}, {76 + r, 1}})) << r;
-    EXPECT_EQ(p[size_t(r)].owned_elements, 26);
-    EXPECT_EQ(p[size_t(r)].held, 26 + 52);
+    EXPECT_EQ(p[size_t(r)].owned, want[size_t(r)]) << r;
+    EXPECT_EQ(p[size_t(r)].owned_elements, 128);
+    EXPECT_EQ(p[size_t(r)].held, 128 + 128);
   }
 }
 
