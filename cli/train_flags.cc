@@ -137,6 +137,9 @@ FlagTable<TrainFlags> parallel_flags() {
       {"--tp-comm-overlap", FIELD(opts.parallel.tp_comm_overlap),
        "With --sp: overlap the blocks' all-gathers and reduce-scatters with their GEMMs, as Transformer Engine's "
        "userbuffers (NeMo's ub_tp_comm_overlap)"},
+      {"--overlap-p2p-comm,!--no-overlap-p2p-comm", FIELD(opts.parallel.overlap_p2p_comm),
+       "With --pp: the compute stream waits only for the pipeline's receives (default; Megatron's "
+       "overlap_p2p_comm); --no-overlap-p2p-comm: also for each send to leave (batched isend/irecv)"},
       {"--scatter-gather", FIELD(opts.parallel.scatter_gather),
        "Without --sp: each TP rank sends 1/tp of the activations between stages, an all-gather over the TP group "
        "reassembles them (Megatron-LM 2021)"},

@@ -71,7 +71,7 @@ std::vector<Control> running_controls(Device& dev, const ProcessGroup& g, const 
   return controls;
 }
 
-// A device's ports from `from` on, as words: per replay slot its three
+// A device's ports from `from` on, as words: per replay slot its four
 // streams' free times, the number of segments, then each segment's start,
 // end and streams. Everything Port::book can meet from `from` on.
 void append_ports(const Device& dev, Time from, std::vector<Time>& out) {

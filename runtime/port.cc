@@ -2,23 +2,26 @@
 
 #include <algorithm>
 #include <bit>
+#include <iterator>
 #include <limits>
 
 namespace shardlab {
 
 namespace {
 
-// Work is counted in sixths of a picosecond of the port alone, so that the
-// rates of 1, 2 or 3 sharing streams (6, 3, 2 sixths per picosecond) and the
-// bandwidth each sharer loses stay exact integers.
+// Work is counted in twelfths of a picosecond of the port alone, so that the
+// rates of 1 to 4 sharing streams (12, 6, 4, 3 twelfths per picosecond) and
+// the bandwidth each sharer loses (6, 2, 1 twelfths a picosecond when 1, 2, 3
+// share with a late transfer) stay exact integers. With up to 3 sharers
+// every time is the one sixths gave (both sides of each division doubled).
 __extension__ using Wide = __int128;
-constexpr Wide kScale = 6;
+constexpr Wide kScale = 12;
 
 Time ceil_div(Wide a, Wide b) { return static_cast<Time>((a + b - 1) / b); }
 
 }  // namespace
 
-Time Port::latest() const { return std::max({free_[0], free_[1], free_[2]}); }
+Time Port::latest() const { return *std::max_element(std::begin(free_), std::end(free_)); }
 
 void Port::set_all_free(Time t) {
   for (Time& f : free_) f = t;
@@ -60,10 +63,10 @@ Port::Booking Port::book(int stream, Time ready, Time work) {
   // A late transfer: walk the spans from `start`, moving at 1/(k+1) of the
   // rate where k other streams move data, at the full rate in idle gaps.
   Wide left = Wide(work) * kScale;
-  Wide lost[kStreams] = {0, 0, 0};  // what each other stream gives up, in sixths
+  Wide lost[kStreams] = {};  // what each other stream gives up, in twelfths
   auto charge = [&](uint8_t others, int k, Time span) {
     if (k == 0) return;
-    // Each of the k loses span * (1/k - 1/(k+1)) of the port: 6/(k(k+1)) sixths a picosecond.
+    // Each of the k loses span * (1/k - 1/(k+1)) of the port: 12/(k(k+1)) twelfths a picosecond.
     const Wide per = Wide(span) * kScale / (k * (k + 1));
     for (int s = 0; s < kStreams; ++s)
       if (others & (1u << s)) lost[s] += per;

@@ -1,10 +1,11 @@
 // Port: one side of a device's link class (its egress or its ingress on
 // NVLink, or on its NIC), shared by the device's streams.
 //
-// Transfers of one stream queue on the port in the stream's program order
-// (FIFO, as NCCL's channels of one communicator do). Transfers of different
-// streams (the compute stream's tensor-parallel collectives, the comm
-// stream's data-parallel all-reduce, the pipeline stream's sends) share the
+// Transfers of one stream kind queue on the port in program order (FIFO, as
+// NCCL's channels of one communicator do). Transfers of different kinds (the
+// compute stream's tensor-parallel collectives, the comm stream's
+// data-parallel all-reduce, the pipeline stream's sends, --tp-comm-overlap's
+// side stream's tensor-parallel collectives) share the
 // port's bandwidth: in any span where k streams move data, each moves at
 // 1/k of the rate (max-min fair between equal flows).
 //
@@ -41,7 +42,7 @@ namespace shardlab {
 
 class Port {
  public:
-  static constexpr int kStreams = 3;  // StreamKind's values: compute, comm, pipeline
+  static constexpr int kStreams = 4;  // StreamKind's values: compute, comm, pipeline, tp-comm
   static constexpr size_t kMaxSegments = 4096;
 
   struct Booking {
@@ -84,8 +85,8 @@ class Port {
   void prune();
 
   std::vector<Segment> segs_;  // disjoint, in time order, streams != 0
-  Time free_[kStreams] = {0, 0, 0};
-  Time last_end_[kStreams] = {0, 0, 0};  // the latest end marked for each stream (kept past pruning)
+  Time free_[kStreams] = {};
+  Time last_end_[kStreams] = {};  // the latest end marked for each stream (kept past pruning)
 };
 
 }  // namespace shardlab

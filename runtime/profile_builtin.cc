@@ -62,11 +62,13 @@ namespace shardlab {
 // nemo2407_h100_fp8; README "Calibration against a real cluster"): 0.59
 // (1,168 TFLOP/s), the least mean |error| over the six (measured: 8.0% at
 // 0.59, 8.9% at 0.55, 15.9% at 0.70; a fit of step = a + b/max through
-// 0.55 and 0.70 puts 0.585 and 0.595 above 0.59), max 20.2% (GPT3-5B).
+// 0.55 and 0.70 puts 0.585 and 0.595 above 0.59), max 20.2% (GPT3-5B),
+// with 20B and Llama 2 70B then run without the TP overlap their configs
+// set. With it (--tp-comm-overlap) the six give mean 10.8% at 0.59, 7.0% at
+// 0.50 (README): the refit is pending.
 // Before: 0.70, an assumption (cuBLASLt's large FP8 GEMMs reach 65-75% of
 // 1,979 TFLOP/s in short benchmarks). Like A100's bf16 0.70 it absorbs what is not modeled (clocks
-// under sustained FP8 load, host gaps) and, here, part of the TP
-// communication NeMo overlaps with its GEMMs and shardlab does not. H200 and
+// under sustained FP8 load, host gaps). H200 and
 // B200 take it as it is (uncalibrated there).
 constexpr double kH100Fp8GemmMax = 0.59;
 

@@ -12,6 +12,7 @@ const char* stream_name(StreamKind k) {
     case StreamKind::kCompute: return "compute";
     case StreamKind::kComm: return "comm";
     case StreamKind::kPipeline: return "pipeline";
+    case StreamKind::kTpComm: return "tp-comm";
   }
   return "?";
 }
@@ -23,10 +24,11 @@ std::string chrome_trace_json(const std::vector<DeviceTrace>& devices, const std
                       {"args", {{"name", fmt::format("GPU {} (node {})", d.rank, d.node)}}}});
     events.push_back({{"ph", "M"}, {"pid", d.rank}, {"name", "process_sort_index"},
                       {"args", {{"sort_index", d.rank}}}});
-    bool pipeline = false;
-    for (const auto& e : d.events) pipeline = pipeline || e.stream == StreamKind::kPipeline;
+    // compute and comm always; the other tracks where they carry events.
+    bool used[kNumStreams] = {true, true};
+    for (const auto& e : d.events) used[static_cast<int>(e.stream)] = true;
     for (int s = 0; s < kNumStreams; ++s) {
-      if (static_cast<StreamKind>(s) == StreamKind::kPipeline && !pipeline) continue;
+      if (!used[s]) continue;
       events.push_back({{"ph", "M"}, {"pid", d.rank}, {"tid", s}, {"name", "thread_name"},
                         {"args", {{"name", stream_name(static_cast<StreamKind>(s))}}}});
     }

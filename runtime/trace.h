@@ -10,11 +10,15 @@
 
 namespace shardlab {
 
-// kPipeline: the point-to-point stream of pipeline parallelism (its own
-// track in the trace; devices without pipeline traffic do not show it).
-enum class StreamKind : uint8_t { kCompute = 0, kComm = 1, kPipeline = 2 };
-inline constexpr int kNumStreams = 3;
-const char* stream_name(StreamKind k);  // "compute" | "comm" | "pipeline"
+// kPipeline: the point-to-point stream of pipeline parallelism. kTpComm:
+// the side stream of --tp-comm-overlap (model/parallel/tensor/mappings.h),
+// whose tensor-parallel collectives must share a port's bandwidth with the
+// comm stream's data-parallel ones rather than queue behind them (a kind is
+// one FIFO queue per port: runtime/port.h). Each has its own track in the
+// trace; devices without such traffic do not show it.
+enum class StreamKind : uint8_t { kCompute = 0, kComm = 1, kPipeline = 2, kTpComm = 3 };
+inline constexpr int kNumStreams = 4;
+const char* stream_name(StreamKind k);  // "compute" | "comm" | "pipeline" | "tp-comm"
 
 // One slice on one stream. `name` must outlive the run (a string literal).
 struct TraceEvent {

@@ -70,7 +70,7 @@ ShardedGPT::ShardedGPT(const model::GPTConfig& config, uint64_t seed, Device& de
   ctx_.tp.group = ctx_.moe.tp = &tp_group_;
   ctx_.tp.sp = options.sequence_parallel;
   if (options.tp_comm_overlap && ctx_.tp.sp && tp_group_.size() > 1) {
-    tp_overlap_ = std::make_unique<Stream>(&dev, StreamKind::kComm);
+    tp_overlap_ = std::make_unique<Stream>(&dev, StreamKind::kTpComm);
     ctx_.tp.overlap = tp_overlap_.get();
   }
   ctx_.dropout = config_.dropout > 0;

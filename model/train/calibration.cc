@@ -88,18 +88,23 @@ const std::vector<PublishedRun>& korthikanti2022_table5() {
 //    +optim.grad_sync_dtype=bf16 in every example script;
 //  - gradient_accumulation_fusion True; no cross_entropy_loss_fusion key
 //    (Megatron-core's vocab-parallel cross-entropy);
-//  - ub_tp_comm_overlap True for 20B and Llama 2 70B, False for 175B.
+//  - ub_tp_comm_overlap True for 20B and Llama 2 70B, False for 5B, 175B
+//    and Llama 2 7B (PublishedRun::tp_comm_overlap);
+//  - overlap_p2p_comm True, batch_p2p_comm False for 175B and Llama 2 70B
+//    (interleaved); False / True for the others, which have no pipeline
+//    (PublishedRun::overlap_p2p_comm).
 // GPT-3 5B and 20B are NeMo's shapes on gpt3-6.7b's and gpt3-13b's preset
 // (GPT-2's vocabulary, seq 2048, FFN 4h) with the launcher's layers, width
 // and heads.
 namespace {
 PublishedRun nemo(const char* name, const char* preset, int gpus, int batch, int mbs, int seq,
-                  int tp, int pp, int vp, double tokens, double tflops, double bucket_mb) {
+                  int tp, int pp, int vp, double tokens, double tflops, double bucket_mb,
+                  bool tp_comm_overlap = false, bool overlap_p2p_comm = false) {
   return {.preset = preset, .tp = tp, .pp = pp, .gpus = gpus, .tflops_per_gpu = tflops,
           .batch = batch, .micro_batch_size = mbs, .vpp = vp, .overlap = true,
           .grad_accum_fusion = true, .recipe = Recipe::kNeMo2024, .seq = seq,
           .precision = Precision::kFp8, .tokens_per_gpu_s = tokens, .bucket_mb = bucket_mb,
-          .name = name};
+          .name = name, .tp_comm_overlap = tp_comm_overlap, .overlap_p2p_comm = overlap_p2p_comm};
 }
 PublishedRun reshaped(PublishedRun r, int layers, int embd, int heads) {
   r.layers = layers, r.embd = embd, r.heads = heads;
@@ -108,14 +113,15 @@ PublishedRun reshaped(PublishedRun r, int layers, int embd, int heads) {
 }  // namespace
 
 const std::vector<PublishedRun>& nemo2407_h100_fp8() {
-  // name, preset, GPUs, GBS, MBS, seq, TP, PP, VP, tokens/s/GPU, TFLOP/s/GPU, bucket_cap_mb
+  // name, preset, GPUs, GBS, MBS, seq, TP, PP, VP, tokens/s/GPU, TFLOP/s/GPU, bucket_cap_mb,
+  // ub_tp_comm_overlap, overlap_p2p_comm
   static const std::vector<PublishedRun> kRows = {
       reshaped(nemo("GPT3-5B", "gpt3-6.7b", 64, 2048, 4, 2048, 1, 1, 1, 22521, 736, 400), 24, 4096, 32),
-      reshaped(nemo("GPT3-20B", "gpt3-13b", 64, 256, 2, 2048, 2, 1, 1, 5851, 750, 220), 44, 6144, 48),
-      nemo("GPT3-175B", "gpt3-175b", 128, 256, 1, 2048, 4, 8, 6, 726, 782, 220),
-      nemo("GPT3-175B", "gpt3-175b", 512, 2048, 2, 2048, 4, 8, 6, 782, 842, 220),
+      reshaped(nemo("GPT3-20B", "gpt3-13b", 64, 256, 2, 2048, 2, 1, 1, 5851, 750, 220, true), 44, 6144, 48),
+      nemo("GPT3-175B", "gpt3-175b", 128, 256, 1, 2048, 4, 8, 6, 726, 782, 220, false, true),
+      nemo("GPT3-175B", "gpt3-175b", 512, 2048, 2, 2048, 4, 8, 6, 782, 842, 220, false, true),
       nemo("LLAMA2-7B", "llama2-7b", 8, 128, 1, 4096, 1, 1, 1, 16847, 776, 125),
-      nemo("LLAMA2-70B", "llama2-70b", 64, 128, 1, 4096, 4, 4, 20, 1707, 759, 125),
+      nemo("LLAMA2-70B", "llama2-70b", 64, 128, 1, 4096, 4, 4, 20, 1707, 759, 125, true, true),
   };
   return kRows;
 }
@@ -130,7 +136,8 @@ const std::vector<PublishedRun>& nemo2407_h100_fp8() {
 // not fold, so its phantom step would take 16,384 threads.
 const std::vector<PublishedRun>& dubey2024_table4() {
   auto row = [](int gpus, double tflops) {
-    PublishedRun r = nemo("Llama 3 405B", "llama3-405b", gpus, 2048, 1, 8192, 8, 16, 1, 0, tflops, 0);
+    // The paper gives neither TP nor p2p overlap: off, and shardlab's default p2p (sends not waited).
+    PublishedRun r = nemo("Llama 3 405B", "llama3-405b", gpus, 2048, 1, 8192, 8, 16, 1, 0, tflops, 0, false, true);
     r.precision = Precision::kBf16;
     return r;
   };
@@ -151,7 +158,8 @@ double model_flops_per_token(const model::GPTConfig& c) {
 // gradients reduced during backward, fp32 accumulation fused into the wgrad
 // GEMMs, Megatron-core's vocab-parallel cross-entropy, Megatron's vocabulary
 // padding (128 x TP), dropout 0.1 for GPT-3 (the launcher's confs), none for
-// Llama; the given VP as the interleaved schedule.
+// Llama; the given VP as the interleaved schedule; ub_tp_comm_overlap and
+// overlap_p2p_comm as the row's config sets them.
 static TrainOptions nemo_run_options(const PublishedRun& row) {
   TrainOptions o;
   o.model = model::preset(row.preset);
@@ -170,6 +178,7 @@ static TrainOptions nemo_run_options(const PublishedRun& row) {
   p.cp = row.cp;
   p.dp = row.gpus / (row.tp * row.pp * row.cp);
   p.sp = row.tp > 1;
+  p.tp_comm_overlap = row.tp_comm_overlap;
   p.zero = 2;
   p.overlap = true;
   p.grad_accum_fusion = true;
@@ -182,6 +191,7 @@ static TrainOptions nemo_run_options(const PublishedRun& row) {
   if (row.pp > 1) {
     p.vpp = row.vpp;
     if (p.vpp > 1) p.schedule = parallel::ScheduleKind::kInterleaved;
+    p.overlap_p2p_comm = row.overlap_p2p_comm;
   }
   return o;
 }

@@ -93,6 +93,11 @@ struct PublishedRun {
   double bucket_mb = 0;          // the launcher's bucket_cap_mb (0: shardlab's default)
   const char* name = "";         // the source's model name ("GPT3-5B"); "" for the 2021-2022 rows
   int embd = 0;                  // the width, where it is not the preset's (0: the preset's)
+  // What the 2024 rows' configs set (nemo_run_options applies them):
+  // ub_tp_comm_overlap (ParallelOptions::tp_comm_overlap) and, with a
+  // pipeline, overlap_p2p_comm (ParallelOptions::overlap_p2p_comm).
+  bool tp_comm_overlap = false;
+  bool overlap_p2p_comm = false;
 };
 
 // The ten rows of Table 1, as published, with run_table_1.sh's configuration.

@@ -72,6 +72,7 @@ DeviceSetup::DeviceSetup(const DeviceProgram& p, Device& dev)
   const coll::ProcessGroup& pipeline = ctx.group("pp");
   executor.emplace(dev, *stage, p.plan.schedule[size_t(coords.pp)],
                    std::vector<int>(pipeline.members().begin(), pipeline.members().end()), micro_batches);
+  executor->wait_for_sends(!par.overlap_p2p_comm);
 }
 
 // The unsharded model (verify's reference; pure data parallelism) or the

@@ -106,6 +106,8 @@ void validate_parallel(const TrainOptions& o) {
   require(!p.tp_comm_overlap || (p.sp && p.tp > 1),
           fmt::format("`tp_comm_overlap` overlaps the sequence-parallel collectives: it needs `sp` and `tp` > 1 "
                       "(got sp {}, tp {})", p.sp, p.tp));
+  require(p.overlap_p2p_comm || p.pp > 1,
+          "`overlap_p2p_comm` is about the pipeline's sends: it needs `pp` > 1");
   require(!p.scatter_gather || !p.sp, "`scatter_gather` is for runs without `sp` (SP already sends 1/tp)");
   parallel::check_pipeline_config(p.schedule, p.pp, o.micro_batches, p.chunks());
   validate_context_parallel(o);

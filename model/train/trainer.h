@@ -47,6 +47,14 @@ struct ParallelOptions {
   // ub_tp_comm_overlap): the blocks' all-gathers and reduce-scatters
   // pipelined with their GEMMs (parallel/tensor/mappings.h). Time only.
   bool tp_comm_overlap = false;
+  // Megatron's overlap_p2p_comm. True (the default): the pipeline's sends
+  // leave when their tensor exists and the compute stream never waits for
+  // them, only for a receive's arrival (PipelineExecutor). False: the compute
+  // stream also waits for each send to leave, as Megatron's batched
+  // isend/irecv with every request waited (`batch_p2p_comm`, what the
+  // interleaved schedule runs without overlap_p2p_comm and what the
+  // non-interleaved 1F1B always runs).
+  bool overlap_p2p_comm = true;
   // Without SP, with tp and pp: Megatron-LM's scatter/gather of activations
   // between stages (each TP rank sends 1/tp, an all-gather over the TP group
   // reassembles them; ShardedOptions::scatter_gather).

@@ -17,7 +17,7 @@ namespace {
 using testing::kUs;
 using testing::simple_profile;
 
-constexpr int kCompute = 0, kComm = 1, kPipe = 2;
+constexpr int kCompute = 0, kComm = 1, kPipe = 2, kTpComm = 3;
 
 TEST(Port, OneStreamQueuesFifo) {
   Port p;
@@ -70,6 +70,31 @@ TEST(Port, ThreeStreamsShareAThirdEach) {
   EXPECT_EQ(p.free(kComm), 1230);
 }
 
+// The fourth stream (--tp-comm-overlap's side stream) gets a quarter where
+// the three others move data: the rate a port counts in twelfths of a
+// picosecond for (in sixths a quarter would round to 1/6).
+TEST(Port, FourStreamsShareAQuarterEach) {
+  Port p;
+  p.book(kComm, 0, 1200);
+  // [0, 1200) at half (600 of work), the other 600 alone: ends at 1800; comm
+  // lost 600, queued after it: [1800, 2400).
+  EXPECT_EQ(p.book(kCompute, 0, 1200).end, 1800);
+  EXPECT_EQ(p.free(kComm), 2400);
+  // At a third beside both: 40 of work in [0, 120). Each lost 120 * (1/2 -
+  // 1/3) = 20: compute [2400, 2420), comm [2420, 2440).
+  EXPECT_EQ(p.book(kPipe, 0, 40).end, 120);
+  EXPECT_EQ(p.free(kCompute), 2420);
+  EXPECT_EQ(p.free(kComm), 2440);
+  // At a quarter beside all three: 30 of work in [0, 120). Each of the three
+  // lost 120 * (1/3 - 1/4) = 10, in stream order after 2440.
+  EXPECT_EQ(p.book(kTpComm, 0, 30).end, 120);
+  EXPECT_EQ(p.free(kCompute), 2450);
+  EXPECT_EQ(p.free(kComm), 2460);
+  EXPECT_EQ(p.free(kPipe), 2470);
+  // No work lost or made: 1200 + 1200 + 40 + 30.
+  EXPECT_EQ(p.latest(), 2470);
+}
+
 TEST(Port, NoWorkIsLostOrMadeWhenEverythingIsReadyAtZero) {
   // All transfers ready at 0, in any stream order: the port is busy without a
   // gap, so the last stream frees when the total work has crossed (plus at
@@ -82,7 +107,7 @@ TEST(Port, NoWorkIsLostOrMadeWhenEverythingIsReadyAtZero) {
     for (int i = 0; i < n; ++i) {
       const Time w = 1 + Time(rng() % 1000);
       total += w;
-      p.book(int(rng() % 3), 0, w);
+      p.book(int(rng() % Port::kStreams), 0, w);
     }
     EXPECT_GE(p.latest(), total) << "trial " << trial;
     EXPECT_LE(p.latest(), total + 3 * n) << "trial " << trial;
@@ -113,7 +138,7 @@ TEST(Port, ATailCopyBooksAsTheOriginalFromItsStart) {
   EXPECT_EQ(a.others_end(kComm), 230);
   const Time from = 60;
   ASSERT_EQ(a.segments_after(from).size(), 2u);  // [50, 150) and [200, 230)
-  const Time free[Port::kStreams] = {a.free(0), a.free(1), a.free(2)};
+  const Time free[Port::kStreams] = {a.free(0), a.free(1), a.free(2), a.free(3)};
   Port b;
   b.restore(a.segments_after(from), free);
   EXPECT_EQ(b.others_end(kCompute), 230);
@@ -165,6 +190,48 @@ TEST(Port, PipelineSendSharesTheNicWithABigCommTransfer) {
   EXPECT_EQ(pipe_arrival, 205 * kUs);
   EXPECT_EQ(comm_arrival, 1005 * kUs);  // booked first: its time stands
   EXPECT_EQ(next_depart, 1100 * kUs);   // the comm stream's next send waits for its debt
+}
+
+// --tp-comm-overlap's collectives run on a side stream of their own kind
+// (StreamKind::kTpComm), so on a port they share the bandwidth with the comm
+// stream's data-parallel reduce-scatter instead of queueing behind it, as
+// two NCCL communicators' kernels do on one NVLink. Intra-node here: 1 us
+// latency, 100 GB/s; the reduce-scatter's 10 MB take 100 us alone, the
+// tensor-parallel 1 MB 10 us. The same side stream of the comm stream's
+// kind (as before kTpComm) queues FIFO.
+TEST(Port, TpOverlapTransferSharesTheNvlinkWithADpReduceScatter) {
+  for (const StreamKind side_kind : {StreamKind::kTpComm, StreamKind::kComm}) {
+    Time tp_sent = 0, tp_arrival = 0, dp_arrival = 0, next_dp = 0;
+    Cluster c(simple_profile(), {.world_size = 8});
+    c.run([&](Device& d) {
+      Stream side(&d, side_kind);
+      if (d.rank() == 0) {
+        d.isend(d.comm(), 1, 1, {}, 10'000'000);          // the dp reduce-scatter's chunk
+        tp_sent = d.isend(side, 1, 2, {}, 1'000'000).done;  // the tp all-gather's, issued after
+        next_dp = d.egress(static_cast<int>(LinkClass::kIntra)).free(kComm);
+      } else if (d.rank() == 1) {
+        d.recv(d.comm(), 0, 1);
+        dp_arrival = d.comm().now();
+        d.recv(side, 0, 2);
+        tp_arrival = side.now();
+      }
+    });
+    SCOPED_TRACE(stream_name(side_kind));
+    EXPECT_EQ(dp_arrival, 101 * kUs);  // booked first: [0, 100) us, +1 us latency
+    if (side_kind == StreamKind::kTpComm) {
+      // Egress: 10 us of work at half the rate from 0: sent at 20 us; the dp
+      // stream's next send waits for the 10 us it lost (110 us). Ingress: from
+      // 1 us at half beside the big receive: 21 us.
+      EXPECT_EQ(tp_sent, 20 * kUs);
+      EXPECT_EQ(tp_arrival, 21 * kUs);
+      EXPECT_EQ(next_dp, 110 * kUs);
+    } else {
+      // One FIFO: behind the reduce-scatter's 100 us, sent at 110, in at 111.
+      EXPECT_EQ(tp_sent, 110 * kUs);
+      EXPECT_EQ(tp_arrival, 111 * kUs);
+      EXPECT_EQ(next_dp, 110 * kUs);
+    }
+  }
 }
 
 }  // namespace

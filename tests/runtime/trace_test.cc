@@ -64,6 +64,29 @@ TEST(Trace, ChromeTraceHasATrackPerDeviceAndStream) {
   EXPECT_EQ(kernels, 3);
 }
 
+// --tp-comm-overlap's side stream has its own track, named "tp-comm" (tid
+// 3), on the devices whose traces carry it; the others show compute and comm
+// only (as the pipeline track).
+TEST(Trace, TheTpCommTrackIsNamedWhereItCarriesEvents) {
+  Cluster c(testing::simple_profile(), {.world_size = 3, .trace = true});
+  RunResult r = c.run([](Device& d) {
+    Stream side(&d, StreamKind::kTpComm);
+    if (d.rank() == 0) d.isend(side, 1, 0, {}, 4096);
+    if (d.rank() == 1) d.recv(side, 0, 0);
+  });
+  const nlohmann::json j = nlohmann::json::parse(chrome_trace_json(r.traces, "test"));
+  std::set<std::pair<int, int>> named;
+  for (const auto& e : j.at("traceEvents")) {
+    if (e["ph"] == "M" && e["name"] == "thread_name") {
+      named.insert({e["pid"].get<int>(), e["tid"].get<int>()});
+      if (e["tid"] == 3) EXPECT_EQ(e["args"]["name"], "tp-comm");
+    }
+    if (e["ph"] == "X") EXPECT_EQ(e["tid"], 3) << e.dump();
+  }
+  EXPECT_EQ(named, (std::set<std::pair<int, int>>{{0, 0}, {0, 1}, {0, 3}, {1, 0}, {1, 1}, {1, 3}, {2, 0}, {2, 1}}));
+  EXPECT_STREQ(stream_name(StreamKind::kTpComm), "tp-comm");
+}
+
 // A send waits for the egress port, which a send from another stream holds,
 // so it is traced from its departure; a receive posted on the same stream
 // before that departure is traced from its posting. The stream's busy time

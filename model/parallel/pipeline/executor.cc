@@ -52,10 +52,13 @@ void PipelineExecutor::send(const Action& a, const float* data) {
   if (data && parts > 1) data += model_.boundary_part() * part;
   const uint64_t bytes = uint64_t(part) * element_size(dev_.precision());
   p2p_.wait(dev_.compute().record());  // the tensor exists once the compute stream made it
-  dev_.isend(p2p_, dst, is_grad(a.kind) ? kGradTag : kActivationTag,
-             {reinterpret_cast<const std::byte*>(data), data ? size_t(part) * sizeof(float) : 0},
-             bytes);
+  const SendHandle sent =
+      dev_.isend(p2p_, dst, is_grad(a.kind) ? kGradTag : kActivationTag,
+                 {reinterpret_cast<const std::byte*>(data), data ? size_t(part) * sizeof(float) : 0}, bytes);
   sent_bytes_ += bytes;
+  // Not modeled either way: NCCL's rendezvous (a send leaves only once its
+  // receiver has posted the receive); here the receiver buffers it.
+  if (wait_sends_) dev_.compute().wait({sent.done});
 }
 
 void PipelineExecutor::recv(const Action& a, float* into) {

@@ -9,8 +9,13 @@
 // compute stream has produced the tensor, a receive is posted when the
 // compute stream reaches it, and the compute stream waits for the arrival,
 // so the wait shows as idle compute time (the bubble) and the transfer sits
-// on the "pipeline" track of the trace. Messages carry the real bytes;
-// their virtual size is Nr·C elements at the modeled precision.
+// on the "pipeline" track of the trace. The compute stream never waits for a
+// send (Megatron's overlap_p2p_comm, as NeMo runs the interleaved schedule;
+// Megatron itself waits for a send before the next compute of its
+// direction, which a compute of the other direction usually covers), unless
+// wait_for_sends (Megatron's batched, fully waited isend/irecv). Messages
+// carry the real bytes; their virtual size is Nr·C elements at the modeled
+// precision.
 //
 // Each action's `final` flag (the chunk's last backward action in the list)
 // is computed once from the list: the model announces the chunk's gradients
@@ -58,6 +63,11 @@ class PipelineExecutor {
   // Called after every action with (actions done, actions in the list): a
   // long phantom step's progress. Empty: none.
   void on_action(std::function<void(size_t done, size_t total)> f) { on_action_ = std::move(f); }
+  // Megatron without overlap_p2p_comm (ParallelOptions::overlap_p2p_comm
+  // false): the compute stream waits after each send until its last byte has
+  // left the egress port, as a batched isend/irecv whose requests are all
+  // waited. Off (default): it never waits for a send.
+  void wait_for_sends(bool on) { wait_sends_ = on; }
 
   const std::vector<Action>& actions() const { return actions_; }
   // The forwards and backwards of the last run, in execution order.
@@ -75,6 +85,7 @@ class PipelineExecutor {
   std::vector<int> pp_ranks_;
   int micro_batches_;
   Stream p2p_;
+  bool wait_sends_ = false;
   uint64_t sent_bytes_ = 0;
   std::vector<ComputeSpan> spans_;
   // pp = 1 with interleaving: chunk c hands its tensors to chunk c ± 1 here.

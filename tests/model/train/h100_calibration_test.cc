@@ -10,11 +10,12 @@
 // row at the precision they are printed, and so are their "Mean |error|"
 // lines; a failure prints the rows to paste. The goal for the six
 // NeMo rows is a mean within 5% and every row within 10%; it is not met
-// (README says why: shardlab does not overlap the tensor-parallel
-// collectives with the GEMMs as NeMo's ub_tp_comm_overlap does, 19-23% of
-// the TP rows' steps), so this asserts a regression bound around what holds
-// with the fitted maximum: the mean within 9%, every row within 22% (the
-// worst, GPT3-5B, +20%).
+// (README says why), so this asserts a regression bound around what holds
+// with the maximum fitted before the rows ran ub_tp_comm_overlap as their
+// configs set it (20B and Llama 2 70B, now +7.9% and +13.3% at 0.59; the
+// refit waits on the cost-model changes beside it): the mean within 11%
+// (10.8%; 9% before those two rows overlapped), every row within 22% (the
+// worst, GPT3-5B, +20.2%).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -51,7 +52,7 @@ TEST(H100Calibration, NeMo2407Fp8RowsAreReadmes) {
     EXPECT_LE(std::abs(r.error), 0.22) << r.row.name << " on " << r.row.gpus << " GPUs";
     sum += std::abs(r.error);
   }
-  EXPECT_LE(sum / double(t.runs.size()), 0.09) << "mean |error| over the bound of 9%";
+  EXPECT_LE(sum / double(t.runs.size()), 0.11) << "mean |error| over the bound of 11%";
 }
 
 // Each published pair's TFLOP/s over its tokens/s is the model FLOPs per
@@ -123,6 +124,15 @@ TEST(H100Calibration, RowsRunAsNeMo2407) {
   EXPECT_EQ(g20.model.n_head, 48);
   EXPECT_EQ(g20.model.ffn_hidden(), 4 * 6144);
   EXPECT_EQ(g20.model.vocab_size, 50432);  // 128 x TP 2
+  // ub_tp_comm_overlap: 20b.yaml and llama2_70b.yaml True, 5b, 175b and llama2_7b False;
+  // overlap_p2p_comm: True in 175b.yaml and llama2_70b.yaml (interleaved), no pipeline elsewhere.
+  const bool tp_overlap[] = {false, true, false, false, false, true};
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const ParallelOptions p = published_run_options(rows[i]).parallel;
+    EXPECT_EQ(p.tp_comm_overlap, tp_overlap[i]) << rows[i].name;
+    EXPECT_EQ(rows[i].overlap_p2p_comm, rows[i].pp > 1) << rows[i].name;
+    EXPECT_TRUE(p.overlap_p2p_comm) << rows[i].name;
+  }
   const TrainOptions l70 = published_run_options(rows[5]);
   EXPECT_EQ(l70.parallel.schedule, parallel::ScheduleKind::kInterleaved);
   EXPECT_EQ(l70.parallel.vpp, 20);  // one block per chunk

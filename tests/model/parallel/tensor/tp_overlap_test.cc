@@ -45,7 +45,7 @@ LayerTimes run_layer(bool overlap, int64_t sms) {
   std::vector<LayerTimes> times(kTp);
   cluster.run([&](Device& dev) {
     engine::DeviceSink sink(dev);
-    Stream side(&dev, StreamKind::kComm);
+    Stream side(&dev, StreamKind::kTpComm);  // ShardedGPT's side stream (sharded_gpt.cc)
     const collectives::ProcessGroup g = collectives::ProcessGroup::world(dev);
     TpContext c;
     c.dev = &dev;
