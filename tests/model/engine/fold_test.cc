@@ -33,8 +33,13 @@ TEST(FoldPlan, FoldsOnlyWhatIsProvablySymmetric) {
   EXPECT_TRUE(plan.tp);
   in.moe = true;  // MoE: tp peers are not folded
   EXPECT_FALSE(fold_plan(in, p).tp);
-  in = {.mesh = {.tp = 2, .cp = 2, .dp = 2}};  // context parallelism: nothing folds
-  EXPECT_TRUE(fold_plan(in, p).representative.empty());
+  // Context parallelism: tp and dp fold, each cp rank keeps a thread (the
+  // ring's transfers are not replayed for folded members).
+  in = {.mesh = {.tp = 2, .cp = 2, .dp = 2}};
+  plan = fold_plan(in, p);
+  EXPECT_TRUE(plan.dp);
+  EXPECT_TRUE(plan.tp);
+  EXPECT_EQ(plan.running(), 2);
 }
 
 // Expert parallelism keeps the dp replicas apart (serving's replica: dp = ep).
