@@ -102,11 +102,31 @@ Time sm_margin(const Device& dev, Time length, Time overlap, int sms) {
   return static_cast<Time>(std::ceil(double(std::min(length, overlap)) * double(sms) / double(all - sms)));
 }
 
+// The gather of a Transformer Engine linear's GEMM input under sequence
+// parallelism (a column-parallel layer's LayerNorm output, a row-parallel
+// layer's output gradient, and their re-gathers for wgrad). Under
+// --precision fp8 TE gathers it already in FP8: the LayerNorm kernel writes
+// FP8 (layernorm_fwd_fp8) and the output gradient is cast before its gather
+// (layernorm_linear.py / linear.py, `gather_along_first_dim` on the FP8
+// tensor; userbuffers' buffers are FP8 too), so 1 B per element crosses the
+// links, not the activation precision's 2. Without SP: no gather.
+coll::CollOptions gemm_input_wire(const TpContext& c, coll::CollOptions o) {
+  if (c.ex.fp8_run) o.elem_size = kFp8Bytes;
+  return o;
+}
+
+const float* gather_gemm_input(const TpContext& c, const float* local, float* full, int64_t n_local) {
+  if (!c.sp) return local;
+  coll::all_gather(*c.dev, *c.group, coll::ConstBuffer(local, static_cast<size_t>(n_local)),
+                   coll::Buffer(full, static_cast<size_t>(n_local * c.tp())), gemm_input_wire(c, c.on_compute()));
+  return full;
+}
+
 const float* ring_exchange(const TpContext& c, const float* local, float* full, int64_t n_local) {
   const Time t0 = c.dev->compute().now();
   const Time start = std::max(t0, c.overlap->now());
   coll::iall_gather(*c.dev, *c.group, coll::ConstBuffer(local, static_cast<size_t>(n_local)),
-                   coll::Buffer(full, static_cast<size_t>(n_local * c.tp())), on_side(c, t0, 1));
+                   coll::Buffer(full, static_cast<size_t>(n_local * c.tp())), gemm_input_wire(c, on_side(c, t0, 1)));
   const Time d = c.overlap->now() - start;
   const int tp = c.tp();
   std::vector<Time> ready(static_cast<size_t>(tp));
@@ -119,13 +139,13 @@ const float* ring_exchange(const TpContext& c, const float* local, float* full, 
 }  // namespace
 
 const float* gather_into_gemm(const TpContext& c, const float* local, float* full, int64_t rows_local, int width) {
-  if (!tp_overlapping(c)) return enter_column_parallel(c, local, full, rows_local, width);
+  if (!tp_overlapping(c)) return gather_gemm_input(c, local, full, rows_local * width);
   return ring_exchange(c, local, full, rows_local * width);
 }
 
 const float* gather_into_gemm_bwd(const TpContext& c, const float* dlocal, float* dfull, int64_t rows_local,
                                   int width) {
-  if (!tp_overlapping(c)) return exit_row_parallel_bwd(c, dlocal, dfull, rows_local, width);
+  if (!tp_overlapping(c)) return gather_gemm_input(c, dlocal, dfull, rows_local * width);
   return ring_exchange(c, dlocal, dfull, rows_local * width);
 }
 
@@ -150,10 +170,11 @@ void reduce_scatter_after_gemm(const TpContext& c, float* partial, float* out, i
 
 const float* gather_for_wgrad(const TpContext& c, const float* local, float* full, int64_t rows_local, int width,
                               int sms) {
-  if (!tp_overlapping(c)) return enter_column_parallel(c, local, full, rows_local, width);
+  if (!tp_overlapping(c)) return gather_gemm_input(c, local, full, rows_local * width);
   const int64_t n = rows_local * width;
   coll::iall_gather(*c.dev, *c.group, coll::ConstBuffer(local, static_cast<size_t>(n)),
-                   coll::Buffer(full, static_cast<size_t>(n * c.tp())), on_side(c, c.dev->compute().now(), sms));
+                   coll::Buffer(full, static_cast<size_t>(n * c.tp())),
+                   gemm_input_wire(c, on_side(c, c.dev->compute().now(), sms)));
   return full;
 }
 

@@ -5,7 +5,7 @@
 // gradient GEMMs all fill whole 256x128 tiles and whole waves of 132 SMs
 // (N = 11 x 256; every output width is a multiple of 12 x 128 = 1536:
 // 11 x 12 = 132 tiles, or 4 waves of them), so each runs at the GEMM maximum:
-//   bf16: 989 TFLOP/s x 0.75        fp8: 1979 TFLOP/s x 0.55 (fitted: profile_builtin.cc)
+//   bf16: 989 TFLOP/s x 0.75        fp8: 1979 TFLOP/s x 0.54 (fitted: profile_builtin.cc)
 // A kernel costs 4 us of launch plus the larger of its compute and its bytes
 // over 3350 GB/s x 0.90; the GPT linears' bias adds N·OC flops at the
 // non-GEMM rate (989 x 0.7). Hand count, per Transformer Engine's recipe:
@@ -25,6 +25,7 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <string_view>
 
 #include <gtest/gtest.h>
 
@@ -35,15 +36,16 @@ namespace {
 
 constexpr int64_t kC = 1536, kT = 2816, kN = kT;  // one sequence
 constexpr double kLaunchPs = 4e6, kBw = 3350e9 * 0.90;
-constexpr double kBf16Gemm = 989e12 * 0.75, kFp8Gemm = 1979e12 * 0.55, kOther = 989e12 * 0.7;
+constexpr double kBf16Gemm = 989e12 * 0.75, kFp8Gemm = 1979e12 * 0.54, kOther = 989e12 * 0.7;
 
 struct Charged {
   std::map<std::string, double> ps;  // compute time by kernel name, summed
   std::map<std::string, int> count;
   DeviceStats stats;
+  double sent_bytes = 0;  // modeled bytes of every send (collectives and transfers)
 };
 
-Charged run(Precision precision) {
+Charged run(Precision precision, int tp = 1, bool tp_comm_overlap = false) {
   TrainOptions o;
   o.model = model::preset("tiny");
   o.model.n_layer = 1;
@@ -57,13 +59,17 @@ Charged run(Precision precision) {
   HardwareProfile p = load_profile("h100-nvlink");
   p.nodes = 1;
   ClusterOptions c;
+  o.parallel.tp = tp;
+  o.parallel.sp = tp > 1;
+  o.parallel.tp_comm_overlap = tp_comm_overlap;
   c.precision = precision;
-  c.world_size = 1;
+  c.world_size = tp;
   c.trace = true;
   Cluster cluster(p, c);
   const TrainResult r = train(cluster, o);
   Charged out;
   for (const TraceEvent& e : r.run.traces.at(0).events) {
+    if (std::string_view(e.name) == "send") out.sent_bytes += double(e.bytes);
     if (e.stream != StreamKind::kCompute) continue;
     out.ps[e.name] += double(e.end - e.start);
     ++out.count[e.name];
@@ -138,6 +144,26 @@ TEST(Fp8, OneLayerTimeAndMemoryAgainstAHandCount) {
               "max |hand - model| %.0f ps\n",
               double(bf16.stats.compute_busy) / 1e6, double(fp8.stats.compute_busy) / 1e6, casts / 1e6,
               kind(bf16, MemKind::kActivation) / 1048576, kind(fp8, MemKind::kActivation) / 1048576, max_diff);
+}
+
+// Under sequence parallelism Transformer Engine gathers an FP8 linear's GEMM
+// input already in FP8 (layernorm_linear.py, linear.py: the LayerNorm writes
+// FP8, the output gradient is cast before `gather_along_first_dim`). At tp 2
+// each of a layer's six gathers (forward: ln1 before QKV, ln2 before fc1;
+// backward: the output gradients before the proj and fc2 dgrads, ln1 and ln2
+// again for the wgrads) sends the peer this rank's N/2 x C rows; the four
+// reduce-scatters (after proj and fc2, of the QKV and fc1 dgrads) stay BF16.
+// So rank 0 sends 6 x (N/2) x C bytes fewer in FP8 than in BF16, and nothing
+// else it sends changes: the same with the TP-overlap forms (userbuffers'
+// buffers are FP8 too).
+TEST(Fp8, SequenceParallelGathersMoveFp8) {
+  const double gathered = 6.0 * (kN / 2) * kC;  // elements over the six gathers, this rank's rows
+  for (const bool overlap : {false, true}) {
+    const Charged bf16 = run(Precision::kBf16, 2, overlap), fp8 = run(Precision::kFp8, 2, overlap);
+    std::printf("tp 2, SP%s: rank 0 sends %.0f B in bf16, %.0f B in fp8 (hand count: %.0f B fewer)\n",
+                overlap ? ", TP overlap" : "", bf16.sent_bytes, fp8.sent_bytes, gathered);
+    EXPECT_EQ(bf16.sent_bytes - fp8.sent_bytes, gathered * (2 - 1)) << (overlap ? "with" : "without") << " overlap";
+  }
 }
 
 TEST(Fp8, NeedsAnFp8Peak) {
