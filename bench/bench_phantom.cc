@@ -17,7 +17,7 @@
 //
 //   build/bin/bench_phantom [--profile NAME|FILE.json] [--rows N]   (N rows of each table)
 //   build/bin/bench_phantom --scale NAME
-//   build/bin/bench_phantom --table nemo|llama3 [--profile NAME|FILE.json]
+//   build/bin/bench_phantom --table nemo|bridge|llama3 [--profile NAME|FILE.json]
 //     NVIDIA's NeMo 24.07 DGX-H100 FP8 rows, or Dubey et al. 2024 Table 4
 //     (Llama 3 405B, held out), on h100-nvlink unless --profile says
 //     otherwise (a FILE.json with another GEMM maximum: the fit of
@@ -117,18 +117,25 @@ int run(int argc, char** argv) {
   for (int i = 1; i < argc; i += 2) {
     if (i + 1 >= argc ||
         (std::strcmp(argv[i], "--profile") && std::strcmp(argv[i], "--rows") && std::strcmp(argv[i], "--table")))
-      throw ConfigError(fmt::format("unknown argument \"{}\" (--profile NAME|FILE.json, --rows N, --table nemo|llama3)", argv[i]));
+      throw ConfigError(
+          fmt::format("unknown argument \"{}\" (--profile NAME|FILE.json, --rows N, --table nemo|bridge|llama3)", argv[i]));
     if (!std::strcmp(argv[i], "--profile")) profile = argv[i + 1];
     if (!std::strcmp(argv[i], "--rows")) rows = std::stoul(argv[i + 1]);
     if (!std::strcmp(argv[i], "--table")) table = argv[i + 1];
   }
   if (!table.empty()) {
-    if (table != "nemo" && table != "llama3")
-      throw ConfigError(fmt::format("--table \"{}\": expected nemo or llama3", table));
+    if (table != "nemo" && table != "bridge" && table != "llama3")
+      throw ConfigError(fmt::format("--table \"{}\": expected nemo, bridge or llama3", table));
     const HardwareProfile p = load_profile(profile.empty() ? "h100-nvlink" : profile);
     fmt::print("# {} on profile {} (phantom)\n",
-               table == "nemo" ? "NeMo 24.07, DGX-H100, FP8" : "Dubey et al. 2024 Table 4, Llama 3 405B, BF16", p.name);
-    run_table(table == "nemo" ? train::nemo2407_h100_fp8() : train::dubey2024_table4(), p, rows);
+               table == "nemo"     ? "NeMo 24.07, DGX-H100, FP8"
+               : table == "bridge" ? "Megatron-Bridge 25.11, DGX-H100, FP8 (held out)"
+                                   : "Dubey et al. 2024 Table 4, Llama 3 405B, BF16",
+               p.name);
+    run_table(table == "nemo"     ? train::nemo2407_h100_fp8()
+              : table == "bridge" ? train::megatron_bridge2511_h100_fp8()
+                                  : train::dubey2024_table4(),
+              p, rows);
     return 0;
   }
   const HardwareProfile p = load_profile(profile.empty() ? "a100-nvlink" : profile);

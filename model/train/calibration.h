@@ -98,6 +98,13 @@ struct PublishedRun {
   // pipeline, overlap_p2p_comm (ParallelOptions::overlap_p2p_comm).
   bool tp_comm_overlap = false;
   bool overlap_p2p_comm = false;
+  int zero = 0;  // kNeMo2024: the optimizer's sharding (0: the distributed optimizer, shardlab's 2; 3: FSDP)
+  // The source counts the causal attention's scores and context at half
+  // (12·l·h·s/2 per token), as Megatron-Bridge's tables do from 25.09 on.
+  bool causal_flops_halved = false;
+  // kNeMo2024: the recipe fuses the cross-entropy (cross_entropy_loss_fusion,
+  // Megatron-Bridge's recipes); else Megatron-core's unfused vocab-parallel one.
+  bool fused_cross_entropy = false;
 };
 
 // The ten rows of Table 1, as published, with run_table_1.sh's configuration.
@@ -119,12 +126,20 @@ const std::vector<PublishedRun>& nemo2407_h100_fp8();
 // under ZeRO-2 traffic the step does not fold (1,024 threads, over 200 s);
 // the CP 16 row is left out (CP ranks do not fold: 16,384 threads).
 const std::vector<PublishedRun>& dubey2024_table4();
+// NVIDIA's Megatron-Bridge pretraining figures on DGX-H100 in FP8 (current
+// scaling), NeMo 25.11 container: Llama 3 8B (8 GPUs, FSDP), Llama 3 70B (64
+// GPUs, TP 4, PP 8, VP 5) and Llama 3.1 405B (1,024 GPUs, TP 8, PP 8, CP 2,
+// VP 8); held out of every fit (tests/model/train/h100_calibration_test.cc
+// runs the first two; the 405B row's phantom step runs 1,024 unfolded
+// threads: bench_phantom --table bridge).
+const std::vector<PublishedRun>& megatron_bridge2511_h100_fp8();
 
 // Model FLOPs per token as NeMo and Megatron count them (no recomputation):
 // 3 x the forward's matmuls, 6·(the blocks' linear weights) + 6·V·h (the LM
 // head) + 12·l·h·s (scores and context, the causal mask not halved). For
 // GPT-3 it is Eq. 3 without recomputation, 72·l·h²·(1 + s/6h + V/12lh).
-double model_flops_per_token(const model::GPTConfig& c);
+// causal_halved: the scores and context at half, 6·l·h·s (Megatron-Bridge).
+double model_flops_per_token(const model::GPTConfig& c, bool causal_halved = false);
 
 // The training options shardlab runs for a row (phantom, one step, bf16 is
 // the cluster's precision, vocabulary 51200), as the header describes.
