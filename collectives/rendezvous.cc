@@ -186,7 +186,10 @@ bool can_meet(const Device& dev, const ProcessGroup& g, const CollShape& shape, 
   // advance on an empty transfer where a Port does not (Port::book books
   // nothing): its receive marks could end later than the messages'. Such
   // calls cost nothing to pass as messages.
-  if (!dev.rendezvous() || g.size() < 2 || shape.count == 0 || !dev.profile().pcie.empty()) return false;
+  // A folded run's ports may be in doubt (Device::widen_doubt), which only
+  // the messages check: its collectives keep them.
+  if (!dev.rendezvous() || dev.folding() || g.size() < 2 || shape.count == 0 || !dev.profile().pcie.empty())
+    return false;
   if (shape.op != OpKind::kAllReduce && shape.op != OpKind::kAllGather) return false;
   if (algo == Algo::kDirect || algo == Algo::kTree) return true;
   return algo == Algo::kRing && ring_plan(dev.profile(), g.members()).single();

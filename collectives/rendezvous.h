@@ -27,8 +27,8 @@
 //
 // Covered: all_reduce and all_gather by direct, tree, or a single ring (a
 // group inside one node; ring_plan(...).single()), on profiles without a
-// PCIe tree, with at least one element. Anything else passes its
-// messages as before.
+// PCIe tree, with at least one element, in a run that folds no rank.
+// Anything else passes its messages as before.
 #pragma once
 
 #include <cstdint>
