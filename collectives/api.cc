@@ -9,6 +9,7 @@
 
 #include "collectives/detail.h"
 #include "collectives/folded.h"
+#include "collectives/rendezvous.h"
 #include "collectives/tuner.h"
 
 namespace shardlab::collectives {
@@ -115,9 +116,10 @@ class Activity {
 // Waits for `after`, runs the algorithm on the comm stream, returns its end.
 // `shape` and `algo` describe the call for a folded group (folded.h); null
 // shape: the call cannot be folded (all_to_all_v's unequal per-member counts).
+// `meet`: the call's buffers, when it may run as a meeting (rendezvous.h).
 template <class Body>
 Work run_on_comm(Device& dev, const ProcessGroup& g, const CollOptions& opt, const CollShape* shape,
-                 Algo algo, Proto proto, Body body) {
+                 Algo algo, Proto proto, Body body, const detail::MeetData* meet = nullptr) {
   require_argument(g.global_rank() == dev.rank(),
                    fmt::format("collective on {} called by device {}, not this group's member",
                                g.to_string(), dev.rank()));
@@ -132,6 +134,8 @@ Work run_on_comm(Device& dev, const ProcessGroup& g, const CollOptions& opt, con
       throw FoldingError(fmt::format("folding: all_to_all_v on {} cannot be folded (unequal per-member counts)",
                                      g.to_string()));
     detail::run_folded(dev, g, s, g.next_tag(), *shape, algo);
+  } else if (meet && shape && detail::can_meet(dev, g, *shape, algo)) {
+    detail::run_met(dev, g, s, g.next_tag(), *shape, algo, *meet);
   } else {
     const Activity activity(dev, g, shape, algo);
     Ctx c(dev, g, s, opt.wire_elem(dev), proto_engine(proto));
@@ -196,11 +200,15 @@ Work iall_reduce(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out,
   check_pair("all_reduce", in, out);
   const Resolved r = resolve(dev, g, opt, {OpKind::kAllReduce, in.count, opt.wire_elem(dev)});
   const Algo algo = r.algo;
-  return run_on_comm(dev, g, opt, &r.shape, algo, r.shape.proto, [&](Ctx& c) {
-    if (algo == Algo::kDirect) return detail::direct_all_reduce(c, in.data, out.data, in.count, op);
-    detail::copy(out.data, in.data, in.count);
-    reduce_scatter_all_gather(c, algo, out.data, out.count, op);
-  });
+  const detail::MeetData meet{in.data, out.data, op};
+  return run_on_comm(
+      dev, g, opt, &r.shape, algo, r.shape.proto,
+      [&](Ctx& c) {
+        if (algo == Algo::kDirect) return detail::direct_all_reduce(c, in.data, out.data, in.count, op);
+        detail::copy(out.data, in.data, in.count);
+        reduce_scatter_all_gather(c, algo, out.data, out.count, op);
+      },
+      &meet);
 }
 
 Work ireduce_scatter(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out, ReduceOp op,
@@ -246,16 +254,20 @@ Work iall_gather(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out,
   check_pair("all_gather", in, out);
   const Resolved r = resolve(dev, g, opt, {OpKind::kAllGather, out.count, opt.wire_elem(dev)});
   const Algo algo = r.algo;
-  return run_on_comm(dev, g, opt, &r.shape, algo, r.shape.proto, [&](Ctx& c) {
-    detail::copy(out.data ? out.data + mine.begin : nullptr, in.data, in.count);
-    if (algo == Algo::kDirect) return detail::direct_all_gather(c, out.data, out.count);
-    if (algo == Algo::kRing) {
-      const RingPlan plan = ring_plan(dev.profile(), g.members());
-      if (plan.single()) return detail::ring_all_gather(c, out.data, out.count, 0);
-      return detail::channel_ring_all_gather(c, plan, out.data, out.count, 0);
-    }
-    detail::doubling_all_gather(c, out.data, out.count, 0);
-  });
+  const detail::MeetData meet{in.data, out.data};
+  return run_on_comm(
+      dev, g, opt, &r.shape, algo, r.shape.proto,
+      [&](Ctx& c) {
+        detail::copy(out.data ? out.data + mine.begin : nullptr, in.data, in.count);
+        if (algo == Algo::kDirect) return detail::direct_all_gather(c, out.data, out.count);
+        if (algo == Algo::kRing) {
+          const RingPlan plan = ring_plan(dev.profile(), g.members());
+          if (plan.single()) return detail::ring_all_gather(c, out.data, out.count, 0);
+          return detail::channel_ring_all_gather(c, plan, out.data, out.count, 0);
+        }
+        detail::doubling_all_gather(c, out.data, out.count, 0);
+      },
+      &meet);
 }
 
 Work ibroadcast(Device& dev, const ProcessGroup& g, Buffer data, int root, const CollOptions& opt) {

@@ -34,19 +34,8 @@ struct Control {
 
 Control own_control(const Device& dev, const Stream& s) {
   Control c;
-  c.clock.now = s.now();
-  const int k = static_cast<int>(s.kind());
-  for (int p = 0; p < kNumLinkClasses; ++p) {
-    c.clock.egress[p] = dev.egress(p).free(k);
-    c.clock.ingress[p] = dev.ingress(p).free(k);
-    c.others_end = std::max({c.others_end, dev.egress(p).others_end(k), dev.ingress(p).others_end(k)});
-  }
+  c.clock = entry_clock(dev, s, &c.others_end);
   return c;
-}
-
-// The device's port of replay slot q (tuner.h: egress by link class, then ingress).
-const Port& device_port(const Device& dev, int q) {
-  return q < kNumLinkClasses ? dev.egress(q) : dev.ingress(q - kNumLinkClasses);
 }
 
 // Every running member's control message, by group index (folded members
@@ -169,6 +158,37 @@ bool same_bookings(std::span<const ReplayMark> a, std::span<const ReplayMark> b,
 
 }  // namespace
 
+MemberClock entry_clock(const Device& dev, const Stream& s, Time* others_end) {
+  MemberClock c;
+  c.now = s.now();
+  const int k = static_cast<int>(s.kind());
+  *others_end = 0;
+  for (int p = 0; p < kNumLinkClasses; ++p) {
+    c.egress[p] = dev.egress(p).free(k);
+    c.ingress[p] = dev.ingress(p).free(k);
+    *others_end = std::max({*others_end, dev.egress(p).others_end(k), dev.ingress(p).others_end(k)});
+  }
+  return c;
+}
+
+const Port& device_port(const Device& dev, int q) {
+  return q < kNumLinkClasses ? dev.egress(q) : dev.ingress(q - kNumLinkClasses);
+}
+
+void apply_replay(Device& dev, Stream& s, std::span<const ReplayMark> marks, const MemberClock& end,
+                  const std::function<void(const ReplayMark&, const Port::Booking&)>& mismatch) {
+  for (const ReplayMark& m : marks) {
+    s.mark(m.send ? "send" : "recv", m.start, m.end, m.bytes, m.peer, /*advance=*/!m.send);
+    // This device's ports take the bookings the unfolded run makes, in its
+    // program order: later transfers of other streams share with them, and
+    // the backlogs charged to other streams are the unfolded run's.
+    const Port::Booking b = dev.book_replayed(m.send, m.port, s.kind(), m.ready, m.work);
+    if (b.start != m.booked_start || b.end != m.booked_end) mismatch(m, b);
+  }
+  dev.set_ports(s.kind(), end.egress, end.ingress);
+  s.wait({end.last_send});
+}
+
 bool has_folded_member(const Device& dev, const ProcessGroup& g) {
   if (!dev.folding()) return false;
   for (int r : g.members())
@@ -280,20 +300,12 @@ void run_folded(Device& dev, const ProcessGroup& g, Stream& s, Tag tag, const Co
         op_kind_name(shape.op), shape.count, algo_name(algo), g.to_string(), g.global_rank(i), end[size_t(i)].now,
         g.global_rank(rep_index[size_t(i)]), end[size_t(rep_index[size_t(i)])].now));
   }
-  for (const ReplayMark& m : marks) {
-    s.mark(m.send ? "send" : "recv", m.start, m.end, m.bytes, m.peer, /*advance=*/!m.send);
-    // This device's ports take the bookings the unfolded run makes, in its
-    // program order: later transfers of other streams share with them, and
-    // the backlogs charged to other streams are the unfolded run's.
-    const Port::Booking b = dev.book_replayed(m.send, m.port, s.kind(), m.ready, m.work);
-    if (b.start != m.booked_start || b.end != m.booked_end)
-      throw FoldingError(fmt::format(
-          "folding: {} on {}: device {}'s port books [{}, {}) ps where the replay booked [{}, {}) ps: not "
-          "foldable exactly",
-          op_kind_name(shape.op), g.to_string(), dev.rank(), b.start, b.end, m.booked_start, m.booked_end));
-  }
-  dev.set_ports(s.kind(), mine.egress, mine.ingress);
-  s.wait({mine.last_send});
+  apply_replay(dev, s, marks, mine, [&](const ReplayMark& m, const Port::Booking& b) {
+    throw FoldingError(fmt::format(
+        "folding: {} on {}: device {}'s port books [{}, {}) ps where the replay booked [{}, {}) ps: not "
+        "foldable exactly",
+        op_kind_name(shape.op), g.to_string(), dev.rank(), b.start, b.end, m.booked_start, m.booked_end));
+  });
 }
 
 }  // namespace shardlab::collectives::detail

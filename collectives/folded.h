@@ -19,6 +19,9 @@
 // reported figure silently.
 #pragma once
 
+#include <functional>
+#include <span>
+
 #include "collectives/collectives.h"
 #include "collectives/tuner.h"
 
@@ -26,6 +29,19 @@ namespace shardlab::collectives::detail {
 
 // Whether any member of `g` is folded (played by another rank).
 bool has_folded_member(const Device& dev, const ProcessGroup& g);
+
+// A member's clocks as it enters a call on stream `s` (after the launch),
+// and the latest end of another stream's span on its ports (others_end).
+MemberClock entry_clock(const Device& dev, const Stream& s, Time* others_end);
+// The device's port of replay slot q (tuner.h: egress by link class, then ingress).
+const Port& device_port(const Device& dev, int q);
+// Puts a member's replayed call on its stream and ports, as its sends and
+// receives would have: marks the transfers, books them on its ports in
+// program order (`mismatch` is called where a booking differs from the
+// replay's), sets the stream's port clocks to `end` and waits for the last
+// send. Shared by the folded and the rendezvous paths.
+void apply_replay(Device& dev, Stream& s, std::span<const ReplayMark> marks, const MemberClock& end,
+                  const std::function<void(const ReplayMark&, const Port::Booking&)>& mismatch);
 
 // Runs the collective `shape` by `algo` on stream `s` (already waiting for
 // its inputs) for this member, as the unfolded members would. `tag` is the

@@ -170,6 +170,8 @@ std::vector<std::unique_ptr<Device>> Cluster::make_devices(Fabric& fabric, const
     if (!local(r)) continue;
     DeviceConfig cfg{r, n, options_.memory_bytes, options_.precision, options_.pace, options_.trace,
                      rep.empty() ? nullptr : &rep, options_.faults.get()};
+    cfg.rendezvous = options_.rendezvous && !transport() && links_ == default_links_.get() && !options_.hooks &&
+                     !options_.faults;
     if (cfg.faults) cfg.memory_bytes = cfg.faults->capacity(r, cfg.memory_bytes ? cfg.memory_bytes : profile_.memory_bytes());
     devices[size_t(r)] = std::make_unique<Device>(cfg, profile_, *links_, fabric,
                                                   options_.hooks, device_logger(r), wall_start);

@@ -49,6 +49,12 @@ struct ClusterOptions {
   // instead of spreading them over the processes (a small side run, like
   // verify's unsharded reference, that each process computes itself).
   bool single_process = false;
+  // Collectives whose members all run here meet in one rendezvous instead
+  // of passing messages step by step (collectives/rendezvous.h): the same
+  // bits and virtual times with far fewer thread hand-offs. Only without a
+  // transport, on the profile's own links (links null), without hooks or
+  // faults; false: always the messages (tests compare the two).
+  bool rendezvous = true;
 };
 
 struct DeviceStats {

@@ -113,6 +113,11 @@ struct DeviceConfig {
   // Injected faults (fault.h), or null: this device's kernels, transfers and
   // their failures follow them.
   const FaultPlan* faults = nullptr;
+  // Every device of the run is a thread of this process, on the profile's
+  // own links, with no test hooks or faults: collectives may meet instead
+  // of passing messages (collectives/rendezvous.h), with the same bits and
+  // times. Set by Cluster (ClusterOptions::rendezvous).
+  bool rendezvous = false;
 };
 
 class Device {
@@ -183,6 +188,13 @@ class Device {
   // on their members' clocks. They book no port and take no virtual time.
   void post_control(int dst, Tag tag, std::span<const std::byte> payload);
   Message take_control(int src, Tag tag);
+  // Whether collectives may meet (DeviceConfig::rendezvous), and the
+  // meeting itself (Fabric::meet).
+  bool rendezvous() const { return cfg_.rendezvous; }
+  void meet(std::span<const int> members, int index, Tag tag, void* deposit, const Fabric::MeetingDone& complete) {
+    check_abort();
+    fabric_.meet(cfg_.rank, members, index, tag, deposit, complete);
+  }
 
   // The latest time on any stream, and making every stream reach it.
   Time now() const;

@@ -111,6 +111,70 @@ Message Fabric::take(int dst, int src, Tag tag) {
   }
 }
 
+void Fabric::meet(int rank, std::span<const int> members, int index, Tag tag, void* deposit,
+                  const MeetingDone& complete) {
+  SHARDLAB_CHECK(deposit != nullptr && index >= 0 && size_t(index) < members.size());
+  Meeting* meeting;
+  {
+    std::lock_guard lock(meetings_mu_);
+    std::unique_ptr<Meeting>& m = meetings_[std::vector<int>(members.begin(), members.end())];
+    if (!m) m = std::make_unique<Meeting>();
+    meeting = m.get();
+  }
+  std::vector<void*> all;
+  {
+    std::lock_guard lock(meeting->mu);
+    if (meeting->deposits.size() != members.size()) meeting->deposits.assign(members.size(), nullptr);
+    SHARDLAB_CHECK(meeting->deposits[size_t(index)] == nullptr, "device arrived twice at one meeting");
+    meeting->deposits[size_t(index)] = deposit;
+    if (++meeting->arrived == static_cast<int>(members.size())) {
+      // Nobody can arrive for the next meeting before this one wakes them:
+      // the point is free again at once.
+      all.swap(meeting->deposits);
+      meeting->arrived = 0;
+    } else {
+      // Every sleeper (this one included) waits, for the watchdog, on the
+      // first member not here yet: so a member that never comes is the one
+      // every sleeper names. Lock order: meeting, then mailboxes.
+      int missing = -1;
+      for (size_t i = 0; i < members.size() && missing < 0; ++i)
+        if (!meeting->deposits[i]) missing = members[i];
+      for (size_t i = 0; i < members.size(); ++i) {
+        if (!meeting->deposits[i]) continue;
+        Mailbox& mb = *boxes_[static_cast<size_t>(members[i])];
+        std::lock_guard box(mb.mu);
+        mb.waiting = true;
+        mb.wait_src = missing;
+        mb.wait_tag = tag;
+      }
+    }
+  }
+  if (!all.empty()) {
+    complete(all);
+    for (size_t i = 0; i < members.size(); ++i) {
+      if (static_cast<int>(i) == index) continue;
+      Mailbox& mb = *boxes_[static_cast<size_t>(members[i])];
+      {
+        std::lock_guard lock(mb.mu);
+        mb.met = true;
+        mb.waiting = false;  // done as of now: the watchdog must not count it blocked
+      }
+      mb.cv.notify_one();
+    }
+    return;
+  }
+  Mailbox& mb = *boxes_[static_cast<size_t>(rank)];
+  std::unique_lock lock(mb.mu);
+  while (!mb.met) {
+    if (aborted()) {
+      mb.waiting = false;
+      throw Aborted{};
+    }
+    mb.cv.wait(lock);
+  }
+  mb.met = false;
+}
+
 void Fabric::abort() {
   aborted_.store(true, std::memory_order_release);
   for (auto& mb : boxes_) {

@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -134,6 +135,21 @@ class Fabric {
   // The device's program returned (or threw): it will send nothing more.
   void mark_finished(int rank);
 
+  // A meeting of devices of this process (the collectives' rendezvous
+  // path, collectives/rendezvous.cc): device `rank`, group index `index` of
+  // `members`, arrives with `deposit` (non-null). The last to arrive runs
+  // `complete` over every member's deposit (in group order) while the others
+  // sleep, then wakes each of them once: one hand-off per member, where a
+  // collective's messages hand off at every step. Members of one list meet
+  // in the order they call (the collectives' program order). A sleeper
+  // shows in snapshot() as waiting for a member that had not arrived when
+  // it came, on `tag` (which no message carries), so the watchdog sees a
+  // meeting some member never comes to. Throws Aborted when the run aborts;
+  // if `complete` throws, the exception leaves the last member and the
+  // others stay asleep until the run aborts (as a failed run does).
+  using MeetingDone = std::function<void(std::span<void* const>)>;
+  void meet(int rank, std::span<const int> members, int index, Tag tag, void* deposit, const MeetingDone& complete);
+
   // If every device that has not finished is blocked in take() on a message
   // that is not in its mailbox, returns a description of who waits for whom.
   std::optional<std::string> find_deadlock();
@@ -150,12 +166,21 @@ class Fabric {
     int wait_src = -1;          // GUARDED_BY(mu)
     Tag wait_tag = 0;           // GUARDED_BY(mu)
     bool finished = false;      // GUARDED_BY(mu)
+    bool met = false;           // GUARDED_BY(mu): its meeting completed (meet)
+  };
+  // One list of members' meeting point: who has arrived with what.
+  struct Meeting {
+    std::mutex mu;
+    std::vector<void*> deposits;  // GUARDED_BY(mu): by group index, null until arrived
+    int arrived = 0;              // GUARDED_BY(mu)
   };
   static bool has_match(const Mailbox& mb, int src, Tag tag);
 
   BufferPool pool_;
   std::vector<std::unique_ptr<Mailbox>> boxes_;
   std::atomic<bool> aborted_{false};
+  std::mutex meetings_mu_;
+  std::map<std::vector<int>, std::unique_ptr<Meeting>> meetings_;  // GUARDED_BY(meetings_mu_)
   Transport* remote_ = nullptr;  // set before any device thread starts
   std::vector<int> owners_;
   int me_ = 0;

@@ -25,36 +25,49 @@ uint64_t chain_hash(uint64_t parent, std::span<const uint64_t> keys) {
   return h;
 }
 
-KvBlocks::KvBlocks(int64_t blocks, int block_tokens) : total_(blocks), block_tokens_(block_tokens) {
+KvBlocks::KvBlocks(int64_t blocks, int block_tokens)
+    : total_(blocks), block_tokens_(block_tokens), free_count_(blocks) {
   SHARDLAB_CHECK(blocks >= 0 && blocks < (int64_t(1) << 31), "KV block count out of range");
   SHARDLAB_CHECK(block_tokens > 0, "KV block size must be positive");
-  blocks_.resize(size_t(blocks));
-  for (int64_t b = 0; b < blocks; ++b) link(int32_t(b), false);
 }
 
 void KvBlocks::unlink(int32_t b) {
   Block& k = blocks_[size_t(b)];
-  (k.prev < 0 ? head_ : blocks_[size_t(k.prev)].next) = k.next;
-  (k.next < 0 ? tail_ : blocks_[size_t(k.next)].prev) = k.prev;
+  List& l = k.list == 1 ? front_ : back_;
+  (k.prev < 0 ? l.head : blocks_[size_t(k.prev)].next) = k.next;
+  (k.next < 0 ? l.tail : blocks_[size_t(k.next)].prev) = k.prev;
   k.prev = k.next = -1;
+  k.list = 0;
   --free_count_;
 }
 
-// Into the free list, first or last.
+// Into the free list, first (front_'s head) or last (back_'s tail).
 void KvBlocks::link(int32_t b, bool front) {
   Block& k = blocks_[size_t(b)];
-  int32_t& end = front ? head_ : tail_;  // the end it joins
+  List& l = front ? front_ : back_;
+  int32_t& end = front ? l.head : l.tail;  // the end it joins
   (front ? k.prev : k.next) = -1;
   (front ? k.next : k.prev) = end;
-  int32_t& other = end < 0 ? (front ? tail_ : head_) : (front ? blocks_[size_t(end)].prev : blocks_[size_t(end)].next);
+  int32_t& other = end < 0 ? (front ? l.tail : l.head) : (front ? blocks_[size_t(end)].prev : blocks_[size_t(end)].next);
   other = b;
   end = b;
+  k.list = front ? 1 : 2;
   ++free_count_;
 }
 
 int32_t KvBlocks::take() {
-  const int32_t b = head_;
-  unlink(b);
+  int32_t b;
+  if (front_.head >= 0) {
+    b = front_.head;
+    unlink(b);
+  } else if (fresh_ < total_) {  // the lowest block never used
+    b = int32_t(fresh_++);
+    blocks_.emplace_back();
+    --free_count_;
+  } else {
+    b = back_.head;
+    unlink(b);
+  }
   Block& k = blocks_[size_t(b)];
   if (k.named) {  // the least recently used cached block: evicted
     named_.erase(k.hash);

@@ -14,9 +14,11 @@ namespace {
 using shardlab::testing::bounded_run;
 
 // Runs the program, expects the watchdog's RunError and returns its message.
-std::string deadlock_message(int n, const Cluster::Program& program) {
+// `rendezvous`: ClusterOptions::rendezvous (false: the collectives' messages).
+std::string deadlock_message(int n, const Cluster::Program& program, bool rendezvous = true) {
   ClusterOptions opts;
   opts.world_size = n;
+  opts.rendezvous = rendezvous;
   opts.watchdog_period = std::chrono::milliseconds(20);
   Cluster cluster(uniform_profile(n), opts);
   try {
@@ -40,13 +42,30 @@ TEST(Watchdog, AMemberSkippingAnAllReduceIsReportedAsADeadlock) {
     if (dev.rank() == 3) return;  // the bug under test: skips the collective
     std::vector<float> x = int_inputs(dev.rank(), 64);
     all_reduce(dev, g, x, ReduceOp::kSum, {Algo::kRing, std::nullopt});
-  });
+  }, /*rendezvous=*/false);
   std::printf("[watchdog] %s\n", m.c_str());
   EXPECT_TRUE(has(m, "deadlock")) << m;
   EXPECT_TRUE(has(m, "device 0 waits for a message from device 3")) << m;
   EXPECT_TRUE(has(m, "which has finished")) << m;
   EXPECT_TRUE(has(m, "device 1 waits for a message from device 0")) << m;
   EXPECT_TRUE(has(m, "device 2 waits for a message from device 1")) << m;
+  EXPECT_FALSE(has(m, "device 3 waits")) << m;
+}
+
+TEST(Watchdog, AMemberSkippingAMeetingIsReportedAsADeadlock) {
+  // The same bug with the collectives' rendezvous (collectives/rendezvous.h):
+  // 0, 1 and 2 sleep at the meeting, and each names the member that never
+  // came, whatever order they arrived in.
+  const std::string m = deadlock_message(4, [](Device& dev) {
+    ProcessGroup g = ProcessGroup::world(dev);
+    if (dev.rank() == 3) return;
+    std::vector<float> x = int_inputs(dev.rank(), 64);
+    all_reduce(dev, g, x, ReduceOp::kSum, {Algo::kRing, std::nullopt});
+  });
+  std::printf("[watchdog] %s\n", m.c_str());
+  for (int r = 0; r < 3; ++r)
+    EXPECT_TRUE(has(m, fmt::format("device {} waits for a message from device 3", r))) << m;
+  EXPECT_TRUE(has(m, "which has finished")) << m;
   EXPECT_FALSE(has(m, "device 3 waits")) << m;
 }
 
