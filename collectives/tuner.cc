@@ -1,7 +1,7 @@
 // The tuner's cost model: each algorithm's message schedule replayed on the
 // link model's port clocks (see tuner.h for the rules and the closed forms).
 //
-// Every function below mirrors one algorithm of ring.cc, tree.cc, direct.cc
+// Every function below mirrors one algorithm of ring.cc, tree.cc, dbtree.cc, direct.cc
 // or all_to_all.cc message for message, in the same order: which member
 // sends how many elements to whom, and in which order each member receives.
 // A lock-step algorithm (each member posts its step's sends, then takes its
