@@ -33,6 +33,8 @@
 //                  tree    2·Σ_k (a + w(m_k·S/n))   halving, then doubling;
 //                          m_k = min(2^k, n-2^k), k < ceil(log2 n)
 //                  direct  a + (n-1)·w(S)
+//                  dbtree  across nodes only (TreePlan below); hand-derived
+//                          cases in tests/collectives/dbtree_test.cc
 //   reduce_scatter ring    (n-1)·(a + w(S/n))        all_gather likewise
 //                  tree    Σ_k (a + w(m_k·S/n))
 //                  direct  a + (n-1)·w(S/n)
