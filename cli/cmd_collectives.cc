@@ -154,7 +154,7 @@ FlagTable<CollFlags> collectives_flags() {
   return {
       {"--op", FIELD(op), "all_reduce|reduce_scatter|all_gather|broadcast|reduce|all_to_all", {}, kShowDefault},
       {"--ranks", FIELD(ranks), "Number of virtual GPUs (placed on the profile's nodes in order)", {}, kShowDefault},
-      {"--algo", FIELD(algo), "ring|tree|direct|auto", {}, kShowDefault},
+      {"--algo", FIELD(algo), "ring|tree|direct|dbtree|auto (dbtree: all_reduce across nodes)", {}, kShowDefault},
       {"--proto", FIELD(proto), "LL|LL128|Simple|auto (NCCL's protocols; auto: chosen with the algorithm)", {},
        kShowDefault},
       {"--redop", FIELD(redop), "sum|avg|max (all_reduce, reduce_scatter, reduce; default sum)"},

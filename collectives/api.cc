@@ -37,6 +37,7 @@ struct ChoiceKey {
   int elem_size, root;
   Proto proto;
   Algo algo;
+  bool dbtree;
   bool operator==(const ChoiceKey&) const = default;
 };
 struct ChoiceKeyHash {
@@ -50,6 +51,7 @@ struct ChoiceKeyHash {
     mix(static_cast<size_t>(k.root));
     mix(static_cast<size_t>(k.proto));
     mix(static_cast<size_t>(k.algo));
+    mix(static_cast<size_t>(k.dbtree));
     return h;
   }
 };
@@ -64,6 +66,7 @@ Choice select_once(const HardwareProfile& p, std::span<const int> members, const
   probe.root = shape.root;
   probe.proto = shape.proto;
   probe.algo = algo;
+  probe.dbtree = shape.dbtree;
   if (auto it = chosen.find(probe); it != chosen.end()) return it->second;
   const Choice c = select(p, members, shape, algo);
   if (chosen.size() >= 4096) chosen.clear();  // bounded: a run has far fewer distinct calls
@@ -81,12 +84,17 @@ struct Resolved {
 Resolved resolve(const Device& dev, const ProcessGroup& g, const CollOptions& opt, CollShape shape) {
   const HardwareProfile& p = dev.profile();
   shape.proto = opt.proto;
+  shape.dbtree = opt.auto_dbtree;
   if (opt.proto != Proto::kAuto && opt.proto != Proto::kPlain) {
     const std::vector<Proto> ok = candidate_protos(p, g.members());
     require_argument(std::find(ok.begin(), ok.end(), opt.proto) != ok.end(),
                      fmt::format("collective on {}: protocol {} is not used on profile {}'s links of this group",
                                  g.to_string(), proto_name(opt.proto), p.name));
   }
+  if (opt.algo == Algo::kDbtree && !dbtree_applies(p, g.members(), shape))
+    throw ConfigError(fmt::format("--algo dbtree: {} on {}: dbtree runs all_reduce on a group spanning 2 or more "
+                                  "nodes with the same number of members on each",
+                                  op_kind_name(shape.op), g.to_string()));
   if (opt.algo != Algo::kAuto && opt.proto != Proto::kAuto) return {opt.algo, shape};
   const Choice c = select_once(p, g.members(), shape, opt.algo);
   shape.proto = c.proto;
@@ -146,7 +154,9 @@ Work run_on_comm(Device& dev, const ProcessGroup& g, const CollOptions& opt, con
   // channel while it runs (Device::note_collective).
   if (&s != &dev.compute() && g.size() > 1)
     dev.note_collective(start, s.now(),
-                        opt.sm_blocks >= 0 ? opt.sm_blocks : ring_plan(dev.profile(), g.members()).channels);
+                        opt.sm_blocks >= 0                ? opt.sm_blocks
+                        : algo == Algo::kDbtree ? tree_plan(dev.profile(), g.members()).channels
+                                                : ring_plan(dev.profile(), g.members()).channels);
   return Work(s.record());
 }
 
@@ -206,6 +216,8 @@ Work iall_reduce(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out,
       [&](Ctx& c) {
         if (algo == Algo::kDirect) return detail::direct_all_reduce(c, in.data, out.data, in.count, op);
         detail::copy(out.data, in.data, in.count);
+        if (algo == Algo::kDbtree)
+          return detail::dbtree_all_reduce(c, tree_plan(dev.profile(), g.members()), out.data, out.count, op);
         reduce_scatter_all_gather(c, algo, out.data, out.count, op);
       },
       &meet);

@@ -54,6 +54,7 @@ void fill(RankBuffers& rb, const BenchOptions& s, int me) {
 
 void run_op(Device& dev, const ProcessGroup& g, RankBuffers& rb, const BenchOptions& s) {
   CollOptions opt{s.algo, std::nullopt};
+  opt.auto_dbtree = true;  // a bench never folds (CollShape::dbtree)
   opt.proto = s.proto;
   const Buffer a = rb.phantom ? Buffer::phantom(rb.count) : Buffer(rb.a);
   const Range mine = chunk_range(rb.count, g.size(), g.rank());
@@ -148,14 +149,15 @@ BenchRow bench_collective(const HardwareProfile& profile, const BenchOptions& s,
   std::vector<int> world(static_cast<size_t>(n));
   std::iota(world.begin(), world.end(), 0);
   {
-    CollShape shape{s.op, row.count, element_size(Precision::kFp32), 0, s.proto};
+    CollShape shape{s.op, row.count, element_size(Precision::kFp32), 0, s.proto, true};
     const Choice c = select(profile, world, shape, s.op == OpKind::kBarrier ? Algo::kTree : s.algo);
     row.algo = c.algo;
     row.proto = c.proto;
   }
   const bool rings = row.algo == Algo::kRing &&
                      (s.op == OpKind::kAllReduce || s.op == OpKind::kReduceScatter || s.op == OpKind::kAllGather);
-  row.channels = rings ? ring_plan(profile, world).channels : 1;
+  row.channels = rings ? ring_plan(profile, world).channels
+                 : row.algo == Algo::kDbtree ? tree_plan(profile, world).channels : 1;
   const uint64_t host_bytes = row.bytes * static_cast<uint64_t>(n) * (s.op == OpKind::kAllToAll ? 2 : 1);
   const bool phantom = host_bytes > kHostBudget;
   const int iters = phantom || s.trace ? 0 : static_cast<int>(std::clamp<uint64_t>((512ull << 20) / std::max<uint64_t>(host_bytes, 1), 2, 20));

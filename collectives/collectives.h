@@ -45,7 +45,8 @@
 namespace shardlab::collectives {
 
 enum class ReduceOp { kSum, kAvg, kMax };
-enum class Algo { kAuto, kRing, kTree, kDirect };
+// kDbtree: NCCL's double binary tree across nodes (all_reduce only; tuner.h TreePlan).
+enum class Algo { kAuto, kRing, kTree, kDirect, kDbtree };
 // The protocol a collective's messages use (NCCL's LL, LL128, Simple; the
 // profile's "protocols", runtime/profile.h); kAuto: the tuner's choice with
 // the algorithm; kPlain: plain sends on the links' own latency and rate (the
@@ -54,7 +55,7 @@ enum class Proto : uint8_t { kAuto, kLL, kLL128, kSimple, kPlain };
 enum class OpKind { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kReduce, kAllToAll, kBarrier };
 
 const char* reduce_op_name(ReduceOp op);  // "sum", "avg", "max"
-const char* algo_name(Algo a);            // "auto", "ring", "tree", "direct"
+const char* algo_name(Algo a);            // "auto", "ring", "tree", "direct", "dbtree"
 const char* proto_name(Proto p);          // "auto", "LL", "LL128", "Simple", "plain"
 // The engine a protocol's messages carry (link_model.h: its latency and rate).
 inline Engine proto_engine(Proto p) {
@@ -107,6 +108,8 @@ struct CollOptions {
   // Off the compute stream: the SMs the collective's kernels hold while it
   // runs (Device::note_collective); -1: one per ring channel, as NCCL's.
   int sm_blocks = -1;
+  // auto also weighs dbtree (CollShape::dbtree: off where a run may fold).
+  bool auto_dbtree = false;
   int wire_elem(const Device& dev) const { return elem_size > 0 ? elem_size : element_size(dev.precision()); }
 };
 

@@ -201,6 +201,28 @@ void pairwise_all_to_all_v(Ctx& c, const float* in, const size_t* sdispl, const 
 void bruck_all_to_all(Ctx& c, const float* in, float* out, size_t block);
 void dissemination_barrier(Ctx& c);
 
+// Each node's members (group indices, in group order), nodes in order of
+// first appearance: the node structure RingPlan and TreePlan lay out.
+std::vector<std::vector<int>> members_by_node(const HardwareProfile& p, std::span<const int> members);
+// The distinct NICs (profile "nics") near the members `local` (group indices).
+int rails_of(const HardwareProfile& p, std::span<const int> members, std::span<const int> local);
+
+// NCCL's double binary tree all_reduce (dbtree.cc; tuner.h TreePlan). One
+// step of one member, in its program order; the runtime runs these steps
+// and the tuner replays the same list, so the two agree message for message.
+struct TreeOp {
+  enum Kind : uint8_t { kRecvReduce, kSend, kRecvCopy, kFinalize };
+  Kind kind;
+  int peer;     // group index (kFinalize: -1)
+  int lane;     // the channel, each on its own lane (Ctx::open_lanes)
+  Range range;  // the buffer's elements it moves
+};
+// Member me's steps for `count` elements in `chunks` pipeline chunks per channel.
+void dbtree_ops(const TreePlan& plan, int n, size_t count, int chunks, int me, std::vector<TreeOp>& out);
+// Every message is charged ceil(ceil(count/C)/chunks) elements (as the channel rings' pieces).
+size_t dbtree_charged(size_t count, int channels, int chunks);
+void dbtree_all_reduce(Ctx& c, const TreePlan& plan, float* work, size_t count, ReduceOp op);
+
 // Pipeline depth of the chain algorithms for `count` elements of
 // `elem_size` modeled bytes (the tuner predicts with it too).
 int chain_chunks(size_t count, int elem_size);

@@ -198,6 +198,13 @@ bool has_folded_member(const Device& dev, const ProcessGroup& g) {
 
 void run_folded(Device& dev, const ProcessGroup& g, Stream& s, Tag tag, const CollShape& shape,
                 Algo algo) {
+  // NCCL's double binary tree: members at different places in the trees
+  // end at different times, so no member can stand for another (auto
+  // leaves dbtree out unless asked: tuner.h CollShape::dbtree).
+  if (algo == Algo::kDbtree)
+    throw FoldingError(fmt::format("folding: all_reduce (dbtree) on {}: a tree's members do not end alike, not "
+                                   "foldable; run it unfolded or with another algorithm",
+                                   g.to_string()));
   // A PCIe tree: members of one node see different links and shares
   // (link_model.h), which the folded replay's port checks do not follow.
   // Every member decides this from the group and the profile alike, before

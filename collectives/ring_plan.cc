@@ -4,24 +4,25 @@
 #include <algorithm>
 #include <vector>
 
+#include "collectives/detail.h"
 #include "collectives/tuner.h"
 
 namespace shardlab::collectives {
 namespace {
 constexpr Algo kAll[] = {Algo::kRing, Algo::kTree, Algo::kDirect};
+// dbtree last: it runs only where tree_plan applies (select skips it elsewhere).
+constexpr Algo kAllReduce[] = {Algo::kRing, Algo::kTree, Algo::kDirect, Algo::kDbtree};
 constexpr Algo kBarrierOnly[] = {Algo::kTree};
 }  // namespace
 
 int RingPlan::next(int c, int i, int n) const { return at(c, position(c, i, n) + 1, n); }
 int RingPlan::prev(int c, int i, int n) const { return at(c, position(c, i, n) - 1, n); }
 
-RingPlan ring_plan(const HardwareProfile& p, std::span<const int> members) {
-  RingPlan plan;
-  const int n = static_cast<int>(members.size());
-  // Each node's members (group indices, in group order), nodes in order of first appearance.
+namespace detail {
+std::vector<std::vector<int>> members_by_node(const HardwareProfile& p, std::span<const int> members) {
   std::vector<int> node_ids;
   std::vector<std::vector<int>> local;
-  for (int i = 0; i < n; ++i) {
+  for (int i = 0; i < static_cast<int>(members.size()); ++i) {
     const int node = p.node_of(members[static_cast<size_t>(i)]);
     auto it = std::find(node_ids.begin(), node_ids.end(), node);
     if (it == node_ids.end()) {
@@ -31,21 +32,34 @@ RingPlan ring_plan(const HardwareProfile& p, std::span<const int> members) {
     }
     local[static_cast<size_t>(it - node_ids.begin())].push_back(i);
   }
+  return local;
+}
+
+int rails_of(const HardwareProfile& p, std::span<const int> members, std::span<const int> local) {
+  std::vector<int> nics;
+  for (int i : local) {
+    const int nic = p.nic_of(members[static_cast<size_t>(i)]);
+    if (std::find(nics.begin(), nics.end(), nic) == nics.end()) nics.push_back(nic);
+  }
+  return static_cast<int>(nics.size());
+}
+}  // namespace detail
+
+RingPlan ring_plan(const HardwareProfile& p, std::span<const int> members) {
+  RingPlan plan;
+  const int n = static_cast<int>(members.size());
+  const std::vector<std::vector<int>> local = detail::members_by_node(p, members);
   if (local.size() < 2) return plan;
   const size_t k = local.front().size();
   for (const auto& l : local)
     if (l.size() != k) return plan;
   if (k < 2) return plan;
-  std::vector<int> nics;
-  for (int i : local.front()) {
-    const int nic = p.nic_of(members[static_cast<size_t>(i)]);
-    if (std::find(nics.begin(), nics.end(), nic) == nics.end()) nics.push_back(nic);
-  }
+  const int rails = detail::rails_of(p, members, local.front());
   const int ki = static_cast<int>(k);
-  int C = std::min(2 * static_cast<int>(nics.size()), kMaxChannels);
+  int C = std::min(2 * rails, kMaxChannels);
   if (C % ki != 0) C = (C + ki - 1) / ki * ki;
   plan.channels = C;
-  plan.rails = static_cast<int>(nics.size());
+  plan.rails = rails;
   plan.order.reserve(static_cast<size_t>(C * n));
   for (int c = 0; c < C; ++c)
     for (const auto& l : local)
@@ -58,6 +72,7 @@ RingPlan ring_plan(const HardwareProfile& p, std::span<const int> members) {
 
 std::span<const Algo> candidate_algos(OpKind op) {
   if (op == OpKind::kBarrier) return kBarrierOnly;
+  if (op == OpKind::kAllReduce) return kAllReduce;
   return kAll;
 }
 

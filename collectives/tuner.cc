@@ -1,7 +1,7 @@
 // The tuner's cost model: each algorithm's message schedule replayed on the
 // link model's port clocks (see tuner.h for the rules and the closed forms).
 //
-// Every function below mirrors one algorithm of ring.cc, tree.cc, direct.cc
+// Every function below mirrors one algorithm of ring.cc, tree.cc, dbtree.cc, direct.cc
 // or all_to_all.cc message for message, in the same order: which member
 // sends how many elements to whom, and in which order each member receives.
 // A lock-step algorithm (each member posts its step's sends, then takes its
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "collectives/detail.h"
+#include "runtime/errors.h"
 #include "runtime/link_model.h"
 
 namespace shardlab::collectives {
@@ -420,8 +421,66 @@ void bruck(Replay& R, size_t block) {
   }
 }
 
-void replay_body(Replay& R, const RingPlan& plan, const CollShape& s, Algo algo) {
+// dbtree.cc dbtree_all_reduce: every member's steps (detail::dbtree_ops),
+// replayed in each member's program order. A tree is not lock-step, so the
+// members advance as an event loop: a member runs its steps until a receive
+// whose message its peer has not sent yet, and resumes when that send is
+// replayed. Messages between two members on one channel keep their order
+// (FIFO per sender, receiver and channel, as the fabric's tags do).
+void dbtree(Replay& R, const HardwareProfile& p, std::span<const int> members, const CollShape& s) {
+  const TreePlan plan = tree_plan(p, members);
+  SHARDLAB_CHECK(plan.applies());
+  const int n = R.n(), C = plan.channels;
+  const int chunks = dbtree_chunks(s.count, C, s.elem_size);
+  const size_t charged = detail::dbtree_charged(s.count, C, chunks);
+  std::vector<std::vector<detail::TreeOp>> ops(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) detail::dbtree_ops(plan, n, s.count, chunks, r, ops[size_t(r)]);
+  // In flight from (sender, channel) to a receiver: keyed by receiver, then
+  // (sender * C + channel); each a FIFO with a read cursor.
+  struct Queue {
+    std::vector<Posted> q;
+    size_t head = 0;
+  };
+  std::vector<std::map<int, Queue>> inbox(static_cast<size_t>(n));
+  std::vector<size_t> next(static_cast<size_t>(n), 0);
+  std::vector<int> waiting(static_cast<size_t>(n), -1);  // the key a blocked member waits on
+  std::vector<int> ready;
+  ready.reserve(static_cast<size_t>(n));
+  for (int r = n - 1; r >= 0; --r) ready.push_back(r);
+  R.open_lanes(C);
+  while (!ready.empty()) {
+    const int r = ready.back();
+    ready.pop_back();
+    auto& mine = ops[size_t(r)];
+    size_t& i = next[size_t(r)];
+    for (; i < mine.size(); ++i) {
+      const detail::TreeOp& o = mine[i];
+      if (o.kind == detail::TreeOp::kFinalize) continue;
+      if (o.kind == detail::TreeOp::kSend) {
+        const int key = r * C + o.lane;
+        inbox[size_t(o.peer)][key].q.push_back(R.send(r, o.peer, charged, o.lane));
+        if (waiting[size_t(o.peer)] == key) {
+          waiting[size_t(o.peer)] = -1;
+          ready.push_back(o.peer);
+        }
+        continue;
+      }
+      const int key = o.peer * C + o.lane;
+      Queue& in = inbox[size_t(r)][key];
+      if (in.head == in.q.size()) {
+        waiting[size_t(r)] = key;
+        break;
+      }
+      R.recv(r, in.q[in.head++], o.lane);
+    }
+  }
+  for (int r = 0; r < n; ++r) SHARDLAB_CHECK(next[size_t(r)] == ops[size_t(r)].size());
+}
+
+void replay_body(Replay& R, const HardwareProfile& p, std::span<const int> members, const RingPlan& plan,
+                 const CollShape& s, Algo algo) {
   const int n = R.n();
+  if (algo == Algo::kDbtree) return dbtree(R, p, members, s);
   const size_t count = s.count;
   auto rings = [&](int phase) { return plan.single() ? ring(R, count, phase) : channel_ring(R, plan, count); };
   switch (s.op) {
@@ -469,8 +528,9 @@ void replay_body(Replay& R, const RingPlan& plan, const CollShape& s, Algo algo)
   }
 }
 
-void replay(Replay& R, const RingPlan& plan, const CollShape& s, Algo algo) {
-  replay_body(R, plan, s, algo);
+void replay(Replay& R, const HardwareProfile& p, std::span<const int> members, const RingPlan& plan,
+            const CollShape& s, Algo algo) {
+  replay_body(R, p, members, plan, s, algo);
   R.close_lanes();
 }
 
@@ -500,7 +560,7 @@ Time replay_time(const HardwareProfile& p, std::span<const int> members, const C
                  Proto proto) {
   Replay R(p, members, s.elem_size, proto);
   if (lock_step(s, algo) && uniform_pairs(p, members)) R.set_symmetric();
-  replay(R, algo == Algo::kRing ? ring_plan(p, members) : RingPlan{}, s, algo);
+  replay(R, p, members, algo == Algo::kRing ? ring_plan(p, members) : RingPlan{}, s, algo);
   return R.makespan();
 }
 }  // namespace
@@ -510,11 +570,17 @@ Choice select(const HardwareProfile& p, std::span<const int> members, const Coll
   const std::span<const Algo> algos = algo == Algo::kAuto ? candidate_algos(s.op) : std::span<const Algo>(only);
   const std::vector<Proto> protos = s.proto == Proto::kAuto ? candidate_protos(p, members) : std::vector<Proto>{s.proto};
   Choice best;
-  for (Algo a : algos)
+  if (algo == Algo::kDbtree && !dbtree_applies(p, members, s))
+    throw ConfigError(fmt::format("--algo dbtree: {} on these {} members: dbtree runs all_reduce on a group spanning "
+                                  "2 or more nodes with the same number of members on each",
+                                  op_kind_name(s.op), members.size()));
+  for (Algo a : algos) {
+    if (a == Algo::kDbtree && algo == Algo::kAuto && !(s.dbtree && dbtree_applies(p, members, s))) continue;
     for (Proto q : protos) {
       const Time t = replay_time(p, members, s, a, q);
       if (best.algo == Algo::kAuto || t < best.time) best = {a, q, t};
     }
+  }
   return best;
 }
 
@@ -540,7 +606,7 @@ std::vector<MemberClock> replay_collective(const HardwareProfile& p, std::span<c
   const bool alike = std::all_of(clocks.begin(), clocks.end(), [&](const MemberClock& c) { return c == clocks[0]; });
   const bool symmetric = !ports && alike && lock_step(s, algo) && uniform_pairs(p, members);
   if (symmetric) R.set_symmetric();
-  replay(R, algo == Algo::kRing ? ring_plan(p, members) : RingPlan{}, s, algo);
+  replay(R, p, members, algo == Algo::kRing ? ring_plan(p, members) : RingPlan{}, s, algo);
   if (symmetric) R.spread();
   return R.clocks();
 }

@@ -33,6 +33,8 @@
 //                  tree    2·Σ_k (a + w(m_k·S/n))   halving, then doubling;
 //                          m_k = min(2^k, n-2^k), k < ceil(log2 n)
 //                  direct  a + (n-1)·w(S)
+//                  dbtree  across nodes only (TreePlan below); hand-derived
+//                          cases in tests/collectives/dbtree_test.cc
 //   reduce_scatter ring    (n-1)·(a + w(S/n))        all_gather likewise
 //                  tree    Σ_k (a + w(m_k·S/n))
 //                  direct  a + (n-1)·w(S/n)
@@ -89,6 +91,12 @@ struct CollShape {
   int root = 0;       // broadcast and reduce
   // The protocol; kAuto in predict_time: the least time over the group's protocols.
   Proto proto = Proto::kAuto;
+  // auto also weighs Algo::kDbtree (where dbtree_applies). Off by default:
+  // a folded run (runtime/fold.h) replays a collective only where folded
+  // members end as their representatives, which a tree's members do not;
+  // with dbtree in auto a folded training run would fail where the unfolded
+  // one picks it. `shardlab collectives` and callers that never fold opt in.
+  bool dbtree = false;
 };
 
 // The fixed start of a plain collective on a group of `group_size`: the
@@ -151,6 +159,62 @@ struct RingPlan {
 };
 inline constexpr int kMaxChannels = 32;  // NCCL's MAXCHANNELS
 RingPlan ring_plan(const HardwareProfile& p, std::span<const int> members);
+
+// ---- NCCL's double binary tree across nodes (Algo::kDbtree, dbtree.cc) -----
+// NCCL's tree all_reduce (src/graph/trees.cc, connect.cc, search.cc), for a
+// group that spans N >= 2 nodes with the same k >= 1 members on each:
+//   node trees  two binary trees over the N nodes (in order of first
+//               appearance): tree 0 is NCCL's btree (root node 0, which has
+//               one child); tree 1 is its mirror (node v plays N-1-v) when N
+//               is even, its shift by one (v plays v-1) when N is odd, so a
+//               node is interior in at most one of the two.
+//   channels    C = 2h: h = min(2R, 32)/2 rounded up to a multiple of k (R:
+//               the rails, as RingPlan), channels [0, h) on tree 0 and
+//               [h, 2h) on tree 1, as NCCL duplicates its tree channels;
+//               at most 32 (kMaxChannels), else the plan does not apply.
+//   chain       on channel c every node's members (group order) form the
+//               chain L[s], L[s+1], ..., L[s+k-1] (mod k), s = c mod h:
+//               each member's parent is the one before it, its child the
+//               one after. The chain's head L[s] talks to the parent node;
+//               the child nodes are NCCL's "balanced tree" pattern (its
+//               first choice): child 0 of the node tree enters at the
+//               chain's second member L[s+1], child 1 at the head (k = 1:
+//               everything at the one member). So the node-crossing hops of
+//               channel c use the NICs of L[s] and L[s+1], and over the h
+//               channels of a tree every GPU is a head once per k.
+// Every member's children, in reduction order: its chain child, then the
+// head of child node 0 (if it enters here), then of child node 1.
+struct TreePlan {
+  static constexpr int kArity = 3;  // NCCL_MAX_TREE_ARITY
+  int channels = 0;                 // 0: dbtree does not apply to the group
+  int nodes = 0, per_node = 0;
+  std::vector<int> up;    // channels x n: member i's parent on channel c (-1: the root)
+  std::vector<int> down;  // channels x n x kArity: its children, -1 padded
+  // channels x n: member i's height on channel c (hops to its deepest
+  // descendant; leaves 0) and depth (hops from the root); the program's
+  // pipeline steps (detail::dbtree_ops).
+  std::vector<int> height, depth;
+  std::vector<int> root_height;  // per channel: the tree's height
+  bool applies() const { return channels > 0; }
+  int parent(int c, int i, int n) const { return up[static_cast<size_t>(c * n + i)]; }
+  std::span<const int> children(int c, int i, int n) const {
+    return {down.data() + static_cast<size_t>((c * n + i) * kArity), static_cast<size_t>(kArity)};
+  }
+};
+TreePlan tree_plan(const HardwareProfile& p, std::span<const int> members);
+// NCCL's btree over `nranks` (trees.cc): rank's parent (-1: root), children
+// d0 and d1 (-1: none), and which child of its parent it is (0 or 1).
+struct BtreeNode {
+  int up = -1, d0 = -1, d1 = -1, child_type = 0;
+};
+BtreeNode btree(int nranks, int rank);
+// Tree `t` (0 or 1) of the double binary tree over `nranks`.
+BtreeNode dtree(int nranks, int rank, int t);
+// Pipeline chunks per channel of a dbtree all_reduce of `count` elements of
+// `elem_size` bytes on `channels` channels: about 512 KiB each, at most 64.
+int dbtree_chunks(size_t count, int channels, int elem_size);
+// Whether dbtree can run `s` on `members`: an all_reduce, and tree_plan applies.
+bool dbtree_applies(const HardwareProfile& p, std::span<const int> members, const CollShape& s);
 
 // The algorithms auto chooses among for `op`, in tie-break order.
 std::span<const Algo> candidate_algos(OpKind op);

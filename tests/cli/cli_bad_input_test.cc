@@ -359,6 +359,7 @@ TEST(CliBadInput, CollectivesAndP2pFlags) {
       {"collectives --op all_to_all --redop sum", "--redop sum: --op all_to_all reduces nothing"},
       {"collectives --pace nan", "--pace: nan is not a finite number"},
       {"collectives --nodes 0", "--nodes: 0 is out of range"},
+      {"collectives --ranks 8 --algo dbtree", "--algo dbtree: all_reduce on these 8 members: dbtree runs all_reduce"},
       {"collectives --profile {dir}", "is a directory, not a JSON file"},
       {"p2p --src -1", "--src -1: out of range"},
       {"p2p --dst 99", "--dst 99: out of range"},

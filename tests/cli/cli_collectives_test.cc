@@ -72,9 +72,11 @@ TEST(CliCollectives, RowsPrintTheProtocolAutoChose) {
 
 TEST(CliCollectives, TwoNodesRunChannelsOverEveryRail) {
   const auto r8 = run_cli("collectives --op all_reduce --ranks 8 --min-bytes 64MiB --max-bytes 64MiB --json");
-  const auto r16 = run_cli("collectives --op all_reduce --ranks 16 --min-bytes 64MiB --max-bytes 64MiB --json");
+  // Across nodes --algo ring: auto takes dbtree on 2 nodes at these sizes (below).
+  const auto r16 = run_cli("collectives --op all_reduce --ranks 16 --min-bytes 64MiB --max-bytes 64MiB --json --algo ring");
   const auto r4nic = run_cli(
-      "collectives --op all_reduce --ranks 16 --profile a100-nvlink-4nic --min-bytes 64MiB --max-bytes 64MiB --json");
+      "collectives --op all_reduce --ranks 16 --profile a100-nvlink-4nic --min-bytes 64MiB --max-bytes 64MiB --json "
+      "--algo ring");
   for (const auto* r : {&r8, &r16, &r4nic}) ASSERT_EQ(r->code, 0) << r->err;
   auto one = nlohmann::json::parse(r8.out), two = nlohmann::json::parse(r16.out), four = nlohmann::json::parse(r4nic.out);
   const double bw8 = one["rows"][0]["busbw_GBps"], bw16 = two["rows"][0]["busbw_GBps"],
@@ -101,12 +103,23 @@ TEST(CliCollectives, TwoNodesRunChannelsOverEveryRail) {
   // rails_test.cc closed_form): Simple 12.4 + 60 x 10.593 + 9.6 = 657.6 us
   // against LL128's 14 + 60 x 11.514 + 4.0 = 708.9 us. (Before the lanes,
   // every step waited for an IB hop, where LL128's 4 us beat Simple's 9.6.)
-  const auto table = run_cli("collectives --op all_reduce --ranks 16 --min-bytes 1GiB --max-bytes 1GiB");
+  const auto table = run_cli("collectives --op all_reduce --ranks 16 --min-bytes 1GiB --max-bytes 1GiB --algo ring");
   ASSERT_EQ(table.code, 0) << table.err;
   EXPECT_NE(table.out.find("8 NICs per node"), std::string::npos) << table.out;
   EXPECT_NE(table.out.find("   ring Simple   16 "), std::string::npos) << table.out;
   EXPECT_EQ(two["rows"][0]["protocol"], "Simple");
   EXPECT_NEAR(double(two["rows"][0]["time_us"]), 657.5968, 1e-4);
+  // auto weighs NCCL's double binary tree too (dbtree_test.cc): on 2 nodes
+  // each GPU's NIC carries 1/8 of the buffer each way instead of the ring's
+  // 2(n-1)/n / 8, so it wins at 64 MiB (625.70 us against the ring's 657.60)
+  // and at 1 GiB (249.5 GB/s busbw against 197.5), as NCCL's tree does on 2
+  // nodes (NVIDIA/nccl#812, #946: above the NICs' limit).
+  const auto autod = run_cli("collectives --op all_reduce --ranks 16 --min-bytes 64MiB --max-bytes 64MiB --json");
+  ASSERT_EQ(autod.code, 0) << autod.err;
+  const auto a = nlohmann::json::parse(autod.out)["rows"][0];
+  EXPECT_EQ(a["algo"], "dbtree");
+  EXPECT_EQ(a["channels"], 16);
+  EXPECT_LT(double(a["time_us"]), 657.5968);
 }
 
 // The cluster fabric (profile "fabric"): h100-roce runs and prints its
@@ -128,7 +141,7 @@ TEST(CliCollectives, FabricTiersCapTheRingAcrossPods) {
   j.erase("fabric");
   const std::string flat = ::testing::TempDir() + "flat.json";
   std::ofstream(flat) << j.dump();
-  const std::string run = "collectives --ranks 32 --nodes 4 --min-bytes 1GiB --max-bytes 1GiB --json --profile ";
+  const std::string run = "collectives --ranks 32 --nodes 4 --min-bytes 1GiB --max-bytes 1GiB --json --algo ring --profile ";
   const auto a = run_cli(run + pods), b = run_cli(run + flat);
   ASSERT_EQ(a.code, 0) << a.err;
   ASSERT_EQ(b.code, 0) << b.err;

@@ -11,26 +11,6 @@
 namespace shardlab::collectives::testing {
 namespace {
 
-// Sleeps 0-40 us at about one channel operation in four, from a seeded hash.
-class RandomSleeps : public FabricHooks {
- public:
-  explicit RandomSleeps(uint64_t seed) : seed_(seed) {}
-  void on_send(int src, int dst, Tag tag) override { maybe_sleep(src, dst, tag); }
-  void on_recv(int dst, int src, Tag tag) override { maybe_sleep(dst + 1000, src, tag); }
-
- private:
-  void maybe_sleep(int a, int b, Tag tag) {
-    uint64_t h = seed_ ^ (tag * 0x9E3779B97F4A7C15ull) ^ (static_cast<uint64_t>(a) << 32) ^ static_cast<uint64_t>(b);
-    h ^= counter_.fetch_add(1, std::memory_order_relaxed) * 0xBF58476D1CE4E5B9ull;
-    h ^= h >> 31;
-    h *= 0x94D049BB133111EBull;
-    h ^= h >> 29;
-    if (h % 4 == 0) std::this_thread::sleep_for(std::chrono::microseconds(h % 41));
-  }
-  uint64_t seed_;
-  std::atomic<uint64_t> counter_{0};
-};
-
 struct Outcome {
   std::vector<uint64_t> digests;  // per device: FNV-1a of all output bits
   std::vector<Time> ends;

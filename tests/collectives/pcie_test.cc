@@ -11,12 +11,6 @@
 namespace shardlab::collectives::testing {
 namespace {
 
-std::vector<int> first_ranks(int n) {
-  std::vector<int> v(static_cast<size_t>(n));
-  std::iota(v.begin(), v.end(), 0);
-  return v;
-}
-
 // GPUs {0,1} {2,3} behind switches 0, 1 on socket 0; {4,5} {6,7} behind
 // switches 2, 3 on socket 1. GPU links and uplinks 32 GB/s, sockets 16 GB/s.
 TEST(PcieTreeTest, PathsTakeTheirSlowestLink) {

@@ -14,18 +14,6 @@
 namespace shardlab::collectives::testing {
 namespace {
 
-HardwareProfile nodes_of(const char* name, int nodes) {
-  HardwareProfile p = load_profile(name);
-  p.nodes = nodes;
-  return p;
-}
-
-std::vector<int> first_ranks(int n) {
-  std::vector<int> v(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) v[static_cast<size_t>(i)] = i;
-  return v;
-}
-
 TEST(RailsTest, ChannelCountFollowsNcclsRule) {
   // One ring per NIC, duplicated (NCCL graph/search.cc, graph/connect.cc):
   // 2 x rails, at most 32, a multiple of the members per node.

@@ -2,10 +2,14 @@
 // inputs whose sums are exact in any order (small integers), serial references.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <numeric>
 #include <mutex>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -86,6 +90,41 @@ inline HardwareProfile uniform_profile(int devices, double latency_us = 2.0, dou
   p.protocols.clear();
   return p;
 }
+
+// Group indices 0..n-1: the first n devices.
+inline std::vector<int> first_ranks(int n) {
+  std::vector<int> v(static_cast<size_t>(n));
+  std::iota(v.begin(), v.end(), 0);
+  return v;
+}
+
+// A built-in profile on `nodes` nodes.
+inline HardwareProfile nodes_of(const char* name, int nodes) {
+  HardwareProfile p = load_profile(name);
+  p.nodes = nodes;
+  return p;
+}
+
+// Sleeps 0-40 us at about one channel operation in four, from a seeded hash:
+// shakes the host's thread schedule (determinism tests).
+class RandomSleeps : public FabricHooks {
+ public:
+  explicit RandomSleeps(uint64_t seed) : seed_(seed) {}
+  void on_send(int src, int dst, Tag tag) override { maybe_sleep(src, dst, tag); }
+  void on_recv(int dst, int src, Tag tag) override { maybe_sleep(dst + 1000, src, tag); }
+
+ private:
+  void maybe_sleep(int a, int b, Tag tag) {
+    uint64_t h = seed_ ^ (tag * 0x9E3779B97F4A7C15ull) ^ (static_cast<uint64_t>(a) << 32) ^ static_cast<uint64_t>(b);
+    h ^= counter_.fetch_add(1, std::memory_order_relaxed) * 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 31;
+    h *= 0x94D049BB133111EBull;
+    h ^= h >> 29;
+    if (h % 4 == 0) std::this_thread::sleep_for(std::chrono::microseconds(h % 41));
+  }
+  uint64_t seed_;
+  std::atomic<uint64_t> counter_{0};
+};
 
 inline RunResult run_on(int n, const Cluster::Program& program, const HardwareProfile& profile,
                         FabricHooks* hooks = nullptr) {
