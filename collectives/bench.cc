@@ -54,7 +54,6 @@ void fill(RankBuffers& rb, const BenchOptions& s, int me) {
 
 void run_op(Device& dev, const ProcessGroup& g, RankBuffers& rb, const BenchOptions& s) {
   CollOptions opt{s.algo, std::nullopt};
-  opt.auto_dbtree = true;  // a bench never folds (CollShape::dbtree)
   opt.proto = s.proto;
   const Buffer a = rb.phantom ? Buffer::phantom(rb.count) : Buffer(rb.a);
   const Range mine = chunk_range(rb.count, g.size(), g.rank());
