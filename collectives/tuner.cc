@@ -679,6 +679,20 @@ std::vector<MemberClock> replay_collective(const HardwareProfile& p, std::span<c
   return R.clocks();
 }
 
+std::vector<int> node_shifted(const HardwareProfile& p, std::span<const int> members) {
+  std::vector<int> out(members.begin(), members.end());
+  if (members.empty() || !p.pcie.empty()) return out;
+  const int d = p.node_of(*std::min_element(members.begin(), members.end())) * p.devices_per_node;
+  if (d == 0) return out;
+  for (int& m : out) m -= d;
+  const ProfileLinkModel links(p);
+  for (size_t i = 0; i < members.size(); ++i)
+    for (size_t j = 0; j < members.size(); ++j)
+      if (i != j && !same_link(links.link(members[i], members[j]), links.link(out[i], out[j])))
+        return {members.begin(), members.end()};
+  return out;
+}
+
 Algo select_algo(const HardwareProfile& p, std::span<const int> members, const CollShape& s) {
   return select(p, members, s).algo;
 }

@@ -399,6 +399,38 @@ TEST(TunerSymmetricTest, MembersOfOneNodeStandForTheirTwinsOnOtherNodes) {
   EXPECT_GT(compared, 0);
 }
 
+// The tuner's cache shares one choice between groups that differ by whole
+// nodes (api.cc: the stages of a pipeline) only where every pair keeps its
+// link: on h100-nvlink (one leaf) always; on h100-roce (two nodes per rack
+// switch) a group over nodes 1-2 spans two racks and nodes 0-1 one, so it
+// stays where it is, while nodes 2-3 move onto 0-1. The predictions of the
+// moved groups equal the originals' (tolerance 0).
+TEST(TunerSymmetricTest, NodeShiftedKeepsEveryLink) {
+  HardwareProfile nvl = load_profile("h100-nvlink");
+  nvl.nodes = 4;
+  const HardwareProfile roce = load_profile("h100-roce");
+  auto range = [](int from, int n) {
+    std::vector<int> v(static_cast<size_t>(n));
+    std::iota(v.begin(), v.end(), from);
+    return v;
+  };
+  EXPECT_EQ(node_shifted(nvl, range(8, 24)), range(0, 24));
+  EXPECT_EQ(node_shifted(roce, range(8, 16)), range(8, 16));
+  EXPECT_EQ(node_shifted(roce, range(16, 16)), range(0, 16));
+  std::vector<int> places;  // local GPU 3 of nodes 1-3
+  for (int node = 1; node < 4; ++node) places.push_back(node * 8 + 3);
+  EXPECT_EQ(node_shifted(nvl, places), (std::vector<int>{3, 11, 19}));
+  int compared = 0;
+  for (const auto& [p, g] :
+       {std::pair{nvl, range(8, 24)}, std::pair{roce, range(16, 16)}, std::pair{nvl, places}})
+    for_each_replayed_shape(p, g, [&, &p = p, &g = g](const CollShape& s, OpKind, Algo algo) {
+      EXPECT_EQ(predict_time(p, node_shifted(p, g), s, algo), predict_time(p, g, s, algo));
+      ++compared;
+    });
+  std::printf("  %d predictions of node-shifted groups equal the originals' (tolerance 0)\n",
+              compared);
+}
+
 // The symptom the tuner fixes: on PCIe (32 GB/s) direct's 7 serialized
 // copies lose to the tree well below the old 4 MiB threshold, while tiny
 // messages still go direct (one latency).
