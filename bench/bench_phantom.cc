@@ -16,27 +16,30 @@
 //   llama3-70b-100k  llama3-70b, TP 8, PP 4, DP 3125, seq 8192, SP, full recompute
 //
 //   build/bin/bench_phantom [--profile NAME|FILE.json] [--rows N]   (N rows of each table)
-//   build/bin/bench_phantom --scale NAME
+//   build/bin/bench_phantom --scale NAME [--layers N] [--micro-batches M] [--no-fold]
+//     (--layers and --micro-batches shrink a scale run into a sibling that
+//     runs in seconds, for profiling; --no-fold runs every rank on a thread)
 //   build/bin/bench_phantom --table nemo|bridge|llama3 [--profile NAME|FILE.json]
 //     NVIDIA's NeMo 24.07 DGX-H100 FP8 rows, or Dubey et al. 2024 Table 4
 //     (Llama 3 405B, held out), on h100-nvlink unless --profile says
 //     otherwise (a FILE.json with another GEMM maximum: the fit of
 //     h100-nvlink's FP8 GEMM maximum, README "Calibration against a real
 //     cluster").
+#include <fmt/format.h>
 #include <sys/resource.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "model/train/calibration.h"
 #include "model/train/trainer.h"
 #include "runtime/cluster.h"
 #include "runtime/errors.h"
+#include "runtime/parse_number.h"
 #include "runtime/profile.h"
 
 namespace {
@@ -66,7 +69,12 @@ std::vector<train::PredictedRun> run_table(const std::vector<train::PublishedRun
 }
 
 // One phantom step of `name` (see the top of this file): wall time, peak RSS, fold.
-int run_scale(const std::string& name) {
+struct ScaleOverrides {
+  int layers = 0, micro_batches = 0;  // 0: the scale's own
+  bool fold = true;
+};
+
+int run_scale(const std::string& name, const ScaleOverrides& over) {
   struct Scale {
     const char* name;
     const char* preset;
@@ -83,7 +91,9 @@ int run_scale(const std::string& name) {
   train::TrainOptions o;
   o.model = model::preset(s->preset);
   o.model.block_size = s->seq;
-  o.micro_batches = 16;
+  if (over.layers > 0) o.model.n_layer = over.layers;
+  o.micro_batches = over.micro_batches > 0 ? over.micro_batches : 16;
+  o.fold = over.fold;
   o.model.batch_size = s->dp * o.micro_batches;  // micro-batch 1
   o.steps = 1;
   o.phantom = true;
@@ -103,15 +113,38 @@ int run_scale(const std::string& name) {
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
-  fmt::print("{}: {} GPUs (tp {} pp {} dp {} ep {}, seq {}), phantom step {:.3f} s virtual\n", s->name, world, s->tp,
-             s->pp, s->dp, s->ep, s->seq, double(r.run.makespan()) * 1e-12);
+  fmt::print("{}: {} GPUs (tp {} pp {} dp {} ep {}, seq {}), phantom step {:.6f} s virtual\n",
+             s->name, world, s->tp, s->pp, s->dp, s->ep, s->seq, double(r.run.makespan()) * 1e-12);
   fmt::print("  {}\n  wall {:.1f} s, peak RSS {:.2f} GiB, {} device threads\n", r.folded, wall,
              double(u.ru_maxrss) / (1024.0 * 1024.0), r.running_devices);
   return 0;
 }
 
 int run(int argc, char** argv) {
-  if (argc == 3 && !std::strcmp(argv[1], "--scale")) return run_scale(argv[2]);
+  if (argc >= 3 && !std::strcmp(argv[1], "--scale")) {
+    ScaleOverrides over;
+    const auto count = [](const char* flag, const char* text) {
+      const std::optional<int> n = parse_number<int>(text);
+      if (!n || *n < 1)
+        throw ConfigError(fmt::format("{} \"{}\": expected a positive count", flag, text));
+      return *n;
+    };
+    for (int i = 3; i < argc; ++i) {
+      const bool has_value = i + 1 < argc;
+      if (!std::strcmp(argv[i], "--no-fold")) {
+        over.fold = false;
+      } else if (has_value && !std::strcmp(argv[i], "--layers")) {
+        over.layers = count(argv[i], argv[i + 1]), ++i;
+      } else if (has_value && !std::strcmp(argv[i], "--micro-batches")) {
+        over.micro_batches = count(argv[i], argv[i + 1]), ++i;
+      } else {
+        throw ConfigError(fmt::format(
+            "unknown argument \"{}\" after --scale NAME (--layers N, --micro-batches M, --no-fold)",
+            argv[i]));
+      }
+    }
+    return run_scale(argv[2], over);
+  }
   std::string profile, table;
   size_t rows = 100;
   for (int i = 1; i < argc; i += 2) {

@@ -2,8 +2,12 @@
 // comm-stream bracket (wait for `after`, run, record), and the blocking forms.
 #include <algorithm>
 #include <functional>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <stdexcept>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -11,6 +15,7 @@
 #include "collectives/folded.h"
 #include "collectives/rendezvous.h"
 #include "collectives/tuner.h"
+#include "runtime/profile.h"
 
 namespace shardlab::collectives {
 namespace {
@@ -22,15 +27,21 @@ void require_argument(bool ok, const std::string& what) {
   if (!ok) throw std::invalid_argument(what);
 }
 
-// The tuner's choice, computed once per device thread for each group, shape
-// and requested algorithm: select() replays every algorithm under every
-// protocol, and a training step repeats the same collectives thousands of
-// times (a phantom 1T step spent over half its host time there). The choice
-// is a pure function of the profile, the members and the shape, so the
-// cache changes no figure. Device threads live for one run on one profile
-// (Cluster::run); the profile's address is part of the key all the same.
+// The tuner's choice, computed once for each group, shape and requested
+// algorithm: select() replays every algorithm under every protocol, and a
+// training step repeats the same collectives thousands of times (a phantom
+// 1T step spent over half its host time there). The choice is a pure
+// function of the profile, the members and the shape, so the cache changes
+// no figure. Each device thread keeps the choices it met (no lock on a
+// hit); behind them one table for the process, keyed by the profile's text
+// (profile_to_json: every field, so two profiles never share an entry
+// whatever their addresses) and the group moved onto the first nodes
+// (node_shifted), so the threads of one group and the pipeline's stages,
+// whose groups differ by whole nodes, share one selection (the DeepSeek-V3
+// step on 2,048 GPUs: 128 threads, 8 per dp group, 16 stages).
 struct ChoiceKey {
-  const HardwareProfile* profile;
+  const void*
+      profile;  // the thread's table: the profile's address; the process's: its interned text
   std::vector<int> members;
   OpKind op;
   size_t count;
@@ -55,6 +66,58 @@ struct ChoiceKeyHash {
     return h;
   }
 };
+
+// The process's table. An entry is filled once, outside the table's lock:
+// the first thread to need it selects, the others wait for it.
+struct SharedChoice {
+  std::once_flag once;
+  Choice choice;
+};
+struct SharedChoices {
+  std::mutex mu;
+  std::unordered_map<std::string, std::unique_ptr<const std::string>>
+      texts;  // interned profile texts
+  std::unordered_map<ChoiceKey, std::shared_ptr<SharedChoice>, ChoiceKeyHash> chosen;
+};
+
+Choice select_shared(const HardwareProfile& p, std::span<const int> members, const CollShape& shape,
+                     Algo algo) {
+  static SharedChoices table;
+  // The profile's interned text and the group moved onto the first nodes,
+  // once per thread (a device thread lives for one run on one profile).
+  thread_local const HardwareProfile* text_of = nullptr;
+  thread_local const std::string* text = nullptr;
+  if (text_of != &p) {
+    std::string t = profile_to_json(p).dump();
+    const std::lock_guard<std::mutex> lock(table.mu);
+    auto it = table.texts.find(t);
+    if (it == table.texts.end()) {
+      auto owned = std::make_unique<const std::string>(t);
+      it = table.texts.emplace(std::move(t), std::move(owned)).first;
+    }
+    text = it->second.get();
+    text_of = &p;
+  }
+  ChoiceKey key{text,
+                node_shifted(p, members),
+                shape.op,
+                shape.count,
+                shape.elem_size,
+                shape.root,
+                shape.proto,
+                algo};
+  std::shared_ptr<SharedChoice> entry;
+  {
+    const std::lock_guard<std::mutex> lock(table.mu);
+    if (table.chosen.size() >= 65536) table.chosen.clear();  // bounded: waiters hold their entries
+    std::shared_ptr<SharedChoice>& e = table.chosen[key];
+    if (!e) e = std::make_shared<SharedChoice>();
+    entry = e;
+  }
+  std::call_once(entry->once, [&] { entry->choice = select(p, key.members, shape, algo); });
+  return entry->choice;
+}
+
 Choice select_once(const HardwareProfile& p, std::span<const int> members, const CollShape& shape, Algo algo) {
   thread_local std::unordered_map<ChoiceKey, Choice, ChoiceKeyHash> chosen;
   thread_local ChoiceKey probe;  // reused: a hit allocates nothing
@@ -68,7 +131,7 @@ Choice select_once(const HardwareProfile& p, std::span<const int> members, const
   probe.algo = algo;
   probe.dbtree = shape.dbtree;
   if (auto it = chosen.find(probe); it != chosen.end()) return it->second;
-  const Choice c = select(p, members, shape, algo);
+  const Choice c = select_shared(p, members, shape, algo);
   if (chosen.size() >= 4096) chosen.clear();  // bounded: a run has far fewer distinct calls
   chosen.emplace(probe, c);
   return c;

@@ -61,14 +61,16 @@ std::vector<Control> running_controls(Device& dev, const ProcessGroup& g, const 
 }
 
 // A device's ports from `from` on, as words: per replay slot its four
-// streams' free times, the number of segments, then each segment's start,
-// end and streams. Everything Port::book can meet from `from` on.
+// streams' free times, the number of segments, the number it holds before
+// them, then each segment's start, end and streams. Everything Port::book
+// can meet from `from` on, and when the port drops its oldest segments.
 void append_ports(const Device& dev, Time from, std::vector<Time>& out) {
   for (int q = 0; q < kReplayPorts; ++q) {
     const Port& port = device_port(dev, q);
     for (int k = 0; k < Port::kStreams; ++k) out.push_back(port.free(k));
     const std::span<const Port::Segment> segs = port.segments_after(from);
     out.push_back(static_cast<Time>(segs.size()));
+    out.push_back(static_cast<Time>(port.segments().size() - segs.size()));
     for (const Port::Segment& g : segs) out.insert(out.end(), {g.start, g.end, Time{g.streams}});
   }
 }
@@ -85,19 +87,15 @@ void read_ports(std::span<const Time> words, std::span<Port> ports) {
     Time free[Port::kStreams];
     for (Time& f : free) f = next();
     segs.resize(static_cast<size_t>(next()));
-    // A real port drops its oldest segments past Port::kMaxSegments, which
-    // a copy holding only the tail would not: a tail that long could meet
-    // the drop within the call, so it is not replayed.
-    if (segs.size() > Port::kMaxSegments / 4)
-      throw FoldingError(fmt::format("folding: a port holds {} spans of other transfers past the call's start (over "
-                                     "{}): not replayed exactly",
-                                     segs.size(), Port::kMaxSegments / 4));
+    // The copy counts the segments the port holds before the tail, so it
+    // drops its oldest past Port::kMaxSegments as the port does.
+    const auto held_before = static_cast<size_t>(next());
     for (Port::Segment& g : segs) {
       g.start = next();
       g.end = next();
       g.streams = static_cast<uint8_t>(next());
     }
-    ports[size_t(q)].restore(segs, free);
+    ports[size_t(q)].restore(segs, free, held_before);
   }
   SHARDLAB_CHECK(at == words.size(), "folded collective: long port message");
 }

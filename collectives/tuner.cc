@@ -76,6 +76,26 @@ class Replay {
     for (Clock& c : clocks_) c = clocks_[0];
   }
   bool symmetric() const { return symmetric_; }
+  // Members i and i + m are alike (replay_period): the lock-step exchanges
+  // replay members 0..m-1 alone, each of whose messages stands for its
+  // twins m, 2m, ... further on; spread_period() then copies their clocks.
+  void set_period(int m) { period_ = m; }
+  int period() const { return period_; }
+  // The members a lock-step exchange replays, and the one that stands for member i.
+  int played() const { return period_ > 0 ? period_ : n(); }
+  int base(int i) const { return period_ > 0 ? i % period_ : i; }
+  // Member i's message: its base's, from i (the receiver logs i as its peer).
+  static Posted twin(Posted m, int from) {
+    m.from = from;
+    return m;
+  }
+  void spread_period() {
+    for (int i = period_; i < n(); ++i) clocks_[size_t(i)] = clocks_[size_t(i % period_)];
+    if (!ports_) return;
+    const size_t stride = size_t(period_) * size_t(kReplayPorts);
+    for (size_t q = stride; q < ports_->ports.size(); ++q)
+      ports_->ports[q] = ports_->ports[q % stride];
+  }
 
   int n() const { return static_cast<int>(members_.size()); }
   // Group index `offset` steps from `me` (wraps), as Ctx::rel.
@@ -180,6 +200,23 @@ class Replay {
   // Symmetric: member 0's events stand for me_'s, every peer `me_` further
   // on; no member is watched (every one books as me_ does).
   void log(int r, int peer, ReplayMark mark) {
+    if (period_ > 0) {
+      // Member r's mark stands for every twin r + k·m's, its peer k·m further
+      // on. Watched twins of me_ are not logged: they equal me_ by
+      // construction, and so does me_ itself in `watched` (folded.cc
+      // compares those logs).
+      const int m = period_;
+      for (int i = r; i < n(); i += m) {
+        mark.peer = members_[static_cast<size_t>((peer + i - r) % n())];
+        if (i == me_ && marks_) marks_->push_back(mark);
+        if (watched_ && watch_[static_cast<size_t>(i)] && (me_ < 0 || i % m != me_ % m)) {
+          mark.member = members_[static_cast<size_t>(i)];
+          mark.index = i;
+          watched_->push_back(mark);
+        }
+      }
+      return;
+    }
     if (symmetric_) {
       mark.peer = members_[static_cast<size_t>((peer + std::max(me_, 0)) % n())];
       if (marks_) marks_->push_back(mark);
@@ -200,6 +237,7 @@ class Replay {
   std::vector<ReplayMark>* watched_ = nullptr;
   const ReplayPorts* ports_ = nullptr;
   bool symmetric_ = false;
+  int period_ = 0;  // 0: every member replayed
 };
 
 // Whether every ordered pair of distinct members has the same link: all in
@@ -232,6 +270,59 @@ bool uniform_pairs(const HardwareProfile& p, std::span<const int> members) {
   return true;  // one node, one link
 }
 
+bool same_link(const Link& a, const Link& b) {
+  return a.port == b.port && a.latency == b.latency && a.bytes_per_second == b.bytes_per_second &&
+         a.header_bytes == b.header_bytes &&
+         std::equal(a.payload_bytes, a.payload_bytes + 2, b.payload_bytes) &&
+         std::equal(a.proto_latency_delta, a.proto_latency_delta + kNumProtocols,
+                    b.proto_latency_delta) &&
+         std::equal(a.proto_share_ppm, a.proto_share_ppm + kNumProtocols, b.proto_share_ppm);
+}
+
+// The period of a group whose members sit in node blocks (m members on the
+// first node, then the next node's, ...): m when moving every member m
+// places on (i -> i + m mod n) moves every pair onto a pair with the same
+// link, 0 otherwise (or with a PCIe tree, whose shares depend on the whole
+// group). A dp or ep group over several nodes with the same local GPUs on
+// each, as FoldPlan::by_place folds, has period m (its members per node)
+// when the fabric gives every node pair the same link, as one leaf does.
+// Started alike by period (member i as member i mod m), the members of a
+// lock-step exchange stay so after every round, since each round's sends
+// and receives of member i + m are member i's moved m places on: replaying
+// members 0..m-1 is every member's replay, O(m x rounds) instead of
+// O(n x rounds). Checked pair by pair, O(n^2) links, once per group and
+// thread.
+int replay_period(const HardwareProfile& p, std::span<const int> members) {
+  const int n = static_cast<int>(members.size());
+  if (n < 2 || !p.pcie.empty()) return 0;
+  thread_local std::map<std::pair<const HardwareProfile*, std::vector<int>>, int> known;
+  auto key = std::make_pair(&p, std::vector<int>(members.begin(), members.end()));
+  if (auto it = known.find(key); it != known.end()) return it->second;
+  int m = 0;
+  while (m < n && p.node_of(members[size_t(m)]) == p.node_of(members[0])) ++m;
+  int period = m < n && n % m == 0 ? m : 0;
+  const ProfileLinkModel links(p);
+  for (int i = 0; i < n && period > 0; ++i)
+    for (int j = 0; j < n && period > 0; ++j)
+      if (i != j &&
+          !same_link(links.link(members[size_t(i)], members[size_t(j)]),
+                     links.link(members[size_t((i + m) % n)], members[size_t((j + m) % n)])))
+        period = 0;
+  if (known.size() >= 4096) known.clear();  // bounded: a run has far fewer groups per thread
+  known.emplace(std::move(key), period);
+  return period;
+}
+
+// Whether the ring plan moves along with the members: member i + m's
+// successor on every channel is member i's moved m places on.
+bool plan_periodic(const RingPlan& plan, int n, int m) {
+  if (plan.single()) return true;
+  for (int c = 0; c < plan.channels; ++c)
+    for (int i = 0; i < n; ++i)
+      if (plan.next(c, (i + m) % n, n) != (plan.next(c, i, n) + m) % n) return false;
+  return true;
+}
+
 size_t chunk(size_t count, int n, int i) {
   return static_cast<size_t>(chunk_range(count, n, i).size);
 }
@@ -246,9 +337,12 @@ void shift_round(Replay& R, int dist, Size size, std::vector<Posted>& out) {
     out[0].from = R.rel(0, -dist);  // the twin's sender
     return R.recv(0, out[0]);
   }
-  const int n = R.n();
+  const int n = R.played();
   for (int r = 0; r < n; ++r) out[static_cast<size_t>(r)] = R.send(r, R.rel(r, dist), size(r));
-  for (int r = 0; r < n; ++r) R.recv(r, out[static_cast<size_t>(R.rel(r, -dist))]);
+  for (int r = 0; r < n; ++r) {
+    const int from = R.rel(r, -dist);
+    R.recv(r, Replay::twin(out[static_cast<size_t>(R.base(from))], from));
+  }
 }
 
 // ring.cc ring_reduce_scatter / ring_all_gather: member r sends chunk
@@ -281,10 +375,13 @@ void channel_ring(Replay& R, const RingPlan& plan, size_t count) {
       }
       continue;
     }
-    for (int r = 0; r < n; ++r)
+    for (int r = 0; r < R.played(); ++r)
       for (int c = 0; c < C; ++c) out[static_cast<size_t>(r * C + c)] = R.send(r, plan.next(c, r, n), charged, c);
-    for (int r = 0; r < n; ++r)
-      for (int c = 0; c < C; ++c) R.recv(r, out[static_cast<size_t>(plan.prev(c, r, n) * C + c)], c);
+    for (int r = 0; r < R.played(); ++r)
+      for (int c = 0; c < C; ++c) {
+        const int from = plan.prev(c, r, n);
+        R.recv(r, Replay::twin(out[static_cast<size_t>(R.base(from) * C + c)], from), c);
+      }
   }
 }
 
@@ -339,12 +436,15 @@ void direct_exchange(Replay& R, Size size) {
     }
     return;
   }
-  std::vector<Posted> out(n * n);
-  for (int r = 0; r < R.n(); ++r)
+  std::vector<Posted> out(size_t(R.played()) * n);
+  for (int r = 0; r < R.played(); ++r)
     for (int k = 1; k < R.n(); ++k)
       out[size_t(r) * n + size_t(k)] = R.send(r, R.rel(r, k), size(r, R.rel(r, k)));
-  for (int r = 0; r < R.n(); ++r)
-    for (int k = 1; k < R.n(); ++k) R.recv(r, out[size_t(R.rel(r, -k)) * n + size_t(k)]);
+  for (int r = 0; r < R.played(); ++r)
+    for (int k = 1; k < R.n(); ++k) {
+      const int from = R.rel(r, -k);
+      R.recv(r, Replay::twin(out[size_t(R.base(from)) * n + size_t(k)], from));
+    }
 }
 
 // direct_broadcast (root sends to root+1, root+2, ...) and direct_reduce
@@ -559,8 +659,16 @@ bool lock_step(const CollShape& s, Algo algo) {
 Time replay_time(const HardwareProfile& p, std::span<const int> members, const CollShape& s, Algo algo,
                  Proto proto) {
   Replay R(p, members, s.elem_size, proto);
-  if (lock_step(s, algo) && uniform_pairs(p, members)) R.set_symmetric();
-  replay(R, p, members, algo == Algo::kRing ? ring_plan(p, members) : RingPlan{}, s, algo);
+  const RingPlan plan = algo == Algo::kRing ? ring_plan(p, members) : RingPlan{};
+  const bool step = lock_step(s, algo);
+  if (step && uniform_pairs(p, members)) {
+    R.set_symmetric();
+  } else if (const int m = step ? replay_period(p, members) : 0;
+             m > 0 && plan_periodic(plan, R.n(), m)) {
+    R.set_period(m);  // every member starts at the collective's start: alike by any period
+  }
+  replay(R, p, members, plan, s, algo);
+  if (R.period() > 0) R.spread_period();
   return R.makespan();
 }
 }  // namespace
@@ -590,6 +698,25 @@ Time predict_time(const HardwareProfile& p, std::span<const int> members, const 
   return select(p, members, s, algo).time;
 }
 
+namespace {
+// Whether member i starts as member i - m for every i >= m: the same
+// clocks and, where the replay books on ports, the same spans and free
+// times on every port (all that Port::book reads).
+bool periodic_start(std::span<const MemberClock> clocks, const ReplayPorts* ports, int m) {
+  for (size_t i = size_t(m); i < clocks.size(); ++i)
+    if (!(clocks[i] == clocks[i - size_t(m)])) return false;
+  if (!ports) return true;
+  const size_t stride = size_t(m) * size_t(kReplayPorts);
+  for (size_t q = stride; q < ports->ports.size(); ++q) {
+    const Port &a = ports->ports[q], &b = ports->ports[q - stride];
+    if (a.segments() != b.segments()) return false;
+    for (int k = 0; k < Port::kStreams; ++k)
+      if (a.free(k) != b.free(k)) return false;
+  }
+  return true;
+}
+}  // namespace
+
 std::vector<MemberClock> replay_collective(const HardwareProfile& p, std::span<const int> members,
                                            const CollShape& s, Algo algo,
                                            std::span<const MemberClock> clocks, int me,
@@ -605,10 +732,31 @@ std::vector<MemberClock> replay_collective(const HardwareProfile& p, std::span<c
   // uniform pairs: member 0 stands for every member (uniform_pairs).
   const bool alike = std::all_of(clocks.begin(), clocks.end(), [&](const MemberClock& c) { return c == clocks[0]; });
   const bool symmetric = !ports && alike && lock_step(s, algo) && uniform_pairs(p, members);
-  if (symmetric) R.set_symmetric();
-  replay(R, p, members, algo == Algo::kRing ? ring_plan(p, members) : RingPlan{}, s, algo);
+  const RingPlan plan = algo == Algo::kRing ? ring_plan(p, members) : RingPlan{};
+  if (symmetric) {
+    R.set_symmetric();
+  } else if (const int m = lock_step(s, algo) ? replay_period(p, members) : 0;
+             m > 0 && plan_periodic(plan, R.n(), m) && periodic_start(clocks, ports, m)) {
+    R.set_period(m);
+  }
+  replay(R, p, members, plan, s, algo);
   if (symmetric) R.spread();
+  if (R.period() > 0) R.spread_period();
   return R.clocks();
+}
+
+std::vector<int> node_shifted(const HardwareProfile& p, std::span<const int> members) {
+  std::vector<int> out(members.begin(), members.end());
+  if (members.empty() || !p.pcie.empty()) return out;
+  const int d = p.node_of(*std::min_element(members.begin(), members.end())) * p.devices_per_node;
+  if (d == 0) return out;
+  for (int& m : out) m -= d;
+  const ProfileLinkModel links(p);
+  for (size_t i = 0; i < members.size(); ++i)
+    for (size_t j = 0; j < members.size(); ++j)
+      if (i != j && !same_link(links.link(members[i], members[j]), links.link(out[i], out[j])))
+        return {members.begin(), members.end()};
+  return out;
 }
 
 Algo select_algo(const HardwareProfile& p, std::span<const int> members, const CollShape& s) {

@@ -234,6 +234,14 @@ struct Choice {
   Time time = 0;
 };
 Choice select(const HardwareProfile& p, std::span<const int> members, const CollShape& s, Algo algo = Algo::kAuto);
+// The group moved by whole nodes onto the first ones (every rank less d,
+// d its lowest node's first rank) when every pair of members keeps its link
+// there (compared pair by pair, no PCIe tree); else the group itself.
+// select() and every replay read a group only through its pairs' links, its
+// members' nodes relative to each other and their local GPUs, so they give
+// the same on both: the stages of a pipeline, whose dp and ep groups differ
+// by whole nodes, share one tuner choice (api.cc).
+std::vector<int> node_shifted(const HardwareProfile& p, std::span<const int> members);
 // select(...).algo.
 Algo select_algo(const HardwareProfile& p, std::span<const int> members, const CollShape& s);
 

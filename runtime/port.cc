@@ -39,8 +39,9 @@ std::span<const Port::Segment> Port::segments_after(Time from) const {
   return {it, segs_.end()};
 }
 
-void Port::restore(std::span<const Segment> segs, const Time free[kStreams]) {
+void Port::restore(std::span<const Segment> segs, const Time free[kStreams], size_t held_before) {
   segs_.assign(segs.begin(), segs.end());
+  held_before_ = held_before;
   for (int s = 0; s < kStreams; ++s) {
     free_[s] = free[s];
     last_end_[s] = 0;
@@ -169,8 +170,13 @@ void Port::mark(Time start, Time end, uint8_t bit) {
 }
 
 void Port::prune() {
-  if (segs_.size() <= kMaxSegments) return;
-  segs_.erase(segs_.begin(), segs_.begin() + static_cast<std::ptrdiff_t>(kMaxSegments / 2));
+  if (held_before_ + segs_.size() <= kMaxSegments) return;
+  // The oldest half goes; a copy's first are the original's it does not hold.
+  size_t drop = kMaxSegments / 2;
+  const size_t unheld = std::min(drop, held_before_);
+  held_before_ -= unheld;
+  drop -= unheld;
+  segs_.erase(segs_.begin(), segs_.begin() + static_cast<std::ptrdiff_t>(drop));
 }
 
 }  // namespace shardlab

@@ -77,7 +77,11 @@ class Port {
   // Makes this port the one with these segments (disjoint, in time order)
   // and free times: a copy of another device's port from some time on,
   // which a folded collective's replay books as that device would.
-  void restore(std::span<const Segment> segs, const Time free[kStreams]);
+  // `held_before`: how many older segments the original holds before them
+  // (segments().size() less the tail's), which the copy counts without
+  // holding, so it drops its oldest exactly when and as the original does
+  // (kMaxSegments).
+  void restore(std::span<const Segment> segs, const Time free[kStreams], size_t held_before = 0);
 
  private:
   // ORs `bit` into [start, end), splitting and merging segments.
@@ -85,6 +89,7 @@ class Port {
   void prune();
 
   std::vector<Segment> segs_;  // disjoint, in time order, streams != 0
+  size_t held_before_ = 0;     // a copy's: the original's older segments it does not hold (restore)
   Time free_[kStreams] = {};
   Time last_end_[kStreams] = {};  // the latest end marked for each stream (kept past pruning)
 };

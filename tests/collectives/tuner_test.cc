@@ -237,6 +237,18 @@ TEST(TunerClosedFormTest, UniformLinksGiveTheClosedForms) {
             us_to_time(12.4) + 7 * a + 14 * w(512 << 10));
 }
 
+// Calls fn(shape, op, algo) for every op the lock-step replays cover, every
+// explicit algorithm, a small and a large count and every protocol of `g`.
+template <class Fn>
+void for_each_replayed_shape(const HardwareProfile& p, const std::vector<int>& g, Fn fn) {
+  constexpr OpKind kOps[] = {OpKind::kAllReduce, OpKind::kReduceScatter, OpKind::kAllGather,
+                             OpKind::kAllToAll};
+  for (OpKind op : kOps)
+    for (Algo algo : kExplicit)
+      for (size_t count : {size_t(24 * 5), size_t(24 * 1000003)})
+        for (Proto proto : candidate_protos(p, g)) fn(CollShape{op, count, 4, 0, proto}, op, algo);
+}
+
 // The tuner and the folded replay play one member of a lock-step algorithm
 // when every pair of members has the same link and all start alike
 // (tuner.cc, uniform_pairs): the prediction, and member `me`'s clocks and
@@ -252,7 +264,6 @@ TEST(TunerSymmetricTest, OneMemberStandsForAllOnUniformPairs) {
   std::vector<int> strided;
   for (int node = 0; node < 24; ++node) strided.push_back(node * 8 + 5);
   const std::vector<std::vector<int>> groups{iota_members(8), strided, iota_members(24)};
-  constexpr OpKind kOps[] = {OpKind::kAllReduce, OpKind::kReduceScatter, OpKind::kAllGather, OpKind::kAllToAll};
   auto marks_equal = [](const std::vector<ReplayMark>& a, const std::vector<ReplayMark>& b) {
     if (a.size() != b.size()) return false;
     for (size_t i = 0; i < a.size(); ++i)
@@ -263,32 +274,161 @@ TEST(TunerSymmetricTest, OneMemberStandsForAllOnUniformPairs) {
   };
   int compared = 0;
   for (const std::vector<int>& g : groups)
-    for (OpKind op : kOps)
-      for (Algo algo : kExplicit)
-        for (size_t count : {size_t(24 * 5), size_t(24 * 1000003)})
-          for (Proto proto : candidate_protos(p, g)) {
-            const CollShape s{op, count, 4, 0, proto};
-            const int n = int(g.size());
-            const std::vector<MemberClock> alike(g.size(), MemberClock{.now = collective_start(p, n, proto)});
-            std::vector<MemberClock> unlike = alike;
-            for (int i = 0; i < n; ++i) unlike[size_t(i)].last_send = i;
-            for (int me : {0, 5}) {
-              std::vector<ReplayMark> fast_marks, full_marks;
-              const std::vector<MemberClock> fast = replay_collective(p, g, s, algo, alike, me, &fast_marks);
-              const std::vector<MemberClock> full = replay_collective(p, g, s, algo, unlike, me, &full_marks);
-              const std::string what = std::to_string(n) + " members, op " + std::to_string(int(op)) + " algo " +
-                                       std::to_string(int(algo)) + " count " + std::to_string(count) + " proto " +
-                                       std::to_string(int(proto)) + " me " + std::to_string(me);
-              EXPECT_EQ(fast, full) << what;
-              EXPECT_TRUE(marks_equal(fast_marks, full_marks)) << what;
-              Time makespan = 0;
-              for (const MemberClock& c : full) makespan = std::max({makespan, c.now, c.last_send});
-              EXPECT_EQ(predict_time(p, g, s, algo), makespan) << what;
-              ++compared;
-            }
-          }
+    for_each_replayed_shape(p, g, [&](const CollShape& s, OpKind op, Algo algo) {
+      const Proto proto = s.proto;
+      const size_t count = s.count;
+      const int n = int(g.size());
+      const std::vector<MemberClock> alike(g.size(),
+                                           MemberClock{.now = collective_start(p, n, proto)});
+      std::vector<MemberClock> unlike = alike;
+      for (int i = 0; i < n; ++i) unlike[size_t(i)].last_send = i;
+      for (int me : {0, 5}) {
+        std::vector<ReplayMark> fast_marks, full_marks;
+        const std::vector<MemberClock> fast =
+            replay_collective(p, g, s, algo, alike, me, &fast_marks);
+        const std::vector<MemberClock> full =
+            replay_collective(p, g, s, algo, unlike, me, &full_marks);
+        const std::string what = std::to_string(n) + " members, op " + std::to_string(int(op)) +
+                                 " algo " + std::to_string(int(algo)) + " count " +
+                                 std::to_string(count) + " proto " + std::to_string(int(proto)) +
+                                 " me " + std::to_string(me);
+        EXPECT_EQ(fast, full) << what;
+        EXPECT_TRUE(marks_equal(fast_marks, full_marks)) << what;
+        Time makespan = 0;
+        for (const MemberClock& c : full) makespan = std::max({makespan, c.now, c.last_send});
+        EXPECT_EQ(predict_time(p, g, s, algo), makespan) << what;
+        ++compared;
+      }
+    });
   std::printf("  %d replays equal to the full replay (tolerance 0)\n", compared);
   EXPECT_GT(compared, 0);
+}
+
+// A group over several nodes with the same local GPUs on each (a dp or ep
+// group folded by place) has period m, its members per node: started alike
+// by period (member i as member i mod m), the replay plays members
+// 0..m-1 alone (tuner.cc, replay_period). Member `me`'s clocks and marks,
+// every member's end and every watched member's marks must equal a replay
+// of every member's, forced as above by last_send differing member by
+// member; members that equal `me` by period are not logged to `watched`
+// (folded.cc compares those logs, equal by construction); trees are
+// replayed in full. Groups: 24
+// consecutive GPUs over 3 nodes (period 8) and local GPUs 2-5 of 4 nodes
+// (period 4); the tuner's prediction from the collective's start too.
+TEST(TunerSymmetricTest, MembersOfOneNodeStandForTheirTwinsOnOtherNodes) {
+  HardwareProfile p = load_profile("h100-nvlink");
+  p.nodes = 4;
+  std::vector<int> places;
+  for (int node = 0; node < 4; ++node)
+    for (int local = 2; local < 6; ++local) places.push_back(node * 8 + local);
+  const std::vector<std::pair<std::vector<int>, int>> groups{{iota_members(24), 8}, {places, 4}};
+  auto same = [](const ReplayMark& a, const ReplayMark& b) {
+    return a.send == b.send && a.peer == b.peer && a.start == b.start && a.end == b.end &&
+           a.bytes == b.bytes && a.port == b.port && a.booked_start == b.booked_start &&
+           a.booked_end == b.booked_end;
+  };
+  auto marks_equal = [&](const std::vector<ReplayMark>& a, const std::vector<ReplayMark>& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i)
+      if (!same(a[i], b[i]) || a[i].member != b[i].member || a[i].index != b[i].index) return false;
+    return true;
+  };
+  int compared = 0;
+  size_t logged = 0;
+  for (const auto& [g, m] : groups)
+    for_each_replayed_shape(p, g, [&, &g = g, m = m](const CollShape& s, OpKind op, Algo algo) {
+      const Proto proto = s.proto;
+      const size_t count = s.count;
+      const int n = int(g.size());
+      // By place: member i starts as member i mod m, places apart by
+      // 1.5 us on the stream and 0.7 us on the NIC's egress port.
+      std::vector<MemberClock> by_place(g.size());
+      for (int i = 0; i < n; ++i) {
+        MemberClock& c = by_place[size_t(i)];
+        c.now = collective_start(p, n, proto) + (i % m) * 1'500'000;
+        c.egress[1] = c.now + (i % m) * 700'000;
+      }
+      std::vector<MemberClock> unlike = by_place;
+      for (int i = 0; i < n; ++i) unlike[size_t(i)].last_send = i;
+      const std::vector<char> watch(g.size(), 1);
+      for (int me : {0, m + 1}) {
+        std::vector<ReplayMark> fast_marks, full_marks, fast_watched, full_watched;
+        const std::vector<MemberClock> fast =
+            replay_collective(p, g, s, algo, by_place, me, &fast_marks, watch, &fast_watched);
+        const std::vector<MemberClock> full =
+            replay_collective(p, g, s, algo, unlike, me, &full_marks, watch, &full_watched);
+        const std::string what = std::to_string(n) + " members, op " + std::to_string(int(op)) +
+                                 " algo " + std::to_string(int(algo)) + " count " +
+                                 std::to_string(count) + " proto " + std::to_string(int(proto)) +
+                                 " me " + std::to_string(me);
+        EXPECT_EQ(fast, full) << what;
+        EXPECT_TRUE(marks_equal(fast_marks, full_marks)) << what;
+        // The full replay's watched marks of the members that are not
+        // me's twins, in its order (stable by member: each member's in
+        // program order).
+        // Trees are not lock-step (all_to_all's is Bruck's shift
+        // rounds): replayed in full, every member logged.
+        const bool periodic = algo != Algo::kTree || op == OpKind::kAllToAll;
+        std::vector<ReplayMark> expected;
+        for (const ReplayMark& k : full_watched)
+          if (!periodic || k.index % m != me % m) expected.push_back(k);
+        auto by_member = [](std::vector<ReplayMark> v) {
+          std::stable_sort(v.begin(), v.end(), [](const ReplayMark& a, const ReplayMark& b) {
+            return a.index < b.index;
+          });
+          return v;
+        };
+        EXPECT_TRUE(marks_equal(by_member(fast_watched), by_member(expected))) << what;
+        logged += expected.size();
+        ++compared;
+      }
+      // The tuner: every member from the collective's start.
+      const std::vector<MemberClock> start(g.size(),
+                                           MemberClock{.now = collective_start(p, n, proto)});
+      std::vector<MemberClock> start_unlike = start;
+      for (int i = 0; i < n; ++i) start_unlike[size_t(i)].last_send = i;
+      const std::vector<MemberClock> full =
+          replay_collective(p, g, s, algo, start_unlike, -1, nullptr);
+      Time makespan = 0;
+      for (const MemberClock& c : full) makespan = std::max({makespan, c.now, c.last_send});
+      EXPECT_EQ(predict_time(p, g, s, algo), makespan);
+    });
+  std::printf(
+      "  %d periodic replays equal to the full replay (tolerance 0), %zu watched marks compared\n",
+      compared, logged);
+  EXPECT_GT(compared, 0);
+}
+
+// The tuner's cache shares one choice between groups that differ by whole
+// nodes (api.cc: the stages of a pipeline) only where every pair keeps its
+// link: on h100-nvlink (one leaf) always; on h100-roce (two nodes per rack
+// switch) a group over nodes 1-2 spans two racks and nodes 0-1 one, so it
+// stays where it is, while nodes 2-3 move onto 0-1. The predictions of the
+// moved groups equal the originals' (tolerance 0).
+TEST(TunerSymmetricTest, NodeShiftedKeepsEveryLink) {
+  HardwareProfile nvl = load_profile("h100-nvlink");
+  nvl.nodes = 4;
+  const HardwareProfile roce = load_profile("h100-roce");
+  auto range = [](int from, int n) {
+    std::vector<int> v(static_cast<size_t>(n));
+    std::iota(v.begin(), v.end(), from);
+    return v;
+  };
+  EXPECT_EQ(node_shifted(nvl, range(8, 24)), range(0, 24));
+  EXPECT_EQ(node_shifted(roce, range(8, 16)), range(8, 16));
+  EXPECT_EQ(node_shifted(roce, range(16, 16)), range(0, 16));
+  std::vector<int> places;  // local GPU 3 of nodes 1-3
+  for (int node = 1; node < 4; ++node) places.push_back(node * 8 + 3);
+  EXPECT_EQ(node_shifted(nvl, places), (std::vector<int>{3, 11, 19}));
+  int compared = 0;
+  for (const auto& [p, g] :
+       {std::pair{nvl, range(8, 24)}, std::pair{roce, range(16, 16)}, std::pair{nvl, places}})
+    for_each_replayed_shape(p, g, [&, &p = p, &g = g](const CollShape& s, OpKind, Algo algo) {
+      EXPECT_EQ(predict_time(p, node_shifted(p, g), s, algo), predict_time(p, g, s, algo));
+      ++compared;
+    });
+  std::printf("  %d predictions of node-shifted groups equal the originals' (tolerance 0)\n",
+              compared);
 }
 
 // The symptom the tuner fixes: on PCIe (32 GB/s) direct's 7 serialized

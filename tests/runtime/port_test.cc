@@ -2,13 +2,15 @@
 // bandwidth where they overlap; a late transfer's share is repaid by the
 // streams it took it from. Every expected time below is worked out by hand
 // from the rates in the comments, not read from the code.
-#include <random>
-#include <vector>
+#include "runtime/port.h"
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <random>
+#include <vector>
+
 #include "runtime/cluster.h"
-#include "runtime/port.h"
 #include "tests/runtime/test_util.h"
 
 namespace shardlab {
@@ -159,6 +161,44 @@ TEST(Port, ATailCopyBooksAsTheOriginalFromItsStart) {
   ASSERT_EQ(a.segments_after(from).size(), b.segments_after(from).size());
   for (size_t i = 0; i < b.segments_after(from).size(); ++i)
     EXPECT_EQ(a.segments_after(from)[i], b.segments_after(from)[i]) << i;
+}
+
+// A tail copy counts the segments the original holds before its start
+// (restore's held_before), so both drop their oldest half past
+// kMaxSegments at the same booking: the original holds 4,000 comm spans
+// [10i, 10i + 5), the copy the 2,000 from 20,000 on; 97 more spans take
+// the original to 4,097, which drops 2,048: the 2,000 before the copy's
+// start and the copy's first 48 ([20000, 20475]). A pipeline transfer
+// ready at 20,000 then finds [20000, 20480) idle on both (1,000 of work:
+// 480 alone, then 40 spans of 5 at half rate and 5 gaps, ... ends at the
+// same time on both); a copy that does not count the older segments keeps
+// the 48 spans and ends later.
+TEST(Port, ATailCopyDropsItsOldestAsTheOriginal) {
+  Port a;
+  for (int i = 0; i < 4000; ++i) a.book(kComm, Time(i) * 10, 5);
+  ASSERT_EQ(a.segments().size(), 4000u);
+  const Time from = 20000;
+  const std::span<const Port::Segment> tail = a.segments_after(from);
+  ASSERT_EQ(tail.size(), 2000u);
+  const Time free[Port::kStreams] = {a.free(0), a.free(1), a.free(2), a.free(3)};
+  Port b, plain;
+  b.restore(tail, free, a.segments().size() - tail.size());
+  plain.restore(tail, free);
+  for (int i = 4000; i < 4097; ++i)
+    for (Port* p : {&a, &b, &plain}) p->book(kComm, Time(i) * 10, 5);
+  EXPECT_EQ(a.segments().size(), 4097u - 2048u);
+  ASSERT_EQ(b.segments().size(), a.segments().size());
+  for (size_t i = 0; i < a.segments().size(); ++i) EXPECT_EQ(a.segments()[i], b.segments()[i]) << i;
+  EXPECT_EQ(a.segments().front().start, 20480);
+  const Port::Booking ka = a.book(kPipe, from, 1000), kb = b.book(kPipe, from, 1000),
+                      kp = plain.book(kPipe, from, 1000);
+  EXPECT_EQ(ka.start, kb.start);
+  EXPECT_EQ(ka.end, kb.end);
+  EXPECT_GT(kp.end, ka.end);  // the copy that kept the dropped spans shares them
+  std::printf(
+      "  pipe transfer ends at %lld ps on the original and the counting copy, %lld ps on the plain "
+      "copy\n",
+      static_cast<long long>(ka.end), static_cast<long long>(kp.end));
 }
 
 // The device level: an all-reduce-sized transfer on the comm stream, then a

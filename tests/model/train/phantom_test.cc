@@ -76,6 +76,21 @@ void expect_same_devices(const TrainResult& a, const TrainResult& b) {
     }
 }
 
+// An aux-loss-free, dropless MoE (DeepSeek-V3's routing) on h100-nvlink
+// nodes in bf16, one step: `experts` over ep `ep`, `running` threads folded.
+void aux_free_moe(Config& c, int experts, int ep, int batch, int nodes, int running) {
+  c.options.model.n_expert = experts;
+  c.options.model.aux_coef = 0;
+  c.options.model.router_bias_rate = 0.01;
+  c.options.model.batch_size = batch;
+  c.options.parallel.ep = ep;
+  c.options.steps = 1;
+  c.precision = Precision::kBf16;
+  c.profile = "h100-nvlink";
+  c.nodes = nodes;
+  c.running = running;
+}
+
 Config make(std::string name, int tp, int pp, int dp, int M, auto&& tweak) {
   Config c{std::move(name), small_options()};
   c.options.steps = 2;
@@ -264,16 +279,16 @@ std::vector<Config> fold_configs() {
       // the overlapped gradient reduction, which the replay books on the
       // shared ports: 8 local places x 2 stages.
       make("pp2_dp16_ep16_moe_aux_free_ep_over_two_nodes", 1, 2, 16, 2, [](Config& c) {
-        c.options.model.n_expert = 16;
-        c.options.model.aux_coef = 0;
-        c.options.model.router_bias_rate = 0.01;
-        c.options.model.batch_size = 32;  // 32 tokens x top-2 = 4 rows per expert
-        c.options.parallel.ep = 16;
-        c.options.steps = 1;
-        c.precision = Precision::kBf16;
-        c.profile = "h100-nvlink";
-        c.nodes = 4;
-        c.running = 16;
+        aux_free_moe(c, 16, 16, 32, 4, 16);  // 32 tokens x top-2 = 4 rows per expert
+      }),
+      // DeepSeek-V3's dp group in small: dp 32 over four nodes (8 local
+      // places x 4 node blocks), ep 16 over two of them: folded by place,
+      // its dp and ep collectives replay one node's 8 members, each
+      // standing for its twins on the other nodes (tuner.cc
+      // replay_period: period 8), and the tuner's choice is shared by the
+      // 8 threads. One stage, so no pipeline transfer on the NIC.
+      make("dp32_ep16_moe_aux_free_dp_over_four_nodes", 1, 1, 32, 2, [](Config& c) {
+        aux_free_moe(c, 16, 16, 64, 4, 8);  // 32 tokens x top-2 = 4 rows per expert
       }),
   };
 }
