@@ -148,7 +148,7 @@ BenchRow bench_collective(const HardwareProfile& profile, const BenchOptions& s,
   std::vector<int> world(static_cast<size_t>(n));
   std::iota(world.begin(), world.end(), 0);
   {
-    CollShape shape{s.op, row.count, element_size(Precision::kFp32), 0, s.proto, true};
+    CollShape shape{s.op, row.count, element_size(Precision::kFp32), 0, s.proto};  // auto without dbtree, as the run (tuner.h CollShape::dbtree)
     const Choice c = select(profile, world, shape, s.op == OpKind::kBarrier ? Algo::kTree : s.algo);
     row.algo = c.algo;
     row.proto = c.proto;

@@ -95,7 +95,8 @@ struct CollShape {
   // a folded run (runtime/fold.h) replays a collective only where folded
   // members end as their representatives, which a tree's members do not;
   // with dbtree in auto a folded training run would fail where the unfolded
-  // one picks it. `shardlab collectives` and callers that never fold opt in.
+  // one picks it. Callers that never fold may opt in (shardlab collectives
+  // does not: its auto chooses as training does).
   bool dbtree = false;
 };
 
