@@ -33,6 +33,7 @@ constexpr std::array kFieldFlags = std::to_array<std::pair<std::string_view, std
     {"vpp", "--vpp"},
     {"micro_batches", "--micro-batches"},
     {"schedule", "--schedule"},
+    {"algo", "--algo"},
     {"stage_layers", "--pp-layers"},
     {"n_layer", "--layers"},
     {"block_size", "--seq"},

@@ -155,7 +155,7 @@ Resolved resolve(const Device& dev, const ProcessGroup& g, const CollOptions& op
                                  g.to_string(), proto_name(opt.proto), p.name));
   }
   if (opt.algo == Algo::kDbtree && !dbtree_applies(p, g.members(), shape))
-    throw ConfigError(fmt::format("--algo dbtree: {} on {}: dbtree runs all_reduce on a group spanning 2 or more "
+    throw ConfigError(fmt::format("`algo` dbtree: {} on {}: dbtree runs all_reduce on a group spanning 2 or more "
                                   "nodes with the same number of members on each",
                                   op_kind_name(shape.op), g.to_string()));
   if (opt.algo != Algo::kAuto && opt.proto != Proto::kAuto) return {opt.algo, shape};

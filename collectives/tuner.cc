@@ -679,7 +679,7 @@ Choice select(const HardwareProfile& p, std::span<const int> members, const Coll
   const std::vector<Proto> protos = s.proto == Proto::kAuto ? candidate_protos(p, members) : std::vector<Proto>{s.proto};
   Choice best;
   if (algo == Algo::kDbtree && !dbtree_applies(p, members, s))
-    throw ConfigError(fmt::format("--algo dbtree: {} on these {} members: dbtree runs all_reduce on a group spanning "
+    throw ConfigError(fmt::format("`algo` dbtree: {} on these {} members: dbtree runs all_reduce on a group spanning "
                                   "2 or more nodes with the same number of members on each",
                                   op_kind_name(s.op), members.size()));
   for (Algo a : algos) {
