@@ -97,6 +97,8 @@ class Cluster {
   void set_representatives(std::vector<int> representative) {
     options_.representative = std::move(representative);
   }
+  // Whether the next runs' collectives may meet (ClusterOptions::rendezvous).
+  void set_rendezvous(bool on) { options_.rendezvous = on; }
 
  private:
   std::vector<std::unique_ptr<Device>> make_devices(Fabric& fabric, const std::function<bool(int)>& local,
