@@ -14,6 +14,12 @@
 namespace shardlab::collectives::testing {
 namespace {
 
+// A replay comparison's name for its failure messages.
+std::string replay_case(int n, OpKind op, Algo algo, size_t count, Proto proto, int me) {
+  return std::to_string(n) + " members, op " + std::to_string(int(op)) + " algo " + std::to_string(int(algo)) +
+         " count " + std::to_string(count) + " proto " + std::to_string(int(proto)) + " me " + std::to_string(me);
+}
+
 constexpr OpKind kOpsTuned[] = {OpKind::kAllReduce, OpKind::kReduceScatter, OpKind::kAllGather,
                                 OpKind::kBroadcast, OpKind::kReduce,        OpKind::kAllToAll};
 constexpr Algo kExplicit[] = {Algo::kRing, Algo::kTree, Algo::kDirect};
@@ -288,10 +294,7 @@ TEST(TunerSymmetricTest, OneMemberStandsForAllOnUniformPairs) {
             replay_collective(p, g, s, algo, alike, me, &fast_marks);
         const std::vector<MemberClock> full =
             replay_collective(p, g, s, algo, unlike, me, &full_marks);
-        const std::string what = std::to_string(n) + " members, op " + std::to_string(int(op)) +
-                                 " algo " + std::to_string(int(algo)) + " count " +
-                                 std::to_string(count) + " proto " + std::to_string(int(proto)) +
-                                 " me " + std::to_string(me);
+        const std::string what = replay_case(n, op, algo, count, proto, me);
         EXPECT_EQ(fast, full) << what;
         EXPECT_TRUE(marks_equal(fast_marks, full_marks)) << what;
         Time makespan = 0;
@@ -357,10 +360,7 @@ TEST(TunerSymmetricTest, MembersOfOneNodeStandForTheirTwinsOnOtherNodes) {
             replay_collective(p, g, s, algo, by_place, me, &fast_marks, watch, &fast_watched);
         const std::vector<MemberClock> full =
             replay_collective(p, g, s, algo, unlike, me, &full_marks, watch, &full_watched);
-        const std::string what = std::to_string(n) + " members, op " + std::to_string(int(op)) +
-                                 " algo " + std::to_string(int(algo)) + " count " +
-                                 std::to_string(count) + " proto " + std::to_string(int(proto)) +
-                                 " me " + std::to_string(me);
+        const std::string what = replay_case(n, op, algo, count, proto, me);
         EXPECT_EQ(fast, full) << what;
         EXPECT_TRUE(marks_equal(fast_marks, full_marks)) << what;
         // The full replay's watched marks of the members that are not
