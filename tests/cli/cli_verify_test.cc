@@ -243,6 +243,14 @@ TEST(Pipeline, ThreeDimensionalRunMatchesAndTheTiedCopyIsChecked) {
   EXPECT_NE(k["first_mismatch"]["name"].get<std::string>().find("tied copy"), std::string::npos);
 }
 
+// Llama 3's pipeline (Dubey et al. 2024, sec. 3.3.2): the first stage holds
+// only the embedding and the last only the head, with interleaving and without.
+TEST(Pipeline, EndStagesWithoutBlocksMatch) {
+  for (const std::string args : {"--pp 2 --vpp 2 --schedule interleaved --micro-batches 4 --pp-layers 0,2,2,0",
+                                 "--pp 2 --micro-batches 2 --pp-layers 4,0", "--pp 2 --micro-batches 2 --pp-layers 0,4"})
+    expect_matches(verify(args), args, false);
+}
+
 TEST(Pipeline, BadConfigurationsAreOneLineAndExitCode2) {
   expect_usage_error("train --model tiny --pp 8", "--pp 8 is more than --layers 4");
   expect_usage_error("train --model tiny --pp 2 --vpp 2 --schedule interleaved --micro-batches 2 --layers 3",
@@ -250,7 +258,8 @@ TEST(Pipeline, BadConfigurationsAreOneLineAndExitCode2) {
   expect_usage_error("train --model tiny --pp 2 --pp-layers 3,2", "--pp-layers sums to 5 but the model has --layers 4");
   expect_usage_error("train --model tiny --pp 2 --pp-layers 4", "--pp-layers has 1 entries but there are 2 stages");
   expect_usage_error("train --model tiny --pp 2 --pp-layers 3,x", "--pp-layers \"3,x\"");
-  expect_usage_error("train --model tiny --pp 2 --pp-layers 4,0", "every stage needs at least one block");
+  expect_usage_error("train --model tiny --pp 3 --pp-layers 2,0,2", "every stage but the first and the last needs at least one block");
+  expect_usage_error("train --model tiny --pp 2 --pp-layers 5,-1", "a stage cannot hold a negative number of blocks");
   // Found by fuzzing (fuzz/corpus/pp_layers/found_sum_overflow): the sum overflowed int.
   expect_usage_error("train --model tiny --pp 2 --pp-layers 2147483647,2147483647",
                      "--pp-layers sums to 4294967294 but the model has --layers 4");

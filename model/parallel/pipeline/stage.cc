@@ -34,7 +34,9 @@ std::vector<int> parse_stage_layers(const std::string& text) {
 void check_stage_layers(const model::GPTConfig& config, int pp, int vpp,
                         const std::vector<int>& stage_layers) {
   const int stages = pp * vpp;
-  if (stages > config.n_layer) {
+  // An explicit list may leave the first and the last stage without blocks.
+  const int spare = stage_layers.empty() ? 0 : std::min(stages, 2);
+  if (stages > config.n_layer + spare) {
     throw ConfigError(vpp > 1 ? fmt::format("`pp` {} x `vpp` {} = {} stages is more than `n_layer` {} "
                                             "(every stage needs a block)", pp, vpp, stages, config.n_layer)
                               : fmt::format("`pp` {} is more than `n_layer` {} (every stage needs a block)",
@@ -44,8 +46,15 @@ void check_stage_layers(const model::GPTConfig& config, int pp, int vpp,
   if (int(stage_layers.size()) != stages)
     throw ConfigError(fmt::format("`stage_layers` has {} entries but there are {} stages (`pp` x `vpp`)",
                                   stage_layers.size(), stages));
-  if (*std::min_element(stage_layers.begin(), stage_layers.end()) < 1)
-    throw ConfigError("`stage_layers`: every stage needs at least one block");
+  // The first stage may hold only the embedding and the last only the head
+  // (Llama 3's pipeline; Megatron-core's account-for-embedding/loss split):
+  // zero blocks there; every other stage needs one.
+  for (int s = 0; s < stages; ++s) {
+    const int least = s == 0 || s == stages - 1 ? 0 : 1;
+    if (stage_layers[size_t(s)] < least)
+      throw ConfigError(least == 1 ? "`stage_layers`: every stage but the first and the last needs at least one block"
+                                   : "`stage_layers`: a stage cannot hold a negative number of blocks");
+  }
   const int64_t sum = std::accumulate(stage_layers.begin(), stage_layers.end(), int64_t{0});  // no int overflow
   if (sum != config.n_layer)
     throw ConfigError(fmt::format("`stage_layers` sums to {} but the model has `n_layer` {}", sum, config.n_layer));

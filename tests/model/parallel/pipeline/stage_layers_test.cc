@@ -40,5 +40,16 @@ TEST(StageLayers, SumOfHugeCountsDoesNotOverflow) {
   EXPECT_EQ(check_error({3, 3, 2}, 8), "no error");
 }
 
+// The first and the last stage may hold no block (only the embedding, only
+// the head); a stage between them may not.
+TEST(StageLayers, OnlyTheEndStagesMayBeEmpty) {
+  EXPECT_EQ(check_error({0, 4, 4, 0}, 8), "no error");
+  EXPECT_EQ(check_error({8, 0}, 8), "no error");
+  EXPECT_EQ(check_error({4, 0, 4}, 8), "`stage_layers`: every stage but the first and the last needs at least one block");
+  EXPECT_EQ(check_error({9, -1}, 8), "`stage_layers`: a stage cannot hold a negative number of blocks");
+  // Two stages more than blocks only when both ends are empty.
+  EXPECT_EQ(check_error({0, 1, 1, 0}, 2), "no error");
+}
+
 }  // namespace
 }  // namespace shardlab::parallel
