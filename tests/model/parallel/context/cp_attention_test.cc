@@ -166,9 +166,9 @@ TEST(CpAttentionCost, EveryChunkPairOnceAndTheRingBytes) {
 // 2816, HS = 128, B·NH = 12. Its q·kᵀ GEMM (2816 x 2816 x 128, 12 heads) is
 // 11 x 22 x 12 = 2,904 tiles of 256x128, 22 waves of 132 SMs, and P·V (2816
 // x 128 x 2816) 11 x 1 x 12 = 132 tiles, one wave: both at the GEMM maximum,
-// 989 TFLOP/s x 0.75; the 7 softmax FLOPs per pair at 989 x 0.7.
-//   fused (on chip)  the GEMMs' tile time alone: 4·pairs·HS / max, 65.7 us
-//   unfused          each GEMM at the larger of its tile time (32.8 us) and
+// 989 TFLOP/s x 0.60; the 7 softmax FLOPs per pair at 989 x 0.7.
+//   fused (on chip)  the GEMMs' tile time alone: 4·pairs·HS / max, 82.1 us
+//   unfused          each GEMM at the larger of its tile time (41.1 us) and
 //                    its operands' HBM time: q·kᵀ writes its 2816 x 2816
 //                    scores per head and P·V reads them back, (A + B + C) x
 //                    2 B = 207.6 MB each at 3.35 TB/s x 0.90, 68.9 us each.
@@ -178,7 +178,7 @@ TEST(CpAttentionCost, FusedKeepsTheChunkScoresOnChip) {
   HardwareProfile p = load_profile("h100-nvlink");
   const CostModel cost(p.device, Precision::kBf16);
   constexpr int64_t len = 2816, HS = 128, BH = 12;
-  constexpr double kLaunchPs = 4e6, kBw = 3350e9 * 0.90, kGemm = 989e12 * 0.75, kOther = 989e12 * 0.7;
+  constexpr double kLaunchPs = 4e6, kBw = 3350e9 * 0.90, kGemm = 989e12 * 0.60, kOther = 989e12 * 0.7;
   const BlockDims d{1, int(2 * len), int(BH), int(HS)};
   const double pairs = double(BH) * len * len, rows = double(BH) * len;
   const double bytes = (rows * HS + 2.0 * BH * len * HS + 2 * rows * HS) * 2 + 8 * rows;
