@@ -70,6 +70,7 @@ void unfold_results(const engine::FoldPlan& plan, TrainResult& r) {
     r.a2a_time[rank] = r.a2a_time[rep];
     r.first_step_spans[rank] = r.first_step_spans[rep];
     if (!r.fsdp.empty()) r.fsdp[rank] = r.fsdp[rep];
+    if (!r.cp.empty()) r.cp[rank] = r.cp[rep];
   }
 }
 

@@ -74,6 +74,13 @@ void expect_same_devices(const TrainResult& a, const TrainResult& b) {
       EXPECT_EQ(a.phases[r][s].busy, b.phases[r][s].busy);
       EXPECT_EQ(a.phases[r][s].p2p_bytes, b.phases[r][s].p2p_bytes);
     }
+  // Context parallelism's K/V exchange per rank (the report's "cp" block):
+  // a folded rank reports its representative's.
+  ASSERT_EQ(a.cp.size(), b.cp.size());
+  for (size_t r = 0; r < a.cp.size(); ++r) {
+    EXPECT_EQ(a.cp[r].sent_bytes, b.cp[r].sent_bytes) << "cp record of device " << r;
+    EXPECT_EQ(a.cp[r].exposed, b.cp[r].exposed) << "cp record of device " << r;
+  }
 }
 
 // An aux-loss-free, dropless MoE (DeepSeek-V3's routing) on h100-nvlink
