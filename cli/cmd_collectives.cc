@@ -104,6 +104,9 @@ void print_table(const std::vector<coll::BenchRow>& rows, const coll::BenchOptio
              "per node\n",
              p.intra.latency_us, p.intra.bandwidth_GBps, p.inter.latency_us, p.inter.bandwidth_GBps, p.nic_count(),
              p.nic_count() > 1 ? "s" : "");
+  if (p.inter.proxy_us > 0)
+    fmt::print("# network proxy: {:.2f} us per post, a post per node-crossing message (3 under Simple)\n",
+               p.inter.proxy_us);
   if (!p.fabric.empty()) fmt::print("# fabric: {}\n", p.fabric.describe());
   fmt::print("# {:>10} {:>10} {:>6} {:>5} {:>6} {:>6} {:>4} {:>11} {:>8} {:>8} {:>11} {:>9} {:>9}\n", "size(B)",
              "count", "type", "redop", "algo", "proto", "ch", "time(us)", "algbw", "busbw", "host(us)", "host_bus",

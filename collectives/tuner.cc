@@ -671,6 +671,11 @@ Time replay_time(const HardwareProfile& p, std::span<const int> members, const C
   if (R.period() > 0) R.spread_period();
   return R.makespan();
 }
+
+bool group_spans_nodes(const HardwareProfile& p, std::span<const int> members) {
+  return std::any_of(members.begin(), members.end(),
+                     [&](int m) { return p.node_of(m) != p.node_of(members.front()); });
+}
 }  // namespace
 
 Choice select(const HardwareProfile& p, std::span<const int> members, const CollShape& s, Algo algo) {
@@ -682,8 +687,13 @@ Choice select(const HardwareProfile& p, std::span<const int> members, const Coll
     throw ConfigError(fmt::format("`algo` dbtree: {} on these {} members: dbtree runs all_reduce on a group spanning "
                                   "2 or more nodes with the same number of members on each",
                                   op_kind_name(s.op), members.size()));
+  // NCCL has no direct all_reduce (its tuner weighs ring and tree, src/graph/
+  // tuning.cc): every all_reduce reduces, then spreads the result, two hops at
+  // the least. Across nodes, where a hop is the network's, auto keeps to that.
+  const bool no_direct = algo == Algo::kAuto && s.op == OpKind::kAllReduce && group_spans_nodes(p, members);
   for (Algo a : algos) {
     if (a == Algo::kDbtree && algo == Algo::kAuto && !(s.dbtree && dbtree_applies(p, members, s))) continue;
+    if (a == Algo::kDirect && no_direct) continue;
     for (Proto q : protos) {
       const Time t = replay_time(p, members, s, a, q);
       if (best.algo == Algo::kAuto || t < best.time) best = {a, q, t};

@@ -55,6 +55,17 @@ struct Link {
   }
 };
 
+// The network proxy's part of a protocol's node-crossing hop (LinkSpec::
+// proxy_us): NCCL's proxy thread posts every network send (NVIDIA/nccl#376,
+// one such thread per GPU, #1459), which its tuning model prices at
+// getNetOverhead per post, three posts' worth under Simple (src/graph/
+// tuning.cc: "netOverhead *= 3"; the receiver's side and the flush of a
+// GPUDirect RDMA write). 0 inside a node (NCCL's p2p transport has no proxy).
+inline Time proxy_latency(LinkClass port, const LinkSpec& s, int protocol) {
+  if (port != LinkClass::kInter || s.proxy_us <= 0) return 0;
+  return us_to_time(s.proxy_us) * (protocol == static_cast<int>(Protocol::kSimple) ? 3 : 1);
+}
+
 // The link of class `port` with the profile's protocols (none: plain sends only).
 inline Link make_link(LinkClass port, const LinkSpec& s, const std::vector<ProtocolSpec>& protocols = {}) {
   Link l{port,
@@ -64,7 +75,8 @@ inline Link make_link(LinkClass port, const LinkSpec& s, const std::vector<Proto
          {static_cast<uint32_t>(s.sm_payload_bytes), static_cast<uint32_t>(s.copy_payload_bytes)}};
   for (size_t q = 0; q < protocols.size() && q < size_t{kNumProtocols}; ++q) {
     const int c = static_cast<int>(port);
-    l.proto_latency_delta[q] = us_to_time(protocols[q].hop_latency_us[c]) - l.latency;
+    l.proto_latency_delta[q] = us_to_time(protocols[q].hop_latency_us[c]) +
+                               proxy_latency(port, s, static_cast<int>(q)) - l.latency;
     l.proto_share_ppm[q] = static_cast<uint32_t>(std::llround(protocols[q].bw_share[c] * Link::kPpm));
   }
   return l;

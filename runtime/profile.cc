@@ -123,6 +123,7 @@ nlohmann::json profile_to_json(const HardwareProfile& p) {
       j["packet"] = {{"header_bytes", l.packet_header_bytes},
                      {"sm_payload_bytes", l.sm_payload_bytes},
                      {"copy_payload_bytes", l.copy_payload_bytes}};
+    if (l.proxy_us > 0) j["proxy_us"] = l.proxy_us;
     return j;
   };
   const DeviceSpec& d = p.device;
@@ -319,6 +320,7 @@ bool known_field(std::string_view path) {
       "latency_us", "bandwidth_GBps", "packet", "packet.header_bytes", "packet.sm_payload_bytes",
       "packet.copy_payload_bytes"};
   if (path.starts_with("protocols")) return known_protocol_field(path);
+  if (path == "links.inter.proxy_us") return true;
   for (std::string_view cls : {"links.intra.", "links.inter."})
     if (path.starts_with(cls)) return kLinkFields.contains(path.substr(cls.size()));
   return kFields.contains(path);
@@ -484,6 +486,7 @@ HardwareProfile profile_from_json(const nlohmann::json& j, std::string_view orig
       spec->copy_payload_bytes = r.count(j, base + ".packet.copy_payload_bytes");
     }
   }
+  if (r.has(j, "links.inter.proxy_us")) p.inter.proxy_us = r.duration_us(j, "links.inter.proxy_us");
   if (j.contains("nics")) read_nics(r, j["nics"], p);
   if (j.contains("pcie")) read_pcie(r, j, p);
   if (j.contains("protocols")) p.protocols = protocols_from_json(j.at("protocols"), origin);

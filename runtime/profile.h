@@ -17,6 +17,13 @@
 //                                GEMM tile and wave quantization (off)
 //   links.<class>.packet.{header_bytes, sm_payload_bytes, copy_payload_bytes}
 //                                packet headers on the wire (none)
+//   links.inter.proxy_us         NCCL's network proxy: the CPU time to post one
+//                                network send (src/graph/tuning.cc
+//                                getNetOverhead: 1 us on Intel hosts, 2 on
+//                                AMD), added to the hop latency of every
+//                                node-crossing message of a collective, three
+//                                times under Simple (NCCL: "netOverhead *= 3");
+//                                plain sends keep links.inter.latency_us (0)
 //   nics                         the node's NICs, each the list of local GPU
 //                                indices near it: [[0], [1], ...] (one NIC per
 //                                GPU, the default) or [[0, 1], [2, 3], ...] (a
@@ -113,6 +120,9 @@ struct LinkSpec {
   int packet_header_bytes = 0;
   int sm_payload_bytes = 0;    // Engine::kSm
   int copy_payload_bytes = 0;  // Engine::kCopy
+  // links.inter only: the network proxy's post of one send (the header above;
+  // Link::proto_latency_delta carries it, make_link).
+  double proxy_us = 0;
   // Derived, exact integers used by the link model.
   Time latency() const { return us_to_time(latency_us); }
   uint64_t bytes_per_second() const;

@@ -124,8 +124,21 @@ const std::vector<HardwareProfile>& builtin_profiles() {
     const DeviceSpec h200 =
         attention(fp8(device(67.0, 989.0, 4800.0, 132, kH100Bf16GemmMax), 1979.0, kH100Fp8GemmMax, 141.0), cudnn_h100);
     const DeviceSpec b200 = fp8(device(80.0, 2250.0, 8000.0, 148, kH100Bf16GemmMax), 4500.0, kH100Fp8GemmMax, 180.0);
-    const LinkSpec nvlink4 = link(1.5, 450.0, 32, 128, 256), ndr = link(4.0, 50.0, 42, 4096, 4096);
-    const LinkSpec hdr = link(5.0, 25.0, 42, 4096, 4096);
+    // NCCL's network proxy posts each node-crossing send from a host CPU
+    // thread; its tuning model prices a post at 2 us on AMD hosts and 1 us on
+    // Intel ones (src/graph/tuning.cc getNetOverhead, LinkSpec::proxy_us).
+    // Hosts: DGX A100 2x AMD EPYC 7742 (DGX A100 datasheet); the 8x A100 PCIe
+    // server of NVIDIA/nccl#841, 2x AMD EPYC 7543; the 4-NIC A100 servers: 2x
+    // Intel Xeon Platinum 8358 (nccl-tests#119); DGX H100 and H200 2x Intel
+    // Xeon Platinum 8480C, DGX B200 2x Intel Xeon Platinum 8570 (datasheets);
+    // Meta's Grand Teton, 4th-generation Intel Xeon (OCP Grand Teton spec).
+    auto proxy = [](LinkSpec l, double us) {
+      l.proxy_us = us;
+      return l;
+    };
+    constexpr double kAmdPost = 2.0, kIntelPost = 1.0;
+    const LinkSpec nvlink4 = link(1.5, 450.0, 32, 128, 256), ndr = proxy(link(4.0, 50.0, 42, 4096, 4096), kIntelPost);
+    const LinkSpec hdr = proxy(link(5.0, 25.0, 42, 4096, 4096), kAmdPost);
     // NICs: DGX A100 and DGX H100 have eight compute NICs, one per GPU (a
     // rail each: the default, "nics" absent); the 4-NIC A100 servers of
     // NVIDIA/nccl#1048 share one between two GPUs.
@@ -147,7 +160,7 @@ const std::vector<HardwareProfile>& builtin_profiles() {
     v.push_back({"a100-nvlink-4nic",
                  "A100 SXM nodes with four InfiniBand HDR NICs, each shared by two GPUs "
                  "(NVIDIA/nccl#1048): NVLink3 over NVSwitch inside a node",
-                 4, 8, a100, link(2.0, 300.0, 32, 128, 256), hdr, one_per_pair});
+                 4, 8, a100, link(2.0, 300.0, 32, 128, 256), proxy(hdr, kIntelPost), one_per_pair});
     v.push_back({"a100-pcie",
                  "A100 PCIe servers: PCIe Gen4 x16 inside a node, InfiniBand HDR between", 4, 8,
                  a100, link(3.0, 32.0, 24, 128, 256), hdr});
@@ -183,7 +196,7 @@ const std::vector<HardwareProfile>& builtin_profiles() {
     v.push_back({"h100-roce",
                  "Meta's H100 RoCE cluster (Llama 3): NVLink4 inside a node, one 400 Gb/s RoCE NIC per GPU, "
                  "a 3-layer Clos: 2 nodes per ToR, pods of 384 nodes at full bisection, 1:7 between pods",
-                 4, 8, h100, nvlink4, link(4.0, 50.0, 98, 4096, 4096), one_per_gpu});
+                 4, 8, h100, nvlink4, proxy(link(4.0, 50.0, 98, 4096, 4096), kIntelPost), one_per_gpu});
     v.back().fabric = clos3;
     // NCCL's protocols on every profile; LL128 only where GPUs talk over NVLink.
     for (HardwareProfile& p : v) p.protocols = nccl_protocols(/*pcie_intra=*/p.name.starts_with("a100-pcie"));

@@ -132,11 +132,13 @@ TEST(DbtreeTest, ChannelsChainEveryNodeAndCrossOnTheChainsFirstTwoGpus) {
 
 // a100-nvlink under NCCL's Simple protocol (profile "protocols"): the
 // collective starts L = 4 us launch + 8.4 us base latency after the call;
-// an IB hop has latency a = 9.6 us and a message of x bytes holds a port
+// an IB hop has latency a = 9.6 us (NCCL's Simple network hop) + 3 x 2 us
+// (the proxy's three posts on DGX A100's AMD hosts, links.inter.proxy_us) =
+// 15.6 us, and a message of x bytes holds a port
 // for w(x) = (x + ceil(x / 4096) * 42 B headers) / 25 GB/s (one 200 Gb/s
 // NIC per GPU). One member per node: C = 2 channels, tree 0 (root node 0)
 // and tree 1 (root the mirror's node N-1), each half the buffer.
-constexpr Time kL = 12'400'000, kA = 9'600'000;
+constexpr Time kL = 12'400'000, kA = 15'600'000;
 Time w_ib(uint64_t bytes) {
   const uint64_t wire = bytes + (bytes + 4095) / 4096 * 42;
   return static_cast<Time>((wire * 1'000'000'000'000ull + 25'000'000'000ull - 1) / 25'000'000'000ull);
@@ -156,7 +158,7 @@ TEST(DbtreeTest, TwoAndFourNodesTakeTheirHandDerivedTimes) {
   // at L + a + w and sends back down: T = L + 2a + 2w(2048 B).
   {
     const Time want = kL + 2 * kA + 2 * w_ib(2048);
-    EXPECT_EQ(want, 31'767'200);
+    EXPECT_EQ(want, 43'767'200);
     const std::vector<int> m = one_per_node(2);
     EXPECT_EQ(run_time(p2, m, 1024, simple), want);
     EXPECT_EQ(predict_time(p2, m, {OpKind::kAllReduce, 1024, 4, 0, Proto::kSimple}, Algo::kDbtree), want);
@@ -167,7 +169,7 @@ TEST(DbtreeTest, TwoAndFourNodesTakeTheirHandDerivedTimes) {
   // back to back and the last lands at L + 2a + 8w.
   {
     const Time want = kL + 2 * kA + 8 * w_ib(512 * 1024);
-    EXPECT_EQ(want, 201'092'480);
+    EXPECT_EQ(want, 213'092'480);
     const std::vector<int> m = one_per_node(2);
     EXPECT_EQ(run_time(p2, m, size_t{1} << 20, simple), want);
     EXPECT_EQ(predict_time(p2, m, {OpKind::kAllReduce, size_t{1} << 20, 4, 0, Proto::kSimple}, Algo::kDbtree),
@@ -183,7 +185,7 @@ TEST(DbtreeTest, TwoAndFourNodesTakeTheirHandDerivedTimes) {
   {
     const HardwareProfile p4 = nodes_of("a100-nvlink", 4);
     const Time want = kL + 4 * kA + 6 * w_ib(2048);
-    EXPECT_EQ(want, 51'301'600);
+    EXPECT_EQ(want, 75'301'600);
     const std::vector<int> m = one_per_node(4);
     EXPECT_EQ(run_time(p4, m, 1024, simple), want);
     EXPECT_EQ(predict_time(p4, m, {OpKind::kAllReduce, 1024, 4, 0, Proto::kSimple}, Algo::kDbtree), want);

@@ -5,7 +5,9 @@
 // times are derived by hand from those rules (tolerance 0: integer
 // picoseconds); the small-message comparison with public nccl-tests figures
 // states its tolerance.
+#include <fstream>
 #include <numeric>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -21,6 +23,18 @@ namespace {
 // collective's launch is the kernel launch alone (4 us, as every kernel's),
 // the protocol adds its start.
 HardwareProfile nccl_a100() { return load_profile("a100-nvlink"); }
+
+// Whether README.md holds `line` as a whole line: its comparison rows are
+// the code's (the tests below print each row in README's form).
+bool readme_has(const std::string& line) {
+  std::ifstream in(SHARDLAB_README);
+  for (std::string l; std::getline(in, l);)
+    if (l == line) return true;
+  return false;
+}
+std::string size_name(size_t bytes) {
+  return bytes >= 1024 ? fmt::format("{} KiB", bytes / 1024) : fmt::format("{} B", bytes);
+}
 
 // Every built-in profile runs NCCL's protocols, LL128 only on NVLink nodes,
 // after a 4 us launch.
@@ -73,15 +87,55 @@ TEST(ProtocolTest, RingAllReduceTakesEachProtocolsLatencyAndRate) {
   }
 }
 
-// Across nodes the inter-node hops take the network's latency: 2 GPUs on two
-// nodes, all_reduce of 8 floats by the ring, Simple: 2 steps of one 16-byte
-// chunk over InfiniBand (16 + 42 header bytes = 58 B at 25 GB/s: 2320 ps),
-// a = 9.6 us: T = 4 + 8.4 + 2 (9.6 us + 2320 ps).
+// Across nodes the inter-node hops take the network's latency and the
+// proxy's posts: 2 GPUs on two nodes, all_reduce of 8 floats by the ring,
+// Simple: 2 steps of one 16-byte chunk over InfiniBand (16 + 42 header bytes
+// = 58 B at 25 GB/s: 2320 ps), a = 9.6 us (NCCL's Simple network hop) + 3 x
+// 2 us (DGX A100's AMD hosts: three proxy posts under Simple) = 15.6 us:
+// T = 4 + 8.4 + 2 (15.6 us + 2320 ps).
 TEST(ProtocolTest, InterNodeHopsTakeTheNetworksLatency) {
   HardwareProfile p = nccl_a100();
   p.devices_per_node = 1;
   p.nodes = 2;
-  EXPECT_EQ(run_all_reduce(p, 2, 8, Algo::kRing, Proto::kSimple), 12'400'000 + 2 * (9'600'000 + 2'320));
+  EXPECT_EQ(run_all_reduce(p, 2, 8, Algo::kRing, Proto::kSimple), 12'400'000 + 2 * (15'600'000 + 2'320));
+}
+
+// The network proxy (links.inter.proxy_us, NCCL's getNetOverhead): each
+// protocol's node-crossing hop adds one post (LL, LL128) or three (Simple);
+// hops inside a node and plain sends (links.inter.latency_us) do not. DGX
+// A100 (AMD hosts) posts in 2 us, DGX H100 (Intel) in 1 us, NCCL's figures.
+TEST(ProtocolTest, ProxyPostsAddToNetworkHopsOnly) {
+  struct Case {
+    const char* profile;
+    Time post;
+  };
+  for (const Case& c : {Case{"a100-nvlink", 2'000'000}, Case{"h100-nvlink", 1'000'000},
+                        Case{"a100-nvlink-4nic", 1'000'000}}) {
+    HardwareProfile p = load_profile(c.profile);
+    p.nodes = 2;
+    EXPECT_EQ(p.inter.proxy_us * 1e6, static_cast<double>(c.post)) << c.profile;
+    const ProfileLinkModel links(p);
+    const Link nv = links.link(0, 1), ib = links.link(0, 8);
+    const Time want[kNumProtocols] = {us_to_time(2.7) + c.post, us_to_time(4.0) + c.post, us_to_time(9.6) + 3 * c.post};
+    for (int q = 0; q < kNumProtocols; ++q) {
+      const Engine e = protocol_engine(static_cast<Protocol>(q));
+      EXPECT_EQ(ib.latency_of(e), want[q]) << c.profile << " " << q;
+      EXPECT_EQ(nv.latency_of(e), us_to_time(p.protocols[size_t(q)].hop_latency_us[0])) << c.profile << " " << q;
+    }
+    EXPECT_EQ(ib.latency_of(Engine::kSm), p.inter.latency()) << c.profile;
+  }
+  // A profile file carries it as links.inter.proxy_us; elsewhere, or negative, one error line.
+  nlohmann::json j = profile_to_json(nccl_a100());
+  EXPECT_DOUBLE_EQ(j["links"]["inter"]["proxy_us"].get<double>(), 2.0);
+  EXPECT_EQ(profile_from_json(j, "test").inter.proxy_us, 2.0);
+  j["links"]["inter"]["proxy_us"] = -1;
+  EXPECT_THROW(profile_from_json(j, "test"), ConfigError);
+  j = profile_to_json(nccl_a100());
+  j["links"]["intra"]["proxy_us"] = 1;
+  EXPECT_THROW(profile_from_json(j, "test"), ConfigError);
+  j = profile_to_json(nccl_a100());
+  j["links"]["inter"].erase("proxy_us");
+  EXPECT_EQ(profile_from_json(j, "test").inter.proxy_us, 0.0);
 }
 
 // auto picks the protocol with the algorithm: LL for a few bytes (least
@@ -174,17 +228,27 @@ TEST(ProtocolTest, SmallMessageLatencyNearPublicFigures) {
 
 // README "Small-message latency": all_reduce of 8 B to 64 KiB on one DGX
 // A100 node (8 GPUs) and on two (16), auto's choice. Below 32 KiB on one
-// node and 8 KiB on two, auto runs direct LL: every member posts its buffer
-// to the n-1 others at once, so the time is the start L (4 us launch + LL's
-// 3.6 us) plus the slowest port's queue: on one node the NVLink egress and
-// ingress each carry n-1 = 7 messages, L + a_NV + 7 w_NV(S) exactly (LL's
-// hops: 0.47 us NVLink, 2.7 us network; w at LL's quarter of the rate, its
-// 8-byte flag per 8 bytes of data, the link's packet headers). On two
-// nodes each NIC sends and receives 8 messages, but a member takes its
-// receives in group order (r-1, r-2, ...), not in arrival order, so the
-// time lies between the NIC's 8 messages and all 15 in a row:
-// L + a_IB + 8 w_IB(S) <= T <= L + a_IB + 15 w_IB(S); the tuner's replay
-// gives it exactly.
+// node auto runs direct LL: every member posts its buffer to the n-1 others
+// at once, so the time is the start L (4 us launch + LL's 3.6 us) plus the
+// slowest port's queue: the NVLink egress and ingress each carry n-1 = 7
+// messages, L + a_NV + 7 w_NV(S) exactly (LL's NVLink hop 0.47 us; w at
+// LL's quarter of the rate, its 8-byte flag per 8 bytes of data, the link's
+// packet headers). Across nodes NCCL has no direct all_reduce (auto weighs
+// ring and tree only): up to 4 KiB the tree wins (halving, dist 8, 4, 2, 1,
+// member r sending to r + dist; then doubling, dist 1, 2, 4, 8, to r -
+// dist). Its critical path: a message from local GPU g (r mod 8) at dist d
+// < 8 crosses the nodes iff g + d >= 8 (halving) or g < d (doubling), and
+// lands on local GPU g + d - 8 or g - d + 8; a path may also stay on its
+// member for a step. Halving then allows at most 2 network hops (dist 8,
+// then dist 4 from g >= 4 lands on g - 4 < 4, from where dist 2 and 1 stay
+// inside; or dist 2 from g >= 6 lands on g - 6 < 2, and dist 1 stays), and
+// the path through them takes NVLink hops at its other 2 steps (g = 7: 8
+// IB, 4 IB, 2 and 1 NVLink); doubling likewise. So T = L + 4 a_IB + 4 a_NV
+// plus one step's wire per hop: a_IB = 2.7 us + the proxy's 2 us post,
+// a_NV = 0.47 us; each wire at most twice (a step's chunks may wrap into
+// two messages) that of the step's m_k = min(2^k, 16 - 2^k) slices of
+// ceil(count/16) elements on the slower link. The tuner's replay gives T
+// exactly.
 TEST(ProtocolTest, SmallMessageLatencyTableIsDirectLLByHand) {
   const HardwareProfile one = nccl_a100();
   HardwareProfile two = nccl_a100();
@@ -204,8 +268,11 @@ TEST(ProtocolTest, SmallMessageLatencyTableIsDirectLLByHand) {
     std::vector<int> sixteen(16);
     std::iota(sixteen.begin(), sixteen.end(), 0);
     const Choice c2 = select(two, sixteen, shape);
-    fmt::print("| {} B | {}, {} | {:.2f} | {}, {} | {:.2f} |\n", bytes, algo_name(c1.algo), proto_name(c1.proto),
-               to_us(t1), algo_name(c2.algo), proto_name(c2.proto), to_us(t2));
+    const std::string row = fmt::format("| {} | {}, {} | {:.2f} | {}, {} | {:.2f} |", size_name(bytes),
+                                        algo_name(c1.algo), proto_name(c1.proto), to_us(t1), algo_name(c2.algo),
+                                        proto_name(c2.proto), to_us(t2));
+    fmt::print("{}\n", row);
+    EXPECT_TRUE(readme_has(row)) << "README \"Small-message latency\" lacks the row, as the code gives it now:\n" << row;
     EXPECT_EQ(t1, c1.time) << bytes;
     EXPECT_EQ(t2, c2.time) << bytes;
     if (bytes < 32 * 1024) {
@@ -213,33 +280,68 @@ TEST(ProtocolTest, SmallMessageLatencyTableIsDirectLLByHand) {
       EXPECT_EQ(c1.proto, Proto::kLL) << bytes;
       EXPECT_EQ(t1, L + nv.latency_of(ll) + 7 * nv.wire_time(bytes, ll)) << bytes << " B on one node";
     }
-    if (bytes < 8 * 1024) {
-      EXPECT_EQ(c2.algo, Algo::kDirect) << bytes;
+    EXPECT_NE(c2.algo, Algo::kDirect) << bytes;
+    if (bytes <= 4 * 1024) {
+      EXPECT_EQ(c2.algo, Algo::kTree) << bytes;
       EXPECT_EQ(c2.proto, Proto::kLL) << bytes;
-      EXPECT_GE(t2, L + ib.latency_of(ll) + 8 * ib.wire_time(bytes, ll)) << bytes << " B on two nodes";
-      EXPECT_LE(t2, L + ib.latency_of(ll) + 15 * ib.wire_time(bytes, ll)) << bytes << " B on two nodes";
+      EXPECT_EQ(ib.latency_of(ll), 4'700'000);
+      const uint64_t slice = (count + 15) / 16 * 4;
+      const Time lo = L + 4 * nv.latency_of(ll) + 4 * ib.latency_of(ll);
+      Time wires = 0;
+      for (int k = 0; k < 4; ++k) {
+        const uint64_t m = uint64_t(std::min(1 << k, 16 - (1 << k)));
+        wires += 2 * std::max(ib.wire_time(m * slice, ll), nv.wire_time(m * slice, ll));  // halving and doubling
+      }
+      EXPECT_GT(t2, lo) << bytes << " B on two nodes";
+      EXPECT_LE(t2, lo + 2 * wires) << bytes << " B on two nodes";
     }
   }
 }
 
+// NCCL runs all_reduce as a ring or a tree (its tuner weighs no other on
+// these systems): across nodes auto leaves direct out for all_reduce, where
+// it would win at a few bytes (one exchange, one network hop: 12.3 us on two
+// A100 nodes against the ring's 17.0), and keeps it for the other
+// collectives and inside a node; asked for, direct still runs.
+TEST(ProtocolTest, AutoTakesNoDirectAllReduceAcrossNodes) {
+  HardwareProfile p = nccl_a100();
+  p.nodes = 2;
+  const std::vector<int> two{0, 8}, one = first_ranks(8);
+  const CollShape tiny{OpKind::kAllReduce, 2, 4, 0};
+  const Choice across = select(p, two, tiny);
+  EXPECT_NE(across.algo, Algo::kDirect);
+  const Choice forced = select(p, two, tiny, Algo::kDirect);
+  EXPECT_EQ(forced.algo, Algo::kDirect);
+  EXPECT_LT(forced.time, across.time);  // what auto gives up, as NCCL does
+  EXPECT_EQ(select(p, one, tiny).algo, Algo::kDirect);
+  EXPECT_EQ(select(p, first_ranks(16), CollShape{OpKind::kAllGather, 16, 4, 0}).algo, Algo::kDirect);
+  fmt::print("8 B all_reduce on 2 A100 nodes, 1 GPU each: auto {} {:.3f} us, direct {:.3f} us\n",
+             algo_name(across.algo), to_us(across.time), to_us(forced.time));
+}
+
 // nccl-tests#150: all_reduce_perf on 2 nodes of A100 80GB, one GPU each, HDR
-// InfiniBand: 8 B 19.90 us, 16 B 20.67, 32 B 19.16, 64 B 19.36 (out of
-// place). The model (direct LL, one message each way): L + a_IB + w_IB(S) =
-// 7.6 + 2.7 us + a few ns, about 10.3 us: half the measured time. NCCL's
-// tuning-model latencies (what the profile takes) price the algorithms
-// against each other; the measured time also holds the network proxy's
-// work (a CPU thread posts every network send and polls its completion)
-// and the host's loop between nccl-tests' launches, neither modeled.
-// Recorded here, not hidden (README "Small-message latency").
+// InfiniBand: 8 B 19.90 us, 16 B 20.67, 32 B 19.16, 64 B 19.36 out of place
+// (18.96, 19.10, 18.98, 19.07 in place). NCCL's all_reduce is a ring or a
+// tree, two network hops here either way (reduce, then spread), never one
+// exchange: auto takes no direct all_reduce across nodes. The ring (first in
+// auto's order; the tree ties: halving then doubling, one half each) under
+// LL: T = L + 2 (a_IB + w_IB(S/2)), L = 4 + 3.6 us, a_IB = 2.7 us (NCCL's LL
+// network hop) + 2 us (the proxy's post on DGX A100's AMD hosts) = 4.7 us,
+// w_IB(x) = (x + 42) B at a quarter of 25 GB/s (8 B: 46 B, 7360 ps):
+// 8 B 17.01472 us. Tolerance 20% of the measured time (stated; the model
+// leaves out nccl-tests' host loop between launches); every row is below it.
 TEST(ProtocolTest, TwoNodesOneGpuEachSmallMessagesAgainstNcclTests150) {
   HardwareProfile p = nccl_a100();
   p.nodes = 2;
-  const Link ib = ProfileLinkModel(p).link(0, 8);
-  const Engine ll = proto_engine(Proto::kLL);
   const struct {
     size_t bytes;
     double measured_us;
-  } rows[] = {{8, 19.90}, {16, 20.67}, {32, 19.16}, {64, 19.36}};
+    Time want;  // L + 2 (a_IB + w_IB(S/2)), w_IB(x) = (x + 42) B / 6.25 GB/s
+  } rows[] = {{8, 19.90, 7'600'000 + 2 * (4'700'000 + 7'360)},
+              {16, 20.67, 7'600'000 + 2 * (4'700'000 + 8'000)},
+              {32, 19.16, 7'600'000 + 2 * (4'700'000 + 9'280)},
+              {64, 19.36, 7'600'000 + 2 * (4'700'000 + 11'840)}};
+  double worst = 0;
   for (const auto& r : rows) {
     ClusterOptions opts;
     opts.world_size = 16;
@@ -250,12 +352,21 @@ TEST(ProtocolTest, TwoNodesOneGpuEachSmallMessagesAgainstNcclTests150) {
       all_reduce(dev, g, Buffer::phantom(r.bytes / 4), ReduceOp::kSum, {});
     });
     const Time t = res.makespan();
-    EXPECT_EQ(t, 7'600'000 + ib.latency_of(ll) + ib.wire_time(r.bytes, ll)) << r.bytes;
+    const Choice c = select(p, std::vector<int>{0, 8}, CollShape{OpKind::kAllReduce, r.bytes / 4, 4, 0});
+    EXPECT_EQ(c.algo, Algo::kRing) << r.bytes;
+    EXPECT_EQ(c.proto, Proto::kLL) << r.bytes;
+    EXPECT_EQ(c.time, t) << r.bytes;
+    EXPECT_EQ(t, r.want) << r.bytes;
     const double err = to_us(t) / r.measured_us - 1;
-    fmt::print("all_reduce {} B, 2 nodes x 1 A100: model {:.2f} us, nccl-tests#150 {:.2f} us ({:+.0f}%)\n", r.bytes,
-               to_us(t), r.measured_us, err * 100);
+    worst = std::max(worst, std::abs(err));
+    const std::string row = fmt::format("| {} B | ring, LL | {:.2f} | {:.2f} | {:+.1f}% |", r.bytes, to_us(t),
+                                        r.measured_us, err * 100);
+    fmt::print("{}\n", row);
+    EXPECT_TRUE(readme_has(row)) << "README lacks the nccl-tests#150 row, as the code gives it now:\n" << row;
     EXPECT_LT(to_us(t), r.measured_us);  // what is left out only adds time
   }
+  fmt::print("max |error| {:.1f}% (tolerance 20%)\n", worst * 100);
+  EXPECT_LE(worst, 0.20);
 }
 
 }  // namespace

@@ -108,6 +108,9 @@ struct Row {
   Time predicted[3], measured[3];
   Algo pick;
   Time auto_measured;
+  // An all_reduce on a group spanning nodes: auto does not weigh direct
+  // (NCCL has no direct all_reduce; tuner.cc select).
+  bool no_direct = false;
 };
 
 struct Param {
@@ -134,6 +137,9 @@ const std::vector<Row>& grid(const Param& prm) {
           r.measured[a] = measure(p, gc, prm.precision, s, kExplicit[a]);
         }
         r.auto_measured = measure(p, gc, prm.precision, s, Algo::kAuto);
+        r.no_direct = op == OpKind::kAllReduce &&
+                      std::any_of(gc.members.begin(), gc.members.end(),
+                                  [&](int m) { return p.node_of(m) != p.node_of(gc.members.front()); });
         rows.push_back(r);
       }
     }
@@ -185,10 +191,13 @@ TEST_P(TunerTest, AutoIsTheFastestExplicitAlgorithm) {
     Time excess = 0;
     for (size_t j = i; j < i + std::size(kSizes); ++j) {
       const Row& r = rows[j];
-      const Time best = *std::min_element(std::begin(r.measured), std::end(r.measured));
+      Time best = -1;
+      for (int a = 0; a < 3; ++a)
+        if (!(r.no_direct && kExplicit[a] == Algo::kDirect) && (best < 0 || r.measured[a] < best))
+          best = r.measured[a];
       EXPECT_EQ(r.auto_measured, best) << r.group << " " << op_kind_name(r.op) << " " << r.bytes
                                        << " B: auto picked " << algo_name(r.pick);
-      for (Time t : r.measured) EXPECT_LE(r.auto_measured, t);
+      if (r.no_direct) EXPECT_NE(r.pick, Algo::kDirect) << r.group << " " << r.bytes << " B";
       excess = std::max(excess, r.auto_measured - best);
       picks += letter(r.pick);
     }
