@@ -27,9 +27,10 @@ struct Variant {
   bool rendezvous = true;
   uint64_t sleeps = 0;  // seed of random host sleeps at sends and receives (messages only); 0: none
   std::string name() const {
-    const std::string threads = host_threads == 0   ? std::string("a thread per device")
-                                : host_threads == 1 ? std::string("1 host thread")
-                                                    : fmt::format("{} host threads", host_threads);
+    const std::string threads = host_threads == 0    ? std::string("a thread per device")
+                                : host_threads == -1 ? std::string("a host thread per usable core")
+                                : host_threads == 1  ? std::string("1 host thread")
+                                                     : fmt::format("{} host threads", host_threads);
     return fmt::format("{}, {}{}", threads, rendezvous && !sleeps ? "meetings" : "messages",
                        sleeps ? ", random sleeps" : "");
   }
@@ -125,8 +126,8 @@ TEST(ServeHostThreads, FibersGiveTheThreadsTokensTimesAndTraceAtTp8) {
 
   const uint64_t switches = fiber_switches();
   for (const Variant& v :
-       {Variant{0, true, 0}, Variant{1, true, 0}, Variant{3, true, 0}, Variant{1, false, 0},
-        Variant{3, false, 11}, Variant{8, false, 12}, Variant{2, false, 13}})
+       {Variant{0, true, 0}, Variant{1, true, 0}, Variant{3, true, 0}, Variant{-1, true, 0},
+        Variant{1, false, 0}, Variant{3, false, 11}, Variant{8, false, 12}, Variant{2, false, 13}})
     expect_same(serve_tp8(t, reqs, v), base, v.name());
   // The fibers ran: each of them gave its host thread away many times.
   std::printf("[host threads] %llu fiber switches\n",
