@@ -1,6 +1,9 @@
 // Host time of real-math serving (issue 34): the tiny model with 8 heads at
 // tp 1, 2 and 8, on its values (not phantom, so unfolded: one device thread
-// per tp rank), 16 requests of 16 prompt and 32 output tokens arriving at once, continuous
+// per tp rank; host_threads 1, the default, runs them as fibers of one
+// host thread, -1 of one per usable core, 0 a thread each:
+// ReplicaShape::host_threads), 16 requests
+// of 16 prompt and 32 output tokens arriving at once, continuous
 // batching. Reported: host ms per serving step (wall time of the simulation,
 // after the plan's probe step, over the steps it ran) and the steps. At tp 8
 // every step is the tiny model's 4 blocks on 8 threads with two all-reduces
@@ -25,6 +28,7 @@ void BM_ServeStep(benchmark::State& state) {
   shape.model = model::preset("tiny");
   shape.model.n_head = 8;  // tp 8 splits the heads (tiny has 4)
   shape.tp = static_cast<int>(state.range(0));
+  shape.host_threads = static_cast<int>(state.range(1));
   shape.phantom = false;
   serve::LengthDist prompt, output;
   prompt.a = prompt.b = 16;
@@ -50,7 +54,15 @@ void BM_ServeStep(benchmark::State& state) {
   state.counters["host_ms_per_step"] = 1e3 * wall_s / double(steps);
   state.counters["steps"] = double(steps) / double(state.iterations());
 }
-BENCHMARK(BM_ServeStep)->ArgName("tp")->Arg(1)->Arg(2)->Arg(8)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_ServeStep)
+    ->ArgNames({"tp", "host_threads"})
+    ->Args({1, 1})
+    ->Args({2, 1})
+    ->Args({8, 1})
+    ->Args({8, -1})
+    ->Args({8, 0})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace shardlab

@@ -1,9 +1,13 @@
 #include "model/arithmetic.h"
 
+#include "runtime/fiber.h"
+
 namespace shardlab::model {
 
 namespace {
 thread_local Arithmetic t_arithmetic = Arithmetic::kNative;
+// Each device fiber keeps its own (runtime/fiber.h).
+[[maybe_unused]] const bool kept_per_fiber = keep_per_fiber({[]() -> void* { return &t_arithmetic; }, sizeof(t_arithmetic)});
 }  // namespace
 
 const char* arithmetic_name(Arithmetic a) { return a == Arithmetic::kPortable ? "portable" : "native"; }

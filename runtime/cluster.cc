@@ -11,6 +11,7 @@
 #include "runtime/cancel.h"
 #include "runtime/cluster_share.h"
 #include "runtime/errors.h"
+#include "runtime/fiber.h"
 #include "runtime/host_cores.h"
 #include "runtime/log.h"
 #include "runtime/transport.h"
@@ -34,6 +35,8 @@ Cluster::Cluster(HardwareProfile profile, ClusterOptions options)
                                   options_.world_size, profile_.name, profile_.total_devices(),
                                   profile_.nodes, profile_.devices_per_node));
   }
+  if (options_.host_threads < 0)
+    throw ConfigError(fmt::format("`host_threads` {}: 0 (a thread per device) or more", options_.host_threads));
   (void)CostModel(profile_.device, options_.precision);  // refuses fp8 on a device without an FP8 peak
   if (!options_.links) {
     default_links_ = std::make_unique<ProfileLinkModel>(profile_);
@@ -206,7 +209,6 @@ RunResult Cluster::run(const Program& program) {
   }
 
   auto body = [&](int r) {
-    const DeviceThreadCount counted;  // a lone device's GEMMs may borrow the idle cores
     Device& dev = *devices[static_cast<size_t>(r)];
     try {
       dev.log().debug("started on node {}", dev.node());
@@ -224,10 +226,29 @@ RunResult Cluster::run(const Program& program) {
     if (--running == 0) done_cv.notify_all();
   };
 
+  // A lone device's GEMMs may borrow the idle cores: each host thread counts.
   std::vector<std::thread> threads;
-  threads.reserve(static_cast<size_t>(running));
-  for (int r = 0; r < n; ++r)
-    if (devices[size_t(r)]) threads.emplace_back(body, r);
+  const int devices_here = running;  // no thread runs yet
+  const int hosts = transport || options_.pace > 0 ? 0 : std::min(options_.host_threads, devices_here);
+  std::vector<FiberHost> fibers(static_cast<size_t>(hosts));
+  if (hosts == 0) {
+    threads.reserve(static_cast<size_t>(devices_here));
+    for (int r = 0; r < n; ++r)
+      if (devices[size_t(r)]) threads.emplace_back([&body, r] {
+          const DeviceThreadCount counted;
+          body(r);
+        });
+  } else {
+    for (int r = 0, i = 0; r < n; ++r) {  // the i-th running device: host i * hosts / devices_here
+      if (!devices[size_t(r)]) continue;
+      Fiber& f = fibers[size_t(i++ * hosts / devices_here)].add([&body, r] { body(r); });
+      fabric.bind_fiber(r, &f);
+    }
+    for (FiberHost& h : fibers) threads.emplace_back([&h] {
+        const DeviceThreadCount counted;
+        h.run();
+      });
+  }
   watch(fabric, error, done_mu, done_cv, running, options_.watchdog_period, /*local=*/!transport);
   for (auto& t : threads) t.join();
   if (transport) {

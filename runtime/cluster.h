@@ -1,4 +1,5 @@
-// Cluster: launches one SPMD program on N virtual devices, one OS thread each.
+// Cluster: launches one SPMD program on N virtual devices, one OS thread each
+// (or fibers on fewer threads: ClusterOptions::host_threads).
 //
 //   Cluster cluster(load_profile("a100-nvlink"), {.world_size = 8});
 //   RunResult r = cluster.run([](Device& dev) { ... });
@@ -55,6 +56,14 @@ struct ClusterOptions {
   // transport, on the profile's own links (links null), without hooks or
   // faults; false: always the messages (tests compare the two).
   bool rendezvous = true;
+  // Host threads the devices' programs share as fibers (runtime/fiber.h):
+  // 0, one OS thread per device; N > 0, the running devices in N blocks of
+  // consecutive ranks, each block's programs fibers of one thread, so that
+  // a wait gives the thread to the next ready device instead of sleeping
+  // in the kernel. The same bits, virtual times and traces either way. Only
+  // in one process and without pacing (a paced device sleeps on the wall
+  // clock, which would stop its block); otherwise one thread per device.
+  int host_threads = 0;
 };
 
 struct DeviceStats {
@@ -99,6 +108,8 @@ class Cluster {
   }
   // Whether the next runs' collectives may meet (ClusterOptions::rendezvous).
   void set_rendezvous(bool on) { options_.rendezvous = on; }
+  // The host threads of the next runs (ClusterOptions::host_threads).
+  void set_host_threads(int n) { options_.host_threads = n; }
 
  private:
   std::vector<std::unique_ptr<Device>> make_devices(Fabric& fabric, const std::function<bool(int)>& local,

@@ -7,13 +7,15 @@
 // exactly as far as the program's dependencies allow.
 //
 // Thread safety: a Device and everything it owns (arena, streams, trace
-// buffer, ports) are used only by the device's own thread. The only shared
-// object it touches is the Fabric, which synchronises itself.
+// buffer, ports) are used only by the device's own thread (or fiber,
+// runtime/fiber.h), unpark() excepted. The only shared object it touches is
+// the Fabric, which synchronises itself.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <vector>
 
@@ -195,6 +197,13 @@ class Device {
     check_abort();
     fabric_.meet(cfg_.rank, members, index, tag, deposit, complete);
   }
+  // A wait of the program's own on the host (a serving device waiting for
+  // its next batch, model/serve/cluster_step.cc): with `lock` held, sleeps
+  // until unpark() or spuriously; callers loop on their condition. Waiting
+  // any other way would stop a fiber's host thread (runtime/fiber.h).
+  // unpark() may be called from any thread.
+  void park(std::unique_lock<std::mutex>& lock) { fabric_.park(cfg_.rank, lock); }
+  void unpark() { fabric_.unpark(cfg_.rank); }
 
   // The latest time on any stream, and making every stream reach it.
   Time now() const;

@@ -80,7 +80,7 @@ void Fabric::post(Message&& m) {
     wake = mb.waiting && mb.wait_src == m.src && mb.wait_tag == m.tag;
     mb.queue.push_back(std::move(m));
   }
-  if (wake) mb.cv.notify_one();
+  if (wake) mb.waiter.wake();
 }
 
 bool Fabric::has_match(const Mailbox& mb, int src, Tag tag) {
@@ -107,7 +107,7 @@ Message Fabric::take(int dst, int src, Tag tag) {
     mb.waiting = true;
     mb.wait_src = src;
     mb.wait_tag = tag;
-    mb.cv.wait(lock);
+    mb.waiter.wait(lock);
   }
 }
 
@@ -159,7 +159,7 @@ void Fabric::meet(int rank, std::span<const int> members, int index, Tag tag, vo
         mb.met = true;
         mb.waiting = false;  // done as of now: the watchdog must not count it blocked
       }
-      mb.cv.notify_one();
+      mb.waiter.wake();
     }
     return;
   }
@@ -170,7 +170,7 @@ void Fabric::meet(int rank, std::span<const int> members, int index, Tag tag, vo
       mb.waiting = false;
       throw Aborted{};
     }
-    mb.cv.wait(lock);
+    mb.waiter.wait(lock);
   }
   mb.met = false;
 }
@@ -179,7 +179,7 @@ void Fabric::abort() {
   aborted_.store(true, std::memory_order_release);
   for (auto& mb : boxes_) {
     std::lock_guard lock(mb->mu);  // orders the flag before any re-check under the lock
-    mb->cv.notify_all();
+    mb->waiter.wake();
   }
 }
 

@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/fiber.h"
 #include "runtime/link_model.h"
 #include "runtime/time.h"
 
@@ -150,6 +151,15 @@ class Fabric {
   using MeetingDone = std::function<void(std::span<void* const>)>;
   void meet(int rank, std::span<const int> members, int index, Tag tag, void* deposit, const MeetingDone& complete);
 
+  // Device `rank`'s program runs as `fiber` (fiber.h; before it starts):
+  // its waits in take() and meet() give its host thread to the next fiber.
+  void bind_fiber(int rank, Fiber* fiber) { boxes_[static_cast<size_t>(rank)]->waiter.bind(fiber); }
+  // A wait of device `rank`'s own (a serving device waiting for its next
+  // batch) on the same waiter: with `lock` held, sleeps until unpark(rank)
+  // or spuriously (callers loop on their condition). unpark: any thread.
+  void park(int rank, std::unique_lock<std::mutex>& lock) { boxes_[static_cast<size_t>(rank)]->waiter.wait(lock); }
+  void unpark(int rank) { boxes_[static_cast<size_t>(rank)]->waiter.wake(); }
+
   // If every device that has not finished is blocked in take() on a message
   // that is not in its mailbox, returns a description of who waits for whom.
   std::optional<std::string> find_deadlock();
@@ -160,7 +170,7 @@ class Fabric {
  private:
   struct Mailbox {
     std::mutex mu;
-    std::condition_variable cv;
+    HostWaiter waiter;          // its device's thread (or fiber) sleeps here
     std::deque<Message> queue;  // GUARDED_BY(mu)
     bool waiting = false;       // GUARDED_BY(mu): blocked in take()
     int wait_src = -1;          // GUARDED_BY(mu)

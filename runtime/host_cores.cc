@@ -38,15 +38,16 @@ std::string host_threads_env_error() {
 
 int running_device_threads() { return g_running.load(std::memory_order_relaxed); }
 
-int idle_host_cores() {
+int usable_host_cores() {
   namespace tbb = oneapi::tbb;
   const int cores = static_cast<int>(std::min<size_t>(
       static_cast<size_t>(tbb::this_task_arena::max_concurrency()),
       tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism)));
   const int cap = host_thread_cap();
-  const int usable = cap > 0 ? std::min(cores, cap) : cores;
-  return std::max(0, usable - std::max(1, running_device_threads()));
+  return std::max(1, cap > 0 ? std::min(cores, cap) : cores);
 }
+
+int idle_host_cores() { return std::max(0, usable_host_cores() - std::max(1, running_device_threads())); }
 
 DeviceThreadCount::DeviceThreadCount() { g_running.fetch_add(1, std::memory_order_relaxed); }
 DeviceThreadCount::~DeviceThreadCount() { g_running.fetch_sub(1, std::memory_order_relaxed); }

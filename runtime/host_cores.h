@@ -18,6 +18,10 @@ namespace shardlab {
 // Device threads of this process alive right now (all clusters together).
 int running_device_threads();
 
+// Cores oneTBB may use (its affinity mask or global limit), capped by
+// SHARDLAB_HOST_THREADS: at least 1.
+int usable_host_cores();
+
 // Cores oneTBB may use beyond the calling device thread's own: > 0 when
 // that device's kernels may split.
 int idle_host_cores();

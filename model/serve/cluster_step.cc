@@ -19,6 +19,7 @@
 #include "model/serve/replica_device.h"
 #include "model/serve/serving.h"
 #include "runtime/errors.h"
+#include "runtime/host_cores.h"
 #include "runtime/transport.h"
 #include "runtime/wire.h"
 
@@ -34,11 +35,13 @@ using detail::ReplicaDevice;
 // it; a device that throws wakes everyone, and finish() rethrows.
 struct ClusterStepExecutor::Mailbox {
   std::mutex m;
-  // Devices wait on `cv` for a job, the scheduler on `all_done` for the
-  // last device to finish it: one shared variable woke every device that
-  // had finished (and the scheduler) at each device's end, about 40
-  // needless wake-ups per step at tp 8, each a context switch on a small host.
-  std::condition_variable cv;
+  // Devices wait for a job each on its own waiter (Device::park: a fiber
+  // gives its host thread to the next device), the scheduler on `all_done`
+  // for the last device to finish it: one shared variable woke every
+  // device that had finished (and the scheduler) at each device's end,
+  // about 40 needless wake-ups per step at tp 8, each a context switch on
+  // a small host.
+  std::vector<Device*> waiting;  // by rank: the devices in their job loop
   std::condition_variable all_done;
   int64_t job = 0;
   std::vector<int64_t> done;  // per device: the last job run
@@ -50,6 +53,11 @@ struct ClusterStepExecutor::Mailbox {
   std::thread runner;
   RunResult result;
   std::exception_ptr error;
+  // Wakes every device in its job loop (under m).
+  void wake_devices() {
+    for (Device* d : waiting)
+      if (d) d->unpark();
+  }
   // Whether every device here has run `job` (under m).
   bool all_ran(int64_t job) const {
     return std::all_of(done.begin(), done.end(), [&](int64_t d) { return d == job || d < 0; });
@@ -89,7 +97,7 @@ ReplicaPlan ClusterStepExecutor::plan(int64_t max_batch_tokens) {
     probe.push_back({int(probe.size()), int(std::min<int64_t>(left, shape_.model.block_size)), 0});
   ReplicaPlan p;
   p.kv_bytes_per_token.assign(size_t(shape_.world()), 0);
-  cluster_.set_representatives(representative_);
+  prepare_run();
   const RunResult r = cluster_.run([&](Device& dev) {
     model::PhantomScope phantom(true);  // sizes only
     ReplicaDevice d(dev, plan_, draft_plan_ ? &*draft_plan_ : nullptr, shape_, false);
@@ -107,22 +115,40 @@ ReplicaPlan ClusterStepExecutor::plan(int64_t max_batch_tokens) {
   return p;
 }
 
+void ClusterStepExecutor::prepare_run() {
+  cluster_.set_representatives(representative_);
+  const int hosts = shape_.host_threads < 0 ? usable_host_cores() : shape_.host_threads;
+  cluster_.set_host_threads(shape_.phantom ? 0 : hosts);
+}
+
 void ClusterStepExecutor::start() {
   box_ = std::make_unique<Mailbox>();
   Mailbox& b = *box_;
   b.done.assign(size_t(shape_.world()), 0);
+  b.waiting.assign(size_t(shape_.world()), nullptr);
   b.steps.assign(size_t(shape_.world()), {});
   for (int rank = 0; rank < shape_.world(); ++rank)
     if (!runs(rank) || !here(rank)) b.done[size_t(rank)] = -1;  // no thread here: never waited for
-  cluster_.set_representatives(representative_);
+  prepare_run();
   b.runner = std::thread([this, &b] {
     try {
       b.result = cluster_.run([this, &b](Device& dev) {
         model::PhantomScope phantom(shape_.phantom);
         ReplicaDevice d(dev, plan_, draft_plan_ ? &*draft_plan_ : nullptr, shape_, !shape_.phantom);
+        // In the job loop: woken by the scheduler (until it leaves it).
+        struct Waiting {
+          Mailbox& b;
+          Device& dev;
+          Waiting(Mailbox& b, Device& dev) : b(b), dev(dev) { set(&dev); }
+          ~Waiting() { set(nullptr); }
+          void set(Device* d) {
+            std::lock_guard<std::mutex> g(b.m);
+            b.waiting[size_t(dev.rank())] = d;
+          }
+        } waiting(b, dev);
         for (int64_t seen = 0;;) {
           std::unique_lock<std::mutex> l(b.m);
-          b.cv.wait(l, [&] { return b.job > seen || b.stop || b.failed; });
+          while (b.job <= seen && !b.stop && !b.failed) dev.park(l);
           if (b.stop || b.failed) return;
           seen = b.job;
           const std::vector<BatchEntry> batch = b.batch;
@@ -136,7 +162,7 @@ void ClusterStepExecutor::start() {
           } catch (...) {
             std::lock_guard<std::mutex> g(b.m);
             b.failed = true;
-            b.cv.notify_all();
+            b.wake_devices();
             b.all_done.notify_all();
             throw;
           }
@@ -150,7 +176,7 @@ void ClusterStepExecutor::start() {
       std::lock_guard<std::mutex> g(b.m);
       b.error = std::current_exception();
       b.failed = true;
-      b.cv.notify_all();
+      b.wake_devices();
       b.all_done.notify_all();
     }
   });
@@ -196,7 +222,7 @@ std::unique_lock<std::mutex> ClusterStepExecutor::post(std::span<const BatchEntr
   b.ops.swap(b.pending);
   b.pending.clear();
   const int64_t job = ++b.job;
-  b.cv.notify_all();
+  b.wake_devices();
   b.all_done.wait(l, [&] { return b.failed || b.all_ran(job); });
   if (b.failed) {
     l.unlock();
@@ -260,7 +286,7 @@ RunResult ClusterStepExecutor::finish() {
   {
     std::lock_guard<std::mutex> g(b->m);
     b->stop = true;
-    b->cv.notify_all();
+    b->wake_devices();
   }
   b->runner.join();
   if (b->error) std::rethrow_exception(b->error);

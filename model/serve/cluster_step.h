@@ -87,6 +87,13 @@ struct ReplicaShape {
   const model::SafetensorsFile* init = nullptr;  // checked with infer::check_generate_init
   bool fold = false;                             // phantom, dense: tp rank 0 plays its tp peers
   int virtual_engines = 1;                       // batches in flight (SchedulerOptions::virtual_engines)
+  // On values: the replica's devices share this many host threads as
+  // fibers (ClusterOptions::host_threads; 0: a thread each; -1: one per
+  // usable core, runtime/host_cores.h). A host thread steps its block of
+  // devices from meeting to meeting with no hand-off through the kernel:
+  // one thread was the fastest for tiny at tp 8 on 2 cores (bench_serve,
+  // bench/README.md). Phantom runs keep a thread per running device.
+  int host_threads = 1;
   // A draft model beside the target (speculative.h; tp only).
   std::optional<SpeculativeShape> speculative;
   // How tokens are chosen: request i's n-th token is draw n of seed + i
@@ -138,6 +145,8 @@ class ClusterStepExecutor final : public StepExecutor {
  private:
   struct Mailbox;
   void start();
+  // The cluster's folding and host threads for this executor's runs.
+  void prepare_run();
   bool runs(int rank) const { return representative_.empty() || representative_[size_t(rank)] == rank; }
   // Device `rank` runs in this process (always, but under mpirun).
   bool here(int rank) const;

@@ -69,11 +69,12 @@ struct Outcome {
 };
 
 Outcome run_program(const HardwareProfile& profile, int world, const std::vector<Call>& calls, uint64_t seed,
-                    bool rendezvous) {
+                    bool rendezvous, int host_threads = 0) {
   ClusterOptions opts;
   opts.world_size = world;
   opts.trace = true;
   opts.rendezvous = rendezvous;
+  opts.host_threads = host_threads;
   Cluster cluster(profile, opts);
   Outcome o;
   o.outputs.resize(size_t(world));
@@ -207,21 +208,46 @@ TEST(Rendezvous, SameBitsTimesAndTraceAsTheMessages) {
   std::printf("[rendezvous] %llu meetings\n", static_cast<unsigned long long>(detail::meetings_completed() - before));
 }
 
+// The same programs with the devices as fibers (runtime/fiber.h) on 1, 3
+// and 8 host threads, meeting and passing messages: every bit, time and
+// trace event of the threads' messages.
+TEST(Rendezvous, FibersGiveTheThreadsBitsTimesAndTrace) {
+  const uint64_t before = detail::meetings_completed();
+  HardwareProfile two_nodes = load_profile("a100-nvlink");
+  two_nodes.nodes = 2;
+  two_nodes.devices_per_node = 4;
+  for (const HardwareProfile& p : {load_profile("a100-nvlink"), two_nodes}) {
+    for (uint64_t seed = 1; seed <= 2; ++seed) {
+      const std::vector<Call> calls = random_calls(seed * 53, 40);
+      const Outcome msg = run_program(p, 8, calls, seed, false);
+      for (int hosts : {1, 3, 8})
+        for (bool meet : {true, false})
+          expect_same(run_program(p, 8, calls, seed, meet, hosts), msg,
+                      fmt::format("{} nodes, seed {}: {} host threads, {}", p.nodes, seed, hosts,
+                                  meet ? "meetings" : "messages"));
+    }
+  }
+  EXPECT_GT(detail::meetings_completed() - before, 100u);
+}
+
 TEST(Rendezvous, MembersThatDisagreeFailWithOneError) {
-  ClusterOptions opts;
-  opts.world_size = 4;
-  Cluster cluster(load_profile("a100-nvlink"), opts);
-  try {
-    shardlab::testing::bounded_run(cluster, [](Device& dev) {
-      const ProcessGroup g = ProcessGroup::world(dev);
-      std::vector<float> x(dev.rank() == 2 ? 10 : 12, 1.0f);
-      all_reduce(dev, g, x, ReduceOp::kSum, {Algo::kDirect, std::nullopt});
-    });
-    ADD_FAILURE() << "the run completed";
-  } catch (const std::exception& e) {
-    const std::string m = e.what();
-    EXPECT_NE(m.find("members disagree"), std::string::npos) << m;
-    EXPECT_NE(m.find("10 elements"), std::string::npos) << m;
+  for (int hosts : {0, 1}) {  // a thread each, and fibers: the sleepers are woken
+    ClusterOptions opts;
+    opts.world_size = 4;
+    opts.host_threads = hosts;
+    Cluster cluster(load_profile("a100-nvlink"), opts);
+    try {
+      shardlab::testing::bounded_run(cluster, [](Device& dev) {
+        const ProcessGroup g = ProcessGroup::world(dev);
+        std::vector<float> x(dev.rank() == 2 ? 10 : 12, 1.0f);
+        all_reduce(dev, g, x, ReduceOp::kSum, {Algo::kDirect, std::nullopt});
+      });
+      ADD_FAILURE() << "the run completed";
+    } catch (const std::exception& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("members disagree"), std::string::npos) << m;
+      EXPECT_NE(m.find("10 elements"), std::string::npos) << m;
+    }
   }
 }
 

@@ -19,21 +19,23 @@ namespace {
 using testing::bounded_run;
 
 TEST(Failures, AnExceptionOnOneDeviceStopsDevicesBlockedInReceive) {
-  Cluster c(testing::simple_profile(), {.world_size = 4});
-  try {
-    bounded_run(c, [](Device& d) {
-      if (d.rank() == 2) {
-        d.compute().run("work", 1000);
-        throw std::runtime_error("boom in layer 3");
-      }
-      d.recv(d.comm(), 2, 0);  // never sent: must be woken, not hang
-    });
-    FAIL() << "no error";
-  } catch (const RunError& e) {
-    EXPECT_EQ(e.rank(), 2);
-    EXPECT_STREQ(e.what(), "device 2: boom in layer 3");
-    EXPECT_EQ(e.cause(), RunCause::kProgram) << run_cause_name(e.cause());
-    EXPECT_FALSE(e.input_error());
+  for (int hosts : {0, 1}) {  // a thread per device, and fibers of one thread (runtime/fiber.h)
+    Cluster c(testing::simple_profile(), {.world_size = 4, .host_threads = hosts});
+    try {
+      bounded_run(c, [](Device& d) {
+        if (d.rank() == 2) {
+          d.compute().run("work", 1000);
+          throw std::runtime_error("boom in layer 3");
+        }
+        d.recv(d.comm(), 2, 0);  // never sent: must be woken, not hang
+      });
+      FAIL() << "no error";
+    } catch (const RunError& e) {
+      EXPECT_EQ(e.rank(), 2);
+      EXPECT_STREQ(e.what(), "device 2: boom in layer 3");
+      EXPECT_EQ(e.cause(), RunCause::kProgram) << run_cause_name(e.cause());
+      EXPECT_FALSE(e.input_error());
+    }
   }
 }
 
