@@ -17,6 +17,7 @@
 //
 //   build/bin/bench_phantom [--profile NAME|FILE.json] [--rows N]   (N rows of each table)
 //   build/bin/bench_phantom --scale NAME [--layers N] [--micro-batches M] [--no-fold]
+//     (prints a digest of every device's virtual figures, to compare two builds)
 //     (--layers and --micro-batches shrink a scale run into a sibling that
 //     runs in seconds, for profiling; --no-fold runs every rank on a thread)
 //   build/bin/bench_phantom --table nemo|bridge|llama3 [--profile NAME|FILE.json]
@@ -28,6 +29,7 @@
 #include <fmt/format.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -117,6 +119,24 @@ int run_scale(const std::string& name, const ScaleOverrides& over) {
              s->name, world, s->tp, s->pp, s->dp, s->ep, s->seq, double(r.run.makespan()) * 1e-12);
   fmt::print("  {}\n  wall {:.1f} s, peak RSS {:.2f} GiB, {} device threads\n", r.folded, wall,
              double(u.ru_maxrss) / (1024.0 * 1024.0), r.running_devices);
+  // Every device's virtual figures in one digest (FNV-1a over stream ends,
+  // busy and exposed times, FLOPs, memory peaks by kind), to compare builds.
+  uint64_t digest = 1469598103934665603ULL, peak = 0;
+  auto mix = [&digest](uint64_t v) {
+    for (int b = 0; b < 8; ++b) digest = (digest ^ ((v >> (8 * b)) & 0xFF)) * 1099511628211ULL;
+  };
+  for (const DeviceStats& d : r.run.devices) {
+    for (Time t : {d.compute_end, d.comm_end, d.compute_busy, d.comm_busy, d.comm_exposed, d.compute_transfer})
+      mix(uint64_t(t));
+    uint64_t flops = 0;
+    std::memcpy(&flops, &d.compute_flops, sizeof flops);
+    mix(flops);
+    mix(d.peak_bytes);
+    for (uint64_t k : d.peak_by_kind) mix(k);
+    peak = std::max(peak, d.peak_bytes);
+  }
+  fmt::print("  {} devices' figures: digest {:016x}, largest memory peak {} bytes\n", r.run.devices.size(), digest,
+             peak);
   return 0;
 }
 

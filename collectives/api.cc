@@ -14,6 +14,7 @@
 #include "collectives/detail.h"
 #include "collectives/folded.h"
 #include "collectives/rendezvous.h"
+#include "collectives/replay_share.h"
 #include "collectives/tuner.h"
 #include "runtime/profile.h"
 
@@ -75,29 +76,13 @@ struct SharedChoice {
 };
 struct SharedChoices {
   std::mutex mu;
-  std::unordered_map<std::string, std::unique_ptr<const std::string>>
-      texts;  // interned profile texts
   std::unordered_map<ChoiceKey, std::shared_ptr<SharedChoice>, ChoiceKeyHash> chosen;
 };
 
 Choice select_shared(const HardwareProfile& p, std::span<const int> members, const CollShape& shape,
                      Algo algo) {
   static SharedChoices table;
-  // The profile's interned text and the group moved onto the first nodes,
-  // once per thread (a device thread lives for one run on one profile).
-  thread_local const HardwareProfile* text_of = nullptr;
-  thread_local const std::string* text = nullptr;
-  if (text_of != &p) {
-    std::string t = profile_to_json(p).dump();
-    const std::lock_guard<std::mutex> lock(table.mu);
-    auto it = table.texts.find(t);
-    if (it == table.texts.end()) {
-      auto owned = std::make_unique<const std::string>(t);
-      it = table.texts.emplace(std::move(t), std::move(owned)).first;
-    }
-    text = it->second.get();
-    text_of = &p;
-  }
+  const std::string* text = detail::interned_profile_text(p);
   ChoiceKey key{text,
                 node_shifted(p, members),
                 shape.op,

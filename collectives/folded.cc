@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "collectives/replay_share.h"
 #include "runtime/errors.h"
 
 namespace shardlab::collectives::detail {
@@ -134,7 +135,8 @@ std::vector<Port> exchange_ports(Device& dev, const ProcessGroup& g, Tag ctl, Ti
 }
 
 // Whether member `a`'s and member `b`'s bookings on replay slot q (marks
-// in program order, `watched` by replay_collective) are the same spans in
+// in program order: ReplayOutcome::marks_of, which gives a member the marks
+// of the member the replay played for it, the same bookings) are the same spans in
 // the same order: then, from equal ports, the ports end equal (Port::book's
 // end grows strictly with the work from a given start, so equal spans mean
 // equal work, equal shares and equal backlogs). Empty transfers (a tree's
@@ -249,31 +251,27 @@ void run_folded(Device& dev, const ProcessGroup& g, Stream& s, Tag tag, const Co
   bool shared = false;
   for (int i = 0; i < g.size(); ++i)
     if (rep_index[size_t(i)] == i && controls[size_t(i)].others_end > earliest) shared = true;
-  std::vector<Port> ports;
-  ReplayPorts replay_ports;
-  if (shared) {
-    ports = exchange_ports(dev, g, ctl, earliest, rep_index);
-    replay_ports = {ports, static_cast<int>(s.kind())};
-  }
+  // The running members of this process replay alike: one replay for all of
+  // them (replay_share.h), which this member takes its marks from. Alone,
+  // it keeps the marks of the members this device plays (the doubt check
+  // below compares their bookings).
   std::vector<char> played(size_t(g.size()));
-  for (int i = 0; i < g.size(); ++i) played[size_t(i)] = rep_index[size_t(i)] == g.rank();
-  std::vector<ReplayMark> marks, spans;
-  const std::vector<MemberClock> end = replay_collective(dev.profile(), g.members(), shape, algo, start, g.rank(),
-                                                         &marks, played, &spans, shared ? &replay_ports : nullptr);
-  // `spans` holds the marks of every member this device plays, interleaved:
-  // sorted by member (stably: each in program order), member i's at
-  // [first[i], first[i + 1]).
-  std::vector<size_t> first(size_t(g.size()) + 1, 0);
-  for (const ReplayMark& m : spans) ++first[size_t(m.index) + 1];
-  for (size_t i = 1; i < first.size(); ++i) first[i] += first[i - 1];
-  std::vector<ReplayMark> by_member(spans.size());
-  {
-    std::vector<size_t> at(first.begin(), first.end() - 1);
-    for (const ReplayMark& m : spans) by_member[at[size_t(m.index)]++] = m;
+  int consumers = 0;
+  for (int i = 0; i < g.size(); ++i) {
+    played[size_t(i)] = rep_index[size_t(i)] == g.rank();
+    if (dev.runs_here(g.global_rank(i))) ++consumers;
   }
-  auto marks_of = [&](int i) {
-    return std::span<const ReplayMark>(by_member).subspan(first[size_t(i)], first[size_t(i) + 1] - first[size_t(i)]);
-  };
+  const std::shared_ptr<const SharedReplay> replayed = shared_replay(
+      dev.profile(),
+      ReplayInputs{interned_profile_text(dev.profile()), {g.members().begin(), g.members().end()}, shape, algo,
+                   std::move(start), static_cast<int>(s.kind()),
+                   shared ? exchange_ports(dev, g, ctl, earliest, rep_index) : std::vector<Port>{}},
+      consumers, played);
+  const std::vector<MemberClock>& end = replayed->outcome.end;
+  const std::vector<Port>& ports = replayed->ports;
+  const ReplayOutcome& outcome = replayed->outcome;
+  std::vector<ReplayMark> marks;
+  replay_marks(outcome, g.members(), g.rank(), &marks);
   const MemberClock& mine = end[size_t(g.rank())];
   for (int i = 0; i < g.size(); ++i) {
     const MemberClock& e = end[size_t(i)];
@@ -289,7 +287,10 @@ void run_folded(Device& dev, const ProcessGroup& g, Stream& s, Tag tag, const Co
         const int p = q % kNumLinkClasses;
         const bool out = q < kNumLinkClasses;
         const Time fe = out ? e.egress[p] : e.ingress[p], fr = out ? r.egress[p] : r.ingress[p];
-        if (fe == fr && same_bookings(marks_of(i), marks_of(g.rank()), q)) continue;
+        // Played as the same member (symmetric, or twins by period): the same bookings.
+        if (fe == fr && (outcome.played(i) == outcome.played(g.rank()) ||
+                         same_bookings(outcome.marks_of(i), outcome.marks_of(g.rank()), q)))
+          continue;
         any = true;
         doubt[q] = std::max(fe, fr);
         if (shared)

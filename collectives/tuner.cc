@@ -51,20 +51,37 @@ class Replay {
         clocks_(members.size()) {
     for (Clock& c : clocks_) c.now = collective_start(p, n(), proto);
   }
-  // From given clocks (after the collective's start), logging member `me`'s marks.
+  // From given clocks (after the collective's start).
   Replay(const HardwareProfile& p, std::span<const int> members, int elem_size, Proto proto,
-         std::span<const Clock> start, int me, std::vector<ReplayMark>* marks)
+         std::span<const Clock> start)
       : Replay(p, members, elem_size, proto) {
     clocks_.assign(start.begin(), start.end());
     for (Clock& c : clocks_) c.last_send = 0;
-    me_ = me;
-    marks_ = marks;
   }
   const std::vector<Clock>& clocks() const { return clocks_; }
-  // Also logs the marks of every member i with watch[i] != 0 to `out`.
-  void watch(std::span<const char> watch, std::vector<ReplayMark>* out) {
-    watch_ = watch;
-    watched_ = out;
+  std::vector<Clock>& clocks() { return clocks_; }
+  // Keeps the marks of the played members that stand for a member i with
+  // need[i] != 0 (after set_symmetric or set_period), each peer as a group
+  // index, in the replay's order (take_kept sorts them by member).
+  void keep(std::span<const char> need) {
+    keep_.assign(members_.size(), 0);
+    for (size_t i = 0; i < need.size(); ++i)
+      if (need[i]) keep_[size_t(symmetric_ ? 0 : base(int(i)))] = 1;
+  }
+  // The kept marks by member (stably: each in program order), member r's at
+  // [first[r], first[r + 1]).
+  void take_kept(std::vector<ReplayMark>& marks, std::vector<size_t>& first) {
+    first.assign(members_.size() + 1, 0);
+    for (const ReplayMark& m : kept_) ++first[size_t(m.index) + 1];
+    for (size_t i = 1; i < first.size(); ++i) first[i] += first[i - 1];
+    marks.resize(kept_.size());
+    std::vector<size_t> at(first.begin(), first.end() - 1);
+    for (ReplayMark& m : kept_) {
+      const auto r = size_t(m.index);
+      m.index = -1;
+      marks[at[r]++] = m;
+    }
+    kept_.clear();
   }
   // Books every transfer on these ports (tuner.h: ReplayPorts).
   void use_ports(const ReplayPorts* ports) { ports_ = ports; }
@@ -196,45 +213,16 @@ class Replay {
   std::vector<Clock> clocks_;
   std::vector<Time> lanes_;  // n x lane_channels_: member r's lane ch at r * lane_channels_ + ch
   int lane_channels_ = 0;    // 0: no lanes open
-  // Member r's mark, to `marks_` (r is `me_`) and `watched_` (r watched).
-  // Symmetric: member 0's events stand for me_'s, every peer `me_` further
-  // on; no member is watched (every one books as me_ does).
+  // Member r's mark, kept if r stands for a needed member (keep).
   void log(int r, int peer, ReplayMark mark) {
-    if (period_ > 0) {
-      // Member r's mark stands for every twin r + k·m's, its peer k·m further
-      // on. Watched twins of me_ are not logged: they equal me_ by
-      // construction, and so does me_ itself in `watched` (folded.cc
-      // compares those logs).
-      const int m = period_;
-      for (int i = r; i < n(); i += m) {
-        mark.peer = members_[static_cast<size_t>((peer + i - r) % n())];
-        if (i == me_ && marks_) marks_->push_back(mark);
-        if (watched_ && watch_[static_cast<size_t>(i)] && (me_ < 0 || i % m != me_ % m)) {
-          mark.member = members_[static_cast<size_t>(i)];
-          mark.index = i;
-          watched_->push_back(mark);
-        }
-      }
-      return;
-    }
-    if (symmetric_) {
-      mark.peer = members_[static_cast<size_t>((peer + std::max(me_, 0)) % n())];
-      if (marks_) marks_->push_back(mark);
-      return;
-    }
-    mark.peer = members_[static_cast<size_t>(peer)];
-    if (r == me_ && marks_) marks_->push_back(mark);
-    if (watched_ && watch_[static_cast<size_t>(r)]) {
-      mark.member = members_[static_cast<size_t>(r)];
-      mark.index = r;
-      watched_->push_back(mark);
-    }
+    if (keep_.empty() || !keep_[static_cast<size_t>(r)]) return;
+    mark.peer = peer;
+    mark.index = r;  // until take_kept
+    kept_.push_back(mark);
   }
 
-  int me_ = -1;
-  std::vector<ReplayMark>* marks_ = nullptr;
-  std::span<const char> watch_;
-  std::vector<ReplayMark>* watched_ = nullptr;
+  std::vector<char> keep_;         // by group index: whose marks are kept
+  std::vector<ReplayMark> kept_;   // in the replay's order
   const ReplayPorts* ports_ = nullptr;
   bool symmetric_ = false;
   int period_ = 0;  // 0: every member replayed
@@ -727,16 +715,13 @@ bool periodic_start(std::span<const MemberClock> clocks, const ReplayPorts* port
 }
 }  // namespace
 
-std::vector<MemberClock> replay_collective(const HardwareProfile& p, std::span<const int> members,
-                                           const CollShape& s, Algo algo,
-                                           std::span<const MemberClock> clocks, int me,
-                                           std::vector<ReplayMark>* marks, std::span<const char> watch,
-                                           std::vector<ReplayMark>* watched, const ReplayPorts* ports) {
+ReplayOutcome replay_outcome(const HardwareProfile& p, std::span<const int> members, const CollShape& s, Algo algo,
+                             std::span<const MemberClock> clocks, std::span<const char> need,
+                             const ReplayPorts* ports) {
   SHARDLAB_CHECK(algo != Algo::kAuto && s.proto != Proto::kAuto && clocks.size() == members.size());
-  SHARDLAB_CHECK(!watched || watch.size() == members.size());
+  SHARDLAB_CHECK(need.size() == members.size());
   SHARDLAB_CHECK(!ports || ports->ports.size() == members.size() * size_t(kReplayPorts));
-  Replay R(p, members, s.elem_size, s.proto, clocks, me, marks);
-  R.watch(watch, watched);
+  Replay R(p, members, s.elem_size, s.proto, clocks);
   R.use_ports(ports);
   // Alike from the start (a group folded onto one representative) on
   // uniform pairs: member 0 stands for every member (uniform_pairs).
@@ -749,10 +734,58 @@ std::vector<MemberClock> replay_collective(const HardwareProfile& p, std::span<c
              m > 0 && plan_periodic(plan, R.n(), m) && periodic_start(clocks, ports, m)) {
     R.set_period(m);
   }
+  R.keep(need);
   replay(R, p, members, plan, s, algo);
   if (symmetric) R.spread();
   if (R.period() > 0) R.spread_period();
-  return R.clocks();
+  ReplayOutcome o;
+  o.end = std::move(R.clocks());
+  o.symmetric = symmetric;
+  o.period = R.period();
+  R.take_kept(o.marks, o.first);
+  return o;
+}
+
+void replay_marks(const ReplayOutcome& o, std::span<const int> members, int me, std::vector<ReplayMark>* marks,
+                  std::span<const char> watch, std::vector<ReplayMark>* watched) {
+  const size_t n = members.size();
+  // Member i's marks: its played member's, every peer moved as far on as i is from it.
+  auto put = [&](int i, std::vector<ReplayMark>& out, bool named) {
+    const size_t shift = size_t(i - o.played(i));
+    for (ReplayMark m : o.marks_of(i)) {
+      const size_t peer = size_t(m.peer) + shift;  // < 2n
+      m.peer = members[peer < n ? peer : peer - n];
+      if (named) {
+        m.member = members[size_t(i)];
+        m.index = i;
+      }
+      out.push_back(m);
+    }
+  };
+  // Symmetric: member 0's marks stand for me's (me < 0: for member 0's).
+  if (marks && (me >= 0 || o.symmetric)) put(std::max(me, 0), *marks, false);
+  // Symmetric, every member books as me does: none watched. By period, me's
+  // twins equal me by construction and are not listed (folded.cc compares
+  // the lists).
+  if (!watched || o.symmetric) return;
+  for (size_t i = 0; i < n; ++i)
+    if (watch[i] && (o.period == 0 || me < 0 || int(i) % o.period != me % o.period)) put(int(i), *watched, true);
+}
+
+std::vector<MemberClock> replay_collective(const HardwareProfile& p, std::span<const int> members,
+                                           const CollShape& s, Algo algo,
+                                           std::span<const MemberClock> clocks, int me,
+                                           std::vector<ReplayMark>* marks, std::span<const char> watch,
+                                           std::vector<ReplayMark>* watched, const ReplayPorts* ports) {
+  SHARDLAB_CHECK(!watched || watch.size() == members.size());
+  SHARDLAB_CHECK(clocks.size() == members.size());
+  std::vector<char> need(members.size(), 0);
+  if (marks) need[size_t(std::max(me, 0))] = 1;
+  if (watched)
+    for (size_t i = 0; i < need.size(); ++i) need[i] |= watch[i];
+  ReplayOutcome o = replay_outcome(p, members, s, algo, clocks, need, ports);
+  replay_marks(o, members, me, marks, watch, watched);
+  return std::move(o.end);
 }
 
 std::vector<int> node_shifted(const HardwareProfile& p, std::span<const int> members) {

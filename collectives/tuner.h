@@ -98,6 +98,7 @@ struct CollShape {
   // one picks it. Callers that never fold may opt in (shardlab collectives
   // does not: its auto chooses as training does).
   bool dbtree = false;
+  bool operator==(const CollShape&) const = default;
 };
 
 // The fixed start of a plain collective on a group of `group_size`: the
@@ -271,6 +272,7 @@ struct ReplayMark {
   Time ready = 0;   // the send's stream time, the receive's first byte
   Time work = 0;    // the wire time
   Time booked_start = 0, booked_end = 0;  // the port's booking
+  bool operator==(const ReplayMark&) const = default;
 };
 // The ports of every member during a replay (folded.cc): member i's
 // egress port of link class p at ports[i * kReplayPorts + p], its ingress
@@ -284,10 +286,41 @@ struct ReplayPorts {
   std::span<Port> ports;
   int stream = 0;
 };
+// The replay split in two, so that one replay serves every member that asks
+// (folded.cc, replay_share.h): replay_outcome replays `algo` (not kAuto)
+// under s.proto (not kAuto) over `members` from `clocks` (in group order),
+// booking on `ports` if given, and keeps every member's end and the marks
+// of the members it plays that stand for a member i with need[i] != 0 (all
+// of them in a full replay, member 0 alone when symmetric, members 0..m-1
+// by period m), each peer a group index as its played member sees it.
+struct ReplayOutcome {
+  std::vector<MemberClock> end;  // every member's clocks after the call
+  bool symmetric = false;        // member 0 stood for every member
+  int period = 0;                // members i + k·period were replayed as member i (0: not by period)
+  // The kept marks by played member r, at [first[r], first[r + 1]).
+  std::vector<ReplayMark> marks;
+  std::vector<size_t> first;
+  // The member the replay played for member i, and its kept marks (its
+  // peers as seen from there: member i's are as many places further on).
+  int played(int i) const { return symmetric ? 0 : period > 0 ? i % period : i; }
+  std::span<const ReplayMark> marks_of(int i) const {
+    const auto r = size_t(played(i));
+    return std::span<const ReplayMark>(marks).subspan(first[r], first[r + 1] - first[r]);
+  }
+};
+ReplayOutcome replay_outcome(const HardwareProfile& p, std::span<const int> members, const CollShape& s, Algo algo,
+                             std::span<const MemberClock> clocks, std::span<const char> need,
+                             const ReplayPorts* ports = nullptr);
+// What replay_collective gives `marks` and `watched` for member `me`, from an
+// outcome that kept them (need: me, or member 0 for me < 0, and the watched).
+void replay_marks(const ReplayOutcome& o, std::span<const int> members, int me, std::vector<ReplayMark>* marks,
+                  std::span<const char> watch = {}, std::vector<ReplayMark>* watched = nullptr);
 // Replays `algo` (not kAuto) under s.proto (not kAuto) over `members` from `clocks` (in group order);
 // returns every member's clocks after the call and appends member `me`'s
 // marks to `marks`, and the marks of every member i with watch[i] != 0 to
-// `watched` (if given).
+// `watched` (if given; by member, each in program order; a replay by period
+// leaves out me's twins and a symmetric one every member, which equal me by
+// construction).
 std::vector<MemberClock> replay_collective(const HardwareProfile& p, std::span<const int> members,
                                            const CollShape& s, Algo algo,
                                            std::span<const MemberClock> clocks, int me,

@@ -161,6 +161,8 @@ class Device {
   }
   bool folded(int rank) const { return representative(rank) != rank; }
   bool folding() const { return cfg_.representative != nullptr; }
+  // Whether `rank` has a thread of this process (not folded, not another process's).
+  bool runs_here(int rank) const { return !folded(rank) && fabric_.local(rank); }
   // The link ports (port.h), by link class: the egress and the ingress side.
   const Port& egress(int link_class) const { return egress_[link_class]; }
   const Port& ingress(int link_class) const { return ingress_[link_class]; }

@@ -120,6 +120,8 @@ class Fabric {
   // Across processes (transport.h): post() hands a message for a device
   // another process owns (`owners[dst] != me`) to `transport`.
   void set_remote(Transport* transport, std::vector<int> owners, int me);
+  // Whether device `rank` is a thread of this process.
+  bool local(int rank) const { return !remote_ || owners_[static_cast<size_t>(rank)] == me_; }
 
   BufferPool& pool() { return pool_; }
 

@@ -82,6 +82,9 @@ class Port {
   // holding, so it drops its oldest exactly when and as the original does
   // (kMaxSegments).
   void restore(std::span<const Segment> segs, const Time free[kStreams], size_t held_before = 0);
+  // Everything a booking reads or changes is equal (segments, the count
+  // held before them, free times, latest ends): two equal ports book alike.
+  bool operator==(const Port&) const = default;
 
  private:
   // ORs `bit` into [start, end), splitting and merging segments.

@@ -81,6 +81,7 @@ Routing routing_of(TpMoeActs& a, int64_t NK, bool phantom) {
   return {expert.data(), slot.data(), src.data()};
 }
 
+
 // The unsharded model routes the concatenation of the dp replicas' rows:
 // gather every replica's per-expert counts (exact in fp32 below 2^24) so that
 // f_i = (global count) / (N_global·K), computed as router_forward does, and
@@ -137,10 +138,15 @@ void tp_moe_route(TpMoeActs& a, const BlockView<float>& p, const float* inp, con
   const bool global = c.global_routing();
   const double local_capacity = global ? 0.0 : config.capacity_factor;
   const Routing r = routing_of(a, N * K, !ex.math());
+  // Local phantom routing: its plan, once per thread for every layer and micro-batch.
+  const PhantomPlan* known = !ex.math() && !global ? &phantom_plan(N, E, K, local_capacity, c.phantom_zipf) : nullptr;
   if (ex.math()) {  // phantom_route is its stand-in (sink.h)
     a.aux = model::router_forward(a.probs.data(), r.expert, r.slot, a.gates.data(),
                                   a.frac.data(), a.logits.data(), p.router_bias, N, E,
                                   K, local_capacity, model::RouterSpec::of(config));
+  } else if (known) {
+    std::copy(known->filled.begin(), known->filled.end(), a.counts.data());
+    a.aux = 0.0f;
   } else {
     a.aux = phantom_route(r.expert, r.slot, a.counts.data(), N, E, K, local_capacity,
                           c.phantom_zipf);
@@ -154,8 +160,29 @@ void tp_moe_route(TpMoeActs& a, const BlockView<float>& p, const float* inp, con
     // As in model/layers.cc: every TP rank averages the same fractions over its dp group.
     a.aux = model::moe_aux_loss(a.frac.data(), a.probs.data(), N, E, config.router);
   }
-  a.M = model::moe_plan(r.src, a.offsets.data(), r.expert, r.slot, N, E, K);
+  if (known) {
+    std::copy(known->offsets.begin(), known->offsets.end(), a.offsets.data());
+    a.M = known->M;
+  } else {
+    a.M = model::moe_plan(r.src, a.offsets.data(), r.expert, r.slot, N, E, K);
+  }
   if (!global) a.stats.dropped = N * K - a.M;
+}
+
+PhantomPlan plan_phantom_routing(int64_t N, int E, int K, double capacity, double zipf) {
+  PhantomPlan p{N, E, K, capacity, zipf, std::vector<int64_t>(size_t(E)), std::vector<int64_t>(size_t(E) + 1), 0};
+  std::vector<int32_t> expert(size_t(N * K)), slot(size_t(N * K));
+  std::vector<int64_t> src(size_t(N * K));
+  phantom_route(expert.data(), slot.data(), p.filled.data(), N, E, K, capacity, zipf);
+  p.M = model::moe_plan(src.data(), p.offsets.data(), expert.data(), slot.data(), N, E, K);
+  return p;
+}
+
+const PhantomPlan& phantom_plan(int64_t N, int E, int K, double capacity, double zipf) {
+  thread_local PhantomPlan last;
+  if (!(last.N == N && last.E == E && last.K == K && last.capacity == capacity && last.zipf == zipf))
+    last = plan_phantom_routing(N, E, K, capacity, zipf);
+  return last;
 }
 
 void tp_experts_forward(float* ye, float* fc, float* fc_gelu,

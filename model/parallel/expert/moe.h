@@ -43,6 +43,24 @@ struct ExpertContext : LayerContext {
   bool global_routing() const { return capacity_group != nullptr && capacity_group->size() > 1; }
 };
 
+// A phantom run's local routing (no capacity over dp; expert/moe.cc
+// phantom_route: uniform, or Zipf-skewed by `zipf`) and its dispatch plan:
+// per-expert assignments `filled` (E, before the capacity), `offsets`
+// (E + 1) and M, a function of the arguments alone. plan_phantom_routing
+// computes it; phantom_plan keeps the thread's last one and recomputes it
+// only for other arguments (tp_moe_route: every MoE layer and micro-batch
+// of a phantom run routes alike, at DeepSeek-V3's N 4,096 and top-8 two
+// passes over 32,768 assignments each).
+struct PhantomPlan {
+  int64_t N = -1;
+  int E = 0, K = 0;
+  double capacity = 0, zipf = 0;
+  std::vector<int64_t> filled, offsets;
+  int64_t M = 0;
+};
+PhantomPlan plan_phantom_routing(int64_t N, int E, int K, double capacity, double zipf);
+const PhantomPlan& phantom_plan(int64_t N, int E, int K, double capacity, double zipf);
+
 // Router (replicated) on the full rows, then the dispatch plan (a.M, a.src,
 // a.offsets over all E experts) and a.stats.dropped. Global routing with
 // c.capacity_group: one all-gather of per-expert counts gives f_i of the

@@ -260,5 +260,38 @@ TEST(ExpertParallel, ConstraintErrors) {
   }
 }
 
+// A phantom run's local routing plan is kept per thread (expert/moe.h
+// phantom_plan): asked again with the same arguments it is the same plan;
+// with any argument changed it is that argument's plan, as computed afresh
+// (plan_phantom_routing), not the kept one. Uniform over 8 experts, N 64,
+// top-2: 16 assignments each, M = 128; capacity 1.0 keeps ceil(1.0 x 128/8)
+// = 16 (nothing dropped); 0.5 keeps 8 each (M 64); Zipf s = 1 skews them.
+TEST(PhantomPlan, KeptPerThreadAndRecomputedForOtherArguments) {
+  struct Args {
+    int64_t N;
+    int E, K;
+    double capacity, zipf;
+  };
+  const Args cases[] = {{64, 8, 2, 0, 0},   {64, 8, 2, 0, 0},   {32, 8, 2, 0, 0}, {64, 8, 2, 0.5, 0},
+                        {64, 8, 2, 0, 1.0}, {64, 16, 2, 0, 0},  {64, 8, 1, 0, 0}, {64, 8, 2, 0, 0}};
+  const PhantomPlan* first = nullptr;
+  for (const Args& a : cases) {
+    const PhantomPlan& kept = phantom_plan(a.N, a.E, a.K, a.capacity, a.zipf);
+    const PhantomPlan fresh = plan_phantom_routing(a.N, a.E, a.K, a.capacity, a.zipf);
+    EXPECT_EQ(kept.filled, fresh.filled);
+    EXPECT_EQ(kept.offsets, fresh.offsets);
+    EXPECT_EQ(kept.M, fresh.M);
+    if (!first) first = &kept;
+  }
+  const PhantomPlan& uniform = phantom_plan(64, 8, 2, 0, 0);
+  EXPECT_EQ(&uniform, first);  // one kept plan per thread
+  EXPECT_EQ(uniform.M, 128);
+  for (int e = 0; e < 8; ++e) EXPECT_EQ(uniform.offsets[size_t(e) + 1] - uniform.offsets[size_t(e)], 16);
+  EXPECT_EQ(phantom_plan(64, 8, 2, 0.5, 0).M, 64);
+  const PhantomPlan& zipf = phantom_plan(64, 8, 2, 0, 1.0);
+  EXPECT_EQ(zipf.M, 128);
+  EXPECT_GT(zipf.offsets[1] - zipf.offsets[0], zipf.offsets[8] - zipf.offsets[7]);
+}
+
 }  // namespace
 }  // namespace shardlab::parallel
