@@ -197,7 +197,9 @@ TEST_P(TunerTest, AutoIsTheFastestExplicitAlgorithm) {
           best = r.measured[a];
       EXPECT_EQ(r.auto_measured, best) << r.group << " " << op_kind_name(r.op) << " " << r.bytes
                                        << " B: auto picked " << algo_name(r.pick);
-      if (r.no_direct) EXPECT_NE(r.pick, Algo::kDirect) << r.group << " " << r.bytes << " B";
+      if (r.no_direct) {
+        EXPECT_NE(r.pick, Algo::kDirect) << r.group << " " << r.bytes << " B";
+      }
       excess = std::max(excess, r.auto_measured - best);
       picks += letter(r.pick);
     }
