@@ -36,7 +36,7 @@ Cluster::Cluster(HardwareProfile profile, ClusterOptions options)
                                   profile_.nodes, profile_.devices_per_node));
   }
   if (options_.host_threads < 0)
-    throw ConfigError(fmt::format("`host_threads` {}: 0 (a thread per device) or more", options_.host_threads));
+    throw ConfigError(fmt::format("ClusterOptions::host_threads {}: 0 (a thread per device) or more", options_.host_threads));
   (void)CostModel(profile_.device, options_.precision);  // refuses fp8 on a device without an FP8 peak
   if (!options_.links) {
     default_links_ = std::make_unique<ProfileLinkModel>(profile_);
