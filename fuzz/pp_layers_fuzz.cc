@@ -15,7 +15,8 @@ namespace {
 using shardlab::fuzz::finding;
 
 // A list check_stage_layers accepts for a model of n_layer blocks places
-// every block on exactly one stage, in order.
+// every block on exactly one stage, in order; only the first and the last
+// stage may hold none (the embedding alone, the head alone).
 void check_placement(const std::vector<int>& layers, int n_layer) {
   shardlab::model::GPTConfig config;
   config.n_layer = n_layer;
@@ -29,7 +30,9 @@ void check_placement(const std::vector<int>& layers, int n_layer) {
   for (int rank = 0; rank < pp; ++rank) {
     shardlab::parallel::StagePlacement p{pp, 1, rank, layers};
     p = p.resolved(config);
-    if (p.first_layer(0) != next || p.end_layer(0) <= next) finding("stages do not tile the blocks in order");
+    const bool end_stage = rank == 0 || rank == pp - 1;
+    if (p.first_layer(0) != next || p.end_layer(0) < next || (p.end_layer(0) == next && !end_stage))
+      finding("stages do not tile the blocks in order");
     next = p.end_layer(0);
   }
   if (next != n_layer) finding("stages do not cover every block");
