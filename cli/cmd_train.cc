@@ -204,6 +204,13 @@ void print_device_table(const nlohmann::json& report) {
                f["gathers"].get<double>() / steps, format_bytes(uint64_t(f["gathered_bytes"].get<double>() / steps)),
                f["gather_exposed_s"].get<double>() * 1e3 / steps);
   }
+  if (devices[0].contains("param_gather")) {
+    const auto& f = devices[0]["param_gather"];
+    fmt::print("parameter all-gathers in the forward: device 0 gathers {:.0f} buckets per step ({} modeled), {:.3f} ms "
+               "per step of it exposed (the compute stream waiting for a gather)\n",
+               f["gathers"].get<double>() / steps, format_bytes(uint64_t(f["gathered_bytes"].get<double>() / steps)),
+               f["gather_exposed_s"].get<double>() * 1e3 / steps);
+  }
   if (devices[0].contains("cp")) {
     const auto& c = devices[0]["cp"];
     fmt::print("context parallelism: device 0 sends {} of K/V per step around the ring, {:.3f} ms per step of the "

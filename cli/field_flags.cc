@@ -19,6 +19,7 @@ constexpr std::array kFieldFlags = std::to_array<std::pair<std::string_view, std
     {"zero", "--zero"},
     {"attention", "--attention"},
     {"hsdp", "--hsdp"},
+    {"overlap_param_gather", "--overlap-param-gather"},
     {"bucket_mb", "--bucket-mb"},
     {"scatter_gather", "--scatter-gather"},
     {"dropout", "--dropout"},
@@ -97,6 +98,7 @@ constexpr std::array kFieldFlags = std::to_array<std::pair<std::string_view, std
     {"recompute", "--recompute"},
     {"reshard_after_forward = false", "--no-reshard-after-forward"},
     {"prefetch = false", "--no-prefetch"},
+    {"overlap = false", "--no-overlap"},
 });
 
 }  // namespace

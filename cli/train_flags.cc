@@ -155,6 +155,9 @@ FlagTable<TrainFlags> parallel_flags() {
        degree},
       {"--prefetch,!--no-prefetch", FIELD(opts.parallel.prefetch),
        "ZeRO-3: gather the next unit on the communication stream while this one computes (default)"},
+      {"--overlap-param-gather", FIELD(opts.parallel.overlap_param_gather),
+       "With --zero 1|2: gather the updated parameters in the next step's forward, each bucket just before its "
+       "first use, instead of after the optimizer step (Megatron's --overlap-param-gather)"},
       {"--bucket-mb", FIELD(opts.parallel.bucket_mb), "DP gradient bucket size in MB", number_above(0, 1e6),
        kShowDefault},
       {"--no-overlap", FIELD(no_overlap), "Reduce DP gradients after backward instead of during it"},

@@ -243,6 +243,10 @@ static TrainOptions nemo_run_options(const PublishedRun& row) {
   p.tp_comm_overlap = row.tp_comm_overlap;
   p.zero = row.zero > 0 ? row.zero : 2;
   p.overlap = true;
+  // Apex's distributed_fused_adam (overlap_param_sync, NeMo 24.07),
+  // Megatron-core's overlap_param_gather (Megatron-Bridge's recipes), FSDP's
+  // forward gathers (Dubey et al.): the parameters gathered in the forward.
+  p.overlap_param_gather = p.zero == 1 || p.zero == 2;
   p.grad_accum_fusion = row.grad_accum_fusion;
   p.unfused_cross_entropy = !row.fused_cross_entropy;
   p.attention = parallel::AttentionKernel::kFused;

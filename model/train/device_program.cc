@@ -103,6 +103,7 @@ void DeviceProgram::run(Device& dev) const {
     current = step;
     dev.set_step(step);  // faults that start at a step (runtime/fault.h)
     s.dp->begin_step();
+    if (s.param_gather) s.param_gather->begin_step();
     s.sink.begin_step();
     s.model->zero_grad();
     const StepLosses l = forward_backward(*this, s, dev, step);
@@ -121,6 +122,7 @@ void DeviceProgram::run(Device& dev) const {
     h.lr = learning_rate(options, step);
     h.router_bias_rate = options.model.router_bias_rate;
     const double norm = s.optimizer->step(h, step, options.grad_clip);
+    if (s.param_gather) s.param_gather->updated();  // gathered in the next forward
 
     dev.log().debug("step {} local loss {:.6f} grad norm {:.6f} at virtual {:.3f} us", step, l.loss, norm,
                     to_us(dev.now()));
@@ -131,13 +133,22 @@ void DeviceProgram::run(Device& dev) const {
       if (on_step) on_step(rec);
       report_step({step, options.steps, rec.virtual_end, rec.loss});  // runtime/progress.h
     }
-    if (checkpoint_due(options, step + 1)) save_device_checkpoint(*this, s, dev, step + 1);
+    if (checkpoint_due(options, step + 1)) {
+      if (s.param_gather) s.param_gather->finish();  // the parameters whole, as Megatron syncs them to save
+      save_device_checkpoint(*this, s, dev, step + 1);
+    }
   }
+  // The run ends with its parameters whole, untimed: a step's gathers
+  // belong to the next step's forward.
+  if (s.param_gather) s.param_gather->finish_on_host();
   if (leader) result.loop_wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   if (s.fsdp) {
     result.fsdp[size_t(dev.rank())] = {s.fsdp->exposed(), s.fsdp->gathers(), s.fsdp->gathered_bytes()};
     if (!options.phantom) s.fsdp->gather_all_to_host();  // the full parameters, to publish
   }
+  if (s.param_gather)
+    result.param_gather[size_t(dev.rank())] = {s.param_gather->exposed(), s.param_gather->gathers(),
+                                               s.param_gather->gathered_bytes()};
   if (s.cp_attention) result.cp[size_t(dev.rank())] = {s.cp_attention->exposed(), s.cp_attention->sent_bytes()};
   if (options.phantom) return;  // no values to publish
   if (before_publish) before_publish(dev.rank(), *s.model);

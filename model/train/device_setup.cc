@@ -57,6 +57,7 @@ DeviceSetup::DeviceSetup(const DeviceProgram& p, Device& dev)
   make_data_parallel(p, dev);
   const ParallelOptions& par = p.options.parallel;
   if (par.zero == 3) make_fsdp(p, dev);
+  if (par.overlap_param_gather) make_param_gather(p, dev);
   optimizer.emplace(dev, *model, *dp, ctx.group(norm_dims(par)),
                     NormCounting{coords.tp == 0, coords.pp == 0, ctx.group("ep").rank() == 0, par.zero >= 2,
                                  dp->replica_rank() == 0},
@@ -119,7 +120,8 @@ void DeviceSetup::make_model(const DeviceProgram& p, Device& dev) {
 void DeviceSetup::make_data_parallel(const DeviceProgram& p, Device& dev) {
   const ParallelOptions& par = p.options.parallel;
   const parallel::DataParallelOptions dpo{uint64_t(par.bucket_mb * 1e6), par.overlap, par.zero,
-                                          p.plan.tied_bucket(model->shards()), par.half_grads};
+                                          p.plan.tied_bucket(model->shards()), par.half_grads,
+                                          par.overlap_param_gather};
   parallel::DataParallel::ExpertGrads expert_grads;
   if (par.ep > 1) expert_grads = {&ctx.group(par.cp > 1 ? "cp-edp" : "edp"), parallel::expert_ranges(model->shards())};
   const coll::ProcessGroup& dp_group = data_group();
@@ -156,6 +158,19 @@ void DeviceSetup::make_fsdp(const DeviceProgram& p, Device& dev) {
   SHARDLAB_CHECK(sharded, "ZeRO-3 runs the sharded model");
   sharded->set_hooks(&*fsdp);
   fsdp->shard();
+}
+
+// ZeRO 1/2 with --overlap-param-gather: the optimizer step leaves the
+// parameters' all-gathers to the next forward's hook points.
+void DeviceSetup::make_param_gather(const DeviceProgram& p, Device& dev) {
+  const int L = p.options.model.n_layer;
+  const std::vector<parallel::FsdpUnit> units = parallel::fsdp_units(model->shards(), L);
+  const parallel::FsdpPasses passes =
+      parallel::fsdp_passes(parallel::hook_chunks(stage->placement()), units, model->shards(), L);
+  param_gather.emplace(dev, *dp, model->params(), units, passes, coords.pp, p.options.parallel.pp);
+  auto* sharded = dynamic_cast<parallel::ShardedGPT*>(model.get());
+  SHARDLAB_CHECK(sharded, "overlapped parameter gathers run the sharded model");
+  sharded->set_hooks(&*param_gather);
 }
 
 int64_t DeviceSetup::first_row(int mb) const {

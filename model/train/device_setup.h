@@ -14,6 +14,7 @@
 #include "model/parallel/context/cp_attention.h"
 #include "model/parallel/tensor/fused_attention.h"
 #include "model/parallel/data/fsdp.h"
+#include "model/parallel/data/param_gather.h"
 #include "model/parallel/parallel_context.h"
 #include "model/parallel/pipeline/executor.h"
 #include "model/train/device_program.h"
@@ -37,6 +38,7 @@ class DeviceSetup {
   engine::DeviceSink sink;
   std::optional<parallel::DataParallel> dp;
   std::optional<parallel::Fsdp> fsdp;  // ZeRO-3: the model's block hooks
+  std::optional<parallel::ParamGather> param_gather;  // --overlap-param-gather: the model's block hooks
   std::unique_ptr<parallel::CpAttention> cp_attention;  // --cp: the model's attention core
   std::unique_ptr<parallel::FusedAttention> fused_attention;  // --attention fused, without --cp
   std::optional<parallel::PipelineExecutor> executor;
@@ -54,6 +56,7 @@ class DeviceSetup {
   void make_model(const DeviceProgram& p, Device& dev);
   void make_data_parallel(const DeviceProgram& p, Device& dev);
   void make_fsdp(const DeviceProgram& p, Device& dev);
+  void make_param_gather(const DeviceProgram& p, Device& dev);
 
   Tensor weights_, grads_;  // modeled memory of the parameters and gradients
 };

@@ -82,6 +82,12 @@ void validate_parallel(const TrainOptions& o) {
                                                       p.dp, p.tp, p.pp, p.cp, devices, kMaxDevices));
   require(p.zero >= 0 && p.zero <= 3, fmt::format("`zero` must be 0, 1, 2 or 3 (got {})", p.zero));
   require(p.zero == 3 || p.reshard_after_forward, "`reshard_after_forward = false` needs `zero` 3");
+  require(!p.overlap_param_gather || p.zero == 1 || p.zero == 2,
+          fmt::format("`overlap_param_gather` defers ZeRO 1 and 2's parameter all-gathers: it needs `zero` 1 or 2 "
+                      "(got {})", p.zero));
+  require(!p.overlap_param_gather || p.overlap,
+          "`overlap_param_gather` cannot run with `overlap = false` (Megatron asserts the gradient reduction "
+          "overlapped too)");
   // FlashAttention-2/3 (the fused kernel this models) take head dimensions up to 256.
   constexpr int kFusedMaxHeadDim = 256;
   require(!parallel::fused_attention(p.attention, m.is_llama()) || m.head_size() <= kFusedMaxHeadDim,
@@ -136,6 +142,7 @@ bool runs_sharded(const TrainOptions& o, Precision precision) {
   // math stays fp32).
   const bool modern_kernels = precision == Precision::kFp8 || parallel::fused_attention(p.attention, o.model.is_llama());
   return p.pp > 1 || p.tp > 1 || p.cp > 1 || p.ep > 1 || global_routing || p.recompute != parallel::Recompute::kNone || p.zero == 3 ||
+         p.overlap_param_gather ||
          split_backward || modern_kernels || o.phantom;  // the unsharded reference computes on real buffers
 }
 

@@ -88,6 +88,11 @@ nlohmann::json device_json(const collectives::DeviceMesh& mesh, const TrainResul
     j["fsdp"] = {{"gathers", f.gathers}, {"gathered_bytes", f.gathered_bytes},
                  {"gather_exposed_s", to_seconds(f.exposed)}};
   }
+  if (rank < r.param_gather.size()) {  // --overlap-param-gather's bucket all-gathers over the whole run
+    const TrainResult::FsdpTotals& f = r.param_gather[rank];
+    j["param_gather"] = {{"gathers", f.gathers}, {"gathered_bytes", f.gathered_bytes},
+                         {"gather_exposed_s", to_seconds(f.exposed)}};
+  }
   if (rank < r.cp.size()) {  // context parallelism's K/V exchange over the whole run
     j["cp"] = {{"sent_bytes", r.cp[rank].sent_bytes}, {"kv_exposed_s", to_seconds(r.cp[rank].exposed)}};
   }

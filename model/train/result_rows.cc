@@ -51,6 +51,7 @@ void share_train_result(TrainResult& r, const std::vector<int>& owners) {
   merge_disjoint(r.tied_copy);
   merge_disjoint(r.a2a_time);
   merge_disjoint(r.fsdp);
+  merge_disjoint(r.param_gather);
   merge_disjoint(r.cp);
   // Device 0 (the leader's) wrote the step records and the loop's wall time.
   engine::share_from_process(
@@ -70,6 +71,7 @@ void unfold_results(const engine::FoldPlan& plan, TrainResult& r) {
     r.a2a_time[rank] = r.a2a_time[rep];
     r.first_step_spans[rank] = r.first_step_spans[rep];
     if (!r.fsdp.empty()) r.fsdp[rank] = r.fsdp[rep];
+    if (!r.param_gather.empty()) r.param_gather[rank] = r.param_gather[rep];
     if (!r.cp.empty()) r.cp[rank] = r.cp[rep];
   }
 }

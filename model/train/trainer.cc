@@ -96,6 +96,7 @@ nlohmann::json TrainOptions::to_json() const {
             {"tp_comm_overlap", parallel.tp_comm_overlap}, {"overlap_p2p_comm", parallel.overlap_p2p_comm},
             {"zero", parallel.zero},
             {"reshard_after_forward", parallel.reshard_after_forward}, {"prefetch", parallel.prefetch}, {"hsdp", parallel.hsdp},
+            {"overlap_param_gather", parallel.overlap_param_gather},
             {"bucket_mb", parallel.bucket_mb}, {"overlap", parallel.overlap},
             {"grad_accum_fusion", parallel.grad_accum_fusion}, {"half_grads", parallel.half_grads},
             {"unfused_cross_entropy", parallel.unfused_cross_entropy},
@@ -224,6 +225,7 @@ TrainResult sized_result(const TrainOptions& o, const model::ParamTable& table, 
   r.moe.assign(world, {});
   r.a2a_time.assign(world, 0);
   if (o.parallel.zero == 3) r.fsdp.assign(world, {});
+  if (o.parallel.overlap_param_gather) r.param_gather.assign(world, {});
   if (o.parallel.cp > 1) r.cp.assign(world, {});
   r.first_step_spans.assign(world, {});
   r.phases.assign(world, std::vector<PhaseRecord>(size_t(o.steps)));

@@ -62,6 +62,10 @@ struct ParallelOptions {
   int zero = 0;               // ZeRO stage 0, 1, 2 or 3 (FSDP) over dp
   bool reshard_after_forward = true;  // ZeRO-3: free each unit after its forward
   bool prefetch = true;       // ZeRO-3: gather the next unit during this one
+  // ZeRO 1/2: Megatron's --overlap-param-gather. The optimizer step leaves
+  // the updated parameters' all-gathers to the next forward, each bucket
+  // gathered before its first use (parallel/data/param_gather.h).
+  bool overlap_param_gather = false;
   // ZeRO-3 hybrid sharding (HSDP): shard over groups of this many
   // consecutive dp ranks, replicate across them; 0: shard over all of dp.
   int hsdp = 0;
@@ -276,6 +280,9 @@ struct TrainResult {
     uint64_t gathered_bytes = 0;  // modeled bytes of the gathered units
   };
   std::vector<FsdpTotals> fsdp;  // (devices), empty without ZeRO-3
+  // --overlap-param-gather: ZeRO 1/2's bucket all-gathers in the forward,
+  // the same totals (gathered_bytes: the padded buckets gathered).
+  std::vector<FsdpTotals> param_gather;  // (devices), empty without it
   // Context parallelism, per device over the whole run: the compute stream's
   // wait for K/V blocks (the ring's exposed part, or the all-gathers) and the
   // ring's modeled bytes sent.

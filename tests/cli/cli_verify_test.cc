@@ -121,6 +121,22 @@ INSTANTIATE_TEST_SUITE_P(
                       "--dp 4 --hsdp 2", "--dp 4 --hsdp 2 --tp 2"),
     flags_name);
 
+// --overlap-param-gather (ZeRO 1/2's gathers in the next forward): the same
+// numbers as the unsharded model, over pure dp too (param_gather_test checks
+// the bits against the gathers after the step).
+class VerifyOverlapParamGather : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(VerifyOverlapParamGather, MatchesTheUnshardedModel) {
+  const std::string args = GetParam() + " --bucket-mb 0.5 --overlap-param-gather";
+  expect_matches(verify(args), args, false);
+}
+
+INSTANTIATE_TEST_SUITE_P(Compositions, VerifyOverlapParamGather,
+                         ::testing::Values("--dp 2 --zero 1", "--dp 4 --zero 2", "--dp 2 --zero 2 --tp 2 --sp",
+                                           "--dp 2 --zero 1 --pp 2 --micro-batches 2",
+                                           "--dp 2 --zero 2 --experts 4 --top-k 2 --ep 2"),
+                         flags_name);
+
 // Context parallelism from the command line (the whole grid is
 // tests/model/parallel/context/cp_verify_test.cc): the ring and the
 // all-gather, composed with tp + sp, dp and pp; default tolerances.

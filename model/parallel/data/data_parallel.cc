@@ -1,6 +1,7 @@
 #include "model/parallel/data/data_parallel.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "model/buffer.h"
 #include "model/parallel/local_model.h"
@@ -155,24 +156,58 @@ void DataParallel::scale_expert_buckets() {
 }
 
 void DataParallel::gather_params(std::span<float> params) {
-  if (options_.zero == 0 || options_.zero == 3 || dp_.size() == 1) return;  // ZeRO-3: Fsdp gathers
+  if (options_.zero == 0 || options_.zero == 3 || options_.defer_param_gather) return;  // ZeRO-3: Fsdp gathers
   std::vector<coll::Work> works;
-  for (size_t i = 0; i < layout_.size(); ++i) {
-    const coll::ProcessGroup& g = group_of(i);
-    if (g.size() == 1) continue;
-    const Range& b = layout_[i];
-    float* p = model::shifted(params.data(), b.begin);
-    const size_t n = static_cast<size_t>(padded_[i]);
-    const bool scratch = p && n > size_t(b.size);  // real math: gathered into a padded copy
-    float* buf = scratch ? padded_copy(p, i) : p;
-    const auto c = coll::chunk_range(n, g.size(), g.rank());
-    coll::CollOptions opt;
-    opt.after = dev_.compute().record();
-    works.push_back(coll::iall_gather(dev_, g, coll::ConstBuffer(model::shifted(buf, c.begin), c.size),
-                                      coll::Buffer(buf, n), opt));
-    if (scratch) std::copy_n(buf, size_t(b.size), p);
-  }
+  for (size_t i = 0; i < layout_.size(); ++i)
+    if (auto w = gather_bucket(i, params)) works.push_back(*w);
   for (const auto& w : works) w.wait(dev_.compute());
+}
+
+std::optional<coll::Work> DataParallel::gather_bucket(size_t i, std::span<float> params) {
+  const coll::ProcessGroup& g = group_of(i);
+  if (g.size() == 1) return std::nullopt;
+  const Range& b = layout_[i];
+  float* p = model::shifted(params.data(), b.begin);
+  const size_t n = static_cast<size_t>(padded_[i]);
+  const bool scratch = p && n > size_t(b.size);  // real math: gathered into a padded copy
+  float* buf = scratch ? padded_copy(p, i) : p;
+  const auto c = coll::chunk_range(n, g.size(), g.rank());
+  coll::CollOptions opt;
+  opt.after = dev_.compute().record();  // issued now: overlaps what compute does next
+  coll::Work w = coll::iall_gather(dev_, g, coll::ConstBuffer(model::shifted(buf, c.begin), c.size),
+                                   coll::Buffer(buf, n), opt);
+  if (scratch) std::copy_n(buf, size_t(b.size), p);  // the collective returned with its data done
+  return w;
+}
+
+// Untimed (control messages: no port, no virtual time, no trace event),
+// like the rest of publishing, which copies into the result on the host.
+void DataParallel::gather_to_host(std::span<float> params) {
+  if (!params.data()) return;  // phantom: no values
+  constexpr Tag kHostGatherPhase = 0xFE;  // beside folded collectives' 0xFF
+  for (size_t b = 0; b < layout_.size(); ++b) {
+    const coll::ProcessGroup& g = group_of(b);
+    if (g.size() == 1) continue;
+    const Tag tag = g.next_tag() + kHostGatherPhase;
+    const Range& r = layout_[b];
+    float* p = params.data() + r.begin;
+    // Rank i's chunk of the padded bucket, cut to the bucket's real elements.
+    auto real = [&](int i) {
+      const auto c = coll::chunk_range(size_t(padded_[b]), g.size(), i);
+      return Range{c.begin, std::max<int64_t>(0, std::min(c.end(), r.size) - c.begin)};
+    };
+    const Range mine = real(g.rank());
+    const auto* bytes = reinterpret_cast<const std::byte*>(p + mine.begin);
+    for (int i = 0; i < g.size(); ++i)
+      if (i != g.rank()) dev_.post_control(g.members()[size_t(i)], tag, {bytes, size_t(mine.size) * sizeof(float)});
+    for (int i = 0; i < g.size(); ++i) {
+      if (i == g.rank()) continue;
+      const Range c = real(i);
+      const Message m = dev_.take_control(g.members()[size_t(i)], tag);
+      SHARDLAB_CHECK(m.payload.size() == size_t(c.size) * sizeof(float), "a host gather chunk of the wrong size");
+      if (c.size > 0) std::memcpy(p + c.begin, m.payload.data(), m.payload.size());
+    }
+  }
 }
 
 uint64_t DataParallel::largest_bucket_bytes() const {

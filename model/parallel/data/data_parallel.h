@@ -62,6 +62,9 @@ struct DataParallelOptions {
   // Half-precision gradients (train::ParallelOptions::half_grads): 2 B per
   // gradient on the wire, and DDP's copies around the all-reduce charged.
   bool half_grads = false;
+  // Megatron's --overlap-param-gather: the optimizer step leaves the
+  // parameters' all-gathers to ParamGather (param_gather.h).
+  bool defer_param_gather = false;
 };
 
 class DataParallel {
@@ -112,8 +115,16 @@ class DataParallel {
   int64_t padded(size_t i) const { return padded_[i]; }
   // The padded buckets' elements: the modeled gradient and parameter buffers.
   int64_t buffer_elements() const { return buffer_elements_; }
-  // ZeRO 1/2: all-gathers every bucket of `params` from its owners.
+  // ZeRO 1/2: all-gathers every bucket of `params` from its owners (with
+  // defer_param_gather, nothing: ParamGather gathers them in the next forward).
   void gather_params(std::span<float> params);
+  // Bucket i of `params` all-gathered from its owners on the communication
+  // stream, after what the compute stream has issued so far; the returned
+  // work is what a use waits for. Nothing when its group is one rank.
+  std::optional<collectives::Work> gather_bucket(size_t i, std::span<float> params);
+  // Every owned chunk of `params` copied into its peers' host buffers at the
+  // end of a run (publishing: untimed, not on any port).
+  void gather_to_host(std::span<float> params);
 
   int zero() const { return options_.zero; }
   bool sharded_grads() const { return options_.zero >= 2; }

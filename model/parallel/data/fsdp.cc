@@ -212,18 +212,8 @@ void Fsdp::issue(int unit) {
 }
 
 void Fsdp::gather_buckets(int unit, std::vector<coll::Work>& works) {
-  for (size_t b : buckets_[index_.at(unit)]) {
-    const coll::ProcessGroup& g = dp_.group_of(b);
-    if (g.size() == 1) continue;
-    const Range& r = dp_.buckets()[b];
-    float* p = model::shifted(params_.data(), r.begin);
-    const auto n = size_t(r.size);
-    const Range c = coll::chunk_range(n, g.size(), g.rank());
-    coll::CollOptions opt;
-    opt.after = dev_.compute().record();  // issued now: overlaps what compute does next
-    works.push_back(coll::iall_gather(dev_, g, coll::ConstBuffer(model::shifted(p, c.begin), size_t(c.size)),
-                                      coll::Buffer(p, n), opt));
-  }
+  for (size_t b : buckets_[index_.at(unit)])
+    if (auto w = dp_.gather_bucket(b, params_)) works.push_back(*w);
 }
 
 void Fsdp::wait(int unit) {
@@ -257,29 +247,9 @@ void Fsdp::shard() {
   for (const FsdpUnit& u : units_) free(u.id);
 }
 
-// Untimed (control messages: no port, no virtual time, no trace event),
-// like the rest of publishing, which copies into the result on the host.
 void Fsdp::gather_all_to_host() {
   for (const Live& l : live_) SHARDLAB_CHECK(!l.present, "a unit is still gathered at the end of the run");
-  constexpr Tag kHostGatherPhase = 0xFE;  // beside folded collectives' 0xFF
-  for (size_t b = 0; b < dp_.buckets().size(); ++b) {
-    const coll::ProcessGroup& g = dp_.group_of(b);
-    if (g.size() == 1) continue;
-    const Tag tag = g.next_tag() + kHostGatherPhase;
-    const Range& r = dp_.buckets()[b];
-    float* p = params_.data() + r.begin;
-    const Range mine = coll::chunk_range(size_t(r.size), g.size(), g.rank());
-    const auto* bytes = reinterpret_cast<const std::byte*>(p + mine.begin);
-    for (int i = 0; i < g.size(); ++i)
-      if (i != g.rank()) dev_.post_control(g.members()[size_t(i)], tag, {bytes, size_t(mine.size) * sizeof(float)});
-    for (int i = 0; i < g.size(); ++i) {
-      if (i == g.rank()) continue;
-      const Range c = coll::chunk_range(size_t(r.size), g.size(), i);
-      const Message m = dev_.take_control(g.members()[size_t(i)], tag);
-      SHARDLAB_CHECK(m.payload.size() == size_t(c.size) * sizeof(float), "a host gather chunk of the wrong size");
-      std::memcpy(p + c.begin, m.payload.data(), m.payload.size());
-    }
-  }
+  dp_.gather_to_host(params_);
 }
 
 }  // namespace shardlab::parallel

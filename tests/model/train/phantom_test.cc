@@ -312,7 +312,9 @@ TEST_P(FoldingChangesNothing, FoldedEqualsUnfolded) {
     EXPECT_LT(folded.running_devices, c.options.parallel.world()) << folded.folded;
   else
     EXPECT_EQ(folded.running_devices, c.options.parallel.world()) << folded.folded;
-  if (c.running > 0) EXPECT_EQ(folded.running_devices, c.running) << folded.folded;
+  if (c.running > 0) {
+    EXPECT_EQ(folded.running_devices, c.running) << folded.folded;
+  }
   std::printf("%s: %d of %d devices run (%s)\n", c.name.c_str(), folded.running_devices, c.options.parallel.world(),
               folded.folded.c_str());
 }
