@@ -9,13 +9,14 @@ namespace shardlab {
 
 namespace {
 
-// Work is counted in twelfths of a picosecond of the port alone, so that the
-// rates of 1 to 4 sharing streams (12, 6, 4, 3 twelfths per picosecond) and
-// the bandwidth each sharer loses (6, 2, 1 twelfths a picosecond when 1, 2, 3
-// share with a late transfer) stay exact integers. With up to 3 sharers
-// every time is the one sixths gave (both sides of each division doubled).
+// Work is counted in sixtieths of a picosecond of the port alone, so that
+// the rates of 1 to 5 sharing streams (60, 30, 20, 15, 12 sixtieths per
+// picosecond) and the bandwidth each sharer loses (30, 10, 5, 3 sixtieths a
+// picosecond when 1, 2, 3, 4 share with a late transfer) stay exact
+// integers. With up to 4 sharers every time is the one twelfths gave (both
+// sides of each division times 5), with up to 3 the one sixths gave.
 __extension__ using Wide = __int128;
-constexpr Wide kScale = 12;
+constexpr Wide kScale = 60;
 
 Time ceil_div(Wide a, Wide b) { return static_cast<Time>((a + b - 1) / b); }
 
@@ -64,10 +65,10 @@ Port::Booking Port::book(int stream, Time ready, Time work) {
   // A late transfer: walk the spans from `start`, moving at 1/(k+1) of the
   // rate where k other streams move data, at the full rate in idle gaps.
   Wide left = Wide(work) * kScale;
-  Wide lost[kStreams] = {};  // what each other stream gives up, in twelfths
+  Wide lost[kStreams] = {};  // what each other stream gives up, in sixtieths
   auto charge = [&](uint8_t others, int k, Time span) {
     if (k == 0) return;
-    // Each of the k loses span * (1/k - 1/(k+1)) of the port: 12/(k(k+1)) twelfths a picosecond.
+    // Each of the k loses span * (1/k - 1/(k+1)) of the port: 60/(k(k+1)) sixtieths a picosecond.
     const Wide per = Wide(span) * kScale / (k * (k + 1));
     for (int s = 0; s < kStreams; ++s)
       if (others & (1u << s)) lost[s] += per;

@@ -5,7 +5,7 @@
 // NCCL's channels of one communicator do). Transfers of different kinds (the
 // compute stream's tensor-parallel collectives, the comm stream's
 // data-parallel all-reduce, the pipeline stream's sends, --tp-comm-overlap's
-// side stream's tensor-parallel collectives) share the
+// side stream's tensor-parallel collectives, the cp ring's K/V) share the
 // port's bandwidth: in any span where k streams move data, each moves at
 // 1/k of the rate (max-min fair between equal flows).
 //
@@ -42,7 +42,7 @@ namespace shardlab {
 
 class Port {
  public:
-  static constexpr int kStreams = 4;  // StreamKind's values: compute, comm, pipeline, tp-comm
+  static constexpr int kStreams = 5;  // StreamKind's values: compute, comm, pipeline, tp-comm, cp-comm
   static constexpr size_t kMaxSegments = 4096;
 
   struct Booking {

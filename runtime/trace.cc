@@ -13,6 +13,7 @@ const char* stream_name(StreamKind k) {
     case StreamKind::kComm: return "comm";
     case StreamKind::kPipeline: return "pipeline";
     case StreamKind::kTpComm: return "tp-comm";
+    case StreamKind::kCpComm: return "cp-comm";
   }
   return "?";
 }

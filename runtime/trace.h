@@ -14,11 +14,13 @@ namespace shardlab {
 // the side stream of --tp-comm-overlap (model/parallel/tensor/mappings.h),
 // whose tensor-parallel collectives must share a port's bandwidth with the
 // comm stream's data-parallel ones rather than queue behind them (a kind is
-// one FIFO queue per port: runtime/port.h). Each has its own track in the
-// trace; devices without such traffic do not show it.
-enum class StreamKind : uint8_t { kCompute = 0, kComm = 1, kPipeline = 2, kTpComm = 3 };
-inline constexpr int kNumStreams = 4;
-const char* stream_name(StreamKind k);  // "compute" | "comm" | "pipeline" | "tp-comm"
+// one FIFO queue per port: runtime/port.h). kCpComm: context parallelism's
+// K/V ring (model/parallel/context/cp_attention.h), the cp group's own
+// stream, likewise. Each has its own track in the trace; devices without
+// such traffic do not show it.
+enum class StreamKind : uint8_t { kCompute = 0, kComm = 1, kPipeline = 2, kTpComm = 3, kCpComm = 4 };
+inline constexpr int kNumStreams = 5;
+const char* stream_name(StreamKind k);  // "compute" | "comm" | "pipeline" | "tp-comm" | "cp-comm"
 
 // One slice on one stream. `name` must outlive the run (a string literal).
 struct TraceEvent {

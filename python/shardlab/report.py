@@ -5,7 +5,7 @@ pandas and matplotlib are imported when a view or a plot is asked for, so
 """
 import json
 
-STREAMS = {0: "compute", 1: "comm", 2: "pipeline", 3: "tp-comm"}
+STREAMS = {0: "compute", 1: "comm", 2: "pipeline", 3: "tp-comm", 4: "cp-comm"}
 
 
 def _pandas():

@@ -160,14 +160,14 @@ TEST(ReplayShareTest, AnInputThatDiffersMisses) {
     Port& port = v.ports[size_t(9 * kReplayPorts + 1)];
     std::vector<Port::Segment> segs = port.segments();
     segs.back().end += 1;
-    const Time free[Port::kStreams] = {port.free(0), port.free(1), port.free(2), port.free(3)};
+    const Time free[Port::kStreams] = {port.free(0), port.free(1), port.free(2), port.free(3), port.free(4)};
     port.restore(segs, free);
   }, p);
   vary("a port's free time", [](ReplayInputs& v) { v.ports[size_t(17 * kReplayPorts + 3)].set_free(2, 1); }, p);
   vary("the segments a port holds before its copy", [](ReplayInputs& v) {
     Port& port = v.ports[size_t(4 * kReplayPorts + 1)];
     const std::vector<Port::Segment> segs = port.segments();
-    const Time free[Port::kStreams] = {port.free(0), port.free(1), port.free(2), port.free(3)};
+    const Time free[Port::kStreams] = {port.free(0), port.free(1), port.free(2), port.free(3), port.free(4)};
     port.restore(segs, free, 4000);
   }, p);
   vary("the stream", [](ReplayInputs& v) { v.stream = static_cast<int>(StreamKind::kPipeline); }, p);

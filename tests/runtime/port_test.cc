@@ -19,7 +19,7 @@ namespace {
 using testing::kUs;
 using testing::simple_profile;
 
-constexpr int kCompute = 0, kComm = 1, kPipe = 2, kTpComm = 3;
+constexpr int kCompute = 0, kComm = 1, kPipe = 2, kTpComm = 3, kCpComm = 4;
 
 TEST(Port, OneStreamQueuesFifo) {
   Port p;
@@ -140,7 +140,7 @@ TEST(Port, ATailCopyBooksAsTheOriginalFromItsStart) {
   EXPECT_EQ(a.others_end(kComm), 230);
   const Time from = 60;
   ASSERT_EQ(a.segments_after(from).size(), 2u);  // [50, 150) and [200, 230)
-  const Time free[Port::kStreams] = {a.free(0), a.free(1), a.free(2), a.free(3)};
+  const Time free[Port::kStreams] = {a.free(0), a.free(1), a.free(2), a.free(3), a.free(4)};
   Port b;
   b.restore(a.segments_after(from), free);
   EXPECT_EQ(b.others_end(kCompute), 230);
@@ -180,7 +180,7 @@ TEST(Port, ATailCopyDropsItsOldestAsTheOriginal) {
   const Time from = 20000;
   const std::span<const Port::Segment> tail = a.segments_after(from);
   ASSERT_EQ(tail.size(), 2000u);
-  const Time free[Port::kStreams] = {a.free(0), a.free(1), a.free(2), a.free(3)};
+  const Time free[Port::kStreams] = {a.free(0), a.free(1), a.free(2), a.free(3), a.free(4)};
   Port b, plain;
   b.restore(tail, free, a.segments().size() - tail.size());
   plain.restore(tail, free);
@@ -233,14 +233,15 @@ TEST(Port, PipelineSendSharesTheNicWithABigCommTransfer) {
 }
 
 // --tp-comm-overlap's collectives run on a side stream of their own kind
-// (StreamKind::kTpComm), so on a port they share the bandwidth with the comm
+// (StreamKind::kTpComm), and so does the cp ring (StreamKind::kCpComm), so
+// on a port they share the bandwidth with the comm
 // stream's data-parallel reduce-scatter instead of queueing behind it, as
 // two NCCL communicators' kernels do on one NVLink. Intra-node here: 1 us
 // latency, 100 GB/s; the reduce-scatter's 10 MB take 100 us alone, the
 // tensor-parallel 1 MB 10 us. The same side stream of the comm stream's
 // kind (as before kTpComm) queues FIFO.
 TEST(Port, TpOverlapTransferSharesTheNvlinkWithADpReduceScatter) {
-  for (const StreamKind side_kind : {StreamKind::kTpComm, StreamKind::kComm}) {
+  for (const StreamKind side_kind : {StreamKind::kTpComm, StreamKind::kCpComm, StreamKind::kComm}) {
     Time tp_sent = 0, tp_arrival = 0, dp_arrival = 0, next_dp = 0;
     Cluster c(simple_profile(), {.world_size = 8});
     c.run([&](Device& d) {
@@ -258,7 +259,7 @@ TEST(Port, TpOverlapTransferSharesTheNvlinkWithADpReduceScatter) {
     });
     SCOPED_TRACE(stream_name(side_kind));
     EXPECT_EQ(dp_arrival, 101 * kUs);  // booked first: [0, 100) us, +1 us latency
-    if (side_kind == StreamKind::kTpComm) {
+    if (side_kind != StreamKind::kComm) {
       // Egress: 10 us of work at half the rate from 0: sent at 20 us; the dp
       // stream's next send waits for the 10 us it lost (110 us). Ingress: from
       // 1 us at half beside the big receive: 21 us.
@@ -272,6 +273,28 @@ TEST(Port, TpOverlapTransferSharesTheNvlinkWithADpReduceScatter) {
       EXPECT_EQ(next_dp, 110 * kUs);
     }
   }
+}
+
+// Five streams: a late transfer beside four others moves at 1/5 of the
+// rate, and each of the four gives up span x (1/4 - 1/5) = span / 20. A
+// port whose [0, 1000) carries compute, comm, pipeline and tp-comm, each
+// free at 1000; a cp-comm transfer of 100 from 0 takes 500 there (ends at
+// 500); each of the four lost 500 / 20 = 25, queued after everything in
+// stream order: 1025, 1050, 1075, 1100. (At twelfths of a picosecond the
+// rate 12 / 5 rounds to 2: 600.)
+TEST(Port, FiveStreamsShareAtAFifthEach) {
+  Port p;
+  const Port::Segment all4{0, 1000, 0b1111};
+  const Time free[Port::kStreams] = {1000, 1000, 1000, 1000, 0};
+  p.restore({&all4, 1}, free);
+  const Port::Booking b = p.book(kCpComm, 0, 100);
+  EXPECT_EQ(b.start, 0);
+  EXPECT_EQ(b.end, 500);
+  EXPECT_EQ(p.free(kCompute), 1025);
+  EXPECT_EQ(p.free(kComm), 1050);
+  EXPECT_EQ(p.free(kPipe), 1075);
+  EXPECT_EQ(p.free(kTpComm), 1100);
+  EXPECT_EQ(p.free(kCpComm), 500);
 }
 
 }  // namespace

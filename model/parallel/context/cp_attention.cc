@@ -98,17 +98,22 @@ void CpAttention::pack_kv(float* kv, const float* qkv, const ShardDims& d,
   });
 }
 
+Stream& CpAttention::ring(const LayerContext& c) const {
+  if (!ring_) ring_ = std::make_unique<Stream>(c.dev, StreamKind::kCpComm);
+  return *ring_;
+}
+
 void CpAttention::send_next(const float* data, int64_t n, Tag t, const LayerContext& c) const {
   const int next = cp_.members()[size_t((cp_.rank() + 1) % cp_.size())];
   const uint64_t bytes = uint64_t(n) * uint64_t(c.ex.elem);
-  c.dev->isend(c.dev->comm(), next, t,
+  c.dev->isend(ring(c), next, t,
                {reinterpret_cast<const std::byte*>(data), data ? size_t(n) * sizeof(float) : 0}, bytes);
   sent_bytes_ += bytes;
 }
 
 void CpAttention::recv_prev(float* into, int64_t n, Tag t, const LayerContext& c) const {
   const int prev = cp_.members()[size_t((cp_.rank() + cp_.size() - 1) % cp_.size())];
-  Message m = c.dev->recv(c.dev->comm(), prev, t);
+  Message m = c.dev->recv(ring(c), prev, t);
   const size_t expected = into ? size_t(n) * sizeof(float) : 0;  // phantom: no payload
   SHARDLAB_CHECK(m.payload.size() == expected,
                  fmt::format("cp ring: device {} sent {} bytes, expected {}", prev, m.payload.size(), expected));
@@ -117,7 +122,7 @@ void CpAttention::recv_prev(float* into, int64_t n, Tag t, const LayerContext& c
 
 void CpAttention::join_compute(const LayerContext& c) const {
   const Time before = c.dev->compute().now();
-  c.dev->compute().wait(c.dev->comm().record());
+  c.dev->compute().wait(ring(c).record());
   exposed_ += c.dev->compute().now() - before;
 }
 
@@ -169,7 +174,7 @@ void CpAttention::ring_forward(const float* qkv, const ShardDims& d, const Layer
   kv_.assign(size_t(n), 0.0f);
   kv_next_.assign(size_t(n), 0.0f);
   pack_kv(kv_.data(), qkv, d, c);
-  c.dev->comm().wait(c.dev->compute().record());  // the block exists once compute made it
+  ring(c).wait(c.dev->compute().record());  // the block exists once compute made it
   for (int s = 0; s < P; ++s) {
     if (s + 1 < P) send_next(kv_.data(), n, tag(0, s), c);  // overlaps this block's pairs
     forward_block(qkv, kv_.data(), (me - s + P) % P, d, c);
@@ -239,7 +244,7 @@ void CpAttention::ring_backward(float* dqkv, const float* datty, const float* qk
   const int P = cp_.size(), me = cp_.rank();
   for (auto* b : {&kv_, &kv_next_, &dkv_, &dkv_in_}) b->assign(size_t(n), 0.0f);
   pack_kv(kv_.data(), qkv, d, c);
-  c.dev->comm().wait(c.dev->compute().record());
+  ring(c).wait(c.dev->compute().record());
   for (int s = 0; s < P; ++s) {
     if (s + 1 < P) send_next(kv_.data(), n, tag(0, s), c);
     if (c.ex.math()) std::fill(dkv_.begin(), dkv_.end(), 0.0f);  // a handover (sink.h)
@@ -251,7 +256,7 @@ void CpAttention::ring_backward(float* dqkv, const float* datty, const float* qk
         for (size_t i = 0; i < dkv_.size(); ++i) dkv_[i] += dkv_in_[i];
       });
     }
-    c.dev->comm().wait(c.dev->compute().record());
+    ring(c).wait(c.dev->compute().record());
     send_next(dkv_.data(), n, tag(1, s), c);
     if (s + 1 < P) {
       recv_prev(kv_next_.data(), n, tag(0, s), c);

@@ -12,13 +12,14 @@
 //   ring       (Liu et al., ring attention; Megatron-core's CP) N steps; at
 //              step s a rank holds the [k | v] rows of cp rank (i−s) mod N,
 //              sends them on to rank i+1 and receives the next block from
-//              rank i−1 by point to point on the communication stream
-//              while the compute stream runs the block's chunk pairs (online
-//              softmax, block_attention.h). Backward sends the blocks around
-//              again; each rank computes its dK/dV contribution to the block
-//              it holds into a fresh buffer, then adds the partial sum that
-//              came from rank i−1 (which travelled during this compute) and
-//              sends the sum on; a last hop returns it to its owner.
+//              rank i−1 by point to point on the ring's own stream (of kind
+//              StreamKind::kCpComm) while the compute stream runs the
+//              block's chunk pairs (online softmax, block_attention.h).
+//              Backward sends the blocks around again; each rank computes
+//              its dK/dV contribution to the block it holds into a fresh
+//              buffer, then adds the partial sum that came from rank i−1
+//              (which travelled during this compute) and sends the sum on;
+//              a last hop returns it to its owner.
 //   allgather  (Llama 3) an all-gather of every rank's [k | v] rows on the
 //              compute stream, then the same chunk pairs; backward gathers
 //              again and reduce-scatters dK/dV.
@@ -26,6 +27,14 @@
 // Of the 4 chunk pairs of (my chunks) × (a block's chunks), those with later
 // keys are skipped, same-position pairs are diagonal (half the work): each
 // step costs every rank the same, 2 full pairs.
+//
+// The ring's stream is its own, not the device's communication stream:
+// Transformer Engine sends the blocks with torch.distributed isend/irecv
+// over the cp group (context_parallel.py, flash_attn_p2p_communicate), and
+// PyTorch runs each process group's NCCL work on that group's own stream
+// (ProcessGroupNCCL), so the ring never waits behind the data-parallel
+// gradient reduce-scatter that Megatron launches on the dp group's stream
+// during backward. On a port the two share the bandwidth (runtime/port.h).
 //
 // `exposed()` is the compute stream's wait for K/V blocks (ring: a block
 // not yet arrived, the last dK/dV hop; allgather: the collectives), summed
@@ -39,6 +48,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "collectives/group.h"
 #include "model/parallel/attention_core.h"
@@ -77,7 +87,9 @@ class CpAttention final : public AttentionCore {
   int64_t kv_elements(const ShardDims& d) const;  // a K/V block: N · 2 · KV · HS
   // kv (N, 2·KV·HS) = the [k | v] of each K/V head from the repeated qkv (N, 3·Cl).
   void pack_kv(float* kv, const float* qkv, const ShardDims& d, const LayerContext& c) const;
-  // Ring transfers on the communication stream, tagged by the call, what
+  // The ring's stream on this device (made at the first ring call).
+  Stream& ring(const LayerContext& c) const;
+  // Ring transfers on the ring's stream, tagged by the call, what
   // travels (0 K/V, 1 dK/dV) and the ring step; join_compute makes the
   // compute stream wait for what arrived (the wait counted as exposed).
   Tag tag(int what, int step) const { return kRingTag + (call_ << 16) + (uint64_t(what) << 8) + uint64_t(step); }
@@ -94,6 +106,7 @@ class CpAttention final : public AttentionCore {
   CpComm comm_;
   int tp_rank_ = 0;
   bool fused_ = false;
+  mutable std::unique_ptr<Stream> ring_;
   mutable Buf<float> kv_, kv_next_, dkv_, dkv_in_, acc_, m_, l_, delta_, all_kv_, all_dkv_;
   mutable uint64_t call_ = 0;  // forward and backward calls so far (the same on every cp rank)
   mutable Time exposed_ = 0;

@@ -92,7 +92,9 @@ TEST(H100Calibration, HeldOutMegatronBridgeRowsAreReadmes) {
 // kH100Bf16GemmMax): Dubey et al. 2024 Table 4, Llama 3 405B in BF16 on
 // 8,192 and 16,384 GPUs, each run as the paper's sec. 3.3.2 describes it
 // (model/train/calibration.cc). The goal, every row within 10% and
-// the mean within 5%, asserted; at the fitted 0.60 the mean is 1.5%.
+// the mean within 5%, asserted; at the fitted 0.60 the mean is 1.9% (1.5%
+// when fitted, before the cp ring had a stream of its own: the CP 16 row
+// +3.1% then, +4.1% now).
 constexpr const char* kDubeyHeader =
     "| model | GPUs | TP | PP | VP | GBS | predicted tokens/s/GPU | published | predicted TFLOP/s/GPU (causal halved, BF16) | "
     "published | error |";

@@ -21,6 +21,7 @@
 #include "runtime/profile.h"
 #include "support/compare.h"
 #include "support/random.h"
+#include "tests/runtime/test_util.h"
 
 namespace shardlab::parallel {
 namespace {
@@ -199,6 +200,72 @@ TEST(CpAttentionCost, FusedKeepsTheChunkScoresOnChip) {
   EXPECT_EQ(got_fused, fused);
   EXPECT_EQ(got_unfused, unfused);
   EXPECT_LT(got_fused, 0.6 * got_unfused);  // 79.4 us against 2 x 68.9 + 1.0 us, plus the launch
+}
+
+// Records every op and charges nothing: the ring's messages alone set the clocks.
+class FreeSink final : public model::OpSink {
+ public:
+  void op(const char*, const OpCost&) override {}
+};
+
+struct RingClocks {
+  Time exposed = 0, compute = 0, comm = 0;
+};
+
+// One forward and backward of CpAttention on cp 2 (ranks 0 and 1 of
+// simple_profile's first node), every kernel free; `bucket` ps of a
+// data-parallel reduce-scatter hold the device's communication stream when
+// attention starts (DataParallel launches its buckets there during backward).
+std::vector<RingClocks> ring_clocks(Time bucket) {
+  constexpr int cp = 2, Tl = kT / cp;
+  std::vector<RingClocks> out(cp);
+  Cluster cluster(testing::simple_profile(1, 2), {.world_size = cp});
+  cluster.run([&](Device& dev) {
+    if (bucket > 0) dev.comm().run("dp.bucket", bucket);
+    collectives::ProcessGroup cp_group = collectives::ProcessGroup::world(dev);
+    FreeSink sink;
+    LayerContext c;
+    c.dev = &dev;
+    c.ex = model::Exec::with(&sink);
+    ShardDims d{{kB, Tl, kC, kNH, 4 * kC}, 1, false, 1};
+    d.cp = cp;
+    d.cp_rank = dev.rank();
+    const CpAttention core(cp_group, CpComm::kRing);
+    std::vector<float> q = random_values(size_t(kB * Tl * 3 * kC), 3), dy = random_values(size_t(kB * Tl * kC), 4);
+    std::vector<float> y(size_t(kB * Tl * kC)), dq(q.size()), lse(size_t(d.att_elements()));
+    core.forward(y.data(), lse.data(), q.data(), d, c);
+    core.backward(dq.data(), dy.data(), q.data(), y.data(), lse.data(), d, c);
+    out[size_t(dev.rank())] = {core.exposed(), dev.compute().now(), dev.comm().now()};
+  });
+  return out;
+}
+
+// The ring runs on a stream of its own (Transformer Engine's isend/irecv
+// over the cp group, whose NCCL stream is not the dp group's), so a
+// data-parallel bucket on the communication stream does not hold the K/V
+// back. By hand, kernels free: a block of B·Tl·2·C fp32 = 2,048 B takes w =
+// 20.48 ns on the wire after the link's a = 1 us (100 GB/s). Both ranks
+// alike: forward sends at 0, the peer's block arrives at a + w = T
+// (exposed a + w). Backward at T: the K/V send leaves [T, T + w), the own
+// dK/dV right behind it [T + w, T + 2w) (one FIFO per stream kind on the
+// port); the peer's K/V arrives at T + a + w (exposed a + w), its dK/dV at
+// T + a + 2w behind it on the ingress (exposed w); the sum goes home at T +
+// a + 2w and arrives a + w later (exposed a + w). In all 3a + 4w =
+// 3,081,920 ps, the compute stream's end, with the bucket or without.
+// Before the ring had its stream, it queued behind the bucket: 1 s more.
+TEST(CpAttentionRing, TheKvExchangeDoesNotWaitForTheDataParallelStream) {
+  constexpr Time a = testing::kUs, w = 20'480, want = 3 * a + 4 * w, bucket = 1'000'000 * testing::kUs;
+  for (const Time held : {Time{0}, bucket}) {
+    const std::vector<RingClocks> got = ring_clocks(held);
+    for (int r = 0; r < 2; ++r) {
+      const RingClocks& g = got[size_t(r)];
+      std::printf("comm stream held %.0f us: rank %d K/V exposed %.6f us, compute ends at %.6f us\n", to_us(held), r,
+                  to_us(g.exposed), to_us(g.compute));
+      EXPECT_EQ(g.exposed, want) << "rank " << r << ", comm stream held " << held << " ps";
+      EXPECT_EQ(g.compute, want) << "rank " << r;
+      EXPECT_EQ(g.comm, held) << "rank " << r << ": the ring leaves the communication stream alone";
+    }
+  }
 }
 
 }  // namespace
