@@ -74,8 +74,8 @@ void cached_attention_forward(float* out, int64_t ld_out, const float* qkv, int6
           __m512 dot = _mm512_setzero_ps();
           for (int i0 = 0; i0 < HS; i0 += kLanes) {
             __m512 r[kLanes];
-            for (int t = 0; t < kLanes; ++t)
-              r[t] = t < keys ? _mm512_loadu_ps(k + (u + t) * KVC + i0) : _mm512_setzero_ps();
+            for (int t = 0; t < kLanes; ++t)  // masked, not branched: rows past the last read nothing
+              r[t] = _mm512_maskz_loadu_ps(__mmask16(t < keys ? 0xffff : 0), k + (u + std::min(t, keys - 1)) * KVC + i0);
             transpose16(r);  // r[i] lane t: key u + t's column i0 + i
             for (int i = 0; i < kLanes; ++i) dot = _mm512_add_ps(dot, _mm512_mul_ps(_mm512_set1_ps(q[i0 + i]), r[i]));
           }

@@ -30,6 +30,7 @@ InferEngine::InferEngine(const model::GPTConfig& config, uint64_t seed, Device& 
   SHARDLAB_CHECK(groups.tp != nullptr, "InferEngine needs a tensor-parallel group");
   parallel::ShardedOptions so;
   so.placement = groups.placement;
+  so.no_grads = true;  // forward only
   model_ = std::make_unique<parallel::ShardedGPT>(config_, seed, dev, parallel::ModelGroups{groups.tp, groups.ep, nullptr},
                                                   so);
   place_ = model_->placement();
