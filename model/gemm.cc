@@ -2,6 +2,8 @@
 #include "model/gemm.h"
 
 #include <algorithm>
+#include <type_traits>
+#include <vector>
 
 #include <Eigen/Core>
 
@@ -9,6 +11,7 @@
 #include "model/eigen_maps.h"
 #include "model/host_split.h"
 #include "model/portable_math.h"
+#include "runtime/fiber.h"
 
 namespace shardlab::model {
 
@@ -92,12 +95,45 @@ bool is_eigen_gemm(Index rows, Index depth, Index chunk_cols) {
          rows + depth + chunk_cols >= EIGEN_GEMM_TO_COEFFBASED_THRESHOLD;
 }
 
+}  // namespace
+
+// W (M×K) as Eigen packs the lhs of yᵀ = W·xᵀ: depth block b (kc deep, the
+// last one shorter) holds all M rows in gebp's panel layout, 64-byte aligned.
+struct PackedWeights::Packed {
+  int64_t rows = 0, depth = 0, ld = 0;  // W's shape and row stride
+  Index kc = 0;
+  std::vector<Index> offsets;  // of each depth block in `data`
+  float* data = nullptr;
+  Packed() = default;
+  Packed(const Packed&) = delete;
+  Packed& operator=(const Packed&) = delete;
+  ~Packed() { ei::aligned_free(data); }
+  const float* block(Index b) const { return data + offsets[size_t(b)]; }
+};
+
+namespace {
+thread_local const PackedWeights* t_packed = nullptr;
+// Each device fiber keeps its own (runtime/fiber.h).
+[[maybe_unused]] const bool kept_per_fiber = keep_per_fiber({[]() -> void* { return &t_packed; }, sizeof(t_packed)});
+
+template <typename Real>
+const PackedWeights::Packed* packed_for(const Real* b, int64_t M, int64_t K, int64_t ldb) {
+  if constexpr (std::is_same_v<Real, float>) {
+    if (t_packed) return t_packed->find(b, M, K, ldb);
+  }
+  return nullptr;
+}
+
 // res (column major, ldres) += lhs · rhs over res's columns in kSplitRows
 // chunks; before(c0, c1) runs on a chunk's columns first (Eigen's zero-fill
 // for `=`), after(c0, c1) last. Only for shapes is_eigen_gemm accepts.
+//
+// `split` false: one chunk, on this thread. `packed`: the lhs already packed
+// (PackedWeights, float), used when its blocks are this product's.
 template <typename Real, int LhsOrder, int RhsOrder, typename Before, typename After>
 void split_gemm(Real* res, Index ldres, const Real* lhs, Index ldlhs, const Real* rhs, Index ldrhs,
-                Index rows, Index cols, Index depth, const Before& before, const After& after) {
+                Index rows, Index cols, Index depth, const Before& before, const After& after,
+                bool split = true, const PackedWeights::Packed* packed = nullptr) {
   using Traits = ei::gebp_traits<Real, Real>;
   using LhsMapper = ei::const_blas_data_mapper<Real, Index, LhsOrder>;
   using RhsMapper = ei::const_blas_data_mapper<Real, Index, RhsOrder>;
@@ -105,10 +141,13 @@ void split_gemm(Real* res, Index ldres, const Real* lhs, Index ldlhs, const Real
   Index kc = depth, mc = rows, nc = cols;
   ei::computeProductBlockingSizes<Real, Real, 1>(kc, mc, nc, Index(1));
   mc = std::min(rows, mc);
+  // A packed lhs holds whole rows per depth block: a row block's panels are
+  // its panels when the block starts at a whole panel.
+  if (packed && (packed->kc != kc || (mc < rows && mc % Traits::mr != 0))) packed = nullptr;
   // One (mc × kc) block of the lhs packed at a time, as Eigen does (the whole
   // lhs packed at once took 25 MB for small's c_proj weight gradient), and the
   // chunks run on it; a column's blocks still come in Eigen's k order.
-  Real* const block_a = aligned_scratch<Real, 0>(mc * kc);
+  Real* const scratch_a = packed ? nullptr : aligned_scratch<Real, 0>(mc * kc);
   const LhsMapper lhs_map(lhs, ldlhs);
   ei::gemm_pack_lhs<Real, Index, LhsMapper, Traits::mr, Traits::LhsProgress,
                     typename Traits::LhsPacket4Packing, LhsOrder>
@@ -117,8 +156,12 @@ void split_gemm(Real* res, Index ldres, const Real* lhs, Index ldlhs, const Real
     for (Index k2 = 0; k2 < depth; k2 += kc) {
       const Index amc = std::min(mc, rows - i2), akc = std::min(kc, depth - k2);
       const bool first = i2 == 0 && k2 == 0, last = i2 + amc == rows && k2 + akc == depth;
-      pack_lhs(block_a, lhs_map.getSubMapper(i2, k2), akc, amc);
-      over_row_chunks(cols, double(amc) * double(cols) * double(akc), [&](int64_t c0, int64_t c1) {
+      const Real* block_a = scratch_a;
+      if constexpr (std::is_same_v<Real, float>) {
+        if (packed) block_a = packed->block(k2 / kc) + i2 * akc;
+      }
+      if (!packed) pack_lhs(scratch_a, lhs_map.getSubMapper(i2, k2), akc, amc);
+      const auto chunk = [&](int64_t c0, int64_t c1) {
         if (first) before(c0, c1);
         const Index chunk_nc = std::min<Index>(nc, c1 - c0);
         Real* const block_b = aligned_scratch<Real, 1>(kc * chunk_nc);
@@ -132,7 +175,11 @@ void split_gemm(Real* res, Index ldres, const Real* lhs, Index ldlhs, const Real
           gebp(res_map.getSubMapper(i2, j2), block_a, block_b, amc, akc, anc, Real(1));
         }
         if (last) after(c0, c1);
-      });
+      };
+      if (split)
+        over_row_chunks(cols, double(amc) * double(cols) * double(akc), chunk);
+      else
+        chunk(0, cols);
     }
 }
 
@@ -155,11 +202,13 @@ void gemm_nt(Real* y, int64_t ldy, const Real* a, int64_t lda, const Real* b, in
     return;
   }
   fix_eigen_blocking();
-  if (split_wanted(N, kSplitRows, macs(N, M, K)) && is_eigen_gemm(M, K, kSplitRows)) {
+  const bool split = split_wanted(N, kSplitRows, macs(N, M, K)) && is_eigen_gemm(M, K, kSplitRows);
+  const PackedWeights::Packed* packed = packed_for(b, M, K, ldb);
+  if (split || (packed && is_eigen_gemm(M, K, N))) {
     // yᵀ = b · aᵀ: lhs b (M×K, row major), rhs aᵀ (K×N, column major).
     split_gemm<Real, Eigen::RowMajor, Eigen::ColMajor>(
         y, ldy, b, ldb, a, lda, M, N, K, [=](int64_t r0, int64_t r1) { zero_rows(y, ldy, M, r0, r1); },
-        [](int64_t, int64_t) {});
+        [](int64_t, int64_t) {}, split, packed);
     return;
   }
   StridedMap<Real>(y, N, M, Eigen::OuterStride<>(ldy)).noalias() =
@@ -207,12 +256,14 @@ void gemm_nt_bias(Real* y, const Real* a, const Real* b, const Real* bias, int64
   };
   // The bias takes the place of Eigen's zero-fill where that keeps the bits:
   // one pass over y, not two.
-  if (split_wanted(N, kSplitRows, macs(N, M, K)) && is_eigen_gemm(M, K, kSplitRows)) {
-    const bool fill = bias_fill_keeps_bits<Real>(kSplitRows, M, K);
+  const bool split = split_wanted(N, kSplitRows, macs(N, M, K)) && is_eigen_gemm(M, K, kSplitRows);
+  const PackedWeights::Packed* packed = packed_for(b, M, K, K);
+  if (split || (packed && is_eigen_gemm(M, K, N))) {
+    const bool fill = bias_fill_keeps_bits<Real>(split ? kSplitRows : N, M, K);
     split_gemm<Real, Eigen::RowMajor, Eigen::ColMajor>(
         y, M, b, K, a, K, M, N, K,
         [=](int64_t r0, int64_t r1) { fill ? fill_bias(r0, r1) : zero_rows(y, M, M, r0, r1); },
-        [=](int64_t r0, int64_t r1) { if (!fill) add_bias(r0, r1); });
+        [=](int64_t r0, int64_t r1) { if (!fill) add_bias(r0, r1); }, split, packed);
     return;
   }
   MatMap<Real> out(y, N, M);
@@ -264,6 +315,51 @@ void gemm_tn_acc(Real* y, const Real* a, const Real* b, int64_t N, int64_t M, in
   }
   MatMap<Real>(y, M, K).noalias() += ConstMatMap<Real>(a, N, M).transpose() * ConstMatMap<Real>(b, N, K);
 }
+
+PackedWeights::PackedWeights() = default;
+PackedWeights::~PackedWeights() = default;
+PackedWeights::PackedWeights(PackedWeights&&) noexcept = default;
+PackedWeights& PackedWeights::operator=(PackedWeights&&) noexcept = default;
+
+void PackedWeights::add(const float* w, int64_t M, int64_t K, int64_t ldw) {
+  if (w == nullptr || M < 1 || K < 1 || packed_.count(w)) return;
+  fix_eigen_blocking();
+  using Traits = ei::gebp_traits<float, float>;
+  using LhsMapper = ei::const_blas_data_mapper<float, Index, Eigen::RowMajor>;
+  // Eigen's depth block for K (a function of K alone: split_gemm checks it
+  // against each product's, whose other sizes do not move it).
+  Index kc = K, mc = M, nc = 16;
+  ei::computeProductBlockingSizes<float, float, 1>(kc, mc, nc, Index(1));
+  auto p = std::make_unique<Packed>();
+  p->kc = kc;
+  Index size = 0;
+  for (Index k2 = 0; k2 < K; k2 += kc) {
+    p->offsets.push_back(size);
+    size += (std::min<Index>(kc, K - k2) * M + 15) / 16 * 16;  // each block 64-byte aligned
+  }
+  p->data = static_cast<float*>(ei::aligned_malloc(size_t(size) * sizeof(float)));
+  const LhsMapper map(w, ldw);
+  ei::gemm_pack_lhs<float, Index, LhsMapper, Traits::mr, Traits::LhsProgress, typename Traits::LhsPacket4Packing,
+                    Eigen::RowMajor>
+      pack_lhs;
+  for (Index k2 = 0, b = 0; k2 < K; k2 += kc, ++b)
+    pack_lhs(p->data + p->offsets[size_t(b)], map.getSubMapper(0, k2), std::min<Index>(kc, K - k2), M);
+  p->rows = M;
+  p->depth = K;
+  p->ld = ldw;
+  bytes_ += size * int64_t(sizeof(float));
+  packed_.emplace(w, std::move(p));
+}
+
+const PackedWeights::Packed* PackedWeights::find(const float* w, int64_t M, int64_t K, int64_t ldw) const {
+  const auto it = packed_.find(w);
+  if (it == packed_.end()) return nullptr;
+  const Packed& p = *it->second;
+  return p.rows == M && p.depth == K && p.ld == ldw ? &p : nullptr;
+}
+
+PackedWeightsScope::PackedWeightsScope(const PackedWeights* weights) : previous_(t_packed) { t_packed = weights; }
+PackedWeightsScope::~PackedWeightsScope() { t_packed = previous_; }
 
 namespace {
 thread_local std::optional<bool> t_split_for_test;

@@ -19,10 +19,29 @@
 // with oneTBB (model/host_split.h), in fixed chunks that give the same bits
 // as one call.
 //
-// Thread safety: reentrant; the one-time cache setting is a magic static.
+// Weights packed once (serving): while serving, the weights do not change,
+// and a decode step's GEMMs (y = x·Wᵀ over a few rows of x: 16 at tp 8 in
+// bench_serve) spent more time packing W into Eigen's panel layout than
+// multiplying (gemm_pack_lhs 19% of perf's samples, gebp 14%).
+// PackedWeights holds each registered W as Eigen packs it (the lhs of
+// yᵀ = W·xᵀ: its depth blocks, whole rows), and while a PackedWeightsScope
+// holds it on the calling device program (kept per fiber, runtime/fiber.h),
+// gemm_nt and gemm_nt_bias whose b is a registered W run Eigen's gebp
+// kernel on those blocks instead of packing W again. Every output is the
+// same kernel's sum over the same depth blocks (gebp's row panels start at
+// whole panels, its depth blocking is a function of K once the cache sizes
+// are fixed, both checked at each call), so the bits are the unpacked
+// call's (tests/model/gemm_test.cc: many shapes, split or not). Portable
+// arithmetic, Eigen's GEMV and coefficient-wise shapes (one row of x, tiny
+// products) and unregistered operands take the usual path.
+//
+// Thread safety: reentrant; the one-time cache setting is a magic static; a
+// PackedWeights is read-only once built (register before the scope).
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <unordered_map>
 
 namespace shardlab::model {
 
@@ -36,5 +55,37 @@ template <typename Real>
 void gemm_nn_acc(Real* y, const Real* a, const Real* b, int64_t N, int64_t M, int64_t K);
 template <typename Real>
 void gemm_tn_acc(Real* y, const Real* a, const Real* b, int64_t N, int64_t M, int64_t K);
+
+class PackedWeights {
+ public:
+  PackedWeights();
+  ~PackedWeights();
+  PackedWeights(PackedWeights&&) noexcept;
+  PackedWeights& operator=(PackedWeights&&) noexcept;
+  // W (M×K, row-major, row stride ldw), packed now; it must not change
+  // while registered. Registering the same W again does nothing.
+  void add(const float* w, int64_t M, int64_t K, int64_t ldw);
+  struct Packed;
+  // W's packed blocks if it was registered with this shape, else null.
+  const Packed* find(const float* w, int64_t M, int64_t K, int64_t ldw) const;
+  int64_t bytes() const { return bytes_; }  // host bytes of the packed copies
+
+ private:
+  std::unordered_map<const float*, std::unique_ptr<Packed>> packed_;
+  int64_t bytes_ = 0;
+};
+
+// The calling program's registered weights until the scope ends (nests:
+// restores the previous; null: none).
+class PackedWeightsScope {
+ public:
+  explicit PackedWeightsScope(const PackedWeights* weights);
+  ~PackedWeightsScope();
+  PackedWeightsScope(const PackedWeightsScope&) = delete;
+  PackedWeightsScope& operator=(const PackedWeightsScope&) = delete;
+
+ private:
+  const PackedWeights* previous_;
+};
 
 }  // namespace shardlab::model

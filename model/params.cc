@@ -1,5 +1,6 @@
 #include "model/params.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "model/rng.h"
@@ -273,8 +274,12 @@ void ParamTable::init_slice(std::string_view name, uint64_t seed, int64_t offset
       return;
     case InitKind::kNormal: {
       const uint64_t key = stream_key(seed, spec.name);
-      for (int64_t i = 0; i < count; ++i) {
-        out[i] = static_cast<Real>(spec.std * normal_at(key, static_cast<uint64_t>(offset + i)));
+      constexpr int64_t kChunk = 256;  // normal_at's values, a vectorised chunk at a time
+      double z[kChunk];
+      for (int64_t i0 = 0; i0 < count; i0 += kChunk) {
+        const int64_t n = std::min(kChunk, count - i0);
+        normals_at(key, static_cast<uint64_t>(offset + i0), n, z);
+        for (int64_t i = 0; i < n; ++i) out[i0 + i] = static_cast<Real>(spec.std * z[i]);
       }
       return;
     }

@@ -3,37 +3,123 @@
 #include <algorithm>
 #include <cmath>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#include "model/host_split.h"
 #include "model/portable_math.h"
 
 namespace shardlab::infer {
 
+namespace {
+
+#if defined(__AVX512F__)
+// r[i] lane j <- r[j] lane i: a 16 × 16 transpose in registers (moves only).
+inline void transpose16(__m512* r) {
+  __m512 t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+    t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
+    t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
+  }
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+  }
+}
+#endif
+
+}  // namespace
+
+// Per (new token, head): the scores q·k of every key seen, each summed over
+// i in order from 0; their maximum; p = exp((s - max)·scale), summed in key
+// order; out = Σ_u (p_u / sum)·v_u in key order from 0. Blocks of 16 keys
+// (scores) and 16 columns (context) keep their sums in vector registers,
+// each lane the same operations in the same order as one key's or one
+// column's scalar loop: the bits of the plain loops (tests/model/infer/
+// cached_attention_test.cc). With AVX-512 and whole 16-column head blocks,
+// 16 keys' rows are transposed in registers (moves only) so their scores
+// take one vector multiply and add per column; elsewhere the same lanes in
+// plain loops.
 void cached_attention_forward(float* out, int64_t ld_out, const float* qkv, int64_t ld_qkv, const float* keys,
                               const float* values, int p0, int n, const model::GqaHeads& g) {
+  constexpr int kLanes = 16;
   const int NHl = g.NHq, HS = g.HS;
   const int64_t KVC = int64_t{g.KVl} * HS;  // a cached row
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  std::vector<float> att(size_t(p0 + n));
+  float* const att = model::thread_scratch<float>(size_t(p0 + n)).data();
   for (int j = 0; j < n; ++j) {
     const int keys_seen = p0 + j + 1;  // causal: positions 0 .. p0 + j
     for (int h = 0; h < NHl; ++h) {
       const float* q = qkv + j * ld_qkv + h * HS;
       const int64_t kv = int64_t{g.kv_of(h)} * HS;
-      float vmax = -INFINITY;
-      for (int u = 0; u < keys_seen; ++u) {
-        const float* k = keys + u * KVC + kv;
-        float dot = 0;
-        for (int i = 0; i < HS; ++i) dot += q[i] * k[i];
-        att[size_t(u)] = dot;
-        vmax = std::max(vmax, dot);
+      const float* k = keys + kv;
+      int u = 0;
+#if defined(__AVX512F__)
+      if (HS % kLanes == 0)  // 16 keys' rows, 16 columns at a time, turned into 16 columns of keys
+        for (; u < keys_seen; u += kLanes) {
+          const int keys = std::min(kLanes, keys_seen - u);  // the last block's missing rows: zeros
+          __m512 dot = _mm512_setzero_ps();
+          for (int i0 = 0; i0 < HS; i0 += kLanes) {
+            __m512 r[kLanes];
+            for (int t = 0; t < kLanes; ++t)  // masked, not branched: rows past the last read nothing
+              r[t] = _mm512_maskz_loadu_ps(__mmask16(t < keys ? 0xffff : 0), k + (u + std::min(t, keys - 1)) * KVC + i0);
+            transpose16(r);  // r[i] lane t: key u + t's column i0 + i
+            for (int i = 0; i < kLanes; ++i) dot = _mm512_add_ps(dot, _mm512_mul_ps(_mm512_set1_ps(q[i0 + i]), r[i]));
+          }
+          _mm512_mask_storeu_ps(att + u, __mmask16((1u << keys) - 1), dot);
+        }
+#endif
+      for (; u + kLanes <= keys_seen; u += kLanes) {
+        float dot[kLanes] = {};
+        for (int i = 0; i < HS; ++i)
+          for (int t = 0; t < kLanes; ++t) dot[t] += q[i] * k[(u + t) * KVC + i];
+        for (int t = 0; t < kLanes; ++t) att[u + t] = dot[t];
       }
+      for (; u < keys_seen; ++u) {
+        float dot = 0;
+        for (int i = 0; i < HS; ++i) dot += q[i] * k[u * KVC + i];
+        att[u] = dot;
+      }
+      float vmax = -INFINITY;
+      for (u = 0; u < keys_seen; ++u) vmax = std::max(vmax, att[u]);
+      for (u = 0; u < keys_seen; ++u) att[u] = model::pm::exp((att[u] - vmax) * scale);
       float sum = 0;
-      for (int u = 0; u < keys_seen; ++u) sum += att[size_t(u)] = model::pm::exp((att[size_t(u)] - vmax) * scale);
+      for (u = 0; u < keys_seen; ++u) sum += att[u];
+      for (u = 0; u < keys_seen; ++u) att[u] /= sum;
       float* o = out + j * ld_out + h * HS;
-      std::fill(o, o + HS, 0.0f);
-      for (int u = 0; u < keys_seen; ++u) {
-        const float a = att[size_t(u)] / sum;
-        const float* v = values + u * KVC + kv;
-        for (int i = 0; i < HS; ++i) o[i] += a * v[i];
+      const float* v = values + kv;
+      int i0 = 0;
+#if defined(__AVX512F__)
+      for (; i0 + kLanes <= HS; i0 += kLanes) {
+        __m512 acc = _mm512_setzero_ps();
+        for (u = 0; u < keys_seen; ++u)
+          acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(att[u]), _mm512_loadu_ps(v + u * KVC + i0)));
+        _mm512_storeu_ps(o + i0, acc);
+      }
+#endif
+      for (; i0 + kLanes <= HS; i0 += kLanes) {
+        float acc[kLanes] = {};
+        for (u = 0; u < keys_seen; ++u)
+          for (int t = 0; t < kLanes; ++t) acc[t] += att[u] * v[u * KVC + i0 + t];
+        std::copy_n(acc, kLanes, o + i0);
+      }
+      for (int i = i0; i < HS; ++i) {
+        float acc = 0;
+        for (u = 0; u < keys_seen; ++u) acc += att[u] * v[u * KVC + i];
+        o[i] = acc;
       }
     }
   }

@@ -30,6 +30,7 @@ InferEngine::InferEngine(const model::GPTConfig& config, uint64_t seed, Device& 
   SHARDLAB_CHECK(groups.tp != nullptr, "InferEngine needs a tensor-parallel group");
   parallel::ShardedOptions so;
   so.placement = groups.placement;
+  so.no_grads = true;  // forward only
   model_ = std::make_unique<parallel::ShardedGPT>(config_, seed, dev, parallel::ModelGroups{groups.tp, groups.ep, nullptr},
                                                   so);
   place_ = model_->placement();
@@ -94,6 +95,8 @@ StepOutput InferEngine::step(const std::vector<SeqInput>& batch) {
     N += n;
   }
   size_step(N);
+  if (ctx_.ex.math() && !packed_) pack_weights();
+  const model::PackedWeightsScope packed(&packs_);
   const int64_t held = acts_->elements();  // the step's working activations
   sink_.saved(held);
   if (first_stage()) embed(batch);
@@ -104,6 +107,20 @@ StepOutput InferEngine::step(const std::vector<SeqInput>& batch) {
   sink_.freed(held);
   out.end = dev_.compute().now();
   return out;
+}
+
+void InferEngine::pack_weights() {
+  const int C = dims_.C, Cl = dims_.Cl(), Fl = dims_.Fl();
+  for (int l = place_.first_layer(0); l < place_.end_layer(0); ++l) {
+    const model::BlockView<float>& p = w_.blocks[size_t(l)];
+    packs_.add(p.c_attn.weight, dims_.qkv_width(), C, C);
+    packs_.add(p.attn_proj.weight, C, Cl, Cl);
+    if (p.moe) continue;  // the experts' GEMMs pack as they go
+    packs_.add(p.mlp.c_fc.weight, config_.is_llama() ? 2 * Fl : Fl, C, C);  // SwiGLU: [gate | up]
+    packs_.add(p.mlp.c_proj.weight, C, Fl, Fl);
+  }
+  if (last_stage()) packs_.add(w_.head(), Vl_, C, C);
+  packed_ = true;
 }
 
 void InferEngine::embed(const std::vector<SeqInput>& batch) {

@@ -30,6 +30,11 @@
 // A phantom run (a PhantomScope around the engine) times the same step on
 // shapes only: no weights, cache or logits have storage.
 //
+// On values, the dense layers' weights and the head are packed once for
+// Eigen at the first step (model/gemm.h PackedWeights: a host copy, not
+// modeled; the weights never change while serving) and every step's GEMMs
+// read the packs, with the bits of packing W at each call.
+//
 // Thread safety: one engine per device thread.
 #pragma once
 
@@ -38,6 +43,7 @@
 
 #include "collectives/group.h"
 #include "model/config.h"
+#include "model/gemm.h"
 #include "model/infer/kv_cache.h"
 #include "model/io/safetensors.h"
 #include "model/parallel/expert/moe.h"
@@ -95,6 +101,7 @@ class InferEngine {
  private:
   struct Acts;  // the step's activations (engine_block.cc)
   void size_step(int64_t N);
+  void pack_weights();  // once, on values
   void embed(const std::vector<SeqInput>& batch);
   void block_forward(int layer, const std::vector<SeqInput>& batch, const std::vector<int>& pos0);
   void attend(int local_layer, const std::vector<SeqInput>& batch, const std::vector<int>& pos0);
@@ -117,6 +124,8 @@ class InferEngine {
   std::unique_ptr<KvCache> cache_;
   parallel::ShardDims dims_;
   std::unique_ptr<Acts> acts_;
+  model::PackedWeights packs_;  // the dense layers' and the head's, for the GEMMs
+  bool packed_ = false;
   int64_t v0_ = 0;
   int Vl_ = 0;
 };

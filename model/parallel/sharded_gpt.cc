@@ -95,7 +95,7 @@ ShardedGPT::ShardedGPT(const model::GPTConfig& config, uint64_t seed, Device& de
   Vl_ = config_.vocab_size / tp_group_.size();
   v0_ = int64_t{tp_group_.rank()} * Vl_;
   params_.assign(layout_.numel(), 0.0f);
-  grads_.assign(layout_.numel(), 0.0f);
+  if (!options.no_grads) grads_.assign(layout_.numel(), 0.0f);
   if (!params_.phantom()) {
     if (options.table)
       layout_.init(*options.table, seed, params_.data());

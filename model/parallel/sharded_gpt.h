@@ -90,6 +90,9 @@ struct ShardedOptions {
   // ranks (train(): a DeepSeek-V3 table holds some 46,000 tensors, ~10 MB a
   // thread would build and drop); null: the layout builds its own.
   const model::ParamTable* table = nullptr;
+  // Inference: no gradient buffer (grads() empty; the host would zero a
+  // copy of the weights' size that nothing reads).
+  bool no_grads = false;
 };
 
 // Which tensors a rank holds: its chunks' blocks, the embeddings on the first

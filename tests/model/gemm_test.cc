@@ -157,6 +157,72 @@ TEST(GemmBias, EigenBiasFillSameBitsAsGemmThenBiasAdd) { expect_bias_fill_keeps_
 
 TEST(GemmBias, PortableBiasSameBitsAsGemmThenBiasAdd) { expect_bias_fill_keeps_bits(Arithmetic::kPortable); }
 
+// Weights packed once (PackedWeights): gemm_nt (strided) and gemm_nt_bias
+// under a PackedWeightsScope give the unpacked call's bits, memcmp, over
+// decode-like and training shapes (N 1 takes Eigen's GEMV and tiny products
+// its coefficient-wise path: unpacked, still equal), split or not, one or
+// two threads. That the packed copy is what they read: W is overwritten
+// after packing, and a product Eigen runs as a GEMM still gives the old W's
+// result.
+TEST(GemmPacked, PackedWeightsSameBitsAsPackingEachCall) {
+  const int64_t Ns[] = {1, 2, 3, 16, 17, 100, 256}, Ms[] = {2, 5, 16, 47, 48, 64, 100, 577},
+                Ks[] = {3, 16, 64, 128, 152, 153, 700};
+  int products = 0, packed_runs = 0;
+  for (const int64_t N : Ns)
+    for (const int64_t M : Ms)
+      for (const int64_t K : Ks) {
+        if (N * M * K > 8'000'000) continue;
+        SCOPED_TRACE(testing::Message() << "N " << N << " M " << M << " K " << K);
+        const int64_t lda = K + 3, ldb = K + 5, ldy = M + 2;  // strided, as attention's views
+        const auto a = randoms(N * lda, 11), w = randoms(M * ldb, 12), bias = randoms(M, 13);
+        std::vector<float> want(size_t(N * ldy), 3.0f), want_bias(size_t(N * M));
+        set_host_split_for_test(false);
+        gemm_nt(want.data(), ldy, a.data(), lda, w.data(), ldb, N, M, K);
+        std::vector<float> wc(size_t(M * K));  // W contiguous, for gemm_nt_bias
+        for (int64_t m = 0; m < M; ++m) std::copy_n(w.data() + m * ldb, K, wc.data() + m * K);
+        gemm_nt_bias(want_bias.data(), a.data(), wc.data(), bias.data(), N, M, K);
+        // Registered copies, overwritten once packed where a GEMM will read the packs.
+        auto reg = w, reg_c = wc;
+        PackedWeights packs;
+        packs.add(reg.data(), M, K, ldb);
+        packs.add(reg_c.data(), M, K, K);
+        const bool gemm = N >= 2 && M + K + N >= 20;  // Eigen's GEMM, not GEMV or coefficient-wise
+        if (gemm) {
+          for (float& x : reg) x = 2 * x + 1;
+          for (float& x : reg_c) x = 2 * x + 1;
+          ++packed_runs;
+        }
+        ++products;
+        for (const auto& [split, threads] : {std::pair{false, 1}, std::pair{true, 1}, std::pair{true, 2}}) {
+          const tbb::global_control limit(tbb::global_control::max_allowed_parallelism, size_t(threads));
+          set_host_split_for_test(split);
+          const PackedWeightsScope scope(&packs);
+          std::vector<float> got(size_t(N * ldy), 3.0f), got_bias(size_t(N * M), 7.0f);
+          gemm_nt(got.data(), ldy, a.data(), lda, reg.data(), ldb, N, M, K);
+          gemm_nt_bias(got_bias.data(), a.data(), reg_c.data(), bias.data(), N, M, K);
+          EXPECT_TRUE(same_bits(want, got)) << "gemm_nt, split " << split << " threads " << threads;
+          EXPECT_TRUE(same_bits(want_bias, got_bias)) << "gemm_nt_bias, split " << split << " threads " << threads;
+        }
+        set_host_split_for_test(std::nullopt);
+      }
+  std::printf("packed weights: %d shapes, %d of them on the packed copy (tolerance 0 bits)\n", products,
+              packed_runs);
+  // Without a scope, and after it, the registered W is read again.
+  const auto a = randoms(16 * 64, 14);
+  auto w = randoms(48 * 64, 15);
+  PackedWeights packs;
+  packs.add(w.data(), 48, 64, 64);
+  EXPECT_EQ(packs.bytes(), int64_t(48 * 64 * sizeof(float)));
+  for (float& x : w) x = -x;
+  std::vector<float> with(16 * 48), without(16 * 48);
+  {
+    const PackedWeightsScope scope(&packs);
+    gemm_nt(with.data(), 48, a.data(), 64, w.data(), 64, 16, 48, 64);
+  }
+  gemm_nt(without.data(), 48, a.data(), 64, w.data(), 64, 16, 48, 64);
+  for (size_t i = 0; i < with.size(); ++i) ASSERT_EQ(with[i], -without[i]) << i;  // negating W negates y exactly
+}
+
 TEST(HostCores, IdleCoresFollowTheRunningDeviceThreads) {
   {
     const tbb::global_control one(tbb::global_control::max_allowed_parallelism, 1);

@@ -6,7 +6,10 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <vector>
 
+#include "model/portable_math.h"
 #include "model/rng.h"
 #include "runtime/errors.h"
 
@@ -213,6 +216,56 @@ TEST(Rng, UniformNeverZeroAndNormalIsStandard) {
   EXPECT_NEAR(sq / n, 1.0, 0.01);
   EXPECT_NE(stream_key(5, "x"), stream_key(6, "x"));
   EXPECT_NE(stream_key(5, "x"), stream_key(5, "y"));
+}
+
+uint64_t bits_of(double d) {
+  uint64_t b;
+  std::memcpy(&b, &d, sizeof b);
+  return b;
+}
+
+// The vectorised init (normals_at) gives normal_at's bits: every element of
+// long runs at odd and even starts under three keys.
+TEST(Rng, NormalsAtAreNormalAtBitForBit) {
+  int64_t differ = 0, checked = 0;
+  for (const uint64_t key : {stream_key(1337, "transformer.wte.weight"), stream_key(5, "x"), uint64_t{0}})
+    for (const uint64_t first : {uint64_t{0}, uint64_t{1}, uint64_t{999983}}) {
+      std::vector<double> z(100003);
+      normals_at(key, first, int64_t(z.size()), z.data());
+      for (size_t i = 0; i < z.size(); ++i, ++checked)
+        differ += bits_of(z[i]) != bits_of(normal_at(key, first + i)) ? 1 : 0;
+    }
+  std::printf("normals_at: %lld of %lld values differ from normal_at (tolerance 0 bits)\n", (long long)differ,
+              (long long)checked);
+  EXPECT_EQ(differ, 0);
+}
+
+// detail::normal_of at the edges of its shortcuts against pm::log and
+// pm::cos_2pi on the same uniforms: u = 2^-53 and 1, round(4u) at and
+// around every half (where it changes quadrant), u's mantissa around √½
+// (where log moves it), exactly 1/4, 1/2, 3/4.
+TEST(Rng, NormalOfMatchesLogAndCosAtTheirEdges) {
+  const uint64_t one = uint64_t{1} << 53;
+  std::vector<uint64_t> js = {1, 2, 3, 4, one - 2, one - 1, one, one / 2, one / 4, 3 * (one / 4)};
+  for (uint64_t k = 0; k < 8; ++k)
+    for (int64_t d = -2; d <= 2; ++d) js.push_back(uint64_t(int64_t(k * (uint64_t{1} << 50)) + d) + (k ? 0 : 3));
+  for (int e = 0; e < 52; e += 5) {  // m near √½ at several exponents
+    const uint64_t at = uint64_t(0.70710678118654752 * double(uint64_t{1} << (53 - e)));
+    for (int64_t d = -2; d <= 2; ++d) js.push_back(uint64_t(int64_t(at) + d));
+  }
+  const auto word = [](uint64_t j) { return ((j - 1) << 11) | 0x5a5; };  // (r >> 11) + 1 == j
+  int differ = 0;
+  for (uint64_t j1 : js)
+    for (uint64_t j2 : js) {
+      const double u1 = double(j1) * 0x1.0p-53, u2 = double(j2) * 0x1.0p-53;
+      const double want = std::sqrt(-2.0 * pm::log(u1)) * pm::cos_2pi(u2);
+      const double got = detail::normal_of(word(j1), word(j2));
+      if (bits_of(got) != bits_of(want)) {
+        if (++differ < 5) ADD_FAILURE() << "j1 " << j1 << " j2 " << j2 << ": " << got << " vs " << want;
+      }
+    }
+  std::printf("normal_of: %d of %zu edge pairs differ (tolerance 0 bits)\n", differ, js.size() * js.size());
+  EXPECT_EQ(differ, 0);
 }
 
 }  // namespace
