@@ -81,8 +81,9 @@ constexpr double kH100Fp8GemmMax = 0.54;
 // model/train/calibration.cc runs each as the paper's sec. 3.3.2 describes
 // it): 0.60 (593 TFLOP/s), the value of least mean |error|: 1.5%, max 3.1%
 // (0.59: 1.7%, 2.3%; 0.61: 1.9%, 3.8%; 0.58: 2.3%, 3.3%; 0.62: 3.0%, 4.5%);
-// 1.9%, max 4.1% since the cp ring has a stream of its own (the CP 16 row
-// +3.1% to +4.1%), not refitted.
+// 2.2%, max 3.1% since the parameter all-gathers run in the next forward
+// (--overlap-param-gather) and the cp ring has a stream of its own, not
+// refitted.
 // 0.75 before (an assumption, FlashAttention-3's 740 TFLOP/s GEMM-like
 // share), which put these rows 13-20% too fast. Like A100's 0.70 it
 // absorbs what is not modeled (clocks under sustained load at 700 W,

@@ -79,9 +79,13 @@ TEST(Trace, TheTpCommTrackIsNamedWhereItCarriesEvents) {
   for (const auto& e : j.at("traceEvents")) {
     if (e["ph"] == "M" && e["name"] == "thread_name") {
       named.insert({e["pid"].get<int>(), e["tid"].get<int>()});
-      if (e["tid"] == 3) EXPECT_EQ(e["args"]["name"], "tp-comm");
+      if (e["tid"] == 3) {
+        EXPECT_EQ(e["args"]["name"], "tp-comm");
+      }
     }
-    if (e["ph"] == "X") EXPECT_EQ(e["tid"], 3) << e.dump();
+    if (e["ph"] == "X") {
+      EXPECT_EQ(e["tid"], 3) << e.dump();
+    }
   }
   EXPECT_EQ(named, (std::set<std::pair<int, int>>{{0, 0}, {0, 1}, {0, 3}, {1, 0}, {1, 1}, {1, 3}, {2, 0}, {2, 1}}));
   EXPECT_STREQ(stream_name(StreamKind::kTpComm), "tp-comm");
