@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -197,18 +198,15 @@ void print_device_table(const nlohmann::json& report) {
              " forward-backward phase, the stage's bubble){}\n",
              per_stage ? fmt::format(";\n {} devices: one row per pipeline stage, every device in --report", devices.size()) : "");
   print_memory_table(devices);
-  if (devices[0].contains("fsdp")) {
-    const auto& f = devices[0]["fsdp"];
-    fmt::print("ZeRO-3: device 0 gathers {:.0f} units per step ({} modeled), {:.3f} ms per step of it exposed "
+  // ZeRO-3's unit gathers, --overlap-param-gather's bucket gathers.
+  for (const auto& [key, prefix, what] : {std::tuple{"fsdp", "ZeRO-3", "units"},
+                                          std::tuple{"param_gather", "parameter all-gathers in the forward", "buckets"}}) {
+    if (!devices[0].contains(key)) continue;
+    const auto& f = devices[0][key];
+    fmt::print("{}: device 0 gathers {:.0f} {} per step ({} modeled), {:.3f} ms per step of it exposed "
                "(the compute stream waiting for a gather)\n",
-               f["gathers"].get<double>() / steps, format_bytes(uint64_t(f["gathered_bytes"].get<double>() / steps)),
-               f["gather_exposed_s"].get<double>() * 1e3 / steps);
-  }
-  if (devices[0].contains("param_gather")) {
-    const auto& f = devices[0]["param_gather"];
-    fmt::print("parameter all-gathers in the forward: device 0 gathers {:.0f} buckets per step ({} modeled), {:.3f} ms "
-               "per step of it exposed (the compute stream waiting for a gather)\n",
-               f["gathers"].get<double>() / steps, format_bytes(uint64_t(f["gathered_bytes"].get<double>() / steps)),
+               prefix, f["gathers"].get<double>() / steps, what,
+               format_bytes(uint64_t(f["gathered_bytes"].get<double>() / steps)),
                f["gather_exposed_s"].get<double>() * 1e3 / steps);
   }
   if (devices[0].contains("cp")) {
