@@ -61,11 +61,6 @@ class ParamGather final : public BlockHooks {
   int64_t gathers() const { return gathers_; }
   uint64_t gathered_bytes() const { return gathered_bytes_; }  // modeled, the padded buckets
 
-  // The dp bucket indices of each hook point, in forward order, each bucket
-  // at its first point only; and the chunk each bucket belongs to.
-  const std::map<int, std::vector<size_t>>& point_buckets() const { return at_point_; }
-  const std::vector<size_t>& forward_order() const { return order_; }
-
  private:
   enum class State { kStale, kInFlight, kDone };
   void launch(size_t bucket);
@@ -76,7 +71,7 @@ class ParamGather final : public BlockHooks {
   DataParallel& dp_;
   std::span<float> params_;
   bool aligned_ = false;                       // several chunks: launched a chunk at a time
-  std::map<int, std::vector<size_t>> at_point_;  // hook point -> its buckets
+  std::map<int, std::vector<size_t>> at_point_;  // hook point -> its buckets, each at its first point only
   std::map<int, size_t> chunk_start_;          // a chunk's first point -> the chunk
   std::vector<std::vector<size_t>> chunk_buckets_;
   std::vector<size_t> order_;                  // buckets in forward order
