@@ -204,10 +204,14 @@ void print_device_table(const nlohmann::json& report) {
     if (!devices[0].contains(key)) continue;
     const auto& f = devices[0][key];
     fmt::print("{}: device 0 gathers {:.0f} {} per step ({} modeled), {:.3f} ms per step of it exposed "
-               "(the compute stream waiting for a gather)\n",
+               "(the compute stream waiting for a gather){}\n",
                prefix, f["gathers"].get<double>() / steps, what,
                format_bytes(uint64_t(f["gathered_bytes"].get<double>() / steps)),
-               f["gather_exposed_s"].get<double>() * 1e3 / steps);
+               f["gather_exposed_s"].get<double>() * 1e3 / steps,
+               f.contains("reduce_scatters")
+                   ? fmt::format("; it reduce-scatters {:.0f} gradient buckets per step (every micro-batch's)",
+                                 f["reduce_scatters"].get<double>() / steps)
+                   : "");
   }
   if (devices[0].contains("cp")) {
     const auto& c = devices[0]["cp"];

@@ -68,7 +68,11 @@ class DeviceSink final : public model::OpSink {
   // accumulates into the main gradient itself, at no extra charge. With
   // half-precision gradients (ParallelOptions::half_grads) autograd keeps
   // the step's first gradient of `key` as it is and adds each later one in
-  // half precision: read both, write one.
+  // half precision: read both, write one. Where data parallelism reduces
+  // every micro-batch (ZeRO-3, set_copy_grads), nothing is accumulated
+  // locally: each micro-batch's gradient is copied into the fp32 buffer
+  // that is reduce-scattered (Megatron-FSDP: `param.main_grad.copy_(param.grad)`),
+  // read one, write one.
   void grads_accumulated(int64_t key, int64_t count) override {
     if (dev_.precision() == Precision::kFp32 || count <= 0) return;
     if (half_) {
@@ -78,7 +82,8 @@ class DeviceSink final : public model::OpSink {
       }
       dev_.run(dev_.compute(), "grad_accum", half_grad_accum_cost(count, element_size()));
     } else if (!fused_) {
-      dev_.run(dev_.compute(), "grad_accum", grad_accum_cost(count, element_size()));
+      dev_.run(dev_.compute(), "grad_accum",
+               copy_ ? OpCost{double(count), double(count) * double(element_size() + 4)} : grad_accum_cost(count, element_size()));
     }
   }
   static OpCost grad_accum_cost(int64_t count, int elem) {
@@ -89,6 +94,7 @@ class DeviceSink final : public model::OpSink {
   }
   void set_grad_accum_fusion(bool fused) { fused_ = fused; }
   void set_half_grads(bool half) { half_ = half; }
+  void set_copy_grads(bool copy) { copy_ = copy; }
   // A new step: every parameter's next gradient is its first again.
   void begin_step() { seen_.clear(); }
   // Where final gradients are announced (data parallelism's buckets).
@@ -98,6 +104,7 @@ class DeviceSink final : public model::OpSink {
   Device& dev_;
   bool fused_ = true;
   bool half_ = false;
+  bool copy_ = false;
   std::vector<Time> gemm_ready_;        // split_next_gemm, until the next GEMM
   std::pair<Time, Time> last_gemm_{0, 0};
   std::vector<int64_t> seen_;  // keys with a gradient this step (half_grads); a few hundred at most

@@ -145,6 +145,9 @@ class ShardedGPT final : public LocalModel, public StageModel {
   std::span<float> params() override { return params_; }
   std::span<float> grads() override { return grads_; }
   const std::vector<ShardSpec>& shards() const override { return layout_.shards(); }
+  // Per layer, the Llama K/V ranges every TP rank holds whole, summed over
+  // TP only when final (empty ranges elsewhere).
+  const std::vector<Range>& replicated_kv() const { return block_kv_; }
   float ce_loss() const override { return last_ce_; }
   float aux_loss() const override { return last_aux_; }
   void set_sink(model::OpSink* sink) override { ctx_.set_exec(model::Exec::with(sink)); }

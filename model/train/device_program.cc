@@ -143,7 +143,8 @@ void DeviceProgram::run(Device& dev) const {
   if (s.param_gather) s.param_gather->finish_on_host();
   if (leader) result.loop_wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   if (s.fsdp) {
-    result.fsdp[size_t(dev.rank())] = {s.fsdp->exposed(), s.fsdp->gathers(), s.fsdp->gathered_bytes()};
+    result.fsdp[size_t(dev.rank())] = {s.fsdp->exposed(), s.fsdp->gathers(), s.fsdp->gathered_bytes(),
+                                       s.dp->reduce_scatters()};
     if (!options.phantom) s.fsdp->gather_all_to_host();  // the full parameters, to publish
   }
   if (s.param_gather)

@@ -86,7 +86,7 @@ nlohmann::json device_json(const collectives::DeviceMesh& mesh, const TrainResul
   if (rank < r.fsdp.size()) {  // ZeRO-3's unit all-gathers over the whole run
     const TrainResult::FsdpTotals& f = r.fsdp[rank];
     j["fsdp"] = {{"gathers", f.gathers}, {"gathered_bytes", f.gathered_bytes},
-                 {"gather_exposed_s", to_seconds(f.exposed)}};
+                 {"gather_exposed_s", to_seconds(f.exposed)}, {"reduce_scatters", f.reduce_scatters}};
   }
   if (rank < r.param_gather.size()) {  // --overlap-param-gather's bucket all-gathers over the whole run
     const TrainResult::FsdpTotals& f = r.param_gather[rank];

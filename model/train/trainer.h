@@ -273,11 +273,13 @@ struct TrainResult {
   int first_step = 0;
   int running_devices = 0;  // threads that ran
   // ZeRO-3, per device over the whole run: the compute stream's wait for unit
-  // all-gathers (the exposed part) and the gathers issued.
+  // all-gathers (the exposed part), the gathers issued and the gradient
+  // buckets reduce-scattered (every micro-batch's: DataParallel::reduce_partial).
   struct FsdpTotals {
     Time exposed = 0;
     int64_t gathers = 0;
     uint64_t gathered_bytes = 0;  // modeled bytes of the gathered units
+    int64_t reduce_scatters = 0;  // ZeRO-3 only
   };
   std::vector<FsdpTotals> fsdp;  // (devices), empty without ZeRO-3
   // --overlap-param-gather: ZeRO 1/2's bucket all-gathers in the forward,

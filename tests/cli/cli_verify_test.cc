@@ -118,7 +118,11 @@ INSTANTIATE_TEST_SUITE_P(
                       "--dp 2 --experts 4 --top-k 2 --ep 2", "--dp 4 --experts 4 --top-k 2 --ep 2",
                       "--dp 2 --no-prefetch", "--dp 2 --micro-batches 2 --no-reshard-after-forward",
                       "--dp 2 --pp 2 --micro-batches 4 --schedule zb-v", "--dp 3 --batch 6",
-                      "--dp 4 --hsdp 2", "--dp 4 --hsdp 2 --tp 2"),
+                      "--dp 4 --hsdp 2", "--dp 4 --hsdp 2 --tp 2",
+                      // every micro-batch reduce-scattered and accumulated into the shards
+                      "--dp 2 --micro-batches 4", "--dp 4 --hsdp 2 --micro-batches 2",
+                      "--dp 2 --experts 4 --top-k 2 --ep 2 --micro-batches 2",
+                      "--dp 2 --tp 2 --pp 2 --micro-batches 4 --schedule interleaved --vpp 2"),
     flags_name);
 
 // --overlap-param-gather (ZeRO 1/2's gathers in the next forward): the same

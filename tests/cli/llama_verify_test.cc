@@ -69,7 +69,11 @@ TEST_P(LlamaMoeVerify, MatchesTheUnshardedModel) {
 INSTANTIATE_TEST_SUITE_P(OnePerParallelism, LlamaVerify,
                          ::testing::Values("--tp 2", "--tp 4", "--tp 2 --sp", "--pp 2 --micro-batches 2",
                                            "--dp 2 --zero 1", "--dp 2 --zero 3", "--cp 2",
-                                           "--tp 2 --pp 2 --dp 2 --zero 1 --micro-batches 2"),
+                                           "--tp 2 --pp 2 --dp 2 --zero 1 --micro-batches 2",
+                                           // ZeRO-3 reduces every micro-batch, but K/V held whole on every
+                                           // TP rank and the tied wte's pipeline copies once (final_only)
+                                           "--tp 4 --dp 2 --zero 3 --micro-batches 2",
+                                           "--tie-embeddings --pp 2 --dp 2 --zero 3 --micro-batches 2"),
                          flags_name);
 // One case per parallelism and the 5D mix on 32 virtual GPUs.
 INSTANTIATE_TEST_SUITE_P(OnePerParallelism, LlamaMoeVerify,

@@ -46,6 +46,15 @@ DataParallel::DataParallel(Device& dev, const coll::ProcessGroup& dp, std::span<
   expert_bucket_ = std::move(plan.expert);
   ready_.assign(layout_.size(), 0);
   launched_.assign(layout_.size(), false);
+  partials_.assign(layout_.size(), 0);
+  int64_t acc = 0;  // the owned real elements of each bucket, in order
+  for (size_t i = 0; i < layout_.size(); ++i) {
+    acc_offset_.push_back(acc);
+    const coll::ProcessGroup& g = group_of(i);
+    const auto c = coll::chunk_range(size_t(padded_[i]), g.size(), g.rank());
+    acc += std::max<int64_t>(0, std::min(c.end(), layout_[i].size) - c.begin);
+  }
+  if (reduces_each_micro_batch() && grads_.data()) acc_.assign(size_t(acc), 0.0f);
 }
 
 void DataParallel::set_replicas(const coll::ProcessGroup& replicas) {
@@ -56,6 +65,9 @@ void DataParallel::set_replicas(const coll::ProcessGroup& replicas) {
 void DataParallel::begin_step() {
   std::fill(ready_.begin(), ready_.end(), 0);
   std::fill(launched_.begin(), launched_.end(), false);
+  if (std::find_if(partials_.begin(), partials_.end(), [](int n) { return n > 0; }) != partials_.end())
+    std::fill(acc_.begin(), acc_.end(), 0.0f);
+  std::fill(partials_.begin(), partials_.end(), 0);
   works_.clear();
 }
 
@@ -78,8 +90,19 @@ float* DataParallel::padded_copy(const float* bucket, size_t i) {
 void DataParallel::launch(size_t i) {
   if (launched_[i]) return;
   launched_[i] = true;
+  if (group_of(i).size() == 1) return;
+  reduce(i, true);
+}
+
+bool DataParallel::reduce_partial(size_t i) {
+  if (!reduces_each_micro_batch() || launched_[i] || group_of(i).size() == 1) return false;
+  ++partials_[i];
+  reduce(i, false);
+  return true;
+}
+
+void DataParallel::reduce(size_t i, bool final) {
   const coll::ProcessGroup& g = group_of(i);
-  if (g.size() == 1) return;
   const Range& r = layout_[i];
   float* p = model::shifted(grads_.data(), r.begin);
   const size_t n = static_cast<size_t>(padded_[i]);  // on the wire: the padded bucket
@@ -97,18 +120,43 @@ void DataParallel::launch(size_t i) {
   if (sharded_grads()) {
     const auto chunk = coll::chunk_range(n, g.size(), g.rank());
     float* mine = model::shifted(buf, chunk.begin);
+    const int64_t real = std::max<int64_t>(0, std::min(chunk.end(), r.size) - chunk.begin);
     works_.push_back(coll::ireduce_scatter(dev_, g, coll::ConstBuffer(buf, n), coll::Buffer(mine, chunk.size), op, opt));
+    ++reduce_scatters_;
+    if (!final || partials_[i] > 0) accumulate(i, mine, chunk.size, real, final);
+    if (!final) {  // the next micro-batch's gradients start from zero
+      if (p) std::fill(p, p + r.size, 0.0f);
+      return;
+    }
     if (replicas_ && replicas_->size() > 1 && !expert_bucket_[i]) {  // HSDP: the chunk's mean over the replicas
-      opt.after = works_.back().event();
+      opt.after = partials_[i] > 0 ? acc_done_ : works_.back().event();
       works_.push_back(coll::iall_reduce(dev_, *replicas_, coll::ConstBuffer(mine, chunk.size),
                                          coll::Buffer(mine, chunk.size), coll::ReduceOp::kAvg, opt));
     }
-    if (scratch && chunk.begin < r.size)  // the real part of the chunk
-      std::copy(mine, mine + (std::min(chunk.end(), r.size) - chunk.begin), p + chunk.begin);
+    if (scratch && real > 0)  // the real part of the chunk
+      std::copy(mine, mine + real, p + chunk.begin);
   } else {
     works_.push_back(coll::iall_reduce(dev_, g, coll::ConstBuffer(buf, n), coll::Buffer(buf, n), op, opt));
     if (scratch) std::copy_n(buf, size_t(r.size), p);
   }
+}
+
+// Megatron-FSDP's accumulation of a reduce-scattered chunk into the sharded
+// gradient (megatron_fsdp.py, _process_post_backward_gradients: "It will be
+// reduce-scattered and accumulated into gbuf"): read the accumulator and the
+// chunk, write the accumulator, fp32, after the reduce-scatter on its stream.
+void DataParallel::accumulate(size_t i, float* mine, int64_t chunk, int64_t real, bool final) {
+  Stream& comm = dev_.comm();
+  comm.wait(works_.back().event());
+  const double e = static_cast<double>(chunk);
+  dev_.run(comm, "fsdp.grad_acc", OpCost{e, 3 * e * kGradElemBytes});
+  acc_done_ = comm.record();
+  if (!mine || real == 0) return;  // phantom: charged, not computed
+  float* acc = acc_.data() + acc_offset_[i];
+  if (final)
+    for (int64_t k = 0; k < real; ++k) mine[k] += acc[k];
+  else
+    for (int64_t k = 0; k < real; ++k) acc[k] += mine[k];
 }
 
 void DataParallel::finish_grads() {
@@ -120,6 +168,7 @@ void DataParallel::finish_grads() {
   }
   for (size_t i = 0; i < layout_.size(); ++i) launch(i);
   for (const auto& w : works_) w.wait(dev_.compute());
+  dev_.compute().wait(acc_done_);  // the last accumulation kernel (ZeRO-3)
   if (copies) dev_.run(dev_.compute(), "ddp.unflatten", half_copy_cost(n));  // back into the gradients
   scale_expert_buckets();
 }

@@ -33,7 +33,12 @@
 //
 // ZeRO-3 (fsdp.h) plans one bucket per FSDP unit (fsdp_bucket_plan) and
 // reduce-scatters them as ZeRO-2 does; its parameters are gathered unit by
-// unit around their use (Fsdp), so gather_params does nothing. Hybrid
+// unit around their use (Fsdp), so gather_params does nothing. It also
+// reduces every micro-batch, not only the step's last (reduce_partial), as
+// PyTorch FSDP, DeepSpeed ZeRO-3 and Megatron-FSDP do: a unit's gradients
+// are reduce-scattered as soon as each backward has produced them and the
+// chunk added into this rank's sharded accumulator, so a device never holds
+// more than its shards and the unit being reduced (held_grad_elements). Hybrid
 // sharding (HSDP, set_replicas): `dp` is then the shard group and each
 // reduce-scattered chunk is averaged again over the replicas, the ranks at
 // the same place in the other shard groups (PyTorch's HYBRID_SHARD).
@@ -100,6 +105,18 @@ class DataParallel {
   // Launches what is pending, waits for every reduction (the compute stream
   // joins them). Afterwards the owned gradients hold the dp average.
   void finish_grads();
+  // ZeRO-3 with overlap: bucket i holds a micro-batch's gradients that are
+  // not the step's last (its final reduction is not launched yet). They are
+  // reduce-scattered now (after what compute has issued), the chunk added
+  // into the owned accumulator by a kernel on the communication stream
+  // (Megatron-FSDP's gradient accumulation after its reduce-scatter), and
+  // the local bucket starts from zero again (real math). The final launch
+  // adds the accumulator into its result. Returns whether it reduced
+  // (false: final already launched, one-rank group, or not ZeRO-3).
+  bool reduce_partial(size_t bucket);
+  bool reduces_each_micro_batch() const { return options_.zero == 3 && options_.overlap; }
+  // Reduce-scatters of gradient buckets launched over the run (ZeRO 2/3).
+  int64_t reduce_scatters() const { return reduce_scatters_; }
   // The planned buckets, in launch order; whether bucket i holds expert tensors.
   const std::vector<Range>& buckets() const { return layout_; }
   bool expert_bucket(size_t i) const { return expert_bucket_[i]; }
@@ -143,6 +160,13 @@ class DataParallel {
   OpCost half_copy_cost(int64_t n) const;
   // Expert buckets: sum over edp -> mean over dp.
   void scale_expert_buckets();
+  // Bucket i's reduction on its group (reduce-scatter with ZeRO 2/3, else
+  // all-reduce); `final`: the step's last, else a partial one (ZeRO-3).
+  void reduce(size_t i, bool final);
+  // ZeRO-3's accumulation kernel after bucket i's reduce-scatter, on the
+  // communication stream; in real math the chunk's real elements `mine`
+  // (`real` of them) added into acc_ (partial) or acc_ added into them (final).
+  void accumulate(size_t i, float* mine, int64_t chunk, int64_t real, bool final);
 
   Device& dev_;
   collectives::ProcessGroup dp_;
@@ -158,6 +182,11 @@ class DataParallel {
   std::vector<int64_t> ready_;            // (buckets) final elements this step
   std::vector<bool> launched_;            // (buckets)
   std::vector<collectives::Work> works_;  // launched this step
+  std::vector<int> partials_;             // (buckets) reduce_partial calls this step
+  std::vector<int64_t> acc_offset_;       // (buckets) the bucket's owned real elements in acc_
+  std::vector<float> acc_;                // real math: the partial reductions' sum, owned elements
+  Event acc_done_{};                      // the last accumulation kernel (compute joins it)
+  int64_t reduce_scatters_ = 0;
   std::vector<Range> owned_;
   int64_t owned_elements_ = 0;
 };

@@ -27,7 +27,12 @@
 //           reshard_after_forward (otherwise kept until its backward: FSDP's
 //           ZeRO-2-like mode); the non-owned elements are poisoned (NaN) so
 //           a use without a gather cannot pass verify.
-//   grads   reduce-scattered by DataParallel when announced final.
+//   grads   reduce-scattered by DataParallel when announced final; after a
+//           backward that is not the step's last, the point's finished units
+//           are reduce-scattered at once (DataParallel::reduce_partial), as
+//           FSDP reduces every backward, except buckets holding a range that
+//           is only whole at the step's end (final_only: the tied wte's two
+//           pipeline copies, Llama K/V summed over TP when final).
 // Prefetch stays inside one pass of one model chunk.
 //
 // Thread safety: one instance per device thread.
@@ -97,6 +102,8 @@ class Fsdp final : public BlockHooks {
   void before_backward(int point) override;
   void after_backward(int point) override;
 
+  // Buckets overlapping one of `ranges` are reduced once, at the step's end.
+  void set_final_only(const std::vector<Range>& ranges);
   // Poisons every non-owned element (after init or a checkpoint load).
   void shard();
   // Publishing: every owned chunk copied into its peers' host buffers (a
@@ -120,6 +127,9 @@ class Fsdp final : public BlockHooks {
   void wait(int unit);
   void free(int unit);
   void gather_buckets(int unit, std::vector<collectives::Work>& works);
+  // After a backward at `point`: its units whose gradients are done in this
+  // pass reduce-scattered (reduce_partial; nothing in the step's last).
+  void reduce_finished(int point);
   // Units of `point` that the rest of its pass (by `forward`) needs again.
   bool needed_later(int point, int unit, bool forward) const;
   int next_point(int point, bool forward) const;
@@ -133,6 +143,7 @@ class Fsdp final : public BlockHooks {
   std::vector<FsdpUnit> units_;
   std::vector<std::vector<size_t>> buckets_;    // (units) dp bucket indices
   std::vector<Live> live_;
+  std::vector<bool> final_only_;                // (dp buckets) never reduced partially
   std::map<int, std::pair<size_t, size_t>> at_;  // hook point -> (chunk, position)
   Time exposed_ = 0;
   int64_t gathers_ = 0;

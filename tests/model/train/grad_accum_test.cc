@@ -1,8 +1,9 @@
 // Gradient accumulation without fusion (ParallelOptions::grad_accum_fusion
 // off, Megatron-LM 2021): in mixed precision every micro-batch's backward
 // adds its gradients into the fp32 main gradients with a separate kernel,
-// "grad_accum", of 2 + 4 + 4 = 10 bytes per parameter. Fused (the default)
-// or in fp32 there is no such kernel.
+// "grad_accum", of 2 + 4 + 4 = 10 bytes per parameter (ZeRO-3, which
+// reduces every micro-batch: a copy, 2 + 4). Fused (the default) or in fp32
+// there is no such kernel.
 #include <cstring>
 
 #include <gtest/gtest.h>
@@ -54,6 +55,21 @@ TEST(GradAccumFusion, EachPipelineStageAddsItsOwnParameters) {
   const Accum a = grad_accum_kernels(o, Precision::kBf16);
   EXPECT_EQ(a.kernels, 4 * 6);
   EXPECT_EQ(a.bytes, 4 * 10 * params);
+}
+
+// ZeRO-3 reduces every micro-batch's gradients at once, so nothing is added
+// locally: each backward copies its gradients into the fp32 buffer that is
+// reduce-scattered (Megatron-FSDP's `param.main_grad.copy_(param.grad)`),
+// 2 + 4 = 6 bytes per parameter. The sharded model's hook points: ln_f, the
+// 4 blocks and the embeddings (6 kernels per backward), on each of 2 ranks.
+TEST(GradAccumFusion, ZeroThreeCopiesSixBytesPerParameterPerMicroBatch) {
+  TrainOptions o = unfused(1);
+  o.parallel.dp = 2;
+  o.parallel.zero = 3;
+  const double params = double(model::count_params(o.model));
+  const Accum a = grad_accum_kernels(o, Precision::kBf16);
+  EXPECT_EQ(a.kernels, 2 * 4 * 6);
+  EXPECT_EQ(a.bytes, 2 * 4 * 6 * params);
 }
 
 TEST(GradAccumFusion, FusedOrFp32RunsNoSeparateKernel) {

@@ -180,5 +180,49 @@ TEST(Zero3Timeline, PrefetchOverlapsGathersWithForwardCompute) {
   EXPECT_LT(exposed[1], exposed[0]);
 }
 
+
+// FSDP reduces every backward (PyTorch FSDP without no_sync, DeepSpeed
+// ZeRO-3, Megatron-FSDP's optim_grads_params: megatron_fsdp.py
+// `grad_reduce_every_bprop`), not only the step's last: with M micro-batches
+// each of the 6 units is reduce-scattered M times a step, and after each
+// reduce-scatter but the only one of a one-micro-batch step an accumulation
+// kernel on the communication stream adds the chunk into the sharded
+// gradient (fp32: read both, write one, 12 bytes per owned element). Counts
+// from the parameter table; the kernel starts where a message of its
+// reduce-scatter ends (the stream runs them back to back).
+TEST(Zero3Reduction, EveryMicroBatchReduceScattersEachUnit) {
+  TrainOptions o = small_options(0);
+  o.steps = 1;
+  o.parallel.dp = 2;
+  o.parallel.zero = 3;
+  const Units u = units_of(model::ParamTable(o.model));
+  const auto units = int64_t(u.all.size());
+  ASSERT_EQ(units, 6);
+  for (const int M : {1, 2, 4}) {
+    o.micro_batches = M;
+    const TrainResult r = run(o, nullptr, /*trace=*/true);
+    for (int rank = 0; rank < 2; ++rank) {
+      EXPECT_EQ(r.fsdp[size_t(rank)].reduce_scatters, units * M) << "M " << M << " rank " << rank;
+      const auto& events = r.run.traces[size_t(rank)].events;
+      int acc = 0;
+      double acc_bytes = 0;
+      for (const TraceEvent& e : events) {
+        if (std::string(e.name) != "fsdp.grad_acc") continue;
+        EXPECT_EQ(e.stream, StreamKind::kComm);
+        ++acc;
+        acc_bytes += double(e.bytes);
+        bool after_message = false;
+        for (const TraceEvent& m : events)
+          after_message = after_message || (m.stream == StreamKind::kComm && m.peer >= 0 && m.end == e.start);
+        EXPECT_TRUE(after_message) << "an accumulation not right after a reduce-scatter message";
+      }
+      EXPECT_EQ(acc, M == 1 ? 0 : units * M) << "M " << M;
+      EXPECT_EQ(acc_bytes, M == 1 ? 0.0 : double(M) * 12 * double(owned(u.all, 2, rank))) << "M " << M;
+    }
+    std::printf("M %d: %lld reduce-scatters per device, step %.3f us\n", M,
+                static_cast<long long>(r.fsdp[0].reduce_scatters), to_us(r.steps.back().virtual_end));
+  }
+}
+
 }  // namespace
 }  // namespace shardlab::train
