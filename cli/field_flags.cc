@@ -20,6 +20,7 @@ constexpr std::array kFieldFlags = std::to_array<std::pair<std::string_view, std
     {"attention", "--attention"},
     {"hsdp", "--hsdp"},
     {"overlap_param_gather", "--overlap-param-gather"},
+    {"grad_reduce_bf16", "--grad-reduce-in-bf16"},
     {"bucket_mb", "--bucket-mb"},
     {"scatter_gather", "--scatter-gather"},
     {"dropout", "--dropout"},

@@ -158,6 +158,9 @@ FlagTable<TrainFlags> parallel_flags() {
       {"--overlap-param-gather", FIELD(opts.parallel.overlap_param_gather),
        "With --zero 1|2: gather the updated parameters in the next step's forward, each bucket just before its "
        "first use, instead of after the optimizer step (Megatron's --overlap-param-gather)"},
+      {"--grad-reduce-in-bf16", FIELD(opts.parallel.grad_reduce_bf16),
+       "Mixed precision: keep, accumulate and reduce the main gradients in bf16 (2 bytes) instead of fp32 "
+       "(Megatron's --grad-reduce-in-bf16)"},
       {"--bucket-mb", FIELD(opts.parallel.bucket_mb), "DP gradient bucket size in MB", number_above(0, 1e6),
        kShowDefault},
       {"--no-overlap", FIELD(no_overlap), "Reduce DP gradients after backward instead of during it"},
@@ -331,6 +334,8 @@ ClusterOptions TrainFlags::cluster_options() const {
   else if (precision == "bf16") c.precision = Precision::kBf16;
   else if (precision == "fp8") c.precision = Precision::kFp8;
   else throw ConfigError(fmt::format("--precision: unknown \"{}\" (fp32, bf16, fp8)", precision));
+  if (opts.parallel.grad_reduce_bf16 && c.precision == Precision::kFp32)
+    throw ConfigError("--grad-reduce-in-bf16 needs --precision bf16 or fp8 (in fp32 the gradients are the weights' own)");
   c.pace = common.pace;
   c.world_size = opts.parallel.world();
   c.trace = !common.trace.empty();

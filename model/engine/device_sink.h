@@ -63,7 +63,8 @@ class DeviceSink final : public model::OpSink {
   // Without gradient accumulation fusion (Megatron-LM 2021's local DDP), in
   // mixed precision every micro-batch's weight gradients are added into the
   // fp32 main gradients by a separate elementwise kernel: read the
-  // half-precision gradient, read and write the fp32 main gradient. Fused
+  // half-precision gradient, read and write the fp32 main gradient (bf16
+  // main gradients, set_grad_bytes: 2 bytes each). Fused
   // (--gradient-accumulation-fusion, Megatron-LM 2022), the wgrad GEMM
   // accumulates into the main gradient itself, at no extra charge. With
   // half-precision gradients (ParallelOptions::half_grads) autograd keeps
@@ -83,11 +84,12 @@ class DeviceSink final : public model::OpSink {
       dev_.run(dev_.compute(), "grad_accum", half_grad_accum_cost(count, element_size()));
     } else if (!fused_) {
       dev_.run(dev_.compute(), "grad_accum",
-               copy_ ? OpCost{double(count), double(count) * double(element_size() + 4)} : grad_accum_cost(count, element_size()));
+               copy_ ? OpCost{double(count), double(count) * double(element_size() + grad_bytes_)}
+                     : grad_accum_cost(count, element_size(), grad_bytes_));
     }
   }
-  static OpCost grad_accum_cost(int64_t count, int elem) {
-    return {double(count), double(count) * double(elem + 4 + 4)};
+  static OpCost grad_accum_cost(int64_t count, int elem, int grad = 4) {
+    return {double(count), double(count) * double(elem + grad + grad)};
   }
   static OpCost half_grad_accum_cost(int64_t count, int elem) {
     return {double(count), double(count) * double(3 * elem)};
@@ -95,6 +97,8 @@ class DeviceSink final : public model::OpSink {
   void set_grad_accum_fusion(bool fused) { fused_ = fused; }
   void set_half_grads(bool half) { half_ = half; }
   void set_copy_grads(bool copy) { copy_ = copy; }
+  // Bytes of a main gradient: 4 (fp32), or 2 with --grad-reduce-in-bf16.
+  void set_grad_bytes(int bytes) { grad_bytes_ = bytes; }
   // A new step: every parameter's next gradient is its first again.
   void begin_step() { seen_.clear(); }
   // Where final gradients are announced (data parallelism's buckets).
@@ -105,6 +109,7 @@ class DeviceSink final : public model::OpSink {
   bool fused_ = true;
   bool half_ = false;
   bool copy_ = false;
+  int grad_bytes_ = 4;
   std::vector<Time> gemm_ready_;        // split_next_gemm, until the next GEMM
   std::pair<Time, Time> last_gemm_{0, 0};
   std::vector<int64_t> seen_;  // keys with a gradient this step (half_grads); a few hundred at most

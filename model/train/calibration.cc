@@ -106,7 +106,8 @@ PublishedRun nemo(const char* name, const char* preset, int gpus, int batch, int
           .batch = batch, .micro_batch_size = mbs, .vpp = vp, .overlap = true,
           .grad_accum_fusion = true, .recipe = Recipe::kNeMo2024, .seq = seq,
           .precision = Precision::kFp8, .tokens_per_gpu_s = tokens, .bucket_mb = bucket_mb,
-          .name = name, .tp_comm_overlap = tp_comm_overlap, .overlap_p2p_comm = overlap_p2p_comm};
+          .name = name, .tp_comm_overlap = tp_comm_overlap, .overlap_p2p_comm = overlap_p2p_comm,
+          .grad_reduce_bf16 = true};
 }
 PublishedRun reshaped(PublishedRun r, int layers, int embd, int heads) {
   r.layers = layers, r.embd = embd, r.heads = heads;
@@ -165,6 +166,7 @@ const std::vector<PublishedRun>& dubey2024_table4() {
     r.zero = 1;
     r.causal_flops_halved = true;
     r.empty_end_stages = true;
+    r.grad_reduce_bf16 = false;  // gradients reduce-scattered in FP32 (the note above)
     r.memory_gib = 160;
     return r;
   };
@@ -217,8 +219,8 @@ double model_flops_per_token(const model::GPTConfig& c, bool causal_halved) {
 // A 2024 row as NeMo 24.07 runs it (nemo2407_h100_fp8's notes): fused
 // attention, no recomputation, sequence parallelism with TP, the distributed
 // optimizer's reduce-scatter and all-gather (shardlab's ZeRO-2 traffic),
-// gradients reduced during backward, fp32 accumulation fused into the wgrad
-// GEMMs, Megatron-core's vocab-parallel cross-entropy, Megatron's vocabulary
+// gradients reduced during backward (in bf16 where the row's recipe says so,
+// grad_reduce_bf16), their accumulation fused into the wgrad GEMMs, Megatron-core's vocab-parallel cross-entropy, Megatron's vocabulary
 // padding (128 x TP), dropout 0.1 for GPT-3 (the launcher's confs), none for
 // Llama; the given VP as the interleaved schedule; ub_tp_comm_overlap and
 // overlap_p2p_comm as the row's config sets them.
@@ -248,6 +250,7 @@ static TrainOptions nemo_run_options(const PublishedRun& row) {
   // forward gathers (Dubey et al.): the parameters gathered in the forward.
   p.overlap_param_gather = p.zero == 1 || p.zero == 2;
   p.grad_accum_fusion = row.grad_accum_fusion;
+  p.grad_reduce_bf16 = row.grad_reduce_bf16;
   p.unfused_cross_entropy = !row.fused_cross_entropy;
   p.attention = parallel::AttentionKernel::kFused;
   p.recompute = parallel::Recompute::kNone;

@@ -109,6 +109,10 @@ struct PublishedRun {
   // stage holds only the embedding, the last only the head and the loss,
   // the blocks split evenly over the stages between (ParallelOptions::stage_layers).
   bool empty_end_stages = false;
+  // kNeMo2024: the gradients kept and reduced in bf16 (NeMo 24.07's
+  // +optim.grad_sync_dtype=bf16, Megatron-Bridge's grad_reduce_in_fp32 =
+  // False; ParallelOptions::grad_reduce_bf16); Dubey et al. reduce in fp32.
+  bool grad_reduce_bf16 = false;
   // Device memory for the run (GiB; 0: the profile's), where the source fits
   // what shardlab's accounting does not (Llama 3 frees each stage's inputs
   // and outputs early, sec. 3.3.2: not modeled): time only, the peak is reported.

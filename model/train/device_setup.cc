@@ -63,13 +63,14 @@ DeviceSetup::DeviceSetup(const DeviceProgram& p, Device& dev)
                                  dp->replica_rank() == 0},
                     &ctx.group("pp"));
   // Modeled memory of the buffers the model and data parallelism hold: the
-  // weights at the device precision, the gradients as fp32 main gradients.
+  // weights at the device precision, the gradients as main gradients (fp32,
+  // or bf16 with --grad-reduce-in-bf16).
   // ZeRO-3 holds only its shards; the gathered units are Fsdp's. ZeRO-1/2's
   // buffers hold the padded buckets (buckets.h, padded_bucket).
   const int64_t weights = par.zero == 3 ? dp->owned_elements() : dp->buffer_elements();
   weights_ = dev.alloc("parameters", {weights}, MemKind::kParam, /*phantom=*/true);
-  grads_ = Tensor(dev.arena(), "gradients", {dp->held_grad_elements()}, MemKind::kGrad, Precision::kFp32,
-                  /*phantom=*/true);
+  grads_ = Tensor(dev.arena(), "gradients", {dp->held_grad_elements()}, MemKind::kGrad,
+                  dp->grad_bytes() == 2 ? Precision::kBf16 : Precision::kFp32, /*phantom=*/true);
   const coll::ProcessGroup& pipeline = ctx.group("pp");
   executor.emplace(dev, *stage, p.plan.schedule[size_t(coords.pp)],
                    std::vector<int>(pipeline.members().begin(), pipeline.members().end()), micro_batches);
@@ -121,7 +122,7 @@ void DeviceSetup::make_data_parallel(const DeviceProgram& p, Device& dev) {
   const ParallelOptions& par = p.options.parallel;
   const parallel::DataParallelOptions dpo{uint64_t(par.bucket_mb * 1e6), par.overlap, par.zero,
                                           p.plan.tied_bucket(model->shards()), par.half_grads,
-                                          par.overlap_param_gather};
+                                          par.overlap_param_gather, par.grad_reduce_bf16};
   parallel::DataParallel::ExpertGrads expert_grads;
   if (par.ep > 1) expert_grads = {&ctx.group(par.cp > 1 ? "cp-edp" : "edp"), parallel::expert_ranges(model->shards())};
   const coll::ProcessGroup& dp_group = data_group();
@@ -139,6 +140,7 @@ void DeviceSetup::make_data_parallel(const DeviceProgram& p, Device& dev) {
   }
   sink.on_grads_ready([this](int64_t off, int64_t cnt) { dp->grads_ready(off, cnt); });
   sink.set_copy_grads(dp->reduces_each_micro_batch() && shards.size() > 1);  // reduced every micro-batch
+  sink.set_grad_bytes(dp->grad_bytes());
   sink.on_average([this, &dev, &dp_group](float* data, int64_t cnt) {
     if (dp_group.size() == 1) return false;
     coll::all_reduce(dev, dp_group, coll::Buffer(data, size_t(cnt)), coll::ReduceOp::kAvg);

@@ -133,6 +133,11 @@ float ShardedAdamW::pipeline_sum(float part) {
 double ShardedAdamW::step(const model::AdamWHyper& h, int step, double max_norm) {
   const bool half = dp_.half();
   if (half) half_grads_to_main();
+  if (dp_.grad_bytes() == 2) {  // bf16 main gradients: the chunk cast to fp32 first (Megatron's
+    // DistributedOptimizer._copy_model_grads_to_main_grads, `shard_model_grad.float()`)
+    const auto n = static_cast<double>(dp_.owned_elements());
+    dev_.run(dev_.compute(), "main_grad_cast", OpCost{n, n * (2 + 4)});
+  }
   const double norm = global_norm();
   double clip = 1.0;  // torch clip_grad_norm_
   if (max_norm > 0 && max_norm / (norm + 1e-6) < 1) clip = max_norm / (norm + 1e-6);

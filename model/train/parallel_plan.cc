@@ -88,6 +88,9 @@ void validate_parallel(const TrainOptions& o) {
   require(!p.overlap_param_gather || p.overlap,
           "`overlap_param_gather` cannot run with `overlap = false` (Megatron asserts the gradient reduction "
           "overlapped too)");
+  require(!p.grad_reduce_bf16 || !p.half_grads,
+          "`grad_reduce_bf16` cannot run with the 2021 code's half-precision gradients (ParallelOptions::half_grads, "
+          "library only): both set the gradients' precision");
   // FlashAttention-2/3 (the fused kernel this models) take head dimensions up to 256.
   constexpr int kFusedMaxHeadDim = 256;
   require(!parallel::fused_attention(p.attention, m.is_llama()) || m.head_size() <= kFusedMaxHeadDim,

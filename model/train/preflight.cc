@@ -68,6 +68,12 @@ struct LayoutBuckets {
   int edp_size = 1;  // the expert buckets' sharding group
 };
 
+// A main gradient's bytes (DataParallel::grad_bytes): bf16 with
+// grad_reduce_bf16 in mixed precision, else fp32.
+uint64_t grad_bytes(const ParallelOptions& p, int elem) {
+  return p.grad_reduce_bf16 && elem < 4 ? 2 : parallel::kGradElemBytes;
+}
+
 // The bytes of each kind device `rank` holds: DataParallel's bucket plan and
 // ownership, DeviceSetup's and ShardedAdamW's buffers.
 DeviceMemory device_memory(const TrainOptions& o, const ParallelPlan& layout, int rank, const LayoutBuckets& lb,
@@ -98,7 +104,7 @@ DeviceMemory device_memory(const TrainOptions& o, const ParallelPlan& layout, in
   }
   if (fp8) m.params_bytes += uint64_t(fp8_weight_elements(shards)) * uint64_t(element_size(Precision::kFp8));
   m.grads_bytes =
-      uint64_t(parallel::held_grad_elements(padded.total, owned, padded.largest, p.zero)) * parallel::kGradElemBytes;
+      uint64_t(parallel::held_grad_elements(padded.total, owned, padded.largest, p.zero)) * grad_bytes(p, elem);
   m.master_bytes = elem == 2 ? uint64_t(owned) * kMasterBytes : 0;
   m.optimizer_bytes = uint64_t(owned) * kMomentBytes;
   return m;
@@ -114,7 +120,7 @@ MemoryEstimate lower_bound(const TrainOptions& o, int elem) {
   m.params = int64_t(std::min(n, 9e18 / 18));
   const auto owned = uint64_t(m.params / (p.zero >= 1 ? p.shard_size() : 1));
   m.params_bytes = (p.zero == 3 ? owned : uint64_t(m.params)) * uint64_t(elem);
-  m.grads_bytes = (p.zero >= 2 ? owned : uint64_t(m.params)) * parallel::kGradElemBytes;
+  m.grads_bytes = (p.zero >= 2 ? owned : uint64_t(m.params)) * grad_bytes(p, elem);
   m.master_bytes = elem == 2 ? owned * kMasterBytes : 0;
   m.optimizer_bytes = owned * kMomentBytes;
   e.host_bytes =

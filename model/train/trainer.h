@@ -66,6 +66,12 @@ struct ParallelOptions {
   // the updated parameters' all-gathers to the next forward, each bucket
   // gathered before its first use (parallel/data/param_gather.h).
   bool overlap_param_gather = false;
+  // Megatron's --grad-reduce-in-bf16 (grad_reduce_in_fp32 = False; Apex's
+  // grad_sync_dtype=bf16): the main gradients are kept, accumulated and
+  // reduced in bf16, 2 bytes each instead of fp32's 4, and the optimizer
+  // casts its chunk to fp32 first. Mixed precision only; modeled, the
+  // host's math stays fp32.
+  bool grad_reduce_bf16 = false;
   // ZeRO-3 hybrid sharding (HSDP): shard over groups of this many
   // consecutive dp ranks, replicate across them; 0: shard over all of dp.
   int hsdp = 0;

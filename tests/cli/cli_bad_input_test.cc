@@ -183,6 +183,8 @@ TEST(CliBadInput, ParallelFlags) {
        "--overlap-param-gather defers ZeRO 1 and 2's parameter all-gathers: it needs --zero 1 or 2 (got 0)"},
       {"train --model nano --steps 1 --dp 2 --zero 3 --overlap-param-gather",
        "--overlap-param-gather defers ZeRO 1 and 2's parameter all-gathers: it needs --zero 1 or 2 (got 3)"},
+      {"train --model nano --steps 1 --dp 2 --grad-reduce-in-bf16",
+       "--grad-reduce-in-bf16 needs --precision bf16 or fp8 (in fp32 the gradients are the weights' own)"},
       {"train --model nano --steps 1 --dp 2 --zero 2 --overlap-param-gather --no-overlap",
        "--overlap-param-gather cannot run with --no-overlap"},
       {"train --model nano --steps 1 --dp 4 --zero 3 --hsdp 3", "--hsdp 3 must divide --dp 4"},

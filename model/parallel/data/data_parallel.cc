@@ -116,7 +116,7 @@ void DataParallel::reduce(size_t i, bool final) {
     dev_.run(dev_.compute(), "ddp.bucket_copy", half_copy_cost(r.size));
   coll::CollOptions opt;
   opt.after = dev_.compute().record();  // the bucket exists once backward produced it
-  opt.elem_size = half() ? element_size(dev_.precision()) : kGradElemBytes;  // on the wire
+  opt.elem_size = half() ? element_size(dev_.precision()) : grad_bytes();  // on the wire
   if (sharded_grads()) {
     const auto chunk = coll::chunk_range(n, g.size(), g.rank());
     float* mine = model::shifted(buf, chunk.begin);
@@ -149,7 +149,7 @@ void DataParallel::accumulate(size_t i, float* mine, int64_t chunk, int64_t real
   Stream& comm = dev_.comm();
   comm.wait(works_.back().event());
   const double e = static_cast<double>(chunk);
-  dev_.run(comm, "fsdp.grad_acc", OpCost{e, 3 * e * kGradElemBytes});
+  dev_.run(comm, "fsdp.grad_acc", OpCost{e, 3 * e * grad_bytes()});
   acc_done_ = comm.record();
   if (!mine || real == 0) return;  // phantom: charged, not computed
   float* acc = acc_.data() + acc_offset_[i];
@@ -177,6 +177,10 @@ bool DataParallel::half() const {
   return options_.half_grads && dev_.precision() != Precision::kFp32;
 }
 
+int DataParallel::grad_bytes() const {
+  return options_.grad_bf16 && dev_.precision() != Precision::kFp32 ? 2 : kGradElemBytes;
+}
+
 // One pass over `n` half-precision gradients: read one, write one.
 OpCost DataParallel::half_copy_cost(int64_t n) const {
   const double e = static_cast<double>(n);
@@ -201,7 +205,7 @@ void DataParallel::scale_expert_buckets() {
     total += charged;
   }
   const double n = static_cast<double>(total);
-  dev_.run(dev_.compute(), "ep.grad_scale", OpCost{n, 2 * n * kGradElemBytes});
+  dev_.run(dev_.compute(), "ep.grad_scale", OpCost{n, 2 * n * grad_bytes()});
 }
 
 void DataParallel::gather_params(std::span<float> params) {

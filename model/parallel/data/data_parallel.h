@@ -70,6 +70,9 @@ struct DataParallelOptions {
   // Megatron's --overlap-param-gather: the optimizer step leaves the
   // parameters' all-gathers to ParamGather (param_gather.h).
   bool defer_param_gather = false;
+  // train::ParallelOptions::grad_reduce_bf16: the main gradients in bf16
+  // (2 B on the wire and in the buffers, in mixed precision).
+  bool grad_bf16 = false;
 };
 
 class DataParallel {
@@ -147,6 +150,9 @@ class DataParallel {
   bool sharded_grads() const { return options_.zero >= 2; }
   // Half-precision gradients charged: options' half_grads in mixed precision.
   bool half() const;
+  // Bytes of one main gradient: 2 with grad_bf16 in mixed precision, else 4
+  // (fp32; half_grads' are charged apart, half()).
+  int grad_bytes() const;
   uint64_t largest_bucket_bytes() const;  // modeled bytes of fp32 gradients, padding included
   // Gradient elements a rank of this scheme holds: all of them, or with
   // ZeRO-2 its owned chunks plus the largest bucket while it is reduced (the

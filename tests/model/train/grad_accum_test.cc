@@ -72,6 +72,17 @@ TEST(GradAccumFusion, ZeroThreeCopiesSixBytesPerParameterPerMicroBatch) {
   EXPECT_EQ(a.bytes, 2 * 4 * 6 * params);
 }
 
+// With bf16 main gradients (--grad-reduce-in-bf16) the separate kernel adds
+// into bf16: 2 + 2 + 2 = 6 bytes per parameter per micro-batch.
+TEST(GradAccumFusion, Bf16MainGradientsAddSixBytesPerParameterPerMicroBatch) {
+  TrainOptions o = unfused(1);
+  o.parallel.grad_reduce_bf16 = true;
+  const double params = double(model::count_params(o.model));
+  const Accum a = grad_accum_kernels(o, Precision::kBf16);
+  EXPECT_EQ(a.kernels, 4 * 7);
+  EXPECT_EQ(a.bytes, 4 * 6 * params);
+}
+
 TEST(GradAccumFusion, FusedOrFp32RunsNoSeparateKernel) {
   TrainOptions fused = unfused(2);
   fused.parallel.grad_accum_fusion = true;

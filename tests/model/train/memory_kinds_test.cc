@@ -16,6 +16,7 @@
 
 #include <cstdio>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "model/params.h"
@@ -163,6 +164,52 @@ TEST(MemoryKinds, Bf16ReducesFp32GradientsOnTheWire) {
                 (long long)bf16.run.devices[rank].comm_busy);
     EXPECT_GT(fp32.run.devices[rank].comm_busy, 0);
     EXPECT_NEAR(double(fp32.run.devices[rank].comm_busy), double(bf16.run.devices[rank].comm_busy), 1000.0);
+  }
+}
+
+// --grad-reduce-in-bf16 (ParallelOptions::grad_reduce_bf16; Megatron's flag,
+// grad_reduce_in_fp32 = False): the main gradients are bf16, so the
+// gradient buffer holds half the bytes for the same elements (ZeRO 0, 2 and
+// 3 alike), the preflight counts them so, the gradient all-reduce of ZeRO 0
+// moves exactly half the bytes, and the optimizer first casts its owned chunk to fp32:
+// "main_grad_cast", 2 + 4 bytes per owned element (owned = AdamW's fp32
+// moments / 8).
+TEST(MemoryKinds, GradReduceInBf16HalvesTheGradientsInMemoryAndOnTheWire) {
+  auto wire = [](const TrainResult& r, size_t rank) {
+    uint64_t bytes = 0;
+    for (const TraceEvent& e : r.run.traces[rank].events)
+      if (e.stream == StreamKind::kComm && e.peer >= 0) bytes += e.bytes;
+    return bytes;
+  };
+  auto cast_bytes = [](const TrainResult& r, size_t rank) {
+    double bytes = 0;
+    for (const TraceEvent& e : r.run.traces[rank].events)
+      if (std::string(e.name) == "main_grad_cast") bytes += double(e.bytes);
+    return bytes;
+  };
+  for (int zero : {0, 2, 3}) {
+    TrainOptions o = small_options(0);
+    o.steps = 1;
+    o.parallel.dp = 2;
+    o.parallel.zero = zero;
+    const TrainResult fp32 = testing::run(o, nullptr, true, Precision::kBf16);
+    o.parallel.grad_reduce_bf16 = true;
+    validate_parallel(o);
+    const TrainResult bf16 = testing::run(o, nullptr, true, Precision::kBf16);
+    expect_preflight_matches(o, Precision::kBf16, bf16, "--grad-reduce-in-bf16");
+    for (size_t rank = 0; rank < 2; ++rank) {
+      const Kinds a = arena(fp32.run.devices[rank]), b = arena(bf16.run.devices[rank]);
+      EXPECT_EQ(2 * b.grad, a.grad) << "ZeRO-" << zero << " rank " << rank;
+      EXPECT_EQ(cast_bytes(fp32, rank), 0.0);
+      EXPECT_EQ(cast_bytes(bf16, rank), 6.0 * double(b.optimizer / 8)) << "ZeRO-" << zero << " rank " << rank;
+      if (zero == 0) {
+        // Besides the gradients the stream carries the step's loss record,
+        // 3 floats all-reduced over dp in fp32 (12 bytes on a 2-rank ring):
+        // fp32 = G + 12, bf16 = G / 2 + 12.
+        EXPECT_GT(wire(fp32, rank), 0u);
+        EXPECT_EQ(2 * wire(bf16, rank), wire(fp32, rank) + 12) << "rank " << rank;
+      }
+    }
   }
 }
 
