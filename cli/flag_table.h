@@ -54,7 +54,9 @@ void add_flags(CLI::App* sub, Flags& flags, const FlagTable<Flags>& table) {
   for (const FlagRow<Flags>& row : table) {
     CLI::Option* o = std::visit(
         [&](auto* field) -> CLI::Option* {
-          if constexpr (std::is_same_v<decltype(field), bool*>) return sub->add_flag(row.names, *field, row.help);
+          // A flag takes no value: `--sp=2` is one error line, not "on".
+          if constexpr (std::is_same_v<decltype(field), bool*>)
+            return sub->add_flag(row.names, *field, row.help)->disable_flag_override();
           else return sub->add_option(row.names, *field, row.help);
         },
         row.field(flags));

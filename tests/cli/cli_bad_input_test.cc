@@ -183,6 +183,9 @@ TEST(CliBadInput, ParallelFlags) {
        "--overlap-param-gather defers ZeRO 1 and 2's parameter all-gathers: it needs --zero 1 or 2 (got 0)"},
       {"train --model nano --steps 1 --dp 2 --zero 3 --overlap-param-gather",
        "--overlap-param-gather defers ZeRO 1 and 2's parameter all-gathers: it needs --zero 1 or 2 (got 3)"},
+      // A flag takes no value (CLI11 would read any number as "on").
+      {"train --model nano --steps 1 --tp 2 --sp=2", "sp was given a disallowed flag override"},
+      {"train --model nano --steps 1 --dp 2 --zero 3 --no-prefetch=0", "no-prefetch was given a disallowed flag override"},
       {"train --model nano --steps 1 --dp 2 --grad-reduce-in-bf16",
        "--grad-reduce-in-bf16 needs --precision bf16 or fp8 (in fp32 the gradients are the weights' own)"},
       {"train --model nano --steps 1 --dp 2 --zero 2 --overlap-param-gather --no-overlap",
