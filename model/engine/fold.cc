@@ -81,7 +81,7 @@ std::vector<int> by_place(const collectives::DeviceMesh& mesh, const HardwarePro
 }
 
 // The plan that folds `fold`'s dimensions (its dp, by_place, cp,
-// cp_by_place, tp and spans_nodes), with its representatives.
+// cp_by_place, tp, tp_held and spans_nodes), with its representatives.
 FoldPlan plan_for(const collectives::MeshShape& shape, FoldPlan fold, const HardwareProfile& profile) {
   FoldPlan plan;
   plan.dp = fold.dp;
@@ -90,6 +90,7 @@ FoldPlan plan_for(const collectives::MeshShape& shape, FoldPlan fold, const Hard
   plan.spans_nodes = fold.spans_nodes;
   plan.by_place = fold.dp && fold.by_place;
   plan.cp_by_place = fold.cp && fold.cp_by_place;
+  plan.tp_held = fold.tp_held;
   if (!plan.dp && !plan.tp && !plan.cp) return plan;
   const collectives::DeviceMesh mesh(shape);
   plan.representative.resize(size_t(mesh.size()));
@@ -132,8 +133,13 @@ FoldPlan weaker(const FoldPlan& plan, const collectives::MeshShape& mesh, const 
   FoldPlan next = plan;
   if (plan.dp && plan.spans_nodes && !plan.by_place) {
     next.by_place = true;
-  } else if (plan.cp) {
+  } else if (plan.cp && plan.tp) {  // tp peers first (cp's ring is checked before the run)
+    next.tp = false;
+    next.tp_held = true;
+  } else if (plan.cp) {  // then cp, with tp as it was
     next.cp = false;
+    next.tp = plan.tp_held;
+    next.tp_held = false;
   } else {
     next.tp = plan.dp && plan.tp;
     next.dp = next.spans_nodes = next.by_place = false;

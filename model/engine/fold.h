@@ -66,6 +66,10 @@ struct FoldPlan {
   // rank is played by the member at its local place on its group's first
   // node (cp rank i by cp rank i mod m, m members a node).
   bool cp_by_place = false;
+  // weaker() dropped tp before cp (tp peers' collectives can end apart where
+  // dp's and cp's do not, as the 405B rows' direct all-gathers over tp-cp-dp
+  // do); dropping cp then folds tp again.
+  bool tp_held = false;
   // dp groups span several nodes with several members on each: a full dp
   // fold may meet members whose collectives end apart (their first sends
   // go over other links), so weaker() then folds dp by place: each member
@@ -98,8 +102,9 @@ struct FoldInput {
 FoldPlan fold_plan(const FoldInput& input, const HardwareProfile& profile);
 
 // The next plan to try when `plan` met an asymmetric collective or ring
-// (FoldingError): dp by place (when its groups span nodes), without cp
-// folding, without dp folding, then without any.
+// (FoldingError): dp by place (when its groups span nodes); with cp folded,
+// without tp, then without cp (tp folded again); then without dp, then
+// without any.
 FoldPlan weaker(const FoldPlan& plan, const collectives::MeshShape& mesh, const HardwareProfile& profile);
 
 }  // namespace shardlab::engine

@@ -130,20 +130,29 @@ TEST(FoldPlan, WeakerDropsDpThenEverything) {
   EXPECT_EQ(weaker(tp_only, mesh, p).describe(), "nothing folded");
 }
 
-// With cp folded (FoldingError from a ring or a collective): without cp
-// first, then as without cp.
-TEST(FoldPlan, WeakerDropsCpFirst) {
+// With cp folded (FoldingError from a ring or a collective): without tp
+// first (tp peers' collectives may end apart where dp's and cp's do not),
+// then without cp (tp folded again), then as without cp.
+TEST(FoldPlan, WeakerDropsTpThenCp) {
   HardwareProfile p = load_profile("a100-nvlink");
   const collectives::MeshShape mesh{.tp = 2, .cp = 2, .dp = 2};
   const FoldPlan all = fold_plan({.mesh = mesh}, p);
   ASSERT_TRUE(all.dp && all.tp && all.cp);
-  const FoldPlan no_cp = weaker(all, mesh, p);
+  const FoldPlan no_tp = weaker(all, mesh, p);
+  EXPECT_TRUE(no_tp.dp && no_tp.cp && !no_tp.tp);
+  EXPECT_EQ(no_tp.running(), 2);  // one per tp rank
+  const FoldPlan no_cp = weaker(no_tp, mesh, p);
   EXPECT_TRUE(no_cp.dp && no_cp.tp && !no_cp.cp);
   EXPECT_EQ(no_cp.running(), 2);  // one per cp rank
   const FoldPlan tp_only = weaker(no_cp, mesh, p);
   EXPECT_TRUE(tp_only.tp && !tp_only.dp && !tp_only.cp);
   EXPECT_EQ(tp_only.running(), 4);
   EXPECT_TRUE(weaker(tp_only, mesh, p).representative.empty());
+  // Without tp to drop, cp goes first.
+  const collectives::MeshShape cp_dp{.cp = 2, .dp = 2};
+  const FoldPlan dp_only = weaker(fold_plan({.mesh = cp_dp}, p), cp_dp, p);
+  EXPECT_TRUE(dp_only.dp && !dp_only.cp && !dp_only.tp);
+  EXPECT_EQ(dp_only.running(), 2);
 }
 
 }  // namespace
