@@ -22,18 +22,19 @@
 //   context parallelism's ranks are folded (every cp rank played by cp
 //     rank 0) for dense models under the ring (--cp-comm ring) when no
 //     ZeRO chunk is uneven: the load-balanced split (chunks i and 2cp-1-i)
-//     gives every cp rank the same chunk-pair kernels at every ring step
-//     (cp_attention.h), so the ranks differ in which tokens only. Their groups' links must be
-//     uniform as dp's (below); a cp group over several nodes with several
-//     members on each folds by place at once (its ring's hops inside and
-//     between nodes differ by position: cp 4 on two nodes sends over
-//     NVLink from cp ranks 0 and 2, over the NIC from 1 and 3). The ring's
-//     point-to-point transfers are not collectives: the representative
-//     sends its own block (booking its egress as the unfolded run) and
-//     hands the same message to the running receivers of the members it
-//     plays (CpAttention, Device::isend_folded); before the first
-//     transfer every rank checks that each member's ring links and its
-//     predecessor's representative are its own representative's, and
+//     gives every cp rank the same chunk-pair kernels in the same order
+//     (cp_attention.h), so the ranks differ in which tokens only. Their
+//     groups' links must be uniform as dp's (below); a cp group over
+//     several nodes with several members on each folds by place at once
+//     (its ring's hops inside and between nodes differ by position: cp 4
+//     on two nodes sends over NVLink from cp ranks 0 and 2, over the NIC
+//     from 1 and 3). The ring's point-to-point transfers are not
+//     collectives: the representative sends its own block (booking its
+//     egress as the unfolded run) and hands the same message to the
+//     running receivers of the members it plays (CpAttention::fold,
+//     Device::isend_folded); before the first transfer every device checks
+//     that each rank it plays sends and receives over its own links, from
+//     a predecessor played by the same device as its own predecessor, and
 //     fails with a FoldingError otherwise;
 //   a dimension is folded only when its groups' links are uniform: all
 //     members in one node, each member on a node of its own, or the same

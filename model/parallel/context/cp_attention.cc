@@ -127,7 +127,7 @@ void CpAttention::fold(const Device& dev, const collectives::DeviceMesh& mesh) {
     if (dev.representative(m) != dev.rank()) continue;
     const std::vector<int> group = mesh.group_ranks(m, "cp");
     const RingPlace its = ring_place(group, mesh.group_index(m, "cp"));
-    if (!(dev.link(its.me, its.next) == sends) || !(dev.link(its.prev, its.me) == receives) ||
+    if (dev.link(its.me, its.next) != sends || dev.link(its.prev, its.me) != receives ||
         dev.representative(its.prev) != dev.representative(mine.prev))
       throw FoldingError(fmt::format(
           "folding: the cp ring of device {} (from {}, to {}) is not its representative {}'s (from {}, to {}): "
