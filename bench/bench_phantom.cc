@@ -20,7 +20,7 @@
 //     (prints a digest of every device's virtual figures, to compare two builds)
 //     (--layers and --micro-batches shrink a scale run into a sibling that
 //     runs in seconds, for profiling; --no-fold runs every rank on a thread)
-//   build/bin/bench_phantom --table nemo|bridge|llama3 [--profile NAME|FILE.json]
+//   build/bin/bench_phantom --table nemo|bridge|llama3 [--profile NAME|FILE.json] [--rows N] [--no-fold]
 //     NVIDIA's NeMo 24.07 DGX-H100 FP8 rows, or Dubey et al. 2024 Table 4
 //     (Llama 3 405B, held out), on h100-nvlink unless --profile says
 //     otherwise (a FILE.json with another GEMM maximum: the fit of
@@ -31,6 +31,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <optional>
@@ -49,21 +50,23 @@ namespace {
 using namespace shardlab;
 
 // Predicts `rows` (at most `limit`) and prints one line each.
+// `fold` false (--no-fold): every rank on a thread; the step (to the
+// picosecond, "step ps") must not move.
 std::vector<train::PredictedRun> run_table(const std::vector<train::PublishedRun>& rows,
-                                           const HardwareProfile& p, size_t limit) {
-  fmt::print("{:>16} {:>3} {:>3} {:>5} {:>6} {:>10} {:>10} {:>10} {:>7} {:>8} {:>8} {:>9}\n",
+                                           const HardwareProfile& p, size_t limit, bool fold = true) {
+  fmt::print("{:>16} {:>3} {:>3} {:>5} {:>6} {:>10} {:>10} {:>10} {:>7} {:>8} {:>8} {:>9} {:>16}\n",
              "model", "tp", "pp", "gpus", "batch", "step s", "TFLOP/s", "published", "error",
-             "threads", "wall s", "RSS MiB");
+             "threads", "wall s", "RSS MiB", "step ps");
   std::vector<train::PredictedRun> runs;
   for (const auto& row : rows) {
     if (runs.size() == limit) break;
-    const train::PredictedRun& r = runs.emplace_back(train::predict(row, p));
+    const train::PredictedRun& r = runs.emplace_back(train::predict(row, p, fold));
     rusage u{};
     getrusage(RUSAGE_SELF, &u);
-    fmt::print("{:>16} {:>3} {:>3} {:>5} {:>6} {:>10.3f} {:>10.1f} {:>10.0f} {:>+6.1f}% {:>8} {:>8.2f} {:>9.0f}\n",
+    fmt::print("{:>16} {:>3} {:>3} {:>5} {:>6} {:>10.3f} {:>10.1f} {:>10.0f} {:>+6.1f}% {:>8} {:>8.2f} {:>9.0f} {:>16}\n",
                row.preset, row.tp, row.pp, row.gpus, r.options.model.batch_size, r.step_s,
                r.tflops_per_gpu, row.tflops_per_gpu, r.error * 100, r.running_devices, r.wall_s,
-               double(u.ru_maxrss) / 1024);
+               double(u.ru_maxrss) / 1024, std::llround(r.step_s * 1e12));
     std::fflush(stdout);
   }
   fmt::print("{} ({} rows; RSS is the process peak so far)\n", train::readme_summary(runs), runs.size());
@@ -167,11 +170,17 @@ int run(int argc, char** argv) {
   }
   std::string profile, table;
   size_t rows = 100;
+  bool fold = true;
   for (int i = 1; i < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--no-fold")) {
+      fold = false, --i;
+      continue;
+    }
     if (i + 1 >= argc ||
         (std::strcmp(argv[i], "--profile") && std::strcmp(argv[i], "--rows") && std::strcmp(argv[i], "--table")))
       throw ConfigError(
-          fmt::format("unknown argument \"{}\" (--profile NAME|FILE.json, --rows N, --table nemo|bridge|llama3)", argv[i]));
+          fmt::format("unknown argument \"{}\" (--profile NAME|FILE.json, --rows N, --table nemo|bridge|llama3, --no-fold)",
+                      argv[i]));
     if (!std::strcmp(argv[i], "--profile")) profile = argv[i + 1];
     if (!std::strcmp(argv[i], "--rows")) rows = std::stoul(argv[i + 1]);
     if (!std::strcmp(argv[i], "--table")) table = argv[i + 1];
@@ -188,7 +197,7 @@ int run(int argc, char** argv) {
     run_table(table == "nemo"     ? train::nemo2407_h100_fp8()
               : table == "bridge" ? train::megatron_bridge2511_h100_fp8()
                                   : train::dubey2024_table4(),
-              p, rows);
+              p, rows, fold);
     return 0;
   }
   const HardwareProfile p = load_profile(profile.empty() ? "a100-nvlink" : profile);

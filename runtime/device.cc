@@ -199,8 +199,7 @@ void Device::check_peer(int peer, const char* what) const {
                              cfg_.world_size));
 }
 
-SendHandle Device::isend(Stream& s, int dst, Tag tag, std::span<const std::byte> host,
-                         uint64_t modeled_bytes, Engine engine, uint64_t rate_cap) {
+Message Device::book_send(Stream& s, int dst, Tag tag, uint64_t modeled_bytes, Engine engine, uint64_t rate_cap) {
   check_peer(dst, "send");
   check_abort();
   check_fault(dst, /*sending=*/true);
@@ -218,12 +217,40 @@ SendHandle Device::isend(Stream& s, int dst, Tag tag, std::span<const std::byte>
   const Port::Booking b = egress_[port].book(static_cast<int>(s.kind()), s.now(), m.wire_time());
   m.depart = b.start;
   m.sent = b.end;
-  const Time done = b.end;
+  s.mark("send", m.depart, m.sent, modeled_bytes, dst, /*advance=*/false);
+  return m;
+}
+
+SendHandle Device::isend(Stream& s, int dst, Tag tag, std::span<const std::byte> host,
+                         uint64_t modeled_bytes, Engine engine, uint64_t rate_cap) {
+  Message m = book_send(s, dst, tag, modeled_bytes, engine, rate_cap);
+  const Time done = m.sent;
   m.payload = fabric_.pool().acquire(host.size());
   if (!host.empty()) std::memcpy(m.payload.data(), host.data(), host.size());
-  s.mark("send", m.depart, done, modeled_bytes, dst, /*advance=*/false);
   fabric_.post(std::move(m));
   return {done};
+}
+
+SendHandle Device::isend_folded(Stream& s, int dst, Tag tag, uint64_t modeled_bytes,
+                                std::span<const Delivery> deliveries) {
+  const Message sent = book_send(s, dst, tag, modeled_bytes, Engine::kSm, 0);
+  for (const Delivery& d : deliveries) {
+    SHARDLAB_CHECK(d.as >= 0 && d.as < cfg_.world_size && representative(d.as) == cfg_.rank && d.to >= 0 &&
+                       d.to < cfg_.world_size && !folded(d.to) && d.as != d.to,
+                   fmt::format("device {}: folded send as {} to {}", cfg_.rank, d.as, d.to));
+    Message m;
+    m.src = d.as;
+    m.dst = d.to;
+    m.tag = tag;
+    m.link = sent.link;
+    m.modeled_bytes = modeled_bytes;
+    m.engine = sent.engine;
+    m.depart = sent.depart;
+    m.sent = sent.sent;
+    m.payload = fabric_.pool().acquire(0);
+    fabric_.post(std::move(m));
+  }
+  return {sent.sent};
 }
 
 Message Device::recv(Stream& s, int src, Tag tag) {

@@ -163,6 +163,9 @@ class Device {
   bool folding() const { return cfg_.representative != nullptr; }
   // Whether `rank` has a thread of this process (not folded, not another process's).
   bool runs_here(int rank) const { return !folded(rank) && fabric_.local(rank); }
+  // The link between two devices (at this device's step): what a folded
+  // program checks its members' transfers against (the cp ring).
+  Link link(int src, int dst) const { return links_.link_at(src, dst, step_); }
   // The link ports (port.h), by link class: the egress and the ingress side.
   const Port& egress(int link_class) const { return egress_[link_class]; }
   const Port& ingress(int link_class) const { return ingress_[link_class]; }
@@ -255,6 +258,17 @@ class Device {
   RecvHandle irecv(Stream& s, int src, Tag tag) const { return {src, tag, s.now()}; }
   Message wait(Stream& s, const RecvHandle& h) { return recv(s, h.src, h.tag); }
 
+  // A phantom send in a folded run (the cp ring, model/parallel/context/
+  // cp_attention.cc): books this device's egress as isend(s, dst, ...)
+  // would and posts the message, without payload, to each delivery's `to`
+  // as if `as` had sent it (`as` this device, or a folded member it plays,
+  // which sends exactly what this device sends; `to` a running device, maybe
+  // this one). dst may be folded: then it gets nothing of this device.
+  struct Delivery {
+    int as = -1, to = -1;
+  };
+  SendHandle isend_folded(Stream& s, int dst, Tag tag, uint64_t modeled_bytes, std::span<const Delivery> deliveries);
+
   // Tensor forms: the receiver copies into `into`, whose size must match.
   SendHandle isend(Stream& s, int dst, Tag tag, const Tensor& t);
   void recv(Stream& s, int src, Tag tag, Tensor& into);
@@ -277,6 +291,9 @@ class Device {
               int peer);
   void pace(Time t);
   void check_peer(int peer, const char* what) const;
+  // isend's booking: the message to `dst` (no payload yet) with its link,
+  // departure and end on this device's egress, marked on `s`.
+  Message book_send(Stream& s, int dst, Tag tag, uint64_t modeled_bytes, Engine engine, uint64_t rate_cap);
   // Throws DeviceFailure if a dead device or a downed link stops this transfer.
   void check_fault(int peer, bool sending) const;
 

@@ -31,6 +31,8 @@ struct Link {
   int64_t proto_latency_delta[kNumProtocols] = {0, 0, 0};
   uint32_t proto_share_ppm[kNumProtocols] = {kPpm, kPpm, kPpm};
 
+  bool operator==(const Link&) const = default;  // every field: two equal links time a message alike
+
   uint64_t payload(Engine e) const { return payload_bytes[e == Engine::kCopy ? 1 : 0]; }
   // Bytes on the wire for `bytes` of payload: bytes + ceil(bytes / payload) * header.
   uint64_t wire_bytes(uint64_t bytes, Engine e) const {

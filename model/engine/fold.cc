@@ -1,5 +1,8 @@
 #include "model/engine/fold.h"
 
+#include <string>
+#include <vector>
+
 #include <fmt/format.h>
 
 namespace shardlab::engine {
@@ -51,43 +54,58 @@ int FoldPlan::running() const {
 
 std::string FoldPlan::describe() const {
   if (representative.empty()) return "nothing folded";
-  const std::string dps = by_place ? "dp (by place in the node)" : "dp";
-  std::string what = dp && tp ? dps + " and tp" : (dp ? dps : "tp");
+  std::vector<std::string> dims;
+  if (dp) dims.push_back(by_place ? "dp (by place in the node)" : "dp");
+  if (cp) dims.push_back(cp_by_place ? "cp (by place in the node)" : "cp");
+  if (tp) dims.push_back("tp");
+  std::string what = dims.front();
+  for (size_t i = 1; i < dims.size(); ++i) what += (i + 1 == dims.size() ? " and " : ", ") + dims[i];
   return fmt::format("{} folded: {} of {} devices run, each folded device reports its "
                      "representative's figures", what, running(), representative.size());
 }
 
 namespace {
 
-FoldPlan plan_for(const collectives::MeshShape& shape, bool dp, bool tp, bool spans_nodes, bool by_place,
-                  const HardwareProfile* profile) {
+// Every group along `dim`: its member at position i is played by the one at
+// position i mod m, m its members on its first node (spread: the same places
+// on every node), so a member and its representative differ by whole nodes
+// only.
+std::vector<int> by_place(const collectives::DeviceMesh& mesh, const HardwareProfile& p, const char* dim) {
+  std::vector<int> rep(size_t(mesh.size()));
+  for (const auto& group : mesh.all_group_ranks(dim)) {
+    size_t m = 0;
+    while (m < group.size() && p.node_of(group[m]) == p.node_of(group.front())) ++m;
+    for (size_t i = 0; i < group.size(); ++i) rep[size_t(group[i])] = group[i % m];
+  }
+  return rep;
+}
+
+// The plan that folds `fold`'s dimensions (its dp, by_place, cp,
+// cp_by_place, tp, tp_held and spans_nodes), with its representatives.
+FoldPlan plan_for(const collectives::MeshShape& shape, FoldPlan fold, const HardwareProfile& profile) {
   FoldPlan plan;
-  plan.dp = dp;
-  plan.tp = tp;
-  plan.spans_nodes = spans_nodes;
-  plan.by_place = dp && by_place;
-  if (!plan.dp && !plan.tp) return plan;
+  plan.dp = fold.dp;
+  plan.tp = fold.tp;
+  plan.cp = fold.cp;
+  plan.spans_nodes = fold.spans_nodes;
+  plan.by_place = fold.dp && fold.by_place;
+  plan.cp_by_place = fold.cp && fold.cp_by_place;
+  plan.tp_held = fold.tp_held;
+  if (!plan.dp && !plan.tp && !plan.cp) return plan;
   const collectives::DeviceMesh mesh(shape);
   plan.representative.resize(size_t(mesh.size()));
-  // By place: every dp group's member at position i is played by the one at
-  // position i mod m, m its members on its first node (spread: same places
-  // on every node), so a member and its representative differ by whole
-  // nodes only.
-  std::vector<int> place_rep;
-  if (plan.by_place) {
-    place_rep.resize(size_t(mesh.size()));
-    for (const auto& group : mesh.all_group_ranks("dp")) {
-      size_t m = 0;
-      while (m < group.size() && profile->node_of(group[m]) == profile->node_of(group.front())) ++m;
-      for (size_t i = 0; i < group.size(); ++i) place_rep[size_t(group[i])] = group[i % m];
-    }
-  }
+  const std::vector<int> dp_place = plan.by_place ? by_place(mesh, profile, "dp") : std::vector<int>{};
+  const std::vector<int> cp_place = plan.cp_by_place ? by_place(mesh, profile, "cp") : std::vector<int>{};
   for (int r = 0; r < mesh.size(); ++r) {
     collectives::Coords c = mesh.coords(r);
     if (plan.tp) c.tp = 0;
     if (plan.dp && !plan.by_place) c.dp = c.ep = c.edp = 0;
-    const int rep = mesh.rank(c);
-    plan.representative[size_t(r)] = plan.by_place ? place_rep[size_t(rep)] : rep;
+    if (plan.cp && !plan.cp_by_place) c.cp = 0;
+    int rep = mesh.rank(c);
+    // Each by-place map moves only its own coordinate, so they compose.
+    if (plan.cp_by_place) rep = cp_place[size_t(rep)];
+    if (plan.by_place) rep = dp_place[size_t(rep)];
+    plan.representative[size_t(r)] = rep;
   }
   return plan;
 }
@@ -100,16 +118,33 @@ FoldPlan fold_plan(const FoldInput& in, const HardwareProfile& profile) {
   Spread dp_spread = m.dp > 1 ? spread(mesh, profile, "dp") : Spread::kUniform;
   if (m.ep > 1)
     for (const char* dim : {"ep", "edp"}) dp_spread = std::max(dp_spread, spread(mesh, profile, dim));
-  const bool dp = m.dp > 1 && !in.uneven_chunks && (m.ep == 1 || in.uniform_experts) &&
-                  dp_spread != Spread::kAsymmetric;
-  const bool tp = m.tp > 1 && !in.moe && spread(mesh, profile, "tp") == Spread::kUniform;
-  return plan_for(m, dp, tp, dp && dp_spread == Spread::kPlaces, false, &profile);
+  const Spread cp_spread = m.cp > 1 ? spread(mesh, profile, "cp") : Spread::kUniform;
+  FoldPlan want;
+  want.dp = m.dp > 1 && !in.uneven_chunks && (m.ep == 1 || in.uniform_experts) && dp_spread != Spread::kAsymmetric;
+  want.tp = m.tp > 1 && !in.moe && spread(mesh, profile, "tp") == Spread::kUniform;
+  // The cp ranks share the gradients' cp-dp group (and its ZeRO chunks) with dp.
+  want.cp = m.cp > 1 && !in.uneven_chunks && !in.moe && !in.cp_gathers && cp_spread != Spread::kAsymmetric;
+  want.cp_by_place = cp_spread == Spread::kPlaces;
+  want.spans_nodes = want.dp && dp_spread == Spread::kPlaces;
+  return plan_for(m, want, profile);
 }
 
 FoldPlan weaker(const FoldPlan& plan, const collectives::MeshShape& mesh, const HardwareProfile& profile) {
-  if (plan.dp && plan.spans_nodes && !plan.by_place)
-    return plan_for(mesh, true, plan.tp, true, true, &profile);
-  return plan_for(mesh, false, plan.dp && plan.tp, false, false, &profile);
+  FoldPlan next = plan;
+  if (plan.dp && plan.spans_nodes && !plan.by_place) {
+    next.by_place = true;
+  } else if (plan.cp && plan.tp) {  // tp peers first (cp's ring is checked before the run)
+    next.tp = false;
+    next.tp_held = true;
+  } else if (plan.cp) {  // then cp, with tp as it was
+    next.cp = false;
+    next.tp = plan.tp_held;
+    next.tp_held = false;
+  } else {
+    next.tp = plan.dp && plan.tp;
+    next.dp = next.spans_nodes = next.by_place = false;
+  }
+  return plan_for(mesh, next, profile);
 }
 
 }  // namespace shardlab::engine

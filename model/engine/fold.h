@@ -19,10 +19,23 @@
 //     weights, not in rows, so the all-to-alls have equal blocks);
 //   tensor parallelism is folded (every tp rank by tp rank 0) for dense
 //     models (the MoE router and experts are left unfolded);
-//   the cp ranks are not folded (their rings' point-to-point transfers
-//     are not replayed for folded members); tp and dp fold under context
-//     parallelism as without it, each cp rank keeping a thread (the
-//     gradients' cp-dp group then has one representative per cp rank);
+//   context parallelism's ranks are folded (every cp rank played by cp
+//     rank 0) for dense models under the ring (--cp-comm ring) when no
+//     ZeRO chunk is uneven: the load-balanced split (chunks i and 2cp-1-i)
+//     gives every cp rank the same chunk-pair kernels in the same order
+//     (cp_attention.h), so the ranks differ in which tokens only. Their
+//     groups' links must be uniform as dp's (below); a cp group over
+//     several nodes with several members on each folds by place at once
+//     (its ring's hops inside and between nodes differ by position: cp 4
+//     on two nodes sends over NVLink from cp ranks 0 and 2, over the NIC
+//     from 1 and 3). The ring's point-to-point transfers are not
+//     collectives: the representative sends its own block (booking its
+//     egress as the unfolded run) and hands the same message to the
+//     running receivers of the members it plays (CpAttention::fold,
+//     Device::isend_folded); before the first transfer every device checks
+//     that each rank it plays sends and receives over its own links, from
+//     a predecessor played by the same device as its own predecessor, and
+//     fails with a FoldingError otherwise;
 //   a dimension is folded only when its groups' links are uniform: all
 //     members in one node, each member on a node of its own, or the same
 //     local GPUs on each of several nodes (a dp group of 16 nodes x 8 GPUs:
@@ -49,7 +62,15 @@
 namespace shardlab::engine {
 
 struct FoldPlan {
-  bool dp = false, tp = false;
+  bool dp = false, tp = false, cp = false;
+  // cp groups span several nodes with several members on each: each cp
+  // rank is played by the member at its local place on its group's first
+  // node (cp rank i by cp rank i mod m, m members a node).
+  bool cp_by_place = false;
+  // weaker() dropped tp before cp (tp peers' collectives can end apart where
+  // dp's and cp's do not, as the 405B rows' direct all-gathers over tp-cp-dp
+  // do); dropping cp then folds tp again.
+  bool tp_held = false;
   // dp groups span several nodes with several members on each: a full dp
   // fold may meet members whose collectives end apart (their first sends
   // go over other links), so weaker() then folds dp by place: each member
@@ -72,14 +93,19 @@ struct FoldInput {
   // Expert parallelism whose ranks provably run alike: a phantom run with
   // uniform routing that gives every expert the same rows (ParallelPlan).
   bool uniform_experts = false;
+  // --cp-comm allgather: each cp rank takes the gathered blocks in rank
+  // order, so it meets its diagonal chunk pairs at another place than its
+  // peers (the same kernels in another order): its cp ranks are not folded.
+  bool cp_gathers = false;
 };
 
 // The plan for `input` on `profile` (nodes from the profile).
 FoldPlan fold_plan(const FoldInput& input, const HardwareProfile& profile);
 
-// The next plan to try when `plan` met an asymmetric collective
-// (FoldingError): dp by place (when its groups span nodes), without dp
-// folding, then without any.
+// The next plan to try when `plan` met an asymmetric collective or ring
+// (FoldingError): dp by place (when its groups span nodes); with cp folded,
+// without tp, then without cp (tp folded again); then without dp, then
+// without any.
 FoldPlan weaker(const FoldPlan& plan, const collectives::MeshShape& mesh, const HardwareProfile& profile);
 
 }  // namespace shardlab::engine

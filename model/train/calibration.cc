@@ -315,8 +315,9 @@ double paper_flops_per_step(const TrainOptions& o) {
   return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
 }
 
-PredictedRun predict(const PublishedRun& row, const HardwareProfile& profile) {
+PredictedRun predict(const PublishedRun& row, const HardwareProfile& profile, bool fold) {
   PredictedRun r{row, published_run_options(row)};
+  r.options.fold = fold;
   HardwareProfile p = profile;
   p.nodes = (row.gpus + p.devices_per_node - 1) / p.devices_per_node;
   ClusterOptions c;

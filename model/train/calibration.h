@@ -171,8 +171,9 @@ struct PredictedRun {
   double wall_s = 0;          // host seconds of the phantom step
 };
 
-// Runs `row` in phantom on `profile` (its nodes set to fit the row).
-PredictedRun predict(const PublishedRun& row, const HardwareProfile& profile);
+// Runs `row` in phantom on `profile` (its nodes set to fit the row); `fold`
+// false: every rank on a thread (TrainOptions::fold; the same figures).
+PredictedRun predict(const PublishedRun& row, const HardwareProfile& profile, bool fold = true);
 
 // README's row for a prediction (tests/model/train/calibration_test.cc and
 // heldout_test.cc pin README's tables with it). A row published in TFLOP/s:

@@ -104,6 +104,7 @@ void DeviceSetup::make_model(const DeviceProgram& p, Device& dev) {
   if (par.cp > 1) {
     cp_attention = std::make_unique<parallel::CpAttention>(
         ctx.group("cp"), par.cp_comm, coords.tp, parallel::fused_attention(par.attention, o.model.is_llama()));
+    cp_attention->fold(dev, ctx.mesh());  // a folded run: the ring's sends for the members this device plays
     so.attention = cp_attention.get();
     so.cp = par.cp;
     so.cp_rank = coords.cp;

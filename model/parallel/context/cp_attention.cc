@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <span>
 #include <utility>
 
 #include <fmt/format.h>
@@ -103,11 +104,50 @@ Stream& CpAttention::ring(const LayerContext& c) const {
   return *ring_;
 }
 
+namespace {
+
+// A member's neighbours on its cp ring.
+struct RingPlace {
+  int prev, me, next;
+};
+RingPlace ring_place(std::span<const int> members, int index) {
+  const int n = int(members.size());
+  return {members[size_t((index + n - 1) % n)], members[size_t(index)], members[size_t((index + 1) % n)]};
+}
+
+}  // namespace
+
+void CpAttention::fold(const Device& dev, const collectives::DeviceMesh& mesh) {
+  deliveries_.clear();
+  fold_sends_ = false;
+  if (comm_ != CpComm::kRing || !dev.folding()) return;
+  const RingPlace mine = ring_place(cp_.members(), cp_.rank());
+  const Link sends = dev.link(mine.me, mine.next), receives = dev.link(mine.prev, mine.me);
+  for (int m = 0; m < mesh.size(); ++m) {
+    if (dev.representative(m) != dev.rank()) continue;
+    const std::vector<int> group = mesh.group_ranks(m, "cp");
+    const RingPlace its = ring_place(group, mesh.group_index(m, "cp"));
+    if (dev.link(its.me, its.next) != sends || dev.link(its.prev, its.me) != receives ||
+        dev.representative(its.prev) != dev.representative(mine.prev))
+      throw FoldingError(fmt::format(
+          "folding: the cp ring of device {} (from {}, to {}) is not its representative {}'s (from {}, to {}): "
+          "other links or another sender",
+          m, its.prev, its.next, dev.rank(), mine.prev, mine.next));
+    if (!dev.folded(its.next)) deliveries_.push_back({m, its.next});
+  }
+  fold_sends_ = dev.folded(mine.next) || deliveries_.size() > 1;
+}
+
 void CpAttention::send_next(const float* data, int64_t n, Tag t, const LayerContext& c) const {
   const int next = cp_.members()[size_t((cp_.rank() + 1) % cp_.size())];
   const uint64_t bytes = uint64_t(n) * uint64_t(c.ex.elem);
-  c.dev->isend(ring(c), next, t,
-               {reinterpret_cast<const std::byte*>(data), data ? size_t(n) * sizeof(float) : 0}, bytes);
+  if (fold_sends_) {
+    SHARDLAB_CHECK(data == nullptr, "cp ring: folded sends carry no data (phantom runs only)");
+    c.dev->isend_folded(ring(c), next, t, bytes, deliveries_);
+  } else {
+    c.dev->isend(ring(c), next, t,
+                 {reinterpret_cast<const std::byte*>(data), data ? size_t(n) * sizeof(float) : 0}, bytes);
+  }
   sent_bytes_ += bytes;
 }
 

@@ -44,13 +44,25 @@
 // the ring holds two K/V blocks (four with dK/dV in backward), which shrink
 // as 1/cp; the all-gather every rank's, the whole sequence's K/V at any cp.
 //
+// Folding (model/engine/fold.h). In a phantom run whose cp ranks fold, a
+// ring transfer whose receiver is folded is not posted to it: the
+// representative books its own send as the unfolded run does and hands
+// the same message to the running devices whose predecessor on their ring
+// is a member it plays (Device::isend_folded), as if that member had sent
+// it. That is exact when every member it plays sends over the link this
+// device sends over, receives over the link it receives over, from a
+// member played by the same device as its own predecessor: fold() checks
+// that before the run and throws FoldingError otherwise.
+//
 // Thread safety: one instance per device thread (the buffers are scratch).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "collectives/group.h"
+#include "collectives/mesh.h"
 #include "model/parallel/attention_core.h"
 #include "model/parallel/context/block_attention.h"
 #include "model/parallel/context/cp_comm.h"
@@ -70,6 +82,11 @@ class CpAttention final : public AttentionCore {
                const LayerContext& c) const override;
   void backward(float* dqkv, const float* datty, const float* qkv, const float* atty,
                 const float* att, const ShardDims& d, const LayerContext& c) const override;
+
+  // A folded phantom run (dev.folding()): checks that every rank `dev`
+  // plays runs its ring as `dev` does (mesh: the run's; its cp groups) and
+  // plans where this device's ring sends go. Throws FoldingError if not.
+  void fold(const Device& dev, const collectives::DeviceMesh& mesh);
 
   Time exposed() const { return exposed_; }
   uint64_t sent_bytes() const { return sent_bytes_; }  // modeled bytes of the ring's sends
@@ -106,6 +123,9 @@ class CpAttention final : public AttentionCore {
   CpComm comm_;
   int tp_rank_ = 0;
   bool fused_ = false;
+  // fold(): whether this device's ring sends go by isend_folded, and where.
+  bool fold_sends_ = false;
+  std::vector<Device::Delivery> deliveries_;
   mutable std::unique_ptr<Stream> ring_;
   mutable Buf<float> kv_, kv_next_, dkv_, dkv_in_, acc_, m_, l_, delta_, all_kv_, all_dkv_;
   mutable uint64_t call_ = 0;  // forward and backward calls so far (the same on every cp rank)

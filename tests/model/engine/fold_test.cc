@@ -33,13 +33,40 @@ TEST(FoldPlan, FoldsOnlyWhatIsProvablySymmetric) {
   EXPECT_TRUE(plan.tp);
   in.moe = true;  // MoE: tp peers are not folded
   EXPECT_FALSE(fold_plan(in, p).tp);
-  // Context parallelism: tp and dp fold, each cp rank keeps a thread (the
-  // ring's transfers are not replayed for folded members).
+  // Context parallelism: the cp ranks fold with tp and dp (one node: the
+  // ring's hops are all NVLink), except for MoE models and uneven ZeRO chunks
+  // (the gradients' cp-dp group holds the chunks).
   in = {.mesh = {.tp = 2, .cp = 2, .dp = 2}};
   plan = fold_plan(in, p);
-  EXPECT_TRUE(plan.dp);
-  EXPECT_TRUE(plan.tp);
+  EXPECT_TRUE(plan.dp && plan.tp && plan.cp);
+  EXPECT_FALSE(plan.cp_by_place);
+  EXPECT_EQ(plan.running(), 1);
+  EXPECT_EQ(plan.describe(), "dp, cp and tp folded: 1 of 8 devices run, each folded device reports its "
+                             "representative's figures");
+  in.uneven_chunks = true;
+  EXPECT_FALSE(fold_plan(in, p).cp);
+  in.uneven_chunks = false;
+  in.cp_gathers = true;  // --cp-comm allgather: the same kernels in another order
+  EXPECT_FALSE(fold_plan(in, p).cp);
+  in.cp_gathers = false;
+  in.moe = true;
+  EXPECT_FALSE(fold_plan(in, p).cp);
+}
+
+// A cp group over two nodes with two members on each (tp 4 x cp 4 on nodes
+// of 8: cp group {0, 4, 8, 12}) folds by place: cp rank i is played by cp
+// rank i mod 2 (its ring sends over NVLink from cp ranks 0 and 2, over the
+// NIC from 1 and 3). One member per node (tp 8 x cp 2) folds fully.
+TEST(FoldPlan, CpOverNodesFoldsByPlace) {
+  HardwareProfile p = load_profile("a100-nvlink");
+  p.nodes = 2;
+  const FoldPlan plan = fold_plan({.mesh = {.tp = 4, .cp = 4}}, p);
+  EXPECT_TRUE(plan.cp && plan.cp_by_place && plan.tp);
   EXPECT_EQ(plan.running(), 2);
+  for (int r = 0; r < 16; ++r) EXPECT_EQ(plan.representative[size_t(r)], r / 4 % 2 * 4) << r;
+  const FoldPlan full = fold_plan({.mesh = {.tp = 8, .cp = 2}}, p);
+  EXPECT_TRUE(full.cp && !full.cp_by_place);
+  EXPECT_EQ(full.running(), 1);
 }
 
 // Expert parallelism keeps the dp replicas apart (serving's replica: dp = ep).
@@ -101,6 +128,31 @@ TEST(FoldPlan, WeakerDropsDpThenEverything) {
   EXPECT_EQ(tp_only.running(), 2);
   EXPECT_TRUE(weaker(tp_only, mesh, p).representative.empty());
   EXPECT_EQ(weaker(tp_only, mesh, p).describe(), "nothing folded");
+}
+
+// With cp folded (FoldingError from a ring or a collective): without tp
+// first (tp peers' collectives may end apart where dp's and cp's do not),
+// then without cp (tp folded again), then as without cp.
+TEST(FoldPlan, WeakerDropsTpThenCp) {
+  HardwareProfile p = load_profile("a100-nvlink");
+  const collectives::MeshShape mesh{.tp = 2, .cp = 2, .dp = 2};
+  const FoldPlan all = fold_plan({.mesh = mesh}, p);
+  ASSERT_TRUE(all.dp && all.tp && all.cp);
+  const FoldPlan no_tp = weaker(all, mesh, p);
+  EXPECT_TRUE(no_tp.dp && no_tp.cp && !no_tp.tp);
+  EXPECT_EQ(no_tp.running(), 2);  // one per tp rank
+  const FoldPlan no_cp = weaker(no_tp, mesh, p);
+  EXPECT_TRUE(no_cp.dp && no_cp.tp && !no_cp.cp);
+  EXPECT_EQ(no_cp.running(), 2);  // one per cp rank
+  const FoldPlan tp_only = weaker(no_cp, mesh, p);
+  EXPECT_TRUE(tp_only.tp && !tp_only.dp && !tp_only.cp);
+  EXPECT_EQ(tp_only.running(), 4);
+  EXPECT_TRUE(weaker(tp_only, mesh, p).representative.empty());
+  // Without tp to drop, cp goes first.
+  const collectives::MeshShape cp_dp{.cp = 2, .dp = 2};
+  const FoldPlan dp_only = weaker(fold_plan({.mesh = cp_dp}, p), cp_dp, p);
+  EXPECT_TRUE(dp_only.dp && !dp_only.cp && !dp_only.tp);
+  EXPECT_EQ(dp_only.running(), 2);
 }
 
 }  // namespace

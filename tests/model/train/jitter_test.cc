@@ -5,49 +5,22 @@
 // whose host order varies most: DP buckets overlapping backward, pipeline
 // point-to-point, expert-parallel all-to-alls and ZeRO-2's reduce-scatter and
 // all-gather.
-#include <atomic>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <functional>
-#include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 
-#include "runtime/fabric.h"
 #include "tests/model/train/train_test_util.h"
 
 namespace shardlab::train {
 namespace {
 
+using testing::RandomSleeps;
 using testing::run;
 using testing::small_options;
-
-// Sleeps 0-150 us on one send or receive in four, from a per-rank RNG.
-class RandomSleeps : public FabricHooks {
- public:
-  explicit RandomSleeps(uint64_t seed) : seed_(seed) {}
-  void on_send(int src, int, Tag) override { nap(src); }
-  void on_recv(int dst, int, Tag) override { nap(dst); }
-  int64_t naps() const { return naps_.load(); }
-
- private:
-  void nap(int rank) {
-    thread_local std::mt19937_64 rng;
-    thread_local uint64_t seeded_for = ~0ull;
-    const uint64_t key = seed_ * 131 + uint64_t(rank);
-    if (seeded_for != key) rng.seed(key), seeded_for = key;
-    const uint64_t x = rng();
-    if (x % 4 != 0) return;
-    ++naps_;
-    std::this_thread::sleep_for(std::chrono::microseconds((x >> 8) % 150));
-  }
-  uint64_t seed_;
-  std::atomic<int64_t> naps_{0};
-};
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;

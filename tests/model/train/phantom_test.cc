@@ -34,7 +34,7 @@ struct Config {
 
 void PrintTo(const Config& c, std::ostream* os) { *os << c.name; }
 
-TrainResult run_on(const Config& c, bool phantom, bool fold = true) {
+TrainResult run_on(const Config& c, bool phantom, bool fold = true, FabricHooks* hooks = nullptr) {
   TrainOptions o = c.options;
   o.phantom = phantom;
   o.fold = fold;
@@ -43,6 +43,7 @@ TrainResult run_on(const Config& c, bool phantom, bool fold = true) {
   ClusterOptions co;
   co.precision = c.precision;
   co.world_size = o.parallel.world();
+  co.hooks = hooks;
   Cluster cluster(p, co);
   return train(cluster, o);
 }
@@ -238,18 +239,87 @@ std::vector<Config> fold_configs() {
         c.options.parallel.zero = 1;
         c.precision = Precision::kBf16;
       }),
-      // Context parallelism: tp and dp fold, the cp ranks each keep a thread
-      // (the K/V ring between them runs as in the unfolded run).
+      // Context parallelism: the cp ranks fold with tp and dp; the
+      // representative's ring sends stand for its members' (cp_attention.h).
       make("cp2_tp2_sp_dp2_zero1", 2, 1, 2, 1, [](Config& c) {
         c.options.parallel.cp = 2;
         c.options.parallel.sp = true;
         c.options.parallel.zero = 1;
-        c.running = 2;
+        c.running = 1;
       }),
       make("cp4_dp2_pp2_ring", 1, 2, 2, 2, [](Config& c) {
         c.options.parallel.cp = 4;
         c.nodes = 2;  // a stage per node
-        c.running = 8;
+        c.running = 2;
+      }),
+      make("cp2", 1, 1, 1, 1, [](Config& c) {
+        c.options.parallel.cp = 2;
+        c.running = 1;
+      }),
+      make("cp2_dp2", 1, 1, 2, 1, [](Config& c) {
+        c.options.parallel.cp = 2;
+        c.running = 1;
+      }),
+      make("cp2_tp2_pp2", 2, 2, 1, 2, [](Config& c) {
+        c.options.parallel.cp = 2;
+        c.running = 2;  // a thread per stage
+      }),
+      make("cp2_dp2_zero1_overlap_param_gather_bf16", 1, 1, 2, 2, [](Config& c) {
+        c.options.parallel.cp = 2;
+        c.options.parallel.zero = 1;
+        c.options.parallel.overlap_param_gather = true;
+        c.options.parallel.bucket_mb = 0.02;
+        c.precision = Precision::kBf16;
+        c.running = 1;
+      }),
+      // The all-gather variant: its ranks take the blocks in rank order
+      // (cp_attention_test.cc), so cp stays unfolded; dp folds.
+      make("cp2_dp2_allgather", 1, 1, 2, 1, [](Config& c) {
+        c.options.parallel.cp = 2;
+        c.options.parallel.cp_comm = parallel::CpComm::kAllGather;
+        c.running = 2;
+      }),
+      // cp over two nodes, two members on each (tp 4 x cp 4: cp group
+      // {0, 4, 8, 12}): the ring's hops 0->1 and 2->3 are NVLink, 1->2 and
+      // 3->0 the NIC, so cp folds by place: cp ranks 0 and 1 run, cp rank 1
+      // sends on behalf of cp rank 3 to cp rank 0.
+      make("cp4_tp4_sp_two_nodes_by_place", 4, 1, 1, 2, [](Config& c) {
+        c.options.parallel.cp = 4;
+        c.options.parallel.sp = true;
+        c.nodes = 2;
+        c.running = 2;
+      }),
+      // One cp member per node (tp 8 fills it, as the 405B rows): every hop
+      // crosses the NIC, which the dp reduce-scatter shares: one thread.
+      make("cp2_tp8_dp2_zero1_nodes4", 8, 1, 2, 2, [](Config& c) {
+        c.options.model.n_head = 8;
+        c.options.parallel.cp = 2;
+        c.options.parallel.zero = 1;
+        c.options.parallel.bucket_mb = 0.01;
+        c.nodes = 4;
+        c.running = 1;
+      }),
+      // A PCIe box (a100-pcie-8): the ring 0..7 crosses the sockets' 16 GB/s
+      // link at 3->4 and 7->0, its other hops run at 32 GB/s, so cp rank 1
+      // would receive faster than its representative: the ring check refuses
+      // (FoldingError; the gradients' all-reduce over the PCIe tree would
+      // too) and the run falls back, unfolded, to the same figures.
+      make("cp8_pcie_sockets_unfolded", 1, 1, 1, 1, [](Config& c) {
+        c.options.parallel.cp = 8;
+        c.profile = "a100-pcie-8";
+        c.folds = false;
+      }),
+      // Meta's Clos (h100-roce: two nodes per rack): cp 4 over nodes 0..3
+      // crosses racks at 1->2 and 3->0 (one switch tier more: +1 us), so cp
+      // ranks 1 and 3 would send later than cp rank 0: the ring check
+      // refuses cp and the run keeps tp folded (a thread per cp rank).
+      make("cp4_tp8_roce_across_racks", 8, 1, 1, 1, [](Config& c) {
+        c.options.model.n_head = 8;
+        c.options.parallel.cp = 4;
+        c.profile = "h100-roce";
+        c.precision = Precision::kBf16;
+        c.nodes = 4;
+        c.running = 4;
       }),
       // Groups over several nodes with several members on each (fold.h):
       // dp 8 x tp 2 puts devices 0, 2, 4, 6 of two nodes in each dp group.
@@ -351,6 +421,22 @@ TEST(FoldingChangesNothing, ZeroFoldsDpWithPaddedBuckets) {
   const TrainResult tp_only = run_on(fsdp, true);
   EXPECT_EQ(tp_only.running_devices, 3) << tp_only.folded;  // one per dp rank
   expect_same_devices(run_on(fsdp, true, /*fold=*/false), tp_only);
+}
+
+// A folded cp ring under host jitter (host order of its hand-offs changes,
+// its figures do not): cp by place over two nodes (two
+// threads hand each other the messages of the members they play) and cp x
+// dp x pp (a thread per stage, each sending to itself), as unfolded.
+TEST(FoldingChangesNothing, CpRingUnderHostJitter) {
+  for (const Config& c : fold_configs()) {
+    if (c.name != "cp4_tp4_sp_two_nodes_by_place" && c.name != "cp4_dp2_pp2_ring") continue;
+    SCOPED_TRACE(c.name);
+    testing::RandomSleeps naps(7);
+    const TrainResult shaken = run_on(c, true, /*fold=*/true, &naps);
+    EXPECT_GT(naps.naps(), 0);
+    EXPECT_EQ(shaken.running_devices, c.running) << shaken.folded;
+    expect_same_devices(run_on(c, true, /*fold=*/false), shaken);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Phantom, FoldingChangesNothing, ::testing::ValuesIn(fold_configs()),

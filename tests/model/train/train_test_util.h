@@ -3,9 +3,13 @@
 
 #include <numeric>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -14,6 +18,7 @@
 #include "model/params.h"
 #include "model/train/trainer.h"
 #include "runtime/cluster.h"
+#include "runtime/fabric.h"
 #include "runtime/profile.h"
 
 namespace shardlab::train::testing {
@@ -99,6 +104,30 @@ inline void expect_same_device_times(const RunResult& x, const RunResult& y, con
     EXPECT_EQ(a.peak_bytes, b.peak_bytes) << what << " device " << d;
   }
 }
+
+// Host jitter: sleeps 0-150 us on one send or receive in four, from a
+// per-rank RNG (the run's figures must not move).
+class RandomSleeps final : public FabricHooks {
+ public:
+  explicit RandomSleeps(uint64_t seed) : seed_(seed) {}
+  void on_send(int src, int, Tag) override { nap(src); }
+  void on_recv(int dst, int, Tag) override { nap(dst); }
+  int64_t naps() const { return naps_.load(); }
+
+ private:
+  void nap(int rank) {
+    thread_local std::mt19937_64 rng;
+    thread_local uint64_t seeded_for = ~0ull;
+    const uint64_t key = seed_ * 131 + uint64_t(rank);
+    if (seeded_for != key) rng.seed(key), seeded_for = key;
+    const uint64_t x = rng();
+    if (x % 4 != 0) return;
+    ++naps_;
+    std::this_thread::sleep_for(std::chrono::microseconds((x >> 8) % 150));
+  }
+  uint64_t seed_;
+  std::atomic<int64_t> naps_{0};
+};
 
 // sqrt(sum x^2) in double, in flat order.
 inline double l2_norm(const std::vector<float>& x) {

@@ -10,8 +10,10 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "collectives/group.h"
@@ -161,6 +163,45 @@ TEST(CpAttentionCost, EveryChunkPairOnceAndTheRingBytes) {
   }
   std::printf("cp %d ring: %d pairs per pass (2 diagonal), %llu B sent per rank, K/V exposed %.3f us on rank 0\n", cp,
               2 * cp + 1, (unsigned long long)out[0].sent, to_us(out[0].exposed));
+}
+
+// What lets the cp ranks of a phantom run fold (model/engine/fold.h): with
+// chunks r and 2cp-1-r every rank charges the same kernels, and under the
+// ring in the same order (its own block first: one full pair between two
+// diagonal ones; every other block two full pairs, (my chunk, its chunk)
+// (0,0),(1,0) for an earlier rank's block, (1,0),(1,1) for a later one's:
+// the same costs), and sends the same bytes. Exact: names, classes, FLOPs
+// and bytes. The all-gather takes the blocks in rank order, so rank r meets
+// its diagonal pairs at block r: the same kernels in another order, which
+// can end elsewhere where they overlap other streams' collectives (SM
+// contention): its cp ranks are not folded.
+TEST(CpAttentionCost, EveryRankChargesTheSameKernels) {
+  using Op = std::tuple<std::string, int, double, double>;
+  const auto ops = [](const RankOut& o) {
+    std::vector<Op> v;
+    for (const auto& [name, cost] : o.ops) v.emplace_back(name, int(cost.op_class), cost.flops, cost.bytes);
+    return v;
+  };
+  for (const CpComm comm : {CpComm::kRing, CpComm::kAllGather})
+    for (const int cp : {2, 4, 8}) {
+      const std::vector<RankOut> out = run_cp(cp, comm, random_values(size_t(kB * kT * 3 * kC), 3),
+                                              random_values(size_t(kB * kT * kC), 4));
+      const std::vector<Op> first = ops(out[0]);
+      for (int r = 1; r < cp; ++r) {
+        SCOPED_TRACE(fmt::format("{} cp {} rank {}", cp_comm_name(comm), cp, r));
+        std::vector<Op> mine = ops(out[size_t(r)]);
+        EXPECT_EQ(out[size_t(r)].sent, out[0].sent);
+        if (comm == CpComm::kRing) {
+          EXPECT_EQ(mine, first);
+          continue;
+        }
+        EXPECT_NE(mine, first);
+        std::vector<Op> sorted_first = first;
+        std::sort(mine.begin(), mine.end());
+        std::sort(sorted_first.begin(), sorted_first.end());
+        EXPECT_EQ(mine, sorted_first);
+      }
+    }
 }
 
 // One off-diagonal chunk pair on an H100 (bf16), by hand: len = keys =
