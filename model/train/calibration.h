@@ -153,8 +153,9 @@ const std::vector<PublishedRun>& megatron_bridge2511_h100_fp8();
 // 405B (128 GPUs, TP 4, PP 8, CP 2, VP 8, GBS 64), each run as its recipe
 // sets it (calibration.cc). b200-nvlink's FP8 GEMM maximum is fitted to
 // these two rows (runtime/profile_builtin.cc kB200Fp8GemmMax);
-// tests/model/train/h100_calibration_test.cc runs the 8B row, the 405B
-// row's 128 unfolded threads are left to bench_phantom --table bridge-b200.
+// tests/model/train/h100_calibration_test.cc runs both (the 405B row's cp
+// ranks do not fold: 128 device threads, ~10 s of wall time), and so does
+// bench_phantom --table bridge-b200, with wall time and threads.
 // No BF16 B200 row of a dense model is published (25.09's DGX-B200 table,
 // without a precision column, holds the same FP8 runs: its parenthesized
 // figures are MXFP8's, as its footnote says).
