@@ -20,12 +20,13 @@
 //     (prints a digest of every device's virtual figures, to compare two builds)
 //     (--layers and --micro-batches shrink a scale run into a sibling that
 //     runs in seconds, for profiling; --no-fold runs every rank on a thread)
-//   build/bin/bench_phantom --table nemo|bridge|llama3 [--profile NAME|FILE.json] [--rows N] [--no-fold]
-//     NVIDIA's NeMo 24.07 DGX-H100 FP8 rows, or Dubey et al. 2024 Table 4
-//     (Llama 3 405B, held out), on h100-nvlink unless --profile says
-//     otherwise (a FILE.json with another GEMM maximum: the fit of
-//     h100-nvlink's FP8 GEMM maximum, README "Calibration against a real
-//     cluster").
+//   build/bin/bench_phantom --table nemo|bridge|bridge-b200|llama3 [--profile NAME|FILE.json] [--rows N] [--no-fold]
+//     NVIDIA's NeMo 24.07 DGX-H100 FP8 rows, Megatron-Bridge 25.11's
+//     DGX-H100 FP8 rows (held out) or Dubey et al. 2024 Table 4 (Llama 3
+//     405B, BF16) on h100-nvlink, Megatron-Bridge 25.11's DGX-B200 FP8 rows
+//     (bridge-b200) on b200-nvlink, unless --profile says otherwise (a
+//     FILE.json with another GEMM maximum: the fits of the FP8 GEMM maxima,
+//     README "Calibration against a real cluster").
 #include <fmt/format.h>
 #include <sys/resource.h>
 
@@ -179,23 +180,26 @@ int run(int argc, char** argv) {
     if (i + 1 >= argc ||
         (std::strcmp(argv[i], "--profile") && std::strcmp(argv[i], "--rows") && std::strcmp(argv[i], "--table")))
       throw ConfigError(
-          fmt::format("unknown argument \"{}\" (--profile NAME|FILE.json, --rows N, --table nemo|bridge|llama3, --no-fold)",
+          fmt::format("unknown argument \"{}\" (--profile NAME|FILE.json, --rows N, --table nemo|bridge|bridge-b200|llama3, --no-fold)",
                       argv[i]));
     if (!std::strcmp(argv[i], "--profile")) profile = argv[i + 1];
     if (!std::strcmp(argv[i], "--rows")) rows = std::stoul(argv[i + 1]);
     if (!std::strcmp(argv[i], "--table")) table = argv[i + 1];
   }
   if (!table.empty()) {
-    if (table != "nemo" && table != "bridge" && table != "llama3")
-      throw ConfigError(fmt::format("--table \"{}\": expected nemo, bridge or llama3", table));
-    const HardwareProfile p = load_profile(profile.empty() ? "h100-nvlink" : profile);
+    if (table != "nemo" && table != "bridge" && table != "bridge-b200" && table != "llama3")
+      throw ConfigError(fmt::format("--table \"{}\": expected nemo, bridge, bridge-b200 or llama3", table));
+    const bool b200 = table == "bridge-b200";
+    const HardwareProfile p = load_profile(!profile.empty() ? profile : b200 ? "b200-nvlink" : "h100-nvlink");
     fmt::print("# {} on profile {} (phantom)\n",
                table == "nemo"     ? "NeMo 24.07, DGX-H100, FP8"
                : table == "bridge" ? "Megatron-Bridge 25.11, DGX-H100, FP8 (held out)"
+               : b200              ? "Megatron-Bridge 25.11, DGX-B200, FP8"
                                    : "Dubey et al. 2024 Table 4, Llama 3 405B, BF16",
                p.name);
     run_table(table == "nemo"     ? train::nemo2407_h100_fp8()
               : table == "bridge" ? train::megatron_bridge2511_h100_fp8()
+              : b200              ? train::megatron_bridge2511_b200()
                                   : train::dubey2024_table4(),
               p, rows, fold);
     return 0;

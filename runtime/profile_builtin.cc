@@ -43,8 +43,8 @@ namespace shardlab {
 //    bf16 and 4,500 FP8 dense TFLOP/s, 148 SMs, 8 TB/s HBM3e, 180 GB enabled per GPU
 //    (DGX B200: 1,440 GB for eight; 192 GB on the package), NVLink5 900 GB/s per
 //    direction. The FP8 GEMM maximum (kH100Fp8GemmMax) is the one number for FP8,
-//    fitted to H100 rows (kH100Bf16GemmMax the one for BF16); B200's GEMM maxima are
-//    H100's, uncalibrated.
+//    fitted to H100 rows (kH100Bf16GemmMax the one for BF16); B200's FP8 maximum is
+//    its own (kB200Fp8GemmMax, fitted to DGX-B200 rows), its bf16 one H100's.
 //  - NVLink packets: an NVLink3/4 packet carries at most 128 B of payload when the SMs
 //    store (NCCL's kernels) and 256 B from the copy engines (cudaMemcpy), with ~32 B
 //    of header and CRC: a 25 GB/s NVLink3 link gives ~20 GB/s to NCCL, 12 links
@@ -66,15 +66,33 @@ namespace shardlab {
 // published rates and the sequence-parallel gathers of the FP8 linears'
 // inputs in FP8 (Transformer Engine gathers them cast): 0.54 (1,069
 // TFLOP/s). Measured: mean |error| 4.8%, max 8.5% at 0.54 (4.7%, 9.0% once the
-// bf16 maximum was fitted to Llama 3's BF16 runs: the LM head stays BF16); 4.7%, 9.5% at
+// bf16 maximum was fitted to Llama 3's BF16 runs: the LM head stays BF16; 5.2%,
+// 9.0% with the gathers in the next forward; 5.3%, 8.8% with the gradients
+// reduced in bf16; 5.0%, 8.1% once the interleaved rows gather their first
+// two chunks as the schedule starts); 4.7%, 9.5% at
 // 0.53; 5.1%, 9.8% at 0.55 (0.52 puts GPT3-175B on 512 GPUs beyond -10%).
 // History: 0.70 (an assumption: cuBLASLt's large FP8 GEMMs reach 65-75% of
 // 1,979 TFLOP/s in short benchmarks), then 0.59 with the fused attention at
 // the GEMM maximum and no TP overlap (8.0%, max 20.2%), then 0.55 with the
 // gathers in BF16 (6.4%, max 11.0%). Like A100's bf16 0.70 it absorbs what
-// is not modeled (clocks under sustained FP8 load, host gaps). H200 and
-// B200 take it as it is (uncalibrated there).
+// is not modeled (clocks under sustained FP8 load, host gaps). H200 takes
+// it as it is (uncalibrated there).
 constexpr double kH100Fp8GemmMax = 0.54;
+// B200's FP8 GEMM maximum, fitted once to Megatron-Bridge's two DGX-B200
+// FP8 rows of the 25.11 container (model/train/calibration.h
+// megatron_bridge2511_b200: Llama 3 8B on 8 GPUs, Llama 3.1 405B on 128,
+// each run as its recipe sets it), the value of least mean |error| over
+// tokens/s: 0.47 (2,115 of 4,500 TFLOP/s at whole tiles and waves): mean
+// 0.8%, max 1.4% (8B -0.2%, 405B +1.4%); 0.46: 0.9%, 1.5%; 0.48: 2.1%,
+// 3.1%; 0.45: 2.5%, 2.8%; 0.49: 3.6%, 4.9% (0.47 too, 0.6%, before the
+// recipe's bf16 gradient reduction was modeled; 0.48, 0.7%, before the
+// interleaved schedule gathered its first two chunks as it starts); at
+// H100's 0.54 (taken before): +8.3% and +9.4%, the 405B row then without
+// those gathers. Below H100's 0.54, it absorbs more than the GEMMs:
+// B200's fused attention has no published cuDNN rates here and runs at
+// the GEMM model (0.60 of 2,250 TFLOP/s in BF16), and its bf16 maximum is
+// H100's (no BF16 B200 run of a dense model is published).
+constexpr double kB200Fp8GemmMax = 0.47;
 // BF16 GEMM maximum of the Hopper and Blackwell profiles, fitted once to
 // the three BF16 runs of Dubey et al. 2024 Table 4 (Llama 3 405B on 8,192
 // and 16,384 H100s, TP 8 x PP 16, the third with CP 16 at seq 131,072;
@@ -82,12 +100,14 @@ constexpr double kH100Fp8GemmMax = 0.54;
 // it): 0.60 (593 TFLOP/s), the value of least mean |error|: 1.5%, max 3.1%
 // (0.59: 1.7%, 2.3%; 0.61: 1.9%, 3.8%; 0.58: 2.3%, 3.3%; 0.62: 3.0%, 4.5%);
 // 2.2%, max 3.1% since the parameter all-gathers run in the next forward
-// (--overlap-param-gather) and the cp ring has a stream of its own, not
-// refitted.
+// (--overlap-param-gather) and the cp ring has a stream of its own; 2.4%,
+// max 5.2% since the interleaved schedule gathers its first two chunks as
+// it starts (Megatron's align_param_gather); not refitted.
 // 0.75 before (an assumption, FlashAttention-3's 740 TFLOP/s GEMM-like
 // share), which put these rows 13-20% too fast. Like A100's 0.70 it
 // absorbs what is not modeled (clocks under sustained load at 700 W,
-// host gaps). H200 and B200 take it as it is (uncalibrated there).
+// host gaps). H200 and B200 take it as it is (uncalibrated there: no
+// BF16 B200 run of a dense model is published).
 constexpr double kH100Bf16GemmMax = 0.60;
 
 const std::vector<HardwareProfile>& builtin_profiles() {
@@ -127,7 +147,7 @@ const std::vector<HardwareProfile>& builtin_profiles() {
     // H200: GH100's compute, so H100's attention figures (the kernel is compute-bound).
     const DeviceSpec h200 =
         attention(fp8(device(67.0, 989.0, 4800.0, 132, kH100Bf16GemmMax), 1979.0, kH100Fp8GemmMax, 141.0), cudnn_h100);
-    const DeviceSpec b200 = fp8(device(80.0, 2250.0, 8000.0, 148, kH100Bf16GemmMax), 4500.0, kH100Fp8GemmMax, 180.0);
+    const DeviceSpec b200 = fp8(device(80.0, 2250.0, 8000.0, 148, kH100Bf16GemmMax), 4500.0, kB200Fp8GemmMax, 180.0);
     // NCCL's network proxy posts each node-crossing send from a host CPU
     // thread; its tuning model prices a post at 2 us on AMD hosts and 1 us on
     // Intel ones (src/graph/tuning.cc getNetOverhead, LinkSpec::proxy_us).

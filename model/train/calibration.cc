@@ -165,7 +165,7 @@ const std::vector<PublishedRun>& dubey2024_table4() {
     r.cp = cp;
     r.zero = 1;
     r.causal_flops_halved = true;
-    r.empty_end_stages = true;
+    r.embedding_loss_in_split = true;
     r.grad_reduce_bf16 = false;  // gradients reduce-scattered in FP32 (the note above)
     r.memory_gib = 160;
     return r;
@@ -187,7 +187,10 @@ const std::vector<PublishedRun>& dubey2024_table4() {
 // gradient-accumulation fusion (the recipe turns it off under FSDP), no
 // recomputation; 70B with the distributed optimizer and TE's userbuffers TP
 // overlap (userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192); 405B likewise
-// with CP 2 (userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192). Their
+// with CP 2 (userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192) and the
+// embedding and the loss each a layer's slot in the pipeline split
+// (llama31_405b_pretrain_config's account_for_embedding_in_pipeline_split
+// and account_for_loss_in_pipeline_split; PublishedRun::embedding_loss_in_split). Their
 // model TFLOP/s count the causal attention at half (published TFLOP/s over
 // tokens/s), so the error is taken over tokens/s, as for the 24.07 rows.
 const std::vector<PublishedRun>& megatron_bridge2511_h100_fp8() {
@@ -204,7 +207,47 @@ const std::vector<PublishedRun>& megatron_bridge2511_h100_fp8() {
     fsdp.grad_accum_fusion = false;
     PublishedRun cp = row("LLAMA3.1_405B", "llama3-405b", 1024, 512, 8, 8, 8, 292, 737, true);
     cp.cp = 2;
+    cp.embedding_loss_in_split = true;
     return std::vector<PublishedRun>{fsdp, row("LLAMA3_70B", "llama3-70b", 64, 128, 4, 8, 5, 1602, 719, true), cp};
+  }();
+  return kRows;
+}
+
+// The same summary's DGX-B200 rows (25.11, FP8-CS), as Megatron-Bridge
+// v0.2.0 (the 25.11 container's) scripts/performance/configs/llama3 and
+// llama31 set them: set_llama3(1)_common_configs as above (seq 8192,
+// vocabulary 128256 padded, gradients reduced in bf16), TE's fused
+// cross-entropy (the llama recipes' cross_entropy_fusion_impl "te"),
+// the distributed optimizer with overlap_grad_reduce and
+// overlap_param_gather (_llama3_common), FP8 current scaling with no BF16
+// first and last layers (get_precision_config "fp8_cs"), no recomputation:
+//  - LLAMA3_8B_B200_FP8_CS_BASE_CONFIG: 8 GPUs, GBS 128, MBS 2, TP 1 (DP 8,
+//    8 micro-batches: the table's GA 8), no FSDP (so the gradient
+//    accumulation stays fused), CUDA graphs over the full iteration (not
+//    modeled: shardlab charges each kernel its 4 us launch, about 1% of
+//    this step);
+//  - LLAMA31_405B_B200_FP8_CS_BASE_CONFIG: 128 GPUs, GBS 64, TP 4, PP 8, CP
+//    2, VP 8 (DP 2, 32 micro-batches: GA 32), TE's userbuffers TP overlap
+//    (llama31_405b_pretrain_config's tp_comm_overlap,
+//    userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192), the embedding
+//    and the loss each a layer's slot in the pipeline split (its
+//    account_for_embedding_in_pipeline_split and
+//    account_for_loss_in_pipeline_split: 126 + 2 slots, 2 per chunk).
+// Published TFLOP/s count the causal attention at half; the error is over
+// tokens/s.
+const std::vector<PublishedRun>& megatron_bridge2511_b200() {
+  auto row = [](const char* name, const char* preset, int gpus, int batch, int mbs, int tp, int pp, int vp,
+                double tokens, double tflops) {
+    PublishedRun r = nemo(name, preset, gpus, batch, mbs, 8192, tp, pp, vp, tokens, tflops, 0, tp > 1, pp > 1);
+    r.causal_flops_halved = true;
+    r.fused_cross_entropy = true;
+    return r;
+  };
+  static const std::vector<PublishedRun> kRows = [&] {
+    PublishedRun cp = row("LLAMA3.1_405B", "llama3-405b", 128, 64, 1, 4, 8, 8, 661, 1667);
+    cp.cp = 2;
+    cp.embedding_loss_in_split = true;
+    return std::vector<PublishedRun>{row("LLAMA3_8B", "llama3-8b", 8, 128, 2, 1, 1, 1, 30624, 1576), cp};
   }();
   return kRows;
 }
@@ -261,11 +304,11 @@ static TrainOptions nemo_run_options(const PublishedRun& row) {
     p.vpp = row.vpp;
     if (p.vpp > 1) p.schedule = parallel::ScheduleKind::kInterleaved;
     p.overlap_p2p_comm = row.overlap_p2p_comm;
-    if (row.empty_end_stages) {
+    if (row.embedding_loss_in_split) {
       const int stages = row.pp * std::max(row.vpp, 1);
-      p.stage_layers = parallel::balanced_stage_layers(o.model.n_layer, stages - 2);
-      p.stage_layers.insert(p.stage_layers.begin(), 0);
-      p.stage_layers.push_back(0);
+      p.stage_layers = parallel::balanced_stage_layers(o.model.n_layer + 2, stages);
+      --p.stage_layers.front();
+      --p.stage_layers.back();
     }
   }
   return o;

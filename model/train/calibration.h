@@ -105,10 +105,15 @@ struct PublishedRun {
   // kNeMo2024: the recipe fuses the cross-entropy (cross_entropy_loss_fusion,
   // Megatron-Bridge's recipes); else Megatron-core's unfused vocab-parallel one.
   bool fused_cross_entropy = false;
-  // Llama 3's pipeline (Dubey et al. 2024, sec. 3.3.2): the first virtual
-  // stage holds only the embedding, the last only the head and the loss,
-  // the blocks split evenly over the stages between (ParallelOptions::stage_layers).
-  bool empty_end_stages = false;
+  // The embedding and the loss each take one layer's slot in the pipeline
+  // split (ParallelOptions::stage_layers): the blocks split evenly over
+  // n_layer + 2 slots, then the first and the last virtual stage hold one
+  // block fewer. Megatron-core's account_for_embedding_in_pipeline_split and
+  // account_for_loss_in_pipeline_split (Megatron-Bridge's Llama 3.1 405B
+  // recipe); with one block per chunk it is Llama 3's pipeline (Dubey et
+  // al. 2024, sec. 3.3.2): the first virtual stage holds only the
+  // embedding, the last only the head and the loss.
+  bool embedding_loss_in_split = false;
   // kNeMo2024: the gradients kept and reduced in bf16 (NeMo 24.07's
   // +optim.grad_sync_dtype=bf16, Megatron-Bridge's grad_reduce_in_fp32 =
   // False; ParallelOptions::grad_reduce_bf16); Dubey et al. reduce in fp32.
@@ -143,6 +148,18 @@ const std::vector<PublishedRun>& dubey2024_table4();
 // runs the first two; the 405B row's phantom step runs 1,024 unfolded
 // threads: bench_phantom --table bridge).
 const std::vector<PublishedRun>& megatron_bridge2511_h100_fp8();
+// The same summary's DGX-B200 rows (25.11, FP8 with current scaling): Llama
+// 3 8B (8 GPUs, MBS 2, DDP with the distributed optimizer) and Llama 3.1
+// 405B (128 GPUs, TP 4, PP 8, CP 2, VP 8, GBS 64), each run as its recipe
+// sets it (calibration.cc). b200-nvlink's FP8 GEMM maximum is fitted to
+// these two rows (runtime/profile_builtin.cc kB200Fp8GemmMax);
+// tests/model/train/h100_calibration_test.cc runs both (the 405B row's cp
+// ranks do not fold: 128 device threads, ~10 s of wall time), and so does
+// bench_phantom --table bridge-b200, with wall time and threads.
+// No BF16 B200 row of a dense model is published (25.09's DGX-B200 table,
+// without a precision column, holds the same FP8 runs: its parenthesized
+// figures are MXFP8's, as its footnote says).
+const std::vector<PublishedRun>& megatron_bridge2511_b200();
 
 // Model FLOPs per token as NeMo and Megatron count them (no recomputation):
 // 3 x the forward's matmuls, 6·(the blocks' linear weights) + 6·V·h (the LM

@@ -53,7 +53,13 @@ ParamGather::ParamGather(Device& dev, DataParallel& dp, std::span<float> params,
   works_.resize(buckets.size());
 }
 
-void ParamGather::begin_step() { forwards_ = 0; }
+void ParamGather::begin_step() {
+  forwards_ = 0;
+  // The interleaved schedule syncs its first two chunks as it starts, before
+  // its warmup's first receive (schedules.py: "Synchronize params for first
+  // two model chunks"), so a stage waiting for its first input gathers meanwhile.
+  if (aligned_) launch_chunk(0), launch_chunk(1);
+}
 
 void ParamGather::updated() {
   SHARDLAB_CHECK(std::none_of(state_.begin(), state_.end(), [](State s) { return s == State::kInFlight; }),
@@ -87,7 +93,6 @@ void ParamGather::wait(size_t b) {
 
 void ParamGather::before_forward(int point) {
   if (aligned_ && chunk_start_.count(point)) {  // a chunk's micro-batch forward begins
-    if (forwards_ == 0) launch_chunk(0), launch_chunk(1);
     const int id = forwards_ + pp_rank_;
     const int chunks = int(chunk_buckets_.size());
     if (id % pp_ == 0 && id < pp_ * chunks) launch_chunk(size_t(id / pp_ + 1));

@@ -12,8 +12,10 @@
 //    gather then overlaps the compute of the points before its first use,
 //    and the step's first bucket is exposed whole;
 //  - several chunks (the interleaved schedule, where Megatron aligns the
-//    gathers across the pipeline: align_param_gather): the step's first
-//    forward launches every bucket of chunks 0 and 1; the rank's forward k
+//    gathers across the pipeline: align_param_gather, which
+//    Megatron-Bridge's comm_overlap.py sets with PP > 1 and VP > 1): the
+//    step's start (begin_step, before the schedule's first receive) launches
+//    every bucket of chunks 0 and 1; the rank's forward k
 //    (counted over its chunks' micro-batch forwards) launches every bucket
 //    of chunk j + 1 when k + pp_rank = j x pp, j < V (the slot where chunk j
 //    begins on pipeline rank 0, so every stage launches it at once: the
@@ -49,7 +51,7 @@ class ParamGather final : public BlockHooks {
   ParamGather(Device& dev, DataParallel& dp, std::span<float> params, const std::vector<FsdpUnit>& units,
               const FsdpPasses& passes, int pp_rank, int pp);
 
-  void begin_step();  // counts the step's forwards from 0 (interleaved launches)
+  void begin_step();  // counts the step's forwards from 0; interleaved: launches chunks 0 and 1
   void updated();     // every bucket stale: the optimizer step updated the owned chunks
   void before_forward(int point) override;
   void finish();      // every stale bucket gathered and waited for (timed)

@@ -4,7 +4,9 @@
 // on h100-nvlink as NeMo 24.07 ran it; the table h100-nvlink's FP8 GEMM
 // maximum is fitted to (runtime/profile_builtin.cc kH100Fp8GemmMax); Dubey
 // et al. 2024 Table 4 (Llama 3 405B on 8,192 and 16,384 H100s, BF16), the
-// table its bf16 maximum is fitted to (kH100Bf16GemmMax).
+// table its bf16 maximum is fitted to (kH100Bf16GemmMax); Megatron-Bridge
+// 25.11's DGX-B200 FP8 rows on b200-nvlink, the table B200's FP8 maximum
+// is fitted to (kB200Fp8GemmMax).
 //
 // README's tables ("Calibration against a real cluster") are pinned row by
 // row at the precision they are printed, and so are their "Mean |error|"
@@ -14,10 +16,12 @@
 // 70B, the parameter all-gathers in the next forward as Apex's
 // overlap_param_sync runs them), the fused attention at cuDNN's published
 // rates and the sequence-parallel gathers in FP8, the BF16 LM head at the
-// bf16 maximum fitted to Llama 3 (0.60), the mean is 5.2% and the worst row
-// (GPT3-175B on 512 GPUs) -9.0%. The rows are asserted within 10%, the mean
-// within 6%: it was 4.7% with the gathers after the optimizer step, and no
-// FP8 maximum brings it under 5% (the rows err both ways).
+// bf16 maximum fitted to Llama 3 (0.60), the interleaved rows' first two
+// chunks gathered as their schedule starts (Megatron's align_param_gather),
+// the gradients reduced in bf16 (the scripts' grad_sync_dtype), the mean is
+// 5.0% and the worst row (GPT3-175B on 512 GPUs) -8.1%, at the goal's edge
+// (5.3%, -8.8% with those gathers at each stage's first forward). The rows
+// are asserted within 10%, the mean within 6%.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -39,12 +43,12 @@ constexpr const char* kHeader =
     "| model | GPUs | TP | PP | VP | GBS | predicted tokens/s/GPU | published | predicted TFLOP/s/GPU | "
     "published | error |";
 
-// README's table under `header` holds `rows` as predicted now, with its
-// summary line `title` + mean and max; every row within `row_bound`, the
-// mean within `mean_bound`.
+// README's table under `header` holds `rows` as predicted now on
+// `profile`, with its summary line `title` + mean and max; every row within
+// `row_bound`, the mean within `mean_bound`.
 void expect_readme_table(const char* header, const std::vector<PublishedRun>& rows, const std::string& title,
-                         double row_bound, double mean_bound) {
-  const Predicted t = predict_all(rows, "h100-nvlink");
+                         double row_bound, double mean_bound, const char* profile = "h100-nvlink") {
+  const Predicted t = predict_all(rows, profile);
   const std::string summary = title + readme_summary(t.runs);
   std::printf("%s\n", summary.c_str());
   const auto readme = read_readme_tables(header);
@@ -59,7 +63,8 @@ void expect_readme_table(const char* header, const std::vector<PublishedRun>& ro
   EXPECT_LE(sum / double(t.runs.size()), mean_bound) << "mean |error|";
 }
 
-// The goal: every row within 10%, the mean within 5% (missed: 5.2%, above).
+// The goal: every row within 10%, the mean within 5% (5.0%, above: bounded
+// at 6%).
 TEST(H100Calibration, NeMo2407Fp8RowsAreReadmes) {
   expect_readme_table(kHeader, nemo2407_h100_fp8(), "NeMo 24.07, DGX-H100, FP8, 6 runs: ", 0.10, 0.06);
 }
@@ -71,7 +76,7 @@ TEST(H100Calibration, NeMo2407Fp8RowsAreReadmes) {
 // (model/train/calibration.cc megatron_bridge2511_h100_fp8). Pinned in
 // README like the table above. The goal for held-out H100 runs is
 // every run within 10% and the mean within 5%: each row's 10% is
-// asserted. Their mean is 6.6% (Llama 3 8B -8.3%, 70B -6.1%, 405B +5.6%;
+// asserted. Their mean is 7.3% (Llama 3 8B -8.3%, 70B -6.0%, 405B +7.7%;
 // README says what weighs on them), above the goal's 5%: bounded at 8%
 // against a further slide, and printed (the 8B and 70B rows' mean: 8.0%
 // with ZeRO-3 reducing every micro-batch, as Megatron-FSDP does, before the
@@ -94,15 +99,28 @@ TEST(H100Calibration, HeldOutMegatronBridgeRowsAreReadmes) {
 // kH100Bf16GemmMax): Dubey et al. 2024 Table 4, Llama 3 405B in BF16 on
 // 8,192 and 16,384 GPUs, each run as the paper's sec. 3.3.2 describes it
 // (model/train/calibration.cc). The goal, every row within 10% and
-// the mean within 5%, asserted; at the fitted 0.60 the mean is 1.9% (1.5%
-// when fitted, before the cp ring had a stream of its own: the CP 16 row
-// +3.1% then, +4.1% now).
+// the mean within 5%, asserted; at the fitted 0.60 the mean is 2.4%, max
+// +5.2% (the CP 16 row; 1.5%, max 3.1% when fitted, before the cp ring had
+// a stream of its own and the interleaved schedule gathered its first two
+// chunks as it starts).
 constexpr const char* kDubeyHeader =
     "| model | GPUs | TP | PP | VP | GBS | predicted tokens/s/GPU | published | predicted TFLOP/s/GPU (causal halved, BF16) | "
     "published | error |";
 
 TEST(H100Calibration, Dubey2024Bf16RowsAreReadmes) {
   expect_readme_table(kDubeyHeader, dubey2024_table4(), "Dubey et al. 2024 Table 4, H100, BF16, 3 runs: ", 0.10, 0.05);
+}
+
+// An interleaved schedule of `vpp` chunks per rank, `chunks` in all, the
+// first and the last holding `ends` blocks, every other `inner`
+// (PublishedRun::embedding_loss_in_split).
+void expect_interleaved_split(const ParallelOptions& p, int vpp, size_t chunks, int ends, int inner) {
+  EXPECT_EQ(p.schedule, parallel::ScheduleKind::kInterleaved);
+  EXPECT_EQ(p.vpp, vpp);
+  ASSERT_EQ(p.stage_layers.size(), chunks);
+  EXPECT_EQ(p.stage_layers.front(), ends);
+  EXPECT_EQ(p.stage_layers.back(), ends);
+  for (size_t s = 1; s + 1 < p.stage_layers.size(); ++s) EXPECT_EQ(p.stage_layers[s], inner) << s;
 }
 
 // The rows as sec. 3.3.2 ran them: interleaved with one layer per chunk (V =
@@ -123,12 +141,7 @@ TEST(H100Calibration, Dubey2024RowsRunAsTheirPaperSays) {
     EXPECT_EQ(o.micro_batches, micro[i]);
     EXPECT_EQ(o.model.block_size, seq[i]);
     EXPECT_EQ(int64_t(o.model.batch_size) * o.model.block_size, int64_t(2048) * 8192);  // 16M tokens
-    EXPECT_EQ(p.schedule, parallel::ScheduleKind::kInterleaved);
-    EXPECT_EQ(p.vpp, 8);
-    ASSERT_EQ(p.stage_layers.size(), 128u);
-    EXPECT_EQ(p.stage_layers.front(), 0);
-    EXPECT_EQ(p.stage_layers.back(), 0);
-    for (size_t s = 1; s + 1 < p.stage_layers.size(); ++s) EXPECT_EQ(p.stage_layers[s], 1) << s;
+    expect_interleaved_split(p, 8, 128, 0, 1);
     EXPECT_EQ(p.recompute, parallel::Recompute::kNone);
     EXPECT_TRUE(p.overlap_p2p_comm && p.overlap && p.sp);
     EXPECT_FALSE(p.tp_comm_overlap);
@@ -138,11 +151,90 @@ TEST(H100Calibration, Dubey2024RowsRunAsTheirPaperSays) {
   EXPECT_EQ(published_run_options(rows[2]).parallel.cp, 16);
 }
 
+// The table B200's FP8 GEMM maximum is fitted to (runtime/profile_builtin.cc
+// kB200Fp8GemmMax): Megatron-Bridge's 25.11 DGX-B200 FP8 rows, Llama 3 8B
+// (8 GPUs, MBS 2) and Llama 3.1 405B (128 GPUs, TP 4, PP 8, CP 2, VP 8),
+// each run as its recipe sets it (model/train/calibration.cc
+// megatron_bridge2511_b200) on b200-nvlink. Both rows run here: the 405B
+// row's cp ranks do not fold, but its 128 device threads take ~10 s of
+// wall time (bench_phantom --table bridge-b200 prints it). The goal,
+// every row within 10% and the mean within 5%, asserted; at the fitted
+// 0.47 the rows are -0.2% and +1.4% (mean 0.8%).
+constexpr const char* kB200Header =
+    "| model | GPUs | TP | PP | VP | GBS | predicted tokens/s/GPU | published | predicted TFLOP/s/GPU (causal halved, B200) | "
+    "published | error |";
+
+TEST(B200Calibration, MegatronBridgeFp8RowsAreReadmes) {
+  expect_readme_table(kB200Header, megatron_bridge2511_b200(), "Megatron-Bridge 25.11, DGX-B200, FP8, 2 runs: ", 0.10,
+                      0.05, "b200-nvlink");
+}
+
+// The rows as their recipes set them (calibration.cc cites the configs):
+// 8B on 8 GPUs as DP 8 in micro-batches of 2 (GBS 128: the table's GA 8),
+// no TP, no FSDP; 405B as TP 4 x PP 8 x CP 2 x DP 2 (GBS 64: GA 32) with
+// TE's TP overlap, 8 chunks per rank, the embedding and the loss each a
+// layer's slot: 126 + 2 slots over 64 chunks, 2 each, so the first and the
+// last chunk hold one block. Both FP8, the distributed optimizer
+// (shardlab's ZeRO-2 traffic) with the gradient accumulation fused, the
+// fused cross-entropy, gradients reduced in bf16, no recomputation, the
+// causal FLOPs halved.
+// What NVIDIA's FP8 rows share (NeMo 24.07's and Megatron-Bridge's recipes):
+// FP8, the fused attention, no recomputation, sequence parallelism with TP,
+// the distributed optimizer's reduce-scatter and all-gather (ZeRO-2)
+// overlapped with backward, fp32 accumulation fused into the wgrad GEMMs,
+// no dropout for Llama (0.1 for GPT-3), the vocabulary padded to 128 x TP,
+// the batch in micro-batches over dp.
+void expect_nvidia_fp8_run(const PublishedRun& row) {
+  const TrainOptions o = published_run_options(row);
+  const ParallelOptions& p = o.parallel;
+  EXPECT_EQ(row.precision, Precision::kFp8) << row.name;
+  EXPECT_EQ(p.attention, parallel::AttentionKernel::kFused) << row.name;
+  EXPECT_EQ(p.recompute, parallel::Recompute::kNone) << row.name;
+  EXPECT_EQ(p.sp, p.tp > 1) << row.name;
+  EXPECT_EQ(p.zero, 2) << row.name;
+  EXPECT_TRUE(p.overlap && p.grad_accum_fusion) << row.name;
+  EXPECT_EQ(p.world(), row.gpus) << row.name;
+  EXPECT_EQ(o.model.dropout, o.model.is_llama() ? 0.0 : 0.1) << row.name;
+  EXPECT_EQ(o.model.vocab_size % (128 * p.tp), 0) << row.name;
+  EXPECT_EQ(o.micro_batches * p.dp * row.micro_batch_size, row.batch) << row.name;
+}
+
+TEST(B200Calibration, RowsRunAsTheirRecipesSay) {
+  const auto& rows = megatron_bridge2511_b200();
+  ASSERT_EQ(rows.size(), 2u);
+  for (const PublishedRun& row : rows) {
+    expect_nvidia_fp8_run(row);
+    const TrainOptions o = published_run_options(row);
+    EXPECT_TRUE(o.parallel.overlap_param_gather && o.parallel.grad_reduce_bf16) << row.name;
+    EXPECT_FALSE(o.parallel.unfused_cross_entropy) << row.name;
+    EXPECT_EQ(o.model.block_size, 8192) << row.name;
+    EXPECT_TRUE(row.causal_flops_halved) << row.name;
+  }
+  const TrainOptions l8 = published_run_options(rows[0]);
+  EXPECT_EQ(l8.parallel.tp, 1);
+  EXPECT_EQ(l8.parallel.pp, 1);
+  EXPECT_EQ(l8.parallel.dp, 8);
+  EXPECT_EQ(rows[0].micro_batch_size, 2);
+  EXPECT_EQ(l8.micro_batches, 8);  // 128 / 8 / 2
+  EXPECT_FALSE(l8.parallel.tp_comm_overlap);
+  const TrainOptions l405 = published_run_options(rows[1]);
+  const ParallelOptions& p = l405.parallel;
+  EXPECT_EQ(p.tp, 4);
+  EXPECT_EQ(p.pp, 8);
+  EXPECT_EQ(p.cp, 2);
+  EXPECT_EQ(p.dp, 2);
+  EXPECT_EQ(l405.micro_batches, 32);  // 64 / 2 / 1
+  EXPECT_TRUE(p.sp && p.tp_comm_overlap && p.overlap_p2p_comm);
+  expect_interleaved_split(p, 8, 64, 1, 2);
+}
+
 // Megatron-Bridge's published TFLOP/s over tokens/s is the model FLOPs per
 // token with the causal attention halved: 6·(linear weights) + 6·V·h +
-// 6·l·h·s (tolerance 0.2%, as above).
+// 6·l·h·s (tolerance 0.2%, as above), on DGX-H100 and DGX-B200.
 TEST(H100Calibration, BridgeFlopsHalveTheCausalAttention) {
-  for (const PublishedRun& row : megatron_bridge2511_h100_fp8()) {
+  std::vector<PublishedRun> rows = megatron_bridge2511_h100_fp8();
+  rows.insert(rows.end(), megatron_bridge2511_b200().begin(), megatron_bridge2511_b200().end());
+  for (const PublishedRun& row : rows) {
     const TrainOptions o = published_run_options(row);
     const double published = row.tflops_per_gpu * 1e12 / row.tokens_per_gpu_s;
     const double rel = model_flops_per_token(o.model, true) / published - 1;
@@ -195,20 +287,7 @@ TEST(H100Calibration, ModelFlopsByHand) {
 TEST(H100Calibration, RowsRunAsNeMo2407) {
   const auto& rows = nemo2407_h100_fp8();
   ASSERT_EQ(rows.size(), 6u);
-  for (const PublishedRun& row : rows) {
-    const TrainOptions o = published_run_options(row);
-    const ParallelOptions& p = o.parallel;
-    EXPECT_EQ(row.precision, Precision::kFp8) << row.name;
-    EXPECT_EQ(p.attention, parallel::AttentionKernel::kFused) << row.name;
-    EXPECT_EQ(p.recompute, parallel::Recompute::kNone) << row.name;
-    EXPECT_EQ(p.sp, p.tp > 1) << row.name;
-    EXPECT_EQ(p.zero, 2) << row.name;  // the distributed optimizer's reduce-scatter and all-gather
-    EXPECT_TRUE(p.overlap && p.grad_accum_fusion) << row.name;
-    EXPECT_EQ(p.world(), row.gpus) << row.name;
-    EXPECT_EQ(o.model.dropout, o.model.is_llama() ? 0.0 : 0.1) << row.name;
-    EXPECT_EQ(o.model.vocab_size % (128 * p.tp), 0) << row.name;
-    EXPECT_EQ(o.micro_batches * p.dp * row.micro_batch_size, row.batch) << row.name;
-  }
+  for (const PublishedRun& row : rows) expect_nvidia_fp8_run(row);
   const TrainOptions g5 = published_run_options(rows[0]);
   EXPECT_EQ(g5.model.n_layer, 24);
   EXPECT_EQ(g5.model.n_embd, 4096);

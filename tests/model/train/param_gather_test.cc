@@ -166,6 +166,49 @@ TEST(OverlapParamGather, EachBucketGathersUnderTheForwardBeforeIt) {
   EXPECT_GT(r.param_gather[0].exposed, 0) << "the first bucket of each step is exposed whole";
 }
 
+// The interleaved schedule (Megatron's align_param_gather): every stage
+// launches its first two chunks' gathers as the step starts, before the
+// schedule's first receive (schedules.py, "Synchronize params for first two
+// model chunks"), so the last stage gathers while it waits for its first
+// input: on every device of pp 2 x vpp 2 x dp 2, ZeRO-2, the step's first
+// collective on the communication stream is launched at the step's start,
+// virtual time 0 (nothing precedes it on that stream), before its first
+// pipeline receive ends (stage 0 receives nothing first: before its first
+// forward kernel). With the gathers launched at each stage's first forward
+// instead, the last stage's came as that receive ended, stage 0's after
+// zero_grad.
+TEST(OverlapParamGather, InterleavedStagesGatherBeforeTheirFirstInput) {
+  TrainOptions o = small_options(0);
+  o.parallel.dp = 2, o.parallel.pp = 2, o.parallel.vpp = 2, o.parallel.zero = 2;
+  o.parallel.schedule = parallel::ScheduleKind::kInterleaved;
+  o.parallel.bucket_mb = 0.02;
+  o.parallel.overlap_param_gather = true;
+  o.micro_batches = 2;
+  o.steps = 1;
+  o.phantom = true;
+  const TrainResult r = run(o, nullptr, /*trace=*/true);
+  int waited = 0;  // devices whose first forward waits for a receive
+  for (size_t d = 0; d < r.run.traces.size(); ++d) {
+    const auto& events = r.run.traces[d].events;
+    const std::vector<TraceEvent> comm = comm_collectives(events);
+    ASSERT_FALSE(comm.empty()) << "device " << d;
+    const auto first_forward = std::find_if(events.begin(), events.end(), is_forward);
+    ASSERT_NE(first_forward, events.end()) << "device " << d;
+    Time bound = first_forward->start;
+    for (const TraceEvent& e : events)
+      if (e.stream == StreamKind::kPipeline && !std::strcmp(e.name, "recv") && e.end <= first_forward->start) {
+        bound = std::min(bound, e.end);
+        ++waited;
+        break;
+      }
+    std::printf("device %zu: first gather launched at %.3f us, first input or forward at %.3f us\n", d,
+                to_us(comm[0].start), to_us(bound));
+    EXPECT_EQ(comm[0].start, 0) << "device " << d;
+    EXPECT_LT(comm[0].start, bound) << "device " << d;
+  }
+  EXPECT_GT(waited, 0) << "no stage waited for its first input";
+}
+
 // Folded data-parallel replicas (phantom) report what each would have run:
 // every device's step times and gather record equal the unfolded run's.
 TEST(OverlapParamGather, FoldedEqualsUnfolded) {
