@@ -7,6 +7,7 @@
 //                         compare its GFLOP/s with BM_Sgemm's (the README quotes both);
 //                         threads:1 on one core, threads:2 with the GEMMs and attention
 //                         split over a second core (model/host_split.h), same bits
+//   BM_TinyTrainStep/small  the same for `small` (issue 34's host-speed model)
 //   bench/torch_compare.py  the same step in PyTorch, interleaved, as a ratio
 #include <vector>
 
@@ -76,6 +77,11 @@ BENCHMARK_CAPTURE(BM_TinyTrainStep, tiny, "tiny", 0)
     ->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->MinTime(2.0)->UseRealTime();
 BENCHMARK_CAPTURE(BM_TinyTrainStep, tiny_moe_e4, "tiny", 4)
     ->ArgName("threads")->Arg(1)->Unit(benchmark::kMillisecond)->MinTime(2.0)->UseRealTime();
+// `small` (12M parameters, B 16, T 256): issue 34's `train --model small`
+// step, whose tokens/s bench/small_vs_base.sh compares with the issue's
+// baseline binary. Three steps per run: a step takes seconds.
+BENCHMARK_CAPTURE(BM_TinyTrainStep, small, "small", 0)
+    ->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();
 
 }  // namespace
 }  // namespace shardlab

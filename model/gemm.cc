@@ -160,7 +160,18 @@ void split_gemm(Real* res, Index ldres, const Real* lhs, Index ldlhs, const Real
       if constexpr (std::is_same_v<Real, float>) {
         if (packed) block_a = packed->block(k2 / kc) + i2 * akc;
       }
-      if (!packed) pack_lhs(scratch_a, lhs_map.getSubMapper(i2, k2), akc, amc);
+      // The block's packing splits over its rows too: panels of mr rows from
+      // the block's start, the narrower ones past the last whole panel, so
+      // rows [r0, r1) from a multiple of kSplitRows (of every mr) pack to
+      // exactly the whole packing's [r0·akc, r1·akc) (gemm_test checks).
+      // A packed element costs about what gebp's 16 multiply-adds a cycle do.
+      const auto pack_rows = [&](int64_t r0, int64_t r1) {
+        pack_lhs(scratch_a + r0 * akc, lhs_map.getSubMapper(i2 + r0, k2), akc, r1 - r0);
+      };
+      if (!packed && split)
+        over_row_chunks(amc, 16.0 * double(amc) * double(akc), pack_rows);
+      else if (!packed)
+        pack_rows(0, amc);
       const auto chunk = [&](int64_t c0, int64_t c1) {
         if (first) before(c0, c1);
         const Index chunk_nc = std::min<Index>(nc, c1 - c0);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "model/host_split.h"
 #include "runtime/errors.h"
 
 namespace shardlab::model {
@@ -123,8 +124,25 @@ void GPT<Real>::release_activations() {
 }
 
 template <typename Real>
+void GPT<Real>::free_buffers() {
+  if (acts_live_) release_activations();
+  dims_ = Dims{};  // resize_activations allocates them again
+  encoded_ = {};
+  blocks_ = {};
+  lnf_mean_ = {};
+  lnf_rstd_ = {};
+  logits_ = {};
+  losses_ = {};
+  logits_n_ = 0;
+  scratch_ = {};
+  dlnf_ = {};
+  dx_ = {};
+  dx_next_ = {};
+}
+
+template <typename Real>
 void GPT<Real>::zero_grad() {
-  std::fill(grads_.begin(), grads_.end(), Real(0));
+  fill_split(grads_.data(), static_cast<int64_t>(grads_.size()), Real(0));
   ex_.op("zero_grad", {0, static_cast<double>(grads_.size()) * ex_.elem});
 }
 
@@ -145,11 +163,11 @@ void GPT<Real>::backward(Real dloss) {
   host.sink = nullptr;
   norm_forward(dx_.data(), scratch_.ln_mean.data(), scratch_.ln_rstd.data(), x_last, weights_.ln_f, N, C, config_,
                "ln_f.fwd", host);
-  std::fill(dlnf_.begin(), dlnf_.end(), Real(0));
+  fill_split(dlnf_.data(), N * C, Real(0));
   linear_backward(ex_, "lm_head.bwd", false, dlnf_.data(), g.head(), static_cast<Real*>(nullptr), dlogits,
                   dx_.data(), p.head(), N, C, V);
   freed(N * V);
-  std::fill(dx_.begin(), dx_.end(), Real(0));
+  fill_split(dx_.data(), N * C, Real(0));
   norm_backward(dx_.data(), g.ln_f, dlnf_.data(), x_last, p.ln_f, lnf_mean_.data(), lnf_rstd_.data(), N, C,
                 config_, "ln_f.bwd", ex_);
   freed(head_elems_);
@@ -159,7 +177,7 @@ void GPT<Real>::backward(Real dloss) {
   const Real daux = static_cast<Real>(config_.aux_coef) * dloss;
   for (int l = config_.n_layer - 1; l >= 0; --l) {
     const Real* x_in = l > 0 ? blocks_[l - 1].res2.data() : encoded_.data();
-    std::fill(dx_next_.begin(), dx_next_.end(), Real(0));
+    fill_split(dx_next_.data(), N * C, Real(0));
     block_backward(dx_next_.data(), g.blocks[l], scratch_, dx_.data(), daux, blocks_[l], x_in,
                    p.blocks[l], dims_, config_, ex_);
     freed(block_elems_[l]);

@@ -55,6 +55,10 @@ class GPT {
   // Throws ConfigError for a bad B, T or token.
   Real forward(const Token* inputs, const Token* targets, int B, int T);
   void zero_grad();
+  // Frees the activation and backward scratch buffers (the next forward
+  // sizes them again): a run's end needs them no more, and its final
+  // parameters' copy (train/publish.cc) then takes their place, not more.
+  void free_buffers();
   // Gradient of the last forward's loss (which needs targets), scaled by dloss.
   void backward(Real dloss = Real(1));
 

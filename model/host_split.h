@@ -13,6 +13,7 @@
 // scratch between calls (use per-thread scratch, see ThreadScratch).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <utility>
@@ -30,6 +31,8 @@ namespace shardlab::model {
 // Below this many multiply-adds (or element operations) a kernel stays on its
 // thread: handing chunks to oneTBB's workers costs microseconds.
 inline constexpr double kSplitMinWork = 1 << 20;
+// Elements per chunk of fill_split and copy_split (256 KB of floats).
+inline constexpr int64_t kFillChunk = 1 << 16;
 
 // Tests: force (true) or forbid (false) splitting on the calling thread,
 // whatever the idle cores; std::nullopt restores the default.
@@ -79,6 +82,18 @@ void for_chunks(int64_t n, int64_t chunk, double work, const F& f) {
           f(c * chunk, c + 1 == chunks ? n : (c + 1) * chunk);
       },
       tbb::simple_partitioner());
+}
+
+// dst[0..n) = v and dst[0..n) = src[0..n), split on idle cores: the
+// backward's zeroed accumulators (up to N·4C) and copies are memory-bound
+// work the second core would otherwise wait through.
+template <typename Real>
+void fill_split(Real* dst, int64_t n, Real v) {
+  for_chunks(n, kFillChunk, double(n), [=](int64_t i0, int64_t i1) { std::fill(dst + i0, dst + i1, v); });
+}
+template <typename Real>
+void copy_split(Real* dst, const Real* src, int64_t n) {
+  for_chunks(n, kFillChunk, double(n), [=](int64_t i0, int64_t i1) { std::copy(src + i0, src + i1, dst + i0); });
 }
 
 // A scratch vector per thread, grown on first use and then reused: keeps

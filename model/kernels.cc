@@ -20,6 +20,7 @@ namespace {
 // Split sizes on idle cores (host_split.h): rows and elements are independent
 // in every kernel split here, so the bits do not depend on the split.
 constexpr int64_t kRowChunk = 64;
+constexpr int64_t kColChunk = 64;  // columns of a sum over rows (dbias, dweight), rows in order
 constexpr int64_t kElemChunk = 16384;
 }  // namespace
 
@@ -91,14 +92,29 @@ void layernorm_forward(Real* out, Real* mean, Real* rstd, const Real* inp, const
 
 // The outputs never overlap each other or the inputs (dx, the norm's
 // gradients, and dout are distinct buffers at every call): saying so with
-// __restrict lets GCC vectorise the per-column loop, which it otherwise left
+// __restrict lets GCC vectorise the per-column loops, which it otherwise left
 // scalar ("complicated access pattern"). Columns are independent, so the
 // same bits.
+//
+// On idle cores (host_split.h) the rows' input gradients split over rows,
+// then dweight and dbias over columns, each column summed over the rows in
+// order as on one core: the same bits. On one core, one pass does both.
 template <typename Real>
 void layernorm_backward(Real* __restrict dinp, Real* __restrict dweight, Real* __restrict dbias,
                         const Real* dout, const Real* inp, const Real* weight, const Real* mean,
                         const Real* rstd, int64_t N, int C) {
-  for (int64_t n = 0; n < N; ++n) {
+  // dweight and dbias over columns [c0, c1) for row n
+  const auto params = [=](int64_t n, int64_t c0, int64_t c1) {
+    const Real m = mean[n], s = rstd[n];
+    const Real* d = dout + n * C;
+    const Real* x = inp + n * C;
+    for (int64_t c = c0; c < c1; ++c) {
+      dbias[c] += d[c];
+      dweight[c] += (x[c] - m) * s * d[c];
+    }
+  };
+  // row n's input gradient, and its dweight and dbias if `with_params`
+  const auto row = [=](int64_t n, bool with_params) {
     const Real m = mean[n];
     const Real s = rstd[n];
     const Real* d = dout + n * C;
@@ -108,13 +124,28 @@ void layernorm_backward(Real* __restrict dinp, Real* __restrict dweight, Real* _
     const Real dnorm_norm_mean =
         pm::lane_sum<Real>(C, [=](int64_t c) { return weight[c] * d[c] * ((x[c] - m) * s); }) / C;
     Real* di = dinp + n * C;
-    for (int c = 0; c < C; ++c) {
+    if (!with_params) {
+      for (int c = 0; c < C; ++c) di[c] += (weight[c] * d[c] - dnorm_mean - (x[c] - m) * s * dnorm_norm_mean) * s;
+      return;
+    }
+    for (int c = 0; c < C; ++c) {  // params(n, 0, C) in the same pass
       const Real norm = (x[c] - m) * s;
       dbias[c] += d[c];
       dweight[c] += norm * d[c];
       di[c] += (weight[c] * d[c] - dnorm_mean - norm * dnorm_norm_mean) * s;
     }
+  };
+  const double work = 14.0 * double(N) * C;
+  if (!split_wanted(N, kRowChunk, work)) {
+    for (int64_t n = 0; n < N; ++n) row(n, true);
+    return;
   }
+  for_chunks(N, kRowChunk, work, [=](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) row(n, false);
+  });
+  for_chunks(C, kColChunk, work, [=](int64_t c0, int64_t c1) {
+    for (int64_t n = 0; n < N; ++n) params(n, c0, c1);
+  });
 }
 
 OpCost layernorm_forward_cost(int64_t N, int64_t C, int elem) {
@@ -156,10 +187,13 @@ void linear_backward_weight(Real* dweight, Real* dbias, const Real* dout, const 
                             int64_t N, int C, int OC) {
   gemm_tn_acc(dweight, dout, inp, N, OC, C);
   if (dbias == nullptr) return;
-  for (int64_t n = 0; n < N; ++n) {  // rows in order, vectorised across the columns
-    const Real* dy = dout + n * OC;
-    for (int o = 0; o < OC; ++o) dbias[o] += dy[o];
-  }
+  // rows in order, vectorised across the columns; columns split on idle cores
+  for_chunks(OC, kColChunk, double(N) * OC, [=](int64_t o0, int64_t o1) {
+    for (int64_t n = 0; n < N; ++n) {
+      const Real* dy = dout + n * OC;
+      for (int64_t o = o0; o < o1; ++o) dbias[o] += dy[o];
+    }
+  });
 }
 
 OpCost linear_forward_cost(int64_t N, int64_t C, int64_t OC, bool bias, int elem) {
@@ -237,13 +271,13 @@ void gelu_backward(Real* dinp, const Real* dout, const Real* inp, int64_t n) {
 }
 
 template <typename Real>
-void gelu_forward_backward(Real* out, Real* dinp, const Real* inp, int64_t n) {
+void gelu_forward_backward(Real* __restrict inout, Real* __restrict dinp, int64_t n) {
   const Real s = static_cast<Real>(kGeluScale), k = static_cast<Real>(kGeluCubic);
   for_chunks(n, kElemChunk, 24.0 * n, [=](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
-      const Real x = inp[i];
+      const Real x = inout[i];
       const Real th = pm::tanh_of(s * (x + k * (x * x * x)));
-      out[i] = Real(0.5) * x * (Real(1) + th);  // gelu_forward's expression
+      inout[i] = Real(0.5) * x * (Real(1) + th);  // gelu_forward's expression
       // gelu_backward's, += into zeros (0 + v: -0 becomes +0, as there)
       dinp[i] = Real(0) + (Real(0.5) * (Real(1) + th) +
                            Real(0.5) * x * (Real(1) - th * th) * s * (Real(1) + Real(3) * k * (x * x))) *
@@ -259,15 +293,19 @@ OpCost gelu_backward_cost(int64_t n, int elem) { return cost(20.0 * n, 4.0 * n, 
 
 template <typename Real>
 void residual_forward(Real* out, const Real* inp1, const Real* inp2, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = inp1[i] + inp2[i];
+  for_chunks(n, kElemChunk, 1.0 * n, [=](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) out[i] = inp1[i] + inp2[i];
+  });
 }
 
 template <typename Real>
 void residual_backward(Real* dinp1, Real* dinp2, const Real* dout, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    dinp1[i] += dout[i];
-    dinp2[i] += dout[i];
-  }
+  for_chunks(n, kElemChunk, 2.0 * n, [=](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      dinp1[i] += dout[i];
+      dinp2[i] += dout[i];
+    }
+  });
 }
 
 OpCost residual_forward_cost(int64_t n, int elem) { return cost(1.0 * n, 3.0 * n, elem); }
@@ -377,7 +415,7 @@ OpCost crossentropy_backward_cost(int64_t N, int64_t V, int elem) {
   template void crossentropy_backward_in_place(Real*, const Token*, Real, int64_t, int);           \
   template void gelu_forward(Real*, const Real*, int64_t);                                       \
   template void gelu_backward(Real*, const Real*, const Real*, int64_t);                         \
-  template void gelu_forward_backward(Real*, Real*, const Real*, int64_t);                       \
+  template void gelu_forward_backward(Real*, Real*, int64_t);                                     \
   template void residual_forward(Real*, const Real*, const Real*, int64_t);                      \
   template void residual_backward(Real*, Real*, const Real*, int64_t);                           \
   template Real crossentropy_forward(Real*, Real*, const Real*, const Token*, int64_t, int);     \

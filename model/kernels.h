@@ -233,11 +233,13 @@ void gelu_forward(Real* out, const Real* inp, int64_t n);  // (n)
 template <typename Real>
 void gelu_backward(Real* dinp, const Real* dout, const Real* inp, int64_t n);
 // Both at once from the pre-activation alone, one tanh per element, for a
-// backward that recomputes GELU(inp): out = GELU(inp), and dinp (holding
-// dout on entry) becomes dinp = 0 + dGELU·dout. The bits of gelu_forward
-// and of gelu_backward into a zeroed dinp.
+// backward that recomputes GELU(x): x (the pre-activation on entry) becomes
+// GELU(x) in place, and dinp (holding dout on entry) becomes
+// dinp = 0 + dGELU·dout. The bits of gelu_forward and of gelu_backward into
+// a zeroed dinp. In place, so the recomputed GELU needs no (N, 4C) buffer of
+// its own: the backward's last reader of the saved pre-activation is this.
 template <typename Real>
-void gelu_forward_backward(Real* out, Real* dinp, const Real* inp, int64_t n);
+void gelu_forward_backward(Real* x, Real* dinp, int64_t n);
 OpCost gelu_forward_cost(int64_t n, int elem);
 OpCost gelu_backward_cost(int64_t n, int elem);
 template <typename Real>

@@ -144,7 +144,9 @@ void BlockScratch<Real>::resize(const Dims& d, const GPTConfig& config) {
   const int64_t Fe = config.is_moe() ? config.moe_ffn_hidden() : 0;
   const int64_t widest = std::max({N * F, N * K * Fe, N * int64_t{config.shared_ffn_hidden()}});
   dfc.assign(widest * (config.is_llama() ? 2 : 1), 0);  // SwiGLU: [gate | up]
-  dfc_gelu.assign(widest, 0);
+  // The GPT's dense MLP needs no dfc_gelu: its forward's GELU goes into dfc,
+  // its backward's into the saved fc (layers.cc, block_forward).
+  dfc_gelu.assign(config.is_llama() || config.is_moe() ? widest : 0, 0);
   dlogits.assign(N * config.n_expert, 0);
   dgates.assign(N * K, 0);
   dxe.assign(N * K * C, 0);

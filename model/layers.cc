@@ -6,12 +6,14 @@
 #include <type_traits>
 #include <vector>
 
+#include "model/host_split.h"
+
 namespace shardlab::model {
 namespace {
 
 template <typename Real>
 void zero(Buffer<Real>& v, int64_t n) {
-  std::fill(v.begin(), v.begin() + n, Real(0));
+  fill_split(v.data(), n, Real(0));
 }
 
 // An expert's MLP: SwiGLU for the llama family (fc holds [gate | up], 2F
@@ -84,9 +86,9 @@ void attention_layer_backward_from_qkv(Real* dinp, const BlockView<Real>& g, Rea
   const int64_t N = d.N();
   const int C = d.C;
   ex.run("attn.c_proj.bwd", te_linear_cost(ex, linear_backward_cost(N, C, C, true, ex.elem), N * C), [&] {
-    std::fill(datty, datty + N * C, Real(0));
+    fill_split(datty, N * C, Real(0));
     linear_backward_input(datty, dout, p.attn_proj.weight, N, C, C);
-    std::fill(dqkv, dqkv + N * 3 * C, Real(0));
+    fill_split(dqkv, N * 3 * C, Real(0));
     attention_forward_backward(atty, dqkv, datty, qkv, d.B, d.T, d.NH, d.HS());
     linear_backward_weight(g.attn_proj.weight, g.attn_proj.bias, dout, atty, N, C, C);
   });
@@ -126,18 +128,17 @@ namespace {
 // for c_proj's weight gradient, come from one tanh per element
 // (gelu_forward_backward). The bits and the charged ops are mlp_backward's
 // after a host-only gelu_forward: c_proj's input gradient first (it needs no
-// GELU(fc)), then the fused pass turns it into dfc in place and writes
-// GELU(fc) into fc_gelu, then c_proj's weight gradient.
+// GELU(fc)), then the fused pass turns it into dfc in place and fc into
+// GELU(fc) in place (fc is dead after it), then c_proj's weight gradient.
 template <typename Real>
-void mlp_backward_from_fc(Real* dinp, const MlpView<Real>& g, Real* dfc, Real* fc_gelu, const Real* dout,
-                          const Real* inp, const Real* fc, const MlpView<Real>& p, int64_t N, int C,
-                          const Exec& ex) {
+void mlp_backward_from_fc(Real* dinp, const MlpView<Real>& g, Real* dfc, const Real* dout, const Real* inp,
+                          Real* fc, const MlpView<Real>& p, int64_t N, int C, const Exec& ex) {
   const int F = p.c_fc.out;  // the MLP width
   ex.run("mlp.c_proj.bwd", te_linear_cost(ex, linear_backward_cost(N, F, C, true, ex.elem), N * C), [&] {
-    std::fill(dfc, dfc + N * F, Real(0));
+    fill_split(dfc, N * F, Real(0));
     linear_backward_input(dfc, dout, p.c_proj.weight, N, F, C);
-    gelu_forward_backward(fc_gelu, dfc, fc, N * F);
-    linear_backward_weight(g.c_proj.weight, g.c_proj.bias, dout, fc_gelu, N, F, C);
+    gelu_forward_backward(fc, dfc, N * F);
+    linear_backward_weight(g.c_proj.weight, g.c_proj.bias, dout, fc, N, F, C);
   });
   ex.op("mlp.gelu.bwd", gelu_backward_cost(N * F, ex.elem));  // computed above
   linear_backward(ex, "mlp.c_fc.bwd", true, dinp, g.c_fc.weight, g.c_fc.bias, dfc, inp, p.c_fc.weight, N, C,
@@ -223,7 +224,7 @@ void moe_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s, c
 // attention and MLP outputs go straight into res1 and res2 and the residual
 // adds in place (inp + out is out + inp, bit for bit); the norms write into
 // scratch, and the GPT's attention output and dense GELU into s.dqkv and
-// s.dfc_gelu.
+// s.dfc (the backward's GELU(fc) overwrites a.fc: no buffer of its own).
 template <typename Real>
 Real block_forward(BlockActs<Real>& a, BlockScratch<Real>& s, const BlockView<Real>& p, const Real* inp,
                    const Dims& d, const GPTConfig& config, const Exec& ex) {
@@ -245,7 +246,7 @@ Real block_forward(BlockActs<Real>& a, BlockScratch<Real>& s, const BlockView<Re
   } else if (config.is_llama()) {
     swiglu_mlp_forward(a.res2.data(), a.fc.data(), a.fc_gelu.data(), p.mlp, ln, N, C, ex);
   } else {
-    mlp_forward(a.res2.data(), a.fc.data(), s.dfc_gelu.data(), p.mlp, ln, N, C, ex);
+    mlp_forward(a.res2.data(), a.fc.data(), s.dfc.data(), p.mlp, ln, N, C, ex);
   }
   residual_forward(ex, "residual.fwd", a.res2.data(), a.res1.data(), a.res2.data(), N * C);
   return aux;
@@ -253,7 +254,7 @@ Real block_forward(BlockActs<Real>& a, BlockScratch<Real>& s, const BlockView<Re
 
 template <typename Real>
 void block_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s, const Real* dout,
-                    Real daux, const BlockActs<Real>& a, const Real* inp, const BlockView<Real>& p,
+                    Real daux, BlockActs<Real>& a, const Real* inp, const BlockView<Real>& p,
                     const Dims& d, const GPTConfig& config, const Exec& ex) {
   const int64_t N = d.N();
   const int C = d.C;
@@ -262,7 +263,7 @@ void block_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s,
   host.sink = nullptr;
   Real* ln = s.ln.data();
   // res2 = res1 + mlp_out: both receive dout unchanged (dmlp_out is dout itself)
-  std::copy(dout, dout + N * C, s.dres1.begin());
+  copy_split(s.dres1.data(), dout, N * C);
   zero(s.dln2, N * C);
   norm_forward(ln, s.ln_mean.data(), s.ln_rstd.data(), a.res1.data(), p.ln_2, N, C, config, "ln_2.fwd", host);
   if (p.moe) {
@@ -271,14 +272,16 @@ void block_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s,
     swiglu_mlp_backward(s.dln2.data(), g.mlp, s.dfc.data(), s.dfc_gelu.data(), dout, ln, a.fc.data(),
                         a.fc_gelu.data(), p.mlp, N, C, ex);
   } else {
-    mlp_backward_from_fc(s.dln2.data(), g.mlp, s.dfc.data(), s.dfc_gelu.data(), dout, ln, a.fc.data(), p.mlp,
-                         N, C, ex);
+    mlp_backward_from_fc(s.dln2.data(), g.mlp, s.dfc.data(), dout, ln, a.fc.data(), p.mlp, N, C, ex);
   }
   norm_backward(s.dres1.data(), g.ln_2, s.dln2.data(), a.res1.data(), p.ln_2, a.ln2_mean.data(),
                 a.ln2_rstd.data(), N, C, config, "ln_2.bwd", ex);
   // res1 = inp + attproj: dinp += dres1, dattproj = dres1
   ex.run("residual.bwd", residual_backward_cost(N * C, ex.elem), [&] {
-    for (int64_t i = 0; i < N * C; ++i) dinp[i] += s.dres1[i];
+    const Real* dres1 = s.dres1.data();
+    for_chunks(N * C, kFillChunk, double(N * C), [=](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) dinp[i] += dres1[i];
+    });
   });
   zero(s.dln1, N * C);
   norm_forward(ln, s.ln_mean.data(), s.ln_rstd.data(), inp, p.ln_1, N, C, config, "ln_1.fwd", host);
@@ -312,7 +315,7 @@ void block_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s,
   template Real block_forward(BlockActs<Real>&, BlockScratch<Real>&, const BlockView<Real>&,       \
                               const Real*, const Dims&, const GPTConfig&, const Exec&);            \
   template void block_backward(Real*, const BlockView<Real>&, BlockScratch<Real>&, const Real*,    \
-                               Real, const BlockActs<Real>&, const Real*, const BlockView<Real>&,  \
+                               Real, BlockActs<Real>&, const Real*, const BlockView<Real>&,        \
                                const Dims&, const GPTConfig&, const Exec&);
 
 SHARDLAB_INSTANTIATE_LAYERS(float)

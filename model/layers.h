@@ -148,7 +148,8 @@ struct BlockScratch {
   Buffer<Real> dres1, dln1, dln2, datty;  // (N,C)
   Buffer<Real> dqkv;                      // (N,3C)
   Buffer<Real> dqkv_c;                    // llama (N,(NH+2KV)·HS)
-  Buffer<Real> dfc, dfc_gelu;             // the widest of (N, F) (llama's dfc: (N, 2F)), (N*K, Fe), (N, Fs)
+  Buffer<Real> dfc, dfc_gelu;             // the widest of (N, F) (llama's dfc: (N, 2F)), (N*K, Fe), (N, Fs);
+                                          // dfc_gelu only for llama and MoE (the GPT's dense GELU: dfc, fc)
   Buffer<Real> dlogits;                   // (N,E)
   Buffer<Real> dgates;                    // (N,K)
   Buffer<Real> dxe, dye;                  // (N*K, C)
@@ -221,9 +222,10 @@ void swiglu_mlp_backward(Real* dinp, const MlpView<Real>& g, Real* dgate_up, Rea
 template <typename Real>
 Real block_forward(BlockActs<Real>& a, BlockScratch<Real>& s, const BlockView<Real>& p, const Real* inp,
                    const Dims& d, const GPTConfig& config, const Exec& ex);
+// The GPT's dense a.fc holds GELU(fc) afterwards (recomputed in place: dead).
 template <typename Real>
 void block_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s, const Real* dout,
-                    Real daux, const BlockActs<Real>& a, const Real* inp, const BlockView<Real>& p,
+                    Real daux, BlockActs<Real>& a, const Real* inp, const BlockView<Real>& p,
                     const Dims& d, const GPTConfig& config, const Exec& ex);
 
 // ---- Llama views (template: At is the caller's lookup) ----------------------

@@ -80,6 +80,10 @@ class LocalModel {
     backward();
   }
   virtual void zero_grad() = 0;
+  // Frees host buffers no step needs after the last one (activations,
+  // scratch), before the run copies out its parameters; a later forward
+  // sizes them again.
+  virtual void free_host_buffers() {}
 
   virtual std::span<float> params() = 0;
   virtual std::span<float> grads() = 0;

@@ -21,6 +21,7 @@ class UnshardedModel final : public LocalModel, public OneStageModel {
   void backward() override { gpt_.backward(); }
   void backward_scaled(float dloss) override { gpt_.backward(dloss); }
   void zero_grad() override { gpt_.zero_grad(); }
+  void free_host_buffers() override { gpt_.free_buffers(); }
   std::span<float> params() override { return gpt_.params(); }
   std::span<float> grads() override { return gpt_.grads(); }
   const std::vector<ShardSpec>& shards() const override { return shards_; }

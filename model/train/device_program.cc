@@ -153,6 +153,7 @@ void DeviceProgram::run(Device& dev) const {
   if (s.cp_attention) result.cp[size_t(dev.rank())] = {s.cp_attention->exposed(), s.cp_attention->sent_bytes()};
   if (options.phantom) return;  // no values to publish
   if (before_publish) before_publish(dev.rank(), *s.model);
+  s.model->free_host_buffers();  // before the parameters' copy: the run's peak stays the steps'
   const coll::ProcessGroup& ep = s.ctx.group("ep");
   publish_params(*s.model, plan.mesh, dev.rank(), std::vector<int>(ep.members().begin(), ep.members().end()),
                  result, table);

@@ -1,6 +1,7 @@
 #include "model/train/publish.h"
 
 #include <algorithm>
+#include <mutex>
 
 #include "model/engine/shard_io.h"
 
@@ -43,16 +44,24 @@ void publish_params(parallel::LocalModel& model, const collectives::DeviceMesh& 
                     const model::ParamTable& table) {
   auto params = model.params();
   const collectives::Coords coords = mesh.coords(rank);
+  // The first writer of a replica sizes it (zeros), under a lock: every rank
+  // of a replica writes its own part of it.
+  const auto sized = [&](size_t i) -> std::vector<float>& {
+    static std::mutex mutex;
+    const std::lock_guard lock(mutex);
+    if (result.replicas[i].empty()) result.replicas[i].assign(size_t(table.numel()), 0.0f);
+    return result.replicas[i];
+  };
   // Replica d·cp + c: the cp ranks of a replica must hold the same parameters too.
   const int cp = mesh.shape().cp;
   auto replica = [&](const collectives::Coords& c) { return size_t(c.dp * cp + c.cp); };
   // Replica d is the model as dp rank d's ep group holds it: every member
   // writes its experts into each of the group's replicas.
-  engine::scatter_to_global(model, params, coords, table, result.replicas[replica(coords)], nullptr, engine::kAll);
+  engine::scatter_to_global(model, params, coords, table, sized(replica(coords)), nullptr, engine::kAll);
   for (int peer : ep_members)
     if (peer != rank)
-      engine::scatter_to_global(model, params, coords, table, result.replicas[replica(mesh.coords(peer))],
-                        nullptr, engine::kExpertsOnly);
+      engine::scatter_to_global(model, params, coords, table, sized(replica(mesh.coords(peer))), nullptr,
+                                engine::kExpertsOnly);
   // The last stage's tied copy, compared with the first stage's by train().
   const int pp = mesh.shape().pp;
   if (!result.tied_copy.empty() && coords.pp == pp - 1 && coords.dp == 0 && coords.cp == 0) {

@@ -230,7 +230,9 @@ TrainResult sized_result(const TrainOptions& o, const model::ParamTable& table, 
   r.first_step_spans.assign(world, {});
   r.phases.assign(world, std::vector<PhaseRecord>(size_t(o.steps)));
   if (o.phantom) return r;  // no parameter values to gather
-  r.replicas.assign(size_t(o.parallel.data_ranks()), std::vector<float>(size_t(table.numel()), 0.0f));
+  // Sized (and touched) when the devices publish into them, after their
+  // activations are freed (publish.cc): not part of the steps' peak memory.
+  r.replicas.assign(size_t(o.parallel.data_ranks()), {});
   if (o.keep_step0_grads) r.step0_grads.assign(size_t(table.numel()), 0.0f);
   if (o.parallel.last_stage_rank() != 0 && o.model.tied())
     r.tied_copy.assign(size_t(table.at(model::embedding_name(o.model)).numel), 0.0f);

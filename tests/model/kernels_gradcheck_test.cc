@@ -2,6 +2,7 @@
 // check prints its max relative error. (Their costs: kernel_costs_test.cc.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -186,8 +187,8 @@ TEST(KernelFusion, GeluForwardBackwardHasTheBitsOfBoth) {
   x[0] = -12.0f;  // GELU's derivative underflows: 0 · -dout is -0
   dout[0] = -1.0f;
   expect_same_bits("gelu", [&] {
-    std::vector<float> out(n), d(dout), ref_out(n), ref_d(n, 0.0f);
-    gelu_forward_backward(out.data(), d.data(), x.data(), n);
+    std::vector<float> out(x), d(dout), ref_out(n), ref_d(n, 0.0f);
+    gelu_forward_backward(out.data(), d.data(), n);  // out: x on entry, GELU(x) on return
     gelu_forward(ref_out.data(), x.data(), n);
     gelu_backward(ref_d.data(), dout.data(), x.data(), n);
     out.insert(out.end(), d.begin(), d.end());
@@ -216,6 +217,41 @@ TEST(KernelFusion, AttentionForwardBackwardHasTheBitsOfBoth) {
 
 // Tensor parallelism runs attention on a subset of heads with the c_attn rows
 // of those heads: the result must be the matching columns of the full output.
+// Kernels split over idle cores by rows, then by columns for a sum over the
+// rows (LayerNorm's dweight and dbias, a linear's dbias), and the split
+// fills: the bits of one core, which sums every column over the rows in
+// order. Rows and columns past whole chunks (64 each). Tolerance: none.
+TEST(KernelSplit, LayerNormBackwardAndBiasGradientsSameBitsSplitOrNot) {
+  std::mt19937_64 rng(13);
+  const int64_t N = 300, C = 200, IC = 24;
+  const auto x = float_randoms(rng, size_t(N * C), 3.0f), dout = float_randoms(rng, size_t(N * C), 1.0f);
+  const auto w = float_randoms(rng, size_t(C), 1.0f), b = float_randoms(rng, size_t(C), 1.0f);
+  const auto start = float_randoms(rng, size_t(N * C + 2 * C), 1.0f);  // the gradients accumulate
+  const auto inp = float_randoms(rng, size_t(N * IC), 1.0f);
+  const auto run = [&](bool split) {
+    set_host_split_for_test(split);
+    std::vector<float> out(static_cast<size_t>(N * C)), mean(static_cast<size_t>(N)), rstd(static_cast<size_t>(N));
+    layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, int(C));
+    std::vector<float> g(start);  // dinp, dweight, dbias
+    layernorm_backward(g.data(), g.data() + N * C, g.data() + N * C + C, dout.data(), x.data(), w.data(),
+                       mean.data(), rstd.data(), N, int(C));
+    std::vector<float> dw(size_t(C * IC), 0.5f), db(start.begin(), start.begin() + C);
+    linear_backward_weight(dw.data(), db.data(), dout.data(), inp.data(), N, int(IC), int(C));
+    std::vector<float> zeros(size_t(N * C), 1.0f);
+    fill_split(zeros.data(), N * C, 0.0f);
+    set_host_split_for_test(std::nullopt);
+    for (const auto* v : {&out, &mean, &rstd, &dw, &db, &zeros}) g.insert(g.end(), v->begin(), v->end());
+    return g;
+  };
+  const auto one = run(false), split = run(true);
+  size_t differ = 0;
+  for (size_t i = 0; i < one.size(); ++i) differ += std::memcmp(&one[i], &split[i], sizeof(float)) != 0;
+  std::printf("[split] layernorm backward, linear dbias, fill: %zu of %zu floats differ\n", differ, one.size());
+  ASSERT_EQ(one.size(), split.size());
+  EXPECT_EQ(differ, 0u);
+  EXPECT_EQ(std::count(split.end() - N * C, split.end(), 0.0f), N * C);  // the fill did fill
+}
+
 TEST(KernelSlicing, AttentionOnHeadSubsetMatchesFullOutput) {
   std::mt19937_64 rng(8);
   const int B = 2, T = 7, NH = 4, HS = 3, C = NH * HS, h0 = 1, h1 = 3, C_local = (h1 - h0) * HS;
