@@ -135,6 +135,11 @@ void DeviceSetup::make_data_parallel(const DeviceProgram& p, Device& dev) {
                                           expert_grads.ranges),
                dpo, expert_grads);
     if (hybrid) dp->set_replicas(ctx.group(hsdp_members(dp_group, par.hsdp, false), "hsdp-replicas"));
+  } else if (par.chunk_buckets) {
+    dp.emplace(dev, dp_group, model->grads(),
+               parallel::chunk_bucket_plan(model->shards(), p.plan.placement(coords.pp), expert_grads.ranges,
+                                           dpo.alone),
+               dpo, expert_grads);
   } else {
     dp.emplace(dev, dp_group, model->grads(), parallel::backward_ready_order(model->shards()), dpo,
                expert_grads);

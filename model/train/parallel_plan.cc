@@ -104,6 +104,7 @@ void validate_parallel(const TrainOptions& o) {
   require(p.hsdp == 0 || p.dp % p.hsdp == 0, fmt::format("`hsdp` {} must divide `dp` {}", p.hsdp, p.dp));
   require(p.hsdp == 0 || p.ep == 1, "`hsdp` with `ep` > 1 is not supported (expert units shard over edp)");
   require(p.bucket_mb > 0, "`bucket_mb` must be positive");
+  require(!p.chunk_buckets || p.zero != 3, "`chunk_buckets` is for `zero` 0, 1 or 2 (ZeRO-3's buckets are its units)");
   require(m.batch_size % p.dp == 0,
           fmt::format("`batch_size` {} is not divisible by `dp` {}", m.batch_size, p.dp));
   require(m.batch_size % (o.micro_batches * p.dp) == 0,

@@ -55,6 +55,7 @@
 #include "collectives/collectives.h"
 #include "model/parallel/data/buckets.h"
 #include "model/parallel/local_model.h"
+#include "model/parallel/pipeline/stage.h"
 #include "runtime/device.h"
 
 namespace shardlab::parallel {
@@ -201,6 +202,17 @@ class DataParallel {
 // layers: ln_f, blocks from last to first, then wte and wpe; each entry the
 // flat range of one group of tensors (they are contiguous in the layout).
 std::vector<Range> backward_ready_order(const std::vector<ShardSpec>& shards);
+
+// Megatron-core's disable_bucketing (DistributedDataParallel; Megatron-LM's
+// get_model and Megatron-Bridge's _ddp_wrap set it for every model chunk
+// after the first, and for all of them with
+// overlap_param_gather_with_optimizer_step): each model chunk of `place`
+// (resolved) one bucket, split only at gaps, at expert boundaries and
+// around `alone` (plan_buckets), never merged across chunks. The embeddings
+// belong to the first stage's chunk; ln_f, the head and a last stage's
+// tied wte copy to the last stage's.
+BucketPlan chunk_bucket_plan(const std::vector<ShardSpec>& shards, const StagePlacement& place,
+                             const std::vector<Range>& experts, Range alone = {});
 
 // The flat ranges of the expert tensors (ShardSpec::expert) among `shards`.
 std::vector<Range> expert_ranges(const std::vector<ShardSpec>& shards);
