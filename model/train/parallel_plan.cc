@@ -178,4 +178,16 @@ Range ParallelPlan::tied_bucket(const std::vector<parallel::ShardSpec>& shards) 
   return tied_copies ? model::prefix_range(shards, "transformer.wte.") : Range{};
 }
 
+int model_chunk_of(const parallel::StagePlacement& place, const parallel::ShardSpec& s) {
+  const bool tail = s.is_final_norm() || s.role == model::ParamRole::kLmHead || !place.holds_first();
+  for (int c = 0; c < place.vpp; ++c) {
+    const bool held = s.layer >= 0 ? place.first_layer(c) <= s.layer && s.layer < place.end_layer(c)
+                      : tail      ? place.last(c)
+                                  : place.first(c);
+    if (held) return c;
+  }
+  SHARDLAB_CHECK(false, "a tensor in no model chunk of its pipeline rank");
+  return -1;
+}
+
 }  // namespace shardlab::train

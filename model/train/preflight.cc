@@ -45,7 +45,9 @@ parallel::BucketPlan bucket_plan(const TrainOptions& o, const ParallelPlan& layo
   const std::vector<Range> experts = p.ep > 1 ? parallel::expert_ranges(shards) : std::vector<Range>{};
   if (p.zero == 3) return parallel::fsdp_bucket_plan(units, experts);
   if (p.chunk_buckets)
-    return parallel::chunk_bucket_plan(shards, layout.placement(pp_rank), experts, layout.tied_bucket(shards));
+    return parallel::chunk_bucket_plan(
+        shards, [place = layout.placement(pp_rank)](const parallel::ShardSpec& s) { return model_chunk_of(place, s); },
+        experts, layout.tied_bucket(shards));
   return parallel::plan_buckets(parallel::backward_ready_order(shards), experts, uint64_t(p.bucket_mb * 1e6),
                                 parallel::kGradElemBytes, layout.tied_bucket(shards));
 }

@@ -297,23 +297,11 @@ std::vector<Range> backward_ready_order(const std::vector<ShardSpec>& shards) {
 
 namespace shardlab::parallel {
 
-BucketPlan chunk_bucket_plan(const std::vector<ShardSpec>& shards, const StagePlacement& place,
+BucketPlan chunk_bucket_plan(const std::vector<ShardSpec>& shards,
+                             const std::function<int(const ShardSpec&)>& chunk_of,
                              const std::vector<Range>& experts, Range alone) {
   std::map<int64_t, const ShardSpec*> by_offset;
   for (const ShardSpec& s : shards) by_offset[s.offset] = &s;
-  auto chunk_of = [&](const ShardSpec& s) {
-    for (int c = 0; c < place.vpp; ++c) {
-      // Outside the blocks: ln_f, the head and a last stage's tied wte copy
-      // go with the last stage's chunk, the embeddings with the first's.
-      const bool tail = s.is_final_norm() || s.role == model::ParamRole::kLmHead || !place.holds_first();
-      const bool held = s.layer >= 0 ? place.first_layer(c) <= s.layer && s.layer < place.end_layer(c)
-                        : tail      ? place.last(c)
-                                    : place.first(c);
-      if (held) return c;
-    }
-    SHARDLAB_CHECK(false, "a tensor in no model chunk of its pipeline rank");
-    return -1;
-  };
   // Each chunk's ranges in ready order; chunks in the order backward finishes their first range.
   std::vector<std::pair<int, std::vector<Range>>> chunks;
   for (const Range& r : backward_ready_order(shards)) {

@@ -14,6 +14,7 @@
 #include "model/parallel/data/fsdp.h"
 #include "model/parallel/layout.h"
 #include "model/parallel/sharded_gpt.h"
+#include "model/train/parallel_plan.h"
 
 namespace shardlab::parallel {
 namespace {
@@ -128,7 +129,7 @@ TEST(ChunkBuckets, OneBucketPerModelChunkNeverAcrossChunks) {
   c.n_layer = 8;
   const StagePlacement r0 = StagePlacement{2, 2, 0, {}}.resolved(c);
   const auto shards0 = shards_of(c, r0);
-  const BucketPlan plan0 = chunk_bucket_plan(shards0, r0, {});
+  const BucketPlan plan0 = chunk_bucket_plan(shards0, [&](const ShardSpec& s) { return train::model_chunk_of(r0, s); }, {});
   ASSERT_EQ(plan0.buckets.size(), 2u);
   EXPECT_EQ(plan0.buckets[0].size, numel(shards0, {"transformer.h.4.", "transformer.h.5."}));
   EXPECT_EQ(plan0.buckets[1].size,
@@ -138,7 +139,7 @@ TEST(ChunkBuckets, OneBucketPerModelChunkNeverAcrossChunks) {
 
   const StagePlacement r1 = StagePlacement{2, 2, 1, {}}.resolved(c);
   const auto shards1 = shards_of(c, r1);
-  const BucketPlan plan1 = chunk_bucket_plan(shards1, r1, {});
+  const BucketPlan plan1 = chunk_bucket_plan(shards1, [&](const ShardSpec& s) { return train::model_chunk_of(r1, s); }, {});
   const int64_t last = numel(shards1, {"transformer.h.6.", "transformer.h.7.", "transformer.ln_f.", "transformer.wte."});
   const int64_t first = numel(shards1, {"transformer.h.2.", "transformer.h.3."});
   int64_t seen_last = 0, seen_first = 0;
