@@ -22,6 +22,7 @@ constexpr std::array kFieldFlags = std::to_array<std::pair<std::string_view, std
     {"overlap_param_gather", "--overlap-param-gather"},
     {"grad_reduce_bf16", "--grad-reduce-in-bf16"},
     {"bucket_mb", "--bucket-mb"},
+    {"chunk_buckets", "--bucket-per-chunk"},
     {"scatter_gather", "--scatter-gather"},
     {"dropout", "--dropout"},
     {"batch_size", "--batch"},

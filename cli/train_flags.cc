@@ -163,6 +163,9 @@ FlagTable<TrainFlags> parallel_flags() {
        "(Megatron's --grad-reduce-in-bf16)"},
       {"--bucket-mb", FIELD(opts.parallel.bucket_mb), "DP gradient bucket size in MB", number_above(0, 1e6),
        kShowDefault},
+      {"--bucket-per-chunk", FIELD(opts.parallel.chunk_buckets),
+       "With --zero 0|1|2: one DP bucket per model chunk instead of --bucket-mb ones (Megatron-core's "
+       "disable_bucketing: every chunk after the first, and all with overlap_param_gather_with_optimizer_step)"},
       {"--no-overlap", FIELD(no_overlap), "Reduce DP gradients after backward instead of during it"},
       {"--no-grad-accum-fusion", FIELD(no_grad_accum_fusion),
        "Mixed precision: add every micro-batch's gradients into the fp32 main gradients with a separate kernel "

@@ -8,6 +8,7 @@
 
 #include "model/config.h"
 #include "model/params.h"
+#include "model/parallel/data/buckets.h"
 #include "model/parallel/pipeline/stage.h"
 #include "runtime/cluster.h"
 
@@ -193,6 +194,19 @@ const std::vector<PublishedRun>& dubey2024_table4() {
 // and account_for_loss_in_pipeline_split; PublishedRun::embedding_loss_in_split). Their
 // model TFLOP/s count the causal attention at half (published TFLOP/s over
 // tokens/s), so the error is taken over tokens/s, as for the 24.07 rows.
+// The data-parallel buckets of the interleaved rows (dp > 1): one per model
+// chunk (PublishedRun::chunk_buckets). Megatron-Bridge's _ddp_wrap
+// (src/megatron/bridge/models/model_provider.py:688, at e59a573) sets
+// disable_bucketing for every chunk after the first, and for all of them
+// with overlap_param_gather_with_optimizer_step, which the performance
+// scripts turn on when dp > 1, pp > 1 and vp > 1
+// (scripts/performance/utils/helpers.py:260-263); the chunk-0 gather
+// that flag issues during the optimizer step is not modeled (the
+// interleaved schedule gathers chunks 0 and 1 as the step starts).
+// Not modeled either: fp8_param_gather (get_precision_config "fp8_cs":
+// bf16_with_fp8_current_scaling_mixed, src/megatron/bridge/training/
+// mixed_precision.py:289), FP8 weights gathered at 1 B, in buffers of
+// their own dtype; every gather here moves 2 B per parameter.
 const std::vector<PublishedRun>& megatron_bridge2511_h100_fp8() {
   auto row = [](const char* name, const char* preset, int gpus, int batch, int tp, int pp, int vp, double tokens,
                 double tflops, bool tp_overlap) {
@@ -208,7 +222,10 @@ const std::vector<PublishedRun>& megatron_bridge2511_h100_fp8() {
     PublishedRun cp = row("LLAMA3.1_405B", "llama3-405b", 1024, 512, 8, 8, 8, 292, 737, true);
     cp.cp = 2;
     cp.embedding_loss_in_split = true;
-    return std::vector<PublishedRun>{fsdp, row("LLAMA3_70B", "llama3-70b", 64, 128, 4, 8, 5, 1602, 719, true), cp};
+    cp.chunk_buckets = true;  // dp 8
+    PublishedRun l70 = row("LLAMA3_70B", "llama3-70b", 64, 128, 4, 8, 5, 1602, 719, true);
+    l70.chunk_buckets = true;  // dp 2
+    return std::vector<PublishedRun>{fsdp, l70, cp};
   }();
   return kRows;
 }
@@ -232,7 +249,11 @@ const std::vector<PublishedRun>& megatron_bridge2511_h100_fp8() {
 //    userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192), the embedding
 //    and the loss each a layer's slot in the pipeline split (its
 //    account_for_embedding_in_pipeline_split and
-//    account_for_loss_in_pipeline_split: 126 + 2 slots, 2 per chunk).
+//    account_for_loss_in_pipeline_split: 126 + 2 slots, 2 per chunk), one
+//    data-parallel bucket per model chunk (dp 2: as the H100 rows above).
+// The 8B row's buckets: 128 Mi parameters (src/megatron/bridge/training/
+// comm_overlap.py:540, whenever dp > 1), 536.870912 MB in shardlab's
+// bucket_mb, which counts 4 B per gradient (kGradElemBytes).
 // Published TFLOP/s count the causal attention at half; the error is over
 // tokens/s.
 const std::vector<PublishedRun>& megatron_bridge2511_b200() {
@@ -247,7 +268,10 @@ const std::vector<PublishedRun>& megatron_bridge2511_b200() {
     PublishedRun cp = row("LLAMA3.1_405B", "llama3-405b", 128, 64, 1, 4, 8, 8, 661, 1667);
     cp.cp = 2;
     cp.embedding_loss_in_split = true;
-    return std::vector<PublishedRun>{row("LLAMA3_8B", "llama3-8b", 8, 128, 2, 1, 1, 1, 30624, 1576), cp};
+    cp.chunk_buckets = true;
+    PublishedRun l8 = row("LLAMA3_8B", "llama3-8b", 8, 128, 2, 1, 1, 1, 30624, 1576);
+    l8.bucket_mb = 128 * double(1 << 20) * parallel::kGradElemBytes / 1e6;
+    return std::vector<PublishedRun>{l8, cp};
   }();
   return kRows;
 }
@@ -298,6 +322,7 @@ static TrainOptions nemo_run_options(const PublishedRun& row) {
   p.attention = parallel::AttentionKernel::kFused;
   p.recompute = parallel::Recompute::kNone;
   if (row.bucket_mb > 0) p.bucket_mb = row.bucket_mb;
+  p.chunk_buckets = row.chunk_buckets;
   const int per_replica = row.batch / p.dp;
   o.micro_batches = per_replica / row.micro_batch_size;
   if (row.pp > 1) {

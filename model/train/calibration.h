@@ -122,6 +122,10 @@ struct PublishedRun {
   // what shardlab's accounting does not (Llama 3 frees each stage's inputs
   // and outputs early, sec. 3.3.2: not modeled): time only, the peak is reported.
   double memory_gib = 0;
+  // kNeMo2024: one data-parallel bucket per model chunk
+  // (ParallelOptions::chunk_buckets), as Megatron-Bridge's interleaved rows
+  // with dp > 1 run (calibration.cc megatron_bridge2511_h100_fp8).
+  bool chunk_buckets = false;
 };
 
 // The ten rows of Table 1, as published, with run_table_1.sh's configuration.

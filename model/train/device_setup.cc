@@ -135,6 +135,13 @@ void DeviceSetup::make_data_parallel(const DeviceProgram& p, Device& dev) {
                                           expert_grads.ranges),
                dpo, expert_grads);
     if (hybrid) dp->set_replicas(ctx.group(hsdp_members(dp_group, par.hsdp, false), "hsdp-replicas"));
+  } else if (par.chunk_buckets) {
+    dp.emplace(dev, dp_group, model->grads(),
+               parallel::chunk_bucket_plan(
+                   model->shards(),
+                   [place = p.plan.placement(coords.pp)](const parallel::ShardSpec& s) { return model_chunk_of(place, s); },
+                   expert_grads.ranges, dpo.alone),
+               dpo, expert_grads);
   } else {
     dp.emplace(dev, dp_group, model->grads(), parallel::backward_ready_order(model->shards()), dpo,
                expert_grads);

@@ -104,6 +104,7 @@ void validate_parallel(const TrainOptions& o) {
   require(p.hsdp == 0 || p.dp % p.hsdp == 0, fmt::format("`hsdp` {} must divide `dp` {}", p.hsdp, p.dp));
   require(p.hsdp == 0 || p.ep == 1, "`hsdp` with `ep` > 1 is not supported (expert units shard over edp)");
   require(p.bucket_mb > 0, "`bucket_mb` must be positive");
+  require(!p.chunk_buckets || p.zero != 3, "`chunk_buckets` is for `zero` 0, 1 or 2 (ZeRO-3's buckets are its units)");
   require(m.batch_size % p.dp == 0,
           fmt::format("`batch_size` {} is not divisible by `dp` {}", m.batch_size, p.dp));
   require(m.batch_size % (o.micro_batches * p.dp) == 0,
@@ -175,6 +176,18 @@ ParallelPlan::ParallelPlan(const TrainOptions& o, Precision precision)
 
 Range ParallelPlan::tied_bucket(const std::vector<parallel::ShardSpec>& shards) const {
   return tied_copies ? model::prefix_range(shards, "transformer.wte.") : Range{};
+}
+
+int model_chunk_of(const parallel::StagePlacement& place, const parallel::ShardSpec& s) {
+  const bool tail = s.is_final_norm() || s.role == model::ParamRole::kLmHead || !place.holds_first();
+  for (int c = 0; c < place.vpp; ++c) {
+    const bool held = s.layer >= 0 ? place.first_layer(c) <= s.layer && s.layer < place.end_layer(c)
+                      : tail      ? place.last(c)
+                                  : place.first(c);
+    if (held) return c;
+  }
+  SHARDLAB_CHECK(false, "a tensor in no model chunk of its pipeline rank");
+  return -1;
 }
 
 }  // namespace shardlab::train

@@ -56,4 +56,10 @@ struct ParallelPlan {
   parallel::StageOrder order_ = parallel::StageOrder::kLoop;
 };
 
+// The model chunk of `place` (resolved) holding tensor `s`
+// (parallel::chunk_bucket_plan): a block's by its layer; the embeddings
+// the first stage's chunk; ln_f, the head and a last stage's tied wte copy
+// the last stage's.
+int model_chunk_of(const parallel::StagePlacement& place, const parallel::ShardSpec& s);
+
 }  // namespace shardlab::train

@@ -36,13 +36,18 @@ std::vector<parallel::ShardSpec> local_shards(const TrainOptions& o, const Paral
   return layout.shards();
 }
 
-// The buckets DataParallel plans for `shards` (ZeRO-3: Fsdp's, one per unit of `units`).
+// The buckets DataParallel plans for `shards` of pipeline rank `pp_rank`
+// (ZeRO-3: Fsdp's, one per unit of `units`; chunk_buckets: one per model chunk).
 parallel::BucketPlan bucket_plan(const TrainOptions& o, const ParallelPlan& layout,
                                  const std::vector<parallel::ShardSpec>& shards,
-                                 const std::vector<parallel::FsdpUnit>& units) {
+                                 const std::vector<parallel::FsdpUnit>& units, int pp_rank) {
   const ParallelOptions& p = o.parallel;
   const std::vector<Range> experts = p.ep > 1 ? parallel::expert_ranges(shards) : std::vector<Range>{};
   if (p.zero == 3) return parallel::fsdp_bucket_plan(units, experts);
+  if (p.chunk_buckets)
+    return parallel::chunk_bucket_plan(
+        shards, [place = layout.placement(pp_rank)](const parallel::ShardSpec& s) { return model_chunk_of(place, s); },
+        experts, layout.tied_bucket(shards));
   return parallel::plan_buckets(parallel::backward_ready_order(shards), experts, uint64_t(p.bucket_mb * 1e6),
                                 parallel::kGradElemBytes, layout.tied_bucket(shards));
 }
@@ -172,7 +177,7 @@ bool uneven_chunks(const TrainOptions& o, const ParallelPlan& plan) {
     for (c.tp = 0; c.tp < p.tp; ++c.tp)
       for (c.ep = 0; c.ep < p.ep; ++c.ep) {
         const std::vector<parallel::ShardSpec> shards = local_shards(o, plan, table, c);
-        const parallel::BucketPlan b = bucket_plan(o, plan, shards, parallel::fsdp_units(shards, o.model.n_layer));
+        const parallel::BucketPlan b = bucket_plan(o, plan, shards, parallel::fsdp_units(shards, o.model.n_layer), c.pp);
         for (size_t i = 0; i < b.buckets.size(); ++i)
           if (uint64_t(b.buckets[i].size) % (b.expert[i] ? expert : dense) != 0) return true;
       }
@@ -192,7 +197,7 @@ MemoryEstimate estimate_memory(const TrainOptions& o, const ParallelPlan& plan, 
       LayoutBuckets& lb = it->second;
       lb.shards = local_shards(o, plan, table, c);
       lb.units = parallel::fsdp_units(lb.shards, o.model.n_layer);
-      lb.plan = bucket_plan(o, plan, lb.shards, lb.units);
+      lb.plan = bucket_plan(o, plan, lb.shards, lb.units, c.pp);
       lb.edp_size = int(mesh.group_ranks(rank, p.cp > 1 ? "cp-edp" : "edp").size());
     }
     const DeviceMemory m = device_memory(o, plan, rank, it->second, elem, fp8);

@@ -97,6 +97,7 @@ nlohmann::json TrainOptions::to_json() const {
             {"zero", parallel.zero},
             {"reshard_after_forward", parallel.reshard_after_forward}, {"prefetch", parallel.prefetch}, {"hsdp", parallel.hsdp},
             {"overlap_param_gather", parallel.overlap_param_gather}, {"grad_reduce_bf16", parallel.grad_reduce_bf16},
+            {"chunk_buckets", parallel.chunk_buckets},
             {"bucket_mb", parallel.bucket_mb}, {"overlap", parallel.overlap},
             {"grad_accum_fusion", parallel.grad_accum_fusion}, {"half_grads", parallel.half_grads},
             {"unfused_cross_entropy", parallel.unfused_cross_entropy},

@@ -78,6 +78,10 @@ struct ParallelOptions {
   // The ranks one ZeRO chunk is split over: hsdp, else dp (× cp).
   int shard_size() const { return hsdp > 0 ? hsdp : dp * cp; }
   double bucket_mb = 25;      // DP gradient bucket, MB (1e6 modeled bytes)
+  // ZeRO 0-2: one bucket per model chunk, bucket_mb ignored (Megatron-core's
+  // disable_bucketing, parallel::chunk_bucket_plan): each chunk's gradients
+  // reduced, and its parameters gathered, in one collective.
+  bool chunk_buckets = false;
   bool overlap = true;        // reduce buckets during backward
   // Mixed precision: the wgrad GEMMs accumulate into the fp32 main gradients
   // (Megatron-LM's --gradient-accumulation-fusion, 2022). Off: every

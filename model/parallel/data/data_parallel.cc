@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
+#include <map>
 
 #include "model/buffer.h"
 #include "model/parallel/local_model.h"
@@ -294,6 +296,28 @@ std::vector<Range> backward_ready_order(const std::vector<ShardSpec>& shards) {
 }  // namespace shardlab::parallel
 
 namespace shardlab::parallel {
+
+BucketPlan chunk_bucket_plan(const std::vector<ShardSpec>& shards,
+                             const std::function<int(const ShardSpec&)>& chunk_of,
+                             const std::vector<Range>& experts, Range alone) {
+  std::map<int64_t, const ShardSpec*> by_offset;
+  for (const ShardSpec& s : shards) by_offset[s.offset] = &s;
+  // Each chunk's ranges in ready order; chunks in the order backward finishes their first range.
+  std::vector<std::pair<int, std::vector<Range>>> chunks;
+  for (const Range& r : backward_ready_order(shards)) {
+    const int c = chunk_of(*by_offset.at(r.begin));
+    auto it = std::find_if(chunks.begin(), chunks.end(), [&](const auto& e) { return e.first == c; });
+    if (it == chunks.end()) it = chunks.insert(chunks.end(), {c, {}});
+    it->second.push_back(r);
+  }
+  BucketPlan plan;
+  for (const auto& [c, ranges] : chunks) {
+    const BucketPlan part = plan_buckets(ranges, experts, std::numeric_limits<uint64_t>::max(), kGradElemBytes, alone);
+    plan.buckets.insert(plan.buckets.end(), part.buckets.begin(), part.buckets.end());
+    plan.expert.insert(plan.expert.end(), part.expert.begin(), part.expert.end());
+  }
+  return plan;
+}
 
 std::vector<Range> expert_ranges(const std::vector<ShardSpec>& shards) {
   std::vector<Range> out;

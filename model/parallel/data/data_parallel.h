@@ -202,6 +202,17 @@ class DataParallel {
 // flat range of one group of tensors (they are contiguous in the layout).
 std::vector<Range> backward_ready_order(const std::vector<ShardSpec>& shards);
 
+// Megatron-core's disable_bucketing (DistributedDataParallel; Megatron-LM's
+// get_model and Megatron-Bridge's _ddp_wrap set it for every model chunk
+// after the first, and for all of them with
+// overlap_param_gather_with_optimizer_step): each model chunk (`chunk_of`
+// a tensor: train::model_chunk_of) one bucket, split only at gaps, at
+// expert boundaries and around `alone` (plan_buckets), never merged across
+// chunks; chunks in the order backward finishes their first tensor.
+BucketPlan chunk_bucket_plan(const std::vector<ShardSpec>& shards,
+                             const std::function<int(const ShardSpec&)>& chunk_of,
+                             const std::vector<Range>& experts, Range alone = {});
+
 // The flat ranges of the expert tensors (ShardSpec::expert) among `shards`.
 std::vector<Range> expert_ranges(const std::vector<ShardSpec>& shards);
 

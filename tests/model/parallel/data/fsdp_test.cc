@@ -10,9 +10,11 @@
 #include <gtest/gtest.h>
 
 #include "model/config.h"
+#include "model/parallel/data/data_parallel.h"
 #include "model/parallel/data/fsdp.h"
 #include "model/parallel/layout.h"
 #include "model/parallel/sharded_gpt.h"
+#include "model/train/parallel_plan.h"
 
 namespace shardlab::parallel {
 namespace {
@@ -112,6 +114,46 @@ TEST(FsdpPeak, FollowsTheGatherAndFreeRules) {
   EXPECT_EQ(fsdp_peak_gathered(passes, units, {true, true}), emb + 2 * block);
   EXPECT_EQ(fsdp_peak_gathered(passes, units, {true, false}), emb + block);
   EXPECT_EQ(fsdp_peak_gathered(passes, units, {false, true}), all);
+}
+
+// Megatron-core's disable_bucketing (chunk_bucket_plan), counted by hand: 8
+// blocks over pp 2 x vpp 2, two blocks per virtual stage. Rank 0 holds
+// chunk 0 (stage 0: blocks 0-1, wte, wpe) and chunk 1 (stage 2: blocks
+// 4-5); backward finishes chunk 1 first, so its buckets are blocks 5, 4
+// (one bucket: adjacent) and then blocks 1, 0 with the embeddings (one).
+// Size-limited buckets as large would merge the two chunks into one.
+// Rank 1 (stages 1 and 3: blocks 2-3, blocks 6-7, ln_f and the tied wte
+// copy): every bucket inside one chunk, the last chunk first.
+TEST(ChunkBuckets, OneBucketPerModelChunkNeverAcrossChunks) {
+  model::GPTConfig c = config();
+  c.n_layer = 8;
+  const StagePlacement r0 = StagePlacement{2, 2, 0, {}}.resolved(c);
+  const auto shards0 = shards_of(c, r0);
+  const BucketPlan plan0 = chunk_bucket_plan(shards0, [&](const ShardSpec& s) { return train::model_chunk_of(r0, s); }, {});
+  ASSERT_EQ(plan0.buckets.size(), 2u);
+  EXPECT_EQ(plan0.buckets[0].size, numel(shards0, {"transformer.h.4.", "transformer.h.5."}));
+  EXPECT_EQ(plan0.buckets[1].size,
+            numel(shards0, {"transformer.h.0.", "transformer.h.1.", "transformer.wte.", "transformer.wpe."}));
+  const BucketPlan merged = plan_buckets(backward_ready_order(shards0), {}, uint64_t(1) << 40, kGradElemBytes);
+  EXPECT_EQ(merged.buckets.size(), 1u) << "the layout is contiguous: size-limited buckets span chunks";
+
+  const StagePlacement r1 = StagePlacement{2, 2, 1, {}}.resolved(c);
+  const auto shards1 = shards_of(c, r1);
+  const BucketPlan plan1 = chunk_bucket_plan(shards1, [&](const ShardSpec& s) { return train::model_chunk_of(r1, s); }, {});
+  const int64_t last = numel(shards1, {"transformer.h.6.", "transformer.h.7.", "transformer.ln_f.", "transformer.wte."});
+  const int64_t first = numel(shards1, {"transformer.h.2.", "transformer.h.3."});
+  int64_t seen_last = 0, seen_first = 0;
+  for (const Range& b : plan1.buckets) {
+    int64_t in_last = 0;
+    for (const ShardSpec& s : shards1)
+      if (b.contains(s.offset) && (s.layer >= 6 || s.layer < 0)) in_last += s.numel;
+    EXPECT_TRUE(in_last == 0 || in_last == b.size) << "a bucket across chunks at " << b.begin;
+    (in_last > 0 ? seen_last : seen_first) += b.size;
+    EXPECT_EQ(seen_first > 0 ? seen_last : last, last) << "the last chunk's buckets come first";
+  }
+  EXPECT_EQ(seen_last, last);
+  EXPECT_EQ(seen_first, first);
+  EXPECT_GT(numel(shards1, {"transformer.wte."}), 0) << "the tied copy is held here";
 }
 
 }  // namespace
