@@ -20,10 +20,11 @@
 //     (prints a digest of every device's virtual figures, to compare two builds)
 //     (--layers and --micro-batches shrink a scale run into a sibling that
 //     runs in seconds, for profiling; --no-fold runs every rank on a thread)
-//   build/bin/bench_phantom --table nemo|bridge|bridge-b200|llama3 [--profile NAME|FILE.json] [--rows N] [--no-fold]
+//   build/bin/bench_phantom --table nemo|bridge|bridge-b200|llama3|mcore [--profile NAME|FILE.json] [--rows N] [--no-fold]
 //     NVIDIA's NeMo 24.07 DGX-H100 FP8 rows, Megatron-Bridge 25.11's
-//     DGX-H100 FP8 rows (held out) or Dubey et al. 2024 Table 4 (Llama 3
-//     405B, BF16) on h100-nvlink, Megatron-Bridge 25.11's DGX-B200 FP8 rows
+//     DGX-H100 FP8 rows (held out), Dubey et al. 2024 Table 4 (Llama 3
+//     405B, BF16) or Megatron-LM's weak-scaling table (mcore: 1.7B to 462B
+//     on H100 in BF16, held out) on h100-nvlink, Megatron-Bridge 25.11's DGX-B200 FP8 rows
 //     (bridge-b200) on b200-nvlink, unless --profile says otherwise (a
 //     FILE.json with another GEMM maximum: the fits of the FP8 GEMM maxima,
 //     README "Calibration against a real cluster").
@@ -65,7 +66,7 @@ std::vector<train::PredictedRun> run_table(const std::vector<train::PublishedRun
     rusage u{};
     getrusage(RUSAGE_SELF, &u);
     fmt::print("{:>16} {:>3} {:>3} {:>5} {:>6} {:>10.3f} {:>10.1f} {:>10.0f} {:>+6.1f}% {:>8} {:>8.2f} {:>9.0f} {:>16}\n",
-               row.preset, row.tp, row.pp, row.gpus, r.options.model.batch_size, r.step_s,
+               *row.name ? row.name : row.preset.c_str(), row.tp, row.pp, row.gpus, r.options.model.batch_size, r.step_s,
                r.tflops_per_gpu, row.tflops_per_gpu, r.error * 100, r.running_devices, r.wall_s,
                double(u.ru_maxrss) / 1024, std::llround(r.step_s * 1e12));
     std::fflush(stdout);
@@ -180,26 +181,28 @@ int run(int argc, char** argv) {
     if (i + 1 >= argc ||
         (std::strcmp(argv[i], "--profile") && std::strcmp(argv[i], "--rows") && std::strcmp(argv[i], "--table")))
       throw ConfigError(
-          fmt::format("unknown argument \"{}\" (--profile NAME|FILE.json, --rows N, --table nemo|bridge|bridge-b200|llama3, --no-fold)",
+          fmt::format("unknown argument \"{}\" (--profile NAME|FILE.json, --rows N, --table nemo|bridge|bridge-b200|llama3|mcore, --no-fold)",
                       argv[i]));
     if (!std::strcmp(argv[i], "--profile")) profile = argv[i + 1];
     if (!std::strcmp(argv[i], "--rows")) rows = std::stoul(argv[i + 1]);
     if (!std::strcmp(argv[i], "--table")) table = argv[i + 1];
   }
   if (!table.empty()) {
-    if (table != "nemo" && table != "bridge" && table != "bridge-b200" && table != "llama3")
-      throw ConfigError(fmt::format("--table \"{}\": expected nemo, bridge, bridge-b200 or llama3", table));
+    if (table != "nemo" && table != "bridge" && table != "bridge-b200" && table != "llama3" && table != "mcore")
+      throw ConfigError(fmt::format("--table \"{}\": expected nemo, bridge, bridge-b200, llama3 or mcore", table));
     const bool b200 = table == "bridge-b200";
     const HardwareProfile p = load_profile(!profile.empty() ? profile : b200 ? "b200-nvlink" : "h100-nvlink");
     fmt::print("# {} on profile {} (phantom)\n",
                table == "nemo"     ? "NeMo 24.07, DGX-H100, FP8"
                : table == "bridge" ? "Megatron-Bridge 25.11, DGX-H100, FP8 (held out)"
                : b200              ? "Megatron-Bridge 25.11, DGX-B200, FP8"
+               : table == "mcore"  ? "Megatron-LM weak scaling (core r0.8), H100, BF16 (held out)"
                                    : "Dubey et al. 2024 Table 4, Llama 3 405B, BF16",
                p.name);
     run_table(table == "nemo"     ? train::nemo2407_h100_fp8()
               : table == "bridge" ? train::megatron_bridge2511_h100_fp8()
               : b200              ? train::megatron_bridge2511_b200()
+              : table == "mcore"  ? train::megatron_core_weak_scaling_h100()
                                   : train::dubey2024_table4(),
               p, rows, fold);
     return 0;
