@@ -20,7 +20,8 @@
 //     (prints a digest of every device's virtual figures, to compare two builds)
 //     (--layers and --micro-batches shrink a scale run into a sibling that
 //     runs in seconds, for profiling; --no-fold runs every rank on a thread)
-//   build/bin/bench_phantom --table nemo|bridge|bridge-b200|llama3|mcore [--profile NAME|FILE.json] [--rows N] [--no-fold]
+//   build/bin/bench_phantom --table nemo|bridge|bridge-b200|llama3|mcore [--profile NAME|FILE.json] [--rows N] [--from I] [--no-fold]
+//     (--from I: the table's rows from the I-th on, 0 first)
 //     NVIDIA's NeMo 24.07 DGX-H100 FP8 rows, Megatron-Bridge 25.11's
 //     DGX-H100 FP8 rows (held out), Dubey et al. 2024 Table 4 (Llama 3
 //     405B, BF16) or Megatron-LM's weak-scaling table (mcore: 1.7B to 462B
@@ -51,16 +52,18 @@ namespace {
 
 using namespace shardlab;
 
-// Predicts `rows` (at most `limit`) and prints one line each.
+// Predicts `rows` (at most `limit`, from the `from`-th on) and prints one line each.
 // `fold` false (--no-fold): every rank on a thread; the step (to the
 // picosecond, "step ps") must not move.
 std::vector<train::PredictedRun> run_table(const std::vector<train::PublishedRun>& rows,
-                                           const HardwareProfile& p, size_t limit, bool fold = true) {
+                                           const HardwareProfile& p, size_t limit, bool fold = true,
+                                           size_t from = 0) {
   fmt::print("{:>16} {:>3} {:>3} {:>5} {:>6} {:>10} {:>10} {:>10} {:>7} {:>8} {:>8} {:>9} {:>16}\n",
              "model", "tp", "pp", "gpus", "batch", "step s", "TFLOP/s", "published", "error",
              "threads", "wall s", "RSS MiB", "step ps");
   std::vector<train::PredictedRun> runs;
-  for (const auto& row : rows) {
+  for (size_t i = from; i < rows.size(); ++i) {
+    const train::PublishedRun& row = rows[i];
     if (runs.size() == limit) break;
     const train::PredictedRun& r = runs.emplace_back(train::predict(row, p, fold));
     rusage u{};
@@ -171,7 +174,7 @@ int run(int argc, char** argv) {
     return run_scale(argv[2], over);
   }
   std::string profile, table;
-  size_t rows = 100;
+  size_t rows = 100, from = 0;
   bool fold = true;
   for (int i = 1; i < argc; i += 2) {
     if (!std::strcmp(argv[i], "--no-fold")) {
@@ -179,12 +182,18 @@ int run(int argc, char** argv) {
       continue;
     }
     if (i + 1 >= argc ||
-        (std::strcmp(argv[i], "--profile") && std::strcmp(argv[i], "--rows") && std::strcmp(argv[i], "--table")))
+        (std::strcmp(argv[i], "--profile") && std::strcmp(argv[i], "--rows") && std::strcmp(argv[i], "--table") &&
+         std::strcmp(argv[i], "--from")))
       throw ConfigError(
-          fmt::format("unknown argument \"{}\" (--profile NAME|FILE.json, --rows N, --table nemo|bridge|bridge-b200|llama3|mcore, --no-fold)",
+          fmt::format("unknown argument \"{}\" (--profile NAME|FILE.json, --rows N, --from I, --table nemo|bridge|bridge-b200|llama3|mcore, --no-fold)",
                       argv[i]));
     if (!std::strcmp(argv[i], "--profile")) profile = argv[i + 1];
     if (!std::strcmp(argv[i], "--rows")) rows = std::stoul(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--from")) {
+      const std::optional<int> n = parse_number<int>(argv[i + 1]);
+      if (!n || *n < 0) throw ConfigError(fmt::format("--from \"{}\": expected a row index, 0 or more", argv[i + 1]));
+      from = size_t(*n);
+    }
     if (!std::strcmp(argv[i], "--table")) table = argv[i + 1];
   }
   if (!table.empty()) {
@@ -204,7 +213,7 @@ int run(int argc, char** argv) {
               : b200              ? train::megatron_bridge2511_b200()
               : table == "mcore"  ? train::megatron_core_weak_scaling_h100()
                                   : train::dubey2024_table4(),
-              p, rows, fold);
+              p, rows, fold, from);
     return 0;
   }
   const HardwareProfile p = load_profile(profile.empty() ? "a100-nvlink" : profile);
