@@ -20,10 +20,12 @@
 //     (prints a digest of every device's virtual figures, to compare two builds)
 //     (--layers and --micro-batches shrink a scale run into a sibling that
 //     runs in seconds, for profiling; --no-fold runs every rank on a thread)
-//   build/bin/bench_phantom --table nemo|bridge|bridge-b200|llama3 [--profile NAME|FILE.json] [--rows N] [--no-fold]
+//   build/bin/bench_phantom --table nemo|bridge|bridge-b200|llama3|mcore [--profile NAME|FILE.json] [--rows N] [--from I] [--no-fold]
+//     (--from I: the table's rows from the I-th on, 0 first)
 //     NVIDIA's NeMo 24.07 DGX-H100 FP8 rows, Megatron-Bridge 25.11's
-//     DGX-H100 FP8 rows (held out) or Dubey et al. 2024 Table 4 (Llama 3
-//     405B, BF16) on h100-nvlink, Megatron-Bridge 25.11's DGX-B200 FP8 rows
+//     DGX-H100 FP8 rows (held out), Dubey et al. 2024 Table 4 (Llama 3
+//     405B, BF16) or Megatron-LM's weak-scaling table (mcore: 1.7B to 462B
+//     on H100 in BF16, held out) on h100-nvlink, Megatron-Bridge 25.11's DGX-B200 FP8 rows
 //     (bridge-b200) on b200-nvlink, unless --profile says otherwise (a
 //     FILE.json with another GEMM maximum: the fits of the FP8 GEMM maxima,
 //     README "Calibration against a real cluster").
@@ -50,22 +52,24 @@ namespace {
 
 using namespace shardlab;
 
-// Predicts `rows` (at most `limit`) and prints one line each.
+// Predicts `rows` (at most `limit`, from the `from`-th on) and prints one line each.
 // `fold` false (--no-fold): every rank on a thread; the step (to the
 // picosecond, "step ps") must not move.
 std::vector<train::PredictedRun> run_table(const std::vector<train::PublishedRun>& rows,
-                                           const HardwareProfile& p, size_t limit, bool fold = true) {
+                                           const HardwareProfile& p, size_t limit, bool fold = true,
+                                           size_t from = 0) {
   fmt::print("{:>16} {:>3} {:>3} {:>5} {:>6} {:>10} {:>10} {:>10} {:>7} {:>8} {:>8} {:>9} {:>16}\n",
              "model", "tp", "pp", "gpus", "batch", "step s", "TFLOP/s", "published", "error",
              "threads", "wall s", "RSS MiB", "step ps");
   std::vector<train::PredictedRun> runs;
-  for (const auto& row : rows) {
+  for (size_t i = from; i < rows.size(); ++i) {
+    const train::PublishedRun& row = rows[i];
     if (runs.size() == limit) break;
     const train::PredictedRun& r = runs.emplace_back(train::predict(row, p, fold));
     rusage u{};
     getrusage(RUSAGE_SELF, &u);
     fmt::print("{:>16} {:>3} {:>3} {:>5} {:>6} {:>10.3f} {:>10.1f} {:>10.0f} {:>+6.1f}% {:>8} {:>8.2f} {:>9.0f} {:>16}\n",
-               row.preset, row.tp, row.pp, row.gpus, r.options.model.batch_size, r.step_s,
+               *row.name ? row.name : row.preset.c_str(), row.tp, row.pp, row.gpus, r.options.model.batch_size, r.step_s,
                r.tflops_per_gpu, row.tflops_per_gpu, r.error * 100, r.running_devices, r.wall_s,
                double(u.ru_maxrss) / 1024, std::llround(r.step_s * 1e12));
     std::fflush(stdout);
@@ -170,7 +174,7 @@ int run(int argc, char** argv) {
     return run_scale(argv[2], over);
   }
   std::string profile, table;
-  size_t rows = 100;
+  size_t rows = 100, from = 0;
   bool fold = true;
   for (int i = 1; i < argc; i += 2) {
     if (!std::strcmp(argv[i], "--no-fold")) {
@@ -178,30 +182,38 @@ int run(int argc, char** argv) {
       continue;
     }
     if (i + 1 >= argc ||
-        (std::strcmp(argv[i], "--profile") && std::strcmp(argv[i], "--rows") && std::strcmp(argv[i], "--table")))
+        (std::strcmp(argv[i], "--profile") && std::strcmp(argv[i], "--rows") && std::strcmp(argv[i], "--table") &&
+         std::strcmp(argv[i], "--from")))
       throw ConfigError(
-          fmt::format("unknown argument \"{}\" (--profile NAME|FILE.json, --rows N, --table nemo|bridge|bridge-b200|llama3, --no-fold)",
+          fmt::format("unknown argument \"{}\" (--profile NAME|FILE.json, --rows N, --from I, --table nemo|bridge|bridge-b200|llama3|mcore, --no-fold)",
                       argv[i]));
     if (!std::strcmp(argv[i], "--profile")) profile = argv[i + 1];
     if (!std::strcmp(argv[i], "--rows")) rows = std::stoul(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--from")) {
+      const std::optional<int> n = parse_number<int>(argv[i + 1]);
+      if (!n || *n < 0) throw ConfigError(fmt::format("--from \"{}\": expected a row index, 0 or more", argv[i + 1]));
+      from = size_t(*n);
+    }
     if (!std::strcmp(argv[i], "--table")) table = argv[i + 1];
   }
   if (!table.empty()) {
-    if (table != "nemo" && table != "bridge" && table != "bridge-b200" && table != "llama3")
-      throw ConfigError(fmt::format("--table \"{}\": expected nemo, bridge, bridge-b200 or llama3", table));
+    if (table != "nemo" && table != "bridge" && table != "bridge-b200" && table != "llama3" && table != "mcore")
+      throw ConfigError(fmt::format("--table \"{}\": expected nemo, bridge, bridge-b200, llama3 or mcore", table));
     const bool b200 = table == "bridge-b200";
     const HardwareProfile p = load_profile(!profile.empty() ? profile : b200 ? "b200-nvlink" : "h100-nvlink");
     fmt::print("# {} on profile {} (phantom)\n",
                table == "nemo"     ? "NeMo 24.07, DGX-H100, FP8"
                : table == "bridge" ? "Megatron-Bridge 25.11, DGX-H100, FP8 (held out)"
                : b200              ? "Megatron-Bridge 25.11, DGX-B200, FP8"
+               : table == "mcore"  ? "Megatron-LM weak scaling (core r0.8), H100, BF16 (held out)"
                                    : "Dubey et al. 2024 Table 4, Llama 3 405B, BF16",
                p.name);
     run_table(table == "nemo"     ? train::nemo2407_h100_fp8()
               : table == "bridge" ? train::megatron_bridge2511_h100_fp8()
               : b200              ? train::megatron_bridge2511_b200()
+              : table == "mcore"  ? train::megatron_core_weak_scaling_h100()
                                   : train::dubey2024_table4(),
-              p, rows, fold);
+              p, rows, fold, from);
     return 0;
   }
   const HardwareProfile p = load_profile(profile.empty() ? "a100-nvlink" : profile);

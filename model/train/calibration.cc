@@ -276,6 +276,75 @@ const std::vector<PublishedRun>& megatron_bridge2511_b200() {
   return kRows;
 }
 
+// Megatron-LM's weak-scaling table (its README since 2024-07-15, f2e5db402c,
+// images/model_table.png; the text: vocabulary 131,072, seq 4,096, H100,
+// "--overlap-grad-reduce --overlap-param-gather", "--tp-comm-overlap",
+// pipeline communication overlapped "by default"): model, heads, hidden,
+// layers, TP, PP, GPUs, batch and TFLOP/s per GPU as published (MFU over
+// 989 TFLOP/s). TFLOP/s as core_r0.8.0's num_floating_point_operations
+// counts them: 12·B·s·l·h²·((1 + 1 + s/h) + 4 + V/2lh), which is
+// model_flops_per_token (the causal mask not halved). Run as pretrain_gpt.py
+// of core_r0.8.0 (megatron/training/arguments.py) runs a GPT with those
+// flags and its defaults:
+//  - GPT-3's block (LayerNorm, GeLU MLP of 4h, learned absolute positions,
+//    --hidden-dropout and --attention-dropout 0.1), gpt3-175b's preset
+//    reshaped; the embedding and the LM head untied
+//    (--untie-embeddings-and-output-weights): the table's sizes count both,
+//    12·l·h² + 2·V·h + 4096·h is 1.76B, 7.13B, ... 461.5B (tied: 1.49B,
+//    6.59B, ...); vocabulary padded to 128 x TP (131,072 already is);
+//  - --transformer-impl transformer_engine (the default): TE's fused
+//    attention; sequence parallelism with TP (--tp-comm-overlap needs it);
+//  - bf16 makes --accumulate-allreduce-grads-in-fp32 true: fp32 main
+//    gradients, their accumulation fused (--gradient-accumulation-fusion's
+//    default), reduced in fp32;
+//  - --use-distributed-optimizer (--overlap-param-gather requires it): the
+//    gradients reduce-scattered during backward, the parameters gathered in
+//    the next forward (shardlab's --zero 2 --overlap-param-gather);
+//    DistributedDataParallel's default bucket, max(40M, 1M x dp) parameters
+//    = 48M at DP 48, 192 MB of fp32 gradients;
+//  - the cross-entropy unfused (--cross-entropy-loss-fusion is off by
+//    default): Megatron-core's vocab-parallel one;
+//  - no activation recomputation (none is named);
+//  - --overlap-p2p-communication's default (True) with a pipeline.
+// Not published, and chosen by one rule for every row, not per row: with
+// no pipeline the replica's batch (192 / 48 = 4 sequences) as one
+// micro-batch (no gradient accumulation, as the 2021 rows without a
+// pipeline ran); with a pipeline, micro-batches of 1 (Megatron-LM's GPT-3
+// example, examples/gpt3/train_gpt3_175b_distributed.sh, and every
+// pipelined row above) on the interleaved schedule with one layer per
+// virtual stage (VP = the stage's layers: 42, 23, 16, 12 and 7 here;
+// core_r0.8 needs the stage's layers to divide by the chunk's, and 23 and 7
+// divide only by 1 and themselves).
+// Not modeled: core_r0.8 buckets the gradients only on the first pipeline
+// rank's first chunk (the others reduce theirs in one bucket at the end of
+// the backward).
+const std::vector<PublishedRun>& megatron_core_weak_scaling_h100() {
+  auto row = [](const char* name, int heads, int hidden, int layers, int tp, int pp, int gpus, int batch,
+                double tflops) {
+    const int dp = gpus / (tp * pp);
+    const int mbs = pp > 1 ? 1 : batch / dp, vp = pp > 1 ? layers / pp : 1;
+    const double bucket_mb = 4.0 * std::max(40, dp);  // max(40M, 1M x dp) fp32 gradients
+    PublishedRun r = reshaped(nemo(name, "gpt3-175b", gpus, batch, mbs, 4096, tp, pp, vp, 0, tflops, bucket_mb,
+                                   tp > 1, pp > 1),
+                              layers, hidden, heads);
+    r.recipe = Recipe::kMegatronCore2024;
+    r.precision = Precision::kBf16;
+    r.grad_reduce_bf16 = false;
+    r.vocab = 131072;
+    r.untied_embeddings = true;
+    return r;
+  };
+  // name, heads, hidden, layers, TP, PP, GPUs, batch, TFLOP/s per GPU
+  static const std::vector<PublishedRun> kRows = {
+      row("1.7B", 16, 2048, 24, 1, 1, 48, 192, 408.8),      row("7.1B", 32, 4096, 30, 2, 1, 96, 192, 465.9),
+      row("16B", 48, 6144, 32, 4, 1, 192, 192, 489.1),      row("32B", 56, 7168, 48, 8, 1, 384, 192, 459.6),
+      row("70B", 64, 8192, 84, 8, 2, 768, 384, 419.7),      row("119B", 80, 10240, 92, 8, 4, 1536, 768, 420.5),
+      row("177B", 96, 12288, 96, 8, 6, 2304, 1152, 432.8),  row("314B", 128, 16384, 96, 8, 8, 3072, 1536, 474.4),
+      row("462B", 144, 18432, 112, 8, 16, 6144, 3072, 459.9),
+  };
+  return kRows;
+}
+
 double model_flops_per_token(const model::GPTConfig& c, bool causal_halved) {
   const double l = c.n_layer, h = c.n_embd, s = c.block_size, V = c.vocab_size;
   const double kv = double(c.kv_heads()) * c.head_size(), f = c.ffn_hidden();
@@ -297,6 +366,8 @@ static TrainOptions nemo_run_options(const PublishedRun& row) {
   if (row.layers > 0) o.model.n_layer = row.layers;
   if (row.embd > 0) o.model.n_embd = row.embd;
   if (row.heads > 0) o.model.n_head = row.heads;
+  if (row.vocab > 0) o.model.vocab_size = row.vocab;
+  if (row.untied_embeddings) o.model.tie_embeddings = false;
   o.model = model::with_padded_vocab(o.model, 128, row.tp);
   o.model.block_size = row.seq > 0 ? row.seq : 2048;
   o.model.batch_size = row.batch;
@@ -340,7 +411,7 @@ static TrainOptions nemo_run_options(const PublishedRun& row) {
 }
 
 TrainOptions published_run_options(const PublishedRun& row) {
-  if (row.recipe == Recipe::kNeMo2024) return nemo_run_options(row);
+  if (megatron_core_recipe(row.recipe)) return nemo_run_options(row);
   TrainOptions o;
   o.model = model::preset(row.preset);
   o.model.vocab_size = 51200;  // every model of both papers (GPT-3's preset has GPT-2's 50257)
@@ -399,7 +470,7 @@ PredictedRun predict(const PublishedRun& row, const HardwareProfile& profile, bo
   r.step_s = to_seconds(result.steps.back().virtual_end);
   const model::GPTConfig& m = r.options.model;
   r.tokens_per_gpu_s = double(m.batch_size) * m.block_size / r.step_s / row.gpus;
-  r.tflops_per_gpu = row.recipe == Recipe::kNeMo2024
+  r.tflops_per_gpu = megatron_core_recipe(row.recipe)
                          ? r.tokens_per_gpu_s * model_flops_per_token(m, row.causal_flops_halved) / 1e12
                          : paper_flops_per_step(r.options) / r.step_s / row.gpus / 1e12;
   // NeMo's rows: against the measured tokens/s (the TFLOP/s are derived from it).
@@ -411,7 +482,7 @@ PredictedRun predict(const PublishedRun& row, const HardwareProfile& profile, bo
 }
 
 std::string readme_row(const PredictedRun& r) {
-  if (r.row.recipe == Recipe::kNeMo2024) {
+  if (megatron_core_recipe(r.row.recipe)) {
     const std::string tokens = r.row.tokens_per_gpu_s > 0 ? fmt::format("{:.0f}", r.row.tokens_per_gpu_s) : "—";
     return fmt::format("| {} | {} | {} | {} | {} | {} | {:.0f} | {} | {:.0f} | {:.0f} | {:+.1f}% |", r.row.name,
                        r.row.gpus, r.row.tp, r.row.pp, r.options.parallel.chunks(), r.options.model.batch_size,

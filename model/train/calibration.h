@@ -64,8 +64,11 @@ namespace shardlab::train {
 
 // How a published run's code ran it. kMegatron2021: the header's 2021-2022
 // Megatron-LM recipe. kNeMo2024: NeMo 24.07 / Megatron-core with Transformer
-// Engine (nemo_run_options says what that is).
-enum class Recipe : uint8_t { kMegatron2021, kNeMo2024 };
+// Engine (nemo_run_options says what that is). kMegatronCore2024:
+// Megatron-LM's own pretrain_gpt.py on Megatron-core r0.8 (mid-2024,
+// megatron_core_weak_scaling_h100), run like kNeMo2024 with that code's
+// defaults, which the rows carry in their fields.
+enum class Recipe : uint8_t { kMegatron2021, kNeMo2024, kMegatronCore2024 };
 
 struct PublishedRun {
   std::string preset;  // model::preset name (megatron-1.7b ...)
@@ -126,6 +129,8 @@ struct PublishedRun {
   // (ParallelOptions::chunk_buckets), as Megatron-Bridge's interleaved rows
   // with dp > 1 run (calibration.cc megatron_bridge2511_h100_fp8).
   bool chunk_buckets = false;
+  int vocab = 0;  // the tokenizer's vocabulary, where it is not the preset's (0: the preset's)
+  bool untied_embeddings = false;  // Megatron's --untie-embeddings-and-output-weights (a GPT preset ties them)
 };
 
 // The ten rows of Table 1, as published, with run_table_1.sh's configuration.
@@ -165,12 +170,22 @@ const std::vector<PublishedRun>& megatron_bridge2511_h100_fp8();
 // figures are MXFP8's, as its footnote says).
 const std::vector<PublishedRun>& megatron_bridge2511_b200();
 
+// Megatron-LM's weak-scaling table (NVIDIA/Megatron-LM README, "Training
+// Speed and Scalability", images/model_table.png, added 2024-07-15 with
+// f2e5db402c, in core_r0.8.0): nine GPT models of 1.7B to 462B on up to
+// 6,144 H100s in BF16, vocabulary 131,072, seq 4,096, DP 48, published as
+// TFLOP/s per GPU; held out of every fit (calibration.cc says how they run).
+const std::vector<PublishedRun>& megatron_core_weak_scaling_h100();
+
 // Model FLOPs per token as NeMo and Megatron count them (no recomputation):
 // 3 x the forward's matmuls, 6·(the blocks' linear weights) + 6·V·h (the LM
 // head) + 12·l·h·s (scores and context, the causal mask not halved). For
 // GPT-3 it is Eq. 3 without recomputation, 72·l·h²·(1 + s/6h + V/12lh).
 // causal_halved: the scores and context at half, 6·l·h·s (Megatron-Bridge).
 double model_flops_per_token(const model::GPTConfig& c, bool causal_halved = false);
+
+// Whether `r` is run as Megatron-core runs it (nemo_run_options).
+inline bool megatron_core_recipe(Recipe r) { return r != Recipe::kMegatron2021; }
 
 // The training options shardlab runs for a row (phantom, one step, bf16 is
 // the cluster's precision, vocabulary 51200), as the header describes.
@@ -183,7 +198,7 @@ struct PredictedRun {
   PublishedRun row;
   TrainOptions options;
   double step_s = 0;          // virtual step time
-  double tflops_per_gpu = 0;  // paper_flops_per_step (kNeMo2024: model_flops_per_token) / step_s / gpus
+  double tflops_per_gpu = 0;  // paper_flops_per_step (2024 recipes: model_flops_per_token) / step_s / gpus
   double tokens_per_gpu_s = 0;  // batch · seq / step_s / gpus
   // predicted / published throughput - 1 (TFLOP/s, or published / predicted
   // iteration time): negative when shardlab is slower than the cluster.
@@ -204,7 +219,7 @@ PredictedRun predict(const PublishedRun& row, const HardwareProfile& profile, bo
 // A row published as an iteration time: model, TP, PP, GPUs, batch,
 // recomputation, predicted and published seconds, error, e.g.
 //   | 22.1B | 8 | 1 | 8 | 4 | full | 1.47 | 1.42 | -3.2% |
-// A 2024 row (Recipe::kNeMo2024): the source's name, GPUs, TP, PP, VP, GBS,
+// A 2024 row (Recipe::kNeMo2024 or kMegatronCore2024): the source's name, GPUs, TP, PP, VP, GBS,
 // predicted and published tokens/s per GPU, predicted and published model
 // TFLOP/s per GPU, error (of the tokens/s where published), e.g.
 //   | GPT3-5B | 64 | 1 | 1 | 1 | 2048 | 27065 | 22521 | 883 | 736 | +20.2% |

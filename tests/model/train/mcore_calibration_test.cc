@@ -1,0 +1,116 @@
+// Held out of every fit: Megatron-LM's weak-scaling table (its README since
+// 2024-07-15, core_r0.8.0: GPT models of 1.7B to 462B on H100 in BF16,
+// vocabulary 131,072, seq 4,096, DP 48), each row run in phantom on
+// h100-nvlink as core_r0.8.0's pretrain_gpt.py runs it with the README's
+// flags (model/train/calibration.cc megatron_core_weak_scaling_h100 says
+// where each setting comes from; the micro-batch and the virtual stages,
+// not published, by one rule for every row).
+//
+// The four rows without a pipeline (1.7B to 32B, 48 to 384 GPUs) are pinned
+// in README ("Calibration against a real cluster") and bounded here. The
+// five pipelined rows (768 to 6,144 GPUs) do not fold at DP 48 (the global
+// norm's reductions over tp-dp, 12 to 96 nodes, are not symmetric across
+// nodes), so they run unfolded, 1 to 15 minutes each: bench_phantom --table
+// mcore prints them, and README gives them as it printed them.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "calibration_tables.h"
+#include "model/params.h"
+#include "model/train/calibration.h"
+
+namespace shardlab::train {
+namespace {
+
+using readme::predict_all;
+using readme::Predicted;
+using readme::read_readme_tables;
+
+// Every row as core_r0.8.0 ran it: the shape, the sizes the table names
+// (untied embeddings), DP 48, the distributed optimizer with fp32
+// gradients in buckets of max(40M, 1M x 48) parameters, SP and TP overlap
+// with TP, fused attention, the unfused cross-entropy; the micro-batch rule.
+TEST(McoreCalibration, RowsRunAsCoreR08RunsThem) {
+  const auto& rows = megatron_core_weak_scaling_h100();
+  ASSERT_EQ(rows.size(), 9u);
+  // The table's sizes, in billions, as it rounds them.
+  const double sizes[] = {1.7, 7.1, 16, 32, 70, 119, 177, 314, 462};
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const PublishedRun& r = rows[i];
+    const TrainOptions o = published_run_options(r);
+    const ParallelOptions& p = o.parallel;
+    SCOPED_TRACE(r.name);
+    EXPECT_EQ(o.model.vocab_size, 131072);  // 128 x TP divides it: no padding
+    EXPECT_EQ(o.model.block_size, 4096);
+    EXPECT_FALSE(o.model.tied());
+    // Untied: 1.754B ... 461.5B, each within 3.5% of the table's name
+    // (1.754B for "1.7B" the farthest); tied, the first four would be
+    // 12.6%, 7.1%, 4.2% and 4.5% under theirs.
+    const double billions = model::count_params(o.model) / 1e9;
+    std::printf("%-5s %8.3fB parameters (the table: %gB)\n", r.name, billions, sizes[i]);
+    EXPECT_LE(std::abs(billions / sizes[i] - 1), 0.035);
+    EXPECT_EQ(p.dp, 48);
+    EXPECT_EQ(p.world(), r.gpus);
+    EXPECT_EQ(p.zero, 2);
+    EXPECT_TRUE(p.overlap && p.overlap_param_gather && p.grad_accum_fusion);
+    EXPECT_FALSE(p.grad_reduce_bf16);
+    EXPECT_EQ(p.bucket_mb, 192);  // 48M fp32 gradients
+    EXPECT_TRUE(p.unfused_cross_entropy);
+    EXPECT_EQ(p.attention, parallel::AttentionKernel::kFused);
+    EXPECT_EQ(p.recompute, parallel::Recompute::kNone);
+    EXPECT_EQ(p.sp, r.tp > 1);
+    EXPECT_EQ(p.tp_comm_overlap, r.tp > 1);
+    EXPECT_DOUBLE_EQ(o.model.dropout, 0.1);
+    EXPECT_EQ(r.precision, Precision::kBf16);
+    if (r.pp == 1) {
+      EXPECT_EQ(o.micro_batches, 1);  // the replica's 4 sequences at once
+    } else {
+      EXPECT_EQ(o.micro_batches, o.model.batch_size / 48);  // micro-batches of 1
+      EXPECT_EQ(p.schedule, parallel::ScheduleKind::kInterleaved);
+      EXPECT_EQ(p.vpp, o.model.n_layer / r.pp);  // one layer per virtual stage
+      EXPECT_TRUE(p.overlap_p2p_comm);
+    }
+  }
+}
+
+constexpr const char* kHeader =
+    "| model | GPUs | TP | PP | VP | GBS | predicted tokens/s/GPU | published | predicted TFLOP/s/GPU (BF16, "
+    "Megatron's count) | published | error |";
+
+// The four rows without a pipeline, pinned in README with their summary
+// line. Session 21 measured them with the CLI at +21..25%, +6..10%,
+// -4..+1% and -3.6% (MBS 4); here, each as calibration.cc runs it, the mean
+// |error| is bounded at 9% and every row at 20% (the 1.7B row: README says
+// what is known of that gap), against a further slide.
+TEST(McoreCalibration, HeldOutRowsWithoutAPipelineAreReadmes) {
+  const auto& all = megatron_core_weak_scaling_h100();
+  std::vector<PublishedRun> rows;
+  for (const PublishedRun& r : all)
+    if (r.pp == 1) rows.push_back(r);
+  ASSERT_EQ(rows.size(), 4u);
+  const Predicted t = predict_all(rows, "h100-nvlink");
+  const std::string summary =
+      "Megatron-LM weak scaling (core r0.8), H100, BF16, 4 runs without a pipeline (held out): " +
+      readme_summary(t.runs);
+  std::printf("%s\n", summary.c_str());
+  for (const PredictedRun& r : t.runs) std::printf("%-5s %d threads of %d\n", r.row.name, r.running_devices, r.row.gpus);
+  const auto readme = read_readme_tables(kHeader);
+  ASSERT_GE(readme.tables.size(), 1u) << "README: the table under " << kHeader << "\n" << t.text();
+  ASSERT_GE(readme.tables[0].size(), t.rows.size());
+  const std::vector<std::string> pinned(readme.tables[0].begin(), readme.tables[0].begin() + long(t.rows.size()));
+  EXPECT_EQ(pinned, t.rows) << "README's rows, as predicted now:\n" << t.text();
+  EXPECT_NE(readme.text.find(summary), std::string::npos) << "README lacks the line \"" << summary << "\"";
+  double sum = 0;
+  for (const PredictedRun& r : t.runs) {  // a NaN error fails too
+    EXPECT_LE(std::abs(r.error), 0.20) << r.row.name;
+    sum += std::abs(r.error);
+  }
+  EXPECT_LE(sum / double(t.runs.size()), 0.09) << "mean |error|";
+}
+
+}  // namespace
+}  // namespace shardlab::train
