@@ -32,7 +32,7 @@ std::vector<MoeLayerTotals> get_moe(wire::Reader& r) {
 
 }  // namespace
 
-void share_train_result(TrainResult& r, const std::vector<int>& owners) {
+void share_train_result(TrainResult& r, const std::vector<int>& owners, int64_t numel) {
   if (!process_transport()) return;
   engine::share_device_rows(
       owners,
@@ -45,8 +45,14 @@ void share_train_result(TrainResult& r, const std::vector<int>& owners) {
         r.first_step_spans[d] = in.get_vector<parallel::ComputeSpan>();
         r.moe[d] = get_moe(in);
       });
-  // Element-wise disjoint writes (or equal values) into zeroed buffers.
-  for (auto& replica : r.replicas) merge_disjoint(replica);
+  // Element-wise disjoint writes (or equal values) into zeroed buffers. A
+  // replica is sized by its first local writer (publish.cc), so one that no
+  // device of this process wrote (or every replica, in a process that ran no
+  // device) is still empty here: every process sizes it before the merge.
+  for (auto& replica : r.replicas) {
+    if (replica.empty()) replica.assign(size_t(numel), 0.0f);
+    merge_disjoint(replica);
+  }
   merge_disjoint(r.step0_grads);
   merge_disjoint(r.tied_copy);
   merge_disjoint(r.a2a_time);

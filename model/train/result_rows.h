@@ -11,6 +11,7 @@
 // folded rank its representative's per-device rows.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "model/engine/fold.h"
@@ -18,8 +19,9 @@
 
 namespace shardlab::train {
 
-// `owners[r]`: the process that ran device r (runtime::device_owners).
-void share_train_result(TrainResult& r, const std::vector<int>& owners);
+// `owners[r]`: the process that ran device r (runtime::device_owners);
+// `numel`: the model's parameters, the size of each final replica.
+void share_train_result(TrainResult& r, const std::vector<int>& owners, int64_t numel);
 
 // Copies every folded rank's per-device results from its representative.
 void unfold_results(const engine::FoldPlan& plan, TrainResult& result);

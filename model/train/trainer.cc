@@ -392,7 +392,8 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
     result.running_devices = fold.representative.empty() ? plan.world : fold.running();
     RunResult run = cluster.run([&](Device& dev) { program.run(dev); });
     if (Transport* t = cluster.transport())  // across processes: every device's part, everywhere
-      share_train_result(result, device_owners(cluster.world_size(), t->processes(), cluster.profile()));
+      share_train_result(result, device_owners(cluster.world_size(), t->processes(), cluster.profile()),
+                         table.numel());
     return run;
   });
   result.folded = fold.describe();
