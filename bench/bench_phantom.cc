@@ -58,6 +58,8 @@ using namespace shardlab;
 std::vector<train::PredictedRun> run_table(const std::vector<train::PublishedRun>& rows,
                                            const HardwareProfile& p, size_t limit, bool fold = true,
                                            size_t from = 0) {
+  if (from >= rows.size())
+    throw ConfigError(fmt::format("--from {}: the table has {} rows (0 to {})", from, rows.size(), rows.size() - 1));
   fmt::print("{:>16} {:>3} {:>3} {:>5} {:>6} {:>10} {:>10} {:>10} {:>7} {:>8} {:>8} {:>9} {:>16}\n",
              "model", "tp", "pp", "gpus", "batch", "step s", "TFLOP/s", "published", "error",
              "threads", "wall s", "RSS MiB", "step ps");
@@ -188,7 +190,11 @@ int run(int argc, char** argv) {
           fmt::format("unknown argument \"{}\" (--profile NAME|FILE.json, --rows N, --from I, --table nemo|bridge|bridge-b200|llama3|mcore, --no-fold)",
                       argv[i]));
     if (!std::strcmp(argv[i], "--profile")) profile = argv[i + 1];
-    if (!std::strcmp(argv[i], "--rows")) rows = std::stoul(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--rows")) {
+      const std::optional<int> n = parse_number<int>(argv[i + 1]);
+      if (!n || *n < 1) throw ConfigError(fmt::format("--rows \"{}\": expected a row count, 1 or more", argv[i + 1]));
+      rows = size_t(*n);
+    }
     if (!std::strcmp(argv[i], "--from")) {
       const std::optional<int> n = parse_number<int>(argv[i + 1]);
       if (!n || *n < 0) throw ConfigError(fmt::format("--from \"{}\": expected a row index, 0 or more", argv[i + 1]));
@@ -196,6 +202,7 @@ int run(int argc, char** argv) {
     }
     if (!std::strcmp(argv[i], "--table")) table = argv[i + 1];
   }
+  if (from > 0 && table.empty()) throw ConfigError("--from is for a --table (the default prints three tables)");
   if (!table.empty()) {
     if (table != "nemo" && table != "bridge" && table != "bridge-b200" && table != "llama3" && table != "mcore")
       throw ConfigError(fmt::format("--table \"{}\": expected nemo, bridge, bridge-b200, llama3 or mcore", table));
