@@ -14,6 +14,8 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include <fmt/format.h>
@@ -81,6 +83,14 @@ void check_sweep_flags(const SweepFlags& f) {
   std::filesystem::remove(probe, ec);
 }
 
+std::optional<bool> on_off(const std::string& value) {
+  for (const char* yes : {"true", "on", "yes", "1"})
+    if (value == yes) return true;
+  for (const char* no : {"false", "off", "no", "0"})
+    if (value == no) return false;
+  return std::nullopt;
+}
+
 // A point ready to run: its options, or why it cannot run.
 struct Prepared {
   train::TrainOptions options;
@@ -98,13 +108,27 @@ Prepared prepare(const TrainFlags& base, const sweep::GridPoint& point) {
     CLI::App app{"sweep point"};
     flags.add(&app);
     std::vector<std::string> args;  // CLI11 takes them last first
-    for (auto s = point.settings.rbegin(); s != point.settings.rend(); ++s) args.push_back("--" + s->flag + "=" + s->value);
+    for (auto s = point.settings.rbegin(); s != point.settings.rend(); ++s) {
+      const CLI::Option* opt = app.get_option_no_throw("--" + s->flag);
+      if (opt == nullptr || opt->get_expected_max() != 0) {
+        args.push_back("--" + s->flag + "=" + s->value);
+        continue;
+      }
+      // An on/off flag (`--vary no-overlap=false,true`): on is the flag
+      // alone, off leaves it out (the base flags cannot give it: it is varied).
+      if (const std::optional<bool> on = on_off(s->value); on.has_value()) {
+        if (*on) args.push_back("--" + s->flag);
+      } else {
+        throw ConfigError(fmt::format("--{} is an on/off flag: vary it over true and false, not \"{}\"", s->flag,
+                                      s->value));
+      }
+    }
     app.parse(args);
     p.profile = apply_common(flags.common);
     p.options = flags.options();
     p.cluster = flags.cluster_options();
   } catch (const std::exception& e) {  // CLI::ParseError (a value the flag refuses), ConfigError
-    p.error = with_flag_names(e.what());
+    p.error = with_flag_names(with_flag_hint(e.what()));
   }
   return p;
 }

@@ -124,4 +124,11 @@ std::string with_flag_names(std::string_view message) {
   return out;
 }
 
+std::string with_flag_hint(std::string_view message) {
+  constexpr std::string_view kTail = " was given a disallowed flag override";
+  if (message.size() <= kTail.size() || !message.ends_with(kTail)) return std::string(message);
+  const std::string flag = "--" + std::string(message.substr(0, message.size() - kTail.size()));
+  return flag + " is an on/off flag and takes no value: write " + flag + " alone to turn it on";
+}
+
 }  // namespace shardlab::cli

@@ -13,4 +13,9 @@ namespace shardlab::cli {
 // any other backquoted text is left as it is.
 std::string with_flag_names(std::string_view message);
 
+// CLI11's words for a value given to an on/off flag (`--no-overlap=yes`:
+// "no-overlap was given a disallowed flag override") name no fix: this says
+// the flag takes none. Any other message comes back as it is.
+std::string with_flag_hint(std::string_view message);
+
 }  // namespace shardlab::cli

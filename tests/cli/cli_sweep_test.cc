@@ -75,6 +75,28 @@ TEST(CliSweep, FailedPointsAreRowsAndTheSweepGoesOn) {
   EXPECT_EQ(run_cli("sweep --model tiny --steps 1 --vary tp=3,5 --out " + dir).code, 1);
 }
 
+// An on/off flag is an axis too: true gives the flag, false leaves it out,
+// and each point is the run `train` gives with or without it.
+TEST(CliSweep, OnOffFlagsAreAxes) {
+  const std::string dir = fresh_dir("on_off");
+  const auto r = run_cli("sweep --model tiny --steps 1 --dp 2 --bucket-mb 1 --vary no-overlap=false,true,maybe --out " + dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("1 failed"), std::string::npos) << r.err;
+  const auto j = nlohmann::json::parse(slurp(dir + "/points.json"));
+  ASSERT_EQ(j["points"].size(), 3u);
+  for (int on = 0; on < 2; ++on) {
+    const std::string report = dir + "/train_" + std::to_string(on) + ".json";
+    ASSERT_EQ(run_cli("train --model tiny --steps 1 --dp 2 --bucket-mb 1 --report " + report + (on ? " --no-overlap" : "")).code, 0);
+    const auto t = nlohmann::json::parse(slurp(report));
+    EXPECT_EQ(j["points"][on]["metrics"]["virtual_step_s"], t["summary"]["virtual_step_s"]) << on;
+  }
+  EXPECT_NE(j["points"][0]["metrics"]["virtual_step_s"], j["points"][1]["metrics"]["virtual_step_s"]);
+  EXPECT_NE(j["points"][2]["error"].get<std::string>().find(
+                "--no-overlap is an on/off flag: vary it over true and false, not \"maybe\""),
+            std::string::npos)
+      << j["points"][2];
+}
+
 TEST(CliSweep, WithoutGnuplotTheDataStillComesAndOneLineSaysHow) {
   const std::string dir = fresh_dir("no_gnuplot");
   const std::string empty = fresh_dir("empty_path");
