@@ -17,6 +17,7 @@ constexpr std::array kFieldFlags = std::to_array<std::pair<std::string_view, std
     {"cp", "--cp"},
     {"cp_comm", "--cp-comm"},
     {"zero", "--zero"},
+    {"distributed_optimizer", "--use-distributed-optimizer"},
     {"attention", "--attention"},
     {"hsdp", "--hsdp"},
     {"overlap_param_gather", "--overlap-param-gather"},

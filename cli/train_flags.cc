@@ -146,6 +146,10 @@ FlagTable<TrainFlags> parallel_flags() {
       {"--zero", FIELD(opts.parallel.zero),
        "ZeRO stage over dp: 0, 1 (optimizer states), 2 (+ gradients) or 3 (+ parameters: FSDP units)", {},
        kShowDefault},
+      {"--use-distributed-optimizer", FIELD(opts.parallel.distributed_optimizer),
+       "Megatron's distributed optimizer: --zero 1's memory (every gradient held) with the gradients "
+       "reduce-scattered once per step as --zero 2's (--zero 1 alone all-reduces them, as DeepSpeed's stage 1); "
+       "sets --zero 1"},
       {"--reshard-after-forward,!--no-reshard-after-forward", FIELD(opts.parallel.reshard_after_forward),
        "ZeRO-3: free each unit after its forward and gather it again for backward (default; off keeps it until "
        "backward)"},
@@ -310,6 +314,8 @@ train::TrainOptions TrainFlags::options() const {
   o.lr_schedule = train::parse_lr_schedule(lr_schedule);
   o.sampling = model::parse_sampling(sampling);
   o.parallel.overlap = !no_overlap;
+  // Megatron's flag alone means ZeRO-1's sharding; with --zero 2 or 3 the library refuses it.
+  if (o.parallel.distributed_optimizer && o.parallel.zero == 0) o.parallel.zero = 1;
   o.parallel.grad_accum_fusion = !no_grad_accum_fusion;
   o.parallel.cp_comm = parallel::parse_cp_comm(cp_comm);
   o.parallel.schedule = parallel::parse_schedule(schedule);

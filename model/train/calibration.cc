@@ -299,7 +299,8 @@ const std::vector<PublishedRun>& megatron_bridge2511_b200() {
 //    default), reduced in fp32;
 //  - --use-distributed-optimizer (--overlap-param-gather requires it): the
 //    gradients reduce-scattered during backward, the parameters gathered in
-//    the next forward (shardlab's --zero 2 --overlap-param-gather);
+//    the next forward (shardlab's --use-distributed-optimizer
+//    --overlap-param-gather);
 //    DistributedDataParallel's default bucket, max(40M, 1M x dp) parameters
 //    = 48M at DP 48, 192 MB of fp32 gradients;
 //  - the cross-entropy unfused (--cross-entropy-loss-fusion is off by
@@ -381,7 +382,8 @@ static TrainOptions nemo_run_options(const PublishedRun& row) {
   p.dp = row.gpus / (row.tp * row.pp * row.cp);
   p.sp = row.tp > 1;
   p.tp_comm_overlap = row.tp_comm_overlap;
-  p.zero = row.zero > 0 ? row.zero : 2;
+  p.zero = row.zero > 0 ? row.zero : 1;
+  p.distributed_optimizer = row.zero == 0;  // Megatron's, as the recipes run it
   p.overlap = true;
   // Apex's distributed_fused_adam (overlap_param_sync, NeMo 24.07),
   // Megatron-core's overlap_param_gather (Megatron-Bridge's recipes), FSDP's

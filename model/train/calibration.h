@@ -101,7 +101,7 @@ struct PublishedRun {
   // pipeline, overlap_p2p_comm (ParallelOptions::overlap_p2p_comm).
   bool tp_comm_overlap = false;
   bool overlap_p2p_comm = false;
-  int zero = 0;  // kNeMo2024: the optimizer's sharding (0: the distributed optimizer, shardlab's 2; 3: FSDP)
+  int zero = 0;  // kNeMo2024: the optimizer's sharding (0: Megatron's distributed optimizer, ParallelOptions::distributed_optimizer; 3: FSDP)
   // The source counts the causal attention's scores and context at half
   // (12·l·h·s/2 per token), as Megatron-Bridge's tables do from 25.09 on.
   bool causal_flops_halved = false;

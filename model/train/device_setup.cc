@@ -17,13 +17,13 @@ namespace coll = collectives;
 
 namespace {
 
-// The global norm sums every parameter once: over tp (and dp with ZeRO-2,
-// where each rank holds only its chunks) and ep (each rank its own experts)
+// The global norm sums every parameter once: over tp (and dp when the
+// gradients are reduce-scattered, where each rank has only its chunks reduced) and ep (each rank its own experts)
 // inside a stage, then over pp (ShardedAdamW's stage group): two groups with
 // uniform links rather than one spanning nodes unevenly, so that a phantom
 // run can fold tp (model/engine/fold.h).
 std::string norm_dims(const ParallelOptions& par) {
-  if (par.zero >= 2) return par.cp > 1 ? "tp-cp-dp" : "tp-dp";  // the chunks are over dp × cp
+  if (par.reduce_scatters_grads()) return par.cp > 1 ? "tp-cp-dp" : "tp-dp";  // the chunks are over dp × cp
   return par.ep > 1 ? "tp-ep" : "tp";
 }
 
@@ -59,7 +59,7 @@ DeviceSetup::DeviceSetup(const DeviceProgram& p, Device& dev)
   if (par.zero == 3) make_fsdp(p, dev);
   if (par.overlap_param_gather) make_param_gather(p, dev);
   optimizer.emplace(dev, *model, *dp, ctx.group(norm_dims(par)),
-                    NormCounting{coords.tp == 0, coords.pp == 0, ctx.group("ep").rank() == 0, par.zero >= 2,
+                    NormCounting{coords.tp == 0, coords.pp == 0, ctx.group("ep").rank() == 0, par.reduce_scatters_grads(),
                                  dp->replica_rank() == 0},
                     &ctx.group("pp"));
   // Modeled memory of the buffers the model and data parallelism hold: the
@@ -123,7 +123,8 @@ void DeviceSetup::make_data_parallel(const DeviceProgram& p, Device& dev) {
   const ParallelOptions& par = p.options.parallel;
   const parallel::DataParallelOptions dpo{uint64_t(par.bucket_mb * 1e6), par.overlap, par.zero,
                                           p.plan.tied_bucket(model->shards()), par.half_grads,
-                                          par.overlap_param_gather, par.grad_reduce_bf16};
+                                          par.overlap_param_gather, par.grad_reduce_bf16,
+                                          par.distributed_optimizer};
   parallel::DataParallel::ExpertGrads expert_grads;
   if (par.ep > 1) expert_grads = {&ctx.group(par.cp > 1 ? "cp-edp" : "edp"), parallel::expert_ranges(model->shards())};
   const coll::ProcessGroup& dp_group = data_group();

@@ -81,6 +81,10 @@ void validate_parallel(const TrainOptions& o) {
   require(devices <= double(kMaxDevices), fmt::format("`dp` {} x `tp` {} x `pp` {} x `cp` {} = {} devices: at most {}",
                                                       p.dp, p.tp, p.pp, p.cp, devices, kMaxDevices));
   require(p.zero >= 0 && p.zero <= 3, fmt::format("`zero` must be 0, 1, 2 or 3 (got {})", p.zero));
+  require(!p.distributed_optimizer || p.zero == 1,
+          fmt::format("`distributed_optimizer` is ZeRO 1's memory with reduce-scattered gradients: it needs `zero` 1 "
+                      "(got {}; `zero` 2 reduce-scatters already and holds only its chunks)",
+                      p.zero));
   require(p.zero == 3 || p.reshard_after_forward, "`reshard_after_forward = false` needs `zero` 3");
   require(!p.overlap_param_gather || p.zero == 1 || p.zero == 2,
           fmt::format("`overlap_param_gather` defers ZeRO 1 and 2's parameter all-gathers: it needs `zero` 1 or 2 "

@@ -60,6 +60,13 @@ struct ParallelOptions {
   // reassembles them; ShardedOptions::scatter_gather).
   bool scatter_gather = false;
   int zero = 0;               // ZeRO stage 0, 1, 2 or 3 (FSDP) over dp
+  // With zero 1: Megatron's distributed optimizer (--use-distributed-
+  // optimizer): ZeRO-1's memory (every gradient held, in one buffer) with the
+  // gradients reduce-scattered once per step, as --zero 2 does (ZeRO-1 alone
+  // all-reduces them, as DeepSpeed's stage 1 does).
+  bool distributed_optimizer = false;
+  // The gradients are reduce-scattered (each dp rank reduces its own chunks).
+  bool reduce_scatters_grads() const { return zero >= 2 || (zero == 1 && distributed_optimizer); }
   bool reshard_after_forward = true;  // ZeRO-3: free each unit after its forward
   bool prefetch = true;       // ZeRO-3: gather the next unit during this one
   // ZeRO 1/2: Megatron's --overlap-param-gather. The optimizer step leaves

@@ -232,6 +232,19 @@ TEST(CliTrain, BadInputIsOneLineAndExitCode2) {
   expect_usage_error("train --model nano --init /nonexistent.safetensors", "/nonexistent.safetensors");
 }
 
+// Megatron's --use-distributed-optimizer alone is ZeRO-1's sharding with
+// reduce-scattered gradients: the report says zero 1 and the flag, and the
+// step takes what --zero 2's takes (the same collectives; memory aside).
+TEST(CliTrain, DistributedOptimizerFlagAloneMeansZeroOne) {
+  const auto d = train_report("--model tiny --steps 1 --dp 2 --bucket-mb 1 --use-distributed-optimizer", "distopt");
+  EXPECT_EQ(d["config"]["parallel"]["zero"], 1) << d["config"]["parallel"];
+  EXPECT_EQ(d["config"]["parallel"]["distributed_optimizer"], true) << d["config"]["parallel"];
+  const auto z2 = train_report("--model tiny --steps 1 --dp 2 --bucket-mb 1 --zero 2", "zero2");
+  const auto z1 = train_report("--model tiny --steps 1 --dp 2 --bucket-mb 1 --zero 1", "zero1");
+  EXPECT_EQ(d["summary"]["virtual_step_s"], z2["summary"]["virtual_step_s"]);
+  EXPECT_NE(d["summary"]["virtual_step_s"], z1["summary"]["virtual_step_s"]);
+}
+
 TEST(CliTrain, HelpListsTheSyntheticTasks) {
   auto r = run_cli("train --help");
   EXPECT_EQ(r.code, 0);

@@ -73,6 +73,10 @@ struct DataParallelOptions {
   // train::ParallelOptions::grad_reduce_bf16: the main gradients in bf16
   // (2 B on the wire and in the buffers, in mixed precision).
   bool grad_bf16 = false;
+  // With zero 1: Megatron's distributed optimizer (train::ParallelOptions::
+  // distributed_optimizer). The buffers stay ZeRO-1's (every gradient held),
+  // the gradients are reduce-scattered as ZeRO-2's, once per step.
+  bool reduce_scatter = false;
 };
 
 class DataParallel {
@@ -147,7 +151,9 @@ class DataParallel {
   void gather_to_host(std::span<float> params);
 
   int zero() const { return options_.zero; }
-  bool sharded_grads() const { return options_.zero >= 2; }
+  // Gradients reduce-scattered: each rank holds the reduced gradient of its
+  // owned chunks only (ZeRO-2, ZeRO-3, Megatron's distributed optimizer).
+  bool sharded_grads() const { return options_.zero >= 2 || (options_.zero == 1 && options_.reduce_scatter); }
   // Half-precision gradients charged: options' half_grads in mixed precision.
   bool half() const;
   // Bytes of one main gradient: 2 with grad_bf16 in mixed precision, else 4

@@ -40,6 +40,14 @@ Kinds arena(const DeviceStats& d) {
           d.peak_by_kind[int(MemKind::kMaster)], d.peak_by_kind[int(MemKind::kOptimizer)]};
 }
 
+// Bytes a rank sent on the communication stream (traced runs).
+uint64_t wire(const TrainResult& r, size_t rank) {
+  uint64_t bytes = 0;
+  for (const TraceEvent& e : r.run.traces[rank].events)
+    if (e.stream == StreamKind::kComm && e.peer >= 0) bytes += e.bytes;
+  return bytes;
+}
+
 const char* name(Precision p) { return p == Precision::kBf16 ? "bf16" : "fp32"; }
 
 // Every device's preflight figures equal its arena peaks, kind by kind.
@@ -175,12 +183,6 @@ TEST(MemoryKinds, Bf16ReducesFp32GradientsOnTheWire) {
 // "main_grad_cast", 2 + 4 bytes per owned element (owned = AdamW's fp32
 // moments / 8).
 TEST(MemoryKinds, GradReduceInBf16HalvesTheGradientsInMemoryAndOnTheWire) {
-  auto wire = [](const TrainResult& r, size_t rank) {
-    uint64_t bytes = 0;
-    for (const TraceEvent& e : r.run.traces[rank].events)
-      if (e.stream == StreamKind::kComm && e.peer >= 0) bytes += e.bytes;
-    return bytes;
-  };
   auto cast_bytes = [](const TrainResult& r, size_t rank) {
     double bytes = 0;
     for (const TraceEvent& e : r.run.traces[rank].events)
@@ -244,6 +246,64 @@ TEST(MemoryKinds, Fp8WeightCopiesInTheArenaAndThePreflight) {
     if (tp == 1) {
       EXPECT_EQ(arena(r.run.devices[0]).param, uint64_t(n) * 2 + 393216);
     }
+  }
+}
+
+
+// Megatron's distributed optimizer (--use-distributed-optimizer,
+// ParallelOptions::distributed_optimizer, with zero 1): ZeRO-1's buffers,
+// so every kind of memory is ZeRO-1's on every rank (the gradient buffer
+// holds all the padded buckets, 4 B each in fp32), and ZeRO-2's traffic,
+// reduce-scatter then all-gather once per step: the same collectives at the
+// same points as ZeRO-2, so the same bytes on the wire, the same virtual
+// step time to the picosecond and the same final parameters bit for bit
+// (tolerance 0), and fewer bytes than ZeRO-1 alone, which all-reduces them
+// (a ring all-reduce sends twice a reduce-scatter's bytes).
+TEST(MemoryKinds, DistributedOptimizerIsZeroOnesMemoryWithZeroTwosTraffic) {
+  TrainOptions o = small_options(0);
+  o.steps = 2;
+  o.micro_batches = 2;
+  o.parallel.dp = 4;
+  o.parallel.bucket_mb = 0.15;
+  const model::ParamTable table(o.model);
+  const std::vector<int64_t> pad = padded(bucket_sizes(table, o.parallel.bucket_mb * 1e6), o.parallel.dp);
+  const int64_t total = std::accumulate(pad.begin(), pad.end(), int64_t{0});
+  for (Precision p : {Precision::kFp32, Precision::kBf16}) {
+    o.parallel.zero = 1;
+    const TrainResult z1 = testing::run(o, nullptr, true, p);
+    o.parallel.zero = 2;
+    const TrainResult z2 = testing::run(o, nullptr, true, p);
+    o.parallel.zero = 1;
+    o.parallel.distributed_optimizer = true;
+    validate_parallel(o);
+    const TrainResult d = testing::run(o, nullptr, true, p);
+    o.parallel.distributed_optimizer = false;
+    expect_preflight_matches(o, p, z1, "zero 1");
+    o.parallel.distributed_optimizer = true;
+    expect_preflight_matches(o, p, d, "distributed optimizer");
+    o.parallel.distributed_optimizer = false;
+    for (size_t rank = 0; rank < 4; ++rank) {
+      const Kinds a = arena(d.run.devices[rank]), b = arena(z1.run.devices[rank]);
+      EXPECT_EQ(a.grad, uint64_t(total) * 4) << name(p) << " rank " << rank;
+      EXPECT_EQ(a.param, b.param) << name(p) << " rank " << rank;
+      EXPECT_EQ(a.grad, b.grad) << name(p) << " rank " << rank;
+      EXPECT_EQ(a.master, b.master) << name(p) << " rank " << rank;
+      EXPECT_EQ(a.optimizer, b.optimizer) << name(p) << " rank " << rank;
+      EXPECT_LT(arena(z2.run.devices[rank]).grad, a.grad) << name(p) << " rank " << rank;
+      EXPECT_EQ(wire(d, rank), wire(z2, rank)) << name(p) << " rank " << rank;
+      EXPECT_LT(wire(d, rank), wire(z1, rank)) << name(p) << " rank " << rank;
+      std::printf("%s rank %zu: wire bytes zero 1 %llu, distributed optimizer %llu, zero 2 %llu\n", name(p), rank,
+                  (unsigned long long)wire(z1, rank), (unsigned long long)wire(d, rank),
+                  (unsigned long long)wire(z2, rank));
+    }
+    EXPECT_EQ(d.run.makespan(), z2.run.makespan()) << name(p);
+    EXPECT_NE(d.run.makespan(), z1.run.makespan()) << name(p);
+    size_t differ = 0;
+    for (size_t i = 0; i < d.final_params.size(); ++i) differ += d.final_params[i] != z2.final_params[i];
+    std::printf("%s: %zu of %zu final parameters differ from ZeRO-2's (tolerance 0)\n", name(p), differ,
+                d.final_params.size());
+    EXPECT_EQ(differ, 0u) << name(p);
+    ASSERT_FALSE(d.final_params.empty());
   }
 }
 
