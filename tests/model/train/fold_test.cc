@@ -175,6 +175,30 @@ std::vector<Config> fold_configs() {
         c.nodes = 4;
         c.running = 4;
       }),
+      // Megatron-core's pipelined weak-scaling rows in small (calibration.cc,
+      // megatron_core_weak_scaling_h100: tp 8 fills a node, dp over nodes,
+      // ZeRO-2 with the parameters gathered in the forward, interleaved):
+      // the global norm's all-gather of one value per rank over tp-dp (two
+      // nodes per stage, direct) ends 3.52 ns later on tp rank 1 than on
+      // tp rank 0 (it takes its peers over NVLink and the NIC in another
+      // order), so neither the full fold nor tp alone is exact (before
+      // session 24 the run fell back to 32 threads); dp alone is: a thread
+      // per local place and stage, each playing its twin on the stage's
+      // other node, 16 threads with the unfolded run's figures.
+      make("tp8_sp_pp2_dp2_zero2_norm_over_two_nodes", 8, 2, 2, 4, [](Config& c) {
+        c.options.model.n_head = 8;
+        c.options.parallel.sp = true;
+        c.options.parallel.zero = 2;
+        c.options.parallel.overlap_param_gather = true;
+        c.options.parallel.bucket_mb = 0.02;
+        c.options.parallel.schedule = parallel::ScheduleKind::kInterleaved;
+        c.options.parallel.vpp = 2;
+        c.options.steps = 2;
+        c.precision = Precision::kBf16;
+        c.profile = "h100-nvlink";
+        c.nodes = 4;
+        c.running = 16;
+      }),
       // Groups over several nodes with several members on each (fold.h):
       // dp 8 x tp 2 puts devices 0, 2, 4, 6 of two nodes in each dp group.
       make("tp2_dp8_zero1_two_nodes", 2, 1, 8, 1, [](Config& c) {
