@@ -47,9 +47,10 @@
 //     group's first node (FoldPlan::by_place): the two differ by whole
 //     nodes only (the replay still checks every collective);
 //   when dp and tp are folded and a collective over a group holding both
-//     (the global norm's over tp-dp under ZeRO-2) ends apart for tp peers
-//     (members at other places in a node take their peers over NVLink and
-//     the NIC in another order), dp stays folded without tp: a
+//     (the global norm's over tp-dp where the gradients are
+//     reduce-scattered) ends apart for tp peers (members at other places
+//     in a node take their peers over NVLink and the NIC in another
+//     order), dp stays folded without tp: a
 //     representative per tp rank (per local place), each playing the
 //     members at its place on the group's other nodes, which end as it
 //     does; only then tp alone, then nothing (weaker());

@@ -20,12 +20,14 @@ using namespace phantom_testing;
 
 // Megatron-core's weak-scaling shape in small (calibration.cc,
 // megatron_core_weak_scaling_h100): tp 8 fills an h100-nvlink node, SP,
-// ZeRO-2 with the parameters gathered in the forward, bf16, two steps, on
-// `nodes` nodes, `running` threads folded.
+// the distributed optimizer (gradients reduce-scattered) with the
+// parameters gathered in the forward, bf16, two steps, on `nodes` nodes,
+// `running` threads folded.
 void mcore_small(Config& c, int nodes, int running) {
   c.options.model.n_head = 8;
   c.options.parallel.sp = true;
-  c.options.parallel.zero = 2;
+  c.options.parallel.zero = 1;
+  c.options.parallel.distributed_optimizer = true;
   c.options.parallel.overlap_param_gather = true;
   c.options.parallel.bucket_mb = 0.02;
   c.options.steps = 2;
@@ -194,7 +196,8 @@ std::vector<Config> fold_configs() {
       }),
       // Megatron-core's pipelined weak-scaling rows in small (calibration.cc,
       // megatron_core_weak_scaling_h100: tp 8 fills a node, dp over nodes,
-      // ZeRO-2 with the parameters gathered in the forward, interleaved):
+      // the distributed optimizer, the parameters gathered in the forward,
+      // interleaved):
       // the global norm's all-gather of one value per rank over tp-dp (two
       // nodes per stage, direct) ends 3.52 ns later on tp rank 1 than on
       // tp rank 0 (it takes its peers over NVLink and the NIC in another
@@ -202,7 +205,7 @@ std::vector<Config> fold_configs() {
       // session 24 the run fell back to 32 threads); dp alone is: a thread
       // per local place and stage, each playing its twin on the stage's
       // other node, 16 threads with the unfolded run's figures.
-      make("tp8_sp_pp2_dp2_zero2_norm_over_two_nodes", 8, 2, 2, 4, [](Config& c) {
+      make("tp8_sp_pp2_dp2_distopt_norm_over_two_nodes", 8, 2, 2, 4, [](Config& c) {
         mcore_small(c, 4, 16);
         c.options.parallel.schedule = parallel::ScheduleKind::kInterleaved;
         c.options.parallel.vpp = 2;
@@ -212,7 +215,7 @@ std::vector<Config> fold_configs() {
       // doubling, every member's partners relative to it, so the twins a
       // node apart meet alike), which ends 3.70 us later on tp rank 1 than
       // on tp rank 0: 16 threads before session 24, 8 now.
-      make("tp8_sp_dp2_zero2_norm_tree_over_two_nodes", 8, 1, 2, 1, [](Config& c) { mcore_small(c, 2, 8); }),
+      make("tp8_sp_dp2_distopt_norm_tree_over_two_nodes", 8, 1, 2, 1, [](Config& c) { mcore_small(c, 2, 8); }),
       // Groups over several nodes with several members on each (fold.h):
       // dp 8 x tp 2 puts devices 0, 2, 4, 6 of two nodes in each dp group.
       make("tp2_dp8_zero1_two_nodes", 2, 1, 8, 1, [](Config& c) {
