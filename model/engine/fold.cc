@@ -140,9 +140,15 @@ FoldPlan weaker(const FoldPlan& plan, const collectives::MeshShape& mesh, const 
     next.cp = false;
     next.tp = plan.tp_held;
     next.tp_held = false;
-  } else {
-    next.tp = plan.dp && plan.tp;
+  } else if (plan.dp && plan.tp) {  // a representative per place in the node: tp peers first
+    next.tp = false;
+    next.tp_held = true;
+  } else if (plan.dp) {  // then dp, with tp as it was
+    next.tp = plan.tp_held;
+    next.tp_held = false;
     next.dp = next.spans_nodes = next.by_place = false;
+  } else {
+    next.tp = false;
   }
   return plan_for(mesh, next, profile);
 }

@@ -46,6 +46,14 @@
 //     first), each folds onto the member at its own local place on its
 //     group's first node (FoldPlan::by_place): the two differ by whole
 //     nodes only (the replay still checks every collective);
+//   when dp and tp are folded and a collective over a group holding both
+//     (the global norm's over tp-dp where the gradients are
+//     reduce-scattered) ends apart for tp peers (members at other places
+//     in a node take their peers over NVLink and the NIC in another
+//     order), dp stays folded without tp: a
+//     representative per tp rank (per local place), each playing the
+//     members at its place on the group's other nodes, which end as it
+//     does; only then tp alone, then nothing (weaker());
 //
 // The replay checks symmetry at every folded collective (every folded
 // member must end exactly where its representative ends) and fails
@@ -67,9 +75,10 @@ struct FoldPlan {
   // rank is played by the member at its local place on its group's first
   // node (cp rank i by cp rank i mod m, m members a node).
   bool cp_by_place = false;
-  // weaker() dropped tp before cp (tp peers' collectives can end apart where
-  // dp's and cp's do not, as the 405B rows' direct all-gathers over tp-cp-dp
-  // do); dropping cp then folds tp again.
+  // weaker() dropped tp before cp or dp (tp peers' collectives can end
+  // apart where dp's and cp's do not, as the 405B rows' direct all-gathers
+  // over tp-cp-dp and Megatron-core's norm all-gathers over tp-dp do);
+  // dropping cp or dp then folds tp again.
   bool tp_held = false;
   // dp groups span several nodes with several members on each: a full dp
   // fold may meet members whose collectives end apart (their first sends
@@ -104,8 +113,8 @@ FoldPlan fold_plan(const FoldInput& input, const HardwareProfile& profile);
 
 // The next plan to try when `plan` met an asymmetric collective or ring
 // (FoldingError): dp by place (when its groups span nodes); with cp folded,
-// without tp, then without cp (tp folded again); then without dp, then
-// without any.
+// without tp, then without cp (tp folded again); then without tp (dp
+// alone), then without dp (tp alone), then without any.
 FoldPlan weaker(const FoldPlan& plan, const collectives::MeshShape& mesh, const HardwareProfile& profile);
 
 }  // namespace shardlab::engine

@@ -116,18 +116,44 @@ TEST(FoldPlan, GroupsOverSeveralFullNodesFold) {
   EXPECT_FALSE(fold_plan(in, p).dp);
 }
 
-// After an asymmetric collective: dp and tp, then tp alone, then nothing.
-TEST(FoldPlan, WeakerDropsDpThenEverything) {
+// After an asymmetric collective: dp and tp, then dp alone (a
+// representative per tp rank: tp peers at other places in a collective over
+// tp-dp end apart where dp's members do not), then tp alone, then nothing.
+TEST(FoldPlan, WeakerDropsTpThenDpThenEverything) {
   HardwareProfile p = load_profile("a100-nvlink");
-  const collectives::MeshShape mesh{.tp = 2, .dp = 2};
+  const collectives::MeshShape mesh{.tp = 2, .dp = 4};
   const FoldPlan both = fold_plan({.mesh = mesh}, p);
   ASSERT_TRUE(both.dp && both.tp);
-  const FoldPlan tp_only = weaker(both, mesh, p);
+  EXPECT_EQ(both.running(), 1);
+  const FoldPlan dp_only = weaker(both, mesh, p);
+  EXPECT_TRUE(dp_only.dp && !dp_only.tp && dp_only.tp_held);
+  EXPECT_EQ(dp_only.running(), 2);  // one per tp rank
+  for (int r = 0; r < 8; ++r) EXPECT_EQ(dp_only.representative[size_t(r)], r % 2) << r;
+  EXPECT_EQ(dp_only.describe(), "dp folded: 2 of 8 devices run, each folded device reports its representative's figures");
+  const FoldPlan tp_only = weaker(dp_only, mesh, p);
   EXPECT_FALSE(tp_only.dp);
-  EXPECT_TRUE(tp_only.tp);
-  EXPECT_EQ(tp_only.running(), 2);
+  EXPECT_TRUE(tp_only.tp && !tp_only.tp_held);
+  EXPECT_EQ(tp_only.running(), 4);  // one per dp rank
   EXPECT_TRUE(weaker(tp_only, mesh, p).representative.empty());
   EXPECT_EQ(weaker(tp_only, mesh, p).describe(), "nothing folded");
+}
+
+// Megatron-core's pipelined weak-scaling rows in small: tp 8 fills a node,
+// dp 4 puts one member on each of four nodes, pp 2. The full fold runs a
+// thread per stage; dp by place is not needed (one member per node), so
+// the next plan keeps dp and drops tp: a thread per local place and stage,
+// each playing its twins on the stage's other nodes.
+TEST(FoldPlan, WeakerKeepsDpOverNodesWithoutTp) {
+  HardwareProfile p = load_profile("h100-nvlink");
+  p.nodes = 8;
+  const collectives::MeshShape mesh{.tp = 8, .dp = 4, .pp = 2};
+  const FoldPlan both = fold_plan({.mesh = mesh}, p);
+  ASSERT_TRUE(both.dp && both.tp && !both.spans_nodes);
+  EXPECT_EQ(both.running(), 2);
+  const FoldPlan places = weaker(both, mesh, p);
+  EXPECT_TRUE(places.dp && !places.tp);
+  EXPECT_EQ(places.running(), 16);
+  for (int r = 0; r < 64; ++r) EXPECT_EQ(places.representative[size_t(r)], r / 32 * 32 + r % 8) << r;
 }
 
 // With cp folded (FoldingError from a ring or a collective): without tp
@@ -144,7 +170,10 @@ TEST(FoldPlan, WeakerDropsTpThenCp) {
   const FoldPlan no_cp = weaker(no_tp, mesh, p);
   EXPECT_TRUE(no_cp.dp && no_cp.tp && !no_cp.cp);
   EXPECT_EQ(no_cp.running(), 2);  // one per cp rank
-  const FoldPlan tp_only = weaker(no_cp, mesh, p);
+  const FoldPlan dp_alone = weaker(no_cp, mesh, p);  // as without cp: tp, then dp
+  EXPECT_TRUE(dp_alone.dp && !dp_alone.tp && !dp_alone.cp);
+  EXPECT_EQ(dp_alone.running(), 4);  // one per tp and cp rank
+  const FoldPlan tp_only = weaker(dp_alone, mesh, p);
   EXPECT_TRUE(tp_only.tp && !tp_only.dp && !tp_only.cp);
   EXPECT_EQ(tp_only.running(), 4);
   EXPECT_TRUE(weaker(tp_only, mesh, p).representative.empty());

@@ -18,6 +18,25 @@ namespace {
 
 using namespace phantom_testing;
 
+// Megatron-core's weak-scaling shape in small (calibration.cc,
+// megatron_core_weak_scaling_h100): tp 8 fills an h100-nvlink node, SP,
+// the distributed optimizer (gradients reduce-scattered) with the
+// parameters gathered in the forward, bf16, two steps, on `nodes` nodes,
+// `running` threads folded.
+void mcore_small(Config& c, int nodes, int running) {
+  c.options.model.n_head = 8;
+  c.options.parallel.sp = true;
+  c.options.parallel.zero = 1;
+  c.options.parallel.distributed_optimizer = true;
+  c.options.parallel.overlap_param_gather = true;
+  c.options.parallel.bucket_mb = 0.02;
+  c.options.steps = 2;
+  c.precision = Precision::kBf16;
+  c.profile = "h100-nvlink";
+  c.nodes = nodes;
+  c.running = running;
+}
+
 // Folded configurations: each is run folded and unfolded (both phantom).
 std::vector<Config> fold_configs() {
   return {
@@ -175,6 +194,28 @@ std::vector<Config> fold_configs() {
         c.nodes = 4;
         c.running = 4;
       }),
+      // Megatron-core's pipelined weak-scaling rows in small (calibration.cc,
+      // megatron_core_weak_scaling_h100: tp 8 fills a node, dp over nodes,
+      // the distributed optimizer, the parameters gathered in the forward,
+      // interleaved):
+      // the global norm's all-gather of one value per rank over tp-dp (two
+      // nodes per stage, direct) ends 3.52 ns later on tp rank 1 than on
+      // tp rank 0 (it takes its peers over NVLink and the NIC in another
+      // order), so neither the full fold nor tp alone is exact (before
+      // session 24 the run fell back to 32 threads); dp alone is: a thread
+      // per local place and stage, each playing its twin on the stage's
+      // other node, 16 threads with the unfolded run's figures.
+      make("tp8_sp_pp2_dp2_distopt_norm_over_two_nodes", 8, 2, 2, 4, [](Config& c) {
+        mcore_small(c, 4, 16);
+        c.options.parallel.schedule = parallel::ScheduleKind::kInterleaved;
+        c.options.parallel.vpp = 2;
+      }),
+      // The same rows without a pipeline (7.1B to 32B): the norm is one
+      // 1-element all-reduce over tp-dp (tree: recursive halving and
+      // doubling, every member's partners relative to it, so the twins a
+      // node apart meet alike), which ends 3.70 us later on tp rank 1 than
+      // on tp rank 0: 16 threads before session 24, 8 now.
+      make("tp8_sp_dp2_distopt_norm_tree_over_two_nodes", 8, 1, 2, 1, [](Config& c) { mcore_small(c, 2, 8); }),
       // Groups over several nodes with several members on each (fold.h):
       // dp 8 x tp 2 puts devices 0, 2, 4, 6 of two nodes in each dp group.
       make("tp2_dp8_zero1_two_nodes", 2, 1, 8, 1, [](Config& c) {

@@ -6,12 +6,13 @@
 // where each setting comes from; the micro-batch and the virtual stages,
 // not published, by one rule for every row).
 //
-// The four rows without a pipeline (1.7B to 32B, 48 to 384 GPUs) are pinned
-// in README ("Calibration against a real cluster") and bounded here. The
-// five pipelined rows (768 to 6,144 GPUs) do not fold at DP 48 (the global
-// norm's reductions over tp-dp, 12 to 96 nodes, are not symmetric across
-// nodes), so they run unfolded, 1 to 15 minutes each: bench_phantom --table
-// mcore prints them, and README gives them as it printed them.
+// The four rows without a pipeline (1.7B to 32B, 48 to 384 GPUs) and the
+// five pipelined ones (70B to 462B, 768 to 6,144 GPUs) are pinned in README
+// ("Calibration against a real cluster"), each with its line, and bounded
+// here. Every row folds to a thread per local place and stage (8 to 128;
+// the global norm's all-reduce or all-gather over tp-dp ends apart for tp
+// peers, not for dp twins on other nodes: model/engine/fold.h), under 10 s
+// each.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -81,35 +82,54 @@ constexpr const char* kHeader =
     "| model | GPUs | TP | PP | VP | GBS | predicted tokens/s/GPU | published | predicted TFLOP/s/GPU (BF16, "
     "Megatron's count) | published | error |";
 
+// The rows with (`pipelined`) or without a pipeline, `count` of them,
+// predicted on h100-nvlink: each folds to 8 threads a stage (a thread per
+// local place: tp rank and dp place; model/engine/fold.h), README's
+// `table`-th table under kHeader holds them as predicted, README has the
+// line `what` + the summary, every |error| is within `row_bound` and the
+// mean within `mean_bound`.
+void expect_readmes(bool pipelined, size_t count, size_t table, const std::string& what, double row_bound,
+                    double mean_bound) {
+  std::vector<PublishedRun> rows;
+  for (const PublishedRun& r : megatron_core_weak_scaling_h100())
+    if ((r.pp > 1) == pipelined) rows.push_back(r);
+  ASSERT_EQ(rows.size(), count);
+  const Predicted t = predict_all(rows, "h100-nvlink");
+  const std::string summary = "Megatron-LM weak scaling (core r0.8), H100, BF16, " + what + readme_summary(t.runs);
+  std::printf("%s\n", summary.c_str());
+  for (const PredictedRun& r : t.runs) {
+    std::printf("%-5s %d threads of %d\n", r.row.name, r.running_devices, r.row.gpus);
+    EXPECT_EQ(r.running_devices, 8 * r.row.pp) << r.row.name << ": a thread per local place and stage";
+  }
+  const auto readme = read_readme_tables(kHeader);
+  ASSERT_GT(readme.tables.size(), table) << "README: table " << table << " under " << kHeader << "\n" << t.text();
+  EXPECT_EQ(readme.tables[table], t.rows) << "README's rows, as predicted now:\n" << t.text();
+  EXPECT_NE(readme.text.find(summary), std::string::npos) << "README lacks the line \"" << summary << "\"";
+  double sum = 0;
+  for (const PredictedRun& r : t.runs) {  // a NaN error fails too
+    EXPECT_LE(std::abs(r.error), row_bound) << r.row.name;
+    sum += std::abs(r.error);
+  }
+  EXPECT_LE(sum / double(t.runs.size()), mean_bound) << "mean |error|";
+}
+
 // The four rows without a pipeline, pinned in README with their summary
 // line. Session 21 measured them with the CLI at +21..25%, +6..10%,
 // -4..+1% and -3.6% (MBS 4); here, each as calibration.cc runs it, the mean
 // |error| is bounded at 9% and every row at 20% (the 1.7B row: README says
 // what is known of that gap), against a further slide.
 TEST(McoreCalibration, HeldOutRowsWithoutAPipelineAreReadmes) {
-  const auto& all = megatron_core_weak_scaling_h100();
-  std::vector<PublishedRun> rows;
-  for (const PublishedRun& r : all)
-    if (r.pp == 1) rows.push_back(r);
-  ASSERT_EQ(rows.size(), 4u);
-  const Predicted t = predict_all(rows, "h100-nvlink");
-  const std::string summary =
-      "Megatron-LM weak scaling (core r0.8), H100, BF16, 4 runs without a pipeline (held out): " +
-      readme_summary(t.runs);
-  std::printf("%s\n", summary.c_str());
-  for (const PredictedRun& r : t.runs) std::printf("%-5s %d threads of %d\n", r.row.name, r.running_devices, r.row.gpus);
-  const auto readme = read_readme_tables(kHeader);
-  ASSERT_GE(readme.tables.size(), 1u) << "README: the table under " << kHeader << "\n" << t.text();
-  ASSERT_GE(readme.tables[0].size(), t.rows.size());
-  const std::vector<std::string> pinned(readme.tables[0].begin(), readme.tables[0].begin() + long(t.rows.size()));
-  EXPECT_EQ(pinned, t.rows) << "README's rows, as predicted now:\n" << t.text();
-  EXPECT_NE(readme.text.find(summary), std::string::npos) << "README lacks the line \"" << summary << "\"";
-  double sum = 0;
-  for (const PredictedRun& r : t.runs) {  // a NaN error fails too
-    EXPECT_LE(std::abs(r.error), 0.20) << r.row.name;
-    sum += std::abs(r.error);
-  }
-  EXPECT_LE(sum / double(t.runs.size()), 0.09) << "mean |error|";
+  expect_readmes(false, 4, 0, "4 runs without a pipeline (held out): ", 0.20, 0.09);
+}
+
+// The five pipelined rows, pinned in README's second table under the same
+// header with their line. Session 23 ran them unfolded (768 to 6,144
+// threads, 3 to 19 minutes) at these errors; folded, every tp rank of a
+// stage runs (8 threads a stage). Bounded at what they reach: every row
+// within 16% (119B is +14.1%), the mean |error| at 10% (8.9%); the held-out
+// goal (every row within 10%, mean 5%) is not met.
+TEST(McoreCalibration, HeldOutPipelinedRowsAreReadmes) {
+  expect_readmes(true, 5, 1, "5 pipelined runs (held out): ", 0.16, 0.10);
 }
 
 }  // namespace
