@@ -130,10 +130,18 @@ const PackedWeights::Packed* packed_for(const Real* b, int64_t M, int64_t K, int
 //
 // `split` false: one chunk, on this thread. `packed`: the lhs already packed
 // (PackedWeights, float), used when its blocks are this product's.
+//
+// `lower`: only res(r, c) with r <= c is wanted (a causal score block, rows ==
+// cols). Each column panel (kSplitRows columns) then runs gebp on the rows
+// from its block's start up to its last column, rounded up to whole row
+// panels (mr), or on the whole block when that reaches past the block's last
+// whole panel: every wanted output keeps the kernel, depth blocks and order
+// it has in the full product, so its bits; the rows no one asked for are
+// neither zeroed nor computed (their entries are left as they were).
 template <typename Real, int LhsOrder, int RhsOrder, typename Before, typename After>
 void split_gemm(Real* res, Index ldres, const Real* lhs, Index ldlhs, const Real* rhs, Index ldrhs,
                 Index rows, Index cols, Index depth, const Before& before, const After& after,
-                bool split = true, const PackedWeights::Packed* packed = nullptr) {
+                bool split = true, const PackedWeights::Packed* packed = nullptr, bool lower = false) {
   using Traits = ei::gebp_traits<Real, Real>;
   using LhsMapper = ei::const_blas_data_mapper<Real, Index, LhsOrder>;
   using RhsMapper = ei::const_blas_data_mapper<Real, Index, RhsOrder>;
@@ -147,11 +155,26 @@ void split_gemm(Real* res, Index ldres, const Real* lhs, Index ldlhs, const Real
   // One (mc × kc) block of the lhs packed at a time, as Eigen does (the whole
   // lhs packed at once took 25 MB for small's c_proj weight gradient), and the
   // chunks run on it; a column's blocks still come in Eigen's k order.
-  Real* const scratch_a = packed ? nullptr : aligned_scratch<Real, 0>(mc * kc);
+  Real* const scratch_a = packed ? nullptr : lower ? aligned_scratch<Real, 2>(mc * kc) : aligned_scratch<Real, 0>(mc * kc);
   const LhsMapper lhs_map(lhs, ldlhs);
   ei::gemm_pack_lhs<Real, Index, LhsMapper, Traits::mr, Traits::LhsProgress,
                     typename Traits::LhsPacket4Packing, LhsOrder>
       pack_lhs;
+  // `lower`: the rows of the block at i2 (amc rows) that columns before j_end
+  // want, as gebp runs them in the full product.
+  const auto wanted_rows = [&](Index i2, Index amc, Index j_end) -> Index {
+    if (!lower) return amc;
+    const Index need = j_end - i2;
+    if (need <= 0) return 0;
+    const Index panels = (need + Traits::mr - 1) / Traits::mr * Traits::mr;
+    return panels <= amc / Traits::mr * Traits::mr ? panels : amc;
+  };
+  // `lower`: res's rows [0, n) of the columns before j_end that some block computes
+  const auto wanted_extent = [&](Index j_end) {
+    Index n = 0;
+    for (Index i2 = 0; i2 < rows; i2 += mc) n = std::max(n, i2 + wanted_rows(i2, std::min(mc, rows - i2), j_end));
+    return n;
+  };
   for (Index i2 = 0; i2 < rows; i2 += mc)
     for (Index k2 = 0; k2 < depth; k2 += kc) {
       const Index amc = std::min(mc, rows - i2), akc = std::min(kc, depth - k2);
@@ -173,17 +196,25 @@ void split_gemm(Real* res, Index ldres, const Real* lhs, Index ldlhs, const Real
       else if (!packed)
         pack_rows(0, amc);
       const auto chunk = [&](int64_t c0, int64_t c1) {
-        if (first) before(c0, c1);
-        const Index chunk_nc = std::min<Index>(nc, c1 - c0);
-        Real* const block_b = aligned_scratch<Real, 1>(kc * chunk_nc);
+        if (first && !lower) before(c0, c1);
+        const Index chunk_nc = std::min<Index>(lower ? std::min<Index>(nc, kSplitRows) : nc, c1 - c0);
+        // `lower` runs in its own scratch slot: it is called inside split
+        // kernels (attention's (batch, head) chunks)
+        Real* const block_b = lower ? aligned_scratch<Real, 3>(kc * chunk_nc) : aligned_scratch<Real, 1>(kc * chunk_nc);
         const RhsMapper rhs_map(rhs, ldrhs);
         const ResMapper res_map(res, ldres);
         ei::gemm_pack_rhs<Real, Index, RhsMapper, Traits::nr, RhsOrder> pack_rhs;
         ei::gebp_kernel<Real, Real, Index, ResMapper, Traits::mr, Traits::nr, false, false> gebp;
         for (Index j2 = c0; j2 < c1; j2 += chunk_nc) {
           const Index anc = std::min<Index>(chunk_nc, c1 - j2);
+          if (lower && first) {
+            const Index n = wanted_extent(j2 + anc);
+            for (Index c = j2; c < j2 + anc; ++c) std::fill(res + c * ldres, res + c * ldres + n, Real(0));
+          }
+          const Index arows = wanted_rows(i2, amc, j2 + anc);
+          if (arows == 0) continue;
           pack_rhs(block_b, rhs_map.getSubMapper(k2, j2), akc, anc);
-          gebp(res_map.getSubMapper(i2, j2), block_a, block_b, amc, akc, anc, Real(1));
+          gebp(res_map.getSubMapper(i2, j2), block_a, block_b, arows, akc, anc, Real(1));
         }
         if (last) after(c0, c1);
       };
@@ -225,6 +256,26 @@ void gemm_nt(Real* y, int64_t ldy, const Real* a, int64_t lda, const Real* b, in
   StridedMap<Real>(y, N, M, Eigen::OuterStride<>(ldy)).noalias() =
       ConstStridedMap<Real>(a, N, K, Eigen::OuterStride<>(lda)) *
       ConstStridedMap<Real>(b, M, K, Eigen::OuterStride<>(ldb)).transpose();
+}
+
+template <typename Real>
+void gemm_nt_lower(Real* y, int64_t ldy, const Real* a, int64_t lda, const Real* b, int64_t ldb, int64_t N,
+                   int64_t K) {
+  if (portable_arithmetic()) {
+    over_row_chunks(N, macs(N, N, K) / 2, [=](int64_t r0, int64_t r1) {
+      for (int64_t n = r0; n < r1; ++n)
+        for (int64_t m = 0; m <= n; ++m) y[n * ldy + m] = pm::dot(a + n * lda, b + m * ldb, K);
+    });
+    return;
+  }
+  fix_eigen_blocking();
+  if (!is_eigen_gemm(N, K, N) || split_wanted(N, kSplitRows, macs(N, N, K) / 2)) {
+    gemm_nt(y, ldy, a, lda, b, ldb, N, N, K);
+    return;
+  }
+  // yᵀ = b · aᵀ as in gemm_nt, on one thread: y[n][m] is res(m, n), wanted for m <= n.
+  split_gemm<Real, Eigen::RowMajor, Eigen::ColMajor>(y, ldy, b, ldb, a, lda, N, N, K, [](int64_t, int64_t) {},
+                                                     [](int64_t, int64_t) {}, false, nullptr, true);
 }
 
 namespace {
@@ -384,6 +435,8 @@ std::optional<bool> host_split_for_test() { return t_split_for_test; }
                         int64_t, int64_t);                                                        \
   template void gemm_nt_bias(Real*, const Real*, const Real*, const Real*, int64_t, int64_t,       \
                              int64_t);                                                             \
+  template void gemm_nt_lower(Real*, int64_t, const Real*, int64_t, const Real*, int64_t, int64_t,  \
+                              int64_t);                                                           \
   template void gemm_nn_acc(Real*, const Real*, const Real*, int64_t, int64_t, int64_t);          \
   template void gemm_tn_acc(Real*, const Real*, const Real*, int64_t, int64_t, int64_t);
 SHARDLAB_INSTANTIATE_GEMM(float)

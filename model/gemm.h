@@ -7,6 +7,9 @@
 //   gemm_nt_bias y (N×M)  = a (N×K) · bᵀ + bias (M)   (y = x·Wᵀ + b, contiguous rows)
 //                the bits of gemm_nt then y += bias, in one pass over y where
 //                Eigen sums K in one depth block (its zero-fill becomes the bias)
+//   gemm_nt_lower y (N×N) = a (N×K) · bᵀ, b (N×K), on and below the diagonal
+//                only (causal scores q·kᵀ): there the bits of gemm_nt, about
+//                60% of its work at T 256; the entries above are left undefined
 //   gemm_nn_acc  y (N×M) += a (N×K) · b,  b (K×M)      (dx += dy·W)
 //   gemm_tn_acc  y (M×K) += aᵀ · b, a (N×M), b (N×K)   (dW += dyᵀ·x)
 //
@@ -48,6 +51,9 @@ namespace shardlab::model {
 template <typename Real>
 void gemm_nt(Real* y, int64_t ldy, const Real* a, int64_t lda, const Real* b, int64_t ldb,
              int64_t N, int64_t M, int64_t K);
+template <typename Real>
+void gemm_nt_lower(Real* y, int64_t ldy, const Real* a, int64_t lda, const Real* b, int64_t ldb, int64_t N,
+                   int64_t K);
 template <typename Real>
 void gemm_nt_bias(Real* y, const Real* a, const Real* b, const Real* bias, int64_t N, int64_t M,
                   int64_t K);

@@ -1,8 +1,9 @@
 // Causal multi-head self-attention on the fused [q | k | v] layout.
 // Shapes use the letters declared in kernels.h. Per (b, h): the score blocks
 // (q·kᵀ, and dout·vᵀ in backward) are small GEMMs over strided rows
-// (model/gemm.h), computed in full, with the causal mask applied in the softmax (entries above
-// the diagonal of `att` are exactly 0). The products with att and its
+// (model/gemm.h, gemm_nt_lower: the causal half, in whole kernel panels, with
+// the full product's bits), with the causal mask applied in the softmax
+// (entries above the diagonal of `att` are exactly 0). The products with att and its
 // gradient (out, dv, dq, dk) then sum only the causal rows (model/row_sums.h,
 // six output rows at a time): half the work of a full GEMM and no packing.
 // Summation orders are fixed (sum_rows' four accumulators, 16-lane softmax sums), so results are
@@ -55,7 +56,7 @@ void causal_softmax_rows_backward(Real* dpre, const Real* a, int T, Real scale) 
 // into the (T,T) block a.
 template <typename Real>
 void causal_scores(Real* a, const Real* base, int64_t C, int T, int64_t h, int HS, Real scale) {
-  gemm_nt(a, T, base + h * HS, 3 * C, base + C + h * HS, 3 * C, T, T, HS);  // q·kᵀ
+  gemm_nt_lower(a, T, base + h * HS, 3 * C, base + C + h * HS, 3 * C, T, HS);  // q·kᵀ, the causal half
   causal_softmax_rows(a, T, scale);
 }
 
@@ -84,7 +85,7 @@ void backward_pair(Real* dqkv, const Real* dout, const Real* qkv, const Real* a,
   ConstStridedMap<Real> dout_h(dout + b * T * C + h * HS, T, HS, s1);
   // out = att · v:  dv[u] += Σ_{t>=u} att[t,u] · dout[t]
   sum_rows_suffix(dv.data(), 3 * C, a, T, dout_h.data(), C, T, T, HS, true);
-  gemm_nt(dpre.data(), T, dout_h.data(), C, v.data(), 3 * C, T, T, HS);  // datt = dout·vᵀ
+  gemm_nt_lower(dpre.data(), T, dout_h.data(), C, v.data(), 3 * C, T, HS);  // datt = dout·vᵀ, the causal half
   // att = softmax(scale · q kᵀ)
   causal_softmax_rows_backward(dpre.data(), a, T, scale);
   // dq[t] += Σ_{u<=t} dpre[t,u] · k[u],  dk[u] += Σ_{t>=u} dpre[t,u] · q[t]
