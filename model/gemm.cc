@@ -113,7 +113,7 @@ void gebp_wide(Real* res, Index ldres, const Real* block_a, const Real* block_b,
   ei::gebp_kernel<Real, Real, Index, ResMapper, Traits::mr, Traits::nr, false, false> gebp;
   Index rows48 = 0, cols8 = 0;
 #if defined(__AVX512F__)
-  if constexpr (std::is_same_v<Real, float> && Traits::mr == 48 && Traits::nr == 4) {
+  if constexpr (std::is_same_v<Real, float> && Traits::mr == 48 && Traits::nr == 4) {  // kWide
     rows48 = rows / 48 * 48;
     cols8 = cols / 8 * 8;
     for (Index j = 0; j < cols8; j += 8) {
@@ -148,6 +148,16 @@ void gebp_wide(Real* res, Index ldres, const Real* block_a, const Real* block_b,
   if (rows48 < rows)  // the narrower panels past them, every column
     gebp(ResMapper(res + rows48, ldres), block_a + rows48 * depth, block_b, rows - rows48, depth, cols, Real(1));
 }
+
+// Where gebp_wide runs: then every GEMM Eigen would run takes split_gemm's
+// loop (the same blocks in the same order as Eigen's), split or not.
+template <typename Real>
+inline constexpr bool kWide =
+#if defined(__AVX512F__)
+    std::is_same_v<Real, float> && ei::gebp_traits<float, float>::mr == 48 && ei::gebp_traits<float, float>::nr == 4;
+#else
+    false;
+#endif
 
 // Whether Eigen runs `rows × depth` times `depth × cols` as a GEMM (not as a
 // GEMV or coefficient by coefficient), whatever chunk of columns it gets.
@@ -305,7 +315,7 @@ void gemm_nt(Real* y, int64_t ldy, const Real* a, int64_t lda, const Real* b, in
   fix_eigen_blocking();
   const bool split = split_wanted(N, kSplitRows, macs(N, M, K)) && is_eigen_gemm(M, K, kSplitRows);
   const PackedWeights::Packed* packed = packed_for(b, M, K, ldb);
-  if (split || (packed && is_eigen_gemm(M, K, N))) {
+  if (split || ((kWide<Real> || packed) && is_eigen_gemm(M, K, N))) {
     // yᵀ = b · aᵀ: lhs b (M×K, row major), rhs aᵀ (K×N, column major).
     split_gemm<Real, Eigen::RowMajor, Eigen::ColMajor>(
         y, ldy, b, ldb, a, lda, M, N, K, [=](int64_t r0, int64_t r1) { zero_rows(y, ldy, M, r0, r1); },
@@ -379,7 +389,7 @@ void gemm_nt_bias(Real* y, const Real* a, const Real* b, const Real* bias, int64
   // one pass over y, not two.
   const bool split = split_wanted(N, kSplitRows, macs(N, M, K)) && is_eigen_gemm(M, K, kSplitRows);
   const PackedWeights::Packed* packed = packed_for(b, M, K, K);
-  if (split || (packed && is_eigen_gemm(M, K, N))) {
+  if (split || ((kWide<Real> || packed) && is_eigen_gemm(M, K, N))) {
     const bool fill = bias_fill_keeps_bits<Real>(split ? kSplitRows : N, M, K);
     split_gemm<Real, Eigen::RowMajor, Eigen::ColMajor>(
         y, M, b, K, a, K, M, N, K,
@@ -408,10 +418,11 @@ void gemm_nn_acc(Real* y, const Real* a, const Real* b, int64_t N, int64_t M, in
     return;
   }
   fix_eigen_blocking();
-  if (split_wanted(N, kSplitRows, macs(N, M, K)) && is_eigen_gemm(M, K, kSplitRows)) {
+  const bool split = split_wanted(N, kSplitRows, macs(N, M, K)) && is_eigen_gemm(M, K, kSplitRows);
+  if (split || (kWide<Real> && is_eigen_gemm(M, K, N))) {
     // yᵀ += bᵀ · aᵀ: lhs bᵀ (M×K, column major), rhs aᵀ (K×N, column major).
     split_gemm<Real, Eigen::ColMajor, Eigen::ColMajor>(y, M, b, M, a, K, M, N, K, [](int64_t, int64_t) {},
-                                                       [](int64_t, int64_t) {});
+                                                       [](int64_t, int64_t) {}, split);
     return;
   }
   MatMap<Real>(y, N, M).noalias() += ConstMatMap<Real>(a, N, K) * ConstMatMap<Real>(b, K, M);
@@ -427,11 +438,12 @@ void gemm_tn_acc(Real* y, const Real* a, const Real* b, int64_t N, int64_t M, in
     return;
   }
   fix_eigen_blocking();
-  if (split_wanted(M, kSplitRows, macs(N, M, K)) && is_eigen_gemm(K, N, kSplitRows)) {
+  const bool split = split_wanted(M, kSplitRows, macs(N, M, K)) && is_eigen_gemm(K, N, kSplitRows);
+  if (split || (kWide<Real> && is_eigen_gemm(K, N, M))) {
     // yᵀ (K×M) += bᵀ · a: lhs bᵀ (K×N, column major), rhs a (N×M, row major);
     // y's rows are a's columns.
     split_gemm<Real, Eigen::ColMajor, Eigen::RowMajor>(y, K, b, K, a, M, K, M, N, [](int64_t, int64_t) {},
-                                                       [](int64_t, int64_t) {});
+                                                       [](int64_t, int64_t) {}, split);
     return;
   }
   MatMap<Real>(y, M, K).noalias() += ConstMatMap<Real>(a, N, M).transpose() * ConstMatMap<Real>(b, N, K);

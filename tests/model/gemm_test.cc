@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include <Eigen/Core>
 #include <gtest/gtest.h>
 #include <oneapi/tbb/global_control.h>
 
@@ -91,6 +92,30 @@ std::vector<double> reference(Op op, const Shape& s) {
   return y;
 }
 
+// The same product by Eigen's own GEMM (the expressions gemm.cc would run
+// without its blocked loop), for the native bits.
+std::vector<float> eigen_product(Op op, const Shape& s) {
+  const auto [N, M, K] = s;
+  using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using Map = Eigen::Map<RowMat>;
+  using ConstMap = Eigen::Map<const RowMat>;
+  std::vector<float> y;
+  if (op == Op::kNT) {
+    const auto a = randoms(N * K, 1), b = randoms(M * K, 2);
+    y.assign(size_t(N * M), 0.0f);
+    Map(y.data(), N, M).noalias() = ConstMap(a.data(), N, K) * ConstMap(b.data(), M, K).transpose();
+  } else if (op == Op::kNNAcc) {
+    const auto a = randoms(N * K, 3), b = randoms(K * M, 4);
+    y.assign(size_t(N * M), 0.5f);
+    Map(y.data(), N, M).noalias() += ConstMap(a.data(), N, K) * ConstMap(b.data(), K, M);
+  } else {
+    const auto a = randoms(N * M, 5), b = randoms(N * K, 6);
+    y.assign(size_t(M * K), 0.5f);
+    Map(y.data(), M, K).noalias() += ConstMap(a.data(), N, M).transpose() * ConstMap(b.data(), N, K);
+  }
+  return y;
+}
+
 bool same_bits(const std::vector<float>& x, const std::vector<float>& y) {
   return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
 }
@@ -100,6 +125,10 @@ void expect_split_keeps_bits(Arithmetic arith) {
     for (const Shape& s : kShapes) {
       SCOPED_TRACE(testing::Message() << "op " << int(op) << " N " << s.N << " M " << s.M << " K " << s.K);
       const auto whole = run(arith, op, s, false, 1);
+      // unsplit, the blocked loop (model/gemm.cc, split_gemm) gives Eigen's own bits
+      if (arith == Arithmetic::kNative) {
+        EXPECT_TRUE(same_bits(whole, eigen_product(op, s)));
+      }
       EXPECT_TRUE(same_bits(whole, run(arith, op, s, true, 1)));
       EXPECT_TRUE(same_bits(whole, run(arith, op, s, true, 2)));
       // fp32 against double: random signs make the rounding error grow like
