@@ -17,6 +17,12 @@
 // its bits, would otherwise follow the host's caches), so two machines with
 // the same vector units get the same bits too.
 //
+// The kernel: on AVX-512, every float product Eigen would run as a GEMM
+// runs Eigen's blocking and packing in gemm.cc's own loop (split_gemm), with
+// a 48 × 8 register block for the full panels (gebp_wide, about 1.25x
+// Eigen's 48 × 4 on this project's shapes); each output is summed exactly as
+// in Eigen's kernel, so the bits are Eigen's (tests/model/gemm_test.cc).
+//
 // Idle cores: when a lone device thread leaves cores idle
 // (runtime/host_cores.h), a big kNative GEMM splits over its output rows
 // with oneTBB (model/host_split.h), in fixed chunks that give the same bits
