@@ -19,8 +19,8 @@
 //
 // The kernel: on AVX-512, every float product Eigen would run as a GEMM
 // runs Eigen's blocking and packing in gemm.cc's own loop (split_gemm), with
-// a 48 × 8 register block for the full panels (gebp_wide, about 1.25x
-// Eigen's 48 × 4 on this project's shapes); each output is summed exactly as
+// a 48 × 8 register block for the full panels (gebp_wide, 1.20x
+// Eigen's 48 × 4 in bench_train's BM_GemmNt/512); each output is summed exactly as
 // in Eigen's kernel, so the bits are Eigen's (tests/model/gemm_test.cc).
 //
 // Idle cores: when a lone device thread leaves cores idle
