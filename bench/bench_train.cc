@@ -2,6 +2,8 @@
 // single-core fp32 GEMM rate, measured by the same binary.
 //
 //   BM_Sgemm/512          Eigen fp32 GEMM 512x512x512 on one core: the reference rate
+//   BM_GemmNt/512         the same product by model/gemm.h's gemm_nt on one core (Eigen's
+//                         blocking and bits, gebp_wide's 48 x 8 register block on AVX-512)
 //   BM_TinyTrainStep      forward + backward + AdamW of `tiny` (B 8, T 64): tokens/s,
 //                         GFLOP/s (FLOPs counted by the kernels' cost functions) and
 //                         compare its GFLOP/s with BM_Sgemm's (the README quotes both);
@@ -9,6 +11,7 @@
 //                         split over a second core (model/host_split.h), same bits
 //   BM_TinyTrainStep/small  the same for `small` (issue 34's host-speed model)
 //   bench/torch_compare.py  the same step in PyTorch, interleaved, as a ratio
+#include <optional>
 #include <vector>
 
 #include <Eigen/Core>
@@ -16,7 +19,9 @@
 #include <oneapi/tbb/global_control.h>
 
 #include "model/config.h"
+#include "model/gemm.h"
 #include "model/gpt.h"
+#include "model/host_split.h"
 #include "model/io/data.h"
 #include "model/optimizer.h"
 #include "model/sink.h"
@@ -35,6 +40,21 @@ void BM_Sgemm(benchmark::State& state) {
   state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_Sgemm)->Arg(512)->Unit(benchmark::kMillisecond);
+
+void BM_GemmNt(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const Eigen::VectorXf a = Eigen::VectorXf::Random(n * n), b = Eigen::VectorXf::Random(n * n);
+  Eigen::VectorXf y(n * n);
+  model::set_host_split_for_test(false);  // one core, as BM_Sgemm
+  for (auto _ : state) {
+    model::gemm_nt(y.data(), n, a.data(), n, b.data(), n, n, n, n);
+    benchmark::DoNotOptimize(y.data());
+  }
+  model::set_host_split_for_test(std::nullopt);
+  const double flops = 2.0 * double(n) * n * n * state.iterations();
+  state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_GemmNt)->Arg(512)->Unit(benchmark::kMillisecond);
 
 class FlopCounter final : public model::OpSink {
  public:

@@ -6,6 +6,9 @@
 #include <vector>
 
 #include <Eigen/Core>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #include "model/arithmetic.h"
 #include "model/eigen_maps.h"
@@ -88,6 +91,74 @@ Real* aligned_scratch(Index n) {
   return buf.p;
 }
 
+// ---- A wider register block for gebp's full panels -------------------------
+//
+// Eigen 3.4's float kernel on AVX-512 holds a 48 × 4 block of res in 12
+// registers (its 3pX4 kernel): per depth step 3 lhs loads and 4 broadcasts
+// feed 12 multiply-adds. With 32 registers a 48 × 8 block fits (24
+// accumulators), 11 loads for 24 multiply-adds: 117 against gebp's 92
+// GFLOP/s on one core of the development box (a 1536 × 384 block times 48
+// columns, bench/README.md). Every output is computed exactly as gebp's
+// 3pX4 kernel computes it: an accumulator from zero, one fused multiply-add
+// per depth step in k order, then res + acc (gebp's pmadd(acc, 1, res), the
+// same rounding). It reads Eigen's packed blocks as they are: lhs panels of
+// 48 rows ([k][48]), rhs panels of 4 columns ([k][4]) one after another, so
+// columns j..j+7 are two panels. The rows past the last whole 48-row panel
+// and the columns past the last pair of panels run in gebp itself, which
+// reads the same packed blocks from those offsets (gemm_test: every split
+// and packed product memcmp-equal to Eigen's own).
+template <typename Real, typename ResMapper>
+void gebp_wide(Real* res, Index ldres, const Real* block_a, const Real* block_b, Index rows, Index depth, Index cols) {
+  using Traits = ei::gebp_traits<Real, Real>;
+  ei::gebp_kernel<Real, Real, Index, ResMapper, Traits::mr, Traits::nr, false, false> gebp;
+  Index rows48 = 0, cols8 = 0;
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<Real, float> && Traits::mr == 48 && Traits::nr == 4) {  // kWide
+    rows48 = rows / 48 * 48;
+    cols8 = cols / 8 * 8;
+    for (Index j = 0; j < cols8; j += 8) {
+      const float* b0 = block_b + j * depth;        // columns j..j+3, [k][4]
+      const float* b1 = block_b + (j + 4) * depth;  // columns j+4..j+7
+      for (Index i = 0; i < rows48; i += 48) {
+        const float* a = block_a + i * depth;  // rows i..i+47, [k][48]
+        __m512 acc[8][3];
+        for (auto& column : acc)
+          for (__m512& v : column) v = _mm512_setzero_ps();
+        for (Index k = 0; k < depth; ++k) {
+          const __m512 a0 = _mm512_load_ps(a + 48 * k), a1 = _mm512_load_ps(a + 48 * k + 16),
+                       a2 = _mm512_load_ps(a + 48 * k + 32);
+#pragma GCC unroll 8
+          for (int q = 0; q < 8; ++q) {
+            const __m512 b = _mm512_set1_ps(q < 4 ? b0[4 * k + q] : b1[4 * k + q - 4]);
+            acc[q][0] = _mm512_fmadd_ps(a0, b, acc[q][0]);
+            acc[q][1] = _mm512_fmadd_ps(a1, b, acc[q][1]);
+            acc[q][2] = _mm512_fmadd_ps(a2, b, acc[q][2]);
+          }
+        }
+        for (int q = 0; q < 8; ++q) {
+          float* r = res + (j + q) * ldres + i;
+          for (int p = 0; p < 3; ++p) _mm512_storeu_ps(r + 16 * p, _mm512_add_ps(_mm512_loadu_ps(r + 16 * p), acc[q][p]));
+        }
+      }
+    }
+  }
+#endif
+  if (cols8 < cols && rows48 > 0)  // the last columns of the whole panels
+    gebp(ResMapper(res + cols8 * ldres, ldres), block_a, block_b + cols8 * depth, rows48, depth, cols - cols8, Real(1));
+  if (rows48 < rows)  // the narrower panels past them, every column
+    gebp(ResMapper(res + rows48, ldres), block_a + rows48 * depth, block_b, rows - rows48, depth, cols, Real(1));
+}
+
+// Where gebp_wide runs: then every GEMM Eigen would run takes split_gemm's
+// loop (the same blocks in the same order as Eigen's), split or not.
+template <typename Real>
+inline constexpr bool kWide =
+#if defined(__AVX512F__)
+    std::is_same_v<Real, float> && ei::gebp_traits<float, float>::mr == 48 && ei::gebp_traits<float, float>::nr == 4;
+#else
+    false;
+#endif
+
 // Whether Eigen runs `rows × depth` times `depth × cols` as a GEMM (not as a
 // GEMV or coefficient by coefficient), whatever chunk of columns it gets.
 bool is_eigen_gemm(Index rows, Index depth, Index chunk_cols) {
@@ -130,10 +201,18 @@ const PackedWeights::Packed* packed_for(const Real* b, int64_t M, int64_t K, int
 //
 // `split` false: one chunk, on this thread. `packed`: the lhs already packed
 // (PackedWeights, float), used when its blocks are this product's.
+//
+// `lower`: only res(r, c) with r <= c is wanted (a causal score block, rows ==
+// cols). Each column panel (kSplitRows columns) then runs gebp on the rows
+// from its block's start up to its last column, rounded up to whole row
+// panels (mr), or on the whole block when that reaches past the block's last
+// whole panel: every wanted output keeps the kernel, depth blocks and order
+// it has in the full product, so its bits; the rows no one asked for are
+// neither zeroed nor computed (their entries are left as they were).
 template <typename Real, int LhsOrder, int RhsOrder, typename Before, typename After>
 void split_gemm(Real* res, Index ldres, const Real* lhs, Index ldlhs, const Real* rhs, Index ldrhs,
                 Index rows, Index cols, Index depth, const Before& before, const After& after,
-                bool split = true, const PackedWeights::Packed* packed = nullptr) {
+                bool split = true, const PackedWeights::Packed* packed = nullptr, bool lower = false) {
   using Traits = ei::gebp_traits<Real, Real>;
   using LhsMapper = ei::const_blas_data_mapper<Real, Index, LhsOrder>;
   using RhsMapper = ei::const_blas_data_mapper<Real, Index, RhsOrder>;
@@ -147,11 +226,26 @@ void split_gemm(Real* res, Index ldres, const Real* lhs, Index ldlhs, const Real
   // One (mc × kc) block of the lhs packed at a time, as Eigen does (the whole
   // lhs packed at once took 25 MB for small's c_proj weight gradient), and the
   // chunks run on it; a column's blocks still come in Eigen's k order.
-  Real* const scratch_a = packed ? nullptr : aligned_scratch<Real, 0>(mc * kc);
+  Real* const scratch_a = packed ? nullptr : lower ? aligned_scratch<Real, 2>(mc * kc) : aligned_scratch<Real, 0>(mc * kc);
   const LhsMapper lhs_map(lhs, ldlhs);
   ei::gemm_pack_lhs<Real, Index, LhsMapper, Traits::mr, Traits::LhsProgress,
                     typename Traits::LhsPacket4Packing, LhsOrder>
       pack_lhs;
+  // `lower`: the rows of the block at i2 (amc rows) that columns before j_end
+  // want, as gebp runs them in the full product.
+  const auto wanted_rows = [&](Index i2, Index amc, Index j_end) -> Index {
+    if (!lower) return amc;
+    const Index need = j_end - i2;
+    if (need <= 0) return 0;
+    const Index panels = (need + Traits::mr - 1) / Traits::mr * Traits::mr;
+    return panels <= amc / Traits::mr * Traits::mr ? panels : amc;
+  };
+  // `lower`: res's rows [0, n) of the columns before j_end that some block computes
+  const auto wanted_extent = [&](Index j_end) {
+    Index n = 0;
+    for (Index i2 = 0; i2 < rows; i2 += mc) n = std::max(n, i2 + wanted_rows(i2, std::min(mc, rows - i2), j_end));
+    return n;
+  };
   for (Index i2 = 0; i2 < rows; i2 += mc)
     for (Index k2 = 0; k2 < depth; k2 += kc) {
       const Index amc = std::min(mc, rows - i2), akc = std::min(kc, depth - k2);
@@ -173,17 +267,23 @@ void split_gemm(Real* res, Index ldres, const Real* lhs, Index ldlhs, const Real
       else if (!packed)
         pack_rows(0, amc);
       const auto chunk = [&](int64_t c0, int64_t c1) {
-        if (first) before(c0, c1);
-        const Index chunk_nc = std::min<Index>(nc, c1 - c0);
-        Real* const block_b = aligned_scratch<Real, 1>(kc * chunk_nc);
+        if (first && !lower) before(c0, c1);
+        const Index chunk_nc = std::min<Index>(lower ? std::min<Index>(nc, kSplitRows) : nc, c1 - c0);
+        // `lower` runs in its own scratch slot: it is called inside split
+        // kernels (attention's (batch, head) chunks)
+        Real* const block_b = lower ? aligned_scratch<Real, 3>(kc * chunk_nc) : aligned_scratch<Real, 1>(kc * chunk_nc);
         const RhsMapper rhs_map(rhs, ldrhs);
-        const ResMapper res_map(res, ldres);
         ei::gemm_pack_rhs<Real, Index, RhsMapper, Traits::nr, RhsOrder> pack_rhs;
-        ei::gebp_kernel<Real, Real, Index, ResMapper, Traits::mr, Traits::nr, false, false> gebp;
         for (Index j2 = c0; j2 < c1; j2 += chunk_nc) {
           const Index anc = std::min<Index>(chunk_nc, c1 - j2);
+          if (lower && first) {
+            const Index n = wanted_extent(j2 + anc);
+            for (Index c = j2; c < j2 + anc; ++c) std::fill(res + c * ldres, res + c * ldres + n, Real(0));
+          }
+          const Index arows = wanted_rows(i2, amc, j2 + anc);
+          if (arows == 0) continue;
           pack_rhs(block_b, rhs_map.getSubMapper(k2, j2), akc, anc);
-          gebp(res_map.getSubMapper(i2, j2), block_a, block_b, amc, akc, anc, Real(1));
+          gebp_wide<Real, ResMapper>(res + i2 + j2 * ldres, ldres, block_a, block_b, arows, akc, anc);
         }
         if (last) after(c0, c1);
       };
@@ -215,7 +315,7 @@ void gemm_nt(Real* y, int64_t ldy, const Real* a, int64_t lda, const Real* b, in
   fix_eigen_blocking();
   const bool split = split_wanted(N, kSplitRows, macs(N, M, K)) && is_eigen_gemm(M, K, kSplitRows);
   const PackedWeights::Packed* packed = packed_for(b, M, K, ldb);
-  if (split || (packed && is_eigen_gemm(M, K, N))) {
+  if (split || ((kWide<Real> || packed) && is_eigen_gemm(M, K, N))) {
     // yᵀ = b · aᵀ: lhs b (M×K, row major), rhs aᵀ (K×N, column major).
     split_gemm<Real, Eigen::RowMajor, Eigen::ColMajor>(
         y, ldy, b, ldb, a, lda, M, N, K, [=](int64_t r0, int64_t r1) { zero_rows(y, ldy, M, r0, r1); },
@@ -225,6 +325,26 @@ void gemm_nt(Real* y, int64_t ldy, const Real* a, int64_t lda, const Real* b, in
   StridedMap<Real>(y, N, M, Eigen::OuterStride<>(ldy)).noalias() =
       ConstStridedMap<Real>(a, N, K, Eigen::OuterStride<>(lda)) *
       ConstStridedMap<Real>(b, M, K, Eigen::OuterStride<>(ldb)).transpose();
+}
+
+template <typename Real>
+void gemm_nt_lower(Real* y, int64_t ldy, const Real* a, int64_t lda, const Real* b, int64_t ldb, int64_t N,
+                   int64_t K) {
+  if (portable_arithmetic()) {
+    over_row_chunks(N, macs(N, N, K) / 2, [=](int64_t r0, int64_t r1) {
+      for (int64_t n = r0; n < r1; ++n)
+        for (int64_t m = 0; m <= n; ++m) y[n * ldy + m] = pm::dot(a + n * lda, b + m * ldb, K);
+    });
+    return;
+  }
+  fix_eigen_blocking();
+  if (!is_eigen_gemm(N, K, N) || split_wanted(N, kSplitRows, macs(N, N, K) / 2)) {
+    gemm_nt(y, ldy, a, lda, b, ldb, N, N, K);
+    return;
+  }
+  // yᵀ = b · aᵀ as in gemm_nt, on one thread: y[n][m] is res(m, n), wanted for m <= n.
+  split_gemm<Real, Eigen::RowMajor, Eigen::ColMajor>(y, ldy, b, ldb, a, lda, N, N, K, [](int64_t, int64_t) {},
+                                                     [](int64_t, int64_t) {}, false, nullptr, true);
 }
 
 namespace {
@@ -269,7 +389,7 @@ void gemm_nt_bias(Real* y, const Real* a, const Real* b, const Real* bias, int64
   // one pass over y, not two.
   const bool split = split_wanted(N, kSplitRows, macs(N, M, K)) && is_eigen_gemm(M, K, kSplitRows);
   const PackedWeights::Packed* packed = packed_for(b, M, K, K);
-  if (split || (packed && is_eigen_gemm(M, K, N))) {
+  if (split || ((kWide<Real> || packed) && is_eigen_gemm(M, K, N))) {
     const bool fill = bias_fill_keeps_bits<Real>(split ? kSplitRows : N, M, K);
     split_gemm<Real, Eigen::RowMajor, Eigen::ColMajor>(
         y, M, b, K, a, K, M, N, K,
@@ -298,10 +418,11 @@ void gemm_nn_acc(Real* y, const Real* a, const Real* b, int64_t N, int64_t M, in
     return;
   }
   fix_eigen_blocking();
-  if (split_wanted(N, kSplitRows, macs(N, M, K)) && is_eigen_gemm(M, K, kSplitRows)) {
+  const bool split = split_wanted(N, kSplitRows, macs(N, M, K)) && is_eigen_gemm(M, K, kSplitRows);
+  if (split || (kWide<Real> && is_eigen_gemm(M, K, N))) {
     // yᵀ += bᵀ · aᵀ: lhs bᵀ (M×K, column major), rhs aᵀ (K×N, column major).
     split_gemm<Real, Eigen::ColMajor, Eigen::ColMajor>(y, M, b, M, a, K, M, N, K, [](int64_t, int64_t) {},
-                                                       [](int64_t, int64_t) {});
+                                                       [](int64_t, int64_t) {}, split);
     return;
   }
   MatMap<Real>(y, N, M).noalias() += ConstMatMap<Real>(a, N, K) * ConstMatMap<Real>(b, K, M);
@@ -317,11 +438,12 @@ void gemm_tn_acc(Real* y, const Real* a, const Real* b, int64_t N, int64_t M, in
     return;
   }
   fix_eigen_blocking();
-  if (split_wanted(M, kSplitRows, macs(N, M, K)) && is_eigen_gemm(K, N, kSplitRows)) {
+  const bool split = split_wanted(M, kSplitRows, macs(N, M, K)) && is_eigen_gemm(K, N, kSplitRows);
+  if (split || (kWide<Real> && is_eigen_gemm(K, N, M))) {
     // yᵀ (K×M) += bᵀ · a: lhs bᵀ (K×N, column major), rhs a (N×M, row major);
     // y's rows are a's columns.
     split_gemm<Real, Eigen::ColMajor, Eigen::RowMajor>(y, K, b, K, a, M, K, M, N, [](int64_t, int64_t) {},
-                                                       [](int64_t, int64_t) {});
+                                                       [](int64_t, int64_t) {}, split);
     return;
   }
   MatMap<Real>(y, M, K).noalias() += ConstMatMap<Real>(a, N, M).transpose() * ConstMatMap<Real>(b, N, K);
@@ -384,6 +506,8 @@ std::optional<bool> host_split_for_test() { return t_split_for_test; }
                         int64_t, int64_t);                                                        \
   template void gemm_nt_bias(Real*, const Real*, const Real*, const Real*, int64_t, int64_t,       \
                              int64_t);                                                             \
+  template void gemm_nt_lower(Real*, int64_t, const Real*, int64_t, const Real*, int64_t, int64_t,  \
+                              int64_t);                                                           \
   template void gemm_nn_acc(Real*, const Real*, const Real*, int64_t, int64_t, int64_t);          \
   template void gemm_tn_acc(Real*, const Real*, const Real*, int64_t, int64_t, int64_t);
 SHARDLAB_INSTANTIATE_GEMM(float)

@@ -7,12 +7,21 @@
 //   gemm_nt_bias y (N×M)  = a (N×K) · bᵀ + bias (M)   (y = x·Wᵀ + b, contiguous rows)
 //                the bits of gemm_nt then y += bias, in one pass over y where
 //                Eigen sums K in one depth block (its zero-fill becomes the bias)
+//   gemm_nt_lower y (N×N) = a (N×K) · bᵀ, b (N×K), on and below the diagonal
+//                only (causal scores q·kᵀ): there the bits of gemm_nt, about
+//                60% of its work at T 256; the entries above are left undefined
 //   gemm_nn_acc  y (N×M) += a (N×K) · b,  b (K×M)      (dx += dy·W)
 //   gemm_tn_acc  y (M×K) += aᵀ · b, a (N×M), b (N×K)   (dW += dyᵀ·x)
 //
 // kNative fixes Eigen's cache sizes once per process (its blocking, and so
 // its bits, would otherwise follow the host's caches), so two machines with
 // the same vector units get the same bits too.
+//
+// The kernel: on AVX-512, every float product Eigen would run as a GEMM
+// runs Eigen's blocking and packing in gemm.cc's own loop (split_gemm), with
+// a 48 × 8 register block for the full panels (gebp_wide, 1.20x
+// Eigen's 48 × 4 in bench_train's BM_GemmNt/512); each output is summed exactly as
+// in Eigen's kernel, so the bits are Eigen's (tests/model/gemm_test.cc).
 //
 // Idle cores: when a lone device thread leaves cores idle
 // (runtime/host_cores.h), a big kNative GEMM splits over its output rows
@@ -48,6 +57,9 @@ namespace shardlab::model {
 template <typename Real>
 void gemm_nt(Real* y, int64_t ldy, const Real* a, int64_t lda, const Real* b, int64_t ldb,
              int64_t N, int64_t M, int64_t K);
+template <typename Real>
+void gemm_nt_lower(Real* y, int64_t ldy, const Real* a, int64_t lda, const Real* b, int64_t ldb, int64_t N,
+                   int64_t K);
 template <typename Real>
 void gemm_nt_bias(Real* y, const Real* a, const Real* b, const Real* bias, int64_t N, int64_t M,
                   int64_t K);

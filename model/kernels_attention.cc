@@ -1,11 +1,12 @@
 // Causal multi-head self-attention on the fused [q | k | v] layout.
 // Shapes use the letters declared in kernels.h. Per (b, h): the score blocks
 // (q·kᵀ, and dout·vᵀ in backward) are small GEMMs over strided rows
-// (model/gemm.h), computed in full, with the causal mask applied in the softmax (entries above
-// the diagonal of `att` are exactly 0). The products with att and its
-// gradient (out, dv, dq, dk) then sum only the causal rows with sum_rows:
-// half the work of a full GEMM and no packing. Summation orders are fixed
-// (sum_rows' four accumulators, 16-lane softmax sums), so results are
+// (model/gemm.h, gemm_nt_lower: the causal half, in whole kernel panels, with
+// the full product's bits), with the causal mask applied in the softmax
+// (entries above the diagonal of `att` are exactly 0). The products with att and its
+// gradient (out, dv, dq, dk) then sum only the causal rows (model/row_sums.h,
+// six output rows at a time): half the work of a full GEMM and no packing.
+// Summation orders are fixed (sum_rows' four accumulators, 16-lane softmax sums), so results are
 // deterministic, and the same on every host but for the GEMMs' (gemm.h).
 #include <algorithm>
 #include <cmath>
@@ -16,52 +17,13 @@
 #include "model/kernel_cost.h"
 #include "model/kernels.h"
 #include "model/portable_math.h"
+#include "model/row_sums.h"
 
 namespace shardlab::model {
 namespace {
 
-// y[0..W) (= or +=) Σ_{i<n} a[i·lda] · x[i·ldx + 0..W). Fixed-size Eigen
-// arrays make each partial sum a vector register.
-template <int W, typename Real>
-inline void sum_rows_w(Real* y, const Real* a, int64_t lda, const Real* x, int64_t ldx, int n,
-                       bool accumulate) {
-  using Run = Eigen::Array<Real, W, 1>;
-  using ConstRunMap = Eigen::Map<const Run>;
-  Run acc0 = Run::Zero(), acc1 = Run::Zero(), acc2 = Run::Zero(), acc3 = Run::Zero();
-  int i = 0;
-  for (; i + 4 <= n; i += 4) {
-    acc0 += a[i * lda] * ConstRunMap(x + i * ldx);
-    acc1 += a[(i + 1) * lda] * ConstRunMap(x + (i + 1) * ldx);
-    acc2 += a[(i + 2) * lda] * ConstRunMap(x + (i + 2) * ldx);
-    acc3 += a[(i + 3) * lda] * ConstRunMap(x + (i + 3) * ldx);
-  }
-  if (i < n) acc0 += a[i * lda] * ConstRunMap(x + i * ldx);
-  if (i + 1 < n) acc1 += a[(i + 1) * lda] * ConstRunMap(x + (i + 1) * ldx);
-  if (i + 2 < n) acc2 += a[(i + 2) * lda] * ConstRunMap(x + (i + 2) * ldx);
-  Eigen::Map<Run> yr(y);
-  if (accumulate) {
-    yr += (acc0 + acc1) + (acc2 + acc3);
-  } else {
-    yr = (acc0 + acc1) + (acc2 + acc3);
-  }
-}
-
-// y[0..w) (= or +=) Σ_{i<n} a[i·lda] · x[i·ldx + 0..w), in runs of 64, 32, 16,
-// 8, 4, 1. Every column sums the same way in any run (four row accumulators,
-// then (0+1)+(2+3)), so the run widths only decide how many columns share one
-// pass over a and x: the wide runs read a once per head of 32 or 64, not once
-// per 16 columns.
-template <typename Real>
-void sum_rows(Real* y, const Real* a, int64_t lda, const Real* x, int64_t ldx, int n, int w,
-              bool accumulate) {
-  int j = 0;
-  for (; j + 64 <= w; j += 64) sum_rows_w<64>(y + j, a, lda, x + j, ldx, n, accumulate);
-  for (; j + 32 <= w; j += 32) sum_rows_w<32>(y + j, a, lda, x + j, ldx, n, accumulate);
-  for (; j + 16 <= w; j += 16) sum_rows_w<16>(y + j, a, lda, x + j, ldx, n, accumulate);
-  for (; j + 8 <= w; j += 8) sum_rows_w<8>(y + j, a, lda, x + j, ldx, n, accumulate);
-  for (; j + 4 <= w; j += 4) sum_rows_w<4>(y + j, a, lda, x + j, ldx, n, accumulate);
-  for (; j < w; ++j) sum_rows_w<1>(y + j, a, lda, x + j, ldx, n, accumulate);
-}
+using row_sums::sum_rows_prefix;
+using row_sums::sum_rows_suffix;
 
 // Row-wise masked softmax of a (T,T) score block, in place: row t keeps
 // columns 0..t, scaled by `scale` before the exponent; the rest become 0.
@@ -94,7 +56,7 @@ void causal_softmax_rows_backward(Real* dpre, const Real* a, int T, Real scale) 
 // into the (T,T) block a.
 template <typename Real>
 void causal_scores(Real* a, const Real* base, int64_t C, int T, int64_t h, int HS, Real scale) {
-  gemm_nt(a, T, base + h * HS, 3 * C, base + C + h * HS, 3 * C, T, T, HS);  // q·kᵀ
+  gemm_nt_lower(a, T, base + h * HS, 3 * C, base + C + h * HS, 3 * C, T, HS);  // q·kᵀ, the causal half
   causal_softmax_rows(a, T, scale);
 }
 
@@ -102,9 +64,7 @@ void causal_scores(Real* a, const Real* base, int64_t C, int T, int64_t h, int H
 // causal half only.
 template <typename Real>
 void context(Real* out, const Real* a, const Real* base, int64_t C, int T, int64_t h, int HS) {
-  Real* o = out + h * HS;
-  for (int t = 0; t < T; ++t)
-    sum_rows(o + t * C, a + static_cast<int64_t>(t) * T, 1, base + 2 * C + h * HS, 3 * C, t + 1, HS, false);
+  sum_rows_prefix(out + h * HS, C, a, T, base + 2 * C + h * HS, 3 * C, 1, T, HS, false);
 }
 
 // Pair (b, h) of the backward, given its probabilities a (T×T) and a T×T
@@ -124,17 +84,13 @@ void backward_pair(Real* dqkv, const Real* dout, const Real* qkv, const Real* a,
   StridedMap<Real> dv(dbase + 2 * C + h * HS, T, HS, s3);
   ConstStridedMap<Real> dout_h(dout + b * T * C + h * HS, T, HS, s1);
   // out = att · v:  dv[u] += Σ_{t>=u} att[t,u] · dout[t]
-  for (int u = 0; u < T; ++u) {
-    sum_rows(&dv(u, 0), a + static_cast<int64_t>(u) * T + u, T, dout_h.data() + u * C, C, T - u, HS, true);
-  }
-  gemm_nt(dpre.data(), T, dout_h.data(), C, v.data(), 3 * C, T, T, HS);  // datt = dout·vᵀ
+  sum_rows_suffix(dv.data(), 3 * C, a, T, dout_h.data(), C, T, T, HS, true);
+  gemm_nt_lower(dpre.data(), T, dout_h.data(), C, v.data(), 3 * C, T, HS);  // datt = dout·vᵀ, the causal half
   // att = softmax(scale · q kᵀ)
   causal_softmax_rows_backward(dpre.data(), a, T, scale);
   // dq[t] += Σ_{u<=t} dpre[t,u] · k[u],  dk[u] += Σ_{t>=u} dpre[t,u] · q[t]
-  for (int t = 0; t < T; ++t) {
-    sum_rows(&dq(t, 0), &dpre(t, 0), 1, k.data(), 3 * C, t + 1, HS, true);
-    sum_rows(&dk(t, 0), &dpre(t, t), T, q.data() + t * 3 * C, 3 * C, T - t, HS, true);
-  }
+  sum_rows_prefix(dq.data(), 3 * C, dpre.data(), T, k.data(), 3 * C, 1, T, HS, true);
+  sum_rows_suffix(dk.data(), 3 * C, dpre.data(), T, q.data(), 3 * C, T, T, HS, true);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include <Eigen/Core>
 #include <gtest/gtest.h>
 #include <oneapi/tbb/global_control.h>
 
@@ -91,6 +92,30 @@ std::vector<double> reference(Op op, const Shape& s) {
   return y;
 }
 
+// The same product by Eigen's own GEMM (the expressions gemm.cc would run
+// without its blocked loop), for the native bits.
+std::vector<float> eigen_product(Op op, const Shape& s) {
+  const auto [N, M, K] = s;
+  using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using Map = Eigen::Map<RowMat>;
+  using ConstMap = Eigen::Map<const RowMat>;
+  std::vector<float> y;
+  if (op == Op::kNT) {
+    const auto a = randoms(N * K, 1), b = randoms(M * K, 2);
+    y.assign(size_t(N * M), 0.0f);
+    Map(y.data(), N, M).noalias() = ConstMap(a.data(), N, K) * ConstMap(b.data(), M, K).transpose();
+  } else if (op == Op::kNNAcc) {
+    const auto a = randoms(N * K, 3), b = randoms(K * M, 4);
+    y.assign(size_t(N * M), 0.5f);
+    Map(y.data(), N, M).noalias() += ConstMap(a.data(), N, K) * ConstMap(b.data(), K, M);
+  } else {
+    const auto a = randoms(N * M, 5), b = randoms(N * K, 6);
+    y.assign(size_t(M * K), 0.5f);
+    Map(y.data(), M, K).noalias() += ConstMap(a.data(), N, M).transpose() * ConstMap(b.data(), N, K);
+  }
+  return y;
+}
+
 bool same_bits(const std::vector<float>& x, const std::vector<float>& y) {
   return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
 }
@@ -100,6 +125,10 @@ void expect_split_keeps_bits(Arithmetic arith) {
     for (const Shape& s : kShapes) {
       SCOPED_TRACE(testing::Message() << "op " << int(op) << " N " << s.N << " M " << s.M << " K " << s.K);
       const auto whole = run(arith, op, s, false, 1);
+      // unsplit, the blocked loop (model/gemm.cc, split_gemm) gives Eigen's own bits
+      if (arith == Arithmetic::kNative) {
+        EXPECT_TRUE(same_bits(whole, eigen_product(op, s)));
+      }
       EXPECT_TRUE(same_bits(whole, run(arith, op, s, true, 1)));
       EXPECT_TRUE(same_bits(whole, run(arith, op, s, true, 2)));
       // fp32 against double: random signs make the rounding error grow like
@@ -237,6 +266,53 @@ TEST(HostCores, IdleCoresFollowTheRunningDeviceThreads) {
   EXPECT_EQ(idle_host_cores(), 0);  // two devices on at most two cores
   devices.clear();
   EXPECT_EQ(running_device_threads(), base);
+}
+
+// The causal half (gemm_nt_lower): on and below the diagonal, the bits of
+// gemm_nt's full product, memcmp, for sides around Eigen's 48-row panels
+// (one panel, a tail, a block past the last whole panel), depths within and
+// past one depth block, strided operands, native and portable, float and
+// double, and inside a split kernel's chunk (attention's case) or not. The
+// entries above the diagonal are not compared (left undefined).
+template <typename Real>
+void expect_lower_keeps_bits(Arithmetic arith, int64_t& compared, int64_t& differing) {
+  const int64_t Ns[] = {2, 5, 47, 48, 49, 77, 96, 130, 256, 300};
+  const int64_t Ks[] = {3, 17, 64, 700};
+  for (const int64_t N : Ns)
+    for (const int64_t K : Ks) {
+      SCOPED_TRACE(testing::Message() << "N " << N << " K " << K << " arith " << int(arith));
+      const int64_t lda = K + 3, ldb = K + 5, ldy = N + 2;
+      const auto fa = randoms(N * lda, 21), fb = randoms(N * ldb, 22);
+      const std::vector<Real> a(fa.begin(), fa.end()), b(fb.begin(), fb.end());
+      const ArithmeticScope scope(arith);
+      set_host_split_for_test(false);
+      std::vector<Real> want(size_t(N * ldy), Real(3));
+      gemm_nt(want.data(), ldy, a.data(), lda, b.data(), ldb, N, N, K);
+      for (const bool in_chunk : {false, true}) {
+        std::vector<Real> got(size_t(N * ldy), Real(7));
+        t_in_chunk = in_chunk;
+        gemm_nt_lower(got.data(), ldy, a.data(), lda, b.data(), ldb, N, K);
+        t_in_chunk = false;
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t m = 0; m <= n; ++m) {
+            ++compared;
+            if (std::memcmp(&got[size_t(n * ldy + m)], &want[size_t(n * ldy + m)], sizeof(Real)) != 0) ++differing;
+          }
+      }
+      set_host_split_for_test(std::nullopt);
+    }
+}
+
+TEST(GemmLower, CausalHalfSameBitsAsTheFullProduct) {
+  int64_t compared = 0, differing = 0;
+  for (const Arithmetic arith : {Arithmetic::kNative, Arithmetic::kPortable}) {
+    expect_lower_keeps_bits<float>(arith, compared, differing);
+    expect_lower_keeps_bits<double>(arith, compared, differing);
+  }
+  std::printf("gemm_nt_lower: %lld of %lld values differ from gemm_nt (tolerance 0)\n", (long long)differing,
+              (long long)compared);
+  EXPECT_GT(compared, 500000);
+  EXPECT_EQ(differing, 0);
 }
 
 }  // namespace
