@@ -105,10 +105,14 @@ void print_summary(const train::TrainOptions& o, const Cluster& cluster, const t
     if (r.best_loss) fmt::print(" (best achievable on this data: {:.4f})", *r.best_loss);
     fmt::print("\n");
   }
-  fmt::print("virtual step time on {} ({}, {} attention): {:.3f} ms, MFU {:.1f}% ({:.1f} TFLOP/s per GPU), with "
+  // Fusions other than the default are named (the report's config.parallel.fusions has them always).
+  const std::string fusions = o.parallel.fusions == model::KernelFusions{}
+                                  ? ""
+                                  : ", fused: " + model::to_string(o.parallel.fusions);
+  fmt::print("virtual step time on {} ({}, {} attention{}): {:.3f} ms, MFU {:.1f}% ({:.1f} TFLOP/s per GPU), with "
              "recomputation {:.1f} TFLOP/s per GPU (HFU {:.1f}%)\n",
              cluster.profile().name, precision_name(cluster.options().precision),
-             report["config"]["attention"].get<std::string>(),
+             report["config"]["attention"].get<std::string>(), fusions,
              s["virtual_step_s"].get<double>() * 1e3, s["mfu"].get<double>() * 100,
              s["model_tflops_per_gpu"].get<double>(), s["hardware_tflops_per_gpu"].get<double>(),
              s["hfu"].get<double>() * 100);

@@ -7,6 +7,7 @@
 
 #include "cli/flag_table.h"
 #include "model/config.h"
+#include "model/fusions.h"
 #include "model/parallel/sharded_gpt.h"
 #include "runtime/errors.h"
 #include "runtime/fault.h"
@@ -195,6 +196,10 @@ FlagTable<TrainFlags> parallel_flags() {
       {"--attention", FIELD(attention),
        "Attention kernels: unfused (scores, softmax, context through HBM), fused (FlashAttention-style), or auto "
        "(unfused for --family gpt, fused for llama)", {}, kShowDefault},
+      {"--fusions", FIELD(fusions),
+       "Element-wise kernels charged fused, a list applied to the default (norm,swiglu,softmax,cross-entropy): "
+       "NAME on, no-NAME off, all, none; names: norm, swiglu, softmax, bias-dropout-add, cross-entropy "
+       "(time only: the math is the same)", nonempty()},
   };
 }
 
@@ -321,6 +326,8 @@ train::TrainOptions TrainFlags::options() const {
   o.parallel.schedule = parallel::parse_schedule(schedule);
   o.parallel.recompute = parallel::parse_recompute(recompute);
   o.parallel.attention = parallel::parse_attention_kernel(attention);
+  if (std::string error; !fusions.empty() && !model::parse_fusions(fusions, o.parallel.fusions, error))
+    throw ConfigError("--fusions: " + error);
   if (!pp_layers.empty()) o.parallel.stage_layers = parallel::parse_stage_layers(pp_layers);
   o.checkpoint_every = checkpoint_every.value_or(0);  // an explicit 0 is refused by its flag's check
   o.fold = !no_fold;

@@ -312,6 +312,12 @@ OpCost residual_forward_cost(int64_t n, int elem) { return cost(1.0 * n, 3.0 * n
 OpCost residual_backward_cost(int64_t n, int elem) { return cost(2.0 * n, 5.0 * n, elem); }
 OpCost dropout_forward_cost(int64_t n, int elem) { return cost(2.0 * n, 2.0 * n, elem, 1.0 * n); }
 OpCost dropout_backward_cost(int64_t n, int elem) { return cost(1.0 * n, 2.0 * n, elem, 1.0 * n); }
+// Per element: + bias, the dropout's compare and scale, + residual; reads x
+// and the residual, writes out (and the mask).
+OpCost bias_dropout_add_cost(int64_t n, int64_t bias_width, bool dropout, int elem) {
+  const double e = static_cast<double>(n);
+  return cost(e * (1 + (bias_width > 0) + 2 * dropout), 3 * e + double(bias_width), elem, dropout ? e : 0);
+}
 
 // ---- Cross-entropy ------------------------------------------------------------
 

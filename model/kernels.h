@@ -226,6 +226,12 @@ struct AttentionCosts {
 };
 AttentionCosts attention_forward_costs(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem);
 AttentionCosts attention_backward_costs(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem);
+// Unfused softmax (KernelFusions::softmax off, Megatron-LM without
+// --masked-softmax-fusion): the scale rides in the scores GEMM (baddbmm's
+// alpha), the causal mask is a masked_fill of its own (this cost: one op per
+// score, read and write T×T), then the softmax; in backward masked_fill's
+// gradient is another such pass, after the softmax's.
+OpCost attention_mask_cost(int64_t B, int64_t T, int64_t NH, int elem);
 
 // ---- GELU, tanh approximation (nanoGPT nn.GELU(approximate='tanh')) ---------
 template <typename Real>
@@ -269,6 +275,10 @@ void residual_forward(const Exec& ex, const char* name, Real* out, const Real* i
 OpCost dropout_forward_cost(int64_t n, int elem);
 OpCost dropout_backward_cost(int64_t n, int elem);
 OpCost residual_backward_cost(int64_t n, int elem);
+// Megatron-LM's fused bias-dropout-add (KernelFusions::bias_dropout_add):
+// out = residual + dropout(x + bias) over n elements in one kernel, bias of
+// `bias_width` elements (0: none), the dropout's 1-byte mask written if any.
+OpCost bias_dropout_add_cost(int64_t n, int64_t bias_width, bool dropout, int elem);
 
 // ---- Softmax cross-entropy, mean over the N rows -----------------------------
 // Returns mean_n losses[n]. Backward: dlogits += (probs - onehot) * dloss / N.

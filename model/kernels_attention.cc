@@ -206,6 +206,11 @@ AttentionCosts attention_backward_costs(int64_t B, int64_t T, int64_t NH, int64_
   };
 }
 
+OpCost attention_mask_cost(int64_t B, int64_t T, int64_t NH, int elem) {
+  const double bhtt = static_cast<double>(B) * NH * T * T;
+  return cost(bhtt, 2 * bhtt, elem);
+}
+
 template void attention_forward(float*, float*, const float*, int, int, int, int);
 template void attention_forward(double*, double*, const double*, int, int, int, int);
 template void attention_backward(float*, const float*, const float*, const float*, int, int, int,

@@ -174,6 +174,25 @@ OpCost rmsnorm_backward_cost(int64_t N, int64_t C, int elem) {
   return cost(11 * n * C + 3 * n, 4 * n * C + 3.0 * C + n, elem);
 }
 
+// Unfused, per element (n = N·C) in forward: x² (read x, write), its row
+// mean (read), + eps and rsqrt (per row), x · r (read x and r, write), · w
+// (read, write). Backward, as autograd runs it: d(· w) = dy · w, and dw as
+// dy · x̂ then its sum over rows; d(x · r) = g · r, and dr as g · x then
+// its row sum; rsqrt's and the mean's gradients (per row, then expanded
+// over the row), x²'s (2 · x · g), and the two gradients of x added.
+OpChain<6> rmsnorm_unfused_forward_costs(int64_t N, int64_t C, int elem) {
+  const double n = static_cast<double>(N) * C, rows = static_cast<double>(N);
+  return {cost(n, 2 * n, elem), cost(n, n + rows, elem), cost(rows, 2 * rows, elem),
+          cost(2 * rows, 2 * rows, elem), cost(n, 2 * n + rows, elem), cost(n, 2 * n + C, elem)};
+}
+OpChain<10> rmsnorm_unfused_backward_costs(int64_t N, int64_t C, int elem) {
+  const double n = static_cast<double>(N) * C, rows = static_cast<double>(N);
+  return {cost(n, 2 * n + C, elem),    cost(n, 3 * n, elem),     cost(n, n + C, elem),
+          cost(n, 2 * n + rows, elem), cost(n, 3 * n, elem),     cost(n, n + rows, elem),
+          cost(3 * rows, 3 * rows, elem), cost(n, rows + n, elem), cost(2 * n, 3 * n, elem),
+          cost(n, 3 * n, elem)};
+}
+
 // silu(gate)·up per output: sigmoid (negate, exp, add, divide: 4), ·gate,
 // ·up -> 6; reads gate and up, writes out. Backward per output: the sigmoid
 // again (4), dgate += d·u·s·(1 + g·(1 − s)) (7), dup += d·g·s (3) -> 14;
@@ -185,6 +204,19 @@ OpCost swiglu_forward_cost(int64_t N, int64_t F, int elem) {
 OpCost swiglu_backward_cost(int64_t N, int64_t F, int elem) {
   const double nf = static_cast<double>(N) * F;
   return cost(14 * nf, 7 * nf, elem);
+}
+// Unfused: silu (5 per element: the sigmoid and · gate; read gate, write s),
+// then s · up (read both, write). Backward: ds = d · up and dup = d · s
+// (each reads two, writes one), dgate = ds · s'(gate) (the sigmoid again
+// and 5 more; reads ds and gate, writes), and the chunk's cat of dgate and
+// dup into the [gate | up] gradient (reads and writes 2F per row).
+OpChain<2> swiglu_unfused_forward_costs(int64_t N, int64_t F, int elem) {
+  const double nf = static_cast<double>(N) * F;
+  return {cost(5 * nf, 2 * nf, elem), cost(nf, 3 * nf, elem)};
+}
+OpChain<4> swiglu_unfused_backward_costs(int64_t N, int64_t F, int elem) {
+  const double nf = static_cast<double>(N) * F;
+  return {cost(nf, 3 * nf, elem), cost(nf, 3 * nf, elem), cost(9 * nf, 3 * nf, elem), cost(0, 4 * nf, elem)};
 }
 
 // Elementwise: per feature 2 products and 1 add or subtract; reads x and

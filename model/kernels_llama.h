@@ -35,6 +35,12 @@ void rmsnorm_backward(Real* dinp,          // (N,C)
 // Half a LayerNorm's work: no mean, no bias (and a single saved statistic).
 OpCost rmsnorm_forward_cost(int64_t N, int64_t C, int elem);
 OpCost rmsnorm_backward_cost(int64_t N, int64_t C, int elem);
+// Unfused (KernelFusions::norm off): the ops of Llama's reference RMSNorm,
+// x · rsqrt(mean(x²) + eps) · w, each a kernel, and in backward the kernels
+// autograd runs for them (kernels_llama.cc has the counts; the fp32 casts of
+// the reference are not counted).
+OpChain<6> rmsnorm_unfused_forward_costs(int64_t N, int64_t C, int elem);
+OpChain<10> rmsnorm_unfused_backward_costs(int64_t N, int64_t C, int elem);
 
 // ---- SwiGLU (Shazeer 2020): out = silu(gate) · up ----------------------------
 // gate_up row n holds gate (F) then up (F): the fused [gate | up] GEMM output.
@@ -49,6 +55,11 @@ void swiglu_backward(Real* dgate_up,       // (N,2F)
                      int64_t N, int F);
 OpCost swiglu_forward_cost(int64_t N, int64_t F, int elem);
 OpCost swiglu_backward_cost(int64_t N, int64_t F, int elem);
+// Unfused (KernelFusions::swiglu off): Megatron-LM's swiglu without its
+// fusion, chunk(x, 2) then silu(x[0]) * x[1]: two kernels forward, four in
+// backward (the product's two gradients, silu's, and the chunk's cat).
+OpChain<2> swiglu_unfused_forward_costs(int64_t N, int64_t F, int elem);
+OpChain<4> swiglu_unfused_backward_costs(int64_t N, int64_t F, int elem);
 
 // ---- Rotary position embedding (Su et al. 2021), rotate-half convention -----
 // As Hugging Face's Llama: for a head vector x of HS features, half = HS/2,
@@ -94,25 +105,42 @@ void repeat_kv_backward(Real* din,        // (N, (NHq + 2·KVl)·HS)
 OpCost repeat_kv_cost(int64_t N, const GqaHeads& g, int elem);  // either direction
 
 // ---- Exec overloads: run unless phantom, charge the cost as `name` -----------
+// Unfused (ex.fusions), the same math charged as the chain's kernels, each
+// under `name`.
 template <typename Real>
 void rmsnorm_forward(const Exec& ex, const char* name, Real* out, Real* rstd, const Real* inp,
                      const Real* weight, int64_t N, int C, double eps) {
-  ex.run(name, rmsnorm_forward_cost(N, C, ex.elem), [&] { rmsnorm_forward(out, rstd, inp, weight, N, C, eps); });
+  if (ex.fusions.norm)
+    ex.run(name, rmsnorm_forward_cost(N, C, ex.elem), [&] { rmsnorm_forward(out, rstd, inp, weight, N, C, eps); });
+  else
+    ex.run_chain(name, rmsnorm_unfused_forward_costs(N, C, ex.elem),
+                 [&] { rmsnorm_forward(out, rstd, inp, weight, N, C, eps); });
 }
 template <typename Real>
 void rmsnorm_backward(const Exec& ex, const char* name, Real* dinp, Real* dweight, const Real* dout,
                       const Real* inp, const Real* weight, const Real* rstd, int64_t N, int C) {
-  ex.run(name, rmsnorm_backward_cost(N, C, ex.elem),
-         [&] { rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C); });
+  auto math = [&] { rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C); };
+  if (ex.fusions.norm)
+    ex.run(name, rmsnorm_backward_cost(N, C, ex.elem), math);
+  else
+    ex.run_chain(name, rmsnorm_unfused_backward_costs(N, C, ex.elem), math);
 }
 template <typename Real>
 void swiglu_forward(const Exec& ex, const char* name, Real* out, const Real* gate_up, int64_t N, int F) {
-  ex.run(name, swiglu_forward_cost(N, F, ex.elem), [&] { swiglu_forward(out, gate_up, N, F); });
+  auto math = [&] { swiglu_forward(out, gate_up, N, F); };
+  if (ex.fusions.swiglu)
+    ex.run(name, swiglu_forward_cost(N, F, ex.elem), math);
+  else
+    ex.run_chain(name, swiglu_unfused_forward_costs(N, F, ex.elem), math);
 }
 template <typename Real>
 void swiglu_backward(const Exec& ex, const char* name, Real* dgate_up, const Real* dout, const Real* gate_up,
                      int64_t N, int F) {
-  ex.run(name, swiglu_backward_cost(N, F, ex.elem), [&] { swiglu_backward(dgate_up, dout, gate_up, N, F); });
+  auto math = [&] { swiglu_backward(dgate_up, dout, gate_up, N, F); };
+  if (ex.fusions.swiglu)
+    ex.run(name, swiglu_backward_cost(N, F, ex.elem), math);
+  else
+    ex.run_chain(name, swiglu_unfused_backward_costs(N, F, ex.elem), math);
 }
 template <typename Real>
 void rope_forward(const Exec& ex, const char* name, Real* out, const Real* inp, const int64_t* positions, int B,

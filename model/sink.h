@@ -6,14 +6,21 @@
 // checks) the model only computes. One code path for math and for time.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <utility>
 #include <vector>
 
 #include "model/buffer.h"
+#include "model/fusions.h"
 #include "runtime/cost_model.h"
 
 namespace shardlab::model {
+
+// The kernels an unfused chain of ops launches, in order (model/fusions.h).
+template <std::size_t K>
+using OpChain = std::array<OpCost, K>;
 
 class OpSink {
  public:
@@ -39,6 +46,8 @@ class OpSink {
   virtual int element_size() const { return 4; }
   // The run models Precision::kFp8 (Transformer Engine's linears in FP8).
   virtual bool fp8() const { return false; }
+  // Which element-wise chains the run charges fused (model/fusions.h).
+  virtual KernelFusions fusions() const { return {}; }
   // Tensor-parallel communication overlap (parallel/tensor/mappings.h): the
   // next GEMM op runs as ready.size() chunks of its rows (GemmShape::m), chunk
   // k starting no earlier than ready[k], as Transformer Engine's ring-exchange
@@ -71,9 +80,11 @@ struct Exec {
   // the attention core stay BF16, as Megatron-LM with TE runs them.
   bool fp8_run = false;
   bool fp8_linear = false;
+  KernelFusions fusions;  // the sink's (what is charged fused; the math is the same)
 
   static Exec with(OpSink* s) {
-    return {s, s ? s->element_size() : 4, false, phantom_allocation(), s && s->fp8(), false};
+    return {s, s ? s->element_size() : 4, false, phantom_allocation(), s && s->fp8(), false,
+            s ? s->fusions() : KernelFusions{}};
   }
   Exec te_linear() const {
     Exec e = *this;
@@ -93,6 +104,20 @@ struct Exec {
   void run(const char* name, const OpCost& cost, Math&& math) const {
     if (!phantom) math();
     op(name, cost);
+  }
+  // A kernel run unfused (fusions): the same math, charged as each kernel
+  // of the chain its ops launch, all under `name`.
+  template <std::size_t K, typename Math>
+  void run_chain(const char* name, const OpChain<K>& chain, Math&& math) const {
+    if (!phantom) math();
+    for (const OpCost& c : chain) op(name, c);
+  }
+  // The math of a kernel that a fused kernel charges (it names the fused op):
+  // runs unless phantom, charges nothing.
+  Exec part_of_fused() const {
+    Exec e = *this;
+    e.sink = nullptr;
+    return e;
   }
 };
 

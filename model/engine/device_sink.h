@@ -52,6 +52,8 @@ class DeviceSink final : public model::OpSink {
   }
   int element_size() const override { return shardlab::element_size(dev_.precision()); }
   bool fp8() const override { return dev_.precision() == Precision::kFp8; }
+  model::KernelFusions fusions() const override { return fusions_; }
+  void set_fusions(const model::KernelFusions& f) { fusions_ = f; }
   bool average_over_replicas(float* data, int64_t n) override {
     return average_ && average_(data, n);
   }
@@ -108,6 +110,7 @@ class DeviceSink final : public model::OpSink {
   Device& dev_;
   bool fused_ = true;
   bool half_ = false;
+  model::KernelFusions fusions_;
   bool copy_ = false;
   int grad_bytes_ = 4;
   std::vector<Time> gemm_ready_;        // split_next_gemm, until the next GEMM

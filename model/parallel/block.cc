@@ -29,6 +29,33 @@ void dropout_backward(int64_t n, const char* name, const BlockContext& c) {
   if (c.dropout) c.ex().op(name, model::dropout_backward_cost(n, c.ex().elem));
 }
 
+// After each projection: out (rows,C) = residual + dropout(x + bias), no
+// bias in llama and MoE layers (`bias` is null in phantom runs too: `biased` says). Unfused (KernelFusions::bias_dropout_add
+// off): the bias add, the dropout and the residual add, three kernels, the
+// first two writing x in place; fused, Megatron-LM's
+// bias_dropout_add_fused_train: one kernel reads x, the residual and the
+// bias and writes the sum and the dropout mask (its backward is the
+// dropout's: the bias' gradient is the wgrad GEMM's, the residual's passes
+// through, as unfused).
+struct BdaNames {
+  const char *bias, *dropout, *fused;
+};
+void bias_dropout_add(float* out, const float* residual, float* x, bool biased, const float* bias, int64_t rows,
+                      int C, const BdaNames& names, const BlockContext& c) {
+  const Exec& ex = c.ex();
+  const int64_t n = rows * C;
+  if (!ex.fusions.bias_dropout_add) {
+    if (biased) add_bias_rows(x, bias, rows, C, names.bias, ex);
+    dropout_forward(n, names.dropout, c);
+    model::residual_forward(ex, "residual.fwd", out, residual, x, n);
+    return;
+  }
+  const Exec quiet = ex.part_of_fused();
+  if (biased) add_bias_rows(x, bias, rows, C, names.bias, quiet);
+  model::residual_forward(quiet, "residual.fwd", out, residual, x, n);
+  ex.op(names.fused, model::bias_dropout_add_cost(n, biased ? C : 0, c.dropout, ex.elem));
+}
+
 // The attention probabilities: B·(NH/tp)·T·T (this rank's heads).
 int64_t attention_probs(const ShardDims& d) { return int64_t{d.B} * d.NHl() * d.T * d.T; }
 
@@ -127,9 +154,7 @@ void tp_attention_forward(float* out, BlockActs& a, const BlockView<float>& p,
   model::linear_forward(te, "attn.c_proj.fwd", s.partial.data(), a.atty.data(), p.attn_proj.weight,
                         N, Cl, C);  // its bias after the reduction
   reduce_scatter_after_gemm(c.tp, s.partial.data(), out, d.rows(), C);  // proj_fprop
-  if (!llama) add_bias_rows(out, p.attn_proj.bias, d.rows(), C, "attn.c_proj.bias.fwd", ex);
-  dropout_forward(d.rows() * C, "attn.hidden_dropout.fwd", c);
-}
+}  // its bias, the hidden dropout and the residual add: bias_dropout_add
 
 // dinp_partial (N,C) += this rank's share of d/d inp_full; dout_full (N,C) complete.
 void tp_attention_backward(float* dinp_partial, const BlockView<float>& g, BlockScratch& s,
@@ -176,7 +201,8 @@ float block_forward(BlockActs& a, const BlockView<float>& p, const float* x, con
   model::norm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, p.ln_1, Nr, C, config, "ln_1.fwd", ex);
   const float* ln1_full = gather_into_gemm(c.tp, a.ln1.data(), s.full_in.data(), Nr, C);  // qkv_fprop
   tp_attention_forward(a.attproj.data(), a, p, ln1_full, d, config, s, c);
-  model::residual_forward(ex, "residual.fwd", a.res1.data(), x, a.attproj.data(), Nr * C);
+  bias_dropout_add(a.res1.data(), x, a.attproj.data(), !config.is_llama(), p.attn_proj.bias, Nr, C,
+                   {"attn.c_proj.bias.fwd", "attn.hidden_dropout.fwd", "attn.bias_dropout_add.fwd"}, c);
   model::norm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res1.data(), p.ln_2, Nr, C, config,
                       "ln_2.fwd", ex);
   // fc1_fprop (the MoE layers' collectives stay blocking: no TE userbuffers there)
@@ -193,12 +219,10 @@ float block_forward(BlockActs& a, const BlockView<float>& p, const float* x, con
     tp_mlp_partial_forward(s.partial.data(), a.fc.data(), a.fc_gelu.data(), p.mlp, ln2_full, d.N(),
                            C, d.Fl(), ex, config.is_llama());
     reduce_scatter_after_gemm(c.tp, s.partial.data(), a.mlp_out.data(), Nr, C);  // fc2_fprop
-    if (!config.is_llama())
-      add_bias_rows(a.mlp_out.data(), p.mlp.c_proj.bias, Nr, C, "mlp.c_proj.bias.fwd", ex);
   }
-  dropout_forward(Nr * C, "mlp.hidden_dropout.fwd", c);
-  model::residual_forward(ex, "residual.fwd", a.res2.data(), a.res1.data(), a.mlp_out.data(),
-                          Nr * C);
+  bias_dropout_add(a.res2.data(), a.res1.data(), a.mlp_out.data(), !p.moe && !config.is_llama(),
+                   p.mlp.c_proj.bias, Nr, C,
+                   {"mlp.c_proj.bias.fwd", "mlp.hidden_dropout.fwd", "mlp.bias_dropout_add.fwd"}, c);
   return aux;
 }
 

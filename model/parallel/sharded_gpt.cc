@@ -77,7 +77,6 @@ ShardedGPT::ShardedGPT(const model::GPTConfig& config, uint64_t seed, Device& de
   scatter_gather_ = options.scatter_gather && !ctx_.tp.sp;
   ctx_.attention = options.attention;
   flash_ = options.flash;
-  unfused_ce_ = options.unfused_cross_entropy;
   SHARDLAB_CHECK(cp_ == 1 || ctx_.attention, "context parallelism needs its attention core");
   ctx_.moe.phantom_zipf = options.phantom_zipf;
   ctx_.moe.a2a_time = &a2a_time_;

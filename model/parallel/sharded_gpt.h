@@ -81,9 +81,6 @@ struct ShardedOptions {
   // `attention` is the CpAttention over the cp group.
   int cp = 1, cp_rank = 0;
   bool flash = false;  // `attention` is FusedAttention (ShardDims::flash)
-  // The cross-entropy charged as Megatron-LM's unfused fp32 kernels
-  // (tensor/embedding.h); else as one fused kernel.
-  bool unfused_cross_entropy = false;
   BlockHooks* hooks = nullptr;
   double phantom_zipf = 0;  // phantom runs: MoE routing skew (ExpertContext::phantom_zipf)
   // The config's parameter table, built once by a caller that builds many
@@ -231,7 +228,6 @@ class ShardedGPT final : public LocalModel, public StageModel {
   BlockContext ctx_;
   bool scatter_gather_ = false;  // ShardedOptions::scatter_gather, without SP
   bool flash_ = false;           // ShardedOptions::flash
-  bool unfused_ce_ = false;      // ShardedOptions::unfused_cross_entropy
   BlockHooks* hooks_ = nullptr;
   Recompute recompute_ = Recompute::kNone;
   int cp_ = 1, cp_rank_ = 0;

@@ -73,7 +73,7 @@ float ShardedGPT::head_forward(Slot& s, const float* x, const Token* targets) {
   if (!targets) return last_ce_ = 0;  // logits only
   const float ce = vocab_parallel_cross_entropy_forward(s.probs.data(), s.losses.data(), ce_stats_.data(),
                                                         s.logits.data(), targets, N, Vl_, v0_, ctx_.tp,
-                                                        unfused_ce_);
+                                                        !ctx_.ex().fusions.cross_entropy);
   ce_sum_ += ce;
   last_ce_ = ce;
   return ce;
@@ -87,7 +87,7 @@ void ShardedGPT::head_backward(Slot& s, float dloss, bool announce) {
   if (ex.sink) ex.sink->saved(dlogits);  // alive until the head's backward is done
   std::fill(dlogits_.begin(), dlogits_.end(), 0.0f);
   vocab_parallel_cross_entropy_backward(dlogits_.data(), s.probs.data(), s.targets.data(), dloss, N,
-                                        Vl_, v0_, ex, unfused_ce_);
+                                        Vl_, v0_, ex, !ex.fusions.cross_entropy);
   const float* lnf_full = enter_column_parallel(ctx_.tp, s.lnf.data(), scratch_.full_in.data(), Nr, C);
   if (ex.math()) std::fill(scratch_.partial.begin(), scratch_.partial.begin() + N * C, 0.0f);  // a handover (sink.h)
   linear_backward_split(scratch_.partial.data(), g_.head(), nullptr, dlogits_.data(), lnf_full, w_.head(),

@@ -58,6 +58,7 @@ class UnshardedModel final : public LocalModel, public OneStageModel {
       return target->average_over_replicas(data, n);
     }
     int element_size() const override { return target->element_size(); }
+    model::KernelFusions fusions() const override { return target->fusions(); }
   };
   // Adds the last forward's rows per expert and drops to moe_step_.
   void count_moe(int64_t N);

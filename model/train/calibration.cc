@@ -60,7 +60,7 @@ static TrainOptions nemo_run_options(const PublishedRun& row) {
   p.overlap_param_gather = p.zero == 1 || p.zero == 2;
   p.grad_accum_fusion = row.grad_accum_fusion;
   p.grad_reduce_bf16 = row.grad_reduce_bf16;
-  p.unfused_cross_entropy = !row.fused_cross_entropy;
+  p.fusions.cross_entropy = row.fused_cross_entropy;
   p.attention = parallel::AttentionKernel::kFused;
   p.recompute = parallel::Recompute::kNone;
   if (row.bucket_mb > 0) p.bucket_mb = row.bucket_mb;
@@ -107,7 +107,7 @@ TrainOptions published_run_options(const PublishedRun& row) {
   // The 2021 rows ran fp16 without fp32 gradient accumulation (sc21 scripts).
   p.half_grads = !row.grad_accum_fusion;
   // Both papers' code computed the loss in fp32 with unfused kernels.
-  p.unfused_cross_entropy = true;
+  p.fusions.cross_entropy = false;
   const int per_replica = o.model.batch_size / p.dp;
   const int mbs = row.micro_batch_size > 0 ? row.micro_batch_size : row.pp > 1 ? 1 : per_replica;
   o.micro_batches = per_replica / mbs;

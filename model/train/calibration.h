@@ -51,7 +51,7 @@
 // wire, DDP's copies, the fp16 optimizer's copy/unscale/copy-back passes);
 // the 2022 rows fuse the accumulation into fp32 main gradients. Both compute
 // the loss as Megatron-LM's vocab_parallel_cross_entropy did, on the logits
-// cast to fp32, in unfused kernels (ParallelOptions::unfused_cross_entropy).
+// cast to fp32, in unfused kernels (ParallelOptions::fusions.cross_entropy off).
 #pragma once
 
 #include <string>

@@ -53,6 +53,7 @@ DeviceSetup::DeviceSetup(const DeviceProgram& p, Device& dev)
   dev.log().info("{}: {} local parameters", p.plan.mesh.describe(dev.rank()), model->params().size());
   sink.set_grad_accum_fusion(p.options.parallel.grad_accum_fusion);
   sink.set_half_grads(p.options.parallel.half_grads);
+  sink.set_fusions(p.options.parallel.fusions);  // before set_sink: the model's Exec copies them
   model->set_sink(&sink);
   make_data_parallel(p, dev);
   const ParallelOptions& par = p.options.parallel;
@@ -96,7 +97,6 @@ void DeviceSetup::make_model(const DeviceProgram& p, Device& dev) {
   so.sequence_parallel = par.sp;
   so.tp_comm_overlap = par.tp_comm_overlap;
   so.scatter_gather = par.scatter_gather;
-  so.unfused_cross_entropy = par.unfused_cross_entropy;
   so.recompute = par.recompute;
   so.phantom_zipf = o.phantom_zipf;
   so.table = &p.table;

@@ -148,7 +148,10 @@ bool runs_sharded(const TrainOptions& o, Precision precision) {
   // kernel runs the sharded model, at tp = 1 its kernels the reference's
   // (FusedAttention's host math is LocalAttention's, the FP8 linears'
   // math stays fp32).
-  const bool modern_kernels = precision == Precision::kFp8 || parallel::fused_attention(p.attention, o.model.is_llama());
+  // So does a run with other fusions than the default (the reference's kernels are its own).
+  const bool modern_kernels = precision == Precision::kFp8 ||
+                              parallel::fused_attention(p.attention, o.model.is_llama()) ||
+                              !(p.fusions == model::KernelFusions{});
   return p.pp > 1 || p.tp > 1 || p.cp > 1 || p.ep > 1 || global_routing || p.recompute != parallel::Recompute::kNone || p.zero == 3 ||
          p.overlap_param_gather ||
          split_backward || modern_kernels || o.phantom;  // the unsharded reference computes on real buffers

@@ -100,7 +100,7 @@ nlohmann::json TrainOptions::to_json() const {
             {"chunk_buckets", parallel.chunk_buckets},
             {"bucket_mb", parallel.bucket_mb}, {"overlap", parallel.overlap},
             {"grad_accum_fusion", parallel.grad_accum_fusion}, {"half_grads", parallel.half_grads},
-            {"unfused_cross_entropy", parallel.unfused_cross_entropy},
+            {"fusions", model::to_string(parallel.fusions)},
             {"ep", parallel.ep}, {"pp", parallel.pp},
             {"cp", parallel.cp}, {"cp_comm", parallel::cp_comm_name(parallel.cp_comm)},
             {"schedule", parallel::schedule_name(parallel.schedule)}, {"vpp", parallel.chunks()},

@@ -23,6 +23,7 @@
 #include "collectives/mesh.h"
 #include "model/arithmetic.h"
 #include "model/config.h"
+#include "model/fusions.h"
 #include "model/io/data.h"
 #include "model/optimizer.h"
 #include "model/parallel/context/cp_comm.h"
@@ -111,12 +112,14 @@ struct ParallelOptions {
   //    master weights and moments (28 B/param) and the updated master weights
   //    are copied into the model (6 B/param).
   bool half_grads = false;
-  // Megatron-LM's vocab_parallel_cross_entropy as it ran until its
+  // Which element-wise chains are charged fused (model/fusions.h; the math
+  // is the same). fusions.cross_entropy off: Megatron-LM's
+  // vocab_parallel_cross_entropy as it ran until its
   // --cross-entropy-loss-fusion (2024): the logits cast to fp32, then max,
   // subtract, exp, sum, divide and, in the backward, the scale and the cast
   // back as separate kernels, 52 B per logit in bf16 (38 + 14) where the
-  // default fused kernel moves 10 (parallel/tensor/embedding.h).
-  bool unfused_cross_entropy = false;
+  // fused kernel moves 10 (parallel/tensor/embedding.h).
+  model::KernelFusions fusions;
   int ep = 1;                 // expert parallel (divides dp): E/ep experts per rank
   int pp = 1;                 // pipeline stages (ranks)
   // Context parallelism: every sequence split over cp ranks (chunks i and

@@ -63,5 +63,25 @@ TEST(CliHardwareFlags, TheReportNamesTheAttentionKernel) {
   }
 }
 
+// --fusions: a list applied to the default; a bad item is one line and exit
+// code 2; the text names a non-default choice, the JSON always has it.
+TEST(CliHardwareFlags, FusionsFlag) {
+  expect_usage_error("train --model tiny --steps 1 --fusions bias_dropout_add", "unknown kernel fusion");
+  expect_usage_error("train --model tiny --steps 1 --fusions norm,", "unknown kernel fusion ''");
+  expect_usage_error("train --model tiny --steps 1 --fusions ''", "--fusions");
+  expect_usage_error("train --model tiny --steps 1 --fusions", "--fusions");  // no value
+  const auto base = run_cli("train --model tiny --steps 1 --phantom --dropout 0.1");
+  ASSERT_EQ(base.code, 0) << base.err;
+  EXPECT_NE(base.out.find("(fp32, unfused attention)"), std::string::npos) << base.out;
+  const auto text = run_cli("train --model tiny --steps 1 --phantom --dropout 0.1 --fusions bias-dropout-add,no-norm");
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find("(fp32, unfused attention, fused: swiglu,softmax,bias-dropout-add,cross-entropy)"),
+            std::string::npos)
+      << text.out;
+  const auto json = run_cli("train --model tiny --steps 1 --phantom --fusions none --json");
+  ASSERT_EQ(json.code, 0) << json.err;
+  EXPECT_EQ(nlohmann::json::parse(json.out)["config"]["parallel"]["fusions"], "none");
+}
+
 }  // namespace
 }  // namespace shardlab

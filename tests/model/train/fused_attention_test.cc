@@ -50,14 +50,7 @@ Charged run(parallel::AttentionKernel attention) {
   o.steps = 1;
   o.phantom = true;
   o.parallel.attention = attention;
-  HardwareProfile p = load_profile("h100-nvlink");
-  p.nodes = 1;
-  ClusterOptions c;
-  c.precision = Precision::kBf16;
-  c.world_size = 1;
-  c.trace = true;
-  Cluster cluster(p, c);
-  const TrainResult r = train(cluster, o);
+  const TrainResult r = testing::run_one_gpu_bf16(o, "h100-nvlink");
   Charged out;
   for (const TraceEvent& e : r.run.traces.at(0).events)
     if (e.stream == StreamKind::kCompute) out.ps[e.name] += double(e.end - e.start);

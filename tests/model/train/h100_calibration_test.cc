@@ -209,7 +209,7 @@ TEST(B200Calibration, RowsRunAsTheirRecipesSay) {
     expect_nvidia_fp8_run(row);
     const TrainOptions o = published_run_options(row);
     EXPECT_TRUE(o.parallel.overlap_param_gather && o.parallel.grad_reduce_bf16) << row.name;
-    EXPECT_FALSE(o.parallel.unfused_cross_entropy) << row.name;
+    EXPECT_TRUE(o.parallel.fusions.cross_entropy) << row.name;
     EXPECT_EQ(o.model.block_size, 8192) << row.name;
     EXPECT_TRUE(row.causal_flops_halved) << row.name;
   }

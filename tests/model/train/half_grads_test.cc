@@ -136,7 +136,7 @@ TEST(HalfGrads, AllReduceMovesHalfTheBytes) {
   EXPECT_NEAR(h / f, 0.5, 1e-3);
 }
 
-// Megatron-LM's unfused fp32 cross-entropy (ParallelOptions::unfused_cross_entropy,
+// Megatron-LM's unfused fp32 cross-entropy (ParallelOptions::fusions.cross_entropy off,
 // set for every published run): with batch 8 x seq 32 = 256 rows of vocab 64
 // on tp 2 (32 logits per row per rank): 64 rows and 2048 logits per rank per
 // micro-batch.
@@ -150,7 +150,7 @@ TEST(HalfGrads, UnfusedCrossEntropyMovesMegatronsBytes) {
   o.parallel.tp = 2;
   const double logits = 256.0 / 4 * 32, rows = 256.0 / 4;
   Tally fused = tally(o);
-  o.parallel.unfused_cross_entropy = true;
+  o.parallel.fusions.cross_entropy = false;
   Tally unfused = tally(o);
   EXPECT_EQ(fused.kernels["cross_entropy.fwd"].count, 4);
   EXPECT_EQ(fused.kernels["cross_entropy.fwd"].bytes, 4 * (4 * logits + 2 * rows + 4 * rows));
@@ -172,9 +172,9 @@ TEST(HalfGrads, ReportConfigEchoesTheGradientSwitches) {
   j = o.to_json()["parallel"];
   EXPECT_EQ(j["grad_accum_fusion"], true);
   EXPECT_EQ(j["half_grads"], false);
-  EXPECT_EQ(j["unfused_cross_entropy"], false);
-  o.parallel.unfused_cross_entropy = true;
-  EXPECT_EQ(o.to_json()["parallel"]["unfused_cross_entropy"], true);
+  EXPECT_EQ(j["fusions"], "norm,swiglu,softmax,cross-entropy");
+  o.parallel.fusions.cross_entropy = false;
+  EXPECT_EQ(o.to_json()["parallel"]["fusions"], "norm,swiglu,softmax");
 }
 
 }  // namespace

@@ -60,7 +60,7 @@ TEST(McoreCalibration, RowsRunAsCoreR08RunsThem) {
     EXPECT_TRUE(p.overlap && p.overlap_param_gather && p.grad_accum_fusion);
     EXPECT_FALSE(p.grad_reduce_bf16);
     EXPECT_EQ(p.bucket_mb, 192);  // 48M fp32 gradients
-    EXPECT_TRUE(p.unfused_cross_entropy);
+    EXPECT_FALSE(p.fusions.cross_entropy);
     EXPECT_EQ(p.attention, parallel::AttentionKernel::kFused);
     EXPECT_EQ(p.recompute, parallel::Recompute::kNone);
     EXPECT_EQ(p.sp, r.tp > 1);

@@ -53,6 +53,19 @@ inline TrainResult run(const TrainOptions& o, FabricHooks* hooks = nullptr, bool
   return train(cluster, o);
 }
 
+// `o` on one GPU of `profile` in bf16, traced: the one-layer hand counts
+// runs (fused_attention_test, fusions_test).
+inline TrainResult run_one_gpu_bf16(const TrainOptions& o, const char* profile) {
+  HardwareProfile p = load_profile(profile);
+  p.nodes = 1;
+  ClusterOptions c;
+  c.precision = Precision::kBf16;
+  c.world_size = 1;
+  c.trace = true;
+  Cluster cluster(p, c);
+  return train(cluster, o);
+}
+
 // The unsharded reference of `o`: the same model, data, steps and micro-batches.
 inline TrainOptions unsharded(TrainOptions o) {
   o.parallel = {};
