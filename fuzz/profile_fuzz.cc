@@ -49,6 +49,7 @@ void check_round_trip(const HardwareProfile& p) {
       a.mem_bandwidth_GBps == b.mem_bandwidth_GBps && a.memory_GiB == b.memory_GiB &&
       a.launch_overhead_us == b.launch_overhead_us && a.compute_efficiency == b.compute_efficiency &&
       a.mem_efficiency == b.mem_efficiency && a.collective_launch_us == b.collective_launch_us &&
+      a.layernorm_fwd_rate == b.layernorm_fwd_rate && a.layernorm_bwd_rate == b.layernorm_bwd_rate &&
       a.gemm.sm_count == b.gemm.sm_count && a.gemm.tiles == b.gemm.tiles &&
       a.gemm.max_efficiency_fp32 == b.gemm.max_efficiency_fp32 &&
       a.gemm.max_efficiency_bf16 == b.gemm.max_efficiency_bf16;

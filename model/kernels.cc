@@ -148,13 +148,18 @@ void layernorm_backward(Real* __restrict dinp, Real* __restrict dweight, Real* _
   });
 }
 
+// At the profile's LayerNorm share of the memory rate (OpCost::Pass).
 OpCost layernorm_forward_cost(int64_t N, int64_t C, int elem) {
   const double n = static_cast<double>(N);
-  return cost(8 * n * C, 2 * n * C + 2.0 * C + 2 * n, elem);
+  OpCost c = cost(8 * n * C, 2 * n * C + 2.0 * C + 2 * n, elem);
+  c.pass = OpCost::Pass::kLayerNormForward;
+  return c;
 }
 OpCost layernorm_backward_cost(int64_t N, int64_t C, int elem) {
   const double n = static_cast<double>(N);
-  return cost(14 * n * C, 4 * n * C + 5.0 * C + 2 * n, elem);
+  OpCost c = cost(14 * n * C, 4 * n * C + 5.0 * C + 2 * n, elem);
+  c.pass = OpCost::Pass::kLayerNormBackward;
+  return c;
 }
 
 // ---- Linear -------------------------------------------------------------------

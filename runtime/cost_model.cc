@@ -18,6 +18,7 @@ CostModel::CostModel(const DeviceSpec& spec, Precision precision)
                   1e12),
       achieved_flops_(peak_flops_ * spec.compute_efficiency),
       mem_bytes_per_s_(spec.mem_bandwidth_GBps * 1e9 * spec.mem_efficiency),
+      layernorm_rate_{spec.layernorm_fwd_rate, spec.layernorm_bwd_rate},
       gemm_(spec.gemm),
       gemm_max_efficiency_(precision == Precision::kFp32 ? spec.gemm.max_efficiency_fp32
                                                          : spec.gemm.max_efficiency_bf16),
@@ -98,7 +99,9 @@ double CostModel::compute_ps(const OpCost& op) const {
 
 Time CostModel::duration(const OpCost& op) const {
   const double bytes = fp8_op(op) ? gemm_bytes(op.gemm, true) + gemm_bytes(op.gemm2, true) : op.bytes;
-  const double memory_ps = bytes > 0 ? std::ceil(bytes / mem_bytes_per_s_ * 1e12) : 0.0;
+  const double rate = op.pass == OpCost::Pass::kStream ? mem_bytes_per_s_
+                      : mem_bytes_per_s_ * layernorm_rate_[op.pass == OpCost::Pass::kLayerNormForward ? 0 : 1];
+  const double memory_ps = bytes > 0 ? std::ceil(bytes / rate * 1e12) : 0.0;
   return launch_ + static_cast<Time>(std::max(compute_ps(op), memory_ps));
 }
 

@@ -1,6 +1,9 @@
 // Calibrated roofline cost model for compute ops on one virtual device.
 //
-//   duration = launch_overhead + max(compute, bytes / (mem_bandwidth * mem_efficiency))
+//   duration = launch_overhead + max(compute, bytes / (mem_bandwidth * mem_efficiency * pass_rate))
+//
+// pass_rate is 1 except for the LayerNorm kernels (OpCost::pass), which
+// move their bytes at the profile's layernorm_{fwd,bwd}_rate of that rate.
 //
 // and, with the calibrated GEMM model, each GEMM of the op is itself a
 // roofline: max(its time on the tiles, its A, B and C at the precision over
@@ -90,6 +93,11 @@ struct OpCost {
   // is not fp32, its GEMMs' FLOPs run at that rate (the softmax and the
   // masking are inside it) instead of the GEMM model.
   enum class Attention : uint8_t { kNone, kForward, kBackward };
+  // Which kernel moves the op's bytes: a LayerNorm at the profile's own
+  // share of the memory rate (DeviceSpec::layernorm_fwd_rate), any other
+  // op at the memory rate itself.
+  enum class Pass : uint8_t { kStream, kLayerNormForward, kLayerNormBackward };
+  Pass pass = Pass::kStream;
   Attention attention = Attention::kNone;
   bool attention_causal = true;
   int64_t attention_seq = 0;
@@ -120,6 +128,7 @@ class CostModel {
   double peak_flops_;       // FLOP/s
   double achieved_flops_;   // FLOP/s = peak * compute_efficiency
   double mem_bytes_per_s_;  // achieved: bandwidth * mem_efficiency
+  double layernorm_rate_[2];  // DeviceSpec::layernorm_{fwd,bwd}_rate
   GemmSpec gemm_;
   double gemm_max_efficiency_;  // at this precision
   double fp8_peak_flops_ = 0;   // FLOP/s of FP8 GEMMs (kFp8)

@@ -136,6 +136,8 @@ nlohmann::json profile_to_json(const HardwareProfile& p) {
       {"mem_efficiency", d.mem_efficiency},
       {"collective_launch_us", d.collective_launch_us}};
   if (d.peak_tflops_fp8 > 0) device["peak_tflops"]["fp8"] = d.peak_tflops_fp8;
+  if (d.layernorm_fwd_rate != 1.0 || d.layernorm_bwd_rate != 1.0)
+    device["layernorm_rate"] = {{"fwd", d.layernorm_fwd_rate}, {"bwd", d.layernorm_bwd_rate}};
   if (d.gemm.sm_count > 0)
     device["gemm"] = {
         {"sm_count", d.gemm.sm_count},
@@ -253,6 +255,10 @@ void read_device_model(const Reader& r, const nlohmann::json& j, DeviceSpec& d) 
   if (r.has(j, "device.compute_efficiency"))
     d.compute_efficiency = r.fraction(j, "device.compute_efficiency");
   if (r.has(j, "device.mem_efficiency")) d.mem_efficiency = r.fraction(j, "device.mem_efficiency");
+  if (r.has(j, "device.layernorm_rate")) {
+    d.layernorm_fwd_rate = r.fraction(j, "device.layernorm_rate.fwd");
+    d.layernorm_bwd_rate = r.fraction(j, "device.layernorm_rate.bwd");
+  }
   if (r.has(j, "device.collective_launch_us"))
     d.collective_launch_us = r.duration_us(j, "device.collective_launch_us");
   if (!r.has(j, "device.gemm")) return;
@@ -311,6 +317,7 @@ bool known_field(std::string_view path) {
       "pcie.switches", "pcie.sockets", "pcie.uplink_GBps", "pcie.inter_socket_GBps",
       "device.peak_tflops", "device.peak_tflops.fp32", "device.peak_tflops.bf16", "device.peak_tflops.fp8", "device.mem_bandwidth_GBps",
       "device.memory_GiB", "device.launch_overhead_us", "device.compute_efficiency", "device.mem_efficiency",
+      "device.layernorm_rate", "device.layernorm_rate.fwd", "device.layernorm_rate.bwd",
       "device.collective_launch_us", "device.gemm", "device.gemm.sm_count", "device.gemm.tiles",
       "device.gemm.max_efficiency", "device.gemm.max_efficiency.fp32", "device.gemm.max_efficiency.bf16", "device.gemm.max_efficiency.fp8",
       "device.attention", "device.attention.seq", "device.attention.fwd_causal_tflops", "device.attention.fwd_tflops",

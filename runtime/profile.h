@@ -12,6 +12,11 @@
 // plain links, as in files written before it; the default in parentheses):
 //   device.compute_efficiency    share of peak of non-GEMM flops (1)
 //   device.mem_efficiency        achieved share of HBM bandwidth (1)
+//   device.layernorm_rate.{fwd, bwd}
+//                                the LayerNorm kernels' share of that rate
+//                                (1: a one-pass kernel, e.g. apex's
+//                                FastLayerNorm or Transformer Engine's;
+//                                DeviceSpec::layernorm_fwd_rate)
 //   device.collective_launch_us  fixed start of every collective (0)
 //   device.gemm.{sm_count, tiles: [[m, n], ...], max_efficiency.{fp32, bf16[, fp8]}}
 //                                GEMM tile and wave quantization (off)
@@ -169,6 +174,12 @@ struct DeviceSpec {
   double launch_overhead_us = 0;
   double compute_efficiency = 1.0;  // achieved share of peak FLOP/s of non-GEMM flops, (0, 1]
   double mem_efficiency = 1.0;      // achieved share of HBM bandwidth (STREAM-like), (0, 1]
+  // The LayerNorm kernels (OpCost::Pass::kLayerNorm*) move their bytes at
+  // this share of mem_efficiency's rate, (0, 1]. 1: a one-pass kernel that
+  // streams like the others (apex's FastLayerNorm, Transformer Engine's);
+  // Megatron-LM 2021's (apex's older affine kernel) is slower (README "Cost
+  // model"; model/train/calibration.cc sets it for the rows of that code).
+  double layernorm_fwd_rate = 1.0, layernorm_bwd_rate = 1.0;
   // Fixed start of every collective: the kernel launch, before the
   // protocol's own start (ProtocolSpec::base_latency_us) where there are protocols.
   double collective_launch_us = 0;

@@ -22,6 +22,19 @@ namespace shardlab {
 //  - compute_efficiency 0.7: non-GEMM flops (elementwise math); those ops are memory-bound.
 //  - mem_efficiency 0.90: STREAM-like kernels (BabelStream triad, nvbandwidth) reach
 //    85-92% of the HBM datasheet bandwidth on A100 and H100 (0.90 assumed for both).
+//    Training's own memory-bound kernels, where a public figure exists, stream
+//    as well when written in one pass: on H100 80GB HBM3 QuACK's RMSNorm,
+//    softmax and cross-entropy keep "about 3 TB/s (~90% peak) for a reduction
+//    dimension larger than 4k" (Guo, Zadouri, Dao 2025, "Getting Memory-bound
+//    Kernels to Speed-of-Light", Dao-AILab/quack media/2025-07-10-membound-sol.md),
+//    Liger's softmax ~3.0 TB/s up to 32k; dropout as its own kernel "is
+//    memory-bandwidth bound" (T. Dao, Dao-AILab/flash-attention#56). So one
+//    lower share for every kernel is not what the sources show.
+//  - layernorm_rate 1 (fwd and bwd): apex's FastLayerNorm and Transformer
+//    Engine's LayerNorm are one-pass kernels and stream as above; the older
+//    apex affine kernel (Megatron-LM 2021's) is slower, 0.712 forward and
+//    0.492 backward of the one-pass kernel's GB/s on one GA100 (NVIDIA/apex#1037),
+//    and model/train/calibration.cc runs the 2021 rows with those shares.
 //  - GEMM: sm_count 108 (A100) / 132 (H100 SXM) from the datasheets; output tiles
 //    256x128, 128x128, 128x64 and 64x64, the cuBLAS tile shapes NVIDIA's "Matrix
 //    Multiplication Background User's Guide" discusses (one 256x128 tile per SM: a
@@ -31,7 +44,9 @@ namespace shardlab {
 //    A100s, no SP, scatter/gather between stages, dropout, unfused fp32 gradient
 //    accumulation; least mean |error|; README "Scale"; 0.665 before that
 //    accumulation and SM contention were modeled, 0.64 before the scatter/gather,
-//    dropout and the channels over every rail), where it also
+//    dropout and the channels over every rail; still the least mean, 3.39%
+//    against 3.41% at 0.69, once Megatron-LM 2021's LayerNorm ran at its
+//    kernel's measured rate), where it also
 //    absorbs what the model leaves out (clocks below boost under sustained
 //    tensor-core load, host gaps between kernels). cuBLAS alone
 //    reaches 75-85% of peak in short benchmarks. H100 0.60 (kH100Bf16GemmMax

@@ -125,10 +125,26 @@ double paper_flops_per_step(const TrainOptions& o) {
   return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
 }
 
+// Megatron-LM 2021's LayerNorm (megatron/fused_kernels/layer_norm_cuda_kernel.cu
+// at de7dc40f88, the sc21 scripts' commit: "This code is copied fron NVIDIA
+// apex") is apex's affine kernel, which NVIDIA/apex#1037 timed against its
+// one-pass replacement (apex.contrib FastLayerNorm) on one GA100, B=32
+// S=512: forward 895.7822 against 1258.0318 GB/s, backward 572.1678 against
+// 1163.4357 GB/s. The replacement streams like any memory-bound kernel here
+// (mem_efficiency); the 2021 kernel at these shares of it. Megatron-LM took
+// the replacement as its "persistent fused layer norm" in November 2021
+// (a2fdcdf061, every hidden size of these models), so the 2022 rows run at 1.
+constexpr double kApexAffineLayerNormFwd = 895.7822 / 1258.0318;
+constexpr double kApexAffineLayerNormBwd = 572.1678 / 1163.4357;
+
 PredictedRun predict(const PublishedRun& row, const HardwareProfile& profile, bool fold) {
   PredictedRun r{row, published_run_options(row)};
   r.options.fold = fold;
   HardwareProfile p = profile;
+  if (!megatron_core_recipe(row.recipe) && !row.grad_accum_fusion) {  // the 2021 code
+    p.device.layernorm_fwd_rate = kApexAffineLayerNormFwd;
+    p.device.layernorm_bwd_rate = kApexAffineLayerNormBwd;
+  }
   p.nodes = (row.gpus + p.devices_per_node - 1) / p.devices_per_node;
   ClusterOptions c;
   c.precision = row.precision;

@@ -66,6 +66,10 @@ TEST(CliReliability, ProfileFilesBeyondPhysicalSense) {
       {"nodes0", [](auto& j) { j["nodes"] = 0; }, "field \"nodes\" must be a positive integer"},
       {"memory", [](auto& j) { j["device"]["memory_GiB"] = -80; }, "\"device.memory_GiB\" must be > 0"},
       {"efficiency", [](auto& j) { j["device"]["compute_efficiency"] = 2; }, "must be in (0, 1]"},
+      {"layernorm", [](auto& j) { j["device"]["layernorm_rate"] = {{"fwd", 0.7}, {"bwd", 0}}; },
+       "\"device.layernorm_rate.bwd\" must be"},
+      {"layernorm_half", [](auto& j) { j["device"]["layernorm_rate"] = {{"fwd", 0.7}}; },
+       "missing field \"device.layernorm_rate.bwd\""},
       {"missing", [](auto& j) { j.erase("name"); }, "missing field \"name\""},
       {"array", [](auto& j) { j = nlohmann::json::array(); }, "expected a JSON object"},
   };

@@ -147,6 +147,42 @@ TEST(CostModel, MemoryBoundOpsRunAtTheAchievedHbmBandwidth) {
   EXPECT_NEAR(to_us(want), 4.0 + 109.71, 0.01);
 }
 
+TEST(CostModel, LayerNormKernelsMoveTheirBytesAtTheProfilesShareOfTheRate) {
+  // The built-in profiles stream a LayerNorm like any memory-bound op
+  // (layernorm rates 1); a profile with Megatron-LM 2021's apex kernel
+  // (model/train/calibration.cc: 895.7822/1258.0318 forward,
+  // 572.1678/1163.4357 backward, NVIDIA/apex#1037) moves the same bytes at
+  // those shares of 2039 GB/s · 0.90. 2^24 bf16 elements' LayerNorm
+  // forward of 64 MiB: 67108864 B / 1.8351e12 B/s = 36.57 us at the full
+  // rate, / 0.71204 = 51.36 us at the forward share; backward / 0.49179.
+  DeviceSpec d = a100();
+  EXPECT_DOUBLE_EQ(d.layernorm_fwd_rate, 1.0);
+  EXPECT_DOUBLE_EQ(d.layernorm_bwd_rate, 1.0);
+  const double bytes = 2.0 * 2 * (1 << 24), rate = 2039 * 1e9 * 0.90;
+  OpCost fwd{0, bytes}, bwd{0, bytes}, plain{0, bytes};
+  fwd.pass = OpCost::Pass::kLayerNormForward;
+  bwd.pass = OpCost::Pass::kLayerNormBackward;
+  const Time at_rate = us_to_time(4.0) + static_cast<Time>(std::ceil(bytes / rate * 1e12));
+  EXPECT_EQ(CostModel(d, Precision::kBf16).duration(fwd), at_rate);
+  EXPECT_EQ(CostModel(d, Precision::kBf16).duration(bwd), at_rate);
+  d.layernorm_fwd_rate = 895.7822 / 1258.0318;
+  d.layernorm_bwd_rate = 572.1678 / 1163.4357;
+  const CostModel m(d, Precision::kBf16);
+  EXPECT_EQ(m.duration(plain), at_rate);
+  EXPECT_EQ(m.duration(fwd), us_to_time(4.0) + static_cast<Time>(std::ceil(bytes / (rate * d.layernorm_fwd_rate) * 1e12)));
+  EXPECT_EQ(m.duration(bwd), us_to_time(4.0) + static_cast<Time>(std::ceil(bytes / (rate * d.layernorm_bwd_rate) * 1e12)));
+  EXPECT_NEAR(to_us(at_rate), 4.0 + 36.57, 0.01);
+  EXPECT_NEAR(to_us(m.duration(fwd)), 4.0 + 51.36, 0.01);
+  EXPECT_NEAR(to_us(m.duration(bwd)), 4.0 + 74.36, 0.01);
+  // Through a profile file: written when not 1, read back the same.
+  HardwareProfile p = load_profile("a100-nvlink");
+  EXPECT_FALSE(profile_to_json(p)["device"].contains("layernorm_rate"));
+  p.device = d;
+  const HardwareProfile q = profile_from_json(profile_to_json(p), "ln.json");
+  EXPECT_DOUBLE_EQ(q.device.layernorm_fwd_rate, d.layernorm_fwd_rate);
+  EXPECT_DOUBLE_EQ(q.device.layernorm_bwd_rate, d.layernorm_bwd_rate);
+}
+
 TEST(CostModel, ProfilesWithoutTheCalibrationKeepThePlainRoofline) {
   // An old profile file: no mem_efficiency, no gemm: a GEMM op costs exactly
   // launch + max(flops / (peak · compute_efficiency), bytes / bandwidth).
