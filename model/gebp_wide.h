@@ -1,5 +1,5 @@
-// gebp_wide: a 48 × 8 register block for Eigen's GEMM kernel on AVX-512
-// float, the same bits as Eigen's own (model/gemm.cc's split_gemm runs it;
+// gebp_wide: 48 × 8 and 32 × 12 register blocks for Eigen's GEMM kernel on
+// AVX-512 float, the same bits as Eigen's own (model/gemm.cc's split_gemm runs it;
 // nothing else includes this header: it pulls in Eigen's internals).
 #pragma once
 
@@ -37,50 +37,80 @@ inline constexpr bool kWide =
 // per depth step in k order, then res + acc (gebp's pmadd(acc, 1, res), the
 // same rounding). It reads Eigen's packed blocks as they are: lhs panels of
 // 48 rows ([k][48]), rhs panels of 4 columns ([k][4]) one after another, so
-// columns j..j+7 are two panels. The rows past the last whole 48-row panel
-// and the columns past the last pair of panels run in gebp itself, which
-// reads the same packed blocks from those offsets (gemm_test: every split
-// and packed product memcmp-equal to Eigen's own).
+// columns j..j+7 are two panels. The 32-row panel Eigen packs past the
+// 48-row ones (a row count of 32 mod 48: tiny's 128 and 512) runs 32 × 12
+// blocks the same way (gebp's 2pX4 kernel sums each output alike); what is
+// left runs in gebp itself, which reads the same packed blocks from those
+// offsets (gemm_test: every split and packed product memcmp-equal to Eigen's
+// own, and the 32-row panel's shapes among them).
+#if defined(__AVX512F__)
+// One (16·P) × Q block of res += the packed lhs panel `a` ([k][16·P]) times
+// Q columns of packed rhs, Q/4 panels of 4 from `b` ([k][4] each, one after
+// another): P·Q accumulators from zero, one fused multiply-add per depth step
+// in k order, then res + acc, as gebp's kernels for P row packets do.
+template <int P, int Q>
+inline void wide_block(float* res, Index ldres, const float* a, const float* b, Index depth) {
+  static_assert(Q % 4 == 0 && P * Q + P <= 32, "the block must fit in the 32 vector registers");
+  __m512 acc[Q][P];
+  for (auto& column : acc)
+    for (__m512& v : column) v = _mm512_setzero_ps();
+  for (Index k = 0; k < depth; ++k) {
+    __m512 av[P];
+    for (int p = 0; p < P; ++p) av[p] = _mm512_load_ps(a + 16 * P * k + 16 * p);
+#pragma GCC unroll 12
+    for (int q = 0; q < Q; ++q) {
+      const __m512 bq = _mm512_set1_ps(b[(q / 4) * 4 * depth + 4 * k + q % 4]);
+      for (int p = 0; p < P; ++p) acc[q][p] = _mm512_fmadd_ps(av[p], bq, acc[q][p]);
+    }
+  }
+  for (int q = 0; q < Q; ++q) {
+    float* r = res + q * ldres;
+    for (int p = 0; p < P; ++p) _mm512_storeu_ps(r + 16 * p, _mm512_add_ps(_mm512_loadu_ps(r + 16 * p), acc[q][p]));
+  }
+}
+#endif
+
+// Eigen packs the rows of an lhs block in panels of 48 (3 packets), then at
+// most one of 32 (2 packets: the remainder is under 48), then narrower ones;
+// gebp runs each width with its own kernel (3pX4, 2pX4, 1pX4, ...) over the
+// rhs's panels of 4 columns. gebp_wide runs the 48-row panels 8 columns at a
+// time and the 32-row panel 12 at a time (24 accumulators; Eigen's 2pX4
+// holds 8), each output summed as gebp's kernel for its panel sums it;
+// gebp itself runs the columns left over (past the last 8 or 12, and 4 more
+// for the 32-row panel) and the rows past the 32-row panel.
 template <typename Real, typename ResMapper>
 void gebp_wide(Real* res, Index ldres, const Real* block_a, const Real* block_b, Index rows, Index depth, Index cols) {
   using Traits = ei::gebp_traits<Real, Real>;
   ei::gebp_kernel<Real, Real, Index, ResMapper, Traits::mr, Traits::nr, false, false> gebp;
-  Index rows48 = 0, cols8 = 0;
+  Index rows48 = 0, cols8 = 0, rows32 = 0, cols12 = 0;
 #if defined(__AVX512F__)
   if constexpr (kWide<Real>) {
     rows48 = rows / 48 * 48;
     cols8 = cols / 8 * 8;
-    for (Index j = 0; j < cols8; j += 8) {
-      const float* b0 = block_b + j * depth;        // columns j..j+3, [k][4]
-      const float* b1 = block_b + (j + 4) * depth;  // columns j+4..j+7
-      for (Index i = 0; i < rows48; i += 48) {
-        const float* a = block_a + i * depth;  // rows i..i+47, [k][48]
-        __m512 acc[8][3];
-        for (auto& column : acc)
-          for (__m512& v : column) v = _mm512_setzero_ps();
-        for (Index k = 0; k < depth; ++k) {
-          const __m512 a0 = _mm512_load_ps(a + 48 * k), a1 = _mm512_load_ps(a + 48 * k + 16),
-                       a2 = _mm512_load_ps(a + 48 * k + 32);
-#pragma GCC unroll 8
-          for (int q = 0; q < 8; ++q) {
-            const __m512 b = _mm512_set1_ps(q < 4 ? b0[4 * k + q] : b1[4 * k + q - 4]);
-            acc[q][0] = _mm512_fmadd_ps(a0, b, acc[q][0]);
-            acc[q][1] = _mm512_fmadd_ps(a1, b, acc[q][1]);
-            acc[q][2] = _mm512_fmadd_ps(a2, b, acc[q][2]);
-          }
-        }
-        for (int q = 0; q < 8; ++q) {
-          float* r = res + (j + q) * ldres + i;
-          for (int p = 0; p < 3; ++p) _mm512_storeu_ps(r + 16 * p, _mm512_add_ps(_mm512_loadu_ps(r + 16 * p), acc[q][p]));
-        }
+    for (Index j = 0; j < cols8; j += 8)
+      for (Index i = 0; i < rows48; i += 48)
+        wide_block<3, 8>(res + j * ldres + i, ldres, block_a + i * depth, block_b + j * depth, depth);
+    if (rows - rows48 >= 32) {
+      rows32 = 32;
+      cols12 = cols / 12 * 12;
+      const float* a = block_a + rows48 * depth;
+      for (Index j = 0; j < cols12; j += 12)
+        wide_block<2, 12>(res + j * ldres + rows48, ldres, a, block_b + j * depth, depth);
+      if (cols - cols12 >= 8) {
+        wide_block<2, 8>(res + cols12 * ldres + rows48, ldres, a, block_b + cols12 * depth, depth);
+        cols12 += 8;
       }
     }
   }
 #endif
   if (cols8 < cols && rows48 > 0)  // the last columns of the whole panels
     gebp(ResMapper(res + cols8 * ldres, ldres), block_a, block_b + cols8 * depth, rows48, depth, cols - cols8, Real(1));
-  if (rows48 < rows)  // the narrower panels past them, every column
-    gebp(ResMapper(res + rows48, ldres), block_a + rows48 * depth, block_b, rows - rows48, depth, cols, Real(1));
+  if (cols12 < cols && rows32 > 0)  // the last columns of the 32-row panel
+    gebp(ResMapper(res + rows48 + cols12 * ldres, ldres), block_a + rows48 * depth, block_b + cols12 * depth, rows32,
+         depth, cols - cols12, Real(1));
+  const Index done = rows48 + rows32;
+  if (done < rows)  // the narrower panels past them, every column
+    gebp(ResMapper(res + done, ldres), block_a + done * depth, block_b, rows - done, depth, cols, Real(1));
 }
 
 }  // namespace shardlab::model::detail
