@@ -45,11 +45,13 @@ inline constexpr bool kWide =
 // own, and the 32-row panel's shapes among them).
 #if defined(__AVX512F__)
 // One (16·P) × Q block of res += the packed lhs panel `a` ([k][16·P]) times
-// Q columns of packed rhs, Q/4 panels of 4 from `b` ([k][4] each, one after
-// another): P·Q accumulators from zero, one fused multiply-add per depth step
-// in k order, then res + acc, as gebp's kernels for P row packets do.
-template <int P, int Q>
-inline void wide_block(float* res, Index ldres, const float* a, const float* b, Index depth) {
+// Q columns of the rhs: P·Q accumulators from zero, one fused multiply-add
+// per depth step in k order, then res + acc, as gebp's kernels for P row
+// packets do. The rhs is Eigen's packed block, Q/4 panels of 4 columns from
+// `b` ([k][4] each, one after another), or (`Direct`) the unpacked columns,
+// column q at b + q·ldb, contiguous in k.
+template <int P, int Q, bool Direct>
+inline void wide_block(float* res, Index ldres, const float* a, const float* b, Index ldb, Index depth) {
   static_assert(Q % 4 == 0 && P * Q + P <= 32, "the block must fit in the 32 vector registers");
   __m512 acc[Q][P];
   for (auto& column : acc)
@@ -59,7 +61,7 @@ inline void wide_block(float* res, Index ldres, const float* a, const float* b, 
     for (int p = 0; p < P; ++p) av[p] = _mm512_load_ps(a + 16 * P * k + 16 * p);
 #pragma GCC unroll 12
     for (int q = 0; q < Q; ++q) {
-      const __m512 bq = _mm512_set1_ps(b[(q / 4) * 4 * depth + 4 * k + q % 4]);
+      const __m512 bq = _mm512_set1_ps(Direct ? b[q * ldb + k] : b[(q / 4) * 4 * depth + 4 * k + q % 4]);
       for (int p = 0; p < P; ++p) acc[q][p] = _mm512_fmadd_ps(av[p], bq, acc[q][p]);
     }
   }
@@ -68,47 +70,81 @@ inline void wide_block(float* res, Index ldres, const float* a, const float* b, 
     for (int p = 0; p < P; ++p) _mm512_storeu_ps(r + 16 * p, _mm512_add_ps(_mm512_loadu_ps(r + 16 * p), acc[q][p]));
   }
 }
+
+// The whole panels of one gebp call in wide blocks: the 48-row panels 8
+// columns at a time, then 4; the 32-row panel 12 at a time, then 8, then 4.
+// Column j of the rhs is at b + j·ldb (Direct) or in its packed panel.
+template <bool Direct>
+void wide_panels(float* res, Index ldres, const float* block_a, const float* b, Index ldb, Index rows48, Index rows32,
+                 Index depth, Index cols4) {
+  const auto column = [&](Index j) { return b + j * (Direct ? ldb : depth); };
+  const Index cols8 = cols4 / 8 * 8;
+  for (Index i = 0; i < rows48; i += 48) {
+    const float* a = block_a + i * depth;
+    for (Index j = 0; j < cols8; j += 8) wide_block<3, 8, Direct>(res + j * ldres + i, ldres, a, column(j), ldb, depth);
+    if (cols8 < cols4) wide_block<3, 4, Direct>(res + cols8 * ldres + i, ldres, a, column(cols8), ldb, depth);
+  }
+  if (rows32 == 0) return;
+  const float* a = block_a + rows48 * depth;
+  float* r = res + rows48;
+  Index j = 0;
+  for (; j + 12 <= cols4; j += 12) wide_block<2, 12, Direct>(r + j * ldres, ldres, a, column(j), ldb, depth);
+  if (j + 8 <= cols4) {
+    wide_block<2, 8, Direct>(r + j * ldres, ldres, a, column(j), ldb, depth);
+    j += 8;
+  }
+  if (j < cols4) wide_block<2, 4, Direct>(r + j * ldres, ldres, a, column(j), ldb, depth);
+}
 #endif
 
 // Eigen packs the rows of an lhs block in panels of 48 (3 packets), then at
 // most one of 32 (2 packets: the remainder is under 48), then narrower ones;
 // gebp runs each width with its own kernel (3pX4, 2pX4, 1pX4, ...) over the
-// rhs's panels of 4 columns. gebp_wide runs the 48-row panels 8 columns at a
-// time and the 32-row panel 12 at a time (24 accumulators; Eigen's 2pX4
-// holds 8), each output summed as gebp's kernel for its panel sums it;
-// gebp itself runs the columns left over (past the last 8 or 12, and 4 more
-// for the 32-row panel) and the rows past the 32-row panel.
-template <typename Real, typename ResMapper>
-void gebp_wide(Real* res, Index ldres, const Real* block_a, const Real* block_b, Index rows, Index depth, Index cols) {
-  using Traits = ei::gebp_traits<Real, Real>;
-  ei::gebp_kernel<Real, Real, Index, ResMapper, Traits::mr, Traits::nr, false, false> gebp;
-  Index rows48 = 0, cols8 = 0, rows32 = 0, cols12 = 0;
-#if defined(__AVX512F__)
-  if constexpr (kWide<Real>) {
-    rows48 = rows / 48 * 48;
-    cols8 = cols / 8 * 8;
-    for (Index j = 0; j < cols8; j += 8)
-      for (Index i = 0; i < rows48; i += 48)
-        wide_block<3, 8>(res + j * ldres + i, ldres, block_a + i * depth, block_b + j * depth, depth);
-    if (rows - rows48 >= 32) {
-      rows32 = 32;
-      cols12 = cols / 12 * 12;
-      const float* a = block_a + rows48 * depth;
-      for (Index j = 0; j < cols12; j += 12)
-        wide_block<2, 12>(res + j * ldres + rows48, ldres, a, block_b + j * depth, depth);
-      if (cols - cols12 >= 8) {
-        wide_block<2, 8>(res + cols12 * ldres + rows48, ldres, a, block_b + cols12 * depth, depth);
-        cols12 += 8;
-      }
+// rhs's panels of 4 columns, then its single columns. gebp_wide runs the
+// 48- and 32-row panels on the panels of 4 columns (wide_panels), each
+// output summed as gebp's kernel for its panel sums it; gebp itself runs the
+// single columns past them and the rows past the 32-row panel.
+template <typename Real>
+struct WideSplit {
+  Index rows48 = 0, rows32 = 0, cols4 = 0;
+  WideSplit(Index rows, Index cols) {
+    if constexpr (kWide<Real>) {
+      rows48 = rows / 48 * 48;
+      rows32 = rows - rows48 >= 32 ? 32 : 0;
+      cols4 = cols / 4 * 4;
     }
   }
+};
+
+// Whether gebp_wide covers every output of a rows × cols call: then it can
+// read the rhs's columns where they are (`direct`) instead of packed.
+template <typename Real>
+bool wide_covers(Index rows, Index cols) {
+  const WideSplit<Real> w(rows, cols);
+  return kWide<Real> && w.rows48 + w.rows32 == rows && w.cols4 == cols;
+}
+
+// res += block_a (packed) · the rhs: Eigen's packed block_b, or where
+// wide_covers(rows, cols), `direct` (column j at direct + j·ld_direct,
+// contiguous in k; block_b is then not read).
+template <typename Real, typename ResMapper>
+void gebp_wide(Real* res, Index ldres, const Real* block_a, const Real* block_b, Index rows, Index depth, Index cols,
+               const Real* direct = nullptr, Index ld_direct = 0) {
+  using Traits = ei::gebp_traits<Real, Real>;
+  ei::gebp_kernel<Real, Real, Index, ResMapper, Traits::mr, Traits::nr, false, false> gebp;
+  const WideSplit<Real> w(rows, cols);
+#if defined(__AVX512F__)
+  if constexpr (kWide<Real>) {
+    if (direct)
+      wide_panels<true>(res, ldres, block_a, direct, ld_direct, w.rows48, w.rows32, depth, w.cols4);
+    else
+      wide_panels<false>(res, ldres, block_a, block_b, 0, w.rows48, w.rows32, depth, w.cols4);
+  }
 #endif
-  if (cols8 < cols && rows48 > 0)  // the last columns of the whole panels
-    gebp(ResMapper(res + cols8 * ldres, ldres), block_a, block_b + cols8 * depth, rows48, depth, cols - cols8, Real(1));
-  if (cols12 < cols && rows32 > 0)  // the last columns of the 32-row panel
-    gebp(ResMapper(res + rows48 + cols12 * ldres, ldres), block_a + rows48 * depth, block_b + cols12 * depth, rows32,
-         depth, cols - cols12, Real(1));
-  const Index done = rows48 + rows32;
+  const Index done = w.rows48 + w.rows32;
+  if (w.cols4 < cols && done > 0)  // the single columns of the wide panels
+    gebp(ResMapper(res + w.cols4 * ldres, ldres), block_a, block_b + w.cols4 * depth, done, depth, cols - w.cols4,
+         Real(1));
   if (done < rows)  // the narrower panels past them, every column
     gebp(ResMapper(res + done, ldres), block_a + done * depth, block_b, rows - done, depth, cols, Real(1));
 }

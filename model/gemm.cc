@@ -214,8 +214,13 @@ void split_gemm(Real* res, Index ldres, const Real* lhs, Index ldlhs, const Real
           }
           const Index arows = wanted_rows(i2, amc, j2 + anc);
           if (arows == 0) continue;
-          pack_rhs(block_b, rhs_map.getSubMapper(k2, j2), akc, anc);
-          gebp_wide<Real, ResMapper>(res + i2 + j2 * ldres, ldres, block_a, block_b, arows, akc, anc);
+          // A column-major rhs (xᵀ of y = x·Wᵀ and dx += dy·W: x's rows) is
+          // read in place where the wide blocks take every output: no packing
+          const Real* direct = nullptr;
+          if constexpr (RhsOrder == Eigen::ColMajor)
+            if (detail::wide_covers<Real>(arows, anc)) direct = rhs + k2 + j2 * ldrhs;
+          if (!direct) pack_rhs(block_b, rhs_map.getSubMapper(k2, j2), akc, anc);
+          gebp_wide<Real, ResMapper>(res + i2 + j2 * ldres, ldres, block_a, block_b, arows, akc, anc, direct, ldrhs);
         }
         if (last) after(c0, c1);
       };
