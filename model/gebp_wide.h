@@ -48,9 +48,11 @@ inline constexpr bool kWide =
 // Q columns of the rhs: P·Q accumulators from zero, one fused multiply-add
 // per depth step in k order, then res + acc, as gebp's kernels for P row
 // packets do. The rhs is Eigen's packed block, Q/4 panels of 4 columns from
-// `b` ([k][4] each, one after another), or (`Direct`) the unpacked columns,
-// column q at b + q·ldb, contiguous in k.
-template <int P, int Q, bool Direct>
+// `b` ([k][4] each, one after another), or the rhs unpacked where it is:
+// column-major (kColumns: column q at b + q·ldb, contiguous in k) or
+// row-major (kRows: depth step k at b + k·ldb, contiguous in q).
+enum Rhs { kPacked, kColumns, kRows };
+template <int P, int Q, Rhs R>
 inline void wide_block(float* res, Index ldres, const float* a, const float* b, Index ldb, Index depth) {
   static_assert(Q % 4 == 0 && P * Q + P <= 32, "the block must fit in the 32 vector registers");
   __m512 acc[Q][P];
@@ -61,7 +63,9 @@ inline void wide_block(float* res, Index ldres, const float* a, const float* b, 
     for (int p = 0; p < P; ++p) av[p] = _mm512_load_ps(a + 16 * P * k + 16 * p);
 #pragma GCC unroll 12
     for (int q = 0; q < Q; ++q) {
-      const __m512 bq = _mm512_set1_ps(Direct ? b[q * ldb + k] : b[(q / 4) * 4 * depth + 4 * k + q % 4]);
+      const __m512 bq = _mm512_set1_ps(R == kColumns ? b[q * ldb + k]
+                                       : R == kRows  ? b[k * ldb + q]
+                                                     : b[(q / 4) * 4 * depth + 4 * k + q % 4]);
       for (int p = 0; p < P; ++p) acc[q][p] = _mm512_fmadd_ps(av[p], bq, acc[q][p]);
     }
   }
@@ -73,27 +77,28 @@ inline void wide_block(float* res, Index ldres, const float* a, const float* b, 
 
 // The whole panels of one gebp call in wide blocks: the 48-row panels 8
 // columns at a time, then 4; the 32-row panel 12 at a time, then 8, then 4.
-// Column j of the rhs is at b + j·ldb (Direct) or in its packed panel.
-template <bool Direct>
+// Column j of the rhs is at b + j·ldb (kColumns), b + j (kRows) or in its
+// packed panel.
+template <Rhs R>
 void wide_panels(float* res, Index ldres, const float* block_a, const float* b, Index ldb, Index rows48, Index rows32,
                  Index depth, Index cols4) {
-  const auto column = [&](Index j) { return b + j * (Direct ? ldb : depth); };
+  const auto column = [&](Index j) { return b + j * (R == kColumns ? ldb : R == kRows ? 1 : depth); };
   const Index cols8 = cols4 / 8 * 8;
   for (Index i = 0; i < rows48; i += 48) {
     const float* a = block_a + i * depth;
-    for (Index j = 0; j < cols8; j += 8) wide_block<3, 8, Direct>(res + j * ldres + i, ldres, a, column(j), ldb, depth);
-    if (cols8 < cols4) wide_block<3, 4, Direct>(res + cols8 * ldres + i, ldres, a, column(cols8), ldb, depth);
+    for (Index j = 0; j < cols8; j += 8) wide_block<3, 8, R>(res + j * ldres + i, ldres, a, column(j), ldb, depth);
+    if (cols8 < cols4) wide_block<3, 4, R>(res + cols8 * ldres + i, ldres, a, column(cols8), ldb, depth);
   }
   if (rows32 == 0) return;
   const float* a = block_a + rows48 * depth;
   float* r = res + rows48;
   Index j = 0;
-  for (; j + 12 <= cols4; j += 12) wide_block<2, 12, Direct>(r + j * ldres, ldres, a, column(j), ldb, depth);
+  for (; j + 12 <= cols4; j += 12) wide_block<2, 12, R>(r + j * ldres, ldres, a, column(j), ldb, depth);
   if (j + 8 <= cols4) {
-    wide_block<2, 8, Direct>(r + j * ldres, ldres, a, column(j), ldb, depth);
+    wide_block<2, 8, R>(r + j * ldres, ldres, a, column(j), ldb, depth);
     j += 8;
   }
-  if (j < cols4) wide_block<2, 4, Direct>(r + j * ldres, ldres, a, column(j), ldb, depth);
+  if (j < cols4) wide_block<2, 4, R>(r + j * ldres, ldres, a, column(j), ldb, depth);
 }
 #endif
 
@@ -126,19 +131,22 @@ bool wide_covers(Index rows, Index cols) {
 
 // res += block_a (packed) · the rhs: Eigen's packed block_b, or where
 // wide_covers(rows, cols), `direct` (column j at direct + j·ld_direct,
-// contiguous in k; block_b is then not read).
+// contiguous in k, or with `direct_rows` depth step k at direct + k·ld_direct,
+// contiguous in j; block_b is then not read).
 template <typename Real, typename ResMapper>
 void gebp_wide(Real* res, Index ldres, const Real* block_a, const Real* block_b, Index rows, Index depth, Index cols,
-               const Real* direct = nullptr, Index ld_direct = 0) {
+               const Real* direct = nullptr, Index ld_direct = 0, bool direct_rows = false) {
   using Traits = ei::gebp_traits<Real, Real>;
   ei::gebp_kernel<Real, Real, Index, ResMapper, Traits::mr, Traits::nr, false, false> gebp;
   const WideSplit<Real> w(rows, cols);
 #if defined(__AVX512F__)
   if constexpr (kWide<Real>) {
-    if (direct)
-      wide_panels<true>(res, ldres, block_a, direct, ld_direct, w.rows48, w.rows32, depth, w.cols4);
+    if (direct && direct_rows)
+      wide_panels<kRows>(res, ldres, block_a, direct, ld_direct, w.rows48, w.rows32, depth, w.cols4);
+    else if (direct)
+      wide_panels<kColumns>(res, ldres, block_a, direct, ld_direct, w.rows48, w.rows32, depth, w.cols4);
     else
-      wide_panels<false>(res, ldres, block_a, block_b, 0, w.rows48, w.rows32, depth, w.cols4);
+      wide_panels<kPacked>(res, ldres, block_a, block_b, 0, w.rows48, w.rows32, depth, w.cols4);
   }
 #endif
   const Index done = w.rows48 + w.rows32;

@@ -214,13 +214,14 @@ void split_gemm(Real* res, Index ldres, const Real* lhs, Index ldlhs, const Real
           }
           const Index arows = wanted_rows(i2, amc, j2 + anc);
           if (arows == 0) continue;
-          // A column-major rhs (xᵀ of y = x·Wᵀ and dx += dy·W: x's rows) is
-          // read in place where the wide blocks take every output: no packing
+          // The rhs is read in place where the wide blocks take every output:
+          // no packing
+          const bool rows = RhsOrder == Eigen::RowMajor;
           const Real* direct = nullptr;
-          if constexpr (RhsOrder == Eigen::ColMajor)
-            if (detail::wide_covers<Real>(arows, anc)) direct = rhs + k2 + j2 * ldrhs;
+          if (detail::wide_covers<Real>(arows, anc)) direct = rows ? rhs + k2 * ldrhs + j2 : rhs + k2 + j2 * ldrhs;
           if (!direct) pack_rhs(block_b, rhs_map.getSubMapper(k2, j2), akc, anc);
-          gebp_wide<Real, ResMapper>(res + i2 + j2 * ldres, ldres, block_a, block_b, arows, akc, anc, direct, ldrhs);
+          gebp_wide<Real, ResMapper>(res + i2 + j2 * ldres, ldres, block_a, block_b, arows, akc, anc, direct, ldrhs,
+                                     rows);
         }
         if (last) after(c0, c1);
       };

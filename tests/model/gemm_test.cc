@@ -34,11 +34,12 @@ struct Shape {
 // {100, 130, 64} (rows 96 + 32 + 2; 8 × 12 + 4 columns), {107, 80, 176}
 // (48 + 32; 8 × 12 + 8 + 3; kTNAcc 144 + 32), {21, 45, 80} (no 48-row
 // panel: 32 + 13; 12 + 8 + 1). Where the wide blocks take every output
-// (rows 48·i or 48·i + 32, columns 4·j) kNT and kNNAcc read their rhs
-// unpacked: {512, 384, 128}, {512, 128, 512}, and {68, 80, 1536} across
-// three depth blocks.
+// (rows 48·i or 48·i + 32, columns 4·j) the rhs is read unpacked:
+// {512, 384, 128}, {512, 128, 512}, {68, 80, 1536} (kNT and kNNAcc across
+// three depth blocks) and {1000, 64, 96} (kTNAcc, whose depth is N).
 const Shape kShapes[] = {{512, 384, 128}, {512, 128, 512}, {145, 77, 33}, {97, 130, 1536}, {200, 9, 700},
-                         {96, 5, 3},      {100, 130, 64},  {107, 80, 176}, {21, 45, 80},  {68, 80, 1536}};
+                         {96, 5, 3},      {100, 130, 64},  {107, 80, 176}, {21, 45, 80},  {68, 80, 1536},
+                         {1000, 64, 96}};
 
 std::vector<float> randoms(int64_t n, unsigned seed) {
   std::mt19937 gen(seed);
