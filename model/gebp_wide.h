@@ -50,17 +50,19 @@ inline constexpr bool kWide =
 // packets do. The rhs is Eigen's packed block, Q/4 panels of 4 columns from
 // `b` ([k][4] each, one after another), or the rhs unpacked where it is:
 // column-major (kColumns: column q at b + q·ldb, contiguous in k) or
-// row-major (kRows: depth step k at b + k·ldb, contiguous in q).
+// row-major (kRows: depth step k at b + k·ldb, contiguous in q). The lhs
+// likewise: the packed panel, or (A) a column-major lhs where it is, depth
+// step k at a + k·lda.
 enum Rhs { kPacked, kColumns, kRows };
-template <int P, int Q, Rhs R>
-inline void wide_block(float* res, Index ldres, const float* a, const float* b, Index ldb, Index depth) {
+template <int P, int Q, Rhs R, bool A>
+inline void wide_block(float* res, Index ldres, const float* a, Index lda, const float* b, Index ldb, Index depth) {
   static_assert(Q % 4 == 0 && P * Q + P <= 32, "the block must fit in the 32 vector registers");
   __m512 acc[Q][P];
   for (auto& column : acc)
     for (__m512& v : column) v = _mm512_setzero_ps();
   for (Index k = 0; k < depth; ++k) {
     __m512 av[P];
-    for (int p = 0; p < P; ++p) av[p] = _mm512_load_ps(a + 16 * P * k + 16 * p);
+    for (int p = 0; p < P; ++p) av[p] = A ? _mm512_loadu_ps(a + k * lda + 16 * p) : _mm512_load_ps(a + 16 * P * k + 16 * p);
 #pragma GCC unroll 12
     for (int q = 0; q < Q; ++q) {
       const __m512 bq = _mm512_set1_ps(R == kColumns ? b[q * ldb + k]
@@ -78,27 +80,29 @@ inline void wide_block(float* res, Index ldres, const float* a, const float* b, 
 // The whole panels of one gebp call in wide blocks: the 48-row panels 8
 // columns at a time, then 4; the 32-row panel 12 at a time, then 8, then 4.
 // Column j of the rhs is at b + j·ldb (kColumns), b + j (kRows) or in its
-// packed panel.
-template <Rhs R>
-void wide_panels(float* res, Index ldres, const float* block_a, const float* b, Index ldb, Index rows48, Index rows32,
-                 Index depth, Index cols4) {
+// packed panel; row i of the lhs at block_a + i (A) or in its packed panel.
+template <Rhs R, bool A>
+void wide_panels(float* res, Index ldres, const float* block_a, Index lda, const float* b, Index ldb, Index rows48,
+                 Index rows32, Index depth, Index cols4) {
   const auto column = [&](Index j) { return b + j * (R == kColumns ? ldb : R == kRows ? 1 : depth); };
+  const auto panel = [&](Index i) { return block_a + i * (A ? 1 : depth); };
   const Index cols8 = cols4 / 8 * 8;
   for (Index i = 0; i < rows48; i += 48) {
-    const float* a = block_a + i * depth;
-    for (Index j = 0; j < cols8; j += 8) wide_block<3, 8, R>(res + j * ldres + i, ldres, a, column(j), ldb, depth);
-    if (cols8 < cols4) wide_block<3, 4, R>(res + cols8 * ldres + i, ldres, a, column(cols8), ldb, depth);
+    const float* a = panel(i);
+    for (Index j = 0; j < cols8; j += 8)
+      wide_block<3, 8, R, A>(res + j * ldres + i, ldres, a, lda, column(j), ldb, depth);
+    if (cols8 < cols4) wide_block<3, 4, R, A>(res + cols8 * ldres + i, ldres, a, lda, column(cols8), ldb, depth);
   }
   if (rows32 == 0) return;
-  const float* a = block_a + rows48 * depth;
+  const float* a = panel(rows48);
   float* r = res + rows48;
   Index j = 0;
-  for (; j + 12 <= cols4; j += 12) wide_block<2, 12, R>(r + j * ldres, ldres, a, column(j), ldb, depth);
+  for (; j + 12 <= cols4; j += 12) wide_block<2, 12, R, A>(r + j * ldres, ldres, a, lda, column(j), ldb, depth);
   if (j + 8 <= cols4) {
-    wide_block<2, 8, R>(r + j * ldres, ldres, a, column(j), ldb, depth);
+    wide_block<2, 8, R, A>(r + j * ldres, ldres, a, lda, column(j), ldb, depth);
     j += 8;
   }
-  if (j < cols4) wide_block<2, 4, R>(r + j * ldres, ldres, a, column(j), ldb, depth);
+  if (j < cols4) wide_block<2, 4, R, A>(r + j * ldres, ldres, a, lda, column(j), ldb, depth);
 }
 #endif
 
@@ -132,21 +136,29 @@ bool wide_covers(Index rows, Index cols) {
 // res += block_a (packed) · the rhs: Eigen's packed block_b, or where
 // wide_covers(rows, cols), `direct` (column j at direct + j·ld_direct,
 // contiguous in k, or with `direct_rows` depth step k at direct + k·ld_direct,
-// contiguous in j; block_b is then not read).
+// contiguous in j; block_b is then not read); and with a `direct` rhs,
+// `direct_a` may stand for block_a: lhs row i at depth step k at
+// direct_a[i + k·ld_a].
 template <typename Real, typename ResMapper>
 void gebp_wide(Real* res, Index ldres, const Real* block_a, const Real* block_b, Index rows, Index depth, Index cols,
-               const Real* direct = nullptr, Index ld_direct = 0, bool direct_rows = false) {
+               const Real* direct = nullptr, Index ld_direct = 0, bool direct_rows = false,
+               const Real* direct_a = nullptr, Index ld_a = 0) {
   using Traits = ei::gebp_traits<Real, Real>;
   ei::gebp_kernel<Real, Real, Index, ResMapper, Traits::mr, Traits::nr, false, false> gebp;
   const WideSplit<Real> w(rows, cols);
 #if defined(__AVX512F__)
   if constexpr (kWide<Real>) {
-    if (direct && direct_rows)
-      wide_panels<kRows>(res, ldres, block_a, direct, ld_direct, w.rows48, w.rows32, depth, w.cols4);
+    const Index r48 = w.rows48, r32 = w.rows32, c4 = w.cols4;
+    if (direct_a && direct_rows)
+      wide_panels<kRows, true>(res, ldres, direct_a, ld_a, direct, ld_direct, r48, r32, depth, c4);
+    else if (direct_a)
+      wide_panels<kColumns, true>(res, ldres, direct_a, ld_a, direct, ld_direct, r48, r32, depth, c4);
+    else if (direct && direct_rows)
+      wide_panels<kRows, false>(res, ldres, block_a, 0, direct, ld_direct, r48, r32, depth, c4);
     else if (direct)
-      wide_panels<kColumns>(res, ldres, block_a, direct, ld_direct, w.rows48, w.rows32, depth, w.cols4);
+      wide_panels<kColumns, false>(res, ldres, block_a, 0, direct, ld_direct, r48, r32, depth, c4);
     else
-      wide_panels<kPacked>(res, ldres, block_a, block_b, 0, w.rows48, w.rows32, depth, w.cols4);
+      wide_panels<kPacked, false>(res, ldres, block_a, 0, block_b, 0, r48, r32, depth, c4);
   }
 #endif
   const Index done = w.rows48 + w.rows32;
