@@ -10,6 +10,8 @@
 //   BM_TinyGemms/fwd|bwd  the linear layers' GEMMs of one tiny step (every c_attn, c_proj,
 //                         c_fc and the LM head, the shapes and calls model/kernels.cc
 //                         makes), alone on one core: their GFLOP/s in the step's shapes
+//   BM_TinyAttention      the step's attention (4 blocks, forward and the recomputing
+//                         backward) alone on one core
 //   BM_TinyTrainStep      forward + backward + AdamW of `tiny` (B 8, T 64): tokens/s,
 //                         GFLOP/s (FLOPs counted by the kernels' cost functions), those
 //                         FLOPs by part (linear GEMMs forward and backward, attention's
@@ -158,6 +160,32 @@ void BM_TinyGemms(benchmark::State& state, bool backward) {
   state.counters["GFLOP/s"] = benchmark::Counter(flops * state.iterations() * 1e-9, benchmark::Counter::kIsRate);
   state.counters["GFLOP/step"] = flops * 1e-9;
 }
+
+// The step's attention alone, one core: per block the forward
+// (attention_forward, the probabilities in scratch) and the backward that
+// recomputes it (attention_forward_backward), as model/layers.cc runs them
+// for tiny; FLOPs as the cost functions count them (full T×T products).
+void BM_TinyAttention(benchmark::State& state) {
+  const model::GPTConfig cfg = model::preset("tiny");
+  const int B = cfg.batch_size, T = cfg.block_size, NH = cfg.n_head, HS = cfg.head_size();
+  const int64_t N = int64_t(B) * T, C = cfg.n_embd;
+  std::vector<Eigen::VectorXf> qkv;
+  for (int l = 0; l < cfg.n_layer; ++l) qkv.push_back(Eigen::VectorXf::Random(N * 3 * C));
+  const Eigen::VectorXf dout = Eigen::VectorXf::Random(N * C);
+  Eigen::VectorXf out(N * C), dqkv = Eigen::VectorXf::Zero(N * 3 * C);
+  model::set_host_split_for_test(false);
+  for (auto _ : state) {
+    for (const Eigen::VectorXf& x : qkv) model::attention_forward(out.data(), static_cast<float*>(nullptr), x.data(), B, T, NH, HS);
+    for (const Eigen::VectorXf& x : qkv) model::attention_forward_backward(out.data(), dqkv.data(), dout.data(), x.data(), B, T, NH, HS);
+    benchmark::ClobberMemory();
+  }
+  model::set_host_split_for_test(std::nullopt);
+  const double flops = cfg.n_layer * (model::attention_forward_cost(B, T, NH, HS, 4).flops +
+                                      model::attention_backward_cost(B, T, NH, HS, 4).flops);
+  state.counters["GFLOP/s"] = benchmark::Counter(flops * state.iterations() * 1e-9, benchmark::Counter::kIsRate);
+  state.counters["GFLOP/step"] = flops * 1e-9;
+}
+BENCHMARK(BM_TinyAttention)->Unit(benchmark::kMillisecond);
 
 // The FLOPs the kernels' cost functions charge (the model's FLOPs, what a
 // GPU or torch computes; the host's recomputation is not in them), by part:
