@@ -20,9 +20,9 @@ import tempfile
 
 # First match wins; patterns are searched in the demangled symbol.
 KINDS = [
-    ("GEMM", r"gebp|gemm_pack|general_matrix_matrix|gemm_nt|gemm_nn_acc|gemm_tn_acc|"
+    ("GEMM", r"gebp|wide_block|gemm_pack|general_matrix_matrix|gemm_nt|gemm_nn_acc|gemm_tn_acc|"
              r"triangular|general_matrix_vector|pm::dot|axpy"),
-    ("attention", r"attention_|sum_rows|causal_softmax|causal_scores|backward_pair|::context<"),
+    ("attention", r"attention_|sum_rows|row_sums|causal_softmax|causal_scores|backward_pair|::context<"),
     ("element-wise", r"layernorm|rmsnorm|gelu|swiglu|residual|crossentropy|softmax_row|exp_sum_row|embedding_|"
                      r"adamw|sum_squares|scale_inplace|linear_forward|linear_backward|"
                      r"rope|lerp|tanh_of|exp_of"),

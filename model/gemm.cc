@@ -194,9 +194,13 @@ void split_gemm(Real* res, Index ldres, const Real* lhs, Index ldlhs, const Real
       const auto pack_rows = [&](int64_t r0, int64_t r1) {
         pack_lhs(scratch_a + r0 * akc, lhs_map.getSubMapper(i2 + r0, k2), akc, r1 - r0);
       };
-      if (!packed && split)
+      // A column-major lhs (Wᵀ of dx += dy·W, xᵀ of dW += dyᵀ·x) is read in
+      // place where the wide blocks take every output of every chunk
+      const bool direct_a = LhsOrder == Eigen::ColMajor && !packed && !lower &&
+                            detail::wide_covers<Real>(amc, cols / 4 * 4) && cols % 4 == 0 && nc % 4 == 0;
+      if (!packed && !direct_a && split)
         over_row_chunks(amc, 16.0 * double(amc) * double(akc), pack_rows);
-      else if (!packed)
+      else if (!packed && !direct_a)
         pack_rows(0, amc);
       const auto chunk = [&](int64_t c0, int64_t c1) {
         if (first && !lower) before(c0, c1);
@@ -214,8 +218,14 @@ void split_gemm(Real* res, Index ldres, const Real* lhs, Index ldlhs, const Real
           }
           const Index arows = wanted_rows(i2, amc, j2 + anc);
           if (arows == 0) continue;
-          pack_rhs(block_b, rhs_map.getSubMapper(k2, j2), akc, anc);
-          gebp_wide<Real, ResMapper>(res + i2 + j2 * ldres, ldres, block_a, block_b, arows, akc, anc);
+          // The rhs is read in place where the wide blocks take every output:
+          // no packing
+          const bool rows = RhsOrder == Eigen::RowMajor;
+          const Real* direct = nullptr;
+          if (detail::wide_covers<Real>(arows, anc)) direct = rows ? rhs + k2 * ldrhs + j2 : rhs + k2 + j2 * ldrhs;
+          if (!direct) pack_rhs(block_b, rhs_map.getSubMapper(k2, j2), akc, anc);
+          gebp_wide<Real, ResMapper>(res + i2 + j2 * ldres, ldres, block_a, block_b, arows, akc, anc, direct, ldrhs,
+                                     rows, direct_a ? lhs + i2 + k2 * ldlhs : nullptr, ldlhs);
         }
         if (last) after(c0, c1);
       };

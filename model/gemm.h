@@ -20,8 +20,10 @@
 // The kernel: on AVX-512, every float product Eigen would run as a GEMM
 // runs Eigen's blocking and packing in gemm.cc's own loop (split_gemm), with
 // a 48 × 8 register block for the full panels (gebp_wide, 1.20x
-// Eigen's 48 × 4 in bench_train's BM_GemmNt/512); each output is summed exactly as
-// in Eigen's kernel, so the bits are Eigen's (tests/model/gemm_test.cc).
+// Eigen's 48 × 4 in bench_train's BM_GemmNt/512) and 32 × 12 for the 32-row
+// panel past them; each output is summed exactly as in Eigen's kernel, so
+// the bits are Eigen's (tests/model/gemm_test.cc). Where those blocks take
+// every output, the rhs and a column-major lhs are read in place, unpacked.
 //
 // Idle cores: when a lone device thread leaves cores idle
 // (runtime/host_cores.h), a big kNative GEMM splits over its output rows

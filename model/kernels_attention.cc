@@ -27,12 +27,17 @@ using row_sums::sum_rows_suffix;
 
 // Row-wise masked softmax of a (T,T) score block, in place: row t keeps
 // columns 0..t, scaled by `scale` before the exponent; the rest become 0.
+// The exponentials run over whole groups of 16 columns (up to T): the
+// vectorised loop then has no scalar tail, and the columns past t it
+// computes (from whatever the block holds there) are zeroed before the sum.
 template <typename Real>
 void causal_softmax_rows(Real* a, int T, Real scale) {
   for (int t = 0; t < T; ++t) {
     Real* row = a + static_cast<int64_t>(t) * T;
     const Real vmax = pm::max(row, t + 1) * scale;  // scale > 0
-    for (int u = 0; u <= t; ++u) row[u] = pm::exp_of(row[u] * scale - vmax);
+    const int whole = std::min(T, (t + 16) / 16 * 16);
+    for (int u = 0; u < whole; ++u) row[u] = pm::exp_of(row[u] * scale - vmax);
+    std::fill(row + t + 1, row + whole, Real(0));
     const Real inv = Real(1) / pm::sum(row, t + 1);
     for (int u = 0; u <= t; ++u) row[u] *= inv;
     std::fill(row + t + 1, row + T, Real(0));

@@ -27,9 +27,19 @@ struct Shape {
   int64_t N, M, K;
 };
 // Rows past whole 48-row chunks, a tail under one panel, K past Eigen's depth
-// block (so partial sums cross blocks), and the tiny model's shapes.
-const Shape kShapes[] = {{512, 384, 128}, {512, 128, 512}, {145, 77, 33},
-                         {97, 130, 1536}, {200, 9, 700},   {96, 5, 3}};
+// block (so partial sums cross blocks), and the tiny model's shapes. Eigen's
+// lhs rows are M (kNT, kNNAcc) or K (kTNAcc); a count of 32 to 47 past the
+// 48-row panels packs a 32-row panel (gebp_wide's 32 × 12 blocks), whose
+// columns (N, or M for kTNAcc) end on 12s, 8 more, 4 more and single ones:
+// {100, 130, 64} (rows 96 + 32 + 2; 8 × 12 + 4 columns), {107, 80, 176}
+// (48 + 32; 8 × 12 + 8 + 3; kTNAcc 144 + 32), {21, 45, 80} (no 48-row
+// panel: 32 + 13; 12 + 8 + 1). Where the wide blocks take every output
+// (rows 48·i or 48·i + 32, columns 4·j) the rhs is read unpacked:
+// {512, 384, 128}, {512, 128, 512}, {68, 80, 1536} (kNT and kNNAcc across
+// three depth blocks) and {1000, 64, 96} (kTNAcc, whose depth is N).
+const Shape kShapes[] = {{512, 384, 128}, {512, 128, 512}, {145, 77, 33}, {97, 130, 1536}, {200, 9, 700},
+                         {96, 5, 3},      {100, 130, 64},  {107, 80, 176}, {21, 45, 80},  {68, 80, 1536},
+                         {1000, 64, 96}};
 
 std::vector<float> randoms(int64_t n, unsigned seed) {
   std::mt19937 gen(seed);
