@@ -33,6 +33,10 @@ class OpSink {
   // Gradients of the flat parameter range [offset, offset + count) are final
   // for this backward (data parallelism starts reducing them).
   virtual void grads_ready(int64_t offset, int64_t count) {}
+  // A backward that is not the step's last (of its model chunk) added its
+  // whole contribution to [offset, offset + count): data parallelism that
+  // reduces every micro-batch (ZeRO-2) may reduce this micro-batch's part now.
+  virtual void grads_partial(int64_t offset, int64_t count) {}
   // A backward (of any micro-batch) produced the gradients of `count`
   // parameters, to be added into the main gradients (a runner without
   // gradient accumulation fusion charges that addition here). `key` names

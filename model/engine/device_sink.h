@@ -62,6 +62,9 @@ class DeviceSink final : public model::OpSink {
   void grads_ready(int64_t offset, int64_t count) override {
     if (on_grads_ready_) on_grads_ready_(offset, count);
   }
+  void grads_partial(int64_t offset, int64_t count) override {
+    if (on_grads_partial_) on_grads_partial_(offset, count);
+  }
   // Without gradient accumulation fusion (Megatron-LM 2021's local DDP), in
   // mixed precision every micro-batch's weight gradients are added into the
   // fp32 main gradients by a separate elementwise kernel: read the
@@ -74,8 +77,8 @@ class DeviceSink final : public model::OpSink {
   // half precision: read both, write one. Where data parallelism reduces
   // every micro-batch (ZeRO-3, set_copy_grads), nothing is accumulated
   // locally: each micro-batch's gradient is copied into the fp32 buffer
-  // that is reduce-scattered (Megatron-FSDP: `param.main_grad.copy_(param.grad)`),
-  // read one, write one.
+  // that is reduce-scattered (Megatron-FSDP: `param.main_grad.copy_(param.grad)`;
+  // DeepSpeed's ZeRO-2 copies it into its reduction bucket), read one, write one.
   void grads_accumulated(int64_t key, int64_t count) override {
     if (dev_.precision() == Precision::kFp32 || count <= 0) return;
     if (half_) {
@@ -105,6 +108,8 @@ class DeviceSink final : public model::OpSink {
   void begin_step() { seen_.clear(); }
   // Where final gradients are announced (data parallelism's buckets).
   void on_grads_ready(std::function<void(int64_t, int64_t)> f) { on_grads_ready_ = std::move(f); }
+  // Where a non-final backward's finished gradients are announced (ZeRO-2).
+  void on_grads_partial(std::function<void(int64_t, int64_t)> f) { on_grads_partial_ = std::move(f); }
 
  private:
   Device& dev_;
@@ -116,7 +121,7 @@ class DeviceSink final : public model::OpSink {
   std::vector<Time> gemm_ready_;        // split_next_gemm, until the next GEMM
   std::pair<Time, Time> last_gemm_{0, 0};
   std::vector<int64_t> seen_;  // keys with a gradient this step (half_grads); a few hundred at most
-  std::function<void(int64_t, int64_t)> on_grads_ready_;
+  std::function<void(int64_t, int64_t)> on_grads_ready_, on_grads_partial_;
   std::function<bool(float*, int64_t)> average_;
 };
 

@@ -26,7 +26,9 @@
 // wpe, and wte when this rank holds both its uses (the first and the last
 // stage); otherwise the trainer sums the two wte copies over the embedding
 // group and announces it. With SP the LayerNorm and wpe gradients are row
-// sums, staged per rank and summed over TP when they become final.
+// sums, staged per rank and summed over TP when they become final. The
+// chunk's earlier backwards announce the same ranges partial
+// (OpSink::grads_partial: ZeRO-2 reduces each micro-batch's part).
 //
 // Hooks for what comes next: BlockHooks are called around every block's
 // forward and backward (an FSDP unit gathers its parameters before and frees
@@ -197,8 +199,9 @@ class ShardedGPT final : public LocalModel, public StageModel {
   static int64_t head_elements(const Slot& s);  // the head's saved activations
   void release_activations(Slot& s, int64_t elements);
   // Backward of the head into dx_; announces ln_f when final and not deferred.
-  void head_backward(Slot& s, float dloss, bool announce);
-  void blocks_backward(int chunk, Slot& s, float dloss, bool announce);
+  // `final`: the chunk's last backward of the step (sharded_gpt.h's top).
+  void head_backward(Slot& s, float dloss, bool final);
+  void blocks_backward(int chunk, Slot& s, float dloss, bool final);
   // Elements block `a` keeps from its forward to its backward under the
   // recompute policy (the rest is rebuilt by recompute_block).
   int64_t kept_elements(const BlockActs& a) const;
@@ -206,16 +209,23 @@ class ShardedGPT final : public LocalModel, public StageModel {
   // elements it charged to the arena until the block's backward is done.
   int64_t recompute_block(BlockActs& a, int layer, const float* x);
   void embedding_backward(Slot& s);
-  // Gradients of block `layer` (kHead: ln_f and the head) or of the
-  // embeddings are final: SP row sums reduced, grads_ready.
-  void finish_block(int layer);
+  // This backward's gradients of block `layer` (kHead: ln_f and the head)
+  // or of the embeddings are done: with `final` (the step's last) SP row
+  // sums and replicated K/V reduced over TP, then grads_ready; else
+  // grads_partial (a micro-batch's part, for ZeRO-2).
+  void finish_block(int layer, bool final);
   // This backward's gradients of block `layer` (head_id(): ln_f and the
   // head; BlockHooks::kEmbeddings: wte and wpe) are complete: OpSink::grads_accumulated.
   void accumulated(int layer) const;
-  void finish_embeddings(bool tied_here);
+  void finish_embeddings(bool tied_here, bool final);
   void reduce_staged(const std::vector<Range>& ranges);
-  void grads_ready(Range r) const {
-    if (ctx_.ex().sink && r.size > 0) ctx_.ex().sink->grads_ready(r.begin, r.size);
+  void announce(Range r, bool final) const {
+    model::OpSink* sink = ctx_.ex().sink;
+    if (!sink || r.size <= 0) return;
+    if (final)
+      sink->grads_ready(r.begin, r.size);
+    else
+      sink->grads_partial(r.begin, r.size);
   }
   int head_id() const { return config_.n_layer; }
 

@@ -79,7 +79,7 @@ float ShardedGPT::head_forward(Slot& s, const float* x, const Token* targets) {
   return ce;
 }
 
-void ShardedGPT::head_backward(Slot& s, float dloss, bool announce) {
+void ShardedGPT::head_backward(Slot& s, float dloss, bool final) {
   const int64_t N = dims_.N(), Nr = dims_.rows();
   const int C = dims_.C;
   const model::Exec& ex = ctx_.ex();
@@ -101,7 +101,7 @@ void ShardedGPT::head_backward(Slot& s, float dloss, bool announce) {
   model::norm_backward(dx_.data(), g_.ln_f, dlnf_.data(), x_last, w_.ln_f, s.lnf_mean.data(), s.lnf_rstd.data(),
                        Nr, C, config_, "ln_f.bwd", ex);
   release_activations(s, head_elements(s));
-  if (announce) finish_block(head_id());
+  if (!s.wgrad.deferred()) finish_block(head_id(), final);
 }
 
 int64_t ShardedGPT::head_elements(const Slot& s) {
@@ -120,7 +120,7 @@ void ShardedGPT::release_activations(Slot& s, int64_t elements) {
   s.wgrad.charge_inputs(ctx_.ex());
 }
 
-void ShardedGPT::blocks_backward(int chunk, Slot& s, float dloss, bool announce) {
+void ShardedGPT::blocks_backward(int chunk, Slot& s, float dloss, bool final) {
   const float daux = static_cast<float>(config_.aux_coef) * dloss;
   const int l0 = place_.first_layer(chunk);
   for (int i = int(s.blocks.size()) - 1; i >= 0; --i) {
@@ -135,7 +135,7 @@ void ShardedGPT::blocks_backward(int chunk, Slot& s, float dloss, bool announce)
     if (!s.wgrad.deferred()) accumulated(l);
     if (ctx_.ex().sink && rebuilt > 0) ctx_.ex().sink->freed(rebuilt);
     release_activations(s, kept_elements(s.blocks[size_t(i)]));
-    if (announce) finish_block(l);
+    if (!s.wgrad.deferred()) finish_block(l, final);
     if (hooks_) hooks_->after_backward(l);
     std::swap(dx_, dx_next_);
   }
@@ -186,23 +186,22 @@ void ShardedGPT::backward_input(int chunk, int mb, int buffer, float dloss, bool
   const int64_t Nr = dims_.rows();
   const int C = dims_.C;
   s.wgrad.set_deferred(defer_weight);
-  // Gradients become final here when this is the chunk's last backward and
-  // no weight gradient waits for a W action.
-  const bool announce = final && !defer_weight;
+  // Gradients are announced here (final when this is the chunk's last
+  // backward, else partial) unless a weight gradient waits for a W action.
   if (place_.last(chunk)) {
     if (hooks_) hooks_->before_backward(head_id());
-    head_backward(s, dloss, announce);
+    head_backward(s, dloss, final);
     if (hooks_) hooks_->after_backward(head_id());
   } else {
     const float* dout = gradient_buffer(chunk, buffer);
     if (ctx_.ex().math()) std::copy_n(dout, Nr * C, dx_.data());  // a handover (sink.h)
   }
-  blocks_backward(chunk, s, dloss, announce);
+  blocks_backward(chunk, s, dloss, final);
   if (place_.first(chunk)) {
     if (hooks_) hooks_->before_backward(BlockHooks::kEmbeddings);
     embedding_backward(s);
     accumulated(BlockHooks::kEmbeddings);
-    if (announce) finish_embeddings(layout_.filter().ln_f);
+    if (!defer_weight) finish_embeddings(layout_.filter().ln_f, final);
     if (hooks_) hooks_->after_backward(BlockHooks::kEmbeddings);
   } else {
     if (ctx_.ex().math()) std::copy_n(dx_.data(), Nr * C, s.dx.data());  // a handover (sink.h)
@@ -219,9 +218,9 @@ void ShardedGPT::backward_weight(int chunk, int mb, bool final) {
                  fmt::format("weight gradient of micro-batch {} chunk {} before its input gradient", mb, chunk));
   s.wgrad.flush(ctx_.ex(), [&](int layer) {
     accumulated(layer);
-    if (final) finish_block(layer);
+    finish_block(layer, final);
   });
-  if (final && place_.first(chunk)) finish_embeddings(layout_.filter().ln_f);
+  if (place_.first(chunk)) finish_embeddings(layout_.filter().ln_f, final);
   s.wgrad.set_deferred(false);
   free_if_done(s);
 }
@@ -243,27 +242,32 @@ void ShardedGPT::accumulated(int layer) const {
   sink->grads_accumulated(layer, n);
 }
 
-void ShardedGPT::finish_block(int layer) {
+// Before a partial announcement nothing is reduced over TP: the SP row sums
+// stay staged (zero in the gradients until final) and the replicated K/V
+// ranges are left to the final reduction (data parallelism reduces their
+// buckets only then: DataParallel::set_final_only).
+void ShardedGPT::finish_block(int layer, bool final) {
   if (layer == head_id()) {
-    if (ctx_.tp.sp) reduce_staged(lnf_staged_);
-    grads_ready(layout_.prefix(model::final_norm_prefix(config_)));
-    grads_ready(head_range());
+    if (final && ctx_.tp.sp) reduce_staged(lnf_staged_);
+    announce(layout_.prefix(model::final_norm_prefix(config_)), final);
+    announce(head_range(), final);
     return;
   }
-  if (ctx_.tp.sp) reduce_staged(block_staged_[size_t(layer)]);
-  if (const Range kv = block_kv_[size_t(layer)]; kv.size > 0) {
+  if (final && ctx_.tp.sp) reduce_staged(block_staged_[size_t(layer)]);
+  if (const Range kv = block_kv_[size_t(layer)]; final && kv.size > 0) {
     float* g = ctx_.ex().math() ? grads_.data() + kv.begin : nullptr;  // a collective's data (sink.h)
     copy_to_tp_region_bwd(ctx_.tp, g, g, kv.size);  // the all-reduce of replicated K/V gradients
   }
-  grads_ready(layout_.block(layer));
+  announce(layout_.block(layer), final);
 }
 
-void ShardedGPT::finish_embeddings(bool tied_here) {
-  if (ctx_.tp.sp) reduce_staged(wpe_staged_);
+void ShardedGPT::finish_embeddings(bool tied_here, bool final) {
+  if (final && ctx_.tp.sp) reduce_staged(wpe_staged_);
   // The tied wte is final here when this rank also holds the head (one
-  // pipeline rank); otherwise the trainer sums the two copies first.
-  if (tied_here || !config_.tied()) grads_ready(wte_range());
-  grads_ready(layout_.prefix("transformer.wpe."));
+  // pipeline rank); otherwise the trainer sums the two copies first (and it
+  // is never announced partial).
+  if (tied_here || !config_.tied()) announce(wte_range(), final);
+  announce(layout_.prefix("transformer.wpe."), final);
 }
 
 }  // namespace shardlab::parallel

@@ -42,7 +42,7 @@ class UnshardedModel final : public LocalModel, public OneStageModel {
 
  private:
   // Forwards everything to the device's sink, but gradients are announced
-  // final only during the step's last backward.
+  // final only during the step's last backward (partial before it).
   class GatedSink final : public model::OpSink {
    public:
     model::OpSink* target = nullptr;
@@ -52,7 +52,10 @@ class UnshardedModel final : public LocalModel, public OneStageModel {
     void freed(int64_t n) override { target->freed(n); }
     void grads_ready(int64_t offset, int64_t count) override {
       target->grads_accumulated(offset, count);  // every micro-batch (the GPT announces each range once)
-      if (open) target->grads_ready(offset, count);
+      if (open)
+        target->grads_ready(offset, count);
+      else
+        target->grads_partial(offset, count);
     }
     bool average_over_replicas(float* data, int64_t n) override {
       return target->average_over_replicas(data, n);

@@ -141,6 +141,7 @@ void DeviceProgram::run(Device& dev) const {
   // The run ends with its parameters whole, untimed: a step's gathers
   // belong to the next step's forward.
   if (s.param_gather) s.param_gather->finish_on_host();
+  result.grad_reduce_scatters[size_t(dev.rank())] = s.dp->reduce_scatters();
   if (leader) result.loop_wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   if (s.fsdp) {
     result.fsdp[size_t(dev.rank())] = {s.fsdp->exposed(), s.fsdp->gathers(), s.fsdp->gathered_bytes(),

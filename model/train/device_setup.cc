@@ -148,7 +148,18 @@ void DeviceSetup::make_data_parallel(const DeviceProgram& p, Device& dev) {
                expert_grads);
   }
   sink.on_grads_ready([this](int64_t off, int64_t cnt) { dp->grads_ready(off, cnt); });
+  sink.on_grads_partial([this](int64_t off, int64_t cnt) { dp->grads_partial(off, cnt); });
   sink.set_copy_grads(dp->reduces_each_micro_batch() && shards.size() > 1);  // reduced every micro-batch
+  // Reduced once, at the step's end (ZeRO-2/3): the tied wte when its
+  // pipeline copies are summed after the last backward (device_program.cc),
+  // and Llama K/V ranges summed over TP when final.
+  if (dp->reduces_each_micro_batch()) {
+    std::vector<Range> final_only;
+    if (auto* sharded = dynamic_cast<parallel::ShardedGPT*>(model.get())) final_only = sharded->replicated_kv();
+    if (p.options.model.tied() && ctx.embedding(par.last_stage_rank()))
+      final_only.push_back(model::prefix_range(model->shards(), model::embedding_name(p.options.model)));
+    dp->set_final_only(final_only);
+  }
   sink.set_grad_bytes(dp->grad_bytes());
   sink.on_average([this, &dev, &dp_group](float* data, int64_t cnt) {
     if (dp_group.size() == 1) return false;
@@ -169,13 +180,6 @@ void DeviceSetup::make_fsdp(const DeviceProgram& p, Device& dev) {
   auto* sharded = dynamic_cast<parallel::ShardedGPT*>(model.get());
   SHARDLAB_CHECK(sharded, "ZeRO-3 runs the sharded model");
   sharded->set_hooks(&*fsdp);
-  // Reduced once, at the step's end: the tied wte when its pipeline copies
-  // are summed after the last backward (device_program.cc), and Llama K/V
-  // ranges summed over TP when final.
-  std::vector<Range> final_only = sharded->replicated_kv();
-  if (p.options.model.tied() && ctx.embedding(p.options.parallel.last_stage_rank()))
-    final_only.push_back(model::prefix_range(model->shards(), model::embedding_name(p.options.model)));
-  fsdp->set_final_only(final_only);
   fsdp->shard();
 }
 

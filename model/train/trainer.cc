@@ -225,6 +225,7 @@ TrainResult sized_result(const TrainOptions& o, const model::ParamTable& table, 
   r.model_flops_per_step = flops_per_token(table) * mc.batch_size * mc.block_size;
   r.moe.assign(world, {});
   r.a2a_time.assign(world, 0);
+  r.grad_reduce_scatters.assign(world, 0);
   if (o.parallel.zero == 3) r.fsdp.assign(world, {});
   if (o.parallel.overlap_param_gather) r.param_gather.assign(world, {});
   if (o.parallel.cp > 1) r.cp.assign(world, {});

@@ -275,6 +275,9 @@ struct TrainResult {
   // over steps and micro-batches' last forwards; all-to-all bytes per device.
   std::vector<std::vector<MoeLayerTotals>> moe;  // (devices)
   std::vector<Time> a2a_time;                     // (devices) EP all-to-alls on the compute stream
+  // (devices) gradient buckets reduce-scattered over the run (ZeRO-2/3 and
+  // the distributed optimizer; ZeRO-2/3 every micro-batch's: DataParallel::reduce_partial).
+  std::vector<int64_t> grad_reduce_scatters;
   // Every MoE block over the whole cluster: tokens per expert each step (all
   // data-parallel replicas' assignments) and max/mean load imbalance.
   struct MoeLayerSteps {

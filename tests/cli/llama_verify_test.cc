@@ -73,7 +73,10 @@ INSTANTIATE_TEST_SUITE_P(OnePerParallelism, LlamaVerify,
                                            // ZeRO-3 reduces every micro-batch, but K/V held whole on every
                                            // TP rank and the tied wte's pipeline copies once (final_only)
                                            "--tp 4 --dp 2 --zero 3 --micro-batches 2",
-                                           "--tie-embeddings --pp 2 --dp 2 --zero 3 --micro-batches 2"),
+                                           "--tie-embeddings --pp 2 --dp 2 --zero 3 --micro-batches 2",
+                                           // ZeRO-2 too (DeepSpeed's stage 2), with the same final-only buckets
+                                           "--tp 4 --dp 2 --zero 2 --micro-batches 2",
+                                           "--tie-embeddings --pp 2 --dp 2 --zero 2 --micro-batches 2"),
                          flags_name);
 // One case per parallelism and the 5D mix on 32 virtual GPUs.
 INSTANTIATE_TEST_SUITE_P(OnePerParallelism, LlamaMoeVerify,
@@ -83,7 +86,9 @@ INSTANTIATE_TEST_SUITE_P(OnePerParallelism, LlamaMoeVerify,
                                            "--router-bias-rate 0.01 --tp 2 --ep 2 --dp 2 --pp 2 --micro-batches 2",
                                            // aux-loss-free (as deepseek-v3): each replica routes its own tokens
                                            "--aux-coef 0 --router-bias-rate 0.01 --ep 2 --dp 2 --pp 2 --micro-batches 2",
-                                           "--aux-coef 0 --router-bias-rate 0.01 --dp 2 --zero 1"),
+                                           "--aux-coef 0 --router-bias-rate 0.01 --dp 2 --zero 1",
+                                           // ZeRO-2 every micro-batch: expert buckets summed over edp each time
+                                           "--ep 2 --dp 2 --zero 2 --micro-batches 2"),
                          flags_name);
 
 nlohmann::json generate(const std::string& args) {

@@ -49,6 +49,8 @@ DataParallel::DataParallel(Device& dev, const coll::ProcessGroup& dp, std::span<
   ready_.assign(layout_.size(), 0);
   launched_.assign(layout_.size(), false);
   partials_.assign(layout_.size(), 0);
+  partial_ready_.assign(layout_.size(), 0);
+  final_only_.assign(layout_.size(), false);
   int64_t acc = 0;  // the owned real elements of each bucket, in order
   for (size_t i = 0; i < layout_.size(); ++i) {
     acc_offset_.push_back(acc);
@@ -70,6 +72,7 @@ void DataParallel::begin_step() {
   if (std::find_if(partials_.begin(), partials_.end(), [](int n) { return n > 0; }) != partials_.end())
     std::fill(acc_.begin(), acc_.end(), 0.0f);
   std::fill(partials_.begin(), partials_.end(), 0);
+  std::fill(partial_ready_.begin(), partial_ready_.end(), 0);
   works_.clear();
 }
 
@@ -80,6 +83,27 @@ void DataParallel::grads_ready(int64_t offset, int64_t count) {
     if (hi <= lo) continue;
     ready_[i] += hi - lo;
     if (options_.overlap && ready_[i] == b.size) launch(i);
+  }
+}
+
+void DataParallel::grads_partial(int64_t offset, int64_t count) {
+  if (options_.zero != 2 || !reduces_each_micro_batch()) return;
+  for (size_t i = 0; i < layout_.size(); ++i) {
+    const Range& b = layout_[i];
+    const int64_t lo = std::max(offset, b.begin), hi = std::min(offset + count, b.begin + b.size);
+    if (hi <= lo) continue;
+    partial_ready_[i] += hi - lo;
+    if (partial_ready_[i] < b.size) continue;
+    partial_ready_[i] -= b.size;
+    reduce_partial(i);
+  }
+}
+
+void DataParallel::set_final_only(const std::vector<Range>& ranges) {
+  for (size_t b = 0; b < layout_.size(); ++b) {
+    const Range& r = layout_[b];
+    for (const Range& f : ranges)
+      if (f.size > 0 && f.begin < r.end() && r.begin < f.end()) final_only_[b] = true;
   }
 }
 
@@ -97,7 +121,7 @@ void DataParallel::launch(size_t i) {
 }
 
 bool DataParallel::reduce_partial(size_t i) {
-  if (!reduces_each_micro_batch() || launched_[i] || group_of(i).size() == 1) return false;
+  if (!reduces_each_micro_batch() || launched_[i] || final_only_[i] || group_of(i).size() == 1) return false;
   ++partials_[i];
   reduce(i, false);
   return true;
@@ -145,13 +169,15 @@ void DataParallel::reduce(size_t i, bool final) {
 
 // Megatron-FSDP's accumulation of a reduce-scattered chunk into the sharded
 // gradient (megatron_fsdp.py, _process_post_backward_gradients: "It will be
-// reduce-scattered and accumulated into gbuf"): read the accumulator and the
-// chunk, write the accumulator, fp32, after the reduce-scatter on its stream.
+// reduce-scattered and accumulated into gbuf"; DeepSpeed's ZeRO-2 likewise
+// adds each reduced partition into its fp32 gradient partition): read the
+// accumulator and the chunk, write the accumulator, fp32, after the
+// reduce-scatter on its stream.
 void DataParallel::accumulate(size_t i, float* mine, int64_t chunk, int64_t real, bool final) {
   Stream& comm = dev_.comm();
   comm.wait(works_.back().event());
   const double e = static_cast<double>(chunk);
-  dev_.run(comm, "fsdp.grad_acc", OpCost{e, 3 * e * grad_bytes()});
+  dev_.run(comm, options_.zero == 3 ? "fsdp.grad_acc" : "zero2.grad_acc", OpCost{e, 3 * e * grad_bytes()});
   acc_done_ = comm.record();
   if (!mine || real == 0) return;  // phantom: charged, not computed
   float* acc = acc_.data() + acc_offset_[i];

@@ -43,6 +43,18 @@
 // reduce-scattered chunk is averaged again over the replicas, the ranks at
 // the same place in the other shard groups (PyTorch's HYBRID_SHARD).
 //
+// ZeRO-2 reduces every micro-batch too, as DeepSpeed's stage 2 does
+// (deepspeed/runtime/zero/stage_1_and_2.py, reduce_ready_partitions_and_remove_grads:
+// `if self.partition_gradients or self.is_gradient_accumulation_boundary()`;
+// stage 1 and Megatron's distributed optimizer reduce once, at the step's
+// last micro-batch): a backward that is not the step's last announces its
+// finished ranges (grads_partial), and a bucket whose elements all were is
+// reduce-scattered at once (reduce_partial, ZeRO-3's machinery), on the
+// communication stream after what compute has produced, so it overlaps the
+// rest of that backward and the next micro-batch's forward. Buckets holding
+// a range whose gradient is only whole at the step's end (set_final_only)
+// are reduced once, as ZeRO-3's are.
+//
 // Thread safety: one instance per device thread.
 #pragma once
 
@@ -112,16 +124,27 @@ class DataParallel {
   // Launches what is pending, waits for every reduction (the compute stream
   // joins them). Afterwards the owned gradients hold the dp average.
   void finish_grads();
-  // ZeRO-3 with overlap: bucket i holds a micro-batch's gradients that are
+  // ZeRO-2 and -3 with overlap: bucket i holds a micro-batch's gradients that are
   // not the step's last (its final reduction is not launched yet). They are
   // reduce-scattered now (after what compute has issued), the chunk added
   // into the owned accumulator by a kernel on the communication stream
   // (Megatron-FSDP's gradient accumulation after its reduce-scatter), and
   // the local bucket starts from zero again (real math). The final launch
   // adds the accumulator into its result. Returns whether it reduced
-  // (false: final already launched, one-rank group, or not ZeRO-3).
+  // (false: final already launched, one-rank group, a final-only bucket, or
+  // not ZeRO-2/3).
   bool reduce_partial(size_t bucket);
-  bool reduces_each_micro_batch() const { return options_.zero == 3 && options_.overlap; }
+  // ZeRO-2 and -3 with overlap (without it every bucket waits for backward's end).
+  bool reduces_each_micro_batch() const { return options_.zero >= 2 && options_.overlap; }
+  // ZeRO-2: a backward that is not the step's last finished its part of
+  // [offset, offset + count); a bucket whose elements all were (once per
+  // micro-batch) is reduced now (reduce_partial). ZeRO-3's Fsdp reduces its
+  // units itself, at its hook points.
+  void grads_partial(int64_t offset, int64_t count);
+  // Buckets overlapping one of `ranges` are reduced once, at the step's end:
+  // their gradients are completed only after the last backward (the tied
+  // wte's two pipeline copies summed, Llama's replicated K/V summed over TP).
+  void set_final_only(const std::vector<Range>& ranges);
   // Reduce-scatters of gradient buckets launched over the run (ZeRO 2/3).
   int64_t reduce_scatters() const { return reduce_scatters_; }
   // The planned buckets, in launch order; whether bucket i holds expert tensors.
@@ -195,6 +218,8 @@ class DataParallel {
   std::vector<bool> launched_;            // (buckets)
   std::vector<collectives::Work> works_;  // launched this step
   std::vector<int> partials_;             // (buckets) reduce_partial calls this step
+  std::vector<int64_t> partial_ready_;    // (buckets) ZeRO-2: elements announced partial, not yet reduced
+  std::vector<bool> final_only_;          // (buckets) never reduced partially
   std::vector<int64_t> acc_offset_;       // (buckets) the bucket's owned real elements in acc_
   std::vector<float> acc_;                // real math: the partial reductions' sum, owned elements
   Event acc_done_{};                      // the last accumulation kernel (compute joins it)

@@ -137,8 +137,7 @@ Fsdp::Fsdp(Device& dev, DataParallel& dp, std::span<float> params, std::vector<F
       passes_(std::move(passes)),
       units_(std::move(units)),
       buckets_(units_.size()),
-      live_(units_.size()),
-      final_only_(dp.buckets().size(), false) {
+      live_(units_.size()) {
   SHARDLAB_CHECK(dp.zero() == 3, "FSDP needs DataParallel planned for ZeRO-3");
   for (size_t u = 0; u < units_.size(); ++u) index_[units_[u].id] = u;
   for (size_t b = 0; b < dp.buckets().size(); ++b) {
@@ -165,21 +164,12 @@ void Fsdp::after_backward(int point) {
   release_point(point, false, true);
 }
 
-void Fsdp::set_final_only(const std::vector<Range>& ranges) {
-  for (size_t b = 0; b < dp_.buckets().size(); ++b) {
-    const Range& r = dp_.buckets()[b];
-    for (const Range& f : ranges)
-      if (f.size > 0 && f.begin < r.begin + r.size && r.begin < f.begin + f.size) final_only_[b] = true;
-  }
-}
-
 void Fsdp::reduce_finished(int point) {
   const auto needs = passes_.needs.find(point);
   if (!dp_.reduces_each_micro_batch() || needs == passes_.needs.end()) return;
   for (int u : needs->second) {
     if (needed_later(point, u, false)) continue;  // more of its gradients come later in this pass
-    for (size_t b : buckets_[index_.at(u)])
-      if (!final_only_[b]) dp_.reduce_partial(b);
+    for (size_t b : buckets_[index_.at(u)]) dp_.reduce_partial(b);  // not a final-only one
   }
 }
 

@@ -31,8 +31,9 @@
 //           backward that is not the step's last, the point's finished units
 //           are reduce-scattered at once (DataParallel::reduce_partial), as
 //           FSDP reduces every backward, except buckets holding a range that
-//           is only whole at the step's end (final_only: the tied wte's two
-//           pipeline copies, Llama K/V summed over TP when final).
+//           is only whole at the step's end (DataParallel::set_final_only:
+//           the tied wte's two pipeline copies, Llama K/V summed over TP
+//           when final).
 // Prefetch stays inside one pass of one model chunk.
 //
 // Thread safety: one instance per device thread.
@@ -102,8 +103,6 @@ class Fsdp final : public BlockHooks {
   void before_backward(int point) override;
   void after_backward(int point) override;
 
-  // Buckets overlapping one of `ranges` are reduced once, at the step's end.
-  void set_final_only(const std::vector<Range>& ranges);
   // Poisons every non-owned element (after init or a checkpoint load).
   void shard();
   // Publishing: every owned chunk copied into its peers' host buffers (a
@@ -143,7 +142,6 @@ class Fsdp final : public BlockHooks {
   std::vector<FsdpUnit> units_;
   std::vector<std::vector<size_t>> buckets_;    // (units) dp bucket indices
   std::vector<Live> live_;
-  std::vector<bool> final_only_;                // (dp buckets) never reduced partially
   std::map<int, std::pair<size_t, size_t>> at_;  // hook point -> (chunk, position)
   Time exposed_ = 0;
   int64_t gathers_ = 0;

@@ -295,7 +295,7 @@ TEST(FoldingChangesNothing, ZeroFoldsDpWithPaddedBuckets) {
     for (int zero : {1, 2}) {
       const int tp = dp == 3 ? 2 : 1;
       Config c = make("tp" + std::to_string(tp) + "_dp" + std::to_string(dp) + "_zero" + std::to_string(zero), tp, 1,
-                      dp, 1, [&](Config& c) {
+                      dp, zero == 2 ? 2 : 1, [&](Config& c) {  // ZeRO-2: reduced every micro-batch
         c.options.parallel.zero = zero;
         c.options.parallel.bucket_mb = 0.05;  // several buckets, none a multiple of 3 or 5
         c.options.model.batch_size = 4 * dp;

@@ -82,7 +82,8 @@ TEST(JitterDeterminism, Zero2ReduceScatterAndGather) {
   o.parallel.dp = 4;
   o.parallel.zero = 2;
   o.parallel.bucket_mb = 0.05;
-  expect_identical_under_jitter(o, "dp 4, ZeRO-2, 50 kB buckets");
+  o.micro_batches = 2;  // reduce-scattered every micro-batch
+  expect_identical_under_jitter(o, "dp 4, ZeRO-2, 50 kB buckets, 2 micro-batches");
 }
 
 }  // namespace

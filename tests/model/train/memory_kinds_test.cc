@@ -253,12 +253,15 @@ TEST(MemoryKinds, Fp8WeightCopiesInTheArenaAndThePreflight) {
 // Megatron's distributed optimizer (--use-distributed-optimizer,
 // ParallelOptions::distributed_optimizer, with zero 1): ZeRO-1's buffers,
 // so every kind of memory is ZeRO-1's on every rank (the gradient buffer
-// holds all the padded buckets, 4 B each in fp32), and ZeRO-2's traffic,
-// reduce-scatter then all-gather once per step: the same collectives at the
-// same points as ZeRO-2, so the same bytes on the wire, the same virtual
-// step time to the picosecond and the same final parameters bit for bit
-// (tolerance 0), and fewer bytes than ZeRO-1 alone, which all-reduces them
-// (a ring all-reduce sends twice a reduce-scatter's bytes).
+// holds all the padded buckets, 4 B each in fp32), and ZeRO-2's collectives,
+// reduce-scatter then all-gather, but once per step: ZeRO-2 reduce-scatters
+// every micro-batch (DeepSpeed's stage 2), so with 2 micro-batches it moves
+// one more reduce-scatter of every bucket a step (at dp 4 a ring sends and
+// receives 3/4 of the bucket: 2 x 3/4 x 4 B = 6 B per padded element), and
+// ZeRO-2 without overlap (one reduction after backward) ends with the same
+// final parameters bit for bit (tolerance 0). Fewer bytes than ZeRO-1
+// alone, which all-reduces them (a ring all-reduce sends twice a
+// reduce-scatter's bytes).
 TEST(MemoryKinds, DistributedOptimizerIsZeroOnesMemoryWithZeroTwosTraffic) {
   TrainOptions o = small_options(0);
   o.steps = 2;
@@ -273,6 +276,9 @@ TEST(MemoryKinds, DistributedOptimizerIsZeroOnesMemoryWithZeroTwosTraffic) {
     const TrainResult z1 = testing::run(o, nullptr, true, p);
     o.parallel.zero = 2;
     const TrainResult z2 = testing::run(o, nullptr, true, p);
+    o.parallel.overlap = false;
+    const TrainResult z2_once = testing::run(o, nullptr, true, p);
+    o.parallel.overlap = true;
     o.parallel.zero = 1;
     o.parallel.distributed_optimizer = true;
     validate_parallel(o);
@@ -290,17 +296,16 @@ TEST(MemoryKinds, DistributedOptimizerIsZeroOnesMemoryWithZeroTwosTraffic) {
       EXPECT_EQ(a.master, b.master) << name(p) << " rank " << rank;
       EXPECT_EQ(a.optimizer, b.optimizer) << name(p) << " rank " << rank;
       EXPECT_LT(arena(z2.run.devices[rank]).grad, a.grad) << name(p) << " rank " << rank;
-      EXPECT_EQ(wire(d, rank), wire(z2, rank)) << name(p) << " rank " << rank;
+      EXPECT_EQ(wire(z2, rank) - wire(d, rank), uint64_t(o.steps) * 6 * uint64_t(total)) << name(p) << " rank " << rank;
       EXPECT_LT(wire(d, rank), wire(z1, rank)) << name(p) << " rank " << rank;
       std::printf("%s rank %zu: wire bytes zero 1 %llu, distributed optimizer %llu, zero 2 %llu\n", name(p), rank,
                   (unsigned long long)wire(z1, rank), (unsigned long long)wire(d, rank),
                   (unsigned long long)wire(z2, rank));
     }
-    EXPECT_EQ(d.run.makespan(), z2.run.makespan()) << name(p);
     EXPECT_NE(d.run.makespan(), z1.run.makespan()) << name(p);
     size_t differ = 0;
-    for (size_t i = 0; i < d.final_params.size(); ++i) differ += d.final_params[i] != z2.final_params[i];
-    std::printf("%s: %zu of %zu final parameters differ from ZeRO-2's (tolerance 0)\n", name(p), differ,
+    for (size_t i = 0; i < d.final_params.size(); ++i) differ += d.final_params[i] != z2_once.final_params[i];
+    std::printf("%s: %zu of %zu final parameters differ from ZeRO-2's without overlap (tolerance 0)\n", name(p), differ,
                 d.final_params.size());
     EXPECT_EQ(differ, 0u) << name(p);
     ASSERT_FALSE(d.final_params.empty());

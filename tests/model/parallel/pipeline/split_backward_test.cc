@@ -50,8 +50,15 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 // Trains `o` with its schedule's backwards split (W deferred to the end of
 // each rank's list, or right after each B), the fused schedule, and the
 // unsharded model; the split run must equal the fused one bit for bit and
-// match the unsharded one within fp32 noise.
-void expect_split_matches(TrainOptions o, bool defer) {
+// match the unsharded one within fp32 noise. ZeRO-2 with several
+// micro-batches reduces each micro-batch's buckets once their last
+// gradient is in (DataParallel::grads_partial): with W at the end a
+// bucket's gradients computed in B (LayerNorm, biases) of later
+// micro-batches are already in it when an earlier W completes it, so the
+// same sum is split differently between the partial reductions and the
+// split run may differ from the fused one in rounding only: `exact` false
+// bounds that by 1e-5 (absolute, on parameters of order 0.1-1).
+void expect_split_matches(TrainOptions o, bool defer, bool exact = true) {
   const Schedule fused = step_schedule(o);
   const TrainResult a = run(o);
   o.parallel.custom_schedule = parallel::split_backward(fused, defer);
@@ -61,13 +68,19 @@ void expect_split_matches(TrainOptions o, bool defer) {
   const TrainResult unsharded = run(ref);
   const VerifyResult r = compare_runs(split, unsharded, model::ParamTable(o.model), {.grads = true});
   const double bits = max_abs_diff(split.final_params, a.final_params);
-  std::printf("pp %d tp %d dp %d M %d experts %d W %s: vs fused max |diff| %.3g (must be 0); vs unsharded "
+  std::printf("pp %d tp %d dp %d M %d experts %d W %s: vs fused max |diff| %.3g (must be %s); vs unsharded "
               "loss rel %.2e param rel L2 %.2e grad rel L2 %.2e (tol 1e-5)\n",
               o.parallel.pp, o.parallel.tp, o.parallel.dp, o.micro_batches, o.model.n_expert,
-              defer ? "at the end" : "after each B", bits, r.max_loss_rel_diff, r.param_rel_l2, r.grad_rel_l2);
-  EXPECT_EQ(bits, 0.0);
+              defer ? "at the end" : "after each B", bits, exact ? "0" : "<= 1e-5", r.max_loss_rel_diff, r.param_rel_l2,
+              r.grad_rel_l2);
   ASSERT_EQ(split.steps.size(), a.steps.size());
-  for (size_t i = 0; i < a.steps.size(); ++i) EXPECT_EQ(split.steps[i].loss, a.steps[i].loss) << "step " << i;
+  if (exact) {
+    EXPECT_EQ(bits, 0.0);
+    for (size_t i = 0; i < a.steps.size(); ++i) EXPECT_EQ(split.steps[i].loss, a.steps[i].loss) << "step " << i;
+  } else {
+    EXPECT_LE(bits, 1e-5);
+    EXPECT_EQ(split.steps[0].loss, a.steps[0].loss);  // before any update
+  }
   EXPECT_TRUE(r.passed);
   EXPECT_LE(r.param_rel_l2, 1e-5);
   EXPECT_LE(r.grad_rel_l2, 1e-5);
@@ -87,6 +100,8 @@ TEST(SplitBackward, WithTensorSequenceAndDataParallelism) {
   expect_split_matches(o, true);
   TrainOptions e = small(4, 2, 2);
   e.parallel.dp = 2, e.parallel.ep = 2, e.parallel.zero = 2;
+  expect_split_matches(e, true, /*exact=*/false);  // ZeRO-2 reduces each micro-batch
+  e.parallel.overlap = false;                       // ... unless it reduces once, after backward
   expect_split_matches(e, true);
 }
 
