@@ -1,7 +1,9 @@
 // all_to_all, all_to_all_v and barrier.
 //
-//  direct: every block is posted at once (to member me+1, me+2, ... in that
-//          order) and received from me-1, me-2, ...: a + (n-1)·w(block).
+//  direct: every block is posted at once, in NCCL's p2p order (tuner.h
+//          p2p_order: across nodes by node delta, then by local delta, so
+//          each round is a permutation; inside one node me+1, me+2, ...),
+//          and received in the matching order: a + (n-1)·w(block).
 //  ring:   pairwise exchange in n-1 lock-step rounds; round k sends to me+k
 //          and receives from me-k before the next round: (n-1)·(a + w(block)).
 //  tree:   Bruck's algorithm (all_to_all only: it needs equal blocks):
@@ -16,13 +18,15 @@ namespace shardlab::collectives::detail {
 void direct_all_to_all_v(Ctx& c, const float* in, const size_t* sdispl, const size_t* scount,
                          float* out, const size_t* rdispl, const size_t* rcount) {
   const int n = c.n(), me = c.me();
+  thread_local std::vector<int> send_order, recv_order;  // reused: no allocation per call
+  p2p_order(c.dev().profile(), c.group().members(), me, send_order, recv_order);
   copy(out ? out + rdispl[me] : nullptr, in ? in + sdispl[me] : nullptr, scount[me]);
   for (int k = 1; k < n; ++k) {
-    const int to = c.rel(k);
+    const int to = send_order[size_t(k)];
     c.send(to, in ? in + sdispl[to] : nullptr, scount[to]);
   }
   for (int k = 1; k < n; ++k) {
-    const int from = c.rel(-k);
+    const int from = recv_order[size_t(k)];
     copy(out ? out + rdispl[from] : nullptr, floats(c.recv(from, rcount[from])), rcount[from]);
   }
 }

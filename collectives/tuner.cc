@@ -43,7 +43,8 @@ using Clock = MemberClock;
 class Replay {
  public:
   Replay(const HardwareProfile& p, std::span<const int> members, int elem_size, Proto proto)
-      : links_(p),
+      : p_(p),
+        links_(p),
         dpn_(p.devices_per_node),
         members_(members),
         esize_(static_cast<uint64_t>(elem_size)),
@@ -115,6 +116,8 @@ class Replay {
   }
 
   int n() const { return static_cast<int>(members_.size()); }
+  const HardwareProfile& profile() const { return p_; }
+  std::span<const int> members() const { return members_; }
   // Group index `offset` steps from `me` (wraps), as Ctx::rel.
   int rel(int me, int offset) const { return ((me + offset) % n() + n()) % n(); }
 
@@ -204,6 +207,7 @@ class Replay {
   }
 
  private:
+  const HardwareProfile& p_;
   ProfileLinkModel links_;
   int dpn_;                                     // devices per node
   std::map<int, std::vector<int>> local_;       // PCIe trees: each node's members (group indices)
@@ -412,27 +416,39 @@ void doubling(Replay& R, size_t count) {
 // r+k for k = 1..n-1, then receives from r-1, r-2, ...
 // Symmetric (size by distance alone): member 0 alone; the k-th message it
 // receives, from r-k, is the twin of the k-th it sends.
+// `nccl_order` (the all_to_all): round k's peers are p2p_order's, not r±k.
+// A round of either order is a permutation, so the k-th message a member
+// receives is its sender's k-th, a twin of the played member's k-th.
 template <class Size>
-void direct_exchange(Replay& R, Size size) {
+void direct_exchange(Replay& R, Size size, bool nccl_order = false) {
   const auto n = static_cast<size_t>(R.n());
+  std::vector<int> to(n), from(n);
+  const auto orders = [&](int r) {
+    if (nccl_order) return p2p_order(R.profile(), R.members(), r, to, from);
+    for (int k = 0; k < R.n(); ++k) to[size_t(k)] = R.rel(r, k), from[size_t(k)] = R.rel(r, -k);
+  };
   if (R.symmetric()) {
+    orders(0);
     std::vector<Posted> out(n);
-    for (int k = 1; k < R.n(); ++k) out[size_t(k)] = R.send(0, k, size(0, k));
+    for (int k = 1; k < R.n(); ++k) out[size_t(k)] = R.send(0, to[size_t(k)], size(0, to[size_t(k)]));
     for (int k = 1; k < R.n(); ++k) {
-      out[size_t(k)].from = R.rel(0, -k);  // the twin's sender
+      out[size_t(k)].from = from[size_t(k)];  // the twin's sender
       R.recv(0, out[size_t(k)]);
     }
     return;
   }
   std::vector<Posted> out(size_t(R.played()) * n);
-  for (int r = 0; r < R.played(); ++r)
-    for (int k = 1; k < R.n(); ++k)
-      out[size_t(r) * n + size_t(k)] = R.send(r, R.rel(r, k), size(r, R.rel(r, k)));
-  for (int r = 0; r < R.played(); ++r)
+  for (int r = 0; r < R.played(); ++r) {
+    orders(r);
+    for (int k = 1; k < R.n(); ++k) out[size_t(r) * n + size_t(k)] = R.send(r, to[size_t(k)], size(r, to[size_t(k)]));
+  }
+  for (int r = 0; r < R.played(); ++r) {
+    orders(r);
     for (int k = 1; k < R.n(); ++k) {
-      const int from = R.rel(r, -k);
-      R.recv(r, Replay::twin(out[size_t(R.base(from)) * n + size_t(k)], from));
+      const int f = from[size_t(k)];
+      R.recv(r, Replay::twin(out[size_t(R.base(f)) * n + size_t(k)], f));
     }
+  }
 }
 
 // direct_broadcast (root sends to root+1, root+2, ...) and direct_reduce
@@ -598,7 +614,7 @@ void replay_body(Replay& R, const HardwareProfile& p, std::span<const int> membe
       return binomial_reduce(R, count, s.root);
     case OpKind::kAllToAll: {
       const size_t block = count / static_cast<size_t>(n);
-      if (algo == Algo::kDirect) return direct_exchange(R, [&](int, int) { return block; });
+      if (algo == Algo::kDirect) return direct_exchange(R, [&](int, int) { return block; }, true);
       if (algo == Algo::kTree) return bruck(R, block);
       std::vector<Posted> out(static_cast<size_t>(n));
       for (int k = 1; k < n; ++k)
@@ -665,6 +681,46 @@ bool group_spans_nodes(const HardwareProfile& p, std::span<const int> members) {
                      [&](int m) { return p.node_of(m) != p.node_of(members.front()); });
 }
 }  // namespace
+
+void p2p_order(const HardwareProfile& p, std::span<const int> members, int me, std::vector<int>& send,
+               std::vector<int>& recv) {
+  const int n = static_cast<int>(members.size());
+  send.resize(size_t(n));
+  recv.resize(size_t(n));
+  int L = 0;  // members per node: the first node's contiguous block
+  while (L < n && p.node_of(members[size_t(L)]) == p.node_of(members[0])) ++L;
+  bool blocks = L > 1 && L < n && n % L == 0;
+  for (int i = 1; blocks && i < n; ++i) {
+    const bool same = p.node_of(members[size_t(i)]) == p.node_of(members[size_t(i - 1)]);
+    blocks = (i % L != 0) == same;  // inside a block one node, across a boundary another
+  }
+  if (blocks) {  // every block's node distinct (a node's ranks in one block)
+    for (int b = L; b < n && blocks; b += L)
+      for (int a = 0; a < b && blocks; a += L)
+        blocks = p.node_of(members[size_t(a)]) != p.node_of(members[size_t(b)]);
+  }
+  if (!blocks) {
+    for (int k = 0; k < n; ++k) {
+      send[size_t(k)] = (me + k) % n;
+      recv[size_t(k)] = (me - k + n) % n;
+    }
+    return;
+  }
+  const int G = n / L, g = me / L, l = me % L;
+  int pow2 = 1;
+  while (pow2 < G) pow2 <<= 1;
+  int round = 0, node_round = 0, gd = 0;
+  do {
+    if (gd < G) {
+      for (int d = 0; d < L; ++d, ++round) {
+        send[size_t(round)] = ((g + gd) % G) * L + (l + d) % L;
+        recv[size_t(round)] = ((g - gd + G) % G) * L + (l - d + L) % L;
+      }
+    }
+    node_round += 1;
+    gd = (gd + node_round) & (pow2 - 1);
+  } while (node_round != pow2);
+}
 
 Choice select(const HardwareProfile& p, std::span<const int> members, const CollShape& s, Algo algo) {
   const Algo only[] = {algo};

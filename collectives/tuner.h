@@ -244,6 +244,20 @@ Choice select(const HardwareProfile& p, std::span<const int> members, const Coll
 // the same on both: the stages of a pipeline, whose dp and ep groups differ
 // by whole nodes, share one tuner choice (api.cc).
 std::vector<int> node_shifted(const HardwareProfile& p, std::span<const int> members);
+// NCCL's peer order for point-to-point exchanges (the direct all_to_all):
+// its p2p schedule (src/init.cc, the p2pSchedule loop, NCCL 2.19 on), rounds
+// by node delta (0, 1, 3, 6, ...: the quadratic sequence mod the next power
+// of two, values past the node count skipped) and, inside one, by local delta
+// 0..L-1: in round (gd, d) member (g, l) sends to (g+gd, l+d) and receives
+// from (g-gd, l-d), so every round is a permutation and no member's ingress
+// takes two senders at once (no incast). It applies when the members form
+// whole blocks of L > 1 on two or more distinct nodes (group order; L the
+// first node's count); otherwise (one node, one member a node, or uneven
+// nodes) the flat order, send to me+k and receive from me-k, whose rounds
+// are shifts (NCCL's order is then a permutation of the same shifts).
+// send[k], recv[k]: the group indices of round k (k = 0 is me).
+void p2p_order(const HardwareProfile& p, std::span<const int> members, int me, std::vector<int>& send,
+               std::vector<int>& recv);
 // select(...).algo.
 Algo select_algo(const HardwareProfile& p, std::span<const int> members, const CollShape& s);
 
