@@ -27,6 +27,8 @@ int g_saved_stderr = -1;               // a non-leader's own stderr, behind its 
 std::FILE* g_log = nullptr;            // a non-leader's stderr while it runs
 std::atomic<bool> g_in_run{false};     // a run is under way (its progress thread runs)
 char g_stopped_line[512];              // on_sigterm's line, formatted in advance (set_in_run)
+char g_broken_line[512];               // on_sigpipe's, the same loss seen from a broken connection
+struct sigaction g_pipe_before {};     // SIGPIPE's handling before this session's
 
 // mpirun ends the job's other processes with SIGTERM when one of them died
 // or its host was lost (its own message names which). During a run that is
@@ -36,6 +38,24 @@ void on_sigterm(int) {
     (void)!::write(g_saved_stderr >= 0 ? g_saved_stderr : 2, g_stopped_line, std::strlen(g_stopped_line));
   std::signal(SIGTERM, SIG_DFL);
   std::raise(SIGTERM);
+}
+
+// A peer process that died (its host lost) can break this process's MPI
+// connection to it before mpirun's SIGTERM arrives: OpenMPI's TCP transport
+// then writes to a closed socket and the kernel sends SIGPIPE, which would
+// end this process with no word ("exited on signal 13", seen under load).
+// During a run that is the same loss: say so in one line, then end as
+// SIGPIPE would have. Outside a run, SIGPIPE is handled as it was before.
+void on_sigpipe(int sig) {
+  if (g_in_run.load()) {
+    (void)!::write(g_saved_stderr >= 0 ? g_saved_stderr : 2, g_broken_line, std::strlen(g_broken_line));
+  } else if (g_pipe_before.sa_handler == SIG_IGN) {
+    return;
+  } else if (g_pipe_before.sa_handler != SIG_DFL && !(g_pipe_before.sa_flags & SA_SIGINFO)) {
+    return g_pipe_before.sa_handler(sig);
+  }
+  std::signal(SIGPIPE, SIG_DFL);
+  std::raise(SIGPIPE);
 }
 
 // A non-leader's error lines, from its log to its own stderr, with its number.
@@ -58,6 +78,11 @@ void show_errors(int process, int processes) {
 void mpi_transport::set_in_run(const std::string* line) {
   if (!line) return g_in_run.store(false);
   *fmt::format_to_n(g_stopped_line, sizeof g_stopped_line - 1, "{}", *line).out = '\0';
+  // The same words for a broken connection: "lost a connection" for "stopped by mpirun".
+  std::string broken = *line;
+  if (const size_t at = broken.find("stopped by mpirun"); at != std::string::npos)
+    broken.replace(at, std::strlen("stopped by mpirun"), "lost a connection");
+  *fmt::format_to_n(g_broken_line, sizeof g_broken_line - 1, "{}", broken).out = '\0';
   g_in_run.store(true);  // after the line: the handler reads it only while set
 }
 
@@ -83,6 +108,10 @@ ProcessSession::ProcessSession(int& argc, char**& argv) {
   set_process_transport(g_mpi.get());
   check(MPI_Comm_dup(MPI_COMM_WORLD, &g_exit_comm), "Comm_dup");
   std::signal(SIGTERM, on_sigterm);
+  struct sigaction pipe {};
+  pipe.sa_handler = on_sigpipe;
+  sigemptyset(&pipe.sa_mask);
+  sigaction(SIGPIPE, &pipe, &g_pipe_before);
   // One output: only the leader prints (its error line is every process's:
   // they agree on a run's failure, cluster_share.h). A non-leader's stderr
   // goes to a log that settle() shows if it fails alone.

@@ -72,7 +72,9 @@ ended 30
 [ ! -f "$work/mpi/out.safetensors" ] || fail "the run ended before the loss (nothing was tested)"
 [ "$code" != 0 ] || fail "mpirun exit 0 after a lost host"
 case $mode in
-  kill) one_line "process 0 of 2 stopped by mpirun during a run: process 1 \(devices 4-7\) or its host failed" ;;
+  # Process 0's line (mpirun's SIGTERM, or a broken connection to process 1 first), or the launcher's from
+  # ORTE's message when mpirun ended before that line reached it.
+  kill) one_line "process 0 of 2 (stopped by mpirun|lost a connection) during a run: process 1 \(devices 4-7\) or its host failed|mpirun lost the daemon of host [0-9.]+ during the job" ;;
   link) one_line "process 1 of 2 \(devices 4-7\) lost: nothing heard from it for 2\.[0-9] s \(limit 2 s" ;;
 esac
 # The hosts again (a fresh host 1), and the last complete checkpoint resumes.
