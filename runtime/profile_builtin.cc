@@ -101,7 +101,9 @@ constexpr double kH100Fp8GemmMax = 0.54;
 // 0.8%, max 1.4% (8B -0.2%, 405B +1.4%); 0.46: 0.9%, 1.5%; 0.48: 2.1%,
 // 3.1%; 0.45: 2.5%, 2.8%; 0.49: 3.6%, 4.9% (0.47 too, 0.6%, before the
 // recipe's bf16 gradient reduction was modeled; 0.48, 0.7%, before the
-// interleaved schedule gathered its first two chunks as it starts); at
+// interleaved schedule gathered its first two chunks as it starts; 1.1%,
+// max 1.6%, since the fused core reads GQA's K/V heads in place, not
+// refitted); at
 // H100's 0.54 (taken before): +8.3% and +9.4%, the 405B row then without
 // those gathers. Below H100's 0.54, it absorbs more than the GEMMs:
 // B200's fused attention has no published cuDNN rates here and runs at
@@ -117,7 +119,8 @@ constexpr double kB200Fp8GemmMax = 0.47;
 // 2.2%, max 3.1% since the parameter all-gathers run in the next forward
 // (--overlap-param-gather) and the cp ring has a stream of its own; 2.4%,
 // max 5.2% since the interleaved schedule gathers its first two chunks as
-// it starts (Megatron's align_param_gather); not refitted.
+// it starts (Megatron's align_param_gather); 2.7%, max 5.5% since the fused
+// core reads GQA's K/V heads in place (no repeat_kv copies); not refitted.
 // 0.75 before (an assumption, FlashAttention-3's 740 TFLOP/s GEMM-like
 // share), which put these rows 13-20% too fast. Like A100's 0.70 it
 // absorbs what is not modeled (clocks under sustained load at 700 W,

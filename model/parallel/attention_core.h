@@ -32,6 +32,10 @@ class AttentionCore {
   // dqkv (N, 3·Cl) += the gradient of qkv given datty; atty is forward's output.
   virtual void backward(float* dqkv, const float* datty, const float* qkv, const float* atty,
                         const float* att, const ShardDims& d, const LayerContext& c) const = 0;
+  // A fused kernel reads GQA's K/V heads in place: the qkv it is given has
+  // them repeated for the host's math only (block.cc core_qkv charges that
+  // copy nothing).
+  virtual bool fused() const { return false; }
 };
 
 }  // namespace shardlab::parallel

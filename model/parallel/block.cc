@@ -65,11 +65,25 @@ const AttentionCore& BlockContext::attention_core() const {
   return attention ? *attention : LocalAttention::instance();
 }
 
+// GQA's K/V heads repeated for the core. The unfused core runs the copy
+// (Megatron-core's local DotProductAttention repeat_interleaves K and V);
+// the fused one takes the K/V heads as they are (Transformer Engine's
+// DotProductAttention gets num_gqa_groups, and cuDNN's and FlashAttention's
+// kernels read each query head's group K/V head in place, forward and
+// backward): the host still copies for its math, charged nothing.
+const model::Exec& repeat_kv_exec(const BlockContext& c, model::Exec& quiet) {
+  if (!c.attention_core().fused()) return c.ex();
+  quiet = c.ex().part_of_fused();
+  return quiet;
+}
+
 const float* core_qkv(const BlockActs& a, BlockScratch& s, const ShardDims& d, const GPTConfig& config,
                       const BlockContext& c) {
   if (!config.is_llama() || !d.kv_repeated()) return a.qkv.data();
   const model::GqaHeads g = d.gqa(c.tp.rank());
-  model::repeat_kv_forward(c.ex(), "attn.repeat_kv.fwd", s.qkv_rep.data(), a.qkv.data(), d.N(), g);
+  model::Exec quiet;
+  model::repeat_kv_forward(repeat_kv_exec(c, quiet), "attn.repeat_kv.fwd", s.qkv_rep.data(), a.qkv.data(), d.N(),
+                           g);
   return s.qkv_rep.data();
 }
 
@@ -178,7 +192,9 @@ void tp_attention_backward(float* dinp_partial, const BlockView<float>& g, Block
     const model::GqaHeads h = d.gqa(c.tp.rank());
     if (d.kv_repeated()) {  // each K/V head sums the gradients of its G query heads
       zero(s.dqkv_c.data(), N * W);
-      model::repeat_kv_backward(ex, "attn.repeat_kv.bwd", s.dqkv_c.data(), s.dqkv.data(), N, h);
+      model::Exec quiet;
+      model::repeat_kv_backward(repeat_kv_exec(c, quiet), "attn.repeat_kv.bwd", s.dqkv_c.data(), s.dqkv.data(), N,
+                                h);
       dqkv = s.dqkv_c.data();
     }
     model::rope_backward(ex, "attn.rope.bwd", dqkv, dqkv, s.positions.data(), d.B, d.T, h.NHq + h.KVl, h.HS, W,

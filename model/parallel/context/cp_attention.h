@@ -82,6 +82,7 @@ class CpAttention final : public AttentionCore {
                const LayerContext& c) const override;
   void backward(float* dqkv, const float* datty, const float* qkv, const float* atty,
                 const float* att, const ShardDims& d, const LayerContext& c) const override;
+  bool fused() const override { return fused_; }
 
   // A folded phantom run (dev.folding()): checks that every rank `dev`
   // plays runs its ring as `dev` does (mesh: the run's; its cp groups) and

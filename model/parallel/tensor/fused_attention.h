@@ -43,6 +43,7 @@ class FusedAttention final : public AttentionCore {
                const LayerContext& c) const override;
   void backward(float* dqkv, const float* datty, const float* qkv, const float* atty,
                 const float* att, const ShardDims& d, const LayerContext& c) const override;
+  bool fused() const override { return true; }
 
  private:
   mutable std::vector<float> probs_, out_;  // host scratch of real math

@@ -17,10 +17,12 @@
 // Memory: the unfused core keeps the B·NH·T·T probabilities, the fused one
 // the log-sum-exp, B·NH·T (at 2 B per modeled element). Every other kernel
 // is the unfused run's to the picosecond, and real math gives the same bits.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
 #include <string>
+#include <utility>
 
 #include <gtest/gtest.h>
 
@@ -95,16 +97,79 @@ TEST(FusedAttention, OneLayerAgainstAHandCount) {
 
 // Real math: the fused core runs the host kernels of the unfused one, so
 // every loss is the same to the bit (tp 2, three steps).
-TEST(FusedAttention, RealMathIsTheUnfusedBits) {
-  TrainOptions o = testing::small_options();
+// `o` at tp 2 with the unfused and the fused core: every loss the same bits.
+std::pair<TrainResult, TrainResult> unfused_and_fused(TrainOptions o) {
   o.parallel.tp = 2;
   o.parallel.attention = parallel::AttentionKernel::kUnfused;
-  const TrainResult a = testing::run(o);
+  TrainResult a = testing::run(o);
   o.parallel.attention = parallel::AttentionKernel::kFused;
-  const TrainResult b = testing::run(o);
-  ASSERT_EQ(a.steps.size(), b.steps.size());
-  for (size_t i = 0; i < a.steps.size(); ++i) EXPECT_EQ(a.steps[i].loss, b.steps[i].loss) << "step " << i;
+  TrainResult b = testing::run(o);
+  EXPECT_EQ(a.steps.size(), b.steps.size());
+  for (size_t i = 0; i < std::min(a.steps.size(), b.steps.size()); ++i)
+    EXPECT_EQ(a.steps[i].loss, b.steps[i].loss) << "step " << i;
+  return {std::move(a), std::move(b)};
+}
+
+TEST(FusedAttention, RealMathIsTheUnfusedBits) {
+  const auto [a, b] = unfused_and_fused(testing::small_options());
   EXPECT_LT(b.steps.back().virtual_end, a.steps.back().virtual_end);
+}
+
+// GQA (8 query heads sharing 2 K/V heads of 64, tiny-llama's block, B 2 x
+// T 256, bf16 on an A100): the unfused core runs repeat_kv, a copy of N =
+// 512 rows, reading (8 + 2·2)·64 = 768 and writing 3·8·64 = 1536 elements
+// each, 512 x 2304 x 2 B = 2,359,296 B (forward, the backward's
+// re-expansion for the core, and the backward's sum of each group's
+// gradients into its K/V head); the fused core reads the K/V heads in place
+// (Transformer Engine passes num_gqa_groups to cuDNN's and FlashAttention's
+// kernels): no repeat_kv kernel, and every other kernel outside the core
+// as the unfused run's. Real math: the same bits at tp 2.
+TrainOptions gqa_layer(parallel::AttentionKernel attention) {
+  TrainOptions o;
+  o.model = model::preset("tiny-llama");
+  o.model.n_layer = 1;
+  o.model.n_embd = 512;
+  o.model.n_head = 8;
+  o.model.n_kv_head = 2;
+  o.model.block_size = 256;
+  o.model.vocab_size = 1024;
+  o.model.batch_size = 2;
+  o.model.dropout = 0;
+  o.steps = 1;
+  o.phantom = true;
+  o.parallel.attention = attention;
+  return o;
+}
+
+TEST(FusedAttention, GqaKvHeadsReadInPlaceNoRepeatKv) {
+  std::map<std::string, std::pair<double, int>> by[2];  // [fused] kernel name -> (ps, launches)
+  for (int fused = 0; fused < 2; ++fused) {
+    const TrainResult r = testing::run_one_gpu_bf16(
+        gqa_layer(fused ? parallel::AttentionKernel::kFused : parallel::AttentionKernel::kUnfused), "a100-nvlink");
+    for (const TraceEvent& e : r.run.traces.at(0).events)
+      if (e.stream == StreamKind::kCompute) by[fused][e.name].first += double(e.end - e.start), ++by[fused][e.name].second;
+  }
+  const CostModel a100(load_profile("a100-nvlink").device, Precision::kBf16);
+  const double copy = double(a100.duration(OpCost{0, 512.0 * (768 + 1536) * 2}));
+  EXPECT_EQ(by[0].at("attn.repeat_kv.fwd"), std::make_pair(2 * copy, 2));
+  EXPECT_EQ(by[0].at("attn.repeat_kv.bwd"), std::make_pair(copy, 1));
+  for (const auto& [name, t] : by[1]) EXPECT_FALSE(name.starts_with("attn.repeat_kv")) << name;
+  for (const auto& [name, t] : by[0]) {
+    if (name.starts_with("attn.scores.") || name.starts_with("attn.softmax.") || name.starts_with("attn.context.") ||
+        name.starts_with("attn.repeat_kv."))
+      continue;
+    EXPECT_EQ(by[1].at(name), t) << name << " is outside the attention core";
+  }
+  std::printf("repeat_kv of one GQA layer (unfused core): %.3f us a copy, %.3f us a step; fused: none\n", copy / 1e6,
+              3 * copy / 1e6);
+  TrainOptions o = testing::small_options();
+  const model::GPTConfig small = o.model;
+  o.model = model::preset("tiny-llama");
+  for (auto f : {&model::GPTConfig::n_layer, &model::GPTConfig::n_embd, &model::GPTConfig::n_head,
+                 &model::GPTConfig::block_size, &model::GPTConfig::vocab_size, &model::GPTConfig::batch_size})
+    o.model.*f = small.*f;
+  o.model.n_kv_head = 2;
+  unfused_and_fused(o);
 }
 
 TEST(FusedAttention, DefaultsByFamily) {
