@@ -16,10 +16,11 @@
 // 70B, the parameter all-gathers in the next forward as Apex's
 // overlap_param_sync runs them), the fused attention at cuDNN's published
 // rates and the sequence-parallel gathers in FP8, the BF16 LM head at the
-// bf16 maximum fitted to Llama 3 (0.60), the interleaved rows' first two
+// bf16 maximum fitted to Llama 3 (0.59), the interleaved rows' first two
 // chunks gathered as their schedule starts (Megatron's align_param_gather),
-// the gradients reduced in bf16 (the scripts' grad_sync_dtype), the mean is
-// 5.0% and the worst row (GPT3-175B on 512 GPUs) -8.1%, at the goal's edge
+// the gradients reduced in bf16 (the scripts' grad_sync_dtype), the fused
+// core reading GQA's K/V heads in place, the mean is 5.2% and the worst row
+// (GPT3-175B on 512 GPUs) -8.1%, past the goal's edge
 // (5.3%, -8.8% with those gathers at each stage's first forward). The rows
 // are asserted within 10%, the mean within 6%.
 #include <gtest/gtest.h>
@@ -76,8 +77,9 @@ TEST(H100Calibration, NeMo2407Fp8RowsAreReadmes) {
 // (model/train/calibration.cc megatron_bridge2511_h100_fp8). Pinned in
 // README like the table above. The goal for held-out H100 runs is
 // every run within 10% and the mean within 5%: each row's 10% is
-// asserted. Their mean is 6.7% (Llama 3 8B -6.8%, 70B -5.2%, 405B +8.2%
-// since the fused core reads GQA's K/V heads in place; 7.3% before, -8.3%,
+// asserted. Their mean is 6.8% (Llama 3 8B -6.9%, 70B -5.4%, 405B +8.1%
+// since the fused core reads GQA's K/V heads in place and H100's bf16
+// maximum was refitted to 0.59; 7.3% before, -8.3%,
 // -6.0%, +7.5%, with one bucket per model chunk, +7.7% before that; README
 // says what weighs on them and what moved the 405B row), above the goal's 5%: bounded at 8%
 // against a further slide, and printed (the 8B and 70B rows' mean: 8.0%
@@ -101,9 +103,9 @@ TEST(H100Calibration, HeldOutMegatronBridgeRowsAreReadmes) {
 // kH100Bf16GemmMax): Dubey et al. 2024 Table 4, Llama 3 405B in BF16 on
 // 8,192 and 16,384 GPUs, each run as the paper's sec. 3.3.2 describes it
 // (model/train/calibration.cc). The goal, every row within 10% and
-// the mean within 5%, asserted; at the fitted 0.60 the mean is 2.7%, max
-// +5.5% (the CP 16 row; 2.4%, +5.2% before the fused core read GQA's K/V
-// heads in place; 1.5%, max 3.1% when fitted, before the cp ring had
+// the mean within 5%, asserted; at the fitted 0.59 the mean is 1.8%, max
+// +4.7% (the CP 16 row; refitted from 0.60 when the fused core came to
+// read GQA's K/V heads in place, which put 0.60 at 2.7%, +5.5%; 2.4%, +5.2% before that; 1.5%, max 3.1% when fitted, before the cp ring had
 // a stream of its own and the interleaved schedule gathered its first two
 // chunks as it starts).
 constexpr const char* kDubeyHeader =
@@ -162,8 +164,9 @@ TEST(H100Calibration, Dubey2024RowsRunAsTheirPaperSays) {
 // row's cp ranks do not fold, but its 128 device threads take ~10 s of
 // wall time (bench_phantom --table bridge-b200 prints it). The goal,
 // every row within 10% and the mean within 5%, asserted; at the fitted
-// 0.47 the rows are +1.6% and +0.6% (mean 1.1%) since the fused core reads
-// GQA's K/V heads in place; +0.0% and +0.1% (mean 0.0%) before, with
+// 0.46 the rows are -0.1% and -1.2% (mean 0.7%), refitted from 0.47 when
+// the fused core came to read GQA's K/V heads in place (0.47: +1.6% and
+// +0.6% then, with H100's bf16 0.60); +0.0% and +0.1% (mean 0.0%) before, with
 // Megatron-Bridge's buckets (128 Mi parameters for 8B, one per model chunk
 // for 405B), -0.2% and +1.4% (mean 0.8%) when fitted with 25 MB ones.
 constexpr const char* kB200Header =
