@@ -438,17 +438,17 @@ void direct_exchange(Replay& R, Size size, bool nccl_order = false) {
     return;
   }
   std::vector<Posted> out(size_t(R.played()) * n);
+  std::vector<int> froms(size_t(R.played()) * n);  // each played member's receive order, kept for its receives
   for (int r = 0; r < R.played(); ++r) {
     orders(r);
     for (int k = 1; k < R.n(); ++k) out[size_t(r) * n + size_t(k)] = R.send(r, to[size_t(k)], size(r, to[size_t(k)]));
+    std::copy(from.begin(), from.end(), froms.begin() + long(size_t(r) * n));
   }
-  for (int r = 0; r < R.played(); ++r) {
-    orders(r);
+  for (int r = 0; r < R.played(); ++r)
     for (int k = 1; k < R.n(); ++k) {
-      const int f = from[size_t(k)];
+      const int f = froms[size_t(r) * n + size_t(k)];
       R.recv(r, Replay::twin(out[size_t(R.base(f)) * n + size_t(k)], f));
     }
-  }
 }
 
 // direct_broadcast (root sends to root+1, root+2, ...) and direct_reduce
@@ -681,46 +681,6 @@ bool group_spans_nodes(const HardwareProfile& p, std::span<const int> members) {
                      [&](int m) { return p.node_of(m) != p.node_of(members.front()); });
 }
 }  // namespace
-
-void p2p_order(const HardwareProfile& p, std::span<const int> members, int me, std::vector<int>& send,
-               std::vector<int>& recv) {
-  const int n = static_cast<int>(members.size());
-  send.resize(size_t(n));
-  recv.resize(size_t(n));
-  int L = 0;  // members per node: the first node's contiguous block
-  while (L < n && p.node_of(members[size_t(L)]) == p.node_of(members[0])) ++L;
-  bool blocks = L > 1 && L < n && n % L == 0;
-  for (int i = 1; blocks && i < n; ++i) {
-    const bool same = p.node_of(members[size_t(i)]) == p.node_of(members[size_t(i - 1)]);
-    blocks = (i % L != 0) == same;  // inside a block one node, across a boundary another
-  }
-  if (blocks) {  // every block's node distinct (a node's ranks in one block)
-    for (int b = L; b < n && blocks; b += L)
-      for (int a = 0; a < b && blocks; a += L)
-        blocks = p.node_of(members[size_t(a)]) != p.node_of(members[size_t(b)]);
-  }
-  if (!blocks) {
-    for (int k = 0; k < n; ++k) {
-      send[size_t(k)] = (me + k) % n;
-      recv[size_t(k)] = (me - k + n) % n;
-    }
-    return;
-  }
-  const int G = n / L, g = me / L, l = me % L;
-  int pow2 = 1;
-  while (pow2 < G) pow2 <<= 1;
-  int round = 0, node_round = 0, gd = 0;
-  do {
-    if (gd < G) {
-      for (int d = 0; d < L; ++d, ++round) {
-        send[size_t(round)] = ((g + gd) % G) * L + (l + d) % L;
-        recv[size_t(round)] = ((g - gd + G) % G) * L + (l - d + L) % L;
-      }
-    }
-    node_round += 1;
-    gd = (gd + node_round) & (pow2 - 1);
-  } while (node_round != pow2);
-}
 
 Choice select(const HardwareProfile& p, std::span<const int> members, const CollShape& s, Algo algo) {
   const Algo only[] = {algo};
