@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/cli.h"
@@ -48,10 +49,23 @@ void print_tolerances(const train::VerifyOptions& vo, int steps) {
              vo.grads ? fmt::format(", step-0 gradients {:.3g} (no drift to scale for)", vo.tol_grad) : "");
 }
 
+// What the routing divergence means and what was compared instead.
+void print_routing(const train::RoutingDivergence& d, const train::TrainOptions& o, bool passed) {
+  fmt::print("routing diverged at step {}: MoE block {} sent tokens per expert {} (sharded) against {} (unsharded)\n",
+             d.step, d.layer, fmt::join(d.sharded, " "), fmt::join(d.reference, " "));
+  if (d.step == 0) return;
+  if (passed)
+    fmt::print("  every step before it agrees within the tolerance, so a router's near-tie flipped on fp32 rounding; "
+               "from there the runs route differently.\n");
+  fmt::print("  Both runs were trained again to step {} (the {}-step run's learning-rate schedule) and compared "
+             "there: steps 0-{} and the parameters step {} started from.\n",
+             d.step, o.schedule_steps, d.step - 1, d.step);
+}
+
 void print_table(const train::TrainOptions& o, const collectives::DeviceMesh& mesh, const train::VerifyResult& r) {
   const train::VerifyOptions& vo = r.options;
   fmt::print("shardlab verify: {} ({} devices) against the unsharded model, {} steps, {}\n", mesh.to_string(),
-             mesh.size(), o.steps, o.model.to_string());
+             mesh.size(), o.schedule_steps > 0 ? o.schedule_steps : o.steps, o.model.to_string());
   if (o.model.vocab_padded()) fmt::print("{}; the reference uses the same rows\n", model::vocab_padding_note(o.model, o.parallel.tp));
   fmt::print("{:>6} {:>16} {:>16} {:>12}\n", "step", "loss", "reference", "rel diff");
   for (size_t s = 0; s < r.loss_rel_diff.size(); ++s)
@@ -68,6 +82,7 @@ void print_table(const train::TrainOptions& o, const collectives::DeviceMesh& me
   fmt::print("parameters after step {}: {} tensors, rel L2 {:.3e}, max |diff| {:.3e} (tensor with the largest rel L2: {} {:.3e})\n",
              o.steps - 1, r.params.size(), r.param_rel_l2, r.max_param_abs_diff, w.name, w.rel_l2);
   print_tolerances(vo, o.steps);
+  if (r.routing) print_routing(*r.routing, o, r.passed);
   if (r.passed && o.parallel.world() == 1) {
     fmt::print("PASS, vacuously: nothing is sharded (1 device, no dp, tp, cp or pp split), so the run is the "
                "unsharded model compared with itself\n");
@@ -79,7 +94,11 @@ void print_table(const train::TrainOptions& o, const collectives::DeviceMesh& me
     return;
   }
   const auto& m = *r.first_mismatch;
-  if (m.kind == "replica") {
+  if (m.kind == "routing") {
+    fmt::print("FAIL: the routing differs at step 0, before any training step: the sharded model routes tokens to "
+               "other experts than the unsharded one from the same parameters (a near-tie at initialization is "
+               "possible but rare: try another --seed)\n");
+  } else if (m.kind == "replica") {
     fmt::print("FAIL: data-parallel replicas differ: {} differs from dp rank 0's copy by {:.3e}\n", m.name, m.value);
   } else if (m.kind == "loss") {
     fmt::print("FAIL: the loss of step {} differs: rel diff {:.3e} > {:.3g} (|diff| {:.3e})\n", m.step, m.value,
@@ -150,7 +169,8 @@ int run_verify(VerifyFlags& f) {
   resplit.micro_batches = floor_run(f, sharded, reference, floor);
   resplit.keep_step0_grads = false;
 
-  ClusterOptions copts = f.train.cluster_options();
+  const ClusterOptions sharded_copts = f.train.cluster_options();
+  ClusterOptions copts = sharded_copts;
   Cluster sharded_cluster(profile, copts);
   copts.world_size = 1;
   copts.trace = false;
@@ -171,14 +191,35 @@ int run_verify(VerifyFlags& f) {
   if (resplit.micro_batches > 0)
     floor = train::measure_floor(b, c, table, reference.micro_batches, resplit.micro_batches);
   const train::VerifyOptions vo = train::floor_options(floor, train::kFloorFactor, f.tol_loss, f.tol_param, f.grads);
-  const train::VerifyResult r = train::compare_runs(a, b, table, vo);
+  // MoE: once a router's near-tie flips, the runs route differently and
+  // part for that reason alone (RoutingDivergence). Both are re-run on the
+  // same schedule up to the step that flipped and compared there: every
+  // step before it, and the parameters it started from.
+  const std::optional<train::RoutingDivergence> routing = train::routing_divergence(a, b);
+  train::TrainOptions compared = sharded;
+  if (routing && routing->step > 0) {
+    compared.steps = routing->step;
+    compared.schedule_steps = sharded.steps;
+    train::TrainOptions ref_to = reference;
+    ref_to.steps = routing->step;
+    ref_to.schedule_steps = reference.steps;
+    Cluster sharded_again(profile, sharded_copts), reference_again(profile, copts);
+    side_by_side({[&] { a = train::train(sharded_again, compared); },
+                  [&] { b = train::train(reference_again, ref_to); }});
+  }
+  train::VerifyResult r = train::compare_runs(a, b, table, vo);
+  r.routing = routing;
+  if (routing && routing->step == 0) {
+    r.first_mismatch = train::Mismatch{"routing", "", routing->layer, 0, 0, 0};
+    r.passed = false;
+  }
   if (f.train.common.json) {
     nlohmann::json j = train::verify_json(r);
     j["sharded"] = sharded.parallel.world() > 1;
     print_json(j);
   } else {
     const collectives::DeviceMesh mesh(sharded.parallel.mesh_shape());
-    print_table(sharded, mesh, r);
+    print_table(compared, mesh, r);
     fmt::print("sharded run on {}:\n", profile.name);
     print_device_table(report);
   }

@@ -48,6 +48,7 @@ void TrainOptions::validate() const {
   require(adam.weight_decay >= 0, "`weight_decay` must be >= 0");
   require(grad_clip >= 0, "`grad_clip` must be >= 0 (0 turns clipping off)");
   require(warmup_steps >= 0, "`warmup_steps` must be >= 0");
+  require(schedule_steps == 0 || schedule_steps >= steps, "`schedule_steps` must be 0 or >= `steps`");
   require(micro_batches >= 1, fmt::format("`micro_batches` must be at least 1 (got {})", micro_batches));
   require(std::isfinite(phantom_zipf) && phantom_zipf >= 0 && phantom_zipf <= 100,
           "`phantom_zipf` S (Zipf routing) needs 0 <= S <= 100");
@@ -112,7 +113,7 @@ double learning_rate(const TrainOptions& o, int step) {
   if (step < o.warmup_steps) return lr * (step + 1) / (o.warmup_steps + 1);
   if (o.lr_schedule == LrSchedule::kConstant) return lr;
   const double min_lr = lr / 10;
-  const int decay_steps = std::max(1, o.steps - 1 - o.warmup_steps);
+  const int decay_steps = std::max(1, (o.schedule_steps > 0 ? o.schedule_steps : o.steps) - 1 - o.warmup_steps);
   const double ratio = std::min(1.0, double(step - o.warmup_steps) / decay_steps);
   return min_lr + 0.5 * (1.0 + model::pm::cos_2pi(0.5 * ratio)) * (lr - min_lr);  // cos(π·ratio)
 }

@@ -168,6 +168,10 @@ struct TrainOptions {
   double grad_clip = 1.0;       // global norm; 0 = off
   int warmup_steps = 0;
   LrSchedule lr_schedule = LrSchedule::kConstant;
+  // The cosine schedule's length (0: `steps`): a run stopped early on a
+  // longer run's schedule takes that run's first steps exactly (verify's
+  // re-run to a routing divergence).
+  int schedule_steps = 0;
   std::string data = "synthetic:markov";
   model::Sampling sampling = model::Sampling::kRandom;
   std::string init_path;        // --init FILE.safetensors

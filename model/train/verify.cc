@@ -143,6 +143,22 @@ VerifyResult compare_runs(const TrainResult& sharded, const TrainResult& referen
   return r;
 }
 
+std::optional<RoutingDivergence> routing_divergence(const TrainResult& sharded, const TrainResult& reference) {
+  std::optional<RoutingDivergence> first;
+  for (const auto& a : sharded.moe_layers) {
+    auto b = std::find_if(reference.moe_layers.begin(), reference.moe_layers.end(),
+                          [&](const TrainResult::MoeLayerSteps& m) { return m.layer == a.layer; });
+    if (b == reference.moe_layers.end()) continue;
+    const size_t steps = std::min(a.tokens.size(), b->tokens.size());
+    for (size_t s = 0; s < steps; ++s) {
+      if (a.tokens[s] == b->tokens[s]) continue;
+      if (!first || int(s) < first->step) first = RoutingDivergence{int(s), a.layer, a.tokens[s], b->tokens[s]};
+      break;
+    }
+  }
+  return first;
+}
+
 nlohmann::json verify_json(const VerifyResult& r) {
   nlohmann::json j{{"passed", r.passed},
                    {"max_loss_rel_diff", r.max_loss_rel_diff},
@@ -167,6 +183,11 @@ nlohmann::json verify_json(const VerifyResult& r) {
   }
   j["tolerances"] = {{"loss", o.tol_loss}, {"param", o.tol_param}, {"grad", o.tol_grad},
                      {"loss_given", o.user_tol_loss}, {"param_given", o.user_tol_param}};
+  j["routing_divergence"] = nullptr;
+  if (r.routing)
+    j["routing_divergence"] = {{"step", r.routing->step}, {"layer", r.routing->layer},
+                               {"tokens_per_expert", r.routing->sharded},
+                               {"reference_tokens_per_expert", r.routing->reference}};
   j["steps"] = nlohmann::json::array();
   for (size_t s = 0; s < r.loss_rel_diff.size(); ++s)
     j["steps"].push_back({{"step", s}, {"loss", r.sharded_loss[s]}, {"reference_loss", r.reference_loss[s]},

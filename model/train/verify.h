@@ -77,13 +77,27 @@ struct TensorDiff {
 };
 
 struct Mismatch {
-  std::string kind;  // "loss", "grad", "param" or "replica" (dp copies differ)
+  std::string kind;  // "loss", "grad", "param", "replica" (dp copies differ) or "routing" (at step 0)
   std::string name;  // tensor name (grad/param)
   int layer = -1;
   int step = -1;     // loss
   double value = 0;  // the relative difference that broke the tolerance
   double max_abs = 0;
 };
+
+// MoE routing is discontinuous: a router's top-k choice between two experts
+// whose scores nearly tie flips on a difference of one fp32 rounding, and
+// the runs then send that token through other experts. Their losses and
+// parameters part by far more than the drift of sums taken in another order,
+// though neither run is wrong. The first step whose tokens per expert differ
+// in any MoE block (TrainResult::moe_layers; a swap of two tokens between
+// the same two experts leaves the counts equal and shows in the loss).
+struct RoutingDivergence {
+  int step = -1;
+  int layer = -1;
+  std::vector<int64_t> sharded, reference;  // that block's tokens per expert at that step
+};
+std::optional<RoutingDivergence> routing_divergence(const TrainResult& sharded, const TrainResult& reference);
 
 struct VerifyResult {
   bool passed = true;
@@ -95,6 +109,9 @@ struct VerifyResult {
   double param_rel_l2 = 0;  // whole parameter vector
   double grad_rel_l2 = 0;   // whole step-0 gradient vector, with grads
   std::optional<Mismatch> first_mismatch;
+  // Set when the routing diverged (verify then compares both runs re-run to
+  // that step; `routing.step` 0 leaves nothing to compare and fails).
+  std::optional<RoutingDivergence> routing;
 };
 
 // The micro-batch count of the floor run for `reference` (the unsharded

@@ -30,6 +30,30 @@ TEST(LearningRate, WarmupThenConstantOrCosineAsNanoGPT) {
   EXPECT_NEAR(learning_rate(o, 10), 1e-4, 1e-15);
 }
 
+// A run stopped early on a longer run's schedule (verify's re-run to a
+// routing divergence) takes that run's first steps bit for bit; on its own
+// schedule it decays sooner and does not.
+TEST(LearningRate, ARunStoppedEarlyOnALongerSchedule) {
+  TrainOptions o = testing::small_options();
+  o.steps = 6;
+  o.lr_schedule = LrSchedule::kCosine;
+  o.warmup_steps = 1;
+  const TrainResult full = testing::run(o);
+  TrainOptions early = o;
+  early.steps = 4;
+  early.schedule_steps = 6;
+  EXPECT_DOUBLE_EQ(learning_rate(early, 3), learning_rate(o, 3));
+  const TrainResult stopped = testing::run(early);
+  ASSERT_EQ(stopped.steps.size(), 4u);
+  for (int s = 0; s < 4; ++s) EXPECT_EQ(stopped.steps[size_t(s)].loss, full.steps[size_t(s)].loss) << "step " << s;
+  early.schedule_steps = 0;
+  EXPECT_LT(learning_rate(early, 3), learning_rate(o, 3));
+  const TrainResult own = testing::run(early);
+  EXPECT_NE(own.steps[3].loss, full.steps[3].loss);
+  early.schedule_steps = 3;
+  EXPECT_THROW(early.validate(), ConfigError);
+}
+
 TEST(Parallel, ConstraintsAreCheckedWithClearMessages) {
   TrainOptions o;
   o.model = model::preset("tiny");
