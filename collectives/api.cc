@@ -337,7 +337,11 @@ Work ibroadcast(Device& dev, const ProcessGroup& g, Buffer data, int root, const
   const Algo algo = r.algo;
   return run_on_comm(dev, g, opt, &r.shape, algo, r.shape.proto, [&](Ctx& c) {
     if (algo == Algo::kDirect) return detail::direct_broadcast(c, data.data, data.count, root);
-    if (algo == Algo::kRing) return detail::chain_broadcast(c, data.data, data.count, root);
+    if (algo == Algo::kRing) {
+      const RingPlan plan = ring_plan(c.dev().profile(), c.group().members());
+      if (plan.single()) return detail::chain_broadcast(c, data.data, data.count, root);
+      return detail::channel_chain_broadcast(c, plan, data.data, data.count, root);
+    }
     detail::binomial_broadcast(c, data.data, data.count, root);
   });
 }
@@ -358,7 +362,11 @@ Work ireduce(Device& dev, const ProcessGroup& g, ConstBuffer in, Buffer out, int
     float* acc = is_root ? out.data : detail::scratch(g, in.count, in.data == nullptr);
     if (algo == Algo::kRing) {
       detail::copy(acc, in.data, in.count);
-      detail::chain_reduce(c, acc, in.count, op, root);
+      const RingPlan plan = ring_plan(c.dev().profile(), c.group().members());
+      if (plan.single())
+        detail::chain_reduce(c, acc, in.count, op, root);
+      else
+        detail::channel_chain_reduce(c, plan, acc, in.count, op, root);
     } else {
       detail::binomial_reduce(c, in.data, acc, in.count, op, root);
     }

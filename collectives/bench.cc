@@ -154,7 +154,8 @@ BenchRow bench_collective(const HardwareProfile& profile, const BenchOptions& s,
     row.proto = c.proto;
   }
   const bool rings = row.algo == Algo::kRing &&
-                     (s.op == OpKind::kAllReduce || s.op == OpKind::kReduceScatter || s.op == OpKind::kAllGather);
+                     (s.op == OpKind::kAllReduce || s.op == OpKind::kReduceScatter || s.op == OpKind::kAllGather ||
+                      s.op == OpKind::kBroadcast || s.op == OpKind::kReduce);
   row.channels = rings ? ring_plan(profile, world).channels
                  : row.algo == Algo::kDbtree ? tree_plan(profile, world).channels : 1;
   const uint64_t host_bytes = row.bytes * static_cast<uint64_t>(n) * (s.op == OpKind::kAllToAll ? 2 : 1);

@@ -191,6 +191,10 @@ void chain_broadcast(Ctx& c, float* data, size_t count, int root);
 void binomial_broadcast(Ctx& c, float* data, size_t count, int root);
 void direct_broadcast(Ctx& c, float* data, size_t count, int root);
 void chain_reduce(Ctx& c, float* acc, size_t count, ReduceOp op, int root);
+// The chains over the channels of `plan` (tuner.h RingPlan, not single()):
+// piece ch of the buffer along channel ch's ring from (to) the root.
+void channel_chain_broadcast(Ctx& c, const RingPlan& plan, float* data, size_t count, int root);
+void channel_chain_reduce(Ctx& c, const RingPlan& plan, float* acc, size_t count, ReduceOp op, int root);
 void binomial_reduce(Ctx& c, const float* in, float* acc, size_t count, ReduceOp op, int root);
 void direct_reduce(Ctx& c, const float* in, float* out, size_t count, ReduceOp op, int root);
 
@@ -223,6 +227,11 @@ void dbtree_ops(const TreePlan& plan, int n, size_t count, int chunks, int me, s
 size_t dbtree_charged(size_t count, int channels, int chunks);
 void dbtree_all_reduce(Ctx& c, const TreePlan& plan, float* work, size_t count, ReduceOp op);
 
+// Member me's steps of a chain broadcast (to_root false) or reduce over the
+// channels of `plan` (ring.cc channel_chain_*); each message moves and is
+// charged its chunk's elements.
+void chain_ops(const RingPlan& plan, int n, size_t count, int elem_size, int root, bool to_root, int me,
+               std::vector<TreeOp>& out);
 // Pipeline depth of the chain algorithms for `count` elements of
 // `elem_size` modeled bytes (the tuner predicts with it too).
 int chain_chunks(size_t count, int elem_size);

@@ -122,4 +122,80 @@ void chain_reduce(Ctx& c, float* acc, size_t count, ReduceOp op, int root) {
   }
 }
 
+// Channels (tuner.h RingPlan): channel ch moves piece ch of the buffer
+// (chunk_range over C) along its own ring order as a chain from (to) the
+// root, pipelined in chain_chunks of that piece, as NCCL runs broadcast and
+// reduce on every channel's ring. broadcast: the root, then its successors
+// on channel ch; reduce: the root's predecessors, summed down to the root,
+// so piece ch is summed in channel ch's order.
+//
+// The program order, as dbtree_ops: ports serve a stream's transfers in
+// program order (runtime/port.h), and a member sits at another depth on
+// every channel (the root's successors on one channel are its predecessors
+// on another), so taking the channels chunk by chunk would hold every
+// channel's hop behind the latest one's. Each step gets its slot in a
+// pipeline advancing one hop per slot: chunk j at depth d (hops from the
+// chain's head) at slot j + d; a member takes its steps in slot order,
+// channels in order within a slot. A receive at slot t waits for a send at
+// slot t - 1, so the program cannot deadlock.
+void chain_ops(const RingPlan& plan, int n, size_t count, int elem_size, int root, bool to_root, int me,
+               std::vector<TreeOp>& out) {
+  out.clear();
+  const int C = plan.channels;
+  std::vector<std::pair<int, size_t>> slot;  // (slot, index in `ops`): sorted stably below
+  std::vector<TreeOp> ops;
+  for (int ch = 0; ch < C; ++ch) {
+    const Range piece = chunk_range(count, C, ch);
+    const int k = chain_chunks(size_t(piece.size), elem_size);
+    const int pos = ((plan.position(ch, me, n) - plan.position(ch, root, n)) % n + n) % n;
+    const int depth = to_root ? n - 1 - pos : pos;
+    const int from = to_root ? plan.next(ch, me, n) : plan.prev(ch, me, n);
+    const int to = to_root ? plan.prev(ch, me, n) : plan.next(ch, me, n);
+    for (int j = 0; j < k; ++j) {
+      const Range r = chunk_range(size_t(piece.size), k, j);
+      const Range at{piece.begin + r.begin, r.size};
+      if (depth > 0) {
+        slot.emplace_back(j + depth, ops.size());
+        ops.push_back({to_root ? TreeOp::kRecvReduce : TreeOp::kRecvCopy, from, ch, at});
+      }
+      if (depth < n - 1) {
+        slot.emplace_back(j + depth, ops.size());
+        ops.push_back({TreeOp::kSend, to, ch, at});
+      }
+    }
+  }
+  // Channel-major above, so a stable sort by slot keeps channels in order within a slot.
+  std::stable_sort(slot.begin(), slot.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  out.reserve(ops.size());
+  for (const auto& [t, i] : slot) out.push_back(ops[i]);
+}
+
+namespace {
+void run_chain(Ctx& c, const RingPlan& plan, float* data, size_t count, ReduceOp op, int root, bool to_root) {
+  std::vector<TreeOp> ops;
+  chain_ops(plan, c.n(), count, c.esize(), root, to_root, c.me(), ops);
+  c.open_lanes(plan.channels);
+  for (const TreeOp& o : ops) {
+    c.on_lane(o.lane);
+    float* p = data ? data + o.range.begin : nullptr;
+    const auto size = static_cast<size_t>(o.range.size);
+    if (o.kind == TreeOp::kSend)
+      c.send(o.peer, p, size, o.lane);
+    else if (o.kind == TreeOp::kRecvReduce)
+      reduce_into(p, floats(c.recv(o.peer, size, o.lane)), size, op);
+    else
+      copy(p, floats(c.recv(o.peer, size, o.lane)), size);
+  }
+  c.on_lane(-1);
+}
+}  // namespace
+
+void channel_chain_broadcast(Ctx& c, const RingPlan& plan, float* data, size_t count, int root) {
+  run_chain(c, plan, data, count, ReduceOp::kSum, root, false);
+}
+
+void channel_chain_reduce(Ctx& c, const RingPlan& plan, float* acc, size_t count, ReduceOp op, int root) {
+  run_chain(c, plan, acc, count, op, root, true);
+}
+
 }  // namespace shardlab::collectives::detail

@@ -525,20 +525,16 @@ void bruck(Replay& R, size_t block) {
   }
 }
 
-// dbtree.cc dbtree_all_reduce: every member's steps (detail::dbtree_ops),
-// replayed in each member's program order. A tree is not lock-step, so the
-// members advance as an event loop: a member runs its steps until a receive
-// whose message its peer has not sent yet, and resumes when that send is
-// replayed. Messages between two members on one channel keep their order
-// (FIFO per sender, receiver and channel, as the fabric's tags do).
-void dbtree(Replay& R, const HardwareProfile& p, std::span<const int> members, const CollShape& s) {
-  const TreePlan plan = tree_plan(p, members);
-  SHARDLAB_CHECK(plan.applies());
-  const int n = R.n(), C = plan.channels;
-  const int chunks = dbtree_chunks(s.count, C, s.elem_size);
-  const size_t charged = detail::dbtree_charged(s.count, C, chunks);
-  std::vector<std::vector<detail::TreeOp>> ops(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) detail::dbtree_ops(plan, n, s.count, chunks, r, ops[size_t(r)]);
+// Every member's steps (detail::TreeOp lists: the dbtree's, the channel
+// chains'), replayed in each member's program order. Such a program is not
+// lock-step, so the members advance as an event loop: a member runs its
+// steps until a receive whose message its peer has not sent yet, and
+// resumes when that send is replayed. Messages between two members on one
+// channel keep their order (FIFO per sender, receiver and channel, as the
+// fabric's tags do). Each message is charged `charged` elements (0: its
+// range's size).
+void play_ops(Replay& R, int C, const std::vector<std::vector<detail::TreeOp>>& ops, size_t charged) {
+  const int n = R.n();
   // In flight from (sender, channel) to a receiver: keyed by receiver, then
   // (sender * C + channel); each a FIFO with a read cursor.
   struct Queue {
@@ -562,7 +558,7 @@ void dbtree(Replay& R, const HardwareProfile& p, std::span<const int> members, c
       if (o.kind == detail::TreeOp::kFinalize) continue;
       if (o.kind == detail::TreeOp::kSend) {
         const int key = r * C + o.lane;
-        inbox[size_t(o.peer)][key].q.push_back(R.send(r, o.peer, charged, o.lane));
+        inbox[size_t(o.peer)][key].q.push_back(R.send(r, o.peer, charged ? charged : size_t(o.range.size), o.lane));
         if (waiting[size_t(o.peer)] == key) {
           waiting[size_t(o.peer)] = -1;
           ready.push_back(o.peer);
@@ -579,6 +575,26 @@ void dbtree(Replay& R, const HardwareProfile& p, std::span<const int> members, c
     }
   }
   for (int r = 0; r < n; ++r) SHARDLAB_CHECK(next[size_t(r)] == ops[size_t(r)].size());
+}
+
+// dbtree.cc dbtree_all_reduce: every member's steps (detail::dbtree_ops).
+void dbtree(Replay& R, const HardwareProfile& p, std::span<const int> members, const CollShape& s) {
+  const TreePlan plan = tree_plan(p, members);
+  SHARDLAB_CHECK(plan.applies());
+  const int n = R.n(), C = plan.channels;
+  const int chunks = dbtree_chunks(s.count, C, s.elem_size);
+  std::vector<std::vector<detail::TreeOp>> ops(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) detail::dbtree_ops(plan, n, s.count, chunks, r, ops[size_t(r)]);
+  play_ops(R, C, ops, detail::dbtree_charged(s.count, C, chunks));
+}
+
+// ring.cc channel_chain_broadcast / channel_chain_reduce: every member's
+// steps (detail::chain_ops), each message charged its chunk's size.
+void channel_chain(Replay& R, const RingPlan& plan, const CollShape& s, bool to_root) {
+  const int n = R.n();
+  std::vector<std::vector<detail::TreeOp>> ops(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) detail::chain_ops(plan, n, s.count, s.elem_size, s.root, to_root, r, ops[size_t(r)]);
+  play_ops(R, plan.channels, ops, 0);
 }
 
 void replay_body(Replay& R, const HardwareProfile& p, std::span<const int> members, const RingPlan& plan,
@@ -606,11 +622,13 @@ void replay_body(Replay& R, const HardwareProfile& p, std::span<const int> membe
       return doubling(R, count);
     case OpKind::kBroadcast:
       if (algo == Algo::kDirect) return direct_rooted(R, count, s.root, false);
-      if (algo == Algo::kRing) return chain(R, count, s.elem_size, s.root, false);
+      if (algo == Algo::kRing)
+        return plan.single() ? chain(R, count, s.elem_size, s.root, false) : channel_chain(R, plan, s, false);
       return binomial_broadcast(R, count, s.root);
     case OpKind::kReduce:
       if (algo == Algo::kDirect) return direct_rooted(R, count, s.root, true);
-      if (algo == Algo::kRing) return chain(R, count, s.elem_size, s.root, true);
+      if (algo == Algo::kRing)
+        return plan.single() ? chain(R, count, s.elem_size, s.root, true) : channel_chain(R, plan, s, true);
       return binomial_reduce(R, count, s.root);
     case OpKind::kAllToAll: {
       const size_t block = count / static_cast<size_t>(n);

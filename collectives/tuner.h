@@ -39,6 +39,7 @@
 //                  tree    Σ_k (a + w(m_k·S/n))
 //                  direct  a + (n-1)·w(S/n)
 //   broadcast      ring    (n-1)·a + (n+c-2)·w(S/c)  pipelined chain, c chunks
+//                          (across nodes: a chain on every channel, below)
 //                  tree    ceil(log2 n)·(a + w(S))   binomial (power-of-two n)
 //                  direct  a + (n-1)·w(S)            reduce likewise
 //   all_to_all     ring    (n-1)·(a + w(S/n))        pairwise rounds
@@ -148,6 +149,11 @@ std::vector<Proto> candidate_protos(const HardwareProfile& p, std::span<const in
 // A group inside one node, with uneven members per node, or one member per
 // node keeps the single ring in group order (channels 1): with k = 1 the
 // duplicated rings would share the one NIC and take the same time.
+// Ring broadcast and reduce run the same channels: channel c moves piece c
+// of the buffer (chunk_range over C) as a pipelined chain along its ring
+// from (to) the root, as NCCL's ring broadcast and reduce; each member takes
+// its steps in pipeline-slot order (ring.cc detail::chain_ops), so the
+// node-crossing hops of all rails carry the buffer at once.
 struct RingPlan {
   int channels = 1;
   int rails = 1;
