@@ -86,13 +86,17 @@ namespace shardlab {
 // reduced in bf16; 5.0%, 8.1% once the interleaved rows gather their first
 // two chunks as the schedule starts); 4.7%, 9.5% at
 // 0.53; 5.1%, 9.8% at 0.55 (0.52 puts GPT3-175B on 512 GPUs beyond -10%).
+// Refitted in session 27 by A100's rule (the value of least mean |error|
+// that keeps every row within 10%; 0.54 had been the value whose worst row
+// was farthest inside 10%): 0.53, mean 4.7%, max 9.3%; 0.52: 4.4%, max
+// 10.6% (GPT3-175B on 512 GPUs); 0.54: 5.2%, 8.1%; 0.55: 5.6%, 9.3%.
 // History: 0.70 (an assumption: cuBLASLt's large FP8 GEMMs reach 65-75% of
 // 1,979 TFLOP/s in short benchmarks), then 0.59 with the fused attention at
 // the GEMM maximum and no TP overlap (8.0%, max 20.2%), then 0.55 with the
 // gathers in BF16 (6.4%, max 11.0%). Like A100's bf16 0.70 it absorbs what
 // is not modeled (clocks under sustained FP8 load, host gaps). H200 takes
 // it as it is (uncalibrated there).
-constexpr double kH100Fp8GemmMax = 0.54;
+constexpr double kH100Fp8GemmMax = 0.53;
 // B200's FP8 GEMM maximum, fitted to Megatron-Bridge's two DGX-B200
 // FP8 rows of the 25.11 container (model/train/calibration.h
 // megatron_bridge2511_b200: Llama 3 8B on 8 GPUs, Llama 3.1 405B on 128,

@@ -12,17 +12,17 @@
 // row at the precision they are printed, and so are their "Mean |error|"
 // lines; a failure prints the rows to paste. The goal for the six
 // NeMo rows is a mean within 5% and every row within 10%: at the fitted
-// 0.54, each row run as its config set it (TP overlap for 20B and Llama 2
+// 0.53 (session 27: least mean |error| with every row within 10%, A100's
+// rule; 0.54 before), each row run as its config set it (TP overlap for 20B and Llama 2
 // 70B, the parameter all-gathers in the next forward as Apex's
 // overlap_param_sync runs them), the fused attention at cuDNN's published
 // rates and the sequence-parallel gathers in FP8, the BF16 LM head at the
 // bf16 maximum fitted to Llama 3 (0.59), the interleaved rows' first two
 // chunks gathered as their schedule starts (Megatron's align_param_gather),
 // the gradients reduced in bf16 (the scripts' grad_sync_dtype), the fused
-// core reading GQA's K/V heads in place, the mean is 5.2% and the worst row
-// (GPT3-175B on 512 GPUs) -8.1%, past the goal's edge
-// (5.3%, -8.8% with those gathers at each stage's first forward). The rows
-// are asserted within 10%, the mean within 6%.
+// core reading GQA's K/V heads in place, the mean is 4.7% and the worst row
+// (GPT3-175B on 512 GPUs) -9.3% (at 0.54: 5.2%, -8.1%, past the goal's
+// mean). Asserted: the goal, every row within 10% and the mean within 5%.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -64,10 +64,9 @@ void expect_readme_table(const char* header, const std::vector<PublishedRun>& ro
   EXPECT_LE(sum / double(t.runs.size()), mean_bound) << "mean |error|";
 }
 
-// The goal: every row within 10%, the mean within 5% (5.0%, above: bounded
-// at 6%).
+// The goal: every row within 10%, the mean within 5%.
 TEST(H100Calibration, NeMo2407Fp8RowsAreReadmes) {
-  expect_readme_table(kHeader, nemo2407_h100_fp8(), "NeMo 24.07, DGX-H100, FP8, 6 runs: ", 0.10, 0.06);
+  expect_readme_table(kHeader, nemo2407_h100_fp8(), "NeMo 24.07, DGX-H100, FP8, 6 runs: ", 0.10, 0.05);
 }
 
 // Held out of the fit: Megatron-Bridge's 25.11 DGX-H100 FP8 rows of Llama 3
@@ -77,8 +76,9 @@ TEST(H100Calibration, NeMo2407Fp8RowsAreReadmes) {
 // (model/train/calibration.cc megatron_bridge2511_h100_fp8). Pinned in
 // README like the table above. The goal for held-out H100 runs is
 // every run within 10% and the mean within 5%: each row's 10% is
-// asserted. Their mean is 6.8% (Llama 3 8B -6.9%, 70B -5.4%, 405B +8.1%
-// since the fused core reads GQA's K/V heads in place and H100's bf16
+// asserted. Their mean is 7.0% (Llama 3 8B -7.8%, 70B -6.4%, 405B +6.6%
+// since H100's FP8 maximum went 0.54 -> 0.53; 6.8% before, -6.9%, -5.4%,
+// +8.1%, since the fused core reads GQA's K/V heads in place and H100's bf16
 // maximum was refitted to 0.59; 7.3% before, -8.3%,
 // -6.0%, +7.5%, with one bucket per model chunk, +7.7% before that; README
 // says what weighs on them and what moved the 405B row), above the goal's 5%: bounded at 8%
