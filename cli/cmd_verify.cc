@@ -30,12 +30,14 @@ struct VerifyFlags {
 };
 
 // The floor and the tolerances it gives, in two lines.
-void print_tolerances(const train::VerifyOptions& vo, int steps) {
+void print_tolerances(const train::VerifyOptions& vo) {
   const train::NoiseFloor& f = vo.floor;
   if (f.measured)
-    fmt::print("noise floor: two unsharded runs, --micro-batches {} and {} (only the order of the sums differs), "
+    fmt::print("noise floor: two unsharded runs, {} (only the order of the sums differs), "
                "drift apart by loss rel diff {:.3e}, parameter rel L2 {:.3e} over {} steps; factor {:g}\n",
-               f.micro_batches, f.resplit, f.loss, f.param, steps, vo.floor_factor);
+               f.reversed ? "the second with every micro-batch's sequences in reverse order"
+                          : fmt::format("--micro-batches {} and {}", f.micro_batches, f.resplit),
+               f.loss, f.param, f.steps, vo.floor_factor);
   else
     fmt::print("noise floor: not measured ({})\n", f.note);
   auto source = [&](bool given, double drift) -> std::string {
@@ -49,17 +51,24 @@ void print_tolerances(const train::VerifyOptions& vo, int steps) {
              vo.grads ? fmt::format(", step-0 gradients {:.3g} (no drift to scale for)", vo.tol_grad) : "");
 }
 
-// What the routing divergence means and what was compared instead.
-void print_routing(const train::RoutingDivergence& d, const train::TrainOptions& o, bool passed) {
-  fmt::print("routing diverged at step {}: MoE block {} sent tokens per expert {} (sharded) against {} (unsharded)\n",
-             d.step, d.layer, fmt::join(d.sharded, " "), fmt::join(d.reference, " "));
-  if (d.step == 0) return;
-  if (passed)
+// The routing divergences and what was compared instead.
+void print_routing(const train::VerifyResult& r, const train::TrainOptions& o) {
+  auto counts = [](const train::RoutingDivergence& d) {
+    return fmt::format("MoE block {} sent tokens per expert {} against {} (unsharded)", d.layer,
+                       fmt::join(d.sharded, " "), fmt::join(d.reference, " "));
+  };
+  if (r.routing) fmt::print("routing diverged at step {}: {}\n", r.routing->step, counts(*r.routing));
+  if (r.floor_routing)
+    fmt::print("the noise floor's run diverged in routing at step {}: {}; the floor is its drift before that "
+               "step\n",
+               r.floor_routing->step, counts(*r.floor_routing));
+  if (!r.routing || r.routing->step == 0) return;
+  if (r.passed && r.routing && r.routing->step == o.steps)
     fmt::print("  every step before it agrees within the tolerance, so a router's near-tie flipped on fp32 rounding; "
                "from there the runs route differently.\n");
-  fmt::print("  Both runs were trained again to step {} (the {}-step run's learning-rate schedule) and compared "
+  fmt::print("  The runs were trained again to step {} (the {}-step run's learning-rate schedule) and compared "
              "there: steps 0-{} and the parameters step {} started from.\n",
-             d.step, o.schedule_steps, d.step - 1, d.step);
+             o.steps, o.schedule_steps, o.steps - 1, o.steps);
 }
 
 void print_table(const train::TrainOptions& o, const collectives::DeviceMesh& mesh, const train::VerifyResult& r) {
@@ -81,8 +90,8 @@ void print_table(const train::TrainOptions& o, const collectives::DeviceMesh& me
   const auto w = worst(r.params);
   fmt::print("parameters after step {}: {} tensors, rel L2 {:.3e}, max |diff| {:.3e} (tensor with the largest rel L2: {} {:.3e})\n",
              o.steps - 1, r.params.size(), r.param_rel_l2, r.max_param_abs_diff, w.name, w.rel_l2);
-  print_tolerances(vo, o.steps);
-  if (r.routing) print_routing(*r.routing, o, r.passed);
+  print_tolerances(vo);
+  if (r.routing || r.floor_routing) print_routing(r, o);
   if (r.passed && o.parallel.world() == 1) {
     fmt::print("PASS, vacuously: nothing is sharded (1 device, no dp, tp, cp or pp split), so the run is the "
                "unsharded model compared with itself\n");
@@ -133,19 +142,19 @@ void side_by_side(const std::vector<std::function<void()>>& runs) {
     if (e) std::rethrow_exception(e);
 }
 
-// The floor run's micro-batch count, or 0 with the reason in floor.note.
-int floor_run(const VerifyFlags& f, const train::TrainOptions& sharded, const train::TrainOptions& reference,
-              train::NoiseFloor& floor) {
+// The floor run (micro_batches 0: none, with the reason in floor.note).
+train::FloorRun floor_run(const VerifyFlags& f, const train::TrainOptions& sharded,
+                          const train::TrainOptions& reference, train::NoiseFloor& floor) {
   floor.micro_batches = reference.micro_batches;
   if (sharded.parallel.world() == 1) {
     floor.note = "nothing is sharded";
-    return 0;
+    return {};
   }
   if (f.tol_loss && f.tol_param) {
     floor.note = "--tol-loss and --tol-param were given";
-    return 0;
+    return {};
   }
-  return train::floor_micro_batches(reference, floor.note);
+  return train::floor_run(reference, floor.note);
 }
 
 int run_verify(VerifyFlags& f) {
@@ -165,8 +174,10 @@ int run_verify(VerifyFlags& f) {
   reference.parallel.attention = parallel::AttentionKernel::kUnfused;
   reference.corrupt_shard.clear();
   train::NoiseFloor floor;
+  const train::FloorRun floor_plan = floor_run(f, sharded, reference, floor);
   train::TrainOptions resplit = reference;  // the noise floor's run
-  resplit.micro_batches = floor_run(f, sharded, reference, floor);
+  resplit.micro_batches = floor_plan.micro_batches;
+  resplit.reverse_rows = floor_plan.reversed;
   resplit.keep_step0_grads = false;
 
   const ClusterOptions sharded_copts = f.train.cluster_options();
@@ -188,27 +199,55 @@ int run_verify(VerifyFlags& f) {
                    {"--trace", f.train.common.trace,
                     f.train.common.trace.empty() ? "" : chrome_trace_json(a.run.traces, "shardlab verify (sharded run)")}});
   const model::ParamTable table(sharded.model);
-  if (resplit.micro_batches > 0)
-    floor = train::measure_floor(b, c, table, reference.micro_batches, resplit.micro_batches);
-  const train::VerifyOptions vo = train::floor_options(floor, train::kFloorFactor, f.tol_loss, f.tol_param, f.grads);
-  // MoE: once a router's near-tie flips, the runs route differently and
-  // part for that reason alone (RoutingDivergence). Both are re-run on the
-  // same schedule up to the step that flipped and compared there: every
-  // step before it, and the parameters it started from.
+  // MoE: once a router's near-tie flips, two runs route differently and
+  // part for that reason alone (RoutingDivergence). The sharded run and the
+  // reference are compared up to the step at which the sharded run's
+  // routing diverged from the reference's: both re-run there on the full
+  // run's learning-rate schedule, every step before it compared, and the
+  // parameters it started from. The floor is measured the same way, up to
+  // the first divergence of the floor run's own routing if that comes
+  // first (a drift that includes another route would make the tolerance
+  // that route's, not the reordered sums'): it is then a little lower than
+  // over all the steps compared, never inflated.
   const std::optional<train::RoutingDivergence> routing = train::routing_divergence(a, b);
-  train::TrainOptions compared = sharded;
-  if (routing && routing->step > 0) {
-    compared.steps = routing->step;
-    compared.schedule_steps = sharded.steps;
-    train::TrainOptions ref_to = reference;
-    ref_to.steps = routing->step;
-    ref_to.schedule_steps = reference.steps;
-    Cluster sharded_again(profile, sharded_copts), reference_again(profile, copts);
-    side_by_side({[&] { a = train::train(sharded_again, compared); },
-                  [&] { b = train::train(reference_again, ref_to); }});
+  std::optional<train::RoutingDivergence> floor_routing;
+  if (resplit.micro_batches > 0) floor_routing = train::routing_divergence(c, b);
+  int horizon = sharded.steps;
+  if (routing && routing->step > 0) horizon = routing->step;
+  if (floor_routing && floor_routing->step >= horizon) floor_routing.reset();
+  if (floor_routing && floor_routing->step == 0) {
+    resplit.micro_batches = 0;
+    floor.note = "the floor run's routing differs from the reference's at step 0";
   }
+  auto stop = [&](train::TrainOptions o, int steps) {
+    o.steps = steps;
+    o.schedule_steps = sharded.steps;
+    return o;
+  };
+  if (resplit.micro_batches > 0 && floor_routing) {  // the floor up to its own divergence
+    train::TrainResult ref_f, floor_f;
+    Cluster reference_f(profile, copts), floor_cluster_f(profile, copts);
+    side_by_side({[&] { ref_f = train::train(reference_f, stop(reference, floor_routing->step)); },
+                  [&] { floor_f = train::train(floor_cluster_f, stop(resplit, floor_routing->step)); }});
+    floor = train::measure_floor(ref_f, floor_f, table, reference.micro_batches, floor_plan);
+  }
+  train::TrainOptions compared = sharded;
+  if (horizon < sharded.steps && !(routing && routing->step == 0)) {
+    compared = stop(sharded, horizon);
+    const train::TrainOptions ref_to = stop(reference, horizon), floor_to = stop(resplit, horizon);
+    Cluster sharded_again(profile, sharded_copts), reference_again(profile, copts), floor_again(profile, copts);
+    std::vector<std::function<void()>> again{[&] { a = train::train(sharded_again, compared); },
+                                             [&] { b = train::train(reference_again, ref_to); }};
+    if (resplit.micro_batches > 0 && !floor_routing)
+      again.emplace_back([&] { c = train::train(floor_again, floor_to); });
+    side_by_side(again);
+  }
+  if (resplit.micro_batches > 0 && !floor_routing)
+    floor = train::measure_floor(b, c, table, reference.micro_batches, floor_plan);
+  const train::VerifyOptions vo = train::floor_options(floor, train::kFloorFactor, f.tol_loss, f.tol_param, f.grads);
   train::VerifyResult r = train::compare_runs(a, b, table, vo);
   r.routing = routing;
+  r.floor_routing = floor_routing;
   if (routing && routing->step == 0) {
     r.first_mismatch = train::Mismatch{"routing", "", routing->layer, 0, 0, 0};
     r.passed = false;

@@ -1,5 +1,6 @@
 #include "model/train/device_program.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "collectives/collectives.h"
@@ -31,6 +32,15 @@ void take_cp_chunks(model::Batch& b, int cp, int cp_rank) {
   b.seq = Tl;
 }
 
+// TrainOptions::reverse_rows: the micro-batch's sequences in reverse order.
+void reverse_rows(model::Batch& b) {
+  const auto T = size_t(b.seq);
+  for (int64_t lo = 0, hi = b.rows - 1; lo < hi; ++lo, --hi)
+    for (std::vector<int32_t>* v : {&b.x, &b.y})
+      std::swap_ranges(v->begin() + long(size_t(lo) * T), v->begin() + long(size_t(lo + 1) * T),
+                       v->begin() + long(size_t(hi) * T));
+}
+
 struct StepLosses {
   float loss = 0, ce = 0, aux = 0;
 };
@@ -43,6 +53,7 @@ StepLosses forward_backward(const DeviceProgram& p, DeviceSetup& s, Device& dev,
     model::Batch& b = s.micro[size_t(mb)];
     if (p.sampler) {
       p.sampler->batch_rows(step, s.first_row(mb), s.first_row(mb) + s.rows, b);
+      if (p.options.reverse_rows) reverse_rows(b);
       if (s.cp > 1) take_cp_chunks(b, s.cp, s.coords.cp);
     } else if (b.x.empty()) {  // phantom: token 0 everywhere, no data is read
       const int T = p.options.model.block_size / s.cp;

@@ -48,7 +48,7 @@ void TrainOptions::validate() const {
   require(adam.weight_decay >= 0, "`weight_decay` must be >= 0");
   require(grad_clip >= 0, "`grad_clip` must be >= 0 (0 turns clipping off)");
   require(warmup_steps >= 0, "`warmup_steps` must be >= 0");
-  require(schedule_steps == 0 || schedule_steps >= steps, "`schedule_steps` must be 0 or >= `steps`");
+  require(schedule_steps == 0 || schedule_steps >= steps, "`steps` must not exceed the schedule's length (TrainOptions::schedule_steps)");
   require(micro_batches >= 1, fmt::format("`micro_batches` must be at least 1 (got {})", micro_batches));
   require(std::isfinite(phantom_zipf) && phantom_zipf >= 0 && phantom_zipf <= 100,
           "`phantom_zipf` S (Zipf routing) needs 0 <= S <= 100");

@@ -187,6 +187,12 @@ struct TrainOptions {
   // rank's shard of parameter NAME after the last step; "NAME:RANK:REL"
   // scales it by 1+REL before the first step.
   std::string corrupt_shard;
+  // verify's noise floor for MoE with a load-balancing loss: every
+  // micro-batch's sequences in reverse order. The loss, the balancing loss
+  // and the routing are the same functions of the same tokens; only the
+  // order of the sums over tokens changes (not with an expert capacity:
+  // which tokens overflow depends on their order).
+  bool reverse_rows = false;
   // Keep the step-0 gradients (after the DP reduction, before clipping),
   // gathered into unsharded tensors (verify --grads).
   bool keep_step0_grads = false;

@@ -69,26 +69,34 @@ std::optional<Mismatch> first_bad(const std::vector<TensorDiff>& diffs, const ch
 
 }  // namespace
 
-int floor_micro_batches(const TrainOptions& reference, std::string& note) {
+FloorRun floor_run(const TrainOptions& reference, std::string& note) {
   const model::GPTConfig& m = reference.model;
-  if (m.is_moe() && (m.aux_coef != 0 || m.capacity_factor > 0)) {
-    note = "MoE: the load-balancing loss and the capacity are per micro-batch, so no split changes only the order";
-    return 0;
+  if (m.is_moe() && m.capacity_factor > 0) {
+    note = "MoE with an expert capacity: which tokens overflow depends on their order and split";
+    return {};
   }
-  if (reference.micro_batches > 1) return 1;
+  if (m.is_moe() && m.aux_coef != 0) {
+    if (m.batch_size / reference.micro_batches > 1) return {reference.micro_batches, true};
+    note = "MoE with a load-balancing loss (per micro-batch) and micro-batches of one sequence: no split or "
+           "reordering changes only the order of the sums";
+    return {};
+  }
+  if (reference.micro_batches > 1) return {1, false};
   for (int d = 2; d <= m.batch_size; ++d)
-    if (m.batch_size % d == 0) return d;
+    if (m.batch_size % d == 0) return {d, false};
   note = "a batch of one sequence cannot be split into micro-batches";
-  return 0;
+  return {};
 }
 
 NoiseFloor measure_floor(const TrainResult& reference, const TrainResult& resplit, const model::ParamTable& table,
-                         int micro_batches, int resplit_count) {
+                         int micro_batches, const FloorRun& run) {
   const VerifyResult r = compare_runs(resplit, reference, table, {});
   NoiseFloor f;
   f.measured = true;
+  f.reversed = run.reversed;
   f.micro_batches = micro_batches;
-  f.resplit = resplit_count;
+  f.resplit = run.micro_batches;
+  f.steps = int(r.loss_rel_diff.size());
   f.loss = r.max_loss_rel_diff;
   f.param = r.param_rel_l2;
   return f;
@@ -176,6 +184,8 @@ nlohmann::json verify_json(const VerifyResult& r) {
   j["noise_floor"] = {{"measured", f.measured}};
   if (f.measured) {
     j["noise_floor"]["micro_batches"] = {f.micro_batches, f.resplit};
+    j["noise_floor"]["reversed_rows"] = f.reversed;
+    j["noise_floor"]["steps"] = f.steps;
     j["noise_floor"]["max_loss_rel_diff"] = f.loss;
     j["noise_floor"]["param_rel_l2"] = f.param;
   } else {
@@ -183,11 +193,13 @@ nlohmann::json verify_json(const VerifyResult& r) {
   }
   j["tolerances"] = {{"loss", o.tol_loss}, {"param", o.tol_param}, {"grad", o.tol_grad},
                      {"loss_given", o.user_tol_loss}, {"param_given", o.user_tol_param}};
-  j["routing_divergence"] = nullptr;
-  if (r.routing)
-    j["routing_divergence"] = {{"step", r.routing->step}, {"layer", r.routing->layer},
-                               {"tokens_per_expert", r.routing->sharded},
-                               {"reference_tokens_per_expert", r.routing->reference}};
+  auto divergence = [](const std::optional<RoutingDivergence>& d) -> nlohmann::json {
+    if (!d) return nullptr;
+    return {{"step", d->step}, {"layer", d->layer}, {"tokens_per_expert", d->sharded},
+            {"reference_tokens_per_expert", d->reference}};
+  };
+  j["routing_divergence"] = divergence(r.routing);
+  j["floor_routing_divergence"] = divergence(r.floor_routing);
   j["steps"] = nlohmann::json::array();
   for (size_t s = 0; s < r.loss_rel_diff.size(); ++s)
     j["steps"].push_back({{"step", s}, {"loss", r.sharded_loss[s]}, {"reference_loss", r.reference_loss[s]},

@@ -10,7 +10,10 @@
 // correct sharded run drifts from the reference more the longer it trains.
 // The floor is the drift between two unsharded runs that differ only in the
 // order of their reductions (the global batch split into another number of
-// micro-batches), over the same steps (NoiseFloor).
+// micro-batches, or, for MoE's per-micro-batch balancing loss, every
+// micro-batch's sequences reversed), over the same steps (NoiseFloor).
+// MoE routing can flip on rounding (RoutingDivergence): runs are then
+// compared up to the flip.
 #pragma once
 
 #include <optional>
@@ -35,14 +38,20 @@ inline constexpr double kFloorFactor = 10;
 
 // The drift between the unsharded reference (micro_batches M) and the same
 // run with the global batch split into `resplit` micro-batches: only the
-// order of the gradient sums differs. Not measured (measured false, `note`
-// says why) when no split changes only the order: a batch of one sequence,
-// or MoE with a load-balancing loss or a capacity (both are per micro-batch).
+// order of the gradient sums differs. MoE with a load-balancing loss (per
+// micro-batch, so a split changes it) reverses the sequences of every
+// micro-batch instead (`reversed`, TrainOptions::reverse_rows: M and the
+// micro-batches' tokens stay). Not measured (measured false, `note` says
+// why) when neither changes only the order: a batch of one sequence (with
+// a balancing loss, micro-batches of one sequence), or an expert capacity
+// (which tokens overflow depends on their order).
 struct NoiseFloor {
   bool measured = false;
+  bool reversed = false;
   int micro_batches = 1, resplit = 0;
   double loss = 0;   // max per-step relative loss difference
   double param = 0;  // relative L2 difference of the final parameter vector
+  int steps = 0;     // over how many steps (fewer than compared when the floor run's routing diverged first)
   std::string note;  // why it was not measured
 };
 
@@ -112,16 +121,25 @@ struct VerifyResult {
   // Set when the routing diverged (verify then compares both runs re-run to
   // that step; `routing.step` 0 leaves nothing to compare and fails).
   std::optional<RoutingDivergence> routing;
+  // Set when the noise floor's run diverged from the reference's routing
+  // within the steps compared (its drift, the floor, includes that route).
+  std::optional<RoutingDivergence> floor_routing;
 };
 
-// The micro-batch count of the floor run for `reference` (the unsharded
-// run): 1 when the reference has several, else the smallest divisor of the
-// batch above 1. 0 when no split changes only the order (`note` says why).
-int floor_micro_batches(const TrainOptions& reference, std::string& note);
+// The floor run for `reference` (the unsharded run): its micro-batch count,
+// 1 when the reference has several, else the smallest divisor of the batch
+// above 1; or, with a balancing loss, the reference's count with `reversed`
+// rows. micro_batches 0 when no such run changes only the order (`note`
+// says why).
+struct FloorRun {
+  int micro_batches = 0;
+  bool reversed = false;
+};
+FloorRun floor_run(const TrainOptions& reference, std::string& note);
 
-// The floor from the reference and the run split into `resplit` micro-batches.
+// The floor from the reference and the floor run (`run`).
 NoiseFloor measure_floor(const TrainResult& reference, const TrainResult& resplit,
-                         const model::ParamTable& table, int micro_batches, int resplit_count);
+                         const model::ParamTable& table, int micro_batches, const FloorRun& run);
 
 // The tolerances: tol_loss / tol_param when given (they win), else the larger
 // of kDefaultTolerance and factor x the floor (the default alone when the

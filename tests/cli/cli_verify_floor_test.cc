@@ -122,9 +122,18 @@ TEST(VerifyFloor, NoSplitFallsBackToTheDefaultAndSaysWhy) {
   EXPECT_FALSE(one["noise_floor"]["measured"].get<bool>());
   EXPECT_NE(one["noise_floor"]["note"].get<std::string>().find("batch of one sequence"), std::string::npos);
   EXPECT_EQ(num(one, "tolerances", "param"), 1e-5);
-  const nlohmann::json moe = verify_json_run("--steps 2 --dp 2 --experts 4", 0);
+  // MoE with an expert capacity: which tokens overflow depends on their
+  // order, so neither a split nor reversed sequences change only the sums.
+  const nlohmann::json moe = verify_json_run("--steps 2 --dp 2 --experts 4 --capacity-factor 1.25", 0);
   EXPECT_FALSE(moe["noise_floor"]["measured"].get<bool>());
-  EXPECT_NE(moe["noise_floor"]["note"].get<std::string>().find("MoE"), std::string::npos);
+  EXPECT_NE(moe["noise_floor"]["note"].get<std::string>().find("capacity"), std::string::npos);
+  // With a balancing loss alone: the floor run reverses every micro-batch's sequences.
+  const nlohmann::json aux = verify_json_run("--steps 2 --dp 2 --experts 4", 0);
+  EXPECT_TRUE(aux["noise_floor"]["measured"].get<bool>());
+  EXPECT_TRUE(aux["noise_floor"]["reversed_rows"].get<bool>());
+  auto text = run_cli("verify --model tiny --steps 2 --dp 2 --experts 4");
+  EXPECT_NE(text.out.find("the second with every micro-batch's sequences in reverse order"), std::string::npos)
+      << text.out;
 }
 
 TEST(VerifyFloor, TheTextReportPrintsTheFloorAndTheFactor) {
@@ -168,15 +177,32 @@ TEST(VerifyFloor, SplitAndTolerancesRules) {
   train::TrainOptions o;
   o.model = model::preset("tiny");  // batch 8
   std::string note;
-  EXPECT_EQ(train::floor_micro_batches(o, note), 2);
+  auto split = [&] { return train::floor_run(o, note).micro_batches; };
+  EXPECT_EQ(split(), 2);
   o.micro_batches = 4;
-  EXPECT_EQ(train::floor_micro_batches(o, note), 1);
+  EXPECT_EQ(split(), 1);
   o.micro_batches = 1;
   o.model.batch_size = 9;
-  EXPECT_EQ(train::floor_micro_batches(o, note), 3);
+  EXPECT_EQ(split(), 3);
   o.model.batch_size = 1;
-  EXPECT_EQ(train::floor_micro_batches(o, note), 0);
+  EXPECT_EQ(split(), 0);
   EXPECT_FALSE(note.empty());
+  // MoE with a balancing loss: the same micro-batches, rows reversed; with
+  // micro-batches of one sequence, or a capacity, none.
+  o.model = model::preset("tiny-moe");  // batch 8, aux 0.01
+  o.micro_batches = 2;
+  EXPECT_EQ(train::floor_run(o, note).micro_batches, 2);
+  EXPECT_TRUE(train::floor_run(o, note).reversed);
+  o.micro_batches = 8;
+  EXPECT_EQ(split(), 0);
+  o.micro_batches = 1;
+  o.model.capacity_factor = 1.25;
+  EXPECT_EQ(split(), 0);
+  EXPECT_NE(note.find("capacity"), std::string::npos) << note;
+  o.model.capacity_factor = 0;
+  o.model.aux_coef = 0;  // no balancing loss: a split changes only the order
+  EXPECT_EQ(split(), 2);
+  EXPECT_FALSE(train::floor_run(o, note).reversed);
 
   train::NoiseFloor f;
   f.measured = true;
