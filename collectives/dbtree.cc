@@ -196,25 +196,22 @@ void dbtree_ops(const TreePlan& plan, int n, size_t count, int chunks, int me, s
   for (const auto& [t, i] : slot) out.push_back(ops[i]);
 }
 
-void dbtree_all_reduce(Ctx& c, const TreePlan& plan, float* work, size_t count, ReduceOp op) {
-  const int chunks = dbtree_chunks(count, plan.channels, c.esize());
-  const size_t charged = dbtree_charged(count, plan.channels, chunks);
-  std::vector<TreeOp> ops;
-  dbtree_ops(plan, c.n(), count, chunks, c.me(), ops);
-  c.open_lanes(plan.channels);
+void run_ops(Ctx& c, const std::vector<TreeOp>& ops, int channels, float* work, ReduceOp op, size_t charged) {
+  c.open_lanes(channels);
   for (const TreeOp& o : ops) {
     c.on_lane(o.lane);
     float* p = work ? work + o.range.begin : nullptr;
     const auto size = static_cast<size_t>(o.range.size);
+    const size_t modeled = charged ? charged : Ctx::kAsCount;
     switch (o.kind) {
       case TreeOp::kRecvReduce:
-        reduce_into(p, floats(c.recv(o.peer, size, o.lane, charged)), size, op);
+        reduce_into(p, floats(c.recv(o.peer, size, o.lane, modeled)), size, op);
         break;
       case TreeOp::kRecvCopy:
-        copy(p, floats(c.recv(o.peer, size, o.lane, charged)), size);
+        copy(p, floats(c.recv(o.peer, size, o.lane, modeled)), size);
         break;
       case TreeOp::kSend:
-        c.send(o.peer, p, size, o.lane, charged);
+        c.send(o.peer, p, size, o.lane, modeled);
         break;
       case TreeOp::kFinalize:
         finalize(p, size, op, c.n());
@@ -222,6 +219,13 @@ void dbtree_all_reduce(Ctx& c, const TreePlan& plan, float* work, size_t count, 
     }
   }
   c.on_lane(-1);
+}
+
+void dbtree_all_reduce(Ctx& c, const TreePlan& plan, float* work, size_t count, ReduceOp op) {
+  const int chunks = dbtree_chunks(count, plan.channels, c.esize());
+  std::vector<TreeOp> ops;
+  dbtree_ops(plan, c.n(), count, chunks, c.me(), ops);
+  run_ops(c, ops, plan.channels, work, op, dbtree_charged(count, plan.channels, chunks));
 }
 
 }  // namespace detail

@@ -221,6 +221,10 @@ struct TreeOp {
   int lane;     // the channel, each on its own lane (Ctx::open_lanes)
   Range range;  // the buffer's elements it moves
 };
+// Runs a member's steps, each channel on its lane; every message charged
+// `charged` elements (0: its range's size). The tuner replays the same
+// lists (tuner.cc play_ops).
+void run_ops(Ctx& c, const std::vector<TreeOp>& ops, int channels, float* work, ReduceOp op, size_t charged);
 // Member me's steps for `count` elements in `chunks` pipeline chunks per channel.
 void dbtree_ops(const TreePlan& plan, int n, size_t count, int chunks, int me, std::vector<TreeOp>& out);
 // Every message is charged ceil(ceil(count/C)/chunks) elements (as the channel rings' pieces).

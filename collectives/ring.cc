@@ -170,32 +170,16 @@ void chain_ops(const RingPlan& plan, int n, size_t count, int elem_size, int roo
   for (const auto& [t, i] : slot) out.push_back(ops[i]);
 }
 
-namespace {
-void run_chain(Ctx& c, const RingPlan& plan, float* data, size_t count, ReduceOp op, int root, bool to_root) {
-  std::vector<TreeOp> ops;
-  chain_ops(plan, c.n(), count, c.esize(), root, to_root, c.me(), ops);
-  c.open_lanes(plan.channels);
-  for (const TreeOp& o : ops) {
-    c.on_lane(o.lane);
-    float* p = data ? data + o.range.begin : nullptr;
-    const auto size = static_cast<size_t>(o.range.size);
-    if (o.kind == TreeOp::kSend)
-      c.send(o.peer, p, size, o.lane);
-    else if (o.kind == TreeOp::kRecvReduce)
-      reduce_into(p, floats(c.recv(o.peer, size, o.lane)), size, op);
-    else
-      copy(p, floats(c.recv(o.peer, size, o.lane)), size);
-  }
-  c.on_lane(-1);
-}
-}  // namespace
-
 void channel_chain_broadcast(Ctx& c, const RingPlan& plan, float* data, size_t count, int root) {
-  run_chain(c, plan, data, count, ReduceOp::kSum, root, false);
+  std::vector<TreeOp> ops;
+  chain_ops(plan, c.n(), count, c.esize(), root, /*to_root=*/false, c.me(), ops);
+  run_ops(c, ops, plan.channels, data, ReduceOp::kSum, 0);
 }
 
 void channel_chain_reduce(Ctx& c, const RingPlan& plan, float* acc, size_t count, ReduceOp op, int root) {
-  run_chain(c, plan, acc, count, op, root, true);
+  std::vector<TreeOp> ops;
+  chain_ops(plan, c.n(), count, c.esize(), root, /*to_root=*/true, c.me(), ops);
+  run_ops(c, ops, plan.channels, acc, op, 0);
 }
 
 }  // namespace shardlab::collectives::detail
