@@ -20,8 +20,9 @@
 //     (prints a digest of every device's virtual figures, to compare two builds)
 //     (--layers and --micro-batches shrink a scale run into a sibling that
 //     runs in seconds, for profiling; --no-fold runs every rank on a thread)
-//   build/bin/bench_phantom --table nemo|bridge|bridge-b200|llama3|mcore [--profile NAME|FILE.json] [--rows N] [--from I] [--no-fold]
-//     (--from I: the table's rows from the I-th on, 0 first)
+//   build/bin/bench_phantom --table nemo|bridge|bridge-b200|llama3|mcore [--profile NAME|FILE.json] [--rows N] [--from I] [--trace FILE.json] [--no-fold]
+//     (--from I: the table's rows from the I-th on, 0 first; --trace FILE.json:
+//     the Chrome trace of the first row run, e.g. --from 2 --rows 1 --trace t.json)
 //     NVIDIA's NeMo 24.07 DGX-H100 FP8 rows, Megatron-Bridge 25.11's
 //     DGX-H100 FP8 rows (held out), Dubey et al. 2024 Table 4 (Llama 3
 //     405B, BF16) or Megatron-LM's weak-scaling table (mcore: 1.7B to 462B
@@ -57,7 +58,7 @@ using namespace shardlab;
 // picosecond, "step ps") must not move.
 std::vector<train::PredictedRun> run_table(const std::vector<train::PublishedRun>& rows,
                                            const HardwareProfile& p, size_t limit, bool fold = true,
-                                           size_t from = 0) {
+                                           size_t from = 0, const std::string& trace = {}) {
   if (from >= rows.size())
     throw ConfigError(fmt::format("--from {}: the table has {} rows (0 to {})", from, rows.size(), rows.size() - 1));
   fmt::print("{:>16} {:>3} {:>3} {:>5} {:>6} {:>10} {:>10} {:>10} {:>7} {:>8} {:>8} {:>9} {:>16}\n",
@@ -67,7 +68,7 @@ std::vector<train::PredictedRun> run_table(const std::vector<train::PublishedRun
   for (size_t i = from; i < rows.size(); ++i) {
     const train::PublishedRun& row = rows[i];
     if (runs.size() == limit) break;
-    const train::PredictedRun& r = runs.emplace_back(train::predict(row, p, fold));
+    const train::PredictedRun& r = runs.emplace_back(train::predict(row, p, fold, runs.empty() ? trace : std::string{}));
     rusage u{};
     getrusage(RUSAGE_SELF, &u);
     fmt::print("{:>16} {:>3} {:>3} {:>5} {:>6} {:>10.3f} {:>10.1f} {:>10.0f} {:>+6.1f}% {:>8} {:>8.2f} {:>9.0f} {:>16}\n",
@@ -175,7 +176,7 @@ int run(int argc, char** argv) {
     }
     return run_scale(argv[2], over);
   }
-  std::string profile, table;
+  std::string profile, table, trace;
   size_t rows = 100, from = 0;
   bool fold = true;
   for (int i = 1; i < argc; i += 2) {
@@ -185,9 +186,9 @@ int run(int argc, char** argv) {
     }
     if (i + 1 >= argc ||
         (std::strcmp(argv[i], "--profile") && std::strcmp(argv[i], "--rows") && std::strcmp(argv[i], "--table") &&
-         std::strcmp(argv[i], "--from")))
+         std::strcmp(argv[i], "--from") && std::strcmp(argv[i], "--trace")))
       throw ConfigError(
-          fmt::format("unknown argument \"{}\" (--profile NAME|FILE.json, --rows N, --from I, --table nemo|bridge|bridge-b200|llama3|mcore, --no-fold)",
+          fmt::format("unknown argument \"{}\" (--profile NAME|FILE.json, --rows N, --from I, --table nemo|bridge|bridge-b200|llama3|mcore, --trace FILE.json, --no-fold)",
                       argv[i]));
     if (!std::strcmp(argv[i], "--profile")) profile = argv[i + 1];
     if (!std::strcmp(argv[i], "--rows")) {
@@ -201,7 +202,9 @@ int run(int argc, char** argv) {
       from = size_t(*n);
     }
     if (!std::strcmp(argv[i], "--table")) table = argv[i + 1];
+    if (!std::strcmp(argv[i], "--trace")) trace = argv[i + 1];
   }
+  if (!trace.empty() && table.empty()) throw ConfigError("--trace is for a --table (it traces the table's first row run)");
   if (from > 0 && table.empty()) throw ConfigError("--from is for a --table (the default prints three tables)");
   if (!table.empty()) {
     if (table != "nemo" && table != "bridge" && table != "bridge-b200" && table != "llama3" && table != "mcore")
@@ -220,7 +223,7 @@ int run(int argc, char** argv) {
               : b200              ? train::megatron_bridge2511_b200()
               : table == "mcore"  ? train::megatron_core_weak_scaling_h100()
                                   : train::dubey2024_table4(),
-              p, rows, fold, from);
+              p, rows, fold, from, trace);
     return 0;
   }
   const HardwareProfile p = load_profile(profile.empty() ? "a100-nvlink" : profile);

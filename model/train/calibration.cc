@@ -137,7 +137,8 @@ double paper_flops_per_step(const TrainOptions& o) {
 constexpr double kApexAffineLayerNormFwd = 895.7822 / 1258.0318;
 constexpr double kApexAffineLayerNormBwd = 572.1678 / 1163.4357;
 
-PredictedRun predict(const PublishedRun& row, const HardwareProfile& profile, bool fold) {
+PredictedRun predict(const PublishedRun& row, const HardwareProfile& profile, bool fold,
+                     const std::string& trace_path) {
   PredictedRun r{row, published_run_options(row)};
   r.options.fold = fold;
   HardwareProfile p = profile;
@@ -149,12 +150,14 @@ PredictedRun predict(const PublishedRun& row, const HardwareProfile& profile, bo
   ClusterOptions c;
   c.precision = row.precision;
   c.world_size = row.gpus;
+  c.trace = !trace_path.empty();
   if (row.memory_gib > 0) c.memory_bytes = static_cast<uint64_t>(row.memory_gib * (uint64_t{1} << 30));
   Cluster cluster(p, c);
   const auto t0 = std::chrono::steady_clock::now();
   const TrainResult result = train(cluster, r.options);
   r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.step_s = to_seconds(result.steps.back().virtual_end);
+  if (c.trace) write_chrome_trace(trace_path, result.run.traces, fmt::format("shardlab: {} on {}", row.preset, p.name));
   const model::GPTConfig& m = r.options.model;
   r.tokens_per_gpu_s = double(m.batch_size) * m.block_size / r.step_s / row.gpus;
   r.tflops_per_gpu = megatron_core_recipe(row.recipe)

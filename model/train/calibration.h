@@ -209,7 +209,10 @@ struct PredictedRun {
 
 // Runs `row` in phantom on `profile` (its nodes set to fit the row); `fold`
 // false: every rank on a thread (TrainOptions::fold; the same figures).
-PredictedRun predict(const PublishedRun& row, const HardwareProfile& profile, bool fold = true);
+// `trace_path` non-empty: the run's Chrome trace is written there (every
+// running device's kernels, collectives and transfers; bench_phantom --trace).
+PredictedRun predict(const PublishedRun& row, const HardwareProfile& profile, bool fold = true,
+                     const std::string& trace_path = {});
 
 // README's row for a prediction (tests/model/train/calibration_test.cc and
 // heldout_test.cc pin README's tables with it). A row published in TFLOP/s:

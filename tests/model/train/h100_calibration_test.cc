@@ -27,11 +27,16 @@
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "calibration_tables.h"
 #include "model/train/calibration.h"
+#include "runtime/profile.h"
+
+#include <nlohmann/json.hpp>
 
 namespace shardlab::train {
 namespace {
@@ -256,6 +261,30 @@ TEST(H100Calibration, BridgeInterleavedRowsBucketPerChunk) {
     EXPECT_EQ(p.dp, dp[i]) << rows[i].name;
   }
   EXPECT_EQ(published_run_options(rows[0]).parallel.zero, 3);
+}
+
+// predict(..., trace_path) (bench_phantom --table NAME --trace FILE.json):
+// the traced run is the same run, to the picosecond, and its trace holds
+// the row's kernels (the FP8 linears' GEMMs, the fused attention) and its
+// FSDP collectives, on the 8 GPUs of Megatron-Bridge's Llama 3 8B row.
+TEST(H100Calibration, ATracedPredictionIsTheSameRun) {
+  const PublishedRun& row = megatron_bridge2511_h100_fp8()[0];
+  const HardwareProfile p = load_profile("h100-nvlink");
+  const std::string path = ::testing::TempDir() + "bridge_8b_trace.json";
+  const PredictedRun plain = predict(row, p), traced = predict(row, p, true, path);
+  EXPECT_EQ(plain.step_s, traced.step_s);
+  std::ifstream in(path);
+  ASSERT_TRUE(in.good()) << path;
+  const nlohmann::json j = nlohmann::json::parse(in);
+  std::map<std::string, int> names;
+  for (const auto& e : j["traceEvents"])
+    if (e.value("ph", "") == "X") ++names[e["name"].get<std::string>()];
+  // 32 layers x 16 micro-batches of each kernel on the traced device.
+  EXPECT_EQ(names["mlp.c_fc.fwd"], 512);
+  EXPECT_EQ(names["attn.flash.bwd"], 512);
+  EXPECT_GT(names["coll.launch"], 0);
+  std::printf("trace: %zu kernel and transfer names, step %.6f s\n", names.size(), traced.step_s);
+  std::remove(path.c_str());
 }
 
 // Megatron-Bridge's published TFLOP/s over tokens/s is the model FLOPs per
