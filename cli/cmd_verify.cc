@@ -32,14 +32,20 @@ struct VerifyFlags {
 // The floor and the tolerances it gives, in two lines.
 void print_tolerances(const train::VerifyOptions& vo) {
   const train::NoiseFloor& f = vo.floor;
-  if (f.measured)
+  if (f.measured) {
+    std::string runs = f.reversed ? "the second with every micro-batch's sequences in reverse order"
+                       : f.resplit != f.micro_batches
+                           ? fmt::format("--micro-batches {} and {}", f.micro_batches, f.resplit)
+                           : std::string("the second");
+    if (f.split_sums)
+      runs += std::string(f.reversed ? " and" : f.resplit != f.micro_batches ? ", the second with" : " with") +
+              " every GEMM's sum over K in two halves (as tp and cp split theirs)";
     fmt::print("noise floor: two unsharded runs, {} (only the order of the sums differs), "
                "drift apart by loss rel diff {:.3e}, parameter rel L2 {:.3e} over {} steps; factor {:g}\n",
-               f.reversed ? "the second with every micro-batch's sequences in reverse order"
-                          : fmt::format("--micro-batches {} and {}", f.micro_batches, f.resplit),
-               f.loss, f.param, f.steps, vo.floor_factor);
-  else
+               runs, f.loss, f.param, f.steps, vo.floor_factor);
+  } else {
     fmt::print("noise floor: not measured ({})\n", f.note);
+  }
   auto source = [&](bool given, double drift) -> std::string {
     if (given) return "given";
     if (!f.measured) return "default";
@@ -90,6 +96,16 @@ void print_table(const train::TrainOptions& o, const collectives::DeviceMesh& me
   const auto w = worst(r.params);
   fmt::print("parameters after step {}: {} tensors, rel L2 {:.3e}, max |diff| {:.3e} (tensor with the largest rel L2: {} {:.3e})\n",
              o.steps - 1, r.params.size(), r.param_rel_l2, r.max_param_abs_diff, w.name, w.rel_l2);
+  if (!r.flips.empty()) {
+    std::string list;
+    for (size_t i = 0; i < r.flips.size() && i < 3; ++i)
+      list += fmt::format("{}{}[{}] {:.3e}", i ? ", " : "", r.flips[i].name, r.flips[i].index, r.flips[i].abs_diff);
+    if (r.flips.size() > 3) list += fmt::format(" and {} more", r.flips.size() - 3);
+    fmt::print("set aside as AdamW flips (an element whose gradient is at rounding level steps by up to lr either "
+               "way; at most {} elements, each {:.3g} to {:.3g} apart): {}; the rest of the vector: rel L2 {:.3e}\n",
+               r.flip_limit, vo.flip_min, vo.flip_bound, list,
+               r.param_rel_l2_held);
+  }
   print_tolerances(vo);
   if (r.routing || r.floor_routing) print_routing(r, o);
   if (r.passed && o.parallel.world() == 1) {
@@ -154,7 +170,10 @@ train::FloorRun floor_run(const VerifyFlags& f, const train::TrainOptions& shard
     floor.note = "--tol-loss and --tol-param were given";
     return {};
   }
-  return train::floor_run(reference, floor.note);
+  // tp splits the matmuls' inner sums over its ranks, cp the attention's over
+  // the sequence's chunks: the floor run's GEMMs split theirs too.
+  const bool split_sums = sharded.parallel.tp > 1 || sharded.parallel.cp > 1;
+  return train::floor_run(reference, split_sums, floor.note);
 }
 
 int run_verify(VerifyFlags& f) {
@@ -178,6 +197,7 @@ int run_verify(VerifyFlags& f) {
   train::TrainOptions resplit = reference;  // the noise floor's run
   resplit.micro_batches = floor_plan.micro_batches;
   resplit.reverse_rows = floor_plan.reversed;
+  resplit.split_sums = floor_plan.split_sums;
   resplit.keep_step0_grads = false;
 
   const ClusterOptions sharded_copts = f.train.cluster_options();
@@ -230,7 +250,8 @@ int run_verify(VerifyFlags& f) {
     Cluster reference_f(profile, copts), floor_cluster_f(profile, copts);
     side_by_side({[&] { ref_f = train::train(reference_f, stop(reference, floor_routing->step)); },
                   [&] { floor_f = train::train(floor_cluster_f, stop(resplit, floor_routing->step)); }});
-    floor = train::measure_floor(ref_f, floor_f, table, reference.micro_batches, floor_plan);
+    floor = train::measure_floor(ref_f, floor_f, table, reference.micro_batches, floor_plan,
+                                 train::adam_flip_bound(ref_f, reference.adam), train::adam_flip_min(ref_f));
   }
   train::TrainOptions compared = sharded;
   if (horizon < sharded.steps && !(routing && routing->step == 0)) {
@@ -244,8 +265,11 @@ int run_verify(VerifyFlags& f) {
     side_by_side(again);
   }
   if (resplit.micro_batches > 0 && !floor_routing)
-    floor = train::measure_floor(b, c, table, reference.micro_batches, floor_plan);
-  const train::VerifyOptions vo = train::floor_options(floor, train::kFloorFactor, f.tol_loss, f.tol_param, f.grads);
+    floor = train::measure_floor(b, c, table, reference.micro_batches, floor_plan,
+                                 train::adam_flip_bound(b, reference.adam), train::adam_flip_min(b));
+  train::VerifyOptions vo = train::floor_options(floor, train::floor_factor_for(floor.split_sums), f.tol_loss, f.tol_param, f.grads);
+  vo.flip_bound = train::adam_flip_bound(b, reference.adam);
+  vo.flip_min = train::adam_flip_min(b);
   train::VerifyResult r = train::compare_runs(a, b, table, vo);
   r.routing = routing;
   r.floor_routing = floor_routing;
@@ -272,13 +296,14 @@ FlagTable<VerifyFlags> verify_flags() {
   return {
       {"--grads", FIELD(grads), "Also compare the step-0 gradients (against --tol-param, or 1e-5)"},
       {"--tol-loss", FIELD(tol_loss),
-       fmt::format("Max relative loss difference per step (default: the larger of 1e-5 and {:g} x the noise floor)",
-                   train::kFloorFactor),
+       fmt::format("Max relative loss difference per step (default: the larger of 1e-5 and {:g} x the noise "
+                   "floor, {:g} x with --tp or --cp)",
+                   train::kFloorFactor, train::kSplitFloorFactor),
        number_in(0, 1e3)},
       {"--tol-param", FIELD(tol_param),
        fmt::format("Max relative L2 difference of the whole parameter vector, ||sharded - reference|| / "
-                   "||reference|| (default: the larger of 1e-5 and {:g} x the noise floor)",
-                   train::kFloorFactor),
+                   "||reference|| (default: the larger of 1e-5 and {:g} x the noise floor, {:g} x with --tp or --cp)",
+                   train::kFloorFactor, train::kSplitFloorFactor),
        number_in(0, 1e3)},
   };
 }
@@ -298,7 +323,8 @@ void add_verify_command(CLI::App& app) {
       ->group("Options");
   add_flags(sub, *f, verify_flags());
   sub->footer("Noise floor: the drift between the unsharded model and the same run split into other micro-batches "
-              "(only the order of the fp32 sums differs), over the same steps; printed with the tolerances.\n"
+              "(only the order of the fp32 sums differs), over the same steps; with --tp or --cp its GEMMs also sum "
+              "over K in two halves, as those split them; printed with the tolerances.\n"
               "Exit status: 0 when the runs agree, 1 when they do not, 2 on bad input.");
   set_action(sub, [f] { return run_verify(*f); });
 }

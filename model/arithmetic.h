@@ -48,4 +48,23 @@ class ArithmeticScope {
   Arithmetic previous_;
 };
 
+// Split sums: every GEMM of the calling thread sums its K in two halves and
+// adds the second half's product to the first's, in the thread's
+// arithmetic, as tensor parallelism splits a row-parallel GEMM's sum over
+// its ranks (model/gemm.h). Off by default; verify's noise floor turns it on
+// (model/train/verify.h): the reference's own rounding, perturbed the way a
+// TP or CP run perturbs it, with the same bits on every machine under
+// portable arithmetic.
+bool split_sums();
+class SplitSumsScope {
+ public:
+  explicit SplitSumsScope(bool on);
+  ~SplitSumsScope();
+  SplitSumsScope(const SplitSumsScope&) = delete;
+  SplitSumsScope& operator=(const SplitSumsScope&) = delete;
+
+ private:
+  bool previous_;
+};
+
 }  // namespace shardlab::model

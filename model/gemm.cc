@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <Eigen/Core>
@@ -242,11 +243,38 @@ void zero_rows(Real* y, int64_t ldy, int64_t M, int64_t r0, int64_t r1) {
   for (int64_t n = r0; n < r1; ++n) std::fill(y + n * ldy, y + n * ldy + M, Real(0));
 }
 
+// Split sums (arithmetic.h): the two halves run as plain GEMMs on the
+// calling thread (no host split: a thread waiting for its workers may steal
+// another split-sums kernel's chunk, which would reuse this scratch), the
+// second half's product in a scratch of the thread (no fiber switches inside
+// a GEMM).
+struct SplitHalves {
+  SplitSumsScope whole{false};
+  bool outer = std::exchange(t_in_chunk, true);
+  ~SplitHalves() { t_in_chunk = outer; }
+};
+template <typename Real>
+Real* split_scratch(size_t n) {
+  static thread_local std::vector<Real> scratch;
+  if (scratch.size() < n) scratch.resize(n);
+  return scratch.data();
+}
+
 }  // namespace
 
 template <typename Real>
 void gemm_nt(Real* y, int64_t ldy, const Real* a, int64_t lda, const Real* b, int64_t ldb,
              int64_t N, int64_t M, int64_t K) {
+  if (split_sums() && K > 1) {  // y = a₁·b₁ᵀ, then + a₂·b₂ᵀ
+    const SplitHalves halves;
+    const int64_t K1 = K / 2;
+    Real* t = split_scratch<Real>(size_t(N * M));
+    gemm_nt(y, ldy, a, lda, b, ldb, N, M, K1);
+    gemm_nt(t, M, a + K1, lda, b + K1, ldb, N, M, K - K1);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t m = 0; m < M; ++m) y[n * ldy + m] += t[n * M + m];
+    return;
+  }
   if (portable_arithmetic()) {
     over_row_chunks(N, macs(N, M, K), [=](int64_t r0, int64_t r1) {
       for (int64_t n = r0; n < r1; ++n)
@@ -272,6 +300,16 @@ void gemm_nt(Real* y, int64_t ldy, const Real* a, int64_t lda, const Real* b, in
 template <typename Real>
 void gemm_nt_lower(Real* y, int64_t ldy, const Real* a, int64_t lda, const Real* b, int64_t ldb, int64_t N,
                    int64_t K) {
+  if (split_sums() && K > 1) {
+    const SplitHalves halves;
+    const int64_t K1 = K / 2;
+    Real* t = split_scratch<Real>(size_t(N * N));
+    gemm_nt_lower(y, ldy, a, lda, b, ldb, N, K1);
+    gemm_nt_lower(t, N, a + K1, lda, b + K1, ldb, N, K - K1);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t m = 0; m <= n; ++m) y[n * ldy + m] += t[n * N + m];
+    return;
+  }
   if (portable_arithmetic()) {
     over_row_chunks(N, macs(N, N, K) / 2, [=](int64_t r0, int64_t r1) {
       for (int64_t n = r0; n < r1; ++n)
@@ -311,6 +349,12 @@ bool bias_fill_keeps_bits(int64_t rows, int64_t M, int64_t K) {
 template <typename Real>
 void gemm_nt_bias(Real* y, const Real* a, const Real* b, const Real* bias, int64_t N, int64_t M,
                   int64_t K) {
+  if (split_sums() && K > 1) {  // (a₁·b₁ᵀ + a₂·b₂ᵀ) + bias, as a row-parallel layer adds its bias
+    gemm_nt(y, M, a, K, b, K, N, M, K);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t m = 0; m < M; ++m) y[n * M + m] += bias[m];
+    return;
+  }
   if (portable_arithmetic()) {
     over_row_chunks(N, macs(N, M, K), [=](int64_t r0, int64_t r1) {
       for (int64_t n = r0; n < r1; ++n)
@@ -352,6 +396,16 @@ void gemm_nt_bias(Real* y, const Real* a, const Real* b, const Real* bias, int64
 
 template <typename Real>
 void gemm_nn_acc(Real* y, const Real* a, const Real* b, int64_t N, int64_t M, int64_t K) {
+  if (split_sums() && K > 1) {  // y += a₁·b₁, then y += a₂·b₂ (a's column halves copied)
+    const SplitHalves halves;
+    const int64_t K1 = K / 2, K2 = K - K1;
+    Real* half = split_scratch<Real>(size_t(N * K2));
+    for (const auto [k0, kn] : {std::pair{int64_t{0}, K1}, std::pair{K1, K2}}) {
+      for (int64_t n = 0; n < N; ++n) std::copy(a + n * K + k0, a + n * K + k0 + kn, half + n * kn);
+      gemm_nn_acc(y, half, b + k0 * M, N, M, kn);
+    }
+    return;
+  }
   if (portable_arithmetic()) {
     over_row_chunks(N, macs(N, M, K), [=](int64_t r0, int64_t r1) {
       for (int64_t n = r0; n < r1; ++n)
@@ -372,6 +426,13 @@ void gemm_nn_acc(Real* y, const Real* a, const Real* b, int64_t N, int64_t M, in
 
 template <typename Real>
 void gemm_tn_acc(Real* y, const Real* a, const Real* b, int64_t N, int64_t M, int64_t K) {
+  if (split_sums() && N > 1) {  // the sum over N's rows: y += a₁ᵀ·b₁, then y += a₂ᵀ·b₂
+    const SplitHalves halves;
+    const int64_t N1 = N / 2;
+    gemm_tn_acc(y, a, b, N1, M, K);
+    gemm_tn_acc(y, a + N1 * M, b + N1 * K, N - N1, M, K);
+    return;
+  }
   if (portable_arithmetic()) {
     over_row_chunks(M, macs(N, M, K), [=](int64_t m0, int64_t m1) {
       for (int64_t m = m0; m < m1; ++m)

@@ -46,6 +46,13 @@
 // arithmetic, Eigen's GEMV and coefficient-wise shapes (one row of x, tiny
 // products) and unregistered operands take the usual path.
 //
+// Split sums (model/arithmetic.h SplitSumsScope, verify's noise floor for tp
+// and cp): each GEMM sums its K (gemm_tn_acc its N) in two halves, the
+// second half's product added to the first's (the accumulating ones add
+// both into y in turn), in the thread's arithmetic: bit for bit two GEMMs
+// over the halves. The halves run on the calling thread (no host split) and
+// the second half's product in a scratch of that thread.
+//
 // Thread safety: reentrant; the one-time cache setting is a magic static; a
 // PackedWeights is read-only once built (register before the scope).
 #pragma once

@@ -70,10 +70,12 @@ void for_chunks(int64_t n, int64_t chunk, double work, const F& f) {
   namespace tbb = oneapi::tbb;
   const int64_t chunks = n / chunk;
   const Arithmetic caller = arithmetic();  // per thread: the workers take the caller's
+  const bool caller_split = split_sums();   // so do they the caller's split sums
   tbb::parallel_for(
       tbb::blocked_range<int64_t>(0, chunks, 1),
       [&](const tbb::blocked_range<int64_t>& r) {
         const ArithmeticScope same(caller);
+        const SplitSumsScope same_split(caller_split);
         struct InChunk {  // restored on the way out, a throw included
           bool outer = std::exchange(t_in_chunk, true);
           ~InChunk() { t_in_chunk = outer; }

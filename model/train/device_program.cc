@@ -92,6 +92,7 @@ void DeviceProgram::run(Device& dev) const {
   // storage (model/buffer.h) and its layers skip the math (model::Exec).
   const model::PhantomScope phantom(options.phantom);
   const model::ArithmeticScope arithmetic(options.arithmetic);
+  const model::SplitSumsScope split_sums(options.split_sums);
   const bool leader = dev.rank() == 0;
   const int threads = result.running_devices;
   auto progress = [&](const char* phase, int step, int64_t done, int64_t total) {

@@ -193,6 +193,10 @@ struct TrainOptions {
   // order of the sums over tokens changes (not with an expert capacity:
   // which tokens overflow depends on their order).
   bool reverse_rows = false;
+  // verify's noise floor for a run that splits per-token sums (tp, cp):
+  // every GEMM sums its K in two halves (model/arithmetic.h SplitSumsScope),
+  // the rounding a row-parallel layer's two partial products give.
+  bool split_sums = false;
   // Keep the step-0 gradients (after the DP reduction, before clipping),
   // gathered into unsharded tensors (verify --grads).
   bool keep_step0_grads = false;

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -67,9 +69,64 @@ std::optional<Mismatch> first_bad(const std::vector<TensorDiff>& diffs, const ch
   return Mismatch{kind, pick->name, pick->layer, -1, rel, pick->max_abs};
 }
 
+// Up to kFlipShare of the elements (at least one), largest difference
+// first, each least <= |diff| <= bound; then `diffs` (the parameters) without them.
+std::vector<ParamFlip> set_aside_flips(const std::vector<float>& a, const std::vector<float>& b,
+                                       const model::ParamTable& table, double least, double bound,
+                                       std::vector<TensorDiff>& diffs) {
+  if (!(bound > 0)) return {};
+  const size_t k = std::max<size_t>(1, size_t(double(b.size()) * kFlipShare));  // VerifyResult::flip_limit
+  using Entry = std::pair<double, int64_t>;  // |diff|, flat index; a min-heap of the k largest
+  std::vector<Entry> heap;
+  heap.reserve(k + 1);
+  const auto cmp = std::greater<Entry>();
+  for (size_t i = 0; i < b.size() && i < a.size(); ++i) {
+    const double e = std::abs(double(a[i]) - double(b[i]));
+    if (!(e > 0 && e >= least && e <= bound)) continue;
+    if (heap.size() == k && !(e > heap.front().first)) continue;
+    heap.emplace_back(e, int64_t(i));
+    std::push_heap(heap.begin(), heap.end(), cmp);
+    if (heap.size() > k) {
+      std::pop_heap(heap.begin(), heap.end(), cmp);
+      heap.pop_back();
+    }
+  }
+  std::sort(heap.begin(), heap.end(), [](const Entry& x, const Entry& y) { return x.first > y.first; });
+  std::vector<ParamFlip> flips;
+  const auto& specs = table.specs();
+  for (const auto& [e, i] : heap) {
+    for (size_t t = 0; t < specs.size(); ++t) {
+      const auto& s = specs[t];
+      if (i < s.offset || i >= s.offset + s.numel) continue;
+      flips.push_back({s.name, i - s.offset, e});
+      TensorDiff& d = diffs[t];
+      d.diff_l2 = std::sqrt(std::max(0.0, d.diff_l2 * d.diff_l2 - e * e));
+      d.rel_l2 = d.ref_l2 > 0 ? d.diff_l2 / d.ref_l2 : d.diff_l2;
+      break;
+    }
+  }
+  return flips;
+}
+
 }  // namespace
 
-FloorRun floor_run(const TrainOptions& reference, std::string& note) {
+double adam_flip_bound(const TrainResult& run, const model::AdamWHyper& adam) {
+  const double per_lr = std::max(1.0, (1 - adam.beta1) / std::sqrt(1 - adam.beta2));
+  double sum = 0;
+  for (const StepRecord& s : run.steps) sum += s.lr;
+  return 2 * per_lr * sum;
+}
+
+double adam_flip_min(const TrainResult& run) {
+  double most = 0;
+  for (const StepRecord& s : run.steps) most = std::max(most, s.lr);
+  return 0.1 * most;
+}
+
+namespace {
+// The batch's part of the floor run: a split or a reordering of the batch
+// that changes only the order of the sums, if there is one.
+FloorRun batch_floor_run(const TrainOptions& reference, std::string& note) {
   const model::GPTConfig& m = reference.model;
   if (m.is_moe() && m.capacity_factor > 0) {
     note = "MoE with an expert capacity: which tokens overflow depends on their order and split";
@@ -87,18 +144,34 @@ FloorRun floor_run(const TrainOptions& reference, std::string& note) {
   note = "a batch of one sequence cannot be split into micro-batches";
   return {};
 }
+}  // namespace
+
+FloorRun floor_run(const TrainOptions& reference, bool split_sums, std::string& note) {
+  FloorRun run = batch_floor_run(reference, note);
+  if (!split_sums) return run;
+  if (run.micro_batches == 0) {
+    run.micro_batches = reference.micro_batches;  // the split sums alone
+    note.clear();
+  }
+  run.split_sums = true;
+  return run;
+}
 
 NoiseFloor measure_floor(const TrainResult& reference, const TrainResult& resplit, const model::ParamTable& table,
-                         int micro_batches, const FloorRun& run) {
-  const VerifyResult r = compare_runs(resplit, reference, table, {});
+                         int micro_batches, const FloorRun& run, double flip_bound, double flip_min) {
+  VerifyOptions o;
+  o.flip_bound = flip_bound;
+  o.flip_min = flip_min;
+  const VerifyResult r = compare_runs(resplit, reference, table, o);
   NoiseFloor f;
   f.measured = true;
   f.reversed = run.reversed;
+  f.split_sums = run.split_sums;
   f.micro_batches = micro_batches;
   f.resplit = run.micro_batches;
   f.steps = int(r.loss_rel_diff.size());
   f.loss = r.max_loss_rel_diff;
-  f.param = r.param_rel_l2;
+  f.param = r.param_rel_l2_held;
   return f;
 }
 
@@ -142,7 +215,11 @@ VerifyResult compare_runs(const TrainResult& sharded, const TrainResult& referen
   r.params = diff_tensors(sharded.final_params, reference.final_params, table);
   r.param_rel_l2 = global_rel_l2(r.params);
   for (const auto& d : r.params) r.max_param_abs_diff = std::max(r.max_param_abs_diff, d.max_abs);
-  if (!r.first_mismatch) r.first_mismatch = first_bad(r.params, "param", o.tol_param);
+  std::vector<TensorDiff> held = r.params;
+  r.flips = set_aside_flips(sharded.final_params, reference.final_params, table, o.flip_min, o.flip_bound, held);
+  if (o.flip_bound > 0) r.flip_limit = std::max<size_t>(1, size_t(double(reference.final_params.size()) * kFlipShare));
+  r.param_rel_l2_held = global_rel_l2(held);
+  if (!r.first_mismatch) r.first_mismatch = first_bad(held, "param", o.tol_param);
   if (!r.first_mismatch && !sharded.replica_mismatch.empty()) {
     r.first_mismatch = Mismatch{"replica", sharded.replica_mismatch, -1, -1, sharded.replica_max_diff,
                                 sharded.replica_max_diff};
@@ -172,6 +249,7 @@ nlohmann::json verify_json(const VerifyResult& r) {
                    {"max_loss_rel_diff", r.max_loss_rel_diff},
                    {"max_param_abs_diff", r.max_param_abs_diff},
                    {"param_rel_l2", r.param_rel_l2},
+                   {"param_rel_l2_held", r.param_rel_l2_held},
                    {"first_mismatch", nullptr}};
   if (r.first_mismatch) {
     const Mismatch& m = *r.first_mismatch;
@@ -181,10 +259,16 @@ nlohmann::json verify_json(const VerifyResult& r) {
   const VerifyOptions& o = r.options;
   const NoiseFloor& f = o.floor;
   j["floor_factor"] = o.floor_factor;
+  j["flip_bound"] = o.flip_bound;
+  j["flip_min"] = o.flip_min;
+  j["adam_flips"] = nlohmann::json::array();
+  for (const ParamFlip& f : r.flips)
+    j["adam_flips"].push_back({{"name", f.name}, {"index", f.index}, {"abs_diff", f.abs_diff}});
   j["noise_floor"] = {{"measured", f.measured}};
   if (f.measured) {
     j["noise_floor"]["micro_batches"] = {f.micro_batches, f.resplit};
     j["noise_floor"]["reversed_rows"] = f.reversed;
+    j["noise_floor"]["split_sums"] = f.split_sums;
     j["noise_floor"]["steps"] = f.steps;
     j["noise_floor"]["max_loss_rel_diff"] = f.loss;
     j["noise_floor"]["param_rel_l2"] = f.param;

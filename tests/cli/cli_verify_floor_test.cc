@@ -41,8 +41,9 @@ void print_verdict(const std::string& what, const nlohmann::json& j) {
 // Real fp32 drift beyond the old fixed 1e-5: tp 2 x cp 2 x dp 2, ZeRO-3 and
 // sp, 50 steps at lr 3e-3 (parameter rel L2 2.2e-5 at 50 steps, 2.8e-5 at 80,
 // 4.7e-5 at 150; step-0 gradients agree to 1e-6 and the drift grows smoothly
-// with the steps). The tolerance is 10 x the drift of two unsharded runs that
-// differ only in their micro-batch split, which must cover it. ~6 s on 2 cores.
+// with the steps). The tolerance is 4 x the drift of two unsharded runs that
+// differ in their micro-batch split and in their GEMMs' sums over K (split in
+// two halves, as tp and cp split theirs), which must cover it. ~6 s on 2 cores.
 TEST(VerifyFloor, LongRunFp32DriftPassesAgainstTheMeasuredFloor) {
   const std::string cfg = "--steps 50 --tp 2 --cp 2 --dp 2 --zero 3 --sp --lr 3e-3";
   const nlohmann::json j = verify_json_run(cfg, 0);
@@ -51,7 +52,9 @@ TEST(VerifyFloor, LongRunFp32DriftPassesAgainstTheMeasuredFloor) {
   EXPECT_TRUE(j.at("noise_floor").at("measured").get<bool>());
   EXPECT_GT(num(j, "param_rel_l2"), 1e-5) << "no longer beyond the old fixed tolerance: the test shows nothing";
   EXPECT_LE(num(j, "param_rel_l2"), num(j, "tolerances", "param"));
-  EXPECT_DOUBLE_EQ(num(j, "tolerances", "param"), 10 * num(j, "noise_floor", "param_rel_l2"));
+  EXPECT_TRUE(j.at("noise_floor").at("split_sums").get<bool>());
+  EXPECT_EQ(num(j, "floor_factor"), train::kSplitFloorFactor);
+  EXPECT_DOUBLE_EQ(num(j, "tolerances", "param"), train::kSplitFloorFactor * num(j, "noise_floor", "param_rel_l2"));
 }
 
 // The issue's case verbatim (lr 1e-3): it failed at 2.1e-5 > 1e-5 with the
@@ -68,7 +71,7 @@ TEST(VerifyFloor, TheIssuesLongRunPasses) {
 // A real error well below the old tolerance's reach: rank 0's shard of
 // ln_f.weight scaled by 1 + 1e-4 before the first step, the drift case's
 // config and steps. Training carries it along; the floor-based tolerance
-// (10x the floor, 1.5e-4 here) catches it (parameter rel L2 1.8e-3).
+// (4x the floor, 1.5e-4 here) catches it (parameter rel L2 1.8e-3).
 TEST(VerifyFloor, APlantedRelativeErrorOf1e4FailsOverTheSameSteps) {
   const std::string cfg =
       "--steps 50 --tp 2 --cp 2 --dp 2 --zero 3 --sp --lr 3e-3 --corrupt-shard transformer.ln_f.weight:0:1e-4";
@@ -118,10 +121,16 @@ TEST(VerifyFloor, GivenTolerancesWin) {
 
 // Without a split that changes only the order, the default applies and verify says why.
 TEST(VerifyFloor, NoSplitFallsBackToTheDefaultAndSaysWhy) {
-  const nlohmann::json one = verify_json_run("--steps 2 --tp 2 --batch 1", 0);
+  const nlohmann::json one = verify_json_run("--steps 2 --pp 2 --batch 1", 0);
   EXPECT_FALSE(one["noise_floor"]["measured"].get<bool>());
   EXPECT_NE(one["noise_floor"]["note"].get<std::string>().find("batch of one sequence"), std::string::npos);
   EXPECT_EQ(num(one, "tolerances", "param"), 1e-5);
+  // tp splits the GEMMs' sums: the floor run splits its own, with the batch as it is.
+  const nlohmann::json tp = verify_json_run("--steps 2 --tp 2 --batch 1", 0);
+  EXPECT_TRUE(tp["noise_floor"]["measured"].get<bool>());
+  EXPECT_TRUE(tp["noise_floor"]["split_sums"].get<bool>());
+  EXPECT_EQ(tp["noise_floor"]["micro_batches"], nlohmann::json::array({1, 1}));
+  EXPECT_GT(num(tp, "noise_floor", "param_rel_l2"), 0) << "the split sums changed no bit";
   // MoE with an expert capacity: which tokens overflow depends on their
   // order, so neither a split nor reversed sequences change only the sums.
   const nlohmann::json moe = verify_json_run("--steps 2 --dp 2 --experts 4 --capacity-factor 1.25", 0);
@@ -139,9 +148,17 @@ TEST(VerifyFloor, NoSplitFallsBackToTheDefaultAndSaysWhy) {
 TEST(VerifyFloor, TheTextReportPrintsTheFloorAndTheFactor) {
   auto r = run_cli("verify --model tiny --steps 3 --tp 2");
   EXPECT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.out.find("noise floor: two unsharded runs, --micro-batches 1 and 2"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("factor 10"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("noise floor: two unsharded runs, --micro-batches 1 and 2, the second with every GEMM's "
+                       "sum over K in two halves"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("factor 4"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("tolerances: loss 1e-05"), std::string::npos) << r.out;
+  // dp alone splits no per-token sum: the batch's floor and factor 10.
+  auto dp = run_cli("verify --model tiny --steps 3 --dp 2");
+  EXPECT_EQ(dp.code, 0) << dp.err;
+  EXPECT_NE(dp.out.find("two unsharded runs, --micro-batches 1 and 2 (only"), std::string::npos) << dp.out;
+  EXPECT_NE(dp.out.find("factor 10"), std::string::npos) << dp.out;
 }
 
 // dp 1 and no other split: the "sharded" run is the reference itself.
@@ -177,7 +194,7 @@ TEST(VerifyFloor, SplitAndTolerancesRules) {
   train::TrainOptions o;
   o.model = model::preset("tiny");  // batch 8
   std::string note;
-  auto split = [&] { return train::floor_run(o, note).micro_batches; };
+  auto split = [&] { return train::floor_run(o, false, note).micro_batches; };
   EXPECT_EQ(split(), 2);
   o.micro_batches = 4;
   EXPECT_EQ(split(), 1);
@@ -191,8 +208,8 @@ TEST(VerifyFloor, SplitAndTolerancesRules) {
   // micro-batches of one sequence, or a capacity, none.
   o.model = model::preset("tiny-moe");  // batch 8, aux 0.01
   o.micro_batches = 2;
-  EXPECT_EQ(train::floor_run(o, note).micro_batches, 2);
-  EXPECT_TRUE(train::floor_run(o, note).reversed);
+  EXPECT_EQ(train::floor_run(o, false, note).micro_batches, 2);
+  EXPECT_TRUE(train::floor_run(o, false, note).reversed);
   o.micro_batches = 8;
   EXPECT_EQ(split(), 0);
   o.micro_batches = 1;
@@ -202,7 +219,18 @@ TEST(VerifyFloor, SplitAndTolerancesRules) {
   o.model.capacity_factor = 0;
   o.model.aux_coef = 0;  // no balancing loss: a split changes only the order
   EXPECT_EQ(split(), 2);
-  EXPECT_FALSE(train::floor_run(o, note).reversed);
+  EXPECT_FALSE(train::floor_run(o, false, note).reversed);
+  // Split sums (tp, cp): with the batch's split where there is one, alone
+  // (the reference's micro-batches) where there is none.
+  EXPECT_TRUE(train::floor_run(o, true, note).split_sums);
+  EXPECT_EQ(train::floor_run(o, true, note).micro_batches, 2);
+  o.model.capacity_factor = 1.25;
+  EXPECT_EQ(train::floor_run(o, true, note).micro_batches, 1);
+  EXPECT_TRUE(train::floor_run(o, true, note).split_sums);
+  EXPECT_TRUE(note.empty()) << note;
+  o.model.capacity_factor = 0;
+  EXPECT_EQ(train::floor_factor_for(true), train::kSplitFloorFactor);
+  EXPECT_EQ(train::floor_factor_for(false), train::kFloorFactor);
 
   train::NoiseFloor f;
   f.measured = true;

@@ -2,6 +2,7 @@
 // core or two, every output is the same bit pattern, and all are the product
 // (against a double-precision loop, a different summation order).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -323,6 +324,91 @@ TEST(GemmLower, CausalHalfSameBitsAsTheFullProduct) {
               (long long)compared);
   EXPECT_GT(compared, 500000);
   EXPECT_EQ(differing, 0);
+}
+
+// Split sums (verify's noise floor for tp and cp): every GEMM sums its K
+// in two halves, the second half's product added to the first's, bit for
+// bit the sum of two GEMMs over the halves, in either arithmetic; the bits
+// differ from one GEMM's somewhere, by rounding only (tolerance 1e-5
+// relative to the product's scale); oneTBB's workers take the caller's
+// split sums (a forced host split gives the same bits).
+TEST(GemmSplitSums, EachGemmIsItsTwoHalvesAdded) {
+  for (const Arithmetic arith : {Arithmetic::kNative, Arithmetic::kPortable}) {
+    const ArithmeticScope scope(arith);
+    set_host_split_for_test(false);
+    const int64_t N = 67, M = 45, K = 301, K1 = K / 2;
+    const std::vector<float> a = randoms(N * K, 1), b = randoms(M * K, 2), bias = randoms(M, 3);
+    std::vector<float> whole(size_t(N * M)), split(size_t(N * M)), h1(size_t(N * M)), h2(size_t(N * M));
+    gemm_nt(whole.data(), M, a.data(), K, b.data(), K, N, M, K);
+    gemm_nt(h1.data(), M, a.data(), K, b.data(), K, N, M, K1);
+    gemm_nt(h2.data(), M, a.data() + K1, K, b.data() + K1, K, N, M, K - K1);
+    std::vector<float> bsplit(split.size());
+    {
+      const SplitSumsScope on(true);
+      EXPECT_TRUE(split_sums());
+      gemm_nt(split.data(), M, a.data(), K, b.data(), K, N, M, K);
+      gemm_nt_bias(bsplit.data(), a.data(), b.data(), bias.data(), N, M, K);
+    }
+    EXPECT_FALSE(split_sums());
+    int64_t differ = 0;
+    double worst = 0;
+    for (size_t i = 0; i < whole.size(); ++i) {
+      EXPECT_EQ(split[i], h1[i] + h2[i]) << i;
+      EXPECT_EQ(bsplit[i], (h1[i] + h2[i]) + bias[i % size_t(M)]) << i;
+      differ += split[i] != whole[i];
+      worst = std::max(worst, double(std::abs(split[i] - whole[i])));
+    }
+    std::printf("%s: split sums change %lld of %zu outputs, max |diff| %.3e (tolerance 1e-5 x sqrt(K) = %.3e)\n",
+                arithmetic_name(arith), (long long)differ, whole.size(), worst, 1e-5 * std::sqrt(double(K)));
+    EXPECT_GT(differ, 0) << "the split changed no bit: the floor run would perturb nothing";
+    EXPECT_LE(worst, 1e-5 * std::sqrt(double(K)));
+    // y += a·b over K's column halves and dW += aᵀ·b over N's row halves.
+    std::vector<float> acc(size_t(N * M), 0.5f), acc_halves(size_t(N * M), 0.5f);
+    const std::vector<float> bb = randoms(K * M, 4);
+    std::vector<float> a1(size_t(N * K1)), a2(size_t(N * (K - K1)));
+    for (int64_t n = 0; n < N; ++n) {
+      std::copy(a.begin() + n * K, a.begin() + n * K + K1, a1.begin() + n * K1);
+      std::copy(a.begin() + n * K + K1, a.begin() + (n + 1) * K, a2.begin() + n * (K - K1));
+    }
+    gemm_nn_acc(acc_halves.data(), a1.data(), bb.data(), N, M, K1);
+    gemm_nn_acc(acc_halves.data(), a2.data(), bb.data() + K1 * M, N, M, K - K1);
+    {
+      const SplitSumsScope on(true);
+      gemm_nn_acc(acc.data(), a.data(), bb.data(), N, M, K);
+    }
+    EXPECT_EQ(acc, acc_halves);
+    std::vector<float> dw(size_t(M * K), 0.25f), dw_halves(size_t(M * K), 0.25f);
+    const std::vector<float> dy = randoms(N * M, 5);
+    const int64_t N1 = N / 2;
+    gemm_tn_acc(dw_halves.data(), dy.data(), a.data(), N1, M, K);
+    gemm_tn_acc(dw_halves.data(), dy.data() + N1 * M, a.data() + N1 * K, N - N1, M, K);
+    {
+      const SplitSumsScope on(true);
+      gemm_tn_acc(dw.data(), dy.data(), a.data(), N, M, K);
+    }
+    EXPECT_EQ(dw, dw_halves);
+    // for_chunks hands the split sums to its workers with the arithmetic.
+    std::vector<float> chunked(size_t(N * M));
+    {
+      const SplitSumsScope on(true);
+      set_host_split_for_test(true);
+      for_chunks(N, 8, 1e9, [&](int64_t r0, int64_t r1) {
+        gemm_nt(chunked.data() + r0 * M, M, a.data() + r0 * K, K, b.data(), K, r1 - r0, M, K);
+      });
+      // Every chunk, whichever thread runs it, sees the split sums (4,096
+      // chunks: the workers take some).
+      std::atomic<int> without{0}, chunks{0};
+      for_chunks(4096, 1, 1e9, [&](int64_t, int64_t) {
+        without += !split_sums();
+        ++chunks;
+      });
+      EXPECT_EQ(chunks.load(), 4096);
+      EXPECT_EQ(without.load(), 0);
+      set_host_split_for_test(false);
+    }
+    EXPECT_EQ(chunked, split);
+    set_host_split_for_test(std::nullopt);
+  }
 }
 
 }  // namespace
