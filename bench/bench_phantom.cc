@@ -20,6 +20,7 @@
 //     (prints a digest of every device's virtual figures, to compare two builds)
 //     (--layers and --micro-batches shrink a scale run into a sibling that
 //     runs in seconds, for profiling; --no-fold runs every rank on a thread)
+//   build/bin/bench_phantom --table table1|table2|table5 [...]   (one of the three above, on a100-nvlink)
 //   build/bin/bench_phantom --table nemo|bridge|bridge-b200|llama3|mcore [--profile NAME|FILE.json] [--rows N] [--from I] [--trace FILE.json] [--no-fold]
 //     (--from I: the table's rows from the I-th on, 0 first; --trace FILE.json:
 //     the Chrome trace of the first row run, e.g. --from 2 --rows 1 --trace t.json)
@@ -188,7 +189,7 @@ int run(int argc, char** argv) {
         (std::strcmp(argv[i], "--profile") && std::strcmp(argv[i], "--rows") && std::strcmp(argv[i], "--table") &&
          std::strcmp(argv[i], "--from") && std::strcmp(argv[i], "--trace")))
       throw ConfigError(
-          fmt::format("unknown argument \"{}\" (--profile NAME|FILE.json, --rows N, --from I, --table nemo|bridge|bridge-b200|llama3|mcore, --trace FILE.json, --no-fold)",
+          fmt::format("unknown argument \"{}\" (--profile NAME|FILE.json, --rows N, --from I, --table table1|table2|table5|nemo|bridge|bridge-b200|llama3|mcore, --trace FILE.json, --no-fold)",
                       argv[i]));
     if (!std::strcmp(argv[i], "--profile")) profile = argv[i + 1];
     if (!std::strcmp(argv[i], "--rows")) {
@@ -207,8 +208,22 @@ int run(int argc, char** argv) {
   if (!trace.empty() && table.empty()) throw ConfigError("--trace is for a --table (it traces the table's first row run)");
   if (from > 0 && table.empty()) throw ConfigError("--from is for a --table (the default prints three tables)");
   if (!table.empty()) {
+    if (table == "table1" || table == "table2" || table == "table5") {  // the A100 tables, one at a time
+      const HardwareProfile p = load_profile(profile.empty() ? "a100-nvlink" : profile);
+      fmt::print("# {} on profile {} (phantom)\n",
+                 table == "table1"   ? "Narayanan et al. 2021, Table 1"
+                 : table == "table2" ? "Narayanan et al. 2021, Table 2 (held out)"
+                                     : "Korthikanti et al. 2022, Table 5 (held out)",
+                 p.name);
+      run_table(table == "table1"   ? train::narayanan2021_table1()
+                : table == "table2" ? train::narayanan2021_table2()
+                                    : train::korthikanti2022_table5(),
+                p, rows, fold, from, trace);
+      return 0;
+    }
     if (table != "nemo" && table != "bridge" && table != "bridge-b200" && table != "llama3" && table != "mcore")
-      throw ConfigError(fmt::format("--table \"{}\": expected nemo, bridge, bridge-b200, llama3 or mcore", table));
+      throw ConfigError(fmt::format(
+          "--table \"{}\": expected table1, table2, table5, nemo, bridge, bridge-b200, llama3 or mcore", table));
     const bool b200 = table == "bridge-b200";
     const HardwareProfile p = load_profile(!profile.empty() ? profile : b200 ? "b200-nvlink" : "h100-nvlink");
     fmt::print("# {} on profile {} (phantom)\n",
