@@ -129,8 +129,11 @@ void print_table(const train::TrainOptions& o, const collectives::DeviceMesh& me
     fmt::print("FAIL: the loss of step {} differs: rel diff {:.3e} > {:.3g} (|diff| {:.3e})\n", m.step, m.value,
                vo.tol_loss, m.max_abs);
   } else {
-    fmt::print("FAIL: {} differ (rel L2 {:.3e} > {:.3g}); first mismatch: {}{}, max |diff| {:.3e}\n",
+    const bool flips = m.kind == "param" && !r.flips.empty();
+    fmt::print("FAIL: {} differ (rel L2 {:.3e}{} > {:.3g}); first mismatch: {}{}, max |diff| {:.3e}\n",
                m.kind == "grad" ? "the step-0 gradients" : "the parameters", m.value,
+               flips ? fmt::format(" with {} AdamW flip{} set aside", r.flips.size(), r.flips.size() > 1 ? "s" : "")
+                     : std::string(),
                m.kind == "grad" ? vo.tol_grad : vo.tol_param, m.name,
                m.layer >= 0 ? fmt::format(" (layer {})", m.layer) : "", m.max_abs);
   }
