@@ -103,7 +103,7 @@ void print_table(const train::TrainOptions& o, const collectives::DeviceMesh& me
     if (r.flips.size() > 3) list += fmt::format(" and {} more", r.flips.size() - 3);
     fmt::print("set aside as AdamW flips (an element whose gradient is at rounding level steps by up to lr either "
                "way; at most {} elements, each {:.3g} to {:.3g} apart): {}; the rest of the vector: rel L2 {:.3e}\n",
-               r.flip_limit, vo.flip_min, vo.flip_bound, list,
+               r.flip_limit, vo.flips.min, vo.flips.max, list,
                r.param_rel_l2_held);
   }
   print_tolerances(vo);
@@ -254,7 +254,7 @@ int run_verify(VerifyFlags& f) {
     side_by_side({[&] { ref_f = train::train(reference_f, stop(reference, floor_routing->step)); },
                   [&] { floor_f = train::train(floor_cluster_f, stop(resplit, floor_routing->step)); }});
     floor = train::measure_floor(ref_f, floor_f, table, reference.micro_batches, floor_plan,
-                                 train::adam_flip_bound(ref_f, reference.adam), train::adam_flip_min(ref_f));
+                                 train::adam_flip_bounds(ref_f, reference.adam));
   }
   train::TrainOptions compared = sharded;
   if (horizon < sharded.steps && !(routing && routing->step == 0)) {
@@ -269,10 +269,9 @@ int run_verify(VerifyFlags& f) {
   }
   if (resplit.micro_batches > 0 && !floor_routing)
     floor = train::measure_floor(b, c, table, reference.micro_batches, floor_plan,
-                                 train::adam_flip_bound(b, reference.adam), train::adam_flip_min(b));
+                                 train::adam_flip_bounds(b, reference.adam));
   train::VerifyOptions vo = train::floor_options(floor, train::floor_factor_for(floor.split_sums), f.tol_loss, f.tol_param, f.grads);
-  vo.flip_bound = train::adam_flip_bound(b, reference.adam);
-  vo.flip_min = train::adam_flip_min(b);
+  vo.flips = train::adam_flip_bounds(b, reference.adam);
   train::VerifyResult r = train::compare_runs(a, b, table, vo);
   r.routing = routing;
   r.floor_routing = floor_routing;

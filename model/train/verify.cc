@@ -69,20 +69,19 @@ std::optional<Mismatch> first_bad(const std::vector<TensorDiff>& diffs, const ch
   return Mismatch{kind, pick->name, pick->layer, -1, rel, pick->max_abs};
 }
 
-// Up to kFlipShare of the elements (at least one), largest difference
-// first, each least <= |diff| <= bound; then `diffs` (the parameters) without them.
+// Up to k elements, largest difference first, each within `bounds`; then
+// `diffs` (the parameters) without them.
 std::vector<ParamFlip> set_aside_flips(const std::vector<float>& a, const std::vector<float>& b,
-                                       const model::ParamTable& table, double least, double bound,
+                                       const model::ParamTable& table, FlipBounds bounds, size_t k,
                                        std::vector<TensorDiff>& diffs) {
-  if (!(bound > 0)) return {};
-  const size_t k = std::max<size_t>(1, size_t(double(b.size()) * kFlipShare));  // VerifyResult::flip_limit
+  if (k == 0) return {};
   using Entry = std::pair<double, int64_t>;  // |diff|, flat index; a min-heap of the k largest
   std::vector<Entry> heap;
   heap.reserve(k + 1);
   const auto cmp = std::greater<Entry>();
   for (size_t i = 0; i < b.size() && i < a.size(); ++i) {
     const double e = std::abs(double(a[i]) - double(b[i]));
-    if (!(e > 0 && e >= least && e <= bound)) continue;
+    if (!(e > 0 && e >= bounds.min && e <= bounds.max)) continue;
     if (heap.size() == k && !(e > heap.front().first)) continue;
     heap.emplace_back(e, int64_t(i));
     std::push_heap(heap.begin(), heap.end(), cmp);
@@ -110,17 +109,14 @@ std::vector<ParamFlip> set_aside_flips(const std::vector<float>& a, const std::v
 
 }  // namespace
 
-double adam_flip_bound(const TrainResult& run, const model::AdamWHyper& adam) {
+FlipBounds adam_flip_bounds(const TrainResult& run, const model::AdamWHyper& adam) {
   const double per_lr = std::max(1.0, (1 - adam.beta1) / std::sqrt(1 - adam.beta2));
-  double sum = 0;
-  for (const StepRecord& s : run.steps) sum += s.lr;
-  return 2 * per_lr * sum;
-}
-
-double adam_flip_min(const TrainResult& run) {
-  double most = 0;
-  for (const StepRecord& s : run.steps) most = std::max(most, s.lr);
-  return 0.1 * most;
+  double sum = 0, most = 0;
+  for (const StepRecord& s : run.steps) {
+    sum += s.lr;
+    most = std::max(most, s.lr);
+  }
+  return {0.1 * most, 2 * per_lr * sum};
 }
 
 namespace {
@@ -158,10 +154,9 @@ FloorRun floor_run(const TrainOptions& reference, bool split_sums, std::string& 
 }
 
 NoiseFloor measure_floor(const TrainResult& reference, const TrainResult& resplit, const model::ParamTable& table,
-                         int micro_batches, const FloorRun& run, double flip_bound, double flip_min) {
+                         int micro_batches, const FloorRun& run, FlipBounds flips) {
   VerifyOptions o;
-  o.flip_bound = flip_bound;
-  o.flip_min = flip_min;
+  o.flips = flips;
   const VerifyResult r = compare_runs(resplit, reference, table, o);
   NoiseFloor f;
   f.measured = true;
@@ -216,8 +211,8 @@ VerifyResult compare_runs(const TrainResult& sharded, const TrainResult& referen
   r.param_rel_l2 = global_rel_l2(r.params);
   for (const auto& d : r.params) r.max_param_abs_diff = std::max(r.max_param_abs_diff, d.max_abs);
   std::vector<TensorDiff> held = r.params;
-  r.flips = set_aside_flips(sharded.final_params, reference.final_params, table, o.flip_min, o.flip_bound, held);
-  if (o.flip_bound > 0) r.flip_limit = std::max<size_t>(1, size_t(double(reference.final_params.size()) * kFlipShare));
+  if (o.flips.max > 0) r.flip_limit = flip_limit(reference.final_params.size());
+  r.flips = set_aside_flips(sharded.final_params, reference.final_params, table, o.flips, r.flip_limit, held);
   r.param_rel_l2_held = global_rel_l2(held);
   if (!r.first_mismatch) r.first_mismatch = first_bad(held, "param", o.tol_param);
   if (!r.first_mismatch && !sharded.replica_mismatch.empty()) {
@@ -259,8 +254,8 @@ nlohmann::json verify_json(const VerifyResult& r) {
   const VerifyOptions& o = r.options;
   const NoiseFloor& f = o.floor;
   j["floor_factor"] = o.floor_factor;
-  j["flip_bound"] = o.flip_bound;
-  j["flip_min"] = o.flip_min;
+  j["flip_bound"] = o.flips.max;
+  j["flip_min"] = o.flips.min;
   j["adam_flips"] = nlohmann::json::array();
   for (const ParamFlip& f : r.flips)
     j["adam_flips"].push_back({{"name", f.name}, {"index", f.index}, {"abs_diff", f.abs_diff}});
