@@ -63,7 +63,9 @@ demo: build
 
 # The pytest suite and the notebooks are ctest tests (label python) once the module is built.
 test: python-deps python build
-	ctest --preset release -j $(JOBS) -LE full
+	@ctest --preset release -j $(JOBS) -LE full || { \
+	  echo "shardlab: the failed tests once more, one at a time, their output shown (a pass now means a flaky test: still a failure)"; \
+	  ctest --preset release --rerun-failed --output-on-failure -j 1; exit 1; }
 	@log=build/Testing/Temporary/LastTest.log; \
 	  echo "shardlab: $$(grep -c '^hosts: namespace case ran' $$log) two-host namespace cases ran, $$(grep -c '^hosts: network namespaces not permitted' $$log) skipped (no CAP_NET_ADMIN)"
 	@$(MAKE) --no-print-directory fuzz-smoke
