@@ -58,7 +58,12 @@ Tag ProcessGroup::next_tag() const {
 }
 
 std::string ProcessGroup::to_string() const {
-  return fmt::format("{}[{}]", name_.empty() ? "group" : name_, fmt::join(members_, ","));
+  const std::string name = name_.empty() ? "group" : name_;
+  // A log line names a group of thousands: its first and last members and its size.
+  constexpr size_t kHead = 8, kTail = 2;
+  if (members_.size() <= kHead + kTail + 1) return fmt::format("{}[{}]", name, fmt::join(members_, ","));
+  return fmt::format("{}[{},...,{}] ({} members)", name, fmt::join(members_.begin(), members_.begin() + kHead, ","),
+                     fmt::join(members_.end() - kTail, members_.end(), ","), members_.size());
 }
 
 }  // namespace shardlab::collectives

@@ -58,7 +58,8 @@ class ProcessGroup {
   std::vector<Message>& inbox() const { return state_->inbox; }
   std::vector<size_t>& index_scratch() const { return state_->sizes; }
 
-  // "tp[0,1]" (name and members).
+  // "tp[0,1]" (name and members); past 11 members the first 8, the last 2
+  // and the count: "dp[0,2,4,6,8,10,12,14,...,92,94] (48 members)".
   std::string to_string() const;
 
  private:

@@ -1,5 +1,6 @@
 // DeviceMesh: rank <-> coordinates, groups along one or several dimensions,
 // expert parallelism inside data parallelism, and group tags.
+#include <numeric>
 #include <set>
 
 #include "tests/collectives/test_util.h"
@@ -104,6 +105,19 @@ TEST(MeshTest, GroupTagsAgreeOnMembersAndDifferAcrossGroups) {
   EXPECT_TRUE(t0 >> 63) << "collective tags stay clear of user p2p tags";
   EXPECT_THROW(ProcessGroup({0, 1}, 2), ConfigError);
   EXPECT_THROW(ProcessGroup({0, 0}, 0), ConfigError);
+}
+
+// A group's name in messages: whole up to 11 members; beyond, the first 8,
+// the last 2 and the count (a folding log line on 16K GPUs was 80 KB).
+TEST(MeshTest, AGroupOfThousandsIsNamedByItsEndsAndSize) {
+  EXPECT_EQ(ProcessGroup({0, 1}, 0, "tp").to_string(), "tp[0,1]");
+  std::vector<int> eleven(11), twelve(12), many(4992);
+  std::iota(eleven.begin(), eleven.end(), 0);
+  std::iota(twelve.begin(), twelve.end(), 0);
+  for (size_t i = 0; i < many.size(); ++i) many[i] = 2 * int(i);
+  EXPECT_EQ(ProcessGroup(eleven, 0).to_string(), "group[0,1,2,3,4,5,6,7,8,9,10]");
+  EXPECT_EQ(ProcessGroup(twelve, 0, "dp").to_string(), "dp[0,1,2,3,4,5,6,7,...,10,11] (12 members)");
+  EXPECT_EQ(ProcessGroup(many, 6, "tp-dp").to_string(), "tp-dp[0,2,4,6,8,10,12,14,...,9980,9982] (4992 members)");
 }
 
 TEST(MeshTest, InterleavedGroupsNeverMixMessages) {
