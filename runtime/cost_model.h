@@ -113,6 +113,8 @@ class CostModel {
   // Bytes one GEMM moves in HBM: A, B and C once each, at the precision
   // (fp8: A and B at 1 B, C at 2 B).
   double gemm_bytes(const GemmShape& g, bool fp8 = false) const;
+  // Of those, C's: the output its epilogue stores after the main loop.
+  double gemm_output_bytes(const GemmShape& g) const;
   Time launch_overhead() const { return launch_; }
   // FLOP/s at this precision, before efficiency (fp8: the BF16 peak of its
   // non-GEMM kernels, the base MFU is quoted against).

@@ -46,8 +46,8 @@ void expect_flops_and_step(const nlohmann::json& s) {
   EXPECT_GE(hw, kEq3);
   EXPECT_LE(hw, kEq3 * 1.001);
   EXPECT_NEAR(s["hfu"].get<double>() * step * kPeak * kGpus / hw, 1, 1e-9);
-  // The step is at least the FLOPs at the A100's fastest GEMM (the profile's bf16 maximum, 0.70 of peak).
-  EXPECT_GE(step, hw / (kGpus * kPeak * 0.70));
+  // The step is at least the FLOPs at the A100's fastest GEMM (the profile's bf16 maximum, 0.72 of peak).
+  EXPECT_GE(step, hw / (kGpus * kPeak * 0.72));
 }
 
 // Mixed precision on device 0: bf16 params, fp32 grads and master, Adam's two fp32 moments.
@@ -84,8 +84,8 @@ TEST(CliPhantom, OverlappedAllReduceSharesTheNicWithThePipeline) {
   EXPECT_LE(step[1], 1.02 * step[0]);
   EXPECT_LE(bubble[1], bubble[0] + 0.5);
   // The README's figures.
-  EXPECT_NEAR(step[0], 25296.921, 5e-4);
-  EXPECT_NEAR(step[1], 24880.366, 5e-4);
+  EXPECT_NEAR(step[0], 25455.132, 5e-4);
+  EXPECT_NEAR(step[1], 25038.039, 5e-4);
 }
 
 TEST(CliPhantom, Gpt3OnAThousandGpusReportsTimeMemoryAndFolding) {

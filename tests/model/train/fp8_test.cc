@@ -5,10 +5,12 @@
 // gradient GEMMs all fill whole 256x128 tiles and whole waves of 132 SMs
 // (N = 11 x 256; every output width is a multiple of 12 x 128 = 1536:
 // 11 x 12 = 132 tiles, or 4 waves of them), so each runs at the GEMM maximum:
-//   bf16: 989 TFLOP/s x 0.59        fp8: 1979 TFLOP/s x 0.53 (both fitted: profile_builtin.cc)
+//   bf16: 989 TFLOP/s x 0.60        fp8: 1979 TFLOP/s x 0.56 (both fitted: profile_builtin.cc)
 // A kernel costs 4 us of launch plus the larger of its compute and its bytes
-// over 3350 GB/s x 0.90; the GPT linears' bias adds N·OC flops at the
-// non-GEMM rate (989 x 0.7). Hand count, per Transformer Engine's recipe:
+// over 3350 GB/s x 0.90; a GEMM's compute is the larger of its tiles' time
+// and its inputs' bytes, then the store of its output (cost_model.cc); the
+// GPT linears' bias adds N·OC flops at the non-GEMM rate (989 x 0.7). Hand
+// count, per Transformer Engine's recipe:
 //   * an FP8 GEMM moves A and B at 1 B and C at 2 B;
 //   * before each forward GEMM a cast_transpose of its input (N x in):
 //     read 2 B, write 1 + 1 B, 2 flops per element; before each input-
@@ -36,7 +38,7 @@ namespace {
 
 constexpr int64_t kC = 1536, kT = 2816, kN = kT;  // one sequence
 constexpr double kLaunchPs = 4e6, kBw = 3350e9 * 0.90;
-constexpr double kBf16Gemm = 989e12 * 0.59, kFp8Gemm = 1979e12 * 0.53, kOther = 989e12 * 0.7;
+constexpr double kBf16Gemm = 989e12 * 0.60, kFp8Gemm = 1979e12 * 0.56, kOther = 989e12 * 0.7;
 
 struct Charged {
   std::map<std::string, double> ps;  // compute time by kernel name, summed
@@ -83,8 +85,10 @@ double ps(double seconds) { return std::ceil(seconds * 1e12); }
 // One GEMM kernel y[m, n] = x[m, k] w[k, n] (+ bias of n per row) at full tiles.
 double gemm_ps(double m, double n, double k, bool fp8, bool bias) {
   const double flops = 2 * m * n * k;
-  const double bytes = fp8 ? (m * k + k * n) * 1 + m * n * 2 : (m * k + k * n + m * n) * 2 + (bias ? n * 2 : 0);
-  const double compute = ps(flops / (fp8 ? kFp8Gemm : kBf16Gemm) + (bias ? m * n / kOther : 0));
+  const double in = (m * k + k * n) * (fp8 ? 1 : 2), out = m * n * 2;
+  const double bytes = fp8 ? in + out : in + out + (bias ? n * 2 : 0);
+  const double compute =
+      ps(std::max(flops / (fp8 ? kFp8Gemm : kBf16Gemm), in / kBw) + out / kBw + (bias ? m * n / kOther : 0));
   return kLaunchPs + std::max(compute, ps(bytes / kBw));
 }
 double cast_ps(double elements) {
