@@ -300,11 +300,12 @@ void run_folded(Device& dev, const ProcessGroup& g, Stream& s, Tag tag, const Co
       if (any) dev.widen_doubt(doubt, doubt + kNumLinkClasses);
       continue;
     }
+    // The stream's end and its last send's departure: either may differ.
     throw FoldingError(fmt::format(
-        "folding: {} of {} elements ({}) on {} is not symmetric (device {} would end at {} ps, its "
-        "representative {} at {} ps): not foldable exactly",
-        op_kind_name(shape.op), shape.count, algo_name(algo), g.to_string(), g.global_rank(i), end[size_t(i)].now,
-        g.global_rank(rep_index[size_t(i)]), end[size_t(rep_index[size_t(i)])].now));
+        "folding: {} of {} elements ({}) on {} is not symmetric (device {} would end at {} ps, its last send "
+        "leaving at {} ps; its representative {} at {} ps and {} ps): not foldable exactly",
+        op_kind_name(shape.op), shape.count, algo_name(algo), g.to_string(), g.global_rank(i), e.now, e.last_send,
+        g.global_rank(rep_index[size_t(i)]), r.now, r.last_send));
   }
   apply_replay(dev, s, marks, mine, [&](const ReplayMark& m, const Port::Booking& b) {
     throw FoldingError(fmt::format(
