@@ -259,6 +259,13 @@ Real* split_scratch(size_t n) {
   if (scratch.size() < n) scratch.resize(n);
   return scratch.data();
 }
+// y[n][m] += t[n][m] (t dense, N x M), m <= n only when `lower`: the second
+// half's product added to the first's.
+template <typename Real>
+void add_half(Real* y, int64_t ldy, const Real* t, int64_t N, int64_t M, bool lower) {
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t m = 0, end = lower ? n + 1 : M; m < end; ++m) y[n * ldy + m] += t[n * M + m];
+}
 
 }  // namespace
 
@@ -271,8 +278,7 @@ void gemm_nt(Real* y, int64_t ldy, const Real* a, int64_t lda, const Real* b, in
     Real* t = split_scratch<Real>(size_t(N * M));
     gemm_nt(y, ldy, a, lda, b, ldb, N, M, K1);
     gemm_nt(t, M, a + K1, lda, b + K1, ldb, N, M, K - K1);
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t m = 0; m < M; ++m) y[n * ldy + m] += t[n * M + m];
+    add_half(y, ldy, t, N, M, false);
     return;
   }
   if (portable_arithmetic()) {
@@ -306,8 +312,7 @@ void gemm_nt_lower(Real* y, int64_t ldy, const Real* a, int64_t lda, const Real*
     Real* t = split_scratch<Real>(size_t(N * N));
     gemm_nt_lower(y, ldy, a, lda, b, ldb, N, K1);
     gemm_nt_lower(t, N, a + K1, lda, b + K1, ldb, N, K - K1);
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t m = 0; m <= n; ++m) y[n * ldy + m] += t[n * N + m];
+    add_half(y, ldy, t, N, N, true);
     return;
   }
   if (portable_arithmetic()) {
@@ -400,7 +405,7 @@ void gemm_nn_acc(Real* y, const Real* a, const Real* b, int64_t N, int64_t M, in
     const SplitHalves halves;
     const int64_t K1 = K / 2, K2 = K - K1;
     Real* half = split_scratch<Real>(size_t(N * K2));
-    for (const auto [k0, kn] : {std::pair{int64_t{0}, K1}, std::pair{K1, K2}}) {
+    for (const auto& [k0, kn] : {std::pair{int64_t{0}, K1}, std::pair{K1, K2}}) {
       for (int64_t n = 0; n < N; ++n) std::copy(a + n * K + k0, a + n * K + k0 + kn, half + n * kn);
       gemm_nn_acc(y, half, b + k0 * M, N, M, kn);
     }
