@@ -61,9 +61,9 @@ double CostModel::gemm_efficiency(const GemmShape& g) const {
 
 double CostModel::gemm_bytes(const GemmShape& g, bool fp8) const {
   if (g.empty()) return 0.0;
-  const double a = double(g.m) * g.k, b = double(g.k) * g.n, c = double(g.m) * g.n;
+  const double a = double(g.m) * g.k, b = double(g.k) * g.n;
   const int in = fp8 ? kFp8Bytes : element_size(precision_);
-  return ((a + b) * in + c * element_size(precision_)) * double(g.batch);
+  return (a + b) * in * double(g.batch) + gemm_output_bytes(g);
 }
 
 double CostModel::gemm_output_bytes(const GemmShape& g) const {
