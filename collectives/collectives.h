@@ -46,7 +46,8 @@ namespace shardlab::collectives {
 
 enum class ReduceOp { kSum, kAvg, kMax };
 // kDbtree: NCCL's double binary tree across nodes (all_reduce only; tuner.h TreePlan).
-enum class Algo { kAuto, kRing, kTree, kDirect, kDbtree };
+// kNvls: NVLink SHARP inside one node (all_reduce only; tuner.h nvls_applies).
+enum class Algo { kAuto, kRing, kTree, kDirect, kDbtree, kNvls };
 // The protocol a collective's messages use (NCCL's LL, LL128, Simple; the
 // profile's "protocols", runtime/profile.h); kAuto: the tuner's choice with
 // the algorithm; kPlain: plain sends on the links' own latency and rate (the
@@ -55,7 +56,7 @@ enum class Proto : uint8_t { kAuto, kLL, kLL128, kSimple, kPlain };
 enum class OpKind { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kReduce, kAllToAll, kBarrier };
 
 const char* reduce_op_name(ReduceOp op);  // "sum", "avg", "max"
-const char* algo_name(Algo a);            // "auto", "ring", "tree", "direct", "dbtree"
+const char* algo_name(Algo a);            // "auto", "ring", "tree", "direct", "dbtree", "nvls"
 const char* proto_name(Proto p);          // "auto", "LL", "LL128", "Simple", "plain"
 // The engine a protocol's messages carry (link_model.h: its latency and rate).
 inline Engine proto_engine(Proto p) {

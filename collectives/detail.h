@@ -55,9 +55,10 @@ class Ctx {
     const size_t charged = modeled == kAsCount ? count : modeled;
     // A PCIe tree: this step's share of the shared links on the path, as if
     // every member sent the same distance at once (link_model.h).
-    const uint64_t cap = pcie_ ? pcie_->shared_rate(g_.global_rank(me_), g_.global_rank(to), g_.members(), local_,
-                                                    ((to - me_) % n_ + n_) % n_)
-                               : 0;
+    uint64_t cap = pcie_ ? pcie_->shared_rate(g_.global_rank(me_), g_.global_rank(to), g_.members(), local_,
+                                              ((to - me_) % n_ + n_) % n_)
+                         : 0;
+    if (rate_cap_ > 0 && (cap == 0 || rate_cap_ < cap)) cap = rate_cap_;
     const SendHandle h = dev_.isend(*cur_, g_.global_rank(to), tag_ + static_cast<Tag>(phase), host,
                                     static_cast<uint64_t>(charged) * static_cast<uint64_t>(esize_), engine_, cap);
     last_send_ = std::max(last_send_, h.done);
@@ -76,6 +77,9 @@ class Ctx {
     }
     return m;
   }
+  // Every later send moves at most at `bytes_per_second` (0: no cap): an
+  // algorithm whose rate is a switch's, not the link's (Algo::kNvls).
+  void set_rate_cap(uint64_t bytes_per_second) { rate_cap_ = bytes_per_second; }
   // ---- Channel lanes -------------------------------------------------------
   // NCCL runs each channel as a thread block of its own: a channel moves on
   // as soon as its own previous step is done, whatever the other channels
@@ -124,6 +128,7 @@ class Ctx {
   int me_;
   Engine engine_;
   Time last_send_ = 0;
+  uint64_t rate_cap_ = 0;
   std::optional<ProfileLinkModel> pcie_;  // set on profiles with a PCIe tree
   std::vector<int> local_;                 // group indices of the members on my node (pcie_)
 };
@@ -183,9 +188,16 @@ void channel_ring_reduce_scatter(Ctx& c, const RingPlan& plan, float* work, size
 void channel_ring_all_gather(Ctx& c, const RingPlan& plan, float* work, size_t count, int phase);
 void halving_reduce_scatter(Ctx& c, float* work, size_t count, ReduceOp op, int phase);
 void doubling_all_gather(Ctx& c, float* work, size_t count, int phase);
-void direct_reduce_scatter(Ctx& c, const float* in, float* out, size_t count, ReduceOp op);
-void direct_all_gather(Ctx& c, float* work, size_t count);
+// `modeled`: the elements each message is charged as (default: c.slice(count)).
+void direct_reduce_scatter(Ctx& c, const float* in, float* out, size_t count, ReduceOp op,
+                           size_t modeled = Ctx::kAsCount);
+void direct_all_gather(Ctx& c, float* work, size_t count, size_t modeled = Ctx::kAsCount);
 void direct_all_reduce(Ctx& c, const float* in, float* out, size_t count, ReduceOp op);
+// NVLink SHARP's all_reduce (tuner.h nvls_applies): each message charged
+// nvls_charged(count, n) elements, at most at nvls_rate(p).
+size_t nvls_charged(size_t count, int n);
+uint64_t nvls_rate(const HardwareProfile& p);
+void nvls_all_reduce(Ctx& c, const float* in, float* out, size_t count, ReduceOp op);
 
 void chain_broadcast(Ctx& c, float* data, size_t count, int root);
 void binomial_broadcast(Ctx& c, float* data, size_t count, int root);

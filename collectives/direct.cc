@@ -64,14 +64,15 @@ void direct_all_reduce(Ctx& c, const float* in, float* out, size_t count, Reduce
   reduce_received(c, in, out, count, op);
 }
 
-void direct_reduce_scatter(Ctx& c, const float* in, float* out, size_t count, ReduceOp op) {
+void direct_reduce_scatter(Ctx& c, const float* in, float* out, size_t count, ReduceOp op, size_t modeled) {
   const int n = c.n();
+  if (modeled == Ctx::kAsCount) modeled = c.slice(count);
   for (int k = 1; k < n; ++k) {
     const Range r = chunk_range(count, n, c.rel(k));
-    c.send(c.rel(k), in ? in + r.begin : nullptr, r.size, 0, c.slice(count));
+    c.send(c.rel(k), in ? in + r.begin : nullptr, r.size, 0, modeled);
   }
   const Range mine = chunk_range(count, n, c.me());
-  std::vector<Message>& inbox = gather_inbox(c, [&](int) { return mine.size; }, c.slice(count));
+  std::vector<Message>& inbox = gather_inbox(c, [&](int) { return mine.size; }, modeled);
   if (in && out) {
     combine_in_member_order(out, mine.size, n, op, [&](int j) {
       return j == c.me() ? in + mine.begin : floats(inbox[static_cast<size_t>(j)]);
@@ -81,14 +82,14 @@ void direct_reduce_scatter(Ctx& c, const float* in, float* out, size_t count, Re
   clear_inbox(c);
 }
 
-void direct_all_gather(Ctx& c, float* work, size_t count) {
+void direct_all_gather(Ctx& c, float* work, size_t count, size_t modeled) {
   const int n = c.n();
+  if (modeled == Ctx::kAsCount) modeled = c.slice(count);
   const Range mine = chunk_range(count, n, c.me());
-  for (int k = 1; k < n; ++k)
-    c.send(c.rel(k), work ? work + mine.begin : nullptr, mine.size, 0, c.slice(count));
+  for (int k = 1; k < n; ++k) c.send(c.rel(k), work ? work + mine.begin : nullptr, mine.size, 0, modeled);
   for (int k = 1; k < n; ++k) {
     const Range r = chunk_range(count, n, c.rel(-k));
-    copy(work ? work + r.begin : nullptr, floats(c.recv(c.rel(-k), r.size, 0, c.slice(count))), r.size);
+    copy(work ? work + r.begin : nullptr, floats(c.recv(c.rel(-k), r.size, 0, modeled)), r.size);
   }
 }
 

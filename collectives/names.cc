@@ -9,7 +9,7 @@ namespace shardlab::collectives {
 namespace {
 
 constexpr const char* kOps[] = {"sum", "avg", "max"};
-constexpr const char* kAlgos[] = {"auto", "ring", "tree", "direct", "dbtree"};
+constexpr const char* kAlgos[] = {"auto", "ring", "tree", "direct", "dbtree", "nvls"};
 constexpr const char* kProtos[] = {"auto", "LL", "LL128", "Simple", "plain"};
 constexpr const char* kKinds[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast",
                                   "reduce",     "all_to_all",     "barrier"};

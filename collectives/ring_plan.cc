@@ -10,8 +10,8 @@
 namespace shardlab::collectives {
 namespace {
 constexpr Algo kAll[] = {Algo::kRing, Algo::kTree, Algo::kDirect};
-// dbtree last: it runs only where tree_plan applies (select skips it elsewhere).
-constexpr Algo kAllReduce[] = {Algo::kRing, Algo::kTree, Algo::kDirect, Algo::kDbtree};
+// dbtree and nvls last: each runs only where it applies (select skips them elsewhere).
+constexpr Algo kAllReduce[] = {Algo::kRing, Algo::kTree, Algo::kDirect, Algo::kDbtree, Algo::kNvls};
 constexpr Algo kBarrierOnly[] = {Algo::kTree};
 }  // namespace
 

@@ -84,6 +84,8 @@ class Replay {
     }
     kept_.clear();
   }
+  // Ctx::set_rate_cap: every later send moves at most at this rate (0: none).
+  void set_rate_cap(uint64_t bytes_per_second) { cap_ = bytes_per_second; }
   // Books every transfer on these ports (tuner.h: ReplayPorts).
   void use_ports(const ReplayPorts* ports) { ports_ = ports; }
   // Member 0 stands for every member (uniform_pairs, replay_time): the
@@ -146,6 +148,7 @@ class Replay {
   // Device::isend: depart = max(stream, egress free); egress held for w.
   Posted send(int from, int to, size_t count, int lane = -1) {
     Link l = links_.link(members_[static_cast<size_t>(from)], members_[static_cast<size_t>(to)]);
+    if (cap_ > 0 && cap_ < l.bytes_per_second) l.bytes_per_second = cap_;  // Ctx::set_rate_cap
     if (links_.shares_intra()) {
       // Ctx::send's cap: this step's share of the PCIe tree's shared links.
       const int node = members_[static_cast<size_t>(from)] / dpn_;
@@ -213,6 +216,7 @@ class Replay {
   std::map<int, std::vector<int>> local_;       // PCIe trees: each node's members (group indices)
   std::span<const int> members_;
   uint64_t esize_;
+  uint64_t cap_ = 0;  // set_rate_cap
   Engine engine_;  // the protocol's (proto_engine)
   std::vector<Clock> clocks_;
   std::vector<Time> lanes_;  // n x lane_channels_: member r's lane ch at r * lane_channels_ + ch
@@ -606,6 +610,14 @@ void replay_body(Replay& R, const HardwareProfile& p, std::span<const int> membe
   switch (s.op) {
     case OpKind::kAllReduce:
       if (algo == Algo::kDirect) return direct_exchange(R, [&](int, int) { return count; });
+      if (algo == Algo::kNvls) {
+        // nvls.cc: a direct reduce_scatter, then a direct all_gather, at the switch's rate.
+        const size_t x = detail::nvls_charged(count, n);
+        R.set_rate_cap(detail::nvls_rate(p));
+        direct_exchange(R, [&](int, int) { return x; });
+        direct_exchange(R, [&](int, int) { return x; });
+        return R.set_rate_cap(0);
+      }
       if (algo == Algo::kRing) {
         rings(-1);  // reduce_scatter
         return rings(0);
@@ -667,7 +679,7 @@ bool lock_step(const CollShape& s, Algo algo) {
     case OpKind::kAllReduce:
     case OpKind::kReduceScatter:
     case OpKind::kAllGather:
-      return algo == Algo::kRing || algo == Algo::kDirect;
+      return algo == Algo::kRing || algo == Algo::kDirect || algo == Algo::kNvls;
     case OpKind::kAllToAll:
     case OpKind::kBarrier:
       return true;
@@ -716,11 +728,22 @@ Choice select(const HardwareProfile& p, std::span<const int> members, const Coll
   for (Algo a : algos) {
     if (a == Algo::kDbtree && algo == Algo::kAuto && !(s.dbtree && dbtree_applies(p, members, s))) continue;
     if (a == Algo::kDirect && no_direct) continue;
+    if (a == Algo::kNvls && !nvls_applies(p, members, s)) {
+      if (algo == Algo::kNvls)
+        throw ConfigError(fmt::format("`algo` nvls: {} on these {} members: NVLink SHARP runs all_reduce on 2 or more "
+                                      "members of one node whose NVSwitch has it",
+                                      op_kind_name(s.op), members.size()));
+      continue;
+    }
     for (Proto q : protos) {
+      if (a == Algo::kNvls && q != Proto::kSimple && q != Proto::kPlain) continue;  // NCCL: NVLS on Simple only
       const Time t = replay_time(p, members, s, a, q);
       if (best.algo == Algo::kAuto || t < best.time) best = {a, q, t};
     }
   }
+  if (best.algo == Algo::kAuto && algo == Algo::kNvls)
+    throw ConfigError(fmt::format("`algo` nvls: NVLink SHARP runs only the Simple protocol, not {}",
+                                  proto_name(s.proto)));
   return best;
 }
 

@@ -224,6 +224,30 @@ int dbtree_chunks(size_t count, int channels, int elem_size);
 // Whether dbtree can run `s` on `members`: an all_reduce, and tree_plan applies.
 bool dbtree_applies(const HardwareProfile& p, std::span<const int> members, const CollShape& s);
 
+// ---- NVLink SHARP inside one node (Algo::kNvls, nvls.cc) ---------------------
+// NCCL's NVLS all_reduce (src/device/all_reduce.h, runAllReduce with
+// NCCL_ALGO_NVLS) on the GPUs of one NVSwitch domain: member j owns slice j
+// of the buffer; it reads the slice through the switch with
+// multimem.ld_reduce (the switch fetches slice j from every member, its own
+// included, and returns the sum), then writes the sum with multimem.st (the
+// switch copies it to every member). Per member each direction carries S +
+// S/n bytes: out, its whole buffer (read for every owner's slice) and its
+// slice's store; in, its reduced slice and the n stored slices. The reduce
+// (mostly out) and the multicast (mostly in) pipeline, so the call moves
+// S(n+1)/n per direction at the switch's rate, `links.intra.nvls_efficiency`
+// of the link's (NCCL's nvlsEfficiency: Hopper 0.85, Blackwell 0.74).
+// Here it runs as a direct reduce_scatter, then a direct all_gather, each
+// of the 2(n-1) messages a member sends (and receives) charged
+// nvls_charged(count, n) = ceil(count(n+1) / (2n(n-1))) elements, at most at
+// that rate: on a node's uniform links L + 2(a + (n-1)·w(x)), ~ w(S(n+1)/n).
+// The data: member j reduces slice j in member order and sends the sum to
+// every member, so all end with the same bits (real math as the direct
+// algorithms). It applies to an all_reduce of 2 or more members, all on one
+// node of a profile with nvls_efficiency > 0 and no PCIe tree, under Simple
+// (NCCL runs NVLS only on Simple) or plain. Not modeled: NVLS across nodes
+// (NCCL's NVLSTree and CollNet), NVLS reduce_scatter and all_gather.
+bool nvls_applies(const HardwareProfile& p, std::span<const int> members, const CollShape& s);
+
 // The algorithms auto chooses among for `op`, in tie-break order.
 std::span<const Algo> candidate_algos(OpKind op);
 

@@ -124,6 +124,7 @@ nlohmann::json profile_to_json(const HardwareProfile& p) {
                      {"sm_payload_bytes", l.sm_payload_bytes},
                      {"copy_payload_bytes", l.copy_payload_bytes}};
     if (l.proxy_us > 0) j["proxy_us"] = l.proxy_us;
+    if (l.nvls_efficiency > 0) j["nvls_efficiency"] = l.nvls_efficiency;
     return j;
   };
   const DeviceSpec& d = p.device;
@@ -327,7 +328,7 @@ bool known_field(std::string_view path) {
       "latency_us", "bandwidth_GBps", "packet", "packet.header_bytes", "packet.sm_payload_bytes",
       "packet.copy_payload_bytes"};
   if (path.starts_with("protocols")) return known_protocol_field(path);
-  if (path == "links.inter.proxy_us") return true;
+  if (path == "links.inter.proxy_us" || path == "links.intra.nvls_efficiency") return true;
   for (std::string_view cls : {"links.intra.", "links.inter."})
     if (path.starts_with(cls)) return kLinkFields.contains(path.substr(cls.size()));
   return kFields.contains(path);
@@ -494,6 +495,8 @@ HardwareProfile profile_from_json(const nlohmann::json& j, std::string_view orig
     }
   }
   if (r.has(j, "links.inter.proxy_us")) p.inter.proxy_us = r.duration_us(j, "links.inter.proxy_us");
+  if (r.has(j, "links.intra.nvls_efficiency"))
+    p.intra.nvls_efficiency = r.fraction(j, "links.intra.nvls_efficiency");
   if (j.contains("nics")) read_nics(r, j["nics"], p);
   if (j.contains("pcie")) read_pcie(r, j, p);
   if (j.contains("protocols")) p.protocols = protocols_from_json(j.at("protocols"), origin);

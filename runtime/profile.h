@@ -128,6 +128,10 @@ struct LinkSpec {
   // links.inter only: the network proxy's post of one send (the header above;
   // Link::proto_latency_delta carries it, make_link).
   double proxy_us = 0;
+  // links.intra only: NVLink SHARP (NVLS) on the node's NVSwitches, the share
+  // of the link's rate its all_reduce reaches (NCCL's nvlsEfficiency, src/
+  // graph/tuning.cc: Hopper 0.85, Blackwell 0.74); 0: no NVLS (Algo::kNvls).
+  double nvls_efficiency = 0;
   // Derived, exact integers used by the link model.
   Time latency() const { return us_to_time(latency_us); }
   uint64_t bytes_per_second() const;

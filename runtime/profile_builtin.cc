@@ -201,7 +201,16 @@ const std::vector<HardwareProfile>& builtin_profiles() {
       return l;
     };
     constexpr double kAmdPost = 2.0, kIntelPost = 1.0;
-    const LinkSpec nvlink4 = link(1.5, 450.0, 32, 128, 256), ndr = proxy(link(4.0, 50.0, 42, 4096, 4096), kIntelPost);
+    // NVLink SHARP (NVLS): the third-generation NVSwitch (HGX H100/H200)
+    // and Blackwell's NVLink switch reduce and multicast in the switch;
+    // NCCL's nvlsEfficiency (src/graph/tuning.cc) is the share of the link
+    // rate its NVLS all_reduce reaches: Hopper 0.85, Blackwell 0.74.
+    auto nvls = [](LinkSpec l, double efficiency) {
+      l.nvls_efficiency = efficiency;
+      return l;
+    };
+    const LinkSpec nvlink4 = nvls(link(1.5, 450.0, 32, 128, 256), 0.85);
+    const LinkSpec ndr = proxy(link(4.0, 50.0, 42, 4096, 4096), kIntelPost);
     const LinkSpec hdr = proxy(link(5.0, 25.0, 42, 4096, 4096), kAmdPost);
     // NICs: DGX A100 and DGX H100 have eight compute NICs, one per GPU (a
     // rail each: the default, "nics" absent); the 4-NIC A100 servers of
@@ -243,7 +252,7 @@ const std::vector<HardwareProfile>& builtin_profiles() {
     v.push_back({"b200-nvlink",
                  "DGX B200 nodes: NVLink5 (1.8 TB/s per GPU, both directions) inside a node, one "
                  "ConnectX-7 400G NIC per GPU between",
-                 4, 8, b200, link(1.5, 900.0, 32, 128, 256), ndr, one_per_gpu});
+                 4, 8, b200, nvls(link(1.5, 900.0, 32, 128, 256), 0.74), ndr, one_per_gpu});
     // Meta's H100 RoCE cluster (Llama 3, Dubey et al. 2024, sec. 3.3.1
     // "Network"): Grand Teton nodes of 8 H100 on NVLink, one 400 Gb/s RoCE
     // NIC per GPU, a 3-layer Clos. A rack's two nodes (16 GPUs) share a ToR

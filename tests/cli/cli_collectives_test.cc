@@ -191,6 +191,24 @@ TEST(CliCollectives, BadInputIsOneLineAndExitCode2) {
   expect_usage_error("collectives --min-bytes 1M --max-bytes 1K", "--min-bytes 1048576 is above --max-bytes 1024");
   expect_usage_error("collectives --max-bytes 1Q", "--max-bytes: cannot parse size");
   expect_usage_error("collectives --profile nowhere", "unknown profile");
+  // NVLink SHARP: an all_reduce inside one node whose NVSwitch reduces, on Simple.
+  expect_usage_error("collectives --ranks 8 --algo nvls", "NVLink SHARP runs all_reduce");  // a100-nvlink
+  expect_usage_error("collectives --ranks 8 --op all_gather --algo nvls --profile h100-nvlink",
+                     "NVLink SHARP runs all_reduce");
+  expect_usage_error("collectives --ranks 16 --nodes 2 --algo nvls --profile h100-nvlink",
+                     "NVLink SHARP runs all_reduce");
+  expect_usage_error("collectives --ranks 8 --algo nvls --proto LL --profile h100-nvlink",
+                     "NVLink SHARP runs only the Simple protocol");
+}
+
+// On a DGX H100 auto runs a large all_reduce as NVLink SHARP (nvls), as NCCL
+// does by default there, and prints it.
+TEST(CliCollectives, H100NodeRunsLargeAllReducesAsNvls) {
+  const auto r = run_cli("collectives --ranks 8 --profile h100-nvlink --min-bytes 256MiB --max-bytes 256MiB --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto row = nlohmann::json::parse(r.out)["rows"][0];
+  EXPECT_EQ(row["algo"], "nvls");
+  EXPECT_EQ(row["protocol"], "Simple");
 }
 
 }  // namespace

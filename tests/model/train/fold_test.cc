@@ -223,6 +223,19 @@ std::vector<Config> fold_configs() {
         c.options.model.batch_size = 16;
         c.nodes = 2;
       }),
+      // NVLink SHARP (collectives/nvls.cc): tp 8's activation all-reduces, 4
+      // MiB of bf16 each, run as nvls on h100-nvlink (auto's pick); a
+      // lock-step exchange, which the folded replay plays as the direct ones.
+      make("tp8_dp2_nvls_h100", 8, 1, 2, 1, [](Config& c) {
+        c.options.model.n_embd = 1024;
+        c.options.model.n_head = 8;
+        c.options.model.n_layer = 2;
+        c.options.model.block_size = 512;
+        c.options.steps = 1;
+        c.precision = Precision::kBf16;
+        c.profile = "h100-nvlink";
+        c.nodes = 2;
+      }),
       make("dp8_moe", 1, 1, 8, 1, [](Config& c) {
         c.options.model.n_expert = 4;
         c.options.model.aux_coef = 0.01;
