@@ -157,7 +157,7 @@ FlagTable<CollFlags> collectives_flags() {
   return {
       {"--op", FIELD(op), "all_reduce|reduce_scatter|all_gather|broadcast|reduce|all_to_all", {}, kShowDefault},
       {"--ranks", FIELD(ranks), "Number of virtual GPUs (placed on the profile's nodes in order)", {}, kShowDefault},
-      {"--algo", FIELD(algo), "ring|tree|direct|dbtree|auto (dbtree: all_reduce across nodes)", {}, kShowDefault},
+      {"--algo", FIELD(algo), "ring|tree|direct|dbtree|nvls|auto (dbtree: all_reduce across nodes; nvls: all_reduce inside an NVLink SHARP node)", {}, kShowDefault},
       {"--proto", FIELD(proto), "LL|LL128|Simple|auto (NCCL's protocols; auto: chosen with the algorithm)", {},
        kShowDefault},
       {"--redop", FIELD(redop), "sum|avg|max (all_reduce, reduce_scatter, reduce; default sum)"},

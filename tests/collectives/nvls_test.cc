@@ -67,6 +67,11 @@ TEST(NvlsTest, BusBandwidthMatchesNcclOnDgxH100) {
   // The ring keeps NCCL's ~370 (it does not use the switch's reduction).
   const Time ring = run_nvls(p, 8, size_t{1} << 28, Algo::kRing);
   EXPECT_GT(ring, t);
+  // 8 B200 (NVLink5, Blackwell's nvlsEfficiency 0.74): "Ours is 830+" (NVIDIA/nccl#1807, NCCL 2.27.1).
+  const Time b200 = run_nvls(load_profile("b200-nvlink"), 8, size_t{1} << 28, Algo::kAuto);
+  const double b200_busbw = double(size_t{1} << 30) / to_seconds(b200) / 1e9 * 7 / 4;
+  EXPECT_NEAR(b200_busbw, 830, 83);
+  fmt::print("auto all_reduce 1 GiB on 8 B200: busbw {:.1f} GB/s against 830+ (NVIDIA/nccl#1807)\n", b200_busbw);
 }
 
 // Every member ends with the serial reference, bit for bit (small-integer
