@@ -243,14 +243,15 @@ const std::vector<HardwareProfile>& builtin_profiles() {
                  "HDR NIC per switch",
                  4, 8, a100_pcie, link(3.0, 32.0, 24, 128, 256), hdr, one_per_pair, pcie_box});
     v.push_back({"h100-nvlink",
-                 "DGX H100 nodes: NVLink4 inside a node, one InfiniBand NDR 400G NIC per GPU between",
+                 "DGX H100 nodes: NVLink4 through NVSwitch (NVLink SHARP) inside a node, one InfiniBand NDR 400G "
+                 "NIC per GPU between",
                  4, 8, h100, nvlink4, ndr, one_per_gpu});
     v.push_back({"h200-nvlink",
-                 "DGX H200 nodes: H100's compute with 141 GB of HBM3e at 4.8 TB/s; NVLink4 inside a node, "
-                 "one InfiniBand NDR 400G NIC per GPU between",
+                 "DGX H200 nodes: H100's compute with 141 GB of HBM3e at 4.8 TB/s; NVLink4 through NVSwitch "
+                 "(NVLink SHARP) inside a node, one InfiniBand NDR 400G NIC per GPU between",
                  4, 8, h200, nvlink4, ndr, one_per_gpu});
     v.push_back({"b200-nvlink",
-                 "DGX B200 nodes: NVLink5 (1.8 TB/s per GPU, both directions) inside a node, one "
+                 "DGX B200 nodes: NVLink5 (1.8 TB/s per GPU, both directions; NVLink SHARP) inside a node, one "
                  "ConnectX-7 400G NIC per GPU between",
                  4, 8, b200, nvls(link(1.5, 900.0, 32, 128, 256), 0.74), ndr, one_per_gpu});
     // Meta's H100 RoCE cluster (Llama 3, Dubey et al. 2024, sec. 3.3.1
@@ -267,8 +268,9 @@ const std::vector<HardwareProfile>& builtin_profiles() {
     // headers and 20 B of preamble and inter-frame gap on the wire: 98 B.
     const ClusterFabric clos3{{{"rack", 2, 1.0, 1.0}, {"pod", 384, 1.0, 7.0}, {"aggregation", 0, 1.0, 1.0}}};
     v.push_back({"h100-roce",
-                 "Meta's H100 RoCE cluster (Llama 3): NVLink4 inside a node, one 400 Gb/s RoCE NIC per GPU, "
-                 "a 3-layer Clos: 2 nodes per ToR, pods of 384 nodes at full bisection, 1:7 between pods",
+                 "Meta's H100 RoCE cluster (Llama 3): NVLink4 through NVSwitch (NVLink SHARP) inside a node, one "
+                 "400 Gb/s RoCE NIC per GPU, a 3-layer Clos: 2 nodes per ToR, pods of 384 nodes at full "
+                 "bisection, 1:7 between pods",
                  4, 8, h100, nvlink4, proxy(link(4.0, 50.0, 98, 4096, 4096), kIntelPost), one_per_gpu});
     v.back().fabric = clos3;
     // NCCL's protocols on every profile; LL128 only where GPUs talk over NVLink.
