@@ -92,3 +92,34 @@ def test_timeline_of_a_traced_run_has_the_ring_steps():
     assert set(t["device"]) == {0, 1, 2, 3}
     ax = run.plot_timeline()
     assert len(ax.get_yticks()) == t.groupby(["device", "stream"]).ngroups
+
+
+def test_nvls_all_reduce_from_python_takes_the_switch_traffic_at_its_rate():
+    """NVLink SHARP (collectives/nvls.cc) on a DGX H100 node, from Python: 2^20
+    floats, each of the 2(n-1) messages a member sends charged ceil(count(n+1)
+    / (2n(n-1))) elements at nvls_efficiency x the NVLink rate, under Simple:
+    launch + Simple's base + 2 (Simple's NVLink hop + (n-1) w), by hand from the
+    profile's JSON. A100 (no NVLink SHARP) refuses it with the error's line."""
+    count = 1 << 20
+    profile = next(p for p in shardlab.profiles().json["profiles"] if p["name"] == "h100-nvlink")
+    link, simple = profile["links"]["intra"], profile["protocols"]["Simple"]
+    x = -(-count * (N + 1) // (2 * N * (N - 1)))  # elements a message is charged
+    wire = 4 * x + -(-4 * x // link["packet"]["sm_payload_bytes"]) * link["packet"]["header_bytes"]
+    rate = int(round(link["bandwidth_GBps"] * 1e9) * link["nvls_efficiency"])
+    w = -(-wire * 10**12 // rate)
+    start = round((profile["device"]["collective_launch_us"] + simple["base_latency_us"]) * 1e6)
+    expected = start + 2 * (round(simple["intra"]["hop_latency_us"] * 1e6) + (N - 1) * w)
+    results = {}
+
+    def program(dev):
+        results[dev.rank] = dev.all_reduce(inputs(dev.rank, count), algo="nvls")
+
+    run = shardlab.Cluster("h100-nvlink", devices=N).run(program)
+    print(f"nvls all_reduce of {count} floats on 8 H100: {run.makespan_ps} ps, by hand {expected} ps")
+    assert run.makespan_ps == expected
+    want = sum(inputs(r, count) for r in range(N))
+    for r in range(N):
+        assert np.array_equal(results[r], want)
+    with pytest.raises(Exception, match="NVLink SHARP"):
+        shardlab.Cluster("a100-nvlink", devices=N).run(
+            lambda dev: dev.all_reduce(inputs(dev.rank, 64), algo="nvls"))
