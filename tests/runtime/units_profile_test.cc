@@ -138,6 +138,20 @@ TEST(Profiles, FileErrorsNameTheProblem) {
     EXPECT_NE(err.find(b.says), std::string::npos) << err;
   }
 
+  // links.intra.nvls_efficiency (NVLink SHARP): a share of the link's rate, in (0, 1].
+  for (double bad : {0.0, 1.5, -0.2}) {
+    nlohmann::json j = good;
+    j["links"]["intra"]["nvls_efficiency"] = bad;
+    const std::string err = load_error(write_temp("nvls.json", j.dump()));
+    EXPECT_NE(err.find("links.intra.nvls_efficiency"), std::string::npos) << bad << ": " << err;
+  }
+  nlohmann::json nvls = good;
+  nvls["links"]["intra"]["nvls_efficiency"] = 0.5;
+  EXPECT_EQ(load_profile(write_temp("nvls_ok.json", nvls.dump())).intra.nvls_efficiency, 0.5);
+  EXPECT_EQ(load_profile("h100-nvlink").intra.nvls_efficiency, 0.85);  // NCCL's nvlsEfficiency, Hopper
+  EXPECT_EQ(load_profile("b200-nvlink").intra.nvls_efficiency, 0.74);  // Blackwell
+  EXPECT_EQ(load_profile("a100-nvlink").intra.nvls_efficiency, 0.0);   // no SHARP on NVSwitch gen2
+
   EXPECT_NE(load_error(write_temp("bad.json", "{ nope")).find("not valid JSON"), std::string::npos);
   EXPECT_NE(load_error("/nonexistent/p.json").find("no such file"), std::string::npos);
   EXPECT_NE(load_error("tpu-v9").find("unknown profile \"tpu-v9\""), std::string::npos);
@@ -192,7 +206,9 @@ TEST(Profiles, UnknownFieldsAreRefusedByTheirPath) {
                         Case{{"links", "intra"}, "latency_ms", "links.intra.latency_ms"},
                         Case{{"links"}, "nvlink", "links.nvlink"},
                         Case{{"device", "gemm", "max_efficiency"}, "fp16", "device.gemm.max_efficiency.fp16"},
-                        Case{{"device", "peak_tflops"}, "fp4", "device.peak_tflops.fp4"}}) {
+                        Case{{"device", "peak_tflops"}, "fp4", "device.peak_tflops.fp4"},
+                        // NVLink SHARP is the NVSwitch's: inside a node only.
+                        Case{{"links", "inter"}, "nvls_efficiency", "links.inter.nvls_efficiency"}}) {
     nlohmann::json j = good;
     nlohmann::json* at = &j;
     for (const std::string& k : c.where) at = &(*at)[k];
