@@ -40,22 +40,26 @@ TEST(NvlsTest, AllReduceMovesNinthsEighthsOfTheBufferAtTheSwitchsRate) {
 // all_reduce busbw with NVLS: NVIDIA/nccl#1455 (NCCL_ALGO=NVLS, 2-4 GiB):
 // 420, 440, 460 and 480 GB/s on 5, 6, 7 and 8 GPUs ("about 365-370 GBps"
 // with RING); nccl-tests#212 (S. Jeaugey): "On 8 GPUs, you should reach a
-// peak busBw of ~480GB/s (algbw ~275GB/s)", against ~370 for the ring.
-// Tolerance 5% (the issue's goal is 10%); auto picks nvls there.
+// peak busBw of ~480GB/s (algbw ~275GB/s)", against ~370 for the ring
+// (and 365-370 measured with NVLS forced on 4, #1455). Tolerance 5% (the
+// issue's goal is 10%); auto picks nvls there.
 TEST(NvlsTest, BusBandwidthMatchesNcclOnDgxH100) {
   const HardwareProfile p = load_profile("h100-nvlink");
   const size_t count = size_t{1} << 29;  // 2 GiB of fp32
   struct Row {
     int n;
     double published;
+    double readme;  // the README's table ("NVLink SHARP"), to its 0.1 GB/s
   };
-  for (const Row& r : {Row{5, 420}, Row{6, 440}, Row{7, 460}, Row{8, 480}}) {
+  for (const Row& r : {Row{4, 367.5, 366.4}, Row{5, 420, 407.1}, Row{6, 440, 436.1}, Row{7, 460, 457.9},
+                       Row{8, 480, 474.8}}) {
     CollShape s{OpKind::kAllReduce, count, 4, 0};
     const Choice c = select(p, first_ranks(r.n), s);
     EXPECT_EQ(c.algo, Algo::kNvls) << r.n;
     const double algbw = double(count) * 4 / to_seconds(c.time) / 1e9;
     const double busbw = algbw * 2 * (r.n - 1) / r.n;
     EXPECT_NEAR(busbw, r.published, 0.05 * r.published) << r.n << " GPUs";
+    EXPECT_NEAR(busbw, r.readme, 0.05) << r.n << " GPUs: the README's figure";
     fmt::print("nvls all_reduce 2 GiB on {} H100: busbw {:.1f} GB/s, NVIDIA/nccl#1455 {:.0f} ({:+.1f}%)\n", r.n,
                busbw, r.published, 100 * (busbw / r.published - 1));
   }
@@ -63,6 +67,7 @@ TEST(NvlsTest, BusBandwidthMatchesNcclOnDgxH100) {
   const Time t = run_nvls(p, 8, size_t{1} << 28, Algo::kAuto);
   const double busbw = double(size_t{1} << 30) / to_seconds(t) / 1e9 * 7 / 4;
   EXPECT_NEAR(busbw, 480, 48);
+  EXPECT_NEAR(busbw, 473.7, 0.05);  // the README's busbw table (and h200-nvlink's, the same links)
   fmt::print("auto all_reduce 1 GiB on 8 H100: busbw {:.1f} GB/s against ~480 (nccl-tests#212)\n", busbw);
   // The ring keeps NCCL's ~370 (it does not use the switch's reduction).
   const Time ring = run_nvls(p, 8, size_t{1} << 28, Algo::kRing);
@@ -71,6 +76,7 @@ TEST(NvlsTest, BusBandwidthMatchesNcclOnDgxH100) {
   const Time b200 = run_nvls(load_profile("b200-nvlink"), 8, size_t{1} << 28, Algo::kAuto);
   const double b200_busbw = double(size_t{1} << 30) / to_seconds(b200) / 1e9 * 7 / 4;
   EXPECT_NEAR(b200_busbw, 830, 83);
+  EXPECT_NEAR(b200_busbw, 821.8, 0.05);  // the README's
   fmt::print("auto all_reduce 1 GiB on 8 B200: busbw {:.1f} GB/s against 830+ (NVIDIA/nccl#1807)\n", b200_busbw);
 }
 
