@@ -72,6 +72,14 @@ TEST(NvlsTest, BusBandwidthMatchesNcclOnDgxH100) {
   // The ring keeps NCCL's ~370 (it does not use the switch's reduction).
   const Time ring = run_nvls(p, 8, size_t{1} << 28, Algo::kRing);
   EXPECT_GT(ring, t);
+  // Where auto starts to pick it on 8 H100 in fp32 (the README: "from 1 MiB"):
+  // 128 KiB stays with the others, 1 MiB is nvls.
+  EXPECT_NE(select(p, first_ranks(8), CollShape{OpKind::kAllReduce, 32768, 4, 0}).algo, Algo::kNvls);
+  EXPECT_EQ(select(p, first_ranks(8), CollShape{OpKind::kAllReduce, 262144, 4, 0}).algo, Algo::kNvls);
+  // On 2 GPUs auto keeps direct; forced, nvls gives the README's 203.6 GB/s at 2 GiB.
+  const CollShape two{OpKind::kAllReduce, count, 4, 0};
+  EXPECT_NE(select(p, first_ranks(2), two).algo, Algo::kNvls);
+  EXPECT_NEAR(double(count) * 4 / to_seconds(predict_time(p, first_ranks(2), two, Algo::kNvls)) / 1e9, 203.6, 0.05);
   // 8 B200 (NVLink5, Blackwell's nvlsEfficiency 0.74): "Ours is 830+" (NVIDIA/nccl#1807, NCCL 2.27.1).
   const Time b200 = run_nvls(load_profile("b200-nvlink"), 8, size_t{1} << 28, Algo::kAuto);
   const double b200_busbw = double(size_t{1} << 30) / to_seconds(b200) / 1e9 * 7 / 4;
