@@ -143,14 +143,7 @@ Resolved resolve(const Device& dev, const ProcessGroup& g, const CollOptions& op
     throw ConfigError(fmt::format("`algo` dbtree: {} on {}: dbtree runs all_reduce on a group spanning 2 or more "
                                   "nodes with the same number of members on each",
                                   op_kind_name(shape.op), g.to_string()));
-  if (opt.algo == Algo::kNvls && !nvls_applies(p, g.members(), shape))
-    throw ConfigError(fmt::format("`algo` nvls: {} on {}: NVLink SHARP runs all_reduce on 2 or more members of one "
-                                  "node whose NVSwitch has it (profile links.intra.nvls_efficiency; {} has {})",
-                                  op_kind_name(shape.op), g.to_string(), p.name, p.intra.nvls_efficiency));
-  if (opt.algo == Algo::kNvls && opt.proto != Proto::kAuto && opt.proto != Proto::kSimple &&
-      opt.proto != Proto::kPlain)
-    throw ConfigError(fmt::format("`algo` nvls on {}: NVLink SHARP runs only the Simple protocol, not {}",
-                                  g.to_string(), proto_name(opt.proto)));
+  if (opt.algo == Algo::kNvls) require_nvls(p, g.members(), shape, g.to_string());
   if (opt.algo != Algo::kAuto && opt.proto != Proto::kAuto) return {opt.algo, shape};
   const Choice c = select_once(p, g.members(), shape, opt.algo);
   shape.proto = c.proto;

@@ -77,8 +77,8 @@ class Ctx {
     }
     return m;
   }
-  // Every later send moves at most at `bytes_per_second` (0: no cap): an
-  // algorithm whose rate is a switch's, not the link's (Algo::kNvls).
+  // Every later send of this call moves at most at `bytes_per_second` (0: no
+  // cap): an algorithm whose rate is a switch's, not the link's (Algo::kNvls).
   void set_rate_cap(uint64_t bytes_per_second) { rate_cap_ = bytes_per_second; }
   // ---- Channel lanes -------------------------------------------------------
   // NCCL runs each channel as a thread block of its own: a channel moves on

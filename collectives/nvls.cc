@@ -15,6 +15,16 @@ bool nvls_applies(const HardwareProfile& p, std::span<const int> members, const 
   return std::all_of(members.begin(), members.end(), [&](int m) { return p.node_of(m) == node; });
 }
 
+void require_nvls(const HardwareProfile& p, std::span<const int> members, const CollShape& s, std::string_view group) {
+  if (!nvls_applies(p, members, s))
+    throw ConfigError(fmt::format("`algo` nvls: {} on {}: NVLink SHARP runs all_reduce on 2 or more members of one "
+                                  "node whose NVSwitch has it (profile links.intra.nvls_efficiency; {} has {})",
+                                  op_kind_name(s.op), group, p.name, p.intra.nvls_efficiency));
+  if (s.proto != Proto::kAuto && s.proto != Proto::kSimple && s.proto != Proto::kPlain)
+    throw ConfigError(fmt::format("`algo` nvls on {}: NVLink SHARP runs only the Simple protocol, not {}", group,
+                                  proto_name(s.proto)));
+}
+
 namespace detail {
 
 size_t nvls_charged(size_t count, int n) {
@@ -38,7 +48,6 @@ void nvls_all_reduce(Ctx& c, const float* in, float* out, size_t count, ReduceOp
   // slices for the others leave first, as copies).
   direct_reduce_scatter(c, in, out ? out + mine.begin : nullptr, count, op, charged);
   direct_all_gather(c, out, count, charged);
-  c.set_rate_cap(0);
 }
 
 }  // namespace detail

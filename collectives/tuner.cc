@@ -615,8 +615,7 @@ void replay_body(Replay& R, const HardwareProfile& p, std::span<const int> membe
         const size_t x = detail::nvls_charged(count, n);
         R.set_rate_cap(detail::nvls_rate(p));
         direct_exchange(R, [&](int, int) { return x; });
-        direct_exchange(R, [&](int, int) { return x; });
-        return R.set_rate_cap(0);
+        return direct_exchange(R, [&](int, int) { return x; });
       }
       if (algo == Algo::kRing) {
         rings(-1);  // reduce_scatter
@@ -721,6 +720,7 @@ Choice select(const HardwareProfile& p, std::span<const int> members, const Coll
     throw ConfigError(fmt::format("`algo` dbtree: {} on these {} members: dbtree runs all_reduce on a group spanning "
                                   "2 or more nodes with the same number of members on each",
                                   op_kind_name(s.op), members.size()));
+  if (algo == Algo::kNvls) require_nvls(p, members, s, fmt::format("these {} members", members.size()));
   // NCCL has no direct all_reduce (its tuner weighs ring and tree, src/graph/
   // tuning.cc): every all_reduce reduces, then spreads the result, two hops at
   // the least. Across nodes, where a hop is the network's, auto keeps to that.
@@ -728,22 +728,13 @@ Choice select(const HardwareProfile& p, std::span<const int> members, const Coll
   for (Algo a : algos) {
     if (a == Algo::kDbtree && algo == Algo::kAuto && !(s.dbtree && dbtree_applies(p, members, s))) continue;
     if (a == Algo::kDirect && no_direct) continue;
-    if (a == Algo::kNvls && !nvls_applies(p, members, s)) {
-      if (algo == Algo::kNvls)
-        throw ConfigError(fmt::format("`algo` nvls: {} on these {} members: NVLink SHARP runs all_reduce on 2 or more "
-                                      "members of one node whose NVSwitch has it",
-                                      op_kind_name(s.op), members.size()));
-      continue;
-    }
+    if (a == Algo::kNvls && !nvls_applies(p, members, s)) continue;
     for (Proto q : protos) {
       if (a == Algo::kNvls && q != Proto::kSimple && q != Proto::kPlain) continue;  // NCCL: NVLS on Simple only
       const Time t = replay_time(p, members, s, a, q);
       if (best.algo == Algo::kAuto || t < best.time) best = {a, q, t};
     }
   }
-  if (best.algo == Algo::kAuto && algo == Algo::kNvls)
-    throw ConfigError(fmt::format("`algo` nvls: NVLink SHARP runs only the Simple protocol, not {}",
-                                  proto_name(s.proto)));
   return best;
 }
 

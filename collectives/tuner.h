@@ -72,6 +72,7 @@
 
 #include <cstddef>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "collectives/collectives.h"
@@ -247,6 +248,9 @@ bool dbtree_applies(const HardwareProfile& p, std::span<const int> members, cons
 // (NCCL runs NVLS only on Simple) or plain. Not modeled: NVLS across nodes
 // (NCCL's NVLSTree and CollNet), NVLS reduce_scatter and all_gather.
 bool nvls_applies(const HardwareProfile& p, std::span<const int> members, const CollShape& s);
+// An explicit nvls: throws ConfigError naming `group` unless it applies and
+// s.proto is auto, Simple or plain.
+void require_nvls(const HardwareProfile& p, std::span<const int> members, const CollShape& s, std::string_view group);
 
 // The algorithms auto chooses among for `op`, in tie-break order.
 std::span<const Algo> candidate_algos(OpKind op);

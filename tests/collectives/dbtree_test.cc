@@ -95,7 +95,9 @@ TEST(DbtreeTest, NodeTreesAreNcclsDoubleBinaryTree) {
       const BtreeNode a = dtree(N, v, 0), b = dtree(N, v, 1);
       both += (a.d0 >= 0 || a.d1 >= 0) && (b.d0 >= 0 || b.d1 >= 0);
     }
-    if (N % 2 == 0) EXPECT_EQ(both, 0) << N << " nodes";
+    if (N % 2 == 0) {
+      EXPECT_EQ(both, 0) << N << " nodes";
+    }
   }
 }
 
