@@ -157,6 +157,11 @@ const std::vector<PublishedRun>& dubey2024_table4();
 // runs the first two; the 405B row's phantom step runs 1,024 unfolded
 // threads: bench_phantom --table bridge).
 const std::vector<PublishedRun>& megatron_bridge2511_h100_fp8();
+// The same summary's 26.04.01 DGX-H100 rows of Llama 3 70B (GBS 256) and
+// Llama 3.1 405B (GBS 1,536): the 25.11 recipes with a larger global batch
+// (calibration_tables.cc); held out of every fit (bench_phantom --table
+// bridge-2604; tests/model/train/h100_calibration_test.cc).
+const std::vector<PublishedRun>& megatron_bridge2604_h100_fp8();
 // The same summary's DGX-B200 rows (25.11, FP8 with current scaling): Llama
 // 3 8B (8 GPUs, MBS 2, DDP with the distributed optimizer) and Llama 3.1
 // 405B (128 GPUs, TP 4, PP 8, CP 2, VP 8, GBS 64), each run as its recipe

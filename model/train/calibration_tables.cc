@@ -223,6 +223,29 @@ const std::vector<PublishedRun>& megatron_bridge2511_h100_fp8() {
   return kRows;
 }
 
+// The same summary's later DGX-H100 rows of the same two models, "26.04.01
+// NeMo Container" (the latest release listing both): Megatron-Bridge
+// v0.4.x's scripts/performance/configs/llama keep the 25.11 layouts
+// (LLAMA3_70B_PRETRAIN_CONFIG_H100_FP8_CS_V2: TP 4, PP 8, VP 5; the 405B
+// row TP 8, PP 8, CP 2, VP 8; MBS 1, seq 8192) and raise the global batch
+// (70B: BASE_LLAMA3_70B_CONFIG_GBS256, 256; 405B: 1,536), so they check
+// the batch's effect (more micro-batches per pipeline flush) beside
+// everything the 25.11 rows check; every other setting is the 25.11 row's.
+// Held out of every fit. The other releases' figures for the same rows
+// (README "Held out: Megatron-Bridge's DGX-H100 FP8 rows"): 70B 1621
+// (26.02), 1639 (26.02.01), 1633 (26.04) tokens/s/GPU; 405B 311 (26.02),
+// 326 (26.06).
+const std::vector<PublishedRun>& megatron_bridge2604_h100_fp8() {
+  static const std::vector<PublishedRun> kRows = [] {
+    std::vector<PublishedRun> rows = megatron_bridge2511_h100_fp8();
+    rows.erase(rows.begin());  // no DGX-H100 Llama 3 8B row after 25.11
+    rows[0].batch = 256, rows[0].tokens_per_gpu_s = 1664, rows[0].tflops_per_gpu = 731;
+    rows[1].batch = 1536, rows[1].tokens_per_gpu_s = 328, rows[1].tflops_per_gpu = 827;
+    return rows;
+  }();
+  return kRows;
+}
+
 // The same summary's DGX-B200 rows (25.11, FP8-CS), as Megatron-Bridge
 // v0.2.0 (the 25.11 container's) scripts/performance/configs/llama3 and
 // llama31 set them: set_llama3(1)_common_configs as above (seq 8192,
