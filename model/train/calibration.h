@@ -182,6 +182,11 @@ const std::vector<PublishedRun>& megatron_bridge2511_b200();
 // TFLOP/s per GPU; held out of every fit (calibration.cc says how they run).
 const std::vector<PublishedRun>& megatron_core_weak_scaling_h100();
 
+// The same README's strong scaling of its GPT-3 (the 177B row: batch 1,152,
+// TP 8 x PP 6) from 96 to 4,608 H100s, MFU 47% to 42%: the two endpoints,
+// held out of every fit (calibration_tables.cc).
+const std::vector<PublishedRun>& megatron_core_strong_scaling_h100();
+
 // Model FLOPs per token as NeMo and Megatron count them (no recomputation):
 // 3 x the forward's matmuls, 6·(the blocks' linear weights) + 6·V·h (the LM
 // head) + 12·l·h·s (scores and context, the causal mask not halved). For
