@@ -21,10 +21,11 @@
 //     (--layers and --micro-batches shrink a scale run into a sibling that
 //     runs in seconds, for profiling; --no-fold runs every rank on a thread)
 //   build/bin/bench_phantom --table table1|table2|table5 [...]   (one of the three above, on a100-nvlink)
-//   build/bin/bench_phantom --table nemo|bridge|bridge-2604|bridge-b200|llama3|mcore|mcore-strong [--profile NAME|FILE.json] [--rows N] [--from I] [--trace FILE.json] [--no-fold]
+//   build/bin/bench_phantom --table nemo|nemo-heldout|bridge|bridge-2604|bridge-b200|llama3|mcore|mcore-strong [--profile NAME|FILE.json] [--rows N] [--from I] [--trace FILE.json] [--no-fold]
 //     (--from I: the table's rows from the I-th on, 0 first; --trace FILE.json:
 //     the Chrome trace of the first row run, e.g. --from 2 --rows 1 --trace t.json)
-//     NVIDIA's NeMo 24.07 DGX-H100 FP8 rows, Megatron-Bridge 25.11's
+//     NVIDIA's NeMo 24.07 DGX-H100 FP8 rows (nemo-heldout: its Llama rows
+//     held out of the fit), Megatron-Bridge 25.11's
 //     DGX-H100 FP8 rows (held out; bridge-2604: 26.04.01's rows of the same
 //     recipes with larger batches, held out), Dubey et al. 2024 Table 4 (Llama 3
 //     405B, BF16) or Megatron-LM's weak-scaling table (mcore: 1.7B to 462B
@@ -191,7 +192,7 @@ int run(int argc, char** argv) {
         (std::strcmp(argv[i], "--profile") && std::strcmp(argv[i], "--rows") && std::strcmp(argv[i], "--table") &&
          std::strcmp(argv[i], "--from") && std::strcmp(argv[i], "--trace")))
       throw ConfigError(
-          fmt::format("unknown argument \"{}\" (--profile NAME|FILE.json, --rows N, --from I, --table table1|table2|table5|nemo|bridge|bridge-2604|bridge-b200|llama3|mcore|mcore-strong, --trace FILE.json, --no-fold)",
+          fmt::format("unknown argument \"{}\" (--profile NAME|FILE.json, --rows N, --from I, --table table1|table2|table5|nemo|nemo-heldout|bridge|bridge-2604|bridge-b200|llama3|mcore|mcore-strong, --trace FILE.json, --no-fold)",
                       argv[i]));
     if (!std::strcmp(argv[i], "--profile")) profile = argv[i + 1];
     if (!std::strcmp(argv[i], "--rows")) {
@@ -223,16 +224,17 @@ int run(int argc, char** argv) {
                 p, rows, fold, from, trace);
       return 0;
     }
-    if (table != "nemo" && table != "bridge" && table != "bridge-2604" && table != "bridge-b200" && table != "llama3" &&
+    if (table != "nemo" && table != "nemo-heldout" && table != "bridge" && table != "bridge-2604" && table != "bridge-b200" && table != "llama3" &&
         table != "mcore" && table != "mcore-strong")
       throw ConfigError(fmt::format(
-          "--table \"{}\": expected table1, table2, table5, nemo, bridge, bridge-2604, bridge-b200, llama3, mcore or "
+          "--table \"{}\": expected table1, table2, table5, nemo, nemo-heldout, bridge, bridge-2604, bridge-b200, llama3, mcore or "
           "mcore-strong",
           table));
     const bool b200 = table == "bridge-b200";
     const HardwareProfile p = load_profile(!profile.empty() ? profile : b200 ? "b200-nvlink" : "h100-nvlink");
     fmt::print("# {} on profile {} (phantom)\n",
                table == "nemo"     ? "NeMo 24.07, DGX-H100, FP8"
+               : table == "nemo-heldout" ? "NeMo 24.07, DGX-H100, FP8, the Llama rows held out"
                : table == "bridge" ? "Megatron-Bridge 25.11, DGX-H100, FP8 (held out)"
                : table == "bridge-2604" ? "Megatron-Bridge 26.04.01, DGX-H100, FP8 (held out)"
                : b200              ? "Megatron-Bridge 25.11, DGX-B200, FP8"
@@ -241,6 +243,7 @@ int run(int argc, char** argv) {
                                    : "Dubey et al. 2024 Table 4, Llama 3 405B, BF16",
                p.name);
     run_table(table == "nemo"     ? train::nemo2407_h100_fp8()
+              : table == "nemo-heldout" ? train::nemo2407_h100_fp8_heldout()
               : table == "bridge" ? train::megatron_bridge2511_h100_fp8()
               : table == "bridge-2604" ? train::megatron_bridge2604_h100_fp8()
               : b200              ? train::megatron_bridge2511_b200()

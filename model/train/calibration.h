@@ -145,6 +145,10 @@ const std::vector<PublishedRun>& korthikanti2022_table5();
 // rows, GPT-3 5B to 175B and Llama 2 7B and 70B, published as tokens/s and
 // model TFLOP/s per GPU (calibration.cc says where each setting comes from).
 const std::vector<PublishedRun>& nemo2407_h100_fp8();
+// The same 24.07 summary's other Llama rows, held out of every fit:
+// LLAMA2-13B (16 GPUs, PP 4), LLAMA3-8B (8 GPUs, CP 2) and LLAMA3-70B (64
+// GPUs, TP 4, PP 4, CP 2), each run as its launcher config sets it.
+const std::vector<PublishedRun>& nemo2407_h100_fp8_heldout();
 // Dubey et al. 2024 ("The Llama 3 Herd of Models"), Table 4: Llama 3 405B on
 // 8,192 and 16,384 H100s in BF16 (TP 8, PP 16; the third with CP 16 at seq
 // 131,072), as sec. 3.3.2 describes the runs (calibration.cc). H100's bf16
