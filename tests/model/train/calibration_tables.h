@@ -16,6 +16,24 @@
 
 namespace shardlab::train::readme {
 
+// The headers of README's held-out H100 tables: h100_calibration_test.cc
+// (the 24.07 Llama rows, Megatron-Bridge 25.11 and 26.04.01) and
+// mcore_calibration_test.cc (Megatron-LM's weak scaling, two tables, and
+// its strong scaling, a third) pin their rows; the summary of all of them
+// is checked against them (h100_calibration_test.cc).
+inline constexpr const char* kNemoHeldOutHeader =
+    "| model (24.07, held out) | GPUs | TP | PP | VP | GBS | predicted tokens/s/GPU | published | predicted "
+    "TFLOP/s/GPU | published | error |";
+inline constexpr const char* kBridgeHeader =
+    "| model | GPUs | TP | PP | VP | GBS | predicted tokens/s/GPU | published | predicted TFLOP/s/GPU (causal halved) | "
+    "published | error |";
+inline constexpr const char* kBridge2604Header =
+    "| model (26.04.01) | GPUs | TP | PP | VP | GBS | predicted tokens/s/GPU | published | predicted TFLOP/s/GPU "
+    "(causal halved) | published | error |";
+inline constexpr const char* kMcoreHeader =
+    "| model | GPUs | TP | PP | VP | GBS | predicted tokens/s/GPU | published | predicted TFLOP/s/GPU (BF16, "
+    "Megatron's count) | published | error |";
+
 struct ReadmeTables {
   std::string text;                              // the whole README
   std::vector<std::vector<std::string>> tables;  // the rows of each table under the header

@@ -30,6 +30,7 @@ namespace {
 using readme::predict_all;
 using readme::Predicted;
 using readme::read_readme_tables;
+using readme::kMcoreHeader;
 
 // Every row as core_r0.8.0 ran it: the shape, the sizes the table names
 // (untied embeddings), DP 48, the distributed optimizer with fp32
@@ -78,14 +79,10 @@ TEST(McoreCalibration, RowsRunAsCoreR08RunsThem) {
   }
 }
 
-constexpr const char* kHeader =
-    "| model | GPUs | TP | PP | VP | GBS | predicted tokens/s/GPU | published | predicted TFLOP/s/GPU (BF16, "
-    "Megatron's count) | published | error |";
-
 // The rows with (`pipelined`) or without a pipeline, `count` of them,
 // predicted on h100-nvlink: each folds to 8 threads a stage (a thread per
 // local place: tp rank and dp place; model/engine/fold.h), README's
-// `table`-th table under kHeader holds them as predicted, README has the
+// `table`-th table under kMcoreHeader holds them as predicted, README has the
 // line `what` + the summary, every |error| is within `row_bound` and the
 // mean within `mean_bound`.
 void expect_readme_rows(const std::vector<PublishedRun>& rows, size_t table, const std::string& what,
@@ -97,8 +94,8 @@ void expect_readme_rows(const std::vector<PublishedRun>& rows, size_t table, con
     std::printf("%-5s %d threads of %d\n", r.row.name, r.running_devices, r.row.gpus);
     EXPECT_EQ(r.running_devices, 8 * r.row.pp) << r.row.name << ": a thread per local place and stage";
   }
-  const auto readme = read_readme_tables(kHeader);
-  ASSERT_GT(readme.tables.size(), table) << "README: table " << table << " under " << kHeader << "\n" << t.text();
+  const auto readme = read_readme_tables(kMcoreHeader);
+  ASSERT_GT(readme.tables.size(), table) << "README: table " << table << " under " << kMcoreHeader << "\n" << t.text();
   EXPECT_EQ(readme.tables[table], t.rows) << "README's rows, as predicted now:\n" << t.text();
   EXPECT_NE(readme.text.find(summary), std::string::npos) << "README lacks the line \"" << summary << "\"";
   double sum = 0;
@@ -145,7 +142,7 @@ TEST(McoreCalibration, HeldOutPipelinedRowsAreReadmes) {
 // The same README's strong scaling, its two endpoints (GPT-3 177B, batch
 // 1,152, on 96 and 4,608 GPUs, MFU 47% and 42%), run as the 177B row of
 // the weak-scaling table (TP 8 x PP 6, every rule above): pinned in
-// README's third table under kHeader with their line. Each row within the
+// README's third table under kMcoreHeader with their line. Each row within the
 // held-out goal's 10%, asserted (+5.0% and +7.2% when added in session 31:
 // the model's drop from 96 to 4,608 GPUs is 8.9%, the published 10.6%). The
 // 96-GPU row runs 576 micro-batches a replica on 48 threads, ~25 s.
