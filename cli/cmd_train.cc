@@ -109,8 +109,8 @@ void print_summary(const train::TrainOptions& o, const Cluster& cluster, const t
   const std::string fusions = o.parallel.fusions == model::KernelFusions{}
                                   ? ""
                                   : ", fused: " + model::to_string(o.parallel.fusions);
-  fmt::print("virtual step time on {} ({}, {} attention{}): {:.3f} ms, MFU {:.1f}% ({:.1f} TFLOP/s per GPU), with "
-             "recomputation {:.1f} TFLOP/s per GPU (HFU {:.1f}%)\n",
+  fmt::print("virtual step time on {} ({}, {} attention{}): {:.3f} ms, MFU {:.1f}% ({:.1f} TFLOP/s per GPU), "
+             "every kernel's FLOPs {:.1f} TFLOP/s per GPU (HFU {:.1f}%)\n",
              cluster.profile().name, precision_name(cluster.options().precision),
              report["config"]["attention"].get<std::string>(), fusions,
              s["virtual_step_s"].get<double>() * 1e3, s["mfu"].get<double>() * 100,
