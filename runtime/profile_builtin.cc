@@ -1,5 +1,5 @@
 // The built-in hardware profiles and the public sources of their figures
-// (README "Cost model" has the table). profile.cc reads and writes profiles.
+// (README "Cost model" has the table). profile_json.cc reads and writes profiles.
 #include "runtime/profile.h"
 #include "runtime/profile_protocols.h"
 

@@ -1,5 +1,5 @@
 // The profile's "protocols" field (runtime/profile.h) as JSON: written and
-// read by profile.cc, checked here. Internal to runtime/profile*.cc.
+// read by profile_json.cc, checked here. Internal to runtime/profile*.cc.
 #pragma once
 
 #include <string>
