@@ -44,6 +44,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "model/train/calibration.h"
@@ -56,6 +57,47 @@
 namespace {
 
 using namespace shardlab;
+
+// The published tables --table runs: name, title, default profile, rows.
+struct PublishedTable {
+  const char* name;
+  const char* title;
+  const char* profile;
+  const std::vector<train::PublishedRun>& (*rows)();
+};
+constexpr PublishedTable kTables[] = {
+    {"table1", "Narayanan et al. 2021, Table 1", "a100-nvlink", train::narayanan2021_table1},
+    {"table2", "Narayanan et al. 2021, Table 2 (held out)", "a100-nvlink", train::narayanan2021_table2},
+    {"table5", "Korthikanti et al. 2022, Table 5 (held out)", "a100-nvlink", train::korthikanti2022_table5},
+    {"nemo", "NeMo 24.07, DGX-H100, FP8", "h100-nvlink", train::nemo2407_h100_fp8},
+    {"nemo-heldout", "NeMo 24.07, DGX-H100, FP8, the Llama rows held out", "h100-nvlink",
+     train::nemo2407_h100_fp8_heldout},
+    {"bridge", "Megatron-Bridge 25.11, DGX-H100, FP8 (held out)", "h100-nvlink", train::megatron_bridge2511_h100_fp8},
+    {"bridge-2604", "Megatron-Bridge 26.04.01, DGX-H100, FP8 (held out)", "h100-nvlink",
+     train::megatron_bridge2604_h100_fp8},
+    {"bridge-b200", "Megatron-Bridge 25.11, DGX-B200, FP8", "b200-nvlink", train::megatron_bridge2511_b200},
+    {"llama3", "Dubey et al. 2024 Table 4, Llama 3 405B, BF16", "h100-nvlink", train::dubey2024_table4},
+    {"mcore", "Megatron-LM weak scaling (core r0.8), H100, BF16 (held out)", "h100-nvlink",
+     train::megatron_core_weak_scaling_h100},
+    {"mcore-strong", "Megatron-LM strong scaling (core r0.8), GPT-3, H100, BF16 (held out)", "h100-nvlink",
+     train::megatron_core_strong_scaling_h100},
+};
+
+const PublishedTable* find_table(std::string_view name) {
+  for (const PublishedTable& t : kTables)
+    if (name == t.name) return &t;
+  return nullptr;
+}
+
+// The names: "a|b|...|z" for the usage, "a, b, ... or z" for an error.
+std::string table_names(bool prose) {
+  std::string out;
+  for (size_t i = 0; i < std::size(kTables); ++i) {
+    if (i > 0) out += !prose ? "|" : i + 1 < std::size(kTables) ? ", " : " or ";
+    out += kTables[i].name;
+  }
+  return out;
+}
 
 // Predicts `rows` (at most `limit`, from the `from`-th on) and prints one line each.
 // `fold` false (--no-fold): every rank on a thread; the step (to the
@@ -192,8 +234,9 @@ int run(int argc, char** argv) {
         (std::strcmp(argv[i], "--profile") && std::strcmp(argv[i], "--rows") && std::strcmp(argv[i], "--table") &&
          std::strcmp(argv[i], "--from") && std::strcmp(argv[i], "--trace")))
       throw ConfigError(
-          fmt::format("unknown argument \"{}\" (--profile NAME|FILE.json, --rows N, --from I, --table table1|table2|table5|nemo|nemo-heldout|bridge|bridge-2604|bridge-b200|llama3|mcore|mcore-strong, --trace FILE.json, --no-fold)",
-                      argv[i]));
+          fmt::format("unknown argument \"{}\" (--profile NAME|FILE.json, --rows N, --from I, --table {}, --trace "
+                      "FILE.json, --no-fold)",
+                      argv[i], table_names(false)));
     if (!std::strcmp(argv[i], "--profile")) profile = argv[i + 1];
     if (!std::strcmp(argv[i], "--rows")) {
       const std::optional<int> n = parse_number<int>(argv[i + 1]);
@@ -211,46 +254,11 @@ int run(int argc, char** argv) {
   if (!trace.empty() && table.empty()) throw ConfigError("--trace is for a --table (it traces the table's first row run)");
   if (from > 0 && table.empty()) throw ConfigError("--from is for a --table (the default prints three tables)");
   if (!table.empty()) {
-    if (table == "table1" || table == "table2" || table == "table5") {  // the A100 tables, one at a time
-      const HardwareProfile p = load_profile(profile.empty() ? "a100-nvlink" : profile);
-      fmt::print("# {} on profile {} (phantom)\n",
-                 table == "table1"   ? "Narayanan et al. 2021, Table 1"
-                 : table == "table2" ? "Narayanan et al. 2021, Table 2 (held out)"
-                                     : "Korthikanti et al. 2022, Table 5 (held out)",
-                 p.name);
-      run_table(table == "table1"   ? train::narayanan2021_table1()
-                : table == "table2" ? train::narayanan2021_table2()
-                                    : train::korthikanti2022_table5(),
-                p, rows, fold, from, trace);
-      return 0;
-    }
-    if (table != "nemo" && table != "nemo-heldout" && table != "bridge" && table != "bridge-2604" && table != "bridge-b200" && table != "llama3" &&
-        table != "mcore" && table != "mcore-strong")
-      throw ConfigError(fmt::format(
-          "--table \"{}\": expected table1, table2, table5, nemo, nemo-heldout, bridge, bridge-2604, bridge-b200, llama3, mcore or "
-          "mcore-strong",
-          table));
-    const bool b200 = table == "bridge-b200";
-    const HardwareProfile p = load_profile(!profile.empty() ? profile : b200 ? "b200-nvlink" : "h100-nvlink");
-    fmt::print("# {} on profile {} (phantom)\n",
-               table == "nemo"     ? "NeMo 24.07, DGX-H100, FP8"
-               : table == "nemo-heldout" ? "NeMo 24.07, DGX-H100, FP8, the Llama rows held out"
-               : table == "bridge" ? "Megatron-Bridge 25.11, DGX-H100, FP8 (held out)"
-               : table == "bridge-2604" ? "Megatron-Bridge 26.04.01, DGX-H100, FP8 (held out)"
-               : b200              ? "Megatron-Bridge 25.11, DGX-B200, FP8"
-               : table == "mcore"  ? "Megatron-LM weak scaling (core r0.8), H100, BF16 (held out)"
-               : table == "mcore-strong" ? "Megatron-LM strong scaling (core r0.8), GPT-3, H100, BF16 (held out)"
-                                   : "Dubey et al. 2024 Table 4, Llama 3 405B, BF16",
-               p.name);
-    run_table(table == "nemo"     ? train::nemo2407_h100_fp8()
-              : table == "nemo-heldout" ? train::nemo2407_h100_fp8_heldout()
-              : table == "bridge" ? train::megatron_bridge2511_h100_fp8()
-              : table == "bridge-2604" ? train::megatron_bridge2604_h100_fp8()
-              : b200              ? train::megatron_bridge2511_b200()
-              : table == "mcore"  ? train::megatron_core_weak_scaling_h100()
-              : table == "mcore-strong" ? train::megatron_core_strong_scaling_h100()
-                                  : train::dubey2024_table4(),
-              p, rows, fold, from, trace);
+    const PublishedTable* t = find_table(table);
+    if (!t) throw ConfigError(fmt::format("--table \"{}\": expected {}", table, table_names(true)));
+    const HardwareProfile p = load_profile(profile.empty() ? t->profile : profile);
+    fmt::print("# {} on profile {} (phantom)\n", t->title, p.name);
+    run_table(t->rows(), p, rows, fold, from, trace);
     return 0;
   }
   const HardwareProfile p = load_profile(profile.empty() ? "a100-nvlink" : profile);
