@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -80,6 +81,28 @@ inline Predicted predict_all(const std::vector<PublishedRun>& table,
                 out.runs.back().wall_s);
   }
   return out;
+}
+
+// README's `index`-th table under `header` holds `rows` as predicted now
+// on `profile`, with its summary line `title` + mean and max; every row
+// within `row_bound`, the mean within `mean_bound`. `out`: the predictions.
+inline void expect_readme_table(const char* header, const std::vector<PublishedRun>& rows, const std::string& title,
+                                double row_bound, double mean_bound, const char* profile = "h100-nvlink",
+                                size_t index = 0, Predicted* out = nullptr) {
+  const Predicted t = predict_all(rows, profile);
+  if (out) *out = t;
+  const std::string summary = title + readme_summary(t.runs);
+  std::printf("%s\n", summary.c_str());
+  const auto readme = read_readme_tables(header);
+  ASSERT_GT(readme.tables.size(), index) << "README: table " << index << " under " << header << "\n" << t.text();
+  EXPECT_EQ(readme.tables[index], t.rows) << "README's rows, as predicted now:\n" << t.text();
+  EXPECT_NE(readme.text.find(summary), std::string::npos) << "README lacks the line \"" << summary << "\"";
+  double sum = 0;
+  for (const PredictedRun& r : t.runs) {  // a NaN error fails too
+    EXPECT_LE(std::abs(r.error), row_bound) << r.row.name << " on " << r.row.gpus << " GPUs";
+    sum += std::abs(r.error);
+  }
+  EXPECT_LE(sum / double(t.runs.size()), mean_bound) << "mean |error|";
 }
 
 }  // namespace shardlab::train::readme

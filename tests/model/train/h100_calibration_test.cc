@@ -45,9 +45,8 @@
 namespace shardlab::train {
 namespace {
 
-using readme::predict_all;
-using readme::Predicted;
 using readme::read_readme_tables;
+using readme::expect_readme_table;
 using readme::kBridge2604Header;
 using readme::kBridgeHeader;
 using readme::kMcoreHeader;
@@ -56,26 +55,6 @@ using readme::kNemoHeldOutHeader;
 constexpr const char* kHeader =
     "| model | GPUs | TP | PP | VP | GBS | predicted tokens/s/GPU | published | predicted TFLOP/s/GPU | "
     "published | error |";
-
-// README's table under `header` holds `rows` as predicted now on
-// `profile`, with its summary line `title` + mean and max; every row within
-// `row_bound`, the mean within `mean_bound`.
-void expect_readme_table(const char* header, const std::vector<PublishedRun>& rows, const std::string& title,
-                         double row_bound, double mean_bound, const char* profile = "h100-nvlink") {
-  const Predicted t = predict_all(rows, profile);
-  const std::string summary = title + readme_summary(t.runs);
-  std::printf("%s\n", summary.c_str());
-  const auto readme = read_readme_tables(header);
-  ASSERT_GE(readme.tables.size(), 1u) << "README: the table under " << header << "\n" << t.text();
-  EXPECT_EQ(readme.tables[0], t.rows) << "README's rows, as predicted now:\n" << t.text();
-  EXPECT_NE(readme.text.find(summary), std::string::npos) << "README lacks the line \"" << summary << "\"";
-  double sum = 0;
-  for (const PredictedRun& r : t.runs) {  // a NaN error fails too
-    EXPECT_LE(std::abs(r.error), row_bound) << r.row.name << " on " << r.row.gpus << " GPUs";
-    sum += std::abs(r.error);
-  }
-  EXPECT_LE(sum / double(t.runs.size()), mean_bound) << "mean |error|";
-}
 
 // The goal: every row within 10%, the mean within 5%.
 TEST(H100Calibration, NeMo2407Fp8RowsAreReadmes) {
@@ -88,7 +67,6 @@ TEST(H100Calibration, NeMo2407Fp8RowsAreReadmes) {
 // and LLAMA3-70B (TP 4, PP 4, CP 2, VP 5). Every row within the held-out
 // goal's 10% except LLAMA3-8B (+11.0% when added in session 31; 13B +2.6%,
 // 70B +2.8%): bounded at 12% a row and 7% the mean (5.5%) against a slide.
-
 TEST(H100Calibration, HeldOutNeMo2407LlamaRowsAreReadmes) {
   const std::vector<PublishedRun>& rows = nemo2407_h100_fp8_heldout();
   ASSERT_EQ(rows.size(), 3u);
@@ -124,7 +102,6 @@ TEST(H100Calibration, HeldOutNeMo2407LlamaRowsAreReadmes) {
 // was fitted to Llama 3's BF16 runs: the LM head and the router stay BF16
 // in FP8 runs, and Llama 3's 128K vocabulary makes the head 6.6% of the 8B
 // row's FLOPs).
-
 TEST(H100Calibration, HeldOutMegatronBridgeRowsAreReadmes) {
   const std::vector<PublishedRun>& rows = megatron_bridge2511_h100_fp8();
   ASSERT_EQ(rows.size(), 3u);
@@ -137,7 +114,6 @@ TEST(H100Calibration, HeldOutMegatronBridgeRowsAreReadmes) {
 // Each row within the held-out goal's 10%, asserted; their mean, 5.6% when
 // added in session 31 (70B -8.4%, 405B -2.8%), bounded at 8% like the
 // 25.11 rows'. The 405B row runs 64 threads for ~10 s of wall time.
-
 TEST(H100Calibration, HeldOutMegatronBridge2604RowsAreReadmes) {
   const std::vector<PublishedRun>& rows = megatron_bridge2604_h100_fp8();
   ASSERT_EQ(rows.size(), 2u);

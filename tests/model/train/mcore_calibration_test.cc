@@ -27,9 +27,7 @@
 namespace shardlab::train {
 namespace {
 
-using readme::predict_all;
 using readme::Predicted;
-using readme::read_readme_tables;
 using readme::kMcoreHeader;
 
 // Every row as core_r0.8.0 ran it: the shape, the sizes the table names
@@ -87,23 +85,12 @@ TEST(McoreCalibration, RowsRunAsCoreR08RunsThem) {
 // mean within `mean_bound`.
 void expect_readme_rows(const std::vector<PublishedRun>& rows, size_t table, const std::string& what,
                         double row_bound, double mean_bound) {
-  const Predicted t = predict_all(rows, "h100-nvlink");
-  const std::string summary = what + readme_summary(t.runs);
-  std::printf("%s\n", summary.c_str());
+  Predicted t;
+  readme::expect_readme_table(kMcoreHeader, rows, what, row_bound, mean_bound, "h100-nvlink", table, &t);
   for (const PredictedRun& r : t.runs) {
     std::printf("%-5s %d threads of %d\n", r.row.name, r.running_devices, r.row.gpus);
     EXPECT_EQ(r.running_devices, 8 * r.row.pp) << r.row.name << ": a thread per local place and stage";
   }
-  const auto readme = read_readme_tables(kMcoreHeader);
-  ASSERT_GT(readme.tables.size(), table) << "README: table " << table << " under " << kMcoreHeader << "\n" << t.text();
-  EXPECT_EQ(readme.tables[table], t.rows) << "README's rows, as predicted now:\n" << t.text();
-  EXPECT_NE(readme.text.find(summary), std::string::npos) << "README lacks the line \"" << summary << "\"";
-  double sum = 0;
-  for (const PredictedRun& r : t.runs) {  // a NaN error fails too
-    EXPECT_LE(std::abs(r.error), row_bound) << r.row.name;
-    sum += std::abs(r.error);
-  }
-  EXPECT_LE(sum / double(t.runs.size()), mean_bound) << "mean |error|";
 }
 
 void expect_readmes(bool pipelined, size_t count, size_t table, const std::string& what, double row_bound,
