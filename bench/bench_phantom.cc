@@ -72,6 +72,8 @@ constexpr PublishedTable kTables[] = {
     {"nemo", "NeMo 24.07, DGX-H100, FP8", "h100-nvlink", train::nemo2407_h100_fp8},
     {"nemo-heldout", "NeMo 24.07, DGX-H100, FP8, the Llama rows held out", "h100-nvlink",
      train::nemo2407_h100_fp8_heldout},
+    {"nemo-longseq", "NeMo 24.03.01, DGX-H100, FP8, Llama 2 7B at 4K to 1M tokens (held out)", "h100-nvlink",
+     train::nemo2403_h100_fp8_long_sequence},
     {"bridge", "Megatron-Bridge 25.11, DGX-H100, FP8 (held out)", "h100-nvlink", train::megatron_bridge2511_h100_fp8},
     {"bridge-2604", "Megatron-Bridge 26.04.01, DGX-H100, FP8 (held out)", "h100-nvlink",
      train::megatron_bridge2604_h100_fp8},

@@ -109,10 +109,14 @@ void print_summary(const train::TrainOptions& o, const Cluster& cluster, const t
   const std::string fusions = o.parallel.fusions == model::KernelFusions{}
                                   ? ""
                                   : ", fused: " + model::to_string(o.parallel.fusions);
-  fmt::print("virtual step time on {} ({}, {} attention{}): {:.3f} ms, MFU {:.1f}% ({:.1f} TFLOP/s per GPU), "
+  fmt::print("virtual step time on {} ({}, {} attention{}{}): {:.3f} ms, MFU {:.1f}% ({:.1f} TFLOP/s per GPU), "
              "every kernel's FLOPs {:.1f} TFLOP/s per GPU (HFU {:.1f}%)\n",
              cluster.profile().name, precision_name(cluster.options().precision),
-             report["config"]["attention"].get<std::string>(), fusions,
+             report["config"]["attention"].get<std::string>(),
+             report["config"].contains("attention_kernel")
+                 ? ": " + report["config"]["attention_kernel"].get<std::string>()
+                 : std::string(),
+             fusions,
              s["virtual_step_s"].get<double>() * 1e3, s["mfu"].get<double>() * 100,
              s["model_tflops_per_gpu"].get<double>(), s["hardware_tflops_per_gpu"].get<double>(),
              s["hfu"].get<double>() * 100);
@@ -130,6 +134,7 @@ void print_summary(const train::TrainOptions& o, const Cluster& cluster, const t
 
 int run_train(TrainFlags& f) {
   HardwareProfile profile = apply_common(f.common);
+  select_attention_kernel(profile, f.attention_kernel);
   const train::TrainOptions o = f.options();
   const ClusterOptions copts = f.cluster_options();
   check_outputs({{"--save", f.opts.save_path}, {"--report", f.report}, {"--trace", f.common.trace}});

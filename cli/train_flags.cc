@@ -196,6 +196,10 @@ FlagTable<TrainFlags> parallel_flags() {
       {"--attention", FIELD(attention),
        "Attention kernels: unfused (scores, softmax, context through HBM), fused (FlashAttention-style), or auto "
        "(unfused for --family gpt, fused for llama)", {}, kShowDefault},
+      {"--attention-kernel", FIELD(attention_kernel),
+       "Which published fused attention kernel's rates --attention fused charges, where the profile has several "
+       "(h100-nvlink, h200-nvlink: cudnn, the default, as Transformer Engine runs on Hopper; fa2, as it runs with "
+       "NVTE_FUSED_ATTN=0; fa3)", nonempty()},
       {"--fusions", FIELD(fusions),
        "Element-wise kernels charged fused, a list applied to the default (norm,swiglu,softmax,cross-entropy): "
        "NAME on, no-NAME off, all, none; names: norm, swiglu, softmax, bias-dropout-add, cross-entropy "

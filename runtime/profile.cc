@@ -2,9 +2,16 @@
 // JSON form is profile_json.cc; the built-ins, profile_builtin.cc.
 #include "runtime/profile.h"
 
+#include <algorithm>
 #include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "runtime/errors.h"
 
 
 namespace shardlab {
@@ -59,6 +66,24 @@ double AttentionSpec::forward_tflops(double s, bool causal) const {
 double AttentionSpec::backward_tflops(double s, bool causal) const {
   const double full = interpolate(seq, bwd, s);
   return causal ? full * interpolate(seq, fwd_causal, s) / interpolate(seq, fwd, s) : full;
+}
+
+void select_attention_kernel(HardwareProfile& p, std::string_view kernel) {
+  DeviceSpec& d = p.device;
+  if (kernel.empty() || kernel == d.attention.kernel) return;
+  for (AttentionSpec& k : d.attention_kernels)
+    if (k.kernel == kernel) {
+      std::swap(k, d.attention);
+      return;
+    }
+  std::vector<std::string> names;
+  if (!d.attention.kernel.empty()) names.push_back(d.attention.kernel);
+  for (const AttentionSpec& k : d.attention_kernels) names.push_back(k.kernel);
+  std::sort(names.begin(), names.end());
+  const std::string have = fmt::format("{}", fmt::join(names, ", "));
+  throw ConfigError(fmt::format("attention kernel \"{}\": profile {} has {}", kernel, p.name,
+                                have.empty() ? "no named fused attention kernel (its fused attention runs at the GEMM model)"
+                                             : "the fused attention kernels " + have));
 }
 
 int ClusterFabric::common_tier(int node_a, int node_b) const {

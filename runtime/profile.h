@@ -161,6 +161,9 @@ struct GemmSpec {
 // times the forward's causal/non-causal ratio at that length. empty(): no
 // figures, the kernel's GEMMs run at the GEMM model (cost_model.cc).
 struct AttentionSpec {
+  // Which kernel the figures are ("cudnn", "fa2", ...; JSON "kernel",
+  // optional): --attention-kernel picks one of a profile's by this name.
+  std::string kernel;
   std::vector<double> seq;         // sequence lengths, strictly increasing
   std::vector<double> fwd_causal;  // TFLOP/s of the causal forward
   std::vector<double> fwd;         // TFLOP/s of the forward without a mask
@@ -189,7 +192,13 @@ struct DeviceSpec {
   double collective_launch_us = 0;
   GemmSpec gemm;
   double peak_tflops_fp8 = 0;  // dense FP8 tensor-core peak; 0: no FP8 (Ampere)
-  AttentionSpec attention;      // JSON "device.attention" (optional)
+  AttentionSpec attention;      // JSON "device.attention" (optional): the kernel runs charge
+  // Other fused attention kernels with published figures for this GPU, each
+  // named (JSON "device.attention_kernels", optional): the software stack
+  // decides which one runs (Transformer Engine picks cuDNN's on Hopper unless
+  // NVTE_FUSED_ATTN=0 sends it to FlashAttention-2), so a run names it with
+  // --attention-kernel (select_attention_kernel).
+  std::vector<AttentionSpec> attention_kernels;
 };
 
 // A node's PCIe tree ("pcie"): which links a message between two GPUs of a
@@ -291,6 +300,12 @@ const std::vector<HardwareProfile>& builtin_profiles();
 // A built-in name or a path to a JSON file (anything ending in ".json" or
 // containing '/'). Throws ConfigError with one line naming the problem.
 HardwareProfile load_profile(std::string_view name_or_path);
+
+// Makes the fused attention kernel named `kernel` (one of
+// device.attention_kernels) the one runs charge, the previous one going to
+// the alternatives; "" or the current kernel's name: unchanged. Throws
+// ConfigError (one line, the kernels the profile has) for any other name.
+void select_attention_kernel(HardwareProfile& p, std::string_view kernel);
 
 // JSON <-> profile, in the shape `shardlab profiles --json` prints.
 nlohmann::json profile_to_json(const HardwareProfile& p);

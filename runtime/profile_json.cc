@@ -23,6 +23,11 @@ nlohmann::json tiles_to_json(const std::vector<GemmTile>& tiles) {
   for (const GemmTile& t : tiles) j.push_back({t.m, t.n});
   return j;
 }
+nlohmann::json attention_to_json(const AttentionSpec& a) {
+  nlohmann::json j{{"seq", a.seq}, {"fwd_causal_tflops", a.fwd_causal}, {"fwd_tflops", a.fwd}, {"bwd_tflops", a.bwd}};
+  if (!a.kernel.empty()) j["kernel"] = a.kernel;
+  return j;
+}
 }  // namespace
 
 nlohmann::json profile_to_json(const HardwareProfile& p) {
@@ -56,11 +61,11 @@ nlohmann::json profile_to_json(const HardwareProfile& p) {
          {{"fp32", d.gemm.max_efficiency_fp32}, {"bf16", d.gemm.max_efficiency_bf16}}}};
   if (d.gemm.sm_count > 0 && d.peak_tflops_fp8 > 0)
     device["gemm"]["max_efficiency"]["fp8"] = d.gemm.max_efficiency_fp8;
-  if (!d.attention.empty())
-    device["attention"] = {{"seq", d.attention.seq},
-                           {"fwd_causal_tflops", d.attention.fwd_causal},
-                           {"fwd_tflops", d.attention.fwd},
-                           {"bwd_tflops", d.attention.bwd}};
+  if (!d.attention.empty()) device["attention"] = attention_to_json(d.attention);
+  if (!d.attention_kernels.empty()) {
+    device["attention_kernels"] = nlohmann::json::array();
+    for (const AttentionSpec& a : d.attention_kernels) device["attention_kernels"].push_back(attention_to_json(a));
+  }
   nlohmann::json j{{"name", p.name},   {"description", p.description},
                    {"nodes", p.nodes}, {"devices_per_node", p.devices_per_node},
                    {"device", device}, {"links", {{"intra", link(p.intra)}, {"inter", link(p.inter)}}}};
@@ -189,32 +194,64 @@ void read_device_model(const Reader& r, const nlohmann::json& j, DeviceSpec& d) 
     d.gemm.max_efficiency_fp8 = r.fraction(j, "device.gemm.max_efficiency.fp8");
 }
 
-// "device.attention": the fused attention kernel's published rates, four
-// lists of one length (at least one point), lengths strictly increasing.
-void read_attention(const Reader& r, const nlohmann::json& j, AttentionSpec& a) {
-  if (!r.has(j, "device.attention")) return;
+// A fused attention kernel's published rates at `path` ("device.attention"
+// or "device.attention_kernels.N"): four lists of one length (at least one
+// point), lengths strictly increasing, and the kernel's name ("kernel",
+// optional for device.attention alone).
+AttentionSpec read_attention_at(const Reader& r, const nlohmann::json& j, const std::string& path, bool named) {
+  AttentionSpec a;
+  if (!r.at(j, path).is_object()) r.fail(fmt::format("field \"{}\" must be an object", path));
   auto list = [&](const std::string& field, std::vector<double>& out) {
-    const std::string path = "device.attention." + field;
-    const auto& v = r.at(j, path);
-    if (!v.is_array() || v.empty()) r.fail(fmt::format("field \"{}\" must be a non-empty list of numbers", path));
+    const std::string at = path + "." + field;
+    const auto& v = r.at(j, at);
+    if (!v.is_array() || v.empty()) r.fail(fmt::format("field \"{}\" must be a non-empty list of numbers", at));
     for (size_t i = 0; i < v.size(); ++i) {
       const double d = v[i].is_number() ? v[i].get<double>() : -1;
       if (!std::isfinite(d) || d < 1e-3 || d > 1e9)
-        r.fail(fmt::format("field \"{}.{}\" must be a number in [0.001, 1e9]", path, i));
+        r.fail(fmt::format("field \"{}.{}\" must be a number in [0.001, 1e9]", at, i));
       out.push_back(d);
     }
   };
+  if (named || r.has(j, path + ".kernel")) {
+    const auto& k = r.at(j, path + ".kernel");
+    if (!k.is_string() || k.get<std::string>().empty() || k.get<std::string>().size() > 64)
+      r.fail(fmt::format("field \"{}.kernel\" must be a name (1 to 64 characters)", path));
+    a.kernel = k.get<std::string>();
+  }
   list("seq", a.seq);
   list("fwd_causal_tflops", a.fwd_causal);
   list("fwd_tflops", a.fwd);
   list("bwd_tflops", a.bwd);
   for (const auto* v : {&a.fwd_causal, &a.fwd, &a.bwd})
     if (v->size() != a.seq.size())
-      r.fail(fmt::format("field \"device.attention\": every list must have as many numbers as \"seq\" ({})",
-                         a.seq.size()));
+      r.fail(fmt::format("field \"{}\": every list must have as many numbers as \"seq\" ({})", path, a.seq.size()));
   for (size_t i = 1; i < a.seq.size(); ++i)
-    if (!(a.seq[i] > a.seq[i - 1]))
-      r.fail("field \"device.attention.seq\" must be strictly increasing");
+    if (!(a.seq[i] > a.seq[i - 1])) r.fail(fmt::format("field \"{}.seq\" must be strictly increasing", path));
+  return a;
+}
+
+// "device.attention" (the kernel runs charge) and "device.attention_kernels"
+// (the others, each named, names distinct; they need device.attention).
+void read_attention(const Reader& r, const nlohmann::json& j, DeviceSpec& d) {
+  if (r.has(j, "device.attention")) d.attention = read_attention_at(r, j, "device.attention", false);
+  if (!r.has(j, "device.attention_kernels")) return;
+  const auto& v = r.at(j, "device.attention_kernels");
+  if (!v.is_array() || v.empty())
+    r.fail("field \"device.attention_kernels\" must be a non-empty list of kernels, each like \"device.attention\" "
+           "with a \"kernel\" name");
+  if (d.attention.empty() || d.attention.kernel.empty())
+    r.fail("field \"device.attention_kernels\" needs \"device.attention\" with a \"kernel\" name");
+  std::set<std::string> names{d.attention.kernel};
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string path = fmt::format("device.attention_kernels.{}", i);
+    AttentionSpec a = read_attention_at(r, j, path, true);
+    if (!names.insert(a.kernel).second)
+      r.fail(fmt::format("field \"{}.kernel\": \"{}\" is named twice", path, a.kernel));
+    for (const auto& [key, value] : v[i].items())
+      if (key != "kernel" && key != "seq" && key != "fwd_causal_tflops" && key != "fwd_tflops" && key != "bwd_tflops")
+        r.fail(fmt::format("unknown field \"{}.{}\" (a misspelt field would be ignored)", path, key));
+    d.attention_kernels.push_back(std::move(a));
+  }
 }
 
 // Every field a profile may have. An optional one misspelt
@@ -230,8 +267,8 @@ bool known_field(std::string_view path) {
       "device.layernorm_rate", "device.layernorm_rate.fwd", "device.layernorm_rate.bwd",
       "device.collective_launch_us", "device.gemm", "device.gemm.sm_count", "device.gemm.tiles",
       "device.gemm.max_efficiency", "device.gemm.max_efficiency.fp32", "device.gemm.max_efficiency.bf16", "device.gemm.max_efficiency.fp8",
-      "device.attention", "device.attention.seq", "device.attention.fwd_causal_tflops", "device.attention.fwd_tflops",
-      "device.attention.bwd_tflops",
+      "device.attention", "device.attention.kernel", "device.attention.seq", "device.attention.fwd_causal_tflops",
+      "device.attention.fwd_tflops", "device.attention.bwd_tflops", "device.attention_kernels",
       "links.intra", "links.inter"};
   static const std::set<std::string_view> kLinkFields = {
       "latency_us", "bandwidth_GBps", "packet", "packet.header_bytes", "packet.sm_payload_bytes",
@@ -391,7 +428,7 @@ HardwareProfile profile_from_json(const nlohmann::json& j, std::string_view orig
   p.device.memory_GiB = r.positive(j, "device.memory_GiB", false, 1e6);
   p.device.launch_overhead_us = r.duration_us(j, "device.launch_overhead_us");
   read_device_model(r, j, p.device);
-  read_attention(r, j, p.device.attention);
+  read_attention(r, j, p.device);
   for (auto [cls, spec] : {std::pair{"intra", &p.intra}, std::pair{"inter", &p.inter}}) {
     std::string base = std::string("links.") + cls;
     spec->latency_us = r.duration_us(j, base + ".latency_us");

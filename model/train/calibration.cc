@@ -142,6 +142,7 @@ PredictedRun predict(const PublishedRun& row, const HardwareProfile& profile, bo
   PredictedRun r{row, published_run_options(row)};
   r.options.fold = fold;
   HardwareProfile p = profile;
+  select_attention_kernel(p, row.attention_kernel);
   if (!megatron_core_recipe(row.recipe) && !row.grad_accum_fusion) {  // the 2021 code
     p.device.layernorm_fwd_rate = kApexAffineLayerNormFwd;
     p.device.layernorm_bwd_rate = kApexAffineLayerNormBwd;

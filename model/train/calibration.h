@@ -130,6 +130,11 @@ struct PublishedRun {
   // with dp > 1 run (calibration.cc megatron_bridge2511_h100_fp8).
   bool chunk_buckets = false;
   int vocab = 0;  // the tokenizer's vocabulary, where it is not the preset's (0: the preset's)
+  // The fused attention kernel the source's software ran, by the profile's
+  // name for it (select_attention_kernel; "": the profile's default, cuDNN's
+  // on H100): NeMo-Framework-Launcher 24.01-24.07 set NVTE_FUSED_ATTN=0 for
+  // every run, which sends Transformer Engine to FlashAttention-2 ("fa2").
+  const char* attention_kernel = "";
   bool untied_embeddings = false;  // Megatron's --untie-embeddings-and-output-weights (a GPT preset ties them)
 };
 
@@ -149,6 +154,10 @@ const std::vector<PublishedRun>& nemo2407_h100_fp8();
 // LLAMA2-13B (16 GPUs, PP 4), LLAMA3-8B (8 GPUs, CP 2) and LLAMA3-70B (64
 // GPUs, TP 4, PP 4, CP 2), each run as its launcher config sets it.
 const std::vector<PublishedRun>& nemo2407_h100_fp8_heldout();
+// NeMo's long-sequence table (NeMo 24.03.01 container, DGX-H100, FP8): Llama
+// 2 7B at 4K to 1M tokens a sequence on 4 to 1,024 GPUs, context
+// parallelism from 32K; held out of every fit (calibration_tables.cc).
+const std::vector<PublishedRun>& nemo2403_h100_fp8_long_sequence();
 // Dubey et al. 2024 ("The Llama 3 Herd of Models"), Table 4: Llama 3 405B on
 // 8,192 and 16,384 H100s in BF16 (TP 8, PP 16; the third with CP 16 at seq
 // 131,072), as sec. 3.3.2 describes the runs (calibration.cc). H100's bf16

@@ -73,8 +73,11 @@ const std::vector<PublishedRun>& korthikanti2022_table5() {
 //    32256 at TP 4);
 //  - fp8: True, fp8_hybrid (E4M3 forward, E5M2 backward), delayed scaling
 //    over an amax history of 1024 (Llama 2 70B's conf: 1), fp8_wgrad;
-//  - transformer_engine, mcore_gpt: TE's fused attention (cuDNN/flash; the
-//    launcher sets no unfused path), fused LayerNorm/RMSNorm
+//  - transformer_engine, mcore_gpt: TE's fused attention, FlashAttention-2:
+//    the launcher's conf/config.yaml sets NVTE_FUSED_ATTN: 0 for every run
+//    ("Disable cudnn FA until we've tested it more", 24.01 to 24.07; 24.09
+//    turned cuDNN's on), so TE skips cuDNN's kernel and runs the flash-attn
+//    package's (PublishedRun::attention_kernel "fa2"); fused LayerNorm/RMSNorm
 //    (persist_layer_norm), bias-GELU / SwiGLU fusion;
 //  - no activation recomputation (activations_checkpoint_granularity null);
 //  - sequence_parallel True where TP > 1 (20b, 175b, llama2_70b);
@@ -103,6 +106,11 @@ PublishedRun nemo(const char* name, const char* preset, int gpus, int batch, int
           .name = name, .tp_comm_overlap = tp_comm_overlap, .overlap_p2p_comm = overlap_p2p_comm,
           .grad_reduce_bf16 = true};
 }
+// NeMo-Framework-Launcher 24.01-24.07's runs: FlashAttention-2 (above).
+PublishedRun launcher2407(PublishedRun r) {
+  r.attention_kernel = "fa2";
+  return r;
+}
 PublishedRun reshaped(PublishedRun r, int layers, int embd, int heads) {
   r.layers = layers, r.embd = embd, r.heads = heads;
   return r;
@@ -113,12 +121,12 @@ const std::vector<PublishedRun>& nemo2407_h100_fp8() {
   // name, preset, GPUs, GBS, MBS, seq, TP, PP, VP, tokens/s/GPU, TFLOP/s/GPU, bucket_cap_mb,
   // ub_tp_comm_overlap, overlap_p2p_comm
   static const std::vector<PublishedRun> kRows = {
-      reshaped(nemo("GPT3-5B", "gpt3-6.7b", 64, 2048, 4, 2048, 1, 1, 1, 22521, 736, 400), 24, 4096, 32),
-      reshaped(nemo("GPT3-20B", "gpt3-13b", 64, 256, 2, 2048, 2, 1, 1, 5851, 750, 220, true), 44, 6144, 48),
-      nemo("GPT3-175B", "gpt3-175b", 128, 256, 1, 2048, 4, 8, 6, 726, 782, 220, false, true),
-      nemo("GPT3-175B", "gpt3-175b", 512, 2048, 2, 2048, 4, 8, 6, 782, 842, 220, false, true),
-      nemo("LLAMA2-7B", "llama2-7b", 8, 128, 1, 4096, 1, 1, 1, 16847, 776, 125),
-      nemo("LLAMA2-70B", "llama2-70b", 64, 128, 1, 4096, 4, 4, 20, 1707, 759, 125, true, true),
+      launcher2407(reshaped(nemo("GPT3-5B", "gpt3-6.7b", 64, 2048, 4, 2048, 1, 1, 1, 22521, 736, 400), 24, 4096, 32)),
+      launcher2407(reshaped(nemo("GPT3-20B", "gpt3-13b", 64, 256, 2, 2048, 2, 1, 1, 5851, 750, 220, true), 44, 6144, 48)),
+      launcher2407(nemo("GPT3-175B", "gpt3-175b", 128, 256, 1, 2048, 4, 8, 6, 726, 782, 220, false, true)),
+      launcher2407(nemo("GPT3-175B", "gpt3-175b", 512, 2048, 2, 2048, 4, 8, 6, 782, 842, 220, false, true)),
+      launcher2407(nemo("LLAMA2-7B", "llama2-7b", 8, 128, 1, 4096, 1, 1, 1, 16847, 776, 125)),
+      launcher2407(nemo("LLAMA2-70B", "llama2-70b", 64, 128, 1, 4096, 4, 4, 20, 1707, 759, 125, true, true)),
   };
   return kRows;
 }
@@ -148,7 +156,47 @@ const std::vector<PublishedRun>& nemo2407_h100_fp8_heldout() {
     PublishedRun l70 = nemo("LLAMA3-70B", "llama3-70b", 64, 128, 1, 8192, 4, 4, 5, 1533, 738, 125, true, true);
     l70.cp = 2;
     l70.fused_cross_entropy = true;
-    return std::vector<PublishedRun>{l13, l8, l70};
+    return std::vector<PublishedRun>{launcher2407(l13), launcher2407(l8), launcher2407(l70)};
+  }();
+  return kRows;
+}
+
+// NeMo's long-sequence table (NVIDIA/NeMo
+// docs/source/performance/performance_long_sequence.md, added in 5b47a94c11,
+// "LLAMA2-7B (FP8)", container NeMo 24.03.01, DGX-H100): model TFLOP/s per
+// GPU with CP at sequence lengths of 4K to 1M on as many GPUs as the length
+// has K tokens, and the TP, PP, DP and CP of each run. Held out of every fit.
+// As published: MBS, GBS, recomputation and the other settings are not. Each
+// row runs as the rows of nemo2407_h100_fp8 run (NeMo-Framework-Launcher's
+// llama2_7b.yaml at 24.03.01: MBS 1, no recomputation, the distributed
+// optimizer with bucket_cap_mb 125 and overlapped grad and param sync, no
+// TP overlap; sequence parallelism with TP), with the launcher's
+// FlashAttention-2 (24.03.01's conf/config.yaml: NVTE_FUSED_ATTN: 0) and a
+// global batch of 4M tokens (4,194,304 / seq sequences: what the same page's
+// later B200 long-sequence table publishes for every row of its own). The
+// TFLOP/s are NeMo's count of the time, the causal attention not halved.
+const std::vector<PublishedRun>& nemo2403_h100_fp8_long_sequence() {
+  // name, K tokens a sequence (= GPUs), TP, PP, CP, published TFLOP/s per GPU
+  struct Row {
+    const char* name;
+    int k, tp, pp, cp;
+    double tflops;
+  };
+  static const std::vector<PublishedRun> kRows = [] {
+    const Row table[] = {{"LLAMA2-7B 4K", 4, 1, 1, 1, 768},        {"LLAMA2-7B 8K", 8, 1, 2, 1, 730},
+                         {"LLAMA2-7B 16K", 16, 2, 1, 1, 660},      {"LLAMA2-7B 32K", 32, 2, 1, 2, 610},
+                         {"LLAMA2-7B 64K", 64, 4, 1, 2, 574},      {"LLAMA2-7B 128K", 128, 4, 1, 4, 555},
+                         {"LLAMA2-7B 256K", 256, 4, 1, 8, 549},    {"LLAMA2-7B 512K", 512, 8, 1, 16, 549},
+                         {"LLAMA2-7B 1M", 1024, 8, 1, 32, 536}};
+    std::vector<PublishedRun> rows;
+    for (const Row& t : table) {
+      const int seq = t.k * 1024;
+      PublishedRun r = launcher2407(nemo(t.name, "llama2-7b", t.k, (4 << 20) / seq, 1, seq, t.tp, t.pp, 1, 0, t.tflops,
+                                         125, false, t.pp > 1));
+      r.cp = t.cp;
+      rows.push_back(r);
+    }
+    return rows;
   }();
   return kRows;
 }

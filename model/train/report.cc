@@ -119,6 +119,11 @@ nlohmann::json report_json(const TrainOptions& o, const Cluster& cluster, const 
       parallel::attention_kernel_name(parallel::fused_attention(o.parallel.attention, o.model.is_llama())
                                           ? parallel::AttentionKernel::kFused
                                           : parallel::AttentionKernel::kUnfused);
+  // Whose published rates a fused kernel ran at, where the profile names it
+  // (--attention-kernel; runtime/profile.h AttentionSpec).
+  const AttentionSpec& kernel = cluster.profile().device.attention;
+  if (j["config"]["attention"] == "fused" && !kernel.kernel.empty() && cluster.options().precision != Precision::kFp32)
+    j["config"]["attention_kernel"] = kernel.kernel;
   if (o.model.vocab_padded()) j["config"]["model"]["vocab_padding"] = model::vocab_padding_note(o.model, o.parallel.tp);
   j["steps"] = nlohmann::json::array();
   for (const auto& s : r.steps) {

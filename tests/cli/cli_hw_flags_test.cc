@@ -63,6 +63,39 @@ TEST(CliHardwareFlags, TheReportNamesTheAttentionKernel) {
   }
 }
 
+// --attention-kernel: which of the profile's published fused kernels runs.
+// A name the profile lacks (or a profile with none) is one line and exit
+// code 2; the text and the JSON name the kernel where the profile names it,
+// and FlashAttention-2's slower rates make the same step longer.
+TEST(CliHardwareFlags, AttentionKernelFlag) {
+  const std::string run = "train --model tiny-llama --steps 1 --phantom --profile h100-nvlink --precision bf16 --seq 4096";
+  expect_usage_error(run + " --attention-kernel fa4", "has the fused attention kernels cudnn, fa2, fa3");
+  expect_usage_error(run + " --attention-kernel ''", "--attention-kernel");
+  expect_usage_error(run + " --attention-kernel", "--attention-kernel");  // no value
+  expect_usage_error("train --model tiny-llama --steps 1 --phantom --profile a100-nvlink --attention-kernel fa2",
+                     "no named fused attention kernel");
+  expect_usage_error("verify --model tiny --steps 1 --tp 2 --profile h100-nvlink --attention-kernel cuDNN",
+                     "has the fused attention kernels");
+  double step_ms[2] = {0, 0};
+  const char* kernels[] = {"cudnn", "fa2"};
+  for (int i = 0; i < 2; ++i) {
+    const std::string args = run + (i ? " --attention-kernel fa2" : "");  // cudnn: the default
+    const auto text = run_cli(args);
+    ASSERT_EQ(text.code, 0) << text.err;
+    EXPECT_NE(text.out.find(std::string("(bf16, fused attention: ") + kernels[i] + ")"), std::string::npos) << text.out;
+    const auto json = run_cli(args + " --json");
+    ASSERT_EQ(json.code, 0) << json.err;
+    const nlohmann::json j = nlohmann::json::parse(json.out);
+    EXPECT_EQ(j["config"]["attention_kernel"], kernels[i]);
+    step_ms[i] = j["summary"]["virtual_step_s"].get<double>();
+  }
+  EXPECT_GT(step_ms[1], step_ms[0]);
+  // Unfused, or a profile without named kernels: no kernel to name.
+  const auto unfused = run_cli(run + " --attention unfused --json");
+  ASSERT_EQ(unfused.code, 0) << unfused.err;
+  EXPECT_FALSE(nlohmann::json::parse(unfused.out)["config"].contains("attention_kernel"));
+}
+
 // --fusions: a list applied to the default; a bad item is one line and exit
 // code 2; the text names a non-default choice, the JSON always has it.
 TEST(CliHardwareFlags, FusionsFlag) {

@@ -1,4 +1,5 @@
 #include <fstream>
+#include <functional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -187,6 +188,79 @@ TEST(Profiles, AttentionRatesAreThePublishedFigures) {
     const std::string err = load_error(write_temp("attention.json", j.dump()));
     EXPECT_NE(err.find(says), std::string::npos) << field << ": " << err;
   }
+}
+
+// The other kernels (device.attention_kernels): FlashAttention-2 and -3 on
+// H100 and H200, the same figures' other bars; select_attention_kernel
+// swaps one in by name and refuses a name the profile lacks, saying which
+// it has; a file's list is checked like device.attention, and its names.
+TEST(Profiles, AttentionKernelsAreNamedAndSelectable) {
+  HardwareProfile h = load_profile("h100-nvlink");
+  EXPECT_EQ(h.device.attention.kernel, "cudnn");
+  ASSERT_EQ(h.device.attention_kernels.size(), 2u);
+  EXPECT_EQ(h.device.attention_kernels[0].kernel, "fa2");
+  EXPECT_EQ(h.device.attention_kernels[1].kernel, "fa3");
+  select_attention_kernel(h, "");  // the default: unchanged
+  select_attention_kernel(h, "cudnn");
+  EXPECT_EQ(h.device.attention.kernel, "cudnn");
+  select_attention_kernel(h, "fa2");
+  EXPECT_EQ(h.device.attention.kernel, "fa2");
+  EXPECT_DOUBLE_EQ(h.device.attention.forward_tflops(16384, true), 335);
+  EXPECT_DOUBLE_EQ(h.device.attention.backward_tflops(2048, false), 291);
+  select_attention_kernel(h, "fa3");
+  EXPECT_DOUBLE_EQ(h.device.attention.forward_tflops(4096, false), 638);
+  select_attention_kernel(h, "cudnn");  // back, from the alternatives
+  EXPECT_DOUBLE_EQ(h.device.attention.forward_tflops(2048, true), 484);
+  EXPECT_EQ(h.device.attention_kernels.size(), 2u);
+  try {
+    select_attention_kernel(h, "fa4");
+    ADD_FAILURE() << "fa4 accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("has the fused attention kernels cudnn, fa2, fa3"), std::string::npos)
+        << e.what();
+  }
+  HardwareProfile a = load_profile("a100-nvlink");
+  EXPECT_THROW(select_attention_kernel(a, "cudnn"), ConfigError);  // no figures at all
+  EXPECT_EQ(load_profile("h200-nvlink").device.attention_kernels.size(), 2u);
+
+  nlohmann::json good = profile_to_json(load_profile("h100-nvlink"));
+  EXPECT_EQ(good["device"]["attention"]["kernel"], "cudnn");
+  EXPECT_EQ(good["device"]["attention_kernels"][0]["kernel"], "fa2");
+  auto error_of = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json j = good;
+    edit(j);
+    return load_error(write_temp("kernels.json", j.dump()));
+  };
+  struct Case {
+    std::function<void(nlohmann::json&)> edit;
+    const char* says;
+  };
+  for (const Case& c :
+       {Case{[](nlohmann::json& j) { j["device"]["attention_kernels"][1]["kernel"] = "fa2"; },
+             "device.attention_kernels.1.kernel\": \"fa2\" is named twice"},
+        Case{[](nlohmann::json& j) { j["device"]["attention_kernels"][0]["kernel"] = "cudnn"; }, "is named twice"},
+        Case{[](nlohmann::json& j) { j["device"]["attention_kernels"][0].erase("kernel"); },
+             "missing field \"device.attention_kernels.0.kernel\""},
+        Case{[](nlohmann::json& j) { j["device"]["attention_kernels"][0]["kernel"] = ""; }, "must be a name"},
+        Case{[](nlohmann::json& j) { j["device"]["attention_kernels"][0]["kernel"] = 7; }, "must be a name"},
+        Case{[](nlohmann::json& j) { j["device"]["attention_kernels"][1]["fwd_tflop"] = 1; },
+             "unknown field \"device.attention_kernels.1.fwd_tflop\""},
+        Case{[](nlohmann::json& j) { j["device"]["attention_kernels"][0]["bwd_tflops"] = {1, 2}; },
+             "\"device.attention_kernels.0\": every list must have as many numbers as \"seq\" (6)"},
+        Case{[](nlohmann::json& j) { j["device"]["attention_kernels"] = nlohmann::json::array(); }, "non-empty list"},
+        Case{[](nlohmann::json& j) { j["device"]["attention_kernels"] = {1, 2}; },
+             "\"device.attention_kernels.0\" must be an object"},
+        Case{[](nlohmann::json& j) { j["device"]["attention"].erase("kernel"); },
+             "needs \"device.attention\" with a \"kernel\" name"}}) {
+    const std::string err = error_of(c.edit);
+    EXPECT_NE(err.find(c.says), std::string::npos) << c.says << ": " << err;
+  }
+  nlohmann::json unnamed = good;  // one kernel, unnamed: a file of before still loads
+  unnamed["device"]["attention"].erase("kernel");
+  unnamed["device"].erase("attention_kernels");
+  const HardwareProfile u = load_profile(write_temp("unnamed.json", unnamed.dump()));
+  EXPECT_EQ(u.device.attention.kernel, "");
+  EXPECT_DOUBLE_EQ(u.device.attention.forward_tflops(2048, true), 484);
 }
 
 // A field the loader does not know is refused: an optional one misspelt

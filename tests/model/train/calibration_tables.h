@@ -25,6 +25,9 @@ namespace shardlab::train::readme {
 inline constexpr const char* kNemoHeldOutHeader =
     "| model (24.07, held out) | GPUs | TP | PP | VP | GBS | predicted tokens/s/GPU | published | predicted "
     "TFLOP/s/GPU | published | error |";
+inline constexpr const char* kNemoLongSeqHeader =
+    "| model (24.03.01, long sequences, held out) | GPUs | TP | PP | VP | GBS | predicted tokens/s/GPU | published | "
+    "predicted TFLOP/s/GPU | published | error |";
 inline constexpr const char* kBridgeHeader =
     "| model | GPUs | TP | PP | VP | GBS | predicted tokens/s/GPU | published | predicted TFLOP/s/GPU (causal halved) | "
     "published | error |";

@@ -39,7 +39,7 @@ struct Charged {
   DeviceStats stats;
 };
 
-Charged run(parallel::AttentionKernel attention) {
+Charged run(parallel::AttentionKernel attention, const char* kernel = "") {
   TrainOptions o;
   o.model = model::preset("tiny");
   o.model.n_layer = 1;
@@ -52,7 +52,7 @@ Charged run(parallel::AttentionKernel attention) {
   o.steps = 1;
   o.phantom = true;
   o.parallel.attention = attention;
-  const TrainResult r = testing::run_one_gpu_bf16(o, "h100-nvlink");
+  const TrainResult r = testing::run_one_gpu_bf16(o, "h100-nvlink", kernel);
   Charged out;
   for (const TraceEvent& e : r.run.traces.at(0).events)
     if (e.stream == StreamKind::kCompute) out.ps[e.name] += double(e.end - e.start);
@@ -93,6 +93,30 @@ TEST(FusedAttention, OneLayerAgainstAHandCount) {
   std::printf("attention core of one layer, fwd+bwd: unfused %.3f us, fused %.3f us (%.2fx); activations %.1f -> %.1f MiB\n",
               unfused_core / 1e6, (fwd + pre + bwd) / 1e6, unfused_core / (fwd + pre + bwd), act(unfused) / 1048576,
               act(fused) / 1048576);
+}
+
+// --attention-kernel fa2: the same layer's two flash kernels at
+// FlashAttention-2's published rates (the same figures' 2k and 4k points:
+// causal forward 298 -> 319, forward without a mask 362 -> 368, backward
+// 291 -> 310), the preprocessing kernel and everything else unchanged.
+TEST(FusedAttention, FlashAttention2KernelAgainstAHandCount) {
+  const Charged cudnn = run(parallel::AttentionKernel::kFused), fa2 = run(parallel::AttentionKernel::kFused, "fa2");
+  const double tiled = double(kNH) * kT * (kT / 2);
+  const double rows = double(kNH) * kT, NC = rows * kHS;
+  const double x = std::log2(double(kT) / 2048);
+  const double fwd_causal = 298 + x * (319 - 298), fwd_full = 362 + x * (368 - 362), bwd_full = 291 + x * (310 - 291);
+  const double bwd_causal = bwd_full * fwd_causal / fwd_full;
+  std::printf("FlashAttention-2 at T = %lld: causal forward %.2f TFLOP/s, causal backward %.2f\n", (long long)kT,
+              fwd_causal, bwd_causal);
+  const double fwd = kLaunchPs + std::max(std::ceil(4 * kHS * tiled / fwd_causal), ps((4 * NC * 2 + 4 * rows) / kBw));
+  const double bwd = kLaunchPs + std::max(std::ceil(10 * kHS * tiled / bwd_causal), ps((7 * NC * 2 + 8 * rows) / kBw));
+  EXPECT_EQ(fa2.ps.at("attn.flash.fwd"), fwd);
+  EXPECT_EQ(fa2.ps.at("attn.flash.bwd"), bwd);
+  for (const auto& [name, t] : cudnn.ps)
+    if (name != "attn.flash.fwd" && name != "attn.flash.bwd") EXPECT_EQ(fa2.ps.at(name), t) << name;
+  std::printf("flash forward + backward: cuDNN %.3f us, FlashAttention-2 %.3f us (%.2fx)\n",
+              (cudnn.ps.at("attn.flash.fwd") + cudnn.ps.at("attn.flash.bwd")) / 1e6, (fwd + bwd) / 1e6,
+              (fwd + bwd) / (cudnn.ps.at("attn.flash.fwd") + cudnn.ps.at("attn.flash.bwd")));
 }
 
 // Real math: the fused core runs the host kernels of the unfused one, so

@@ -55,8 +55,11 @@ inline TrainResult run(const TrainOptions& o, FabricHooks* hooks = nullptr, bool
 
 // `o` on one GPU of `profile` in bf16, traced: the one-layer hand counts
 // runs (fused_attention_test, fusions_test).
-inline TrainResult run_one_gpu_bf16(const TrainOptions& o, const char* profile) {
+// `attention_kernel`: one of the profile's fused attention kernels by name
+// (select_attention_kernel; "": its default).
+inline TrainResult run_one_gpu_bf16(const TrainOptions& o, const char* profile, const char* attention_kernel = "") {
   HardwareProfile p = load_profile(profile);
+  select_attention_kernel(p, attention_kernel);
   p.nodes = 1;
   ClusterOptions c;
   c.precision = Precision::kBf16;
