@@ -56,6 +56,27 @@ TEST(CliSweep, TinyGridWritesEveryPointAndPlots) {
   }
 }
 
+// --vary attention-kernel: each point selects its kernel from the profile
+// (a point is the train run of its flags, to the picosecond); a name the
+// profile lacks fails that point only.
+TEST(CliSweep, VariesTheAttentionKernel) {
+  const std::string dir = fresh_dir("kernels");
+  const std::string model = " --model tiny-llama --steps 1 --phantom --profile h100-nvlink --precision bf16 --seq 4096";
+  const auto r = run_cli("sweep" + model + " --vary attention-kernel=cudnn,fa2,fa9 --out " + dir);
+  ASSERT_EQ(r.code, 0) << r.err;  // one point failed, the others ran
+  const auto j = nlohmann::json::parse(slurp(dir + "/points.json"));
+  ASSERT_EQ(j["points"].size(), 3u);
+  for (int i = 0; i < 2; ++i) {
+    const std::string report = dir + "/k" + std::to_string(i) + ".json";
+    ASSERT_EQ(run_cli("train" + model + " --attention-kernel " + (i ? "fa2" : "cudnn") + " --report " + report).code, 0);
+    EXPECT_EQ(j["points"][i]["metrics"]["virtual_step_s"],
+              nlohmann::json::parse(slurp(report))["summary"]["virtual_step_s"]);
+  }
+  EXPECT_GT(j["points"][1]["metrics"]["virtual_step_s"].get<double>(),
+            j["points"][0]["metrics"]["virtual_step_s"].get<double>());
+  EXPECT_NE(j["points"][2]["error"].get<std::string>().find("fa9"), std::string::npos) << j["points"][2];
+}
+
 TEST(CliSweep, FailedPointsAreRowsAndTheSweepGoesOn) {
   const std::string dir = fresh_dir("bad_points");
   // tp 3 does not divide tiny's 4 heads; "two" is not a number; --memory 1MiB cannot hold tiny.
