@@ -1,6 +1,7 @@
 // `shardlab profiles`: the built-in hardware profiles.
 #include <cstdio>
 #include <memory>
+#include <string>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -35,6 +36,11 @@ void add_profiles_command(CLI::App& app) {
     for (const auto& p : builtin_profiles()) {
       fmt::print("  {}: {}\n", p.name, p.description);
       if (!p.fabric.empty()) fmt::print("    fabric: {}\n", p.fabric.describe());
+      if (!p.device.attention.kernel.empty()) {  // --attention-kernel's choices
+        std::string kernels = p.device.attention.kernel + " (default)";
+        for (const AttentionSpec& k : p.device.attention_kernels) kernels += ", " + k.kernel;
+        fmt::print("    fused attention kernels (--attention-kernel): {}\n", kernels);
+      }
     }
     return 0;
   });

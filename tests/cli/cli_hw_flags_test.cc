@@ -90,6 +90,16 @@ TEST(CliHardwareFlags, AttentionKernelFlag) {
     step_ms[i] = j["summary"]["virtual_step_s"].get<double>();
   }
   EXPECT_GT(step_ms[1], step_ms[0]);
+  // `shardlab profiles` lists each profile's choices under its description.
+  const auto profiles = run_cli("profiles");
+  ASSERT_EQ(profiles.code, 0) << profiles.err;
+  const size_t h100 = profiles.out.find("  h100-nvlink: ");
+  ASSERT_NE(h100, std::string::npos) << profiles.out;
+  EXPECT_EQ(profiles.out.find("    fused attention kernels (--attention-kernel): cudnn (default), fa2, fa3\n", h100),
+            profiles.out.find('\n', h100) + 1)
+      << profiles.out;
+  EXPECT_EQ(profiles.out.find("fused attention kernels", profiles.out.find("  a100-nvlink: ")),
+            profiles.out.find("fused attention kernels", h100));  // none before h100-nvlink's
   // Unfused, or a profile without named kernels: no kernel to name.
   const auto unfused = run_cli(run + " --attention unfused --json");
   ASSERT_EQ(unfused.code, 0) << unfused.err;
