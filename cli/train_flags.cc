@@ -8,6 +8,7 @@
 #include "cli/flag_table.h"
 #include "model/config.h"
 #include "model/fusions.h"
+#include "model/parallel/attention_kernel.h"
 #include "model/parallel/sharded_gpt.h"
 #include "runtime/errors.h"
 #include "runtime/fault.h"
@@ -340,6 +341,20 @@ train::TrainOptions TrainFlags::options() const {
   if (!chosen) throw ConfigError(fmt::format("--arithmetic: \"{}\" is not native or portable", arithmetic));
   o.arithmetic = *chosen;
   o.validate();  // every check of the options, in the library
+  // --attention-kernel picks the rates of a fused kernel: a run that charges
+  // none (the unfused core without --cp, whose ring blocks are fused), or
+  // charges it at the GEMM model (fp32: the rates are BF16's), has no use
+  // for it, and silently ignoring it would hide a mistaken run.
+  if (!attention_kernel.empty()) {
+    if (!parallel::fused_attention(o.parallel.attention, o.model.is_llama()) && o.parallel.cp == 1)
+      throw ConfigError(fmt::format("--attention-kernel {}: this run charges no fused attention kernel (the unfused "
+                                    "core: --attention unfused, or auto on the GPT family); add --attention fused",
+                                    attention_kernel));
+    if (precision == "fp32")
+      throw ConfigError(fmt::format("--attention-kernel {}: the kernels' published rates are BF16's, and an fp32 run "
+                                    "charges its attention at the GEMM model; add --precision bf16 or fp8",
+                                    attention_kernel));
+  }
   return o;
 }
 

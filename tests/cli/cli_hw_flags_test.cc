@@ -76,6 +76,17 @@ TEST(CliHardwareFlags, AttentionKernelFlag) {
                      "no named fused attention kernel");
   expect_usage_error("verify --model tiny --steps 1 --tp 2 --profile h100-nvlink --attention-kernel cuDNN",
                      "has the fused attention kernels");
+  // A run that charges no fused kernel's rates has no use for the flag.
+  expect_usage_error(run + " --attention unfused --attention-kernel fa2", "charges no fused attention kernel");
+  expect_usage_error("train --model tiny --steps 1 --phantom --profile h100-nvlink --precision bf16 --attention-kernel "
+                     "fa2",
+                     "charges no fused attention kernel");  // GPT's auto: unfused
+  expect_usage_error("train --model tiny-llama --steps 1 --phantom --profile h100-nvlink --attention-kernel fa2",
+                     "an fp32 run charges its attention at the GEMM model");
+  EXPECT_EQ(run_cli("train --model tiny --steps 1 --phantom --profile h100-nvlink --precision bf16 --cp 2 "
+                    "--attention-kernel fa2")
+                .code,
+            0);  // the ring's blocks are fused kernels
   double step_ms[2] = {0, 0};
   const char* kernels[] = {"cudnn", "fa2"};
   for (int i = 0; i < 2; ++i) {
@@ -100,7 +111,7 @@ TEST(CliHardwareFlags, AttentionKernelFlag) {
       << profiles.out;
   EXPECT_EQ(profiles.out.find("fused attention kernels", profiles.out.find("  a100-nvlink: ")),
             profiles.out.find("fused attention kernels", h100));  // none before h100-nvlink's
-  // Unfused, or a profile without named kernels: no kernel to name.
+  // Unfused: no kernel to name.
   const auto unfused = run_cli(run + " --attention unfused --json");
   ASSERT_EQ(unfused.code, 0) << unfused.err;
   EXPECT_FALSE(nlohmann::json::parse(unfused.out)["config"].contains("attention_kernel"));
