@@ -1,9 +1,9 @@
 // `shardlab profiles`: the built-in hardware profiles.
 #include <cstdio>
 #include <memory>
-#include <string>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/cli.h"
@@ -36,11 +36,9 @@ void add_profiles_command(CLI::App& app) {
     for (const auto& p : builtin_profiles()) {
       fmt::print("  {}: {}\n", p.name, p.description);
       if (!p.fabric.empty()) fmt::print("    fabric: {}\n", p.fabric.describe());
-      if (!p.device.attention.kernel.empty()) {  // --attention-kernel's choices
-        std::string kernels = p.device.attention.kernel + " (default)";
-        for (const AttentionSpec& k : p.device.attention_kernels) kernels += ", " + k.kernel;
-        fmt::print("    fused attention kernels (--attention-kernel): {}\n", kernels);
-      }
+      if (const auto names = p.device.attention_kernel_names(); !names.empty())  // --attention-kernel's choices
+        fmt::print("    fused attention kernels (--attention-kernel): {} (default){}{}\n", names.front(),
+                   names.size() > 1 ? ", " : "", fmt::join(names.begin() + 1, names.end(), ", "));
     }
     return 0;
   });

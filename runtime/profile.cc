@@ -68,6 +68,14 @@ double AttentionSpec::backward_tflops(double s, bool causal) const {
   return causal ? full * interpolate(seq, fwd_causal, s) / interpolate(seq, fwd, s) : full;
 }
 
+std::vector<std::string> DeviceSpec::attention_kernel_names() const {
+  std::vector<std::string> names;
+  for (const AttentionSpec& k : attention_kernels) names.push_back(k.kernel);
+  std::sort(names.begin(), names.end());
+  if (!attention.kernel.empty()) names.insert(names.begin(), attention.kernel);
+  return names;
+}
+
 void select_attention_kernel(HardwareProfile& p, std::string_view kernel) {
   DeviceSpec& d = p.device;
   if (kernel.empty() || kernel == d.attention.kernel) return;
@@ -76,14 +84,11 @@ void select_attention_kernel(HardwareProfile& p, std::string_view kernel) {
       std::swap(k, d.attention);
       return;
     }
-  std::vector<std::string> names;
-  if (!d.attention.kernel.empty()) names.push_back(d.attention.kernel);
-  for (const AttentionSpec& k : d.attention_kernels) names.push_back(k.kernel);
-  std::sort(names.begin(), names.end());
-  const std::string have = fmt::format("{}", fmt::join(names, ", "));
-  throw ConfigError(fmt::format("attention kernel \"{}\": profile {} has {}", kernel, p.name,
-                                have.empty() ? "no named fused attention kernel (its fused attention runs at the GEMM model)"
-                                             : "the fused attention kernels " + have));
+  const std::string have = fmt::format("{}", fmt::join(d.attention_kernel_names(), ", "));
+  throw ConfigError(fmt::format(
+      "attention kernel \"{}\": profile {} has {}", kernel, p.name,
+      have.empty() ? "no named fused attention kernel (its fused attention runs at the GEMM model)"
+                   : "the fused attention kernels " + have));
 }
 
 int ClusterFabric::common_tier(int node_a, int node_b) const {

@@ -199,6 +199,9 @@ struct DeviceSpec {
   // NVTE_FUSED_ATTN=0 sends it to FlashAttention-2), so a run names it with
   // --attention-kernel (select_attention_kernel).
   std::vector<AttentionSpec> attention_kernels;
+  // The named kernels a run may pick: the charged one first, then the
+  // others by name ("cudnn", "fa2", "fa3" on H100); empty without names.
+  std::vector<std::string> attention_kernel_names() const;
 };
 
 // A node's PCIe tree ("pcie"): which links a message between two GPUs of a

@@ -106,8 +106,9 @@ PublishedRun nemo(const char* name, const char* preset, int gpus, int batch, int
           .name = name, .tp_comm_overlap = tp_comm_overlap, .overlap_p2p_comm = overlap_p2p_comm,
           .grad_reduce_bf16 = true};
 }
-// NeMo-Framework-Launcher 24.01-24.07's runs: FlashAttention-2 (above).
-PublishedRun launcher2407(PublishedRun r) {
+// NeMo-Framework-Launcher 24.01-24.07's runs (24.03.01's long sequences too):
+// FlashAttention-2 (above).
+PublishedRun nemo_launcher_2024(PublishedRun r) {
   r.attention_kernel = "fa2";
   return r;
 }
@@ -121,12 +122,14 @@ const std::vector<PublishedRun>& nemo2407_h100_fp8() {
   // name, preset, GPUs, GBS, MBS, seq, TP, PP, VP, tokens/s/GPU, TFLOP/s/GPU, bucket_cap_mb,
   // ub_tp_comm_overlap, overlap_p2p_comm
   static const std::vector<PublishedRun> kRows = {
-      launcher2407(reshaped(nemo("GPT3-5B", "gpt3-6.7b", 64, 2048, 4, 2048, 1, 1, 1, 22521, 736, 400), 24, 4096, 32)),
-      launcher2407(reshaped(nemo("GPT3-20B", "gpt3-13b", 64, 256, 2, 2048, 2, 1, 1, 5851, 750, 220, true), 44, 6144, 48)),
-      launcher2407(nemo("GPT3-175B", "gpt3-175b", 128, 256, 1, 2048, 4, 8, 6, 726, 782, 220, false, true)),
-      launcher2407(nemo("GPT3-175B", "gpt3-175b", 512, 2048, 2, 2048, 4, 8, 6, 782, 842, 220, false, true)),
-      launcher2407(nemo("LLAMA2-7B", "llama2-7b", 8, 128, 1, 4096, 1, 1, 1, 16847, 776, 125)),
-      launcher2407(nemo("LLAMA2-70B", "llama2-70b", 64, 128, 1, 4096, 4, 4, 20, 1707, 759, 125, true, true)),
+      nemo_launcher_2024(
+          reshaped(nemo("GPT3-5B", "gpt3-6.7b", 64, 2048, 4, 2048, 1, 1, 1, 22521, 736, 400), 24, 4096, 32)),
+      nemo_launcher_2024(
+          reshaped(nemo("GPT3-20B", "gpt3-13b", 64, 256, 2, 2048, 2, 1, 1, 5851, 750, 220, true), 44, 6144, 48)),
+      nemo_launcher_2024(nemo("GPT3-175B", "gpt3-175b", 128, 256, 1, 2048, 4, 8, 6, 726, 782, 220, false, true)),
+      nemo_launcher_2024(nemo("GPT3-175B", "gpt3-175b", 512, 2048, 2, 2048, 4, 8, 6, 782, 842, 220, false, true)),
+      nemo_launcher_2024(nemo("LLAMA2-7B", "llama2-7b", 8, 128, 1, 4096, 1, 1, 1, 16847, 776, 125)),
+      nemo_launcher_2024(nemo("LLAMA2-70B", "llama2-70b", 64, 128, 1, 4096, 4, 4, 20, 1707, 759, 125, true, true)),
   };
   return kRows;
 }
@@ -156,7 +159,7 @@ const std::vector<PublishedRun>& nemo2407_h100_fp8_heldout() {
     PublishedRun l70 = nemo("LLAMA3-70B", "llama3-70b", 64, 128, 1, 8192, 4, 4, 5, 1533, 738, 125, true, true);
     l70.cp = 2;
     l70.fused_cross_entropy = true;
-    return std::vector<PublishedRun>{launcher2407(l13), launcher2407(l8), launcher2407(l70)};
+    return std::vector<PublishedRun>{nemo_launcher_2024(l13), nemo_launcher_2024(l8), nemo_launcher_2024(l70)};
   }();
   return kRows;
 }
@@ -191,8 +194,8 @@ const std::vector<PublishedRun>& nemo2403_h100_fp8_long_sequence() {
     std::vector<PublishedRun> rows;
     for (const Row& t : table) {
       const int seq = t.k * 1024;
-      PublishedRun r = launcher2407(nemo(t.name, "llama2-7b", t.k, (4 << 20) / seq, 1, seq, t.tp, t.pp, 1, 0, t.tflops,
-                                         125, false, t.pp > 1));
+      PublishedRun r = nemo_launcher_2024(nemo(t.name, "llama2-7b", t.k, (4 << 20) / seq, 1, seq, t.tp,
+                                               t.pp, 1, 0, t.tflops, 125, false, t.pp > 1));
       r.cp = t.cp;
       rows.push_back(r);
     }

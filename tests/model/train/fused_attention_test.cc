@@ -112,8 +112,11 @@ TEST(FusedAttention, FlashAttention2KernelAgainstAHandCount) {
   const double bwd = kLaunchPs + std::max(std::ceil(10 * kHS * tiled / bwd_causal), ps((7 * NC * 2 + 8 * rows) / kBw));
   EXPECT_EQ(fa2.ps.at("attn.flash.fwd"), fwd);
   EXPECT_EQ(fa2.ps.at("attn.flash.bwd"), bwd);
-  for (const auto& [name, t] : cudnn.ps)
-    if (name != "attn.flash.fwd" && name != "attn.flash.bwd") EXPECT_EQ(fa2.ps.at(name), t) << name;
+  for (const auto& [name, t] : cudnn.ps) {
+    if (name != "attn.flash.fwd" && name != "attn.flash.bwd") {
+      EXPECT_EQ(fa2.ps.at(name), t) << name;
+    }
+  }
   std::printf("flash forward + backward: cuDNN %.3f us, FlashAttention-2 %.3f us (%.2fx)\n",
               (cudnn.ps.at("attn.flash.fwd") + cudnn.ps.at("attn.flash.bwd")) / 1e6, (fwd + bwd) / 1e6,
               (fwd + bwd) / (cudnn.ps.at("attn.flash.fwd") + cudnn.ps.at("attn.flash.bwd")));
