@@ -77,7 +77,11 @@ void print_routing(const train::VerifyResult& r, const train::TrainOptions& o) {
              o.steps, o.schedule_steps, o.steps - 1, o.steps);
 }
 
-void print_table(const train::TrainOptions& o, const collectives::DeviceMesh& mesh, const train::VerifyResult& r) {
+// `sharded_model`: the run ran the sharded model (train::runs_sharded; on
+// one device too, e.g. with model chunks or recomputation), not the
+// unsharded reference itself.
+void print_table(const train::TrainOptions& o, const collectives::DeviceMesh& mesh, const train::VerifyResult& r,
+                 bool sharded_model) {
   const train::VerifyOptions& vo = r.options;
   fmt::print("shardlab verify: {} ({} devices) against the unsharded model, {} steps, {}\n", mesh.to_string(),
              mesh.size(), o.schedule_steps > 0 ? o.schedule_steps : o.steps, o.model.to_string());
@@ -108,7 +112,7 @@ void print_table(const train::TrainOptions& o, const collectives::DeviceMesh& me
   }
   print_tolerances(vo);
   if (r.routing || r.floor_routing) print_routing(r, o);
-  if (r.passed && o.parallel.world() == 1) {
+  if (r.passed && !sharded_model) {
     fmt::print("PASS, vacuously: nothing is sharded (1 device, no dp, tp, cp or pp split), so the run is the "
                "unsharded model compared with itself\n");
     return;
@@ -280,13 +284,14 @@ int run_verify(VerifyFlags& f) {
     r.first_mismatch = train::Mismatch{"routing", "", routing->layer, 0, 0, 0};
     r.passed = false;
   }
+  const bool sharded_model = sharded.parallel.world() > 1 || train::runs_sharded(sharded, sharded_copts.precision);
   if (f.train.common.json) {
     nlohmann::json j = train::verify_json(r);
-    j["sharded"] = sharded.parallel.world() > 1;
+    j["sharded"] = sharded_model;
     print_json(j);
   } else {
     const collectives::DeviceMesh mesh(sharded.parallel.mesh_shape());
-    print_table(compared, mesh, r);
+    print_table(compared, mesh, r, sharded_model);
     fmt::print("sharded run on {}:\n", profile.name);
     print_device_table(report);
   }

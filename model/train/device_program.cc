@@ -41,6 +41,38 @@ void reverse_rows(model::Batch& b) {
                        v->begin() + long(size_t(hi) * T));
 }
 
+// Pipelines with a tied embedding: the flat range of wte on a rank that
+// holds one of its two copies (the first stage's embedding, the last
+// stage's head), else empty (one rank holds both uses and the model
+// announced it, or the head is untied: wte has one use).
+Range tied_range(const DeviceProgram& p, DeviceSetup& s) {
+  if (!p.options.model.tied() || !s.ctx.embedding(p.options.parallel.last_stage_rank())) return {};
+  return model::prefix_range(s.model->shards(), model::embedding_name(p.options.model));
+}
+
+// The two copies' gradients summed over the embedding group after the
+// data-parallel reduction, as Megatron's finalize_model_grads does
+// (finish_grad_sync, then _allreduce_embedding_grads; Megatron-LM 2021's
+// train_step in the same order). A sum of two is the same bits on both
+// ranks, so the copies stay bit-identical whatever algorithm each stage's
+// data-parallel group ran. ZeRO-2 sums the owned chunk of the tied bucket,
+// which both stages own alike (its bucket is its own); ZeRO 0 and 1 the
+// whole tensor, as Megatron all-reduces the whole main_grad.
+void sum_over_embedding_group(const DeviceProgram& p, DeviceSetup& s, Device& dev, Range r) {
+  const coll::ProcessGroup& embedding = *s.ctx.embedding(p.options.parallel.last_stage_rank());
+  coll::all_reduce(dev, embedding, coll::Buffer(model::shifted(s.model->grads().data(), r.begin), size_t(r.size)));
+}
+
+void sum_tied_copies(const DeviceProgram& p, DeviceSetup& s, Device& dev) {
+  const Range wte = tied_range(p, s);
+  if (wte.size == 0 || p.options.parallel.zero == 3) return;  // ZeRO-3: summed before (forward_backward)
+  if (p.options.parallel.zero < 2) return sum_over_embedding_group(p, s, dev, wte);
+  for (const Range& r : s.dp->owned()) {
+    const int64_t lo = std::max(r.begin, wte.begin), hi = std::min(r.end(), wte.end());
+    if (lo < hi) sum_over_embedding_group(p, s, dev, {lo, hi - lo});
+  }
+}
+
 struct StepLosses {
   float loss = 0, ce = 0, aux = 0;
 };
@@ -67,15 +99,11 @@ StepLosses forward_backward(const DeviceProgram& p, DeviceSetup& s, Device& dev,
   });
   p.result.phases[size_t(dev.rank())][size_t(step)] = {ph.start, ph.end, ph.busy, ph.sent_bytes};
   if (step == (p.resume ? p.resume->step : 0)) p.result.first_step_spans[size_t(dev.rank())] = s.executor->spans();
-  const coll::ProcessGroup* embedding =
-      p.options.model.tied() ? s.ctx.embedding(p.options.parallel.last_stage_rank()) : nullptr;
-  if (embedding) {
-    // Otherwise one rank holds both uses of wte and the model announced it
-    // (or the head is untied: wte has one use).
-    const Range wte = model::prefix_range(s.model->shards(), model::embedding_name(p.options.model));
-    auto grads = s.model->grads();
-    coll::all_reduce(dev, *embedding, coll::Buffer(model::shifted(grads.data(), wte.begin), size_t(wte.size)));
-    s.dp->grads_ready(wte.begin, wte.size);
+  if (const Range wte = tied_range(p, s); wte.size > 0) {
+    // ZeRO-3 sums the copies first: its units hold wte beside other tensors
+    // (wpe's unit, the head's), so the two stages own different chunks of it.
+    if (p.options.parallel.zero == 3) sum_over_embedding_group(p, s, dev, wte);
+    s.dp->grads_ready(wte.begin, wte.size);  // then reduced over dp (and summed after it: sum_tied_copies)
   }
   // The micro-batch mean; CE lives on the last stage, aux on every stage with MoE blocks.
   const int M = s.micro_batches;
@@ -120,6 +148,7 @@ void DeviceProgram::run(Device& dev) const {
     s.model->zero_grad();
     const StepLosses l = forward_backward(*this, s, dev, step);
     s.dp->finish_grads();
+    sum_tied_copies(*this, s, dev);
     record_moe(*s.model, step, result.moe[size_t(dev.rank())]);
     result.a2a_time[size_t(dev.rank())] += s.model->a2a_time();
     s.model->reset_moe_stats();

@@ -150,9 +150,10 @@ void DeviceSetup::make_data_parallel(const DeviceProgram& p, Device& dev) {
   sink.on_grads_ready([this](int64_t off, int64_t cnt) { dp->grads_ready(off, cnt); });
   sink.on_grads_partial([this](int64_t off, int64_t cnt) { dp->grads_partial(off, cnt); });
   sink.set_copy_grads(dp->reduces_each_micro_batch() && shards.size() > 1);  // reduced every micro-batch
-  // Reduced once, at the step's end (ZeRO-2/3): the tied wte when its
-  // pipeline copies are summed after the last backward (device_program.cc),
-  // and Llama K/V ranges summed over TP when final.
+  // Reduced once, at the step's end (ZeRO-2/3): the tied wte when a
+  // pipeline holds two copies (announced after the last backward, its
+  // copies summed after this reduction: device_program.cc), and Llama K/V
+  // ranges summed over TP when final.
   if (dp->reduces_each_micro_batch()) {
     std::vector<Range> final_only;
     if (auto* sharded = dynamic_cast<parallel::ShardedGPT*>(model.get())) final_only = sharded->replicated_kv();

@@ -152,7 +152,8 @@ bool runs_sharded(const TrainOptions& o, Precision precision) {
   const bool modern_kernels = precision == Precision::kFp8 ||
                               parallel::fused_attention(p.attention, o.model.is_llama()) ||
                               !(p.fusions == model::KernelFusions{});
-  return p.pp > 1 || p.tp > 1 || p.cp > 1 || p.ep > 1 || global_routing || p.recompute != parallel::Recompute::kNone || p.zero == 3 ||
+  // Model chunks hand activations between them even on one rank (interleaved with pp 1).
+  return p.pp > 1 || p.chunks() > 1 || p.tp > 1 || p.cp > 1 || p.ep > 1 || global_routing || p.recompute != parallel::Recompute::kNone || p.zero == 3 ||
          p.overlap_param_gather ||
          split_backward || modern_kernels || o.phantom;  // the unsharded reference computes on real buffers
 }

@@ -38,9 +38,10 @@ struct ParallelPlan {
   bool folds = false;           // a phantom run with folding on (TrainOptions::fold)
   // The first and the last pipeline stage each hold a copy of the tied
   // embedding (wte, also the LM head) on different ranks: their gradients
-  // are summed over the embedding group and then reduced over data
-  // parallelism in a bucket of the copy's own (tied_bucket), so that both
-  // copies are reduced with the same chunking and stay bit-identical.
+  // are reduced over data parallelism in a bucket of the copy's own
+  // (tied_bucket), so that both stages own the same chunk of it, and then
+  // summed over the embedding group (Megatron's order), which leaves both
+  // copies bit-identical.
   bool tied_copies = false;
   // The flat range of the tied copy among `shards` when tied_copies (else empty).
   Range tied_bucket(const std::vector<parallel::ShardSpec>& shards) const;

@@ -271,6 +271,20 @@ TEST(Pipeline, EndStagesWithoutBlocksMatch) {
     expect_matches(verify(args), args, false);
 }
 
+// Model chunks on one rank (interleaved with pp 1) pass activations from
+// chunk to chunk on that rank, so the run is the sharded model, compared for
+// real: it aborted on the activation's send ("a one-stage model sends no
+// activation") until session 33, and one device was called vacuous.
+TEST(Pipeline, InterleavedChunksOnOneRankMatch) {
+  for (const std::string args : {"--vpp 2 --schedule interleaved --micro-batches 2 --grads",
+                                 "--vpp 4 --schedule interleaved --micro-batches 4 --dp 2 --grads"}) {
+    const nlohmann::json j = verify(args);
+    expect_matches(j, args, true);
+    EXPECT_TRUE(j.at("sharded").get<bool>()) << args;
+  }
+  EXPECT_FALSE(verify("").at("sharded").get<bool>());  // one device, the unsharded model itself
+}
+
 TEST(Pipeline, BadConfigurationsAreOneLineAndExitCode2) {
   expect_usage_error("train --model tiny --pp 8", "--pp 8 is more than --layers 4");
   expect_usage_error("train --model tiny --pp 2 --vpp 2 --schedule interleaved --micro-batches 2 --layers 3",

@@ -127,7 +127,10 @@ INSTANTIATE_TEST_SUITE_P(
         // protocols in the built-in profiles the tuner runs the dp 4 buckets' all-reduce as a
         // tree, not direct, so the four replicas' gradients are added in another order.
         Pin{"dp4_ep4_moe", {0x1.0ea5f2p+2, 0x1.0569c8p+2, 0x1.fccc6ap+1}, 0x37d13785fbd20f4dull},
-        Pin{"tp2_pp2_dp2_ep2_4d", {0x1.0eab58p+2, 0x1.05e43cp+2, 0x1.fe015p+1}, 0xe5c24925499e2293ull}),
+        // Re-pinned in session 33 (parameters only; the losses are unchanged): the tied wte's
+        // two pipeline copies are summed after the data-parallel reduction, as Megatron does,
+        // not before it, so the tied embedding's gradient is added in another order.
+        Pin{"tp2_pp2_dp2_ep2_4d", {0x1.0eab58p+2, 0x1.05e43cp+2, 0x1.fe015p+1}, 0xab4ab5816a041903ull}),
     [](const ::testing::TestParamInfo<Pin>& info) { return std::string(info.param.name); });
 
 }  // namespace

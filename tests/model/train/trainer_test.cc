@@ -123,33 +123,50 @@ namespace shardlab::train {
 namespace {
 
 // The first and the last pipeline stage hold the two copies of the tied
-// embedding; each is summed over the embedding group and then reduced over a
-// data-parallel group of 4 (where the order of a ring's sums depends on the
-// element's chunk). Both copies must come out bit for bit equal, which train()
-// checks (replica_mismatch). Reduced inside buckets of different neighbours
-// (wte with wpe and block 0 on the first stage, alone on the last) they
-// differed in the last bits; reduced in a bucket of their own
-// (ParallelPlan::tied_bucket) they do not.
+// embedding; each is reduced over its data-parallel group (where the order
+// of a ring's sums depends on the element's chunk) and then the two are
+// summed over the embedding group, as Megatron does. Both copies must come
+// out bit for bit equal, which train() checks (replica_mismatch).
+//  - Reduced inside buckets of different neighbours (wte with wpe and block
+//    0 on the first stage, alone on the last) they differed in the last
+//    bits; reduced in a bucket of their own (ParallelPlan::tied_bucket) they
+//    do not.
+//  - Summed before the data-parallel reduction (until session 33), they
+//    differed where the two stages' dp groups sit differently on the nodes:
+//    pp 3 x dp 3 on 8-GPU nodes puts the first stage's group {0,1,2} inside
+//    node 0 and the last stage's {6,7,8} across nodes 0 and 1, so each group
+//    ran another algorithm (another order of sums): 3.7e-09 apart. A sum of
+//    two after the reduction is the same bits on both ranks.
 TEST(TiedEmbedding, BothPipelineCopiesStayBitIdenticalUnderDataParallelism) {
   struct Case {
-    int tp, cp, dp;
-    bool sp;
+    int tp, cp, dp, pp, zero;
+    bool sp, distributed_optimizer;
   };
-  for (const Case c : {Case{2, 1, 4, false}, Case{2, 2, 2, true}}) {
+  for (const Case c : {Case{2, 1, 4, 2, 0, false, false}, Case{2, 2, 2, 2, 0, true, false},
+                       Case{1, 1, 3, 3, 0, false, false}, Case{1, 1, 3, 3, 1, false, true},
+                       Case{1, 1, 3, 3, 2, false, false}, Case{1, 1, 3, 3, 3, false, false}}) {
     TrainOptions o;
     o.model = model::preset("tiny");  // 4 blocks of 128, vocab 512, batch 8
     o.model.batch_size = 16;
+    if (c.pp == 3) {  // 5 blocks of 48, vocab 75: a 14 KiB wte, reduced by another algorithm on each stage
+      o.model.n_layer = 5, o.model.n_head = 6, o.model.n_embd = 48;
+      o.model.block_size = 12, o.model.vocab_size = 75, o.model.batch_size = 6;
+    }
     o.parallel.tp = c.tp;
     o.parallel.cp = c.cp;
     o.parallel.dp = c.dp;
     o.parallel.sp = c.sp;
-    o.parallel.pp = 2;
-    o.micro_batches = 2;
-    o.steps = 1;
+    o.parallel.pp = c.pp;
+    o.parallel.zero = c.zero;
+    o.parallel.distributed_optimizer = c.distributed_optimizer;
+    o.micro_batches = c.pp == 3 ? 1 : 2;
+    o.steps = 2;
     const TrainResult r = train::testing::run(o);
-    EXPECT_EQ(r.replica_mismatch, "") << "tp " << c.tp << " cp " << c.cp << " dp " << c.dp;
-    std::printf("tp %d cp %d dp %d pp 2: tied copies max |diff| %.3e (tolerance 0: bit-identical)\n", c.tp, c.cp,
-                c.dp, r.replica_max_diff);
+    EXPECT_EQ(r.replica_mismatch, "") << "tp " << c.tp << " cp " << c.cp << " dp " << c.dp << " pp " << c.pp
+                                      << " zero " << c.zero;
+    std::printf("tp %d cp %d dp %d pp %d zero %d%s: tied copies max |diff| %.3e (tolerance 0: bit-identical)\n",
+                c.tp, c.cp, c.dp, c.pp, c.zero, c.distributed_optimizer ? " (distributed optimizer)" : "",
+                r.replica_max_diff);
   }
 }
 
