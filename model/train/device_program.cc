@@ -41,35 +41,26 @@ void reverse_rows(model::Batch& b) {
                        v->begin() + long(size_t(hi) * T));
 }
 
-// Pipelines with a tied embedding: the flat range of wte on a rank that
-// holds one of its two copies (the first stage's embedding, the last
-// stage's head), else empty (one rank holds both uses and the model
-// announced it, or the head is untied: wte has one use).
-Range tied_range(const DeviceProgram& p, DeviceSetup& s) {
-  if (!p.options.model.tied() || !s.ctx.embedding(p.options.parallel.last_stage_rank())) return {};
-  return model::prefix_range(s.model->shards(), model::embedding_name(p.options.model));
-}
-
-// The two copies' gradients summed over the embedding group after the
-// data-parallel reduction, as Megatron's finalize_model_grads does
-// (finish_grad_sync, then _allreduce_embedding_grads; Megatron-LM 2021's
-// train_step in the same order). A sum of two is the same bits on both
-// ranks, so the copies stay bit-identical whatever algorithm each stage's
-// data-parallel group ran. ZeRO-2 sums the owned chunk of the tied bucket,
-// which both stages own alike (its bucket is its own); ZeRO 0 and 1 the
-// whole tensor, as Megatron all-reduces the whole main_grad.
-void sum_over_embedding_group(const DeviceProgram& p, DeviceSetup& s, Device& dev, Range r) {
+// The tied embedding's two pipeline copies (the first stage's embedding,
+// the last stage's head; ParallelPlan::tied_copies) summed over the
+// embedding group. Megatron sums them after the data-parallel reduction
+// (finalize_model_grads: finish_grad_sync, then _allreduce_embedding_grads;
+// Megatron-LM 2021's train_step in the same order): a sum of two is the same
+// bits on both ranks, so the copies stay bit-identical whatever algorithm
+// each stage's data-parallel group ran. ZeRO-2 sums the owned chunk of the
+// tied bucket, which both stages own alike (the bucket is its own); ZeRO 0
+// and 1 the whole tensor, as Megatron all-reduces the whole main_grad.
+// ZeRO-3 sums them before its reduction instead: its units hold wte beside
+// other tensors (wpe's unit, the head's), so the stages own different chunks.
+void sum_tied_copies(const DeviceProgram& p, DeviceSetup& s, Device& dev, bool after_dp) {
+  const Range wte = p.plan.tied_bucket(s.model->shards());
+  const int zero = p.options.parallel.zero;
+  if (wte.empty() || after_dp != (zero != 3)) return;
   const coll::ProcessGroup& embedding = *s.ctx.embedding(p.options.parallel.last_stage_rank());
-  coll::all_reduce(dev, embedding, coll::Buffer(model::shifted(s.model->grads().data(), r.begin), size_t(r.size)));
-}
-
-void sum_tied_copies(const DeviceProgram& p, DeviceSetup& s, Device& dev) {
-  const Range wte = tied_range(p, s);
-  if (wte.size == 0 || p.options.parallel.zero == 3) return;  // ZeRO-3: summed before (forward_backward)
-  if (p.options.parallel.zero < 2) return sum_over_embedding_group(p, s, dev, wte);
-  for (const Range& r : s.dp->owned()) {
+  float* grads = s.model->grads().data();
+  for (const Range& r : zero == 2 ? s.dp->owned() : std::vector<Range>{wte}) {
     const int64_t lo = std::max(r.begin, wte.begin), hi = std::min(r.end(), wte.end());
-    if (lo < hi) sum_over_embedding_group(p, s, dev, {lo, hi - lo});
+    if (lo < hi) coll::all_reduce(dev, embedding, coll::Buffer(model::shifted(grads, lo), size_t(hi - lo)));
   }
 }
 
@@ -99,12 +90,10 @@ StepLosses forward_backward(const DeviceProgram& p, DeviceSetup& s, Device& dev,
   });
   p.result.phases[size_t(dev.rank())][size_t(step)] = {ph.start, ph.end, ph.busy, ph.sent_bytes};
   if (step == (p.resume ? p.resume->step : 0)) p.result.first_step_spans[size_t(dev.rank())] = s.executor->spans();
-  if (const Range wte = tied_range(p, s); wte.size > 0) {
-    // ZeRO-3 sums the copies first: its units hold wte beside other tensors
-    // (wpe's unit, the head's), so the two stages own different chunks of it.
-    if (p.options.parallel.zero == 3) sum_over_embedding_group(p, s, dev, wte);
-    s.dp->grads_ready(wte.begin, wte.size);  // then reduced over dp (and summed after it: sum_tied_copies)
-  }
+  // The tied wte is final once the pipeline has run (the model announces it
+  // where one rank holds both uses).
+  sum_tied_copies(p, s, dev, /*after_dp=*/false);
+  if (const Range wte = p.plan.tied_bucket(s.model->shards()); !wte.empty()) s.dp->grads_ready(wte.begin, wte.size);
   // The micro-batch mean; CE lives on the last stage, aux on every stage with MoE blocks.
   const int M = s.micro_batches;
   float parts[2] = {float(s.stage->ce_sum() / M), float(s.stage->aux_sum() / M)};
@@ -148,7 +137,7 @@ void DeviceProgram::run(Device& dev) const {
     s.model->zero_grad();
     const StepLosses l = forward_backward(*this, s, dev, step);
     s.dp->finish_grads();
-    sum_tied_copies(*this, s, dev);
+    sum_tied_copies(*this, s, dev, /*after_dp=*/true);
     record_moe(*s.model, step, result.moe[size_t(dev.rank())]);
     result.a2a_time[size_t(dev.rank())] += s.model->a2a_time();
     s.model->reset_moe_stats();

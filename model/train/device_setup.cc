@@ -157,8 +157,7 @@ void DeviceSetup::make_data_parallel(const DeviceProgram& p, Device& dev) {
   if (dp->reduces_each_micro_batch()) {
     std::vector<Range> final_only;
     if (auto* sharded = dynamic_cast<parallel::ShardedGPT*>(model.get())) final_only = sharded->replicated_kv();
-    if (p.options.model.tied() && ctx.embedding(par.last_stage_rank()))
-      final_only.push_back(model::prefix_range(model->shards(), model::embedding_name(p.options.model)));
+    if (const Range wte = p.plan.tied_bucket(model->shards()); !wte.empty()) final_only.push_back(wte);
     dp->set_final_only(final_only);
   }
   sink.set_grad_bytes(dp->grad_bytes());

@@ -178,12 +178,13 @@ ParallelPlan::ParallelPlan(const TrainOptions& o, Precision precision)
   order_ = p.stage_order();
   stage_layers_ = parallel::StagePlacement{p.pp, p.chunks(), 0, p.stage_layers, order_}.resolved(o.model).stage_layers;
   tied_copies = sharded && o.model.tied() && p.last_stage_rank() != 0;
+  embedding_ = model::embedding_name(o.model);
   fold = {p.mesh_shape(), folds && uneven_chunks(o, *this), o.model.is_moe(), folds && uniform_experts(o),
           p.cp_comm == parallel::CpComm::kAllGather};
 }
 
 Range ParallelPlan::tied_bucket(const std::vector<parallel::ShardSpec>& shards) const {
-  return tied_copies ? model::prefix_range(shards, "transformer.wte.") : Range{};
+  return tied_copies ? model::prefix_range(shards, embedding_) : Range{};
 }
 
 int model_chunk_of(const parallel::StagePlacement& place, const parallel::ShardSpec& s) {

@@ -7,6 +7,7 @@
 // Thread safety: immutable once built; device threads share one.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "collectives/mesh.h"
@@ -43,7 +44,8 @@ struct ParallelPlan {
   // summed over the embedding group (Megatron's order), which leaves both
   // copies bit-identical.
   bool tied_copies = false;
-  // The flat range of the tied copy among `shards` when tied_copies (else empty).
+  // The flat range of the tied copy among `shards` when tied_copies and the
+  // rank holds it (the first or the last stage), else empty.
   Range tied_bucket(const std::vector<parallel::ShardSpec>& shards) const;
 
   // The blocks pipeline rank `pp_rank` holds (stage_layers resolved).
@@ -53,6 +55,7 @@ struct ParallelPlan {
 
  private:
   int pp_ = 1, vpp_ = 1;
+  std::string embedding_;  // model::embedding_name: the tied tensor (gpt's wte, llama's embed_tokens)
   std::vector<int> stage_layers_;  // (pp·vpp) blocks per virtual stage, balanced when not given
   parallel::StageOrder order_ = parallel::StageOrder::kLoop;
 };

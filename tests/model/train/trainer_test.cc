@@ -140,17 +140,22 @@ namespace {
 TEST(TiedEmbedding, BothPipelineCopiesStayBitIdenticalUnderDataParallelism) {
   struct Case {
     int tp, cp, dp, pp, zero;
-    bool sp, distributed_optimizer;
+    bool sp, distributed_optimizer, llama = false;
   };
   for (const Case c : {Case{2, 1, 4, 2, 0, false, false}, Case{2, 2, 2, 2, 0, true, false},
                        Case{1, 1, 3, 3, 0, false, false}, Case{1, 1, 3, 3, 1, false, true},
-                       Case{1, 1, 3, 3, 2, false, false}, Case{1, 1, 3, 3, 3, false, false}}) {
+                       Case{1, 1, 3, 3, 2, false, false}, Case{1, 1, 3, 3, 3, false, false},
+                       Case{1, 1, 3, 3, 2, false, false, true}}) {
     TrainOptions o;
     o.model = model::preset("tiny");  // 4 blocks of 128, vocab 512, batch 8
     o.model.batch_size = 16;
     if (c.pp == 3) {  // 5 blocks of 48, vocab 75: a 14 KiB wte, reduced by another algorithm on each stage
       o.model.n_layer = 5, o.model.n_head = 6, o.model.n_embd = 48;
       o.model.block_size = 12, o.model.vocab_size = 75, o.model.batch_size = 6;
+    }
+    if (c.llama) {  // a tied llama: its copy is model.embed_tokens, in a bucket of its own too
+      o.model.family = model::Family::kLlama;
+      o.model.tie_embeddings = true;
     }
     o.parallel.tp = c.tp;
     o.parallel.cp = c.cp;
@@ -164,8 +169,8 @@ TEST(TiedEmbedding, BothPipelineCopiesStayBitIdenticalUnderDataParallelism) {
     const TrainResult r = train::testing::run(o);
     EXPECT_EQ(r.replica_mismatch, "") << "tp " << c.tp << " cp " << c.cp << " dp " << c.dp << " pp " << c.pp
                                       << " zero " << c.zero;
-    std::printf("tp %d cp %d dp %d pp %d zero %d%s: tied copies max |diff| %.3e (tolerance 0: bit-identical)\n",
-                c.tp, c.cp, c.dp, c.pp, c.zero, c.distributed_optimizer ? " (distributed optimizer)" : "",
+    std::printf("%s tp %d cp %d dp %d pp %d zero %d%s: tied copies max |diff| %.3e (tolerance 0: bit-identical)\n",
+                c.llama ? "llama" : "gpt", c.tp, c.cp, c.dp, c.pp, c.zero, c.distributed_optimizer ? " (distributed optimizer)" : "",
                 r.replica_max_diff);
   }
 }
