@@ -124,8 +124,7 @@ Prepared prepare(const TrainFlags& base, const sweep::GridPoint& point) {
       }
     }
     app.parse(args);
-    p.profile = apply_common(flags.common);
-    select_attention_kernel(*p.profile, flags.attention_kernel);
+    p.profile = flags.profile();
     p.options = flags.options();
     p.cluster = flags.cluster_options();
   } catch (const std::exception& e) {  // CLI::ParseError (a value the flag refuses), ConfigError

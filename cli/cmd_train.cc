@@ -133,8 +133,7 @@ void print_summary(const train::TrainOptions& o, const Cluster& cluster, const t
 }
 
 int run_train(TrainFlags& f) {
-  HardwareProfile profile = apply_common(f.common);
-  select_attention_kernel(profile, f.attention_kernel);
+  HardwareProfile profile = f.profile();
   const train::TrainOptions o = f.options();
   const ClusterOptions copts = f.cluster_options();
   check_outputs({{"--save", f.opts.save_path}, {"--report", f.report}, {"--trace", f.common.trace}});

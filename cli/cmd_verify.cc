@@ -184,8 +184,7 @@ train::FloorRun floor_run(const VerifyFlags& f, const train::TrainOptions& shard
 }
 
 int run_verify(VerifyFlags& f) {
-  HardwareProfile profile = apply_common(f.train.common);
-  select_attention_kernel(profile, f.train.attention_kernel);
+  HardwareProfile profile = f.train.profile();
   train::TrainOptions sharded = f.train.options();
   if (sharded.phantom)
     throw ConfigError("--phantom: verify compares values, and a phantom run computes none (use train --phantom)");

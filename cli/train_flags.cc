@@ -358,6 +358,12 @@ train::TrainOptions TrainFlags::options() const {
   return o;
 }
 
+HardwareProfile TrainFlags::profile() const {
+  HardwareProfile p = apply_common(common);
+  select_attention_kernel(p, attention_kernel);
+  return p;
+}
+
 ClusterOptions TrainFlags::cluster_options() const {
   ClusterOptions c;
   if (!memory.empty()) {

@@ -70,6 +70,9 @@ struct TrainFlags {
   void set_modern_moe(model::GPTConfig& c) const;
   void apply_family_flags(model::GPTConfig& c) const;  // --family ... --no-tie-embeddings
   ClusterOptions cluster_options() const;
+  // The hardware profile of --profile and --nodes (apply_common) with
+  // --attention-kernel's rates selected (select_attention_kernel).
+  HardwareProfile profile() const;
 };
 
 // The model shape flags (--model, --layers ... --dropout); generate and serve
