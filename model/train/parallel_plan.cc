@@ -152,10 +152,17 @@ bool runs_sharded(const TrainOptions& o, Precision precision) {
   const bool modern_kernels = precision == Precision::kFp8 ||
                               parallel::fused_attention(p.attention, o.model.is_llama()) ||
                               !(p.fusions == model::KernelFusions{});
-  // Model chunks hand activations between them even on one rank (interleaved with pp 1).
+  // Model chunks hand activations between them even on one rank (interleaved
+  // with pp 1), and the unsharded reference holds one micro-batch's
+  // activations at a time (gpipe with pp 1 runs every forward first).
+  // (Built only for one plain rank: other layouts are sharded already.)
+  const auto holds_several = [&] {
+    return p.pp == 1 && p.chunks() == 1 && o.micro_batches > 1 && parallel::peak_in_flight(step_schedule(o))[0] > 1;
+  };
   return p.pp > 1 || p.chunks() > 1 || p.tp > 1 || p.cp > 1 || p.ep > 1 || global_routing || p.recompute != parallel::Recompute::kNone || p.zero == 3 ||
          p.overlap_param_gather ||
-         split_backward || modern_kernels || o.phantom;  // the unsharded reference computes on real buffers
+         split_backward || modern_kernels || o.phantom ||  // the unsharded reference computes on real buffers
+         holds_several();
 }
 
 parallel::Schedule step_schedule(const TrainOptions& o) {

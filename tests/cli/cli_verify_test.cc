@@ -285,6 +285,23 @@ TEST(Pipeline, InterleavedChunksOnOneRankMatch) {
   EXPECT_FALSE(verify("").at("sharded").get<bool>());  // one device, the unsharded model itself
 }
 
+// GPipe on one rank runs every micro-batch's forward before the first
+// backward, so the rank holds several micro-batches' activations: the run
+// is the sharded model (the unsharded reference holds one at a time and
+// aborted, "the unsharded model runs one micro-batch at a time", until
+// session 34's config fuzzer, seed 101). 1F1B on one rank alternates F and B
+// and stays the unsharded model.
+TEST(Pipeline, GpipeOnOneRankHoldsEveryMicroBatchAndMatches) {
+  for (const std::string args : {"--schedule gpipe --micro-batches 4 --grads",
+                                 "--schedule gpipe --micro-batches 4 --dp 4 --zero 2 --batch 32 --grads",
+                                 "--family llama --experts 2 --moe-top-k 2 --schedule gpipe --micro-batches 4 --grads"}) {
+    const nlohmann::json j = verify(args);
+    expect_matches(j, args, true);
+    EXPECT_TRUE(j.at("sharded").get<bool>()) << args;
+  }
+  EXPECT_FALSE(verify("--schedule 1f1b --micro-batches 4").at("sharded").get<bool>());
+}
+
 TEST(Pipeline, BadConfigurationsAreOneLineAndExitCode2) {
   expect_usage_error("train --model tiny --pp 8", "--pp 8 is more than --layers 4");
   expect_usage_error("train --model tiny --pp 2 --vpp 2 --schedule interleaved --micro-batches 2 --layers 3",
