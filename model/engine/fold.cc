@@ -1,6 +1,9 @@
 #include "model/engine/fold.h"
 
+#include <cstdint>
+#include <map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <fmt/format.h>
@@ -110,6 +113,70 @@ FoldPlan plan_for(const collectives::MeshShape& shape, FoldPlan fold, const Hard
   return plan;
 }
 
+// How `group` sits on the hardware, up to renaming nodes, PCIe switches,
+// sockets, NICs and fabric domains: per member, the first-seen index of its
+// node, of its (node, switch), (node, socket), (node, NIC) and of its node's
+// domain at every fabric tier below the top, and how many GPUs share its
+// NIC. Two groups with equal placements see the same links between every
+// pair of members (one node or two; one switch, socket or NIC or not; the
+// same tier between their nodes), so their collectives take the same times.
+std::vector<int64_t> placement(const std::vector<int>& group, const HardwareProfile& p) {
+  const size_t tiers = p.fabric.tiers.empty() ? 0 : p.fabric.tiers.size() - 1;
+  const size_t keys = 4 + tiers;
+  std::vector<std::unordered_map<int64_t, int64_t>> seen(keys);
+  std::vector<int64_t> out;
+  out.reserve(group.size() * (keys + 1));
+  for (const int r : group) {
+    const int64_t node = p.node_of(r), local = r % p.devices_per_node;
+    const int64_t sw = p.pcie.empty() ? 0 : p.pcie.switch_of(int(local));
+    const int64_t socket = p.pcie.empty() ? 0 : p.pcie.socket_of_switch(int(sw));
+    int64_t key[16] = {node, node * 1024 + sw, node * 1024 + socket, node * 1024 + p.nic_of(r)};
+    for (size_t t = 0; t < tiers && 4 + t < 16; ++t) key[4 + t] = node / p.fabric.tiers[t].nodes;
+    for (size_t k = 0; k < keys && k < 16; ++k) {
+      auto& m = seen[k];
+      out.push_back(m.emplace(key[k], int64_t(m.size())).first->second);
+    }
+    out.push_back(p.nic_sharers(r));
+  }
+  return out;
+}
+
+// Whether every folded rank's groups (along each dimension, its own group
+// where it is not its representative's) sit on the hardware as its
+// representative's do. The replay checks only the collectives the
+// representatives run: a folded replica's other groups are never run, so
+// they must be placed alike (tp 3 x pp 2 x dp 2 on 8-GPU nodes: dp rank
+// 0's second-stage tp group {6,7,8} spans two nodes, dp rank 1's {9,10,11}
+// one; folding dp reported the first's times for the second, 426 ps off in
+// a step; found by tools/fuzz_configs.py --mode fold).
+bool placed_alike(const FoldPlan& plan, const collectives::MeshShape& shape, const HardwareProfile& profile) {
+  if (plan.representative.empty()) return true;
+  const collectives::DeviceMesh mesh(shape);
+  const size_t world = size_t(mesh.size());
+  std::vector<int> group_of(world), class_of(world);
+  for (const char* dim : {"tp", "cp", "ep", "edp", "dp", "pp"}) {
+    std::map<std::vector<int64_t>, int> classes;
+    const auto groups = mesh.all_group_ranks(dim);
+    if (groups.size() == world) continue;  // groups of one
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const int c = classes.emplace(placement(groups[g], profile), int(classes.size())).first->second;
+      for (const int r : groups[g]) {
+        group_of[size_t(r)] = int(g);
+        class_of[size_t(r)] = c;
+      }
+    }
+    for (size_t r = 0; r < world; ++r) {
+      const size_t rep = size_t(plan.representative[r]);
+      if (group_of[r] != group_of[rep] && class_of[r] != class_of[rep]) return false;
+    }
+  }
+  return true;
+}
+
+// The first plan from `plan` on (itself, then weaker steps) whose folded
+// ranks are placed alike.
+FoldPlan placed(FoldPlan plan, const collectives::MeshShape& mesh, const HardwareProfile& profile);
+
 }  // namespace
 
 FoldPlan fold_plan(const FoldInput& in, const HardwareProfile& profile) {
@@ -120,16 +187,18 @@ FoldPlan fold_plan(const FoldInput& in, const HardwareProfile& profile) {
     for (const char* dim : {"ep", "edp"}) dp_spread = std::max(dp_spread, spread(mesh, profile, dim));
   const Spread cp_spread = m.cp > 1 ? spread(mesh, profile, "cp") : Spread::kUniform;
   FoldPlan want;
-  want.dp = m.dp > 1 && !in.uneven_chunks && (m.ep == 1 || in.uniform_experts) && dp_spread != Spread::kAsymmetric;
+  want.dp = m.dp > 1 && !in.uneven_chunks && ((!in.moe && m.ep == 1) || in.routes_alike) && dp_spread != Spread::kAsymmetric;
   want.tp = m.tp > 1 && !in.moe && spread(mesh, profile, "tp") == Spread::kUniform;
   // The cp ranks share the gradients' cp-dp group (and its ZeRO chunks) with dp.
   want.cp = m.cp > 1 && !in.uneven_chunks && !in.moe && !in.cp_gathers && cp_spread != Spread::kAsymmetric;
   want.cp_by_place = cp_spread == Spread::kPlaces;
   want.spans_nodes = want.dp && dp_spread == Spread::kPlaces;
-  return plan_for(m, want, profile);
+  return placed(plan_for(m, want, profile), m, profile);
 }
 
-FoldPlan weaker(const FoldPlan& plan, const collectives::MeshShape& mesh, const HardwareProfile& profile) {
+namespace {
+
+FoldPlan weaker_step(const FoldPlan& plan, const collectives::MeshShape& mesh, const HardwareProfile& profile) {
   FoldPlan next = plan;
   if (plan.dp && plan.spans_nodes && !plan.by_place) {
     next.by_place = true;
@@ -151,6 +220,17 @@ FoldPlan weaker(const FoldPlan& plan, const collectives::MeshShape& mesh, const 
     next.tp = false;
   }
   return plan_for(mesh, next, profile);
+}
+
+FoldPlan placed(FoldPlan plan, const collectives::MeshShape& mesh, const HardwareProfile& profile) {
+  while (!placed_alike(plan, mesh, profile)) plan = weaker_step(plan, mesh, profile);
+  return plan;
+}
+
+}  // namespace
+
+FoldPlan weaker(const FoldPlan& plan, const collectives::MeshShape& mesh, const HardwareProfile& profile) {
+  return placed(weaker_step(plan, mesh, profile), mesh, profile);
 }
 
 }  // namespace shardlab::engine

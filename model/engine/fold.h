@@ -15,7 +15,7 @@
 //     sizes, so every collective, optimizer kernel and allocation is the
 //     same; FoldInput::uneven_chunks),
 //     the ep ranks among them too when phantom routing loads every expert
-//     alike (FoldInput::uniform_experts: their experts differ in which
+//     alike (FoldInput::routes_alike: their experts differ in which
 //     weights, not in rows, so the all-to-alls have equal blocks);
 //   tensor parallelism is folded (every tp rank by tp rank 0) for dense
 //     models (the MoE router and experts are left unfolded);
@@ -99,9 +99,13 @@ struct FoldInput {
   // bucket that its group does not divide: preflight.h's uneven_chunks).
   bool uneven_chunks = false;
   bool moe = false;                // an MoE model: tp peers route and hold experts apart
-  // Expert parallelism whose ranks provably run alike: a phantom run with
-  // uniform routing that gives every expert the same rows (ParallelPlan).
-  bool uniform_experts = false;
+  // An MoE model's data ranks (and the ep ranks among them) provably route
+  // alike: a phantom run whose routing is a function of the shapes alone
+  // (no capacity counted over the data ranks, whose drops follow the global
+  // token order) and, with expert parallelism, uniform routing that gives
+  // every expert the same rows (ParallelPlan's routes_alike). Without it
+  // only a dense model's dp ranks (ep 1) fold.
+  bool routes_alike = false;
   // --cp-comm allgather: each cp rank takes the gathered blocks in rank
   // order, so it meets its diagonal chunk pairs at another place than its
   // peers (the same kernels in another order): its cp ranks are not folded.

@@ -50,18 +50,26 @@ bool routes_globally(const TrainOptions& o) {
   return m.is_moe() && p.data_ranks() > 1 && (m.capacity_factor > 0 || (p.ep > 1 && m.aux_coef != 0));
 }
 
-// Expert parallelism in a phantom run whose routing loads every expert with
-// the same rows, on every rank: uniform routing (token n's k-th choice is
-// expert (n·K + k) mod E, expert/moe.cc) of N local tokens gives each expert
-// N·K/E rows exactly when E divides N·K (with sequence parallelism, N/tp
-// too), and capacity drops do not depend on other ranks' counts (no capacity
-// over the data ranks). Then the ep ranks differ in which experts they hold,
-// not in rows, bytes or kernels (model/engine/fold.h).
-bool uniform_experts(const TrainOptions& o) {
+// Whether every data rank of a phantom run routes alike (FoldInput::
+// routes_alike). A dense model has nothing to route. An MoE model's phantom
+// routing is a function of the shapes alone (expert/moe.cc), unless a
+// capacity is counted over the data ranks: its drops follow the global token
+// order, so each rank drops others (dp 16 with 6 experts, top-1, capacity 1
+// folded onto dp rank 0 reported its imbalance, 1.5, for every rank, where
+// the unfolded run has 1.22; found by tools/fuzz_configs.py --mode fold).
+// Under expert parallelism the ep ranks hold different experts, so each must
+// also get the same rows: uniform routing (token n's k-th choice is expert
+// (n·K + k) mod E) of N local tokens gives each expert N·K/E rows exactly
+// when E divides N·K (with sequence parallelism, N/tp too). Then the ep ranks
+// differ in which experts they hold, not in rows, bytes or kernels
+// (model/engine/fold.h).
+bool routes_alike(const TrainOptions& o) {
   const ParallelOptions& p = o.parallel;
   const model::GPTConfig& m = o.model;
-  if (!o.phantom || p.ep == 1 || !m.is_moe() || o.phantom_zipf > 0) return false;
-  if (routes_globally(o) && m.capacity_factor > 0) return false;
+  if (!m.is_moe()) return true;
+  if (!o.phantom || (routes_globally(o) && m.capacity_factor > 0)) return false;
+  if (p.ep == 1) return true;
+  if (o.phantom_zipf > 0) return false;
   const int64_t rows = m.batch_size / (int64_t{o.micro_batches} * p.dp), N = rows * (m.block_size / p.cp);
   const int64_t E = m.n_expert, K = m.top_k;
   return (N * K) % E == 0 && (!p.sp || (N / p.tp * K) % E == 0);
@@ -186,7 +194,7 @@ ParallelPlan::ParallelPlan(const TrainOptions& o, Precision precision)
   stage_layers_ = parallel::StagePlacement{p.pp, p.chunks(), 0, p.stage_layers, order_}.resolved(o.model).stage_layers;
   tied_copies = sharded && o.model.tied() && p.last_stage_rank() != 0;
   embedding_ = model::embedding_name(o.model);
-  fold = {p.mesh_shape(), folds && uneven_chunks(o, *this), o.model.is_moe(), folds && uniform_experts(o),
+  fold = {p.mesh_shape(), folds && uneven_chunks(o, *this), o.model.is_moe(), routes_alike(o),
           p.cp_comm == parallel::CpComm::kAllGather};
 }
 

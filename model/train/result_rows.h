@@ -23,7 +23,10 @@ namespace shardlab::train {
 // `numel`: the model's parameters, the size of each final replica.
 void share_train_result(TrainResult& r, const std::vector<int>& owners, int64_t numel);
 
-// Copies every folded rank's per-device results from its representative.
-void unfold_results(const engine::FoldPlan& plan, TrainResult& result);
+// Copies every folded rank's per-device results from its representative,
+// its MoE layers' first held expert its own (`mesh`'s ep coordinate of
+// `n_expert` experts): a folded ep rank holds other experts.
+void unfold_results(const engine::FoldPlan& plan, const collectives::DeviceMesh& mesh, int n_expert,
+                    TrainResult& result);
 
 }  // namespace shardlab::train

@@ -404,7 +404,7 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
     result.resumed_from = resume->describe();
     result.first_step = resume->step;
   }
-  unfold_results(fold, result);
+  unfold_results(fold, mesh, mc.n_expert, result);
   summarize_phases(mesh, result);
   summarize_moe(mesh, mc, result);
   if (!o.phantom) check_replicas(result, table, o.parallel.cp);

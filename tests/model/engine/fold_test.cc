@@ -53,6 +53,35 @@ TEST(FoldPlan, FoldsOnlyWhatIsProvablySymmetric) {
   EXPECT_FALSE(fold_plan(in, p).cp);
 }
 
+// A folded replica's own groups (those its representative does not share)
+// must sit on the hardware as the representative's do: the replay never
+// runs them. tp 3 x pp 2 x dp 2 on nodes of 8: every dp group is uniform
+// ({0, 3} in node 0, {6, 9} over two nodes), but dp rank 0's second-stage
+// tp group is {6, 7 | 8} and dp rank 1's {9, 10, 11}. So dp does not fold
+// (tp's groups are asymmetric themselves). On 4-NIC nodes (a NIC for each
+// pair of GPUs) tp 4 x dp 2 folds: {0..3} and {4..7} sit alike, two NICs
+// each with two of their GPUs on each.
+TEST(FoldPlan, ReplicasGroupsMustSitAlike) {
+  HardwareProfile p = load_profile("a100-nvlink");
+  p.nodes = 2;
+  FoldPlan plan = fold_plan({.mesh = {.tp = 3, .dp = 2, .pp = 2}}, p);
+  EXPECT_FALSE(plan.dp);
+  EXPECT_FALSE(plan.tp);
+  EXPECT_TRUE(plan.representative.empty());
+  plan = fold_plan({.mesh = {.tp = 2, .dp = 2, .pp = 3}}, p);  // 12 devices: every group placed alike
+  EXPECT_TRUE(plan.dp && plan.tp) << plan.describe();
+  // pp 3 x dp 2 x tp 2 is alike; dp 3 x tp 2 x pp 2 (12 devices) puts dp
+  // rank 1's second-stage tp group on {8, 9} (node 1) and dp rank 0's on
+  // {6, 7} (node 0), their pipeline groups {2 | 8} and {0 | 6}: placed
+  // differently, so dp does not fold, tp alone does.
+  plan = fold_plan({.mesh = {.tp = 2, .dp = 3, .pp = 2}}, p);
+  EXPECT_FALSE(plan.dp) << plan.describe();
+  EXPECT_TRUE(plan.tp) << plan.describe();
+  HardwareProfile four_nics = load_profile("a100-nvlink-4nic");
+  four_nics.nodes = 1;
+  EXPECT_TRUE(fold_plan({.mesh = {.tp = 4, .dp = 2}}, four_nics).dp);
+}
+
 // A cp group over two nodes with two members on each (tp 4 x cp 4 on nodes
 // of 8: cp group {0, 4, 8, 12}) folds by place: cp rank i is played by cp
 // rank i mod 2 (its ring sends over NVLink from cp ranks 0 and 2, over the
@@ -82,7 +111,7 @@ TEST(FoldPlan, ExpertParallelismKeepsDpUnfolded) {
 // dp rank, whatever its ep index, played by rank dp 0).
 TEST(FoldPlan, UniformExpertsFoldWithDp) {
   const HardwareProfile p = load_profile("a100-nvlink");
-  const FoldPlan plan = fold_plan({.mesh = {.tp = 2, .ep = 2, .dp = 4}, .moe = true, .uniform_experts = true}, p);
+  const FoldPlan plan = fold_plan({.mesh = {.tp = 2, .ep = 2, .dp = 4}, .moe = true, .routes_alike = true}, p);
   EXPECT_TRUE(plan.dp);
   EXPECT_FALSE(plan.tp);  // MoE: tp stays unfolded
   EXPECT_EQ(plan.running(), 2);
@@ -98,7 +127,7 @@ TEST(FoldPlan, UniformExpertsFoldWithDp) {
 TEST(FoldPlan, GroupsOverSeveralFullNodesFold) {
   HardwareProfile p = load_profile("h100-nvlink");
   p.nodes = 256;
-  const FoldInput in{.mesh = {.ep = 64, .dp = 128, .pp = 16}, .moe = true, .uniform_experts = true};
+  const FoldInput in{.mesh = {.ep = 64, .dp = 128, .pp = 16}, .moe = true, .routes_alike = true};
   const FoldPlan plan = fold_plan(in, p);
   EXPECT_TRUE(plan.dp);
   EXPECT_EQ(plan.running(), 16);

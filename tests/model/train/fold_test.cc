@@ -236,6 +236,34 @@ std::vector<Config> fold_configs() {
         c.profile = "h100-nvlink";
         c.nodes = 2;
       }),
+      // A replica's other groups must sit on the nodes as its
+      // representative's do: tp 3 x pp 2 x dp 2 on two 8-GPU nodes puts dp
+      // rank 0's second-stage tp group on devices 6, 7 | 8 (two nodes) and
+      // dp rank 1's on 9, 10, 11 (one), and their pipeline groups on 0 | 6
+      // and 3 | 9 (one node, two). Folding dp reported the first's times
+      // for the second (426 ps off in a step) until session 34
+      // (tools/fuzz_configs.py --mode fold); now nothing folds.
+      make("tp3_pp2_dp2_tp_group_over_two_nodes", 3, 2, 2, 1, [](Config& c) {
+        c.options.model.n_embd = 48;
+        c.options.model.n_head = 3;
+        c.options.model.vocab_size = 48;
+        c.options.model.batch_size = 4;
+        c.nodes = 2;
+        c.folds = false;
+      }),
+      // A capacity counted over the data ranks: drops follow the global
+      // token order (dp rank 0's tokens first), so each replica drops other
+      // assignments, and dp does not fold even without expert parallelism
+      // (it did until session 34: every rank reported dp rank 0's imbalance).
+      make("dp16_moe_capacity_over_the_data_ranks", 1, 1, 16, 1, [](Config& c) {
+        c.options.model.n_expert = 6;
+        c.options.model.top_k = 1;
+        c.options.model.capacity_factor = 1.0;
+        c.options.model.block_size = 8;
+        c.options.model.batch_size = 16;
+        c.nodes = 2;
+        c.folds = false;
+      }),
       make("dp8_moe", 1, 1, 8, 1, [](Config& c) {
         c.options.model.n_expert = 4;
         c.options.model.aux_coef = 0.01;

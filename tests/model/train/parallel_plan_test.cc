@@ -58,13 +58,18 @@ TEST(ParallelPlan, RoutingAndFoldingFacts) {
   // ZeRO-1 over dp 2: every bucket of the tiny model has an even size.
   EXPECT_FALSE(plan.fold.uneven_chunks);
   // Uniform phantom routing: 4 rows x 32 tokens x top-2 over 4 experts, 64 rows each.
-  EXPECT_TRUE(plan.fold.uniform_experts);
+  EXPECT_TRUE(plan.fold.routes_alike);
   TrainOptions skewed = o;
   skewed.phantom_zipf = 1.2;  // the low experts get more rows: ep ranks differ
-  EXPECT_FALSE(ParallelPlan(skewed).fold.uniform_experts);
+  EXPECT_FALSE(ParallelPlan(skewed).fold.routes_alike);
   TrainOptions odd = o;
   odd.model.n_expert = 6;  // 256 assignments over 6 experts: 43 and 42 rows
-  EXPECT_FALSE(ParallelPlan(odd).fold.uniform_experts);
+  EXPECT_FALSE(ParallelPlan(odd).fold.routes_alike);
+  odd.parallel.ep = 1;  // every rank holds every expert: uneven rows, but alike on every rank
+  EXPECT_TRUE(ParallelPlan(odd).fold.routes_alike);
+  odd.model.capacity_factor = 1.0;  // drops follow the global token order: each rank drops others
+  EXPECT_FALSE(ParallelPlan(odd).fold.routes_alike);
+  EXPECT_TRUE(ParallelPlan(small_options()).fold.routes_alike);  // dense: nothing to route
   EXPECT_EQ(plan.fold.mesh.ep, 2);
   o.parallel.ep = 1;  // MoE over dp without a capacity factor: each replica routes its own tokens
   o.parallel.zero = 0;

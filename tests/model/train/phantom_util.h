@@ -80,6 +80,26 @@ inline void expect_same_devices(const TrainResult& a, const TrainResult& b) {
     EXPECT_EQ(a.cp[r].sent_bytes, b.cp[r].sent_bytes) << "cp record of device " << r;
     EXPECT_EQ(a.cp[r].exposed, b.cp[r].exposed) << "cp record of device " << r;
   }
+  // MoE per device (the report's "moe" block: which experts it holds, the
+  // rows each got, drops, all-to-all bytes) and per layer over the run.
+  ASSERT_EQ(a.moe.size(), b.moe.size());
+  for (size_t r = 0; r < a.moe.size(); ++r) {
+    ASSERT_EQ(a.moe[r].size(), b.moe[r].size()) << "moe layers of device " << r;
+    for (size_t l = 0; l < a.moe[r].size(); ++l) {
+      const MoeLayerTotals &x = a.moe[r][l], &y = b.moe[r][l];
+      EXPECT_EQ(x.layer, y.layer) << "device " << r;
+      EXPECT_EQ(x.expert_begin, y.expert_begin) << "device " << r << " layer " << x.layer;
+      EXPECT_EQ(x.per_step, y.per_step) << "device " << r << " layer " << x.layer;
+      EXPECT_EQ(x.dropped, y.dropped) << "device " << r << " layer " << x.layer;
+      EXPECT_EQ(x.a2a_sent_bytes, y.a2a_sent_bytes) << "device " << r << " layer " << x.layer;
+      EXPECT_EQ(x.a2a_recv_bytes, y.a2a_recv_bytes) << "device " << r << " layer " << x.layer;
+    }
+  }
+  ASSERT_EQ(a.moe_layers.size(), b.moe_layers.size());
+  for (size_t l = 0; l < a.moe_layers.size(); ++l) {
+    EXPECT_EQ(a.moe_layers[l].tokens, b.moe_layers[l].tokens) << "layer " << a.moe_layers[l].layer;
+    EXPECT_EQ(a.moe_layers[l].imbalance, b.moe_layers[l].imbalance) << "layer " << a.moe_layers[l].layer;
+  }
 }
 
 // An aux-loss-free, dropless MoE (DeepSeek-V3's routing) on h100-nvlink
