@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Random parallel configurations through `shardlab verify`.
 
-Each run draws a small model (gpt or llama, MoE or dense) and a random
-layout: tp, pp, dp, cp, ep, ZeRO stage, pipeline schedule and chunks,
-recomputation, attention kernels, precision, SP and the overlap flags. The
+Each run draws a small model (gpt or llama, dense or MoE with its router,
+capacity, shared and fine-grained experts) and a random layout: tp, pp, dp,
+cp, ep, ZeRO stage, pipeline schedule and chunks, recomputation, attention
+kernels, fusions, precision, SP, buckets, the overlap flags, the optimizer's
+clip and schedule, and the hardware profile. The
 batch, vocabulary, heads and sequence are then made divisible where the
 layout needs it, so that about a third of the draws are valid. Every run
 must end in one of two ways:
@@ -13,13 +15,26 @@ Anything else (verify's FAIL, a crash, an internal check, several lines, a
 run over the time limit) is printed as BAD with its command line. The
 output ends with the exit-code counts and the most common refusals.
 
-  tools/fuzz_configs.py [--seed N] [--runs N] [--shardlab PATH] [--timeout S]
+  tools/fuzz_configs.py [--mode verify|fold] [--seed N] [--runs N] [--shardlab PATH] [--timeout S]
+
+--mode serve draws `serve` runs (model, tp/pp/ep, replicas, router,
+disaggregation, scheduler, KV blocks, chunked prefill, prefix caching,
+speculative decoding, sampling, workload; half of them phantom, each of
+those also run with --no-fold and compared).
+
+--mode generate draws `generate` runs (model, tp/pp/ep, prompt, sampler,
+seed); a sharded one's tokens must be those of the same model on one device.
+
+--mode fold draws wider data parallelism and runs `train --phantom` twice,
+folded and with --no-fold: the virtual clock must not move (every step's
+time, the summary, every device's figures, compared exactly).
 
 Session 33's 1,000 runs found two bugs this way: the tied embedding's
 pipeline copies drifting apart under `--pp 3 --dp 3`, and `--schedule
 interleaved` on one pipeline rank aborting (README "Fuzzing").
 """
 import argparse
+import json
 import random
 import re
 import subprocess
@@ -33,23 +48,47 @@ FLAGS_WITH_VALUES = [  # flag, choices, probability of drawing it
     ("--vpp", [2, 3], 0.2), ("--recompute", ["selective", "full"], 0.25),
     ("--attention", ["fused", "unfused"], 0.3), ("--precision", ["bf16", "fp8"], 0.15),
     ("--hsdp", [2], 0.05), ("--cp-comm", ["allgather"], 0.1), ("--pp-layers", ["1,1", "2,1", "1,2,1"], 0.05),
+    ("--fusions", ["all", "none", "no-norm", "bias-dropout-add", "no-cross-entropy,swiglu"], 0.1),
+    ("--dropout", [0.1], 0.05), ("--grad-clip", [0, 0.5], 0.1), ("--weight-decay", [0, 0.1], 0.1),
+    ("--lr-schedule", ["cosine"], 0.05), ("--warmup-steps", [1, 2], 0.05), ("--bucket-mb", [0.001, 0.01, 1], 0.15),
+    ("--prefetch", [0, 1, 2], 0.05), ("--ffn", [8, 24, 40], 0.1), ("--sampling", ["sequential"], 0.05),
+    ("--profile", ["a100-nvlink", "h100-nvlink", "a100-pcie-8", "a100-nvlink-4nic"], 0.15),
+    ("--make-vocab-size-divisible-by", [1, 8, 64], 0.05),
+]
+MOE_FLAGS = [  # drawn with --experts only
+    ("--moe-every", [1, 2], 0.2), ("--capacity-factor", [0, 1, 1.25], 0.2), ("--moe-ffn", [8, 16], 0.2),
+    ("--shared-experts", [0, 1], 0.2), ("--moe-router", ["softmax", "sigmoid"], 0.2),
+    ("--moe-first-dense", [0, 1], 0.15), ("--router-bias-rate", [0, 0.01], 0.15), ("--aux-coef", [0, 0.01], 0.1),
 ]
 SWITCHES = [("--sp", 0.3), ("--tp-comm-overlap", 0.1), ("--use-distributed-optimizer", 0.1),
             ("--overlap-param-gather", 0.1), ("--no-overlap", 0.1), ("--grads", 0.3),
-            ("--scatter-gather", 0.05), ("--bucket-per-chunk", 0.05), ("--no-tie-embeddings", 0.1)]
+            ("--scatter-gather", 0.05), ("--bucket-per-chunk", 0.05), ("--no-tie-embeddings", 0.1),
+            ("--tie-embeddings", 0.05), ("--reshard-after-forward", 0.05), ("--grad-reduce-in-bf16", 0.05),
+            ("--no-grad-accum-fusion", 0.05), ("--overlap-p2p-comm", 0.05), ("--moe-norm-topk", 0.05)]
 
 
-def draw(rng):
+def draw(rng, fold=False):
     flags = {}
     for flag, choices, p in FLAGS_WITH_VALUES:
         if rng.random() < p:
             flags[flag] = str(rng.choice(choices))
-    switches = [f for f, p in SWITCHES if rng.random() < p]
+    if fold:  # wider data parallelism, so that folding has replicas to fold
+        if rng.random() < 0.8:
+            flags["--dp"] = str(rng.choice([2, 3, 4, 8, 12, 16]))
+        if "--ep" in flags:
+            flags["--ep"] = str(rng.choice([2, 4]))
+    switches = [f for f, p in SWITCHES if rng.random() < p and (not fold or f != "--grads")]
     tp, dp = int(flags.get("--tp", 1)), int(flags.get("--dp", 1))
     cp, mb = int(flags.get("--cp", 1)), int(flags.get("--micro-batches", 1))
     family = rng.choice(["gpt", "llama"])
     heads = tp * rng.choice([1, 2])
-    args = ["verify", "--family", family, "--layers", str(rng.choice([1, 2, 3, 4, 5, 6, 8])),
+    args = ["train", "--phantom", "--json"] if fold else ["verify"]
+    if fold:
+        world = tp * int(flags.get("--pp", 1)) * dp * cp
+        args += ["--nodes", str(max(1, -(-world // 8)))]  # every profile drawn has 8-GPU nodes
+        if "--profile" in flags and rng.random() < 0.5:
+            flags["--profile"] = "h100-roce"  # fabric tiers between the nodes
+    args += ["--family", family, "--layers", str(rng.choice([1, 2, 3, 4, 5, 6, 8])),
             "--heads", str(heads), "--embd", str(heads * 8), "--seq", str(2 * cp * tp * rng.choice([2, 4])),
             "--vocab", str(tp * rng.choice([16, 25, 32])), "--steps", str(rng.choice([1, 2, 3])),
             "--batch", str(dp * mb * rng.choice([1, 2]))]
@@ -57,6 +96,9 @@ def draw(rng):
         args += ["--kv-heads", str(rng.choice([1, heads]))]
     if rng.random() < 0.3:
         args += ["--experts", str(rng.choice([2, 4, 6])), "--moe-top-k", str(rng.choice([1, 2]))]
+        for flag, choices, p in MOE_FLAGS:
+            if rng.random() < p:
+                args += [flag, str(rng.choice(choices))]
     if "--vpp" in flags and "--schedule" not in flags:
         flags["--schedule"] = "interleaved"
     if tp == 1 and "--sp" in switches:
@@ -66,17 +108,158 @@ def draw(rng):
     return args + switches
 
 
+SERVE_FLAGS = [  # flag, choices, probability: `serve` runs
+    ("--tp", [1, 2, 4], 0.4), ("--pp", [1, 2, 3], 0.3), ("--replicas", [1, 2, 3], 0.3),
+    ("--router", ["round-robin", "least-loaded", "prefix"], 0.3), ("--batching", ["static", "continuous"], 0.2),
+    ("--max-batch-tokens", [16, 64, 8192], 0.3), ("--max-seqs", [1, 2, 8], 0.3), ("--kv-block", [1, 4, 16], 0.3),
+    ("--kv-fraction", [0.01, 0.5], 0.1), ("--chunked-prefill", [0, 4, 16], 0.3), ("--shared-prefix", [0, 4, 8], 0.2),
+    ("--temperature", [0, 0.7, 1.5], 0.4), ("--top-k", [0, 1, 5], 0.3), ("--top-p", [0.5, 0.9, 1], 0.3),
+    ("--arrival", ["poisson:1", "poisson:100", "burst"], 0.4), ("--precision", ["fp32", "bf16"], 0.3),
+    ("--prompt-len", ["1", "5", "uniform:1:20", "lognormal:8:0.5:30"], 0.6),
+    ("--output-len", ["1", "4", "uniform:1:10", "lognormal:4:0.5:12"], 0.6),
+    ("--speculative", ["draft=tiny,k=2", "draft=tiny,k=3,accept=0.5"], 0.1),
+    ("--disaggregate", ["prefill=1,decode=1", "prefill=2,decode=1"], 0.1),
+    ("--profile", ["a100-nvlink", "h100-nvlink", "a100-pcie-8"], 0.2),
+]
+
+
+def draw_serve(rng):
+    """A random `serve` run: a small model (dense or MoE, gpt or llama), a
+    parallel layout, a scheduler, a workload and a sampler; half phantom."""
+    flags = {}
+    for flag, choices, p in SERVE_FLAGS:
+        if rng.random() < p:
+            flags[flag] = str(rng.choice(choices))
+    phantom = rng.random() < 0.5
+    if rng.random() < 0.8:  # mostly a consistent draw; the rest tests the refusals
+        if "--replicas" not in flags and "--disaggregate" not in flags:
+            flags.pop("--router", None)
+        if float(flags.get("--temperature", 0)) == 0 or phantom:
+            for f in ("--temperature", "--top-k", "--top-p"):
+                flags.pop(f, None)
+        if flags.get("--router") == "prefix" or "--prefix-caching" in flags:
+            flags["--batching"] = "continuous"
+        if phantom and "--speculative" in flags and "accept" not in flags["--speculative"]:
+            flags["--speculative"] += ",accept=0.7"
+        if not phantom and "accept" in flags.get("--speculative", ""):
+            flags["--speculative"] = "draft=tiny,k=2"
+        if "--disaggregate" in flags:
+            flags.pop("--replicas", None)
+        flags.setdefault("--prompt-len", str(rng.choice(["1", "5", "uniform:1:20"])))  # 128 + 128 fills no context here
+        flags.setdefault("--output-len", str(rng.choice(["1", "4", "uniform:1:10"])))
+    tp = int(flags.get("--tp", 1))
+    family = rng.choice(["gpt", "llama"])
+    heads = tp * rng.choice([1, 2])
+    args = ["serve", "--json", "--family", family, "--layers", str(rng.choice([1, 2, 3, 4])), "--heads", str(heads),
+            "--embd", str(heads * 8), "--seq", str(rng.choice([32, 64, 128])), "--vocab", str(tp * rng.choice([16, 25, 32])),
+            "--requests", str(rng.choice([1, 3, 8]))]
+    if family == "llama" and rng.random() < 0.5:
+        args += ["--kv-heads", str(rng.choice([1, heads]))]
+    if rng.random() < 0.3:
+        E = rng.choice([2, 4])
+        args += ["--experts", str(E), "--moe-top-k", str(rng.choice([1, 2]))]
+        if rng.random() < 0.5:
+            args += ["--ep", str(rng.choice([1, 2]))]
+    if rng.random() < 0.2:
+        args += ["--prefix-caching"]
+    if phantom:
+        args += ["--phantom"]
+    for flag, value in flags.items():
+        args += [flag, value]
+    return args
+
+
+def draw_generate(rng):
+    """A random `generate` run: a small model, tp/pp/ep, a prompt, a sampler."""
+    tp, pp = rng.choice([1, 1, 2, 4]), rng.choice([1, 1, 2, 3])
+    family = rng.choice(["gpt", "llama"])
+    heads = tp * rng.choice([1, 2])
+    vocab = tp * rng.choice([16, 25, 32])
+    prompt = ",".join(str(rng.randrange(vocab)) for _ in range(rng.choice([1, 3, 7])))
+    args = ["generate", "--json", "--family", family, "--layers", str(rng.choice([1, 2, 3, 4])), "--heads", str(heads),
+            "--embd", str(heads * 8), "--seq", "32", "--vocab", str(vocab), "--prompt-tokens", prompt,
+            "--max-new-tokens", str(rng.choice([1, 4, 12])), "--tp", str(tp), "--pp", str(pp),
+            "--seed", str(rng.randrange(1000))]
+    if family == "llama" and rng.random() < 0.5:
+        args += ["--kv-heads", str(rng.choice([1, heads]))]
+    if rng.random() < 0.3:
+        args += ["--experts", str(rng.choice([2, 4])), "--moe-top-k", str(rng.choice([1, 2])), "--ep", str(rng.choice([1, 2]))]
+    if rng.random() < 0.4:
+        args += ["--temperature", str(rng.choice([0.7, 1.5]))]
+        if rng.random() < 0.5:
+            args += ["--top-k", str(rng.choice([1, 3]))]
+        if rng.random() < 0.5:
+            args += ["--top-p", str(rng.choice([0.5, 0.9]))]
+    if rng.random() < 0.2:
+        args += ["--phantom"]
+    return args
+
+
+def unsharded_tokens_differ(a, args, out):
+    """A sharded generate must give the tokens of the same model on one device."""
+    one = []
+    it = iter(args)
+    for x in it:
+        if x in ("--tp", "--pp", "--ep"):
+            next(it)
+        else:
+            one.append(x)
+    r = subprocess.run([a.shardlab] + one, capture_output=True, text=True, timeout=a.timeout)
+    if r.returncode != 0:
+        return "one device exited %d: %s" % (r.returncode, r.stderr.strip()[-200:])
+    mine, theirs = json.loads(out)["tokens"], json.loads(r.stdout)["tokens"]
+    return None if mine == theirs else "tokens %s, on one device %s" % (mine, theirs)
+
+
+def clock_figures(report):
+    """What the virtual clock says, without host times and the folding note."""
+    steps = [{k: v for k, v in st.items() if k != "wall_s"} for st in report["steps"]]
+    summary = {k: v for k, v in report["summary"].items() if not k.startswith("host_")}
+    return steps, summary, report["devices"]
+
+
+def serve_figures(report):
+    """What the virtual clock says of a serve run (not the folding note)."""
+    return [{k: v for k, v in report["summary"].items() if not k.startswith("host_")}]
+
+
+def unfolded_differs(a, args, folded_out):
+    """The same run with every device on its own thread (--no-fold) must give
+    the same clock: every step, the summary and every device's figures
+    (serve: the summary)."""
+    r = subprocess.run([a.shardlab] + args + ["--no-fold"], capture_output=True, text=True, timeout=a.timeout)
+    if r.returncode != 0:
+        return "--no-fold exited %d: %s" % (r.returncode, r.stderr.strip()[-200:])
+    serve = args[0] == "serve"
+    figures = serve_figures if serve else clock_figures
+    f, u = figures(json.loads(folded_out)), figures(json.loads(r.stdout))
+    for name, x, y in zip(("summary",) if serve else ("steps", "summary", "devices"), f, u):
+        if x != y:
+            if name == "devices":
+                for i, (dx, dy) in enumerate(zip(x, y)):
+                    if dx != dy:
+                        keys = sorted(k for k in dx if dx.get(k) != dy.get(k))
+                        return "device %d: %s" % (i, ", ".join("%s %s vs %s" % (k, dx.get(k), dy.get(k)) for k in keys)[:300])
+            return "%s: %s vs %s" % (name, str(x)[:200], str(y)[:200])
+    return None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--runs", type=int, default=300)
     ap.add_argument("--shardlab", default="build/bin/shardlab")
     ap.add_argument("--timeout", type=float, default=120)
+    ap.add_argument("--mode", choices=["verify", "fold", "serve", "generate"], default="verify",
+                    help="verify: sharded against unsharded; fold: phantom folded against --no-fold; "
+                         "serve: serving layouts (a phantom one folded against --no-fold); "
+                         "generate: a sharded generate's tokens against one device's")
     a = ap.parse_args()
     rng = random.Random(a.seed)
     codes, refusals, bad = {}, {}, 0
     for _ in range(a.runs):
-        args = draw(rng)
+        args = (draw_serve(rng) if a.mode == "serve" else draw_generate(rng) if a.mode == "generate"
+                else draw(rng, a.mode == "fold"))
         try:
             r = subprocess.run([a.shardlab] + args, capture_output=True, text=True, timeout=a.timeout)
         except subprocess.TimeoutExpired:
@@ -85,6 +268,18 @@ def main():
             continue
         codes[r.returncode] = codes.get(r.returncode, 0) + 1
         err = [l for l in r.stderr.strip().splitlines() if not re.match(r"^\[\d{4}-", l)]  # log lines aside
+        if r.returncode == 0 and a.mode == "generate":
+            why = None if "--phantom" in args else unsharded_tokens_differ(a, args, r.stdout)
+            if why:
+                bad += 1
+                print("BAD (%s):" % why, " ".join(args), flush=True)
+            continue
+        if r.returncode == 0 and (a.mode == "fold" or (a.mode == "serve" and "--phantom" in args)):
+            why = unfolded_differs(a, args, r.stdout)
+            if why:
+                bad += 1
+                print("BAD (folded != unfolded: %s):" % why, " ".join(args), flush=True)
+            continue
         if r.returncode == 0:
             continue
         if r.returncode == 2 and len(err) == 1:

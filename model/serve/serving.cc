@@ -250,7 +250,7 @@ int64_t kv_blocks_on_device(double capacity_bytes, double fraction, double weigh
   SHARDLAB_CHECK(kv_bytes_per_token > 0 && block > 0, "KV bytes per token and block must be positive");
   const double room = capacity_bytes * fraction - weight_bytes - activation_bytes;
   if (!(room > 0)) return 0;
-  return static_cast<int64_t>(std::floor(room / (kv_bytes_per_token * block)));
+  return static_cast<int64_t>(std::min(std::floor(room / (kv_bytes_per_token * block)), double(kMaxKvBlocks)));
 }
 
 }  // namespace shardlab::serve

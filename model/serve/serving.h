@@ -89,7 +89,11 @@ inline ServeResult simulate_serving(const std::vector<Request>& requests, const 
 // `capacity_bytes` a fraction (gpu_memory_utilization) is usable; weights
 // and the peak activations of a step come first; the rest holds blocks of
 // `block` tokens at `kv_bytes_per_token` (this device's layers and heads).
-// A replica's count is the smallest over its devices. 0 when nothing is left.
+// A replica's count is the smallest over its devices. 0 when nothing is left;
+// at most kMaxKvBlocks, as blocks are named by 32-bit ids (a tiny model's KV
+// in blocks of one token on an 80 GB GPU would be 2.3 billion blocks; the
+// cap still holds 2^31 - 1 tokens, more than any workload here can fill).
+inline constexpr int64_t kMaxKvBlocks = (int64_t{1} << 31) - 1;
 int64_t kv_blocks_on_device(double capacity_bytes, double fraction, double weight_bytes,
                             double activation_bytes, double kv_bytes_per_token, int block);
 

@@ -278,6 +278,22 @@ TEST(CliServe, KvCacheCapacityFollowsTheKvHeads) {
   }
 }
 
+// Blocks of one token for a model of 32 bytes of KV per token (one layer,
+// K and V of width 8 in bf16) would be
+// 2.4 billion blocks on the profile's 80 GiB: the pool holds 2^31 - 1 (its
+// ids are 32-bit), and the run serves. It failed an internal check ("KV
+// block count out of range", exit 134) until session 34's serve fuzzer.
+TEST(CliServe, BlocksOfOneTokenForATinyModelFitTheIds) {
+  for (const char* mode : {"", "--phantom "}) {
+    const CliResult r = run_cli(std::string("serve --family gpt --layers 1 --heads 1 --embd 8 --seq 64 --vocab 64 --precision bf16 "
+                                            "--requests 4 --prompt-len 6 --output-len 3 --kv-block 1 --json ") + mode);
+    ASSERT_EQ(r.code, 0) << mode << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["scheduler"]["kv_blocks"].get<int64_t>(), 2147483647) << mode;
+    EXPECT_EQ(j["summary"]["requests"].get<int>(), 4) << mode;
+  }
+}
+
 TEST(CliServe, BadInputIsOneLineAndExitTwo) {
   const std::string workload = ::testing::TempDir() + "serve_bad_workload.csv";
   std::ofstream(workload) << "arrival_s,prompt_len,output_len\n0,5,x\n";

@@ -48,6 +48,13 @@ TEST(ServeMetrics, KvBlocksOnADevice) {
   const int64_t blocks = kv_blocks_on_device(cap, 0.9, 26e9, 2e9, per_token, 16);
   EXPECT_EQ(blocks, int64_t((cap * 0.9 - 28e9) / (per_token * 16)));
   EXPECT_EQ(kv_blocks_on_device(30e9, 0.9, 26e9, 2e9, per_token, 16), 0);
+  // Blocks are named by 32-bit ids: a tiny model's 32 bytes of KV per token
+  // in blocks of one on 80 GiB would be 2.4 billion blocks; the pool holds
+  // kMaxKvBlocks (`serve --kv-block 1` on such a model failed an internal
+  // check, "KV block count out of range", until session 34's serve fuzzer).
+  EXPECT_GT(cap * 0.9 / 32, double(kMaxKvBlocks));
+  EXPECT_EQ(kv_blocks_on_device(cap, 0.9, 0, 0, 32, 1), kMaxKvBlocks);
+  EXPECT_EQ(kMaxKvBlocks, 2147483647);
 }
 
 }  // namespace

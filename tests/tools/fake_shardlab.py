@@ -1,0 +1,19 @@
+#!/usr/bin/env python3
+"""A planted shardlab for tools/fuzz_configs.py's own tests: every run exits 0
+with a report whose figures change where the fuzzer's comparisons look, so
+each mode must call the runs BAD (ctest runs them with WILL_FAIL):
+  - with --no-fold, another step time and summary (fold and serve modes);
+  - with --tp, --pp or --ep, other tokens (generate mode)."""
+import json
+import sys
+
+args = sys.argv[1:]
+unfolded = "--no-fold" in args
+sharded = any(a in args for a in ("--tp", "--pp", "--ep"))
+t = 2.0 if unfolded else 1.0
+print(json.dumps({
+    "steps": [{"step": 0, "virtual_time_s": t, "wall_s": 0.1}],
+    "summary": {"virtual_step_s": t, "host_tokens_per_s": 1.0},
+    "devices": [{"rank": 0, "compute_s": t}],
+    "tokens": [1, 2] if sharded else [1, 3],
+}))
