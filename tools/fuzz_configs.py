@@ -15,7 +15,7 @@ Anything else (verify's FAIL, a crash, an internal check, several lines, a
 run over the time limit) is printed as BAD with its command line. The
 output ends with the exit-code counts and the most common refusals.
 
-  tools/fuzz_configs.py [--mode verify|fold] [--seed N] [--runs N] [--shardlab PATH] [--timeout S]
+  tools/fuzz_configs.py [--mode verify|fold|serve|generate] [--wide] [--seed N] [--runs N] [--shardlab PATH] [--timeout S]
 
 --mode serve draws `serve` runs (model, tp/pp/ep, replicas, router,
 disaggregation, scheduler, KV blocks, chunked prefill, prefix caching,
@@ -67,7 +67,7 @@ SWITCHES = [("--sp", 0.3), ("--tp-comm-overlap", 0.1), ("--use-distributed-optim
             ("--no-grad-accum-fusion", 0.05), ("--overlap-p2p-comm", 0.05), ("--moe-norm-topk", 0.05)]
 
 
-def draw(rng, fold=False):
+def draw(rng, fold=False, wide=False):
     flags = {}
     for flag, choices, p in FLAGS_WITH_VALUES:
         if rng.random() < p:
@@ -75,6 +75,10 @@ def draw(rng, fold=False):
     if fold:  # wider data parallelism, so that folding has replicas to fold
         if rng.random() < 0.8:
             flags["--dp"] = str(rng.choice([2, 3, 4, 8, 12, 16]))
+        if wide and rng.random() < 0.3:  # --wide: more nodes, and whole nodes per tp group
+            flags["--dp"] = str(rng.choice([24, 32, 64]))
+            if rng.random() < 0.3:
+                flags["--tp"] = "8"
         if "--ep" in flags:
             flags["--ep"] = str(rng.choice([2, 4]))
     switches = [f for f, p in SWITCHES if rng.random() < p and (not fold or f != "--grads")]
@@ -254,12 +258,14 @@ def main():
                     help="verify: sharded against unsharded; fold: phantom folded against --no-fold; "
                          "serve: serving layouts (a phantom one folded against --no-fold); "
                          "generate: a sharded generate's tokens against one device's")
+    ap.add_argument("--wide", action="store_true",
+                    help="fold mode: also dp 24-64 and tp 8 (more nodes, by-place folding, fabric tiers)")
     a = ap.parse_args()
     rng = random.Random(a.seed)
     codes, refusals, bad = {}, {}, 0
     for _ in range(a.runs):
         args = (draw_serve(rng) if a.mode == "serve" else draw_generate(rng) if a.mode == "generate"
-                else draw(rng, a.mode == "fold"))
+                else draw(rng, a.mode == "fold", a.wide))
         try:
             r = subprocess.run([a.shardlab] + args, capture_output=True, text=True, timeout=a.timeout)
         except subprocess.TimeoutExpired:
