@@ -23,6 +23,7 @@ devices interleave; a device waiting for a message nobody sends is a
 DeadlockError.
 """
 import json
+import os
 
 from . import errors
 from ._native import native
@@ -58,10 +59,21 @@ class ClusterRun(Result):
 
 
 class Cluster:
-    """`devices` virtual GPUs of hardware profile `profile` (a built-in name or FILE.json)."""
+    """`devices` virtual GPUs of hardware profile `profile` (a built-in name or FILE.json);
+    devices=0: every device of the profile (its nodes x devices per node)."""
 
     def __init__(self, profile="a100-nvlink", devices=8, nodes=None, precision="fp32", trace=False):
-        self.profile, self.devices, self.nodes = profile, devices, nodes
+        # Checked here, so that a wrong type is the ConfigError every other bad
+        # input is (the native call would raise pybind11's TypeError); the
+        # ranges are the cluster's to check (devices above the profile's, nodes 0).
+        for name, value in (("devices", devices), ("nodes", nodes)):
+            if value is None and name == "nodes":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or not -2**31 <= value < 2**31:
+                raise errors.ConfigError(f"{name}={value!r}: must be an integer (devices: 0 for every device)")
+        if not isinstance(profile, (str, os.PathLike)):
+            raise errors.ConfigError(f"profile={profile!r}: a built-in name or a FILE.json path")
+        self.profile, self.devices, self.nodes = os.fspath(profile), devices, nodes
         self.precision, self.trace = precision, trace
 
     def run(self, fn):

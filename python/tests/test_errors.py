@@ -61,3 +61,24 @@ def test_a_cluster_larger_than_its_profile_is_a_config_error():
     with pytest.raises(shardlab.ConfigError) as info:
         shardlab.Cluster("a100-nvlink", devices=16, nodes=1).run(lambda dev: None)
     assert str(info.value) == "16 devices requested but profile a100-nvlink has 8 (1 nodes x 8)"
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"devices": "8"}, "devices='8': must be an integer (devices: 0 for every device)"),
+    ({"devices": 10**12}, "devices=1000000000000: must be an integer (devices: 0 for every device)"),
+    ({"devices": 2.0}, "devices=2.0: must be an integer (devices: 0 for every device)"),
+    ({"devices": True}, "devices=True: must be an integer (devices: 0 for every device)"),
+    ({"nodes": "2"}, "nodes='2': must be an integer (devices: 0 for every device)"),
+    ({"profile": 42}, "profile=42: a built-in name or a FILE.json path"),
+])
+def test_a_cluster_argument_of_the_wrong_type_is_a_config_error(kwargs, message):
+    # The native call would raise pybind11's TypeError ("incompatible function
+    # arguments"): the constructor names the argument instead.
+    with pytest.raises(shardlab.ConfigError) as info:
+        shardlab.Cluster(**kwargs).run(lambda dev: None)
+    assert str(info.value) == message
+
+
+def test_a_cluster_of_zero_devices_is_every_device_of_the_profile():
+    run = shardlab.Cluster("a100-nvlink", devices=0, nodes=1).run(lambda dev: None)
+    assert len(run.end_ps) == 8
