@@ -22,6 +22,12 @@ disaggregation, scheduler, KV blocks, chunked prefill, prefix caching,
 speculative decoding, sampling, workload; half of them phantom, each of
 those also run with --no-fold and compared).
 
+--mode phantom draws `train` runs of dense sharded models (tp, pp or cp > 1:
+one plain device runs the unsharded reference's own kernels) and runs each
+again with --phantom --no-fold: the step times, the summary's clock figures
+and every device's figures must be the real run's (the clip is 0 or 1e-4, so
+that the clip kernel runs as a phantom run assumes, or not at all).
+
 --mode generate draws `generate` runs (model, tp/pp/ep, prompt, sampler,
 seed); a sharded one's tokens must be those of the same model on one device.
 
@@ -67,7 +73,7 @@ SWITCHES = [("--sp", 0.3), ("--tp-comm-overlap", 0.1), ("--use-distributed-optim
             ("--no-grad-accum-fusion", 0.05), ("--overlap-p2p-comm", 0.05), ("--moe-norm-topk", 0.05)]
 
 
-def draw(rng, fold=False, wide=False):
+def draw(rng, fold=False, wide=False, real=False):
     flags = {}
     for flag, choices, p in FLAGS_WITH_VALUES:
         if rng.random() < p:
@@ -86,7 +92,7 @@ def draw(rng, fold=False, wide=False):
     cp, mb = int(flags.get("--cp", 1)), int(flags.get("--micro-batches", 1))
     family = rng.choice(["gpt", "llama"])
     heads = tp * rng.choice([1, 2])
-    args = ["train", "--phantom", "--json"] if fold else ["verify"]
+    args = ["train", "--phantom", "--json"] if fold else ["train", "--json"] if real else ["verify"]
     if fold:
         world = tp * int(flags.get("--pp", 1)) * dp * cp
         args += ["--nodes", str(max(1, -(-world // 8)))]  # every profile drawn has 8-GPU nodes
@@ -98,11 +104,16 @@ def draw(rng, fold=False, wide=False):
             "--batch", str(dp * mb * rng.choice([1, 2]))]
     if family == "llama" and rng.random() < 0.5:
         args += ["--kv-heads", str(rng.choice([1, heads]))]
-    if rng.random() < 0.3:
+    if rng.random() < 0.3 and not real:  # real against phantom: dense (a phantom MoE routes uniformly)
         args += ["--experts", str(rng.choice([2, 4, 6])), "--moe-top-k", str(rng.choice([1, 2]))]
         for flag, choices, p in MOE_FLAGS:
             if rng.random() < p:
                 args += [flag, str(rng.choice(choices))]
+    if real:  # the clip kernel runs when the norm is over the clip: a phantom run assumes it does
+        flags["--grad-clip"] = rng.choice(["0", "0.0001"])
+        flags.pop("--ep", None)
+        if all(flags.get(f, "1") == "1" for f in ("--tp", "--pp", "--cp")):
+            flags["--pp"] = "2"  # the sharded model (one plain device runs the unsharded reference's own kernels)
     if "--vpp" in flags and "--schedule" not in flags:
         flags["--schedule"] = "interleaved"
     if tp == 1 and "--sp" in switches:
@@ -222,6 +233,33 @@ def clock_figures(report):
     return steps, summary, report["devices"]
 
 
+CLOCK_SUMMARY = ("bubble_fraction", "hardware_flops_per_step", "mfu", "hfu", "virtual_step_s", "virtual_total_s")
+
+
+def phantom_differs(a, args, real_out):
+    """A phantom run (shapes only) must put every kernel, collective and
+    allocation of the real run on the clock: the same step times, summary
+    clock and device figures (dense models: an MoE phantom routes uniformly)."""
+    r = subprocess.run([a.shardlab] + args + ["--phantom", "--no-fold"], capture_output=True, text=True,
+                       timeout=a.timeout)
+    if r.returncode != 0:
+        return "--phantom exited %d: %s" % (r.returncode, r.stderr.strip()[-200:])
+    real, phantom = json.loads(real_out), json.loads(r.stdout)
+    pairs = [("step %d" % i, x["virtual_time_s"], y["virtual_time_s"]) for i, (x, y) in
+             enumerate(zip(real["steps"], phantom["steps"]))]
+    pairs += [(k, real["summary"].get(k), phantom["summary"].get(k)) for k in CLOCK_SUMMARY]
+    pairs += [("devices", real["devices"], phantom["devices"])]
+    for name, x, y in pairs:
+        if x != y:
+            if name == "devices":
+                for i, (dx, dy) in enumerate(zip(x, y)):
+                    keys = sorted(k for k in dx if dx.get(k) != dy.get(k))
+                    if keys:
+                        return "device %d: %s" % (i, ", ".join("%s %s vs %s" % (k, dx[k], dy.get(k)) for k in keys)[:300])
+            return "%s: real %s, phantom %s" % (name, x, y)
+    return None
+
+
 def serve_figures(report):
     """What the virtual clock says of a serve run (not the folding note)."""
     return [{k: v for k, v in report["summary"].items() if not k.startswith("host_")}]
@@ -254,10 +292,11 @@ def main():
     ap.add_argument("--runs", type=int, default=300)
     ap.add_argument("--shardlab", default="build/bin/shardlab")
     ap.add_argument("--timeout", type=float, default=120)
-    ap.add_argument("--mode", choices=["verify", "fold", "serve", "generate"], default="verify",
+    ap.add_argument("--mode", choices=["verify", "fold", "phantom", "serve", "generate"], default="verify",
                     help="verify: sharded against unsharded; fold: phantom folded against --no-fold; "
                          "serve: serving layouts (a phantom one folded against --no-fold); "
-                         "generate: a sharded generate's tokens against one device's")
+                         "generate: a sharded generate's tokens against one device's; "
+                         "phantom: a real dense train run's clock against its phantom run's")
     ap.add_argument("--wide", action="store_true",
                     help="fold mode: also dp 24-64 and tp 8 (more nodes, by-place folding, fabric tiers)")
     a = ap.parse_args()
@@ -265,7 +304,7 @@ def main():
     codes, refusals, bad = {}, {}, 0
     for _ in range(a.runs):
         args = (draw_serve(rng) if a.mode == "serve" else draw_generate(rng) if a.mode == "generate"
-                else draw(rng, a.mode == "fold", a.wide))
+                else draw(rng, a.mode == "fold", a.wide, a.mode == "phantom"))
         try:
             r = subprocess.run([a.shardlab] + args, capture_output=True, text=True, timeout=a.timeout)
         except subprocess.TimeoutExpired:
@@ -274,6 +313,12 @@ def main():
             continue
         codes[r.returncode] = codes.get(r.returncode, 0) + 1
         err = [l for l in r.stderr.strip().splitlines() if not re.match(r"^\[\d{4}-", l)]  # log lines aside
+        if r.returncode == 0 and a.mode == "phantom":
+            why = phantom_differs(a, args, r.stdout)
+            if why:
+                bad += 1
+                print("BAD (real != phantom: %s):" % why, " ".join(args), flush=True)
+            continue
         if r.returncode == 0 and a.mode == "generate":
             why = None if "--phantom" in args else unsharded_tokens_differ(a, args, r.stdout)
             if why:

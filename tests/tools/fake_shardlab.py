@@ -2,7 +2,8 @@
 """A planted shardlab for tools/fuzz_configs.py's own tests: every run exits 0
 with a report whose figures change where the fuzzer's comparisons look, so
 each mode must call the runs BAD (ctest runs them with WILL_FAIL):
-  - with --no-fold, another step time and summary (fold and serve modes);
+  - with --no-fold, another step time and summary (fold and serve modes,
+    and phantom mode, whose phantom run has --no-fold);
   - with --tp, --pp or --ep, other tokens (generate mode)."""
 import json
 import sys
