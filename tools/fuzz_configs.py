@@ -28,6 +28,10 @@ again with --phantom --no-fold: the step times, the summary's clock figures
 and every device's figures must be the real run's (the clip is 0 or 1e-4, so
 that the clip kernel runs as a phantom run assumes, or not at all).
 
+--mode mpi draws `train` runs as verify does and runs each valid one again
+under `mpirun -np N` (N 2 to 4): the report, less host wall-clock fields,
+must be the single process's.
+
 --mode generate draws `generate` runs (model, tp/pp/ep, prompt, sampler,
 seed); a sharded one's tokens must be those of the same model on one device.
 
@@ -41,6 +45,7 @@ interleaved` on one pipeline rank aborting (README "Fuzzing").
 """
 import argparse
 import json
+import os
 import random
 import re
 import subprocess
@@ -73,7 +78,7 @@ SWITCHES = [("--sp", 0.3), ("--tp-comm-overlap", 0.1), ("--use-distributed-optim
             ("--no-grad-accum-fusion", 0.05), ("--overlap-p2p-comm", 0.05), ("--moe-norm-topk", 0.05)]
 
 
-def draw(rng, fold=False, wide=False, real=False):
+def draw(rng, fold=False, wide=False, real=False, mpi=False):
     flags = {}
     for flag, choices, p in FLAGS_WITH_VALUES:
         if rng.random() < p:
@@ -87,12 +92,14 @@ def draw(rng, fold=False, wide=False, real=False):
                 flags["--tp"] = "8"
         if "--ep" in flags:
             flags["--ep"] = str(rng.choice([2, 4]))
-    switches = [f for f, p in SWITCHES if rng.random() < p and (not fold or f != "--grads")]
+    switches = [f for f, p in SWITCHES if rng.random() < p and (not (fold or real or mpi) or f != "--grads")]
     tp, dp = int(flags.get("--tp", 1)), int(flags.get("--dp", 1))
     cp, mb = int(flags.get("--cp", 1)), int(flags.get("--micro-batches", 1))
     family = rng.choice(["gpt", "llama"])
     heads = tp * rng.choice([1, 2])
-    args = ["train", "--phantom", "--json"] if fold else ["train", "--json"] if real else ["verify"]
+    args = ["train", "--phantom", "--json"] if fold else ["train", "--json"] if real or mpi else ["verify"]
+    if mpi and rng.random() < 0.3:
+        args.append("--phantom")  # folded across the processes
     if fold:
         world = tp * int(flags.get("--pp", 1)) * dp * cp
         args += ["--nodes", str(max(1, -(-world // 8)))]  # every profile drawn has 8-GPU nodes
@@ -260,6 +267,39 @@ def phantom_differs(a, args, real_out):
     return None
 
 
+def without_host(value):
+    """`value` less its host wall-clock fields (host_*, wall_s, loop_wall_s), at any depth."""
+    if isinstance(value, dict):
+        return {k: without_host(v) for k, v in value.items()
+                if not (k.startswith("host_") or k in ("wall_s", "loop_wall_s"))}
+    if isinstance(value, list):
+        return [without_host(v) for v in value]
+    return value
+
+
+def mpi_differs(a, args, alone_out, rng):
+    """The same run under `mpirun -np N` (N 2 to 4: the devices split over
+    processes, some maybe with none) must print the single process's report,
+    less host wall-clock fields."""
+    np_ = rng.choice([2, 3, 4])
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    r = subprocess.run(["mpirun", "-q", "--oversubscribe", "-np", str(np_), a.shardlab] + args,
+                       capture_output=True, text=True, timeout=a.timeout, env=env)
+    if r.returncode != 0:
+        return "mpirun -np %d exited %d: %s" % (np_, r.returncode, r.stderr.strip()[-200:])
+    try:
+        y = without_host(json.loads(r.stdout))
+    except json.JSONDecodeError:
+        return "mpirun -np %d printed no single JSON report (each process its own?)" % np_
+    x = without_host(json.loads(alone_out))
+    if x == y:
+        return None
+    for k in x:
+        if x[k] != y.get(k):
+            return "mpirun -np %d: %s differs: %s vs %s" % (np_, k, str(x[k])[:150], str(y.get(k))[:150])
+    return "mpirun -np %d: other keys" % np_
+
+
 def serve_figures(report):
     """What the virtual clock says of a serve run (not the folding note)."""
     return [{k: v for k, v in report["summary"].items() if not k.startswith("host_")}]
@@ -292,11 +332,12 @@ def main():
     ap.add_argument("--runs", type=int, default=300)
     ap.add_argument("--shardlab", default="build/bin/shardlab")
     ap.add_argument("--timeout", type=float, default=120)
-    ap.add_argument("--mode", choices=["verify", "fold", "phantom", "serve", "generate"], default="verify",
+    ap.add_argument("--mode", choices=["verify", "fold", "phantom", "mpi", "serve", "generate"], default="verify",
                     help="verify: sharded against unsharded; fold: phantom folded against --no-fold; "
                          "serve: serving layouts (a phantom one folded against --no-fold); "
                          "generate: a sharded generate's tokens against one device's; "
-                         "phantom: a real dense train run's clock against its phantom run's")
+                         "phantom: a real dense train run's clock against its phantom run's; "
+                         "mpi: a train run alone against the same under mpirun")
     ap.add_argument("--wide", action="store_true",
                     help="fold mode: also dp 24-64 and tp 8 (more nodes, by-place folding, fabric tiers)")
     a = ap.parse_args()
@@ -304,7 +345,7 @@ def main():
     codes, refusals, bad = {}, {}, 0
     for _ in range(a.runs):
         args = (draw_serve(rng) if a.mode == "serve" else draw_generate(rng) if a.mode == "generate"
-                else draw(rng, a.mode == "fold", a.wide, a.mode == "phantom"))
+                else draw(rng, a.mode == "fold", a.wide, a.mode == "phantom", a.mode == "mpi"))
         try:
             r = subprocess.run([a.shardlab] + args, capture_output=True, text=True, timeout=a.timeout)
         except subprocess.TimeoutExpired:
@@ -313,6 +354,12 @@ def main():
             continue
         codes[r.returncode] = codes.get(r.returncode, 0) + 1
         err = [l for l in r.stderr.strip().splitlines() if not re.match(r"^\[\d{4}-", l)]  # log lines aside
+        if r.returncode == 0 and a.mode == "mpi":
+            why = mpi_differs(a, args, r.stdout, rng)
+            if why:
+                bad += 1
+                print("BAD (%s):" % why, " ".join(args), flush=True)
+            continue
         if r.returncode == 0 and a.mode == "phantom":
             why = phantom_differs(a, args, r.stdout)
             if why:

@@ -4,7 +4,8 @@ with a report whose figures change where the fuzzer's comparisons look, so
 each mode must call the runs BAD (ctest runs them with WILL_FAIL):
   - with --no-fold, another step time and summary (fold and serve modes,
     and phantom mode, whose phantom run has --no-fold);
-  - with --tp, --pp or --ep, other tokens (generate mode)."""
+  - with --tp, --pp or --ep, other tokens (generate mode);
+  - under mpirun, one report per process (mpi mode)."""
 import json
 import sys
 
