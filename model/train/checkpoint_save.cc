@@ -45,13 +45,23 @@ struct Piece {
 // The pieces this device is the canonical holder of: its parameter shards
 // and, for the elements it owns, AdamW's m and v. Without ZeRO, dp rank 0
 // (edp rank 0 for experts) writes for every replica; with ZeRO every dp rank
-// owns distinct chunks.
+// owns distinct chunks. Under ZeRO-3 a rank holds only its owned chunks of
+// the parameters between steps (the rest is dropped, NaN: fsdp.cc free), so
+// it writes those, as it writes its moments (until session 34 dp rank 0
+// wrote its whole shards, NaNs included, and every resumed step was NaN).
 std::vector<Piece> pieces_of(DeviceSetup& s) {
   std::vector<Piece> out;
   const auto params = s.model->params();
   auto replica_writes = [&](const ShardSpec& spec) { return spec.expert ? s.coords.edp == 0 : s.coords.dp == 0; };
+  const bool params_sharded = s.fsdp.has_value();
+  if (params_sharded) {
+    engine::for_owned(s.model->shards(), s.dp->owned(), [&](const ShardSpec& spec, int64_t begin, int64_t end, int64_t) {
+      if (engine::canonical_copy(spec, s.coords))
+        out.push_back({&spec, kStateParam, begin, end, params.data() + spec.offset + begin});
+    });
+  }
   for (const ShardSpec& spec : s.model->shards())
-    if (engine::canonical_copy(spec, s.coords) && replica_writes(spec))
+    if (!params_sharded && engine::canonical_copy(spec, s.coords) && replica_writes(spec))
       out.push_back({&spec, kStateParam, 0, spec.numel, params.data() + spec.offset});
   const float* m = s.optimizer->exp_avg().data();
   const float* v = s.optimizer->exp_avg_sq().data();
