@@ -32,6 +32,12 @@ that the clip kernel runs as a phantom run assumes, or not at all).
 under `mpirun -np N` (N 2 to 4): the report, less host wall-clock fields,
 must be the single process's.
 
+--mode resume draws `train` runs as verify does; each valid one of 2 or 3
+steps is run again stopped at half with --checkpoint-dir and resumed: the
+same loss at every step and the same --save bytes (where the tp ranks' dp
+groups sit differently on the nodes, losses within 1e-5: README
+"Checkpoints and resume").
+
 --mode generate draws `generate` runs (model, tp/pp/ep, prompt, sampler,
 seed); a sharded one's tokens must be those of the same model on one device.
 
@@ -46,6 +52,7 @@ interleaved` on one pipeline rank aborting (README "Fuzzing").
 import argparse
 import json
 import os
+import tempfile
 import random
 import re
 import subprocess
@@ -78,7 +85,7 @@ SWITCHES = [("--sp", 0.3), ("--tp-comm-overlap", 0.1), ("--use-distributed-optim
             ("--no-grad-accum-fusion", 0.05), ("--overlap-p2p-comm", 0.05), ("--moe-norm-topk", 0.05)]
 
 
-def draw(rng, fold=False, wide=False, real=False, mpi=False):
+def draw(rng, fold=False, wide=False, real=False, mpi=False, resume=False):
     flags = {}
     for flag, choices, p in FLAGS_WITH_VALUES:
         if rng.random() < p:
@@ -98,7 +105,7 @@ def draw(rng, fold=False, wide=False, real=False, mpi=False):
     family = rng.choice(["gpt", "llama"])
     heads = tp * rng.choice([1, 2])
     args = ["train", "--phantom", "--json"] if fold else ["train", "--json"] if real or mpi else ["verify"]
-    if mpi and rng.random() < 0.3:
+    if mpi and not resume and rng.random() < 0.3:
         args.append("--phantom")  # folded across the processes
     if fold:
         world = tp * int(flags.get("--pp", 1)) * dp * cp
@@ -300,6 +307,63 @@ def mpi_differs(a, args, alone_out, rng):
     return "mpirun -np %d: other keys" % np_
 
 
+def dp_groups_alike(args, per_node=8):
+    """Whether every tp rank's gradient group (its dp and cp ranks) sits on
+    the nodes as tp rank 0's does (mesh order tp-cp-ep-dp-pp, 8 GPUs a node:
+    every profile drawn). Where they do not, the tuner picks other algorithms
+    for them and tp-replicated tensors drift apart by rounding (README
+    "Checkpoints and resume"), so a resume matches to rounding only."""
+    size = {f: int(args[args.index(f) + 1]) if f in args else 1 for f in ("--tp", "--cp", "--dp", "--pp")}
+    tp, cp, dp, pp = size["--tp"], size["--cp"], size["--dp"], size["--pp"]
+    def pattern(t, p):
+        seen = {}
+        return [seen.setdefault((t + tp * (c + cp * (d + dp * p))) // per_node, len(seen))
+                for d in range(dp) for c in range(cp)]
+    return all(pattern(t, p) == pattern(0, p) for p in range(pp) for t in range(tp))
+
+
+def resume_differs(a, args, straight_out):
+    """The run stopped after k steps with a checkpoint and resumed to the same
+    total (same layout) must end with the straight run's bytes: every later
+    step's loss and the saved parameters."""
+    steps = int(args[args.index("--steps") + 1])
+    if steps < 2:
+        return None
+    k = steps // 2
+    with tempfile.TemporaryDirectory() as tmp:
+        r = subprocess.run([a.shardlab] + args + ["--save", tmp + "/straight.safetensors"], capture_output=True,
+                           text=True, timeout=a.timeout)
+        if r.returncode != 0:
+            return "the straight run with --save exited %d: %s" % (r.returncode, r.stderr.strip()[-200:])
+        straight_out = r.stdout
+        first = list(args)
+        first[first.index("--steps") + 1] = str(k)
+        r = subprocess.run([a.shardlab] + first + ["--checkpoint-dir", tmp + "/ck"], capture_output=True, text=True,
+                           timeout=a.timeout)
+        if r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1:
+            return None  # a layout checkpoints refuse (--cp), in one line
+        if r.returncode != 0:
+            return "the first %d steps exited %d: %s" % (k, r.returncode, r.stderr.strip()[-200:])
+        r = subprocess.run([a.shardlab] + args + ["--resume", tmp + "/ck", "--save", tmp + "/resumed.safetensors"],
+                           capture_output=True, text=True, timeout=a.timeout)
+        if r.returncode != 0:
+            return "the resumed run exited %d: %s" % (r.returncode, r.stderr.strip()[-200:])
+        # The resumed report holds every step, the checkpoint's first k too.
+        straight = [(s["step"], s["loss"]) for s in json.loads(straight_out)["steps"]]
+        resumed = [(s["step"], s["loss"]) for s in json.loads(r.stdout)["steps"]]
+        if not dp_groups_alike(args):  # tp replicas drift: rounding, not bits (losses within 1e-5)
+            close = len(straight) == len(resumed) and all(
+                i == j and x is not None and y is not None and abs(x - y) <= 1e-5 * abs(x)
+                for (i, x), (j, y) in zip(straight, resumed))
+            return None if close else "losses resumed at step %d: straight %s, resumed %s" % (k, straight, resumed)
+        if straight != resumed:
+            return "losses resumed at step %d: straight %s, resumed %s" % (k, straight, resumed)
+        with open(tmp + "/straight.safetensors", "rb") as f1, open(tmp + "/resumed.safetensors", "rb") as f2:
+            if f1.read() != f2.read():
+                return "the saved parameters differ after resuming at step %d" % k
+    return None
+
+
 def serve_figures(report):
     """What the virtual clock says of a serve run (not the folding note)."""
     return [{k: v for k, v in report["summary"].items() if not k.startswith("host_")}]
@@ -332,12 +396,14 @@ def main():
     ap.add_argument("--runs", type=int, default=300)
     ap.add_argument("--shardlab", default="build/bin/shardlab")
     ap.add_argument("--timeout", type=float, default=120)
-    ap.add_argument("--mode", choices=["verify", "fold", "phantom", "mpi", "serve", "generate"], default="verify",
+    ap.add_argument("--mode", choices=["verify", "fold", "phantom", "mpi", "resume", "serve", "generate"],
+                    default="verify",
                     help="verify: sharded against unsharded; fold: phantom folded against --no-fold; "
                          "serve: serving layouts (a phantom one folded against --no-fold); "
                          "generate: a sharded generate's tokens against one device's; "
                          "phantom: a real dense train run's clock against its phantom run's; "
-                         "mpi: a train run alone against the same under mpirun")
+                         "mpi: a train run alone against the same under mpirun; "
+                         "resume: a straight train run against one stopped at a checkpoint and resumed")
     ap.add_argument("--wide", action="store_true",
                     help="fold mode: also dp 24-64 and tp 8 (more nodes, by-place folding, fabric tiers)")
     a = ap.parse_args()
@@ -345,7 +411,8 @@ def main():
     codes, refusals, bad = {}, {}, 0
     for _ in range(a.runs):
         args = (draw_serve(rng) if a.mode == "serve" else draw_generate(rng) if a.mode == "generate"
-                else draw(rng, a.mode == "fold", a.wide, a.mode == "phantom", a.mode == "mpi"))
+                else draw(rng, a.mode == "fold", a.wide, a.mode == "phantom", a.mode in ("mpi", "resume"),
+                          a.mode == "resume"))
         try:
             r = subprocess.run([a.shardlab] + args, capture_output=True, text=True, timeout=a.timeout)
         except subprocess.TimeoutExpired:
@@ -354,6 +421,12 @@ def main():
             continue
         codes[r.returncode] = codes.get(r.returncode, 0) + 1
         err = [l for l in r.stderr.strip().splitlines() if not re.match(r"^\[\d{4}-", l)]  # log lines aside
+        if r.returncode == 0 and a.mode == "resume":
+            why = resume_differs(a, args, r.stdout)
+            if why:
+                bad += 1
+                print("BAD (%s):" % why, " ".join(args), flush=True)
+            continue
         if r.returncode == 0 and a.mode == "mpi":
             why = mpi_differs(a, args, r.stdout, rng)
             if why:

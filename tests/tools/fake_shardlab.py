@@ -5,7 +5,8 @@ each mode must call the runs BAD (ctest runs them with WILL_FAIL):
   - with --no-fold, another step time and summary (fold and serve modes,
     and phantom mode, whose phantom run has --no-fold);
   - with --tp, --pp or --ep, other tokens (generate mode);
-  - under mpirun, one report per process (mpi mode)."""
+  - under mpirun, one report per process (mpi mode);
+  - with --resume, other bytes in its --save file (resume mode)."""
 import json
 import sys
 
@@ -13,8 +14,11 @@ args = sys.argv[1:]
 unfolded = "--no-fold" in args
 sharded = any(a in args for a in ("--tp", "--pp", "--ep"))
 t = 2.0 if unfolded else 1.0
+if "--save" in args:
+    with open(args[args.index("--save") + 1], "wb") as f:
+        f.write(b"resumed" if "--resume" in args else b"straight")
 print(json.dumps({
-    "steps": [{"step": 0, "virtual_time_s": t, "wall_s": 0.1}],
+    "steps": [{"step": 0, "loss": 1.0, "virtual_time_s": t, "wall_s": 0.1}],
     "summary": {"virtual_step_s": t, "host_tokens_per_s": 1.0},
     "devices": [{"rank": 0, "compute_s": t}],
     "tokens": [1, 2] if sharded else [1, 3],
