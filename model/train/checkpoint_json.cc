@@ -24,8 +24,9 @@ ShardSpec shard_of_entry(const nlohmann::json& e, const Shape& global) {
   s.name = e.at("tensor").get<std::string>();
   s.global_shape = global;
   s.local_shape = e.at("local_shape").get<Shape>();
-  s.split_dim = e.at("split_dim").get<int>();
-  for (const auto& r : e.at("ranges")) s.ranges.push_back({r.at(0).get<int64_t>(), r.at(1).get<int64_t>()});
+  s.split_dim = integer_field<int>(e.at("split_dim"), "split_dim", -1, 64);
+  for (const auto& r : e.at("ranges"))
+    s.ranges.push_back({count_field<int64_t>(r.at(0), "a range's start"), count_field<int64_t>(r.at(1), "a range's size")});
   auto require = [&](bool ok, const char* what) {
     if (!ok) throw ConfigError(fmt::format("shard of \"{}\": {}", s.name, what));
   };
@@ -61,10 +62,10 @@ nlohmann::json device_entry(DeviceSetup& s, Device& dev) {
 
 DeviceClock clock_of_entry(const nlohmann::json& d) {
   const nlohmann::json& c = d.at("clock");
-  DeviceClock out{c.at("compute_ps").get<Time>(), c.at("comm_ps").get<Time>()};
+  DeviceClock out{count_field<Time>(c.at("compute_ps"), "compute_ps"), count_field<Time>(c.at("comm_ps"), "comm_ps")};
   for (int p = 0; p < kNumLinkClasses; ++p) {
-    out.egress[p] = c.at("egress_free_ps").at(size_t(p)).get<Time>();
-    out.ingress[p] = c.at("ingress_free_ps").at(size_t(p)).get<Time>();
+    out.egress[p] = count_field<Time>(c.at("egress_free_ps").at(size_t(p)), "egress_free_ps");
+    out.ingress[p] = count_field<Time>(c.at("ingress_free_ps").at(size_t(p)), "ingress_free_ps");
   }
   return out;
 }
@@ -73,13 +74,14 @@ DeviceStats stats_of_entry(const nlohmann::json& d, int rank) {
   const nlohmann::json& s = d.at("stats");
   DeviceStats out;
   out.rank = rank;
-  out.compute_busy = s.at("compute_busy_ps").get<Time>();
-  out.comm_busy = s.at("comm_busy_ps").get<Time>();
-  out.comm_exposed = s.at("comm_exposed_ps").get<Time>();
-  out.compute_transfer = s.at("compute_transfer_ps").get<Time>();
+  out.compute_busy = count_field<Time>(s.at("compute_busy_ps"), "compute_busy_ps");
+  out.comm_busy = count_field<Time>(s.at("comm_busy_ps"), "comm_busy_ps");
+  out.comm_exposed = count_field<Time>(s.at("comm_exposed_ps"), "comm_exposed_ps");
+  out.compute_transfer = count_field<Time>(s.at("compute_transfer_ps"), "compute_transfer_ps");
   out.compute_flops = s.at("compute_flops").get<double>();
-  out.peak_bytes = s.at("peak_bytes").get<uint64_t>();
-  for (int k = 0; k < kNumMemKinds; ++k) out.peak_by_kind[k] = s.at("peak_bytes_by_kind").at(size_t(k)).get<uint64_t>();
+  out.peak_bytes = count_field<uint64_t>(s.at("peak_bytes"), "peak_bytes");
+  for (int k = 0; k < kNumMemKinds; ++k)
+    out.peak_by_kind[k] = count_field<uint64_t>(s.at("peak_bytes_by_kind").at(size_t(k)), "peak_bytes_by_kind");
   return out;
 }
 
@@ -93,9 +95,14 @@ nlohmann::json step_entry(const StepRecord& r) {
 }  // namespace
 
 StepRecord step_of_entry(const nlohmann::json& e) {
-  return {e.at("step").get<int>(),          e.at("loss").get<double>(), e.at("ce").get<double>(),
-          e.at("aux").get<double>(),        e.at("lr").get<double>(),   e.at("grad_norm").get<double>(),
-          e.at("virtual_end_ps").get<Time>(), e.at("wall_s").get<double>()};
+  return {count_field<int>(e.at("step"), "a step record's step"),
+          e.at("loss").get<double>(),
+          e.at("ce").get<double>(),
+          e.at("aux").get<double>(),
+          e.at("lr").get<double>(),
+          e.at("grad_norm").get<double>(),
+          count_field<Time>(e.at("virtual_end_ps"), "a step record's virtual_end_ps"),
+          e.at("wall_s").get<double>()};
 }
 
 nlohmann::json index_header(const DeviceProgram& p, int steps_done) {

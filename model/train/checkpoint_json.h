@@ -2,6 +2,8 @@
 // format): what the writer puts in and what the reader takes out.
 #pragma once
 
+#include <cstdint>
+#include <limits>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -9,6 +11,7 @@
 #include "model/parallel/local_model.h"
 #include "model/train/checkpoint.h"
 #include "runtime/device.h"
+#include "runtime/errors.h"
 
 namespace shardlab::train {
 
@@ -21,6 +24,30 @@ inline constexpr const char* kStateExpAvgSq = "exp_avg_sq";
 inline constexpr const char* kPartialPrefix = ".partial-";
 // A checkpoint being replaced by a rerun's of the same step: D/.old-step-000005.
 inline constexpr const char* kReplacedPrefix = ".old-";
+
+// An integer field of the index: a JSON integer in [lo, hi], else a
+// ConfigError naming `name` (a float, a string or an out-of-range number is
+// refused, not truncated or wrapped: step 1.5 read as 1, 1e30 as INT_MIN).
+template <class T>
+T integer_field(const nlohmann::json& j, const std::string& name, T lo, T hi) {
+  // nlohmann keeps a non-negative integer as unsigned, a negative one as signed.
+  bool ok = j.is_number_integer();
+  if (ok && j.is_number_unsigned()) {
+    const uint64_t v = j.get<uint64_t>();
+    ok = hi >= 0 && v <= uint64_t(hi) && (lo <= 0 || v >= uint64_t(lo));
+  } else if (ok) {
+    const int64_t v = j.get<int64_t>();
+    ok = v >= int64_t(lo) && (hi < 0 ? v <= int64_t(hi) : true);  // a negative v is below any hi >= 0
+  }
+  if (!ok) throw ConfigError(name + " is " + j.dump() + ": expected an integer from " + std::to_string(lo) + " to " +
+                             std::to_string(hi));
+  return j.is_number_unsigned() ? T(j.get<uint64_t>()) : T(j.get<int64_t>());
+}
+// A count or a time in picoseconds: an integer from 0.
+template <class T>
+T count_field(const nlohmann::json& j, const std::string& name) {
+  return integer_field<T>(j, name, T(0), std::numeric_limits<T>::max());
+}
 
 // One stored piece: local elements [begin, end) of `s` under `key` in `file`.
 nlohmann::json shard_entry(const parallel::ShardSpec& s, const char* state, const std::string& file,

@@ -77,7 +77,8 @@ void assemble(const nlohmann::json& index, const fs::path& dir, const model::Par
     const auto st = states.find(e.at("state").get<std::string>());
     if (st == states.end()) throw ConfigError(fmt::format("unknown state \"{}\"", e.at("state").dump()));
     const ShardSpec shard = shard_of_entry(e, spec->shape);
-    const int64_t begin = e.at("flat_range").at(0).get<int64_t>(), end = e.at("flat_range").at(1).get<int64_t>();
+    const int64_t begin = count_field<int64_t>(e.at("flat_range").at(0), "flat_range"),
+                  end = count_field<int64_t>(e.at("flat_range").at(1), "flat_range");
     if (begin < 0 || begin >= end || end > shard.numel)
       throw ConfigError(fmt::format("shard of \"{}\": flat_range outside the shard", name));
     const std::string file = e.at("file").get<std::string>();
@@ -106,8 +107,7 @@ void assemble(const nlohmann::json& index, const fs::path& dir, const model::Par
 void read_header(const nlohmann::json& index, const TrainOptions& o, const model::ParamTable& table, ResumeState& r) {
   if (index.at("format") != kCheckpointFormat || index.at("version") != kCheckpointVersion)
     throw ConfigError(fmt::format("index.json is not a {} version {} index", kCheckpointFormat, kCheckpointVersion));
-  r.step = index.at("step").get<int>();
-  if (r.step < 1) throw ConfigError(fmt::format("index.json: step {} (at least 1)", r.step));
+  r.step = integer_field<int>(index.at("step"), "index.json: step", 1, std::numeric_limits<int>::max());
   if (r.step > o.steps)
     throw ConfigError(fmt::format("the checkpoint is at step {} but `steps` is {} (the total step count)", r.step, o.steps));
   const nlohmann::json& config = index.at("config");
@@ -119,8 +119,14 @@ void read_header(const nlohmann::json& index, const TrainOptions& o, const model
     if (!table.find(name)) throw ConfigError(fmt::format("unexpected tensor \"{}\" (not in this model)", name));
   const nlohmann::json run = o.to_json();
   const auto& devices = index.at("devices");
+  // One entry per device of the run that wrote it: the clocks a resume starts
+  // from (an index without them would restart the clock at 0).
+  const int world = integer_field<int>(index.at("world"), "index.json: world", 1, std::numeric_limits<int>::max());
+  if (!devices.is_array() || devices.size() != size_t(world))
+    throw ConfigError(fmt::format("index.json: {} device entries for a world of {}",
+                                  devices.is_array() ? devices.size() : 0, world));
   r.same_layout = config.at("parallel") == run["parallel"] && config.at("micro_batches") == run["micro_batches"] &&
-                  int(devices.size()) == o.parallel.world();
+                  world == o.parallel.world();
   for (size_t d = 0; d < devices.size(); ++d) {
     r.clocks.push_back(clock_of_entry(devices[d]));
     r.stats.push_back(stats_of_entry(devices[d], int(d)));
@@ -130,6 +136,9 @@ void read_header(const nlohmann::json& index, const TrainOptions& o, const model
   for (const nlohmann::json& e : index.at("steps")) r.history.push_back(step_of_entry(e));
   if (int(r.history.size()) != r.step)
     throw ConfigError(fmt::format("index.json has {} step records for step {}", r.history.size(), r.step));
+  for (size_t i = 0; i < r.history.size(); ++i)
+    if (r.history[i].step != int(i))
+      throw ConfigError(fmt::format("index.json: step record {} says step {}", i, r.history[i].step));
 }
 
 // Runs one part of reading a checkpoint, its errors as one `resume_dir` line.

@@ -173,6 +173,30 @@ TEST_F(CheckpointCli, BadCheckpointsAndFlagsAreOneLineExit2) {
          return resume("escape", edit_index([](auto& j) { j["shards"][0]["file"] = "../latest"; }));
        },
        "is not in the checkpoint's directory"},
+      // Found in session 34 by hand-edited indexes: numbers of another kind
+      // were truncated or wrapped (step 1.5 resumed as step 1; 1e30 read as
+      // INT_MIN), and an index without device entries resumed with the
+      // clock at 0 (every later time wrong).
+      {"a fractional step", [&](auto&) { return resume("step_float", edit_index([](auto& j) { j["step"] = 1.5; })); },
+       "index.json: step is 1.5: expected an integer from 1 to 2147483647"},
+      {"a step beyond int", [&](auto&) { return resume("step_huge", edit_index([](auto& j) { j["step"] = 1e30; })); },
+       "index.json: step is 1e+30: expected an integer"},
+      {"a negative clock",
+       [&](auto&) {
+         return resume("clock", edit_index([](auto& j) { j["devices"][1]["clock"]["comm_ps"] = -5; }));
+       },
+       "comm_ps is -5: expected an integer from 0"},
+      {"no device entries", [&](auto&) { return resume("nodevices", edit_index([](auto& j) { j["devices"] = nlohmann::json::array(); })); },
+       "index.json: 0 device entries for a world of 2"},
+      {"a world of 0", [&](auto&) { return resume("world0", edit_index([](auto& j) { j["world"] = 0; })); },
+       "index.json: world is 0: expected an integer from 1"},
+      {"a step record out of order",
+       [&](auto&) { return resume("order", edit_index([](auto& j) { j["steps"][2]["step"] = 7; })); },
+       "index.json: step record 2 says step 7"},
+      {"a fractional range", [&](auto&) {
+         return resume("range_float", edit_index([](auto& j) { j["shards"][0]["ranges"] = {{0.5, 128}}; }));
+       },
+       "a range's start is 0.5: expected an integer from 0"},
       {"latest names no checkpoint",
        [&](auto&) { return resume("latest", [](auto& p) { write(p.parent_path() / "latest", "../etc\n"); }); },
        "\"latest\" names \"../etc\""},
