@@ -85,7 +85,11 @@ SWITCHES = [("--sp", 0.3), ("--tp-comm-overlap", 0.1), ("--use-distributed-optim
             ("--no-grad-accum-fusion", 0.05), ("--overlap-p2p-comm", 0.05), ("--moe-norm-topk", 0.05)]
 
 
-def draw(rng, fold=False, wide=False, real=False, mpi=False, resume=False):
+def draw(rng, mode="verify", wide=False):
+    """A random layout for `mode`: verify's command, train --phantom (fold),
+    a real train (phantom: dense and sharded; mpi and resume)."""
+    fold, real, resume = mode == "fold", mode == "phantom", mode == "resume"
+    mpi = mode in ("mpi", "resume")
     flags = {}
     for flag, choices, p in FLAGS_WITH_VALUES:
         if rng.random() < p:
@@ -390,6 +394,23 @@ def unfolded_differs(a, args, folded_out):
     return None
 
 
+def second_look(a, args, out, rng):
+    """The mode's own property for a run that exited 0: None, or why it fails."""
+    if a.mode == "resume":
+        return resume_differs(a, args, out)
+    if a.mode == "mpi":
+        return mpi_differs(a, args, out, rng)
+    if a.mode == "phantom":
+        why = phantom_differs(a, args, out)
+        return why and "real != phantom: " + why
+    if a.mode == "generate":
+        return None if "--phantom" in args else unsharded_tokens_differ(a, args, out)
+    if a.mode == "fold" or (a.mode == "serve" and "--phantom" in args):
+        why = unfolded_differs(a, args, out)
+        return why and "folded != unfolded: " + why
+    return None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=int, default=1)
@@ -411,8 +432,7 @@ def main():
     codes, refusals, bad = {}, {}, 0
     for _ in range(a.runs):
         args = (draw_serve(rng) if a.mode == "serve" else draw_generate(rng) if a.mode == "generate"
-                else draw(rng, a.mode == "fold", a.wide, a.mode == "phantom", a.mode in ("mpi", "resume"),
-                          a.mode == "resume"))
+                else draw(rng, a.mode, a.wide))
         try:
             r = subprocess.run([a.shardlab] + args, capture_output=True, text=True, timeout=a.timeout)
         except subprocess.TimeoutExpired:
@@ -421,37 +441,11 @@ def main():
             continue
         codes[r.returncode] = codes.get(r.returncode, 0) + 1
         err = [l for l in r.stderr.strip().splitlines() if not re.match(r"^\[\d{4}-", l)]  # log lines aside
-        if r.returncode == 0 and a.mode == "resume":
-            why = resume_differs(a, args, r.stdout)
-            if why:
-                bad += 1
-                print("BAD (%s):" % why, " ".join(args), flush=True)
-            continue
-        if r.returncode == 0 and a.mode == "mpi":
-            why = mpi_differs(a, args, r.stdout, rng)
-            if why:
-                bad += 1
-                print("BAD (%s):" % why, " ".join(args), flush=True)
-            continue
-        if r.returncode == 0 and a.mode == "phantom":
-            why = phantom_differs(a, args, r.stdout)
-            if why:
-                bad += 1
-                print("BAD (real != phantom: %s):" % why, " ".join(args), flush=True)
-            continue
-        if r.returncode == 0 and a.mode == "generate":
-            why = None if "--phantom" in args else unsharded_tokens_differ(a, args, r.stdout)
-            if why:
-                bad += 1
-                print("BAD (%s):" % why, " ".join(args), flush=True)
-            continue
-        if r.returncode == 0 and (a.mode == "fold" or (a.mode == "serve" and "--phantom" in args)):
-            why = unfolded_differs(a, args, r.stdout)
-            if why:
-                bad += 1
-                print("BAD (folded != unfolded: %s):" % why, " ".join(args), flush=True)
-            continue
         if r.returncode == 0:
+            why = second_look(a, args, r.stdout, rng)
+            if why:
+                bad += 1
+                print("BAD (%s):" % why, " ".join(args), flush=True)
             continue
         if r.returncode == 2 and len(err) == 1:
             kind = re.sub(r"\d+", "N", err[0])[:100]

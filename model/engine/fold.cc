@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
-#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -121,21 +121,21 @@ FoldPlan plan_for(const collectives::MeshShape& shape, FoldPlan fold, const Hard
 // pair of members (one node or two; one switch, socket or NIC or not; the
 // same tier between their nodes), so their collectives take the same times.
 std::vector<int64_t> placement(const std::vector<int>& group, const HardwareProfile& p) {
+  using Key = std::pair<int64_t, int64_t>;
   const size_t tiers = p.fabric.tiers.empty() ? 0 : p.fabric.tiers.size() - 1;
-  const size_t keys = 4 + tiers;
-  std::vector<std::unordered_map<int64_t, int64_t>> seen(keys);
+  std::vector<std::map<Key, int64_t>> seen(4 + tiers);  // node, switch, socket, NIC, then a domain per tier
+  std::vector<Key> keys(seen.size());
   std::vector<int64_t> out;
-  out.reserve(group.size() * (keys + 1));
+  out.reserve(group.size() * (seen.size() + 1));
   for (const int r : group) {
-    const int64_t node = p.node_of(r), local = r % p.devices_per_node;
-    const int64_t sw = p.pcie.empty() ? 0 : p.pcie.switch_of(int(local));
-    const int64_t socket = p.pcie.empty() ? 0 : p.pcie.socket_of_switch(int(sw));
-    int64_t key[16] = {node, node * 1024 + sw, node * 1024 + socket, node * 1024 + p.nic_of(r)};
-    for (size_t t = 0; t < tiers && 4 + t < 16; ++t) key[4 + t] = node / p.fabric.tiers[t].nodes;
-    for (size_t k = 0; k < keys && k < 16; ++k) {
-      auto& m = seen[k];
-      out.push_back(m.emplace(key[k], int64_t(m.size())).first->second);
-    }
+    const int64_t node = p.node_of(r);
+    const int sw = p.pcie.empty() ? 0 : p.pcie.switch_of(r % p.devices_per_node);
+    keys[0] = {node, 0};
+    keys[1] = {node, sw};
+    keys[2] = {node, p.pcie.empty() ? 0 : p.pcie.socket_of_switch(sw)};
+    keys[3] = {node, p.nic_of(r)};
+    for (size_t t = 0; t < tiers; ++t) keys[4 + t] = {node / p.fabric.tiers[t].nodes, 0};
+    for (size_t k = 0; k < seen.size(); ++k) out.push_back(seen[k].emplace(keys[k], int64_t(seen[k].size())).first->second);
     out.push_back(p.nic_sharers(r));
   }
   return out;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -31,14 +32,9 @@ inline constexpr const char* kReplacedPrefix = ".old-";
 template <class T>
 T integer_field(const nlohmann::json& j, const std::string& name, T lo, T hi) {
   // nlohmann keeps a non-negative integer as unsigned, a negative one as signed.
-  bool ok = j.is_number_integer();
-  if (ok && j.is_number_unsigned()) {
-    const uint64_t v = j.get<uint64_t>();
-    ok = hi >= 0 && v <= uint64_t(hi) && (lo <= 0 || v >= uint64_t(lo));
-  } else if (ok) {
-    const int64_t v = j.get<int64_t>();
-    ok = v >= int64_t(lo) && (hi < 0 ? v <= int64_t(hi) : true);  // a negative v is below any hi >= 0
-  }
+  const auto in_range = [&](auto v) { return std::cmp_greater_equal(v, lo) && std::cmp_less_equal(v, hi); };
+  const bool ok = j.is_number_unsigned() ? in_range(j.get<uint64_t>())
+                  : j.is_number_integer() && in_range(j.get<int64_t>());
   if (!ok) throw ConfigError(name + " is " + j.dump() + ": expected an integer from " + std::to_string(lo) + " to " +
                              std::to_string(hi));
   return j.is_number_unsigned() ? T(j.get<uint64_t>()) : T(j.get<int64_t>());

@@ -53,16 +53,16 @@ std::vector<Piece> pieces_of(DeviceSetup& s) {
   std::vector<Piece> out;
   const auto params = s.model->params();
   auto replica_writes = [&](const ShardSpec& spec) { return spec.expert ? s.coords.edp == 0 : s.coords.dp == 0; };
-  const bool params_sharded = s.fsdp.has_value();
-  if (params_sharded) {
+  if (s.fsdp) {
     engine::for_owned(s.model->shards(), s.dp->owned(), [&](const ShardSpec& spec, int64_t begin, int64_t end, int64_t) {
       if (engine::canonical_copy(spec, s.coords))
         out.push_back({&spec, kStateParam, begin, end, params.data() + spec.offset + begin});
     });
+  } else {
+    for (const ShardSpec& spec : s.model->shards())
+      if (engine::canonical_copy(spec, s.coords) && replica_writes(spec))
+        out.push_back({&spec, kStateParam, 0, spec.numel, params.data() + spec.offset});
   }
-  for (const ShardSpec& spec : s.model->shards())
-    if (!params_sharded && engine::canonical_copy(spec, s.coords) && replica_writes(spec))
-      out.push_back({&spec, kStateParam, 0, spec.numel, params.data() + spec.offset});
   const float* m = s.optimizer->exp_avg().data();
   const float* v = s.optimizer->exp_avg_sq().data();
   engine::for_owned(s.model->shards(), s.dp->owned(), [&](const ShardSpec& spec, int64_t begin, int64_t end, int64_t at) {
