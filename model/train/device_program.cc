@@ -48,8 +48,11 @@ void reverse_rows(model::Batch& b) {
 // Megatron-LM 2021's train_step in the same order): a sum of two is the same
 // bits on both ranks, so the copies stay bit-identical whatever algorithm
 // each stage's data-parallel group ran. ZeRO-2 sums the owned chunk of the
-// tied bucket, which both stages own alike (the bucket is its own); ZeRO 0
-// and 1 the whole tensor, as Megatron all-reduces the whole main_grad.
+// tied bucket, which both stages own alike (the bucket is its own), at its
+// padded size: every dp rank sums a chunk of one size (the last owner's
+// padding as zeros), as a padded gradient partition is summed, so the dp
+// ranks run the same program (folding relies on it); ZeRO 0 and 1 the
+// whole tensor, as Megatron all-reduces the whole main_grad.
 // ZeRO-3 sums them before its reduction instead: its units hold wte beside
 // other tensors (wpe's unit, the head's), so the stages own different chunks.
 void sum_tied_copies(const DeviceProgram& p, DeviceSetup& s, Device& dev, bool after_dp) {
@@ -58,10 +61,8 @@ void sum_tied_copies(const DeviceProgram& p, DeviceSetup& s, Device& dev, bool a
   if (wte.empty() || after_dp != (zero != 3)) return;
   const coll::ProcessGroup& embedding = *s.ctx.embedding(p.options.parallel.last_stage_rank());
   float* grads = s.model->grads().data();
-  for (const Range& r : zero == 2 ? s.dp->owned() : std::vector<Range>{wte}) {
-    const int64_t lo = std::max(r.begin, wte.begin), hi = std::min(r.end(), wte.end());
-    if (lo < hi) coll::all_reduce(dev, embedding, coll::Buffer(model::shifted(grads, lo), size_t(hi - lo)));
-  }
+  if (zero == 2) return s.dp->sum_owned_chunk(wte, embedding);
+  coll::all_reduce(dev, embedding, coll::Buffer(model::shifted(grads, wte.begin), size_t(wte.size)));
 }
 
 struct StepLosses {

@@ -120,6 +120,27 @@ void DataParallel::launch(size_t i) {
   reduce(i, true);
 }
 
+void DataParallel::sum_owned_chunk(const Range& bucket, const coll::ProcessGroup& over) {
+  SHARDLAB_CHECK(options_.zero == 1 || options_.zero == 2, "sum_owned_chunk: ZeRO 1/2 chunks only");
+  const auto it = std::find_if(layout_.begin(), layout_.end(), [&](const Range& b) {
+    return b.begin == bucket.begin && b.size == bucket.size;
+  });
+  SHARDLAB_CHECK(it != layout_.end(), "sum_owned_chunk: not one of the planned buckets");
+  const auto i = static_cast<size_t>(it - layout_.begin());
+  const coll::ProcessGroup& g = group_of(i);
+  const auto chunk = coll::chunk_range(size_t(padded_[i]), g.size(), g.rank());
+  const int64_t real = std::max<int64_t>(0, std::min(chunk.end(), bucket.size) - chunk.begin);
+  float* p = model::shifted(grads_.data(), bucket.begin + chunk.begin);
+  if (!p || real == chunk.size) {  // phantom, or no padding in this chunk
+    coll::all_reduce(dev_, over, coll::Buffer(p, size_t(chunk.size)), coll::ReduceOp::kSum);
+    return;
+  }
+  pad_.assign(size_t(chunk.size), 0.0f);
+  std::copy_n(p, size_t(real), pad_.data());
+  coll::all_reduce(dev_, over, coll::Buffer(pad_.data(), size_t(chunk.size)), coll::ReduceOp::kSum);
+  std::copy_n(pad_.data(), size_t(real), p);
+}
+
 bool DataParallel::reduce_partial(size_t i) {
   if (!reduces_each_micro_batch() || launched_[i] || final_only_[i] || group_of(i).size() == 1) return false;
   ++partials_[i];

@@ -154,6 +154,12 @@ class DataParallel {
   // everything otherwise), in flat order.
   const std::vector<Range>& owned() const { return owned_; }
   int64_t owned_elements() const { return owned_elements_; }
+  // Sums (all-reduce, SUM over `over`) this rank's chunk of the bucket that
+  // is exactly `bucket` (flat range), at its padded size: every rank of the
+  // group moves a chunk of one size, the last owner's tail of padding as
+  // zeros (real math copies the real part in and out of a scratch), as a
+  // padded gradient partition is summed. ZeRO 1/2 only.
+  void sum_owned_chunk(const Range& bucket, const collectives::ProcessGroup& over);
   // The group bucket i is reduced over: edp for expert buckets, else dp.
   const collectives::ProcessGroup& group_of(size_t bucket) const {
     return expert_bucket_[bucket] ? *edp_ : dp_;

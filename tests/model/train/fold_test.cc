@@ -49,6 +49,24 @@ std::vector<Config> fold_configs() {
         c.options.parallel.vpp = 2;
         c.precision = Precision::kBf16;
       }),
+      // ZeRO-2 sums the tied wte's two pipeline copies over each dp rank's
+      // chunk of its padded bucket (device_program.cc sum_tied_copies):
+      // 25 x 16 = 400 elements padded to 512, so dp rank 0's chunk is all
+      // real and dp rank 1's 144 real and 112 padding. Summed at the
+      // chunk's padded size, every dp rank runs the same program (summed
+      // over the real part only, rank 1 sent 576 B where rank 0 sent 1 KiB,
+      // and the folded run ended its second step 322 ps early:
+      // tools/fuzz_configs.py --mode fold --seed 301).
+      make("pp2_dp2_zero2_tied_wte_in_padded_chunks", 1, 2, 2, 6, [](Config& c) {
+        c.options.model.vocab_size = 25;
+        c.options.model.n_embd = 16;
+        c.options.model.n_head = 2;
+        c.options.model.n_layer = 4;
+        c.options.model.block_size = 8;
+        c.options.model.batch_size = 24;
+        c.options.parallel.zero = 2;
+        c.running = 2;
+      }),
       // dp 3 over three nodes (tp 8 fills a node), uneven buckets.
       make("tp8_dp3_nodes3", 8, 1, 3, 1, [](Config& c) {
         c.options.model.n_head = 8;
