@@ -64,8 +64,9 @@ coll::BenchOptions parse_setup(const CollFlags& f, const HardwareProfile& profil
     throw ConfigError(fmt::format("--redop {}: --op {} reduces nothing (--redop is for all_reduce, reduce_scatter "
                                   "and reduce)", f.redop, f.op));
   if (f.ranks < 1 || f.ranks > profile.total_devices())
-    throw ConfigError(fmt::format("--ranks {}: must be between 1 and {} (profile {}: {} nodes x {})", f.ranks,
-                                  profile.total_devices(), profile.name, profile.nodes, profile.devices_per_node));
+    throw ConfigError(fmt::format("--ranks {}: must be between 1 and {} (profile {}: {} node{} x {})", f.ranks,
+                                  profile.total_devices(), profile.name, profile.nodes, profile.nodes == 1 ? "" : "s",
+                                  profile.devices_per_node));
   s.ranks = f.ranks;
   if (s.proto != coll::Proto::kAuto) {
     std::vector<int> world(static_cast<size_t>(s.ranks));

@@ -31,9 +31,9 @@ Cluster::Cluster(HardwareProfile profile, ClusterOptions options)
     : profile_(std::move(profile)), options_(options) {
   if (options_.world_size == 0) options_.world_size = profile_.total_devices();
   if (options_.world_size < 1 || options_.world_size > profile_.total_devices()) {
-    throw ConfigError(fmt::format("{} devices requested but profile {} has {} ({} nodes x {})",
+    throw ConfigError(fmt::format("{} devices requested but profile {} has {} ({} node{} x {})",
                                   options_.world_size, profile_.name, profile_.total_devices(),
-                                  profile_.nodes, profile_.devices_per_node));
+                                  profile_.nodes, profile_.nodes == 1 ? "" : "s", profile_.devices_per_node));
   }
   if (options_.host_threads < 0)
     throw ConfigError(fmt::format("ClusterOptions::host_threads {}: 0 (a thread per device) or more", options_.host_threads));

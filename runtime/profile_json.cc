@@ -185,8 +185,7 @@ void read_device_model(const Reader& r, const nlohmann::json& j, DeviceSpec& d) 
     const std::string path = fmt::format("device.gemm.tiles.{}", i);
     if (!tiles[i].is_array() || tiles[i].size() != 2)
       r.fail(fmt::format("field \"{}\" must be [m, n]", path));
-    nlohmann::json t{{"m", tiles[i][0]}, {"n", tiles[i][1]}};
-    d.gemm.tiles.push_back({r.count(t, "m"), r.count(t, "n")});
+    d.gemm.tiles.push_back({r.count(j, path + ".0"), r.count(j, path + ".1")});
   }
   d.gemm.max_efficiency_fp32 = r.fraction(j, "device.gemm.max_efficiency.fp32");
   d.gemm.max_efficiency_bf16 = r.fraction(j, "device.gemm.max_efficiency.bf16");

@@ -139,6 +139,12 @@ TEST(Profiles, FileErrorsNameTheProblem) {
     EXPECT_NE(err.find(b.says), std::string::npos) << err;
   }
 
+  // A GEMM tile's dimension is named by its full path (it said field "m").
+  nlohmann::json tile = profile_to_json(load_profile("a100-nvlink"));
+  tile["device"]["gemm"]["tiles"][1][1] = 0;
+  const std::string tile_err = load_error(write_temp("tile.json", tile.dump()));
+  EXPECT_NE(tile_err.find("field \"device.gemm.tiles.1.1\" must be a positive integer"), std::string::npos) << tile_err;
+
   // links.intra.nvls_efficiency (NVLink SHARP): a share of the link's rate, in (0, 1].
   for (double bad : {0.0, 1.5, -0.2}) {
     nlohmann::json j = good;
