@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <new>
 #include <string>
 
 #include "cli/cli.h"
@@ -50,6 +51,9 @@ int run(CLI::App& app, int argc, char** argv) {
       case shardlab::RunCause::kDeadlock: return 1;
     }
     return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "shardlab: error: %s\n", shardlab::kHostOutOfMemory);
+    return 2;
   } catch (const std::exception& e) {
     if (std::ferror(stdout)) return 2;  // fmt::print failed on stdout: finish_stdout says so
     std::fprintf(stderr, "shardlab: error: %s\n", shardlab::cli::with_flag_names(e.what()).c_str());

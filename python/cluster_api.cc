@@ -15,6 +15,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -22,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/cli.h"
@@ -66,16 +68,29 @@ class PyDevice {
     if (name == "compute") return dev_.compute();
     throw ConfigError("stream \"" + name + "\": compute or comm");
   }
+  // Another device's rank, else a ConfigError naming the argument (the
+  // device's own check is an internal one: library code never gets it wrong).
+  void check_peer(const char* what, int peer) const {
+    if (peer < 0 || peer >= dev_.world_size() || peer == dev_.rank())
+      throw ConfigError(fmt::format("{}={}: another device's rank (0..{}, not this device's {})", what, peer,
+                                    dev_.world_size() - 1, dev_.rank()));
+  }
   // Sends at once (eager): returns when the last byte leaves the egress port, in ps.
   Time isend(int dst, const FloatArray& a, Tag tag, const std::string& on) {
+    check_peer("dst", dst);
     Stream& s = stream(on);
     const std::span<const std::byte> host{reinterpret_cast<const std::byte*>(a.data()), size_t(a.size()) * sizeof(float)};
     const uint64_t modeled = uint64_t(a.size()) * uint64_t(element_size(dev_.precision()));
     py::gil_scoped_release nogil;
     return dev_.isend(s, dst, tag, host, modeled).done;
   }
-  void wait_until(Time t, const std::string& on) { stream(on).wait({t}); }
+  void wait_until(Time t, const std::string& on) {
+    if (t < 0 || t > Time{1'000'000'000'000'000'000})  // 10^6 s: later times would overflow the clocks
+      throw ConfigError(fmt::format("wait_until: time_ps={}: a time in [0, 1e18] ps", t));
+    stream(on).wait({t});
+  }
   py::array_t<float> recv(int src, Tag tag, const std::string& on) {
+    check_peer("src", src);
     Stream& s = stream(on);
     std::optional<Message> m;
     {
@@ -87,6 +102,8 @@ class PyDevice {
     return out;
   }
   Time compute(double flops, double bytes, const std::string& name) {
+    for (const auto& [what, v] : {std::pair{"flops", flops}, std::pair{"bytes", bytes}})
+      if (!std::isfinite(v) || v < 0) throw ConfigError(fmt::format("compute: {}={}: a finite number >= 0", what, v));
     OpCost op;
     op.flops = flops;
     op.bytes = bytes;
@@ -96,6 +113,7 @@ class PyDevice {
   }
   // NCCL's kernel launch and setup before a collective's first send, on the comm stream.
   void launch(int group_size) {
+    if (group_size < 1) throw ConfigError(fmt::format("launch: group_size={}: at least 1", group_size));
     const Time t = collectives::collective_launch(dev_.profile(), group_size);
     if (t > 0) dev_.comm().run("coll.launch", t, 0, 0.0);
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <thread>
 
@@ -90,6 +91,8 @@ class FirstError {
       throw RunError(rank_, e.what(), RunCause::kDeviceFailure);
     } catch (const FoldingError& e) {
       throw RunError(rank_, with_rank(e.what()), RunCause::kFolding);
+    } catch (const std::bad_alloc&) {  // the run's host buffers (its input's sizes) exceed the host
+      throw RunError(rank_, with_rank(kHostOutOfMemory), RunCause::kInput);
     } catch (const std::exception& e) {
       throw RunError(rank_, with_rank(e.what()));
     } catch (...) {

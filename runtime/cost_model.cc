@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "runtime/errors.h"
 
 namespace shardlab {
@@ -116,7 +118,13 @@ Time CostModel::duration(const OpCost& op) const {
   const double rate = op.pass == OpCost::Pass::kStream ? mem_bytes_per_s_
                       : mem_bytes_per_s_ * layernorm_rate_[op.pass == OpCost::Pass::kLayerNormForward ? 0 : 1];
   const double memory_ps = bytes > 0 ? std::ceil(bytes / rate * 1e12) : 0.0;
-  return launch_ + static_cast<Time>(std::max(compute_ps(op), memory_ps));
+  const double ps = std::max(compute_ps(op), memory_ps);
+  // Past 10^6 s (or NaN: a cost given by a user's code) a kernel is no
+  // kernel, and past 2^63 ps the conversion would be undefined.
+  if (!(ps <= 1e18) || std::isnan(op.flops) || std::isnan(bytes))
+    throw ConfigError(fmt::format("a kernel of {:g} FLOPs and {:g} bytes would take {:g} s (at most 1e6 s a kernel)",
+                                  op.flops, op.bytes, ps / 1e12));
+  return launch_ + static_cast<Time>(ps);
 }
 
 }  // namespace shardlab

@@ -24,6 +24,11 @@ class OutOfMemory : public std::runtime_error {
 // A run failed: the first exception thrown on any device (rank >= 0), or a
 // deadlock found by the watchdog (rank == -1). what() starts with "device N: ".
 // Why a run failed, as the tool maps it to its exit code (cli/main.cc).
+// What a std::bad_alloc says: the sizes asked for need more host memory
+// than this machine has (exit 2, as an out-of-memory device).
+inline constexpr const char* kHostOutOfMemory =
+    "out of host memory (std::bad_alloc): the sizes asked for do not fit in this machine's memory";
+
 enum class RunCause : uint8_t {
   kProgram = 0,    // an error in a device's program or the emulator (exit 1)
   kInput,          // the user's input: a ConfigError or an OutOfMemory (exit 2)

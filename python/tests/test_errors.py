@@ -60,7 +60,7 @@ def test_a_mismatched_message_size_in_a_collective_is_reported():
 def test_a_cluster_larger_than_its_profile_is_a_config_error():
     with pytest.raises(shardlab.ConfigError) as info:
         shardlab.Cluster("a100-nvlink", devices=16, nodes=1).run(lambda dev: None)
-    assert str(info.value) == "16 devices requested but profile a100-nvlink has 8 (1 nodes x 8)"
+    assert str(info.value) == "16 devices requested but profile a100-nvlink has 8 (1 node x 8)"
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -82,3 +82,30 @@ def test_a_cluster_argument_of_the_wrong_type_is_a_config_error(kwargs, message)
 def test_a_cluster_of_zero_devices_is_every_device_of_the_profile():
     run = shardlab.Cluster("a100-nvlink", devices=0, nodes=1).run(lambda dev: None)
     assert len(run.end_ps) == 8
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda dev: dev.isend(-1, np.ones(4, np.float32)), "dst=-1: another device's rank (0..1, not this device's 0)"),
+    (lambda dev: dev.isend(9, np.ones(4, np.float32)), "dst=9: another device's rank (0..1, not this device's 0)"),
+    (lambda dev: dev.isend(0, np.ones(4, np.float32)), "dst=0: another device's rank (0..1, not this device's 0)"),
+    (lambda dev: dev.recv(0), "src=0: another device's rank (0..1, not this device's 0)"),
+    (lambda dev: dev.compute(flops=-1.0), "compute: flops=-1: a finite number >= 0"),
+    (lambda dev: dev.compute(flops=float("nan")), "compute: flops=nan: a finite number >= 0"),
+    (lambda dev: dev.compute(bytes=float("inf")), "compute: bytes=inf: a finite number >= 0"),
+    (lambda dev: dev.compute(flops=1e300), "a kernel of 1e+300 FLOPs and 0 bytes would take"),
+    (lambda dev: dev.wait_until(-5), "wait_until: time_ps=-5: a time in [0, 1e18] ps"),
+    (lambda dev: dev.wait_until(2**63 - 1), "wait_until: time_ps=9223372036854775807: a time in [0, 1e18] ps"),
+    (lambda dev: dev.launch(0), "launch: group_size=0: at least 1"),
+])
+def test_a_bad_argument_to_a_device_is_a_run_error_naming_it(call, message):
+    # These aborted the process (an internal check on the peer) or gave
+    # silent garbage (NaN FLOPs took no time; 1e300 FLOPs overflowed the
+    # clock to 0).
+    def program(dev):
+        if dev.rank == 0:
+            call(dev)
+
+    with pytest.raises(shardlab.RunError) as info:
+        shardlab.Cluster(devices=2).run(program)
+    assert info.value.rank == 0
+    assert str(info.value).splitlines()[0].startswith("device 0: RuntimeError: " + message), str(info.value)

@@ -3,6 +3,7 @@
 // caught by bounded_run's generous bound, never by timing the run.
 #include <chrono>
 #include <functional>
+#include <new>
 #include <stdexcept>
 #include <thread>
 
@@ -117,6 +118,9 @@ TEST(Failures, EachErrorKindIsItsCause) {
       {[] { throw FoldingError("not foldable"); }, RunCause::kFolding},
       {[] { throw DeviceFailure("device 1 died"); }, RunCause::kDeviceFailure},
       {[] { throw std::logic_error("a bug"); }, RunCause::kProgram},
+      // Sizes the host cannot hold (a phantom batch of 16M x 64K tokens with
+      // --memory 1000000GiB): an input error naming the host, not "std::bad_alloc", exit 1.
+      {[] { throw std::bad_alloc(); }, RunCause::kInput},
   };
   for (const Case& k : cases) {
     Cluster c(testing::simple_profile(), {.world_size = 2});
@@ -128,6 +132,8 @@ TEST(Failures, EachErrorKindIsItsCause) {
     } catch (const RunError& e) {
       EXPECT_EQ(e.cause(), k.cause) << run_cause_name(e.cause()) << " for " << run_cause_name(k.cause);
       EXPECT_EQ(e.rank(), 1);
+      if (k.cause == RunCause::kInput && std::string(e.what()).find("bad flag") == std::string::npos)
+        EXPECT_EQ(std::string(e.what()), std::string("device 1: ") + kHostOutOfMemory);
     }
   }
 }

@@ -1,3 +1,4 @@
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <string>
@@ -401,6 +402,17 @@ TEST(CostModel, RooflineTakesTheSlowerSidePlusLaunch) {
   CostModel bf16(spec, Precision::kBf16);
   EXPECT_EQ(bf16.duration({1e9, 0}), us_to_time(2.0) + us_to_time(100.0));
   EXPECT_EQ(element_size(Precision::kBf16), 2);
+  // Past 1e6 s, or NaN (a cost from a user's code), a kernel is refused:
+  // 1e300 FLOPs overflowed the picosecond clock (to 0 in a Python run).
+  EXPECT_EQ(fp32.duration({5e18, 0}), us_to_time(2.0) + us_to_time(1e12));  // 1e6 s: the limit itself
+  for (const OpCost& op : {OpCost{1e300, 0}, OpCost{0, 1e300}, OpCost{std::nan(""), 0}, OpCost{0, std::nan("")}}) {
+    try {
+      (void)fp32.duration(op);
+      ADD_FAILURE() << op.flops << " FLOPs, " << op.bytes << " bytes: no error";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("(at most 1e6 s a kernel)"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace
