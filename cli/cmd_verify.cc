@@ -110,6 +110,15 @@ void print_table(const train::TrainOptions& o, const collectives::DeviceMesh& me
                r.flip_limit, vo.flips.min, vo.flips.max, list,
                r.param_rel_l2_held);
   }
+  if (r.tp_replicas && r.tp_drift.empty())
+    fmt::print("tp-replicated tensors (norms, row-parallel biases, wpe, replicated K/V, routers): every tp rank's "
+               "copy is tp rank 0's, bit for bit\n");
+  else if (r.tp_replicas)
+    fmt::print("tp-replicated tensors drift apart: {} differs from tp rank 0's copy (max |diff| {:.3e} over the tp "
+               "ranks); expected by rounding where the tp ranks' data-parallel groups sit differently on the nodes "
+               "(their reductions run other algorithms, as NCCL's per-communicator choices would); not a failure: "
+               "this comparison and the checkpoints use tp rank 0's copies\n",
+               r.tp_drift, r.tp_drift_max);
   print_tolerances(vo);
   if (r.routing || r.floor_routing) print_routing(r, o);
   if (r.passed && !sharded_model) {

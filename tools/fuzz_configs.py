@@ -38,6 +38,13 @@ same loss at every step and the same --save bytes (where the tp ranks' dp
 groups sit differently on the nodes, losses within 1e-5: README
 "Checkpoints and resume").
 
+--mode reshard draws `train` runs as resume does and a second layout of
+the same model and batch (tp, pp, dp, cp, ep, ZeRO, micro-batches,
+schedule, recomputation, SP and the overlap flags drawn again): the first
+layout runs half the steps with --checkpoint-dir, the second resumes from
+it (README "Resume, another parallel config: resharding"); every later
+step's loss must be the straight run's within 1e-5 (verify's tolerance).
+
 --mode generate draws `generate` runs (model, tp/pp/ep, prompt, sampler,
 seed); a sharded one's tokens must be those of the same model on one device.
 
@@ -88,8 +95,8 @@ SWITCHES = [("--sp", 0.3), ("--tp-comm-overlap", 0.1), ("--use-distributed-optim
 def draw(rng, mode="verify", wide=False):
     """A random layout for `mode`: verify's command, train --phantom (fold),
     a real train (phantom: dense and sharded; mpi and resume)."""
-    fold, real, resume = mode == "fold", mode == "phantom", mode == "resume"
-    mpi = mode in ("mpi", "resume")
+    fold, real, resume = mode == "fold", mode == "phantom", mode in ("resume", "reshard")
+    mpi = mode in ("mpi", "resume", "reshard")
     flags = {}
     for flag, choices, p in FLAGS_WITH_VALUES:
         if rng.random() < p:
@@ -326,6 +333,9 @@ def dp_groups_alike(args, per_node=8):
     return all(pattern(t, p) == pattern(0, p) for p in range(pp) for t in range(tp))
 
 
+COMPARED = [0]  # resume and reshard: the runs that got as far as the comparison
+
+
 def resume_differs(a, args, straight_out):
     """The run stopped after k steps with a checkpoint and resumed to the same
     total (same layout) must end with the straight run's bytes: every later
@@ -352,6 +362,7 @@ def resume_differs(a, args, straight_out):
                            capture_output=True, text=True, timeout=a.timeout)
         if r.returncode != 0:
             return "the resumed run exited %d: %s" % (r.returncode, r.stderr.strip()[-200:])
+        COMPARED[0] += 1
         # The resumed report holds every step, the checkpoint's first k too.
         straight = [(s["step"], s["loss"]) for s in json.loads(straight_out)["steps"]]
         resumed = [(s["step"], s["loss"]) for s in json.loads(r.stdout)["steps"]]
@@ -366,6 +377,86 @@ def resume_differs(a, args, straight_out):
             if f1.read() != f2.read():
                 return "the saved parameters differ after resuming at step %d" % k
     return None
+
+
+# A run's layout: drawn again for the resharded resume; the rest (model,
+# batch, data, optimizer, precision, kernels) stays.
+LAYOUT_FLAGS = {"--tp", "--pp", "--dp", "--cp", "--ep", "--micro-batches", "--zero", "--schedule", "--vpp",
+                "--recompute", "--hsdp", "--cp-comm", "--pp-layers", "--bucket-mb", "--prefetch"}
+LAYOUT_SWITCHES = {"--sp", "--tp-comm-overlap", "--use-distributed-optimizer", "--overlap-param-gather",
+                   "--no-overlap", "--scatter-gather", "--bucket-per-chunk", "--reshard-after-forward",
+                   "--no-grad-accum-fusion", "--overlap-p2p-comm"}
+
+
+def relayout(args, rng):
+    """`args` with its layout drawn again (LAYOUT_FLAGS, LAYOUT_SWITCHES):
+    tp from the divisors the model allows, dp and micro-batches dividing the batch."""
+    rest, it = [], iter(args)
+    for x in it:
+        if x in LAYOUT_FLAGS:
+            next(it)
+        elif x not in LAYOUT_SWITCHES:
+            rest.append(x)
+    value = lambda f: int(rest[rest.index(f) + 1])
+    heads, batch, layers = value("--heads"), value("--batch"), value("--layers")
+    tp = rng.choice([t for t in (1, 2, 4) if heads % t == 0 and value("--vocab") % t == 0])
+    # An MoE model's aux loss and capacity count each micro-batch's tokens:
+    # another split is another loss (3.26983 against 3.26988 at step 0 for
+    # 2 and 4 micro-batches of one llama MoE), so MoE keeps its micro-batches.
+    keep = int(args[args.index("--micro-batches") + 1]) if "--micro-batches" in args else 1
+    mbs = (keep,) if "--experts" in rest else (1, 2, 3)
+    dp = rng.choice([d for d in (1, 2, 3, 4) if any((batch // d) % m == 0 for m in mbs) and batch % d == 0])
+    mb = rng.choice([m for m in mbs if (batch // dp) % m == 0])
+    pp = rng.choice([p for p in (1, 2, 3) if p <= layers])
+    out = rest + ["--tp", str(tp), "--dp", str(dp), "--pp", str(pp), "--micro-batches", str(mb)]
+    if "--experts" in rest and rng.random() < 0.5:
+        out += ["--ep", str(rng.choice([e for e in (1, 2) if dp % e == 0 and value("--experts") % e == 0]))]
+    if rng.random() < 0.4:
+        out += ["--zero", str(rng.choice([0, 1, 2, 3]))]
+    if pp > 1 and rng.random() < 0.4:
+        out += ["--schedule", rng.choice(["gpipe", "1f1b", "zb-h1"])]
+    if rng.random() < 0.2:
+        out += ["--recompute", rng.choice(["selective", "full"])]
+    if tp > 1 and rng.random() < 0.3:
+        out.append("--sp")
+    if rng.random() < 0.1:
+        out.append("--no-overlap")
+    return out
+
+
+def reshard_differs(a, args, straight_out, rng):
+    """The run's first half under its layout with a checkpoint, the rest
+    resumed under another (resharded): every step's loss within 1e-5 of the
+    straight run's (the first half's records are the checkpoint's own)."""
+    steps = int(args[args.index("--steps") + 1])
+    if steps < 2:
+        return None
+    k = steps // 2
+    other = relayout(args, rng)
+    with tempfile.TemporaryDirectory() as tmp:
+        first = list(args)
+        first[first.index("--steps") + 1] = str(k)
+        r = subprocess.run([a.shardlab] + first + ["--checkpoint-dir", tmp + "/ck"], capture_output=True, text=True,
+                           timeout=a.timeout)
+        if r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1:
+            return None  # a layout checkpoints refuse (--cp), in one line
+        if r.returncode != 0:
+            return "the first %d steps exited %d: %s" % (k, r.returncode, r.stderr.strip()[-200:])
+        r = subprocess.run([a.shardlab] + other + ["--resume", tmp + "/ck"], capture_output=True, text=True,
+                           timeout=a.timeout)
+        err = r.stderr.strip().splitlines()
+        if r.returncode == 2 and len(err) == 1:
+            return None  # the other layout refused, in one line
+        if r.returncode != 0:
+            return "resumed as %s: exited %d: %s" % (" ".join(other), r.returncode, r.stderr.strip()[-200:])
+        COMPARED[0] += 1
+        straight = [(s["step"], s["loss"]) for s in json.loads(straight_out)["steps"]]
+        resumed = [(s["step"], s["loss"]) for s in json.loads(r.stdout)["steps"]]
+        close = len(straight) == len(resumed) and all(
+            i == j and x is not None and y is not None and abs(x - y) <= 1e-5 * abs(x)
+            for (i, x), (j, y) in zip(straight, resumed))
+        return None if close else "resumed at step %d as %s: straight %s, resumed %s" % (
+            k, " ".join(other), straight, resumed)
 
 
 def serve_figures(report):
@@ -398,6 +489,8 @@ def second_look(a, args, out, rng):
     """The mode's own property for a run that exited 0: None, or why it fails."""
     if a.mode == "resume":
         return resume_differs(a, args, out)
+    if a.mode == "reshard":
+        return reshard_differs(a, args, out, rng)
     if a.mode == "mpi":
         return mpi_differs(a, args, out, rng)
     if a.mode == "phantom":
@@ -417,14 +510,15 @@ def main():
     ap.add_argument("--runs", type=int, default=300)
     ap.add_argument("--shardlab", default="build/bin/shardlab")
     ap.add_argument("--timeout", type=float, default=120)
-    ap.add_argument("--mode", choices=["verify", "fold", "phantom", "mpi", "resume", "serve", "generate"],
+    ap.add_argument("--mode", choices=["verify", "fold", "phantom", "mpi", "resume", "reshard", "serve", "generate"],
                     default="verify",
                     help="verify: sharded against unsharded; fold: phantom folded against --no-fold; "
                          "serve: serving layouts (a phantom one folded against --no-fold); "
                          "generate: a sharded generate's tokens against one device's; "
                          "phantom: a real dense train run's clock against its phantom run's; "
                          "mpi: a train run alone against the same under mpirun; "
-                         "resume: a straight train run against one stopped at a checkpoint and resumed")
+                         "resume: a straight train run against one stopped at a checkpoint and resumed; "
+                         "reshard: the same, resumed under another layout")
     ap.add_argument("--wide", action="store_true",
                     help="fold mode: also dp 24-64 and tp 8 (more nodes, by-place folding, fabric tiers)")
     a = ap.parse_args()
@@ -454,7 +548,8 @@ def main():
         bad += 1
         tail = r.stdout.strip().splitlines()[-6:] + err[-5:]
         print("BAD (exit %d):" % r.returncode, " ".join(args), "\n   " + "\n   ".join(tail), flush=True)
-    print("runs %d, exit codes %s, bad %d" % (a.runs, dict(sorted(codes.items())), bad))
+    print("runs %d, exit codes %s, bad %d" % (a.runs, dict(sorted(codes.items())), bad)
+          + (", %d resumed and compared" % COMPARED[0] if a.mode in ("resume", "reshard") else ""))
     for kind, n in sorted(refusals.items(), key=lambda kv: -kv[1])[:25]:
         print("%5d  %s" % (n, kind))
     return 1 if bad else 0

@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "model/engine/shard_io.h"
+#include "runtime/errors.h"
 
 namespace shardlab::train {
 
@@ -62,6 +63,24 @@ void publish_params(parallel::LocalModel& model, const collectives::DeviceMesh& 
     if (peer != rank)
       engine::scatter_to_global(model, params, coords, table, sized(replica(mesh.coords(peer))), nullptr,
                                 engine::kExpertsOnly);
+  // Tensor parallelism: tp ranks 1.. of dp replica 0 pack their copies of
+  // the tp-replicated tensors (TrainResult::tp_replicated's order), which
+  // train() compares with tp rank 0's (a report, TrainResult::tp_drift).
+  if (!result.tp_copies.empty() && coords.tp > 0 && coords.dp == 0 && coords.cp == 0) {
+    std::vector<float>& packed = result.tp_copies[size_t(coords.tp)];
+    const std::vector<Range>& ranges = result.tp_replicated;
+    std::vector<int64_t> packed_at(1, 0);  // where each range's elements start in `packed`
+    for (const Range& r : ranges) packed_at.push_back(packed_at.back() + r.size);
+    for (const ShardSpec& s : model.shards()) {
+      if (!s.tp_replicated || s.expert) continue;
+      const int64_t begin = table.at(s.name).offset;  // whole: local is global
+      const auto it = std::lower_bound(ranges.begin(), ranges.end(), begin,
+                                       [](const Range& r, int64_t b) { return r.begin < b; });
+      SHARDLAB_CHECK(it != ranges.end() && it->begin == begin && it->size == s.numel,
+                     "a tp-replicated tensor not in the packed layout: " + s.name);
+      std::copy_n(params.data() + s.offset, s.numel, packed.begin() + packed_at[size_t(it - ranges.begin())]);
+    }
+  }
   // The last stage's tied copy, compared with the first stage's by train().
   const int pp = mesh.shape().pp;
   if (!result.tied_copy.empty() && coords.pp == pp - 1 && coords.dp == 0 && coords.cp == 0) {

@@ -55,6 +55,7 @@ void share_train_result(TrainResult& r, const std::vector<int>& owners, int64_t 
   }
   merge_disjoint(r.step0_grads);
   merge_disjoint(r.tied_copy);
+  for (auto& packed : r.tp_copies) merge_disjoint(packed);
   merge_disjoint(r.a2a_time);
   merge_disjoint(r.fsdp);
   merge_disjoint(r.param_gather);

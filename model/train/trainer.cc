@@ -1,5 +1,6 @@
 #include "model/train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -14,6 +15,7 @@
 #include "model/engine/shard_io.h"
 #include "model/io/safetensors.h"
 #include "model/parallel/config_check.h"
+#include "model/parallel/layout.h"
 #include "model/params.h"
 #include "model/portable_math.h"
 #include "model/train/checkpoint.h"
@@ -239,6 +241,19 @@ TrainResult sized_result(const TrainOptions& o, const model::ParamTable& table, 
   if (o.keep_step0_grads) r.step0_grads.assign(size_t(table.numel()), 0.0f);
   if (o.parallel.last_stage_rank() != 0 && o.model.tied())
     r.tied_copy.assign(size_t(table.at(model::embedding_name(o.model)).numel), 0.0f);
+  if (o.parallel.tp > 1) {  // tp rank 1's layout names the replicated tensors (every tp rank's alike)
+    int64_t packed = 0;
+    const parallel::ShardLayout tp1(table, mc, o.parallel.tp, 1);
+    for (const parallel::ShardSpec& s : tp1.shards())
+      if (s.tp_replicated && !s.expert) {
+        r.tp_replicated.push_back({table.at(s.name).offset, s.numel});  // whole: local is global
+        packed += s.numel;
+      }
+    std::sort(r.tp_replicated.begin(), r.tp_replicated.end(),
+              [](const Range& a, const Range& b) { return a.begin < b.begin; });
+    r.tp_copies.assign(size_t(o.parallel.tp), std::vector<float>(size_t(packed), 0.0f));
+    r.tp_copies[0].clear();  // tp rank 0's are final_params'
+  }
   return r;
 }
 
@@ -301,6 +316,27 @@ void check_replicas(TrainResult& result, const model::ParamTable& table, int cp)
   for (size_t i = 0; i < result.tied_copy.size(); ++i)
     note_mismatch(result, wte_name + ": the last pipeline stage's tied copy", result.tied_copy[i],
                   result.final_params[size_t(wte) + i]);
+  // tp ranks 1.. against tp rank 0 (a report: TrainResult::tp_drift).
+  const auto name_at = [&](int64_t offset) {  // the specs lie in offset order
+    const auto& specs = table.specs();
+    const auto after = std::upper_bound(specs.begin(), specs.end(), offset,
+                                        [](int64_t o, const model::ParamSpec& s) { return o < s.offset; });
+    return std::prev(after)->name;
+  };
+  for (size_t t = 1; t < result.tp_copies.size(); ++t) {
+    const std::vector<float>& copy = result.tp_copies[t];
+    size_t at = 0;
+    for (const Range& g : result.tp_replicated) {
+      for (int64_t i = 0; i < g.size; ++i, ++at) {
+        const float a = copy[at], b = result.final_params[size_t(g.begin + i)];
+        if (a == b) continue;
+        if (result.tp_drift.empty())
+          result.tp_drift = fmt::format("{} on tp rank {}", name_at(g.begin), t);
+        result.tp_drift_max = std::max(result.tp_drift_max, std::isnan(a - b) ? INFINITY : std::abs(double(a) - b));
+      }
+    }
+  }
+  result.tp_copies.clear();
 }
 
 }  // namespace

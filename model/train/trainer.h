@@ -32,6 +32,7 @@
 #include "model/parallel/recompute.h"
 #include "model/parallel/pipeline/schedule.h"
 #include "runtime/cluster.h"
+#include "runtime/range.h"
 
 namespace shardlab::train {
 
@@ -273,6 +274,19 @@ struct TrainResult {
   std::vector<std::vector<float>> replicas;  // (dp·cp) unsharded final params of each dp (and cp) rank
   // Pipeline: the last stage's copy of the tied wte (it must equal the first stage's).
   std::vector<float> tied_copy;
+  // Tensor parallelism: the tp-replicated tensors (LayerNorms, row-parallel
+  // biases, wpe, K/V heads tp does not divide, the router; experts aside) at
+  // their global flat ranges, and tp rank t's copies of them in dp replica 0,
+  // packed in that order (tp_copies[t], t >= 1). Where tp rank t's copy is not
+  // tp rank 0's bit for bit, tp_drift names the first tensor and tp_drift_max
+  // is the largest difference: a report, not an error (where the tp ranks'
+  // dp groups sit differently on the nodes their reductions run other
+  // algorithms and round differently, as NCCL's per-communicator choices
+  // would; README "Checkpoints and resume").
+  std::vector<Range> tp_replicated;
+  std::vector<std::vector<float>> tp_copies;
+  std::string tp_drift;
+  double tp_drift_max = 0;
   RunResult run;
   std::optional<double> best_loss;  // of the data, when known
   int64_t n_params = 0;

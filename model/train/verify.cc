@@ -219,6 +219,9 @@ VerifyResult compare_runs(const TrainResult& sharded, const TrainResult& referen
     r.first_mismatch = Mismatch{"replica", sharded.replica_mismatch, -1, -1, sharded.replica_max_diff,
                                 sharded.replica_max_diff};
   }
+  r.tp_replicas = !sharded.tp_replicated.empty();
+  r.tp_drift = sharded.tp_drift;
+  r.tp_drift_max = sharded.tp_drift_max;
   r.passed = !r.first_mismatch.has_value();
   return r;
 }
@@ -245,7 +248,11 @@ nlohmann::json verify_json(const VerifyResult& r) {
                    {"max_param_abs_diff", r.max_param_abs_diff},
                    {"param_rel_l2", r.param_rel_l2},
                    {"param_rel_l2_held", r.param_rel_l2_held},
-                   {"first_mismatch", nullptr}};
+                   {"first_mismatch", nullptr},
+                   {"tp_replica_drift", nullptr}};
+  if (r.tp_replicas)
+    j["tp_replica_drift"] = {{"max_abs_diff", r.tp_drift_max},
+                             {"first", r.tp_drift.empty() ? nlohmann::json() : nlohmann::json(r.tp_drift)}};
   if (r.first_mismatch) {
     const Mismatch& m = *r.first_mismatch;
     j["first_mismatch"] = {{"kind", m.kind}, {"name", m.name}, {"layer", m.layer}, {"step", m.step},

@@ -168,6 +168,11 @@ struct VerifyResult {
   size_t flip_limit = 0;         // how many could be set aside (flip_limit; 0 without bounds)
   double grad_rel_l2 = 0;   // whole step-0 gradient vector, with grads
   std::optional<Mismatch> first_mismatch;
+  // Tensor parallelism: whether every tp rank's copy of the tp-replicated
+  // tensors is tp rank 0's (TrainResult::tp_drift; a report, not a check).
+  bool tp_replicas = false;    // the run had tp > 1 and tp-replicated tensors (compared)
+  std::string tp_drift;        // the first tensor that differs, or empty
+  double tp_drift_max = 0;
   // Set when the routing diverged (verify then compares both runs re-run to
   // that step; `routing.step` 0 leaves nothing to compare and fails).
   std::optional<RoutingDivergence> routing;
