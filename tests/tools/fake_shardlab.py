@@ -6,7 +6,8 @@ each mode must call the runs BAD (ctest runs them with WILL_FAIL):
     and phantom mode, whose phantom run has --no-fold);
   - with --tp, --pp or --ep, other tokens (generate mode);
   - under mpirun, one report per process (mpi mode);
-  - with --resume, other bytes in its --save file (resume mode)."""
+  - with --resume, other bytes in its --save file (resume mode);
+  - with --resume and no --save, another loss (reshard mode)."""
 import json
 import sys
 
@@ -18,7 +19,8 @@ if "--save" in args:
     with open(args[args.index("--save") + 1], "wb") as f:
         f.write(b"resumed" if "--resume" in args else b"straight")
 print(json.dumps({
-    "steps": [{"step": 0, "loss": 1.0, "virtual_time_s": t, "wall_s": 0.1}],
+    "steps": [{"step": 0, "loss": 2.0 if "--resume" in args and "--save" not in args else 1.0,
+               "virtual_time_s": t, "wall_s": 0.1}],
     "summary": {"virtual_step_s": t, "host_tokens_per_s": 1.0},
     "devices": [{"rank": 0, "compute_s": t}],
     "tokens": [1, 2] if sharded else [1, 3],
