@@ -336,6 +336,21 @@ def dp_groups_alike(args, per_node=8):
 COMPARED = [0]  # resume and reshard: the runs that got as far as the comparison
 
 
+def run_first_half(a, args, k, ck):
+    """`args` for its first k steps with --checkpoint-dir `ck`: None when it
+    wrote the checkpoint, "" when the layout refuses checkpoints in one line
+    (--cp), else why it failed."""
+    first = list(args)
+    first[first.index("--steps") + 1] = str(k)
+    r = subprocess.run([a.shardlab] + first + ["--checkpoint-dir", ck], capture_output=True, text=True,
+                       timeout=a.timeout)
+    if r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1:
+        return ""
+    if r.returncode != 0:
+        return "the first %d steps exited %d: %s" % (k, r.returncode, r.stderr.strip()[-200:])
+    return None
+
+
 def resume_differs(a, args, straight_out):
     """The run stopped after k steps with a checkpoint and resumed to the same
     total (same layout) must end with the straight run's bytes: every later
@@ -350,14 +365,9 @@ def resume_differs(a, args, straight_out):
         if r.returncode != 0:
             return "the straight run with --save exited %d: %s" % (r.returncode, r.stderr.strip()[-200:])
         straight_out = r.stdout
-        first = list(args)
-        first[first.index("--steps") + 1] = str(k)
-        r = subprocess.run([a.shardlab] + first + ["--checkpoint-dir", tmp + "/ck"], capture_output=True, text=True,
-                           timeout=a.timeout)
-        if r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1:
-            return None  # a layout checkpoints refuse (--cp), in one line
-        if r.returncode != 0:
-            return "the first %d steps exited %d: %s" % (k, r.returncode, r.stderr.strip()[-200:])
+        why = run_first_half(a, args, k, tmp + "/ck")
+        if why is not None:
+            return why or None  # "": a layout checkpoints refuse (--cp), in one line
         r = subprocess.run([a.shardlab] + args + ["--resume", tmp + "/ck", "--save", tmp + "/resumed.safetensors"],
                            capture_output=True, text=True, timeout=a.timeout)
         if r.returncode != 0:
@@ -434,14 +444,9 @@ def reshard_differs(a, args, straight_out, rng):
     k = steps // 2
     other = relayout(args, rng)
     with tempfile.TemporaryDirectory() as tmp:
-        first = list(args)
-        first[first.index("--steps") + 1] = str(k)
-        r = subprocess.run([a.shardlab] + first + ["--checkpoint-dir", tmp + "/ck"], capture_output=True, text=True,
-                           timeout=a.timeout)
-        if r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1:
-            return None  # a layout checkpoints refuse (--cp), in one line
-        if r.returncode != 0:
-            return "the first %d steps exited %d: %s" % (k, r.returncode, r.stderr.strip()[-200:])
+        why = run_first_half(a, args, k, tmp + "/ck")
+        if why is not None:
+            return why or None  # "": a layout checkpoints refuse (--cp), in one line
         r = subprocess.run([a.shardlab] + other + ["--resume", tmp + "/ck"], capture_output=True, text=True,
                            timeout=a.timeout)
         err = r.stderr.strip().splitlines()
