@@ -24,6 +24,11 @@ double number(const std::string& s, const std::string& what) {
   return *v;
 }
 
+// The latest arrival: the clocks are seconds in doubles, whose resolution at
+// 1e6 s is about 0.1 ns; at 1e300 s a step's milliseconds vanished (every
+// latency 0).
+constexpr double kMaxArrivalS = 1e6;
+
 int length(const std::string& s, const std::string& what) {
   const double v = number(s, what);
   if (v != std::floor(v) || v < 1 || v > 1e7)
@@ -95,6 +100,10 @@ std::vector<Request> make_workload(int n, const Arrival& arrival, const LengthDi
   for (int i = 0; i < n; ++i) {
     if (arrival.kind == Arrival::Kind::kPoisson && i > 0)
       t += -std::log(model::uniform_at(gaps, uint64_t(i))) / arrival.rate;
+    if (t > kMaxArrivalS)
+      throw ConfigError(fmt::format("`arrival` poisson:{:g}: request {} would arrive at {:.3g} s, after the last "
+                                    "arrival a run may have ({:g} s): raise the rate or send fewer requests",
+                                    arrival.rate, i, t, kMaxArrivalS));
     out[size_t(i)] = {i, t, shared_prefix + sample(prompt, prompts, uint64_t(i)), sample(output, outputs, uint64_t(i))};
     if (shared_prefix > 0) {
       out[size_t(i)].prefix_id = 0;
@@ -203,6 +212,9 @@ std::vector<Request> load_trace(const std::string& path) {
     Request r{static_cast<int>(out.size()), number(f[0], where), length(f[1], where), length(f[2], where), {}};
     if (r.arrival_s < 0 || (!out.empty() && r.arrival_s < out.back().arrival_s))
       throw ConfigError(where + ": arrivals must be non-negative and not decrease");
+    if (r.arrival_s > kMaxArrivalS)
+      throw ConfigError(fmt::format("{}: arrival {:g} s is after the last a run may have ({:g} s)", where, r.arrival_s,
+                                    kMaxArrivalS));
     if (extra == Extra::kPromptTokens) r.prompt = prompt_ids(f[3], r.prompt_len, where);
     if (extra == Extra::kPrefix) read_prefix(r, f[3], f[4], where);
     out.push_back(r);

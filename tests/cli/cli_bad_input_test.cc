@@ -126,6 +126,19 @@ TEST(CliBadInput, NumbersFollowOneRule) {
   });
 }
 
+// Serving's clocks are seconds in doubles: an arrival past 1e6 s (a trace's,
+// or a slow Poisson stream's) is refused. At 1e300 s every latency came out
+// 0 (a step's milliseconds vanished in the sum), exit 0.
+TEST(CliBadInput, ArrivalsPastAMillionSecondsAreRefused) {
+  std::ofstream(scratch() + "/late.csv") << "arrival_s,prompt_len,output_len\n0,4,4\n1e300,4,4\n";
+  run_table({
+      {"serve --model tiny --workload {dir}/late.csv",
+       "line 3: arrival 1e+300 s is after the last a run may have (1e+06 s)"},
+      {"serve --model tiny --arrival poisson:1e-12 --requests 5 --prompt-len 4 --output-len 4",
+       "--arrival poisson:1e-12: request 1 would arrive at"},
+  });
+}
+
 TEST(CliBadInput, OptimizerFlags) {
   run_table({
       {"train --model nano --steps 0", "--steps: 0 is out of range: must be between 1 and 1000000"},
