@@ -73,12 +73,18 @@ class Cluster:
                 raise errors.ConfigError(f"{name}={value!r}: must be an integer (devices: 0 for every device)")
         if not isinstance(profile, (str, os.PathLike)):
             raise errors.ConfigError(f"profile={profile!r}: a built-in name or a FILE.json path")
+        if not isinstance(precision, str):
+            raise errors.ConfigError(f"precision={precision!r}: fp32 or bf16")
+        if not isinstance(trace, bool):
+            raise errors.ConfigError(f"trace={trace!r}: True or False")
         self.profile, self.devices, self.nodes = os.fspath(profile), devices, nodes
         self.precision, self.trace = precision, trace
 
     def run(self, fn):
         """Calls fn(dev) on every device's thread; returns a ClusterRun. A Python exception
         in fn is the run's RunError (the first device's), naming the device."""
+        if not callable(fn):
+            raise errors.ConfigError(f"run({fn!r}): a function of one argument, the device")
         outcome = native.run_cluster(self.profile, self.devices, self.nodes, self.precision, self.trace, fn)
         if outcome["error"]:
             raise errors.from_outcome(outcome)

@@ -70,6 +70,8 @@ def test_a_cluster_larger_than_its_profile_is_a_config_error():
     ({"devices": True}, "devices=True: must be an integer (devices: 0 for every device)"),
     ({"nodes": "2"}, "nodes='2': must be an integer (devices: 0 for every device)"),
     ({"profile": 42}, "profile=42: a built-in name or a FILE.json path"),
+    ({"precision": 3}, "precision=3: fp32 or bf16"),
+    ({"trace": "yes"}, "trace='yes': True or False"),
 ])
 def test_a_cluster_argument_of_the_wrong_type_is_a_config_error(kwargs, message):
     # The native call would raise pybind11's TypeError ("incompatible function
@@ -77,6 +79,12 @@ def test_a_cluster_argument_of_the_wrong_type_is_a_config_error(kwargs, message)
     with pytest.raises(shardlab.ConfigError) as info:
         shardlab.Cluster(**kwargs).run(lambda dev: None)
     assert str(info.value) == message
+
+
+def test_running_something_other_than_a_function_is_a_config_error():
+    with pytest.raises(shardlab.ConfigError) as info:
+        shardlab.Cluster(devices=2).run(42)
+    assert str(info.value) == "run(42): a function of one argument, the device"
 
 
 def test_a_cluster_of_zero_devices_is_every_device_of_the_profile():
