@@ -10,7 +10,9 @@
 //   data parallelism is folded (every dp rank played by dp rank 0) when
 //     every dp rank owns as many elements as its peers (without ZeRO; with
 //     ZeRO-1/2, whose buckets are padded to a multiple of their group as
-//     Megatron pads them, always; with ZeRO-3 when every bucket divides
+//     Megatron pads them, always: every per-rank collective moves the
+//     padded chunk, the tied wte's pipeline sum too, so a rank whose chunk
+//     holds padding sends as much as one whose chunk is all real; with ZeRO-3 when every bucket divides
 //     evenly by its group: the chunks then differ in which elements, not in
 //     sizes, so every collective, optimizer kernel and allocation is the
 //     same; FoldInput::uneven_chunks),
