@@ -12,8 +12,8 @@
 //     ZeRO-1/2, whose buckets are padded to a multiple of their group as
 //     Megatron pads them, always: every per-rank collective moves the
 //     padded chunk, the tied wte's pipeline sum too, so a rank whose chunk
-//     holds padding sends as much as one whose chunk is all real; with ZeRO-3 when every bucket divides
-//     evenly by its group: the chunks then differ in which elements, not in
+//     holds padding sends as much as one whose chunk is all real; with
+//     ZeRO-3 when every bucket divides evenly by its group: the chunks then differ in which elements, not in
 //     sizes, so every collective, optimizer kernel and allocation is the
 //     same; FoldInput::uneven_chunks),
 //     the ep ranks among them too when phantom routing loads every expert

@@ -291,10 +291,17 @@ Corruption corruption(const std::string& spec, int world, const model::ParamTabl
   return c;
 }
 
+// Notes a difference of two copies: the first place it was seen, and the
+// largest one (NaN != NaN counts as a difference, an infinite one).
+void note_difference(std::string& first, double& largest, const std::function<std::string()>& where, float a,
+                     float b) {
+  if (a == b) return;  // bit-identical
+  if (first.empty()) first = where();
+  largest = std::max(largest, std::isnan(a - b) ? INFINITY : std::abs(double(a) - b));
+}
+
 void note_mismatch(TrainResult& r, const std::string& where, float a, float b) {
-  if (a == b) return;  // bit-identical (NaN != NaN counts as a difference)
-  if (r.replica_mismatch.empty()) r.replica_mismatch = where;
-  r.replica_max_diff = std::max(r.replica_max_diff, std::isnan(a - b) ? INFINITY : std::abs(double(a) - b));
+  note_difference(r.replica_mismatch, r.replica_max_diff, [&] { return where; }, a, b);
 }
 
 // Data-parallel replicas (and the cp ranks of each, replica d·cp + c) and the
@@ -327,13 +334,10 @@ void check_replicas(TrainResult& result, const model::ParamTable& table, int cp)
     const std::vector<float>& copy = result.tp_copies[t];
     size_t at = 0;
     for (const Range& g : result.tp_replicated) {
-      for (int64_t i = 0; i < g.size; ++i, ++at) {
-        const float a = copy[at], b = result.final_params[size_t(g.begin + i)];
-        if (a == b) continue;
-        if (result.tp_drift.empty())
-          result.tp_drift = fmt::format("{} on tp rank {}", name_at(g.begin), t);
-        result.tp_drift_max = std::max(result.tp_drift_max, std::isnan(a - b) ? INFINITY : std::abs(double(a) - b));
-      }
+      for (int64_t i = 0; i < g.size; ++i, ++at)
+        note_difference(result.tp_drift, result.tp_drift_max,
+                        [&] { return fmt::format("{} on tp rank {}", name_at(g.begin), t); }, copy[at],
+                        result.final_params[size_t(g.begin + i)]);
     }
   }
   result.tp_copies.clear();
