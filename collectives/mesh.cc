@@ -62,8 +62,14 @@ DeviceMesh::DeviceMesh(MeshShape shape, std::string_view order) : shape_(shape),
   }
 }
 
+// A rank outside the mesh is the caller's error (a device program of the C++
+// API), reported as the mesh's other misuses are, not an abort.
+void DeviceMesh::check_rank(int rank) const {
+  if (rank < 0 || rank >= world_) throw ConfigError(fmt::format("mesh: rank {} outside the mesh of {}", rank, world_));
+}
+
 Coords DeviceMesh::coords(int rank) const {
-  SHARDLAB_CHECK(rank >= 0 && rank < world_, fmt::format("rank {} outside mesh of {}", rank, world_));
+  check_rank(rank);
   auto at = [&](Dim d) { return rank / stride_[static_cast<int>(d)] % extent_[static_cast<int>(d)]; };
   Coords c;
   c.tp = at(Dim::kTp);
@@ -79,7 +85,8 @@ int DeviceMesh::rank(const Coords& c) const {
   const int v[kNumDims] = {c.tp, c.cp, c.ep, c.edp, c.pp};
   int r = 0;
   for (int d = 0; d < kNumDims; ++d) {
-    SHARDLAB_CHECK(v[d] >= 0 && v[d] < extent_[d], fmt::format("{} coordinate {} out of range", kNames[d], v[d]));
+    if (v[d] < 0 || v[d] >= extent_[d])
+      throw ConfigError(fmt::format("mesh: {} coordinate {} outside [0, {})", kNames[d], v[d], extent_[d]));
     r += v[d] * stride_[d];
   }
   return r;
@@ -103,7 +110,7 @@ std::array<bool, kNumDims> DeviceMesh::parse_dims(std::string_view dims) const {
 
 std::vector<int> DeviceMesh::group_ranks(int rank, std::string_view dims) const {
   const std::array<bool, kNumDims> span = parse_dims(dims);
-  SHARDLAB_CHECK(rank >= 0 && rank < world_);
+  check_rank(rank);
   // Zero the spanned digits to find the group's base rank, then enumerate them.
   int base = rank;
   for (int d = 0; d < kNumDims; ++d)
@@ -121,7 +128,7 @@ std::vector<int> DeviceMesh::group_ranks(int rank, std::string_view dims) const 
 
 int DeviceMesh::group_index(int rank, std::string_view dims) const {
   const std::array<bool, kNumDims> span = parse_dims(dims);
-  SHARDLAB_CHECK(rank >= 0 && rank < world_);
+  check_rank(rank);
   // Sorted by rank, the members count the spanned digits as one mixed-radix
   // number, the smallest stride fastest (layout order).
   int index = 0, scale = 1;

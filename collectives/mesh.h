@@ -87,6 +87,7 @@ class DeviceMesh {
   std::array<int, kNumDims> stride_{};   // stride_[factor id]
   // Which factors a group spec spans; throws ConfigError on an unknown name.
   std::array<bool, kNumDims> parse_dims(std::string_view dims) const;
+  void check_rank(int rank) const;
 
   MeshShape shape_;
   std::string order_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 #include <thread>
 
 #include <fmt/format.h>
@@ -193,10 +194,15 @@ void Device::check_fault(int peer, bool sending) const {
       fmt::format("link {}-{} went down at step {}{} during {}", f->device, f->peer, f->step, noticed, during));
 }
 
+// A peer out of the world, or the device itself, is the program's error (a
+// device program of the C++ API can name any int): the run fails with a
+// RunError naming it, as any exception on a device, instead of aborting the
+// process that hosts the cluster (a notebook's kernel, a test binary).
 void Device::check_peer(int peer, const char* what) const {
-  SHARDLAB_CHECK(peer >= 0 && peer < cfg_.world_size && peer != cfg_.rank,
-                 fmt::format("device {}: {} peer {} invalid (world {})", cfg_.rank, what, peer,
-                             cfg_.world_size));
+  if (peer >= 0 && peer < cfg_.world_size && peer != cfg_.rank) return;
+  throw std::invalid_argument(fmt::format("{} peer {} invalid: {}", what, peer,
+                                          peer == cfg_.rank ? "a device's own rank"
+                                                            : fmt::format("outside the world of {}", cfg_.world_size)));
 }
 
 Message Device::book_send(Stream& s, int dst, Tag tag, uint64_t modeled_bytes, Engine engine, uint64_t rate_cap) {

@@ -2,7 +2,9 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <new>
+#include <stdexcept>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -15,8 +17,10 @@ std::string shape_string(const Shape& s) { return fmt::format("[{}]", fmt::join(
 
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
-  for (int64_t d : s) {
-    SHARDLAB_CHECK(d >= 0, "negative dimension");
+  for (int64_t d : s) {  // the caller's shape (a C++ API program's): an exception, not an abort
+    if (d < 0) throw std::invalid_argument("shape " + shape_string(s) + ": negative dimension");
+    if (d > 0 && n > std::numeric_limits<int64_t>::max() / d)
+      throw std::bad_array_new_length();  // past 2^63 elements: sizes no host holds (kHostOutOfMemory)
     n *= d;
   }
   return n;

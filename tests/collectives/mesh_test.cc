@@ -86,6 +86,27 @@ TEST(MeshTest, BadShapesAndNamesAreConfigErrors) {
   EXPECT_THROW(mesh.group_ranks(0, "tensor"), ConfigError);
 }
 
+// A rank or coordinate outside the mesh is the caller's error, one message,
+// not an abort of the process (a device program of the C++ API).
+TEST(MeshTest, RanksAndCoordinatesOutsideTheMeshAreConfigErrors) {
+  const DeviceMesh mesh(MeshShape{.tp = 2, .pp = 3});
+  auto message = [](auto call) {
+    try {
+      call();
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message([&] { (void)mesh.coords(6); }), "mesh: rank 6 outside the mesh of 6");
+  EXPECT_EQ(message([&] { (void)mesh.coords(-1); }), "mesh: rank -1 outside the mesh of 6");
+  EXPECT_EQ(message([&] { (void)mesh.group_ranks(9, "tp"); }), "mesh: rank 9 outside the mesh of 6");
+  EXPECT_EQ(message([&] { (void)mesh.group_index(6, "pp"); }), "mesh: rank 6 outside the mesh of 6");
+  EXPECT_EQ(message([&] { (void)mesh.rank(Coords{.tp = 2}); }), "mesh: tp coordinate 2 outside [0, 2)");
+  EXPECT_EQ(message([&] { (void)mesh.rank(Coords{.pp = -1}); }), "mesh: pp coordinate -1 outside [0, 3)");
+  EXPECT_EQ(mesh.rank(Coords{.tp = 1, .pp = 2}), 5);  // inside: as before
+}
+
 TEST(MeshTest, GroupTagsAgreeOnMembersAndDifferAcrossGroups) {
   DeviceMesh mesh(MeshShape{.tp = 2, .dp = 2, .pp = 2});
   std::set<uint64_t> bases;

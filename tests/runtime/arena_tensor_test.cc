@@ -1,3 +1,6 @@
+#include <new>
+#include <stdexcept>
+
 #include <gtest/gtest.h>
 
 #include "runtime/arena.h"
@@ -63,6 +66,23 @@ TEST(Tensor, PhantomHasShapeAndCostButNoStorage) {
   EXPECT_EQ(t.span().size(), 0u);
   EXPECT_EQ(a.used(), 12288ull * 49152 * 2);
   EXPECT_EQ(shape_string(t.shape()), "[12288, 49152]");
+}
+
+// A shape is the caller's: a negative dimension or a count past 2^63 is an
+// exception (the run reports it), never an abort or a wrapped count.
+TEST(Tensor, BadShapesThrow) {
+  try {
+    (void)shape_numel({4, -2});
+    ADD_FAILURE() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "shape [4, -2]: negative dimension");
+  }
+  EXPECT_THROW((void)shape_numel({int64_t{1} << 32, int64_t{1} << 32}), std::bad_alloc);
+  EXPECT_EQ(shape_numel({int64_t{1} << 31, int64_t{1} << 31}), int64_t{1} << 62);
+  EXPECT_EQ(shape_numel({0, int64_t{1} << 62, 1 << 20}), 0);
+  Arena a(0, 1ull << 40);
+  EXPECT_THROW(Tensor(a, "bad", {3, -1}, MemKind::kParam, Precision::kFp32), std::invalid_argument);
+  EXPECT_EQ(a.used(), 0u);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <functional>
 #include <new>
+#include <span>
 #include <stdexcept>
 #include <thread>
 
@@ -132,8 +133,43 @@ TEST(Failures, EachErrorKindIsItsCause) {
     } catch (const RunError& e) {
       EXPECT_EQ(e.cause(), k.cause) << run_cause_name(e.cause()) << " for " << run_cause_name(k.cause);
       EXPECT_EQ(e.rank(), 1);
-      if (k.cause == RunCause::kInput && std::string(e.what()).find("bad flag") == std::string::npos)
+      if (k.cause == RunCause::kInput && std::string(e.what()).find("bad flag") == std::string::npos) {
         EXPECT_EQ(std::string(e.what()), std::string("device 1: ") + kHostOutOfMemory);
+      }
+    }
+  }
+}
+
+// A device program of the C++ API that names a peer outside the world (or
+// itself) fails its run with a RunError naming the device and the peer; the
+// process that hosts the cluster goes on (it aborted before).
+TEST(Failures, ABadPeerIsTheProgramsErrorNotAnAbort) {
+  struct Case {
+    std::function<void(Device&)> call;
+    const char* message;
+  };
+  const Case cases[] = {
+      {[](Device& d) { d.isend(d.comm(), 3, 0, std::span<const std::byte>{}, 8); },
+       "device 1: send peer 3 invalid: outside the world of 3"},
+      {[](Device& d) { d.isend(d.comm(), -1, 0, std::span<const std::byte>{}, 8); },
+       "device 1: send peer -1 invalid: outside the world of 3"},
+      {[](Device& d) { d.isend(d.comm(), 1, 0, std::span<const std::byte>{}, 8); },
+       "device 1: send peer 1 invalid: a device's own rank"},
+      {[](Device& d) { (void)d.recv(d.comm(), 7, 0); }, "device 1: recv peer 7 invalid: outside the world of 3"},
+      {[](Device& d) { (void)d.recv(d.comm(), 1, 0); }, "device 1: recv peer 1 invalid: a device's own rank"},
+  };
+  for (const Case& k : cases) {
+    Cluster c(testing::simple_profile(), {.world_size = 3});
+    try {
+      bounded_run(c, [&](Device& d) {
+        if (d.rank() == 1) k.call(d);
+        if (d.rank() == 0) (void)d.recv(d.comm(), 2, 0);  // never sent: torn down by device 1's error
+      });
+      ADD_FAILURE() << "no error for " << k.message;
+    } catch (const RunError& e) {
+      EXPECT_EQ(e.cause(), RunCause::kProgram) << run_cause_name(e.cause());
+      EXPECT_EQ(e.rank(), 1);
+      EXPECT_STREQ(e.what(), k.message);
     }
   }
 }
