@@ -40,6 +40,36 @@ namespace {
 
 using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
 
+// What a device sends or reduces: float32, the devices' dtype. A float array
+// of another width is rounded to it (as torch's .float()); an integer or bool
+// array converts only when every value is exact in float32 (|x| <= 2^24);
+// None, strings, objects and complex numbers are refused (pybind11's
+// forcecast made None a NaN and dropped imaginary parts).
+FloatArray float32_array(const py::object& obj, const char* what) {
+  if (obj.is_none()) throw ConfigError(fmt::format("{}=None: a numeric array", what));
+  const py::array any = py::array::ensure(obj);
+  if (!any) throw ConfigError(fmt::format("{}: a numeric array, not {}", what, std::string(py::str(py::type::of(obj).attr("__name__")))));
+  const char kind = any.dtype().kind();
+  if (kind != 'f' && kind != 'i' && kind != 'u' && kind != 'b')
+    throw ConfigError(fmt::format("{}: a real numeric array, not dtype {}", what, std::string(py::str(any.dtype()))));
+  FloatArray f = FloatArray::ensure(any);
+  if (!f) throw py::error_already_set();
+  // Integers: exact in float32, or refused (bools always are).
+  auto exact = [&](auto tag) {
+    using Int = decltype(tag);
+    const auto ints = py::array_t<Int, py::array::c_style | py::array::forcecast>::ensure(any);
+    for (py::ssize_t i = 0; i < ints.size(); ++i) {
+      const float v = f.data()[i];
+      if (std::fabs(v) < 9.2e18f && static_cast<Int>(v) == ints.data()[i]) continue;
+      throw ConfigError(fmt::format("{}: {} value {} is not exact in float32, the devices' dtype (integers up to 2^24 are)",
+                                    what, std::string(py::str(any.dtype())), ints.data()[i]));
+    }
+  };
+  if (kind == 'i') exact(int64_t{});
+  if (kind == 'u') exact(uint64_t{});
+  return f;
+}
+
 // Raised in Python when the run is torn down under a device (another
 // device failed, a deadlock, Ctrl-C); a BaseException, so `except
 // Exception` in a device function does not swallow it.
@@ -76,8 +106,9 @@ class PyDevice {
                                     dev_.world_size() - 1, dev_.rank()));
   }
   // Sends at once (eager): returns when the last byte leaves the egress port, in ps.
-  Time isend(int dst, const FloatArray& a, Tag tag, const std::string& on) {
+  Time isend(int dst, const py::object& array, Tag tag, const std::string& on) {
     check_peer("dst", dst);
+    const FloatArray a = float32_array(array, "isend: array");
     Stream& s = stream(on);
     const std::span<const std::byte> host{reinterpret_cast<const std::byte*>(a.data()), size_t(a.size()) * sizeof(float)};
     const uint64_t modeled = uint64_t(a.size()) * uint64_t(element_size(dev_.precision()));
@@ -117,8 +148,9 @@ class PyDevice {
     const Time t = collectives::collective_launch(dev_.profile(), group_size);
     if (t > 0) dev_.comm().run("coll.launch", t, 0, 0.0);
   }
-  py::array_t<float> all_reduce(const FloatArray& a, const std::string& op, const std::string& algo,
+  py::array_t<float> all_reduce(const py::object& array, const std::string& op, const std::string& algo,
                                 const std::string& proto) {
+    const FloatArray a = float32_array(array, "all_reduce: array");
     py::array_t<float> out(std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim()));  // the input's shape
     std::memcpy(out.mutable_data(), a.data(), size_t(a.size()) * sizeof(float));
     collectives::CollOptions opt;

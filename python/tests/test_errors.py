@@ -104,6 +104,18 @@ def test_a_cluster_of_zero_devices_is_every_device_of_the_profile():
     (lambda dev: dev.wait_until(-5), "wait_until: time_ps=-5: a time in [0, 1e18] ps"),
     (lambda dev: dev.wait_until(2**63 - 1), "wait_until: time_ps=9223372036854775807: a time in [0, 1e18] ps"),
     (lambda dev: dev.launch(0), "launch: group_size=0: at least 1"),
+    # Arrays travel as float32: None was a NaN, complex lost its imaginary
+    # part, an int64 past 2^24 was rounded, all silently.
+    (lambda dev: dev.all_reduce(None), "all_reduce: array=None: a numeric array"),
+    (lambda dev: dev.isend(1, None), "isend: array=None: a numeric array"),
+    (lambda dev: dev.all_reduce("abc"), "all_reduce: array: a real numeric array, not dtype <U3"),
+    (lambda dev: dev.all_reduce(np.ones(3, complex)), "all_reduce: array: a real numeric array, not dtype complex128"),
+    (lambda dev: dev.all_reduce(np.array([1, None], dtype=object)),
+     "all_reduce: array: a real numeric array, not dtype object"),
+    (lambda dev: dev.isend(1, np.array([7, (1 << 24) + 1])),
+     "isend: array: int64 value 16777217 is not exact in float32, the devices' dtype (integers up to 2^24 are)"),
+    (lambda dev: dev.all_reduce(np.array([2**64 - 1], np.uint64)),
+     "all_reduce: array: uint64 value 18446744073709551615 is not exact in float32"),
 ])
 def test_a_bad_argument_to_a_device_is_a_run_error_naming_it(call, message):
     # These aborted the process (an internal check on the peer) or gave
@@ -117,3 +129,22 @@ def test_a_bad_argument_to_a_device_is_a_run_error_naming_it(call, message):
         shardlab.Cluster(devices=2).run(program)
     assert info.value.rank == 0
     assert str(info.value).splitlines()[0].startswith("device 0: RuntimeError: " + message), str(info.value)
+
+
+def test_arrays_of_other_real_dtypes_travel_as_float32():
+    # float64 rounds (as torch's .float()); integers and bools exact in float32 convert.
+    out = {}
+
+    def program(dev):
+        out[dev.rank] = (dev.all_reduce(np.array([0.1, 1 << 24], np.float64)),
+                         dev.all_reduce(np.array([-5, 7], np.int8) * (dev.rank + 1)),
+                         dev.all_reduce(np.array([True, False])),
+                         dev.all_reduce(np.array([1 << 40], np.int64)),
+                         dev.all_reduce([1.5, 2.5]))
+
+    shardlab.Cluster(devices=2).run(program)
+    f64, i8, b, big, lst = out[1]
+    assert all(a.dtype == np.float32 for a in out[1])
+    assert f64.tolist() == [np.float32(0.1) * 2, 2.0 * (1 << 24)]
+    assert i8.tolist() == [-15.0, 21.0] and b.tolist() == [2.0, 0.0]
+    assert big.tolist() == [2.0 * (1 << 40)] and lst.tolist() == [3.0, 5.0]
