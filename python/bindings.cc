@@ -49,6 +49,31 @@ void run_cli(const std::vector<std::string>& args, Outcome& o) {
   cli::set_json_sink(nullptr);
 }
 
+// The flags of `command` by what they take: {"--sp": true, "--no-prefetch":
+// false, "--tp": null, ...}: a switch that turns something on (true), a
+// switch's negation (false: `--no-x` beside `--x`), a flag with a value
+// (None). The keyword arguments map through it (python/shardlab/commands.py).
+py::dict flag_kinds(const std::string& command) {
+  CLI::App app{"shardlab", "shardlab"};
+  cli::add_commands(app);
+  const CLI::App* sub = app.get_subcommand(command);  // throws CLI::OptionNotFound for an unknown one
+  py::dict kinds;
+  for (const CLI::Option* opt : sub->get_options()) {
+    const bool is_switch = opt->get_expected_min() == 0;
+    for (const std::string& name : opt->get_lnames()) kinds[py::str("--" + name)] = is_switch ? py::object(py::bool_(true)) : py::none();
+    for (std::string name : opt->get_fnames()) {
+      while (name.starts_with('-')) name.erase(0, 1);
+      kinds[py::str("--" + name)] = py::bool_(false);
+    }
+  }
+  // A separate --no-x beside a switch --x (--tie-embeddings, --no-tie-embeddings) is x's negation.
+  for (const auto& [name, kind] : py::dict(kinds)) {
+    const std::string flag = py::str(name);
+    if (flag.starts_with("--no-") && kinds.contains(py::str("--" + flag.substr(5)))) kinds[name] = py::bool_(false);
+  }
+  return kinds;
+}
+
 }  // namespace
 }  // namespace shardlab::python
 
@@ -63,6 +88,8 @@ PYBIND11_MODULE(_shardlab, m) {
       py::arg("args"), py::arg("tick") = py::none(), py::arg("on_step") = py::none(),
       "Runs `shardlab ARGS... --json` in process; returns {code, json, error, message, rank, cause}; "
       "tick(seconds) about once a second while it runs, on_step(step, steps, virtual_s, loss) after each step.");
+  m.def("flag_kinds", &shardlab::python::flag_kinds, py::arg("command"),
+        "The command's flags: True for a switch, False for a switch's negation (--no-x), None for a flag with a value.");
   shardlab::python::add_cluster_api(m);
   shardlab::python::add_lab_graders(m);
 }

@@ -1,12 +1,14 @@
 """The commands of the `shardlab` tool as functions.
 
 A keyword argument is the flag of the same name (`micro_batches=4` is
-`--micro-batches 4`, `sp=True` is `--sp`, a list repeats the flag); the
+`--micro-batches 4`, `sp=True` is `--sp`, `prefetch=False` is
+`--no-prefetch`, a list repeats the flag); the
 tool's own flag tables parse and check them (python/bindings.cc), so the
 names, defaults and errors are the tool's (`shardlab train --help`). Each
 function returns the value `shardlab CMD --json` prints, wrapped with
 pandas views.
 """
+import functools
 import json
 import os
 import sys
@@ -18,16 +20,51 @@ from ._native import native
 from .report import Report, Result, Sweep, Table, read_trace
 
 
+@functools.lru_cache(maxsize=None)
+def _flag_kinds(command):
+    """{"--sp": True, "--no-prefetch": False, "--tp": None, ...}: the tool's own table (python/bindings.cc)."""
+    try:
+        return dict(native.flag_kinds(command))
+    except Exception:  # not a command: the tool says so when it parses
+        return {}
+
+
+def _is_bool(value):
+    return isinstance(value, bool) or type(value).__name__ == "bool_"  # numpy's bool too
+
+
 def _flag_args(command, kwargs):
+    """The tool's arguments for keyword arguments. A switch takes True or
+    False: False is its negation where the tool has one (`prefetch=False` is
+    `--no-prefetch`, `tie_embeddings=False` is `--no-tie-embeddings`), else
+    the default (nothing passed); a flag with a value refuses a bool; None is
+    the default."""
+    kinds = _flag_kinds(command)
     args = [command]
     for name, value in kwargs.items():
         if name == "json":
             raise errors.ConfigError("json: every result is the --json value already")
         flag = "--" + name.replace("_", "-")
-        if value is None or value is False:
+        if value is None:
             continue
+        kind = kinds.get(flag, "unknown")  # unknown: the tool's parser names it
+        if kind is True or kind is False:  # a switch, or a switch's negation
+            if not _is_bool(value):
+                raise errors.ConfigError(f"{name}={value!r}: {flag} is a switch: True or False")
+            if bool(value):
+                args.append(flag)
+                continue
+            # False: the opposite switch where there is one, else the default.
+            opposite = "--no-" + flag[2:] if kind else "--" + flag[len("--no-"):]
+            if kinds.get(opposite) is (not kind):
+                args.append(opposite)
+            continue
+        if kind is None and _is_bool(value):
+            raise errors.ConfigError(f"{name}={value!r}: {flag} takes a value, not True or False")
         if value is True:
             args.append(flag)
+        elif value is False:
+            continue
         elif isinstance(value, (list, tuple)):
             args += [f"{flag}={v}" for v in value]
         else:

@@ -63,3 +63,29 @@ def test_collectives_table_has_one_row_per_size():
     assert list(t["bytes"]) == [1024, 2048, 4096, 8192]
     # algbw = bytes / time: 1 KiB in time_us microseconds, in GB/s (1e3 bytes per us).
     assert t["algbw_GBps"].iloc[0] == pytest.approx(1024 / t["time_us"].iloc[0] / 1e3, rel=1e-9)
+
+
+def test_a_switch_set_to_false_is_its_negation_where_the_tool_has_one(shardlab_bin):
+    # False was dropped: tie_embeddings=False trained a tied tiny (the GPT
+    # family's default), prefetch=False prefetched. Each is checked against
+    # the tool's own run with the negation spelled out.
+    assert _flag_args("train", dict(tie_embeddings=False)) == ["train", "--no-tie-embeddings", "--json"]
+    assert _flag_args("train", dict(prefetch=False, sp=False, no_overlap=True)) == [
+        "train", "--no-prefetch", "--no-overlap", "--json"]
+    untied = shardlab.train(model="tiny", steps=1, tie_embeddings=False)
+    tied = shardlab.train(model="tiny", steps=1)
+    _, expected = cli_json(["train", "--model=tiny", "--steps=1", "--no-tie-embeddings", "--json"])
+    assert untied.json["summary"]["n_params"] == expected["summary"]["n_params"]
+    assert untied.json["summary"]["n_params"] == tied.json["summary"]["n_params"] + 512 * 128  # the LM head of its own
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(tp=True), "tp=True: --tp takes a value, not True or False"),
+    (dict(sp="yes"), "sp='yes': --sp is a switch: True or False"),
+    (dict(prefetch=1), "prefetch=1: --prefetch is a switch: True or False"),
+])
+def test_a_bool_where_a_value_belongs_and_the_reverse_are_config_errors(kwargs, message):
+    # Before: "--tp: \"--json\" is not a number" and CLI11's "disallowed flag override".
+    with pytest.raises(shardlab.ConfigError) as info:
+        shardlab.train(model="tiny", steps=1, **kwargs)
+    assert str(info.value) == message
