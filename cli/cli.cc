@@ -13,9 +13,18 @@
 
 namespace shardlab::cli {
 
+namespace {
+thread_local int t_parse_only = 0;  // ParseOnly guards alive on this thread
+}  // namespace
+
+ParseOnly::ParseOnly() { ++t_parse_only; }
+ParseOnly::~ParseOnly() { --t_parse_only; }
+
 void set_action(CLI::App* sub, Action action) {
   // CLI11 callbacks return void; stash the exit code in the app's final callback.
+  // The lambda also owns what the flags are bound to (inside `action`).
   sub->final_callback([sub, action] {
+    if (t_parse_only > 0) return;
     int code = action();
     if (code != 0) throw CLI::RuntimeError(code);
   });

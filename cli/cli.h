@@ -25,6 +25,17 @@ using Action = std::function<int()>;
 // Registers a subcommand; `action` runs when it was chosen.
 void set_action(CLI::App* sub, Action action);
 
+// While one is alive on this thread, a parsed command's action does not run:
+// its flags are parsed and checked (names, values, ranges) and nothing else
+// (tests/cli/readme_commands_test.cc checks the README's commands so).
+class ParseOnly {
+ public:
+  ParseOnly();
+  ~ParseOnly();
+  ParseOnly(const ParseOnly&) = delete;
+  ParseOnly& operator=(const ParseOnly&) = delete;
+};
+
 // A command's --json result: printed on stdout (2-space indent), or handed to
 // the sink this thread set (the Python bindings, python/, take the value
 // itself). Null: stdout.
