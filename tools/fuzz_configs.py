@@ -15,7 +15,7 @@ Anything else (verify's FAIL, a crash, an internal check, several lines, a
 run over the time limit) is printed as BAD with its command line. The
 output ends with the exit-code counts and the most common refusals.
 
-  tools/fuzz_configs.py [--mode verify|fold|serve|generate] [--wide] [--seed N] [--runs N] [--shardlab PATH] [--timeout S]
+  tools/fuzz_configs.py [--mode verify|fold|serve|generate|collectives|...] [--wide] [--seed N] [--runs N] [--shardlab PATH] [--timeout S]
 
 --mode serve draws `serve` runs (model, tp/pp/ep, replicas, router,
 disaggregation, scheduler, KV blocks, chunked prefill, prefix caching,
@@ -47,6 +47,14 @@ step's loss must be the straight run's within 1e-5 (verify's tolerance).
 
 --mode generate draws `generate` runs (model, tp/pp/ep, prompt, sampler,
 seed); a sharded one's tokens must be those of the same model on one device.
+
+--mode collectives draws `collectives --check` tables (op, ranks over 1 to 4
+nodes, profile, algorithm, protocol, reduction, sizes from 1 byte): every
+result must equal the serial reference (--check), each algorithm's time
+must not fall as the buffer grows, and where the draw is auto (algorithm and
+protocol) every size's time must be the least of the candidates auto weighs
+(tuner.h: ring, tree, direct but not for an all_reduce across nodes, NVLS
+where it applies), each run alone with --algo.
 
 --mode fold draws wider data parallelism and runs `train --phantom` twice,
 folded and with --no-fold: the virtual clock must not move (every step's
@@ -490,6 +498,70 @@ def unfolded_differs(a, args, folded_out):
     return None
 
 
+COLLECTIVE_OPS = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all"]
+PROFILES = ["a100-nvlink", "a100-nvlink-4nic", "a100-pcie", "a100-pcie-8", "h100-nvlink", "h200-nvlink",
+            "b200-nvlink", "h100-roce"]
+EXPLICIT_ALGOS = ["ring", "tree", "direct", "dbtree", "nvls"]
+
+
+def draw_collectives(rng):
+    """A `collectives --check --json` table: op, ranks on 1 to 4 nodes of 8,
+    profile, algorithm, protocol, reduction and a few sizes from 1 byte."""
+    nodes = rng.choice([1, 1, 2, 3, 4])
+    ranks = 8 * nodes if rng.random() < 0.4 else rng.randint(1, 8 * nodes)
+    args = ["collectives", "--op", rng.choice(COLLECTIVE_OPS), "--ranks", str(ranks), "--nodes", str(nodes),
+            "--profile", rng.choice(PROFILES), "--check", "--json"]
+    if rng.random() < 0.35:
+        args += ["--algo", rng.choice(EXPLICIT_ALGOS)]
+    if rng.random() < 0.25:
+        args += ["--proto", rng.choice(["LL", "LL128", "Simple"])]
+    if rng.random() < 0.3:
+        args += ["--redop", rng.choice(["sum", "avg", "max"])]
+    smallest = rng.choice([1, 3, 8, 100, 1000, 4096, 65536, 1 << 20])
+    args += ["--min-bytes", str(smallest), "--max-bytes", str(smallest << rng.randint(0, 5))]
+    return args
+
+
+def flag(args, name, default=None):
+    return args[args.index(name) + 1] if name in args else default
+
+
+def collective_times(a, args):
+    """{bytes: time_us} of the table `args` prints, or the one error line (exit 2: the algorithm does not apply)."""
+    r = subprocess.run([a.shardlab] + args, capture_output=True, text=True, timeout=a.timeout)
+    if r.returncode != 0:
+        return None if r.returncode == 2 else "exit %d: %s" % (r.returncode, r.stderr.strip()[-200:])
+    return {row["bytes"]: row["time_us"] for row in json.loads(r.stdout)["rows"]}
+
+
+def collectives_differ(a, args, out):
+    """Each algorithm's time may not fall as the buffer grows; auto's time is,
+    size by size, the least of the candidates it weighs (tuner.h), each run
+    alone with --algo (and the drawn --proto, or auto's choice of it)."""
+    rows = json.loads(out)["rows"]
+    if any(x["bytes"] > y["bytes"] and x["time_us"] < y["time_us"] for x, y in zip(rows[1:], rows)):
+        return "time falls as the buffer grows: %s" % [(row["bytes"], row["algo"], row["protocol"], row["time_us"])
+                                                      for row in rows]
+    if "--algo" in args:
+        return None
+    spans_nodes = int(flag(args, "--ranks")) > 8
+    candidates = ["ring", "tree"] + ([] if spans_nodes and flag(args, "--op") == "all_reduce" else ["direct"]) + ["nvls"]
+    best = {}
+    for algo in candidates:
+        times = collective_times(a, args + ["--algo", algo])
+        if isinstance(times, str):
+            return "--algo %s %s" % (algo, times)
+        for size, t in (times or {}).items():
+            if size not in best or t < best[size][0]:
+                best[size] = (t, algo)
+    for row in rows:
+        t, algo = best.get(row["bytes"], (None, None))
+        if t is None or abs(row["time_us"] - t) > 1e-6:
+            return "at %d B auto ran %s/%s in %s us, --algo %s takes %s us" % (
+                row["bytes"], row["algo"], row["protocol"], row["time_us"], algo, t)
+    return None
+
+
 def second_look(a, args, out, rng):
     """The mode's own property for a run that exited 0: None, or why it fails."""
     if a.mode == "resume":
@@ -503,6 +575,9 @@ def second_look(a, args, out, rng):
         return why and "real != phantom: " + why
     if a.mode == "generate":
         return None if "--phantom" in args else unsharded_tokens_differ(a, args, out)
+    if a.mode == "collectives":
+        why = collectives_differ(a, args, out)
+        return why and "collectives: " + why
     if a.mode == "fold" or (a.mode == "serve" and "--phantom" in args):
         why = unfolded_differs(a, args, out)
         return why and "folded != unfolded: " + why
@@ -515,7 +590,8 @@ def main():
     ap.add_argument("--runs", type=int, default=300)
     ap.add_argument("--shardlab", default="build/bin/shardlab")
     ap.add_argument("--timeout", type=float, default=120)
-    ap.add_argument("--mode", choices=["verify", "fold", "phantom", "mpi", "resume", "reshard", "serve", "generate"],
+    ap.add_argument("--mode", choices=["verify", "fold", "phantom", "mpi", "resume", "reshard", "serve", "generate",
+                                       "collectives"],
                     default="verify",
                     help="verify: sharded against unsharded; fold: phantom folded against --no-fold; "
                          "serve: serving layouts (a phantom one folded against --no-fold); "
@@ -523,7 +599,9 @@ def main():
                          "phantom: a real dense train run's clock against its phantom run's; "
                          "mpi: a train run alone against the same under mpirun; "
                          "resume: a straight train run against one stopped at a checkpoint and resumed; "
-                         "reshard: the same, resumed under another layout")
+                         "reshard: the same, resumed under another layout; "
+                         "collectives: nccl-tests tables checked against a serial reference, auto against "
+                         "each algorithm alone")
     ap.add_argument("--wide", action="store_true",
                     help="fold mode: also dp 24-64 and tp 8 (more nodes, by-place folding, fabric tiers)")
     a = ap.parse_args()
@@ -531,7 +609,7 @@ def main():
     codes, refusals, bad = {}, {}, 0
     for _ in range(a.runs):
         args = (draw_serve(rng) if a.mode == "serve" else draw_generate(rng) if a.mode == "generate"
-                else draw(rng, a.mode, a.wide))
+                else draw_collectives(rng) if a.mode == "collectives" else draw(rng, a.mode, a.wide))
         try:
             r = subprocess.run([a.shardlab] + args, capture_output=True, text=True, timeout=a.timeout)
         except subprocess.TimeoutExpired:
