@@ -25,6 +25,13 @@ using Action = std::function<int()>;
 // Registers a subcommand; `action` runs when it was chosen.
 void set_action(CLI::App* sub, Action action);
 
+// The one line for a CLI11 parse error of `app` (the tool and the Python
+// module print the same): an unknown flag is named in command-line order with
+// the nearest flag of its subcommand ("train: unknown flag --tpp (did you
+// mean --tp?)"), a flag given twice or without its value says so, an on/off
+// flag given a value says it takes none; other errors keep CLI11's words.
+std::string parse_error_line(const CLI::ParseError& e, const CLI::App& app);
+
 // While one is alive on this thread, a parsed command's action does not run:
 // its flags are parsed and checked (names, values, ranges) and nothing else
 // (tests/cli/readme_commands_test.cc checks the README's commands so).

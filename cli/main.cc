@@ -36,7 +36,7 @@ int run(CLI::App& app, int argc, char** argv) {
   } catch (const CLI::RuntimeError& e) {
     return e.get_exit_code();
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "shardlab: error: %s\n", shardlab::cli::with_flag_hint(e.what()).c_str());
+    std::fprintf(stderr, "shardlab: error: %s\n", shardlab::cli::parse_error_line(e, app).c_str());
     return 2;
   } catch (const shardlab::ConfigError& e) {
     std::fprintf(stderr, "shardlab: error: %s\n", shardlab::cli::with_flag_names(e.what()).c_str());

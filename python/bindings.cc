@@ -41,7 +41,7 @@ void run_cli(const std::vector<std::string>& args, Outcome& o) {
     o.code = e.get_exit_code();
   } catch (const CLI::ParseError& e) {
     o.error = "config";
-    o.message = e.what();
+    o.message = cli::parse_error_line(e, app);  // the tool's line (cli/main.cc)
   } catch (...) {
     cli::set_json_sink(nullptr);
     throw;

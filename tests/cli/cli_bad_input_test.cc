@@ -367,6 +367,25 @@ TEST(CliBadInput, VerifyFlags) {
   });
 }
 
+// What CLI11 itself refuses: the line names the flag and the fix, in the
+// order typed ("The following arguments were not expected: 2 --tpp" before).
+TEST(CliBadInput, ParseErrorsNameTheFlagAndTheFix) {
+  run_table({
+      {"train --tpp 2", "train: unknown flag --tpp (did you mean --tp?)"},
+      {"train --micro-batch 4", "train: unknown flag --micro-batch (did you mean --micro-batches?)"},
+      {"collectives --rank 4", "collectives: unknown flag --rank (did you mean --ranks?)"},
+      {"serve --temprature 1", "serve: unknown flag --temprature (did you mean --temperature?)"},
+      {"train --no-tie-embedding", "train: unknown flag --no-tie-embedding (did you mean --no-tie-embeddings?)"},
+      {"train --zzz=4", "train: unknown flag --zzz (shardlab train --help lists its flags)"},
+      {"train --tp 2 3", "train: unexpected argument \"3\" (its options are --flags: shardlab train --help)"},
+      {"train --tp 2 --tp 3", "--tp is given more than once: give it once"},
+      {"train --tp", "--tp needs a value (1 required INT:[1, 1048576])"},
+      {"train --sp=yes", "--sp is an on/off flag and takes no value: write --sp alone to turn it on"},
+      {"", "a subcommand is required (one of: collectives, p2p, profiles, train, verify, sweep, generate, serve; "
+           "shardlab --help)"},
+  });
+}
+
 TEST(CliBadInput, CollectivesAndP2pFlags) {
   run_table({
       {"collectives --proto LL129", "--proto: unknown protocol \"LL129\""},

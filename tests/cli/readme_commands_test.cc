@@ -189,8 +189,10 @@ std::string parse_error(const std::vector<std::string>& words, bool fragment = f
   try {
     app.parse(reversed);
   } catch (const CLI::ParseError& e) {
-    const bool missing = e.get_name() == "RequiredError" ||
-                         (e.get_name() == "ArgumentMismatch" && std::string(e.what()).ends_with("missing"));
+    // (The kind is the type: e.get_name() is the app's name for some errors.)
+    const bool missing = dynamic_cast<const CLI::RequiredError*>(&e) != nullptr ||
+                         (dynamic_cast<const CLI::ArgumentMismatch*>(&e) != nullptr &&
+                          std::string(e.what()).ends_with("missing"));
     if (fragment && missing) return "";
     return e.get_name() + ": " + e.what();
   }
