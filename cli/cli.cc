@@ -52,6 +52,8 @@ size_t edit_distance(std::string_view a, std::string_view b) {
   return row[b.size()];
 }
 
+}  // namespace
+
 // The flag of `sub` nearest to `flag` ("--tpp" -> "--tp"), or "" when none is near.
 std::string nearest_flag(const CLI::App& sub, const std::string& flag) {
   std::string best;
@@ -66,8 +68,6 @@ std::string nearest_flag(const CLI::App& sub, const std::string& flag) {
   }
   return best;
 }
-
-}  // namespace
 
 std::string parse_error_line(const CLI::ParseError& e, const CLI::App& app) {
   const std::string what = e.what();

@@ -32,6 +32,10 @@ void set_action(CLI::App* sub, Action action);
 // flag given a value says it takes none; other errors keep CLI11's words.
 std::string parse_error_line(const CLI::ParseError& e, const CLI::App& app);
 
+// The long flag of `sub` nearest to `flag` by edit distance ("--tpp" ->
+// "--tp"; a --no- negation counts), or "" when none is within a few edits.
+std::string nearest_flag(const CLI::App& sub, const std::string& flag);
+
 // While one is alive on this thread, a parsed command's action does not run:
 // its flags are parsed and checked (names, values, ranges) and nothing else
 // (tests/cli/readme_commands_test.cc checks the README's commands so).

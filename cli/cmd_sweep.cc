@@ -58,9 +58,13 @@ std::vector<sweep::Axis> parse_axes(const SweepFlags& f, CLI::App* sub) {
   probe_flags.add(&probe);
   for (const sweep::Axis& a : axes) {
     for (const std::string& flag : a.flags) {
-      if (refused_axis(flag) || !probe.get_option_no_throw("--" + flag))
+      if (refused_axis(flag) || !probe.get_option_no_throw("--" + flag)) {
+        const std::string near = refused_axis(flag) ? "" : nearest_flag(probe, "--" + flag);
+        if (!near.empty())
+          throw ConfigError(fmt::format("--vary: unknown axis \"{}\" (did you mean {}?)", flag, near.substr(2)));
         throw ConfigError(fmt::format("--vary: unknown axis \"{}\" (a train flag without its dashes: batch, "
                                       "tp, pp, dp, micro-batches, layers, profile, ...)", flag));
+      }
       if (sub->get_option_no_throw("--" + flag)->count() > 0)
         throw ConfigError(fmt::format("--{} is given as a flag and varied by --vary \"{}\": give it once", flag, a.name));
     }

@@ -143,6 +143,7 @@ TEST(CliSweep, BadSweepInputIsOneLineBeforeAnythingRuns) {
   expect_usage_error(base + "--vary 'tp=2,pp=1|tp=1'", "does not set the same flags");
   expect_usage_error(base + "--vary bogus=1,2", "unknown axis \"bogus\"");
   expect_usage_error(base + "--vary report=a.json,b.json", "unknown axis \"report\"");
+  expect_usage_error(base + "--vary micro-batch=1,2", "--vary: unknown axis \"micro-batch\" (did you mean micro-batches?)");
   expect_usage_error(base + "--vary tp=1,2 --vary 'tp=4,pp=1|tp=1,pp=4'", "tp is varied by two axes");
   expect_usage_error(base + "--vary tp=1,2 --tp 2", "--tp is given as a flag and varied");
   expect_usage_error(base + "--vary batch=2,4 --metric speed", "--metric: unknown \"speed\"");
