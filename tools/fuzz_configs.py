@@ -49,7 +49,8 @@ step's loss must be the straight run's within 1e-5 (verify's tolerance).
 seed); a sharded one's tokens must be those of the same model on one device.
 
 --mode collectives draws `collectives --check` tables (op, ranks over 1 to 4
-nodes, profile, algorithm, protocol, reduction, sizes from 1 byte): every
+nodes, profile, algorithm, protocol, reduction, sizes from 1 byte; one in
+five a `p2p` table, whose latency may not fall as the message grows): every
 result must equal the serial reference (--check), each algorithm's time
 must not fall as the buffer grows, and where the draw is auto (algorithm and
 protocol) every size's time must be the least of the candidates auto weighs
@@ -506,8 +507,15 @@ EXPLICIT_ALGOS = ["ring", "tree", "direct", "dbtree", "nvls"]
 
 def draw_collectives(rng):
     """A `collectives --check --json` table: op, ranks on 1 to 4 nodes of 8,
-    profile, algorithm, protocol, reduction and a few sizes from 1 byte."""
+    profile, algorithm, protocol, reduction and a few sizes from 1 byte; one
+    draw in five a `p2p --json` table between two of those GPUs instead."""
     nodes = rng.choice([1, 1, 2, 3, 4])
+    if rng.random() < 0.2:
+        src, dst = rng.randrange(8 * nodes), rng.randrange(8 * nodes)
+        smallest = rng.choice([1, 7, 4096, 1 << 20])
+        return ["p2p", "--src", str(src), "--dst", str(dst), "--nodes", str(nodes), "--profile", rng.choice(PROFILES),
+                "--json", "--min-bytes", str(smallest), "--max-bytes", str(smallest << rng.randint(0, 6))] + (
+                    ["--bidirectional"] if rng.random() < 0.3 else [])
     ranks = 8 * nodes if rng.random() < 0.4 else rng.randint(1, 8 * nodes)
     args = ["collectives", "--op", rng.choice(COLLECTIVE_OPS), "--ranks", str(ranks), "--nodes", str(nodes),
             "--profile", rng.choice(PROFILES), "--check", "--json"]
@@ -539,6 +547,10 @@ def collectives_differ(a, args, out):
     size by size, the least of the candidates it weighs (tuner.h), each run
     alone with --algo (and the drawn --proto, or auto's choice of it)."""
     rows = json.loads(out)["rows"]
+    if args[0] == "p2p":  # a message takes no less time than a smaller one
+        if any(x["latency_us"] < y["latency_us"] for x, y in zip(rows[1:], rows)):
+            return "p2p latency falls as the message grows: %s" % [(r["bytes"], r["latency_us"]) for r in rows]
+        return None
     if any(x["bytes"] > y["bytes"] and x["time_us"] < y["time_us"] for x, y in zip(rows[1:], rows)):
         return "time falls as the buffer grows: %s" % [(row["bytes"], row["algo"], row["protocol"], row["time_us"])
                                                       for row in rows]
