@@ -93,8 +93,17 @@ std::string parse_error_line(const CLI::ParseError& e, const CLI::App& app) {
     const std::string flag = colon == std::string::npos ? "" : what.substr(0, colon);
     if (what.find("At Most 1 required but received") != std::string::npos)
       return flag + " is given more than once: give it once";
-    if (what.ends_with("missing") && flag.starts_with("--"))
-      return fmt::format("{} needs a value ({})", flag, what.substr(colon + 2, what.size() - colon - 2 - 8));
+    if (what.ends_with("missing") && flag.starts_with("--")) {
+      // CLI11's "1 required INT:[1, 1048576] missing": the type and its range, in words.
+      std::string expected = what.substr(colon + 2, what.size() - colon - 2 - 8);
+      if (expected.starts_with("1 required ")) expected = expected.substr(11);
+      const size_t range = expected.find(':');
+      const std::string type = expected.substr(0, range);
+      const std::string kind = type == "INT" || type == "UINT" ? "an integer" : type == "FLOAT" ? "a number" : "";
+      if (kind.empty()) return flag + " needs a value";
+      return fmt::format("{} needs a value: {}{}", flag, kind,
+                         range == std::string::npos ? "" : " in " + expected.substr(range + 1));
+    }
   }
   if (dynamic_cast<const CLI::RequiredError*>(&e) && what == "A subcommand is required") {
     std::string names;

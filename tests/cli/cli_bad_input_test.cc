@@ -379,7 +379,9 @@ TEST(CliBadInput, ParseErrorsNameTheFlagAndTheFix) {
       {"train --zzz=4", "train: unknown flag --zzz (shardlab train --help lists its flags)"},
       {"train --tp 2 3", "train: unexpected argument \"3\" (its options are --flags: shardlab train --help)"},
       {"train --tp 2 --tp 3", "--tp is given more than once: give it once"},
-      {"train --tp", "--tp needs a value (1 required INT:[1, 1048576])"},
+      {"train --tp", "--tp needs a value: an integer in [1, 1048576]"},
+      {"train --lr", "--lr needs a value: a number in (0, 1000]"},
+      {"train --model", "--model needs a value"},
       {"train --sp=yes", "--sp is an on/off flag and takes no value: write --sp alone to turn it on"},
       {"", "a subcommand is required (one of: collectives, p2p, profiles, train, verify, sweep, generate, serve; "
            "shardlab --help)"},
