@@ -98,8 +98,9 @@ class PyDevice {
     if (name == "compute") return dev_.compute();
     throw ConfigError("stream \"" + name + "\": compute or comm");
   }
-  // Another device's rank, else a ConfigError naming the argument (the
-  // device's own check is an internal one: library code never gets it wrong).
+  // Another device's rank, else a ConfigError naming the keyword and the
+  // valid ranks, before the array is converted or the GIL released (the
+  // device's own check, Device::check_peer, names no Python argument).
   void check_peer(const char* what, int peer) const {
     if (peer < 0 || peer >= dev_.world_size() || peer == dev_.rank())
       throw ConfigError(fmt::format("{}={}: another device's rank (0..{}, not this device's {})", what, peer,

@@ -2,7 +2,7 @@
 """Checks that the repository paths the documents cite exist.
 
 README.md, docs/architecture.md, bench/README.md and labs/README.md point a
-reader at files (`model/train/fold.h`, tests/collectives/rails_test.cc) and
+reader at files (`model/engine/fold.h`, tests/collectives/rails_test.cc) and
 at tests by name (`FoldingChangesNothing.FoldedEqualsUnfolded`). A path
 whose first folder is one of the repository's own top-level folders must be
 a file or folder of the tree; a `Suite.Name` of two CamelCase words

@@ -535,7 +535,8 @@ def flag(args, name, default=None):
 
 
 def collective_times(a, args):
-    """{bytes: time_us} of the table `args` prints, or the one error line (exit 2: the algorithm does not apply)."""
+    """{bytes: time_us} of the table `args` prints; None when the tool refuses
+    the algorithm here (exit 2); the failure, as text, on any other exit."""
     r = subprocess.run([a.shardlab] + args, capture_output=True, text=True, timeout=a.timeout)
     if r.returncode != 0:
         return None if r.returncode == 2 else "exit %d: %s" % (r.returncode, r.stderr.strip()[-200:])

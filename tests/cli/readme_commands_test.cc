@@ -242,7 +242,6 @@ TEST(ReadmeCommands, TheParseRefusesWhatTheToolRefuses) {
   EXPECT_EQ(parse_error({"train", "--report"}, /*fragment=*/true), "");
   EXPECT_NE(parse_error({"train", "--no-such-flag"}, /*fragment=*/true), "");
   EXPECT_NE(parse_error({"train", "--tp", "0"}, /*fragment=*/true), "");
-  int templates = 0;
   EXPECT_EQ(command_in("build/bin/shardlab train --tp 2 | tee log"), "train --tp 2");
   EXPECT_EQ(command_in("mpirun -np 4 build/bin/shardlab verify --dp 4 > out"), "verify --dp 4");
   EXPECT_EQ(command_in("the shardlab tool"), std::nullopt);
@@ -252,7 +251,6 @@ TEST(ReadmeCommands, TheParseRefusesWhatTheToolRefuses) {
   EXPECT_FALSE(is_template({"train", "--data", "synthetic:markov", "--memory", "64MiB"}));
   EXPECT_EQ(expand("serve $M --tp 4", {{"M", "--model gpt3-13b"}}), "serve --model gpt3-13b --tp 4");
   EXPECT_EQ(expand("serve $Q", {}), std::nullopt);
-  (void)templates;
 }
 
 }  // namespace
