@@ -104,6 +104,8 @@ void print_summary(const train::TrainOptions& o, const Cluster& cluster, const t
                r.steps.size() - 1);
     if (r.best_loss) fmt::print(" (best achievable on this data: {:.4f})", *r.best_loss);
     fmt::print("\n");
+    for (const std::string& line : train::replica_lines(o, r))
+      if (line.rfind("FAIL:", 0) != 0) fmt::print("{}\n", line);
   }
   // Fusions other than the default are named (the report's config.parallel.fusions has them always).
   const std::string fusions = o.parallel.fusions == model::KernelFusions{}
@@ -157,6 +159,13 @@ int run_train(TrainFlags& f) {
     print_json(report);
   } else {
     print_summary(o, cluster, r, report);
+  }
+  // The copies that must end bit-identical (train::replica_lines): a
+  // difference is a failed check, the last line and exit status 1.
+  if (!r.replica_mismatch.empty()) {
+    for (const std::string& line : train::replica_lines(o, r))
+      if (line.rfind("FAIL:", 0) == 0) fmt::print(f.common.json ? stderr : stdout, "{}\n", line);
+    return 1;
   }
   return 0;
 }
@@ -254,7 +263,9 @@ void add_train_command(CLI::App& app) {
   auto f = std::make_shared<TrainFlags>();
   f->add(sub);
   f->add_checkpoint_flags(sub);
-  sub->footer("Data: --data FILE.bin (nanoGPT uint16 tokens) or one of: " + model::synthetic_task_list());
+  sub->footer("Data: --data FILE.bin (nanoGPT uint16 tokens) or one of: " + model::synthetic_task_list() +
+              "\nExit status: 0 on success, 1 when the data-parallel copies of the parameters end apart (they must "
+              "be bit-identical), 2 on bad input, 3 when an injected --fault stopped the run.");
   set_action(sub, [f] { return run_train(*f); });
 }
 

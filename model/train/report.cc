@@ -108,6 +108,42 @@ nlohmann::json device_json(const collectives::DeviceMesh& mesh, const TrainResul
 
 }  // namespace
 
+nlohmann::json replicas_json(const TrainOptions& o, const TrainResult& r) {
+  const auto first = [](const std::string& s) { return s.empty() ? nlohmann::json() : nlohmann::json(s); };
+  nlohmann::json j{{"data_parallel_copies", o.parallel.data_ranks()},
+                   {"identical", r.replica_mismatch.empty()},
+                   {"first_difference", first(r.replica_mismatch)},
+                   {"max_abs_diff", r.replica_max_diff},
+                   {"tp_replica_drift", nullptr}};
+  if (!r.tp_replicated.empty() && o.parallel.tp > 1)
+    j["tp_replica_drift"] = {{"max_abs_diff", r.tp_drift_max}, {"first", first(r.tp_drift)}};
+  return j;
+}
+
+std::vector<std::string> replica_lines(const TrainOptions& o, const TrainResult& r) {
+  std::vector<std::string> lines;
+  if (o.phantom) return lines;
+  const int copies = o.parallel.data_ranks();
+  const bool tied_copy = !r.tied_copy.empty();
+  if (!r.replica_mismatch.empty()) {
+    lines.push_back(fmt::format("FAIL: data-parallel replicas differ: {} differs from dp rank 0's copy (max |diff| "
+                                "{:.3e}); they must end bit-identical",
+                                r.replica_mismatch, r.replica_max_diff));
+  } else if (copies > 1 || tied_copy) {
+    std::string what = copies > 1 ? fmt::format("the {} data-parallel copies of the parameters", copies) : "";
+    if (tied_copy) what += std::string(what.empty() ? "" : " and ") + "the last stage's copy of the tied embedding";
+    lines.push_back(fmt::format("replicas: {} are bit-identical after the last step", what));
+  }
+  if (!r.tp_replicated.empty() && o.parallel.tp > 1)
+    lines.push_back(r.tp_drift.empty()
+                        ? "tp-replicated tensors (norms, row-parallel biases, wpe, replicated K/V, routers): every tp "
+                          "rank's copy is tp rank 0's, bit for bit"
+                        : fmt::format("tp-replicated tensors drift apart by rounding: {} differs from tp rank 0's copy "
+                                      "(max |diff| {:.3e}); a report, not a failure (checkpoints keep tp rank 0's)",
+                                      r.tp_drift, r.tp_drift_max));
+  return lines;
+}
+
 nlohmann::json report_json(const TrainOptions& o, const Cluster& cluster, const TrainResult& r) {
   nlohmann::json j;
   j["config"] = o.to_json();
@@ -157,6 +193,7 @@ nlohmann::json report_json(const TrainOptions& o, const Cluster& cluster, const 
       {"final_loss", r.steps.empty() ? 0 : r.steps.back().loss},
       {"n_params", r.n_params}};
   if (r.best_loss) j["summary"]["best_loss"] = *r.best_loss;
+  if (!o.phantom) j["replicas"] = replicas_json(o, r);
   if (o.phantom) {
     j["phantom"] = {{"folded", r.folded}, {"running_devices", r.running_devices},
                     {"modeled", "every kernel, collective, transfer and arena allocation on the virtual "

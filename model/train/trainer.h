@@ -389,4 +389,14 @@ std::string checkpoint_bytes(const TrainOptions& options, const TrainResult& res
 nlohmann::json report_json(const TrainOptions& options, const Cluster& cluster,
                            const TrainResult& result);
 
+// The end-of-run copies check (real-math runs): the data-parallel (and cp)
+// copies of the parameters and a pipeline's tied embedding copy must end
+// bit-identical (TrainResult::replica_mismatch); tp ranks' copies of the
+// replicated tensors are reported (TrainResult::tp_drift), not checked.
+// replicas_json is the report's "replicas" object; replica_lines the text
+// (empty for a phantom run or nothing replicated; a mismatch's line starts
+// "FAIL:", and `shardlab train` then exits 1).
+nlohmann::json replicas_json(const TrainOptions& options, const TrainResult& result);
+std::vector<std::string> replica_lines(const TrainOptions& options, const TrainResult& result);
+
 }  // namespace shardlab::train

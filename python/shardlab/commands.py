@@ -160,9 +160,11 @@ def _with_trace(command, kwargs):
 
 
 def train(**kwargs):
-    """`shardlab train`: a Report (summary, devices, memory, steps; trace=True for plot_timeline)."""
-    _, value, trace = _with_trace("train", kwargs)
-    return Report(value, trace)
+    """`shardlab train`: a Report (summary, devices, memory, steps; trace=True for plot_timeline).
+    `.passed` is the tool's exit code 0: False when the data-parallel copies of
+    the parameters end apart (`report["replicas"]`)."""
+    code, value, trace = _with_trace("train", kwargs)
+    return Report(value, trace, passed=code == 0)
 
 
 def verify(**kwargs):

@@ -66,8 +66,8 @@ class Table(Result):
 class Report(Result):
     """`shardlab train`'s report: summary, per-device table, memory by kind, steps, timeline."""
 
-    def __init__(self, value, trace=None):
-        super().__init__(value)
+    def __init__(self, value, trace=None, passed=True):
+        super().__init__(value, passed)
         self.trace = trace  # a DataFrame of trace events (train(trace=True)), or None
 
     @property

@@ -58,6 +58,19 @@ def test_report_views_match_its_json():
     assert (r.devices["peak_bytes"] <= by_kind.sum(axis=1)).all()
 
 
+def test_train_passes_only_when_the_data_parallel_copies_agree(shardlab_bin):
+    ok = shardlab.train(model="tiny", steps=2, dp=2)
+    assert ok.passed
+    assert ok["replicas"]["identical"] and ok["replicas"]["data_parallel_copies"] == 2
+    # dp rank 1's copy perturbed after the last step (the tool's testing aid): exit 1, as the tool's.
+    args = dict(model="tiny", steps=2, dp=2, corrupt_shard="transformer.ln_f.bias:1")
+    bad = shardlab.train(**args)
+    code, expected = cli_json(_flag_args("train", args))
+    assert code == 1 and not bad.passed
+    assert bad["replicas"] == expected["replicas"]
+    assert bad["replicas"]["first_difference"] == "transformer.ln_f.bias on dp rank 1"
+
+
 def test_collectives_table_has_one_row_per_size():
     t = shardlab.collectives(ranks=4, min_bytes="1KiB", max_bytes="8KiB").table
     assert list(t["bytes"]) == [1024, 2048, 4096, 8192]

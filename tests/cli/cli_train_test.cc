@@ -249,6 +249,53 @@ TEST(CliTrain, HelpListsTheSyntheticTasks) {
   auto r = run_cli("train --help");
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("synthetic:markov"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Exit status: 0 on success, 1 when the data-parallel copies"), std::string::npos) << r.out;
+}
+
+// Every real-math run checks what must end bit-identical (the data-parallel
+// copies, a pipeline's tied embedding copy) and reports the tp-replicated
+// tensors; a difference is a failed check: exit 1, named in the last line.
+TEST(CliTrain, ReplicasAreCheckedAtTheEndOfEveryRun) {
+  const std::string cfg = "train --model tiny --steps 2 --dp 2 --tp 2 --pp 2 --micro-batches 2";
+  const auto ok = run_cli(cfg + " --json");
+  ASSERT_EQ(ok.code, 0) << ok.err;
+  const auto j = nlohmann::json::parse(ok.out)["replicas"];
+  EXPECT_EQ(j["data_parallel_copies"], 2) << j;
+  EXPECT_EQ(j["identical"], true) << j;
+  EXPECT_TRUE(j["first_difference"].is_null()) << j;
+  EXPECT_EQ(j["max_abs_diff"], 0.0) << j;
+  ASSERT_TRUE(j["tp_replica_drift"].is_object()) << j;  // tp 2: its copies are compared too
+  const auto text = run_cli(cfg);
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find("replicas: the 2 data-parallel copies of the parameters and the last stage's copy of the "
+                          "tied embedding are bit-identical after the last step"),
+            std::string::npos)
+      << text.out;
+  EXPECT_EQ(text.out.find("FAIL"), std::string::npos) << text.out;
+
+  // dp rank 1's copy of ln_f.bias perturbed after the last step (--corrupt-shard, verify's testing aid).
+  const std::string bad = "train --model tiny --steps 2 --dp 2 --corrupt-shard transformer.ln_f.bias:1";
+  const auto failed = run_cli(bad + " --json");
+  EXPECT_EQ(failed.code, 1) << failed.err;
+  const auto k = nlohmann::json::parse(failed.out)["replicas"];
+  EXPECT_EQ(k["identical"], false) << k;
+  EXPECT_EQ(k["first_difference"], "transformer.ln_f.bias on dp rank 1") << k;
+  EXPECT_GT(k["max_abs_diff"].get<double>(), 1e-3) << k;
+  EXPECT_NE(failed.err.find("FAIL: data-parallel replicas differ: transformer.ln_f.bias on dp rank 1"),
+            std::string::npos)
+      << failed.err;
+  const auto failed_text = run_cli(bad);
+  EXPECT_EQ(failed_text.code, 1);
+  const std::string last = failed_text.out.substr(failed_text.out.rfind('\n', failed_text.out.size() - 2) + 1);
+  EXPECT_EQ(last.rfind("FAIL: data-parallel replicas differ: transformer.ln_f.bias on dp rank 1", 0), 0u)
+      << failed_text.out;
+
+  // One copy, nothing replicated: no line; a phantom run has no copies to compare.
+  const auto one = run_cli("train --model tiny --steps 1");
+  EXPECT_EQ(one.out.find("replicas:"), std::string::npos) << one.out;
+  const auto phantom = run_cli("train --model tiny --steps 1 --dp 2 --phantom --json");
+  ASSERT_EQ(phantom.code, 0) << phantom.err;
+  EXPECT_FALSE(nlohmann::json::parse(phantom.out).contains("replicas"));
 }
 
 }  // namespace
