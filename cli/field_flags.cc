@@ -65,6 +65,8 @@ constexpr std::array kFieldFlags = std::to_array<std::pair<std::string_view, std
     {"router", "--router"},  // serve's request routing; the MoE router's is GPTConfig::router
     {"GPTConfig::router", "--moe-router"},
     {"moe_first_dense", "--moe-first-dense"},
+    {"moe_groups", "--moe-groups"},
+    {"moe_group_top_k", "--moe-group-top-k"},
     {"router_bias_rate", "--router-bias-rate"},
     {"n_kv_head", "--kv-heads"},
     {"rope_theta", "--rope-theta"},

@@ -78,6 +78,15 @@ FlagTable<TrainFlags> model_flags() {
       {"--moe-first-dense", FIELD(moe_first_dense),
        "The first N blocks are dense MLPs of the --ffn width (DeepSeek-V3: 3; default: the preset's)",
        number_in(0, kMaxLayers)},
+      {"--moe-groups", FIELD(moe_groups),
+       "Group-limited routing: the experts in N groups of consecutive experts, each token's top-k from the "
+       "--moe-group-top-k best groups (DeepSeek-V3's node-limited routing: 8; Megatron's --moe-router-num-groups; "
+       "default: the preset's, 1 = no limit)",
+       number_in(1, kMaxCount)},
+      {"--moe-group-top-k", FIELD(moe_group_top_k),
+       "Groups each token may route to (DeepSeek-V3: 4; Megatron's --moe-router-group-topk; a group's key is the sum "
+       "of its top-k / N best scores; default: the preset's, 1)",
+       number_in(1, kMaxCount)},
       {"--router-bias-rate", FIELD(router_bias_rate),
        "Aux-loss-free balancing (DeepSeek-V3): a per-expert bias on the scores for the top-k choice only, "
        "b += rate * sign(mean load - load) after each step (0 = off; default: the preset's, deepseek-v3 0.001; saved as mlp.gate.e_score_correction_bias)",
@@ -260,6 +269,12 @@ void TrainFlags::set_modern_moe(model::GPTConfig& c) const {
   if (!router.empty()) c.router = model::parse_router(router);
   c.moe_norm_topk = moe_norm_topk;
   c.moe_first_dense = moe_first_dense.value_or(c.moe_first_dense);
+  c.moe_groups = moe_groups.value_or(c.moe_groups);
+  c.moe_group_top_k = moe_group_top_k.value_or(c.moe_group_top_k);
+  if (!moe_groups && !moe_group_top_k && (c.n_expert == 0 || c.n_expert % c.moe_groups != 0 ||
+                                          c.top_k % c.moe_group_top_k != 0 ||
+                                          c.top_k > c.moe_group_top_k * (c.n_expert / c.moe_groups)))
+    c.moe_groups = c.moe_group_top_k = 1;  // the preset's groups do not fit the experts the flags gave: no limit
   if (router_bias_rate)
     c.router_bias_rate = *router_bias_rate;
   else if (c.n_expert == 0 || c.top_k >= c.n_expert)

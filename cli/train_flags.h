@@ -39,7 +39,7 @@ struct TrainFlags {
   double capacity_factor = 0;
   // Modern MoE (GPTConfig's n_moe_ffn, n_shared_expert, router, moe_norm_topk, moe_first_dense).
   // Unset / empty: the preset's.
-  std::optional<int> moe_ffn, shared_experts, moe_first_dense;
+  std::optional<int> moe_ffn, shared_experts, moe_first_dense, moe_groups, moe_group_top_k;
   std::string router;
   bool moe_norm_topk = true;
   // GPTConfig::router_bias_rate (training's; inference refuses it). Unset: the

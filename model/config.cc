@@ -39,6 +39,19 @@ void validate_modern_moe(const GPTConfig& c) {
   require(double(c.n_shared_expert) * c.moe_ffn_hidden() <= INT32_MAX,
           "`n_shared_expert` " + num(c.n_shared_expert) + " x the expert width " + num(c.moe_ffn_hidden()) +
               " exceeds 2^31 columns");
+  require(c.moe_groups >= 1 && c.n_expert % c.moe_groups == 0,
+          "`moe_groups` " + num(c.moe_groups) + " must divide `n_expert` " + num(c.n_expert) +
+              " (groups of consecutive experts; 1: no group limit)");
+  require(c.moe_group_top_k >= 1 && c.moe_group_top_k <= c.moe_groups,
+          "`moe_group_top_k` " + num(c.moe_group_top_k) + " must be between 1 and `moe_groups` " + num(c.moe_groups));
+  if (c.moe_groups > 1) {
+    require(c.top_k % c.moe_group_top_k == 0,
+            "`moe_group_top_k` " + num(c.moe_group_top_k) + " must divide `GPTConfig::top_k` " + num(c.top_k) +
+                " (a group's key sums its top_k / moe_group_top_k best scores)");
+    require(c.top_k <= int64_t{c.moe_group_top_k} * (c.n_expert / c.moe_groups),
+            "`GPTConfig::top_k` " + num(c.top_k) + " exceeds the experts of the kept groups: `moe_group_top_k` " +
+                num(c.moe_group_top_k) + " x " + num(c.n_expert / c.moe_groups) + " per group");
+  }
   require(c.router_bias_rate >= 0 && c.router_bias_rate < 1,
           "`router_bias_rate` must be in [0, 1) (got " + num(c.router_bias_rate) + ")");
   require(c.router_bias_rate == 0 || c.top_k < c.n_expert,
@@ -72,6 +85,8 @@ void GPTConfig::validate() const {
           "`n_shared_expert`, `n_moe_ffn` and `moe_first_dense` need routed experts (`n_expert` above 0)");
   require(n_expert > 0 || router_bias_rate == 0,
           "`router_bias_rate` balances routed experts: it needs `n_expert` above 0");
+  require(n_expert > 0 || (moe_groups == 1 && moe_group_top_k == 1),
+          "`moe_groups` and `moe_group_top_k` limit the routing of routed experts: they need `n_expert` above 0");
   validate_family();
   if (n_expert == 0) return;
   require(top_k >= 1 && top_k <= n_expert,
@@ -118,6 +133,7 @@ std::string GPTConfig::to_string() const {
     if (router != Router::kSoftmax) os << " router=" << router_name(router);
     if (!moe_norm_topk) os << " moe_norm_topk=0";
     if (moe_first_dense > 0) os << " moe_first_dense=" << moe_first_dense;
+    if (moe_groups > 1) os << " moe_groups=" << moe_groups << " moe_group_top_k=" << moe_group_top_k;
     if (router_bias()) os << " router_bias_rate=" << router_bias_rate;
   }
   return os.str();

@@ -50,6 +50,11 @@ struct GPTConfig {
   Router router = Router::kSoftmax;  // scores: softmax over E, or per-expert sigmoid
   bool moe_norm_topk = true;   // gates = the top-K scores renormalised to sum 1 (Mixtral's)
   int moe_first_dense = 0;     // the first N blocks are dense, width ffn_hidden() (DeepSeek-V3: 3)
+  // Group-limited routing (kernels_moe.h RouterSpec; DeepSeek-V3's node-limited
+  // routing: 8 groups, 4 kept): each token's K experts come from the
+  // moe_group_top_k best of moe_groups groups of consecutive experts. 1: off.
+  int moe_groups = 1;
+  int moe_group_top_k = 1;
   // DeepSeek-V3's aux-loss-free balancing: > 0 gives every MoE block a
   // per-expert selection bias b (mlp.gate.e_score_correction_bias, zeros at
   // init) added to the scores for the top-K choice only, and after each step

@@ -42,19 +42,42 @@ void score_row(Real* s, const Real* z, int E, Router score) {
 // The K largest keys s[e] + bias[e] (descending; equal keys: lower index
 // first). O(K·E) per row, no allocation: chosen experts are skipped by a scan
 // of the K-long prefix.
-template <typename Real>
-void top_k_row(int32_t* chosen, const Real* s, const Real* bias, int E, int K) {
-  auto key = [&](int e) { return bias ? s[e] + bias[e] : s[e]; };
+// allowed: null (every expert) or a flag per expert.
+template <typename Real, typename Key>
+void top_k_keys(int32_t* chosen, const Key& key, int begin, int end, int K, const uint8_t* allowed) {
   for (int k = 0; k < K; ++k) {
     int best = -1;
     Real best_key = 0;
-    for (int e = 0; e < E; ++e) {
-      if (std::find(chosen, chosen + k, e) != chosen + k) continue;
+    for (int e = begin; e < end; ++e) {
+      if ((allowed && !allowed[e]) || std::find(chosen, chosen + k, e) != chosen + k) continue;
       const Real v = key(e);
       if (best < 0 || v > best_key) best = e, best_key = v;  // strict: ties keep the lower index
     }
     chosen[k] = best;
   }
+}
+
+// The K largest keys s[e] + bias[e], among the experts of the group_top_k
+// best groups when r.groups > 1 (RouterSpec). scratch: 2·groups + E + K
+// values (router_forward's, one allocation per call).
+template <typename Real>
+void top_k_row(int32_t* chosen, const Real* s, const Real* bias, int E, int K, const RouterSpec& r,
+               std::vector<Real>& group_key, std::vector<uint8_t>& allowed, std::vector<int32_t>& picks) {
+  auto key = [&](int e) { return bias ? s[e] + bias[e] : s[e]; };
+  if (r.groups <= 1) return top_k_keys<Real>(chosen, key, 0, E, K, nullptr);
+  const int G = r.groups, size = E / G, per_group = K / r.group_top_k;
+  for (int g = 0; g < G; ++g) {  // a group's key: the sum of its per_group largest keys
+    top_k_keys<Real>(picks.data(), key, g * size, (g + 1) * size, per_group, nullptr);
+    Real sum = 0;
+    for (int k = 0; k < per_group; ++k) sum += key(picks[size_t(k)]);
+    group_key[size_t(g)] = sum;
+  }
+  auto by_group = [&](int g) { return group_key[size_t(g)]; };
+  top_k_keys<Real>(picks.data(), by_group, 0, G, r.group_top_k, nullptr);
+  std::fill(allowed.begin(), allowed.end(), uint8_t{0});
+  for (int m = 0; m < r.group_top_k; ++m)
+    std::fill_n(allowed.begin() + int64_t(picks[size_t(m)]) * size, size, uint8_t{1});
+  top_k_keys<Real>(chosen, key, 0, E, K, allowed.data());
 }
 
 // Σ_e s[e] over the row: the aux loss's normaliser s' = s / Σ s (1 for softmax).
@@ -73,14 +96,21 @@ Real router_forward(Real* probs, int32_t* expert, int32_t* slot, Real* gates, Re
                     const Real* logits, const Real* bias, int64_t N, int E, int K,
                     double capacity_factor, const RouterSpec& r) {
   SHARDLAB_CHECK(K >= 1 && K <= E, "router needs 1 <= K <= E");
+  SHARDLAB_CHECK(r.groups <= 1 || (E % r.groups == 0 && r.group_top_k >= 1 && r.group_top_k <= r.groups &&
+                                   K % r.group_top_k == 0 && K <= r.group_top_k * (E / r.groups)),
+                 "group-limited routing needs groups | E, 1 <= group_top_k <= groups, group_top_k | K and "
+                 "K <= group_top_k x E/groups (GPTConfig::validate)");
   const int64_t cap = expert_capacity(N, E, K, capacity_factor);
   std::vector<int64_t> count(E, 0);   // assignments per expert (before drop)
   std::vector<double> pmean(E, 0.0);  // P_i * N
+  std::vector<Real> group_key(size_t(std::max(r.groups, 1)));
+  std::vector<uint8_t> allowed(r.groups > 1 ? size_t(E) : 0);
+  std::vector<int32_t> picks(size_t(std::max(K, r.groups)));
   for (int64_t n = 0; n < N; ++n) {
     Real* p = probs + n * E;
     score_row(p, logits + n * E, E, r.score);
     int32_t* ex = expert + n * K;
-    top_k_row(ex, p, bias, E, K);
+    top_k_row(ex, p, bias, E, K, r, group_key, allowed, picks);
     Real denom = 1;
     if (r.norm_topk) {
       denom = 0;

@@ -6,7 +6,8 @@
 // (Router::kSoftmax) or sigmoid(logit) per expert (kSigmoid, DeepSeek-V3),
 // kept in `probs`. Each token picks the K experts of highest s + bias
 // (ties to the lower index, listed by descending key; the bias, aux-loss-free
-// balancing's, steers the choice only); gates = those K scores, renormalised
+// balancing's, steers the choice only; with groups, among the chosen groups'
+// experts, RouterSpec); gates = those K scores, renormalised
 // to sum to 1 when norm_topk (Mixtral's softmax over the top-K logits equals
 // softmax + norm_topk), else the raw scores (DeepSeek-V2). Load-balancing loss
 // aux = E · Σ_i f_i · P_i with f_i = (top-K assignments to expert i, counted
@@ -33,10 +34,17 @@
 
 namespace shardlab::model {
 
+// Group-limited routing (DeepSeek-V2/V3's device- and node-limited routing,
+// Megatron-core's --moe-router-num-groups / --moe-router-group-topk): the E
+// experts form `groups` groups of E/groups consecutive experts; a group's key
+// is the sum of its K/group_top_k largest keys (s + bias); each token keeps the
+// group_top_k groups of largest key (ties to the lower index) and picks its K
+// experts among theirs only. groups == 1: every expert (no limit).
 struct RouterSpec {
   Router score = Router::kSoftmax;
   bool norm_topk = true;
-  static RouterSpec of(const GPTConfig& c) { return {c.router, c.moe_norm_topk}; }
+  int groups = 1, group_top_k = 1;
+  static RouterSpec of(const GPTConfig& c) { return {c.router, c.moe_norm_topk, c.moe_groups, c.moe_group_top_k}; }
 };
 
 // Assignments one expert may take: ⌈F·N·K/E⌉, or N (no limit) when F <= 0.

@@ -47,8 +47,8 @@
 // v 128): multi-head attention with 128 heads of 56 (= 7168 / 128) stands in
 // for it, 4 x 7168² = 205.5M parameters per block against MLA's 187.1M
 // (tests/model/moe_presets_test.cc derives both by hand); the routed scaling
-// factor 2.5, node-limited routing (4 of 8 groups) and the auxiliary
-// sequence-wise balance loss.
+// factor 2.5 and the auxiliary sequence-wise balance loss. Node-limited
+// routing is modeled: 8 groups of 32 experts, 4 kept (GPTConfig::moe_groups).
 #include <string>
 
 #include "model/config.h"
@@ -149,6 +149,9 @@ PresetInfo deepseek_v3() {
   c.norm_eps = 1e-6;
   c.n_expert = 256, c.top_k = 8, c.n_moe_ffn = 2048, c.n_shared_expert = 1, c.moe_first_dense = 3;
   c.router = Router::kSigmoid, c.moe_norm_topk = true;
+  // Node-limited routing (sec. 2.1.2, the released config's n_group 8,
+  // topk_group 4): a token's 8 experts from the 4 best of 8 groups of 32.
+  c.moe_groups = 8, c.moe_group_top_k = 4;
   // Aux-loss-free balancing (sec. 2.1.2): a selection bias per expert moved by
   // the bias update speed 0.001 after each step, no batch-wise balance loss
   // (the sequence-wise one, alpha 0.0001, is not modeled). So the routing

@@ -31,6 +31,8 @@ nlohmann::json model_json(const model::GPTConfig& m) {
     j["router"] = model::router_name(m.router);
     j["moe_norm_topk"] = m.moe_norm_topk;
     j["moe_first_dense"] = m.moe_first_dense;
+    j["moe_groups"] = m.moe_groups;
+    j["moe_group_top_k"] = m.moe_group_top_k;
     if (m.router_bias()) j["router_bias_rate"] = m.router_bias_rate;
   }
   return j;

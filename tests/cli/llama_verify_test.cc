@@ -88,7 +88,9 @@ INSTANTIATE_TEST_SUITE_P(OnePerParallelism, LlamaMoeVerify,
                                            "--aux-coef 0 --router-bias-rate 0.01 --ep 2 --dp 2 --pp 2 --micro-batches 2",
                                            "--aux-coef 0 --router-bias-rate 0.01 --dp 2 --zero 1",
                                            // ZeRO-2 every micro-batch: expert buckets summed over edp each time
-                                           "--ep 2 --dp 2 --zero 2 --micro-batches 2"),
+                                           "--ep 2 --dp 2 --zero 2 --micro-batches 2",
+                                           // group-limited routing (deepseek-v3's node limit): 2 of 4 groups
+                                           "--moe-groups 4 --moe-group-top-k 2 --moe-router sigmoid --tp 2 --ep 2 --dp 2"),
                          flags_name);
 
 nlohmann::json generate(const std::string& args) {

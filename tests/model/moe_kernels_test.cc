@@ -111,6 +111,38 @@ TEST(Router, Top8OfSixtyFourPicksTheEightLargestInOrder) {
   EXPECT_NEAR(sum, 1.0, 1e-14);
 }
 
+TEST(Router, GroupLimitedRoutingPicksFromTheBestGroupsOnly) {
+  // E = 8 in 4 groups of 2 ({0,1} {2,3} {4,5} {6,7}); each token keeps the
+  // group_top_k = 2 groups of largest key, a group's key the sum of its
+  // K / 2 best scores (softmax probabilities; the sums below are given in
+  // logits where they order the groups as the probabilities' sums do).
+  const std::vector<double> logits = {5.0, 0.0, 4.6, 0.0, 4.55, 4.55, 4.5, 0.0};
+  // Plain top-2: 0 (5), 2 (4.6).
+  EXPECT_EQ(route(logits, 1, 8, 2, 0).expert, (std::vector<int32_t>{0, 2}));
+  // Group keys (best one of each, K/group_top_k = 1): 5, 4.6, 4.55, 4.5 ->
+  // groups 0 and 1: the same pair.
+  RouterSpec groups;
+  groups.groups = 4, groups.group_top_k = 2;
+  EXPECT_EQ(route(logits, 1, 8, 2, 0, groups).expert, (std::vector<int32_t>{0, 2}));
+  // K = 4, group_top_k = 2: a group's key sums its 2 best: 5, 4.6, 9.1, 4.5
+  // -> groups 2 and 0 -> experts {4, 5, 0, 1} by key: 0 (5), 4, 5 (4.55 each,
+  // lower index first), 1 (0); the plain top-4 is 0, 2, 4, 5.
+  EXPECT_EQ(route(logits, 1, 8, 4, 0).expert, (std::vector<int32_t>{0, 2, 4, 5}));
+  const Routed r = route(logits, 1, 8, 4, 0, groups);
+  EXPECT_EQ(r.expert, (std::vector<int32_t>{0, 4, 5, 1}));
+  // The gates renormalise over the chosen four (softmax scores).
+  double z = 0;
+  for (double l : logits) z += std::exp(l);
+  const double chosen = std::exp(5.0) + 2 * std::exp(4.55) + std::exp(0.0);
+  EXPECT_NEAR(r.gates[0], std::exp(5.0) / chosen, 1e-14);
+  EXPECT_NEAR(r.probs[0], std::exp(5.0) / z, 1e-14);
+  // The selection bias counts in the group keys too: +1 on expert 6's score
+  // (the scores are probabilities, below 0.3 here) makes group 3's key the
+  // largest -> groups 3 and 2 -> 6, then 4, 5 (tied), then 7.
+  const std::vector<double> bias = {0, 0, 0, 0, 0, 0, 1.0, 0};
+  EXPECT_EQ(route(logits, 1, 8, 4, 0, groups, &bias).expert, (std::vector<int32_t>{6, 4, 5, 7}));
+}
+
 TEST(Router, CapacityDropsLaterTokensInOrder) {
   // 5 tokens, E = 2, K = 1, F = 1: capacity ⌈1·5·1/2⌉ = 3; all prefer expert 0.
   EXPECT_EQ(expert_capacity(5, 2, 1, 1.0), 3);

@@ -132,6 +132,8 @@ TEST(LlamaMoePresets, DeepSeekV3MatchesWhatItModels) {
   EXPECT_TRUE(c.moe_norm_topk);
   EXPECT_EQ(c.aux_coef, 0.0) << "aux-loss-free: no batch-wise balance loss";
   EXPECT_EQ(c.router_bias_rate, 0.001) << "the bias update speed of sec. 4.2";
+  EXPECT_EQ(c.moe_groups, 8) << "node-limited routing: the released config's n_group";
+  EXPECT_EQ(c.moe_group_top_k, 4) << "at most 4 nodes a token (sec. 2.1.2), topk_group";
   EXPECT_EQ(c.vocab_size, 129280);
   EXPECT_EQ(c.n_head, 128);
   EXPECT_EQ(c.kv_heads(), 128);
