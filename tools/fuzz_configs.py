@@ -85,7 +85,7 @@ FLAGS_WITH_VALUES = [  # flag, choices, probability of drawing it
     ("--fusions", ["all", "none", "no-norm", "bias-dropout-add", "no-cross-entropy,swiglu"], 0.1),
     ("--dropout", [0.1], 0.05), ("--grad-clip", [0, 0.5], 0.1), ("--weight-decay", [0, 0.1], 0.1),
     ("--lr-schedule", ["cosine"], 0.05), ("--warmup-steps", [1, 2], 0.05), ("--bucket-mb", [0.001, 0.01, 1], 0.15),
-    ("--prefetch", [0, 1, 2], 0.05), ("--ffn", [8, 24, 40], 0.1), ("--sampling", ["sequential"], 0.05),
+    ("--ffn", [8, 24, 40], 0.1), ("--sampling", ["sequential"], 0.05),
     ("--profile", ["a100-nvlink", "h100-nvlink", "a100-pcie-8", "a100-nvlink-4nic"], 0.15),
     ("--make-vocab-size-divisible-by", [1, 8, 64], 0.05),
 ]
@@ -99,7 +99,8 @@ SWITCHES = [("--sp", 0.3), ("--tp-comm-overlap", 0.1), ("--use-distributed-optim
             ("--overlap-param-gather", 0.1), ("--no-overlap", 0.1), ("--grads", 0.3),
             ("--scatter-gather", 0.05), ("--bucket-per-chunk", 0.05), ("--no-tie-embeddings", 0.1),
             ("--tie-embeddings", 0.05), ("--reshard-after-forward", 0.05), ("--grad-reduce-in-bf16", 0.05),
-            ("--no-grad-accum-fusion", 0.05), ("--overlap-p2p-comm", 0.05), ("--moe-norm-topk", 0.05)]
+            ("--no-grad-accum-fusion", 0.05), ("--overlap-p2p-comm", 0.05), ("--moe-norm-topk", 0.05),
+            ("--no-prefetch", 0.05)]
 
 
 def draw(rng, mode="verify", wide=False):
@@ -402,10 +403,10 @@ def resume_differs(a, args, straight_out):
 # A run's layout: drawn again for the resharded resume; the rest (model,
 # batch, data, optimizer, precision, kernels) stays.
 LAYOUT_FLAGS = {"--tp", "--pp", "--dp", "--cp", "--ep", "--micro-batches", "--zero", "--schedule", "--vpp",
-                "--recompute", "--hsdp", "--cp-comm", "--pp-layers", "--bucket-mb", "--prefetch"}
+                "--recompute", "--hsdp", "--cp-comm", "--pp-layers", "--bucket-mb"}
 LAYOUT_SWITCHES = {"--sp", "--tp-comm-overlap", "--use-distributed-optimizer", "--overlap-param-gather",
                    "--no-overlap", "--scatter-gather", "--bucket-per-chunk", "--reshard-after-forward",
-                   "--no-grad-accum-fusion", "--overlap-p2p-comm"}
+                   "--no-grad-accum-fusion", "--overlap-p2p-comm", "--no-prefetch"}
 
 
 def relayout(args, rng):
