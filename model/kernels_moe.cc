@@ -273,10 +273,14 @@ Real moe_aux_loss(const Real* frac, const Real* probs, int64_t N, int E, Router 
   return static_cast<Real>(E * aux);
 }
 
-OpCost router_forward_cost(int64_t N, int64_t E, int64_t K, int elem) {
+OpCost router_forward_cost(int64_t N, int64_t E, int64_t K, int elem, const RouterSpec& r) {
   const double n = static_cast<double>(N);
-  // softmax (4E), top-K scans (KE), gates (2K), the P_i statistics adds (E)
-  return cost(n * (5.0 * E + K * E + 2.0 * K), n * (2.0 * E + K) + E, elem, 8 * n * K);
+  // softmax (4E), top-K scans (KE), gates (2K), the P_i statistics adds (E);
+  // group-limited: each group's K/M best (K/M scans of its E/G: (K/M)·E in
+  // all), their sums (K/M·G) and the M best groups (M scans of G)
+  const double groups =
+      r.groups > 1 ? double(K / r.group_top_k) * double(E + r.groups) + double(r.group_top_k) * r.groups : 0;
+  return cost(n * (5.0 * E + K * E + 2.0 * K + groups), n * (2.0 * E + K) + E, elem, 8 * n * K);
 }
 OpCost router_backward_cost(int64_t N, int64_t E, int64_t K, int elem) {
   const double n = static_cast<double>(N);

@@ -68,7 +68,7 @@ void router_backward(Real* dlogits,       // (N,E)
                      const int32_t* expert,  // (N,K)
                      const Real* frac,       // (E)
                      int64_t N, int E, int K, const RouterSpec& r);
-OpCost router_forward_cost(int64_t N, int64_t E, int64_t K, int elem);
+OpCost router_forward_cost(int64_t N, int64_t E, int64_t K, int elem, const RouterSpec& r = {});
 // The load-balancing loss for given fractions: E · Σ_i frac[i] · P_i with P_i
 // the mean of s'[:, i] over the N rows (after frac was averaged over
 // data-parallel replicas or counted over the global batch).

@@ -154,7 +154,7 @@ Real moe_forward(Real* out, MoeActs<Real>& a, const BlockView<Real>& p, const Re
   const int C = config.n_embd, E = config.n_expert, K = config.top_k, F = config.moe_ffn_hidden();
   // route
   linear_forward(ex, "moe.router.fwd", a.logits.data(), inp, p.router, N, C, E);
-  ex.run("moe.topk.fwd", router_forward_cost(N, E, K, ex.elem), [&] {
+  ex.run("moe.topk.fwd", router_forward_cost(N, E, K, ex.elem, RouterSpec::of(config)), [&] {
     a.aux = router_forward(a.probs.data(), a.expert.data(), a.slot.data(), a.gates.data(), a.frac.data(),
                            a.logits.data(), p.router_bias, N, E, K,
                            config.capacity_factor, RouterSpec::of(config));

@@ -197,6 +197,15 @@ TEST(KernelCost, Router) {
   const OpCost f = router_forward_cost(6, 4, 2, kF32);
   EXPECT_DOUBLE_EQ(f.flops, N * (5 * E + K * E + 2 * K));                         // 6 · 32 = 192
   EXPECT_DOUBLE_EQ(f.bytes, (N * E + N * E + N * K + E) * kF32 + 2 * 4 * N * K);  // 64 elements + 96 B = 352 B
+  // Group-limited (2 groups of 2, 1 kept, K = 2): each group's K/M = 2 best
+  // (2 scans of its 2 experts: 2·E = 8 compares in all), their 2 sums of 2
+  // (K/M·G = 4 adds) and the best group (M·G = 2 compares): 14 more a row;
+  // the bytes are the same (the row's probs are read once, as before).
+  RouterSpec grouped;
+  grouped.groups = 2, grouped.group_top_k = 1;
+  const OpCost g = router_forward_cost(6, 4, 2, kF32, grouped);
+  EXPECT_DOUBLE_EQ(g.flops, N * (5 * E + K * E + 2 * K + 14));
+  EXPECT_DOUBLE_EQ(g.bytes, f.bytes);
   // backward per row: dp = aux·frac (E), softmax backward Σ p·dp (2·E) and
   // p·(dp - Σ) accumulated (3·E) -> 6·E; gates backward: S = Σ p[ex_k] (K
   // adds), dot += dg·p/S (3·K), dp[ex_k] += (dg - dot)/S (3·K) -> 7·K (the

@@ -151,7 +151,7 @@ void tp_moe_route(TpMoeActs& a, const BlockView<float>& p, const float* inp, con
     a.aux = phantom_route(r.expert, r.slot, a.counts.data(), N, E, K, local_capacity,
                           c.phantom_zipf);
   }
-  ex.op("moe.topk.fwd", model::router_forward_cost(N, E, K, ex.elem));
+  ex.op("moe.topk.fwd", model::router_forward_cost(N, E, K, ex.elem, model::RouterSpec::of(config)));
   a.stats.dropped = 0;
   if (global) {
     route_globally(a, r, N, config, c);
