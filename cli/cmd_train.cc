@@ -104,8 +104,7 @@ void print_summary(const train::TrainOptions& o, const Cluster& cluster, const t
                r.steps.size() - 1);
     if (r.best_loss) fmt::print(" (best achievable on this data: {:.4f})", *r.best_loss);
     fmt::print("\n");
-    for (const std::string& line : train::replica_lines(o, r))
-      if (line.rfind("FAIL:", 0) != 0) fmt::print("{}\n", line);
+    for (const std::string& line : train::replica_lines(o, r)) fmt::print("{}\n", line);
   }
   // Fusions other than the default are named (the report's config.parallel.fusions has them always).
   const std::string fusions = o.parallel.fusions == model::KernelFusions{}
@@ -160,11 +159,10 @@ int run_train(TrainFlags& f) {
   } else {
     print_summary(o, cluster, r, report);
   }
-  // The copies that must end bit-identical (train::replica_lines): a
-  // difference is a failed check, the last line and exit status 1.
-  if (!r.replica_mismatch.empty()) {
-    for (const std::string& line : train::replica_lines(o, r))
-      if (line.rfind("FAIL:", 0) == 0) fmt::print(f.common.json ? stderr : stdout, "{}\n", line);
+  // The copies that must end bit-identical: a difference is a failed check,
+  // the last line and exit status 1.
+  if (const std::string failure = train::replica_failure(r); !failure.empty()) {
+    fmt::print(f.common.json ? stderr : stdout, "{}\n", failure);
     return 1;
   }
   return 0;

@@ -271,9 +271,7 @@ void TrainFlags::set_modern_moe(model::GPTConfig& c) const {
   c.moe_first_dense = moe_first_dense.value_or(c.moe_first_dense);
   c.moe_groups = moe_groups.value_or(c.moe_groups);
   c.moe_group_top_k = moe_group_top_k.value_or(c.moe_group_top_k);
-  if (!moe_groups && !moe_group_top_k && (c.n_expert == 0 || c.n_expert % c.moe_groups != 0 ||
-                                          c.top_k % c.moe_group_top_k != 0 ||
-                                          c.top_k > c.moe_group_top_k * (c.n_expert / c.moe_groups)))
+  if (!moe_groups && !moe_group_top_k && (c.n_expert == 0 || !c.moe_groups_fit()))
     c.moe_groups = c.moe_group_top_k = 1;  // the preset's groups do not fit the experts the flags gave: no limit
   if (router_bias_rate)
     c.router_bias_rate = *router_bias_rate;

@@ -55,6 +55,11 @@ struct GPTConfig {
   // moe_group_top_k best of moe_groups groups of consecutive experts. 1: off.
   int moe_groups = 1;
   int moe_group_top_k = 1;
+  // The groups suit the experts: G | E, 1 <= M <= G, M | K and K <= M·E/G.
+  bool moe_groups_fit() const {
+    return moe_groups >= 1 && n_expert % moe_groups == 0 && moe_group_top_k >= 1 && moe_group_top_k <= moe_groups &&
+           top_k % moe_group_top_k == 0 && top_k <= int64_t{moe_group_top_k} * (n_expert / moe_groups);
+  }
   // DeepSeek-V3's aux-loss-free balancing: > 0 gives every MoE block a
   // per-expert selection bias b (mlp.gate.e_score_correction_bias, zeros at
   // init) added to the scores for the top-K choice only, and after each step

@@ -39,10 +39,9 @@ void score_row(Real* s, const Real* z, int E, Router score) {
   for (int e = 0; e < E; ++e) s[e] = Real(1) / (Real(1) + pm::exp_of(-z[e]));
 }
 
-// The K largest keys s[e] + bias[e] (descending; equal keys: lower index
-// first). O(K·E) per row, no allocation: chosen experts are skipped by a scan
-// of the K-long prefix.
-// allowed: null (every expert) or a flag per expert.
+// The K largest key(e) over e in [begin, end) (descending; equal keys: lower
+// index first), among the experts `allowed` flags (null: every one). O(K·n),
+// no allocation: chosen experts are skipped by a scan of the K-long prefix.
 template <typename Real, typename Key>
 void top_k_keys(int32_t* chosen, const Key& key, int begin, int end, int K, const uint8_t* allowed) {
   for (int k = 0; k < K; ++k) {
@@ -58,8 +57,9 @@ void top_k_keys(int32_t* chosen, const Key& key, int begin, int end, int K, cons
 }
 
 // The K largest keys s[e] + bias[e], among the experts of the group_top_k
-// best groups when r.groups > 1 (RouterSpec). scratch: 2·groups + E + K
-// values (router_forward's, one allocation per call).
+// best groups when r.groups > 1 (RouterSpec, checked by GPTConfig::validate).
+// Scratch (router_forward's, allocated once per call): the group keys (G),
+// a flag per expert (E) and the picks (max(K, G)).
 template <typename Real>
 void top_k_row(int32_t* chosen, const Real* s, const Real* bias, int E, int K, const RouterSpec& r,
                std::vector<Real>& group_key, std::vector<uint8_t>& allowed, std::vector<int32_t>& picks) {
@@ -96,10 +96,6 @@ Real router_forward(Real* probs, int32_t* expert, int32_t* slot, Real* gates, Re
                     const Real* logits, const Real* bias, int64_t N, int E, int K,
                     double capacity_factor, const RouterSpec& r) {
   SHARDLAB_CHECK(K >= 1 && K <= E, "router needs 1 <= K <= E");
-  SHARDLAB_CHECK(r.groups <= 1 || (E % r.groups == 0 && r.group_top_k >= 1 && r.group_top_k <= r.groups &&
-                                   K % r.group_top_k == 0 && K <= r.group_top_k * (E / r.groups)),
-                 "group-limited routing needs groups | E, 1 <= group_top_k <= groups, group_top_k | K and "
-                 "K <= group_top_k x E/groups (GPTConfig::validate)");
   const int64_t cap = expert_capacity(N, E, K, capacity_factor);
   std::vector<int64_t> count(E, 0);   // assignments per expert (before drop)
   std::vector<double> pmean(E, 0.0);  // P_i * N

@@ -43,7 +43,7 @@ namespace shardlab::model {
 struct RouterSpec {
   Router score = Router::kSoftmax;
   bool norm_topk = true;
-  int groups = 1, group_top_k = 1;
+  int groups = 1, group_top_k = 1;  // GPTConfig::moe_groups_fit() holds (validate)
   static RouterSpec of(const GPTConfig& c) { return {c.router, c.moe_norm_topk, c.moe_groups, c.moe_group_top_k}; }
 };
 

@@ -120,16 +120,19 @@ nlohmann::json replicas_json(const TrainOptions& o, const TrainResult& r) {
   return j;
 }
 
+std::string replica_failure(const TrainResult& r) {
+  if (r.replica_mismatch.empty()) return "";
+  return fmt::format("FAIL: data-parallel replicas differ: {} differs from dp rank 0's copy (max |diff| {:.3e}); "
+                     "they must end bit-identical",
+                     r.replica_mismatch, r.replica_max_diff);
+}
+
 std::vector<std::string> replica_lines(const TrainOptions& o, const TrainResult& r) {
   std::vector<std::string> lines;
   if (o.phantom) return lines;
   const int copies = o.parallel.data_ranks();
   const bool tied_copy = !r.tied_copy.empty();
-  if (!r.replica_mismatch.empty()) {
-    lines.push_back(fmt::format("FAIL: data-parallel replicas differ: {} differs from dp rank 0's copy (max |diff| "
-                                "{:.3e}); they must end bit-identical",
-                                r.replica_mismatch, r.replica_max_diff));
-  } else if (copies > 1 || tied_copy) {
+  if (r.replica_mismatch.empty() && (copies > 1 || tied_copy)) {
     std::string what = copies > 1 ? fmt::format("the {} data-parallel copies of the parameters", copies) : "";
     if (tied_copy) what += std::string(what.empty() ? "" : " and ") + "the last stage's copy of the tied embedding";
     lines.push_back(fmt::format("replicas: {} are bit-identical after the last step", what));

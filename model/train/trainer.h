@@ -393,10 +393,12 @@ nlohmann::json report_json(const TrainOptions& options, const Cluster& cluster,
 // copies of the parameters and a pipeline's tied embedding copy must end
 // bit-identical (TrainResult::replica_mismatch); tp ranks' copies of the
 // replicated tensors are reported (TrainResult::tp_drift), not checked.
-// replicas_json is the report's "replicas" object; replica_lines the text
-// (empty for a phantom run or nothing replicated; a mismatch's line starts
-// "FAIL:", and `shardlab train` then exits 1).
+// replicas_json is the report's "replicas" object; replica_lines the
+// summary's lines (none for a phantom run or nothing replicated);
+// replica_failure the "FAIL: ..." line of a mismatch, else "" (`shardlab
+// train` prints it last and exits 1).
 nlohmann::json replicas_json(const TrainOptions& options, const TrainResult& result);
 std::vector<std::string> replica_lines(const TrainOptions& options, const TrainResult& result);
+std::string replica_failure(const TrainResult& result);
 
 }  // namespace shardlab::train
