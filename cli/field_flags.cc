@@ -16,6 +16,7 @@ constexpr std::array kFieldFlags = std::to_array<std::pair<std::string_view, std
     {"ep", "--ep"},
     {"cp", "--cp"},
     {"cp_comm", "--cp-comm"},
+    {"moe_dispatcher", "--moe-dispatcher"},
     {"zero", "--zero"},
     {"distributed_optimizer", "--use-distributed-optimizer"},
     {"attention", "--attention"},

@@ -191,6 +191,11 @@ FlagTable<TrainFlags> parallel_flags() {
       {"--cp", FIELD(opts.parallel.cp),
        "Context-parallel degree: every sequence split over N ranks (2N chunks, causal load balancing)", degree,
        kShowDefault},
+      {"--moe-dispatcher", FIELD(moe_dispatcher),
+       "With --ep across nodes: alltoall (Megatron's: one row per token and expert) or deepep (DeepEP's and "
+       "HybridEP's: a token crosses to each node holding one of its experts once, is handed to the experts there "
+       "over NVLink, and their gate-weighted sum comes back as one row)",
+       {}, kShowDefault},
       {"--cp-comm", FIELD(cp_comm), "Context parallelism's K/V exchange: ring (point to point) or allgather", {},
        kShowDefault},
       {"--micro-batches", FIELD(opts.micro_batches),
@@ -341,6 +346,7 @@ train::TrainOptions TrainFlags::options() const {
   if (o.parallel.distributed_optimizer && o.parallel.zero == 0) o.parallel.zero = 1;
   o.parallel.grad_accum_fusion = !no_grad_accum_fusion;
   o.parallel.cp_comm = parallel::parse_cp_comm(cp_comm);
+  o.parallel.moe_dispatcher = parallel::parse_moe_dispatcher(moe_dispatcher);
   o.parallel.schedule = parallel::parse_schedule(schedule);
   o.parallel.recompute = parallel::parse_recompute(recompute);
   o.parallel.attention = parallel::parse_attention_kernel(attention);

@@ -93,7 +93,7 @@ MOE_FLAGS = [  # drawn with --experts only
     ("--moe-every", [1, 2], 0.2), ("--capacity-factor", [0, 1, 1.25], 0.2), ("--moe-ffn", [8, 16], 0.2),
     ("--shared-experts", [0, 1], 0.2), ("--moe-router", ["softmax", "sigmoid"], 0.2),
     ("--moe-first-dense", [0, 1], 0.15), ("--router-bias-rate", [0, 0.01], 0.15), ("--aux-coef", [0, 0.01], 0.1),
-    ("--moe-groups", [2, 3], 0.15), ("--moe-group-top-k", [1, 2], 0.1),
+    ("--moe-groups", [2, 3], 0.15), ("--moe-group-top-k", [1, 2], 0.1), ("--moe-dispatcher", ["deepep"], 0.15),
 ]
 SWITCHES = [("--sp", 0.3), ("--tp-comm-overlap", 0.1), ("--use-distributed-optimizer", 0.1),
             ("--overlap-param-gather", 0.1), ("--no-overlap", 0.1), ("--grads", 0.3),

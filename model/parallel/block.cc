@@ -6,6 +6,7 @@
 
 #include "model/kernels.h"
 #include "model/parallel/expert/ep_dispatch.h"
+#include "model/parallel/expert/ep_node_dispatch.h"
 #include "model/parallel/tensor/attention.h"
 
 namespace shardlab::parallel {
@@ -227,9 +228,9 @@ float block_forward(BlockActs& a, const BlockView<float>& p, const float* x, con
   float aux = 0;
   if (p.moe) {
     float* out_full = c.tp.sp ? s.moe_out.data() : a.mlp_out.data();
-    aux = c.moe.expert_parallel()
-              ? ep_moe_forward(out_full, a.moe, s.moe, p, ln2_full, d, config, c.moe)
-              : tp_moe_forward(out_full, a.moe, p, ln2_full, d, config, c.moe);
+    aux = c.moe.node_dispatch()    ? ep_node_moe_forward(out_full, a.moe, s.moe, p, ln2_full, d, config, c.moe)
+          : c.moe.expert_parallel() ? ep_moe_forward(out_full, a.moe, s.moe, p, ln2_full, d, config, c.moe)
+                                    : tp_moe_forward(out_full, a.moe, p, ln2_full, d, config, c.moe);
     if (c.tp.sp) scatter_to_sequence_parallel_fwd(c.tp, out_full, a.mlp_out.data(), Nr * C);
   } else {
     tp_mlp_partial_forward(s.partial.data(), a.fc.data(), a.fc_gelu.data(), p.mlp, ln2_full, d.N(),
@@ -260,7 +261,9 @@ void block_backward(float* dinp, const BlockView<float>& g, BlockScratch& s, con
   zero(s.partial.data(), N * C);
   if (p.moe) {
     zero(s.rep.data(), N * C);
-    auto moe_backward = c.moe.expert_parallel() ? ep_moe_backward : tp_moe_backward;
+    auto moe_backward = c.moe.node_dispatch()    ? ep_node_moe_backward
+                        : c.moe.expert_parallel() ? ep_moe_backward
+                                                  : tp_moe_backward;
     moe_backward(s.partial.data(), s.rep.data(), g, s.moe, dout_full, daux, a.moe, ln2_full, p, d,
                  config, wg, c.moe);
     enter_column_parallel_bwd(c.tp, s.partial.data(), s.dln.data(), Nr, C);

@@ -25,6 +25,9 @@ struct ShardDims : model::Dims {
   int tp = 1;
   bool sp = false;
   int ep = 1;  // expert-parallel ranks exchanging tokens (expert/ep_dispatch.h)
+  // DeepEP's dispatcher (expert/ep_node_dispatch.h): the nodes the EP group
+  // spans, ep / ep_nodes ranks on each; 0: the all-to-all dispatcher.
+  int ep_nodes = 0;
   // Context parallelism: T is this rank's share of each sequence, chunks
   // cp_rank and 2·cp−1−cp_rank of the 2·cp chunks of T/2 tokens (causal load
   // balancing, Megatron-core's and Transformer Engine's layout).

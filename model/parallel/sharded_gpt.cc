@@ -90,6 +90,12 @@ ShardedGPT::ShardedGPT(const model::GPTConfig& config, uint64_t seed, Device& de
     const bool same = groups.capacity && groups.capacity->members() == groups.ep->members();
     ep_group_ = same ? *groups.capacity : *groups.ep;
     ctx_.moe.ep = &*ep_group_;
+    if (groups.ep_node && groups.ep_rail) {
+      ep_node_ = *groups.ep_node;
+      ep_rail_ = *groups.ep_rail;
+      ctx_.moe.ep_node = &*ep_node_;
+      ctx_.moe.ep_rail = &*ep_rail_;
+    }
   }
   Vl_ = config_.vocab_size / tp_group_.size();
   v0_ = int64_t{tp_group_.rank()} * Vl_;
@@ -147,6 +153,7 @@ void ShardedGPT::set_micro_batch(int B, int T) {
   SHARDLAB_CHECK(cp_ == 1 || T % 2 == 0, "context parallelism: two chunks of every sequence");
   const model::Dims unsharded{B, T, config_.n_embd, config_.n_head, config_.ffn_hidden()};
   dims_ = ShardDims{unsharded, tp, ctx_.tp.sp, ep_group_ ? ep_group_->size() : 1};
+  dims_.ep_nodes = ctx_.moe.node_dispatch() ? ep_rail_->size() : 0;
   dims_.kv = config_.kv_heads();
   dims_.rope = config_.is_llama();
   dims_.cp = cp_;

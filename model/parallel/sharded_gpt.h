@@ -64,6 +64,10 @@ struct ModelGroups {
   // The data-parallel group, for MoE routing that follows the global batch
   // (f_i and capacity drops). Null: f_i averaged, capacity local.
   const collectives::ProcessGroup* capacity = nullptr;
+  // DeepEP's dispatcher (expert/ep_node_dispatch.h): ep's members on this
+  // node and at this place on every node. Null: the all-to-all dispatcher.
+  const collectives::ProcessGroup* ep_node = nullptr;
+  const collectives::ProcessGroup* ep_rail = nullptr;
 };
 
 struct ShardedOptions {
@@ -234,7 +238,7 @@ class ShardedGPT final : public LocalModel, public StageModel {
   // Copies share the caller's collective counters (collectives/group.h).
   collectives::ProcessGroup tp_group_;
   std::unique_ptr<Stream> tp_overlap_;  // ShardedOptions::tp_comm_overlap's side stream
-  std::optional<collectives::ProcessGroup> ep_group_, capacity_group_;
+  std::optional<collectives::ProcessGroup> ep_group_, capacity_group_, ep_node_, ep_rail_;
   BlockContext ctx_;
   bool scatter_gather_ = false;  // ShardedOptions::scatter_gather, without SP
   bool flash_ = false;           // ShardedOptions::flash

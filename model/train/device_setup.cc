@@ -91,8 +91,15 @@ void DeviceSetup::make_model(const DeviceProgram& p, Device& dev) {
     model = std::move(m);
     return;
   }
-  const parallel::ModelGroups groups{&ctx.group("tp"), par.ep > 1 ? &ctx.group("ep") : nullptr,
-                                     p.plan.global_routing ? &data_group() : nullptr};
+  parallel::ModelGroups groups{&ctx.group("tp"), par.ep > 1 ? &ctx.group("ep") : nullptr,
+                               p.plan.global_routing ? &data_group() : nullptr};
+  if (groups.ep && par.moe_dispatcher == parallel::MoeDispatcher::kDeepEp) {
+    // train() checked the layout (check_moe_dispatcher)
+    const std::vector<int>& ep = groups.ep->members();
+    const int L = parallel::ep_nodes(ep, dev.profile().devices_per_node).per_node;
+    groups.ep_node = &ctx.group(parallel::ep_node_members(ep, L, dev.rank()), "ep-node");
+    groups.ep_rail = &ctx.group(parallel::ep_rail_members(ep, L, dev.rank()), "ep-rail");
+  }
   parallel::ShardedOptions so;
   so.sequence_parallel = par.sp;
   so.tp_comm_overlap = par.tp_comm_overlap;

@@ -4,6 +4,7 @@
 // that holds the answers once (parallel_plan.h).
 #include "model/train/parallel_plan.h"
 
+#include <algorithm>
 #include <string>
 
 #include <fmt/format.h>
@@ -11,6 +12,7 @@
 #include "model/params.h"
 #include "model/parallel/attention_kernel.h"
 #include "model/parallel/config_check.h"
+#include "model/parallel/expert/moe.h"
 #include "model/train/preflight.h"
 #include "runtime/errors.h"
 #include "runtime/profile.h"
@@ -58,10 +60,10 @@ bool routes_globally(const TrainOptions& o) {
 // folded onto dp rank 0 reported its imbalance, 1.5, for every rank, where
 // the unfolded run has 1.22; found by tools/fuzz_configs.py --mode fold).
 // Under expert parallelism the ep ranks hold different experts, so each must
-// also get the same rows: uniform routing (token n's k-th choice is expert
-// (n·K + k) mod E) of N local tokens gives each expert N·K/E rows exactly
-// when E divides N·K (with sequence parallelism, N/tp too). Then the ep ranks
-// differ in which experts they hold, not in rows, bytes or kernels
+// also get the same rows: uniform routing (expert/moe.cc phantom_route) of N
+// local tokens must give every expert the same rows (checked on its plan;
+// with sequence parallelism, of N/tp tokens too). Then the ep ranks differ
+// in which experts they hold, not in rows, bytes or kernels
 // (model/engine/fold.h).
 bool routes_alike(const TrainOptions& o) {
   const ParallelOptions& p = o.parallel;
@@ -71,8 +73,12 @@ bool routes_alike(const TrainOptions& o) {
   if (p.ep == 1) return true;
   if (o.phantom_zipf > 0) return false;
   const int64_t rows = m.batch_size / (int64_t{o.micro_batches} * p.dp), N = rows * (m.block_size / p.cp);
-  const int64_t E = m.n_expert, K = m.top_k;
-  return (N * K) % E == 0 && (!p.sp || (N / p.tp * K) % E == 0);
+  const auto balanced = [&](int64_t n) {
+    const parallel::PhantomPlan plan = parallel::plan_phantom_routing(n, m.n_expert, m.top_k, 0, 0, m.moe_groups,
+                                                                      m.moe_group_top_k);
+    return std::all_of(plan.filled.begin(), plan.filled.end(), [&](int64_t f) { return f == plan.filled[0]; });
+  };
+  return balanced(N) && (!p.sp || balanced(N / p.tp));
 }
 
 }  // namespace
@@ -115,6 +121,8 @@ void validate_parallel(const TrainOptions& o) {
   require(p.hsdp == 0 || p.zero == 3, "`hsdp` needs `zero` 3");
   require(p.hsdp == 0 || p.dp % p.hsdp == 0, fmt::format("`hsdp` {} must divide `dp` {}", p.hsdp, p.dp));
   require(p.hsdp == 0 || p.ep == 1, "`hsdp` with `ep` > 1 is not supported (expert units shard over edp)");
+  require(p.moe_dispatcher == parallel::MoeDispatcher::kAllToAll || (m.is_moe() && p.ep > 1),
+          "`moe_dispatcher` deepep moves tokens between expert-parallel ranks: it needs an MoE model and `ep` > 1");
   require(p.bucket_mb > 0, "`bucket_mb` must be positive");
   require(!p.chunk_buckets || p.zero != 3, "`chunk_buckets` is for `zero` 0, 1 or 2 (ZeRO-3's buckets are its units)");
   require(m.batch_size % p.dp == 0,

@@ -106,6 +106,7 @@ nlohmann::json TrainOptions::to_json() const {
             {"fusions", model::to_string(parallel.fusions)},
             {"ep", parallel.ep}, {"pp", parallel.pp},
             {"cp", parallel.cp}, {"cp_comm", parallel::cp_comm_name(parallel.cp_comm)},
+            {"moe_dispatcher", parallel::moe_dispatcher_name(parallel.moe_dispatcher)},
             {"schedule", parallel::schedule_name(parallel.schedule)}, {"vpp", parallel.chunks()},
             {"pp_layers", parallel.stage_layers}, {"recompute", parallel::recompute_name(parallel.recompute)}}}};
 }
@@ -358,6 +359,19 @@ std::string checkpoint_bytes(const TrainOptions& o, const TrainResult& result) {
 
 namespace {
 
+// DeepEP's dispatcher relays through the rank at the same place on each
+// node: every expert-parallel group must sit on its nodes in equal runs.
+void check_moe_dispatcher(const TrainOptions& o, const ParallelPlan& plan, const HardwareProfile& profile) {
+  if (o.parallel.moe_dispatcher != parallel::MoeDispatcher::kDeepEp) return;
+  for (const std::vector<int>& ep : plan.mesh.all_group_ranks("ep")) {
+    const parallel::EpNodes n = parallel::ep_nodes(ep, profile.devices_per_node);
+    if (!n.error.empty())
+      throw ConfigError(fmt::format("`moe_dispatcher` deepep relays through the rank at the same place on each "
+                                    "node, but the expert-parallel group of rank {} ({} devices a node): {}",
+                                    ep[0], profile.devices_per_node, n.error));
+  }
+}
+
 // Runs `attempt` on `cluster` folded by `fold`; when the folding meets ranks
 // that are not symmetric (FoldingError), runs it again with a weaker plan,
 // which `fold` then holds. The result is exact whichever plan finishes.
@@ -386,6 +400,7 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
   if (cluster.world_size() != plan.world)
     throw ConfigError(fmt::format("`dp` x `tp` x `pp` x `cp` = {} devices but the cluster has {}", plan.world,
                                   cluster.world_size()));
+  check_moe_dispatcher(o, plan, cluster.profile());
   const uint64_t capacity =
       cluster.options().memory_bytes ? cluster.options().memory_bytes : cluster.profile().memory_bytes();
   check_memory(o, plan, capacity, element_size(cluster.options().precision), host_memory_bytes(),

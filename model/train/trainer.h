@@ -29,6 +29,7 @@
 #include "model/parallel/context/cp_comm.h"
 #include "model/parallel/pipeline/executor.h"
 #include "model/parallel/attention_kernel.h"
+#include "model/parallel/expert/ep_node_dispatch.h"
 #include "model/parallel/recompute.h"
 #include "model/parallel/pipeline/schedule.h"
 #include "runtime/cluster.h"
@@ -122,6 +123,10 @@ struct ParallelOptions {
   // fused kernel moves 10 (parallel/tensor/embedding.h).
   model::KernelFusions fusions;
   int ep = 1;                 // expert parallel (divides dp): E/ep experts per rank
+  // How the tokens reach their experts across nodes: Megatron's all-to-all
+  // (one row per token and expert) or DeepEP's (a token crosses to each
+  // node once; parallel/expert/ep_node_dispatch.h). Needs ep > 1.
+  parallel::MoeDispatcher moe_dispatcher = parallel::MoeDispatcher::kAllToAll;
   int pp = 1;                 // pipeline stages (ranks)
   // Context parallelism: every sequence split over cp ranks (chunks i and
   // 2cp−1−i of 2cp on cp rank i), attention by ring or all-gather of K/V

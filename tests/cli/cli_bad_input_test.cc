@@ -100,6 +100,10 @@ TEST(CliBadInput, ModelShapeFlags) {
        "--moe-group-top-k 2 must divide --moe-top-k 3"},
       {"train --model nano --steps 1 --experts 8 --top-k 4 --moe-groups 4 --moe-group-top-k 1",
        "--moe-top-k 4 exceeds the experts of the kept groups: --moe-group-top-k 1 x 2 per group"},
+      {"train --model nano --steps 1 --experts 8 --moe-dispatcher deepep",
+       "--moe-dispatcher deepep moves tokens between expert-parallel ranks: it needs an MoE model and --ep > 1"},
+      {"train --model nano --steps 1 --experts 8 --moe-dispatcher hybrid",
+       "--moe-dispatcher must be alltoall or deepep (got 'hybrid')"},
       {"train --model nano --steps 1 --moe-groups 2", "--moe-groups and --moe-group-top-k limit the routing of "
                                                       "routed experts: they need --experts above 0"},
       {"train --model nano --steps 1 --experts 8 --moe-groups 0", "--moe-groups: 0 is out of range"},

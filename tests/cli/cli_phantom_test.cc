@@ -88,6 +88,38 @@ TEST(CliPhantom, OverlappedAllReduceSharesTheNicWithThePipeline) {
   EXPECT_NEAR(step[1], 25038.039, 5e-4);
 }
 
+// DeepSeek-V3 on 1,024 H100s with Megatron-Bridge's DeepSeek-V3 batch
+// (GBS 8192, seq 4096, PP 8 x VP 4, EP 64) at TP 1, so that each node holds
+// 32 experts, one routing group: group-limited routing (4 of 8 groups)
+// sends a token to 4 nodes. Megatron's all-to-all dispatcher moves its 8
+// (token, expert) rows on their own; DeepEP's moves it once to each of the
+// 4 nodes and one row back from each. The README ("DeepEP's dispatcher")
+// quotes both steps and all-to-all times.
+TEST(CliPhantom, DeepEpSendsATokenToEachNodeOnce) {
+  const std::string run =
+      "train --phantom --model deepseek-v3 --profile h100-nvlink --nodes 128 --tp 1 --pp 8 --schedule interleaved "
+      "--vpp 4 --ep 64 --dp 128 --micro-batches 64 --precision fp8 --seq 4096 --batch 8192 "
+      "--use-distributed-optimizer --recompute full --steps 1 --moe-dispatcher ";
+  double step[2], a2a[2];
+  const char* names[2] = {"alltoall", "deepep"};
+  for (int i = 0; i < 2; ++i) {
+    const std::string report = ::testing::TempDir() + "phantom_dispatcher.json";
+    const auto r = run_cli(run + names[i] + " --report " + report);
+    ASSERT_EQ(r.code, 0) << r.err;
+    const auto j = nlohmann::json::parse(testing::slurp(report));
+    step[i] = j["summary"]["virtual_step_s"].get<double>();
+    a2a[i] = j["devices"][0]["moe"]["a2a_s"].get<double>();
+  }
+  std::printf("deepseek-v3 on 1024 H100s: alltoall step %.3f s (all-to-alls %.3f s), deepep %.3f s (%.3f s)\n",
+              step[0], a2a[0], step[1], a2a[1]);
+  EXPECT_LT(a2a[1], 0.7 * a2a[0]);
+  // The README's figures.
+  EXPECT_NEAR(step[0], 41.783, 5e-4);
+  EXPECT_NEAR(step[1], 32.111, 5e-4);
+  EXPECT_NEAR(a2a[0], 19.241, 5e-4);
+  EXPECT_NEAR(a2a[1], 12.336, 5e-4);
+}
+
 TEST(CliPhantom, Gpt3OnAThousandGpusReportsTimeMemoryAndFolding) {
   const std::string report = ::testing::TempDir() + "phantom_report.json";
   const auto r = run_cli(

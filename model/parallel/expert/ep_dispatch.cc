@@ -7,6 +7,7 @@
 #include <string>
 
 #include "model/kernels.h"
+#include "model/parallel/expert/ep_exchange.h"
 #include "runtime/errors.h"
 
 namespace shardlab::parallel {
@@ -21,66 +22,62 @@ namespace {
 
 size_t sum(const std::vector<size_t>& v) { return std::accumulate(v.begin(), v.end(), size_t{0}); }
 
-// Rows per (peer, local expert) through a small all-to-all, then the element
-// counts of the row exchanges and the expert-major order of the received rows:
-// expert le's rows from peer 0, then peer 1, ... (each peer's in its order).
-void plan_exchange(TpMoeActs& a, const ShardDims& d, int E, const ExpertContext& c) {
-  TpMoeActs::Ep& x = a.ep;
-  const int ep = c.ep->size(), El = E / ep, C = d.C;
-  for (int e = 0; e < E; ++e) x.send_rows[e] = static_cast<float>(a.offsets[e + 1] - a.offsets[e]);
+}  // namespace
+
+void plan_rows(TpMoeActs::Ep& x, MoeStats& stats, const coll::ProcessGroup& g, int El, int C,
+               std::vector<size_t>& send_elems, std::vector<size_t>& recv_elems, const char* name,
+               const ExpertContext& c) {
+  const int P = g.size();
   Stream& s = c.dev->compute();
   const Time t0 = s.now();
-  coll::all_to_all(*c.dev, *c.ep, coll::ConstBuffer(x.send_rows.data(), size_t(E)),
-                   coll::Buffer(x.recv_rows.data(), size_t(E)), c.on_compute());
-  s.mark("moe.counts.a2a", t0, s.now(), 0, -1, /*advance=*/false);
+  coll::all_to_all(*c.dev, g, coll::ConstBuffer(x.send_rows.data(), size_t(P) * El),
+                   coll::Buffer(x.recv_rows.data(), size_t(P) * El), c.on_compute());
+  s.mark(name, t0, s.now(), 0, -1, /*advance=*/false);
   if (c.a2a_time) *c.a2a_time += s.now() - t0;
   // A folded phantom run moves no data to or from the ranks it plays
   // (model/engine/fold.h), and needs none: phantom routing is a function of
-  // (N, E, K, capacity, zipf) alone, the same on every EP rank, so peer i
-  // sends my local expert le what I send expert me·El + le.
+  // (N, E, K, capacity, zipf) alone, the same on every rank, so peer i
+  // sends my local expert le what I send my own peer index's expert le.
   if (c.dev->folding() && !c.ex.math())
-    for (int i = 0; i < ep; ++i)
-      for (int le = 0; le < El; ++le) x.recv_rows[i * El + le] = x.send_rows[c.ep->rank() * El + le];
+    for (int i = 0; i < P; ++i)
+      for (int le = 0; le < El; ++le) x.recv_rows[i * El + le] = x.send_rows[g.rank() * El + le];
   auto rows = [&](int peer, int le) { return static_cast<int64_t>(x.recv_rows[peer * El + le]); };
-  for (int j = 0; j < ep; ++j) {
-    x.send_elems[j] = size_t(a.offsets[(j + 1) * El] - a.offsets[j * El]) * size_t(C);
-    int64_t r = 0;
-    for (int le = 0; le < El; ++le) r += rows(j, le);
-    x.recv_elems[j] = size_t(r) * size_t(C);
+  for (int j = 0; j < P; ++j) {
+    int64_t out = 0, in = 0;
+    for (int le = 0; le < El; ++le) out += static_cast<int64_t>(x.send_rows[j * El + le]), in += rows(j, le);
+    send_elems[j] = size_t(out) * size_t(C);
+    recv_elems[j] = size_t(in) * size_t(C);
   }
   x.offsets[0] = 0;
   for (int le = 0; le < El; ++le) {
     int64_t r = 0;
-    for (int i = 0; i < ep; ++i) r += rows(i, le);
+    for (int i = 0; i < P; ++i) r += rows(i, le);
     x.offsets[le + 1] = x.offsets[le] + r;
-    a.stats.received[le] = r;
+    stats.received[le] = r;
   }
   x.R = x.offsets[El];
   if (!c.ex.math()) return;  // the order moves rows only (moe_buffers.cc: no perm in a phantom run)
   int64_t row = 0;  // expert-major
   for (int le = 0; le < El; ++le) {
     int64_t peer_first = 0;  // first received row of peer i
-    for (int i = 0; i < ep; ++i) {
+    for (int i = 0; i < P; ++i) {
       int64_t first = peer_first;
       for (int k = 0; k < le; ++k) first += rows(i, k);
       for (int64_t r = 0; r < rows(i, le); ++r) x.perm[row++] = first + r;
-      peer_first += static_cast<int64_t>(x.recv_elems[i]) / C;
+      peer_first += static_cast<int64_t>(recv_elems[i]) / C;
     }
   }
 }
 
-// out (sum rc) = all_to_all_v of in over the EP group on the compute stream,
-// traced as `name`; counts the off-rank bytes into stats (if any).
-void exchange(const ExpertContext& c, const char* name, const float* in,
-              const std::vector<size_t>& sc, float* out, const std::vector<size_t>& rc,
-              MoeStats* stats) {
+void exchange_rows(const ExpertContext& c, const coll::ProcessGroup& g, const char* name, const float* in,
+                   const std::vector<size_t>& sc, float* out, const std::vector<size_t>& rc, MoeStats* stats) {
   Stream& s = c.dev->compute();
   const Time t0 = s.now();
-  coll::all_to_all_v(*c.dev, *c.ep, coll::ConstBuffer(in, sum(sc)), sc, coll::Buffer(out, sum(rc)),
-                     rc, c.on_compute());
+  coll::all_to_all_v(*c.dev, g, coll::ConstBuffer(in, sum(sc)), sc, coll::Buffer(out, sum(rc)), rc,
+                     c.on_compute());
   uint64_t sent = 0, received = 0;
-  for (int j = 0; j < c.ep->size(); ++j) {
-    if (j == c.ep->rank()) continue;
+  for (int j = 0; j < g.size(); ++j) {
+    if (j == g.rank()) continue;
     sent += uint64_t(sc[j]) * uint64_t(c.ex.elem);
     received += uint64_t(rc[j]) * uint64_t(c.ex.elem);
   }
@@ -91,7 +88,6 @@ void exchange(const ExpertContext& c, const char* name, const float* in,
   stats->a2a_recv_bytes += received;
 }
 
-// to_expert_major: dst[m] = src[perm[m]]; otherwise dst[perm[m]] = src[m].
 void permute_rows(float* dst, const float* src, const int64_t* perm, int64_t R, int C,
                   bool to_expert_major, const char* name, const Exec& ex) {
   ex.run(name, OpCost{0, 2.0 * static_cast<double>(R) * C * ex.elem}, [&] {
@@ -102,8 +98,6 @@ void permute_rows(float* dst, const float* src, const int64_t* perm, int64_t R, 
   });
 }
 
-}  // namespace
-
 float ep_moe_forward(float* out, TpMoeActs& a, MoeScratch& s, const BlockView<float>& p,
                      const float* inp, const ShardDims& d, const GPTConfig& config,
                      const ExpertContext& c) {
@@ -113,17 +107,18 @@ float ep_moe_forward(float* out, TpMoeActs& a, MoeScratch& s, const BlockView<fl
   tp_moe_route(a, p, inp, d, config, c);
   tp_moe_dispatch(a, inp, d, config, ex);  // rows grouped by expert, hence by owning rank
   a.stats.a2a_sent_bytes = a.stats.a2a_recv_bytes = 0;
-  plan_exchange(a, d, E, c);
   TpMoeActs::Ep& x = a.ep;
-  exchange(c, "moe.dispatch.a2a", a.xe.data(), x.send_elems, s.ep_xr.data(), x.recv_elems,
-           &a.stats);
+  for (int e = 0; e < E; ++e) x.send_rows[e] = static_cast<float>(a.offsets[e + 1] - a.offsets[e]);
+  plan_rows(x, a.stats, *c.ep, El, C, x.send_elems, x.recv_elems, "moe.counts.a2a", c);
+  exchange_rows(c, *c.ep, "moe.dispatch.a2a", a.xe.data(), x.send_elems, s.ep_xr.data(), x.recv_elems,
+                &a.stats);
   permute_rows(x.xl.data(), s.ep_xr.data(), x.perm.data(), x.R, C, true, "moe.permute.fwd", ex);
   tp_experts_forward(s.ep_yl.data(), a.fc.data(), a.fc_gelu.data(), p.experts, x.xl.data(),
                      x.offsets.data(), El, expert_fl(d, config), d, c, config.is_llama());
   permute_rows(s.ep_xr.data(), s.ep_yl.data(), x.perm.data(), x.R, C, false, "moe.unpermute.fwd",
                ex);
-  exchange(c, "moe.combine.a2a", s.ep_xr.data(), x.recv_elems, a.ye.data(), x.send_elems,
-           &a.stats);
+  exchange_rows(c, *c.ep, "moe.combine.a2a", s.ep_xr.data(), x.recv_elems, a.ye.data(), x.send_elems,
+                &a.stats);
   const float aux = tp_moe_combine(out, a, d, config, ex);
   tp_shared_experts_forward(out, a, p, inp, d, config, c);
   return aux;
@@ -139,8 +134,8 @@ void ep_moe_backward(float* dexperts, float* drouter, const BlockView<float>& g,
   tp_shared_experts_backward(dexperts, g, s, dout, a, inp, p, d, config, wg, ex);
   tp_moe_combine_backward(s, dout, a, d, config, ex);
   // dye to the experts' owners, expert-major
-  exchange(c, "moe.combine.a2a.bwd", s.dye.data(), x.send_elems, s.ep_xr.data(), x.recv_elems,
-           nullptr);
+  exchange_rows(c, *c.ep, "moe.combine.a2a.bwd", s.dye.data(), x.send_elems, s.ep_xr.data(), x.recv_elems,
+                nullptr);
   permute_rows(s.ep_yl.data(), s.ep_xr.data(), x.perm.data(), x.R, C, true, "moe.permute.bwd", ex);
   // experts: partial input gradients over TP (summed by the caller after dispatch)
   tp_experts_backward(s.ep_xr.data(), g.experts, s, s.ep_yl.data(), x.xl.data(), a.fc.data(),
@@ -149,8 +144,8 @@ void ep_moe_backward(float* dexperts, float* drouter, const BlockView<float>& g,
   permute_rows(s.ep_yl.data(), s.ep_xr.data(), x.perm.data(), x.R, C, false, "moe.unpermute.bwd",
                ex);
   // dxe back to the tokens' ranks, in the local plan's order
-  exchange(c, "moe.dispatch.a2a.bwd", s.ep_yl.data(), x.recv_elems, s.dxe.data(), x.send_elems,
-           nullptr);
+  exchange_rows(c, *c.ep, "moe.dispatch.a2a.bwd", s.ep_yl.data(), x.recv_elems, s.dxe.data(), x.send_elems,
+                nullptr);
   tp_moe_route_backward(dexperts, drouter, g, s, daux, a, inp, p, d, config, wg, ex);
 }
 

@@ -27,9 +27,14 @@ using model::shifted;
 namespace {
 
 // A phantom run has no router logits; its routing is an assumption, stated
-// in the report. Uniform (zipf 0): token n's k-th choice is expert
-// (n·K + k) mod E (K distinct experts per token for K <= E, every expert
-// N·K/E assignments when E divides N·K). Zipf s > 0: token n's first choice
+// in the report. Uniform (zipf 0): a token's experts spread as evenly as its
+// groups allow (GPTConfig::moe_groups G, moe_group_top_k M; 1 and 1 without
+// group-limited routing), as a balanced router spreads them: token n takes
+// the M groups (n + ⌊i·G/M⌋) mod G, i < M, and in each, K/M experts
+// ⌊j·E/(G·K/M)⌋ apart, j < K/M, from offset ⌊n/⌊G/M⌋⌋ mod E/G. Without groups
+// that is experts (n + ⌊j·E/K⌋) mod E. Every expert gets N·K/E assignments
+// when E·G divides N·K·M; where the experts sit (which ranks and nodes a
+// token reaches) is what DeepEP's dispatcher pays for (ep_node_dispatch.h). Zipf s > 0: token n's first choice
 // is the expert at quantile (n + 0.5)/N of p(e) ~ 1/(e+1)^s, its k-th
 // (first + k) mod E, so the load is skewed towards the low experts as a
 // power law. Slots are numbered per expert in token order and capped as
@@ -47,14 +52,20 @@ int32_t zipf_expert(int64_t n, int64_t N, int E, double s) {
   return E - 1;
 }
 
+int32_t spread_expert(int64_t n, int k, int E, int K, int G, int M) {
+  const int Kg = K / M, Eg = E / G, i = k / Kg, j = k % Kg;
+  const int64_t g = (n + int64_t{i} * G / M) % G, base = n / std::max(1, G / M);
+  return static_cast<int32_t>(g * Eg + (base + int64_t{j} * Eg / Kg) % Eg);
+}
+
 float phantom_route(int32_t* expert, int32_t* slot, int64_t* filled, int64_t N, int E, int K,
-                    double capacity_factor, double zipf) {
+                    double capacity_factor, double zipf, int G, int M) {
   const int64_t cap = model::expert_capacity(N, E, K, capacity_factor);
   std::fill(filled, filled + E, 0);
   for (int64_t i = 0; i < N * K; ++i) {
     const int64_t n = i / K, k = i % K;
     const auto e = zipf > 0 ? static_cast<int32_t>((zipf_expert(n, N, E, zipf) + k) % E)
-                            : static_cast<int32_t>(i % E);
+                            : spread_expert(n, int(k), E, K, G, M);
     expert[i] = e;
     slot[i] = filled[e] < cap ? static_cast<int32_t>(filled[e]) : -1;
     ++filled[e];
@@ -139,7 +150,9 @@ void tp_moe_route(TpMoeActs& a, const BlockView<float>& p, const float* inp, con
   const double local_capacity = global ? 0.0 : config.capacity_factor;
   const Routing r = routing_of(a, N * K, !ex.math());
   // Local phantom routing: its plan, once per thread for every layer and micro-batch.
-  const PhantomPlan* known = !ex.math() && !global ? &phantom_plan(N, E, K, local_capacity, c.phantom_zipf) : nullptr;
+  const int G = config.moe_groups, Mg = config.moe_group_top_k;
+  const PhantomPlan* known =
+      !ex.math() && !global ? &phantom_plan(N, E, K, local_capacity, c.phantom_zipf, G, Mg) : nullptr;
   if (ex.math()) {  // phantom_route is its stand-in (sink.h)
     a.aux = model::router_forward(a.probs.data(), r.expert, r.slot, a.gates.data(),
                                   a.frac.data(), a.logits.data(), p.router_bias, N, E,
@@ -149,7 +162,7 @@ void tp_moe_route(TpMoeActs& a, const BlockView<float>& p, const float* inp, con
     a.aux = 0.0f;
   } else {
     a.aux = phantom_route(r.expert, r.slot, a.counts.data(), N, E, K, local_capacity,
-                          c.phantom_zipf);
+                          c.phantom_zipf, G, Mg);
   }
   ex.op("moe.topk.fwd", model::router_forward_cost(N, E, K, ex.elem, model::RouterSpec::of(config)));
   a.stats.dropped = 0;
@@ -163,25 +176,31 @@ void tp_moe_route(TpMoeActs& a, const BlockView<float>& p, const float* inp, con
   if (known) {
     std::copy(known->offsets.begin(), known->offsets.end(), a.offsets.data());
     a.M = known->M;
+    a.routed = known->src.data();
   } else {
     a.M = model::moe_plan(r.src, a.offsets.data(), r.expert, r.slot, N, E, K);
+    a.routed = r.src;
   }
   if (!global) a.stats.dropped = N * K - a.M;
 }
 
-PhantomPlan plan_phantom_routing(int64_t N, int E, int K, double capacity, double zipf) {
-  PhantomPlan p{N, E, K, capacity, zipf, std::vector<int64_t>(size_t(E)), std::vector<int64_t>(size_t(E) + 1), 0};
+PhantomPlan plan_phantom_routing(int64_t N, int E, int K, double capacity, double zipf, int groups,
+                                 int group_top_k) {
+  PhantomPlan p{N, E, K, capacity, zipf, groups, group_top_k, std::vector<int64_t>(size_t(E)),
+                std::vector<int64_t>(size_t(E) + 1), 0, std::vector<int64_t>(size_t(N * K))};
   std::vector<int32_t> expert(size_t(N * K)), slot(size_t(N * K));
-  std::vector<int64_t> src(size_t(N * K));
-  phantom_route(expert.data(), slot.data(), p.filled.data(), N, E, K, capacity, zipf);
-  p.M = model::moe_plan(src.data(), p.offsets.data(), expert.data(), slot.data(), N, E, K);
+  phantom_route(expert.data(), slot.data(), p.filled.data(), N, E, K, capacity, zipf, groups, group_top_k);
+  p.M = model::moe_plan(p.src.data(), p.offsets.data(), expert.data(), slot.data(), N, E, K);
+  p.src.resize(size_t(p.M));
   return p;
 }
 
-const PhantomPlan& phantom_plan(int64_t N, int E, int K, double capacity, double zipf) {
+const PhantomPlan& phantom_plan(int64_t N, int E, int K, double capacity, double zipf, int groups,
+                                int group_top_k) {
   thread_local PhantomPlan last;
-  if (!(last.N == N && last.E == E && last.K == K && last.capacity == capacity && last.zipf == zipf))
-    last = plan_phantom_routing(N, E, K, capacity, zipf);
+  if (!(last.N == N && last.E == E && last.K == K && last.capacity == capacity && last.zipf == zipf &&
+        last.groups == groups && last.group_top_k == group_top_k))
+    last = plan_phantom_routing(N, E, K, capacity, zipf, groups, group_top_k);
   return last;
 }
 
@@ -256,12 +275,16 @@ void tp_moe_route_backward(float* dexperts, float* drouter, const BlockView<floa
                            MoeScratch& s, float daux, const TpMoeActs& a, const float* inp,
                            const BlockView<float>& p, const ShardDims& d, const GPTConfig& config,
                            WeightGrads& wg, const Exec& ex) {
+  model::moe_dispatch_backward(ex, "moe.dispatch.bwd", dexperts, s.dxe.data(), a.src.data(), a.M, config.top_k,
+                               d.C);
+  tp_moe_router_backward(drouter, g, s, daux, a, inp, p, d, config, wg, ex);
+}
+
+void tp_moe_router_backward(float* drouter, const BlockView<float>& g, MoeScratch& s, float daux,
+                            const TpMoeActs& a, const float* inp, const BlockView<float>& p, const ShardDims& d,
+                            const GPTConfig& config, WeightGrads& wg, const Exec& ex) {
   const int64_t N = d.N();
   const int C = d.C, E = config.n_expert, K = config.top_k;
-  // dispatch
-  model::moe_dispatch_backward(ex, "moe.dispatch.bwd", dexperts, s.dxe.data(), a.src.data(), a.M, K,
-                               C);
-  // route (replicated)
   if (ex.math()) std::fill(s.dlogits.begin(), s.dlogits.begin() + N * E, 0.0f);  // a handover (sink.h)
   model::router_backward(ex, "moe.topk.bwd", s.dlogits.data(), s.dgates.data(), daux, a.probs.data(),
                          a.expert.data(), a.frac.data(), N, E, K, model::RouterSpec::of(config));

@@ -25,6 +25,12 @@ struct ExpertContext : LayerContext {
   // Expert parallelism (expert/ep_dispatch.h): the ranks that exchange tokens, group rank
   // j holding experts [j·E/ep, (j+1)·E/ep). Null or size 1: every expert local.
   const collectives::ProcessGroup* ep = nullptr;
+  // DeepEP's dispatcher (expert/ep_node_dispatch.h, --moe-dispatcher deepep):
+  // the EP group's members on this device's node (ep_node, group rank l = its
+  // place) and at its place on every node (ep_rail, group rank b = its node),
+  // EP rank b·L + l. Null: Megatron's all-to-all dispatcher (ep_dispatch.h).
+  const collectives::ProcessGroup* ep_node = nullptr;
+  const collectives::ProcessGroup* ep_rail = nullptr;
   // The whole data-parallel group, members in data order (member d holds the
   // d-th block of the global batch's rows). When set (and of size > 1), MoE
   // routing follows the global batch exactly: f_i counts every replica's
@@ -40,6 +46,7 @@ struct ExpertContext : LayerContext {
   double phantom_zipf = 0;
 
   bool expert_parallel() const { return ep != nullptr && ep->size() > 1; }
+  bool node_dispatch() const { return expert_parallel() && ep_node != nullptr && ep_rail != nullptr; }
   bool global_routing() const { return capacity_group != nullptr && capacity_group->size() > 1; }
 };
 
@@ -55,14 +62,19 @@ struct PhantomPlan {
   int64_t N = -1;
   int E = 0, K = 0;
   double capacity = 0, zipf = 0;
+  int groups = 1, group_top_k = 1;  // GPTConfig::moe_groups, moe_group_top_k
   std::vector<int64_t> filled, offsets;
   int64_t M = 0;
+  std::vector<int64_t> src;  // (M) the kept assignments n·K + k, grouped by expert (moe_plan)
 };
-PhantomPlan plan_phantom_routing(int64_t N, int E, int K, double capacity, double zipf);
-const PhantomPlan& phantom_plan(int64_t N, int E, int K, double capacity, double zipf);
+PhantomPlan plan_phantom_routing(int64_t N, int E, int K, double capacity, double zipf, int groups = 1,
+                                 int group_top_k = 1);
+const PhantomPlan& phantom_plan(int64_t N, int E, int K, double capacity, double zipf, int groups = 1,
+                                int group_top_k = 1);
 
 // Router (replicated) on the full rows, then the dispatch plan (a.M, a.src,
-// a.offsets over all E experts) and a.stats.dropped. Global routing with
+// a.offsets over all E experts; a.routed points at the plan's src, also in a
+// phantom run) and a.stats.dropped. Global routing with
 // c.capacity_group: one all-gather of per-expert counts gives f_i of the
 // global batch and capacity drops in the global token order.
 void tp_moe_route(TpMoeActs& a, const model::BlockView<float>& p, const float* inp,
@@ -106,6 +118,11 @@ void tp_shared_experts_backward(float* dexperts, const model::BlockView<float>& 
 void tp_moe_combine_backward(MoeScratch& s, const float* dout, const TpMoeActs& a,
                              const ShardDims& d, const model::GPTConfig& config,
                              const model::Exec& ex);
+// The router's backward (from s.dgates and daux) into drouter and g.router.
+void tp_moe_router_backward(float* drouter, const model::BlockView<float>& g, MoeScratch& s, float daux,
+                            const TpMoeActs& a, const float* inp, const model::BlockView<float>& p,
+                            const ShardDims& d, const model::GPTConfig& config, WeightGrads& wg,
+                            const model::Exec& ex);
 // Dispatch backward of s.dxe (M,C) into dexperts, and the router's backward
 // (from s.dgates and daux) into drouter and g.router.
 void tp_moe_route_backward(float* dexperts, float* drouter, const model::BlockView<float>& g,

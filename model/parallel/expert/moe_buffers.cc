@@ -63,12 +63,32 @@ void TpMoeActs::resize(const ShardDims& d, const model::GPTConfig& config) {
     ep.perm.assign(Rx, 0);
   ep.xl.assign(Rx * C, 0);
   ep.row_elems = C + fc_width(config, Fl) + Fl;
+  if (d.ep_nodes <= 0) return;
+  const int64_t Nn = d.ep_nodes, En = int64_t{El} * (d.ep / d.ep_nodes);
+  const int64_t sent_max = N * std::min<int64_t>(K, Nn), relayed_max = Nn * N * std::min<int64_t>(K, En);
+  const bool phantom = model::phantom_allocation();  // counts only: no per-token lists
+  node.send_counts.assign_real(Nn * (1 + En), 0);  // counts steer the exchange: real in phantom runs too
+  node.recv_counts.assign_real(Nn * (1 + En), 0);
+  node.rail_send.assign(size_t(Nn), 0);
+  node.rail_recv.assign(size_t(Nn), 0);
+  node.node_send.assign(size_t(d.ep / d.ep_nodes), 0);
+  node.node_recv.assign(size_t(d.ep / d.ep_nodes), 0);
+  node.tokens.assign(phantom ? 0 : sent_max, 0);
+  node.token_offsets.assign(Nn + 1, 0);
+  node.row_token.assign(phantom ? 0 : relayed_max, 0);
+  node.row_slot.assign(phantom ? 0 : relayed_max, 0);
+  node.row_gate.assign(relayed_max, 0);
+  node.y.assign(relayed_max * C, 0);
+  node.C = int(C);
 }
 
 int64_t TpMoeActs::saved_elements() const {
   int64_t n = 0;
   for (const Buf<float>* b : {&logits, &probs, &gates, &ye, &shared_fc, &shared_fc_gelu})
     n += static_cast<int64_t>(b->size());
+  // DeepEP's dispatcher: the relay keeps the outputs and gates of the rows
+  // it relayed (ye is unused), the experts their rows as below.
+  if (node.C > 0) return n - static_cast<int64_t>(ye.size()) + node.Rn * (node.C + 1) + ep.R * ep.row_elems;
   // With EP the experts keep their inputs and activations for the rows they
   // received in the last forward (xl, fc, fc_gelu); otherwise xe, fc, fc_gelu.
   if (ep.row_elems > 0) return n + ep.R * ep.row_elems;
@@ -89,6 +109,9 @@ void MoeScratch::resize(const ShardDims& d, const model::GPTConfig& config) {
   const int64_t Rep = d.ep > 1 ? Rx : 0;
   ep_xr.assign(Rep * C, 0);
   ep_yl.assign(Rep * C, 0);
+  const int64_t Nn = d.ep_nodes, W = C + 2 * K;
+  node_src.assign(Nn > 0 ? N * std::min<int64_t>(K, Nn) * W : 0, 0);
+  node_relay.assign(Nn > 0 ? Nn * N * W : 0, 0);
 }
 
 }  // namespace shardlab::parallel

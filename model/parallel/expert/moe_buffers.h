@@ -30,7 +30,9 @@ struct MoeStats {
   Buf<int64_t> received;   // (El) rows each held expert processed in the last forward
   int64_t dropped = 0;     // this rank's assignments over capacity in the last forward
   // Modeled bytes the forward's all-to-alls (dispatch + combine) sent to /
-  // received from other ranks; backward moves exactly the same again.
+  // received from other ranks; backward moves the same again (DeepEP's
+  // dispatcher: its backward's rail rows carry K values a token fewer,
+  // C + K out and C back instead of C + 2K and C).
   uint64_t a2a_sent_bytes = 0;
   uint64_t a2a_recv_bytes = 0;
 };
@@ -58,6 +60,28 @@ struct TpMoeActs : model::MoeActs<float> {
     int64_t R = 0;
     int64_t row_elems = 0;  // saved elements per received row: C + fc_width + Fel
   } ep;
+  // DeepEP's dispatcher (expert/ep_node_dispatch.cc; ShardDims::ep_nodes > 0):
+  // a token crosses to each node that holds one of its experts once (the
+  // rail exchange to the rank at this place there, the relay), the relay
+  // hands it to the node's owners (the node exchange, one row per (token,
+  // expert): rows `ep` above, over the node group) and sums their weighted
+  // outputs before they cross back. Nn nodes of L ranks, En = L·El experts a node.
+  struct Node {
+    Buf<float> send_counts, recv_counts;         // (Nn·(1+En)) per node: tokens, then rows per node expert
+    std::vector<size_t> rail_send, rail_recv;    // (Nn) rows to / from each node's relay (tokens)
+    std::vector<size_t> node_send, node_recv;    // (L) floats to / from each rank of the node
+    Buf<int64_t> tokens;                         // (sent) source: the token of each row sent, node-major
+    Buf<int64_t> token_offsets;                  // (Nn+1)
+    Buf<int64_t> row_token;                      // (Rn) relay: row -> received token
+    Buf<int32_t> row_slot;                       // (Rn) relay: row -> the token's choice k
+    Buf<float> row_gate;                         // (Rn) relay: row's gate
+    Buf<float> y;                                // (Rn, C) relay: the owners' outputs, kept for backward
+    int64_t sent = 0, U = 0, Rn = 0;             // rows sent, tokens relayed, rows relayed
+    int C = 0;                                   // the row width; 0: the all-to-all dispatcher
+  } node;
+  // The kept assignments n·K + k grouped by expert (a.M of them): src, or in
+  // a phantom run the plan's (moe.cc; valid until this thread routes again).
+  const int64_t* routed = nullptr;
   MoeStats stats;
   void resize(const ShardDims& d, const model::GPTConfig& config);
   // What the layer keeps for backward (with EP the rows its experts
@@ -73,6 +97,9 @@ struct MoeScratch {
   Buf<float> dgates;         // (N,K)
   Buf<float> dxe, dye;       // (N*K, C)
   Buf<float> ep_xr, ep_yl;   // (Rx, C) EP: received rows
+  // DeepEP's dispatcher: the rows a source sends to / receives from the
+  // relays (N·min(K, Nn) rows of C + 2K), and a relay's (Nn·N rows of C + 2K).
+  Buf<float> node_src, node_relay;
   void resize(const ShardDims& d, const model::GPTConfig& config);
 };
 
