@@ -143,6 +143,8 @@ def draw(rng, mode="verify", wide=False):
     if rng.random() < 0.3 and not real:  # real against phantom: dense (a phantom MoE routes uniformly)
         args += ["--experts", str(rng.choice([2, 4, 6])), "--moe-top-k", str(rng.choice([1, 2]))]
         for flag, choices, p in MOE_FLAGS:
+            if flag == "--moe-dispatcher" and flags.get("--ep", "1") == "1" and rng.random() < 0.9:
+                continue  # it needs --ep > 1 (drawn without it now and then: the refusal)
             if rng.random() < p:
                 args += [flag, str(rng.choice(choices))]
     if real:  # the clip kernel runs when the norm is over the clip: a phantom run assumes it does
