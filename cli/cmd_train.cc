@@ -248,9 +248,10 @@ void print_device_table(const nlohmann::json& report) {
   }
   for (const auto& d : devices) {
     if (!d.contains("moe") || d["moe"]["a2a_sent_bytes"].get<uint64_t>() == 0) continue;
-    fmt::print("device {} expert all-to-alls: {} sent, {} received per step, {:.3f} ms per step on the compute stream "
-               "({:.1f}% of the step)\n",
+    fmt::print("device {} expert all-to-alls: {} sent ({} to other nodes), {} received per step, {:.3f} ms per step on "
+               "the compute stream ({:.1f}% of the step)\n",
                d["rank"].get<int>(), format_bytes(uint64_t(d["moe"]["a2a_sent_bytes"].get<double>() / steps)),
+               format_bytes(uint64_t(d["moe"]["a2a_internode_sent_bytes"].get<double>() / steps)),
                format_bytes(uint64_t(d["moe"]["a2a_recv_bytes"].get<double>() / steps)),
                d["moe"]["a2a_s"].get<double>() * 1e3 / steps, d["moe"]["a2a_share_of_step"].get<double>() * 100);
   }

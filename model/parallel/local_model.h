@@ -62,6 +62,7 @@ struct MoeStepStats {
   int64_t dropped = 0;            // this rank's assignments over capacity
   uint64_t a2a_sent_bytes = 0;    // forward all-to-alls, off-rank (backward: the same again)
   uint64_t a2a_recv_bytes = 0;
+  uint64_t a2a_internode_sent_bytes = 0;  // of a2a_sent_bytes, to other nodes
 };
 
 class LocalModel {
@@ -101,7 +102,7 @@ class LocalModel {
     for (MoeStepStats& m : moe_step_) {
       std::fill(m.received.begin(), m.received.end(), 0);
       m.dropped = 0;
-      m.a2a_sent_bytes = m.a2a_recv_bytes = 0;
+      m.a2a_sent_bytes = m.a2a_recv_bytes = m.a2a_internode_sent_bytes = 0;
     }
     a2a_time_ = 0;
   }

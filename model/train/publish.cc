@@ -24,6 +24,7 @@ void record_moe(const parallel::LocalModel& model, int step, std::vector<MoeLaye
     it->dropped += m.dropped;
     it->a2a_sent_bytes += 2 * m.a2a_sent_bytes;  // backward moves the same rows again
     it->a2a_recv_bytes += 2 * m.a2a_recv_bytes;
+    it->a2a_internode_sent_bytes += 2 * m.a2a_internode_sent_bytes;
   }
 }
 

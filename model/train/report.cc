@@ -70,16 +70,19 @@ nlohmann::json device_json(const collectives::DeviceMesh& mesh, const TrainResul
   const auto rank = size_t(d.rank);
   if (rank < r.moe.size() && !r.moe[rank].empty()) {
     nlohmann::json layers = nlohmann::json::array();
-    uint64_t sent = 0, recv = 0;
+    uint64_t sent = 0, recv = 0, internode = 0;
     for (const MoeLayerTotals& t : r.moe[rank]) {
       layers.push_back({{"layer", t.layer}, {"expert_begin", t.expert_begin}, {"tokens_per_expert", t.received()},
                         {"dropped", t.dropped}, {"a2a_sent_bytes", t.a2a_sent_bytes},
-                        {"a2a_recv_bytes", t.a2a_recv_bytes}});
+                        {"a2a_recv_bytes", t.a2a_recv_bytes},
+                        {"a2a_internode_sent_bytes", t.a2a_internode_sent_bytes}});
       sent += t.a2a_sent_bytes;
+      internode += t.a2a_internode_sent_bytes;
       recv += t.a2a_recv_bytes;
     }
     const Time a2a = rank < r.a2a_time.size() ? r.a2a_time[rank] : 0;
     j["moe"] = {{"layers", layers}, {"a2a_sent_bytes", sent}, {"a2a_recv_bytes", recv},
+                {"a2a_internode_sent_bytes", internode},
                 {"a2a_s", to_seconds(a2a)},
                 {"a2a_share_of_step", makespan > 0 ? double(a2a) / double(makespan) : 0.0}};
   }

@@ -11,6 +11,7 @@ void put_moe(wire::Writer& w, const std::vector<MoeLayerTotals>& layers) {
   w.put<uint64_t>(layers.size());
   for (const MoeLayerTotals& m : layers) {
     w.put<int32_t>(m.layer).put<int32_t>(m.expert_begin).put(m.dropped).put(m.a2a_sent_bytes).put(m.a2a_recv_bytes);
+    w.put(m.a2a_internode_sent_bytes);
     w.put<uint64_t>(m.per_step.size());
     for (const auto& step : m.per_step) w.put_vector(step);
   }
@@ -24,6 +25,7 @@ std::vector<MoeLayerTotals> get_moe(wire::Reader& r) {
     m.dropped = r.get<int64_t>();
     m.a2a_sent_bytes = r.get<uint64_t>();
     m.a2a_recv_bytes = r.get<uint64_t>();
+    m.a2a_internode_sent_bytes = r.get<uint64_t>();
     m.per_step.resize(r.get<uint64_t>());
     for (auto& step : m.per_step) step = r.get_vector<int64_t>();
   }

@@ -259,6 +259,7 @@ struct MoeLayerTotals {
   std::vector<std::vector<int64_t>> per_step;  // (steps, experts held) rows routed to each
   int64_t dropped = 0;            // assignments over capacity (this rank's tokens)
   uint64_t a2a_sent_bytes = 0, a2a_recv_bytes = 0;  // forward and backward
+  uint64_t a2a_internode_sent_bytes = 0;           // of a2a_sent_bytes, to ranks on other nodes
   // Rows routed to each held expert, summed over steps.
   std::vector<int64_t> received() const {
     std::vector<int64_t> sum(per_step.empty() ? 0 : per_step.front().size(), 0);

@@ -100,7 +100,7 @@ TEST(CliPhantom, DeepEpSendsATokenToEachNodeOnce) {
       "train --phantom --model deepseek-v3 --profile h100-nvlink --nodes 128 --tp 1 --pp 8 --schedule interleaved "
       "--vpp 4 --ep 64 --dp 128 --micro-batches 64 --precision fp8 --seq 4096 --batch 8192 "
       "--use-distributed-optimizer --recompute full --steps 1 --moe-dispatcher ";
-  double step[2], a2a[2];
+  double step[2], a2a[2], internode[2];
   const char* names[2] = {"alltoall", "deepep"};
   for (int i = 0; i < 2; ++i) {
     const std::string report = ::testing::TempDir() + "phantom_dispatcher.json";
@@ -109,15 +109,21 @@ TEST(CliPhantom, DeepEpSendsATokenToEachNodeOnce) {
     const auto j = nlohmann::json::parse(testing::slurp(report));
     step[i] = j["summary"]["virtual_step_s"].get<double>();
     a2a[i] = j["devices"][0]["moe"]["a2a_s"].get<double>();
+    internode[i] = j["devices"][0]["moe"]["a2a_internode_sent_bytes"].get<double>() / (1u << 30);
   }
-  std::printf("deepseek-v3 on 1024 H100s: alltoall step %.3f s (all-to-alls %.3f s), deepep %.3f s (%.3f s)\n",
-              step[0], a2a[0], step[1], a2a[1]);
+  std::printf("deepseek-v3 on 1024 H100s: alltoall step %.3f s (all-to-alls %.3f s, %.3f GiB to other nodes), "
+              "deepep %.3f s (%.3f s, %.3f GiB)\n",
+              step[0], a2a[0], internode[0], step[1], a2a[1], internode[1]);
   EXPECT_LT(a2a[1], 0.7 * a2a[0]);
   // The README's figures.
   EXPECT_NEAR(step[0], 41.783, 5e-4);
   EXPECT_NEAR(step[1], 32.111, 5e-4);
   EXPECT_NEAR(a2a[0], 19.241, 5e-4);
   EXPECT_NEAR(a2a[1], 12.336, 5e-4);
+  // A token's 8 rows reach 4 nodes: DeepEP sends each token there once
+  // (with 2K values more a row) and one row back, half the all-to-all's bytes.
+  EXPECT_NEAR(internode[0], 588.0, 0.05);
+  EXPECT_NEAR(internode[1], 294.3, 0.05);
 }
 
 TEST(CliPhantom, Gpt3OnAThousandGpusReportsTimeMemoryAndFolding) {

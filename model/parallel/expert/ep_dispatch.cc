@@ -75,17 +75,20 @@ void exchange_rows(const ExpertContext& c, const coll::ProcessGroup& g, const ch
   const Time t0 = s.now();
   coll::all_to_all_v(*c.dev, g, coll::ConstBuffer(in, sum(sc)), sc, coll::Buffer(out, sum(rc)), rc,
                      c.on_compute());
-  uint64_t sent = 0, received = 0;
+  uint64_t sent = 0, received = 0, internode = 0;
+  const HardwareProfile& profile = c.dev->profile();
   for (int j = 0; j < g.size(); ++j) {
     if (j == g.rank()) continue;
     sent += uint64_t(sc[j]) * uint64_t(c.ex.elem);
     received += uint64_t(rc[j]) * uint64_t(c.ex.elem);
+    if (profile.node_of(g.global_rank(j)) != c.dev->node()) internode += uint64_t(sc[j]) * uint64_t(c.ex.elem);
   }
   s.mark(name, t0, s.now(), sent, -1, /*advance=*/false);
   if (c.a2a_time) *c.a2a_time += s.now() - t0;
   if (!stats) return;
   stats->a2a_sent_bytes += sent;
   stats->a2a_recv_bytes += received;
+  stats->a2a_internode_sent_bytes += internode;
 }
 
 void permute_rows(float* dst, const float* src, const int64_t* perm, int64_t R, int C,
@@ -106,7 +109,7 @@ float ep_moe_forward(float* out, TpMoeActs& a, MoeScratch& s, const BlockView<fl
   SHARDLAB_CHECK(static_cast<int>(p.experts.size()) == El, "EP block must hold E/ep experts");
   tp_moe_route(a, p, inp, d, config, c);
   tp_moe_dispatch(a, inp, d, config, ex);  // rows grouped by expert, hence by owning rank
-  a.stats.a2a_sent_bytes = a.stats.a2a_recv_bytes = 0;
+  a.stats.a2a_sent_bytes = a.stats.a2a_recv_bytes = a.stats.a2a_internode_sent_bytes = 0;
   TpMoeActs::Ep& x = a.ep;
   for (int e = 0; e < E; ++e) x.send_rows[e] = static_cast<float>(a.offsets[e + 1] - a.offsets[e]);
   plan_rows(x, a.stats, *c.ep, El, C, x.send_elems, x.recv_elems, "moe.counts.a2a", c);

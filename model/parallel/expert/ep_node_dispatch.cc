@@ -131,7 +131,7 @@ float ep_node_moe_forward(float* out, TpMoeActs& a, MoeScratch& s, const BlockVi
   SHARDLAB_CHECK(static_cast<int>(p.experts.size()) == El, "EP block must hold E/ep experts");
   SHARDLAB_CHECK(Nn * L == c.ep->size(), "the node and rail groups must tile the EP group");
   tp_moe_route(a, p, inp, d, config, c);
-  a.stats.a2a_sent_bytes = a.stats.a2a_recv_bytes = 0;
+  a.stats.a2a_sent_bytes = a.stats.a2a_recv_bytes = a.stats.a2a_internode_sent_bytes = 0;
   TpMoeActs::Node& nd = a.node;
   TpMoeActs::Ep& x = a.ep;
   plan_source(a, N, K, Nn, En, ex.math());

@@ -15,6 +15,7 @@ void add_moe_stats(MoeStepStats& step, int layer, const MoeStats& forward) {
   step.dropped += forward.dropped;
   step.a2a_sent_bytes += forward.a2a_sent_bytes;
   step.a2a_recv_bytes += forward.a2a_recv_bytes;
+  step.a2a_internode_sent_bytes += forward.a2a_internode_sent_bytes;
 }
 
 int64_t expert_rows_max(const ShardDims& d, const model::GPTConfig& config) {

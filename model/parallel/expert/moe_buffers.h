@@ -35,6 +35,7 @@ struct MoeStats {
   // C + K out and C back instead of C + 2K and C).
   uint64_t a2a_sent_bytes = 0;
   uint64_t a2a_recv_bytes = 0;
+  uint64_t a2a_internode_sent_bytes = 0;  // of a2a_sent_bytes, to ranks on other nodes
 };
 
 // Adds one forward's block statistics into the step's (sizing it on first use).

@@ -122,9 +122,11 @@ TEST(DeepEp, OnOneNodeIsBitIdenticalToTheAllToAll) {
 // one on each node of 4 experts. So each token crosses once to the other
 // node's relay (C + 2K floats), the relays hand half their 2N rows to the
 // other rank of the node (C each), the owners return them (C each) and one
-// row a token crosses back (C): N·(C + 2K + 3C) elements, where the
-// all-to-all sends 3/4 of the 2N rows each way: 3·N·C. Backward moves the
-// same again (the report doubles the forward).
+// row a token crosses back (C): N·(C + 2K + 3C) elements, N·(C + 2K + C)
+// of them between nodes, where the all-to-all sends 3/4 of the 2N rows each
+// way, 3·N·C, the N rows of the other node's experts between nodes, 2·N·C:
+// no gain when every token reaches every node. Backward moves the same
+// again (the report doubles the forward).
 TEST(DeepEp, MovesEachTokenToANodeOnceCountedByHand) {
   for (MoeDispatcher d : {MoeDispatcher::kDeepEp, MoeDispatcher::kAllToAll}) {
     TrainOptions o = moe_options(4, 4, d);
@@ -135,15 +137,20 @@ TEST(DeepEp, MovesEachTokenToANodeOnceCountedByHand) {
     const TrainResult r = run(o, 2);
     const int64_t N = 2 * 32, C = 64, K = 2;  // 8 sequences over dp 4
     const int64_t elements = d == MoeDispatcher::kDeepEp ? N * (C + 2 * K + 3 * C) : 3 * N * C;
+    const int64_t internode = d == MoeDispatcher::kDeepEp ? N * (C + 2 * K + C) : 2 * N * C;
     const uint64_t elem = element_size(ClusterOptions{}.precision);
     for (size_t dev = 0; dev < r.moe.size(); ++dev) {
       ASSERT_EQ(r.moe[dev].size(), 4u);
-      for (const auto& layer : r.moe[dev])
+      for (const auto& layer : r.moe[dev]) {
         EXPECT_EQ(layer.a2a_sent_bytes, 2 * uint64_t(elements) * elem)
             << parallel::moe_dispatcher_name(d) << " device " << dev << " layer " << layer.layer;
+        EXPECT_EQ(layer.a2a_internode_sent_bytes, 2 * uint64_t(internode) * elem)
+            << parallel::moe_dispatcher_name(d) << " device " << dev << " layer " << layer.layer;
+      }
     }
-    std::printf("%s: %llu bytes a layer and step (forward and backward)\n", parallel::moe_dispatcher_name(d),
-                (unsigned long long)r.moe[0][0].a2a_sent_bytes);
+    std::printf("%s: %llu bytes a layer and step (forward and backward), %llu of them between nodes\n",
+                parallel::moe_dispatcher_name(d), (unsigned long long)r.moe[0][0].a2a_sent_bytes,
+                (unsigned long long)r.moe[0][0].a2a_internode_sent_bytes);
   }
 }
 
