@@ -69,8 +69,10 @@ void widths(const std::vector<size_t>& rows, size_t width, std::vector<size_t>& 
 // What the source sends each node: per node b, its tokens with an expert
 // there (a.node.tokens in real math, node-major, each once, in token order) and the counts a.node.send_counts
 // [b·(1+En)]: the tokens, then the rows per expert of the node. A phantom
-// run computes the same counts from the plan's routing, once per thread.
-void plan_source(TpMoeActs& a, int64_t N, int K, int Nn, int En, bool math) {
+// run with local routing (`local`: the plan is a function of the shapes,
+// moe.h phantom_plan) computes the same counts from it once per host
+// thread, between two waits (runtime/fiber.h).
+void plan_source(TpMoeActs& a, int64_t N, int K, int Nn, int En, bool math, bool local) {
   TpMoeActs::Node& nd = a.node;
   const int S = 1 + En;
   struct Known {
@@ -82,7 +84,7 @@ void plan_source(TpMoeActs& a, int64_t N, int K, int Nn, int En, bool math) {
   thread_local Known known;
   int64_t sum = 0;  // the plan's fingerprint: its expert offsets
   for (int64_t e = 0; e <= int64_t{Nn} * En; ++e) sum = sum * 31 + a.offsets[e];
-  if (!math && known.routed == a.routed && known.M == a.M && known.N == N && known.K == K && known.Nn == Nn &&
+  if (!math && local && known.routed == a.routed && known.M == a.M && known.N == N && known.K == K && known.Nn == Nn &&
       known.En == En && known.sum == sum) {
     std::copy(known.counts.begin(), known.counts.end(), nd.send_counts.data());
     std::copy(known.offsets.begin(), known.offsets.end(), nd.token_offsets.data());
@@ -114,7 +116,7 @@ void plan_source(TpMoeActs& a, int64_t N, int K, int Nn, int En, bool math) {
   }
   nd.token_offsets[Nn] = nd.sent = t;
   for (size_t i = 0; i < counts.size(); ++i) nd.send_counts[i] = static_cast<float>(counts[i]);
-  if (math) return;
+  if (math || !local) return;
   known = {a.routed, a.M, N, K, Nn, En, sum, std::vector<float>(nd.send_counts.data(), nd.send_counts.data() + counts.size()),
            std::vector<int64_t>(nd.token_offsets.data(), nd.token_offsets.data() + Nn + 1)};
 }
@@ -134,7 +136,7 @@ float ep_node_moe_forward(float* out, TpMoeActs& a, MoeScratch& s, const BlockVi
   a.stats.a2a_sent_bytes = a.stats.a2a_recv_bytes = a.stats.a2a_internode_sent_bytes = 0;
   TpMoeActs::Node& nd = a.node;
   TpMoeActs::Ep& x = a.ep;
-  plan_source(a, N, K, Nn, En, ex.math());
+  plan_source(a, N, K, Nn, En, ex.math(), !c.global_routing());
   // The counts to each node's relay (tokens, rows per expert of the node).
   Stream& st = c.dev->compute();
   Time t0 = st.now();
@@ -174,8 +176,10 @@ float ep_node_moe_forward(float* out, TpMoeActs& a, MoeScratch& s, const BlockVi
         }
     }
   });
-  std::vector<size_t>&sc = nd.node_send, &rc = nd.node_recv;  // rail widths below reuse rail_*
-  thread_local std::vector<size_t> rs, rr;
+  std::vector<size_t>&sc = nd.node_send, &rc = nd.node_recv;
+  // The rail exchanges' sizes live on the device (a fiber's thread-locals
+  // are its host thread's, and a collective waits: runtime/fiber.h).
+  std::vector<size_t>&rs = s.rail_send, &rr = s.rail_recv;
   rs.resize(size_t(Nn));
   rr.resize(size_t(Nn));
   widths(nd.rail_send, size_t(W), rs);
@@ -262,7 +266,7 @@ void ep_node_moe_backward(float* dexperts, float* drouter, const BlockView<float
   ex.run("moe.combine.bwd.pack", OpCost{0, 2.0 * double(nd.sent) * C * ex.elem}, [&] {
     for (int64_t t = 0; t < nd.sent; ++t) std::copy_n(dout + nd.tokens[t] * C, C, packed + t * C);
   });
-  thread_local std::vector<size_t> rs, rr;
+  std::vector<size_t>&rs = s.rail_send, &rr = s.rail_recv;  // on the device, as in forward
   rs.resize(size_t(Nn));
   rr.resize(size_t(Nn));
   widths(nd.rail_send, size_t(C), rs);

@@ -101,6 +101,7 @@ struct MoeScratch {
   // DeepEP's dispatcher: the rows a source sends to / receives from the
   // relays (N·min(K, Nn) rows of C + 2K), and a relay's (Nn·N rows of C + 2K).
   Buf<float> node_src, node_relay;
+  std::vector<size_t> rail_send, rail_recv;  // (Nn) the rail exchange's floats to / from each node
   void resize(const ShardDims& d, const model::GPTConfig& config);
 };
 
