@@ -88,6 +88,17 @@ void print_memory(const nlohmann::json& report) {
              format_bytes((*worst)["capacity_bytes"].get<uint64_t>()), kinds);
 }
 
+// What a phantom MoE run assumes (its routing) and how its tokens travel.
+std::string moe_phantom_note(const train::TrainOptions& o) {
+  std::string note = o.phantom_zipf > 0 ? fmt::format("; MoE routing assumed Zipf-skewed (s = {:g})", o.phantom_zipf)
+                                        : "; MoE routing assumed uniform (a token's experts spread over its groups)";
+  if (o.parallel.ep > 1)
+    note += o.parallel.moe_dispatcher == parallel::MoeDispatcher::kDeepEp
+                ? "; tokens move by DeepEP's dispatcher (once to each node)"
+                : "; tokens move by Megatron's all-to-all dispatcher (a row per token and expert)";
+  return note;
+}
+
 void print_summary(const train::TrainOptions& o, const Cluster& cluster, const train::TrainResult& r,
                    const nlohmann::json& report) {
   const auto& s = report["summary"];
@@ -98,7 +109,7 @@ void print_summary(const train::TrainOptions& o, const Cluster& cluster, const t
   if (o.phantom) {
     fmt::print("phantom run: shapes only, every kernel, collective, transfer and allocation timed, no "
                "arithmetic (losses not computed, gradient clipping assumed on)\n{}{}\n",
-               r.folded, o.model.is_moe() ? "; MoE routing assumed uniform" : "");
+               r.folded, o.model.is_moe() ? moe_phantom_note(o) : "");
   } else {
     fmt::print("loss: {:.4f} at step 0 -> {:.4f} at step {}", r.steps.front().loss, r.steps.back().loss,
                r.steps.size() - 1);

@@ -126,6 +126,24 @@ TEST(CliPhantom, DeepEpSendsATokenToEachNodeOnce) {
   EXPECT_NEAR(internode[1], 294.3, 0.05);
 }
 
+// A phantom MoE run states its assumed routing (a Zipf skew when asked:
+// it said "uniform" for every run before) and, with EP, the dispatcher.
+TEST(CliPhantom, MoeRunsStateTheirRoutingAndDispatcher) {
+  const std::string run = "train --phantom --model nano --experts 8 --dp 4 --ep 4 --steps 1 ";
+  const auto zipf = run_cli(run + "--phantom-routing zipf:1.2");
+  ASSERT_EQ(zipf.code, 0) << zipf.err;
+  EXPECT_NE(zipf.out.find("; MoE routing assumed Zipf-skewed (s = 1.2); tokens move by Megatron's all-to-all "
+                          "dispatcher (a row per token and expert)"),
+            std::string::npos)
+      << zipf.out;
+  const auto deepep = run_cli(run + "--moe-dispatcher deepep");
+  ASSERT_EQ(deepep.code, 0) << deepep.err;
+  EXPECT_NE(deepep.out.find("; MoE routing assumed uniform (a token's experts spread over its groups); tokens move "
+                            "by DeepEP's dispatcher (once to each node)"),
+            std::string::npos)
+      << deepep.out;
+}
+
 TEST(CliPhantom, Gpt3OnAThousandGpusReportsTimeMemoryAndFolding) {
   const std::string report = ::testing::TempDir() + "phantom_report.json";
   const auto r = run_cli(
