@@ -14,6 +14,7 @@ constexpr std::array kFieldFlags = std::to_array<std::pair<std::string_view, std
     {"tp_comm_overlap", "--tp-comm-overlap"},
     {"overlap_p2p_comm", "--no-overlap-p2p-comm"},
     {"ep", "--ep"},
+    {"expert_tp", "--expert-tp"},
     {"cp", "--cp"},
     {"cp_comm", "--cp-comm"},
     {"moe_dispatcher", "--moe-dispatcher"},

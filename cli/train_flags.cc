@@ -187,6 +187,11 @@ FlagTable<TrainFlags> parallel_flags() {
        "(Megatron-LM 2021) instead of in the wgrad GEMM"},
       {"--ep", FIELD(opts.parallel.ep), "Expert-parallel degree (divides --dp; --experts / ep experts per GPU)",
        degree, kShowDefault},
+      {"--expert-tp", FIELD(opts.parallel.expert_tp),
+       "Expert tensor parallelism (Megatron's --expert-tensor-parallel-size): 1 holds every expert whole and draws "
+       "the expert-parallel group from --tp x --dp (--ep a multiple of --tp; needs --sp); default --tp, each "
+       "expert split like the MLP",
+       degree},
       {"--pp", FIELD(opts.parallel.pp), "Pipeline-parallel stages", degree, kShowDefault},
       {"--cp", FIELD(opts.parallel.cp),
        "Context-parallel degree: every sequence split over N ranks (2N chunks, causal load balancing)", degree,

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "collectives/collectives.h"
 #include "model/kernels.h"
 #include "model/parallel/expert/ep_dispatch.h"
 #include "model/parallel/expert/ep_node_dispatch.h"
@@ -206,6 +207,83 @@ void tp_attention_backward(float* dinp_partial, const BlockView<float>& g, Block
                         wg, ex.te_linear());
 }
 
+// With whole experts and a load-balancing loss each TP rank's aux loss has
+// its own rows' P_i: the batch's is their mean.
+bool aux_over_tp(const GPTConfig& config, const BlockContext& c) {
+  return config.aux_coef != 0 && c.moe.global_routing();
+}
+
+// Expert tensor parallelism 1 (ShardDims::experts_whole, sp): this rank's Nr
+// rows are routed and go to their whole experts through the EP group (drawn
+// from tp x dp) and back, with no TP collective around them (Megatron-core's
+// MoE layer with expert_tensor_parallel_size 1). The shared experts stay
+// split over TP like the dense MLP (Megatron's SharedExpertMLP): all-gather
+// the rows, column- and row-parallel GEMMs, reduce-scatter, added to the
+// routed output.
+float whole_experts_forward(float* out, BlockActs& a, const BlockView<float>& p, const ShardDims& d,
+                            const GPTConfig& config, BlockScratch& s, const BlockContext& c) {
+  float aux = c.moe.node_dispatch()
+                  ? ep_node_moe_forward(out, a.moe, s.moe, p, a.ln2.data(), d, config, c.moe)
+                  : ep_moe_forward(out, a.moe, s.moe, p, a.ln2.data(), d, config, c.moe);
+  if (aux_over_tp(config, c)) {
+    // f_i is the global batch's (the capacity group's counts), P_i this
+    // rank's rows': the batch's loss is the TP ranks' mean (one float).
+    collectives::all_reduce(*c.moe.dev, *c.moe.tp, collectives::ConstBuffer(&aux, 1),
+                            collectives::Buffer(&aux, 1), collectives::ReduceOp::kSum,
+                            c.moe.on_compute());
+    aux /= float(c.moe.tp->size());
+  }
+  if (config.n_shared_expert == 0) return aux;
+  const Exec& ex = c.ex();
+  const int64_t Nr = d.rows();
+  const int C = d.C;
+  TpMoeActs& m = a.moe;
+  const float* full = enter_column_parallel(c.tp, a.ln2.data(), s.full_in.data(), Nr, C);
+  tp_mlp_partial_forward(s.partial.data(), m.shared_fc.data(), m.shared_fc_gelu.data(), p.shared,
+                         full, d.N(), C, shared_fl(d, config), ex, config.is_llama());
+  exit_row_parallel(c.tp, s.partial.data(), m.shared_out.data(), Nr,
+                    C);  // this rank's rows of their sum
+  if (!config.is_llama())
+    add_bias_rows(m.shared_out.data(), p.shared.c_proj.bias, Nr, C, "moe.shared.c_proj.bias.fwd",
+                  ex);
+  model::residual_forward(ex, "moe.shared.add", out, out, m.shared_out.data(), Nr * C);
+  return aux;
+}
+
+// s.dln (Nr,C) = the gradient of ln_2's output through the MoE layer above.
+void whole_experts_backward(const BlockView<float>& g, BlockScratch& s, const float* dout,
+                            float daux, const BlockActs& a, const BlockView<float>& p,
+                            const ShardDims& d, const GPTConfig& config, WeightGrads& wg,
+                            const BlockContext& c) {
+  const Exec& ex = c.ex();
+  const int64_t Nr = d.rows();
+  const int C = d.C;
+  zero(s.dln.data(), Nr * C);
+  zero(s.rep.data(), Nr * C);
+  auto moe_backward = c.moe.node_dispatch() ? ep_node_moe_backward : ep_moe_backward;
+  // the experts' input gradient is complete (whole experts), the router's too (its own rows)
+  const float my_daux =
+      aux_over_tp(config, c) ? daux / float(c.moe.tp->size()) : daux;  // the mean's share
+  moe_backward(s.dln.data(), s.rep.data(), g, s.moe, dout, my_daux, a.moe, a.ln2.data(), p, d,
+               config, wg, c.moe);
+  const auto add = [&](const char* name) {
+    ex.run(name, model::residual_forward_cost(Nr * C, ex.elem), [&] {
+      for (int64_t i = 0; i < Nr * C; ++i) s.dln[i] += s.rep[i];
+    });
+  };
+  add("moe.router.dinp.add");
+  if (config.n_shared_expert == 0) return;
+  const float* dout_full = exit_row_parallel_bwd(c.tp, dout, s.full_dout.data(), Nr, C);
+  const float* ln2_full = enter_column_parallel(c.tp, a.ln2.data(), s.full_in.data(), Nr, C);
+  zero(s.partial.data(), d.N() * C);
+  tp_mlp_backward(s.partial.data(), g.shared, s.moe.dfc.data(), s.moe.dfc_gelu.data(), dout_full,
+                  ln2_full, a.moe.shared_fc.data(), a.moe.shared_fc_gelu.data(), p.shared, d.N(), C,
+                  shared_fl(d, config), wg, ex, config.is_llama());
+  enter_column_parallel_bwd(c.tp, s.partial.data(), s.rep.data(), Nr,
+                            C);  // reduce-scatter: this rank's rows
+  add("moe.shared.dinp.add");
+}
+
 }  // namespace
 
 // ---- Block ----------------------------------------------------------------------
@@ -223,10 +301,13 @@ float block_forward(BlockActs& a, const BlockView<float>& p, const float* x, con
   model::norm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res1.data(), p.ln_2, Nr, C, config,
                       "ln_2.fwd", ex);
   // fc1_fprop (the MoE layers' collectives stay blocking: no TE userbuffers there)
-  const float* ln2_full = p.moe ? enter_column_parallel(c.tp, a.ln2.data(), s.full_in.data(), Nr, C)
-                                : gather_into_gemm(c.tp, a.ln2.data(), s.full_in.data(), Nr, C);
   float aux = 0;
-  if (p.moe) {
+  if (p.moe && d.experts_whole) {
+    aux = whole_experts_forward(a.mlp_out.data(), a, p, d, config, s, c);
+  } else if (const float* ln2_full =
+                 p.moe ? enter_column_parallel(c.tp, a.ln2.data(), s.full_in.data(), Nr, C)
+                       : gather_into_gemm(c.tp, a.ln2.data(), s.full_in.data(), Nr, C);
+             p.moe) {
     float* out_full = c.tp.sp ? s.moe_out.data() : a.mlp_out.data();
     aux = c.moe.node_dispatch()    ? ep_node_moe_forward(out_full, a.moe, s.moe, p, ln2_full, d, config, c.moe)
           : c.moe.expert_parallel() ? ep_moe_forward(out_full, a.moe, s.moe, p, ln2_full, d, config, c.moe)
@@ -253,29 +334,36 @@ void block_backward(float* dinp, const BlockView<float>& g, BlockScratch& s, con
   // res2 = res1 + mlp_out: both receive dout
   if (ex.math()) std::copy(dout, dout + Nr * C, s.dres1.begin());  // a handover, not a kernel (sink.h)
   dropout_backward(Nr * C, "mlp.hidden_dropout.bwd", c);
-  // fc2_dgrad and fc1_dgrad (NeMo's 70B TP4 userbuffers: 2 SMs for the bulk gather)
-  const float* dout_full = p.moe ? exit_row_parallel_bwd(c.tp, dout, s.full_dout.data(), Nr, C)
-                                 : gather_into_gemm_bwd(c.tp, dout, s.full_dout.data(), Nr, C);
-  const float* ln2_full = p.moe ? enter_column_parallel(c.tp, a.ln2.data(), s.full_in.data(), Nr, C)
-                                : gather_for_wgrad(c.tp, a.ln2.data(), s.full_in.data(), Nr, C, 2);
-  zero(s.partial.data(), N * C);
-  if (p.moe) {
-    zero(s.rep.data(), N * C);
-    auto moe_backward = c.moe.node_dispatch()    ? ep_node_moe_backward
-                        : c.moe.expert_parallel() ? ep_moe_backward
-                                                  : tp_moe_backward;
-    moe_backward(s.partial.data(), s.rep.data(), g, s.moe, dout_full, daux, a.moe, ln2_full, p, d,
-                 config, wg, c.moe);
-    enter_column_parallel_bwd(c.tp, s.partial.data(), s.dln.data(), Nr, C);
-    // The router's gradient is complete on every rank: take this rank's rows.
-    const float* rep = model::shifted(s.rep.data(), d.row0(c.tp.rank()) * C);
-    ex.run("moe.router.dinp.add", model::residual_forward_cost(Nr * C, ex.elem), [&] {
-      for (int64_t i = 0; i < Nr * C; ++i) s.dln[i] += rep[i];
-    });
+  if (p.moe && d.experts_whole) {
+    whole_experts_backward(g, s, dout, daux, a, p, d, config, wg, c);
   } else {
-    tp_mlp_backward(s.partial.data(), g.mlp, s.dfc.data(), s.dfc_gelu.data(), dout_full, ln2_full,
-                    a.fc.data(), a.fc_gelu.data(), p.mlp, N, C, d.Fl(), wg, ex, config.is_llama());
-    reduce_scatter_beside_wgrad(c.tp, s.partial.data(), s.dln.data(), Nr, C, 4);  // fc1_wgrad: 4 SMs
+    // fc2_dgrad and fc1_dgrad (NeMo's 70B TP4 userbuffers: 2 SMs for the bulk gather)
+    const float* dout_full = p.moe ? exit_row_parallel_bwd(c.tp, dout, s.full_dout.data(), Nr, C)
+                                   : gather_into_gemm_bwd(c.tp, dout, s.full_dout.data(), Nr, C);
+    const float* ln2_full = p.moe
+                                ? enter_column_parallel(c.tp, a.ln2.data(), s.full_in.data(), Nr, C)
+                                : gather_for_wgrad(c.tp, a.ln2.data(), s.full_in.data(), Nr, C, 2);
+    zero(s.partial.data(), N * C);
+    if (p.moe) {
+      zero(s.rep.data(), N * C);
+      auto moe_backward = c.moe.node_dispatch()     ? ep_node_moe_backward
+                          : c.moe.expert_parallel() ? ep_moe_backward
+                                                    : tp_moe_backward;
+      moe_backward(s.partial.data(), s.rep.data(), g, s.moe, dout_full, daux, a.moe, ln2_full, p, d,
+                   config, wg, c.moe);
+      enter_column_parallel_bwd(c.tp, s.partial.data(), s.dln.data(), Nr, C);
+      // The router's gradient is complete on every rank: take this rank's rows.
+      const float* rep = model::shifted(s.rep.data(), d.row0(c.tp.rank()) * C);
+      ex.run("moe.router.dinp.add", model::residual_forward_cost(Nr * C, ex.elem), [&] {
+        for (int64_t i = 0; i < Nr * C; ++i) s.dln[i] += rep[i];
+      });
+    } else {
+      tp_mlp_backward(s.partial.data(), g.mlp, s.dfc.data(), s.dfc_gelu.data(), dout_full, ln2_full,
+                      a.fc.data(), a.fc_gelu.data(), p.mlp, N, C, d.Fl(), wg, ex,
+                      config.is_llama());
+      reduce_scatter_beside_wgrad(c.tp, s.partial.data(), s.dln.data(), Nr, C,
+                                  4);  // fc1_wgrad: 4 SMs
+    }
   }
   model::norm_backward(s.dres1.data(), g.ln_2, s.dln.data(), a.res1.data(), p.ln_2, a.ln2_mean.data(),
                        a.ln2_rstd.data(), Nr, C, config, "ln_2.bwd", ex);

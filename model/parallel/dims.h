@@ -25,6 +25,11 @@ struct ShardDims : model::Dims {
   int tp = 1;
   bool sp = false;
   int ep = 1;  // expert-parallel ranks exchanging tokens (expert/ep_dispatch.h)
+  // Expert tensor parallelism 1 under tp > 1 (sp): every expert whole, each
+  // TP rank routing its own Nr rows through an EP group drawn from tp x dp.
+  // false: experts split over tp like the MLP, the N gathered rows routed.
+  bool experts_whole = false;
+  int64_t moe_rows() const { return experts_whole ? rows() : N(); }  // the rows the router sees
   // DeepEP's dispatcher (expert/ep_node_dispatch.h): the nodes the EP group
   // spans, ep / ep_nodes ranks on each; 0: the all-to-all dispatcher.
   int ep_nodes = 0;

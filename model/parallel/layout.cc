@@ -34,6 +34,11 @@ ShardLayout::ShardLayout(const ParamTable& table, const GPTConfig& cfg, int tp, 
   using model::ParamRole;
   for (const ParamSpec& p : table.specs()) {
     if (!holds_spec(p)) continue;
+    if (filter_.experts_whole && p.is_expert()) {  // expert TP 1: this rank's own, whole
+      add(p, p.shape, -1, {}, false);
+      note_block(shards_.back());
+      continue;
+    }
     // The MLP's width: the dense MLP's, a routed expert's or the shared experts'.
     const int64_t Fl = (p.role == ParamRole::kMlpProjWeight ? p.shape[1] : p.shape[0]) / tp;
     const std::vector<Range> fc_rows{{rank * Fl, Fl}};
@@ -55,13 +60,15 @@ ShardLayout::ShardLayout(const ParamTable& table, const GPTConfig& cfg, int tp, 
       case ParamRole::kMlpProjWeight: add(p, {C, Fl}, 1, fc_rows, false); break;
       default: add(p, p.shape, -1, {}, true); break;  // LayerNorms, wpe, row-parallel biases, router
     }
-    const ShardSpec& s = shards_.back();
-    if (s.layer >= 0) {
-      Range& b = blocks_[static_cast<size_t>(s.layer)];
-      if (b.size == 0) b.begin = s.offset;
-      b.size = s.offset + s.numel - b.begin;
-    }
+    note_block(shards_.back());
   }
+}
+
+void ShardLayout::note_block(const ShardSpec& s) {
+  if (s.layer < 0) return;
+  Range& b = blocks_[static_cast<size_t>(s.layer)];
+  if (b.size == 0) b.begin = s.offset;
+  b.size = s.offset + s.numel - b.begin;
 }
 
 bool ShardLayout::holds_spec(const ParamSpec& p) const {

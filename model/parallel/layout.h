@@ -17,7 +17,8 @@
 //   mlp.c_proj.weight   (C, F/tp)   the same columns                     (row-parallel)
 //   mlp.c_proj.bias     (C)         replicated
 //   mlp.router.weight   (E, C)      replicated (MoE blocks)
-//   mlp.experts.e.*     each expert split like the dense MLP
+//   mlp.experts.e.*     each expert split like the dense MLP (whole with
+//                       LayoutFilter::experts_whole: expert TP 1)
 //
 // The llama family (Hugging Face names, no biases, no wpe; KVl = KV/tp):
 //
@@ -55,6 +56,9 @@ struct LayoutFilter {
   std::vector<bool> layers;  // (n_layer) or empty = every block
   bool wte = true, wpe = true, ln_f = true;
   int expert_begin = 0, expert_end = -1;  // -1: to the last expert
+  // Expert tensor parallelism 1: the experts held are whole on this rank
+  // (not split over tp, not replicated over it: the TP ranks hold different ones).
+  bool experts_whole = false;
   bool holds_layer(int l) const { return layers.empty() || layers[static_cast<size_t>(l)]; }
   bool holds_expert(int e) const { return e >= expert_begin && (expert_end < 0 || e < expert_end); }
 };
@@ -91,6 +95,7 @@ class ShardLayout {
 
  private:
   bool holds_spec(const model::ParamSpec& p) const;
+  void note_block(const ShardSpec& s);  // extends blocks_ over a block's new tensor
   model::GPTView<float> gpt_view(float* base) const;
   model::GPTView<float> llama_view(float* base) const;
   void add(const model::ParamSpec& p, Shape local, int split_dim,

@@ -19,9 +19,12 @@ namespace {
 StagePlacement checked(const model::GPTConfig& config, const ModelGroups& g, const ShardedOptions& o) {
   SHARDLAB_CHECK(g.tp != nullptr, "ShardedGPT needs a tensor-parallel group");
   const StagePlacement& p = o.placement;
-  const int ep = g.ep ? g.ep->size() : 1;
-  check_parallel_shape(config, {g.tp->size(), o.sequence_parallel, p.pp, p.vpp, p.stage_layers, ep,
-                                g.capacity ? g.capacity->size() : ep});
+  const int ep = g.ep ? g.ep->size() : 1, tp = g.tp->size();
+  // With whole experts the EP group is drawn from tp x dp (and the capacity group is tp x dp).
+  const int over = o.experts_whole ? tp : 1;
+  check_parallel_shape(config,
+                       {tp, o.sequence_parallel, p.pp, p.vpp, p.stage_layers, ep,
+                        (g.capacity ? g.capacity->size() : ep) / over, o.experts_whole ? 1 : 0});
   return p.resolved(config);
 }
 
@@ -29,8 +32,10 @@ Range range_of(const ShardSpec& s) { return {s.offset, s.numel}; }
 
 }  // namespace
 
-LayoutFilter rank_filter(const model::GPTConfig& config, const StagePlacement& p, int ep, int ep_rank) {
+LayoutFilter rank_filter(const model::GPTConfig& config, const StagePlacement& p, int ep,
+                         int ep_rank, bool experts_whole) {
   LayoutFilter f;
+  f.experts_whole = experts_whole;
   if (ep > 1) {  // experts [r·E/ep, (r+1)·E/ep)
     const int El = config.n_expert / ep;
     f.expert_begin = ep_rank * El;
@@ -60,12 +65,15 @@ ShardedGPT::ShardedGPT(const model::GPTConfig& config, uint64_t seed, Device& de
       recompute_(options.recompute),
       cp_(options.cp),
       cp_rank_(options.cp_rank),
-      layout_(options.table ? ShardLayout(*options.table, config_, groups.tp->size(), groups.tp->rank(),
-                                          rank_filter(config_, place_, groups.ep ? groups.ep->size() : 1,
-                                                      groups.ep ? groups.ep->rank() : 0))
-                            : ShardLayout(config_, groups.tp->size(), groups.tp->rank(),
-                                          rank_filter(config_, place_, groups.ep ? groups.ep->size() : 1,
-                                                      groups.ep ? groups.ep->rank() : 0))) {
+      layout_(
+          options.table
+              ? ShardLayout(*options.table, config_, groups.tp->size(), groups.tp->rank(),
+                            rank_filter(config_, place_, groups.ep ? groups.ep->size() : 1,
+                                        groups.ep ? groups.ep->rank() : 0, options.experts_whole))
+              : ShardLayout(
+                    config_, groups.tp->size(), groups.tp->rank(),
+                    rank_filter(config_, place_, groups.ep ? groups.ep->size() : 1,
+                                groups.ep ? groups.ep->rank() : 0, options.experts_whole))) {
   ctx_.tp.dev = ctx_.moe.dev = &dev;
   ctx_.tp.group = ctx_.moe.tp = &tp_group_;
   ctx_.tp.sp = options.sequence_parallel;
@@ -79,6 +87,7 @@ ShardedGPT::ShardedGPT(const model::GPTConfig& config, uint64_t seed, Device& de
   flash_ = options.flash;
   SHARDLAB_CHECK(cp_ == 1 || ctx_.attention, "context parallelism needs its attention core");
   ctx_.moe.phantom_zipf = options.phantom_zipf;
+  experts_whole_ = options.experts_whole && tp_group_.size() > 1;
   ctx_.moe.a2a_time = &a2a_time_;
   if (config_.is_moe()) moe_step_.resize(size_t(config_.n_layer));
   if (groups.capacity) {
@@ -134,10 +143,16 @@ ShardedGPT::ShardedGPT(const model::GPTConfig& config, uint64_t seed, Device& de
     if (!f.holds_layer(l)) continue;
     g_.blocks[l].ln_1 = s.blocks[l].ln_1;
     g_.blocks[l].ln_2 = s.blocks[l].ln_2;
+    if (experts_whole_ && g_.blocks[l].moe) {  // each TP rank routed its own rows
+      g_.blocks[l].router = s.blocks[l].router;
+      g_.blocks[l].router_bias = s.blocks[l].router_bias;
+    }
   }
   for (const ShardSpec& sh : layout_.shards()) {
     if (sh.role == model::ParamRole::kPositionEmbedding) wpe_staged_.push_back(range_of(sh));
-    if (sh.role != model::ParamRole::kLayerNorm) continue;
+    const bool router =
+        sh.role == model::ParamRole::kRouter || sh.role == model::ParamRole::kRouterBias;
+    if (sh.role != model::ParamRole::kLayerNorm && !(experts_whole_ && router)) continue;
     (sh.layer < 0 ? lnf_staged_ : block_staged_[size_t(sh.layer)]).push_back(range_of(sh));
   }
 }
@@ -154,6 +169,7 @@ void ShardedGPT::set_micro_batch(int B, int T) {
   const model::Dims unsharded{B, T, config_.n_embd, config_.n_head, config_.ffn_hidden()};
   dims_ = ShardDims{unsharded, tp, ctx_.tp.sp, ep_group_ ? ep_group_->size() : 1};
   dims_.ep_nodes = ctx_.moe.node_dispatch() ? ep_rail_->size() : 0;
+  dims_.experts_whole = experts_whole_;
   dims_.kv = config_.kv_heads();
   dims_.rope = config_.is_llama();
   dims_.cp = cp_;

@@ -89,6 +89,10 @@ struct ShardedOptions {
   bool flash = false;  // `attention` is FusedAttention (ShardDims::flash)
   BlockHooks* hooks = nullptr;
   double phantom_zipf = 0;  // phantom runs: MoE routing skew (ExpertContext::phantom_zipf)
+  // Expert tensor parallelism 1 (needs sequence_parallel with tp > 1): the
+  // experts whole, groups.ep drawn from tp x dp, each rank routing its own
+  // rows (ShardDims::experts_whole); the router's gradient then sums over tp.
+  bool experts_whole = false;
   // The config's parameter table, built once by a caller that builds many
   // ranks (train(): a DeepSeek-V3 table holds some 46,000 tensors, ~10 MB a
   // thread would build and drop); null: the layout builds its own.
@@ -102,7 +106,7 @@ struct ShardedOptions {
 // stage, ln_f and the head on the last, experts [r·E/ep, (r+1)·E/ep) of its
 // expert-parallel rank r. `placement` must be resolved.
 LayoutFilter rank_filter(const model::GPTConfig& config, const StagePlacement& placement, int ep,
-                         int ep_rank);
+                         int ep_rank, bool experts_whole = false);
 
 // The hook points of a rank's chunks under `placement` (resolved), in the
 // order ShardedGPT calls BlockHooks (block_hooks.h).
@@ -242,6 +246,7 @@ class ShardedGPT final : public LocalModel, public StageModel {
   BlockContext ctx_;
   bool scatter_gather_ = false;  // ShardedOptions::scatter_gather, without SP
   bool flash_ = false;           // ShardedOptions::flash
+  bool experts_whole_ = false;   // ShardedOptions::experts_whole with tp > 1
   BlockHooks* hooks_ = nullptr;
   Recompute recompute_ = Recompute::kNone;
   int cp_ = 1, cp_rank_ = 0;

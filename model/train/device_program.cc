@@ -186,7 +186,7 @@ void DeviceProgram::run(Device& dev) const {
   if (options.phantom) return;  // no values to publish
   if (before_publish) before_publish(dev.rank(), *s.model);
   s.model->free_host_buffers();  // before the parameters' copy: the run's peak stays the steps'
-  const coll::ProcessGroup& ep = s.ctx.group("ep");
+  const coll::ProcessGroup& ep = s.ctx.group(options.parallel.ep_dims());
   publish_params(*s.model, plan.mesh, dev.rank(), std::vector<int>(ep.members().begin(), ep.members().end()),
                  result, table);
 }

@@ -91,8 +91,13 @@ void DeviceSetup::make_model(const DeviceProgram& p, Device& dev) {
     model = std::move(m);
     return;
   }
-  parallel::ModelGroups groups{&ctx.group("tp"), par.ep > 1 ? &ctx.group("ep") : nullptr,
-                               p.plan.global_routing ? &data_group() : nullptr};
+  // With whole experts (expert TP 1) the EP group is tp x ep/tp consecutive
+  // ranks ("tp-ep") and the routing's token order runs over tp x dp (each TP
+  // rank routes its own rows, in rank order: a replica's rows, tp ranks inside).
+  parallel::ModelGroups groups{&ctx.group("tp"), par.ep > 1 ? &ctx.group(par.ep_dims()) : nullptr,
+                               !p.plan.global_routing ? nullptr
+                               : par.experts_whole()  ? &ctx.group("tp-dp")
+                                                      : &data_group()};
   if (groups.ep && par.moe_dispatcher == parallel::MoeDispatcher::kDeepEp) {
     // train() checked the layout (check_moe_dispatcher)
     const std::vector<int>& ep = groups.ep->members();
@@ -106,6 +111,7 @@ void DeviceSetup::make_model(const DeviceProgram& p, Device& dev) {
   so.scatter_gather = par.scatter_gather;
   so.recompute = par.recompute;
   so.phantom_zipf = o.phantom_zipf;
+  so.experts_whole = par.experts_whole();
   so.table = &p.table;
   so.placement = p.plan.placement(coords.pp);
   if (par.cp > 1) {

@@ -49,7 +49,9 @@ void validate_context_parallel(const TrainOptions& o) {
 bool routes_globally(const TrainOptions& o) {
   const ParallelOptions& p = o.parallel;
   const model::GPTConfig& m = o.model;
-  return m.is_moe() && p.data_ranks() > 1 && (m.capacity_factor > 0 || (p.ep > 1 && m.aux_coef != 0));
+  // With whole experts the TP ranks route different rows too.
+  return m.is_moe() && (p.data_ranks() > 1 || p.experts_whole()) &&
+         (m.capacity_factor > 0 || (p.ep > 1 && m.aux_coef != 0));
 }
 
 // Whether every data rank of a phantom run routes alike (FoldInput::
@@ -141,7 +143,12 @@ void validate_parallel(const TrainOptions& o) {
   require(!p.scatter_gather || !p.sp, "`scatter_gather` is for runs without `sp` (SP already sends 1/tp)");
   parallel::check_pipeline_config(p.schedule, p.pp, o.micro_batches, p.chunks());
   validate_context_parallel(o);
-  parallel::check_parallel_shape(m, {p.tp, p.sp, p.pp, p.chunks(), p.stage_layers, p.ep, p.dp});
+  parallel::check_parallel_shape(
+      m, {p.tp, p.sp, p.pp, p.chunks(), p.stage_layers, p.ep, p.dp, p.expert_tp});
+  require(!p.experts_whole() || p.cp == 1,
+          "`expert_tp` 1 with `cp` > 1 is not supported yet (the expert-parallel "
+          "group would span context-parallel ranks)");
+  require(!p.experts_whole() || p.hsdp == 0, "`expert_tp` 1 with `hsdp` is not supported");
   if (p.custom_schedule) {
     require(int(p.custom_schedule->size()) == p.pp,
             fmt::format("the custom schedule has {} ranks but `pp` is {}", p.custom_schedule->size(), p.pp));

@@ -66,4 +66,11 @@ struct ParallelPlan {
 // the last stage's.
 int model_chunk_of(const parallel::StagePlacement& place, const parallel::ShardSpec& s);
 
+// The place of the device at `c` in its expert-parallel group, whose experts
+// [r·E/ep, (r+1)·E/ep) it holds: the mesh's ep coordinate, or with whole
+// experts (expert TP 1) tp + tp·ep (the mesh's "tp-ep" group, tp fastest).
+inline int expert_rank(const ParallelOptions& p, const collectives::Coords& c) {
+  return p.experts_whole() ? c.tp + p.tp * c.ep : c.ep;
+}
+
 }  // namespace shardlab::train

@@ -31,8 +31,9 @@ std::vector<parallel::ShardSpec> local_shards(const TrainOptions& o, const Paral
   if (!plan.sharded) return parallel::whole_tensor_shards(table);
   const ParallelOptions& p = o.parallel;
   const parallel::StagePlacement place = plan.placement(c.pp);
-  const parallel::ShardLayout layout(table, o.model, p.tp, c.tp,
-                                     parallel::rank_filter(o.model, place, p.ep, c.ep));
+  const parallel::ShardLayout layout(
+      table, o.model, p.tp, c.tp,
+      parallel::rank_filter(o.model, place, p.ep, expert_rank(p, c), p.experts_whole()));
   return layout.shards();
 }
 
@@ -175,7 +176,7 @@ bool uneven_chunks(const TrainOptions& o, const ParallelPlan& plan) {
   collectives::Coords c;
   for (c.pp = 0; c.pp < p.pp; ++c.pp)
     for (c.tp = 0; c.tp < p.tp; ++c.tp)
-      for (c.ep = 0; c.ep < p.ep; ++c.ep) {
+      for (c.ep = 0; c.ep < p.mesh_ep(); ++c.ep) {
         const std::vector<parallel::ShardSpec> shards = local_shards(o, plan, table, c);
         const parallel::BucketPlan b = bucket_plan(o, plan, shards, parallel::fsdp_units(shards, o.model.n_layer), c.pp);
         for (size_t i = 0; i < b.buckets.size(); ++i)

@@ -1,6 +1,9 @@
 #include "model/train/result_rows.h"
 
+#include <algorithm>
+
 #include "model/engine/share_result.h"
+#include "model/train/parallel_plan.h"
 #include "runtime/transport.h"
 #include "runtime/wire.h"
 
@@ -71,14 +74,16 @@ void share_train_result(TrainResult& r, const std::vector<int>& owners, int64_t 
       });
 }
 
-void unfold_results(const engine::FoldPlan& plan, const collectives::DeviceMesh& mesh, int n_expert,
-                    TrainResult& r) {
+void unfold_results(const engine::FoldPlan& plan, const collectives::DeviceMesh& mesh,
+                    const TrainOptions& o, TrainResult& r) {
+  const int per_rank = o.model.n_expert / std::max(1, o.parallel.ep);
   for (size_t rank = 0; rank < plan.representative.size(); ++rank) {
     const auto rep = size_t(plan.representative[rank]);
     if (rep == rank) continue;
     r.phases[rank] = r.phases[rep];
     r.moe[rank] = r.moe[rep];
-    for (MoeLayerTotals& t : r.moe[rank]) t.expert_begin = mesh.coords(int(rank)).ep * (n_expert / mesh.shape().ep);
+    for (MoeLayerTotals& t : r.moe[rank])
+      t.expert_begin = expert_rank(o.parallel, mesh.coords(int(rank))) * per_rank;
     r.a2a_time[rank] = r.a2a_time[rep];
     r.first_step_spans[rank] = r.first_step_spans[rep];
     if (!r.fsdp.empty()) r.fsdp[rank] = r.fsdp[rep];

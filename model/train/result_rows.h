@@ -24,9 +24,9 @@ namespace shardlab::train {
 void share_train_result(TrainResult& r, const std::vector<int>& owners, int64_t numel);
 
 // Copies every folded rank's per-device results from its representative,
-// its MoE layers' first held expert its own (`mesh`'s ep coordinate of
-// `n_expert` experts): a folded ep rank holds other experts.
-void unfold_results(const engine::FoldPlan& plan, const collectives::DeviceMesh& mesh, int n_expert,
-                    TrainResult& result);
+// its MoE layers' first held expert its own (its expert_rank of
+// `o.parallel`): a folded ep rank holds other experts.
+void unfold_results(const engine::FoldPlan& plan, const collectives::DeviceMesh& mesh,
+                    const TrainOptions& o, TrainResult& result);
 
 }  // namespace shardlab::train

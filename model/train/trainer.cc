@@ -104,7 +104,7 @@ nlohmann::json TrainOptions::to_json() const {
             {"bucket_mb", parallel.bucket_mb}, {"overlap", parallel.overlap},
             {"grad_accum_fusion", parallel.grad_accum_fusion}, {"half_grads", parallel.half_grads},
             {"fusions", model::to_string(parallel.fusions)},
-            {"ep", parallel.ep}, {"pp", parallel.pp},
+            {"ep", parallel.ep}, {"expert_tp", parallel.experts_whole() ? 1 : parallel.tp}, {"pp", parallel.pp},
             {"cp", parallel.cp}, {"cp_comm", parallel::cp_comm_name(parallel.cp_comm)},
             {"moe_dispatcher", parallel::moe_dispatcher_name(parallel.moe_dispatcher)},
             {"schedule", parallel::schedule_name(parallel.schedule)}, {"vpp", parallel.chunks()},
@@ -185,13 +185,17 @@ void summarize_phases(const collectives::DeviceMesh& mesh, TrainResult& r) {
 }
 
 // Global tokens per expert per step: the sum over devices of TP rank 0 (TP
-// ranks route identically) of the rows their held experts processed.
-void summarize_moe(const collectives::DeviceMesh& mesh, const model::GPTConfig& mc, TrainResult& r) {
+// ranks route identically; with whole experts over every device: each
+// routes its own rows to experts of its own) of the rows their held experts
+// processed.
+void summarize_moe(const collectives::DeviceMesh& mesh, const TrainOptions& o, TrainResult& r) {
+  const model::GPTConfig& mc = o.model;
   for (size_t rank = 0; rank < r.moe.size(); ++rank) {
-    if (mesh.coords(int(rank)).tp != 0) continue;
+    const collectives::Coords c = mesh.coords(int(rank));
+    if (c.tp != 0 && !o.parallel.experts_whole()) continue;
     // The experts this rank holds, from its own EP coordinate: a folded
     // rank's record is its representative's, whose experts may be others.
-    const size_t begin = size_t(mesh.coords(int(rank)).ep) * size_t(mc.n_expert / mesh.shape().ep);
+    const size_t begin = size_t(expert_rank(o.parallel, c)) * size_t(mc.n_expert / o.parallel.ep);
     for (const MoeLayerTotals& t : r.moe[rank]) {
       auto it = std::find_if(r.moe_layers.begin(), r.moe_layers.end(),
                              [&](const TrainResult::MoeLayerSteps& m) { return m.layer == t.layer; });
@@ -363,7 +367,7 @@ namespace {
 // node: every expert-parallel group must sit on its nodes in equal runs.
 void check_moe_dispatcher(const TrainOptions& o, const ParallelPlan& plan, const HardwareProfile& profile) {
   if (o.parallel.moe_dispatcher != parallel::MoeDispatcher::kDeepEp) return;
-  for (const std::vector<int>& ep : plan.mesh.all_group_ranks("ep")) {
+  for (const std::vector<int>& ep : plan.mesh.all_group_ranks(o.parallel.ep_dims())) {
     const parallel::EpNodes n = parallel::ep_nodes(ep, profile.devices_per_node);
     if (!n.error.empty())
       throw ConfigError(fmt::format("`moe_dispatcher` deepep relays through the rank at the same place on each "
@@ -459,9 +463,9 @@ TrainResult train(Cluster& cluster, const TrainOptions& o, const StepCallback& o
     result.resumed_from = resume->describe();
     result.first_step = resume->step;
   }
-  unfold_results(fold, mesh, mc.n_expert, result);
+  unfold_results(fold, mesh, o, result);
   summarize_phases(mesh, result);
-  summarize_moe(mesh, mc, result);
+  summarize_moe(mesh, o, result);
   if (!o.phantom) check_replicas(result, table, o.parallel.cp);
   if (!o.save_path.empty() && leader_process()) write_file_atomic(o.save_path, checkpoint_bytes(o, result), "`save_path`");
   return result;

@@ -123,6 +123,17 @@ struct ParallelOptions {
   // fused kernel moves 10 (parallel/tensor/embedding.h).
   model::KernelFusions fusions;
   int ep = 1;                 // expert parallel (divides dp): E/ep experts per rank
+  // Expert tensor parallelism (Megatron's --expert-tensor-parallel-size): 0
+  // (or tp), every expert split over the TP group like the dense MLP and
+  // the EP group drawn from dp; 1, every expert whole on its rank, the EP
+  // group drawn from tp x dp (tp fastest: ep a multiple of tp dividing
+  // tp x dp), each TP rank routing its own sequence-parallel rows (needs sp).
+  int expert_tp = 0;
+  bool experts_whole() const { return expert_tp == 1 && tp > 1; }
+  // The mesh's ep factor (of dp): with whole experts the EP group is the
+  // mesh's "tp-ep" group, tp x ep/tp ranks; ep_dims() names it.
+  int mesh_ep() const { return experts_whole() ? ep / tp : ep; }
+  const char* ep_dims() const { return experts_whole() ? "tp-ep" : "ep"; }
   // How the tokens reach their experts across nodes: Megatron's all-to-all
   // (one row per token and expert) or DeepEP's (a token crosses to each
   // node once; parallel/expert/ep_node_dispatch.h). Needs ep > 1.
@@ -158,7 +169,9 @@ struct ParallelOptions {
   int last_stage_rank() const { return parallel::rank_of_stage(stage_order(), pp, pp * chunks() - 1); }
   int world() const { return dp * tp * cp * pp; }
   // The mesh of the collectives issue: tp fastest, then cp, ep, dp, pp (Megatron's tp-cp-ep-dp-pp).
-  collectives::MeshShape mesh_shape() const { return {.tp = tp, .cp = cp, .ep = ep, .dp = dp, .pp = pp}; }
+  collectives::MeshShape mesh_shape() const {
+    return {.tp = tp, .cp = cp, .ep = mesh_ep(), .dp = dp, .pp = pp};
+  }
 };
 
 struct TrainOptions {

@@ -129,7 +129,7 @@ float ep_node_moe_forward(float* out, TpMoeActs& a, MoeScratch& s, const BlockVi
   const coll::ProcessGroup &rail = *c.ep_rail, &node = *c.ep_node;
   const int C = d.C, E = config.n_expert, K = config.top_k, El = E / c.ep->size();
   const int Nn = rail.size(), L = node.size(), En = L * El, S = 1 + En, W = C + 2 * K;
-  const int64_t N = d.N();
+  const int64_t N = d.moe_rows();
   SHARDLAB_CHECK(static_cast<int>(p.experts.size()) == El, "EP block must hold E/ep experts");
   SHARDLAB_CHECK(Nn * L == c.ep->size(), "the node and rail groups must tile the EP group");
   tp_moe_route(a, p, inp, d, config, c);
@@ -256,7 +256,7 @@ void ep_node_moe_backward(float* dexperts, float* drouter, const BlockView<float
   const coll::ProcessGroup &rail = *c.ep_rail, &node = *c.ep_node;
   const int C = d.C, K = config.top_k, El = config.n_expert / c.ep->size();
   const int Nn = rail.size(), G = C + K;
-  const int64_t N = d.N();
+  const int64_t N = d.moe_rows();
   const TpMoeActs::Node& nd = a.node;
   const TpMoeActs::Ep& x = a.ep;
   tp_shared_experts_backward(dexperts, g, s, dout, a, inp, p, d, config, wg, ex);

@@ -143,7 +143,7 @@ void reduce_expert_outputs(const ExpertContext& c, float* ye, int64_t n) {
 void tp_moe_route(TpMoeActs& a, const BlockView<float>& p, const float* inp, const ShardDims& d,
                   const GPTConfig& config, const ExpertContext& c) {
   const Exec& ex = c.ex;
-  const int64_t N = d.N();
+  const int64_t N = d.moe_rows();
   const int C = d.C, E = config.n_expert, K = config.top_k;
   model::linear_forward(ex, "moe.router.fwd", a.logits.data(), inp, p.router, N, C, E);
   const bool global = c.global_routing();
@@ -215,7 +215,8 @@ void tp_experts_forward(float* ye, float* fc, float* fc_gelu,
     tp_mlp_partial_forward(shifted(ye, r0 * C), shifted(fc, r0 * W), shifted(fc_gelu, r0 * Fl),
                            experts[e], shifted(xe, r0 * C), rows, C, Fl, c.ex, swiglu);
   }
-  reduce_expert_outputs(c, ye, offsets[n] * C);
+  if (!d.experts_whole)
+    reduce_expert_outputs(c, ye, offsets[n] * C);  // whole experts: complete already
   if (swiglu) return;  // no biases
   for (int e = 0; e < n; ++e) {
     const int64_t r0 = offsets[e], rows = offsets[e + 1] - r0;
@@ -225,7 +226,8 @@ void tp_experts_forward(float* ye, float* fc, float* fc_gelu,
 
 void tp_shared_experts_forward(float* out, TpMoeActs& a, const BlockView<float>& p, const float* inp,
                                const ShardDims& d, const GPTConfig& config, const ExpertContext& c) {
-  if (config.n_shared_expert == 0) return;
+  // With whole experts the block runs the shared ones on the gathered rows (block.cc).
+  if (config.n_shared_expert == 0 || d.experts_whole) return;
   const Exec& ex = c.ex;
   const int64_t N = d.N();
   const int C = d.C;
@@ -240,7 +242,7 @@ void tp_shared_experts_forward(float* out, TpMoeActs& a, const BlockView<float>&
 void tp_shared_experts_backward(float* dexperts, const BlockView<float>& g, MoeScratch& s, const float* dout,
                                 const TpMoeActs& a, const float* inp, const BlockView<float>& p, const ShardDims& d,
                                 const GPTConfig& config, WeightGrads& wg, const Exec& ex) {
-  if (config.n_shared_expert == 0) return;
+  if (config.n_shared_expert == 0 || d.experts_whole) return;  // block.cc's, as in the forward
   tp_mlp_backward(dexperts, g.shared, s.dfc.data(), s.dfc_gelu.data(), dout, inp, a.shared_fc.data(),
                   a.shared_fc_gelu.data(), p.shared, d.N(), d.C, shared_fl(d, config), wg, ex, config.is_llama());
 }
@@ -265,7 +267,7 @@ void tp_moe_combine_backward(MoeScratch& s, const float* dout, const TpMoeActs& 
   // ye and dout are complete on every rank: dgates is replicated
   if (ex.math()) {  // handovers (sink.h)
     std::fill(s.dye.begin(), s.dye.begin() + a.M * C, 0.0f);
-    std::fill(s.dgates.begin(), s.dgates.begin() + d.N() * K, 0.0f);
+    std::fill(s.dgates.begin(), s.dgates.begin() + d.moe_rows() * K, 0.0f);
   }
   model::moe_combine_backward(ex, "moe.combine.bwd", s.dye.data(), s.dgates.data(), dout,
                               a.ye.data(), a.gates.data(), a.src.data(), a.M, K, C);
@@ -283,7 +285,7 @@ void tp_moe_route_backward(float* dexperts, float* drouter, const BlockView<floa
 void tp_moe_router_backward(float* drouter, const BlockView<float>& g, MoeScratch& s, float daux,
                             const TpMoeActs& a, const float* inp, const BlockView<float>& p, const ShardDims& d,
                             const GPTConfig& config, WeightGrads& wg, const Exec& ex) {
-  const int64_t N = d.N();
+  const int64_t N = d.moe_rows();
   const int C = d.C, E = config.n_expert, K = config.top_k;
   if (ex.math()) std::fill(s.dlogits.begin(), s.dlogits.begin() + N * E, 0.0f);  // a handover (sink.h)
   model::router_backward(ex, "moe.topk.bwd", s.dlogits.data(), s.dgates.data(), daux, a.probs.data(),
@@ -303,7 +305,7 @@ void tp_moe_dispatch(TpMoeActs& a, const float* inp, const ShardDims& d, const G
 float tp_moe_combine(float* out, const TpMoeActs& a, const ShardDims& d, const GPTConfig& config,
                      const Exec& ex) {
   model::moe_combine_forward(ex, "moe.combine.fwd", out, a.ye.data(), a.gates.data(), a.src.data(),
-                             d.N(), a.M, config.top_k, d.C);
+                             d.moe_rows(), a.M, config.top_k, d.C);
   return a.aux;
 }
 

@@ -19,17 +19,21 @@ void add_moe_stats(MoeStepStats& step, int layer, const MoeStats& forward) {
 }
 
 int64_t expert_rows_max(const ShardDims& d, const model::GPTConfig& config) {
-  const int64_t N = d.N(), K = config.top_k;
+  const int64_t N = d.moe_rows(), K = config.top_k;
   if (d.ep <= 1) return N * K;
   return d.ep * N * std::min<int64_t>(K, config.n_expert / d.ep);
 }
 
-int expert_fl(const ShardDims& d, const model::GPTConfig& config) { return config.moe_ffn_hidden() / d.tp; }
+int expert_fl(const ShardDims& d, const model::GPTConfig& config) {
+  return config.moe_ffn_hidden() / (d.experts_whole ? 1 : d.tp);
+}
 int shared_fl(const ShardDims& d, const model::GPTConfig& config) { return config.shared_ffn_hidden() / d.tp; }
 int fc_width(const model::GPTConfig& config, int Fl) { return config.is_llama() ? 2 * Fl : Fl; }
 
 void TpMoeActs::resize(const ShardDims& d, const model::GPTConfig& config) {
-  const int64_t N = d.N(), C = d.C, Fl = expert_fl(d, config), Rx = expert_rows_max(d, config);
+  // The routed rows (N, or Nr with whole experts); the shared experts see all N.
+  const int64_t N = d.moe_rows(), Ns = d.N(), C = d.C, Fl = expert_fl(d, config),
+                Rx = expert_rows_max(d, config);
   const int64_t Fsl = shared_fl(d, config);
   const int E = config.n_expert, K = config.top_k, El = E / d.ep;
   for (auto* v : {&logits, &probs}) v->assign(N * E, 0);
@@ -44,9 +48,9 @@ void TpMoeActs::resize(const ShardDims& d, const model::GPTConfig& config) {
   for (auto* v : {&xe, &ye}) v->assign(N * K * C, 0);
   fc.assign(Rx * fc_width(config, Fl), 0);
   fc_gelu.assign(Rx * Fl, 0);
-  shared_fc.assign(N * fc_width(config, Fsl), 0);
-  shared_fc_gelu.assign(N * Fsl, 0);
-  shared_out.assign(Fsl > 0 ? N * C : 0, 0);
+  shared_fc.assign(Ns * fc_width(config, Fsl), 0);
+  shared_fc_gelu.assign(Ns * Fsl, 0);
+  shared_out.assign(Fsl > 0 ? Ns * C : 0, 0);
   gathered.clear();  // sized by the first global routing (the dp size)
   stats.received.assign(El, 0);
   if (d.ep <= 1) return;
@@ -98,11 +102,11 @@ int64_t TpMoeActs::saved_elements() const {
 }
 
 void MoeScratch::resize(const ShardDims& d, const model::GPTConfig& config) {
-  const int64_t N = d.N(), C = d.C, Rx = expert_rows_max(d, config);
+  const int64_t N = d.moe_rows(), Ns = d.N(), C = d.C, Rx = expert_rows_max(d, config);
   const int64_t K = config.top_k;
   const int64_t Fl = expert_fl(d, config), Fsl = shared_fl(d, config);
-  dfc.assign(std::max(Rx * fc_width(config, Fl), N * fc_width(config, Fsl)), 0);
-  dfc_gelu.assign(std::max(Rx * Fl, N * Fsl), 0);
+  dfc.assign(std::max(Rx * fc_width(config, Fl), Ns * fc_width(config, Fsl)), 0);
+  dfc_gelu.assign(std::max(Rx * Fl, Ns * Fsl), 0);
   dlogits.assign(N * config.n_expert, 0);
   dgates.assign(N * K, 0);
   dxe.assign(N * K * C, 0);
