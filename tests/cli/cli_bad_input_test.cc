@@ -104,6 +104,14 @@ TEST(CliBadInput, ModelShapeFlags) {
        "--moe-dispatcher deepep moves tokens between expert-parallel ranks: it needs an MoE model and --ep > 1"},
       {"train --model nano --steps 1 --experts 8 --moe-dispatcher hybrid",
        "--moe-dispatcher must be alltoall or deepep (got 'hybrid')"},
+      {"train --model tiny-moe --steps 1 --tp 2 --dp 2 --ep 2 --expert-tp 1",
+       "--expert-tp 1 with --tp > 1 routes each rank's sequence-parallel rows: it needs --sp (Megatron requires it "
+       "with MoE and TP)"},
+      {"train --model tiny-moe --steps 1 --tp 2 --sp --dp 2 --ep 2 --expert-tp 3",
+       "--expert-tp 3 must be 1 (whole experts) or --tp 2 (experts split like the MLP)"},
+      {"train --model tiny-moe --steps 1 --tp 4 --sp --dp 2 --ep 2 --expert-tp 1",
+       "--expert-tp 1 draws the expert-parallel group from tp x dp, tp ranks first: --ep 2 must be a multiple of "
+       "--tp 4"},
       {"train --model nano --steps 1 --moe-groups 2", "--moe-groups and --moe-group-top-k limit the routing of "
                                                       "routed experts: they need --experts above 0"},
       {"train --model nano --steps 1 --experts 8 --moe-groups 0", "--moe-groups: 0 is out of range"},
