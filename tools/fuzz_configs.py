@@ -147,6 +147,14 @@ def draw(rng, mode="verify", wide=False):
                 continue  # it needs --ep > 1 (drawn without it now and then: the refusal)
             if rng.random() < p:
                 args += [flag, str(rng.choice(choices))]
+    if "--experts" in args and tp > 1 and rng.random() < 0.6:  # whole experts: the EP group over tp x dp
+        experts = int(args[args.index("--experts") + 1])
+        eps = [e for e in (tp, 2 * tp) if experts % e == 0 and (tp * dp) % e == 0]
+        if eps:
+            flags["--ep"] = str(rng.choice(eps))
+            args += ["--expert-tp", "1"]
+            if "--sp" not in switches and rng.random() < 0.9:
+                switches.append("--sp")  # needed (drawn without it now and then: the refusal)
     if real:  # the clip kernel runs when the norm is over the clip: a phantom run assumes it does
         flags["--grad-clip"] = rng.choice(["0", "0.0001"])
         flags.pop("--ep", None)
@@ -404,7 +412,7 @@ def resume_differs(a, args, straight_out):
 
 # A run's layout: drawn again for the resharded resume; the rest (model,
 # batch, data, optimizer, precision, kernels) stays.
-LAYOUT_FLAGS = {"--tp", "--pp", "--dp", "--cp", "--ep", "--micro-batches", "--zero", "--schedule", "--vpp",
+LAYOUT_FLAGS = {"--tp", "--pp", "--dp", "--cp", "--ep", "--expert-tp", "--micro-batches", "--zero", "--schedule", "--vpp",
                 "--recompute", "--hsdp", "--cp-comm", "--pp-layers", "--bucket-mb"}
 LAYOUT_SWITCHES = {"--sp", "--tp-comm-overlap", "--use-distributed-optimizer", "--overlap-param-gather",
                    "--no-overlap", "--scatter-gather", "--bucket-per-chunk", "--reshard-after-forward",
@@ -432,7 +440,11 @@ def relayout(args, rng):
     mb = rng.choice([m for m in mbs if (batch // dp) % m == 0])
     pp = rng.choice([p for p in (1, 2, 3) if p <= layers])
     out = rest + ["--tp", str(tp), "--dp", str(dp), "--pp", str(pp), "--micro-batches", str(mb)]
-    if "--experts" in rest and rng.random() < 0.5:
+    whole = [e for e in (tp, 2 * tp) if tp > 1 and value("--experts") % e == 0 and (tp * dp) % e == 0] \
+        if "--experts" in rest else []
+    if whole and rng.random() < 0.3:  # whole experts (expert TP 1): ep over tp x dp, with SP
+        out += ["--ep", str(rng.choice(whole)), "--expert-tp", "1", "--sp"]
+    elif "--experts" in rest and rng.random() < 0.5:
         out += ["--ep", str(rng.choice([e for e in (1, 2) if dp % e == 0 and value("--experts") % e == 0]))]
     if rng.random() < 0.4:
         out += ["--zero", str(rng.choice([0, 1, 2, 3]))]
@@ -440,7 +452,7 @@ def relayout(args, rng):
         out += ["--schedule", rng.choice(["gpipe", "1f1b", "zb-h1"])]
     if rng.random() < 0.2:
         out += ["--recompute", rng.choice(["selective", "full"])]
-    if tp > 1 and rng.random() < 0.3:
+    if tp > 1 and rng.random() < 0.3 and "--sp" not in out:
         out.append("--sp")
     if rng.random() < 0.1:
         out.append("--no-overlap")

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/parallel/attention_kernel.h"
+#include "model/train/parallel_plan.h"
 #include "model/train/trainer.h"
 
 namespace shardlab::train {
@@ -50,7 +51,7 @@ namespace {
 
 // One device: mesh position, memory peaks by kind, the time split, and its
 // MoE and pipeline records when it has them.
-nlohmann::json device_json(const collectives::DeviceMesh& mesh, const TrainResult& r,
+nlohmann::json device_json(const collectives::DeviceMesh& mesh, const ParallelOptions& p, const TrainResult& r,
                            const DeviceStats& d, Time makespan) {
   nlohmann::json peaks;
   for (int k = 0; k < kNumMemKinds; ++k) peaks[mem_kind_name(static_cast<MemKind>(k))] = d.peak_by_kind[k];
@@ -61,7 +62,8 @@ nlohmann::json device_json(const collectives::DeviceMesh& mesh, const TrainResul
   const Time idle = std::max<Time>(0, makespan - compute - exposed);
   const auto c = mesh.coords(d.rank);
   nlohmann::json j = {{"rank", d.rank}, {"node", d.node}, {"name", mesh.describe(d.rank)},
-                      {"coords", {{"dp", c.dp}, {"tp", c.tp}, {"pp", c.pp}, {"ep", c.ep}, {"cp", c.cp}}},
+                      // ep: the device's place in its EP group (with whole experts, tp + tp·ep)
+                      {"coords", {{"dp", c.dp}, {"tp", c.tp}, {"pp", c.pp}, {"ep", expert_rank(p, c)}, {"cp", c.cp}}},
                       {"peak_bytes", d.peak_bytes}, {"peak_bytes_by_kind", peaks},
                       {"capacity_bytes", d.capacity_bytes},
                       {"compute_s", to_seconds(compute)}, {"comm_s", to_seconds(exposed)},
@@ -177,7 +179,7 @@ nlohmann::json report_json(const TrainOptions& o, const Cluster& cluster, const 
   const collectives::DeviceMesh mesh(o.parallel.mesh_shape());
   j["config"]["mesh"] = mesh.to_string();
   j["devices"] = nlohmann::json::array();
-  for (const auto& d : r.run.devices) j["devices"].push_back(device_json(mesh, r, d, makespan));
+  for (const auto& d : r.run.devices) j["devices"].push_back(device_json(mesh, o.parallel, r, d, makespan));
   const double step_s = to_seconds(makespan) / std::max<size_t>(1, r.steps.size());
   const double peak = CostModel(cluster.profile().device, cluster.options().precision).peak_flops();
   double hardware_flops = 0;

@@ -128,9 +128,9 @@ TEST(CliPhantom, DeepEpSendsATokenToEachNodeOnce) {
 
 // The published row's own layout: TP 2 with expert TP 1 (--expert-tp 1), the
 // EP group of 64 drawn from tp x dp (8 EP ranks a node, whole experts), each
-// TP rank dispatching its own sequence-parallel rows. With the experts split
-// over TP instead (shardlab's only layout before) a token reached 8 nodes and
-// the step took 78.7 s (alltoall) and 85.5 s (deepep). Megatron-Bridge's
+// TP rank dispatching its own sequence-parallel rows, against the experts
+// split over TP (the default: every TP rank routes all N gathered rows, so
+// tp times the bytes, and a token reaches 8 nodes). Megatron-Bridge's
 // recipe recomputes MLA's up-projections and the MLP only; shardlab has full
 // or attention-core recomputation: full fits the 80 GiB, the attention core
 // alone needs 1.8 GiB more on stage 2 (the figure with --memory 400GiB).
@@ -139,11 +139,15 @@ TEST(CliPhantom, WholeExpertsUnderTpDispatchEachRanksOwnRows) {
       "train --phantom --model deepseek-v3 --profile h100-nvlink --nodes 128 --tp 2 --sp --expert-tp 1 --pp 8 "
       "--schedule interleaved --vpp 4 --ep 64 --dp 64 --micro-batches 128 --precision fp8 --seq 4096 --batch 8192 "
       "--use-distributed-optimizer --moe-dispatcher deepep --steps 1 ";
-  const char* recompute[2] = {"--recompute full", "--recompute selective --memory 400GiB"};
-  double step[2], a2a[2], internode[2];
-  for (int i = 0; i < 2; ++i) {
+  const std::string split =
+      "train --phantom --model deepseek-v3 --profile h100-nvlink --nodes 128 --tp 2 --sp --pp 8 "
+      "--schedule interleaved --vpp 4 --ep 64 --dp 64 --micro-batches 128 --precision fp8 --seq 4096 --batch 8192 "
+      "--use-distributed-optimizer --moe-dispatcher alltoall --steps 1 --recompute full";
+  const std::string runs[3] = {run + "--recompute full", run + "--recompute selective --memory 400GiB", split};
+  double step[3], a2a[3], internode[3];
+  for (int i = 0; i < 3; ++i) {
     const std::string report = ::testing::TempDir() + "phantom_expert_tp.json";
-    const auto r = run_cli(run + recompute[i] + " --report " + report);
+    const auto r = run_cli(runs[i] + " --report " + report);
     ASSERT_EQ(r.code, 0) << r.err;
     const auto j = nlohmann::json::parse(testing::slurp(report));
     step[i] = j["summary"]["virtual_step_s"].get<double>();
@@ -151,13 +155,16 @@ TEST(CliPhantom, WholeExpertsUnderTpDispatchEachRanksOwnRows) {
     internode[i] = j["devices"][0]["moe"]["a2a_internode_sent_bytes"].get<double>() / (1u << 30);
   }
   std::printf("deepseek-v3 on 1024 H100s, TP 2 x EP 64, expert TP 1, deepep: step %.3f s with full recomputation "
-              "(all-to-alls %.3f s, %.3f GiB to other nodes), %.3f s with the attention core's (%.3f s)\n",
-              step[0], a2a[0], internode[0], step[1], a2a[1]);
+              "(all-to-alls %.3f s, %.3f GiB to other nodes), %.3f s with the attention core's (%.3f s); "
+              "experts split over TP, alltoall: %.3f s (%.3f s)\n",
+              step[0], a2a[0], internode[0], step[1], a2a[1], step[2], a2a[2]);
   // The README's figures.
   EXPECT_NEAR(step[0], 33.884, 5e-4);
   EXPECT_NEAR(a2a[0], 12.448, 5e-4);
   EXPECT_NEAR(step[1], 24.164, 5e-4);
   EXPECT_NEAR(a2a[1], 8.330, 5e-4);
+  EXPECT_NEAR(step[2], 78.701, 5e-4);
+  EXPECT_NEAR(a2a[2], 41.142, 5e-4);
   // The same bytes between nodes as TP 1 x EP 64 (above): 8 EP ranks a node either way.
   EXPECT_NEAR(internode[0], 294.3, 0.05);
 }

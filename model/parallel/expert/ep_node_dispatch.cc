@@ -93,7 +93,8 @@ void plan_source(TpMoeActs& a, int64_t N, int K, int Nn, int En, bool math, bool
   }
   thread_local std::vector<int32_t> last;  // the last node a token was counted for
   last.assign(size_t(N), -1);
-  std::vector<int64_t> counts(size_t(Nn) * S, 0);
+  thread_local std::vector<int64_t> counts;  // reused: no allocation per layer and micro-batch
+  counts.assign(size_t(Nn) * S, 0);
   int64_t t = 0;
   for (int b = 0; b < Nn; ++b) {
     nd.token_offsets[b] = t;

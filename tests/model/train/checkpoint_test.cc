@@ -259,6 +259,29 @@ TEST(CheckpointReshard, TinyMoeEp2ToEp1) {
 // With aux-loss-free balancing the selection biases
 // (model.layers.{i}.mlp.gate.e_score_correction_bias) are model state the
 // steps change: the resumed run must start from the checkpoint's, not zeros.
+// Expert TP 1 (--expert-tp 1): every TP rank holds whole experts of its
+// own place in tp x dp and writes them; the resumed run is the uninterrupted
+// one bit for bit, and a checkpoint of whole experts reshards into experts
+// split over TP (and back), with aux-loss-free balancing's biases (summed
+// over TP as the router's gradients are).
+TEST(CheckpointResume, TinyMoeWholeExpertsIsBitIdentical) {
+  TrainOptions o = llama_options("tiny-moe");
+  o.model.router_bias_rate = 1e-3;
+  o.parallel.tp = 2, o.parallel.sp = true, o.parallel.dp = 2, o.parallel.ep = 4, o.parallel.expert_tp = 1;
+  o.parallel.zero = 1, o.parallel.distributed_optimizer = true;
+  expect_bit_identical_resume(o, "tiny_moe_tp2_ep4_expert_tp1");
+}
+
+TEST(CheckpointReshard, TinyMoeWholeExpertsToSplitExperts) {
+  TrainOptions from = llama_options("tiny-moe"), to = llama_options("tiny-moe");
+  for (TrainOptions* o : {&from, &to}) o->model.router_bias_rate = 1e-3;
+  from.parallel.tp = 2, from.parallel.sp = true, from.parallel.dp = 2, from.parallel.ep = 4;
+  from.parallel.expert_tp = 1;
+  to.parallel.tp = 2, to.parallel.sp = true, to.parallel.dp = 2, to.parallel.ep = 2;
+  expect_resharded_resume(from, to, "tiny_moe_expert_tp1_to_split");
+  expect_resharded_resume(to, from, "tiny_moe_split_to_expert_tp1");
+}
+
 TEST(CheckpointReshard, TinyMoeRouterBiasEp2ToEp1) {
   const std::string dir = tiny_moe_ep2_to_ep1(1e-2, "tiny_moe_router_bias_dp2_ep2_zero1_to_ep1");
   const std::string bias = "model.layers.1.mlp.gate.e_score_correction_bias";
