@@ -71,6 +71,7 @@ constexpr std::array kFieldFlags = std::to_array<std::pair<std::string_view, std
     {"moe_group_top_k", "--moe-group-top-k"},
     {"router_bias_rate", "--router-bias-rate"},
     {"n_kv_head", "--kv-heads"},
+    {"head_dim", "--head-dim"},
     {"rope_theta", "--rope-theta"},
     {"norm_eps", "--norm-eps"},
     {"family", "--family"},

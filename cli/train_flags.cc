@@ -97,6 +97,10 @@ FlagTable<TrainFlags> model_flags() {
        CLI::IsMember({"gpt", "llama"})},
       {"--kv-heads", FIELD(kv_heads), "K/V heads (grouped-query attention; 1 = MQA; default: --heads)",
        number_in(1, kMaxDim)},
+      {"--head-dim", FIELD(head_dim),
+       "Attention head size (Megatron's --kv-channels, Hugging Face's head_dim; llama family): q_proj is "
+       "(heads x head-dim, embd), o_proj its transpose (default: the preset's, --embd / --heads)",
+       number_in(2, kMaxDim)},
       {"--rope-theta", FIELD(rope_theta), "Rotary base theta (llama family; default: the preset's, 10000)",
        number_in(1.0001, 1e12)},
       {"--norm-eps", FIELD(norm_eps), "LayerNorm / RMSNorm epsilon (default 1e-5)", number_in(1e-12, 0.5)},
@@ -292,6 +296,7 @@ void TrainFlags::set_modern_moe(model::GPTConfig& c) const {
 void TrainFlags::apply_family_flags(model::GPTConfig& c) const {
   if (!family.empty()) c.family = family == "llama" ? model::Family::kLlama : model::Family::kGpt;
   if (kv_heads) c.n_kv_head = *kv_heads;
+  if (head_dim) c.head_dim = *head_dim;
   if (rope_theta) c.rope_theta = *rope_theta;
   if (norm_eps) c.norm_eps = *norm_eps;
   if (tie_embeddings && no_tie_embeddings)

@@ -33,6 +33,7 @@ struct TrainFlags {
   // --norm-eps, --tie-embeddings / --no-tie-embeddings (unset: the preset's).
   std::string family;
   std::optional<int> kv_heads;
+  std::optional<int> head_dim;
   std::optional<double> rope_theta, norm_eps;
   bool tie_embeddings = false, no_tie_embeddings = false;
   double aux_coef = -1;  // <0: the preset's with experts (GPTConfig's 0.01 unless an MoE preset says otherwise)

@@ -71,8 +71,9 @@ void GPTConfig::validate() const {
   require(n_layer >= 1, "`n_layer` must be at least 1 (got " + num(n_layer) + ")");
   require(n_head >= 1, "`n_head` must be at least 1 (got " + num(n_head) + ")");
   require(n_embd >= 1, "`n_embd` must be at least 1 (got " + num(n_embd) + ")");
-  require(n_embd % n_head == 0, "`n_head` " + num(n_head) + " must divide `n_embd` " + num(n_embd) +
-                                    " (head size = embd / heads)");
+  require(head_dim >= 0, "`head_dim` must be 0 (= `n_embd` / `n_head`) or more (got " + num(head_dim) + ")");
+  require(head_dim > 0 || n_embd % n_head == 0, "`n_head` " + num(n_head) + " must divide `n_embd` " + num(n_embd) +
+                                                    " (head size = embd / heads)");
   require(block_size >= 1, "`block_size` must be at least 1 (got " + num(block_size) + ")");
   require(vocab_size >= 2, "`vocab_size` must be at least 2 (got " + num(vocab_size) + ")");
   require(batch_size >= 1, "`batch_size` must be at least 1 (got " + num(batch_size) + ")");
@@ -111,9 +112,14 @@ void GPTConfig::validate_family() const {
                                   " applies to the llama family's RMSNorm (gpt's LayerNorm keeps nanoGPT's 1e-5)");
     require(kv_heads() == n_head, "`n_kv_head` " + num(kv_heads()) +
                                       " below `n_head` (grouped-query attention) needs `family` llama");
+    require(head_dim == 0 || head_dim * n_head == n_embd,
+            "`head_dim` " + num(head_dim) + " apart from `n_embd` / `n_head` needs `family` llama (the gpt "
+            "family's fused c_attn is 3 x n_embd wide)");
     return;
   }
-  require(head_size() % 2 == 0, "`n_head` " + num(n_head) + " gives an odd head size " + num(head_size()) +
+  require(head_size() % 2 == 0, (head_dim > 0 ? "`head_dim` " + num(head_dim) + " is odd"
+                                                : "`n_head` " + num(n_head) + " gives an odd head size " +
+                                                      num(head_size())) +
                                     ": rotary embeddings rotate pairs of features");
   require(rope_theta > 1, "`rope_theta` must be above 1 (got " + num(rope_theta) + ")");
 }
@@ -124,6 +130,7 @@ std::string GPTConfig::to_string() const {
      << " vocab=" << vocab_size << " batch=" << batch_size;
   if (n_ffn > 0) os << " ffn=" << n_ffn;
   if (is_llama()) os << " family=llama kv_heads=" << kv_heads() << " rope_theta=" << rope_theta;
+  if (head_dim > 0) os << " head_dim=" << head_dim;
   if (tied() != (family == Family::kGpt)) os << (tied() ? " tied" : " untied");
   if (is_moe()) {
     os << " experts=" << n_expert << " top_k=" << top_k << " moe_every=" << moe_every

@@ -73,6 +73,11 @@ struct GPTConfig {
   // Architecture (Family) and the knobs the llama family exposes.
   Family family = Family::kGpt;
   int n_kv_head = 0;          // K/V heads (GQA; 1 = MQA); 0: n_head
+  // The attention heads' size (Megatron's --kv-channels, Hugging Face's
+  // head_dim); 0: n_embd / n_head. Set apart from it (Qwen3: 32 heads of 128
+  // on n_embd 2048), q_proj is (n_head·head_dim, n_embd) and o_proj its
+  // transpose: the llama family only.
+  int head_dim = 0;
   double rope_theta = 10000;  // rotary base (llama family)
   double norm_eps = 1e-5;     // LayerNorm / RMSNorm epsilon
   std::optional<bool> tie_embeddings;  // unset: the family's default (gpt tied, llama untied)
@@ -81,7 +86,10 @@ struct GPTConfig {
   int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   bool tied() const { return tie_embeddings.value_or(family == Family::kGpt); }
 
-  int head_size() const { return n_embd / n_head; }
+  int head_size() const { return head_dim > 0 ? head_dim : n_embd / n_head; }
+  // The attention's width: the query heads' features, n_head · head_size()
+  // (n_embd unless head_dim sets the heads apart).
+  int attn_width() const { return n_head * head_size(); }
   int ffn_hidden() const { return n_ffn > 0 ? n_ffn : 4 * n_embd; }
   // The tokens the data may use: [0, token_vocab()).
   int token_vocab() const { return vocab_unpadded > 0 ? vocab_unpadded : vocab_size; }

@@ -114,8 +114,9 @@ void BlockActs<Real>::resize(const Dims& d, const GPTConfig& config, bool moe_bl
   for (auto* v : {&res1, &res2}) v->assign(N * C, 0);
   for (auto* v : {&ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd}) v->assign(N, 0);
   const bool llama = config.is_llama();
-  qkv.assign(N * (llama ? C + 2 * int64_t{config.kv_heads()} * d.HS() : 3 * C), 0);
-  if (llama) qkv_rep.assign(N * 3 * C, 0), atty.assign(N * C, 0);
+  const int64_t A = d.A();  // the attention's width (C unless head_dim sets it apart)
+  qkv.assign(N * (llama ? A + 2 * int64_t{config.kv_heads()} * d.HS() : 3 * C), 0);
+  if (llama) qkv_rep.assign(N * 3 * A, 0), atty.assign(N * A, 0);
   if (moe_block) {
     moe.resize(N, d.C, config.n_expert, config.top_k, config.moe_ffn_hidden(), config.shared_ffn_hidden(), llama);
   } else {
@@ -137,10 +138,12 @@ template <typename Real>
 void BlockScratch<Real>::resize(const Dims& d, const GPTConfig& config) {
   const int64_t N = d.N(), C = d.C, F = config.ffn_hidden();
   const int64_t K = config.is_moe() ? config.top_k : 0;
-  for (auto* v : {&ln, &dres1, &dln1, &dln2, &datty}) v->assign(N * C, 0);
+  const int64_t A = d.A();
+  for (auto* v : {&ln, &dres1, &dln1, &dln2}) v->assign(N * C, 0);
+  datty.assign(N * A, 0);
   for (auto* v : {&ln_mean, &ln_rstd}) v->assign(N, 0);
-  dqkv.assign(N * 3 * C, 0);
-  if (config.is_llama()) dqkv_c.assign(N * (C + 2 * int64_t{config.kv_heads()} * d.HS()), 0);
+  dqkv.assign(N * 3 * A, 0);
+  if (config.is_llama()) dqkv_c.assign(N * (A + 2 * int64_t{config.kv_heads()} * d.HS()), 0);
   const int64_t Fe = config.is_moe() ? config.moe_ffn_hidden() : 0;
   const int64_t widest = std::max({N * F, N * K * Fe, N * int64_t{config.shared_ffn_hidden()}});
   dfc.assign(widest * (config.is_llama() ? 2 : 1), 0);  // SwiGLU: [gate | up]

@@ -87,9 +87,11 @@ GPTView<Real> make_view(const ParamTable& table, Real* base);
 
 struct Dims {
   int B = 0, T = 0, C = 0, NH = 0;
-  int F = 0;  // MLP width (GPTConfig::ffn_hidden()); 0: 4C
+  int F = 0;   // MLP width (GPTConfig::ffn_hidden()); 0: 4C
+  int hs = 0;  // head size (GPTConfig::head_size()); 0: C / NH
   int64_t N() const { return static_cast<int64_t>(B) * T; }
-  int HS() const { return C / NH; }
+  int HS() const { return hs > 0 ? hs : C / NH; }
+  int A() const { return NH * HS(); }  // the attention's width (GPTConfig::attn_width())
   int ffn() const { return F > 0 ? F : 4 * C; }
 };
 

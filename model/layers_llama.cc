@@ -54,7 +54,7 @@ void llama_attention_forward(Real* out, BlockActs<Real>& a, const BlockView<Real
   repeat_kv_forward(ex, "attn.repeat_kv.fwd", a.qkv_rep.data(), a.qkv.data(), N, g);
   attention_forward(ex, "attn.softmax.fwd", a.atty.data(), static_cast<Real*>(nullptr), a.qkv_rep.data(), d.B, d.T, d.NH,
                     d.HS());
-  linear_forward(ex, "attn.c_proj.fwd", out, a.atty.data(), p.attn_proj.weight, N, d.C, d.C);
+  linear_forward(ex, "attn.c_proj.fwd", out, a.atty.data(), p.attn_proj.weight, N, d.A(), d.C);
 }
 
 template <typename Real>
@@ -66,10 +66,10 @@ void llama_attention_backward(Real* dinp, const BlockView<Real>& g, BlockScratch
   const int W = static_cast<int>(h.in_width());
   const int64_t* t = nullptr;
   Real* none = nullptr;  // no biases
-  std::fill_n(s.datty.data(), N * d.C, Real(0));
+  std::fill_n(s.datty.data(), N * d.A(), Real(0));
   linear_backward(ex, "attn.c_proj.bwd", false, s.datty.data(), g.attn_proj.weight, none, dout, a.atty.data(),
-                  p.attn_proj.weight, N, d.C, d.C);
-  std::fill_n(s.dqkv.data(), N * 3 * d.C, Real(0));
+                  p.attn_proj.weight, N, d.A(), d.C);
+  std::fill_n(s.dqkv.data(), N * 3 * d.A(), Real(0));
   attention_backward(ex, "attn.softmax.bwd", s.dqkv.data(), s.datty.data(), a.qkv_rep.data(), static_cast<const Real*>(nullptr), d.B,
                      d.T, d.NH, d.HS());
   std::fill_n(s.dqkv_c.data(), N * W, Real(0));

@@ -73,12 +73,12 @@ double moe_mlp_params(const GPTConfig& c) {
 }
 
 // Llama: embed_tokens (+ lm_head untied) + model.norm + per block the q, k,
-// v, o projections (q and o C·C; k and v C·KV·HS each), two RMSNorm weights
+// v, o projections (q and o C·A, A = NH·HS; k and v C·KV·HS each), two RMSNorm weights
 // and the MLP: gate, up, down (3·C·F) dense; in an MoE block the router
 // (E·C), E SwiGLU experts (3·C·Fe each) and the shared experts' (3·C·Fs).
 double count_llama(const GPTConfig& c) {
   const double C = c.n_embd, F = c.ffn_hidden(), KVC = double(c.kv_heads()) * c.head_size();
-  const double attn = 2 * C * C + 2 * C * KVC + 2 * C, moe = c.moe_layers();
+  const double attn = 2 * C * c.attn_width() + 2 * C * KVC + 2 * C, moe = c.moe_layers();
   const double moe_mlp = router_params(c) + 3 * C * (double(c.n_expert) * c.moe_ffn_hidden() + c.shared_ffn_hidden());
   return double(c.vocab_size) * C * (c.tied() ? 1 : 2) + C + c.n_layer * attn + moe * moe_mlp +
          (c.n_layer - moe) * 3 * C * F;
@@ -123,7 +123,7 @@ ParamTable::ParamTable(const GPTConfig& config) : config_(config) {
 void ParamTable::add_llama_blocks() {
   const GPTConfig& c = config_;
   const int64_t C = c.n_embd, V = c.vocab_size, F = c.ffn_hidden();
-  const int64_t KVC = int64_t{c.kv_heads()} * c.head_size();
+  const int64_t KVC = int64_t{c.kv_heads()} * c.head_size(), A = c.attn_width();
   using R = ParamRole;
   auto norm = [&](std::string name, int layer) {
     add(std::move(name), R::kLayerNorm, {C}, InitKind::kOnes, 0, layer);
@@ -134,10 +134,10 @@ void ParamTable::add_llama_blocks() {
   add("model.embed_tokens.weight", R::kTokenEmbedding, {V, C}, InitKind::kNormal, kInitStd, -1);
   for (int l = 0; l < c.n_layer; ++l) {
     norm(llama_name(l, "input_layernorm"), l);
-    linear(l, "self_attn.q_proj", R::kQkvWeight, C, C);
+    linear(l, "self_attn.q_proj", R::kQkvWeight, A, C);
     linear(l, "self_attn.k_proj", R::kKvWeight, KVC, C);
     linear(l, "self_attn.v_proj", R::kKvWeight, KVC, C);
-    linear(l, "self_attn.o_proj", R::kAttnProjWeight, C, C);
+    linear(l, "self_attn.o_proj", R::kAttnProjWeight, C, A);
     norm(llama_name(l, "post_attention_layernorm"), l);
     if (c.is_moe_layer(l)) {
       add_llama_moe_mlp(l);

@@ -22,6 +22,7 @@ nlohmann::json model_json(const model::GPTConfig& m) {
           {"capacity_factor", m.capacity_factor},
           {"family", model::family_name(m.family)},
           {"kv_heads", m.kv_heads()},
+          {"head_dim", m.head_size()},
           {"norm_eps", m.norm_eps},
           {"tie_embeddings", m.tied()}};
   if (m.is_llama()) j["rope_theta"] = m.rope_theta;
@@ -47,10 +48,13 @@ void check_model_json(const nlohmann::json& saved, const model::GPTConfig& confi
   const std::pair<const char*, const char*> shape_keys[] = {
       {"layers", "`n_layer`"},   {"heads", "`n_head`"},       {"embd", "`n_embd`"},
       {"seq", "`block_size`"},   {"vocab", "`vocab_size`"},   {"ffn", "`n_ffn`"},
-      {"experts", "`n_expert`"}, {"moe_every", "`moe_every`"}, {"kv_heads", "`n_kv_head`"}};
+      {"experts", "`n_expert`"}, {"moe_every", "`moe_every`"}, {"kv_heads", "`n_kv_head`"},
+      {"head_dim", "`head_dim`"}};
   // A key the checkpoint lacks (written before it was recorded) is taken as this run's.
   for (const auto& [key, field] : shape_keys) {
-    const int fallback = std::string_view(key) == "ffn" ? 4 * embd : run[key].get<int>();
+    const int fallback = std::string_view(key) == "ffn"        ? 4 * embd
+                         : std::string_view(key) == "head_dim" ? embd / saved_int("heads", config.n_head)
+                                                                : run[key].get<int>();
     const int had = saved_int(key, fallback), want = run[key].get<int>();
     if (had != want)
       throw ConfigError(fmt::format("{}: the checkpoint has {} {}, this run {}", what, field, had, want));

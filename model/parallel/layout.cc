@@ -20,7 +20,7 @@ ShardLayout::ShardLayout(const ParamTable& table, const GPTConfig& cfg, int tp, 
   SHARDLAB_CHECK(filter_.layers.empty() || int(filter_.layers.size()) == cfg.n_layer,
                  "layout filter: one entry per layer");
   const int64_t C = cfg.n_embd, V = cfg.vocab_size;
-  const int64_t Vl = V / tp, Cl = C / tp;
+  const int64_t Vl = V / tp, Cl = cfg.attn_width() / tp;  // this rank's heads' features
   const int NHl = cfg.n_head / tp;
   const auto qkv = model::c_attn_head_rows(cfg.n_embd, cfg.n_head, rank * NHl, (rank + 1) * NHl);
   const std::vector<Range> qkv_rows(qkv.begin(), qkv.end());

@@ -17,9 +17,9 @@ namespace shardlab::train {
 
 double model_flops_per_token(const model::GPTConfig& c, bool causal_halved) {
   const double l = c.n_layer, h = c.n_embd, s = c.block_size, V = c.vocab_size;
-  const double kv = double(c.kv_heads()) * c.head_size(), f = c.ffn_hidden();
-  const double linears = 2 * h * h + 2 * h * kv + (c.is_llama() ? 3 : 2) * h * f;  // per block
-  return 6 * l * linears + 6 * V * h + (causal_halved ? 6 : 12) * l * h * s;
+  const double kv = double(c.kv_heads()) * c.head_size(), f = c.ffn_hidden(), a = c.attn_width();
+  const double linears = 2 * h * a + 2 * h * kv + (c.is_llama() ? 3 : 2) * h * f;  // per block
+  return 6 * l * linears + 6 * V * h + (causal_halved ? 6 : 12) * l * a * s;
 }
 
 // A 2024 row as NeMo 24.07 runs it (nemo2407_h100_fp8's notes): fused

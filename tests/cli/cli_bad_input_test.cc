@@ -104,6 +104,11 @@ TEST(CliBadInput, ModelShapeFlags) {
        "--moe-dispatcher deepep moves tokens between expert-parallel ranks: it needs an MoE model and --ep > 1"},
       {"train --model nano --steps 1 --experts 8 --moe-dispatcher hybrid",
        "--moe-dispatcher must be alltoall or deepep (got 'hybrid')"},
+      {"train --model tiny-llama --head-dim 47 --steps 1",
+       "--head-dim 47 is odd: rotary embeddings rotate pairs of features"},
+      {"train --model tiny --head-dim 64 --steps 1",
+       "--head-dim 64 apart from --embd / --heads needs --family llama (the gpt family's fused c_attn is 3 x "
+       "n_embd wide)"},
       {"train --model tiny-moe --steps 1 --tp 2 --dp 2 --ep 2 --expert-tp 1",
        "--expert-tp 1 with --tp > 1 routes each rank's sequence-parallel rows: it needs --sp (Megatron requires it "
        "with MoE and TP)"},

@@ -51,7 +51,8 @@ void check_forward(const GPTConfig& config, const char* what, int B, int T) {
   const auto x = testing::random_tokens(3, B * T, config.vocab_size);
   const auto y = testing::random_tokens(4, B * T, config.vocab_size);
   auto lookup = [&](const std::string& name) { return dm.param(name).data(); };
-  const testing::NaiveResult ref = testing::naive_gpt_forward(config, lookup, x, y, B, T);
+  const testing::NaiveResult ref = config.is_llama() ? testing::naive_llama_forward(config, lookup, x, y, B, T)
+                                                     : testing::naive_gpt_forward(config, lookup, x, y, B, T);
   ASSERT_EQ(ref.logits.size(), static_cast<size_t>(B) * T * config.vocab_size);
   expect_matches(fm, ref, x, y, B, T, kFloatTol, std::string(what) + " (float)");
   expect_matches(dm, ref, x, y, B, T, kDoubleTol, std::string(what) + " (double)");
@@ -78,6 +79,36 @@ TEST(ModelForward, MoEWithCapacityMatchesNaiveLoops) {
   GPTConfig c = forward_config();
   c.n_expert = 4, c.top_k = 1, c.capacity_factor = 1.0, c.aux_coef = 0.05;
   check_forward(c, "moe E4 K1 cap 1.0", 3, 16);
+}
+
+// The llama family against Hugging Face's forward in plain loops
+// (naive_llama_forward): multi-head, GQA (4 query heads on 2 K/V heads) and
+// heads of their own size (head_dim 12 on n_embd 32: q_proj 48 x 32,
+// o_proj 32 x 48, as Qwen3's 32 heads of 128 on 2048), tied and untied.
+GPTConfig llama_forward_config() {
+  GPTConfig c = forward_config();
+  c.family = Family::kLlama;
+  c.rope_theta = 500;  // a base that turns the short positions visibly
+  c.n_ffn = 40;
+  return c;
+}
+
+TEST(ModelForward, LlamaMatchesNaiveLoops) { check_forward(llama_forward_config(), "llama", 3, 16); }
+
+TEST(ModelForward, LlamaGqaMatchesNaiveLoops) {
+  GPTConfig c = llama_forward_config();
+  c.n_kv_head = 2;
+  c.tie_embeddings = true;
+  check_forward(c, "llama gqa 4/2, tied", 2, 16);
+}
+
+TEST(ModelForward, LlamaHeadDimApartFromEmbdMatchesNaiveLoops) {
+  GPTConfig c = llama_forward_config();
+  c.n_kv_head = 2;
+  c.head_dim = 12;
+  check_forward(c, "llama head_dim 12 (4 x 12 on 32)", 3, 16);
+  c.head_dim = 4;  // narrower than n_embd / n_head
+  check_forward(c, "llama head_dim 4 (4 x 4 on 32)", 2, 11);
 }
 
 TEST(ModelForward, InitialLossIsNearLogVocab) {

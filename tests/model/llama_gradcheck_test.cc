@@ -146,6 +146,14 @@ TEST(LlamaGradcheck, ModelMqaTied) {
   check_model(c, "llama (MQA, tied, theta 50)");
 }
 
+// Heads of their own size (head_dim 6 on n_embd 16: q_proj 24 x 16, o_proj
+// 16 x 24, k and v 12 x 16), as Qwen3 sets them apart.
+TEST(LlamaGradcheck, ModelHeadDimApartFromEmbd) {
+  GPTConfig c = small_llama();
+  c.head_dim = 6;
+  check_model(c, "llama (head_dim 6 on embd 16)");
+}
+
 // Two models' losses on the same 2 x 6 random tokens agree to 1e-12.
 void expect_same_loss(GPT<double>& x, GPT<double>& y, const char* x_name, const char* y_name) {
   const int vocab = x.config().vocab_size;

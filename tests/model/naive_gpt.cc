@@ -108,6 +108,91 @@ Rows moe(const Rows& x, const ParamLookup& p, int l, const GPTConfig& cfg, doubl
 
 }  // namespace
 
+namespace {
+
+Rows rmsnorm(const Rows& x, const double* w, double eps) {
+  Rows y = x;
+  for (auto& row : y) {
+    double ss = 0;
+    for (double v : row) ss += v * v;
+    const double r = 1 / std::sqrt(ss / static_cast<double>(row.size()) + eps);
+    for (size_t c = 0; c < row.size(); ++c) row[c] *= r * w[c];
+  }
+  return y;
+}
+
+// Rotate-half RoPE of every head of `x` (heads of HS features) at position t.
+void rope(std::vector<double>& x, int heads, int HS, int t, double theta) {
+  const int half = HS / 2;
+  for (int hd = 0; hd < heads; ++hd)
+    for (int i = 0; i < half; ++i) {
+      const double a = t * std::pow(theta, -2.0 * i / HS);
+      double& x1 = x[hd * HS + i];
+      double& x2 = x[hd * HS + i + half];
+      const double r1 = x1 * std::cos(a) - x2 * std::sin(a), r2 = x2 * std::cos(a) + x1 * std::sin(a);
+      x1 = r1, x2 = r2;
+    }
+}
+
+std::string ll(int l, const std::string& s) { return "model.layers." + std::to_string(l) + "." + s; }
+
+}  // namespace
+
+NaiveResult naive_llama_forward(const GPTConfig& cfg, const ParamLookup& p, const std::vector<Token>& inputs,
+                                const std::vector<Token>& targets, int B, int T) {
+  const int C = cfg.n_embd, V = cfg.vocab_size, N = B * T, NH = cfg.n_head, KV = cfg.kv_heads();
+  const int HS = cfg.head_size(), F = cfg.ffn_hidden(), group = NH / KV;
+  Rows x(N, std::vector<double>(C));
+  for (int n = 0; n < N; ++n)
+    for (int c = 0; c < C; ++c) x[n][c] = p("model.embed_tokens.weight")[inputs[n] * C + c];
+  for (int l = 0; l < cfg.n_layer; ++l) {
+    const Rows a = rmsnorm(x, p(ll(l, "input_layernorm.weight")), cfg.norm_eps);
+    Rows q = linear(a, p(ll(l, "self_attn.q_proj.weight")), nullptr, NH * HS);
+    Rows k = linear(a, p(ll(l, "self_attn.k_proj.weight")), nullptr, KV * HS);
+    const Rows v = linear(a, p(ll(l, "self_attn.v_proj.weight")), nullptr, KV * HS);
+    for (int n = 0; n < N; ++n) {
+      rope(q[n], NH, HS, n % T, cfg.rope_theta);
+      rope(k[n], KV, HS, n % T, cfg.rope_theta);
+    }
+    Rows y(N, std::vector<double>(NH * HS, 0.0));
+    for (int b = 0; b < B; ++b)
+      for (int hd = 0; hd < NH; ++hd)
+        for (int t = 0; t < T; ++t) {
+          const int kvh = hd / group;
+          std::vector<double> s(t + 1);
+          for (int u = 0; u <= t; ++u) {
+            double d = 0;
+            for (int i = 0; i < HS; ++i) d += q[b * T + t][hd * HS + i] * k[b * T + u][kvh * HS + i];
+            s[u] = d / std::sqrt(static_cast<double>(HS));
+          }
+          s = softmax(s);
+          for (int u = 0; u <= t; ++u)
+            for (int i = 0; i < HS; ++i) y[b * T + t][hd * HS + i] += s[u] * v[b * T + u][kvh * HS + i];
+        }
+    const Rows o = linear(y, p(ll(l, "self_attn.o_proj.weight")), nullptr, C);
+    for (int n = 0; n < N; ++n)
+      for (int c = 0; c < C; ++c) x[n][c] += o[n][c];
+    const Rows m = rmsnorm(x, p(ll(l, "post_attention_layernorm.weight")), cfg.norm_eps);
+    const Rows gate = linear(m, p(ll(l, "mlp.gate_proj.weight")), nullptr, F);
+    Rows up = linear(m, p(ll(l, "mlp.up_proj.weight")), nullptr, F);
+    for (int n = 0; n < N; ++n)
+      for (int f = 0; f < F; ++f) up[n][f] *= gate[n][f] / (1 + std::exp(-gate[n][f]));  // silu(gate) · up
+    const Rows down = linear(up, p(ll(l, "mlp.down_proj.weight")), nullptr, C);
+    for (int n = 0; n < N; ++n)
+      for (int c = 0; c < C; ++c) x[n][c] += down[n][c];
+  }
+  const Rows lnf = rmsnorm(x, p("model.norm.weight"), cfg.norm_eps);
+  const Rows logits = linear(lnf, p(cfg.tied() ? "model.embed_tokens.weight" : "lm_head.weight"), nullptr, V);
+  NaiveResult r;
+  for (int n = 0; n < N; ++n) {
+    const std::vector<double> pr = softmax(logits[n]);
+    r.ce -= std::log(pr[targets[n]]) / N;
+    r.logits.insert(r.logits.end(), logits[n].begin(), logits[n].end());
+  }
+  r.loss = r.ce;
+  return r;
+}
+
 NaiveResult naive_gpt_forward(const GPTConfig& cfg, const ParamLookup& p,
                               const std::vector<Token>& inputs, const std::vector<Token>& targets,
                               int B, int T) {

@@ -1,5 +1,5 @@
-// An independent, deliberately naive GPT forward (plain loops, double), used
-// to check the model's forward. It shares nothing with model/ but the config
+// An independent, deliberately naive GPT (and llama) forward (plain loops,
+// double), used to check the model's forward. It shares nothing with model/ but the config
 // and the parameter names.
 #pragma once
 
@@ -25,5 +25,15 @@ struct NaiveResult {
 NaiveResult naive_gpt_forward(const GPTConfig& config, const ParamLookup& param,
                               const std::vector<Token>& inputs, const std::vector<Token>& targets,
                               int B, int T);
+
+// The llama family's dense forward (Hugging Face's LlamaForCausalLM in plain
+// loops, double): RMSNorm, q/k/v projections of n_head and n_kv_head heads
+// of head_size() features (n_head·head_size() apart from n_embd with
+// head_dim), rotate-half RoPE at base rope_theta, causal attention of each
+// query head on its K/V head, o_proj, SwiGLU MLP, the final norm and the
+// head (lm_head, or embed_tokens when tied). Dense models only.
+NaiveResult naive_llama_forward(const GPTConfig& config, const ParamLookup& param,
+                                const std::vector<Token>& inputs, const std::vector<Token>& targets,
+                                int B, int T);
 
 }  // namespace shardlab::model::testing
