@@ -72,6 +72,7 @@ constexpr std::array kFieldFlags = std::to_array<std::pair<std::string_view, std
     {"router_bias_rate", "--router-bias-rate"},
     {"n_kv_head", "--kv-heads"},
     {"head_dim", "--head-dim"},
+    {"qk_norm", "--qk-norm"},
     {"rope_theta", "--rope-theta"},
     {"norm_eps", "--norm-eps"},
     {"family", "--family"},

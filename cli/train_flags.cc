@@ -101,6 +101,9 @@ FlagTable<TrainFlags> model_flags() {
        "Attention head size (Megatron's --kv-channels, Hugging Face's head_dim; llama family): q_proj is "
        "(heads x head-dim, embd), o_proj its transpose (default: the preset's, --embd / --heads)",
        number_in(2, kMaxDim)},
+      {"--qk-norm", FIELD(qk_norm),
+       "QK-norm (Qwen3; llama family): an RMSNorm over each head of q and of k after their projections, "
+       "before RoPE (self_attn.q_norm, k_norm; default: the preset's)"},
       {"--rope-theta", FIELD(rope_theta), "Rotary base theta (llama family; default: the preset's, 10000)",
        number_in(1.0001, 1e12)},
       {"--norm-eps", FIELD(norm_eps), "LayerNorm / RMSNorm epsilon (default 1e-5)", number_in(1e-12, 0.5)},
@@ -297,6 +300,7 @@ void TrainFlags::apply_family_flags(model::GPTConfig& c) const {
   if (!family.empty()) c.family = family == "llama" ? model::Family::kLlama : model::Family::kGpt;
   if (kv_heads) c.n_kv_head = *kv_heads;
   if (head_dim) c.head_dim = *head_dim;
+  if (qk_norm) c.qk_norm = true;
   if (rope_theta) c.rope_theta = *rope_theta;
   if (norm_eps) c.norm_eps = *norm_eps;
   if (tie_embeddings && no_tie_embeddings)

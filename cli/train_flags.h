@@ -34,6 +34,7 @@ struct TrainFlags {
   std::string family;
   std::optional<int> kv_heads;
   std::optional<int> head_dim;
+  bool qk_norm = false;
   std::optional<double> rope_theta, norm_eps;
   bool tie_embeddings = false, no_tie_embeddings = false;
   double aux_coef = -1;  // <0: the preset's with experts (GPTConfig's 0.01 unless an MoE preset says otherwise)

@@ -112,6 +112,7 @@ void GPTConfig::validate_family() const {
                                   " applies to the llama family's RMSNorm (gpt's LayerNorm keeps nanoGPT's 1e-5)");
     require(kv_heads() == n_head, "`n_kv_head` " + num(kv_heads()) +
                                       " below `n_head` (grouped-query attention) needs `family` llama");
+    require(!qk_norm, "`qk_norm` (RMSNorms over q's and k's heads) needs `family` llama");
     require(head_dim == 0 || head_dim * n_head == n_embd,
             "`head_dim` " + num(head_dim) + " apart from `n_embd` / `n_head` needs `family` llama (the gpt "
             "family's fused c_attn is 3 x n_embd wide)");
@@ -131,6 +132,7 @@ std::string GPTConfig::to_string() const {
   if (n_ffn > 0) os << " ffn=" << n_ffn;
   if (is_llama()) os << " family=llama kv_heads=" << kv_heads() << " rope_theta=" << rope_theta;
   if (head_dim > 0) os << " head_dim=" << head_dim;
+  if (qk_norm) os << " qk_norm";
   if (tied() != (family == Family::kGpt)) os << (tied() ? " tied" : " untied");
   if (is_moe()) {
     os << " experts=" << n_expert << " top_k=" << top_k << " moe_every=" << moe_every

@@ -78,6 +78,10 @@ struct GPTConfig {
   // on n_embd 2048), q_proj is (n_head·head_dim, n_embd) and o_proj its
   // transpose: the llama family only.
   int head_dim = 0;
+  // QK-norm (Qwen3): an RMSNorm over each head of q and of k after their
+  // projections, before RoPE, with weights self_attn.q_norm and k_norm
+  // (head_size() each, shared by the heads): the llama family only.
+  bool qk_norm = false;
   double rope_theta = 10000;  // rotary base (llama family)
   double norm_eps = 1e-5;     // LayerNorm / RMSNorm epsilon
   std::optional<bool> tie_embeddings;  // unset: the family's default (gpt tied, llama untied)

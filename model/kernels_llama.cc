@@ -47,6 +47,44 @@ void rmsnorm_backward(Real* dinp, Real* dweight, const Real* dout, const Real* i
   }
 }
 
+// ---- QK-norm --------------------------------------------------------------------
+
+template <typename Real>
+void head_rmsnorm_forward(Real* x, Real* saved, Real* rstd, const Real* weight, int64_t N, int heads, int HS,
+                          int64_t stride, double eps) {
+  for (int64_t n = 0; n < N; ++n)
+    for (int h = 0; h < heads; ++h) {
+      Real* v = x + n * stride + int64_t{h} * HS;
+      const int64_t i = n * heads + h;
+      std::copy_n(v, HS, saved + i * HS);
+      double ss = 0;
+      for (int c = 0; c < HS; ++c) ss += double(v[c]) * v[c];
+      const Real r = static_cast<Real>(1.0 / std::sqrt(ss / HS + eps));
+      for (int c = 0; c < HS; ++c) v[c] = v[c] * r * weight[c];
+      rstd[i] = r;
+    }
+}
+
+// rmsnorm_backward's rule per (row, head), writing dx in place.
+template <typename Real>
+void head_rmsnorm_backward(Real* dx, Real* dweight, const Real* saved, const Real* weight, const Real* rstd,
+                           int64_t N, int heads, int HS, int64_t stride) {
+  for (int64_t n = 0; n < N; ++n)
+    for (int h = 0; h < heads; ++h) {
+      const int64_t i = n * heads + h;
+      Real* g = dx + n * stride + int64_t{h} * HS;
+      const Real* xin = saved + i * HS;
+      const Real r = rstd[i];
+      Real dot = 0;
+      for (int c = 0; c < HS; ++c) dot += g[c] * weight[c] * xin[c];
+      const Real k = r * r * dot / static_cast<Real>(HS);
+      for (int c = 0; c < HS; ++c) {
+        dweight[c] += g[c] * xin[c] * r;
+        g[c] = r * (weight[c] * g[c] - xin[c] * k);
+      }
+    }
+}
+
 // ---- SwiGLU -------------------------------------------------------------------
 
 namespace {
@@ -239,6 +277,9 @@ OpCost repeat_kv_cost(int64_t N, const GqaHeads& g, int elem) {
                                  int64_t, int);                                                           \
   template void swiglu_forward(Real*, const Real*, int64_t, int);                                         \
   template void swiglu_backward(Real*, const Real*, const Real*, int64_t, int);                           \
+  template void head_rmsnorm_forward(Real*, Real*, Real*, const Real*, int64_t, int, int, int64_t, double); \
+  template void head_rmsnorm_backward(Real*, Real*, const Real*, const Real*, const Real*, int64_t, int, int,  \
+                                      int64_t);                                                               \
   template void rope_forward(Real*, const Real*, const int64_t*, int, int, int, int, int64_t, double);   \
   template void rope_backward(Real*, const Real*, const int64_t*, int, int, int, int, int64_t, double);  \
   template void repeat_kv_forward(Real*, const Real*, int64_t, const GqaHeads&);                          \

@@ -42,6 +42,20 @@ OpCost rmsnorm_backward_cost(int64_t N, int64_t C, int elem);
 OpChain<6> rmsnorm_unfused_forward_costs(int64_t N, int64_t C, int elem);
 OpChain<10> rmsnorm_unfused_backward_costs(int64_t N, int64_t C, int elem);
 
+// ---- QK-norm (Qwen3's q_norm and k_norm): RMSNorm over each head -------------
+// In place over `heads` heads of HS features starting at x in every row of
+// `stride` elements (the projection's q or k heads): x = x · rstd · weight,
+// one rstd per (row, head), weight (HS) shared by the heads. The forward
+// keeps the input in `saved` (N·heads·HS, contiguous) for the backward,
+// which overwrites dx (the gradient of the output, in place) with the
+// input's and accumulates dweight. Costs: rmsnorm's over N·heads rows of HS.
+template <typename Real>
+void head_rmsnorm_forward(Real* x, Real* saved, Real* rstd, const Real* weight, int64_t N, int heads, int HS,
+                          int64_t stride, double eps);
+template <typename Real>
+void head_rmsnorm_backward(Real* dx, Real* dweight, const Real* saved, const Real* weight, const Real* rstd,
+                           int64_t N, int heads, int HS, int64_t stride);
+
 // ---- SwiGLU (Shazeer 2020): out = silu(gate) · up ----------------------------
 // gate_up row n holds gate (F) then up (F): the fused [gate | up] GEMM output.
 template <typename Real>
@@ -124,6 +138,39 @@ void rmsnorm_backward(const Exec& ex, const char* name, Real* dinp, Real* dweigh
     ex.run(name, rmsnorm_backward_cost(N, C, ex.elem), math);
   else
     ex.run_chain(name, rmsnorm_unfused_backward_costs(N, C, ex.elem), math);
+}
+template <typename Real>
+void head_rmsnorm_forward(const Exec& ex, const char* name, Real* x, Real* saved, Real* rstd, const Real* weight,
+                          int64_t N, int heads, int HS, int64_t stride, double eps) {
+  ex.run(name, rmsnorm_forward_cost(N * heads, HS, ex.elem),
+         [&] { head_rmsnorm_forward(x, saved, rstd, weight, N, heads, HS, stride, eps); });
+}
+template <typename Real>
+void head_rmsnorm_backward(const Exec& ex, const char* name, Real* dx, Real* dweight, const Real* saved,
+                           const Real* weight, const Real* rstd, int64_t N, int heads, int HS, int64_t stride) {
+  ex.run(name, rmsnorm_backward_cost(N * heads, HS, ex.elem),
+         [&] { head_rmsnorm_backward(dx, dweight, saved, weight, rstd, N, heads, HS, stride); });
+}
+// QK-norm of a projection's rows (N, (NHq + 2·KVl)·HS): q's heads with
+// q_norm, then k's with k_norm, in place; their inputs kept in pre (q's
+// N·NHq·HS, then k's N·KVl·HS) and rstd (N·NHq, then N·KVl).
+template <typename Real>
+void qk_norm_forward(const Exec& ex, Real* qkv, Real* pre, Real* rstd, const Real* q_norm, const Real* k_norm,
+                     int64_t N, const GqaHeads& g, double eps) {
+  const int64_t W = g.in_width(), Cq = int64_t{g.NHq} * g.HS;
+  head_rmsnorm_forward(ex, "attn.q_norm.fwd", qkv, pre, rstd, q_norm, N, g.NHq, g.HS, W, eps);
+  head_rmsnorm_forward(ex, "attn.k_norm.fwd", qkv + Cq, pre + N * Cq, rstd + N * g.NHq, k_norm, N, g.KVl, g.HS, W,
+                       eps);
+}
+// dqkv: the gradient of the normalized q and k, made their inputs' in place;
+// dq_norm and dk_norm accumulate.
+template <typename Real>
+void qk_norm_backward(const Exec& ex, Real* dqkv, Real* dq_norm, Real* dk_norm, const Real* pre, const Real* q_norm,
+                      const Real* k_norm, const Real* rstd, int64_t N, const GqaHeads& g) {
+  const int64_t W = g.in_width(), Cq = int64_t{g.NHq} * g.HS;
+  head_rmsnorm_backward(ex, "attn.q_norm.bwd", dqkv, dq_norm, pre, q_norm, rstd, N, g.NHq, g.HS, W);
+  head_rmsnorm_backward(ex, "attn.k_norm.bwd", dqkv + Cq, dk_norm, pre + N * Cq, k_norm, rstd + N * g.NHq, N, g.KVl,
+                        g.HS, W);
 }
 template <typename Real>
 void swiglu_forward(const Exec& ex, const char* name, Real* out, const Real* gate_up, int64_t N, int F) {

@@ -117,6 +117,9 @@ void BlockActs<Real>::resize(const Dims& d, const GPTConfig& config, bool moe_bl
   const int64_t A = d.A();  // the attention's width (C unless head_dim sets it apart)
   qkv.assign(N * (llama ? A + 2 * int64_t{config.kv_heads()} * d.HS() : 3 * C), 0);
   if (llama) qkv_rep.assign(N * 3 * A, 0), atty.assign(N * A, 0);
+  const int64_t qk_heads = config.qk_norm ? d.NH + config.kv_heads() : 0;
+  qk_pre.assign(N * qk_heads * d.HS(), 0);
+  qk_rstd.assign(N * qk_heads, 0);
   if (moe_block) {
     moe.resize(N, d.C, config.n_expert, config.top_k, config.moe_ffn_hidden(), config.shared_ffn_hidden(), llama);
   } else {
@@ -125,7 +128,8 @@ void BlockActs<Real>::resize(const Dims& d, const GPTConfig& config, bool moe_bl
   }
   // The modeled saves (layers.h): the kept buffers, MoE's at their N*K capacity, and the dropped ones.
   modeled = 0;
-  for (const Buffer<Real>* b : {&ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd, &qkv, &qkv_rep, &atty, &res1, &fc,
+  for (const Buffer<Real>* b : {&ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd, &qkv, &qkv_rep, &atty, &qk_pre,
+                                &qk_rstd, &res1, &fc,
                                 &fc_gelu, &res2, &moe.logits, &moe.probs, &moe.gates, &moe.xe, &moe.ye, &moe.fc,
                                 &moe.fc_gelu})
     modeled += static_cast<int64_t>(b->size());

@@ -57,6 +57,8 @@ struct BlockView {
   Real* router_bias = nullptr;         // (E) selection bias (config.router_bias()), else null
   std::vector<MlpView<Real>> experts;  // (E) MoE blocks
   MlpView<Real> shared;                // MoE blocks' shared experts (null weights: none)
+  Real* q_norm = nullptr;              // (HS) llama QK-norm (GPTConfig::qk_norm), else null
+  Real* k_norm = nullptr;
 };
 
 template <typename Real>
@@ -133,6 +135,7 @@ struct BlockActs {
   Buffer<Real> qkv;                 // (N,3C); llama (N,(NH+2KV)·HS), q and k rotated
   Buffer<Real> qkv_rep;             // llama: (N,3C) K/V repeated for the core (layers_llama.cc)
   Buffer<Real> atty;                // llama: (N,C) attention output before c_proj (GPT: recomputed)
+  Buffer<Real> qk_pre, qk_rstd;     // llama QK-norm: q's and k's heads before it (N,(NH+KV)·HS), rstd (N,NH+KV)
   Buffer<Real> res1;                // (N,C) x + attn
   Buffer<Real> fc;                  // (N,4C) dense MLP; llama [gate | up] (N,2F)
   Buffer<Real> fc_gelu;             // llama's silu·up (N,F); empty for the GPT (recomputed)
@@ -252,6 +255,10 @@ BlockView<Real> llama_block_view(const At& at, Real* base, int layer, const GPTC
   b.ln_1.weight = base + at(llama_name(layer, "input_layernorm")).offset;
   b.c_attn = fused({"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"});
   b.attn_proj = fused({"self_attn.o_proj"});
+  if (config.qk_norm) {
+    b.q_norm = base + at(llama_name(layer, "self_attn.q_norm")).offset;
+    b.k_norm = base + at(llama_name(layer, "self_attn.k_norm")).offset;
+  }
   b.ln_2.weight = base + at(llama_name(layer, "post_attention_layernorm")).offset;
   auto swiglu = [&](const std::string& prefix) {
     return MlpView<Real>{fused({prefix + "gate_proj", prefix + "up_proj"}), fused({prefix + "down_proj"})};

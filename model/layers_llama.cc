@@ -38,6 +38,7 @@ GqaHeads unsharded_heads(const Dims& d, const GPTConfig& c) {
   return {d.NH, c.kv_heads(), d.HS(), d.NH / c.kv_heads(), 0, 0};
 }
 
+
 }  // namespace
 
 template <typename Real>
@@ -48,6 +49,8 @@ void llama_attention_forward(Real* out, BlockActs<Real>& a, const BlockView<Real
   const int W = static_cast<int>(g.in_width());
   const int64_t* t = nullptr;  // positions 0..T-1
   linear_forward(ex, "attn.c_attn.fwd", a.qkv.data(), inp, p.c_attn.weight, N, d.C, W);
+  if (p.q_norm)
+    qk_norm_forward(ex, a.qkv.data(), a.qk_pre.data(), a.qk_rstd.data(), p.q_norm, p.k_norm, N, g, config.norm_eps);
   // q's NH heads and k's KV heads are adjacent in a row: one rotation.
   rope_forward(ex, "attn.rope.fwd", a.qkv.data(), a.qkv.data(), t, d.B, d.T, g.NHq + g.KVl, g.HS, W,
                config.rope_theta);
@@ -76,6 +79,9 @@ void llama_attention_backward(Real* dinp, const BlockView<Real>& g, BlockScratch
   repeat_kv_backward(ex, "attn.repeat_kv.bwd", s.dqkv_c.data(), s.dqkv.data(), N, h);
   rope_backward(ex, "attn.rope.bwd", s.dqkv_c.data(), s.dqkv_c.data(), t, d.B, d.T, h.NHq + h.KVl, h.HS, W,
                 config.rope_theta);
+  if (p.q_norm)
+    qk_norm_backward(ex, s.dqkv_c.data(), g.q_norm, g.k_norm, a.qk_pre.data(), p.q_norm, p.k_norm,
+                     a.qk_rstd.data(), N, h);
   linear_backward(ex, "attn.c_attn.bwd", false, dinp, g.c_attn.weight, none, s.dqkv_c.data(), inp,
                   p.c_attn.weight, N, d.C, W);
 }

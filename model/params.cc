@@ -78,7 +78,8 @@ double moe_mlp_params(const GPTConfig& c) {
 // (E·C), E SwiGLU experts (3·C·Fe each) and the shared experts' (3·C·Fs).
 double count_llama(const GPTConfig& c) {
   const double C = c.n_embd, F = c.ffn_hidden(), KVC = double(c.kv_heads()) * c.head_size();
-  const double attn = 2 * C * c.attn_width() + 2 * C * KVC + 2 * C, moe = c.moe_layers();
+  const double attn = 2 * C * c.attn_width() + 2 * C * KVC + 2 * C + (c.qk_norm ? 2.0 * c.head_size() : 0.0),
+               moe = c.moe_layers();
   const double moe_mlp = router_params(c) + 3 * C * (double(c.n_expert) * c.moe_ffn_hidden() + c.shared_ffn_hidden());
   return double(c.vocab_size) * C * (c.tied() ? 1 : 2) + C + c.n_layer * attn + moe * moe_mlp +
          (c.n_layer - moe) * 3 * C * F;
@@ -138,6 +139,9 @@ void ParamTable::add_llama_blocks() {
     linear(l, "self_attn.k_proj", R::kKvWeight, KVC, C);
     linear(l, "self_attn.v_proj", R::kKvWeight, KVC, C);
     linear(l, "self_attn.o_proj", R::kAttnProjWeight, C, A);
+    if (c.qk_norm)
+      for (const char* m : {"self_attn.q_norm", "self_attn.k_norm"})
+        add(llama_name(l, m), R::kQkNorm, {c.head_size()}, InitKind::kOnes, 0, l);
     norm(llama_name(l, "post_attention_layernorm"), l);
     if (c.is_moe_layer(l)) {
       add_llama_moe_mlp(l);

@@ -61,6 +61,7 @@ enum class ParamRole : uint8_t {
   kKvWeight,           // llama self_attn.k_proj.weight, v_proj.weight (q_proj: kQkvWeight)
   kLmHead,             // lm_head.weight: the untied LM head (V, C)
   kRouterBias,         // mlp.{router,gate}.e_score_correction_bias (E): aux-loss-free balancing
+  kQkNorm,             // llama self_attn.q_norm.weight, k_norm.weight (HS): QK-norm (GPTConfig::qk_norm)
 };
 
 struct ParamSpec {

@@ -26,6 +26,7 @@ nlohmann::json model_json(const model::GPTConfig& m) {
           {"norm_eps", m.norm_eps},
           {"tie_embeddings", m.tied()}};
   if (m.is_llama()) j["rope_theta"] = m.rope_theta;
+  if (m.qk_norm) j["qk_norm"] = true;
   if (m.is_moe()) {  // modern MoE (config.h)
     j["moe_ffn"] = m.moe_ffn_hidden();
     j["shared_experts"] = m.n_shared_expert;

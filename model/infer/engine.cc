@@ -70,6 +70,9 @@ void InferEngine::size_step(int64_t N) {
   for (auto* b : {&a.mean, &a.rstd}) b->assign(size_t(N), 0.0f);
   a.qkv.assign(size_t(N * dims_.qkv_width()), 0.0f);
   a.atty.assign(size_t(N * Cl), 0.0f);
+  const int64_t qk_heads = config_.qk_norm ? dims_.NHl() + dims_.KVl() : 0;
+  a.qk_pre.assign(size_t(N * qk_heads * dims_.HS()), 0.0f);
+  a.qk_rstd.assign(size_t(N * qk_heads), 0.0f);
   const bool dense = config_.has_dense_layer();
   a.fc.assign(dense ? size_t(N * Fl * (config_.is_llama() ? 2 : 1)) : 0, 0.0f);  // SwiGLU: [gate | up]
   a.fc_gelu.assign(dense ? size_t(N * Fl) : 0, 0.0f);

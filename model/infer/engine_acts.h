@@ -13,13 +13,15 @@ struct InferEngine::Acts {
   parallel::Buf<float> mean, rstd;    // (N)
   parallel::Buf<float> qkv;           // (N,3Cl)
   parallel::Buf<float> atty;          // (N,Cl)
+  parallel::Buf<float> qk_pre, qk_rstd;  // llama QK-norm's scratch: the local q and k heads, rstd per head
   parallel::Buf<float> partial, out;  // (N,C) row-parallel partial sums, block outputs
   parallel::Buf<float> fc, fc_gelu;   // (N,Fl) dense blocks
   parallel::TpMoeActs moe;            // MoE blocks (routing, expert rows)
   parallel::MoeScratch scratch;       // MoE under EP: the received rows
   int64_t elements() const {
     int64_t n = 0;
-    for (const parallel::Buf<float>* b : {&x, &ln, &res1, &mean, &rstd, &qkv, &atty, &partial, &out, &fc, &fc_gelu})
+    for (const parallel::Buf<float>* b : {&x, &ln, &res1, &mean, &rstd, &qkv, &atty, &qk_pre, &qk_rstd, &partial, &out,
+                                            &fc, &fc_gelu})
       n += int64_t(b->size());
     return n;
   }

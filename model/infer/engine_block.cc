@@ -22,6 +22,9 @@ void InferEngine::block_forward(int layer, const std::vector<SeqInput>& batch,
   model::norm_forward(a.ln.data(), a.mean.data(), a.rstd.data(), a.x.data(), p.ln_1, N, C, config_, "ln_1.fwd", ex);
   if (llama) {
     model::linear_forward(ex, "attn.c_attn.fwd", a.qkv.data(), a.ln.data(), p.c_attn.weight, N, C, W);
+    if (p.q_norm)  // before RoPE, as in training (the cache keeps normalized, rotated keys)
+      model::qk_norm_forward(ex, a.qkv.data(), a.qk_pre.data(), a.qk_rstd.data(), p.q_norm, p.k_norm, N,
+                             dims_.gqa(groups_.tp->rank()), config_.norm_eps);
     rotate(batch, pos0);
   } else {
     model::linear_forward(ex, "attn.c_attn.fwd", a.qkv.data(), a.ln.data(), p.c_attn.weight, p.c_attn.bias, N, C,

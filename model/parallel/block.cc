@@ -100,6 +100,9 @@ void BlockActs::resize(const ShardDims& d, const model::GPTConfig& config, bool 
   qkv.assign(N * d.qkv_width(), 0);
   att.assign(d.att_elements(), 0);
   atty.assign(N * Cl, 0);
+  const int64_t qk_heads = config.qk_norm ? d.NHl() + d.KVl() : 0;
+  qk_pre.assign(N * qk_heads * d.HS(), 0);
+  qk_rstd.assign(N * qk_heads, 0);
   fc.clear();
   fc_gelu.clear();
   if (!moe_block) {
@@ -113,7 +116,7 @@ void BlockActs::resize(const ShardDims& d, const model::GPTConfig& config, bool 
 int64_t BlockActs::saved_elements(bool fp8) const {
   int64_t n = 0;
   for (const Buf<float>* b : {&ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd, &qkv, &att, &attproj, &res1,
-                              &fc, &mlp_out, &res2}) {
+                              &fc, &mlp_out, &res2, &qk_pre, &qk_rstd}) {
     n += static_cast<int64_t>(b->size());
   }
   for (const Buf<float>* b : {&ln1, &ln2, &atty, &fc_gelu}) {
@@ -159,6 +162,9 @@ void tp_attention_forward(float* out, BlockActs& a, const BlockView<float>& p,
   if (llama) {
     model::linear_forward(te, "attn.c_attn.fwd", a.qkv.data(), inp_full, p.c_attn.weight, N, C, W);
     const model::GqaHeads g = d.gqa(c.tp.rank());
+    if (p.q_norm)  // this rank's heads: the norms' weights whole, their gradients summed over TP (ShardedGPT)
+      model::qk_norm_forward(ex, a.qkv.data(), a.qk_pre.data(), a.qk_rstd.data(), p.q_norm, p.k_norm, N, g,
+                             config.norm_eps);
     model::rope_forward(ex, "attn.rope.fwd", a.qkv.data(), a.qkv.data(), s.positions.data(), d.B, d.T,
                         g.NHq + g.KVl, g.HS, W, config.rope_theta);
   } else {
@@ -201,6 +207,9 @@ void tp_attention_backward(float* dinp_partial, const BlockView<float>& g, Block
     }
     model::rope_backward(ex, "attn.rope.bwd", dqkv, dqkv, s.positions.data(), d.B, d.T, h.NHq + h.KVl, h.HS, W,
                          config.rope_theta);
+    if (p.q_norm)
+      model::qk_norm_backward(ex, dqkv, g.q_norm, g.k_norm, a.qk_pre.data(), p.q_norm, p.k_norm, a.qk_rstd.data(), N,
+                              h);
   }
   linear_backward_split(dinp_partial, g.c_attn.weight, g.c_attn.bias, dqkv, inp_full,
                         p.c_attn.weight, N, C, W, {"attn.c_attn.dgrad", "attn.c_attn.wgrad", !llama},

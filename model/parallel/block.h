@@ -72,6 +72,7 @@ struct BlockActs {
   Buf<float> qkv;                           // (N,3Cl) local heads' [q | k | v]; llama (N,qkv_width), rotated
   Buf<float> att;                           // ShardDims::att_elements()
   Buf<float> atty;                          // (N,Cl)
+  Buf<float> qk_pre, qk_rstd;               // llama QK-norm: local q and k heads before it, rstd per head
   Buf<float> attproj, res1, mlp_out, res2;  // (Nr,C)
   Buf<float> fc, fc_gelu;                   // (N,Fl) dense blocks
   TpMoeActs moe;                            // MoE blocks

@@ -123,7 +123,16 @@ ShardedGPT::ShardedGPT(const model::GPTConfig& config, uint64_t seed, Device& de
   pools_.resize(size_t(place_.vpp));
   block_staged_.resize(size_t(config_.n_layer));
   block_kv_.resize(size_t(config_.n_layer));
+  block_qk_norm_.resize(size_t(config_.n_layer));
   for (const ShardSpec& sh : layout_.shards()) {
+    // QK-norm: each TP rank normalizes its own heads with the shared weights.
+    if (sh.role == model::ParamRole::kQkNorm && tp_group_.size() > 1) {
+      Range& r = block_qk_norm_[size_t(sh.layer)];
+      if (r.size == 0) r.begin = sh.offset;
+      SHARDLAB_CHECK(r.begin + r.size == sh.offset, "q_norm and k_norm are not adjacent");
+      r.size += sh.numel;
+      continue;
+    }
     // Llama K/V held whole by every TP rank: each computes their gradient
     // from its own query heads only, summed over TP when final.
     if (sh.role != model::ParamRole::kKvWeight || !sh.tp_replicated || tp_group_.size() == 1) continue;
@@ -132,6 +141,9 @@ ShardedGPT::ShardedGPT(const model::GPTConfig& config, uint64_t seed, Device& de
     SHARDLAB_CHECK(r.begin + r.size == sh.offset, "k_proj and v_proj are not adjacent");
     r.size += sh.numel;
   }
+  for (const std::vector<Range>* v : {&block_kv_, &block_qk_norm_})
+    for (const Range& r : *v)
+      if (r.size > 0) tp_summed_.push_back(r);
   if (!ctx_.tp.sp) return;
   // With SP the norm and wpe gradients are sums over this rank's rows.
   stage_.assign(layout_.numel(), 0.0f);

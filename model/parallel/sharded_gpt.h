@@ -152,9 +152,10 @@ class ShardedGPT final : public LocalModel, public StageModel {
   std::span<float> params() override { return params_; }
   std::span<float> grads() override { return grads_; }
   const std::vector<ShardSpec>& shards() const override { return layout_.shards(); }
-  // Per layer, the Llama K/V ranges every TP rank holds whole, summed over
-  // TP only when final (empty ranges elsewhere).
-  const std::vector<Range>& replicated_kv() const { return block_kv_; }
+  // The ranges every TP rank holds whole but computes a gradient of its own
+  // heads for (Llama K/V held whole, the QK-norm weights), summed over TP
+  // only when final: per layer, K/V's then the norms' (empty ranges elsewhere).
+  const std::vector<Range>& tp_summed() const { return tp_summed_; }
   float ce_loss() const override { return last_ce_; }
   float aux_loss() const override { return last_aux_; }
   void set_sink(model::OpSink* sink) override { ctx_.set_exec(model::Exec::with(sink)); }
@@ -258,6 +259,8 @@ class ShardedGPT final : public LocalModel, public StageModel {
   std::vector<std::vector<Range>> block_staged_;
   std::vector<Range> lnf_staged_, wpe_staged_;
   std::vector<Range> block_kv_;  // (n_layer) llama K/V held whole by every TP rank: summed over TP
+  std::vector<Range> block_qk_norm_;  // (n_layer) llama QK-norm weights (whole on every TP rank): summed over TP
+  std::vector<Range> tp_summed_;      // both, for DataParallel::set_final_only
   Buf<float> pack_;
 
   ShardDims dims_;

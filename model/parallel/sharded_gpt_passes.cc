@@ -254,9 +254,10 @@ void ShardedGPT::finish_block(int layer, bool final) {
     return;
   }
   if (final && ctx_.tp.sp) reduce_staged(block_staged_[size_t(layer)]);
-  if (const Range kv = block_kv_[size_t(layer)]; final && kv.size > 0) {
-    float* g = ctx_.ex().math() ? grads_.data() + kv.begin : nullptr;  // a collective's data (sink.h)
-    copy_to_tp_region_bwd(ctx_.tp, g, g, kv.size);  // the all-reduce of replicated K/V gradients
+  for (const Range r : {block_kv_[size_t(layer)], block_qk_norm_[size_t(layer)]}) {
+    if (!final || r.size == 0) continue;
+    float* g = ctx_.ex().math() ? grads_.data() + r.begin : nullptr;  // a collective's data (sink.h)
+    copy_to_tp_region_bwd(ctx_.tp, g, g, r.size);  // the all-reduce of replicated K/V or QK-norm gradients
   }
   announce(layout_.block(layer), final);
 }

@@ -169,7 +169,7 @@ void DeviceSetup::make_data_parallel(const DeviceProgram& p, Device& dev) {
   // ranges summed over TP when final.
   if (dp->reduces_each_micro_batch()) {
     std::vector<Range> final_only;
-    if (auto* sharded = dynamic_cast<parallel::ShardedGPT*>(model.get())) final_only = sharded->replicated_kv();
+    if (auto* sharded = dynamic_cast<parallel::ShardedGPT*>(model.get())) final_only = sharded->tp_summed();
     if (const Range wte = p.plan.tied_bucket(model->shards()); !wte.empty()) final_only.push_back(wte);
     dp->set_final_only(final_only);
   }

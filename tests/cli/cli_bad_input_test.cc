@@ -106,6 +106,8 @@ TEST(CliBadInput, ModelShapeFlags) {
        "--moe-dispatcher must be alltoall or deepep (got 'hybrid')"},
       {"train --model tiny-llama --head-dim 47 --steps 1",
        "--head-dim 47 is odd: rotary embeddings rotate pairs of features"},
+      {"train --model tiny --qk-norm --steps 1",
+       "--qk-norm (RMSNorms over q's and k's heads) needs --family llama"},
       {"train --model tiny --head-dim 64 --steps 1",
        "--head-dim 64 apart from --embd / --heads needs --family llama (the gpt family's fused c_attn is 3 x "
        "n_embd wide)"},

@@ -111,6 +111,17 @@ TEST(ModelForward, LlamaHeadDimApartFromEmbdMatchesNaiveLoops) {
   check_forward(c, "llama head_dim 4 (4 x 4 on 32)", 2, 11);
 }
 
+// Qwen3's attention: QK-norm (an RMSNorm of head_dim features over each
+// head of q and of k, its own weights, before RoPE) on heads of their own size.
+TEST(ModelForward, LlamaQkNormMatchesNaiveLoops) {
+  GPTConfig c = llama_forward_config();
+  c.n_kv_head = 2;
+  c.head_dim = 12;
+  c.qk_norm = true;
+  c.norm_eps = 1e-6;
+  check_forward(c, "llama qk_norm, head_dim 12", 3, 16);
+}
+
 TEST(ModelForward, InitialLossIsNearLogVocab) {
   GPT<float> model(preset("tiny"), 1337);
   const auto x = testing::random_tokens(5, 8 * 64, 512), y = testing::random_tokens(6, 8 * 64, 512);

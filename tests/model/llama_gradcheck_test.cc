@@ -154,6 +154,14 @@ TEST(LlamaGradcheck, ModelHeadDimApartFromEmbd) {
   check_model(c, "llama (head_dim 6 on embd 16)");
 }
 
+// QK-norm (Qwen3): q_norm and k_norm over each head, before RoPE.
+TEST(LlamaGradcheck, ModelQkNorm) {
+  GPTConfig c = small_llama();
+  c.head_dim = 6;
+  c.qk_norm = true;
+  check_model(c, "llama (qk_norm, head_dim 6)");
+}
+
 // Two models' losses on the same 2 x 6 random tokens agree to 1e-12.
 void expect_same_loss(GPT<double>& x, GPT<double>& y, const char* x_name, const char* y_name) {
   const int vocab = x.config().vocab_size;

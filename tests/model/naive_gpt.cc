@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <tuple>
 
 namespace shardlab::model::testing {
 namespace {
@@ -150,6 +151,15 @@ NaiveResult naive_llama_forward(const GPTConfig& cfg, const ParamLookup& p, cons
     Rows q = linear(a, p(ll(l, "self_attn.q_proj.weight")), nullptr, NH * HS);
     Rows k = linear(a, p(ll(l, "self_attn.k_proj.weight")), nullptr, KV * HS);
     const Rows v = linear(a, p(ll(l, "self_attn.v_proj.weight")), nullptr, KV * HS);
+    if (cfg.qk_norm)  // Qwen3: RMSNorm over each head of q and of k, before RoPE
+      for (int n = 0; n < N; ++n)
+        for (auto [row, heads, w] : {std::tuple{&q[n], NH, p(ll(l, "self_attn.q_norm.weight"))},
+                                     std::tuple{&k[n], KV, p(ll(l, "self_attn.k_norm.weight"))}})
+          for (int hd = 0; hd < heads; ++hd) {
+            const Rows head{std::vector<double>(row->begin() + hd * HS, row->begin() + (hd + 1) * HS)};
+            const Rows y = rmsnorm(head, w, cfg.norm_eps);
+            std::copy(y[0].begin(), y[0].end(), row->begin() + hd * HS);
+          }
     for (int n = 0; n < N; ++n) {
       rope(q[n], NH, HS, n % T, cfg.rope_theta);
       rope(k[n], KV, HS, n % T, cfg.rope_theta);

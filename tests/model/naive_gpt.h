@@ -30,7 +30,8 @@ NaiveResult naive_gpt_forward(const GPTConfig& config, const ParamLookup& param,
 // loops, double): RMSNorm, q/k/v projections of n_head and n_kv_head heads
 // of head_size() features (n_head·head_size() apart from n_embd with
 // head_dim), rotate-half RoPE at base rope_theta, causal attention of each
-// query head on its K/V head, o_proj, SwiGLU MLP, the final norm and the
+// query head on its K/V head (with qk_norm an RMSNorm over each head of q
+// and k before RoPE, Qwen3's), o_proj, SwiGLU MLP, the final norm and the
 // head (lm_head, or embed_tokens when tied). Dense models only.
 NaiveResult naive_llama_forward(const GPTConfig& config, const ParamLookup& param,
                                 const std::vector<Token>& inputs, const std::vector<Token>& targets,

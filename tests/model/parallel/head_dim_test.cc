@@ -1,7 +1,9 @@
-// Heads of their own size (GPTConfig::head_dim, --head-dim; Megatron's
-// --kv-channels): q_proj (n_head·head_dim, n_embd) and o_proj its transpose,
-// as Qwen3 sets them (32 heads of 128 on n_embd 2048). The unsharded forward
-// is checked against Hugging Face's loops in gpt_forward_test.cc and its
+// Qwen3's attention: heads of their own size (GPTConfig::head_dim,
+// --head-dim; Megatron's --kv-channels): q_proj (n_head·head_dim, n_embd) and
+// o_proj its transpose (32 heads of 128 on n_embd 2048), and QK-norm
+// (GPTConfig::qk_norm, --qk-norm: an RMSNorm over each head of q and of k,
+// weights shared by the heads and summed over TP). The unsharded forward is
+// checked against Hugging Face's loops in gpt_forward_test.cc and its
 // gradients in llama_gradcheck_test.cc; here every parallel layout that
 // splits, gathers or rings the heads matches the unsharded model, the shapes
 // and counts follow the heads' width, and bad values are one error line.
@@ -21,11 +23,13 @@
 namespace shardlab::train {
 namespace {
 
-// tiny-llama (4 layers, 4 heads over 2 K/V heads, n_embd 128) with heads of 48: attention 192 wide.
+// tiny-llama (4 layers, 4 heads over 2 K/V heads, n_embd 128) with heads of
+// 48 (attention 192 wide) and QK-norm.
 TrainOptions llama48() {
   TrainOptions o;
   o.model = model::preset("tiny-llama");
   o.model.head_dim = 48;
+  o.model.qk_norm = true;
   o.model.block_size = 32;
   o.steps = 3;
   o.keep_step0_grads = true;
@@ -77,7 +81,7 @@ TEST(HeadDim, EveryLayoutMatchesTheUnshardedModel) {
     ref.parallel = {};
     ref.micro_batches = c.o.micro_batches;
     const VerifyResult r = compare_runs(run(c.o), run(ref), model::ParamTable(c.o.model), {.grads = true});
-    std::printf("head_dim 48, %s: loss rel diff %.2e, param rel L2 %.2e, grad rel L2 %.2e (bound 1e-5)\n", c.name,
+    std::printf("head_dim 48, qk_norm, %s: loss rel diff %.2e, param rel L2 %.2e, grad rel L2 %.2e (bound 1e-5)\n", c.name,
                 r.max_loss_rel_diff, r.param_rel_l2, r.grad_rel_l2);
     EXPECT_TRUE(r.passed) << c.name;
     EXPECT_LE(r.grad_rel_l2, 1e-5) << c.name;
@@ -94,7 +98,9 @@ TEST(HeadDim, ShapesAndCountsFollowTheHeadsWidth) {
   EXPECT_EQ(t.at("model.layers.0.self_attn.q_proj.weight").shape, (Shape{A, C}));
   EXPECT_EQ(t.at("model.layers.0.self_attn.k_proj.weight").shape, (Shape{KVC, C}));
   EXPECT_EQ(t.at("model.layers.3.self_attn.o_proj.weight").shape, (Shape{C, A}));
-  const int64_t per_block = 2 * A * C + 2 * KVC * C + 3 * C * F + 2 * C;
+  EXPECT_EQ(t.at("model.layers.2.self_attn.q_norm.weight").shape, (Shape{48}));
+  EXPECT_EQ(t.at("model.layers.2.self_attn.k_norm.weight").shape, (Shape{48}));
+  const int64_t per_block = 2 * A * C + 2 * KVC * C + 3 * C * F + 2 * C + 2 * 48;
   const int64_t total = V * C * 2 + C + L * per_block;  // untied head
   EXPECT_EQ(t.numel(), total);
   EXPECT_DOUBLE_EQ(model::count_params(c), double(total));
@@ -108,6 +114,9 @@ TEST(HeadDim, RefusesWhatItCannotRun) {
   model::GPTConfig odd = llama48().model;
   odd.head_dim = 47;
   EXPECT_THROW(odd.validate(), ConfigError);  // RoPE rotates pairs
+  model::GPTConfig qk = model::preset("tiny");
+  qk.qk_norm = true;
+  EXPECT_THROW(qk.validate(), ConfigError);  // the llama family's
   model::GPTConfig gpt = model::preset("tiny");
   gpt.head_dim = gpt.head_size() * 2;
   EXPECT_THROW(gpt.validate(), ConfigError);  // the gpt family's c_attn is 3 x n_embd
