@@ -161,6 +161,26 @@ PresetInfo deepseek_v3() {
   return p;
 }
 
+// Qwen3's MoE models (Qwen Team 2025, Qwen3 Technical Report, Table 2, and
+// the released configs): 4 K/V heads, heads of 128 apart from n_embd
+// (head_dim), QK-norm, every block MoE with 128 routed SwiGLU experts, top-8
+// renormalized (norm_topk_prob), no shared expert, untied head, theta 10^6,
+// RMSNorm eps 10^-6, the load-balancing loss at 0.001, 4K pre-training
+// sequences (the first stages). `ffn` is the released intermediate_size (no
+// dense block uses it).
+PresetInfo qwen3_moe(std::string name, int layers, int embd, int heads, int ffn, int moe_ffn, double billions,
+                     double resolution, double active) {
+  PresetInfo p = llama(std::move(name), layers, embd, heads, 4, ffn, 151936, 1e6, billions, resolution,
+                       "Qwen Team 2025 (Qwen3 Technical Report), Table 2 + released config");
+  GPTConfig& c = p.config;
+  c.block_size = 4096, c.batch_size = 1024;
+  c.head_dim = 128, c.qk_norm = true, c.norm_eps = 1e-6;
+  c.n_expert = 128, c.top_k = 8, c.n_moe_ffn = moe_ffn, c.moe_norm_topk = true;
+  c.aux_coef = 0.001;
+  p.published_active = active;
+  return p;
+}
+
 std::vector<PresetInfo> make_presets() {
   return {
       toy("nano", shape(2, 2, 64, 32, 256, 4)),
@@ -194,6 +214,8 @@ std::vector<PresetInfo> make_presets() {
       tiny_moe(),
       mixtral_8x7b(),
       deepseek_v3(),
+      qwen3_moe("qwen3-30b-a3b", 48, 2048, 32, 6144, 768, 30.5, 0.1, 3.3e9),
+      qwen3_moe("qwen3-235b-a22b", 94, 4096, 64, 12288, 1536, 235, 1, 22e9),
   };
 }
 

@@ -165,6 +165,41 @@ TEST(LlamaMoePresets, TinyMoeIsTinyLlamaWithExperts) {
   EXPECT_EQ(ParamTable(t).numel(), 1130624);
 }
 
+// Qwen3's MoE models: 30.5B total, 3.3B active; 235B and 22B (the technical
+// report's Table 2, to its printed precision). By hand: per block q and o
+// 2·C·(NH·128), k and v 2·C·(4·128), q_norm and k_norm 2·128, two RMSNorms
+// 2·C, the router 128·C and 128 (active: 8) SwiGLU experts of 3·C·Fe; plus
+// embed_tokens and lm_head 2·151936·C and the final norm C.
+double qwen3(double L, double C, double NH, double Fe, double experts) {
+  const double block = 2 * C * NH * 128 + 2 * C * 4 * 128 + 2 * 128 + 2 * C + 128 * C + experts * 3 * C * Fe;
+  return L * block + 2 * 151936 * C + C;
+}
+
+TEST(LlamaMoePresets, Qwen3MatchesItsPublishedCounts) {
+  const PresetInfo& small = preset_info("qwen3-30b-a3b");
+  const GPTConfig& c = small.config;
+  EXPECT_EQ(c.head_size(), 128);
+  EXPECT_EQ(c.attn_width(), 4096);  // 32 heads of 128 on n_embd 2048
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_EQ(c.moe_layers(), 48);
+  EXPECT_DOUBLE_EQ(count_params(c), qwen3(48, 2048, 32, 768, 128));
+  EXPECT_DOUBLE_EQ(count_active_params(c), qwen3(48, 2048, 32, 768, 8));
+  expect_published("qwen3-30b-a3b total", count_params(c), 30.5e9, 0.1e9);
+  // 3.353B active, which the report prints as 3.3B: truncated, not rounded
+  // (every tensor a token runs, embedding and head included, as Mixtral's 12.9B).
+  const double active = count_active_params(c);
+  std::printf("qwen3-30b-a3b active computed %.5e, published 3.3e9 (truncated: [3.3e9, 3.4e9))\n", active);
+  EXPECT_GE(active, 3.3e9);
+  EXPECT_LT(active, 3.4e9);
+  const GPTConfig& big = preset("qwen3-235b-a22b");
+  EXPECT_EQ(big.attn_width(), 8192);  // 64 heads of 128 on 4096
+  EXPECT_DOUBLE_EQ(count_params(big), qwen3(94, 4096, 64, 1536, 128));
+  EXPECT_DOUBLE_EQ(count_active_params(big), qwen3(94, 4096, 64, 1536, 8));
+  expect_published("qwen3-235b-a22b total", count_params(big), 235e9, 1e9);
+  expect_published("qwen3-235b-a22b active", count_active_params(big), 22e9, 1e9);
+  EXPECT_EQ(ParamTable(c).numel(), int64_t(count_params(c)));
+}
+
 // The README's exact figures, from a hand formula (Python): Mixtral per
 // block 2·4096² + 2·4096·1024 + 2·4096 norms + 8·4096 router + 8·3·4096·14336,
 // plus 2·32000·4096 + 4096; DeepSeek-V3 with its MHA stand-in likewise.
