@@ -140,6 +140,9 @@ def draw(rng, mode="verify", wide=False):
             "--batch", str(dp * mb * rng.choice([1, 2]))]
     if family == "llama" and rng.random() < 0.5:
         args += ["--kv-heads", str(rng.choice([1, heads]))]
+    if rng.random() < 0.2:  # Qwen3's attention: heads of their own size, QK-norm (llama; gpt: the refusal)
+        args += ["--head-dim", str(rng.choice([4, 12, 16]))] if family == "llama" or rng.random() < 0.1 else []
+        args += ["--qk-norm"] if family == "llama" or rng.random() < 0.1 else []
     if rng.random() < 0.3 and not real:  # real against phantom: dense (a phantom MoE routes uniformly)
         args += ["--experts", str(rng.choice([2, 4, 6])), "--moe-top-k", str(rng.choice([1, 2]))]
         for flag, choices, p in MOE_FLAGS:
@@ -216,6 +219,8 @@ def draw_serve(rng):
             "--requests", str(rng.choice([1, 3, 8]))]
     if family == "llama" and rng.random() < 0.5:
         args += ["--kv-heads", str(rng.choice([1, heads]))]
+    if family == "llama" and rng.random() < 0.2:
+        args += ["--head-dim", str(rng.choice([4, 12])), "--qk-norm"]
     if rng.random() < 0.3:
         E = rng.choice([2, 4])
         args += ["--experts", str(E), "--moe-top-k", str(rng.choice([1, 2]))]
@@ -243,6 +248,8 @@ def draw_generate(rng):
             "--seed", str(rng.randrange(1000))]
     if family == "llama" and rng.random() < 0.5:
         args += ["--kv-heads", str(rng.choice([1, heads]))]
+    if family == "llama" and rng.random() < 0.2:
+        args += ["--head-dim", str(rng.choice([4, 12])), "--qk-norm"]
     if rng.random() < 0.3:
         args += ["--experts", str(rng.choice([2, 4])), "--moe-top-k", str(rng.choice([1, 2])), "--ep", str(rng.choice([1, 2]))]
     if rng.random() < 0.4:

@@ -10,6 +10,8 @@ runs `shardlab train --model tiny-llama --init F --data F` unsharded and under
 tensor and context parallelism and compares the first step's loss; reads
 back the checkpoint shardlab saves; and compares `shardlab generate`'s greedy
 tokens (KV cache, RoPE per position) with numpy recomputing every prefix.
+Then the same with Qwen3's attention (--head-dim 48 --qk-norm: heads of 48 on
+n_embd 128, an RMSNorm over each head of q and k before RoPE).
 
 Usage: llama_numpy_reference.py SHARDLAB_BIN WORKDIR
 Tolerance: relative loss difference <= 1e-5 (shardlab computes in float32).
@@ -26,16 +28,21 @@ L, C, NH, KV, F, V, T, B = 4, 128, 4, 2, 352, 512, 64, 8  # tiny-llama, batch 8
 HS, THETA, EPS = C // NH, 10000.0, 1e-5
 
 
-def weights(rng):
+def weights(rng, hs=HS, qk_norm=False):
+    """tiny-llama's tensors; with hs != C / NH heads of their own size and with
+    qk_norm Qwen3's q_norm and k_norm (hs each)."""
     w = {"model.embed_tokens.weight": rng.normal(0, 0.3, (V, C)), "lm_head.weight": rng.normal(0, 0.1, (V, C)),
          "model.norm.weight": 1 + rng.normal(0, 0.1, C)}
-    shapes = {"self_attn.q_proj": (C, C), "self_attn.k_proj": (KV * HS, C), "self_attn.v_proj": (KV * HS, C),
-              "self_attn.o_proj": (C, C), "mlp.gate_proj": (F, C), "mlp.up_proj": (F, C), "mlp.down_proj": (C, F)}
+    shapes = {"self_attn.q_proj": (NH * hs, C), "self_attn.k_proj": (KV * hs, C), "self_attn.v_proj": (KV * hs, C),
+              "self_attn.o_proj": (C, NH * hs), "mlp.gate_proj": (F, C), "mlp.up_proj": (F, C),
+              "mlp.down_proj": (C, F)}
     for i in range(L):
         for m, s in shapes.items():
             w[f"model.layers.{i}.{m}.weight"] = rng.normal(0, 0.1, s)
         for m in ("input_layernorm", "post_attention_layernorm"):
             w[f"model.layers.{i}.{m}.weight"] = 1 + rng.normal(0, 0.1, C)
+        for m in ("self_attn.q_norm", "self_attn.k_norm") if qk_norm else ():
+            w[f"model.layers.{i}.{m}.weight"] = 1 + rng.normal(0, 0.3, hs)
     return {k: v.astype(np.float32) for k, v in w.items()}
 
 
@@ -70,31 +77,37 @@ def rmsnorm(x, w):
     return x / np.sqrt((x * x).mean(-1, keepdims=True) + EPS) * w
 
 
-def rope(x):  # x (B, T, heads, HS), Hugging Face's rotate_half at positions 0..T-1
-    inv_freq = THETA ** (-np.arange(0, HS, 2) / HS)
+def rope(x):  # x (B, T, heads, hs), Hugging Face's rotate_half at positions 0..T-1
+    hs = x.shape[-1]
+    inv_freq = THETA ** (-np.arange(0, hs, 2) / hs)
     freqs = np.arange(x.shape[1])[:, None] * inv_freq[None, :]
     emb = np.concatenate([freqs, freqs], -1)
     cos, sin = np.cos(emb)[None, :, None, :], np.sin(emb)[None, :, None, :]
-    rotated = np.concatenate([-x[..., HS // 2:], x[..., :HS // 2]], -1)
+    rotated = np.concatenate([-x[..., hs // 2:], x[..., :hs // 2]], -1)
     return x * cos + rotated * sin
 
 
 def logits(w, x):  # x (B, T) tokens -> (B, T, V)
     p = {k: v.astype(np.float64) for k, v in w.items()}
     B, T = x.shape
+    hs = p["model.layers.0.self_attn.k_proj.weight"].shape[0] // KV  # the heads' size (Qwen3's head_dim)
+    qk_norm = "model.layers.0.self_attn.q_norm.weight" in p  # Qwen3: RMSNorm over each head of q and k
     h = p["model.embed_tokens.weight"][x]
     mask = np.triu(np.full((T, T), -np.inf), 1)
     for i in range(L):
         g = lambda m: p[f"model.layers.{i}.{m}.weight"]
         n = rmsnorm(h, g("input_layernorm"))
-        q = rope((n @ g("self_attn.q_proj").T).reshape(B, T, NH, HS))
-        k = rope((n @ g("self_attn.k_proj").T).reshape(B, T, KV, HS))
-        v = (n @ g("self_attn.v_proj").T).reshape(B, T, KV, HS)
+        q = (n @ g("self_attn.q_proj").T).reshape(B, T, NH, hs)
+        k = (n @ g("self_attn.k_proj").T).reshape(B, T, KV, hs)
+        if qk_norm:
+            q, k = rmsnorm(q, g("self_attn.q_norm")), rmsnorm(k, g("self_attn.k_norm"))
+        q, k = rope(q), rope(k)
+        v = (n @ g("self_attn.v_proj").T).reshape(B, T, KV, hs)
         k, v = np.repeat(k, NH // KV, axis=2), np.repeat(v, NH // KV, axis=2)  # repeat_kv
-        s = np.einsum("bthd,bshd->bhts", q, k) / np.sqrt(HS) + mask
+        s = np.einsum("bthd,bshd->bhts", q, k) / np.sqrt(hs) + mask
         a = np.exp(s - s.max(-1, keepdims=True))
         a /= a.sum(-1, keepdims=True)
-        h = h + np.einsum("bhts,bshd->bthd", a, v).reshape(B, T, C) @ g("self_attn.o_proj").T
+        h = h + np.einsum("bhts,bshd->bthd", a, v).reshape(B, T, NH * hs) @ g("self_attn.o_proj").T
         n = rmsnorm(h, g("post_attention_layernorm"))
         gate = n @ g("mlp.gate_proj").T
         h = h + (gate / (1 + np.exp(-gate)) * (n @ g("mlp.up_proj").T)) @ g("mlp.down_proj").T
@@ -173,6 +186,30 @@ def main():
         got_tokens = json.loads(out.stdout)["tokens"] if out.returncode == 0 else out.stderr
         ok &= got_tokens == want_tokens
         print(f"greedy {' '.join(extra) or 'unsharded'}: shardlab {got_tokens}, numpy {want_tokens}")
+    # Qwen3's attention: heads of 48 on n_embd 128 (--head-dim) and QK-norm
+    # (--qk-norm: q_norm and k_norm over each head before RoPE), the same
+    # comparisons on weights of those shapes.
+    qwen = ["--head-dim", "48", "--qk-norm"]
+    wq = weights(np.random.default_rng(31), hs=48, qk_norm=True)
+    init_q = os.path.join(work, "tiny_llama_qwen3_attention.safetensors")
+    write_safetensors(init_q, wq)
+    rows = batch(tokens, 0)
+    want = loss(wq, rows[:, :-1], rows[:, 1:])
+    for extra in ([], ["--tp", "2"], ["--tp", "4", "--sp"], ["--cp", "2"]):
+        got = shardlab_losses(binary, init_q, data, qwen + extra)[0]
+        rel = abs(got - want) / want
+        worst = max(worst, rel)
+        print(f"head_dim 48, qk_norm: step-0 loss numpy float64 {want:.8f}, shardlab {' '.join(extra) or 'unsharded'} "
+              f"{got:.8f}, rel diff {rel:.2e} (tolerance 1e-5)")
+    want_tokens = greedy(wq, prompt, 6)
+    for extra in ([], ["--tp", "2"], ["--tp", "4"]):
+        cmd = [binary, "generate", "--model", "tiny-llama", "--init", init_q, "--prompt-tokens",
+               ",".join(map(str, prompt)), "--max-new-tokens", "6", "--json"] + qwen + extra
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        got_tokens = json.loads(out.stdout)["tokens"] if out.returncode == 0 else out.stderr
+        ok &= got_tokens == want_tokens
+        print(f"head_dim 48, qk_norm: greedy {' '.join(extra) or 'unsharded'}: shardlab {got_tokens}, "
+              f"numpy {want_tokens}")
     sys.exit(0 if worst <= 1e-5 and ok else 1)
 
 
