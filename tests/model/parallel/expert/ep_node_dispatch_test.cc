@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include "moe_test_util.h"
+
 #include "model/config.h"
 #include "model/parallel/expert/ep_node_dispatch.h"
 #include "model/train/trainer.h"
@@ -22,31 +24,11 @@ namespace {
 
 using parallel::MoeDispatcher;
 
-// The first built-in profile with `per_node` devices a node.
-TrainResult run(const TrainOptions& o, int per_node) {
-  HardwareProfile p = builtin_profiles().front();
-  p.devices_per_node = per_node;
-  p.nodes = (o.parallel.world() + per_node - 1) / per_node;
-  ClusterOptions c;
-  c.world_size = o.parallel.world();
-  Cluster cluster(p, c);
-  return train(cluster, o);
-}
+TrainResult run(const TrainOptions& o, int per_node) { return testing::run_moe(o, per_node); }
 
-// ep_verify_test's tiny MoE: 4 MoE blocks of 8 experts, C 64, T 32.
+// ep_verify_test's tiny MoE with `dispatcher`.
 TrainOptions moe_options(int dp, int ep, MoeDispatcher dispatcher) {
-  TrainOptions o;
-  o.model = model::preset("tiny");
-  o.model.n_embd = 64;
-  o.model.block_size = 32;
-  o.model.vocab_size = 64;
-  o.model.n_expert = 8;
-  o.model.top_k = 2;
-  o.model.aux_coef = 0.01;
-  o.steps = 3;
-  o.keep_step0_grads = true;
-  o.parallel.dp = dp;
-  o.parallel.ep = ep;
+  TrainOptions o = testing::tiny_moe_options(dp, ep);
   o.parallel.moe_dispatcher = dispatcher;
   return o;
 }

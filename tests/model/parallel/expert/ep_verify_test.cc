@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include "moe_test_util.h"
+
 #include "model/config.h"
 #include "model/train/trainer.h"
 #include "model/train/verify.h"
@@ -15,28 +17,10 @@
 namespace shardlab::train {
 namespace {
 
-TrainResult run(const TrainOptions& o) {
-  ClusterOptions c;
-  c.world_size = o.parallel.world();
-  Cluster cluster(builtin_profiles().front(), c);
-  return train(cluster, o);
-}
+TrainResult run(const TrainOptions& o) { return testing::run_moe(o); }
 
 TrainOptions moe_options(int dp, int ep, int top_k, double capacity) {
-  TrainOptions o;
-  o.model = model::preset("tiny");
-  o.model.n_embd = 64;
-  o.model.block_size = 32;
-  o.model.vocab_size = 64;
-  o.model.n_expert = 8;
-  o.model.top_k = top_k;
-  o.model.aux_coef = 0.01;
-  o.model.capacity_factor = capacity;
-  o.steps = 3;
-  o.keep_step0_grads = true;
-  o.parallel.dp = dp;
-  o.parallel.ep = ep;
-  return o;
+  return testing::tiny_moe_options(dp, ep, top_k, capacity);
 }
 
 // Returns the sharded run (for its MoE report).

@@ -12,6 +12,8 @@
 
 #include <gtest/gtest.h>
 
+#include "moe_test_util.h"
+
 #include "model/config.h"
 #include "model/parallel/layout.h"
 #include "model/train/parallel_plan.h"
@@ -25,33 +27,13 @@ namespace {
 
 using parallel::MoeDispatcher;
 
-// The first built-in profile with `per_node` devices a node.
-TrainResult run(const TrainOptions& o, int per_node) {
-  HardwareProfile p = builtin_profiles().front();
-  p.devices_per_node = per_node;
-  p.nodes = (o.parallel.world() + per_node - 1) / per_node;
-  ClusterOptions c;
-  c.world_size = o.parallel.world();
-  Cluster cluster(p, c);
-  return train(cluster, o);
-}
+TrainResult run(const TrainOptions& o, int per_node) { return testing::run_moe(o, per_node); }
 
-// A tiny MoE: 4 MoE blocks of 8 experts, C 64, T 32; tp x dp with SP and whole experts.
+// ep_verify_test's tiny MoE on tp x dp with SP and whole experts.
 TrainOptions whole(int tp, int dp, int ep) {
-  TrainOptions o;
-  o.model = model::preset("tiny");
-  o.model.n_embd = 64;
-  o.model.block_size = 32;
-  o.model.vocab_size = 64;
-  o.model.n_expert = 8;
-  o.model.top_k = 2;
-  o.model.aux_coef = 0.01;
-  o.steps = 3;
-  o.keep_step0_grads = true;
+  TrainOptions o = testing::tiny_moe_options(dp, ep);
   o.parallel.tp = tp;
   o.parallel.sp = tp > 1;
-  o.parallel.dp = dp;
-  o.parallel.ep = ep;
   o.parallel.expert_tp = 1;
   return o;
 }
