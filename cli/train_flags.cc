@@ -192,7 +192,7 @@ FlagTable<TrainFlags> parallel_flags() {
       {"--no-grad-accum-fusion", FIELD(no_grad_accum_fusion),
        "Mixed precision: add every micro-batch's gradients into the fp32 main gradients with a separate kernel "
        "(Megatron-LM 2021) instead of in the wgrad GEMM"},
-      {"--ep", FIELD(opts.parallel.ep), "Expert-parallel degree (divides --dp; --experts / ep experts per GPU)",
+      {"--ep", FIELD(opts.parallel.ep), "Expert-parallel degree (divides --dp, or with --expert-tp 1 --tp x --dp; --experts / ep experts per GPU)",
        degree, kShowDefault},
       {"--expert-tp", FIELD(opts.parallel.expert_tp),
        "Expert tensor parallelism (Megatron's --expert-tensor-parallel-size): 1 holds every expert whole and draws "
