@@ -72,6 +72,12 @@ void GPTConfig::validate() const {
   require(n_head >= 1, "`n_head` must be at least 1 (got " + num(n_head) + ")");
   require(n_embd >= 1, "`n_embd` must be at least 1 (got " + num(n_embd) + ")");
   require(head_dim >= 0, "`head_dim` must be 0 (= `n_embd` / `n_head`) or more (got " + num(head_dim) + ")");
+  // The attention's width n_head x head_size() is an int in the kernels' arithmetic (Llama 3 405B's: 16384).
+  constexpr int64_t kMaxAttnWidth = int64_t{1} << 24;
+  require(int64_t{n_head} * (head_dim > 0 ? head_dim : n_embd / n_head) <= kMaxAttnWidth,
+          "`n_head` " + num(n_head) + " x `head_dim` " + std::to_string(head_dim) + " = " +
+              std::to_string(int64_t{n_head} * head_dim) + ": the attention width must be at most " +
+              std::to_string(kMaxAttnWidth));
   require(head_dim > 0 || n_embd % n_head == 0, "`n_head` " + num(n_head) + " must divide `n_embd` " + num(n_embd) +
                                                     " (head size = embd / heads)");
   require(block_size >= 1, "`block_size` must be at least 1 (got " + num(block_size) + ")");

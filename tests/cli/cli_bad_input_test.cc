@@ -104,6 +104,8 @@ TEST(CliBadInput, ModelShapeFlags) {
        "--moe-dispatcher deepep moves tokens between expert-parallel ranks: it needs an MoE model and --ep > 1"},
       {"train --model nano --steps 1 --experts 8 --moe-dispatcher hybrid",
        "--moe-dispatcher must be alltoall or deepep (got 'hybrid')"},
+      {"train --model tiny-llama --heads 65536 --embd 65536 --head-dim 1048576 --steps 1",
+       "--heads 65536 x --head-dim 1048576 = 68719476736: the attention width must be at most 16777216"},
       {"train --model tiny-llama --head-dim 47 --steps 1",
        "--head-dim 47 is odd: rotary embeddings rotate pairs of features"},
       {"train --model tiny --qk-norm --steps 1",
