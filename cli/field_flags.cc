@@ -105,6 +105,7 @@ constexpr std::array kFieldFlags = std::to_array<std::pair<std::string_view, std
     {"preset", "--model"},
     {"trace", "--trace"},
     {"recompute", "--recompute"},
+    {"recompute_modules", "--recompute-modules"},
     {"reshard_after_forward = false", "--no-reshard-after-forward"},
     {"prefetch = false", "--no-prefetch"},
     {"overlap = false", "--no-overlap"},

@@ -220,6 +220,11 @@ FlagTable<TrainFlags> parallel_flags() {
       {"--pp-layers", FIELD(pp_layers), "Blocks per stage, e.g. 3,3,2 (default: balanced)", nonempty()},
       {"--recompute", FIELD(recompute),
        "Activation recomputation: none, selective (attention core) or full (whole blocks)", {}, kShowDefault},
+      {"--recompute-modules", FIELD(recompute_modules),
+       "What --recompute selective re-runs, a list of Megatron's recompute_modules (implies selective when "
+       "--recompute is none): core_attn (the default), layernorm (an MoE layer's pre-MLP norm), mlp (a dense "
+       "block's MLP), moe (an MoE layer), moe_act (the experts' activation), shared_experts",
+       nonempty()},
       {"--attention", FIELD(attention),
        "Attention kernels: unfused (scores, softmax, context through HBM), fused (FlashAttention-style), or auto "
        "(unfused for --family gpt, fused for llama)", {}, kShowDefault},
@@ -363,6 +368,10 @@ train::TrainOptions TrainFlags::options() const {
   o.parallel.moe_dispatcher = parallel::parse_moe_dispatcher(moe_dispatcher);
   o.parallel.schedule = parallel::parse_schedule(schedule);
   o.parallel.recompute = parallel::parse_recompute(recompute);
+  if (!recompute_modules.empty()) {
+    o.parallel.recompute_modules = parallel::parse_recompute_modules(recompute_modules);
+    if (o.parallel.recompute == parallel::Recompute::kNone) o.parallel.recompute = parallel::Recompute::kSelective;
+  }
   o.parallel.attention = parallel::parse_attention_kernel(attention);
   if (std::string error; !fusions.empty() && !model::parse_fusions(fusions, o.parallel.fusions, error))
     throw ConfigError("--fusions: " + error);

@@ -222,6 +222,27 @@ bool aux_over_tp(const GPTConfig& config, const BlockContext& c) {
   return config.aux_coef != 0 && c.moe.global_routing();
 }
 
+// With whole experts the shared experts stay split over TP like the dense
+// MLP (Megatron's SharedExpertMLP): all-gather ln_2's rows, column- and
+// row-parallel GEMMs, reduce-scatter; out (Nr,C) += this rank's rows.
+void whole_shared_experts_forward(float* out, BlockActs& a, const BlockView<float>& p, const ShardDims& d,
+                                  const GPTConfig& config, BlockScratch& s, const BlockContext& c) {
+  if (config.n_shared_expert == 0) return;
+  const Exec& ex = c.ex();
+  const int64_t Nr = d.rows();
+  const int C = d.C;
+  TpMoeActs& m = a.moe;
+  const float* full = enter_column_parallel(c.tp, a.ln2.data(), s.full_in.data(), Nr, C);
+  tp_mlp_partial_forward(s.partial.data(), m.shared_fc.data(), m.shared_fc_gelu.data(), p.shared,
+                         full, d.N(), C, shared_fl(d, config), ex, config.is_llama());
+  exit_row_parallel(c.tp, s.partial.data(), m.shared_out.data(), Nr,
+                    C);  // this rank's rows of their sum
+  if (!config.is_llama())
+    add_bias_rows(m.shared_out.data(), p.shared.c_proj.bias, Nr, C, "moe.shared.c_proj.bias.fwd",
+                  ex);
+  model::residual_forward(ex, "moe.shared.add", out, out, m.shared_out.data(), Nr * C);
+}
+
 // Expert tensor parallelism 1 (ShardDims::experts_whole, sp): this rank's Nr
 // rows are routed and go to their whole experts through the EP group (drawn
 // from tp x dp) and back, with no TP collective around them (Megatron-core's
@@ -242,20 +263,7 @@ float whole_experts_forward(float* out, BlockActs& a, const BlockView<float>& p,
                             c.moe.on_compute());
     aux /= float(c.moe.tp->size());
   }
-  if (config.n_shared_expert == 0) return aux;
-  const Exec& ex = c.ex();
-  const int64_t Nr = d.rows();
-  const int C = d.C;
-  TpMoeActs& m = a.moe;
-  const float* full = enter_column_parallel(c.tp, a.ln2.data(), s.full_in.data(), Nr, C);
-  tp_mlp_partial_forward(s.partial.data(), m.shared_fc.data(), m.shared_fc_gelu.data(), p.shared,
-                         full, d.N(), C, shared_fl(d, config), ex, config.is_llama());
-  exit_row_parallel(c.tp, s.partial.data(), m.shared_out.data(), Nr,
-                    C);  // this rank's rows of their sum
-  if (!config.is_llama())
-    add_bias_rows(m.shared_out.data(), p.shared.c_proj.bias, Nr, C, "moe.shared.c_proj.bias.fwd",
-                  ex);
-  model::residual_forward(ex, "moe.shared.add", out, out, m.shared_out.data(), Nr * C);
+  whole_shared_experts_forward(out, a, p, d, config, s, c);
   return aux;
 }
 
@@ -293,6 +301,33 @@ void whole_experts_backward(const BlockView<float>& g, BlockScratch& s, const fl
   add("moe.shared.dinp.add");
 }
 
+// ln_2's output (a.ln2) -> out (Nr,C) through the MoE layer; its aux loss.
+// (The MoE layers' collectives stay blocking: no TE userbuffers there.)
+float moe_layer_forward(float* out, BlockActs& a, const BlockView<float>& p, const ShardDims& d,
+                        const GPTConfig& config, BlockScratch& s, const BlockContext& c) {
+  if (d.experts_whole) return whole_experts_forward(out, a, p, d, config, s, c);
+  const int64_t Nr = d.rows();
+  const int C = d.C;
+  const float* ln2_full = enter_column_parallel(c.tp, a.ln2.data(), s.full_in.data(), Nr, C);
+  float* out_full = c.tp.sp ? s.moe_out.data() : out;
+  const float aux = c.moe.node_dispatch()    ? ep_node_moe_forward(out_full, a.moe, s.moe, p, ln2_full, d, config, c.moe)
+                    : c.moe.expert_parallel() ? ep_moe_forward(out_full, a.moe, s.moe, p, ln2_full, d, config, c.moe)
+                                              : tp_moe_forward(out_full, a.moe, p, ln2_full, d, config, c.moe);
+  if (c.tp.sp) scatter_to_sequence_parallel_fwd(c.tp, out_full, out, Nr * C);
+  return aux;
+}
+
+// ln_2's output (a.ln2) -> out (Nr,C) through the dense MLP (fc1_fprop, fc2_fprop).
+void dense_mlp_forward(float* out, BlockActs& a, const BlockView<float>& p, const ShardDims& d,
+                       const GPTConfig& config, BlockScratch& s, const BlockContext& c) {
+  const int64_t Nr = d.rows();
+  const int C = d.C;
+  const float* ln2_full = gather_into_gemm(c.tp, a.ln2.data(), s.full_in.data(), Nr, C);
+  tp_mlp_partial_forward(s.partial.data(), a.fc.data(), a.fc_gelu.data(), p.mlp, ln2_full, d.N(), C, d.Fl(),
+                         c.ex(), config.is_llama());
+  reduce_scatter_after_gemm(c.tp, s.partial.data(), out, Nr, C);
+}
+
 }  // namespace
 
 // ---- Block ----------------------------------------------------------------------
@@ -309,28 +344,68 @@ float block_forward(BlockActs& a, const BlockView<float>& p, const float* x, con
                    {"attn.c_proj.bias.fwd", "attn.hidden_dropout.fwd", "attn.bias_dropout_add.fwd"}, c);
   model::norm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res1.data(), p.ln_2, Nr, C, config,
                       "ln_2.fwd", ex);
-  // fc1_fprop (the MoE layers' collectives stay blocking: no TE userbuffers there)
   float aux = 0;
-  if (p.moe && d.experts_whole) {
-    aux = whole_experts_forward(a.mlp_out.data(), a, p, d, config, s, c);
-  } else if (const float* ln2_full =
-                 p.moe ? enter_column_parallel(c.tp, a.ln2.data(), s.full_in.data(), Nr, C)
-                       : gather_into_gemm(c.tp, a.ln2.data(), s.full_in.data(), Nr, C);
-             p.moe) {
-    float* out_full = c.tp.sp ? s.moe_out.data() : a.mlp_out.data();
-    aux = c.moe.node_dispatch()    ? ep_node_moe_forward(out_full, a.moe, s.moe, p, ln2_full, d, config, c.moe)
-          : c.moe.expert_parallel() ? ep_moe_forward(out_full, a.moe, s.moe, p, ln2_full, d, config, c.moe)
-                                    : tp_moe_forward(out_full, a.moe, p, ln2_full, d, config, c.moe);
-    if (c.tp.sp) scatter_to_sequence_parallel_fwd(c.tp, out_full, a.mlp_out.data(), Nr * C);
-  } else {
-    tp_mlp_partial_forward(s.partial.data(), a.fc.data(), a.fc_gelu.data(), p.mlp, ln2_full, d.N(),
-                           C, d.Fl(), ex, config.is_llama());
-    reduce_scatter_after_gemm(c.tp, s.partial.data(), a.mlp_out.data(), Nr, C);  // fc2_fprop
-  }
+  if (p.moe)
+    aux = moe_layer_forward(a.mlp_out.data(), a, p, d, config, s, c);
+  else
+    dense_mlp_forward(a.mlp_out.data(), a, p, d, config, s, c);
   bias_dropout_add(a.res2.data(), a.res1.data(), a.mlp_out.data(), !p.moe && !config.is_llama(),
                    p.mlp.c_proj.bias, Nr, C,
                    {"mlp.c_proj.bias.fwd", "mlp.hidden_dropout.fwd", "mlp.bias_dropout_add.fwd"}, c);
   return aux;
+}
+
+int64_t selective_kept_elements(const BlockActs& a, const ShardDims& d, const GPTConfig& config, bool moe_block,
+                                unsigned modules, bool fp8) {
+  const auto size = [](const auto& b) { return static_cast<int64_t>(b.size()); };
+  const auto gemm_input = [&](const Buf<float>& b) { return fp8 ? (size(b) + 1) / 2 : size(b); };  // saved_elements
+  int64_t n = a.saved_elements(fp8);
+  if (modules & kRecomputeCoreAttn) n -= size(a.att);
+  if (!moe_block) {
+    if (modules & kRecomputeMlp) n -= size(a.fc) + gemm_input(a.fc_gelu);
+    return n;
+  }
+  if (modules & kRecomputeLayerNorm) n -= gemm_input(a.ln2);
+  if (modules & kRecomputeMoe) return n - a.moe.saved_elements();  // its input, ln_2's output, stays
+  if (modules & kRecomputeMoeAct) n -= experts_activation_elements(a.moe, d, config);
+  if (modules & kRecomputeSharedExperts) n -= size(a.moe.shared_fc) + size(a.moe.shared_fc_gelu);
+  return n;
+}
+
+void block_recompute(BlockActs& a, const BlockView<float>& p, const ShardDims& d, const GPTConfig& config,
+                     BlockScratch& s, const BlockContext& c, unsigned modules) {
+  const Exec& ex = c.ex();
+  const int64_t Nr = d.rows();
+  const int C = d.C;
+  if (modules & kRecomputeCoreAttn) {
+    c.attention_core().forward(a.atty.data(), a.att.data(), core_qkv(a, s, d, config, c), d, c.tp);
+    // The recomputed core ends with the dropout on its probabilities, as
+    // Megatron-LM's checkpointed CoreAttention does (the forward charges it
+    // in tp_attention_forward): B·(NH/tp)·T·T elements.
+    if (!d.flash) dropout_forward(attention_probs(d), "attn.dropout.fwd", c);
+  }
+  // A re-run module's output is the forward's: it lands in scratch that the
+  // block's backward overwrites (s.dres1, (Nr,C); s.moe_out, (N,C)).
+  if (!p.moe) {
+    if (modules & kRecomputeMlp) dense_mlp_forward(s.dres1.data(), a, p, d, config, s, c);
+    return;
+  }
+  if (modules & kRecomputeLayerNorm)
+    model::norm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res1.data(), p.ln_2, Nr, C, config,
+                        "ln_2.fwd", ex);
+  if (modules & kRecomputeMoe) {  // its aux loss was counted in the forward
+    moe_layer_forward(s.dres1.data(), a, p, d, config, s, c);
+    return;
+  }
+  if (modules & kRecomputeMoeAct) tp_experts_activation_forward(a.moe, d, config, ex);
+  if ((modules & kRecomputeSharedExperts) && config.n_shared_expert > 0) {
+    if (d.experts_whole) {
+      whole_shared_experts_forward(s.dres1.data(), a, p, d, config, s, c);
+    } else {
+      const float* ln2_full = enter_column_parallel(c.tp, a.ln2.data(), s.full_in.data(), Nr, C);
+      tp_shared_experts_forward(s.moe_out.data(), a.moe, p, ln2_full, d, config, c.moe);
+    }
+  }
 }
 
 void block_backward(float* dinp, const BlockView<float>& g, BlockScratch& s, const float* dout,

@@ -43,6 +43,7 @@
 #include "model/parallel/attention_core.h"
 #include "model/parallel/dims.h"
 #include "model/parallel/expert/moe.h"
+#include "model/parallel/recompute.h"
 #include "model/parallel/shard_layers.h"
 #include "model/parallel/tensor/mappings.h"
 #include "model/parallel/weight_grad.h"
@@ -106,6 +107,17 @@ const float* core_qkv(const BlockActs& a, BlockScratch& s, const ShardDims& d, c
 float block_forward(BlockActs& a, const model::BlockView<float>& p, const float* x,
                     const ShardDims& d, const model::GPTConfig& config, BlockScratch& s,
                     const BlockContext& c);
+// What a block keeps for backward when Recompute::kSelective re-runs
+// `modules` (RecomputeModule), in modeled elements (saved_elements less the
+// modules' own activations); moe_block: an MoE layer.
+int64_t selective_kept_elements(const BlockActs& a, const ShardDims& d, const model::GPTConfig& config,
+                                bool moe_block, unsigned modules, bool fp8);
+// Before the block's backward, re-runs the modules selective_kept_elements
+// left out, from what the block kept, writing the same values the forward
+// wrote (collectives and MoE exchanges included); charged as "<kernel>.recompute"
+// when c's Exec says recompute.
+void block_recompute(BlockActs& a, const model::BlockView<float>& p, const ShardDims& d,
+                     const model::GPTConfig& config, BlockScratch& s, const BlockContext& c, unsigned modules);
 // dinp (Nr,C) += d block / d x given dout (Nr,C); gradients into g.
 void block_backward(float* dinp, const model::BlockView<float>& g, BlockScratch& s,
                     const float* dout, float daux, const BlockActs& a, const float* inp,

@@ -19,4 +19,49 @@ const char* recompute_name(Recompute r) {
   return r == Recompute::kFull ? "full" : r == Recompute::kSelective ? "selective" : "none";
 }
 
+namespace {
+
+struct ModuleName {
+  RecomputeModule module;
+  const char* name;
+};
+constexpr ModuleName kModules[] = {
+    {kRecomputeCoreAttn, "core_attn"}, {kRecomputeLayerNorm, "layernorm"}, {kRecomputeMlp, "mlp"},
+    {kRecomputeMoe, "moe"},           {kRecomputeMoeAct, "moe_act"},      {kRecomputeSharedExperts, "shared_experts"},
+};
+
+}  // namespace
+
+unsigned parse_recompute_modules(std::string_view list) {
+  unsigned modules = 0;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = list.find(',', start);
+    const std::string_view name = list.substr(start, comma == std::string_view::npos ? list.npos : comma - start);
+    const ModuleName* found = nullptr;
+    for (const ModuleName& m : kModules)
+      if (name == m.name) found = &m;
+    if (!found && name == "mla_up_proj")
+      throw ConfigError(fmt::format("`recompute_modules` \"{}\": mla_up_proj re-runs multi-latent attention's "
+                                    "up-projections, and shardlab's attention is multi-head (GQA), not MLA",
+                                    list));
+    if (!found)
+      throw ConfigError(fmt::format("`recompute_modules` \"{}\": \"{}\" is not one of core_attn, layernorm, mlp, "
+                                    "moe, moe_act, shared_experts (a comma-separated list)",
+                                    list, name));
+    if (modules & found->module)
+      throw ConfigError(fmt::format("`recompute_modules` \"{}\": {} is listed twice", list, name));
+    modules |= found->module;
+    if (comma == std::string_view::npos) return modules;
+    start = comma + 1;
+  }
+}
+
+std::string recompute_modules_name(unsigned modules) {
+  std::string out;
+  for (const ModuleName& m : kModules)
+    if (modules & m.module) out += fmt::format("{}{}", out.empty() ? "" : ",", m.name);
+  return out;
+}
+
 }  // namespace shardlab::parallel

@@ -63,6 +63,7 @@ ShardedGPT::ShardedGPT(const model::GPTConfig& config, uint64_t seed, Device& de
       tp_group_(*groups.tp),
       hooks_(options.hooks),
       recompute_(options.recompute),
+      recompute_modules_(options.recompute_modules),
       cp_(options.cp),
       cp_rank_(options.cp_rank),
       layout_(

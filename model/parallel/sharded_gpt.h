@@ -80,6 +80,7 @@ struct ShardedOptions {
   // (replicated) boundary tensor, then the TP group all-gathers it.
   bool scatter_gather = false;
   Recompute recompute = Recompute::kNone;
+  unsigned recompute_modules = kRecomputeCoreAttn;  // kSelective's RecomputeModule mask
   StagePlacement placement;  // default: every block on one stage
   const AttentionCore* attention = nullptr;  // null: LocalAttention
   // Context parallelism: this rank's place among cp ranks (the micro-batch's
@@ -211,9 +212,9 @@ class ShardedGPT final : public LocalModel, public StageModel {
   // `final`: the chunk's last backward of the step (sharded_gpt.h's top).
   void head_backward(Slot& s, float dloss, bool final);
   void blocks_backward(int chunk, Slot& s, float dloss, bool final);
-  // Elements block `a` keeps from its forward to its backward under the
+  // Elements block `a` (block `layer`) keeps from its forward to its backward under the
   // recompute policy (the rest is rebuilt by recompute_block).
-  int64_t kept_elements(const BlockActs& a) const;
+  int64_t kept_elements(const BlockActs& a, int layer) const;
   // Rebuilds what the policy dropped of block `layer` (input x); returns the
   // elements it charged to the arena until the block's backward is done.
   int64_t recompute_block(BlockActs& a, int layer, const float* x);
@@ -250,6 +251,7 @@ class ShardedGPT final : public LocalModel, public StageModel {
   bool experts_whole_ = false;   // ShardedOptions::experts_whole with tp > 1
   BlockHooks* hooks_ = nullptr;
   Recompute recompute_ = Recompute::kNone;
+  unsigned recompute_modules_ = kRecomputeCoreAttn;
   int cp_ = 1, cp_rank_ = 0;
   ShardLayout layout_;
   int64_t v0_ = 0;

@@ -51,7 +51,7 @@ void ShardedGPT::forward(int chunk, int mb, int buffer, const MicroBatchTokens& 
   // Saved for backward: the input, each block's activations (with EP the rows
   // its experts received this time) and, on the last stage, the head's.
   s.elems = static_cast<int64_t>(s.x.size()) + head_elements(s);
-  for (const BlockActs& a : s.blocks) s.elems += kept_elements(a);
+  for (size_t i = 0; i < s.blocks.size(); ++i) s.elems += kept_elements(s.blocks[i], l0 + int(i));
   if (ctx_.ex().sink) ctx_.ex().sink->saved(s.elems);
   s.activations = true;
   if (place_.last(chunk)) {
@@ -134,18 +134,19 @@ void ShardedGPT::blocks_backward(int chunk, Slot& s, float dloss, bool final) {
     s.wgrad.end_block(l);
     if (!s.wgrad.deferred()) accumulated(l);
     if (ctx_.ex().sink && rebuilt > 0) ctx_.ex().sink->freed(rebuilt);
-    release_activations(s, kept_elements(s.blocks[size_t(i)]));
+    release_activations(s, kept_elements(s.blocks[size_t(i)], l));
     if (!s.wgrad.deferred()) finish_block(l, final);
     if (hooks_) hooks_->after_backward(l);
     std::swap(dx_, dx_next_);
   }
 }
 
-int64_t ShardedGPT::kept_elements(const BlockActs& a) const {
+int64_t ShardedGPT::kept_elements(const BlockActs& a, int layer) const {
   const bool fp8 = ctx_.ex().fp8_run;
   switch (recompute_) {
     case Recompute::kNone: return a.saved_elements(fp8);
-    case Recompute::kSelective: return a.saved_elements(fp8) - static_cast<int64_t>(a.att.size());
+    case Recompute::kSelective:
+      return selective_kept_elements(a, dims_, config_, config_.is_moe_layer(layer), recompute_modules_, fp8);
     case Recompute::kFull: return static_cast<int64_t>(a.res2.size());  // the next block's input
   }
   return a.saved_elements(fp8);
@@ -157,19 +158,11 @@ int64_t ShardedGPT::recompute_block(BlockActs& a, int layer, const float* x) {
   model::Exec ex = ctx_.ex();
   ex.recompute = true;
   again.set_exec(ex);
-  if (recompute_ == Recompute::kSelective) {
-    again.attention_core().forward(a.atty.data(), a.att.data(), core_qkv(a, scratch_, dims_, config_, again),
-                                   dims_, again.tp);
-    // The recomputed core ends with the dropout on its probabilities, as
-    // Megatron-LM's checkpointed CoreAttention does (block.cc charges it in
-    // the forward): B·(NH/tp)·T·T elements.
-    if (again.dropout && !dims_.flash)
-      again.ex().op("attn.dropout.fwd",
-                    model::dropout_forward_cost(int64_t{dims_.B} * dims_.NHl() * dims_.T * dims_.T, again.ex().elem));
-  } else {  // the whole block, from its kept input; its aux loss was counted in forward
+  if (recompute_ == Recompute::kSelective)
+    block_recompute(a, w_.blocks[layer], dims_, config_, scratch_, again, recompute_modules_);
+  else  // the whole block, from its kept input; its aux loss was counted in forward
     block_forward(a, w_.blocks[layer], x, dims_, config_, scratch_, again);
-  }
-  const int64_t rebuilt = a.saved_elements(ctx_.ex().fp8_run) - kept_elements(a);
+  const int64_t rebuilt = a.saved_elements(ctx_.ex().fp8_run) - kept_elements(a, layer);
   if (ctx_.ex().sink) ctx_.ex().sink->saved(rebuilt);
   return rebuilt;
 }

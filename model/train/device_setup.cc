@@ -110,6 +110,7 @@ void DeviceSetup::make_model(const DeviceProgram& p, Device& dev) {
   so.tp_comm_overlap = par.tp_comm_overlap;
   so.scatter_gather = par.scatter_gather;
   so.recompute = par.recompute;
+  so.recompute_modules = par.recompute_modules;
   so.phantom_zipf = o.phantom_zipf;
   so.experts_whole = par.experts_whole();
   so.table = &p.table;

@@ -119,6 +119,28 @@ void validate_parallel(const TrainOptions& o) {
                       p.attention == parallel::AttentionKernel::kAuto ? " (the llama family's default)" : "",
                       kFusedMaxHeadDim, m.head_size()));
   require(p.zero == 3 || p.prefetch, "`prefetch = false` needs `zero` 3");
+  // Megatron's recompute_modules go with recompute_granularity selective.
+  const unsigned rm = p.recompute_modules;
+  const std::string rm_name = parallel::recompute_modules_name(rm);
+  require(p.recompute == parallel::Recompute::kSelective || rm == parallel::kRecomputeCoreAttn,
+          fmt::format("`recompute_modules` {} chooses what selective recomputation re-runs: it needs `recompute` "
+                      "selective (got {})",
+                      rm_name.empty() ? "(none)" : rm_name, parallel::recompute_name(p.recompute)));
+  if (p.recompute == parallel::Recompute::kSelective) {
+    require(rm < (parallel::kRecomputeSharedExperts << 1),
+            fmt::format("`recompute_modules` {:#x}: not a mask of parallel::RecomputeModule", rm));
+    const unsigned moe_only = parallel::kRecomputeLayerNorm | parallel::kRecomputeMoe | parallel::kRecomputeMoeAct |
+                              parallel::kRecomputeSharedExperts;
+    require(!(rm & moe_only) || m.is_moe(),
+            fmt::format("`recompute_modules` {}: {} re-runs part of an MoE layer and this model has none",
+                        rm_name, parallel::recompute_modules_name(rm & moe_only)));
+    require(!(rm & parallel::kRecomputeSharedExperts) || m.n_shared_expert > 0,
+            fmt::format("`recompute_modules` {}: shared_experts, and this model has no shared expert", rm_name));
+    require(!(rm & parallel::kRecomputeMlp) || m.has_dense_layer(),
+            fmt::format("`recompute_modules` {}: mlp re-runs a dense block's MLP, and every block of this model is "
+                        "MoE (use moe or moe_act)",
+                        rm_name));
+  }
   require(p.hsdp == 0 || p.hsdp >= 2, fmt::format("`hsdp` must be at least 2 (got {})", p.hsdp));
   require(p.hsdp == 0 || p.zero == 3, "`hsdp` needs `zero` 3");
   require(p.hsdp == 0 || p.dp % p.hsdp == 0, fmt::format("`hsdp` {} must divide `dp` {}", p.hsdp, p.dp));

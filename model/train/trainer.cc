@@ -108,7 +108,10 @@ nlohmann::json TrainOptions::to_json() const {
             {"cp", parallel.cp}, {"cp_comm", parallel::cp_comm_name(parallel.cp_comm)},
             {"moe_dispatcher", parallel::moe_dispatcher_name(parallel.moe_dispatcher)},
             {"schedule", parallel::schedule_name(parallel.schedule)}, {"vpp", parallel.chunks()},
-            {"pp_layers", parallel.stage_layers}, {"recompute", parallel::recompute_name(parallel.recompute)}}}};
+            {"pp_layers", parallel.stage_layers}, {"recompute", parallel::recompute_name(parallel.recompute)},
+            {"recompute_modules", parallel.recompute == parallel::Recompute::kSelective
+                                      ? parallel::recompute_modules_name(parallel.recompute_modules)
+                                      : std::string()}}}};
 }
 
 double learning_rate(const TrainOptions& o, int step) {

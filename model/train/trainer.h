@@ -151,6 +151,9 @@ struct ParallelOptions {
   int vpp = 0;
   std::vector<int> stage_layers;  // blocks per virtual stage; empty = balanced
   parallel::Recompute recompute = parallel::Recompute::kNone;  // activation recomputation
+  // What kSelective re-runs (parallel::RecomputeModule, Megatron's
+  // --recompute-modules); the attention core by default.
+  unsigned recompute_modules = parallel::kRecomputeCoreAttn;
   parallel::AttentionKernel attention = parallel::AttentionKernel::kAuto;  // --attention
   // Library users: run these action lists (one per pipeline rank, schedules
   // as data) instead of `schedule`. validate_parallel checks them

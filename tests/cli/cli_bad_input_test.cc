@@ -113,6 +113,23 @@ TEST(CliBadInput, ModelShapeFlags) {
       {"train --model tiny --head-dim 64 --steps 1",
        "--head-dim 64 apart from --embd / --heads needs --family llama (the gpt family's fused c_attn is 3 x "
        "n_embd wide)"},
+      {"train --model tiny --steps 1 --recompute full --recompute-modules mlp",
+       "--recompute-modules mlp chooses what selective recomputation re-runs: it needs --recompute selective (got "
+       "full)"},
+      {"train --model tiny-moe --steps 1 --recompute-modules core_attn,mla_up_proj",
+       "--recompute-modules \"core_attn,mla_up_proj\": mla_up_proj re-runs multi-latent attention's up-projections, "
+       "and shardlab's attention is multi-head (GQA), not MLA"},
+      {"train --model tiny-moe --steps 1 --recompute-modules mlp,moe,mlp",
+       "--recompute-modules \"mlp,moe,mlp\": mlp is listed twice"},
+      {"train --model tiny-moe --steps 1 --recompute-modules mlp,",
+       "--recompute-modules \"mlp,\": \"\" is not one of core_attn, layernorm, mlp, moe, moe_act, shared_experts (a "
+       "comma-separated list)"},
+      {"train --model tiny --steps 1 --recompute-modules moe_act,layernorm",
+       "--recompute-modules layernorm,moe_act: layernorm,moe_act re-runs part of an MoE layer and this model has "
+       "none"},
+      {"train --model tiny-moe --steps 1 --moe-first-dense 0 --recompute-modules mlp",
+       "--recompute-modules mlp: mlp re-runs a dense block's MLP, and every block of this model is MoE (use moe or "
+       "moe_act)"},
       {"train --model tiny-moe --steps 1 --tp 2 --dp 2 --ep 2 --expert-tp 1",
        "--expert-tp 1 with --tp > 1 routes each rank's sequence-parallel rows: it needs --sp (Megatron requires it "
        "with MoE and TP)"},

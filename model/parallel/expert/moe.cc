@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "model/kernels.h"
+#include "model/kernels_llama.h"
 #include "model/parallel/expert/moe.h"
 #include "model/parallel/shard_layers.h"
 
@@ -221,6 +222,29 @@ void tp_experts_forward(float* ye, float* fc, float* fc_gelu,
   for (int e = 0; e < n; ++e) {
     const int64_t r0 = offsets[e], rows = offsets[e + 1] - r0;
     add_bias_rows(shifted(ye, r0 * C), experts[e].c_proj.bias, rows, C, "mlp.c_proj.bias.fwd", c.ex);
+  }
+}
+
+int64_t experts_activation_elements(const TpMoeActs& a, const ShardDims& d, const GPTConfig& config) {
+  // With EP the experts ran the R rows they received (TpMoeActs::saved_elements).
+  return a.ep.row_elems > 0 ? a.ep.R * expert_fl(d, config) : static_cast<int64_t>(a.fc_gelu.size());
+}
+
+void tp_experts_activation_forward(TpMoeActs& a, const ShardDims& d, const GPTConfig& config, const Exec& any) {
+  const Exec ex = any.te_linear();  // as tp_mlp_partial_forward runs it
+  const int Fl = expert_fl(d, config);
+  const bool swiglu = config.is_llama();
+  const int W = swiglu ? 2 * Fl : Fl;
+  // The local experts' rows, expert-major: with EP the rows received.
+  const Buf<int64_t>& offsets = a.ep.row_elems > 0 ? a.ep.offsets : a.offsets;
+  for (size_t e = 0; e + 1 < offsets.size(); ++e) {
+    const int64_t r0 = offsets[e], rows = offsets[e + 1] - r0;
+    if (swiglu)
+      model::swiglu_forward(ex, "mlp.swiglu.fwd", shifted(a.fc_gelu.data(), r0 * Fl), shifted(a.fc.data(), r0 * W),
+                            rows, Fl);
+    else
+      model::gelu_forward(ex, "mlp.gelu.fwd", shifted(a.fc_gelu.data(), r0 * Fl), shifted(a.fc.data(), r0 * W),
+                          rows * Fl);
   }
 }
 

@@ -72,6 +72,14 @@ PhantomPlan plan_phantom_routing(int64_t N, int E, int K, double capacity, doubl
 const PhantomPlan& phantom_plan(int64_t N, int E, int K, double capacity, double zipf, int groups = 1,
                                 int group_top_k = 1);
 
+// The routed experts' activation again (Megatron's moe_act recomputation):
+// fc_gelu from fc over the rows each local expert ran in the last forward,
+// the forward's kernels (tp_experts_forward: one per expert).
+void tp_experts_activation_forward(TpMoeActs& a, const ShardDims& d, const model::GPTConfig& config,
+                                   const model::Exec& ex);
+// The elements that activation's output (fc_gelu) keeps for backward.
+int64_t experts_activation_elements(const TpMoeActs& a, const ShardDims& d, const model::GPTConfig& config);
+
 // Router (replicated) on the full rows, then the dispatch plan (a.M, a.src,
 // a.offsets over all E experts; a.routed points at the plan's src, also in a
 // phantom run) and a.stats.dropped. Global routing with
