@@ -123,7 +123,7 @@ int64_t BlockActs::saved_elements(bool fp8) const {
     const auto size = static_cast<int64_t>(b->size());
     n += fp8 ? (size + 1) / 2 : size;
   }
-  return n + moe.saved_elements();
+  return n + moe.saved_elements(fp8);
 }
 
 void BlockScratch::resize(const ShardDims& d, const model::GPTConfig& config) {
@@ -358,7 +358,8 @@ float block_forward(BlockActs& a, const BlockView<float>& p, const float* x, con
 int64_t selective_kept_elements(const BlockActs& a, const ShardDims& d, const GPTConfig& config, bool moe_block,
                                 unsigned modules, bool fp8) {
   const auto size = [](const auto& b) { return static_cast<int64_t>(b.size()); };
-  const auto gemm_input = [&](const Buf<float>& b) { return fp8 ? (size(b) + 1) / 2 : size(b); };  // saved_elements
+  const auto fp8_half = [&](int64_t n) { return fp8 ? (n + 1) / 2 : n; };  // as saved_elements counts them
+  const auto gemm_input = [&](const Buf<float>& b) { return fp8_half(size(b)); };
   int64_t n = a.saved_elements(fp8);
   if (modules & kRecomputeCoreAttn) n -= size(a.att);
   if (!moe_block) {
@@ -366,9 +367,9 @@ int64_t selective_kept_elements(const BlockActs& a, const ShardDims& d, const GP
     return n;
   }
   if (modules & kRecomputeLayerNorm) n -= gemm_input(a.ln2);
-  if (modules & kRecomputeMoe) return n - a.moe.saved_elements();  // its input, ln_2's output, stays
-  if (modules & kRecomputeMoeAct) n -= experts_activation_elements(a.moe, d, config);
-  if (modules & kRecomputeSharedExperts) n -= size(a.moe.shared_fc) + size(a.moe.shared_fc_gelu);
+  if (modules & kRecomputeMoe) return n - a.moe.saved_elements(fp8);  // its input, ln_2's output, stays
+  if (modules & kRecomputeMoeAct) n -= fp8_half(experts_activation_elements(a.moe, d, config));
+  if (modules & kRecomputeSharedExperts) n -= size(a.moe.shared_fc) + gemm_input(a.moe.shared_fc_gelu);
   return n;
 }
 

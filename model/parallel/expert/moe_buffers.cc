@@ -68,6 +68,7 @@ void TpMoeActs::resize(const ShardDims& d, const model::GPTConfig& config) {
     ep.perm.assign(Rx, 0);
   ep.xl.assign(Rx * C, 0);
   ep.row_elems = C + fc_width(config, Fl) + Fl;
+  ep.row_gemm_inputs = C + Fl;
   if (d.ep_nodes <= 0) return;
   const int64_t Nn = d.ep_nodes, En = int64_t{El} * (d.ep / d.ep_nodes);
   const int64_t sent_max = N * std::min<int64_t>(K, Nn), relayed_max = Nn * N * std::min<int64_t>(K, En);
@@ -87,18 +88,19 @@ void TpMoeActs::resize(const ShardDims& d, const model::GPTConfig& config) {
   node.C = int(C);
 }
 
-int64_t TpMoeActs::saved_elements() const {
-  int64_t n = 0;
-  for (const Buf<float>* b : {&logits, &probs, &gates, &ye, &shared_fc, &shared_fc_gelu})
-    n += static_cast<int64_t>(b->size());
-  // DeepEP's dispatcher: the relay keeps the outputs and gates of the rows
-  // it relayed (ye is unused), the experts their rows as below.
-  if (node.C > 0) return n - static_cast<int64_t>(ye.size()) + node.Rn * (node.C + 1) + ep.R * ep.row_elems;
+int64_t TpMoeActs::saved_elements(bool fp8) const {
+  const auto size = [](const auto& b) { return static_cast<int64_t>(b.size()); };
+  const auto gemm_input = [&](int64_t n) { return fp8 ? (n + 1) / 2 : n; };
+  int64_t n = size(logits) + size(probs) + size(gates) + size(ye) + size(shared_fc) + gemm_input(size(shared_fc_gelu));
   // With EP the experts keep their inputs and activations for the rows they
   // received in the last forward (xl, fc, fc_gelu); otherwise xe, fc, fc_gelu.
-  if (ep.row_elems > 0) return n + ep.R * ep.row_elems;
-  for (const Buf<float>* b : {&xe, &fc, &fc_gelu}) n += static_cast<int64_t>(b->size());
-  return n;
+  const int64_t experts = ep.row_elems > 0
+                              ? ep.R * (ep.row_elems - ep.row_gemm_inputs) + gemm_input(ep.R * ep.row_gemm_inputs)
+                              : size(fc) + gemm_input(size(xe)) + gemm_input(size(fc_gelu));
+  // DeepEP's dispatcher: the relay keeps the outputs and gates of the rows
+  // it relayed (ye is unused).
+  if (node.C > 0) return n - size(ye) + node.Rn * (node.C + 1) + experts;
+  return n + experts;
 }
 
 void MoeScratch::resize(const ShardDims& d, const model::GPTConfig& config) {

@@ -60,6 +60,7 @@ struct TpMoeActs : model::MoeActs<float> {
     Buf<float> xl;                               // (Rx, C) expert inputs, kept for backward
     int64_t R = 0;
     int64_t row_elems = 0;  // saved elements per received row: C + fc_width + Fel
+    int64_t row_gemm_inputs = 0;  // of which the FP8 GEMMs' inputs: C + Fel
   } ep;
   // DeepEP's dispatcher (expert/ep_node_dispatch.cc; ShardDims::ep_nodes > 0):
   // a token crosses to each node that holds one of its experts once (the
@@ -86,8 +87,11 @@ struct TpMoeActs : model::MoeActs<float> {
   MoeStats stats;
   void resize(const ShardDims& d, const model::GPTConfig& config);
   // What the layer keeps for backward (with EP the rows its experts
-  // received in the last forward).
-  int64_t saved_elements() const;
+  // received in the last forward). fp8 (a Precision::kFp8 run): the inputs
+  // of the experts' FP8 GEMMs (their rows for fc1, the activation's output
+  // for fc2, the shared experts' too) are kept as Transformer Engine's
+  // grouped linears keep them, in FP8: half a 2 B element (rounded up).
+  int64_t saved_elements(bool fp8 = false) const;
 };
 
 // Scratch of the MoE layers' backward (and of EP's received rows), shared

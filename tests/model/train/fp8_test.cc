@@ -47,7 +47,9 @@ struct Charged {
   double sent_bytes = 0;  // modeled bytes of every send (collectives and transfers)
 };
 
-Charged run(Precision precision, int tp = 1, bool tp_comm_overlap = false) {
+// moe: the block's MLP an MoE layer (8 experts of width C/2, top-2, one
+// shared expert of the same width).
+Charged run(Precision precision, int tp = 1, bool tp_comm_overlap = false, bool moe = false) {
   TrainOptions o;
   o.model = model::preset("tiny");
   o.model.n_layer = 1;
@@ -56,6 +58,13 @@ Charged run(Precision precision, int tp = 1, bool tp_comm_overlap = false) {
   o.model.block_size = kT;
   o.model.vocab_size = 1536;
   o.model.batch_size = 1;
+  if (moe) {
+    o.model.n_expert = 8;
+    o.model.top_k = 2;
+    o.model.n_moe_ffn = kC / 2;
+    o.model.n_shared_expert = 1;
+    o.model.aux_coef = 0;
+  }
   o.steps = 1;
   o.phantom = true;
   HardwareProfile p = load_profile("h100-nvlink");
@@ -148,6 +157,21 @@ TEST(Fp8, OneLayerTimeAndMemoryAgainstAHandCount) {
               "max |hand - model| %.0f ps\n",
               double(bf16.stats.compute_busy) / 1e6, double(fp8.stats.compute_busy) / 1e6, casts / 1e6,
               kind(bf16, MemKind::kActivation) / 1048576, kind(fp8, MemKind::kActivation) / 1048576, max_diff);
+}
+
+// An MoE layer keeps its experts' FP8 GEMM inputs in FP8 too, as TE's
+// grouped linears do: each routed row's input (C) and activation output
+// (C/2), N·K rows, and the shared expert's activation output (N x C/2),
+// besides the attention's ln1, ln2 and attention output (3 N·C); the
+// experts' fc1 outputs (their activation's input) stay BF16.
+TEST(Fp8, MoeLayerKeepsItsExpertsGemmInputsInFp8) {
+  const Charged bf16 = run(Precision::kBf16, 1, false, true), fp8 = run(Precision::kFp8, 1, false, true);
+  const auto act = [](const Charged& r) { return double(r.stats.peak_by_kind[int(MemKind::kActivation)]); };
+  constexpr double K = 2, Fe = kC / 2;
+  const double by_hand = 3.0 * kN * kC + kN * K * (kC + Fe) + kN * Fe;  // bytes: 1 B less each
+  std::printf("one MoE layer's activations: bf16 %.0f B, fp8 %.0f B; %.0f B fewer, by hand %.0f\n", act(bf16),
+              act(fp8), act(bf16) - act(fp8), by_hand);
+  EXPECT_EQ(act(bf16) - act(fp8), by_hand);
 }
 
 // Under sequence parallelism Transformer Engine gathers an FP8 linear's GEMM
