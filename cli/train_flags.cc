@@ -221,7 +221,7 @@ FlagTable<TrainFlags> parallel_flags() {
       {"--recompute", FIELD(recompute),
        "Activation recomputation: none, selective (attention core) or full (whole blocks)", {}, kShowDefault},
       {"--recompute-modules", FIELD(recompute_modules),
-       "What --recompute selective re-runs, a list of Megatron's recompute_modules (implies selective when "
+       "What --recompute selective re-runs, a list of Megatron's recompute_modules separated by , or + (implies selective when "
        "--recompute is none): core_attn (the default), layernorm (an MoE layer's pre-MLP norm), mlp (a dense "
        "block's MLP), moe (an MoE layer), moe_act (the experts' activation), shared_experts",
        nonempty()},

@@ -36,7 +36,7 @@ unsigned parse_recompute_modules(std::string_view list) {
   unsigned modules = 0;
   size_t start = 0;
   while (true) {
-    const size_t comma = list.find(',', start);
+    const size_t comma = list.find_first_of(",+", start);  // '+' too: a sweep's value cannot hold a comma
     const std::string_view name = list.substr(start, comma == std::string_view::npos ? list.npos : comma - start);
     const ModuleName* found = nullptr;
     for (const ModuleName& m : kModules)
@@ -47,7 +47,7 @@ unsigned parse_recompute_modules(std::string_view list) {
                                     list));
     if (!found)
       throw ConfigError(fmt::format("`recompute_modules` \"{}\": \"{}\" is not one of core_attn, layernorm, mlp, "
-                                    "moe, moe_act, shared_experts (a comma-separated list)",
+                                    "moe, moe_act, shared_experts (a list separated by , or +)",
                                     list, name));
     if (modules & found->module)
       throw ConfigError(fmt::format("`recompute_modules` \"{}\": {} is listed twice", list, name));

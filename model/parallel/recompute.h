@@ -33,8 +33,9 @@ enum RecomputeModule : unsigned {
   kRecomputeMoeAct = 1u << 4,         // moe_act: the routed experts' activation (GELU or SwiGLU)
   kRecomputeSharedExperts = 1u << 5,  // shared_experts: the shared experts' MLP
 };
-// "core_attn,mlp" -> a RecomputeModule mask; ConfigError naming
-// --recompute-modules on an unknown, repeated or missing name.
+// "core_attn,mlp" (or "core_attn+mlp", for a sweep's axis) -> a
+// RecomputeModule mask; ConfigError naming --recompute-modules on an
+// unknown, repeated or missing name.
 unsigned parse_recompute_modules(std::string_view list);
 std::string recompute_modules_name(unsigned modules);  // "core_attn,mlp"; "" for none
 

@@ -123,7 +123,7 @@ TEST(CliBadInput, ModelShapeFlags) {
        "--recompute-modules \"mlp,moe,mlp\": mlp is listed twice"},
       {"train --model tiny-moe --steps 1 --recompute-modules mlp,",
        "--recompute-modules \"mlp,\": \"\" is not one of core_attn, layernorm, mlp, moe, moe_act, shared_experts (a "
-       "comma-separated list)"},
+       "list separated by , or +)"},
       {"train --model tiny --steps 1 --recompute-modules moe_act,layernorm",
        "--recompute-modules layernorm,moe_act: layernorm,moe_act re-runs part of an MoE layer and this model has "
        "none"},

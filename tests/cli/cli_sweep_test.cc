@@ -77,6 +77,32 @@ TEST(CliSweep, VariesTheAttentionKernel) {
   EXPECT_NE(j["points"][2]["error"].get<std::string>().find("fa9"), std::string::npos) << j["points"][2];
 }
 
+// --vary recompute-modules: a list of modules is one value when joined by +
+// (a sweep's values are split at commas); each point keeps less activation
+// memory and takes longer than the one before, and is train's run of it.
+TEST(CliSweep, VariesTheRecomputedModules) {
+  const std::string dir = fresh_dir("recompute_modules");
+  const std::string model = " --model tiny-moe --steps 1 --ep 2 --dp 2";
+  const auto r = run_cli("sweep" + model +
+                         " --vary recompute-modules=moe_act,layernorm+moe_act,moe --metric virtual_step_s "
+                         "--metric peak_activation_bytes --out " + dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(slurp(dir + "/points.json"));
+  ASSERT_EQ(j["points"].size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(j["points"][i].contains("metrics")) << j["points"][i];
+    if (i == 0) continue;
+    const auto& m = j["points"][i]["metrics"];
+    const auto& before = j["points"][i - 1]["metrics"];
+    EXPECT_LT(m["peak_activation_bytes"].get<double>(), before["peak_activation_bytes"].get<double>()) << i;
+    EXPECT_GT(m["virtual_step_s"].get<double>(), before["virtual_step_s"].get<double>()) << i;
+  }
+  const std::string report = dir + "/both.json";
+  ASSERT_EQ(run_cli("train" + model + " --recompute-modules moe_act,layernorm --report " + report).code, 0);
+  EXPECT_EQ(j["points"][1]["metrics"]["virtual_step_s"],
+            nlohmann::json::parse(slurp(report))["summary"]["virtual_step_s"]);
+}
+
 TEST(CliSweep, FailedPointsAreRowsAndTheSweepGoesOn) {
   const std::string dir = fresh_dir("bad_points");
   // tp 3 does not divide tiny's 4 heads; "two" is not a number; --memory 1MiB cannot hold tiny.

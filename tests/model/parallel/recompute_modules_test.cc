@@ -261,6 +261,9 @@ TEST(RecomputeModules, RefusesWhatDoesNotApply) {
   EXPECT_THROW(parallel::parse_recompute_modules("mlp,"), ConfigError);
   EXPECT_EQ(parallel::parse_recompute_modules("moe_act,layernorm"),
             unsigned(parallel::kRecomputeMoeAct | parallel::kRecomputeLayerNorm));
+  EXPECT_EQ(parallel::parse_recompute_modules("moe_act+layernorm,mlp"),
+            unsigned(parallel::kRecomputeMoeAct | parallel::kRecomputeLayerNorm | parallel::kRecomputeMlp));
+  EXPECT_THROW(parallel::parse_recompute_modules("mlp++moe"), ConfigError);
   EXPECT_EQ(parallel::recompute_modules_name(parallel::kRecomputeMoeAct | parallel::kRecomputeLayerNorm),
             "layernorm,moe_act");
 }
