@@ -106,6 +106,8 @@ constexpr std::array kFieldFlags = std::to_array<std::pair<std::string_view, std
     {"trace", "--trace"},
     {"recompute", "--recompute"},
     {"recompute_modules", "--recompute-modules"},
+    {"recompute_method", "--recompute-method"},
+    {"recompute_num_layers", "--recompute-num-layers"},
     {"reshard_after_forward = false", "--no-reshard-after-forward"},
     {"prefetch = false", "--no-prefetch"},
     {"overlap = false", "--no-overlap"},

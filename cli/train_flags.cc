@@ -220,6 +220,13 @@ FlagTable<TrainFlags> parallel_flags() {
       {"--pp-layers", FIELD(pp_layers), "Blocks per stage, e.g. 3,3,2 (default: balanced)", nonempty()},
       {"--recompute", FIELD(recompute),
        "Activation recomputation: none, selective (attention core) or full (whole blocks)", {}, kShowDefault},
+      {"--recompute-method", FIELD(recompute_method),
+       "Which blocks --recompute full re-runs (Megatron's): uniform (groups of --recompute-num-layers blocks keep "
+       "only their input, the default, groups of 1) or block (the first --recompute-num-layers blocks of each stage "
+       "and chunk; the others keep everything)",
+       nonempty()},
+      {"--recompute-num-layers", FIELD(opts.parallel.recompute_num_layers),
+       "Blocks in a --recompute-method group (uniform) or re-run per stage (block)", number_in(1, kMaxLayers)},
       {"--recompute-modules", FIELD(recompute_modules),
        "What --recompute selective re-runs, a list of Megatron's recompute_modules separated by , or + (implies selective when "
        "--recompute is none): core_attn (the default), layernorm (an MoE layer's pre-MLP norm), mlp (a dense "
@@ -368,6 +375,7 @@ train::TrainOptions TrainFlags::options() const {
   o.parallel.moe_dispatcher = parallel::parse_moe_dispatcher(moe_dispatcher);
   o.parallel.schedule = parallel::parse_schedule(schedule);
   o.parallel.recompute = parallel::parse_recompute(recompute);
+  if (!recompute_method.empty()) o.parallel.recompute_method = parallel::parse_recompute_method(recompute_method);
   if (!recompute_modules.empty()) {
     o.parallel.recompute_modules = parallel::parse_recompute_modules(recompute_modules);
     if (o.parallel.recompute == parallel::Recompute::kNone) o.parallel.recompute = parallel::Recompute::kSelective;

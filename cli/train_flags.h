@@ -50,7 +50,8 @@ struct TrainFlags {
   double dropout = 0;
   // Names the library parses into its enums (parse_schedule, ...).
   std::string lr_schedule = "constant", sampling = "random", cp_comm = "ring", moe_dispatcher = "alltoall", schedule = "1f1b";
-  std::string recompute = "none", recompute_modules, phantom_routing = "uniform", attention = "auto", fusions;
+  std::string recompute = "none", recompute_modules, recompute_method, phantom_routing = "uniform", attention = "auto",
+      fusions;
   std::string attention_kernel;  // --attention-kernel: a profile's named kernel (select_attention_kernel); "": its default
   std::string arithmetic = "native";  // native or portable (model/arithmetic.h)
   std::string pp_layers;

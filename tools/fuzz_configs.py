@@ -169,6 +169,11 @@ def draw(rng, mode="verify", wide=False):
         switches.remove("--sp")
     for flag, value in flags.items():
         args += [flag, value]
+    if rng.random() < 0.15:  # Megatron's recompute_method and recompute_num_layers (without full now and then)
+        args += ["--recompute-method", rng.choice(["uniform", "block"]), "--recompute-num-layers",
+                 str(rng.choice([1, 2, 3]))]
+        if "--recompute" not in args and rng.random() < 0.9:
+            args += ["--recompute", "full"]
     if rng.random() < 0.2:  # Megatron's recompute_modules (with --recompute full now and then: the refusal)
         names = ["core_attn", "mlp"] + (["layernorm", "moe", "moe_act", "shared_experts"]
                                         if "--experts" in args or rng.random() < 0.1 else [])
@@ -424,7 +429,7 @@ def resume_differs(a, args, straight_out):
 # A run's layout: drawn again for the resharded resume; the rest (model,
 # batch, data, optimizer, precision, kernels) stays.
 LAYOUT_FLAGS = {"--tp", "--pp", "--dp", "--cp", "--ep", "--expert-tp", "--micro-batches", "--zero", "--schedule", "--vpp",
-                "--recompute", "--recompute-modules", "--hsdp", "--cp-comm", "--pp-layers", "--bucket-mb"}
+                "--recompute", "--recompute-modules", "--recompute-method", "--recompute-num-layers", "--hsdp", "--cp-comm", "--pp-layers", "--bucket-mb"}
 LAYOUT_SWITCHES = {"--sp", "--tp-comm-overlap", "--use-distributed-optimizer", "--overlap-param-gather",
                    "--no-overlap", "--scatter-gather", "--bucket-per-chunk", "--reshard-after-forward",
                    "--no-grad-accum-fusion", "--overlap-p2p-comm", "--no-prefetch"}

@@ -19,6 +19,14 @@ const char* recompute_name(Recompute r) {
   return r == Recompute::kFull ? "full" : r == Recompute::kSelective ? "selective" : "none";
 }
 
+RecomputeMethod parse_recompute_method(std::string_view name) {
+  if (name == "uniform") return RecomputeMethod::kUniform;
+  if (name == "block") return RecomputeMethod::kBlock;
+  throw ConfigError(fmt::format("`recompute_method` \"{}\": expected uniform or block", name));
+}
+
+const char* recompute_method_name(RecomputeMethod m) { return m == RecomputeMethod::kBlock ? "block" : "uniform"; }
+
 namespace {
 
 struct ModuleName {

@@ -19,6 +19,18 @@ enum class Recompute { kNone, kSelective, kFull };
 Recompute parse_recompute(std::string_view name);  // ConfigError naming --recompute
 const char* recompute_name(Recompute r);
 
+// Which blocks kFull re-runs (Megatron's --recompute-method with
+// --recompute-num-layers N), counted within each model chunk:
+//   kUniform  groups of N consecutive blocks keep only the group's input;
+//             the backward of the group's last block first re-runs the
+//             whole group's forward (N 1, the default: every block keeps its
+//             own input and is re-run alone);
+//   kBlock    the chunk's first N blocks are re-run as above (each keeps its
+//             input), the others keep everything (no recomputation).
+enum class RecomputeMethod { kUniform, kBlock };
+RecomputeMethod parse_recompute_method(std::string_view name);  // ConfigError naming --recompute-method
+const char* recompute_method_name(RecomputeMethod m);
+
 // What kSelective re-runs: Megatron-core's recompute_modules (with
 // recompute_granularity "selective"), by the same names. A module checkpointed
 // whole keeps its input and re-runs its forward, collectives included; an

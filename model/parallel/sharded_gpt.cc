@@ -64,6 +64,8 @@ ShardedGPT::ShardedGPT(const model::GPTConfig& config, uint64_t seed, Device& de
       hooks_(options.hooks),
       recompute_(options.recompute),
       recompute_modules_(options.recompute_modules),
+      recompute_method_(options.recompute_method),
+      recompute_layers_(std::max(1, options.recompute_num_layers)),
       cp_(options.cp),
       cp_rank_(options.cp_rank),
       layout_(

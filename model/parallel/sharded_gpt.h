@@ -81,6 +81,9 @@ struct ShardedOptions {
   bool scatter_gather = false;
   Recompute recompute = Recompute::kNone;
   unsigned recompute_modules = kRecomputeCoreAttn;  // kSelective's RecomputeModule mask
+  // kFull's blocks (recompute.h): method and N (1: every block, alone).
+  RecomputeMethod recompute_method = RecomputeMethod::kUniform;
+  int recompute_num_layers = 1;
   StagePlacement placement;  // default: every block on one stage
   const AttentionCore* attention = nullptr;  // null: LocalAttention
   // Context parallelism: this rank's place among cp ranks (the micro-batch's
@@ -212,12 +215,19 @@ class ShardedGPT final : public LocalModel, public StageModel {
   // `final`: the chunk's last backward of the step (sharded_gpt.h's top).
   void head_backward(Slot& s, float dloss, bool final);
   void blocks_backward(int chunk, Slot& s, float dloss, bool final);
-  // Elements block `a` (block `layer`) keeps from its forward to its backward under the
-  // recompute policy (the rest is rebuilt by recompute_block).
-  int64_t kept_elements(const BlockActs& a, int layer) const;
-  // Rebuilds what the policy dropped of block `layer` (input x); returns the
-  // elements it charged to the arena until the block's backward is done.
-  int64_t recompute_block(BlockActs& a, int layer, const float* x);
+  // Elements block `a` (block `layer`, the i-th of its chunk's n) keeps from its
+  // forward to its backward under the recompute policy (the rest is rebuilt
+  // by recompute_block).
+  int64_t kept_elements(const BlockActs& a, int layer, int i, int n) const;
+  // kFull: whether the chunk's i-th block is re-run, and the last block of
+  // its group (uniform: the group re-runs at that block's backward).
+  bool full_recompute(int i) const;
+  int group_last(int i, int n) const;
+  // Before block i's backward (of slot s, its chunk's blocks from `l0`):
+  // rebuilds what the policy dropped (with kUniform groups, the whole
+  // group at its last block); returns the elements block i holds in the
+  // arena until its backward is done.
+  int64_t recompute_block(Slot& s, int i, int l0);
   void embedding_backward(Slot& s);
   // This backward's gradients of block `layer` (kHead: ln_f and the head)
   // or of the embeddings are done: with `final` (the step's last) SP row
@@ -252,6 +262,9 @@ class ShardedGPT final : public LocalModel, public StageModel {
   BlockHooks* hooks_ = nullptr;
   Recompute recompute_ = Recompute::kNone;
   unsigned recompute_modules_ = kRecomputeCoreAttn;
+  RecomputeMethod recompute_method_ = RecomputeMethod::kUniform;
+  int recompute_layers_ = 1;
+  std::vector<int64_t> rebuilt_;  // kUniform: each block of the group being re-run, its rebuilt elements
   int cp_ = 1, cp_rank_ = 0;
   ShardLayout layout_;
   int64_t v0_ = 0;

@@ -51,7 +51,8 @@ void ShardedGPT::forward(int chunk, int mb, int buffer, const MicroBatchTokens& 
   // Saved for backward: the input, each block's activations (with EP the rows
   // its experts received this time) and, on the last stage, the head's.
   s.elems = static_cast<int64_t>(s.x.size()) + head_elements(s);
-  for (size_t i = 0; i < s.blocks.size(); ++i) s.elems += kept_elements(s.blocks[i], l0 + int(i));
+  const int n = int(s.blocks.size());
+  for (int i = 0; i < n; ++i) s.elems += kept_elements(s.blocks[size_t(i)], l0 + i, i, n);
   if (ctx_.ex().sink) ctx_.ex().sink->saved(s.elems);
   s.activations = true;
   if (place_.last(chunk)) {
@@ -127,44 +128,72 @@ void ShardedGPT::blocks_backward(int chunk, Slot& s, float dloss, bool final) {
     const int l = l0 + i;
     if (hooks_) hooks_->before_backward(l);
     const float* x_in = i > 0 ? s.blocks[size_t(i - 1)].res2.data() : s.x.data();
-    const int64_t rebuilt = recompute_block(s.blocks[size_t(i)], l, x_in);
+    const int64_t rebuilt = recompute_block(s, i, l0);
     std::fill(dx_next_.begin(), dx_next_.end(), 0.0f);
     block_backward(dx_next_.data(), g_.blocks[l], scratch_, dx_.data(), daux, s.blocks[size_t(i)],
                       x_in, w_.blocks[l], dims_, config_, s.wgrad, ctx_);
     s.wgrad.end_block(l);
     if (!s.wgrad.deferred()) accumulated(l);
     if (ctx_.ex().sink && rebuilt > 0) ctx_.ex().sink->freed(rebuilt);
-    release_activations(s, kept_elements(s.blocks[size_t(i)], l));
+    release_activations(s, kept_elements(s.blocks[size_t(i)], l, i, int(s.blocks.size())));
     if (!s.wgrad.deferred()) finish_block(l, final);
     if (hooks_) hooks_->after_backward(l);
     std::swap(dx_, dx_next_);
   }
 }
 
-int64_t ShardedGPT::kept_elements(const BlockActs& a, int layer) const {
+bool ShardedGPT::full_recompute(int i) const {
+  return recompute_ == Recompute::kFull && (recompute_method_ == RecomputeMethod::kUniform || i < recompute_layers_);
+}
+
+int ShardedGPT::group_last(int i, int n) const {
+  if (recompute_method_ == RecomputeMethod::kBlock) return i;
+  return std::min((i / recompute_layers_ + 1) * recompute_layers_, n) - 1;
+}
+
+int64_t ShardedGPT::kept_elements(const BlockActs& a, int layer, int i, int n) const {
   const bool fp8 = ctx_.ex().fp8_run;
   switch (recompute_) {
     case Recompute::kNone: return a.saved_elements(fp8);
     case Recompute::kSelective:
       return selective_kept_elements(a, dims_, config_, config_.is_moe_layer(layer), recompute_modules_, fp8);
-    case Recompute::kFull: return static_cast<int64_t>(a.res2.size());  // the next block's input
+    case Recompute::kFull:
+      if (!full_recompute(i)) return a.saved_elements(fp8);
+      // The group's output, the next block's input; the rest of the group keeps nothing.
+      return i == group_last(i, n) ? static_cast<int64_t>(a.res2.size()) : 0;
   }
   return a.saved_elements(fp8);
 }
 
-int64_t ShardedGPT::recompute_block(BlockActs& a, int layer, const float* x) {
-  if (recompute_ == Recompute::kNone) return 0;
+int64_t ShardedGPT::recompute_block(Slot& s, int i, int l0) {
+  if (recompute_ == Recompute::kNone || (recompute_ == Recompute::kFull && !full_recompute(i))) return 0;
+  const int n = int(s.blocks.size());
   BlockContext again = ctx_;
   model::Exec ex = ctx_.ex();
   ex.recompute = true;
   again.set_exec(ex);
-  if (recompute_ == Recompute::kSelective)
-    block_recompute(a, w_.blocks[layer], dims_, config_, scratch_, again, recompute_modules_);
-  else  // the whole block, from its kept input; its aux loss was counted in forward
-    block_forward(a, w_.blocks[layer], x, dims_, config_, scratch_, again);
-  const int64_t rebuilt = a.saved_elements(ctx_.ex().fp8_run) - kept_elements(a, layer);
-  if (ctx_.ex().sink) ctx_.ex().sink->saved(rebuilt);
-  return rebuilt;
+  const bool fp8 = ctx_.ex().fp8_run;
+  const auto rebuilt_of = [&](int j) { return s.blocks[size_t(j)].saved_elements(fp8) - kept_elements(s.blocks[size_t(j)], l0 + j, j, n); };
+  if (recompute_ == Recompute::kSelective) {
+    BlockActs& a = s.blocks[size_t(i)];
+    block_recompute(a, w_.blocks[l0 + i], dims_, config_, scratch_, again, recompute_modules_);
+    const int64_t rebuilt = rebuilt_of(i);
+    if (ctx_.ex().sink) ctx_.ex().sink->saved(rebuilt);
+    return rebuilt;
+  }
+  if (i != group_last(i, n)) return rebuilt_[size_t(i)];  // re-run with its group's last block
+  // The whole group, from its kept input, in forward order; its aux losses were counted in forward.
+  const int first = recompute_method_ == RecomputeMethod::kBlock ? i : i / recompute_layers_ * recompute_layers_;
+  rebuilt_.resize(size_t(n));
+  int64_t group = 0;
+  for (int j = first; j <= i; ++j) {
+    const float* x = j > 0 ? s.blocks[size_t(j - 1)].res2.data() : s.x.data();
+    block_forward(s.blocks[size_t(j)], w_.blocks[l0 + j], x, dims_, config_, scratch_, again);
+    rebuilt_[size_t(j)] = rebuilt_of(j);
+    group += rebuilt_[size_t(j)];
+  }
+  if (ctx_.ex().sink) ctx_.ex().sink->saved(group);
+  return rebuilt_[size_t(i)];
 }
 
 void ShardedGPT::embedding_backward(Slot& s) {

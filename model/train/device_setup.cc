@@ -111,6 +111,8 @@ void DeviceSetup::make_model(const DeviceProgram& p, Device& dev) {
   so.scatter_gather = par.scatter_gather;
   so.recompute = par.recompute;
   so.recompute_modules = par.recompute_modules;
+  so.recompute_method = par.recompute_method;
+  so.recompute_num_layers = par.recompute_num_layers;
   so.phantom_zipf = o.phantom_zipf;
   so.experts_whole = par.experts_whole();
   so.table = &p.table;

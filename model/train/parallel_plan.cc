@@ -119,6 +119,27 @@ void validate_parallel(const TrainOptions& o) {
                       p.attention == parallel::AttentionKernel::kAuto ? " (the llama family's default)" : "",
                       kFusedMaxHeadDim, m.head_size()));
   require(p.zero == 3 || p.prefetch, "`prefetch = false` needs `zero` 3");
+  // Megatron's recompute_method and recompute_num_layers go with recompute_granularity full.
+  const bool layers_set = p.recompute_num_layers != 0 || p.recompute_method == parallel::RecomputeMethod::kBlock;
+  require(!layers_set || p.recompute == parallel::Recompute::kFull,
+          fmt::format("`recompute_method` {} with `recompute_num_layers` {} choose the blocks full recomputation "
+                      "re-runs: they need `recompute` full (got {})",
+                      parallel::recompute_method_name(p.recompute_method), p.recompute_num_layers,
+                      parallel::recompute_name(p.recompute)));
+  require(p.recompute_method != parallel::RecomputeMethod::kBlock || p.recompute_num_layers > 0,
+          "`recompute_method` block re-runs the first `recompute_num_layers` blocks of each stage: give "
+          "`recompute_num_layers`");
+  if (layers_set) {
+    const int per_rank = m.n_layer / std::max(1, p.pp);
+    require(p.recompute_num_layers >= 1 && p.recompute_num_layers <= per_rank,
+            fmt::format("`recompute_num_layers` {} must be between 1 and the blocks of a pipeline rank, "
+                        "`n_layer` {} / `pp` {} = {}",
+                        p.recompute_num_layers, m.n_layer, p.pp, per_rank));
+    require(p.zero != 3 || p.recompute_method == parallel::RecomputeMethod::kBlock || p.recompute_num_layers == 1,
+            fmt::format("`recompute_method` uniform with `recompute_num_layers` {} re-runs a group's blocks at its last "
+                        "block's backward, before ZeRO 3 gathers their parameters: not supported with `zero` 3",
+                        p.recompute_num_layers));
+  }
   // Megatron's recompute_modules go with recompute_granularity selective.
   const unsigned rm = p.recompute_modules;
   const std::string rm_name = parallel::recompute_modules_name(rm);

@@ -109,6 +109,12 @@ nlohmann::json TrainOptions::to_json() const {
             {"moe_dispatcher", parallel::moe_dispatcher_name(parallel.moe_dispatcher)},
             {"schedule", parallel::schedule_name(parallel.schedule)}, {"vpp", parallel.chunks()},
             {"pp_layers", parallel.stage_layers}, {"recompute", parallel::recompute_name(parallel.recompute)},
+            {"recompute_method", parallel.recompute == parallel::Recompute::kFull
+                                     ? parallel::recompute_method_name(parallel.recompute_method)
+                                     : ""},
+            {"recompute_num_layers", parallel.recompute == parallel::Recompute::kFull
+                                         ? std::max(1, parallel.recompute_num_layers)
+                                         : 0},
             {"recompute_modules", parallel.recompute == parallel::Recompute::kSelective
                                       ? parallel::recompute_modules_name(parallel.recompute_modules)
                                       : std::string()}}}};

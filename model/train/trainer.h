@@ -154,6 +154,10 @@ struct ParallelOptions {
   // What kSelective re-runs (parallel::RecomputeModule, Megatron's
   // --recompute-modules); the attention core by default.
   unsigned recompute_modules = parallel::kRecomputeCoreAttn;
+  // Which blocks kFull re-runs (Megatron's --recompute-method, --recompute-num-layers):
+  // 0 layers, uniform: every block alone (as uniform 1).
+  parallel::RecomputeMethod recompute_method = parallel::RecomputeMethod::kUniform;
+  int recompute_num_layers = 0;
   parallel::AttentionKernel attention = parallel::AttentionKernel::kAuto;  // --attention
   // Library users: run these action lists (one per pipeline rank, schedules
   // as data) instead of `schedule`. validate_parallel checks them

@@ -113,6 +113,19 @@ TEST(CliBadInput, ModelShapeFlags) {
       {"train --model tiny --head-dim 64 --steps 1",
        "--head-dim 64 apart from --embd / --heads needs --family llama (the gpt family's fused c_attn is 3 x "
        "n_embd wide)"},
+      {"train --model tiny --steps 1 --recompute selective --recompute-num-layers 2",
+       "--recompute-method uniform with --recompute-num-layers 2 choose the blocks full recomputation re-runs: they "
+       "need --recompute full (got selective)"},
+      {"train --model tiny --steps 1 --recompute full --recompute-method block",
+       "--recompute-method block re-runs the first --recompute-num-layers blocks of each stage: give "
+       "--recompute-num-layers"},
+      {"train --model tiny --steps 1 --recompute full --recompute-method blocks --recompute-num-layers 1",
+       "--recompute-method \"blocks\": expected uniform or block"},
+      {"train --model tiny --steps 1 --pp 2 --recompute full --recompute-num-layers 3",
+       "--recompute-num-layers 3 must be between 1 and the blocks of a pipeline rank, --layers 4 / --pp 2 = 2"},
+      {"train --model tiny --steps 1 --dp 2 --zero 3 --recompute full --recompute-num-layers 2",
+       "--recompute-method uniform with --recompute-num-layers 2 re-runs a group's blocks at its last block's "
+       "backward, before ZeRO 3 gathers their parameters: not supported with --zero 3"},
       {"train --model tiny --steps 1 --recompute full --recompute-modules mlp",
        "--recompute-modules mlp chooses what selective recomputation re-runs: it needs --recompute selective (got "
        "full)"},
