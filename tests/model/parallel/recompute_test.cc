@@ -14,6 +14,7 @@
 #include "model/parallel/pipeline/schedule.h"
 #include "model/train/trainer.h"
 #include "model/train/verify.h"
+#include "tests/model/parallel/recompute_test_util.h"
 #include "tests/model/train/train_test_util.h"
 #include "runtime/errors.h"
 #include "runtime/profile.h"
@@ -22,6 +23,7 @@ namespace shardlab::train {
 namespace {
 
 using parallel::Recompute;
+using testing::activation_peak;
 
 TrainOptions small(int experts) {
   TrainOptions o = testing::small_options(experts);
@@ -32,10 +34,6 @@ TrainOptions small(int experts) {
 TrainResult run(const TrainOptions& o, bool trace = false) {
   validate_parallel(o);
   return testing::run(o, nullptr, trace);
-}
-
-uint64_t activation_peak(const TrainResult& r, size_t rank) {
-  return r.run.devices[rank].peak_by_kind[static_cast<size_t>(MemKind::kActivation)];
 }
 
 // `o` under none, selective and full: identical losses and parameters, a
@@ -51,14 +49,8 @@ void expect_recompute_exact(TrainOptions o, const char* what) {
   ref.parallel = {};
   ref.micro_batches = o.micro_batches;
   const TrainResult unsharded = run(ref);
-  for (size_t i = 1; i < runs.size(); ++i) {
-    ASSERT_EQ(runs[i].steps.size(), runs[0].steps.size());
-    for (size_t s = 0; s < runs[0].steps.size(); ++s) EXPECT_EQ(runs[i].steps[s].loss, runs[0].steps[s].loss);
-    ASSERT_EQ(runs[i].final_params.size(), runs[0].final_params.size());
-    EXPECT_EQ(std::memcmp(runs[i].final_params.data(), runs[0].final_params.data(),
-                          runs[0].final_params.size() * sizeof(float)), 0)
-        << what << ": parameters differ with recompute " << i;
-  }
+  for (size_t i = 1; i < runs.size(); ++i)
+    testing::expect_same_bits(runs[i], runs[0], std::string(what) + " recompute " + std::to_string(i));
   for (size_t rank = 0; rank < runs[0].run.devices.size(); ++rank) {
     const uint64_t none = activation_peak(runs[0], rank), sel = activation_peak(runs[1], rank),
                    full = activation_peak(runs[2], rank);
@@ -67,13 +59,9 @@ void expect_recompute_exact(TrainOptions o, const char* what) {
     EXPECT_LT(sel, none) << "rank " << rank;
     EXPECT_LT(full, sel) << "rank " << rank;
   }
-  for (size_t i = 0; i < runs.size(); ++i) {
-    const VerifyResult v = compare_runs(runs[i], unsharded, model::ParamTable(o.model), {.grads = true});
-    std::printf("%s recompute %s vs unsharded: param rel L2 %.2e, grad rel L2 %.2e (tol 1e-5)\n", what,
-                parallel::recompute_name(static_cast<Recompute>(i)), v.param_rel_l2, v.grad_rel_l2);
-    EXPECT_TRUE(v.passed);
-    EXPECT_LE(v.grad_rel_l2, 1e-5);
-  }
+  for (size_t i = 0; i < runs.size(); ++i)
+    testing::expect_like_unsharded(runs[i], unsharded, o.model,
+                                   std::string(what) + " recompute " + parallel::recompute_name(Recompute(i)));
 }
 
 TEST(Recompute, TensorSequenceParallelIsExact) {
@@ -135,15 +123,10 @@ void expect_layers_exact(TrainOptions o, const char* what) {
     o.parallel.recompute_method = w.method;
     o.parallel.recompute_num_layers = w.layers;
     const TrainResult r = run(o);
-    for (size_t s = 0; s < none.steps.size(); ++s) EXPECT_EQ(r.steps[s].loss, none.steps[s].loss) << what;
-    EXPECT_EQ(std::memcmp(r.final_params.data(), none.final_params.data(), none.final_params.size() * sizeof(float)),
-              0)
-        << what << ": parameters differ";
-    const VerifyResult v = compare_runs(r, unsharded, model::ParamTable(o.model), {.grads = true});
-    std::printf("%s recompute full %s %d vs unsharded: param rel L2 %.2e, grad rel L2 %.2e (tol 1e-5)\n", what,
-                parallel::recompute_method_name(w.method), w.layers, v.param_rel_l2, v.grad_rel_l2);
-    EXPECT_TRUE(v.passed);
-    EXPECT_LE(v.grad_rel_l2, 1e-5);
+    const std::string name = std::string(what) + " recompute full " + parallel::recompute_method_name(w.method) +
+                             " " + std::to_string(w.layers);
+    testing::expect_same_bits(r, none, name);
+    testing::expect_like_unsharded(r, unsharded, o.model, name);
   }
 }
 
