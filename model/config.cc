@@ -119,16 +119,42 @@ void GPTConfig::validate_family() const {
     require(kv_heads() == n_head, "`n_kv_head` " + num(kv_heads()) +
                                       " below `n_head` (grouped-query attention) needs `family` llama");
     require(!qk_norm, "`qk_norm` (RMSNorms over q's and k's heads) needs `family` llama");
+    require(kv_lora_rank == 0 && q_lora_rank == 0 && qk_rope_head_dim == 0 && v_head_dim == 0,
+            "multi-head latent attention (`kv_lora_rank`) needs `family` llama");
     require(head_dim == 0 || head_dim * n_head == n_embd,
             "`head_dim` " + num(head_dim) + " apart from `n_embd` / `n_head` needs `family` llama (the gpt "
             "family's fused c_attn is 3 x n_embd wide)");
     return;
   }
-  require(head_size() % 2 == 0, (head_dim > 0 ? "`head_dim` " + num(head_dim) + " is odd"
+  require(is_mla() || head_size() % 2 == 0, (head_dim > 0 ? "`head_dim` " + num(head_dim) + " is odd"
                                                 : "`n_head` " + num(n_head) + " gives an odd head size " +
                                                       num(head_size())) +
                                     ": rotary embeddings rotate pairs of features");
   require(rope_theta > 1, "`rope_theta` must be above 1 (got " + num(rope_theta) + ")");
+  validate_mla();
+}
+
+// MLA's ranks and head sizes (config.h); the llama family (validate_family).
+void GPTConfig::validate_mla() const {
+  require(q_lora_rank >= 0 && kv_lora_rank >= 0 && qk_rope_head_dim >= 0 && v_head_dim >= 0,
+          "`q_lora_rank`, `kv_lora_rank`, `qk_rope_head_dim` and `v_head_dim` must be 0 or more");
+  if (!is_mla()) {
+    require(q_lora_rank == 0 && qk_rope_head_dim == 0 && v_head_dim == 0,
+            "`q_lora_rank`, `qk_rope_head_dim` and `v_head_dim` shape multi-head latent attention: they need "
+            "`kv_lora_rank` above 0");
+    return;
+  }
+  require(qk_rope_head_dim > 0 && qk_rope_head_dim % 2 == 0,
+          "`qk_rope_head_dim` " + num(qk_rope_head_dim) +
+              " must be a positive even number under MLA (rotary embeddings rotate pairs of features)");
+  require(kv_heads() == n_head, "`n_kv_head` " + num(kv_heads()) +
+                                    " below `n_head`: MLA gives every head its own keys and values (no GQA)");
+  require(!qk_norm, "`qk_norm` and MLA (`kv_lora_rank`) exclude each other: MLA normalizes its latents");
+  require(v_head_size() <= qk_head_size(),
+          "`v_head_dim` " + num(v_head_size()) + " above the scores' head size " + num(qk_head_size()) +
+              " (`head_dim` + `qk_rope_head_dim`) is not modeled");
+  require(int64_t{n_head} * (qk_head_size() + v_head_size()) <= (int64_t{1} << 24),
+          "`n_head` x (`head_dim` + `qk_rope_head_dim` + `v_head_dim`) must be at most 2^24");
 }
 
 std::string GPTConfig::to_string() const {
@@ -139,6 +165,9 @@ std::string GPTConfig::to_string() const {
   if (is_llama()) os << " family=llama kv_heads=" << kv_heads() << " rope_theta=" << rope_theta;
   if (head_dim > 0) os << " head_dim=" << head_dim;
   if (qk_norm) os << " qk_norm";
+  if (is_mla())
+    os << " mla q_lora_rank=" << q_lora_rank << " kv_lora_rank=" << kv_lora_rank
+       << " qk_rope_head_dim=" << qk_rope_head_dim << " v_head_dim=" << v_head_size();
   if (tied() != (family == Family::kGpt)) os << (tied() ? " tied" : " untied");
   if (is_moe()) {
     os << " experts=" << n_expert << " top_k=" << top_k << " moe_every=" << moe_every

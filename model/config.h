@@ -82,6 +82,18 @@ struct GPTConfig {
   // projections, before RoPE, with weights self_attn.q_norm and k_norm
   // (head_size() each, shared by the heads): the llama family only.
   bool qk_norm = false;
+  // Multi-head latent attention (DeepSeek-V2/V3, Hugging Face's names; the
+  // llama family only): kv_lora_rank > 0 turns it on. q comes from a
+  // compressed latent of q_lora_rank (0: projected from the hidden state
+  // directly), k's and v's per-head parts from one of kv_lora_rank, each
+  // latent RMS-normalized; every head's query and key are head_size()
+  // features without position (qk_nope_head_dim) and qk_rope_head_dim
+  // rotated ones, the keys' rotated part shared by the heads; the values
+  // have v_head_dim features (0: head_size()).
+  int q_lora_rank = 0;
+  int kv_lora_rank = 0;
+  int qk_rope_head_dim = 0;
+  int v_head_dim = 0;
   double rope_theta = 10000;  // rotary base (llama family)
   double norm_eps = 1e-5;     // LayerNorm / RMSNorm epsilon
   std::optional<bool> tie_embeddings;  // unset: the family's default (gpt tied, llama untied)
@@ -93,7 +105,12 @@ struct GPTConfig {
   int head_size() const { return head_dim > 0 ? head_dim : n_embd / n_head; }
   // The attention's width: the query heads' features, n_head · head_size()
   // (n_embd unless head_dim sets the heads apart).
-  int attn_width() const { return n_head * head_size(); }
+  // Under MLA, the values' heads: n_head · v_head_size() (o_proj's input).
+  int attn_width() const { return n_head * v_head_size(); }
+  bool is_mla() const { return kv_lora_rank > 0; }
+  // The scores' features per head: head_size(), plus the rotated ones under MLA.
+  int qk_head_size() const { return head_size() + (is_mla() ? qk_rope_head_dim : 0); }
+  int v_head_size() const { return is_mla() && v_head_dim > 0 ? v_head_dim : head_size(); }
   int ffn_hidden() const { return n_ffn > 0 ? n_ffn : 4 * n_embd; }
   // The tokens the data may use: [0, token_vocab()).
   int token_vocab() const { return vocab_unpadded > 0 ? vocab_unpadded : vocab_size; }
@@ -115,6 +132,7 @@ struct GPTConfig {
 
  private:
   void validate_family() const;
+  void validate_mla() const;
 };
 
 // A built-in shape and where it comes from (model/presets.cc).

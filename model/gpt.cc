@@ -57,7 +57,7 @@ void check_batch(const GPTConfig& config, const Token* inputs, const Token* targ
 template <typename Real>
 void GPT<Real>::resize_activations(int B, int T) {
   if (dims_.B == B && dims_.T == T) return;
-  dims_ = Dims{B, T, config_.n_embd, config_.n_head, config_.ffn_hidden(), config_.head_size()};
+  dims_ = dims_of(config_, B, T);
   const int64_t N = dims_.N(), C = dims_.C, V = config_.vocab_size;
   encoded_.assign(N * C, 0);
   blocks_.resize(config_.n_layer);

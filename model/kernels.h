@@ -201,9 +201,11 @@ void attention_backward(Real* dqkv,        // (B,T,3C)
 template <typename Real>
 void attention_forward_backward(Real* out, Real* dqkv, const Real* dout, const Real* qkv, int B, int T,
                                 int NH, int HS);
-// Counts the full T×T products (as dense GPU kernels do).
-OpCost attention_forward_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem);
-OpCost attention_backward_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem);
+// Counts the full T×T products (as dense GPU kernels do). HV: the values'
+// head size when it differs from the scores' (MLA; 0: HS) -- the cost only:
+// the host kernels run on v padded to HS.
+OpCost attention_forward_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem, int64_t HV = 0);
+OpCost attention_backward_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem, int64_t HV = 0);
 template <typename Real>
 void attention_forward(const Exec& ex, const char* name, Real* out, Real* att, const Real* qkv,
                        int B, int T, int NH, int HS) {
@@ -224,8 +226,8 @@ void attention_backward(const Exec& ex, const char* name, Real* dqkv, const Real
 struct AttentionCosts {
   OpCost scores, softmax, context;
 };
-AttentionCosts attention_forward_costs(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem);
-AttentionCosts attention_backward_costs(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem);
+AttentionCosts attention_forward_costs(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem, int64_t HV = 0);
+AttentionCosts attention_backward_costs(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem, int64_t HV = 0);
 // Unfused softmax (KernelFusions::softmax off, Megatron-LM without
 // --masked-softmax-fusion): the scale rides in the scores GEMM (baddbmm's
 // alpha), the causal mask is a masked_fill of its own (this cost: one op per

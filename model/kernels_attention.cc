@@ -162,52 +162,61 @@ void attention_forward_backward(Real* out, Real* dqkv, const Real* dout, const R
 using cost_terms::cost;
 using cost_terms::gemm_cost;
 
-OpCost attention_forward_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem) {
+// HV: the values' head size (MLA's v_head_dim; 0: HS). NCs counts q's or
+// k's elements (HS a head), NCv v's or the output's (HV a head).
+OpCost attention_forward_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem, int64_t HV) {
+  if (HV <= 0) HV = HS;
   const double bh = static_cast<double>(B) * NH;
   const double tt = static_cast<double>(T) * T;
-  const double NC = static_cast<double>(B) * T * NH * HS;
-  // per (batch, head): q·kᵀ [T,T] over HS, then att·v [T,HS] over T; the softmax in between.
+  const double NCs = static_cast<double>(B) * T * NH * HS, NCv = static_cast<double>(B) * T * NH * HV;
+  // per (batch, head): q·kᵀ [T,T] over HS, then att·v [T,HV] over T; the softmax in between.
   const int64_t BH = B * NH;
-  return gemm_cost(cost(4 * bh * tt * HS + 5 * bh * tt, 3 * NC + bh * tt + NC, elem),
-                   {T, T, HS, BH}, {T, HS, T, BH});
+  return gemm_cost(cost(2 * bh * tt * (HS + HV) + 5 * bh * tt, 2 * NCs + NCv + bh * tt + NCv, elem),
+                   {T, T, HS, BH}, {T, HV, T, BH});
 }
-OpCost attention_backward_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem) {
+OpCost attention_backward_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem, int64_t HV) {
+  if (HV <= 0) HV = HS;
   const double bh = static_cast<double>(B) * NH;
   const double tt = static_cast<double>(T) * T;
-  const double NC = static_cast<double>(B) * T * NH * HS;
-  // per (batch, head): datt = dout·vᵀ [T,T] over HS; dv = attᵀ·dout, dq = dpre·k and
-  // dk = dpreᵀ·q, three [T,HS] over T.
+  const double NCs = static_cast<double>(B) * T * NH * HS, NCv = static_cast<double>(B) * T * NH * HV;
+  // per (batch, head): datt = dout·vᵀ [T,T] over HV; dv = attᵀ·dout [T,HV] over T,
+  // dq = dpre·k and dk = dpreᵀ·q, two [T,HS] over T. (With HV = HS: one
+  // batch of three [T,HS] GEMMs; else dv rides with datt's shape.)
   const int64_t BH = B * NH;
-  return gemm_cost(cost(8 * bh * tt * HS + 5 * bh * tt, NC + 3 * NC + bh * tt + 6 * NC, elem),
-                   {T, T, HS, BH}, {T, HS, T, 3 * BH});
+  const OpCost c = cost(4 * bh * tt * (HS + HV) + 5 * bh * tt,
+                        NCv + 2 * NCs + NCv + bh * tt + 2 * (2 * NCs + NCv), elem);
+  if (HV == HS) return gemm_cost(c, {T, T, HS, BH}, {T, HS, T, 3 * BH});
+  return gemm_cost(c, {T, T, HV, 2 * BH}, {T, HS, T, 2 * BH});
 }
 
-AttentionCosts attention_forward_costs(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem) {
+AttentionCosts attention_forward_costs(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem, int64_t HV) {
+  if (HV <= 0) HV = HS;
   const double bh = static_cast<double>(B) * NH, tt = static_cast<double>(T) * T;
-  const double NC = static_cast<double>(B) * T * NH * HS;
+  const double NCs = static_cast<double>(B) * T * NH * HS, NCv = static_cast<double>(B) * T * NH * HV;
   const int64_t BH = B * NH;
   return {
       // scores = q·kᵀ: read q and k, write the T×T scores
-      gemm_cost(cost(2 * bh * tt * HS, 2 * NC + bh * tt, elem), {T, T, HS, BH}),
+      gemm_cost(cost(2 * bh * tt * HS, 2 * NCs + bh * tt, elem), {T, T, HS, BH}),
       // scale, causal mask, max, exp, sum, normalize: read and write T×T
       cost(5 * bh * tt, 2 * bh * tt, elem),
-      // context = att·v: read att and v, write (T, HS) per head
-      gemm_cost(cost(2 * bh * tt * HS, bh * tt + 2 * NC, elem), {T, HS, T, BH}),
+      // context = att·v: read att and v, write (T, HV) per head
+      gemm_cost(cost(2 * bh * tt * HV, bh * tt + 2 * NCv, elem), {T, HV, T, BH}),
   };
 }
 
-AttentionCosts attention_backward_costs(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem) {
+AttentionCosts attention_backward_costs(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem, int64_t HV) {
+  if (HV <= 0) HV = HS;
   const double bh = static_cast<double>(B) * NH, tt = static_cast<double>(T) * T;
-  const double NC = static_cast<double>(B) * T * NH * HS;
+  const double NCs = static_cast<double>(B) * T * NH * HS, NCv = static_cast<double>(B) * T * NH * HV;
   const int64_t BH = B * NH;
   return {
       // dq = dpre·k, dk = dpreᵀ·q: read dpre, q, k; write dq, dk
-      gemm_cost(cost(4 * bh * tt * HS, bh * tt + 4 * NC, elem), {T, HS, T, 2 * BH}),
+      gemm_cost(cost(4 * bh * tt * HS, bh * tt + 4 * NCs, elem), {T, HS, T, 2 * BH}),
       // dpre = att ⊙ (datt − rowsum(datt ⊙ att)) · scale: read att, datt; write dpre
       cost(5 * bh * tt, 3 * bh * tt, elem),
       // datt = dout·vᵀ, dv = attᵀ·dout: read dout, v, att; write datt, dv
-      gemm_cost(cost(4 * bh * tt * HS, 3 * NC + 2 * bh * tt, elem), {T, T, HS, BH},
-                {T, HS, T, BH}),
+      gemm_cost(cost(4 * bh * tt * HV, 3 * NCv + 2 * bh * tt, elem), {T, T, HV, BH},
+                {T, HV, T, BH}),
   };
 }
 

@@ -115,8 +115,10 @@ void BlockActs<Real>::resize(const Dims& d, const GPTConfig& config, bool moe_bl
   for (auto* v : {&ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd}) v->assign(N, 0);
   const bool llama = config.is_llama();
   const int64_t A = d.A();  // the attention's width (C unless head_dim sets it apart)
-  qkv.assign(N * (llama ? A + 2 * int64_t{config.kv_heads()} * d.HS() : 3 * C), 0);
-  if (llama) qkv_rep.assign(N * 3 * A, 0), atty.assign(N * A, 0);
+  const bool mla = config.is_mla();
+  qkv.assign(N * (mla ? 3 * int64_t{d.NH} * d.HS() : llama ? A + 2 * int64_t{config.kv_heads()} * d.HS() : 3 * C), 0);
+  if (llama) qkv_rep.assign(mla ? 0 : N * 3 * A, 0), atty.assign(N * A, 0);
+  if (mla) this->mla.resize(N, config);
   const int64_t qk_heads = config.qk_norm ? d.NH + config.kv_heads() : 0;
   qk_pre.assign(N * qk_heads * d.HS(), 0);
   qk_rstd.assign(N * qk_heads, 0);
@@ -131,8 +133,10 @@ void BlockActs<Real>::resize(const Dims& d, const GPTConfig& config, bool moe_bl
   for (const Buffer<Real>* b : {&ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd, &qkv, &qkv_rep, &atty, &qk_pre,
                                 &qk_rstd, &res1, &fc,
                                 &fc_gelu, &res2, &moe.logits, &moe.probs, &moe.gates, &moe.xe, &moe.ye, &moe.fc,
-                                &moe.fc_gelu})
+                                &moe.fc_gelu, &this->mla.cq, &this->mla.cq_n, &this->mla.cq_rstd, &this->mla.ckv,
+                                &this->mla.ckv_n, &this->mla.ckv_rstd, &this->mla.kpe})
     modeled += static_cast<int64_t>(b->size());
+  if (mla) modeled -= N * d.NH * (d.HS() - d.HV());  // v is Dv wide on a GPU: its host padding is not saved
   modeled += 4 * N * C + int64_t{d.B} * d.NH * d.T * d.T;  // ln1, ln2, attproj, mlp_out; att
   if (!llama) modeled += N * C;                             // the GPT's atty
   if (!moe_block && !llama) modeled += N * F;               // fc_gelu
@@ -146,7 +150,8 @@ void BlockScratch<Real>::resize(const Dims& d, const GPTConfig& config) {
   for (auto* v : {&ln, &dres1, &dln1, &dln2}) v->assign(N * C, 0);
   datty.assign(N * A, 0);
   for (auto* v : {&ln_mean, &ln_rstd}) v->assign(N, 0);
-  dqkv.assign(N * 3 * A, 0);
+  dqkv.assign(N * 3 * int64_t{d.NH} * d.HS(), 0);  // the core's [q | k | v] (MLA: v padded to HS)
+  if (config.is_mla()) mla.resize(N, config);
   if (config.is_llama()) dqkv_c.assign(N * (A + 2 * int64_t{config.kv_heads()} * d.HS()), 0);
   const int64_t Fe = config.is_moe() ? config.moe_ffn_hidden() : 0;
   const int64_t widest = std::max({N * F, N * K * Fe, N * int64_t{config.shared_ffn_hidden()}});
@@ -160,6 +165,26 @@ void BlockScratch<Real>::resize(const Dims& d, const GPTConfig& config) {
   dye.assign(N * K * C, 0);
 }
 
+template <typename Real>
+void MlaActs<Real>::resize(int64_t N, const GPTConfig& c) {
+  for (auto* v : {&cq, &cq_n}) v->assign(N * c.q_lora_rank, 0);
+  cq_rstd.assign(c.q_lora_rank > 0 ? N : 0, 0);
+  for (auto* v : {&ckv, &ckv_n}) v->assign(N * c.kv_lora_rank, 0);
+  ckv_rstd.assign(N, 0);
+  kpe.assign(N * c.qk_rope_head_dim, 0);
+}
+
+template <typename Real>
+void MlaScratch<Real>::resize(int64_t N, const GPTConfig& c) {
+  const int64_t NH = c.n_head, HS = c.qk_head_size(), lat = std::max(c.q_lora_rank, c.kv_lora_rank);
+  q.assign(N * NH * HS, 0);
+  kv.assign(N * NH * (c.head_size() + c.v_head_size()), 0);
+  down.assign(N * (c.kv_lora_rank + c.qk_rope_head_dim), 0);
+  atty_pad.assign(N * NH * HS, 0);
+  for (auto* v : {&dlat, &dlat_in}) v->assign(N * lat, 0);
+  dkpe.assign(N * c.qk_rope_head_dim, 0);
+}
+
 template GPTView<float> make_view(const ParamTable&, float*);
 template GPTView<double> make_view(const ParamTable&, double*);
 template struct MoeActs<float>;
@@ -168,5 +193,9 @@ template struct BlockActs<float>;
 template struct BlockActs<double>;
 template struct BlockScratch<float>;
 template struct BlockScratch<double>;
+template struct MlaActs<float>;
+template struct MlaActs<double>;
+template struct MlaScratch<float>;
+template struct MlaScratch<double>;
 
 }  // namespace shardlab::model

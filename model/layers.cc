@@ -232,7 +232,9 @@ Real block_forward(BlockActs<Real>& a, BlockScratch<Real>& s, const BlockView<Re
   const int C = d.C;
   Real* ln = s.ln.data();
   norm_forward(ln, a.ln1_mean.data(), a.ln1_rstd.data(), inp, p.ln_1, N, C, config, "ln_1.fwd", ex);
-  if (config.is_llama()) {
+  if (config.is_mla()) {
+    mla_attention_forward(a.res1.data(), a, s.mla, p, ln, d, config, ex);
+  } else if (config.is_llama()) {
     llama_attention_forward(a.res1.data(), a, p, ln, d, config, ex);
   } else {
     attention_layer_forward(a.res1.data(), a.qkv.data(), static_cast<Real*>(nullptr), s.dqkv.data(), p, ln, d,
@@ -285,7 +287,9 @@ void block_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s,
   });
   zero(s.dln1, N * C);
   norm_forward(ln, s.ln_mean.data(), s.ln_rstd.data(), inp, p.ln_1, N, C, config, "ln_1.fwd", host);
-  if (config.is_llama()) {
+  if (config.is_mla()) {
+    mla_attention_backward(s.dln1.data(), g, s, s.dres1.data(), ln, a, p, d, config, ex);
+  } else if (config.is_llama()) {
     llama_attention_backward(s.dln1.data(), g, s, s.dres1.data(), ln, a, p, d, config, ex);
   } else {
     // atty into s.dln2, dead since ln_2's backward

@@ -45,6 +45,17 @@ struct MlpView {
   LinearView<Real> c_proj;  // (C, 4C)
 };
 
+// Multi-head latent attention's tensors (GPTConfig::is_mla); BlockView's
+// c_attn is then q's up-projection (q_b_proj, or q_proj without a q latent).
+template <typename Real>
+struct MlaView {
+  LinearView<Real> q_down;     // q_a_proj (Lq, C); null weight without a q latent
+  Real* q_norm = nullptr;      // q_a_layernorm (Lq)
+  LinearView<Real> kv_down;    // kv_a_proj_with_mqa (Lkv + Dr, C): rows [latent | rotated key]
+  Real* kv_norm = nullptr;     // kv_a_layernorm (Lkv)
+  LinearView<Real> kv_up;      // kv_b_proj (NH·(Dn + Dv), Lkv): per head [k without position | v]
+};
+
 template <typename Real>
 struct BlockView {
   LayerNormView<Real> ln_1;
@@ -59,6 +70,7 @@ struct BlockView {
   MlpView<Real> shared;                // MoE blocks' shared experts (null weights: none)
   Real* q_norm = nullptr;              // (HS) llama QK-norm (GPTConfig::qk_norm), else null
   Real* k_norm = nullptr;
+  MlaView<Real> mla;                   // llama MLA (GPTConfig::is_mla), else null
 };
 
 template <typename Real>
@@ -90,12 +102,19 @@ GPTView<Real> make_view(const ParamTable& table, Real* base);
 struct Dims {
   int B = 0, T = 0, C = 0, NH = 0;
   int F = 0;   // MLP width (GPTConfig::ffn_hidden()); 0: 4C
-  int hs = 0;  // head size (GPTConfig::head_size()); 0: C / NH
+  int hs = 0;  // head size (GPTConfig::head_size()); 0: C / NH. MLA: the scores' (qk_head_size())
+  int hv = 0;  // MLA: the values' head size (GPTConfig::v_head_size()), at most HS(); 0: HS()
   int64_t N() const { return static_cast<int64_t>(B) * T; }
   int HS() const { return hs > 0 ? hs : C / NH; }
-  int A() const { return NH * HS(); }  // the attention's width (GPTConfig::attn_width())
+  int HV() const { return hv > 0 ? hv : HS(); }
+  int A() const { return NH * HV(); }  // the attention's output width (GPTConfig::attn_width())
   int ffn() const { return F > 0 ? F : 4 * C; }
 };
+
+// A (B, T) batch of `c`'s shapes.
+inline Dims dims_of(const GPTConfig& c, int B, int T) {
+  return {B, T, c.n_embd, c.n_head, c.ffn_hidden(), c.qk_head_size(), c.v_head_size()};
+}
 
 // ---- Activations --------------------------------------------------------------
 
@@ -116,6 +135,28 @@ struct MoeActs {
   // F: an expert's MLP width, 0: 4C; Fs: the shared experts' (0: none);
   // swiglu: fc and shared_fc hold [gate | up] (2F, 2Fs per row).
   void resize(int64_t N, int C, int E, int K, int F = 0, int Fs = 0, bool swiglu = false);
+};
+
+// MLA's saved activations (GPTConfig::is_mla; layers_mla.cc; size letters
+// Lq, Lkv the latents' ranks, Dr the rotated features, Dn, Dv, HS = Dn + Dr).
+template <typename Real>
+struct MlaActs {
+  Buffer<Real> cq, cq_n, cq_rstd;     // q's latent (N,Lq) before and after its norm, rstd (N); none without it
+  Buffer<Real> ckv, ckv_n, ckv_rstd;  // k/v's latent (N,Lkv) before and after its norm, rstd (N)
+  Buffer<Real> kpe;                   // the shared key features before RoPE (N,Dr)
+  void resize(int64_t N, const GPTConfig& config);
+};
+// MLA's temporaries: the up-projections' outputs (forward) and their
+// gradients (backward), the down-projection's rows, the padded core output.
+template <typename Real>
+struct MlaScratch {
+  Buffer<Real> q, kv;      // (N, NH·HS), (N, NH·(Dn + Dv))
+  Buffer<Real> down;       // (N, Lkv + Dr): kv_a_proj_with_mqa's output; its gradient
+  Buffer<Real> atty_pad;   // (N, NH·HS): the core's output, v padded; its gradient
+  Buffer<Real> dlat;       // (N, max(Lq, Lkv)): a latent's gradient after its norm
+  Buffer<Real> dlat_in;    // (N, max(Lq, Lkv)): before it
+  Buffer<Real> dkpe;       // (N, Dr)
+  void resize(int64_t N, const GPTConfig& config);
 };
 
 // What a block keeps for its backward on the host. The modeled program (a
@@ -141,6 +182,7 @@ struct BlockActs {
   Buffer<Real> fc_gelu;             // llama's silu·up (N,F); empty for the GPT (recomputed)
   Buffer<Real> res2;                // (N,C) block output
   MoeActs<Real> moe;                // MoE blocks only
+  MlaActs<Real> mla;                // MLA (GPTConfig::is_mla) only; qkv then holds the core's [q | k | v] (N,3·NH·HS)
   int64_t modeled = 0;              // elements the modeled program saves (above)
   void resize(const Dims& d, const GPTConfig& config, bool moe_block);
 };
@@ -158,6 +200,7 @@ struct BlockScratch {
   Buffer<Real> dlogits;                   // (N,E)
   Buffer<Real> dgates;                    // (N,K)
   Buffer<Real> dxe, dye;                  // (N*K, C)
+  MlaScratch<Real> mla;                   // MLA only
   void resize(const Dims& d, const GPTConfig& config);
 };
 
@@ -212,6 +255,16 @@ template <typename Real>
 void llama_attention_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s, const Real* dout,
                               const Real* inp, const BlockActs<Real>& a, const BlockView<Real>& p,
                               const Dims& d, const GPTConfig& config, const Exec& ex);
+// Multi-head latent attention (layers_mla.cc): out = o_proj(attention(
+// mla_rope(q_up(norm(q_down(inp))), kv_up(norm(kv_down(inp)))))); saves a.mla,
+// a.qkv (the core's input) and a.atty (N, NH·Dv). Positions 0..T-1.
+template <typename Real>
+void mla_attention_forward(Real* out, BlockActs<Real>& a, MlaScratch<Real>& s, const BlockView<Real>& p,
+                           const Real* inp, const Dims& d, const GPTConfig& config, const Exec& ex);
+template <typename Real>
+void mla_attention_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s, const Real* dout,
+                            const Real* inp, const BlockActs<Real>& a, const BlockView<Real>& p, const Dims& d,
+                            const GPTConfig& config, const Exec& ex);
 // SwiGLU MLP: out = down(silu(gate(inp)) · up(inp)); saves gate_up (N,2F)
 // and h (N,F). F = p.c_proj.in.
 template <typename Real>
@@ -253,7 +306,20 @@ BlockView<Real> llama_block_view(const At& at, Real* base, int layer, const GPTC
   };
   BlockView<Real> b;
   b.ln_1.weight = base + at(llama_name(layer, "input_layernorm")).offset;
-  b.c_attn = fused({"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"});
+  if (config.is_mla()) {
+    if (config.q_lora_rank > 0) {
+      b.mla.q_down = fused({"self_attn.q_a_proj"});
+      b.mla.q_norm = base + at(llama_name(layer, "self_attn.q_a_layernorm")).offset;
+      b.c_attn = fused({"self_attn.q_b_proj"});
+    } else {
+      b.c_attn = fused({"self_attn.q_proj"});
+    }
+    b.mla.kv_down = fused({"self_attn.kv_a_proj_with_mqa"});
+    b.mla.kv_norm = base + at(llama_name(layer, "self_attn.kv_a_layernorm")).offset;
+    b.mla.kv_up = fused({"self_attn.kv_b_proj"});
+  } else {
+    b.c_attn = fused({"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"});
+  }
   b.attn_proj = fused({"self_attn.o_proj"});
   if (config.qk_norm) {
     b.q_norm = base + at(llama_name(layer, "self_attn.q_norm")).offset;

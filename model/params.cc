@@ -76,9 +76,20 @@ double moe_mlp_params(const GPTConfig& c) {
 // v, o projections (q and o C·A, A = NH·HS; k and v C·KV·HS each), two RMSNorm weights
 // and the MLP: gate, up, down (3·C·F) dense; in an MoE block the router
 // (E·C), E SwiGLU experts (3·C·Fe each) and the shared experts' (3·C·Fs).
+// MLA's projections: q from its latent (q_a_proj, q_a_layernorm, q_b_proj)
+// or from the hidden state (q_proj), the latent of k and v with the shared
+// rotated key (kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj) and o_proj.
+double mla_params(const GPTConfig& c) {
+  const double C = c.n_embd, NH = c.n_head, Lq = c.q_lora_rank, Lkv = c.kv_lora_rank;
+  const double q_out = NH * c.qk_head_size(), kv_out = NH * (c.head_size() + c.v_head_size());
+  const double q = Lq > 0 ? C * Lq + Lq + Lq * q_out : C * q_out;
+  return q + C * (Lkv + c.qk_rope_head_dim) + Lkv + Lkv * kv_out + double(c.attn_width()) * C;
+}
+
 double count_llama(const GPTConfig& c) {
   const double C = c.n_embd, F = c.ffn_hidden(), KVC = double(c.kv_heads()) * c.head_size();
-  const double attn = 2 * C * c.attn_width() + 2 * C * KVC + 2 * C + (c.qk_norm ? 2.0 * c.head_size() : 0.0),
+  const double attn = c.is_mla() ? mla_params(c) + 2 * C
+                                 : 2 * C * c.attn_width() + 2 * C * KVC + 2 * C + (c.qk_norm ? 2.0 * c.head_size() : 0.0),
                moe = c.moe_layers();
   const double moe_mlp = router_params(c) + 3 * C * (double(c.n_expert) * c.moe_ffn_hidden() + c.shared_ffn_hidden());
   return double(c.vocab_size) * C * (c.tied() ? 1 : 2) + C + c.n_layer * attn + moe * moe_mlp +
@@ -135,9 +146,13 @@ void ParamTable::add_llama_blocks() {
   add("model.embed_tokens.weight", R::kTokenEmbedding, {V, C}, InitKind::kNormal, kInitStd, -1);
   for (int l = 0; l < c.n_layer; ++l) {
     norm(llama_name(l, "input_layernorm"), l);
-    linear(l, "self_attn.q_proj", R::kQkvWeight, A, C);
-    linear(l, "self_attn.k_proj", R::kKvWeight, KVC, C);
-    linear(l, "self_attn.v_proj", R::kKvWeight, KVC, C);
+    if (c.is_mla()) {
+      add_mla(l);
+    } else {
+      linear(l, "self_attn.q_proj", R::kQkvWeight, A, C);
+      linear(l, "self_attn.k_proj", R::kKvWeight, KVC, C);
+      linear(l, "self_attn.v_proj", R::kKvWeight, KVC, C);
+    }
     linear(l, "self_attn.o_proj", R::kAttnProjWeight, C, A);
     if (c.qk_norm)
       for (const char* m : {"self_attn.q_norm", "self_attn.k_norm"})
@@ -152,6 +167,33 @@ void ParamTable::add_llama_blocks() {
     linear(l, "mlp.down_proj", R::kMlpProjWeight, C, F);
   }
   norm("model.norm.weight", -1);
+}
+
+// MLA (DeepSeek-V3's Hugging Face names): the tensors every TP rank holds
+// whole first (q_a_proj, q_a_layernorm, kv_a_proj_with_mqa,
+// kv_a_layernorm: one run of the flat buffer), then the up-projections
+// split by heads (q_b_proj or q_proj, kv_b_proj); o_proj follows. Linears
+// N(0, 0.02), the latents' norms 1.
+void ParamTable::add_mla(int l) {
+  using R = ParamRole;
+  const GPTConfig& c = config_;
+  const int64_t C = c.n_embd, NH = c.n_head, Lq = c.q_lora_rank, Lkv = c.kv_lora_rank;
+  auto linear = [&](const char* module, R role, int64_t out, int64_t in) {
+    add(llama_name(l, module), role, {out, in}, InitKind::kNormal, kInitStd, l);
+  };
+  auto norm = [&](const char* module, int64_t n) { add(llama_name(l, module), R::kMlaNorm, {n}, InitKind::kOnes, 0, l); };
+  if (Lq > 0) {
+    linear("self_attn.q_a_proj", R::kMlaDown, Lq, C);
+    norm("self_attn.q_a_layernorm", Lq);
+  }
+  linear("self_attn.kv_a_proj_with_mqa", R::kMlaDown, Lkv + c.qk_rope_head_dim, C);
+  norm("self_attn.kv_a_layernorm", Lkv);
+  const int64_t q_out = NH * c.qk_head_size();
+  if (Lq > 0)
+    linear("self_attn.q_b_proj", R::kMlaUp, q_out, Lq);
+  else
+    linear("self_attn.q_proj", R::kMlaUp, q_out, C);
+  linear("self_attn.kv_b_proj", R::kMlaUp, NH * (c.head_size() + c.v_head_size()), Lkv);
 }
 
 // DeepSeek-V3's Hugging Face names: mlp.gate (the router, E x C), the

@@ -62,6 +62,10 @@ enum class ParamRole : uint8_t {
   kLmHead,             // lm_head.weight: the untied LM head (V, C)
   kRouterBias,         // mlp.{router,gate}.e_score_correction_bias (E): aux-loss-free balancing
   kQkNorm,             // llama self_attn.q_norm.weight, k_norm.weight (HS): QK-norm (GPTConfig::qk_norm)
+  // Multi-head latent attention (GPTConfig::is_mla):
+  kMlaDown,  // self_attn.q_a_proj.weight (Lq, C), kv_a_proj_with_mqa.weight (Lkv + Dr, C): whole on every TP rank
+  kMlaNorm,  // self_attn.q_a_layernorm.weight (Lq), kv_a_layernorm.weight (Lkv): the latents' RMSNorms
+  kMlaUp,    // self_attn.q_b_proj.weight (NH·Dqk, Lq) or q_proj (NH·Dqk, C), kv_b_proj (NH·(Dn + Dv), Lkv): by heads
 };
 
 struct ParamSpec {
@@ -120,6 +124,7 @@ class ParamTable {
   void add_llama_moe_mlp(int layer);
   void add_gpt_blocks();
   void add_llama_blocks();
+  void add_mla(int layer);
 
   GPTConfig config_;
   std::vector<ParamSpec> specs_;

@@ -46,7 +46,7 @@ InferEngine::InferEngine(const model::GPTConfig& config, uint64_t seed, Device& 
   moe_ctx_.ep = groups.ep && groups.ep->size() > 1 ? groups.ep : nullptr;
   Vl_ = config_.vocab_size / groups.tp->size();
   v0_ = int64_t{groups.tp->rank()} * Vl_;
-  parallel::ShardDims heads{model::Dims{1, 1, config_.n_embd, config_.n_head, config_.ffn_hidden(), config_.head_size()},
+  parallel::ShardDims heads{model::dims_of(config_, 1, 1),
                             groups.tp->size(), false, 1};
   heads.kv = config_.kv_heads();
   cache_ = std::make_unique<KvCache>(dev, KvShape{place_.end_layer(0) - place_.first_layer(0),
@@ -60,7 +60,7 @@ InferEngine::~InferEngine() = default;
 void InferEngine::size_step(int64_t N) {
   if (dims_.N() == N) return;
   const int tp = groups_.tp->size();
-  const model::Dims unsharded{1, int(N), config_.n_embd, config_.n_head, config_.ffn_hidden(), config_.head_size()};
+  const model::Dims unsharded = model::dims_of(config_, 1, int(N));
   dims_ = parallel::ShardDims{unsharded, tp, false, moe_ctx_.ep ? moe_ctx_.ep->size() : 1};
   dims_.kv = config_.kv_heads();
   dims_.rope = config_.is_llama();

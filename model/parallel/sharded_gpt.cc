@@ -181,7 +181,7 @@ void ShardedGPT::set_micro_batch(int B, int T) {
   if (ctx_.tp.sp && T % tp != 0)
     throw ConfigError(fmt::format("sequence length {} must be divisible by `tp` {} with `sp`", T, tp));
   SHARDLAB_CHECK(cp_ == 1 || T % 2 == 0, "context parallelism: two chunks of every sequence");
-  const model::Dims unsharded{B, T, config_.n_embd, config_.n_head, config_.ffn_hidden(), config_.head_size()};
+  const model::Dims unsharded = model::dims_of(config_, B, T);
   dims_ = ShardDims{unsharded, tp, ctx_.tp.sp, ep_group_ ? ep_group_->size() : 1};
   dims_.ep_nodes = ctx_.moe.node_dispatch() ? ep_rail_->size() : 0;
   dims_.experts_whole = experts_whole_;

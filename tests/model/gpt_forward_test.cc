@@ -122,6 +122,20 @@ TEST(ModelForward, LlamaQkNormMatchesNaiveLoops) {
   check_forward(c, "llama qk_norm, head_dim 12", 3, 16);
 }
 
+// DeepSeek-V3's multi-head latent attention (naive_llama_forward's MLA:
+// Hugging Face's DeepseekV3Attention): q's latent of 12 and k/v's of 10, 4
+// heads whose scores have 6 + 4 features (4 rotated, the key's shared) and
+// values 8 -- narrower than the scores', as DeepSeek-V3's 128 of 192; then
+// q projected straight from the hidden state (q_lora_rank 0, DeepSeek-V2-Lite).
+TEST(ModelForward, LlamaMlaMatchesNaiveLoops) {
+  GPTConfig c = llama_forward_config();
+  c.head_dim = 6;
+  c.q_lora_rank = 12, c.kv_lora_rank = 10, c.qk_rope_head_dim = 4, c.v_head_dim = 8;
+  check_forward(c, "llama mla (q 12, kv 10, 6+4, v 8)", 3, 16);
+  c.q_lora_rank = 0, c.v_head_dim = 0;  // v as wide as the unrotated part (6)
+  check_forward(c, "llama mla (q_proj, v 6)", 2, 11);
+}
+
 TEST(ModelForward, InitialLossIsNearLogVocab) {
   GPT<float> model(preset("tiny"), 1337);
   const auto x = testing::random_tokens(5, 8 * 64, 512), y = testing::random_tokens(6, 8 * 64, 512);

@@ -12,6 +12,7 @@
 #include "gradcheck.h"
 #include "model/gpt.h"
 #include "model/kernels_llama.h"
+#include "model/kernels_mla.h"
 #include "test_models.h"
 
 namespace shardlab::model {
@@ -160,6 +161,40 @@ TEST(LlamaGradcheck, ModelQkNorm) {
   c.head_dim = 6;
   c.qk_norm = true;
   check_model(c, "llama (qk_norm, head_dim 6)");
+}
+
+// Multi-head latent attention (DeepSeek-V3): every MLA tensor (q_a_proj,
+// q_a_layernorm, q_b_proj, kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj,
+// o_proj) and the rest of the model, values narrower than the scores'
+// heads; then without q's latent (q_proj).
+TEST(LlamaGradcheck, ModelMla) {
+  GPTConfig c = small_llama();
+  c.n_kv_head = 0, c.head_dim = 3;
+  c.q_lora_rank = 6, c.kv_lora_rank = 5, c.qk_rope_head_dim = 2, c.v_head_dim = 4;
+  check_model(c, "llama (mla: q 6, kv 5, 3+2, v 4)");
+  c.q_lora_rank = 0;
+  check_model(c, "llama (mla without q latent)");
+}
+
+// mla_rope alone: q's rotated features per head, the shared key's rotated
+// once for every head (its gradient the heads' sum), v padded with zeros.
+TEST(LlamaKernels, MlaRopeGradcheck) {
+  std::mt19937_64 rng(15);
+  const MlaHeads h{3, 2, 4, 3};
+  const int B = 2, T = 3, N = B * T;
+  auto q = random_vector(rng, N * h.q_width()), kv = random_vector(rng, N * h.kv_width()),
+       kpe = random_vector(rng, N * h.Dr), w = random_vector(rng, N * h.core_width());
+  std::vector<double> out(N * h.core_width());
+  auto loss = [&] {
+    mla_rope_forward(out.data(), q.data(), kv.data(), kpe.data(), nullptr, B, T, h, 50.0);
+    return dot(out, w);
+  };
+  loss();
+  // The padding of v (features Dv..HS of every head) is zero.
+  EXPECT_EQ(out[size_t(2 * h.q_width() + h.Dv)], 0.0);
+  std::vector<double> dq(q.size()), dkv(kv.size()), dkpe(kpe.size());
+  mla_rope_backward(dq.data(), dkv.data(), dkpe.data(), w.data(), nullptr, B, T, h, 50.0);
+  check_gradients("mla_rope", {{"dq", &q, &dq}, {"dkv", &kv, &dkv}, {"dkpe", &kpe, &dkpe}}, loss, kKernelTol);
 }
 
 // Two models' losses on the same 2 x 6 random tokens agree to 1e-12.

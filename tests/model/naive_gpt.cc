@@ -137,6 +137,59 @@ void rope(std::vector<double>& x, int heads, int HS, int t, double theta) {
 
 std::string ll(int l, const std::string& s) { return "model.layers." + std::to_string(l) + "." + s; }
 
+// DeepSeek-V3's attention (Hugging Face's DeepseekV3Attention, its RoPE
+// rotate-half as the rest of this file's): q from q_a_proj, q_a_layernorm
+// and q_b_proj (or q_proj), per head [nope | rope]; kv_a_proj_with_mqa to
+// [latent | k_pe], the latent normalized and up-projected by kv_b_proj to
+// per head [k_nope | v]; k_pe rotated once and shared by every head; scores
+// over nope + rope features scaled by 1/sqrt(their count); o_proj.
+Rows naive_mla(const GPTConfig& cfg, const ParamLookup& p, int l, const Rows& a, int B, int T) {
+  const int N = B * T, NH = cfg.n_head, Dn = cfg.head_size(), Dr = cfg.qk_rope_head_dim, Dv = cfg.v_head_size();
+  const int Dq = Dn + Dr, Lq = cfg.q_lora_rank, Lkv = cfg.kv_lora_rank, C = cfg.n_embd;
+  Rows q;
+  if (Lq > 0) {
+    const Rows cq = rmsnorm(linear(a, p(ll(l, "self_attn.q_a_proj.weight")), nullptr, Lq),
+                            p(ll(l, "self_attn.q_a_layernorm.weight")), cfg.norm_eps);
+    q = linear(cq, p(ll(l, "self_attn.q_b_proj.weight")), nullptr, NH * Dq);
+  } else {
+    q = linear(a, p(ll(l, "self_attn.q_proj.weight")), nullptr, NH * Dq);
+  }
+  const Rows ckv = linear(a, p(ll(l, "self_attn.kv_a_proj_with_mqa.weight")), nullptr, Lkv + Dr);
+  Rows latent(N), kpe(N);
+  for (int n = 0; n < N; ++n) {
+    latent[n].assign(ckv[n].begin(), ckv[n].begin() + Lkv);
+    kpe[n].assign(ckv[n].begin() + Lkv, ckv[n].end());
+  }
+  const Rows kv = linear(rmsnorm(latent, p(ll(l, "self_attn.kv_a_layernorm.weight")), cfg.norm_eps),
+                         p(ll(l, "self_attn.kv_b_proj.weight")), nullptr, NH * (Dn + Dv));
+  for (int n = 0; n < N; ++n) {
+    rope(kpe[n], 1, Dr, n % T, cfg.rope_theta);
+    for (int hd = 0; hd < NH; ++hd) {
+      std::vector<double> pe(q[n].begin() + hd * Dq + Dn, q[n].begin() + (hd + 1) * Dq);
+      rope(pe, 1, Dr, n % T, cfg.rope_theta);
+      std::copy(pe.begin(), pe.end(), q[n].begin() + hd * Dq + Dn);
+    }
+  }
+  Rows y(N, std::vector<double>(NH * Dv, 0.0));
+  for (int b = 0; b < B; ++b)
+    for (int hd = 0; hd < NH; ++hd)
+      for (int t = 0; t < T; ++t) {
+        const std::vector<double>& qt = q[b * T + t];
+        std::vector<double> s(t + 1);
+        for (int u = 0; u <= t; ++u) {
+          const std::vector<double>& ku = kv[b * T + u];
+          double d = 0;
+          for (int i = 0; i < Dn; ++i) d += qt[hd * Dq + i] * ku[hd * (Dn + Dv) + i];
+          for (int i = 0; i < Dr; ++i) d += qt[hd * Dq + Dn + i] * kpe[b * T + u][i];
+          s[u] = d / std::sqrt(static_cast<double>(Dq));
+        }
+        s = softmax(s);
+        for (int u = 0; u <= t; ++u)
+          for (int i = 0; i < Dv; ++i) y[b * T + t][hd * Dv + i] += s[u] * kv[b * T + u][hd * (Dn + Dv) + Dn + i];
+      }
+  return linear(y, p(ll(l, "self_attn.o_proj.weight")), nullptr, C);
+}
+
 }  // namespace
 
 NaiveResult naive_llama_forward(const GPTConfig& cfg, const ParamLookup& p, const std::vector<Token>& inputs,
@@ -148,6 +201,11 @@ NaiveResult naive_llama_forward(const GPTConfig& cfg, const ParamLookup& p, cons
     for (int c = 0; c < C; ++c) x[n][c] = p("model.embed_tokens.weight")[inputs[n] * C + c];
   for (int l = 0; l < cfg.n_layer; ++l) {
     const Rows a = rmsnorm(x, p(ll(l, "input_layernorm.weight")), cfg.norm_eps);
+    if (cfg.is_mla()) {
+      const Rows o = naive_mla(cfg, p, l, a, B, T);
+      for (int n = 0; n < N; ++n)
+        for (int c = 0; c < C; ++c) x[n][c] += o[n][c];
+    } else {
     Rows q = linear(a, p(ll(l, "self_attn.q_proj.weight")), nullptr, NH * HS);
     Rows k = linear(a, p(ll(l, "self_attn.k_proj.weight")), nullptr, KV * HS);
     const Rows v = linear(a, p(ll(l, "self_attn.v_proj.weight")), nullptr, KV * HS);
@@ -182,6 +240,7 @@ NaiveResult naive_llama_forward(const GPTConfig& cfg, const ParamLookup& p, cons
     const Rows o = linear(y, p(ll(l, "self_attn.o_proj.weight")), nullptr, C);
     for (int n = 0; n < N; ++n)
       for (int c = 0; c < C; ++c) x[n][c] += o[n][c];
+    }
     const Rows m = rmsnorm(x, p(ll(l, "post_attention_layernorm.weight")), cfg.norm_eps);
     const Rows gate = linear(m, p(ll(l, "mlp.gate_proj.weight")), nullptr, F);
     Rows up = linear(m, p(ll(l, "mlp.up_proj.weight")), nullptr, F);

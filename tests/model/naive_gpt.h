@@ -32,7 +32,8 @@ NaiveResult naive_gpt_forward(const GPTConfig& config, const ParamLookup& param,
 // head_dim), rotate-half RoPE at base rope_theta, causal attention of each
 // query head on its K/V head (with qk_norm an RMSNorm over each head of q
 // and k before RoPE, Qwen3's), o_proj, SwiGLU MLP, the final norm and the
-// head (lm_head, or embed_tokens when tied). Dense models only.
+// head (lm_head, or embed_tokens when tied); with kv_lora_rank, DeepSeek-V3's
+// multi-head latent attention. Dense models only.
 NaiveResult naive_llama_forward(const GPTConfig& config, const ParamLookup& param,
                                 const std::vector<Token>& inputs, const std::vector<Token>& targets,
                                 int B, int T);

@@ -9,7 +9,7 @@ void LocalAttention::forward(float* atty, float* att, const float* qkv, const Sh
                              const LayerContext& c) const {
   // One fused kernel here, charged as the three an unfused attention runs.
   const model::AttentionCosts k =
-      model::attention_forward_costs(d.B, d.T, d.NHl(), d.HS(), c.ex.elem);
+      model::attention_forward_costs(d.B, d.T, d.NHl(), d.HS(), c.ex.elem, d.HV());
   c.ex.run("attn.scores.fwd", k.scores,
            [&] { model::attention_forward(atty, att, qkv, d.B, d.T, d.NHl(), d.HS()); });
   if (c.ex.fusions.softmax) {
@@ -26,7 +26,7 @@ void LocalAttention::backward(float* dqkv, const float* datty, const float* qkv,
                               const float* /*atty*/, const float* att, const ShardDims& d,
                               const LayerContext& c) const {
   const model::AttentionCosts k =
-      model::attention_backward_costs(d.B, d.T, d.NHl(), d.HS(), c.ex.elem);
+      model::attention_backward_costs(d.B, d.T, d.NHl(), d.HS(), c.ex.elem, d.HV());
   c.ex.run("attn.context.bwd", k.context,
            [&] { model::attention_backward(dqkv, datty, qkv, att, d.B, d.T, d.NHl(), d.HS()); });
   c.ex.op("attn.softmax.bwd", k.softmax);

@@ -8,7 +8,7 @@
 // the tiles above the diagonal, so query t costs t+1 keys (T(T+1)/2 pairs
 // per head, against T² for the unfused kernels).
 //
-// Cost (fused_attention_*_cost): FLOPs 4·HS per pair forward (QKᵀ, P·V)
+// Cost (fused_attention_*_cost; HV the values' head size under MLA, else HS): FLOPs 4·HS per pair forward (QKᵀ, P·V)
 // plus 5 per pair of softmax; backward 10·HS per pair (the five GEMMs, QKᵀ
 // recomputed) plus 6. HBM: forward reads Q, K, V and writes O and the fp32
 // log-sum-exp; backward reads Q, K, V, dO, the log-sum-exp and D and writes
@@ -33,9 +33,9 @@
 
 namespace shardlab::parallel {
 
-OpCost fused_attention_forward_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem);
-OpCost fused_attention_preprocess_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem);
-OpCost fused_attention_backward_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem);
+OpCost fused_attention_forward_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem, int64_t HV = 0);
+OpCost fused_attention_preprocess_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem, int64_t HV = 0);
+OpCost fused_attention_backward_cost(int64_t B, int64_t T, int64_t NH, int64_t HS, int elem, int64_t HV = 0);
 
 class FusedAttention final : public AttentionCore {
  public:
