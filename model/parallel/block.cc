@@ -63,6 +63,13 @@ int64_t attention_probs(const ShardDims& d) { return int64_t{d.B} * d.NHl() * d.
 
 }  // namespace
 
+void attention_dropout_forward(const ShardDims& d, const BlockContext& c) {
+  if (!d.flash) dropout_forward(attention_probs(d), "attn.dropout.fwd", c);  // else inside the fused kernel
+}
+void attention_dropout_backward(const ShardDims& d, const BlockContext& c) {
+  if (!d.flash) dropout_backward(attention_probs(d), "attn.dropout.bwd", c);
+}
+
 const AttentionCore& BlockContext::attention_core() const {
   return attention ? *attention : LocalAttention::instance();
 }
@@ -99,7 +106,9 @@ void BlockActs::resize(const ShardDims& d, const model::GPTConfig& config, bool 
   for (auto* v : {&ln1_mean, &ln2_mean}) v->assign(config.is_llama() ? 0 : Nr, 0);
   qkv.assign(N * d.qkv_width(), 0);
   att.assign(d.att_elements(), 0);
-  atty.assign(N * Cl, 0);
+  atty.assign(N * d.Cv(), 0);
+  mla.resize(config.is_mla() ? Nr : 0, config);
+  v_pad = config.is_mla() ? N * (Cl - d.Cv()) : 0;
   const int64_t qk_heads = config.qk_norm ? d.NHl() + d.KVl() : 0;
   qk_pre.assign(N * qk_heads * d.HS(), 0);
   qk_rstd.assign(N * qk_heads, 0);
@@ -123,6 +132,8 @@ int64_t BlockActs::saved_elements(bool fp8) const {
     const auto size = static_cast<int64_t>(b->size());
     n += fp8 ? (size + 1) / 2 : size;
   }
+  // MLA: v is Dv wide on a GPU, its host padding to HS is not kept.
+  n += mla.saved_elements(fp8) - v_pad;
   return n + moe.saved_elements(fp8);
 }
 
@@ -130,8 +141,9 @@ void BlockScratch::resize(const ShardDims& d, const model::GPTConfig& config) {
   const int64_t N = d.N(), Nr = d.rows(), C = d.C, Cl = d.Cl(), Fl = d.Fl();
   for (auto* v : {&full_in, &full_dout, &partial, &rep, &moe_out}) v->assign(N * C, 0);
   for (auto* v : {&dres1, &dln}) v->assign(Nr * C, 0);
-  datty.assign(N * Cl, 0);
+  datty.assign(N * d.Cv(), 0);
   dqkv.assign(N * 3 * Cl, 0);
+  if (config.is_mla()) mla.resize(d, config);
   const bool repeat = config.is_llama() && d.kv_repeated();
   qkv_rep.assign(repeat ? N * 3 * Cl : 0, 0);
   dqkv_c.assign(repeat ? N * d.qkv_width() : 0, 0);
@@ -338,8 +350,12 @@ float block_forward(BlockActs& a, const BlockView<float>& p, const float* x, con
   const int64_t Nr = d.rows();
   const int C = d.C;
   model::norm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, p.ln_1, Nr, C, config, "ln_1.fwd", ex);
-  const float* ln1_full = gather_into_gemm(c.tp, a.ln1.data(), s.full_in.data(), Nr, C);  // qkv_fprop
-  tp_attention_forward(a.attproj.data(), a, p, ln1_full, d, config, s, c);
+  if (config.is_mla()) {
+    mla_attention_forward(a.attproj.data(), a, p, a.ln1.data(), d, config, s, c);
+  } else {
+    const float* ln1_full = gather_into_gemm(c.tp, a.ln1.data(), s.full_in.data(), Nr, C);  // qkv_fprop
+    tp_attention_forward(a.attproj.data(), a, p, ln1_full, d, config, s, c);
+  }
   bias_dropout_add(a.res1.data(), x, a.attproj.data(), !config.is_llama(), p.attn_proj.bias, Nr, C,
                    {"attn.c_proj.bias.fwd", "attn.hidden_dropout.fwd", "attn.bias_dropout_add.fwd"}, c);
   model::norm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res1.data(), p.ln_2, Nr, C, config,
@@ -378,7 +394,10 @@ void block_recompute(BlockActs& a, const BlockView<float>& p, const ShardDims& d
   const Exec& ex = c.ex();
   const int64_t Nr = d.rows();
   const int C = d.C;
-  if (modules & kRecomputeCoreAttn) {
+  if ((modules & kRecomputeCoreAttn) && config.is_mla()) {
+    mla_core_forward(a, d, config, s, c);
+    attention_dropout_forward(d, c);
+  } else if (modules & kRecomputeCoreAttn) {
     c.attention_core().forward(a.atty.data(), a.att.data(), core_qkv(a, s, d, config, c), d, c.tp);
     // The recomputed core ends with the dropout on its probabilities, as
     // Megatron-LM's checkpointed CoreAttention does (the forward charges it
@@ -459,10 +478,14 @@ void block_backward(float* dinp, const BlockView<float>& g, BlockScratch& s, con
   dropout_backward(Nr * C, "attn.hidden_dropout.bwd", c);
   // proj_dgrad, qkv_dgrad (4 SMs) and qkv_wgrad (24 SMs)
   const float* dres1_full = gather_into_gemm_bwd(c.tp, s.dres1.data(), s.full_dout.data(), Nr, C);
-  const float* ln1_full = gather_for_wgrad(c.tp, a.ln1.data(), s.full_in.data(), Nr, C, 4);
-  zero(s.partial.data(), N * C);
-  tp_attention_backward(s.partial.data(), g, s, dres1_full, ln1_full, a, p, d, config, wg, c);
-  reduce_scatter_beside_wgrad(c.tp, s.partial.data(), s.dln.data(), Nr, C, 24);
+  if (config.is_mla()) {
+    mla_attention_backward(s.dln.data(), g, s, dres1_full, a.ln1.data(), a, p, d, config, wg, c);
+  } else {
+    const float* ln1_full = gather_for_wgrad(c.tp, a.ln1.data(), s.full_in.data(), Nr, C, 4);
+    zero(s.partial.data(), N * C);
+    tp_attention_backward(s.partial.data(), g, s, dres1_full, ln1_full, a, p, d, config, wg, c);
+    reduce_scatter_beside_wgrad(c.tp, s.partial.data(), s.dln.data(), Nr, C, 24);
+  }
   model::norm_backward(dinp, g.ln_1, s.dln.data(), inp, p.ln_1, a.ln1_mean.data(), a.ln1_rstd.data(), Nr, C,
                        config, "ln_1.bwd", ex);
 }

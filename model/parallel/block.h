@@ -65,6 +65,31 @@ struct BlockContext {
   const AttentionCore& attention_core() const;
 };
 
+// MLA's activations on one TP rank (block_mla.cc; GPTConfig::is_mla): the
+// latents of this rank's Nr rows (held whole by every rank: each TP rank
+// computes the down-projections of its own rows, Megatron-core's duplicated
+// linears), before and after their norms, and the key's rotated features.
+struct MlaShardActs {
+  Buf<float> cq, cq_n, cq_rstd;     // (Nr,Lq), (Nr,Lq), (Nr); none without q's latent
+  Buf<float> ckv, ckv_n, ckv_rstd;  // (Nr,Lkv), (Nr,Lkv), (Nr)
+  Buf<float> kpe;                   // (Nr,Dr) before RoPE
+  void resize(int64_t Nr, const model::GPTConfig& config);
+  int64_t saved_elements(bool fp8) const;
+};
+
+// MLA's scratch: the gathered latents (N rows), the up-projections' outputs
+// and gradients, the core's padded output (v to HS), the latents' gradients.
+struct MlaShardScratch {
+  Buf<float> cq_full, ckv_full, kpe_full;  // (N,Lq), (N,Lkv), (N,Dr)
+  Buf<float> q, kv;                        // (N,NHl·HS), (N,NHl·(Dn + Dv))
+  Buf<float> down;                         // (Nr,Lkv + Dr) kv_a_proj_with_mqa's output; its gradient
+  Buf<float> atty_pad;                     // (N,Cl) the core's output; its gradient
+  Buf<float> dlat_full, dkpe_full;         // (N,max(Lq,Lkv)), (N,Dr) partial over TP
+  Buf<float> dlat, dlat_in, dkpe;          // (Nr,max(Lq,Lkv)) after the reduction and before the norm, (Nr,Dr)
+  Buf<float> dhidden;                      // (N,C) q_proj's partial input gradient (no q latent)
+  void resize(const ShardDims& d, const model::GPTConfig& config);
+};
+
 // The activations a block keeps from its forward to its backward.
 struct BlockActs {
   Buf<float> ln1, ln2;                      // (Nr,C)
@@ -72,11 +97,13 @@ struct BlockActs {
   Buf<float> ln2_mean, ln2_rstd;            // (Nr)
   Buf<float> qkv;                           // (N,3Cl) local heads' [q | k | v]; llama (N,qkv_width), rotated
   Buf<float> att;                           // ShardDims::att_elements()
-  Buf<float> atty;                          // (N,Cl)
+  Buf<float> atty;                          // (N,Cl); MLA (N,Cv): the values' heads
+  MlaShardActs mla;                         // MLA; qkv then holds the core's [q | k | v] (N,3Cl), v padded
   Buf<float> qk_pre, qk_rstd;               // llama QK-norm: local q and k heads before it, rstd per head
   Buf<float> attproj, res1, mlp_out, res2;  // (Nr,C)
   Buf<float> fc, fc_gelu;                   // (N,Fl) dense blocks
   TpMoeActs moe;                            // MoE blocks
+  int64_t v_pad = 0;                        // MLA: qkv's elements padding v to HS (host only, not kept)
   void resize(const ShardDims& d, const model::GPTConfig& config, bool moe_block);
   // What the block keeps for backward, in modeled elements. fp8 (a
   // Precision::kFp8 run): the inputs of the FP8 GEMMs (ln1, ln2, atty,
@@ -95,6 +122,7 @@ struct BlockScratch {
   std::vector<int64_t> positions;  // (T) the global position of each local time (RoPE)
   Buf<float> dfc, dfc_gelu;                              // (N,Fl) dense blocks
   MoeScratch moe;                                        // MoE blocks
+  MlaShardScratch mla;                                   // MLA
   void resize(const ShardDims& d, const model::GPTConfig& config);
 };
 
@@ -102,6 +130,30 @@ struct BlockScratch {
 // block with GQA its K/V heads repeated into s.qkv_rep (charged).
 const float* core_qkv(const BlockActs& a, BlockScratch& s, const ShardDims& d, const model::GPTConfig& config,
                       const BlockContext& c);
+
+// Multi-head latent attention on one TP rank (block_mla.cc), Megatron-core's
+// MLASelfAttention: ln_1's rows (Nr) -> the duplicated down-projections and
+// the latents' norms on this rank's rows -> [enter] each latent (with SP:
+// all-gathered, q's, k/v's and the rotated key apart) -> the up-projections
+// column-parallel (this rank's heads) -> the fused MLA RoPE -> the core ->
+// o_proj row-parallel -> [exit]. out (Nr,C). Backward: dln (Nr,C) is
+// written complete (the latents' gradients reduced over TP before their
+// norms: no reduction of the hidden state's gradient).
+void mla_attention_forward(float* out, BlockActs& a, const model::BlockView<float>& p, const float* ln1,
+                           const ShardDims& d, const model::GPTConfig& config, BlockScratch& s,
+                           const BlockContext& c);
+void mla_attention_backward(float* dln, const model::BlockView<float>& g, BlockScratch& s, const float* dout_full,
+                            const float* ln1, const BlockActs& a, const model::BlockView<float>& p,
+                            const ShardDims& d, const model::GPTConfig& config, WeightGrads& wg,
+                            const BlockContext& c);
+// The core alone on a.qkv (selective recomputation of core_attn): a.atty, a.att.
+void mla_core_forward(BlockActs& a, const ShardDims& d, const model::GPTConfig& config, BlockScratch& s,
+                      const BlockContext& c);
+
+// The attention core's dropout on its probabilities (unfused cores: the
+// fused kernel drops inside), charged when the model has dropout.
+void attention_dropout_forward(const ShardDims& d, const BlockContext& c);
+void attention_dropout_backward(const ShardDims& d, const BlockContext& c);
 
 // x (Nr,C) -> a.res2 (Nr,C). Returns the block's aux loss (0 if dense).
 float block_forward(BlockActs& a, const model::BlockView<float>& p, const float* x,

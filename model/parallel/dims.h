@@ -53,6 +53,7 @@ struct ShardDims : model::Dims {
   int64_t row0(int rank) const { return sp ? rank * rows() : 0; }  // first global row held
   int NHl() const { return NH / tp; }
   int Cl() const { return NHl() * HS(); }
+  int Cv() const { return NHl() * HV(); }  // the values' width of this rank's heads (o_proj's input)
   int Fl() const { return ffn() / tp; }
   bool rope = false;  // rotary positions in attention (llama): no position table
   // Grouped-query attention (llama): kv K/V heads (0: NH), split over tp by

@@ -58,7 +58,13 @@ ShardLayout::ShardLayout(const ParamTable& table, const GPTConfig& cfg, int tp, 
       case ParamRole::kFcWeight: add(p, {Fl, C}, 0, fc_rows, false); break;
       case ParamRole::kFcBias: add(p, {Fl}, 0, fc_rows, false); break;
       case ParamRole::kMlpProjWeight: add(p, {C, Fl}, 1, fc_rows, false); break;
-      default: add(p, p.shape, -1, {}, true); break;  // LayerNorms, wpe, row-parallel biases, router
+      case ParamRole::kMlaUp: {  // MLA's up-projections: this rank's heads' rows, each head's contiguous
+        const int64_t rows = p.shape[0] / tp;
+        add(p, {rows, p.shape[1]}, 0, {{rank * rows, rows}}, false);
+        break;
+      }
+      default: add(p, p.shape, -1, {}, true); break;  // LayerNorms, wpe, row-parallel biases, router, MLA's down
+                                                      // projections and latent norms
     }
     note_block(shards_.back());
   }

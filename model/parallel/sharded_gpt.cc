@@ -158,6 +158,11 @@ ShardedGPT::ShardedGPT(const model::GPTConfig& config, uint64_t seed, Device& de
     if (!f.holds_layer(l)) continue;
     g_.blocks[l].ln_1 = s.blocks[l].ln_1;
     g_.blocks[l].ln_2 = s.blocks[l].ln_2;
+    if (config_.is_mla()) {  // the down-projections and latent norms ran on this rank's rows
+      model::MlaView<float>& m = g_.blocks[l].mla;
+      const model::MlaView<float>& staged = s.blocks[l].mla;
+      m.q_down = staged.q_down, m.q_norm = staged.q_norm, m.kv_down = staged.kv_down, m.kv_norm = staged.kv_norm;
+    }
     if (experts_whole_ && g_.blocks[l].moe) {  // each TP rank routed its own rows
       g_.blocks[l].router = s.blocks[l].router;
       g_.blocks[l].router_bias = s.blocks[l].router_bias;
@@ -167,7 +172,8 @@ ShardedGPT::ShardedGPT(const model::GPTConfig& config, uint64_t seed, Device& de
     if (sh.role == model::ParamRole::kPositionEmbedding) wpe_staged_.push_back(range_of(sh));
     const bool router =
         sh.role == model::ParamRole::kRouter || sh.role == model::ParamRole::kRouterBias;
-    if (sh.role != model::ParamRole::kLayerNorm && !(experts_whole_ && router)) continue;
+    const bool mla_rows = sh.role == model::ParamRole::kMlaDown || sh.role == model::ParamRole::kMlaNorm;
+    if (sh.role != model::ParamRole::kLayerNorm && !(experts_whole_ && router) && !mla_rows) continue;
     (sh.layer < 0 ? lnf_staged_ : block_staged_[size_t(sh.layer)]).push_back(range_of(sh));
   }
 }

@@ -15,11 +15,29 @@
 
 namespace shardlab::train {
 
+namespace {
+
+// The attention's projections per token and block, in multiply-adds:
+// q, k, v and o; under MLA Megatron's count (training.py's q_term and kv
+// terms: the down- and up-projections, the latents' norms as one per
+// element, the rotated key and o_proj).
+double attention_linears(const model::GPTConfig& c) {
+  const double h = c.n_embd, a = c.attn_width();
+  if (!c.is_mla()) return 2 * h * a + 2 * h * double(c.kv_heads()) * c.head_size();
+  const double NH = c.n_head, Dq = c.qk_head_size(), Dn = c.head_size(), Dv = c.v_head_size();
+  const double q = c.q_lora_rank > 0 ? c.q_lora_rank * (h + NH * Dq + 1) : h * NH * Dq;
+  return q + c.kv_lora_rank * (h + NH * (Dn + Dv) + 1) + h * c.qk_rope_head_dim + NH * Dv * h;
+}
+
+}  // namespace
+
 double model_flops_per_token(const model::GPTConfig& c, bool causal_halved) {
   const double l = c.n_layer, h = c.n_embd, s = c.block_size, V = c.vocab_size;
-  const double kv = double(c.kv_heads()) * c.head_size(), f = c.ffn_hidden(), a = c.attn_width();
-  const double linears = 2 * h * a + 2 * h * kv + (c.is_llama() ? 3 : 2) * h * f;  // per block
-  return 6 * l * linears + 6 * V * h + (causal_halved ? 6 : 12) * l * a * s;
+  const double f = c.ffn_hidden();
+  const double linears = attention_linears(c) + (c.is_llama() ? 3 : 2) * h * f;  // per block
+  // The core: Q·Kᵀ over qk_head_size() features a head, P·V over v_head_size().
+  const double core = double(c.n_head) * (c.qk_head_size() + c.v_head_size()) * s;
+  return 6 * l * linears + 6 * V * h + (causal_halved ? 3 : 6) * l * core;
 }
 
 // A 2024 row as NeMo 24.07 runs it (nemo2407_h100_fp8's notes): fused

@@ -38,8 +38,9 @@ ShardedAdamW::ShardedAdamW(Device& dev, parallel::LocalModel& model, parallel::D
   using model::ParamRole;
   for (const ShardSpec& s : model_.shards()) {
     if (s.role == ParamRole::kQkvWeight || s.role == ParamRole::kAttnProjWeight ||
-        s.role == ParamRole::kFcWeight || s.role == ParamRole::kMlpProjWeight) {
-      ++fp8_tensors_;  // one FP8 GEMM each (llama's k_proj and v_proj share q_proj's)
+        s.role == ParamRole::kFcWeight || s.role == ParamRole::kMlpProjWeight || s.role == ParamRole::kMlaDown ||
+        s.role == ParamRole::kMlaUp) {
+      ++fp8_tensors_;  // one FP8 GEMM each (llama's k_proj and v_proj share q_proj's; each of MLA's its own)
       fp8_elements_ += s.numel;
     }
     if (s.role == ParamRole::kKvWeight) fp8_elements_ += s.numel;

@@ -37,6 +37,7 @@ void validate_context_parallel(const TrainOptions& o) {
   require(o.checkpoint_dir.empty() && o.resume_dir.empty(),
           "`cp` with `checkpoint_dir` or `resume_dir` is not supported");
   require(p.hsdp == 0, "`cp` with `hsdp` is not supported");
+  require(!o.model.is_mla(), "`cp` with multi-head latent attention (`kv_lora_rank`) is not supported");
 }
 
 // MoE routing over the data ranks (ParallelPlan::global_routing), where the
@@ -113,11 +114,11 @@ void validate_parallel(const TrainOptions& o) {
           "library only): both set the gradients' precision");
   // FlashAttention-2/3 (the fused kernel this models) take head dimensions up to 256.
   constexpr int kFusedMaxHeadDim = 256;
-  require(!parallel::fused_attention(p.attention, m.is_llama()) || m.head_size() <= kFusedMaxHeadDim,
+  require(!parallel::fused_attention(p.attention, m.is_llama()) || m.qk_head_size() <= kFusedMaxHeadDim,
           fmt::format("`attention` fused{}: the fused kernel takes head dimensions up to {}, this model's is {} "
                       "(use `attention` unfused)",
                       p.attention == parallel::AttentionKernel::kAuto ? " (the llama family's default)" : "",
-                      kFusedMaxHeadDim, m.head_size()));
+                      kFusedMaxHeadDim, m.qk_head_size()));
   require(p.zero == 3 || p.prefetch, "`prefetch = false` needs `zero` 3");
   // Megatron's recompute_method and recompute_num_layers go with recompute_granularity full.
   const bool layers_set = p.recompute_num_layers != 0 || p.recompute_method == parallel::RecomputeMethod::kBlock;

@@ -61,7 +61,8 @@ int64_t fp8_weight_elements(const std::vector<parallel::ShardSpec>& shards) {
   int64_t n = 0;
   for (const parallel::ShardSpec& s : shards)
     if (s.role == ParamRole::kQkvWeight || s.role == ParamRole::kKvWeight || s.role == ParamRole::kAttnProjWeight ||
-        s.role == ParamRole::kFcWeight || s.role == ParamRole::kMlpProjWeight)
+        s.role == ParamRole::kFcWeight || s.role == ParamRole::kMlpProjWeight || s.role == ParamRole::kMlaDown ||
+        s.role == ParamRole::kMlaUp)
       n += s.numel;
   return n;
 }

@@ -132,7 +132,8 @@ double learning_rate(const TrainOptions& o, int step) {
 
 namespace {
 
-// nanoGPT's estimate_mfu numerator: 6 N + 12 L H Q T FLOPs per token, with N
+// nanoGPT's estimate_mfu numerator: 6 N + 12 L H Q T FLOPs per token (MLA:
+// 6 L H (Qk + Qv) T), with N
 // the parameters without the position table (and, for MoE, only the top-k
 // experts' share of the expert parameters: the active parameters).
 double flops_per_token(const model::ParamTable& table) {
@@ -142,7 +143,8 @@ double flops_per_token(const model::ParamTable& table) {
     if (s.role == model::ParamRole::kPositionEmbedding) continue;
     n += s.is_expert() ? double(s.numel) * c.top_k / c.n_expert : double(s.numel);
   }
-  return 6 * n + 12.0 * c.n_layer * c.n_head * c.head_size() * c.block_size;
+  // Q·Kᵀ over qk_head_size() and P·V over v_head_size() (both head_size() but under MLA).
+  return 6 * n + 6.0 * c.n_layer * c.n_head * (c.qk_head_size() + c.v_head_size()) * c.block_size;
 }
 
 // Strict loading, as PyTorch's load_state_dict(strict=True), before any

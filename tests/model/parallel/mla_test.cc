@@ -1,0 +1,204 @@
+// Multi-head latent attention (DeepSeek-V3; GPTConfig::is_mla) under every
+// parallel layout that touches attention: its unsharded forward is checked
+// against Hugging Face's DeepseekV3Attention in plain loops
+// (gpt_forward_test.cc) and its gradients against central differences
+// (llama_gradcheck_test.cc); here each layout matches the unsharded model
+// (tensor parallelism splits the up-projections by heads and runs the
+// down-projections on every rank's own rows, sequence parallelism gathers
+// the latents, pipelines and recomputation re-run them, expert parallelism
+// and ZeRO around them), the shapes and counts follow MLA's, and what is not
+// modeled is one error line.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "model/config.h"
+#include "model/params.h"
+#include "model/train/calibration.h"
+#include "model/train/trainer.h"
+#include "model/train/verify.h"
+#include "runtime/errors.h"
+
+namespace shardlab::train {
+namespace {
+
+// tiny-moe (4 layers, n_embd 128, 4 heads, block 0 dense, 8 routed + 1
+// shared experts) with DeepSeek-V3's attention at 1/32 of its width: q's
+// latent 48, k/v's 32, scores over 16 + 8 features a head, values 16.
+model::GPTConfig mla_model() {
+  model::GPTConfig c = model::preset("tiny-moe");
+  c.n_kv_head = 0;
+  c.head_dim = 16, c.q_lora_rank = 48, c.kv_lora_rank = 32, c.qk_rope_head_dim = 8, c.v_head_dim = 16;
+  c.block_size = 32;
+  return c;
+}
+
+TrainOptions mla_run() {
+  TrainOptions o;
+  o.model = mla_model();
+  o.steps = 3;
+  o.keep_step0_grads = true;
+  return o;
+}
+
+TrainResult run(const TrainOptions& o) {
+  ClusterOptions c;
+  c.world_size = o.parallel.world();
+  Cluster cluster(builtin_profiles().front(), c);
+  return train(cluster, o);
+}
+
+struct Case {
+  const char* name;
+  TrainOptions o;
+};
+
+void expect_matches_unsharded(const std::vector<Case>& cases) {
+  for (const Case& c : cases) {
+    TrainOptions ref = c.o;
+    ref.parallel = {};
+    ref.micro_batches = c.o.micro_batches;
+    // AdamW's flips set aside as `shardlab verify` sets them (verify.h adam_flip_bounds).
+    const TrainResult reference = run(ref);
+    const VerifyResult r = compare_runs(run(c.o), reference, model::ParamTable(c.o.model),
+                                        {.grads = true, .flips = adam_flip_bounds(reference, ref.adam)});
+    std::printf("mla, %s: loss rel diff %.2e, param rel L2 %.2e (%.2e less %zu AdamW flips), grad rel L2 %.2e "
+                "(bound 1e-5)\n",
+                c.name, r.max_loss_rel_diff, r.param_rel_l2, r.param_rel_l2_held, r.flips.size(), r.grad_rel_l2);
+    if (r.first_mismatch)
+      std::printf("  first mismatch: %s %s %.3e (max abs %.3e), flips %zu, tp drift '%s'\n",
+                  r.first_mismatch->kind.c_str(), r.first_mismatch->name.c_str(), r.first_mismatch->value,
+                  r.first_mismatch->max_abs, r.flips.size(), r.tp_drift.c_str());
+    EXPECT_TRUE(r.passed) << c.name;
+    EXPECT_LE(r.grad_rel_l2, 1e-5) << c.name;
+  }
+}
+
+TEST(Mla, TensorParallelMatchesTheUnshardedModel) {
+  std::vector<Case> cases;
+  {
+    TrainOptions o = mla_run();
+    o.parallel.tp = 2;  // latents' gradients all-reduced before their norms
+    cases.push_back({"tp 2", o});
+  }
+  {
+    TrainOptions o = mla_run();
+    o.parallel.tp = 4, o.parallel.sp = true;  // one head a rank; latents gathered, row-sum gradients staged
+    cases.push_back({"tp 4 with sp", o});
+  }
+  {
+    TrainOptions o = mla_run();
+    o.model.q_lora_rank = 0;  // q_proj from the gathered hidden state
+    o.parallel.tp = 2, o.parallel.sp = true;
+    cases.push_back({"tp 2 with sp, q_proj", o});
+  }
+  {
+    TrainOptions o = mla_run();
+    o.parallel.tp = 2, o.parallel.sp = true;
+    o.parallel.attention = parallel::AttentionKernel::kUnfused;
+    cases.push_back({"tp 2 with sp, unfused core", o});
+  }
+  expect_matches_unsharded(cases);
+}
+
+TEST(Mla, PipelinesRecomputationAndDataParallelismMatchTheUnshardedModel) {
+  std::vector<Case> cases;
+  {
+    TrainOptions o = mla_run();
+    o.parallel.pp = 2, o.parallel.tp = 2, o.parallel.sp = true, o.micro_batches = 2;
+    o.parallel.recompute = parallel::Recompute::kFull;
+    cases.push_back({"pp 2 x tp 2 with sp, full recompute", o});
+  }
+  {
+    TrainOptions o = mla_run();
+    o.parallel.tp = 2, o.parallel.sp = true;
+    o.parallel.recompute = parallel::Recompute::kSelective;  // core_attn
+    cases.push_back({"tp 2 with sp, selective (core_attn)", o});
+  }
+  {
+    TrainOptions o = mla_run();
+    o.parallel.pp = 2, o.parallel.tp = 2, o.parallel.sp = true, o.micro_batches = 4;
+    o.parallel.schedule = parallel::ScheduleKind::kZbH1;  // deferred weight gradients
+    cases.push_back({"pp 2 x tp 2 with sp, zb-h1", o});
+  }
+  {
+    TrainOptions o = mla_run();
+    o.parallel.dp = 2, o.parallel.tp = 2, o.parallel.sp = true, o.parallel.ep = 2, o.parallel.zero = 1;
+    cases.push_back({"dp 2 x tp 2 with sp, ep 2, zero 1", o});
+  }
+  {
+    TrainOptions o = mla_run();
+    o.parallel.dp = 2, o.parallel.tp = 2, o.parallel.zero = 3;
+    cases.push_back({"dp 2 x tp 2, zero 3", o});
+  }
+  expect_matches_unsharded(cases);
+}
+
+// The tensors and counts by hand: q_a_proj (Lq, C), q_a_layernorm (Lq),
+// q_b_proj (NH·(Dn + Dr), Lq), kv_a_proj_with_mqa (Lkv + Dr, C),
+// kv_a_layernorm (Lkv), kv_b_proj (NH·(Dn + Dv), Lkv), o_proj (C, NH·Dv);
+// Megatron's FLOPs per token (training.py's MLA terms).
+TEST(Mla, ShapesAndCountsFollowTheLatents) {
+  const model::GPTConfig c = mla_model();
+  const int64_t C = 128, NH = 4, Lq = 48, Lkv = 32, Dn = 16, Dr = 8, Dv = 16;
+  const model::ParamTable t(c);
+  const auto shape = [&](const char* name) { return t.at(std::string("model.layers.1.self_attn.") + name).shape; };
+  EXPECT_EQ(shape("q_a_proj.weight"), (Shape{Lq, C}));
+  EXPECT_EQ(shape("q_a_layernorm.weight"), (Shape{Lq}));
+  EXPECT_EQ(shape("q_b_proj.weight"), (Shape{NH * (Dn + Dr), Lq}));
+  EXPECT_EQ(shape("kv_a_proj_with_mqa.weight"), (Shape{Lkv + Dr, C}));
+  EXPECT_EQ(shape("kv_a_layernorm.weight"), (Shape{Lkv}));
+  EXPECT_EQ(shape("kv_b_proj.weight"), (Shape{NH * (Dn + Dv), Lkv}));
+  EXPECT_EQ(shape("o_proj.weight"), (Shape{C, NH * Dv}));
+  EXPECT_EQ(t.find("model.layers.1.self_attn.k_proj.weight"), nullptr);
+  const int64_t attn = Lq * C + Lq + NH * (Dn + Dr) * Lq + (Lkv + Dr) * C + Lkv + NH * (Dn + Dv) * Lkv + C * NH * Dv;
+  model::GPTConfig dense = c;
+  dense.n_kv_head = dense.head_dim = dense.q_lora_rank = dense.kv_lora_rank = 0;
+  dense.qk_rope_head_dim = dense.v_head_dim = 0;  // the same model with tiny-llama's MHA of 4 x 32
+  const int64_t mha = 4 * C * C;
+  EXPECT_EQ(t.numel(), model::ParamTable(dense).numel() - 4 * mha + 4 * attn);
+  EXPECT_DOUBLE_EQ(model::count_params(c), double(t.numel()));
+  // Megatron: 6 x (q_term + kv terms + o_proj) per block, the core at Dqk + Dv a head, not halved here.
+  const double q_term = Lq * (C + NH * (Dn + Dr) + 1.0), kv_term = Lkv * (C + NH * (Dn + Dv) + 1.0) + C * Dr;
+  const double s = c.block_size;
+  const double mla_dense = model_flops_per_token(c, false) - model_flops_per_token(dense, false);
+  const double want = 6.0 * 4 * (q_term + kv_term + NH * Dv * C - 4.0 * C * C) +
+                      6.0 * 4 * NH * ((Dn + Dr + Dv) - 2.0 * 32) * s;
+  EXPECT_DOUBLE_EQ(mla_dense, want);
+  std::printf("tiny-moe with MLA: %lld parameters (%lld a block's attention), %.0f model FLOPs per token\n",
+              (long long)t.numel(), (long long)attn, model_flops_per_token(c, false));
+}
+
+TEST(Mla, RefusesWhatItCannotRun) {
+  const auto refused = [](model::GPTConfig c) { EXPECT_THROW(c.validate(), ConfigError); };
+  model::GPTConfig c = mla_model();
+  c.qk_rope_head_dim = 7;  // RoPE rotates pairs
+  refused(c);
+  c = mla_model();
+  c.v_head_dim = 32;  // wider than the scores' 24
+  refused(c);
+  c = mla_model();
+  c.n_kv_head = 2;  // no GQA under MLA
+  refused(c);
+  c = mla_model();
+  c.kv_lora_rank = 0;  // the other MLA fields alone
+  refused(c);
+  c = model::preset("tiny");
+  c.kv_lora_rank = 8, c.qk_rope_head_dim = 4;  // the gpt family
+  refused(c);
+  TrainOptions o = mla_run();
+  o.parallel.cp = 2;
+  o.model.block_size = 32;
+  try {
+    run(o);
+    ADD_FAILURE() << "cp 2 with MLA ran";
+  } catch (const ConfigError& e) {
+    std::printf("cp 2: %s\n", e.what());
+    EXPECT_NE(std::string(e.what()).find("latent"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace shardlab::train
