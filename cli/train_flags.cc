@@ -104,6 +104,21 @@ FlagTable<TrainFlags> model_flags() {
       {"--qk-norm", FIELD(qk_norm),
        "QK-norm (Qwen3; llama family): an RMSNorm over each head of q and of k after their projections, "
        "before RoPE (self_attn.q_norm, k_norm; default: the preset's)"},
+      {"--kv-lora-rank", FIELD(kv_lora_rank),
+       "Multi-head latent attention (DeepSeek-V2/V3; llama family): the rank of the k/v latent "
+       "(kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj; deepseek-v3: 512); 0 = MHA/GQA (default: the preset's)",
+       number_in(0, kMaxDim)},
+      {"--q-lora-rank", FIELD(q_lora_rank),
+       "MLA: the rank of q's latent (q_a_proj, q_a_layernorm, q_b_proj; deepseek-v3: 1536); 0 = q_proj from the "
+       "hidden state (default: the preset's)",
+       number_in(0, kMaxDim)},
+      {"--qk-rope-head-dim", FIELD(qk_rope_head_dim),
+       "MLA: each head's rotated query/key features, the key's shared by the heads (deepseek-v3: 64); "
+       "--head-dim gives the unrotated ones (128) (default: the preset's)",
+       number_in(0, kMaxDim)},
+      {"--v-head-dim", FIELD(v_head_dim),
+       "MLA: each head's value features (deepseek-v3: 128; 0 = --head-dim; default: the preset's)",
+       number_in(0, kMaxDim)},
       {"--rope-theta", FIELD(rope_theta), "Rotary base theta (llama family; default: the preset's, 10000)",
        number_in(1.0001, 1e12)},
       {"--norm-eps", FIELD(norm_eps), "LayerNorm / RMSNorm epsilon (default 1e-5)", number_in(1e-12, 0.5)},
@@ -313,6 +328,10 @@ void TrainFlags::apply_family_flags(model::GPTConfig& c) const {
   if (kv_heads) c.n_kv_head = *kv_heads;
   if (head_dim) c.head_dim = *head_dim;
   if (qk_norm) c.qk_norm = true;
+  if (kv_lora_rank) c.kv_lora_rank = *kv_lora_rank;
+  if (q_lora_rank) c.q_lora_rank = *q_lora_rank;
+  if (qk_rope_head_dim) c.qk_rope_head_dim = *qk_rope_head_dim;
+  if (v_head_dim) c.v_head_dim = *v_head_dim;
   if (rope_theta) c.rope_theta = *rope_theta;
   if (norm_eps) c.norm_eps = *norm_eps;
   if (tie_embeddings && no_tie_embeddings)

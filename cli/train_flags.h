@@ -35,6 +35,7 @@ struct TrainFlags {
   std::optional<int> kv_heads;
   std::optional<int> head_dim;
   bool qk_norm = false;
+  std::optional<int> kv_lora_rank, q_lora_rank, qk_rope_head_dim, v_head_dim;  // MLA (unset: the preset's)
   std::optional<double> rope_theta, norm_eps;
   bool tie_embeddings = false, no_tie_embeddings = false;
   double aux_coef = -1;  // <0: the preset's with experts (GPTConfig's 0.01 unless an MoE preset says otherwise)

@@ -42,13 +42,15 @@
 // and the released config): 61 blocks of 7168, the first 3 dense (FFN
 // 18432), then 256 routed experts of 2048 and 1 shared, top-8, sigmoid
 // scores, gates normalized over the top-8, vocab 129280, RMSNorm eps 1e-6.
-// 671B parameters (the MTP module's 14B excluded), 37B active. NOT modeled:
-// multi-head latent attention (q rank 1536, kv rank 512, qk 128 + 64 rope,
-// v 128): multi-head attention with 128 heads of 56 (= 7168 / 128) stands in
-// for it, 4 x 7168² = 205.5M parameters per block against MLA's 187.1M
-// (tests/model/moe_presets_test.cc derives both by hand); the routed scaling
-// factor 2.5 and the auxiliary sequence-wise balance loss. Node-limited
-// routing is modeled: 8 groups of 32 experts, 4 kept (GPTConfig::moe_groups).
+// Multi-head latent attention (sec. 2.1.1): q's latent of rank 1536, k/v's
+// of 512, 128 heads whose queries and keys have 128 + 64 rotated features
+// (the key's rotated ones shared by the heads) and values 128 (187.1M
+// parameters a block; tests/model/moe_presets_test.cc by hand). 671B
+// parameters (the MTP module's 14B excluded), 37B active. NOT modeled: the
+// routed scaling factor 2.5, YaRN's softmax scale (pre-training runs at 4K
+// with plain RoPE) and the auxiliary sequence-wise balance loss.
+// Node-limited routing is modeled: 8 groups of 32 experts, 4 kept
+// (GPTConfig::moe_groups).
 #include <string>
 
 #include "model/config.h"
@@ -142,9 +144,11 @@ PresetInfo mixtral_8x7b() {
 }
 
 PresetInfo deepseek_v3() {
-  PresetInfo p = llama("deepseek-v3", 61, 7168, 128, 128, 18432, 129280, 1e4, 671, 1,
-                       "DeepSeek-AI 2024 (DeepSeek-V3), sec. 4.2 + released config; MHA stands in for MLA");
+  PresetInfo p = llama("deepseek-v3", 61, 7168, 128, 0, 18432, 129280, 1e4, 671, 1,
+                       "DeepSeek-AI 2024 (DeepSeek-V3), sec. 4.2 + released config");
   GPTConfig& c = p.config;
+  c.head_dim = 128;  // the unrotated query/key features (qk_nope_head_dim)
+  c.q_lora_rank = 1536, c.kv_lora_rank = 512, c.qk_rope_head_dim = 64, c.v_head_dim = 128;
   c.block_size = 4096, c.batch_size = 15360;  // 4K pre-training sequences; batch ramps to 15360
   c.norm_eps = 1e-6;
   c.n_expert = 256, c.top_k = 8, c.n_moe_ffn = 2048, c.n_shared_expert = 1, c.moe_first_dense = 3;

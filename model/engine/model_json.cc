@@ -27,6 +27,12 @@ nlohmann::json model_json(const model::GPTConfig& m) {
           {"tie_embeddings", m.tied()}};
   if (m.is_llama()) j["rope_theta"] = m.rope_theta;
   if (m.qk_norm) j["qk_norm"] = true;
+  if (m.is_mla()) {
+    j["q_lora_rank"] = m.q_lora_rank;
+    j["kv_lora_rank"] = m.kv_lora_rank;
+    j["qk_rope_head_dim"] = m.qk_rope_head_dim;
+    j["v_head_dim"] = m.v_head_size();
+  }
   if (m.is_moe()) {  // modern MoE (config.h)
     j["moe_ffn"] = m.moe_ffn_hidden();
     j["shared_experts"] = m.n_shared_expert;
@@ -59,6 +65,16 @@ void check_model_json(const nlohmann::json& saved, const model::GPTConfig& confi
     const int had = saved_int(key, fallback), want = run[key].get<int>();
     if (had != want)
       throw ConfigError(fmt::format("{}: the checkpoint has {} {}, this run {}", what, field, had, want));
+  }
+  // MLA's ranks and head sizes (absent: not MLA).
+  const std::pair<const char*, int> mla_keys[] = {{"q_lora_rank", config.q_lora_rank},
+                                                  {"kv_lora_rank", config.kv_lora_rank},
+                                                  {"qk_rope_head_dim", config.qk_rope_head_dim},
+                                                  {"v_head_dim", config.is_mla() ? config.v_head_size() : 0}};
+  for (const auto& [key, want] : mla_keys) {
+    const int had = saved_int(key, 0);
+    if (had != want)
+      throw ConfigError(fmt::format("{}: the checkpoint has `{}` {}, this run {}", what, key, had, want));
   }
   // The family decides what the tensors mean (LayerNorm or RMSNorm, GELU MLP
   // or SwiGLU, learned or rotary positions) where their names may not differ.

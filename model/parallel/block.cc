@@ -378,6 +378,7 @@ int64_t selective_kept_elements(const BlockActs& a, const ShardDims& d, const GP
   const auto gemm_input = [&](const Buf<float>& b) { return fp8_half(size(b)); };
   int64_t n = a.saved_elements(fp8);
   if (modules & kRecomputeCoreAttn) n -= size(a.att);
+  if (modules & kRecomputeMlaUpProj) n -= size(a.qkv) - a.v_pad;  // the core's q, k and v (v Dv wide)
   if (!moe_block) {
     if (modules & kRecomputeMlp) n -= size(a.fc) + gemm_input(a.fc_gelu);
     return n;
@@ -394,6 +395,7 @@ void block_recompute(BlockActs& a, const BlockView<float>& p, const ShardDims& d
   const Exec& ex = c.ex();
   const int64_t Nr = d.rows();
   const int C = d.C;
+  if (modules & kRecomputeMlaUpProj) mla_up_forward(a, p, a.ln1.data(), d, config, s, c);
   if ((modules & kRecomputeCoreAttn) && config.is_mla()) {
     mla_core_forward(a, d, config, s, c);
     attention_dropout_forward(d, c);

@@ -146,6 +146,10 @@ void mla_attention_backward(float* dln, const model::BlockView<float>& g, BlockS
                             const float* ln1, const BlockActs& a, const model::BlockView<float>& p,
                             const ShardDims& d, const model::GPTConfig& config, WeightGrads& wg,
                             const BlockContext& c);
+// The up-projections and RoPE from the kept latents (and ln_1's rows for
+// q_proj): a.qkv (selective recomputation of mla_up_proj; the forward's part).
+void mla_up_forward(BlockActs& a, const model::BlockView<float>& p, const float* ln1, const ShardDims& d,
+                    const model::GPTConfig& config, BlockScratch& s, const BlockContext& c);
 // The core alone on a.qkv (selective recomputation of core_attn): a.atty, a.att.
 void mla_core_forward(BlockActs& a, const ShardDims& d, const model::GPTConfig& config, BlockScratch& s,
                       const BlockContext& c);

@@ -79,36 +79,46 @@ void mla_core_forward(BlockActs& a, const ShardDims& d, const GPTConfig& config,
   if (c.ex().math()) model::mla_unpad(a.atty.data(), s.mla.atty_pad.data(), d.N(), heads_of(d, config));
 }
 
+void mla_up_forward(BlockActs& a, const model::BlockView<float>& p, const float* ln1, const ShardDims& d,
+                    const GPTConfig& config, BlockScratch& s, const BlockContext& c) {
+  const Exec& ex = c.ex();
+  const Exec te = ex.te_linear();
+  const int64_t N = d.N(), Nr = d.rows();
+  const int C = d.C, Lq = config.q_lora_rank, Lkv = config.kv_lora_rank, Dr = config.qk_rope_head_dim;
+  const model::MlaHeads h = heads_of(d, config);
+  MlaShardActs& m = a.mla;
+  MlaShardScratch& x = s.mla;
+  // q_b_proj's input (N rows): q's normalized latent, or ln_1's output (q_proj).
+  const float* q_in = Lq > 0 ? enter_column_parallel(c.tp, m.cq_n.data(), x.cq_full.data(), Nr, Lq)
+                             : gather_into_gemm(c.tp, ln1, s.full_in.data(), Nr, C);
+  model::linear_forward(te, "attn.q_up.fwd", x.q.data(), q_in, p.c_attn.weight, N, Lq > 0 ? Lq : C,
+                        int(h.q_width()));
+  const float* ckv_full = enter_column_parallel(c.tp, m.ckv_n.data(), x.ckv_full.data(), Nr, Lkv);
+  const float* kpe_full = enter_column_parallel(c.tp, m.kpe.data(), x.kpe_full.data(), Nr, Dr);
+  model::linear_forward(te, "attn.kv_up.fwd", x.kv.data(), ckv_full, p.mla.kv_up.weight, N, Lkv, int(h.kv_width()));
+  model::mla_rope_forward(ex, "attn.mla_rope.fwd", a.qkv.data(), x.q.data(), x.kv.data(), kpe_full,
+                          s.positions.data(), d.B, d.T, h, config.rope_theta);
+}
+
 void mla_attention_forward(float* out, BlockActs& a, const model::BlockView<float>& p, const float* ln1,
                            const ShardDims& d, const GPTConfig& config, BlockScratch& s, const BlockContext& c) {
   const Exec& ex = c.ex();
   const Exec te = ex.te_linear();  // the projections: FP8 under --precision fp8
   const int64_t N = d.N(), Nr = d.rows();
   const int C = d.C, Lq = config.q_lora_rank, Lkv = config.kv_lora_rank, Dr = config.qk_rope_head_dim;
-  const model::MlaHeads h = heads_of(d, config);
   const double eps = config.norm_eps;
   MlaShardActs& m = a.mla;
   MlaShardScratch& x = s.mla;
-  const float* q_in = nullptr;  // q_b_proj's input (N rows): q's normalized latent, or ln_1's output (q_proj)
   if (Lq > 0) {
     model::linear_forward(te, "attn.q_down.fwd", m.cq.data(), ln1, p.mla.q_down.weight, Nr, C, Lq);
     model::rmsnorm_forward(ex, "attn.q_norm.fwd", m.cq_n.data(), m.cq_rstd.data(), m.cq.data(), p.mla.q_norm, Nr,
                            Lq, eps);
-    q_in = enter_column_parallel(c.tp, m.cq_n.data(), x.cq_full.data(), Nr, Lq);
-  } else {
-    q_in = gather_into_gemm(c.tp, ln1, s.full_in.data(), Nr, C);
   }
-  model::linear_forward(te, "attn.q_up.fwd", x.q.data(), q_in, p.c_attn.weight, N, Lq > 0 ? Lq : C,
-                        int(h.q_width()));
   model::linear_forward(te, "attn.kv_down.fwd", x.down.data(), ln1, p.mla.kv_down.weight, Nr, C, Lkv + Dr);
   if (ex.math()) model::split_columns(m.ckv.data(), m.kpe.data(), x.down.data(), Nr, Lkv, Dr);
   model::rmsnorm_forward(ex, "attn.kv_norm.fwd", m.ckv_n.data(), m.ckv_rstd.data(), m.ckv.data(), p.mla.kv_norm, Nr,
                          Lkv, eps);
-  const float* ckv_full = enter_column_parallel(c.tp, m.ckv_n.data(), x.ckv_full.data(), Nr, Lkv);
-  const float* kpe_full = enter_column_parallel(c.tp, m.kpe.data(), x.kpe_full.data(), Nr, Dr);
-  model::linear_forward(te, "attn.kv_up.fwd", x.kv.data(), ckv_full, p.mla.kv_up.weight, N, Lkv, int(h.kv_width()));
-  model::mla_rope_forward(ex, "attn.mla_rope.fwd", a.qkv.data(), x.q.data(), x.kv.data(), kpe_full,
-                          s.positions.data(), d.B, d.T, h, config.rope_theta);
+  mla_up_forward(a, p, ln1, d, config, s, c);
   mla_core_forward(a, d, config, s, c);
   attention_dropout_forward(d, c);
   model::linear_forward(te, "attn.c_proj.fwd", s.partial.data(), a.atty.data(), p.attn_proj.weight, N, d.Cv(), C);

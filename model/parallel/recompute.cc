@@ -36,6 +36,7 @@ struct ModuleName {
 constexpr ModuleName kModules[] = {
     {kRecomputeCoreAttn, "core_attn"}, {kRecomputeLayerNorm, "layernorm"}, {kRecomputeMlp, "mlp"},
     {kRecomputeMoe, "moe"},           {kRecomputeMoeAct, "moe_act"},      {kRecomputeSharedExperts, "shared_experts"},
+    {kRecomputeMlaUpProj, "mla_up_proj"},
 };
 
 }  // namespace
@@ -49,13 +50,9 @@ unsigned parse_recompute_modules(std::string_view list) {
     const ModuleName* found = nullptr;
     for (const ModuleName& m : kModules)
       if (name == m.name) found = &m;
-    if (!found && name == "mla_up_proj")
-      throw ConfigError(fmt::format("`recompute_modules` \"{}\": mla_up_proj re-runs multi-latent attention's "
-                                    "up-projections, and shardlab's attention is multi-head (GQA), not MLA",
-                                    list));
     if (!found)
       throw ConfigError(fmt::format("`recompute_modules` \"{}\": \"{}\" is not one of core_attn, layernorm, mlp, "
-                                    "moe, moe_act, shared_experts (a list separated by , or +)",
+                                    "moe, moe_act, shared_experts, mla_up_proj (a list separated by , or +)",
                                     list, name));
     if (modules & found->module)
       throw ConfigError(fmt::format("`recompute_modules` \"{}\": {} is listed twice", list, name));

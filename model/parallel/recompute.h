@@ -44,7 +44,10 @@ enum RecomputeModule : unsigned {
   kRecomputeMoe = 1u << 3,            // moe: an MoE layer: router, dispatch, experts, combine
   kRecomputeMoeAct = 1u << 4,         // moe_act: the routed experts' activation (GELU or SwiGLU)
   kRecomputeSharedExperts = 1u << 5,  // shared_experts: the shared experts' MLP
+  kRecomputeMlaUpProj = 1u << 6,      // mla_up_proj: MLA's up-projections and RoPE, from the kept latents
+                                      // (the core's q, k, v are not kept)
 };
+inline constexpr unsigned kRecomputeModulesAll = (kRecomputeMlaUpProj << 1) - 1;
 // "core_attn,mlp" (or "core_attn+mlp", for a sweep's axis) -> a
 // RecomputeModule mask; ConfigError naming --recompute-modules on an
 // unknown, repeated or missing name.

@@ -149,7 +149,7 @@ void validate_parallel(const TrainOptions& o) {
                       "selective (got {})",
                       rm_name.empty() ? "(none)" : rm_name, parallel::recompute_name(p.recompute)));
   if (p.recompute == parallel::Recompute::kSelective) {
-    require(rm < (parallel::kRecomputeSharedExperts << 1),
+    require(rm <= parallel::kRecomputeModulesAll,
             fmt::format("`recompute_modules` {:#x}: not a mask of parallel::RecomputeModule", rm));
     const unsigned moe_only = parallel::kRecomputeLayerNorm | parallel::kRecomputeMoe | parallel::kRecomputeMoeAct |
                               parallel::kRecomputeSharedExperts;
@@ -158,6 +158,10 @@ void validate_parallel(const TrainOptions& o) {
                         rm_name, parallel::recompute_modules_name(rm & moe_only)));
     require(!(rm & parallel::kRecomputeSharedExperts) || m.n_shared_expert > 0,
             fmt::format("`recompute_modules` {}: shared_experts, and this model has no shared expert", rm_name));
+    require(!(rm & parallel::kRecomputeMlaUpProj) || m.is_mla(),
+            fmt::format("`recompute_modules` {}: mla_up_proj re-runs multi-head latent attention's up-projections, "
+                        "and this model's attention is not MLA (`kv_lora_rank` 0)",
+                        rm_name));
     require(!(rm & parallel::kRecomputeMlp) || m.has_dense_layer(),
             fmt::format("`recompute_modules` {}: mlp re-runs a dense block's MLP, and every block of this model is "
                         "MoE (use moe or moe_act)",

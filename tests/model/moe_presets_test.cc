@@ -107,17 +107,15 @@ TEST(LlamaMoePresets, MixtralMatchesItsPublishedCounts) {
 // DeepSeek-V3's MLA attention per block from its published shapes (C 7168,
 // 128 heads): q_a 7168x1536 + its norm 1536 + q_b 1536 x 128·(128+64)
 // + kv_a (with the shared rope key) 7168 x (512+64) + its norm 512
-// + kv_b 512 x 128·(128+128) + o 128·128 x 7168 = 187,107,328. The stand-in,
-// multi-head attention with 128 heads of 56: q, k, v, o 7168² each.
+// + kv_b 512 x 128·(128+128) + o 128·128 x 7168 = 187,107,328.
 double mla_per_block() {
   const double C = 7168, H = 128;
   return C * 1536 + 1536 + 1536 * H * 192 + C * 576 + 512 + 512 * H * 256 + H * 128 * C;
 }
 
-// 671B total (MTP excluded) and 37B active as published, moved by what the
-// preset models instead of MLA: 61 x (4·7168² − MLA). DeepSeek's active count
-// leaves out the input embedding (a lookup: 129280 x 7168 = 0.93B); with it
-// the MLA model's would be 37.55B, not 37B.
+// 671B total (MTP excluded) and 37B active as published. DeepSeek's active
+// count leaves out the input embedding (a lookup: 129280 x 7168 = 0.93B);
+// with it the model's is 37.55B, not 37B.
 TEST(LlamaMoePresets, DeepSeekV3MatchesWhatItModels) {
   const PresetInfo& p = preset_info("deepseek-v3");
   const GPTConfig& c = p.config;
@@ -137,11 +135,21 @@ TEST(LlamaMoePresets, DeepSeekV3MatchesWhatItModels) {
   EXPECT_EQ(c.vocab_size, 129280);
   EXPECT_EQ(c.n_head, 128);
   EXPECT_EQ(c.kv_heads(), 128);
-  EXPECT_NE(p.source.find("MHA stands in for MLA"), std::string::npos);
-  const double C = 7168, stand_in = 61 * (4 * C * C - mla_per_block());
-  std::printf("MLA %.0f vs MHA %.0f parameters per block\n", mla_per_block(), 4 * C * C);
-  expect_published("deepseek total", count_params(c), p.published_params + stand_in, 1e9);
-  expect_published("deepseek active", count_active_params(c) - 129280 * C, p.published_active + stand_in, 1e9);
+  EXPECT_TRUE(c.is_mla());
+  EXPECT_EQ(c.q_lora_rank, 1536);
+  EXPECT_EQ(c.kv_lora_rank, 512);
+  EXPECT_EQ(c.qk_head_size(), 128 + 64);
+  EXPECT_EQ(c.v_head_size(), 128);
+  const double C = 7168;
+  // One block's attention in the table, by hand: the MLA tensors and the two norms.
+  const ParamTable t(c);
+  double attn = 0;
+  for (const ParamSpec& s : t.specs())
+    if (s.layer == 5 && s.name.find("self_attn.") != std::string::npos) attn += double(s.numel);
+  std::printf("MLA %.0f parameters per block (by hand %.0f)\n", attn, mla_per_block());
+  EXPECT_EQ(attn, mla_per_block());
+  expect_published("deepseek total", count_params(c), p.published_params, 1e9);
+  expect_published("deepseek active", count_active_params(c) - 129280 * C, p.published_active, 1e9);
 }
 
 // tiny-moe: tiny-llama's size class and attention, shared and routed experts.
@@ -202,13 +210,13 @@ TEST(LlamaMoePresets, Qwen3MatchesItsPublishedCounts) {
 
 // The README's exact figures, from a hand formula (Python): Mixtral per
 // block 2·4096² + 2·4096·1024 + 2·4096 norms + 8·4096 router + 8·3·4096·14336,
-// plus 2·32000·4096 + 4096; DeepSeek-V3 with its MHA stand-in likewise.
+// plus 2·32000·4096 + 4096; DeepSeek-V3 likewise (MLA: mla_per_block).
 TEST(LlamaMoePresets, ExactCountsAsTheReadmePrintsThem) {
   EXPECT_DOUBLE_EQ(count_params(preset("mixtral-8x7b")), 46702792704.0);
   EXPECT_DOUBLE_EQ(count_active_params(preset("mixtral-8x7b")), 12879925248.0);
   // + the aux-loss-free selection bias: 58 MoE blocks x 256 = 14,848 (active too).
-  EXPECT_DOUBLE_EQ(count_params(preset("deepseek-v3")), 672149632000.0 + 14848.0);
-  EXPECT_DOUBLE_EQ(count_active_params(preset("deepseek-v3")), 38675510272.0 + 14848.0);
+  EXPECT_DOUBLE_EQ(count_params(preset("deepseek-v3")), 671026404352.0 + 14848.0);
+  EXPECT_DOUBLE_EQ(count_active_params(preset("deepseek-v3")), 37552282624.0 + 14848.0);
 }
 
 }  // namespace

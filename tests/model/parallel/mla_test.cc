@@ -9,6 +9,7 @@
 // and ZeRO around them), the shapes and counts follow MLA's, and what is not
 // modeled is one error line.
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,8 @@
 #include "model/train/trainer.h"
 #include "model/train/verify.h"
 #include "runtime/errors.h"
+#include "tests/model/parallel/recompute_test_util.h"
+#include "tests/model/train/train_test_util.h"
 
 namespace shardlab::train {
 namespace {
@@ -134,6 +137,75 @@ TEST(Mla, PipelinesRecomputationAndDataParallelismMatchTheUnshardedModel) {
     cases.push_back({"dp 2 x tp 2, zero 3", o});
   }
   expect_matches_unsharded(cases);
+}
+
+// Megatron's mla_up_proj (the DeepSeek-V3 recipes'): the core's q, k and v
+// are not kept; backward re-runs the up-projections and RoPE from the kept
+// latents (gathered again under SP). The bits of no recomputation, the
+// unsharded model's gradients, exactly those kernels again (each as long as
+// its forward run), and the bytes by hand.
+TEST(Mla, RecomputesTheUpProjectionsFromTheLatents) {
+  TrainOptions o = mla_run();
+  o.parallel.tp = 2, o.parallel.sp = true;
+  const TrainResult none = testing::run(o);
+  const TrainResult unsharded = testing::run(testing::unsharded(o));
+  for (const unsigned m : {unsigned(parallel::kRecomputeMlaUpProj),
+                           unsigned(parallel::kRecomputeMlaUpProj | parallel::kRecomputeCoreAttn)}) {
+    TrainOptions r = o;
+    r.parallel.recompute = parallel::Recompute::kSelective;
+    r.parallel.recompute_modules = m;
+    const std::string what = "mla, tp 2 with sp, " + parallel::recompute_modules_name(m);
+    const TrainResult t = testing::run(r);
+    testing::expect_same_bits(t, none, what);
+    testing::expect_like_unsharded(t, unsharded, r.model, what);
+  }
+  // The kernels on device 0 over one step of one micro-batch: 4 blocks.
+  TrainOptions r = o;
+  r.steps = 1;
+  r.parallel.recompute = parallel::Recompute::kSelective;
+  r.parallel.recompute_modules = parallel::kRecomputeMlaUpProj;
+  const TrainResult t = testing::run(r, nullptr, /*trace=*/true);
+  std::map<std::string, int> again;
+  std::map<std::string, std::vector<Time>> fwd, rec;
+  const std::string suffix = ".recompute";
+  for (const TraceEvent& e : t.run.traces[0].events) {
+    std::string name = e.name;
+    const bool re = name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    if (re) name.resize(name.size() - suffix.size());
+    (re ? rec : fwd)[name].push_back(e.end - e.start);
+    again[name] += re;
+  }
+  const int L = r.model.n_layer;
+  for (const auto& [kernel, n] : std::map<std::string, int>{{"attn.q_up.fwd", L},
+                                                            {"attn.kv_up.fwd", L},
+                                                            {"attn.mla_rope.fwd", L},
+                                                            {"attn.q_down.fwd", 0},
+                                                            {"attn.kv_down.fwd", 0},
+                                                            {"attn.flash.fwd", 0}}) {
+    EXPECT_EQ(again[kernel], n) << kernel;
+    for (Time d : rec[kernel]) {
+      bool seen = false;
+      for (Time f : fwd[kernel]) seen |= f == d;
+      EXPECT_TRUE(seen) << kernel << " re-run for " << d << " ps, no forward run that long";
+    }
+  }
+  // Memory: two MLA blocks on one device, vocab 1,024 (the head's backward
+  // is the peak, both blocks' kept activations resident): each keeps q and k
+  // (N, NH·(Dn + Dr)) and v (N, NH·Dv) less, in fp32 real math.
+  TrainOptions one = mla_run();
+  one.model.n_expert = 0, one.model.n_moe_ffn = 0, one.model.n_shared_expert = 0, one.model.moe_first_dense = 0;
+  one.model.n_layer = 2, one.model.vocab_size = 1024;
+  one.steps = 1;
+  const int64_t N = int64_t{one.model.batch_size} * one.model.block_size, NH = 4, HS = 16 + 8, Dv = 16;
+  TrainOptions rec1 = one;
+  rec1.parallel.recompute = parallel::Recompute::kSelective;
+  rec1.parallel.recompute_modules = parallel::kRecomputeMlaUpProj;
+  const uint64_t kept = testing::activation_peak(testing::run(one), 0);
+  const uint64_t less = testing::activation_peak(testing::run(rec1), 0);
+  const uint64_t by_hand = uint64_t(2 * N * NH * (2 * HS + Dv) * 4);
+  std::printf("mla_up_proj: %llu bytes saved, by hand %llu\n", (unsigned long long)(kept - less),
+              (unsigned long long)by_hand);
+  EXPECT_EQ(kept - less, by_hand);
 }
 
 // The tensors and counts by hand: q_a_proj (Lq, C), q_a_layernorm (Lq),

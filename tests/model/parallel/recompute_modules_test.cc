@@ -243,7 +243,10 @@ TEST(RecomputeModules, RefusesWhatDoesNotApply) {
   refused(testing::small_options(4), Recompute::kSelective, parallel::kRecomputeSharedExperts,
           "no shared expert");
   refused(testing::small_options(4), Recompute::kSelective, parallel::kRecomputeMlp, "every block of this model is MoE");
-  EXPECT_THROW(parallel::parse_recompute_modules("core_attn,mla_up_proj"), ConfigError);
+  refused(dense, Recompute::kSelective, parallel::kRecomputeMlaUpProj, "attention is not MLA");
+  EXPECT_EQ(parallel::parse_recompute_modules("core_attn,mla_up_proj"),
+            unsigned(parallel::kRecomputeCoreAttn | parallel::kRecomputeMlaUpProj));
+  EXPECT_THROW(parallel::parse_recompute_modules("core_attn,mla"), ConfigError);
   EXPECT_THROW(parallel::parse_recompute_modules("mlp,mlp"), ConfigError);
   EXPECT_THROW(parallel::parse_recompute_modules("mlp,"), ConfigError);
   EXPECT_EQ(parallel::parse_recompute_modules("moe_act,layernorm"),
