@@ -143,6 +143,15 @@ def draw(rng, mode="verify", wide=False):
     if rng.random() < 0.2:  # Qwen3's attention: heads of their own size, QK-norm (llama; gpt: the refusal)
         args += ["--head-dim", str(rng.choice([4, 12, 16]))] if family == "llama" or rng.random() < 0.1 else []
         args += ["--qk-norm"] if family == "llama" or rng.random() < 0.1 else []
+    elif rng.random() < 0.2 and ((family == "llama" and cp == 1) or rng.random() < 0.1):
+        # DeepSeek-V3's MLA (llama, no GQA, no cp; else the refusals now and then)
+        args += ["--kv-lora-rank", str(rng.choice([8, 16])), "--qk-rope-head-dim", str(rng.choice([2, 4])),
+                 "--q-lora-rank", str(rng.choice([0, 12, 24])), "--head-dim", str(rng.choice([4, 6, 8]))]
+        if rng.random() < 0.5:
+            args += ["--v-head-dim", str(rng.choice([4, 8]))]
+        if "--kv-heads" in args and rng.random() < 0.9:
+            i = args.index("--kv-heads")
+            del args[i:i + 2]
     if rng.random() < 0.3 and not real:  # real against phantom: dense (a phantom MoE routes uniformly)
         args += ["--experts", str(rng.choice([2, 4, 6])), "--moe-top-k", str(rng.choice([1, 2]))]
         for flag, choices, p in MOE_FLAGS:
@@ -176,7 +185,8 @@ def draw(rng, mode="verify", wide=False):
             args += ["--recompute", "full"]
     if rng.random() < 0.2:  # Megatron's recompute_modules (with --recompute full now and then: the refusal)
         names = ["core_attn", "mlp"] + (["layernorm", "moe", "moe_act", "shared_experts"]
-                                        if "--experts" in args or rng.random() < 0.1 else [])
+                                        if "--experts" in args or rng.random() < 0.1 else []) + (
+                                        ["mla_up_proj"] if "--kv-lora-rank" in args or rng.random() < 0.1 else [])
         args += ["--recompute-modules", ",".join(rng.sample(names, rng.choice([1, 2, 3][:len(names)])))]
     return args + switches
 

@@ -130,13 +130,30 @@ TEST(CliBadInput, ModelShapeFlags) {
        "--recompute-modules mlp chooses what selective recomputation re-runs: it needs --recompute selective (got "
        "full)"},
       {"train --model tiny-moe --steps 1 --recompute-modules core_attn,mla_up_proj",
-       "--recompute-modules \"core_attn,mla_up_proj\": mla_up_proj re-runs multi-latent attention's up-projections, "
-       "and shardlab's attention is multi-head (GQA), not MLA"},
+       "--recompute-modules core_attn,mla_up_proj: mla_up_proj re-runs multi-head latent attention's "
+       "up-projections, and this model's attention is not MLA (--kv-lora-rank 0)"},
+      {"train --model tiny-llama --steps 1 --kv-heads 4 --q-lora-rank 16",
+       "--q-lora-rank, --qk-rope-head-dim and --v-head-dim shape multi-head latent attention: they need "
+       "--kv-lora-rank above 0"},
+      {"train --model tiny-llama --steps 1 --kv-heads 4 --kv-lora-rank 16 --qk-rope-head-dim 5",
+       "--qk-rope-head-dim 5 must be a positive even number under MLA (rotary embeddings rotate pairs of features)"},
+      {"train --model tiny-llama --steps 1 --kv-lora-rank 16 --qk-rope-head-dim 4",
+       "--kv-heads 2 below --heads: MLA gives every head its own keys and values (no GQA)"},
+      {"train --model tiny-llama --steps 1 --kv-heads 4 --kv-lora-rank 16 --qk-rope-head-dim 4 --v-head-dim 64",
+       "--v-head-dim 64 above the scores' head size 36 (--head-dim + --qk-rope-head-dim) is not modeled"},
+      {"train --model tiny --steps 1 --kv-lora-rank 16 --qk-rope-head-dim 4",
+       "multi-head latent attention (--kv-lora-rank) needs --family llama"},
+      {"train --model tiny-llama --steps 1 --kv-heads 4 --kv-lora-rank 16 --qk-rope-head-dim 4 --cp 2",
+       "--cp with multi-head latent attention (--kv-lora-rank) is not supported"},
+      {"generate --model tiny-llama --kv-heads 4 --kv-lora-rank 16 --qk-rope-head-dim 4 --prompt-tokens 1,2",
+       "multi-head latent attention (--kv-lora-rank) trains only: inference with its latent KV cache is not "
+       "modeled"},
+      {"train --model tiny-llama --steps 1 --kv-lora-rank -1", "--kv-lora-rank"},
       {"train --model tiny-moe --steps 1 --recompute-modules mlp,moe,mlp",
        "--recompute-modules \"mlp,moe,mlp\": mlp is listed twice"},
       {"train --model tiny-moe --steps 1 --recompute-modules mlp,",
-       "--recompute-modules \"mlp,\": \"\" is not one of core_attn, layernorm, mlp, moe, moe_act, shared_experts (a "
-       "list separated by , or +)"},
+       "--recompute-modules \"mlp,\": \"\" is not one of core_attn, layernorm, mlp, moe, moe_act, shared_experts, "
+       "mla_up_proj (a list separated by , or +)"},
       {"train --model tiny --steps 1 --recompute-modules moe_act,layernorm",
        "--recompute-modules layernorm,moe_act: layernorm,moe_act re-runs part of an MoE layer and this model has "
        "none"},

@@ -117,10 +117,10 @@ TEST(CliPhantom, DeepEpSendsATokenToEachNodeOnce) {
               step[0], a2a[0], internode[0], step[1], a2a[1], internode[1]);
   EXPECT_LT(a2a[1], 0.7 * a2a[0]);
   // The README's figures.
-  EXPECT_NEAR(step[0], 41.783, 5e-4);
-  EXPECT_NEAR(step[1], 32.111, 5e-4);
-  EXPECT_NEAR(a2a[0], 19.241, 5e-4);
-  EXPECT_NEAR(a2a[1], 12.336, 5e-4);
+  EXPECT_NEAR(step[0], 44.460, 5e-4);
+  EXPECT_NEAR(step[1], 34.806, 5e-4);
+  EXPECT_NEAR(a2a[0], 19.234, 5e-4);
+  EXPECT_NEAR(a2a[1], 12.333, 5e-4);
   // A token's 8 rows reach 4 nodes: DeepEP sends each token there once
   // (with 2K values more a row) and one row back, half the all-to-all's bytes.
   EXPECT_NEAR(internode[0], 588.0, 0.05);
@@ -210,8 +210,9 @@ TEST(CliPhantom, WholeExpertsUnderTpDispatchEachRanksOwnRows) {
       "train --phantom --model deepseek-v3 --profile h100-nvlink --nodes 128 --tp 2 --sp --pp 8 "
       "--schedule interleaved --vpp 4 --ep 64 --dp 64 --micro-batches 128 --precision fp8 --seq 4096 --batch 8192 "
       "--use-distributed-optimizer --moe-dispatcher alltoall --steps 1 --recompute full";
-  const std::string runs[3] = {run + "--recompute full", run + "--recompute-modules mlp", split};
-  double step[3], a2a[3], internode[3];
+  // The recipe's recompute_modules, mla_up_proj and mlp; then split experts.
+  const std::string runs[3] = {run + "--recompute full", run + "--recompute-modules mla_up_proj,mlp", split};
+  double step[3], a2a[3], internode[3], peak[3];
   for (int i = 0; i < 3; ++i) {
     const std::string report = ::testing::TempDir() + "phantom_expert_tp.json";
     const auto r = run_cli(runs[i] + " --report " + report);
@@ -220,18 +221,26 @@ TEST(CliPhantom, WholeExpertsUnderTpDispatchEachRanksOwnRows) {
     step[i] = j["summary"]["virtual_step_s"].get<double>();
     a2a[i] = j["devices"][0]["moe"]["a2a_s"].get<double>();
     internode[i] = j["devices"][0]["moe"]["a2a_internode_sent_bytes"].get<double>() / (1u << 30);
+    peak[i] = 0;
+    for (const auto& d : j["devices"]) peak[i] = std::max(peak[i], d["peak_bytes"].get<double>() / (1u << 30));
   }
   std::printf("deepseek-v3 on 1024 H100s, TP 2 x EP 64, expert TP 1, deepep: step %.3f s with full recomputation "
-              "(all-to-alls %.3f s, %.3f GiB to other nodes), %.3f s with the dense blocks' MLP's (%.3f s); "
-              "experts split over TP, alltoall: %.3f s (%.3f s)\n",
-              step[0], a2a[0], internode[0], step[1], a2a[1], step[2], a2a[2]);
+              "(all-to-alls %.3f s, %.3f GiB to other nodes), %.3f s with MLA's up-projections and the dense blocks' "
+              "MLP's (%.3f s, fullest device %.1f GiB); experts split over TP, alltoall: %.3f s (%.3f s)\n",
+              step[0], a2a[0], internode[0], step[1], a2a[1], peak[1], step[2], a2a[2]);
   // The README's figures.
-  EXPECT_NEAR(step[0], 33.884, 5e-4);
-  EXPECT_NEAR(a2a[0], 12.448, 5e-4);
-  EXPECT_NEAR(step[1], 24.035, 5e-4);
-  EXPECT_NEAR(a2a[1], 8.359, 5e-4);
-  EXPECT_NEAR(step[2], 78.701, 5e-4);
-  EXPECT_NEAR(a2a[2], 41.142, 5e-4);
+  EXPECT_NEAR(step[0], 36.587, 5e-4);
+  EXPECT_NEAR(a2a[0], 12.446, 5e-4);
+  EXPECT_NEAR(step[1], 26.427, 5e-4);
+  EXPECT_NEAR(a2a[1], 8.298, 5e-4);
+  EXPECT_NEAR(peak[1], 75.2, 0.05);
+  EXPECT_NEAR(step[2], 81.396, 5e-4);
+  EXPECT_NEAR(a2a[2], 41.138, 5e-4);
+  // Without mla_up_proj the core's q, k and v of every block in flight do not
+  // fit the 80 GiB: one error line, exit 2 (the recipe lists it).
+  const auto oom = run_cli(run + "--recompute-modules mlp");
+  EXPECT_EQ(oom.code, 2) << oom.err;
+  EXPECT_NE(oom.err.find("out of memory"), std::string::npos) << oom.err;
   // The same bytes between nodes as TP 1 x EP 64 (above): 8 EP ranks a node either way.
   EXPECT_NEAR(internode[0], 294.3, 0.05);
 }
