@@ -208,6 +208,46 @@ TEST(Mla, RecomputesTheUpProjectionsFromTheLatents) {
   EXPECT_EQ(kept - less, by_hand);
 }
 
+// One MLA block on one H100 (bf16, phantom, fused core), the FLOPs each
+// kernel is charged, by hand: DeepSeek-V3's attention at its own widths
+// (C 7168, 128 heads, q rank 1536, kv rank 512, 128 + 64 rope, v 128) on one
+// sequence of 4,096 tokens. The core's q·kᵀ runs over 192 features a head
+// and P·V over 128, each over the T(T+1)/2 causal pairs.
+TEST(Mla, OneBlockChargesItsKernelsByHand) {
+  TrainOptions o;
+  o.model = model::preset("deepseek-v3");
+  o.model.n_layer = 1, o.model.n_expert = 0, o.model.n_moe_ffn = 0, o.model.n_shared_expert = 0;
+  o.model.moe_first_dense = 0, o.model.moe_groups = o.model.moe_group_top_k = 1, o.model.router_bias_rate = 0;
+  o.model.n_ffn = 1024, o.model.vocab_size = 1024, o.model.batch_size = 1, o.model.block_size = 4096;
+  o.steps = 1;
+  o.phantom = true;
+  const TrainResult r = testing::run_one_gpu_bf16(o, "h100-nvlink");
+  std::map<std::string, double> flops;
+  for (const TraceEvent& e : r.run.traces.at(0).events) flops[e.name] += e.flops;
+  const double N = 4096, C = 7168, NH = 128, Lq = 1536, Lkv = 512, Dn = 128, Dr = 64, Dv = 128, Dq = Dn + Dr;
+  const double pairs = NH * N * (N + 1) / 2;
+  const std::map<std::string, double> want = {
+      {"attn.q_down.fwd", 2 * N * C * Lq},
+      {"attn.q_up.fwd", 2 * N * Lq * NH * Dq},
+      {"attn.kv_down.fwd", 2 * N * C * (Lkv + Dr)},
+      {"attn.kv_up.fwd", 2 * N * Lkv * NH * (Dn + Dv)},
+      {"attn.c_proj.fwd", 2 * N * NH * Dv * C},
+      {"attn.q_norm.fwd", 4 * N * Lq + 4 * N},
+      {"attn.kv_norm.fwd", 4 * N * Lkv + 4 * N},
+      {"attn.mla_rope.fwd", 3 * N * (NH + 1) * Dr},
+      {"attn.flash.fwd", 2 * pairs * (Dq + Dv) + 5 * pairs},
+      {"attn.flash.bwd", 2 * pairs * (3 * Dq + 2 * Dv) + 6 * pairs},
+      // dgrad and wgrad: each 2·N·in·out
+      {"attn.kv_up.dgrad", 2 * N * Lkv * NH * (Dn + Dv)},
+      {"attn.kv_up.wgrad", 2 * N * Lkv * NH * (Dn + Dv)},
+      {"attn.q_down.wgrad", 2 * N * C * Lq},
+  };
+  for (const auto& [kernel, f] : want) {
+    std::printf("%-20s %.6e FLOPs charged, by hand %.6e\n", kernel.c_str(), flops[kernel], f);
+    EXPECT_DOUBLE_EQ(flops[kernel], f) << kernel;
+  }
+}
+
 // The tensors and counts by hand: q_a_proj (Lq, C), q_a_layernorm (Lq),
 // q_b_proj (NH·(Dn + Dr), Lq), kv_a_proj_with_mqa (Lkv + Dr, C),
 // kv_a_layernorm (Lkv), kv_b_proj (NH·(Dn + Dv), Lkv), o_proj (C, NH·Dv);
