@@ -11,7 +11,13 @@ tensor and context parallelism and compares the first step's loss; reads
 back the checkpoint shardlab saves; and compares `shardlab generate`'s greedy
 tokens (KV cache, RoPE per position) with numpy recomputing every prefix.
 Then the same with Qwen3's attention (--head-dim 48 --qk-norm: heads of 48 on
-n_embd 128, an RMSNorm over each head of q and k before RoPE).
+n_embd 128, an RMSNorm over each head of q and k before RoPE). Then
+DeepSeek-V3's multi-head latent attention as Hugging Face's
+DeepseekV3Attention computes it (q and k/v latents, RMSNorms on them, per-head
+up-projections, the rotated key shared by the heads, RoPE on interleaved
+pairs): shardlab rotates halves, so it gets the same weights with the
+rotated rows of q_b_proj and kv_a_proj_with_mqa de-interleaved (the fixed
+permutation its README states), and must give the same loss.
 
 Usage: llama_numpy_reference.py SHARDLAB_BIN WORKDIR
 Tolerance: relative loss difference <= 1e-5 (shardlab computes in float32).
@@ -44,6 +50,64 @@ def weights(rng, hs=HS, qk_norm=False):
         for m in ("self_attn.q_norm", "self_attn.k_norm") if qk_norm else ():
             w[f"model.layers.{i}.{m}.weight"] = 1 + rng.normal(0, 0.3, hs)
     return {k: v.astype(np.float32) for k, v in w.items()}
+
+
+# MLA at tiny-llama's width: q latent 48, k/v latent 32, heads of 16 + 8
+# rotated features (scores) and 16 (values).
+LQ, LKV, DN, DR, DV = 48, 32, 16, 8, 16
+MLA_FLAGS = ["--kv-heads", "4", "--head-dim", str(DN), "--q-lora-rank", str(LQ), "--kv-lora-rank", str(LKV),
+             "--qk-rope-head-dim", str(DR), "--v-head-dim", str(DV)]
+
+
+def mla_weights(rng):
+    """tiny-llama with DeepSeek-V3's attention tensors (Hugging Face's names and layouts)."""
+    w = weights(rng)
+    for i in range(L):
+        for m in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"):
+            del w[f"model.layers.{i}.{m}.weight"]
+        shapes = {"self_attn.q_a_proj": (LQ, C), "self_attn.q_b_proj": (NH * (DN + DR), LQ),
+                  "self_attn.kv_a_proj_with_mqa": (LKV + DR, C), "self_attn.kv_b_proj": (NH * (DN + DV), LKV),
+                  "self_attn.o_proj": (C, NH * DV)}
+        for m, shape in shapes.items():
+            w[f"model.layers.{i}.{m}.weight"] = rng.normal(0, 0.1, shape).astype(np.float32)
+        for m, n in (("self_attn.q_a_layernorm", LQ), ("self_attn.kv_a_layernorm", LKV)):
+            w[f"model.layers.{i}.{m}.weight"] = (1 + rng.normal(0, 0.1, n)).astype(np.float32)
+    return w
+
+
+def deinterleaved(w):
+    """The weights shardlab's rotate-half RoPE needs for Hugging Face's
+    interleaved one: each rotated block's rows [0, 2, 4, ..., 1, 3, 5, ...]."""
+    perm = np.concatenate([np.arange(0, DR, 2), np.arange(1, DR, 2)])
+    out = dict(w)
+    for i in range(L):
+        qb = w[f"model.layers.{i}.self_attn.q_b_proj.weight"].reshape(NH, DN + DR, LQ).copy()
+        qb[:, DN:] = qb[:, DN:][:, perm]
+        out[f"model.layers.{i}.self_attn.q_b_proj.weight"] = qb.reshape(NH * (DN + DR), LQ)
+        kva = w[f"model.layers.{i}.self_attn.kv_a_proj_with_mqa.weight"].copy()
+        kva[LKV:] = kva[LKV:][perm]
+        out[f"model.layers.{i}.self_attn.kv_a_proj_with_mqa.weight"] = kva
+    return out
+
+
+def hf_mla_rope(x):  # Hugging Face's DeepSeek-V3: de-interleave the pairs, then rotate_half
+    d = x.shape[-1]
+    return rope(x.reshape(*x.shape[:-1], d // 2, 2).swapaxes(-1, -2).reshape(x.shape))
+
+
+def mla_attention(g, n, mask):  # DeepseekV3Attention, float64
+    B, T, _ = n.shape
+    q = (rmsnorm(n @ g("self_attn.q_a_proj").T, g("self_attn.q_a_layernorm")) @ g("self_attn.q_b_proj").T)
+    q = q.reshape(B, T, NH, DN + DR)
+    ckv = n @ g("self_attn.kv_a_proj_with_mqa").T
+    kv = (rmsnorm(ckv[..., :LKV], g("self_attn.kv_a_layernorm")) @ g("self_attn.kv_b_proj").T).reshape(B, T, NH, DN + DV)
+    k_pe = hf_mla_rope(ckv[..., LKV:].reshape(B, T, 1, DR))
+    query = np.concatenate([q[..., :DN], hf_mla_rope(q[..., DN:])], -1)
+    key = np.concatenate([kv[..., :DN], np.repeat(k_pe, NH, axis=2)], -1)
+    s = np.einsum("bthd,bshd->bhts", query, key) / np.sqrt(DN + DR) + mask
+    a = np.exp(s - s.max(-1, keepdims=True))
+    a /= a.sum(-1, keepdims=True)
+    return np.einsum("bhts,bshd->bthd", a, kv[..., DN:]).reshape(B, T, NH * DV) @ g("self_attn.o_proj").T
 
 
 def write_safetensors(path, tensors):
@@ -90,13 +154,20 @@ def rope(x):  # x (B, T, heads, hs), Hugging Face's rotate_half at positions 0..
 def logits(w, x):  # x (B, T) tokens -> (B, T, V)
     p = {k: v.astype(np.float64) for k, v in w.items()}
     B, T = x.shape
-    hs = p["model.layers.0.self_attn.k_proj.weight"].shape[0] // KV  # the heads' size (Qwen3's head_dim)
+    mla = "model.layers.0.self_attn.kv_b_proj.weight" in p
+    hs = 0 if mla else p["model.layers.0.self_attn.k_proj.weight"].shape[0] // KV  # the heads' size (Qwen3's head_dim)
     qk_norm = "model.layers.0.self_attn.q_norm.weight" in p  # Qwen3: RMSNorm over each head of q and k
     h = p["model.embed_tokens.weight"][x]
     mask = np.triu(np.full((T, T), -np.inf), 1)
     for i in range(L):
         g = lambda m: p[f"model.layers.{i}.{m}.weight"]
         n = rmsnorm(h, g("input_layernorm"))
+        if mla:
+            h = h + mla_attention(g, n, mask)
+            n = rmsnorm(h, g("post_attention_layernorm"))
+            gate = n @ g("mlp.gate_proj").T
+            h = h + (gate / (1 + np.exp(-gate)) * (n @ g("mlp.up_proj").T)) @ g("mlp.down_proj").T
+            continue
         q = (n @ g("self_attn.q_proj").T).reshape(B, T, NH, hs)
         k = (n @ g("self_attn.k_proj").T).reshape(B, T, KV, hs)
         if qk_norm:
@@ -210,6 +281,26 @@ def main():
         ok &= got_tokens == want_tokens
         print(f"head_dim 48, qk_norm: greedy {' '.join(extra) or 'unsharded'}: shardlab {got_tokens}, "
               f"numpy {want_tokens}")
+    # DeepSeek-V3's MLA: numpy computes Hugging Face's model (interleaved
+    # RoPE pairs) on w_hf; shardlab loads the same weights de-interleaved.
+    w_hf = mla_weights(np.random.default_rng(37))
+    init_m = os.path.join(work, "tiny_llama_mla.safetensors")
+    write_safetensors(init_m, deinterleaved(w_hf))
+    rows = batch(tokens, 0)
+    want = loss(w_hf, rows[:, :-1], rows[:, 1:])
+    for extra in ([], ["--tp", "2"], ["--tp", "4", "--sp"], ["--pp", "2", "--tp", "2", "--sp"]):
+        got = shardlab_losses(binary, init_m, data, MLA_FLAGS + extra)[0]
+        rel = abs(got - want) / want
+        worst = max(worst, rel)
+        print(f"mla (Hugging Face's DeepseekV3Attention): step-0 loss numpy float64 {want:.8f}, shardlab "
+              f"{' '.join(extra) or 'unsharded'} {got:.8f}, rel diff {rel:.2e} (tolerance 1e-5)")
+    # Without the permutation the rotated features meet other weights: the loss must move.
+    init_hf = os.path.join(work, "tiny_llama_mla_interleaved.safetensors")
+    write_safetensors(init_hf, w_hf)
+    got = shardlab_losses(binary, init_hf, data, MLA_FLAGS)[0]
+    moved = abs(got - want) / want
+    print(f"mla, Hugging Face's rows as they are: shardlab {got:.8f}, rel diff {moved:.2e} (must exceed 1e-4)")
+    ok &= moved > 1e-4
     sys.exit(0 if worst <= 1e-5 and ok else 1)
 
 
