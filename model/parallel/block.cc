@@ -18,11 +18,6 @@ using model::GPTConfig;
 
 namespace {
 
-// Phantom buffers have no storage: nothing to clear.
-void zero(float* p, int64_t n) {
-  if (p) std::fill(p, p + n, 0.0f);
-}
-
 // Dropout's cost when the model has dropout (its arithmetic is not run: phantom runs only).
 void dropout_forward(int64_t n, const char* name, const BlockContext& c) {
   if (c.dropout) c.ex().op(name, model::dropout_forward_cost(n, c.ex().elem));

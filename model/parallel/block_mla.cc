@@ -26,10 +26,6 @@ using model::GPTConfig;
 
 namespace {
 
-void zero(float* p, int64_t n) {
-  if (p) std::fill(p, p + n, 0.0f);
-}
-
 model::MlaHeads heads_of(const ShardDims& d, const GPTConfig& c) {
   return {d.NHl(), c.head_size(), c.qk_rope_head_dim, d.HV()};
 }

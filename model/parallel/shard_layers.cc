@@ -10,14 +10,6 @@ namespace shardlab::parallel {
 using model::Exec;
 using model::MlpView;
 
-namespace {
-
-// Phantom buffers have no storage: nothing to clear.
-void zero(float* p, int64_t n) {
-  if (p) std::fill(p, p + n, 0.0f);
-}
-
-}  // namespace
 
 void add_bias_rows(float* out, const float* bias, int64_t N, int OC, const char* name,
                    const Exec& ex) {

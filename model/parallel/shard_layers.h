@@ -15,12 +15,19 @@
 // Thread safety: free functions on the caller's buffers.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "model/layers.h"
 #include "model/parallel/weight_grad.h"
 
 namespace shardlab::parallel {
+
+// Clears a backward's output before it accumulates; phantom buffers (null)
+// have no storage: nothing to clear.
+inline void zero(float* p, int64_t n) {
+  if (p) std::fill(p, p + n, 0.0f);
+}
 
 // The kernel names of a linear layer's two backward GEMMs.
 struct LinearNames {

@@ -46,12 +46,7 @@ TrainOptions mla_run() {
   return o;
 }
 
-TrainResult run(const TrainOptions& o) {
-  ClusterOptions c;
-  c.world_size = o.parallel.world();
-  Cluster cluster(builtin_profiles().front(), c);
-  return train(cluster, o);
-}
+using testing::run;
 
 struct Case {
   const char* name;
