@@ -143,8 +143,8 @@ def draw(rng, mode="verify", wide=False):
     if rng.random() < 0.2:  # Qwen3's attention: heads of their own size, QK-norm (llama; gpt: the refusal)
         args += ["--head-dim", str(rng.choice([4, 12, 16]))] if family == "llama" or rng.random() < 0.1 else []
         args += ["--qk-norm"] if family == "llama" or rng.random() < 0.1 else []
-    elif rng.random() < 0.2 and ((family == "llama" and cp == 1) or rng.random() < 0.1):
-        # DeepSeek-V3's MLA (llama, no GQA, no cp; else the refusals now and then)
+    elif rng.random() < 0.2 and (family == "llama" or rng.random() < 0.1):
+        # DeepSeek-V3's MLA (llama, no GQA; else the refusals now and then)
         args += ["--kv-lora-rank", str(rng.choice([8, 16])), "--qk-rope-head-dim", str(rng.choice([2, 4])),
                  "--q-lora-rank", str(rng.choice([0, 12, 24])), "--head-dim", str(rng.choice([4, 6, 8]))]
         if rng.random() < 0.5:

@@ -83,7 +83,7 @@ struct MlaShardScratch {
   Buf<float> cq_full, ckv_full, kpe_full;  // (N,Lq), (N,Lkv), (N,Dr)
   Buf<float> q, kv;                        // (N,NHl·HS), (N,NHl·(Dn + Dv))
   Buf<float> down;                         // (Nr,Lkv + Dr) kv_a_proj_with_mqa's output; its gradient
-  Buf<float> atty_pad;                     // (N,Cl) the core's output; its gradient
+  Buf<float> atty_pad, datty_pad;          // (N,Cl) the core's output and its gradient, v padded to HS
   Buf<float> dlat_full, dkpe_full;         // (N,max(Lq,Lkv)), (N,Dr) partial over TP
   Buf<float> dlat, dlat_in, dkpe;          // (Nr,max(Lq,Lkv)) after the reduction and before the norm, (Nr,Dr)
   Buf<float> dhidden;                      // (N,C) q_proj's partial input gradient (no q latent)

@@ -61,7 +61,7 @@ void MlaShardScratch::resize(const ShardDims& d, const GPTConfig& c) {
   q.assign(N * h.q_width(), 0);
   kv.assign(N * h.kv_width(), 0);
   down.assign(Nr * (Lkv + Dr), 0);
-  atty_pad.assign(N * d.Cl(), 0);
+  for (auto* v : {&atty_pad, &datty_pad}) v->assign(N * d.Cl(), 0);
   dlat_full.assign(N * lat, 0);
   dkpe_full.assign(N * Dr, 0);
   for (auto* v : {&dlat, &dlat_in}) v->assign(Nr * lat, 0);
@@ -135,9 +135,12 @@ void mla_attention_backward(float* dln, const model::BlockView<float>& g, BlockS
   linear_backward_split(s.datty.data(), g.attn_proj.weight, nullptr, dout_full, a.atty.data(), p.attn_proj.weight, N,
                         d.Cv(), C, {"attn.c_proj.dgrad", "attn.c_proj.wgrad", false}, wg, te);
   attention_dropout_backward(d, c);
-  if (ex.math()) model::mla_pad(x.atty_pad.data(), s.datty.data(), N, h);
+  if (ex.math()) {  // the core's rows are padded to HS: its output gradient, and its output (context parallelism's D)
+    model::mla_pad(x.datty_pad.data(), s.datty.data(), N, h);
+    model::mla_pad(x.atty_pad.data(), a.atty.data(), N, h);
+  }
   zero(s.dqkv.data(), N * h.core_width());
-  c.attention_core().backward(s.dqkv.data(), x.atty_pad.data(), a.qkv.data(), x.atty_pad.data(), a.att.data(), d,
+  c.attention_core().backward(s.dqkv.data(), x.datty_pad.data(), a.qkv.data(), x.atty_pad.data(), a.att.data(), d,
                               c.tp);
   model::mla_rope_backward(ex, "attn.mla_rope.bwd", x.q.data(), x.kv.data(), x.dkpe_full.data(), s.dqkv.data(),
                            s.positions.data(), d.B, d.T, h, config.rope_theta);

@@ -37,7 +37,6 @@ void validate_context_parallel(const TrainOptions& o) {
   require(o.checkpoint_dir.empty() && o.resume_dir.empty(),
           "`cp` with `checkpoint_dir` or `resume_dir` is not supported");
   require(p.hsdp == 0, "`cp` with `hsdp` is not supported");
-  require(!o.model.is_mla(), "`cp` with multi-head latent attention (`kv_lora_rank`) is not supported");
 }
 
 // MoE routing over the data ranks (ParallelPlan::global_routing), where the

@@ -143,8 +143,6 @@ TEST(CliBadInput, ModelShapeFlags) {
        "--v-head-dim 64 above the scores' head size 36 (--head-dim + --qk-rope-head-dim) is not modeled"},
       {"train --model tiny --steps 1 --kv-lora-rank 16 --qk-rope-head-dim 4",
        "multi-head latent attention (--kv-lora-rank) needs --family llama"},
-      {"train --model tiny-llama --steps 1 --kv-heads 4 --kv-lora-rank 16 --qk-rope-head-dim 4 --cp 2",
-       "--cp with multi-head latent attention (--kv-lora-rank) is not supported"},
       {"generate --model tiny-llama --kv-heads 4 --kv-lora-rank 16 --qk-rope-head-dim 4 --prompt-tokens 1,2",
        "multi-head latent attention (--kv-lora-rank) trains only: inference with its latent KV cache is not "
        "modeled"},

@@ -288,7 +288,7 @@ def main():
     write_safetensors(init_m, deinterleaved(w_hf))
     rows = batch(tokens, 0)
     want = loss(w_hf, rows[:, :-1], rows[:, 1:])
-    for extra in ([], ["--tp", "2"], ["--tp", "4", "--sp"], ["--pp", "2", "--tp", "2", "--sp"]):
+    for extra in ([], ["--tp", "2"], ["--tp", "4", "--sp"], ["--pp", "2", "--tp", "2", "--sp"], ["--cp", "2"]):
         got = shardlab_losses(binary, init_m, data, MLA_FLAGS + extra)[0]
         rel = abs(got - want) / want
         worst = max(worst, rel)

@@ -35,8 +35,17 @@ struct BlockDims {
   // query head); local query head h is global head q0 + h, and global query
   // heads g·G .. g·G + G − 1 share K/V head g.
   int KV = 0, G = 1, q0 = 0;
+  // MLA: the values' head size (0: HS). q and k keep HS; v, the output
+  // accumulator and the kv rows' v part are HV wide, so the ring carries
+  // what a GPU would; the core's qkv and atty rows stay padded to HS
+  // (attention_core.h): v's padding is not read, atty's is written zero.
+  int HV = 0;
+  int hv() const { return HV > 0 ? HV : HS; }
   int64_t C() const { return int64_t{NH} * HS; }
   int64_t KVC() const { return int64_t{KV > 0 ? KV : NH} * HS; }
+  int64_t KVV() const { return int64_t{KV > 0 ? KV : NH} * hv(); }
+  int64_t KVW() const { return KVC() + KVV(); }   // a kv row: [k (KVC) | v (KVV)]
+  int64_t Cv() const { return int64_t{NH} * hv(); }  // an accumulator row
   int kv_of(int h) const { return (q0 + h) / G - q0 / G; }
 };
 

@@ -62,6 +62,7 @@ const char* cp_comm_name(CpComm c) { return c == CpComm::kRing ? "ring" : "allga
 
 BlockDims CpAttention::block_dims(const ShardDims& d) const {
   BlockDims b{d.B, d.T, d.NHl(), d.HS()};
+  b.HV = d.HV() == d.HS() ? 0 : d.HV();
   if (!d.kv_repeated()) return b;
   const model::GqaHeads g = d.gqa(tp_rank_);
   b.G = g.G, b.q0 = g.q0;
@@ -69,19 +70,19 @@ BlockDims CpAttention::block_dims(const ShardDims& d) const {
   return b;
 }
 
-int64_t CpAttention::kv_elements(const ShardDims& d) const { return d.N() * 2 * block_dims(d).KVC(); }
+int64_t CpAttention::kv_elements(const ShardDims& d) const { return d.N() * block_dims(d).KVW(); }
 
 namespace {
 
-// Calls f(column in a repeated qkv row, column in a kv row, HS) for the k and
-// the v of the first query head of every K/V head (the others are its copies).
+// Calls f(column in a repeated qkv row, column in a kv row, count) for the k
+// (HS) and the v (hv: MLA's values are narrower, padded in qkv) of the first
+// query head of every K/V head (the others are its copies).
 template <typename F>
 void for_kv_heads(const BlockDims& b, F&& f) {
   for (int h = 0; h < b.NH; ++h) {
     if (h > 0 && b.kv_of(h) == b.kv_of(h - 1)) continue;
-    const int64_t u = int64_t{b.kv_of(h)} * b.HS;
-    f(b.C() + int64_t{h} * b.HS, u, b.HS);                  // k
-    f(2 * b.C() + int64_t{h} * b.HS, b.KVC() + u, b.HS);    // v
+    f(b.C() + int64_t{h} * b.HS, int64_t{b.kv_of(h)} * b.HS, b.HS);                     // k
+    f(2 * b.C() + int64_t{h} * b.HS, b.KVC() + int64_t{b.kv_of(h)} * b.hv(), b.hv());  // v
   }
 }
 
@@ -90,7 +91,7 @@ void for_kv_heads(const BlockDims& b, F&& f) {
 void CpAttention::pack_kv(float* kv, const float* qkv, const ShardDims& d,
                           const LayerContext& c) const {
   const BlockDims b = block_dims(d);
-  const int64_t N = d.N(), W = 2 * b.KVC();
+  const int64_t N = d.N(), W = b.KVW();
   c.ex.run("attn.cp.kv_pack", copy_cost(N * W, c.ex.elem), [&] {
     for (int64_t n = 0; n < N; ++n)
       for_kv_heads(b, [&](int64_t from, int64_t to, int64_t count) {
@@ -192,8 +193,8 @@ void CpAttention::forward(float* atty, float* att, const float* qkv, const Shard
   SHARDLAB_CHECK(d.cp == cp_.size() && d.cp_rank == cp_.rank() && d.T % 2 == 0, "cp attention: dims");
   const int64_t n = kv_elements(d), rows = int64_t{d.B} * d.NHl() * d.T;
   // K/V (the ring's two blocks, or every rank's), the output accumulator, m and l.
-  const ScratchCharge charge(c.ex, (comm_ == CpComm::kRing ? 2 : 1 + cp_.size()) * n + d.N() * d.Cl() + 2 * rows);
-  acc_.assign(size_t(d.N() * d.Cl()), 0.0f);
+  const ScratchCharge charge(c.ex, (comm_ == CpComm::kRing ? 2 : 1 + cp_.size()) * n + d.N() * d.Cv() + 2 * rows);
+  acc_.assign(size_t(d.N() * d.Cv()), 0.0f);
   m_.assign(size_t(rows), -std::numeric_limits<float>::infinity());
   l_.assign(size_t(rows), 0.0f);
   if (comm_ == CpComm::kAllGather) {
@@ -202,7 +203,7 @@ void CpAttention::forward(float* atty, float* att, const float* qkv, const Shard
   } else {
     ring_forward(qkv, d, c);
   }
-  c.ex.run("attn.cp.finish", copy_cost(d.N() * d.Cl(), c.ex.elem), [&] {
+  c.ex.run("attn.cp.finish", copy_cost(d.N() * d.Cv(), c.ex.elem), [&] {
     block_attention_finish(atty, att, acc_.data(), m_.data(), l_.data(), block_dims(d));
   });
   ++call_;
@@ -239,13 +240,13 @@ void CpAttention::backward_block(float* dqkv, float* dkv, const float* datty, co
 
 void CpAttention::backward(float* dqkv, const float* datty, const float* qkv, const float* atty,
                            const float* att, const ShardDims& d, const LayerContext& c) const {
-  const int64_t N = d.N(), Cl = d.Cl(), n = kv_elements(d);
+  const int64_t N = d.N(), Cv = d.Cv(), n = kv_elements(d);
   const int P = cp_.size();
   const int64_t rows = int64_t{d.B} * d.NHl() * d.T;
   // The ring's K/V and dK/dV pairs, or every rank's K/V and dK/dV and my dK/dV; delta.
   const ScratchCharge charge(c.ex, (comm_ == CpComm::kRing ? 4 : 2 + 2 * P) * n + rows);
   delta_.assign(size_t(rows), 0.0f);
-  c.ex.run("attn.cp.delta", OpCost{2.0 * double(N * Cl), 2.0 * double(N * Cl) * c.ex.elem},
+  c.ex.run("attn.cp.delta", OpCost{2.0 * double(N * Cv), 2.0 * double(N * Cv) * c.ex.elem},
            [&] { block_attention_delta(delta_.data(), datty, atty, block_dims(d)); });
   if (comm_ == CpComm::kAllGather) {
     gather_kv(qkv, d, c);
@@ -268,7 +269,7 @@ void CpAttention::backward(float* dqkv, const float* datty, const float* qkv, co
   c.ex.run("attn.cp.dkv_add", OpCost{double(n), 3.0 * double(n) * c.ex.elem}, [&] {
     for (int64_t r = 0; r < N; ++r)
       for_kv_heads(b, [&](int64_t to, int64_t from, int64_t count) {
-        for (int64_t j = 0; j < count; ++j) dqkv[r * 3 * b.C() + to + j] += dkv_[size_t(r * 2 * b.KVC() + from + j)];
+        for (int64_t j = 0; j < count; ++j) dqkv[r * 3 * b.C() + to + j] += dkv_[size_t(r * b.KVW() + from + j)];
       });
   });
   ++call_;
