@@ -179,7 +179,7 @@ void tp_attention_forward(float* out, BlockActs& a, const BlockView<float>& p,
                           W);
   }
   c.attention_core().forward(a.atty.data(), a.att.data(), core_qkv(a, s, d, config, c), d, c.tp);
-  if (!d.flash) dropout_forward(attention_probs(d), "attn.dropout.fwd", c);  // else inside the fused kernel
+  attention_dropout_forward(d, c);
   model::linear_forward(te, "attn.c_proj.fwd", s.partial.data(), a.atty.data(), p.attn_proj.weight,
                         N, Cl, C);  // its bias after the reduction
   reduce_scatter_after_gemm(c.tp, s.partial.data(), out, d.rows(), C);  // proj_fprop
@@ -198,7 +198,7 @@ void tp_attention_backward(float* dinp_partial, const BlockView<float>& g, Block
   linear_backward_split(s.datty.data(), g.attn_proj.weight, g.attn_proj.bias, dout_full,
                         a.atty.data(), p.attn_proj.weight, N, Cl, C,
                         {"attn.c_proj.dgrad", "attn.c_proj.wgrad", !llama}, wg, ex.te_linear());
-  if (!d.flash) dropout_backward(attention_probs(d), "attn.dropout.bwd", c);
+  attention_dropout_backward(d, c);
   zero(s.dqkv.data(), N * 3 * Cl);
   c.attention_core().backward(s.dqkv.data(), s.datty.data(), core_qkv(a, s, d, config, c), a.atty.data(),
                               a.att.data(), d, c.tp);
@@ -391,15 +391,15 @@ void block_recompute(BlockActs& a, const BlockView<float>& p, const ShardDims& d
   const int64_t Nr = d.rows();
   const int C = d.C;
   if (modules & kRecomputeMlaUpProj) mla_up_forward(a, p, a.ln1.data(), d, config, s, c);
-  if ((modules & kRecomputeCoreAttn) && config.is_mla()) {
-    mla_core_forward(a, d, config, s, c);
-    attention_dropout_forward(d, c);
-  } else if (modules & kRecomputeCoreAttn) {
-    c.attention_core().forward(a.atty.data(), a.att.data(), core_qkv(a, s, d, config, c), d, c.tp);
+  if (modules & kRecomputeCoreAttn) {
+    if (config.is_mla())
+      mla_core_forward(a, d, config, s, c);
+    else
+      c.attention_core().forward(a.atty.data(), a.att.data(), core_qkv(a, s, d, config, c), d, c.tp);
     // The recomputed core ends with the dropout on its probabilities, as
     // Megatron-LM's checkpointed CoreAttention does (the forward charges it
-    // in tp_attention_forward): B·(NH/tp)·T·T elements.
-    if (!d.flash) dropout_forward(attention_probs(d), "attn.dropout.fwd", c);
+    // in the attention's forward): B·(NH/tp)·T·T elements.
+    attention_dropout_forward(d, c);
   }
   // A re-run module's output is the forward's: it lands in scratch that the
   // block's backward overwrites (s.dres1, (Nr,C); s.moe_out, (N,C)).
