@@ -96,6 +96,28 @@ void mla_rope_backward(Real* dq, Real* dkv, Real* dkpe, const Real* dqkv, const 
   }
 }
 
+void mla_rope_inplace(float* q, int64_t ldq, float* kpe, int64_t ldk, const int64_t* positions, int T,
+                      const MlaHeads& h, double theta) {
+  thread_local std::vector<float> cs;
+  angles(cs, positions, T, h.Dr, theta, 1.0);
+  const int half = h.Dr / 2;
+  for (int t = 0; t < T; ++t) {
+    const float* c = cs.data() + 2 * size_t(t) * half;
+    float* row = q + int64_t{t} * ldq;
+    for (int hd = 0; hd < h.NH; ++hd) {
+      float* qpe = row + int64_t{hd} * h.HS() + h.Dn;
+      rotate(qpe, qpe, c, h.Dr);  // in place: each pair is read before it is written
+    }
+    float* k = kpe + int64_t{t} * ldk;
+    rotate(k, k, c, h.Dr);
+  }
+}
+
+OpCost mla_rope_inplace_cost(int64_t N, const MlaHeads& h, int elem) {
+  const double n = static_cast<double>(N) * (h.NH + 1) * h.Dr;
+  return {3 * n, 2 * n * elem};
+}
+
 OpCost mla_rope_forward_cost(int64_t N, const MlaHeads& h, int elem) {
   const double n = static_cast<double>(N), NH = h.NH;
   const double read = n * (h.q_width() + h.kv_width() + h.Dr);

@@ -52,6 +52,15 @@ OpCost mla_rope_forward_cost(int64_t N, const MlaHeads& h, int elem);
 // Reads the core's dq, dk, dv, writes dq, dkv and dkpe.
 OpCost mla_rope_backward_cost(int64_t N, const MlaHeads& h, int elem);
 
+// Inference (model/infer, the latent KV cache): rotates in place each of
+// the T rows' query heads' last Dr features (q: NH·HS a row, row stride ldq)
+// and their rotated keys (kpe: Dr, row stride ldk) at `positions`, as
+// mla_rope_forward rotates them (without laying out the core's rows).
+void mla_rope_inplace(float* q, int64_t ldq, float* kpe, int64_t ldk, const int64_t* positions, int T,
+                      const MlaHeads& h, double theta);
+// Reads and writes the rotated features: 3 FLOPs each.
+OpCost mla_rope_inplace_cost(int64_t N, const MlaHeads& h, int elem);
+
 // Host copies between the core's padded output rows (N, NH·HS) and o_proj's
 // input (N, NH·Dv): views and slices on a GPU, charged nothing. pad writes
 // the zeros too.

@@ -8,6 +8,7 @@
 #endif
 
 #include "model/host_split.h"
+#include "model/kernel_cost.h"
 #include "model/portable_math.h"
 
 namespace shardlab::infer {
@@ -138,6 +139,87 @@ model::AttentionCosts cached_attention_costs(const std::vector<AttendShape>& seq
   c.scores = {2 * h * ql * hs, h * (q * hs + l * hs + ql) * e};
   c.softmax = {5 * h * ql, 2 * h * ql * e};
   c.context = {2 * h * ql * hs, h * (ql + l * hs + q * hs) * e};
+  return c;
+}
+
+// Plain loops in a fixed order (the latent cache is small in the models
+// that run on values here).
+void mla_cached_attention_forward(float* out, int64_t ld_out, const float* q, int64_t ld_q, const float* latents,
+                                  const float* kv_up, int p0, int n, const model::MlaHeads& h, int Lkv) {
+  const int Dn = h.Dn, Dr = h.Dr, Dv = h.Dv, HS = h.HS(), R = Lkv + Dr;  // R: a cached row
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  thread_local std::vector<float> qa, ctx, att;  // reused: no allocation per call
+  qa.resize(static_cast<size_t>(Lkv));
+  ctx.resize(static_cast<size_t>(Lkv));
+  att.resize(static_cast<size_t>(p0 + n));
+  for (int j = 0; j < n; ++j) {
+    const int keys_seen = p0 + j + 1;  // causal: the cached rows up to this token's own
+    for (int hd = 0; hd < h.NH; ++hd) {
+      const float* qn = q + int64_t{j} * ld_q + int64_t{hd} * HS;
+      const float* qpe = qn + Dn;
+      const float* wk = kv_up + int64_t{hd} * (Dn + Dv) * Lkv;  // W_UK(h): Dn rows of Lkv
+      const float* wv = wk + int64_t{Dn} * Lkv;                 // W_UV(h): Dv rows of Lkv
+      std::fill(qa.begin(), qa.end(), 0.0f);
+      for (int d = 0; d < Dn; ++d)
+        for (int i = 0; i < Lkv; ++i) qa[size_t(i)] += qn[d] * wk[int64_t{d} * Lkv + i];
+      float maxv = -INFINITY;
+      for (int u = 0; u < keys_seen; ++u) {
+        const float* row = latents + int64_t{u} * R;
+        float sc = 0;
+        for (int i = 0; i < Lkv; ++i) sc += qa[size_t(i)] * row[i];
+        for (int r = 0; r < Dr; ++r) sc += qpe[r] * row[Lkv + r];
+        att[size_t(u)] = sc;
+        maxv = std::max(maxv, sc);
+      }
+      float sum = 0;  // the project's exp: the same bits on every host (portable_math.h)
+      for (int u = 0; u < keys_seen; ++u) sum += att[size_t(u)] = model::pm::exp((att[size_t(u)] - maxv) * scale);
+      std::fill(ctx.begin(), ctx.end(), 0.0f);
+      for (int u = 0; u < keys_seen; ++u) {
+        const float p = att[size_t(u)] / sum;
+        const float* row = latents + int64_t{u} * R;
+        for (int i = 0; i < Lkv; ++i) ctx[size_t(i)] += p * row[i];
+      }
+      float* o = out + int64_t{j} * ld_out + int64_t{hd} * Dv;
+      for (int v = 0; v < Dv; ++v) {
+        float acc = 0;
+        for (int i = 0; i < Lkv; ++i) acc += wv[int64_t{v} * Lkv + i] * ctx[size_t(i)];
+        o[v] = acc;
+      }
+    }
+  }
+}
+
+MlaAttendCosts mla_cached_attention_costs(const std::vector<AttendShape>& seqs, const model::MlaHeads& h, int Lkv,
+                                          int elem) {
+  // Σ q, Σ q·L and Σ L over the decode (0) and the prefill (1) sequences.
+  double q[2] = {0, 0}, ql[2] = {0, 0}, l[2] = {0, 0};
+  for (const AttendShape& s : seqs) {
+    const int k = s.q > 1;
+    q[k] += double(s.q);
+    ql[k] += double(s.q) * double(s.L);
+    l[k] += double(s.L);
+  }
+  const double H = h.NH, Dn = h.Dn, Dv = h.Dv, HS = h.HS(), lat = Lkv, R = lat + h.Dr, e = elem;
+  using model::cost_terms::cost;
+  using model::cost_terms::gemm_cost;
+  MlaAttendCosts c;
+  if (q[0] > 0) {  // absorbed
+    const auto Q = int64_t(q[0]);
+    c.q_absorb = gemm_cost(cost(2 * H * q[0] * Dn * lat, q[0] * H * Dn + H * Dn * lat + q[0] * H * lat, elem),
+                           {Q, Lkv, h.Dn, h.NH});
+    c.v_up = gemm_cost(cost(2 * H * q[0] * lat * Dv, q[0] * H * lat + H * Dv * lat + q[0] * H * Dv, elem),
+                       {Q, h.Dv, Lkv, h.NH});
+  }
+  if (q[1] > 0) {  // up-projected
+    const double W = H * (Dn + Dv);
+    c.kv_up = gemm_cost(cost(2 * l[1] * lat * W, l[1] * lat + W * lat + l[1] * W, elem),
+                        {int64_t(l[1]), int64_t(W), Lkv, 1});
+  }
+  c.scores = {2 * H * (ql[0] * R + ql[1] * HS),
+              (q[0] * H * R + l[0] * R + H * ql[0] + H * (q[1] * HS + l[1] * HS + ql[1])) * e};
+  c.softmax = {5 * H * (ql[0] + ql[1]), 2 * H * (ql[0] + ql[1]) * e};
+  c.context = {2 * H * (ql[0] * lat + ql[1] * Dv),
+               (H * ql[0] + l[0] * lat + q[0] * H * lat + H * (ql[1] + l[1] * Dv + q[1] * Dv)) * e};
   return c;
 }
 

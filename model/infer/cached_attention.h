@@ -25,6 +25,7 @@
 
 #include "model/kernels.h"
 #include "model/kernels_llama.h"
+#include "model/kernels_mla.h"
 
 namespace shardlab::infer {
 
@@ -56,5 +57,36 @@ void cached_attention_forward(float* out, int64_t ld_out, const float* qkv, int6
 
 model::AttentionCosts cached_attention_costs(const std::vector<AttendShape>& seqs, int64_t NHl,
                                              int64_t HS, int elem);
+
+// Multi-head latent attention (DeepSeek-V2/V3, GPTConfig::is_mla) of n new
+// tokens over a sequence's latent cache (kv_cache.h: a row [c (Lkv) | k_pe
+// (Dr)] a token, shared by the heads), in the absorbed form of DeepSeek-V2
+// (sec. 2.1.2) that FlashMLA and vLLM's MLA decode run: head h's query
+// without position goes through its key up-projection into the latent
+// space, q~ = W_UK(h)ᵀ·q_nope (W_UK(h): kv_b_proj's Dn k rows of head h),
+// the scores are (q~·c + q_pe·k_pe)/√(Dn + Dr), the context stays latent
+// (Σ p·c) and W_UV(h) (the head's Dv v rows) takes it to the head's values.
+// The same function as the training model's up-projected attention
+// (model/layers_mla.cc) up to rounding. q (n rows, stride ld_q): per local
+// head [q_nope (Dn) | rotated q_pe (Dr)]; kv_up: this rank's (NH·(Dn + Dv),
+// Lkv) rows of kv_b_proj; out (n, NH·Dv), row stride ld_out.
+void mla_cached_attention_forward(float* out, int64_t ld_out, const float* q, int64_t ld_q, const float* latents,
+                                  const float* kv_up, int p0, int n, const model::MlaHeads& h, int Lkv);
+
+// The kernels of one step's MLA attention. A decode sequence (one new
+// token) runs absorbed: q_absorb (a batched GEMM per head, Dn -> Lkv), the
+// scores over Lkv + Dr features, the softmax, the latent context (Lkv) and
+// v_up (a batched GEMM per head, Lkv -> Dv); the cache is read once per
+// sequence for all heads (they share it, as FlashMLA's tiles do). A prefill
+// sequence (several new tokens) up-projects its cached latents instead
+// (kv_up: L rows through kv_b_proj) and attends on heads of Dn + Dr with
+// values of Dv, as vLLM's MLA prefill does: absorbed, its scores would cost
+// (Lkv + Dr)/(Dn + Dr) times the FLOPs (3x for DeepSeek-V3's 576/192) where
+// prefill is compute-bound. Zero costs: no sequence of that kind.
+struct MlaAttendCosts {
+  OpCost kv_up, q_absorb, scores, softmax, context, v_up;
+};
+MlaAttendCosts mla_cached_attention_costs(const std::vector<AttendShape>& seqs, const model::MlaHeads& h, int Lkv,
+                                          int elem);
 
 }  // namespace shardlab::infer

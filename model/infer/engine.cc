@@ -49,9 +49,12 @@ InferEngine::InferEngine(const model::GPTConfig& config, uint64_t seed, Device& 
   parallel::ShardDims heads{model::dims_of(config_, 1, 1),
                             groups.tp->size(), false, 1};
   heads.kv = config_.kv_heads();
-  cache_ = std::make_unique<KvCache>(dev, KvShape{place_.end_layer(0) - place_.first_layer(0),
-                                                  cached_kv_heads(heads.gqa(groups.tp->rank())).KVl,
-                                                  config_.head_size()});
+  const int local_layers = place_.end_layer(0) - place_.first_layer(0);
+  const KvShape kv = config_.is_mla()  // the latent rows, whole on every tp rank
+                         ? KvShape{local_layers, 1, config_.kv_lora_rank + config_.qk_rope_head_dim, 1}
+                         : KvShape{local_layers, cached_kv_heads(heads.gqa(groups.tp->rank())).KVl,
+                                   config_.head_size()};
+  cache_ = std::make_unique<KvCache>(dev, kv);
   acts_ = std::make_unique<Acts>();
 }
 
@@ -70,6 +73,15 @@ void InferEngine::size_step(int64_t N) {
   for (auto* b : {&a.mean, &a.rstd}) b->assign(size_t(N), 0.0f);
   a.qkv.assign(size_t(N * dims_.qkv_width()), 0.0f);
   a.atty.assign(size_t(N * Cl), 0.0f);
+  if (config_.is_mla()) {
+    const int64_t Lq = config_.q_lora_rank, Lkv = config_.kv_lora_rank;
+    a.mla_cq.assign(size_t(N * Lq), 0.0f);
+    a.mla_cq_n.assign(size_t(N * Lq), 0.0f);
+    a.mla_down.assign(size_t(N * (Lkv + config_.qk_rope_head_dim)), 0.0f);
+    a.mla_ckv.assign(size_t(N * Lkv), 0.0f);
+    a.mla_ckv_n.assign(size_t(N * Lkv), 0.0f);
+    a.mla_kpe.assign(size_t(N * config_.qk_rope_head_dim), 0.0f);
+  }
   const int64_t qk_heads = config_.qk_norm ? dims_.NHl() + dims_.KVl() : 0;
   a.qk_pre.assign(size_t(N * qk_heads * dims_.HS()), 0.0f);
   a.qk_rstd.assign(size_t(N * qk_heads), 0.0f);
@@ -116,8 +128,10 @@ void InferEngine::pack_weights() {
   const int C = dims_.C, Cl = dims_.Cl(), Fl = dims_.Fl();
   for (int l = place_.first_layer(0); l < place_.end_layer(0); ++l) {
     const model::BlockView<float>& p = w_.blocks[size_t(l)];
-    packs_.add(p.c_attn.weight, dims_.qkv_width(), C, C);
-    packs_.add(p.attn_proj.weight, C, Cl, Cl);
+    if (!config_.is_mla()) {  // MLA's projections take the usual path
+      packs_.add(p.c_attn.weight, dims_.qkv_width(), C, C);
+      packs_.add(p.attn_proj.weight, C, Cl, Cl);
+    }
     if (p.moe) continue;  // the experts' GEMMs pack as they go
     packs_.add(p.mlp.c_fc.weight, config_.is_llama() ? 2 * Fl : Fl, C, C);  // SwiGLU: [gate | up]
     packs_.add(p.mlp.c_proj.weight, C, Fl, Fl);

@@ -12,7 +12,10 @@
 //   other stage  receive the (N, C) activation from stage p-1 (point to point)
 //   each block   ln_1 -> c_attn (column-parallel: this rank's heads) ->
 //                append the new K, V to the cache -> attention over the cache
-//                (cached_attention.h) -> c_proj (row-parallel, all-reduce) ->
+//                (cached_attention.h; MLA: the down-projections and latent
+//                norms whole on every rank, q's up-projection by heads, the
+//                latent rows cached, absorbed attention) ->
+//                c_proj (row-parallel, all-reduce) ->
 //                residual -> ln_2 -> MLP (column/row-parallel), or MoE
 //                (tensor/ or expert/: route, all-to-all dispatch under EP) ->
 //                residual
@@ -106,6 +109,8 @@ class InferEngine {
   void block_forward(int layer, const std::vector<SeqInput>& batch, const std::vector<int>& pos0);
   void attend(int local_layer, const std::vector<SeqInput>& batch, const std::vector<int>& pos0);
   void rotate(const std::vector<SeqInput>& batch, const std::vector<int>& pos0);  // llama: RoPE
+  // MLA (GPTConfig::is_mla): the latents, their cache rows and the absorbed attention.
+  void mla_attend(int layer, const std::vector<SeqInput>& batch, const std::vector<int>& pos0);
   void ffn_forward(int layer);
   std::vector<float> head(const std::vector<SeqInput>& batch);
   void pipe_send();

@@ -5,6 +5,7 @@
 
 #include "model/infer/cached_attention.h"
 #include "model/infer/engine_acts.h"
+#include "model/kernels_mla.h"
 #include "model/parallel/expert/ep_dispatch.h"
 
 namespace shardlab::infer {
@@ -16,11 +17,13 @@ void InferEngine::block_forward(int layer, const std::vector<SeqInput>& batch,
   const model::Exec& ex = ctx_.ex;
   const model::BlockView<float>& p = w_.blocks[layer];
   const int64_t N = dims_.N();
-  const int C = dims_.C, Cl = dims_.Cl(), W = dims_.qkv_width();
+  const int C = dims_.C, W = dims_.qkv_width();
   const bool llama = config_.is_llama();
   Acts& a = *acts_;
   model::norm_forward(a.ln.data(), a.mean.data(), a.rstd.data(), a.x.data(), p.ln_1, N, C, config_, "ln_1.fwd", ex);
-  if (llama) {
+  if (config_.is_mla()) {
+    mla_attend(layer, batch, pos0);
+  } else if (llama) {
     model::linear_forward(ex, "attn.c_attn.fwd", a.qkv.data(), a.ln.data(), p.c_attn.weight, N, C, W);
     if (p.q_norm)  // before RoPE, as in training (the cache keeps normalized, rotated keys)
       model::qk_norm_forward(ex, a.qkv.data(), a.qk_pre.data(), a.qk_rstd.data(), p.q_norm, p.k_norm, N,
@@ -30,9 +33,9 @@ void InferEngine::block_forward(int layer, const std::vector<SeqInput>& batch,
     model::linear_forward(ex, "attn.c_attn.fwd", a.qkv.data(), a.ln.data(), p.c_attn.weight, p.c_attn.bias, N, C,
                           W);
   }
-  attend(layer - place_.first_layer(0), batch, pos0);
+  if (!config_.is_mla()) attend(layer - place_.first_layer(0), batch, pos0);
   model::linear_forward(ex, "attn.c_proj.fwd", a.partial.data(), a.atty.data(), p.attn_proj.weight,
-                        N, Cl, C);  // its bias after the reduction
+                        N, dims_.Cv(), C);  // its bias after the reduction; Cv = Cl but under MLA
   par::exit_row_parallel(ctx_, a.partial.data(), a.out.data(), N, C);
   if (!llama) par::add_bias_rows(a.out.data(), p.attn_proj.bias, N, C, "attn.c_proj.bias.fwd", ex);
   model::residual_forward(ex, "residual.fwd", a.res1.data(), a.x.data(), a.out.data(), N * C);
@@ -94,6 +97,72 @@ void InferEngine::attend(int local_layer, const std::vector<SeqInput>& batch,
   ex.op("attn.scores.fwd", c.scores);
   ex.op("attn.softmax.fwd", c.softmax);
   ex.op("attn.context.fwd", c.context);
+}
+
+// MLA: a.ln (N,C) -> a.atty (N, NHl·Dv), as the training block computes it
+// (block_mla.cc without SP: every rank runs the down-projections and the
+// latents' norms on all rows, its heads' q_b_proj), then the new tokens'
+// rows [c | k_pe] into the latent cache and the absorbed attention
+// (cached_attention.h).
+void InferEngine::mla_attend(int layer, const std::vector<SeqInput>& batch, const std::vector<int>& pos0) {
+  const model::Exec& ex = ctx_.ex;
+  const model::BlockView<float>& p = w_.blocks[layer];
+  const int64_t N = dims_.N();
+  const int C = dims_.C, Lq = config_.q_lora_rank, Lkv = config_.kv_lora_rank, Dr = config_.qk_rope_head_dim;
+  const model::MlaHeads h{dims_.NHl(), config_.head_size(), Dr, dims_.HV()};
+  const int64_t Wq = h.q_width(), R = Lkv + Dr, Cv = dims_.Cv();
+  const double eps = config_.norm_eps;
+  Acts& a = *acts_;
+  const float* q_in = a.ln.data();  // q_b_proj's input: q's normalized latent, or the hidden state (q_proj)
+  if (Lq > 0) {
+    model::linear_forward(ex, "attn.q_down.fwd", a.mla_cq.data(), a.ln.data(), p.mla.q_down.weight, N, C, Lq);
+    model::rmsnorm_forward(ex, "attn.q_norm.fwd", a.mla_cq_n.data(), a.rstd.data(), a.mla_cq.data(), p.mla.q_norm, N,
+                           Lq, eps);
+    q_in = a.mla_cq_n.data();
+  }
+  model::linear_forward(ex, "attn.q_up.fwd", a.qkv.data(), q_in, p.c_attn.weight, N, Lq > 0 ? Lq : C, int(Wq));
+  model::linear_forward(ex, "attn.kv_down.fwd", a.mla_down.data(), a.ln.data(), p.mla.kv_down.weight, N, C,
+                        int(R));
+  if (ex.math()) model::split_columns(a.mla_ckv.data(), a.mla_kpe.data(), a.mla_down.data(), N, Lkv, Dr);
+  model::rmsnorm_forward(ex, "attn.kv_norm.fwd", a.mla_ckv_n.data(), a.rstd.data(), a.mla_ckv.data(), p.mla.kv_norm,
+                         N, Lkv, eps);
+  ex.run("attn.mla_rope.fwd", model::mla_rope_inplace_cost(N, h, ex.elem), [&] {
+    int64_t row = 0;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const int n = int(batch[i].tokens.size());
+      std::vector<int64_t> positions(static_cast<size_t>(n));
+      for (int j = 0; j < n; ++j) positions[size_t(j)] = pos0[i] + j;
+      model::mla_rope_inplace(a.qkv.data() + row * Wq, Wq, a.mla_kpe.data() + row * Dr, Dr, positions.data(), n, h,
+                              config_.rope_theta);
+      row += n;
+    }
+  });
+  const int local_layer = layer - place_.first_layer(0);
+  std::vector<AttendShape> shapes;
+  int64_t row = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const int seq = batch[i].seq, n = int(batch[i].tokens.size()), p0 = pos0[i];
+    shapes.push_back({n, p0 + n});
+    if (ex.math()) {  // the cache append: a handover, charged below
+      float* lat = cache_->plane(seq, local_layer, 0);
+      for (int j = 0; j < n; ++j) {
+        float* to = lat + int64_t(p0 + j) * R;
+        std::copy_n(a.mla_ckv_n.data() + (row + j) * Lkv, Lkv, to);
+        std::copy_n(a.mla_kpe.data() + (row + j) * Dr, Dr, to + Lkv);
+      }
+      mla_cached_attention_forward(a.atty.data() + row * Cv, Cv, a.qkv.data() + row * Wq, Wq, lat,
+                                          p.mla.kv_up.weight, p0, n, h, Lkv);
+    }
+    row += n;
+  }
+  // The append reads the new rows and writes them into the cache.
+  ex.op("attn.kv_append", OpCost{0, 2.0 * double(row) * double(R) * ex.elem});
+  const MlaAttendCosts c = mla_cached_attention_costs(shapes, h, Lkv, ex.elem);
+  const std::pair<const char*, const OpCost*> ops[] = {{"attn.kv_up.fwd", &c.kv_up},   {"attn.q_absorb.fwd", &c.q_absorb},
+                                                       {"attn.scores.fwd", &c.scores}, {"attn.softmax.fwd", &c.softmax},
+                                                       {"attn.context.fwd", &c.context}, {"attn.v_up.fwd", &c.v_up}};
+  for (const auto& [name, cost] : ops)
+    if (cost->flops > 0 || cost->bytes > 0) ex.op(name, *cost);
 }
 
 // a.ln (N,C) -> a.out (N,C): the block's MLP or MoE, complete on every rank.

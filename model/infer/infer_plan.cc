@@ -14,9 +14,6 @@ namespace {
 
 // The split checked before the mesh is built from it.
 coll::MeshShape checked_shape(const model::GPTConfig& model, int tp, int pp, int ep) {
-  if (model.is_mla())
-    throw ConfigError("multi-head latent attention (`kv_lora_rank`) trains only: inference with its latent KV cache "
-                      "is not modeled");
   parallel::check_parallel_shape(model, {tp, false, pp, 1, {}, ep, ep});
   return {tp, 1, ep, ep, pp};
 }

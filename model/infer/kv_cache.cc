@@ -14,7 +14,7 @@ KvCache::~KvCache() {
 }
 
 uint64_t KvCache::bytes_for(const KvShape& s, int64_t tokens, int element_bytes) {
-  return 2 * uint64_t(s.layers) * uint64_t(s.row()) * uint64_t(tokens) * uint64_t(element_bytes);
+  return uint64_t(s.planes) * uint64_t(s.layers) * uint64_t(s.row()) * uint64_t(tokens) * uint64_t(element_bytes);
 }
 
 const KvCache::Entry& KvCache::entry(int seq) const {
@@ -28,7 +28,7 @@ int KvCache::add_sequence(int max_tokens) {
   Entry e;
   e.length = 0;
   e.max_tokens = max_tokens;
-  e.data.assign(size_t(2 * int64_t{shape_.layers} * max_tokens * shape_.row()), 0.0f);
+  e.data.assign(size_t(int64_t{shape_.layers} * max_tokens * shape_.token_elements()), 0.0f);
   seqs_.push_back(std::move(e));
   return int(seqs_.size()) - 1;
 }
@@ -72,16 +72,11 @@ void KvCache::truncate(int seq, int n) {
   e.length = n;
 }
 
-float* KvCache::keys(int seq, int local_layer) {
+float* KvCache::plane(int seq, int local_layer, int k) {
+  SHARDLAB_CHECK(k >= 0 && k < shape_.planes, fmt::format("KV cache: no plane {} of {}", k, shape_.planes));
   Entry& e = entry(seq);
   if (e.data.phantom()) return nullptr;
-  return e.data.data() + (2 * int64_t{local_layer}) * e.max_tokens * shape_.row();
-}
-
-float* KvCache::values(int seq, int local_layer) {
-  Entry& e = entry(seq);
-  if (e.data.phantom()) return nullptr;
-  return e.data.data() + (2 * int64_t{local_layer} + 1) * e.max_tokens * shape_.row();
+  return e.data.data() + (int64_t{shape_.planes} * local_layer + k) * e.max_tokens * shape_.row();
 }
 
 }  // namespace shardlab::infer

@@ -11,7 +11,14 @@
 //
 //   2 · local_layers · heads · HS · tokens · element_bytes
 //
-// (bytes_for). A paged cache (fixed-size blocks, a block table per sequence)
+// (bytes_for). Multi-head latent attention (GPTConfig::is_mla) keeps one
+// plane instead of K and V: each token's normalized k/v latent and its
+// rotated key, [c_kv (Lkv) | k_pe (Dr)], shared by every head and whole on
+// every tensor-parallel rank (heads 1, head_dim Lkv + Dr, planes 1), so
+//
+//   local_layers · (Lkv + Dr) · tokens · element_bytes
+//
+// A paged cache (fixed-size blocks, a block table per sequence)
 // can replace the per-sequence reservation behind the same calls.
 //
 // Thread safety: one cache per device thread.
@@ -29,7 +36,9 @@ struct KvShape {
   int layers = 0;    // local layers (this pipeline stage's blocks)
   int heads = 0;     // local K/V heads: NHl = n_head / tp, or GQA's KV / tp (KV when tp does not divide it)
   int head_dim = 0;  // HS
+  int planes = 2;    // K and V; 1: MLA's latent rows
   int64_t row() const { return int64_t{heads} * head_dim; }  // Cl
+  int64_t token_elements() const { return planes * row(); }  // every plane's row of one token and layer
 };
 
 class KvCache {
@@ -56,9 +65,11 @@ class KvCache {
 
   int length(int seq) const { return entry(seq).length; }
   int capacity(int seq) const { return entry(seq).max_tokens; }
-  // (max_tokens, Cl) rows of `local_layer`; null in a phantom run.
-  float* keys(int seq, int local_layer);
-  float* values(int seq, int local_layer);
+  // (max_tokens, Cl) rows of `local_layer`'s plane `k` (0: K or MLA's
+  // latents, 1: V); null in a phantom run.
+  float* plane(int seq, int local_layer, int k);
+  float* keys(int seq, int local_layer) { return plane(seq, local_layer, 0); }
+  float* values(int seq, int local_layer) { return plane(seq, local_layer, 1); }
   const KvShape& shape() const { return shape_; }
   int64_t tokens() const { return tokens_; }  // charged, over all sequences (adopted ones not)
   uint64_t bytes() const { return bytes_for(shape_, tokens_, elem_); }
@@ -69,7 +80,7 @@ class KvCache {
     int length = -1;  // -1: released
     int max_tokens = 0;
     int shared = 0;  // adopted tokens, not charged
-    model::Buffer<float> data;  // (layers, 2, max_tokens, Cl)
+    model::Buffer<float> data;  // (layers, planes, max_tokens, Cl)
   };
   const Entry& entry(int seq) const;
   Entry& entry(int seq) { return const_cast<Entry&>(static_cast<const KvCache*>(this)->entry(seq)); }

@@ -63,13 +63,13 @@ class ReplicaDevice {
     } else if (op.kind == Kind::kHandOff) {
       if (cache.keys(it->second, 0) == nullptr) return;  // shapes only: nothing to carry
       const int n = cache.length(it->second);
-      std::vector<float> rows(size_t(2 * cache.shape().layers * n * cache.shape().row()));
+      std::vector<float> rows(size_t(cache.shape().layers * n * cache.shape().token_elements()));
       copy_rows(cache, it->second, 0, n, rows.data(), true);
       std::lock_guard<std::mutex> g(s_.handoffs->m);
       s_.handoffs->rows[{dev_.rank(), op.block}] = std::move(rows);
     } else if (cache.keys(it->second, 0) != nullptr) {  // values: keep a copy of the block's rows
       std::vector<float>& rows = kept_[op.block];
-      rows.resize(size_t(2 * cache.shape().layers * op.tokens * cache.shape().row()));
+      rows.resize(size_t(cache.shape().layers * op.tokens * cache.shape().token_elements()));
       copy_rows(cache, it->second, op.first, op.tokens, rows.data(), true);
     }
   }
@@ -148,19 +148,20 @@ class ReplicaDevice {
       rows = std::move(it->second);
       s_.handoffs->rows.erase(it);
     }
-    SHARDLAB_CHECK(rows.size() == size_t(2 * cache.shape().layers * e.context * cache.shape().row()),
+    SHARDLAB_CHECK(rows.size() == size_t(cache.shape().layers * e.context * cache.shape().token_elements()),
                    "serving: the handed K and V are not the sequence's");
     copy_rows(cache, id, 0, int(e.context), rows.data(), false);
   }
 
-  // Rows [first, first + n) of every local layer's K and V of `id`, to
-  // (`out`) or from `rows`, laid out (layer, K/V, n, Cl).
+  // Rows [first, first + n) of every local layer's K and V (MLA: latents)
+  // of `id`, to (`out`) or from `rows`, laid out (layer, plane, n, Cl).
   static void copy_rows(infer::KvCache& cache, int id, int64_t first, int n, float* rows, bool out) {
     const int64_t row = cache.shape().row(), span = n * row;
+    const int planes = cache.shape().planes;
     for (int l = 0; l < cache.shape().layers; ++l)
-      for (int kv = 0; kv < 2; ++kv) {
-        float* at = (kv == 0 ? cache.keys(id, l) : cache.values(id, l)) + first * row;
-        float* kept = rows + (2 * l + kv) * span;
+      for (int kv = 0; kv < planes; ++kv) {
+        float* at = cache.plane(id, l, kv) + first * row;
+        float* kept = rows + (planes * l + kv) * span;
         out ? std::copy(at, at + span, kept) : std::copy(kept, kept + span, at);
       }
   }

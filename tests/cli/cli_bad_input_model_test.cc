@@ -108,9 +108,8 @@ TEST(CliBadInput, ModelShapeFlags) {
        "--v-head-dim 64 above the scores' head size 36 (--head-dim + --qk-rope-head-dim) is not modeled"},
       {"train --model tiny --steps 1 --kv-lora-rank 16 --qk-rope-head-dim 4",
        "multi-head latent attention (--kv-lora-rank) needs --family llama"},
-      {"generate --model tiny-llama --kv-heads 4 --kv-lora-rank 16 --qk-rope-head-dim 4 --prompt-tokens 1,2",
-       "multi-head latent attention (--kv-lora-rank) trains only: inference with its latent KV cache is not "
-       "modeled"},
+      {"generate --model tiny-llama --kv-lora-rank 16 --qk-rope-head-dim 4 --prompt-tokens 1,2",
+       "--kv-heads 2 below --heads: MLA gives every head its own keys and values (no GQA)"},
       {"train --model tiny-llama --steps 1 --kv-lora-rank -1", "--kv-lora-rank"},
       {"train --model tiny-moe --steps 1 --recompute-modules mlp,moe,mlp",
        "--recompute-modules \"mlp,moe,mlp\": mlp is listed twice"},

@@ -198,9 +198,8 @@ TEST(CliPhantom, Qwen3RowsOnH100) {
 // split over TP (the default: every TP rank routes all N gathered rows, so
 // tp times the bytes, and a token reaches 8 nodes). Megatron-Bridge's
 // recipe recomputes MLA's up-projections and the dense blocks' MLP
-// (recompute_modules mla_up_proj, mlp); shardlab has no MLA, so the recipe's
-// list runs as --recompute-modules mlp, and fits the 80 GiB (78.7 on the
-// fullest device: the experts keep their FP8 GEMMs' inputs in FP8).
+// (recompute_modules mla_up_proj, mlp), as the second run does, and fits the
+// 80 GiB (the experts keep their FP8 GEMMs' inputs in FP8).
 TEST(CliPhantom, WholeExpertsUnderTpDispatchEachRanksOwnRows) {
   const std::string run =
       "train --phantom --model deepseek-v3 --profile h100-nvlink --nodes 128 --tp 2 --sp --expert-tp 1 --pp 8 "

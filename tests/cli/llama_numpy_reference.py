@@ -17,7 +17,8 @@ DeepseekV3Attention computes it (q and k/v latents, RMSNorms on them, per-head
 up-projections, the rotated key shared by the heads, RoPE on interleaved
 pairs): shardlab rotates halves, so it gets the same weights with the
 rotated rows of q_b_proj and kv_a_proj_with_mqa de-interleaved (the fixed
-permutation its README states), and must give the same loss.
+permutation its README states), and must give the same loss; and greedy
+tokens through its latent KV cache (absorbed attention) equal to numpy's.
 
 Usage: llama_numpy_reference.py SHARDLAB_BIN WORKDIR
 Tolerance: relative loss difference <= 1e-5 (shardlab computes in float32).
@@ -301,6 +302,16 @@ def main():
     moved = abs(got - want) / want
     print(f"mla, Hugging Face's rows as they are: shardlab {got:.8f}, rel diff {moved:.2e} (must exceed 1e-4)")
     ok &= moved > 1e-4
+    # Greedy decoding through MLA's latent cache and absorbed attention
+    # against Hugging Face's DeepseekV3Attention recomputing every prefix.
+    want_tokens = greedy(w_hf, prompt, 6)
+    for extra in ([], ["--tp", "2"], ["--tp", "4"], ["--pp", "2", "--tp", "2"]):
+        cmd = [binary, "generate", "--model", "tiny-llama", "--init", init_m, "--prompt-tokens",
+               ",".join(map(str, prompt)), "--max-new-tokens", "6", "--json"] + MLA_FLAGS + extra
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        got_tokens = json.loads(out.stdout)["tokens"] if out.returncode == 0 else out.stderr
+        ok &= got_tokens == want_tokens
+        print(f"mla: greedy {' '.join(extra) or 'unsharded'}: shardlab {got_tokens}, numpy {want_tokens}")
     sys.exit(0 if worst <= 1e-5 and ok else 1)
 
 

@@ -25,11 +25,13 @@ constexpr double kLogitTol = 1e-4;
 struct Case {
   bool moe;
   int tp, ep;
+  bool mla = false;  // multi-head latent attention: a prefill and a decode in one step (cached_attention.h)
 };
 
 TEST(InferEngine, BatchedStepsOfMixedLengthsMatchTheFullForward) {
-  for (const Case& k : {Case{false, 1, 1}, Case{false, 2, 1}, Case{true, 1, 1}, Case{true, 2, 2}}) {
-    const model::GPTConfig c = testing::small_config(k.moe);
+  for (const Case& k : {Case{false, 1, 1}, Case{false, 2, 1}, Case{true, 1, 1}, Case{true, 2, 2}, Case{false, 1, 1, true},
+                        Case{false, 2, 1, true}}) {
+    const model::GPTConfig c = k.mla ? testing::mla_config() : testing::small_config(k.moe);
     model::GPT<float> ref(c, 7);
     testing::perturb(ref);
     const model::SafetensorsFile init = testing::as_checkpoint(ref);
@@ -69,7 +71,7 @@ TEST(InferEngine, BatchedStepsOfMixedLengthsMatchTheFullForward) {
       want_all.insert(want_all.end(), want.begin(), want.end());
     }
     const auto close = shardlab::testing::all_close(got_all, want_all, kLogitTol);
-    std::printf("%s tp %d ep %d: batched step logits, %s\n", k.moe ? "moe" : "dense", k.tp, k.ep,
+    std::printf("%s tp %d ep %d: batched step logits, %s\n", k.mla ? "mla" : k.moe ? "moe" : "dense", k.tp, k.ep,
                 close.message());
     EXPECT_TRUE(close);
   }

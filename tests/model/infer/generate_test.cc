@@ -74,6 +74,28 @@ TEST(Generate, MoeTokensEqualTheUnshardedModelUnderExpertParallelism) {
   expect_same_tokens_as_reference(true, {{1, 1, 1}, {1, 1, 2}, {2, 1, 2}});
 }
 
+// Multi-head latent attention: the latent cache and the absorbed attention
+// against the unsharded training model's up-projected attention, with and
+// without q's latent (split by heads at tp 2 and 4, one head a rank).
+TEST(Generate, MlaTokensEqualTheUnshardedModelUnderEverySplit) {
+  for (const bool q_latent : {true, false}) {
+    const model::GPTConfig c = testing::mla_config(q_latent);
+    model::GPT<float> ref(c, 7);
+    testing::perturb(ref);
+    const model::SafetensorsFile init = testing::as_checkpoint(ref);
+    for (const SamplingOptions& sampling : {SamplingOptions{}, SamplingOptions{0.8, 20, 11}}) {
+      const std::vector<Token> want = testing::reference_tokens(ref, kPrompt, kNew, sampling);
+      std::vector<Token> distinct = want;
+      std::sort(distinct.begin(), distinct.end());
+      EXPECT_GE(std::unique(distinct.begin(), distinct.end()) - distinct.begin(), 3);
+      for (const Split& s : std::vector<Split>{{1, 1, 1}, {2, 1, 1}, {4, 1, 1}, {1, 2, 1}, {2, 2, 1}}) {
+        const GenerateResult r = run_generate(options(c, &init, s, sampling));
+        EXPECT_EQ(r.tokens, want) << s.name() << " q latent " << q_latent << " temperature " << sampling.temperature;
+      }
+    }
+  }
+}
+
 TEST(Generate, SampledTokensDifferFromGreedyAndFollowTheSeed) {
   const model::GPTConfig c = small_config(false);
   model::GPT<float> ref(c, 7);
@@ -90,8 +112,9 @@ TEST(Generate, SampledTokensDifferFromGreedyAndFollowTheSeed) {
 // Every step's logits (prefill, then each decode over the cache) against the
 // full forward over the sequence so far.
 TEST(Generate, CachedDecodeLogitsEqualAFullForward) {
-  for (bool moe : {false, true}) {
-    const model::GPTConfig c = small_config(moe);
+  for (int kind = 0; kind < 3; ++kind) {  // dense, MoE, MLA
+    const bool moe = kind == 1;
+    const model::GPTConfig c = kind == 2 ? testing::mla_config() : small_config(moe);
     model::GPT<float> ref(c, 7);
   testing::perturb(ref);
     const model::SafetensorsFile init = testing::as_checkpoint(ref);
@@ -110,7 +133,7 @@ TEST(Generate, CachedDecodeLogitsEqualAFullForward) {
         seq.push_back(r.tokens[size_t(step)]);
       }
       const auto close = shardlab::testing::all_close(got, want, kLogitTol);
-      std::printf("%s %s: cached vs full logits (up to %.3g), %s\n", moe ? "moe" : "dense",
+      std::printf("%s %s: cached vs full logits (up to %.3g), %s\n", kind == 2 ? "mla" : moe ? "moe" : "dense",
                   s.name().c_str(), shardlab::testing::max_abs_finite(want), close.message());
       EXPECT_TRUE(close);
     }
@@ -145,8 +168,40 @@ TEST(Generate, DecodeTimeGrowsAsTheAttentionCostsSay) {
   }
 }
 
+// MLA's absorbed decode (cached_attention.h), written out here: one new
+// token's NH heads over L cached latent rows of Lkv + Dr, read once for the
+// heads; the latent context of Lkv a head.
+std::vector<OpCost> decode_mla_attention(double L, double NH, double Lkv, double Dr, double e) {
+  return {{2 * NH * L * (Lkv + Dr), (NH * (Lkv + Dr) + L * (Lkv + Dr) + NH * L) * e},
+          {5 * NH * L, 2 * NH * L * e},
+          {2 * NH * L * Lkv, (NH * L + L * Lkv + NH * Lkv) * e}};
+}
+
+// The same for MLA at tp 1 and 2 (two heads a rank): the absorbed kernels
+// over the latent rows, whose width is not the heads' (16 + 8, where a head
+// scores over 24 features too but reads 4 heads' keys and values of 24 and 12).
+TEST(Generate, MlaDecodeTimeGrowsAsTheAbsorbedAttentionCostsSay) {
+  const model::GPTConfig c = testing::mla_config();
+  const HardwareProfile profile = load_profile("a100-nvlink");
+  const CostModel cost(profile.device, Precision::kFp32);
+  for (const int tp : {1, 2}) {
+    const GenerateResult r = run_generate(options(c, nullptr, {tp, 1, 1}));
+    ASSERT_EQ(r.decode_steps.size(), size_t(kNew - 1));
+    for (size_t k = 0; k + 1 < r.decode_steps.size(); ++k) {
+      const double L = double(kPrompt.size() + k + 1);
+      const double NH = c.n_head / tp;
+      Time delta = 0;
+      const auto before = decode_mla_attention(L, NH, c.kv_lora_rank, c.qk_rope_head_dim, 4);
+      const auto after = decode_mla_attention(L + 1, NH, c.kv_lora_rank, c.qk_rope_head_dim, 4);
+      for (size_t i = 0; i < before.size(); ++i) delta += cost.duration(after[i]) - cost.duration(before[i]);
+      EXPECT_GT(delta, 0);
+      EXPECT_EQ(r.decode_steps[k + 1] - r.decode_steps[k], c.n_layer * delta) << "tp " << tp << " decode step " << k;
+    }
+  }
+}
+
 TEST(Generate, TimesAreDeterministicAndPhantomTimesMatchTheRealRun) {
-  const model::GPTConfig c = small_config(false);
+  for (const model::GPTConfig& c : {small_config(false), testing::mla_config()})
   for (const Split& s : std::vector<Split>{{1, 1, 1}, {2, 2, 1}}) {
     const GenerateResult a = run_generate(options(c, nullptr, s));
     const GenerateResult b = run_generate(options(c, nullptr, s));

@@ -33,6 +33,17 @@ inline model::GPTConfig small_config(bool moe) {
   return c;
 }
 
+// small_config's size as a llama model with DeepSeek-V3's attention
+// (multi-head latent attention) at a small width: q's latent 24 (none with
+// `q_latent` false: q_proj), k/v's 16, scores over 16 + 8 features a head,
+// values 12.
+inline model::GPTConfig mla_config(bool q_latent = true) {
+  model::GPTConfig c = small_config(false);
+  c.family = model::Family::kLlama, c.n_ffn = 96;
+  c.head_dim = 16, c.q_lora_rank = q_latent ? 24 : 0, c.kv_lora_rank = 16, c.qk_rope_head_dim = 8, c.v_head_dim = 12;
+  return c;
+}
+
 inline void perturb(model::GPT<float>& m, uint64_t seed = 7) { model::testing::randomize_params(m, seed, 0.15); }
 
 inline model::SafetensorsFile as_checkpoint(const model::GPT<float>& m) {

@@ -48,6 +48,31 @@ TEST(KvCache, BytesPerDeviceFollowTheFormula) {
   }
 }
 
+// Multi-head latent attention caches one row [c (Lkv) | k_pe (Dr)] a token
+// and layer, whole on every tp rank (the heads share it):
+//   layers_on_device · (Lkv + Dr) · tokens · element_bytes
+TEST(KvCache, MlaLatentRowsAreOnePlaneOnEveryTpRank) {
+  for (const Case& k : std::vector<Case>{{1, 1, 1, false, Precision::kFp32}, {2, 1, 1, false, Precision::kBf16},
+                                         {4, 2, 1, false, Precision::kFp32}}) {
+    GenerateOptions o;
+    o.model = testing::mla_config();
+    o.prompt = {1, 2, 3, 4, 5, 6, 7};
+    o.max_new_tokens = 9;
+    o.tp = k.tp;
+    o.pp = k.pp;
+    const GenerateResult r = run_generate(o, k.precision);
+    const uint64_t tokens = o.prompt.size() + uint64_t(o.max_new_tokens) - 1;
+    const uint64_t elem = k.precision == Precision::kBf16 ? 2 : 4;
+    const uint64_t layers = uint64_t(o.model.n_layer / k.pp);
+    const uint64_t want = layers * uint64_t(16 + 8) * tokens * elem;  // mla_config's Lkv + Dr
+    ASSERT_EQ(r.kv_bytes.size(), size_t(o.world()));
+    for (int rank = 0; rank < o.world(); ++rank) {
+      EXPECT_EQ(r.kv_bytes[size_t(rank)], want) << "tp " << k.tp << " pp " << k.pp << " rank " << rank;
+      EXPECT_EQ(r.run.devices[size_t(rank)].peak_by_kind[int(MemKind::kKvCache)], want) << "rank " << rank;
+    }
+  }
+}
+
 TEST(KvCache, AppendChargesAndReleaseReturnsTheArena) {
   ClusterOptions co;
   co.world_size = 1;

@@ -3,7 +3,8 @@
 // small enough to preempt and recompute) every request's tokens equal those
 // `generate` produces for its prompt alone, greedy or sampled (request i
 // with generate's seed S + i), unsharded and under tp 2, pp 2 and, for an
-// MoE model, ep 2; the llama family also under tp 4 (K/V replicated).
+// MoE model, ep 2; the llama family also under tp 4 (K/V replicated), and
+// multi-head latent attention's latent cache.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -146,6 +147,12 @@ TEST(ServeTokens, LlamaFamilyBeyondTp2GivesGeneratesTokens) {
   expect_config_generates_tokens(c, {{1, 1, 1}, {4, 1, 1}, {1, 2, 1}, {4, 2, 1}});
   c.n_expert = 4, c.top_k = 2, c.n_moe_ffn = 32, c.n_shared_expert = 1, c.moe_first_dense = 1;
   expect_config_generates_tokens(c, {{1, 1, 1}, {2, 1, 1}, {1, 1, 2}, {2, 2, 1}});
+}
+
+// Multi-head latent attention: the latent cache under continuous batching,
+// preemption and chunked prefill (decode and prefill sequences in one step).
+TEST(ServeTokens, MlaLatentCacheGivesGeneratesTokens) {
+  expect_config_generates_tokens(infer::testing::mla_config(), {{1, 1, 1}, {2, 1, 1}, {1, 2, 1}});
 }
 
 TEST(ServeTokens, ContinuousBatchingGivesEachRequestGeneratesTokens) {
