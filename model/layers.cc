@@ -169,10 +169,11 @@ Real moe_forward(Real* out, MoeActs<Real>& a, const BlockView<Real>& p, const Re
   moe_dispatch_forward(ex, "moe.dispatch.fwd", a.xe.data(), inp, a.src.data(), a.M, K, C);
   // experts, each on its contiguous rows
   const int W = fc_width(config, F);
+  bool launched = false;  // grouped kernels, one launch for all experts (sink.h Exec::Grouped)
   for (int e = 0; e < E; ++e) {
     const int64_t r0 = a.offsets[e], rows = a.offsets[e + 1] - r0;
     expert_forward(a.ye.data() + r0 * C, a.fc.data() + r0 * W, a.fc_gelu.data() + r0 * F, p.experts[e],
-                   a.xe.data() + r0 * C, rows, C, config, ex);
+                   a.xe.data() + r0 * C, rows, C, config, ex.expert_of_group(rows, launched));
   }
   // combine
   moe_combine_forward(ex, "moe.combine.fwd", out, a.ye.data(), a.gates.data(), a.src.data(), N, a.M,
@@ -201,11 +202,12 @@ void moe_backward(Real* dinp, const BlockView<Real>& g, BlockScratch<Real>& s, c
   // experts
   zero(s.dxe, a.M * C);
   const int W = fc_width(config, F);
+  bool launched = false;  // grouped kernels
   for (int e = 0; e < E; ++e) {
     const int64_t r0 = a.offsets[e], rows = a.offsets[e + 1] - r0;
     expert_backward(s.dxe.data() + r0 * C, g.experts[e], s.dfc.data() + r0 * W, s.dfc_gelu.data() + r0 * F,
                     s.dye.data() + r0 * C, a.xe.data() + r0 * C, a.fc.data() + r0 * W,
-                    a.fc_gelu.data() + r0 * F, p.experts[e], rows, C, config, ex);
+                    a.fc_gelu.data() + r0 * F, p.experts[e], rows, C, config, ex.expert_of_group(rows, launched));
   }
   // dispatch
   moe_dispatch_backward(ex, "moe.dispatch.bwd", dinp, s.dxe.data(), a.src.data(), a.M, K, C);

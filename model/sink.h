@@ -85,6 +85,17 @@ struct Exec {
   bool fp8_run = false;
   bool fp8_linear = false;
   KernelFusions fusions;  // the sink's (what is charged fused; the math is the same)
+  // The local experts' kernels as grouped kernels (Megatron-core's
+  // --moe-grouped-gemm, TEGroupedMLP; vLLM's fused MoE): each GEMM and
+  // activation of the experts is one kernel over every expert's rows,
+  // launched once. The first expert with rows charges its kernels as they
+  // are (kFirst), the later ones without the launch (kMember: each expert's
+  // GEMM keeps its own tiles and weight reads), an expert without rows
+  // charges nothing (kEmpty: the grouped kernel skips it, its weights are
+  // not read). Only the charge differs; the math and every other sink call
+  // are the same.
+  enum class Grouped : uint8_t { kNone, kFirst, kMember, kEmpty };
+  Grouped grouped = Grouped::kNone;
 
   static Exec with(OpSink* s) {
     return {s, s ? s->element_size() : 4, false, phantom_allocation(), s && s->fp8(), false,
@@ -97,7 +108,19 @@ struct Exec {
   }
   bool math() const { return !phantom; }  // alone: only what is no kernel (below)
   void op(const char* name, const OpCost& cost) const {
-    if (sink) sink->op(recompute ? recompute_name(name) : name, cost);
+    if (!sink || grouped == Grouped::kEmpty) return;
+    if (grouped != Grouped::kMember) return sink->op(recompute ? recompute_name(name) : name, cost);
+    OpCost member = cost;
+    member.launch = false;
+    sink->op(recompute ? recompute_name(name) : name, member);
+  }
+  // The Exec of one expert of a group whose experts before it charged
+  // `launched` (set true once an expert with rows ran).
+  Exec expert_of_group(int64_t rows, bool& launched) const {
+    Exec e = *this;
+    e.grouped = rows == 0 ? Grouped::kEmpty : launched ? Grouped::kMember : Grouped::kFirst;
+    launched = launched || rows > 0;
+    return e;
   }
   // The one way to run a kernel: `math` unless phantom, then `cost` charged as `name` (`math`
   // is a lambda, inlined: no allocation). Each kernel has an Exec overload on it (kernels.h);

@@ -124,7 +124,7 @@ Time CostModel::duration(const OpCost& op) const {
   if (!(ps <= 1e18) || std::isnan(op.flops) || std::isnan(bytes))
     throw ConfigError(fmt::format("a kernel of {:g} FLOPs and {:g} bytes would take {:g} s (at most 1e6 s a kernel)",
                                   op.flops, op.bytes, ps / 1e12));
-  return launch_ + static_cast<Time>(ps);
+  return (op.launch ? launch_ : 0) + static_cast<Time>(ps);
 }
 
 }  // namespace shardlab

@@ -1,6 +1,7 @@
 // Calibrated roofline cost model for compute ops on one virtual device.
 //
 //   duration = launch_overhead + max(compute, bytes / (mem_bandwidth * mem_efficiency * pass_rate))
+//   (no launch_overhead for a grouped kernel's later members: OpCost::launch)
 //
 // pass_rate is 1 except for the LayerNorm kernels (OpCost::pass), which
 // move their bytes at the profile's layernorm_{fwd,bwd}_rate of that rate.
@@ -101,6 +102,9 @@ struct OpCost {
   Attention attention = Attention::kNone;
   bool attention_causal = true;
   int64_t attention_seq = 0;
+  // False: a later member of a grouped kernel (the local experts' GEMMs and
+  // activations, model/sink.h Exec::Grouped), which its first member launched.
+  bool launch = true;
 };
 
 class CostModel {

@@ -37,7 +37,7 @@ void WeightGrads::linear(const char* name, float* dweight, float* dbias, bool bi
     model::linear_backward_weight(ex, name, bias, dweight, dbias, dout, inp, N, C, OC);
     return;
   }
-  Task t{name, dweight, dbias, bias, 0, 0, N, C, OC, -1, ex.fp8_linear};
+  Task t{name, dweight, dbias, bias, 0, 0, N, C, OC, -1, ex.fp8_linear, ex.grouped};
   int64_t pad = 0;
   auto copy = [&](const float* src, int64_t n, int64_t* at) {
     // Pad so that the copy has the source's phase in its 64-byte line.
@@ -70,6 +70,7 @@ void WeightGrads::flush(const model::Exec& ex, const std::function<void(int laye
     const Task& t = tasks_[i];
     model::Exec e = ex;
     e.fp8_linear = t.fp8;  // as the layer's B ran it
+    e.grouped = t.grouped;
     // A phantom run stashed nothing: the stash's null data, offsets 0.
     model::linear_backward_weight(e, t.name, t.bias, t.dweight, t.dbias, stash_.data() + t.dout,
                                   stash_.data() + t.inp, t.N, t.C, t.OC);

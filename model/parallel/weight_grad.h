@@ -68,6 +68,7 @@ class WeightGrads {
     int C, OC;
     int layer;  // -1 until end_block
     bool fp8;   // one of Transformer Engine's FP8 linears (Exec::fp8_linear)
+    model::Exec::Grouped grouped;  // an expert's, in its group (Exec::grouped)
   };
   float* reserve(int64_t n, int64_t* offset);
 

@@ -3,10 +3,16 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
 #include <random>
 
 #include "gradcheck.h"
+#include "model/gpt.h"
 #include "model/kernels.h"
+#include "model/sink.h"
+#include "runtime/profile.h"
 
 namespace shardlab::model {
 namespace {
@@ -251,6 +257,63 @@ TEST(KernelGradcheck, DispatchAndCombine) {
   auto g1 = dx.delta(), g2 = dye.delta(), g3 = dgates.delta();
   check_gradients("dispatch+combine", {{"dx", &x, &g1}, {"dye", &ye, &g2}, {"dgates", &gates, &g3}},
                   loss, kKernelTol);
+}
+
+// The local experts' kernels are grouped (sink.h Exec::expert_of_group):
+// per grouped kernel, the first expert with rows launches it, the later
+// ones are charged without a launch, an expert without rows not at all.
+struct Recorded {
+  std::string name;
+  bool launch;
+};
+struct RecordingSink final : OpSink {
+  std::vector<Recorded> ops;
+  void op(const char* name, const OpCost& cost) override { ops.push_back({name, cost.launch}); }
+};
+
+TEST(GroupedExperts, OneLaunchPerKernelAndNothingForAnExpertWithoutRows) {
+  RecordingSink sink;
+  const Exec ex = Exec::with(&sink);
+  bool launched = false;
+  const int64_t rows[] = {0, 5, 0, 3, 2};
+  for (const int64_t r : rows) ex.expert_of_group(r, launched).op("mlp.c_fc.fwd", OpCost{1, 1});
+  ASSERT_EQ(sink.ops.size(), 3u);  // the three experts with rows
+  EXPECT_TRUE(sink.ops[0].launch);
+  EXPECT_FALSE(sink.ops[1].launch);
+  EXPECT_FALSE(sink.ops[2].launch);
+  // Outside a group every op launches.
+  ex.op("mlp.c_fc.fwd", OpCost{1, 1});
+  EXPECT_TRUE(sink.ops.back().launch);
+  // A member's duration is the kernel's less one launch.
+  const HardwareProfile profile = load_profile("h100-nvlink");
+  const CostModel cost(profile.device, Precision::kBf16);
+  OpCost gemm{2.0 * 64 * 1024 * 512, (64.0 * 512 + 512.0 * 1024 + 64.0 * 1024) * 2, OpClass::kGemm, {64, 1024, 512}};
+  OpCost member = gemm;
+  member.launch = false;
+  EXPECT_EQ(cost.duration(gemm) - cost.duration(member), cost.launch_overhead());
+  EXPECT_EQ(cost.launch_overhead(), us_to_time(profile.device.launch_overhead_us));
+}
+
+// Through the model: one token routed to top_k = 2 of 8 experts in every
+// MoE block runs each expert kernel twice, launched once, and never for the
+// six experts without the token.
+TEST(GroupedExperts, ADecodedTokenChargesOnlyItsExpertsWithOneLaunch) {
+  GPTConfig c;
+  c.n_layer = 2, c.n_head = 2, c.n_embd = 32, c.block_size = 8, c.vocab_size = 64;
+  c.n_expert = 8, c.top_k = 2;
+  GPT<float> m(c, 3);
+  RecordingSink sink;
+  m.set_sink(&sink);
+  const Token tok = 5;
+  m.forward(&tok, nullptr, 1, 1);
+  for (const char* name : {"mlp.c_fc.fwd", "mlp.c_proj.fwd", "mlp.gelu.fwd"}) {
+    int charged = 0, launched = 0;
+    for (const Recorded& r : sink.ops)
+      if (r.name == name) charged += 1, launched += r.launch;
+    std::printf("%s: %d charged, %d launched over %d MoE blocks\n", name, charged, launched, c.n_layer);
+    EXPECT_EQ(charged, c.n_layer * c.top_k) << name;
+    EXPECT_EQ(launched, c.n_layer) << name;
+  }
 }
 
 }  // namespace

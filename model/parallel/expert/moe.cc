@@ -211,17 +211,22 @@ void tp_experts_forward(float* ye, float* fc, float* fc_gelu,
                         bool swiglu) {
   const int C = d.C, W = swiglu ? 2 * Fl : Fl;
   // column-parallel c_fc (SwiGLU: gate and up), row-parallel c_proj (partial sums)
+  // Grouped kernels (model/sink.h Exec::Grouped): one launch for all experts.
+  bool launched = false;
   for (int e = 0; e < n; ++e) {
     const int64_t r0 = offsets[e], rows = offsets[e + 1] - r0;
     tp_mlp_partial_forward(shifted(ye, r0 * C), shifted(fc, r0 * W), shifted(fc_gelu, r0 * Fl),
-                           experts[e], shifted(xe, r0 * C), rows, C, Fl, c.ex, swiglu);
+                           experts[e], shifted(xe, r0 * C), rows, C, Fl, c.ex.expert_of_group(rows, launched),
+                           swiglu);
   }
   if (!d.experts_whole)
     reduce_expert_outputs(c, ye, offsets[n] * C);  // whole experts: complete already
   if (swiglu) return;  // no biases
+  launched = false;
   for (int e = 0; e < n; ++e) {
     const int64_t r0 = offsets[e], rows = offsets[e + 1] - r0;
-    add_bias_rows(shifted(ye, r0 * C), experts[e].c_proj.bias, rows, C, "mlp.c_proj.bias.fwd", c.ex);
+    add_bias_rows(shifted(ye, r0 * C), experts[e].c_proj.bias, rows, C, "mlp.c_proj.bias.fwd",
+                  c.ex.expert_of_group(rows, launched));
   }
 }
 
@@ -237,13 +242,15 @@ void tp_experts_activation_forward(TpMoeActs& a, const ShardDims& d, const GPTCo
   const int W = swiglu ? 2 * Fl : Fl;
   // The local experts' rows, expert-major: with EP the rows received.
   const Buf<int64_t>& offsets = a.ep.row_elems > 0 ? a.ep.offsets : a.offsets;
+  bool launched = false;  // one grouped kernel
   for (size_t e = 0; e + 1 < offsets.size(); ++e) {
     const int64_t r0 = offsets[e], rows = offsets[e + 1] - r0;
+    const Exec member = ex.expert_of_group(rows, launched);
     if (swiglu)
-      model::swiglu_forward(ex, "mlp.swiglu.fwd", shifted(a.fc_gelu.data(), r0 * Fl), shifted(a.fc.data(), r0 * W),
-                            rows, Fl);
+      model::swiglu_forward(member, "mlp.swiglu.fwd", shifted(a.fc_gelu.data(), r0 * Fl),
+                            shifted(a.fc.data(), r0 * W), rows, Fl);
     else
-      model::gelu_forward(ex, "mlp.gelu.fwd", shifted(a.fc_gelu.data(), r0 * Fl), shifted(a.fc.data(), r0 * W),
+      model::gelu_forward(member, "mlp.gelu.fwd", shifted(a.fc_gelu.data(), r0 * Fl), shifted(a.fc.data(), r0 * W),
                           rows * Fl);
   }
 }
@@ -277,11 +284,13 @@ void tp_experts_backward(float* dxe, const std::vector<MlpView<float>>& g, MoeSc
                          const ShardDims& d, WeightGrads& wg, const Exec& ex, bool swiglu) {
   const int C = d.C, W = swiglu ? 2 * Fl : Fl;
   if (ex.math()) std::fill(dxe, dxe + offsets[n] * C, 0.0f);  // a handover (sink.h)
+  bool launched = false;  // grouped kernels (model/sink.h Exec::Grouped)
   for (int e = 0; e < n; ++e) {
     const int64_t r0 = offsets[e], rows = offsets[e + 1] - r0;
     tp_mlp_backward(shifted(dxe, r0 * C), g[e], shifted(s.dfc.data(), r0 * W),
                     shifted(s.dfc_gelu.data(), r0 * Fl), shifted(dye, r0 * C), shifted(xe, r0 * C),
-                    shifted(fc, r0 * W), shifted(fc_gelu, r0 * Fl), p[e], rows, C, Fl, wg, ex, swiglu);
+                    shifted(fc, r0 * W), shifted(fc_gelu, r0 * Fl), p[e], rows, C, Fl, wg,
+                    ex.expert_of_group(rows, launched), swiglu);
   }
 }
 
