@@ -1,6 +1,7 @@
 // `shardlab generate` from the command line: the same tokens under every
 // split (greedy and sampled) from a trained checkpoint, its JSON (KV bytes by
 // the formula, TTFT and TPOT), and bad input as one line with exit 2.
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -115,6 +116,25 @@ TEST(CliGenerate, PhantomTimesA13BModel) {
   EXPECT_GT(j["tpot_s"].get<double>(), 1e-3);  // 13B at bf16 over 8 A100s: milliseconds per token
   // 40 layers, 40 heads / 8 of 128, 4 + 3 - 1 tokens, bf16
   EXPECT_EQ(j["devices"][0]["kv_cache_bytes"].get<uint64_t>(), 2u * 40 * 5 * 128 * 6 * 2);
+}
+
+// DeepSeek-V3 (multi-head latent attention, 256 routed experts) on 16 H200s
+// in bf16: the latent cache is (512 + 64) values a token and layer on every
+// tp rank, and a decode step reads the weights of the token's 8 experts and
+// the shared one only (grouped expert kernels); README "Generation" and
+// "Expert parallelism (MoE)" quote these.
+TEST(CliGenerate, PhantomDeepSeekV3KeepsLatentRows) {
+  const nlohmann::json j = generate("--model deepseek-v3 --profile h200-nvlink --nodes 2 --tp 8 --pp 2 --phantom "
+                                    "--prompt-tokens 1,2,3,4 --max-new-tokens 8");
+  ASSERT_EQ(j["devices"].size(), 16u);
+  // 61 layers over pp 2: 31 and 30; 4 + 8 - 1 tokens; 2 bytes
+  for (int rank = 0; rank < 16; ++rank)
+    EXPECT_EQ(j["devices"][size_t(rank)]["kv_cache_bytes"].get<uint64_t>(),
+              uint64_t(rank < 8 ? 31 : 30) * (512 + 64) * 11 * 2)
+        << rank;
+  std::printf("deepseek-v3 on 16 H200s: TTFT %.4f ms, TPOT %.4f ms\n", j["ttft_s"].get<double>() * 1e3,
+              j["tpot_s"].get<double>() * 1e3);
+  EXPECT_NEAR(j["tpot_s"].get<double>() * 1e3, 11.235, 5e-4);
 }
 
 TEST(CliGenerate, BadInputIsOneLineAndExitTwo) {
