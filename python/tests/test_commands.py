@@ -19,6 +19,10 @@ CASES = [
     ("collectives", dict(op="all_reduce", ranks=8, min_bytes="1KiB", max_bytes="64KiB")),
     ("generate", dict(model="tiny", prompt_tokens="1,2,3", max_new_tokens=4, tp=2)),
     ("serve", dict(model="tiny", requests=6, prompt_len=16, output_len=4, tp=2)),
+    ("generate", dict(model="tiny-llama", prompt_tokens="1,2,3", max_new_tokens=4, tp=2, kv_heads=4, kv_lora_rank=16,
+                      qk_rope_head_dim=4)),
+    ("serve", dict(model="tiny-llama", requests=6, prompt_len=16, output_len=4, kv_heads=4, kv_lora_rank=16,
+                   qk_rope_head_dim=4)),
     ("p2p", dict(src=0, dst=1, max_bytes="64KiB")),
 ]
 
