@@ -110,6 +110,10 @@ StepOutput InferEngine::step(const std::vector<SeqInput>& batch) {
     N += n;
   }
   size_step(N);
+  std::vector<int64_t>& positions = acts_->positions;  // host indices, reused step to step
+  positions.clear();
+  for (size_t i = 0; i < batch.size(); ++i)
+    for (int j = 0; j < int(batch[i].tokens.size()); ++j) positions.push_back(pos0[i] + j);
   if (ctx_.ex.math() && !packed_) pack_weights();
   const model::PackedWeightsScope packed(&packs_);
   const int64_t held = acts_->elements();  // the step's working activations

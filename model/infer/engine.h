@@ -108,7 +108,7 @@ class InferEngine {
   void embed(const std::vector<SeqInput>& batch);
   void block_forward(int layer, const std::vector<SeqInput>& batch, const std::vector<int>& pos0);
   void attend(int local_layer, const std::vector<SeqInput>& batch, const std::vector<int>& pos0);
-  void rotate(const std::vector<SeqInput>& batch, const std::vector<int>& pos0);  // llama: RoPE
+  void rotate();  // llama: RoPE at Acts::positions
   // MLA (GPTConfig::is_mla): the latents, their cache rows and the absorbed attention.
   void mla_attend(int layer, const std::vector<SeqInput>& batch, const std::vector<int>& pos0);
   void ffn_forward(int layer);

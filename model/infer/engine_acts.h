@@ -4,6 +4,9 @@
 // MLA's Lq, Lkv latents and Dr rotated features (model/kernels_mla.h).
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "model/infer/engine.h"
 
 namespace shardlab::infer {
@@ -21,6 +24,7 @@ struct InferEngine::Acts {
   parallel::Buf<float> mla_kpe;             // (N,Dr) the shared key to rotate
   parallel::Buf<float> partial, out;  // (N,C) row-parallel partial sums, block outputs
   parallel::Buf<float> fc, fc_gelu;   // (N,Fl) dense blocks
+  std::vector<int64_t> positions;     // (N) each new row's position in its sequence (RoPE)
   parallel::TpMoeActs moe;            // MoE blocks (routing, expert rows)
   parallel::MoeScratch scratch;       // MoE under EP: the received rows
   int64_t elements() const {

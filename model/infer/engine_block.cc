@@ -23,17 +23,19 @@ void InferEngine::block_forward(int layer, const std::vector<SeqInput>& batch,
   model::norm_forward(a.ln.data(), a.mean.data(), a.rstd.data(), a.x.data(), p.ln_1, N, C, config_, "ln_1.fwd", ex);
   if (config_.is_mla()) {
     mla_attend(layer, batch, pos0);
-  } else if (llama) {
-    model::linear_forward(ex, "attn.c_attn.fwd", a.qkv.data(), a.ln.data(), p.c_attn.weight, N, C, W);
-    if (p.q_norm)  // before RoPE, as in training (the cache keeps normalized, rotated keys)
-      model::qk_norm_forward(ex, a.qkv.data(), a.qk_pre.data(), a.qk_rstd.data(), p.q_norm, p.k_norm, N,
-                             dims_.gqa(groups_.tp->rank()), config_.norm_eps);
-    rotate(batch, pos0);
   } else {
-    model::linear_forward(ex, "attn.c_attn.fwd", a.qkv.data(), a.ln.data(), p.c_attn.weight, p.c_attn.bias, N, C,
-                          W);
+    if (llama) {
+      model::linear_forward(ex, "attn.c_attn.fwd", a.qkv.data(), a.ln.data(), p.c_attn.weight, N, C, W);
+      if (p.q_norm)  // before RoPE, as in training (the cache keeps normalized, rotated keys)
+        model::qk_norm_forward(ex, a.qkv.data(), a.qk_pre.data(), a.qk_rstd.data(), p.q_norm, p.k_norm, N,
+                               dims_.gqa(groups_.tp->rank()), config_.norm_eps);
+      rotate();
+    } else {
+      model::linear_forward(ex, "attn.c_attn.fwd", a.qkv.data(), a.ln.data(), p.c_attn.weight, p.c_attn.bias, N,
+                            C, W);
+    }
+    attend(layer - place_.first_layer(0), batch, pos0);
   }
-  if (!config_.is_mla()) attend(layer - place_.first_layer(0), batch, pos0);
   model::linear_forward(ex, "attn.c_proj.fwd", a.partial.data(), a.atty.data(), p.attn_proj.weight,
                         N, dims_.Cv(), C);  // its bias after the reduction; Cv = Cl but under MLA
   par::exit_row_parallel(ctx_, a.partial.data(), a.out.data(), N, C);
@@ -46,21 +48,15 @@ void InferEngine::block_forward(int layer, const std::vector<SeqInput>& batch,
 }
 
 // Llama: RoPE on every new row's q and k heads at its position in its sequence.
-void InferEngine::rotate(const std::vector<SeqInput>& batch, const std::vector<int>& pos0) {
+void InferEngine::rotate() {
   const model::Exec& ex = ctx_.ex;
   const model::GqaHeads g = dims_.gqa(groups_.tp->rank());
   const int W = dims_.qkv_width();
   Acts& a = *acts_;
-  ex.run("attn.rope.fwd", model::rope_cost(dims_.N(), g.NHq + g.KVl, g.HS, ex.elem), [&] {
-    int64_t row = 0;
-    for (size_t i = 0; i < batch.size(); ++i) {
-      const int n = int(batch[i].tokens.size());
-      std::vector<int64_t> positions(static_cast<size_t>(n));
-      for (int j = 0; j < n; ++j) positions[size_t(j)] = pos0[i] + j;
-      float* rows = a.qkv.data() + row * W;
-      model::rope_forward(rows, rows, positions.data(), 1, n, g.NHq + g.KVl, g.HS, W, config_.rope_theta);
-      row += n;
-    }
+  const int N = int(dims_.N());
+  ex.run("attn.rope.fwd", model::rope_cost(N, g.NHq + g.KVl, g.HS, ex.elem), [&] {
+    model::rope_forward(a.qkv.data(), a.qkv.data(), a.positions.data(), 1, N, g.NHq + g.KVl, g.HS, W,
+                        config_.rope_theta);
   });
 }
 
@@ -127,15 +123,7 @@ void InferEngine::mla_attend(int layer, const std::vector<SeqInput>& batch, cons
   model::rmsnorm_forward(ex, "attn.kv_norm.fwd", a.mla_ckv_n.data(), a.rstd.data(), a.mla_ckv.data(), p.mla.kv_norm,
                          N, Lkv, eps);
   ex.run("attn.mla_rope.fwd", model::mla_rope_inplace_cost(N, h, ex.elem), [&] {
-    int64_t row = 0;
-    for (size_t i = 0; i < batch.size(); ++i) {
-      const int n = int(batch[i].tokens.size());
-      std::vector<int64_t> positions(static_cast<size_t>(n));
-      for (int j = 0; j < n; ++j) positions[size_t(j)] = pos0[i] + j;
-      model::mla_rope_inplace(a.qkv.data() + row * Wq, Wq, a.mla_kpe.data() + row * Dr, Dr, positions.data(), n, h,
-                              config_.rope_theta);
-      row += n;
-    }
+    model::mla_rope_inplace(a.qkv.data(), Wq, a.mla_kpe.data(), Dr, a.positions.data(), int(N), h, config_.rope_theta);
   });
   const int local_layer = layer - place_.first_layer(0);
   std::vector<AttendShape> shapes;
@@ -151,7 +139,7 @@ void InferEngine::mla_attend(int layer, const std::vector<SeqInput>& batch, cons
         std::copy_n(a.mla_kpe.data() + (row + j) * Dr, Dr, to + Lkv);
       }
       mla_cached_attention_forward(a.atty.data() + row * Cv, Cv, a.qkv.data() + row * Wq, Wq, lat,
-                                          p.mla.kv_up.weight, p0, n, h, Lkv);
+                                   p.mla.kv_up.weight, p0, n, h, Lkv);
     }
     row += n;
   }

@@ -19,32 +19,38 @@ struct Case {
   Precision precision;
 };
 
+// Generates 9 tokens after a 7-token prompt under k and expects every rank
+// to hold `values` cached values a token and local layer, at k's precision.
+void expect_cache_bytes(const model::GPTConfig& c, const Case& k, uint64_t values) {
+  GenerateOptions o;
+  o.model = c;
+  o.prompt = {1, 2, 3, 4, 5, 6, 7};
+  o.max_new_tokens = 9;
+  o.tp = k.tp;
+  o.pp = k.pp;
+  o.ep = k.ep;
+  const GenerateResult r = run_generate(o, k.precision);
+  // The last token is never fed back: the cache holds prompt + new - 1.
+  const uint64_t tokens = o.prompt.size() + uint64_t(o.max_new_tokens) - 1;
+  const uint64_t elem = k.precision == Precision::kBf16 ? 2 : 4;
+  const uint64_t layers = uint64_t(c.n_layer / k.pp);
+  const uint64_t want = layers * values * tokens * elem;
+  ASSERT_EQ(r.kv_bytes.size(), size_t(o.world()));
+  for (int rank = 0; rank < o.world(); ++rank) {
+    EXPECT_EQ(r.kv_bytes[size_t(rank)], want) << "tp " << k.tp << " pp " << k.pp << " rank " << rank;
+    EXPECT_EQ(r.kv_tokens[size_t(rank)], int64_t(tokens));
+    EXPECT_EQ(r.run.devices[size_t(rank)].peak_by_kind[int(MemKind::kKvCache)], want) << "rank " << rank;
+  }
+}
+
 TEST(KvCache, BytesPerDeviceFollowTheFormula) {
   const std::vector<Case> cases = {{1, 1, 1, false, Precision::kFp32}, {2, 1, 1, false, Precision::kFp32},
                                    {1, 2, 1, false, Precision::kBf16}, {2, 2, 1, false, Precision::kBf16},
                                    {4, 1, 1, false, Precision::kFp32}, {1, 1, 2, true, Precision::kFp32}};
   for (const Case& k : cases) {
-    GenerateOptions o;
-    o.model = small_config(k.moe);
-    o.prompt = {1, 2, 3, 4, 5, 6, 7};
-    o.max_new_tokens = 9;
-    o.tp = k.tp;
-    o.pp = k.pp;
-    o.ep = k.ep;
-    const GenerateResult r = run_generate(o, k.precision);
-    // The last token is never fed back: the cache holds prompt + new - 1.
-    const uint64_t tokens = o.prompt.size() + uint64_t(o.max_new_tokens) - 1;
-    const uint64_t elem = k.precision == Precision::kBf16 ? 2 : 4;
-    const uint64_t layers = uint64_t(o.model.n_layer / k.pp);
-    const uint64_t heads = uint64_t(o.model.n_head / k.tp);
-    const uint64_t head_dim = uint64_t(o.model.n_embd / o.model.n_head);
-    const uint64_t want = 2 * layers * heads * head_dim * tokens * elem;
-    ASSERT_EQ(r.kv_bytes.size(), size_t(o.world()));
-    for (int rank = 0; rank < o.world(); ++rank) {
-      EXPECT_EQ(r.kv_bytes[size_t(rank)], want) << "tp " << k.tp << " pp " << k.pp << " rank " << rank;
-      EXPECT_EQ(r.kv_tokens[size_t(rank)], int64_t(tokens));
-      EXPECT_EQ(r.run.devices[size_t(rank)].peak_by_kind[int(MemKind::kKvCache)], want) << "rank " << rank;
-    }
+    const model::GPTConfig c = small_config(k.moe);
+    const uint64_t heads = uint64_t(c.n_head / k.tp), head_dim = uint64_t(c.n_embd / c.n_head);
+    expect_cache_bytes(c, k, 2 * heads * head_dim);  // K and V of this rank's heads
   }
 }
 
@@ -53,24 +59,8 @@ TEST(KvCache, BytesPerDeviceFollowTheFormula) {
 //   layers_on_device · (Lkv + Dr) · tokens · element_bytes
 TEST(KvCache, MlaLatentRowsAreOnePlaneOnEveryTpRank) {
   for (const Case& k : std::vector<Case>{{1, 1, 1, false, Precision::kFp32}, {2, 1, 1, false, Precision::kBf16},
-                                         {4, 2, 1, false, Precision::kFp32}}) {
-    GenerateOptions o;
-    o.model = testing::mla_config();
-    o.prompt = {1, 2, 3, 4, 5, 6, 7};
-    o.max_new_tokens = 9;
-    o.tp = k.tp;
-    o.pp = k.pp;
-    const GenerateResult r = run_generate(o, k.precision);
-    const uint64_t tokens = o.prompt.size() + uint64_t(o.max_new_tokens) - 1;
-    const uint64_t elem = k.precision == Precision::kBf16 ? 2 : 4;
-    const uint64_t layers = uint64_t(o.model.n_layer / k.pp);
-    const uint64_t want = layers * uint64_t(16 + 8) * tokens * elem;  // mla_config's Lkv + Dr
-    ASSERT_EQ(r.kv_bytes.size(), size_t(o.world()));
-    for (int rank = 0; rank < o.world(); ++rank) {
-      EXPECT_EQ(r.kv_bytes[size_t(rank)], want) << "tp " << k.tp << " pp " << k.pp << " rank " << rank;
-      EXPECT_EQ(r.run.devices[size_t(rank)].peak_by_kind[int(MemKind::kKvCache)], want) << "rank " << rank;
-    }
-  }
+                                         {4, 2, 1, false, Precision::kFp32}})
+    expect_cache_bytes(testing::mla_config(), k, 16 + 8);  // mla_config's Lkv + Dr, whatever tp
 }
 
 TEST(KvCache, AppendChargesAndReleaseReturnsTheArena) {
