@@ -117,6 +117,7 @@ int run_generate(GenerateFlags& f) {
   o.pp = f.model.opts.parallel.pp;
   o.ep = f.model.opts.parallel.ep;
   o.phantom = f.model.opts.phantom;
+  o.kv_fp8 = kv_cache_fp8(f.model);
   if (o.phantom && !f.model.opts.init_path.empty()) throw ConfigError("--phantom runs on shapes only: it takes no --init");
   infer::validate(o);
   const ClusterOptions copts = f.model.cluster_options();

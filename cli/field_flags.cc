@@ -59,6 +59,7 @@ constexpr std::array kFieldFlags = std::to_array<std::pair<std::string_view, std
     {"init", "--init"},
     {"prompt", "--prompt-tokens"},
     {"max_new_tokens", "--max-new-tokens"},
+    {"kv_cache_dtype", "--kv-cache-dtype"},
     {"temperature", "--temperature"},
     {"top_k", "--top-k"},
     {"top_p", "--top-p"},

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/cli.h"
@@ -27,8 +28,13 @@ FlagTable<TrainFlags> inference_flags(const InferenceFlagHelp& help) {
       {"--ep", FIELD(opts.parallel.ep), help.ep, degree, kShowDefault},
       {"--memory", FIELD(memory), "Per-device memory, e.g. " + help.memory + " (default: the profile's)", nonempty()},
       {"--precision", FIELD(precision),
-       "Modeled precision: fp32 or bf16 (default: bf16 for the published presets, as they are served; fp32 "
-       "otherwise)"},
+       "Modeled precision: fp32, bf16, or fp8 (an FP8 checkpoint as vLLM serves it: the linears' weights in FP8, "
+       "each linear's input quantized per token, FP8 GEMMs; BF16 elsewhere and in the KV cache) (default: bf16 for "
+       "the published presets, as they are served; fp32 otherwise)"},
+      {"--kv-cache-dtype", FIELD(kv_cache_dtype),
+       "The KV cache's element type: auto (the activations', --precision's) or fp8 (1 B, quantized as each token "
+       "is appended and read at 1 B by the attention kernels, vLLM's --kv-cache-dtype fp8)",
+       {}, kShowDefault},
       {"--phantom", FIELD(opts.phantom), help.phantom},
   };
 }
@@ -52,11 +58,15 @@ void add_inference_flags(CLI::App* sub, TrainFlags& m, const InferenceFlagHelp& 
 }
 
 void default_inference_precision(const CLI::App* sub, TrainFlags& m) {
-  if (m.precision == "fp8")  // Transformer Engine's recipe is a training one: its casts, scales, master weights
-    throw ConfigError("--precision fp8: generation and serving model fp32 or bf16 (FP8 inference is not modeled)");
   if (sub->get_option("--precision")->count() > 0) return;
   for (const model::PresetInfo& p : model::presets())
     if (p.name == m.model && p.published_params > 0) m.precision = "bf16";
+}
+
+bool kv_cache_fp8(const TrainFlags& m) {
+  if (m.kv_cache_dtype == "auto") return false;
+  if (m.kv_cache_dtype == "fp8") return true;
+  throw ConfigError(fmt::format("--kv-cache-dtype: unknown \"{}\" (auto, fp8)", m.kv_cache_dtype));
 }
 
 std::optional<model::SafetensorsFile> load_inference_init(const TrainFlags& m, model::GPTConfig& config) {

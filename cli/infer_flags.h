@@ -25,9 +25,11 @@ void add_inference_flags(CLI::App* sub, TrainFlags& m, const InferenceFlagHelp& 
 
 // Without --precision, a published preset (model::PresetInfo::published_params)
 // is modeled in bf16, as it is served; the toy presets and custom shapes in
-// fp32. --precision fp8 (Transformer Engine's training recipe) is refused:
-// ConfigError. Call in the command's action, after parsing.
+// fp32. Call in the command's action, after parsing.
 void default_inference_precision(const CLI::App* sub, TrainFlags& m);
+
+// --kv-cache-dtype: true for fp8, false for auto; ConfigError otherwise.
+bool kv_cache_fp8(const TrainFlags& m);
 
 // The --init checkpoint, checked against `config` (exactly its tensors and
 // shapes; one error line naming --init); nothing without --init. --phantom

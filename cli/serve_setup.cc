@@ -90,6 +90,7 @@ Setup setup_of(ServeFlags& f) {
     throw ConfigError(fmt::format("--workload {} gives the requests: it takes no {}", f.workload, f.drawn_given[0]));
   s.shape = {f.model.model_config(), f.model.opts.parallel.tp, f.model.opts.parallel.pp, f.model.opts.parallel.ep, f.model.opts.phantom, f.seed, nullptr};
   s.shape.sampling = sampling_of(f);
+  s.shape.kv_fp8 = kv_cache_fp8(f.model);
   s.requests = f.workload.empty()
                    ? serve::make_workload(f.requests, serve::parse_arrival(f.arrival),
                                           serve::parse_length_dist(f.prompt_len, "--prompt-len"),

@@ -61,6 +61,7 @@ struct TrainFlags {
   std::optional<int> checkpoint_every;  // unset: a checkpoint after the last step only
   // The cluster's (cluster_options) and the tool's own outputs.
   std::string report, memory, precision = "fp32";
+  std::string kv_cache_dtype = "auto";  // generate and serve (infer_flags.h)
   std::vector<std::string> faults;  // --fault SPEC or @FILE.json, repeatable (runtime/fault.h)
 
   void add(CLI::App* sub);

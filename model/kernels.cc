@@ -239,6 +239,10 @@ OpCost fp8_cast_transpose_cost(int64_t elements) {
   const double n = static_cast<double>(elements);
   return {2 * n, n * (2 + 2 * kFp8Bytes)};
 }
+OpCost fp8_quant_cost(int64_t elements) {
+  const double n = static_cast<double>(elements);
+  return {2 * n, n * (2 + kFp8Bytes)};
+}
 
 // ---- GELU (tanh) --------------------------------------------------------------
 // tanh is the project's own (model/portable_math.h): branch-free, so the

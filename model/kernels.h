@@ -135,9 +135,16 @@ OpCost linear_backward_weight_cost(int64_t N, int64_t C, int64_t OC, bool bias, 
 // transposes): forward the layer's input, backward its output gradient. The
 // weights' FP8 copies are cast once per step (train/optimizer_step.cc).
 OpCost fp8_cast_transpose_cost(int64_t elements);
+// FP8 inference (Exec::fp8_inference): vLLM's dynamic per-token quantization
+// of a linear's BF16 input of `elements` (scaled_fp8_quant: each row's |max|,
+// then scale and clamp): read BF16, write FP8; the per-row scales are noise.
+OpCost fp8_quant_cost(int64_t elements);
 inline OpCost te_linear_cost(const Exec& ex, OpCost c, int64_t cast_elements) {
   if (!ex.fp8_linear) return c;
-  if (cast_elements > 0) ex.op("fp8.cast_transpose", fp8_cast_transpose_cost(cast_elements));
+  if (cast_elements > 0 && ex.fp8_inference)
+    ex.op("fp8.quant", fp8_quant_cost(cast_elements));
+  else if (cast_elements > 0)
+    ex.op("fp8.cast_transpose", fp8_cast_transpose_cost(cast_elements));
   c.fp8 = true;
   return c;
 }

@@ -96,6 +96,11 @@ struct Exec {
   // are the same.
   enum class Grouped : uint8_t { kNone, kFirst, kMember, kEmpty };
   Grouped grouped = Grouped::kNone;
+  // FP8 inference (vLLM's W8A8 FP8: weights stored in FP8, each linear's
+  // input quantized per token before its GEMM): an FP8 linear's cast is one
+  // quantization of its input (fp8_quant_cost), not Transformer Engine's
+  // cast-and-transpose for a backward that never runs.
+  bool fp8_inference = false;
 
   static Exec with(OpSink* s) {
     return {s, s ? s->element_size() : 4, false, phantom_allocation(), s && s->fp8(), false,

@@ -127,18 +127,18 @@ void cached_attention_forward(float* out, int64_t ld_out, const float* qkv, int6
 }
 
 model::AttentionCosts cached_attention_costs(const std::vector<AttendShape>& seqs, int64_t NHl,
-                                             int64_t HS, int elem) {
+                                             int64_t HS, int elem, int kv_elem) {
   double ql = 0, l = 0, q = 0;  // Σ q·L, Σ L, Σ q over the sequences
   for (const AttendShape& s : seqs) {
     ql += double(s.q) * double(s.L);
     l += double(s.L);
     q += double(s.q);
   }
-  const double h = double(NHl), hs = double(HS), e = elem;
+  const double h = double(NHl), hs = double(HS), e = elem, kv = kv_elem > 0 ? kv_elem : elem;
   model::AttentionCosts c;
-  c.scores = {2 * h * ql * hs, h * (q * hs + l * hs + ql) * e};
+  c.scores = {2 * h * ql * hs, h * ((q * hs + ql) * e + l * hs * kv)};
   c.softmax = {5 * h * ql, 2 * h * ql * e};
-  c.context = {2 * h * ql * hs, h * (ql + l * hs + q * hs) * e};
+  c.context = {2 * h * ql * hs, h * ((ql + q * hs) * e + l * hs * kv)};
   return c;
 }
 

@@ -55,8 +55,11 @@ inline model::GqaHeads cached_kv_heads(const model::GqaHeads& held) {
 void cached_attention_forward(float* out, int64_t ld_out, const float* qkv, int64_t ld_qkv, const float* keys,
                               const float* values, int p0, int n, const model::GqaHeads& g);
 
+// The three kernels' costs over a batch: activations (q, scores,
+// probabilities, outputs) at `elem` bytes, the cached keys and values read
+// at `kv_elem` (0: elem; an FP8 cache: 1, dequantized in the kernel).
 model::AttentionCosts cached_attention_costs(const std::vector<AttendShape>& seqs, int64_t NHl,
-                                             int64_t HS, int elem);
+                                             int64_t HS, int elem, int kv_elem = 0);
 
 // Multi-head latent attention (DeepSeek-V2/V3, GPTConfig::is_mla) of n new
 // tokens over a sequence's latent cache (kv_cache.h: a row [c (Lkv) | k_pe

@@ -36,10 +36,18 @@ InferEngine::InferEngine(const model::GPTConfig& config, uint64_t seed, Device& 
   place_ = model_->placement();
   if (init) engine::load_shards(*model_, *init);
   w_ = model_->layout().view(model_->params().data());
-  weights_ = dev.alloc("parameters", {int64_t(model_->params().size())}, MemKind::kParam, /*phantom=*/true);
   ctx_.dev = &dev;
   ctx_.group = groups.tp;
   ctx_.ex = model::Exec::with(&sink_);
+  ctx_.ex.fp8_inference = ctx_.ex.fp8_run;
+  // FP8 inference keeps the FP8 linears' weights at 1 B (an FP8 checkpoint's
+  // weights; their per-tensor scales, 4 B each, are not counted), the rest
+  // at the activations' 2 B.
+  const int64_t all = int64_t(model_->params().size());
+  const int64_t fp8 = ctx_.ex.fp8_run ? parallel::fp8_weight_elements(model_->shards()) : 0;
+  weights_ = dev.alloc("parameters", {all - fp8}, MemKind::kParam, /*phantom=*/true);
+  if (fp8 > 0)  // elements of 2 B at Precision::kFp8 (its activations' size): two FP8 weights each
+    fp8_weights_ = dev.alloc("fp8 weights", {(fp8 + 1) / 2}, MemKind::kParam, /*phantom=*/true);
   moe_ctx_.dev = &dev;
   moe_ctx_.tp = groups.tp;
   moe_ctx_.ex = ctx_.ex;
@@ -54,7 +62,10 @@ InferEngine::InferEngine(const model::GPTConfig& config, uint64_t seed, Device& 
                          ? KvShape{local_layers, 1, config_.kv_lora_rank + config_.qk_rope_head_dim, 1}
                          : KvShape{local_layers, cached_kv_heads(heads.gqa(groups.tp->rank())).KVl,
                                    config_.head_size()};
-  cache_ = std::make_unique<KvCache>(dev, kv);
+  KvShape shape = kv;
+  if (groups.kv_fp8) shape.elem = kFp8Bytes;
+  kv_elem_ = shape.elem > 0 ? shape.elem : element_size(dev.precision());
+  cache_ = std::make_unique<KvCache>(dev, shape);
   acts_ = std::make_unique<Acts>();
 }
 

@@ -61,6 +61,7 @@ struct EngineGroups {
   const collectives::ProcessGroup* ep = nullptr;  // null or size 1: every expert here
   std::vector<int> pp_ranks;                      // global rank of every stage; empty: pp 1
   parallel::StagePlacement placement;             // this device's stage (InferPlan::placement)
+  bool kv_fp8 = false;                            // the KV cache in FP8 (InferPlan::kv_fp8)
 };
 
 // New tokens of one sequence; they go at positions [length, length + n) of
@@ -125,7 +126,9 @@ class InferEngine {
   engine::DeviceSink sink_;
   parallel::TpContext ctx_;
   parallel::ExpertContext moe_ctx_;  // MoE blocks: the same device, TP group and sink
-  Tensor weights_;  // the weights' modeled bytes (kParam)
+  Tensor weights_;      // the weights' modeled bytes (kParam)
+  int kv_elem_ = 4;     // bytes a cached K/V element (the cache's)
+  Tensor fp8_weights_;  // --precision fp8: the FP8 linears' weights, 1 B each (kParam)
   std::unique_ptr<KvCache> cache_;
   parallel::ShardDims dims_;
   std::unique_ptr<Acts> acts_;

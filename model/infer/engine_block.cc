@@ -15,6 +15,7 @@ namespace par = parallel;
 void InferEngine::block_forward(int layer, const std::vector<SeqInput>& batch,
                                 const std::vector<int>& pos0) {
   const model::Exec& ex = ctx_.ex;
+  const model::Exec te = ex.te_linear();  // the projections: FP8 GEMMs under --precision fp8
   const model::BlockView<float>& p = w_.blocks[layer];
   const int64_t N = dims_.N();
   const int C = dims_.C, W = dims_.qkv_width();
@@ -25,18 +26,18 @@ void InferEngine::block_forward(int layer, const std::vector<SeqInput>& batch,
     mla_attend(layer, batch, pos0);
   } else {
     if (llama) {
-      model::linear_forward(ex, "attn.c_attn.fwd", a.qkv.data(), a.ln.data(), p.c_attn.weight, N, C, W);
+      model::linear_forward(te, "attn.c_attn.fwd", a.qkv.data(), a.ln.data(), p.c_attn.weight, N, C, W);
       if (p.q_norm)  // before RoPE, as in training (the cache keeps normalized, rotated keys)
         model::qk_norm_forward(ex, a.qkv.data(), a.qk_pre.data(), a.qk_rstd.data(), p.q_norm, p.k_norm, N,
                                dims_.gqa(groups_.tp->rank()), config_.norm_eps);
       rotate();
     } else {
-      model::linear_forward(ex, "attn.c_attn.fwd", a.qkv.data(), a.ln.data(), p.c_attn.weight, p.c_attn.bias, N,
+      model::linear_forward(te, "attn.c_attn.fwd", a.qkv.data(), a.ln.data(), p.c_attn.weight, p.c_attn.bias, N,
                             C, W);
     }
     attend(layer - place_.first_layer(0), batch, pos0);
   }
-  model::linear_forward(ex, "attn.c_proj.fwd", a.partial.data(), a.atty.data(), p.attn_proj.weight,
+  model::linear_forward(te, "attn.c_proj.fwd", a.partial.data(), a.atty.data(), p.attn_proj.weight,
                         N, dims_.Cv(), C);  // its bias after the reduction; Cv = Cl but under MLA
   par::exit_row_parallel(ctx_, a.partial.data(), a.out.data(), N, C);
   if (!llama) par::add_bias_rows(a.out.data(), p.attn_proj.bias, N, C, "attn.c_proj.bias.fwd", ex);
@@ -87,9 +88,10 @@ void InferEngine::attend(int local_layer, const std::vector<SeqInput>& batch,
     }
     row += n;
   }
-  // The append reads the new k, v rows and writes them into the cache.
-  ex.op("attn.kv_append", OpCost{0, 4.0 * double(row) * double(KVC) * ex.elem});
-  const model::AttentionCosts c = cached_attention_costs(shapes, NHl, HS, ex.elem);
+  // The append reads the new k, v rows and writes them into the cache (an
+  // FP8 cache: quantized on the way, as vLLM's reshape_and_cache).
+  ex.op("attn.kv_append", OpCost{0, 2.0 * double(row) * double(KVC) * double(ex.elem + kv_elem_)});
+  const model::AttentionCosts c = cached_attention_costs(shapes, NHl, HS, ex.elem, kv_elem_);
   ex.op("attn.scores.fwd", c.scores);
   ex.op("attn.softmax.fwd", c.softmax);
   ex.op("attn.context.fwd", c.context);
@@ -102,6 +104,7 @@ void InferEngine::attend(int local_layer, const std::vector<SeqInput>& batch,
 // (cached_attention.h).
 void InferEngine::mla_attend(int layer, const std::vector<SeqInput>& batch, const std::vector<int>& pos0) {
   const model::Exec& ex = ctx_.ex;
+  const model::Exec te = ex.te_linear();
   const model::BlockView<float>& p = w_.blocks[layer];
   const int64_t N = dims_.N();
   const int C = dims_.C, Lq = config_.q_lora_rank, Lkv = config_.kv_lora_rank, Dr = config_.qk_rope_head_dim;
@@ -111,13 +114,13 @@ void InferEngine::mla_attend(int layer, const std::vector<SeqInput>& batch, cons
   Acts& a = *acts_;
   const float* q_in = a.ln.data();  // q_b_proj's input: q's normalized latent, or the hidden state (q_proj)
   if (Lq > 0) {
-    model::linear_forward(ex, "attn.q_down.fwd", a.mla_cq.data(), a.ln.data(), p.mla.q_down.weight, N, C, Lq);
+    model::linear_forward(te, "attn.q_down.fwd", a.mla_cq.data(), a.ln.data(), p.mla.q_down.weight, N, C, Lq);
     model::rmsnorm_forward(ex, "attn.q_norm.fwd", a.mla_cq_n.data(), a.rstd.data(), a.mla_cq.data(), p.mla.q_norm, N,
                            Lq, eps);
     q_in = a.mla_cq_n.data();
   }
-  model::linear_forward(ex, "attn.q_up.fwd", a.qkv.data(), q_in, p.c_attn.weight, N, Lq > 0 ? Lq : C, int(Wq));
-  model::linear_forward(ex, "attn.kv_down.fwd", a.mla_down.data(), a.ln.data(), p.mla.kv_down.weight, N, C,
+  model::linear_forward(te, "attn.q_up.fwd", a.qkv.data(), q_in, p.c_attn.weight, N, Lq > 0 ? Lq : C, int(Wq));
+  model::linear_forward(te, "attn.kv_down.fwd", a.mla_down.data(), a.ln.data(), p.mla.kv_down.weight, N, C,
                         int(R));
   if (ex.math()) model::split_columns(a.mla_ckv.data(), a.mla_kpe.data(), a.mla_down.data(), N, Lkv, Dr);
   model::rmsnorm_forward(ex, "attn.kv_norm.fwd", a.mla_ckv_n.data(), a.rstd.data(), a.mla_ckv.data(), p.mla.kv_norm,

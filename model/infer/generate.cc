@@ -30,7 +30,7 @@ double GenerateResult::tpot_seconds() const {
 
 void validate(const GenerateOptions& o) {
   o.model.validate();
-  InferPlan(o.model, o.tp, o.pp, o.ep);  // checks the split (ConfigError)
+  InferPlan(o.model, o.tp, o.pp, o.ep, o.kv_fp8);  // checks the split (ConfigError)
   if (o.prompt.empty()) throw ConfigError("`prompt`: the prompt needs at least one token");
   if (o.max_new_tokens < 1) throw ConfigError(fmt::format("`max_new_tokens` must be at least 1 (got {})", o.max_new_tokens));
   const int64_t total = int64_t(o.prompt.size()) + o.max_new_tokens;
@@ -115,7 +115,7 @@ void share_generate_result(GenerateResult& r, const Cluster& cluster) {
 
 GenerateResult generate(Cluster& cluster, const GenerateOptions& o) {
   validate(o);
-  const InferPlan plan(o.model, o.tp, o.pp, o.ep);
+  const InferPlan plan(o.model, o.tp, o.pp, o.ep, o.kv_fp8);
   plan.check_cluster(cluster, "generate");
   GenerateResult r;
   r.kv_bytes.assign(size_t(plan.world), 0);

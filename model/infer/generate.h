@@ -34,6 +34,7 @@ struct GenerateOptions {
   int tp = 1, pp = 1, ep = 1;
   bool phantom = false;      // shapes only: every new token is 0
   bool keep_logits = false;  // GenerateResult::logits
+  bool kv_fp8 = false;       // the KV cache in FP8 (InferPlan::kv_fp8)
   int world() const { return tp * pp * ep; }
 };
 

@@ -18,7 +18,7 @@ constexpr Tag kTokenTag = 0x494e'4654'0000'0000ull;  // "INFT"
 EngineGroups InferDevice::groups(parallel::ParallelContext& ctx, const InferPlan& plan) {
   const coll::ProcessGroup& pipeline = ctx.group("pp");
   return {&ctx.group("tp"), plan.ep > 1 ? &ctx.group("ep") : nullptr,
-          {pipeline.members().begin(), pipeline.members().end()}, plan.placement(ctx.coords().pp)};
+          {pipeline.members().begin(), pipeline.members().end()}, plan.placement(ctx.coords().pp), plan.kv_fp8};
 }
 
 InferDevice::InferDevice(Device& dev, const InferPlan& plan, const model::GPTConfig& config, uint64_t seed,

@@ -21,8 +21,9 @@ namespace shardlab::infer {
 class InferPlan {
  public:
   // Checks the split against the model (ConfigError naming `tp`, `pp` or
-  // `ep`) and derives the plan.
-  InferPlan(const model::GPTConfig& model, int tp, int pp, int ep);
+  // `ep`; `kv_cache_dtype` for an FP8 cache of a model with MLA) and
+  // derives the plan.
+  InferPlan(const model::GPTConfig& model, int tp, int pp, int ep, bool kv_fp8 = false);
 
   // ConfigError unless `cluster` has world devices; `what` names the run
   // ("generate", "a replica") in the message.
@@ -45,6 +46,9 @@ class InferPlan {
   // The rank that chooses the tokens: the last stage's tp rank 0 of ep rank 0.
   int sampler = 0;
   bool moe = false;
+  // The KV cache in FP8 (vLLM's --kv-cache-dtype fp8): 1 B an element,
+  // quantized as it is appended, read at 1 B by the attention kernels.
+  bool kv_fp8 = false;
 };
 
 }  // namespace shardlab::infer

@@ -7,7 +7,7 @@
 namespace shardlab::infer {
 
 KvCache::KvCache(Device& dev, KvShape shape)
-    : dev_(dev), shape_(shape), elem_(element_size(dev.precision())) {}
+    : dev_(dev), shape_(shape), elem_(shape.elem > 0 ? shape.elem : element_size(dev.precision())) {}
 
 KvCache::~KvCache() {
   if (tokens_ > 0) dev_.arena().release(bytes(), MemKind::kKvCache);

@@ -37,6 +37,7 @@ struct KvShape {
   int heads = 0;     // local K/V heads: NHl = n_head / tp, or GQA's KV / tp (KV when tp does not divide it)
   int head_dim = 0;  // HS
   int planes = 2;    // K and V; 1: MLA's latent rows
+  int elem = 0;      // bytes a cached element; 0: the device's precision's (an FP8 cache: 1)
   int64_t row() const { return int64_t{heads} * head_dim; }  // Cl
   int64_t token_elements() const { return planes * row(); }  // every plane's row of one token and layer
 };

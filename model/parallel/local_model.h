@@ -49,6 +49,24 @@ struct ShardSpec {
   bool is_final_norm() const { return role == model::ParamRole::kLayerNorm && layer < 0; }
 };
 
+// The weights of the linears that run as FP8 GEMMs under --precision fp8
+// (Transformer Engine's in training, vLLM's FP8 checkpoints in inference):
+// the blocks' projections and MLPs, experts and MLA's down- and
+// up-projections included; the embedding, the LM head, the router and the
+// norms stay BF16.
+inline bool is_fp8_linear_weight(model::ParamRole r) {
+  using model::ParamRole;
+  return r == ParamRole::kQkvWeight || r == ParamRole::kKvWeight || r == ParamRole::kAttnProjWeight ||
+         r == ParamRole::kFcWeight || r == ParamRole::kMlpProjWeight || r == ParamRole::kMlaDown ||
+         r == ParamRole::kMlaUp;
+}
+inline int64_t fp8_weight_elements(const std::vector<ShardSpec>& shards) {
+  int64_t n = 0;
+  for (const ShardSpec& s : shards)
+    if (is_fp8_linear_weight(s.role)) n += s.numel;
+  return n;
+}
+
 // Maps local element i of `s` (row-major in local_shape) to its global flat
 // index (row-major in global_shape).
 int64_t global_index(const ShardSpec& s, int64_t i);

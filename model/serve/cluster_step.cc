@@ -65,7 +65,7 @@ struct ClusterStepExecutor::Mailbox {
 };
 
 ClusterStepExecutor::ClusterStepExecutor(Cluster& cluster, ReplicaShape shape)
-    : cluster_(cluster), shape_(std::move(shape)), plan_(shape_.model, shape_.tp, shape_.pp, shape_.ep) {
+    : cluster_(cluster), shape_(std::move(shape)), plan_(shape_.model, shape_.tp, shape_.pp, shape_.ep, shape_.kv_fp8) {
   plan_.check_cluster(cluster, "a replica");
   if (const auto& sp = shape_.speculative) {
     if (shape_.pp > 1 || shape_.ep > 1) throw ConfigError("`speculative` runs the draft beside the target on tp only: no `pp` or `ep`");

@@ -101,6 +101,7 @@ struct ReplicaShape {
   infer::SamplingOptions sampling;
   // Disaggregated: shared by every replica's executor (made by the first).
   std::shared_ptr<HandoffStore> handoffs = std::make_shared<HandoffStore>();
+  bool kv_fp8 = false;  // the target's KV cache in FP8 (InferPlan::kv_fp8)
   int world() const { return tp * pp * ep; }
 };
 

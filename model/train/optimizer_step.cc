@@ -37,13 +37,10 @@ ShardedAdamW::ShardedAdamW(Device& dev, parallel::LocalModel& model, parallel::D
   if (dev.precision() != Precision::kFp8) return;
   using model::ParamRole;
   for (const ShardSpec& s : model_.shards()) {
-    if (s.role == ParamRole::kQkvWeight || s.role == ParamRole::kAttnProjWeight ||
-        s.role == ParamRole::kFcWeight || s.role == ParamRole::kMlpProjWeight || s.role == ParamRole::kMlaDown ||
-        s.role == ParamRole::kMlaUp) {
-      ++fp8_tensors_;  // one FP8 GEMM each (llama's k_proj and v_proj share q_proj's; each of MLA's its own)
-      fp8_elements_ += s.numel;
-    }
-    if (s.role == ParamRole::kKvWeight) fp8_elements_ += s.numel;
+    if (!parallel::is_fp8_linear_weight(s.role)) continue;
+    fp8_elements_ += s.numel;
+    // one FP8 GEMM each (llama's k_proj and v_proj share q_proj's; each of MLA's its own)
+    if (s.role != ParamRole::kKvWeight) ++fp8_tensors_;
   }
   // W and Wᵀ in FP8: two bytes per weight, one 2-byte element at the run's precision.
   fp8_weights_ = Tensor(dev.arena(), "fp8 weight copies", {fp8_elements_}, MemKind::kParam,

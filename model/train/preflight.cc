@@ -56,17 +56,6 @@ parallel::BucketPlan bucket_plan(const TrainOptions& o, const ParallelPlan& layo
 // The weights Transformer Engine keeps FP8 copies of (W and Wᵀ, 1 B each):
 // the blocks' projections and MLPs, experts included (ShardedAdamW's
 // fp8_weights_, train/optimizer_step.cc).
-int64_t fp8_weight_elements(const std::vector<parallel::ShardSpec>& shards) {
-  using model::ParamRole;
-  int64_t n = 0;
-  for (const parallel::ShardSpec& s : shards)
-    if (s.role == ParamRole::kQkvWeight || s.role == ParamRole::kKvWeight || s.role == ParamRole::kAttnProjWeight ||
-        s.role == ParamRole::kFcWeight || s.role == ParamRole::kMlpProjWeight || s.role == ParamRole::kMlaDown ||
-        s.role == ParamRole::kMlaUp)
-      n += s.numel;
-  return n;
-}
-
 // What device_memory reads of one (tp, pp, ep) layout, the same on every dp rank of it.
 struct LayoutBuckets {
   std::vector<parallel::ShardSpec> shards;
@@ -109,7 +98,7 @@ DeviceMemory device_memory(const TrainOptions& o, const ParallelPlan& layout, in
     const parallel::FsdpOptions fo{p.reshard_after_forward, p.prefetch};
     m.params_bytes = uint64_t(owned + parallel::fsdp_peak_gathered(passes, units, fo)) * uint64_t(elem);
   }
-  if (fp8) m.params_bytes += uint64_t(fp8_weight_elements(shards)) * uint64_t(element_size(Precision::kFp8));
+  if (fp8) m.params_bytes += uint64_t(parallel::fp8_weight_elements(shards)) * uint64_t(element_size(Precision::kFp8));
   m.grads_bytes =
       uint64_t(parallel::held_grad_elements(padded.total, owned, padded.largest, p.zero)) * grad_bytes(p, elem);
   m.master_bytes = elem == 2 ? uint64_t(owned) * kMasterBytes : 0;

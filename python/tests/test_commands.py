@@ -23,6 +23,10 @@ CASES = [
                       qk_rope_head_dim=4)),
     ("serve", dict(model="tiny-llama", requests=6, prompt_len=16, output_len=4, kv_heads=4, kv_lora_rank=16,
                    qk_rope_head_dim=4)),
+    ("generate", dict(model="tiny", profile="h100-nvlink", prompt_tokens="1,2,3", max_new_tokens=4, tp=2,
+                      precision="fp8", kv_cache_dtype="fp8")),
+    ("serve", dict(model="tiny", profile="h100-nvlink", requests=6, prompt_len=16, output_len=4, precision="fp8",
+                   kv_cache_dtype="fp8")),
     ("p2p", dict(src=0, dst=1, max_bytes="64KiB")),
 ]
 

@@ -283,6 +283,41 @@ TEST(CliServe, KvCacheCapacityFollowsTheKvHeads) {
 // 2.4 billion blocks on the profile's 80 GiB: the pool holds 2^31 - 1 (its
 // ids are 32-bit), and the run serves. It failed an internal check ("KV
 // block count out of range", exit 134) until session 34's serve fuzzer.
+// An FP8 checkpoint (--precision fp8) frees 1 B of every linear's weight:
+// Llama 3 70B at tp 4 on H100s, 80 x (q, k, v, o, gate, up, down) / 4 bytes
+// a rank (counted here), which the KV cache takes (its rows stay BF16).
+TEST(CliServe, Fp8WeightsLeaveTheirBytesToTheKvCache) {
+  std::map<std::string, nlohmann::json> runs;
+  for (const std::string precision : {"bf16", "fp8"}) {
+    const CliResult r = run_cli("serve --model llama3-70b --profile h100-nvlink --tp 4 --phantom --requests 2 "
+                                "--prompt-len 100 --output-len 4 --json --precision " + precision);
+    ASSERT_EQ(r.code, 0) << r.err;
+    runs[precision] = nlohmann::json::parse(r.out);
+  }
+  const double C = 8192, KV = 8 * 128, F = 28672;
+  const double linears = 80 * (C * C + 2 * KV * C + C * C + 2 * F * C + F * C) / 4;
+  for (size_t d = 0; d < 4; ++d) {
+    const nlohmann::json &a = runs["bf16"]["replica_devices"][d], &b = runs["fp8"]["replica_devices"][d];
+    EXPECT_EQ(a["weight_bytes"].get<double>() - b["weight_bytes"].get<double>(), linears) << d;
+    EXPECT_EQ(a["kv_bytes_per_token"], b["kv_bytes_per_token"]) << d;
+  }
+  const auto tokens = [&](const char* p) { return runs[p]["summary"]["kv_capacity_tokens_per_replica"].get<int64_t>(); };
+  std::printf("llama3-70b, tp 4, H100: KV cache of %lld tokens in bf16, %lld in fp8\n",
+              static_cast<long long>(tokens("bf16")), static_cast<long long>(tokens("fp8")));
+  EXPECT_EQ(tokens("bf16"), 499648);
+  EXPECT_EQ(tokens("fp8"), 708544);
+  // And an FP8 cache (--kv-cache-dtype fp8): 1 B a cached element, half the
+  // bytes a token (80 layers x 2 x 2 K/V heads of 128 a rank), twice the tokens.
+  const CliResult r = run_cli("serve --model llama3-70b --profile h100-nvlink --tp 4 --phantom --requests 2 "
+                              "--prompt-len 100 --output-len 4 --json --precision fp8 --kv-cache-dtype fp8");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["replica_devices"][0]["kv_bytes_per_token"].get<double>(), 80.0 * 2 * 2 * 128 * 1);
+  std::printf("and %lld with an FP8 KV cache\n",
+              static_cast<long long>(j["summary"]["kv_capacity_tokens_per_replica"].get<int64_t>()));
+  EXPECT_EQ(j["summary"]["kv_capacity_tokens_per_replica"].get<int64_t>(), 1417088);
+}
+
 TEST(CliServe, BlocksOfOneTokenForATinyModelFitTheIds) {
   for (const char* mode : {"", "--phantom "}) {
     const CliResult r = run_cli(std::string("serve --family gpt --layers 1 --heads 1 --embd 8 --seq 64 --vocab 64 --precision bf16 "
@@ -304,6 +339,7 @@ TEST(CliServe, BadInputIsOneLineAndExitTwo) {
   std::ofstream(prefix) << "arrival_s,prompt_len,output_len,prefix_id,prefix_len\n0,5,2,0,9\n";
   const std::pair<std::string, std::string> cases[] = {
       {"--requests 0", "--requests"},
+      {"--kv-cache-dtype fp4", "--kv-cache-dtype: unknown \"fp4\" (auto, fp8)"},
       {"--arrival poisson:0", "--arrival"},
       {"--arrival steady", "--arrival"},
       {"--prompt-len 0", "--prompt-len"},

@@ -141,11 +141,13 @@ TEST(Generate, CachedDecodeLogitsEqualAFullForward) {
 }
 
 // Work of the three attention kernels of one decode step (one new token over
-// L keys, NH heads of size HS), written out here from the kernels' contract.
-std::vector<OpCost> decode_attention(double L, double NH, double HS, double e) {
-  return {{2 * NH * L * HS, NH * (HS + L * HS + L) * e},
+// L keys, NH heads of size HS), written out here from the kernels' contract:
+// activations at e bytes, the cached keys and values at kv (e by default).
+std::vector<OpCost> decode_attention(double L, double NH, double HS, double e, double kv = 0) {
+  if (kv == 0) kv = e;
+  return {{2 * NH * L * HS, NH * ((HS + L) * e + L * HS * kv)},
           {5 * NH * L, 2 * NH * L * e},
-          {2 * NH * L * HS, NH * (L + L * HS + HS) * e}};
+          {2 * NH * L * HS, NH * ((L + HS) * e + L * HS * kv)}};
 }
 
 // Between two decode steps only the attention kernels change (one more key
@@ -198,6 +200,81 @@ TEST(Generate, MlaDecodeTimeGrowsAsTheAbsorbedAttentionCostsSay) {
       EXPECT_EQ(r.decode_steps[k + 1] - r.decode_steps[k], c.n_layer * delta) << "tp " << tp << " decode step " << k;
     }
   }
+}
+
+// FP8 inference (vLLM's FP8 checkpoints) against BF16 on H100, one device:
+// a decode step differs only at the blocks' four linears, each now a
+// per-token quantization of its input (read 2 B, write 1 B an element) and
+// an FP8 GEMM (operands at 1 B, the FP8 peak); the LM head, the attention
+// and the norms stay BF16. So fp8 step - bf16 step = layers x the sum over
+// the four of quant + FP8 GEMM - BF16 GEMM, written out here. The weights
+// of those linears take 1 B instead of 2 (12·C² a layer, split over tp).
+// The tokens are the same: the real math stays fp32 at every precision.
+TEST(Generate, Fp8ChargesEachLinearAsAQuantizationAndAnFp8Gemm) {
+  const model::GPTConfig c = small_config(false);
+  const HardwareProfile profile = load_profile("h100-nvlink");
+  const CostModel bf16(profile.device, Precision::kBf16), fp8(profile.device, Precision::kFp8);
+  const int64_t C = c.n_embd, F = 4 * c.n_embd;
+  struct Linear {
+    int64_t in, out;
+    bool bias;  // in the GEMM (the row-parallel projections add theirs after the reduction)
+  };
+  const Linear linears[] = {{C, 3 * C, true}, {C, C, false}, {C, F, true}, {F, C, false}};
+  Time delta = 0;  // one token of one sequence: one row
+  for (const Linear& l : linears) {
+    OpCost gemm = model::linear_forward_cost(1, l.in, l.out, l.bias, 2);
+    const Time before = bf16.duration(gemm);
+    gemm.fp8 = true;
+    delta += fp8.duration(OpCost{2.0 * double(l.in), 3.0 * double(l.in)}) + fp8.duration(gemm) - before;
+  }
+  EXPECT_GT(delta, 0);  // tiny GEMMs: each quantization's launch costs more than the bytes it saves
+  for (const int tp : {1, 2}) {
+    const GenerateResult a = run_generate(options(c, nullptr, {tp, 1, 1}), Precision::kBf16, "h100-nvlink");
+    const GenerateResult b = run_generate(options(c, nullptr, {tp, 1, 1}), Precision::kFp8, "h100-nvlink");
+    EXPECT_EQ(b.tokens, a.tokens) << "tp " << tp;
+    ASSERT_EQ(a.decode_steps.size(), b.decode_steps.size());
+    if (tp == 1)
+      for (size_t k = 0; k < a.decode_steps.size(); ++k)
+        EXPECT_EQ(b.decode_steps[k] - a.decode_steps[k], c.n_layer * delta) << "decode step " << k;
+    for (int d = 0; d < tp; ++d) {
+      const auto param = [&](const GenerateResult& r) {
+        return int64_t(r.run.devices[size_t(d)].peak_by_kind[size_t(MemKind::kParam)]);
+      };
+      EXPECT_EQ(param(a) - param(b), 12 * C * C * c.n_layer / tp) << "tp " << tp << " device " << d;
+      EXPECT_EQ(b.kv_bytes[size_t(d)], a.kv_bytes[size_t(d)]);  // the cache stays BF16
+    }
+  }
+}
+
+// An FP8 KV cache (--kv-cache-dtype fp8) in a bf16 run: the cache holds 1 B
+// an element (half the bytes, exactly), each new row is written at 1 B (the
+// append reads its 2-B K and V and writes them at 1 B) and the attention
+// kernels read the cached keys and values at 1 B; nothing else changes. So
+// fp8-cache step - bf16-cache step = layers x (append + scores + context
+// at 1 B - the same at 2 B), written out here, at every context length.
+TEST(Generate, Fp8KvCacheHalvesTheCacheAndItsReads) {
+  const model::GPTConfig c = small_config(false);
+  const HardwareProfile profile = load_profile("a100-nvlink");
+  const CostModel cost(profile.device, Precision::kBf16);
+  GenerateOptions o = options(c, nullptr, {1, 1, 1});
+  const GenerateResult a = run_generate(o, Precision::kBf16);
+  o.kv_fp8 = true;
+  const GenerateResult b = run_generate(o, Precision::kBf16);
+  EXPECT_EQ(b.tokens, a.tokens);  // the values stay fp32: only time and memory change
+  EXPECT_EQ(2 * b.kv_bytes[0], a.kv_bytes[0]);
+  ASSERT_EQ(a.decode_steps.size(), b.decode_steps.size());
+  const double C = c.n_embd;  // K and V heads of one row: NH x HS
+  for (size_t k = 0; k < a.decode_steps.size(); ++k) {
+    const double L = double(kPrompt.size() + k + 1);
+    Time delta = cost.duration(OpCost{0, 2 * C * (2 + 1)}) - cost.duration(OpCost{0, 2 * C * (2 + 2)});
+    const auto bf16 = decode_attention(L, c.n_head, c.head_size(), 2);
+    const auto fp8 = decode_attention(L, c.n_head, c.head_size(), 2, 1);
+    for (size_t i = 0; i < bf16.size(); ++i) delta += cost.duration(fp8[i]) - cost.duration(bf16[i]);
+    EXPECT_LT(delta, 0);
+    EXPECT_EQ(b.decode_steps[k] - a.decode_steps[k], c.n_layer * delta) << "decode step " << k;
+  }
+  o.model = testing::mla_config();  // the latent cache in FP8 is not modeled: refused
+  EXPECT_THROW(validate(o), ConfigError);
 }
 
 TEST(Generate, TimesAreDeterministicAndPhantomTimesMatchTheRealRun) {

@@ -76,11 +76,12 @@ inline std::vector<model::Token> reference_tokens(model::GPT<float>& m, std::vec
   return out;
 }
 
-inline GenerateResult run_generate(const GenerateOptions& o, Precision p = Precision::kFp32) {
+inline GenerateResult run_generate(const GenerateOptions& o, Precision p = Precision::kFp32,
+                                   const char* profile = "a100-nvlink") {
   ClusterOptions co;
   co.world_size = o.world();
   co.precision = p;
-  Cluster cluster(load_profile("a100-nvlink"), co);
+  Cluster cluster(load_profile(profile), co);
   return generate(cluster, o);
 }
 
