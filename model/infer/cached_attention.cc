@@ -190,7 +190,7 @@ void mla_cached_attention_forward(float* out, int64_t ld_out, const float* q, in
 }
 
 MlaAttendCosts mla_cached_attention_costs(const std::vector<AttendShape>& seqs, const model::MlaHeads& h, int Lkv,
-                                          int elem) {
+                                          int elem, int kv_elem) {
   // Σ q, Σ q·L and Σ L over the decode (0) and the prefill (1) sequences.
   double q[2] = {0, 0}, ql[2] = {0, 0}, l[2] = {0, 0};
   for (const AttendShape& s : seqs) {
@@ -200,6 +200,7 @@ MlaAttendCosts mla_cached_attention_costs(const std::vector<AttendShape>& seqs, 
     l[k] += double(s.L);
   }
   const double H = h.NH, Dn = h.Dn, Dv = h.Dv, HS = h.HS(), lat = Lkv, R = lat + h.Dr, e = elem;
+  const double kv = kv_elem > 0 ? kv_elem : elem;  // the cached latent rows' bytes an element
   using model::cost_terms::cost;
   using model::cost_terms::gemm_cost;
   MlaAttendCosts c;
@@ -216,10 +217,10 @@ MlaAttendCosts mla_cached_attention_costs(const std::vector<AttendShape>& seqs, 
                         {int64_t(l[1]), int64_t(W), Lkv, 1});
   }
   c.scores = {2 * H * (ql[0] * R + ql[1] * HS),
-              (q[0] * H * R + l[0] * R + H * ql[0] + H * (q[1] * HS + l[1] * HS + ql[1])) * e};
+              (q[0] * H * R + H * ql[0] + H * (q[1] * HS + l[1] * HS + ql[1])) * e + l[0] * R * kv};
   c.softmax = {5 * H * (ql[0] + ql[1]), 2 * H * (ql[0] + ql[1]) * e};
   c.context = {2 * H * (ql[0] * lat + ql[1] * Dv),
-               (H * ql[0] + l[0] * lat + q[0] * H * lat + H * (ql[1] + l[1] * Dv + q[1] * Dv)) * e};
+               (H * ql[0] + q[0] * H * lat + H * (ql[1] + l[1] * Dv + q[1] * Dv)) * e + l[0] * lat * kv};
   return c;
 }
 

@@ -85,11 +85,15 @@ void mla_cached_attention_forward(float* out, int64_t ld_out, const float* q, in
 // (kv_up: L rows through kv_b_proj) and attends on heads of Dn + Dr with
 // values of Dv, as vLLM's MLA prefill does: absorbed, its scores would cost
 // (Lkv + Dr)/(Dn + Dr) times the FLOPs (3x for DeepSeek-V3's 576/192) where
-// prefill is compute-bound. Zero costs: no sequence of that kind.
+// prefill is compute-bound. Zero costs: no sequence of that kind. The
+// decode kernels read the cached rows at `kv_elem` bytes (0: elem; an FP8
+// cache: 1, FlashMLA's FP8 kernel); the prefill's kv_up reads them as
+// activations (vLLM dequantizes an FP8 cache's latents first; that copy is
+// not charged).
 struct MlaAttendCosts {
   OpCost kv_up, q_absorb, scores, softmax, context, v_up;
 };
 MlaAttendCosts mla_cached_attention_costs(const std::vector<AttendShape>& seqs, const model::MlaHeads& h, int Lkv,
-                                          int elem);
+                                          int elem, int kv_elem = 0);
 
 }  // namespace shardlab::infer

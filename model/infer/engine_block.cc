@@ -146,9 +146,10 @@ void InferEngine::mla_attend(int layer, const std::vector<SeqInput>& batch, cons
     }
     row += n;
   }
-  // The append reads the new rows and writes them into the cache.
-  ex.op("attn.kv_append", OpCost{0, 2.0 * double(row) * double(R) * ex.elem});
-  const MlaAttendCosts c = mla_cached_attention_costs(shapes, h, Lkv, ex.elem);
+  // The append reads the new rows and writes them into the cache (an FP8
+  // cache: quantized on the way).
+  ex.op("attn.kv_append", OpCost{0, double(row) * double(R) * double(ex.elem + kv_elem_)});
+  const MlaAttendCosts c = mla_cached_attention_costs(shapes, h, Lkv, ex.elem, kv_elem_);
   const std::pair<const char*, const OpCost*> ops[] = {{"attn.kv_up.fwd", &c.kv_up},   {"attn.q_absorb.fwd", &c.q_absorb},
                                                        {"attn.scores.fwd", &c.scores}, {"attn.softmax.fwd", &c.softmax},
                                                        {"attn.context.fwd", &c.context}, {"attn.v_up.fwd", &c.v_up}};

@@ -21,8 +21,7 @@ namespace shardlab::infer {
 class InferPlan {
  public:
   // Checks the split against the model (ConfigError naming `tp`, `pp` or
-  // `ep`; `kv_cache_dtype` for an FP8 cache of a model with MLA) and
-  // derives the plan.
+  // `ep`) and derives the plan.
   InferPlan(const model::GPTConfig& model, int tp, int pp, int ep, bool kv_fp8 = false);
 
   // ConfigError unless `cluster` has world devices; `what` names the run

@@ -173,10 +173,12 @@ TEST(Generate, DecodeTimeGrowsAsTheAttentionCostsSay) {
 // MLA's absorbed decode (cached_attention.h), written out here: one new
 // token's NH heads over L cached latent rows of Lkv + Dr, read once for the
 // heads; the latent context of Lkv a head.
-std::vector<OpCost> decode_mla_attention(double L, double NH, double Lkv, double Dr, double e) {
-  return {{2 * NH * L * (Lkv + Dr), (NH * (Lkv + Dr) + L * (Lkv + Dr) + NH * L) * e},
+// The cached rows at kv bytes an element (e by default).
+std::vector<OpCost> decode_mla_attention(double L, double NH, double Lkv, double Dr, double e, double kv = 0) {
+  if (kv == 0) kv = e;
+  return {{2 * NH * L * (Lkv + Dr), (NH * (Lkv + Dr) + NH * L) * e + L * (Lkv + Dr) * kv},
           {5 * NH * L, 2 * NH * L * e},
-          {2 * NH * L * Lkv, (NH * L + L * Lkv + NH * Lkv) * e}};
+          {2 * NH * L * Lkv, (NH * L + NH * Lkv) * e + L * Lkv * kv}};
 }
 
 // The same for MLA at tp 1 and 2 (two heads a rank): the absorbed kernels
@@ -248,33 +250,37 @@ TEST(Generate, Fp8ChargesEachLinearAsAQuantizationAndAnFp8Gemm) {
 
 // An FP8 KV cache (--kv-cache-dtype fp8) in a bf16 run: the cache holds 1 B
 // an element (half the bytes, exactly), each new row is written at 1 B (the
-// append reads its 2-B K and V and writes them at 1 B) and the attention
-// kernels read the cached keys and values at 1 B; nothing else changes. So
-// fp8-cache step - bf16-cache step = layers x (append + scores + context
-// at 1 B - the same at 2 B), written out here, at every context length.
+// append reads its 2-B row and writes it at 1 B) and the attention kernels
+// read the cached rows at 1 B; nothing else changes. So fp8-cache step -
+// bf16-cache step = layers x (append + the kernels that read the cache, at
+// 1 B - the same at 2 B), written out here, at every context length: K and
+// V heads (NH x HS each) for MHA, MLA's latent rows (Lkv + Dr) read by its
+// absorbed scores and context.
 TEST(Generate, Fp8KvCacheHalvesTheCacheAndItsReads) {
-  const model::GPTConfig c = small_config(false);
   const HardwareProfile profile = load_profile("a100-nvlink");
   const CostModel cost(profile.device, Precision::kBf16);
-  GenerateOptions o = options(c, nullptr, {1, 1, 1});
-  const GenerateResult a = run_generate(o, Precision::kBf16);
-  o.kv_fp8 = true;
-  const GenerateResult b = run_generate(o, Precision::kBf16);
-  EXPECT_EQ(b.tokens, a.tokens);  // the values stay fp32: only time and memory change
-  EXPECT_EQ(2 * b.kv_bytes[0], a.kv_bytes[0]);
-  ASSERT_EQ(a.decode_steps.size(), b.decode_steps.size());
-  const double C = c.n_embd;  // K and V heads of one row: NH x HS
-  for (size_t k = 0; k < a.decode_steps.size(); ++k) {
-    const double L = double(kPrompt.size() + k + 1);
-    Time delta = cost.duration(OpCost{0, 2 * C * (2 + 1)}) - cost.duration(OpCost{0, 2 * C * (2 + 2)});
-    const auto bf16 = decode_attention(L, c.n_head, c.head_size(), 2);
-    const auto fp8 = decode_attention(L, c.n_head, c.head_size(), 2, 1);
-    for (size_t i = 0; i < bf16.size(); ++i) delta += cost.duration(fp8[i]) - cost.duration(bf16[i]);
-    EXPECT_LT(delta, 0);
-    EXPECT_EQ(b.decode_steps[k] - a.decode_steps[k], c.n_layer * delta) << "decode step " << k;
+  for (const model::GPTConfig& c : {small_config(false), testing::mla_config()}) {
+    GenerateOptions o = options(c, nullptr, {1, 1, 1});
+    const GenerateResult a = run_generate(o, Precision::kBf16);
+    o.kv_fp8 = true;
+    const GenerateResult b = run_generate(o, Precision::kBf16);
+    EXPECT_EQ(b.tokens, a.tokens);  // the values stay fp32: only time and memory change
+    EXPECT_EQ(2 * b.kv_bytes[0], a.kv_bytes[0]);
+    ASSERT_EQ(a.decode_steps.size(), b.decode_steps.size());
+    const bool mla = c.is_mla();
+    const double row = mla ? c.kv_lora_rank + c.qk_rope_head_dim : 2.0 * c.n_embd;  // cached a token and layer
+    for (size_t k = 0; k < a.decode_steps.size(); ++k) {
+      const double L = double(kPrompt.size() + k + 1);
+      Time delta = cost.duration(OpCost{0, row * (2 + 1)}) - cost.duration(OpCost{0, row * (2 + 2)});
+      const auto bf16 = mla ? decode_mla_attention(L, c.n_head, c.kv_lora_rank, c.qk_rope_head_dim, 2)
+                            : decode_attention(L, c.n_head, c.head_size(), 2);
+      const auto fp8 = mla ? decode_mla_attention(L, c.n_head, c.kv_lora_rank, c.qk_rope_head_dim, 2, 1)
+                           : decode_attention(L, c.n_head, c.head_size(), 2, 1);
+      for (size_t i = 0; i < bf16.size(); ++i) delta += cost.duration(fp8[i]) - cost.duration(bf16[i]);
+      EXPECT_LT(delta, 0);
+      EXPECT_EQ(b.decode_steps[k] - a.decode_steps[k], c.n_layer * delta) << (mla ? "MLA" : "MHA") << " decode step " << k;
+    }
   }
-  o.model = testing::mla_config();  // the latent cache in FP8 is not modeled: refused
-  EXPECT_THROW(validate(o), ConfigError);
 }
 
 TEST(Generate, TimesAreDeterministicAndPhantomTimesMatchTheRealRun) {
