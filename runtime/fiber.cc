@@ -34,6 +34,32 @@ constexpr int kMaxLocals = 8;
 constexpr size_t kLocalBytes = 16;
 
 std::atomic<uint64_t> switches{0};
+thread_local bool t_on_fiber = false;  // a FiberHost fiber runs on this thread
+
+// A stack of kStackBytes behind a guard page (mmap'd, only touched pages backed).
+struct Stack {
+  void* map = nullptr;
+  size_t map_bytes = 0;
+  void* base = nullptr;
+  Stack() {
+    const size_t page = size_t(sysconf(_SC_PAGESIZE));
+    map_bytes = kStackBytes + page;
+    map = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK,
+               -1, 0);
+    if (map == MAP_FAILED) {
+      map = nullptr;
+      throw std::system_error(errno, std::generic_category(), "a fiber's stack");
+    }
+    if (mprotect(map, page, PROT_NONE) != 0)
+      throw std::system_error(errno, std::generic_category(), "a fiber's guard page");
+    base = static_cast<char*>(map) + page;
+  }
+  ~Stack() {
+    if (map) munmap(map, map_bytes);
+  }
+  Stack(const Stack&) = delete;
+  Stack& operator=(const Stack&) = delete;
+};
 
 struct Registered {
   std::array<FiberLocal, kMaxLocals> list{};
@@ -74,10 +100,9 @@ struct Fiber {
   FiberHost* owner = nullptr;
   std::function<void()> body;
   ucontext_t ctx{};
-  void* map = nullptr;  // guard page, then the stack
-  size_t map_bytes = 0;
-  void* stack = nullptr;
-  size_t stack_bytes = 0;
+  Stack own_stack;  // guard page, then the stack
+  void* stack = own_stack.base;
+  size_t stack_bytes = kStackBytes;
   bool parked = false, notified = false;  // under the host's mutex
   bool done = false;                      // set by the fiber itself, read by its host thread
   LocalValues locals{};
@@ -89,7 +114,6 @@ struct Fiber {
 #if SHARDLAB_TSAN_FIBERS
     if (tsan) __tsan_destroy_fiber(tsan);
 #endif
-    if (map) munmap(map, map_bytes);
   }
 };
 
@@ -131,7 +155,9 @@ struct FiberHost::Impl {
 #if SHARDLAB_TSAN_FIBERS
     __tsan_switch_to_fiber(f.tsan, 0);
 #endif
+    t_on_fiber = true;
     swapcontext(&main, &f.ctx);
+    t_on_fiber = false;
 #if SHARDLAB_ASAN_FIBERS
     __sanitizer_finish_switch_fiber(main_fake, nullptr, nullptr);
 #endif
@@ -186,18 +212,6 @@ Fiber& FiberHost::add(std::function<void()> body) {
   auto f = std::make_unique<Fiber>();
   f->owner = this;
   f->body = std::move(body);
-  const size_t page = size_t(sysconf(_SC_PAGESIZE));
-  f->map_bytes = kStackBytes + page;
-  f->map = mmap(nullptr, f->map_bytes, PROT_READ | PROT_WRITE,
-                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
-  if (f->map == MAP_FAILED) {
-    f->map = nullptr;
-    throw std::system_error(errno, std::generic_category(), "a fiber's stack");
-  }
-  if (mprotect(f->map, page, PROT_NONE) != 0)
-    throw std::system_error(errno, std::generic_category(), "a fiber's guard page");
-  f->stack = static_cast<char*>(f->map) + page;
-  f->stack_bytes = kStackBytes;
   if (getcontext(&f->ctx) != 0)
     throw std::system_error(errno, std::generic_category(), "getcontext");
   f->ctx.uc_stack.ss_sp = f->stack;
@@ -281,6 +295,124 @@ void FiberHost::park(Fiber& f, std::unique_lock<std::mutex>& lock) {
   switches.fetch_add(1, std::memory_order_relaxed);
   h.leave(f, false);
   lock.lock();
+}
+
+// ---- Interleave ------------------------------------------------------------
+
+namespace {
+
+// One thread's two program contexts, their stacks kept for the thread's
+// later pairs (a step runs one pair per micro-batch).
+struct Pair {
+  Stack stacks[2];
+  ucontext_t main{}, ctx[2]{};
+  const std::function<void()>* body[2] = {nullptr, nullptr};
+  bool done[2] = {false, false};
+  int cur = 0;
+  bool running = false;
+  std::exception_ptr error;
+  const void* main_bottom = nullptr;  // ASan: the stack run() was called on
+  size_t main_size = 0;
+  void* main_fake = nullptr;
+  void* fake[2] = {nullptr, nullptr};
+#if SHARDLAB_TSAN_FIBERS
+  void* tsan[2] = {__tsan_create_fiber(0), __tsan_create_fiber(0)};
+  void* main_tsan = nullptr;
+  ~Pair() {
+    for (void* t : tsan) __tsan_destroy_fiber(t);
+  }
+#endif
+
+  // The thread runs program `cur` until it yields or returns.
+  void enter() {
+#if SHARDLAB_ASAN_FIBERS
+    __sanitizer_start_switch_fiber(&main_fake, stacks[cur].base, kStackBytes);
+#endif
+#if SHARDLAB_TSAN_FIBERS
+    __tsan_switch_to_fiber(tsan[cur], 0);
+#endif
+    swapcontext(&main, &ctx[cur]);
+#if SHARDLAB_ASAN_FIBERS
+    __sanitizer_finish_switch_fiber(main_fake, nullptr, nullptr);
+#endif
+  }
+  // Program `cur` gives the thread back to run() (for good when `finished`).
+  void leave(bool finished) {
+    const int me = cur;
+#if SHARDLAB_ASAN_FIBERS
+    __sanitizer_start_switch_fiber(finished ? nullptr : &fake[me], main_bottom, main_size);
+#endif
+#if SHARDLAB_TSAN_FIBERS
+    __tsan_switch_to_fiber(main_tsan, 0);
+#endif
+    swapcontext(&ctx[me], &main);
+#if SHARDLAB_ASAN_FIBERS
+    __sanitizer_finish_switch_fiber(fake[me], &main_bottom, &main_size);
+#endif
+  }
+  static void start(unsigned lo, unsigned hi);
+};
+
+thread_local std::unique_ptr<Pair> t_pair;
+
+void Pair::start(unsigned lo, unsigned hi) {
+  Pair& p = *reinterpret_cast<Pair*>((uintptr_t(hi) << 32) | uintptr_t(lo));
+#if SHARDLAB_ASAN_FIBERS
+  __sanitizer_finish_switch_fiber(nullptr, &p.main_bottom, &p.main_size);
+#endif
+  const int me = p.cur;
+  try {
+    (*p.body[me])();
+  } catch (...) {
+    if (!p.error) p.error = std::current_exception();
+  }
+  p.done[me] = true;
+  p.leave(true);
+  std::terminate();  // never resumed
+}
+
+}  // namespace
+
+bool Interleave::active() { return t_pair && t_pair->running; }
+
+void Interleave::yield() {
+  if (!active()) return;
+  Pair& p = *t_pair;
+  if (p.done[1 - p.cur]) return;  // the partner has ended: run on
+  switches.fetch_add(1, std::memory_order_relaxed);
+  p.leave(false);
+}
+
+void Interleave::run(const std::function<void()>& a, const std::function<void()>& b) {
+  SHARDLAB_CHECK(!t_on_fiber, "Interleave::run on a FiberHost fiber");
+  SHARDLAB_CHECK(!active(), "Interleave::run inside an Interleave");
+  if (!t_pair) t_pair = std::make_unique<Pair>();
+  Pair& p = *t_pair;
+  p.body[0] = &a;
+  p.body[1] = &b;
+  p.done[0] = p.done[1] = false;
+  p.error = nullptr;
+  const auto self = reinterpret_cast<uintptr_t>(&p);
+  for (int i = 0; i < 2; ++i) {
+    if (getcontext(&p.ctx[i]) != 0) throw std::system_error(errno, std::generic_category(), "getcontext");
+    p.ctx[i].uc_stack.ss_sp = p.stacks[i].base;
+    p.ctx[i].uc_stack.ss_size = kStackBytes;
+    p.ctx[i].uc_link = nullptr;
+    makecontext(&p.ctx[i], reinterpret_cast<void (*)()>(&Pair::start), 2, unsigned(self & 0xffffffffu),
+                unsigned(self >> 32));
+  }
+#if SHARDLAB_TSAN_FIBERS
+  p.main_tsan = __tsan_get_current_fiber();
+#endif
+  p.running = true;
+  p.cur = 0;
+  while (!(p.done[0] && p.done[1])) {
+    if (p.done[p.cur]) p.cur = 1 - p.cur;
+    p.enter();
+    if (!p.done[1 - p.cur]) p.cur = 1 - p.cur;
+  }
+  p.running = false;
+  if (p.error) std::rethrow_exception(p.error);
 }
 
 }  // namespace shardlab

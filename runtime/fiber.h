@@ -78,6 +78,23 @@ bool keep_per_fiber(FiberLocal local);
 // the fibers ran).
 uint64_t fiber_switches();
 
+// Two programs interleaved on the calling thread, each on its own stack:
+// run(a, b) runs `a` until it calls Interleave::yield(), then `b` until it
+// does, then `a` again, and so on; once one has returned, the other's
+// yields return at once and it runs to its end. The switch points are the
+// programs' own, so the interleaving is deterministic (Megatron's combined
+// 1F1B: one micro-batch's forward and another's backward as one step,
+// model/parallel/pipeline/executor.h). yield() outside run() returns at once.
+// An exception from either is rethrown by run() after both have ended.
+// Not on a FiberHost's fiber (its switches would save the wrong stack):
+// run() there is a logic error. Thread safety: per thread.
+class Interleave {
+ public:
+  static void run(const std::function<void()>& a, const std::function<void()>& b);
+  static void yield();
+  static bool active();  // inside run(), on either program
+};
+
 class FiberHost {
  public:
   FiberHost();

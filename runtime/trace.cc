@@ -14,6 +14,7 @@ const char* stream_name(StreamKind k) {
     case StreamKind::kPipeline: return "pipeline";
     case StreamKind::kTpComm: return "tp-comm";
     case StreamKind::kCpComm: return "cp-comm";
+    case StreamKind::kEpComm: return "ep-comm";
   }
   return "?";
 }

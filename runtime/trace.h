@@ -18,9 +18,9 @@ namespace shardlab {
 // K/V ring (model/parallel/context/cp_attention.h), the cp group's own
 // stream, likewise. Each has its own track in the trace; devices without
 // such traffic do not show it.
-enum class StreamKind : uint8_t { kCompute = 0, kComm = 1, kPipeline = 2, kTpComm = 3, kCpComm = 4 };
-inline constexpr int kNumStreams = 5;
-const char* stream_name(StreamKind k);  // "compute" | "comm" | "pipeline" | "tp-comm" | "cp-comm"
+enum class StreamKind : uint8_t { kCompute = 0, kComm = 1, kPipeline = 2, kTpComm = 3, kCpComm = 4, kEpComm = 5 };
+inline constexpr int kNumStreams = 6;
+const char* stream_name(StreamKind k);  // "compute" | "comm" | "pipeline" | "tp-comm" | "cp-comm" | "ep-comm"
 
 // One slice on one stream. `name` must outlive the run (a string literal).
 struct TraceEvent {

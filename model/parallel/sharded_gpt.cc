@@ -84,6 +84,11 @@ ShardedGPT::ShardedGPT(const model::GPTConfig& config, uint64_t seed, Device& de
     tp_overlap_ = std::make_unique<Stream>(&dev, StreamKind::kTpComm);
     ctx_.tp.overlap = tp_overlap_.get();
   }
+  if (options.ep_comm_overlap) {
+    ep_overlap_ = std::make_unique<Stream>(&dev, StreamKind::kEpComm);
+    ctx_.moe.a2a_stream = ep_overlap_.get();
+    bwd_scratch_ = std::make_unique<BlockScratch>();
+  }
   ctx_.dropout = config_.dropout > 0;
   scatter_gather_ = options.scatter_gather && !ctx_.tp.sp;
   ctx_.attention = options.attention;
@@ -199,6 +204,7 @@ void ShardedGPT::set_micro_batch(int B, int T) {
   const int64_t N = dims_.N(), Nr = dims_.rows(), C = dims_.C;
   for (Pool& pool : pools_) pool = Pool{};
   scratch_.resize(dims_, config_);
+  if (bwd_scratch_) bwd_scratch_->resize(dims_, config_);
   const bool head = layout_.filter().ln_f;
   // Real even in a phantom run: the loss statistics go through collectives
   // at offsets inside the buffer (3N floats).

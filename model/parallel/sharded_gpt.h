@@ -97,6 +97,11 @@ struct ShardedOptions {
   // experts whole, groups.ep drawn from tp x dp, each rank routing its own
   // rows (ShardDims::experts_whole); the router's gradient then sums over tp.
   bool experts_whole = false;
+  // Megatron's --overlap-moe-expert-parallel-comm: the token exchanges on an
+  // EP communication stream, each followed by a yield to the other program
+  // of an Interleave (ExpertContext::a2a_stream); the backward passes then
+  // use scratch of their own, since a forward may be suspended mid-block.
+  bool ep_comm_overlap = false;
   // The config's parameter table, built once by a caller that builds many
   // ranks (train(): a DeepSeek-V3 table holds some 46,000 tensors, ~10 MB a
   // thread would build and drop); null: the layout builds its own.
@@ -280,7 +285,10 @@ class ShardedGPT final : public LocalModel, public StageModel {
 
   ShardDims dims_;
   std::vector<Pool> pools_;  // (chunks)
-  BlockScratch scratch_;
+  BlockScratch scratch_;  // the forward passes'; the backward's too without ep_comm_overlap
+  std::unique_ptr<BlockScratch> bwd_scratch_;  // ep_comm_overlap: the backward passes'
+  std::unique_ptr<Stream> ep_overlap_;         // ep_comm_overlap: the EP communication stream
+  BlockScratch& bwd_scratch() { return bwd_scratch_ ? *bwd_scratch_ : scratch_; }
   Buf<float> ce_stats_, dlogits_, dlnf_, dx_, dx_next_;
   double ce_sum_ = 0, aux_sum_ = 0;
   float last_ce_ = 0, last_aux_ = 0;

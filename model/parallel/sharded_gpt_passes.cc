@@ -89,14 +89,14 @@ void ShardedGPT::head_backward(Slot& s, float dloss, bool final) {
   std::fill(dlogits_.begin(), dlogits_.end(), 0.0f);
   vocab_parallel_cross_entropy_backward(dlogits_.data(), s.probs.data(), s.targets.data(), dloss, N,
                                         Vl_, v0_, ex, !ex.fusions.cross_entropy);
-  const float* lnf_full = enter_column_parallel(ctx_.tp, s.lnf.data(), scratch_.full_in.data(), Nr, C);
-  if (ex.math()) std::fill(scratch_.partial.begin(), scratch_.partial.begin() + N * C, 0.0f);  // a handover (sink.h)
-  linear_backward_split(scratch_.partial.data(), g_.head(), nullptr, dlogits_.data(), lnf_full, w_.head(),
+  const float* lnf_full = enter_column_parallel(ctx_.tp, s.lnf.data(), bwd_scratch().full_in.data(), Nr, C);
+  if (ex.math()) std::fill(bwd_scratch().partial.begin(), bwd_scratch().partial.begin() + N * C, 0.0f);  // a handover (sink.h)
+  linear_backward_split(bwd_scratch().partial.data(), g_.head(), nullptr, dlogits_.data(), lnf_full, w_.head(),
                         N, C, Vl_, {"lm_head.dgrad", "lm_head.wgrad", false}, s.wgrad, ex);
   s.wgrad.end_block(head_id());
   if (!s.wgrad.deferred()) accumulated(head_id());
   if (ex.sink) ex.sink->freed(dlogits);
-  enter_column_parallel_bwd(ctx_.tp, scratch_.partial.data(), dlnf_.data(), Nr, C);
+  enter_column_parallel_bwd(ctx_.tp, bwd_scratch().partial.data(), dlnf_.data(), Nr, C);
   const float* x_last = s.blocks.empty() ? s.x.data() : s.blocks.back().res2.data();
   std::fill(dx_.begin(), dx_.end(), 0.0f);
   model::norm_backward(dx_.data(), g_.ln_f, dlnf_.data(), x_last, w_.ln_f, s.lnf_mean.data(), s.lnf_rstd.data(),
@@ -130,7 +130,7 @@ void ShardedGPT::blocks_backward(int chunk, Slot& s, float dloss, bool final) {
     const float* x_in = i > 0 ? s.blocks[size_t(i - 1)].res2.data() : s.x.data();
     const int64_t rebuilt = recompute_block(s, i, l0);
     std::fill(dx_next_.begin(), dx_next_.end(), 0.0f);
-    block_backward(dx_next_.data(), g_.blocks[l], scratch_, dx_.data(), daux, s.blocks[size_t(i)],
+    block_backward(dx_next_.data(), g_.blocks[l], bwd_scratch(), dx_.data(), daux, s.blocks[size_t(i)],
                       x_in, w_.blocks[l], dims_, config_, s.wgrad, ctx_);
     s.wgrad.end_block(l);
     if (!s.wgrad.deferred()) accumulated(l);
@@ -176,7 +176,7 @@ int64_t ShardedGPT::recompute_block(Slot& s, int i, int l0) {
   const auto rebuilt_of = [&](int j) { return s.blocks[size_t(j)].saved_elements(fp8) - kept_elements(s.blocks[size_t(j)], l0 + j, j, n); };
   if (recompute_ == Recompute::kSelective) {
     BlockActs& a = s.blocks[size_t(i)];
-    block_recompute(a, w_.blocks[l0 + i], dims_, config_, scratch_, again, recompute_modules_);
+    block_recompute(a, w_.blocks[l0 + i], dims_, config_, bwd_scratch(), again, recompute_modules_);
     const int64_t rebuilt = rebuilt_of(i);
     if (ctx_.ex().sink) ctx_.ex().sink->saved(rebuilt);
     return rebuilt;
@@ -188,7 +188,7 @@ int64_t ShardedGPT::recompute_block(Slot& s, int i, int l0) {
   int64_t group = 0;
   for (int j = first; j <= i; ++j) {
     const float* x = j > 0 ? s.blocks[size_t(j - 1)].res2.data() : s.x.data();
-    block_forward(s.blocks[size_t(j)], w_.blocks[l0 + j], x, dims_, config_, scratch_, again);
+    block_forward(s.blocks[size_t(j)], w_.blocks[l0 + j], x, dims_, config_, bwd_scratch(), again);
     rebuilt_[size_t(j)] = rebuilt_of(j);
     group += rebuilt_[size_t(j)];
   }
@@ -197,7 +197,7 @@ int64_t ShardedGPT::recompute_block(Slot& s, int i, int l0) {
 }
 
 void ShardedGPT::embedding_backward(Slot& s) {
-  vocab_parallel_embedding_backward(g_.wte, g_.wpe, scratch_.full_dout.data(), dx_.data(),
+  vocab_parallel_embedding_backward(g_.wte, g_.wpe, bwd_scratch().full_dout.data(), dx_.data(),
                                     s.inputs.data(), v0_, Vl_, dims_, ctx_.tp);
 }
 

@@ -76,6 +76,7 @@ DeviceSetup::DeviceSetup(const DeviceProgram& p, Device& dev)
   executor.emplace(dev, *stage, p.plan.schedule[size_t(coords.pp)],
                    std::vector<int>(pipeline.members().begin(), pipeline.members().end()), micro_batches);
   executor->wait_for_sends(!par.overlap_p2p_comm);
+  executor->combine_forward_backward(par.overlap_moe_comm);
 }
 
 // The unsharded model (verify's reference; pure data parallelism) or the
@@ -108,6 +109,7 @@ void DeviceSetup::make_model(const DeviceProgram& p, Device& dev) {
   parallel::ShardedOptions so;
   so.sequence_parallel = par.sp;
   so.tp_comm_overlap = par.tp_comm_overlap;
+  so.ep_comm_overlap = par.overlap_moe_comm;
   so.scatter_gather = par.scatter_gather;
   so.recompute = par.recompute;
   so.recompute_modules = par.recompute_modules;

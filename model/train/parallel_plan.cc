@@ -188,6 +188,18 @@ void validate_parallel(const TrainOptions& o) {
   require(p.overlap_p2p_comm || p.pp > 1,
           "`overlap_p2p_comm` is about the pipeline's sends: it needs `pp` > 1");
   require(!p.scatter_gather || !p.sp, "`scatter_gather` is for runs without `sp` (SP already sends 1/tp)");
+  if (p.overlap_moe_comm) {  // Megatron's rules (transformer_config.py), and what is modeled
+    require(m.is_moe() && p.ep > 1,
+            "`overlap_moe_comm` hides the expert-parallel token exchanges: it needs an MoE model and `ep` > 1");
+    require(p.pp == 1,
+            "`overlap_moe_comm` with `pp` > 1 (Megatron pairs a forward and a backward in the interleaved "
+            "schedule's steady state) is not modeled yet: it needs `pp` 1");
+    require(p.recompute != parallel::Recompute::kFull && !(p.recompute_modules & parallel::kRecomputeMoe),
+            "`overlap_moe_comm` does not run with full recomputation or `moe` in `recompute_modules` (Megatron "
+            "refuses both)");
+    require(p.zero != 3, "`overlap_moe_comm` with `zero` 3 is not supported (FSDP's gathers follow one pass)");
+    require(p.cp == 1, "`overlap_moe_comm` with `cp` > 1 is not supported");
+  }
   parallel::check_pipeline_config(p.schedule, p.pp, o.micro_batches, p.chunks());
   validate_context_parallel(o);
   parallel::check_parallel_shape(

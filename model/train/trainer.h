@@ -50,6 +50,12 @@ struct ParallelOptions {
   // ub_tp_comm_overlap): the blocks' all-gathers and reduce-scatters
   // pipelined with their GEMMs (parallel/tensor/mappings.h). Time only.
   bool tp_comm_overlap = false;
+  // Megatron's --overlap-moe-expert-parallel-comm (without a pipeline): a
+  // backward and the next micro-batch's forward run as one step,
+  // interleaved at every MoE token exchange, the exchanges on an EP
+  // communication stream (PipelineExecutor::combine_forward_backward,
+  // ShardedOptions::ep_comm_overlap). The math is the same.
+  bool overlap_moe_comm = false;
   // Megatron's overlap_p2p_comm. True (the default): the pipeline's sends
   // leave when their tensor exists and the compute stream never waits for
   // them, only for a receive's arrival (PipelineExecutor). False: the compute

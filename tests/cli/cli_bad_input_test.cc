@@ -199,6 +199,23 @@ TEST(CliBadInput, HardwareFlags) {
   });
 }
 
+// Megatron's combined 1F1B where it is not modeled or not allowed.
+TEST(CliBadInput, OverlapMoeCommWhereItDoesNotApply) {
+  run_table({
+      {"train --model tiny --steps 1 --overlap-moe-expert-parallel-comm", "it needs an MoE model and --ep > 1"},
+      {"train --model tiny-moe --steps 1 --dp 2 --overlap-moe-expert-parallel-comm",
+       "it needs an MoE model and --ep > 1"},
+      {"train --model tiny-moe --steps 1 --dp 2 --ep 2 --pp 2 --overlap-moe-expert-parallel-comm",
+       "is not modeled yet: it needs --pp 1"},
+      {"train --model tiny-moe --steps 1 --dp 2 --ep 2 --recompute full --overlap-moe-expert-parallel-comm",
+       "full recomputation"},
+      {"train --model tiny-moe --steps 1 --dp 2 --ep 2 --recompute-modules moe --overlap-moe-expert-parallel-comm",
+       "full recomputation"},
+      {"train --model tiny-moe --steps 1 --dp 2 --ep 2 --zero 3 --overlap-moe-expert-parallel-comm",
+       "with --zero 3 is not supported"},
+  });
+}
+
 // Configs beyond the modeled device (or this host) end in the modeled
 // out-of-memory message before any buffer exists: never std::bad_alloc,
 // never minutes of zero-filling host memory.

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -170,6 +171,41 @@ TEST(Fibers, NegativeHostThreadsAreAConfigError) {
   o.world_size = 2;
   o.host_threads = -1;
   EXPECT_THROW(Cluster(testing::simple_profile(), o), ConfigError);
+}
+
+// Interleave: two programs on the calling thread switch at their own
+// yields, a first, strictly alternating; once one returns the other runs
+// on (its yields return at once); a yield outside run() does nothing; each
+// program keeps its own stack (locals survive the switches); an exception
+// from one is rethrown after both have ended; run() may be called again.
+TEST(Interleave, ProgramsSwitchAtTheirYieldsAndEndInTurn) {
+  Interleave::yield();  // outside: nothing
+  EXPECT_FALSE(Interleave::active());
+  std::vector<std::string> log;
+  const auto program = [&log](const std::string& name, int turns) {
+    return [&log, name, turns] {
+      for (int i = 0; i < turns; ++i) {
+        const std::string mine = name + std::to_string(i);  // on this program's stack
+        EXPECT_TRUE(Interleave::active());
+        Interleave::yield();
+        log.push_back(mine);
+      }
+    };
+  };
+  for (int round = 0; round < 2; ++round) {  // the stacks are reused
+    log.clear();
+    Interleave::run(program("f", 2), program("b", 4));
+    EXPECT_EQ(log, (std::vector<std::string>{"f0", "b0", "f1", "b1", "b2", "b3"}));
+    EXPECT_FALSE(Interleave::active());
+  }
+  bool other_ended = false;
+  EXPECT_THROW(Interleave::run([] { throw ConfigError("from a"); },
+                               [&] {
+                                 Interleave::yield();
+                                 other_ended = true;
+                               }),
+               ConfigError);
+  EXPECT_TRUE(other_ended);
 }
 
 }  // namespace

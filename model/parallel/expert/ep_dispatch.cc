@@ -9,6 +9,7 @@
 #include "model/kernels.h"
 #include "model/parallel/expert/ep_exchange.h"
 #include "runtime/errors.h"
+#include "runtime/fiber.h"
 
 namespace shardlab::parallel {
 
@@ -71,10 +72,16 @@ void plan_rows(TpMoeActs::Ep& x, MoeStats& stats, const coll::ProcessGroup& g, i
 
 void exchange_rows(const ExpertContext& c, const coll::ProcessGroup& g, const char* name, const float* in,
                    const std::vector<size_t>& sc, float* out, const std::vector<size_t>& rc, MoeStats* stats) {
-  Stream& s = c.dev->compute();
+  Stream& compute = c.dev->compute();
+  Stream& s = c.a2a_stream ? *c.a2a_stream : compute;
+  if (c.a2a_stream) s.wait(compute.record());  // the rows exist once the compute stream made them
   const Time t0 = s.now();
-  coll::all_to_all_v(*c.dev, g, coll::ConstBuffer(in, sum(sc)), sc, coll::Buffer(out, sum(rc)), rc,
-                     c.on_compute());
+  coll::CollOptions on = c.on_compute();
+  on.stream = &s;
+  // The rows move at the call; the compute stream waits for their virtual
+  // arrival below (at once, or after the other program's turn).
+  const coll::Work work =
+      coll::iall_to_all_v(*c.dev, g, coll::ConstBuffer(in, sum(sc)), sc, coll::Buffer(out, sum(rc)), rc, on);
   uint64_t sent = 0, received = 0, internode = 0;
   const HardwareProfile& profile = c.dev->profile();
   for (int j = 0; j < g.size(); ++j) {
@@ -84,7 +91,18 @@ void exchange_rows(const ExpertContext& c, const coll::ProcessGroup& g, const ch
     if (profile.node_of(g.global_rank(j)) != c.dev->node()) internode += uint64_t(sc[j]) * uint64_t(c.ex.elem);
   }
   s.mark(name, t0, s.now(), sent, -1, /*advance=*/false);
-  if (c.a2a_time) *c.a2a_time += s.now() - t0;
+  if (c.a2a_stream) {
+    // The other micro-batch's program runs until its own next exchange; the
+    // received rows are here already (the data moved at the call), their
+    // virtual arrival is the work's event.
+    Interleave::yield();
+    const Time before = compute.now();
+    work.wait(compute);
+    if (c.a2a_time) *c.a2a_time += compute.now() - before;  // what the compute stream still waited
+  } else {
+    work.wait(compute);
+    if (c.a2a_time) *c.a2a_time += s.now() - t0;
+  }
   if (!stats) return;
   stats->a2a_sent_bytes += sent;
   stats->a2a_recv_bytes += received;

@@ -40,6 +40,13 @@ struct ExpertContext : LayerContext {
   const collectives::ProcessGroup* capacity_group = nullptr;
   // Where the expert-parallel all-to-alls add the compute-stream time they take.
   Time* a2a_time = nullptr;
+  // Megatron's --overlap-moe-expert-parallel-comm: the token exchanges run
+  // on this stream (the EP communication stream) instead of the compute
+  // stream, and after posting one the device's program yields
+  // (runtime/fiber.h Interleave) to the other micro-batch of its combined
+  // forward-backward step; the compute stream waits for the exchange when
+  // the program resumes. Null: on the compute stream, no yield.
+  Stream* a2a_stream = nullptr;
   // Phantom runs (no router logits): the skew of the assumed routing. 0:
   // uniform; s > 0: expert e's share of first choices is proportional to
   // 1/(e+1)^s (Zipf), see expert/moe.cc phantom_route.

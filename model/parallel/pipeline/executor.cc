@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "runtime/errors.h"
+#include "runtime/fiber.h"
 
 namespace shardlab::parallel {
 
@@ -132,6 +133,16 @@ PipelinePhase PipelineExecutor::run(const std::function<MicroBatchTokens(int mb)
   for (size_t i = 0; i < actions_.size(); ++i) {
     const Action& a = actions_[i];
     const Time t0 = compute.now();
+    if (combined_ && a.kind == ActionKind::kBackward && i + 1 < actions_.size() &&
+        actions_[i + 1].kind == ActionKind::kForward) {
+      const Action& f = actions_[i + 1];
+      Interleave::run([&] { execute(f, final_[i + 1], tokens); }, [&] { execute(a, final_[i], tokens); });
+      spans_.push_back({f.kind, f.micro_batch, f.chunk, t0, compute.now()});
+      spans_.push_back({a.kind, a.micro_batch, a.chunk, t0, compute.now()});
+      if (on_action_) on_action_(i + 2, actions_.size());
+      ++i;
+      continue;
+    }
     execute(a, final_[i], tokens);
     if (a.is_compute()) spans_.push_back({a.kind, a.micro_batch, a.chunk, t0, compute.now()});
     if (on_action_) on_action_(i + 1, actions_.size());

@@ -68,6 +68,12 @@ class PipelineExecutor {
   // left the egress port, as a batched isend/irecv whose requests are all
   // waited. Off (default): it never waits for a send.
   void wait_for_sends(bool on) { wait_sends_ = on; }
+  // Megatron's combined 1F1B (--overlap-moe-expert-parallel-comm, without a
+  // pipeline): a backward followed by the next micro-batch's forward run as
+  // one step, the forward first, the two interleaved at every MoE token
+  // exchange (runtime/fiber.h Interleave; ShardedOptions::ep_comm_overlap
+  // makes the exchanges yield): F0, then F(i) with B(i-1), then B(M-1).
+  void combine_forward_backward(bool on) { combined_ = on; }
 
   const std::vector<Action>& actions() const { return actions_; }
   // The forwards and backwards of the last run, in execution order.
@@ -86,6 +92,7 @@ class PipelineExecutor {
   int micro_batches_;
   Stream p2p_;
   bool wait_sends_ = false;
+  bool combined_ = false;
   uint64_t sent_bytes_ = 0;
   std::vector<ComputeSpan> spans_;
   // pp = 1 with interleaving: chunk c hands its tensors to chunk c ± 1 here.
