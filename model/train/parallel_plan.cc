@@ -195,7 +195,7 @@ void validate_parallel(const TrainOptions& o) {
             "`overlap_moe_comm` with `pp` > 1 (Megatron pairs a forward and a backward in the interleaved "
             "schedule's steady state) is not modeled yet: it needs `pp` 1");
     require(p.recompute != parallel::Recompute::kFull && !(p.recompute_modules & parallel::kRecomputeMoe),
-            "`overlap_moe_comm` does not run with full recomputation or `moe` in `recompute_modules` (Megatron "
+            "`overlap_moe_comm` does not run with full recomputation or with moe in `recompute_modules` (Megatron "
             "refuses both)");
     require(p.zero != 3, "`overlap_moe_comm` with `zero` 3 is not supported (FSDP's gathers follow one pass)");
     require(p.cp == 1, "`overlap_moe_comm` with `cp` > 1 is not supported");
