@@ -5,15 +5,19 @@
 #include <iterator>
 #include <limits>
 
+#include "runtime/trace.h"
+
 namespace shardlab {
+
+static_assert(Port::kStreams == kNumStreams, "a port shares its bandwidth among every stream kind");
 
 namespace {
 
 // Work is counted in sixtieths of a picosecond of the port alone, so that
-// the rates of 1 to 5 sharing streams (60, 30, 20, 15, 12 sixtieths per
-// picosecond) and the bandwidth each sharer loses (30, 10, 5, 3 sixtieths a
-// picosecond when 1, 2, 3, 4 share with a late transfer) stay exact
-// integers. With up to 4 sharers every time is the one twelfths gave (both
+// the rates of 1 to 6 sharing streams (60, 30, 20, 15, 12, 10 sixtieths per
+// picosecond) and the bandwidth each sharer loses (30, 10, 5, 3, 2 sixtieths
+// a picosecond when 1, 2, 3, 4, 5 share with a late transfer) stay exact
+// integers (60 = lcm(1..6), one sharer a StreamKind). With up to 4 sharers every time is the one twelfths gave (both
 // sides of each division times 5), with up to 3 the one sixths gave.
 __extension__ using Wide = __int128;
 constexpr Wide kScale = 60;

@@ -42,7 +42,7 @@ namespace shardlab {
 
 class Port {
  public:
-  static constexpr int kStreams = 5;  // StreamKind's values: compute, comm, pipeline, tp-comm, cp-comm
+  static constexpr int kStreams = 6;  // StreamKind's values: compute, comm, pipeline, tp-comm, cp-comm, ep-comm
   static constexpr size_t kMaxSegments = 4096;
 
   struct Booking {
