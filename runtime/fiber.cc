@@ -100,9 +100,7 @@ struct Fiber {
   FiberHost* owner = nullptr;
   std::function<void()> body;
   ucontext_t ctx{};
-  Stack own_stack;  // guard page, then the stack
-  void* stack = own_stack.base;
-  size_t stack_bytes = kStackBytes;
+  Stack stack;  // guard page, then kStackBytes
   bool parked = false, notified = false;  // under the host's mutex
   bool done = false;                      // set by the fiber itself, read by its host thread
   LocalValues locals{};
@@ -150,7 +148,7 @@ struct FiberHost::Impl {
   void enter(Fiber& f) {
     restore_locals(f.locals);
 #if SHARDLAB_ASAN_FIBERS
-    __sanitizer_start_switch_fiber(&main_fake, f.stack, f.stack_bytes);
+    __sanitizer_start_switch_fiber(&main_fake, f.stack.base, kStackBytes);
 #endif
 #if SHARDLAB_TSAN_FIBERS
     __tsan_switch_to_fiber(f.tsan, 0);
@@ -214,8 +212,8 @@ Fiber& FiberHost::add(std::function<void()> body) {
   f->body = std::move(body);
   if (getcontext(&f->ctx) != 0)
     throw std::system_error(errno, std::generic_category(), "getcontext");
-  f->ctx.uc_stack.ss_sp = f->stack;
-  f->ctx.uc_stack.ss_size = f->stack_bytes;
+  f->ctx.uc_stack.ss_sp = f->stack.base;
+  f->ctx.uc_stack.ss_size = kStackBytes;
   f->ctx.uc_link = nullptr;
   const auto p = reinterpret_cast<uintptr_t>(f.get());
   makecontext(&f->ctx, reinterpret_cast<void (*)()>(&Impl::start), 2, unsigned(p & 0xffffffffu),

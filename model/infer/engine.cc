@@ -64,7 +64,6 @@ InferEngine::InferEngine(const model::GPTConfig& config, uint64_t seed, Device& 
                                    config_.head_size()};
   KvShape shape = kv;
   if (groups.kv_fp8) shape.elem = kFp8Bytes;
-  kv_elem_ = shape.elem > 0 ? shape.elem : element_size(dev.precision());
   cache_ = std::make_unique<KvCache>(dev, shape);
   acts_ = std::make_unique<Acts>();
 }

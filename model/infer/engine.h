@@ -127,7 +127,6 @@ class InferEngine {
   parallel::TpContext ctx_;
   parallel::ExpertContext moe_ctx_;  // MoE blocks: the same device, TP group and sink
   Tensor weights_;      // the weights' modeled bytes (kParam)
-  int kv_elem_ = 4;     // bytes a cached K/V element (the cache's)
   Tensor fp8_weights_;  // --precision fp8: the FP8 linears' weights, 1 B each (kParam)
   std::unique_ptr<KvCache> cache_;
   parallel::ShardDims dims_;

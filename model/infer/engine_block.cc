@@ -90,8 +90,8 @@ void InferEngine::attend(int local_layer, const std::vector<SeqInput>& batch,
   }
   // The append reads the new k, v rows and writes them into the cache (an
   // FP8 cache: quantized on the way, as vLLM's reshape_and_cache).
-  ex.op("attn.kv_append", OpCost{0, 2.0 * double(row) * double(KVC) * double(ex.elem + kv_elem_)});
-  const model::AttentionCosts c = cached_attention_costs(shapes, NHl, HS, ex.elem, kv_elem_);
+  ex.op("attn.kv_append", OpCost{0, 2.0 * double(row) * double(KVC) * double(ex.elem + cache_->element_bytes())});
+  const model::AttentionCosts c = cached_attention_costs(shapes, NHl, HS, ex.elem, cache_->element_bytes());
   ex.op("attn.scores.fwd", c.scores);
   ex.op("attn.softmax.fwd", c.softmax);
   ex.op("attn.context.fwd", c.context);
@@ -148,8 +148,8 @@ void InferEngine::mla_attend(int layer, const std::vector<SeqInput>& batch, cons
   }
   // The append reads the new rows and writes them into the cache (an FP8
   // cache: quantized on the way).
-  ex.op("attn.kv_append", OpCost{0, double(row) * double(R) * double(ex.elem + kv_elem_)});
-  const MlaAttendCosts c = mla_cached_attention_costs(shapes, h, Lkv, ex.elem, kv_elem_);
+  ex.op("attn.kv_append", OpCost{0, double(row) * double(R) * double(ex.elem + cache_->element_bytes())});
+  const MlaAttendCosts c = mla_cached_attention_costs(shapes, h, Lkv, ex.elem, cache_->element_bytes());
   const std::pair<const char*, const OpCost*> ops[] = {{"attn.kv_up.fwd", &c.kv_up},   {"attn.q_absorb.fwd", &c.q_absorb},
                                                        {"attn.scores.fwd", &c.scores}, {"attn.softmax.fwd", &c.softmax},
                                                        {"attn.context.fwd", &c.context}, {"attn.v_up.fwd", &c.v_up}};

@@ -74,6 +74,7 @@ class KvCache {
   const KvShape& shape() const { return shape_; }
   int64_t tokens() const { return tokens_; }  // charged, over all sequences (adopted ones not)
   uint64_t bytes() const { return bytes_for(shape_, tokens_, elem_); }
+  int element_bytes() const { return elem_; }  // a cached element's (KvShape::elem, or the device's)
   static uint64_t bytes_for(const KvShape& s, int64_t tokens, int element_bytes);
 
  private:
