@@ -191,9 +191,12 @@ void validate_parallel(const TrainOptions& o) {
   if (p.overlap_moe_comm) {  // Megatron's rules (transformer_config.py), and what is modeled
     require(m.is_moe() && p.ep > 1,
             "`overlap_moe_comm` hides the expert-parallel token exchanges: it needs an MoE model and `ep` > 1");
-    require(p.pp == 1,
-            "`overlap_moe_comm` with `pp` > 1 (Megatron pairs a forward and a backward in the interleaved "
-            "schedule's steady state) is not modeled yet: it needs `pp` 1");
+    require(p.pp == 1 ? p.chunks() == 1 : p.schedule == parallel::ScheduleKind::kInterleaved,
+            p.pp == 1 ? "`overlap_moe_comm` with `pp` 1 runs one model chunk (Megatron's combined schedule without a "
+                        "pipeline); drop `vpp`"
+                      : "`overlap_moe_comm` with `pp` > 1 needs `schedule` interleaved (Megatron pairs a forward "
+                        "and a backward in its steady state and needs virtual stages)");
+    require(!p.custom_schedule, "`overlap_moe_comm` builds Megatron's combined schedule: not with a custom schedule");
     require(p.recompute != parallel::Recompute::kFull && !(p.recompute_modules & parallel::kRecomputeMoe),
             "`overlap_moe_comm` does not run with full recomputation or with moe in `recompute_modules` (Megatron "
             "refuses both)");
@@ -249,7 +252,9 @@ bool runs_sharded(const TrainOptions& o, Precision precision) {
 
 parallel::Schedule step_schedule(const TrainOptions& o) {
   const ParallelOptions& p = o.parallel;
-  return p.custom_schedule ? *p.custom_schedule : parallel::build_schedule(p.schedule, p.pp, o.micro_batches, p.chunks());
+  if (p.custom_schedule) return *p.custom_schedule;
+  if (p.overlap_moe_comm) return parallel::combined_1f1b(p.pp, o.micro_batches, p.chunks());
+  return parallel::build_schedule(p.schedule, p.pp, o.micro_batches, p.chunks());
 }
 
 // Every check (TrainOptions::validate) runs before the mesh is built, so a

@@ -50,8 +50,9 @@ struct ParallelOptions {
   // ub_tp_comm_overlap): the blocks' all-gathers and reduce-scatters
   // pipelined with their GEMMs (parallel/tensor/mappings.h). Time only.
   bool tp_comm_overlap = false;
-  // Megatron's --overlap-moe-expert-parallel-comm (without a pipeline): a
-  // backward and the next micro-batch's forward run as one step,
+  // Megatron's --overlap-moe-expert-parallel-comm: its combined 1F1B
+  // schedule (pp 1, or pp > 1 interleaved; schedule.h combined_1f1b), each
+  // steady forward and another micro-batch's backward run as one step,
   // interleaved at every MoE token exchange, the exchanges on an EP
   // communication stream (PipelineExecutor::combine_forward_backward,
   // ShardedOptions::ep_comm_overlap). The math is the same.

@@ -206,7 +206,12 @@ TEST(CliBadInput, OverlapMoeCommWhereItDoesNotApply) {
       {"train --model tiny-moe --steps 1 --dp 2 --overlap-moe-expert-parallel-comm",
        "it needs an MoE model and --ep > 1"},
       {"train --model tiny-moe --steps 1 --dp 2 --ep 2 --pp 2 --overlap-moe-expert-parallel-comm",
-       "is not modeled yet: it needs --pp 1"},
+       "with --pp > 1 needs --schedule interleaved"},
+      {"train --model tiny-moe --steps 1 --dp 2 --ep 2 --pp 2 --schedule zb-v --overlap-moe-expert-parallel-comm",
+       "with --pp > 1 needs --schedule interleaved"},
+      {"train --model tiny-moe --steps 1 --dp 2 --ep 2 --schedule interleaved --vpp 2 "
+       "--overlap-moe-expert-parallel-comm",
+       "with --pp 1 runs one model chunk"},
       {"train --model tiny-moe --steps 1 --dp 2 --ep 2 --recompute full --overlap-moe-expert-parallel-comm",
        "full recomputation"},
       {"train --model tiny-moe --steps 1 --dp 2 --ep 2 --recompute-modules moe --overlap-moe-expert-parallel-comm",

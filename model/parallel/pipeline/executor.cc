@@ -133,12 +133,15 @@ PipelinePhase PipelineExecutor::run(const std::function<MicroBatchTokens(int mb)
   for (size_t i = 0; i < actions_.size(); ++i) {
     const Action& a = actions_[i];
     const Time t0 = compute.now();
-    if (combined_ && a.kind == ActionKind::kBackward && i + 1 < actions_.size() &&
-        actions_[i + 1].kind == ActionKind::kForward) {
-      const Action& f = actions_[i + 1];
-      Interleave::run([&] { execute(f, final_[i + 1], tokens); }, [&] { execute(a, final_[i], tokens); });
-      spans_.push_back({f.kind, f.micro_batch, f.chunk, t0, compute.now()});
+    if (combined_ && a.paired) {
+      SHARDLAB_CHECK(a.kind == ActionKind::kForward && i + 1 < actions_.size() &&
+                         actions_[i + 1].kind == ActionKind::kBackward &&
+                         actions_[i + 1].micro_batch != a.micro_batch,
+                     "pipeline: a paired forward is followed by another micro-batch's backward");
+      const Action& b = actions_[i + 1];  // another micro-batch's: independent of the forward
+      Interleave::run([&] { execute(a, final_[i], tokens); }, [&] { execute(b, final_[i + 1], tokens); });
       spans_.push_back({a.kind, a.micro_batch, a.chunk, t0, compute.now()});
+      spans_.push_back({b.kind, b.micro_batch, b.chunk, t0, compute.now()});
       if (on_action_) on_action_(i + 2, actions_.size());
       ++i;
       continue;

@@ -68,11 +68,13 @@ class PipelineExecutor {
   // left the egress port, as a batched isend/irecv whose requests are all
   // waited. Off (default): it never waits for a send.
   void wait_for_sends(bool on) { wait_sends_ = on; }
-  // Megatron's combined 1F1B (--overlap-moe-expert-parallel-comm, without a
-  // pipeline): a backward followed by the next micro-batch's forward run as
-  // one step, the forward first, the two interleaved at every MoE token
-  // exchange (runtime/fiber.h Interleave; ShardedOptions::ep_comm_overlap
-  // makes the exchanges yield): F0, then F(i) with B(i-1), then B(M-1).
+  // Megatron's combined 1F1B (--overlap-moe-expert-parallel-comm; the list
+  // from schedule.h combined_1f1b): a forward followed at once by another
+  // micro-batch's backward run as one step, the forward first, the two
+  // interleaved at every MoE token exchange (runtime/fiber.h Interleave;
+  // ShardedOptions::ep_comm_overlap makes the exchanges yield). The list
+  // puts both receives before the pair and both sends after it, as
+  // Megatron's pre_/post_forward and pre_/post_backward do.
   void combine_forward_backward(bool on) { combined_ = on; }
 
   const std::vector<Action>& actions() const { return actions_; }

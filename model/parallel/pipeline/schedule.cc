@@ -131,8 +131,12 @@ Schedule one_f_one_b(int pp, int micro_batches) {
   return schedule;
 }
 
-Schedule interleaved_1f1b(int pp, int micro_batches, int vpp) {
-  check_pipeline_config(ScheduleKind::kInterleaved, pp, micro_batches, vpp);
+namespace {
+
+// Megatron's interleaved lists (vpp 1 and pp 1 allowed: the no-pipeline
+// combined schedule). `combined`: one more warm-up forward, and each steady
+// forward and backward as one pair (both receives, F, B, both sends).
+Schedule interleaved_lists(int pp, int micro_batches, int vpp, bool combined) {
   const int total = micro_batches * vpp;  // chunk-forwards per rank
   const int group = pp * vpp;
   // Megatron get_model_chunk_id / get_microbatch_id_in_model_chunk: the k-th
@@ -146,8 +150,9 @@ Schedule interleaved_1f1b(int pp, int micro_batches, int vpp) {
   Schedule schedule(static_cast<size_t>(pp));
   for (int rank = 0; rank < pp; ++rank) {
     auto& out = schedule[static_cast<size_t>(rank)];
-    const int warmup =
-        micro_batches == pp ? total : std::min(2 * (pp - rank - 1) + (vpp - 1) * pp, total);
+    const int warmup = micro_batches == pp
+                           ? total
+                           : std::min(2 * (pp - rank - 1) + (vpp - 1) * pp + (combined ? 1 : 0), total);
     const int remaining = total - warmup;
     auto forward = [&](int k) { add_forward(out, StageOrder::kLoop, pp, vpp, rank, micro_batch(k), chunk(k, true)); };
     auto backward = [&](int k) {
@@ -157,13 +162,47 @@ Schedule interleaved_1f1b(int pp, int micro_batches, int vpp) {
     for (int k = 0; k < warmup; ++k) forward(k);
     // Steady 1F1B.
     for (int k = 0; k < remaining; ++k) {
-      forward(warmup + k);
-      backward(k);
+      if (!combined) {
+        forward(warmup + k);
+        backward(k);
+        continue;
+      }
+      // The pair: receives first, sends last (Megatron's pre_forward,
+      // pre_backward, the combined chunks, post_forward, post_backward).
+      std::vector<Action> f, b;
+      add_forward(f, StageOrder::kLoop, pp, vpp, rank, micro_batch(warmup + k), chunk(warmup + k, true));
+      add_backward(b, StageOrder::kLoop, pp, vpp, rank, micro_batch(k), chunk(k, false));
+      const auto is_recv = [](const Action& a) {
+        return a.kind == ActionKind::kRecvActivation || a.kind == ActionKind::kRecvGrad;
+      };
+      for (const auto* part : {&f, &b})
+        for (const Action& a : *part)
+          if (is_recv(a)) out.push_back(a);
+      for (const auto* part : {&f, &b})
+        for (const Action& a : *part)
+          if (a.is_compute()) out.push_back(a);
+      out[out.size() - 2].paired = true;
+      for (const auto* part : {&f, &b})
+        for (const Action& a : *part)
+          if (!is_recv(a) && !a.is_compute()) out.push_back(a);
     }
     // Cool-down.
     for (int k = remaining; k < total; ++k) backward(k);
   }
   return schedule;
+}
+
+}  // namespace
+
+Schedule interleaved_1f1b(int pp, int micro_batches, int vpp) {
+  check_pipeline_config(ScheduleKind::kInterleaved, pp, micro_batches, vpp);
+  return interleaved_lists(pp, micro_batches, vpp, false);
+}
+
+Schedule combined_1f1b(int pp, int micro_batches, int vpp) {
+  if (pp > 1 || vpp > 1) check_pipeline_config(ScheduleKind::kInterleaved, pp, micro_batches, vpp);
+  else check_pipeline_config(ScheduleKind::k1F1B, pp, micro_batches, vpp);
+  return interleaved_lists(pp, micro_batches, vpp, true);
 }
 
 Schedule build_schedule(ScheduleKind kind, int pp, int micro_batches, int vpp) {

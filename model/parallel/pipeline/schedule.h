@@ -57,6 +57,9 @@ struct Action {
   // Receives and the forward / backward that consume them: the receive
   // buffer (of this chunk); -1 = the micro-batch's own.
   int buffer = -1;
+  // combined_1f1b: this forward and the backward right after it are one step
+  // (a steady pair; PipelineExecutor::combine_forward_backward).
+  bool paired = false;
 
   int buffer_id() const { return buffer < 0 ? micro_batch : buffer; }
   bool is_compute() const {
@@ -112,6 +115,15 @@ Schedule one_f_one_b(int pp, int micro_batches);
 // warm-up of 2·(pp - rank - 1) + (v - 1)·pp chunk-forwards (all v·M when
 // M == pp). Needs M % pp == 0 and v >= 2.
 Schedule interleaved_1f1b(int pp, int micro_batches, int vpp);
+// Megatron's combined 1F1B (--overlap-moe-expert-parallel-comm,
+// schedules.py get_pp_rank_microbatches and combined_1f1b.py): the
+// interleaved lists with one more warm-up forward, so that each steady
+// forward and backward are of different micro-batches, and each such pair
+// as both receives, the forward, the backward, both sends (the executor
+// runs the two as one step). pp 1 with vpp 1 is Megatron's no-pipelining
+// combined schedule: F0, F(i) with B(i-1), B(M-1). Otherwise the
+// interleaved schedule's rules (Megatron needs virtual stages with pp > 1).
+Schedule combined_1f1b(int pp, int micro_batches, int vpp);
 // Compute costs in abstract time units; communication costs nothing.
 struct StepCosts {
   double forward = 1.0;

@@ -99,6 +99,60 @@ TEST(PpSchedule, InterleavedOnOneRankHandsChunksToItself) {
   EXPECT_EQ(validate_schedule(s, 2, 2), "");
 }
 
+// Megatron's combined 1F1B (overlap_moe_expert_parallel_comm): one more
+// warm-up chunk-forward than interleaved (get_pp_rank_microbatches), so each
+// steady forward and backward are of different micro-batches, written out
+// here from Megatron's chunk order (forward k: micro-batch (k / 4)·2 + k % 2
+// through chunk (k % 4) / 2; backward from the last chunk): rank 0 warms up
+// with 2 + 2 + 1 = 5, rank 1 with 0 + 2 + 1 = 3.
+TEST(PpSchedule, CombinedPp2M4Vpp2) {
+  const Schedule s = combined_1f1b(2, 4, 2);
+  EXPECT_EQ(format_schedule(s),
+            "rank 0: F0a F1a F0b F1b F2a F3a B0b F2b B1b F3b B0a B1a B2b B3b B2a B3a\n"
+            "rank 1: F0a F1a F0b F1b B0b F2a B1b F3a B0a F2b B1a F3b B2b B3b B2a B3a\n");
+  // A pair: both receives, F, B, both sends (Megatron's pre_forward,
+  // pre_backward, the combined chunks, post_forward, post_backward).
+  EXPECT_THAT(full_row(s, 0, true), HasSubstr("rG0b<1 F3a B0b sA3a>1 sG0b>1 "));
+  EXPECT_THAT(full_row(s, 1, true), HasSubstr("rA2a<0 F2a B1b sA2a>0 sG1b>0 "));
+  EXPECT_EQ(validate_schedule(s, 4, 2), "");
+  // Without a pipeline: F0, then F(i) with B(i-1), then B(M-1).
+  EXPECT_EQ(format_schedule(combined_1f1b(1, 4, 1)), "rank 0: F0 F1 B0 F2 B1 F3 B2 B3\n");
+  EXPECT_EQ(format_schedule(combined_1f1b(1, 1, 1)), "rank 0: F0 B0\n");
+  EXPECT_THAT(config_error_of([] { combined_1f1b(2, 4, 1); }), HasSubstr("`vpp`"));
+}
+
+// Valid everywhere; each steady pair (Action::paired) is a forward with
+// another micro-batch's backward right after it, one pair a steady step; one more chunk in flight than interleaved (the pair
+// holds the forward's and the backward's), unless everything is warm-up.
+TEST(PpSchedule, CombinedPairsAreIndependentAndHoldOneMore) {
+  for (int pp = 1; pp <= 4; ++pp) {
+    for (int m = pp; m <= 12; m += pp) {
+      for (int vpp = pp == 1 ? 1 : 2; vpp <= 3; ++vpp) {
+        SCOPED_TRACE("pp " + std::to_string(pp) + " M " + std::to_string(m) + " vpp " + std::to_string(vpp));
+        const Schedule c = combined_1f1b(pp, m, vpp);
+        EXPECT_EQ(validate_schedule(c, m, vpp), "");
+        const std::vector<int> peak = peak_in_flight(c);
+        const std::vector<int> base = peak_in_flight(vpp == 1 ? one_f_one_b(pp, m) : interleaved_1f1b(pp, m, vpp));
+        for (int r = 0; r < pp; ++r) {
+          EXPECT_EQ(peak[size_t(r)], std::min(base[size_t(r)] + 1, m * vpp)) << "rank " << r;
+          const auto& list = c[size_t(r)];
+          int pairs = 0;
+          for (size_t i = 0; i < list.size(); ++i) {
+            if (!list[i].paired) continue;
+            ASSERT_LT(i + 1, list.size());
+            EXPECT_EQ(list[i].kind, ActionKind::kForward);
+            EXPECT_EQ(list[i + 1].kind, ActionKind::kBackward);
+            EXPECT_NE(list[i].micro_batch, list[i + 1].micro_batch) << "rank " << r << " action " << i;
+            ++pairs;
+          }
+          const int warmup = std::min(interleaved_warmup(pp, m, vpp, r) + (m == pp ? 0 : 1), m * vpp);
+          EXPECT_EQ(pairs, m * vpp - warmup) << "rank " << r;
+        }
+      }
+    }
+  }
+}
+
 TEST(PpSchedule, EverySchedulePassesValidation) {
   for (int pp = 1; pp <= 4; ++pp) {
     for (int m = 1; m <= 9; ++m) {
