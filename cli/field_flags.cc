@@ -13,6 +13,7 @@ constexpr std::array kFieldFlags = std::to_array<std::pair<std::string_view, std
     {"sp", "--sp"},
     {"tp_comm_overlap", "--tp-comm-overlap"},
     {"overlap_moe_comm", "--overlap-moe-expert-parallel-comm"},
+    {"delay_wgrad", "--delay-wgrad-compute"},
     {"overlap_p2p_comm", "--no-overlap-p2p-comm"},
     {"ep", "--ep"},
     {"expert_tp", "--expert-tp"},

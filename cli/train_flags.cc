@@ -168,9 +168,12 @@ FlagTable<TrainFlags> parallel_flags() {
       {"--tp", FIELD(opts.parallel.tp), "Tensor-parallel degree (Megatron)", degree, kShowDefault},
       {"--sp", FIELD(opts.parallel.sp), "Sequence parallelism (with --tp)"},
       {"--overlap-moe-expert-parallel-comm", FIELD(opts.parallel.overlap_moe_comm),
-       "Without --pp: a backward and the next micro-batch's forward run as one step, interleaved at every MoE "
-       "token exchange, the exchanges on a communication stream of their own (Megatron's combined 1F1B), so each "
-       "exchange hides under the other micro-batch's compute"},
+       "Megatron's combined 1F1B (without --pp, or with --schedule interleaved): a forward and another "
+       "micro-batch's backward run as one step, interleaved at every MoE token exchange, the exchanges on a "
+       "communication stream of their own, so each hides under the other micro-batch's compute"},
+      {"--delay-wgrad-compute", FIELD(opts.parallel.delay_wgrad),
+       "With --overlap-moe-expert-parallel-comm: the experts' weight gradients run after the backward's dispatch "
+       "exchange is posted, beside it (Megatron's delay_wgrad_compute)"},
       {"--tp-comm-overlap", FIELD(opts.parallel.tp_comm_overlap),
        "With --sp: overlap the blocks' all-gathers and reduce-scatters with their GEMMs, as Transformer Engine's "
        "userbuffers (NeMo's ub_tp_comm_overlap)"},

@@ -88,6 +88,11 @@ ShardedGPT::ShardedGPT(const model::GPTConfig& config, uint64_t seed, Device& de
     ep_overlap_ = std::make_unique<Stream>(&dev, StreamKind::kEpComm);
     ctx_.moe.a2a_stream = ep_overlap_.get();
     bwd_scratch_ = std::make_unique<BlockScratch>();
+    if (options.delay_wgrad) {
+      delayed_wgrad_ = std::make_unique<WeightGrads>();
+      delayed_wgrad_->set_deferred(true);
+      ctx_.moe.delayed_wgrad = delayed_wgrad_.get();
+    }
   }
   ctx_.dropout = config_.dropout > 0;
   scatter_gather_ = options.scatter_gather && !ctx_.tp.sp;

@@ -102,6 +102,10 @@ struct ShardedOptions {
   // of an Interleave (ExpertContext::a2a_stream); the backward passes then
   // use scratch of their own, since a forward may be suspended mid-block.
   bool ep_comm_overlap = false;
+  // With ep_comm_overlap, Megatron's --delay-wgrad-compute: each MoE
+  // backward's expert weight gradients run once its dispatch exchange is
+  // posted (ExpertContext::delayed_wgrad).
+  bool delay_wgrad = false;
   // The config's parameter table, built once by a caller that builds many
   // ranks (train(): a DeepSeek-V3 table holds some 46,000 tensors, ~10 MB a
   // thread would build and drop); null: the layout builds its own.
@@ -288,6 +292,7 @@ class ShardedGPT final : public LocalModel, public StageModel {
   BlockScratch scratch_;  // the forward passes'; the backward's too without ep_comm_overlap
   std::unique_ptr<BlockScratch> bwd_scratch_;  // ep_comm_overlap: the backward passes'
   std::unique_ptr<Stream> ep_overlap_;         // ep_comm_overlap: the EP communication stream
+  std::unique_ptr<WeightGrads> delayed_wgrad_;  // delay_wgrad: the experts' weight gradients of one backward
   BlockScratch& bwd_scratch() { return bwd_scratch_ ? *bwd_scratch_ : scratch_; }
   Buf<float> ce_stats_, dlogits_, dlnf_, dx_, dx_next_;
   double ce_sum_ = 0, aux_sum_ = 0;

@@ -110,6 +110,7 @@ void DeviceSetup::make_model(const DeviceProgram& p, Device& dev) {
   so.sequence_parallel = par.sp;
   so.tp_comm_overlap = par.tp_comm_overlap;
   so.ep_comm_overlap = par.overlap_moe_comm;
+  so.delay_wgrad = par.delay_wgrad;
   so.scatter_gather = par.scatter_gather;
   so.recompute = par.recompute;
   so.recompute_modules = par.recompute_modules;

@@ -188,6 +188,9 @@ void validate_parallel(const TrainOptions& o) {
   require(p.overlap_p2p_comm || p.pp > 1,
           "`overlap_p2p_comm` is about the pipeline's sends: it needs `pp` > 1");
   require(!p.scatter_gather || !p.sp, "`scatter_gather` is for runs without `sp` (SP already sends 1/tp)");
+  require(!p.delay_wgrad || p.overlap_moe_comm,
+          "`delay_wgrad` defers the experts' weight gradients of a combined step: it needs `overlap_moe_comm` "
+          "(as Megatron)");
   if (p.overlap_moe_comm) {  // Megatron's rules (transformer_config.py), and what is modeled
     require(m.is_moe() && p.ep > 1,
             "`overlap_moe_comm` hides the expert-parallel token exchanges: it needs an MoE model and `ep` > 1");

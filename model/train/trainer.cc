@@ -97,6 +97,7 @@ nlohmann::json TrainOptions::to_json() const {
           {"parallel",
            {{"dp", parallel.dp}, {"tp", parallel.tp}, {"sp", parallel.sp},
             {"tp_comm_overlap", parallel.tp_comm_overlap}, {"overlap_p2p_comm", parallel.overlap_p2p_comm},
+            {"overlap_moe_comm", parallel.overlap_moe_comm}, {"delay_wgrad", parallel.delay_wgrad},
             {"zero", parallel.zero}, {"distributed_optimizer", parallel.distributed_optimizer},
             {"reshard_after_forward", parallel.reshard_after_forward}, {"prefetch", parallel.prefetch}, {"hsdp", parallel.hsdp},
             {"overlap_param_gather", parallel.overlap_param_gather}, {"grad_reduce_bf16", parallel.grad_reduce_bf16},

@@ -57,6 +57,10 @@ struct ParallelOptions {
   // communication stream (PipelineExecutor::combine_forward_backward,
   // ShardedOptions::ep_comm_overlap). The math is the same.
   bool overlap_moe_comm = false;
+  // Megatron's --delay-wgrad-compute (needs overlap_moe_comm): a combined
+  // step's expert weight gradients run after the backward's dispatch
+  // exchange is posted, beside it (ShardedOptions::delay_wgrad).
+  bool delay_wgrad = false;
   // Megatron's overlap_p2p_comm. True (the default): the pipeline's sends
   // leave when their tensor exists and the compute stream never waits for
   // them, only for a receive's arrival (PipelineExecutor). False: the compute

@@ -218,6 +218,8 @@ TEST(CliBadInput, OverlapMoeCommWhereItDoesNotApply) {
        "full recomputation"},
       {"train --model tiny-moe --steps 1 --dp 2 --ep 2 --zero 3 --overlap-moe-expert-parallel-comm",
        "with --zero 3 is not supported"},
+      {"train --model tiny-moe --steps 1 --dp 2 --ep 2 --delay-wgrad-compute",
+       "it needs --overlap-moe-expert-parallel-comm"},
   });
 }
 

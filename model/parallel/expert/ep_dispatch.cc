@@ -70,8 +70,13 @@ void plan_rows(TpMoeActs::Ep& x, MoeStats& stats, const coll::ProcessGroup& g, i
   }
 }
 
+void run_delayed_wgrad(const ExpertContext& c) {
+  if (c.delayed_wgrad) c.delayed_wgrad->flush(c.ex, {});
+}
+
 void exchange_rows(const ExpertContext& c, const coll::ProcessGroup& g, const char* name, const float* in,
-                   const std::vector<size_t>& sc, float* out, const std::vector<size_t>& rc, MoeStats* stats) {
+                   const std::vector<size_t>& sc, float* out, const std::vector<size_t>& rc, MoeStats* stats,
+                   const std::function<void()>& meanwhile) {
   Stream& compute = c.dev->compute();
   Stream& s = c.a2a_stream ? *c.a2a_stream : compute;
   if (c.a2a_stream) s.wait(compute.record());  // the rows exist once the compute stream made them
@@ -91,6 +96,7 @@ void exchange_rows(const ExpertContext& c, const coll::ProcessGroup& g, const ch
     if (profile.node_of(g.global_rank(j)) != c.dev->node()) internode += uint64_t(sc[j]) * uint64_t(c.ex.elem);
   }
   s.mark(name, t0, s.now(), sent, -1, /*advance=*/false);
+  if (meanwhile) meanwhile();
   if (c.a2a_stream) {
     // The other micro-batch's program runs until its own next exchange; the
     // received rows are here already (the data moved at the call), their
@@ -152,7 +158,8 @@ void ep_moe_backward(float* dexperts, float* drouter, const BlockView<float>& g,
   const Exec& ex = c.ex;
   const int C = d.C, El = config.n_expert / c.ep->size();
   const TpMoeActs::Ep& x = a.ep;
-  tp_shared_experts_backward(dexperts, g, s, dout, a, inp, p, d, config, wg, ex);
+  WeightGrads& ewg = experts_wgrad(c, wg);
+  tp_shared_experts_backward(dexperts, g, s, dout, a, inp, p, d, config, ewg, ex);
   tp_moe_combine_backward(s, dout, a, d, config, ex);
   // dye to the experts' owners, expert-major
   exchange_rows(c, *c.ep, "moe.combine.a2a.bwd", s.dye.data(), x.send_elems, s.ep_xr.data(), x.recv_elems,
@@ -160,13 +167,13 @@ void ep_moe_backward(float* dexperts, float* drouter, const BlockView<float>& g,
   permute_rows(s.ep_yl.data(), s.ep_xr.data(), x.perm.data(), x.R, C, true, "moe.permute.bwd", ex);
   // experts: partial input gradients over TP (summed by the caller after dispatch)
   tp_experts_backward(s.ep_xr.data(), g.experts, s, s.ep_yl.data(), x.xl.data(), a.fc.data(),
-                      a.fc_gelu.data(), p.experts, x.offsets.data(), El, expert_fl(d, config), d, wg, ex,
+                      a.fc_gelu.data(), p.experts, x.offsets.data(), El, expert_fl(d, config), d, ewg, ex,
                       config.is_llama());
   permute_rows(s.ep_yl.data(), s.ep_xr.data(), x.perm.data(), x.R, C, false, "moe.unpermute.bwd",
                ex);
   // dxe back to the tokens' ranks, in the local plan's order
   exchange_rows(c, *c.ep, "moe.dispatch.a2a.bwd", s.ep_yl.data(), x.recv_elems, s.dxe.data(), x.send_elems,
-                nullptr);
+                nullptr, [&] { run_delayed_wgrad(c); });
   tp_moe_route_backward(dexperts, drouter, g, s, daux, a, inp, p, d, config, wg, ex);
 }
 

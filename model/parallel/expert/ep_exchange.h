@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "collectives/group.h"
@@ -21,10 +22,21 @@ namespace shardlab::parallel {
 void plan_rows(TpMoeActs::Ep& x, MoeStats& stats, const collectives::ProcessGroup& g, int El, int C,
                std::vector<size_t>& send_elems, std::vector<size_t>& recv_elems, const char* name,
                const ExpertContext& c);
-// out (sum rc) = all_to_all_v of in over g on the compute stream, traced as
-// `name`; counts the off-rank bytes into stats (if any).
+// out (sum rc) = all_to_all_v of in over g on the compute stream (or
+// c.a2a_stream), traced as `name`; counts the off-rank bytes into stats (if
+// any). `meanwhile` (if set) charges its compute right after the exchange is
+// posted, before the compute stream waits for it.
 void exchange_rows(const ExpertContext& c, const collectives::ProcessGroup& g, const char* name, const float* in,
-                   const std::vector<size_t>& sc, float* out, const std::vector<size_t>& rc, MoeStats* stats);
+                   const std::vector<size_t>& sc, float* out, const std::vector<size_t>& rc, MoeStats* stats,
+                   const std::function<void()>& meanwhile = {});
+// The experts' weight gradients that c.delayed_wgrad holds, run now (an
+// exchange's `meanwhile`); nothing without it.
+void run_delayed_wgrad(const ExpertContext& c);
+// Where a backward records the experts' weight gradients: c.delayed_wgrad,
+// or `wg` (at once, or the schedule's own W).
+inline WeightGrads& experts_wgrad(const ExpertContext& c, WeightGrads& wg) {
+  return c.delayed_wgrad ? *c.delayed_wgrad : wg;
+}
 // to_expert_major: dst[m] = src[perm[m]]; otherwise dst[perm[m]] = src[m].
 void permute_rows(float* dst, const float* src, const int64_t* perm, int64_t R, int C, bool to_expert_major,
                   const char* name, const model::Exec& ex);

@@ -260,7 +260,8 @@ void ep_node_moe_backward(float* dexperts, float* drouter, const BlockView<float
   const int64_t N = d.moe_rows();
   const TpMoeActs::Node& nd = a.node;
   const TpMoeActs::Ep& x = a.ep;
-  tp_shared_experts_backward(dexperts, g, s, dout, a, inp, p, d, config, wg, ex);
+  WeightGrads& ewg = experts_wgrad(c, wg);
+  tp_shared_experts_backward(dexperts, g, s, dout, a, inp, p, d, config, ewg, ex);
   // dout once to each relay
   float* packed = s.node_src.data();
   float* relay = s.node_relay.data();
@@ -295,10 +296,10 @@ void ep_node_moe_backward(float* dexperts, float* drouter, const BlockView<float
   exchange_rows(c, node, "moe.combine.a2a.node.bwd", dye, nd.node_send, s.ep_xr.data(), nd.node_recv, nullptr);
   permute_rows(s.ep_yl.data(), s.ep_xr.data(), x.perm.data(), x.R, C, true, "moe.permute.bwd", ex);
   tp_experts_backward(s.ep_xr.data(), g.experts, s, s.ep_yl.data(), x.xl.data(), a.fc.data(), a.fc_gelu.data(),
-                      p.experts, x.offsets.data(), El, expert_fl(d, config), d, wg, ex, config.is_llama());
+                      p.experts, x.offsets.data(), El, expert_fl(d, config), d, ewg, ex, config.is_llama());
   permute_rows(s.ep_yl.data(), s.ep_xr.data(), x.perm.data(), x.R, C, false, "moe.unpermute.bwd", ex);
   exchange_rows(c, node, "moe.dispatch.a2a.node.bwd", s.ep_yl.data(), nd.node_recv, s.ep_xr.data(), nd.node_send,
-                nullptr);
+                nullptr, [&] { run_delayed_wgrad(c); });
   // Relay: each token's input gradient summed over this node's experts, with its dgates.
   ex.run("moe.dispatch.relay.bwd", OpCost{double(nd.Rn) * C, (double(nd.Rn) * C + double(nd.U) * G) * ex.elem}, [&] {
     for (int64_t u = 0; u < nd.U; ++u) {

@@ -47,6 +47,12 @@ struct ExpertContext : LayerContext {
   // forward-backward step; the compute stream waits for the exchange when
   // the program resumes. Null: on the compute stream, no yield.
   Stream* a2a_stream = nullptr;
+  // Megatron's --delay-wgrad-compute (with a2a_stream): the experts' weight
+  // gradients (routed and shared) of a backward are recorded here instead
+  // of running in it, and run right after the backward's dispatch exchange
+  // is posted, beside it on the compute stream (Megatron's
+  // mlp.backward_dw after moe_dispatch's backward starts). Null: at once.
+  WeightGrads* delayed_wgrad = nullptr;
   // Phantom runs (no router logits): the skew of the assumed routing. 0:
   // uniform; s > 0: expert e's share of first choices is proportional to
   // 1/(e+1)^s (Zipf), see expert/moe.cc phantom_route.

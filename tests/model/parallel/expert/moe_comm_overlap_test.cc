@@ -90,6 +90,36 @@ TEST(MoeCommOverlap, InterleavedPipelineKeepsTheBitsAndShortensTheStep) {
   EXPECT_EQ(expect_same_bits_and_a_shorter_step(o, "pp 2 x vpp 2").size(), 2u);
 }
 
+// Megatron's delay_wgrad_compute on top: the experts' weight gradients of
+// each backward run once its dispatch exchange is posted, beside it, so the
+// exchange leaves earlier by their time. The same kernels on the same
+// operands (copied, then run in recording order): the same bits; a shorter
+// step, and less waited for the exchanges, with and without a pipeline.
+TEST(MoeCommOverlap, DelayedWeightGradientsKeepTheBitsAndShortenTheStep) {
+  for (const int pp : {1, 2}) {
+    for (MoeDispatcher d : {MoeDispatcher::kAllToAll, MoeDispatcher::kDeepEp}) {
+      const char* name = parallel::moe_dispatcher_name(d);
+      TrainOptions o = overlap_options(d, false);
+      if (pp == 2) o.parallel.pp = 2, o.parallel.vpp = 2, o.parallel.schedule = parallel::ScheduleKind::kInterleaved;
+      o.parallel.overlap_moe_comm = true;
+      const TrainResult overlapped = testing::run_moe(o, 2);
+      o.parallel.delay_wgrad = true;
+      const TrainResult delayed = testing::run_moe(o, 2);
+      ASSERT_EQ(delayed.steps.size(), overlapped.steps.size());
+      for (size_t k = 0; k < delayed.steps.size(); ++k) EXPECT_EQ(delayed.steps[k].loss, overlapped.steps[k].loss);
+      EXPECT_EQ(delayed.step0_grads, overlapped.step0_grads) << name;
+      EXPECT_EQ(delayed.final_params, overlapped.final_params) << name;
+      const Time before = step_time(overlapped), after = step_time(delayed);
+      std::printf("pp %d, %s: step %.3f -> %.3f us with the experts' weight gradients delayed, waited %.3f -> %.3f "
+                  "us\n",
+                  pp, name, to_seconds(before) * 1e6, to_seconds(after) * 1e6,
+                  to_seconds(overlapped.a2a_time[0]) * 1e6, to_seconds(delayed.a2a_time[0]) * 1e6);
+      EXPECT_LT(after, before) << name << " pp " << pp;
+      EXPECT_LT(delayed.a2a_time[0], overlapped.a2a_time[0]) << name << " pp " << pp;
+    }
+  }
+}
+
 // Shapes only (uniform phantom routing): deterministic, and shorter than
 // the same phantom step without the overlap.
 TEST(MoeCommOverlap, PhantomStepsAreDeterministicAndShorter) {
@@ -116,6 +146,7 @@ TEST(MoeCommOverlap, RefusedWhereNotModeled) {
   });
   refused([](TrainOptions& o) { o.parallel.recompute = parallel::Recompute::kFull; });
   refused([](TrainOptions& o) { o.parallel.zero = 3; });
+  refused([](TrainOptions& o) { o.parallel.overlap_moe_comm = false, o.parallel.delay_wgrad = true; });
 }
 
 }  // namespace
