@@ -321,6 +321,18 @@ std::vector<Config> fold_configs() {
       make("dp32_ep16_moe_aux_free_dp_over_four_nodes", 1, 1, 32, 2, [](Config& c) {
         aux_free_moe(c, 16, 16, 64, 4, 8);  // 32 tokens x top-2 = 4 rows per expert
       }),
+      // Qwen3-235B's recipe in small: the ep group over two nodes, Megatron's
+      // combined 1F1B on the interleaved pipeline (each steady forward and
+      // another micro-batch's backward as two programs, the exchanges on
+      // the ep-comm stream) and the experts' weight gradients delayed; every
+      // peer of a folded member runs the same interleaving.
+      make("pp2_vpp2_dp16_ep16_moe_combined_1f1b_delayed_wgrad", 1, 2, 16, 4, [](Config& c) {
+        aux_free_moe(c, 16, 16, 64, 4, 0);
+        c.options.parallel.schedule = parallel::ScheduleKind::kInterleaved;
+        c.options.parallel.vpp = 2;
+        c.options.parallel.overlap_moe_comm = true;
+        c.options.parallel.delay_wgrad = true;
+      }),
   };
 }
 
