@@ -13,6 +13,8 @@ CASES = [
     ("train", dict(model="tiny", steps=2, tp=2, pp=2, micro_batches=2, schedule="1f1b")),
     ("train", dict(model="tiny", steps=2, dp=2, zero=1, data="synthetic:markov")),
     ("train", dict(model="tiny-moe", steps=1, dp=2, ep=2, recompute_modules="moe_act,layernorm")),
+    ("train", dict(model="tiny-moe", steps=1, dp=2, ep=2, pp=2, schedule="interleaved", vpp=2, micro_batches=4,
+                   batch=16, overlap_moe_expert_parallel_comm=True, delay_wgrad_compute=True)),
     ("train", dict(model="tiny-llama", steps=1, tp=2, sp=True, kv_heads=4, kv_lora_rank=16, q_lora_rank=24,
                    qk_rope_head_dim=4, recompute_modules="mla_up_proj")),
     ("verify", dict(model="tiny", steps=2, tp=2, dp=2)),
