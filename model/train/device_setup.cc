@@ -76,7 +76,6 @@ DeviceSetup::DeviceSetup(const DeviceProgram& p, Device& dev)
   executor.emplace(dev, *stage, p.plan.schedule[size_t(coords.pp)],
                    std::vector<int>(pipeline.members().begin(), pipeline.members().end()), micro_batches);
   executor->wait_for_sends(!par.overlap_p2p_comm);
-  executor->combine_forward_backward(par.overlap_moe_comm);
 }
 
 // The unsharded model (verify's reference; pure data parallelism) or the

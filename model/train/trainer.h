@@ -54,7 +54,7 @@ struct ParallelOptions {
   // schedule (pp 1, or pp > 1 interleaved; schedule.h combined_1f1b), each
   // steady forward and another micro-batch's backward run as one step,
   // interleaved at every MoE token exchange, the exchanges on an EP
-  // communication stream (PipelineExecutor::combine_forward_backward,
+  // communication stream (Action::paired in the executor,
   // ShardedOptions::ep_comm_overlap). The math is the same.
   bool overlap_moe_comm = false;
   // Megatron's --delay-wgrad-compute (needs overlap_moe_comm): a combined

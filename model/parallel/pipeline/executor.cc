@@ -133,7 +133,7 @@ PipelinePhase PipelineExecutor::run(const std::function<MicroBatchTokens(int mb)
   for (size_t i = 0; i < actions_.size(); ++i) {
     const Action& a = actions_[i];
     const Time t0 = compute.now();
-    if (combined_ && a.paired) {
+    if (a.paired) {
       SHARDLAB_CHECK(a.kind == ActionKind::kForward && i + 1 < actions_.size() &&
                          actions_[i + 1].kind == ActionKind::kBackward &&
                          actions_[i + 1].micro_batch != a.micro_batch,

@@ -68,14 +68,13 @@ class PipelineExecutor {
   // left the egress port, as a batched isend/irecv whose requests are all
   // waited. Off (default): it never waits for a send.
   void wait_for_sends(bool on) { wait_sends_ = on; }
-  // Megatron's combined 1F1B (--overlap-moe-expert-parallel-comm; the list
-  // from schedule.h combined_1f1b): a forward followed at once by another
-  // micro-batch's backward run as one step, the forward first, the two
-  // interleaved at every MoE token exchange (runtime/fiber.h Interleave;
-  // ShardedOptions::ep_comm_overlap makes the exchanges yield). The list
-  // puts both receives before the pair and both sends after it, as
-  // Megatron's pre_/post_forward and pre_/post_backward do.
-  void combine_forward_backward(bool on) { combined_ = on; }
+  // Megatron's combined 1F1B (--overlap-moe-expert-parallel-comm; lists
+  // from schedule.h combined_1f1b): a forward marked Action::paired and the
+  // other micro-batch's backward right after it run as one step, the
+  // forward first, the two interleaved at every MoE token exchange
+  // (runtime/fiber.h Interleave; ShardedOptions::ep_comm_overlap makes the
+  // exchanges yield). The list puts both receives before the pair and both
+  // sends after it, as Megatron's pre_/post_forward and pre_/post_backward do.
 
   const std::vector<Action>& actions() const { return actions_; }
   // The forwards and backwards of the last run, in execution order.
@@ -94,7 +93,6 @@ class PipelineExecutor {
   int micro_batches_;
   Stream p2p_;
   bool wait_sends_ = false;
-  bool combined_ = false;
   uint64_t sent_bytes_ = 0;
   std::vector<ComputeSpan> spans_;
   // pp = 1 with interleaving: chunk c hands its tensors to chunk c ± 1 here.

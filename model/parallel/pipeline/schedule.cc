@@ -169,22 +169,17 @@ Schedule interleaved_lists(int pp, int micro_batches, int vpp, bool combined) {
       }
       // The pair: receives first, sends last (Megatron's pre_forward,
       // pre_backward, the combined chunks, post_forward, post_backward).
-      std::vector<Action> f, b;
-      add_forward(f, StageOrder::kLoop, pp, vpp, rank, micro_batch(warmup + k), chunk(warmup + k, true));
-      add_backward(b, StageOrder::kLoop, pp, vpp, rank, micro_batch(k), chunk(k, false));
-      const auto is_recv = [](const Action& a) {
-        return a.kind == ActionKind::kRecvActivation || a.kind == ActionKind::kRecvGrad;
+      // add_forward and add_backward emit [receive] compute [send]: regroup
+      // the pair's actions by that phase.
+      std::vector<Action> pair;
+      add_forward(pair, StageOrder::kLoop, pp, vpp, rank, micro_batch(warmup + k), chunk(warmup + k, true));
+      add_backward(pair, StageOrder::kLoop, pp, vpp, rank, micro_batch(k), chunk(k, false));
+      const auto phase = [](const Action& a) {
+        return a.kind == ActionKind::kRecvActivation || a.kind == ActionKind::kRecvGrad ? 0 : a.is_compute() ? 1 : 2;
       };
-      for (const auto* part : {&f, &b})
-        for (const Action& a : *part)
-          if (is_recv(a)) out.push_back(a);
-      for (const auto* part : {&f, &b})
-        for (const Action& a : *part)
-          if (a.is_compute()) out.push_back(a);
-      out[out.size() - 2].paired = true;
-      for (const auto* part : {&f, &b})
-        for (const Action& a : *part)
-          if (!is_recv(a) && !a.is_compute()) out.push_back(a);
+      std::stable_sort(pair.begin(), pair.end(), [&](const Action& x, const Action& y) { return phase(x) < phase(y); });
+      for (Action& a : pair) a.paired = a.kind == ActionKind::kForward;
+      out.insert(out.end(), pair.begin(), pair.end());
     }
     // Cool-down.
     for (int k = remaining; k < total; ++k) backward(k);

@@ -58,7 +58,7 @@ struct Action {
   // buffer (of this chunk); -1 = the micro-batch's own.
   int buffer = -1;
   // combined_1f1b: this forward and the backward right after it are one step
-  // (a steady pair; PipelineExecutor::combine_forward_backward).
+  // (a steady pair; the executor runs the two as two programs, executor.h).
   bool paired = false;
 
   int buffer_id() const { return buffer < 0 ? micro_batch : buffer; }
